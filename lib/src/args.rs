@@ -1,0 +1,440 @@
+//! A small command-line parser shared by every binary: `--name value`,
+//! `--name=value`, short aliases, boolean flags, defaults, environment
+//! fallbacks, and a `--help` text generated from the same table.
+//!
+//! ```
+//! use confboot::args::{Command, Opt};
+//! const CMD: Command = Command {
+//!     name: "demo",
+//!     about: "Shows how options are parsed.",
+//!     usage: "demo [OPTIONS]",
+//!     opts: &[
+//!         Opt::value("port", "PORT", "TCP port to listen on").default("9090"),
+//!         Opt::flag("dry-run", "Only print what would be done"),
+//!         confboot::args::VERBOSITY,
+//!     ],
+//! };
+//! let m = CMD.parse(["--port=80", "-v", "4"].iter().map(|s| s.to_string())).unwrap();
+//! assert_eq!(m.value("port"), Some("80"));
+//! assert!(!m.flag("dry-run"));
+//! assert_eq!(m.verbosity().unwrap(), 4);
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One option of a command.
+#[derive(Clone, Copy, Debug)]
+pub struct Opt {
+    /// Long name, without the leading `--`.
+    pub long: &'static str,
+    /// Optional one-letter alias, used as `-x`.
+    pub short: Option<char>,
+    /// Name of the value in the help text; `None` for a boolean flag.
+    pub value_name: Option<&'static str>,
+    /// One line of help.
+    pub help: &'static str,
+    /// Value used when the option is not given.
+    pub default: Option<&'static str>,
+    /// Environment variable read when the option is not given.
+    pub env: Option<&'static str>,
+}
+
+impl Opt {
+    /// An option that takes a value.
+    pub const fn value(long: &'static str, value_name: &'static str, help: &'static str) -> Opt {
+        Opt {
+            long,
+            short: None,
+            value_name: Some(value_name),
+            help,
+            default: None,
+            env: None,
+        }
+    }
+
+    /// A boolean flag.
+    pub const fn flag(long: &'static str, help: &'static str) -> Opt {
+        Opt {
+            long,
+            short: None,
+            value_name: None,
+            help,
+            default: None,
+            env: None,
+        }
+    }
+
+    /// Sets the default value.
+    pub const fn default(mut self, value: &'static str) -> Opt {
+        self.default = Some(value);
+        self
+    }
+
+    /// Sets the one-letter alias.
+    pub const fn short(mut self, c: char) -> Opt {
+        self.short = Some(c);
+        self
+    }
+
+    /// Sets the environment variable read when the option is absent.
+    pub const fn env(mut self, var: &'static str) -> Opt {
+        self.env = Some(var);
+        self
+    }
+}
+
+/// The `-v N` option every binary has (klog levels: 2 always, 4 general, 6 low level).
+pub const VERBOSITY: Opt = Opt {
+    long: "verbosity",
+    short: Some('v'),
+    value_name: Some("N"),
+    help: "Log verbosity: 0 errors and warnings, 2 start and requests, 4 general, 6 low level",
+    default: Some("2"),
+    env: None,
+};
+
+/// A command: its name, what it does, and its options.
+#[derive(Clone, Copy, Debug)]
+pub struct Command {
+    /// Name as typed.
+    pub name: &'static str,
+    /// What the command does, one paragraph.
+    pub about: &'static str,
+    /// Usage line.
+    pub usage: &'static str,
+    /// The options.
+    pub opts: &'static [Opt],
+}
+
+/// Why the arguments could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgsError {
+    /// `--help` or `-h` was given: print [`Command::help`] and exit 0.
+    HelpRequested,
+    /// An option that the command does not have.
+    Unknown(String),
+    /// An option that needs a value was last.
+    MissingValue(String),
+    /// A flag was given a value (`--flag=x`).
+    UnexpectedValue(String),
+    /// A value could not be converted.
+    Invalid {
+        /// The option.
+        option: String,
+        /// The value given.
+        value: String,
+        /// Why it is wrong.
+        reason: String,
+    },
+    /// A required option is absent.
+    Required(String),
+}
+
+impl fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgsError::HelpRequested => f.write_str("help requested"),
+            ArgsError::Unknown(o) => write!(f, "unknown option {o}"),
+            ArgsError::MissingValue(o) => write!(f, "option --{o} needs a value"),
+            ArgsError::UnexpectedValue(o) => write!(f, "option --{o} takes no value"),
+            ArgsError::Invalid {
+                option,
+                value,
+                reason,
+            } => {
+                write!(f, "invalid value {value:?} for --{option}: {reason}")
+            }
+            ArgsError::Required(o) => write!(f, "option --{o} is required"),
+        }
+    }
+}
+
+impl std::error::Error for ArgsError {}
+
+/// The parsed arguments of a command.
+#[derive(Clone, Debug)]
+pub struct Matches {
+    cmd: Command,
+    given: Vec<(&'static str, Option<String>)>,
+    from_env: Vec<(&'static str, String)>,
+    positional: Vec<String>,
+}
+
+impl Command {
+    /// Parses the arguments that follow the command name.
+    pub fn parse<I: IntoIterator<Item = String>>(&self, args: I) -> Result<Matches, ArgsError> {
+        let mut given = Vec::new();
+        let mut positional = Vec::new();
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            if arg == "--help" || arg == "-h" {
+                return Err(ArgsError::HelpRequested);
+            }
+            if arg == "--" {
+                positional.extend(it.by_ref());
+                break;
+            }
+            let (opt, inline) = if let Some(rest) = arg.strip_prefix("--") {
+                let (name, inline) = match rest.split_once('=') {
+                    Some((n, v)) => (n, Some(v.to_string())),
+                    None => (rest, None),
+                };
+                let opt = self.opts.iter().find(|o| o.long == name);
+                (opt.ok_or_else(|| ArgsError::Unknown(arg.clone()))?, inline)
+            } else if arg.len() >= 2
+                && arg.starts_with('-')
+                && !arg[1..].starts_with(|c: char| c.is_ascii_digit())
+            {
+                let mut chars = arg[1..].chars();
+                let c = chars.next().expect("length checked");
+                let rest: String = chars.collect();
+                let opt = self.opts.iter().find(|o| o.short == Some(c));
+                let opt = opt.ok_or_else(|| ArgsError::Unknown(arg.clone()))?;
+                (
+                    opt,
+                    if rest.is_empty() {
+                        None
+                    } else {
+                        Some(rest.trim_start_matches('=').to_string())
+                    },
+                )
+            } else {
+                positional.push(arg);
+                continue;
+            };
+            let value = match (opt.value_name, inline) {
+                (None, None) => None,
+                (None, Some(_)) => return Err(ArgsError::UnexpectedValue(opt.long.into())),
+                (Some(_), Some(v)) => Some(v),
+                (Some(_), None) => Some(
+                    it.next()
+                        .ok_or_else(|| ArgsError::MissingValue(opt.long.into()))?,
+                ),
+            };
+            given.push((opt.long, value));
+        }
+        let from_env = self
+            .opts
+            .iter()
+            .filter_map(|o| Some((o.long, std::env::var(o.env?).ok()?)))
+            .collect();
+        Ok(Matches {
+            cmd: *self,
+            given,
+            from_env,
+            positional,
+        })
+    }
+
+    /// The help text: what the command does, usage, and every option.
+    pub fn help(&self) -> String {
+        let mut s = format!("{}\n\nUsage: {}\n\nOptions:\n", self.about, self.usage);
+        let mut rows: Vec<(String, String)> = self
+            .opts
+            .iter()
+            .map(|o| {
+                let short = o
+                    .short
+                    .map_or_else(|| "    ".to_string(), |c| format!("-{c}, "));
+                let left = match o.value_name {
+                    Some(v) => format!("  {short}--{} {v}", o.long),
+                    None => format!("  {short}--{}", o.long),
+                };
+                let mut right = o.help.to_string();
+                if let Some(d) = o.default {
+                    right.push_str(&format!(" [default: {d}]"));
+                }
+                if let Some(e) = o.env {
+                    right.push_str(&format!(" [env: {e}]"));
+                }
+                (left, right)
+            })
+            .collect();
+        rows.push(("  -h, --help".into(), "Print this help".into()));
+        let width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0) + 2;
+        for (l, r) in rows {
+            s.push_str(&format!("{l:width$}{r}\n"));
+        }
+        s
+    }
+}
+
+impl Matches {
+    fn opt(&self, long: &str) -> &Opt {
+        self.cmd
+            .opts
+            .iter()
+            .find(|o| o.long == long)
+            .unwrap_or_else(|| panic!("command {} has no option --{long}", self.cmd.name))
+    }
+
+    /// The value of an option: the last one given, else its environment
+    /// variable, else its default.
+    pub fn value(&self, long: &str) -> Option<&str> {
+        let opt = self.opt(long);
+        if let Some((_, v)) = self.given.iter().rev().find(|(n, _)| *n == long) {
+            return v.as_deref();
+        }
+        self.env_value(long).or(opt.default)
+    }
+
+    /// Every value given for a repeatable option, in order.
+    pub fn values(&self, long: &str) -> Vec<&str> {
+        self.opt(long);
+        self.given
+            .iter()
+            .filter(|(n, _)| *n == long)
+            .filter_map(|(_, v)| v.as_deref())
+            .collect()
+    }
+
+    /// The value of a required option.
+    pub fn required(&self, long: &str) -> Result<&str, ArgsError> {
+        self.value(long)
+            .ok_or_else(|| ArgsError::Required(long.into()))
+    }
+
+    /// Whether a flag was given (or its environment variable is `1`/`true`).
+    pub fn flag(&self, long: &str) -> bool {
+        self.opt(long);
+        self.given.iter().any(|(n, _)| *n == long)
+            || self
+                .env_value(long)
+                .is_some_and(|v| v == "1" || v == "true")
+    }
+
+    fn env_value(&self, long: &str) -> Option<&str> {
+        self.from_env
+            .iter()
+            .find(|(n, _)| *n == long)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of an option converted with [`FromStr`].
+    pub fn parsed<T: FromStr>(&self, long: &str) -> Result<Option<T>, ArgsError>
+    where
+        T::Err: fmt::Display,
+    {
+        self.value(long)
+            .map(|v| {
+                v.parse().map_err(|e: T::Err| ArgsError::Invalid {
+                    option: long.into(),
+                    value: v.into(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// The `-v` verbosity (see [`VERBOSITY`]).
+    pub fn verbosity(&self) -> Result<u8, ArgsError> {
+        Ok(self.parsed::<u8>("verbosity")?.unwrap_or(2))
+    }
+
+    /// Arguments that are not options, in order.
+    pub fn positional(&self) -> &[String] {
+        &self.positional
+    }
+}
+
+/// Parses `std::env::args()` for a binary: prints help and exits 0 on
+/// `--help`, prints the error and a hint and exits 2 on bad arguments.
+pub fn parse_or_exit(cmd: &Command, args: impl IntoIterator<Item = String>) -> Matches {
+    match cmd.parse(args) {
+        Ok(m) => m,
+        Err(ArgsError::HelpRequested) => {
+            print!("{}", cmd.help());
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("{}: {e}\nTry '{} --help'.", cmd.name, cmd.name);
+            std::process::exit(2);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CMD: Command = Command {
+        name: "t",
+        about: "Test command.",
+        usage: "t [OPTIONS] [FILE]",
+        opts: &[
+            Opt::value("listen", "ADDR", "Where to listen")
+                .default("0.0.0.0:9090")
+                .short('l'),
+            Opt::value("endpoint", "HOST:PORT", "A peer (repeatable)"),
+            Opt::flag("insecure", "Skip checks"),
+            VERBOSITY,
+        ],
+    };
+
+    fn parse(a: &[&str]) -> Result<Matches, ArgsError> {
+        CMD.parse(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn forms_defaults_and_positionals() {
+        let m = parse(&[
+            "--listen",
+            "1.2.3.4:1",
+            "x",
+            "--endpoint=a",
+            "--endpoint",
+            "b",
+            "-v6",
+        ])
+        .unwrap();
+        assert_eq!(m.value("listen"), Some("1.2.3.4:1"));
+        assert_eq!(m.values("endpoint"), vec!["a", "b"]);
+        assert_eq!(m.verbosity().unwrap(), 6);
+        assert_eq!(m.positional(), ["x"]);
+        let m = parse(&["-l", "h:2", "--insecure"]).unwrap();
+        assert_eq!(m.value("listen"), Some("h:2"));
+        assert!(m.flag("insecure"));
+        let m = parse(&[]).unwrap();
+        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"));
+        assert_eq!(m.verbosity().unwrap(), 2);
+        assert!(!m.flag("insecure"));
+        assert_eq!(
+            m.required("endpoint"),
+            Err(ArgsError::Required("endpoint".into()))
+        );
+    }
+
+    #[test]
+    fn errors_are_precise() {
+        assert_eq!(
+            parse(&["--nope"]).unwrap_err(),
+            ArgsError::Unknown("--nope".into())
+        );
+        assert_eq!(parse(&["-x"]).unwrap_err(), ArgsError::Unknown("-x".into()));
+        assert_eq!(
+            parse(&["--listen"]).unwrap_err(),
+            ArgsError::MissingValue("listen".into())
+        );
+        assert_eq!(
+            parse(&["--insecure=1"]).unwrap_err(),
+            ArgsError::UnexpectedValue("insecure".into())
+        );
+        assert_eq!(
+            parse(&["x", "--help"]).unwrap_err(),
+            ArgsError::HelpRequested
+        );
+        let m = parse(&["-v", "lots"]).unwrap();
+        assert!(matches!(m.verbosity(), Err(ArgsError::Invalid { .. })));
+    }
+
+    #[test]
+    fn help_lists_every_option() {
+        let h = CMD.help();
+        for o in CMD.opts {
+            assert!(h.contains(&format!("--{}", o.long)), "{h}");
+        }
+        assert!(h.contains("[default: 0.0.0.0:9090]"));
+        assert!(h.contains("--help"));
+    }
+}

@@ -1,0 +1,12 @@
+//! confboot's core: the hand-framed RPC, attestation and its policy, and the
+//! small pieces every binary shares (argument parsing, logging).
+//!
+//! The core does not know the transport: servers and clients are thin wiring
+//! around plain functions and types that are tested without sockets.
+#![warn(missing_docs)]
+
+pub mod args;
+pub mod attestation;
+pub mod hex;
+pub mod logging;
+pub mod rpc;

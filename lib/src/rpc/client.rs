@@ -1,0 +1,176 @@
+//! Client side: sequential calls over one connection, each with a deadline.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+
+use super::frame::{self, FrameError, FrameKind};
+use super::{Code, Status, Transport};
+
+/// Makes calls over one connection, one after another.
+///
+/// Every read and write is bounded by the call's deadline. After a failure
+/// that may leave the stream in the middle of a call (deadline, broken
+/// stream, protocol error) the client refuses further calls with UNAVAILABLE:
+/// open a new connection.
+pub struct Client<T: Transport> {
+    stream: T,
+    max_frame_len: u32,
+    broken: Option<String>,
+}
+
+impl<T: Transport> Client<T> {
+    /// A client over an established stream.
+    pub fn new(stream: T) -> Client<T> {
+        Client {
+            stream,
+            max_frame_len: frame::DEFAULT_MAX_FRAME_LEN,
+            broken: None,
+        }
+    }
+
+    /// Sets the largest response frame accepted (default 4 MiB).
+    pub fn with_max_frame_len(mut self, max: u32) -> Client<T> {
+        self.max_frame_len = max;
+        self
+    }
+
+    /// The underlying stream.
+    pub fn get_ref(&self) -> &T {
+        &self.stream
+    }
+
+    /// Gives the stream back.
+    pub fn into_inner(self) -> T {
+        self.stream
+    }
+
+    /// Makes a unary call: one request, one response.
+    pub fn unary<Req: Message, Resp: Message + Default>(
+        &mut self,
+        method: &str,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, Status> {
+        let mut response = None;
+        self.server_streaming(method, request, timeout, |m: Resp| {
+            if response.replace(m).is_some() {
+                return Err(Status::internal(
+                    "unary call answered with more than one message",
+                ));
+            }
+            Ok(())
+        })?;
+        response.ok_or_else(|| Status::internal("unary call answered with no message"))
+    }
+
+    /// Makes a server-streaming call: `on_message` sees each response message
+    /// in order; the result is the call's final status. An error returned by
+    /// `on_message` ends the call (and the connection).
+    pub fn server_streaming<Req: Message, Resp: Message + Default>(
+        &mut self,
+        method: &str,
+        request: &Req,
+        timeout: Duration,
+        mut on_message: impl FnMut(Resp) -> Result<(), Status>,
+    ) -> Result<(), Status> {
+        if let Some(why) = &self.broken {
+            return Err(Status::unavailable(format!(
+                "connection unusable after an earlier error: {why}"
+            )));
+        }
+        let deadline = Instant::now() + timeout;
+        match self.call(method, request, deadline, &mut on_message) {
+            Ok(Ok(())) => Ok(()),
+            // A trailer from the server leaves the stream at a call boundary.
+            Ok(Err(server_status)) => Err(server_status),
+            Err(local) => {
+                self.broken = Some(local.to_string());
+                Err(local)
+            }
+        }
+    }
+
+    fn call<Req: Message, Resp: Message + Default>(
+        &mut self,
+        method: &str,
+        request: &Req,
+        deadline: Instant,
+        on_message: &mut dyn FnMut(Resp) -> Result<(), Status>,
+    ) -> Result<Result<(), Status>, Status> {
+        let header = confboot_proto::rpc::CallHeader {
+            method: method.to_string(),
+            timeout_ms: remaining(deadline)?.as_millis().max(1) as u64,
+        };
+        let mut out = Vec::new();
+        frame::write_frame(&mut out, FrameKind::Message, &header.encode_to_vec())
+            .map_err(send_err)?;
+        frame::write_frame(&mut out, FrameKind::Message, &request.encode_to_vec())
+            .map_err(send_err)?;
+        self.stream
+            .set_write_timeout(Some(remaining(deadline)?))
+            .map_err(send_err)?;
+        self.stream.write_all(&out).map_err(send_err)?;
+        self.stream.flush().map_err(send_err)?;
+
+        loop {
+            self.stream
+                .set_read_timeout(Some(remaining(deadline)?))
+                .map_err(recv_io_err)?;
+            let f = frame::read_frame(&mut self.stream, self.max_frame_len).map_err(recv_err)?;
+            match f.kind {
+                FrameKind::Message => {
+                    let m = Resp::decode(&f.payload[..])
+                        .map_err(|e| Status::internal(format!("cannot decode response: {e}")))?;
+                    on_message(m)?;
+                }
+                FrameKind::Trailer => {
+                    let s = confboot_proto::rpc::Status::decode(&f.payload[..])
+                        .map_err(|e| Status::internal(format!("cannot decode trailer: {e}")))?;
+                    let s = Status::from_proto(s);
+                    return Ok(match s.code {
+                        Code::Ok => Ok(()),
+                        _ => Err(s),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn remaining(deadline: Instant) -> Result<Duration, Status> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(Status::deadline_exceeded("deadline exceeded"))
+    } else {
+        Ok(left)
+    }
+}
+
+fn send_err(e: io::Error) -> Status {
+    if frame::is_timeout(&e) {
+        Status::deadline_exceeded("deadline exceeded while sending")
+    } else {
+        Status::unavailable(format!("cannot send request: {e}"))
+    }
+}
+
+fn recv_io_err(e: io::Error) -> Status {
+    recv_err(e.into())
+}
+
+fn recv_err(e: FrameError) -> Status {
+    match e {
+        FrameError::Timeout => {
+            Status::deadline_exceeded("deadline exceeded waiting for the response")
+        }
+        FrameError::Eof | FrameError::Truncated { .. } | FrameError::Io(_) => {
+            Status::unavailable(format!("connection lost: {e}"))
+        }
+        FrameError::TooLarge { .. } => {
+            Status::new(Code::ResourceExhausted, format!("response refused: {e}"))
+        }
+        FrameError::BadFlags(_) => Status::internal(format!("protocol error: {e}")),
+    }
+}

@@ -1,0 +1,55 @@
+//! confboot's RPC: gRPC's messages and status codes, framed by hand as in
+//! gRPC-Web, over any byte stream. No HTTP/2.
+//!
+//! ```text
+//! frame    = flags:u8  length:u32 big-endian  payload[length]
+//! flags    = 0x00 message | 0x80 trailer (payload is a Status)
+//! request  = message(CallHeader{method, timeout_ms}) message(RequestType)
+//! response = message(ResponseType)*  trailer(Status{code, message})
+//! ```
+//!
+//! - [`frame`]: reading and writing frames, with the size limit checked
+//!   before anything is allocated.
+//! - [`Client`]: unary and server-streaming calls with a deadline.
+//! - [`Router`] and [`serve_connection`]: dispatch by method path on one
+//!   connection, call after call.
+//! - [`listener`]: the accept loop with a bounded worker pool.
+//! - [`pipe`]: an in-memory duplex stream for tests.
+//!
+//! ```
+//! use std::time::Duration;
+//! use confboot::rpc::{self, pipe, Client, Router, ServerLimits, Stop, Status};
+//! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
+//!
+//! let router = Router::new().unary("/grpc.health.v1.Health/Check", |_ctx, _req: HealthCheckRequest| {
+//!     Ok(HealthCheckResponse { status: 1 })
+//! });
+//! let (mut server_end, client_end) = pipe::pair();
+//! let server = std::thread::spawn(move || {
+//!     rpc::serve_connection(&mut server_end, &router, &ServerLimits::default(), &Stop::new())
+//! });
+//! let mut client = Client::new(client_end);
+//! let resp: HealthCheckResponse = client
+//!     .unary("/grpc.health.v1.Health/Check", &HealthCheckRequest::default(), Duration::from_secs(5))
+//!     .unwrap();
+//! assert_eq!(resp.status, 1);
+//! drop(client); // closes the connection; the server returns
+//! server.join().unwrap();
+//! ```
+
+mod client;
+pub mod frame;
+pub mod listener;
+pub mod pipe;
+mod server;
+mod status;
+mod transport;
+
+pub use client::Client;
+pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
+pub use listener::{PoolConfig, ServerHandle, ServerStats};
+pub use server::{
+    CallContext, ConnectionEnd, ResponseSink, Router, ServerLimits, serve_connection,
+};
+pub use status::{Code, Status};
+pub use transport::{Stop, Transport};

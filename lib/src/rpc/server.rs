@@ -1,0 +1,369 @@
+//! Server side of a connection: read a call, dispatch it by method path,
+//! write the responses and the trailer; call after call until the peer
+//! closes, goes idle, breaks the protocol, or the server stops.
+
+use std::collections::HashMap;
+use std::io;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+
+use super::frame::{self, FrameError, FrameKind, HEADER_LEN};
+use super::{Code, Status, Stop, Transport};
+
+/// Limits one connection is served under.
+#[derive(Clone, Debug)]
+pub struct ServerLimits {
+    /// Largest frame payload accepted (default 4 MiB).
+    pub max_frame_len: u32,
+    /// How long a connection may sit between calls (default 30 s).
+    pub idle_timeout: Duration,
+    /// Bound on each read and write inside a call (default 10 s).
+    pub io_timeout: Duration,
+    /// Deadline of a call whose header names none (default 30 s).
+    pub default_call_timeout: Duration,
+    /// Cap on the deadline a caller may ask for (default 10 min).
+    pub max_call_timeout: Duration,
+    /// How often an idle connection looks at the stop signal (default 100 ms).
+    pub stop_poll: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_frame_len: frame::DEFAULT_MAX_FRAME_LEN,
+            idle_timeout: Duration::from_secs(30),
+            io_timeout: Duration::from_secs(10),
+            default_call_timeout: Duration::from_secs(30),
+            max_call_timeout: Duration::from_secs(600),
+            stop_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What a handler knows about the call it serves.
+#[derive(Clone, Debug)]
+pub struct CallContext {
+    method: String,
+    deadline: Instant,
+    stop: Stop,
+}
+
+impl CallContext {
+    /// The method path, e.g. `/join.API/IssueJoinTicket`.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// When the caller stops waiting.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Time left before the deadline (zero once passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline has passed; long handlers should check and give up.
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    /// Whether the server is stopping (in-flight calls may still finish).
+    pub fn stopping(&self) -> bool {
+        self.stop.is_raised()
+    }
+}
+
+/// Sends the messages of a server-streaming response.
+pub struct ResponseSink<'a, Resp> {
+    send: &'a mut dyn FnMut(&[u8]) -> io::Result<()>,
+    _resp: PhantomData<fn(&Resp)>,
+}
+
+impl<Resp: Message> ResponseSink<'_, Resp> {
+    /// Sends one message; an error means the caller is gone and the handler should end.
+    pub fn send(&mut self, message: &Resp) -> Result<(), Status> {
+        (self.send)(&message.encode_to_vec())
+            .map_err(|e| Status::unavailable(format!("cannot send response: {e}")))
+    }
+}
+
+type Handler = Box<
+    dyn Fn(&CallContext, &[u8], &mut dyn FnMut(&[u8]) -> io::Result<()>) -> Result<(), Status>
+        + Send
+        + Sync,
+>;
+
+/// Dispatches calls by method path to typed handlers.
+#[derive(Default)]
+pub struct Router {
+    routes: HashMap<String, Handler>,
+}
+
+fn decode<Req: Message + Default>(bytes: &[u8]) -> Result<Req, Status> {
+    Req::decode(bytes).map_err(|e| Status::invalid_argument(format!("cannot decode request: {e}")))
+}
+
+impl Router {
+    /// A router with no methods.
+    pub fn new() -> Router {
+        Router::default()
+    }
+
+    /// Adds a unary method: one request, one response.
+    pub fn unary<Req, Resp, F>(mut self, method: &str, handler: F) -> Router
+    where
+        Req: Message + Default,
+        Resp: Message,
+        F: Fn(&CallContext, Req) -> Result<Resp, Status> + Send + Sync + 'static,
+    {
+        self.routes.insert(
+            method.to_string(),
+            Box::new(move |ctx, req, send| {
+                let resp = handler(ctx, decode(req)?)?;
+                if ctx.expired() {
+                    return Err(Status::deadline_exceeded(
+                        "handler finished after the deadline",
+                    ));
+                }
+                send(&resp.encode_to_vec())
+                    .map_err(|e| Status::unavailable(format!("cannot send response: {e}")))
+            }),
+        );
+        self
+    }
+
+    /// Adds a server-streaming method: one request, any number of responses.
+    pub fn server_streaming<Req, Resp, F>(mut self, method: &str, handler: F) -> Router
+    where
+        Req: Message + Default,
+        Resp: Message,
+        F: Fn(&CallContext, Req, &mut ResponseSink<'_, Resp>) -> Result<(), Status>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.routes.insert(
+            method.to_string(),
+            Box::new(move |ctx, req, send| {
+                let req = decode(req)?;
+                handler(
+                    ctx,
+                    req,
+                    &mut ResponseSink {
+                        send,
+                        _resp: PhantomData,
+                    },
+                )
+            }),
+        );
+        self
+    }
+
+    /// The method paths this router serves, sorted.
+    pub fn methods(&self) -> Vec<&str> {
+        let mut m: Vec<&str> = self.routes.keys().map(|s| s.as_str()).collect();
+        m.sort_unstable();
+        m
+    }
+}
+
+/// Why [`serve_connection`] returned.
+#[derive(Debug)]
+pub enum ConnectionEnd {
+    /// The peer closed the connection between calls.
+    Closed,
+    /// No call came within the idle timeout.
+    Idle,
+    /// The server is stopping.
+    Stopped,
+    /// The peer broke the protocol; it was told why when possible.
+    ProtocolError(String),
+    /// Reading or writing failed.
+    Io(String),
+}
+
+/// Serves calls on one connection until it ends. Returns why it ended.
+pub fn serve_connection<T: Transport + ?Sized>(
+    stream: &mut T,
+    router: &Router,
+    limits: &ServerLimits,
+    stop: &Stop,
+) -> ConnectionEnd {
+    loop {
+        let first = match wait_for_call(stream, limits, stop) {
+            Ok(b) => b,
+            Err(end) => return end,
+        };
+        match serve_call(stream, first, router, limits, stop) {
+            Ok(()) => {}
+            Err(end) => return end,
+        }
+        if stop.is_raised() {
+            return ConnectionEnd::Stopped;
+        }
+    }
+}
+
+/// Waits for the first byte of the next call, looking at the stop signal
+/// while idle. Only a whole-byte read is attempted, so a timeout never cuts a
+/// frame.
+fn wait_for_call<T: Transport + ?Sized>(
+    stream: &mut T,
+    limits: &ServerLimits,
+    stop: &Stop,
+) -> Result<u8, ConnectionEnd> {
+    let idle_until = Instant::now() + limits.idle_timeout;
+    let mut byte = [0u8; 1];
+    loop {
+        if stop.is_raised() {
+            return Err(ConnectionEnd::Stopped);
+        }
+        let left = idle_until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectionEnd::Idle);
+        }
+        if let Err(e) = stream.set_read_timeout(Some(left.min(limits.stop_poll))) {
+            return Err(ConnectionEnd::Io(e.to_string()));
+        }
+        match stream.read(&mut byte) {
+            Ok(0) => return Err(ConnectionEnd::Closed),
+            Ok(_) => return Ok(byte[0]),
+            Err(e) if frame::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ConnectionEnd::Io(e.to_string())),
+        }
+    }
+}
+
+fn read_rest_of_frame<T: Transport + ?Sized>(
+    stream: &mut T,
+    first: u8,
+    max_len: u32,
+) -> Result<frame::Frame, FrameError> {
+    let mut header = [first, 0, 0, 0, 0];
+    let mut got = 1;
+    while got < HEADER_LEN {
+        match stream.read(&mut header[got..]) {
+            Ok(0) => {
+                return Err(FrameError::Truncated {
+                    wanted: HEADER_LEN,
+                    got,
+                });
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    frame::read_frame_body(stream, header, max_len)
+}
+
+fn send_trailer<T: Transport + ?Sized>(stream: &mut T, status: &Status) -> io::Result<()> {
+    frame::write_frame(
+        stream,
+        FrameKind::Trailer,
+        &status.to_proto().encode_to_vec(),
+    )?;
+    stream.flush()
+}
+
+/// Tells the peer what it did wrong (best effort) and ends the connection.
+fn refuse<T: Transport + ?Sized>(stream: &mut T, err: FrameError, what: &str) -> ConnectionEnd {
+    let status = match &err {
+        FrameError::TooLarge { .. } => Some(Status::new(
+            Code::ResourceExhausted,
+            format!("{what}: {err}"),
+        )),
+        FrameError::BadFlags(_) => Some(Status::invalid_argument(format!("{what}: {err}"))),
+        _ => None,
+    };
+    log::debug!("rpc: ending connection: {what}: {err}");
+    match status {
+        Some(s) => {
+            let _ = send_trailer(stream, &s);
+            ConnectionEnd::ProtocolError(s.message)
+        }
+        None => ConnectionEnd::Io(format!("{what}: {err}")),
+    }
+}
+
+fn serve_call<T: Transport + ?Sized>(
+    stream: &mut T,
+    first: u8,
+    router: &Router,
+    limits: &ServerLimits,
+    stop: &Stop,
+) -> Result<(), ConnectionEnd> {
+    let io_err = |e: io::Error| ConnectionEnd::Io(e.to_string());
+    stream
+        .set_read_timeout(Some(limits.io_timeout))
+        .map_err(io_err)?;
+    stream
+        .set_write_timeout(Some(limits.io_timeout))
+        .map_err(io_err)?;
+
+    let header_frame = read_rest_of_frame(stream, first, limits.max_frame_len)
+        .map_err(|e| refuse(stream, e, "call header"))?;
+    let header = match header_frame.kind {
+        FrameKind::Message => {
+            confboot_proto::rpc::CallHeader::decode(&header_frame.payload[..]).ok()
+        }
+        FrameKind::Trailer => None,
+    };
+    let Some(header) = header.filter(|h| h.method.starts_with('/') && h.method.len() <= 256) else {
+        let s = Status::invalid_argument("malformed call header");
+        let _ = send_trailer(stream, &s);
+        return Err(ConnectionEnd::ProtocolError(s.message));
+    };
+    let timeout = match header.timeout_ms {
+        0 => limits.default_call_timeout,
+        ms => Duration::from_millis(ms).min(limits.max_call_timeout),
+    };
+    let ctx = CallContext {
+        method: header.method,
+        deadline: Instant::now() + timeout,
+        stop: stop.clone(),
+    };
+
+    stream
+        .set_read_timeout(Some(limits.io_timeout.min(ctx.remaining())))
+        .map_err(io_err)?;
+    let request = frame::read_frame(stream, limits.max_frame_len)
+        .map_err(|e| refuse(stream, e, "request"))?;
+    if request.kind != FrameKind::Message {
+        let s = Status::invalid_argument("request must be a message frame");
+        let _ = send_trailer(stream, &s);
+        return Err(ConnectionEnd::ProtocolError(s.message));
+    }
+
+    let started = Instant::now();
+    let status = match router.routes.get(ctx.method()) {
+        None => Status::new(
+            Code::Unimplemented,
+            format!("unknown method {}", ctx.method()),
+        ),
+        Some(handler) => {
+            let mut send = |payload: &[u8]| -> io::Result<()> {
+                frame::write_frame(&mut *stream, FrameKind::Message, payload)?;
+                stream.flush()
+            };
+            match handler(&ctx, &request.payload, &mut send) {
+                Ok(()) if ctx.expired() => {
+                    Status::deadline_exceeded("deadline passed before the call finished")
+                }
+                Ok(()) => Status::ok(),
+                Err(s) => s,
+            }
+        }
+    };
+    log::debug!(
+        "rpc: {} -> {} in {:.1} ms",
+        ctx.method(),
+        status.code.name(),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    send_trailer(stream, &status).map_err(io_err)
+}

@@ -1,0 +1,171 @@
+//! gRPC status codes and the [`Status`] every call ends with.
+
+use std::fmt;
+
+/// gRPC status codes, with gRPC's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Code {
+    Ok = 0,
+    Cancelled = 1,
+    Unknown = 2,
+    InvalidArgument = 3,
+    DeadlineExceeded = 4,
+    NotFound = 5,
+    AlreadyExists = 6,
+    PermissionDenied = 7,
+    ResourceExhausted = 8,
+    FailedPrecondition = 9,
+    Aborted = 10,
+    OutOfRange = 11,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+    DataLoss = 15,
+    Unauthenticated = 16,
+}
+
+impl Code {
+    /// The code for a number; numbers gRPC does not define map to `Unknown`.
+    pub fn from_i32(n: i32) -> Code {
+        use Code::*;
+        match n {
+            0 => Ok,
+            1 => Cancelled,
+            3 => InvalidArgument,
+            4 => DeadlineExceeded,
+            5 => NotFound,
+            6 => AlreadyExists,
+            7 => PermissionDenied,
+            8 => ResourceExhausted,
+            9 => FailedPrecondition,
+            10 => Aborted,
+            11 => OutOfRange,
+            12 => Unimplemented,
+            13 => Internal,
+            14 => Unavailable,
+            15 => DataLoss,
+            16 => Unauthenticated,
+            _ => Unknown,
+        }
+    }
+
+    /// gRPC's upper-case name of the code, e.g. `PERMISSION_DENIED`.
+    pub fn name(self) -> &'static str {
+        use Code::*;
+        match self {
+            Ok => "OK",
+            Cancelled => "CANCELLED",
+            Unknown => "UNKNOWN",
+            InvalidArgument => "INVALID_ARGUMENT",
+            DeadlineExceeded => "DEADLINE_EXCEEDED",
+            NotFound => "NOT_FOUND",
+            AlreadyExists => "ALREADY_EXISTS",
+            PermissionDenied => "PERMISSION_DENIED",
+            ResourceExhausted => "RESOURCE_EXHAUSTED",
+            FailedPrecondition => "FAILED_PRECONDITION",
+            Aborted => "ABORTED",
+            OutOfRange => "OUT_OF_RANGE",
+            Unimplemented => "UNIMPLEMENTED",
+            Internal => "INTERNAL",
+            Unavailable => "UNAVAILABLE",
+            DataLoss => "DATA_LOSS",
+            Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+}
+
+/// The outcome of a call: a code and a message for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The gRPC code.
+    pub code: Code,
+    /// What went wrong (empty on success). Never carries secrets.
+    pub message: String,
+}
+
+impl Status {
+    /// A status with a code and message.
+    pub fn new(code: Code, message: impl Into<String>) -> Status {
+        Status {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Success.
+    pub fn ok() -> Status {
+        Status::new(Code::Ok, "")
+    }
+
+    /// INVALID_ARGUMENT.
+    pub fn invalid_argument(message: impl Into<String>) -> Status {
+        Status::new(Code::InvalidArgument, message)
+    }
+
+    /// PERMISSION_DENIED.
+    pub fn permission_denied(message: impl Into<String>) -> Status {
+        Status::new(Code::PermissionDenied, message)
+    }
+
+    /// INTERNAL.
+    pub fn internal(message: impl Into<String>) -> Status {
+        Status::new(Code::Internal, message)
+    }
+
+    /// UNAVAILABLE.
+    pub fn unavailable(message: impl Into<String>) -> Status {
+        Status::new(Code::Unavailable, message)
+    }
+
+    /// DEADLINE_EXCEEDED.
+    pub fn deadline_exceeded(message: impl Into<String>) -> Status {
+        Status::new(Code::DeadlineExceeded, message)
+    }
+
+    /// The trailer payload of this status.
+    pub fn to_proto(&self) -> confboot_proto::rpc::Status {
+        confboot_proto::rpc::Status {
+            code: self.code as i32,
+            message: self.message.clone(),
+        }
+    }
+
+    /// A status from its trailer payload.
+    pub fn from_proto(p: confboot_proto::rpc::Status) -> Status {
+        Status {
+            code: Code::from_i32(p.code),
+            message: p.message,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            f.write_str(self.code.name())
+        } else {
+            write!(f, "{}: {}", self.code.name(), self.message)
+        }
+    }
+}
+
+impl std::error::Error for Status {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_match_grpc() {
+        for n in 0..=16 {
+            assert_eq!(Code::from_i32(n) as i32, n);
+        }
+        assert_eq!(Code::from_i32(99), Code::Unknown);
+        assert_eq!(Code::PermissionDenied as i32, 7);
+        assert_eq!(
+            Status::new(Code::Unimplemented, "x").to_string(),
+            "UNIMPLEMENTED: x"
+        );
+    }
+}
