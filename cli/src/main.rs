@@ -1,1 +1,61 @@
-fn main() {}
+//! `confboot`: the admin's command line. Each command is a module with a
+//! `run(args) -> exit code` function; this file only dispatches.
+
+use confboot::args::{Command, VERBOSITY, parse_or_exit};
+
+/// A subcommand: its name, one line of help, and its entry point.
+struct Subcommand {
+    name: &'static str,
+    about: &'static str,
+    run: fn(Vec<String>) -> i32,
+}
+
+const SUBCOMMANDS: &[Subcommand] = &[Subcommand {
+    name: "version",
+    about: "Print the version of confboot",
+    run: version,
+}];
+
+fn usage() -> String {
+    let mut s = String::from(
+        "confboot: the admin's command line of a confboot cluster. It initializes the first node,\n\
+         recovers nodes and verifies attestation evidence, talking attested TLS to the nodes.\n\n\
+         Usage: confboot <COMMAND> [OPTIONS]\n       confboot <COMMAND> --help\n\nCommands:\n",
+    );
+    let width = SUBCOMMANDS.iter().map(|c| c.name.len()).max().unwrap_or(0) + 2;
+    for c in SUBCOMMANDS {
+        s.push_str(&format!("  {:width$}{}\n", c.name, c.about));
+    }
+    s
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let code = match args.next().as_deref() {
+        None | Some("-h") | Some("--help") | Some("help") => {
+            print!("{}", usage());
+            0
+        }
+        Some(name) => match SUBCOMMANDS.iter().find(|c| c.name == name) {
+            Some(c) => (c.run)(args.collect()),
+            None => {
+                eprintln!("confboot: unknown command {name:?}\n\n{}", usage());
+                2
+            }
+        },
+    };
+    std::process::exit(code);
+}
+
+const VERSION_CMD: Command = Command {
+    name: "confboot version",
+    about: "Print the version of confboot.",
+    usage: "confboot version",
+    opts: &[VERBOSITY],
+};
+
+fn version(args: Vec<String>) -> i32 {
+    parse_or_exit(&VERSION_CMD, args);
+    println!("confboot {}", env!("CARGO_PKG_VERSION"));
+    0
+}

@@ -153,6 +153,11 @@ impl ServerHandle {
         &self.stats
     }
 
+    /// A shared handle on the counters that outlives the server.
+    pub fn stats_handle(&self) -> Arc<ServerStats> {
+        Arc::clone(&self.stats)
+    }
+
     /// The stop signal handlers watch.
     pub fn stop_signal(&self) -> &Stop {
         &self.stop

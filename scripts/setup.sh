@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs everything confboot needs on a Debian 12 machine: Debian packages,
+# the Rust musl target. Idempotent, and quick when everything is already there.
+set -euo pipefail
+
+# Debian packages: protoc for prost, musl-gcc for static builds of ring,
+# libtss2 for the TPM provisioning tool, swtpm as the TPM in tests, curl for
+# the demo.
+PACKAGES=(
+  protobuf-compiler musl-tools pkg-config gcc libc6-dev
+  libtss2-dev swtpm swtpm-tools curl procps file
+)
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] || {
+    echo "setup: installing the Rust toolchain with rustup"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  }
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+  rustup target list --installed | grep -qx x86_64-unknown-linux-musl \
+    || rustup target add x86_64-unknown-linux-musl
+fi
