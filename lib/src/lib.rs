@@ -7,7 +7,9 @@
 
 pub mod args;
 pub mod attestation;
+pub mod base64;
 pub mod hex;
+pub mod kms;
 pub mod logging;
 pub mod rpc;
 pub mod signals;
