@@ -156,12 +156,10 @@ impl MasterSecret {
         }
         let (mut key, mut salt) = (None, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').ok_or_else(|| {
-                KmsError::MalformedUri(format!(
-                    "query part without '=': {name}",
-                    name = pair.split('=').next().unwrap_or("")
-                ))
-            })?;
+            // Never echo the part itself: it may hold key material.
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| KmsError::MalformedUri("a query part has no '='".into()))?;
             // Values are base64url; percent-encoded padding is accepted too.
             let value = value.replace("%3D", "=").replace("%3d", "=");
             let decoded = crate::base64::decode_url(&value)
