@@ -1,6 +1,8 @@
 //! Helpers for confboot's end-to-end tests: finding the project's binaries,
 //! running them as child processes that are always ended, and reading their
-//! logs.
+//! logs; and doubles of what cannot run here (the Kubernetes API).
+
+pub mod kube_double;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

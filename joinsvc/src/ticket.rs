@@ -1,0 +1,399 @@
+//! Join and rejoin tickets as plain code: no sockets, no TLS. The RPC layer
+//! hands in a request from a node whose attestation was already verified and
+//! gets back the ticket or a precise refusal.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use confboot::kms::{MasterSecret, is_uuid};
+use confboot::rpc::{Code, Status};
+use confboot_proto::join::{
+    ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
+    IssueRejoinTicketRequest, IssueRejoinTicketResponse,
+};
+
+use crate::token::{TokenError, TokenIssuer};
+
+/// Largest certificate request accepted.
+pub const MAX_CSR_BYTES: usize = 16 * 1024;
+/// Largest host public key accepted.
+pub const MAX_HOST_KEY_BYTES: usize = 1024;
+/// Largest control-plane file sent.
+pub const MAX_CONTROL_PLANE_FILE_BYTES: u64 = 64 * 1024;
+/// The files a new control-plane node needs, relative to the Kubernetes PKI
+/// directory (kubeadm's layout, as Constellation sends them).
+pub const CONTROL_PLANE_FILES: [&str; 8] = [
+    "ca.crt",
+    "ca.key",
+    "sa.key",
+    "sa.pub",
+    "front-proxy-ca.crt",
+    "front-proxy-ca.key",
+    "etcd/ca.crt",
+    "etcd/ca.key",
+];
+
+/// What a ticket is made from.
+pub struct TicketConfig {
+    /// The cluster's master secret (root of every disk key).
+    pub master_secret: MasterSecret,
+    /// The cluster's measurement salt.
+    pub measurement_salt: Vec<u8>,
+    /// `host:port` of the Kubernetes API server.
+    pub api_server_endpoint: String,
+    /// kubeadm's `sha256:<hex>` pin of the cluster CA.
+    pub discovery_token_ca_cert_hash: String,
+    /// The Kubernetes version nodes install.
+    pub kubernetes_version: String,
+    /// Where the Kubernetes PKI lives (for control-plane joins).
+    pub pki_dir: PathBuf,
+}
+
+/// Why no ticket was issued.
+#[derive(Debug)]
+pub enum TicketError {
+    /// The request is malformed.
+    InvalidRequest(String),
+    /// The bootstrap token could not be created.
+    Token(TokenError),
+    /// The files for a control-plane join could not be read.
+    ControlPlaneFiles(String),
+}
+
+impl fmt::Display for TicketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TicketError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
+            TicketError::Token(e) => write!(f, "cannot create a bootstrap token: {e}"),
+            TicketError::ControlPlaneFiles(m) => write!(f, "cannot read control-plane files: {m}"),
+        }
+    }
+}
+
+impl TicketError {
+    /// The gRPC status a caller sees.
+    pub fn status(&self) -> Status {
+        let code = match self {
+            TicketError::InvalidRequest(_) => Code::InvalidArgument,
+            TicketError::Token(_) => Code::Unavailable,
+            TicketError::ControlPlaneFiles(_) => Code::FailedPrecondition,
+        };
+        Status::new(code, self.to_string())
+    }
+
+    /// A short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TicketError::InvalidRequest(_) => "invalid_request",
+            TicketError::Token(_) => "token",
+            TicketError::ControlPlaneFiles(_) => "control_plane_files",
+        }
+    }
+}
+
+/// Issues tickets.
+pub struct TicketService {
+    config: TicketConfig,
+    tokens: Arc<dyn TokenIssuer>,
+}
+
+fn disk_uuid(raw: &str) -> Result<String, TicketError> {
+    if !is_uuid(raw) {
+        return Err(TicketError::InvalidRequest(
+            "disk_uuid is not a UUID".into(),
+        ));
+    }
+    Ok(raw.to_ascii_lowercase())
+}
+
+impl TicketService {
+    /// A service issuing tickets from `config`, tokens from `tokens`.
+    pub fn new(config: TicketConfig, tokens: Arc<dyn TokenIssuer>) -> TicketService {
+        TicketService { config, tokens }
+    }
+
+    /// A join ticket for an attested node.
+    pub fn issue_join_ticket(
+        &self,
+        req: &IssueJoinTicketRequest,
+    ) -> Result<IssueJoinTicketResponse, TicketError> {
+        let uuid = disk_uuid(&req.disk_uuid)?;
+        if req.certificate_request.len() > MAX_CSR_BYTES {
+            return Err(TicketError::InvalidRequest(format!(
+                "certificate_request over {MAX_CSR_BYTES} bytes"
+            )));
+        }
+        if req.host_public_key.len() > MAX_HOST_KEY_BYTES {
+            return Err(TicketError::InvalidRequest(format!(
+                "host_public_key over {MAX_HOST_KEY_BYTES} bytes"
+            )));
+        }
+        let control_plane_files = if req.is_control_plane {
+            read_control_plane_files(&self.config.pki_dir)?
+        } else {
+            Vec::new()
+        };
+        let token = self
+            .tokens
+            .create_bootstrap_token()
+            .map_err(TicketError::Token)?;
+        let m = &self.config.master_secret;
+        Ok(IssueJoinTicketResponse {
+            state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
+            measurement_salt: self.config.measurement_salt.clone(),
+            measurement_secret: m.measurement_secret().expose().to_vec(),
+            kubelet_cert: Vec::new(),
+            api_server_endpoint: self.config.api_server_endpoint.clone(),
+            token: token.to_token_string().to_string(),
+            discovery_token_ca_cert_hash: self.config.discovery_token_ca_cert_hash.clone(),
+            control_plane_files,
+            kubernetes_version: self.config.kubernetes_version.clone(),
+        })
+    }
+
+    /// A rejoin ticket: only the disk key and the measurement secret.
+    pub fn issue_rejoin_ticket(
+        &self,
+        req: &IssueRejoinTicketRequest,
+    ) -> Result<IssueRejoinTicketResponse, TicketError> {
+        let uuid = disk_uuid(&req.disk_uuid)?;
+        let m = &self.config.master_secret;
+        Ok(IssueRejoinTicketResponse {
+            state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
+            measurement_secret: m.measurement_secret().expose().to_vec(),
+        })
+    }
+}
+
+fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneCertOrKey>, TicketError> {
+    use std::io::Read;
+    CONTROL_PLANE_FILES
+        .iter()
+        .map(|name| {
+            let path = pki_dir.join(name);
+            let err = |e: std::io::Error| {
+                TicketError::ControlPlaneFiles(format!("{}: {e}", path.display()))
+            };
+            let file = std::fs::File::open(&path).map_err(err)?;
+            let mut data = Vec::new();
+            file.take(MAX_CONTROL_PLANE_FILE_BYTES + 1)
+                .read_to_end(&mut data)
+                .map_err(err)?;
+            if data.len() as u64 > MAX_CONTROL_PLANE_FILE_BYTES {
+                return Err(TicketError::ControlPlaneFiles(format!(
+                    "{} is over {MAX_CONTROL_PLANE_FILE_BYTES} bytes",
+                    path.display()
+                )));
+            }
+            Ok(ControlPlaneCertOrKey {
+                name: name.to_string(),
+                data,
+            })
+        })
+        .collect()
+}
+
+/// kubeadm's CA pin: `sha256:` + hex of SHA-256 over the CA certificate's
+/// SubjectPublicKeyInfo (DER). Takes the certificate as PEM or DER.
+pub fn discovery_token_ca_cert_hash(ca_cert: &[u8]) -> Result<String, String> {
+    let der = if ca_cert.starts_with(b"-----BEGIN") {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(ca_cert)
+            .map_err(|e| format!("CA certificate PEM: {e}"))?;
+        pem.contents
+    } else {
+        ca_cert.to_vec()
+    };
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| format!("CA certificate: {e}"))?;
+    let spki = cert.tbs_certificate.subject_pki.raw;
+    Ok(format!(
+        "sha256:{}",
+        confboot::hex::encode(ring::digest::digest(&ring::digest::SHA256, spki).as_ref())
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::BootstrapToken;
+    use std::sync::Mutex;
+
+    /// Records calls; hands out tokens from the real generator or fails.
+    struct RecordingTokens {
+        calls: Mutex<usize>,
+        fail: bool,
+    }
+
+    impl TokenIssuer for RecordingTokens {
+        fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError> {
+            *self.calls.lock().unwrap() += 1;
+            if self.fail {
+                Err(TokenError::Api {
+                    status: 500,
+                    reason: "InternalError".into(),
+                })
+            } else {
+                Ok(crate::token::tests_support::generate())
+            }
+        }
+    }
+
+    const UUID: &str = "8D0B4A7E-3C4F-4B8E-9A51-0F6E2C1D7B93";
+
+    fn service(pki_dir: PathBuf, fail: bool) -> (TicketService, Arc<RecordingTokens>) {
+        let tokens = Arc::new(RecordingTokens {
+            calls: Mutex::new(0),
+            fail,
+        });
+        let config = TicketConfig {
+            master_secret: MasterSecret::new((0..32).collect(), (100..132).collect()).unwrap(),
+            measurement_salt: vec![7; 32],
+            api_server_endpoint: "10.0.0.1:6443".into(),
+            discovery_token_ca_cert_hash: "sha256:00".into(),
+            kubernetes_version: "v1.31.1".into(),
+            pki_dir,
+        };
+        (TicketService::new(config, tokens.clone()), tokens)
+    }
+
+    fn request(uuid: &str, control_plane: bool) -> IssueJoinTicketRequest {
+        IssueJoinTicketRequest {
+            disk_uuid: uuid.into(),
+            is_control_plane: control_plane,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn worker_ticket_carries_derived_keys_and_a_token() {
+        let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
+        let t = s.issue_join_ticket(&request(UUID, false)).unwrap();
+        // The same vectors as lib's kms tests (UUID lowercased, as the node's disk reports it).
+        assert_eq!(
+            confboot::hex::encode(&t.state_disk_key),
+            "86124f93eb5e9e23523430ecc102bb5a52a7b254ee939b3c0a5ece14b62f36b6"
+        );
+        assert_eq!(
+            confboot::hex::encode(&t.measurement_secret),
+            "c30c200260ed90ce250e5f3b324fa1b1b91f3a6caaa882fb5a536161fb5c31f2"
+        );
+        assert_eq!(t.measurement_salt, vec![7; 32]);
+        assert_eq!(t.api_server_endpoint, "10.0.0.1:6443");
+        assert_eq!(t.kubernetes_version, "v1.31.1");
+        assert_eq!(t.token.len(), 23);
+        assert!(t.control_plane_files.is_empty());
+        assert_eq!(*tokens.calls.lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn rejoin_ticket_carries_only_keys_and_needs_no_token() {
+        let (s, tokens) = service(PathBuf::from("/nonexistent"), true);
+        let t = s
+            .issue_rejoin_ticket(&IssueRejoinTicketRequest {
+                disk_uuid: UUID.into(),
+            })
+            .unwrap();
+        let j = service(PathBuf::from("/nonexistent"), false)
+            .0
+            .issue_join_ticket(&request(UUID, false))
+            .unwrap();
+        assert_eq!(t.state_disk_key, j.state_disk_key);
+        assert_eq!(t.measurement_secret, j.measurement_secret);
+        assert_eq!(*tokens.calls.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn bad_requests_are_refused_before_any_token_is_made() {
+        let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
+        for bad in [
+            request("", false),
+            request("../../etc/shadow", false),
+            IssueJoinTicketRequest {
+                certificate_request: vec![0; MAX_CSR_BYTES + 1],
+                ..request(UUID, false)
+            },
+            IssueJoinTicketRequest {
+                host_public_key: vec![0; MAX_HOST_KEY_BYTES + 1],
+                ..request(UUID, false)
+            },
+        ] {
+            let e = s.issue_join_ticket(&bad).unwrap_err();
+            assert_eq!(e.status().code, Code::InvalidArgument, "{e}");
+        }
+        assert!(
+            s.issue_rejoin_ticket(&IssueRejoinTicketRequest {
+                disk_uuid: "x".into()
+            })
+            .is_err()
+        );
+        assert_eq!(*tokens.calls.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn token_failure_is_unavailable_and_gives_no_key() {
+        let (s, _) = service(PathBuf::from("/nonexistent"), true);
+        let e = s.issue_join_ticket(&request(UUID, false)).unwrap_err();
+        assert_eq!(e.status().code, Code::Unavailable);
+        assert_eq!(e.reason(), "token");
+    }
+
+    #[test]
+    fn control_plane_join_sends_the_pki_files() {
+        let dir = std::env::temp_dir().join(format!("confboot-pki-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("etcd")).unwrap();
+        // Missing files: the control plane is not ready.
+        let (s, _) = service(dir.clone(), false);
+        let e = s.issue_join_ticket(&request(UUID, true)).unwrap_err();
+        assert_eq!(e.status().code, Code::FailedPrecondition, "{e}");
+        for name in CONTROL_PLANE_FILES {
+            std::fs::write(dir.join(name), format!("contents of {name}")).unwrap();
+        }
+        let t = s.issue_join_ticket(&request(UUID, true)).unwrap();
+        let names: Vec<&str> = t
+            .control_plane_files
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, CONTROL_PLANE_FILES);
+        assert_eq!(t.control_plane_files[6].data, b"contents of etcd/ca.crt");
+        // An oversized file is refused rather than sent.
+        std::fs::write(
+            dir.join("sa.key"),
+            vec![b'x'; MAX_CONTROL_PLANE_FILE_BYTES as usize + 1],
+        )
+        .unwrap();
+        assert_eq!(
+            s.issue_join_ticket(&request(UUID, true))
+                .unwrap_err()
+                .reason(),
+            "control_plane_files"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn discovery_hash_is_sha256_of_the_ca_spki() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&key).unwrap();
+        // The SPKI as rcgen writes it (PEM "PUBLIC KEY"), decoded independently of x509-parser.
+        let spki_b64: String = key
+            .public_key_pem()
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect();
+        let spki = confboot::base64::decode(&spki_b64).unwrap();
+        let want = format!(
+            "sha256:{}",
+            confboot::hex::encode(ring::digest::digest(&ring::digest::SHA256, &spki).as_ref())
+        );
+        assert_eq!(
+            discovery_token_ca_cert_hash(ca.pem().as_bytes()).unwrap(),
+            want
+        );
+        assert_eq!(discovery_token_ca_cert_hash(ca.der()).unwrap(), want);
+        assert!(discovery_token_ca_cert_hash(b"not a certificate").is_err());
+    }
+}

@@ -1,0 +1,450 @@
+//! Kubernetes bootstrap tokens: a joining node authenticates to the API
+//! server with one, as `kubeadm join --token` does.
+//!
+//! [`KubeApiTokenIssuer`] creates the token's Secret through the Kubernetes
+//! API (ureq over rustls), with the pod's service-account token and CA
+//! bundle: type `bootstrap.kubernetes.io/token` in kube-system, valid 15
+//! minutes, for authentication and signing, in kubeadm's default node group.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ring::rand::SecureRandom;
+use zeroize::Zeroizing;
+
+/// How long a bootstrap token is valid.
+pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
+/// kubeadm's default group for joining nodes.
+pub const DEFAULT_NODE_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// Where a pod finds its service-account token and CA bundle.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Attempts with a fresh token id when the API answers 409 Conflict.
+const CONFLICT_RETRIES: usize = 3;
+/// Largest API response read.
+const MAX_RESPONSE_BYTES: u64 = 64 * 1024;
+
+/// A bootstrap token, `<id>.<secret>`. The secret half is zeroized on drop
+/// and never printed.
+pub struct BootstrapToken {
+    id: String,
+    secret: Zeroizing<String>,
+}
+
+impl BootstrapToken {
+    /// The public token id (6 characters of `[a-z0-9]`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The token as kubeadm wants it: `<id>.<secret>`. A secret.
+    pub fn to_token_string(&self) -> Zeroizing<String> {
+        Zeroizing::new(format!("{}.{}", self.id, *self.secret))
+    }
+
+    fn generate() -> Result<BootstrapToken, TokenError> {
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let rng = ring::rand::SystemRandom::new();
+        let pick = |n: usize| -> Result<Zeroizing<String>, TokenError> {
+            let mut out = Zeroizing::new(String::with_capacity(n));
+            while out.len() < n {
+                let mut b = [0u8; 1];
+                rng.fill(&mut b).map_err(|_| TokenError::Random)?;
+                // Rejection sampling keeps the choice uniform: 252 = 7 × 36.
+                if b[0] < 252 {
+                    out.push(ALPHABET[(b[0] % 36) as usize] as char);
+                }
+            }
+            Ok(out)
+        };
+        Ok(BootstrapToken {
+            id: pick(6)?.to_string(),
+            secret: pick(16)?,
+        })
+    }
+}
+
+impl fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BootstrapToken({}.<redacted>)", self.id)
+    }
+}
+
+/// Why a token could not be created.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TokenError {
+    /// The API server answered with an error status.
+    Api {
+        /// HTTP status code.
+        status: u16,
+        /// The API's reason, if it sent one.
+        reason: String,
+    },
+    /// The API server could not be reached or did not answer in time.
+    Unreachable(String),
+    /// Configuration (service account files, environment) is missing or bad.
+    Config(String),
+    /// Randomness was not available.
+    Random,
+}
+
+impl fmt::Display for TokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenError::Api { status, reason } => {
+                write!(f, "Kubernetes API answered {status}: {reason}")
+            }
+            TokenError::Unreachable(m) => write!(f, "Kubernetes API unreachable: {m}"),
+            TokenError::Config(m) => write!(f, "Kubernetes API client not configured: {m}"),
+            TokenError::Random => f.write_str("no randomness available"),
+        }
+    }
+}
+
+impl std::error::Error for TokenError {}
+
+/// Creates bootstrap tokens (a trait so the ticket logic is testable without
+/// a cluster).
+pub trait TokenIssuer: Send + Sync {
+    /// Creates a token valid for [`TOKEN_TTL`].
+    fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError>;
+}
+
+/// Creates bootstrap-token Secrets through the Kubernetes API.
+pub struct KubeApiTokenIssuer {
+    api_url: String,
+    bearer_token: Zeroizing<String>,
+    agent: ureq::Agent,
+}
+
+impl KubeApiTokenIssuer {
+    /// A client for `api_url` (e.g. `https://10.96.0.1:443`) that trusts the
+    /// PEM CA bundle `ca_pem` and authenticates with `bearer_token`.
+    pub fn new(
+        api_url: &str,
+        ca_pem: &str,
+        bearer_token: Zeroizing<String>,
+        timeout: Duration,
+    ) -> Result<KubeApiTokenIssuer, TokenError> {
+        let certs = pem_certificates(ca_pem)?;
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .build();
+        let agent = ureq::Agent::config_builder()
+            .tls_config(tls)
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build()
+            .new_agent();
+        Ok(KubeApiTokenIssuer {
+            api_url: api_url.trim_end_matches('/').to_string(),
+            bearer_token,
+            agent,
+        })
+    }
+
+    /// The in-cluster client: `KUBERNETES_SERVICE_HOST`/`_PORT` and the
+    /// service account's token and `ca.crt`.
+    pub fn in_cluster(timeout: Duration) -> Result<KubeApiTokenIssuer, TokenError> {
+        let env =
+            |k: &str| std::env::var(k).map_err(|_| TokenError::Config(format!("{k} is not set")));
+        let (host, port) = (
+            env("KUBERNETES_SERVICE_HOST")?,
+            env("KUBERNETES_SERVICE_PORT")?,
+        );
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let read = |name: &str| {
+            let path = format!("{SERVICE_ACCOUNT_DIR}/{name}");
+            std::fs::read_to_string(&path).map_err(|e| TokenError::Config(format!("{path}: {e}")))
+        };
+        let token = Zeroizing::new(read("token")?.trim().to_string());
+        KubeApiTokenIssuer::new(
+            &format!("https://{host}:{port}"),
+            &read("ca.crt")?,
+            token,
+            timeout,
+        )
+    }
+}
+
+fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, TokenError> {
+    let mut certs = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
+        let body = &rest[start + 27..];
+        let end = body
+            .find("-----END CERTIFICATE-----")
+            .ok_or_else(|| TokenError::Config("unterminated PEM certificate".into()))?;
+        let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
+        let der = confboot::base64::decode(&b64)
+            .map_err(|e| TokenError::Config(format!("CA bundle: {e}")))?;
+        certs.push(ureq::tls::Certificate::from_der(&der).to_owned());
+        rest = &body[end..];
+    }
+    if certs.is_empty() {
+        return Err(TokenError::Config("CA bundle holds no certificate".into()));
+    }
+    Ok(certs)
+}
+
+/// Formats a time as RFC 3339 UTC with seconds, e.g. `2026-11-22T03:04:05Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+impl TokenIssuer for KubeApiTokenIssuer {
+    fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError> {
+        let url = format!("{}/api/v1/namespaces/kube-system/secrets", self.api_url);
+        let mut last = None;
+        for _ in 0..CONFLICT_RETRIES {
+            let token = BootstrapToken::generate()?;
+            let body = Zeroizing::new(
+                serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": format!("bootstrap-token-{}", token.id), "namespace": "kube-system"},
+                    "type": "bootstrap.kubernetes.io/token",
+                    "stringData": {
+                        "description": "Bootstrap token created by confboot joinsvc",
+                        "token-id": token.id,
+                        "token-secret": *token.secret,
+                        "expiration": rfc3339(SystemTime::now() + TOKEN_TTL),
+                        "usage-bootstrap-authentication": "true",
+                        "usage-bootstrap-signing": "true",
+                        "auth-extra-groups": DEFAULT_NODE_GROUP,
+                    },
+                })
+                .to_string(),
+            );
+            let authorization = Zeroizing::new(format!("Bearer {}", *self.bearer_token));
+            let mut resp = self
+                .agent
+                .post(&url)
+                .header("Authorization", authorization.as_str())
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json")
+                .send(body.as_bytes())
+                .map_err(|e| TokenError::Unreachable(e.to_string()))?;
+            let status = resp.status().as_u16();
+            if status == 201 || status == 200 {
+                log::debug!("bootstrap token {} created", token.id);
+                return Ok(token);
+            }
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(MAX_RESPONSE_BYTES)
+                .read_to_string()
+                .unwrap_or_default();
+            let reason = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["reason"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let err = TokenError::Api { status, reason };
+            if status != 409 {
+                return Err(err);
+            }
+            log::debug!("bootstrap token id {} taken; trying another", token.id);
+            last = Some(err);
+        }
+        Err(last.expect("at least one attempt"))
+    }
+}
+
+/// Token generation for other modules' tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    /// A fresh random token.
+    pub fn generate() -> super::BootstrapToken {
+        super::BootstrapToken::generate().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot_tests::kube_double::{Failure, KubeApiDouble};
+
+    const SA_TOKEN: &str = "service-account-token";
+
+    fn issuer(double: &KubeApiDouble, token: &str, timeout: Duration) -> KubeApiTokenIssuer {
+        KubeApiTokenIssuer::new(
+            &double.url(),
+            &double.ca_pem(),
+            Zeroizing::new(token.into()),
+            timeout,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+            "2023-11-14T22:13:20Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(4_107_542_399)),
+            "2100-02-28T23:59:59Z"
+        );
+    }
+
+    #[test]
+    fn tokens_are_well_formed_and_redacted() {
+        let t = BootstrapToken::generate().unwrap();
+        let s = t.to_token_string();
+        let (id, secret) = s.split_once('.').unwrap();
+        assert_eq!(id.len(), 6);
+        assert_eq!(secret.len(), 16);
+        assert!(
+            s.bytes()
+                .all(|b| b == b'.' || b.is_ascii_lowercase() || b.is_ascii_digit())
+        );
+        assert!(!format!("{t:?}").contains(secret));
+        assert_ne!(BootstrapToken::generate().unwrap().id, t.id);
+    }
+
+    #[test]
+    fn creates_a_secret_the_api_server_accepts() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let token = issuer(&double, SA_TOKEN, Duration::from_secs(10))
+            .create_bootstrap_token()
+            .unwrap();
+        let created = double.created();
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].id, token.id());
+        assert_eq!(
+            format!("{}.{}", created[0].id, created[0].secret),
+            *token.to_token_string()
+        );
+        let now = rfc3339(SystemTime::now());
+        assert!(
+            created[0].expiration > now,
+            "expiration {} after {now}",
+            created[0].expiration
+        );
+    }
+
+    #[test]
+    fn wrong_bearer_token_is_refused() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let err = issuer(&double, "stolen", Duration::from_secs(10))
+            .create_bootstrap_token()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            TokenError::Api {
+                status: 401,
+                reason: "Unauthorized".into()
+            }
+        );
+        assert!(double.created().is_empty());
+    }
+
+    #[test]
+    fn untrusted_api_server_certificate_is_refused() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let other = KubeApiDouble::start(SA_TOKEN);
+        let issuer = KubeApiTokenIssuer::new(
+            &double.url(),
+            &other.ca_pem(),
+            Zeroizing::new(SA_TOKEN.into()),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(matches!(
+            issuer.create_bootstrap_token(),
+            Err(TokenError::Unreachable(_))
+        ));
+        assert_eq!(
+            double.requests(),
+            0,
+            "no request may reach an untrusted server"
+        );
+    }
+
+    #[test]
+    fn server_errors_conflicts_and_timeouts() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        double.fail_next(&[Failure::InternalError]);
+        let i = issuer(&double, SA_TOKEN, Duration::from_secs(10));
+        assert_eq!(
+            i.create_bootstrap_token().unwrap_err(),
+            TokenError::Api {
+                status: 500,
+                reason: "InternalError".into()
+            }
+        );
+        // A conflict is retried with a fresh id.
+        double.fail_next(&[Failure::Conflict]);
+        i.create_bootstrap_token().unwrap();
+        assert_eq!(double.created().len(), 1);
+        // Conflicts every time give up after a bounded number of attempts.
+        double.fail_next(&[Failure::Conflict; 3]);
+        assert_eq!(
+            i.create_bootstrap_token().unwrap_err(),
+            TokenError::Api {
+                status: 409,
+                reason: "AlreadyExists".into()
+            }
+        );
+        // An API server that never answers runs into the client's timeout.
+        double.fail_next(&[Failure::NoAnswer]);
+        let quick = issuer(&double, SA_TOKEN, Duration::from_millis(300));
+        assert!(matches!(
+            quick.create_bootstrap_token(),
+            Err(TokenError::Unreachable(_))
+        ));
+        assert_eq!(double.requests(), 1 + 2 + 3 + 1);
+    }
+
+    #[test]
+    fn bad_ca_bundle_is_a_config_error() {
+        for pem in [
+            "",
+            "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n",
+            "-----BEGIN CERTIFICATE-----\nAAAA",
+        ] {
+            assert!(matches!(
+                KubeApiTokenIssuer::new(
+                    "https://x",
+                    pem,
+                    Zeroizing::new(String::new()),
+                    Duration::from_secs(1)
+                ),
+                Err(TokenError::Config(_))
+            ));
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Hot reload of the measurement policy: the policy file's directory is
+//! watched with inotify, and on any change the file is read again. A valid
+//! new policy is handed to `apply` (which swaps the validator); a broken or
+//! missing file keeps the previous policy and logs an error.
+//!
+//! Watching the directory rather than the file handles every way a file is
+//! replaced: written in place, renamed over, deleted then created, and the
+//! symlink swap Kubernetes uses to update a mounted ConfigMap
+//! (`..data` → a new timestamped directory).
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use confboot::attestation::MeasurementPolicy;
+use confboot::rpc::Stop;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+/// How often the watcher looks at its stop signal.
+const STOP_POLL: Duration = Duration::from_millis(100);
+/// Quiet time after an event before the file is read (editors write in bursts).
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// A running watcher; [`PolicyWatcher::stop`] ends it.
+pub struct PolicyWatcher {
+    stop: Stop,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PolicyWatcher {
+    /// Watches `path`. `apply` gets each new valid policy and returns an error
+    /// if it cannot be used (the previous one then stays). The first policy
+    /// must already be in force; only changes are applied.
+    pub fn spawn<F>(path: &Path, apply: F) -> std::io::Result<PolicyWatcher>
+    where
+        F: Fn(MeasurementPolicy) -> Result<(), String> + Send + 'static,
+    {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        let mask = AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MODIFY
+            | AddWatchFlags::IN_ATTRIB;
+        inotify
+            .add_watch(&dir, mask)
+            .map_err(std::io::Error::from)?;
+        // What is in force now, read before returning so no change is missed.
+        let current = std::fs::read(path).ok();
+        let stop = Stop::new();
+        let thread = {
+            let (stop, path) = (stop.clone(), path.to_path_buf());
+            std::thread::Builder::new()
+                .name("policy-watcher".into())
+                .spawn(move || watch(inotify, &path, current, &stop, &apply))?
+        };
+        log::info!("watching {} for measurement policy changes", path.display());
+        Ok(PolicyWatcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops watching and waits for the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.raise();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PolicyWatcher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn wait_readable(inotify: &Inotify, timeout: Duration) -> bool {
+    let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+}
+
+fn drain(inotify: &Inotify) {
+    while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
+}
+
+fn watch(
+    inotify: Inotify,
+    path: &PathBuf,
+    mut current: Option<Vec<u8>>,
+    stop: &Stop,
+    apply: &dyn Fn(MeasurementPolicy) -> Result<(), String>,
+) {
+    while !stop.is_raised() {
+        if !wait_readable(&inotify, STOP_POLL) {
+            continue;
+        }
+        // Let a burst of events settle, then look at the file once.
+        loop {
+            drain(&inotify);
+            if !wait_readable(&inotify, SETTLE) {
+                break;
+            }
+        }
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!(
+                    "measurement policy {} unreadable ({e}); keeping the previous policy",
+                    path.display()
+                );
+                continue;
+            }
+        };
+        if current.as_deref() == Some(&bytes[..]) {
+            continue;
+        }
+        let parsed = std::str::from_utf8(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|t| MeasurementPolicy::from_json(t).map_err(|e| e.to_string()));
+        match parsed.and_then(|p| apply(p)) {
+            Ok(()) => {
+                log::info!("measurement policy reloaded from {}", path.display());
+                current = Some(bytes);
+            }
+            Err(e) => log::error!(
+                "measurement policy {} refused ({e}); keeping the previous policy",
+                path.display()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::{Receiver, unbounded};
+
+    fn policy_json(byte: &str) -> String {
+        format!(
+            r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
+            byte.repeat(32)
+        )
+    }
+
+    fn expected_byte(p: &MeasurementPolicy) -> u8 {
+        p.entries()[&4].value[0]
+    }
+
+    struct Fixture {
+        dir: PathBuf,
+        _watcher: PolicyWatcher,
+        applied: Receiver<u8>,
+    }
+
+    /// A watcher over `<dir>/<file>` whose apply callback reports the policy's first byte.
+    fn fixture(name: &str, file: &str) -> Fixture {
+        let dir =
+            std::env::temp_dir().join(format!("confboot-watch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), policy_json("aa")).unwrap();
+        let (tx, rx) = unbounded();
+        let watcher = PolicyWatcher::spawn(&dir.join(file), move |p| {
+            tx.send(expected_byte(&p)).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        Fixture {
+            dir,
+            _watcher: watcher,
+            applied: rx,
+        }
+    }
+
+    /// The next applied policy (a generous bound: a missing reload is a failure, not a timing check).
+    fn next(f: &Fixture) -> Option<u8> {
+        f.applied.recv_timeout(Duration::from_secs(20)).ok()
+    }
+
+    #[test]
+    fn write_in_place_and_rename_over_are_applied() {
+        let f = fixture("rename", "policy.json");
+        std::fs::write(f.dir.join("policy.json"), policy_json("bb")).unwrap();
+        assert_eq!(next(&f), Some(0xbb));
+        std::fs::write(f.dir.join("policy.json.tmp"), policy_json("cc")).unwrap();
+        std::fs::rename(f.dir.join("policy.json.tmp"), f.dir.join("policy.json")).unwrap();
+        assert_eq!(next(&f), Some(0xcc));
+        std::fs::remove_dir_all(&f.dir).unwrap();
+    }
+
+    #[test]
+    fn delete_then_create_is_applied_and_broken_files_keep_the_previous_policy() {
+        let f = fixture("recreate", "policy.json");
+        std::fs::remove_file(f.dir.join("policy.json")).unwrap();
+        std::fs::write(f.dir.join("policy.json"), "{ broken").unwrap();
+        std::fs::write(f.dir.join("policy.json"), r#"{"4": {"expected": "zz"}}"#).unwrap();
+        std::fs::write(f.dir.join("policy.json"), policy_json("dd")).unwrap();
+        // Only the valid policy is applied; the broken ones in between are not.
+        assert_eq!(next(&f), Some(0xdd));
+        assert!(f.applied.try_recv().is_err());
+        std::fs::remove_dir_all(&f.dir).unwrap();
+    }
+
+    #[test]
+    fn configmap_symlink_swap_is_applied() {
+        // The layout kubelet makes: file -> ..data/file, ..data -> ..<timestamp>/.
+        let dir = std::env::temp_dir().join(format!("confboot-watch-cm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("..v1")).unwrap();
+        std::fs::write(dir.join("..v1/policy.json"), policy_json("aa")).unwrap();
+        std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/policy.json", dir.join("policy.json")).unwrap();
+        let (tx, rx) = unbounded();
+        let _w = PolicyWatcher::spawn(&dir.join("policy.json"), move |p| {
+            tx.send(expected_byte(&p)).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        std::fs::create_dir_all(dir.join("..v2")).unwrap();
+        std::fs::write(dir.join("..v2/policy.json"), policy_json("ee")).unwrap();
+        std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)).ok(), Some(0xee));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refused_by_apply_keeps_watching() {
+        let dir =
+            std::env::temp_dir().join(format!("confboot-watch-refuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("policy.json");
+        std::fs::write(&file, policy_json("aa")).unwrap();
+        let (tx, rx) = unbounded();
+        let _w = PolicyWatcher::spawn(&file, move |p| {
+            let b = expected_byte(&p);
+            tx.send(b).unwrap();
+            if b == 0x11 {
+                Err("validator refused".into())
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
+        std::fs::write(&file, policy_json("11")).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)).ok(), Some(0x11));
+        std::fs::write(&file, policy_json("22")).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)).ok(), Some(0x22));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
