@@ -133,7 +133,7 @@ fn watch(
         let parsed = std::str::from_utf8(&bytes)
             .map_err(|e| e.to_string())
             .and_then(|t| MeasurementPolicy::from_json(t).map_err(|e| e.to_string()));
-        match parsed.and_then(|p| apply(p)) {
+        match parsed.and_then(apply) {
             Ok(()) => {
                 log::info!("measurement policy reloaded from {}", path.display());
                 current = Some(bytes);
