@@ -2,11 +2,12 @@
 //! `/readyz`, and Prometheus text at `/metrics`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::rpc::{ServerStats, Stop};
+use confboot::rpc::Stop;
+
+use crate::metrics::Metrics;
 
 /// A running health server.
 pub struct HealthServer {
@@ -17,7 +18,7 @@ pub struct HealthServer {
 
 impl HealthServer {
     /// Listens on `addr` and answers from a thread until stopped.
-    pub fn start(addr: &str, rpc_stats: Arc<ServerStats>) -> std::io::Result<HealthServer> {
+    pub fn start(addr: &str, metrics: Arc<Metrics>) -> std::io::Result<HealthServer> {
         let server = tiny_http::Server::http(addr).map_err(std::io::Error::other)?;
         let local = server
             .server_addr()
@@ -31,7 +32,7 @@ impl HealthServer {
                 .spawn(move || {
                     while !stop.is_raised() {
                         match server.recv_timeout(Duration::from_millis(100)) {
-                            Ok(Some(req)) => respond(req, &rpc_stats),
+                            Ok(Some(req)) => respond(req, &metrics),
                             Ok(None) => {}
                             Err(e) => log::warn!("health server: {e}"),
                         }
@@ -57,11 +58,13 @@ impl HealthServer {
     }
 }
 
-fn respond(req: tiny_http::Request, stats: &ServerStats) {
+fn respond(req: tiny_http::Request, metrics: &Metrics) {
     let (code, body, content_type) = match (req.method(), req.url()) {
         (tiny_http::Method::Get, "/healthz") => (200, "ok\n".to_string(), "text/plain"),
         (tiny_http::Method::Get, "/readyz") => (200, "ready\n".to_string(), "text/plain"),
-        (tiny_http::Method::Get, "/metrics") => (200, metrics(stats), "text/plain; version=0.0.4"),
+        (tiny_http::Method::Get, "/metrics") => {
+            (200, metrics.render(), "text/plain; version=0.0.4")
+        }
         _ => (404, "not found\n".to_string(), "text/plain"),
     };
     log::trace!("http {} {} -> {code}", req.method(), req.url());
@@ -72,31 +75,4 @@ fn respond(req: tiny_http::Request, stats: &ServerStats) {
     if let Err(e) = req.respond(resp) {
         log::debug!("health server: cannot answer: {e}");
     }
-}
-
-fn metrics(stats: &ServerStats) -> String {
-    let mut out = String::new();
-    for (name, help, value) in [
-        (
-            "joinsvc_connections_accepted_total",
-            "Connections handed to a worker.",
-            &stats.accepted,
-        ),
-        (
-            "joinsvc_connections_refused_total",
-            "Connections closed because every worker was busy.",
-            &stats.refused,
-        ),
-        (
-            "joinsvc_connections_served_total",
-            "Connections whose serving ended.",
-            &stats.served,
-        ),
-    ] {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-            value.load(Ordering::Relaxed)
-        ));
-    }
-    out
 }

@@ -3,6 +3,7 @@
 //! It serves RPC on one port and plain-HTTP health and metrics on another.
 
 mod http;
+mod metrics;
 // Wired into main() with the attested join API.
 #[allow(dead_code)]
 mod ticket;
@@ -101,7 +102,9 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
     .map_err(|e| format!("cannot start the join API: {e}"))?;
     log::info!("join API listening on {}", rpc.local_addr());
 
-    let health = http::HealthServer::start(health_listen, rpc.stats_handle())
+    let metrics = Arc::new(metrics::Metrics::default());
+    metrics.attach_rpc_stats(rpc.stats_handle());
+    let health = http::HealthServer::start(health_listen, metrics)
         .map_err(|e| format!("cannot listen on {health_listen}: {e}"))?;
     log::info!(
         "health and metrics listening on http://{}",

@@ -158,6 +158,7 @@ pub struct Matches {
     cmd: Command,
     given: Vec<(&'static str, Option<String>)>,
     from_env: Vec<(&'static str, String)>,
+    from_file: Vec<(&'static str, String)>,
     positional: Vec<String>,
 }
 
@@ -223,6 +224,7 @@ impl Command {
             cmd: *self,
             given,
             from_env,
+            from_file: Vec::new(),
             positional,
         })
     }
@@ -269,23 +271,87 @@ impl Matches {
             .unwrap_or_else(|| panic!("command {} has no option --{long}", self.cmd.name))
     }
 
+    /// Reads option values from a JSON configuration file: an object whose
+    /// keys are long option names and whose values are strings, numbers or
+    /// booleans (arrays for repeatable options). Values from the command
+    /// line and the environment take precedence over the file.
+    pub fn load_config_file(&mut self, path: &std::path::Path) -> Result<(), ArgsError> {
+        let invalid = |reason: String| ArgsError::Invalid {
+            option: "config".into(),
+            value: path.display().to_string(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| invalid(e.to_string()))?;
+        if meta.len() > 1 << 20 {
+            return Err(invalid("larger than 1 MiB".into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
+        let root: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let obj = root
+            .as_object()
+            .ok_or_else(|| invalid("must be a JSON object".into()))?;
+        let scalar = |key: &str, v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => Ok(s.clone()),
+            serde_json::Value::Number(n) => Ok(n.to_string()),
+            serde_json::Value::Bool(b) => Ok(b.to_string()),
+            _ => Err(invalid(format!(
+                "{key:?} must be a string, number or boolean"
+            ))),
+        };
+        for (key, v) in obj {
+            let opt = self
+                .cmd
+                .opts
+                .iter()
+                .find(|o| o.long == key && o.long != "config")
+                .ok_or_else(|| invalid(format!("unknown option {key:?}")))?;
+            match v {
+                serde_json::Value::Array(items) => {
+                    for item in items {
+                        self.from_file.push((opt.long, scalar(key, item)?));
+                    }
+                }
+                _ => self.from_file.push((opt.long, scalar(key, v)?)),
+            }
+        }
+        Ok(())
+    }
+
     /// The value of an option: the last one given, else its environment
-    /// variable, else its default.
+    /// variable, else the configuration file, else its default.
     pub fn value(&self, long: &str) -> Option<&str> {
         let opt = self.opt(long);
         if let Some((_, v)) = self.given.iter().rev().find(|(n, _)| *n == long) {
             return v.as_deref();
         }
-        self.env_value(long).or(opt.default)
+        self.env_value(long)
+            .or_else(|| {
+                self.from_file
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| *n == long)
+                    .map(|(_, v)| v.as_str())
+            })
+            .or(opt.default)
     }
 
     /// Every value given for a repeatable option, in order.
     pub fn values(&self, long: &str) -> Vec<&str> {
         self.opt(long);
-        self.given
+        let given: Vec<&str> = self
+            .given
             .iter()
             .filter(|(n, _)| *n == long)
             .filter_map(|(_, v)| v.as_deref())
+            .collect();
+        if !given.is_empty() {
+            return given;
+        }
+        self.from_file
+            .iter()
+            .filter(|(n, _)| *n == long)
+            .map(|(_, v)| v.as_str())
             .collect()
     }
 
@@ -298,10 +364,15 @@ impl Matches {
     /// Whether a flag was given (or its environment variable is `1`/`true`).
     pub fn flag(&self, long: &str) -> bool {
         self.opt(long);
+        let truthy = |v: &str| v == "1" || v == "true";
         self.given.iter().any(|(n, _)| *n == long)
+            || self.env_value(long).is_some_and(truthy)
             || self
-                .env_value(long)
-                .is_some_and(|v| v == "1" || v == "true")
+                .from_file
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == long)
+                .is_some_and(|(_, v)| truthy(v))
     }
 
     fn env_value(&self, long: &str) -> Option<&str> {
@@ -426,6 +497,37 @@ mod tests {
         );
         let m = parse(&["-v", "lots"]).unwrap();
         assert!(matches!(m.verbosity(), Err(ArgsError::Invalid { .. })));
+    }
+
+    #[test]
+    fn config_file_fills_what_flags_do_not_give() {
+        let dir = std::env::temp_dir().join(format!("confboot-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.json");
+        std::fs::write(
+            &file,
+            r#"{"listen": "10.0.0.1:1", "endpoint": ["a", "b"], "insecure": true, "verbosity": 4}"#,
+        )
+        .unwrap();
+        let mut m = parse(&["-v", "6"]).unwrap();
+        m.load_config_file(&file).unwrap();
+        assert_eq!(m.value("listen"), Some("10.0.0.1:1"));
+        assert_eq!(m.values("endpoint"), vec!["a", "b"]);
+        assert!(m.flag("insecure"));
+        assert_eq!(
+            m.verbosity().unwrap(),
+            6,
+            "the command line wins over the file"
+        );
+        for bad in [r#"{"nope": 1}"#, "[]", r#"{"listen": {"x": 1}}"#, "{"] {
+            std::fs::write(&file, bad).unwrap();
+            let mut m = parse(&[]).unwrap();
+            assert!(
+                matches!(m.load_config_file(&file), Err(ArgsError::Invalid { .. })),
+                "{bad}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,0 +1,181 @@
+//! joinsvc's counters and their Prometheus text form.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use confboot::rpc::ServerStats;
+
+/// Upper bounds (seconds) of the ticket latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Everything joinsvc counts.
+#[derive(Default)]
+pub struct Metrics {
+    /// Join tickets issued.
+    pub join_tickets: AtomicU64,
+    /// Rejoin tickets issued.
+    pub rejoin_tickets: AtomicU64,
+    refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// TLS handshakes that failed (attestation refused, protocol errors).
+    pub handshake_failures: AtomicU64,
+    latency: Mutex<Histogram>,
+    rpc: Mutex<Option<Arc<ServerStats>>>,
+}
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; LATENCY_BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Metrics {
+    /// Counts a refused ticket under `reason`.
+    #[allow(dead_code)] // used once the attested join API is wired
+    pub fn refused(&self, reason: &'static str) {
+        *self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Records how long issuing a ticket took.
+    #[allow(dead_code)] // used once the attested join API is wired
+    pub fn observe_latency(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let mut h = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                h.counts[i] += 1;
+            }
+        }
+        h.sum += secs;
+        h.count += 1;
+    }
+
+    /// Adds the RPC server's connection counters to the output.
+    pub fn attach_rpc_stats(&self, stats: Arc<ServerStats>) {
+        *self.rpc.lock().unwrap_or_else(|p| p.into_inner()) = Some(stats);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+            );
+        };
+        let tickets = "joinsvc_tickets_issued_total";
+        let _ = write!(
+            out,
+            "# HELP {tickets} Tickets issued.\n# TYPE {tickets} counter\n"
+        );
+        let _ = writeln!(
+            out,
+            "{tickets}{{kind=\"join\"}} {}",
+            self.join_tickets.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "{tickets}{{kind=\"rejoin\"}} {}",
+            self.rejoin_tickets.load(Ordering::Relaxed)
+        );
+        let refused = "joinsvc_tickets_refused_total";
+        let _ = write!(
+            out,
+            "# HELP {refused} Ticket requests refused, by reason.\n# TYPE {refused} counter\n"
+        );
+        for (reason, n) in self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(out, "{refused}{{reason=\"{reason}\"}} {n}");
+        }
+        counter(
+            &mut out,
+            "joinsvc_handshake_failures_total",
+            "TLS handshakes that failed (attestation refused, protocol errors).",
+            self.handshake_failures.load(Ordering::Relaxed),
+        );
+        let h = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        let name = "joinsvc_ticket_duration_seconds";
+        let _ = write!(
+            out,
+            "# HELP {name} Time to issue a ticket.\n# TYPE {name} histogram\n"
+        );
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(h.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(out, "{name}_sum {}", h.sum);
+        let _ = writeln!(out, "{name}_count {}", h.count);
+        drop(h);
+        if let Some(s) = self.rpc.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            for (name, help, v) in [
+                (
+                    "joinsvc_connections_accepted_total",
+                    "Connections handed to a worker.",
+                    &s.accepted,
+                ),
+                (
+                    "joinsvc_connections_refused_total",
+                    "Connections closed because every worker was busy.",
+                    &s.refused,
+                ),
+                (
+                    "joinsvc_connections_served_total",
+                    "Connections whose serving ended.",
+                    &s.served,
+                ),
+            ] {
+                counter(&mut out, name, help, v.load(Ordering::Relaxed));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_reasons_and_histogram() {
+        let m = Metrics::default();
+        m.join_tickets.fetch_add(2, Ordering::Relaxed);
+        m.refused("attestation");
+        m.refused("attestation");
+        m.refused("invalid_request");
+        m.observe_latency(Duration::from_millis(3));
+        m.observe_latency(Duration::from_secs(7));
+        let text = m.render();
+        for line in [
+            "joinsvc_tickets_issued_total{kind=\"join\"} 2",
+            "joinsvc_tickets_issued_total{kind=\"rejoin\"} 0",
+            "joinsvc_tickets_refused_total{reason=\"attestation\"} 2",
+            "joinsvc_tickets_refused_total{reason=\"invalid_request\"} 1",
+            "joinsvc_ticket_duration_seconds_bucket{le=\"0.0025\"} 0",
+            "joinsvc_ticket_duration_seconds_bucket{le=\"0.005\"} 1",
+            "joinsvc_ticket_duration_seconds_bucket{le=\"5\"} 1",
+            "joinsvc_ticket_duration_seconds_bucket{le=\"+Inf\"} 2",
+            "joinsvc_ticket_duration_seconds_count 2",
+            "joinsvc_handshake_failures_total 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+}
