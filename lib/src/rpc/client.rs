@@ -148,8 +148,27 @@ fn remaining(deadline: Instant) -> Result<Duration, Status> {
     }
 }
 
+/// Whether the TLS peer ended the connection with an `access_denied` alert:
+/// an aTLS server that refused this client's attestation does so.
+fn peer_denied_access(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::AlertReceived(rustls::AlertDescription::AccessDenied)
+            )
+        })
+}
+
+fn denied() -> Status {
+    Status::permission_denied("the server refused this client's attestation")
+}
+
 fn send_err(e: io::Error) -> Status {
-    if frame::is_timeout(&e) {
+    if peer_denied_access(&e) {
+        denied()
+    } else if frame::is_timeout(&e) {
         Status::deadline_exceeded("deadline exceeded while sending")
     } else {
         Status::unavailable(format!("cannot send request: {e}"))
