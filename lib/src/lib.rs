@@ -13,3 +13,4 @@ pub mod kms;
 pub mod logging;
 pub mod rpc;
 pub mod signals;
+pub mod tpm;
