@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod args;
+pub mod atls;
 pub mod attestation;
 pub mod base64;
 pub mod hex;

@@ -50,6 +50,7 @@ pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
 pub use listener::{PoolConfig, ServerHandle, ServerStats};
 pub use server::{
     CallContext, ConnectionEnd, ResponseSink, Router, ServerLimits, serve_connection,
+    serve_connection_as,
 };
 pub use status::{Code, Status};
 pub use transport::{Stop, Transport};

@@ -11,6 +11,7 @@ use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind, HEADER_LEN};
 use super::{Code, Status, Stop, Transport};
+use crate::attestation::Attested;
 
 /// Limits one connection is served under.
 #[derive(Clone, Debug)]
@@ -48,6 +49,7 @@ pub struct CallContext {
     method: String,
     deadline: Instant,
     stop: Stop,
+    peer: Option<Attested>,
 }
 
 impl CallContext {
@@ -74,6 +76,12 @@ impl CallContext {
     /// Whether the server is stopping (in-flight calls may still finish).
     pub fn stopping(&self) -> bool {
         self.stop.is_raised()
+    }
+
+    /// What the caller attested to in the connection's handshake (aTLS with
+    /// client attestation); `None` when the connection did not require it.
+    pub fn peer(&self) -> Option<&Attested> {
+        self.peer.as_ref()
     }
 }
 
@@ -193,12 +201,24 @@ pub fn serve_connection<T: Transport + ?Sized>(
     limits: &ServerLimits,
     stop: &Stop,
 ) -> ConnectionEnd {
+    serve_connection_as(stream, router, limits, stop, None)
+}
+
+/// Like [`serve_connection`], for a connection whose handshake established
+/// `peer`; every handler sees it as [`CallContext::peer`].
+pub fn serve_connection_as<T: Transport + ?Sized>(
+    stream: &mut T,
+    router: &Router,
+    limits: &ServerLimits,
+    stop: &Stop,
+    peer: Option<Attested>,
+) -> ConnectionEnd {
     loop {
         let first = match wait_for_call(stream, limits, stop) {
             Ok(b) => b,
             Err(end) => return end,
         };
-        match serve_call(stream, first, router, limits, stop) {
+        match serve_call(stream, first, router, limits, stop, &peer) {
             Ok(()) => {}
             Err(end) => return end,
         }
@@ -296,6 +316,7 @@ fn serve_call<T: Transport + ?Sized>(
     router: &Router,
     limits: &ServerLimits,
     stop: &Stop,
+    peer: &Option<Attested>,
 ) -> Result<(), ConnectionEnd> {
     let io_err = |e: io::Error| ConnectionEnd::Io(e.to_string());
     stream
@@ -326,6 +347,7 @@ fn serve_call<T: Transport + ?Sized>(
         method: header.method,
         deadline: Instant::now() + timeout,
         stop: stop.clone(),
+        peer: peer.clone(),
     };
 
     stream
