@@ -1,35 +1,48 @@
 //! joinsvc: the join service of a confboot cluster. It runs on every
-//! control-plane node, verifies joining nodes and issues their join tickets.
-//! It serves RPC on one port and plain-HTTP health and metrics on another.
+//! control-plane node, verifies joining nodes (client attestation inside the
+//! aTLS handshake) and issues their join tickets. It serves the join API on
+//! one port and plain-HTTP health and metrics on another.
 
+mod config;
 mod http;
 mod metrics;
-// Wired into main() with the attested join API.
-#[allow(dead_code)]
 mod ticket;
-#[allow(dead_code)]
 mod token;
-#[allow(dead_code)]
 mod watcher;
 
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
-use confboot::rpc::listener::{self, PoolConfig};
-use confboot::rpc::{Router, ServerLimits, serve_connection};
+use confboot::atls::{Accepted, AtlsError, AtlsServer};
+use confboot::attestation::{AttestationError, SwappableValidator, Validator};
+use confboot::rpc::listener;
+use confboot::rpc::{Router, ServerLimits, Status, serve_connection_as};
 use confboot::signals::TerminationSignals;
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse, health_check_response};
+use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+
+use crate::metrics::Metrics;
+use crate::ticket::TicketService;
 
 const CMD: Command = Command {
     name: "joinsvc",
-    about: "joinsvc: the join service of a confboot cluster. Runs on every control-plane node,\n\
-            verifies the attestation of joining nodes and issues their join tickets (state-disk key,\n\
-            bootstrap token). Serves the join API (RPC) on --listen and plain-HTTP /healthz, /readyz\n\
-            and Prometheus /metrics on --health-listen. Stops cleanly on SIGTERM or SIGINT:\n\
+    about: "joinsvc: the join service of a confboot cluster. Runs on every control-plane node.\n\
+            A joining node connects over attested TLS and proves what it runs (its vTPM quote is\n\
+            checked against --ak-trust and the measurement policy inside the handshake); joinsvc then\n\
+            derives the node's state-disk key from the master secret, creates a Kubernetes bootstrap\n\
+            token and returns the join ticket. The policy file is watched and reloaded without a\n\
+            restart. With --tpm, joinsvc attests itself too, so nodes can refuse an unattested join\n\
+            service. Plain-HTTP /healthz, /readyz and Prometheus /metrics are on --health-listen.\n\
+            Options come from flags, environment variables, or a JSON --config file (keys are the\n\
+            long option names), in that order of precedence. SIGTERM or SIGINT stop it cleanly:\n\
             in-flight calls finish, new ones are refused.",
-    usage: "joinsvc [OPTIONS]",
+    usage: "joinsvc --master-secret FILE --measurement-salt HEX --policy FILE --ak-trust MODE \\\n       \
+            --api-server-endpoint HOST:PORT [OPTIONS]",
     opts: &[
+        Opt::value("config", "FILE", "JSON file with option values"),
         Opt::value("listen", "ADDR", "Address of the join API")
             .default("0.0.0.0:9090")
             .env("JOINSVC_LISTEN"),
@@ -40,6 +53,67 @@ const CMD: Command = Command {
         )
         .default("0.0.0.0:9091")
         .env("JOINSVC_HEALTH_LISTEN"),
+        Opt::value(
+            "master-secret",
+            "FILE",
+            "The cluster's master secret: JSON {\"key\": base64, \"salt\": base64}",
+        )
+        .env("JOINSVC_MASTER_SECRET"),
+        Opt::value("measurement-salt", "HEX", "The cluster's measurement salt")
+            .env("JOINSVC_MEASUREMENT_SALT"),
+        Opt::value(
+            "policy",
+            "FILE",
+            "Expected measurements (Constellation's JSON format); reloaded on change",
+        )
+        .env("JOINSVC_POLICY"),
+        Opt::value(
+            "ak-trust",
+            "MODE",
+            "Which vTPM attestation keys to trust: ca:FILE (AK certificates from these CAs), \
+             pinned:FILE (hex public keys, one per line), or insecure-any-ak (local QEMU only)",
+        )
+        .env("JOINSVC_AK_TRUST"),
+        Opt::value(
+            "tpm",
+            "DEVICE|HOST:PORT",
+            "Attest joinsvc itself with this TPM (a device or a swtpm socket)",
+        ),
+        Opt::value(
+            "api-server-endpoint",
+            "HOST:PORT",
+            "The Kubernetes API server nodes join",
+        )
+        .env("JOINSVC_API_SERVER_ENDPOINT"),
+        Opt::value(
+            "kubernetes-version",
+            "VERSION",
+            "Kubernetes version nodes install",
+        )
+        .default("v1.31.1"),
+        Opt::value(
+            "kubernetes-ca",
+            "FILE",
+            "The cluster CA certificate (for the kubeadm discovery hash)",
+        )
+        .default("/etc/kubernetes/pki/ca.crt"),
+        Opt::value(
+            "pki-dir",
+            "DIR",
+            "Kubernetes PKI sent to joining control-plane nodes",
+        )
+        .default("/etc/kubernetes/pki"),
+        Opt::value(
+            "kube-api",
+            "URL",
+            "Kubernetes API for bootstrap tokens [default: in-cluster]",
+        ),
+        Opt::value("kube-api-ca", "FILE", "CA bundle of --kube-api"),
+        Opt::value(
+            "kube-api-token-file",
+            "FILE",
+            "Bearer token file for --kube-api",
+        ),
         Opt::value("workers", "N", "Connections served at once").default("16"),
         Opt::value(
             "queue",
@@ -53,9 +127,18 @@ const CMD: Command = Command {
 
 /// The RPC method that reports whether the service answers.
 pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+/// The join method.
+pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
+/// The rejoin method.
+pub const ISSUE_REJOIN_TICKET: &str = "/join.API/IssueRejoinTicket";
 
 fn main() {
-    let m = parse_or_exit(&CMD, std::env::args().skip(1));
+    let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
+    if let Some(path) = m.value("config").map(std::path::PathBuf::from)
+        && let Err(e) = m.load_config_file(&path)
+    {
+        exit_usage(&e);
+    }
     let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&e));
     confboot::logging::init("joinsvc", verbosity);
     if let Err(e) = run(&m) {
@@ -69,43 +152,132 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-fn run(m: &confboot::args::Matches) -> Result<(), String> {
-    let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
-    let listen = m.value("listen").expect("has a default");
-    let health_listen = m.value("health-listen").expect("has a default");
-    let pool = PoolConfig {
-        workers: m
-            .parsed("workers")
-            .unwrap_or_else(|e| exit_usage(&e))
-            .expect("default"),
-        queue: m
-            .parsed("queue")
-            .unwrap_or_else(|e| exit_usage(&e))
-            .expect("default"),
-        ..PoolConfig::default()
-    };
+/// A short label for a refused handshake, for metrics.
+fn handshake_reason(e: &AtlsError) -> &'static str {
+    match e {
+        AtlsError::Attestation(AttestationError::Measurement { .. }) => "measurement",
+        AtlsError::Attestation(AttestationError::Trust(_)) => "untrusted_key",
+        AtlsError::Attestation(_) => "attestation",
+        AtlsError::MissingEvidence
+        | AtlsError::UnknownVariant { .. }
+        | AtlsError::CriticalExtension { .. } => "attestation",
+        AtlsError::Timeout | AtlsError::Io(_) => "connection",
+        _ => "handshake",
+    }
+}
 
-    let router = Arc::new(
-        Router::new().unary(HEALTH_CHECK, |_ctx, _req: HealthCheckRequest| {
+fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
+    let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
+    Router::new()
+        .unary(HEALTH_CHECK, |_ctx, _req: HealthCheckRequest| {
             Ok(HealthCheckResponse {
                 status: health_check_response::ServingStatus::Serving as i32,
             })
-        }),
-    );
+        })
+        .unary(
+            ISSUE_JOIN_TICKET,
+            move |ctx, req: IssueJoinTicketRequest| {
+                let started = Instant::now();
+                // The handshake required attestation; fail closed all the same.
+                let Some(peer) = ctx.peer() else {
+                    join_metrics.refused("unattested");
+                    return Err(Status::permission_denied("the caller did not attest"));
+                };
+                log::info!(
+                    "join ticket requested for disk {} (control plane: {})",
+                    req.disk_uuid,
+                    req.is_control_plane
+                );
+                log::trace!("caller's measurements: {:?}", peer.measurements);
+                let result = join_tickets.issue_join_ticket(&req);
+                join_metrics.observe_latency(started.elapsed());
+                match result {
+                    Ok(ticket) => {
+                        join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
+                        log::info!("join ticket issued for disk {}", req.disk_uuid);
+                        Ok(ticket)
+                    }
+                    Err(e) => {
+                        join_metrics.refused(e.reason());
+                        log::warn!("join ticket for disk {:?} refused: {e}", req.disk_uuid);
+                        Err(e.status())
+                    }
+                }
+            },
+        )
+        .unary(
+            ISSUE_REJOIN_TICKET,
+            move |ctx, req: IssueRejoinTicketRequest| {
+                let started = Instant::now();
+                if ctx.peer().is_none() {
+                    metrics.refused("unattested");
+                    return Err(Status::permission_denied("the caller did not attest"));
+                }
+                log::info!("rejoin ticket requested for disk {}", req.disk_uuid);
+                let result = tickets.issue_rejoin_ticket(&req);
+                metrics.observe_latency(started.elapsed());
+                match result {
+                    Ok(ticket) => {
+                        metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
+                        Ok(ticket)
+                    }
+                    Err(e) => {
+                        metrics.refused(e.reason());
+                        log::warn!("rejoin ticket for disk {:?} refused: {e}", req.disk_uuid);
+                        Err(e.status())
+                    }
+                }
+            },
+        )
+}
+
+fn run(m: &confboot::args::Matches) -> Result<(), String> {
+    let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    let cfg = config::Config::from_matches(m)?;
+
+    let validator = SwappableValidator::new(cfg.validator_for(cfg.initial_policy.clone()));
+    let watcher = {
+        let (cfg_trust, validator) = (cfg.ak_trust.clone(), validator.clone());
+        watcher::PolicyWatcher::spawn(&cfg.policy_path, move |policy| {
+            validator.swap(config::build_validator(cfg_trust.clone(), policy));
+            Ok(())
+        })
+        .map_err(|e| format!("cannot watch {}: {e}", cfg.policy_path.display()))?
+    };
+
+    let metrics = Arc::new(Metrics::default());
+    let tickets = Arc::new(TicketService::new(cfg.ticket_config, cfg.token_issuer));
+    let router = Arc::new(router(tickets, Arc::clone(&metrics)));
     let limits = ServerLimits::default();
-    let rpc_listener =
-        TcpListener::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let rpc = listener::spawn(rpc_listener, pool, move |mut sock, stop| {
-        let end = serve_connection(&mut sock, &router, &limits, stop);
-        log::debug!("connection ended: {end:?}");
-    })
-    .map_err(|e| format!("cannot start the join API: {e}"))?;
+    let atls = AtlsServer::new(cfg.issuer, vec![Arc::new(validator) as Arc<dyn Validator>])
+        .map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    let rpc_listener = TcpListener::bind(&cfg.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let rpc = {
+        let metrics = Arc::clone(&metrics);
+        listener::spawn(rpc_listener, cfg.pool, move |sock, stop| {
+            let peer_addr = sock.peer_addr().ok();
+            match atls.accept(sock, limits.io_timeout) {
+                Ok(Accepted { mut stream, peer }) => {
+                    let end = serve_connection_as(&mut stream, &router, &limits, stop, peer);
+                    log::debug!("connection from {peer_addr:?} ended: {end:?}");
+                    stream.conn.send_close_notify();
+                    let _ = stream.conn.write_tls(&mut stream.sock);
+                }
+                Err(e) => {
+                    metrics.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    metrics.refused(handshake_reason(&e));
+                    log::warn!("refused {peer_addr:?}: {e}");
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the join API: {e}"))?
+    };
     log::info!("join API listening on {}", rpc.local_addr());
 
-    let metrics = Arc::new(metrics::Metrics::default());
     metrics.attach_rpc_stats(rpc.stats_handle());
-    let health = http::HealthServer::start(health_listen, metrics)
-        .map_err(|e| format!("cannot listen on {health_listen}: {e}"))?;
+    let health = http::HealthServer::start(&cfg.health_listen, Arc::clone(&metrics))
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.health_listen))?;
     log::info!(
         "health and metrics listening on http://{}",
         health.local_addr()
@@ -116,6 +288,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         .map_err(|e| format!("waiting for signals failed: {e}"))?;
     log::info!("{sig} received: stopping (in-flight calls finish)");
     rpc.stop();
+    watcher.stop();
     health.stop();
     log::info!("stopped");
     Ok(())

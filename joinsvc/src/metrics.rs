@@ -36,7 +36,6 @@ struct Histogram {
 
 impl Metrics {
     /// Counts a refused ticket under `reason`.
-    #[allow(dead_code)] // used once the attested join API is wired
     pub fn refused(&self, reason: &'static str) {
         *self
             .refused
@@ -47,7 +46,6 @@ impl Metrics {
     }
 
     /// Records how long issuing a ticket took.
-    #[allow(dead_code)] // used once the attested join API is wired
     pub fn observe_latency(&self, d: Duration) {
         let secs = d.as_secs_f64();
         let mut h = self.latency.lock().unwrap_or_else(|p| p.into_inner());

@@ -138,6 +138,7 @@ impl TicketService {
             .tokens
             .create_bootstrap_token()
             .map_err(TicketError::Token)?;
+        log::debug!("bootstrap token {} created for disk {uuid}", token.id());
         let m = &self.config.master_secret;
         Ok(IssueJoinTicketResponse {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),

@@ -253,7 +253,6 @@ impl TokenIssuer for KubeApiTokenIssuer {
                 .map_err(|e| TokenError::Unreachable(e.to_string()))?;
             let status = resp.status().as_u16();
             if status == 201 || status == 200 {
-                log::debug!("bootstrap token {} created", token.id);
                 return Ok(token);
             }
             let text = resp

@@ -5,6 +5,16 @@
 
 use log::LevelFilter;
 
+/// The crates whose log lines `-v` controls directly.
+pub const OUR_CRATES: [&str; 6] = [
+    "confboot",
+    "confboot_cli",
+    "confboot_tests",
+    "joinsvc",
+    "bootstrapper",
+    "confboot_tpm_provision",
+];
+
 /// The `log` level filter for a klog-style verbosity.
 pub fn level_for(verbosity: u8) -> LevelFilter {
     match verbosity {
@@ -19,7 +29,11 @@ pub fn level_for(verbosity: u8) -> LevelFilter {
 /// Calling it twice is harmless.
 pub fn init(component: &'static str, verbosity: u8) {
     let mut b = env_logger::Builder::new();
-    b.filter_level(level_for(verbosity));
+    // Dependencies (rustls, ureq, tiny_http) log four levels quieter than our own code.
+    b.filter_level(level_for(verbosity.saturating_sub(4)));
+    for ours in OUR_CRATES {
+        b.filter_module(ours, level_for(verbosity));
+    }
     if let Ok(spec) = std::env::var("RUST_LOG") {
         b.parse_filters(&spec);
     }

@@ -2,6 +2,7 @@
 //! running them as child processes that are always ended, and reading their
 //! logs; and doubles of what cannot run here (the Kubernetes API).
 
+pub mod cluster;
 pub mod kube_double;
 
 use std::io::{BufRead, BufReader};

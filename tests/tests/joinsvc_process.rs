@@ -1,81 +1,122 @@
-//! joinsvc as a real process on loopback: it answers RPC and HTTP, logs what
-//! it does, and stops cleanly on SIGTERM.
+//! joinsvc as a real process on loopback, with node clients each backed by
+//! its own swtpm and a Kubernetes API double: attested tickets, refusals,
+//! policy hot reload, metrics, and a clean stop on SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use confboot::rpc::Client;
-use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse, health_check_response};
-use confboot_tests::{ChildProcess, addr_after, debug_binary};
+use confboot::rpc::{Client, Code};
+use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
+use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tests::debug_binary;
 use nix::sys::signal::Signal;
 
-fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let code = resp.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
+const DISK_A: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+const DISK_B: &str = "7e1d2c3b-4a59-4876-8f9e-0a1b2c3d4e5f";
+
+/// Polls `f` (at most `tries` × 50 ms) until it returns true.
+fn eventually(tries: u32, mut f: impl FnMut() -> bool) -> bool {
+    (0..tries).any(|_| {
+        let ok = f();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    })
 }
 
 #[test]
-fn joinsvc_answers_and_stops_on_sigterm() {
-    let mut cmd = Command::new(debug_binary("joinsvc"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--health-listen",
-        "127.0.0.1:0",
-        "-v",
-        "4",
-    ]);
-    let joinsvc = ChildProcess::spawn("joinsvc", cmd);
-    let rpc_addr = addr_after(
-        &joinsvc.wait_for_line("join API listening on ", 3000),
-        "listening on ",
-    );
-    let http_addr = addr_after(
-        &joinsvc.wait_for_line("health and metrics listening on ", 3000),
-        "listening on ",
+fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
+    let good = Node::start("good", b"kernel v1");
+    let tampered = Node::start("tampered", b"kernel v1 with a backdoor");
+    let joinsvc = Joinsvc::start(
+        &debug_binary("joinsvc"),
+        &good.policy(),
+        &[&good, &tampered],
     );
 
-    let mut c = Client::new(TcpStream::connect(rpc_addr).unwrap());
-    let r: HealthCheckResponse = c
-        .unary(
-            "/grpc.health.v1.Health/Check",
-            &HealthCheckRequest::default(),
-            Duration::from_secs(10),
-        )
-        .unwrap();
+    // A good node gets a ticket whose key is the derivation from the master secret.
+    let ticket = good
+        .join(joinsvc.rpc_addr, DISK_A)
+        .expect("the good node gets a ticket");
     assert_eq!(
-        r.status,
-        health_check_response::ServingStatus::Serving as i32
+        ticket.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK_A).expose()
     );
-    drop(c);
+    assert_eq!(
+        ticket.measurement_secret,
+        joinsvc.master_secret.measurement_secret().expose()
+    );
+    assert_eq!(ticket.measurement_salt, joinsvc.measurement_salt);
+    assert_eq!(ticket.api_server_endpoint, "10.0.0.1:6443");
+    assert!(ticket.discovery_token_ca_cert_hash.starts_with("sha256:"));
+    let created = joinsvc.kube.created();
+    assert_eq!(created.len(), 1);
+    assert_eq!(
+        ticket.token,
+        format!("{}.{}", created[0].id, created[0].secret)
+    );
 
-    assert_eq!(http_get(http_addr, "/healthz"), (200, "ok\n".into()));
-    assert_eq!(http_get(http_addr, "/readyz"), (200, "ready\n".into()));
-    let (code, metrics) = http_get(http_addr, "/metrics");
-    assert_eq!(code, 200);
+    // A node whose PCR 4 differs is refused and gets no key.
+    let err = tampered.join(joinsvc.rpc_addr, DISK_B).unwrap_err();
+    assert_eq!(err.code, Code::PermissionDenied, "{err}");
+    assert_eq!(
+        joinsvc.kube.created().len(),
+        1,
+        "no token for a refused node"
+    );
+
+    // Rewriting the policy flips the outcome, without a restart.
+    joinsvc.replace_policy(&tampered.policy());
+    joinsvc
+        .process
+        .wait_for_line("measurement policy reloaded", 1000);
     assert!(
-        metrics.contains("joinsvc_connections_accepted_total 1"),
-        "{metrics}"
+        eventually(100, || tampered.join(joinsvc.rpc_addr, DISK_B).is_ok()),
+        "policy reload"
     );
-    assert_eq!(http_get(http_addr, "/nope").0, 404);
+    let err = good.join(joinsvc.rpc_addr, DISK_A).unwrap_err();
+    assert_eq!(err.code, Code::PermissionDenied, "{err}");
 
-    joinsvc.signal(Signal::SIGTERM);
-    let (status, log) = joinsvc.wait();
+    // A rejoin ticket carries the same disk key, and no token is made for it.
+    let rejoin = tampered.rejoin(joinsvc.rpc_addr, DISK_B).unwrap();
+    assert_eq!(
+        rejoin.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK_B).expose()
+    );
+
+    // The token double saw exactly one token request per issued join ticket.
+    assert_eq!(joinsvc.kube.created().len(), 2);
+    assert_eq!(joinsvc.kube.requests(), 2);
+
+    let (code, metrics) = joinsvc.http_get("/metrics");
+    assert_eq!(code, 200);
+    for line in [
+        "joinsvc_tickets_issued_total{kind=\"join\"} 2",
+        "joinsvc_tickets_issued_total{kind=\"rejoin\"} 1",
+        "joinsvc_tickets_refused_total{reason=\"measurement\"} 2",
+        "joinsvc_handshake_failures_total 2",
+        "joinsvc_ticket_duration_seconds_count 3",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    assert_eq!(joinsvc.http_get("/healthz"), (200, "ok\n".into()));
+    assert_eq!(joinsvc.http_get("/readyz"), (200, "ready\n".into()));
+    assert_eq!(joinsvc.http_get("/nope").0, 404);
+
+    // Secrets never reach the log.
+    let log = joinsvc.process.log().join("\n");
+    let key_hex = confboot::hex::encode(&ticket.state_disk_key);
+    assert!(
+        !log.contains(&key_hex) && !log.contains(&ticket.token),
+        "a secret was logged"
+    );
+
+    joinsvc.process.signal(Signal::SIGTERM);
+    let (status, log) = joinsvc.process.wait();
     assert!(
         status.success(),
         "joinsvc exited with {status}:\n{}",
@@ -94,7 +135,38 @@ fn joinsvc_answers_and_stops_on_sigterm() {
 }
 
 #[test]
-fn joinsvc_refuses_bad_flags_with_usage() {
+fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
+    let node = Node::start("node", b"kernel");
+    let stranger = Node::start("stranger", b"kernel");
+    // Only `node`'s AK is pinned; `stranger` runs the same software.
+    let joinsvc = Joinsvc::start(&debug_binary("joinsvc"), &node.policy(), &[&node]);
+    let err = stranger.join(joinsvc.rpc_addr, DISK_A).unwrap_err();
+    assert_eq!(err.code, Code::PermissionDenied, "{err}");
+
+    // A client that does not attest at all gets no call through.
+    let plain = confboot::atls::connect(joinsvc.rpc_addr, Duration::from_secs(10), &[], None);
+    if let Ok((mut client, _)) = plain {
+        let r: Result<HealthCheckResponse, _> = client.unary(
+            "/grpc.health.v1.Health/Check",
+            &HealthCheckRequest::default(),
+            Duration::from_secs(10),
+        );
+        assert!(r.is_err(), "an unattested client got a call through");
+    }
+    // Nor does a plain TCP client.
+    let mut raw = Client::new(std::net::TcpStream::connect(joinsvc.rpc_addr).unwrap());
+    let r: Result<HealthCheckResponse, _> = raw.unary(
+        "/grpc.health.v1.Health/Check",
+        &HealthCheckRequest::default(),
+        Duration::from_secs(10),
+    );
+    assert!(r.is_err());
+    assert!(node.join(joinsvc.rpc_addr, DISK_A).is_ok());
+    assert!(joinsvc.kube.created().len() == 1);
+}
+
+#[test]
+fn joinsvc_refuses_bad_configuration_with_clear_errors() {
     let out = Command::new(debug_binary("joinsvc"))
         .arg("--port")
         .output()
@@ -105,10 +177,25 @@ fn joinsvc_refuses_bad_flags_with_usage() {
         err.contains("unknown option --port") && err.contains("--help"),
         "{err}"
     );
-    let out = Command::new(debug_binary("joinsvc"))
-        .args(["--listen", "not-an-address"])
+
+    let out = Command::new(debug_binary("joinsvc")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--master-secret is required"), "{err}");
+
+    let help = Command::new(debug_binary("joinsvc"))
+        .arg("--help")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on not-an-address"));
+    let help = String::from_utf8_lossy(&help.stdout);
+    for opt in [
+        "--master-secret",
+        "--policy",
+        "--ak-trust",
+        "--tpm",
+        "--config",
+        "--health-listen",
+    ] {
+        assert!(help.contains(opt), "--help lacks {opt}");
+    }
 }

@@ -233,7 +233,15 @@ impl ClientCertVerifier for AttestedClientVerifier {
                 self.state.set_peer(attested);
                 Ok(ClientCertVerified::assertion())
             }
-            Err(e) => Err(self.state.fail(e).into_rustls()),
+            Err(e) => {
+                // The typed reason stays in the handshake state for the
+                // server; the client is told `access_denied`, which its RPC
+                // layer reports as PERMISSION_DENIED.
+                self.state.fail(e);
+                Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::ApplicationVerificationFailure,
+                ))
+            }
         }
     }
 

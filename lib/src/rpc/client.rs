@@ -184,6 +184,7 @@ fn recv_err(e: FrameError) -> Status {
         FrameError::Timeout => {
             Status::deadline_exceeded("deadline exceeded waiting for the response")
         }
+        FrameError::Io(e) if peer_denied_access(&e) => denied(),
         FrameError::Eof | FrameError::Truncated { .. } | FrameError::Io(_) => {
             Status::unavailable(format!("connection lost: {e}"))
         }

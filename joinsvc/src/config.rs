@@ -1,0 +1,257 @@
+//! joinsvc's configuration: what the options say, read and checked once at
+//! start-up with an error that names the option.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use confboot::args::Matches;
+use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator, load_ca_certificates};
+use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::kms::MasterSecret;
+use confboot::rpc::listener::PoolConfig;
+use confboot::tpm::Tpm;
+use zeroize::Zeroizing;
+
+use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
+use crate::token::{KubeApiTokenIssuer, TokenIssuer};
+
+/// Timeout of each Kubernetes API request.
+const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest configuration file of any kind read.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Everything joinsvc runs with.
+pub struct Config {
+    pub listen: String,
+    pub health_listen: String,
+    pub pool: PoolConfig,
+    pub policy_path: PathBuf,
+    pub initial_policy: MeasurementPolicy,
+    pub ak_trust: AkTrust,
+    pub issuer: Option<Arc<dyn Issuer>>,
+    pub ticket_config: TicketConfig,
+    pub token_issuer: Arc<dyn TokenIssuer>,
+}
+
+/// The validator for joining nodes under `policy`: PCR 15 must be unmarked.
+pub fn build_validator(ak_trust: AkTrust, policy: MeasurementPolicy) -> Arc<dyn Validator> {
+    Arc::new(VtpmValidator::new(ak_trust, policy))
+}
+
+fn read_file(option: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
+    let err = |e: String| format!("--{option} {}: {e}", path.display());
+    let len = std::fs::metadata(path)
+        .map_err(|e| err(e.to_string()))?
+        .len();
+    if len > MAX_FILE_BYTES {
+        return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
+    }
+    std::fs::read(path)
+        .map(Zeroizing::new)
+        .map_err(|e| err(e.to_string()))
+}
+
+/// Reads Constellation's master-secret file: `{"key": base64, "salt": base64}`.
+pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
+    let bytes = read_file("master-secret", path)?;
+    let err = |e: &dyn std::fmt::Display| format!("--master-secret {}: {e}", path.display());
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| err(&e))?;
+    let field = |name: &str| -> Result<Vec<u8>, String> {
+        let text = v[name]
+            .as_str()
+            .ok_or_else(|| err(&format!("\"{name}\" must be a base64 string")))?;
+        confboot::base64::decode(text).map_err(|e| err(&format!("\"{name}\": {e}")))
+    };
+    MasterSecret::new(field("key")?, field("salt")?).map_err(|e| err(&e))
+}
+
+fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
+    let err = |e: String| format!("--ak-trust {mode}: {e}");
+    if mode == "insecure-any-ak" {
+        log::warn!(
+            "--ak-trust insecure-any-ak: any attestation key is trusted; for local QEMU only"
+        );
+        return Ok(AkTrust::InsecureAnyAk);
+    }
+    if let Some(path) = mode.strip_prefix("ca:") {
+        return load_ca_certificates(Path::new(path))
+            .map(AkTrust::CertificateRoots)
+            .map_err(|e| err(e.to_string()));
+    }
+    if let Some(path) = mode.strip_prefix("pinned:") {
+        let text = read_file("ak-trust", Path::new(path))?;
+        let text = std::str::from_utf8(&text).map_err(|e| err(e.to_string()))?;
+        let keys = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| confboot::hex::decode(l).map_err(|e| err(e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Err(err("no key in the file".into()));
+        }
+        return Ok(AkTrust::Pinned(keys));
+    }
+    Err(err("want ca:FILE, pinned:FILE or insecure-any-ak".into()))
+}
+
+fn open_tpm(spec: &str) -> Result<Tpm, String> {
+    let tpm = if spec == "device" || spec.starts_with("/dev/") {
+        Tpm::open_device()
+    } else {
+        let addr = spec
+            .parse()
+            .map_err(|e| format!("--tpm {spec}: want a device or HOST:PORT: {e}"))?;
+        Tpm::connect_tcp(addr)
+    };
+    tpm.map_err(|e| format!("--tpm {spec}: {e}"))
+}
+
+impl Config {
+    /// Reads and checks every option.
+    pub fn from_matches(m: &Matches) -> Result<Config, String> {
+        let required = |name: &str| m.required(name).map_err(|e| e.to_string());
+        let number = |name: &str| -> Result<usize, String> {
+            m.parsed::<usize>(name)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("--{name} is required"))
+        };
+
+        let master_secret = load_master_secret(Path::new(required("master-secret")?))?;
+        let measurement_salt = confboot::hex::decode(required("measurement-salt")?)
+            .map_err(|e| format!("--measurement-salt: {e}"))?;
+        if measurement_salt.len() < 32 {
+            return Err("--measurement-salt must be at least 32 bytes".into());
+        }
+        let policy_path = PathBuf::from(required("policy")?);
+        let initial_policy =
+            MeasurementPolicy::load(&policy_path).map_err(|e| format!("--policy: {e}"))?;
+        let ak_trust = parse_ak_trust(required("ak-trust")?)?;
+
+        let issuer: Option<Arc<dyn Issuer>> = match m.value("tpm") {
+            None => None,
+            Some(spec) => {
+                let tpm = open_tpm(spec)?;
+                log::info!("attesting with the TPM at {}", tpm.describe());
+                Some(Arc::new(
+                    VtpmIssuer::new(tpm).map_err(|e| format!("--tpm {spec}: {e}"))?,
+                ))
+            }
+        };
+
+        let ca_path = Path::new(m.value("kubernetes-ca").expect("has a default"));
+        let ca = read_file("kubernetes-ca", ca_path)?;
+        let discovery_token_ca_cert_hash = discovery_token_ca_cert_hash(&ca)
+            .map_err(|e| format!("--kubernetes-ca {}: {e}", ca_path.display()))?;
+
+        let token_issuer: Arc<dyn TokenIssuer> = match m.value("kube-api") {
+            None => Arc::new(
+                KubeApiTokenIssuer::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
+            ),
+            Some(url) => {
+                let ca = read_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
+                let ca =
+                    String::from_utf8(ca.to_vec()).map_err(|e| format!("--kube-api-ca: {e}"))?;
+                let token = read_file(
+                    "kube-api-token-file",
+                    Path::new(required("kube-api-token-file")?),
+                )?;
+                let token = String::from_utf8(token.to_vec())
+                    .map_err(|e| format!("--kube-api-token-file: {e}"))?;
+                Arc::new(
+                    KubeApiTokenIssuer::new(
+                        url,
+                        &ca,
+                        Zeroizing::new(token.trim().to_string()),
+                        KUBE_API_TIMEOUT,
+                    )
+                    .map_err(|e| e.to_string())?,
+                )
+            }
+        };
+
+        Ok(Config {
+            listen: required("listen")?.to_string(),
+            health_listen: required("health-listen")?.to_string(),
+            pool: PoolConfig {
+                workers: number("workers")?,
+                queue: number("queue")?,
+                ..PoolConfig::default()
+            },
+            policy_path,
+            initial_policy,
+            ak_trust,
+            issuer,
+            ticket_config: TicketConfig {
+                master_secret,
+                measurement_salt,
+                api_server_endpoint: required("api-server-endpoint")?.to_string(),
+                discovery_token_ca_cert_hash,
+                kubernetes_version: required("kubernetes-version")?.to_string(),
+                pki_dir: PathBuf::from(required("pki-dir")?),
+            },
+            token_issuer,
+        })
+    }
+
+    /// The validator for the policy in force.
+    pub fn validator_for(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
+        build_validator(self.ak_trust.clone(), policy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn master_secret_file_in_constellation_format() {
+        let dir = std::env::temp_dir().join(format!("confboot-ms-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("ms.json");
+        let key = confboot::base64::encode(&[1; 32]);
+        let salt = confboot::base64::encode(&[2; 32]);
+        std::fs::write(&f, format!(r#"{{"key": "{key}", "salt": "{salt}"}}"#)).unwrap();
+        let m = load_master_secret(&f).unwrap();
+        assert_eq!(m.key().expose(), &[1; 32]);
+        for bad in [
+            r#"{"key": "AAAA", "salt": "AAAA"}"#.to_string(),
+            format!(r#"{{"key": "{key}"}}"#),
+            "[".into(),
+        ] {
+            std::fs::write(&f, &bad).unwrap();
+            let e = load_master_secret(&f).unwrap_err();
+            assert!(e.starts_with("--master-secret"), "{e}");
+            assert!(!e.contains(&key), "an error must not echo the secret: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ak_trust_modes() {
+        assert!(matches!(
+            parse_ak_trust("insecure-any-ak"),
+            Ok(AkTrust::InsecureAnyAk)
+        ));
+        let dir = std::env::temp_dir().join(format!("confboot-ak-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("pinned");
+        std::fs::write(&f, "# node keys\n04aabb\n\n04ccdd\n").unwrap();
+        match parse_ak_trust(&format!("pinned:{}", f.display())).unwrap() {
+            AkTrust::Pinned(keys) => {
+                assert_eq!(keys, vec![vec![4, 0xaa, 0xbb], vec![4, 0xcc, 0xdd]])
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::write(&f, "# nothing\n").unwrap();
+        assert!(parse_ak_trust(&format!("pinned:{}", f.display())).is_err());
+        assert!(
+            parse_ak_trust("trust-me")
+                .unwrap_err()
+                .contains("want ca:FILE")
+        );
+        assert!(parse_ak_trust("ca:/nonexistent").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

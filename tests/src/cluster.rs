@@ -1,0 +1,256 @@
+//! Fixtures for tests and demos with real processes: a joinsvc process with
+//! its files and its Kubernetes API double, and nodes, each with its own
+//! swtpm, that ask for tickets over aTLS.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use confboot::atls;
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::attestation::{Issuer, MeasurementPolicy};
+use confboot::kms::MasterSecret;
+use confboot::rpc::Status;
+use confboot::tpm::swtpm::Swtpm;
+use confboot_proto::join::{
+    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
+    IssueRejoinTicketResponse,
+};
+
+use crate::kube_double::KubeApiDouble;
+use crate::{ChildProcess, addr_after};
+
+/// A directory removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh directory under the system's temp dir.
+    pub fn new(label: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("confboot-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A node: its own swtpm and the vTPM issuer over it.
+pub struct Node {
+    /// The node's name, for messages.
+    pub name: String,
+    /// Its TPM's attestation evidence issuer.
+    pub issuer: Arc<VtpmIssuer>,
+    _swtpm: Swtpm,
+}
+
+impl Node {
+    /// Starts a node whose PCR 4 holds `kernel` measured (as firmware would
+    /// measure the kernel it boots).
+    pub fn start(name: &str, kernel: &[u8]) -> Node {
+        let swtpm = Swtpm::start().expect("swtpm starts");
+        let issuer =
+            VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
+        let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, kernel)
+            .as_ref()
+            .try_into()
+            .unwrap();
+        issuer
+            .with_tpm(|tpm| tpm.pcr_extend(4, &digest))
+            .expect("extend PCR 4");
+        Node {
+            name: name.to_string(),
+            issuer: Arc::new(issuer),
+            _swtpm: swtpm,
+        }
+    }
+
+    /// The node's current PCR values.
+    pub fn pcrs(&self) -> Vec<(u32, [u8; 32])> {
+        self.issuer
+            .with_tpm(|tpm| tpm.pcr_read_all())
+            .expect("read PCRs")
+    }
+
+    /// A policy that expects this node's PCRs 0 to 9 (and PCR 15 is checked
+    /// by the validator itself).
+    pub fn policy(&self) -> MeasurementPolicy {
+        let mut p = MeasurementPolicy::default();
+        for (i, v) in self.pcrs().into_iter().filter(|(i, _)| *i <= 9) {
+            p.set(i, v.to_vec(), false);
+        }
+        p
+    }
+
+    /// Asks joinsvc at `addr` for a join ticket for disk `disk_uuid`.
+    pub fn join(
+        &self,
+        addr: SocketAddr,
+        disk_uuid: &str,
+    ) -> Result<IssueJoinTicketResponse, Status> {
+        let (mut client, _) = atls::connect(
+            addr,
+            Duration::from_secs(20),
+            &[],
+            Some(self.issuer.clone() as Arc<dyn Issuer>),
+        )
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+        let req = IssueJoinTicketRequest {
+            disk_uuid: disk_uuid.into(),
+            ..Default::default()
+        };
+        client.unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+    }
+
+    /// Asks joinsvc at `addr` for a rejoin ticket.
+    pub fn rejoin(
+        &self,
+        addr: SocketAddr,
+        disk_uuid: &str,
+    ) -> Result<IssueRejoinTicketResponse, Status> {
+        let (mut client, _) = atls::connect(
+            addr,
+            Duration::from_secs(20),
+            &[],
+            Some(self.issuer.clone() as Arc<dyn Issuer>),
+        )
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+        let req = IssueRejoinTicketRequest {
+            disk_uuid: disk_uuid.into(),
+        };
+        client.unary("/join.API/IssueRejoinTicket", &req, Duration::from_secs(20))
+    }
+}
+
+/// The bearer token the Kubernetes API double expects.
+pub const KUBE_TOKEN: &str = "joinsvc-service-account-token";
+
+/// A joinsvc process with its files and its Kubernetes API double.
+pub struct Joinsvc {
+    /// The master secret it holds.
+    pub master_secret: MasterSecret,
+    /// The measurement salt it hands out.
+    pub measurement_salt: Vec<u8>,
+    /// The Kubernetes API double it creates tokens through.
+    pub kube: KubeApiDouble,
+    /// The process.
+    pub process: ChildProcess,
+    /// The join API's address.
+    pub rpc_addr: SocketAddr,
+    /// The health/metrics address.
+    pub http_addr: SocketAddr,
+    policy_path: PathBuf,
+    dir: TempDir,
+}
+
+impl Joinsvc {
+    /// Starts `binary` (a joinsvc build) trusting the AKs of `nodes` (pinned)
+    /// with `policy`.
+    pub fn start(binary: &Path, policy: &MeasurementPolicy, trusted: &[&Node]) -> Joinsvc {
+        let dir = TempDir::new("joinsvc");
+        let p = |name: &str| dir.path().join(name);
+        let master_secret = MasterSecret::generate().unwrap();
+        std::fs::write(
+            p("master-secret.json"),
+            format!(
+                r#"{{"key": "{}", "salt": "{}"}}"#,
+                confboot::base64::encode(master_secret.key().expose()),
+                confboot::base64::encode(master_secret.salt().expose())
+            ),
+        )
+        .unwrap();
+        let measurement_salt = vec![0x5a; 32];
+        std::fs::write(p("policy.json"), policy.to_json()).unwrap();
+        let pinned: Vec<String> = trusted
+            .iter()
+            .map(|n| confboot::hex::encode(&n.issuer.ak_public_key()))
+            .collect();
+        std::fs::write(p("pinned-aks"), pinned.join("\n")).unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["kubernetes".to_string()]).unwrap();
+        std::fs::write(p("ca.crt"), ca.cert.pem()).unwrap();
+        let kube = KubeApiDouble::start(KUBE_TOKEN);
+        std::fs::write(p("kube-ca.crt"), kube.ca_pem()).unwrap();
+        std::fs::write(p("kube-token"), KUBE_TOKEN).unwrap();
+
+        let mut cmd = Command::new(binary);
+        cmd.arg("--listen").arg("127.0.0.1:0");
+        cmd.arg("--health-listen").arg("127.0.0.1:0");
+        cmd.arg("--master-secret").arg(p("master-secret.json"));
+        cmd.arg("--measurement-salt")
+            .arg(confboot::hex::encode(&measurement_salt));
+        cmd.arg("--policy").arg(p("policy.json"));
+        cmd.arg("--ak-trust")
+            .arg(format!("pinned:{}", p("pinned-aks").display()));
+        cmd.arg("--api-server-endpoint").arg("10.0.0.1:6443");
+        cmd.arg("--kubernetes-ca").arg(p("ca.crt"));
+        cmd.arg("--pki-dir").arg(dir.path());
+        cmd.arg("--kube-api").arg(kube.url());
+        cmd.arg("--kube-api-ca").arg(p("kube-ca.crt"));
+        cmd.arg("--kube-api-token-file").arg(p("kube-token"));
+        cmd.arg("-v").arg("4");
+        let process = ChildProcess::spawn("joinsvc", cmd);
+        let rpc_addr = addr_after(
+            &process.wait_for_line("join API listening on ", 3000),
+            "listening on ",
+        );
+        let http_addr = addr_after(
+            &process.wait_for_line("health and metrics listening on ", 3000),
+            "listening on ",
+        );
+        Joinsvc {
+            master_secret,
+            measurement_salt,
+            kube,
+            process,
+            rpc_addr,
+            http_addr,
+            policy_path: p("policy.json"),
+            dir,
+        }
+    }
+
+    /// Replaces the policy file the way a config-map update does: write a
+    /// new file, rename it over the old one.
+    pub fn replace_policy(&self, policy: &MeasurementPolicy) {
+        let tmp = self.dir.path().join("policy.json.new");
+        std::fs::write(&tmp, policy.to_json()).unwrap();
+        std::fs::rename(&tmp, &self.policy_path).unwrap();
+    }
+
+    /// GETs `path` from the health/metrics port: (status, body).
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.http_addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let code = resp
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = resp
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (code, body)
+    }
+}
