@@ -160,6 +160,16 @@ impl Joinsvc {
     /// Starts `binary` (a joinsvc build) trusting the AKs of `nodes` (pinned)
     /// with `policy`.
     pub fn start(binary: &Path, policy: &MeasurementPolicy, trusted: &[&Node]) -> Joinsvc {
+        Joinsvc::start_with(binary, policy, trusted, &[])
+    }
+
+    /// [`Joinsvc::start`] with extra command-line arguments.
+    pub fn start_with(
+        binary: &Path,
+        policy: &MeasurementPolicy,
+        trusted: &[&Node],
+        extra: &[&str],
+    ) -> Joinsvc {
         let dir = TempDir::new("joinsvc");
         let p = |name: &str| dir.path().join(name);
         let master_secret = MasterSecret::generate().unwrap();
@@ -201,6 +211,7 @@ impl Joinsvc {
         cmd.arg("--kube-api-ca").arg(p("kube-ca.crt"));
         cmd.arg("--kube-api-token-file").arg(p("kube-token"));
         cmd.arg("-v").arg("4");
+        cmd.args(extra);
         let process = ChildProcess::spawn("joinsvc", cmd);
         let rpc_addr = addr_after(
             &process.wait_for_line("join API listening on ", 3000),
