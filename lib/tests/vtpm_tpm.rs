@@ -73,3 +73,40 @@ fn nv_read_of_missing_index_fails_precisely() {
     let err = tpm.nv_read(confboot::tpm::AK_CERT_NV_INDEX).unwrap_err();
     assert!(err.is_handle_missing(), "{err}");
 }
+
+#[test]
+fn swtpm_helper_isolates_instances_and_cleans_up() {
+    let a = Swtpm::start().unwrap();
+    let b = Swtpm::start().unwrap();
+    assert_ne!(a.addr(), b.addr());
+    assert_ne!(a.state_dir(), b.state_dir());
+    assert_eq!(a.ctrl_port(), a.addr().port() + 1);
+    assert_eq!(
+        a.tcti(),
+        format!("swtpm:host=127.0.0.1,port={}", a.addr().port())
+    );
+    // Separate TPMs: marking one leaves the other's PCR 15 alone.
+    mark_node(&mut a.connect().unwrap(), b"a").unwrap();
+    assert_eq!(b.connect().unwrap().pcr_read(&[15]).unwrap()[0].1, [0; 32]);
+    let (dir, pid, addr) = (a.state_dir().to_path_buf(), a.pid(), a.addr());
+    assert!(dir.exists());
+    drop(a);
+    assert!(!dir.exists(), "state dir removed");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "process reaped"
+    );
+    assert!(
+        confboot::tpm::Tpm::connect_tcp(addr).is_err(),
+        "port closed"
+    );
+
+    // start_in keeps a caller's directory.
+    let kept = std::env::temp_dir().join(format!("confboot-swtpm-kept-{}", std::process::id()));
+    std::fs::create_dir_all(&kept).unwrap();
+    let c = Swtpm::start_in(&kept).unwrap();
+    c.connect().unwrap().pcr_read_all().unwrap();
+    drop(c);
+    assert!(kept.exists());
+    std::fs::remove_dir_all(&kept).unwrap();
+}

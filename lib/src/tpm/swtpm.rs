@@ -158,6 +158,11 @@ impl Swtpm {
         format!("swtpm:host=127.0.0.1,port={}", self.server_port)
     }
 
+    /// The swtpm process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The state directory.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
