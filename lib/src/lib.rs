@@ -11,3 +11,4 @@ pub mod attestation;
 pub mod hex;
 pub mod logging;
 pub mod rpc;
+pub mod tpm;

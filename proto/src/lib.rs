@@ -29,4 +29,9 @@ pub mod health {
     include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
 }
 
+/// `confboot.vtpm`: evidence of the vTPM attestation variant.
+pub mod vtpm {
+    include!(concat!(env!("OUT_DIR"), "/confboot.vtpm.rs"));
+}
+
 pub use prost::Message;

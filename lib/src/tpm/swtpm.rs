@@ -1,0 +1,180 @@
+//! A real software TPM for tests: [`Swtpm`] starts `swtpm socket --tpm2` on
+//! free loopback ports with its own state directory, waits until it answers
+//! a TPM command, and kills it (and removes the state) when dropped, also
+//! when a test panics.
+//!
+//! ```no_run
+//! use confboot::tpm::swtpm::Swtpm;
+//! let swtpm = Swtpm::start().expect("swtpm starts (Debian package swtpm)");
+//! let mut tpm = swtpm.connect().unwrap();     // a confboot::tpm::Tpm
+//! let pcrs = tpm.pcr_read_all().unwrap();
+//! assert_eq!(pcrs.len(), 24);
+//! // swtpm.tcti() is "swtpm:host=127.0.0.1,port=P" for tss-esapi / tpm2-tools.
+//! ```
+//!
+//! swtpm serves one client connection at a time: close a [`super::Tpm`]
+//! before another client (tss-esapi, tpm2-tools) talks to the same swtpm.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Tpm, TpmError};
+
+/// How long [`Swtpm::start`] waits for swtpm to answer before giving up.
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How many port pairs [`Swtpm::start`] tries (another process may take a port
+/// between the probe and swtpm's bind).
+pub const PORT_ATTEMPTS: usize = 8;
+
+static INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+/// A running swtpm process with its own state directory and ports.
+pub struct Swtpm {
+    child: Child,
+    server_port: u16,
+    state_dir: PathBuf,
+    remove_state: bool,
+}
+
+/// A fresh, empty directory under the system temp dir.
+fn fresh_state_dir() -> std::io::Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "confboot-swtpm-{}-{}-{nanos}",
+        std::process::id(),
+        INSTANCE.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
+}
+
+/// A port P such that P and P+1 are both free on 127.0.0.1 right now.
+fn free_port_pair() -> std::io::Result<u16> {
+    for _ in 0..64 {
+        let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let p = a.local_addr()?.port();
+        if p == u16::MAX {
+            continue;
+        }
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, p + 1)).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(std::io::Error::other("no free pair of adjacent ports"))
+}
+
+impl Swtpm {
+    /// Starts swtpm with a fresh state directory (removed on drop).
+    pub fn start() -> Result<Swtpm, TpmError> {
+        let dir =
+            fresh_state_dir().map_err(|e| TpmError::Transport(format!("swtpm state dir: {e}")))?;
+        let mut s = Self::start_in(&dir)?;
+        s.remove_state = true;
+        Ok(s)
+    }
+
+    /// Starts swtpm on an existing state directory, which is kept on drop
+    /// (to restart a "node" with the same TPM, e.g. after provisioning).
+    pub fn start_in(state_dir: &Path) -> Result<Swtpm, TpmError> {
+        let mut last_error = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port =
+                free_port_pair().map_err(|e| TpmError::Transport(format!("free port: {e}")))?;
+            match Self::spawn(state_dir, port) {
+                Ok(s) => return Ok(s),
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        Err(TpmError::Transport(format!(
+            "swtpm did not start after {PORT_ATTEMPTS} attempts: {last_error}"
+        )))
+    }
+
+    fn spawn(state_dir: &Path, port: u16) -> Result<Swtpm, TpmError> {
+        let child = Command::new("swtpm")
+            .arg("socket")
+            .arg("--tpm2")
+            .arg("--server")
+            .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
+            .arg("--ctrl")
+            .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
+            .arg("--tpmstate")
+            .arg(format!("dir={}", state_dir.display()))
+            .arg("--flags")
+            .arg("not-need-init,startup-clear")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| TpmError::Transport(format!("cannot run swtpm (installed?): {e}")))?;
+        // From here on, Drop kills the child whatever happens.
+        let mut s = Swtpm {
+            child,
+            server_port: port,
+            state_dir: state_dir.to_path_buf(),
+            remove_state: false,
+        };
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                return Err(TpmError::Transport(format!(
+                    "swtpm exited at start ({status}); port {port} taken?"
+                )));
+            }
+            // "Answers" means: a TPM command gets a TPM response.
+            if let Ok(mut tpm) = Tpm::connect_tcp(s.addr())
+                && tpm.pcr_read(&[0]).is_ok()
+            {
+                log::debug!("swtpm ready on 127.0.0.1:{port}");
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err(TpmError::Transport(format!(
+                    "swtpm on port {port} did not answer within {START_DEADLINE:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The TPM data port's address (raw TPM command frames).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.server_port))
+    }
+
+    /// The control port (swtpm's ctrl channel), data port + 1.
+    pub fn ctrl_port(&self) -> u16 {
+        self.server_port + 1
+    }
+
+    /// The TCTI string for tpm2-tss based tools (tss-esapi, tpm2-tools).
+    pub fn tcti(&self) -> String {
+        format!("swtpm:host=127.0.0.1,port={}", self.server_port)
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// Opens a persistent connection to this swtpm.
+    pub fn connect(&self) -> Result<Tpm, TpmError> {
+        Tpm::connect_tcp(self.addr())
+    }
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if self.remove_state {
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The TPM layer against a real swtpm: PCR read/extend, AK create/load, quote, NV.
+
+use confboot::tpm::structures::{parse_ecc_public, parse_ecdsa_signature, parse_quote_attest};
+use confboot::tpm::swtpm::Swtpm;
+use confboot::tpm::{DEFAULT_AK_HANDLE, TpmError, mark_node, marked_pcr15, pcr_digest};
+
+#[test]
+fn reads_all_24_pcrs_and_extends_one() {
+    let swtpm = Swtpm::start().unwrap();
+    let mut tpm = swtpm.connect().unwrap();
+    let before = tpm.pcr_read_all().unwrap();
+    assert_eq!(
+        before.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        (0..24).collect::<Vec<u32>>()
+    );
+    assert_eq!(before[15].1, [0; 32]);
+    mark_node(&mut tpm, b"cluster-1").unwrap();
+    let after = tpm.pcr_read_all().unwrap();
+    assert_eq!(after[15].1, marked_pcr15(b"cluster-1"));
+    for i in (0..24).filter(|i| *i != 15) {
+        assert_eq!(before[i], after[i], "PCR {i} changed");
+    }
+    // Reading a subset, out of order with duplicates, gives sorted unique values.
+    let some = tpm.pcr_read(&[23, 15, 0, 15]).unwrap();
+    assert_eq!(some, vec![after[0], after[15], after[23]]);
+    assert!(matches!(tpm.pcr_read(&[24]), Err(TpmError::Unsupported(_))));
+}
+
+#[test]
+fn creates_ak_and_quotes_what_pcrs_hold() {
+    let swtpm = Swtpm::start().unwrap();
+    let mut tpm = swtpm.connect().unwrap();
+    // Nothing at the persistent handle: load fails with TPM_RC_HANDLE, load_or_create creates.
+    let err = tpm.load_ak(DEFAULT_AK_HANDLE).unwrap_err();
+    assert!(err.is_handle_missing(), "{err}");
+    let ak = tpm.load_or_create_ak(DEFAULT_AK_HANDLE).unwrap();
+    assert!(ak.transient);
+    assert_eq!(tpm.read_public(ak.handle).unwrap(), ak.public_area);
+    let public = parse_ecc_public(&ak.public_area).unwrap();
+    assert_eq!(public.point.len(), 65);
+    // CreatePrimary is deterministic in the owner hierarchy.
+    let again = tpm.create_ak().unwrap();
+    assert_eq!(again.public_area, ak.public_area);
+    tpm.flush(again.handle).unwrap();
+
+    let pcrs: Vec<u32> = (0..24).collect();
+    let quote = tpm.quote(&ak, &[0x5a; 32], &pcrs).unwrap();
+    let info = parse_quote_attest(&quote.attest).unwrap();
+    assert_eq!(info.extra_data, vec![0x5a; 32]);
+    assert_eq!(info.pcr_selections[0].pcr_indices, pcrs);
+    let values = tpm.pcr_read_all().unwrap();
+    assert_eq!(
+        info.pcr_digest,
+        pcr_digest(values.iter().map(|(_, v)| &v[..])).to_vec()
+    );
+    let sig = parse_ecdsa_signature(&quote.signature).unwrap();
+    let key = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::ECDSA_P256_SHA256_FIXED,
+        &public.point,
+    );
+    key.verify(&quote.attest, &sig.r_s).unwrap();
+    tpm.flush(ak.handle).unwrap();
+    assert!(
+        tpm.quote(&ak, &[0; 32], &pcrs).is_err(),
+        "flushed key still quotes"
+    );
+}
+
+#[test]
+fn nv_read_of_missing_index_fails_precisely() {
+    let swtpm = Swtpm::start().unwrap();
+    let mut tpm = swtpm.connect().unwrap();
+    let err = tpm.nv_read(confboot::tpm::AK_CERT_NV_INDEX).unwrap_err();
+    assert!(err.is_handle_missing(), "{err}");
+}
