@@ -1,6 +1,9 @@
 //! aTLS end to end on loopback: attestation in each direction and both,
 //! and each reason a handshake is refused, asserted by its typed error.
 //!
+//! Every node is a real swtpm with the vTPM issuer; validators are vTPM
+//! validators pinning the node's attestation key.
+//!
 //! Peers that misbehave (replayed certificate, evidence for another key,
 //! missing/unknown/critical extension, expired certificate) are built here
 //! with rustls directly, using the crate's certificate pieces.
@@ -892,39 +895,46 @@ fn the_attested_certificate_has_the_documented_shape() {
     ));
 }
 
-/// The attesting nodes of these tests.
+/// The attesting nodes of these tests: each a real swtpm of its own with
+/// the vTPM issuer, and vTPM validators pinning its attestation key.
 mod fixture {
     use super::*;
-    use ring::rand::SystemRandom;
-    use ring::signature::{
-        ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair,
-        UnparsedPublicKey,
-    };
+    use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot::tpm::swtpm::Swtpm;
+    use ring::rand::{SecureRandom, SystemRandom};
 
-    /// The PCR the policies of these tests differ in.
+    /// The PCR the policies of these tests differ in (OVMF measures the
+    /// kernel into it).
     pub const PCR: u32 = 4;
 
-    /// A node: an issuer, the measurements its evidence reports, and
-    /// validators that trust its signing key.
+    /// A node: its swtpm, the vTPM issuer on it, and the PCR values its
+    /// quotes report.
     pub struct Node {
-        issuer: Arc<SoftwareKeyDouble>,
+        // Dropped before the swtpm it talks to.
+        issuer: Arc<VtpmIssuer>,
+        measurements: BTreeMap<u32, Vec<u8>>,
+        _swtpm: Swtpm,
     }
 
     impl Node {
+        /// Starts a swtpm and "boots" a kernel of its own: extends `PCR`
+        /// with a random digest, so nodes differ in it.
         pub fn new() -> Node {
-            let rng = SystemRandom::new();
-            let pkcs8 =
-                EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-            let key =
-                EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-                    .unwrap();
-            let mut pcr = [0u8; 32];
-            ring::rand::SecureRandom::fill(&rng, &mut pcr).unwrap();
+            let swtpm = Swtpm::start().expect("swtpm starts (Debian package swtpm)");
+            let issuer = VtpmIssuer::new(swtpm.connect().unwrap()).unwrap();
+            let mut kernel = [0u8; 32];
+            SystemRandom::new().fill(&mut kernel).unwrap();
+            let measurements = issuer.with_tpm(|t| {
+                t.pcr_extend(PCR, &kernel).unwrap();
+                t.pcr_read_all().unwrap()
+            });
             Node {
-                issuer: Arc::new(SoftwareKeyDouble {
-                    key,
-                    measurements: BTreeMap::from([(PCR, pcr.to_vec()), (15, vec![0; 32])]),
-                }),
+                issuer: Arc::new(issuer),
+                measurements: measurements
+                    .into_iter()
+                    .map(|(i, v)| (i, v.to_vec()))
+                    .collect(),
+                _swtpm: swtpm,
             }
         }
 
@@ -937,23 +947,22 @@ mod fixture {
         }
 
         pub fn measurements(&self) -> &BTreeMap<u32, Vec<u8>> {
-            &self.issuer.measurements
+            &self.measurements
         }
 
-        /// A validator trusting this node's signing key, with `policy`.
+        /// A vTPM validator pinning this node's AK, with `policy`.
         pub fn validator(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
-            Arc::new(SoftwareKeyDoubleValidator {
-                public_key: self.issuer.key.public_key().as_ref().to_vec(),
+            Arc::new(VtpmValidator::new(
+                AkTrust::Pinned(vec![self.issuer.ak_public_key()]),
                 policy,
-            })
+            ))
         }
 
-        /// Expects what the node measures.
+        /// Expects the node's `PCR` and an unmarked PCR 15.
         pub fn good_policy(&self) -> MeasurementPolicy {
             let mut p = MeasurementPolicy::default();
-            for (i, m) in self.measurements() {
-                p.set(*i, m.clone(), false);
-            }
+            p.set(PCR, self.measurements[&PCR].clone(), false);
+            p.set(15, vec![0; 32], false);
             p
         }
 
@@ -962,83 +971,6 @@ mod fixture {
             let mut p = self.good_policy();
             p.set(PCR, vec![0xee; 32], false);
             p
-        }
-    }
-
-    /// TEST DOUBLE of a vTPM issuer: signs (measurements, extra_data) with a
-    /// software P-256 key. Follows the Issuer contract: the evidence binds
-    /// `extra_data` and reports measurements.
-    pub struct SoftwareKeyDouble {
-        key: EcdsaKeyPair,
-        measurements: BTreeMap<u32, Vec<u8>>,
-    }
-
-    impl Issuer for SoftwareKeyDouble {
-        fn variant(&self) -> Variant {
-            Variant::QemuVtpm
-        }
-
-        fn issue(&self, extra_data: &[u8; 32]) -> Result<Vec<u8>, AttestationError> {
-            let mut ev = vec![self.measurements.len() as u8];
-            for (i, m) in &self.measurements {
-                ev.extend_from_slice(&[*i as u8, m.len() as u8]);
-                ev.extend_from_slice(m);
-            }
-            ev.extend_from_slice(extra_data);
-            let sig = self
-                .key
-                .sign(&SystemRandom::new(), &ev)
-                .map_err(|_| AttestationError::Issue("signing failed".into()))?;
-            ev.extend_from_slice(sig.as_ref());
-            Ok(ev)
-        }
-    }
-
-    /// TEST DOUBLE of a vTPM validator for [`SoftwareKeyDouble`] evidence:
-    /// checks the signature with the pinned key, the binding to
-    /// `extra_data`, then the measurement policy.
-    pub struct SoftwareKeyDoubleValidator {
-        public_key: Vec<u8>,
-        policy: MeasurementPolicy,
-    }
-
-    impl Validator for SoftwareKeyDoubleValidator {
-        fn variant(&self) -> Variant {
-            Variant::QemuVtpm
-        }
-
-        fn validate(&self, ev: &[u8], extra_data: &[u8; 32]) -> Result<Attested, AttestationError> {
-            let short = || AttestationError::Decode("truncated".into());
-            if ev.len() < 64 {
-                return Err(short());
-            }
-            let (signed, sig) = ev.split_at(ev.len() - 64);
-            UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &self.public_key)
-                .verify(signed, sig)
-                .map_err(|_| AttestationError::Signature("bad signature".into()))?;
-            let (&n, mut rest) = signed.split_first().ok_or_else(short)?;
-            let mut measurements = BTreeMap::new();
-            for _ in 0..n {
-                let [i, len, tail @ ..] = rest else {
-                    return Err(short());
-                };
-                let len = *len as usize;
-                if tail.len() < len {
-                    return Err(short());
-                }
-                measurements.insert(*i as u32, tail[..len].to_vec());
-                rest = &tail[len..];
-            }
-            if rest != extra_data {
-                return Err(AttestationError::Binding(
-                    "extra_data differs from this handshake's".into(),
-                ));
-            }
-            self.policy.check(&measurements)?;
-            Ok(Attested {
-                variant: Variant::QemuVtpm,
-                measurements,
-            })
         }
     }
 }
