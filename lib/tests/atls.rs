@@ -307,6 +307,30 @@ fn evidence_bound_to_another_key_is_refused() {
     h.join().unwrap();
 }
 
+#[test]
+fn a_server_that_does_not_hold_the_certificate_key_fails_the_handshake_signature() {
+    // Genuine evidence for this nonce and this certificate's key, but the
+    // server signs the handshake with another key: only rustls' signature
+    // check (delegated to `verify_tls13_signature`) can catch it.
+    let node = Node::new();
+    let issuer = node.issuer();
+    let (addr, h) = evil_server(1, move |nonce| {
+        let genuine = cert::attested(issuer.as_ref(), &nonce).unwrap();
+        let other = cert::self_signed(&cert::new_key().unwrap(), None).unwrap();
+        let wrong_key = atls::provider()
+            .key_provider
+            .load_private_key(other.key.into())
+            .unwrap();
+        Arc::new(CertifiedKey::new(vec![genuine.cert], wrong_key))
+    });
+    let err = connect_to(addr, v(node.validator(node.good_policy()))).unwrap_err();
+    match &err {
+        AtlsError::Tls(m) => assert!(m.to_lowercase().contains("signature"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    h.join().unwrap();
+}
+
 /// Builds a certificate for `nonce` with genuine evidence, letting `edit`
 /// change the parameters before signing.
 fn crafted(
