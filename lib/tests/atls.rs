@@ -267,8 +267,7 @@ fn certified(new: cert::NewCertificate) -> Arc<CertifiedKey> {
 fn a_replayed_server_certificate_is_refused_as_stale() {
     let node = Node::new();
     let issuer = node.issuer();
-    let captured: Arc<Mutex<Option<Arc<CertifiedKey>>>> = Arc::default();
-    let c = Arc::clone(&captured);
+    let c: Mutex<Option<Arc<CertifiedKey>>> = Mutex::default();
     // First handshake: a genuine certificate for that nonce, kept (with its
     // key). Second: the same certificate again, for a new nonce.
     let (addr, h) = evil_server(2, move |nonce| {
@@ -682,8 +681,7 @@ fn evil_connect(
 fn a_replayed_client_certificate_is_refused_as_stale() {
     let joining = Node::new();
     let issuer = joining.issuer();
-    let captured: Arc<Mutex<Option<Arc<CertifiedKey>>>> = Arc::default();
-    let c = Arc::clone(&captured);
+    let c: Mutex<Option<Arc<CertifiedKey>>> = Mutex::default();
     let config = evil_client_config(Some(move |nonce: Nonce| {
         let mut c = c.lock().unwrap();
         c.get_or_insert_with(|| certified(cert::attested(issuer.as_ref(), &nonce).unwrap()))
