@@ -73,3 +73,90 @@ fn nv_read_of_missing_index_fails_precisely() {
     let err = tpm.nv_read(confboot::tpm::AK_CERT_NV_INDEX).unwrap_err();
     assert!(err.is_handle_missing(), "{err}");
 }
+
+#[test]
+fn swtpm_helper_isolates_instances_and_cleans_up() {
+    let a = Swtpm::start().unwrap();
+    let b = Swtpm::start().unwrap();
+    assert_ne!(a.addr(), b.addr());
+    assert_ne!(a.state_dir(), b.state_dir());
+    assert_eq!(a.ctrl_port(), a.addr().port() + 1);
+    assert_eq!(
+        a.tcti(),
+        format!("swtpm:host=127.0.0.1,port={}", a.addr().port())
+    );
+    // Separate TPMs: marking one leaves the other's PCR 15 alone.
+    mark_node(&mut a.connect().unwrap(), b"a").unwrap();
+    assert_eq!(b.connect().unwrap().pcr_read(&[15]).unwrap()[0].1, [0; 32]);
+    let (dir, pid, addr) = (a.state_dir().to_path_buf(), a.pid(), a.addr());
+    assert!(dir.exists());
+    drop(a);
+    assert!(!dir.exists(), "state dir removed");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "process reaped"
+    );
+    assert!(
+        confboot::tpm::Tpm::connect_tcp(addr).is_err(),
+        "port closed"
+    );
+
+    // start_in keeps a caller's directory.
+    let kept = std::env::temp_dir().join(format!("confboot-swtpm-kept-{}", std::process::id()));
+    std::fs::create_dir_all(&kept).unwrap();
+    let c = Swtpm::start_in(&kept).unwrap();
+    c.connect().unwrap().pcr_read_all().unwrap();
+    drop(c);
+    assert!(kept.exists());
+    std::fs::remove_dir_all(&kept).unwrap();
+}
+
+const ABORT_HELPER_ENV: &str = "CONFBOOT_SWTPM_ABORT_HELPER";
+
+/// Run in a child process by `swtpm_stops_when_the_test_process_aborts`:
+/// starts a Swtpm, reports its control port, then aborts (no unwinding, no
+/// Drop) when told to.
+#[test]
+#[ignore = "helper, run by swtpm_stops_when_the_test_process_aborts"]
+fn swtpm_abort_helper() {
+    assert!(
+        std::env::var_os(ABORT_HELPER_ENV).is_some(),
+        "run only as a helper"
+    );
+    let swtpm = Swtpm::start().unwrap();
+    println!("ctrl-port {}", swtpm.ctrl_port());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    std::process::abort();
+}
+
+#[test]
+fn swtpm_stops_when_the_test_process_aborts() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args(["swtpm_abort_helper", "--exact", "--ignored", "--nocapture"])
+        .env(ABORT_HELPER_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(helper.stdout.take().unwrap()).lines();
+    let port: u16 = loop {
+        let line = lines.next().expect("helper reports its port").unwrap();
+        if let Some(p) = line.strip_prefix("ctrl-port ") {
+            break p.parse().unwrap();
+        }
+    };
+    // An idle connection to swtpm's control channel ends only when swtpm exits.
+    let mut ctrl = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    writeln!(helper.stdin.take().unwrap(), "abort").unwrap();
+    assert!(!helper.wait().unwrap().success(), "the helper aborted");
+    let mut buf = [0u8; 16];
+    match ctrl.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("swtpm still serves its control channel: {other:?}"),
+    }
+}

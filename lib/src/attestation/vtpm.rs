@@ -225,6 +225,42 @@ pub enum AkTrust {
     InsecureAnyAk,
 }
 
+impl AkTrust {
+    /// Parses AK trust from a configuration string:
+    /// `ca:PATH` (CA certificates, PEM or DER, see [`load_ca_certificates`]),
+    /// `pinned:HEX[,HEX...]` (65-byte SEC1 points in hex, as
+    /// `confboot-tpm-provision` writes to `ak-pubkey.hex`), or
+    /// `insecure-any-ak`.
+    pub fn parse(spec: &str) -> Result<AkTrust, AttestationError> {
+        let bad = |m: String| AttestationError::Policy(format!("AK trust {spec:?}: {m}"));
+        if spec == "insecure-any-ak" {
+            return Ok(AkTrust::InsecureAnyAk);
+        }
+        if let Some(path) = spec.strip_prefix("ca:") {
+            return load_ca_certificates(Path::new(path)).map(AkTrust::CertificateRoots);
+        }
+        if let Some(list) = spec.strip_prefix("pinned:") {
+            let keys = list
+                .split(',')
+                .map(|h| {
+                    let key = hex::decode(h.trim()).map_err(|e| bad(e.to_string()))?;
+                    if key.len() != 65 || key[0] != 4 {
+                        return Err(bad(format!(
+                            "{} bytes is not an uncompressed P-256 point (65 bytes, 04...)",
+                            key.len()
+                        )));
+                    }
+                    Ok(key)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(AkTrust::Pinned(keys));
+        }
+        Err(bad(
+            "want ca:PATH, pinned:HEX[,HEX...] or insecure-any-ak".into()
+        ))
+    }
+}
+
 /// Reads CA certificates from a file: one or more PEM `CERTIFICATE` blocks,
 /// or one DER certificate. Each must parse.
 pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationError> {
@@ -651,4 +687,70 @@ pub fn issue_ak_certificate(
         .signed_by(&AkSubjectKey(ak_public_key), ca)
         .map(|c| c.der().to_vec())
         .map_err(|e| AttestationError::Issue(format!("cannot issue the AK certificate: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ak_trust_parses_each_form_and_refuses_others() {
+        assert!(matches!(
+            AkTrust::parse("insecure-any-ak"),
+            Ok(AkTrust::InsecureAnyAk)
+        ));
+        let a = format!("04{}", "ab".repeat(64));
+        let b = format!("04{}", "cd".repeat(64));
+        match AkTrust::parse(&format!("pinned:{a}, {b}")) {
+            Ok(AkTrust::Pinned(keys)) => {
+                assert_eq!(
+                    keys,
+                    vec![hex::decode(&a).unwrap(), hex::decode(&b).unwrap()]
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "pinned:04ab",
+            "pinned:zz",
+            &format!("pinned:05{}", "ab".repeat(64)),
+            "ca:/nonexistent/ca.pem",
+            "any",
+        ] {
+            assert!(
+                matches!(AkTrust::parse(bad), Err(AttestationError::Policy(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn ca_certificates_load_from_pem_and_der() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        let dir = std::env::temp_dir().join(format!("confboot-vtpm-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pem = dir.join("ca.pem");
+        let der = dir.join("ca.der");
+        let junk = dir.join("junk");
+        std::fs::write(&pem, format!("{}{}", cert.pem(), cert.pem())).unwrap();
+        std::fs::write(&der, cert.der()).unwrap();
+        std::fs::write(&junk, b"not a certificate").unwrap();
+        assert_eq!(load_ca_certificates(&pem).unwrap().len(), 2);
+        assert_eq!(
+            load_ca_certificates(&der).unwrap(),
+            vec![cert.der().to_vec()]
+        );
+        assert!(matches!(
+            AkTrust::parse(&format!("ca:{}", pem.display())),
+            Ok(AkTrust::CertificateRoots(r)) if r.len() == 2
+        ));
+        assert!(matches!(
+            load_ca_certificates(&junk),
+            Err(AttestationError::Policy(_))
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -161,6 +161,16 @@ fn sha256_selection(pcr_indices: &[u32]) -> Result<TpmlPcrSelection, TpmError> {
     Ok(list)
 }
 
+/// How often a command is sent when the TPM answers with a transient
+/// warning ([`is_transient`]).
+pub const TRANSIENT_ATTEMPTS: usize = 5;
+
+/// Whether a response code asks to send the command again: `TPM_RC_RETRY`,
+/// `TPM_RC_YIELDED`, `TPM_RC_TESTING` (a resource manager or a busy TPM).
+pub fn is_transient(rc: u32) -> bool {
+    matches!(rc, 0x922 | 0x908 | 0x90a)
+}
+
 /// Response code of a response frame (bytes 6..10; the transport checked
 /// the header is whole).
 fn response_code(response: &[u8]) -> u32 {
@@ -197,11 +207,21 @@ impl Tpm {
         name: &'static str,
     ) -> Result<Vec<u8>, TpmError> {
         log::trace!("TPM2_{name}: {} command bytes", command.len());
-        let response = self.transport.transact(command)?;
-        let rc = response_code(&response);
-        if rc != 0 {
+        let mut attempt = 1;
+        let response = loop {
+            let response = self.transport.transact(command)?;
+            let rc = response_code(&response);
+            if rc == 0 {
+                break response;
+            }
+            if is_transient(rc) && attempt < TRANSIENT_ATTEMPTS {
+                log::debug!("TPM2_{name}: transient response code {rc:#x}, retrying");
+                std::thread::sleep(std::time::Duration::from_millis(10 * attempt as u64));
+                attempt += 1;
+                continue;
+            }
             return Err(TpmError::ResponseCode { command: name, rc });
-        }
+        };
         let view = TpmResponse::cast(&response).map_err(wire(name))?;
         view.validate(cc).map_err(wire(name))?;
         Ok(response)
@@ -555,6 +575,60 @@ mod tests {
         assert_eq!(view.cc().unwrap(), TpmCc::CreatePrimary);
         assert_eq!(view.size() as usize, frame.len());
         assert_eq!(view.handles().unwrap(), &TPM_RH_OWNER.to_be_bytes());
+    }
+
+    /// A fake TPM on a socket that answers commands with `replies` in turn.
+    fn fake_tpm(replies: Vec<Vec<u8>>) -> SocketAddr {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            for reply in replies {
+                let mut header = [0u8; 10];
+                s.read_exact(&mut header).unwrap();
+                let size = u32::from_be_bytes(header[2..6].try_into().unwrap()) as usize;
+                let mut rest = vec![0u8; size - 10];
+                s.read_exact(&mut rest).unwrap();
+                s.write_all(&reply).unwrap();
+            }
+        });
+        addr
+    }
+
+    fn error_response(rc: u32) -> Vec<u8> {
+        let mut r = vec![0x80, 0x01, 0, 0, 0, 10];
+        r.extend_from_slice(&rc.to_be_bytes());
+        r
+    }
+
+    #[test]
+    fn transient_warnings_are_retried_and_errors_are_not() {
+        let success = vec![0x80, 0x01, 0, 0, 0, 10, 0, 0, 0, 0];
+        let mut tpm = Tpm::connect_tcp(fake_tpm(vec![
+            error_response(0x922),
+            error_response(0x908),
+            success,
+        ]))
+        .unwrap();
+        tpm.flush(0x8000_0000).unwrap();
+        let mut tpm = Tpm::connect_tcp(fake_tpm(vec![error_response(0x18b)])).unwrap();
+        assert_eq!(
+            tpm.flush(0x8000_0000),
+            Err(TpmError::ResponseCode {
+                command: "FlushContext",
+                rc: 0x18b
+            })
+        );
+        let mut tpm =
+            Tpm::connect_tcp(fake_tpm(vec![error_response(0x922); TRANSIENT_ATTEMPTS])).unwrap();
+        assert_eq!(
+            tpm.flush(0x8000_0000),
+            Err(TpmError::ResponseCode {
+                command: "FlushContext",
+                rc: 0x922
+            })
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A real software TPM for tests: [`Swtpm`] starts `swtpm socket --tpm2` on
 //! free loopback ports with its own state directory, waits until it answers
-//! a TPM command, and kills it (and removes the state) when dropped, also
-//! when a test panics.
+//! a TPM command, and stops it (and removes the state) when dropped, also
+//! when a test panics; a supervising shell stops it even when the test
+//! process is killed or aborts (the pipe to its stdin closes).
 //!
 //! ```no_run
 //! use confboot::tpm::swtpm::Swtpm;
@@ -17,7 +18,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,27 @@ pub const PORT_ATTEMPTS: usize = 8;
 
 static INSTANCE: AtomicU32 = AtomicU32::new(0);
 
+/// Runs swtpm ("$@" are its arguments) under a small shell supervisor that
+/// stops it (SIGTERM) as soon as its stdin reaches end-of-file: when
+/// [`Swtpm`] is dropped, and also when the test process dies without
+/// unwinding (abort, a signal), because the kernel then closes the pipe.
+/// The supervisor exits with swtpm's status, so a failed start is seen.
+const SUPERVISOR: &str = r#"
+exec 3<&0 </dev/null
+swtpm "$@" >/dev/null 2>&1 &
+tpm=$!
+{ read -r _ <&3; kill "$tpm" 2>/dev/null; } &
+watcher=$!
+wait "$tpm"
+status=$?
+kill "$watcher" 2>/dev/null
+exit "$status"
+"#;
+
 /// A running swtpm process with its own state directory and ports.
 pub struct Swtpm {
+    /// Write end of the supervisor's stdin; closing it stops swtpm.
+    lifeline: Option<ChildStdin>,
     child: Child,
     server_port: u16,
     state_dir: PathBuf,
@@ -97,7 +117,10 @@ impl Swtpm {
     }
 
     fn spawn(state_dir: &Path, port: u16) -> Result<Swtpm, TpmError> {
-        let child = Command::new("swtpm")
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("sh")
             .arg("socket")
             .arg("--tpm2")
             .arg("--server")
@@ -108,13 +131,14 @@ impl Swtpm {
             .arg(format!("dir={}", state_dir.display()))
             .arg("--flags")
             .arg("not-need-init,startup-clear")
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| TpmError::Transport(format!("cannot run swtpm (installed?): {e}")))?;
-        // From here on, Drop kills the child whatever happens.
+            .map_err(|e| TpmError::Transport(format!("cannot run sh for swtpm: {e}")))?;
+        // From here on, Drop stops swtpm whatever happens.
         let mut s = Swtpm {
+            lifeline: child.stdin.take(),
             child,
             server_port: port,
             state_dir: state_dir.to_path_buf(),
@@ -123,9 +147,11 @@ impl Swtpm {
         let deadline = Instant::now() + START_DEADLINE;
         loop {
             if let Ok(Some(status)) = s.child.try_wait() {
-                return Err(TpmError::Transport(format!(
-                    "swtpm exited at start ({status}); port {port} taken?"
-                )));
+                return Err(TpmError::Transport(if status.code() == Some(127) {
+                    "swtpm not found (install the Debian package swtpm)".to_string()
+                } else {
+                    format!("swtpm exited at start ({status}); port {port} taken?")
+                }));
             }
             // "Answers" means: a TPM command gets a TPM response.
             if let Ok(mut tpm) = Tpm::connect_tcp(s.addr())
@@ -158,6 +184,11 @@ impl Swtpm {
         format!("swtpm:host=127.0.0.1,port={}", self.server_port)
     }
 
+    /// Process id of the supervisor (a shell whose child is swtpm).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The state directory.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
@@ -171,7 +202,9 @@ impl Swtpm {
 
 impl Drop for Swtpm {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // End-of-file on the supervisor's stdin: it stops swtpm and exits
+        // once swtpm has exited.
+        drop(self.lifeline.take());
         let _ = self.child.wait();
         if self.remove_state {
             let _ = std::fs::remove_dir_all(&self.state_dir);

@@ -161,4 +161,42 @@ mod tests {
         h[2..6].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(matches!(response_len(&h), Err(TpmError::Malformed(_))));
     }
+
+    /// A peer that answers every command with `reply` and then closes.
+    fn fake_tpm(reply: Vec<u8>) -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut cmd = [0u8; HEADER_LEN];
+            s.read_exact(&mut cmd).unwrap();
+            let _ = s.write_all(&reply);
+        });
+        addr
+    }
+
+    #[test]
+    fn tcp_transport_refuses_oversized_and_short_responses() {
+        let command = [0x80, 0x01, 0, 0, 0, 10, 0, 0, 0x01, 0x44];
+        // Claims 2 GiB: refused from the header, nothing allocated.
+        let mut huge = vec![0x80, 0x01];
+        huge.extend_from_slice(&0x7fff_ffffu32.to_be_bytes());
+        huge.extend_from_slice(&[0; 4]);
+        let mut t = TcpTransport::connect(fake_tpm(huge)).unwrap();
+        assert_eq!(
+            t.transact(&command),
+            Err(TpmError::Malformed(format!(
+                "response size 2147483647 outside 10..={MAX_RESPONSE_LEN}"
+            )))
+        );
+        // Claims 20 bytes, sends 12, closes: a transport error, not a hang.
+        let mut short = vec![0x80, 0x01, 0, 0, 0, 20, 0, 0, 0, 0];
+        short.extend_from_slice(&[1, 2]);
+        let mut t = TcpTransport::connect(fake_tpm(short)).unwrap();
+        assert!(matches!(t.transact(&command), Err(TpmError::Transport(_))));
+        // A whole response comes back as sent.
+        let ok = vec![0x80, 0x01, 0, 0, 0, 12, 0, 0, 0, 0, 7, 7];
+        let mut t = TcpTransport::connect(fake_tpm(ok.clone())).unwrap();
+        assert_eq!(t.transact(&command).unwrap(), ok);
+    }
 }
