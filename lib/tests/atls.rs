@@ -1,6 +1,9 @@
 //! aTLS end to end on loopback: attestation in each direction and both,
 //! and each reason a handshake is refused, asserted by its typed error.
 //!
+//! Every node is a real swtpm with the vTPM issuer; validators are vTPM
+//! validators pinning the node's attestation key.
+//!
 //! Peers that misbehave (replayed certificate, evidence for another key,
 //! missing/unknown/critical extension, expired certificate) are built here
 //! with rustls directly, using the crate's certificate pieces.
@@ -264,8 +267,7 @@ fn certified(new: cert::NewCertificate) -> Arc<CertifiedKey> {
 fn a_replayed_server_certificate_is_refused_as_stale() {
     let node = Node::new();
     let issuer = node.issuer();
-    let captured: Arc<Mutex<Option<Arc<CertifiedKey>>>> = Arc::default();
-    let c = Arc::clone(&captured);
+    let c: Mutex<Option<Arc<CertifiedKey>>> = Mutex::default();
     // First handshake: a genuine certificate for that nonce, kept (with its
     // key). Second: the same certificate again, for a new nonce.
     let (addr, h) = evil_server(2, move |nonce| {
@@ -301,6 +303,30 @@ fn evidence_bound_to_another_key_is_refused() {
         matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
         "{err:?}"
     );
+    h.join().unwrap();
+}
+
+#[test]
+fn a_server_that_does_not_hold_the_certificate_key_fails_the_handshake_signature() {
+    // Genuine evidence for this nonce and this certificate's key, but the
+    // server signs the handshake with another key: only rustls' signature
+    // check (delegated to `verify_tls13_signature`) can catch it.
+    let node = Node::new();
+    let issuer = node.issuer();
+    let (addr, h) = evil_server(1, move |nonce| {
+        let genuine = cert::attested(issuer.as_ref(), &nonce).unwrap();
+        let other = cert::self_signed(&cert::new_key().unwrap(), None).unwrap();
+        let wrong_key = atls::provider()
+            .key_provider
+            .load_private_key(other.key.into())
+            .unwrap();
+        Arc::new(CertifiedKey::new(vec![genuine.cert], wrong_key))
+    });
+    let err = connect_to(addr, v(node.validator(node.good_policy()))).unwrap_err();
+    match &err {
+        AtlsError::Tls(m) => assert!(m.to_lowercase().contains("signature"), "{m}"),
+        other => panic!("{other:?}"),
+    }
     h.join().unwrap();
 }
 
@@ -655,8 +681,7 @@ fn evil_connect(
 fn a_replayed_client_certificate_is_refused_as_stale() {
     let joining = Node::new();
     let issuer = joining.issuer();
-    let captured: Arc<Mutex<Option<Arc<CertifiedKey>>>> = Arc::default();
-    let c = Arc::clone(&captured);
+    let c: Mutex<Option<Arc<CertifiedKey>>> = Mutex::default();
     let config = evil_client_config(Some(move |nonce: Nonce| {
         let mut c = c.lock().unwrap();
         c.get_or_insert_with(|| certified(cert::attested(issuer.as_ref(), &nonce).unwrap()))
@@ -892,39 +917,46 @@ fn the_attested_certificate_has_the_documented_shape() {
     ));
 }
 
-/// The attesting nodes of these tests.
+/// The attesting nodes of these tests: each a real swtpm of its own with
+/// the vTPM issuer, and vTPM validators pinning its attestation key.
 mod fixture {
     use super::*;
-    use ring::rand::SystemRandom;
-    use ring::signature::{
-        ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair,
-        UnparsedPublicKey,
-    };
+    use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot::tpm::swtpm::Swtpm;
+    use ring::rand::{SecureRandom, SystemRandom};
 
-    /// The PCR the policies of these tests differ in.
+    /// The PCR the policies of these tests differ in (OVMF measures the
+    /// kernel into it).
     pub const PCR: u32 = 4;
 
-    /// A node: an issuer, the measurements its evidence reports, and
-    /// validators that trust its signing key.
+    /// A node: its swtpm, the vTPM issuer on it, and the PCR values its
+    /// quotes report.
     pub struct Node {
-        issuer: Arc<SoftwareKeyDouble>,
+        // Dropped before the swtpm it talks to.
+        issuer: Arc<VtpmIssuer>,
+        measurements: BTreeMap<u32, Vec<u8>>,
+        _swtpm: Swtpm,
     }
 
     impl Node {
+        /// Starts a swtpm and "boots" a kernel of its own: extends `PCR`
+        /// with a random digest, so nodes differ in it.
         pub fn new() -> Node {
-            let rng = SystemRandom::new();
-            let pkcs8 =
-                EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-            let key =
-                EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-                    .unwrap();
-            let mut pcr = [0u8; 32];
-            ring::rand::SecureRandom::fill(&rng, &mut pcr).unwrap();
+            let swtpm = Swtpm::start().expect("swtpm starts (Debian package swtpm)");
+            let issuer = VtpmIssuer::new(swtpm.connect().unwrap()).unwrap();
+            let mut kernel = [0u8; 32];
+            SystemRandom::new().fill(&mut kernel).unwrap();
+            let measurements = issuer.with_tpm(|t| {
+                t.pcr_extend(PCR, &kernel).unwrap();
+                t.pcr_read_all().unwrap()
+            });
             Node {
-                issuer: Arc::new(SoftwareKeyDouble {
-                    key,
-                    measurements: BTreeMap::from([(PCR, pcr.to_vec()), (15, vec![0; 32])]),
-                }),
+                issuer: Arc::new(issuer),
+                measurements: measurements
+                    .into_iter()
+                    .map(|(i, v)| (i, v.to_vec()))
+                    .collect(),
+                _swtpm: swtpm,
             }
         }
 
@@ -937,23 +969,22 @@ mod fixture {
         }
 
         pub fn measurements(&self) -> &BTreeMap<u32, Vec<u8>> {
-            &self.issuer.measurements
+            &self.measurements
         }
 
-        /// A validator trusting this node's signing key, with `policy`.
+        /// A vTPM validator pinning this node's AK, with `policy`.
         pub fn validator(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
-            Arc::new(SoftwareKeyDoubleValidator {
-                public_key: self.issuer.key.public_key().as_ref().to_vec(),
+            Arc::new(VtpmValidator::new(
+                AkTrust::Pinned(vec![self.issuer.ak_public_key()]),
                 policy,
-            })
+            ))
         }
 
-        /// Expects what the node measures.
+        /// Expects the node's `PCR` and an unmarked PCR 15.
         pub fn good_policy(&self) -> MeasurementPolicy {
             let mut p = MeasurementPolicy::default();
-            for (i, m) in self.measurements() {
-                p.set(*i, m.clone(), false);
-            }
+            p.set(PCR, self.measurements[&PCR].clone(), false);
+            p.set(15, vec![0; 32], false);
             p
         }
 
@@ -962,83 +993,6 @@ mod fixture {
             let mut p = self.good_policy();
             p.set(PCR, vec![0xee; 32], false);
             p
-        }
-    }
-
-    /// TEST DOUBLE of a vTPM issuer: signs (measurements, extra_data) with a
-    /// software P-256 key. Follows the Issuer contract: the evidence binds
-    /// `extra_data` and reports measurements.
-    pub struct SoftwareKeyDouble {
-        key: EcdsaKeyPair,
-        measurements: BTreeMap<u32, Vec<u8>>,
-    }
-
-    impl Issuer for SoftwareKeyDouble {
-        fn variant(&self) -> Variant {
-            Variant::QemuVtpm
-        }
-
-        fn issue(&self, extra_data: &[u8; 32]) -> Result<Vec<u8>, AttestationError> {
-            let mut ev = vec![self.measurements.len() as u8];
-            for (i, m) in &self.measurements {
-                ev.extend_from_slice(&[*i as u8, m.len() as u8]);
-                ev.extend_from_slice(m);
-            }
-            ev.extend_from_slice(extra_data);
-            let sig = self
-                .key
-                .sign(&SystemRandom::new(), &ev)
-                .map_err(|_| AttestationError::Issue("signing failed".into()))?;
-            ev.extend_from_slice(sig.as_ref());
-            Ok(ev)
-        }
-    }
-
-    /// TEST DOUBLE of a vTPM validator for [`SoftwareKeyDouble`] evidence:
-    /// checks the signature with the pinned key, the binding to
-    /// `extra_data`, then the measurement policy.
-    pub struct SoftwareKeyDoubleValidator {
-        public_key: Vec<u8>,
-        policy: MeasurementPolicy,
-    }
-
-    impl Validator for SoftwareKeyDoubleValidator {
-        fn variant(&self) -> Variant {
-            Variant::QemuVtpm
-        }
-
-        fn validate(&self, ev: &[u8], extra_data: &[u8; 32]) -> Result<Attested, AttestationError> {
-            let short = || AttestationError::Decode("truncated".into());
-            if ev.len() < 64 {
-                return Err(short());
-            }
-            let (signed, sig) = ev.split_at(ev.len() - 64);
-            UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &self.public_key)
-                .verify(signed, sig)
-                .map_err(|_| AttestationError::Signature("bad signature".into()))?;
-            let (&n, mut rest) = signed.split_first().ok_or_else(short)?;
-            let mut measurements = BTreeMap::new();
-            for _ in 0..n {
-                let [i, len, tail @ ..] = rest else {
-                    return Err(short());
-                };
-                let len = *len as usize;
-                if tail.len() < len {
-                    return Err(short());
-                }
-                measurements.insert(*i as u32, tail[..len].to_vec());
-                rest = &tail[len..];
-            }
-            if rest != extra_data {
-                return Err(AttestationError::Binding(
-                    "extra_data differs from this handshake's".into(),
-                ));
-            }
-            self.policy.check(&measurements)?;
-            Ok(Attested {
-                variant: Variant::QemuVtpm,
-                measurements,
-            })
         }
     }
 }

@@ -13,7 +13,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
 
 use super::nonce::Nonce;
-use super::{AtlsError, HandshakeState, cert, check_alpn, drive, unix_secs};
+use super::{AtlsError, HandshakeState, cert, check_alpn, drive, reset_timeouts, unix_secs};
 use crate::attestation::{Attested, Issuer, Validator};
 use crate::rpc::Transport;
 
@@ -52,7 +52,8 @@ impl AtlsClient {
         }
     }
 
-    /// Runs the client handshake on `sock`, bounded by `timeout`.
+    /// Runs the client handshake on `sock`, all of it within `timeout`.
+    /// Afterwards the socket's read and write timeouts are `timeout` each.
     ///
     /// In TLS 1.3 the client finishes its handshake before the server has
     /// checked the client's certificate: a server refusing our evidence
@@ -93,6 +94,7 @@ impl AtlsClient {
             .map_err(|e| AtlsError::Tls(e.to_string()))?;
         drive(&mut conn, &mut sock, deadline, &state)?;
         check_alpn(conn.alpn_protocol())?;
+        reset_timeouts(&mut sock, timeout)?;
         let peer = state.take_peer();
         if !self.server_validators.is_empty() && peer.is_none() {
             // Unreachable unless rustls skipped the verifier: fail closed.

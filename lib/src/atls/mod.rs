@@ -325,6 +325,13 @@ fn set_timeouts<T: Transport>(sock: &mut T, deadline: Instant) -> Result<(), Atl
         .map_err(AtlsError::from_io)
 }
 
+/// Sets both timeouts of a socket whose handshake is done.
+fn reset_timeouts<T: Transport>(sock: &mut T, timeout: Duration) -> Result<(), AtlsError> {
+    sock.set_read_timeout(Some(timeout))
+        .and_then(|_| sock.set_write_timeout(Some(timeout)))
+        .map_err(AtlsError::from_io)
+}
+
 fn check_alpn(got: Option<&[u8]>) -> Result<(), AtlsError> {
     if got == Some(ALPN) {
         Ok(())
@@ -381,8 +388,8 @@ pub type AtlsRpcClient = rpc::Client<StreamOwned<ClientConnection, TcpStream>>;
 /// one of them accepts (otherwise any server certificate is taken, and
 /// `None` returned). With `client_issuer` the client attests when the server
 /// asks; a server refusing our evidence shows on the first call. `timeout`
-/// bounds the TCP connect plus the handshake, and every later read and write
-/// until the client sets its own per-call deadlines.
+/// bounds the TCP connect plus the handshake; it stays the socket's read and
+/// write timeout afterwards (each call also bounds its I/O by its deadline).
 pub fn connect(
     addr: impl ToSocketAddrs,
     timeout: Duration,
@@ -392,8 +399,9 @@ pub fn connect(
     let deadline = Instant::now() + timeout;
     let sock = tcp_connect(addr, deadline)?;
     let client = AtlsClient::new(server_validators.to_vec(), client_issuer);
-    let Connected { stream, peer } =
+    let Connected { mut stream, peer } =
         client.connect(sock, deadline.saturating_duration_since(Instant::now()))?;
+    reset_timeouts(&mut stream.sock, timeout)?;
     Ok((rpc::Client::new(stream), peer))
 }
 

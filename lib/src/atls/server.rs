@@ -17,7 +17,7 @@ use rustls::{
 };
 
 use super::nonce::Nonce;
-use super::{AtlsError, HandshakeState, cert, check_alpn, drive, unix_secs};
+use super::{AtlsError, HandshakeState, cert, check_alpn, drive, reset_timeouts, unix_secs};
 use crate::attestation::{Attested, Issuer, Validator};
 use crate::rpc::Transport;
 
@@ -119,20 +119,22 @@ impl AtlsServer {
         sock: T,
         timeout: Duration,
     ) -> Result<Accepted<T>, AtlsError> {
-        let deadline = Instant::now() + timeout;
-        self.start()?.complete(sock, deadline)
+        self.start()?.complete(sock, timeout)
     }
 }
 
 impl ServerHandshake {
-    /// Runs this handshake on `sock`; every read and write ends by `deadline`.
+    /// Runs this handshake on `sock`, all of it within `timeout`. Afterwards
+    /// the socket's read and write timeouts are `timeout` each.
     pub fn complete<T: Transport>(
         mut self,
         mut sock: T,
-        deadline: Instant,
+        timeout: Duration,
     ) -> Result<Accepted<T>, AtlsError> {
+        let deadline = Instant::now() + timeout;
         drive(&mut self.conn, &mut sock, deadline, &self.state)?;
         check_alpn(self.conn.alpn_protocol())?;
+        reset_timeouts(&mut sock, timeout)?;
         let peer = self.state.take_peer();
         Ok(Accepted {
             stream: StreamOwned::new(self.conn, sock),
