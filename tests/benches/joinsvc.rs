@@ -212,15 +212,14 @@ fn main() {
 
     // 256 concurrent attested connections held open, then one call on each.
     drop(joinsvc);
+    // A second instance with a pool large enough to hold them all.
     let joinsvc = {
-        // A second instance with a pool large enough to hold them all.
-        let j = Joinsvc::start_with(
+        Joinsvc::start_with(
             &joinsvc_bin,
             &nodes[0].policy(),
             &trusted,
             &["--workers", "256", "--queue", "256"],
-        );
-        j
+        )
     };
     let before = vm_hwm_kib(joinsvc.process.id());
     let mut clients = Vec::new();
