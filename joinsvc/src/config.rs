@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot::args::Matches;
-use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator, load_ca_certificates};
+use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::kms::MasterSecret;
 use confboot::rpc::listener::PoolConfig;
@@ -67,33 +67,13 @@ pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
 }
 
 fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
-    let err = |e: String| format!("--ak-trust {mode}: {e}");
-    if mode == "insecure-any-ak" {
+    let trust = AkTrust::parse(mode).map_err(|e| format!("--ak-trust: {e}"))?;
+    if matches!(trust, AkTrust::InsecureAnyAk) {
         log::warn!(
             "--ak-trust insecure-any-ak: any attestation key is trusted; for local QEMU only"
         );
-        return Ok(AkTrust::InsecureAnyAk);
     }
-    if let Some(path) = mode.strip_prefix("ca:") {
-        return load_ca_certificates(Path::new(path))
-            .map(AkTrust::CertificateRoots)
-            .map_err(|e| err(e.to_string()));
-    }
-    if let Some(path) = mode.strip_prefix("pinned:") {
-        let text = read_file("ak-trust", Path::new(path))?;
-        let text = std::str::from_utf8(&text).map_err(|e| err(e.to_string()))?;
-        let keys = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(|l| confboot::hex::decode(l).map_err(|e| err(e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
-        if keys.is_empty() {
-            return Err(err("no key in the file".into()));
-        }
-        return Ok(AkTrust::Pinned(keys));
-    }
-    Err(err("want ca:FILE, pinned:FILE or insecure-any-ak".into()))
+    Ok(trust)
 }
 
 fn open_tpm(spec: &str) -> Result<Tpm, String> {
@@ -237,19 +217,26 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("confboot-ak-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("pinned");
-        std::fs::write(&f, "# node keys\n04aabb\n\n04ccdd\n").unwrap();
+        let (k1, k2) = (
+            format!("04{}", "ab".repeat(64)),
+            format!("04{}", "cd".repeat(64)),
+        );
+        std::fs::write(&f, format!("# node keys\n{k1}\n\n{k2}\n")).unwrap();
         match parse_ak_trust(&format!("pinned:{}", f.display())).unwrap() {
-            AkTrust::Pinned(keys) => {
-                assert_eq!(keys, vec![vec![4, 0xaa, 0xbb], vec![4, 0xcc, 0xdd]])
-            }
+            AkTrust::Pinned(keys) => assert_eq!(keys.len(), 2),
             other => panic!("{other:?}"),
         }
         std::fs::write(&f, "# nothing\n").unwrap();
         assert!(parse_ak_trust(&format!("pinned:{}", f.display())).is_err());
+        std::fs::write(&f, "04aabb\n").unwrap();
+        assert!(
+            parse_ak_trust(&format!("pinned:{}", f.display())).is_err(),
+            "a short key is refused"
+        );
         assert!(
             parse_ak_trust("trust-me")
                 .unwrap_err()
-                .contains("want ca:FILE")
+                .contains("want ca:PATH")
         );
         assert!(parse_ak_trust("ca:/nonexistent").is_err());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -229,8 +229,9 @@ impl AkTrust {
     /// Parses AK trust from a configuration string:
     /// `ca:PATH` (CA certificates, PEM or DER, see [`load_ca_certificates`]),
     /// `pinned:HEX[,HEX...]` (65-byte SEC1 points in hex, as
-    /// `confboot-tpm-provision` writes to `ak-pubkey.hex`), or
-    /// `insecure-any-ak`.
+    /// `confboot-tpm-provision` writes to `ak-pubkey.hex`), `pinned:PATH`
+    /// (a file with one such key per line, `#` comments; a PATH contains a
+    /// `/`), or `insecure-any-ak`.
     pub fn parse(spec: &str) -> Result<AkTrust, AttestationError> {
         let bad = |m: String| AttestationError::Policy(format!("AK trust {spec:?}: {m}"));
         if spec == "insecure-any-ak" {
@@ -240,8 +241,23 @@ impl AkTrust {
             return load_ca_certificates(Path::new(path)).map(AkTrust::CertificateRoots);
         }
         if let Some(list) = spec.strip_prefix("pinned:") {
-            let keys = list
-                .split(',')
+            let from_file;
+            let hex_keys: Vec<&str> = if list.contains('/') {
+                from_file = std::fs::read_to_string(list)
+                    .map_err(|e| bad(format!("cannot read {list}: {e}")))?;
+                from_file
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .collect()
+            } else {
+                list.split(',').collect()
+            };
+            if hex_keys.is_empty() {
+                return Err(bad("no key given".into()));
+            }
+            let keys = hex_keys
+                .into_iter()
                 .map(|h| {
                     let key = hex::decode(h.trim()).map_err(|e| bad(e.to_string()))?;
                     if key.len() != 65 || key[0] != 4 {
