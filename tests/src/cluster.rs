@@ -95,6 +95,34 @@ impl Node {
         p
     }
 
+    /// Asks joinsvc at `addr` for a join ticket, first checking that joinsvc
+    /// attests to `joinsvc_validator`'s policy (an unattested or differently
+    /// measured join service is refused before anything is sent).
+    pub fn join_verifying(
+        &self,
+        addr: SocketAddr,
+        disk_uuid: &str,
+        joinsvc_validator: Arc<dyn confboot::attestation::Validator>,
+    ) -> Result<IssueJoinTicketResponse, confboot::atls::AtlsError> {
+        let (mut client, attested) = atls::connect(
+            addr,
+            Duration::from_secs(20),
+            &[joinsvc_validator],
+            Some(self.issuer.clone() as Arc<dyn Issuer>),
+        )?;
+        assert!(
+            attested.is_some(),
+            "a validator was given, so joinsvc must have attested"
+        );
+        let req = IssueJoinTicketRequest {
+            disk_uuid: disk_uuid.into(),
+            ..Default::default()
+        };
+        client
+            .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+            .map_err(|s| confboot::atls::AtlsError::Io(s.to_string()))
+    }
+
     /// Asks joinsvc at `addr` for a join ticket for disk `disk_uuid`.
     pub fn join(
         &self,

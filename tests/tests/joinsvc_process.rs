@@ -199,3 +199,69 @@ fn joinsvc_refuses_bad_configuration_with_clear_errors() {
         assert!(help.contains(opt), "--help lacks {opt}");
     }
 }
+
+#[test]
+fn nodes_can_require_joinsvc_to_attest() {
+    use confboot::atls::AtlsError;
+    use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot::attestation::{AttestationError, MeasurementPolicy, Validator};
+    use confboot::tpm::swtpm::Swtpm;
+    use std::sync::Arc;
+
+    // The control-plane node's own TPM, which joinsvc attests with.
+    let cp_tpm = Swtpm::start().unwrap();
+    let (cp_ak, cp_policy) = {
+        let issuer = VtpmIssuer::new(cp_tpm.connect().unwrap()).unwrap();
+        let pcrs = issuer.with_tpm(|t| t.pcr_read_all()).unwrap();
+        let mut policy = MeasurementPolicy::default();
+        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i <= 9) {
+            policy.set(i, v.to_vec(), false);
+        }
+        (issuer.ak_public_key(), policy)
+        // The issuer's connection closes here: swtpm serves one client at a time.
+    };
+    let node = Node::start("node", b"kernel");
+    let tpm_arg = cp_tpm.addr().to_string();
+    let joinsvc = confboot_tests::cluster::Joinsvc::start_with(
+        &debug_binary("joinsvc"),
+        &node.policy(),
+        &[&node],
+        &["--tpm", &tpm_arg],
+    );
+    joinsvc.process.wait_for_line("attesting with the TPM", 100);
+
+    // joinsvc is a running control plane: its PCR 15 may be marked.
+    let trusting: Arc<dyn Validator> = Arc::new(
+        VtpmValidator::new(AkTrust::Pinned(vec![cp_ak.clone()]), cp_policy.clone())
+            .require_unmarked(false),
+    );
+    let ticket = node
+        .join_verifying(joinsvc.rpc_addr, DISK_A, trusting)
+        .expect("both sides attest");
+    assert_eq!(
+        ticket.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK_A).expose()
+    );
+
+    // A node expecting other measurements of joinsvc refuses it before sending anything.
+    let mut other_policy = cp_policy.clone();
+    other_policy.set(4, vec![0x42; 32], false);
+    let picky: Arc<dyn Validator> = Arc::new(
+        VtpmValidator::new(AkTrust::Pinned(vec![cp_ak]), other_policy).require_unmarked(false),
+    );
+    let err = node
+        .join_verifying(joinsvc.rpc_addr, DISK_B, picky)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AtlsError::Attestation(AttestationError::Measurement { index: 4, .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        joinsvc.kube.created().len(),
+        1,
+        "the refusing node asked for nothing"
+    );
+}
