@@ -29,4 +29,9 @@ pub mod health {
     include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
 }
 
+/// `confboot.snp`: evidence of the SEV-SNP attestation variant.
+pub mod snp {
+    include!(concat!(env!("OUT_DIR"), "/confboot.snp.rs"));
+}
+
 pub use prost::Message;
