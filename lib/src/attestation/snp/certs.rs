@@ -9,6 +9,7 @@
 //! verifies under one of them.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use sev::certs::snp::{Certificate as SevCertificate, Verifiable};
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -18,6 +19,8 @@ use crate::attestation::AttestationError;
 
 /// OID of the VCEK's hardware-id extension (the chip id it belongs to).
 pub const OID_HW_ID: &str = "1.3.6.1.4.1.3704.1.4";
+/// OID of the product-name extension (an IA5String such as `Milan-B0`).
+pub const OID_PRODUCT_NAME: &str = "1.3.6.1.4.1.3704.1.2";
 /// OID of the bootloader SVN extension.
 pub const OID_TCB_BOOTLOADER: &str = "1.3.6.1.4.1.3704.1.3.1";
 /// OID of the TEE SVN extension.
@@ -171,6 +174,8 @@ pub struct VekInfo {
     pub microcode: Option<u8>,
     /// The FMC SVN extension (Turin).
     pub fmc: Option<u8>,
+    /// The product the productName extension names (`Milan-B0` → Milan).
+    pub product: Option<Product>,
 }
 
 impl VekInfo {
@@ -186,6 +191,7 @@ impl VekInfo {
             snp: None,
             microcode: None,
             fmc: None,
+            product: None,
         };
         for ext in x509.extensions() {
             let oid = ext.oid.to_id_string();
@@ -195,6 +201,16 @@ impl VekInfo {
                         return Err(duplicate(&oid));
                     }
                     info.hw_id = Some(ext.value.to_vec());
+                    continue;
+                }
+                OID_PRODUCT_NAME => {
+                    // DER IA5String: tag 0x16, short length, text.
+                    if let [0x16, len, text @ ..] = ext.value
+                        && usize::from(*len) == text.len()
+                    {
+                        let name = std::str::from_utf8(text).unwrap_or("");
+                        info.product = Product::from_name(name.split('-').next().unwrap_or(""));
+                    }
                     continue;
                 }
                 OID_TCB_BOOTLOADER => &mut info.bootloader,
@@ -335,10 +351,22 @@ impl ProductRoot {
     }
 }
 
+/// Endorsement keys (DER) that chained to a pinned ARK, oldest first.
+type VerifiedVeks = Vec<(Vec<u8>, VerifiedChain)>;
+
+/// How many endorsement keys a [`TrustRoots`] remembers as verified.
+pub const VERIFIED_VEK_CACHE_LEN: usize = 64;
+
 /// The set of pinned roots a verifier trusts.
+///
+/// It remembers the last [`VERIFIED_VEK_CACHE_LEN`] endorsement keys (by
+/// their exact DER) that chained to one of its ARKs, so that the RSA chain
+/// is checked once per VCEK rather than once per handshake. Only successes
+/// are remembered, and only for these roots (clones share the memory).
 #[derive(Clone, Debug)]
 pub struct TrustRoots {
     roots: Vec<ProductRoot>,
+    verified: Arc<Mutex<VerifiedVeks>>,
 }
 
 impl TrustRoots {
@@ -359,12 +387,15 @@ impl TrustRoots {
                 ProductRoot::from_pem_bundle(&pem).expect("the sev crate's built-in roots verify")
             })
             .collect();
-        TrustRoots { roots }
+        TrustRoots::new(roots)
     }
 
     /// Exactly these roots.
     pub fn new(roots: Vec<ProductRoot>) -> TrustRoots {
-        TrustRoots { roots }
+        TrustRoots {
+            roots,
+            verified: Arc::new(Mutex::new(Vec::new())),
+        }
     }
 
     /// The roots.
@@ -389,6 +420,9 @@ impl TrustRoots {
                 )));
             }
         };
+        if let Some(hit) = self.remembered(vek.der()) {
+            return Ok(hit);
+        }
         let mut tried = Vec::new();
         for root in &self.roots {
             let candidates = root.intermediates.iter().chain(
@@ -402,10 +436,12 @@ impl TrustRoots {
                     continue;
                 }
                 if inter.signs(vek).is_ok() {
-                    return Ok(VerifiedChain {
+                    let chain = VerifiedChain {
                         product: root.product,
                         vek_role: vek.role(),
-                    });
+                    };
+                    self.remember(vek.der(), chain);
+                    return Ok(chain);
                 }
             }
         }
@@ -423,6 +459,22 @@ impl TrustRoots {
             vek.role(),
             tried.join(", ")
         )))
+    }
+}
+
+impl TrustRoots {
+    fn remembered(&self, vek_der: &[u8]) -> Option<VerifiedChain> {
+        let cache = self.verified.lock().ok()?;
+        cache.iter().find(|(d, _)| d == vek_der).map(|(_, c)| *c)
+    }
+
+    fn remember(&self, vek_der: &[u8], chain: VerifiedChain) {
+        if let Ok(mut cache) = self.verified.lock() {
+            if cache.len() >= VERIFIED_VEK_CACHE_LEN {
+                cache.remove(0);
+            }
+            cache.push((vek_der.to_vec(), chain));
+        }
     }
 }
 

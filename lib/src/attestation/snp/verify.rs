@@ -218,7 +218,12 @@ pub fn run_checks(
 
     // The product decides the TCB layout: the chain's, else the report's CPUID.
     let cpuid_product = report.product_from_cpuid();
-    let product: Option<Product> = chain.map(|c| c.product).or(cpuid_product);
+    // Without a verified chain the certificate's own productName serves the
+    // remaining (informative) checks; the verdict has failed already then.
+    let product: Option<Product> = chain
+        .map(|c| c.product)
+        .or(cpuid_product)
+        .or_else(|| vek_parsed.as_ref().and_then(|(_, info)| info.product));
     match (chain, report.cpuid(), cpuid_product) {
         (Some(c), Some(_), Some(p)) if p != c.product => push(
             check::PRODUCT,
@@ -249,10 +254,16 @@ pub fn run_checks(
             check::PRODUCT,
             CheckOutcome::Passed(format!("{p} (from CPUID only){untrusted}")),
         ),
-        (None, _, None) => push(
-            check::PRODUCT,
-            CheckOutcome::Skipped("neither a verified chain nor CPUID names it".into()),
-        ),
+        (None, _, None) => match product {
+            Some(p) => push(
+                check::PRODUCT,
+                CheckOutcome::Passed(format!("{p} (from an untrusted certificate)")),
+            ),
+            None => push(
+                check::PRODUCT,
+                CheckOutcome::Skipped("neither a verified chain nor CPUID names it".into()),
+            ),
+        },
     }
 
     // Chip id.
