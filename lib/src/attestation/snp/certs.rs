@@ -94,6 +94,7 @@ pub struct AmdCert {
     role: CertRole,
     product: Option<Product>,
     common_name: String,
+    issuer_common_name: String,
 }
 
 impl AmdCert {
@@ -114,6 +115,13 @@ impl AmdCert {
             .and_then(|cn| cn.as_str().ok())
             .unwrap_or("")
             .to_string();
+        let issuer_common_name = x509
+            .issuer()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or("")
+            .to_string();
         let (role, product) = CertRole::from_common_name(&common_name).ok_or_else(|| {
             AttestationError::Trust(format!(
                 "certificate subject CN {common_name:?} is not an AMD SEV-SNP certificate"
@@ -127,6 +135,7 @@ impl AmdCert {
             role,
             product,
             common_name,
+            issuer_common_name,
         })
     }
 
@@ -148,6 +157,11 @@ impl AmdCert {
     /// The subject common name.
     pub fn common_name(&self) -> &str {
         &self.common_name
+    }
+
+    /// The issuer common name.
+    pub fn issuer_common_name(&self) -> &str {
+        &self.issuer_common_name
     }
 
     /// Whether `self`'s key signed `signee` (RSA-PSS SHA-384).
@@ -267,6 +281,25 @@ fn der_small_integer(v: &[u8]) -> Option<u8> {
     }
 }
 
+/// The certificates in `bytes`: every `CERTIFICATE` block of PEM text, or
+/// the bytes themselves as one DER certificate.
+pub fn certificates_from_pem_or_der(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    if !bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        return Ok(vec![bytes.to_vec()]);
+    }
+    let mut ders = Vec::new();
+    for part in x509_parser::pem::Pem::iter_from_buffer(bytes) {
+        let part = part.map_err(|e| format!("PEM: {e}"))?;
+        if part.label == "CERTIFICATE" {
+            ders.push(part.contents);
+        }
+    }
+    if ders.is_empty() {
+        return Err("no CERTIFICATE in the PEM text".into());
+    }
+    Ok(ders)
+}
+
 /// The pinned root of one product: its ARK, and the ASK and ASVK it signed
 /// (each optional; evidence may supply them).
 #[derive(Clone, Debug)]
@@ -315,14 +348,7 @@ impl ProductRoot {
     /// A root from a PEM bundle holding the ARK and optionally the ASK and
     /// ASVK, in any order (AMD KDS's `cert_chain` and `ask_ark_asvk` files).
     pub fn from_pem_bundle(pem: &[u8]) -> Result<ProductRoot, String> {
-        let mut ders = Vec::new();
-        for part in x509_parser::pem::Pem::iter_from_buffer(pem) {
-            let part = part.map_err(|e| format!("PEM: {e}"))?;
-            if part.label != "CERTIFICATE" {
-                continue;
-            }
-            ders.push(part.contents);
-        }
+        let ders = certificates_from_pem_or_der(pem)?;
         let mut ark = None;
         let mut rest: Vec<&[u8]> = Vec::new();
         for der in &ders {
@@ -425,14 +451,20 @@ impl TrustRoots {
         }
         let mut tried = Vec::new();
         for root in &self.roots {
-            let candidates = root.intermediates.iter().chain(
-                evidence_intermediates
-                    .iter()
-                    .filter(|c| c.product() == Some(root.product)),
-            );
-            for inter in candidates.filter(|c| c.role() == wanted) {
+            // Configured intermediates were verified under the ARK when the
+            // root was built; those from evidence are verified here.
+            let configured = root.intermediates.iter().map(|c| (c, true));
+            let sent = evidence_intermediates
+                .iter()
+                .filter(|c| c.product() == Some(root.product))
+                .map(|c| (c, false));
+            for (inter, verified) in configured.chain(sent).filter(|(c, _)| c.role() == wanted) {
                 tried.push(format!("{} {wanted}", root.product));
-                if root.ark_pinned.signs(inter).is_err() {
+                // A cheap pre-filter before the RSA checks: the issuer must be named.
+                if vek.issuer_common_name() != inter.common_name() {
+                    continue;
+                }
+                if !verified && root.ark_pinned.signs(inter).is_err() {
                     continue;
                 }
                 if inter.signs(vek).is_ok() {
