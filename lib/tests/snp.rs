@@ -738,3 +738,127 @@ fn issuer_pads_extra_data_and_carries_the_certificate_table() {
     assert_eq!(asked.lock().unwrap().last(), Some(&(padded, 0)));
     assert_eq!(asked.lock().unwrap().len(), 2);
 }
+
+/// Fields that only a forged report could get wrong: each fails its own
+/// check (besides the signature), so an operator sees what is off.
+#[test]
+fn tampered_fields_fail_their_own_checks_too() {
+    let detailed = |f: &Fixture, report: &[u8], roots: TrustRoots| {
+        SnpValidator::with_roots(f.policy(), roots)
+            .verify_report_detailed(&f.evidence_of(report), &f.exact_report_data())
+    };
+    let f = trustee();
+    for version in [0u32, 1, 6, 0xffff_ffff] {
+        let mut bad = f.report.clone();
+        bad[offset::VERSION..offset::VERSION + 4].copy_from_slice(&version.to_le_bytes());
+        let checks = detailed(&f, &bad, TrustRoots::builtin());
+        assert_eq!(
+            outcome(&checks, check::VERSION),
+            &CheckOutcome::Failed(AttestationError::Decode(format!(
+                "unsupported SNP report version {version} (2 to 5 are read)"
+            )))
+        );
+    }
+    // KEY_INFO says VLEK, the certificate is a VCEK.
+    let mut bad = f.report.clone();
+    bad[offset::KEY_INFO] = 1 << 2;
+    let checks = detailed(&f, &bad, TrustRoots::builtin());
+    assert_eq!(
+        outcome(&checks, check::SIGNING_KEY),
+        &CheckOutcome::Failed(AttestationError::Trust(
+            "the report says it was signed by VLEK, the certificate is a VCEK".into()
+        ))
+    );
+    // The VLEK report's CPUID (version 3) naming another product, or none.
+    let f = vlek();
+    let mut bad = f.report.clone();
+    bad[offset::CPUID_MOD_ID] = 0x11;
+    let checks = detailed(&f, &bad, roots_with_milan_asvk());
+    assert_eq!(
+        outcome(&checks, check::PRODUCT),
+        &CheckOutcome::Failed(AttestationError::Trust(
+            "the report's CPUID names Genoa, the certificate chain Milan".into()
+        ))
+    );
+    let mut bad = f.report.clone();
+    bad[offset::CPUID_FAM_ID] = 0x17;
+    let checks = detailed(&f, &bad, roots_with_milan_asvk());
+    assert_eq!(
+        outcome(&checks, check::PRODUCT),
+        &CheckOutcome::Failed(AttestationError::Decode(
+            "the report's CPUID family 0x17 model 0x01 is not a known SEV-SNP product".into()
+        ))
+    );
+    // An ASK presented as the endorsement key.
+    let mut f = trustee();
+    f.vek = x509_parser::pem::Pem::iter_from_buffer(&testdata("cert_chain_milan"))
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents;
+    let err = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+        .verify(&f.evidence(), &f.exact_report_data())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        AttestationError::Trust("the evidence's endorsement key is an ASK (\"SEV-Milan\")".into())
+    );
+}
+
+#[test]
+fn turin_vcek_chains_to_the_builtin_turin_root_and_its_extensions_read() {
+    let der = testdata("vcek_turin.der");
+    let vcek = AmdCert::from_der(&der).unwrap();
+    assert_eq!(vcek.role(), CertRole::Vcek);
+    let chain = TrustRoots::builtin().verify_vek(&vcek, &[]).unwrap();
+    assert_eq!(chain.product, Product::Turin);
+    let info = VekInfo::from_der(&der).unwrap();
+    assert_eq!(info.hw_id.as_ref().map(|h| h.len()), Some(8));
+    assert_eq!(info.product, Some(Product::Turin));
+    assert_eq!(
+        (
+            info.fmc,
+            info.bootloader,
+            info.tee,
+            info.snp,
+            info.microcode
+        ),
+        (Some(0), Some(0), Some(0), Some(0), Some(9))
+    );
+    // The Turin TCB layout puts FMC first; its extensions compare per component.
+    let tcb = TcbVersion::decode([0, 0, 0, 0, 0, 0, 0, 9], Product::Turin);
+    assert!(info.tcb_mismatches(&tcb).is_empty());
+    let newer = TcbVersion::decode([1, 0, 0, 0, 0, 0, 0, 9], Product::Turin);
+    assert_eq!(
+        info.tcb_mismatches(&newer),
+        vec!["fmc: certificate 0, report 1"]
+    );
+    // The Turin ASK/ARK file pins the same root.
+    let roots = TrustRoots::new(vec![bundle("cert_chain_turin")]);
+    assert_eq!(
+        roots.verify_vek(&vcek, &[]).unwrap().product,
+        Product::Turin
+    );
+    // A Turin chip id: the 8-byte hwID, then zeros. A report carrying it
+    // (forged here, so only the chip id check can pass) matches the VCEK.
+    let f = Fixture {
+        report: {
+            let mut r = testdata("test-report.bin");
+            r[offset::CHIP_ID..offset::CHIP_ID + 64].fill(0);
+            r[offset::CHIP_ID..offset::CHIP_ID + 8].copy_from_slice(info.hw_id.as_ref().unwrap());
+            r
+        },
+        vek_kind: CertKind::Vcek,
+        vek: der.clone(),
+        vmpl: 0,
+    };
+    let checks = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+        .verify_report_detailed(&f.evidence(), &f.exact_report_data());
+    assert!(
+        matches!(outcome(&checks, check::CHIP_ID), CheckOutcome::Passed(m) if m.contains("matches the VCEK's hwID"))
+    );
+    assert!(matches!(
+        outcome(&checks, check::SIGNATURE),
+        CheckOutcome::Failed(_)
+    ));
+}
