@@ -385,7 +385,7 @@ pub const VERIFIED_VEK_CACHE_LEN: usize = 64;
 
 /// The set of pinned roots a verifier trusts.
 ///
-/// It remembers the last [`VERIFIED_VEK_CACHE_LEN`] endorsement keys (by
+/// It remembers the last [`VERIFIED_VEK_CACHE_LEN`](crate::attestation::snp::VERIFIED_VEK_CACHE_LEN) endorsement keys (by
 /// their exact DER) that chained to one of its ARKs, so that the RSA chain
 /// is checked once per VCEK rather than once per handshake. Only successes
 /// are remembered, and only for these roots (clones share the memory).
