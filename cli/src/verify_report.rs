@@ -7,9 +7,11 @@
 use std::path::Path;
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot::attestation::AttestationError;
 use confboot::attestation::snp::{
-    AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, ProductRoot, ReportDataCheck,
+    AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, Product, ProductRoot, ReportDataCheck,
     SnpEvidence, SnpPolicy, SnpReport, SnpValidator, TrustRoots, certificates_from_pem_or_der,
+    check, kds_vcek_url,
 };
 
 /// The command's options and help.
@@ -227,12 +229,34 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
             CheckOutcome::Skipped(_) => skipped += 1,
         }
     }
+    let vek_missing = checks.iter().any(|c| {
+        c.name == check::VEK
+            && matches!(&c.outcome, CheckOutcome::Failed(AttestationError::Trust(m)) if m.contains("no VCEK or VLEK"))
+    });
+    if vek_missing {
+        print_kds_hint(report);
+    }
     if failed == 0 {
         println!("VERIFIED: {passed} checks passed, {skipped} skipped");
         Ok(0)
     } else {
         println!("FAILED: {failed} of {} checks failed", checks.len());
         Ok(1)
+    }
+}
+
+/// Where to fetch the missing VCEK (this command itself never goes online).
+fn print_kds_hint(report: &SnpReport) {
+    let products: Vec<Product> = match report.product_from_cpuid() {
+        Some(p) => vec![p],
+        // Version 2 names no CPU: a Turin chip id has only 8 bytes.
+        None if report.chip_id()[8..].iter().all(|b| *b == 0) => vec![Product::Turin],
+        None => vec![Product::Milan, Product::Genoa],
+    };
+    for p in products {
+        if let Some(url) = kds_vcek_url(p, report) {
+            println!("hint: if this is a {p} chip, its VCEK is at {url} (pass it with --vcek)");
+        }
     }
 }
 

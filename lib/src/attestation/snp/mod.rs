@@ -41,8 +41,8 @@ pub use evidence::{
 pub use policy::{MinimumTcb, SnpPolicy};
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
 pub use verify::{
-    CheckOutcome, CheckResult, ReportDataCheck, check, first_failure, run_checks, vcek_cache_path,
-    verify_signature,
+    CheckOutcome, CheckResult, KDS_BASE_URL, ReportDataCheck, check, first_failure, kds_vcek_url,
+    run_checks, vcek_cache_path, verify_signature,
 };
 
 use super::{AttestationError, Attested, EXTRA_DATA_LEN, Issuer, PolicyError, Validator, Variant};

@@ -654,3 +654,64 @@ fn check_report_data(report: &SnpReport, want: &ReportDataCheck) -> CheckOutcome
         }
     }
 }
+
+/// AMD KDS's base address.
+pub const KDS_BASE_URL: &str = "https://kdsintf.amd.com";
+
+/// Where AMD's Key Distribution Service serves the VCEK that signs
+/// `report` if it came from a `product` chip: `KDS_BASE_URL/vcek/v1/<product>/<hwid>?...`
+/// with the hwID (the chip id in lowercase hex, its first 8 bytes from
+/// Turin on) and the SVNs of `REPORTED_TCB` in decimal (`fmcSPL` only where
+/// the product has an FMC). `None` if the chip id is masked. confboot never
+/// fetches it itself: verification needs no network; an operator can fetch
+/// the certificate and pass it in, or put it into the VCEK cache.
+pub fn kds_vcek_url(product: Product, report: &SnpReport) -> Option<String> {
+    if report.chip_id_masked() {
+        return None;
+    }
+    let tcb = report.reported_tcb(product);
+    let hw_id = if product.has_fmc() {
+        &report.chip_id()[..8]
+    } else {
+        report.chip_id()
+    };
+    let fmc = tcb
+        .fmc
+        .map(|f| format!("fmcSPL={f:02}&"))
+        .unwrap_or_default();
+    Some(format!(
+        "{KDS_BASE_URL}/vcek/v1/{}/{}?{fmc}blSPL={:02}&teeSPL={:02}&snpSPL={:02}&ucodeSPL={:02}",
+        product.name(),
+        hex::encode(hw_id),
+        tcb.bootloader,
+        tcb.tee,
+        tcb.snp,
+        tcb.microcode
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kds_urls_follow_the_product() {
+        let mut raw = [0u8; crate::attestation::snp::REPORT_LEN];
+        raw[0x180..0x188].copy_from_slice(&[3, 0, 0, 0, 0, 0, 8, 115]);
+        raw[0x1A0..0x1A8].copy_from_slice(&[0xab; 8]);
+        let report = SnpReport::from_bytes(&raw).unwrap();
+        assert_eq!(
+            kds_vcek_url(Product::Turin, &report).unwrap(),
+            "https://kdsintf.amd.com/vcek/v1/Turin/abababababababab?fmcSPL=03&blSPL=00&teeSPL=00&snpSPL=00&ucodeSPL=115"
+        );
+        let milan = kds_vcek_url(Product::Milan, &report).unwrap();
+        assert!(milan.starts_with(&format!(
+            "https://kdsintf.amd.com/vcek/v1/Milan/{}{}?",
+            "ab".repeat(8),
+            "00".repeat(56)
+        )));
+        assert!(milan.ends_with("?blSPL=03&teeSPL=00&snpSPL=08&ucodeSPL=115"));
+        let masked = SnpReport::from_bytes(&[0u8; crate::attestation::snp::REPORT_LEN]).unwrap();
+        assert_eq!(kds_vcek_url(Product::Milan, &masked), None);
+    }
+}
