@@ -862,3 +862,31 @@ fn turin_vcek_chains_to_the_builtin_turin_root_and_its_extensions_read() {
         CheckOutcome::Failed(_)
     ));
 }
+
+/// The `sev` crate cannot parse a version-2 report whose chip id the host
+/// masked (`MaskedChipId`); confboot's own reader can, and compares no hwID
+/// then. (Such a report is forged here, so its signature fails.)
+#[test]
+fn masked_chip_id_in_a_version_2_report_is_read() {
+    use sev::parser::ByteParser;
+    let f = trustee();
+    let mut masked = f.report.clone();
+    masked[offset::CHIP_ID..offset::CHIP_ID + 64].fill(0);
+    let sev_parse = sev::firmware::guest::AttestationReport::from_bytes(&masked);
+    assert_eq!(
+        format!("{:?}", sev_parse.unwrap_err()),
+        "Custom { kind: Other, error: MaskedChipId }"
+    );
+    let report = SnpReport::from_bytes(&masked).unwrap();
+    assert_eq!((report.version(), report.chip_id_masked()), (2, true));
+    let checks = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+        .verify_report_detailed(&f.evidence_of(&masked), &f.exact_report_data());
+    assert_eq!(
+        outcome(&checks, check::CHIP_ID),
+        &CheckOutcome::Passed("masked by the host (all zero); not compared".into())
+    );
+    assert!(matches!(
+        outcome(&checks, check::SIGNATURE),
+        CheckOutcome::Failed(_)
+    ));
+}
