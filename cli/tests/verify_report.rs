@@ -17,6 +17,7 @@ fn temp_file(name: &str, bytes: &[u8]) -> String {
     let dir = std::env::temp_dir().join(format!("confboot-verify-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, bytes).unwrap();
     path.to_string_lossy().into_owned()
 }
@@ -178,4 +179,47 @@ fn help_names_every_option() {
     for o in verify_report::CMD.opts {
         assert!(help.contains(&format!("--{}", o.long)), "{help}");
     }
+}
+
+#[test]
+fn certificate_directories_and_the_vcek_cache_serve_too() {
+    let report = fixture("test-report.bin");
+    let r = std::fs::read(&report).unwrap();
+    let vcek = std::fs::read(fixture("test-vcek.der")).unwrap();
+    // snpguest's certificate directory layout.
+    let dir = std::path::PathBuf::from(temp_file("certs/vcek.der", b""))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::fs::write(dir.join("vcek.der"), &vcek).unwrap();
+    let dir = dir.to_string_lossy().into_owned();
+    assert_eq!(run(&["--report", &report, "--certs", &dir]), 0);
+    // The cache: <dir>/<chip_id hex>/<reported_tcb hex>.der.
+    let cache = std::env::temp_dir().join(format!(
+        "confboot-verify-report-cache-{}",
+        std::process::id()
+    ));
+    let entry = cache
+        .join(confboot::hex::encode(&r[0x1A0..0x1E0]))
+        .join(format!("{}.der", confboot::hex::encode(&r[0x180..0x188])));
+    std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+    std::fs::write(&entry, &vcek).unwrap();
+    let status = run(&[
+        "--report",
+        &report,
+        "--vcek-cache",
+        &cache.to_string_lossy(),
+    ]);
+    std::fs::remove_dir_all(&cache).unwrap();
+    assert_eq!(status, 0);
+    // An empty directory is unusable input.
+    let empty = std::env::temp_dir().join(format!(
+        "confboot-verify-report-empty-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&empty).unwrap();
+    assert_eq!(
+        run(&["--report", &report, "--certs", &empty.to_string_lossy()]),
+        2
+    );
 }
