@@ -9,9 +9,9 @@ use std::path::Path;
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot::attestation::AttestationError;
 use confboot::attestation::snp::{
-    AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, Product, ProductRoot, ReportDataCheck,
-    SnpEvidence, SnpPolicy, SnpReport, SnpValidator, TrustRoots, certificates_from_pem_or_der,
-    check, kds_vcek_url,
+    AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, KDS_BASE_URL, Product, ProductRoot,
+    ReportDataCheck, SnpEvidence, SnpPolicy, SnpReport, SnpValidator, TrustRoots,
+    certificates_from_pem_or_der, check, kds_vcek_url,
 };
 
 /// The command's options and help.
@@ -254,7 +254,7 @@ fn print_kds_hint(report: &SnpReport) {
         None => vec![Product::Milan, Product::Genoa],
     };
     for p in products {
-        if let Some(url) = kds_vcek_url(p, report) {
+        if let Some(url) = kds_vcek_url(KDS_BASE_URL, p, report) {
             println!("hint: if this is a {p} chip, its VCEK is at {url} (pass it with --vcek)");
         }
     }

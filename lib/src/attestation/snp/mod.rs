@@ -24,6 +24,8 @@
 
 mod certs;
 mod evidence;
+#[cfg(feature = "kds")]
+mod kds;
 mod policy;
 mod report;
 mod verify;
@@ -38,6 +40,8 @@ pub use certs::{
 pub use evidence::{
     CertEntry, CertKind, MAX_CERTIFICATE_LEN, MAX_CERTIFICATES, MAX_EVIDENCE_LEN, SnpEvidence,
 };
+#[cfg(feature = "kds")]
+pub use kds::{KDS_TIMEOUT, fetch_certificate};
 pub use policy::{MinimumTcb, SnpPolicy};
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
 pub use verify::{

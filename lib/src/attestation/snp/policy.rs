@@ -9,7 +9,9 @@
 //!   "hostData": "<64 hex digits>",
 //!   "idKeyDigests": ["<96 hex digits>"],
 //!   "rootBundles": ["milan_ask_ark_asvk.pem"],
-//!   "vcekCacheDir": "/var/lib/confboot/vcek"
+//!   "vcekCacheDir": "/var/lib/confboot/vcek",
+//!   "kdsFetch": false,
+//!   "kdsBaseUrl": "https://kdsintf.amd.com"
 //! }
 //! ```
 //!
@@ -32,6 +34,11 @@
 //! - `vcekCacheDir` (optional): a directory of VCEKs for reports whose
 //!   evidence carries none, at `<dir>/<chip_id hex>/<reported_tcb hex>.der`
 //!   (128 and 16 lowercase hex digits: the raw report fields).
+//! - `kdsFetch` (optional, default false): fetch a VCEK that neither the
+//!   evidence nor the cache holds from AMD's KDS (and store it in the cache).
+//!   Needs confboot built with the cargo feature `kds`; refused otherwise.
+//! - `kdsBaseUrl` (optional): the KDS or a caching proxy to fetch from
+//!   (default `https://kdsintf.amd.com`).
 //!
 //! Unknown keys are refused, so a typo cannot silently drop a check.
 
@@ -97,6 +104,11 @@ pub struct SnpPolicy {
     pub root_bundles: Vec<PathBuf>,
     /// Directory of cached VCEKs.
     pub vcek_cache_dir: Option<PathBuf>,
+    /// Whether a VCEK that neither evidence nor cache holds is fetched from
+    /// AMD's KDS (needs the `kds` feature).
+    pub kds_fetch: bool,
+    /// The KDS (or a caching proxy) to fetch from; default AMD's.
+    pub kds_base_url: Option<String>,
 }
 
 fn format_err(m: impl Into<String>) -> PolicyError {
@@ -193,6 +205,23 @@ impl SnpPolicy {
                         .as_str()
                         .ok_or_else(|| format_err("vcekCacheDir must be a path"))?;
                     policy.vcek_cache_dir = Some(resolve(s, base));
+                }
+                "kdsFetch" => {
+                    policy.kds_fetch = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("kdsFetch must be true or false"))?;
+                    if policy.kds_fetch && !cfg!(feature = "kds") {
+                        return Err(format_err(
+                            "kdsFetch needs confboot built with the `kds` feature",
+                        ));
+                    }
+                }
+                "kdsBaseUrl" => {
+                    let url = value
+                        .as_str()
+                        .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+                        .ok_or_else(|| format_err("kdsBaseUrl must be an http(s) URL"))?;
+                    policy.kds_base_url = Some(url.to_string());
                 }
                 other => return Err(format_err(format!("unknown key {other:?}"))),
             }
@@ -325,6 +354,26 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn kds_fetch_needs_the_feature() {
+        let text = format!(
+            r#"{{"measurement": {{"expected": "{M}"}}, "kdsFetch": true, "kdsBaseUrl": "https://kds.example"}}"#
+        );
+        let parsed = SnpPolicy::from_json(&text);
+        if cfg!(feature = "kds") {
+            let p = parsed.unwrap();
+            assert!(p.kds_fetch);
+            assert_eq!(p.kds_base_url.as_deref(), Some("https://kds.example"));
+        } else {
+            assert!(matches!(parsed, Err(PolicyError::Format(m)) if m.contains("`kds` feature")));
+        }
+        let bad = format!(r#"{{"measurement": {{"expected": "{M}"}}, "kdsBaseUrl": "ftp://x"}}"#);
+        assert!(matches!(
+            SnpPolicy::from_json(&bad),
+            Err(PolicyError::Format(_))
+        ));
     }
 
     #[test]
