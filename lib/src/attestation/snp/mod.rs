@@ -18,9 +18,11 @@
 //!   outcome, for `confboot verify-report`.
 //!
 //! Verification needs no network: the VCEK comes from the evidence, else
-//! from a cache directory ([`vcek_cache_path`]). Certificate validity dates
-//! are not checked (as AMD's own tools do not: VCEKs are bound to a TCB,
-//! not a date).
+//! from a cache directory ([`vcek_cache_path`]); fetching it from AMD's KDS
+//! is opt-in (cargo feature `kds` and policy `kdsFetch`; [`kds_vcek_url`]
+//! names the address either way). Certificate validity dates are not
+//! checked (VCEKs are bound to a TCB, not a date; the `sev` crate does not
+//! check them either).
 
 mod certs;
 mod evidence;
