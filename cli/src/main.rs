@@ -1,6 +1,8 @@
 //! `confboot`: the admin's command line. Each command is a module with a
 //! `run(args) -> exit code` function; this file only dispatches.
 
+mod verify_report;
+
 use confboot::args::{Command, VERBOSITY, parse_or_exit};
 
 /// A subcommand: its name, one line of help, and its entry point.
@@ -10,11 +12,18 @@ struct Subcommand {
     run: fn(Vec<String>) -> i32,
 }
 
-const SUBCOMMANDS: &[Subcommand] = &[Subcommand {
-    name: "version",
-    about: "Print the version of confboot",
-    run: version,
-}];
+const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "verify-report",
+        about: "Verify an AMD SEV-SNP attestation report offline, check by check",
+        run: verify_report::run,
+    },
+    Subcommand {
+        name: "version",
+        about: "Print the version of confboot",
+        run: version,
+    },
+];
 
 fn usage() -> String {
     let mut s = String::from(

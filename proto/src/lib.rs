@@ -34,4 +34,9 @@ pub mod vtpm {
     include!(concat!(env!("OUT_DIR"), "/confboot.vtpm.rs"));
 }
 
+/// `confboot.snp`: evidence of the SEV-SNP attestation variant.
+pub mod snp {
+    include!(concat!(env!("OUT_DIR"), "/confboot.snp.rs"));
+}
+
 pub use prost::Message;

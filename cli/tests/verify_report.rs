@@ -1,0 +1,225 @@
+//! `confboot verify-report` on the real SEV-SNP fixtures: the exit status
+//! says whether every check passed (0), one failed (1), or the input was
+//! unusable (2). `cli/src/main.rs` wires the command to the same `run`.
+
+#[path = "../src/verify_report.rs"]
+mod verify_report;
+
+fn fixture(name: &str) -> String {
+    format!("{}/../lib/testdata/snp/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str]) -> i32 {
+    verify_report::run(args.iter().map(|s| s.to_string()).collect())
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> String {
+    let dir = std::env::temp_dir().join(format!("confboot-verify-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn genuine_reports_pass() {
+    let report = fixture("test-report.bin");
+    let vcek = fixture("test-vcek.der");
+    assert_eq!(run(&["--report", &report, "--vcek", &vcek, "-v", "0"]), 0);
+    // With confboot's binding and the report's own measurement as policy.
+    let r = std::fs::read(&report).unwrap();
+    let extra = confboot::hex::encode(&r[0x50..0x70]);
+    let policy = temp_file(
+        "policy.json",
+        format!(
+            r#"{{"measurement": {{"expected": "{}"}}, "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#,
+            confboot::hex::encode(&r[0x90..0xC0])
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        run(&[
+            "--report",
+            &report,
+            "--vcek",
+            &vcek,
+            "--policy",
+            &policy,
+            "--extra-data",
+            &extra
+        ]),
+        0
+    );
+    // The Milan report with its VCEK and the ASK/ARK chain file.
+    assert_eq!(
+        run(&[
+            "--report",
+            &fixture("report_milan.bin"),
+            "--vcek",
+            &fixture("vcek_milan.der"),
+            "--chain",
+            &fixture("cert_chain_milan"),
+        ]),
+        0
+    );
+    // The VLEK report needs the ASVK and VMPL 1.
+    let vlek = [
+        "--report",
+        &fixture("test-vlek-report.bin"),
+        "--vcek",
+        &fixture("test-vlek.der"),
+    ];
+    assert_eq!(run(&vlek), 1);
+    let asvk = fixture("milan_ask_ark_asvk.pem");
+    assert_eq!(
+        run(&[&vlek[..], &["--chain", &asvk, "--vmpl", "1"]].concat()),
+        0
+    );
+    assert_eq!(
+        run(&[&vlek[..], &["--roots", &asvk, "--vmpl", "1"]].concat()),
+        0
+    );
+}
+
+#[test]
+fn failing_checks_exit_1() {
+    let report = fixture("test-report.bin");
+    let vcek = fixture("test-vcek.der");
+    let mut r = std::fs::read(&report).unwrap();
+    r[0x90] ^= 1; // the measurement
+    let bad = temp_file("tampered.bin", &r);
+    assert_eq!(run(&["--report", &bad, "--vcek", &vcek]), 1);
+    // Wrong binding, wrong VMPL, wrong roots, a VCEK of another chip.
+    assert_eq!(
+        run(&[
+            "--report",
+            &report,
+            "--vcek",
+            &vcek,
+            "--extra-data",
+            &"00".repeat(32)
+        ]),
+        1
+    );
+    assert_eq!(
+        run(&["--report", &report, "--vcek", &vcek, "--vmpl", "2"]),
+        1
+    );
+    assert_eq!(
+        run(&[
+            "--report",
+            &report,
+            "--vcek",
+            &vcek,
+            "--roots",
+            &fixture("genoa_ask_ark_asvk.pem")
+        ]),
+        1
+    );
+    assert_eq!(
+        run(&["--report", &report, "--vcek", &fixture("vcek_milan.der")]),
+        1
+    );
+    assert_eq!(
+        run(&[
+            "--report",
+            &report,
+            "--vcek",
+            &fixture("test-vcek-invalid-legacy.der")
+        ]),
+        1
+    );
+    // No VCEK anywhere.
+    assert_eq!(run(&["--report", &report]), 1);
+}
+
+#[test]
+fn unusable_input_exits_2() {
+    let report = fixture("test-report.bin");
+    let vcek = fixture("test-vcek.der");
+    assert_eq!(run(&[]), 2);
+    assert_eq!(run(&["--report", "/nonexistent/report.bin"]), 2);
+    assert_eq!(run(&["--report", &vcek, "--vcek", &vcek]), 2); // not 1184 bytes
+    assert_eq!(run(&["--report", &report, "--vcek", &report]), 2); // not a certificate
+    assert_eq!(
+        run(&["--report", &report, "--vcek", &vcek, "--extra-data", "abc"]),
+        2
+    );
+    assert_eq!(
+        run(&["--report", &report, "--vcek", &vcek, "--report-data", "00"]),
+        2
+    );
+    assert_eq!(
+        run(&["--report", &report, "--vcek", &vcek, "--vmpl", "4"]),
+        2
+    );
+    assert_eq!(run(&["--report", &report, "--evidence", &report]), 2);
+    assert_eq!(run(&["--report", &report, "extra"]), 2);
+}
+
+#[test]
+fn evidence_files_are_read_too() {
+    use confboot::attestation::snp::{CertEntry, CertKind, SnpEvidence, SnpReport};
+    let report = std::fs::read(fixture("test-report.bin")).unwrap();
+    let ev = SnpEvidence {
+        report: SnpReport::from_bytes(&report).unwrap(),
+        certificates: vec![CertEntry {
+            kind: CertKind::Vcek,
+            der: std::fs::read(fixture("test-vcek.der")).unwrap(),
+        }],
+    };
+    let path = temp_file("evidence.bin", &ev.encode().unwrap());
+    assert_eq!(run(&["--evidence", &path]), 0);
+}
+
+#[test]
+fn help_names_every_option() {
+    let help = verify_report::CMD.help();
+    for o in verify_report::CMD.opts {
+        assert!(help.contains(&format!("--{}", o.long)), "{help}");
+    }
+}
+
+#[test]
+fn certificate_directories_and_the_vcek_cache_serve_too() {
+    let report = fixture("test-report.bin");
+    let r = std::fs::read(&report).unwrap();
+    let vcek = std::fs::read(fixture("test-vcek.der")).unwrap();
+    // snpguest's certificate directory layout.
+    let dir = std::path::PathBuf::from(temp_file("certs/vcek.der", b""))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::fs::write(dir.join("vcek.der"), &vcek).unwrap();
+    let dir = dir.to_string_lossy().into_owned();
+    assert_eq!(run(&["--report", &report, "--certs", &dir]), 0);
+    // The cache: <dir>/<chip_id hex>/<reported_tcb hex>.der.
+    let cache = std::env::temp_dir().join(format!(
+        "confboot-verify-report-cache-{}",
+        std::process::id()
+    ));
+    let entry = cache
+        .join(confboot::hex::encode(&r[0x1A0..0x1E0]))
+        .join(format!("{}.der", confboot::hex::encode(&r[0x180..0x188])));
+    std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+    std::fs::write(&entry, &vcek).unwrap();
+    let status = run(&[
+        "--report",
+        &report,
+        "--vcek-cache",
+        &cache.to_string_lossy(),
+    ]);
+    std::fs::remove_dir_all(&cache).unwrap();
+    assert_eq!(status, 0);
+    // An empty directory is unusable input.
+    let empty = std::env::temp_dir().join(format!(
+        "confboot-verify-report-empty-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&empty).unwrap();
+    assert_eq!(
+        run(&["--report", &report, "--certs", &empty.to_string_lossy()]),
+        2
+    );
+}
