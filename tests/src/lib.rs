@@ -1,5 +1,5 @@
-//! Helpers for confboot's end-to-end tests: finding the project's binaries,
-//! running them as child processes that are always ended, and reading their
+//! Helpers for confboot's end-to-end tests: running the project's binaries
+//! as child processes that are always ended, and reading their
 //! logs; and doubles of what cannot run here (the Kubernetes API).
 
 pub mod cluster;
@@ -17,24 +17,6 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-}
-
-/// A binary of this workspace built in the same profile as the running test
-/// (`cargo test --workspace` builds them all).
-pub fn debug_binary(name: &str) -> PathBuf {
-    // The test executable lives in target/<profile>/deps/.
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test --workspace` so every binary is built",
-        path.display()
-    );
-    path
 }
 
 /// A child process that is killed and reaped when dropped, with its stderr

@@ -8,11 +8,16 @@ use std::time::Duration;
 use confboot::rpc::{Client, Code};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
-use confboot_tests::debug_binary;
+
 use nix::sys::signal::Signal;
 
 const DISK_A: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 const DISK_B: &str = "7e1d2c3b-4a59-4876-8f9e-0a1b2c3d4e5f";
+
+/// The joinsvc binary cargo built for these tests.
+fn joinsvc_bin() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_joinsvc"))
+}
 
 /// Polls `f` (at most `tries` × 50 ms) until it returns true.
 fn eventually(tries: u32, mut f: impl FnMut() -> bool) -> bool {
@@ -29,11 +34,7 @@ fn eventually(tries: u32, mut f: impl FnMut() -> bool) -> bool {
 fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
     let good = Node::start("good", b"kernel v1");
     let tampered = Node::start("tampered", b"kernel v1 with a backdoor");
-    let joinsvc = Joinsvc::start(
-        &debug_binary("joinsvc"),
-        &good.policy(),
-        &[&good, &tampered],
-    );
+    let joinsvc = Joinsvc::start(&joinsvc_bin(), &good.policy(), &[&good, &tampered]);
 
     // A good node gets a ticket whose key is the derivation from the master secret.
     let ticket = good
@@ -139,7 +140,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     let node = Node::start("node", b"kernel");
     let stranger = Node::start("stranger", b"kernel");
     // Only `node`'s AK is pinned; `stranger` runs the same software.
-    let joinsvc = Joinsvc::start(&debug_binary("joinsvc"), &node.policy(), &[&node]);
+    let joinsvc = Joinsvc::start(&joinsvc_bin(), &node.policy(), &[&node]);
     let err = stranger.join(joinsvc.rpc_addr, DISK_A).unwrap_err();
     assert_eq!(err.code, Code::PermissionDenied, "{err}");
 
@@ -167,10 +168,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
 
 #[test]
 fn joinsvc_refuses_bad_configuration_with_clear_errors() {
-    let out = Command::new(debug_binary("joinsvc"))
-        .arg("--port")
-        .output()
-        .unwrap();
+    let out = Command::new(joinsvc_bin()).arg("--port").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -178,15 +176,12 @@ fn joinsvc_refuses_bad_configuration_with_clear_errors() {
         "{err}"
     );
 
-    let out = Command::new(debug_binary("joinsvc")).output().unwrap();
+    let out = Command::new(joinsvc_bin()).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--master-secret is required"), "{err}");
 
-    let help = Command::new(debug_binary("joinsvc"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let help = Command::new(joinsvc_bin()).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     for opt in [
         "--master-secret",
@@ -223,7 +218,7 @@ fn nodes_can_require_joinsvc_to_attest() {
     let node = Node::start("node", b"kernel");
     let tpm_arg = cp_tpm.addr().to_string();
     let joinsvc = confboot_tests::cluster::Joinsvc::start_with(
-        &debug_binary("joinsvc"),
+        &joinsvc_bin(),
         &node.policy(),
         &[&node],
         &["--tpm", &tpm_arg],
