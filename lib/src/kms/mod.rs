@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+pub mod init_secret;
+
 use ring::hkdf;
 use zeroize::Zeroizing;
 

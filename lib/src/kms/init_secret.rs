@@ -1,0 +1,160 @@
+//! The init secret: proof that whoever sends Init to the first node is the
+//! admin who created it. The node knows only a slow hash of it (PBKDF2-
+//! HMAC-SHA256, never a plain digest) in the form
+//! `pbkdf2-sha256$<iterations>$<salt, base64>$<hash, base64>`; the check is
+//! constant-time.
+
+use std::num::NonZeroU32;
+
+use ring::pbkdf2;
+use ring::rand::SecureRandom;
+
+/// Iterations used by [`hash`] (OWASP's recommendation for PBKDF2-HMAC-SHA256).
+pub const DEFAULT_ITERATIONS: u32 = 600_000;
+/// Fewest iterations [`verify`] accepts in a hash.
+pub const MIN_ITERATIONS: u32 = 10_000;
+/// Most iterations [`verify`] accepts (bounds the work a bad config can cause).
+pub const MAX_ITERATIONS: u32 = 10_000_000;
+/// Longest init secret accepted.
+pub const MAX_SECRET_LEN: usize = 1024;
+const PREFIX: &str = "pbkdf2-sha256";
+const HASH_LEN: usize = 32;
+
+/// Why an init-secret hash is unusable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HashFormatError(pub String);
+
+impl std::fmt::Display for HashFormatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid init-secret hash: {}", self.0)
+    }
+}
+
+impl std::error::Error for HashFormatError {}
+
+/// A parsed init-secret hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitSecretHash {
+    iterations: NonZeroU32,
+    salt: Vec<u8>,
+    hash: Vec<u8>,
+}
+
+/// Hashes `secret` with a fresh random salt and `iterations`.
+pub fn hash(secret: &[u8], iterations: u32) -> String {
+    let mut salt = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut salt)
+        .expect("system randomness");
+    let iterations = NonZeroU32::new(iterations.max(1)).expect("at least 1");
+    let mut out = [0u8; HASH_LEN];
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        iterations,
+        &salt,
+        secret,
+        &mut out,
+    );
+    format!(
+        "{PREFIX}${iterations}${}${}",
+        crate::base64::encode(&salt),
+        crate::base64::encode(&out)
+    )
+}
+
+impl InitSecretHash {
+    /// Parses the `pbkdf2-sha256$...` form.
+    pub fn parse(text: &str) -> Result<InitSecretHash, HashFormatError> {
+        let bad = |m: &str| HashFormatError(m.to_string());
+        let parts: Vec<&str> = text.trim().split('$').collect();
+        let [prefix, iterations, salt, hash] = parts[..] else {
+            return Err(bad("want pbkdf2-sha256$<iterations>$<salt>$<hash>"));
+        };
+        if prefix != PREFIX {
+            return Err(bad("only pbkdf2-sha256 is supported"));
+        }
+        let iterations: u32 = iterations
+            .parse()
+            .map_err(|_| bad("iterations is not a number"))?;
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(bad(&format!(
+                "iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}"
+            )));
+        }
+        let salt = crate::base64::decode(salt).map_err(|e| bad(&format!("salt: {e}")))?;
+        let hash = crate::base64::decode(hash).map_err(|e| bad(&format!("hash: {e}")))?;
+        if salt.len() < 8 || hash.len() != HASH_LEN {
+            return Err(bad("salt must be at least 8 bytes and the hash 32"));
+        }
+        Ok(InitSecretHash {
+            iterations: NonZeroU32::new(iterations).expect("checked"),
+            salt,
+            hash,
+        })
+    }
+
+    /// Whether `secret` matches (constant-time comparison).
+    pub fn verify(&self, secret: &[u8]) -> bool {
+        secret.len() <= MAX_SECRET_LEN
+            && pbkdf2::verify(
+                pbkdf2::PBKDF2_HMAC_SHA256,
+                self.iterations,
+                &self.salt,
+                secret,
+                &self.hash,
+            )
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_wrong_secret() {
+        let h = hash(b"correct horse", MIN_ITERATIONS);
+        let parsed = InitSecretHash::parse(&h).unwrap();
+        assert!(parsed.verify(b"correct horse"));
+        assert!(!parsed.verify(b"correct horse "));
+        assert!(!parsed.verify(b""));
+        assert_ne!(
+            hash(b"correct horse", MIN_ITERATIONS),
+            h,
+            "a fresh salt every time"
+        );
+    }
+
+    #[test]
+    fn matches_an_independent_pbkdf2() {
+        // Python: hashlib.pbkdf2_hmac("sha256", b"secret", b"saltsalt", 10000).
+        let text = format!(
+            "pbkdf2-sha256$10000${}${}",
+            crate::base64::encode(b"saltsalt"),
+            crate::base64::encode(&crate::hex::decode(PBKDF2_VECTOR).unwrap())
+        );
+        assert!(InitSecretHash::parse(&text).unwrap().verify(b"secret"));
+    }
+
+    const PBKDF2_VECTOR: &str = include_str!("pbkdf2_vector.hex");
+
+    #[test]
+    fn refuses_malformed_or_weak_hashes() {
+        let salt = crate::base64::encode(&[1; 16]);
+        let h = crate::base64::encode(&[2; 32]);
+        for bad in [
+            String::new(),
+            format!("sha256$10000${salt}${h}"),
+            format!("pbkdf2-sha256$1${salt}${h}"),
+            format!("pbkdf2-sha256$99999999999${salt}${h}"),
+            format!("pbkdf2-sha256$10000$!!${h}"),
+            format!(
+                "pbkdf2-sha256$10000${salt}${}",
+                crate::base64::encode(&[2; 16])
+            ),
+            format!("pbkdf2-sha256$10000${salt}"),
+        ] {
+            assert!(InitSecretHash::parse(&bad).is_err(), "{bad}");
+        }
+    }
+}
