@@ -1,6 +1,10 @@
 //! `confboot`: the admin's command line. Each command is a module with a
 //! `run(args) -> exit code` function; this file only dispatches.
 
+mod common;
+mod hash_init_secret;
+mod init;
+mod recover;
 mod verify_report;
 
 use confboot::args::{Command, VERBOSITY, parse_or_exit};
@@ -13,6 +17,21 @@ struct Subcommand {
 }
 
 const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "init",
+        about: "Initialize a new cluster on its first node",
+        run: init::run,
+    },
+    Subcommand {
+        name: "recover",
+        about: "Send the master secret to a node that cannot rejoin",
+        run: recover::run,
+    },
+    Subcommand {
+        name: "hash-init-secret",
+        about: "Print the hash of an init secret for a node's configuration",
+        run: hash_init_secret::run,
+    },
     Subcommand {
         name: "verify-report",
         about: "Verify an AMD SEV-SNP attestation report offline, check by check",

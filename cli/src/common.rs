@@ -1,0 +1,108 @@
+//! Pieces the admin commands share: how a node is verified, and how secret
+//! files are written.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use confboot::args::{Matches, Opt};
+use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
+use confboot::attestation::{MeasurementPolicy, Validator};
+
+/// `--measurements FILE`: the expected measurements of the node.
+pub const MEASUREMENTS: Opt = Opt::value(
+    "measurements",
+    "FILE",
+    "Expected measurements of the node (Constellation's JSON format)",
+);
+/// `--ak-trust MODE`: which vTPM attestation keys are trusted.
+pub const AK_TRUST: Opt = Opt::value(
+    "ak-trust",
+    "MODE",
+    "Trusted vTPM attestation keys: ca:FILE, pinned:FILE|HEX[,HEX], or insecure-any-ak (local QEMU only)",
+);
+
+/// The validator for a node that is not bootstrapped yet (PCR 15 all-zero).
+pub fn node_validator(m: &Matches) -> Result<Arc<dyn Validator>, String> {
+    let path = m.required("measurements").map_err(|e| e.to_string())?;
+    let policy = MeasurementPolicy::load(Path::new(path))
+        .map_err(|e| format!("--measurements {path}: {e}"))?;
+    let trust = AkTrust::parse(m.required("ak-trust").map_err(|e| e.to_string())?)
+        .map_err(|e| format!("--ak-trust: {e}"))?;
+    if matches!(trust, AkTrust::InsecureAnyAk) {
+        eprintln!(
+            "warning: --ak-trust insecure-any-ak: any attestation key is trusted (local QEMU only)"
+        );
+    }
+    Ok(Arc::new(VtpmValidator::new(trust, policy)))
+}
+
+/// Adds the default port if `endpoint` has none.
+pub fn with_port(endpoint: &str, port: u16) -> String {
+    if endpoint
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        endpoint.to_string()
+    } else {
+        format!("{endpoint}:{port}")
+    }
+}
+
+/// Writes a new file with mode 0600; refuses to overwrite an existing one.
+pub fn write_secret_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Reads Constellation's master-secret file: `{"key": base64, "salt": base64}`.
+pub fn read_master_secret(path: &Path) -> Result<confboot::kms::MasterSecret, String> {
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+    );
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a master-secret file: {e}", path.display()))?;
+    let field = |name: &str| -> Result<Vec<u8>, String> {
+        v[name]
+            .as_str()
+            .and_then(|s| confboot::base64::decode(s).ok())
+            .ok_or_else(|| format!("{}: \"{name}\" must be base64", path.display()))
+    };
+    confboot::kms::MasterSecret::new(field("key")?, field("salt")?)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The master-secret file's text.
+pub fn master_secret_json(m: &confboot::kms::MasterSecret) -> zeroize::Zeroizing<String> {
+    zeroize::Zeroizing::new(format!(
+        "{{\"key\": \"{}\", \"salt\": \"{}\"}}\n",
+        confboot::base64::encode(m.key().expose()),
+        confboot::base64::encode(m.salt().expose())
+    ))
+}
+
+/// Explains an aTLS failure to the admin.
+pub fn explain_connect_error(
+    node: &str,
+    e: &confboot::atls::AtlsError,
+    measurements: &str,
+) -> String {
+    use confboot::atls::AtlsError;
+    match e {
+        AtlsError::Io(m) => format!("cannot reach the node at {node}: {m}"),
+        AtlsError::Timeout => format!("the node at {node} did not answer in time"),
+        AtlsError::Attestation(a) => {
+            format!("the node at {node} failed verification against {measurements}: {a}")
+        }
+        other => format!("cannot establish attested TLS with {node}: {other}"),
+    }
+}

@@ -1,0 +1,186 @@
+//! `confboot init`: verify the first node, send it the admin's Init, and
+//! keep what comes back.
+
+use std::path::Path;
+use std::time::Duration;
+
+use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::atls;
+use confboot::kms::MasterSecret;
+use confboot_proto::init::{InitRequest, InitResponse, init_response};
+use ring::rand::SecureRandom;
+
+use crate::common;
+
+const CMD: Command = Command {
+    name: "confboot init",
+    about: "Initialize a new cluster on its first node. Verifies the node over attested TLS against\n\
+            --measurements, generates the master secret (or takes --master-secret), writes it to\n\
+            --master-secret-out (mode 0600) BEFORE sending anything, sends Init with the init secret,\n\
+            prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
+            ids and measurement salt (--state-out).",
+    usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]",
+    opts: &[
+        Opt::value(
+            "node",
+            "HOST[:PORT]",
+            "The first node's init API (default port 9000)",
+        ),
+        common::MEASUREMENTS,
+        common::AK_TRUST,
+        Opt::value(
+            "init-secret-file",
+            "FILE",
+            "The init secret (the node knows its hash)",
+        ),
+        Opt::value(
+            "master-secret",
+            "FILE",
+            "Use this master secret instead of generating one",
+        ),
+        Opt::value(
+            "master-secret-out",
+            "FILE",
+            "Where the generated master secret is written",
+        )
+        .default("confboot-mastersecret.json"),
+        Opt::value(
+            "kubeconfig-out",
+            "FILE",
+            "Where the admin kubeconfig is written",
+        )
+        .default("confboot-admin.conf"),
+        Opt::value(
+            "state-out",
+            "FILE",
+            "Where cluster id, owner id and measurement salt are written",
+        )
+        .default("confboot-cluster.json"),
+        Opt::value("cluster-name", "NAME", "Name of the cluster").default("confboot"),
+        Opt::value("kubernetes-version", "VERSION", "Kubernetes version").default("v1.31.1"),
+        Opt::value("timeout", "SECONDS", "How long Init may take").default("900"),
+        VERBOSITY,
+    ],
+};
+
+/// Runs `confboot init`; returns the exit code.
+pub fn run(args: Vec<String>) -> i32 {
+    let m = parse_or_exit(&CMD, args);
+    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
+    match init(&m) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("confboot init: {e}");
+            1
+        }
+    }
+}
+
+fn init(m: &confboot::args::Matches) -> Result<(), String> {
+    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
+    let node = common::with_port(req("node")?, 9000);
+    let validator = common::node_validator(m)?;
+    let init_secret = zeroize::Zeroizing::new(
+        std::fs::read(req("init-secret-file")?).map_err(|e| format!("--init-secret-file: {e}"))?,
+    );
+    let init_secret = zeroize::Zeroizing::new(init_secret.trim_ascii().to_vec());
+    let timeout = Duration::from_secs(
+        m.parsed::<u64>("timeout")
+            .map_err(|e| e.to_string())?
+            .unwrap_or(900),
+    );
+    let kubeconfig_out = Path::new(req("kubeconfig-out")?);
+    let state_out = Path::new(req("state-out")?);
+    for out in [kubeconfig_out, state_out] {
+        if out.exists() {
+            return Err(format!(
+                "{} exists already; move it away or choose another path",
+                out.display()
+            ));
+        }
+    }
+
+    let master = match m.value("master-secret") {
+        Some(path) => common::read_master_secret(Path::new(path))?,
+        None => {
+            let master = MasterSecret::generate().map_err(|e| e.to_string())?;
+            let out = Path::new(req("master-secret-out")?);
+            common::write_secret_file(out, common::master_secret_json(&master).as_bytes())?;
+            println!(
+                "master secret written to {} (keep it: it recovers the cluster)",
+                out.display()
+            );
+            master
+        }
+    };
+    let mut measurement_salt = vec![0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut measurement_salt)
+        .map_err(|_| "no randomness".to_string())?;
+
+    let started = std::time::Instant::now();
+    let measurements = req("measurements")?;
+    let (mut client, attested) = atls::connect(&node, Duration::from_secs(30), &[validator], None)
+        .map_err(|e| common::explain_connect_error(&node, &e, measurements))?;
+    let attested = attested.ok_or("the node did not attest")?;
+    println!(
+        "node {node} attested ({}, {} measurements match {measurements}) in {:.1} s",
+        attested.variant,
+        attested.measurements.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let request = InitRequest {
+        kms_uri: master.to_kms_uri().to_string(),
+        storage_uri: "storage://no-store".into(),
+        measurement_salt: measurement_salt.clone(),
+        kubernetes_version: req("kubernetes-version")?.to_string(),
+        init_secret: init_secret.to_vec(),
+        cluster_name: req("cluster-name")?.to_string(),
+        ..Default::default()
+    };
+    let mut success = None;
+    let mut failure = None;
+    let result =
+        client.server_streaming("/init.API/Init", &request, timeout, |resp: InitResponse| {
+            match resp.kind {
+                Some(init_response::Kind::Log(l)) => {
+                    println!("  node: {}", String::from_utf8_lossy(&l.log))
+                }
+                Some(init_response::Kind::InitSuccess(s)) => success = Some(s),
+                Some(init_response::Kind::InitFailure(f)) => failure = Some(f.error),
+                None => {}
+            }
+            Ok(())
+        });
+    if let Some(error) = failure {
+        return Err(format!("the node refused Init: {error}"));
+    }
+    result.map_err(|s| match s.code {
+        confboot::rpc::Code::PermissionDenied => format!("the node refused Init: {}", s.message),
+        _ => format!("Init failed: {s}"),
+    })?;
+    let success = success.ok_or("the node answered without a result")?;
+    common::write_secret_file(kubeconfig_out, &success.kubeconfig)?;
+    let state = serde_json::json!({
+        "node": node,
+        "clusterId": confboot::hex::encode(&success.cluster_id),
+        "ownerId": confboot::hex::encode(&success.owner_id),
+        "measurementSalt": confboot::hex::encode(&measurement_salt),
+    });
+    common::write_secret_file(state_out, format!("{state:#}\n").as_bytes())?;
+    println!(
+        "cluster initialized in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "  cluster id: {}",
+        confboot::hex::encode(&success.cluster_id)
+    );
+    println!("  kubeconfig: {}", kubeconfig_out.display());
+    println!(
+        "  cluster state (measurement salt for joinsvc): {}",
+        state_out.display()
+    );
+    Ok(())
+}

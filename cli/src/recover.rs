@@ -1,0 +1,65 @@
+//! `confboot recover`: a node whose state disk is initialized but that
+//! reaches no join service waits for the admin; this sends it the master
+//! secret so it can derive its disk key and open its disk.
+
+use std::path::Path;
+use std::time::Duration;
+
+use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::atls;
+use confboot_proto::recover::{RecoverMessage, RecoverResponse};
+
+use crate::common;
+
+const CMD: Command = Command {
+    name: "confboot recover",
+    about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
+            against --measurements, then sends it the master secret (inside the kms:// URI) so it can\n\
+            derive its state-disk key and open its disk.",
+    usage: "confboot recover --node HOST[:PORT] --master-secret FILE --measurements FILE --ak-trust MODE",
+    opts: &[
+        Opt::value(
+            "node",
+            "HOST[:PORT]",
+            "The node's recovery API (default port 9999)",
+        ),
+        Opt::value("master-secret", "FILE", "The cluster's master secret")
+            .default("confboot-mastersecret.json"),
+        common::MEASUREMENTS,
+        common::AK_TRUST,
+        VERBOSITY,
+    ],
+};
+
+/// Runs `confboot recover`; returns the exit code.
+pub fn run(args: Vec<String>) -> i32 {
+    let m = parse_or_exit(&CMD, args);
+    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
+    match recover(&m) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("confboot recover: {e}");
+            1
+        }
+    }
+}
+
+fn recover(m: &confboot::args::Matches) -> Result<(), String> {
+    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
+    let node = common::with_port(req("node")?, 9999);
+    let master = common::read_master_secret(Path::new(req("master-secret")?))?;
+    let validator = common::node_validator(m)?;
+    let measurements = req("measurements")?;
+    let (mut client, _) = atls::connect(&node, Duration::from_secs(30), &[validator], None)
+        .map_err(|e| common::explain_connect_error(&node, &e, measurements))?;
+    println!("node {node} attested");
+    let msg = RecoverMessage {
+        kms_uri: master.to_kms_uri().to_string(),
+        storage_uri: "storage://no-store".into(),
+    };
+    let _: RecoverResponse = client
+        .unary("/recover.API/Recover", &msg, Duration::from_secs(120))
+        .map_err(|s| format!("the node refused recovery: {s}"))?;
+    println!("node {node} recovered: it opened its state disk");
+    Ok(())
+}
