@@ -8,7 +8,7 @@ set -euo pipefail
 # the demo.
 PACKAGES=(
   protobuf-compiler musl-tools pkg-config gcc libc6-dev
-  libtss2-dev swtpm swtpm-tools curl procps file
+  libtss2-dev swtpm swtpm-tools curl procps file cryptsetup-bin
 )
 
 as_root() {

@@ -10,6 +10,24 @@ use confboot::args::{Matches, Opt};
 use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
 use confboot::attestation::{MeasurementPolicy, Validator};
 
+/// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
+/// into an exit code (0, or 1 with the error on stderr).
+pub fn run_command(
+    cmd: &confboot::args::Command,
+    args: Vec<String>,
+    f: impl FnOnce(&Matches) -> Result<(), String>,
+) -> i32 {
+    let m = confboot::args::parse_or_exit(cmd, args);
+    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
+    match f(&m) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{}: {e}", cmd.name);
+            1
+        }
+    }
+}
+
 /// `--measurements FILE`: the expected measurements of the node.
 pub const MEASUREMENTS: Opt = Opt::value(
     "measurements",

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::args::{Command, Opt, VERBOSITY};
 use confboot::atls;
 use confboot::kms::MasterSecret;
 use confboot_proto::init::{InitRequest, InitResponse, init_response};
@@ -65,15 +65,7 @@ const CMD: Command = Command {
 
 /// Runs `confboot init`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
-    let m = parse_or_exit(&CMD, args);
-    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
-    match init(&m) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("confboot init: {e}");
-            1
-        }
-    }
+    common::run_command(&CMD, args, init)
 }
 
 fn init(m: &confboot::args::Matches) -> Result<(), String> {

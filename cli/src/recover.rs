@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::args::{Command, Opt, VERBOSITY};
 use confboot::atls;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 
@@ -33,15 +33,7 @@ const CMD: Command = Command {
 
 /// Runs `confboot recover`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
-    let m = parse_or_exit(&CMD, args);
-    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
-    match recover(&m) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("confboot recover: {e}");
-            1
-        }
-    }
+    common::run_command(&CMD, args, recover)
 }
 
 fn recover(m: &confboot::args::Matches) -> Result<(), String> {

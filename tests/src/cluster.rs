@@ -123,24 +123,26 @@ impl Node {
             .map_err(|s| confboot::atls::AtlsError::Io(s.to_string()))
     }
 
+    /// An aTLS RPC client to `addr` in which this node attests.
+    fn connect(&self, addr: SocketAddr) -> Result<atls::AtlsRpcClient, Status> {
+        let issuer = Some(self.issuer.clone() as Arc<dyn Issuer>);
+        let (client, _) = atls::connect(addr, Duration::from_secs(20), &[], issuer)
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(client)
+    }
+
     /// Asks joinsvc at `addr` for a join ticket for disk `disk_uuid`.
     pub fn join(
         &self,
         addr: SocketAddr,
         disk_uuid: &str,
     ) -> Result<IssueJoinTicketResponse, Status> {
-        let (mut client, _) = atls::connect(
-            addr,
-            Duration::from_secs(20),
-            &[],
-            Some(self.issuer.clone() as Arc<dyn Issuer>),
-        )
-        .map_err(|e| Status::unavailable(e.to_string()))?;
         let req = IssueJoinTicketRequest {
             disk_uuid: disk_uuid.into(),
             ..Default::default()
         };
-        client.unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+        self.connect(addr)?
+            .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
     }
 
     /// Asks joinsvc at `addr` for a rejoin ticket.
@@ -149,17 +151,44 @@ impl Node {
         addr: SocketAddr,
         disk_uuid: &str,
     ) -> Result<IssueRejoinTicketResponse, Status> {
-        let (mut client, _) = atls::connect(
-            addr,
-            Duration::from_secs(20),
-            &[],
-            Some(self.issuer.clone() as Arc<dyn Issuer>),
-        )
-        .map_err(|e| Status::unavailable(e.to_string()))?;
         let req = IssueRejoinTicketRequest {
             disk_uuid: disk_uuid.into(),
         };
-        client.unary("/join.API/IssueRejoinTicket", &req, Duration::from_secs(20))
+        self.connect(addr)?
+            .unary("/join.API/IssueRejoinTicket", &req, Duration::from_secs(20))
+    }
+}
+
+/// How a joinsvc is set up: its secrets, trusted AKs, address and extra flags.
+pub struct JoinsvcSetup {
+    /// The master secret it holds.
+    pub master_secret: MasterSecret,
+    /// The measurement salt it hands out.
+    pub measurement_salt: Vec<u8>,
+    /// AK public keys (SEC1 points) it trusts.
+    pub pinned_aks: Vec<Vec<u8>>,
+    /// `--listen` (default `127.0.0.1:0`).
+    pub listen: String,
+    /// More command-line arguments.
+    pub extra: Vec<String>,
+}
+
+impl JoinsvcSetup {
+    /// A fresh master secret, a fixed measurement salt, no trusted AK, any port.
+    pub fn new() -> JoinsvcSetup {
+        JoinsvcSetup {
+            master_secret: MasterSecret::generate().unwrap(),
+            measurement_salt: vec![0x5a; 32],
+            pinned_aks: Vec::new(),
+            listen: "127.0.0.1:0".into(),
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl Default for JoinsvcSetup {
+    fn default() -> Self {
+        JoinsvcSetup::new()
     }
 }
 
@@ -198,9 +227,25 @@ impl Joinsvc {
         trusted: &[&Node],
         extra: &[&str],
     ) -> Joinsvc {
+        let setup = JoinsvcSetup {
+            pinned_aks: trusted.iter().map(|n| n.issuer.ak_public_key()).collect(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            ..JoinsvcSetup::new()
+        };
+        Joinsvc::launch(binary, policy, setup)
+    }
+
+    /// Starts `binary` as `setup` says.
+    pub fn launch(binary: &Path, policy: &MeasurementPolicy, setup: JoinsvcSetup) -> Joinsvc {
         let dir = TempDir::new("joinsvc");
         let p = |name: &str| dir.path().join(name);
-        let master_secret = MasterSecret::generate().unwrap();
+        let JoinsvcSetup {
+            master_secret,
+            measurement_salt,
+            pinned_aks,
+            listen,
+            extra,
+        } = setup;
         std::fs::write(
             p("master-secret.json"),
             format!(
@@ -210,11 +255,10 @@ impl Joinsvc {
             ),
         )
         .unwrap();
-        let measurement_salt = vec![0x5a; 32];
         std::fs::write(p("policy.json"), policy.to_json()).unwrap();
-        let pinned: Vec<String> = trusted
+        let pinned: Vec<String> = pinned_aks
             .iter()
-            .map(|n| confboot::hex::encode(&n.issuer.ak_public_key()))
+            .map(|k| confboot::hex::encode(k))
             .collect();
         std::fs::write(p("pinned-aks"), pinned.join("\n")).unwrap();
         let ca = rcgen::generate_simple_self_signed(vec!["kubernetes".to_string()]).unwrap();
@@ -224,7 +268,7 @@ impl Joinsvc {
         std::fs::write(p("kube-token"), KUBE_TOKEN).unwrap();
 
         let mut cmd = Command::new(binary);
-        cmd.arg("--listen").arg("127.0.0.1:0");
+        cmd.arg("--listen").arg(&listen);
         cmd.arg("--health-listen").arg("127.0.0.1:0");
         cmd.arg("--master-secret").arg(p("master-secret.json"));
         cmd.arg("--measurement-salt")
@@ -292,4 +336,76 @@ impl Joinsvc {
             .unwrap_or_default();
         (code, body)
     }
+}
+
+/// A node's TPM for tests that run the real bootstrapper: a swtpm whose
+/// PCR 4 holds a measured "kernel", with the AK and PCRs read once and the
+/// connection closed again (swtpm serves one client at a time; the
+/// bootstrapper process is that client).
+pub struct NodeTpm {
+    /// The running swtpm.
+    pub swtpm: Swtpm,
+    /// The AK's public key (SEC1 point), for pinning.
+    pub ak_public: Vec<u8>,
+    /// PCR values after the "boot".
+    pub pcrs: Vec<(u32, [u8; 32])>,
+}
+
+impl NodeTpm {
+    /// "Boots" a TPM kept in `state_dir`: starts swtpm there (PCRs start
+    /// from zero, the AK persists) and measures `kernel` into PCR 4.
+    pub fn boot(state_dir: &Path, kernel: &[u8]) -> NodeTpm {
+        let swtpm = Swtpm::start_in(state_dir).expect("swtpm starts");
+        let issuer =
+            VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
+        let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, kernel)
+            .as_ref()
+            .try_into()
+            .unwrap();
+        issuer
+            .with_tpm(|tpm| tpm.pcr_extend(4, &digest))
+            .expect("extend PCR 4");
+        let pcrs = issuer
+            .with_tpm(|tpm| tpm.pcr_read_all())
+            .expect("read PCRs");
+        let ak_public = issuer.ak_public_key();
+        drop(issuer);
+        NodeTpm {
+            swtpm,
+            ak_public,
+            pcrs,
+        }
+    }
+
+    /// A policy expecting this TPM's PCRs 0 to 9.
+    pub fn policy(&self) -> MeasurementPolicy {
+        let mut p = MeasurementPolicy::default();
+        for (i, v) in self.pcrs.iter().filter(|(i, _)| *i <= 9) {
+            p.set(*i, v.to_vec(), false);
+        }
+        p
+    }
+
+    /// `--tpm` for the bootstrapper.
+    pub fn tpm_arg(&self) -> String {
+        self.swtpm.addr().to_string()
+    }
+}
+
+/// A binary of this workspace next to the running test's own directory
+/// (`cargo test --workspace` builds every package's binaries before any test
+/// runs, because each package with binaries has integration tests).
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test --workspace` (or build it first)",
+        path.display()
+    );
+    path
 }
