@@ -12,6 +12,7 @@ pub mod base64;
 pub mod hex;
 pub mod kms;
 pub mod logging;
+pub mod nodelock;
 pub mod rpc;
 pub mod signals;
 pub mod tpm;
