@@ -90,7 +90,9 @@ mod tests {
         // does not unlock.
         assert!(lock.try_lock("join").is_none());
         assert!(lock.try_lock("init").is_none());
-        drop(token);
+        {
+            let _gone = token;
+        }
         assert!(lock.try_lock("join").is_none());
         assert_eq!(lock.holder(), Some("init"));
         // A clone is the same lock.
