@@ -9,6 +9,7 @@ pub mod args;
 pub mod atls;
 pub mod attestation;
 pub mod base64;
+pub mod cluster;
 pub mod disk;
 pub mod hex;
 pub mod kms;
