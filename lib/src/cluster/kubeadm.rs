@@ -388,7 +388,8 @@ impl ClusterBackend for KubeadmBackend {
             config.0.to_string_lossy().into_owned(),
         ];
         args.extend(Self::skip_phases(&self.join_skip_phases));
-        self.run(&args, &[&token], log)
+        // The whole token and its secret half (kubeadm may print either).
+        self.run(&args, &[&token, &token[7..]], log)
     }
 }
 
