@@ -351,3 +351,81 @@ fn the_key_reaches_cryptsetup_only_on_stdin() {
     }
     assert_eq!((formats, opens), (1, 2), "format+open, then open");
 }
+
+#[test]
+fn a_luks1_disk_is_recognized_and_never_formatted() {
+    let dir = TempDir::new("luks1");
+    let image = blank_image(&dir, "disk.img");
+    let uuid = new_disk_uuid();
+    // A LUKS1 header written by cryptsetup itself.
+    let mut child = std::process::Command::new(real_cryptsetup())
+        .args([
+            "luksFormat",
+            "--type",
+            "luks1",
+            "--batch-mode",
+            "--uuid",
+            &uuid,
+        ])
+        .args(["--pbkdf-force-iterations", "1000", "--key-file", "-"])
+        .arg(&image)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(key(1).expose())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let before = fs::read(&image).unwrap();
+
+    let mut disk = StateDisk::new(backend(&image)).allow_formatting_unrecognized();
+    assert_eq!(
+        disk.state().unwrap(),
+        DiskState::Luks { uuid: uuid.clone() }
+    );
+    // Opening is LUKS2-only: an error naming cryptsetup's complaint, not a
+    // wrong key, and certainly not a format.
+    let got = disk.format_or_open(&new_disk_uuid(), |u| {
+        assert_eq!(u, uuid);
+        Ok(key(1))
+    });
+    assert!(
+        matches!(&got, Err(DiskError::Cryptsetup { action, .. }) if action == "open"),
+        "{got:?}"
+    );
+    assert!(fs::read(&image).unwrap() == before);
+}
+
+#[test]
+fn a_header_that_does_not_carry_the_requested_uuid_is_an_error() {
+    let dir = TempDir::new("uuid");
+    let image = blank_image(&dir, "disk.img");
+    // A cryptsetup that drops `--uuid X` (so the header gets a random UUID).
+    let script = dir.0.join("cryptsetup");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nskip=0\nfor a in \"$@\"; do shift\n\
+             if [ $skip = 1 ]; then skip=0; continue; fi\n\
+             if [ \"$a\" = --uuid ]; then skip=1; continue; fi\n\
+             set -- \"$@\" \"$a\"; done\nexec {} \"$@\"\n",
+            real_cryptsetup().display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let uuid = new_disk_uuid();
+    let mut disk = StateDisk::new(CryptsetupBackend::header_only(&image).with_program(&script));
+    let got = disk.format_or_open(&uuid, |_| Ok(key(1)));
+    assert!(
+        matches!(&got, Err(DiskError::BadUuid(m)) if m.contains(&uuid)),
+        "{got:?}"
+    );
+    let DiskState::Luks { uuid: written } = disk.state().unwrap() else {
+        panic!("formatted");
+    };
+    assert_ne!(written, uuid);
+}
