@@ -1,0 +1,460 @@
+//! The real state-disk backend: the `cryptsetup` program.
+//!
+//! Commands run (the key always on stdin via `--key-file -`, never in argv):
+//! - `cryptsetup isLuks DEVICE`, `cryptsetup luksUUID DEVICE`
+//! - `cryptsetup luksFormat --type luks2 --uuid U --batch-mode --pbkdf ... --key-file - DEVICE`
+//! - [`OpenMode::Map`]: `cryptsetup open --type luks2 --key-file - DEVICE NAME`,
+//!   giving `/dev/mapper/NAME`;
+//! - [`OpenMode::HeaderOnly`]: `cryptsetup open --type luks2 --test-passphrase --key-file - DEVICE`.
+//!
+//! cryptsetup runs with `LC_ALL=C` so its messages are stable.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::{DiskBackend, DiskError, DiskState};
+use crate::kms::{SecretBytes, is_uuid};
+
+/// How much of the disk's start must be zero for it to count as blank: the
+/// LUKS2 default header area (both binary headers, JSON and key slots), which
+/// also covers the signatures of common file systems and partition tables.
+pub const BLANK_PROBE_HEAD: u64 = 16 << 20;
+/// How much of the disk's end must be zero (a backup GPT lives there).
+pub const BLANK_PROBE_TAIL: u64 = 1 << 20;
+/// How much of cryptsetup's stderr is kept in errors.
+const STDERR_TAIL: usize = 1024;
+
+/// The key-slot password hashing for new headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pbkdf {
+    /// cryptsetup's defaults (argon2id, benchmarked; slow under emulation).
+    CryptsetupDefault,
+    /// PBKDF2 with a fixed iteration count (cryptsetup's minimum is 1000).
+    Pbkdf2 {
+        /// Iterations.
+        iterations: u32,
+    },
+    /// Argon2id with fixed costs.
+    Argon2id {
+        /// Iterations (time cost).
+        iterations: u32,
+        /// Memory cost in KiB.
+        memory_kib: u32,
+        /// Threads.
+        parallel: u32,
+    },
+}
+
+impl Default for Pbkdf {
+    /// PBKDF2 with 1000 iterations. Key stretching protects low-entropy
+    /// passphrases; state-disk keys are 32 random bytes (HKDF output), so a
+    /// costly PBKDF adds nothing but boot time (argon2 takes seconds under
+    /// software emulation, PBKDF2 well under one).
+    fn default() -> Self {
+        Pbkdf::Pbkdf2 { iterations: 1000 }
+    }
+}
+
+impl Pbkdf {
+    fn args(&self) -> Vec<String> {
+        match *self {
+            Pbkdf::CryptsetupDefault => Vec::new(),
+            Pbkdf::Pbkdf2 { iterations } => vec![
+                "--pbkdf".into(),
+                "pbkdf2".into(),
+                "--pbkdf-force-iterations".into(),
+                iterations.to_string(),
+            ],
+            Pbkdf::Argon2id {
+                iterations,
+                memory_kib,
+                parallel,
+            } => vec![
+                "--pbkdf".into(),
+                "argon2id".into(),
+                "--pbkdf-force-iterations".into(),
+                iterations.to_string(),
+                "--pbkdf-memory".into(),
+                memory_kib.to_string(),
+                "--pbkdf-parallel".into(),
+                parallel.to_string(),
+            ],
+        }
+    }
+}
+
+/// What [`DiskBackend::open`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Maps the decrypted device at `/dev/mapper/NAME` (needs device-mapper:
+    /// nodes, QEMU guests).
+    Map,
+    /// The build-machine mode: checks that the key opens a key slot
+    /// (`--test-passphrase`) and maps nothing. It exercises the same decisions
+    /// on real LUKS2 headers (blank or LUKS, format or open, wrong key, UUIDs)
+    /// but proves nothing about dm-crypt itself; real mapping is proven in the
+    /// QEMU boot tests.
+    HeaderOnly,
+}
+
+/// The `cryptsetup` backend for one device.
+#[derive(Clone, Debug)]
+pub struct CryptsetupBackend {
+    /// The block device (or, in [`OpenMode::HeaderOnly`], an image file).
+    pub device: PathBuf,
+    /// The device-mapper name ([`OpenMode::Map`]): letters, digits, `_`, `-`, `.`.
+    pub mapper_name: String,
+    /// Key-slot hashing for new headers.
+    pub pbkdf: Pbkdf,
+    /// The cryptsetup program: a bare name is looked up in `PATH`.
+    pub program: PathBuf,
+    /// Map the device, or only check keys.
+    pub mode: OpenMode,
+    opened: bool,
+}
+
+impl CryptsetupBackend {
+    /// A backend mapping `device` as `/dev/mapper/<mapper_name>`, with
+    /// `cryptsetup` from `PATH` and the default [`Pbkdf`].
+    pub fn new(device: impl Into<PathBuf>, mapper_name: impl Into<String>) -> Self {
+        CryptsetupBackend {
+            device: device.into(),
+            mapper_name: mapper_name.into(),
+            pbkdf: Pbkdf::default(),
+            program: PathBuf::from("cryptsetup"),
+            mode: OpenMode::Map,
+            opened: false,
+        }
+    }
+
+    /// The build-machine backend ([`OpenMode::HeaderOnly`]) on a device or image file.
+    pub fn header_only(device: impl Into<PathBuf>) -> Self {
+        CryptsetupBackend {
+            mode: OpenMode::HeaderOnly,
+            ..CryptsetupBackend::new(device, "")
+        }
+    }
+
+    /// Uses `program` as cryptsetup (e.g. `/sbin/cryptsetup` in the initramfs).
+    pub fn with_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.program = program.into();
+        self
+    }
+
+    /// Uses `pbkdf` for new headers.
+    pub fn with_pbkdf(mut self, pbkdf: Pbkdf) -> Self {
+        self.pbkdf = pbkdf;
+        self
+    }
+
+    fn luks_uuid(&self) -> Result<Option<String>, DiskError> {
+        let device = self.device.as_os_str();
+        let out = self.run("isLuks", &[OsStr::new("isLuks"), device], None)?;
+        match out.status {
+            Some(0) => {}
+            Some(1) => return Ok(None),
+            _ => return Err(out.into_error("isLuks")),
+        }
+        let out = self.run("luksUUID", &[OsStr::new("luksUUID"), device], None)?;
+        if out.status != Some(0) {
+            return Err(out.into_error("luksUUID"));
+        }
+        let uuid = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .to_ascii_lowercase();
+        if !is_uuid(&uuid) {
+            return Err(DiskError::BadUuid(format!(
+                "the LUKS header's UUID {:?} is not a UUID",
+                sanitize(uuid.as_bytes(), None)
+            )));
+        }
+        Ok(Some(uuid))
+    }
+
+    fn check_mapper_name(&self) -> Result<(), DiskError> {
+        let n = &self.mapper_name;
+        let ok = !n.is_empty()
+            && n.len() <= 127
+            && n != "."
+            && n != ".."
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if ok {
+            Ok(())
+        } else {
+            Err(DiskError::Config(format!("bad mapper name {n:?}")))
+        }
+    }
+
+    /// Runs cryptsetup with `args`, feeding `key` (if any) on stdin.
+    fn run(
+        &self,
+        action: &str,
+        args: &[&OsStr],
+        key: Option<&SecretBytes>,
+    ) -> Result<RunOutput, DiskError> {
+        log::debug!(
+            "running {} {}",
+            self.program.display(),
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let mut child = Command::new(&self.program)
+            .args(args)
+            .env("LC_ALL", "C")
+            .stdin(if key.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                DiskError::Io(format!(
+                    "starting {} for {action}: {e}",
+                    self.program.display()
+                ))
+            })?;
+        let stdin = child.stdin.take();
+        let output = std::thread::scope(|s| {
+            if let (Some(mut stdin), Some(key)) = (stdin, key) {
+                s.spawn(move || {
+                    // cryptsetup may exit before reading (e.g. a bad device):
+                    // a broken pipe is not our error, its exit status tells.
+                    match stdin.write_all(key.expose()) {
+                        Ok(()) | Err(_) => {}
+                    }
+                    // Dropping stdin closes the pipe: the key ends at EOF.
+                });
+            }
+            child.wait_with_output()
+        })
+        .map_err(|e| DiskError::Io(format!("waiting for cryptsetup {action}: {e}")))?;
+        Ok(RunOutput {
+            status: output.status.code(),
+            stdout: output.stdout,
+            stderr: sanitize(&output.stderr, key),
+        })
+    }
+}
+
+struct RunOutput {
+    status: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl RunOutput {
+    fn into_error(self, action: &str) -> DiskError {
+        match self.status {
+            Some(5) => DiskError::Busy(self.stderr),
+            status => DiskError::Cryptsetup {
+                action: action.to_string(),
+                status,
+                stderr: self.stderr,
+            },
+        }
+    }
+}
+
+/// The tail of a program's message, printable: control characters other than
+/// newline and tab become `?`, and the key (should a buggy program echo it)
+/// becomes `<redacted>`.
+fn sanitize(raw: &[u8], key: Option<&SecretBytes>) -> String {
+    let mut bytes = raw.to_vec();
+    if let Some(key) = key.map(|k| k.expose()).filter(|k| !k.is_empty()) {
+        while let Some(at) = bytes.windows(key.len()).position(|w| w == key) {
+            bytes.splice(at..at + key.len(), b"<redacted>".iter().copied());
+        }
+    }
+    let start = bytes.len().saturating_sub(STDERR_TAIL);
+    String::from_utf8_lossy(&bytes[start..])
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// Whether the device reads as zeros in its first [`BLANK_PROBE_HEAD`] and
+/// last [`BLANK_PROBE_TAIL`] bytes; if not, `Err(reason)`.
+pub fn is_blank(device: &Path) -> Result<Result<(), String>, DiskError> {
+    let io = |e: io::Error| DiskError::Io(format!("reading {}: {e}", device.display()));
+    let mut file = File::open(device).map_err(io)?;
+    let size = file.seek(SeekFrom::End(0)).map_err(io)?;
+    let head = BLANK_PROBE_HEAD.min(size);
+    let tail_start = size.saturating_sub(BLANK_PROBE_TAIL).max(head);
+    for (start, end) in [(0, head), (tail_start, size)] {
+        file.seek(SeekFrom::Start(start)).map_err(io)?;
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut at = start;
+        while at < end {
+            let want = ((end - at) as usize).min(chunk.len());
+            file.read_exact(&mut chunk[..want]).map_err(io)?;
+            if let Some(i) = chunk[..want].iter().position(|&b| b != 0) {
+                return Ok(Err(format!(
+                    "no LUKS header, and non-zero data at byte offset {}",
+                    at + i as u64
+                )));
+            }
+            at += want as u64;
+        }
+    }
+    Ok(Ok(()))
+}
+
+impl DiskBackend for CryptsetupBackend {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        if let Some(uuid) = self.luks_uuid()? {
+            return Ok(DiskState::Luks { uuid });
+        }
+        Ok(match is_blank(&self.device)? {
+            Ok(()) => DiskState::Blank,
+            Err(reason) => DiskState::Unrecognized { reason },
+        })
+    }
+
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError> {
+        if !is_uuid(uuid) {
+            return Err(DiskError::BadUuid(format!("{uuid:?} is not a UUID")));
+        }
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        // luksFormat --batch-mode overwrites an existing header without a
+        // question: this check is what keeps a LUKS disk from being wiped.
+        if let Some(existing) = self.luks_uuid()? {
+            return Err(DiskError::AlreadyFormatted { uuid: existing });
+        }
+        let mut args: Vec<OsString> = ["luksFormat", "--type", "luks2", "--uuid", uuid]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.extend(["--batch-mode".into()]);
+        args.extend(self.pbkdf.args().into_iter().map(OsString::from));
+        args.extend(["--key-file".into(), "-".into()]);
+        args.push(self.device.clone().into_os_string());
+        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+        let out = self.run("luksFormat", &args, Some(key))?;
+        if out.status != Some(0) {
+            return Err(out.into_error("luksFormat"));
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        let device = self.device.as_os_str();
+        let mut args: Vec<&OsStr> = ["open", "--type", "luks2"].iter().map(OsStr::new).collect();
+        match self.mode {
+            OpenMode::Map => {
+                self.check_mapper_name()?;
+                args.extend([
+                    OsStr::new("--key-file"),
+                    OsStr::new("-"),
+                    device,
+                    OsStr::new(&self.mapper_name),
+                ]);
+            }
+            OpenMode::HeaderOnly => args.extend([
+                OsStr::new("--test-passphrase"),
+                OsStr::new("--key-file"),
+                OsStr::new("-"),
+                device,
+            ]),
+        }
+        let out = self.run("open", &args, Some(key))?;
+        match out.status {
+            Some(0) => {
+                self.opened = true;
+                Ok(())
+            }
+            // cryptsetup: 2 = "no permission (bad passphrase)".
+            Some(2) => Err(DiskError::WrongKey),
+            Some(1) if self.luks_uuid()?.is_none() => Err(DiskError::NotLuks),
+            _ => Err(out.into_error("open")),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.mode {
+            OpenMode::Map => format!(
+                "{} (as /dev/mapper/{})",
+                self.device.display(),
+                self.mapper_name
+            ),
+            OpenMode::HeaderOnly => format!("{} (header only)", self.device.display()),
+        }
+    }
+
+    fn mapped_device(&self) -> Option<PathBuf> {
+        (self.opened && self.mode == OpenMode::Map)
+            .then(|| Path::new("/dev/mapper").join(&self.mapper_name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_bounds_redacts_and_replaces_controls() {
+        let key = SecretBytes::new(b"s3cr3t".to_vec());
+        assert_eq!(
+            sanitize(b"bad s3cr3t here\x1b[31m\n", Some(&key)),
+            "bad <redacted> here?[31m"
+        );
+        let long = vec![b'x'; 5000];
+        assert_eq!(sanitize(&long, None).len(), STDERR_TAIL);
+    }
+
+    #[test]
+    fn pbkdf_arguments() {
+        assert_eq!(
+            Pbkdf::default().args(),
+            ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
+        );
+        assert!(Pbkdf::CryptsetupDefault.args().is_empty());
+        assert_eq!(
+            Pbkdf::Argon2id {
+                iterations: 4,
+                memory_kib: 65536,
+                parallel: 2
+            }
+            .args()
+            .join(" "),
+            "--pbkdf argon2id --pbkdf-force-iterations 4 --pbkdf-memory 65536 --pbkdf-parallel 2"
+        );
+    }
+
+    #[test]
+    fn mapper_names_are_checked_before_cryptsetup_runs() {
+        for bad in ["", "a/b", "..", "x y", "\u{e9}"] {
+            let mut b =
+                CryptsetupBackend::new("/nonexistent", bad).with_program("/nonexistent/cryptsetup");
+            assert!(
+                matches!(
+                    b.open(&SecretBytes::new(vec![1])),
+                    Err(DiskError::Config(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let b = CryptsetupBackend::new("/dev/vdb", "state");
+        assert!(b.check_mapper_name().is_ok());
+        assert_eq!(b.mapped_device(), None);
+    }
+}

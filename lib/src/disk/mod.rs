@@ -1,0 +1,290 @@
+//! The node's state disk: dm-crypt with a LUKS2 header, keyed with the key
+//! derived for the disk's UUID (see [`crate::kms`]).
+//!
+//! Security posture:
+//! - A disk that carries a LUKS header is **never** formatted: a wrong key is
+//!   an error ([`DiskError::WrongKey`]), not a reason to wipe.
+//! - A disk without a LUKS header is formatted only if it is blank (all zeros
+//!   where headers and file-system signatures live, see [`cryptsetup::is_blank`]).
+//!   A disk with other content is refused as [`DiskState::Unrecognized`]
+//!   unless the caller explicitly allows it ([`StateDisk::allow_formatting_unrecognized`]).
+//!   Reason: Constellation formats any disk without a LUKS header, which turns
+//!   a damaged header or a wrongly attached data disk into silent data loss;
+//!   fresh cloud disks read as zeros, so refusing non-zero content costs
+//!   nothing in the normal flow and stops the irreversible mistake.
+//! - The key goes to cryptsetup through a pipe on its stdin, never in argv,
+//!   the environment or a file, and is never logged.
+//!
+//! [`StateDisk`] holds the decision (format or open); a [`DiskBackend`] does
+//! the work. [`CryptsetupBackend`] is the real one, with a header-only mode
+//! for machines without device-mapper.
+
+use std::fmt;
+
+use crate::kms::{SecretBytes, is_uuid};
+
+pub mod cryptsetup;
+
+pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
+
+/// What a state disk holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskState {
+    /// No LUKS header and all zeros where headers live: safe to format.
+    Blank,
+    /// A LUKS header.
+    Luks {
+        /// The header's UUID, lowercase.
+        uuid: String,
+    },
+    /// No LUKS header but other content (a damaged header, a file system, a
+    /// partition table, random data): not formatted unless explicitly allowed.
+    Unrecognized {
+        /// What was found (no disk content is quoted).
+        reason: String,
+    },
+}
+
+/// What [`StateDisk::format_or_open`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskAction {
+    /// The disk was blank: it was formatted with this UUID and opened. It holds
+    /// no file system yet.
+    Formatted {
+        /// The new header's UUID, lowercase.
+        uuid: String,
+    },
+    /// The disk had a LUKS header and was opened with the key for its UUID.
+    Opened {
+        /// The header's UUID, lowercase.
+        uuid: String,
+    },
+}
+
+impl DiskAction {
+    /// The disk's UUID, whatever was done.
+    pub fn uuid(&self) -> &str {
+        match self {
+            DiskAction::Formatted { uuid } | DiskAction::Opened { uuid } => uuid,
+        }
+    }
+}
+
+/// Why a state disk operation failed. No variant carries key material.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskError {
+    /// Reading the device or starting cryptsetup failed.
+    Io(String),
+    /// cryptsetup failed for another reason than a wrong key.
+    Cryptsetup {
+        /// The cryptsetup action (`luksFormat`, `open`, ...).
+        action: String,
+        /// Its exit status (`None` if killed by a signal).
+        status: Option<i32>,
+        /// The tail of its stderr, with control characters replaced.
+        stderr: String,
+    },
+    /// The key does not open any key slot of the header.
+    WrongKey,
+    /// Formatting was refused: the disk already carries a LUKS header.
+    AlreadyFormatted {
+        /// The existing header's UUID.
+        uuid: String,
+    },
+    /// Opening was refused: the disk carries no LUKS header.
+    NotLuks,
+    /// The disk holds data that is not a LUKS header; it is not formatted.
+    Unrecognized {
+        /// What was found.
+        reason: String,
+    },
+    /// A UUID is malformed, or a freshly written header does not carry the
+    /// requested one.
+    BadUuid(String),
+    /// The mapping name is in use (cryptsetup exit status 5).
+    Busy(String),
+    /// The caller could not provide the key (returned by `key_for` closures).
+    KeyUnavailable(String),
+    /// The backend's configuration is invalid (e.g. a mapper name with `/`).
+    Config(String),
+}
+
+impl fmt::Display for DiskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiskError::Io(m) => write!(f, "state disk I/O: {m}"),
+            DiskError::Cryptsetup {
+                action,
+                status,
+                stderr,
+            } => match status {
+                Some(s) => write!(f, "cryptsetup {action} exited with {s}: {stderr}"),
+                None => write!(f, "cryptsetup {action} was killed: {stderr}"),
+            },
+            DiskError::WrongKey => f.write_str("the key does not open the state disk"),
+            DiskError::AlreadyFormatted { uuid } => {
+                write!(f, "refusing to format: the disk has a LUKS header ({uuid})")
+            }
+            DiskError::NotLuks => f.write_str("the disk has no LUKS header"),
+            DiskError::Unrecognized { reason } => write!(
+                f,
+                "refusing to format a disk that is neither blank nor LUKS: {reason}"
+            ),
+            DiskError::BadUuid(m) => write!(f, "bad disk UUID: {m}"),
+            DiskError::Busy(m) => write!(f, "device or mapping busy: {m}"),
+            DiskError::KeyUnavailable(m) => write!(f, "no key for the state disk: {m}"),
+            DiskError::Config(m) => write!(f, "state disk configuration: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for DiskError {}
+
+/// Does the work on one disk. Implementations must refuse to [`format`](Self::format)
+/// a disk that already has a LUKS header, whatever the caller decided.
+pub trait DiskBackend: Send {
+    /// What the disk holds.
+    fn inspect(&self) -> Result<DiskState, DiskError>;
+    /// Writes a new LUKS2 header with `uuid` and one key slot for `key`.
+    /// Refuses ([`DiskError::AlreadyFormatted`]) if there is a LUKS header.
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError>;
+    /// Opens the disk with `key`; a key that opens no slot is [`DiskError::WrongKey`].
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError>;
+    /// The device, for messages.
+    fn describe(&self) -> String;
+    /// After a successful [`open`](Self::open): the decrypted block device, if
+    /// this backend maps one.
+    fn mapped_device(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+}
+
+/// A node's state disk and the format-or-open decision.
+pub struct StateDisk<B: DiskBackend> {
+    backend: B,
+    format_unrecognized: bool,
+}
+
+impl<B: DiskBackend> StateDisk<B> {
+    /// A state disk on `backend` that refuses to format unrecognized content.
+    pub fn new(backend: B) -> Self {
+        StateDisk {
+            backend,
+            format_unrecognized: false,
+        }
+    }
+
+    /// Lets [`format_or_open`](Self::format_or_open) format a disk in the
+    /// [`DiskState::Unrecognized`] state (destroying what is on it). A disk
+    /// with a LUKS header is still never formatted. For operators who know the
+    /// disk is theirs to wipe.
+    pub fn allow_formatting_unrecognized(mut self) -> Self {
+        self.format_unrecognized = true;
+        self
+    }
+
+    /// What the disk holds.
+    pub fn state(&self) -> Result<DiskState, DiskError> {
+        self.backend.inspect()
+    }
+
+    /// The decision the bootstrapper needs: a blank disk is formatted with
+    /// `blank_uuid` and the key, then opened; a LUKS disk is opened with the
+    /// key (never formatted; a wrong key is [`DiskError::WrongKey`]).
+    /// `key_for` gets the UUID that is used (the header's, or `blank_uuid`
+    /// lowercased) so the caller derives the key for exactly that disk.
+    pub fn format_or_open(
+        &mut self,
+        blank_uuid: &str,
+        key_for: impl FnOnce(&str) -> Result<SecretBytes, DiskError>,
+    ) -> Result<DiskAction, DiskError> {
+        let device = self.backend.describe();
+        match self.backend.inspect()? {
+            DiskState::Luks { uuid } => {
+                log::info!("state disk {device} has a LUKS header ({uuid}); opening it");
+                let key = key_for(&uuid)?;
+                self.backend.open(&key)?;
+                Ok(DiskAction::Opened { uuid })
+            }
+            DiskState::Unrecognized { reason } if !self.format_unrecognized => {
+                log::error!("state disk {device} is neither blank nor LUKS: {reason}");
+                Err(DiskError::Unrecognized { reason })
+            }
+            state => {
+                if let DiskState::Unrecognized { reason } = state {
+                    log::warn!("formatting state disk {device} despite its content: {reason}");
+                }
+                if !is_uuid(blank_uuid) {
+                    return Err(DiskError::BadUuid(format!("{blank_uuid:?} is not a UUID")));
+                }
+                let uuid = blank_uuid.to_ascii_lowercase();
+                let key = key_for(&uuid)?;
+                log::info!("formatting state disk {device} as {uuid}");
+                self.backend.format(&uuid, &key)?;
+                match self.backend.inspect()? {
+                    DiskState::Luks { uuid: written } if written == uuid => {}
+                    other => {
+                        return Err(DiskError::BadUuid(format!(
+                            "after formatting as {uuid} the disk reads as {other:?}"
+                        )));
+                    }
+                }
+                self.backend.open(&key)?;
+                Ok(DiskAction::Formatted { uuid })
+            }
+        }
+    }
+
+    /// The decrypted block device after a successful open, if the backend maps one.
+    pub fn mapped_device(&self) -> Option<std::path::PathBuf> {
+        self.backend.mapped_device()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Gives the backend back.
+    pub fn into_backend(self) -> B {
+        self.backend
+    }
+}
+
+/// A fresh random (version 4) UUID, lowercase, from ring's `SystemRandom`.
+pub fn new_disk_uuid() -> String {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .expect("the system's random source works");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = crate::hex::encode(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_uuids_are_v4_and_fresh() {
+        let a = new_disk_uuid();
+        let b = new_disk_uuid();
+        assert_ne!(a, b);
+        for u in [&a, &b] {
+            assert!(is_uuid(u), "{u}");
+            assert_eq!(u.to_ascii_lowercase(), *u);
+            assert_eq!(&u[14..15], "4", "{u}");
+            assert!("89ab".contains(&u[19..20]), "{u}");
+        }
+    }
+}
