@@ -1,0 +1,325 @@
+//! The JoinClient: finds join services, asks them for a ticket over aTLS
+//! (the node attests; joinsvc too when a validator for it is configured),
+//! and retries with exponential backoff and jitter until it has a ticket or
+//! is told to stop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use confboot::atls;
+use confboot::attestation::{Issuer, Validator};
+use confboot::rpc::{Code, Status, Stop};
+use confboot_proto::join::{
+    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
+    IssueRejoinTicketResponse,
+};
+use ring::rand::SecureRandom;
+
+/// The join method.
+pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
+/// The rejoin method.
+pub const ISSUE_REJOIN_TICKET: &str = "/join.API/IssueRejoinTicket";
+/// Largest metadata response read.
+const MAX_METADATA_BYTES: u64 = 64 * 1024;
+/// Most endpoints taken from any source.
+const MAX_ENDPOINTS: usize = 64;
+
+/// Exponential backoff with jitter: each delay is drawn uniformly from the
+/// upper half of the current step, and the step doubles up to a cap.
+pub struct Backoff {
+    step: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Starts at `initial`, doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            step: initial.max(Duration::from_millis(1)),
+            max: max.max(initial),
+        }
+    }
+
+    /// The next delay to wait.
+    pub fn next_delay(&mut self) -> Duration {
+        let mut b = [0u8; 8];
+        let r = match ring::rand::SystemRandom::new().fill(&mut b) {
+            Ok(()) => u64::from_le_bytes(b),
+            Err(_) => 0,
+        };
+        let half = self.step / 2;
+        let jitter_ns = (half.as_nanos() as u64).checked_add(1).map_or(0, |n| r % n);
+        let delay = half + Duration::from_nanos(jitter_ns);
+        self.step = (self.step * 2).min(self.max);
+        delay
+    }
+}
+
+/// Join endpoints (`host:port`) from the kernel command line:
+/// `confboot.join=10.0.0.1:9090,10.0.0.2:9090`.
+pub fn endpoints_from_cmdline(cmdline: &str) -> Vec<String> {
+    cmdline
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("confboot.join="))
+        .flat_map(|list| list.split(','))
+        .filter(|e| !e.is_empty())
+        .take(MAX_ENDPOINTS)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Join endpoints from a metadata HTTP endpoint answering
+/// `{"joinEndpoints": ["host:port", ...]}` (bounded size and time).
+pub fn endpoints_from_metadata(url: &str, timeout: Duration) -> Result<Vec<String>, String> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .max_redirects(0)
+        .build()
+        .new_agent();
+    let mut resp = agent
+        .get(url)
+        .call()
+        .map_err(|e| format!("metadata {url}: {e}"))?;
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_METADATA_BYTES)
+        .read_to_string()
+        .map_err(|e| format!("metadata {url}: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("metadata {url}: {e}"))?;
+    let list = v["joinEndpoints"]
+        .as_array()
+        .ok_or_else(|| format!("metadata {url}: no \"joinEndpoints\" array"))?;
+    Ok(list
+        .iter()
+        .filter_map(|e| e.as_str())
+        .take(MAX_ENDPOINTS)
+        .map(str::to_string)
+        .collect())
+}
+
+/// Where the JoinClient looks for join services, in order.
+#[derive(Clone, Debug, Default)]
+pub struct EndpointSources {
+    /// Given in the configuration.
+    pub configured: Vec<String>,
+    /// A metadata URL asked on every round.
+    pub metadata_url: Option<String>,
+}
+
+impl EndpointSources {
+    /// Every endpoint known now.
+    pub fn resolve(&self) -> Vec<String> {
+        let mut all = self.configured.clone();
+        if let Some(url) = &self.metadata_url {
+            match endpoints_from_metadata(url, Duration::from_secs(5)) {
+                Ok(found) => all.extend(found),
+                Err(e) => log::warn!("{e}"),
+            }
+        }
+        all.dedup();
+        all
+    }
+}
+
+/// What the node asks for.
+#[derive(Clone, Debug)]
+pub enum TicketRequest {
+    /// A first join: the disk is blank and will be formatted with this UUID.
+    Join {
+        /// The UUID the state disk will get.
+        disk_uuid: String,
+        /// Whether the node becomes a control-plane node.
+        is_control_plane: bool,
+    },
+    /// A rejoin after a reboot: the disk is formatted already.
+    Rejoin {
+        /// The state disk's UUID.
+        disk_uuid: String,
+    },
+}
+
+/// What the node got.
+pub enum Ticket {
+    /// For a first join.
+    Join(IssueJoinTicketResponse),
+    /// For a rejoin.
+    Rejoin(IssueRejoinTicketResponse),
+}
+
+/// Asks join services for a ticket.
+pub struct JoinClient {
+    /// Where to look.
+    pub sources: EndpointSources,
+    /// The node's attestation.
+    pub issuer: Arc<dyn Issuer>,
+    /// If non-empty, joinsvc must attest to one of these.
+    pub joinsvc_validators: Vec<Arc<dyn Validator>>,
+    /// Bound on one attempt (connect, handshake, call).
+    pub attempt_timeout: Duration,
+    /// First retry delay.
+    pub initial_backoff: Duration,
+    /// Largest retry delay.
+    pub max_backoff: Duration,
+}
+
+impl JoinClient {
+    /// One attempt against one endpoint.
+    pub fn try_endpoint(&self, endpoint: &str, request: &TicketRequest) -> Result<Ticket, Status> {
+        let (mut client, _) = atls::connect(
+            endpoint,
+            self.attempt_timeout,
+            &self.joinsvc_validators,
+            Some(Arc::clone(&self.issuer)),
+        )
+        .map_err(|e| match e {
+            atls::AtlsError::Attestation(a) => {
+                Status::permission_denied(format!("join service refused: {a}"))
+            }
+            other => Status::unavailable(other.to_string()),
+        })?;
+        match request {
+            TicketRequest::Join {
+                disk_uuid,
+                is_control_plane,
+            } => {
+                let req = IssueJoinTicketRequest {
+                    disk_uuid: disk_uuid.clone(),
+                    is_control_plane: *is_control_plane,
+                    ..Default::default()
+                };
+                client
+                    .unary(ISSUE_JOIN_TICKET, &req, self.attempt_timeout)
+                    .map(Ticket::Join)
+            }
+            TicketRequest::Rejoin { disk_uuid } => {
+                let req = IssueRejoinTicketRequest {
+                    disk_uuid: disk_uuid.clone(),
+                };
+                client
+                    .unary(ISSUE_REJOIN_TICKET, &req, self.attempt_timeout)
+                    .map(Ticket::Rejoin)
+            }
+        }
+    }
+
+    /// Tries every endpoint, round after round with backoff, until one gives
+    /// a ticket (returned) or `stop` is raised (None).
+    pub fn run(&self, request: &TicketRequest, stop: &Stop) -> Option<Ticket> {
+        let mut backoff = Backoff::new(self.initial_backoff, self.max_backoff);
+        let mut round = 0u64;
+        while !stop.is_raised() {
+            round += 1;
+            let endpoints = self.sources.resolve();
+            if endpoints.is_empty() {
+                log::debug!("join: no join service known yet (round {round})");
+            }
+            for endpoint in &endpoints {
+                if stop.is_raised() {
+                    return None;
+                }
+                match self.try_endpoint(endpoint, request) {
+                    Ok(ticket) => {
+                        log::info!("join: ticket received from {endpoint}");
+                        return Some(ticket);
+                    }
+                    Err(s) if s.code == Code::PermissionDenied => {
+                        log::warn!("join: {endpoint} refused this node: {}", s.message)
+                    }
+                    Err(s) => log::info!("join: {endpoint} not usable: {s}"),
+                }
+            }
+            sleep_unless_stopped(backoff.next_delay(), stop);
+        }
+        None
+    }
+}
+
+/// Sleeps for `d`, waking early when `stop` is raised.
+pub fn sleep_unless_stopped(d: Duration, stop: &Stop) {
+    let until = std::time::Instant::now() + d;
+    while !stop.is_raised() {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_capped() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let delays: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        let steps = [100, 200, 400, 800, 800, 800, 800, 800];
+        for (d, step) in delays.iter().zip(steps) {
+            let step = Duration::from_millis(step);
+            assert!(
+                *d >= step / 2 && *d <= step,
+                "{d:?} outside [{:?}, {step:?}]",
+                step / 2
+            );
+        }
+        // Jitter: a hundred draws of the capped step are not all the same.
+        let draws: std::collections::BTreeSet<Duration> =
+            (0..100).map(|_| b.next_delay()).collect();
+        assert!(draws.len() > 1);
+    }
+
+    #[test]
+    fn endpoints_from_the_kernel_command_line() {
+        let cmdline = "quiet console=ttyS0 confboot.join=10.0.2.100:9090,10.0.2.101:9090 panic=-1";
+        assert_eq!(
+            endpoints_from_cmdline(cmdline),
+            vec!["10.0.2.100:9090", "10.0.2.101:9090"]
+        );
+        assert!(endpoints_from_cmdline("quiet").is_empty());
+        assert_eq!(
+            endpoints_from_cmdline("confboot.join=a:1 confboot.join=b:2"),
+            vec!["a:1", "b:2"]
+        );
+    }
+
+    #[test]
+    fn endpoints_from_a_metadata_server() {
+        let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let url = format!(
+            "http://{}/confboot/v1",
+            server.server_addr().to_ip().unwrap()
+        );
+        let t = std::thread::spawn(move || {
+            for body in [
+                r#"{"joinEndpoints": ["10.0.0.1:9090", "10.0.0.2:9090"]}"#,
+                r#"{"other": 1}"#,
+            ] {
+                let req = server.recv().unwrap();
+                assert_eq!(req.url(), "/confboot/v1");
+                req.respond(tiny_http::Response::from_string(body)).unwrap();
+            }
+        });
+        assert_eq!(
+            endpoints_from_metadata(&url, Duration::from_secs(10)).unwrap(),
+            vec!["10.0.0.1:9090", "10.0.0.2:9090"]
+        );
+        assert!(
+            endpoints_from_metadata(&url, Duration::from_secs(10))
+                .unwrap_err()
+                .contains("joinEndpoints")
+        );
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn sleeping_ends_when_stopped() {
+        let stop = Stop::new();
+        let s2 = stop.clone();
+        let t = std::thread::spawn(move || sleep_unless_stopped(Duration::from_secs(3600), &s2));
+        stop.raise();
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,447 @@
+//! A cluster of real processes on loopback: bootstrappers (each with its own
+//! swtpm and a LUKS2 state-disk image), joinsvc, and the `confboot` CLI.
+//! Kubernetes cannot run here: kubeadm is a double (a script that records
+//! its command lines and writes the admin kubeconfig, as kubeadm does). The
+//! state disks use the build-machine mode (real LUKS2 headers, no mapping);
+//! real dm-crypt is proven in the QEMU boot tests.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use confboot::kms::MasterSecret;
+use confboot::kms::init_secret;
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeTpm, TempDir, workspace_binary};
+use confboot_tests::{ChildProcess, addr_after};
+
+const IMAGE: &[u8] = b"node image v1";
+
+fn bootstrapper_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_bootstrapper"))
+}
+
+/// A node's files: TPM state, state-disk image, kubeadm double and its outputs.
+struct NodeDir {
+    dir: TempDir,
+}
+
+impl NodeDir {
+    fn new(name: &str) -> NodeDir {
+        let dir = TempDir::new(name);
+        std::fs::create_dir_all(dir.path().join("tpm")).unwrap();
+        std::fs::create_dir_all(dir.path().join("kubernetes/pki")).unwrap();
+        // A sparse 32 MiB blank disk.
+        let disk = std::fs::File::create(dir.path().join("disk.img")).unwrap();
+        disk.set_len(32 << 20).unwrap();
+        // The kubeadm double.
+        let script = format!(
+            "#!/bin/sh\necho \"$@\" >> {log}\ncase \"$1\" in init) printf 'apiVersion: v1\\nkind: Config\\nclusters: []\\n' > {admin} ;; esac\necho \"kubeadm double: $1 done\"\n",
+            log = dir.path().join("kubeadm.log").display(),
+            admin = dir.path().join("kubernetes/admin.conf").display()
+        );
+        let kubeadm = dir.path().join("kubeadm");
+        std::fs::write(&kubeadm, script).unwrap();
+        std::fs::set_permissions(
+            &kubeadm,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        NodeDir { dir }
+    }
+
+    fn p(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn boot_tpm(&self, image: &[u8]) -> NodeTpm {
+        NodeTpm::boot(&self.p("tpm"), image)
+    }
+
+    /// Starts the bootstrapper on this node's disk and `tpm`.
+    fn bootstrapper(&self, tpm: &NodeTpm, extra: &[&str]) -> ChildProcess {
+        let mut cmd = Command::new(bootstrapper_bin());
+        cmd.arg("--tpm").arg(tpm.tpm_arg());
+        cmd.arg("--state-disk").arg(self.p("disk.img"));
+        cmd.args([
+            "--disk-mode",
+            "header-only",
+            "--init-listen",
+            "127.0.0.1:0",
+            "--recover-listen",
+            "127.0.0.1:0",
+        ]);
+        cmd.args(["--cmdline", "/dev/null", "--retry-max", "1", "-v", "4"]);
+        cmd.arg("--kubeadm").arg(self.p("kubeadm"));
+        cmd.arg("--kubeadm-config-dir").arg(self.p("kubernetes"));
+        cmd.arg("--pki-dir").arg(self.p("kubernetes/pki"));
+        cmd.arg("--admin-kubeconfig")
+            .arg(self.p("kubernetes/admin.conf"));
+        cmd.args(extra);
+        ChildProcess::spawn("bootstrapper", cmd)
+    }
+
+    fn luks_uuid(&self) -> Option<String> {
+        let out = Command::new("cryptsetup")
+            .arg("luksUUID")
+            .arg(self.p("disk.img"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Whether `key` opens the LUKS2 header (cryptsetup, key on stdin).
+    fn key_opens_disk(&self, key: &[u8]) -> bool {
+        let mut child = Command::new("cryptsetup")
+            .args(["open", "--test-passphrase", "--key-file", "-"])
+            .arg(self.p("disk.img"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(key).unwrap();
+        child.wait().unwrap().success()
+    }
+}
+
+fn secs(t: Instant) -> String {
+    format!("{:.2} s", t.elapsed().as_secs_f64())
+}
+
+fn wait_exit_ok(p: ChildProcess, what: &str) -> Vec<String> {
+    let (status, log) = p.wait();
+    assert!(
+        status.success(),
+        "{what} exited with {status}:\n{}",
+        log.join("\n")
+    );
+    log
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn confboot(args: &[&str], cwd: &Path) -> std::process::Output {
+    Command::new(workspace_binary("confboot"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn init_join_refuse_restart_and_recover() {
+    let t0 = Instant::now();
+    let admin = TempDir::new("admin");
+    std::fs::write(
+        admin.path().join("init-secret"),
+        "correct horse battery staple",
+    )
+    .unwrap();
+    let hash = init_secret::hash(b"correct horse battery staple", init_secret::MIN_ITERATIONS);
+
+    // Node 1 is inited through the CLI.
+    let n1 = NodeDir::new("node1");
+    let tpm1 = n1.boot_tpm(IMAGE);
+    std::fs::write(
+        admin.path().join("measurements.json"),
+        tpm1.policy().to_json(),
+    )
+    .unwrap();
+    std::fs::write(
+        admin.path().join("pinned"),
+        confboot::hex::encode(&tpm1.ak_public),
+    )
+    .unwrap();
+    let b1 = n1.bootstrapper(&tpm1, &["--init-secret-hash", &hash]);
+    let init_addr = addr_after(
+        &b1.wait_for_line("init API listening on ", 3000),
+        "listening on ",
+    )
+    .to_string();
+    let pinned = format!("pinned:{}", admin.path().join("pinned").display());
+    let base = ["--measurements", "measurements.json", "--ak-trust", &pinned];
+
+    // A wrong init secret is refused and the node stays uninitialized.
+    std::fs::write(admin.path().join("wrong-secret"), "wrong").unwrap();
+    let out = confboot(
+        &[
+            &[
+                "init",
+                "--node",
+                &init_addr,
+                "--init-secret-file",
+                "wrong-secret",
+                "--master-secret-out",
+                "ms-wrong.json",
+            ][..],
+            &base,
+        ]
+        .concat(),
+        admin.path(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("wrong init secret"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        n1.luks_uuid().is_none(),
+        "a refused Init must not touch the disk"
+    );
+
+    let t = Instant::now();
+    let out = confboot(
+        &[
+            &[
+                "init",
+                "--node",
+                &init_addr,
+                "--init-secret-file",
+                "init-secret",
+            ][..],
+            &base,
+        ]
+        .concat(),
+        admin.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "confboot init failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("node: cluster initialized"), "{stdout}");
+    wait_exit_ok(b1, "bootstrapper 1");
+    println!("phase init (CLI → first control plane): {}", secs(t));
+    let kubeconfig = admin.path().join("confboot-admin.conf");
+    assert!(
+        std::fs::read_to_string(&kubeconfig)
+            .unwrap()
+            .contains("kind: Config")
+    );
+    for f in [
+        "confboot-admin.conf",
+        "confboot-mastersecret.json",
+        "confboot-cluster.json",
+    ] {
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(admin.path().join(f))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+    let ms_text = std::fs::read_to_string(admin.path().join("confboot-mastersecret.json")).unwrap();
+    let ms: serde_json::Value = serde_json::from_str(&ms_text).unwrap();
+    let master = MasterSecret::new(
+        confboot::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
+        confboot::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let uuid1 = n1.luks_uuid().expect("node 1's disk is LUKS2 now");
+    assert!(n1.key_opens_disk(master.state_disk_key(&uuid1).expose()));
+    assert!(
+        std::fs::read_to_string(n1.p("kubeadm.log"))
+            .unwrap()
+            .starts_with("init --config")
+    );
+    let cluster: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(admin.path().join("confboot-cluster.json")).unwrap(),
+    )
+    .unwrap();
+    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+
+    // joinsvc holds the same master secret; nodes 2 and 3 join through it.
+    let n2 = NodeDir::new("node2");
+    let n3 = NodeDir::new("node3");
+    let bad = NodeDir::new("tampered");
+    let (tpm2, tpm3, tpm_bad) = (
+        n2.boot_tpm(IMAGE),
+        n3.boot_tpm(IMAGE),
+        bad.boot_tpm(b"node image v1, one byte changed"),
+    );
+    let join_port = free_port();
+    let setup = |master: &MasterSecret| JoinsvcSetup {
+        master_secret: master.clone(),
+        measurement_salt: salt.clone(),
+        pinned_aks: vec![
+            tpm2.ak_public.clone(),
+            tpm3.ak_public.clone(),
+            tpm_bad.ak_public.clone(),
+        ],
+        listen: format!("127.0.0.1:{join_port}"),
+        extra: vec![],
+    };
+    let joinsvc_bin = workspace_binary("joinsvc");
+    let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpm2.policy(), setup(&master));
+    let endpoint = joinsvc.rpc_addr.to_string();
+
+    let t = Instant::now();
+    let b2 = n2.bootstrapper(&tpm2, &["--join-endpoint", &endpoint]);
+    let b3 = n3.bootstrapper(&tpm3, &["--join-endpoint", &endpoint]);
+    let b_bad = bad.bootstrapper(&tpm_bad, &["--join-endpoint", &endpoint]);
+    for (node, b) in [(&n2, b2), (&n3, b3)] {
+        let log = wait_exit_ok(b, "a joining bootstrapper");
+        assert!(
+            log.iter().any(|l| l.contains("bootstrapped (Joined)")),
+            "{}",
+            log.join("\n")
+        );
+        let uuid = node.luks_uuid().expect("the joined node's disk is LUKS2");
+        assert!(
+            node.key_opens_disk(master.state_disk_key(&uuid).expose()),
+            "disk key = derivation"
+        );
+        assert!(
+            std::fs::read_to_string(node.p("kubeadm.log"))
+                .unwrap()
+                .starts_with("join --config")
+        );
+    }
+    println!("phase two nodes join: {}", secs(t));
+
+    // The tampered node is refused, stays unlocked, and keeps its disk blank.
+    b_bad.wait_for_line("refused this node", 1000);
+    assert!(bad.luks_uuid().is_none());
+    assert!(!b_bad.log().iter().any(|l| l.contains("nodelock taken")));
+    drop(b_bad);
+
+    // joinsvc dies; a node waits; joinsvc comes back on the same port; the node joins.
+    let n4 = NodeDir::new("node4");
+    let tpm4 = n4.boot_tpm(IMAGE);
+    drop(joinsvc);
+    let t = Instant::now();
+    let b4 = n4.bootstrapper(&tpm4, &["--join-endpoint", &endpoint]);
+    b4.wait_for_line("not usable", 1000);
+    let mut setup4 = setup(&master);
+    setup4.pinned_aks.push(tpm4.ak_public.clone());
+    let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpm2.policy(), setup4);
+    let log = wait_exit_ok(b4, "bootstrapper 4");
+    assert!(
+        log.iter().any(|l| l.contains("bootstrapped (Joined)")),
+        "{}",
+        log.join("\n")
+    );
+    println!("phase join across a joinsvc restart: {}", secs(t));
+    drop(joinsvc);
+
+    // Node 2 reboots, reaches no join service, and is recovered by the admin.
+    drop(tpm2);
+    let tpm2 = n2.boot_tpm(IMAGE);
+    let t = Instant::now();
+    let b2 = n2.bootstrapper(&tpm2, &["--join-endpoint", &endpoint]);
+    let recover_addr = addr_after(
+        &b2.wait_for_line("recovery API listening on ", 3000),
+        "listening on ",
+    )
+    .to_string();
+    std::fs::write(
+        admin.path().join("pinned2"),
+        confboot::hex::encode(&tpm2.ak_public),
+    )
+    .unwrap();
+    std::fs::write(
+        admin.path().join("measurements2.json"),
+        tpm2.policy().to_json(),
+    )
+    .unwrap();
+    let pinned2 = format!("pinned:{}", admin.path().join("pinned2").display());
+    // A wrong master secret changes nothing.
+    let wrong = MasterSecret::generate().unwrap();
+    std::fs::write(
+        admin.path().join("wrong-ms.json"),
+        format!(
+            r#"{{"key": "{}", "salt": "{}"}}"#,
+            confboot::base64::encode(wrong.key().expose()),
+            confboot::base64::encode(wrong.salt().expose())
+        ),
+    )
+    .unwrap();
+    let recover = |ms: &str| {
+        confboot(
+            &[
+                "recover",
+                "--node",
+                &recover_addr,
+                "--master-secret",
+                ms,
+                "--measurements",
+                "measurements2.json",
+                "--ak-trust",
+                &pinned2,
+            ],
+            admin.path(),
+        )
+    };
+    let out = recover("wrong-ms.json");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not open"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = recover("confboot-mastersecret.json");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = wait_exit_ok(b2, "recovering bootstrapper");
+    assert!(
+        log.iter().any(|l| l.contains("bootstrapped (Recovered)")),
+        "{}",
+        log.join("\n")
+    );
+    println!("phase recovery: {}", secs(t));
+    println!("whole scenario: {}", secs(t0));
+}
+
+#[test]
+fn bootstrapper_explains_bad_configuration() {
+    let out = Command::new(bootstrapper_bin())
+        .arg("--nope")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option --nope"));
+    let out = Command::new(bootstrapper_bin())
+        .args(["--tpm", "127.0.0.1:1", "--state-disk", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--tpm 127.0.0.1:1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let help = Command::new(bootstrapper_bin())
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for opt in [
+        "--state-disk",
+        "--join-endpoint",
+        "--init-secret-hash",
+        "--joinsvc-policy",
+        "--metadata-url",
+    ] {
+        assert!(help.contains(opt), "--help lacks {opt}");
+    }
+}
