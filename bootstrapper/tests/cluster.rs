@@ -333,6 +333,29 @@ fn init_join_refuse_restart_and_recover() {
         log.join("\n")
     );
     println!("phase join across a joinsvc restart: {}", secs(t));
+
+    // Node 3 reboots (its TPM's PCRs start from zero) and rejoins with its disk's UUID.
+    drop(tpm3);
+    let tpm3 = n3.boot_tpm(IMAGE);
+    let uuid3 = n3.luks_uuid().unwrap();
+    let t = Instant::now();
+    let log = wait_exit_ok(
+        n3.bootstrapper(&tpm3, &["--join-endpoint", &endpoint]),
+        "rejoining bootstrapper",
+    );
+    assert!(
+        log.iter().any(|l| l.contains("bootstrapped (Rejoined)")),
+        "{}",
+        log.join("\n")
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains(&format!("state disk {uuid3} opened"))),
+        "{}",
+        log.join("\n")
+    );
+    assert_eq!(n3.luks_uuid().unwrap(), uuid3, "a rejoin never reformats");
+    println!("phase reboot and rejoin: {}", secs(t));
     drop(joinsvc);
 
     // Node 2 reboots, reaches no join service, and is recovered by the admin.
@@ -444,4 +467,63 @@ fn bootstrapper_explains_bad_configuration() {
     ] {
         assert!(help.contains(opt), "--help lacks {opt}");
     }
+}
+
+#[test]
+fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
+    let admin = TempDir::new("admin-errors");
+    std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
+    let n = NodeDir::new("mismeasured");
+    let tpm = n.boot_tpm(IMAGE);
+    let mut policy = tpm.policy();
+    policy.set(4, vec![0x42; 32], false);
+    std::fs::write(admin.path().join("measurements.json"), policy.to_json()).unwrap();
+    let pinned = format!("pinned:{}", confboot::hex::encode(&tpm.ak_public));
+    let args = |node: &str| -> Vec<String> {
+        [
+            "init",
+            "--node",
+            node,
+            "--init-secret-file",
+            "init-secret",
+            "--measurements",
+            "measurements.json",
+            "--ak-trust",
+            &pinned,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let out = confboot(&a, admin.path());
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+
+    let closed = format!("127.0.0.1:{}", free_port());
+    let err = run(args(&closed));
+    assert!(err.contains("cannot reach the node"), "{err}");
+
+    let hash = init_secret::hash(b"s3cret", init_secret::MIN_ITERATIONS);
+    let b = n.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
+    let addr = addr_after(
+        &b.wait_for_line("init API listening on ", 3000),
+        "listening on ",
+    )
+    .to_string();
+    assert!(
+        !admin.path().join("confboot-mastersecret.json").exists(),
+        "no secret for an unverified node"
+    );
+    let err = run(args(&addr));
+    assert!(
+        err.contains("failed verification") && err.contains("measurement 4 differs"),
+        "{err}"
+    );
+    assert!(
+        n.luks_uuid().is_none(),
+        "nothing was sent to a node that failed verification"
+    );
 }

@@ -16,7 +16,7 @@ const CMD: Command = Command {
     name: "confboot init",
     about: "Initialize a new cluster on its first node. Verifies the node over attested TLS against\n\
             --measurements, generates the master secret (or takes --master-secret), writes it to\n\
-            --master-secret-out (mode 0600) BEFORE sending anything, sends Init with the init secret,\n\
+            --master-secret-out (mode 0600) before Init is sent, sends Init with the init secret,\n\
             prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
             ids and measurement salt (--state-out).",
     usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]",
@@ -92,17 +92,22 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
         }
     }
 
-    let master = match m.value("master-secret") {
-        Some(path) => common::read_master_secret(Path::new(path))?,
+    // A generated master secret is written after the node attested and
+    // before Init is sent: nothing is lost if Init fails half-way.
+    let (master, master_out) = match m.value("master-secret") {
+        Some(path) => (common::read_master_secret(Path::new(path))?, None),
         None => {
-            let master = MasterSecret::generate().map_err(|e| e.to_string())?;
             let out = Path::new(req("master-secret-out")?);
-            common::write_secret_file(out, common::master_secret_json(&master).as_bytes())?;
-            println!(
-                "master secret written to {} (keep it: it recovers the cluster)",
-                out.display()
-            );
-            master
+            if out.exists() {
+                return Err(format!(
+                    "{} exists already; reuse it with --master-secret or choose another --master-secret-out",
+                    out.display()
+                ));
+            }
+            (
+                MasterSecret::generate().map_err(|e| e.to_string())?,
+                Some(out),
+            )
         }
     };
     let mut measurement_salt = vec![0u8; 32];
@@ -122,6 +127,13 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
 
+    if let Some(out) = master_out {
+        common::write_secret_file(out, common::master_secret_json(&master).as_bytes())?;
+        println!(
+            "master secret written to {} (keep it: it recovers the cluster)",
+            out.display()
+        );
+    }
     let request = InitRequest {
         kms_uri: master.to_kms_uri().to_string(),
         storage_uri: "storage://no-store".into(),
