@@ -5,106 +5,19 @@
 //! state disks use the build-machine mode (real LUKS2 headers, no mapping);
 //! real dm-crypt is proven in the QEMU boot tests.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use confboot::kms::MasterSecret;
 use confboot::kms::init_secret;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeTpm, TempDir, workspace_binary};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir, workspace_binary};
 use confboot_tests::{ChildProcess, addr_after};
 
 const IMAGE: &[u8] = b"node image v1";
 
 fn bootstrapper_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bootstrapper"))
-}
-
-/// A node's files: TPM state, state-disk image, kubeadm double and its outputs.
-struct NodeDir {
-    dir: TempDir,
-}
-
-impl NodeDir {
-    fn new(name: &str) -> NodeDir {
-        let dir = TempDir::new(name);
-        std::fs::create_dir_all(dir.path().join("tpm")).unwrap();
-        std::fs::create_dir_all(dir.path().join("kubernetes/pki")).unwrap();
-        // A sparse 32 MiB blank disk.
-        let disk = std::fs::File::create(dir.path().join("disk.img")).unwrap();
-        disk.set_len(32 << 20).unwrap();
-        // The kubeadm double.
-        let script = format!(
-            "#!/bin/sh\necho \"$@\" >> {log}\ncase \"$1\" in init) printf 'apiVersion: v1\\nkind: Config\\nclusters: []\\n' > {admin} ;; esac\necho \"kubeadm double: $1 done\"\n",
-            log = dir.path().join("kubeadm.log").display(),
-            admin = dir.path().join("kubernetes/admin.conf").display()
-        );
-        let kubeadm = dir.path().join("kubeadm");
-        std::fs::write(&kubeadm, script).unwrap();
-        std::fs::set_permissions(
-            &kubeadm,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-        NodeDir { dir }
-    }
-
-    fn p(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn boot_tpm(&self, image: &[u8]) -> NodeTpm {
-        NodeTpm::boot(&self.p("tpm"), image)
-    }
-
-    /// Starts the bootstrapper on this node's disk and `tpm`.
-    fn bootstrapper(&self, tpm: &NodeTpm, extra: &[&str]) -> ChildProcess {
-        let mut cmd = Command::new(bootstrapper_bin());
-        cmd.arg("--tpm").arg(tpm.tpm_arg());
-        cmd.arg("--state-disk").arg(self.p("disk.img"));
-        cmd.args([
-            "--disk-mode",
-            "header-only",
-            "--init-listen",
-            "127.0.0.1:0",
-            "--recover-listen",
-            "127.0.0.1:0",
-        ]);
-        cmd.args(["--cmdline", "/dev/null", "--retry-max", "1", "-v", "4"]);
-        cmd.arg("--kubeadm").arg(self.p("kubeadm"));
-        cmd.arg("--kubeadm-config-dir").arg(self.p("kubernetes"));
-        cmd.arg("--pki-dir").arg(self.p("kubernetes/pki"));
-        cmd.arg("--admin-kubeconfig")
-            .arg(self.p("kubernetes/admin.conf"));
-        cmd.args(extra);
-        ChildProcess::spawn("bootstrapper", cmd)
-    }
-
-    fn luks_uuid(&self) -> Option<String> {
-        let out = Command::new("cryptsetup")
-            .arg("luksUUID")
-            .arg(self.p("disk.img"))
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    /// Whether `key` opens the LUKS2 header (cryptsetup, key on stdin).
-    fn key_opens_disk(&self, key: &[u8]) -> bool {
-        let mut child = Command::new("cryptsetup")
-            .args(["open", "--test-passphrase", "--key-file", "-"])
-            .arg(self.p("disk.img"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(key).unwrap();
-        child.wait().unwrap().success()
-    }
 }
 
 fn secs(t: Instant) -> String {
@@ -149,7 +62,7 @@ fn init_join_refuse_restart_and_recover() {
     let hash = init_secret::hash(b"correct horse battery staple", init_secret::MIN_ITERATIONS);
 
     // Node 1 is inited through the CLI.
-    let n1 = NodeDir::new("node1");
+    let n1 = NodeDir::new(&bootstrapper_bin(), "node1");
     let tpm1 = n1.boot_tpm(IMAGE);
     std::fs::write(
         admin.path().join("measurements.json"),
@@ -262,9 +175,9 @@ fn init_join_refuse_restart_and_recover() {
     let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
 
     // joinsvc holds the same master secret; nodes 2 and 3 join through it.
-    let n2 = NodeDir::new("node2");
-    let n3 = NodeDir::new("node3");
-    let bad = NodeDir::new("tampered");
+    let n2 = NodeDir::new(&bootstrapper_bin(), "node2");
+    let n3 = NodeDir::new(&bootstrapper_bin(), "node3");
+    let bad = NodeDir::new(&bootstrapper_bin(), "tampered");
     let (tpm2, tpm3, tpm_bad) = (
         n2.boot_tpm(IMAGE),
         n3.boot_tpm(IMAGE),
@@ -317,7 +230,7 @@ fn init_join_refuse_restart_and_recover() {
     drop(b_bad);
 
     // joinsvc dies; a node waits; joinsvc comes back on the same port; the node joins.
-    let n4 = NodeDir::new("node4");
+    let n4 = NodeDir::new(&bootstrapper_bin(), "node4");
     let tpm4 = n4.boot_tpm(IMAGE);
     drop(joinsvc);
     let t = Instant::now();
@@ -473,7 +386,7 @@ fn bootstrapper_explains_bad_configuration() {
 fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
     let admin = TempDir::new("admin-errors");
     std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
-    let n = NodeDir::new("mismeasured");
+    let n = NodeDir::new(&bootstrapper_bin(), "mismeasured");
     let tpm = n.boot_tpm(IMAGE);
     let mut policy = tpm.policy();
     policy.set(4, vec![0x42; 32], false);

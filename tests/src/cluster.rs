@@ -2,9 +2,10 @@
 //! its files and its Kubernetes API double, and nodes, each with its own
 //! swtpm, that ask for tickets over aTLS.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -408,4 +409,101 @@ pub fn workspace_binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A node run as a bootstrapper process: its files (TPM state, a sparse
+/// 32 MiB state-disk image, a kubeadm **double** — a script that records its
+/// command lines and writes the admin kubeconfig as kubeadm does, since
+/// Kubernetes cannot run here — and what it writes).
+pub struct NodeDir {
+    dir: TempDir,
+    bootstrapper: PathBuf,
+}
+
+impl NodeDir {
+    /// A blank node that runs `bootstrapper`.
+    pub fn new(bootstrapper: &Path, name: &str) -> NodeDir {
+        let dir = TempDir::new(name);
+        std::fs::create_dir_all(dir.path().join("tpm")).unwrap();
+        std::fs::create_dir_all(dir.path().join("kubernetes/pki")).unwrap();
+        // A sparse 32 MiB blank disk.
+        let disk = std::fs::File::create(dir.path().join("disk.img")).unwrap();
+        disk.set_len(32 << 20).unwrap();
+        // The kubeadm double.
+        let script = format!(
+            "#!/bin/sh\necho \"$@\" >> {log}\ncase \"$1\" in init) printf 'apiVersion: v1\\nkind: Config\\nclusters: []\\n' > {admin} ;; esac\necho \"kubeadm double: $1 done\"\n",
+            log = dir.path().join("kubeadm.log").display(),
+            admin = dir.path().join("kubernetes/admin.conf").display()
+        );
+        let kubeadm = dir.path().join("kubeadm");
+        std::fs::write(&kubeadm, script).unwrap();
+        std::fs::set_permissions(
+            &kubeadm,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        NodeDir {
+            dir,
+            bootstrapper: bootstrapper.to_path_buf(),
+        }
+    }
+
+    /// A path in the node's directory.
+    pub fn p(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Boots the node's TPM with `image` measured into PCR 4.
+    pub fn boot_tpm(&self, image: &[u8]) -> NodeTpm {
+        NodeTpm::boot(&self.p("tpm"), image)
+    }
+
+    /// Starts the bootstrapper on this node's disk and `tpm`.
+    pub fn bootstrapper(&self, tpm: &NodeTpm, extra: &[&str]) -> ChildProcess {
+        let mut cmd = Command::new(&self.bootstrapper);
+        cmd.arg("--tpm").arg(tpm.tpm_arg());
+        cmd.arg("--state-disk").arg(self.p("disk.img"));
+        cmd.args([
+            "--disk-mode",
+            "header-only",
+            "--init-listen",
+            "127.0.0.1:0",
+            "--recover-listen",
+            "127.0.0.1:0",
+        ]);
+        cmd.args(["--cmdline", "/dev/null", "--retry-max", "1", "-v", "4"]);
+        cmd.arg("--kubeadm").arg(self.p("kubeadm"));
+        cmd.arg("--kubeadm-config-dir").arg(self.p("kubernetes"));
+        cmd.arg("--pki-dir").arg(self.p("kubernetes/pki"));
+        cmd.arg("--admin-kubeconfig")
+            .arg(self.p("kubernetes/admin.conf"));
+        cmd.args(extra);
+        ChildProcess::spawn("bootstrapper", cmd)
+    }
+
+    /// The state disk's LUKS UUID, if it has a LUKS header.
+    pub fn luks_uuid(&self) -> Option<String> {
+        let out = Command::new("cryptsetup")
+            .arg("luksUUID")
+            .arg(self.p("disk.img"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Whether `key` opens the LUKS2 header (cryptsetup, key on stdin).
+    pub fn key_opens_disk(&self, key: &[u8]) -> bool {
+        let mut child = Command::new("cryptsetup")
+            .args(["open", "--test-passphrase", "--key-file", "-"])
+            .arg(self.p("disk.img"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(key).unwrap();
+        child.wait().unwrap().success()
+    }
 }

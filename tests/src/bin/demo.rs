@@ -1,77 +1,204 @@
-//! The main job for now: a join service and nodes on one machine. Starts
-//! the given joinsvc binary with its Kubernetes API double, starts nodes
-//! (each with its own swtpm), and shows what happens to each: attested and
-//! given a ticket, or refused. Prints how long each phase took.
+//! The main job for now: a cluster of processes on one machine, booted the
+//! way confboot boots one. Every node is a `bootstrapper` process with its
+//! own swtpm and a LUKS2 state-disk image; `confboot init` makes the first
+//! node the control plane; `joinsvc` (holding the same master secret)
+//! verifies and admits the others; a node with a tampered image is refused;
+//! a rebooted node rejoins. Kubernetes cannot run here: kubeadm is a double
+//! that records its command lines. Prints what happened to each node and how
+//! long each phase took.
+//!
+//! Usage: `demo <dir with the release bootstrapper, joinsvc and confboot>`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-use confboot_tests::cluster::{Joinsvc, Node};
+use confboot::kms::init_secret;
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir};
+use confboot_tests::{ChildProcess, addr_after};
+
+const IMAGE: &[u8] = b"node image v1";
 
 fn ms(t: Instant) -> String {
-    format!("{:>7.1} ms", t.elapsed().as_secs_f64() * 1000.0)
+    format!("{:>8.1} ms", t.elapsed().as_secs_f64() * 1000.0)
+}
+
+fn finish(name: &str, p: ChildProcess, t: Instant) -> bool {
+    let (status, log) = p.wait();
+    let outcome = log
+        .iter()
+        .rev()
+        .find_map(|l| l.split_once("bootstrapped ").map(|(_, o)| o.to_string()));
+    match (status.success(), outcome) {
+        (true, Some(o)) => {
+            println!("[{}] {name}: {o}", ms(t));
+            for l in log.iter().filter(|l| {
+                [
+                    "attest",
+                    "ticket received",
+                    "nodelock taken",
+                    "state disk",
+                    "node marked",
+                ]
+                .iter()
+                .any(|k| l.contains(k))
+            }) {
+                println!(
+                    "             {}",
+                    l.split_once(": ").map_or(l.as_str(), |(_, m)| m)
+                );
+            }
+            true
+        }
+        _ => {
+            println!("[{}] {name}: FAILED ({status})\n{}", ms(t), log.join("\n"));
+            false
+        }
+    }
 }
 
 fn main() {
-    let joinsvc_bin = std::env::args_os()
+    let bin = std::env::args_os()
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            eprintln!("usage: demo <path to joinsvc>");
+            eprintln!("usage: demo <dir with bootstrapper, joinsvc and confboot>");
             std::process::exit(2)
         });
+    let bin = bin.canonicalize().unwrap_or_else(|e| {
+        eprintln!("demo: {}: {e}", bin.display());
+        std::process::exit(2)
+    });
+    let (bootstrapper, joinsvc_bin, confboot) = (
+        bin.join("bootstrapper"),
+        bin.join("joinsvc"),
+        bin.join("confboot"),
+    );
+    let mut ok = true;
+    let admin = TempDir::new("demo-admin");
+    std::fs::write(
+        admin.path().join("init-secret"),
+        "correct horse battery staple",
+    )
+    .unwrap();
+    let hash = init_secret::hash(
+        b"correct horse battery staple",
+        init_secret::DEFAULT_ITERATIONS,
+    );
 
+    // Node 1 waits for the admin's Init.
     let t = Instant::now();
-    let node1 = Node::start("node-1", b"kernel v1");
-    let node2 = Node::start("node-2", b"kernel v1");
-    let tampered = Node::start("node-3", b"kernel v1, initrd changed by one byte");
+    let n1 = NodeDir::new(&bootstrapper, "demo-node1");
+    let tpm1 = n1.boot_tpm(IMAGE);
+    std::fs::write(
+        admin.path().join("measurements.json"),
+        tpm1.policy().to_json(),
+    )
+    .unwrap();
+    let pinned = format!("pinned:{}", confboot::hex::encode(&tpm1.ak_public));
+    let b1 = n1.bootstrapper(&tpm1, &["--init-secret-hash", &hash]);
+    let init_addr = addr_after(
+        &b1.wait_for_line("init API listening on ", 3000),
+        "listening on ",
+    )
+    .to_string();
     println!(
-        "[{}] started 3 nodes, each with its own swtpm; node-3 booted a tampered image",
+        "[{}] node-1: booted (own swtpm, blank state disk), waiting for Init on {init_addr}",
         ms(t)
     );
 
     let t = Instant::now();
-    let golden = node1.policy();
-    let joinsvc = Joinsvc::start(&joinsvc_bin, &golden, &[&node1, &node2, &tampered]);
+    println!("[{}] admin: confboot init --node {init_addr} ...", ms(t));
+    let out = Command::new(&confboot)
+        .args([
+            "init",
+            "--node",
+            &init_addr,
+            "--init-secret-file",
+            "init-secret",
+        ])
+        .args(["--measurements", "measurements.json", "--ak-trust", &pinned])
+        .current_dir(admin.path())
+        .output()
+        .expect("run confboot");
+    for line in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stderr).lines())
+    {
+        println!("             {line}");
+    }
+    ok &= out.status.success() && finish("node-1", b1, t);
+
+    let master = read_master(&admin.path().join("confboot-mastersecret.json"));
+    let cluster: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(admin.path().join("confboot-cluster.json")).unwrap(),
+    )
+    .unwrap();
+    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+
+    // joinsvc on the control plane, with the same master secret; three nodes ask it.
+    let nodes: Vec<(NodeDir, &str, &[u8])> = vec![
+        (NodeDir::new(&bootstrapper, "demo-node2"), "node-2", IMAGE),
+        (NodeDir::new(&bootstrapper, "demo-node3"), "node-3", IMAGE),
+        (
+            NodeDir::new(&bootstrapper, "demo-node4"),
+            "node-4 (initrd changed by one byte)",
+            b"node image v1 + 1 byte",
+        ),
+    ];
+    let tpms: Vec<_> = nodes
+        .iter()
+        .map(|(n, _, image)| n.boot_tpm(image))
+        .collect();
+    let t = Instant::now();
+    let setup = JoinsvcSetup {
+        master_secret: master.clone(),
+        measurement_salt: salt,
+        pinned_aks: tpms.iter().map(|t| t.ak_public.clone()).collect(),
+        ..JoinsvcSetup::new()
+    };
+    let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpms[0].policy(), setup);
+    let endpoint = joinsvc.rpc_addr.to_string();
     println!(
-        "[{}] joinsvc listening on {} (health on http://{})",
-        ms(t),
-        joinsvc.rpc_addr,
-        joinsvc.http_addr
+        "[{}] joinsvc: listening on {endpoint} (expects node-1's measurements)",
+        ms(t)
     );
 
-    let disks = [
-        "1b4e28ba-2fa1-41d2-883f-0016d3cca427",
-        "6fa459ea-ee8a-4ca4-894e-db77e160355e",
-        "886313e1-3b8a-4372-9b90-0c9aee199e5d",
-    ];
-    let mut failed = false;
-    for (node, disk) in [&node1, &node2, &tampered].into_iter().zip(disks) {
-        let t = Instant::now();
-        match node.join(joinsvc.rpc_addr, disk) {
-            Ok(ticket) => {
-                let expected = joinsvc.master_secret.state_disk_key(disk);
-                let key_ok = ticket.state_disk_key == expected.expose();
-                println!(
-                    "[{}] {}: attested, ticket received (disk key {}, token id {}, API server {})",
-                    ms(t),
-                    node.name,
-                    if key_ok {
-                        "matches the master secret's derivation"
-                    } else {
-                        "WRONG"
-                    },
-                    ticket.token.split('.').next().unwrap_or(""),
-                    ticket.api_server_endpoint
-                );
-                failed |= !key_ok || node.name == "node-3";
-            }
-            Err(status) => {
-                println!("[{}] {}: refused: {status}", ms(t), node.name);
-                failed |= node.name != "node-3";
-            }
-        }
-    }
+    let t = Instant::now();
+    let running: Vec<ChildProcess> = nodes
+        .iter()
+        .zip(&tpms)
+        .map(|((n, _, _), tpm)| n.bootstrapper(tpm, &["--join-endpoint", &endpoint]))
+        .collect();
+    let mut running = running.into_iter();
+    ok &= finish(nodes[0].1, running.next().unwrap(), t);
+    ok &= finish(nodes[1].1, running.next().unwrap(), t);
+    let tampered = running.next().unwrap();
+    let refusal = tampered.wait_for_line("refused this node", 2000);
+    println!(
+        "[{}] {}: refused, disk left blank, keeps asking:",
+        ms(t),
+        nodes[2].1
+    );
+    println!(
+        "             {}",
+        refusal
+            .split_once("refused this node: ")
+            .map_or("", |(_, r)| r)
+    );
+    ok &= nodes[2].0.luks_uuid().is_none();
+    drop(tampered);
+
+    // node-2 reboots and rejoins.
+    let t = Instant::now();
+    drop(tpms);
+    let n2 = &nodes[0].0;
+    let tpm2 = n2.boot_tpm(IMAGE);
+    ok &= finish(
+        "node-2 after a reboot",
+        n2.bootstrapper(&tpm2, &["--join-endpoint", &endpoint]),
+        t,
+    );
 
     let (_, metrics) = joinsvc.http_get("/metrics");
     println!("\njoinsvc metrics:");
@@ -81,12 +208,15 @@ fn main() {
     {
         println!("  {line}");
     }
-    println!("\njoinsvc log:");
-    for line in joinsvc.process.log() {
-        println!("  {line}");
-    }
-    if failed {
+    if !ok {
         eprintln!("demo: an outcome was not the expected one");
         std::process::exit(1);
     }
+}
+
+fn read_master(path: &Path) -> confboot::kms::MasterSecret {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let field = |n: &str| confboot::base64::decode(v[n].as_str().unwrap()).unwrap();
+    confboot::kms::MasterSecret::new(field("key"), field("salt")).unwrap()
 }
