@@ -429,3 +429,82 @@ fn a_header_that_does_not_carry_the_requested_uuid_is_an_error() {
     };
     assert_ne!(written, uuid);
 }
+
+/// Map mode needs device-mapper, which the build machines lack (real mapping
+/// is proven in the QEMU boot tests). Here a cryptsetup stand-in answers the
+/// mapping `open` only, with a chosen exit status, after recording argv and
+/// stdin; every other call goes to the real cryptsetup.
+#[test]
+fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
+    let dir = TempDir::new("map");
+    let image = blank_image(&dir, "disk.img");
+    let uuid = new_disk_uuid();
+    StateDisk::new(backend(&image))
+        .format_or_open(&uuid, |_| Ok(key(1)))
+        .unwrap();
+    let status_file = dir.0.join("open-status");
+    let script = dir.0.join("cryptsetup");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = open ]; then\n\
+             printf '%s\\n' \"$@\" > {d}/open.argv\ncat > {d}/open.stdin\n\
+             echo 'stand-in message' >&2\nexit $(cat {status})\nfi\nexec {real} \"$@\"\n",
+            d = dir.0.display(),
+            status = status_file.display(),
+            real = real_cryptsetup().display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let map = || CryptsetupBackend::new(&image, "state").with_program(&script);
+    let before = fs::read(&image).unwrap();
+
+    fs::write(&status_file, "0").unwrap();
+    let mut disk = StateDisk::new(map());
+    assert_eq!(disk.mapped_device(), None, "nothing mapped before open");
+    assert_eq!(
+        disk.format_or_open(&new_disk_uuid(), |_| Ok(key(1))),
+        Ok(DiskAction::Opened { uuid: uuid.clone() })
+    );
+    assert_eq!(
+        disk.mapped_device(),
+        Some(PathBuf::from("/dev/mapper/state"))
+    );
+    let argv = fs::read_to_string(dir.0.join("open.argv")).unwrap();
+    assert_eq!(
+        argv.lines().collect::<Vec<_>>(),
+        [
+            "open",
+            "--type",
+            "luks2",
+            "--key-file",
+            "-",
+            image.to_str().unwrap(),
+            "state"
+        ]
+    );
+    assert_eq!(fs::read(dir.0.join("open.stdin")).unwrap(), key(1).expose());
+
+    for (status, want) in [
+        ("2", DiskError::WrongKey),
+        ("5", DiskError::Busy("stand-in message".into())),
+        (
+            "1",
+            DiskError::Cryptsetup {
+                action: "open".into(),
+                status: Some(1),
+                stderr: "stand-in message".into(),
+            },
+        ),
+    ] {
+        fs::write(&status_file, status).unwrap();
+        let mut disk = StateDisk::new(map()).allow_formatting_unrecognized();
+        assert_eq!(
+            disk.format_or_open(&new_disk_uuid(), |_| Ok(key(1))),
+            Err(want)
+        );
+        assert_eq!(disk.mapped_device(), None);
+    }
+    assert!(fs::read(&image).unwrap() == before, "never formatted");
+}

@@ -96,7 +96,7 @@ fn run_rounds(seed: u64, rounds: usize, threads_for: impl Fn(&mut XorShift) -> u
     let mut wins = vec![0u32; NAMES.len()];
     for _ in 0..rounds {
         let threads = threads_for(&mut rng);
-        let spins: Vec<u64> = (0..threads).map(|_| rng.below(200)).collect();
+        let spins: Vec<u64> = (0..threads).map(|_| rng.below(5_000)).collect();
         wins[race(threads, &spins)] += 1;
     }
     wins

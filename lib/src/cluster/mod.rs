@@ -5,6 +5,22 @@
 //! double for the bootstrapper's own tests.
 //!
 //! Tokens and keys never appear in argv or in the log callback.
+//!
+//! ```no_run
+//! use confboot::cluster::{ClusterBackend, InitClusterParams, KubeadmBackend};
+//!
+//! # fn main() -> Result<(), confboot::cluster::ClusterError> {
+//! let backend = KubeadmBackend::with_process_runner(); // kubeadm from PATH, 15 min limit
+//! let params = InitClusterParams {
+//!     kubernetes_version: "v1.30.4".into(),
+//!     node_ip: "10.0.0.1".into(),
+//!     ..Default::default()
+//! };
+//! let out = backend.init_cluster(&params, &mut |line| println!("{line}"))?;
+//! let _admin_kubeconfig = out.kubeconfig; // SecretBytes
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::sync::Mutex;

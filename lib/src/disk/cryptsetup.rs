@@ -227,9 +227,7 @@ impl CryptsetupBackend {
                 s.spawn(move || {
                     // cryptsetup may exit before reading (e.g. a bad device):
                     // a broken pipe is not our error, its exit status tells.
-                    match stdin.write_all(key.expose()) {
-                        Ok(()) | Err(_) => {}
-                    }
+                    let _ = stdin.write_all(key.expose());
                     // Dropping stdin closes the pipe: the key ends at EOF.
                 });
             }
@@ -341,7 +339,7 @@ impl DiskBackend for CryptsetupBackend {
             .iter()
             .map(OsString::from)
             .collect();
-        args.extend(["--batch-mode".into()]);
+        args.push("--batch-mode".into());
         args.extend(self.pbkdf.args().into_iter().map(OsString::from));
         args.extend(["--key-file".into(), "-".into()]);
         args.push(self.device.clone().into_os_string());

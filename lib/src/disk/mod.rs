@@ -18,6 +18,23 @@
 //! [`StateDisk`] holds the decision (format or open); a [`DiskBackend`] does
 //! the work. [`CryptsetupBackend`] is the real one, with a header-only mode
 //! for machines without device-mapper.
+//!
+//! ```no_run
+//! use confboot::disk::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};
+//! use confboot::kms::MasterSecret;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let master = MasterSecret::generate()?; // on a node: from Init's kmsURI or the join ticket
+//! let backend = CryptsetupBackend::new("/dev/vdb", "state").with_program("/sbin/cryptsetup");
+//! let mut disk = StateDisk::new(backend);
+//! match disk.format_or_open(&new_disk_uuid(), |uuid| Ok(master.state_disk_key(uuid)))? {
+//!     DiskAction::Formatted { uuid } => println!("new state disk {uuid}: make a file system"),
+//!     DiskAction::Opened { uuid } => println!("state disk {uuid} opened"),
+//! }
+//! let _device = disk.mapped_device(); // Some("/dev/mapper/state")
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 
