@@ -70,6 +70,9 @@ fi
 
 # --- kernel package (cached) ---
 mkdir -p "$CACHE"
+# One build at a time may fill the cache.
+exec 9>"$CACHE/.lock"
+flock 9 || die "cannot lock $CACHE/.lock"
 DEB="$CACHE/${KERNEL_PKG}_${KERNEL_PKG_VERSION}_amd64.deb"
 if [ ! -f "$DEB" ]; then
     echo "downloading $KERNEL_PKG=$KERNEL_PKG_VERSION"
