@@ -176,6 +176,11 @@ mkdir -p "$OUT"
 RAW="$WORK/initramfs.cpio"
 (cd "$ROOT" && find . -mindepth 1 -printf '%P\n' | sort | cpio --quiet --reproducible -o -H newc -R 0:0 >"$RAW")
 zstd -q -12 -T1 -f "$RAW" -o "$OUT/initramfs.cpio.zst"
+# Zero-pad to a multiple of 64 KiB (the kernel skips zeros after an
+# archive). QEMU's -kernel loader writes the initrd's size into the kernel's
+# setup header, so OVMF's PCR 4 depends on it: padding keeps PCR 4 the same
+# for images whose content (PCR 9) differs slightly.
+truncate -s %65536 "$OUT/initramfs.cpio.zst"
 install -m 0644 "$KTREE/boot/vmlinuz-$KERNEL_RELEASE" "$OUT/vmlinuz"
 touch -d "@$SOURCE_DATE_EPOCH" "$OUT/initramfs.cpio.zst" "$OUT/vmlinuz"
 

@@ -327,4 +327,17 @@ fn golden_measurements_match_a_probe_boot() {
     assert!(policy.check(&pcrs).is_ok(), "policy: {text}");
     let line = vm.wait_for_line("CONFBOOT-PCRS", Duration::ZERO);
     assert_eq!(parse_pcr_line(&line).unwrap(), pcrs);
+    drop(vm);
+    // Another command line, same image: PCR 9 covers the command line, so
+    // the policy refuses it; PCR 4 (the kernel) is unchanged.
+    let probe = probe_boot("golden-other-cmdline", a, "", |_| {}).pcrs();
+    assert_eq!(probe[&4], pcrs[&4]);
+    assert_ne!(
+        probe[&9], pcrs[&9],
+        "PCR 9 must cover the kernel command line"
+    );
+    assert!(
+        policy.check(&probe).is_err(),
+        "another command line must fail the policy"
+    );
 }
