@@ -341,3 +341,51 @@ fn golden_measurements_match_a_probe_boot() {
         "another command line must fail the policy"
     );
 }
+
+/// Normal mode: `/init` starts the real (static musl) bootstrapper with the
+/// percent-decoded `confboot.args`, prints its exit status and powers off.
+#[test]
+fn init_starts_the_bootstrapper_with_decoded_args_and_reports_its_exit() {
+    let bootstrapper =
+        confboot_tests::target_dir().join("x86_64-unknown-linux-musl/release/bootstrapper");
+    assert!(
+        bootstrapper.exists(),
+        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
+         -p bootstrapper` (scripts/test.sh does)",
+        bootstrapper.display()
+    );
+    let image = {
+        // Builds share the kernel cache; build.sh takes a lock.
+        Image::build("boot-bootstrapper", Some(&bootstrapper), "0")
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    // One argument with a comma and a space, both percent-encoded.
+    let mut config = VmConfig::new(
+        &image.kernel,
+        &image.initrd,
+        "confboot.args=--bogus%2Cx%20y",
+    );
+    config.name = "bootstrapper".to_string();
+    let mut vm = Vm::boot(config);
+    vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT", BOOT_BOUND);
+    let status = vm.wait_exit(EXIT_BOUND);
+    assert!(status.success(), "QEMU exited with {status}");
+    let serial = vm.serial();
+    assert!(
+        serial.contains("CONFBOOT-BOOTSTRAPPER-START 1"),
+        "one argument\n{}",
+        vm.failure_report()
+    );
+    assert!(
+        serial.contains("unknown option --bogus,x y"),
+        "the bootstrapper got the decoded argument\n{}",
+        vm.failure_report()
+    );
+    assert!(
+        serial
+            .lines()
+            .any(|l| l.trim_end() == "CONFBOOT-BOOTSTRAPPER-EXIT 2"),
+        "its exit status is reported\n{}",
+        vm.failure_report()
+    );
+}
