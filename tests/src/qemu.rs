@@ -93,7 +93,8 @@ pub struct PeakRss {
     pub swtpm_kib: u64,
 }
 
-/// A running (or finished) VM with its swtpm.
+/// A running (or finished) VM with its swtpm. Drop it on the thread that
+/// booted it (its processes die with that thread, see `reaped_with_us`).
 pub struct Vm {
     name: String,
     qemu: Option<ChildProcess>,
@@ -126,6 +127,16 @@ fn is_zombie_or_gone(pid: u32) -> bool {
     }
 }
 
+/// `program` run through `setpriv --pdeathsig KILL` (util-linux), which
+/// execs it: the process is killed by the kernel if the thread that started
+/// it dies without dropping the [`Vm`] (a test process killed with SIGKILL).
+/// A `Vm` must therefore be dropped on the thread that booted it.
+fn reaped_with_us(program: &str) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--pdeathsig", "KILL", "--", program]);
+    c
+}
+
 fn wait_for_path(path: &Path, bound: Duration, what: &str) {
     let deadline = Instant::now() + bound;
     while !path.exists() {
@@ -152,7 +163,7 @@ impl Vm {
             .unwrap_or_else(|| dir.path().join("tpm"));
         std::fs::create_dir_all(&tpm_state).expect("swtpm state dir");
 
-        let mut swtpm_cmd = Command::new("swtpm");
+        let mut swtpm_cmd = reaped_with_us("swtpm");
         swtpm_cmd
             .arg("socket")
             .arg("--tpm2")
@@ -166,7 +177,7 @@ impl Vm {
         let swtpm_pid = swtpm.id();
         wait_for_path(&sock, Duration::from_secs(10), "swtpm's control socket");
 
-        let mut qemu_cmd = Command::new("qemu-system-x86_64");
+        let mut qemu_cmd = reaped_with_us("qemu-system-x86_64");
         qemu_cmd
             .args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
             .args(["-m", &config.memory_mib.to_string()])
