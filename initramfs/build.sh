@@ -176,6 +176,7 @@ mkdir -p "$OUT"
 RAW="$WORK/initramfs.cpio"
 (cd "$ROOT" && find . -mindepth 1 -printf '%P\n' | sort | cpio --quiet --reproducible -o -H newc -R 0:0 >"$RAW")
 zstd -q -12 -T1 -f "$RAW" -o "$OUT/initramfs.cpio.zst"
+zst_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
 # Zero-pad to a multiple of 64 KiB (the kernel skips zeros after an
 # archive). QEMU's -kernel loader writes the initrd's size into the kernel's
 # setup header, so OVMF's PCR 4 depends on it: padding keeps PCR 4 the same
@@ -185,9 +186,9 @@ install -m 0644 "$KTREE/boot/vmlinuz-$KERNEL_RELEASE" "$OUT/vmlinuz"
 touch -d "@$SOURCE_DATE_EPOCH" "$OUT/initramfs.cpio.zst" "$OUT/vmlinuz"
 
 raw_size="$(stat -c %s "$RAW")"
-zst_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
+padded_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
 echo "kernel: $KERNEL_PKG $KERNEL_PKG_VERSION ($KERNEL_RELEASE)"
 echo "modules: $(tr '\n' ' ' <"$ROOT/lib/modules/load-order")"
 echo "bootstrapper: ${BOOTSTRAPPER:-none}"
-echo "initramfs: $OUT/initramfs.cpio.zst compressed $zst_size bytes, raw $raw_size bytes"
+echo "initramfs: $OUT/initramfs.cpio.zst compressed $zst_size bytes (padded to $padded_size), raw $raw_size bytes"
 echo "sha256: $(sha256sum "$OUT/initramfs.cpio.zst" | cut -d' ' -f1)"

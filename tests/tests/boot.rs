@@ -47,6 +47,8 @@ fn probe_boot(name: &str, image: &Image, extra: &str, tweak: impl FnOnce(&mut Vm
     config.name = name.to_string();
     tweak(&mut config);
     let mut vm = Vm::boot(config);
+    // Logs the time from QEMU's start to /init.
+    let init = vm.wait_for_line("CONFBOOT-INIT", BOOT_BOUND);
     vm.wait_for_line(PROBE_END, BOOT_BOUND);
     let status = vm.wait_exit(EXIT_BOUND);
     assert!(
@@ -54,7 +56,6 @@ fn probe_boot(name: &str, image: &Image, extra: &str, tweak: impl FnOnce(&mut Vm
         "QEMU exited with {status}\n{}",
         vm.failure_report()
     );
-    let init = vm.wait_for_line("CONFBOOT-INIT", Duration::ZERO);
     eprintln!(
         "[{name}] boot took {:.1} s; guest {init}",
         vm.elapsed().as_secs_f64()
