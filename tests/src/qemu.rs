@@ -507,3 +507,45 @@ pub fn golden_measurements(kernel: &Path, initrd: &Path, cmdline: &str) -> Measu
     vm.wait_for_line(PCRS_MARKER.trim_end(), Duration::from_secs(180));
     policy_from_pcrs(&vm.pcrs())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(n: usize, value: &str) -> String {
+        let body: Vec<String> = (0..n).map(|i| format!("\"{i}\":\"{value}\"")).collect();
+        format!("CONFBOOT-PCRS {{{}}}", body.join(","))
+    }
+
+    #[test]
+    fn pcr_line_parses_and_bad_lines_are_refused() {
+        let ok = parse_pcr_line(&line(24, &"ab".repeat(32))).unwrap();
+        assert_eq!(ok.len(), 24);
+        assert_eq!(ok[&23], vec![0xab; 32]);
+        assert!(parse_pcr_line(&line(23, &"ab".repeat(32))).is_err());
+        assert!(parse_pcr_line(&line(24, "ab")).is_err());
+        assert!(parse_pcr_line(&line(24, &"zz".repeat(32))).is_err());
+        assert!(parse_pcr_line("CONFBOOT-PCRS not json").is_err());
+        assert!(parse_pcr_line("something else").is_err());
+    }
+
+    #[test]
+    fn only_complete_lines_are_seen() {
+        let v: Vec<&str> = complete_lines("a\nb\nCONFBOOT-PC").collect();
+        assert_eq!(v, ["a", "b"]);
+        assert_eq!(complete_lines("partial").count(), 0);
+    }
+
+    #[test]
+    fn golden_policy_enforces_kernel_initrd_and_pcr15() {
+        let pcrs = parse_pcr_line(&line(24, &"01".repeat(32))).unwrap();
+        let policy = policy_from_pcrs(&pcrs);
+        for i in GOLDEN_ENFORCED {
+            assert!(!policy.entries()[&i].warn_only);
+        }
+        for i in GOLDEN_WARN_ONLY {
+            assert!(policy.entries()[&i].warn_only);
+        }
+        assert!(!policy.entries().contains_key(&8));
+    }
+}
