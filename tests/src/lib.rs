@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod kube_double;
+pub mod qemu;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

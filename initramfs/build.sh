@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Builds confboot's node initramfs (and copies the matching kernel) from
+# Debian packages, reproducibly: the same inputs give the same bytes.
+#
+#   initramfs/build.sh [--bootstrapper PATH] [--out DIR] [--stamp TEXT]
+#
+#   --bootstrapper PATH  a static bootstrapper binary, installed as
+#                        /usr/bin/bootstrapper (without it the image still
+#                        boots: probe mode works, normal mode reports that no
+#                        bootstrapper is present and powers off)
+#   --out DIR            where vmlinuz and initramfs.cpio.zst go
+#                        (default: .cache/initramfs/out in the repository)
+#   --stamp TEXT         written to /etc/confboot-stamp (default "0"); tests
+#                        use it to make two images that differ by one byte
+#
+# Inputs: the pinned kernel package below (downloaded once into
+# .cache/initramfs/), and the build machine's busybox-static and
+# cryptsetup-bin (with their shared libraries). Output files get fixed
+# mtimes (SOURCE_DATE_EPOCH, default 0), owner 0:0, a sorted newc cpio
+# (`cpio --reproducible`) and `zstd -12 -T1`.
+set -euo pipefail
+
+# The kernel, pinned exactly. Override both together to move to another ABI.
+KERNEL_PKG="${KERNEL_PKG:-linux-image-6.1.0-56-amd64}"
+KERNEL_PKG_VERSION="${KERNEL_PKG_VERSION:-6.1.192-2}"
+KERNEL_RELEASE="${KERNEL_PKG#linux-image-}"
+
+# Modules to load, roots only: dependencies come from modules.dep.
+MODULES=(
+    virtio_pci virtio_net virtio_blk
+    dm-mod dm-crypt
+    cryptd crypto_simd aesni-intel ecb xts
+    af_alg algif_skcipher algif_hash
+)
+
+die() { echo "build.sh: error: $*" >&2; exit 1; }
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$REPO/.cache/initramfs"
+OUT="$CACHE/out"
+BOOTSTRAPPER=""
+STAMP="0"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bootstrapper) [ $# -ge 2 ] || die "--bootstrapper needs a path"; BOOTSTRAPPER="$2"; shift 2 ;;
+        --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT="$2"; shift 2 ;;
+        --stamp) [ $# -ge 2 ] || die "--stamp needs a text"; STAMP="$2"; shift 2 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-0}"
+export LC_ALL=C TZ=UTC
+
+for tool in apt-get dpkg-deb depmod cpio zstd ldd find sort; do
+    command -v "$tool" >/dev/null || die "'$tool' not found (Debian packages: apt, dpkg, kmod, cpio, zstd, libc-bin, findutils, coreutils)"
+done
+BUSYBOX=/bin/busybox
+[ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -qx udhcpc || die "$BUSYBOX missing or not busybox (install Debian busybox-static)"
+file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || [ ! -x "$(command -v file)" ] || die "$BUSYBOX is not static (install busybox-static, not busybox)"
+CRYPTSETUP=/usr/sbin/cryptsetup
+[ -x "$CRYPTSETUP" ] || die "$CRYPTSETUP missing (install Debian cryptsetup-bin)"
+if [ -n "$BOOTSTRAPPER" ]; then
+    [ -f "$BOOTSTRAPPER" ] || die "bootstrapper '$BOOTSTRAPPER' is not a file"
+    if ldd "$BOOTSTRAPPER" >/dev/null 2>&1 && ! ldd "$BOOTSTRAPPER" 2>&1 | grep -q 'statically linked'; then
+        die "bootstrapper '$BOOTSTRAPPER' is dynamically linked; build it for x86_64-unknown-linux-musl"
+    fi
+fi
+
+# --- kernel package (cached) ---
+mkdir -p "$CACHE"
+# One build at a time may fill the cache.
+exec 9>"$CACHE/.lock"
+flock 9 || die "cannot lock $CACHE/.lock"
+DEB="$CACHE/${KERNEL_PKG}_${KERNEL_PKG_VERSION}_amd64.deb"
+if [ ! -f "$DEB" ]; then
+    echo "downloading $KERNEL_PKG=$KERNEL_PKG_VERSION"
+    (cd "$CACHE" && apt-get download "$KERNEL_PKG=$KERNEL_PKG_VERSION" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    [ -f "$DEB" ] || die "could not download $KERNEL_PKG=$KERNEL_PKG_VERSION (run apt-get update; is the version still in the archive?)"
+fi
+KTREE="$CACHE/kernel-$KERNEL_PKG_VERSION"
+if [ ! -f "$KTREE/.done" ]; then
+    rm -rf "$KTREE"
+    mkdir -p "$KTREE"
+    dpkg-deb -x "$DEB" "$KTREE"
+    depmod -b "$KTREE" "$KERNEL_RELEASE"
+    touch "$KTREE/.done"
+fi
+MODDIR="$KTREE/lib/modules/$KERNEL_RELEASE"
+[ -f "$MODDIR/modules.dep" ] || die "no modules.dep in $MODDIR"
+
+# --- module order: dependencies first, each once ---
+declare -A SEEN=()
+ORDER=()
+dep_line() {
+    # modules.dep names files with '-' or '_' as the module names differ.
+    local name="$1" pat
+    pat="$(printf '%s' "$name" | sed 's/[-_]/[-_]/g')"
+    grep -E "(^|/)${pat}\.ko(\.[a-z]+)?:" "$MODDIR/modules.dep" | head -n1
+}
+visit() {
+    local line file deps d
+    line="$(dep_line "$1")"
+    [ -n "$line" ] || die "module '$1' not in modules.dep of $KERNEL_RELEASE"
+    file="${line%%:*}"
+    [ -z "${SEEN[$file]:-}" ] || return 0
+    SEEN[$file]=1
+    deps="${line#*:}"
+    # modules.dep lists the direct and indirect dependencies, the
+    # most-depended-upon last: load them in reverse order.
+    local arr=()
+    for d in $deps; do arr=("$d" "${arr[@]}"); done
+    for d in "${arr[@]}"; do
+        d="$(basename "$d")"; d="${d%%.ko*}"
+        visit "$d"
+    done
+    ORDER+=("$file")
+}
+for m in "${MODULES[@]}"; do visit "$m"; done
+
+# --- the tree ---
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/confboot-initramfs.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+ROOT="$WORK/root"
+mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,etc,dev,proc,sys,run,tmp,mnt,lib/modules,var}
+ln -s ../run "$ROOT/var/run"
+
+install -m 0755 "$BUSYBOX" "$ROOT/bin/busybox"
+for applet in $("$BUSYBOX" --list); do
+    [ "$applet" = busybox ] && continue
+    [ -e "$ROOT/bin/$applet" ] || ln -s busybox "$ROOT/bin/$applet"
+done
+
+: >"$ROOT/lib/modules/load-order"
+for f in "${ORDER[@]}"; do
+    base="$(basename "$f")"
+    case "$base" in
+        *.ko) install -m 0644 "$MODDIR/$f" "$ROOT/lib/modules/$base" ;;
+        *.ko.xz) xz -dc "$MODDIR/$f" >"$ROOT/lib/modules/${base%.xz}"; base="${base%.xz}" ;;
+        *) die "unsupported module file $f" ;;
+    esac
+    echo "$base" >>"$ROOT/lib/modules/load-order"
+done
+
+# cryptsetup and exactly its shared-library closure (as ldd resolves it).
+install -m 0755 "$CRYPTSETUP" "$ROOT/usr/sbin/cryptsetup"
+copy_lib() {
+    local src="$1" real dest
+    real="$(readlink -f "$src")"
+    dest="$ROOT$src"
+    mkdir -p "$(dirname "$dest")"
+    [ -e "$dest" ] || install -m 0755 "$real" "$dest"
+}
+LIBS="$(ldd "$CRYPTSETUP" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
+[ -n "$LIBS" ] || die "ldd found no libraries for $CRYPTSETUP"
+for lib in $LIBS; do copy_lib "$lib"; done
+# glibc dlopens libgcc_s for thread cancellation.
+for extra in /lib/x86_64-linux-gnu/libgcc_s.so.1; do [ -e "$extra" ] && copy_lib "$extra"; done
+# The dynamic loader at its canonical path.
+if [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ]; then :; else die "no /lib64/ld-linux-x86-64.so.2 in the closure"; fi
+
+if [ -n "$BOOTSTRAPPER" ]; then
+    install -m 0755 "$BOOTSTRAPPER" "$ROOT/usr/bin/bootstrapper"
+fi
+
+install -m 0755 "$REPO/initramfs/init" "$ROOT/init"
+printf '%s\n' "$STAMP" >"$ROOT/etc/confboot-stamp"
+printf 'root:x:0:0:root:/:/bin/sh\n' >"$ROOT/etc/passwd"
+printf 'root:x:0:\n' >"$ROOT/etc/group"
+printf '%s %s\n' "$KERNEL_PKG" "$KERNEL_PKG_VERSION" >"$ROOT/etc/confboot-kernel"
+
+# --- archive ---
+find "$ROOT" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+mkdir -p "$OUT"
+RAW="$WORK/initramfs.cpio"
+(cd "$ROOT" && find . -mindepth 1 -printf '%P\n' | sort | cpio --quiet --reproducible -o -H newc -R 0:0 >"$RAW")
+zstd -q -12 -T1 -f "$RAW" -o "$OUT/initramfs.cpio.zst"
+zst_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
+# Zero-pad to a multiple of 64 KiB (the kernel skips zeros after an
+# archive). QEMU's -kernel loader writes the initrd's size into the kernel's
+# setup header, so OVMF's PCR 4 depends on it: padding keeps PCR 4 the same
+# for images whose content (PCR 9) differs slightly.
+truncate -s %65536 "$OUT/initramfs.cpio.zst"
+install -m 0644 "$KTREE/boot/vmlinuz-$KERNEL_RELEASE" "$OUT/vmlinuz"
+touch -d "@$SOURCE_DATE_EPOCH" "$OUT/initramfs.cpio.zst" "$OUT/vmlinuz"
+
+raw_size="$(stat -c %s "$RAW")"
+padded_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
+echo "kernel: $KERNEL_PKG $KERNEL_PKG_VERSION ($KERNEL_RELEASE)"
+echo "modules: $(tr '\n' ' ' <"$ROOT/lib/modules/load-order")"
+echo "bootstrapper: ${BOOTSTRAPPER:-none}"
+echo "initramfs: $OUT/initramfs.cpio.zst compressed $zst_size bytes (padded to $padded_size), raw $raw_size bytes"
+echo "sha256: $(sha256sum "$OUT/initramfs.cpio.zst" | cut -d' ' -f1)"

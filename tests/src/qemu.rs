@@ -1,0 +1,551 @@
+//! Boots real VMs under software emulation: QEMU (`-accel tcg -cpu max`)
+//! with OVMF (q35, measured boot), its own swtpm (a vTPM over a unix
+//! socket), an optional virtio disk and restricted user networking that
+//! reaches only the host loopback ports it is given. The serial console goes
+//! to a file; every process is ended when the [`Vm`] is dropped, and a `Vm`
+//! dropped while the test panics prints the console's tail.
+//!
+//! ```no_run
+//! use confboot_tests::qemu::{Vm, VmConfig, Image};
+//! use std::time::Duration;
+//! let image = Image::build("doc", None, "0").unwrap();
+//! let mut vm = Vm::boot(VmConfig::new(&image.kernel, &image.initrd, "confboot.probe=1"));
+//! vm.wait_for_line("CONFBOOT-PROBE-END", Duration::from_secs(120));
+//! let pcrs = vm.pcrs();
+//! vm.wait_exit(Duration::from_secs(30));
+//! assert!(pcrs.contains_key(&4));
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use confboot::attestation::MeasurementPolicy;
+
+use crate::ChildProcess;
+use crate::cluster::TempDir;
+
+/// OVMF's code (read-only pflash) from Debian's `ovmf`.
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+/// OVMF's variable store template; each VM gets a private copy.
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// Kernel parameters every boot gets before the caller's.
+pub const BASE_CMDLINE: &str = "console=ttyS0 quiet panic=-1";
+/// The guest address that `host_ports` forward from.
+pub const GUEST_FORWARD_ADDR: &str = "10.0.2.100";
+/// The line `/init` prints with the SHA-256 PCR bank.
+pub const PCRS_MARKER: &str = "CONFBOOT-PCRS ";
+/// The line `/init` prints when probe mode is done.
+pub const PROBE_END: &str = "CONFBOOT-PROBE-END";
+/// How many console lines a failing test shows.
+pub const TAIL_LINES: usize = 60;
+
+/// What to boot and with which devices.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// The kernel (bzImage / EFI stub).
+    pub kernel: PathBuf,
+    /// The initramfs.
+    pub initrd: PathBuf,
+    /// Kernel parameters after [`BASE_CMDLINE`].
+    pub cmdline: String,
+    /// A raw image attached as virtio-blk (`/dev/vda` in the guest).
+    pub disk: Option<PathBuf>,
+    /// `(guest port, host loopback port)`: the guest reaches
+    /// `127.0.0.1:host` at `10.0.2.100:guest`, and nothing else (restrict=on).
+    pub host_ports: Vec<(u16, u16)>,
+    /// Boot through OVMF (measures kernel → PCR 4, initrd and command line →
+    /// PCR 9); false boots SeaBIOS (faster, unmeasured).
+    pub ovmf: bool,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// The swtpm state directory to use and keep (the same TPM across
+    /// boots); `None` gives a fresh TPM removed with the VM.
+    pub tpm_state: Option<PathBuf>,
+    /// A name for messages and the work directory.
+    pub name: String,
+}
+
+impl VmConfig {
+    /// OVMF, 1 GiB, no disk, no host ports, a fresh TPM.
+    pub fn new(kernel: &Path, initrd: &Path, cmdline: &str) -> VmConfig {
+        VmConfig {
+            kernel: kernel.to_path_buf(),
+            initrd: initrd.to_path_buf(),
+            cmdline: cmdline.to_string(),
+            disk: None,
+            host_ports: Vec::new(),
+            ovmf: true,
+            memory_mib: 1024,
+            tpm_state: None,
+            name: "vm".to_string(),
+        }
+    }
+}
+
+/// Peak resident memory (VmHWM) of the VM's processes, in KiB, as last read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeakRss {
+    /// QEMU's VmHWM.
+    pub qemu_kib: u64,
+    /// swtpm's VmHWM.
+    pub swtpm_kib: u64,
+}
+
+/// A running (or finished) VM with its swtpm. Drop it on the thread that
+/// booted it (its processes die with that thread, see `reaped_with_us`).
+pub struct Vm {
+    name: String,
+    qemu: Option<ChildProcess>,
+    qemu_pid: u32,
+    status: Option<ExitStatus>,
+    swtpm: Option<ChildProcess>,
+    swtpm_pid: u32,
+    serial_path: PathBuf,
+    started: Instant,
+    peak: PeakRss,
+    // Dropped last: the work directory (VARS copy, socket, serial log).
+    _dir: TempDir,
+}
+
+/// VmHWM of a process in KiB, if it is still there.
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether a child (not yet reaped) has exited: it is a zombie then.
+fn is_zombie_or_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
+            .unwrap_or(false),
+        Err(_) => true,
+    }
+}
+
+/// `program` run through `setpriv --pdeathsig KILL` (util-linux), which
+/// execs it: the process is killed by the kernel if the thread that started
+/// it dies without dropping the [`Vm`] (a test process killed with SIGKILL).
+/// A `Vm` must therefore be dropped on the thread that booted it.
+fn reaped_with_us(program: &str) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--pdeathsig", "KILL", "--", program]);
+    c
+}
+
+fn wait_for_path(path: &Path, bound: Duration, what: &str) {
+    let deadline = Instant::now() + bound;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} did not appear within {bound:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Vm {
+    /// Starts swtpm and QEMU for `config`; panics with a clear message when a
+    /// part is missing (Debian packages qemu-system-x86, ovmf, swtpm,
+    /// netcat-openbsd).
+    pub fn boot(config: VmConfig) -> Vm {
+        let dir = TempDir::new(&format!("vm-{}", config.name));
+        let serial_path = dir.path().join("serial.log");
+        let sock = dir.path().join("swtpm.sock");
+        let tpm_state = config
+            .tpm_state
+            .clone()
+            .unwrap_or_else(|| dir.path().join("tpm"));
+        std::fs::create_dir_all(&tpm_state).expect("swtpm state dir");
+
+        let mut swtpm_cmd = reaped_with_us("swtpm");
+        swtpm_cmd
+            .arg("socket")
+            .arg("--tpm2")
+            .arg("--tpmstate")
+            .arg(format!("dir={}", tpm_state.display()))
+            .arg("--ctrl")
+            .arg(format!("type=unixio,path={}", sock.display()))
+            .arg("--terminate")
+            .stdout(std::process::Stdio::null());
+        let swtpm = ChildProcess::spawn("swtpm (install Debian swtpm)", swtpm_cmd);
+        let swtpm_pid = swtpm.id();
+        wait_for_path(&sock, Duration::from_secs(10), "swtpm's control socket");
+
+        let mut qemu_cmd = reaped_with_us("qemu-system-x86_64");
+        qemu_cmd
+            .args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
+            .args(["-m", &config.memory_mib.to_string()])
+            .args(["-nographic", "-no-reboot", "-monitor", "none"])
+            .arg("-serial")
+            .arg(format!("file:{}", serial_path.display()))
+            .arg("-kernel")
+            .arg(&config.kernel)
+            .arg("-initrd")
+            .arg(&config.initrd)
+            .arg("-append")
+            .arg(format!("{BASE_CMDLINE} {}", config.cmdline))
+            .arg("-chardev")
+            .arg(format!("socket,id=chrtpm,path={}", sock.display()))
+            .args(["-tpmdev", "emulator,id=tpm0,chardev=chrtpm"])
+            .args(["-device", "tpm-tis,tpmdev=tpm0"])
+            .stdout(std::process::Stdio::null());
+        if config.ovmf {
+            let vars = dir.path().join("OVMF_VARS.fd");
+            std::fs::copy(OVMF_VARS, &vars)
+                .unwrap_or_else(|e| panic!("copy {OVMF_VARS} (install Debian ovmf): {e}"));
+            qemu_cmd
+                .args(["-machine", "q35"])
+                .arg("-drive")
+                .arg(format!(
+                    "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+                ))
+                .arg("-drive")
+                .arg(format!(
+                    "if=pflash,format=raw,unit=1,file={}",
+                    vars.display()
+                ));
+        } else {
+            qemu_cmd.args(["-machine", "pc"]);
+        }
+        if let Some(disk) = &config.disk {
+            qemu_cmd
+                .arg("-drive")
+                .arg(format!(
+                    "if=none,id=d0,format=raw,cache=unsafe,file={}",
+                    disk.display()
+                ))
+                .args(["-device", "virtio-blk-pci,drive=d0"]);
+        }
+        let mut netdev = "user,id=n0,restrict=on".to_string();
+        for (guest, host) in &config.host_ports {
+            netdev.push_str(&format!(
+                ",guestfwd=tcp:{GUEST_FORWARD_ADDR}:{guest}-cmd:nc 127.0.0.1 {host}"
+            ));
+        }
+        qemu_cmd
+            .arg("-netdev")
+            .arg(netdev)
+            .args(["-device", "virtio-net-pci,netdev=n0"]);
+
+        let started = Instant::now();
+        let qemu = ChildProcess::spawn(
+            "qemu-system-x86_64 (install Debian qemu-system-x86)",
+            qemu_cmd,
+        );
+        let qemu_pid = qemu.id();
+        eprintln!("[{}] booting: {}", config.name, config.cmdline);
+        Vm {
+            name: config.name,
+            qemu: Some(qemu),
+            qemu_pid,
+            status: None,
+            swtpm: Some(swtpm),
+            swtpm_pid,
+            serial_path,
+            started,
+            peak: PeakRss::default(),
+            _dir: dir,
+        }
+    }
+
+    /// The serial console so far.
+    pub fn serial(&self) -> String {
+        std::fs::read(&self.serial_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Time since QEMU was started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Peak RSS of QEMU and swtpm as last sampled (sampled while waiting).
+    pub fn peak_rss(&self) -> PeakRss {
+        self.peak
+    }
+
+    fn sample(&mut self) {
+        if let Some(k) = vm_hwm_kib(self.qemu_pid) {
+            self.peak.qemu_kib = self.peak.qemu_kib.max(k);
+        }
+        if let Some(k) = vm_hwm_kib(self.swtpm_pid) {
+            self.peak.swtpm_kib = self.peak.swtpm_kib.max(k);
+        }
+    }
+
+    fn qemu_exited(&mut self) -> bool {
+        if self.status.is_some() {
+            return true;
+        }
+        if is_zombie_or_gone(self.qemu_pid) {
+            let (status, _) = self.qemu.take().expect("qemu").wait();
+            self.status = Some(status);
+            return true;
+        }
+        false
+    }
+
+    /// Waits (at most `bound`) for a console line containing `pattern` and
+    /// returns it; panics with the console's tail when it does not come or
+    /// QEMU exits first.
+    pub fn wait_for_line(&mut self, pattern: &str, bound: Duration) -> String {
+        let deadline = Instant::now() + bound;
+        loop {
+            self.sample();
+            let exited = self.qemu_exited();
+            if let Some(line) = complete_lines(&self.serial()).find(|l| l.contains(pattern)) {
+                eprintln!(
+                    "[{}] {:?} after {:.1} s",
+                    self.name,
+                    pattern,
+                    self.elapsed().as_secs_f64()
+                );
+                return line.trim_end_matches('\r').to_string();
+            }
+            if exited {
+                panic!(
+                    "[{}] QEMU exited ({:?}) before printing {pattern:?}\n{}",
+                    self.name,
+                    self.status,
+                    self.failure_report()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "[{}] no {pattern:?} within {bound:?}\n{}",
+                    self.name,
+                    self.failure_report()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (at most `bound`) for QEMU to exit (the guest powered off) and
+    /// returns its status; panics with the console's tail otherwise. swtpm
+    /// ends by itself (`--terminate`) or is killed with the `Vm`.
+    pub fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
+        let deadline = Instant::now() + bound;
+        loop {
+            self.sample();
+            if self.qemu_exited() {
+                eprintln!(
+                    "[{}] QEMU exited ({:?}) after {:.1} s; peak RSS qemu {} KiB, swtpm {} KiB",
+                    self.name,
+                    self.status,
+                    self.elapsed().as_secs_f64(),
+                    self.peak.qemu_kib,
+                    self.peak.swtpm_kib
+                );
+                return self.status.expect("status");
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "[{}] QEMU still running after {bound:?}\n{}",
+                    self.name,
+                    self.failure_report()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The PCRs from the console's `CONFBOOT-PCRS` line (index → digest);
+    /// panics if there is none or it does not parse.
+    pub fn pcrs(&self) -> BTreeMap<u32, Vec<u8>> {
+        let serial = self.serial();
+        let line = complete_lines(&serial)
+            .find(|l| l.starts_with(PCRS_MARKER))
+            .unwrap_or_else(|| panic!("no PCR line on the console\n{}", self.failure_report()));
+        parse_pcr_line(line).unwrap_or_else(|e| panic!("bad PCR line {line:?}: {e}"))
+    }
+
+    /// The console's last [`TAIL_LINES`] lines and QEMU's and swtpm's stderr.
+    pub fn failure_report(&self) -> String {
+        let serial = self.serial();
+        let lines: Vec<&str> = serial.lines().collect();
+        let tail = lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n");
+        let mut out = format!("--- [{}] serial console (tail) ---\n{tail}\n", self.name);
+        if let Some(q) = &self.qemu {
+            out.push_str(&format!("--- qemu stderr ---\n{}\n", q.log().join("\n")));
+        }
+        if let Some(s) = &self.swtpm {
+            out.push_str(&format!("--- swtpm stderr ---\n{}\n", s.log().join("\n")));
+        }
+        out
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.failure_report());
+        }
+        self.sample();
+        // ChildProcess kills and reaps on drop: QEMU first, then swtpm.
+        drop(self.qemu.take());
+        drop(self.swtpm.take());
+    }
+}
+
+/// The lines of `text` that end in a newline (a line still being written is
+/// left out).
+fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
+    let end = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    text[..end].lines()
+}
+
+/// Parses `CONFBOOT-PCRS {"0":"hex",...}`.
+pub fn parse_pcr_line(line: &str) -> Result<BTreeMap<u32, Vec<u8>>, String> {
+    let json = line
+        .trim()
+        .strip_prefix(PCRS_MARKER.trim_end())
+        .ok_or("no marker")?
+        .trim();
+    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    let obj = value.as_object().ok_or("not an object")?;
+    let mut out = BTreeMap::new();
+    for (k, v) in obj {
+        let index: u32 = k.parse().map_err(|_| format!("index {k:?}"))?;
+        let hex = v.as_str().ok_or("value not a string")?;
+        out.insert(index, decode_hex(hex)?);
+    }
+    if out.len() != 24 {
+        return Err(format!("{} PCRs, expected 24", out.len()));
+    }
+    Ok(out)
+}
+
+fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("not a SHA-256 hex digest: {hex:?}"));
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// A kernel and initramfs built by `initramfs/build.sh`.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// The kernel.
+    pub kernel: PathBuf,
+    /// The initramfs (zstd-compressed newc cpio).
+    pub initrd: PathBuf,
+    /// build.sh's output (kernel version, sizes, digest).
+    pub build_log: String,
+}
+
+impl Image {
+    /// Runs `initramfs/build.sh` into `target/initramfs/<label>` with an
+    /// optional bootstrapper and the given stamp.
+    pub fn build(label: &str, bootstrapper: Option<&Path>, stamp: &str) -> Result<Image, String> {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = crate::target_dir().join("initramfs").join(label);
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo.join("initramfs/build.sh"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--stamp")
+            .arg(stamp);
+        if let Some(b) = bootstrapper {
+            cmd.arg("--bootstrapper").arg(b);
+        }
+        let output = cmd
+            .output()
+            .map_err(|e| format!("cannot run build.sh: {e}"))?;
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if !output.status.success() {
+            return Err(format!("build.sh failed ({}):\n{log}", output.status));
+        }
+        Ok(Image {
+            kernel: out.join("vmlinuz"),
+            initrd: out.join("initramfs.cpio.zst"),
+            build_log: log,
+        })
+    }
+}
+
+/// PCRs a golden-measurement policy enforces: the kernel (4), the initrd and
+/// command line (9), and 15 (all-zero until the node is bootstrapped).
+pub const GOLDEN_ENFORCED: [u32; 3] = [4, 9, 15];
+/// PCRs a golden-measurement policy only warns on: firmware and its
+/// configuration (they change with the OVMF build and VARS).
+pub const GOLDEN_WARN_ONLY: [u32; 7] = [0, 1, 2, 3, 5, 6, 7];
+
+/// Builds a measurement policy from the PCRs a boot printed.
+pub fn policy_from_pcrs(pcrs: &BTreeMap<u32, Vec<u8>>) -> MeasurementPolicy {
+    let mut policy = MeasurementPolicy::default();
+    for i in GOLDEN_ENFORCED {
+        policy.set(i, pcrs[&i].clone(), false);
+    }
+    for i in GOLDEN_WARN_ONLY {
+        policy.set(i, pcrs[&i].clone(), true);
+    }
+    policy
+}
+
+/// Boots `kernel` + `initrd` with `cmdline` (the production command line:
+/// PCR 9 covers it) under OVMF and a fresh swtpm, reads the PCRs `/init`
+/// prints on every boot, ends the VM and returns them as a policy.
+pub fn golden_measurements(kernel: &Path, initrd: &Path, cmdline: &str) -> MeasurementPolicy {
+    let mut config = VmConfig::new(kernel, initrd, cmdline);
+    config.name = "golden".to_string();
+    let mut vm = Vm::boot(config);
+    vm.wait_for_line(PCRS_MARKER.trim_end(), Duration::from_secs(180));
+    policy_from_pcrs(&vm.pcrs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(n: usize, value: &str) -> String {
+        let body: Vec<String> = (0..n).map(|i| format!("\"{i}\":\"{value}\"")).collect();
+        format!("CONFBOOT-PCRS {{{}}}", body.join(","))
+    }
+
+    #[test]
+    fn pcr_line_parses_and_bad_lines_are_refused() {
+        let ok = parse_pcr_line(&line(24, &"ab".repeat(32))).unwrap();
+        assert_eq!(ok.len(), 24);
+        assert_eq!(ok[&23], vec![0xab; 32]);
+        assert!(parse_pcr_line(&line(23, &"ab".repeat(32))).is_err());
+        assert!(parse_pcr_line(&line(24, "ab")).is_err());
+        assert!(parse_pcr_line(&line(24, &"zz".repeat(32))).is_err());
+        assert!(parse_pcr_line("CONFBOOT-PCRS not json").is_err());
+        assert!(parse_pcr_line("something else").is_err());
+    }
+
+    #[test]
+    fn only_complete_lines_are_seen() {
+        let v: Vec<&str> = complete_lines("a\nb\nCONFBOOT-PC").collect();
+        assert_eq!(v, ["a", "b"]);
+        assert_eq!(complete_lines("partial").count(), 0);
+    }
+
+    #[test]
+    fn golden_policy_enforces_kernel_initrd_and_pcr15() {
+        let pcrs = parse_pcr_line(&line(24, &"01".repeat(32))).unwrap();
+        let policy = policy_from_pcrs(&pcrs);
+        for i in GOLDEN_ENFORCED {
+            assert!(!policy.entries()[&i].warn_only);
+        }
+        for i in GOLDEN_WARN_ONLY {
+            assert!(policy.entries()[&i].warn_only);
+        }
+        assert!(!policy.entries().contains_key(&8));
+    }
+}
