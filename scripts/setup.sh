@@ -9,6 +9,7 @@ set -euo pipefail
 PACKAGES=(
   protobuf-compiler musl-tools pkg-config gcc libc6-dev
   libtss2-dev swtpm swtpm-tools curl procps file cryptsetup-bin
+  qemu-system-x86 ovmf busybox-static cpio zstd kmod netcat-openbsd util-linux
 )
 
 as_root() {
