@@ -77,6 +77,11 @@ DEB="$CACHE/${KERNEL_PKG}_${KERNEL_PKG_VERSION}_amd64.deb"
 if [ ! -f "$DEB" ]; then
     echo "downloading $KERNEL_PKG=$KERNEL_PKG_VERSION"
     (cd "$CACHE" && apt-get download "$KERNEL_PKG=$KERNEL_PKG_VERSION" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    if [ ! -f "$DEB" ] && [ "$(id -u)" -eq 0 ]; then
+        echo "refreshing the package lists once (apt-get update)"
+        apt-get update -qq || true
+        (cd "$CACHE" && apt-get download "$KERNEL_PKG=$KERNEL_PKG_VERSION" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    fi
     [ -f "$DEB" ] || die "could not download $KERNEL_PKG=$KERNEL_PKG_VERSION (run apt-get update; is the version still in the archive?)"
 fi
 KTREE="$CACHE/kernel-$KERNEL_PKG_VERSION"
