@@ -148,6 +148,15 @@ pub enum Ticket {
     Rejoin(IssueRejoinTicketResponse),
 }
 
+/// Why one attempt gave no ticket.
+#[derive(Debug)]
+pub enum AttemptError {
+    /// The join service failed this node's check of its attestation.
+    JoinServiceUntrusted(String),
+    /// The call failed (refused, unreachable, ...).
+    Call(Status),
+}
+
 /// Asks join services for a ticket.
 pub struct JoinClient {
     /// Where to look.
@@ -166,7 +175,11 @@ pub struct JoinClient {
 
 impl JoinClient {
     /// One attempt against one endpoint.
-    pub fn try_endpoint(&self, endpoint: &str, request: &TicketRequest) -> Result<Ticket, Status> {
+    pub fn try_endpoint(
+        &self,
+        endpoint: &str,
+        request: &TicketRequest,
+    ) -> Result<Ticket, AttemptError> {
         let (mut client, _) = atls::connect(
             endpoint,
             self.attempt_timeout,
@@ -174,10 +187,8 @@ impl JoinClient {
             Some(Arc::clone(&self.issuer)),
         )
         .map_err(|e| match e {
-            atls::AtlsError::Attestation(a) => {
-                Status::permission_denied(format!("join service refused: {a}"))
-            }
-            other => Status::unavailable(other.to_string()),
+            atls::AtlsError::Attestation(a) => AttemptError::JoinServiceUntrusted(a.to_string()),
+            other => AttemptError::Call(Status::unavailable(other.to_string())),
         })?;
         match request {
             TicketRequest::Join {
@@ -192,6 +203,7 @@ impl JoinClient {
                 client
                     .unary(ISSUE_JOIN_TICKET, &req, self.attempt_timeout)
                     .map(Ticket::Join)
+                    .map_err(AttemptError::Call)
             }
             TicketRequest::Rejoin { disk_uuid } => {
                 let req = IssueRejoinTicketRequest {
@@ -200,6 +212,7 @@ impl JoinClient {
                 client
                     .unary(ISSUE_REJOIN_TICKET, &req, self.attempt_timeout)
                     .map(Ticket::Rejoin)
+                    .map_err(AttemptError::Call)
             }
         }
     }
@@ -224,10 +237,13 @@ impl JoinClient {
                         log::info!("join: ticket received from {endpoint}");
                         return Some(ticket);
                     }
-                    Err(s) if s.code == Code::PermissionDenied => {
+                    Err(AttemptError::JoinServiceUntrusted(why)) => {
+                        log::warn!("join: not trusting the join service at {endpoint}: {why}")
+                    }
+                    Err(AttemptError::Call(s)) if s.code == Code::PermissionDenied => {
                         log::warn!("join: {endpoint} refused this node: {}", s.message)
                     }
-                    Err(s) => log::info!("join: {endpoint} not usable: {s}"),
+                    Err(AttemptError::Call(s)) => log::info!("join: {endpoint} not usable: {s}"),
                 }
             }
             sleep_unless_stopped(backoff.next_delay(), stop);

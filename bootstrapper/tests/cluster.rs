@@ -440,3 +440,68 @@ fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
         "nothing was sent to a node that failed verification"
     );
 }
+
+#[test]
+fn a_node_refuses_a_join_service_that_does_not_attest_to_its_policy() {
+    // joinsvc attests with its own (control-plane) TPM.
+    let cp = NodeDir::new(&bootstrapper_bin(), "cp-tpm");
+    let cp_tpm = cp.boot_tpm(b"control plane image");
+    let (cp_ak, cp_policy) = (cp_tpm.ak_public.clone(), cp_tpm.policy());
+    let n = NodeDir::new(&bootstrapper_bin(), "picky");
+    let tpm = n.boot_tpm(IMAGE);
+    let setup = JoinsvcSetup {
+        pinned_aks: vec![tpm.ak_public.clone()],
+        extra: vec!["--tpm".into(), cp_tpm.tpm_arg()],
+        ..JoinsvcSetup::new()
+    };
+    let joinsvc = Joinsvc::launch(&workspace_binary("joinsvc"), &tpm.policy(), setup);
+    let endpoint = joinsvc.rpc_addr.to_string();
+    let dir = TempDir::new("joinsvc-policies");
+    let pinned = format!("pinned:{}", confboot::hex::encode(&cp_ak));
+
+    // Expecting other measurements of joinsvc: refused, nothing asked, disk untouched.
+    let mut other = cp_policy.clone();
+    other.set(4, vec![0x42; 32], false);
+    std::fs::write(dir.path().join("other.json"), other.to_json()).unwrap();
+    let other_path = dir.path().join("other.json").display().to_string();
+    let b = n.bootstrapper(
+        &tpm,
+        &[
+            "--join-endpoint",
+            &endpoint,
+            "--joinsvc-policy",
+            &other_path,
+            "--joinsvc-ak-trust",
+            &pinned,
+        ],
+    );
+    let line = b.wait_for_line("not trusting the join service", 1000);
+    assert!(line.contains("measurement 4"), "{line}");
+    drop(b);
+    assert!(n.luks_uuid().is_none());
+    assert!(
+        joinsvc.kube.created().is_empty(),
+        "the node asked for nothing"
+    );
+
+    // Expecting joinsvc's real measurements: joined.
+    std::fs::write(dir.path().join("cp.json"), cp_policy.to_json()).unwrap();
+    let cp_path = dir.path().join("cp.json").display().to_string();
+    let b = n.bootstrapper(
+        &tpm,
+        &[
+            "--join-endpoint",
+            &endpoint,
+            "--joinsvc-policy",
+            &cp_path,
+            "--joinsvc-ak-trust",
+            &pinned,
+        ],
+    );
+    let log = wait_exit_ok(b, "bootstrapper verifying joinsvc");
+    assert!(
+        log.iter().any(|l| l.contains("bootstrapped (Joined)")),
+        "{}",
+        log.join("\n")
+    );
+}
