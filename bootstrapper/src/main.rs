@@ -104,15 +104,7 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
 }
 
 fn open_tpm(spec: &str) -> Result<Tpm, String> {
-    let tpm = if spec == "device" || spec.starts_with("/dev/") {
-        Tpm::open_device()
-    } else {
-        let addr = spec
-            .parse()
-            .map_err(|e| format!("--tpm {spec}: want `device` or HOST:PORT: {e}"))?;
-        Tpm::connect_tcp(addr)
-    };
-    tpm.map_err(|e| format!("--tpm {spec}: {e}"))
+    Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
 }
 
 fn joinsvc_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {

@@ -77,15 +77,7 @@ fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
 }
 
 fn open_tpm(spec: &str) -> Result<Tpm, String> {
-    let tpm = if spec == "device" || spec.starts_with("/dev/") {
-        Tpm::open_device()
-    } else {
-        let addr = spec
-            .parse()
-            .map_err(|e| format!("--tpm {spec}: want a device or HOST:PORT: {e}"))?;
-        Tpm::connect_tcp(addr)
-    };
-    tpm.map_err(|e| format!("--tpm {spec}: {e}"))
+    Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
 }
 
 impl Config {

@@ -49,6 +49,21 @@ impl Drop for TempDir {
     }
 }
 
+/// A vTPM issuer over `swtpm` after `kernel` was measured into PCR 4 (as
+/// firmware measures the kernel it boots).
+fn measured_issuer(swtpm: &Swtpm, kernel: &[u8]) -> VtpmIssuer {
+    let issuer =
+        VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
+    let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, kernel)
+        .as_ref()
+        .try_into()
+        .unwrap();
+    issuer
+        .with_tpm(|tpm| tpm.pcr_extend(4, &digest))
+        .expect("extend PCR 4");
+    issuer
+}
+
 /// A node: its own swtpm and the vTPM issuer over it.
 pub struct Node {
     /// The node's name, for messages.
@@ -63,15 +78,7 @@ impl Node {
     /// measure the kernel it boots).
     pub fn start(name: &str, kernel: &[u8]) -> Node {
         let swtpm = Swtpm::start().expect("swtpm starts");
-        let issuer =
-            VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
-        let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, kernel)
-            .as_ref()
-            .try_into()
-            .unwrap();
-        issuer
-            .with_tpm(|tpm| tpm.pcr_extend(4, &digest))
-            .expect("extend PCR 4");
+        let issuer = measured_issuer(&swtpm, kernel);
         Node {
             name: name.to_string(),
             issuer: Arc::new(issuer),
@@ -357,15 +364,7 @@ impl NodeTpm {
     /// from zero, the AK persists) and measures `kernel` into PCR 4.
     pub fn boot(state_dir: &Path, kernel: &[u8]) -> NodeTpm {
         let swtpm = Swtpm::start_in(state_dir).expect("swtpm starts");
-        let issuer =
-            VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
-        let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, kernel)
-            .as_ref()
-            .try_into()
-            .unwrap();
-        issuer
-            .with_tpm(|tpm| tpm.pcr_extend(4, &digest))
-            .expect("extend PCR 4");
+        let issuer = measured_issuer(&swtpm, kernel);
         let pcrs = issuer
             .with_tpm(|tpm| tpm.pcr_read_all())
             .expect("read PCRs");

@@ -193,6 +193,19 @@ impl Tpm {
         Ok(Tpm::new(Box::new(TcpTransport::connect(addr)?)))
     }
 
+    /// Opens the TPM a command line names: `device` or a `/dev/...` path
+    /// (`/dev/tpmrm0`, else `/dev/tpm0`), or `HOST:PORT` of a swtpm socket.
+    pub fn open(spec: &str) -> Result<Self, TpmError> {
+        if spec == "device" || spec.starts_with("/dev/") {
+            Tpm::open_device()
+        } else {
+            let addr = spec.parse().map_err(|e| {
+                TpmError::Transport(format!("{spec:?} is neither `device` nor HOST:PORT: {e}"))
+            })?;
+            Tpm::connect_tcp(addr)
+        }
+    }
+
     /// What this connection talks to, for logs.
     pub fn describe(&self) -> String {
         self.transport.describe()
