@@ -580,3 +580,27 @@ fn decoding_random_or_truncated_evidence_never_panics() {
         }
     }
 }
+
+#[test]
+fn evidence_stays_consistent_when_pcrs_change_between_quotes() {
+    // The issuer reuses the last PCR values while the quoted digest matches
+    // them; an extend between two quotes must make it read them again.
+    let (_swtpm, issuer) = started();
+    let validator = pinned(&issuer);
+    let extra = [7u8; 32];
+    let first = validator
+        .validate(&issuer.issue(&extra).unwrap(), &extra)
+        .unwrap();
+    issuer.with_tpm(|t| t.pcr_extend(9, &[0x99; 32])).unwrap();
+    let second = validator
+        .validate(&issuer.issue(&extra).unwrap(), &extra)
+        .unwrap();
+    assert_ne!(
+        first.measurements[&9], second.measurements[&9],
+        "the new PCR 9 is reported"
+    );
+    let third = validator
+        .validate(&issuer.issue(&extra).unwrap(), &extra)
+        .unwrap();
+    assert_eq!(second.measurements, third.measurements);
+}

@@ -58,12 +58,18 @@ fn issue_err(e: tpm::TpmError) -> AttestationError {
     AttestationError::Issue(e.to_string())
 }
 
+/// PCR values by index, as [`Tpm::pcr_read`] returns them.
+type PcrValues = Vec<(u32, [u8; 32])>;
+
 /// Produces vTPM evidence with one persistent TPM connection.
 pub struct VtpmIssuer {
     tpm: Mutex<Tpm>,
     ak: AttestationKey,
     ak_certificate: Option<Vec<u8>>,
     pcr_indices: Vec<u32>,
+    /// The PCR values of the last quote: reused while a new quote's PCR
+    /// digest still matches them, so a quote usually needs no PCR read.
+    last_pcr_values: Mutex<Option<PcrValues>>,
 }
 
 impl VtpmIssuer {
@@ -104,6 +110,7 @@ impl VtpmIssuer {
             ak,
             ak_certificate,
             pcr_indices: quoted_pcrs(),
+            last_pcr_values: Mutex::new(None),
         })
     }
 
@@ -187,10 +194,23 @@ impl Issuer for VtpmIssuer {
             let quote = tpm
                 .quote(&self.ak, extra_data, &self.pcr_indices)
                 .map_err(issue_err)?;
-            let pcr_values = tpm.pcr_read(&self.pcr_indices).map_err(issue_err)?;
             let info = structures::parse_quote_attest(&quote.attest)
                 .map_err(|e| AttestationError::Issue(e.0))?;
-            let digest = tpm::pcr_digest(pcr_values.iter().map(|(_, v)| &v[..]));
+            let digest_of =
+                |values: &[(u32, [u8; 32])]| tpm::pcr_digest(values.iter().map(|(_, v)| &v[..]));
+            let mut last = self
+                .last_pcr_values
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // The evidence's PCR values must hash to the quoted digest: the
+            // cached ones are used only when they do, else the PCRs are read.
+            let pcr_values = match last.take() {
+                Some(cached) if info.pcr_digest == digest_of(&cached) => cached,
+                _ => tpm.pcr_read(&self.pcr_indices).map_err(issue_err)?,
+            };
+            let digest = digest_of(&pcr_values);
+            *last = Some(pcr_values.clone());
+            drop(last);
             if info.pcr_digest == digest {
                 log::debug!("issued a vTPM quote over {} PCRs", pcr_values.len());
                 return Ok(encode_evidence(
