@@ -183,7 +183,12 @@ struct BootReport {
 
 /// Boots `config`, waits for `bootstrapped (<outcome>)`, the bootstrapper's
 /// exit 0 and QEMU's clean exit. Runs on its own thread's VM (dropped there).
-fn bootstrap_boot(config: VmConfig, outcome: &str, ticket: bool, extra_wait: &[&str]) -> BootReport {
+fn bootstrap_boot(
+    config: VmConfig,
+    outcome: &str,
+    ticket: bool,
+    extra_wait: &[&str],
+) -> BootReport {
     let mut vm = Vm::boot(config);
     let start = vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-START", BOOT_BOUND);
     let t_start = vm.elapsed();
@@ -281,7 +286,10 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
         std::fs::read(&image.initrd).unwrap(),
         std::fs::read(&tampered.initrd).unwrap()
     );
-    println!("phase images: {} (initrd {len} bytes padded)", secs(t.elapsed()));
+    println!(
+        "phase images: {} (initrd {len} bytes padded)",
+        secs(t.elapsed())
+    );
 
     let work = TempDir::new("vm-cluster");
     let admin = work.path().join("admin");
@@ -361,7 +369,10 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
     let cli_out = Command::new(&cli)
         .args(["init", "--node", &format!("127.0.0.1:{init_fwd}")])
         .args(["--measurements", "golden-init.json"])
-        .args(["--ak-trust", &format!("pinned:{}", admin.join("ak1").display())])
+        .args([
+            "--ak-trust",
+            &format!("pinned:{}", admin.join("ak1").display()),
+        ])
         .args(["--init-secret-file", "init-secret"])
         .current_dir(&admin)
         .output()
@@ -376,6 +387,10 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
         );
     }
     println!("confboot init: {}", cli_stdout.trim_end());
+    assert!(
+        cli_stdout.contains("cluster initialized"),
+        "{cli_stdout}\n{cli_stderr}"
+    );
     let init_line = vm1.wait_for_line("bootstrapped (Initialized)", BOOT_BOUND);
     let init_to_bootstrapped = vm1.elapsed();
     vm1.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT 0", EXIT_BOUND);
@@ -455,13 +470,12 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
             drop(vm);
             serial
         });
-        (
-            h2.join().unwrap(),
-            h3.join().unwrap(),
-            hb.join().unwrap(),
-        )
+        (h2.join().unwrap(), h3.join().unwrap(), hb.join().unwrap())
     });
-    println!("phase (b)+(d) two joins and a tampered node (3 VMs in parallel): {}", secs(t.elapsed()));
+    println!(
+        "phase (b)+(d) two joins and a tampered node (3 VMs in parallel): {}",
+        secs(t.elapsed())
+    );
     print_boot("node2", &r2);
     print_boot("node3", &r3);
 
@@ -483,6 +497,17 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
                 .contains(&format!("CONFBOOT-STATE-WRITTEN {marker}")),
             "{}",
             r.serial
+        );
+        let before: Vec<&str> = r
+            .serial
+            .lines()
+            .filter(|l| l.starts_with("CONFBOOT-STATE "))
+            .collect();
+        assert_eq!(before.len(), 1, "one read step\n{}", r.serial);
+        assert_ne!(
+            before[0].trim_end(),
+            format!("CONFBOOT-STATE {marker}"),
+            "a freshly formatted disk does not hold the marker yet"
         );
         let raw = n.raw();
         assert!(
@@ -507,7 +532,10 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
     );
     assert!(!bad_serial.contains("nodelock taken"), "{bad_serial}");
     assert!(!bad_serial.contains("bootstrapped ("), "{bad_serial}");
-    assert!(bad.luks_uuid().is_none(), "the tampered node's disk has no LUKS header");
+    assert!(
+        bad.luks_uuid().is_none(),
+        "the tampered node's disk has no LUKS header"
+    );
     assert!(
         bad.raw().iter().all(|&b| b == 0),
         "the tampered node's disk stays all zero"
@@ -534,15 +562,27 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
         r.serial
     );
     assert_eq!(n2.luks_uuid().unwrap(), uuid2, "a rejoin never reformats");
+    assert!(
+        r.serial.contains(&format!("state disk {uuid2} opened")),
+        "the rejoin opens the existing disk\n{}",
+        r.serial
+    );
+    assert!(
+        !r.serial.contains("CONFBOOT-KUBEADM"),
+        "a rejoin does not run kubeadm again\n{}",
+        r.serial
+    );
     let (_, metrics) = joinsvc.http_get("/metrics");
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("joinsvc_tickets_issued_total{kind=\"rejoin\"} 1")
-                || l.contains("kind=\"rejoin\"} 1")),
+            .any(|l| l.trim_end() == "joinsvc_tickets_issued_total{kind=\"rejoin\"} 1"),
         "{metrics}"
     );
-    assert!(joinsvc.kube.created().len() >= 2, "join tokens were created");
+    assert!(
+        joinsvc.kube.created().len() >= 2,
+        "join tokens were created"
+    );
     drop(joinsvc);
     println!("whole test: {}", secs(t0.elapsed()));
 }
