@@ -190,9 +190,8 @@ fn bootstrap_boot(
     extra_wait: &[&str],
 ) -> BootReport {
     let mut vm = Vm::boot(config);
-    let start = vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-START", BOOT_BOUND);
+    vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-START", BOOT_BOUND);
     let t_start = vm.elapsed();
-    let _ = start;
     let start_to_ticket = ticket.then(|| {
         vm.wait_for_line("ticket received", BOOT_BOUND);
         vm.elapsed() - t_start
