@@ -3,6 +3,7 @@
 # Debian packages, reproducibly: the same inputs give the same bytes.
 #
 #   initramfs/build.sh [--bootstrapper PATH] [--out DIR] [--stamp TEXT]
+#                      [--add SRC:DEST]...
 #
 #   --bootstrapper PATH  a static bootstrapper binary, installed as
 #                        /usr/bin/bootstrapper (without it the image still
@@ -12,6 +13,10 @@
 #                        (default: .cache/initramfs/out in the repository)
 #   --stamp TEXT         written to /etc/confboot-stamp (default "0"); tests
 #                        use it to make two images that differ by one byte
+#   --add SRC:DEST       also install file SRC at absolute path DEST in the
+#                        image (repeatable; mode 0755 if SRC is executable,
+#                        else 0644). For test images only (e.g. the kubeadm
+#                        double); the production image uses none.
 #
 # Inputs: the pinned kernel package below (downloaded once into
 # .cache/initramfs/), and the build machine's busybox-static and
@@ -40,12 +45,14 @@ CACHE="$REPO/.cache/initramfs"
 OUT="$CACHE/out"
 BOOTSTRAPPER=""
 STAMP="0"
+ADDS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --bootstrapper) [ $# -ge 2 ] || die "--bootstrapper needs a path"; BOOTSTRAPPER="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT="$2"; shift 2 ;;
         --stamp) [ $# -ge 2 ] || die "--stamp needs a text"; STAMP="$2"; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        --add) [ $# -ge 2 ] || die "--add needs SRC:DEST"; ADDS+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -67,6 +74,19 @@ if [ -n "$BOOTSTRAPPER" ]; then
         die "bootstrapper '$BOOTSTRAPPER' is dynamically linked; build it for x86_64-unknown-linux-musl"
     fi
 fi
+
+for add in ${ADDS[@]+"${ADDS[@]}"}; do
+    src="${add%%:*}"; dest="${add#*:}"
+    [ "$src" != "$add" ] || die "--add '$add': expected SRC:DEST"
+    [ -f "$src" ] || die "--add: '$src' is not a file"
+    case "$dest" in
+        /*) ;;
+        *) die "--add: destination '$dest' must be an absolute path" ;;
+    esac
+    case "/$dest/" in
+        */../*|*/./*) die "--add: destination '$dest' must not contain . or .." ;;
+    esac
+done
 
 # --- kernel package (cached) ---
 mkdir -p "$CACHE"
@@ -170,6 +190,13 @@ if [ -n "$BOOTSTRAPPER" ]; then
 fi
 
 install -m 0755 "$REPO/initramfs/init" "$ROOT/init"
+for add in ${ADDS[@]+"${ADDS[@]}"}; do
+    src="${add%%:*}"; dest="${add#*:}"
+    mode=0644
+    [ -x "$src" ] && mode=0755
+    install -D -m "$mode" "$src" "$ROOT$dest"
+    echo "added: $dest ($mode, $(stat -c %s "$src") bytes)"
+done
 printf '%s\n' "$STAMP" >"$ROOT/etc/confboot-stamp"
 printf 'root:x:0:0:root:/:/bin/sh\n' >"$ROOT/etc/passwd"
 printf 'root:x:0:\n' >"$ROOT/etc/group"

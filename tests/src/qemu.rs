@@ -55,6 +55,11 @@ pub struct VmConfig {
     /// `(guest port, host loopback port)`: the guest reaches
     /// `127.0.0.1:host` at `10.0.2.100:guest`, and nothing else (restrict=on).
     pub host_ports: Vec<(u16, u16)>,
+    /// `(host loopback port, guest port)`: the host reaches the guest's
+    /// `10.0.2.15:guest` at `127.0.0.1:host` (QEMU `hostfwd`, bound to
+    /// 127.0.0.1 only); `restrict=on` still keeps the guest from reaching
+    /// anything but its `host_ports`.
+    pub host_forwards: Vec<(u16, u16)>,
     /// Boot through OVMF (measures kernel → PCR 4, initrd and command line →
     /// PCR 9); false boots SeaBIOS (faster, unmeasured).
     pub ovmf: bool,
@@ -76,6 +81,7 @@ impl VmConfig {
             cmdline: cmdline.to_string(),
             disk: None,
             host_ports: Vec::new(),
+            host_forwards: Vec::new(),
             ovmf: true,
             memory_mib: 1024,
             tpm_state: None,
@@ -227,6 +233,9 @@ impl Vm {
             netdev.push_str(&format!(
                 ",guestfwd=tcp:{GUEST_FORWARD_ADDR}:{guest}-cmd:nc 127.0.0.1 {host}"
             ));
+        }
+        for (host, guest) in &config.host_forwards {
+            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
         }
         qemu_cmd
             .arg("-netdev")
@@ -448,6 +457,18 @@ impl Image {
     /// Runs `initramfs/build.sh` into `target/initramfs/<label>` with an
     /// optional bootstrapper and the given stamp.
     pub fn build(label: &str, bootstrapper: Option<&Path>, stamp: &str) -> Result<Image, String> {
+        Image::build_with(label, bootstrapper, stamp, &[])
+    }
+
+    /// [`Image::build`] with extra files: each `(source, destination in the
+    /// image)` goes to build.sh as `--add SRC:DEST` (test images only, e.g.
+    /// the kubeadm double).
+    pub fn build_with(
+        label: &str,
+        bootstrapper: Option<&Path>,
+        stamp: &str,
+        add: &[(&Path, &str)],
+    ) -> Result<Image, String> {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let out = crate::target_dir().join("initramfs").join(label);
         let mut cmd = Command::new("bash");
@@ -458,6 +479,9 @@ impl Image {
             .arg(stamp);
         if let Some(b) = bootstrapper {
             cmd.arg("--bootstrapper").arg(b);
+        }
+        for (src, dest) in add {
+            cmd.arg("--add").arg(format!("{}:{dest}", src.display()));
         }
         let output = cmd
             .output()

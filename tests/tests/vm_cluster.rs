@@ -1,0 +1,587 @@
+//! A confidential cluster booted as real VMs: QEMU (software emulation),
+//! OVMF measured boot, one swtpm per VM, the project's initramfs with the
+//! real (static musl) bootstrapper, real dm-crypt in the guest; on the host
+//! the real `confboot` CLI and the real joinsvc. The network is loopback
+//! only: guests reach joinsvc at 10.0.2.100:9090 (guestfwd) and the host
+//! reaches a guest's init API through a 127.0.0.1 hostfwd.
+//!
+//! The only double is kubeadm (`initramfs/test/kubeadm-double`, installed
+//! in the test image only as `/usr/bin/kubeadm`): Kubernetes cannot run here.
+//!
+//! Boots (7): golden measurements for the init and the join command lines,
+//! the first node (init through the CLI), two joining nodes and a tampered
+//! node in parallel, and one joined node's reboot (rejoin).
+//!
+//! Needs the musl release binaries (`cargo build --release --target
+//! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p confboot-cli`;
+//! scripts/test.sh does) and the Debian packages boot.rs needs.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use confboot::kms::MasterSecret;
+use confboot::kms::init_secret;
+use confboot::tpm::swtpm::Swtpm;
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
+use confboot_tests::qemu::{Image, PeakRss, Vm, VmConfig, golden_measurements};
+
+/// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
+/// three VMs at once).
+const BOOT_BOUND: Duration = Duration::from_secs(420);
+/// Bound for QEMU to exit after the bootstrapper's exit line.
+const EXIT_BOUND: Duration = Duration::from_secs(60);
+/// The guest port joinsvc is reached at (10.0.2.100:9090).
+const JOIN_PORT: u16 = 9090;
+/// Size of each sparse state-disk image.
+const DISK_BYTES: u64 = 64 << 20;
+/// The init secret the admin holds.
+const INIT_SECRET: &str = "correct horse battery staple";
+
+fn musl_binary(name: &str) -> PathBuf {
+    let path = confboot_tests::target_dir()
+        .join("x86_64-unknown-linux-musl/release")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
+         -p bootstrapper -p joinsvc -p confboot-cli` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Percent-encodes one argument for `confboot.args=` (everything but
+/// `[A-Za-z0-9._:/-]`).
+fn pct(arg: &str) -> String {
+    arg.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b".-_:/".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn args_param(args: &[&str]) -> String {
+    let enc: Vec<String> = args.iter().map(|a| pct(a)).collect();
+    format!("confboot.args={}", enc.join(","))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// A node's files: its TPM state dir (kept across boots) and state disk.
+struct NodeFiles {
+    name: String,
+    tpm: PathBuf,
+    disk: PathBuf,
+    ak: Vec<u8>,
+}
+
+impl NodeFiles {
+    /// Creates the TPM state and a blank sparse disk, and reads the AK: swtpm
+    /// (TCP) on the state dir, the AK from the persistent owner seed, closed
+    /// again. No PCR is extended (the VM's firmware measures the boot).
+    fn new(dir: &Path, name: &str) -> NodeFiles {
+        let tpm = dir.join(format!("{name}-tpm"));
+        std::fs::create_dir_all(&tpm).unwrap();
+        let disk = dir.join(format!("{name}-disk.img"));
+        std::fs::File::create(&disk)
+            .unwrap()
+            .set_len(DISK_BYTES)
+            .unwrap();
+        let ak = {
+            let swtpm = Swtpm::start_in(&tpm).expect("swtpm starts");
+            let issuer = confboot::attestation::vtpm::VtpmIssuer::new(
+                swtpm.connect().expect("connect to swtpm"),
+            )
+            .expect("attestation key");
+            let ak = issuer.ak_public_key();
+            drop(issuer);
+            drop(swtpm);
+            ak
+        };
+        NodeFiles {
+            name: name.to_string(),
+            tpm,
+            disk,
+            ak,
+        }
+    }
+
+    fn config(&self, image: &Image, cmdline: &str) -> VmConfig {
+        let mut c = VmConfig::new(&image.kernel, &image.initrd, cmdline);
+        c.name = self.name.clone();
+        c.disk = Some(self.disk.clone());
+        c.tpm_state = Some(self.tpm.clone());
+        c
+    }
+
+    fn luks_uuid(&self) -> Option<String> {
+        let out = Command::new("cryptsetup")
+            .arg("luksUUID")
+            .arg(&self.disk)
+            .output()
+            .expect("host cryptsetup (Debian cryptsetup-bin)");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Whether `key` opens the disk's LUKS2 header (host cryptsetup, key on stdin).
+    fn key_opens_disk(&self, key: &[u8]) -> bool {
+        let mut child = Command::new("cryptsetup")
+            .args(["open", "--test-passphrase", "--key-file", "-"])
+            .arg(&self.disk)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(key).unwrap();
+        child.wait().unwrap().success()
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        std::fs::File::open(&self.disk)
+            .unwrap()
+            .read_to_end(&mut buf)
+            .unwrap();
+        buf
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What one bootstrapping boot reports.
+struct BootReport {
+    serial: String,
+    /// QEMU start → `bootstrapped (...)` on the console (host clock).
+    to_bootstrapped: Duration,
+    /// `CONFBOOT-BOOTSTRAPPER-START` → `ticket received` (host clock), for joins.
+    start_to_ticket: Option<Duration>,
+    /// The bootstrapper's own `bootstrapped (...) in X s` line.
+    bootstrapped_line: String,
+    peak: PeakRss,
+}
+
+/// Boots `config`, waits for `bootstrapped (<outcome>)`, the bootstrapper's
+/// exit 0 and QEMU's clean exit. Runs on its own thread's VM (dropped there).
+fn bootstrap_boot(
+    config: VmConfig,
+    outcome: &str,
+    ticket: bool,
+    extra_wait: &[&str],
+) -> BootReport {
+    let mut vm = Vm::boot(config);
+    vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-START", BOOT_BOUND);
+    let t_start = vm.elapsed();
+    let start_to_ticket = ticket.then(|| {
+        vm.wait_for_line("ticket received", BOOT_BOUND);
+        vm.elapsed() - t_start
+    });
+    let line = vm.wait_for_line(&format!("bootstrapped ({outcome})"), BOOT_BOUND);
+    let to_bootstrapped = vm.elapsed();
+    vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT 0", EXIT_BOUND);
+    for l in extra_wait {
+        vm.wait_for_line(l, EXIT_BOUND);
+    }
+    let status = vm.wait_exit(EXIT_BOUND);
+    assert!(
+        status.success(),
+        "QEMU exited with {status}\n{}",
+        vm.failure_report()
+    );
+    let serial = vm.serial();
+    assert!(
+        !serial.contains("CONFBOOT-STATE-ERROR"),
+        "the after-step failed\n{}",
+        vm.failure_report()
+    );
+    BootReport {
+        serial,
+        to_bootstrapped,
+        start_to_ticket,
+        bootstrapped_line: line,
+        peak: vm.peak_rss(),
+    }
+}
+
+fn print_boot(name: &str, r: &BootReport) {
+    println!(
+        "[{name}] boot → bootstrapped {}; bootstrapper start → ticket {}; guest: {:?}; peak RSS qemu {} KiB, swtpm {} KiB",
+        secs(r.to_bootstrapped),
+        r.start_to_ticket.map(secs).unwrap_or_else(|| "-".into()),
+        r.bootstrapped_line
+            .split_once("bootstrapped")
+            .map(|(_, b)| format!("bootstrapped{b}"))
+            .unwrap_or_default(),
+        r.peak.qemu_kib,
+        r.peak.swtpm_kib
+    );
+}
+
+fn read_master_secret(path: &Path) -> MasterSecret {
+    let ms: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    MasterSecret::new(
+        confboot::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
+        confboot::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Sum of `joinsvc_tickets_refused_total{reason="<reason>"}` in a /metrics body.
+fn refused(metrics: &str, reason: &str) -> u64 {
+    let prefix = format!("joinsvc_tickets_refused_total{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn vm_cluster_init_join_refuse_and_rejoin() {
+    let t0 = Instant::now();
+    let bootstrapper = musl_binary("bootstrapper");
+    let joinsvc_bin = musl_binary("joinsvc");
+    let cli = musl_binary("confboot");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let kubeadm_double = repo.join("initramfs/test/kubeadm-double");
+
+    // The test image (with the kubeadm double) and a tampered one that
+    // differs by one byte (/etc/confboot-stamp): same padded size, so PCR 4
+    // stays and PCR 9 (the initrd) differs.
+    let t = Instant::now();
+    let add = [(kubeadm_double.as_path(), "/usr/bin/kubeadm")];
+    let image = Image::build_with("vm-cluster", Some(&bootstrapper), "0", &add)
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", image.build_log.trim_end());
+    let tampered = Image::build_with("vm-cluster-tampered", Some(&bootstrapper), "1", &add)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (len, len_t) = (
+        std::fs::metadata(&image.initrd).unwrap().len(),
+        std::fs::metadata(&tampered.initrd).unwrap().len(),
+    );
+    assert_eq!(len, len_t, "the tampered image keeps the padded size");
+    assert_ne!(
+        std::fs::read(&image.initrd).unwrap(),
+        std::fs::read(&tampered.initrd).unwrap()
+    );
+    println!(
+        "phase images: {} (initrd {len} bytes padded)",
+        secs(t.elapsed())
+    );
+
+    let work = TempDir::new("vm-cluster");
+    let admin = work.path().join("admin");
+    std::fs::create_dir_all(&admin).unwrap();
+    std::fs::write(admin.join("init-secret"), INIT_SECRET).unwrap();
+    let hash = init_secret::hash(INIT_SECRET.as_bytes(), init_secret::MIN_ITERATIONS);
+
+    // Each node's TPM and disk, with its AK read before its first boot.
+    let t = Instant::now();
+    let n1 = NodeFiles::new(work.path(), "node1");
+    let n2 = NodeFiles::new(work.path(), "node2");
+    let n3 = NodeFiles::new(work.path(), "node3");
+    let bad = NodeFiles::new(work.path(), "tampered");
+    for n in [&n1, &n2, &n3, &bad] {
+        assert!(!n.ak.is_empty());
+    }
+    assert_ne!(n2.ak, n3.ak, "each TPM has its own AK");
+    println!("phase TPMs and AKs: {}", secs(t.elapsed()));
+
+    // The command lines. PCR 9 covers the command line, so every joining
+    // node uses the same one (also on its reboot): the after-step reads the
+    // state disk's first line, then writes the marker. The marker is not in
+    // the raw disk image afterwards (dm-crypt).
+    let marker = format!("confboot-marker-{:x}", std::process::id());
+    let common = [
+        "--state-disk",
+        "/dev/vda",
+        "--kubeadm",
+        "/usr/bin/kubeadm",
+        "-v",
+        "4",
+    ];
+    let join_target = format!("10.0.2.100:{JOIN_PORT}");
+    let join_args: Vec<&str> = ["--join-endpoint", join_target.as_str(), "--retry-max", "2"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let join_cmdline = format!(
+        "{} confboot.after=read,write:{marker}",
+        args_param(&join_args)
+    );
+    let init_args: Vec<&str> = ["--init-secret-hash", hash.as_str()]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let init_cmdline = args_param(&init_args);
+
+    // Golden measurements for both command lines (two boots in parallel).
+    let t = Instant::now();
+    let (golden_init, golden_join) = std::thread::scope(|s| {
+        let gi = s.spawn(|| golden_measurements(&image.kernel, &image.initrd, &init_cmdline));
+        let gj = s.spawn(|| golden_measurements(&image.kernel, &image.initrd, &join_cmdline));
+        (gi.join().unwrap(), gj.join().unwrap())
+    });
+    assert_eq!(
+        golden_init.entries()[&4].value,
+        golden_join.entries()[&4].value,
+        "same kernel and initrd size, same PCR 4"
+    );
+    assert_ne!(
+        golden_init.entries()[&9].value,
+        golden_join.entries()[&9].value,
+        "PCR 9 covers the command line"
+    );
+    println!("phase golden measurements (2 boots): {}", secs(t.elapsed()));
+
+    // (a) Init: node 1's init API through a host forward, the CLI verifies
+    // its attestation (golden measurements, pinned AK) and inits it.
+    let t = Instant::now();
+    std::fs::write(admin.join("golden-init.json"), golden_init.to_json()).unwrap();
+    std::fs::write(admin.join("ak1"), confboot::hex::encode(&n1.ak)).unwrap();
+    let init_fwd = free_port();
+    let mut c1 = n1.config(&image, &init_cmdline);
+    c1.host_forwards = vec![(init_fwd, 9000)];
+    let mut vm1 = Vm::boot(c1);
+    vm1.wait_for_line("init API listening on", BOOT_BOUND);
+    let cli_out = Command::new(&cli)
+        .args(["init", "--node", &format!("127.0.0.1:{init_fwd}")])
+        .args(["--measurements", "golden-init.json"])
+        .args([
+            "--ak-trust",
+            &format!("pinned:{}", admin.join("ak1").display()),
+        ])
+        .args(["--init-secret-file", "init-secret"])
+        .current_dir(&admin)
+        .output()
+        .unwrap();
+    let cli_stdout = String::from_utf8_lossy(&cli_out.stdout).into_owned();
+    let cli_stderr = String::from_utf8_lossy(&cli_out.stderr).into_owned();
+    if !cli_out.status.success() {
+        panic!(
+            "confboot init failed ({}):\n{cli_stdout}\n{cli_stderr}\n{}",
+            cli_out.status,
+            vm1.failure_report()
+        );
+    }
+    println!("confboot init: {}", cli_stdout.trim_end());
+    assert!(
+        cli_stdout.contains("cluster initialized"),
+        "{cli_stdout}\n{cli_stderr}"
+    );
+    let init_line = vm1.wait_for_line("bootstrapped (Initialized)", BOOT_BOUND);
+    let init_to_bootstrapped = vm1.elapsed();
+    vm1.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT 0", EXIT_BOUND);
+    assert!(vm1.wait_exit(EXIT_BOUND).success());
+    let serial1 = vm1.serial();
+    assert!(
+        serial1.contains("CONFBOOT-KUBEADM init"),
+        "the kubeadm double ran init\n{}",
+        vm1.failure_report()
+    );
+    let peak1 = vm1.peak_rss();
+    drop(vm1);
+    assert!(
+        std::fs::read_to_string(admin.join("confboot-admin.conf"))
+            .unwrap()
+            .contains("kind: Config"),
+        "the CLI wrote the kubeconfig"
+    );
+    let master = read_master_secret(&admin.join("confboot-mastersecret.json"));
+    let uuid1 = n1.luks_uuid().expect("node 1's disk is LUKS2");
+    assert!(
+        n1.key_opens_disk(master.state_disk_key(&uuid1).expose()),
+        "node 1's disk key is derived from the master secret"
+    );
+    let cluster: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(admin.join("confboot-cluster.json")).unwrap(),
+    )
+    .unwrap();
+    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    println!(
+        "phase (a) init through the CLI: {}; [node1] boot → bootstrapped {}; guest {:?}; peak RSS qemu {} KiB, swtpm {} KiB",
+        secs(t.elapsed()),
+        secs(init_to_bootstrapped),
+        init_line,
+        peak1.qemu_kib,
+        peak1.swtpm_kib
+    );
+
+    // (b) + (d): joinsvc with the CLI's master secret and salt, the join
+    // command line's golden policy and the joining nodes' AKs (the tampered
+    // node's too: it is refused for its measurements, not its AK).
+    let joinsvc_port = free_port();
+    let joinsvc = Joinsvc::launch(
+        &joinsvc_bin,
+        &golden_join,
+        JoinsvcSetup {
+            master_secret: master.clone(),
+            measurement_salt: salt,
+            pinned_aks: vec![n2.ak.clone(), n3.ak.clone(), bad.ak.clone()],
+            listen: format!("127.0.0.1:{joinsvc_port}"),
+            extra: vec![],
+        },
+    );
+    let t = Instant::now();
+    let (r2, r3, bad_serial) = std::thread::scope(|s| {
+        let join = |n: &NodeFiles| {
+            let mut c = n.config(&image, &join_cmdline);
+            c.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+            c
+        };
+        let (c2, c3) = (join(&n2), join(&n3));
+        let mut cb = bad.config(&tampered, &join_cmdline);
+        cb.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+        let h2 = s.spawn(|| bootstrap_boot(c2, "Joined", true, &["CONFBOOT-STATE-WRITTEN"]));
+        let h3 = s.spawn(|| bootstrap_boot(c3, "Joined", true, &["CONFBOOT-STATE-WRITTEN"]));
+        let hb = s.spawn(|| {
+            let mut vm = Vm::boot(cb);
+            vm.wait_for_line("refused this node", BOOT_BOUND);
+            let serial = vm.serial();
+            println!(
+                "[tampered] refused after {}; peak RSS qemu {} KiB, swtpm {} KiB",
+                secs(vm.elapsed()),
+                vm.peak_rss().qemu_kib,
+                vm.peak_rss().swtpm_kib
+            );
+            // Killed here (dropped on its own thread).
+            drop(vm);
+            serial
+        });
+        (h2.join().unwrap(), h3.join().unwrap(), hb.join().unwrap())
+    });
+    println!(
+        "phase (b)+(d) two joins and a tampered node (3 VMs in parallel): {}",
+        secs(t.elapsed())
+    );
+    print_boot("node2", &r2);
+    print_boot("node3", &r3);
+
+    for (n, r) in [(&n2, &r2), (&n3, &r3)] {
+        assert!(r.serial.contains("CONFBOOT-KUBEADM join"), "{}", r.serial);
+        let uuid = n.luks_uuid().expect("the joined node's disk is LUKS2");
+        assert!(
+            n.key_opens_disk(master.state_disk_key(&uuid).expose()),
+            "[{}] disk key = master_secret.state_disk_key(uuid)",
+            n.name
+        );
+        assert!(
+            !n.key_opens_disk(master.state_disk_key(&uuid1).expose()),
+            "[{}] another disk's key does not open it",
+            n.name
+        );
+        assert!(
+            r.serial
+                .contains(&format!("CONFBOOT-STATE-WRITTEN {marker}")),
+            "{}",
+            r.serial
+        );
+        let before: Vec<&str> = r
+            .serial
+            .lines()
+            .filter(|l| l.starts_with("CONFBOOT-STATE "))
+            .collect();
+        assert_eq!(before.len(), 1, "one read step\n{}", r.serial);
+        assert_ne!(
+            before[0].trim_end(),
+            format!("CONFBOOT-STATE {marker}"),
+            "a freshly formatted disk does not hold the marker yet"
+        );
+        let raw = n.raw();
+        assert!(
+            !contains(&raw, marker.as_bytes()),
+            "[{}] the marker must not be in the raw image (dm-crypt)",
+            n.name
+        );
+    }
+    assert_ne!(n2.luks_uuid(), n3.luks_uuid());
+
+    // (d) The tampered node: refused for its measurements, never took the
+    // node lock, its disk is still all zero.
+    let (_, metrics) = joinsvc.http_get("/metrics");
+    let refused_lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("joinsvc_tickets"))
+        .collect();
+    println!("joinsvc metrics: {}", refused_lines.join(" | "));
+    assert!(
+        refused(&metrics, "measurement") >= 1,
+        "joinsvc counts the tampered node's refusal\n{metrics}"
+    );
+    assert!(!bad_serial.contains("nodelock taken"), "{bad_serial}");
+    assert!(!bad_serial.contains("bootstrapped ("), "{bad_serial}");
+    assert!(
+        bad.luks_uuid().is_none(),
+        "the tampered node's disk has no LUKS header"
+    );
+    assert!(
+        bad.raw().iter().all(|&b| b == 0),
+        "the tampered node's disk stays all zero"
+    );
+
+    // (c) Node 2 reboots with the same TPM and disk: rejoins and reads the
+    // marker it wrote before the reboot.
+    let t = Instant::now();
+    let mut c = n2.config(&image, &join_cmdline);
+    c.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+    let uuid2 = n2.luks_uuid().unwrap();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| bootstrap_boot(c, "Rejoined", true, &["CONFBOOT-STATE-WRITTEN"]))
+            .join()
+            .unwrap()
+    });
+    println!("phase (c) reboot and rejoin: {}", secs(t.elapsed()));
+    print_boot("node2-reboot", &r);
+    assert!(
+        r.serial
+            .lines()
+            .any(|l| l.trim_end() == format!("CONFBOOT-STATE {marker}")),
+        "the rejoined node reads the marker it wrote before the reboot\n{}",
+        r.serial
+    );
+    assert_eq!(n2.luks_uuid().unwrap(), uuid2, "a rejoin never reformats");
+    assert!(
+        r.serial.contains(&format!("state disk {uuid2} opened")),
+        "the rejoin opens the existing disk\n{}",
+        r.serial
+    );
+    assert!(
+        !r.serial.contains("CONFBOOT-KUBEADM"),
+        "a rejoin does not run kubeadm again\n{}",
+        r.serial
+    );
+    let (_, metrics) = joinsvc.http_get("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.trim_end() == "joinsvc_tickets_issued_total{kind=\"rejoin\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        joinsvc.kube.created().len() >= 2,
+        "join tokens were created"
+    );
+    drop(joinsvc);
+    println!("whole test: {}", secs(t0.elapsed()));
+}
