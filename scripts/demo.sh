@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The main job, for now: builds the static release binaries and boots a
-# cluster of processes on this machine: every node is a bootstrapper with its
-# own swtpm and LUKS2 state-disk image; `confboot init` makes node 1 the first
-# control plane; joinsvc admits two more nodes after verifying them; a node
-# with a tampered image is refused; a rebooted node rejoins.
+# The main job: builds the static release binaries and boots a cluster on
+# this machine, first as processes, then as QEMU VMs. Every node has its own
+# swtpm and LUKS2 state disk; `confboot init` makes node 1 the first control
+# plane; joinsvc admits the others after verifying them; a node with a
+# tampered image is refused; a rebooted node rejoins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -19,3 +19,11 @@ echo
 # The orchestrator runs in the dev profile: it unwinds on a panic, so every
 # process it started is ended.
 cargo run --locked --quiet -p confboot-tests --bin demo -- "$bin"
+
+# Then the same boot with real VMs: QEMU (software emulation) with OVMF
+# measured boot and one swtpm each boots the project's initramfs; the
+# bootstrapper in each guest attests to joinsvc on the host and opens a real
+# LUKS2 state disk with dm-crypt. Takes a few minutes.
+echo
+echo "== the cluster as QEMU VMs"
+cargo test --locked --quiet -p confboot-tests --test vm_cluster -- --nocapture

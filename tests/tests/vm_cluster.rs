@@ -235,6 +235,21 @@ fn print_boot(name: &str, r: &BootReport) {
         r.peak.qemu_kib,
         r.peak.swtpm_kib
     );
+    // What happened in the guest, as its bootstrapper logged it.
+    for line in r.serial.lines().filter(|l| {
+        [
+            "attest",
+            "ticket received",
+            "nodelock taken",
+            "state disk",
+            "node marked",
+            "CONFBOOT-STATE",
+        ]
+        .iter()
+        .any(|k| l.contains(k))
+    }) {
+        println!("    [{name}] {}", line.trim());
+    }
 }
 
 fn read_master_secret(path: &Path) -> MasterSecret {
