@@ -152,6 +152,21 @@ impl CommandRunner for ProcessRunner {
     ) -> Result<CommandOutput, ClusterError> {
         let started = Instant::now();
         let deadline = self.timeout.map(|t| started + t);
+        // Kills the child and says why when the runner is stopped or the deadline passed.
+        let abort_if_due = |child: &mut Child| -> Result<(), ClusterError> {
+            if self.stop.is_raised() {
+                kill(child);
+                return Err(ClusterError::Stopped);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                kill(child);
+                return Err(ClusterError::TimedOut {
+                    program: program.display().to_string(),
+                    after: started.elapsed(),
+                });
+            }
+            Ok(())
+        };
         let mut child = Command::new(program)
             .args(args)
             .stdin(if stdin.is_some() {
@@ -209,17 +224,7 @@ impl CommandRunner for ProcessRunner {
                 Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {}
             }
-            if self.stop.is_raised() {
-                kill(&mut child);
-                return Err(ClusterError::Stopped);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                kill(&mut child);
-                return Err(ClusterError::TimedOut {
-                    program: program.display().to_string(),
-                    after: started.elapsed(),
-                });
-            }
+            abort_if_due(&mut child)?;
             match exited_at {
                 None => {
                     if let Ok(Some(status)) = child.try_wait() {
@@ -238,17 +243,7 @@ impl CommandRunner for ProcessRunner {
                 })? {
                     break status;
                 }
-                if self.stop.is_raised() {
-                    kill(&mut child);
-                    return Err(ClusterError::Stopped);
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    kill(&mut child);
-                    return Err(ClusterError::TimedOut {
-                        program: program.display().to_string(),
-                        after: started.elapsed(),
-                    });
-                }
+                abort_if_due(&mut child)?;
                 std::thread::sleep(TICK / 5);
             },
         };
