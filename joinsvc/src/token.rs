@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ring::rand::SecureRandom;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use zeroize::Zeroizing;
 
 /// How long a bootstrap token is valid.
@@ -131,13 +132,17 @@ impl KubeApiTokenIssuer {
             .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
             .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .build();
-        let agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .tls_config(tls)
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .max_redirects(0)
-            .build()
-            .new_agent();
+            .build();
+        let agent = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::default(),
+            IpLiteralResolver::default(),
+        );
         Ok(KubeApiTokenIssuer {
             api_url: api_url.trim_end_matches('/').to_string(),
             bearer_token,
@@ -170,6 +175,36 @@ impl KubeApiTokenIssuer {
             token,
             timeout,
         )
+    }
+}
+
+/// Resolves an IP-literal host (the in-cluster API server address is one,
+/// `KUBERNETES_SERVICE_HOST`) directly. ureq's default resolver starts a
+/// thread for every lookup under a timeout, once per request; names still go
+/// through it.
+#[derive(Debug, Default)]
+struct IpLiteralResolver(DefaultResolver);
+
+impl Resolver for IpLiteralResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri
+            .scheme()
+            .zip(uri.authority())
+            .and_then(|(scheme, authority)| DefaultResolver::host_and_port(scheme, authority))
+            .and_then(|host_port| host_port.parse::<std::net::SocketAddr>().ok());
+        match literal {
+            Some(addr) => {
+                let mut addrs = self.empty();
+                addrs.push(addr);
+                Ok(addrs)
+            }
+            None => self.0.resolve(uri, config, timeout),
+        }
     }
 }
 
@@ -252,15 +287,20 @@ impl TokenIssuer for KubeApiTokenIssuer {
                 .send(body.as_bytes())
                 .map_err(|e| TokenError::Unreachable(e.to_string()))?;
             let status = resp.status().as_u16();
+            // Reading the whole (bounded) body returns the connection to the
+            // agent's pool: the next token reuses it instead of a new TLS
+            // handshake with the API server. The body echoes the Secret, so
+            // it is zeroized.
+            let text = Zeroizing::new(
+                resp.body_mut()
+                    .with_config()
+                    .limit(MAX_RESPONSE_BYTES)
+                    .read_to_string()
+                    .unwrap_or_default(),
+            );
             if status == 201 || status == 200 {
                 return Ok(token);
             }
-            let text = resp
-                .body_mut()
-                .with_config()
-                .limit(MAX_RESPONSE_BYTES)
-                .read_to_string()
-                .unwrap_or_default();
             let reason = serde_json::from_str::<serde_json::Value>(&text)
                 .ok()
                 .and_then(|v| v["reason"].as_str().map(str::to_string))
@@ -353,6 +393,40 @@ mod tests {
             "expiration {} after {now}",
             created[0].expiration
         );
+    }
+
+    #[test]
+    fn tokens_reuse_one_kept_alive_connection() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let issuer = issuer(&double, SA_TOKEN, Duration::from_secs(10));
+        for _ in 0..5 {
+            issuer.create_bootstrap_token().unwrap();
+        }
+        assert_eq!(double.created().len(), 5);
+        assert_eq!(
+            double.connections(),
+            1,
+            "one TLS connection for five tokens"
+        );
+    }
+
+    #[test]
+    fn ip_literal_hosts_resolve_without_a_lookup() {
+        let resolver = IpLiteralResolver::default();
+        let config = ureq::config::Config::default();
+        let timeout = ureq::unversioned::transport::NextTimeout::default();
+        for (url, want) in [
+            ("https://10.96.0.1:443/api", "10.96.0.1:443"),
+            ("https://10.96.0.1/api", "10.96.0.1:443"),
+            ("https://[fd00::1]:6443/", "[fd00::1]:6443"),
+        ] {
+            let uri: ureq::http::Uri = url.parse().unwrap();
+            let addrs = resolver.resolve(&uri, &config, timeout).unwrap();
+            assert_eq!(addrs.len(), 1);
+            assert_eq!(addrs[0].to_string(), want);
+        }
+        let uri: ureq::http::Uri = "https://localhost:6443/".parse().unwrap();
+        assert!(resolver.resolve(&uri, &config, timeout).unwrap().len() >= 1);
     }
 
     #[test]

@@ -119,6 +119,66 @@ fn vm_hwm_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// User + system CPU seconds of the process whose `/proc/<pid>/stat` is given.
+fn cpu_seconds(stat_path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(stat_path) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds used so far by this process (clients, API double), by
+/// `joinsvc_pid`, and by every swtpm on the machine.
+#[derive(Clone, Copy)]
+struct CpuUse {
+    bench: f64,
+    joinsvc: f64,
+    swtpm: f64,
+}
+
+impl CpuUse {
+    fn now(joinsvc_pid: u32) -> CpuUse {
+        let swtpm = std::fs::read_dir("/proc")
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| {
+                        std::fs::read_to_string(e.path().join("comm"))
+                            .is_ok_and(|c| c.trim() == "swtpm")
+                    })
+                    .map(|e| cpu_seconds(&format!("{}/stat", e.path().display())))
+                    .sum()
+            })
+            .unwrap_or(0.0);
+        CpuUse {
+            bench: cpu_seconds("/proc/self/stat"),
+            joinsvc: cpu_seconds(&format!("/proc/{joinsvc_pid}/stat")),
+            swtpm,
+        }
+    }
+
+    /// Prints the CPU milliseconds per operation each part used since `self`.
+    fn report_since(self, joinsvc_pid: u32, ops: f64) {
+        let now = CpuUse::now(joinsvc_pid);
+        let per = |a: f64, b: f64| (b - a) * 1000.0 / ops;
+        println!(
+            "  CPU per ticket: joinsvc {:.2} ms, swtpm {:.2} ms, clients + API double {:.2} ms",
+            per(self.joinsvc, now.joinsvc),
+            per(self.swtpm, now.swtpm),
+            per(self.bench, now.bench),
+        );
+    }
+}
+
 fn main() {
     let joinsvc_bin =
         confboot_tests::target_dir().join("x86_64-unknown-linux-musl/release/joinsvc");
@@ -131,10 +191,16 @@ fn main() {
         "joinsvc benchmark: {CLIENTS} concurrent clients, {RUN:?} per measurement, loopback, 2 cores shared by all"
     );
 
+    let (cpu, t0) = (cpu_seconds("/proc/self/stat"), Instant::now());
     let plain = plain_tls_rate();
+    let plain_cpu = cpu_seconds("/proc/self/stat") - cpu;
     println!(
         "{:<52}{:>10.0} /s  1.00",
         "plain rustls TLS 1.3 handshake + 1 call (baseline)", plain
+    );
+    println!(
+        "  CPU per handshake, client and server together: {:.2} ms",
+        plain_cpu * 1000.0 / (plain * t0.elapsed().as_secs_f64())
     );
 
     let nodes: Vec<Node> = (0..CLIENTS)
@@ -149,6 +215,8 @@ fn main() {
         .collect();
     let issuers = Arc::new(issuers);
     let disk = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+    let pid = joinsvc.process.id();
+    let (cpu, t0) = (CpuUse::now(pid), Instant::now());
     let tickets = {
         let issuers = issuers.clone();
         rate(move |i| {
@@ -174,6 +242,8 @@ fn main() {
         "  (tokens created through the API double: {})",
         joinsvc.kube.created().len()
     );
+    cpu.report_since(pid, tickets * t0.elapsed().as_secs_f64());
+    let (cpu, t0) = (CpuUse::now(pid), Instant::now());
     let rejoins = {
         let issuers = issuers.clone();
         rate(move |i| {
@@ -194,22 +264,7 @@ fn main() {
         rejoins,
         rejoins / plain
     );
-    let cpu_seconds = |pid: u32| -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .unwrap()
-            .1
-            .split_whitespace()
-            .collect();
-        (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
-    };
-    println!(
-        "  joinsvc used {:.1} s of CPU in {:.0} s of wall time (the rest: clients, swtpm, API double)",
-        cpu_seconds(joinsvc.process.id()),
-        2.0 * RUN.as_secs_f64()
-    );
-
+    cpu.report_since(pid, rejoins * t0.elapsed().as_secs_f64());
     // 256 concurrent attested connections held open, then one call on each.
     drop(joinsvc);
     // A second instance with a pool large enough to hold them all.

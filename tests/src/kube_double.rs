@@ -6,14 +6,18 @@
 //! the path, the content type, and the Secret's schema for bootstrap tokens.
 //! It answers 201 with the created object, 401 for a wrong token, 404 for
 //! other paths, 409 when the Secret exists, 422 for an invalid Secret, and can
-//! fail on demand (500, 409, or no answer at all).
+//! fail on demand (500, 409, or no answer at all). Like the API server, it
+//! keeps connections alive between requests (HTTP/1.1), closing them when the
+//! client asks, after an idle time, or when the double stops.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+use confboot::rpc::Stop;
+use confboot::rpc::listener::{self, PoolConfig, ServerHandle};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
@@ -55,8 +59,7 @@ pub struct KubeApiDouble {
     addr: SocketAddr,
     ca_der: Vec<u8>,
     state: Arc<Mutex<State>>,
-    stop: confboot::rpc::Stop,
-    thread: Option<JoinHandle<()>>,
+    server: Option<ServerHandle>,
 }
 
 impl KubeApiDouble {
@@ -79,35 +82,26 @@ impl KubeApiDouble {
             .with_single_cert(vec![CertificateDer::from(ca_der.clone())], key)
             .expect("server certificate"),
         );
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-        listener
-            .set_nonblocking(true)
-            .expect("nonblocking listener");
-        let addr = listener.local_addr().expect("local address");
         let state = Arc::new(Mutex::new(State::default()));
-        let stop = confboot::rpc::Stop::new();
-        let thread = {
-            let (state, stop, token) = (Arc::clone(&state), stop.clone(), bearer_token.to_string());
-            std::thread::spawn(move || {
-                while !stop.is_raised() {
-                    match listener.accept() {
-                        Ok((sock, _)) => {
-                            let (tls, state, token) =
-                                (Arc::clone(&tls), Arc::clone(&state), token.clone());
-                            let stop = stop.clone();
-                            std::thread::spawn(move || serve(sock, tls, &state, &token, &stop));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                }
-            })
+        let server = {
+            let (state, token) = (Arc::clone(&state), bearer_token.to_string());
+            listener::spawn(
+                TcpListener::bind("127.0.0.1:0").expect("bind loopback"),
+                PoolConfig {
+                    workers: 32,
+                    queue: 64,
+                    socket_timeout: REQUEST_TIMEOUT,
+                },
+                move |sock, stop| serve(sock, Arc::clone(&tls), &state, &token, stop),
+            )
+            .expect("start the API double")
         };
+        let addr = server.local_addr();
         KubeApiDouble {
             addr,
             ca_der,
             state,
-            stop,
-            thread: Some(thread),
+            server: Some(server),
         }
     }
 
@@ -145,6 +139,16 @@ impl KubeApiDouble {
         self.state.lock().unwrap().created.clone()
     }
 
+    /// TCP connections accepted so far (clients that keep connections alive
+    /// make many requests on one).
+    pub fn connections(&self) -> u64 {
+        self.server.as_ref().map_or(0, |s| {
+            s.stats()
+                .accepted
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// Requests received so far (whatever their outcome).
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
@@ -153,92 +157,169 @@ impl KubeApiDouble {
 
 impl Drop for KubeApiDouble {
     fn drop(&mut self) {
-        self.stop.raise();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(server) = self.server.take() {
+            server.stop();
         }
     }
 }
 
+/// How long a request may take to arrive once it has begun, and a reply to be written.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an idle keep-alive connection stays open (Go's net/http, which
+/// the API server uses, closes idle connections after a similar time).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often an idle connection looks at the stop signal.
+const STOP_POLL: Duration = Duration::from_millis(50);
+/// Bounds on what one request may be, as a real server has them.
+const MAX_LINE: u64 = 8 * 1024;
+const MAX_HEADERS: usize = 100;
+const MAX_BODY: usize = 64 * 1024;
+
+type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
+/// Serves one HTTP/1.1 connection: requests one after another (keep-alive,
+/// as the API server does) until the client closes, asks to close, stays
+/// idle for [`IDLE_TIMEOUT`], or the double stops.
 fn serve(
     sock: TcpStream,
     tls: Arc<rustls::ServerConfig>,
     state: &Mutex<State>,
     token: &str,
-    stop: &confboot::rpc::Stop,
+    stop: &Stop,
 ) {
-    let _ = sock.set_nonblocking(false);
-    let _ = sock.set_read_timeout(Some(Duration::from_secs(10)));
-    let conn = match rustls::ServerConnection::new(tls) {
-        Ok(c) => c,
-        Err(_) => return,
-    };
-    let mut stream = rustls::StreamOwned::new(conn, sock);
-    let Some((method, path, headers, body)) = read_request(&mut stream) else {
+    let Ok(conn) = rustls::ServerConnection::new(tls) else {
         return;
     };
-    let failure = {
-        let mut st = state.lock().unwrap();
-        st.requests += 1;
-        st.failures.pop_front()
-    };
-    let (code, reply) = match failure {
-        Some(Failure::NoAnswer) => {
-            while !stop.is_raised() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+    let mut reader = BufReader::new(rustls::StreamOwned::new(conn, sock));
+    while wait_for_request(&mut reader, stop) {
+        let Some(request) = read_request(&mut reader) else {
             return;
+        };
+        let failure = {
+            let mut st = state.lock().unwrap();
+            st.requests += 1;
+            st.failures.pop_front()
+        };
+        let (code, reply) = match failure {
+            Some(Failure::NoAnswer) => {
+                while !stop.is_raised() {
+                    std::thread::sleep(STOP_POLL);
+                }
+                return;
+            }
+            Some(Failure::InternalError) => {
+                (500, status_object(500, "InternalError", "injected failure"))
+            }
+            Some(Failure::Conflict) => (
+                409,
+                status_object(409, "AlreadyExists", "secrets already exists"),
+            ),
+            None => handle(&request, state, token),
+        };
+        let close = request
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let text = reply.to_string();
+        let stream = reader.get_mut();
+        let written = write!(
+            stream,
+            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{text}",
+            text.len(),
+            if close { "Connection: close\r\n" } else { "" },
+        )
+        .and_then(|_| stream.flush());
+        if written.is_err() || close {
+            break;
         }
-        Some(Failure::InternalError) => {
-            (500, status_object(500, "InternalError", "injected failure"))
-        }
-        Some(Failure::Conflict) => (
-            409,
-            status_object(409, "AlreadyExists", "secrets already exists"),
-        ),
-        None => handle(&method, &path, &headers, &body, state, token),
-    };
-    let text = reply.to_string();
-    let _ = write!(
-        stream,
-        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
-    );
-    let _ = stream.flush();
+    }
+    let stream = reader.get_mut();
     stream.conn.send_close_notify();
     let _ = stream.flush();
 }
 
-type Request = (String, String, Vec<(String, String)>, Vec<u8>);
+/// Waits until the next request begins (true), or the client closed, the
+/// connection stayed idle too long or the double stops (false).
+fn wait_for_request(reader: &mut BufReader<TlsStream>, stop: &Stop) -> bool {
+    let idle_since = std::time::Instant::now();
+    let _ = reader.get_ref().sock.set_read_timeout(Some(STOP_POLL));
+    let ready = loop {
+        if stop.is_raised() || idle_since.elapsed() > IDLE_TIMEOUT {
+            break false;
+        }
+        // fill_buf consumes nothing, so a timeout here loses no bytes.
+        match reader.fill_buf() {
+            Ok(buf) => break !buf.is_empty(),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break false,
+        }
+    };
+    let _ = reader
+        .get_ref()
+        .sock
+        .set_read_timeout(Some(REQUEST_TIMEOUT));
+    ready
+}
 
-fn read_request<S: Read>(stream: S) -> Option<Request> {
-    let mut r = BufReader::new(stream.take(1 << 20));
-    let mut line = String::new();
-    r.read_line(&mut line).ok()?;
+/// One HTTP request: method, path, headers (names in lower case), body.
+struct Request {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one request; `None` if it is malformed, too large or cut short.
+fn read_request<R: BufRead>(r: &mut R) -> Option<Request> {
+    let read_line = |r: &mut R| -> Option<String> {
+        let mut line = String::new();
+        let n = r.by_ref().take(MAX_LINE).read_line(&mut line).ok()?;
+        (n > 0 && line.ends_with('\n')).then_some(line)
+    };
+    let line = read_line(r)?;
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
     let mut headers = Vec::new();
     loop {
-        let mut h = String::new();
-        r.read_line(&mut h).ok()?;
+        let h = read_line(r)?;
         let h = h.trim_end();
         if h.is_empty() {
             break;
         }
+        if headers.len() == MAX_HEADERS {
+            return None;
+        }
         let (k, v) = h.split_once(':')?;
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    if len > 64 * 1024 {
+    let mut request = Request {
+        method,
+        path,
+        headers,
+        body: Vec::new(),
+    };
+    let len: usize = match request.header("content-length") {
+        Some(v) => v.parse().ok()?,
+        None => 0,
+    };
+    if len > MAX_BODY {
         return None;
     }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).ok()?;
-    Some((method, path, headers, body))
+    request.body = vec![0; len];
+    r.read_exact(&mut request.body).ok()?;
+    Some(request)
 }
 
 fn status_object(code: u16, reason: &str, message: &str) -> Value {
@@ -263,20 +344,11 @@ fn is_rfc3339(s: &str) -> bool {
         })
 }
 
-fn handle(
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-    state: &Mutex<State>,
-    token: &str,
-) -> (u16, Value) {
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
+fn handle(request: &Request, state: &Mutex<State>, token: &str) -> (u16, Value) {
+    let Request {
+        method, path, body, ..
+    } = request;
+    let header = |name: &str| request.header(name);
     if header("authorization") != Some(&format!("Bearer {token}")) {
         return (401, status_object(401, "Unauthorized", "Unauthorized"));
     }
