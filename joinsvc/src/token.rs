@@ -426,7 +426,7 @@ mod tests {
             assert_eq!(addrs[0].to_string(), want);
         }
         let uri: ureq::http::Uri = "https://localhost:6443/".parse().unwrap();
-        assert!(resolver.resolve(&uri, &config, timeout).unwrap().len() >= 1);
+        assert!(!resolver.resolve(&uri, &config, timeout).unwrap().is_empty());
     }
 
     #[test]
