@@ -868,7 +868,8 @@ fn only_tls13_with_the_confboot_alpn_is_spoken() {
     // A TLS 1.2-only client.
     let server = AtlsServer::new(None, vec![]).unwrap();
     let (addr, h) = accept_one(server);
-    let mut config = rustls::ClientConfig::builder_with_provider(atls::provider())
+    let tls12 = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(tls12)
         .with_protocol_versions(&[&rustls::version::TLS12])
         .unwrap()
         .dangerous()
@@ -995,4 +996,20 @@ mod fixture {
             p
         }
     }
+}
+
+#[test]
+fn handshakes_use_aes_128_gcm_with_sha256_like_go() {
+    let joining = Node::new();
+    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let (addr, h) = accept_one(server);
+    let sock = TcpStream::connect(addr).unwrap();
+    let c = AtlsClient::new(vec![], Some(joining.issuer()))
+        .connect(sock, T)
+        .unwrap();
+    h.join().unwrap().unwrap();
+    assert_eq!(
+        c.stream.conn.negotiated_cipher_suite().map(|s| s.suite()),
+        Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
+    );
 }

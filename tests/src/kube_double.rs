@@ -10,7 +10,7 @@
 //! keeps connections alive between requests (HTTP/1.1), closing them when the
 //! client asks, after an idle time, or when the double stops.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -51,6 +51,8 @@ pub struct CreatedToken {
 struct State {
     failures: VecDeque<Failure>,
     created: Vec<CreatedToken>,
+    /// The ids in `created`, looked up by key as the API server's store does.
+    ids: HashSet<String>,
     requests: usize,
 }
 
@@ -410,7 +412,7 @@ fn handle(request: &Request, state: &Mutex<State>, token: &str) -> (u16, Value) 
         return invalid("auth-extra-groups must be kubeadm's default node group");
     }
     let mut st = state.lock().unwrap();
-    if st.created.iter().any(|t| t.id == id) {
+    if !st.ids.insert(id.to_string()) {
         return (
             409,
             status_object(409, "AlreadyExists", "secrets already exists"),

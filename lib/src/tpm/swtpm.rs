@@ -74,15 +74,25 @@ fn fresh_state_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A port P such that P and P+1 are both free on 127.0.0.1 right now.
+/// A port P such that P and P+1 are both free on 127.0.0.1 right now, taken
+/// below the kernel's ephemeral range. Outgoing connections take their ports
+/// from that range, so after many short connections it is full of sockets in
+/// TIME_WAIT, which keep a listener from binding the port next to a free one.
 fn free_port_pair() -> std::io::Result<u16> {
-    for _ in 0..64 {
-        let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        let p = a.local_addr()?.port();
-        if p == u16::MAX {
-            continue;
-        }
-        if TcpListener::bind((Ipv4Addr::LOCALHOST, p + 1)).is_ok() {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+        .max(4096);
+    let rng = ring::rand::SystemRandom::new();
+    for _ in 0..256 {
+        let mut r = [0u8; 2];
+        ring::rand::SecureRandom::fill(&rng, &mut r)
+            .map_err(|_| std::io::Error::other("no randomness"))?;
+        // P and P + 1 both in [1024, ephemeral_low).
+        let p = 1024 + u16::from_le_bytes(r) % (ephemeral_low - 1025);
+        let a = TcpListener::bind((Ipv4Addr::LOCALHOST, p));
+        if a.is_ok() && TcpListener::bind((Ipv4Addr::LOCALHOST, p + 1)).is_ok() {
             return Ok(p);
         }
     }
@@ -208,6 +218,28 @@ impl Drop for Swtpm {
         let _ = self.child.wait();
         if self.remove_state {
             let _ = std::fs::remove_dir_all(&self.state_dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_pairs_are_free_and_below_the_ephemeral_range() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        for _ in 0..20 {
+            let p = free_port_pair().unwrap();
+            assert!((1024..low.max(4096) - 1).contains(&p), "{p}");
+            let _a = TcpListener::bind((Ipv4Addr::LOCALHOST, p)).unwrap();
+            let _b = TcpListener::bind((Ipv4Addr::LOCALHOST, p + 1)).unwrap();
         }
     }
 }
