@@ -997,19 +997,3 @@ mod fixture {
         }
     }
 }
-
-#[test]
-fn handshakes_use_aes_128_gcm_with_sha256_like_go() {
-    let joining = Node::new();
-    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
-    let (addr, h) = accept_one(server);
-    let sock = TcpStream::connect(addr).unwrap();
-    let c = AtlsClient::new(vec![], Some(joining.issuer()))
-        .connect(sock, T)
-        .unwrap();
-    h.join().unwrap().unwrap();
-    assert_eq!(
-        c.stream.conn.negotiated_cipher_suite().map(|s| s.suite()),
-        Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
-    );
-}

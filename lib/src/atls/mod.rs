@@ -215,21 +215,9 @@ impl AtlsError {
 }
 
 /// The crypto provider aTLS uses: rustls' ring provider (never the process
-/// default), with TLS 1.3 cipher suites in the order Go's crypto/tls (and so
-/// Constellation) prefers on CPUs with AES instructions: AES-128-GCM with
-/// SHA-256 first. Its key schedule hashes with SHA-256, which these CPUs
-/// compute in hardware; SHA-384 they do not.
+/// default).
 pub fn provider() -> Arc<CryptoProvider> {
-    use rustls::crypto::ring::cipher_suite::{
-        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
-    };
-    let mut provider = rustls::crypto::ring::default_provider();
-    provider.cipher_suites = vec![
-        TLS13_AES_128_GCM_SHA256,
-        TLS13_AES_256_GCM_SHA384,
-        TLS13_CHACHA20_POLY1305_SHA256,
-    ];
-    Arc::new(provider)
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// What the callbacks of one handshake found: the peer's attestation, or
