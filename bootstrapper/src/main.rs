@@ -318,9 +318,9 @@ fn run(m: &Matches, started: Instant) -> Result<Outcome, String> {
                     (TicketRequest::Join { disk_uuid, .. }, Ticket::Join(t)) => node
                         .apply_join_ticket(disk_uuid, &t)
                         .map(|()| Outcome::Joined),
-                    (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => node
-                        .apply_rejoin_ticket(&t, None)
-                        .map(|()| Outcome::Rejoined),
+                    (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
+                        node.apply_rejoin_ticket(&t).map(|()| Outcome::Rejoined)
+                    }
                     _ => Err("the join service answered another kind of ticket".into()),
                 };
                 let _ = outcomes.send(outcome.unwrap_or_else(Outcome::Failed));

@@ -111,12 +111,15 @@ impl Node {
             ));
         };
         log("nodelock taken: this node becomes the first control plane");
-        let action = self
-            .disk
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .format_or_open(&new_disk_uuid(), |uuid| Ok(master.state_disk_key(uuid)))
-            .map_err(disk_status)?;
+        let action = {
+            let mut disk = self.disk.lock().unwrap_or_else(|p| p.into_inner());
+            let action = disk
+                .format_or_open(&new_disk_uuid(), |uuid| Ok(master.state_disk_key(uuid)))
+                .map_err(disk_status)?;
+            disk.store_measurement_salt(&req.measurement_salt)
+                .map_err(disk_status)?;
+            action
+        };
         log(&describe(&action));
         let measurement_secret = master.measurement_secret();
         let cluster_id = derive_cluster_id(measurement_secret.expose(), &req.measurement_salt);
@@ -161,20 +164,23 @@ impl Node {
             return Err("the ticket's state disk key is not 32 bytes".into());
         }
         let key = SecretBytes::new(t.state_disk_key.clone());
-        let action = self
-            .disk
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .format_or_open(disk_uuid, |uuid| {
-                if uuid == disk_uuid {
-                    Ok(key.clone())
-                } else {
-                    Err(DiskError::KeyUnavailable(format!(
-                        "the ticket is for disk {disk_uuid}, the disk is {uuid}"
-                    )))
-                }
-            })
-            .map_err(|e| format!("state disk: {e}"))?;
+        let action = {
+            let mut disk = self.disk.lock().unwrap_or_else(|p| p.into_inner());
+            let action = disk
+                .format_or_open(disk_uuid, |uuid| {
+                    if uuid == disk_uuid {
+                        Ok(key.clone())
+                    } else {
+                        Err(DiskError::KeyUnavailable(format!(
+                            "the ticket is for disk {disk_uuid}, the disk is {uuid}"
+                        )))
+                    }
+                })
+                .map_err(|e| format!("state disk: {e}"))?;
+            disk.store_measurement_salt(&t.measurement_salt)
+                .map_err(|e| format!("state disk: {e}"))?;
+            action
+        };
         log::info!("{}", describe(&action));
         let cluster_id = derive_cluster_id(&t.measurement_secret, &t.measurement_salt);
         self.mark(&cluster_id).map_err(|s| s.message)?;
@@ -197,24 +203,26 @@ impl Node {
             .map_err(|e| format!("cluster join failed: {e}"))
     }
 
-    /// Applies a rejoin ticket: opens the disk and marks the node.
-    pub fn apply_rejoin_ticket(
-        &self,
-        t: &IssueRejoinTicketResponse,
-        measurement_salt: Option<&[u8]>,
-    ) -> Result<(), String> {
+    /// Applies a rejoin ticket: opens the disk and marks the node again with
+    /// the measurement salt its header keeps (kept there at init or join).
+    pub fn apply_rejoin_ticket(&self, t: &IssueRejoinTicketResponse) -> Result<(), String> {
         let key = SecretBytes::new(t.state_disk_key.clone());
-        let action = self
-            .disk
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .format_or_open("", |_| Ok(key.clone()))
-            .map_err(|e| format!("state disk: {e}"))?;
+        let (action, salt) = {
+            let mut disk = self.disk.lock().unwrap_or_else(|p| p.into_inner());
+            // Read first: without a salt the node cannot be marked, and then
+            // the disk stays closed.
+            let salt = disk
+                .measurement_salt()
+                .map_err(|e| format!("cannot mark the node: {e}"))?;
+            let action = disk
+                .format_or_open("", |_| Ok(key.clone()))
+                .map_err(|e| format!("state disk: {e}"))?;
+            (action, salt)
+        };
         log::info!("{}", describe(&action));
-        if let Some(salt) = measurement_salt {
-            self.mark(&derive_cluster_id(&t.measurement_secret, salt))
-                .map_err(|s| s.message)?;
-        }
+        self.mark(&derive_cluster_id(&t.measurement_secret, &salt))
+            .map_err(|s| s.message)?;
+        log::info!("node marked: PCR 15 extended with the cluster id");
         Ok(())
     }
 
@@ -238,6 +246,9 @@ impl Node {
                 "the state disk is blank: nothing to recover",
             ));
         };
+        // Read first: without a salt the node cannot be marked, and then the
+        // disk stays closed.
+        let salt = disk.measurement_salt().map_err(disk_status)?;
         let action = disk
             .format_or_open("", |_| Ok(master.state_disk_key(&uuid)))
             .map_err(disk_status)?;
@@ -249,6 +260,11 @@ impl Node {
             ));
         }
         log::info!("recovered: {}", describe(&action));
+        self.mark(&derive_cluster_id(
+            master.measurement_secret().expose(),
+            &salt,
+        ))?;
+        log::info!("node marked: PCR 15 extended with the cluster id");
         Ok(())
     }
 }

@@ -173,6 +173,12 @@ fn init_join_refuse_restart_and_recover() {
     )
     .unwrap();
     let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    // Every bootstrapped node carries the cluster id in PCR 15.
+    let marked = confboot::tpm::marked_pcr15(&confboot::kms::derive_cluster_id(
+        master.measurement_secret().expose(),
+        &salt,
+    ));
+    assert_eq!(tpm1.pcr15(), marked, "the first node is marked");
 
     // joinsvc holds the same master secret; nodes 2 and 3 join through it.
     let n2 = NodeDir::new(&bootstrapper_bin(), "node2");
@@ -221,6 +227,8 @@ fn init_join_refuse_restart_and_recover() {
                 .starts_with("join --config")
         );
     }
+    assert_eq!(tpm2.pcr15(), marked, "a joined node is marked");
+    assert_eq!(tpm3.pcr15(), marked, "a joined node is marked");
     println!("phase two nodes join: {}", secs(t));
 
     // The tampered node is refused, stays unlocked, and keeps its disk blank.
@@ -268,6 +276,11 @@ fn init_join_refuse_restart_and_recover() {
         log.join("\n")
     );
     assert_eq!(n3.luks_uuid().unwrap(), uuid3, "a rejoin never reformats");
+    assert_eq!(
+        tpm3.pcr15(),
+        marked,
+        "a rejoined node is marked again, with the salt its disk's header keeps"
+    );
     println!("phase reboot and rejoin: {}", secs(t));
     drop(joinsvc);
 
@@ -344,6 +357,7 @@ fn init_join_refuse_restart_and_recover() {
         "{}",
         log.join("\n")
     );
+    assert_eq!(tpm2.pcr15(), marked, "a recovered node is marked again");
     println!("phase recovery: {}", secs(t));
     println!("whole scenario: {}", secs(t0));
 }

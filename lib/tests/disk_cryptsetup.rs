@@ -508,3 +508,132 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
     }
     assert!(fs::read(&image).unwrap() == before, "never formatted");
 }
+
+/// Runs the real cryptsetup with `args` and `stdin`; returns its exit status.
+fn cryptsetup(args: &[&str], stdin: &[u8]) -> i32 {
+    let mut child = std::process::Command::new(real_cryptsetup())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait().unwrap().code().unwrap()
+}
+
+#[test]
+fn the_measurement_salt_is_kept_in_the_header_and_replaced_in_place() {
+    let dir = TempDir::new("salt");
+    let image = blank_image(&dir, "disk.img");
+    let mut disk = StateDisk::new(backend(&image));
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key(1)))
+        .unwrap();
+    assert!(matches!(
+        disk.measurement_salt(),
+        Err(DiskError::Metadata(_))
+    ));
+    assert_eq!(backend(&image).measurement_salt().unwrap(), None);
+
+    // Another tool's token stays as it is.
+    let other = br#"{"type":"another-tool","keyslots":[]}"#;
+    assert_eq!(
+        cryptsetup(
+            &[
+                "token",
+                "import",
+                "--json-file",
+                "-",
+                image.to_str().unwrap()
+            ],
+            other
+        ),
+        0
+    );
+    disk.store_measurement_salt(&[0xa5; 32]).unwrap();
+    // A reboot reads it back, without any key.
+    let rebooted = StateDisk::new(backend(&image));
+    assert_eq!(rebooted.measurement_salt().unwrap(), vec![0xa5; 32]);
+    // A second store replaces the first (one salt token, not two).
+    disk.store_measurement_salt(&[0x5a; 48]).unwrap();
+    assert_eq!(rebooted.measurement_salt().unwrap(), vec![0x5a; 48]);
+    let dump = std::process::Command::new(real_cryptsetup())
+        .args(["luksDump", "--dump-json-metadata", image.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let dump = String::from_utf8(dump.stdout).unwrap();
+    assert_eq!(dump.matches("confboot-measurement-salt").count(), 1);
+    assert_eq!(dump.matches("another-tool").count(), 1);
+    // The key still opens the disk.
+    assert!(
+        StateDisk::new(backend(&image))
+            .format_or_open(&new_disk_uuid(), |_| Ok(key(1)))
+            .is_ok()
+    );
+}
+
+#[test]
+fn bad_measurement_salts_are_refused() {
+    let dir = TempDir::new("badsalt");
+    let image = blank_image(&dir, "disk.img");
+    let mut disk = StateDisk::new(backend(&image));
+    // A blank disk has no header to keep a salt in.
+    assert!(disk.store_measurement_salt(&[1; 32]).is_err());
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key(2)))
+        .unwrap();
+    for bad in [&[][..], &[1; 15][..], &[1; 257][..]] {
+        assert!(matches!(
+            disk.store_measurement_salt(bad),
+            Err(DiskError::Metadata(_))
+        ));
+    }
+    assert_eq!(backend(&image).measurement_salt().unwrap(), None);
+    // A salt token written by someone else that is not hex, or too short.
+    let path = image.to_str().unwrap();
+    let not_hex = br#"{"type":"confboot-measurement-salt","keyslots":[],"salt":"zz"}"#;
+    assert_eq!(
+        cryptsetup(&["token", "import", "--json-file", "-", path], not_hex),
+        0
+    );
+    assert!(matches!(
+        disk.measurement_salt(),
+        Err(DiskError::Metadata(_))
+    ));
+    let short = br#"{"type":"confboot-measurement-salt","keyslots":[],"salt":"0102"}"#;
+    assert_eq!(
+        cryptsetup(
+            &[
+                "token",
+                "import",
+                "--token-id",
+                "0",
+                "--token-replace",
+                "--json-file",
+                "-",
+                path
+            ],
+            short
+        ),
+        0
+    );
+    assert!(matches!(
+        disk.measurement_salt(),
+        Err(DiskError::Metadata(_))
+    ));
+    // Two salt tokens: which one is meant is unknown.
+    let good = format!(
+        r#"{{"type":"confboot-measurement-salt","keyslots":[],"salt":"{}"}}"#,
+        "ab".repeat(32)
+    );
+    assert_eq!(
+        cryptsetup(
+            &["token", "import", "--json-file", "-", path],
+            good.as_bytes()
+        ),
+        0
+    );
+    assert!(matches!(
+        disk.measurement_salt(),
+        Err(DiskError::Metadata(_))
+    ));
+}

@@ -386,6 +386,13 @@ impl NodeTpm {
         p
     }
 
+    /// PCR 15 now (read on a new connection: call it when no bootstrapper
+    /// holds the TPM).
+    pub fn pcr15(&self) -> [u8; 32] {
+        let mut tpm = self.swtpm.connect().expect("connect to swtpm");
+        tpm.pcr_read(&[15]).expect("read PCR 15")[0].1
+    }
+
     /// `--tpm` for the bootstrapper.
     pub fn tpm_arg(&self) -> String {
         self.swtpm.addr().to_string()

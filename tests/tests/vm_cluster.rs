@@ -586,6 +586,12 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
         "a rejoin does not run kubeadm again\n{}",
         r.serial
     );
+    assert!(
+        r.serial
+            .contains("node marked: PCR 15 extended with the cluster id"),
+        "the rejoined node marks itself again with the salt its LUKS header keeps\n{}",
+        r.serial
+    );
     let (_, metrics) = joinsvc.http_get("/metrics");
     assert!(
         metrics

@@ -6,6 +6,11 @@
 //! - [`OpenMode::Map`]: `cryptsetup open --type luks2 --key-file - DEVICE NAME`,
 //!   giving `/dev/mapper/NAME`;
 //! - [`OpenMode::HeaderOnly`]: `cryptsetup open --type luks2 --test-passphrase --key-file - DEVICE`.
+//! - the measurement salt: `cryptsetup luksDump --dump-json-metadata DEVICE`
+//!   to find it, `cryptsetup token import [--token-id N --token-replace]
+//!   --json-file - DEVICE` to keep it, as a LUKS2 token of type
+//!   [`SALT_TOKEN_TYPE`] bound to no key slot: `{"type": ..., "keyslots": [],
+//!   "salt": HEX}`.
 //!
 //! cryptsetup runs with `LC_ALL=C` so its messages are stable.
 
@@ -26,6 +31,11 @@ pub const BLANK_PROBE_HEAD: u64 = 16 << 20;
 pub const BLANK_PROBE_TAIL: u64 = 1 << 20;
 /// How much of cryptsetup's stderr is kept in errors.
 const STDERR_TAIL: usize = 1024;
+/// The LUKS2 token type that keeps the measurement salt.
+pub const SALT_TOKEN_TYPE: &str = "confboot-measurement-salt";
+/// The most header metadata read (LUKS2's JSON area is at most 4 MiB; a
+/// header of one key slot and a few tokens is a few KiB).
+const MAX_METADATA: usize = 4 << 20;
 
 /// The key-slot password hashing for new headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,6 +182,44 @@ impl CryptsetupBackend {
             )));
         }
         Ok(Some(uuid))
+    }
+
+    /// The id and salt of the measurement-salt token, if the header has one.
+    fn salt_token(&self) -> Result<Option<(String, Vec<u8>)>, DiskError> {
+        let args = [
+            OsStr::new("luksDump"),
+            OsStr::new("--dump-json-metadata"),
+            self.device.as_os_str(),
+        ];
+        let out = self.run("luksDump", &args, None)?;
+        if out.status != Some(0) {
+            return Err(out.into_error("luksDump"));
+        }
+        if out.stdout.len() > MAX_METADATA {
+            return Err(DiskError::Metadata(format!(
+                "{} bytes of header metadata",
+                out.stdout.len()
+            )));
+        }
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| DiskError::Metadata(format!("the header's JSON: {e}")))?;
+        let Some(tokens) = metadata["tokens"].as_object() else {
+            return Ok(None);
+        };
+        let mut found = tokens.iter().filter(|(_, t)| t["type"] == SALT_TOKEN_TYPE);
+        let Some((id, token)) = found.next() else {
+            return Ok(None);
+        };
+        if found.next().is_some() {
+            return Err(DiskError::Metadata(format!(
+                "more than one {SALT_TOKEN_TYPE} token"
+            )));
+        }
+        let salt = token["salt"]
+            .as_str()
+            .and_then(|h| crate::hex::decode(h).ok())
+            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))?;
+        Ok(Some((id.clone(), salt)))
     }
 
     fn check_mapper_name(&self) -> Result<(), DiskError> {
@@ -401,6 +449,44 @@ impl DiskBackend for CryptsetupBackend {
     fn mapped_device(&self) -> Option<PathBuf> {
         (self.opened && self.mode == OpenMode::Map)
             .then(|| Path::new("/dev/mapper").join(&self.mapper_name))
+    }
+
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        let json = serde_json::json!({
+            "type": SALT_TOKEN_TYPE,
+            "keyslots": [],
+            "salt": crate::hex::encode(salt),
+        })
+        .to_string();
+        let existing = self.salt_token()?.map(|(id, _)| id);
+        let mut args: Vec<&OsStr> = vec![OsStr::new("token"), OsStr::new("import")];
+        if let Some(id) = &existing {
+            args.extend([
+                OsStr::new("--token-id"),
+                OsStr::new(id),
+                OsStr::new("--token-replace"),
+            ]);
+        }
+        args.extend([
+            OsStr::new("--json-file"),
+            OsStr::new("-"),
+            self.device.as_os_str(),
+        ]);
+        // Not a secret: it travels on stdin because that is where
+        // `--json-file -` reads.
+        let out = self.run(
+            "token import",
+            &args,
+            Some(&SecretBytes::new(json.into_bytes())),
+        )?;
+        if out.status != Some(0) {
+            return Err(out.into_error("token import"));
+        }
+        Ok(())
+    }
+
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        Ok(self.salt_token()?.map(|(_, salt)| salt))
     }
 }
 

@@ -124,6 +124,9 @@ pub enum DiskError {
     KeyUnavailable(String),
     /// The backend's configuration is invalid (e.g. a mapper name with `/`).
     Config(String),
+    /// The header's metadata (the measurement salt token) is missing where it
+    /// must be, or malformed.
+    Metadata(String),
 }
 
 impl fmt::Display for DiskError {
@@ -151,6 +154,7 @@ impl fmt::Display for DiskError {
             DiskError::Busy(m) => write!(f, "device or mapping busy: {m}"),
             DiskError::KeyUnavailable(m) => write!(f, "no key for the state disk: {m}"),
             DiskError::Config(m) => write!(f, "state disk configuration: {m}"),
+            DiskError::Metadata(m) => write!(f, "state disk header metadata: {m}"),
         }
     }
 }
@@ -173,6 +177,30 @@ pub trait DiskBackend: Send {
     /// this backend maps one.
     fn mapped_device(&self) -> Option<std::path::PathBuf> {
         None
+    }
+    /// Keeps the cluster's measurement salt in the LUKS header (replacing
+    /// one kept before), so that after a reboot a rejoin or a recovery can
+    /// mark the node again: PCR 15 ← HKDF(measurement secret, salt). The salt
+    /// is not secret (the admin's cluster state holds it too); a changed one
+    /// only gives the node a PCR 15 its attestation is then refused for.
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError>;
+    /// The measurement salt kept in the header; `None` if there is none.
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError>;
+}
+
+/// Bounds on a measurement salt kept in a header (Constellation's is 32 bytes).
+pub const MEASUREMENT_SALT_LEN: std::ops::RangeInclusive<usize> = 16..=256;
+
+fn check_salt(salt: &[u8]) -> Result<(), DiskError> {
+    if MEASUREMENT_SALT_LEN.contains(&salt.len()) {
+        Ok(())
+    } else {
+        Err(DiskError::Metadata(format!(
+            "a measurement salt of {} bytes (want {} to {})",
+            salt.len(),
+            MEASUREMENT_SALT_LEN.start(),
+            MEASUREMENT_SALT_LEN.end()
+        )))
     }
 }
 
@@ -255,6 +283,24 @@ impl<B: DiskBackend> StateDisk<B> {
     /// The decrypted block device after a successful open, if the backend maps one.
     pub fn mapped_device(&self) -> Option<std::path::PathBuf> {
         self.backend.mapped_device()
+    }
+
+    /// See [`DiskBackend::store_measurement_salt`]; the salt's length must be
+    /// in [`MEASUREMENT_SALT_LEN`].
+    pub fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        check_salt(salt)?;
+        self.backend.store_measurement_salt(salt)
+    }
+
+    /// The measurement salt kept in the header; an error if there is none
+    /// or it is malformed (the node cannot be marked without it).
+    pub fn measurement_salt(&self) -> Result<Vec<u8>, DiskError> {
+        let salt = self
+            .backend
+            .measurement_salt()?
+            .ok_or_else(|| DiskError::Metadata("the header keeps no measurement salt".into()))?;
+        check_salt(&salt)?;
+        Ok(salt)
     }
 
     /// The backend.
