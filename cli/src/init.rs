@@ -134,15 +134,15 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
             out.display()
         );
     }
-    let request = InitRequest {
-        kms_uri: master.to_kms_uri().to_string(),
-        storage_uri: "storage://no-store".into(),
-        measurement_salt: measurement_salt.clone(),
-        kubernetes_version: req("kubernetes-version")?.to_string(),
-        init_secret: init_secret.to_vec(),
-        cluster_name: req("cluster-name")?.to_string(),
-        ..Default::default()
-    };
+    // InitRequest zeroizes its secrets when dropped, so it is filled in
+    // place (struct update syntax cannot move out of a type with Drop).
+    let mut request = InitRequest::default();
+    request.kms_uri = master.to_kms_uri().to_string();
+    request.storage_uri = "storage://no-store".into();
+    request.measurement_salt = measurement_salt.clone();
+    request.kubernetes_version = req("kubernetes-version")?.to_string();
+    request.init_secret = init_secret.to_vec();
+    request.cluster_name = req("cluster-name")?.to_string();
     let mut success = None;
     let mut failure = None;
     let result =

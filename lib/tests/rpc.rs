@@ -77,7 +77,7 @@ fn pipe_server(limits: ServerLimits) -> (pipe::PipeEnd, thread::JoinHandle<Conne
 
 fn echo<T: confboot::rpc::Transport>(c: &mut Client<T>, s: &str) -> Result<String, Status> {
     let r: IssueRejoinTicketResponse = c.unary(ECHO, &req(s), LONG)?;
-    Ok(String::from_utf8(r.state_disk_key).unwrap())
+    Ok(String::from_utf8(r.state_disk_key.clone()).unwrap())
 }
 
 #[test]

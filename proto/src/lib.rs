@@ -40,3 +40,49 @@ pub mod snp {
 }
 
 pub use prost::Message;
+
+/// The messages that carry secrets zeroize them when dropped. (Decoding and
+/// encoding buffers are the RPC layer's; it zeroizes those.)
+mod zeroize_secrets {
+    use zeroize::Zeroize;
+
+    impl Drop for crate::join::IssueJoinTicketResponse {
+        fn drop(&mut self) {
+            self.state_disk_key.zeroize();
+            self.measurement_secret.zeroize();
+            self.token.zeroize();
+        }
+    }
+
+    impl Drop for crate::join::ControlPlaneCertOrKey {
+        fn drop(&mut self) {
+            self.data.zeroize();
+        }
+    }
+
+    impl Drop for crate::join::IssueRejoinTicketResponse {
+        fn drop(&mut self) {
+            self.state_disk_key.zeroize();
+            self.measurement_secret.zeroize();
+        }
+    }
+
+    impl Drop for crate::init::InitRequest {
+        fn drop(&mut self) {
+            self.kms_uri.zeroize();
+            self.init_secret.zeroize();
+        }
+    }
+
+    impl Drop for crate::init::InitSuccessResponse {
+        fn drop(&mut self) {
+            self.kubeconfig.zeroize();
+        }
+    }
+
+    impl Drop for crate::recover::RecoverMessage {
+        fn drop(&mut self) {
+            self.kms_uri.zeroize();
+        }
+    }
+}

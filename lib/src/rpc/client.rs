@@ -2,6 +2,7 @@
 
 use std::io;
 use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
 
 use prost::Message;
 
@@ -103,11 +104,17 @@ impl<T: Transport> Client<T> {
             method: method.to_string(),
             timeout_ms: remaining(deadline)?.as_millis().max(1) as u64,
         };
-        let mut out = Vec::new();
-        frame::write_frame(&mut out, FrameKind::Message, &header.encode_to_vec())
+        // Requests carry secrets (an init secret, a master secret in a URI):
+        // every buffer that held one is zeroized when dropped.
+        let mut out = Zeroizing::new(Vec::new());
+        frame::write_frame(&mut *out, FrameKind::Message, &header.encode_to_vec())
             .map_err(send_err)?;
-        frame::write_frame(&mut out, FrameKind::Message, &request.encode_to_vec())
-            .map_err(send_err)?;
+        frame::write_frame(
+            &mut *out,
+            FrameKind::Message,
+            &Zeroizing::new(request.encode_to_vec()),
+        )
+        .map_err(send_err)?;
         self.stream
             .set_write_timeout(Some(remaining(deadline)?))
             .map_err(send_err)?;

@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
+use zeroize::{Zeroize, Zeroizing};
 
 /// Flags of a message frame.
 pub const FLAG_MESSAGE: u8 = 0x00;
@@ -25,13 +26,20 @@ pub enum FrameKind {
     Trailer,
 }
 
-/// One frame.
+/// One frame. Its payload is zeroized when the frame is dropped: messages
+/// carry keys (tickets, master secrets in URIs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// Message or trailer.
     pub kind: FrameKind,
     /// The payload bytes.
     pub payload: Vec<u8>,
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        self.payload.zeroize();
+    }
 }
 
 /// Why a frame could not be read.
@@ -185,7 +193,7 @@ pub fn write_frame<W: Write + ?Sized>(
 ) -> io::Result<()> {
     let len = u32::try_from(payload.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame payload over 4 GiB"))?;
-    let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
+    let mut buf = Zeroizing::new(Vec::with_capacity(HEADER_LEN + payload.len()));
     buf.push(match kind {
         FrameKind::Message => FLAG_MESSAGE,
         FrameKind::Trailer => FLAG_TRAILER,

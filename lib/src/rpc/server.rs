@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
 
 use prost::Message;
 
@@ -94,7 +95,7 @@ pub struct ResponseSink<'a, Resp> {
 impl<Resp: Message> ResponseSink<'_, Resp> {
     /// Sends one message; an error means the caller is gone and the handler should end.
     pub fn send(&mut self, message: &Resp) -> Result<(), Status> {
-        (self.send)(&message.encode_to_vec())
+        (self.send)(&Zeroizing::new(message.encode_to_vec()))
             .map_err(|e| Status::unavailable(format!("cannot send response: {e}")))
     }
 }
@@ -137,7 +138,8 @@ impl Router {
                         "handler finished after the deadline",
                     ));
                 }
-                send(&resp.encode_to_vec())
+                // Responses carry keys (tickets): zeroized once sent.
+                send(&Zeroizing::new(resp.encode_to_vec()))
                     .map_err(|e| Status::unavailable(format!("cannot send response: {e}")))
             }),
         );
