@@ -72,6 +72,11 @@ Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadabl
         ),
         Opt::value("vmpl", "N", "Require this VMPL (overrides the policy's)"),
         Opt::value(
+            "at",
+            "TIME",
+            "Check certificate validity at TIME (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of now, to examine an old report",
+        ),
+        Opt::value(
             "vcek-cache",
             "DIR",
             "Look the VCEK up in DIR/<chip_id hex>/<reported_tcb hex>.der (overrides the policy's)",
@@ -203,6 +208,12 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
             roots.push(ProductRoot::from_pem_bundle(&pem).map_err(|e| format!("{path}: {e}"))?);
         }
         SnpValidator::with_roots(policy, TrustRoots::new(roots))
+    };
+    let validator = match m.value("at") {
+        Some(at) => {
+            validator.as_of(confboot::time::parse_instant(at).map_err(|e| format!("--at {e}"))?)
+        }
+        None => validator,
     };
 
     let report_data = match (m.value("extra-data"), m.value("report-data")) {

@@ -63,12 +63,15 @@ fn genuine_reports_pass() {
         ]),
         0
     );
-    // The VLEK report needs the ASVK and VMPL 1.
+    // The VLEK report needs the ASVK and VMPL 1, and a time when its VLEK
+    // was valid: it expired on 2025-12-10.
     let vlek = [
         "--report",
         &fixture("test-vlek-report.bin"),
         "--vcek",
         &fixture("test-vlek.der"),
+        "--at",
+        "2025-06-01",
     ];
     assert_eq!(run(&vlek), 1);
     let asvk = fixture("milan_ask_ark_asvk.pem");
@@ -80,6 +83,16 @@ fn genuine_reports_pass() {
         run(&[&vlek[..], &["--roots", &asvk, "--vmpl", "1"]].concat()),
         0
     );
+    // Today it is refused, and so it is at a time before it was issued.
+    for at in ["2026-11-22", "2024-12-01"] {
+        let mut args = vlek.to_vec();
+        args[5] = at;
+        assert_eq!(
+            run(&[&args[..], &["--roots", &asvk, "--vmpl", "1"]].concat()),
+            1,
+            "{at}"
+        );
+    }
 }
 
 #[test]
@@ -156,6 +169,10 @@ fn unusable_input_exits_2() {
     );
     assert_eq!(run(&["--report", &report, "--evidence", &report]), 2);
     assert_eq!(run(&["--report", &report, "extra"]), 2);
+    assert_eq!(
+        run(&["--report", &report, "--vcek", &vcek, "--at", "yesterday"]),
+        2
+    );
 }
 
 #[test]

@@ -8,8 +8,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use confboot::time::rfc3339;
 use ring::rand::SecureRandom;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use zeroize::Zeroizing;
@@ -228,31 +229,6 @@ fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, T
     Ok(certs)
 }
 
-/// Formats a time as RFC 3339 UTC with seconds, e.g. `2026-11-22T03:04:05Z`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 impl TokenIssuer for KubeApiTokenIssuer {
     fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError> {
         let url = format!("{}/api/v1/namespaces/kube-system/secrets", self.api_url);
@@ -340,23 +316,6 @@ mod tests {
             timeout,
         )
         .unwrap()
-    }
-
-    #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
-            "2023-11-14T22:13:20Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(4_107_542_399)),
-            "2100-02-28T23:59:59Z"
-        );
     }
 
     #[test]

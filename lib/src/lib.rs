@@ -17,4 +17,5 @@ pub mod logging;
 pub mod nodelock;
 pub mod rpc;
 pub mod signals;
+pub mod time;
 pub mod tpm;

@@ -94,13 +94,23 @@ fn roots_with_milan_asvk() -> TrustRoots {
     TrustRoots::new(vec![bundle("milan_ask_ark_asvk.pem")])
 }
 
+/// A time when every fixture's certificates were valid (the VLEK's window
+/// is 2024-12-10 to 2025-12-10): 2025-06-01. Reports are checked as of then.
+const FIXTURES_VALID_AT: i64 = 1_748_736_000;
+
+/// A validator with explicit roots, checking certificate validity as of
+/// [`FIXTURES_VALID_AT`].
+fn validator(policy: SnpPolicy, roots: TrustRoots) -> SnpValidator {
+    SnpValidator::with_roots(policy, roots).as_of(FIXTURES_VALID_AT)
+}
+
 fn verify(
     f: &Fixture,
     evidence: &SnpEvidence,
     policy: SnpPolicy,
     roots: TrustRoots,
 ) -> Result<(), AttestationError> {
-    SnpValidator::with_roots(policy, roots)
+    validator(policy, roots)
         .verify(evidence, &f.exact_report_data())
         .map(|_| ())
 }
@@ -120,12 +130,12 @@ fn genuine_reports_verify_with_their_own_certificates() {
         (trustee(), TrustRoots::builtin()),
         (vlek(), roots_with_milan_asvk()),
     ] {
-        let v = SnpValidator::with_roots(f.policy(), roots);
+        let v = validator(f.policy(), roots);
         let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
         for c in &checks {
             assert!(matches!(c.outcome, CheckOutcome::Passed(_)), "{c}");
         }
-        assert_eq!(checks.len(), 16);
+        assert_eq!(checks.len(), 17);
         let attested = v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
         assert_eq!(attested.variant, Variant::SevSnp);
         assert_eq!(
@@ -137,7 +147,7 @@ fn genuine_reports_verify_with_their_own_certificates() {
     let f = vlek();
     let r = f.parsed();
     assert_eq!((r.version(), r.vmpl(), r.chip_id_masked()), (3, 1, true));
-    let checks = SnpValidator::with_roots(f.policy(), roots_with_milan_asvk())
+    let checks = validator(f.policy(), roots_with_milan_asvk())
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert_eq!(
         outcome(&checks, check::CHAIN),
@@ -152,7 +162,7 @@ fn validator_binds_extra_data_through_the_trait() {
     let report = f.parsed();
     let extra: [u8; 32] = report.report_data()[..32].try_into().unwrap();
     assert!(report.report_data()[32..].iter().all(|b| *b == 0));
-    let v = SnpValidator::with_roots(f.policy(), TrustRoots::builtin());
+    let v = validator(f.policy(), TrustRoots::builtin());
     assert_eq!(Validator::variant(&v), Variant::SevSnp);
     let bytes = f.evidence().encode().unwrap();
     let attested = v.validate(&bytes, &extra).unwrap();
@@ -176,7 +186,7 @@ fn report_data_not_matching_is_refused() {
     // 64 bytes of data where confboot wants 32 + zeros.
     let f = milan();
     let rd = f.parsed().report_data().to_vec();
-    let v = SnpValidator::with_roots(f.policy(), TrustRoots::builtin());
+    let v = validator(f.policy(), TrustRoots::builtin());
     let err = v
         .verify(
             &f.evidence(),
@@ -325,7 +335,7 @@ fn milan_vcek_under_genoa_roots_is_refused() {
 fn invalid_legacy_vcek_is_refused() {
     let mut f = trustee();
     f.vek = testdata("test-vcek-invalid-legacy.der");
-    let v = SnpValidator::with_roots(f.policy(), TrustRoots::builtin());
+    let v = validator(f.policy(), TrustRoots::builtin());
     let err = v.verify(&f.evidence(), &f.exact_report_data()).unwrap_err();
     assert_eq!(
         err,
@@ -429,7 +439,7 @@ fn tcb_below_a_minimum_is_refused() {
     ] {
         let mut policy = f.policy();
         policy.minimum_tcb = min;
-        let v = SnpValidator::with_roots(policy, TrustRoots::builtin());
+        let v = validator(policy, TrustRoots::builtin());
         assert_eq!(
             v.verify(&f.evidence(), &f.exact_report_data()),
             Err(AttestationError::Policy(format!(
@@ -458,7 +468,7 @@ fn tcb_below_a_minimum_is_refused() {
     let f = vlek();
     let mut policy = f.policy();
     policy.minimum_tcb.microcode = 218;
-    let checks = SnpValidator::with_roots(policy, roots_with_milan_asvk())
+    let checks = validator(policy, roots_with_milan_asvk())
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert_eq!(
         outcome(&checks, check::MIN_REPORTED_TCB),
@@ -489,7 +499,7 @@ fn measurement_not_in_the_policy_is_refused() {
     );
     // warnOnly: allowed, and the check says so.
     let text = format!(r#"{{"measurement": {{"expected": "{other}", "warnOnly": true}}}}"#);
-    let v = SnpValidator::with_roots(SnpPolicy::from_json(&text).unwrap(), TrustRoots::builtin());
+    let v = validator(SnpPolicy::from_json(&text).unwrap(), TrustRoots::builtin());
     v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
     let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert!(
@@ -536,7 +546,7 @@ fn debug_bit_host_data_and_id_key_are_checked() {
     let mut bad = f.report.clone();
     bad[offset::POLICY + 2] |= 0x08; // bit 19
     let ev = f.evidence_of(&bad);
-    let checks = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+    let checks = validator(f.policy(), TrustRoots::builtin())
         .verify_report_detailed(&ev, &f.exact_report_data());
     assert!(
         matches!(outcome(&checks, check::DEBUG), CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("allows debugging"))
@@ -547,7 +557,7 @@ fn debug_bit_host_data_and_id_key_are_checked() {
     ));
     let mut policy = f.policy();
     policy.allow_debug = true;
-    let checks = SnpValidator::with_roots(policy, TrustRoots::builtin())
+    let checks = validator(policy, TrustRoots::builtin())
         .verify_report_detailed(&ev, &f.exact_report_data());
     assert!(matches!(
         outcome(&checks, check::DEBUG),
@@ -588,7 +598,7 @@ fn chip_id_must_match_the_vcek() {
     // The Milan report with trustee's VCEK: another chip (and another key).
     let mut f = milan();
     f.vek = testdata("test-vcek.der");
-    let checks = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+    let checks = validator(f.policy(), TrustRoots::builtin())
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert!(matches!(
         outcome(&checks, check::CHAIN),
@@ -609,7 +619,7 @@ fn chip_id_must_match_the_vcek() {
 #[test]
 fn truncated_or_oversized_reports_are_refused() {
     let f = trustee();
-    let v = SnpValidator::with_roots(f.policy(), TrustRoots::builtin());
+    let v = validator(f.policy(), TrustRoots::builtin());
     for len in [0, 1, REPORT_LEN - 1, REPORT_LEN + 1, 2 * REPORT_LEN] {
         let mut report = f.report.clone();
         report.resize(len, 0);
@@ -637,7 +647,7 @@ fn vcek_comes_from_the_cache_when_the_evidence_has_none() {
         report: f.parsed(),
         certificates: vec![],
     };
-    let v = SnpValidator::with_roots(f.policy(), TrustRoots::builtin());
+    let v = validator(f.policy(), TrustRoots::builtin());
     assert_eq!(
         v.verify(&ev, &f.exact_report_data()),
         Err(AttestationError::Trust(
@@ -648,7 +658,7 @@ fn vcek_comes_from_the_cache_when_the_evidence_has_none() {
     let mut policy = f.policy();
     policy.vcek_cache_dir = Some(dir.clone());
     let path = vcek_cache_path(&dir, &f.parsed());
-    let v = SnpValidator::with_roots(policy, TrustRoots::builtin());
+    let v = validator(policy, TrustRoots::builtin());
     assert!(matches!(
         v.verify(&ev, &f.exact_report_data()),
         Err(AttestationError::Trust(m)) if m.contains("none is cached at")
@@ -676,7 +686,7 @@ fn policy_file_roots_replace_the_builtin_ones() {
         hex::encode(f.parsed().measurement())
     );
     let policy = SnpPolicy::from_json_at(&text, Some(std::path::Path::new(&dir))).unwrap();
-    let v = SnpValidator::new(policy).unwrap();
+    let v = SnpValidator::new(policy).unwrap().as_of(FIXTURES_VALID_AT);
     assert_eq!(v.roots().roots().len(), 1);
     v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
 }
@@ -721,7 +731,7 @@ fn issuer_pads_extra_data_and_carries_the_certificate_table() {
     let decoded = SnpEvidence::decode(&evidence).unwrap();
     assert_eq!(decoded.report.as_bytes()[..], f.report[..]);
     assert_eq!(decoded.certificate(CertKind::Vcek), Some(f.vek.as_slice()));
-    let v = SnpValidator::with_roots(f.policy(), TrustRoots::builtin());
+    let v = validator(f.policy(), TrustRoots::builtin());
     v.validate(&evidence, &extra).unwrap();
 
     // A device answering for other report data is caught at the source.
@@ -744,7 +754,7 @@ fn issuer_pads_extra_data_and_carries_the_certificate_table() {
 #[test]
 fn tampered_fields_fail_their_own_checks_too() {
     let detailed = |f: &Fixture, report: &[u8], roots: TrustRoots| {
-        SnpValidator::with_roots(f.policy(), roots)
+        validator(f.policy(), roots)
             .verify_report_detailed(&f.evidence_of(report), &f.exact_report_data())
     };
     let f = trustee();
@@ -796,7 +806,7 @@ fn tampered_fields_fail_their_own_checks_too() {
         .unwrap()
         .unwrap()
         .contents;
-    let err = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+    let err = validator(f.policy(), TrustRoots::builtin())
         .verify(&f.evidence(), &f.exact_report_data())
         .unwrap_err();
     assert_eq!(
@@ -852,7 +862,7 @@ fn turin_vcek_chains_to_the_builtin_turin_root_and_its_extensions_read() {
         vek: der.clone(),
         vmpl: 0,
     };
-    let checks = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+    let checks = validator(f.policy(), TrustRoots::builtin())
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert!(
         matches!(outcome(&checks, check::CHIP_ID), CheckOutcome::Passed(m) if m.contains("matches the VCEK's hwID"))
@@ -879,7 +889,7 @@ fn masked_chip_id_in_a_version_2_report_is_read() {
     );
     let report = SnpReport::from_bytes(&masked).unwrap();
     assert_eq!((report.version(), report.chip_id_masked()), (2, true));
-    let checks = SnpValidator::with_roots(f.policy(), TrustRoots::builtin())
+    let checks = validator(f.policy(), TrustRoots::builtin())
         .verify_report_detailed(&f.evidence_of(&masked), &f.exact_report_data());
     assert_eq!(
         outcome(&checks, check::CHIP_ID),
@@ -889,4 +899,45 @@ fn masked_chip_id_in_a_version_2_report_is_read() {
         outcome(&checks, check::SIGNATURE),
         CheckOutcome::Failed(_)
     ));
+}
+
+#[test]
+fn certificates_are_used_only_inside_their_validity_window() {
+    let f = vlek();
+    // The VLEK's notBefore and notAfter (the ASVK's and ARK's are wider).
+    let (from, until) = (1_733_868_861, 1_765_404_861);
+    let checked_at = |at: i64| {
+        let v = SnpValidator::with_roots(f.policy(), roots_with_milan_asvk()).as_of(at);
+        let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
+        let others_pass = checks
+            .iter()
+            .filter(|c| c.name != check::VALIDITY)
+            .all(|c| matches!(c.outcome, CheckOutcome::Passed(_)));
+        assert!(others_pass, "only validity depends on the time");
+        (
+            outcome(&checks, check::VALIDITY).clone(),
+            v.verify(&f.evidence(), &f.exact_report_data()),
+        )
+    };
+    for at in [FIXTURES_VALID_AT, from, until] {
+        let (o, verdict) = checked_at(at);
+        assert!(matches!(o, CheckOutcome::Passed(_)), "{at}: {o:?}");
+        assert!(verdict.is_ok());
+    }
+    // The VLEK expired on 2025-12-10; it is refused after, and before it was issued.
+    for at in [until + 1, crate_time("2026-11-22"), from - 1] {
+        let (o, verdict) = checked_at(at);
+        assert!(
+            matches!(o, CheckOutcome::Failed(AttestationError::Trust(_))),
+            "{at}: {o:?}"
+        );
+        assert!(matches!(verdict, Err(AttestationError::Trust(_))));
+    }
+    // And at the current time, as a validator without `as_of` checks it.
+    let now = SnpValidator::with_roots(f.policy(), roots_with_milan_asvk());
+    assert!(now.verify(&f.evidence(), &f.exact_report_data()).is_err());
+}
+
+fn crate_time(date: &str) -> i64 {
+    confboot::time::parse_instant(date).unwrap()
 }

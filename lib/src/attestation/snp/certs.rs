@@ -95,6 +95,8 @@ pub struct AmdCert {
     product: Option<Product>,
     common_name: String,
     issuer_common_name: String,
+    not_before: i64,
+    not_after: i64,
 }
 
 impl AmdCert {
@@ -136,7 +138,14 @@ impl AmdCert {
             product,
             common_name,
             issuer_common_name,
+            not_before: x509.validity().not_before.timestamp(),
+            not_after: x509.validity().not_after.timestamp(),
         })
+    }
+
+    /// The validity window: not before, not after (Unix seconds).
+    pub fn validity(&self) -> (i64, i64) {
+        (self.not_before, self.not_after)
     }
 
     /// The DER bytes.
@@ -468,9 +477,12 @@ impl TrustRoots {
                     continue;
                 }
                 if inter.signs(vek).is_ok() {
+                    let windows = [vek.validity(), inter.validity(), root.ark_pinned.validity()];
                     let chain = VerifiedChain {
                         product: root.product,
                         vek_role: vek.role(),
+                        not_before: windows.iter().map(|w| w.0).max().unwrap_or(i64::MAX),
+                        not_after: windows.iter().map(|w| w.1).min().unwrap_or(i64::MIN),
                     };
                     self.remember(vek.der(), chain);
                     return Ok(chain);
@@ -517,6 +529,12 @@ pub struct VerifiedChain {
     pub product: Product,
     /// VCEK or VLEK.
     pub vek_role: CertRole,
+    /// When the chain becomes valid: the latest `notBefore` of its three
+    /// certificates (Unix seconds).
+    pub not_before: i64,
+    /// When the chain expires: the earliest `notAfter` of its three
+    /// certificates (Unix seconds).
+    pub not_after: i64,
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //!   for a report and encodes [`SnpEvidence`] (prost `confboot.snp.Evidence`).
 //! - [`SnpValidator`] checks, failing closed: VCEK → ASK → ARK (or VLEK →
 //!   ASVK → ARK) with the ARK pinned ([`TrustRoots`]: the `sev` crate's
-//!   Milan/Genoa/Turin roots unless configured); the report signature over
+//!   Milan/Genoa/Turin roots unless configured); every certificate of the
+//!   chain inside its validity window (now, or [`SnpValidator::as_of`]);
+//!   the report signature over
 //!   its raw signed bytes; the report version; `KEY_INFO` against the key
 //!   kind; CPUID against the chain's product; the VCEK's hwID against the
 //!   chip id (unless masked); the VEK's TCB extensions against
@@ -20,9 +22,9 @@
 //! Verification needs no network: the VCEK comes from the evidence, else
 //! from a cache directory ([`vcek_cache_path`]); fetching it from AMD's KDS
 //! is opt-in (cargo feature `kds` and policy `kdsFetch`; [`kds_vcek_url`]
-//! names the address either way). Certificate validity dates are not
-//! checked (VCEKs are bound to a TCB, not a date; the `sev` crate does not
-//! check them either).
+//! names the address either way). Revocation lists are not consulted (AMD
+//! publishes one per product for ASKs/ASVKs; an offline validator would
+//! need it configured).
 
 mod certs;
 mod evidence;
@@ -177,6 +179,8 @@ impl<D: SnpDevice> Issuer for SnpIssuer<D> {
 pub struct SnpValidator {
     policy: SnpPolicy,
     roots: TrustRoots,
+    /// Validate as of this time (Unix seconds) instead of now.
+    as_of: Option<i64>,
 }
 
 impl SnpValidator {
@@ -195,12 +199,31 @@ impl SnpValidator {
             }
             TrustRoots::new(roots)
         };
-        Ok(SnpValidator { policy, roots })
+        Ok(SnpValidator {
+            policy,
+            roots,
+            as_of: None,
+        })
     }
 
     /// A validator with explicit roots (the policy's `rootBundles` are ignored).
     pub fn with_roots(policy: SnpPolicy, roots: TrustRoots) -> SnpValidator {
-        SnpValidator { policy, roots }
+        SnpValidator {
+            policy,
+            roots,
+            as_of: None,
+        }
+    }
+
+    /// Checks certificate validity as of `unix_secs` instead of the current
+    /// time (to examine an old report; tests).
+    pub fn as_of(mut self, unix_secs: i64) -> SnpValidator {
+        self.as_of = Some(unix_secs);
+        self
+    }
+
+    fn now(&self) -> i64 {
+        self.as_of.unwrap_or_else(crate::time::unix_now)
     }
 
     /// The policy in force.
@@ -220,7 +243,7 @@ impl SnpValidator {
         evidence: &SnpEvidence,
         report_data: &ReportDataCheck,
     ) -> Vec<CheckResult> {
-        run_checks(evidence, report_data, &self.policy, &self.roots)
+        run_checks(evidence, report_data, &self.policy, &self.roots, self.now())
     }
 
     /// Verifies decoded evidence: every check must pass (a skipped check fails).
@@ -229,7 +252,7 @@ impl SnpValidator {
         evidence: &SnpEvidence,
         report_data: &ReportDataCheck,
     ) -> Result<Attested, AttestationError> {
-        verify::verify(evidence, report_data, &self.policy, &self.roots)
+        verify::verify(evidence, report_data, &self.policy, &self.roots, self.now())
     }
 }
 

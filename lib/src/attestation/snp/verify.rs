@@ -61,6 +61,8 @@ pub mod check {
     pub const VEK: &str = "endorsement key";
     /// VCEK → ASK → ARK (or VLEK → ASVK → ARK), ARK pinned.
     pub const CHAIN: &str = "certificate chain";
+    /// Every certificate of the chain is within its validity window.
+    pub const VALIDITY: &str = "certificate validity";
     /// The report's ECDSA P-384 signature over bytes 0..0x2A0.
     pub const SIGNATURE: &str = "report signature";
     /// The report version is one confboot reads (2 to 5).
@@ -91,14 +93,15 @@ pub mod check {
     pub const ID_KEY: &str = "ID key digest";
 }
 
-/// Runs every check on `evidence`. Checks that depend on the endorsement
-/// key still run on an untrusted one (their text then says so); the overall
-/// verdict comes from [`first_failure`].
+/// Runs every check on `evidence` at time `now` (Unix seconds). Checks that
+/// depend on the endorsement key still run on an untrusted one (their text
+/// then says so); the overall verdict comes from [`first_failure`].
 pub fn run_checks(
     evidence: &SnpEvidence,
     report_data: &ReportDataCheck,
     policy: &SnpPolicy,
     roots: &TrustRoots,
+    now: i64,
 ) -> Vec<CheckResult> {
     let report = &evidence.report;
     let mut out = Vec::with_capacity(16);
@@ -155,6 +158,26 @@ pub fn run_checks(
             }
         }
     };
+    match chain {
+        None => push(
+            check::VALIDITY,
+            CheckOutcome::Skipped("no verified chain".into()),
+        ),
+        Some(c) if now < c.not_before || now > c.not_after => push(
+            check::VALIDITY,
+            CheckOutcome::Failed(AttestationError::Trust(format!(
+                "the chain is valid from {} to {} (Unix seconds), not at {now}",
+                c.not_before, c.not_after
+            ))),
+        ),
+        Some(c) => push(
+            check::VALIDITY,
+            CheckOutcome::Passed(format!(
+                "valid for {} more days",
+                (c.not_after - now) / 86_400
+            )),
+        ),
+    }
     let untrusted = if chain.is_some() {
         ""
     } else {
@@ -466,14 +489,15 @@ pub fn first_failure(checks: &[CheckResult]) -> Option<AttestationError> {
     })
 }
 
-/// The verdict as a validator gives it: every check must pass.
+/// The verdict as a validator gives it at time `now`: every check must pass.
 pub fn verify(
     evidence: &SnpEvidence,
     report_data: &ReportDataCheck,
     policy: &SnpPolicy,
     roots: &TrustRoots,
+    now: i64,
 ) -> Result<Attested, AttestationError> {
-    let checks = run_checks(evidence, report_data, policy, roots);
+    let checks = run_checks(evidence, report_data, policy, roots, now);
     if let Some(e) = first_failure(&checks) {
         return Err(e);
     }
