@@ -11,9 +11,9 @@ use ring::rand::SecureRandom;
 
 /// Iterations used by [`hash`] (OWASP's recommendation for PBKDF2-HMAC-SHA256).
 pub const DEFAULT_ITERATIONS: u32 = 600_000;
-/// Fewest iterations [`verify`] accepts in a hash.
+/// Fewest iterations [`InitSecretHash::verify`] accepts in a hash.
 pub const MIN_ITERATIONS: u32 = 10_000;
-/// Most iterations [`verify`] accepts (bounds the work a bad config can cause).
+/// Most iterations [`InitSecretHash::verify`] accepts (bounds the work a bad config can cause).
 pub const MAX_ITERATIONS: u32 = 10_000_000;
 /// Longest init secret accepted.
 pub const MAX_SECRET_LEN: usize = 1024;
