@@ -20,7 +20,7 @@
 #
 # Inputs: the pinned kernel package below (downloaded once into
 # .cache/initramfs/), and the build machine's busybox-static and
-# cryptsetup-bin (with their shared libraries). Output files get fixed
+# cryptsetup-bin and e2fsprogs (mke2fs) (with their shared libraries). Output files get fixed
 # mtimes (SOURCE_DATE_EPOCH, default 0), owner 0:0, a sorted newc cpio
 # (`cpio --reproducible`) and `zstd -12 -T1`.
 set -euo pipefail
@@ -36,6 +36,7 @@ MODULES=(
     dm-mod dm-crypt
     cryptd crypto_simd aesni-intel ecb xts
     af_alg algif_skcipher algif_hash
+    crc32c_generic crc32c-intel ext4
 )
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }
@@ -68,6 +69,9 @@ BUSYBOX=/bin/busybox
 file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || [ ! -x "$(command -v file)" ] || die "$BUSYBOX is not static (install busybox-static, not busybox)"
 CRYPTSETUP=/usr/sbin/cryptsetup
 [ -x "$CRYPTSETUP" ] || die "$CRYPTSETUP missing (install Debian cryptsetup-bin)"
+MKE2FS=/usr/sbin/mke2fs
+[ -x "$MKE2FS" ] || MKE2FS=/sbin/mke2fs
+[ -x "$MKE2FS" ] || die "mke2fs missing (install Debian e2fsprogs)"
 if [ -n "$BOOTSTRAPPER" ]; then
     [ -f "$BOOTSTRAPPER" ] || die "bootstrapper '$BOOTSTRAPPER' is not a file"
     if ldd "$BOOTSTRAPPER" >/dev/null 2>&1 && ! ldd "$BOOTSTRAPPER" 2>&1 | grep -q 'statically linked'; then
@@ -168,8 +172,11 @@ for f in "${ORDER[@]}"; do
     echo "$base" >>"$ROOT/lib/modules/load-order"
 done
 
-# cryptsetup and exactly its shared-library closure (as ldd resolves it).
+# cryptsetup and mke2fs (the state disk's ext4, made by the bootstrapper)
+# and exactly their shared-library closure (as ldd resolves it).
 install -m 0755 "$CRYPTSETUP" "$ROOT/usr/sbin/cryptsetup"
+install -m 0755 "$MKE2FS" "$ROOT/usr/sbin/mke2fs"
+install -m 0644 /etc/mke2fs.conf "$ROOT/etc/mke2fs.conf"
 copy_lib() {
     local src="$1" real dest
     real="$(readlink -f "$src")"
@@ -177,8 +184,8 @@ copy_lib() {
     mkdir -p "$(dirname "$dest")"
     [ -e "$dest" ] || install -m 0755 "$real" "$dest"
 }
-LIBS="$(ldd "$CRYPTSETUP" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
-[ -n "$LIBS" ] || die "ldd found no libraries for $CRYPTSETUP"
+LIBS="$(ldd "$CRYPTSETUP" "$MKE2FS" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
+[ -n "$LIBS" ] || die "ldd found no libraries for $CRYPTSETUP and $MKE2FS"
 for lib in $LIBS; do copy_lib "$lib"; done
 # glibc dlopens libgcc_s for thread cancellation.
 for extra in /lib/x86_64-linux-gnu/libgcc_s.so.1; do [ -e "$extra" ] && copy_lib "$extra"; done

@@ -19,7 +19,7 @@ use confboot::atls;
 use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::cluster::KubeadmBackend;
-use confboot::disk::{CryptsetupBackend, DiskState, StateDisk, new_disk_uuid};
+use confboot::disk::{CryptsetupBackend, DiskState, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::nodelock::NodeLock;
 use confboot::rpc::listener::PoolConfig;
@@ -53,6 +53,8 @@ const CMD: Command = Command {
         Opt::value("disk-mode", "MODE", "luks: map the disk with dm-crypt; header-only: check keys against the LUKS2 header without mapping (machines without device-mapper)").default("luks"),
         Opt::value("mapper-name", "NAME", "dm-crypt mapping name").default("state"),
         Opt::value("cryptsetup", "PATH", "The cryptsetup program").default("cryptsetup"),
+        Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
+        Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
         Opt::value("init-listen", "ADDR", "Address of the init API").default("0.0.0.0:9000"),
         Opt::value("recover-listen", "ADDR", "Address of the recovery API").default("0.0.0.0:9999"),
         Opt::value("init-secret-hash", "HASH", "pbkdf2-sha256$... hash of the init secret (no hash: Init is refused)")
@@ -130,6 +132,11 @@ fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<Node, String> {
         other => return Err(format!("--disk-mode {other}: want luks or header-only")),
     }
     .with_program(req("cryptsetup")?);
+    let mkfs = match req("state-fs")? {
+        "ext4" => Some(Mkfs::new(req("mkfs")?)),
+        "none" => None,
+        other => return Err(format!("--state-fs {other}: want ext4 or none")),
+    };
     let init_secret_hash = m
         .value("init-secret-hash")
         .map(InitSecretHash::parse)
@@ -144,6 +151,7 @@ fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<Node, String> {
         lock: NodeLock::new(),
         issuer,
         disk: Mutex::new(StateDisk::new(backend)),
+        mkfs,
         cluster: Box::new(cluster),
         init_secret_hash,
         node_ip: req("node-ip")?.to_string(),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use confboot::attestation::vtpm::VtpmIssuer;
 use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams};
 use confboot::disk::{
-    CryptsetupBackend, DiskAction, DiskError, DiskState, StateDisk, new_disk_uuid,
+    CryptsetupBackend, DiskAction, DiskError, DiskState, Mkfs, StateDisk, new_disk_uuid,
 };
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, hkdf_sha256};
@@ -40,6 +40,9 @@ pub struct Node {
     pub issuer: Arc<VtpmIssuer>,
     /// The state disk.
     pub disk: Mutex<StateDisk<CryptsetupBackend>>,
+    /// Makes the file system on the opened disk when it is still blank
+    /// (`None`: no file system is made).
+    pub mkfs: Option<Mkfs>,
     /// Kubernetes.
     pub cluster: Box<dyn ClusterBackend>,
     /// The slow hash of the init secret; no hash means Init is refused.
@@ -67,6 +70,15 @@ impl Node {
     /// The state disk as it is now.
     pub fn disk_state(&self) -> Result<DiskState, DiskError> {
         self.disk.lock().unwrap_or_else(|p| p.into_inner()).state()
+    }
+
+    /// Makes the state file system on the opened (mapped) disk unless its
+    /// header records one ([`StateDisk::ensure_filesystem`]).
+    fn ensure_filesystem(&self, disk: &mut StateDisk<CryptsetupBackend>) -> Result<(), DiskError> {
+        match &self.mkfs {
+            Some(mkfs) => disk.ensure_filesystem(mkfs).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Marks the node as bootstrapped: PCR 15 ← cluster id.
@@ -118,6 +130,7 @@ impl Node {
                 .map_err(disk_status)?;
             disk.store_measurement_salt(&req.measurement_salt)
                 .map_err(disk_status)?;
+            self.ensure_filesystem(&mut disk).map_err(disk_status)?;
             action
         };
         log(&describe(&action));
@@ -179,6 +192,8 @@ impl Node {
                 .map_err(|e| format!("state disk: {e}"))?;
             disk.store_measurement_salt(&t.measurement_salt)
                 .map_err(|e| format!("state disk: {e}"))?;
+            self.ensure_filesystem(&mut disk)
+                .map_err(|e| format!("state disk: {e}"))?;
             action
         };
         log::info!("{}", describe(&action));
@@ -217,6 +232,8 @@ impl Node {
             let action = disk
                 .format_or_open("", |_| Ok(key.clone()))
                 .map_err(|e| format!("state disk: {e}"))?;
+            self.ensure_filesystem(&mut disk)
+                .map_err(|e| format!("state disk: {e}"))?;
             (action, salt)
         };
         log::info!("{}", describe(&action));
@@ -252,6 +269,7 @@ impl Node {
         let action = disk
             .format_or_open("", |_| Ok(master.state_disk_key(&uuid)))
             .map_err(disk_status)?;
+        self.ensure_filesystem(&mut disk).map_err(disk_status)?;
         drop(disk);
         if self.lock.try_lock("recover").is_none() {
             return Err(Status::new(

@@ -242,6 +242,7 @@ fn print_boot(name: &str, r: &BootReport) {
             "ticket received",
             "nodelock taken",
             "state disk",
+            "state file system",
             "node marked",
             "CONFBOOT-STATE",
         ]
@@ -325,8 +326,8 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
 
     // The command lines. PCR 9 covers the command line, so every joining
     // node uses the same one (also on its reboot): the after-step reads the
-    // state disk's first line, then writes the marker. The marker is not in
-    // the raw disk image afterwards (dm-crypt).
+    // marker file on the state disk's ext4, then writes it. The marker is
+    // not in the raw disk image afterwards (dm-crypt).
     let marker = format!("confboot-marker-{:x}", std::process::id());
     let common = [
         "--state-disk",
@@ -512,6 +513,14 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
             "{}",
             r.serial
         );
+        assert!(
+            r.serial
+                .contains("state file system on /dev/mapper/state: ext4 made")
+                && r.serial.contains("CONFBOOT-STATE-FS ext4 mounted"),
+            "[{}] the bootstrapper makes ext4 on the new disk, /init mounts it\n{}",
+            n.name,
+            r.serial
+        );
         let before: Vec<&str> = r
             .serial
             .lines()
@@ -576,6 +585,13 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
         r.serial
     );
     assert_eq!(n2.luks_uuid().unwrap(), uuid2, "a rejoin never reformats");
+    assert!(
+        r.serial
+            .contains("state file system on /dev/mapper/state: ext4, kept")
+            && !r.serial.contains("ext4 made"),
+        "a rejoin keeps the file system\n{}",
+        r.serial
+    );
     assert!(
         r.serial.contains(&format!("state disk {uuid2} opened")),
         "the rejoin opens the existing disk\n{}",

@@ -10,7 +10,8 @@
 //!   to find it, `cryptsetup token import [--token-id N --token-replace]
 //!   --json-file - DEVICE` to keep it, as a LUKS2 token of type
 //!   [`SALT_TOKEN_TYPE`] bound to no key slot: `{"type": ..., "keyslots": [],
-//!   "salt": HEX}`.
+//!   "salt": HEX}`; likewise the record that the state file system was made
+//!   ([`FILESYSTEM_TOKEN_TYPE`], `"fs": "ext4"`).
 //!
 //! cryptsetup runs with `LC_ALL=C` so its messages are stable.
 
@@ -33,6 +34,8 @@ pub const BLANK_PROBE_TAIL: u64 = 1 << 20;
 const STDERR_TAIL: usize = 1024;
 /// The LUKS2 token type that keeps the measurement salt.
 pub const SALT_TOKEN_TYPE: &str = "confboot-measurement-salt";
+/// The LUKS2 token type that records the file system made on the disk.
+pub const FILESYSTEM_TOKEN_TYPE: &str = "confboot-state-fs";
 /// The most header metadata read (LUKS2's JSON area is at most 4 MiB; a
 /// header of one key slot and a few tokens is a few KiB).
 const MAX_METADATA: usize = 4 << 20;
@@ -184,8 +187,9 @@ impl CryptsetupBackend {
         Ok(Some(uuid))
     }
 
-    /// The id and salt of the measurement-salt token, if the header has one.
-    fn salt_token(&self) -> Result<Option<(String, Vec<u8>)>, DiskError> {
+    /// The id and content of the header's one token of `token_type`, if it
+    /// has one (two of them are an error: which one is meant is unknown).
+    fn token(&self, token_type: &str) -> Result<Option<(String, serde_json::Value)>, DiskError> {
         let args = [
             OsStr::new("luksDump"),
             OsStr::new("--dump-json-metadata"),
@@ -206,20 +210,54 @@ impl CryptsetupBackend {
         let Some(tokens) = metadata["tokens"].as_object() else {
             return Ok(None);
         };
-        let mut found = tokens.iter().filter(|(_, t)| t["type"] == SALT_TOKEN_TYPE);
+        let mut found = tokens.iter().filter(|(_, t)| t["type"] == token_type);
         let Some((id, token)) = found.next() else {
             return Ok(None);
         };
         if found.next().is_some() {
             return Err(DiskError::Metadata(format!(
-                "more than one {SALT_TOKEN_TYPE} token"
+                "more than one {token_type} token"
             )));
         }
-        let salt = token["salt"]
-            .as_str()
-            .and_then(|h| crate::hex::decode(h).ok())
-            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))?;
-        Ok(Some((id.clone(), salt)))
+        Ok(Some((id.clone(), token.clone())))
+    }
+
+    /// Writes a token of `token_type`, bound to no key slot, with `fields`;
+    /// it replaces the header's token of that type if there is one.
+    fn put_token(
+        &mut self,
+        token_type: &str,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), DiskError> {
+        let mut token = fields;
+        token.insert("type".into(), token_type.into());
+        token.insert("keyslots".into(), serde_json::json!([]));
+        let json = serde_json::Value::Object(token).to_string();
+        let existing = self.token(token_type)?.map(|(id, _)| id);
+        let mut args: Vec<&OsStr> = vec![OsStr::new("token"), OsStr::new("import")];
+        if let Some(id) = &existing {
+            args.extend([
+                OsStr::new("--token-id"),
+                OsStr::new(id),
+                OsStr::new("--token-replace"),
+            ]);
+        }
+        args.extend([
+            OsStr::new("--json-file"),
+            OsStr::new("-"),
+            self.device.as_os_str(),
+        ]);
+        // Not a secret: it travels on stdin because that is where
+        // `--json-file -` reads.
+        let out = self.run(
+            "token import",
+            &args,
+            Some(&SecretBytes::new(json.into_bytes())),
+        )?;
+        if out.status != Some(0) {
+            return Err(out.into_error("token import"));
+        }
+        Ok(())
     }
 
     fn check_mapper_name(&self) -> Result<(), DiskError> {
@@ -452,41 +490,36 @@ impl DiskBackend for CryptsetupBackend {
     }
 
     fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
-        let json = serde_json::json!({
-            "type": SALT_TOKEN_TYPE,
-            "keyslots": [],
-            "salt": crate::hex::encode(salt),
-        })
-        .to_string();
-        let existing = self.salt_token()?.map(|(id, _)| id);
-        let mut args: Vec<&OsStr> = vec![OsStr::new("token"), OsStr::new("import")];
-        if let Some(id) = &existing {
-            args.extend([
-                OsStr::new("--token-id"),
-                OsStr::new(id),
-                OsStr::new("--token-replace"),
-            ]);
-        }
-        args.extend([
-            OsStr::new("--json-file"),
-            OsStr::new("-"),
-            self.device.as_os_str(),
-        ]);
-        // Not a secret: it travels on stdin because that is where
-        // `--json-file -` reads.
-        let out = self.run(
-            "token import",
-            &args,
-            Some(&SecretBytes::new(json.into_bytes())),
-        )?;
-        if out.status != Some(0) {
-            return Err(out.into_error("token import"));
-        }
-        Ok(())
+        let mut fields = serde_json::Map::new();
+        fields.insert("salt".into(), crate::hex::encode(salt).into());
+        self.put_token(SALT_TOKEN_TYPE, fields)
     }
 
     fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
-        Ok(self.salt_token()?.map(|(_, salt)| salt))
+        let Some((id, token)) = self.token(SALT_TOKEN_TYPE)? else {
+            return Ok(None);
+        };
+        token["salt"]
+            .as_str()
+            .and_then(|h| crate::hex::decode(h).ok())
+            .map(Some)
+            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))
+    }
+
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
+        let mut fields = serde_json::Map::new();
+        fields.insert("fs".into(), fs.into());
+        self.put_token(FILESYSTEM_TOKEN_TYPE, fields)
+    }
+
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        let Some((id, token)) = self.token(FILESYSTEM_TOKEN_TYPE)? else {
+            return Ok(None);
+        };
+        token["fs"]
+            .as_str()
+            .map(|fs| Some(fs.to_string()))
+            .ok_or_else(|| DiskError::Metadata(format!("token {id}: no file system named")))
     }
 }
 

@@ -41,8 +41,10 @@ use std::fmt;
 use crate::kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
+pub mod filesystem;
 
 pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
+pub use filesystem::{FilesystemAction, Mkfs};
 
 /// What a state disk holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,6 +129,8 @@ pub enum DiskError {
     /// The header's metadata (the measurement salt token) is missing where it
     /// must be, or malformed.
     Metadata(String),
+    /// Making the file system on the opened disk failed.
+    Filesystem(String),
 }
 
 impl fmt::Display for DiskError {
@@ -155,6 +159,7 @@ impl fmt::Display for DiskError {
             DiskError::KeyUnavailable(m) => write!(f, "no key for the state disk: {m}"),
             DiskError::Config(m) => write!(f, "state disk configuration: {m}"),
             DiskError::Metadata(m) => write!(f, "state disk header metadata: {m}"),
+            DiskError::Filesystem(m) => write!(f, "state file system: {m}"),
         }
     }
 }
@@ -186,6 +191,12 @@ pub trait DiskBackend: Send {
     fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError>;
     /// The measurement salt kept in the header; `None` if there is none.
     fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError>;
+    /// Records in the header that the file system `fs` was made on the
+    /// opened disk (after `mkfs` succeeded).
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError>;
+    /// The file system recorded by [`record_filesystem`](Self::record_filesystem);
+    /// `None` if none was made (yet).
+    fn filesystem(&self) -> Result<Option<String>, DiskError>;
 }
 
 /// Bounds on a measurement salt kept in a header (Constellation's is 32 bytes).
@@ -290,6 +301,28 @@ impl<B: DiskBackend> StateDisk<B> {
     pub fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
         check_salt(salt)?;
         self.backend.store_measurement_salt(salt)
+    }
+
+    /// Makes the state file system with `mkfs` on the opened, mapped disk
+    /// unless the header records that it was made: right after formatting,
+    /// or when a first boot stopped between formatting and recording (the
+    /// disk can hold no data then: nothing used it before its file system
+    /// existed). Records it afterwards. Without a mapped device (header-only
+    /// mode) nothing happens.
+    pub fn ensure_filesystem(
+        &mut self,
+        mkfs: &filesystem::Mkfs,
+    ) -> Result<Option<FilesystemAction>, DiskError> {
+        let Some(device) = self.backend.mapped_device() else {
+            return Ok(None);
+        };
+        if let Some(fs) = self.backend.filesystem()? {
+            log::info!("state file system on {}: {fs}, kept", device.display());
+            return Ok(Some(FilesystemAction::Kept));
+        }
+        mkfs.make(&device)?;
+        self.backend.record_filesystem(filesystem::FS_TYPE)?;
+        Ok(Some(FilesystemAction::Made))
     }
 
     /// The measurement salt kept in the header; an error if there is none

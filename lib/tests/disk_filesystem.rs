@@ -1,0 +1,180 @@
+//! The state file system, made with the real `mke2fs` (Debian e2fsprogs) on
+//! image files, and the LUKS2 header token that records it (real
+//! `cryptsetup`): made once, then kept.
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use confboot::disk::filesystem::LABEL;
+use confboot::disk::{
+    CryptsetupBackend, DiskBackend, DiskError, DiskState, FilesystemAction, Mkfs, StateDisk,
+    new_disk_uuid,
+};
+use confboot::kms::SecretBytes;
+
+const IMAGE_SIZE: u64 = 64 << 20;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("confboot-fs-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A Debian program, found like a shell would, plus the sbin directories.
+fn program(name: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is installed (Debian package {package})"))
+}
+
+fn image(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    File::create(&path).unwrap().set_len(IMAGE_SIZE).unwrap();
+    path
+}
+
+/// The ext4 superblock (at 1024): magic 0xEF53 at +56, the label at +120.
+fn ext4_label(path: &Path) -> Option<String> {
+    let mut f = File::open(path).unwrap();
+    f.seek(SeekFrom::Start(1024)).unwrap();
+    let mut sb = [0u8; 256];
+    f.read_exact(&mut sb).unwrap();
+    (sb[56..58] == [0x53, 0xef]).then(|| {
+        String::from_utf8_lossy(&sb[120..136])
+            .trim_end_matches('\0')
+            .to_string()
+    })
+}
+
+/// A double of a mapped LUKS disk: the header is a real LUKS2 image
+/// (header-only cryptsetup), the "mapped device" another image file.
+struct MappedImage {
+    header: CryptsetupBackend,
+    mapped: PathBuf,
+}
+
+impl DiskBackend for MappedImage {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        self.header.inspect()
+    }
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError> {
+        self.header.format(uuid, key)
+    }
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
+        self.header.open(key)
+    }
+    fn describe(&self) -> String {
+        self.header.describe()
+    }
+    fn mapped_device(&self) -> Option<PathBuf> {
+        Some(self.mapped.clone())
+    }
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        self.header.store_measurement_salt(salt)
+    }
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        self.header.measurement_salt()
+    }
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
+        self.header.record_filesystem(fs)
+    }
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        self.header.filesystem()
+    }
+}
+
+fn key() -> SecretBytes {
+    SecretBytes::new(vec![0x42; 32])
+}
+
+fn mapped_disk(dir: &Path) -> (StateDisk<MappedImage>, PathBuf, PathBuf) {
+    let (header, mapped) = (image(dir, "luks.img"), image(dir, "mapped.img"));
+    let backend = MappedImage {
+        header: CryptsetupBackend::header_only(&header)
+            .with_program(program("cryptsetup", "cryptsetup-bin")),
+        mapped: mapped.clone(),
+    };
+    (StateDisk::new(backend), header, mapped)
+}
+
+#[test]
+fn the_file_system_is_made_once_and_recorded_in_the_header() {
+    let dir = temp_dir("once");
+    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    let (mut disk, header, mapped) = mapped_disk(&dir);
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    // The mapped device of a new disk reads as noise, not zeros.
+    fs::write(&mapped, vec![0x5c; IMAGE_SIZE as usize]).unwrap();
+    assert_eq!(
+        disk.ensure_filesystem(&mkfs).unwrap(),
+        Some(FilesystemAction::Made)
+    );
+    assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
+    assert_eq!(
+        disk.backend().filesystem().unwrap().as_deref(),
+        Some("ext4")
+    );
+    // A reboot: the header says it is there; not one byte changes.
+    let made = fs::read(&mapped).unwrap();
+    let mut rebooted = StateDisk::new(MappedImage {
+        header: CryptsetupBackend::header_only(&header)
+            .with_program(program("cryptsetup", "cryptsetup-bin")),
+        mapped: mapped.clone(),
+    });
+    rebooted
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    assert_eq!(
+        rebooted.ensure_filesystem(&mkfs).unwrap(),
+        Some(FilesystemAction::Kept)
+    );
+    assert!(fs::read(&mapped).unwrap() == made);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_mke2fs_records_nothing_and_the_next_boot_makes_it() {
+    let dir = temp_dir("retry");
+    let (mut disk, _, mapped) = mapped_disk(&dir);
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    for failing in ["/nonexistent/mke2fs", "/bin/false"] {
+        assert!(matches!(
+            disk.ensure_filesystem(&Mkfs::new(failing)),
+            Err(DiskError::Filesystem(_))
+        ));
+        assert_eq!(disk.backend().filesystem().unwrap(), None);
+    }
+    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    assert_eq!(
+        disk.ensure_filesystem(&mkfs).unwrap(),
+        Some(FilesystemAction::Made)
+    );
+    assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_a_mapped_device_nothing_is_made() {
+    let dir = temp_dir("headeronly");
+    let header = image(&dir, "luks.img");
+    let mut disk = StateDisk::new(
+        CryptsetupBackend::header_only(&header)
+            .with_program(program("cryptsetup", "cryptsetup-bin")),
+    );
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    assert_eq!(
+        disk.ensure_filesystem(&Mkfs::new("/nonexistent/mke2fs"))
+            .unwrap(),
+        None
+    );
+    assert_eq!(disk.backend().filesystem().unwrap(), None);
+    let _ = fs::remove_dir_all(&dir);
+}
