@@ -3,14 +3,15 @@
 //! real (static musl) bootstrapper, real dm-crypt in the guest; on the host
 //! the real `confboot` CLI and the real joinsvc. The network is loopback
 //! only: guests reach joinsvc at 10.0.2.100:9090 (guestfwd) and the host
-//! reaches a guest's init API through a 127.0.0.1 hostfwd.
+//! reaches a guest's init and recovery APIs through 127.0.0.1 hostfwds.
 //!
 //! The only double is kubeadm (`initramfs/test/kubeadm-double`, installed
 //! in the test image only as `/usr/bin/kubeadm`): Kubernetes cannot run here.
 //!
-//! Boots (7): golden measurements for the init and the join command lines,
+//! Boots (8): golden measurements for the init and the join command lines,
 //! the first node (init through the CLI), two joining nodes and a tampered
-//! node in parallel, and one joined node's reboot (rejoin).
+//! node in parallel, one joined node's reboot (rejoin), and another's
+//! reboot without a join service (recovery through `confboot recover`).
 //!
 //! Needs the musl release binaries (`cargo build --release --target
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p confboot-cli`;
@@ -620,5 +621,64 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
         "join tokens were created"
     );
     drop(joinsvc);
+
+    // (e) Node 3 reboots while no join service answers: the admin recovers
+    // it through its recovery API (a host forward), the CLI verifying its
+    // attestation first. It opens its disk, marks itself again and keeps
+    // its file system: the marker of its first boot is still there.
+    let t = Instant::now();
+    std::fs::write(admin.join("golden-join.json"), golden_join.to_json()).unwrap();
+    std::fs::write(admin.join("ak3"), confboot::hex::encode(&n3.ak)).unwrap();
+    let recover_fwd = free_port();
+    let mut c3 = n3.config(&image, &join_cmdline);
+    c3.host_forwards = vec![(recover_fwd, 9999)];
+    let mut vm3 = Vm::boot(c3);
+    vm3.wait_for_line("recovery API listening on", BOOT_BOUND);
+    let out = Command::new(&cli)
+        .args(["recover", "--node", &format!("127.0.0.1:{recover_fwd}")])
+        .args(["--master-secret", "confboot-mastersecret.json"])
+        .args(["--measurements", "golden-join.json"])
+        .args([
+            "--ak-trust",
+            &format!("pinned:{}", admin.join("ak3").display()),
+        ])
+        .current_dir(&admin)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        panic!(
+            "confboot recover failed ({}):\n{}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            vm3.failure_report()
+        );
+    }
+    vm3.wait_for_line("bootstrapped (Recovered)", BOOT_BOUND);
+    vm3.wait_for_line("CONFBOOT-STATE-WRITTEN", EXIT_BOUND);
+    assert!(vm3.wait_exit(EXIT_BOUND).success());
+    let serial3 = vm3.serial();
+    println!(
+        "phase (e) reboot without a join service, recovery through the CLI: {}",
+        secs(t.elapsed())
+    );
+    for want in [
+        "node marked: PCR 15 extended with the cluster id",
+        "state file system on /dev/mapper/state: ext4, kept",
+        &format!("CONFBOOT-STATE {marker}"),
+    ] {
+        assert!(
+            serial3.lines().any(|l| l.trim_end().ends_with(want)),
+            "the recovered node: {want}\n{}",
+            vm3.failure_report()
+        );
+    }
+    assert!(!serial3.contains("ext4 made"));
+    assert!(
+        !serial3.contains("CONFBOOT-STATE-ERROR"),
+        "{}",
+        vm3.failure_report()
+    );
+    drop(vm3);
     println!("whole test: {}", secs(t0.elapsed()));
 }
