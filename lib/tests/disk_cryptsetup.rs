@@ -637,3 +637,33 @@ fn bad_measurement_salts_are_refused() {
         Err(DiskError::Metadata(_))
     ));
 }
+
+#[test]
+fn a_cryptsetup_that_hangs_is_killed_and_reported() {
+    let dir = TempDir::new("hang");
+    let image = blank_image(&dir, "disk.img");
+    let script = dir.0.join("cryptsetup");
+    fs::write(&script, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut hanging = CryptsetupBackend::header_only(&image).with_program(&script);
+    hanging.runner = confboot::cluster::ProcessRunner::new(
+        Some(std::time::Duration::from_millis(300)),
+        confboot::rpc::Stop::new(),
+    );
+    match hanging.inspect() {
+        Err(DiskError::Io(m)) => assert!(m.contains("did not finish within"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The stop signal ends it too (a bootstrapper that is shutting down).
+    let stop = confboot::rpc::Stop::new();
+    hanging.runner = confboot::cluster::ProcessRunner::new(None, stop.clone());
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        stop.raise();
+    });
+    match hanging.inspect() {
+        Err(DiskError::Io(m)) => assert!(m.contains("stopped"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    stopper.join().unwrap();
+}

@@ -1,5 +1,5 @@
-//! Running external programs (kubeadm) with their output streamed line by
-//! line and kept bounded.
+//! Running external programs (kubeadm, cryptsetup, mke2fs) with their
+//! output streamed line by line and kept bounded, in bounded time.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -59,7 +59,7 @@ pub trait CommandRunner: Send + Sync {
     ) -> Result<CommandOutput, ClusterError>;
 }
 
-/// Runs programs with `std::process::Command`: output read by one thread per
+/// Runs programs with `std::process::Command` (and `LC_ALL=C`): output read by one thread per
 /// stream and handed to the caller's thread over a channel, bounded in line
 /// length and in what is kept; killed when the timeout passes or the stop
 /// signal is raised.
@@ -169,6 +169,8 @@ impl CommandRunner for ProcessRunner {
         };
         let mut child = Command::new(program)
             .args(args)
+            // Stable, untranslated messages (cryptsetup, mke2fs).
+            .env("LC_ALL", "C")
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {

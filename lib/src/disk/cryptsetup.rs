@@ -13,16 +13,19 @@
 //!   "salt": HEX}`; likewise the record that the state file system was made
 //!   ([`FILESYSTEM_TOKEN_TYPE`], `"fs": "ext4"`).
 //!
-//! cryptsetup runs with `LC_ALL=C` so its messages are stable.
+//! cryptsetup runs with `LC_ALL=C` so its messages are stable, on the
+//! project's process runner (time-bounded, stoppable, output bounded).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use super::{DiskBackend, DiskError, DiskState};
+use crate::cluster::{CommandRunner, ProcessRunner, Stream};
 use crate::kms::{SecretBytes, is_uuid};
+use crate::rpc::Stop;
 
 /// How much of the disk's start must be zero for it to count as blank: the
 /// LUKS2 default header area (both binary headers, JSON and key slots), which
@@ -36,6 +39,12 @@ const STDERR_TAIL: usize = 1024;
 pub const SALT_TOKEN_TYPE: &str = "confboot-measurement-salt";
 /// The LUKS2 token type that records the file system made on the disk.
 pub const FILESYSTEM_TOKEN_TYPE: &str = "confboot-state-fs";
+/// How long one cryptsetup command may run (`luksFormat` with an
+/// Argon2id benchmark takes seconds; a command waiting for something that
+/// never comes is killed).
+pub const CRYPTSETUP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The most of each output stream of cryptsetup that is kept.
+const MAX_OUTPUT: usize = MAX_METADATA + 64 * 1024;
 /// The most header metadata read (LUKS2's JSON area is at most 4 MiB; a
 /// header of one key slot and a few tokens is a few KiB).
 const MAX_METADATA: usize = 4 << 20;
@@ -126,6 +135,9 @@ pub struct CryptsetupBackend {
     pub program: PathBuf,
     /// Map the device, or only check keys.
     pub mode: OpenMode,
+    /// Runs cryptsetup (a [`CRYPTSETUP_TIMEOUT`] limit; its stop signal
+    /// kills a running cryptsetup).
+    pub runner: ProcessRunner,
     opened: bool,
 }
 
@@ -139,6 +151,7 @@ impl CryptsetupBackend {
             pbkdf: Pbkdf::default(),
             program: PathBuf::from("cryptsetup"),
             mode: OpenMode::Map,
+            runner: ProcessRunner::new(Some(CRYPTSETUP_TIMEOUT), Stop::new()),
             opened: false,
         }
     }
@@ -275,55 +288,47 @@ impl CryptsetupBackend {
         }
     }
 
-    /// Runs cryptsetup with `args`, feeding `key` (if any) on stdin.
+    /// Runs cryptsetup with `args`, feeding `key` (if any) on stdin, on the
+    /// project's [`ProcessRunner`]: bounded in time ([`CRYPTSETUP_TIMEOUT`])
+    /// and in the output kept ([`MAX_OUTPUT`] per stream).
     fn run(
         &self,
         action: &str,
         args: &[&OsStr],
         key: Option<&SecretBytes>,
     ) -> Result<RunOutput, DiskError> {
-        log::debug!(
-            "running {} {}",
-            self.program.display(),
-            args.iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        let mut child = Command::new(&self.program)
-            .args(args)
-            .env("LC_ALL", "C")
-            .stdin(if key.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
+        let args = args
+            .iter()
+            .map(|a| {
+                a.to_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| DiskError::Config(format!("{a:?} is not UTF-8")))
             })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                DiskError::Io(format!(
-                    "starting {} for {action}: {e}",
-                    self.program.display()
-                ))
-            })?;
-        let stdin = child.stdin.take();
-        let output = std::thread::scope(|s| {
-            if let (Some(mut stdin), Some(key)) = (stdin, key) {
-                s.spawn(move || {
-                    // cryptsetup may exit before reading (e.g. a bad device):
-                    // a broken pipe is not our error, its exit status tells.
-                    let _ = stdin.write_all(key.expose());
-                    // Dropping stdin closes the pipe: the key ends at EOF.
-                });
-            }
-            child.wait_with_output()
-        })
-        .map_err(|e| DiskError::Io(format!("waiting for cryptsetup {action}: {e}")))?;
+            .collect::<Result<Vec<String>, DiskError>>()?;
+        log::debug!("running {} {}", self.program.display(), args.join(" "));
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let out = self
+            .runner
+            .run(
+                &self.program,
+                &args,
+                key.map(SecretBytes::expose),
+                &mut |stream, line| {
+                    let kept = match stream {
+                        Stream::Stdout => &mut stdout,
+                        Stream::Stderr => &mut stderr,
+                    };
+                    if kept.len() + line.len() < MAX_OUTPUT {
+                        kept.extend_from_slice(line.as_bytes());
+                        kept.push(b'\n');
+                    }
+                },
+            )
+            .map_err(|e| DiskError::Io(format!("cryptsetup {action}: {e}")))?;
         Ok(RunOutput {
-            status: output.status.code(),
-            stdout: output.stdout,
-            stderr: sanitize(&output.stderr, key),
+            status: out.status,
+            stdout,
+            stderr: sanitize(&stderr, key),
         })
     }
 }
