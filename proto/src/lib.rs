@@ -46,43 +46,23 @@ pub use prost::Message;
 mod zeroize_secrets {
     use zeroize::Zeroize;
 
-    impl Drop for crate::join::IssueJoinTicketResponse {
-        fn drop(&mut self) {
-            self.state_disk_key.zeroize();
-            self.measurement_secret.zeroize();
-            self.token.zeroize();
-        }
+    /// `Type => field, ...;`: a `Drop` that zeroizes those fields.
+    macro_rules! zeroize_on_drop {
+        ($($ty:path => $($field:ident),+;)+) => {
+            $(impl Drop for $ty {
+                fn drop(&mut self) {
+                    $(self.$field.zeroize();)+
+                }
+            })+
+        };
     }
 
-    impl Drop for crate::join::ControlPlaneCertOrKey {
-        fn drop(&mut self) {
-            self.data.zeroize();
-        }
-    }
-
-    impl Drop for crate::join::IssueRejoinTicketResponse {
-        fn drop(&mut self) {
-            self.state_disk_key.zeroize();
-            self.measurement_secret.zeroize();
-        }
-    }
-
-    impl Drop for crate::init::InitRequest {
-        fn drop(&mut self) {
-            self.kms_uri.zeroize();
-            self.init_secret.zeroize();
-        }
-    }
-
-    impl Drop for crate::init::InitSuccessResponse {
-        fn drop(&mut self) {
-            self.kubeconfig.zeroize();
-        }
-    }
-
-    impl Drop for crate::recover::RecoverMessage {
-        fn drop(&mut self) {
-            self.kms_uri.zeroize();
-        }
+    zeroize_on_drop! {
+        crate::join::IssueJoinTicketResponse => state_disk_key, measurement_secret, token;
+        crate::join::ControlPlaneCertOrKey => data;
+        crate::join::IssueRejoinTicketResponse => state_disk_key, measurement_secret;
+        crate::init::InitRequest => kms_uri, init_secret;
+        crate::init::InitSuccessResponse => kubeconfig;
+        crate::recover::RecoverMessage => kms_uri;
     }
 }

@@ -254,6 +254,48 @@ fn print_boot(name: &str, r: &BootReport) {
     }
 }
 
+/// Boots `node` with a host forward to its `guest_port` and waits until
+/// its bootstrapper says `"<api> listening on"`; returns the VM and the
+/// host port.
+fn boot_serving(
+    node: &NodeFiles,
+    image: &Image,
+    cmdline: &str,
+    guest_port: u16,
+    api: &str,
+) -> (Vm, u16) {
+    let host_port = free_port();
+    let mut config = node.config(image, cmdline);
+    config.host_forwards = vec![(host_port, guest_port)];
+    let mut vm = Vm::boot(config);
+    vm.wait_for_line(&format!("{api} listening on"), BOOT_BOUND);
+    (vm, host_port)
+}
+
+/// Runs `confboot COMMAND --node 127.0.0.1:PORT` in the admin directory,
+/// the CLI verifying the node against `measurements` (a file there) and its
+/// pinned AK `ak`, with `extra` arguments.
+fn admin_cli(
+    cli: &Path,
+    admin: &Path,
+    command: &str,
+    port: u16,
+    measurements: &str,
+    ak: &[u8],
+    extra: &[&str],
+) -> std::process::Output {
+    let ak_file = admin.join(format!("ak-{port}"));
+    std::fs::write(&ak_file, confboot::hex::encode(ak)).unwrap();
+    Command::new(cli)
+        .args([command, "--node", &format!("127.0.0.1:{port}")])
+        .args(["--measurements", measurements])
+        .args(["--ak-trust", &format!("pinned:{}", ak_file.display())])
+        .args(extra)
+        .current_dir(admin)
+        .output()
+        .unwrap()
+}
+
 fn read_master_secret(path: &Path) -> MasterSecret {
     let ms: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -376,23 +418,16 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
     // its attestation (golden measurements, pinned AK) and inits it.
     let t = Instant::now();
     std::fs::write(admin.join("golden-init.json"), golden_init.to_json()).unwrap();
-    std::fs::write(admin.join("ak1"), confboot::hex::encode(&n1.ak)).unwrap();
-    let init_fwd = free_port();
-    let mut c1 = n1.config(&image, &init_cmdline);
-    c1.host_forwards = vec![(init_fwd, 9000)];
-    let mut vm1 = Vm::boot(c1);
-    vm1.wait_for_line("init API listening on", BOOT_BOUND);
-    let cli_out = Command::new(&cli)
-        .args(["init", "--node", &format!("127.0.0.1:{init_fwd}")])
-        .args(["--measurements", "golden-init.json"])
-        .args([
-            "--ak-trust",
-            &format!("pinned:{}", admin.join("ak1").display()),
-        ])
-        .args(["--init-secret-file", "init-secret"])
-        .current_dir(&admin)
-        .output()
-        .unwrap();
+    let (mut vm1, init_fwd) = boot_serving(&n1, &image, &init_cmdline, 9000, "init API");
+    let cli_out = admin_cli(
+        &cli,
+        &admin,
+        "init",
+        init_fwd,
+        "golden-init.json",
+        &n1.ak,
+        &["--init-secret-file", "init-secret"],
+    );
     let cli_stdout = String::from_utf8_lossy(&cli_out.stdout).into_owned();
     let cli_stderr = String::from_utf8_lossy(&cli_out.stderr).into_owned();
     if !cli_out.status.success() {
@@ -628,23 +663,16 @@ fn vm_cluster_init_join_refuse_and_rejoin() {
     // its file system: the marker of its first boot is still there.
     let t = Instant::now();
     std::fs::write(admin.join("golden-join.json"), golden_join.to_json()).unwrap();
-    std::fs::write(admin.join("ak3"), confboot::hex::encode(&n3.ak)).unwrap();
-    let recover_fwd = free_port();
-    let mut c3 = n3.config(&image, &join_cmdline);
-    c3.host_forwards = vec![(recover_fwd, 9999)];
-    let mut vm3 = Vm::boot(c3);
-    vm3.wait_for_line("recovery API listening on", BOOT_BOUND);
-    let out = Command::new(&cli)
-        .args(["recover", "--node", &format!("127.0.0.1:{recover_fwd}")])
-        .args(["--master-secret", "confboot-mastersecret.json"])
-        .args(["--measurements", "golden-join.json"])
-        .args([
-            "--ak-trust",
-            &format!("pinned:{}", admin.join("ak3").display()),
-        ])
-        .current_dir(&admin)
-        .output()
-        .unwrap();
+    let (mut vm3, recover_fwd) = boot_serving(&n3, &image, &join_cmdline, 9999, "recovery API");
+    let out = admin_cli(
+        &cli,
+        &admin,
+        "recover",
+        recover_fwd,
+        "golden-join.json",
+        &n3.ak,
+        &["--master-secret", "confboot-mastersecret.json"],
+    );
     if !out.status.success() {
         panic!(
             "confboot recover failed ({}):\n{}\n{}\n{}",
