@@ -273,12 +273,9 @@ fn main() {
     });
     let made = cert::self_signed(&k, Some((server_issuer.variant(), evidence.clone()))).unwrap();
     let load = time(&mut || {
-        cert::NewCertificate {
-            cert: made.cert.clone(),
-            key: made.key.clone_key(),
-        }
-        .into_certified_key(&provider)
-        .unwrap();
+        cert::NewCertificate::from_parts(made.cert.clone(), made.key.clone_key())
+            .into_certified_key(&provider)
+            .unwrap();
     });
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -301,7 +298,7 @@ fn main() {
         ms(sign),
         evidence.len()
     );
-    println!("    key load into rustls                   {}", ms(load));
+    println!("    PKCS#8 key load (attested keys skip it) {}", ms(load));
     println!("    verify certificate (parse + validate)  {}", ms(verify));
     println!(
         "      of which the vTPM validator          {}",

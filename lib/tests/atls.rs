@@ -348,10 +348,10 @@ fn crafted(
     params.not_after = (now + Duration::from_secs(3600)).into();
     edit(&mut params, evidence);
     let cert = params.self_signed(&key).unwrap();
-    certified(cert::NewCertificate {
-        cert: cert.der().clone(),
-        key: key.serialize_der().into(),
-    })
+    certified(cert::NewCertificate::from_parts(
+        cert.der().clone(),
+        key.serialize_der().into(),
+    ))
 }
 
 fn ext(oid: &[u64], evidence: Vec<u8>, critical: bool) -> rcgen::CustomExtension {

@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime};
 use rcgen::{CertificateParams, CustomExtension, DnType, KeyPair, PKCS_ECDSA_P256_SHA256};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::sign::CertifiedKey;
+use rustls::sign::{CertifiedKey, Signer, SigningKey};
+use rustls::{SignatureAlgorithm, SignatureScheme};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::AtlsError;
@@ -41,19 +42,69 @@ pub struct NewCertificate {
     pub cert: CertificateDer<'static>,
     /// Its private key, PKCS#8 DER.
     pub key: PrivatePkcs8KeyDer<'static>,
+    /// The key pair as made here, already parsed: it signs the handshake
+    /// without parsing the PKCS#8 again (a P-256 scalar multiplication less
+    /// per attested handshake).
+    pair: Option<Arc<KeyPair>>,
 }
 
 impl NewCertificate {
-    /// Loads the key with `provider` for use in a handshake.
+    /// A certificate and its PKCS#8 key (parsed when loaded).
+    pub fn from_parts(cert: CertificateDer<'static>, key: PrivatePkcs8KeyDer<'static>) -> Self {
+        NewCertificate {
+            cert,
+            key,
+            pair: None,
+        }
+    }
+
+    /// The key, ready for a handshake: the key pair made with the
+    /// certificate, else the PKCS#8 key loaded with `provider`.
     pub fn into_certified_key(
         self,
         provider: &CryptoProvider,
     ) -> Result<Arc<CertifiedKey>, AtlsError> {
-        let key = provider
-            .key_provider
-            .load_private_key(PrivateKeyDer::Pkcs8(self.key))
-            .map_err(|e| AtlsError::Certificate(format!("cannot load the new key: {e}")))?;
+        let key: Arc<dyn SigningKey> = match self.pair {
+            Some(pair) => Arc::new(P256Signer(pair)),
+            None => provider
+                .key_provider
+                .load_private_key(PrivateKeyDer::Pkcs8(self.key))
+                .map_err(|e| AtlsError::Certificate(format!("cannot load the new key: {e}")))?,
+        };
         Ok(Arc::new(CertifiedKey::new(vec![self.cert], key)))
+    }
+}
+
+/// An ECDSA P-256 SHA-256 handshake signer over an rcgen key pair (ring
+/// underneath; DER signatures, as TLS wants them).
+struct P256Signer(Arc<KeyPair>);
+
+impl std::fmt::Debug for P256Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("P256Signer")
+    }
+}
+
+impl SigningKey for P256Signer {
+    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
+        offered
+            .contains(&SignatureScheme::ECDSA_NISTP256_SHA256)
+            .then(|| Box::new(P256Signer(Arc::clone(&self.0))) as Box<dyn Signer>)
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        SignatureAlgorithm::ECDSA
+    }
+}
+
+impl Signer for P256Signer {
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
+        rcgen::SigningKey::sign(&*self.0, message)
+            .map_err(|e| rustls::Error::General(format!("cannot sign: {e}")))
+    }
+
+    fn scheme(&self) -> SignatureScheme {
+        SignatureScheme::ECDSA_NISTP256_SHA256
     }
 }
 
@@ -85,10 +136,10 @@ pub fn self_signed(
     let cert = params
         .self_signed(key)
         .map_err(|e| AtlsError::Certificate(format!("cannot sign the certificate: {e}")))?;
-    Ok(NewCertificate {
-        cert: cert.der().clone(),
-        key: PrivatePkcs8KeyDer::from(key.serialize_der()),
-    })
+    Ok(NewCertificate::from_parts(
+        cert.der().clone(),
+        PrivatePkcs8KeyDer::from(key.serialize_der()),
+    ))
 }
 
 /// Makes the attested certificate for one handshake: a fresh P-256 key, the
@@ -100,7 +151,9 @@ pub fn attested(issuer: &dyn Issuer, nonce: &Nonce) -> Result<NewCertificate, At
     let evidence = issuer
         .issue(&extra_data(&spki, nonce))
         .map_err(AtlsError::Issue)?;
-    self_signed(&key, Some((issuer.variant(), evidence)))
+    let mut made = self_signed(&key, Some((issuer.variant(), evidence)))?;
+    made.pair = Some(Arc::new(key));
+    Ok(made)
 }
 
 /// Checks a peer's attested certificate for this handshake's `nonce` at time
