@@ -317,7 +317,7 @@ fn refused(metrics: &str, reason: &str) -> u64 {
 }
 
 #[test]
-fn vm_cluster_init_join_refuse_and_rejoin() {
+fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let t0 = Instant::now();
     let bootstrapper = musl_binary("bootstrapper");
     let joinsvc_bin = musl_binary("joinsvc");
