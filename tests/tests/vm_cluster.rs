@@ -236,8 +236,12 @@ fn print_boot(name: &str, r: &BootReport) {
         r.peak.qemu_kib,
         r.peak.swtpm_kib
     );
-    // What happened in the guest, as its bootstrapper logged it.
-    for line in r.serial.lines().filter(|l| {
+    print_guest_lines(name, &r.serial);
+}
+
+/// What happened in a guest, as its bootstrapper and /init logged it.
+fn print_guest_lines(name: &str, serial: &str) {
+    for line in serial.lines().filter(|l| {
         [
             "attest",
             "ticket received",
@@ -686,6 +690,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     vm3.wait_for_line("CONFBOOT-STATE-WRITTEN", EXIT_BOUND);
     assert!(vm3.wait_exit(EXIT_BOUND).success());
     let serial3 = vm3.serial();
+    print_guest_lines("node3-recovered", &serial3);
     println!(
         "phase (e) reboot without a join service, recovery through the CLI: {}",
         secs(t.elapsed())
