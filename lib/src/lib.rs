@@ -15,6 +15,7 @@ pub mod hex;
 pub mod kms;
 pub mod logging;
 pub mod nodelock;
+pub mod process;
 pub mod rpc;
 pub mod signals;
 pub mod time;

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use confboot::cluster::{
-    ClusterBackend, ClusterError, CommandOutput, CommandRunner, InitClusterParams,
-    JoinClusterParams, KubeadmBackend, ProcessRunner, Stream,
+    ClusterBackend, ClusterError, InitClusterParams, JoinClusterParams, KubeadmBackend,
 };
 use confboot::kms::SecretBytes;
+use confboot::process::{CommandOutput, CommandRunner, ProcessError, ProcessRunner, Stream};
 use serde_json::Value;
 
 const TOKEN: &str = "abcdef.0123456789abcdef";
@@ -66,7 +66,7 @@ impl CommandRunner for RecordingRunner {
         args: &[String],
         stdin: Option<&[u8]>,
         on_line: &mut dyn FnMut(Stream, &str),
-    ) -> Result<CommandOutput, ClusterError> {
+    ) -> Result<CommandOutput, ProcessError> {
         let config = args.iter().position(|a| a == "--config").map(|i| {
             let path = &args[i + 1];
             let mode = fs::metadata(path).unwrap().permissions().mode() & 0o777;

@@ -646,7 +646,7 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
     fs::write(&script, "#!/bin/sh\nexec sleep 1000\n").unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let mut hanging = CryptsetupBackend::header_only(&image).with_program(&script);
-    hanging.runner = confboot::cluster::ProcessRunner::new(
+    hanging.runner = confboot::process::ProcessRunner::new(
         Some(std::time::Duration::from_millis(300)),
         confboot::rpc::Stop::new(),
     );
@@ -656,7 +656,7 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
     }
     // The stop signal ends it too (a bootstrapper that is shutting down).
     let stop = confboot::rpc::Stop::new();
-    hanging.runner = confboot::cluster::ProcessRunner::new(None, stop.clone());
+    hanging.runner = confboot::process::ProcessRunner::new(None, stop.clone());
     let stopper = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(200));
         stop.raise();

@@ -26,11 +26,11 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use zeroize::{Zeroize, Zeroizing};
 
-use super::runner::{CommandRunner, ProcessRunner, Stream};
 use super::{
     ClusterBackend, ClusterError, InitClusterOutput, InitClusterParams, JoinClusterParams,
 };
 use crate::kms::SecretBytes;
+use crate::process::{CommandRunner, ProcessRunner, Stream};
 
 /// Where the configuration file goes by default (a tmpfs on nodes).
 pub const DEFAULT_CONFIG_DIR: &str = "/run/confboot/kubeadm";

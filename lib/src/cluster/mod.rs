@@ -29,10 +29,8 @@ use std::time::Duration;
 use crate::kms::SecretBytes;
 
 pub mod kubeadm;
-pub mod runner;
 
 pub use kubeadm::KubeadmBackend;
-pub use runner::{CommandOutput, CommandRunner, ProcessRunner, Stream};
 
 /// What `init` needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,6 +107,17 @@ pub enum ClusterError {
     },
     /// The stop signal was raised; the program was killed.
     Stopped,
+}
+
+impl From<crate::process::ProcessError> for ClusterError {
+    fn from(e: crate::process::ProcessError) -> Self {
+        use crate::process::ProcessError;
+        match e {
+            ProcessError::Io(m) => ClusterError::Io(m),
+            ProcessError::TimedOut { program, after } => ClusterError::TimedOut { program, after },
+            ProcessError::Stopped => ClusterError::Stopped,
+        }
+    }
 }
 
 impl fmt::Display for ClusterError {

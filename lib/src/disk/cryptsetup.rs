@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{DiskBackend, DiskError, DiskState};
-use crate::cluster::{CommandRunner, ProcessRunner, Stream};
 use crate::kms::{SecretBytes, is_uuid};
+use crate::process::{CommandRunner, ProcessRunner, Stream};
 use crate::rpc::Stop;
 
 /// How much of the disk's start must be zero for it to count as blank: the

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::DiskError;
-use crate::cluster::{CommandRunner, ProcessRunner, Stream};
+use crate::process::{CommandRunner, ProcessRunner, Stream};
 
 /// The file system made: ext4.
 pub const FS_TYPE: &str = "ext4";

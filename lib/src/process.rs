@@ -9,8 +9,38 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use zeroize::Zeroizing;
 
-use super::ClusterError;
 use crate::rpc::Stop;
+
+/// Why a program could not be run to its end. (How it ended, when it did,
+/// is in [`CommandOutput`].)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcessError {
+    /// Starting or waiting for the program failed.
+    Io(String),
+    /// The program ran longer than allowed and was killed.
+    TimedOut {
+        /// The program.
+        program: String,
+        /// How long it ran.
+        after: Duration,
+    },
+    /// The stop signal was raised; the program was killed.
+    Stopped,
+}
+
+impl std::fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProcessError::Io(m) => f.write_str(m),
+            ProcessError::TimedOut { program, after } => {
+                write!(f, "{program} did not finish within {after:?}")
+            }
+            ProcessError::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+impl std::error::Error for ProcessError {}
 
 /// Longest output line handed on; the rest of a longer line is cut off.
 pub const MAX_LINE_BYTES: usize = 4096;
@@ -56,7 +86,7 @@ pub trait CommandRunner: Send + Sync {
         args: &[String],
         stdin: Option<&[u8]>,
         on_line: &mut dyn FnMut(Stream, &str),
-    ) -> Result<CommandOutput, ClusterError>;
+    ) -> Result<CommandOutput, ProcessError>;
 }
 
 /// Runs programs with `std::process::Command` (and `LC_ALL=C`): output read by one thread per
@@ -149,18 +179,18 @@ impl CommandRunner for ProcessRunner {
         args: &[String],
         stdin: Option<&[u8]>,
         on_line: &mut dyn FnMut(Stream, &str),
-    ) -> Result<CommandOutput, ClusterError> {
+    ) -> Result<CommandOutput, ProcessError> {
         let started = Instant::now();
         let deadline = self.timeout.map(|t| started + t);
         // Kills the child and says why when the runner is stopped or the deadline passed.
-        let abort_if_due = |child: &mut Child| -> Result<(), ClusterError> {
+        let abort_if_due = |child: &mut Child| -> Result<(), ProcessError> {
             if self.stop.is_raised() {
                 kill(child);
-                return Err(ClusterError::Stopped);
+                return Err(ProcessError::Stopped);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 kill(child);
-                return Err(ClusterError::TimedOut {
+                return Err(ProcessError::TimedOut {
                     program: program.display().to_string(),
                     after: started.elapsed(),
                 });
@@ -179,7 +209,7 @@ impl CommandRunner for ProcessRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| ClusterError::Io(format!("starting {}: {e}", program.display())))?;
+            .map_err(|e| ProcessError::Io(format!("starting {}: {e}", program.display())))?;
         if let (Some(mut pipe), Some(data)) = (child.stdin.take(), stdin) {
             let data = Zeroizing::new(data.to_vec());
             std::thread::spawn(move || {
@@ -241,7 +271,7 @@ impl CommandRunner for ProcessRunner {
             Some((_, status)) => status,
             None => loop {
                 if let Some(status) = child.try_wait().map_err(|e| {
-                    ClusterError::Io(format!("waiting for {}: {e}", program.display()))
+                    ProcessError::Io(format!("waiting for {}: {e}", program.display()))
                 })? {
                     break status;
                 }
@@ -262,7 +292,7 @@ mod tests {
         script: &str,
         stdin: Option<&[u8]>,
         runner: &ProcessRunner,
-    ) -> (Result<CommandOutput, ClusterError>, Vec<(Stream, String)>) {
+    ) -> (Result<CommandOutput, ProcessError>, Vec<(Stream, String)>) {
         let mut lines = Vec::new();
         let got = runner.run(
             Path::new("/bin/sh"),
@@ -316,7 +346,7 @@ mod tests {
     fn timeout_and_stop_kill_the_program() {
         let r = ProcessRunner::new(Some(Duration::from_millis(200)), Stop::new());
         let (got, _) = sh("echo started; exec sleep 1000", None, &r);
-        assert!(matches!(got, Err(ClusterError::TimedOut { .. })), "{got:?}");
+        assert!(matches!(got, Err(ProcessError::TimedOut { .. })), "{got:?}");
 
         let stop = Stop::new();
         let r = ProcessRunner::new(None, stop.clone());
@@ -333,7 +363,7 @@ mod tests {
                 stop.raise();
             },
         );
-        assert_eq!(got, Err(ClusterError::Stopped));
+        assert_eq!(got, Err(ProcessError::Stopped));
         assert_eq!(seen, ["started"]);
     }
 
@@ -345,6 +375,6 @@ mod tests {
             None,
             &mut |_, _| {},
         );
-        assert!(matches!(got, Err(ClusterError::Io(_))), "{got:?}");
+        assert!(matches!(got, Err(ProcessError::Io(_))), "{got:?}");
     }
 }
