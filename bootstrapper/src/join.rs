@@ -9,11 +9,10 @@ use std::time::Duration;
 use confboot::atls;
 use confboot::attestation::{Issuer, Validator};
 use confboot::rpc::{Code, Status, Stop};
-use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
-};
+use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use ring::rand::SecureRandom;
+
+use crate::node::{Ticket, TicketRequest};
 
 /// The join method.
 pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
@@ -121,31 +120,6 @@ impl EndpointSources {
         all.dedup();
         all
     }
-}
-
-/// What the node asks for.
-#[derive(Clone, Debug)]
-pub enum TicketRequest {
-    /// A first join: the disk is blank and will be formatted with this UUID.
-    Join {
-        /// The UUID the state disk will get.
-        disk_uuid: String,
-        /// Whether the node becomes a control-plane node.
-        is_control_plane: bool,
-    },
-    /// A rejoin after a reboot: the disk is formatted already.
-    Rejoin {
-        /// The state disk's UUID.
-        disk_uuid: String,
-    },
-}
-
-/// What the node got.
-pub enum Ticket {
-    /// For a first join.
-    Join(IssueJoinTicketResponse),
-    /// For a rejoin.
-    Rejoin(IssueRejoinTicketResponse),
 }
 
 /// Why one attempt gave no ticket.

@@ -8,10 +8,11 @@
 
 mod join;
 mod node;
+mod server;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
@@ -19,20 +20,19 @@ use confboot::atls;
 use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::cluster::KubeadmBackend;
-use confboot::disk::{CryptsetupBackend, DiskState, Mkfs, StateDisk, new_disk_uuid};
+use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
-use confboot::nodelock::NodeLock;
 use confboot::rpc::listener::PoolConfig;
-use confboot::rpc::{Router, ServerLimits, Status, Stop};
+use confboot::rpc::{ServerLimits, Stop};
 use confboot::tpm::Tpm;
-use confboot_proto::init::{
-    InitFailureResponse, InitRequest, InitResponse, LogResponseType, init_response,
-};
-use confboot_proto::recover::{RecoverMessage, RecoverResponse};
-use crossbeam_channel::{Sender, bounded};
+use crossbeam_channel::bounded;
 
-use crate::join::{EndpointSources, JoinClient, Ticket, TicketRequest};
-use crate::node::{Node, Outcome};
+use crate::join::{EndpointSources, JoinClient};
+use crate::node::{AdminApi, Node, NodeConfig, holder};
+use crate::server::FlowResult;
+
+/// The node as the bootstrapper runs it: cryptsetup, kubeadm, the vTPM.
+type RealNode = Node<CryptsetupBackend, KubeadmBackend, Arc<VtpmIssuer>>;
 
 const CMD: Command = Command {
     name: "bootstrapper",
@@ -123,7 +123,7 @@ fn joinsvc_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {
     )])
 }
 
-fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<Node, String> {
+fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<RealNode, String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let disk_path = PathBuf::from(req("state-disk")?);
     let backend = match req("disk-mode")? {
@@ -147,77 +147,33 @@ fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<Node, String> {
     cluster.config_dir = PathBuf::from(req("kubeadm-config-dir")?);
     cluster.pki_dir = PathBuf::from(req("pki-dir")?);
     cluster.admin_kubeconfig = PathBuf::from(req("admin-kubeconfig")?);
-    Ok(Node {
-        lock: NodeLock::new(),
-        issuer,
-        disk: Mutex::new(StateDisk::new(backend)),
-        mkfs,
-        cluster: Box::new(cluster),
+    let config = NodeConfig {
         init_secret_hash,
         node_ip: req("node-ip")?.to_string(),
         is_control_plane: m.flag("control-plane"),
-    })
+    };
+    Ok(Node::new(
+        StateDisk::new(backend),
+        mkfs,
+        cluster,
+        issuer,
+        config,
+    ))
 }
 
-fn init_router(node: Arc<Node>, outcomes: Sender<Outcome>) -> Router {
-    Router::new().server_streaming("/init.API/Init", move |_ctx, req: InitRequest, sink| {
-        log::info!("Init received (cluster {:?})", req.cluster_name);
-        let mut send_log = |line: &str| {
-            log::info!("init: {line}");
-            let _ = sink.send(&InitResponse {
-                kind: Some(init_response::Kind::Log(LogResponseType {
-                    log: line.as_bytes().to_vec(),
-                })),
-            });
-        };
-        let was_locked = node.lock.is_locked();
-        let result = node.init(&req, &mut send_log);
-        match result {
-            Ok(success) => {
-                sink.send(&InitResponse {
-                    kind: Some(init_response::Kind::InitSuccess(success)),
-                })?;
-                let _ = outcomes.send(Outcome::Initialized);
-                Ok(())
-            }
-            Err(status) => {
-                log::warn!("Init failed: {status}");
-                let _ = sink.send(&InitResponse {
-                    kind: Some(init_response::Kind::InitFailure(InitFailureResponse {
-                        error: status.to_string(),
-                    })),
-                });
-                // Past the nodelock there is no way back: the node gives up.
-                if !was_locked && node.lock.holder() == Some("init") {
-                    let _ = outcomes.send(Outcome::Failed(format!("init failed: {status}")));
-                }
-                Err(status)
-            }
-        }
-    })
-}
-
-fn recover_router(node: Arc<Node>, outcomes: Sender<Outcome>) -> Router {
-    Router::new().unary(
-        "/recover.API/Recover",
-        move |_ctx, req: RecoverMessage| -> Result<RecoverResponse, Status> {
-            log::info!("Recover received");
-            node.recover(&req)
-                .inspect_err(|s| log::warn!("Recover refused: {s}"))?;
-            let _ = outcomes.send(Outcome::Recovered);
-            Ok(RecoverResponse {})
-        },
-    )
-}
-
-fn run(m: &Matches, started: Instant) -> Result<Outcome, String> {
+fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     let tpm = open_tpm(m.value("tpm").expect("default"))?;
     log::info!("TPM: {}", tpm.describe());
     let issuer = Arc::new(VtpmIssuer::new(tpm).map_err(|e| format!("attestation key: {e}"))?);
     let node = Arc::new(build_node(m, Arc::clone(&issuer))?);
-    let disk_state = node.disk_state().map_err(|e| format!("state disk: {e}"))?;
+    let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
     log::info!(
-        "state disk: {disk_state:?} ({:.0} ms)",
+        "plan: the {} API and a {} ticket ({:.0} ms after start)",
+        plan.admin_api.name(),
+        match plan.request {
+            node::TicketRequest::Join { .. } => "join",
+            node::TicketRequest::Rejoin { .. } => "rejoin",
+        },
         started.elapsed().as_secs_f64() * 1000.0
     );
 
@@ -245,7 +201,7 @@ fn run(m: &Matches, started: Instant) -> Result<Outcome, String> {
         ),
     };
 
-    let (outcomes_tx, outcomes) = bounded::<Outcome>(8);
+    let (flows_tx, flows) = bounded::<FlowResult>(8);
     let pool = PoolConfig {
         workers: 4,
         queue: 8,
@@ -255,96 +211,77 @@ fn run(m: &Matches, started: Instant) -> Result<Outcome, String> {
         default_call_timeout: Duration::from_secs(600),
         ..ServerLimits::default()
     };
-    let (request, server) = match &disk_state {
-        DiskState::Blank => {
-            let addr = m.value("init-listen").expect("default");
-            let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            let s = atls::serve(
-                l,
-                pool,
-                limits,
-                init_router(Arc::clone(&node), outcomes_tx.clone()),
-                Some(issuer.clone()),
-                &[],
-            )
-            .map_err(|e| format!("init server: {e}"))?;
-            log::info!("init API listening on {}", s.local_addr());
-            let request = TicketRequest::Join {
-                disk_uuid: new_disk_uuid(),
-                is_control_plane: node.is_control_plane,
-            };
-            (request, s)
-        }
-        DiskState::Luks { uuid } => {
-            let addr = m.value("recover-listen").expect("default");
-            let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            let s = atls::serve(
-                l,
-                pool,
-                limits,
-                recover_router(Arc::clone(&node), outcomes_tx.clone()),
-                Some(issuer.clone()),
-                &[],
-            )
-            .map_err(|e| format!("recovery server: {e}"))?;
-            log::info!("recovery API listening on {}", s.local_addr());
-            (
-                TicketRequest::Rejoin {
-                    disk_uuid: uuid.clone(),
-                },
-                s,
-            )
-        }
-        DiskState::Unrecognized { reason } => {
-            return Err(format!(
-                "the state disk is neither blank nor LUKS2 ({reason}); it is left untouched"
-            ));
-        }
+    let (option, router) = match plan.admin_api {
+        AdminApi::Init => (
+            "init-listen",
+            server::init_router(Arc::clone(&node), flows_tx.clone()),
+        ),
+        AdminApi::Recover => (
+            "recover-listen",
+            server::recover_router(Arc::clone(&node), flows_tx.clone()),
+        ),
     };
+    let addr = m.value(option).expect("default");
+    let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let server = atls::serve(listener, pool, limits, router, Some(issuer.clone()), &[])
+        .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;
+    log::info!(
+        "{} API listening on {}",
+        plan.admin_api.name(),
+        server.local_addr()
+    );
 
     let join_stop = Stop::new();
     let joiner = {
-        let (node, stop, outcomes) = (Arc::clone(&node), join_stop.clone(), outcomes_tx.clone());
+        let (node, stop, flows) = (Arc::clone(&node), join_stop.clone(), flows_tx.clone());
+        let request = plan.request.clone();
         std::thread::Builder::new()
             .name("join-client".into())
             .spawn(move || {
-                let Some(ticket) = join_client.run(&request, &stop) else {
-                    return;
-                };
-                let Some(_token) = node.lock.try_lock("join") else {
-                    log::info!(
-                        "join: ticket discarded, the node is bootstrapping through {:?}",
-                        node.lock.holder()
-                    );
-                    return;
-                };
-                log::info!(
-                    "join: nodelock taken ({:.1} s after start)",
-                    started.elapsed().as_secs_f64()
-                );
-                let outcome = match (&request, ticket) {
-                    (TicketRequest::Join { disk_uuid, .. }, Ticket::Join(t)) => node
-                        .apply_join_ticket(disk_uuid, &t)
-                        .map(|()| Outcome::Joined),
-                    (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
-                        node.apply_rejoin_ticket(&t).map(|()| Outcome::Rejoined)
-                    }
-                    _ => Err("the join service answered another kind of ticket".into()),
-                };
-                let _ = outcomes.send(outcome.unwrap_or_else(Outcome::Failed));
+                if let Some(result) = join_flow(&node, &join_client, &request, &stop, started) {
+                    let _ = flows.send(result);
+                }
             })
             .map_err(|e| format!("cannot start the join client: {e}"))?
     };
-    drop(outcomes_tx);
+    drop(flows_tx);
 
-    let outcome = outcomes
+    let result = flows
         .recv()
         .map_err(|_| "every flow ended without an outcome".to_string())?;
     join_stop.raise();
     server.stop();
     let _ = joiner.join();
-    match outcome {
-        Outcome::Failed(reason) => Err(reason),
-        ok => Ok(ok),
+    result.map_err(|e| e.to_string())
+}
+
+/// The join client's flow: asks until a ticket passes the node's checks,
+/// then takes the nodelock and applies it. `None` when stopped or when
+/// another flow took the nodelock.
+fn join_flow(
+    node: &RealNode,
+    join_client: &JoinClient,
+    request: &node::TicketRequest,
+    stop: &Stop,
+    started: Instant,
+) -> Option<FlowResult> {
+    loop {
+        let ticket = join_client.run(request, stop)?;
+        if let Err(e) = node.check_ticket(request, &ticket) {
+            log::warn!("join: ticket thrown away: {e}");
+            continue;
+        }
+        let token = match node.take_lock(holder::JOIN) {
+            Ok(token) => token,
+            Err(e) => {
+                log::info!("join: ticket discarded: {e}");
+                return None;
+            }
+        };
+        log::info!(
+            "join: nodelock taken ({:.1} s after start)",
+            started.elapsed().as_secs_f64()
+        );
+        return Some(node.apply_ticket(&token, request, &ticket));
     }
 }

@@ -68,6 +68,9 @@ impl DiskBackend for MappedImage {
     fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
         self.header.open(key)
     }
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        self.header.check_key(key)
+    }
     fn describe(&self) -> String {
         self.header.describe()
     }

@@ -176,6 +176,41 @@ impl CryptsetupBackend {
         self
     }
 
+    /// Runs `cryptsetup open` in `mode`: maps the device, or only checks
+    /// that `key` opens a key slot.
+    fn open_in(&self, mode: OpenMode, key: &SecretBytes) -> Result<(), DiskError> {
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        let device = self.device.as_os_str();
+        let mut args: Vec<&OsStr> = ["open", "--type", "luks2"].iter().map(OsStr::new).collect();
+        match mode {
+            OpenMode::Map => {
+                self.check_mapper_name()?;
+                args.extend([
+                    OsStr::new("--key-file"),
+                    OsStr::new("-"),
+                    device,
+                    OsStr::new(&self.mapper_name),
+                ]);
+            }
+            OpenMode::HeaderOnly => args.extend([
+                OsStr::new("--test-passphrase"),
+                OsStr::new("--key-file"),
+                OsStr::new("-"),
+                device,
+            ]),
+        }
+        let out = self.run("open", &args, Some(key))?;
+        match out.status {
+            Some(0) => Ok(()),
+            // cryptsetup: 2 = "no permission (bad passphrase)".
+            Some(2) => Err(DiskError::WrongKey),
+            Some(1) if self.luks_uuid()?.is_none() => Err(DiskError::NotLuks),
+            _ => Err(out.into_error("open")),
+        }
+    }
+
     fn luks_uuid(&self) -> Result<Option<String>, DiskError> {
         let device = self.device.as_os_str();
         let out = self.run("isLuks", &[OsStr::new("isLuks"), device], None)?;
@@ -443,39 +478,13 @@ impl DiskBackend for CryptsetupBackend {
     }
 
     fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
-        if key.expose().is_empty() {
-            return Err(DiskError::KeyUnavailable("the key is empty".into()));
-        }
-        let device = self.device.as_os_str();
-        let mut args: Vec<&OsStr> = ["open", "--type", "luks2"].iter().map(OsStr::new).collect();
-        match self.mode {
-            OpenMode::Map => {
-                self.check_mapper_name()?;
-                args.extend([
-                    OsStr::new("--key-file"),
-                    OsStr::new("-"),
-                    device,
-                    OsStr::new(&self.mapper_name),
-                ]);
-            }
-            OpenMode::HeaderOnly => args.extend([
-                OsStr::new("--test-passphrase"),
-                OsStr::new("--key-file"),
-                OsStr::new("-"),
-                device,
-            ]),
-        }
-        let out = self.run("open", &args, Some(key))?;
-        match out.status {
-            Some(0) => {
-                self.opened = true;
-                Ok(())
-            }
-            // cryptsetup: 2 = "no permission (bad passphrase)".
-            Some(2) => Err(DiskError::WrongKey),
-            Some(1) if self.luks_uuid()?.is_none() => Err(DiskError::NotLuks),
-            _ => Err(out.into_error("open")),
-        }
+        self.open_in(self.mode, key)?;
+        self.opened = true;
+        Ok(())
+    }
+
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        self.open_in(OpenMode::HeaderOnly, key)
     }
 
     fn describe(&self) -> String {

@@ -176,6 +176,9 @@ pub trait DiskBackend: Send {
     fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError>;
     /// Opens the disk with `key`; a key that opens no slot is [`DiskError::WrongKey`].
     fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError>;
+    /// Checks that `key` opens a key slot of the LUKS header, changing
+    /// nothing (no mapping); a key that opens no slot is [`DiskError::WrongKey`].
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError>;
     /// The device, for messages.
     fn describe(&self) -> String;
     /// After a successful [`open`](Self::open): the decrypted block device, if
@@ -289,6 +292,20 @@ impl<B: DiskBackend> StateDisk<B> {
                 Ok(DiskAction::Formatted { uuid })
             }
         }
+    }
+
+    /// Checks, changing nothing, that the key for the LUKS disk's UUID
+    /// (`key_for` gets it) opens it: [`DiskError::NotLuks`] for a disk without
+    /// a header, [`DiskError::WrongKey`] for a key that opens no slot. Lets a
+    /// caller refuse a wrong key before it commits to opening the disk.
+    pub fn check_key(
+        &self,
+        key_for: impl FnOnce(&str) -> Result<SecretBytes, DiskError>,
+    ) -> Result<(), DiskError> {
+        let DiskState::Luks { uuid } = self.backend.inspect()? else {
+            return Err(DiskError::NotLuks);
+        };
+        self.backend.check_key(&key_for(&uuid)?)
     }
 
     /// The decrypted block device after a successful open, if the backend maps one.

@@ -1,0 +1,478 @@
+//! The bootstrapper's decisions as plain code: no sockets, no threads.
+//!
+//! - [`plan_for`]: from what the state disk holds, which admin server runs
+//!   (Init on a blank disk, Recover on an initialized one) and which ticket
+//!   the join client asks for.
+//! - [`Node::init`], [`Node::apply_ticket`], [`Node::recover`]: applying the
+//!   admin's Init, a join or rejoin ticket, or the admin's Recover. Each
+//!   checks what it was given, takes the nodelock, then sets up the state
+//!   disk, marks the node (PCR 15 ← cluster id) and, for Init and join,
+//!   hands over to the cluster backend.
+//! - [`NodeError::is_final`]: when a failed flow ends the node's bootstrap.
+//!
+//! Every irreversible step takes the nodelock's [`LockToken`] as an
+//! argument: only [`NodeLock::try_lock`] makes one, once per node, so no step
+//! can run for a flow that lost the race. The node is generic over its disk
+//! backend, cluster backend and marker, so every path is tested with doubles
+//! (`tests.rs`); `main.rs` and `server.rs` are only wiring.
+
+mod error;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use confboot::attestation::AttestationError;
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams};
+use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
+use confboot::kms::init_secret::InitSecretHash;
+use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, hkdf_sha256};
+use confboot::nodelock::{LockToken, NodeLock};
+use confboot_proto::init::{InitRequest, InitSuccessResponse};
+use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
+use confboot_proto::recover::RecoverMessage;
+
+pub use error::NodeError;
+pub use plan::{AdminApi, Plan, Ticket, TicketRequest, plan_for};
+
+/// The nodelock's holder names, one per flow.
+pub mod holder {
+    /// The admin's Init.
+    pub const INIT: &str = "init";
+    /// The join client (join or rejoin ticket).
+    pub const JOIN: &str = "join";
+    /// The admin's Recover.
+    pub const RECOVER: &str = "recover";
+}
+
+/// Least length of the measurement salt an Init carries.
+pub const MIN_MEASUREMENT_SALT_LEN: usize = 32;
+/// Length of a state-disk key in a ticket.
+pub const STATE_DISK_KEY_LEN: usize = 32;
+
+/// Marks a node as bootstrapped: PCR 15 ← cluster id. A node's own
+/// attestation shows the mark from then on; a join service checks it.
+pub trait NodeMarker: Send + Sync {
+    /// Extends the mark with `cluster_id`.
+    fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError>;
+}
+
+impl NodeMarker for VtpmIssuer {
+    fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
+        self.mark_node(cluster_id)
+    }
+}
+
+impl<T: NodeMarker + ?Sized> NodeMarker for Arc<T> {
+    fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
+        (**self).mark(cluster_id)
+    }
+}
+
+/// How bootstrapping ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The admin's Init made this node the first control plane.
+    Initialized,
+    /// The node joined with a ticket.
+    Joined,
+    /// The node rejoined after a reboot and opened its disk.
+    Rejoined,
+    /// The admin's Recover opened the disk.
+    Recovered,
+}
+
+/// What a node is configured with.
+#[derive(Clone, Debug, Default)]
+pub struct NodeConfig {
+    /// The slow hash of the init secret; no hash means Init is refused.
+    pub init_secret_hash: Option<InitSecretHash>,
+    /// The node's IP in the cluster network.
+    pub node_ip: String,
+    /// Whether a joining node becomes a control-plane node.
+    pub is_control_plane: bool,
+}
+
+/// An Init whose fields were checked; nothing has changed yet.
+pub struct CheckedInit {
+    master: MasterSecret,
+}
+
+/// A node: its nodelock, state disk, cluster backend and marker.
+pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
+    lock: NodeLock,
+    disk: Mutex<StateDisk<B>>,
+    mkfs: Option<Mkfs>,
+    cluster: C,
+    marker: M,
+    config: NodeConfig,
+}
+
+/// The owner id the admin's Init gets back: HKDF(measurement secret,
+/// measurement salt, "key-ownerID"), as Constellation derives it.
+pub fn owner_id(measurement_secret: &[u8], measurement_salt: &[u8]) -> Vec<u8> {
+    hkdf_sha256(measurement_secret, measurement_salt, b"key-ownerID", 32)
+        .expose()
+        .to_vec()
+}
+
+impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
+    /// A node that has not bootstrapped yet. `mkfs` makes the state file
+    /// system on a newly formatted disk (`None`: no file system).
+    pub fn new(
+        disk: StateDisk<B>,
+        mkfs: Option<Mkfs>,
+        cluster: C,
+        marker: M,
+        config: NodeConfig,
+    ) -> Self {
+        Node {
+            lock: NodeLock::new(),
+            disk: Mutex::new(disk),
+            mkfs,
+            cluster,
+            marker,
+            config,
+        }
+    }
+
+    /// The nodelock.
+    #[cfg(test)]
+    pub fn lock(&self) -> &NodeLock {
+        &self.lock
+    }
+
+    /// The cluster backend.
+    #[cfg(test)]
+    pub fn cluster(&self) -> &C {
+        &self.cluster
+    }
+
+    fn disk(&self) -> MutexGuard<'_, StateDisk<B>> {
+        self.disk.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The plan from the disk as it is now; `new_disk_uuid` names a blank disk.
+    pub fn plan(&self, new_disk_uuid: impl FnOnce() -> String) -> Result<Plan, NodeError> {
+        let state = self.disk().state().map_err(NodeError::DiskRead)?;
+        plan_for(&state, self.config.is_control_plane, new_disk_uuid)
+    }
+
+    /// Takes the nodelock for `holder` (see [`holder`]).
+    pub fn take_lock(&self, holder: &'static str) -> Result<LockToken, NodeError> {
+        self.lock
+            .try_lock(holder)
+            .ok_or(NodeError::AlreadyBootstrapping {
+                holder: self.lock.holder().unwrap_or("?"),
+            })
+    }
+
+    // ---- Init ----
+
+    /// Checks an Init before anything changes: the init secret against
+    /// the configured hash, then the URIs and the salt.
+    pub fn check_init(&self, req: &InitRequest) -> Result<CheckedInit, NodeError> {
+        let Some(hash) = &self.config.init_secret_hash else {
+            return Err(NodeError::InitNotConfigured);
+        };
+        if !hash.verify(&req.init_secret) {
+            return Err(NodeError::WrongInitSecret);
+        }
+        let master = master_secret(&req.kms_uri)?;
+        check_storage_uri(&req.storage_uri)?;
+        if req.measurement_salt.len() < MIN_MEASUREMENT_SALT_LEN {
+            return Err(NodeError::InvalidArgument {
+                field: "measurement_salt",
+                reason: format!("must be at least {MIN_MEASUREMENT_SALT_LEN} bytes"),
+            });
+        }
+        Ok(CheckedInit { master })
+    }
+
+    /// Serves the admin's Init: checks it, takes the nodelock, formats (or
+    /// opens) the state disk, marks the node and initializes the cluster.
+    /// `log` gets the progress lines the admin sees.
+    pub fn init(
+        &self,
+        req: &InitRequest,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<InitSuccessResponse, NodeError> {
+        let checked = self.check_init(req)?;
+        let token = self.take_lock(holder::INIT)?;
+        log("nodelock taken: this node becomes the first control plane");
+        self.apply_init(&token, &checked, req, log)
+    }
+
+    /// Applies a checked Init past the nodelock.
+    pub fn apply_init(
+        &self,
+        token: &LockToken,
+        checked: &CheckedInit,
+        req: &InitRequest,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<InitSuccessResponse, NodeError> {
+        let master = &checked.master;
+        let uuid = confboot::disk::new_disk_uuid();
+        let action = self.set_up_disk(
+            token,
+            &uuid,
+            |uuid| Ok(master.state_disk_key(uuid)),
+            Some(&req.measurement_salt),
+        )?;
+        log(&describe(&action));
+        let measurement_secret = master.measurement_secret();
+        let cluster_id = derive_cluster_id(measurement_secret.expose(), &req.measurement_salt);
+        self.mark(token, &cluster_id)?;
+        log("node marked: PCR 15 extended with the cluster id");
+        let params = init_cluster_params(req, &self.config.node_ip);
+        let out = self
+            .cluster
+            .init_cluster(&params, log)
+            .map_err(|error| NodeError::Cluster {
+                action: "init",
+                error,
+            })?;
+        log("cluster initialized");
+        Ok(InitSuccessResponse {
+            kubeconfig: out.kubeconfig.expose().to_vec(),
+            owner_id: owner_id(measurement_secret.expose(), &req.measurement_salt),
+            cluster_id: cluster_id.to_vec(),
+        })
+    }
+
+    // ---- Join and rejoin ----
+
+    /// Checks a join service's answer to `request` before the node commits
+    /// to it: the kind of ticket matches the request, the key has the
+    /// right length. A ticket that fails is thrown away.
+    pub fn check_ticket(&self, request: &TicketRequest, ticket: &Ticket) -> Result<(), NodeError> {
+        let key_len = match (request, ticket) {
+            (TicketRequest::Join { .. }, Ticket::Join(t)) => {
+                if t.measurement_secret.is_empty() {
+                    return Err(NodeError::BadTicket("no measurement secret".into()));
+                }
+                if !confboot::disk::MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()) {
+                    return Err(NodeError::BadTicket(format!(
+                        "a measurement salt of {} bytes",
+                        t.measurement_salt.len()
+                    )));
+                }
+                t.state_disk_key.len()
+            }
+            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
+                if t.measurement_secret.is_empty() {
+                    return Err(NodeError::BadTicket("no measurement secret".into()));
+                }
+                t.state_disk_key.len()
+            }
+            _ => {
+                return Err(NodeError::BadTicket(
+                    "the join service answered another kind of ticket".into(),
+                ));
+            }
+        };
+        if key_len != STATE_DISK_KEY_LEN {
+            return Err(NodeError::BadTicket(format!(
+                "the state disk key is {key_len} bytes, not {STATE_DISK_KEY_LEN}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies a checked ticket past the nodelock (taken by the join client).
+    pub fn apply_ticket(
+        &self,
+        token: &LockToken,
+        request: &TicketRequest,
+        ticket: &Ticket,
+    ) -> Result<Outcome, NodeError> {
+        match (request, ticket) {
+            (TicketRequest::Join { disk_uuid, .. }, Ticket::Join(t)) => {
+                self.apply_join_ticket(token, disk_uuid, t)?;
+                Ok(Outcome::Joined)
+            }
+            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
+                self.apply_rejoin_ticket(token, t)?;
+                Ok(Outcome::Rejoined)
+            }
+            _ => Err(NodeError::BadTicket(
+                "the join service answered another kind of ticket".into(),
+            )),
+        }
+    }
+
+    fn apply_join_ticket(
+        &self,
+        token: &LockToken,
+        disk_uuid: &str,
+        t: &IssueJoinTicketResponse,
+    ) -> Result<(), NodeError> {
+        let key = SecretBytes::new(t.state_disk_key.clone());
+        let action = self.set_up_disk(
+            token,
+            disk_uuid,
+            |uuid| {
+                if uuid == disk_uuid {
+                    Ok(key.clone())
+                } else {
+                    Err(DiskError::KeyUnavailable(format!(
+                        "the ticket is for disk {disk_uuid}, the disk is {uuid}"
+                    )))
+                }
+            },
+            Some(&t.measurement_salt),
+        )?;
+        log::info!("{}", describe(&action));
+        let cluster_id = derive_cluster_id(&t.measurement_secret, &t.measurement_salt);
+        self.mark(token, &cluster_id)?;
+        log::info!("node marked: PCR 15 extended with the cluster id");
+        let params = JoinClusterParams {
+            api_server_endpoint: t.api_server_endpoint.clone(),
+            token: SecretBytes::new(t.token.clone().into_bytes()),
+            discovery_token_ca_cert_hash: t.discovery_token_ca_cert_hash.clone(),
+            is_control_plane: self.config.is_control_plane,
+            control_plane_files: t
+                .control_plane_files
+                .iter()
+                .map(|f| (f.name.clone(), SecretBytes::new(f.data.clone())))
+                .collect(),
+            node_ip: self.config.node_ip.clone(),
+            kubernetes_version: t.kubernetes_version.clone(),
+        };
+        self.cluster
+            .join_cluster(&params, &mut |line| log::info!("kubeadm: {line}"))
+            .map_err(|error| NodeError::Cluster {
+                action: "join",
+                error,
+            })
+    }
+
+    fn apply_rejoin_ticket(
+        &self,
+        token: &LockToken,
+        t: &IssueRejoinTicketResponse,
+    ) -> Result<(), NodeError> {
+        // Read first: without a salt the node cannot be marked, and then
+        // the disk stays closed.
+        let salt = self.disk().measurement_salt().map_err(NodeError::Disk)?;
+        let key = SecretBytes::new(t.state_disk_key.clone());
+        let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
+        log::info!("{}", describe(&action));
+        self.mark(token, &derive_cluster_id(&t.measurement_secret, &salt))?;
+        log::info!("node marked: PCR 15 extended with the cluster id");
+        Ok(())
+    }
+
+    // ---- Recover ----
+
+    /// Serves the admin's Recover: derives the disk key from the master
+    /// secret and checks it against the header (a wrong secret changes
+    /// nothing), takes the nodelock, opens the disk and marks the node again
+    /// with the salt the header keeps.
+    pub fn recover(&self, req: &RecoverMessage) -> Result<(), NodeError> {
+        let master = master_secret(&req.kms_uri)?;
+        check_storage_uri(&req.storage_uri)?;
+        if let Some(holder) = self.lock.holder() {
+            return Err(NodeError::AlreadyBootstrapping { holder });
+        }
+        let salt = {
+            let disk = self.disk();
+            if !matches!(
+                disk.state().map_err(NodeError::DiskRead)?,
+                DiskState::Luks { .. }
+            ) {
+                return Err(NodeError::NothingToRecover);
+            }
+            // Read first: without a salt the node cannot be marked, and
+            // then the disk stays closed.
+            let salt = disk.measurement_salt().map_err(NodeError::DiskRead)?;
+            disk.check_key(|uuid| Ok(master.state_disk_key(uuid)))
+                .map_err(NodeError::DiskRead)?;
+            salt
+        };
+        let token = self.take_lock(holder::RECOVER)?;
+        let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
+        log::info!("recovered: {}", describe(&action));
+        self.mark(
+            &token,
+            &derive_cluster_id(master.measurement_secret().expose(), &salt),
+        )?;
+        log::info!("node marked: PCR 15 extended with the cluster id");
+        Ok(())
+    }
+
+    // ---- The irreversible steps: each needs the nodelock's token ----
+
+    /// Formats a blank disk as `blank_uuid` or opens a LUKS one with the key
+    /// `key_for` gives for its UUID, keeps the measurement salt in the
+    /// header (when given) and makes sure of the file system.
+    fn set_up_disk(
+        &self,
+        _token: &LockToken,
+        blank_uuid: &str,
+        key_for: impl FnOnce(&str) -> Result<SecretBytes, DiskError>,
+        measurement_salt: Option<&[u8]>,
+    ) -> Result<DiskAction, NodeError> {
+        let mut disk = self.disk();
+        let action = disk
+            .format_or_open(blank_uuid, key_for)
+            .map_err(NodeError::Disk)?;
+        if let Some(salt) = measurement_salt {
+            disk.store_measurement_salt(salt).map_err(NodeError::Disk)?;
+        }
+        if let Some(mkfs) = &self.mkfs {
+            disk.ensure_filesystem(mkfs).map_err(NodeError::Disk)?;
+        }
+        Ok(action)
+    }
+
+    /// Marks the node: PCR 15 ← cluster id.
+    fn mark(&self, _token: &LockToken, cluster_id: &[u8]) -> Result<(), NodeError> {
+        self.marker.mark(cluster_id).map_err(NodeError::Mark)
+    }
+}
+
+fn master_secret(kms_uri: &str) -> Result<MasterSecret, NodeError> {
+    MasterSecret::from_kms_uri(kms_uri).map_err(|e| NodeError::InvalidArgument {
+        field: "kms_uri",
+        reason: e.to_string(),
+    })
+}
+
+fn check_storage_uri(storage_uri: &str) -> Result<(), NodeError> {
+    StorageUri::parse(storage_uri)
+        .map(|_| ())
+        .map_err(|e| NodeError::InvalidArgument {
+            field: "storage_uri",
+            reason: e.to_string(),
+        })
+}
+
+fn init_cluster_params(req: &InitRequest, node_ip: &str) -> InitClusterParams {
+    InitClusterParams {
+        cluster_name: if req.cluster_name.is_empty() {
+            "confboot".into()
+        } else {
+            req.cluster_name.clone()
+        },
+        kubernetes_version: req.kubernetes_version.clone(),
+        node_ip: node_ip.to_string(),
+        api_server_cert_sans: req.apiserver_cert_sans.clone(),
+        service_cidr: if req.service_cidr.is_empty() {
+            "10.96.0.0/12".into()
+        } else {
+            req.service_cidr.clone()
+        },
+        pod_cidr: "10.244.0.0/16".into(),
+        conformance_mode: req.conformance_mode,
+    }
+}
+
+fn describe(action: &DiskAction) -> String {
+    match action {
+        DiskAction::Formatted { uuid } => format!("state disk {uuid} formatted (LUKS2) and opened"),
+        DiskAction::Opened { uuid } => format!("state disk {uuid} opened"),
+    }
+}

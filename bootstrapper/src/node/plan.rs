@@ -1,0 +1,90 @@
+//! The first decision: from what the state disk holds, which server the
+//! node runs for the admin and which ticket its join client asks for.
+
+use confboot::disk::DiskState;
+use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
+
+use super::NodeError;
+
+/// The server the node runs for the admin while its join client asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminApi {
+    /// A blank disk: the admin's Init may make this the first control plane.
+    Init,
+    /// An initialized disk: the admin's Recover opens it when no join
+    /// service can.
+    Recover,
+}
+
+impl AdminApi {
+    /// Its name in logs: `init` or `recovery`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdminApi::Init => "init",
+            AdminApi::Recover => "recovery",
+        }
+    }
+}
+
+/// What the node asks a join service for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TicketRequest {
+    /// A first join: the disk is blank and will be formatted with this UUID.
+    Join {
+        /// The UUID the state disk will get.
+        disk_uuid: String,
+        /// Whether the node becomes a control-plane node.
+        is_control_plane: bool,
+    },
+    /// A rejoin after a reboot: the disk is formatted already.
+    Rejoin {
+        /// The state disk's UUID.
+        disk_uuid: String,
+    },
+}
+
+/// What a join service answered.
+pub enum Ticket {
+    /// For a first join.
+    Join(IssueJoinTicketResponse),
+    /// For a rejoin.
+    Rejoin(IssueRejoinTicketResponse),
+}
+
+/// How the node bootstraps: both halves run at once and race for the
+/// nodelock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The admin's server.
+    pub admin_api: AdminApi,
+    /// The join client's request.
+    pub request: TicketRequest,
+}
+
+/// The plan for a disk in `state`. `new_disk_uuid` names a blank disk (it is
+/// called only for one). A disk that is neither blank nor LUKS2 gets no plan:
+/// nothing may touch it.
+pub fn plan_for(
+    state: &DiskState,
+    is_control_plane: bool,
+    new_disk_uuid: impl FnOnce() -> String,
+) -> Result<Plan, NodeError> {
+    match state {
+        DiskState::Blank => Ok(Plan {
+            admin_api: AdminApi::Init,
+            request: TicketRequest::Join {
+                disk_uuid: new_disk_uuid(),
+                is_control_plane,
+            },
+        }),
+        DiskState::Luks { uuid } => Ok(Plan {
+            admin_api: AdminApi::Recover,
+            request: TicketRequest::Rejoin {
+                disk_uuid: uuid.clone(),
+            },
+        }),
+        DiskState::Unrecognized { reason } => Err(NodeError::UnrecognizedDisk {
+            reason: reason.clone(),
+        }),
+    }
+}

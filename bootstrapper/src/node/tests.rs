@@ -1,0 +1,721 @@
+//! Every path of the node's core, without sockets: doubles for the disk
+//! (an in-memory LUKS header), mke2fs (a recording runner), the marker
+//! (a recording PCR 15) and the cluster ([`RecordingBackend`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use confboot::attestation::AttestationError;
+use confboot::cluster::{ClusterError, RecordedCall, RecordingBackend};
+use confboot::disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
+use confboot::kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};
+use confboot::kms::{MasterSecret, SecretBytes, derive_cluster_id};
+use confboot::process::{CommandOutput, CommandRunner, ProcessError, Stream};
+use confboot_proto::init::InitRequest;
+use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
+use confboot_proto::recover::RecoverMessage;
+
+use super::*;
+
+const UUID: &str = "0b5d2a3c-1111-4222-8333-944455556666";
+const OTHER_UUID: &str = "0b5d2a3c-1111-4222-8333-000000000000";
+const INIT_SECRET: &[u8] = b"the admin's init secret";
+
+/// Which disk step fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DiskFault {
+    Format,
+    Open,
+    StoreSalt,
+}
+
+/// What the in-memory disk holds and what was done to it.
+#[derive(Debug, Default)]
+struct DiskDouble {
+    /// `Some((uuid, key))` once there is a LUKS header.
+    luks: Option<(String, Vec<u8>)>,
+    unrecognized: bool,
+    opened: bool,
+    salt: Option<Vec<u8>>,
+    fs: Option<String>,
+    fault: Option<DiskFault>,
+    formats: usize,
+}
+
+/// **Test double** of a disk backend: a LUKS header in memory, with the
+/// same refusals as the real one (no format over a header, wrong keys).
+#[derive(Clone, Default)]
+struct FakeDisk(Arc<Mutex<DiskDouble>>);
+
+impl FakeDisk {
+    fn blank() -> FakeDisk {
+        FakeDisk::default()
+    }
+    fn luks(uuid: &str, key: &[u8], salt: Option<&[u8]>) -> FakeDisk {
+        let d = FakeDisk::default();
+        {
+            let mut s = d.state();
+            s.luks = Some((uuid.into(), key.to_vec()));
+            s.salt = salt.map(<[u8]>::to_vec);
+            s.fs = Some("ext4".into());
+        }
+        d
+    }
+    fn state(&self) -> std::sync::MutexGuard<'_, DiskDouble> {
+        self.0.lock().unwrap()
+    }
+    fn failing(self, fault: DiskFault) -> FakeDisk {
+        self.state().fault = Some(fault);
+        self
+    }
+    fn untouched_blank(&self) -> bool {
+        let s = self.state();
+        s.luks.is_none() && !s.opened && s.salt.is_none() && s.formats == 0
+    }
+}
+
+fn io_fault(step: &str) -> DiskError {
+    DiskError::Io(format!("injected {step} fault"))
+}
+
+impl DiskBackend for FakeDisk {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        let s = self.state();
+        Ok(match (&s.luks, s.unrecognized) {
+            (Some((uuid, _)), _) => DiskState::Luks { uuid: uuid.clone() },
+            (None, true) => DiskState::Unrecognized {
+                reason: "an ext4 superblock".into(),
+            },
+            (None, false) => DiskState::Blank,
+        })
+    }
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError> {
+        let mut s = self.state();
+        if let Some((existing, _)) = &s.luks {
+            return Err(DiskError::AlreadyFormatted {
+                uuid: existing.clone(),
+            });
+        }
+        if s.fault == Some(DiskFault::Format) {
+            return Err(io_fault("format"));
+        }
+        s.formats += 1;
+        s.luks = Some((uuid.into(), key.expose().to_vec()));
+        Ok(())
+    }
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
+        self.check_key(key)?;
+        let mut s = self.state();
+        if s.fault == Some(DiskFault::Open) {
+            return Err(io_fault("open"));
+        }
+        s.opened = true;
+        Ok(())
+    }
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        match &self.state().luks {
+            None => Err(DiskError::NotLuks),
+            Some((_, k)) if k == key.expose() => Ok(()),
+            Some(_) => Err(DiskError::WrongKey),
+        }
+    }
+    fn describe(&self) -> String {
+        "the disk double".into()
+    }
+    fn mapped_device(&self) -> Option<PathBuf> {
+        self.state()
+            .opened
+            .then(|| PathBuf::from("/dev/mapper/double"))
+    }
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        let mut s = self.state();
+        if s.fault == Some(DiskFault::StoreSalt) {
+            return Err(io_fault("token"));
+        }
+        s.salt = Some(salt.to_vec());
+        Ok(())
+    }
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        Ok(self.state().salt.clone())
+    }
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
+        self.state().fs = Some(fs.into());
+        Ok(())
+    }
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        Ok(self.state().fs.clone())
+    }
+}
+
+/// **Test double** of mke2fs: records the devices it was run on.
+#[derive(Clone, Default)]
+struct MkfsCalls(Arc<Mutex<Vec<String>>>);
+
+impl CommandRunner for MkfsCalls {
+    fn run(
+        &self,
+        _program: &Path,
+        args: &[String],
+        _stdin: Option<&[u8]>,
+        _on_line: &mut dyn FnMut(Stream, &str),
+    ) -> Result<CommandOutput, ProcessError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(args.last().cloned().unwrap_or_default());
+        Ok(CommandOutput {
+            status: Some(0),
+            stdout_tail: vec![],
+            stderr_tail: vec![],
+        })
+    }
+}
+
+/// **Test double** of PCR 15: records every mark.
+#[derive(Clone, Default)]
+struct FakeMarker {
+    marks: Arc<Mutex<Vec<Vec<u8>>>>,
+    fail: bool,
+}
+
+impl NodeMarker for FakeMarker {
+    fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
+        if self.fail {
+            return Err(AttestationError::Issue("injected TPM fault".into()));
+        }
+        self.marks.lock().unwrap().push(cluster_id.to_vec());
+        Ok(())
+    }
+}
+
+type TestNode = Node<FakeDisk, RecordingBackend, FakeMarker>;
+
+struct Rig {
+    node: TestNode,
+    disk: FakeDisk,
+    mkfs: MkfsCalls,
+    marker: FakeMarker,
+}
+
+impl Rig {
+    fn with(disk: FakeDisk, cluster: RecordingBackend, marker: FakeMarker) -> Rig {
+        let mkfs = MkfsCalls::default();
+        let config = NodeConfig {
+            init_secret_hash: Some(
+                InitSecretHash::parse(&hash(INIT_SECRET, MIN_ITERATIONS)).unwrap(),
+            ),
+            node_ip: "10.0.2.15".into(),
+            is_control_plane: false,
+        };
+        let node = Node::new(
+            StateDisk::new(disk.clone()),
+            Some(Mkfs::with_runner("mke2fs", Box::new(mkfs.clone()))),
+            cluster,
+            marker.clone(),
+            config,
+        );
+        Rig {
+            node,
+            disk,
+            mkfs,
+            marker,
+        }
+    }
+    fn new(disk: FakeDisk) -> Rig {
+        Rig::with(disk, kubeadm(), FakeMarker::default())
+    }
+    fn marks(&self) -> Vec<Vec<u8>> {
+        self.marker.marks.lock().unwrap().clone()
+    }
+    fn mkfs_runs(&self) -> Vec<String> {
+        self.mkfs.0.lock().unwrap().clone()
+    }
+}
+
+fn kubeadm() -> RecordingBackend {
+    RecordingBackend::new(SecretBytes::new(b"kind: Config".to_vec()))
+}
+
+fn master() -> MasterSecret {
+    MasterSecret::new(vec![7; 32], vec![9; 32]).unwrap()
+}
+
+fn init_request() -> InitRequest {
+    let mut r = InitRequest::default();
+    r.kms_uri = master().to_kms_uri().to_string();
+    r.storage_uri = "storage://no-store".into();
+    r.measurement_salt = vec![3; 32];
+    r.init_secret = INIT_SECRET.to_vec();
+    r.cluster_name = "c1".into();
+    r
+}
+
+fn join_request() -> TicketRequest {
+    TicketRequest::Join {
+        disk_uuid: UUID.into(),
+        is_control_plane: false,
+    }
+}
+
+fn join_response() -> IssueJoinTicketResponse {
+    let mut t = IssueJoinTicketResponse::default();
+    t.state_disk_key = vec![0x42; 32];
+    t.measurement_salt = vec![5; 32];
+    t.measurement_secret = vec![6; 32];
+    t.api_server_endpoint = "10.0.2.15:6443".into();
+    t.token = "abcdef.0123456789abcdef".into();
+    t.discovery_token_ca_cert_hash = "sha256:00".into();
+    t.kubernetes_version = "v1.30.4".into();
+    t
+}
+
+fn join_ticket() -> Ticket {
+    Ticket::Join(join_response())
+}
+
+fn rejoin_ticket(key: &[u8]) -> Ticket {
+    let mut t = IssueRejoinTicketResponse::default();
+    t.state_disk_key = key.to_vec();
+    t.measurement_secret = vec![6; 32];
+    Ticket::Rejoin(t)
+}
+
+fn recover_request(m: &MasterSecret) -> RecoverMessage {
+    let mut r = RecoverMessage::default();
+    r.kms_uri = m.to_kms_uri().to_string();
+    r.storage_uri = "storage://no-store".into();
+    r
+}
+
+fn no_log() -> impl FnMut(&str) {
+    |_| {}
+}
+
+// ---- The plan ----
+
+#[test]
+fn a_blank_disk_serves_init_and_asks_for_a_join_ticket() {
+    let rig = Rig::new(FakeDisk::blank());
+    let plan = rig.node.plan(|| UUID.to_string()).unwrap();
+    assert_eq!(plan.admin_api, AdminApi::Init);
+    assert_eq!(plan.request, join_request());
+}
+
+#[test]
+fn a_luks_disk_serves_recover_and_asks_for_a_rejoin_ticket() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[1; 32], Some(&[5; 32])));
+    let plan = rig
+        .node
+        .plan(|| panic!("a LUKS disk needs no new UUID"))
+        .unwrap();
+    assert_eq!(plan.admin_api, AdminApi::Recover);
+    assert_eq!(
+        plan.request,
+        TicketRequest::Rejoin {
+            disk_uuid: UUID.into()
+        }
+    );
+}
+
+#[test]
+fn an_unrecognized_disk_gets_no_plan() {
+    let disk = FakeDisk::blank();
+    disk.state().unrecognized = true;
+    let rig = Rig::new(disk);
+    let err = rig.node.plan(|| UUID.to_string()).unwrap_err();
+    assert!(matches!(err, NodeError::UnrecognizedDisk { .. }), "{err}");
+    assert!(err.to_string().contains("left untouched"));
+    assert!(rig.disk.state().luks.is_none());
+}
+
+// ---- Init ----
+
+#[test]
+fn blank_then_init_formats_marks_and_initializes_the_cluster() {
+    let rig = Rig::new(FakeDisk::blank());
+    let mut lines = Vec::new();
+    let ok = rig
+        .node
+        .init(&init_request(), &mut |l| lines.push(l.to_string()))
+        .unwrap();
+    assert_eq!(rig.node.lock().holder(), Some(holder::INIT));
+    let (uuid, key) = rig.disk.state().luks.clone().expect("formatted");
+    assert_eq!(key, master().state_disk_key(&uuid).expose());
+    assert!(rig.disk.state().opened);
+    assert_eq!(rig.disk.state().salt.as_deref(), Some(&[3u8; 32][..]));
+    assert_eq!(rig.mkfs_runs(), ["/dev/mapper/double"]);
+    let cluster_id = derive_cluster_id(master().measurement_secret().expose(), &[3; 32]);
+    assert_eq!(rig.marks(), [cluster_id.to_vec()]);
+    assert_eq!(ok.cluster_id, cluster_id);
+    assert_eq!(
+        ok.owner_id,
+        owner_id(master().measurement_secret().expose(), &[3; 32])
+    );
+    assert_eq!(ok.kubeconfig, b"kind: Config");
+    match &rig.node.cluster().calls()[..] {
+        [RecordedCall::Init(p)] => {
+            assert_eq!(p.cluster_name, "c1");
+            assert_eq!(p.node_ip, "10.0.2.15");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        lines.first().unwrap(),
+        &"nodelock taken: this node becomes the first control plane"
+    );
+    assert_eq!(lines.last().unwrap(), &"cluster initialized");
+}
+
+/// An Init refused before the nodelock leaves the node exactly as it was.
+fn assert_refused_untouched(rig: &Rig, err: &NodeError) {
+    assert!(!err.is_final(), "{err}");
+    assert!(!rig.node.lock().is_locked());
+    assert!(rig.disk.untouched_blank());
+    assert!(rig.marks().is_empty());
+    assert!(rig.node.cluster().calls().is_empty());
+}
+
+#[test]
+fn a_wrong_init_secret_changes_nothing() {
+    let rig = Rig::new(FakeDisk::blank());
+    let mut req = init_request();
+    req.init_secret = b"guess".to_vec();
+    let err = rig.node.init(&req, &mut no_log()).unwrap_err();
+    assert_eq!(err, NodeError::WrongInitSecret);
+    assert_refused_untouched(&rig, &err);
+}
+
+#[test]
+fn a_node_without_an_init_secret_hash_takes_no_init() {
+    let mut rig = Rig::new(FakeDisk::blank());
+    rig.node.config.init_secret_hash = None;
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert_eq!(err, NodeError::InitNotConfigured);
+    assert_refused_untouched(&rig, &err);
+}
+
+#[test]
+fn malformed_init_fields_are_refused_before_the_nodelock() {
+    type Spoil = fn(&mut InitRequest);
+    let cases: [(&str, Spoil); 3] = [
+        ("kms_uri", |r| {
+            r.kms_uri = "kms://cluster-kms?key=short".into()
+        }),
+        ("storage_uri", |r| r.storage_uri = "s3://bucket".into()),
+        ("measurement_salt", |r| r.measurement_salt = vec![1; 8]),
+    ];
+    for (field, spoil) in cases {
+        let rig = Rig::new(FakeDisk::blank());
+        let mut req = init_request();
+        spoil(&mut req);
+        let err = rig.node.init(&req, &mut no_log()).unwrap_err();
+        assert!(
+            matches!(&err, NodeError::InvalidArgument { field: f, .. } if *f == field),
+            "{field}: {err:?}"
+        );
+        assert_refused_untouched(&rig, &err);
+    }
+}
+
+#[test]
+fn init_after_the_join_client_took_the_lock_is_refused() {
+    let rig = Rig::new(FakeDisk::blank());
+    let _join = rig.node.take_lock(holder::JOIN).unwrap();
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert_eq!(err, NodeError::AlreadyBootstrapping { holder: "join" });
+    assert!(!err.is_final(), "the join flow goes on");
+    assert!(rig.disk.untouched_blank());
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn init_failing_at_the_disk_is_final_and_marks_nothing() {
+    let rig = Rig::new(FakeDisk::blank().failing(DiskFault::Format));
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert!(matches!(err, NodeError::Disk(DiskError::Io(_))), "{err:?}");
+    assert!(err.is_final());
+    assert!(rig.node.lock().is_locked(), "there is no way back");
+    assert!(rig.marks().is_empty());
+    assert!(rig.node.cluster().calls().is_empty());
+}
+
+#[test]
+fn init_failing_to_keep_the_salt_is_final_and_marks_nothing() {
+    let rig = Rig::new(FakeDisk::blank().failing(DiskFault::StoreSalt));
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert!(err.is_final(), "{err}");
+    assert!(rig.marks().is_empty());
+    assert!(rig.mkfs_runs().is_empty());
+}
+
+#[test]
+fn init_failing_to_mark_is_final_and_starts_no_cluster() {
+    let marker = FakeMarker {
+        fail: true,
+        ..Default::default()
+    };
+    let rig = Rig::with(FakeDisk::blank(), kubeadm(), marker);
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert!(matches!(err, NodeError::Mark(_)), "{err:?}");
+    assert!(err.is_final());
+    assert!(rig.node.cluster().calls().is_empty());
+}
+
+#[test]
+fn init_failing_in_the_cluster_is_final() {
+    let cluster = RecordingBackend::failing(ClusterError::Stopped);
+    let rig = Rig::with(FakeDisk::blank(), cluster, FakeMarker::default());
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert_eq!(
+        err,
+        NodeError::Cluster {
+            action: "init",
+            error: ClusterError::Stopped
+        }
+    );
+    assert!(err.is_final());
+    assert_eq!(rig.marks().len(), 1, "marked before the cluster step");
+}
+
+#[test]
+fn a_second_init_after_a_successful_one_is_refused() {
+    let rig = Rig::new(FakeDisk::blank());
+    rig.node.init(&init_request(), &mut no_log()).unwrap();
+    let err = rig.node.init(&init_request(), &mut no_log()).unwrap_err();
+    assert_eq!(err, NodeError::AlreadyBootstrapping { holder: "init" });
+    assert_eq!(rig.disk.state().formats, 1);
+    assert_eq!(rig.marks().len(), 1);
+}
+
+// ---- Join ----
+
+#[test]
+fn blank_then_join_formats_with_the_ticket_key_and_joins() {
+    let rig = Rig::new(FakeDisk::blank());
+    let (request, ticket) = (join_request(), join_ticket());
+    rig.node.check_ticket(&request, &ticket).unwrap();
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    let outcome = rig.node.apply_ticket(&token, &request, &ticket).unwrap();
+    assert_eq!(outcome, Outcome::Joined);
+    assert_eq!(
+        rig.disk.state().luks,
+        Some((UUID.to_string(), vec![0x42; 32]))
+    );
+    assert_eq!(rig.disk.state().salt.as_deref(), Some(&[5u8; 32][..]));
+    assert_eq!(rig.mkfs_runs().len(), 1);
+    assert_eq!(
+        rig.marks(),
+        [derive_cluster_id(&[6; 32], &[5; 32]).to_vec()]
+    );
+    match &rig.node.cluster().calls()[..] {
+        [RecordedCall::Join(p)] => {
+            assert_eq!(p.api_server_endpoint, "10.0.2.15:6443");
+            assert_eq!(p.token.expose(), b"abcdef.0123456789abcdef");
+            assert!(!p.is_control_plane);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unusable_tickets_are_thrown_away_before_the_nodelock() {
+    let rig = Rig::new(FakeDisk::blank());
+    let mut short_key = join_response();
+    short_key.state_disk_key = vec![1; 16];
+    let mut short_salt = join_response();
+    short_salt.measurement_salt = vec![1; 4];
+    let (short_key, short_salt) = (Ticket::Join(short_key), Ticket::Join(short_salt));
+    for (request, ticket) in [
+        (join_request(), short_key),
+        (join_request(), short_salt),
+        (join_request(), rejoin_ticket(&[0x42; 32])),
+        (
+            TicketRequest::Rejoin {
+                disk_uuid: UUID.into(),
+            },
+            join_ticket(),
+        ),
+        (
+            TicketRequest::Rejoin {
+                disk_uuid: UUID.into(),
+            },
+            rejoin_ticket(&[]),
+        ),
+    ] {
+        let err = rig.node.check_ticket(&request, &ticket).unwrap_err();
+        assert!(matches!(err, NodeError::BadTicket(_)), "{err:?}");
+        assert!(!err.is_final());
+    }
+    assert!(!rig.node.lock().is_locked());
+    assert!(rig.disk.untouched_blank());
+}
+
+#[test]
+fn a_join_ticket_for_another_disk_opens_nothing() {
+    // The disk got a header (another UUID) after the plan was made.
+    let rig = Rig::new(FakeDisk::luks(OTHER_UUID, &[0x42; 32], Some(&[5; 32])));
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    let err = rig
+        .node
+        .apply_ticket(&token, &join_request(), &join_ticket())
+        .unwrap_err();
+    assert!(
+        matches!(err, NodeError::Disk(DiskError::KeyUnavailable(_))),
+        "{err:?}"
+    );
+    assert!(!rig.disk.state().opened);
+    assert!(rig.marks().is_empty());
+}
+
+// ---- Rejoin ----
+
+#[test]
+fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let ticket = rejoin_ticket(&[0x42; 32]);
+    rig.node.check_ticket(&request, &ticket).unwrap();
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    assert_eq!(
+        rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
+        Outcome::Rejoined
+    );
+    assert!(rig.disk.state().opened);
+    assert_eq!(rig.disk.state().formats, 0);
+    assert!(rig.mkfs_runs().is_empty(), "the file system is kept");
+    assert_eq!(
+        rig.marks(),
+        [derive_cluster_id(&[6; 32], &[5; 32]).to_vec()]
+    );
+    assert!(rig.node.cluster().calls().is_empty());
+}
+
+#[test]
+fn a_rejoin_ticket_with_a_wrong_key_never_formats() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    let err = rig
+        .node
+        .apply_ticket(&token, &request, &rejoin_ticket(&[0x13; 32]))
+        .unwrap_err();
+    assert_eq!(err, NodeError::Disk(DiskError::WrongKey));
+    assert!(err.is_final() && err.is_wrong_key());
+    let s = rig.disk.state();
+    assert_eq!(s.luks, Some((UUID.to_string(), vec![0x42; 32])));
+    assert!(!s.opened);
+    assert_eq!(s.formats, 0);
+    drop(s);
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn a_rejoin_without_a_kept_salt_leaves_the_disk_closed() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], None));
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    let err = rig
+        .node
+        .apply_ticket(&token, &request, &rejoin_ticket(&[0x42; 32]))
+        .unwrap_err();
+    assert!(
+        matches!(err, NodeError::Disk(DiskError::Metadata(_))),
+        "{err:?}"
+    );
+    assert!(!rig.disk.state().opened);
+    assert!(rig.marks().is_empty());
+}
+
+// ---- Recover ----
+
+fn recoverable_rig() -> (Rig, MasterSecret) {
+    let m = master();
+    let key = m.state_disk_key(UUID);
+    (
+        Rig::new(FakeDisk::luks(UUID, key.expose(), Some(&[5; 32]))),
+        m,
+    )
+}
+
+#[test]
+fn luks_then_recover_opens_and_marks() {
+    let (rig, m) = recoverable_rig();
+    rig.node.recover(&recover_request(&m)).unwrap();
+    assert_eq!(rig.node.lock().holder(), Some(holder::RECOVER));
+    assert!(rig.disk.state().opened);
+    assert_eq!(
+        rig.marks(),
+        [derive_cluster_id(m.measurement_secret().expose(), &[5; 32]).to_vec()]
+    );
+    assert!(rig.node.cluster().calls().is_empty());
+}
+
+#[test]
+fn recover_with_a_wrong_master_secret_changes_nothing() {
+    let (rig, _) = recoverable_rig();
+    let wrong = MasterSecret::new(vec![8; 32], vec![9; 32]).unwrap();
+    let err = rig.node.recover(&recover_request(&wrong)).unwrap_err();
+    assert_eq!(err, NodeError::DiskRead(DiskError::WrongKey));
+    assert!(err.is_wrong_key());
+    assert!(!err.is_final(), "the admin may try again");
+    assert!(!rig.node.lock().is_locked(), "a rejoin may still win");
+    assert!(!rig.disk.state().opened);
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn recover_on_a_blank_disk_has_nothing_to_do() {
+    let rig = Rig::new(FakeDisk::blank());
+    let err = rig.node.recover(&recover_request(&master())).unwrap_err();
+    assert_eq!(err, NodeError::NothingToRecover);
+    assert!(rig.disk.untouched_blank());
+}
+
+#[test]
+fn recover_after_a_rejoin_took_the_lock_is_refused() {
+    let (rig, m) = recoverable_rig();
+    let _rejoin = rig.node.take_lock(holder::JOIN).unwrap();
+    let err = rig.node.recover(&recover_request(&m)).unwrap_err();
+    assert_eq!(err, NodeError::AlreadyBootstrapping { holder: "join" });
+    assert!(!rig.disk.state().opened, "the disk is the rejoin's");
+}
+
+#[test]
+fn recover_failing_past_the_lock_is_final() {
+    let m = master();
+    let key = m.state_disk_key(UUID);
+    let rig = Rig::new(FakeDisk::luks(UUID, key.expose(), Some(&[5; 32])).failing(DiskFault::Open));
+    let err = rig.node.recover(&recover_request(&m)).unwrap_err();
+    assert!(matches!(err, NodeError::Disk(DiskError::Io(_))), "{err:?}");
+    assert!(err.is_final());
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn only_errors_past_the_nodelock_are_final() {
+    let refusals = [
+        NodeError::InitNotConfigured,
+        NodeError::WrongInitSecret,
+        NodeError::AlreadyBootstrapping { holder: "join" },
+        NodeError::NothingToRecover,
+        NodeError::BadTicket("x".into()),
+        NodeError::UnrecognizedDisk { reason: "x".into() },
+        NodeError::DiskRead(DiskError::WrongKey),
+    ];
+    assert!(refusals.iter().all(|e| !e.is_final()));
+    let finals = [
+        NodeError::Disk(DiskError::WrongKey),
+        NodeError::Mark(AttestationError::Issue("x".into())),
+        NodeError::Cluster {
+            action: "join",
+            error: ClusterError::Stopped,
+        },
+    ];
+    assert!(finals.iter().all(NodeError::is_final));
+}
