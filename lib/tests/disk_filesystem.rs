@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use confboot::disk::filesystem::LABEL;
 use confboot::disk::{
-    CryptsetupBackend, DiskBackend, DiskError, DiskState, FilesystemAction, Mkfs, StateDisk,
-    new_disk_uuid,
+    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, FilesystemAction, Mkfs,
+    StateDisk, new_disk_uuid,
 };
 use confboot::kms::SecretBytes;
 
@@ -89,6 +89,12 @@ impl DiskBackend for MappedImage {
     fn filesystem(&self) -> Result<Option<String>, DiskError> {
         self.header.filesystem()
     }
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        self.header.record_bootstrapped()
+    }
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        self.header.bootstrapped()
+    }
 }
 
 fn key() -> SecretBytes {
@@ -110,12 +116,13 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
     let dir = temp_dir("once");
     let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
     let (mut disk, header, mapped) = mapped_disk(&dir);
-    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+    let action = disk
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     // The mapped device of a new disk reads as noise, not zeros.
     fs::write(&mapped, vec![0x5c; IMAGE_SIZE as usize]).unwrap();
     assert_eq!(
-        disk.ensure_filesystem(&mkfs).unwrap(),
+        disk.ensure_filesystem(&mkfs, &action).unwrap(),
         Some(FilesystemAction::Made)
     );
     assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
@@ -130,11 +137,11 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
             .with_program(program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     });
-    rebooted
+    let action = rebooted
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     assert_eq!(
-        rebooted.ensure_filesystem(&mkfs).unwrap(),
+        rebooted.ensure_filesystem(&mkfs, &action).unwrap(),
         Some(FilesystemAction::Kept)
     );
     assert!(fs::read(&mapped).unwrap() == made);
@@ -142,24 +149,127 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
 }
 
 #[test]
-fn a_failed_mke2fs_records_nothing_and_the_next_boot_makes_it() {
+fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
     let dir = temp_dir("retry");
     let (mut disk, _, mapped) = mapped_disk(&dir);
-    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+    let action = disk
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     for failing in ["/nonexistent/mke2fs", "/bin/false"] {
         assert!(matches!(
-            disk.ensure_filesystem(&Mkfs::new(failing)),
+            disk.ensure_filesystem(&Mkfs::new(failing), &action),
             Err(DiskError::Filesystem(_))
         ));
         assert_eq!(disk.backend().filesystem().unwrap(), None);
     }
     let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
     assert_eq!(
-        disk.ensure_filesystem(&mkfs).unwrap(),
+        disk.ensure_filesystem(&mkfs, &action).unwrap(),
         Some(FilesystemAction::Made)
     );
     assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The header's JSON is not authenticated: a host that deletes the file
+/// system token must not get the node to make a new file system over its
+/// data. The disk is opened, not formatted, in this boot: probe and keep.
+#[test]
+fn a_deleted_file_system_token_never_gets_data_overwritten() {
+    let dir = temp_dir("token-deleted");
+    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let action = disk
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    disk.ensure_filesystem(&mkfs, &action).unwrap();
+    let made = fs::read(&mapped).unwrap();
+    // The host removes the token from the header.
+    let cryptsetup = program("cryptsetup", "cryptsetup-bin");
+    let dump = std::process::Command::new(&cryptsetup)
+        .args(["luksDump", "--dump-json-metadata"])
+        .arg(&header)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
+    let id = json["tokens"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, t)| t["type"] == "confboot-state-fs")
+        .map(|(id, _)| id.clone())
+        .expect("the token is there");
+    let removed = std::process::Command::new(&cryptsetup)
+        .args(["token", "remove", "--token-id", &id])
+        .arg(&header)
+        .status()
+        .unwrap();
+    assert!(removed.success());
+    assert_eq!(disk.backend().filesystem().unwrap(), None);
+
+    let mut rebooted = StateDisk::new(MappedImage {
+        header: CryptsetupBackend::header_only(&header).with_program(&cryptsetup),
+        mapped: mapped.clone(),
+    });
+    let action = rebooted
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    assert!(matches!(action, DiskAction::Opened { .. }));
+    assert_eq!(
+        rebooted.ensure_filesystem(&mkfs, &action).unwrap(),
+        Some(FilesystemAction::Found("ext4"))
+    );
+    assert!(fs::read(&mapped).unwrap() == made, "not one byte changed");
+    assert_eq!(
+        rebooted.backend().filesystem().unwrap().as_deref(),
+        Some("ext4"),
+        "what was found is recorded again"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A disk first booted without a file system (or whose mke2fs never ran)
+/// holds whatever it holds: a later boot makes nothing over it.
+#[test]
+fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
+    let dir = temp_dir("absent");
+    let (mut disk, header, mapped) = mapped_disk(&dir);
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    let data = vec![0xa7; IMAGE_SIZE as usize];
+    fs::write(&mapped, &data).unwrap();
+    let mut rebooted = StateDisk::new(MappedImage {
+        header: CryptsetupBackend::header_only(&header)
+            .with_program(program("cryptsetup", "cryptsetup-bin")),
+        mapped: mapped.clone(),
+    });
+    let action = rebooted
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    assert_eq!(
+        rebooted.ensure_filesystem(&mkfs, &action).unwrap(),
+        Some(FilesystemAction::Absent)
+    );
+    assert!(fs::read(&mapped).unwrap() == data);
+    assert_eq!(rebooted.backend().filesystem().unwrap(), None);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_first_boot_is_recorded_complete_in_the_header() {
+    let dir = temp_dir("bootstrapped");
+    let (mut disk, _, _) = mapped_disk(&dir);
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    assert!(!disk.bootstrapped().unwrap());
+    disk.record_bootstrapped().unwrap();
+    assert!(disk.bootstrapped().unwrap());
+    disk.record_bootstrapped().unwrap();
+    assert!(
+        disk.bootstrapped().unwrap(),
+        "recording twice keeps one token"
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 
@@ -171,10 +281,11 @@ fn without_a_mapped_device_nothing_is_made() {
         CryptsetupBackend::header_only(&header)
             .with_program(program("cryptsetup", "cryptsetup-bin")),
     );
-    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+    let action = disk
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     assert_eq!(
-        disk.ensure_filesystem(&Mkfs::new("/nonexistent/mke2fs"))
+        disk.ensure_filesystem(&Mkfs::new("/nonexistent/mke2fs"), &action)
             .unwrap(),
         None
     );

@@ -156,6 +156,28 @@ impl NodeFiles {
         child.wait().unwrap().success()
     }
 
+    /// Plays the host: deletes the LUKS2 header's token of `token_type`
+    /// (the header's JSON is not authenticated).
+    fn remove_token(&self, token_type: &str) {
+        let dump = Command::new("cryptsetup")
+            .args(["luksDump", "--dump-json-metadata"])
+            .arg(&self.disk)
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
+        let id = json["tokens"]
+            .as_object()
+            .and_then(|t| t.iter().find(|(_, t)| t["type"] == token_type))
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| panic!("no {token_type} token in the header"));
+        let removed = Command::new("cryptsetup")
+            .args(["token", "remove", "--token-id", &id])
+            .arg(&self.disk)
+            .status()
+            .unwrap();
+        assert!(removed.success(), "cryptsetup token remove");
+    }
+
     fn raw(&self) -> Vec<u8> {
         let mut buf = Vec::new();
         std::fs::File::open(&self.disk)
@@ -605,7 +627,10 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     );
 
     // (c) Node 2 reboots with the same TPM and disk: rejoins and reads the
-    // marker it wrote before the reboot.
+    // marker it wrote before the reboot. Before it boots, the host deletes
+    // the header's file-system token: the node must probe and keep its data,
+    // never make a new file system over it.
+    n2.remove_token("confboot-state-fs");
     let t = Instant::now();
     let mut c = n2.config(&image, &join_cmdline);
     c.host_ports = vec![(JOIN_PORT, joinsvc_port)];
@@ -626,10 +651,10 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     );
     assert_eq!(n2.luks_uuid().unwrap(), uuid2, "a rejoin never reformats");
     assert!(
-        r.serial
-            .contains("state file system on /dev/mapper/state: ext4, kept")
-            && !r.serial.contains("ext4 made"),
-        "a rejoin keeps the file system\n{}",
+        r.serial.contains(
+            "state file system on /dev/mapper/state: ext4, kept (the header did not record it"
+        ) && !r.serial.contains("ext4 made"),
+        "a rejoin keeps the file system, even with its token deleted by the host\n{}",
         r.serial
     );
     assert!(

@@ -156,8 +156,23 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 
     /// The plan from the disk as it is now; `new_disk_uuid` names a blank disk.
     pub fn plan(&self, new_disk_uuid: impl FnOnce() -> String) -> Result<Plan, NodeError> {
-        let state = self.disk().state().map_err(NodeError::DiskRead)?;
-        plan_for(&state, self.config.is_control_plane, new_disk_uuid)
+        let disk = self.disk();
+        let state = disk.state().map_err(NodeError::DiskRead)?;
+        let bootstrapped = match state {
+            DiskState::Luks { .. } => disk.bootstrapped().map_err(NodeError::DiskRead)?,
+            _ => false,
+        };
+        if let (DiskState::Luks { uuid }, false) = (&state, bootstrapped) {
+            log::warn!(
+                "state disk {uuid}: its first boot did not complete (no record in the header); finishing it"
+            );
+        }
+        plan_for(
+            &state,
+            bootstrapped,
+            self.config.is_control_plane,
+            new_disk_uuid,
+        )
     }
 
     /// Takes the nodelock for `holder` (see [`holder`]).
@@ -235,6 +250,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 error,
             })?;
         log("cluster initialized");
+        self.record_bootstrapped(token)?;
         Ok(InitSuccessResponse {
             kubeconfig: out.kubeconfig.expose().to_vec(),
             owner_id: owner_id(measurement_secret.expose(), &req.measurement_salt),
@@ -346,7 +362,8 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             .map_err(|error| NodeError::Cluster {
                 action: "join",
                 error,
-            })
+            })?;
+        self.record_bootstrapped(token)
     }
 
     fn apply_rejoin_ticket(
@@ -423,9 +440,18 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             disk.store_measurement_salt(salt).map_err(NodeError::Disk)?;
         }
         if let Some(mkfs) = &self.mkfs {
-            disk.ensure_filesystem(mkfs).map_err(NodeError::Disk)?;
+            disk.ensure_filesystem(mkfs, &action)
+                .map_err(NodeError::Disk)?;
         }
         Ok(action)
+    }
+
+    /// Records in the header that this disk's first boot completed, so the
+    /// next boot rejoins instead of finishing it.
+    fn record_bootstrapped(&self, _token: &LockToken) -> Result<(), NodeError> {
+        self.disk().record_bootstrapped().map_err(NodeError::Disk)?;
+        log::info!("state disk: first boot recorded complete in the header");
+        Ok(())
     }
 
     /// Marks the node: PCR 15 ← cluster id.

@@ -61,11 +61,20 @@ pub struct Plan {
     pub request: TicketRequest,
 }
 
-/// The plan for a disk in `state`. `new_disk_uuid` names a blank disk (it is
-/// called only for one). A disk that is neither blank nor LUKS2 gets no plan:
-/// nothing may touch it.
+/// The plan for a disk in `state`; `bootstrapped` says whether a LUKS
+/// disk's header records a completed first boot. `new_disk_uuid` names a
+/// blank disk (it is called only for one).
+///
+/// - blank: the Init API, and a join ticket for a new UUID;
+/// - LUKS, first boot recorded complete: the Recover API, and a rejoin ticket;
+/// - LUKS, no such record: a first boot that was interrupted (killed between
+///   formatting and the cluster step) is finished: the Init API and a join
+///   ticket for the header's UUID (the same UUID gives the same key, so the
+///   disk is opened, never formatted again);
+/// - neither blank nor LUKS2: no plan, nothing may touch it.
 pub fn plan_for(
     state: &DiskState,
+    bootstrapped: bool,
     is_control_plane: bool,
     new_disk_uuid: impl FnOnce() -> String,
 ) -> Result<Plan, NodeError> {
@@ -77,10 +86,17 @@ pub fn plan_for(
                 is_control_plane,
             },
         }),
-        DiskState::Luks { uuid } => Ok(Plan {
+        DiskState::Luks { uuid } if bootstrapped => Ok(Plan {
             admin_api: AdminApi::Recover,
             request: TicketRequest::Rejoin {
                 disk_uuid: uuid.clone(),
+            },
+        }),
+        DiskState::Luks { uuid } => Ok(Plan {
+            admin_api: AdminApi::Init,
+            request: TicketRequest::Join {
+                disk_uuid: uuid.clone(),
+                is_control_plane,
             },
         }),
         DiskState::Unrecognized { reason } => Err(NodeError::UnrecognizedDisk {

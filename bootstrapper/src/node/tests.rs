@@ -38,6 +38,7 @@ struct DiskDouble {
     opened: bool,
     salt: Option<Vec<u8>>,
     fs: Option<String>,
+    bootstrapped: bool,
     fault: Option<DiskFault>,
     formats: usize,
 }
@@ -58,7 +59,15 @@ impl FakeDisk {
             s.luks = Some((uuid.into(), key.to_vec()));
             s.salt = salt.map(<[u8]>::to_vec);
             s.fs = Some("ext4".into());
+            s.bootstrapped = true;
         }
+        d
+    }
+    /// A disk whose first boot was killed after formatting (and making its
+    /// file system) but before the cluster step.
+    fn interrupted(uuid: &str, key: &[u8]) -> FakeDisk {
+        let d = FakeDisk::luks(uuid, key, Some(&[5; 32]));
+        d.state().bootstrapped = false;
         d
     }
     fn state(&self) -> std::sync::MutexGuard<'_, DiskDouble> {
@@ -144,6 +153,13 @@ impl DiskBackend for FakeDisk {
     }
     fn filesystem(&self) -> Result<Option<String>, DiskError> {
         Ok(self.state().fs.clone())
+    }
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        self.state().bootstrapped = true;
+        Ok(())
+    }
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        Ok(self.state().bootstrapped)
     }
 }
 
@@ -364,6 +380,7 @@ fn blank_then_init_formats_marks_and_initializes_the_cluster() {
         &"nodelock taken: this node becomes the first control plane"
     );
     assert_eq!(lines.last().unwrap(), &"cluster initialized");
+    assert!(rig.disk.state().bootstrapped, "the first boot is recorded");
 }
 
 /// An Init refused before the nodelock leaves the node exactly as it was.
@@ -475,6 +492,10 @@ fn init_failing_in_the_cluster_is_final() {
     );
     assert!(err.is_final());
     assert_eq!(rig.marks().len(), 1, "marked before the cluster step");
+    assert!(
+        !rig.disk.state().bootstrapped,
+        "an unfinished first boot is not recorded complete"
+    );
 }
 
 #[test]
@@ -515,6 +536,46 @@ fn blank_then_join_formats_with_the_ticket_key_and_joins() {
         }
         other => panic!("{other:?}"),
     }
+    assert!(rig.disk.state().bootstrapped, "the first boot is recorded");
+}
+
+#[test]
+fn an_interrupted_first_boot_is_finished_not_rejoined() {
+    // Killed between formatting and the cluster step: LUKS, no record.
+    let rig = Rig::new(FakeDisk::interrupted(UUID, &[0x42; 32]));
+    let plan = rig
+        .node
+        .plan(|| panic!("the header's UUID is used"))
+        .unwrap();
+    assert_eq!(plan.admin_api, AdminApi::Init);
+    assert_eq!(
+        plan.request,
+        join_request(),
+        "a join ticket for the same UUID"
+    );
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    let outcome = rig
+        .node
+        .apply_ticket(&token, &plan.request, &join_ticket())
+        .unwrap();
+    assert_eq!(outcome, Outcome::Joined);
+    let s = rig.disk.state();
+    assert_eq!(s.formats, 0, "the same UUID gives the same key: opened");
+    assert!(s.opened && s.bootstrapped);
+    drop(s);
+    assert!(rig.mkfs_runs().is_empty(), "the file system is kept");
+    assert_eq!(rig.node.cluster().calls().len(), 1, "kubeadm join runs");
+}
+
+#[test]
+fn a_recorded_first_boot_rejoins() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    assert_eq!(
+        rig.node.plan(|| unreachable!()).unwrap().request,
+        TicketRequest::Rejoin {
+            disk_uuid: UUID.into()
+        }
+    );
 }
 
 #[test]

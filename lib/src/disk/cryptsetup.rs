@@ -11,7 +11,8 @@
 //!   --json-file - DEVICE` to keep it, as a LUKS2 token of type
 //!   [`SALT_TOKEN_TYPE`] bound to no key slot: `{"type": ..., "keyslots": [],
 //!   "salt": HEX}`; likewise the record that the state file system was made
-//!   ([`FILESYSTEM_TOKEN_TYPE`], `"fs": "ext4"`).
+//!   ([`FILESYSTEM_TOKEN_TYPE`], `"fs": "ext4"`) and of a completed first
+//!   boot ([`BOOTSTRAPPED_TOKEN_TYPE`], `"complete": true`).
 //!
 //! cryptsetup runs with `LC_ALL=C` so its messages are stable, on the
 //! project's process runner (time-bounded, stoppable, output bounded).
@@ -39,6 +40,8 @@ const STDERR_TAIL: usize = 1024;
 pub const SALT_TOKEN_TYPE: &str = "confboot-measurement-salt";
 /// The LUKS2 token type that records the file system made on the disk.
 pub const FILESYSTEM_TOKEN_TYPE: &str = "confboot-state-fs";
+/// The LUKS2 token type that records a completed first boot.
+pub const BOOTSTRAPPED_TOKEN_TYPE: &str = "confboot-bootstrapped";
 /// How long one cryptsetup command may run (`luksFormat` with an
 /// Argon2id benchmark takes seconds; a command waiting for something that
 /// never comes is killed).
@@ -524,6 +527,19 @@ impl DiskBackend for CryptsetupBackend {
         let mut fields = serde_json::Map::new();
         fields.insert("fs".into(), fs.into());
         self.put_token(FILESYSTEM_TOKEN_TYPE, fields)
+    }
+
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        let mut fields = serde_json::Map::new();
+        fields.insert("complete".into(), true.into());
+        self.put_token(BOOTSTRAPPED_TOKEN_TYPE, fields)
+    }
+
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        Ok(match self.token(BOOTSTRAPPED_TOKEN_TYPE)? {
+            None => false,
+            Some((_, token)) => token["complete"] == serde_json::Value::Bool(true),
+        })
     }
 
     fn filesystem(&self) -> Result<Option<String>, DiskError> {

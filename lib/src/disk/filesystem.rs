@@ -1,7 +1,8 @@
-//! The file system on the opened state disk: made once, when the LUKS
-//! header does not record it yet ([`super::StateDisk::ensure_filesystem`]
-//! decides; a freshly mapped disk reads as noise, not zeros, so its content
-//! cannot tell).
+//! The file system on the opened state disk: made only in the boot that
+//! formatted the disk, recorded in the LUKS header, and otherwise probed and
+//! kept ([`super::StateDisk::ensure_filesystem`] decides; a freshly mapped
+//! disk reads as noise, not zeros, and a header is not authenticated, so
+//! neither tells alone).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,10 +29,40 @@ pub struct Mkfs {
 /// What [`super::StateDisk::ensure_filesystem`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FilesystemAction {
-    /// The device was blank; it has an ext4 file system now.
+    /// The disk was formatted in this boot; it has an ext4 file system now.
     Made,
-    /// The device holds data already (a file system, we trust); untouched.
+    /// The header records the file system; untouched.
     Kept,
+    /// The header records none, but the probe found one (named): untouched,
+    /// and now recorded.
+    Found(&'static str),
+    /// The header records none and the probe found none: nothing is made
+    /// outside the boot that formatted the disk, whatever the header says.
+    Absent,
+}
+
+/// How much of a device [`probe`] reads.
+pub const PROBE_BYTES: usize = 128 << 10;
+
+/// Looks for a file-system signature at the start of `device` (the opened,
+/// decrypted state disk): ext2/3/4, XFS, btrfs. `None` if there is none.
+/// Reads at most [`PROBE_BYTES`].
+pub fn probe(device: &Path) -> Result<Option<&'static str>, DiskError> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(PROBE_BYTES);
+    std::fs::File::open(device)
+        .and_then(|f| f.take(PROBE_BYTES as u64).read_to_end(&mut head))
+        .map_err(|e| DiskError::Io(format!("probing {}: {e}", device.display())))?;
+    let at = |offset: usize, magic: &[u8]| head.get(offset..offset + magic.len()) == Some(magic);
+    Ok(if at(1024 + 56, &[0x53, 0xef]) {
+        Some("ext4")
+    } else if at(0, b"XFSB") {
+        Some("xfs")
+    } else if at(65536 + 64, b"_BHRfS_M") {
+        Some("btrfs")
+    } else {
+        None
+    })
 }
 
 impl Mkfs {

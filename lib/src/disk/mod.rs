@@ -200,6 +200,11 @@ pub trait DiskBackend: Send {
     /// The file system recorded by [`record_filesystem`](Self::record_filesystem);
     /// `None` if none was made (yet).
     fn filesystem(&self) -> Result<Option<String>, DiskError>;
+    /// Records in the header that the node's first boot on this disk
+    /// completed (see [`StateDisk::record_bootstrapped`]).
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError>;
+    /// Whether [`record_bootstrapped`](Self::record_bootstrapped) was done.
+    fn bootstrapped(&self) -> Result<bool, DiskError>;
 }
 
 /// Bounds on a measurement salt kept in a header (Constellation's is 32 bytes).
@@ -320,15 +325,17 @@ impl<B: DiskBackend> StateDisk<B> {
         self.backend.store_measurement_salt(salt)
     }
 
-    /// Makes the state file system with `mkfs` on the opened, mapped disk
-    /// unless the header records that it was made: right after formatting,
-    /// or when a first boot stopped between formatting and recording (the
-    /// disk can hold no data then: nothing used it before its file system
-    /// existed). Records it afterwards. Without a mapped device (header-only
-    /// mode) nothing happens.
+    /// Makes sure of the state file system on the opened, mapped disk. The
+    /// rule (the header is not authenticated, so it never decides to
+    /// destroy data): a file system is made only when `action` says the disk
+    /// was formatted in this boot. Any other time a header that records
+    /// none means: probe the decrypted device, keep what is there, report it
+    /// (and record a file system found). Without a mapped device
+    /// (header-only mode) nothing happens.
     pub fn ensure_filesystem(
         &mut self,
         mkfs: &filesystem::Mkfs,
+        action: &DiskAction,
     ) -> Result<Option<FilesystemAction>, DiskError> {
         let Some(device) = self.backend.mapped_device() else {
             return Ok(None);
@@ -337,9 +344,41 @@ impl<B: DiskBackend> StateDisk<B> {
             log::info!("state file system on {}: {fs}, kept", device.display());
             return Ok(Some(FilesystemAction::Kept));
         }
-        mkfs.make(&device)?;
-        self.backend.record_filesystem(filesystem::FS_TYPE)?;
-        Ok(Some(FilesystemAction::Made))
+        if let DiskAction::Formatted { .. } = action {
+            mkfs.make(&device)?;
+            self.backend.record_filesystem(filesystem::FS_TYPE)?;
+            return Ok(Some(FilesystemAction::Made));
+        }
+        match filesystem::probe(&device)? {
+            Some(fs) => {
+                log::warn!(
+                    "state file system on {}: {fs}, kept (the header did not record it; recorded now)",
+                    device.display()
+                );
+                self.backend.record_filesystem(fs)?;
+                Ok(Some(FilesystemAction::Found(fs)))
+            }
+            None => {
+                log::warn!(
+                    "state file system on {}: the header records none and none was found; \
+                     nothing is made on a disk that was not formatted in this boot",
+                    device.display()
+                );
+                Ok(Some(FilesystemAction::Absent))
+            }
+        }
+    }
+
+    /// Records in the header that this disk's first boot completed (the
+    /// cluster step succeeded). Until then a LUKS disk is a first boot to
+    /// finish, not a node to rejoin.
+    pub fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        self.backend.record_bootstrapped()
+    }
+
+    /// Whether the header records a completed first boot.
+    pub fn bootstrapped(&self) -> Result<bool, DiskError> {
+        self.backend.bootstrapped()
     }
 
     /// The measurement salt kept in the header; an error if there is none
