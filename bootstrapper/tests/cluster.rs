@@ -240,12 +240,15 @@ fn init_join_refuse_restart_and_recover() {
     // joinsvc dies; a node waits; joinsvc comes back on the same port; the node joins.
     let n4 = NodeDir::new(&bootstrapper_bin(), "node4");
     let tpm4 = n4.boot_tpm(IMAGE);
+    let n5 = NodeDir::new(&bootstrapper_bin(), "node5");
+    let tpm5 = n5.boot_tpm(IMAGE);
     drop(joinsvc);
     let t = Instant::now();
     let b4 = n4.bootstrapper(&tpm4, &["--join-endpoint", &endpoint]);
     b4.wait_for_line("not usable", 1000);
     let mut setup4 = setup(&master);
     setup4.pinned_aks.push(tpm4.ak_public.clone());
+    setup4.pinned_aks.push(tpm5.ak_public.clone());
     let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpm2.policy(), setup4);
     let log = wait_exit_ok(b4, "bootstrapper 4");
     assert!(
@@ -254,6 +257,50 @@ fn init_join_refuse_restart_and_recover() {
         log.join("\n")
     );
     println!("phase join across a joinsvc restart: {}", secs(t));
+
+    // Node 5's first boot dies in the cluster step, after its disk was
+    // formatted: the next boot finishes the first boot (a join ticket for
+    // the same UUID, the disk opened, kubeadm join again), it does not
+    // claim a rejoin.
+    let t = Instant::now();
+    let (status, log) = n5
+        .bootstrapper(
+            &tpm5,
+            &["--join-endpoint", &endpoint, "--kubeadm", "/bin/false"],
+        )
+        .wait();
+    assert!(!status.success(), "{}", log.join("\n"));
+    assert!(
+        log.iter().any(|l| l.contains("cluster join failed")),
+        "{}",
+        log.join("\n")
+    );
+    let uuid5 = n5.luks_uuid().expect("formatted before the cluster step");
+    drop(tpm5);
+    let tpm5 = n5.boot_tpm(IMAGE);
+    let log = wait_exit_ok(
+        n5.bootstrapper(&tpm5, &["--join-endpoint", &endpoint]),
+        "bootstrapper 5 after an interrupted first boot",
+    );
+    assert!(
+        log.iter().any(|l| l.contains("bootstrapped (Joined)")),
+        "the interrupted first boot is finished, not rejoined:\n{}",
+        log.join("\n")
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains(&format!("state disk {uuid5} opened"))),
+        "{}",
+        log.join("\n")
+    );
+    assert_eq!(n5.luks_uuid().unwrap(), uuid5, "never formatted again");
+    assert!(
+        std::fs::read_to_string(n5.p("kubeadm.log"))
+            .unwrap()
+            .starts_with("join --config")
+    );
+    assert_eq!(tpm5.pcr15(), marked);
+    println!("phase an interrupted first boot is finished: {}", secs(t));
 
     // Node 3 reboots (its TPM's PCRs start from zero) and rejoins with its disk's UUID.
     drop(tpm3);
