@@ -54,17 +54,66 @@ impl Backoff {
     }
 }
 
+/// Longest endpoint accepted: a DNS name (253) plus `:` and a port.
+const MAX_ENDPOINT_LEN: usize = 253 + 6;
+
+/// Whether `endpoint` is a plausible `host:port` (a DNS name or IPv4
+/// address, or a bracketed IPv6 address, then a port 1..=65535). Endpoints
+/// come from the host (kernel command line, metadata server): anything else
+/// is dropped before it is used or logged.
+pub fn is_endpoint(endpoint: &str) -> bool {
+    if endpoint.len() > MAX_ENDPOINT_LEN {
+        return false;
+    }
+    let Some((host, port)) = endpoint.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = !port.is_empty()
+        && port.len() <= 5
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && matches!(port.parse::<u32>(), Ok(1..=65535));
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    port_ok && host_ok
+}
+
+/// Keeps the valid endpoints (at most [`MAX_ENDPOINTS`]); says how many
+/// were dropped, never what they were.
+fn valid_endpoints<'a>(source: &str, all: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut dropped = 0usize;
+    let kept = all
+        .filter(|e| {
+            let ok = is_endpoint(e);
+            dropped += usize::from(!ok);
+            ok
+        })
+        .take(MAX_ENDPOINTS)
+        .map(str::to_string)
+        .collect();
+    if dropped > 0 {
+        log::warn!("join: {dropped} malformed endpoint(s) from {source} ignored");
+    }
+    kept
+}
+
 /// Join endpoints (`host:port`) from the kernel command line:
 /// `confboot.join=10.0.0.1:9090,10.0.0.2:9090`.
 pub fn endpoints_from_cmdline(cmdline: &str) -> Vec<String> {
-    cmdline
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix("confboot.join="))
-        .flat_map(|list| list.split(','))
-        .filter(|e| !e.is_empty())
-        .take(MAX_ENDPOINTS)
-        .map(str::to_string)
-        .collect()
+    valid_endpoints(
+        "the kernel command line",
+        cmdline
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("confboot.join="))
+            .flat_map(|list| list.split(','))
+            .filter(|e| !e.is_empty()),
+    )
 }
 
 /// Join endpoints from a metadata HTTP endpoint answering
@@ -90,12 +139,10 @@ pub fn endpoints_from_metadata(url: &str, timeout: Duration) -> Result<Vec<Strin
     let list = v["joinEndpoints"]
         .as_array()
         .ok_or_else(|| format!("metadata {url}: no \"joinEndpoints\" array"))?;
-    Ok(list
-        .iter()
-        .filter_map(|e| e.as_str())
-        .take(MAX_ENDPOINTS)
-        .map(str::to_string)
-        .collect())
+    Ok(valid_endpoints(
+        "the metadata server",
+        list.iter().map(|e| e.as_str().unwrap_or("")),
+    ))
 }
 
 /// Where the JoinClient looks for join services, in order.
@@ -272,6 +319,38 @@ mod tests {
         assert_eq!(
             endpoints_from_cmdline("confboot.join=a:1 confboot.join=b:2"),
             vec!["a:1", "b:2"]
+        );
+    }
+
+    #[test]
+    fn malformed_endpoints_from_the_host_are_dropped() {
+        for good in [
+            "10.0.2.100:9090",
+            "joinsvc.kube-system:30090",
+            "[fd00::1]:9090",
+        ] {
+            assert!(is_endpoint(good), "{good}");
+        }
+        let long = format!("{}:9090", "a".repeat(300));
+        for bad in [
+            "",
+            "10.0.0.1",
+            "10.0.0.1:",
+            "10.0.0.1:0",
+            "10.0.0.1:65536",
+            ":9090",
+            "host:90a",
+            "a b:1",
+            "x\u{1b}[31m:1",
+            "[::1:9090",
+            "[zz]:1",
+            &long,
+        ] {
+            assert!(!is_endpoint(bad), "{bad:?}");
+        }
+        assert_eq!(
+            endpoints_from_cmdline("confboot.join=10.0.0.1:9090,\u{1b}[2J:1,x:99999"),
+            vec!["10.0.0.1:9090"]
         );
     }
 
