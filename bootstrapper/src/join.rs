@@ -12,7 +12,7 @@ use confboot::rpc::{Code, Status, Stop};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use ring::rand::SecureRandom;
 
-use crate::node::{Ticket, TicketRequest};
+use crate::node::{IssuedTicket, Ticket, TicketRequest};
 
 /// The join method.
 pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
@@ -200,8 +200,8 @@ impl JoinClient {
         &self,
         endpoint: &str,
         request: &TicketRequest,
-    ) -> Result<Ticket, AttemptError> {
-        let (mut client, _) = atls::connect(
+    ) -> Result<IssuedTicket, AttemptError> {
+        let (mut client, service) = atls::connect(
             endpoint,
             self.attempt_timeout,
             &self.joinsvc_validators,
@@ -211,7 +211,7 @@ impl JoinClient {
             atls::AtlsError::Attestation(a) => AttemptError::JoinServiceUntrusted(a.to_string()),
             other => AttemptError::Call(Status::unavailable(other.to_string())),
         })?;
-        match request {
+        let ticket = match request {
             TicketRequest::Join {
                 disk_uuid,
                 is_control_plane,
@@ -235,12 +235,13 @@ impl JoinClient {
                     .map(Ticket::Rejoin)
                     .map_err(AttemptError::Call)
             }
-        }
+        }?;
+        Ok(IssuedTicket { ticket, service })
     }
 
     /// Tries every endpoint, round after round with backoff, until one gives
     /// a ticket (returned) or `stop` is raised (None).
-    pub fn run(&self, request: &TicketRequest, stop: &Stop) -> Option<Ticket> {
+    pub fn run(&self, request: &TicketRequest, stop: &Stop) -> Option<IssuedTicket> {
         let mut backoff = Backoff::new(self.initial_backoff, self.max_backoff);
         let mut round = 0u64;
         while !stop.is_raised() {

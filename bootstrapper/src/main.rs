@@ -17,18 +17,19 @@ use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot::atls;
-use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator, quoted_pcrs};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::listener::PoolConfig;
 use confboot::rpc::{ServerLimits, Stop};
-use confboot::tpm::Tpm;
+use confboot::tpm::{CLUSTER_ID_PCR, Tpm};
 use crossbeam_channel::bounded;
 
+use crate::join::Backoff;
 use crate::join::{EndpointSources, JoinClient};
-use crate::node::{AdminApi, Node, NodeConfig, holder};
+use crate::node::{AdminApi, JoinServiceCheck, Node, NodeConfig, holder};
 use crate::server::FlowResult;
 
 /// The node as the bootstrapper runs it: cryptsetup, kubeadm, the vTPM.
@@ -62,8 +63,9 @@ const CMD: Command = Command {
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
         Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        Opt::value("joinsvc-policy", "FILE", "If set, join services must attest to this measurement policy"),
-        Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak"),
+        Opt::value("joinsvc-policy", "FILE", "Measurement policy join services must attest to (default: this node's own PCRs, PCR 15 aside: the same image)"),
+        Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak").default(DEFAULT_JOINSVC_AK_TRUST),
+        Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
         Opt::value("kubeadm", "PATH", "The kubeadm program").default("kubeadm"),
@@ -109,21 +111,78 @@ fn open_tpm(spec: &str) -> Result<Tpm, String> {
     Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
 }
 
-fn joinsvc_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {
-    let Some(policy) = m.value("joinsvc-policy") else {
-        return Ok(Vec::new());
+/// Where a node image keeps the CA of its platform's attestation keys.
+const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
+
+/// How join services are checked: by default they must run this node's
+/// own image (its PCRs, PCR 15 aside) with an AK that `--joinsvc-ak-trust`
+/// trusts, and the node then checks their PCR 15 against each ticket's
+/// cluster; `--joinsvc-policy` names other measurements (a rolling
+/// upgrade); `--insecure-any-join-service` turns every check off.
+fn joinsvc_check(
+    m: &Matches,
+    issuer: &VtpmIssuer,
+) -> Result<(JoinServiceCheck, Vec<Arc<dyn Validator>>), String> {
+    if m.flag("insecure-any-join-service") {
+        log::warn!(
+            "--insecure-any-join-service: join services are not attested; any host that answers \
+             can hand this node a disk key it knows"
+        );
+        return Ok((JoinServiceCheck::InsecureNone, Vec::new()));
+    }
+    let policy = match m.value("joinsvc-policy") {
+        Some(path) => MeasurementPolicy::load(std::path::Path::new(path))
+            .map_err(|e| format!("--joinsvc-policy: {e}"))?,
+        None => own_image_policy(issuer)?,
     };
-    let policy = MeasurementPolicy::load(std::path::Path::new(policy))
-        .map_err(|e| format!("--joinsvc-policy: {e}"))?;
     let trust = m.required("joinsvc-ak-trust").map_err(|e| e.to_string())?;
-    let trust = AkTrust::parse(trust).map_err(|e| format!("--joinsvc-ak-trust: {e}"))?;
-    // A running join service is a bootstrapped node: its PCR 15 is marked.
-    Ok(vec![Arc::new(
-        VtpmValidator::new(trust, policy).require_unmarked(false),
-    )])
+    let trust = AkTrust::parse(trust).map_err(|e| {
+        format!(
+            "--joinsvc-ak-trust {trust}: {e} (join services are attested by default: say which \
+             attestation keys they may use)"
+        )
+    })?;
+    if matches!(trust, AkTrust::InsecureAnyAk) {
+        log::warn!(
+            "--joinsvc-ak-trust insecure-any-ak: any attestation key is trusted; for local QEMU only"
+        );
+    }
+    // A running join service is a bootstrapped node: its PCR 15 is marked,
+    // and the node checks the mark against each ticket.
+    Ok((
+        JoinServiceCheck::ClusterMark,
+        vec![Arc::new(
+            VtpmValidator::new(trust, policy).require_unmarked(false),
+        )],
+    ))
 }
 
-fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<RealNode, String> {
+/// This node's own measurements as the policy for join services: every
+/// quoted PCR but PCR 15 (the cluster mark, checked per ticket), enforced.
+fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, String> {
+    let pcrs: Vec<u32> = quoted_pcrs()
+        .into_iter()
+        .filter(|&i| i != CLUSTER_ID_PCR)
+        .collect();
+    let values = issuer
+        .with_tpm(|tpm| tpm.pcr_read(&pcrs))
+        .map_err(|e| format!("reading this node's PCRs: {e}"))?;
+    let mut policy = MeasurementPolicy::default();
+    for (index, value) in values {
+        policy.set(index, value.to_vec(), false);
+    }
+    log::info!(
+        "join services must run this node's image: {} PCRs enforced",
+        policy.entries().len()
+    );
+    Ok(policy)
+}
+
+fn build_node(
+    m: &Matches,
+    issuer: Arc<VtpmIssuer>,
+    join_service_check: JoinServiceCheck,
+) -> Result<RealNode, String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let disk_path = PathBuf::from(req("state-disk")?);
     let backend = match req("disk-mode")? {
@@ -151,6 +210,7 @@ fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<RealNode, String> 
         init_secret_hash,
         node_ip: req("node-ip")?.to_string(),
         is_control_plane: m.flag("control-plane"),
+        join_service_check,
     };
     Ok(Node::new(
         StateDisk::new(backend),
@@ -165,7 +225,8 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     let tpm = open_tpm(m.value("tpm").expect("default"))?;
     log::info!("TPM: {}", tpm.describe());
     let issuer = Arc::new(VtpmIssuer::new(tpm).map_err(|e| format!("attestation key: {e}"))?);
-    let node = Arc::new(build_node(m, Arc::clone(&issuer))?);
+    let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
+    let node = Arc::new(build_node(m, Arc::clone(&issuer), join_service_check)?);
     let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
     log::info!(
         "plan: the {} API and a {} ticket ({:.0} ms after start)",
@@ -191,7 +252,7 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
             metadata_url: m.value("metadata-url").map(str::to_string),
         },
         issuer: Arc::clone(&issuer) as Arc<dyn Issuer>,
-        joinsvc_validators: joinsvc_validators(m)?,
+        joinsvc_validators,
         attempt_timeout: Duration::from_secs(20),
         initial_backoff: Duration::from_millis(200),
         max_backoff: Duration::from_secs(
@@ -265,10 +326,12 @@ fn join_flow(
     stop: &Stop,
     started: Instant,
 ) -> Option<FlowResult> {
+    let mut thrown_away = Backoff::new(join_client.initial_backoff, join_client.max_backoff);
     loop {
-        let ticket = join_client.run(request, stop)?;
-        if let Err(e) = node.check_ticket(request, &ticket) {
+        let issued = join_client.run(request, stop)?;
+        if let Err(e) = node.check_ticket(request, &issued) {
             log::warn!("join: ticket thrown away: {e}");
+            join::sleep_unless_stopped(thrown_away.next_delay(), stop);
             continue;
         }
         let token = match node.take_lock(holder::JOIN) {
@@ -282,6 +345,6 @@ fn join_flow(
             "join: nodelock taken ({:.1} s after start)",
             started.elapsed().as_secs_f64()
         );
-        return Some(node.apply_ticket(&token, request, &ticket));
+        return Some(node.apply_ticket(&token, request, &issued.ticket));
     }
 }

@@ -30,6 +30,7 @@ pub fn status(e: &NodeError) -> Status {
         | NodeError::NothingToRecover
         | NodeError::UnrecognizedDisk { .. } => Code::FailedPrecondition,
         NodeError::BadTicket(_) => Code::InvalidArgument,
+        NodeError::JoinServiceNotMember(_) => Code::PermissionDenied,
         NodeError::DiskRead(_)
         | NodeError::Disk(_)
         | NodeError::Mark(_)

@@ -62,8 +62,12 @@ fn init_join_refuse_restart_and_recover() {
     let hash = init_secret::hash(b"correct horse battery staple", init_secret::MIN_ITERATIONS);
 
     // Node 1 is inited through the CLI.
+    // Node 1 becomes the control plane; joinsvc later runs on it, with its
+    // TPM: every node trusts that AK for join services.
     let n1 = NodeDir::new(&bootstrapper_bin(), "node1");
     let tpm1 = n1.boot_tpm(IMAGE);
+    let cp_ak = tpm1.ak_public.clone();
+    let n1 = n1.trusting_join_service_ak(&cp_ak);
     std::fs::write(
         admin.path().join("measurements.json"),
         tpm1.policy().to_json(),
@@ -181,8 +185,8 @@ fn init_join_refuse_restart_and_recover() {
     assert_eq!(tpm1.pcr15(), marked, "the first node is marked");
 
     // joinsvc holds the same master secret; nodes 2 and 3 join through it.
-    let n2 = NodeDir::new(&bootstrapper_bin(), "node2");
-    let n3 = NodeDir::new(&bootstrapper_bin(), "node3");
+    let n2 = NodeDir::new(&bootstrapper_bin(), "node2").trusting_join_service_ak(&cp_ak);
+    let n3 = NodeDir::new(&bootstrapper_bin(), "node3").trusting_join_service_ak(&cp_ak);
     let bad = NodeDir::new(&bootstrapper_bin(), "tampered");
     let (tpm2, tpm3, tpm_bad) = (
         n2.boot_tpm(IMAGE),
@@ -199,7 +203,9 @@ fn init_join_refuse_restart_and_recover() {
             tpm_bad.ak_public.clone(),
         ],
         listen: format!("127.0.0.1:{join_port}"),
-        extra: vec![],
+        // joinsvc runs on the control plane: node 1's TPM, measured as
+        // every node of this image and marked with the cluster id.
+        extra: vec!["--tpm".into(), tpm1.tpm_arg()],
     };
     let joinsvc_bin = workspace_binary("joinsvc");
     let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpm2.policy(), setup(&master));
@@ -208,7 +214,11 @@ fn init_join_refuse_restart_and_recover() {
     let t = Instant::now();
     let b2 = n2.bootstrapper(&tpm2, &["--join-endpoint", &endpoint]);
     let b3 = n3.bootstrapper(&tpm3, &["--join-endpoint", &endpoint]);
-    let b_bad = bad.bootstrapper(&tpm_bad, &["--join-endpoint", &endpoint]);
+    // The tampered image is the attacker's code: it checks no join service.
+    let b_bad = bad.bootstrapper(
+        &tpm_bad,
+        &["--join-endpoint", &endpoint, "--insecure-any-join-service"],
+    );
     for (node, b) in [(&n2, b2), (&n3, b3)] {
         let log = wait_exit_ok(b, "a joining bootstrapper");
         assert!(
@@ -238,9 +248,9 @@ fn init_join_refuse_restart_and_recover() {
     drop(b_bad);
 
     // joinsvc dies; a node waits; joinsvc comes back on the same port; the node joins.
-    let n4 = NodeDir::new(&bootstrapper_bin(), "node4");
+    let n4 = NodeDir::new(&bootstrapper_bin(), "node4").trusting_join_service_ak(&cp_ak);
     let tpm4 = n4.boot_tpm(IMAGE);
-    let n5 = NodeDir::new(&bootstrapper_bin(), "node5");
+    let n5 = NodeDir::new(&bootstrapper_bin(), "node5").trusting_join_service_ak(&cp_ak);
     let tpm5 = n5.boot_tpm(IMAGE);
     drop(joinsvc);
     let t = Instant::now();
@@ -449,6 +459,7 @@ fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
     std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
     let n = NodeDir::new(&bootstrapper_bin(), "mismeasured");
     let tpm = n.boot_tpm(IMAGE);
+    let n = n.trusting_join_service_ak(&tpm.ak_public);
     let mut policy = tpm.policy();
     policy.set(4, vec![0x42; 32], false);
     std::fs::write(admin.path().join("measurements.json"), policy.to_json()).unwrap();
@@ -503,39 +514,50 @@ fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
 }
 
 #[test]
-fn a_node_refuses_a_join_service_that_does_not_attest_to_its_policy() {
-    // joinsvc attests with its own (control-plane) TPM.
+fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
+    // joinsvc attests with its own TPM: another image than the node's, and
+    // not yet marked as a member of the cluster whose tickets it issues.
     let cp = NodeDir::new(&bootstrapper_bin(), "cp-tpm");
     let cp_tpm = cp.boot_tpm(b"control plane image");
     let (cp_ak, cp_policy) = (cp_tpm.ak_public.clone(), cp_tpm.policy());
-    let n = NodeDir::new(&bootstrapper_bin(), "picky");
+    let n = NodeDir::new(&bootstrapper_bin(), "picky").trusting_join_service_ak(&cp_ak);
     let tpm = n.boot_tpm(IMAGE);
-    let setup = JoinsvcSetup {
-        pinned_aks: vec![tpm.ak_public.clone()],
+    let node_ak = tpm.ak_public.clone();
+    let setup = || JoinsvcSetup {
+        pinned_aks: vec![node_ak.clone()],
         extra: vec!["--tpm".into(), cp_tpm.tpm_arg()],
         ..JoinsvcSetup::new()
     };
-    let joinsvc = Joinsvc::launch(&workspace_binary("joinsvc"), &tpm.policy(), setup);
+    let first = setup();
+    let (master, cluster_id) = (first.master_secret.clone(), first.cluster_id());
+    let joinsvc = Joinsvc::launch(&workspace_binary("joinsvc"), &tpm.policy(), first);
     let endpoint = joinsvc.rpc_addr.to_string();
     let dir = TempDir::new("joinsvc-policies");
-    let pinned = format!("pinned:{}", confboot::hex::encode(&cp_ak));
+    // Each refused attempt is killed, so the node reboots (a fresh TPM)
+    // before the next: swtpm keeps what a killed process left loaded.
+    let mut tpm = Some(tpm);
+    let mut asks = |extra: &[&str]| {
+        drop(tpm.take());
+        let booted = n.boot_tpm(IMAGE);
+        let mut args = vec!["--join-endpoint", &endpoint];
+        args.extend_from_slice(extra);
+        let b = n.bootstrapper(&booted, &args);
+        tpm = Some(booted);
+        b
+    };
+
+    // By default a join service must run the node's own image: refused.
+    let b = asks(&[]);
+    let line = b.wait_for_line("not trusting the join service", 1000);
+    assert!(line.contains("measurement 4"), "{line}");
+    drop(b);
 
     // Expecting other measurements of joinsvc: refused, nothing asked, disk untouched.
     let mut other = cp_policy.clone();
     other.set(4, vec![0x42; 32], false);
     std::fs::write(dir.path().join("other.json"), other.to_json()).unwrap();
     let other_path = dir.path().join("other.json").display().to_string();
-    let b = n.bootstrapper(
-        &tpm,
-        &[
-            "--join-endpoint",
-            &endpoint,
-            "--joinsvc-policy",
-            &other_path,
-            "--joinsvc-ak-trust",
-            &pinned,
-        ],
-    );
+    let b = asks(&["--joinsvc-policy", &other_path]);
     let line = b.wait_for_line("not trusting the join service", 1000);
     assert!(line.contains("measurement 4"), "{line}");
     drop(b);
@@ -545,19 +567,34 @@ fn a_node_refuses_a_join_service_that_does_not_attest_to_its_policy() {
         "the node asked for nothing"
     );
 
-    // Expecting joinsvc's real measurements: joined.
+    // The expected image, but no member of the ticket's cluster (PCR 15
+    // unmarked, as a host's own instance of the image would be): the
+    // ticket is thrown away before the nodelock, the disk stays blank.
     std::fs::write(dir.path().join("cp.json"), cp_policy.to_json()).unwrap();
     let cp_path = dir.path().join("cp.json").display().to_string();
+    let b = asks(&["--joinsvc-policy", &cp_path]);
+    let line = b.wait_for_line("ticket thrown away", 1000);
+    assert!(line.contains("not a member"), "{line}");
+    drop(b);
+    drop(tpm);
+    let tpm = n.boot_tpm(IMAGE);
+    assert!(n.luks_uuid().is_none(), "nothing was formatted");
+
+    // The same service once it is a marked member: joined.
+    drop(joinsvc);
+    cp_tpm.mark(&cluster_id);
+    let joinsvc = Joinsvc::launch(
+        &workspace_binary("joinsvc"),
+        &tpm.policy(),
+        JoinsvcSetup {
+            master_secret: master,
+            ..setup()
+        },
+    );
+    let endpoint = joinsvc.rpc_addr.to_string();
     let b = n.bootstrapper(
         &tpm,
-        &[
-            "--join-endpoint",
-            &endpoint,
-            "--joinsvc-policy",
-            &cp_path,
-            "--joinsvc-ak-trust",
-            &pinned,
-        ],
+        &["--join-endpoint", &endpoint, "--joinsvc-policy", &cp_path],
     );
     let log = wait_exit_ok(b, "bootstrapper verifying joinsvc");
     assert!(

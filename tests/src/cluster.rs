@@ -194,6 +194,18 @@ impl JoinsvcSetup {
     }
 }
 
+impl JoinsvcSetup {
+    /// The id of the cluster this joinsvc admits to: what PCR 15 of a
+    /// member (joinsvc's own TPM too) is marked with.
+    pub fn cluster_id(&self) -> Vec<u8> {
+        confboot::kms::derive_cluster_id(
+            self.master_secret.measurement_secret().expose(),
+            &self.measurement_salt,
+        )
+        .to_vec()
+    }
+}
+
 impl Default for JoinsvcSetup {
     fn default() -> Self {
         JoinsvcSetup::new()
@@ -393,6 +405,14 @@ impl NodeTpm {
         tpm.pcr_read(&[15]).expect("read PCR 15")[0].1
     }
 
+    /// Marks the TPM as a bootstrapped member of the cluster `cluster_id`
+    /// is derived for (PCR 15), as the bootstrapper does; on a new
+    /// connection, so call it when no process holds the TPM.
+    pub fn mark(&self, cluster_id: &[u8]) {
+        let mut tpm = self.swtpm.connect().expect("connect to swtpm");
+        confboot::tpm::mark_node(&mut tpm, cluster_id).expect("extend PCR 15");
+    }
+
     /// `--tpm` for the bootstrapper.
     pub fn tpm_arg(&self) -> String {
         self.swtpm.addr().to_string()
@@ -424,6 +444,7 @@ pub fn workspace_binary(name: &str) -> PathBuf {
 pub struct NodeDir {
     dir: TempDir,
     bootstrapper: PathBuf,
+    joinsvc_ak_trust: Option<String>,
 }
 
 impl NodeDir {
@@ -451,7 +472,17 @@ impl NodeDir {
         NodeDir {
             dir,
             bootstrapper: bootstrapper.to_path_buf(),
+            joinsvc_ak_trust: None,
         }
+    }
+
+    /// The node trusts join services that attest with this AK (the
+    /// control-plane node's, whose TPM joinsvc uses): every bootstrapper
+    /// started here gets `--joinsvc-ak-trust pinned:HEX`. Without it the
+    /// bootstrapper's default (an AK CA in the image) applies.
+    pub fn trusting_join_service_ak(mut self, ak_public: &[u8]) -> NodeDir {
+        self.joinsvc_ak_trust = Some(format!("pinned:{}", confboot::hex::encode(ak_public)));
+        self
     }
 
     /// A path in the node's directory.
@@ -483,6 +514,9 @@ impl NodeDir {
         cmd.arg("--pki-dir").arg(self.p("kubernetes/pki"));
         cmd.arg("--admin-kubeconfig")
             .arg(self.p("kubernetes/admin.conf"));
+        if let Some(trust) = &self.joinsvc_ak_trust {
+            cmd.arg("--joinsvc-ak-trust").arg(trust);
+        }
         cmd.args(extra);
         ChildProcess::spawn("bootstrapper", cmd)
     }

@@ -351,11 +351,46 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let kubeadm_double = repo.join("initramfs/test/kubeadm-double");
 
-    // The test image (with the kubeadm double) and a tampered one that
-    // differs by one byte (/etc/confboot-stamp): same padded size, so PCR 4
-    // stays and PCR 9 (the initrd) differs.
+    let work = TempDir::new("vm-cluster");
+
+    // joinsvc runs on the host with a swtpm of its own. Nodes check it as
+    // they check any join service: an AK they trust (pinned on the command
+    // line), the measurements of an explicit policy (the image carries it:
+    // the host cannot reproduce what OVMF measured into a VM's PCRs), and a
+    // PCR 15 that holds the mark of the ticket's cluster (extended below,
+    // once the cluster exists).
+    let joinsvc_tpm_dir = work.path().join("joinsvc-tpm");
+    std::fs::create_dir_all(&joinsvc_tpm_dir).unwrap();
+    let (joinsvc_ak, joinsvc_policy) = {
+        let swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
+        let issuer = confboot::attestation::vtpm::VtpmIssuer::new(
+            swtpm.connect().expect("connect to swtpm"),
+        )
+        .expect("attestation key");
+        let pcrs = issuer
+            .with_tpm(|tpm| tpm.pcr_read_all())
+            .expect("read PCRs");
+        let mut policy = confboot::attestation::MeasurementPolicy::default();
+        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != 15) {
+            policy.set(i, v.to_vec(), false);
+        }
+        (issuer.ak_public_key(), policy)
+    };
+    let joinsvc_policy_file = work.path().join("joinsvc-policy.json");
+    std::fs::write(&joinsvc_policy_file, joinsvc_policy.to_json()).unwrap();
+
+    // The test image (with the kubeadm double and the join service's
+    // policy) and a tampered one that differs by one byte
+    // (/etc/confboot-stamp): same padded size, so PCR 4 stays and PCR 9
+    // (the initrd) differs.
     let t = Instant::now();
-    let add = [(kubeadm_double.as_path(), "/usr/bin/kubeadm")];
+    let add = [
+        (kubeadm_double.as_path(), "/usr/bin/kubeadm"),
+        (
+            joinsvc_policy_file.as_path(),
+            "/etc/confboot/joinsvc-policy.json",
+        ),
+    ];
     let image = Image::build_with("vm-cluster", Some(&bootstrapper), "0", &add)
         .unwrap_or_else(|e| panic!("{e}"));
     println!("{}", image.build_log.trim_end());
@@ -375,7 +410,6 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         secs(t.elapsed())
     );
 
-    let work = TempDir::new("vm-cluster");
     let admin = work.path().join("admin");
     std::fs::create_dir_all(&admin).unwrap();
     std::fs::write(admin.join("init-secret"), INIT_SECRET).unwrap();
@@ -398,11 +432,16 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // marker file on the state disk's ext4, then writes it. The marker is
     // not in the raw disk image afterwards (dm-crypt).
     let marker = format!("confboot-marker-{:x}", std::process::id());
+    let joinsvc_trust = format!("pinned:{}", confboot::hex::encode(&joinsvc_ak));
     let common = [
         "--state-disk",
         "/dev/vda",
         "--kubeadm",
         "/usr/bin/kubeadm",
+        "--joinsvc-policy",
+        "/etc/confboot/joinsvc-policy.json",
+        "--joinsvc-ak-trust",
+        joinsvc_trust.as_str(),
         "-v",
         "4",
     ];
@@ -510,15 +549,25 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // command line's golden policy and the joining nodes' AKs (the tampered
     // node's too: it is refused for its measurements, not its AK).
     let joinsvc_port = free_port();
+    let joinsvc_setup = JoinsvcSetup {
+        master_secret: master.clone(),
+        measurement_salt: salt,
+        pinned_aks: vec![n2.ak.clone(), n3.ak.clone(), bad.ak.clone()],
+        listen: format!("127.0.0.1:{joinsvc_port}"),
+        extra: vec![],
+    };
+    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
+    confboot::tpm::mark_node(
+        &mut joinsvc_swtpm.connect().expect("connect to swtpm"),
+        &joinsvc_setup.cluster_id(),
+    )
+    .expect("mark joinsvc's TPM");
     let joinsvc = Joinsvc::launch(
         &joinsvc_bin,
         &golden_join,
         JoinsvcSetup {
-            master_secret: master.clone(),
-            measurement_salt: salt,
-            pinned_aks: vec![n2.ak.clone(), n3.ak.clone(), bad.ak.clone()],
-            listen: format!("127.0.0.1:{joinsvc_port}"),
-            extra: vec![],
+            extra: vec!["--tpm".into(), joinsvc_swtpm.addr().to_string()],
+            ..joinsvc_setup
         },
     );
     let t = Instant::now();

@@ -37,6 +37,9 @@ pub enum NodeError {
     NothingToRecover,
     /// A join service's ticket cannot be used; it is thrown away.
     BadTicket(String),
+    /// The join service that issued a ticket is not a bootstrapped member
+    /// of the cluster the ticket is for; the ticket is thrown away.
+    JoinServiceNotMember(String),
     /// The state disk is neither blank nor LUKS2; it is left untouched.
     UnrecognizedDisk {
         /// What was found (no disk content is quoted).
@@ -94,6 +97,10 @@ impl fmt::Display for NodeError {
                 f.write_str("the state disk is blank: nothing to recover")
             }
             NodeError::BadTicket(m) => write!(f, "unusable ticket: {m}"),
+            NodeError::JoinServiceNotMember(m) => write!(
+                f,
+                "the join service is not a member of the ticket's cluster: {m}"
+            ),
             NodeError::UnrecognizedDisk { reason } => write!(
                 f,
                 "the state disk is neither blank nor LUKS2 ({reason}); it is left untouched"

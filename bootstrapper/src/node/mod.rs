@@ -23,19 +23,20 @@ mod tests;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use confboot::attestation::AttestationError;
 use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::attestation::{AttestationError, Attested};
 use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams};
 use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, hkdf_sha256};
 use confboot::nodelock::{LockToken, NodeLock};
+use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
 
 pub use error::NodeError;
-pub use plan::{AdminApi, Plan, Ticket, TicketRequest, plan_for};
+pub use plan::{AdminApi, IssuedTicket, JoinServiceCheck, Plan, Ticket, TicketRequest, plan_for};
 
 /// The nodelock's holder names, one per flow.
 pub mod holder {
@@ -93,6 +94,8 @@ pub struct NodeConfig {
     pub node_ip: String,
     /// Whether a joining node becomes a control-plane node.
     pub is_control_plane: bool,
+    /// How the join service behind a ticket is checked.
+    pub join_service_check: JoinServiceCheck,
 }
 
 /// An Init whose fields were checked; nothing has changed yet.
@@ -263,7 +266,12 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     /// Checks a join service's answer to `request` before the node commits
     /// to it: the kind of ticket matches the request, the key has the
     /// right length. A ticket that fails is thrown away.
-    pub fn check_ticket(&self, request: &TicketRequest, ticket: &Ticket) -> Result<(), NodeError> {
+    pub fn check_ticket(
+        &self,
+        request: &TicketRequest,
+        issued: &IssuedTicket,
+    ) -> Result<(), NodeError> {
+        let ticket = &issued.ticket;
         let key_len = match (request, ticket) {
             (TicketRequest::Join { .. }, Ticket::Join(t)) => {
                 if t.measurement_secret.is_empty() {
@@ -294,7 +302,48 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 "the state disk key is {key_len} bytes, not {STATE_DISK_KEY_LEN}"
             )));
         }
-        Ok(())
+        self.check_join_service(ticket, issued.service.as_ref())
+    }
+
+    /// The join service must prove membership of the ticket's cluster: its
+    /// attested PCR 15 holds the mark of the cluster id that the ticket's
+    /// measurement secret gives with the measurement salt (the ticket's for
+    /// a join, the disk header's for a rejoin). A host's own service has
+    /// the node's image at best, never that mark.
+    fn check_join_service(
+        &self,
+        ticket: &Ticket,
+        service: Option<&Attested>,
+    ) -> Result<(), NodeError> {
+        if self.config.join_service_check == JoinServiceCheck::InsecureNone {
+            log::warn!(
+                "taking a ticket from a join service that was not checked (--insecure-any-join-service): \
+                 whoever answered may know this node's disk key"
+            );
+            return Ok(());
+        }
+        let Some(service) = service else {
+            return Err(NodeError::JoinServiceNotMember("it did not attest".into()));
+        };
+        let cluster_id = match ticket {
+            Ticket::Join(t) => derive_cluster_id(&t.measurement_secret, &t.measurement_salt),
+            Ticket::Rejoin(t) => {
+                let salt = self
+                    .disk()
+                    .measurement_salt()
+                    .map_err(NodeError::DiskRead)?;
+                derive_cluster_id(&t.measurement_secret, &salt)
+            }
+        };
+        match service.measurements.get(&CLUSTER_ID_PCR) {
+            None => Err(NodeError::JoinServiceNotMember(format!(
+                "its attestation has no PCR {CLUSTER_ID_PCR}"
+            ))),
+            Some(v) if v[..] == marked_pcr15(&cluster_id)[..] => Ok(()),
+            Some(_) => Err(NodeError::JoinServiceNotMember(format!(
+                "its PCR {CLUSTER_ID_PCR} is not the mark of the ticket's cluster"
+            ))),
+        }
     }
 
     /// Applies a checked ticket past the nodelock (taken by the join client).

@@ -1,6 +1,7 @@
 //! The first decision: from what the state disk holds, which server the
 //! node runs for the admin and which ticket its join client asks for.
 
+use confboot::attestation::Attested;
 use confboot::disk::DiskState;
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 
@@ -44,11 +45,37 @@ pub enum TicketRequest {
 }
 
 /// What a join service answered.
+#[derive(Clone)]
 pub enum Ticket {
     /// For a first join.
     Join(IssueJoinTicketResponse),
     /// For a rejoin.
     Rejoin(IssueRejoinTicketResponse),
+}
+
+/// A ticket as it arrived: what the join service answered and what it
+/// attested about itself in the handshake (`None`: it was not attested).
+pub struct IssuedTicket {
+    /// The answer.
+    pub ticket: Ticket,
+    /// The join service's attested measurements.
+    pub service: Option<Attested>,
+}
+
+/// How a node checks the join service a ticket came from, beyond the aTLS
+/// handshake's check of its image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JoinServiceCheck {
+    /// The join service's attested PCR 15 must hold exactly the mark of the
+    /// cluster the ticket is for (the cluster id derived from the ticket's
+    /// measurement secret and salt): only a bootstrapped member of that
+    /// cluster can have it. The default.
+    #[default]
+    ClusterMark,
+    /// No check at all: any join service's ticket is taken (a host that
+    /// answers first hands the node a key it knows). Each use is logged as
+    /// a warning.
+    InsecureNone,
 }
 
 /// How the node bootstraps: both halves run at once and race for the

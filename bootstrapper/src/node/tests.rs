@@ -222,6 +222,7 @@ impl Rig {
             ),
             node_ip: "10.0.2.15".into(),
             is_control_plane: false,
+            join_service_check: JoinServiceCheck::ClusterMark,
         };
         let node = Node::new(
             StateDisk::new(disk.clone()),
@@ -294,6 +295,33 @@ fn rejoin_ticket(key: &[u8]) -> Ticket {
     t.state_disk_key = key.to_vec();
     t.measurement_secret = vec![6; 32];
     Ticket::Rejoin(t)
+}
+
+/// `ticket` as a member of its cluster issues it: attested, PCR 15 holding
+/// the mark of the cluster id of measurement secret [6; 32] and salt
+/// [5; 32] (the ticket's for a join, the test disks' for a rejoin).
+fn from_member(ticket: &Ticket) -> IssuedTicket {
+    issued_with_pcr15(
+        ticket,
+        Some(marked_pcr15(&derive_cluster_id(&[6; 32], &[5; 32])).to_vec()),
+    )
+}
+
+/// `ticket` from a service that attested with this PCR 15 (`None`: none in
+/// its attestation).
+fn issued_with_pcr15(ticket: &Ticket, pcr15: Option<Vec<u8>>) -> IssuedTicket {
+    let mut measurements = std::collections::BTreeMap::new();
+    measurements.insert(4, vec![0x44; 32]);
+    if let Some(v) = pcr15 {
+        measurements.insert(CLUSTER_ID_PCR, v);
+    }
+    IssuedTicket {
+        ticket: ticket.clone(),
+        service: Some(Attested {
+            variant: confboot::attestation::Variant::QemuVtpm,
+            measurements,
+        }),
+    }
 }
 
 fn recover_request(m: &MasterSecret) -> RecoverMessage {
@@ -514,7 +542,9 @@ fn a_second_init_after_a_successful_one_is_refused() {
 fn blank_then_join_formats_with_the_ticket_key_and_joins() {
     let rig = Rig::new(FakeDisk::blank());
     let (request, ticket) = (join_request(), join_ticket());
-    rig.node.check_ticket(&request, &ticket).unwrap();
+    rig.node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap();
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     let outcome = rig.node.apply_ticket(&token, &request, &ticket).unwrap();
     assert_eq!(outcome, Outcome::Joined);
@@ -603,7 +633,10 @@ fn unusable_tickets_are_thrown_away_before_the_nodelock() {
             rejoin_ticket(&[]),
         ),
     ] {
-        let err = rig.node.check_ticket(&request, &ticket).unwrap_err();
+        let err = rig
+            .node
+            .check_ticket(&request, &from_member(&ticket))
+            .unwrap_err();
         assert!(matches!(err, NodeError::BadTicket(_)), "{err:?}");
         assert!(!err.is_final());
     }
@@ -637,7 +670,9 @@ fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
         disk_uuid: UUID.into(),
     };
     let ticket = rejoin_ticket(&[0x42; 32]);
-    rig.node.check_ticket(&request, &ticket).unwrap();
+    rig.node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap();
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     assert_eq!(
         rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
@@ -779,4 +814,75 @@ fn only_errors_past_the_nodelock_are_final() {
         },
     ];
     assert!(finals.iter().all(NodeError::is_final));
+}
+
+#[test]
+fn a_ticket_from_a_service_that_is_no_member_of_its_cluster_is_thrown_away() {
+    let rig = Rig::new(FakeDisk::blank());
+    let ticket = join_ticket();
+    let another_cluster = marked_pcr15(&derive_cluster_id(&[6; 32], &[7; 32])).to_vec();
+    for issued in [
+        // The host's own service on the node's image: never marked.
+        issued_with_pcr15(&ticket, Some(vec![0; 32])),
+        // A member of another cluster.
+        issued_with_pcr15(&ticket, Some(another_cluster)),
+        // An attestation without PCR 15 (another variant).
+        issued_with_pcr15(&ticket, None),
+        // No attestation at all.
+        IssuedTicket {
+            ticket: ticket.clone(),
+            service: None,
+        },
+    ] {
+        let err = rig.node.check_ticket(&join_request(), &issued).unwrap_err();
+        assert!(matches!(err, NodeError::JoinServiceNotMember(_)), "{err:?}");
+        assert!(!err.is_final());
+    }
+    assert!(!rig.node.lock().is_locked());
+    assert!(rig.disk.untouched_blank());
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn a_rejoin_ticket_is_checked_against_the_salt_in_the_disk_header() {
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let ticket = rejoin_ticket(&[0x42; 32]);
+    // The header keeps salt [5; 32]: a member of that cluster is taken.
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    rig.node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap();
+    // The host rewrote the salt: the mark no longer matches, nothing opens.
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
+    let err = rig
+        .node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap_err();
+    assert!(matches!(err, NodeError::JoinServiceNotMember(_)), "{err:?}");
+    assert!(!rig.node.lock().is_locked());
+    assert!(!rig.disk.state().opened);
+}
+
+#[test]
+fn the_insecure_setting_takes_a_ticket_from_an_unattested_service() {
+    let rig = Rig::new(FakeDisk::blank());
+    let node = Node::new(
+        StateDisk::new(rig.disk.clone()),
+        None,
+        kubeadm(),
+        FakeMarker::default(),
+        NodeConfig {
+            init_secret_hash: None,
+            node_ip: "10.0.2.15".into(),
+            is_control_plane: false,
+            join_service_check: JoinServiceCheck::InsecureNone,
+        },
+    );
+    let issued = IssuedTicket {
+        ticket: join_ticket(),
+        service: None,
+    };
+    node.check_ticket(&join_request(), &issued).unwrap();
 }

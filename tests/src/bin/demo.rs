@@ -88,8 +88,11 @@ fn main() {
 
     // Node 1 waits for the admin's Init.
     let t = Instant::now();
+    // joinsvc later runs on node 1, with its TPM: every node trusts that AK.
     let n1 = NodeDir::new(&bootstrapper, "demo-node1");
     let tpm1 = n1.boot_tpm(IMAGE);
+    let cp_ak = tpm1.ak_public.clone();
+    let n1 = n1.trusting_join_service_ak(&cp_ak);
     std::fs::write(
         admin.path().join("measurements.json"),
         tpm1.policy().to_json(),
@@ -138,8 +141,16 @@ fn main() {
 
     // joinsvc on the control plane, with the same master secret; three nodes ask it.
     let nodes: Vec<(NodeDir, &str, &[u8])> = vec![
-        (NodeDir::new(&bootstrapper, "demo-node2"), "node-2", IMAGE),
-        (NodeDir::new(&bootstrapper, "demo-node3"), "node-3", IMAGE),
+        (
+            NodeDir::new(&bootstrapper, "demo-node2").trusting_join_service_ak(&cp_ak),
+            "node-2",
+            IMAGE,
+        ),
+        (
+            NodeDir::new(&bootstrapper, "demo-node3").trusting_join_service_ak(&cp_ak),
+            "node-3",
+            IMAGE,
+        ),
         (
             NodeDir::new(&bootstrapper, "demo-node4"),
             "node-4 (initrd changed by one byte)",
@@ -155,12 +166,15 @@ fn main() {
         master_secret: master.clone(),
         measurement_salt: salt,
         pinned_aks: tpms.iter().map(|t| t.ak_public.clone()).collect(),
+        // joinsvc attests with node 1's TPM: the nodes' own image, marked
+        // with the cluster id (nodes check both before taking a ticket).
+        extra: vec!["--tpm".into(), tpm1.tpm_arg()],
         ..JoinsvcSetup::new()
     };
     let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpms[0].policy(), setup);
     let endpoint = joinsvc.rpc_addr.to_string();
     println!(
-        "[{}] joinsvc: listening on {endpoint} (expects node-1's measurements)",
+        "[{}] joinsvc: listening on {endpoint} on node-1 (expects node-1's measurements; attests with node-1's TPM)",
         ms(t)
     );
 
@@ -168,7 +182,12 @@ fn main() {
     let running: Vec<ChildProcess> = nodes
         .iter()
         .zip(&tpms)
-        .map(|((n, _, _), tpm)| n.bootstrapper(tpm, &["--join-endpoint", &endpoint]))
+        .enumerate()
+        .map(|(i, ((n, _, _), tpm))| {
+            // The tampered node runs the attacker's code: it checks nothing.
+            let unchecked = ["--join-endpoint", &endpoint, "--insecure-any-join-service"];
+            n.bootstrapper(tpm, &unchecked[..if i == 2 { 3 } else { 2 }])
+        })
         .collect();
     let mut running = running.into_iter();
     ok &= finish(nodes[0].1, running.next().unwrap(), t);
