@@ -263,13 +263,18 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     };
 
     let (flows_tx, flows) = bounded::<FlowResult>(8);
+    // The admin makes one call on one connection: one peer address may not
+    // hold more than half the pool, an idle connection is closed soon, and
+    // a frame must arrive whole within ServerLimits' frame timeout.
     let pool = PoolConfig {
         workers: 4,
         queue: 8,
+        max_per_peer: 2,
         ..PoolConfig::default()
     };
     let limits = ServerLimits {
         default_call_timeout: Duration::from_secs(600),
+        idle_timeout: Duration::from_secs(10),
         ..ServerLimits::default()
     };
     let (option, router) = match plan.admin_api {

@@ -24,6 +24,7 @@ pub fn status(e: &NodeError) -> Status {
     let code = match e {
         NodeError::InvalidArgument { .. } => Code::InvalidArgument,
         NodeError::WrongInitSecret => Code::PermissionDenied,
+        NodeError::InitCheckBusy => Code::Unavailable,
         _ if e.is_wrong_key() => Code::PermissionDenied,
         NodeError::InitNotConfigured
         | NodeError::AlreadyBootstrapping { .. }

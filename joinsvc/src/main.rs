@@ -248,7 +248,13 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
     let metrics = Arc::new(Metrics::default());
     let tickets = Arc::new(TicketService::new(cfg.ticket_config, cfg.token_issuer));
     let router = Arc::new(router(tickets, Arc::clone(&metrics)));
-    let limits = ServerLimits::default();
+    // One ticket per attested connection: every admission is checked
+    // against the policy in force when it is made (a policy change applies
+    // to every later ticket, a node admitted before cannot keep pulling).
+    let limits = ServerLimits {
+        max_calls_per_connection: Some(1),
+        ..ServerLimits::default()
+    };
     let atls = AtlsServer::new(cfg.issuer, vec![Arc::new(validator) as Arc<dyn Validator>])
         .map_err(|e| format!("cannot set up aTLS: {e}"))?;
     let rpc_listener = TcpListener::bind(&cfg.listen)

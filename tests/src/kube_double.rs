@@ -93,6 +93,7 @@ impl KubeApiDouble {
                     workers: 32,
                     queue: 64,
                     socket_timeout: REQUEST_TIMEOUT,
+                    ..PoolConfig::default()
                 },
                 move |sock, stop| serve(sock, Arc::clone(&tls), &state, &token, stop),
             )

@@ -21,6 +21,9 @@ pub enum NodeError {
     InitNotConfigured,
     /// The init secret does not match the configured hash.
     WrongInitSecret,
+    /// Another Init's secret is being checked (one slow hash at a time);
+    /// the caller may try again.
+    InitCheckBusy,
     /// A request field is malformed.
     InvalidArgument {
         /// The field (`kms_uri`, `storage_uri`, `measurement_salt`).
@@ -89,6 +92,9 @@ impl fmt::Display for NodeError {
                 f.write_str("this node takes no Init (no init-secret hash configured)")
             }
             NodeError::WrongInitSecret => f.write_str("wrong init secret"),
+            NodeError::InitCheckBusy => {
+                f.write_str("another Init is being checked; try again in a moment")
+            }
             NodeError::InvalidArgument { field, reason } => write!(f, "{field}: {reason}"),
             NodeError::AlreadyBootstrapping { holder } => {
                 write!(f, "the node is already bootstrapping ({holder})")

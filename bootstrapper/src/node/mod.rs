@@ -111,6 +111,9 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     cluster: C,
     marker: M,
     config: NodeConfig,
+    /// Held while an init secret is checked: the slow hash runs one at a
+    /// time, so Init calls cannot be used to burn the node's CPU.
+    init_check: Mutex<()>,
 }
 
 /// The owner id the admin's Init gets back: HKDF(measurement secret,
@@ -138,7 +141,14 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             cluster,
             marker,
             config,
+            init_check: Mutex::new(()),
         }
+    }
+
+    /// The guard the init-secret check takes.
+    #[cfg(test)]
+    pub fn init_check_guard(&self) -> MutexGuard<'_, ()> {
+        self.init_check.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The nodelock.
@@ -195,7 +205,18 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(hash) = &self.config.init_secret_hash else {
             return Err(NodeError::InitNotConfigured);
         };
-        if !hash.verify(&req.init_secret) {
+        // Cheap refusals first: a node that is bootstrapping takes no Init,
+        // and one slow hash at a time.
+        if let Some(holder) = self.lock.holder() {
+            return Err(NodeError::AlreadyBootstrapping { holder });
+        }
+        let verified = {
+            let Ok(_one_at_a_time) = self.init_check.try_lock() else {
+                return Err(NodeError::InitCheckBusy);
+            };
+            hash.verify(&req.init_secret)
+        };
+        if !verified {
             return Err(NodeError::WrongInitSecret);
         }
         let master = master_secret(&req.kms_uri)?;

@@ -886,3 +886,29 @@ fn the_insecure_setting_takes_a_ticket_from_an_unattested_service() {
     };
     node.check_ticket(&join_request(), &issued).unwrap();
 }
+
+#[test]
+fn init_secrets_are_checked_one_at_a_time_and_not_while_bootstrapping() {
+    let rig = Rig::new(FakeDisk::blank());
+    let mut req = init_request();
+    req.init_secret = b"a guess".to_vec();
+    // While one slow hash runs, another Init is turned away at once.
+    {
+        let _checking = rig.node.init_check_guard();
+        assert_eq!(
+            rig.node.check_init(&req).err().unwrap(),
+            NodeError::InitCheckBusy
+        );
+    }
+    assert_eq!(
+        rig.node.check_init(&req).err().unwrap(),
+        NodeError::WrongInitSecret
+    );
+    // Once a flow holds the nodelock, no hash is computed at all.
+    let _token = rig.node.take_lock(holder::JOIN).unwrap();
+    assert!(matches!(
+        rig.node.check_init(&req).err().unwrap(),
+        NodeError::AlreadyBootstrapping { holder: "join" }
+    ));
+    assert!(rig.disk.untouched_blank());
+}

@@ -29,7 +29,20 @@ pub struct ServerLimits {
     pub max_call_timeout: Duration,
     /// How often an idle connection looks at the stop signal (default 100 ms).
     pub stop_poll: Duration,
+    /// Bound on reading a whole frame, from its first byte to its last: the
+    /// call header, and the request (within the call's deadline too). A
+    /// peer that trickles bytes is cut off when it passes (default 10 s).
+    pub frame_timeout: Duration,
+    /// Calls served on one connection before it is closed (`None`: no
+    /// limit). A service that admits per connection sets 1, so every
+    /// admission is checked against the policy of its time.
+    pub max_calls_per_connection: Option<u32>,
+    /// Age after which a connection takes no further call (`None`: no limit).
+    pub max_connection_age: Option<Duration>,
 }
+
+/// Largest call header accepted (a method path and a deadline need far less).
+pub const MAX_CALL_HEADER_LEN: u32 = 4 * 1024;
 
 impl Default for ServerLimits {
     fn default() -> Self {
@@ -40,6 +53,9 @@ impl Default for ServerLimits {
             default_call_timeout: Duration::from_secs(30),
             max_call_timeout: Duration::from_secs(600),
             stop_poll: Duration::from_millis(100),
+            frame_timeout: Duration::from_secs(10),
+            max_calls_per_connection: None,
+            max_connection_age: None,
         }
     }
 }
@@ -190,6 +206,9 @@ pub enum ConnectionEnd {
     Idle,
     /// The server is stopping.
     Stopped,
+    /// The connection served its last call ([`ServerLimits::max_calls_per_connection`]
+    /// or [`ServerLimits::max_connection_age`]).
+    Spent,
     /// The peer broke the protocol; it was told why when possible.
     ProtocolError(String),
     /// Reading or writing failed.
@@ -215,6 +234,8 @@ pub fn serve_connection_as<T: Transport + ?Sized>(
     stop: &Stop,
     peer: Option<Attested>,
 ) -> ConnectionEnd {
+    let opened = Instant::now();
+    let mut calls: u32 = 0;
     loop {
         let first = match wait_for_call(stream, limits, stop) {
             Ok(b) => b,
@@ -226,6 +247,54 @@ pub fn serve_connection_as<T: Transport + ?Sized>(
         }
         if stop.is_raised() {
             return ConnectionEnd::Stopped;
+        }
+        calls = calls.saturating_add(1);
+        let spent = limits
+            .max_calls_per_connection
+            .is_some_and(|max| calls >= max)
+            || limits
+                .max_connection_age
+                .is_some_and(|age| opened.elapsed() >= age);
+        if spent {
+            return ConnectionEnd::Spent;
+        }
+    }
+}
+
+/// Reads from a stream before an absolute deadline: each read is bounded
+/// by what is left of it and by the per-read timeout (and polls the stop
+/// signal), so a peer that sends one byte at a time is cut off when the
+/// deadline passes, however often it sends; a raised stop signal ends the
+/// read too.
+struct ReadBefore<'a, T: ?Sized> {
+    stream: &'a mut T,
+    deadline: Instant,
+    per_read: Duration,
+    stop: &'a Stop,
+    poll: Duration,
+}
+
+impl<T: Transport + ?Sized> io::Read for ReadBefore<'_, T> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let until = self.deadline.min(Instant::now() + self.per_read);
+        loop {
+            if self.stop.is_raised() {
+                return Err(io::Error::other("the server is stopping"));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the frame did not arrive whole before its deadline, or stalled",
+                ));
+            }
+            self.stream.set_read_timeout(Some(left.min(self.poll)))?;
+            match self.stream.read(buf) {
+                // A timed-out read consumed nothing (rustls keeps what it
+                // buffered), so it is safe to read again.
+                Err(e) if frame::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
         }
     }
 }
@@ -260,8 +329,8 @@ fn wait_for_call<T: Transport + ?Sized>(
     }
 }
 
-fn read_rest_of_frame<T: Transport + ?Sized>(
-    stream: &mut T,
+fn read_rest_of_frame<R: io::Read + ?Sized>(
+    stream: &mut R,
     first: u8,
     max_len: u32,
 ) -> Result<frame::Frame, FrameError> {
@@ -328,8 +397,19 @@ fn serve_call<T: Transport + ?Sized>(
         .set_write_timeout(Some(limits.io_timeout))
         .map_err(io_err)?;
 
-    let header_frame = read_rest_of_frame(stream, first, limits.max_frame_len)
-        .map_err(|e| refuse(stream, e, "call header"))?;
+    let frame_deadline = Instant::now() + limits.frame_timeout;
+    let header_frame = read_rest_of_frame(
+        &mut ReadBefore {
+            stream: &mut *stream,
+            deadline: frame_deadline,
+            per_read: limits.io_timeout,
+            stop,
+            poll: limits.stop_poll,
+        },
+        first,
+        MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
+    )
+    .map_err(|e| refuse(stream, e, "call header"))?;
     let header = match header_frame.kind {
         FrameKind::Message => {
             confboot_proto::rpc::CallHeader::decode(&header_frame.payload[..]).ok()
@@ -352,11 +432,17 @@ fn serve_call<T: Transport + ?Sized>(
         peer: peer.clone(),
     };
 
-    stream
-        .set_read_timeout(Some(limits.io_timeout.min(ctx.remaining())))
-        .map_err(io_err)?;
-    let request = frame::read_frame(stream, limits.max_frame_len)
-        .map_err(|e| refuse(stream, e, "request"))?;
+    let request = frame::read_frame(
+        &mut ReadBefore {
+            stream: &mut *stream,
+            deadline: ctx.deadline.min(Instant::now() + limits.frame_timeout),
+            per_read: limits.io_timeout,
+            stop,
+            poll: limits.stop_poll,
+        },
+        limits.max_frame_len,
+    )
+    .map_err(|e| refuse(stream, e, "request"))?;
     if request.kind != FrameKind::Message {
         let s = Status::invalid_argument("request must be a message frame");
         let _ = send_trailer(stream, &s);

@@ -1,0 +1,44 @@
+//! An admission is bounded: an attested connection carries one ticket, so
+//! every ticket is checked against the policy in force when it is issued.
+//! A node admitted before a policy change cannot keep pulling tickets (any
+//! disk's key) on the connection it already has.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use confboot::attestation::Issuer;
+use confboot::rpc::Code;
+use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_tests::cluster::{Joinsvc, Node};
+
+const REJOIN: &str = "/join.API/IssueRejoinTicket";
+const DISK_A: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+const DISK_B: &str = "1f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+
+#[test]
+fn an_attested_connection_carries_one_ticket() {
+    let node = Node::start("node", b"kernel");
+    let joinsvc = Joinsvc::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_joinsvc")),
+        &node.policy(),
+        &[&node],
+    );
+    let issuer: Arc<dyn Issuer> = node.issuer.clone();
+    let (mut client, _) =
+        confboot::atls::connect(joinsvc.rpc_addr, Duration::from_secs(20), &[], Some(issuer))
+            .unwrap();
+    let ask = |disk: &str| IssueRejoinTicketRequest {
+        disk_uuid: disk.into(),
+    };
+    let first: IssueRejoinTicketResponse = client
+        .unary(REJOIN, &ask(DISK_A), Duration::from_secs(20))
+        .unwrap();
+    assert_eq!(first.state_disk_key.len(), 32);
+    // The same connection asks again, for another disk: nothing.
+    let second: Result<IssueRejoinTicketResponse, _> =
+        client.unary(REJOIN, &ask(DISK_B), Duration::from_secs(20));
+    let err = second.unwrap_err();
+    assert_eq!(err.code, Code::Unavailable, "{err}");
+    // A new connection is attested again, and served.
+    assert!(node.rejoin(joinsvc.rpc_addr, DISK_B).is_ok());
+}

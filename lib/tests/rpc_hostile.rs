@@ -1,0 +1,248 @@
+//! Peers that do not play fair with the RPC server: they trickle a frame one
+//! byte at a time, announce a huge call header, keep calling on an admitted
+//! connection, hold connections through a stop, or open many at once. Each
+//! loses: it is cut off, refused or shut, and the server goes on.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::Duration;
+
+use confboot::rpc::frame::{self, FrameKind};
+use confboot::rpc::listener::{self, PoolConfig};
+use confboot::rpc::{Client, ConnectionEnd, Router, ServerLimits, Stop, pipe, serve_connection};
+use confboot_proto::Message;
+use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+
+const ECHO: &str = "/test.API/Echo";
+const LONG: Duration = Duration::from_secs(30);
+/// Delay between two trickled bytes.
+const TRICKLE: Duration = Duration::from_millis(20);
+
+fn router() -> Router {
+    Router::new().unary(ECHO, |_ctx, req: IssueRejoinTicketRequest| {
+        Ok(IssueRejoinTicketResponse {
+            state_disk_key: req.disk_uuid.into_bytes(),
+            measurement_secret: vec![],
+        })
+    })
+}
+
+fn call_header(method: &str) -> Vec<u8> {
+    confboot_proto::rpc::CallHeader {
+        method: method.into(),
+        timeout_ms: 30_000,
+    }
+    .encode_to_vec()
+}
+
+/// Writes `bytes` one at a time with [`TRICKLE`] between them; returns how
+/// many were written before the other side went away.
+fn trickle(w: &mut impl Write, bytes: &[u8]) -> usize {
+    for (i, b) in bytes.iter().enumerate() {
+        if w.write_all(&[*b]).and_then(|_| w.flush()).is_err() {
+            return i;
+        }
+        thread::sleep(TRICKLE);
+    }
+    bytes.len()
+}
+
+/// A frame header announcing a `len`-byte message.
+fn frame_header(len: u32) -> Vec<u8> {
+    let mut h = vec![0u8];
+    h.extend_from_slice(&len.to_be_bytes());
+    h
+}
+
+fn limits_with_frame_timeout(t: Duration) -> ServerLimits {
+    ServerLimits {
+        frame_timeout: t,
+        ..ServerLimits::default()
+    }
+}
+
+#[test]
+fn a_call_header_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
+    let (mut server_end, mut client_end) = pipe::pair();
+    let server = thread::spawn(move || {
+        let limits = limits_with_frame_timeout(Duration::from_millis(300));
+        serve_connection(&mut server_end, &router(), &limits, &Stop::new())
+    });
+    // A 100-byte header at one byte per 20 ms would take 2 s: each byte
+    // comes well within any per-read timeout, the whole frame does not.
+    client_end.write_all(&frame_header(100)).unwrap();
+    let sent = trickle(&mut client_end, &[0x0a; 100]);
+    let end = server.join().unwrap();
+    assert!(
+        matches!(&end, ConnectionEnd::Io(m) if m.contains("call header") && m.contains("timed out")),
+        "{end:?}"
+    );
+    assert!(sent < 100, "the whole frame got through: {end:?}");
+}
+
+#[test]
+fn a_request_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
+    let (mut server_end, mut client_end) = pipe::pair();
+    let server = thread::spawn(move || {
+        let limits = limits_with_frame_timeout(Duration::from_millis(300));
+        serve_connection(&mut server_end, &router(), &limits, &Stop::new())
+    });
+    frame::write_frame(&mut client_end, FrameKind::Message, &call_header(ECHO)).unwrap();
+    client_end.write_all(&frame_header(100)).unwrap();
+    let sent = trickle(&mut client_end, &[0x0a; 100]);
+    let end = server.join().unwrap();
+    assert!(
+        matches!(&end, ConnectionEnd::Io(m) if m.contains("request") && m.contains("timed out")),
+        "{end:?}"
+    );
+    assert!(sent < 100, "the whole frame got through: {end:?}");
+}
+
+#[test]
+fn a_call_header_over_four_kib_is_refused_from_its_length() {
+    let (mut server_end, mut client_end) = pipe::pair();
+    let server = thread::spawn(move || {
+        serve_connection(
+            &mut server_end,
+            &router(),
+            &ServerLimits::default(),
+            &Stop::new(),
+        )
+    });
+    client_end.write_all(&frame_header(5000)).unwrap();
+    // Refused from the header alone: the payload need not come (it is sent
+    // anyway, so a server that waited for it would not hang here).
+    let _ = client_end.write_all(&vec![0x0a; 5000]);
+    let end = server.join().unwrap();
+    assert!(
+        matches!(&end, ConnectionEnd::ProtocolError(m) if m.contains("exceeds the limit of 4096")),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn a_connection_limited_to_one_call_takes_no_second() {
+    let (mut server_end, client_end) = pipe::pair();
+    let server = thread::spawn(move || {
+        let limits = ServerLimits {
+            max_calls_per_connection: Some(1),
+            ..ServerLimits::default()
+        };
+        serve_connection(&mut server_end, &router(), &limits, &Stop::new())
+    });
+    let mut client = Client::new(client_end);
+    let req = IssueRejoinTicketRequest {
+        disk_uuid: "first".into(),
+    };
+    let first: IssueRejoinTicketResponse = client.unary(ECHO, &req, LONG).unwrap();
+    assert_eq!(first.state_disk_key, b"first");
+    let end = server.join().unwrap();
+    assert!(matches!(end, ConnectionEnd::Spent), "{end:?}");
+    let second: Result<IssueRejoinTicketResponse, _> = client.unary(ECHO, &req, LONG);
+    assert!(second.is_err(), "a second call was served");
+}
+
+/// Polls a counter until it reaches `want` (bounded by a count, not a clock).
+fn wait_for(counter: &std::sync::atomic::AtomicU64, want: u64) {
+    for _ in 0..10_000 {
+        if counter.load(Ordering::SeqCst) >= want {
+            return;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    panic!("counter never reached {want}");
+}
+
+#[test]
+fn stopping_the_server_shuts_a_connection_that_does_not_finish() {
+    let router = Arc::new(router());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 2,
+        queue: 2,
+        stop_grace: Duration::from_millis(200),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, move |mut sock, stop| {
+        // No frame deadline to speak of: only the stop can end this peer.
+        let limits = limits_with_frame_timeout(Duration::from_secs(600));
+        serve_connection(&mut sock, &router, &limits, stop);
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    let trickler = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&frame_header(100)).unwrap();
+        trickle(&mut s, &[0x0a; 100])
+    });
+    wait_for(&server.stats().accepted, 1);
+    thread::sleep(TRICKLE * 5);
+    server.stop();
+    let sent = trickler.join().unwrap();
+    assert!(
+        sent < 100,
+        "the peer trickled its whole frame through the stop"
+    );
+}
+
+#[test]
+fn stopping_the_server_shuts_a_connection_whose_handler_does_not_watch_the_stop() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 2,
+        queue: 2,
+        stop_grace: Duration::from_millis(200),
+        ..PoolConfig::default()
+    };
+    // Like a handshake: reads until the peer is done, each read bounded by
+    // the socket timeout (10 s) that every trickled byte resets.
+    let server = listener::spawn(l, config, move |mut sock, _stop| {
+        let mut all = Vec::new();
+        let _ = sock.read_to_end(&mut all);
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    let trickler = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&frame_header(100)).unwrap();
+        trickle(&mut s, &[0x0a; 100])
+    });
+    wait_for(&server.stats().accepted, 1);
+    thread::sleep(TRICKLE * 5);
+    server.stop();
+    let sent = trickler.join().unwrap();
+    assert!(
+        sent < 100,
+        "the peer trickled its whole frame through the stop"
+    );
+}
+
+#[test]
+fn one_peer_address_cannot_take_the_whole_pool() {
+    let router = Arc::new(router());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 4,
+        queue: 4,
+        max_per_peer: 2,
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, move |mut sock, stop| {
+        serve_connection(&mut sock, &router, &ServerLimits::default(), stop);
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    // Two idle connections from 127.0.0.1 are held; the third is closed.
+    let _held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    wait_for(&server.stats().accepted, 2);
+    let mut third = TcpStream::connect(addr).unwrap();
+    third.set_read_timeout(Some(LONG)).unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(third.read(&mut buf).unwrap_or(0), 0, "closed at once");
+    wait_for(&server.stats().refused, 1);
+    assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 2);
+    server.stop();
+}
