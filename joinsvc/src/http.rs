@@ -67,7 +67,9 @@ fn respond(req: tiny_http::Request, metrics: &Metrics) {
         }
         _ => (404, "not found\n".to_string(), "text/plain"),
     };
-    log::trace!("http {} {} -> {code}", req.method(), req.url());
+    // The path is the caller's: only the known ones are named.
+    let path = if code == 200 { req.url() } else { "(other)" };
+    log::trace!("http {} {path} -> {code}", req.method());
     let header = tiny_http::Header::from_bytes("Content-Type", content_type).expect("valid header");
     let resp = tiny_http::Response::from_string(body)
         .with_status_code(code)

@@ -185,7 +185,7 @@ fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 };
                 log::info!(
                     "join ticket requested for disk {} (control plane: {})",
-                    req.disk_uuid,
+                    disk_for_log(&req.disk_uuid),
                     req.is_control_plane
                 );
                 log::trace!("caller's measurements: {:?}", peer.measurements);
@@ -199,7 +199,10 @@ fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     }
                     Err(e) => {
                         join_metrics.refused(e.reason());
-                        log::warn!("join ticket for disk {:?} refused: {e}", req.disk_uuid);
+                        log::warn!(
+                            "join ticket for disk {} refused: {e}",
+                            disk_for_log(&req.disk_uuid)
+                        );
                         Err(e.status())
                     }
                 }
@@ -213,7 +216,10 @@ fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     metrics.refused("unattested");
                     return Err(Status::permission_denied("the caller did not attest"));
                 }
-                log::info!("rejoin ticket requested for disk {}", req.disk_uuid);
+                log::info!(
+                    "rejoin ticket requested for disk {}",
+                    disk_for_log(&req.disk_uuid)
+                );
                 let result = tickets.issue_rejoin_ticket(&req);
                 metrics.observe_latency(started.elapsed());
                 match result {
@@ -223,12 +229,25 @@ fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     }
                     Err(e) => {
                         metrics.refused(e.reason());
-                        log::warn!("rejoin ticket for disk {:?} refused: {e}", req.disk_uuid);
+                        log::warn!(
+                            "rejoin ticket for disk {} refused: {e}",
+                            disk_for_log(&req.disk_uuid)
+                        );
                         Err(e.status())
                     }
                 }
             },
         )
+}
+
+/// A request's disk UUID as logs may show it: only once it is known to be
+/// a UUID (a caller's arbitrary bytes, of any length, never reach a log).
+fn disk_for_log(raw: &str) -> &str {
+    if confboot::kms::is_uuid(raw) {
+        raw
+    } else {
+        "(not a UUID)"
+    }
 }
 
 fn run(m: &confboot::args::Matches) -> Result<(), String> {

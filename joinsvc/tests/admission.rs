@@ -42,3 +42,38 @@ fn an_attested_connection_carries_one_ticket() {
     // A new connection is attested again, and served.
     assert!(node.rejoin(joinsvc.rpc_addr, DISK_B).is_ok());
 }
+
+#[test]
+fn request_fields_reach_the_log_only_once_validated() {
+    let node = Node::start("node", b"kernel");
+    let joinsvc = Joinsvc::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_joinsvc")),
+        &node.policy(),
+        &[&node],
+    );
+    // A forged log line, and 64 KiB of one byte: neither is a UUID.
+    let forged = "x\n2026-01-01T00:00:00.000Z INFO joinsvc: forged line";
+    let huge = "A".repeat(64 * 1024);
+    for disk in [forged, huge.as_str()] {
+        let err = node.join(joinsvc.rpc_addr, disk).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument, "{err}");
+        let err = node.rejoin(joinsvc.rpc_addr, disk).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument, "{err}");
+    }
+    assert!(node.rejoin(joinsvc.rpc_addr, DISK_A).is_ok());
+    let log = joinsvc.process.log();
+    assert!(
+        log.iter().any(|l| l.contains(DISK_A)),
+        "a valid UUID is logged:\n{}",
+        log.join("\n")
+    );
+    for line in &log {
+        assert!(!line.contains("forged line"), "{line}");
+        assert!(
+            !line.contains("AAAAAAAA"),
+            "{}",
+            &line[..line.len().min(200)]
+        );
+        assert!(line.len() < 1024, "a log line of {} bytes", line.len());
+    }
+}
