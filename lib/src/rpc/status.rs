@@ -131,14 +131,28 @@ impl Status {
         }
     }
 
-    /// A status from its trailer payload.
+    /// A status from its trailer payload. The message is the peer's: it is
+    /// cut to [`MAX_PEER_MESSAGE_CHARS`] and its control characters are
+    /// replaced, so it can be logged and shown as one line of bounded size.
     pub fn from_proto(p: confboot_proto::rpc::Status) -> Status {
+        let mut message: String = p
+            .message
+            .chars()
+            .take(MAX_PEER_MESSAGE_CHARS)
+            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .collect();
+        if p.message.chars().nth(MAX_PEER_MESSAGE_CHARS).is_some() {
+            message.push_str(" (cut)");
+        }
         Status {
             code: Code::from_i32(p.code),
-            message: p.message,
+            message,
         }
     }
 }
+
+/// Longest status message taken from a peer, in characters.
+pub const MAX_PEER_MESSAGE_CHARS: usize = 512;
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,5 +181,27 @@ mod tests {
             Status::new(Code::Unimplemented, "x").to_string(),
             "UNIMPLEMENTED: x"
         );
+    }
+
+    #[test]
+    fn a_peers_message_is_one_bounded_line() {
+        let forged = Status::from_proto(confboot_proto::rpc::Status {
+            code: 7,
+            message: "denied\n2026-01-01T00:00:00Z INFO bootstrapper: bootstrapped (Joined)".into(),
+        });
+        assert!(!forged.message.contains('\n'), "{}", forged.message);
+        let huge = Status::from_proto(confboot_proto::rpc::Status {
+            code: 7,
+            message: "A".repeat(1 << 20),
+        });
+        assert_eq!(
+            huge.message.chars().count(),
+            MAX_PEER_MESSAGE_CHARS + " (cut)".len()
+        );
+        let short = Status::from_proto(confboot_proto::rpc::Status {
+            code: 7,
+            message: "measurements differ".into(),
+        });
+        assert_eq!(short.message, "measurements differ");
     }
 }
