@@ -603,3 +603,75 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
         log.join("\n")
     );
 }
+
+#[test]
+fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits() {
+    let admin = TempDir::new("admin-under-load");
+    std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
+    let hash = init_secret::hash(b"s3cret", init_secret::MIN_ITERATIONS);
+    let n = NodeDir::new(&bootstrapper_bin(), "held");
+    let tpm = n.boot_tpm(IMAGE);
+    let n = n.trusting_join_service_ak(&tpm.ak_public);
+    std::fs::write(
+        admin.path().join("measurements.json"),
+        tpm.policy().to_json(),
+    )
+    .unwrap();
+    let pinned = format!("pinned:{}", confboot::hex::encode(&tpm.ak_public));
+    let b = n.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
+    let init_addr = addr_after(
+        &b.wait_for_line("init API listening on ", 3000),
+        "listening on ",
+    );
+
+    // A hostile client at 127.0.0.2 opens twelve connections (enough for
+    // every worker and the whole queue), says nothing on some and trickles
+    // bytes on others.
+    let hostile_ip = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let mut held = Vec::new();
+    for i in 0..12 {
+        let Ok(mut c) = confboot_tests::hostile::connect_from(hostile_ip, init_addr) else {
+            continue;
+        };
+        if i % 2 == 0 {
+            let _ = std::io::Write::write_all(&mut c, &[0x16, 0x03]);
+        }
+        held.push(c);
+    }
+
+    // The admin, at 127.0.0.1, inits the node all the same.
+    let out = confboot(
+        &[
+            "init",
+            "--node",
+            &init_addr.to_string(),
+            "--init-secret-file",
+            "init-secret",
+            "--measurements",
+            "measurements.json",
+            "--ak-trust",
+            &pinned,
+        ],
+        admin.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And the node exits, the hostile connections still open.
+    let log = wait_exit_ok(b, "bootstrapper under held connections");
+    assert!(
+        log.iter().any(|l| l.contains("bootstrapped (Initialized)")),
+        "{}",
+        log.join("\n")
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("refusing connection from 127.0.0.2")),
+        "{}",
+        log.join("\n")
+    );
+    drop(held);
+}

@@ -3,6 +3,7 @@
 //! logs; and doubles of what cannot run here (the Kubernetes API).
 
 pub mod cluster;
+pub mod hostile;
 pub mod kube_double;
 pub mod qemu;
 
