@@ -1,14 +1,19 @@
 //! [`AkTrust`]: which attestation keys a validator trusts, how an operator
-//! names them (`ca:FILE`, `pinned:PATH`, `pinned:HEX[,HEX...]`,
+//! names them (`ca:FILE`, `pinned:FILE`, `pinned:HEX[,HEX...]`,
 //! `insecure-any-ak`), the check of an AK against them, and
 //! [`issue_ak_certificate`] for whoever plays the cloud provider.
 
-use std::path::Path;
+use std::fmt;
+use std::io::{self, Read as _};
+use std::path::{Path, PathBuf};
 
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use crate::attestation::AttestationError;
-use crate::hex;
+use crate::hex::{self, HexError};
+
+/// Largest `pinned:FILE` file read (a key is a line of 131 bytes).
+pub const MAX_PINNED_KEYS_LEN: u64 = 64 * 1024;
 
 /// Which attestation keys a [`VtpmValidator`](super::VtpmValidator) trusts.
 #[derive(Clone, Debug)]
@@ -28,52 +33,31 @@ pub enum AkTrust {
 impl AkTrust {
     /// Parses AK trust from a configuration string:
     /// `ca:PATH` (CA certificates, PEM or DER, see [`load_ca_certificates`]),
-    /// `pinned:HEX[,HEX...]` (65-byte SEC1 points in hex, as
-    /// `confboot-tpm-provision` writes to `ak-pubkey.hex`), `pinned:PATH`
-    /// (a file with one such key per line, `#` comments; a PATH contains a
-    /// `/`), or `insecure-any-ak`.
+    /// `pinned:FILE` (a file with one key per line, `#` comments, at most
+    /// [`MAX_PINNED_KEYS_LEN`] bytes), `pinned:HEX[,HEX...]` (65-byte SEC1
+    /// points in hex, as `confboot-tpm-provision` writes to `ak-pubkey.hex`),
+    /// or `insecure-any-ak`. After `pinned:`, a name of an existing file (with
+    /// or without a `/`) is read; anything else must be hex keys.
     pub fn parse(spec: &str) -> Result<AkTrust, AttestationError> {
-        let bad = |m: String| AttestationError::Policy(format!("AK trust {spec:?}: {m}"));
+        AkTrust::parse_in(spec, Path::new(""))
+    }
+
+    /// [`AkTrust::parse`] with relative file names taken from `base` (the
+    /// empty path: the current directory).
+    fn parse_in(spec: &str, base: &Path) -> Result<AkTrust, AttestationError> {
         if spec == "insecure-any-ak" {
             return Ok(AkTrust::InsecureAnyAk);
         }
         if let Some(path) = spec.strip_prefix("ca:") {
-            return load_ca_certificates(Path::new(path)).map(AkTrust::CertificateRoots);
+            return load_ca_certificates(&base.join(path)).map(AkTrust::CertificateRoots);
         }
-        if let Some(list) = spec.strip_prefix("pinned:") {
-            let from_file;
-            let hex_keys: Vec<&str> = if list.contains('/') {
-                from_file = std::fs::read_to_string(list)
-                    .map_err(|e| bad(format!("cannot read {list}: {e}")))?;
-                from_file
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .collect()
-            } else {
-                list.split(',').collect()
-            };
-            if hex_keys.is_empty() {
-                return Err(bad("no key given".into()));
-            }
-            let keys = hex_keys
-                .into_iter()
-                .map(|h| {
-                    let key = hex::decode(h.trim()).map_err(|e| bad(e.to_string()))?;
-                    if key.len() != 65 || key[0] != 4 {
-                        return Err(bad(format!(
-                            "{} bytes is not an uncompressed P-256 point (65 bytes, 04...)",
-                            key.len()
-                        )));
-                    }
-                    Ok(key)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(AkTrust::Pinned(keys));
-        }
-        Err(bad(
-            "want ca:PATH, pinned:HEX[,HEX...] or insecure-any-ak".into()
-        ))
+        let pinned = match spec.strip_prefix("pinned:") {
+            Some(text) => pinned_keys(text, base),
+            None => Err(AkTrustError::UnknownForm),
+        };
+        pinned
+            .map(AkTrust::Pinned)
+            .map_err(|e| AttestationError::Policy(format!("AK trust {spec:?}: {e}")))
     }
 
     /// Checks that the AK (`ak_point`, a SEC1 uncompressed P-256 point) is
@@ -165,6 +149,180 @@ impl AkTrust {
             }
         }
     }
+}
+
+/// Why one pinned AK key was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AkKeyError {
+    /// It is not hex.
+    NotHex(HexError),
+    /// It is not a SEC1 uncompressed P-256 point (65 bytes, `04...`).
+    NotAPoint {
+        /// How many bytes it has.
+        len: usize,
+    },
+}
+
+impl fmt::Display for AkKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AkKeyError::NotHex(e) => write!(f, "{e}"),
+            AkKeyError::NotAPoint { len } => write!(
+                f,
+                "{len} bytes is not an uncompressed P-256 point (65 bytes, 04...)"
+            ),
+        }
+    }
+}
+
+/// Why a `pinned:` AK trust (or an unknown form) was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AkTrustError {
+    /// Not one of `ca:`, `pinned:` or `insecure-any-ak`.
+    UnknownForm,
+    /// A `pinned:FILE` file without a key (empty, or only comments).
+    NoKey,
+    /// A key of a `pinned:HEX[,HEX...]` list is refused.
+    ListKey {
+        /// Its position in the list, from 1.
+        position: usize,
+        /// Why.
+        error: AkKeyError,
+    },
+    /// A key of a `pinned:FILE` file is refused.
+    FileKey {
+        /// The file.
+        path: PathBuf,
+        /// Its line, from 1.
+        line: usize,
+        /// Why.
+        error: AkKeyError,
+    },
+    /// The `pinned:FILE` file exists but cannot be read as text.
+    UnreadableFile {
+        /// The file.
+        path: PathBuf,
+        /// What reading it gave.
+        kind: io::ErrorKind,
+    },
+    /// The `pinned:FILE` file is larger than [`MAX_PINNED_KEYS_LEN`].
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The text after `pinned:` names no existing file and is not a list of
+    /// hex keys either.
+    NeitherFileNorKeys {
+        /// Why it is not a file (`NotFound`: there is none).
+        file: io::ErrorKind,
+        /// Why it is not a list of keys.
+        keys: Box<AkTrustError>,
+    },
+}
+
+impl fmt::Display for AkTrustError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AkTrustError::UnknownForm => {
+                f.write_str("want ca:PATH, pinned:FILE, pinned:HEX[,HEX...] or insecure-any-ak")
+            }
+            AkTrustError::NoKey => f.write_str("no key given"),
+            AkTrustError::ListKey { position, error } => write!(f, "key {position}: {error}"),
+            AkTrustError::FileKey { path, line, error } => {
+                write!(f, "{} line {line}: {error}", path.display())
+            }
+            AkTrustError::UnreadableFile { path, kind } => {
+                write!(f, "cannot read {}: {kind}", path.display())
+            }
+            AkTrustError::FileTooLarge { path } => write!(
+                f,
+                "{} is larger than {MAX_PINNED_KEYS_LEN} bytes",
+                path.display()
+            ),
+            AkTrustError::NeitherFileNorKeys { file, keys } => {
+                if *file == io::ErrorKind::NotFound {
+                    write!(f, "no such file, and not hex keys: {keys}")
+                } else {
+                    write!(f, "not a file ({file}), and not hex keys: {keys}")
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for AkTrustError {}
+
+/// The keys of `pinned:TEXT`: the lines of the file TEXT names (relative to
+/// `base`) when it exists, else TEXT as a comma-separated list of hex keys.
+fn pinned_keys(text: &str, base: &Path) -> Result<Vec<Vec<u8>>, AkTrustError> {
+    let path = base.join(text);
+    let not_a_file = match std::fs::metadata(&path) {
+        Ok(_) if !text.is_empty() => return pinned_keys_from_file(&path),
+        Ok(_) => io::ErrorKind::NotFound,
+        Err(e) => e.kind(),
+    };
+    pinned_keys_from_list(text).map_err(|keys| AkTrustError::NeitherFileNorKeys {
+        file: not_a_file,
+        keys: Box::new(keys),
+    })
+}
+
+/// `HEX[,HEX...]`.
+fn pinned_keys_from_list(list: &str) -> Result<Vec<Vec<u8>>, AkTrustError> {
+    list.split(',')
+        .enumerate()
+        .map(|(i, h)| {
+            ak_key(h).map_err(|error| AkTrustError::ListKey {
+                position: i + 1,
+                error,
+            })
+        })
+        .collect()
+}
+
+/// One key per line, blank lines and `#` comments skipped.
+fn pinned_keys_from_file(path: &Path) -> Result<Vec<Vec<u8>>, AkTrustError> {
+    let unreadable = |e: io::Error| AkTrustError::UnreadableFile {
+        path: path.to_path_buf(),
+        kind: e.kind(),
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(unreadable)?
+        .take(MAX_PINNED_KEYS_LEN + 1)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    if text.len() as u64 > MAX_PINNED_KEYS_LEN {
+        return Err(AkTrustError::FileTooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    let keys = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .map(|(line, l)| {
+            ak_key(l).map_err(|error| AkTrustError::FileKey {
+                path: path.to_path_buf(),
+                line,
+                error,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if keys.is_empty() {
+        return Err(AkTrustError::NoKey);
+    }
+    Ok(keys)
+}
+
+/// One AK public key: hex of a SEC1 uncompressed P-256 point.
+fn ak_key(text: &str) -> Result<Vec<u8>, AkKeyError> {
+    let key = hex::decode(text.trim()).map_err(AkKeyError::NotHex)?;
+    if key.len() != 65 || key[0] != 4 {
+        return Err(AkKeyError::NotAPoint { len: key.len() });
+    }
+    Ok(key)
 }
 
 /// Reads CA certificates from a file: one or more PEM `CERTIFICATE` blocks,
@@ -344,6 +502,129 @@ mod tests {
             load_ca_certificates(&junk),
             Err(AttestationError::Policy(_))
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh empty directory for one test.
+    fn scratch_dir(test: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("confboot-ak-trust-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn key(byte: &str) -> String {
+        format!("04{}", byte.repeat(64))
+    }
+
+    #[test]
+    fn pinned_file_named_without_a_slash_is_read() {
+        let dir = scratch_dir("no-slash");
+        let (a, b) = (key("ab"), key("cd"));
+        std::fs::write(
+            dir.join("aks.txt"),
+            format!("# node keys\n{a}\n\n  {b}  \n"),
+        )
+        .unwrap();
+        let want = vec![hex::decode(&a).unwrap(), hex::decode(&b).unwrap()];
+        assert_eq!(pinned_keys("aks.txt", &dir), Ok(want.clone()));
+        match AkTrust::parse_in("pinned:aks.txt", &dir) {
+            Ok(AkTrust::Pinned(keys)) => assert_eq!(keys, want),
+            other => panic!("{other:?}"),
+        }
+        // The public parse resolves against the current directory: cargo runs
+        // unit tests in the crate directory, where Cargo.toml is a file (not
+        // keys), so it is read and refused by line, not taken for hex.
+        assert_eq!(
+            pinned_keys("Cargo.toml", Path::new("")),
+            Err(AkTrustError::FileKey {
+                path: PathBuf::from("Cargo.toml"),
+                line: 1,
+                error: AkKeyError::NotHex(HexError::OddLength(9)),
+            })
+        );
+        assert!(matches!(
+            AkTrust::parse("pinned:Cargo.toml"),
+            Err(AttestationError::Policy(m)) if m.contains("Cargo.toml line 1")
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pinned_text_that_is_neither_file_nor_keys_names_both() {
+        let dir = scratch_dir("neither");
+        assert_eq!(
+            pinned_keys("aks.txt", &dir),
+            Err(AkTrustError::NeitherFileNorKeys {
+                file: io::ErrorKind::NotFound,
+                keys: Box::new(AkTrustError::ListKey {
+                    position: 1,
+                    error: AkKeyError::NotHex(HexError::OddLength(7)),
+                }),
+            })
+        );
+        match AkTrust::parse_in("pinned:aks.txt", &dir) {
+            Err(AttestationError::Policy(m)) => assert_eq!(
+                m,
+                "AK trust \"pinned:aks.txt\": no such file, and not hex keys: key 1: hex string has an odd length (7)"
+            ),
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pinned_hex_lists_longer_than_a_file_name_are_keys() {
+        // Far beyond NAME_MAX: looking for such a file fails with "name too
+        // long", which must not stop the list from being read as keys.
+        let keys: Vec<String> = ["01", "02", "03", "04"].iter().map(|b| key(b)).collect();
+        match AkTrust::parse(&format!("pinned:{}", keys.join(","))) {
+            Ok(AkTrust::Pinned(parsed)) => assert_eq!(parsed.len(), 4),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            pinned_keys(&format!("{},05", keys[0]), Path::new("")),
+            Err(AkTrustError::NeitherFileNorKeys {
+                file: io::ErrorKind::NotFound,
+                keys: Box::new(AkTrustError::ListKey {
+                    position: 2,
+                    error: AkKeyError::NotAPoint { len: 1 },
+                }),
+            })
+        );
+    }
+
+    #[test]
+    fn pinned_files_are_bounded_and_checked_line_by_line() {
+        let dir = scratch_dir("file-errors");
+        std::fs::write(dir.join("empty"), "# nothing\n\n").unwrap();
+        assert_eq!(pinned_keys("empty", &dir), Err(AkTrustError::NoKey));
+        std::fs::write(dir.join("short"), format!("{}\n# c\n04aabb\n", key("ab"))).unwrap();
+        assert_eq!(
+            pinned_keys("short", &dir),
+            Err(AkTrustError::FileKey {
+                path: dir.join("short"),
+                line: 3,
+                error: AkKeyError::NotAPoint { len: 3 },
+            })
+        );
+        let big = format!("{}\n", key("ab")).repeat(MAX_PINNED_KEYS_LEN as usize / 131 + 1);
+        std::fs::write(dir.join("big"), big).unwrap();
+        assert_eq!(
+            pinned_keys("big", &dir),
+            Err(AkTrustError::FileTooLarge {
+                path: dir.join("big")
+            })
+        );
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        assert_eq!(
+            pinned_keys("sub", &dir),
+            Err(AkTrustError::UnreadableFile {
+                path: dir.join("sub"),
+                kind: io::ErrorKind::IsADirectory,
+            })
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -31,6 +31,9 @@ mod ak_trust;
 mod issuer;
 mod validator;
 
-pub use ak_trust::{AkTrust, issue_ak_certificate, load_ca_certificates};
+pub use ak_trust::{
+    AkKeyError, AkTrust, AkTrustError, MAX_PINNED_KEYS_LEN, issue_ak_certificate,
+    load_ca_certificates,
+};
 pub use issuer::{ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs};
 pub use validator::{MAX_AK_CERT_LEN, MAX_EVIDENCE_LEN, VtpmValidator, encode_evidence};
