@@ -12,7 +12,7 @@ use std::time::Instant;
 use confboot::kms::MasterSecret;
 use confboot::kms::init_secret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir, workspace_binary};
-use confboot_tests::{ChildProcess, addr_after};
+use confboot_tests::{ChildProcess, addr_after, free_port};
 
 const IMAGE: &[u8] = b"node image v1";
 
@@ -32,14 +32,6 @@ fn wait_exit_ok(p: ChildProcess, what: &str) -> Vec<String> {
         log.join("\n")
     );
     log
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn confboot(args: &[&str], cwd: &Path) -> std::process::Output {

@@ -19,7 +19,7 @@ use confboot::atls::{self, AtlsClient, AtlsError, AtlsServer, Nonce, cert};
 use confboot::attestation::{
     AttestationError, Attested, Issuer, MeasurementPolicy, SwappableValidator, Validator, Variant,
 };
-use confboot::rpc::{Code, PoolConfig, Router, ServerLimits};
+use confboot::rpc::{Code, PoolConfig, Router, ServerHandle, ServerLimits};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -65,6 +65,25 @@ fn listener() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").unwrap()
 }
 
+/// [`router`] served over aTLS on a fresh loopback port with default limits:
+/// attesting with `issuer` when there is one, and requiring callers to attest
+/// to `validators` when there are any.
+fn serve(
+    calls: Arc<AtomicUsize>,
+    issuer: Option<Arc<dyn Issuer>>,
+    validators: &[Arc<dyn Validator>],
+) -> ServerHandle {
+    atls::serve(
+        listener(),
+        PoolConfig::default(),
+        ServerLimits::default(),
+        router(calls),
+        issuer,
+        validators,
+    )
+    .unwrap()
+}
+
 fn health(client: &mut atls::AtlsRpcClient) -> Result<i32, confboot::rpc::Status> {
     client
         .unary::<_, HealthCheckResponse>(CHECK, &HealthCheckRequest::default(), T)
@@ -77,15 +96,7 @@ fn health(client: &mut atls::AtlsRpcClient) -> Result<i32, confboot::rpc::Status
 fn server_attests_and_a_call_goes_through() {
     let server_node = Node::new();
     let calls = Arc::new(AtomicUsize::new(0));
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::clone(&calls)),
-        Some(server_node.issuer()),
-        &[],
-    )
-    .unwrap();
+    let server = serve(Arc::clone(&calls), Some(server_node.issuer()), &[]);
     let (mut client, attested) = atls::connect(
         server.local_addr(),
         T,
@@ -112,15 +123,11 @@ fn server_attests_and_a_call_goes_through() {
 #[test]
 fn client_attests_and_the_handler_sees_who_called() {
     let joining = Node::new();
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::new(AtomicUsize::new(0))),
+    let server = serve(
+        Arc::new(AtomicUsize::new(0)),
         None,
         &v(joining.validator(joining.good_policy())),
-    )
-    .unwrap();
+    );
     let (mut client, attested) =
         atls::connect(server.local_addr(), T, &[], Some(joining.issuer())).unwrap();
     assert!(attested.is_none(), "server attestation was not asked for");
@@ -138,15 +145,11 @@ fn client_attests_and_the_handler_sees_who_called() {
 fn mutual_attestation_in_one_handshake() {
     let server_node = Node::new();
     let joining = Node::new();
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::new(AtomicUsize::new(0))),
+    let server = serve(
+        Arc::new(AtomicUsize::new(0)),
         Some(server_node.issuer()),
         &v(joining.validator(joining.good_policy())),
-    )
-    .unwrap();
+    );
     let (mut client, attested) = atls::connect(
         server.local_addr(),
         T,
@@ -174,15 +177,11 @@ fn mutual_attestation_in_one_handshake() {
 #[test]
 fn a_validator_is_picked_by_the_oid_in_the_certificate() {
     let server_node = Node::new();
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::new(AtomicUsize::new(0))),
+    let server = serve(
+        Arc::new(AtomicUsize::new(0)),
         Some(server_node.issuer()),
         &[],
-    )
-    .unwrap();
+    );
     // A validator of another variant comes first and must not be used.
     let validators = vec![
         Arc::new(Refuses(Variant::SevSnp)) as Arc<dyn Validator>,
@@ -259,6 +258,18 @@ fn connect_to(
         .map(|c| c.peer.unwrap())
 }
 
+/// One handshake with an [`evil_server`] whose certificate is `make(nonce)`,
+/// by a client that checks `node`'s evidence against its good policy.
+fn handshake_with<F>(node: &Node, make: F) -> Result<Attested, AtlsError>
+where
+    F: Fn(Nonce) -> Arc<CertifiedKey> + Send + Sync + 'static,
+{
+    let (addr, h) = evil_server(1, make);
+    let verdict = connect_to(addr, v(node.validator(node.good_policy())));
+    h.join().unwrap();
+    verdict
+}
+
 fn certified(new: cert::NewCertificate) -> Arc<CertifiedKey> {
     new.into_certified_key(&atls::provider()).unwrap()
 }
@@ -289,7 +300,7 @@ fn a_replayed_server_certificate_is_refused_as_stale() {
 fn evidence_bound_to_another_key_is_refused() {
     let node = Node::new();
     let issuer = node.issuer();
-    let (addr, h) = evil_server(1, move |nonce| {
+    let err = handshake_with(&node, move |nonce| {
         let presented = cert::new_key().unwrap();
         let other = cert::new_key().unwrap();
         let other_spki = rcgen::PublicKeyData::subject_public_key_info(&other);
@@ -297,13 +308,12 @@ fn evidence_bound_to_another_key_is_refused() {
             .issue(&atls::nonce::extra_data(&other_spki, &nonce))
             .unwrap();
         certified(cert::self_signed(&presented, Some((issuer.variant(), evidence))).unwrap())
-    });
-    let err = connect_to(addr, v(node.validator(node.good_policy()))).unwrap_err();
+    })
+    .unwrap_err();
     assert!(
         matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
         "{err:?}"
     );
-    h.join().unwrap();
 }
 
 #[test]
@@ -313,7 +323,7 @@ fn a_server_that_does_not_hold_the_certificate_key_fails_the_handshake_signature
     // check (delegated to `verify_tls13_signature`) can catch it.
     let node = Node::new();
     let issuer = node.issuer();
-    let (addr, h) = evil_server(1, move |nonce| {
+    let err = handshake_with(&node, move |nonce| {
         let genuine = cert::attested(issuer.as_ref(), &nonce).unwrap();
         let other = cert::self_signed(&cert::new_key().unwrap(), None).unwrap();
         let wrong_key = atls::provider()
@@ -321,13 +331,12 @@ fn a_server_that_does_not_hold_the_certificate_key_fails_the_handshake_signature
             .load_private_key(other.key.into())
             .unwrap();
         Arc::new(CertifiedKey::new(vec![genuine.cert], wrong_key))
-    });
-    let err = connect_to(addr, v(node.validator(node.good_policy()))).unwrap_err();
+    })
+    .unwrap_err();
     match &err {
         AtlsError::Tls(m) => assert!(m.to_lowercase().contains("signature"), "{m}"),
         other => panic!("{other:?}"),
     }
-    h.join().unwrap();
 }
 
 /// Builds a certificate for `nonce` with genuine evidence, letting `edit`
@@ -363,26 +372,17 @@ fn ext(oid: &[u64], evidence: Vec<u8>, critical: bool) -> rcgen::CustomExtension
 #[test]
 fn a_certificate_without_evidence_is_refused() {
     let node = Node::new();
-    let (addr, h) = evil_server(1, |_| {
+    let err = handshake_with(&node, |_| {
         certified(cert::self_signed(&cert::new_key().unwrap(), None).unwrap())
-    });
-    let err = connect_to(addr, v(node.validator(node.good_policy()))).unwrap_err();
+    })
+    .unwrap_err();
     assert_eq!(err, AtlsError::MissingEvidence);
-    h.join().unwrap();
 }
 
 #[test]
 fn an_unattested_server_is_refused_by_a_client_that_requires_attestation() {
     let node = Node::new();
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::new(AtomicUsize::new(0))),
-        None,
-        &[],
-    )
-    .unwrap();
+    let server = serve(Arc::new(AtomicUsize::new(0)), None, &[]);
     let err = atls::connect(
         server.local_addr(),
         T,
@@ -433,18 +433,17 @@ fn a_critical_evidence_extension_is_refused() {
     let node = Node::new();
     let issuer = node.issuer();
     let variant = node.variant();
-    let (addr, h) = evil_server(1, move |nonce| {
+    let verdict = handshake_with(&node, move |nonce| {
         crafted(issuer.as_ref(), &nonce, |p, ev| {
             p.custom_extensions.push(ext(variant.oid_arcs(), ev, true))
         })
     });
     assert_eq!(
-        connect_to(addr, v(node.validator(node.good_policy()))).unwrap_err(),
+        verdict.unwrap_err(),
         AtlsError::CriticalExtension {
             oid: variant.oid().into()
         }
     );
-    h.join().unwrap();
 }
 
 #[test]
@@ -483,27 +482,18 @@ fn a_crafted_certificate_with_genuine_evidence_is_accepted() {
     let node = Node::new();
     let issuer = node.issuer();
     let variant = node.variant();
-    let (addr, h) = evil_server(1, move |nonce| {
+    handshake_with(&node, move |nonce| {
         crafted(issuer.as_ref(), &nonce, |p, ev| {
             p.custom_extensions.push(ext(variant.oid_arcs(), ev, false))
         })
-    });
-    connect_to(addr, v(node.validator(node.good_policy()))).unwrap();
-    h.join().unwrap();
+    })
+    .unwrap();
 }
 
 #[test]
 fn a_server_with_the_wrong_pcr_is_refused_by_policy() {
     let node = Node::new();
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::new(AtomicUsize::new(0))),
-        Some(node.issuer()),
-        &[],
-    )
-    .unwrap();
+    let server = serve(Arc::new(AtomicUsize::new(0)), Some(node.issuer()), &[]);
     let err = atls::connect(
         server.local_addr(),
         T,
@@ -721,15 +711,11 @@ fn a_client_certificate_without_evidence_is_refused() {
 fn a_plain_tls_client_cannot_call_a_server_that_requires_client_attestation() {
     let joining = Node::new();
     let calls = Arc::new(AtomicUsize::new(0));
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::clone(&calls)),
+    let server = serve(
+        Arc::clone(&calls),
         None,
         &v(joining.validator(joining.good_policy())),
-    )
-    .unwrap();
+    );
 
     // A plain rustls client without a client certificate.
     let stream = evil_connect(
@@ -772,15 +758,11 @@ fn a_policy_swap_takes_effect_at_the_next_handshake() {
     let join_policy = SwappableValidator::new(joining.validator(joining.good_policy()));
     // The client's policy for the server, likewise.
     let server_policy = SwappableValidator::new(server_node.validator(server_node.good_policy()));
-    let server = atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(Arc::new(AtomicUsize::new(0))),
+    let server = serve(
+        Arc::new(AtomicUsize::new(0)),
         Some(server_node.issuer()),
         &v(Arc::new(join_policy.clone())),
-    )
-    .unwrap();
+    );
     let client_validators = v(Arc::new(server_policy.clone()));
     let connect = || {
         atls::connect(

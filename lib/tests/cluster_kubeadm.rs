@@ -5,7 +5,6 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use confboot::cluster::{
@@ -13,31 +12,10 @@ use confboot::cluster::{
 };
 use confboot::kms::SecretBytes;
 use confboot::process::{CommandOutput, CommandRunner, ProcessError, ProcessRunner, Stream};
+use confboot_tests::TempDir;
 use serde_json::Value;
 
 const TOKEN: &str = "abcdef.0123456789abcdef";
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "confboot-cluster-{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// One command the runner saw.
 #[derive(Clone, Debug)]
@@ -101,9 +79,9 @@ impl CommandRunner for RecordingRunner {
 fn backend(dir: &TempDir, runner: RecordingRunner) -> KubeadmBackend {
     let mut b = KubeadmBackend::new(Box::new(runner));
     b.kubeadm = PathBuf::from("/opt/bin/kubeadm");
-    b.config_dir = dir.0.join("run");
-    b.pki_dir = dir.0.join("pki");
-    b.admin_kubeconfig = dir.0.join("admin.conf");
+    b.config_dir = dir.path().join("run");
+    b.pki_dir = dir.path().join("pki");
+    b.admin_kubeconfig = dir.path().join("admin.conf");
     b
 }
 
@@ -157,7 +135,7 @@ fn init_writes_its_config_runs_kubeadm_init_and_returns_the_admin_kubeconfig() {
             ),
         ],
         writes: vec![(
-            dir.0.join("admin.conf"),
+            dir.path().join("admin.conf"),
             b"apiVersion: v1\nkind: Config\n".to_vec(),
         )],
         ..Default::default()
@@ -174,7 +152,7 @@ fn init_writes_its_config_runs_kubeadm_init_and_returns_the_admin_kubeconfig() {
     let calls = runner.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 1);
     let call = &calls[0];
-    let config_path = dir.0.join("run/kubeadm-init.json");
+    let config_path = dir.path().join("run/kubeadm-init.json");
     assert_eq!(call.program, Path::new("/opt/bin/kubeadm"));
     assert_eq!(
         call.args,
@@ -213,7 +191,7 @@ fn init_writes_its_config_runs_kubeadm_init_and_returns_the_admin_kubeconfig() {
     assert_eq!(cluster["controlPlaneEndpoint"], "10.0.0.1:6443");
     assert_eq!(
         cluster["certificatesDir"],
-        dir.0.join("pki").to_str().unwrap()
+        dir.path().join("pki").to_str().unwrap()
     );
     assert_eq!(cluster["networking"]["serviceSubnet"], "10.96.0.0/12");
     assert_eq!(cluster["networking"]["podSubnet"], "10.244.0.0/16");
@@ -237,7 +215,7 @@ fn init_writes_its_config_runs_kubeadm_init_and_returns_the_admin_kubeconfig() {
 fn init_for_newer_kubernetes_uses_v1beta4_and_brackets_ipv6() {
     let dir = TempDir::new("init4");
     let runner = RecordingRunner {
-        writes: vec![(dir.0.join("admin.conf"), b"kc".to_vec())],
+        writes: vec![(dir.path().join("admin.conf"), b"kc".to_vec())],
         ..Default::default()
     };
     let b = backend(&dir, runner.clone());
@@ -284,7 +262,7 @@ fn worker_join_puts_the_token_only_in_the_config_file() {
     .unwrap();
 
     let call = runner.calls.lock().unwrap()[0].clone();
-    let config_path = dir.0.join("run/kubeadm-join.json");
+    let config_path = dir.path().join("run/kubeadm-join.json");
     assert_eq!(
         call.args,
         [
@@ -311,7 +289,7 @@ fn worker_join_puts_the_token_only_in_the_config_file() {
     );
     assert_eq!(
         join["caCertPath"],
-        dir.0.join("pki/ca.crt").to_str().unwrap()
+        dir.path().join("pki/ca.crt").to_str().unwrap()
     );
     assert_eq!(
         join["nodeRegistration"]["kubeletExtraArgs"]["node-ip"],
@@ -331,7 +309,10 @@ fn worker_join_puts_the_token_only_in_the_config_file() {
             "secret <redacted>"
         ]
     );
-    assert!(!dir.0.join("pki").exists(), "no PKI files for a worker");
+    assert!(
+        !dir.path().join("pki").exists(),
+        "no PKI files for a worker"
+    );
 }
 
 #[test]
@@ -350,13 +331,13 @@ fn control_plane_join_writes_pki_files_with_modes() {
     b.join_cluster(&join_params(true, files.clone()), &mut |_| {})
         .unwrap();
     for (name, data) in &files {
-        let path = dir.0.join("pki").join(name);
+        let path = dir.path().join("pki").join(name);
         assert_eq!(fs::read(&path).unwrap(), *data, "{name}");
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         let want = if name.ends_with(".key") { 0o600 } else { 0o644 };
         assert_eq!(mode, want, "{name}");
     }
-    let etcd_mode = fs::metadata(dir.0.join("pki/etcd"))
+    let etcd_mode = fs::metadata(dir.path().join("pki/etcd"))
         .unwrap()
         .permissions()
         .mode()
@@ -371,7 +352,7 @@ fn control_plane_join_writes_pki_files_with_modes() {
     // Rewriting (a retried join) replaces the files.
     b.join_cluster(&join_params(true, vec![("ca.key", b"NEW")]), &mut |_| {})
         .unwrap();
-    assert_eq!(fs::read(dir.0.join("pki/ca.key")).unwrap(), b"NEW");
+    assert_eq!(fs::read(dir.path().join("pki/ca.key")).unwrap(), b"NEW");
 }
 
 #[test]
@@ -395,10 +376,10 @@ fn file_names_that_escape_the_pki_dir_are_refused_before_anything_is_written() {
         );
     }
     assert!(
-        !dir.0.join("pki").exists(),
+        !dir.path().join("pki").exists(),
         "nothing written, not even the good file"
     );
-    assert!(!dir.0.join("evil.key").exists());
+    assert!(!dir.path().join("evil.key").exists());
     assert!(runner.calls.lock().unwrap().is_empty(), "kubeadm never ran");
 
     // Duplicates, and files for a worker, are refused too.
@@ -413,10 +394,10 @@ fn file_names_that_escape_the_pki_dir_are_refused_before_anything_is_written() {
     ));
 
     // A symlinked directory inside the PKI tree does not lead out of it.
-    let outside = dir.0.join("outside");
+    let outside = dir.path().join("outside");
     fs::create_dir_all(&outside).unwrap();
-    fs::create_dir_all(dir.0.join("pki")).unwrap();
-    std::os::unix::fs::symlink(&outside, dir.0.join("pki/etcd")).unwrap();
+    fs::create_dir_all(dir.path().join("pki")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.path().join("pki/etcd")).unwrap();
     let got = b.join_cluster(&join_params(true, vec![("etcd/ca.key", b"K")]), &mut |_| {});
     assert!(matches!(got, Err(ClusterError::BadFileName(_))), "{got:?}");
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
@@ -434,7 +415,7 @@ fn kubeadm_failure_is_an_error_with_its_stderr_tail() {
     let runner = RecordingRunner {
         output,
         status: 1,
-        writes: vec![(dir.0.join("admin.conf"), b"kc".to_vec())],
+        writes: vec![(dir.path().join("admin.conf"), b"kc".to_vec())],
         ..Default::default()
     };
     let b = backend(&dir, runner.clone());
@@ -455,7 +436,7 @@ fn kubeadm_failure_is_an_error_with_its_stderr_tail() {
     assert_eq!(lines[9], "error: token <redacted> rejected");
     assert!(!stderr_tail.contains(TOKEN));
     assert!(
-        !dir.0.join("run/kubeadm-join.json").exists(),
+        !dir.path().join("run/kubeadm-join.json").exists(),
         "removed after a failure too"
     );
 
@@ -471,7 +452,7 @@ fn kubeadm_failure_is_an_error_with_its_stderr_tail() {
         ),
         "{got:?}"
     );
-    assert!(!dir.0.join("admin.conf").exists());
+    assert!(!dir.path().join("admin.conf").exists());
 }
 
 #[test]
@@ -526,8 +507,8 @@ fn bad_parameters_are_refused_without_quoting_secrets_or_running_kubeadm() {
 #[test]
 fn real_process_runner_with_a_standin_kubeadm() {
     let dir = TempDir::new("proc");
-    let script = dir.0.join("kubeadm");
-    let argv_log = dir.0.join("argv");
+    let script = dir.path().join("kubeadm");
+    let argv_log = dir.path().join("argv");
     fs::write(
         &script,
         format!(
@@ -536,16 +517,16 @@ fn real_process_runner_with_a_standin_kubeadm() {
              if [ \"$1\" = init ]; then printf 'KUBECONFIG' > {admin}; fi\n\
              grep -q '\"token\"' \"$3\" && echo 'config has a token'\nexit 0\n",
             argv = argv_log.display(),
-            admin = dir.0.join("admin.conf").display()
+            admin = dir.path().join("admin.conf").display()
         ),
     )
     .unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let mut b = KubeadmBackend::new(Box::new(ProcessRunner::default()));
     b.kubeadm = script;
-    b.config_dir = dir.0.join("run");
-    b.pki_dir = dir.0.join("pki");
-    b.admin_kubeconfig = dir.0.join("admin.conf");
+    b.config_dir = dir.path().join("run");
+    b.pki_dir = dir.path().join("pki");
+    b.admin_kubeconfig = dir.path().join("admin.conf");
 
     let mut log = Vec::new();
     let out = b

@@ -6,41 +6,18 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use confboot::disk::{
     CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, StateDisk, new_disk_uuid,
 };
 use confboot::kms::SecretBytes;
+use confboot_tests::TempDir;
 
 const IMAGE_SIZE: u64 = 32 << 20;
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "confboot-disk-{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A sparse, all-zero image file.
 fn blank_image(dir: &TempDir, name: &str) -> PathBuf {
-    let path = dir.0.join(name);
+    let path = dir.path().join(name);
     File::create(&path).unwrap().set_len(IMAGE_SIZE).unwrap();
     path
 }
@@ -259,10 +236,10 @@ fn bad_uuids_and_missing_programs_are_errors() {
     }
     assert_eq!(disk.state().unwrap(), DiskState::Blank);
     let missing =
-        CryptsetupBackend::header_only(&image).with_program(dir.0.join("no-such-cryptsetup"));
+        CryptsetupBackend::header_only(&image).with_program(dir.path().join("no-such-cryptsetup"));
     assert!(matches!(missing.inspect(), Err(DiskError::Io(_))));
     // A device that does not exist: cryptsetup's own error, with its message.
-    let gone = backend(&dir.0.join("gone.img"));
+    let gone = backend(&dir.path().join("gone.img"));
     match gone.inspect() {
         Err(DiskError::Cryptsetup {
             action,
@@ -281,11 +258,11 @@ fn bad_uuids_and_missing_programs_are_errors() {
 fn the_key_reaches_cryptsetup_only_on_stdin() {
     let dir = TempDir::new("argv");
     let image = blank_image(&dir, "disk.img");
-    let log = dir.0.join("calls");
+    let log = dir.path().join("calls");
     fs::create_dir(&log).unwrap();
     // A cryptsetup that records its argv, environment and stdin per call,
     // then runs the real one with the same arguments and stdin.
-    let script = dir.0.join("cryptsetup");
+    let script = dir.path().join("cryptsetup");
     fs::write(
         &script,
         format!(
@@ -404,7 +381,7 @@ fn a_header_that_does_not_carry_the_requested_uuid_is_an_error() {
     let dir = TempDir::new("uuid");
     let image = blank_image(&dir, "disk.img");
     // A cryptsetup that drops `--uuid X` (so the header gets a random UUID).
-    let script = dir.0.join("cryptsetup");
+    let script = dir.path().join("cryptsetup");
     fs::write(
         &script,
         format!(
@@ -442,15 +419,15 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
     StateDisk::new(backend(&image))
         .format_or_open(&uuid, |_| Ok(key(1)))
         .unwrap();
-    let status_file = dir.0.join("open-status");
-    let script = dir.0.join("cryptsetup");
+    let status_file = dir.path().join("open-status");
+    let script = dir.path().join("cryptsetup");
     fs::write(
         &script,
         format!(
             "#!/bin/sh\nif [ \"$1\" = open ]; then\n\
              printf '%s\\n' \"$@\" > {d}/open.argv\ncat > {d}/open.stdin\n\
              echo 'stand-in message' >&2\nexit $(cat {status})\nfi\nexec {real} \"$@\"\n",
-            d = dir.0.display(),
+            d = dir.path().display(),
             status = status_file.display(),
             real = real_cryptsetup().display()
         ),
@@ -471,7 +448,7 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
         disk.mapped_device(),
         Some(PathBuf::from("/dev/mapper/state"))
     );
-    let argv = fs::read_to_string(dir.0.join("open.argv")).unwrap();
+    let argv = fs::read_to_string(dir.path().join("open.argv")).unwrap();
     assert_eq!(
         argv.lines().collect::<Vec<_>>(),
         [
@@ -484,7 +461,10 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
             "state"
         ]
     );
-    assert_eq!(fs::read(dir.0.join("open.stdin")).unwrap(), key(1).expose());
+    assert_eq!(
+        fs::read(dir.path().join("open.stdin")).unwrap(),
+        key(1).expose()
+    );
 
     for (status, want) in [
         ("2", DiskError::WrongKey),
@@ -642,7 +622,7 @@ fn bad_measurement_salts_are_refused() {
 fn a_cryptsetup_that_hangs_is_killed_and_reported() {
     let dir = TempDir::new("hang");
     let image = blank_image(&dir, "disk.img");
-    let script = dir.0.join("cryptsetup");
+    let script = dir.path().join("cryptsetup");
     fs::write(&script, "#!/bin/sh\nexec sleep 1000\n").unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let mut hanging = CryptsetupBackend::header_only(&image).with_program(&script);

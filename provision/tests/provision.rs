@@ -1,7 +1,6 @@
 //! confboot-tpm-provision against a real swtpm, and the cross-checks between
 //! the C stack (tss-esapi) and confboot's pure-Rust TPM layer and verifier.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::str::FromStr;
 
@@ -11,6 +10,7 @@ use confboot::attestation::vtpm::{
 use confboot::attestation::{AttestationError, Issuer, MeasurementPolicy, Validator};
 use confboot::tpm::swtpm::Swtpm;
 use confboot::tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
+use confboot_tests::TempDir;
 use tss_esapi::traits::Marshall;
 use tss_esapi::{
     Context, TctiNameConf,
@@ -29,29 +29,6 @@ fn provision(swtpm: &Swtpm, out_dir: &std::path::Path, more: &[&str]) -> Output 
         .args(more)
         .output()
         .expect("the provisioning binary runs")
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "confboot-provision-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn no_policy() -> MeasurementPolicy {
@@ -84,15 +61,15 @@ fn help_explains_the_tool() {
 fn provisioned_ak_and_certificate_are_read_by_confboot_and_verify() {
     let swtpm = Swtpm::start().unwrap();
     let dir = TempDir::new("ok");
-    let out = provision(&swtpm, &dir.0, &[]);
+    let out = provision(&swtpm, dir.path(), &[]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let cert_file = std::fs::read(dir.0.join("ak-cert.der")).unwrap();
-    assert!(dir.0.join("ca.pem").exists() && dir.0.join("ca-key.pem").exists());
+    let cert_file = std::fs::read(dir.path().join("ak-cert.der")).unwrap();
+    assert!(dir.path().join("ca.pem").exists() && dir.path().join("ca-key.pem").exists());
 
     // Our own TPM layer reads what tss-esapi wrote.
     let mut tpm = swtpm.connect().unwrap();
@@ -112,7 +89,7 @@ fn provisioned_ak_and_certificate_are_read_by_confboot_and_verify() {
     let issuer = VtpmIssuer::new(tpm).unwrap();
     assert_eq!(issuer.ak_certificate(), Some(&cert_file[..]));
     let evidence = issuer.issue(&EXTRA).unwrap();
-    let roots = load_ca_certificates(&dir.0.join("ca.pem")).unwrap();
+    let roots = load_ca_certificates(&dir.path().join("ca.pem")).unwrap();
     let validator = VtpmValidator::new(AkTrust::CertificateRoots(roots), no_policy());
     validator.validate(&evidence, &EXTRA).unwrap();
     let pinned = VtpmValidator::new(AkTrust::Pinned(vec![point]), no_policy());
@@ -120,7 +97,7 @@ fn provisioned_ak_and_certificate_are_read_by_confboot_and_verify() {
 
     // A second run refuses to overwrite; --force replaces, reusing the CA.
     drop(issuer);
-    let again = provision(&swtpm, &dir.0, &[]);
+    let again = provision(&swtpm, dir.path(), &[]);
     assert!(!again.status.success());
     assert!(
         String::from_utf8_lossy(&again.stderr)
@@ -128,7 +105,7 @@ fn provisioned_ak_and_certificate_are_read_by_confboot_and_verify() {
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
-    let forced = provision(&swtpm, &dir.0, &["--force"]);
+    let forced = provision(&swtpm, dir.path(), &["--force"]);
     assert!(
         forced.status.success(),
         "{}",
@@ -146,20 +123,20 @@ fn certificate_from_a_given_ca_is_refused_by_a_validator_trusting_another() {
     // Generate CA "A" into ca_dir via a first provisioning of a throwaway swtpm.
     {
         let scratch = Swtpm::start().unwrap();
-        assert!(provision(&scratch, &ca_dir.0, &[]).status.success());
+        assert!(provision(&scratch, ca_dir.path(), &[]).status.success());
         assert!(
-            provision(&Swtpm::start().unwrap(), &other_dir.0, &[])
+            provision(&Swtpm::start().unwrap(), other_dir.path(), &[])
                 .status
                 .success()
         );
     }
     // Provision the real one with CA "A" given as files.
     let out_dir = TempDir::new("out");
-    let ca_cert = ca_dir.0.join("ca.pem");
-    let ca_key = ca_dir.0.join("ca-key.pem");
+    let ca_cert = ca_dir.path().join("ca.pem");
+    let ca_key = ca_dir.path().join("ca-key.pem");
     let out = provision(
         &swtpm,
-        &out_dir.0,
+        out_dir.path(),
         &[
             "--ca-cert",
             ca_cert.to_str().unwrap(),
@@ -173,7 +150,7 @@ fn certificate_from_a_given_ca_is_refused_by_a_validator_trusting_another() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        !out_dir.0.join("ca.pem").exists(),
+        !out_dir.path().join("ca.pem").exists(),
         "no CA generated when one is given"
     );
     let issuer = VtpmIssuer::new(swtpm.connect().unwrap()).unwrap();
@@ -184,7 +161,7 @@ fn certificate_from_a_given_ca_is_refused_by_a_validator_trusting_another() {
     );
     trusts_a.validate(&evidence, &EXTRA).unwrap();
     let trusts_b = VtpmValidator::new(
-        AkTrust::CertificateRoots(load_ca_certificates(&other_dir.0.join("ca.pem")).unwrap()),
+        AkTrust::CertificateRoots(load_ca_certificates(&other_dir.path().join("ca.pem")).unwrap()),
         no_policy(),
     );
     // Both CAs are named alike (generated by the tool): the signature decides.
@@ -202,7 +179,7 @@ fn certificate_from_a_given_ca_is_refused_by_a_validator_trusting_another() {
 fn tss_esapi_quote_verifies_with_confboot_validator() {
     let swtpm = Swtpm::start().unwrap();
     let dir = TempDir::new("tss");
-    assert!(provision(&swtpm, &dir.0, &[]).status.success());
+    assert!(provision(&swtpm, dir.path(), &[]).status.success());
 
     let mut context = Context::new(TctiNameConf::from_str(&swtpm.tcti()).unwrap()).unwrap();
     context.set_sessions((Some(AuthSession::Password), None, None));
@@ -254,14 +231,14 @@ fn tss_esapi_quote_verifies_with_confboot_validator() {
         attest: attest.marshall().unwrap(),
         signature: signature.marshall().unwrap(),
     };
-    let cert = std::fs::read(dir.0.join("ak-cert.der")).unwrap();
+    let cert = std::fs::read(dir.path().join("ak-cert.der")).unwrap();
     let evidence = encode_evidence(
         &quote,
         &pcr_values,
         &ak_public.marshall().unwrap(),
         Some(&cert),
     );
-    let roots = load_ca_certificates(&dir.0.join("ca.pem")).unwrap();
+    let roots = load_ca_certificates(&dir.path().join("ca.pem")).unwrap();
     let validator = VtpmValidator::new(AkTrust::CertificateRoots(roots), no_policy());
     let attested = validator.validate(&evidence, &EXTRA).unwrap();
     assert_eq!(attested.measurements.len(), 24);

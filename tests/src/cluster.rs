@@ -2,10 +2,9 @@
 //! its files and its Kubernetes API double, and nodes, each with its own
 //! swtpm, that ask for tickets over aTLS.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,34 +19,9 @@ use confboot_proto::join::{
     IssueRejoinTicketResponse,
 };
 
+pub use crate::TempDir;
 use crate::kube_double::KubeApiDouble;
 use crate::{ChildProcess, addr_after};
-
-/// A directory removed when dropped.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    /// A fresh directory under the system's temp dir.
-    pub fn new(label: &str) -> TempDir {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("confboot-{label}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A vTPM issuer over `swtpm` after `kernel` was measured into PCR 4 (as
 /// firmware measures the kernel it boots).
@@ -523,27 +497,11 @@ impl NodeDir {
 
     /// The state disk's LUKS UUID, if it has a LUKS header.
     pub fn luks_uuid(&self) -> Option<String> {
-        let out = Command::new("cryptsetup")
-            .arg("luksUUID")
-            .arg(self.p("disk.img"))
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        crate::luks_uuid(&self.p("disk.img"))
     }
 
     /// Whether `key` opens the LUKS2 header (cryptsetup, key on stdin).
     pub fn key_opens_disk(&self, key: &[u8]) -> bool {
-        let mut child = Command::new("cryptsetup")
-            .args(["open", "--test-passphrase", "--key-file", "-"])
-            .arg(self.p("disk.img"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(key).unwrap();
-        child.wait().unwrap().success()
+        crate::key_opens_disk(&self.p("disk.img"), key)
     }
 }

@@ -1,13 +1,19 @@
 //! Helpers for confboot's end-to-end tests: running the project's binaries
 //! as child processes that are always ended, and reading their
 //! logs; and doubles of what cannot run here (the Kubernetes API).
+//!
+//! It is also the one home of the small helpers every test crate of the
+//! workspace needs ([`TempDir`], [`free_port`], [`luks_uuid`],
+//! [`key_opens_disk`]): the other crates take it as a dev-dependency (the
+//! `confboot` library's integration tests too; they and this crate link the
+//! same `confboot`).
 
 pub mod cluster;
 pub mod hostile;
 pub mod kube_double;
 pub mod qemu;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -133,4 +139,67 @@ pub fn addr_after(line: &str, marker: &str) -> std::net::SocketAddr {
     word.trim_start_matches("http://")
         .parse()
         .unwrap_or_else(|e| panic!("{word:?}: {e}"))
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh directory under the system's temp dir.
+    pub fn new(label: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("confboot-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A loopback TCP port that was free a moment ago (nothing listens on it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The LUKS UUID of the disk image at `disk`, if it has a LUKS header
+/// (host cryptsetup).
+pub fn luks_uuid(disk: &Path) -> Option<String> {
+    let out = Command::new("cryptsetup")
+        .arg("luksUUID")
+        .arg(disk)
+        .output()
+        .expect("host cryptsetup (Debian cryptsetup-bin)");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Whether `key` opens the LUKS2 header of the disk image at `disk` (host
+/// cryptsetup, key on stdin).
+pub fn key_opens_disk(disk: &Path, key: &[u8]) -> bool {
+    let mut child = Command::new("cryptsetup")
+        .args(["open", "--test-passphrase", "--key-file", "-"])
+        .arg(disk)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(key).unwrap();
+    child.wait().unwrap().success()
 }

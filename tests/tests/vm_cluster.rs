@@ -17,9 +17,9 @@
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p confboot-cli`;
 //! scripts/test.sh does) and the Debian packages boot.rs needs.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use confboot::kms::MasterSecret;
@@ -27,6 +27,7 @@ use confboot::kms::init_secret;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{Image, PeakRss, Vm, VmConfig, golden_measurements};
+use confboot_tests::{free_port, key_opens_disk, luks_uuid};
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
 /// three VMs at once).
@@ -70,14 +71,6 @@ fn pct(arg: &str) -> String {
 fn args_param(args: &[&str]) -> String {
     let enc: Vec<String> = args.iter().map(|a| pct(a)).collect();
     format!("confboot.args={}", enc.join(","))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn secs(d: Duration) -> String {
@@ -132,28 +125,12 @@ impl NodeFiles {
     }
 
     fn luks_uuid(&self) -> Option<String> {
-        let out = Command::new("cryptsetup")
-            .arg("luksUUID")
-            .arg(&self.disk)
-            .output()
-            .expect("host cryptsetup (Debian cryptsetup-bin)");
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        luks_uuid(&self.disk)
     }
 
     /// Whether `key` opens the disk's LUKS2 header (host cryptsetup, key on stdin).
     fn key_opens_disk(&self, key: &[u8]) -> bool {
-        let mut child = Command::new("cryptsetup")
-            .args(["open", "--test-passphrase", "--key-file", "-"])
-            .arg(&self.disk)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(key).unwrap();
-        child.wait().unwrap().success()
+        key_opens_disk(&self.disk, key)
     }
 
     /// Plays the host: deletes the LUKS2 header's token of `token_type`

@@ -17,7 +17,7 @@ use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::AtlsError;
+use super::error::AtlsError;
 use super::nonce::{Nonce, extra_data};
 use crate::attestation::{Attested, Issuer, Validator, Variant};
 

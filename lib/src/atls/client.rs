@@ -1,19 +1,21 @@
-//! The client side: a server-certificate verifier holding this connection's
-//! SNI nonce, and a client-certificate resolver that attests for the nonce
-//! the server sent as its acceptable-CA name.
+//! The client side: a rustls `ClientConfig` per connection whose server
+//! verifier holds this connection's SNI nonce, and whose client-certificate
+//! resolver attests for the nonce the server sent as its acceptable-CA name
+//! (both from [`super::handshake`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{ResolvesClientCert, Resumption};
+use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
+use super::error::AtlsError;
+use super::handshake::{
+    ALPN, Attester, HandshakeState, PeerVerifier, check_alpn, drive, provider, reset_timeouts,
+};
 use super::nonce::Nonce;
-use super::{AtlsError, HandshakeState, cert, check_alpn, drive, reset_timeouts, unix_secs};
 use crate::attestation::{Attested, Issuer, Validator};
 use crate::rpc::Transport;
 
@@ -46,7 +48,7 @@ impl AtlsClient {
         issuer: Option<Arc<dyn Issuer>>,
     ) -> AtlsClient {
         AtlsClient {
-            provider: super::provider(),
+            provider: provider(),
             server_validators,
             issuer,
         }
@@ -70,21 +72,21 @@ impl AtlsClient {
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| AtlsError::Tls(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AttestedServerVerifier {
+            .with_custom_certificate_verifier(Arc::new(PeerVerifier::of_server(
                 nonce,
-                validators: self.server_validators.clone(),
-                provider: Arc::clone(&self.provider),
-                state: Arc::clone(&state),
-            }));
+                self.server_validators.clone(),
+                Arc::clone(&self.provider),
+                Arc::clone(&state),
+            )));
         let mut config = match &self.issuer {
-            Some(issuer) => builder.with_client_cert_resolver(Arc::new(AttestingClientResolver {
-                issuer: Arc::clone(issuer),
-                provider: Arc::clone(&self.provider),
-                state: Arc::clone(&state),
-            })),
+            Some(issuer) => builder.with_client_cert_resolver(Arc::new(Attester::new(
+                Arc::clone(issuer),
+                Arc::clone(&self.provider),
+                Arc::clone(&state),
+            ))),
             None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![super::ALPN.to_vec()];
+        config.alpn_protocols = vec![ALPN.to_vec()];
         config.resumption = Resumption::disabled();
         config.enable_early_data = false;
         config.enable_sni = true;
@@ -104,129 +106,5 @@ impl AtlsClient {
             stream: StreamOwned::new(conn, sock),
             peer,
         })
-    }
-}
-
-/// Checks the server's attested certificate against this connection's nonce.
-struct AttestedServerVerifier {
-    nonce: Nonce,
-    validators: Vec<Arc<dyn Validator>>,
-    provider: Arc<CryptoProvider>,
-    state: Arc<HandshakeState>,
-}
-
-impl std::fmt::Debug for AttestedServerVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttestedServerVerifier")
-            .field("validators", &self.validators.len())
-            .finish()
-    }
-}
-
-impl ServerCertVerifier for AttestedServerVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if self.validators.is_empty() {
-            // Server attestation not required; rustls still checks that the
-            // server holds the certificate's key.
-            return Ok(ServerCertVerified::assertion());
-        }
-        match cert::verify(end_entity, &self.nonce, &self.validators, unix_secs(now)) {
-            Ok(attested) => {
-                self.state.set_peer(attested);
-                Ok(ServerCertVerified::assertion())
-            }
-            Err(e) => Err(self.state.fail(e).into_rustls()),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// Makes the client's attested certificate for the server's nonce.
-struct AttestingClientResolver {
-    issuer: Arc<dyn Issuer>,
-    provider: Arc<CryptoProvider>,
-    state: Arc<HandshakeState>,
-}
-
-impl std::fmt::Debug for AttestingClientResolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttestingClientResolver")
-            .field("variant", &self.issuer.variant())
-            .finish()
-    }
-}
-
-impl ResolvesClientCert for AttestingClientResolver {
-    fn resolve(
-        &self,
-        root_hint_subjects: &[&[u8]],
-        sigschemes: &[SignatureScheme],
-    ) -> Option<Arc<CertifiedKey>> {
-        let made = (|| {
-            if !sigschemes.contains(&SignatureScheme::ECDSA_NISTP256_SHA256) {
-                return Err(AtlsError::Tls(
-                    "the server does not accept ECDSA P-256 signatures".into(),
-                ));
-            }
-            let [hint] = root_hint_subjects else {
-                return Err(AtlsError::Nonce(format!(
-                    "the server sent {} acceptable-CA names, not one nonce",
-                    root_hint_subjects.len()
-                )));
-            };
-            let nonce = Nonce::from_distinguished_name(hint)?;
-            cert::attested(self.issuer.as_ref(), &nonce)?.into_certified_key(&self.provider)
-        })();
-        match made {
-            Ok(k) => Some(k),
-            Err(e) => {
-                self.state.fail(e);
-                None
-            }
-        }
-    }
-
-    fn has_certs(&self) -> bool {
-        true
     }
 }

@@ -21,7 +21,7 @@
 use ring::digest::{SHA256, digest};
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::AtlsError;
+use super::error::AtlsError;
 use crate::attestation::EXTRA_DATA_LEN;
 
 /// Length of a nonce in bytes.

@@ -1,23 +1,22 @@
-//! The server side: a certificate resolver that attests for the SNI nonce,
-//! and a client-certificate verifier that sends its own nonce as the only
-//! acceptable-CA name and checks the client's evidence.
+//! The server side: a rustls `ServerConfig` per handshake whose certificate
+//! resolver attests for the SNI nonce, and whose client-certificate verifier
+//! sends its own nonce as the only acceptable-CA name and checks the client's
+//! evidence (both from [`super::handshake`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{
-    DigitallySignedStruct, DistinguishedName, ServerConfig, ServerConnection, SignatureScheme,
-    StreamOwned,
-};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
+use super::cert;
+use super::error::AtlsError;
+use super::handshake::{
+    ALPN, Attester, HandshakeState, PeerVerifier, check_alpn, drive, provider, reset_timeouts,
+};
 use super::nonce::Nonce;
-use super::{AtlsError, HandshakeState, cert, check_alpn, drive, reset_timeouts, unix_secs};
 use crate::attestation::{Attested, Issuer, Validator};
 use crate::rpc::Transport;
 
@@ -53,7 +52,7 @@ impl AtlsServer {
         issuer: Option<Arc<dyn Issuer>>,
         client_validators: Vec<Arc<dyn Validator>>,
     ) -> Result<AtlsServer, AtlsError> {
-        let provider = super::provider();
+        let provider = provider();
         let fixed = match issuer {
             Some(_) => None,
             None => {
@@ -74,16 +73,16 @@ impl AtlsServer {
     }
 
     /// Prepares one handshake: a fresh nonce (when clients attest) and a
-    /// `ServerConfig` of its own. TLS 1.3 only, ALPN [`super::ALPN`], no
+    /// `ServerConfig` of its own. TLS 1.3 only, ALPN [`ALPN`], no
     /// session resumption, no tickets, no 0-RTT.
     pub fn start(&self) -> Result<ServerHandshake, AtlsError> {
         let state = Arc::new(HandshakeState::default());
         let resolver: Arc<dyn ResolvesServerCert> = match (&self.issuer, &self.fixed) {
-            (Some(issuer), _) => Arc::new(AttestingResolver {
-                issuer: Arc::clone(issuer),
-                provider: Arc::clone(&self.provider),
-                state: Arc::clone(&state),
-            }),
+            (Some(issuer), _) => Arc::new(Attester::new(
+                Arc::clone(issuer),
+                Arc::clone(&self.provider),
+                Arc::clone(&state),
+            )),
             (None, Some(fixed)) => Arc::new(FixedResolver(Arc::clone(fixed))),
             (None, None) => unreachable!("a server without issuer has a fixed certificate"),
         };
@@ -94,16 +93,15 @@ impl AtlsServer {
             builder.with_no_client_auth()
         } else {
             let nonce = Nonce::random()?;
-            builder.with_client_cert_verifier(Arc::new(AttestedClientVerifier {
-                hints: vec![DistinguishedName::from(nonce.to_distinguished_name())],
+            builder.with_client_cert_verifier(Arc::new(PeerVerifier::of_client(
                 nonce,
-                validators: self.client_validators.clone(),
-                provider: Arc::clone(&self.provider),
-                state: Arc::clone(&state),
-            }))
+                self.client_validators.clone(),
+                Arc::clone(&self.provider),
+                Arc::clone(&state),
+            )))
         };
         let mut config = builder.with_cert_resolver(resolver);
-        config.alpn_protocols = vec![super::ALPN.to_vec()];
+        config.alpn_protocols = vec![ALPN.to_vec()];
         config.session_storage = Arc::new(NoServerSessionStorage {});
         config.send_tls13_tickets = 0;
         config.max_early_data_size = 0;
@@ -149,135 +147,5 @@ struct FixedResolver(Arc<CertifiedKey>);
 impl ResolvesServerCert for FixedResolver {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(Arc::clone(&self.0))
-    }
-}
-
-/// Makes the attested certificate for the nonce in the client's SNI.
-struct AttestingResolver {
-    issuer: Arc<dyn Issuer>,
-    provider: Arc<CryptoProvider>,
-    state: Arc<HandshakeState>,
-}
-
-impl std::fmt::Debug for AttestingResolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttestingResolver")
-            .field("variant", &self.issuer.variant())
-            .finish()
-    }
-}
-
-impl ResolvesServerCert for AttestingResolver {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let made = (|| {
-            if !hello
-                .signature_schemes()
-                .contains(&SignatureScheme::ECDSA_NISTP256_SHA256)
-            {
-                return Err(AtlsError::Tls(
-                    "the client does not accept ECDSA P-256 signatures".into(),
-                ));
-            }
-            let name = hello
-                .server_name()
-                .ok_or_else(|| AtlsError::Nonce("the client sent no SNI nonce".into()))?;
-            let nonce = Nonce::from_server_name(name)?;
-            cert::attested(self.issuer.as_ref(), &nonce)?.into_certified_key(&self.provider)
-        })();
-        match made {
-            Ok(k) => Some(k),
-            Err(e) => {
-                self.state.fail(e);
-                None
-            }
-        }
-    }
-}
-
-/// Checks the client's attested certificate against this handshake's nonce.
-struct AttestedClientVerifier {
-    nonce: Nonce,
-    hints: Vec<DistinguishedName>,
-    validators: Vec<Arc<dyn Validator>>,
-    provider: Arc<CryptoProvider>,
-    state: Arc<HandshakeState>,
-}
-
-impl std::fmt::Debug for AttestedClientVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttestedClientVerifier")
-            .field("validators", &self.validators.len())
-            .finish()
-    }
-}
-
-impl ClientCertVerifier for AttestedClientVerifier {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        true
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &self.hints
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        match cert::verify(end_entity, &self.nonce, &self.validators, unix_secs(now)) {
-            Ok(attested) => {
-                self.state.set_peer(attested);
-                Ok(ClientCertVerified::assertion())
-            }
-            Err(e) => {
-                // The typed reason stays in the handshake state for the
-                // server; the client is told `access_denied`, which its RPC
-                // layer reports as PERMISSION_DENIED.
-                self.state.fail(e);
-                Err(rustls::Error::InvalidCertificate(
-                    rustls::CertificateError::ApplicationVerificationFailure,
-                ))
-            }
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }

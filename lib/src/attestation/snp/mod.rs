@@ -32,6 +32,7 @@ mod evidence;
 mod kds;
 mod policy;
 mod report;
+mod vek_lookup;
 mod verify;
 
 use std::sync::Mutex;
@@ -48,9 +49,9 @@ pub use evidence::{
 pub use kds::{KDS_TIMEOUT, fetch_certificate};
 pub use policy::{MinimumTcb, SnpPolicy};
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
+pub use vek_lookup::{KDS_BASE_URL, kds_vcek_url, vcek_cache_path};
 pub use verify::{
-    CheckOutcome, CheckResult, KDS_BASE_URL, ReportDataCheck, check, first_failure, kds_vcek_url,
-    run_checks, vcek_cache_path, verify_signature,
+    CheckOutcome, CheckResult, ReportDataCheck, check, first_failure, run_checks, verify_signature,
 };
 
 use super::{AttestationError, Attested, EXTRA_DATA_LEN, Issuer, PolicyError, Validator, Variant};

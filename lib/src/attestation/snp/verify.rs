@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 use ring::signature::{ECDSA_P384_SHA384_FIXED, UnparsedPublicKey};
 
 use super::certs::{AmdCert, CertRole, TrustRoots, VekInfo, VerifiedChain};
 use super::evidence::{CertKind, SnpEvidence};
 use super::policy::SnpPolicy;
-use super::report::{Product, SigningKey, SnpReport};
+use super::report::{Product, SigningKey, SnpReport, TcbVersion};
+use super::vek_lookup::find_vek;
 use crate::attestation::{AttestationError, Attested, EXTRA_DATA_LEN, Variant};
 use crate::hex;
 
@@ -93,9 +93,10 @@ pub mod check {
     pub const ID_KEY: &str = "ID key digest";
 }
 
-/// Runs every check on `evidence` at time `now` (Unix seconds). Checks that
-/// depend on the endorsement key still run on an untrusted one (their text
-/// then says so); the overall verdict comes from [`first_failure`].
+/// Runs every check on `evidence` at time `now` (Unix seconds), in the order
+/// of [`check`]. Checks that depend on the endorsement key still run on an
+/// untrusted one (their text then says so); the overall verdict comes from
+/// [`first_failure`].
 pub fn run_checks(
     evidence: &SnpEvidence,
     report_data: &ReportDataCheck,
@@ -104,371 +105,441 @@ pub fn run_checks(
     now: i64,
 ) -> Vec<CheckResult> {
     let report = &evidence.report;
-    let mut out = Vec::with_capacity(16);
-    let mut push = |name: &'static str, outcome: CheckOutcome| {
-        out.push(CheckResult { name, outcome });
-    };
+    let (vek_outcome, vek) = check_vek(evidence, policy, roots);
+    let (chain_outcome, chain) = check_chain(evidence, vek.as_ref(), roots);
+    let product = tcb_product(report, chain, vek.as_ref());
+    [
+        (check::VEK, vek_outcome),
+        (check::CHAIN, chain_outcome),
+        (check::VALIDITY, check_validity(chain, now)),
+        (
+            check::SIGNATURE,
+            check_signature(report, vek.as_ref(), chain),
+        ),
+        (check::VERSION, check_version(report)),
+        (check::SIGNING_KEY, check_signing_key(report, vek.as_ref())),
+        (check::PRODUCT, check_product(report, chain, product)),
+        (check::CHIP_ID, check_chip_id(report, vek.as_ref())),
+        (
+            check::REPORTED_TCB,
+            check_reported_tcb(report, vek.as_ref(), product),
+        ),
+        (check::REPORT_DATA, check_report_data(report, report_data)),
+        (check::DEBUG, check_debug(report, policy)),
+        (check::VMPL, check_vmpl(report, policy)),
+        (
+            check::MIN_REPORTED_TCB,
+            check_minimum_tcb("reported", product.map(|p| report.reported_tcb(p)), policy),
+        ),
+        (
+            check::MIN_LAUNCH_TCB,
+            check_minimum_tcb("launch", product.map(|p| report.launch_tcb(p)), policy),
+        ),
+        (check::MEASUREMENT, check_measurement(report, policy)),
+        (check::HOST_DATA, check_host_data(report, policy)),
+        (check::ID_KEY, check_id_key(report, policy)),
+    ]
+    .into_iter()
+    .map(|(name, outcome)| CheckResult { name, outcome })
+    .collect()
+}
 
-    // The endorsement key and its chain.
-    let vek_parsed = match find_vek(evidence, policy, roots)
-        .and_then(|(cert, source)| VekInfo::from_der(cert.der()).map(|info| (cert, source, info)))
-    {
-        Ok((cert, source, info)) => {
-            push(
-                check::VEK,
-                CheckOutcome::Passed(format!("{} from {source}", cert.role())),
-            );
-            Some((cert, info))
-        }
-        Err(e) => {
-            push(check::VEK, CheckOutcome::Failed(e));
-            None
-        }
-    };
-    let chain: Option<VerifiedChain> = match &vek_parsed {
-        None => {
-            push(
-                check::CHAIN,
-                CheckOutcome::Skipped("no endorsement key".into()),
-            );
-            None
-        }
-        Some((cert, _)) => {
-            let intermediates = evidence_intermediates(evidence);
-            match roots.verify_vek(cert, &intermediates) {
-                Ok(c) => {
-                    let via = if c.vek_role == CertRole::Vlek {
-                        "ASVK"
-                    } else {
-                        "ASK"
-                    };
-                    push(
-                        check::CHAIN,
-                        CheckOutcome::Passed(format!(
-                            "{} → {} {via} → {} ARK (pinned)",
-                            c.vek_role, c.product, c.product
-                        )),
-                    );
-                    Some(c)
-                }
-                Err(e) => {
-                    push(check::CHAIN, CheckOutcome::Failed(e));
-                    None
-                }
-            }
-        }
-    };
-    match chain {
-        None => push(
-            check::VALIDITY,
-            CheckOutcome::Skipped("no verified chain".into()),
-        ),
-        Some(c) if now < c.not_before || now > c.not_after => push(
-            check::VALIDITY,
-            CheckOutcome::Failed(AttestationError::Trust(format!(
-                "the chain is valid from {} to {} (Unix seconds), not at {now}",
-                c.not_before, c.not_after
-            ))),
-        ),
-        Some(c) => push(
-            check::VALIDITY,
-            CheckOutcome::Passed(format!(
-                "valid for {} more days",
-                (c.not_after - now) / 86_400
-            )),
-        ),
-    }
-    let untrusted = if chain.is_some() {
+/// The endorsement key that signed the report, as found and parsed.
+struct Vek {
+    cert: AmdCert,
+    info: VekInfo,
+}
+
+/// The outcome of a check that needs the endorsement key when there is none.
+fn no_vek() -> CheckOutcome {
+    CheckOutcome::Skipped("no endorsement key".into())
+}
+
+/// What a passing text adds when the key is not anchored in a verified chain.
+fn untrusted(chain: Option<VerifiedChain>) -> &'static str {
+    if chain.is_some() {
         ""
     } else {
         " (by an untrusted key)"
-    };
-
-    // The signature over the raw signed bytes.
-    match &vek_parsed {
-        None => push(
-            check::SIGNATURE,
-            CheckOutcome::Skipped("no endorsement key".into()),
-        ),
-        Some((cert, info)) => match verify_signature(report, &info.public_key) {
-            Ok(()) => push(
-                check::SIGNATURE,
-                CheckOutcome::Passed(format!(
-                    "ECDSA P-384 SHA-384 by the {}{untrusted}",
-                    cert.role()
-                )),
-            ),
-            Err(e) => push(check::SIGNATURE, CheckOutcome::Failed(e)),
-        },
     }
+}
 
+/// [`check::VEK`]: the VCEK/VLEK is found ([`find_vek`]) and its
+/// extensions parse.
+fn check_vek(
+    evidence: &SnpEvidence,
+    policy: &SnpPolicy,
+    roots: &TrustRoots,
+) -> (CheckOutcome, Option<Vek>) {
+    match find_vek(evidence, policy, roots)
+        .and_then(|(cert, source)| VekInfo::from_der(cert.der()).map(|info| (cert, source, info)))
+    {
+        Ok((cert, source, info)) => (
+            CheckOutcome::Passed(format!("{} from {source}", cert.role())),
+            Some(Vek { cert, info }),
+        ),
+        Err(e) => (CheckOutcome::Failed(e), None),
+    }
+}
+
+/// [`check::CHAIN`]: VCEK → ASK → ARK (or VLEK → ASVK → ARK), the ARK
+/// pinned, with the intermediates the evidence carries.
+fn check_chain(
+    evidence: &SnpEvidence,
+    vek: Option<&Vek>,
+    roots: &TrustRoots,
+) -> (CheckOutcome, Option<VerifiedChain>) {
+    let Some(vek) = vek else {
+        return (no_vek(), None);
+    };
+    match roots.verify_vek(&vek.cert, &evidence_intermediates(evidence)) {
+        Ok(c) => {
+            let via = if c.vek_role == CertRole::Vlek {
+                "ASVK"
+            } else {
+                "ASK"
+            };
+            (
+                CheckOutcome::Passed(format!(
+                    "{} → {} {via} → {} ARK (pinned)",
+                    c.vek_role, c.product, c.product
+                )),
+                Some(c),
+            )
+        }
+        Err(e) => (CheckOutcome::Failed(e), None),
+    }
+}
+
+/// The ASKs and ASVKs the evidence carries (those that parse as one).
+fn evidence_intermediates(evidence: &SnpEvidence) -> Vec<AmdCert> {
+    evidence
+        .certificates
+        .iter()
+        .filter(|c| matches!(c.kind, CertKind::Ask | CertKind::Asvk))
+        .filter_map(|c| AmdCert::from_der(&c.der).ok())
+        .filter(|c| matches!(c.role(), CertRole::Ask | CertRole::Asvk))
+        .collect()
+}
+
+/// The product that decides the TCB layout: the verified chain's, else the
+/// report's CPUID; without either, the certificate's own productName serves
+/// the remaining (informative) checks, the verdict having failed already.
+fn tcb_product(
+    report: &SnpReport,
+    chain: Option<VerifiedChain>,
+    vek: Option<&Vek>,
+) -> Option<Product> {
+    chain
+        .map(|c| c.product)
+        .or(report.product_from_cpuid())
+        .or_else(|| vek.and_then(|v| v.info.product))
+}
+
+/// [`check::VALIDITY`]: every certificate of the chain is valid at `now`.
+fn check_validity(chain: Option<VerifiedChain>, now: i64) -> CheckOutcome {
+    match chain {
+        None => CheckOutcome::Skipped("no verified chain".into()),
+        Some(c) if now < c.not_before || now > c.not_after => {
+            CheckOutcome::Failed(AttestationError::Trust(format!(
+                "the chain is valid from {} to {} (Unix seconds), not at {now}",
+                c.not_before, c.not_after
+            )))
+        }
+        Some(c) => CheckOutcome::Passed(format!(
+            "valid for {} more days",
+            (c.not_after - now) / 86_400
+        )),
+    }
+}
+
+/// [`check::SIGNATURE`]: the signature over the raw signed bytes.
+fn check_signature(
+    report: &SnpReport,
+    vek: Option<&Vek>,
+    chain: Option<VerifiedChain>,
+) -> CheckOutcome {
+    let Some(vek) = vek else {
+        return no_vek();
+    };
+    match verify_signature(report, &vek.info.public_key) {
+        Ok(()) => CheckOutcome::Passed(format!(
+            "ECDSA P-384 SHA-384 by the {}{}",
+            vek.cert.role(),
+            untrusted(chain)
+        )),
+        Err(e) => CheckOutcome::Failed(e),
+    }
+}
+
+/// [`check::VERSION`]: a report version confboot reads (2 to 5).
+fn check_version(report: &SnpReport) -> CheckOutcome {
     let version = report.version();
     if (2..=5).contains(&version) {
-        push(check::VERSION, CheckOutcome::Passed(format!("{version}")));
+        CheckOutcome::Passed(format!("{version}"))
     } else {
-        push(
-            check::VERSION,
-            CheckOutcome::Failed(AttestationError::Decode(format!(
-                "unsupported SNP report version {version} (2 to 5 are read)"
-            ))),
-        );
+        CheckOutcome::Failed(AttestationError::Decode(format!(
+            "unsupported SNP report version {version} (2 to 5 are read)"
+        )))
     }
+}
 
-    match &vek_parsed {
-        None => push(
-            check::SIGNING_KEY,
-            CheckOutcome::Skipped("no endorsement key".into()),
-        ),
-        Some((cert, _)) => {
-            let said = report.signing_key();
-            let matches = matches!(
-                (said, cert.role()),
-                (SigningKey::Vcek, CertRole::Vcek) | (SigningKey::Vlek, CertRole::Vlek)
-            );
-            if matches {
-                push(check::SIGNING_KEY, CheckOutcome::Passed(format!("{said}")));
-            } else {
-                push(
-                    check::SIGNING_KEY,
-                    CheckOutcome::Failed(AttestationError::Trust(format!(
-                        "the report says it was signed by {said}, the certificate is a {}",
-                        cert.role()
-                    ))),
-                );
-            }
-        }
+/// [`check::SIGNING_KEY`]: `KEY_INFO` names the kind of key found.
+fn check_signing_key(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
+    let Some(vek) = vek else {
+        return no_vek();
+    };
+    let said = report.signing_key();
+    let matches = matches!(
+        (said, vek.cert.role()),
+        (SigningKey::Vcek, CertRole::Vcek) | (SigningKey::Vlek, CertRole::Vlek)
+    );
+    if matches {
+        CheckOutcome::Passed(format!("{said}"))
+    } else {
+        CheckOutcome::Failed(AttestationError::Trust(format!(
+            "the report says it was signed by {said}, the certificate is a {}",
+            vek.cert.role()
+        )))
     }
+}
 
-    // The product decides the TCB layout: the chain's, else the report's CPUID.
+/// [`check::PRODUCT`]: the report's CPUID names the chain's product.
+/// `product` is [`tcb_product`]'s answer.
+fn check_product(
+    report: &SnpReport,
+    chain: Option<VerifiedChain>,
+    product: Option<Product>,
+) -> CheckOutcome {
     let cpuid_product = report.product_from_cpuid();
-    // Without a verified chain the certificate's own productName serves the
-    // remaining (informative) checks; the verdict has failed already then.
-    let product: Option<Product> = chain
-        .map(|c| c.product)
-        .or(cpuid_product)
-        .or_else(|| vek_parsed.as_ref().and_then(|(_, info)| info.product));
     match (chain, report.cpuid(), cpuid_product) {
-        (Some(c), Some(_), Some(p)) if p != c.product => push(
-            check::PRODUCT,
+        (Some(c), Some(_), Some(p)) if p != c.product => {
             CheckOutcome::Failed(AttestationError::Trust(format!(
                 "the report's CPUID names {p}, the certificate chain {}",
                 c.product
-            ))),
-        ),
-        (_, Some((fam, model)), None) => push(
-            check::PRODUCT,
-            CheckOutcome::Failed(AttestationError::Decode(format!(
-                "the report's CPUID family {fam:#04x} model {model:#04x} is not a known SEV-SNP product"
-            ))),
-        ),
-        (Some(c), _, _) => push(
-            check::PRODUCT,
-            CheckOutcome::Passed(format!(
-                "{}{}",
-                c.product,
-                if cpuid_product.is_some() {
-                    " (chain and CPUID agree)"
-                } else {
-                    ""
-                }
-            )),
-        ),
-        (None, _, Some(p)) => push(
-            check::PRODUCT,
-            CheckOutcome::Passed(format!("{p} (from CPUID only){untrusted}")),
-        ),
+            )))
+        }
+        (_, Some((fam, model)), None) => CheckOutcome::Failed(AttestationError::Decode(format!(
+            "the report's CPUID family {fam:#04x} model {model:#04x} is not a known SEV-SNP product"
+        ))),
+        (Some(c), _, _) => CheckOutcome::Passed(format!(
+            "{}{}",
+            c.product,
+            if cpuid_product.is_some() {
+                " (chain and CPUID agree)"
+            } else {
+                ""
+            }
+        )),
+        (None, _, Some(p)) => {
+            CheckOutcome::Passed(format!("{p} (from CPUID only){}", untrusted(chain)))
+        }
         (None, _, None) => match product {
-            Some(p) => push(
-                check::PRODUCT,
-                CheckOutcome::Passed(format!("{p} (from an untrusted certificate)")),
-            ),
-            None => push(
-                check::PRODUCT,
-                CheckOutcome::Skipped("neither a verified chain nor CPUID names it".into()),
-            ),
+            Some(p) => CheckOutcome::Passed(format!("{p} (from an untrusted certificate)")),
+            None => CheckOutcome::Skipped("neither a verified chain nor CPUID names it".into()),
         },
     }
+}
 
-    // Chip id.
-    match &vek_parsed {
-        None => push(
-            check::CHIP_ID,
-            CheckOutcome::Skipped("no endorsement key".into()),
-        ),
-        Some((cert, info)) => push(check::CHIP_ID, check_chip_id(report, cert.role(), info)),
+/// [`check::CHIP_ID`]: the VCEK's hwID is the report's chip id.
+fn check_chip_id(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
+    let Some(Vek { cert, info }) = vek else {
+        return no_vek();
+    };
+    if cert.role() == CertRole::Vlek {
+        return CheckOutcome::Passed("not bound to a chip (VLEK)".into());
     }
+    if report.chip_id_masked() {
+        return CheckOutcome::Passed("masked by the host (all zero); not compared".into());
+    }
+    let Some(hw_id) = &info.hw_id else {
+        return CheckOutcome::Failed(AttestationError::Trust(
+            "the VCEK has no hwID extension".into(),
+        ));
+    };
+    let chip_id = report.chip_id();
+    // Before Turin the hwID is the full 64-byte chip id; from Turin on it is
+    // the first 8 bytes and the rest of the chip id is zero.
+    let equal = !hw_id.is_empty()
+        && hw_id.len() <= chip_id.len()
+        && chip_id[..hw_id.len()] == hw_id[..]
+        && chip_id[hw_id.len()..].iter().all(|b| *b == 0);
+    if equal {
+        CheckOutcome::Passed(format!(
+            "{}… matches the VCEK's hwID",
+            hex::encode(&chip_id[..8])
+        ))
+    } else {
+        CheckOutcome::Failed(AttestationError::Trust(format!(
+            "the VCEK's hwID {} is not the report's chip id {}",
+            hex::encode(hw_id),
+            hex::encode(chip_id)
+        )))
+    }
+}
 
-    // TCB extensions vs REPORTED_TCB.
-    match (&vek_parsed, product) {
-        (None, _) => push(
-            check::REPORTED_TCB,
-            CheckOutcome::Skipped("no endorsement key".into()),
-        ),
-        (_, None) => push(
-            check::REPORTED_TCB,
-            CheckOutcome::Skipped("unknown product, unknown TCB layout".into()),
-        ),
-        (Some((cert, info)), Some(p)) => {
-            let reported = report.reported_tcb(p);
-            let diffs = info.tcb_mismatches(&reported);
-            if diffs.is_empty() {
-                push(
-                    check::REPORTED_TCB,
-                    CheckOutcome::Passed(format!("{reported} (matches the {})", cert.role())),
-                );
+/// [`check::REPORTED_TCB`]: the VEK's TCB extensions are the report's
+/// `REPORTED_TCB` (read in `product`'s layout).
+fn check_reported_tcb(
+    report: &SnpReport,
+    vek: Option<&Vek>,
+    product: Option<Product>,
+) -> CheckOutcome {
+    let Some(vek) = vek else {
+        return no_vek();
+    };
+    let Some(p) = product else {
+        return CheckOutcome::Skipped("unknown product, unknown TCB layout".into());
+    };
+    let reported = report.reported_tcb(p);
+    let diffs = vek.info.tcb_mismatches(&reported);
+    if diffs.is_empty() {
+        CheckOutcome::Passed(format!("{reported} (matches the {})", vek.cert.role()))
+    } else {
+        CheckOutcome::Failed(AttestationError::Trust(format!(
+            "the {}'s TCB differs from the report's reported TCB: {}",
+            vek.cert.role(),
+            diffs.join(", ")
+        )))
+    }
+}
+
+/// [`check::REPORT_DATA`]: the `REPORT_DATA` binding.
+fn check_report_data(report: &SnpReport, want: &ReportDataCheck) -> CheckOutcome {
+    let got = report.report_data();
+    match want {
+        ReportDataCheck::NotChecked => CheckOutcome::Skipped(format!(
+            "no expected value given (actual {})",
+            hex::encode(got)
+        )),
+        ReportDataCheck::ExtraData(extra) => {
+            if got[..EXTRA_DATA_LEN] != extra[..] {
+                CheckOutcome::Failed(AttestationError::Binding(format!(
+                    "report data starts with {}, expected extra data {}",
+                    hex::encode(&got[..EXTRA_DATA_LEN]),
+                    hex::encode(extra)
+                )))
+            } else if got[EXTRA_DATA_LEN..].iter().any(|b| *b != 0) {
+                CheckOutcome::Failed(AttestationError::Binding(format!(
+                    "report data bytes 32..64 are not zero: {}",
+                    hex::encode(&got[EXTRA_DATA_LEN..])
+                )))
             } else {
-                push(
-                    check::REPORTED_TCB,
-                    CheckOutcome::Failed(AttestationError::Trust(format!(
-                        "the {}'s TCB differs from the report's reported TCB: {}",
-                        cert.role(),
-                        diffs.join(", ")
-                    ))),
-                );
+                CheckOutcome::Passed("extra data, zero-padded".into())
+            }
+        }
+        ReportDataCheck::Exact(bytes) => {
+            if got == bytes.as_slice() {
+                CheckOutcome::Passed("equals the expected 64 bytes".into())
+            } else {
+                CheckOutcome::Failed(AttestationError::Binding(format!(
+                    "report data {}, expected {}",
+                    hex::encode(got),
+                    hex::encode(bytes)
+                )))
             }
         }
     }
+}
 
-    push(check::REPORT_DATA, check_report_data(report, report_data));
-
+/// [`check::DEBUG`]: the guest policy disallows debugging unless the policy
+/// permits it.
+fn check_debug(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     if report.debug_allowed() && !policy.allow_debug {
-        push(
-            check::DEBUG,
-            CheckOutcome::Failed(AttestationError::Policy(format!(
-                "the guest policy {:#x} allows debugging",
-                report.guest_policy()
-            ))),
-        );
+        CheckOutcome::Failed(AttestationError::Policy(format!(
+            "the guest policy {:#x} allows debugging",
+            report.guest_policy()
+        )))
+    } else if report.debug_allowed() {
+        CheckOutcome::Passed("debugging allowed (the policy permits it)".into())
     } else {
-        push(
-            check::DEBUG,
-            CheckOutcome::Passed(if report.debug_allowed() {
-                "debugging allowed (the policy permits it)".into()
-            } else {
-                "debugging disallowed".into()
-            }),
-        );
+        CheckOutcome::Passed("debugging disallowed".into())
     }
+}
 
+/// [`check::VMPL`]: the report's VMPL is the policy's.
+fn check_vmpl(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     if report.vmpl() == policy.vmpl {
-        push(
-            check::VMPL,
-            CheckOutcome::Passed(format!("{}", report.vmpl())),
-        );
+        CheckOutcome::Passed(format!("{}", report.vmpl()))
     } else {
-        push(
-            check::VMPL,
-            CheckOutcome::Failed(AttestationError::Policy(format!(
-                "report VMPL {}, policy requires {}",
-                report.vmpl(),
-                policy.vmpl
-            ))),
-        );
+        CheckOutcome::Failed(AttestationError::Policy(format!(
+            "report VMPL {}, policy requires {}",
+            report.vmpl(),
+            policy.vmpl
+        )))
     }
+}
 
-    for (name, which) in [
-        (check::MIN_REPORTED_TCB, "reported"),
-        (check::MIN_LAUNCH_TCB, "launch"),
-    ] {
-        let Some(p) = product else {
-            push(
-                name,
-                CheckOutcome::Skipped("unknown product, unknown TCB layout".into()),
-            );
-            continue;
-        };
-        let tcb = if which == "reported" {
-            report.reported_tcb(p)
-        } else {
-            report.launch_tcb(p)
-        };
-        let short = policy.minimum_tcb.shortfalls(&tcb);
-        if short.is_empty() {
-            push(name, CheckOutcome::Passed(format!("{tcb}")));
-        } else {
-            push(
-                name,
-                CheckOutcome::Failed(AttestationError::Policy(format!(
-                    "{which} TCB below the minimum: {}",
-                    short.join(", ")
-                ))),
-            );
-        }
+/// [`check::MIN_REPORTED_TCB`] and [`check::MIN_LAUNCH_TCB`]: the `which`
+/// TCB (`None` when the product, hence its layout, is unknown) is at least
+/// the policy's minimum.
+fn check_minimum_tcb(which: &str, tcb: Option<TcbVersion>, policy: &SnpPolicy) -> CheckOutcome {
+    let Some(tcb) = tcb else {
+        return CheckOutcome::Skipped("unknown product, unknown TCB layout".into());
+    };
+    let short = policy.minimum_tcb.shortfalls(&tcb);
+    if short.is_empty() {
+        CheckOutcome::Passed(format!("{tcb}"))
+    } else {
+        CheckOutcome::Failed(AttestationError::Policy(format!(
+            "{which} TCB below the minimum: {}",
+            short.join(", ")
+        )))
     }
+}
 
-    let measured = BTreeMap::from([(0u32, report.measurement().to_vec())]);
+/// [`check::MEASUREMENT`]: the launch measurement against the policy's
+/// (skipped when the policy names none).
+fn check_measurement(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     if !policy.measurement.entries().contains_key(&0) {
-        push(
-            check::MEASUREMENT,
-            CheckOutcome::Skipped(format!(
-                "no expected measurement in the policy (actual {})",
-                hex::encode(report.measurement())
-            )),
-        );
-    } else {
-        match policy.measurement.check(&measured) {
-            Ok(w) if w.is_empty() => push(
-                check::MEASUREMENT,
-                CheckOutcome::Passed(hex::encode(report.measurement())),
-            ),
-            Ok(w) => push(
-                check::MEASUREMENT,
-                CheckOutcome::Passed(format!("warning: {}", w.join("; "))),
-            ),
-            Err(e) => push(check::MEASUREMENT, CheckOutcome::Failed(e)),
-        }
+        return CheckOutcome::Skipped(format!(
+            "no expected measurement in the policy (actual {})",
+            hex::encode(report.measurement())
+        ));
     }
+    let measured = BTreeMap::from([(0u32, report.measurement().to_vec())]);
+    match policy.measurement.check(&measured) {
+        Ok(w) if w.is_empty() => CheckOutcome::Passed(hex::encode(report.measurement())),
+        Ok(w) => CheckOutcome::Passed(format!("warning: {}", w.join("; "))),
+        Err(e) => CheckOutcome::Failed(e),
+    }
+}
 
+/// [`check::HOST_DATA`]: `HOST_DATA` is the policy's, when it names one.
+fn check_host_data(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     match &policy.host_data {
-        None => push(
-            check::HOST_DATA,
-            CheckOutcome::Passed(format!(
-                "{} (not constrained by the policy)",
-                hex::encode(report.host_data())
-            )),
-        ),
-        Some(want) if want.as_slice() == report.host_data() => push(
-            check::HOST_DATA,
-            CheckOutcome::Passed(hex::encode(report.host_data())),
-        ),
-        Some(want) => push(
-            check::HOST_DATA,
-            CheckOutcome::Failed(AttestationError::Policy(format!(
-                "host data {}, policy requires {}",
-                hex::encode(report.host_data()),
-                hex::encode(want)
-            ))),
-        ),
+        None => CheckOutcome::Passed(format!(
+            "{} (not constrained by the policy)",
+            hex::encode(report.host_data())
+        )),
+        Some(want) if want.as_slice() == report.host_data() => {
+            CheckOutcome::Passed(hex::encode(report.host_data()))
+        }
+        Some(want) => CheckOutcome::Failed(AttestationError::Policy(format!(
+            "host data {}, policy requires {}",
+            hex::encode(report.host_data()),
+            hex::encode(want)
+        ))),
     }
+}
 
+/// [`check::ID_KEY`]: `ID_KEY_DIGEST` is one the policy accepts, when it
+/// names any.
+fn check_id_key(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
+    let digest = report.id_key_digest();
     if policy.id_key_digests.is_empty() {
-        push(
-            check::ID_KEY,
-            CheckOutcome::Passed(format!(
-                "{} (not constrained by the policy)",
-                hex::encode(report.id_key_digest())
-            )),
-        );
-    } else if policy
-        .id_key_digests
-        .iter()
-        .any(|d| d.as_slice() == report.id_key_digest())
-    {
-        push(
-            check::ID_KEY,
-            CheckOutcome::Passed(hex::encode(report.id_key_digest())),
-        );
+        CheckOutcome::Passed(format!(
+            "{} (not constrained by the policy)",
+            hex::encode(digest)
+        ))
+    } else if policy.id_key_digests.iter().any(|d| d.as_slice() == digest) {
+        CheckOutcome::Passed(hex::encode(digest))
     } else {
-        push(
-            check::ID_KEY,
-            CheckOutcome::Failed(AttestationError::Policy(format!(
-                "ID key digest {} is not one the policy accepts",
-                hex::encode(report.id_key_digest())
-            ))),
-        );
+        CheckOutcome::Failed(AttestationError::Policy(format!(
+            "ID key digest {} is not one the policy accepts",
+            hex::encode(digest)
+        )))
     }
-
-    out
 }
 
 /// The verdict of a list of checks, failing closed: the first failure, or
@@ -507,151 +578,6 @@ pub fn verify(
     })
 }
 
-/// Finds the VCEK/VLEK: from the evidence (the one `KEY_INFO` names when
-/// both are there), else from the cache directory. Returns the certificate
-/// and where it came from.
-fn find_vek(
-    evidence: &SnpEvidence,
-    policy: &SnpPolicy,
-    roots: &TrustRoots,
-) -> Result<(AmdCert, String), AttestationError> {
-    let vcek = evidence.certificate(CertKind::Vcek);
-    let vlek = evidence.certificate(CertKind::Vlek);
-    let chosen = match (vcek, vlek, evidence.report.signing_key()) {
-        (Some(_), Some(l), SigningKey::Vlek) => Some(l),
-        (Some(c), _, _) => Some(c),
-        (None, Some(l), _) => Some(l),
-        (None, None, _) => None,
-    };
-    if let Some(der) = chosen {
-        let cert = AmdCert::from_der(der)?;
-        if !matches!(cert.role(), CertRole::Vcek | CertRole::Vlek) {
-            return Err(AttestationError::Trust(format!(
-                "the evidence's endorsement key is an {} ({:?})",
-                cert.role(),
-                cert.common_name()
-            )));
-        }
-        return Ok((cert, "the evidence".into()));
-    }
-    let report = &evidence.report;
-    if report.chip_id_masked() {
-        return Err(AttestationError::Trust(
-            "the evidence carries no VCEK or VLEK, and the masked chip id cannot find a VCEK"
-                .into(),
-        ));
-    }
-    let not_cached = match policy.vcek_cache_dir.as_deref() {
-        None => "no VCEK cache is configured".to_string(),
-        Some(dir) => {
-            let path = vcek_cache_path(dir, report);
-            match read_bounded(&path) {
-                Ok(der) => {
-                    let cert = AmdCert::from_der(&der)?;
-                    if cert.role() != CertRole::Vcek {
-                        return Err(AttestationError::Trust(format!(
-                            "cached certificate {} is not a VCEK",
-                            path.display()
-                        )));
-                    }
-                    return Ok((cert, format!("the cache ({})", path.display())));
-                }
-                Err(e) => format!("none is cached at {}: {e}", path.display()),
-            }
-        }
-    };
-    if policy.kds_fetch {
-        return fetch_vek(report, policy, roots);
-    }
-    Err(AttestationError::Trust(format!(
-        "the evidence carries no VCEK or VLEK and {not_cached}"
-    )))
-}
-
-/// Fetches the VCEK from the KDS (opt-in), for each product the report may
-/// be from, and stores it in the cache directory if there is one.
-#[cfg(feature = "kds")]
-fn fetch_vek(
-    report: &SnpReport,
-    policy: &SnpPolicy,
-    roots: &TrustRoots,
-) -> Result<(AmdCert, String), AttestationError> {
-    let base = policy.kds_base_url.as_deref().unwrap_or(KDS_BASE_URL);
-    let products: Vec<Product> = match report.product_from_cpuid() {
-        Some(p) => vec![p],
-        None => roots.roots().iter().map(|r| r.product).collect(),
-    };
-    let mut errors = Vec::new();
-    for product in products {
-        let Some(url) = kds_vcek_url(base, product, report) else {
-            continue;
-        };
-        match super::kds::fetch_certificate(&url).and_then(|der| {
-            let cert = AmdCert::from_der(&der)?;
-            Ok((der, cert))
-        }) {
-            Ok((der, cert)) if cert.role() == CertRole::Vcek => {
-                if let Some(dir) = policy.vcek_cache_dir.as_deref() {
-                    let path = vcek_cache_path(dir, report);
-                    let stored = path
-                        .parent()
-                        .map_or(Ok(()), std::fs::create_dir_all)
-                        .and_then(|()| std::fs::write(&path, &der));
-                    if let Err(e) = stored {
-                        log::warn!("cannot cache the VCEK at {}: {e}", path.display());
-                    }
-                }
-                return Ok((cert, format!("AMD KDS ({url})")));
-            }
-            Ok(_) => errors.push(format!("{url}: not a VCEK")),
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
-    Err(AttestationError::Trust(format!(
-        "the evidence carries no VCEK or VLEK, none is cached, and the KDS gave none: {}",
-        errors.join("; ")
-    )))
-}
-
-#[cfg(not(feature = "kds"))]
-fn fetch_vek(
-    _report: &SnpReport,
-    _policy: &SnpPolicy,
-    _roots: &TrustRoots,
-) -> Result<(AmdCert, String), AttestationError> {
-    Err(AttestationError::Trust(
-        "the policy asks for KDS fetching but confboot was built without the `kds` feature".into(),
-    ))
-}
-
-/// Where the VCEK for a report is cached: `<dir>/<chip_id hex>/<reported_tcb hex>.der`.
-pub fn vcek_cache_path(dir: &Path, report: &SnpReport) -> std::path::PathBuf {
-    dir.join(hex::encode(report.chip_id()))
-        .join(format!("{}.der", hex::encode(&report.reported_tcb_raw())))
-}
-
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?
-        .take(super::evidence::MAX_CERTIFICATE_LEN as u64 + 1)
-        .read_to_end(&mut buf)?;
-    if buf.len() > super::evidence::MAX_CERTIFICATE_LEN {
-        return Err(std::io::Error::other("certificate too large"));
-    }
-    Ok(buf)
-}
-
-fn evidence_intermediates(evidence: &SnpEvidence) -> Vec<AmdCert> {
-    evidence
-        .certificates
-        .iter()
-        .filter(|c| matches!(c.kind, CertKind::Ask | CertKind::Asvk))
-        .filter_map(|c| AmdCert::from_der(&c.der).ok())
-        .filter(|c| matches!(c.role(), CertRole::Ask | CertRole::Asvk))
-        .collect()
-}
-
 /// Verifies the report's signature over its raw signed bytes with the
 /// endorsement key (`public_key`: SEC1 uncompressed P-384 point).
 pub fn verify_signature(report: &SnpReport, public_key: &[u8]) -> Result<(), AttestationError> {
@@ -669,138 +595,4 @@ pub fn verify_signature(report: &SnpReport, public_key: &[u8]) -> Result<(), Att
                 "report signature does not verify with the endorsement key".into(),
             )
         })
-}
-
-fn check_chip_id(report: &SnpReport, role: CertRole, info: &VekInfo) -> CheckOutcome {
-    if role == CertRole::Vlek {
-        return CheckOutcome::Passed("not bound to a chip (VLEK)".into());
-    }
-    if report.chip_id_masked() {
-        return CheckOutcome::Passed("masked by the host (all zero); not compared".into());
-    }
-    let Some(hw_id) = &info.hw_id else {
-        return CheckOutcome::Failed(AttestationError::Trust(
-            "the VCEK has no hwID extension".into(),
-        ));
-    };
-    let chip_id = report.chip_id();
-    // Before Turin the hwID is the full 64-byte chip id; from Turin on it is
-    // the first 8 bytes and the rest of the chip id is zero.
-    let equal = !hw_id.is_empty()
-        && hw_id.len() <= chip_id.len()
-        && chip_id[..hw_id.len()] == hw_id[..]
-        && chip_id[hw_id.len()..].iter().all(|b| *b == 0);
-    if equal {
-        CheckOutcome::Passed(format!(
-            "{}… matches the VCEK's hwID",
-            hex::encode(&chip_id[..8])
-        ))
-    } else {
-        CheckOutcome::Failed(AttestationError::Trust(format!(
-            "the VCEK's hwID {} is not the report's chip id {}",
-            hex::encode(hw_id),
-            hex::encode(chip_id)
-        )))
-    }
-}
-
-fn check_report_data(report: &SnpReport, want: &ReportDataCheck) -> CheckOutcome {
-    let got = report.report_data();
-    match want {
-        ReportDataCheck::NotChecked => CheckOutcome::Skipped(format!(
-            "no expected value given (actual {})",
-            hex::encode(got)
-        )),
-        ReportDataCheck::ExtraData(extra) => {
-            if got[..EXTRA_DATA_LEN] != extra[..] {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data starts with {}, expected extra data {}",
-                    hex::encode(&got[..EXTRA_DATA_LEN]),
-                    hex::encode(extra)
-                )))
-            } else if got[EXTRA_DATA_LEN..].iter().any(|b| *b != 0) {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data bytes 32..64 are not zero: {}",
-                    hex::encode(&got[EXTRA_DATA_LEN..])
-                )))
-            } else {
-                CheckOutcome::Passed("extra data, zero-padded".into())
-            }
-        }
-        ReportDataCheck::Exact(bytes) => {
-            if got == bytes.as_slice() {
-                CheckOutcome::Passed("equals the expected 64 bytes".into())
-            } else {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data {}, expected {}",
-                    hex::encode(got),
-                    hex::encode(bytes)
-                )))
-            }
-        }
-    }
-}
-
-/// AMD KDS's base address.
-pub const KDS_BASE_URL: &str = "https://kdsintf.amd.com";
-
-/// Where AMD's Key Distribution Service (at `base_url`, normally
-/// [`KDS_BASE_URL`]) serves the VCEK that signs `report` if it came from a
-/// `product` chip: `<base_url>/vcek/v1/<product>/<hwid>?...`
-/// with the hwID (the chip id in lowercase hex, its first 8 bytes from
-/// Turin on) and the SVNs of `REPORTED_TCB` in decimal (`fmcSPL` only where
-/// the product has an FMC). `None` if the chip id is masked. Verification
-/// needs no network: an operator can fetch the certificate and pass it in or
-/// put it into the VCEK cache; fetching by confboot is opt-in (feature `kds`,
-/// policy `kdsFetch`).
-pub fn kds_vcek_url(base_url: &str, product: Product, report: &SnpReport) -> Option<String> {
-    if report.chip_id_masked() {
-        return None;
-    }
-    let tcb = report.reported_tcb(product);
-    let hw_id = if product.has_fmc() {
-        &report.chip_id()[..8]
-    } else {
-        report.chip_id()
-    };
-    let fmc = tcb
-        .fmc
-        .map(|f| format!("fmcSPL={f:02}&"))
-        .unwrap_or_default();
-    Some(format!(
-        "{}/vcek/v1/{}/{}?{fmc}blSPL={:02}&teeSPL={:02}&snpSPL={:02}&ucodeSPL={:02}",
-        base_url.trim_end_matches('/'),
-        product.name(),
-        hex::encode(hw_id),
-        tcb.bootloader,
-        tcb.tee,
-        tcb.snp,
-        tcb.microcode
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kds_urls_follow_the_product() {
-        let mut raw = [0u8; crate::attestation::snp::REPORT_LEN];
-        raw[0x180..0x188].copy_from_slice(&[3, 0, 0, 0, 0, 0, 8, 115]);
-        raw[0x1A0..0x1A8].copy_from_slice(&[0xab; 8]);
-        let report = SnpReport::from_bytes(&raw).unwrap();
-        assert_eq!(
-            kds_vcek_url(KDS_BASE_URL, Product::Turin, &report).unwrap(),
-            "https://kdsintf.amd.com/vcek/v1/Turin/abababababababab?fmcSPL=03&blSPL=00&teeSPL=00&snpSPL=00&ucodeSPL=115"
-        );
-        let milan = kds_vcek_url(KDS_BASE_URL, Product::Milan, &report).unwrap();
-        assert!(milan.starts_with(&format!(
-            "https://kdsintf.amd.com/vcek/v1/Milan/{}{}?",
-            "ab".repeat(8),
-            "00".repeat(56)
-        )));
-        assert!(milan.ends_with("?blSPL=03&teeSPL=00&snpSPL=08&ucodeSPL=115"));
-        let masked = SnpReport::from_bytes(&[0u8; crate::attestation::snp::REPORT_LEN]).unwrap();
-        assert_eq!(kds_vcek_url(KDS_BASE_URL, Product::Milan, &masked), None);
-    }
 }

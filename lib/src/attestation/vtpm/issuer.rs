@@ -1,0 +1,171 @@
+//! [`VtpmIssuer`]: quotes with the node's TPM; the only part of the vTPM
+//! variant that touches a TPM.
+
+use std::sync::{Mutex, MutexGuard};
+
+use super::validator::encode_evidence;
+use crate::attestation::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use crate::tpm::structures::{self, PCR_COUNT};
+use crate::tpm::{self, AK_CERT_NV_INDEX, AttestationKey, DEFAULT_AK_HANDLE, Tpm};
+
+/// How often [`VtpmIssuer::issue`] retries when a PCR changed between the
+/// quote and the PCR read.
+pub const ISSUE_ATTEMPTS: usize = 3;
+
+/// The PCRs the vTPM variant quotes: all 24 of the SHA-256 bank.
+pub fn quoted_pcrs() -> Vec<u32> {
+    (0..PCR_COUNT as u32).collect()
+}
+
+fn issue_err(e: tpm::TpmError) -> AttestationError {
+    AttestationError::Issue(e.to_string())
+}
+
+/// PCR values by index, as [`Tpm::pcr_read`] returns them.
+type PcrValues = Vec<(u32, [u8; 32])>;
+
+/// Produces vTPM evidence with one persistent TPM connection.
+pub struct VtpmIssuer {
+    tpm: Mutex<Tpm>,
+    ak: AttestationKey,
+    ak_certificate: Option<Vec<u8>>,
+    pcr_indices: Vec<u32>,
+    /// The PCR values of the last quote: reused while a new quote's PCR
+    /// digest still matches them, so a quote usually needs no PCR read.
+    last_pcr_values: Mutex<Option<PcrValues>>,
+}
+
+impl VtpmIssuer {
+    /// Loads the AK from [`DEFAULT_AK_HANDLE`] (or creates one in the owner
+    /// hierarchy) and reads the AK certificate from NV, if provisioned.
+    pub fn new(tpm: Tpm) -> Result<Self, AttestationError> {
+        Self::with_ak_handle(tpm, DEFAULT_AK_HANDLE)
+    }
+
+    /// Like [`VtpmIssuer::new`] with another persistent AK handle.
+    pub fn with_ak_handle(mut tpm: Tpm, ak_handle: u32) -> Result<Self, AttestationError> {
+        let ak = tpm.load_or_create_ak(ak_handle).map_err(issue_err)?;
+        let ak_certificate = match tpm.nv_read(AK_CERT_NV_INDEX) {
+            Ok(der) => Some(der),
+            Err(e) if e.is_handle_missing() => None,
+            Err(e) => {
+                log::warn!("cannot read the AK certificate at NV {AK_CERT_NV_INDEX:#010x}: {e}");
+                None
+            }
+        };
+        log::info!(
+            "vTPM issuer on {}: AK at {:#010x} ({}), AK certificate {}",
+            tpm.describe(),
+            ak.handle,
+            if ak.transient {
+                "created"
+            } else {
+                "persistent"
+            },
+            if ak_certificate.is_some() {
+                "present"
+            } else {
+                "absent"
+            }
+        );
+        Ok(VtpmIssuer {
+            tpm: Mutex::new(tpm),
+            ak,
+            ak_certificate,
+            pcr_indices: quoted_pcrs(),
+            last_pcr_values: Mutex::new(None),
+        })
+    }
+
+    /// The AK's public area (`TPMT_PUBLIC` bytes).
+    pub fn ak_public(&self) -> &[u8] {
+        &self.ak.public_area
+    }
+
+    /// The AK's public key as a SEC1 uncompressed P-256 point (65 bytes), the
+    /// form [`AkTrust::Pinned`](super::AkTrust::Pinned) takes.
+    pub fn ak_public_key(&self) -> Vec<u8> {
+        structures::parse_ecc_public(&self.ak.public_area)
+            .map(|p| p.point)
+            .expect("the AK's public area was checked when it was loaded")
+    }
+
+    /// The AK certificate read from NV, if any.
+    pub fn ak_certificate(&self) -> Option<&[u8]> {
+        self.ak_certificate.as_deref()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tpm> {
+        self.tpm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` with the issuer's TPM connection (e.g. to read PCRs).
+    pub fn with_tpm<T>(&self, f: impl FnOnce(&mut Tpm) -> T) -> T {
+        f(&mut self.lock())
+    }
+
+    /// Marks this node as bootstrapped: extends PCR 15 with the cluster id
+    /// (see [`tpm::mark_node`]). Validators that require an unmarked node
+    /// refuse every quote afterwards.
+    pub fn mark_node(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
+        tpm::mark_node(&mut self.lock(), cluster_id).map_err(issue_err)
+    }
+}
+
+impl Drop for VtpmIssuer {
+    fn drop(&mut self) {
+        if self.ak.transient {
+            let handle = self.ak.handle;
+            if let Err(e) = self.lock().flush(handle) {
+                log::debug!("flushing the transient AK {handle:#010x}: {e}");
+            }
+        }
+    }
+}
+
+impl Issuer for VtpmIssuer {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+
+    fn issue(&self, extra_data: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
+        let mut tpm = self.lock();
+        for attempt in 1..=ISSUE_ATTEMPTS {
+            let quote = tpm
+                .quote(&self.ak, extra_data, &self.pcr_indices)
+                .map_err(issue_err)?;
+            let info = structures::parse_quote_attest(&quote.attest)
+                .map_err(|e| AttestationError::Issue(e.0))?;
+            let digest_of =
+                |values: &[(u32, [u8; 32])]| tpm::pcr_digest(values.iter().map(|(_, v)| &v[..]));
+            let mut last = self
+                .last_pcr_values
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // The evidence's PCR values must hash to the quoted digest: the
+            // cached ones are used only when they do, else the PCRs are read.
+            let pcr_values = match last.take() {
+                Some(cached) if info.pcr_digest == digest_of(&cached) => cached,
+                _ => tpm.pcr_read(&self.pcr_indices).map_err(issue_err)?,
+            };
+            let digest = digest_of(&pcr_values);
+            *last = Some(pcr_values.clone());
+            drop(last);
+            if info.pcr_digest == digest {
+                log::debug!("issued a vTPM quote over {} PCRs", pcr_values.len());
+                return Ok(encode_evidence(
+                    &quote,
+                    &pcr_values,
+                    &self.ak.public_area,
+                    self.ak_certificate.as_deref(),
+                ));
+            }
+            log::warn!(
+                "a PCR changed between quote and PCR read (attempt {attempt}); quoting again"
+            );
+        }
+        Err(AttestationError::Issue(format!(
+            "PCRs kept changing during {ISSUE_ATTEMPTS} quote attempts"
+        )))
+    }
+}

@@ -1,0 +1,270 @@
+//! [`VtpmValidator`]: the evidence format (encoded by the issuer, decoded
+//! here with every length checked) and the checks on a quote; no TPM needed.
+
+use std::collections::BTreeMap;
+
+use confboot_proto::Message as _;
+use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
+
+use super::ak_trust::AkTrust;
+use crate::attestation::{
+    AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
+};
+use crate::hex;
+use crate::tpm::structures::{
+    self, MAX_ATTEST_LEN, MAX_PUBLIC_LEN, MAX_SIGNATURE_LEN, PCR_COUNT, SHA256_LEN, TPM_ALG_SHA256,
+};
+use crate::tpm::{self, CLUSTER_ID_PCR};
+
+/// Largest encoded evidence accepted (a quote over 24 PCRs with an AK
+/// certificate is about 2.5 KiB).
+pub const MAX_EVIDENCE_LEN: usize = 16 * 1024;
+/// Largest AK certificate accepted (DER).
+pub const MAX_AK_CERT_LEN: usize = 8 * 1024;
+
+/// Builds the encoded evidence from a quote and what goes with it.
+pub fn encode_evidence(
+    quote: &tpm::Quote,
+    pcr_values: &[(u32, [u8; 32])],
+    ak_public: &[u8],
+    ak_certificate: Option<&[u8]>,
+) -> Vec<u8> {
+    QuoteEvidence {
+        attest: quote.attest.clone(),
+        signature: quote.signature.clone(),
+        pcrs: pcr_values
+            .iter()
+            .map(|(index, digest)| PcrValue {
+                index: *index,
+                digest: digest.to_vec(),
+            })
+            .collect(),
+        ak_public: ak_public.to_vec(),
+        ak_certificate: ak_certificate.map(<[u8]>::to_vec).unwrap_or_default(),
+    }
+    .encode_to_vec()
+}
+
+/// Checks vTPM evidence without a TPM. Built from AK trust and a measurement
+/// policy; by default it requires PCR 15 to be all-zero (the node is not
+/// yet bootstrapped), which is right for join.
+#[derive(Clone, Debug)]
+pub struct VtpmValidator {
+    ak_trust: AkTrust,
+    policy: MeasurementPolicy,
+    require_unmarked: bool,
+}
+
+/// The decoded, size-checked evidence.
+struct Decoded {
+    attest: Vec<u8>,
+    signature: Vec<u8>,
+    pcr_values: Vec<(u32, Vec<u8>)>,
+    ak_public: Vec<u8>,
+    ak_certificate: Vec<u8>,
+}
+
+fn decode_err(m: impl Into<String>) -> AttestationError {
+    AttestationError::Decode(m.into())
+}
+
+fn check_len(field: &str, bytes: &[u8], max: usize) -> Result<(), AttestationError> {
+    if bytes.is_empty() {
+        return Err(decode_err(format!("{field} is missing")));
+    }
+    if bytes.len() > max {
+        return Err(decode_err(format!(
+            "{field} has {} bytes, at most {max} allowed",
+            bytes.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Decodes evidence and checks every count and field size before use.
+fn decode_evidence(evidence: &[u8]) -> Result<Decoded, AttestationError> {
+    if evidence.len() > MAX_EVIDENCE_LEN {
+        return Err(decode_err(format!(
+            "evidence has {} bytes, at most {MAX_EVIDENCE_LEN} allowed",
+            evidence.len()
+        )));
+    }
+    let e = QuoteEvidence::decode(evidence)
+        .map_err(|e| decode_err(format!("not a vTPM QuoteEvidence message: {e}")))?;
+    check_len("quote (TPMS_ATTEST)", &e.attest, MAX_ATTEST_LEN)?;
+    check_len("quote signature", &e.signature, MAX_SIGNATURE_LEN)?;
+    check_len("AK public area", &e.ak_public, MAX_PUBLIC_LEN)?;
+    if e.ak_certificate.len() > MAX_AK_CERT_LEN {
+        return Err(decode_err(format!(
+            "AK certificate has {} bytes, at most {MAX_AK_CERT_LEN} allowed",
+            e.ak_certificate.len()
+        )));
+    }
+    if e.pcrs.is_empty() || e.pcrs.len() > PCR_COUNT {
+        return Err(decode_err(format!(
+            "evidence carries {} PCR values, want 1 to {PCR_COUNT}",
+            e.pcrs.len()
+        )));
+    }
+    let mut pcr_values = Vec::with_capacity(e.pcrs.len());
+    for p in e.pcrs {
+        if p.index as usize >= PCR_COUNT {
+            return Err(decode_err(format!("PCR index {} out of range", p.index)));
+        }
+        if let Some((last, _)) = pcr_values.last()
+            && *last >= p.index
+        {
+            return Err(decode_err(format!(
+                "PCR {} follows PCR {last}: values must be ascending and unique",
+                p.index
+            )));
+        }
+        if p.digest.len() != SHA256_LEN {
+            return Err(decode_err(format!(
+                "PCR {} value has {} bytes, want {SHA256_LEN}",
+                p.index,
+                p.digest.len()
+            )));
+        }
+        pcr_values.push((p.index, p.digest));
+    }
+    Ok(Decoded {
+        attest: e.attest,
+        signature: e.signature,
+        pcr_values,
+        ak_public: e.ak_public,
+        ak_certificate: e.ak_certificate,
+    })
+}
+
+impl VtpmValidator {
+    /// A validator with this AK trust and policy that requires PCR 15 to be
+    /// all-zero (join-time default).
+    pub fn new(ak_trust: AkTrust, policy: MeasurementPolicy) -> Self {
+        VtpmValidator {
+            ak_trust,
+            policy,
+            require_unmarked: true,
+        }
+    }
+
+    /// Whether PCR 15 must be all-zero (unmarked node). Turn it off to verify
+    /// nodes that are already bootstrapped (the CLI's `verify`).
+    pub fn require_unmarked(mut self, required: bool) -> Self {
+        self.require_unmarked = required;
+        self
+    }
+
+    /// The measurement policy.
+    pub fn policy(&self) -> &MeasurementPolicy {
+        &self.policy
+    }
+
+    /// The AK trust.
+    pub fn ak_trust(&self) -> &AkTrust {
+        &self.ak_trust
+    }
+}
+
+impl Validator for VtpmValidator {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        let e = decode_evidence(evidence)?;
+        let info = structures::parse_quote_attest(&e.attest).map_err(|p| decode_err(p.0))?;
+        let ak = structures::parse_ecc_public(&e.ak_public)
+            .map_err(|p| decode_err(format!("AK public area: {}", p.0)))?;
+        let signature =
+            structures::parse_ecdsa_signature(&e.signature).map_err(|p| decode_err(p.0))?;
+
+        // 1. The AK signed exactly these TPMS_ATTEST bytes.
+        if signature.hash_alg != TPM_ALG_SHA256 {
+            return Err(AttestationError::Signature(format!(
+                "quote signed with hash {:#06x}, want SHA-256",
+                signature.hash_alg
+            )));
+        }
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ECDSA_P256_SHA256_FIXED,
+            &ak.point,
+        )
+        .verify(&e.attest, &signature.r_s)
+        .map_err(|_| {
+            AttestationError::Signature(
+                "the quote's ECDSA signature does not verify with the AK in the evidence".into(),
+            )
+        })?;
+
+        // 2. Bound to this handshake.
+        if info.extra_data.as_slice() != extra_data.as_slice() {
+            return Err(AttestationError::Binding(format!(
+                "quote qualifying data {} differs from the expected extra_data {}",
+                hex::encode(&info.extra_data),
+                hex::encode(extra_data)
+            )));
+        }
+
+        // 3. The PCR values are the quoted ones.
+        let carried: Vec<u32> = e.pcr_values.iter().map(|(i, _)| *i).collect();
+        match info.pcr_selections.as_slice() {
+            [sel] if sel.hash_alg == TPM_ALG_SHA256 && sel.pcr_indices == carried => {}
+            other => {
+                return Err(AttestationError::Signature(format!(
+                    "the quote covers {other:?}, but the evidence carries SHA-256 PCRs {carried:?}"
+                )));
+            }
+        }
+        let digest = tpm::pcr_digest(e.pcr_values.iter().map(|(_, v)| v.as_slice()));
+        if info.pcr_digest.as_slice() != digest.as_slice() {
+            return Err(AttestationError::Signature(format!(
+                "the PCR values do not match the quoted PCR digest: quoted {}, computed {}",
+                hex::encode(&info.pcr_digest),
+                hex::encode(&digest)
+            )));
+        }
+
+        // 4. The AK is a real AK and trusted.
+        let required = structures::object_attributes::REQUIRED_FOR_AK;
+        if ak.object_attributes & required != required {
+            return Err(AttestationError::Trust(format!(
+                "the AK's attributes {:#010x} lack {required:#010x} (restricted signing key created in the TPM)",
+                ak.object_attributes
+            )));
+        }
+        self.ak_trust.check(&ak.point, &e.ak_certificate)?;
+
+        let measurements: BTreeMap<u32, Vec<u8>> = e.pcr_values.into_iter().collect();
+
+        // 5. Not yet bootstrapped.
+        if self.require_unmarked {
+            let zero = [0u8; SHA256_LEN];
+            match measurements.get(&CLUSTER_ID_PCR) {
+                Some(v) if v.as_slice() == zero => {}
+                Some(v) => {
+                    return Err(AttestationError::Policy(format!(
+                        "PCR {CLUSTER_ID_PCR} is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
+                        hex::encode(v)
+                    )));
+                }
+                None => {
+                    return Err(AttestationError::Policy(format!(
+                        "PCR {CLUSTER_ID_PCR} is not quoted; it must be, and all-zero, for an unbootstrapped node"
+                    )));
+                }
+            }
+        }
+
+        // 6. The measurement policy.
+        self.policy.check(&measurements)?;
+        Ok(Attested {
+            variant: Variant::QemuVtpm,
+            measurements,
+        })
+    }
+}
