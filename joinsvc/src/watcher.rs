@@ -150,6 +150,53 @@ fn watch(
 mod tests {
     use super::*;
     use crossbeam_channel::{Receiver, unbounded};
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    /// The watcher's log lines, for tests that look for why a policy was refused.
+    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    struct CaptureLog;
+
+    impl log::Log for CaptureLog {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.target() == module_path!().trim_end_matches("::tests")
+        }
+
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                LINES.lock().unwrap().push(record.args().to_string());
+            }
+        }
+
+        fn flush(&self) {}
+    }
+
+    static CAPTURE: CaptureLog = CaptureLog;
+
+    fn capture_log() {
+        // The first test to ask installs it; the others find it in place.
+        let _ = log::set_logger(&CAPTURE);
+        log::set_max_level(log::LevelFilter::Info);
+    }
+
+    /// The first captured line that contains every one of `parts` (a generous bound).
+    fn wait_for_line(parts: &[&str]) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let found = LINES
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+                .cloned();
+            if found.is_some() {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
 
     fn policy_json(byte: &str) -> String {
         format!(
@@ -212,6 +259,34 @@ mod tests {
         std::fs::write(f.dir.join("policy.json"), r#"{"4": {"expected": "zz"}}"#).unwrap();
         std::fs::write(f.dir.join("policy.json"), policy_json("dd")).unwrap();
         // Only the valid policy is applied; the broken ones in between are not.
+        assert_eq!(next(&f), Some(0xdd));
+        assert!(f.applied.try_recv().is_err());
+        std::fs::remove_dir_all(&f.dir).unwrap();
+    }
+
+    #[test]
+    fn reloads_that_would_admit_any_image_keep_the_previous_policy() {
+        capture_log();
+        let f = fixture("permissive", "policy.json");
+        let file = f.dir.join("policy.json");
+        let shown = file.display().to_string();
+        // An empty policy: refused, the previous one stays, and the log says why.
+        std::fs::write(&file, "{}").unwrap();
+        let line = wait_for_line(&[&shown, "is empty"]).expect("the empty policy is refused");
+        assert!(line.contains("keeping the previous policy"), "{line}");
+        // Every entry warnOnly: refused too.
+        let all_warn = format!(
+            r#"{{"4": {{"expected": "{}", "warnOnly": true}}, "9": {{"expected": "{}", "warnOnly": true}}}}"#,
+            "bb".repeat(32),
+            "cc".repeat(32)
+        );
+        std::fs::write(&file, all_warn).unwrap();
+        let line = wait_for_line(&[&shown, "enforces nothing"])
+            .expect("the all-warnOnly policy is refused");
+        assert!(line.contains("keeping the previous policy"), "{line}");
+        assert!(f.applied.try_recv().is_err(), "neither was applied");
+        // The watcher goes on: the next real policy is applied, and only it.
+        std::fs::write(&file, policy_json("dd")).unwrap();
         assert_eq!(next(&f), Some(0xdd));
         assert!(f.applied.try_recv().is_err());
         std::fs::remove_dir_all(&f.dir).unwrap();

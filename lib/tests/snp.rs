@@ -497,8 +497,11 @@ fn measurement_not_in_the_policy_is_refused() {
             actual: actual.clone()
         })
     );
-    // warnOnly: allowed, and the check says so.
-    let text = format!(r#"{{"measurement": {{"expected": "{other}", "warnOnly": true}}}}"#);
+    // warnOnly: allowed, and the check says so. (A policy that pins no image
+    // this way must say so: insecureAnyImage.)
+    let text = format!(
+        r#"{{"measurement": {{"expected": "{other}", "warnOnly": true}}, "insecureAnyImage": true}}"#
+    );
     let v = validator(SnpPolicy::from_json(&text).unwrap(), TrustRoots::builtin());
     v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
     let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());

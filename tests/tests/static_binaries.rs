@@ -1,12 +1,32 @@
-//! The release binaries are static musl executables within the size budget.
+//! The release binaries are static musl executables within the size budget,
+//! and each one's size stays within ±5 % of the size recorded in
+//! `tests/binary_sizes.json` (as Firecracker checks its binary sizes).
 //! Built by `scripts/test.sh` (cargo build --release --target
 //! x86_64-unknown-linux-musl) before the tests run. Not timed.
+//!
+//! A size outside the band fails with the recorded and the measured size and
+//! the difference in percent. When the change is deliberate, record the new
+//! sizes (after the release build) and commit the file:
+//!
+//! ```text
+//! CONFBOOT_UPDATE_SIZES=1 cargo test -p confboot-tests --test static_binaries
+//! ```
+//!
+//! With `CONFBOOT_UPDATE_SIZES=1` the size check rewrites the record with the
+//! measured sizes and fails nothing.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// Size budget of each binary, in bytes.
 const BUDGET: u64 = 3_000_000;
 const BINARIES: [&str; 3] = ["bootstrapper", "joinsvc", "confboot"];
+/// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
+const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");
+/// How far a binary may drift from its recorded size, in percent either way.
+const TOLERANCE_PERCENT: u64 = 5;
+/// Set to `1` to rewrite the record with the measured sizes.
+const UPDATE_VAR: &str = "CONFBOOT_UPDATE_SIZES";
 
 fn musl_binary(name: &str) -> PathBuf {
     let p = confboot_tests::target_dir()
@@ -107,4 +127,135 @@ fn elf_check_tells_a_dynamic_binary_apart() {
         interp && needed > 0,
         "a glibc test binary must look dynamic"
     );
+}
+
+/// Reads the record: each binary's size in bytes.
+fn read_record(path: &Path) -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}{}", path.display(), how_to_update()));
+    let root: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    let obj = root
+        .as_object()
+        .unwrap_or_else(|| panic!("{}: the top level must be an object", path.display()));
+    obj.iter()
+        .map(|(name, entry)| {
+            let bytes = entry
+                .get("bytes")
+                .and_then(|b| b.as_u64())
+                .filter(|b| *b > 0)
+                .unwrap_or_else(|| {
+                    panic!("{}: {name} must be {{\"bytes\": <size>}}", path.display())
+                });
+            (name.clone(), bytes)
+        })
+        .collect()
+}
+
+/// The record's text for these sizes.
+fn record_text(sizes: &BTreeMap<String, u64>) -> String {
+    let obj: serde_json::Map<String, serde_json::Value> = sizes
+        .iter()
+        .map(|(name, bytes)| (name.clone(), serde_json::json!({ "bytes": bytes })))
+        .collect();
+    serde_json::to_string_pretty(&obj).expect("a JSON map serializes") + "\n"
+}
+
+fn how_to_update() -> String {
+    format!(
+        "\nIf the change in size is deliberate, record the measured sizes (after the release \
+         musl build) and commit the file:\n  {UPDATE_VAR}=1 cargo test -p confboot-tests \
+         --test static_binaries\n(it rewrites {SIZES_FILE} and fails nothing)"
+    )
+}
+
+/// The difference from the recorded size in percent, or why it is outside
+/// ±[`TOLERANCE_PERCENT`].
+fn size_check(name: &str, recorded: u64, measured: u64) -> Result<f64, String> {
+    let percent = (measured as f64 - recorded as f64) * 100.0 / recorded as f64;
+    // Integer comparison, so exactly 5 % is in and one byte more is out.
+    if measured.abs_diff(recorded) * 100 <= TOLERANCE_PERCENT * recorded {
+        Ok(percent)
+    } else {
+        Err(format!(
+            "{name} is {measured} bytes, recorded {recorded} bytes: {percent:+.2} %, \
+             outside ±{TOLERANCE_PERCENT} %"
+        ))
+    }
+}
+
+#[test]
+fn release_binary_sizes_match_the_record() {
+    let measured: BTreeMap<String, u64> = BINARIES
+        .iter()
+        .map(|name| {
+            let len = std::fs::metadata(musl_binary(name)).unwrap().len();
+            (name.to_string(), len)
+        })
+        .collect();
+    if std::env::var(UPDATE_VAR).is_ok_and(|v| v == "1") {
+        std::fs::write(SIZES_FILE, record_text(&measured)).unwrap();
+        println!("{UPDATE_VAR}=1: recorded {measured:?} in {SIZES_FILE}");
+        return;
+    }
+    let record = read_record(Path::new(SIZES_FILE));
+    println!(
+        "{:<14}{:>12}{:>12}{:>9}",
+        "binary", "recorded", "measured", "change"
+    );
+    let mut failures = Vec::new();
+    for (name, &bytes) in &measured {
+        let Some(&recorded) = record.get(name) else {
+            failures.push(format!("{name} has no recorded size"));
+            continue;
+        };
+        match size_check(name, recorded, bytes) {
+            Ok(percent) => println!("{name:<14}{recorded:>12}{bytes:>12}{percent:>+8.2}%"),
+            Err(e) => {
+                println!("{name:<14}{recorded:>12}{bytes:>12}  outside the band");
+                failures.push(e);
+            }
+        }
+    }
+    for name in record.keys().filter(|n| !measured.contains_key(*n)) {
+        failures.push(format!("{name} is recorded but is not a release binary"));
+    }
+    assert!(
+        failures.is_empty(),
+        "release binary sizes ({SIZES_FILE}):\n{}{}",
+        failures.join("\n"),
+        how_to_update()
+    );
+}
+
+#[test]
+fn size_check_holds_five_percent_either_way() {
+    assert_eq!(size_check("x", 1000, 1000), Ok(0.0));
+    assert_eq!(size_check("x", 1000, 1050), Ok(5.0));
+    assert_eq!(size_check("x", 1000, 950), Ok(-5.0));
+    let err = size_check("bootstrapper", 1000, 1051).unwrap_err();
+    assert_eq!(
+        err,
+        "bootstrapper is 1051 bytes, recorded 1000 bytes: +5.10 %, outside ±5 %"
+    );
+    let err = size_check("joinsvc", 1000, 949).unwrap_err();
+    assert!(err.contains("-5.10 %"), "{err}");
+    assert!(how_to_update().contains("CONFBOOT_UPDATE_SIZES=1 cargo test"));
+}
+
+#[test]
+fn the_record_round_trips_and_names_every_binary() {
+    let sizes: BTreeMap<String, u64> = [("a".to_string(), 1), ("b".to_string(), 2_000_000)].into();
+    let dir = std::env::temp_dir().join(format!("confboot-sizes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sizes.json");
+    std::fs::write(&file, record_text(&sizes)).unwrap();
+    assert_eq!(read_record(&file), sizes);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // The committed record names exactly the release binaries.
+    let record = read_record(Path::new(SIZES_FILE));
+    let names: Vec<&str> = record.keys().map(String::as_str).collect();
+    let mut want = BINARIES.to_vec();
+    want.sort_unstable();
+    assert_eq!(names, want, "{SIZES_FILE}");
 }

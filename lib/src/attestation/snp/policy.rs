@@ -11,7 +11,8 @@
 //!   "rootBundles": ["milan_ask_ark_asvk.pem"],
 //!   "vcekCacheDir": "/var/lib/confboot/vcek",
 //!   "kdsFetch": false,
-//!   "kdsBaseUrl": "https://kdsintf.amd.com"
+//!   "kdsBaseUrl": "https://kdsintf.amd.com",
+//!   "insecureAnyImage": false
 //! }
 //! ```
 //!
@@ -39,15 +40,33 @@
 //!   Needs confboot built with the cargo feature `kds`; refused otherwise.
 //! - `kdsBaseUrl` (optional): the KDS or a caching proxy to fetch from
 //!   (default `https://kdsintf.amd.com`).
+//! - `insecureAnyImage` (optional, default false): accept a policy that pins
+//!   no guest image (see below). Logged as a warning when the policy is read.
 //!
-//! Unknown keys are refused, so a typo cannot silently drop a check.
+//! Unknown keys are refused, so a typo cannot silently drop a check, and so
+//! is a key named twice (a parser would keep only one of the two).
+//!
+//! A policy must pin the guest image: an enforced `measurement`, or a
+//! non-empty `idKeyDigests` (the firmware launches a guest with an ID block
+//! only if the launch measurement is the one the ID key signed, so an ID key
+//! pins the set of images its owner signed). `hostData` does not count: the
+//! hypervisor chooses `HOST_DATA` at launch, for any image, and the host is
+//! the adversary. A policy whose measurement is `warnOnly` and that names no
+//! ID key admits any guest image AMD's firmware runs; it is refused
+//! ([`PolicyError::ImageNotPinned`]) unless it says `"insecureAnyImage": true`.
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::report::TcbVersion;
-use crate::attestation::measurements::{MAX_POLICY_BYTES, MeasurementPolicy, PolicyError};
+use crate::attestation::measurements::{
+    MAX_POLICY_BYTES, MeasurementPolicy, PolicyError, parse_entry, parse_json_unique_keys,
+    read_bounded,
+};
+
+/// Length of the SEV-SNP launch measurement (SHA-384).
+pub const MEASUREMENT_LEN: usize = 48;
 
 /// Per-component minimum SVNs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -109,6 +128,9 @@ pub struct SnpPolicy {
     pub kds_fetch: bool,
     /// The KDS (or a caching proxy) to fetch from; default AMD's.
     pub kds_base_url: Option<String>,
+    /// Whether the policy file said `"insecureAnyImage": true`: it may pin no
+    /// guest image (a `warnOnly` measurement and no ID key).
+    pub insecure_any_image: bool,
 }
 
 fn format_err(m: impl Into<String>) -> PolicyError {
@@ -155,7 +177,7 @@ impl SnpPolicy {
 
     /// Parses the JSON text of a policy, resolving relative paths against `base`.
     pub fn from_json_at(text: &str, base: Option<&Path>) -> Result<SnpPolicy, PolicyError> {
-        let root: Value = serde_json::from_str(text).map_err(|e| format_err(e.to_string()))?;
+        let root = parse_json_unique_keys(text)?;
         let obj = root
             .as_object()
             .ok_or_else(|| format_err("top level must be an object"))?;
@@ -164,16 +186,14 @@ impl SnpPolicy {
         for (key, value) in obj {
             match key.as_str() {
                 "measurement" => {
-                    let mut wrapped = Map::new();
-                    wrapped.insert("0".into(), value.clone());
-                    let m = MeasurementPolicy::from_json(&Value::Object(wrapped).to_string())
-                        .map_err(|e| format_err(format!("measurement: {e}")))?;
-                    if m.entries().get(&0).map(|e| e.value.len()) != Some(48) {
-                        return Err(format_err(
-                            "measurement: expected must be 48 bytes (96 hex digits)",
-                        ));
-                    }
-                    policy.measurement = m;
+                    let entry = parse_entry(0, value, MEASUREMENT_LEN).map_err(|e| match e {
+                        PolicyError::DigestLength { .. } => {
+                            format_err("measurement: expected must be 48 bytes (96 hex digits)")
+                        }
+                        e => format_err(format!("measurement: {e}")),
+                    })?;
+                    policy.measurement = MeasurementPolicy::default();
+                    policy.measurement.set(0, entry.value, entry.warn_only);
                     seen_measurement = true;
                 }
                 "minimumTcb" => policy.minimum_tcb = parse_minimum_tcb(value)?,
@@ -223,26 +243,40 @@ impl SnpPolicy {
                         .ok_or_else(|| format_err("kdsBaseUrl must be an http(s) URL"))?;
                     policy.kds_base_url = Some(url.to_string());
                 }
+                "insecureAnyImage" => {
+                    policy.insecure_any_image = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("insecureAnyImage must be true or false"))?;
+                }
                 other => return Err(format_err(format!("unknown key {other:?}"))),
             }
         }
         if !seen_measurement {
             return Err(format_err("\"measurement\" is required"));
         }
+        if !policy.pins_image() {
+            if !policy.insecure_any_image {
+                return Err(PolicyError::ImageNotPinned);
+            }
+            log::warn!(
+                "SEV-SNP policy pins no guest image (warnOnly measurement, no idKeyDigests) and \
+                 says insecureAnyImage: ANY guest image AMD firmware runs is admitted"
+            );
+        }
         Ok(policy)
     }
 
-    /// Reads a policy file (at most 1 MiB); relative paths in it are
-    /// resolved against the file's directory.
+    /// Whether the policy pins the guest image: an enforced launch
+    /// measurement or at least one accepted ID key (`hostData` does not
+    /// count: the host chooses it).
+    pub fn pins_image(&self) -> bool {
+        self.measurement.enforces_something() || !self.id_key_digests.is_empty()
+    }
+
+    /// Reads a policy file (at most [`MAX_POLICY_BYTES`]); relative paths in
+    /// it are resolved against the file's directory.
     pub fn load(path: &Path) -> Result<SnpPolicy, PolicyError> {
-        let meta = std::fs::metadata(path).map_err(PolicyError::Io)?;
-        if meta.len() > MAX_POLICY_BYTES {
-            return Err(PolicyError::TooLarge(meta.len()));
-        }
-        let text = std::fs::read_to_string(path).map_err(PolicyError::Io)?;
-        if text.len() as u64 > MAX_POLICY_BYTES {
-            return Err(PolicyError::TooLarge(text.len() as u64));
-        }
+        let text = read_bounded(path, MAX_POLICY_BYTES)?;
         Self::from_json_at(&text, path.parent())
     }
 }
@@ -354,6 +388,82 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_policy_that_pins_no_image_is_refused_unless_marked() {
+        let warn = format!(r#""measurement": {{"expected": "{M}", "warnOnly": true}}"#);
+        let host = format!(r#""hostData": "{}""#, "11".repeat(32));
+        let id = format!(r#""idKeyDigests": ["{}"]"#, "22".repeat(48));
+        // warnOnly and nothing else, or only what the host chooses: refused.
+        for text in [
+            format!("{{{warn}}}"),
+            format!("{{{warn}, {host}}}"),
+            format!(r#"{{{warn}, "idKeyDigests": []}}"#),
+            format!(r#"{{{warn}, {host}, "insecureAnyImage": false}}"#),
+        ] {
+            let err = SnpPolicy::from_json(&text).unwrap_err();
+            assert!(
+                matches!(err, PolicyError::ImageNotPinned),
+                "{text}: {err:?}"
+            );
+            assert!(err.to_string().contains("insecureAnyImage"), "{err}");
+        }
+        // An ID key pins the images its owner signed.
+        let p = SnpPolicy::from_json(&format!("{{{warn}, {id}}}")).unwrap();
+        assert!(p.pins_image() && !p.insecure_any_image);
+        // An enforced measurement pins the image.
+        let p =
+            SnpPolicy::from_json(&format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
+        assert!(p.pins_image());
+        // Said explicitly: accepted, and the policy says so.
+        let p = SnpPolicy::from_json(&format!(r#"{{{warn}, "insecureAnyImage": true}}"#)).unwrap();
+        assert!(!p.pins_image() && p.insecure_any_image);
+        assert!(matches!(
+            SnpPolicy::from_json(&format!(r#"{{{warn}, "insecureAnyImage": "yes"}}"#)),
+            Err(PolicyError::Format(_))
+        ));
+    }
+
+    #[test]
+    fn repeated_keys_are_refused() {
+        let m = format!(r#""measurement": {{"expected": "{M}"}}"#);
+        let w = format!(r#""measurement": {{"expected": "{M}", "warnOnly": true}}"#);
+        for text in [
+            // The later, permissive measurement would silently win.
+            format!(r#"{{{m}, {w}, "insecureAnyImage": true}}"#),
+            format!(r#"{{{m}, "allowDebug": false, "allowDebug": true}}"#),
+            format!(r#"{{{m}, "minimumTcb": {{"snp": 8, "snp": 0}}}}"#),
+            format!(
+                r#"{{"measurement": {{"expected": "{M}", "warnOnly": false, "warnOnly": true}}}}"#
+            ),
+        ] {
+            assert!(
+                matches!(
+                    SnpPolicy::from_json(&text),
+                    Err(PolicyError::DuplicateKey(_))
+                ),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_is_bounded() {
+        let dir =
+            std::env::temp_dir().join(format!("confboot-snp-policy-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("snp.json");
+        let mut text = format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#).into_bytes();
+        std::fs::write(&file, &text).unwrap();
+        assert!(SnpPolicy::load(&file).is_ok());
+        text.resize(MAX_POLICY_BYTES as usize + 1, b' ');
+        std::fs::write(&file, &text).unwrap();
+        assert!(matches!(
+            SnpPolicy::load(&file),
+            Err(PolicyError::TooLarge(n)) if n == MAX_POLICY_BYTES + 1
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
