@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use confboot::atls;
 use confboot::attestation::{Issuer, Validator};
-use confboot::rpc::{Code, Status, Stop};
+use confboot::rpc::{Code, Status};
+use confboot::stop::Stop;
 use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use ring::rand::SecureRandom;
 
@@ -267,21 +268,9 @@ impl JoinClient {
                     Err(AttemptError::Call(s)) => log::info!("join: {endpoint} not usable: {s}"),
                 }
             }
-            sleep_unless_stopped(backoff.next_delay(), stop);
+            stop.sleep(backoff.next_delay());
         }
         None
-    }
-}
-
-/// Sleeps for `d`, waking early when `stop` is raised.
-pub fn sleep_unless_stopped(d: Duration, stop: &Stop) {
-    let until = std::time::Instant::now() + d;
-    while !stop.is_raised() {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(20)));
     }
 }
 
@@ -380,15 +369,6 @@ mod tests {
                 .unwrap_err()
                 .contains("joinEndpoints")
         );
-        t.join().unwrap();
-    }
-
-    #[test]
-    fn sleeping_ends_when_stopped() {
-        let stop = Stop::new();
-        let s2 = stop.clone();
-        let t = std::thread::spawn(move || sleep_unless_stopped(Duration::from_secs(3600), &s2));
-        stop.raise();
         t.join().unwrap();
     }
 }

@@ -22,8 +22,9 @@ use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
+use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
-use confboot::rpc::{ServerLimits, Stop};
+use confboot::stop::Stop;
 use confboot::tpm::Tpm;
 use crossbeam_channel::bounded;
 

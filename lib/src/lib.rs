@@ -18,5 +18,6 @@ pub mod nodelock;
 pub mod process;
 pub mod rpc;
 pub mod signals;
+pub mod stop;
 pub mod time;
 pub mod tpm;

@@ -12,8 +12,9 @@ use std::time::Duration;
 use confboot::rpc::frame::{self, FrameKind};
 use confboot::rpc::listener::{self, PoolConfig};
 use confboot::rpc::{
-    Client, Code, ConnectionEnd, Router, ServerLimits, Status, Stop, pipe, serve_connection,
+    Client, Code, ConnectionEnd, Router, ServerLimits, Status, pipe, serve_connection,
 };
+use confboot::stop::Stop;
 use confboot_proto::Message;
 use confboot_proto::init::{InitResponse, LogResponseType, init_response};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{TrySendError, bounded};
 
-use super::Stop;
+use crate::stop::Stop;
 
 /// Size of the worker pool and its queue.
 #[derive(Clone, Debug)]

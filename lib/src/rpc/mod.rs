@@ -18,7 +18,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use confboot::rpc::{self, pipe, Client, Router, ServerLimits, Stop, Status};
+//! use confboot::rpc::{self, pipe, Client, Router, ServerLimits, Status};
+//! use confboot::stop::Stop;
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 //!
 //! let router = Router::new().unary("/grpc.health.v1.Health/Check", |_ctx, _req: HealthCheckRequest| {
@@ -53,4 +54,4 @@ pub use server::{
     serve_connection_as,
 };
 pub use status::{Code, Status};
-pub use transport::{Stop, Transport};
+pub use transport::Transport;

@@ -11,8 +11,9 @@ use zeroize::Zeroizing;
 use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind, HEADER_LEN};
-use super::{Code, Status, Stop, Transport};
+use super::{Code, Status, Transport};
 use crate::attestation::Attested;
+use crate::stop::Stop;
 
 /// Limits one connection is served under.
 #[derive(Clone, Debug)]
