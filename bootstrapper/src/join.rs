@@ -14,11 +14,6 @@ use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use ring::rand::SecureRandom;
 
 use crate::node::{Ticket, TicketRequest};
-
-/// The join method.
-pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
-/// The rejoin method.
-pub const ISSUE_REJOIN_TICKET: &str = "/join.API/IssueRejoinTicket";
 /// Largest metadata response read.
 const MAX_METADATA_BYTES: u64 = 64 * 1024;
 /// Most endpoints taken from any source.
@@ -223,7 +218,7 @@ impl JoinClient {
                     ..Default::default()
                 };
                 client
-                    .unary(ISSUE_JOIN_TICKET, &req, self.attempt_timeout)
+                    .unary(confboot_proto::JOIN, &req, self.attempt_timeout)
                     .map(Ticket::Join)
                     .map_err(AttemptError::Call)
             }
@@ -232,7 +227,7 @@ impl JoinClient {
                     disk_uuid: disk_uuid.clone(),
                 };
                 client
-                    .unary(ISSUE_REJOIN_TICKET, &req, self.attempt_timeout)
+                    .unary(confboot_proto::REJOIN, &req, self.attempt_timeout)
                     .map(Ticket::Rejoin)
                     .map_err(AttemptError::Call)
             }

@@ -56,8 +56,8 @@ const CMD: Command = Command {
         Opt::value("cryptsetup", "PATH", "The cryptsetup program").default("cryptsetup"),
         Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
         Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
-        Opt::value("init-listen", "ADDR", "Address of the init API").default("0.0.0.0:9000"),
-        Opt::value("recover-listen", "ADDR", "Address of the recovery API").default("0.0.0.0:9999"),
+        Opt::value("init-listen", "ADDR", "Address of the init API").default(confboot_proto::DEFAULT_INIT_LISTEN),
+        Opt::value("recover-listen", "ADDR", "Address of the recovery API").default(confboot_proto::DEFAULT_RECOVER_LISTEN),
         Opt::value("init-secret-hash", "HASH", "pbkdf2-sha256$... hash of the init secret (no hash: Init is refused)")
             .env("BOOTSTRAPPER_INIT_SECRET_HASH"),
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),

@@ -23,6 +23,9 @@ use confboot::rpc::{Router, ServerLimits, Status, serve_connection_as};
 use confboot::signals::TerminationSignals;
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse, health_check_response};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+use confboot_proto::{
+    DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN, HEALTH_CHECK, JOIN, REJOIN,
+};
 
 use crate::metrics::Metrics;
 use crate::ticket::TicketService;
@@ -44,14 +47,14 @@ const CMD: Command = Command {
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
         Opt::value("listen", "ADDR", "Address of the join API")
-            .default("0.0.0.0:9090")
+            .default(DEFAULT_JOIN_LISTEN)
             .env("JOINSVC_LISTEN"),
         Opt::value(
             "health-listen",
             "ADDR",
             "Address of the HTTP health and metrics endpoints",
         )
-        .default("0.0.0.0:9091")
+        .default(DEFAULT_JOINSVC_HEALTH_LISTEN)
         .env("JOINSVC_HEALTH_LISTEN"),
         Opt::value(
             "master-secret",
@@ -125,13 +128,6 @@ const CMD: Command = Command {
     ],
 };
 
-/// The RPC method that reports whether the service answers.
-pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
-/// The join method.
-pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
-/// The rejoin method.
-pub const ISSUE_REJOIN_TICKET: &str = "/join.API/IssueRejoinTicket";
-
 fn main() {
     let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
     if let Some(path) = m.value("config").map(std::path::PathBuf::from)
@@ -174,61 +170,55 @@ fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 status: health_check_response::ServingStatus::Serving as i32,
             })
         })
-        .unary(
-            ISSUE_JOIN_TICKET,
-            move |ctx, req: IssueJoinTicketRequest| {
-                let started = Instant::now();
-                // The handshake required attestation; fail closed all the same.
-                let Some(peer) = ctx.peer() else {
-                    join_metrics.refused("unattested");
-                    return Err(Status::permission_denied("the caller did not attest"));
-                };
-                log::info!(
-                    "join ticket requested for disk {} (control plane: {})",
-                    req.disk_uuid,
-                    req.is_control_plane
-                );
-                log::trace!("caller's measurements: {:?}", peer.measurements);
-                let result = join_tickets.issue_join_ticket(&req);
-                join_metrics.observe_latency(started.elapsed());
-                match result {
-                    Ok(ticket) => {
-                        join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
-                        log::info!("join ticket issued for disk {}", req.disk_uuid);
-                        Ok(ticket)
-                    }
-                    Err(e) => {
-                        join_metrics.refused(e.reason());
-                        log::warn!("join ticket for disk {:?} refused: {e}", req.disk_uuid);
-                        Err(e.status())
-                    }
+        .unary(JOIN, move |ctx, req: IssueJoinTicketRequest| {
+            let started = Instant::now();
+            // The handshake required attestation; fail closed all the same.
+            let Some(peer) = ctx.peer() else {
+                join_metrics.refused("unattested");
+                return Err(Status::permission_denied("the caller did not attest"));
+            };
+            log::info!(
+                "join ticket requested for disk {} (control plane: {})",
+                req.disk_uuid,
+                req.is_control_plane
+            );
+            log::trace!("caller's measurements: {:?}", peer.measurements);
+            let result = join_tickets.issue_join_ticket(&req);
+            join_metrics.observe_latency(started.elapsed());
+            match result {
+                Ok(ticket) => {
+                    join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
+                    log::info!("join ticket issued for disk {}", req.disk_uuid);
+                    Ok(ticket)
                 }
-            },
-        )
-        .unary(
-            ISSUE_REJOIN_TICKET,
-            move |ctx, req: IssueRejoinTicketRequest| {
-                let started = Instant::now();
-                if ctx.peer().is_none() {
-                    metrics.refused("unattested");
-                    return Err(Status::permission_denied("the caller did not attest"));
+                Err(e) => {
+                    join_metrics.refused(e.reason());
+                    log::warn!("join ticket for disk {:?} refused: {e}", req.disk_uuid);
+                    Err(e.status())
                 }
-                log::info!("rejoin ticket requested for disk {}", req.disk_uuid);
-                let result = tickets.issue_rejoin_ticket(&req);
-                metrics.observe_latency(started.elapsed());
-                match result {
-                    Ok(ticket) => {
-                        metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
-                        Ok(ticket)
-                    }
-                    Err(e) => {
-                        metrics.refused(e.reason());
-                        log::warn!("rejoin ticket for disk {:?} refused: {e}", req.disk_uuid);
-                        Err(e.status())
-                    }
+            }
+        })
+        .unary(REJOIN, move |ctx, req: IssueRejoinTicketRequest| {
+            let started = Instant::now();
+            if ctx.peer().is_none() {
+                metrics.refused("unattested");
+                return Err(Status::permission_denied("the caller did not attest"));
+            }
+            log::info!("rejoin ticket requested for disk {}", req.disk_uuid);
+            let result = tickets.issue_rejoin_ticket(&req);
+            metrics.observe_latency(started.elapsed());
+            match result {
+                Ok(ticket) => {
+                    metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
+                    Ok(ticket)
                 }
-            },
-        )
+                Err(e) => {
+                    metrics.refused(e.reason());
+                    log::warn!("rejoin ticket for disk {:?} refused: {e}", req.disk_uuid);
+                    Err(e.status())
+                }
+            }
+        })
 }
 
 fn run(m: &confboot::args::Matches) -> Result<(), String> {

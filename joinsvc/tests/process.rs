@@ -148,7 +148,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     let plain = confboot::atls::connect(joinsvc.rpc_addr, Duration::from_secs(10), &[], None);
     if let Ok((mut client, _)) = plain {
         let r: Result<HealthCheckResponse, _> = client.unary(
-            "/grpc.health.v1.Health/Check",
+            confboot_proto::HEALTH_CHECK,
             &HealthCheckRequest::default(),
             Duration::from_secs(10),
         );
@@ -157,7 +157,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     // Nor does a plain TCP client.
     let mut raw = Client::new(std::net::TcpStream::connect(joinsvc.rpc_addr).unwrap());
     let r: Result<HealthCheckResponse, _> = raw.unary(
-        "/grpc.health.v1.Health/Check",
+        confboot_proto::HEALTH_CHECK,
         &HealthCheckRequest::default(),
         Duration::from_secs(10),
     );

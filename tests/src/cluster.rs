@@ -127,7 +127,7 @@ impl Node {
             ..Default::default()
         };
         client
-            .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+            .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
             .map_err(|s| confboot::atls::AtlsError::Io(s.to_string()))
     }
 
@@ -150,7 +150,7 @@ impl Node {
             ..Default::default()
         };
         self.connect(addr)?
-            .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+            .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
     }
 
     /// Asks joinsvc at `addr` for a rejoin ticket.
@@ -163,7 +163,7 @@ impl Node {
             disk_uuid: disk_uuid.into(),
         };
         self.connect(addr)?
-            .unary("/join.API/IssueRejoinTicket", &req, Duration::from_secs(20))
+            .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
     }
 }
 
