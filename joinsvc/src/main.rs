@@ -6,6 +6,7 @@
 mod config;
 mod http;
 mod metrics;
+mod server;
 mod ticket;
 mod token;
 mod watcher;
@@ -13,19 +14,14 @@ mod watcher;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
-use confboot::atls::{Accepted, AtlsError, AtlsServer};
-use confboot::attestation::{AttestationError, SwappableValidator, Validator};
+use confboot::atls::{Accepted, AtlsServer};
+use confboot::attestation::{SwappableValidator, Validator};
 use confboot::rpc::listener;
-use confboot::rpc::{Router, ServerLimits, Status, serve_connection_as};
+use confboot::rpc::{ServerLimits, serve_connection_as};
 use confboot::signals::TerminationSignals;
-use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse, health_check_response};
-use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
-use confboot_proto::{
-    DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN, HEALTH_CHECK, JOIN, REJOIN,
-};
+use confboot_proto::{DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN};
 
 use crate::metrics::Metrics;
 use crate::ticket::TicketService;
@@ -148,79 +144,6 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-/// A short label for a refused handshake, for metrics.
-fn handshake_reason(e: &AtlsError) -> &'static str {
-    match e {
-        AtlsError::Attestation(AttestationError::Measurement { .. }) => "measurement",
-        AtlsError::Attestation(AttestationError::Trust(_)) => "untrusted_key",
-        AtlsError::Attestation(_) => "attestation",
-        AtlsError::MissingEvidence
-        | AtlsError::UnknownVariant { .. }
-        | AtlsError::CriticalExtension { .. } => "attestation",
-        AtlsError::Timeout | AtlsError::Io(_) => "connection",
-        _ => "handshake",
-    }
-}
-
-fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
-    let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
-    Router::new()
-        .unary(HEALTH_CHECK, |_ctx, _req: HealthCheckRequest| {
-            Ok(HealthCheckResponse {
-                status: health_check_response::ServingStatus::Serving as i32,
-            })
-        })
-        .unary(JOIN, move |ctx, req: IssueJoinTicketRequest| {
-            let started = Instant::now();
-            // The handshake required attestation; fail closed all the same.
-            let Some(peer) = ctx.peer() else {
-                join_metrics.refused("unattested");
-                return Err(Status::permission_denied("the caller did not attest"));
-            };
-            log::info!(
-                "join ticket requested for disk {} (control plane: {})",
-                req.disk_uuid,
-                req.is_control_plane
-            );
-            log::trace!("caller's measurements: {:?}", peer.measurements);
-            let result = join_tickets.issue_join_ticket(&req);
-            join_metrics.observe_latency(started.elapsed());
-            match result {
-                Ok(ticket) => {
-                    join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
-                    log::info!("join ticket issued for disk {}", req.disk_uuid);
-                    Ok(ticket)
-                }
-                Err(e) => {
-                    join_metrics.refused(e.reason());
-                    log::warn!("join ticket for disk {:?} refused: {e}", req.disk_uuid);
-                    Err(e.status())
-                }
-            }
-        })
-        .unary(REJOIN, move |ctx, req: IssueRejoinTicketRequest| {
-            let started = Instant::now();
-            if ctx.peer().is_none() {
-                metrics.refused("unattested");
-                return Err(Status::permission_denied("the caller did not attest"));
-            }
-            log::info!("rejoin ticket requested for disk {}", req.disk_uuid);
-            let result = tickets.issue_rejoin_ticket(&req);
-            metrics.observe_latency(started.elapsed());
-            match result {
-                Ok(ticket) => {
-                    metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
-                    Ok(ticket)
-                }
-                Err(e) => {
-                    metrics.refused(e.reason());
-                    log::warn!("rejoin ticket for disk {:?} refused: {e}", req.disk_uuid);
-                    Err(e.status())
-                }
-            }
-        })
-}
-
 fn run(m: &confboot::args::Matches) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let cfg = config::Config::from_matches(m)?;
@@ -237,7 +160,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
 
     let metrics = Arc::new(Metrics::default());
     let tickets = Arc::new(TicketService::new(cfg.ticket_config, cfg.token_issuer));
-    let router = Arc::new(router(tickets, Arc::clone(&metrics)));
+    let router = Arc::new(server::router(tickets, Arc::clone(&metrics)));
     let limits = ServerLimits::default();
     let atls = AtlsServer::new(cfg.issuer, vec![Arc::new(validator) as Arc<dyn Validator>])
         .map_err(|e| format!("cannot set up aTLS: {e}"))?;
@@ -256,7 +179,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
                 }
                 Err(e) => {
                     metrics.handshake_failures.fetch_add(1, Ordering::Relaxed);
-                    metrics.refused(handshake_reason(&e));
+                    metrics.refused(server::handshake_reason(&e));
                     log::warn!("refused {peer_addr:?}: {e}");
                 }
             }
