@@ -106,10 +106,6 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-fn open_tpm(spec: &str) -> Result<Tpm, String> {
-    Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
-}
-
 fn joinsvc_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {
     let Some(policy) = m.value("joinsvc-policy") else {
         return Ok(Vec::new());
@@ -163,7 +159,8 @@ fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<RealNode, String> 
 }
 
 fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
-    let tpm = open_tpm(m.value("tpm").expect("default"))?;
+    let tpm =
+        Tpm::open_for_option("tpm", m.value("tpm").expect("default")).map_err(|e| e.to_string())?;
     log::info!("TPM: {}", tpm.describe());
     let issuer = Arc::new(VtpmIssuer::new(tpm).map_err(|e| format!("attestation key: {e}"))?);
     let node = Arc::new(build_node(m, Arc::clone(&issuer))?);
@@ -183,7 +180,10 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         .into_iter()
         .map(str::to_string)
         .collect();
-    if let Ok(cmdline) = std::fs::read_to_string(m.value("cmdline").expect("default")) {
+    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
+    if let Ok(cmdline) =
+        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
+    {
         configured.extend(join::endpoints_from_cmdline(&cmdline));
     }
     let join_client = JoinClient {

@@ -1,8 +1,6 @@
-//! Pieces the admin commands share: how a node is verified, and how secret
-//! files are written.
+//! Pieces the admin commands share: how a node is verified, how its address
+//! is completed, and how secret files are written.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -70,42 +68,7 @@ pub fn with_port(endpoint: &str, port: u16) -> String {
 
 /// Writes a new file with mode 0600; refuses to overwrite an existing one.
 pub fn write_secret_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-/// Reads Constellation's master-secret file: `{"key": base64, "salt": base64}`.
-pub fn read_master_secret(path: &Path) -> Result<confboot::kms::MasterSecret, String> {
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
-    );
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a master-secret file: {e}", path.display()))?;
-    let field = |name: &str| -> Result<Vec<u8>, String> {
-        v[name]
-            .as_str()
-            .and_then(|s| confboot::base64::decode(s).ok())
-            .ok_or_else(|| format!("{}: \"{name}\" must be base64", path.display()))
-    };
-    confboot::kms::MasterSecret::new(field("key")?, field("salt")?)
-        .map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// The master-secret file's text.
-pub fn master_secret_json(m: &confboot::kms::MasterSecret) -> zeroize::Zeroizing<String> {
-    zeroize::Zeroizing::new(format!(
-        "{{\"key\": \"{}\", \"salt\": \"{}\"}}\n",
-        confboot::base64::encode(m.key().expose()),
-        confboot::base64::encode(m.salt().expose())
-    ))
+    confboot::fs::write_new_private(path, bytes).map_err(|e| e.to_string())
 }
 
 /// Explains an aTLS failure to the admin.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use confboot::args::{Command, Opt, VERBOSITY};
 use confboot::atls;
+use confboot::kms::MasterSecret;
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 
@@ -43,7 +44,8 @@ pub fn run(args: Vec<String>) -> i32 {
 fn recover(m: &confboot::args::Matches) -> Result<(), String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let node = common::with_port(req("node")?, DEFAULT_RECOVER_PORT);
-    let master = common::read_master_secret(Path::new(req("master-secret")?))?;
+    let master =
+        MasterSecret::read_file(Path::new(req("master-secret")?)).map_err(|e| e.to_string())?;
     let validator = common::node_validator(m)?;
     let measurements = req("measurements")?;
     let (mut client, _) = atls::connect(&node, Duration::from_secs(30), &[validator], None)

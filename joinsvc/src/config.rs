@@ -8,6 +8,7 @@ use std::time::Duration;
 use confboot::args::Matches;
 use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot::kms::MasterSecret;
 use confboot::rpc::listener::PoolConfig;
 use confboot::tpm::Tpm;
@@ -18,8 +19,6 @@ use crate::token::{KubeApiTokenIssuer, TokenIssuer};
 
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest configuration file of any kind read.
-const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Everything joinsvc runs with.
 pub struct Config {
@@ -39,31 +38,19 @@ pub fn build_validator(ak_trust: AkTrust, policy: MeasurementPolicy) -> Arc<dyn 
     Arc::new(VtpmValidator::new(ak_trust, policy))
 }
 
+/// Reads a file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
 fn read_file(option: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
-    let err = |e: String| format!("--{option} {}: {e}", path.display());
-    let len = std::fs::metadata(path)
-        .map_err(|e| err(e.to_string()))?
-        .len();
-    if len > MAX_FILE_BYTES {
-        return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
-    }
-    std::fs::read(path)
-        .map(Zeroizing::new)
-        .map_err(|e| err(e.to_string()))
+    read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
 }
 
-/// Reads Constellation's master-secret file: `{"key": base64, "salt": base64}`.
+/// Reads a text file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
+fn read_text_file(option: &str, path: &Path) -> Result<Zeroizing<String>, String> {
+    read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
+}
+
+/// Reads the master-secret file `--master-secret` names.
 pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
-    let bytes = read_file("master-secret", path)?;
-    let err = |e: &dyn std::fmt::Display| format!("--master-secret {}: {e}", path.display());
-    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| err(&e))?;
-    let field = |name: &str| -> Result<Vec<u8>, String> {
-        let text = v[name]
-            .as_str()
-            .ok_or_else(|| err(&format!("\"{name}\" must be a base64 string")))?;
-        confboot::base64::decode(text).map_err(|e| err(&format!("\"{name}\": {e}")))
-    };
-    MasterSecret::new(field("key")?, field("salt")?).map_err(|e| err(&e))
+    MasterSecret::read_file(path).map_err(|e| format!("--master-secret: {e}"))
 }
 
 fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
@@ -74,10 +61,6 @@ fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
         );
     }
     Ok(trust)
-}
-
-fn open_tpm(spec: &str) -> Result<Tpm, String> {
-    Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
 }
 
 impl Config {
@@ -104,7 +87,7 @@ impl Config {
         let issuer: Option<Arc<dyn Issuer>> = match m.value("tpm") {
             None => None,
             Some(spec) => {
-                let tpm = open_tpm(spec)?;
+                let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
                 Some(Arc::new(
                     VtpmIssuer::new(tpm).map_err(|e| format!("--tpm {spec}: {e}"))?,
@@ -122,15 +105,11 @@ impl Config {
                 KubeApiTokenIssuer::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
             ),
             Some(url) => {
-                let ca = read_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
-                let ca =
-                    String::from_utf8(ca.to_vec()).map_err(|e| format!("--kube-api-ca: {e}"))?;
-                let token = read_file(
+                let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
+                let token = read_text_file(
                     "kube-api-token-file",
                     Path::new(required("kube-api-token-file")?),
                 )?;
-                let token = String::from_utf8(token.to_vec())
-                    .map_err(|e| format!("--kube-api-token-file: {e}"))?;
                 Arc::new(
                     KubeApiTokenIssuer::new(
                         url,

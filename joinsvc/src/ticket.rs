@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use confboot::fs::read_bounded;
 use confboot::kms::{MasterSecret, is_uuid};
 use confboot_proto::join::{
     ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
@@ -158,28 +159,14 @@ impl TicketService {
 }
 
 fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneCertOrKey>, TicketError> {
-    use std::io::Read;
     CONTROL_PLANE_FILES
         .iter()
         .map(|name| {
-            let path = pki_dir.join(name);
-            let err = |e: std::io::Error| {
-                TicketError::ControlPlaneFiles(format!("{}: {e}", path.display()))
-            };
-            let file = std::fs::File::open(&path).map_err(err)?;
-            let mut data = Vec::new();
-            file.take(MAX_CONTROL_PLANE_FILE_BYTES + 1)
-                .read_to_end(&mut data)
-                .map_err(err)?;
-            if data.len() as u64 > MAX_CONTROL_PLANE_FILE_BYTES {
-                return Err(TicketError::ControlPlaneFiles(format!(
-                    "{} is over {MAX_CONTROL_PLANE_FILE_BYTES} bytes",
-                    path.display()
-                )));
-            }
+            let mut data = read_bounded(&pki_dir.join(name), MAX_CONTROL_PLANE_FILE_BYTES)
+                .map_err(|e| TicketError::ControlPlaneFiles(e.to_string()))?;
             Ok(ControlPlaneCertOrKey {
                 name: name.to_string(),
-                data,
+                data: std::mem::take(&mut *data),
             })
         })
         .collect()

@@ -271,21 +271,19 @@ impl Matches {
             .unwrap_or_else(|| panic!("command {} has no option --{long}", self.cmd.name))
     }
 
-    /// Reads option values from a JSON configuration file: an object whose
-    /// keys are long option names and whose values are strings, numbers or
-    /// booleans (arrays for repeatable options). Values from the command
-    /// line and the environment take precedence over the file.
+    /// Reads option values from a JSON configuration file (at most
+    /// [`crate::fs::MAX_CONFIG_FILE_BYTES`]): an object whose keys are long
+    /// option names and whose values are strings, numbers or booleans
+    /// (arrays for repeatable options). Values from the command line and the
+    /// environment take precedence over the file.
     pub fn load_config_file(&mut self, path: &std::path::Path) -> Result<(), ArgsError> {
         let invalid = |reason: String| ArgsError::Invalid {
             option: "config".into(),
             value: path.display().to_string(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| invalid(e.to_string()))?;
-        if meta.len() > 1 << 20 {
-            return Err(invalid("larger than 1 MiB".into()));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
+        let text = crate::fs::read_bounded_text(path, crate::fs::MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| invalid(e.to_string()))?;
         let root: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         let obj = root
@@ -527,6 +525,29 @@ mod tests {
                 "{bad}"
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oversized_config_file_is_refused_naming_the_file_and_the_limit() {
+        let dir = std::env::temp_dir().join(format!("confboot-args-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("big.json");
+        let padding = " ".repeat(crate::fs::MAX_CONFIG_FILE_BYTES as usize);
+        std::fs::write(&file, format!(r#"{{"listen": "h:1"}}{padding}"#)).unwrap();
+        let mut m = parse(&[]).unwrap();
+        match m.load_config_file(&file) {
+            Err(ArgsError::Invalid { option, reason, .. }) => {
+                assert_eq!(option, "config");
+                assert!(
+                    reason.contains("big.json")
+                        && reason.contains(&crate::fs::MAX_CONFIG_FILE_BYTES.to_string()),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"), "nothing was taken");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -11,6 +11,7 @@ pub mod attestation;
 pub mod base64;
 pub mod cluster;
 pub mod disk;
+pub mod fs;
 pub mod hex;
 pub mod kms;
 pub mod logging;
