@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot::atls;
-use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::attestation::{Issuer, Validator};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
@@ -63,7 +64,7 @@ const CMD: Command = Command {
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
         Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        Opt::value("joinsvc-policy", "FILE", "If set, join services must attest to this measurement policy"),
+        Opt::value("joinsvc-measurements", "FILE", "If set, join services must attest to these expected measurements (Constellation's JSON format)").aliases(&["joinsvc-policy"]),
         Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak"),
         Opt::flag("control-plane", "Join as a control-plane node"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
@@ -106,18 +107,21 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
+/// How join services are checked: `--joinsvc-measurements`, `--joinsvc-ak-trust`.
+const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
+    measurements: "joinsvc-measurements",
+    ak_trust: "joinsvc-ak-trust",
+    insecure_any_ak: InsecureAnyAk::Warn,
+};
+
 fn joinsvc_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {
-    let Some(policy) = m.value("joinsvc-policy") else {
+    let opts = JOINSVC_VALIDATOR_OPTIONS;
+    let Some(policy) = opts.measurements(m).map_err(|e| e.to_string())? else {
         return Ok(Vec::new());
     };
-    let policy = MeasurementPolicy::load(std::path::Path::new(policy))
-        .map_err(|e| format!("--joinsvc-policy: {e}"))?;
-    let trust = m.required("joinsvc-ak-trust").map_err(|e| e.to_string())?;
-    let trust = AkTrust::parse(trust).map_err(|e| format!("--joinsvc-ak-trust: {e}"))?;
+    let builder = opts.builder(m).map_err(|e| e.to_string())?;
     // A running join service is a bootstrapped node: its PCR 15 is marked.
-    Ok(vec![Arc::new(
-        VtpmValidator::new(trust, policy).require_unmarked(false),
-    )])
+    Ok(vec![builder.require_unmarked(false).build(policy)])
 }
 
 fn build_node(m: &Matches, issuer: Arc<VtpmIssuer>) -> Result<RealNode, String> {

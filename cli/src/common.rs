@@ -1,12 +1,11 @@
-//! Pieces the admin commands share: how a node is verified, how its address
-//! is completed, and how secret files are written.
+//! Pieces the admin commands share: how a node is verified, and how its
+//! address is completed.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use confboot::args::{Matches, Opt};
-use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
-use confboot::attestation::{MeasurementPolicy, Validator};
+use confboot::attestation::Validator;
+use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
 
 /// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
 /// into an exit code (0, or 1 with the error on stderr).
@@ -39,19 +38,17 @@ pub const AK_TRUST: Opt = Opt::value(
     "Trusted vTPM attestation keys: ca:FILE, pinned:FILE|HEX[,HEX], or insecure-any-ak (local QEMU only)",
 );
 
+/// How the admin's commands check a node: [`MEASUREMENTS`] and [`AK_TRUST`];
+/// `insecure-any-ak` is warned about.
+pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
+    measurements: MEASUREMENTS.long,
+    ak_trust: AK_TRUST.long,
+    insecure_any_ak: InsecureAnyAk::Warn,
+};
+
 /// The validator for a node that is not bootstrapped yet (PCR 15 all-zero).
 pub fn node_validator(m: &Matches) -> Result<Arc<dyn Validator>, String> {
-    let path = m.required("measurements").map_err(|e| e.to_string())?;
-    let policy = MeasurementPolicy::load(Path::new(path))
-        .map_err(|e| format!("--measurements {path}: {e}"))?;
-    let trust = AkTrust::parse(m.required("ak-trust").map_err(|e| e.to_string())?)
-        .map_err(|e| format!("--ak-trust: {e}"))?;
-    if matches!(trust, AkTrust::InsecureAnyAk) {
-        eprintln!(
-            "warning: --ak-trust insecure-any-ak: any attestation key is trusted (local QEMU only)"
-        );
-    }
-    Ok(Arc::new(VtpmValidator::new(trust, policy)))
+    VALIDATOR_OPTIONS.validator(m).map_err(|e| e.to_string())
 }
 
 /// Adds the default port if `endpoint` has none.
@@ -67,7 +64,7 @@ pub fn with_port(endpoint: &str, port: u16) -> String {
 }
 
 /// Writes a new file with mode 0600; refuses to overwrite an existing one.
-pub fn write_secret_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub fn write_secret_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
     confboot::fs::write_new_private(path, bytes).map_err(|e| e.to_string())
 }
 

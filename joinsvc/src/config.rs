@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot::args::Matches;
-use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::attestation::options::{InsecureAnyAk, ValidatorBuilder, ValidatorOptions};
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::attestation::{Issuer, MeasurementPolicy};
 use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot::kms::MasterSecret;
 use confboot::rpc::listener::PoolConfig;
@@ -20,22 +21,38 @@ use crate::token::{KubeApiTokenIssuer, TokenIssuer};
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The flag that confirms `--ak-trust insecure-any-ak`.
+pub const INSECURE_ANY_AK_CONFIRMATION: &str = "i-understand-insecure-any-ak";
+
+/// How joining nodes are checked: `--measurements` and `--ak-trust`;
+/// joinsvc hands out disk keys, so `insecure-any-ak` needs its confirmation.
+pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
+    measurements: "measurements",
+    ak_trust: "ak-trust",
+    insecure_any_ak: InsecureAnyAk::RequireFlag(INSECURE_ANY_AK_CONFIRMATION),
+};
+
 /// Everything joinsvc runs with.
 pub struct Config {
+    /// Address of the join API.
     pub listen: String,
+    /// Address of the HTTP health and metrics endpoints.
     pub health_listen: String,
+    /// The join API's worker pool.
     pub pool: PoolConfig,
+    /// The measurement-policy file (watched for changes).
     pub policy_path: PathBuf,
+    /// The policy read at start-up.
     pub initial_policy: MeasurementPolicy,
-    pub ak_trust: AkTrust,
+    /// Builds the validator of joining nodes for each policy in force
+    /// (PCR 15 must be unmarked).
+    pub validators: ValidatorBuilder,
+    /// joinsvc's own attestation, with `--tpm`.
     pub issuer: Option<Arc<dyn Issuer>>,
+    /// What tickets are made from.
     pub ticket_config: TicketConfig,
+    /// Where bootstrap tokens come from.
     pub token_issuer: Arc<dyn TokenIssuer>,
-}
-
-/// The validator for joining nodes under `policy`: PCR 15 must be unmarked.
-pub fn build_validator(ak_trust: AkTrust, policy: MeasurementPolicy) -> Arc<dyn Validator> {
-    Arc::new(VtpmValidator::new(ak_trust, policy))
 }
 
 /// Reads a file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
@@ -51,16 +68,6 @@ fn read_text_file(option: &str, path: &Path) -> Result<Zeroizing<String>, String
 /// Reads the master-secret file `--master-secret` names.
 pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
     MasterSecret::read_file(path).map_err(|e| format!("--master-secret: {e}"))
-}
-
-fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
-    let trust = AkTrust::parse(mode).map_err(|e| format!("--ak-trust: {e}"))?;
-    if matches!(trust, AkTrust::InsecureAnyAk) {
-        log::warn!(
-            "--ak-trust insecure-any-ak: any attestation key is trusted; for local QEMU only"
-        );
-    }
-    Ok(trust)
 }
 
 impl Config {
@@ -79,10 +86,11 @@ impl Config {
         if measurement_salt.len() < 32 {
             return Err("--measurement-salt must be at least 32 bytes".into());
         }
-        let policy_path = PathBuf::from(required("policy")?);
-        let initial_policy =
-            MeasurementPolicy::load(&policy_path).map_err(|e| format!("--policy: {e}"))?;
-        let ak_trust = parse_ak_trust(required("ak-trust")?)?;
+        let policy_path = PathBuf::from(required(VALIDATOR_OPTIONS.measurements)?);
+        let initial_policy = VALIDATOR_OPTIONS
+            .load_measurements(&policy_path)
+            .map_err(|e| e.to_string())?;
+        let validators = VALIDATOR_OPTIONS.builder(m).map_err(|e| e.to_string())?;
 
         let issuer: Option<Arc<dyn Issuer>> = match m.value("tpm") {
             None => None,
@@ -132,7 +140,7 @@ impl Config {
             },
             policy_path,
             initial_policy,
-            ak_trust,
+            validators,
             issuer,
             ticket_config: TicketConfig {
                 master_secret,
@@ -145,16 +153,27 @@ impl Config {
             token_issuer,
         })
     }
-
-    /// The validator for the policy in force.
-    pub fn validator_for(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
-        build_validator(self.ak_trust.clone(), policy)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use confboot::attestation::vtpm::AkTrust;
+
+    /// `--ak-trust mode` read as joinsvc reads it.
+    fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
+        ak_trust_from(&["--ak-trust", mode])
+    }
+
+    fn ak_trust_from(args: &[&str]) -> Result<AkTrust, String> {
+        let m = crate::CMD
+            .parse(args.iter().map(|s| s.to_string()))
+            .unwrap();
+        VALIDATOR_OPTIONS
+            .builder(&m)
+            .map(|b| b.ak_trust().clone())
+            .map_err(|e| e.to_string())
+    }
 
     #[test]
     fn master_secret_file_in_constellation_format() {
@@ -182,9 +201,20 @@ mod tests {
     #[test]
     fn ak_trust_modes() {
         assert!(matches!(
-            parse_ak_trust("insecure-any-ak"),
+            ak_trust_from(&[
+                "--ak-trust",
+                "insecure-any-ak",
+                "--i-understand-insecure-any-ak"
+            ]),
             Ok(AkTrust::InsecureAnyAk)
         ));
+        // Without its confirmation, joinsvc refuses insecure-any-ak.
+        let e = parse_ak_trust("insecure-any-ak").unwrap_err();
+        assert!(
+            e.starts_with("--ak-trust insecure-any-ak")
+                && e.contains("--i-understand-insecure-any-ak"),
+            "{e}"
+        );
         let dir = std::env::temp_dir().join(format!("confboot-ak-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("pinned");

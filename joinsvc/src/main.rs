@@ -38,7 +38,7 @@ const CMD: Command = Command {
             Options come from flags, environment variables, or a JSON --config file (keys are the\n\
             long option names), in that order of precedence. SIGTERM or SIGINT stop it cleanly:\n\
             in-flight calls finish, new ones are refused.",
-    usage: "joinsvc --master-secret FILE --measurement-salt HEX --policy FILE --ak-trust MODE \\\n       \
+    usage: "joinsvc --master-secret FILE --measurement-salt HEX --measurements FILE --ak-trust MODE \\\n       \
             --api-server-endpoint HOST:PORT [OPTIONS]",
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
@@ -61,18 +61,27 @@ const CMD: Command = Command {
         Opt::value("measurement-salt", "HEX", "The cluster's measurement salt")
             .env("JOINSVC_MEASUREMENT_SALT"),
         Opt::value(
-            "policy",
+            "measurements",
             "FILE",
-            "Expected measurements (Constellation's JSON format); reloaded on change",
+            "Expected measurements of joining nodes (Constellation's JSON format); reloaded on change",
         )
-        .env("JOINSVC_POLICY"),
+        .env("JOINSVC_MEASUREMENTS")
+        .aliases(&["policy"])
+        .env_aliases(&["JOINSVC_POLICY"]),
         Opt::value(
             "ak-trust",
             "MODE",
             "Which vTPM attestation keys to trust: ca:FILE (AK certificates from these CAs), \
-             pinned:FILE (hex public keys, one per line), or insecure-any-ak (local QEMU only)",
+             pinned:FILE (hex public keys, one per line), or insecure-any-ak (local QEMU only; \
+             needs --i-understand-insecure-any-ak)",
         )
         .env("JOINSVC_AK_TRUST"),
+        Opt::flag(
+            config::INSECURE_ANY_AK_CONFIRMATION,
+            "INSECURE: confirms --ak-trust insecure-any-ak, which trusts any attestation key, so \
+             any machine can claim any measurements and get a join ticket with its disk key; for \
+             local QEMU only. Without it joinsvc refuses to start with insecure-any-ak",
+        ),
         Opt::value(
             "tpm",
             "DEVICE|HOST:PORT",
@@ -148,11 +157,11 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let cfg = config::Config::from_matches(m)?;
 
-    let validator = SwappableValidator::new(cfg.validator_for(cfg.initial_policy.clone()));
+    let validator = SwappableValidator::new(cfg.validators.build(cfg.initial_policy.clone()));
     let watcher = {
-        let (cfg_trust, validator) = (cfg.ak_trust.clone(), validator.clone());
+        let (validators, validator) = (cfg.validators.clone(), validator.clone());
         watcher::PolicyWatcher::spawn(&cfg.policy_path, move |policy| {
-            validator.swap(config::build_validator(cfg_trust.clone(), policy));
+            validator.swap(validators.build(policy));
             Ok(())
         })
         .map_err(|e| format!("cannot watch {}: {e}", cfg.policy_path.display()))?
