@@ -8,16 +8,13 @@ use std::time::Duration;
 
 use confboot::atls;
 use confboot::attestation::{Issuer, Validator};
-use confboot::rpc::{Code, Status, Stop};
+use confboot::rpc::{Code, Status};
+use confboot::stop::Stop;
 use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use ring::rand::SecureRandom;
 
 use crate::node::{IssuedTicket, Ticket, TicketRequest};
 
-/// The join method.
-pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
-/// The rejoin method.
-pub const ISSUE_REJOIN_TICKET: &str = "/join.API/IssueRejoinTicket";
 /// Largest metadata response read.
 const MAX_METADATA_BYTES: u64 = 64 * 1024;
 /// Most endpoints taken from any source.
@@ -222,7 +219,7 @@ impl JoinClient {
                     ..Default::default()
                 };
                 client
-                    .unary(ISSUE_JOIN_TICKET, &req, self.attempt_timeout)
+                    .unary(confboot_proto::JOIN, &req, self.attempt_timeout)
                     .map(Ticket::Join)
                     .map_err(AttemptError::Call)
             }
@@ -231,7 +228,7 @@ impl JoinClient {
                     disk_uuid: disk_uuid.clone(),
                 };
                 client
-                    .unary(ISSUE_REJOIN_TICKET, &req, self.attempt_timeout)
+                    .unary(confboot_proto::REJOIN, &req, self.attempt_timeout)
                     .map(Ticket::Rejoin)
                     .map_err(AttemptError::Call)
             }
@@ -268,21 +265,9 @@ impl JoinClient {
                     Err(AttemptError::Call(s)) => log::info!("join: {endpoint} not usable: {s}"),
                 }
             }
-            sleep_unless_stopped(backoff.next_delay(), stop);
+            stop.sleep(backoff.next_delay());
         }
         None
-    }
-}
-
-/// Sleeps for `d`, waking early when `stop` is raised.
-pub fn sleep_unless_stopped(d: Duration, stop: &Stop) {
-    let until = std::time::Instant::now() + d;
-    while !stop.is_raised() {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(20)));
     }
 }
 
@@ -381,15 +366,6 @@ mod tests {
                 .unwrap_err()
                 .contains("joinEndpoints")
         );
-        t.join().unwrap();
-    }
-
-    #[test]
-    fn sleeping_ends_when_stopped() {
-        let stop = Stop::new();
-        let s2 = stop.clone();
-        let t = std::thread::spawn(move || sleep_unless_stopped(Duration::from_secs(3600), &s2));
-        stop.raise();
         t.join().unwrap();
     }
 }

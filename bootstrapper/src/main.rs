@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot::atls;
-use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator, quoted_pcrs};
+use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
+use confboot::attestation::vtpm::{VtpmIssuer, quoted_pcrs};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
+use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
-use confboot::rpc::{ServerLimits, Stop};
+use confboot::stop::Stop;
 use confboot::tpm::{CLUSTER_ID_PCR, Tpm};
 use crossbeam_channel::bounded;
 
@@ -56,14 +58,14 @@ const CMD: Command = Command {
         Opt::value("cryptsetup", "PATH", "The cryptsetup program").default("cryptsetup"),
         Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
         Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
-        Opt::value("init-listen", "ADDR", "Address of the init API").default("0.0.0.0:9000"),
-        Opt::value("recover-listen", "ADDR", "Address of the recovery API").default("0.0.0.0:9999"),
+        Opt::value("init-listen", "ADDR", "Address of the init API").default(confboot_proto::DEFAULT_INIT_LISTEN),
+        Opt::value("recover-listen", "ADDR", "Address of the recovery API").default(confboot_proto::DEFAULT_RECOVER_LISTEN),
         Opt::value("init-secret-hash", "HASH", "pbkdf2-sha256$... hash of the init secret (no hash: Init is refused)")
             .env("BOOTSTRAPPER_INIT_SECRET_HASH"),
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
         Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        Opt::value("joinsvc-policy", "FILE", "Measurement policy join services must attest to (default: this node's own PCRs, PCR 15 aside: the same image)"),
+        Opt::value("joinsvc-measurements", "FILE", "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs, PCR 15 aside: the same image)").aliases(&["joinsvc-policy"]),
         Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak").default(DEFAULT_JOINSVC_AK_TRUST),
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
@@ -107,9 +109,12 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-fn open_tpm(spec: &str) -> Result<Tpm, String> {
-    Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
-}
+/// How join services are checked: `--joinsvc-measurements`, `--joinsvc-ak-trust`.
+const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
+    measurements: "joinsvc-measurements",
+    ak_trust: "joinsvc-ak-trust",
+    insecure_any_ak: InsecureAnyAk::Warn,
+};
 
 /// Where a node image keeps the CA of its platform's attestation keys.
 const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
@@ -117,7 +122,7 @@ const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
 /// How join services are checked: by default they must run this node's
 /// own image (its PCRs, PCR 15 aside) with an AK that `--joinsvc-ak-trust`
 /// trusts, and the node then checks their PCR 15 against each ticket's
-/// cluster; `--joinsvc-policy` names other measurements (a rolling
+/// cluster; `--joinsvc-measurements` names other measurements (a rolling
 /// upgrade); `--insecure-any-join-service` turns every check off.
 fn joinsvc_check(
     m: &Matches,
@@ -130,30 +135,21 @@ fn joinsvc_check(
         );
         return Ok((JoinServiceCheck::InsecureNone, Vec::new()));
     }
-    let policy = match m.value("joinsvc-policy") {
-        Some(path) => MeasurementPolicy::load(std::path::Path::new(path))
-            .map_err(|e| format!("--joinsvc-policy: {e}"))?,
+    let opts = JOINSVC_VALIDATOR_OPTIONS;
+    let policy = match opts.measurements(m).map_err(|e| e.to_string())? {
+        Some(policy) => policy,
         None => own_image_policy(issuer)?,
     };
-    let trust = m.required("joinsvc-ak-trust").map_err(|e| e.to_string())?;
-    let trust = AkTrust::parse(trust).map_err(|e| {
+    let builder = opts.builder(m).map_err(|e| {
         format!(
-            "--joinsvc-ak-trust {trust}: {e} (join services are attested by default: say which \
-             attestation keys they may use)"
+            "{e} (join services are attested by default: say which attestation keys they may use)"
         )
     })?;
-    if matches!(trust, AkTrust::InsecureAnyAk) {
-        log::warn!(
-            "--joinsvc-ak-trust insecure-any-ak: any attestation key is trusted; for local QEMU only"
-        );
-    }
     // A running join service is a bootstrapped node: its PCR 15 is marked,
     // and the node checks the mark against each ticket.
     Ok((
         JoinServiceCheck::ClusterMark,
-        vec![Arc::new(
-            VtpmValidator::new(trust, policy).require_unmarked(false),
-        )],
+        vec![builder.require_unmarked(false).build(policy)],
     ))
 }
 
@@ -222,7 +218,8 @@ fn build_node(
 }
 
 fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
-    let tpm = open_tpm(m.value("tpm").expect("default"))?;
+    let tpm =
+        Tpm::open_for_option("tpm", m.value("tpm").expect("default")).map_err(|e| e.to_string())?;
     log::info!("TPM: {}", tpm.describe());
     let issuer = Arc::new(VtpmIssuer::new(tpm).map_err(|e| format!("attestation key: {e}"))?);
     let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
@@ -243,7 +240,10 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         .into_iter()
         .map(str::to_string)
         .collect();
-    if let Ok(cmdline) = std::fs::read_to_string(m.value("cmdline").expect("default")) {
+    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
+    if let Ok(cmdline) =
+        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
+    {
         configured.extend(join::endpoints_from_cmdline(&cmdline));
     }
     let join_client = JoinClient {
@@ -336,7 +336,7 @@ fn join_flow(
         let issued = join_client.run(request, stop)?;
         if let Err(e) = node.check_ticket(request, &issued) {
             log::warn!("join: ticket thrown away: {e}");
-            join::sleep_unless_stopped(thrown_away.next_delay(), stop);
+            stop.sleep(thrown_away.next_delay());
             continue;
         }
         let token = match node.take_lock(holder::JOIN) {

@@ -49,7 +49,7 @@ where
     C: ClusterBackend + 'static,
     M: NodeMarker + 'static,
 {
-    Router::new().server_streaming("/init.API/Init", move |_ctx, req: InitRequest, sink| {
+    Router::new().server_streaming(confboot_proto::INIT, move |_ctx, req: InitRequest, sink| {
         log::info!("Init received");
         let mut send_log = |line: &str| {
             log::info!("init: {line}");
@@ -92,7 +92,7 @@ where
     M: NodeMarker + 'static,
 {
     Router::new().unary(
-        "/recover.API/Recover",
+        confboot_proto::RECOVER,
         move |_ctx, req: RecoverMessage| -> Result<RecoverResponse, Status> {
             log::info!("Recover received");
             match node.recover(&req) {

@@ -438,7 +438,7 @@ fn bootstrapper_explains_bad_configuration() {
         "--state-disk",
         "--join-endpoint",
         "--init-secret-hash",
-        "--joinsvc-policy",
+        "--joinsvc-measurements",
         "--metadata-url",
     ] {
         assert!(help.contains(opt), "--help lacks {opt}");
@@ -549,7 +549,7 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
     other.set(4, vec![0x42; 32], false);
     std::fs::write(dir.path().join("other.json"), other.to_json()).unwrap();
     let other_path = dir.path().join("other.json").display().to_string();
-    let b = asks(&["--joinsvc-policy", &other_path]);
+    let b = asks(&["--joinsvc-measurements", &other_path]);
     let line = b.wait_for_line("not trusting the join service", 1000);
     assert!(line.contains("measurement 4"), "{line}");
     drop(b);
@@ -564,7 +564,7 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
     // ticket is thrown away before the nodelock, the disk stays blank.
     std::fs::write(dir.path().join("cp.json"), cp_policy.to_json()).unwrap();
     let cp_path = dir.path().join("cp.json").display().to_string();
-    let b = asks(&["--joinsvc-policy", &cp_path]);
+    let b = asks(&["--joinsvc-measurements", &cp_path]);
     let line = b.wait_for_line("ticket thrown away", 1000);
     assert!(line.contains("not a member"), "{line}");
     drop(b);
@@ -586,7 +586,12 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
     let endpoint = joinsvc.rpc_addr.to_string();
     let b = n.bootstrapper(
         &tpm,
-        &["--join-endpoint", &endpoint, "--joinsvc-policy", &cp_path],
+        &[
+            "--join-endpoint",
+            &endpoint,
+            "--joinsvc-measurements",
+            &cp_path,
+        ],
     );
     let log = wait_exit_ok(b, "bootstrapper verifying joinsvc");
     assert!(

@@ -1,14 +1,11 @@
-//! Pieces the admin commands share: how a node is verified, and how secret
-//! files are written.
+//! Pieces the admin commands share: how a node is verified, and how its
+//! address is completed.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use confboot::args::{Matches, Opt};
-use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
-use confboot::attestation::{MeasurementPolicy, Validator};
+use confboot::attestation::Validator;
+use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
 
 /// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
 /// into an exit code (0, or 1 with the error on stderr).
@@ -41,19 +38,17 @@ pub const AK_TRUST: Opt = Opt::value(
     "Trusted vTPM attestation keys: ca:FILE, pinned:FILE|HEX[,HEX], or insecure-any-ak (local QEMU only)",
 );
 
+/// How the admin's commands check a node: [`MEASUREMENTS`] and [`AK_TRUST`];
+/// `insecure-any-ak` is warned about.
+pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
+    measurements: MEASUREMENTS.long,
+    ak_trust: AK_TRUST.long,
+    insecure_any_ak: InsecureAnyAk::Warn,
+};
+
 /// The validator for a node that is not bootstrapped yet (PCR 15 all-zero).
 pub fn node_validator(m: &Matches) -> Result<Arc<dyn Validator>, String> {
-    let path = m.required("measurements").map_err(|e| e.to_string())?;
-    let policy = MeasurementPolicy::load(Path::new(path))
-        .map_err(|e| format!("--measurements {path}: {e}"))?;
-    let trust = AkTrust::parse(m.required("ak-trust").map_err(|e| e.to_string())?)
-        .map_err(|e| format!("--ak-trust: {e}"))?;
-    if matches!(trust, AkTrust::InsecureAnyAk) {
-        eprintln!(
-            "warning: --ak-trust insecure-any-ak: any attestation key is trusted (local QEMU only)"
-        );
-    }
-    Ok(Arc::new(VtpmValidator::new(trust, policy)))
+    VALIDATOR_OPTIONS.validator(m).map_err(|e| e.to_string())
 }
 
 /// Adds the default port if `endpoint` has none.
@@ -69,43 +64,8 @@ pub fn with_port(endpoint: &str, port: u16) -> String {
 }
 
 /// Writes a new file with mode 0600; refuses to overwrite an existing one.
-pub fn write_secret_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-/// Reads Constellation's master-secret file: `{"key": base64, "salt": base64}`.
-pub fn read_master_secret(path: &Path) -> Result<confboot::kms::MasterSecret, String> {
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
-    );
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a master-secret file: {e}", path.display()))?;
-    let field = |name: &str| -> Result<Vec<u8>, String> {
-        v[name]
-            .as_str()
-            .and_then(|s| confboot::base64::decode(s).ok())
-            .ok_or_else(|| format!("{}: \"{name}\" must be base64", path.display()))
-    };
-    confboot::kms::MasterSecret::new(field("key")?, field("salt")?)
-        .map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// The master-secret file's text.
-pub fn master_secret_json(m: &confboot::kms::MasterSecret) -> zeroize::Zeroizing<String> {
-    zeroize::Zeroizing::new(format!(
-        "{{\"key\": \"{}\", \"salt\": \"{}\"}}\n",
-        confboot::base64::encode(m.key().expose()),
-        confboot::base64::encode(m.salt().expose())
-    ))
+pub fn write_secret_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
+    confboot::fs::write_new_private(path, bytes).map_err(|e| e.to_string())
 }
 
 /// Explains an aTLS failure to the admin.

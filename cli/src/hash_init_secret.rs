@@ -20,8 +20,8 @@ pub fn run(args: Vec<String>) -> i32 {
     let m = parse_or_exit(&CMD, args);
     let result = (|| -> Result<String, String> {
         let path = m.required("init-secret-file").map_err(|e| e.to_string())?;
-        let secret =
-            zeroize::Zeroizing::new(std::fs::read(path).map_err(|e| format!("{path}: {e}"))?);
+        let secret = init_secret::read_file(std::path::Path::new(path))
+            .map_err(|e| format!("--init-secret-file: {e}"))?;
         let iterations = m
             .parsed::<u32>("iterations")
             .map_err(|e| e.to_string())?
@@ -32,7 +32,7 @@ pub fn run(args: Vec<String>) -> i32 {
                 init_secret::MIN_ITERATIONS
             ));
         }
-        Ok(init_secret::hash(secret.trim_ascii(), iterations))
+        Ok(init_secret::hash(&secret, iterations))
     })();
     match result {
         Ok(h) => {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use confboot::args::{Command, Opt, VERBOSITY};
 use confboot::atls;
-use confboot::kms::MasterSecret;
+use confboot::kms::{MasterSecret, init_secret};
+use confboot_proto::DEFAULT_INIT_PORT;
 use confboot_proto::init::{InitRequest, InitResponse, init_response};
 use ring::rand::SecureRandom;
 
@@ -63,6 +64,9 @@ const CMD: Command = Command {
     ],
 };
 
+// The help text above names the default port.
+const _: () = assert!(DEFAULT_INIT_PORT == 9000);
+
 /// Runs `confboot init`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
     common::run_command(&CMD, args, init)
@@ -70,12 +74,10 @@ pub fn run(args: Vec<String>) -> i32 {
 
 fn init(m: &confboot::args::Matches) -> Result<(), String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    let node = common::with_port(req("node")?, 9000);
+    let node = common::with_port(req("node")?, DEFAULT_INIT_PORT);
     let validator = common::node_validator(m)?;
-    let init_secret = zeroize::Zeroizing::new(
-        std::fs::read(req("init-secret-file")?).map_err(|e| format!("--init-secret-file: {e}"))?,
-    );
-    let init_secret = zeroize::Zeroizing::new(init_secret.trim_ascii().to_vec());
+    let init_secret = init_secret::read_file(Path::new(req("init-secret-file")?))
+        .map_err(|e| format!("--init-secret-file: {e}"))?;
     let timeout = Duration::from_secs(
         m.parsed::<u64>("timeout")
             .map_err(|e| e.to_string())?
@@ -95,7 +97,10 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
     // A generated master secret is written after the node attested and
     // before Init is sent: nothing is lost if Init fails half-way.
     let (master, master_out) = match m.value("master-secret") {
-        Some(path) => (common::read_master_secret(Path::new(path))?, None),
+        Some(path) => (
+            MasterSecret::read_file(Path::new(path)).map_err(|e| e.to_string())?,
+            None,
+        ),
         None => {
             let out = Path::new(req("master-secret-out")?);
             if out.exists() {
@@ -128,7 +133,7 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
     );
 
     if let Some(out) = master_out {
-        common::write_secret_file(out, common::master_secret_json(&master).as_bytes())?;
+        master.write_file(out).map_err(|e| e.to_string())?;
         println!(
             "master secret written to {} (keep it: it recovers the cluster)",
             out.display()
@@ -145,8 +150,11 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
     request.cluster_name = req("cluster-name")?.to_string();
     let mut success = None;
     let mut failure = None;
-    let result =
-        client.server_streaming("/init.API/Init", &request, timeout, |resp: InitResponse| {
+    let result = client.server_streaming(
+        confboot_proto::INIT,
+        &request,
+        timeout,
+        |resp: InitResponse| {
             match resp.kind {
                 Some(init_response::Kind::Log(l)) => {
                     println!("  node: {}", String::from_utf8_lossy(&l.log))
@@ -156,7 +164,8 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
                 None => {}
             }
             Ok(())
-        });
+        },
+    );
     if let Some(error) = failure {
         return Err(format!("the node refused Init: {error}"));
     }

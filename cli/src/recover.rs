@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use confboot::args::{Command, Opt, VERBOSITY};
 use confboot::atls;
+use confboot::kms::MasterSecret;
+use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 
 use crate::common;
@@ -31,6 +33,9 @@ const CMD: Command = Command {
     ],
 };
 
+// The help text above names the default port.
+const _: () = assert!(DEFAULT_RECOVER_PORT == 9999);
+
 /// Runs `confboot recover`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
     common::run_command(&CMD, args, recover)
@@ -38,8 +43,9 @@ pub fn run(args: Vec<String>) -> i32 {
 
 fn recover(m: &confboot::args::Matches) -> Result<(), String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    let node = common::with_port(req("node")?, 9999);
-    let master = common::read_master_secret(Path::new(req("master-secret")?))?;
+    let node = common::with_port(req("node")?, DEFAULT_RECOVER_PORT);
+    let master =
+        MasterSecret::read_file(Path::new(req("master-secret")?)).map_err(|e| e.to_string())?;
     let validator = common::node_validator(m)?;
     let measurements = req("measurements")?;
     let (mut client, _) = atls::connect(&node, Duration::from_secs(30), &[validator], None)
@@ -50,7 +56,7 @@ fn recover(m: &confboot::args::Matches) -> Result<(), String> {
         storage_uri: "storage://no-store".into(),
     };
     let _: RecoverResponse = client
-        .unary("/recover.API/Recover", &msg, Duration::from_secs(120))
+        .unary(confboot_proto::RECOVER, &msg, Duration::from_secs(120))
         .map_err(|s| format!("the node refused recovery: {s}"))?;
     println!("node {node} recovered: it opened its state disk");
     Ok(())

@@ -8,11 +8,13 @@ use std::path::Path;
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot::attestation::AttestationError;
+use confboot::attestation::measurements::MAX_POLICY_BYTES;
 use confboot::attestation::snp::{
     AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, KDS_BASE_URL, Product, ProductRoot,
     ReportDataCheck, SnpEvidence, SnpPolicy, SnpReport, SnpValidator, TrustRoots,
     certificates_from_pem_or_der, check, kds_vcek_url,
 };
+use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 
 /// The command's options and help.
 pub const CMD: Command = Command {
@@ -105,17 +107,11 @@ fn usage_error(msg: &str) -> i32 {
     2
 }
 
+/// Reads an input file (at most [`MAX_CONFIG_FILE_BYTES`]).
 fn read(path: &str, what: &str) -> Result<Vec<u8>, String> {
-    const MAX_INPUT: u64 = 1 << 20;
-    let len = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read {what} {path}: {e}"))?
-        .len();
-    if len > MAX_INPUT {
-        return Err(format!(
-            "{what} {path} has {len} bytes, more than {MAX_INPUT}"
-        ));
-    }
-    std::fs::read(path).map_err(|e| format!("cannot read {what} {path}: {e}"))
+    read_bounded(Path::new(path), MAX_CONFIG_FILE_BYTES)
+        .map(|mut bytes| std::mem::take(&mut *bytes))
+        .map_err(|e| format!("{what}: {e}"))
 }
 
 /// Certificates from a file (DER or PEM), each with the kind its subject names.
@@ -186,7 +182,13 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
     evidence.certificates = given;
 
     let mut policy = match m.value("policy") {
-        Some(path) => SnpPolicy::load(Path::new(path)).map_err(|e| format!("{path}: {e}"))?,
+        Some(path) => {
+            let path = Path::new(path);
+            let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
+            // Relative paths in the policy are relative to its file.
+            SnpPolicy::from_json_at(&text, path.parent())
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
         None => SnpPolicy::default(),
     };
     if let Some(v) = m.parsed::<u32>("vmpl").map_err(|e| e.to_string())? {

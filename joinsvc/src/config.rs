@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot::args::Matches;
-use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::attestation::options::{InsecureAnyAk, ValidatorBuilder, ValidatorOptions};
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::attestation::{Issuer, MeasurementPolicy};
+use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot::kms::MasterSecret;
 use confboot::rpc::listener::PoolConfig;
 use confboot::tpm::Tpm;
@@ -18,66 +20,54 @@ use crate::token::{KubeApiTokenIssuer, TokenIssuer};
 
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest configuration file of any kind read.
-const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The flag that confirms `--ak-trust insecure-any-ak`.
+pub const INSECURE_ANY_AK_CONFIRMATION: &str = "i-understand-insecure-any-ak";
+
+/// How joining nodes are checked: `--measurements` and `--ak-trust`;
+/// joinsvc hands out disk keys, so `insecure-any-ak` needs its confirmation.
+pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
+    measurements: "measurements",
+    ak_trust: "ak-trust",
+    insecure_any_ak: InsecureAnyAk::RequireFlag(INSECURE_ANY_AK_CONFIRMATION),
+};
 
 /// Everything joinsvc runs with.
 pub struct Config {
+    /// Address of the join API.
     pub listen: String,
+    /// Address of the HTTP health and metrics endpoints.
     pub health_listen: String,
+    /// The join API's worker pool.
     pub pool: PoolConfig,
+    /// The measurement-policy file (watched for changes).
     pub policy_path: PathBuf,
+    /// The policy read at start-up.
     pub initial_policy: MeasurementPolicy,
-    pub ak_trust: AkTrust,
+    /// Builds the validator of joining nodes for each policy in force
+    /// (PCR 15 must be unmarked).
+    pub validators: ValidatorBuilder,
+    /// joinsvc's own attestation, with `--tpm`.
     pub issuer: Option<Arc<dyn Issuer>>,
+    /// What tickets are made from.
     pub ticket_config: TicketConfig,
+    /// Where bootstrap tokens come from.
     pub token_issuer: Arc<dyn TokenIssuer>,
 }
 
-/// The validator for joining nodes under `policy`: PCR 15 must be unmarked.
-pub fn build_validator(ak_trust: AkTrust, policy: MeasurementPolicy) -> Arc<dyn Validator> {
-    Arc::new(VtpmValidator::new(ak_trust, policy))
-}
-
+/// Reads a file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
 fn read_file(option: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
-    let err = |e: String| format!("--{option} {}: {e}", path.display());
-    let len = std::fs::metadata(path)
-        .map_err(|e| err(e.to_string()))?
-        .len();
-    if len > MAX_FILE_BYTES {
-        return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
-    }
-    std::fs::read(path)
-        .map(Zeroizing::new)
-        .map_err(|e| err(e.to_string()))
+    read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
 }
 
-/// Reads Constellation's master-secret file: `{"key": base64, "salt": base64}`.
+/// Reads a text file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
+fn read_text_file(option: &str, path: &Path) -> Result<Zeroizing<String>, String> {
+    read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
+}
+
+/// Reads the master-secret file `--master-secret` names.
 pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
-    let bytes = read_file("master-secret", path)?;
-    let err = |e: &dyn std::fmt::Display| format!("--master-secret {}: {e}", path.display());
-    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| err(&e))?;
-    let field = |name: &str| -> Result<Vec<u8>, String> {
-        let text = v[name]
-            .as_str()
-            .ok_or_else(|| err(&format!("\"{name}\" must be a base64 string")))?;
-        confboot::base64::decode(text).map_err(|e| err(&format!("\"{name}\": {e}")))
-    };
-    MasterSecret::new(field("key")?, field("salt")?).map_err(|e| err(&e))
-}
-
-fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
-    let trust = AkTrust::parse(mode).map_err(|e| format!("--ak-trust: {e}"))?;
-    if matches!(trust, AkTrust::InsecureAnyAk) {
-        log::warn!(
-            "--ak-trust insecure-any-ak: any attestation key is trusted; for local QEMU only"
-        );
-    }
-    Ok(trust)
-}
-
-fn open_tpm(spec: &str) -> Result<Tpm, String> {
-    Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))
+    MasterSecret::read_file(path).map_err(|e| format!("--master-secret: {e}"))
 }
 
 impl Config {
@@ -96,15 +86,16 @@ impl Config {
         if measurement_salt.len() < 32 {
             return Err("--measurement-salt must be at least 32 bytes".into());
         }
-        let policy_path = PathBuf::from(required("policy")?);
-        let initial_policy =
-            MeasurementPolicy::load(&policy_path).map_err(|e| format!("--policy: {e}"))?;
-        let ak_trust = parse_ak_trust(required("ak-trust")?)?;
+        let policy_path = PathBuf::from(required(VALIDATOR_OPTIONS.measurements)?);
+        let initial_policy = VALIDATOR_OPTIONS
+            .load_measurements(&policy_path)
+            .map_err(|e| e.to_string())?;
+        let validators = VALIDATOR_OPTIONS.builder(m).map_err(|e| e.to_string())?;
 
         let issuer: Option<Arc<dyn Issuer>> = match m.value("tpm") {
             None => None,
             Some(spec) => {
-                let tpm = open_tpm(spec)?;
+                let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
                 Some(Arc::new(
                     VtpmIssuer::new(tpm).map_err(|e| format!("--tpm {spec}: {e}"))?,
@@ -122,15 +113,11 @@ impl Config {
                 KubeApiTokenIssuer::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
             ),
             Some(url) => {
-                let ca = read_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
-                let ca =
-                    String::from_utf8(ca.to_vec()).map_err(|e| format!("--kube-api-ca: {e}"))?;
-                let token = read_file(
+                let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
+                let token = read_text_file(
                     "kube-api-token-file",
                     Path::new(required("kube-api-token-file")?),
                 )?;
-                let token = String::from_utf8(token.to_vec())
-                    .map_err(|e| format!("--kube-api-token-file: {e}"))?;
                 Arc::new(
                     KubeApiTokenIssuer::new(
                         url,
@@ -153,7 +140,7 @@ impl Config {
             },
             policy_path,
             initial_policy,
-            ak_trust,
+            validators,
             issuer,
             ticket_config: TicketConfig {
                 master_secret,
@@ -166,16 +153,27 @@ impl Config {
             token_issuer,
         })
     }
-
-    /// The validator for the policy in force.
-    pub fn validator_for(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
-        build_validator(self.ak_trust.clone(), policy)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use confboot::attestation::vtpm::AkTrust;
+
+    /// `--ak-trust mode` read as joinsvc reads it.
+    fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
+        ak_trust_from(&["--ak-trust", mode])
+    }
+
+    fn ak_trust_from(args: &[&str]) -> Result<AkTrust, String> {
+        let m = crate::CMD
+            .parse(args.iter().map(|s| s.to_string()))
+            .unwrap();
+        VALIDATOR_OPTIONS
+            .builder(&m)
+            .map(|b| b.ak_trust().clone())
+            .map_err(|e| e.to_string())
+    }
 
     #[test]
     fn master_secret_file_in_constellation_format() {
@@ -203,9 +201,20 @@ mod tests {
     #[test]
     fn ak_trust_modes() {
         assert!(matches!(
-            parse_ak_trust("insecure-any-ak"),
+            ak_trust_from(&[
+                "--ak-trust",
+                "insecure-any-ak",
+                "--i-understand-insecure-any-ak"
+            ]),
             Ok(AkTrust::InsecureAnyAk)
         ));
+        // Without its confirmation, joinsvc refuses insecure-any-ak.
+        let e = parse_ak_trust("insecure-any-ak").unwrap_err();
+        assert!(
+            e.starts_with("--ak-trust insecure-any-ak")
+                && e.contains("--i-understand-insecure-any-ak"),
+            "{e}"
+        );
         let dir = std::env::temp_dir().join(format!("confboot-ak-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("pinned");

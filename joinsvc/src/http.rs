@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::rpc::Stop;
+use confboot::stop::Stop;
 
 use crate::metrics::Metrics;
 

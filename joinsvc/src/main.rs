@@ -6,6 +6,7 @@
 mod config;
 mod http;
 mod metrics;
+mod server;
 mod ticket;
 mod token;
 mod watcher;
@@ -13,16 +14,14 @@ mod watcher;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
-use confboot::atls::{Accepted, AtlsError, AtlsServer};
-use confboot::attestation::{AttestationError, SwappableValidator, Validator};
+use confboot::atls::{Accepted, AtlsServer};
+use confboot::attestation::{SwappableValidator, Validator};
 use confboot::rpc::listener;
-use confboot::rpc::{Router, ServerLimits, Status, serve_connection_as};
+use confboot::rpc::{ServerLimits, serve_connection_as};
 use confboot::signals::TerminationSignals;
-use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse, health_check_response};
-use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+use confboot_proto::{DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN};
 
 use crate::metrics::Metrics;
 use crate::ticket::TicketService;
@@ -39,19 +38,19 @@ const CMD: Command = Command {
             Options come from flags, environment variables, or a JSON --config file (keys are the\n\
             long option names), in that order of precedence. SIGTERM or SIGINT stop it cleanly:\n\
             in-flight calls finish, new ones are refused.",
-    usage: "joinsvc --master-secret FILE --measurement-salt HEX --policy FILE --ak-trust MODE \\\n       \
+    usage: "joinsvc --master-secret FILE --measurement-salt HEX --measurements FILE --ak-trust MODE \\\n       \
             --api-server-endpoint HOST:PORT [OPTIONS]",
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
         Opt::value("listen", "ADDR", "Address of the join API")
-            .default("0.0.0.0:9090")
+            .default(DEFAULT_JOIN_LISTEN)
             .env("JOINSVC_LISTEN"),
         Opt::value(
             "health-listen",
             "ADDR",
             "Address of the HTTP health and metrics endpoints",
         )
-        .default("0.0.0.0:9091")
+        .default(DEFAULT_JOINSVC_HEALTH_LISTEN)
         .env("JOINSVC_HEALTH_LISTEN"),
         Opt::value(
             "master-secret",
@@ -62,18 +61,27 @@ const CMD: Command = Command {
         Opt::value("measurement-salt", "HEX", "The cluster's measurement salt")
             .env("JOINSVC_MEASUREMENT_SALT"),
         Opt::value(
-            "policy",
+            "measurements",
             "FILE",
-            "Expected measurements (Constellation's JSON format); reloaded on change",
+            "Expected measurements of joining nodes (Constellation's JSON format); reloaded on change",
         )
-        .env("JOINSVC_POLICY"),
+        .env("JOINSVC_MEASUREMENTS")
+        .aliases(&["policy"])
+        .env_aliases(&["JOINSVC_POLICY"]),
         Opt::value(
             "ak-trust",
             "MODE",
             "Which vTPM attestation keys to trust: ca:FILE (AK certificates from these CAs), \
-             pinned:FILE (hex public keys, one per line), or insecure-any-ak (local QEMU only)",
+             pinned:FILE (hex public keys, one per line), or insecure-any-ak (local QEMU only; \
+             needs --i-understand-insecure-any-ak)",
         )
         .env("JOINSVC_AK_TRUST"),
+        Opt::flag(
+            config::INSECURE_ANY_AK_CONFIRMATION,
+            "INSECURE: confirms --ak-trust insecure-any-ak, which trusts any attestation key, so \
+             any machine can claim any measurements and get a join ticket with its disk key; for \
+             local QEMU only. Without it joinsvc refuses to start with insecure-any-ak",
+        ),
         Opt::value(
             "tpm",
             "DEVICE|HOST:PORT",
@@ -125,13 +133,6 @@ const CMD: Command = Command {
     ],
 };
 
-/// The RPC method that reports whether the service answers.
-pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
-/// The join method.
-pub const ISSUE_JOIN_TICKET: &str = "/join.API/IssueJoinTicket";
-/// The rejoin method.
-pub const ISSUE_REJOIN_TICKET: &str = "/join.API/IssueRejoinTicket";
-
 fn main() {
     let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
     if let Some(path) = m.value("config").map(std::path::PathBuf::from)
@@ -152,113 +153,15 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-/// A short label for a refused handshake, for metrics.
-fn handshake_reason(e: &AtlsError) -> &'static str {
-    match e {
-        AtlsError::Attestation(AttestationError::Measurement { .. }) => "measurement",
-        AtlsError::Attestation(AttestationError::Trust(_)) => "untrusted_key",
-        AtlsError::Attestation(_) => "attestation",
-        AtlsError::MissingEvidence
-        | AtlsError::UnknownVariant { .. }
-        | AtlsError::CriticalExtension { .. } => "attestation",
-        AtlsError::Timeout | AtlsError::Io(_) => "connection",
-        _ => "handshake",
-    }
-}
-
-fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
-    let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
-    Router::new()
-        .unary(HEALTH_CHECK, |_ctx, _req: HealthCheckRequest| {
-            Ok(HealthCheckResponse {
-                status: health_check_response::ServingStatus::Serving as i32,
-            })
-        })
-        .unary(
-            ISSUE_JOIN_TICKET,
-            move |ctx, req: IssueJoinTicketRequest| {
-                let started = Instant::now();
-                // The handshake required attestation; fail closed all the same.
-                let Some(peer) = ctx.peer() else {
-                    join_metrics.refused("unattested");
-                    return Err(Status::permission_denied("the caller did not attest"));
-                };
-                log::info!(
-                    "join ticket requested for disk {} (control plane: {})",
-                    disk_for_log(&req.disk_uuid),
-                    req.is_control_plane
-                );
-                log::trace!("caller's measurements: {:?}", peer.measurements);
-                let result = join_tickets.issue_join_ticket(&req);
-                join_metrics.observe_latency(started.elapsed());
-                match result {
-                    Ok(ticket) => {
-                        join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
-                        log::info!("join ticket issued for disk {}", req.disk_uuid);
-                        Ok(ticket)
-                    }
-                    Err(e) => {
-                        join_metrics.refused(e.reason());
-                        log::warn!(
-                            "join ticket for disk {} refused: {e}",
-                            disk_for_log(&req.disk_uuid)
-                        );
-                        Err(e.status())
-                    }
-                }
-            },
-        )
-        .unary(
-            ISSUE_REJOIN_TICKET,
-            move |ctx, req: IssueRejoinTicketRequest| {
-                let started = Instant::now();
-                if ctx.peer().is_none() {
-                    metrics.refused("unattested");
-                    return Err(Status::permission_denied("the caller did not attest"));
-                }
-                log::info!(
-                    "rejoin ticket requested for disk {}",
-                    disk_for_log(&req.disk_uuid)
-                );
-                let result = tickets.issue_rejoin_ticket(&req);
-                metrics.observe_latency(started.elapsed());
-                match result {
-                    Ok(ticket) => {
-                        metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
-                        Ok(ticket)
-                    }
-                    Err(e) => {
-                        metrics.refused(e.reason());
-                        log::warn!(
-                            "rejoin ticket for disk {} refused: {e}",
-                            disk_for_log(&req.disk_uuid)
-                        );
-                        Err(e.status())
-                    }
-                }
-            },
-        )
-}
-
-/// A request's disk UUID as logs may show it: only once it is known to be
-/// a UUID (a caller's arbitrary bytes, of any length, never reach a log).
-fn disk_for_log(raw: &str) -> &str {
-    if confboot::kms::is_uuid(raw) {
-        raw
-    } else {
-        "(not a UUID)"
-    }
-}
-
 fn run(m: &confboot::args::Matches) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let cfg = config::Config::from_matches(m)?;
 
-    let validator = SwappableValidator::new(cfg.validator_for(cfg.initial_policy.clone()));
+    let validator = SwappableValidator::new(cfg.validators.build(cfg.initial_policy.clone()));
     let watcher = {
-        let (cfg_trust, validator) = (cfg.ak_trust.clone(), validator.clone());
+        let (validators, validator) = (cfg.validators.clone(), validator.clone());
         watcher::PolicyWatcher::spawn(&cfg.policy_path, move |policy| {
-            validator.swap(config::build_validator(cfg_trust.clone(), policy));
+            validator.swap(validators.build(policy));
             Ok(())
         })
         .map_err(|e| format!("cannot watch {}: {e}", cfg.policy_path.display()))?
@@ -266,7 +169,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
 
     let metrics = Arc::new(Metrics::default());
     let tickets = Arc::new(TicketService::new(cfg.ticket_config, cfg.token_issuer));
-    let router = Arc::new(router(tickets, Arc::clone(&metrics)));
+    let router = Arc::new(server::router(tickets, Arc::clone(&metrics)));
     // One ticket per attested connection: every admission is checked
     // against the policy in force when it is made (a policy change applies
     // to every later ticket, a node admitted before cannot keep pulling).
@@ -291,7 +194,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
                 }
                 Err(e) => {
                     metrics.handshake_failures.fetch_add(1, Ordering::Relaxed);
-                    metrics.refused(handshake_reason(&e));
+                    metrics.refused(server::handshake_reason(&e));
                     log::warn!("refused {peer_addr:?}: {e}");
                 }
             }

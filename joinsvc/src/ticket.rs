@@ -1,13 +1,14 @@
-//! Join and rejoin tickets as plain code: no sockets, no TLS. The RPC layer
-//! hands in a request from a node whose attestation was already verified and
-//! gets back the ticket or a precise refusal.
+//! Join and rejoin tickets as plain code: no sockets, no TLS, no RPC. The
+//! server wiring ([`crate::server`]) hands in a request from a node whose
+//! attestation was already verified and gets back the ticket or a precise
+//! refusal, which it maps to what the caller sees.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use confboot::fs::read_bounded;
 use confboot::kms::{MasterSecret, is_uuid};
-use confboot::rpc::{Code, Status};
 use confboot_proto::join::{
     ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
     IssueRejoinTicketRequest, IssueRejoinTicketResponse,
@@ -72,16 +73,6 @@ impl fmt::Display for TicketError {
 }
 
 impl TicketError {
-    /// The gRPC status a caller sees.
-    pub fn status(&self) -> Status {
-        let code = match self {
-            TicketError::InvalidRequest(_) => Code::InvalidArgument,
-            TicketError::Token(_) => Code::Unavailable,
-            TicketError::ControlPlaneFiles(_) => Code::FailedPrecondition,
-        };
-        Status::new(code, self.to_string())
-    }
-
     /// A short label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -168,28 +159,14 @@ impl TicketService {
 }
 
 fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneCertOrKey>, TicketError> {
-    use std::io::Read;
     CONTROL_PLANE_FILES
         .iter()
         .map(|name| {
-            let path = pki_dir.join(name);
-            let err = |e: std::io::Error| {
-                TicketError::ControlPlaneFiles(format!("{}: {e}", path.display()))
-            };
-            let file = std::fs::File::open(&path).map_err(err)?;
-            let mut data = Vec::new();
-            file.take(MAX_CONTROL_PLANE_FILE_BYTES + 1)
-                .read_to_end(&mut data)
-                .map_err(err)?;
-            if data.len() as u64 > MAX_CONTROL_PLANE_FILE_BYTES {
-                return Err(TicketError::ControlPlaneFiles(format!(
-                    "{} is over {MAX_CONTROL_PLANE_FILE_BYTES} bytes",
-                    path.display()
-                )));
-            }
+            let mut data = read_bounded(&pki_dir.join(name), MAX_CONTROL_PLANE_FILE_BYTES)
+                .map_err(|e| TicketError::ControlPlaneFiles(e.to_string()))?;
             Ok(ControlPlaneCertOrKey {
                 name: name.to_string(),
-                data,
+                data: std::mem::take(&mut *data),
             })
         })
         .collect()
@@ -320,7 +297,8 @@ mod tests {
             },
         ] {
             let e = s.issue_join_ticket(&bad).unwrap_err();
-            assert_eq!(e.status().code, Code::InvalidArgument, "{e}");
+            // The caller sees INVALID_ARGUMENT (crate::server::ticket_status).
+            assert!(matches!(e, TicketError::InvalidRequest(_)), "{e}");
         }
         assert!(
             s.issue_rejoin_ticket(&IssueRejoinTicketRequest {
@@ -335,7 +313,8 @@ mod tests {
     fn token_failure_is_unavailable_and_gives_no_key() {
         let (s, _) = service(PathBuf::from("/nonexistent"), true);
         let e = s.issue_join_ticket(&request(UUID, false)).unwrap_err();
-        assert_eq!(e.status().code, Code::Unavailable);
+        // The caller sees UNAVAILABLE (crate::server::ticket_status).
+        assert!(matches!(e, TicketError::Token(_)), "{e}");
         assert_eq!(e.reason(), "token");
     }
 
@@ -346,7 +325,8 @@ mod tests {
         // Missing files: the control plane is not ready.
         let (s, _) = service(dir.clone(), false);
         let e = s.issue_join_ticket(&request(UUID, true)).unwrap_err();
-        assert_eq!(e.status().code, Code::FailedPrecondition, "{e}");
+        // The caller sees FAILED_PRECONDITION (crate::server::ticket_status).
+        assert!(matches!(e, TicketError::ControlPlaneFiles(_)), "{e}");
         for name in CONTROL_PLANE_FILES {
             std::fs::write(dir.join(name), format!("contents of {name}")).unwrap();
         }

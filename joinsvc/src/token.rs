@@ -166,8 +166,9 @@ impl KubeApiTokenIssuer {
             host
         };
         let read = |name: &str| {
-            let path = format!("{SERVICE_ACCOUNT_DIR}/{name}");
-            std::fs::read_to_string(&path).map_err(|e| TokenError::Config(format!("{path}: {e}")))
+            let path = std::path::PathBuf::from(format!("{SERVICE_ACCOUNT_DIR}/{name}"));
+            confboot::fs::read_bounded_text(&path, confboot::fs::MAX_CONFIG_FILE_BYTES)
+                .map_err(|e| TokenError::Config(e.to_string()))
         };
         let token = Zeroizing::new(read("token")?.trim().to_string());
         KubeApiTokenIssuer::new(

@@ -9,12 +9,14 @@
 //! (`..data` → a new timestamped directory).
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use confboot::attestation::MeasurementPolicy;
-use confboot::rpc::Stop;
+use confboot::attestation::measurements::MAX_POLICY_BYTES;
+use confboot::fs::read_bounded;
+use confboot::stop::Stop;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
@@ -55,7 +57,7 @@ impl PolicyWatcher {
             .add_watch(&dir, mask)
             .map_err(std::io::Error::from)?;
         // What is in force now, read before returning so no change is missed.
-        let current = std::fs::read(path).ok();
+        let current = read_policy_file(path).ok();
         let stop = Stop::new();
         let thread = {
             let (stop, path) = (stop.clone(), path.to_path_buf());
@@ -99,9 +101,14 @@ fn drain(inotify: &Inotify) {
     while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
 }
 
+/// The policy file's bytes, bounded as at start-up.
+fn read_policy_file(path: &Path) -> Result<Vec<u8>, confboot::fs::FileError> {
+    read_bounded(path, MAX_POLICY_BYTES).map(|mut bytes| std::mem::take(&mut *bytes))
+}
+
 fn watch(
     inotify: Inotify,
-    path: &PathBuf,
+    path: &Path,
     mut current: Option<Vec<u8>>,
     stop: &Stop,
     apply: &dyn Fn(MeasurementPolicy) -> Result<(), String>,
@@ -117,13 +124,10 @@ fn watch(
                 break;
             }
         }
-        let bytes = match std::fs::read(path) {
+        let bytes = match read_policy_file(path) {
             Ok(b) => b,
             Err(e) => {
-                log::warn!(
-                    "measurement policy {} unreadable ({e}); keeping the previous policy",
-                    path.display()
-                );
+                log::warn!("measurement policy unreadable ({e}); keeping the previous policy");
                 continue;
             }
         };
@@ -197,6 +201,7 @@ mod tests {
         }
         None
     }
+    use std::path::PathBuf;
 
     fn policy_json(byte: &str) -> String {
         format!(

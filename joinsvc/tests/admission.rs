@@ -11,7 +11,6 @@ use confboot::rpc::Code;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
 
-const REJOIN: &str = "/join.API/IssueRejoinTicket";
 const DISK_A: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 const DISK_B: &str = "1f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 
@@ -31,12 +30,19 @@ fn an_attested_connection_carries_one_ticket() {
         disk_uuid: disk.into(),
     };
     let first: IssueRejoinTicketResponse = client
-        .unary(REJOIN, &ask(DISK_A), Duration::from_secs(20))
+        .unary(
+            confboot_proto::REJOIN,
+            &ask(DISK_A),
+            Duration::from_secs(20),
+        )
         .unwrap();
     assert_eq!(first.state_disk_key.len(), 32);
     // The same connection asks again, for another disk: nothing.
-    let second: Result<IssueRejoinTicketResponse, _> =
-        client.unary(REJOIN, &ask(DISK_B), Duration::from_secs(20));
+    let second: Result<IssueRejoinTicketResponse, _> = client.unary(
+        confboot_proto::REJOIN,
+        &ask(DISK_B),
+        Duration::from_secs(20),
+    );
     let err = second.unwrap_err();
     assert_eq!(err.code, Code::Unavailable, "{err}");
     // A new connection is attested again, and served.

@@ -148,7 +148,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     let plain = confboot::atls::connect(joinsvc.rpc_addr, Duration::from_secs(10), &[], None);
     if let Ok((mut client, _)) = plain {
         let r: Result<HealthCheckResponse, _> = client.unary(
-            "/grpc.health.v1.Health/Check",
+            confboot_proto::HEALTH_CHECK,
             &HealthCheckRequest::default(),
             Duration::from_secs(10),
         );
@@ -157,7 +157,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     // Nor does a plain TCP client.
     let mut raw = Client::new(std::net::TcpStream::connect(joinsvc.rpc_addr).unwrap());
     let r: Result<HealthCheckResponse, _> = raw.unary(
-        "/grpc.health.v1.Health/Check",
+        confboot_proto::HEALTH_CHECK,
         &HealthCheckRequest::default(),
         Duration::from_secs(10),
     );
@@ -190,9 +190,104 @@ fn joinsvc_refuses_bad_configuration_with_clear_errors() {
         "--tpm",
         "--config",
         "--health-listen",
+        "--measurements",
+        "--i-understand-insecure-any-ak",
     ] {
         assert!(help.contains(opt), "--help lacks {opt}");
     }
+}
+
+/// The files joinsvc reads before it looks at `--ak-trust`, in a fresh
+/// directory: `(dir, master secret, policy)`.
+fn minimal_config(name: &str) -> (std::path::PathBuf, String, String) {
+    let dir = std::env::temp_dir().join(format!("confboot-joinsvc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let master = dir.join("master-secret.json");
+    confboot::kms::MasterSecret::generate()
+        .unwrap()
+        .write_file(&master)
+        .unwrap();
+    let policy = dir.join("measurements.json");
+    let mut p = confboot::attestation::MeasurementPolicy::default();
+    p.set(4, vec![0xab; 32], false);
+    std::fs::write(&policy, p.to_json()).unwrap();
+    let path = |f: &std::path::Path| f.display().to_string();
+    (dir.clone(), path(&master), path(&policy))
+}
+
+#[test]
+fn insecure_any_ak_needs_its_confirmation() {
+    let (dir, master, policy) = minimal_config("insecure");
+    let salt = "5a".repeat(32);
+    let out = Command::new(joinsvc_bin())
+        .args(["--master-secret", &master, "--measurement-salt", &salt])
+        .args(["--measurements", &policy, "--ak-trust", "insecure-any-ak"])
+        .args(["--api-server-endpoint", "10.0.0.1:6443"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ak-trust insecure-any-ak trusts any attestation key")
+            && err.contains("refused unless --i-understand-insecure-any-ak is given"),
+        "{err}"
+    );
+    assert!(!err.contains("listening"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Confirmed, it runs, warns, and admits a node whose AK nobody pinned.
+    let stranger = Node::start("stranger", b"kernel");
+    let joinsvc = Joinsvc::start_with(
+        &joinsvc_bin(),
+        &stranger.policy(),
+        &[],
+        &[
+            "--ak-trust",
+            "insecure-any-ak",
+            "--i-understand-insecure-any-ak",
+        ],
+    );
+    joinsvc.process.wait_for_line(
+        "--ak-trust insecure-any-ak: any attestation key is trusted",
+        100,
+    );
+    assert!(stranger.join(joinsvc.rpc_addr, DISK_A).is_ok());
+    // The warning comes again on every validator built: a policy reload too.
+    let warnings = |log: &[String]| {
+        log.iter()
+            .filter(|l| l.contains("WARN") && l.contains("insecure-any-ak"))
+            .count()
+    };
+    let before = warnings(&joinsvc.process.log());
+    let mut other = stranger.policy();
+    other.set(4, vec![0x42; 32], false);
+    joinsvc.replace_policy(&other);
+    joinsvc
+        .process
+        .wait_for_line("measurement policy reloaded", 1000);
+    assert!(warnings(&joinsvc.process.log()) > before);
+}
+
+#[test]
+fn old_option_names_still_work() {
+    // `--policy` is the old name of `--measurements` (Joinsvc::start uses it),
+    // `JOINSVC_POLICY` the old variable.
+    let (dir, master, policy) = minimal_config("aliases");
+    let salt = "5a".repeat(32);
+    let out = Command::new(joinsvc_bin())
+        .env("JOINSVC_POLICY", &policy)
+        .args(["--master-secret", &master, "--measurement-salt", &salt])
+        .args(["--ak-trust", "trust-me"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ak-trust: ") && !err.contains("--measurements is required"),
+        "the policy was found through the old variable: {err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

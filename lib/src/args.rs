@@ -1,6 +1,8 @@
 //! A small command-line parser shared by every binary: `--name value`,
 //! `--name=value`, short aliases, boolean flags, defaults, environment
-//! fallbacks, and a `--help` text generated from the same table.
+//! fallbacks, and a `--help` text generated from the same table. An option
+//! that was renamed keeps its old names as aliases (on the command line, in
+//! `--config` files and in the environment), so what worked before still does.
 //!
 //! ```
 //! use confboot::args::{Command, Opt};
@@ -38,6 +40,10 @@ pub struct Opt {
     pub default: Option<&'static str>,
     /// Environment variable read when the option is not given.
     pub env: Option<&'static str>,
+    /// Old long names that still work (command line and `--config` keys).
+    pub aliases: &'static [&'static str],
+    /// Old environment variables that still work, read after [`Opt::env`].
+    pub env_aliases: &'static [&'static str],
 }
 
 impl Opt {
@@ -50,6 +56,8 @@ impl Opt {
             help,
             default: None,
             env: None,
+            aliases: &[],
+            env_aliases: &[],
         }
     }
 
@@ -62,6 +70,8 @@ impl Opt {
             help,
             default: None,
             env: None,
+            aliases: &[],
+            env_aliases: &[],
         }
     }
 
@@ -82,6 +92,23 @@ impl Opt {
         self.env = Some(var);
         self
     }
+
+    /// Sets the old long names the option is still known by.
+    pub const fn aliases(mut self, names: &'static [&'static str]) -> Opt {
+        self.aliases = names;
+        self
+    }
+
+    /// Sets the old environment variables still read, after [`Opt::env`].
+    pub const fn env_aliases(mut self, vars: &'static [&'static str]) -> Opt {
+        self.env_aliases = vars;
+        self
+    }
+
+    /// Whether `name` (a long name without `--`) names this option.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.long == name || self.aliases.contains(&name)
+    }
 }
 
 /// The `-v N` option every binary has (klog levels: 2 always, 4 general, 6 low level).
@@ -92,6 +119,8 @@ pub const VERBOSITY: Opt = Opt {
     help: "Log verbosity: 0 errors and warnings, 2 start and requests, 4 general, 6 low level",
     default: Some("2"),
     env: None,
+    aliases: &[],
+    env_aliases: &[],
 };
 
 /// A command: its name, what it does, and its options.
@@ -165,6 +194,15 @@ pub struct Matches {
 impl Command {
     /// Parses the arguments that follow the command name.
     pub fn parse<I: IntoIterator<Item = String>>(&self, args: I) -> Result<Matches, ArgsError> {
+        self.parse_with_env(args, |var| std::env::var(var).ok())
+    }
+
+    /// [`Command::parse`] with the environment given by `env`.
+    fn parse_with_env<I: IntoIterator<Item = String>>(
+        &self,
+        args: I,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Matches, ArgsError> {
         let mut given = Vec::new();
         let mut positional = Vec::new();
         let mut it = args.into_iter();
@@ -181,7 +219,7 @@ impl Command {
                     Some((n, v)) => (n, Some(v.to_string())),
                     None => (rest, None),
                 };
-                let opt = self.opts.iter().find(|o| o.long == name);
+                let opt = self.opts.iter().find(|o| o.is_named(name));
                 (opt.ok_or_else(|| ArgsError::Unknown(arg.clone()))?, inline)
             } else if arg.len() >= 2
                 && arg.starts_with('-')
@@ -218,7 +256,10 @@ impl Command {
         let from_env = self
             .opts
             .iter()
-            .filter_map(|o| Some((o.long, std::env::var(o.env?).ok()?)))
+            .filter_map(|o| {
+                let value = o.env.iter().chain(o.env_aliases).find_map(|var| env(var))?;
+                Some((o.long, value))
+            })
             .collect();
         Ok(Matches {
             cmd: *self,
@@ -247,8 +288,13 @@ impl Command {
                 if let Some(d) = o.default {
                     right.push_str(&format!(" [default: {d}]"));
                 }
-                if let Some(e) = o.env {
-                    right.push_str(&format!(" [env: {e}]"));
+                let vars: Vec<&str> = o.env.iter().chain(o.env_aliases).copied().collect();
+                if !vars.is_empty() {
+                    right.push_str(&format!(" [env: {}]", vars.join(", ")));
+                }
+                if !o.aliases.is_empty() {
+                    let names: Vec<String> = o.aliases.iter().map(|a| format!("--{a}")).collect();
+                    right.push_str(&format!(" [formerly: {}]", names.join(", ")));
                 }
                 (left, right)
             })
@@ -271,9 +317,10 @@ impl Matches {
             .unwrap_or_else(|| panic!("command {} has no option --{long}", self.cmd.name))
     }
 
-    /// Reads option values from a JSON configuration file: an object whose
-    /// keys are long option names and whose values are strings, numbers or
-    /// booleans (arrays for repeatable options). Values from the command
+    /// Reads option values from a JSON configuration file (at most
+    /// [`crate::fs::MAX_CONFIG_FILE_BYTES`]): an object whose keys are long
+    /// option names (or their aliases) and whose values are strings, numbers
+    /// or booleans (arrays for repeatable options). Values from the command
     /// line and the environment take precedence over the file.
     pub fn load_config_file(&mut self, path: &std::path::Path) -> Result<(), ArgsError> {
         let invalid = |reason: String| ArgsError::Invalid {
@@ -281,11 +328,8 @@ impl Matches {
             value: path.display().to_string(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| invalid(e.to_string()))?;
-        if meta.len() > 1 << 20 {
-            return Err(invalid("larger than 1 MiB".into()));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
+        let text = crate::fs::read_bounded_text(path, crate::fs::MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| invalid(e.to_string()))?;
         let root: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         let obj = root
@@ -304,7 +348,7 @@ impl Matches {
                 .cmd
                 .opts
                 .iter()
-                .find(|o| o.long == key && o.long != "config")
+                .find(|o| o.is_named(key) && o.long != "config")
                 .ok_or_else(|| invalid(format!("unknown option {key:?}")))?;
             match v {
                 serde_json::Value::Array(items) => {
@@ -439,6 +483,10 @@ mod tests {
                 .short('l'),
             Opt::value("endpoint", "HOST:PORT", "A peer (repeatable)"),
             Opt::flag("insecure", "Skip checks"),
+            Opt::value("measurements", "FILE", "Expected measurements")
+                .env("T_MEASUREMENTS")
+                .aliases(&["policy", "expected"])
+                .env_aliases(&["T_POLICY"]),
             VERBOSITY,
         ],
     };
@@ -527,6 +575,82 @@ mod tests {
                 "{bad}"
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn old_names_still_work_everywhere() {
+        let no_env = |_: &str| None;
+        for args in [
+            &["--policy", "p.json"][..],
+            &["--policy=p.json"],
+            &["--expected", "p.json"],
+            &["--measurements", "p.json"],
+        ] {
+            let m = CMD
+                .parse_with_env(args.iter().map(|s| s.to_string()), no_env)
+                .unwrap();
+            assert_eq!(m.value("measurements"), Some("p.json"), "{args:?}");
+        }
+        // The last one given wins, whichever name it used.
+        let m = parse(&["--measurements", "a", "--policy", "b"]).unwrap();
+        assert_eq!(m.value("measurements"), Some("b"));
+        // The environment: the current variable first, then the old one.
+        let env = |var: &str| match var {
+            "T_MEASUREMENTS" => Some("new.json".to_string()),
+            "T_POLICY" => Some("old.json".to_string()),
+            _ => None,
+        };
+        let m = CMD.parse_with_env(Vec::new(), env).unwrap();
+        assert_eq!(m.value("measurements"), Some("new.json"));
+        let only_old = |var: &str| (var == "T_POLICY").then(|| "old.json".to_string());
+        let m = CMD.parse_with_env(Vec::new(), only_old).unwrap();
+        assert_eq!(m.value("measurements"), Some("old.json"));
+        let m = CMD
+            .parse_with_env(["--policy=flag.json".to_string()], env)
+            .unwrap();
+        assert_eq!(m.value("measurements"), Some("flag.json"), "flags win");
+        // A configuration file may use the old key.
+        let dir = std::env::temp_dir().join(format!("confboot-args-alias-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.json");
+        std::fs::write(&file, r#"{"policy": "file.json"}"#).unwrap();
+        let mut m = CMD.parse_with_env(Vec::new(), no_env).unwrap();
+        m.load_config_file(&file).unwrap();
+        assert_eq!(m.value("measurements"), Some("file.json"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // An alias is no prefix match: other names stay unknown.
+        assert_eq!(
+            parse(&["--polic", "x"]).unwrap_err(),
+            ArgsError::Unknown("--polic".into())
+        );
+        // The help names the option by its current name and lists the old ones.
+        let h = CMD.help();
+        assert!(h.contains("--measurements FILE"), "{h}");
+        assert!(h.contains("[formerly: --policy, --expected]"), "{h}");
+        assert!(h.contains("[env: T_MEASUREMENTS, T_POLICY]"), "{h}");
+    }
+
+    #[test]
+    fn an_oversized_config_file_is_refused_naming_the_file_and_the_limit() {
+        let dir = std::env::temp_dir().join(format!("confboot-args-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("big.json");
+        let padding = " ".repeat(crate::fs::MAX_CONFIG_FILE_BYTES as usize);
+        std::fs::write(&file, format!(r#"{{"listen": "h:1"}}{padding}"#)).unwrap();
+        let mut m = parse(&[]).unwrap();
+        match m.load_config_file(&file) {
+            Err(ArgsError::Invalid { option, reason, .. }) => {
+                assert_eq!(option, "config");
+                assert!(
+                    reason.contains("big.json")
+                        && reason.contains(&crate::fs::MAX_CONFIG_FILE_BYTES.to_string()),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"), "nothing was taken");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

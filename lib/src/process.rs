@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use zeroize::Zeroizing;
 
-use crate::rpc::Stop;
+use crate::stop::Stop;
 
 /// Why a program could not be run to its end. (How it ended, when it did,
 /// is in [`CommandOutput`].)

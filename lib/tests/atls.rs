@@ -20,6 +20,7 @@ use confboot::attestation::{
     AttestationError, Attested, Issuer, MeasurementPolicy, SwappableValidator, Validator, Variant,
 };
 use confboot::rpc::{Code, PoolConfig, Router, ServerHandle, ServerLimits};
+use confboot_proto::Method;
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -31,8 +32,9 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use fixture::Node;
 
 const T: Duration = Duration::from_secs(20);
-const CHECK: &str = "/grpc.health.v1.Health/Check";
-const WHO: &str = "/test.Peer/Who";
+const CHECK: Method<HealthCheckRequest, HealthCheckResponse> = confboot_proto::HEALTH_CHECK;
+const WHO: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
+    Method::new("/test.Peer/Who");
 
 fn v(x: Arc<dyn Validator>) -> Vec<Arc<dyn Validator>> {
     vec![x]

@@ -628,14 +628,14 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
     let mut hanging = CryptsetupBackend::header_only(&image).with_program(&script);
     hanging.runner = confboot::process::ProcessRunner::new(
         Some(std::time::Duration::from_millis(300)),
-        confboot::rpc::Stop::new(),
+        confboot::stop::Stop::new(),
     );
     match hanging.inspect() {
         Err(DiskError::Io(m)) => assert!(m.contains("did not finish within"), "{m}"),
         other => panic!("{other:?}"),
     }
     // The stop signal ends it too (a bootstrapper that is shutting down).
-    let stop = confboot::rpc::Stop::new();
+    let stop = confboot::stop::Stop::new();
     hanging.runner = confboot::process::ProcessRunner::new(None, stop.clone());
     let stopper = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -12,16 +12,20 @@ use std::time::Duration;
 use confboot::rpc::frame::{self, FrameKind};
 use confboot::rpc::listener::{self, PoolConfig};
 use confboot::rpc::{
-    Client, Code, ConnectionEnd, Router, ServerLimits, Status, Stop, pipe, serve_connection,
+    Client, Code, ConnectionEnd, Router, ServerLimits, Status, pipe, serve_connection,
 };
-use confboot_proto::Message;
+use confboot::stop::Stop;
 use confboot_proto::init::{InitResponse, LogResponseType, init_response};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_proto::{Message, Method};
 
-const ECHO: &str = "/test.API/Echo";
-const SLOW: &str = "/test.API/Slow";
-const STREAM: &str = "/test.API/Stream";
-const FAIL: &str = "/test.API/Fail";
+/// The test methods: each takes a rejoin request (its disk_uuid is the argument).
+type TestMethod<Resp> = Method<IssueRejoinTicketRequest, Resp>;
+const ECHO: TestMethod<IssueRejoinTicketResponse> = Method::new("/test.API/Echo");
+const SLOW: TestMethod<IssueRejoinTicketResponse> = Method::new("/test.API/Slow");
+const STREAM: TestMethod<InitResponse> = Method::new("/test.API/Stream");
+const FAIL: TestMethod<IssueRejoinTicketResponse> = Method::new("/test.API/Fail");
+const BLOCK: TestMethod<IssueRejoinTicketResponse> = Method::new("/test.API/Block");
 const LONG: Duration = Duration::from_secs(30);
 
 /// A router with the methods the tests call. `Slow` sleeps for as many
@@ -100,7 +104,7 @@ fn unknown_method_is_unimplemented_and_connection_survives() {
     let (end, _server) = pipe_server(ServerLimits::default());
     let mut c = Client::new(end);
     let err = c
-        .unary::<_, IssueRejoinTicketResponse>("/nope.API/Missing", &req(""), LONG)
+        .unary::<_, IssueRejoinTicketResponse>(Method::new("/nope.API/Missing"), &req(""), LONG)
         .unwrap_err();
     assert_eq!(err.code, Code::Unimplemented);
     assert!(err.message.contains("/nope.API/Missing"), "{err}");
@@ -128,7 +132,7 @@ fn huge_length_prefix_is_refused_with_resource_exhausted() {
     };
     let (mut end, server) = pipe_server(limits);
     let header = confboot_proto::rpc::CallHeader {
-        method: ECHO.into(),
+        method: ECHO.path().into(),
         timeout_ms: 1000,
     };
     frame::write_frame(&mut end, FrameKind::Message, &header.encode_to_vec()).unwrap();
@@ -155,7 +159,7 @@ fn response_over_client_limit_is_refused() {
 #[test]
 fn truncated_frames_end_the_connection() {
     let header = confboot_proto::rpc::CallHeader {
-        method: ECHO.into(),
+        method: ECHO.path().into(),
         timeout_ms: 1000,
     };
     let mut call = Vec::new();
@@ -218,7 +222,7 @@ fn deadline_exceeded_on_client_and_server() {
     // The server enforces the caller's deadline too: read its trailer raw.
     let (mut end, _server) = pipe_server(ServerLimits::default());
     let header = confboot_proto::rpc::CallHeader {
-        method: SLOW.into(),
+        method: SLOW.path().into(),
         timeout_ms: 20,
     };
     frame::write_frame(&mut end, FrameKind::Message, &header.encode_to_vec()).unwrap();
@@ -435,15 +439,12 @@ fn stop_lets_in_flight_calls_finish_and_refuses_new_ones() {
     let (server_tls, client_tls) = common::tls_pair();
     let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
-    let blocking = router().unary(
-        "/test.API/Block",
-        move |ctx, _r: IssueRejoinTicketRequest| {
-            started_tx.send(()).unwrap();
-            release_rx.recv().unwrap();
-            assert!(ctx.stopping(), "the handler sees the server stopping");
-            Ok(IssueRejoinTicketResponse::default())
-        },
-    );
+    let blocking = router().unary(BLOCK, move |ctx, _r: IssueRejoinTicketRequest| {
+        started_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        assert!(ctx.stopping(), "the handler sees the server stopping");
+        Ok(IssueRejoinTicketResponse::default())
+    });
     let server = tls_server_with(blocking, PoolConfig::default(), server_tls);
     let addr = server.local_addr();
     let mut idle = Client::new(common::tls_connect(&client_tls, addr));
@@ -452,7 +453,7 @@ fn stop_lets_in_flight_calls_finish_and_refuses_new_ones() {
         let client_tls = client_tls.clone();
         thread::spawn(move || {
             let mut c = Client::new(common::tls_connect(&client_tls, addr));
-            c.unary::<_, IssueRejoinTicketResponse>("/test.API/Block", &req(""), LONG)
+            c.unary::<_, IssueRejoinTicketResponse>(BLOCK, &req(""), LONG)
         })
     };
     started_rx.recv().unwrap();

@@ -5,7 +5,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use confboot::rpc::{Code, Router, ServerLimits, Status, Stop, frame, pipe, serve_connection};
+use confboot::rpc::{Code, Router, ServerLimits, Status, frame, pipe, serve_connection};
+use confboot::stop::Stop;
 use confboot_proto::Message;
 
 struct Counting;

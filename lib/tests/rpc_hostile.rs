@@ -12,11 +12,14 @@ use std::time::Duration;
 
 use confboot::rpc::frame::{self, FrameKind};
 use confboot::rpc::listener::{self, PoolConfig};
-use confboot::rpc::{Client, ConnectionEnd, Router, ServerLimits, Stop, pipe, serve_connection};
+use confboot::rpc::{Client, ConnectionEnd, Router, ServerLimits, pipe, serve_connection};
+use confboot::stop::Stop;
 use confboot_proto::Message;
+use confboot_proto::Method;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 
-const ECHO: &str = "/test.API/Echo";
+const ECHO: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
+    Method::new("/test.API/Echo");
 const LONG: Duration = Duration::from_secs(30);
 /// Delay between two trickled bytes.
 const TRICKLE: Duration = Duration::from_millis(20);
@@ -90,7 +93,12 @@ fn a_request_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
         let limits = limits_with_frame_timeout(Duration::from_millis(300));
         serve_connection(&mut server_end, &router(), &limits, &Stop::new())
     });
-    frame::write_frame(&mut client_end, FrameKind::Message, &call_header(ECHO)).unwrap();
+    frame::write_frame(
+        &mut client_end,
+        FrameKind::Message,
+        &call_header(ECHO.path()),
+    )
+    .unwrap();
     client_end.write_all(&frame_header(100)).unwrap();
     let sent = trickle(&mut client_end, &[0x0a; 100]);
     let end = server.join().unwrap();

@@ -82,7 +82,7 @@ fn plain_tls_rate() -> (f64, f64) {
     client.resumption = rustls::client::Resumption::disabled();
     let client = Arc::new(client);
     let router = Arc::new(Router::new().unary(
-        "/grpc.health.v1.Health/Check",
+        confboot_proto::HEALTH_CHECK,
         |_ctx, _r: HealthCheckRequest| Ok(HealthCheckResponse { status: 1 }),
     ));
     let handle = listener::spawn(
@@ -107,7 +107,7 @@ fn plain_tls_rate() -> (f64, f64) {
         let mut c = Client::new(rustls::StreamOwned::new(conn, sock));
         let _: HealthCheckResponse = c
             .unary(
-                "/grpc.health.v1.Health/Check",
+                confboot_proto::HEALTH_CHECK,
                 &HealthCheckRequest::default(),
                 Duration::from_secs(10),
             )
@@ -253,7 +253,7 @@ fn main() {
                 ..Default::default()
             };
             let _: confboot_proto::join::IssueJoinTicketResponse = c
-                .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+                .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
                 .unwrap();
         })
     };
@@ -279,7 +279,7 @@ fn main() {
                 disk_uuid: disk.into(),
             };
             let _: confboot_proto::join::IssueRejoinTicketResponse = c
-                .unary("/join.API/IssueRejoinTicket", &req, Duration::from_secs(20))
+                .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
                 .unwrap();
         })
     };
@@ -321,7 +321,7 @@ fn main() {
     for c in clients.iter_mut() {
         let _: HealthCheckResponse = c
             .unary(
-                "/grpc.health.v1.Health/Check",
+                confboot_proto::HEALTH_CHECK,
                 &HealthCheckRequest::default(),
                 Duration::from_secs(30),
             )

@@ -101,7 +101,7 @@ impl Node {
             ..Default::default()
         };
         client
-            .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+            .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
             .map_err(|s| confboot::atls::AtlsError::Io(s.to_string()))
     }
 
@@ -124,7 +124,7 @@ impl Node {
             ..Default::default()
         };
         self.connect(addr)?
-            .unary("/join.API/IssueJoinTicket", &req, Duration::from_secs(20))
+            .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
     }
 
     /// Asks joinsvc at `addr` for a rejoin ticket.
@@ -137,7 +137,7 @@ impl Node {
             disk_uuid: disk_uuid.into(),
         };
         self.connect(addr)?
-            .unary("/join.API/IssueRejoinTicket", &req, Duration::from_secs(20))
+            .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
     }
 }
 

@@ -16,8 +16,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use confboot::rpc::Stop;
 use confboot::rpc::listener::{self, PoolConfig, ServerHandle};
+use confboot::stop::Stop;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};

@@ -415,7 +415,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         "/dev/vda",
         "--kubeadm",
         "/usr/bin/kubeadm",
-        "--joinsvc-policy",
+        "--joinsvc-measurements",
         "/etc/confboot/joinsvc-policy.json",
         "--joinsvc-ak-trust",
         joinsvc_trust.as_str(),

@@ -28,7 +28,7 @@ use confboot::attestation::{AttestationError, Attested};
 use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams};
 use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot::kms::init_secret::InitSecretHash;
-use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, hkdf_sha256};
+use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
 use confboot::nodelock::{LockToken, NodeLock};
 use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
@@ -114,14 +114,6 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     /// Held while an init secret is checked: the slow hash runs one at a
     /// time, so Init calls cannot be used to burn the node's CPU.
     init_check: Mutex<()>,
-}
-
-/// The owner id the admin's Init gets back: HKDF(measurement secret,
-/// measurement salt, "key-ownerID"), as Constellation derives it.
-pub fn owner_id(measurement_secret: &[u8], measurement_salt: &[u8]) -> Vec<u8> {
-    hkdf_sha256(measurement_secret, measurement_salt, b"key-ownerID", 32)
-        .expose()
-        .to_vec()
 }
 
 impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
@@ -277,7 +269,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         self.record_bootstrapped(token)?;
         Ok(InitSuccessResponse {
             kubeconfig: out.kubeconfig.expose().to_vec(),
-            owner_id: owner_id(measurement_secret.expose(), &req.measurement_salt),
+            owner_id: owner_id(measurement_secret.expose(), &req.measurement_salt).to_vec(),
             cluster_id: cluster_id.to_vec(),
         })
     }

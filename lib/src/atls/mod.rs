@@ -54,7 +54,7 @@
 //!     }
 //! }
 //!
-//! let router = Router::new().unary("/grpc.health.v1.Health/Check", |ctx, _: HealthCheckRequest| {
+//! let router = Router::new().unary(confboot_proto::HEALTH_CHECK, |ctx, _: HealthCheckRequest| {
 //!     // The server required client attestation, so the caller is known here.
 //!     assert!(ctx.peer().is_some());
 //!     Ok(HealthCheckResponse { status: 1 })
@@ -73,7 +73,7 @@
 //! ).unwrap();
 //! assert_eq!(server_attested.unwrap().variant, Variant::QemuVtpm);
 //! let resp: HealthCheckResponse = client
-//!     .unary("/grpc.health.v1.Health/Check", &HealthCheckRequest::default(), Duration::from_secs(10))
+//!     .unary(confboot_proto::HEALTH_CHECK, &HealthCheckRequest::default(), Duration::from_secs(10))
 //!     .unwrap();
 //! assert_eq!(resp.status, 1);
 //! server.stop();

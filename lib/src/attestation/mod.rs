@@ -7,6 +7,7 @@
 //! replace it at run time while every check sees one consistent policy.
 
 pub mod measurements;
+pub mod options;
 pub mod snp;
 pub mod vtpm;
 

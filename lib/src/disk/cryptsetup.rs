@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::{DiskBackend, DiskError, DiskState};
 use crate::kms::{SecretBytes, is_uuid};
 use crate::process::{CommandRunner, ProcessRunner, Stream};
-use crate::rpc::Stop;
+use crate::stop::Stop;
 
 /// How much of the disk's start must be zero for it to count as blank: the
 /// LUKS2 default header area (both binary headers, JSON and key slots), which

@@ -73,7 +73,7 @@ impl Mkfs {
             program,
             Box::new(ProcessRunner::new(
                 Some(MKFS_TIMEOUT),
-                crate::rpc::Stop::new(),
+                crate::stop::Stop::new(),
             )),
         )
     }

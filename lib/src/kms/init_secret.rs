@@ -2,12 +2,16 @@
 //! admin who created it. The node knows only a slow hash of it (PBKDF2-
 //! HMAC-SHA256, never a plain digest) in the form
 //! `pbkdf2-sha256$<iterations>$<salt, base64>$<hash, base64>`; the check is
-//! constant-time.
+//! constant-time. The admin keeps the secret in a file ([`read_file`]).
 
 use std::num::NonZeroU32;
+use std::path::Path;
 
 use ring::pbkdf2;
 use ring::rand::SecureRandom;
+use zeroize::Zeroizing;
+
+use crate::fs::{FileError, read_bounded};
 
 /// Iterations used by [`hash`] (OWASP's recommendation for PBKDF2-HMAC-SHA256).
 pub const DEFAULT_ITERATIONS: u32 = 600_000;
@@ -17,6 +21,9 @@ pub const MIN_ITERATIONS: u32 = 10_000;
 pub const MAX_ITERATIONS: u32 = 10_000_000;
 /// Longest init secret accepted.
 pub const MAX_SECRET_LEN: usize = 1024;
+/// Largest init-secret file read: the longest secret, with room for
+/// surrounding white space.
+pub const MAX_SECRET_FILE_BYTES: u64 = 4 * MAX_SECRET_LEN as u64;
 const PREFIX: &str = "pbkdf2-sha256";
 const HASH_LEN: usize = 32;
 
@@ -38,6 +45,14 @@ pub struct InitSecretHash {
     iterations: NonZeroU32,
     salt: Vec<u8>,
     hash: Vec<u8>,
+}
+
+/// Reads an init-secret file (at most [`MAX_SECRET_FILE_BYTES`]): the
+/// secret is its contents without leading and trailing ASCII white space
+/// (so a trailing newline is not part of it).
+pub fn read_file(path: &Path) -> Result<Zeroizing<Vec<u8>>, FileError> {
+    let bytes = read_bounded(path, MAX_SECRET_FILE_BYTES)?;
+    Ok(Zeroizing::new(bytes.trim_ascii().to_vec()))
 }
 
 /// Hashes `secret` with a fresh random salt and `iterations`.
@@ -137,6 +152,33 @@ mod tests {
     }
 
     const PBKDF2_VECTOR: &str = include_str!("pbkdf2_vector.hex");
+
+    #[test]
+    fn secret_files_are_trimmed_and_bounded() {
+        let dir = std::env::temp_dir().join(format!("confboot-initsecret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("init-secret");
+        std::fs::write(&f, " correct horse\n").unwrap();
+        assert_eq!(read_file(&f).unwrap().as_slice(), b"correct horse");
+        std::fs::write(&f, vec![b'x'; MAX_SECRET_FILE_BYTES as usize + 1]).unwrap();
+        let e = read_file(&f).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FileError::TooLarge {
+                    limit: MAX_SECRET_FILE_BYTES,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("init-secret")
+                && e.to_string().contains(&MAX_SECRET_FILE_BYTES.to_string()),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn refuses_malformed_or_weak_hashes() {

@@ -3,15 +3,20 @@
 //!
 //! `key = HKDF-SHA256(secret = master secret, salt = master salt, info = "key-" ‖ id)`, 32 bytes,
 //! for ids such as a state disk's UUID or `measurementSecret`;
-//! `cluster_id = HKDF-SHA256(secret = measurement secret, salt = measurement salt, info = "key-clusterID")`.
+//! `cluster_id = HKDF-SHA256(secret = measurement secret, salt = measurement salt, info = "key-clusterID")`;
+//! `owner_id` likewise with `info = "key-ownerID"`.
 //!
 //! The master secret travels inside a `kms://cluster-kms?key=<base64url>&salt=<base64url>`
-//! URI; `storage://no-store` is the only storage backend. Secrets are zeroized
+//! URI; `storage://no-store` is the only storage backend. The admin keeps it
+//! in the master-secret file ([`master_secret_file`]). Secrets are zeroized
 //! when dropped and never printed (their `Debug` is redacted).
 
 use std::fmt;
 
 pub mod init_secret;
+pub mod master_secret_file;
+
+pub use master_secret_file::{MAX_MASTER_SECRET_FILE_BYTES, MasterSecretFileError};
 
 use ring::hkdf;
 use zeroize::Zeroizing;
@@ -22,6 +27,8 @@ pub const KEY_PREFIX: &str = "key-";
 pub const MEASUREMENT_SECRET_ID: &str = "measurementSecret";
 /// Id of the cluster id (derived from the measurement secret).
 pub const CLUSTER_ID_ID: &str = "clusterID";
+/// Id of the owner id (derived from the measurement secret).
+pub const OWNER_ID_ID: &str = "ownerID";
 /// Length of every derived key.
 pub const DERIVED_KEY_LEN: usize = 32;
 /// Shortest master secret accepted.
@@ -231,14 +238,29 @@ pub fn derive_cluster_id(
     measurement_secret: &[u8],
     measurement_salt: &[u8],
 ) -> [u8; DERIVED_KEY_LEN] {
-    let info = format!("{KEY_PREFIX}{CLUSTER_ID_ID}");
-    let id = hkdf_sha256(
+    measurement_id(measurement_secret, measurement_salt, CLUSTER_ID_ID)
+}
+
+/// The owner id the admin's Init gets back: HKDF(measurement secret,
+/// measurement salt, "key-ownerID"), as Constellation derives it.
+pub fn owner_id(measurement_secret: &[u8], measurement_salt: &[u8]) -> [u8; DERIVED_KEY_LEN] {
+    measurement_id(measurement_secret, measurement_salt, OWNER_ID_ID)
+}
+
+/// An id derived from the measurement secret: info = `"key-" ‖ id`.
+fn measurement_id(
+    measurement_secret: &[u8],
+    measurement_salt: &[u8],
+    id: &str,
+) -> [u8; DERIVED_KEY_LEN] {
+    let info = format!("{KEY_PREFIX}{id}");
+    let derived = hkdf_sha256(
         measurement_secret,
         measurement_salt,
         info.as_bytes(),
         DERIVED_KEY_LEN,
     );
-    id.expose().try_into().expect("32 bytes")
+    derived.expose().try_into().expect("32 bytes")
 }
 
 /// Where keys are stored: only `storage://no-store` (keys are derived, never stored).
@@ -331,6 +353,10 @@ mod tests {
         assert_eq!(
             hex::encode(&derive_cluster_id(ms.expose(), &[7; 32])),
             "5b102afc210960244fbc6f4c24b8368f2c4db0ce2cacd9b29196413e9e7c2107"
+        );
+        assert_eq!(
+            hex::encode(&owner_id(ms.expose(), &[7; 32])),
+            "2fba11dc53645bd039142ef7fdd9be085ca2e94061cac56ceb5b12a6a2e39e08"
         );
     }
 

@@ -4,6 +4,7 @@ use std::io;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
+use confboot_proto::Method;
 use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind};
@@ -50,7 +51,7 @@ impl<T: Transport> Client<T> {
     /// Makes a unary call: one request, one response.
     pub fn unary<Req: Message, Resp: Message + Default>(
         &mut self,
-        method: &str,
+        method: Method<Req, Resp>,
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, Status> {
@@ -71,7 +72,7 @@ impl<T: Transport> Client<T> {
     /// `on_message` ends the call (and the connection).
     pub fn server_streaming<Req: Message, Resp: Message + Default>(
         &mut self,
-        method: &str,
+        method: Method<Req, Resp>,
         request: &Req,
         timeout: Duration,
         mut on_message: impl FnMut(Resp) -> Result<(), Status>,
@@ -82,7 +83,7 @@ impl<T: Transport> Client<T> {
             )));
         }
         let deadline = Instant::now() + timeout;
-        match self.call(method, request, deadline, &mut on_message) {
+        match self.call(method.path(), request, deadline, &mut on_message) {
             Ok(Ok(())) => Ok(()),
             // A trailer from the server leaves the stream at a call boundary.
             Ok(Err(server_status)) => Err(server_status),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{TrySendError, bounded};
 
-use super::Stop;
+use crate::stop::Stop;
 
 /// Size of the worker pool and its queue.
 #[derive(Clone, Debug)]

@@ -16,12 +16,20 @@
 //! - [`listener`]: the accept loop with a bounded worker pool.
 //! - [`pipe`]: an in-memory duplex stream for tests.
 //!
+//! Methods are named by [`confboot_proto::Method`] constants (the wire
+//! contract lives in `confboot-proto`), which tie a path to its request and
+//! response types for client and server alike; a test may make its own with
+//! [`Method::new`](confboot_proto::Method::new).
+//!
 //! ```
 //! use std::time::Duration;
-//! use confboot::rpc::{self, pipe, Client, Router, ServerLimits, Stop, Status};
+//! use confboot::rpc::{self, pipe, Client, Router, ServerLimits};
+//! use confboot::stop::Stop;
+//! use confboot_proto::HEALTH_CHECK;
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 //!
-//! let router = Router::new().unary("/grpc.health.v1.Health/Check", |_ctx, _req: HealthCheckRequest| {
+//! // A method constant ties the path to its message types on both sides.
+//! let router = Router::new().unary(HEALTH_CHECK, |_ctx, _req| {
 //!     Ok(HealthCheckResponse { status: 1 })
 //! });
 //! let (mut server_end, client_end) = pipe::pair();
@@ -29,8 +37,8 @@
 //!     rpc::serve_connection(&mut server_end, &router, &ServerLimits::default(), &Stop::new())
 //! });
 //! let mut client = Client::new(client_end);
-//! let resp: HealthCheckResponse = client
-//!     .unary("/grpc.health.v1.Health/Check", &HealthCheckRequest::default(), Duration::from_secs(5))
+//! let resp = client
+//!     .unary(HEALTH_CHECK, &HealthCheckRequest::default(), Duration::from_secs(5))
 //!     .unwrap();
 //! assert_eq!(resp.status, 1);
 //! drop(client); // closes the connection; the server returns
@@ -53,4 +61,4 @@ pub use server::{
     serve_connection_as,
 };
 pub use status::{Code, Status};
-pub use transport::{Stop, Transport};
+pub use transport::Transport;

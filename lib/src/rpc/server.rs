@@ -8,11 +8,13 @@ use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
+use confboot_proto::Method;
 use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind, HEADER_LEN};
-use super::{Code, Status, Stop, Transport};
+use super::{Code, Status, Transport};
 use crate::attestation::Attested;
+use crate::stop::Stop;
 
 /// Limits one connection is served under.
 #[derive(Clone, Debug)]
@@ -139,14 +141,14 @@ impl Router {
     }
 
     /// Adds a unary method: one request, one response.
-    pub fn unary<Req, Resp, F>(mut self, method: &str, handler: F) -> Router
+    pub fn unary<Req, Resp, F>(mut self, method: Method<Req, Resp>, handler: F) -> Router
     where
         Req: Message + Default,
         Resp: Message,
         F: Fn(&CallContext, Req) -> Result<Resp, Status> + Send + Sync + 'static,
     {
         self.routes.insert(
-            method.to_string(),
+            method.path().to_string(),
             Box::new(move |ctx, req, send| {
                 let resp = handler(ctx, decode(req)?)?;
                 if ctx.expired() {
@@ -163,7 +165,7 @@ impl Router {
     }
 
     /// Adds a server-streaming method: one request, any number of responses.
-    pub fn server_streaming<Req, Resp, F>(mut self, method: &str, handler: F) -> Router
+    pub fn server_streaming<Req, Resp, F>(mut self, method: Method<Req, Resp>, handler: F) -> Router
     where
         Req: Message + Default,
         Resp: Message,
@@ -173,7 +175,7 @@ impl Router {
             + 'static,
     {
         self.routes.insert(
-            method.to_string(),
+            method.path().to_string(),
             Box::new(move |ctx, req, send| {
                 let req = decode(req)?;
                 handler(

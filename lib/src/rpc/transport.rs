@@ -1,9 +1,7 @@
-//! The byte streams calls run over, and the stop signal servers watch.
+//! The byte streams calls run over.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A byte stream whose reads and writes can be bounded in time.
@@ -62,27 +60,5 @@ impl<T: Transport> Transport for rustls::StreamOwned<rustls::ServerConnection, T
     }
     fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.sock.set_write_timeout(timeout)
-    }
-}
-
-/// A stop signal shared by a server's threads: once raised, loops finish what
-/// they are doing and end.
-#[derive(Clone, Debug, Default)]
-pub struct Stop(Arc<AtomicBool>);
-
-impl Stop {
-    /// A signal not yet raised.
-    pub fn new() -> Stop {
-        Stop::default()
-    }
-
-    /// Raises the signal.
-    pub fn raise(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether the signal was raised.
-    pub fn is_raised(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
     }
 }

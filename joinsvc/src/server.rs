@@ -1,0 +1,183 @@
+//! The join API's RPC wiring: the methods of the wire contract routed to the
+//! ticket service, each refusal mapped to the gRPC status a caller sees and
+//! counted in the metrics. The decisions themselves are in [`crate::ticket`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use confboot::atls::AtlsError;
+use confboot::attestation::AttestationError;
+use confboot::rpc::{Code, Router, Status};
+use confboot_proto::health::{HealthCheckResponse, health_check_response};
+use confboot_proto::{HEALTH_CHECK, JOIN, REJOIN};
+
+use crate::metrics::Metrics;
+use crate::ticket::{TicketError, TicketService};
+
+/// The gRPC status a caller sees when no ticket was issued.
+pub fn ticket_status(e: &TicketError) -> Status {
+    let code = match e {
+        TicketError::InvalidRequest(_) => Code::InvalidArgument,
+        TicketError::Token(_) => Code::Unavailable,
+        TicketError::ControlPlaneFiles(_) => Code::FailedPrecondition,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// A short label for a refused handshake, for metrics.
+pub fn handshake_reason(e: &AtlsError) -> &'static str {
+    match e {
+        AtlsError::Attestation(AttestationError::Measurement { .. }) => "measurement",
+        AtlsError::Attestation(AttestationError::Trust(_)) => "untrusted_key",
+        AtlsError::Attestation(_) => "attestation",
+        AtlsError::MissingEvidence
+        | AtlsError::UnknownVariant { .. }
+        | AtlsError::CriticalExtension { .. } => "attestation",
+        AtlsError::Timeout | AtlsError::Io(_) => "connection",
+        _ => "handshake",
+    }
+}
+
+/// The join API: health check, join and rejoin tickets. Ticket methods
+/// serve only callers that attested in the handshake.
+/// A request's disk UUID as logs may show it: only once it is known to be
+/// a UUID (a caller's arbitrary bytes, of any length, never reach a log).
+fn disk_for_log(raw: &str) -> &str {
+    if confboot::kms::is_uuid(raw) {
+        raw
+    } else {
+        "(not a UUID)"
+    }
+}
+
+pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
+    let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
+    Router::new()
+        .unary(HEALTH_CHECK, |_ctx, _req| {
+            Ok(HealthCheckResponse {
+                status: health_check_response::ServingStatus::Serving as i32,
+            })
+        })
+        .unary(JOIN, move |ctx, req| {
+            let started = Instant::now();
+            // The handshake required attestation; fail closed all the same.
+            let Some(peer) = ctx.peer() else {
+                join_metrics.refused("unattested");
+                return Err(Status::permission_denied("the caller did not attest"));
+            };
+            log::info!(
+                "join ticket requested for disk {} (control plane: {})",
+                disk_for_log(&req.disk_uuid),
+                req.is_control_plane
+            );
+            log::trace!("caller's measurements: {:?}", peer.measurements);
+            let result = join_tickets.issue_join_ticket(&req);
+            join_metrics.observe_latency(started.elapsed());
+            match result {
+                Ok(ticket) => {
+                    join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
+                    log::info!("join ticket issued for disk {}", req.disk_uuid);
+                    Ok(ticket)
+                }
+                Err(e) => {
+                    join_metrics.refused(e.reason());
+                    log::warn!(
+                        "join ticket for disk {} refused: {e}",
+                        disk_for_log(&req.disk_uuid)
+                    );
+                    Err(ticket_status(&e))
+                }
+            }
+        })
+        .unary(REJOIN, move |ctx, req| {
+            let started = Instant::now();
+            if ctx.peer().is_none() {
+                metrics.refused("unattested");
+                return Err(Status::permission_denied("the caller did not attest"));
+            }
+            log::info!(
+                "rejoin ticket requested for disk {}",
+                disk_for_log(&req.disk_uuid)
+            );
+            let result = tickets.issue_rejoin_ticket(&req);
+            metrics.observe_latency(started.elapsed());
+            match result {
+                Ok(ticket) => {
+                    metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
+                    Ok(ticket)
+                }
+                Err(e) => {
+                    metrics.refused(e.reason());
+                    log::warn!(
+                        "rejoin ticket for disk {} refused: {e}",
+                        disk_for_log(&req.disk_uuid)
+                    );
+                    Err(ticket_status(&e))
+                }
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::TokenError;
+
+    #[test]
+    fn each_refusal_has_its_grpc_code() {
+        for (e, code) in [
+            (
+                TicketError::InvalidRequest("disk_uuid is not a UUID".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                TicketError::Token(TokenError::Api {
+                    status: 500,
+                    reason: "InternalError".into(),
+                }),
+                Code::Unavailable,
+            ),
+            (
+                TicketError::ControlPlaneFiles("ca.key: not found".into()),
+                Code::FailedPrecondition,
+            ),
+        ] {
+            let s = ticket_status(&e);
+            assert_eq!(s.code, code, "{e}");
+            assert_eq!(s.message, e.to_string());
+        }
+    }
+
+    #[test]
+    fn the_router_serves_the_contract() {
+        let r = router_for_test();
+        assert_eq!(
+            r.methods(),
+            [HEALTH_CHECK.path(), JOIN.path(), REJOIN.path()]
+        );
+    }
+
+    fn router_for_test() -> Router {
+        use crate::ticket::TicketConfig;
+        use crate::token::{BootstrapToken, TokenIssuer};
+        struct NoTokens;
+        impl TokenIssuer for NoTokens {
+            fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError> {
+                Err(TokenError::Config("none in this test".into()))
+            }
+        }
+        let config = TicketConfig {
+            master_secret: confboot::kms::MasterSecret::new(vec![1; 32], vec![2; 32]).unwrap(),
+            measurement_salt: vec![3; 32],
+            api_server_endpoint: "10.0.0.1:6443".into(),
+            discovery_token_ca_cert_hash: "sha256:00".into(),
+            kubernetes_version: "v1.31.1".into(),
+            pki_dir: "/nonexistent".into(),
+        };
+        router(
+            Arc::new(TicketService::new(config, Arc::new(NoTokens))),
+            Arc::new(Metrics::default()),
+        )
+    }
+}

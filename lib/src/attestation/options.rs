@@ -1,0 +1,414 @@
+//! The attestation options every binary shares: a measurement-policy file
+//! and an AK-trust mode, read into vTPM validators by one builder.
+//!
+//! | binary | measurements | AK trust | `insecure-any-ak` |
+//! |---|---|---|---|
+//! | bootstrapper (checks join services) | `--joinsvc-measurements` | `--joinsvc-ak-trust` | warned |
+//! | joinsvc (checks joining nodes) | `--measurements` | `--ak-trust` | refused without `--i-understand-insecure-any-ak` |
+//! | `confboot init`/`recover` (checks a node) | `--measurements` | `--ak-trust` | warned |
+//!
+//! `insecure-any-ak` trusts any attestation key: any machine can then sign
+//! a quote for any measurements, so attestation proves nothing. It exists
+//! for local QEMU runs without provisioned AKs. Every validator built with
+//! it is announced with a warning (and the validator warns on every check);
+//! joinsvc, which hands out disk keys, refuses it unless a second flag
+//! confirms it.
+//!
+//! The policy file is read through [`crate::fs::read_bounded_text`] (at most
+//! [`MAX_POLICY_BYTES`]); the AK-trust syntax is [`AkTrust::parse`]'s.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::args::{ArgsError, Matches};
+use crate::attestation::measurements::MAX_POLICY_BYTES;
+use crate::attestation::vtpm::{AkTrust, VtpmValidator};
+use crate::attestation::{AttestationError, MeasurementPolicy, PolicyError, Validator};
+use crate::fs::{FileError, read_bounded_text};
+
+/// What a binary asks before it accepts `insecure-any-ak`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsecureAnyAk {
+    /// Accepted, with a warning.
+    Warn,
+    /// Refused unless this flag (long name, without `--`) is given too;
+    /// then accepted with a warning.
+    RequireFlag(&'static str),
+}
+
+/// The names of a binary's attestation options, and its rule for
+/// `insecure-any-ak`.
+#[derive(Clone, Copy, Debug)]
+pub struct ValidatorOptions {
+    /// The measurement-policy file option (long name, without `--`).
+    pub measurements: &'static str,
+    /// The AK-trust option (long name, without `--`).
+    pub ak_trust: &'static str,
+    /// What `insecure-any-ak` needs.
+    pub insecure_any_ak: InsecureAnyAk,
+}
+
+/// Why the attestation options could not be used.
+#[derive(Debug)]
+pub enum OptionsError {
+    /// An option is missing.
+    Args(ArgsError),
+    /// The measurement-policy file could not be read (or is too large).
+    MeasurementsFile {
+        /// The option that names it.
+        option: &'static str,
+        /// Why.
+        error: FileError,
+    },
+    /// The measurement-policy file is not a valid policy.
+    Measurements {
+        /// The option that names it.
+        option: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: PolicyError,
+    },
+    /// The AK-trust mode is malformed, or a file it names is not usable.
+    AkTrust {
+        /// The option.
+        option: &'static str,
+        /// Why.
+        error: AttestationError,
+    },
+    /// `insecure-any-ak` was given without the flag that confirms it.
+    InsecureAnyAkNotConfirmed {
+        /// The AK-trust option.
+        option: &'static str,
+        /// The flag that would confirm it.
+        confirmation: &'static str,
+    },
+}
+
+impl fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionsError::Args(e) => e.fmt(f),
+            OptionsError::MeasurementsFile { option, error } => write!(f, "--{option}: {error}"),
+            OptionsError::Measurements {
+                option,
+                path,
+                error,
+            } => write!(f, "--{option} {}: {error}", path.display()),
+            OptionsError::AkTrust { option, error } => write!(f, "--{option}: {error}"),
+            OptionsError::InsecureAnyAkNotConfirmed {
+                option,
+                confirmation,
+            } => write!(
+                f,
+                "--{option} insecure-any-ak trusts any attestation key, so any machine could pass \
+                 as an attested node; refused unless --{confirmation} is given too (local QEMU only)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OptionsError::Args(e) => Some(e),
+            OptionsError::MeasurementsFile { error, .. } => Some(error),
+            OptionsError::Measurements { error, .. } => Some(error),
+            OptionsError::AkTrust { error, .. } => Some(error),
+            OptionsError::InsecureAnyAkNotConfirmed { .. } => None,
+        }
+    }
+}
+
+impl ValidatorOptions {
+    /// The measurement policy the option names; `None` when it is not given.
+    pub fn measurements(&self, m: &Matches) -> Result<Option<MeasurementPolicy>, OptionsError> {
+        m.value(self.measurements)
+            .map(|path| self.load_measurements(Path::new(path)))
+            .transpose()
+    }
+
+    /// The measurement policy the option names, which must be given.
+    pub fn required_measurements(&self, m: &Matches) -> Result<MeasurementPolicy, OptionsError> {
+        let path = m.required(self.measurements).map_err(OptionsError::Args)?;
+        self.load_measurements(Path::new(path))
+    }
+
+    /// Reads the policy file at `path` (the option's value, or the same
+    /// file again when it changed).
+    pub fn load_measurements(&self, path: &Path) -> Result<MeasurementPolicy, OptionsError> {
+        let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|error| {
+            OptionsError::MeasurementsFile {
+                option: self.measurements,
+                error,
+            }
+        })?;
+        MeasurementPolicy::from_json(&text).map_err(|error| OptionsError::Measurements {
+            option: self.measurements,
+            path: path.to_path_buf(),
+            error,
+        })
+    }
+
+    /// The validator builder for the AK-trust option, which must be given.
+    /// `insecure-any-ak` is refused here unless the binary's rule allows it.
+    pub fn builder(&self, m: &Matches) -> Result<ValidatorBuilder, OptionsError> {
+        let spec = m.required(self.ak_trust).map_err(OptionsError::Args)?;
+        let ak_trust = AkTrust::parse(spec).map_err(|error| OptionsError::AkTrust {
+            option: self.ak_trust,
+            error,
+        })?;
+        if let (AkTrust::InsecureAnyAk, InsecureAnyAk::RequireFlag(confirmation)) =
+            (&ak_trust, self.insecure_any_ak)
+            && !m.flag(confirmation)
+        {
+            return Err(OptionsError::InsecureAnyAkNotConfirmed {
+                option: self.ak_trust,
+                confirmation,
+            });
+        }
+        Ok(ValidatorBuilder {
+            option: self.ak_trust,
+            ak_trust,
+            require_unmarked: true,
+        })
+    }
+
+    /// The validator both options describe (both must be given), for a node
+    /// that is not bootstrapped yet (PCR 15 all-zero).
+    pub fn validator(&self, m: &Matches) -> Result<Arc<dyn Validator>, OptionsError> {
+        let policy = self.required_measurements(m)?;
+        Ok(self.builder(m)?.build(policy))
+    }
+}
+
+/// Builds vTPM validators under one AK trust, one for each policy in force
+/// (joinsvc builds a new one when its policy file changes).
+#[derive(Clone, Debug)]
+pub struct ValidatorBuilder {
+    option: &'static str,
+    ak_trust: AkTrust,
+    require_unmarked: bool,
+}
+
+impl ValidatorBuilder {
+    /// Whether the attester's PCR 15 must be all-zero (a node that is not
+    /// bootstrapped yet; the default) or may hold a cluster's mark (a join
+    /// service, which runs on a bootstrapped node).
+    pub fn require_unmarked(mut self, required: bool) -> ValidatorBuilder {
+        self.require_unmarked = required;
+        self
+    }
+
+    /// The AK trust validators are built with.
+    pub fn ak_trust(&self) -> &AkTrust {
+        &self.ak_trust
+    }
+
+    /// Whether validators trust any attestation key (`insecure-any-ak`).
+    pub fn is_insecure(&self) -> bool {
+        matches!(self.ak_trust, AkTrust::InsecureAnyAk)
+    }
+
+    /// A validator for `policy`. With `insecure-any-ak`, says so in a
+    /// warning every time.
+    pub fn build(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
+        if self.is_insecure() {
+            log::warn!(
+                "--{} insecure-any-ak: any attestation key is trusted, so attestation proves \
+                 nothing about the machine; for local QEMU only",
+                self.option
+            );
+        }
+        Arc::new(
+            VtpmValidator::new(self.ak_trust.clone(), policy)
+                .require_unmarked(self.require_unmarked),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Command, Opt};
+
+    const CMD: Command = Command {
+        name: "t",
+        about: "Test command.",
+        usage: "t [OPTIONS]",
+        opts: &[
+            Opt::value("measurements", "FILE", "Expected measurements"),
+            Opt::value("ak-trust", "MODE", "AK trust"),
+            Opt::flag("i-understand-insecure-any-ak", "Confirms insecure-any-ak"),
+        ],
+    };
+
+    const WARN: ValidatorOptions = ValidatorOptions {
+        measurements: "measurements",
+        ak_trust: "ak-trust",
+        insecure_any_ak: InsecureAnyAk::Warn,
+    };
+
+    const STRICT: ValidatorOptions = ValidatorOptions {
+        insecure_any_ak: InsecureAnyAk::RequireFlag("i-understand-insecure-any-ak"),
+        ..WARN
+    };
+
+    fn parse(args: &[&str]) -> Matches {
+        CMD.parse(args.iter().map(|s| s.to_string())).unwrap()
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("confboot-opts-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn policy_file(dir: &Path) -> PathBuf {
+        let f = dir.join("measurements.json");
+        std::fs::write(
+            &f,
+            format!(
+                r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
+                "ab".repeat(32)
+            ),
+        )
+        .unwrap();
+        f
+    }
+
+    #[test]
+    fn insecure_any_ak_needs_the_confirmation_where_the_binary_asks_for_it() {
+        let m = parse(&["--ak-trust", "insecure-any-ak"]);
+        let e = STRICT.builder(&m).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OptionsError::InsecureAnyAkNotConfirmed {
+                    option: "ak-trust",
+                    confirmation: "i-understand-insecure-any-ak"
+                }
+            ),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("--ak-trust insecure-any-ak")
+                && shown.contains("--i-understand-insecure-any-ak"),
+            "{shown}"
+        );
+        let m = parse(&[
+            "--ak-trust",
+            "insecure-any-ak",
+            "--i-understand-insecure-any-ak",
+        ]);
+        assert!(STRICT.builder(&m).unwrap().is_insecure());
+        // Where the binary only warns, no confirmation is needed.
+        let m = parse(&["--ak-trust", "insecure-any-ak"]);
+        assert!(WARN.builder(&m).unwrap().is_insecure());
+        // The confirmation changes nothing for a real trust mode.
+        let key = format!("04{}", "ab".repeat(64));
+        let m = parse(&["--ak-trust", &format!("pinned:{key}")]);
+        let b = STRICT.builder(&m).unwrap();
+        assert!(!b.is_insecure());
+        assert!(matches!(b.ak_trust(), AkTrust::Pinned(keys) if keys.len() == 1));
+    }
+
+    #[test]
+    fn both_options_make_a_validator_and_errors_name_the_option() {
+        let dir = temp_dir("validator");
+        let policy = policy_file(&dir);
+        let policy_arg = policy.display().to_string();
+        let key = format!("pinned:04{}", "ab".repeat(64));
+        let m = parse(&["--measurements", &policy_arg, "--ak-trust", &key]);
+        WARN.validator(&m).unwrap();
+        assert_eq!(
+            WARN.measurements(&m).unwrap().unwrap().entries()[&4].value,
+            vec![0xab; 32]
+        );
+        assert!(WARN.measurements(&parse(&[])).unwrap().is_none());
+
+        let e = WARN.validator(&parse(&["--ak-trust", &key])).err().unwrap();
+        assert!(
+            matches!(&e, OptionsError::Args(ArgsError::Required(o)) if o == "measurements"),
+            "{e:?}"
+        );
+        let e = WARN
+            .validator(&parse(&["--measurements", &policy_arg]))
+            .err()
+            .unwrap();
+        assert_eq!(e.to_string(), "option --ak-trust is required");
+        let e = WARN
+            .builder(&parse(&["--ak-trust", "trust-me"]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OptionsError::AkTrust {
+                    option: "ak-trust",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("--ak-trust: "), "{e}");
+
+        std::fs::write(&policy, "{ broken").unwrap();
+        let e = WARN.measurements(&m).unwrap_err();
+        assert!(
+            matches!(&e, OptionsError::Measurements { option: "measurements", path, .. } if path == &policy),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("--measurements {policy_arg}: ")),
+            "{e}"
+        );
+        let missing = dir.join("missing.json");
+        let e = WARN.load_measurements(&missing).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                OptionsError::MeasurementsFile {
+                    error: FileError::Read { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oversized_policy_file_is_refused_naming_the_file_and_the_limit() {
+        let dir = temp_dir("oversized");
+        let policy = policy_file(&dir);
+        let mut text = std::fs::read_to_string(&policy).unwrap();
+        text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
+        std::fs::write(&policy, text).unwrap();
+        let e = WARN.load_measurements(&policy).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                OptionsError::MeasurementsFile {
+                    option: "measurements",
+                    error: FileError::TooLarge {
+                        limit: MAX_POLICY_BYTES,
+                        ..
+                    }
+                }
+            ),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("--measurements: ")
+                && shown.contains(&policy.display().to_string())
+                && shown.contains(&MAX_POLICY_BYTES.to_string()),
+            "{shown}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
