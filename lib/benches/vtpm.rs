@@ -78,6 +78,7 @@ fn main() {
         .distinguished_name
         .push(rcgen::DnType::CommonName, "bench CA");
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
     let ca_der = ca_params.self_signed(&ca_key).unwrap().der().to_vec();
     let ca = rcgen::Issuer::new(ca_params, ca_key);
     let cert = issue_ak_certificate(&issuer.ak_public_key(), "bench AK", &ca).unwrap();

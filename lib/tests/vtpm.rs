@@ -54,12 +54,33 @@ struct TestCa {
 
 fn test_ca(name: &str) -> TestCa {
     let key = rcgen::KeyPair::generate().unwrap();
+    let params = ca_params(name, &[rcgen::KeyUsagePurpose::KeyCertSign]);
+    let der = params.self_signed(&key).unwrap().der().to_vec();
+    TestCa {
+        issuer: rcgen::Issuer::new(params, key),
+        der,
+    }
+}
+
+fn ca_params(name: &str, usages: &[rcgen::KeyUsagePurpose]) -> rcgen::CertificateParams {
     let mut params = rcgen::CertificateParams::default();
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, name);
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let der = params.self_signed(&key).unwrap().der().to_vec();
+    params.key_usages = usages.to_vec();
+    params
+}
+
+/// A CA certificate for `name` issued by `parent` (an intermediate).
+fn intermediate_ca(name: &str, parent: &TestCa, usages: &[rcgen::KeyUsagePurpose]) -> TestCa {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = ca_params(name, usages);
+    let der = params
+        .signed_by(&key, &parent.issuer)
+        .unwrap()
+        .der()
+        .to_vec();
     TestCa {
         issuer: rcgen::Issuer::new(params, key),
         der,
@@ -362,28 +383,41 @@ fn software_signed_quote_from_unrestricted_key_is_refused() {
         w.bytes
     };
     let pcr_values: Vec<(u32, [u8; 32])> = (0..24).map(|i| (i, [0u8; 32])).collect();
-    let mut w = Writer::default();
-    w.u32(structures::TPM_GENERATED_VALUE)
-        .u16(structures::TPM_ST_ATTEST_QUOTE)
-        .tpm2b(&[0; 34])
-        .tpm2b(&EXTRA)
-        .raw(&[0; 17])
-        .raw(&[0; 8])
-        .u32(1)
-        .u16(structures::TPM_ALG_SHA256)
-        .u8(3)
-        .raw(&[0xff; 3])
-        .tpm2b(&pcr_digest(pcr_values.iter().map(|(_, v)| &v[..])));
-    let attest = w.bytes;
-    let sig = key.sign(&rng, &attest).unwrap();
-    let quote = confboot::tpm::Quote {
-        attest,
-        signature: structures::ecdsa_signature_bytes(&sig.as_ref()[..32], &sig.as_ref()[32..]),
+    // A quote as a TPM would make it for the key with `public` (its
+    // Qualified Name as a primary of the owner hierarchy), signed in software.
+    let quote_for = |public: &[u8], safe: bool| {
+        let mut w = Writer::default();
+        w.u32(structures::TPM_GENERATED_VALUE)
+            .u16(structures::TPM_ST_ATTEST_QUOTE)
+            .tpm2b(&confboot::tpm::primary_qualified_name(
+                confboot::tpm::TPM_RH_OWNER,
+                public,
+            ))
+            .tpm2b(&EXTRA)
+            .raw(&[0; 16])
+            .u8(u8::from(safe))
+            .raw(&[0; 8])
+            .u32(1)
+            .u16(structures::TPM_ALG_SHA256)
+            .u8(3)
+            .raw(&[0xff; 3])
+            .tpm2b(&pcr_digest(pcr_values.iter().map(|(_, v)| &v[..])));
+        let attest = w.bytes;
+        let sig = key.sign(&rng, &attest).unwrap();
+        confboot::tpm::Quote {
+            attest,
+            signature: structures::ecdsa_signature_bytes(&sig.as_ref()[..32], &sig.as_ref()[32..]),
+        }
     };
     let any = VtpmValidator::new(AkTrust::InsecureAnyAk, no_policy());
     let sign_only =
         structures::object_attributes::SIGN | structures::object_attributes::USER_WITH_AUTH;
-    let forged = encode_evidence(&quote, &pcr_values, &public_area(sign_only), None);
+    let forged = encode_evidence(
+        &quote_for(&public_area(sign_only), true),
+        &pcr_values,
+        &public_area(sign_only),
+        None,
+    );
     assert_eq!(
         message(any.validate(&forged, &EXTRA)),
         AttestationError::Trust(format!(
@@ -392,13 +426,17 @@ fn software_signed_quote_from_unrestricted_key_is_refused() {
     );
     // The same forgery claiming AK attributes passes insecure-any-ak (that is
     // what "insecure" means) but not a pinned list.
-    let claimed = encode_evidence(
-        &quote,
-        &pcr_values,
-        &public_area(structures::object_attributes::AK),
-        None,
-    );
+    let ak_area = public_area(structures::object_attributes::AK);
+    let claimed = encode_evidence(&quote_for(&ak_area, true), &pcr_values, &ak_area, None);
     any.validate(&claimed, &EXTRA).unwrap();
+    // Even so, a quote whose clock is not safe is refused.
+    let unsafe_clock = encode_evidence(&quote_for(&ak_area, false), &pcr_values, &ak_area, None);
+    assert_eq!(
+        message(any.validate(&unsafe_clock, &EXTRA)),
+        AttestationError::Signature(
+            "the quote's clock is not safe (the TPM's clock may have gone backwards)".into()
+        )
+    );
     let other_point = {
         let mut p = point.clone();
         p[64] ^= 1;
@@ -603,4 +641,72 @@ fn evidence_stays_consistent_when_pcrs_change_between_quotes() {
         .validate(&issuer.issue(&extra).unwrap(), &extra)
         .unwrap();
     assert_eq!(second.measurements, third.measurements);
+}
+
+/// The quote names its signer (qualifiedSigner): a public area with the
+/// AK's point but other attributes than the TPM's key is not that signer.
+#[test]
+fn an_ak_public_area_that_is_not_the_quotes_signer_is_refused() {
+    let (_swtpm, issuer) = started();
+    let evidence = issuer.issue(&EXTRA).unwrap();
+    let validator = pinned(&issuer);
+    validator.validate(&evidence, &EXTRA).unwrap();
+    let altered = modified(&evidence, |e| {
+        // objectAttributes follow type and nameAlg: add noDA (bit 10).
+        let attributes = u32::from_be_bytes(e.ak_public[4..8].try_into().unwrap()) ^ 0x400;
+        e.ak_public[4..8].copy_from_slice(&attributes.to_be_bytes());
+    });
+    match validator.validate(&altered, &EXTRA) {
+        Err(AttestationError::Signature(m)) => assert!(m.contains("qualifiedSigner"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_ak_certificate_chains_through_intermediates_to_a_root_that_signs_certificates() {
+    use rcgen::KeyUsagePurpose::{DigitalSignature, KeyCertSign};
+    let (_swtpm, issuer) = started();
+    let evidence = issuer.issue(&EXTRA).unwrap();
+    let root = test_ca("AK Root CA");
+    let intermediate = intermediate_ca("AK Issuing CA 01", &root, &[KeyCertSign]);
+    let cert =
+        issue_ak_certificate(&issuer.ak_public_key(), "node-1 AK", &intermediate.issuer).unwrap();
+    let with_cert = modified(&evidence, |e| e.ak_certificate = cert.clone());
+    let trusting =
+        |cas: Vec<Vec<u8>>| VtpmValidator::new(AkTrust::CertificateRoots(cas), no_policy());
+
+    // Root and intermediate configured: the chain is walked to the root.
+    trusting(vec![root.der.clone(), intermediate.der.clone()])
+        .validate(&with_cert, &EXTRA)
+        .unwrap();
+    // The intermediate alone is no root: nothing it signs is trusted.
+    match trusting(vec![intermediate.der.clone()]).validate(&with_cert, &EXTRA) {
+        Err(AttestationError::Trust(m)) => {
+            assert!(m.contains("intermediate CA \"CN=AK Issuing CA 01\""), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A CA certificate without keyCertSign issues nothing.
+    let signer_only = intermediate_ca("AK Issuing CA 02", &root, &[DigitalSignature]);
+    let cert =
+        issue_ak_certificate(&issuer.ak_public_key(), "node-1 AK", &signer_only.issuer).unwrap();
+    let bad = modified(&evidence, |e| e.ak_certificate = cert);
+    match trusting(vec![root.der.clone(), signer_only.der.clone()]).validate(&bad, &EXTRA) {
+        Err(AttestationError::Trust(m)) => assert!(m.contains("keyCertSign"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Nor does a root that is not a CA with keyCertSign.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let plain_params = ca_params("Plain Root", &[]);
+    let plain_der = plain_params.self_signed(&key).unwrap().der().to_vec();
+    let plain = TestCa {
+        issuer: rcgen::Issuer::new(plain_params, key),
+        der: plain_der,
+    };
+    let cert = issue_ak_certificate(&issuer.ak_public_key(), "node-1 AK", &plain.issuer).unwrap();
+    let bad = modified(&evidence, |e| e.ak_certificate = cert);
+    match trusting(vec![plain.der.clone()]).validate(&bad, &EXTRA) {
+        Err(AttestationError::Trust(m)) => assert!(m.contains("keyCertSign"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -51,6 +51,27 @@ pub const DEFAULT_AK_HANDLE: u32 = 0x8100_0003;
 pub const AK_CERT_NV_INDEX: u32 = 0x01C1_01D0;
 /// The owner hierarchy (`TPM_RH_OWNER`).
 pub const TPM_RH_OWNER: u32 = 0x4000_0001;
+/// The endorsement hierarchy (`TPM_RH_ENDORSEMENT`).
+pub const TPM_RH_ENDORSEMENT: u32 = 0x4000_000B;
+
+/// The Name of an object with SHA-256 as its name algorithm: the algorithm
+/// id followed by SHA-256 of its `TPMT_PUBLIC` (TPM 2.0 Part 1, 16).
+pub fn object_name(public_area: &[u8]) -> Vec<u8> {
+    let mut name = structures::TPM_ALG_SHA256.to_be_bytes().to_vec();
+    name.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, public_area).as_ref());
+    name
+}
+
+/// The Qualified Name a TPM gives a primary object of `hierarchy` (the
+/// hierarchy's handle stands for its parent's Qualified Name): what a quote
+/// names as `qualifiedSigner` when that object signed it.
+pub fn primary_qualified_name(hierarchy: u32, public_area: &[u8]) -> Vec<u8> {
+    let mut input = hierarchy.to_be_bytes().to_vec();
+    input.extend_from_slice(&object_name(public_area));
+    let mut qn = structures::TPM_ALG_SHA256.to_be_bytes().to_vec();
+    qn.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, &input).as_ref());
+    qn
+}
 /// The password session handle (`TPM_RS_PW`).
 pub const TPM_RS_PW: u32 = 0x4000_0009;
 /// PCR that marks a node as bootstrapped (extended with the cluster id).

@@ -12,15 +12,20 @@ use x509_parser::prelude::{FromDer as _, X509Certificate};
 use crate::attestation::AttestationError;
 use crate::hex::{self, HexError};
 
+/// Largest `ca:FILE` file read (a bundle of a few dozen certificates).
+pub const MAX_CA_FILE_LEN: u64 = 256 * 1024;
+
 /// Largest `pinned:FILE` file read (a key is a line of 131 bytes).
 pub const MAX_PINNED_KEYS_LEN: u64 = 64 * 1024;
 
 /// Which attestation keys a [`VtpmValidator`](super::VtpmValidator) trusts.
 #[derive(Clone, Debug)]
 pub enum AkTrust {
-    /// AKs with a certificate (carried in the evidence) signed directly by one
-    /// of these CA certificates (DER), whose key is the AK. See
-    /// [`load_ca_certificates`].
+    /// AKs with a certificate (carried in the evidence) whose key is the AK
+    /// and that chains to one of these CA certificates (DER) that is
+    /// self-signed, through at most [`MAX_AK_CHAIN_DEPTH`] of them (the ones
+    /// that are not self-signed serve as intermediates). Every CA on the way
+    /// must be a CA with keyCertSign. See [`load_ca_certificates`].
     CertificateRoots(Vec<Vec<u8>>),
     /// AKs whose public key (SEC1 uncompressed P-256 point, 65 bytes; see
     /// [`VtpmIssuer::ak_public_key`](super::VtpmIssuer::ak_public_key)) is in this list.
@@ -101,35 +106,11 @@ impl AkTrust {
                         rest.len()
                     )));
                 }
-                let mut failures = Vec::new();
-                let mut signed_by_root = false;
-                for root_der in roots {
-                    let Ok((_, root)) = X509Certificate::from_der(root_der) else {
-                        continue;
-                    };
-                    if root.subject() != cert.issuer() {
-                        continue;
-                    }
-                    match verify_certificate_signature(&cert, &root) {
-                        Ok(()) => {
-                            signed_by_root = true;
-                            break;
-                        }
-                        Err(e) => failures.push(format!("{}: {e}", root.subject())),
-                    }
-                }
-                if !signed_by_root {
-                    return Err(trust(format!(
-                        "AK certificate (issuer \"{}\") is not signed by any of the {} configured CAs{}",
-                        cert.issuer(),
-                        roots.len(),
-                        if failures.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({})", failures.join("; "))
-                        }
-                    )));
-                }
+                let configured: Vec<X509Certificate<'_>> = roots
+                    .iter()
+                    .filter_map(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c))
+                    .collect();
+                chain_to_root(&cert, &configured).map_err(trust)?;
                 if !cert.validity().is_valid() {
                     return Err(trust(format!(
                         "AK certificate is outside its validity period ({} to {})",
@@ -149,6 +130,84 @@ impl AkTrust {
             }
         }
     }
+}
+
+/// Most CA certificates between an AK certificate and its root.
+pub const MAX_AK_CHAIN_DEPTH: usize = 4;
+
+/// Whether `ca` may issue certificates: a CA (basic constraints) whose key
+/// usage includes keyCertSign.
+fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), String> {
+    let is_ca = matches!(ca.basic_constraints(), Ok(Some(bc)) if bc.value.ca);
+    let signs_certs = matches!(ca.key_usage(), Ok(Some(ku)) if ku.value.key_cert_sign());
+    if is_ca && signs_certs {
+        Ok(())
+    } else {
+        Err(format!(
+            "\"{}\" is not a CA certificate with keyCertSign (basic constraints CA: {is_ca}, \
+             keyCertSign: {signs_certs})",
+            ca.subject()
+        ))
+    }
+}
+
+/// Walks from `cert` up through the `configured` certificates until a
+/// self-signed one (a root): each step's issuer must sign it, be an issuing
+/// CA and be within its validity period. Configured certificates that are
+/// not self-signed serve as intermediates only.
+fn chain_to_root(
+    cert: &X509Certificate<'_>,
+    configured: &[X509Certificate<'_>],
+) -> Result<(), String> {
+    let mut current = cert;
+    for depth in 0..=MAX_AK_CHAIN_DEPTH {
+        let what = if depth == 0 {
+            "AK certificate".to_string()
+        } else {
+            format!("intermediate CA \"{}\"", current.subject())
+        };
+        let mut failures = Vec::new();
+        let issuer = configured.iter().find(|ca| {
+            if ca.subject() != current.issuer() {
+                return false;
+            }
+            match verify_certificate_signature(current, ca) {
+                Ok(()) => true,
+                Err(e) => {
+                    failures.push(format!("{}: {e}", ca.subject()));
+                    false
+                }
+            }
+        });
+        let Some(issuer) = issuer else {
+            return Err(format!(
+                "{what} (issuer \"{}\") is not signed by any of the {} configured CAs{}",
+                current.issuer(),
+                configured.len(),
+                if failures.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", failures.join("; "))
+                }
+            ));
+        };
+        check_is_issuing_ca(issuer)?;
+        if !issuer.validity().is_valid() {
+            return Err(format!(
+                "CA \"{}\" is outside its validity period ({} to {})",
+                issuer.subject(),
+                issuer.validity().not_before,
+                issuer.validity().not_after
+            ));
+        }
+        if issuer.subject() == issuer.issuer() {
+            return Ok(());
+        }
+        current = issuer;
+    }
+    Err(format!(
+        "the AK certificate's chain is longer than {MAX_AK_CHAIN_DEPTH} CAs or reaches no self-signed root"
+    ))
 }
 
 /// Why one pinned AK key was refused.
@@ -328,8 +387,8 @@ fn ak_key(text: &str) -> Result<Vec<u8>, AkKeyError> {
 /// Reads CA certificates from a file: one or more PEM `CERTIFICATE` blocks,
 /// or one DER certificate. Each must parse.
 pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| AttestationError::Policy(format!("cannot read {}: {e}", path.display())))?;
+    let bytes = crate::fs::read_bounded(path, MAX_CA_FILE_LEN)
+        .map_err(|e| AttestationError::Policy(e.to_string()))?;
     let ders: Vec<Vec<u8>> = if bytes.starts_with(b"-----BEGIN") {
         let mut ders = Vec::new();
         for pem in x509_parser::pem::Pem::iter_from_buffer(&bytes) {
@@ -342,7 +401,7 @@ pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationErro
         }
         ders
     } else {
-        vec![bytes]
+        vec![bytes.to_vec()]
     };
     if ders.is_empty() {
         return Err(AttestationError::Policy(format!(

@@ -237,6 +237,25 @@ impl Validator for VtpmValidator {
                 ak.object_attributes
             )));
         }
+        // The TPM names the key that signed in the quote itself: the
+        // public area in the evidence (attributes included) must be that
+        // key's, a primary key of the owner or endorsement hierarchy.
+        let signer_is_this_ak = [tpm::TPM_RH_OWNER, tpm::TPM_RH_ENDORSEMENT]
+            .iter()
+            .any(|&h| info.qualified_signer == tpm::primary_qualified_name(h, &e.ak_public));
+        if !signer_is_this_ak {
+            return Err(AttestationError::Signature(format!(
+                "the quote's qualifiedSigner {} is not the Qualified Name of the AK in the evidence \
+                 (a primary key of the owner or endorsement hierarchy)",
+                hex::encode(&info.qualified_signer)
+            )));
+        }
+        // A clock that may have gone backwards lets old quotes pass as new.
+        if !info.safe {
+            return Err(AttestationError::Signature(
+                "the quote's clock is not safe (the TPM's clock may have gone backwards)".into(),
+            ));
+        }
         self.ak_trust.check(&ak.point, &e.ak_certificate)?;
 
         let measurements: BTreeMap<u32, Vec<u8>> = e.pcr_values.into_iter().collect();
