@@ -135,7 +135,7 @@ fn genuine_reports_verify_with_their_own_certificates() {
         for c in &checks {
             assert!(matches!(c.outcome, CheckOutcome::Passed(_)), "{c}");
         }
-        assert_eq!(checks.len(), 17);
+        assert_eq!(checks.len(), 20);
         let attested = v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
         assert_eq!(attested.variant, Variant::SevSnp);
         assert_eq!(
@@ -943,4 +943,86 @@ fn certificates_are_used_only_inside_their_validity_window() {
 
 fn crate_time(date: &str) -> i64 {
     confboot::time::parse_instant(date).unwrap()
+}
+
+#[test]
+fn smt_migration_agent_and_minimum_abi_are_checked_against_the_policy() {
+    let f = trustee();
+    let report = f.parsed();
+    let detailed = |policy: confboot::attestation::snp::SnpPolicy, bytes: &[u8]| {
+        validator(policy, TrustRoots::builtin())
+            .verify_report_detailed(&f.evidence_of(bytes), &f.exact_report_data())
+    };
+    // SMT: the guest lets the host run it; a policy that wants it off says no.
+    let mut no_smt = f.policy();
+    no_smt.allow_smt = false;
+    let mut smt_off = f.report.clone();
+    let policy_bits = u64::from_le_bytes(
+        f.report[offset::POLICY..offset::POLICY + 8]
+            .try_into()
+            .unwrap(),
+    );
+    smt_off[offset::POLICY..offset::POLICY + 8]
+        .copy_from_slice(&(policy_bits & !(1 << 16)).to_le_bytes());
+    if report.smt_allowed() {
+        assert!(matches!(
+            outcome(&detailed(no_smt.clone(), &f.report), check::SMT),
+            CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("allows SMT")
+        ));
+    }
+    assert!(matches!(
+        outcome(&detailed(no_smt, &smt_off), check::SMT),
+        CheckOutcome::Passed(_)
+    ));
+    // A migration agent is refused unless the policy accepts one.
+    let mut with_ma = f.report.clone();
+    with_ma[offset::POLICY..offset::POLICY + 8]
+        .copy_from_slice(&(policy_bits | (1 << 18)).to_le_bytes());
+    assert!(matches!(
+        outcome(&detailed(f.policy(), &with_ma), check::MIGRATION_AGENT),
+        CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("migration agent")
+    ));
+    let mut accepts_ma = f.policy();
+    accepts_ma.allow_migration_agent = true;
+    assert!(matches!(
+        outcome(&detailed(accepts_ma, &with_ma), check::MIGRATION_AGENT),
+        CheckOutcome::Passed(_)
+    ));
+    // The firmware's ABI against a minimum above it, and at it.
+    let (major, minor) = report.firmware_abi();
+    let mut above = f.policy();
+    above.minimum_abi = (major.saturating_add(1), 0);
+    assert!(matches!(
+        outcome(&detailed(above, &f.report), check::MIN_ABI),
+        CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("below the minimum")
+    ));
+    let mut at = f.policy();
+    at.minimum_abi = (major, minor);
+    assert!(matches!(
+        outcome(&detailed(at, &f.report), check::MIN_ABI),
+        CheckOutcome::Passed(_)
+    ));
+    // And from a policy file.
+    let text = format!(
+        r#"{{"measurement": {{"expected": "{}", "warnOnly": false}},
+            "allowSmt": false, "allowMigrationAgent": true, "minimumAbi": "1.51"}}"#,
+        "ab".repeat(48)
+    );
+    let p = confboot::attestation::snp::SnpPolicy::from_json(&text).unwrap();
+    assert!(!p.allow_smt && p.allow_migration_agent && p.minimum_abi == (1, 51));
+    let defaults = confboot::attestation::snp::SnpPolicy::from_json(&text.replace(
+        r#""allowSmt": false, "allowMigrationAgent": true, "minimumAbi": "1.51""#,
+        r#""vmpl": 0"#,
+    ))
+    .unwrap();
+    assert!(
+        defaults.allow_smt && !defaults.allow_migration_agent && defaults.minimum_abi == (0, 0)
+    );
+    for bad in [r#""1""#, r#""1.x""#, r#""256.0""#, "151"] {
+        let text = format!(r#"{{"minimumAbi": {bad}, "insecureAnyImage": true}}"#);
+        assert!(
+            confboot::attestation::snp::SnpPolicy::from_json(&text).is_err(),
+            "{text}"
+        );
+    }
 }

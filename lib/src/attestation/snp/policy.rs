@@ -26,6 +26,12 @@
 //!   requested at (0..=3).
 //! - `allowDebug` (optional, default false): whether a guest policy with the
 //!   DEBUG bit is accepted.
+//! - `allowSmt` (optional, default true): whether a guest policy that lets
+//!   the host run SMT is accepted; false requires SMT off.
+//! - `allowMigrationAgent` (optional, default false): whether a guest policy
+//!   that allows a migration agent is accepted.
+//! - `minimumAbi` (optional, `"MAJOR.MINOR"`, default `"0.0"`): the least
+//!   firmware ABI (`CURRENT_MAJOR.CURRENT_MINOR`) the report may carry.
 //! - `hostData` (optional): if present, `HOST_DATA` must equal it (32 bytes).
 //! - `idKeyDigests` (optional): if present and non-empty, `ID_KEY_DIGEST`
 //!   must be one of them (48 bytes each).
@@ -104,7 +110,7 @@ impl MinimumTcb {
 }
 
 /// What an SEV-SNP report must satisfy, beyond its signatures.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnpPolicy {
     /// The expected launch measurement, at index 0. Empty means "not
     /// checked", which [`SnpValidator`](super::SnpValidator) refuses (fails closed).
@@ -115,6 +121,17 @@ pub struct SnpPolicy {
     pub vmpl: u32,
     /// Whether the DEBUG guest policy bit is accepted.
     pub allow_debug: bool,
+    /// Whether a guest policy that lets the host run SMT is accepted
+    /// (`allowSmt`, default true: most hosts run SMT; false requires a guest
+    /// that the firmware launches only with SMT off).
+    pub allow_smt: bool,
+    /// Whether a guest policy that allows a migration agent is accepted
+    /// (`allowMigrationAgent`, default false: a migration agent can read the
+    /// guest's memory).
+    pub allow_migration_agent: bool,
+    /// The least firmware ABI version, `(major, minor)` (`minimumAbi`:
+    /// `"1.51"`; default `0.0`, any).
+    pub minimum_abi: (u8, u8),
     /// Required `HOST_DATA`, if any.
     pub host_data: Option<[u8; 32]>,
     /// Accepted `ID_KEY_DIGEST`s; empty means any.
@@ -131,6 +148,20 @@ pub struct SnpPolicy {
     /// Whether the policy file said `"insecureAnyImage": true`: it may pin no
     /// guest image (a `warnOnly` measurement and no ID key).
     pub insecure_any_image: bool,
+}
+
+/// `"MAJOR.MINOR"`, each 0..=255.
+fn parse_abi(value: &Value) -> Result<(u8, u8), PolicyError> {
+    let bad = || format_err("minimumAbi must be \"MAJOR.MINOR\" (e.g. \"1.51\")");
+    let text = value.as_str().ok_or_else(bad)?;
+    let (major, minor) = text.split_once('.').ok_or_else(bad)?;
+    let part = |p: &str| {
+        if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse::<u8>().map_err(|_| bad())
+    };
+    Ok((part(major)?, part(minor)?))
 }
 
 fn format_err(m: impl Into<String>) -> PolicyError {
@@ -166,6 +197,29 @@ fn resolve(path: &str, base: Option<&Path>) -> PathBuf {
     match base {
         Some(b) if p.is_relative() => b.join(p),
         _ => p,
+    }
+}
+
+impl Default for SnpPolicy {
+    /// Nothing pinned yet; SMT allowed, no migration agent, no debugging,
+    /// VMPL 0.
+    fn default() -> Self {
+        SnpPolicy {
+            measurement: MeasurementPolicy::default(),
+            minimum_tcb: MinimumTcb::default(),
+            vmpl: 0,
+            allow_debug: false,
+            allow_smt: true,
+            allow_migration_agent: false,
+            minimum_abi: (0, 0),
+            host_data: None,
+            id_key_digests: Vec::new(),
+            root_bundles: Vec::new(),
+            vcek_cache_dir: None,
+            kds_fetch: false,
+            kds_base_url: None,
+            insecure_any_image: false,
+        }
     }
 }
 
@@ -209,6 +263,17 @@ impl SnpPolicy {
                         .as_bool()
                         .ok_or_else(|| format_err("allowDebug must be true or false"))?;
                 }
+                "allowSmt" => {
+                    policy.allow_smt = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("allowSmt must be true or false"))?;
+                }
+                "allowMigrationAgent" => {
+                    policy.allow_migration_agent = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("allowMigrationAgent must be true or false"))?;
+                }
+                "minimumAbi" => policy.minimum_abi = parse_abi(value)?,
                 "hostData" => policy.host_data = Some(hex_field(value, "hostData")?),
                 "idKeyDigests" => {
                     let arr = value

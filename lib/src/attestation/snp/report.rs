@@ -61,6 +61,10 @@ pub mod offset {
     pub const CHIP_ID: usize = 0x1A0;
     /// `COMMITTED_TCB` (u64).
     pub const COMMITTED_TCB: usize = 0x1E0;
+    /// `CURRENT_MINOR` (u8): the firmware's ABI minor version.
+    pub const CURRENT_MINOR: usize = 0x1E9;
+    /// `CURRENT_MAJOR` (u8): the firmware's ABI major version.
+    pub const CURRENT_MAJOR: usize = 0x1EA;
     /// `LAUNCH_TCB` (u64).
     pub const LAUNCH_TCB: usize = 0x1F0;
     /// `SIGNATURE`: R (72 bytes little-endian), S (72 bytes little-endian), reserved.
@@ -283,6 +287,19 @@ impl SnpReport {
     /// Whether the guest policy allows debugging (bit 19).
     pub fn debug_allowed(&self) -> bool {
         self.guest_policy() & (1 << 19) != 0
+    }
+
+    /// Whether the guest policy allows SMT on the host (bit 16).
+    pub fn smt_allowed(&self) -> bool {
+        self.guest_policy() & (1 << 16) != 0
+    }
+
+    /// The firmware's ABI version, `(major, minor)` (`CURRENT_MAJOR`,
+    /// `CURRENT_MINOR`).
+    pub fn firmware_abi(&self) -> (u8, u8) {
+        let [major] = self.array(offset::CURRENT_MAJOR);
+        let [minor] = self.array(offset::CURRENT_MINOR);
+        (major, minor)
     }
 
     /// Whether the guest policy allows a migration agent (bit 18).

@@ -81,6 +81,12 @@ pub mod check {
     pub const DEBUG: &str = "debug";
     /// The VMPL.
     pub const VMPL: &str = "VMPL";
+    /// The SMT guest policy bit.
+    pub const SMT: &str = "SMT";
+    /// The migration-agent guest policy bit.
+    pub const MIGRATION_AGENT: &str = "migration agent";
+    /// The firmware ABI version ≥ minimum.
+    pub const MIN_ABI: &str = "minimum ABI";
     /// `REPORTED_TCB` ≥ minimum.
     pub const MIN_REPORTED_TCB: &str = "minimum TCB (reported)";
     /// `LAUNCH_TCB` ≥ minimum.
@@ -127,6 +133,12 @@ pub fn run_checks(
         (check::REPORT_DATA, check_report_data(report, report_data)),
         (check::DEBUG, check_debug(report, policy)),
         (check::VMPL, check_vmpl(report, policy)),
+        (check::SMT, check_smt(report, policy)),
+        (
+            check::MIGRATION_AGENT,
+            check_migration_agent(report, policy),
+        ),
+        (check::MIN_ABI, check_minimum_abi(report, policy)),
         (
             check::MIN_REPORTED_TCB,
             check_minimum_tcb("reported", product.map(|p| report.reported_tcb(p)), policy),
@@ -454,6 +466,47 @@ fn check_debug(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
         CheckOutcome::Passed("debugging allowed (the policy permits it)".into())
     } else {
         CheckOutcome::Passed("debugging disallowed".into())
+    }
+}
+
+/// [`check::SMT`]: a guest that lets the host run SMT only if the policy
+/// accepts it.
+fn check_smt(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
+    match (report.smt_allowed(), policy.allow_smt) {
+        (true, false) => CheckOutcome::Failed(AttestationError::Policy(format!(
+            "the guest policy {:#x} allows SMT, the policy requires it off",
+            report.guest_policy()
+        ))),
+        (true, true) => CheckOutcome::Passed("SMT allowed (the policy permits it)".into()),
+        (false, _) => CheckOutcome::Passed("SMT disallowed".into()),
+    }
+}
+
+/// [`check::MIGRATION_AGENT`]: a guest that allows a migration agent only if
+/// the policy accepts it.
+fn check_migration_agent(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
+    match (report.migrate_ma_allowed(), policy.allow_migration_agent) {
+        (true, false) => CheckOutcome::Failed(AttestationError::Policy(format!(
+            "the guest policy {:#x} allows a migration agent",
+            report.guest_policy()
+        ))),
+        (true, true) => {
+            CheckOutcome::Passed("migration agent allowed (the policy permits it)".into())
+        }
+        (false, _) => CheckOutcome::Passed("no migration agent".into()),
+    }
+}
+
+/// [`check::MIN_ABI`]: the firmware's ABI version is at least the policy's.
+fn check_minimum_abi(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
+    let (major, minor) = report.firmware_abi();
+    let (min_major, min_minor) = policy.minimum_abi;
+    if (major, minor) >= (min_major, min_minor) {
+        CheckOutcome::Passed(format!("{major}.{minor}"))
+    } else {
+        CheckOutcome::Failed(AttestationError::Policy(format!(
+            "firmware ABI {major}.{minor} is below the minimum {min_major}.{min_minor}"
+        )))
     }
 }
 
