@@ -20,6 +20,15 @@ fn bootstrapper_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bootstrapper"))
 }
 
+/// Asserts that a line of `log` contains `needle`, showing the log if not.
+fn assert_logged(log: &[String], needle: &str) {
+    assert!(
+        log.iter().any(|l| l.contains(needle)),
+        "no line contains {needle:?}:\n{}",
+        log.join("\n")
+    );
+}
+
 fn secs(t: Instant) -> String {
     format!("{:.2} s", t.elapsed().as_secs_f64())
 }
@@ -213,11 +222,7 @@ fn init_join_refuse_restart_and_recover() {
     );
     for (node, b) in [(&n2, b2), (&n3, b3)] {
         let log = wait_exit_ok(b, "a joining bootstrapper");
-        assert!(
-            log.iter().any(|l| l.contains("bootstrapped (Joined)")),
-            "{}",
-            log.join("\n")
-        );
+        assert_logged(&log, "bootstrapped (Joined)");
         let uuid = node.luks_uuid().expect("the joined node's disk is LUKS2");
         assert!(
             node.key_opens_disk(master.state_disk_key(&uuid).expose()),
@@ -253,11 +258,7 @@ fn init_join_refuse_restart_and_recover() {
     setup4.pinned_aks.push(tpm5.ak_public.clone());
     let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpm2.policy(), setup4);
     let log = wait_exit_ok(b4, "bootstrapper 4");
-    assert!(
-        log.iter().any(|l| l.contains("bootstrapped (Joined)")),
-        "{}",
-        log.join("\n")
-    );
+    assert_logged(&log, "bootstrapped (Joined)");
     println!("phase join across a joinsvc restart: {}", secs(t));
 
     // Node 5's first boot dies in the cluster step, after its disk was
@@ -272,11 +273,7 @@ fn init_join_refuse_restart_and_recover() {
         )
         .wait();
     assert!(!status.success(), "{}", log.join("\n"));
-    assert!(
-        log.iter().any(|l| l.contains("cluster join failed")),
-        "{}",
-        log.join("\n")
-    );
+    assert_logged(&log, "cluster join failed");
     let uuid5 = n5.luks_uuid().expect("formatted before the cluster step");
     drop(tpm5);
     let tpm5 = n5.boot_tpm(IMAGE);
@@ -284,17 +281,9 @@ fn init_join_refuse_restart_and_recover() {
         n5.bootstrapper(&tpm5, &["--join-endpoint", &endpoint]),
         "bootstrapper 5 after an interrupted first boot",
     );
-    assert!(
-        log.iter().any(|l| l.contains("bootstrapped (Joined)")),
-        "the interrupted first boot is finished, not rejoined:\n{}",
-        log.join("\n")
-    );
-    assert!(
-        log.iter()
-            .any(|l| l.contains(&format!("state disk {uuid5} opened"))),
-        "{}",
-        log.join("\n")
-    );
+    // The interrupted first boot is finished, not rejoined.
+    assert_logged(&log, "bootstrapped (Joined)");
+    assert_logged(&log, &format!("state disk {uuid5} opened"));
     assert_eq!(n5.luks_uuid().unwrap(), uuid5, "never formatted again");
     assert!(
         std::fs::read_to_string(n5.p("kubeadm.log"))
@@ -313,17 +302,8 @@ fn init_join_refuse_restart_and_recover() {
         n3.bootstrapper(&tpm3, &["--join-endpoint", &endpoint]),
         "rejoining bootstrapper",
     );
-    assert!(
-        log.iter().any(|l| l.contains("bootstrapped (Rejoined)")),
-        "{}",
-        log.join("\n")
-    );
-    assert!(
-        log.iter()
-            .any(|l| l.contains(&format!("state disk {uuid3} opened"))),
-        "{}",
-        log.join("\n")
-    );
+    assert_logged(&log, "bootstrapped (Rejoined)");
+    assert_logged(&log, &format!("state disk {uuid3} opened"));
     assert_eq!(n3.luks_uuid().unwrap(), uuid3, "a rejoin never reformats");
     assert_eq!(
         tpm3.pcr15(),
@@ -401,11 +381,7 @@ fn init_join_refuse_restart_and_recover() {
         String::from_utf8_lossy(&out.stderr)
     );
     let log = wait_exit_ok(b2, "recovering bootstrapper");
-    assert!(
-        log.iter().any(|l| l.contains("bootstrapped (Recovered)")),
-        "{}",
-        log.join("\n")
-    );
+    assert_logged(&log, "bootstrapped (Recovered)");
     assert_eq!(tpm2.pcr15(), marked, "a recovered node is marked again");
     println!("phase recovery: {}", secs(t));
     println!("whole scenario: {}", secs(t0));
@@ -594,11 +570,7 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
         ],
     );
     let log = wait_exit_ok(b, "bootstrapper verifying joinsvc");
-    assert!(
-        log.iter().any(|l| l.contains("bootstrapped (Joined)")),
-        "{}",
-        log.join("\n")
-    );
+    assert_logged(&log, "bootstrapped (Joined)");
 }
 
 #[test]
@@ -659,16 +631,7 @@ fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits(
     );
     // And the node exits, the hostile connections still open.
     let log = wait_exit_ok(b, "bootstrapper under held connections");
-    assert!(
-        log.iter().any(|l| l.contains("bootstrapped (Initialized)")),
-        "{}",
-        log.join("\n")
-    );
-    assert!(
-        log.iter()
-            .any(|l| l.contains("refusing connection from 127.0.0.2")),
-        "{}",
-        log.join("\n")
-    );
+    assert_logged(&log, "bootstrapped (Initialized)");
+    assert_logged(&log, "refusing connection from 127.0.0.2");
     drop(held);
 }

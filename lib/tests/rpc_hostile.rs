@@ -164,9 +164,13 @@ fn wait_for(counter: &std::sync::atomic::AtomicU64, want: u64) {
     panic!("counter never reached {want}");
 }
 
-#[test]
-fn stopping_the_server_shuts_a_connection_that_does_not_finish() {
-    let router = Arc::new(router());
+/// Starts a server whose connections run `handler`, lets a peer trickle a
+/// 100-byte frame at it, stops the server meanwhile; returns how many bytes
+/// the peer got out before it was cut off.
+fn bytes_trickled_through_a_stop<H>(handler: H) -> usize
+where
+    H: Fn(TcpStream, &Stop) + Send + Sync + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let config = PoolConfig {
         workers: 2,
@@ -174,12 +178,7 @@ fn stopping_the_server_shuts_a_connection_that_does_not_finish() {
         stop_grace: Duration::from_millis(200),
         ..PoolConfig::default()
     };
-    let server = listener::spawn(l, config, move |mut sock, stop| {
-        // No frame deadline to speak of: only the stop can end this peer.
-        let limits = limits_with_frame_timeout(Duration::from_secs(600));
-        serve_connection(&mut sock, &router, &limits, stop);
-    })
-    .unwrap();
+    let server = listener::spawn(l, config, handler).unwrap();
     let addr = server.local_addr();
     let trickler = thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -189,7 +188,17 @@ fn stopping_the_server_shuts_a_connection_that_does_not_finish() {
     wait_for(&server.stats().accepted, 1);
     thread::sleep(TRICKLE * 5);
     server.stop();
-    let sent = trickler.join().unwrap();
+    trickler.join().unwrap()
+}
+
+#[test]
+fn stopping_the_server_shuts_a_connection_that_does_not_finish() {
+    let router = Arc::new(router());
+    let sent = bytes_trickled_through_a_stop(move |mut sock, stop| {
+        // No frame deadline to speak of: only the stop can end this peer.
+        let limits = limits_with_frame_timeout(Duration::from_secs(600));
+        serve_connection(&mut sock, &router, &limits, stop);
+    });
     assert!(
         sent < 100,
         "the peer trickled its whole frame through the stop"
@@ -198,30 +207,12 @@ fn stopping_the_server_shuts_a_connection_that_does_not_finish() {
 
 #[test]
 fn stopping_the_server_shuts_a_connection_whose_handler_does_not_watch_the_stop() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let config = PoolConfig {
-        workers: 2,
-        queue: 2,
-        stop_grace: Duration::from_millis(200),
-        ..PoolConfig::default()
-    };
     // Like a handshake: reads until the peer is done, each read bounded by
     // the socket timeout (10 s) that every trickled byte resets.
-    let server = listener::spawn(l, config, move |mut sock, _stop| {
+    let sent = bytes_trickled_through_a_stop(|mut sock, _stop| {
         let mut all = Vec::new();
         let _ = sock.read_to_end(&mut all);
-    })
-    .unwrap();
-    let addr = server.local_addr();
-    let trickler = thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(&frame_header(100)).unwrap();
-        trickle(&mut s, &[0x0a; 100])
     });
-    wait_for(&server.stats().accepted, 1);
-    thread::sleep(TRICKLE * 5);
-    server.stop();
-    let sent = trickler.join().unwrap();
     assert!(
         sent < 100,
         "the peer trickled its whole frame through the stop"
