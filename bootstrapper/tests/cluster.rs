@@ -29,6 +29,16 @@ fn assert_logged(log: &[String], needle: &str) {
     );
 }
 
+/// Asserts that a command succeeded, showing what it printed if not.
+fn assert_succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn secs(t: Instant) -> String {
     format!("{:.2} s", t.elapsed().as_secs_f64())
 }
@@ -374,12 +384,7 @@ fn init_join_refuse_restart_and_recover() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = recover("confboot-mastersecret.json");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let log = wait_exit_ok(b2, "recovering bootstrapper");
     assert_logged(&log, "bootstrapped (Recovered)");
     assert_eq!(tpm2.pcr15(), marked, "a recovered node is marked again");
@@ -623,12 +628,7 @@ fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits(
         ],
         admin.path(),
     );
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     // And the node exits, the hostile connections still open.
     let log = wait_exit_ok(b, "bootstrapper under held connections");
     assert_logged(&log, "bootstrapped (Initialized)");
