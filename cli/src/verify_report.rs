@@ -23,7 +23,7 @@ pub const CMD: Command = Command {
 prints every check on its own line (✓ passed, ✗ failed, - skipped). The report's VCEK or VLEK \
 comes from --vcek, --certs, the evidence, or a VCEK cache; the AMD root (ARK) is pinned: the \
 Milan, Genoa and Turin roots built in, or --roots / the policy's rootBundles. Without --policy \
-the measurement is not checked, VMPL 0 is required, debug is refused and no minimum TCB applies. \
+the measurement is not checked, VMPL 0 is required, debug is refused and the safe default minimum TCB applies (Milan: bootloader 3, TEE 0, SNP 8, microcode 115; other products need a policy that names one). \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-report --report FILE [--vcek FILE | --certs DIR] [--chain FILE] [--policy FILE] [OPTIONS]",
     opts: &[

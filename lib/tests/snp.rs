@@ -438,7 +438,7 @@ fn tcb_below_a_minimum_is_refused() {
         ),
     ] {
         let mut policy = f.policy();
-        policy.minimum_tcb = min;
+        policy.minimum_tcb = Some(min);
         let v = validator(policy, TrustRoots::builtin());
         assert_eq!(
             v.verify(&f.evidence(), &f.exact_report_data()),
@@ -456,18 +456,21 @@ fn tcb_below_a_minimum_is_refused() {
     }
     // Exactly at the minimum passes.
     let mut policy = f.policy();
-    policy.minimum_tcb = MinimumTcb {
+    policy.minimum_tcb = Some(MinimumTcb {
         bootloader: 3,
         tee: 0,
         snp: 8,
         microcode: 115,
         fmc: 0,
-    };
+    });
     verify(&f, &f.evidence(), policy, TrustRoots::builtin()).unwrap();
     // The VLEK report's launch TCB (microcode 219) is above its reported TCB (217).
     let f = vlek();
     let mut policy = f.policy();
-    policy.minimum_tcb.microcode = 218;
+    policy.minimum_tcb = Some(MinimumTcb {
+        microcode: 218,
+        ..MinimumTcb::default()
+    });
     let checks = validator(policy, roots_with_milan_asvk())
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert_eq!(
@@ -1024,5 +1027,31 @@ fn smt_migration_agent_and_minimum_abi_are_checked_against_the_policy() {
             confboot::attestation::snp::SnpPolicy::from_json(&text).is_err(),
             "{text}"
         );
+    }
+}
+
+#[test]
+fn without_a_minimum_tcb_in_the_policy_the_milan_default_applies() {
+    let f = trustee();
+    let policy = f.policy();
+    assert_eq!(policy.minimum_tcb, None);
+    // The genuine report sits exactly at the default (3/0/8/115): passes.
+    let checks = validator(policy.clone(), TrustRoots::builtin())
+        .verify_report_detailed(&f.evidence(), &f.exact_report_data());
+    assert!(matches!(
+        outcome(&checks, check::MIN_REPORTED_TCB),
+        CheckOutcome::Passed(_)
+    ));
+    // One microcode step below it fails the default (the signature fails
+    // too: the check is read from the detailed outcome).
+    let mut bad = f.report.clone();
+    bad[offset::REPORTED_TCB + 7] = 114;
+    let checks = validator(policy, TrustRoots::builtin())
+        .verify_report_detailed(&f.evidence_of(&bad), &f.exact_report_data());
+    match outcome(&checks, check::MIN_REPORTED_TCB) {
+        CheckOutcome::Failed(AttestationError::Policy(m)) => {
+            assert!(m.contains("microcode 114 < 115"), "{m}")
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -19,9 +19,14 @@
 //! - `measurement` (required): the 48-byte launch measurement, the same
 //!   entry shape as the measurements file (`expected`, optional `warnOnly`,
 //!   default false). A `warnOnly` mismatch is logged and allowed.
-//! - `minimumTcb` (optional, each field optional, default 0): the least SVN
+//! - `minimumTcb` (optional; given, each field defaults to 0): the least SVN
 //!   per component that both the report's `REPORTED_TCB` and `LAUNCH_TCB`
 //!   must reach. `fmc` applies only to products with an FMC (Turin).
+//!   Without it the safe default applies ([`MinimumTcb::default_for`]):
+//!   Milan bootloader 3, TEE 0, SNP 8, microcode 115 (the TCB of SNP
+//!   firmware 1.52, also Constellation's default for Milan); for Genoa and
+//!   Turin no default is known here, so their reports are refused until the
+//!   policy names a minimum (fails closed).
 //! - `vmpl` (optional, default 0): the VMPL the report must have been
 //!   requested at (0..=3).
 //! - `allowDebug` (optional, default false): whether a guest policy with the
@@ -65,7 +70,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::report::TcbVersion;
+use super::report::{Product, TcbVersion};
 use crate::attestation::measurements::{
     MAX_POLICY_BYTES, MeasurementPolicy, PolicyError, parse_entry, parse_json_unique_keys,
     read_bounded,
@@ -90,6 +95,22 @@ pub struct MinimumTcb {
 }
 
 impl MinimumTcb {
+    /// The safe default minimum for `product` when a policy names none:
+    /// Milan 3/0/8/115 (bootloader/TEE/SNP/microcode); `None` for products
+    /// without a known default, whose reports are then refused.
+    pub fn default_for(product: Product) -> Option<MinimumTcb> {
+        match product {
+            Product::Milan => Some(MinimumTcb {
+                bootloader: 3,
+                tee: 0,
+                snp: 8,
+                microcode: 115,
+                fmc: 0,
+            }),
+            _ => None,
+        }
+    }
+
     /// The components of `tcb` below their minimum, as `name actual < minimum`.
     pub fn shortfalls(&self, tcb: &TcbVersion) -> Vec<String> {
         let mut out = Vec::new();
@@ -116,7 +137,8 @@ pub struct SnpPolicy {
     /// checked", which [`SnpValidator`](super::SnpValidator) refuses (fails closed).
     pub measurement: MeasurementPolicy,
     /// Minimum TCB for both the reported and the launch TCB.
-    pub minimum_tcb: MinimumTcb,
+    /// `None`: the safe default per product ([`MinimumTcb::default_for`]).
+    pub minimum_tcb: Option<MinimumTcb>,
     /// The required VMPL.
     pub vmpl: u32,
     /// Whether the DEBUG guest policy bit is accepted.
@@ -206,7 +228,7 @@ impl Default for SnpPolicy {
     fn default() -> Self {
         SnpPolicy {
             measurement: MeasurementPolicy::default(),
-            minimum_tcb: MinimumTcb::default(),
+            minimum_tcb: None,
             vmpl: 0,
             allow_debug: false,
             allow_smt: true,
@@ -250,7 +272,7 @@ impl SnpPolicy {
                     policy.measurement.set(0, entry.value, entry.warn_only);
                     seen_measurement = true;
                 }
-                "minimumTcb" => policy.minimum_tcb = parse_minimum_tcb(value)?,
+                "minimumTcb" => policy.minimum_tcb = Some(parse_minimum_tcb(value)?),
                 "vmpl" => {
                     policy.vmpl = value
                         .as_u64()
@@ -397,7 +419,7 @@ mod tests {
         );
         assert!(p.measurement.entries()[&0].warn_only);
         assert_eq!(
-            p.minimum_tcb,
+            p.minimum_tcb.unwrap(),
             MinimumTcb {
                 bootloader: 3,
                 tee: 1,
@@ -423,7 +445,17 @@ mod tests {
             SnpPolicy::from_json(&format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
         assert_eq!(p.vmpl, 0);
         assert!(!p.allow_debug);
-        assert_eq!(p.minimum_tcb, MinimumTcb::default());
+        assert_eq!(p.minimum_tcb, None, "the per-product default applies");
+        let milan = MinimumTcb::default_for(Product::Milan).unwrap();
+        assert_eq!(
+            (milan.bootloader, milan.tee, milan.snp, milan.microcode),
+            (3, 0, 8, 115)
+        );
+        assert_eq!(
+            MinimumTcb::default_for(Product::Genoa),
+            None,
+            "fails closed"
+        );
         assert!(p.host_data.is_none() && p.id_key_digests.is_empty());
     }
 

@@ -8,7 +8,7 @@ use ring::signature::{ECDSA_P384_SHA384_FIXED, UnparsedPublicKey};
 
 use super::certs::{AmdCert, CertRole, TrustRoots, VekInfo, VerifiedChain};
 use super::evidence::{CertKind, SnpEvidence};
-use super::policy::SnpPolicy;
+use super::policy::{MinimumTcb, SnpPolicy};
 use super::report::{Product, SigningKey, SnpReport, TcbVersion};
 use super::vek_lookup::find_vek;
 use crate::attestation::{AttestationError, Attested, EXTRA_DATA_LEN, Variant};
@@ -141,11 +141,11 @@ pub fn run_checks(
         (check::MIN_ABI, check_minimum_abi(report, policy)),
         (
             check::MIN_REPORTED_TCB,
-            check_minimum_tcb("reported", product.map(|p| report.reported_tcb(p)), policy),
+            check_minimum_tcb("reported", product, |p| report.reported_tcb(p), policy),
         ),
         (
             check::MIN_LAUNCH_TCB,
-            check_minimum_tcb("launch", product.map(|p| report.launch_tcb(p)), policy),
+            check_minimum_tcb("launch", product, |p| report.launch_tcb(p), policy),
         ),
         (check::MEASUREMENT, check_measurement(report, policy)),
         (check::HOST_DATA, check_host_data(report, policy)),
@@ -524,13 +524,28 @@ fn check_vmpl(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
 }
 
 /// [`check::MIN_REPORTED_TCB`] and [`check::MIN_LAUNCH_TCB`]: the `which`
-/// TCB (`None` when the product, hence its layout, is unknown) is at least
-/// the policy's minimum.
-fn check_minimum_tcb(which: &str, tcb: Option<TcbVersion>, policy: &SnpPolicy) -> CheckOutcome {
-    let Some(tcb) = tcb else {
+/// TCB (skipped when the product, hence its layout, is unknown) is at least
+/// the policy's minimum, or the product's safe default when the policy names
+/// none (refused when there is no default for the product).
+fn check_minimum_tcb(
+    which: &str,
+    product: Option<Product>,
+    tcb_of: impl Fn(Product) -> TcbVersion,
+    policy: &SnpPolicy,
+) -> CheckOutcome {
+    let Some(product) = product else {
         return CheckOutcome::Skipped("unknown product, unknown TCB layout".into());
     };
-    let short = policy.minimum_tcb.shortfalls(&tcb);
+    let tcb = tcb_of(product);
+    let Some(minimum) = policy
+        .minimum_tcb
+        .or_else(|| MinimumTcb::default_for(product))
+    else {
+        return CheckOutcome::Failed(AttestationError::Policy(format!(
+            "no minimum TCB is known for {product:?}: the policy must name one (minimumTcb)"
+        )));
+    };
+    let short = minimum.shortfalls(&tcb);
     if short.is_empty() {
         CheckOutcome::Passed(format!("{tcb}"))
     } else {
