@@ -302,32 +302,28 @@ impl<T: Transport + ?Sized> io::Read for ReadBefore<'_, T> {
 }
 
 /// Waits for the first byte of the next call, looking at the stop signal
-/// while idle. Only a whole-byte read is attempted, so a timeout never cuts a
-/// frame.
+/// while idle (the same bounded reader as a frame's, with the idle timeout
+/// as its deadline). Only a whole-byte read is attempted, so a timeout never
+/// cuts a frame.
 fn wait_for_call<T: Transport + ?Sized>(
     stream: &mut T,
     limits: &ServerLimits,
     stop: &Stop,
 ) -> Result<u8, ConnectionEnd> {
-    let idle_until = Instant::now() + limits.idle_timeout;
+    let mut idle = ReadBefore {
+        stream,
+        deadline: Instant::now() + limits.idle_timeout,
+        per_read: limits.idle_timeout,
+        stop,
+        poll: limits.stop_poll,
+    };
     let mut byte = [0u8; 1];
-    loop {
-        if stop.is_raised() {
-            return Err(ConnectionEnd::Stopped);
-        }
-        let left = idle_until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ConnectionEnd::Idle);
-        }
-        if let Err(e) = stream.set_read_timeout(Some(left.min(limits.stop_poll))) {
-            return Err(ConnectionEnd::Io(e.to_string()));
-        }
-        match stream.read(&mut byte) {
-            Ok(0) => return Err(ConnectionEnd::Closed),
-            Ok(_) => return Ok(byte[0]),
-            Err(e) if frame::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(ConnectionEnd::Io(e.to_string())),
-        }
+    match io::Read::read(&mut idle, &mut byte) {
+        Ok(0) => Err(ConnectionEnd::Closed),
+        Ok(_) => Ok(byte[0]),
+        Err(_) if stop.is_raised() => Err(ConnectionEnd::Stopped),
+        Err(e) if frame::is_timeout(&e) => Err(ConnectionEnd::Idle),
+        Err(e) => Err(ConnectionEnd::Io(e.to_string())),
     }
 }
 
