@@ -20,5 +20,6 @@ pub mod process;
 pub mod rpc;
 pub mod signals;
 pub mod stop;
+pub mod ticket;
 pub mod time;
 pub mod tpm;

@@ -30,7 +30,7 @@ use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateD
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
 use confboot::nodelock::{LockToken, NodeLock};
-use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot::ticket::{self as checks, TicketError};
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
@@ -50,8 +50,6 @@ pub mod holder {
 
 /// Least length of the measurement salt an Init carries.
 pub const MIN_MEASUREMENT_SALT_LEN: usize = 32;
-/// Length of a state-disk key in a ticket.
-pub const STATE_DISK_KEY_LEN: usize = 32;
 
 /// Marks a node as bootstrapped: PCR 15 ← cluster id. A node's own
 /// attestation shows the mark from then on; a join service checks it.
@@ -277,52 +275,31 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     // ---- Join and rejoin ----
 
     /// Checks a join service's answer to `request` before the node commits
-    /// to it: the kind of ticket matches the request, the key has the
-    /// right length. A ticket that fails is thrown away.
+    /// to it: the kind of ticket matches the request, its fields are usable
+    /// ([`confboot::ticket`]), and the service is a member of the ticket's
+    /// cluster. A ticket that fails is thrown away.
     pub fn check_ticket(
         &self,
         request: &TicketRequest,
         issued: &IssuedTicket,
     ) -> Result<(), NodeError> {
         let ticket = &issued.ticket;
-        let key_len = match (request, ticket) {
-            (TicketRequest::Join { .. }, Ticket::Join(t)) => {
-                if t.measurement_secret.is_empty() {
-                    return Err(NodeError::BadTicket("no measurement secret".into()));
-                }
-                if !confboot::disk::MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()) {
-                    return Err(NodeError::BadTicket(format!(
-                        "a measurement salt of {} bytes",
-                        t.measurement_salt.len()
-                    )));
-                }
-                t.state_disk_key.len()
-            }
-            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
-                if t.measurement_secret.is_empty() {
-                    return Err(NodeError::BadTicket("no measurement secret".into()));
-                }
-                t.state_disk_key.len()
-            }
+        match (request, ticket) {
+            (TicketRequest::Join { .. }, Ticket::Join(t)) => checks::check_join_ticket(t),
+            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => checks::check_rejoin_ticket(t),
             _ => {
                 return Err(NodeError::BadTicket(
                     "the join service answered another kind of ticket".into(),
                 ));
             }
-        };
-        if key_len != STATE_DISK_KEY_LEN {
-            return Err(NodeError::BadTicket(format!(
-                "the state disk key is {key_len} bytes, not {STATE_DISK_KEY_LEN}"
-            )));
         }
+        .map_err(ticket_error)?;
         self.check_join_service(ticket, issued.service.as_ref())
     }
 
-    /// The join service must prove membership of the ticket's cluster: its
-    /// attested PCR 15 holds the mark of the cluster id that the ticket's
-    /// measurement secret gives with the measurement salt (the ticket's for
-    /// a join, the disk header's for a rejoin). A host's own service has
-    /// the node's image at best, never that mark.
+    /// The join service must prove membership of the ticket's cluster
+    /// ([`checks::check_cluster_mark`]), with the ticket's measurement salt
+    /// for a join and the disk header's for a rejoin.
     fn check_join_service(
         &self,
         ticket: &Ticket,
@@ -335,28 +312,22 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             );
             return Ok(());
         }
-        let Some(service) = service else {
+        if service.is_none() {
             return Err(NodeError::JoinServiceNotMember("it did not attest".into()));
-        };
-        let cluster_id = match ticket {
-            Ticket::Join(t) => derive_cluster_id(&t.measurement_secret, &t.measurement_salt),
+        }
+        match ticket {
+            Ticket::Join(t) => {
+                checks::check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service)
+            }
             Ticket::Rejoin(t) => {
                 let salt = self
                     .disk()
                     .measurement_salt()
                     .map_err(NodeError::DiskRead)?;
-                derive_cluster_id(&t.measurement_secret, &salt)
+                checks::check_cluster_mark(&t.measurement_secret, &salt, service)
             }
-        };
-        match service.measurements.get(&CLUSTER_ID_PCR) {
-            None => Err(NodeError::JoinServiceNotMember(format!(
-                "its attestation has no PCR {CLUSTER_ID_PCR}"
-            ))),
-            Some(v) if v[..] == marked_pcr15(&cluster_id)[..] => Ok(()),
-            Some(_) => Err(NodeError::JoinServiceNotMember(format!(
-                "its PCR {CLUSTER_ID_PCR} is not the mark of the ticket's cluster"
-            ))),
         }
+        .map_err(ticket_error)
     }
 
     /// Applies a checked ticket past the nodelock (taken by the join client).
@@ -519,6 +490,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     /// Marks the node: PCR 15 ← cluster id.
     fn mark(&self, _token: &LockToken, cluster_id: &[u8]) -> Result<(), NodeError> {
         self.marker.mark(cluster_id).map_err(NodeError::Mark)
+    }
+}
+
+fn ticket_error(e: TicketError) -> NodeError {
+    match e {
+        TicketError::Unusable(m) => NodeError::BadTicket(m),
+        TicketError::NotMember(m) => NodeError::JoinServiceNotMember(m),
     }
 }
 

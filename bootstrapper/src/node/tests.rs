@@ -11,6 +11,7 @@ use confboot::disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot::kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};
 use confboot::kms::{MasterSecret, SecretBytes, derive_cluster_id};
 use confboot::process::{CommandOutput, CommandRunner, ProcessError, Stream};
+use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::init::InitRequest;
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;

@@ -226,21 +226,11 @@ impl CryptsetupBackend {
         if out.status != Some(0) {
             return Err(out.into_error("luksUUID"));
         }
-        let uuid = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .to_ascii_lowercase();
-        if !is_uuid(&uuid) {
-            return Err(DiskError::BadUuid(format!(
-                "the LUKS header's UUID {:?} is not a UUID",
-                sanitize(uuid.as_bytes(), None)
-            )));
-        }
-        Ok(Some(uuid))
+        parse_luks_uuid(&out.stdout).map(Some)
     }
 
-    /// The id and content of the header's one token of `token_type`, if it
-    /// has one (two of them are an error: which one is meant is unknown).
-    fn token(&self, token_type: &str) -> Result<Option<(String, serde_json::Value)>, DiskError> {
+    /// The header's metadata, as `luksDump --dump-json-metadata` prints it.
+    fn metadata(&self) -> Result<HeaderMetadata, DiskError> {
         let args = [
             OsStr::new("luksDump"),
             OsStr::new("--dump-json-metadata"),
@@ -250,27 +240,7 @@ impl CryptsetupBackend {
         if out.status != Some(0) {
             return Err(out.into_error("luksDump"));
         }
-        if out.stdout.len() > MAX_METADATA {
-            return Err(DiskError::Metadata(format!(
-                "{} bytes of header metadata",
-                out.stdout.len()
-            )));
-        }
-        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| DiskError::Metadata(format!("the header's JSON: {e}")))?;
-        let Some(tokens) = metadata["tokens"].as_object() else {
-            return Ok(None);
-        };
-        let mut found = tokens.iter().filter(|(_, t)| t["type"] == token_type);
-        let Some((id, token)) = found.next() else {
-            return Ok(None);
-        };
-        if found.next().is_some() {
-            return Err(DiskError::Metadata(format!(
-                "more than one {token_type} token"
-            )));
-        }
-        Ok(Some((id.clone(), token.clone())))
+        HeaderMetadata::parse(&out.stdout)
     }
 
     /// Writes a token of `token_type`, bound to no key slot, with `fields`;
@@ -284,7 +254,10 @@ impl CryptsetupBackend {
         token.insert("type".into(), token_type.into());
         token.insert("keyslots".into(), serde_json::json!([]));
         let json = serde_json::Value::Object(token).to_string();
-        let existing = self.token(token_type)?.map(|(id, _)| id);
+        let existing = self
+            .metadata()?
+            .token(token_type)?
+            .map(|(id, _)| id.to_string());
         let mut args: Vec<&OsStr> = vec![OsStr::new("token"), OsStr::new("import")];
         if let Some(id) = &existing {
             args.extend([
@@ -513,14 +486,7 @@ impl DiskBackend for CryptsetupBackend {
     }
 
     fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
-        let Some((id, token)) = self.token(SALT_TOKEN_TYPE)? else {
-            return Ok(None);
-        };
-        token["salt"]
-            .as_str()
-            .and_then(|h| crate::hex::decode(h).ok())
-            .map(Some)
-            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))
+        self.metadata()?.measurement_salt()
     }
 
     fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
@@ -536,13 +502,86 @@ impl DiskBackend for CryptsetupBackend {
     }
 
     fn bootstrapped(&self) -> Result<bool, DiskError> {
-        Ok(match self.token(BOOTSTRAPPED_TOKEN_TYPE)? {
-            None => false,
-            Some((_, token)) => token["complete"] == serde_json::Value::Bool(true),
-        })
+        self.metadata()?.bootstrapped()
     }
 
     fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        self.metadata()?.filesystem()
+    }
+}
+
+/// The UUID `cryptsetup luksUUID` printed (the header's), lowercased; an
+/// error if it is not a UUID. The header is the host's to write, so what
+/// it says is checked, and quoted only sanitized.
+pub fn parse_luks_uuid(stdout: &[u8]) -> Result<String, DiskError> {
+    let uuid = String::from_utf8_lossy(stdout).trim().to_ascii_lowercase();
+    if !is_uuid(&uuid) {
+        return Err(DiskError::BadUuid(format!(
+            "the LUKS header's UUID {:?} is not a UUID",
+            sanitize(uuid.as_bytes(), None)
+        )));
+    }
+    Ok(uuid)
+}
+
+/// A LUKS2 header's metadata (its JSON area, as `cryptsetup luksDump
+/// --dump-json-metadata` prints it), as far as confboot reads it: the
+/// tokens it keeps there ([`SALT_TOKEN_TYPE`], [`FILESYSTEM_TOKEN_TYPE`],
+/// [`BOOTSTRAPPED_TOKEN_TYPE`]). The header is not authenticated and the
+/// host can write anything there, so every field is checked before use.
+#[derive(Clone, Debug)]
+pub struct HeaderMetadata {
+    json: serde_json::Value,
+}
+
+impl HeaderMetadata {
+    /// Parses the metadata: JSON of at most 4 MiB (LUKS2's largest JSON area).
+    pub fn parse(bytes: &[u8]) -> Result<HeaderMetadata, DiskError> {
+        if bytes.len() > MAX_METADATA {
+            return Err(DiskError::Metadata(format!(
+                "{} bytes of header metadata",
+                bytes.len()
+            )));
+        }
+        let json = serde_json::from_slice(bytes)
+            .map_err(|e| DiskError::Metadata(format!("the header's JSON: {e}")))?;
+        Ok(HeaderMetadata { json })
+    }
+
+    /// The id and content of the header's one token of `token_type`, if it
+    /// has one (two of them are an error: which one is meant is unknown).
+    pub fn token(&self, token_type: &str) -> Result<Option<(&str, &serde_json::Value)>, DiskError> {
+        let Some(tokens) = self.json["tokens"].as_object() else {
+            return Ok(None);
+        };
+        let mut found = tokens.iter().filter(|(_, t)| t["type"] == token_type);
+        let Some((id, token)) = found.next() else {
+            return Ok(None);
+        };
+        if found.next().is_some() {
+            return Err(DiskError::Metadata(format!(
+                "more than one {token_type} token"
+            )));
+        }
+        Ok(Some((id.as_str(), token)))
+    }
+
+    /// The measurement salt its [`SALT_TOKEN_TYPE`] token keeps (hex), if
+    /// it has that token. Its length is [`super::StateDisk`]'s to check.
+    pub fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        let Some((id, token)) = self.token(SALT_TOKEN_TYPE)? else {
+            return Ok(None);
+        };
+        token["salt"]
+            .as_str()
+            .and_then(|h| crate::hex::decode(h).ok())
+            .map(Some)
+            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))
+    }
+
+    /// The file system its [`FILESYSTEM_TOKEN_TYPE`] token records, if it
+    /// has that token.
+    pub fn filesystem(&self) -> Result<Option<String>, DiskError> {
         let Some((id, token)) = self.token(FILESYSTEM_TOKEN_TYPE)? else {
             return Ok(None);
         };
@@ -550,6 +589,15 @@ impl DiskBackend for CryptsetupBackend {
             .as_str()
             .map(|fs| Some(fs.to_string()))
             .ok_or_else(|| DiskError::Metadata(format!("token {id}: no file system named")))
+    }
+
+    /// Whether its [`BOOTSTRAPPED_TOKEN_TYPE`] token records a completed
+    /// first boot (`"complete": true`).
+    pub fn bootstrapped(&self) -> Result<bool, DiskError> {
+        Ok(match self.token(BOOTSTRAPPED_TOKEN_TYPE)? {
+            None => false,
+            Some((_, token)) => token["complete"] == serde_json::Value::Bool(true),
+        })
     }
 }
 
@@ -566,6 +614,59 @@ mod tests {
         );
         let long = vec![b'x'; 5000];
         assert_eq!(sanitize(&long, None).len(), STDERR_TAIL);
+    }
+
+    #[test]
+    fn header_metadata_tokens_are_checked() {
+        let meta = |tokens: &str| {
+            HeaderMetadata::parse(
+                format!(r#"{{"keyslots": {{}}, "tokens": {{{tokens}}}}}"#).as_bytes(),
+            )
+            .unwrap()
+        };
+        let salt = r#""0": {"type": "confboot-measurement-salt", "keyslots": [], "salt": "0a0b"}"#;
+        let fs = r#""1": {"type": "confboot-state-fs", "keyslots": [], "fs": "ext4"}"#;
+        let done = r#""2": {"type": "confboot-bootstrapped", "keyslots": [], "complete": true}"#;
+        let m = meta(&format!("{salt}, {fs}, {done}"));
+        assert_eq!(m.measurement_salt().unwrap(), Some(vec![0x0a, 0x0b]));
+        assert_eq!(m.filesystem().unwrap().as_deref(), Some("ext4"));
+        assert!(m.bootstrapped().unwrap());
+        let empty = meta("");
+        assert_eq!(empty.measurement_salt().unwrap(), None);
+        assert_eq!(empty.filesystem().unwrap(), None);
+        assert!(!empty.bootstrapped().unwrap());
+        // Two tokens of a type, a salt that is not hex, no file system named.
+        let twice = meta(&format!("{salt}, {}", salt.replace("\"0\"", "\"5\"")));
+        assert!(
+            matches!(twice.measurement_salt(), Err(DiskError::Metadata(m)) if m.contains("more than one"))
+        );
+        let not_hex = meta(r#""0": {"type": "confboot-measurement-salt", "salt": "zz"}"#);
+        assert!(matches!(
+            not_hex.measurement_salt(),
+            Err(DiskError::Metadata(_))
+        ));
+        let unnamed = meta(r#""3": {"type": "confboot-state-fs", "fs": 4}"#);
+        assert!(matches!(unnamed.filesystem(), Err(DiskError::Metadata(_))));
+        assert!(matches!(
+            HeaderMetadata::parse(b"{\"tokens\""),
+            Err(DiskError::Metadata(_))
+        ));
+        assert!(matches!(
+            HeaderMetadata::parse(&vec![b' '; MAX_METADATA + 1]),
+            Err(DiskError::Metadata(m)) if m.contains("bytes of header metadata")
+        ));
+    }
+
+    #[test]
+    fn luks_uuid_output_is_checked() {
+        assert_eq!(
+            parse_luks_uuid(b"0A1B2C3D-0000-4000-8000-00000000000F\n").unwrap(),
+            "0a1b2c3d-0000-4000-8000-00000000000f"
+        );
+        assert!(matches!(
+            parse_luks_uuid(b"not-a-uuid\x1b[2J"),
+            Err(DiskError::BadUuid(m)) if !m.contains('\x1b')
+        ));
     }
 
     #[test]
