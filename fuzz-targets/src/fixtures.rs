@@ -1,0 +1,377 @@
+//! What the targets check against: validators built once per process, the
+//! keys that sign the seed evidence, and the exact bytes those keys signed
+//! (the oracle of "never Ok without a valid signature").
+//!
+//! - vTPM: an attestation key (AK) and an AK-certificate CA, both fixed
+//!   P-256 keys below. They are **test keys, published here**: nothing may
+//!   trust them. The AK signs a few quotes ([`Vtpm::signed_attests`]); a
+//!   fuzzed evidence may only validate if its quote is one of them.
+//! - SEV-SNP: the genuine AMD-signed reports in `lib/testdata/snp/` with
+//!   their VCEK/VLEK; a fuzzed evidence may only validate if its signed part
+//!   is byte for byte one of theirs.
+//! - aTLS: a fixed certificate key and nonce, and a fixed time inside both
+//!   the certificates' and the SNP fixtures' validity ([`NOW`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, UNIX_EPOCH};
+
+use confboot::atls::Nonce;
+use confboot::atls::nonce::extra_data;
+use confboot::attestation::snp::{
+    CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
+    TrustRoots,
+};
+use confboot::attestation::vtpm::{AkTrust, VtpmValidator, encode_evidence, issue_ak_certificate};
+use confboot::attestation::{MeasurementPolicy, Validator, Variant};
+use confboot::tpm::structures::{
+    PCR_COUNT, TPM_ALG_ECC, TPM_ALG_ECDSA, TPM_ALG_NULL, TPM_ALG_SHA256, TPM_ECC_NIST_P256,
+    TPM_GENERATED_VALUE, TPM_ST_ATTEST_QUOTE, Writer, ecdsa_signature_bytes, object_attributes,
+    pcr_bitmap,
+};
+use confboot::tpm::{CLUSTER_ID_PCR, Quote, TPM_RH_OWNER, pcr_digest, primary_qualified_name};
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
+
+/// The time the targets validate at (Unix seconds, 2025-06-01): inside the
+/// validity of the SNP fixtures' certificates and of the seed certificates.
+pub const NOW: u64 = 1_748_736_000;
+
+/// The `extra_data` vTPM evidence is validated against.
+pub const EXTRA: [u8; 32] = [0x11; 32];
+
+/// The aTLS handshake nonce certificates are verified for.
+pub const NONCE: Nonce = Nonce([0x5a; 32]);
+
+/// The PCR the vTPM policy enforces, and its value in the fixture quotes.
+pub const POLICY_PCR: u32 = 4;
+
+/// PKCS#8 of the fixture AK (P-256). A published test key.
+const AK_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b020101042045995097e707593c9cf0f11ee130be06aafa05e1fd6bca9320ef8e88596d8609a14403420004c70161909f4e9f3cd7fc174504c1b8002be17b2e6eb48ecf66e1be79597f8111800fcb3db80aac88f4311c7ac3ac87eaa4a3bf5cd0eb2acb7299f3ae9bc0371b";
+/// PKCS#8 of the fixture AK-certificate CA (P-256). A published test key.
+const CA_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b02010104209220e736c006093244a7068c153154dc38caa795ad09afba83e28794927e1830a1440342000423074165d07594ce73d508c2af18ee84c8cf1c21151c5dc1f90925e5959eaecd5b7822cd6d2e21211126567a8d499e8105bd85babf10a30272e094a6ffb7dadd";
+/// PKCS#8 of the fixture aTLS certificate key (P-256). A published test key.
+const CERT_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b02010104208ec940f9212219144092cad239ebacccb70d120e94c12d19c1f18ed0973d5ce3a14403420004eebe8828b182ea5cead39f50fcb7cadb15a75bf16afd18e07c817f3e3071cb33dd6d5b97077ca9293987d6fb24bdbe5bcc57c36c2e569cbe422c89ece25e4207";
+
+fn unhex(s: &str) -> Vec<u8> {
+    confboot::hex::decode(s).expect("fixture hex")
+}
+
+/// Which PCRs a fixture quote covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcrSet {
+    /// All 24, PCR 15 all-zero (an unbootstrapped node).
+    All,
+    /// PCRs 4 and 15 only.
+    PolicyAndMark,
+    /// All 24, PCR 15 marked (a bootstrapped node: the join-time validator refuses it).
+    Marked,
+}
+
+impl PcrSet {
+    /// Every set.
+    pub const ALL: [PcrSet; 3] = [PcrSet::All, PcrSet::PolicyAndMark, PcrSet::Marked];
+
+    /// The PCR values of the set: PCR i holds `[i; 32]`, PCR 15 zero or marked.
+    pub fn values(self) -> Vec<(u32, [u8; 32])> {
+        let value = |i: u32| {
+            if i != CLUSTER_ID_PCR {
+                [i as u8; 32]
+            } else if self == PcrSet::Marked {
+                confboot::tpm::marked_pcr15(b"fixture cluster")
+            } else {
+                [0; 32]
+            }
+        };
+        let indices: Vec<u32> = match self {
+            PcrSet::All | PcrSet::Marked => (0..PCR_COUNT as u32).collect(),
+            PcrSet::PolicyAndMark => vec![POLICY_PCR, CLUSTER_ID_PCR],
+        };
+        indices.into_iter().map(|i| (i, value(i))).collect()
+    }
+}
+
+/// The vTPM fixture: the AK, its CA, two validators and what the AK signed.
+pub struct Vtpm {
+    ak: EcdsaKeyPair,
+    /// The AK's `TPMT_PUBLIC`.
+    pub ak_public: Vec<u8>,
+    /// The AK's SEC1 point.
+    pub ak_point: Vec<u8>,
+    ca: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert_key: rcgen::KeyPair,
+    /// SPKI DER of the aTLS certificate key.
+    pub cert_spki: Vec<u8>,
+    /// Trusts exactly the fixture AK.
+    pub pinned: VtpmValidator,
+    /// Trusts AKs certified by the fixture CA.
+    pub ca_trusted: VtpmValidator,
+    /// Every `TPMS_ATTEST` the fixture AK signs, ever: the quotes over each
+    /// [`PcrSet`] for [`EXTRA`] and for the aTLS certificate's extra data.
+    pub signed_attests: Vec<Vec<u8>>,
+}
+
+/// The vTPM fixture (made once per process).
+pub fn vtpm() -> &'static Vtpm {
+    static V: OnceLock<Vtpm> = OnceLock::new();
+    V.get_or_init(Vtpm::new)
+}
+
+impl Vtpm {
+    fn new() -> Vtpm {
+        let ak = EcdsaKeyPair::from_pkcs8(
+            &ECDSA_P256_SHA256_FIXED_SIGNING,
+            &unhex(AK_PKCS8),
+            &SystemRandom::new(),
+        )
+        .expect("fixture AK");
+        let ak_point = ak.public_key().as_ref().to_vec();
+        let mut w = Writer::default();
+        w.u16(TPM_ALG_ECC)
+            .u16(TPM_ALG_SHA256)
+            .u32(object_attributes::AK)
+            .tpm2b(&[])
+            .u16(TPM_ALG_NULL)
+            .u16(TPM_ALG_ECDSA)
+            .u16(TPM_ALG_SHA256)
+            .u16(TPM_ECC_NIST_P256)
+            .u16(TPM_ALG_NULL)
+            .tpm2b(&ak_point[1..33])
+            .tpm2b(&ak_point[33..]);
+        let ak_public = w.bytes;
+
+        let ca_key = rcgen::KeyPair::try_from(&unhex(CA_PKCS8)[..]).expect("fixture CA key");
+        let mut ca_params = rcgen::CertificateParams::default();
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "confboot fuzz AK CA");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        let ca_der = ca_params
+            .self_signed(&ca_key)
+            .expect("fixture CA certificate")
+            .der()
+            .to_vec();
+        let ca = rcgen::Issuer::new(ca_params, ca_key);
+
+        let cert_key = rcgen::KeyPair::try_from(&unhex(CERT_PKCS8)[..]).expect("fixture cert key");
+        let cert_spki = rcgen::PublicKeyData::subject_public_key_info(&cert_key);
+
+        let mut policy = MeasurementPolicy::new(BTreeMap::new());
+        policy.set(POLICY_PCR, vec![POLICY_PCR as u8; 32], false);
+        let pinned = VtpmValidator::new(AkTrust::Pinned(vec![ak_point.clone()]), policy.clone());
+        let ca_trusted = VtpmValidator::new(AkTrust::CertificateRoots(vec![ca_der]), policy);
+
+        let cert_extra = extra_data(&cert_spki, &NONCE);
+        let signed_attests = [EXTRA, cert_extra]
+            .iter()
+            .flat_map(|extra| {
+                PcrSet::ALL
+                    .iter()
+                    .map(|set| attest(&ak_public, extra, &set.values()))
+            })
+            .collect();
+        Vtpm {
+            ak,
+            ak_public,
+            ak_point,
+            ca,
+            cert_key,
+            cert_spki,
+            pinned,
+            ca_trusted,
+            signed_attests,
+        }
+    }
+
+    /// The aTLS certificate's `extra_data` for [`NONCE`].
+    pub fn cert_extra(&self) -> [u8; 32] {
+        extra_data(&self.cert_spki, &NONCE)
+    }
+
+    /// Evidence the fixture AK signs: a quote over `set` bound to `extra`
+    /// (one of [`EXTRA`] and [`Vtpm::cert_extra`]), with the AK certificate
+    /// when `with_certificate`.
+    pub fn evidence(&self, extra: &[u8; 32], set: PcrSet, with_certificate: bool) -> Vec<u8> {
+        let values = set.values();
+        let attest = attest(&self.ak_public, extra, &values);
+        assert!(
+            self.signed_attests.contains(&attest),
+            "the fixture AK signs only the quotes listed in signed_attests"
+        );
+        let sig = self
+            .ak
+            .sign(&SystemRandom::new(), &attest)
+            .expect("ECDSA signing");
+        let (r, s) = sig.as_ref().split_at(32);
+        let quote = Quote {
+            attest,
+            signature: ecdsa_signature_bytes(r, s),
+        };
+        let certificate = with_certificate.then(|| {
+            issue_ak_certificate(&self.ak_point, "confboot fuzz AK", &self.ca)
+                .expect("fixture AK certificate")
+        });
+        encode_evidence(&quote, &values, &self.ak_public, certificate.as_deref())
+    }
+
+    /// A self-signed aTLS certificate with the fixture certificate key, valid
+    /// around [`NOW`], carrying `evidence` under `variant`'s OID (as
+    /// `confboot::atls::cert::attested` makes one, at a fixed time).
+    pub fn attested_certificate(&self, variant: Variant, evidence: Vec<u8>) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "confboot aTLS");
+        let margin = confboot::atls::cert::VALIDITY_MARGIN;
+        params.not_before = (UNIX_EPOCH + Duration::from_secs(NOW) - margin).into();
+        params.not_after = (UNIX_EPOCH + Duration::from_secs(NOW) + margin).into();
+        let mut ext = rcgen::CustomExtension::from_oid_content(variant.oid_arcs(), evidence);
+        ext.set_criticality(false);
+        params.custom_extensions.push(ext);
+        params
+            .self_signed(&self.cert_key)
+            .expect("fixture aTLS certificate")
+            .der()
+            .to_vec()
+    }
+}
+
+/// The `TPMS_ATTEST` of a quote by the AK with public area `ak_public` over
+/// `values`, bound to `extra`.
+fn attest(ak_public: &[u8], extra: &[u8; 32], values: &[(u32, [u8; 32])]) -> Vec<u8> {
+    let indices: Vec<u32> = values.iter().map(|(i, _)| *i).collect();
+    let digest = pcr_digest(values.iter().map(|(_, v)| &v[..]));
+    let mut w = Writer::default();
+    w.u32(TPM_GENERATED_VALUE)
+        .u16(TPM_ST_ATTEST_QUOTE)
+        .tpm2b(&primary_qualified_name(TPM_RH_OWNER, ak_public))
+        .tpm2b(extra)
+        .raw(&1_000_000u64.to_be_bytes()) // clock
+        .u32(3) // resetCount
+        .u32(0) // restartCount
+        .u8(1) // safe
+        .raw(&0x2023_0101u64.to_be_bytes()) // firmwareVersion
+        .u32(1)
+        .u16(TPM_ALG_SHA256)
+        .u8(3)
+        .raw(&pcr_bitmap(&indices))
+        .tpm2b(&digest);
+    w.bytes
+}
+
+/// One genuine SEV-SNP report with its endorsement key and a validator
+/// whose policy it satisfies.
+pub struct SnpFixture {
+    /// The raw report.
+    pub report: &'static [u8],
+    /// What signed it.
+    pub vek_kind: CertKind,
+    /// Its VCEK or VLEK (DER).
+    pub vek: &'static [u8],
+    /// A validator for it (policy: its measurement and VMPL), as of [`NOW`].
+    pub validator: SnpValidator,
+}
+
+impl SnpFixture {
+    /// The report as evidence with its endorsement key.
+    pub fn evidence(&self) -> SnpEvidence {
+        SnpEvidence {
+            report: SnpReport::from_bytes(self.report).expect("fixture report"),
+            certificates: vec![CertEntry {
+                kind: self.vek_kind,
+                der: self.vek.to_vec(),
+            }],
+        }
+    }
+
+    /// Its `REPORT_DATA`.
+    pub fn report_data(&self) -> [u8; 64] {
+        self.report[0x50..0x90].try_into().expect("64 bytes")
+    }
+
+    /// Its launch measurement.
+    pub fn measurement(&self) -> &[u8] {
+        &self.report[0x90..0xC0]
+    }
+
+    /// The part of the report its signature covers.
+    pub fn signed_part(&self) -> &[u8] {
+        &self.report[..SIGNED_LEN]
+    }
+}
+
+/// The Milan ASK, ARK and ASVK bundle (the VLEK report needs the ASVK).
+pub const MILAN_ASK_ARK_ASVK: &[u8] =
+    include_bytes!("../../lib/testdata/snp/milan_ask_ark_asvk.pem");
+
+/// The SEV-SNP fixtures: a Milan VCEK report, another Milan VCEK report
+/// whose `REPORT_DATA` is 32 bytes and zeros (the aTLS form), and a VLEK
+/// report (VMPL 1, masked chip id, version 3).
+pub fn snp() -> &'static [SnpFixture; 3] {
+    static S: OnceLock<[SnpFixture; 3]> = OnceLock::new();
+    S.get_or_init(|| {
+        let builtin = TrustRoots::builtin();
+        let with_asvk = TrustRoots::new(vec![
+            ProductRoot::from_pem_bundle(MILAN_ASK_ARK_ASVK).expect("Milan bundle"),
+        ]);
+        let fixture =
+            |report: &'static [u8], vek_kind, vek: &'static [u8], vmpl, roots: &TrustRoots| {
+                let mut measurement = MeasurementPolicy::default();
+                measurement.set(0, report[0x90..0xC0].to_vec(), false);
+                let policy = SnpPolicy {
+                    measurement,
+                    vmpl,
+                    ..SnpPolicy::default()
+                };
+                SnpFixture {
+                    report,
+                    vek_kind,
+                    vek,
+                    validator: SnpValidator::with_roots(policy, roots.clone()).as_of(NOW as i64),
+                }
+            };
+        [
+            fixture(
+                include_bytes!("../../lib/testdata/snp/report_milan.bin"),
+                CertKind::Vcek,
+                include_bytes!("../../lib/testdata/snp/vcek_milan.der"),
+                0,
+                &builtin,
+            ),
+            fixture(
+                include_bytes!("../../lib/testdata/snp/test-report.bin"),
+                CertKind::Vcek,
+                include_bytes!("../../lib/testdata/snp/test-vcek.der"),
+                0,
+                &builtin,
+            ),
+            fixture(
+                include_bytes!("../../lib/testdata/snp/test-vlek-report.bin"),
+                CertKind::Vlek,
+                include_bytes!("../../lib/testdata/snp/test-vlek.der"),
+                1,
+                &with_asvk,
+            ),
+        ]
+    })
+}
+
+/// The validators an aTLS certificate is verified with, per variant: the
+/// pinned-AK vTPM validator, and an SEV-SNP validator for the second SNP
+/// fixture's image that knows every fixture's roots.
+pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
+    static VTPM: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
+    static SNP: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
+    match variant {
+        Variant::QemuVtpm => VTPM.get_or_init(|| vec![Arc::new(vtpm().pinned.clone())]),
+        Variant::SevSnp => SNP.get_or_init(|| {
+            let f = &snp()[1];
+            let mut roots = TrustRoots::builtin().roots().to_vec();
+            roots.push(ProductRoot::from_pem_bundle(MILAN_ASK_ARK_ASVK).expect("Milan bundle"));
+            let v = SnpValidator::with_roots(f.validator.policy().clone(), TrustRoots::new(roots))
+                .as_of(NOW as i64);
+            vec![Arc::new(v)]
+        }),
+    }
+}

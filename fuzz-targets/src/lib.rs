@@ -1,0 +1,812 @@
+//! The fuzz targets of confboot, one function `fn(&[u8])` each, callable on
+//! stable Rust. Each drives a parser or validator that reads bytes from the
+//! network, a disk header or a configuration file, and asserts:
+//!
+//! - **no panic**: every input ends in `Ok` or `Err`, never in a panic (a
+//!   failed assertion below is a finding too);
+//! - **bounded memory**: the campaign runs under an RSS limit and a bound on
+//!   the input length (`scripts/fuzz.sh`); the parsers' own limits are
+//!   checked before they allocate;
+//! - **never `Ok` without a valid signature**: a validator may accept only
+//!   evidence whose signed bytes are bytes the fixture's keys signed (for
+//!   vTPM, [`fixtures::Vtpm::signed_attests`]; for SEV-SNP, the genuine
+//!   reports' signed parts; a ticket only from a member of its cluster);
+//! - and where a format can be written back, that what was read writes back
+//!   to what reads the same.
+//!
+//! [`TARGETS`] lists them by name. cargo-fuzz (`fuzz/`, nightly, libFuzzer)
+//! calls them one per `fuzz/fuzz_targets/<name>.rs`; the test
+//! `tests/corpus_replay.rs` replays every file of `fuzz/corpus/<name>/` and
+//! `fuzz/regressions/<name>/` through them on stable, so the normal test
+//! suite keeps every seed and every crash found passing.
+
+pub mod fixtures;
+pub mod seeds;
+mod wire;
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use confboot::atls::{Nonce, cert};
+use confboot::attestation::snp::{
+    AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, ReportDataCheck, SnpEvidence, SnpPolicy,
+    SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url,
+    vcek_cache_path, verify_signature,
+};
+use confboot::attestation::{MeasurementPolicy, Validator, Variant};
+use confboot::disk::cryptsetup::{
+    BOOTSTRAPPED_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE, parse_luks_uuid,
+};
+use confboot::disk::{DiskBackend, DiskError, DiskState, MEASUREMENT_SALT_LEN, StateDisk};
+use confboot::kms::init_secret::{InitSecretHash, MAX_ITERATIONS, MIN_ITERATIONS};
+use confboot::kms::{
+    MIN_MASTER_SECRET_LEN, MIN_SALT_LEN, MasterSecret, SecretBytes, StorageUri, derive_cluster_id,
+    is_uuid,
+};
+use confboot::rpc::frame::{self, FrameError, FrameKind};
+use confboot::rpc::{Client, Router, ServerLimits, Status, serve_connection};
+use confboot::stop::Stop;
+use confboot::ticket::{
+    STATE_DISK_KEY_LEN, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
+};
+use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_proto::Message;
+use confboot_proto::health::HealthCheckResponse;
+use confboot_proto::init::{
+    InitFailureResponse, InitRequest, InitResponse, InitSuccessResponse, LogResponseType,
+    init_response,
+};
+use confboot_proto::join::{
+    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
+    IssueRejoinTicketResponse,
+};
+use confboot_proto::recover::{RecoverMessage, RecoverResponse};
+use confboot_proto::vtpm::QuoteEvidence;
+use confboot_proto::{HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use fixtures::{EXTRA, NONCE, NOW, POLICY_PCR};
+use wire::Scripted;
+
+/// A fuzz target: takes any bytes, panics only on a finding.
+pub type Target = fn(&[u8]);
+
+/// Every target by name (the name of its `fuzz/fuzz_targets/*.rs` and of
+/// its corpus directory).
+pub const TARGETS: &[(&str, Target)] = &[
+    ("rpc_frame", rpc_frame),
+    ("rpc_server", rpc_server),
+    ("rpc_client", rpc_client),
+    ("join_ticket", join_ticket),
+    ("atls_nonce", atls_nonce),
+    ("atls_cert_vtpm", atls_cert_vtpm),
+    ("atls_cert_snp", atls_cert_snp),
+    ("vtpm_evidence", vtpm_evidence),
+    ("snp_evidence", snp_evidence),
+    ("snp_report", snp_report),
+    ("snp_certs", snp_certs),
+    ("measurement_policy", measurement_policy),
+    ("snp_policy", snp_policy),
+    ("kms_uri", kms_uri),
+    ("init_secret_hash", init_secret_hash),
+    ("master_secret_file", master_secret_file),
+    ("luks2_metadata", luks2_metadata),
+];
+
+// ---- RPC ----
+
+/// What a frame reader made of a stream: the frames, then how it ended.
+fn read_frames(mut r: impl std::io::Read) -> (Vec<(FrameKind, Vec<u8>)>, String) {
+    let mut frames = Vec::new();
+    loop {
+        match frame::read_frame(&mut r, frame::DEFAULT_MAX_FRAME_LEN) {
+            Ok(f) => frames.push((f.kind, f.payload.clone())),
+            Err(e) => return (frames, e.to_string()),
+        }
+    }
+}
+
+/// Frames (`flags length payload`) read from a stream: each frame read
+/// writes back to exactly the bytes it came from, and reading the stream in
+/// pieces (the first byte chooses their sizes) gives the same frames and
+/// the same end as reading it whole.
+pub fn rpc_frame(data: &[u8]) {
+    let conn = Scripted::new(data);
+    let input = conn.input();
+    if let Some(Ok(header)) = input
+        .get(..frame::HEADER_LEN)
+        .map(<[u8; frame::HEADER_LEN]>::try_from)
+    {
+        for max in [0, 16, frame::DEFAULT_MAX_FRAME_LEN] {
+            if let Ok((_, len)) = frame::parse_header(header, max) {
+                assert!(len <= max);
+                assert!(matches!(
+                    header[0],
+                    frame::FLAG_MESSAGE | frame::FLAG_TRAILER
+                ));
+            }
+        }
+    }
+    let mut rest = input;
+    loop {
+        let before = rest;
+        match frame::read_frame(&mut rest, frame::DEFAULT_MAX_FRAME_LEN) {
+            Ok(f) => {
+                let mut again = Vec::new();
+                frame::write_frame(&mut again, f.kind, &f.payload).expect("writing to a Vec");
+                assert_eq!(
+                    again,
+                    before[..before.len() - rest.len()],
+                    "frame round trip"
+                );
+            }
+            Err(FrameError::Eof) => {
+                assert!(before.is_empty(), "EOF with bytes left");
+                break;
+            }
+            Err(FrameError::Truncated { .. }) => {
+                assert!(rest.is_empty(), "truncated with bytes left");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    assert_eq!(
+        read_frames(conn),
+        read_frames(input),
+        "pieces change frames"
+    );
+}
+
+/// The router the RPC server targets serve: every method of the wire
+/// contract, with the request checks the real services apply (the kms and
+/// storage URIs, the disk UUID, the measurement salt's length).
+fn router() -> &'static Router {
+    static R: OnceLock<Router> = OnceLock::new();
+    R.get_or_init(|| {
+        let uri_checks = |kms_uri: &str, storage_uri: &str| -> Result<(), Status> {
+            MasterSecret::from_kms_uri(kms_uri)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            StorageUri::parse(storage_uri).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok(())
+        };
+        let uuid = |u: &str| {
+            if is_uuid(u) {
+                Ok(())
+            } else {
+                Err(Status::invalid_argument("disk_uuid is not a UUID"))
+            }
+        };
+        Router::new()
+            .unary(HEALTH_CHECK, |_, _| Ok(HealthCheckResponse { status: 1 }))
+            .unary(JOIN, move |_, req: IssueJoinTicketRequest| {
+                uuid(&req.disk_uuid)?;
+                let mut t = IssueJoinTicketResponse::default();
+                t.state_disk_key = vec![1; STATE_DISK_KEY_LEN];
+                t.measurement_secret = vec![2; 32];
+                t.measurement_salt = vec![3; 32];
+                Ok(t)
+            })
+            .unary(REJOIN, move |_, req: IssueRejoinTicketRequest| {
+                uuid(&req.disk_uuid)?;
+                let mut t = IssueRejoinTicketResponse::default();
+                t.state_disk_key = vec![1; STATE_DISK_KEY_LEN];
+                t.measurement_secret = vec![2; 32];
+                Ok(t)
+            })
+            .unary(RECOVER, move |_, req: RecoverMessage| {
+                uri_checks(&req.kms_uri, &req.storage_uri)?;
+                Ok(RecoverResponse {})
+            })
+            .server_streaming(INIT, move |_, req: InitRequest, sink| {
+                sink.send(&InitResponse {
+                    kind: Some(init_response::Kind::Log(LogResponseType {
+                        log: b"Init received".to_vec(),
+                    })),
+                })?;
+                let checked = uri_checks(&req.kms_uri, &req.storage_uri).and_then(|()| {
+                    if req.measurement_salt.len() < MIN_SALT_LEN {
+                        Err(Status::invalid_argument("measurement_salt too short"))
+                    } else {
+                        Ok(())
+                    }
+                });
+                let kind = match &checked {
+                    Ok(()) => init_response::Kind::InitSuccess(InitSuccessResponse::default()),
+                    Err(s) => init_response::Kind::InitFailure(InitFailureResponse {
+                        error: s.to_string(),
+                    }),
+                };
+                sink.send(&InitResponse { kind: Some(kind) })?;
+                checked
+            })
+    })
+}
+
+/// The RPC server on one connection whose client sent `data` (after the
+/// piece byte): call headers, every request message of the wire contract,
+/// malformed frames. What it answers is whole frames, every trailer a
+/// `Status`, the last frame a trailer.
+pub fn rpc_server(data: &[u8]) {
+    let mut conn = Scripted::new(data);
+    let _ = serve_connection(&mut conn, router(), &ServerLimits::default(), &Stop::new());
+    let (frames, end) = read_frames(&conn.written[..]);
+    assert_eq!(
+        end,
+        FrameError::Eof.to_string(),
+        "the server wrote a broken frame"
+    );
+    for (kind, payload) in &frames {
+        if *kind == FrameKind::Trailer {
+            confboot_proto::rpc::Status::decode(&payload[..]).expect("a trailer is a Status");
+        }
+    }
+    if let Some((kind, _)) = frames.last() {
+        assert_eq!(
+            *kind,
+            FrameKind::Trailer,
+            "the answer does not end in a trailer"
+        );
+    }
+}
+
+/// The RPC client of a server-streaming call (the CLI's Init) reading what
+/// the server sent (`data`, after the piece byte). It succeeds exactly when
+/// the stream holds response messages and then an OK trailer, and hands
+/// over exactly those messages.
+pub fn rpc_client(data: &[u8]) {
+    let conn = Scripted::new(data);
+    let input = conn.input();
+    let mut client = Client::new(conn);
+    let mut got = Vec::new();
+    let result = client.server_streaming(
+        INIT,
+        &InitRequest::default(),
+        Duration::from_secs(60),
+        |m: InitResponse| {
+            got.push(m);
+            Ok(())
+        },
+    );
+    // The same stream read by hand.
+    let (frames, _) = read_frames(input);
+    let mut expected = Vec::new();
+    let mut ok = false;
+    for (kind, payload) in frames {
+        match kind {
+            FrameKind::Message => match InitResponse::decode(&payload[..]) {
+                Ok(m) => expected.push(m),
+                Err(_) => break,
+            },
+            FrameKind::Trailer => {
+                ok = confboot_proto::rpc::Status::decode(&payload[..]).is_ok_and(|s| s.code == 0);
+                break;
+            }
+        }
+    }
+    assert_eq!(result.is_ok(), ok, "{result:?}");
+    if ok {
+        assert_eq!(got, expected);
+    } else {
+        assert!(expected.starts_with(&got));
+    }
+}
+
+/// The measurement secret of the cluster the join-ticket target's service
+/// is a member of.
+pub const TICKET_SECRET: [u8; 32] = [0x42; 32];
+/// Its measurement salt (a join ticket's; also what a rejoining node's disk
+/// header keeps).
+pub const TICKET_SALT: [u8; 32] = [0x24; 32];
+
+/// A node's join client reading a join service's answer (`data[1..]`, after
+/// the piece byte) and the checks the node applies to the ticket. `data[0]`
+/// picks the request (bit 0: join or rejoin) and what the service attested
+/// (bits 1-2: nothing, no PCR 15, the mark of the [`TICKET_SECRET`]
+/// cluster, an unmarked PCR 15). A ticket is taken only with a usable key
+/// and secret and only from a service marked for the ticket's cluster.
+pub fn join_ticket(data: &[u8]) {
+    let Some((&scenario, answer)) = data.split_first() else {
+        return;
+    };
+    let rejoin = scenario & 1 == 1;
+    let member = marked_pcr15(&derive_cluster_id(&TICKET_SECRET, &TICKET_SALT)).to_vec();
+    let service = match (scenario >> 1) & 3 {
+        0 => None,
+        1 => Some(vec![]),
+        2 => Some(vec![(CLUSTER_ID_PCR, member.clone())]),
+        _ => Some(vec![(CLUSTER_ID_PCR, vec![0; 32])]),
+    }
+    .map(|m| confboot::attestation::Attested {
+        variant: Variant::QemuVtpm,
+        measurements: m.into_iter().collect(),
+    });
+    let mut client = Client::new(Scripted::new(answer));
+    let timeout = Duration::from_secs(60);
+    let uuid = "0a1b2c3d-0000-4000-8000-000000000001".to_string();
+    // (secret, salt, key) of a ticket the node takes.
+    let taken: Option<(Vec<u8>, Vec<u8>, Vec<u8>)> = if rejoin {
+        let req = IssueRejoinTicketRequest { disk_uuid: uuid };
+        client.unary(REJOIN, &req, timeout).ok().and_then(|t| {
+            let ok = check_rejoin_ticket(&t).and_then(|()| {
+                check_cluster_mark(&t.measurement_secret, &TICKET_SALT, service.as_ref())
+            });
+            ok.is_ok().then(|| {
+                (
+                    t.measurement_secret.clone(),
+                    TICKET_SALT.to_vec(),
+                    t.state_disk_key.clone(),
+                )
+            })
+        })
+    } else {
+        let req = IssueJoinTicketRequest {
+            disk_uuid: uuid,
+            is_control_plane: scenario & 8 != 0,
+            ..Default::default()
+        };
+        client.unary(JOIN, &req, timeout).ok().and_then(|t| {
+            let ok = check_join_ticket(&t).and_then(|()| {
+                check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service.as_ref())
+            });
+            ok.is_ok().then(|| {
+                assert!(MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()));
+                (
+                    t.measurement_secret.clone(),
+                    t.measurement_salt.clone(),
+                    t.state_disk_key.clone(),
+                )
+            })
+        })
+    };
+    if let Some((secret, salt, key)) = taken {
+        assert_eq!(key.len(), STATE_DISK_KEY_LEN);
+        assert!(!secret.is_empty());
+        let service = service.expect("a ticket from a service that did not attest");
+        assert_eq!(service.measurements.get(&CLUSTER_ID_PCR), Some(&member));
+        assert_eq!(
+            derive_cluster_id(&secret, &salt),
+            derive_cluster_id(&TICKET_SECRET, &TICKET_SALT),
+            "a ticket of another cluster was taken"
+        );
+    }
+}
+
+// ---- aTLS ----
+
+/// Both nonce encodings: the SNI form (the client's nonce) and the
+/// acceptable-CA name (the server's). What parses is the encoding of what
+/// it parsed to (the hex digits in either case; the name's string a
+/// PrintableString or a UTF8String).
+pub fn atls_nonce(data: &[u8]) {
+    if let Ok(name) = std::str::from_utf8(data)
+        && let Ok(n) = Nonce::from_server_name(name)
+    {
+        assert_eq!(n.to_server_name(), name.to_ascii_lowercase());
+    }
+    if let Ok(n) = Nonce::from_distinguished_name(data) {
+        let der = n.to_distinguished_name();
+        const STRING_TAG_AT: usize = 11;
+        assert_eq!(data.len(), der.len());
+        assert_eq!(data[..STRING_TAG_AT], der[..STRING_TAG_AT]);
+        assert!(matches!(data[STRING_TAG_AT], 0x13 | 0x0c));
+        assert_eq!(data[STRING_TAG_AT + 1], der[STRING_TAG_AT + 1]);
+        assert!(data[STRING_TAG_AT + 2..].eq_ignore_ascii_case(&der[STRING_TAG_AT + 2..]));
+    }
+}
+
+/// A peer's certificate through the aTLS check with the vTPM validator:
+/// it passes only with a quote the fixture AK signed for this certificate's
+/// key and the handshake's nonce.
+pub fn atls_cert_vtpm(data: &[u8]) {
+    let f = fixtures::vtpm();
+    let verdict = cert::verify(
+        data,
+        &NONCE,
+        fixtures::atls_validators(Variant::QemuVtpm),
+        NOW,
+    );
+    if let Ok(attested) = verdict {
+        assert_eq!(attested.variant, Variant::QemuVtpm);
+        let (_, c) = X509Certificate::from_der(data).expect("a verified certificate parses");
+        assert_eq!(
+            c.tbs_certificate.subject_pki.raw, f.cert_spki,
+            "evidence accepted for another key"
+        );
+        let ext = c
+            .extensions()
+            .iter()
+            .find(|e| e.oid.to_id_string() == Variant::QemuVtpm.oid())
+            .expect("a verified certificate carries evidence");
+        let e = QuoteEvidence::decode(ext.value).expect("verified evidence decodes");
+        assert!(
+            f.signed_attests.contains(&e.attest),
+            "a quote the AK never signed was accepted"
+        );
+    }
+}
+
+/// A peer's certificate through the aTLS check with the SEV-SNP validator.
+/// No genuine report is bound to a key and nonce of this target, so nothing
+/// may pass.
+pub fn atls_cert_snp(data: &[u8]) {
+    let verdict = cert::verify(
+        data,
+        &NONCE,
+        fixtures::atls_validators(Variant::SevSnp),
+        NOW,
+    );
+    assert!(
+        verdict.is_err(),
+        "SEV-SNP evidence accepted for a key no genuine report binds: {verdict:?}"
+    );
+}
+
+// ---- Attestation ----
+
+/// vTPM evidence through the validator, with the AK pinned and with the AK
+/// certified by a CA: it passes only with a quote the fixture AK signed, and
+/// then reports the quoted PCR values.
+pub fn vtpm_evidence(data: &[u8]) {
+    let f = fixtures::vtpm();
+    for (trust, v) in [("pinned", &f.pinned), ("CA", &f.ca_trusted)] {
+        if let Ok(attested) = v.validate(data, &EXTRA) {
+            let e = QuoteEvidence::decode(data).expect("validated evidence decodes");
+            assert!(
+                f.signed_attests.contains(&e.attest),
+                "{trust} AK trust accepted a quote the AK never signed"
+            );
+            assert_eq!(e.ak_public, f.ak_public, "{trust}: another AK public area");
+            assert_eq!(
+                attested.measurements.get(&POLICY_PCR),
+                Some(&vec![POLICY_PCR as u8; 32])
+            );
+            assert_eq!(
+                attested.measurements.get(&CLUSTER_ID_PCR),
+                Some(&vec![0; 32])
+            );
+        }
+    }
+}
+
+/// SEV-SNP evidence (the report and its certificate table) decoded and
+/// verified against the genuine report whose measurement it carries (the
+/// first when none): it passes only if its signed part is that report's.
+/// What decodes encodes back to what decodes the same.
+pub fn snp_evidence(data: &[u8]) {
+    let Ok(evidence) = SnpEvidence::decode(data) else {
+        return;
+    };
+    let again = SnpEvidence::decode(&evidence.encode().expect("decoded evidence encodes"));
+    assert_eq!(again.as_ref(), Ok(&evidence));
+    let all = fixtures::snp();
+    let f = all
+        .iter()
+        .find(|f| f.measurement() == evidence.report.measurement())
+        .unwrap_or(&all[0]);
+    let verdict = f
+        .validator
+        .verify(&evidence, &ReportDataCheck::Exact(f.report_data()));
+    if verdict.is_ok() {
+        assert_eq!(
+            evidence.report.signed_bytes(),
+            f.signed_part(),
+            "a report AMD never signed was accepted"
+        );
+    }
+}
+
+/// A raw SEV-SNP report: every field read for every product, the KDS URL
+/// and cache path made from it, and its signature checked with the genuine
+/// endorsement key of the report whose measurement it carries (the first
+/// when none): it verifies only if its signed part is that report's.
+pub fn snp_report(data: &[u8]) {
+    let Ok(r) = SnpReport::from_bytes(data) else {
+        return;
+    };
+    let _ = (
+        r.version(),
+        r.guest_svn(),
+        r.guest_policy(),
+        r.debug_allowed(),
+    );
+    let _ = (r.smt_allowed(), r.firmware_abi(), r.migrate_ma_allowed());
+    let _ = (r.family_id(), r.image_id(), r.vmpl(), r.platform_info());
+    let _ = (r.key_info(), r.signing_key().to_string(), r.report_data());
+    let _ = (r.host_data(), r.id_key_digest(), r.author_key_digest());
+    let _ = (r.report_id(), r.chip_id(), r.chip_id_masked(), r.cpuid());
+    let _ = (
+        r.product_from_cpuid(),
+        r.current_tcb_raw(),
+        r.committed_tcb_raw(),
+    );
+    let _ = r.signature_fixed();
+    for p in Product::ALL {
+        for tcb in [r.reported_tcb(p), r.launch_tcb(p), r.current_tcb(p)] {
+            let _ = tcb.components();
+        }
+        let _ = kds_vcek_url(KDS_BASE_URL, p, &r);
+    }
+    let _ = vcek_cache_path(Path::new("/var/lib/confboot/vcek"), &r);
+    static KEYS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        fixtures::snp()
+            .iter()
+            .map(|f| VekInfo::from_der(f.vek).expect("fixture VEK").public_key)
+            .collect()
+    });
+    let all = fixtures::snp();
+    let i = all
+        .iter()
+        .position(|f| f.measurement() == r.measurement())
+        .unwrap_or(0);
+    if verify_signature(&r, &keys[i]).is_ok() {
+        assert_eq!(
+            r.signed_bytes(),
+            all[i].signed_part(),
+            "a report signature verified over bytes AMD never signed"
+        );
+    }
+}
+
+/// The parsed to-be-signed part of a certificate.
+fn tbs(der: &[u8]) -> Option<Vec<u8>> {
+    X509Certificate::from_der(der)
+        .ok()
+        .map(|(_, c)| c.tbs_certificate.as_ref().to_vec())
+}
+
+struct SnpCertFixtures {
+    /// The to-be-signed parts of the genuine VCEKs and VLEK.
+    vek_tbs: Vec<Vec<u8>>,
+    /// The to-be-signed parts of the genuine ASKs and ASVKs.
+    intermediate_tbs: Vec<Vec<u8>>,
+    /// The built-in roots, and Milan's with its ASVK.
+    roots: [TrustRoots; 2],
+    /// Milan's ARK alone (intermediates must come from evidence).
+    ark_only: Vec<ProductRoot>,
+    /// The genuine Milan VCEK.
+    vcek: AmdCert,
+}
+
+fn snp_cert_fixtures() -> &'static SnpCertFixtures {
+    static F: OnceLock<SnpCertFixtures> = OnceLock::new();
+    F.get_or_init(|| {
+        let bundle =
+            certificates_from_pem_or_der(fixtures::MILAN_ASK_ARK_ASVK).expect("Milan bundle");
+        let mut ark = None;
+        let mut intermediate_tbs = Vec::new();
+        for der in &bundle {
+            let c = AmdCert::from_der(der).expect("Milan bundle certificate");
+            match c.role() {
+                CertRole::Ark => ark = Some(der.clone()),
+                _ => intermediate_tbs.push(tbs(der).expect("TBS")),
+            }
+        }
+        let ark = ark.expect("Milan ARK");
+        SnpCertFixtures {
+            vek_tbs: fixtures::snp()
+                .iter()
+                .map(|f| tbs(f.vek).expect("TBS"))
+                .collect(),
+            intermediate_tbs,
+            roots: [
+                TrustRoots::builtin(),
+                TrustRoots::new(vec![
+                    ProductRoot::from_pem_bundle(fixtures::MILAN_ASK_ARK_ASVK).expect("bundle"),
+                ]),
+            ],
+            ark_only: vec![ProductRoot::new(&ark, &[]).expect("Milan ARK alone")],
+            vcek: AmdCert::from_der(fixtures::snp()[0].vek).expect("Milan VCEK"),
+        }
+    })
+}
+
+/// AMD certificates: parsed as a VCEK/VLEK (its extensions), chained to the
+/// pinned roots, offered as an evidence intermediate for a genuine VCEK,
+/// and read as a PEM bundle of roots. A chain verifies only for a genuine
+/// endorsement key or through a genuine intermediate.
+pub fn snp_certs(data: &[u8]) {
+    let f = snp_cert_fixtures();
+    if let Ok(cert) = AmdCert::from_der(data) {
+        let _ = (cert.validity(), cert.role(), cert.product());
+        let _ = (cert.common_name(), cert.issuer_common_name());
+        for roots in &f.roots {
+            if roots.verify_vek(&cert, &[]).is_ok() {
+                let t = tbs(data).expect("a verified certificate parses");
+                assert!(f.vek_tbs.contains(&t), "a VEK AMD never signed chained");
+            }
+        }
+        // Fresh roots: a chain remembered as verified would skip the
+        // intermediate.
+        let roots = TrustRoots::new(f.ark_only.clone());
+        if roots.verify_vek(&f.vcek, &[cert]).is_ok() {
+            let t = tbs(data).expect("a verified certificate parses");
+            assert!(
+                f.intermediate_tbs.contains(&t),
+                "an ASK AMD never signed chained"
+            );
+        }
+    }
+    if let Ok(info) = VekInfo::from_der(data) {
+        for p in Product::ALL {
+            let _ = info.tcb_mismatches(&TcbVersion::decode([3, 0, 0, 0, 0, 0, 8, 115], p));
+        }
+    }
+    let _ = certificates_from_pem_or_der(data);
+    let _ = ProductRoot::from_pem_bundle(data);
+}
+
+// ---- Configuration files ----
+
+/// The measurement policy JSON: what parses enforces something, names PCRs
+/// 0 to 23 with SHA-256 values, writes back to text that parses the same,
+/// and accepts its own values.
+pub fn measurement_policy(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(p) = MeasurementPolicy::from_json(text) else {
+        return;
+    };
+    assert!(p.enforces_something());
+    for (i, e) in p.entries() {
+        assert!(*i <= confboot::attestation::measurements::MAX_INDEX);
+        assert_eq!(
+            e.value.len(),
+            confboot::attestation::measurements::DIGEST_LEN
+        );
+    }
+    assert_eq!(
+        MeasurementPolicy::from_json(&p.to_json()).as_ref().ok(),
+        Some(&p),
+        "to_json does not read back"
+    );
+    let own = p
+        .entries()
+        .iter()
+        .map(|(i, e)| (*i, e.value.clone()))
+        .collect();
+    assert!(p.check(&own).is_ok());
+}
+
+/// The SEV-SNP policy JSON: what parses pins the image (or says
+/// `insecureAnyImage`), names VMPL 0 to 3 and a 48-byte measurement, and
+/// cannot ask for KDS fetching in a build without it.
+pub fn snp_policy(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(p) = SnpPolicy::from_json(text) else {
+        return;
+    };
+    assert!(p.pins_image() || p.insecure_any_image);
+    assert!(p.vmpl <= 3);
+    let entries: Vec<_> = p.measurement.entries().iter().collect();
+    assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
+    assert!(!p.kds_fetch);
+}
+
+/// The kms and storage URIs of Init and Recover: a master secret read from
+/// a URI has usable lengths and writes back to a URI that reads the same;
+/// the only storage URI is `storage://no-store`.
+pub fn kms_uri(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(m) = MasterSecret::from_kms_uri(text) {
+        assert!(m.key().expose().len() >= MIN_MASTER_SECRET_LEN);
+        assert!(m.salt().expose().len() >= MIN_SALT_LEN);
+        assert_eq!(MasterSecret::from_kms_uri(&m.to_kms_uri()).as_ref(), Ok(&m));
+    }
+    if StorageUri::parse(text).is_ok() {
+        assert_eq!(text, "storage://no-store");
+    }
+}
+
+/// The init-secret hash a node is configured with: what parses has the
+/// `pbkdf2-sha256$N$salt$hash` shape with N within bounds. (Verifying runs
+/// at least 10 000 PBKDF2 rounds, too slow to fuzz; the shape is what the
+/// configuration controls.)
+pub fn init_secret_hash(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if InitSecretHash::parse(text).is_ok() {
+        let parts: Vec<&str> = text.trim().split('$').collect();
+        assert_eq!(parts.len(), 4);
+        assert_eq!(parts[0], "pbkdf2-sha256");
+        let n: u32 = parts[1].parse().expect("iterations");
+        assert!((MIN_ITERATIONS..=MAX_ITERATIONS).contains(&n));
+    }
+}
+
+/// The admin's master-secret file: what parses writes back to a file that
+/// reads the same.
+pub fn master_secret_file(data: &[u8]) {
+    let path = Path::new("master-secret.json");
+    if let Ok(m) = MasterSecret::from_file_bytes(data, path) {
+        let again = MasterSecret::from_file_bytes(m.to_file_text().as_bytes(), path);
+        assert_eq!(again.ok().as_ref(), Some(&m), "the file does not read back");
+    }
+}
+
+/// A disk backend whose header metadata is the fuzz input; it changes
+/// nothing.
+struct MetadataDisk(HeaderMetadata);
+
+impl DiskBackend for MetadataDisk {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        Ok(DiskState::Luks {
+            uuid: "0a1b2c3d-0000-4000-8000-000000000001".into(),
+        })
+    }
+    fn format(&mut self, _: &str, _: &SecretBytes) -> Result<(), DiskError> {
+        Err(DiskError::Config("read-only".into()))
+    }
+    fn open(&mut self, _: &SecretBytes) -> Result<(), DiskError> {
+        Err(DiskError::Config("read-only".into()))
+    }
+    fn check_key(&self, _: &SecretBytes) -> Result<(), DiskError> {
+        Err(DiskError::WrongKey)
+    }
+    fn describe(&self) -> String {
+        "fuzzed header".into()
+    }
+    fn store_measurement_salt(&mut self, _: &[u8]) -> Result<(), DiskError> {
+        Err(DiskError::Config("read-only".into()))
+    }
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        self.0.measurement_salt()
+    }
+    fn record_filesystem(&mut self, _: &str) -> Result<(), DiskError> {
+        Err(DiskError::Config("read-only".into()))
+    }
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        self.0.filesystem()
+    }
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        Err(DiskError::Config("read-only".into()))
+    }
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        self.0.bootstrapped()
+    }
+}
+
+/// What a LUKS2 header tells the node, as cryptsetup prints it: the UUID
+/// (`luksUUID`) and the JSON metadata with confboot's tokens (`luksDump
+/// --dump-json-metadata`), read through the state disk. A UUID is taken
+/// only canonical and lowercase; a salt only of a length a header may keep,
+/// exactly as its one token says; a first boot is complete only if its one
+/// token says `"complete": true`.
+pub fn luks2_metadata(data: &[u8]) {
+    if let Ok(uuid) = parse_luks_uuid(data) {
+        assert!(is_uuid(&uuid) && uuid == uuid.to_ascii_lowercase());
+    }
+    let Ok(meta) = HeaderMetadata::parse(data) else {
+        return;
+    };
+    let disk = StateDisk::new(MetadataDisk(meta.clone()));
+    if let Ok(salt) = disk.measurement_salt() {
+        assert!(MEASUREMENT_SALT_LEN.contains(&salt.len()));
+        let (_, token) = meta
+            .token(SALT_TOKEN_TYPE)
+            .ok()
+            .flatten()
+            .expect("a salt from no token");
+        let hex = token["salt"].as_str().expect("a salt that is no string");
+        assert_eq!(confboot::hex::decode(hex).ok(), Some(salt));
+    }
+    if disk.bootstrapped() == Ok(true) {
+        let (_, token) = meta
+            .token(BOOTSTRAPPED_TOKEN_TYPE)
+            .ok()
+            .flatten()
+            .expect("complete without a token");
+        assert_eq!(token["complete"], serde_json::Value::Bool(true));
+    }
+    if let Ok(Some(fs)) = disk.backend().filesystem() {
+        assert!(fs.len() <= data.len());
+    }
+}

@@ -1,0 +1,495 @@
+//! Seed inputs for each target: valid inputs (so the fuzzer starts where
+//! the checks are deep: signed evidence, whole calls) and a few near
+//! misses. The corpora in `fuzz/corpus/` started from these; the ignored
+//! test `write_seed_corpora` writes the ones a corpus lacks.
+
+use confboot::atls::Nonce;
+use confboot::attestation::Variant;
+use confboot::attestation::snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
+use confboot::kms::MasterSecret;
+use confboot::kms::init_secret::{MIN_ITERATIONS, hash};
+use confboot::rpc::frame::{FrameKind, write_frame};
+use confboot_proto::Message;
+use confboot_proto::health::HealthCheckRequest;
+use confboot_proto::init::{
+    InitFailureResponse, InitRequest, InitResponse, InitSuccessResponse, LogResponseType,
+    init_response,
+};
+use confboot_proto::join::{
+    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
+    IssueRejoinTicketResponse,
+};
+use confboot_proto::recover::RecoverMessage;
+use confboot_proto::rpc::{CallHeader, Status};
+
+use crate::fixtures::{self, EXTRA, MILAN_ASK_ARK_ASVK, PcrSet};
+use crate::{TICKET_SALT, TICKET_SECRET};
+
+/// A seed: its file name and its bytes.
+pub type Seed = (String, Vec<u8>);
+
+fn frame(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    write_frame(&mut v, kind, payload).expect("writing to a Vec");
+    v
+}
+
+fn message(m: &impl Message) -> Vec<u8> {
+    frame(FrameKind::Message, &m.encode_to_vec())
+}
+
+fn trailer(code: i32, text: &str) -> Vec<u8> {
+    frame(
+        FrameKind::Trailer,
+        &Status {
+            code,
+            message: text.into(),
+        }
+        .encode_to_vec(),
+    )
+}
+
+/// A whole call: its header and its request.
+fn call(method: &str, request: &impl Message) -> Vec<u8> {
+    let mut v = message(&CallHeader {
+        method: method.into(),
+        timeout_ms: 10_000,
+    });
+    v.extend(message(request));
+    v
+}
+
+fn seed(name: &str, bytes: impl Into<Vec<u8>>) -> Seed {
+    (name.to_string(), bytes.into())
+}
+
+/// A valid `kms://` URI.
+fn kms_uri() -> String {
+    MasterSecret::new(vec![7; 32], vec![8; 32])
+        .expect("lengths")
+        .to_kms_uri()
+        .to_string()
+}
+
+fn init_request() -> InitRequest {
+    let mut r = InitRequest::default();
+    r.kms_uri = kms_uri();
+    r.storage_uri = "storage://no-store".into();
+    r.measurement_salt = vec![9; 32];
+    r.init_secret = b"the init secret".to_vec();
+    r.kubernetes_version = "v1.30.4".into();
+    r.cluster_name = "c".into();
+    r
+}
+
+fn join_response(secret: &[u8], salt: &[u8], key_len: usize) -> IssueJoinTicketResponse {
+    let mut t = IssueJoinTicketResponse::default();
+    t.state_disk_key = vec![1; key_len];
+    t.measurement_secret = secret.to_vec();
+    t.measurement_salt = salt.to_vec();
+    t.api_server_endpoint = "10.0.0.1:6443".into();
+    t.token = "abcdef.0123456789abcdef".into();
+    t
+}
+
+fn rpc_frame() -> Vec<Seed> {
+    let mut two = frame(FrameKind::Message, b"hello");
+    two.extend(trailer(0, ""));
+    vec![
+        seed("two-frames", [&[0u8][..], &two].concat()),
+        seed("two-frames-in-pieces", [&[3u8][..], &two].concat()),
+        seed("announces-4mib", [0u8, 0, 0, 0x40, 0, 0, 1, 2]),
+        seed("bad-flags", [0u8, 0x42, 0, 0, 0, 1, 7]),
+    ]
+}
+
+fn rpc_server() -> Vec<Seed> {
+    let uuid = "0a1b2c3d-0000-4000-8000-000000000001";
+    let mut join = IssueJoinTicketRequest {
+        disk_uuid: uuid.into(),
+        ..Default::default()
+    };
+    let mut calls = vec![
+        (
+            "health",
+            call(HEALTH_CHECK_PATH, &HealthCheckRequest::default()),
+        ),
+        ("join", call(confboot_proto::JOIN.path(), &join)),
+        (
+            "rejoin",
+            call(
+                confboot_proto::REJOIN.path(),
+                &IssueRejoinTicketRequest {
+                    disk_uuid: uuid.into(),
+                },
+            ),
+        ),
+        ("init", call(confboot_proto::INIT.path(), &init_request())),
+        ("recover", {
+            let mut r = RecoverMessage::default();
+            r.kms_uri = kms_uri();
+            r.storage_uri = "storage://no-store".into();
+            call(confboot_proto::RECOVER.path(), &r)
+        }),
+        (
+            "unknown-method",
+            call("/nobody.API/Nothing", &HealthCheckRequest::default()),
+        ),
+        (
+            "trailer-for-a-header",
+            [trailer(0, ""), message(&HealthCheckRequest::default())].concat(),
+        ),
+        (
+            "oversized-request",
+            [
+                message(&CallHeader {
+                    method: HEALTH_CHECK_PATH.into(),
+                    timeout_ms: 0,
+                }),
+                vec![0, 0xff, 0xff, 0xff, 0xff],
+            ]
+            .concat(),
+        ),
+    ];
+    join.disk_uuid = "not a uuid".into();
+    calls.push(("join-bad-uuid", call(confboot_proto::JOIN.path(), &join)));
+    let mut three = Vec::new();
+    for (_, c) in calls.iter().take(3) {
+        three.extend_from_slice(c);
+    }
+    calls.push(("three-calls", three));
+    let mut seeds: Vec<Seed> = calls
+        .iter()
+        .map(|(name, c)| seed(name, [&[0u8][..], c].concat()))
+        .collect();
+    seeds.push(seed("init-in-pieces", [&[5u8][..], &calls[3].1].concat()));
+    seeds
+}
+
+const HEALTH_CHECK_PATH: &str = confboot_proto::HEALTH_CHECK.path();
+
+fn rpc_client() -> Vec<Seed> {
+    let log = message(&InitResponse {
+        kind: Some(init_response::Kind::Log(LogResponseType {
+            log: b"nodelock taken".to_vec(),
+        })),
+    });
+    let success = message(&InitResponse {
+        kind: Some(init_response::Kind::InitSuccess(InitSuccessResponse {
+            kubeconfig: b"apiVersion: v1".to_vec(),
+            owner_id: vec![1; 32],
+            cluster_id: vec![2; 32],
+        })),
+    });
+    let failure = message(&InitResponse {
+        kind: Some(init_response::Kind::InitFailure(InitFailureResponse {
+            error: "wrong init secret".into(),
+        })),
+    });
+    vec![
+        seed(
+            "log-success-ok",
+            [vec![0], log.clone(), success, trailer(0, "")].concat(),
+        ),
+        seed(
+            "log-failure-denied",
+            [vec![0], log, failure, trailer(7, "wrong init secret")].concat(),
+        ),
+        seed("ok-in-pieces", [vec![2], trailer(0, "")].concat()),
+    ]
+}
+
+fn join_ticket() -> Vec<Seed> {
+    let member = 0b100u8; // bits 1-2 = 2: the service is marked for the cluster
+    let good = join_response(&TICKET_SECRET, &TICKET_SALT, 32);
+    let rejoin = IssueRejoinTicketResponse {
+        state_disk_key: vec![1; 32],
+        measurement_secret: TICKET_SECRET.to_vec(),
+    };
+    let answer = |m: Vec<u8>| [m, trailer(0, "")].concat();
+    vec![
+        seed(
+            "join-from-member",
+            [vec![member, 0], answer(message(&good))].concat(),
+        ),
+        seed(
+            "rejoin-from-member",
+            [vec![member | 1, 0], answer(message(&rejoin))].concat(),
+        ),
+        seed(
+            "join-other-cluster",
+            [
+                vec![member, 0],
+                answer(message(&join_response(&[1; 32], &TICKET_SALT, 32))),
+            ]
+            .concat(),
+        ),
+        seed(
+            "join-unattested-in-pieces",
+            [vec![0, 4], answer(message(&good))].concat(),
+        ),
+        seed(
+            "join-short-key",
+            [
+                vec![member, 0],
+                answer(message(&join_response(&TICKET_SECRET, &TICKET_SALT, 31))),
+            ]
+            .concat(),
+        ),
+        seed(
+            "join-refused",
+            [vec![member, 0], trailer(7, "not admitted")].concat(),
+        ),
+    ]
+}
+
+fn atls_nonce() -> Vec<Seed> {
+    let n = Nonce([0x3c; 32]);
+    let mut utf8 = n.to_distinguished_name();
+    utf8[11] = 0x0c;
+    vec![
+        seed("server-name", n.to_server_name()),
+        seed("server-name-upper", n.to_server_name().to_uppercase()),
+        seed("distinguished-name", n.to_distinguished_name()),
+        seed("distinguished-name-utf8", utf8),
+    ]
+}
+
+fn snp_evidence_of(f: &fixtures::SnpFixture) -> Vec<u8> {
+    f.evidence().encode().expect("fixture evidence encodes")
+}
+
+fn atls_cert_vtpm() -> Vec<Seed> {
+    let v = fixtures::vtpm();
+    let extra = v.cert_extra();
+    vec![
+        seed(
+            "vtpm-all-pcrs",
+            v.attested_certificate(Variant::QemuVtpm, v.evidence(&extra, PcrSet::All, false)),
+        ),
+        seed(
+            "vtpm-two-pcrs",
+            v.attested_certificate(
+                Variant::QemuVtpm,
+                v.evidence(&extra, PcrSet::PolicyAndMark, true),
+            ),
+        ),
+        seed(
+            "vtpm-other-extra-data",
+            v.attested_certificate(Variant::QemuVtpm, v.evidence(&EXTRA, PcrSet::All, false)),
+        ),
+        seed(
+            "snp-evidence",
+            v.attested_certificate(Variant::SevSnp, snp_evidence_of(&fixtures::snp()[1])),
+        ),
+    ]
+}
+
+fn atls_cert_snp() -> Vec<Seed> {
+    let v = fixtures::vtpm();
+    let mut seeds: Vec<Seed> = fixtures::snp()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            seed(
+                &format!("snp-report-{i}"),
+                v.attested_certificate(Variant::SevSnp, snp_evidence_of(f)),
+            )
+        })
+        .collect();
+    seeds.push(seed(
+        "vtpm-evidence",
+        v.attested_certificate(
+            Variant::QemuVtpm,
+            v.evidence(&v.cert_extra(), PcrSet::All, false),
+        ),
+    ));
+    seeds
+}
+
+fn vtpm_evidence() -> Vec<Seed> {
+    let v = fixtures::vtpm();
+    vec![
+        seed("all-pcrs", v.evidence(&EXTRA, PcrSet::All, false)),
+        seed("all-pcrs-ak-cert", v.evidence(&EXTRA, PcrSet::All, true)),
+        seed(
+            "two-pcrs-ak-cert",
+            v.evidence(&EXTRA, PcrSet::PolicyAndMark, true),
+        ),
+        seed("marked", v.evidence(&EXTRA, PcrSet::Marked, false)),
+        seed(
+            "other-extra-data",
+            v.evidence(&v.cert_extra(), PcrSet::All, false),
+        ),
+    ]
+}
+
+fn snp_evidence() -> Vec<Seed> {
+    let mut seeds: Vec<Seed> = fixtures::snp()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| seed(&format!("report-{i}"), snp_evidence_of(f)))
+        .collect();
+    // The VLEK report with the ASK, ARK and ASVK in its table.
+    let f = &fixtures::snp()[2];
+    let mut e: SnpEvidence = f.evidence();
+    for der in certificates_from_pem_or_der(MILAN_ASK_ARK_ASVK).expect("bundle") {
+        let kind = match e.certificates.len() {
+            1 => CertKind::Ask,
+            2 => CertKind::Ark,
+            _ => CertKind::Asvk,
+        };
+        e.certificates.push(CertEntry { kind, der });
+    }
+    seeds.push(seed(
+        "report-2-with-table",
+        e.encode().expect("evidence encodes"),
+    ));
+    seeds
+}
+
+fn snp_report() -> Vec<Seed> {
+    fixtures::snp()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| seed(&format!("report-{i}"), f.report.to_vec()))
+        .collect()
+}
+
+fn snp_certs() -> Vec<Seed> {
+    let mut seeds: Vec<Seed> = fixtures::snp()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| seed(&format!("vek-{i}"), f.vek.to_vec()))
+        .collect();
+    for (i, der) in certificates_from_pem_or_der(MILAN_ASK_ARK_ASVK)
+        .expect("bundle")
+        .into_iter()
+        .enumerate()
+    {
+        seeds.push(seed(&format!("milan-bundle-{i}"), der));
+    }
+    seeds.push(seed("milan-bundle-pem", MILAN_ASK_ARK_ASVK));
+    seeds
+}
+
+fn measurement_policy() -> Vec<Seed> {
+    let d = |b: u8| confboot::hex::encode(&[b; 32]);
+    vec![
+        seed(
+            "two-entries",
+            format!(
+                r#"{{"4": {{"expected": "{}", "warnOnly": false}}, "9": {{"expected": "{}", "warnOnly": true}}}}"#,
+                d(4),
+                d(9)
+            ),
+        ),
+        seed(
+            "escaped-key",
+            format!(r#"{{"\u0031\u0035": {{"expected": "{}"}}}}"#, d(0)),
+        ),
+        seed(
+            "duplicate-key",
+            format!(
+                r#"{{"4": {{"expected": "{}"}}, "4": {{"expected": "{}"}}}}"#,
+                d(1),
+                d(2)
+            ),
+        ),
+    ]
+}
+
+fn snp_policy() -> Vec<Seed> {
+    let m = confboot::hex::encode(fixtures::snp()[0].measurement());
+    vec![
+        seed(
+            "minimal",
+            format!(r#"{{"measurement": {{"expected": "{m}"}}}}"#),
+        ),
+        seed(
+            "every-key",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}", "warnOnly": false}},
+ "minimumTcb": {{"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115, "fmc": 0}},
+ "vmpl": 0, "allowDebug": false, "allowSmt": true, "allowMigrationAgent": false,
+ "minimumAbi": "1.51", "hostData": "{}", "idKeyDigests": ["{}"],
+ "rootBundles": ["milan_ask_ark_asvk.pem"], "vcekCacheDir": "/var/lib/confboot/vcek",
+ "kdsFetch": false, "kdsBaseUrl": "https://kdsintf.amd.com", "insecureAnyImage": false}}"#,
+                "ab".repeat(32),
+                "cd".repeat(48)
+            ),
+        ),
+        seed(
+            "warn-only-insecure",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}", "warnOnly": true}}, "insecureAnyImage": true}}"#
+            ),
+        ),
+    ]
+}
+
+fn kms_uri_seeds() -> Vec<Seed> {
+    let uri = kms_uri();
+    vec![
+        seed("kms", uri.clone()),
+        seed("kms-percent-padding", uri.replace('=', "%3D")),
+        seed("storage", "storage://no-store"),
+        seed("kms-other-backend", "kms://vault?key=AAAA"),
+    ]
+}
+
+fn init_secret_hash() -> Vec<Seed> {
+    let h = hash(b"the init secret", MIN_ITERATIONS);
+    vec![
+        seed("hash", h.clone()),
+        seed("hash-with-newline", format!("  {h}\n")),
+        seed("too-few-iterations", h.replace("$10000$", "$9999$")),
+    ]
+}
+
+fn master_secret_file() -> Vec<Seed> {
+    let m = MasterSecret::new(vec![7; 32], vec![8; 32]).expect("lengths");
+    vec![
+        seed("file", m.to_file_text().as_bytes()),
+        seed("extra-field", r#"{"key": "AAAA", "salt": "AAAA", "x": 1}"#),
+    ]
+}
+
+/// What `cryptsetup luksDump --dump-json-metadata` printed for a header
+/// with confboot's three tokens (cryptsetup 2.6, LUKS2, PBKDF2).
+const LUKS2_DUMP: &str = include_str!("luks2_dump.json");
+
+fn luks2_metadata() -> Vec<Seed> {
+    vec![
+        seed("luks-dump", LUKS2_DUMP),
+        seed("luks-uuid", "0a1b2c3d-0000-4000-8000-000000000001\n"),
+        seed(
+            "two-salt-tokens",
+            r#"{"tokens": {"0": {"type": "confboot-measurement-salt", "salt": "00"}, "1": {"type": "confboot-measurement-salt", "salt": "01"}}}"#,
+        ),
+    ]
+}
+
+/// The seeds of the target `name` (none for a name that is no target).
+pub fn seeds(name: &str) -> Vec<Seed> {
+    match name {
+        "rpc_frame" => rpc_frame(),
+        "rpc_server" => rpc_server(),
+        "rpc_client" => rpc_client(),
+        "join_ticket" => join_ticket(),
+        "atls_nonce" => atls_nonce(),
+        "atls_cert_vtpm" => atls_cert_vtpm(),
+        "atls_cert_snp" => atls_cert_snp(),
+        "vtpm_evidence" => vtpm_evidence(),
+        "snp_evidence" => snp_evidence(),
+        "snp_report" => snp_report(),
+        "snp_certs" => snp_certs(),
+        "measurement_policy" => measurement_policy(),
+        "snp_policy" => snp_policy(),
+        "kms_uri" => kms_uri_seeds(),
+        "init_secret_hash" => init_secret_hash(),
+        "master_secret_file" => master_secret_file(),
+        "luks2_metadata" => luks2_metadata(),
+        _ => Vec::new(),
+    }
+}

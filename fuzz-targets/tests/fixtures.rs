@@ -1,0 +1,107 @@
+//! The oracles are live: the fixtures' own evidence validates, so a target
+//! that sees `Ok` for a fuzzed input is checking a real acceptance, and a
+//! changed signed byte is refused.
+
+use confboot::atls::cert;
+use confboot::attestation::snp::{ReportDataCheck, SnpEvidence};
+use confboot::attestation::{AttestationError, Validator, Variant};
+use confboot::ticket::{check_cluster_mark, check_join_ticket};
+use confboot_fuzz_targets::fixtures::{self, EXTRA, NONCE, NOW, PcrSet};
+use confboot_fuzz_targets::{TICKET_SALT, TICKET_SECRET};
+use confboot_proto::Message;
+use confboot_proto::vtpm::QuoteEvidence;
+
+#[test]
+fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_not() {
+    let v = fixtures::vtpm();
+    for set in [PcrSet::All, PcrSet::PolicyAndMark] {
+        let e = v.evidence(&EXTRA, set, true);
+        v.pinned.validate(&e, &EXTRA).unwrap();
+        v.ca_trusted.validate(&e, &EXTRA).unwrap();
+        let mut q = QuoteEvidence::decode(&e[..]).unwrap();
+        let last = q.attest.len() - 1;
+        q.attest[last] ^= 1;
+        let changed = q.encode_to_vec();
+        assert!(matches!(
+            v.pinned.validate(&changed, &EXTRA),
+            Err(AttestationError::Signature(_))
+        ));
+    }
+    // Without a certificate only the pinned trust passes.
+    let e = v.evidence(&EXTRA, PcrSet::All, false);
+    v.pinned.validate(&e, &EXTRA).unwrap();
+    assert!(matches!(
+        v.ca_trusted.validate(&e, &EXTRA),
+        Err(AttestationError::Trust(_))
+    ));
+    // A marked node is refused at join time.
+    let e = v.evidence(&EXTRA, PcrSet::Marked, false);
+    assert!(matches!(
+        v.pinned.validate(&e, &EXTRA),
+        Err(AttestationError::Policy(_))
+    ));
+}
+
+#[test]
+fn fixture_atls_certificates_verify_for_vtpm_and_bind_nothing_for_snp() {
+    let v = fixtures::vtpm();
+    let der = v.attested_certificate(
+        Variant::QemuVtpm,
+        v.evidence(&v.cert_extra(), PcrSet::All, false),
+    );
+    let vtpm = fixtures::atls_validators(Variant::QemuVtpm);
+    assert_eq!(
+        cert::verify(&der, &NONCE, vtpm, NOW).unwrap().variant,
+        Variant::QemuVtpm
+    );
+    // Another nonce: the evidence is not bound to it.
+    assert!(cert::verify(&der, &confboot::atls::Nonce([0; 32]), vtpm, NOW).is_err());
+    // Genuine SNP evidence passes every check but the binding.
+    let snp = &fixtures::snp()[1];
+    let der = v.attested_certificate(Variant::SevSnp, snp.evidence().encode().unwrap());
+    let err = cert::verify(
+        &der,
+        &NONCE,
+        fixtures::atls_validators(Variant::SevSnp),
+        NOW,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not bound"), "{err}");
+}
+
+#[test]
+fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
+    for f in fixtures::snp() {
+        let exact = ReportDataCheck::Exact(f.report_data());
+        f.validator.verify(&f.evidence(), &exact).unwrap();
+        let mut report = f.report.to_vec();
+        report[0x20] ^= 1; // IMAGE_ID, signed
+        let changed = SnpEvidence {
+            report: confboot::attestation::snp::SnpReport::from_bytes(&report).unwrap(),
+            certificates: f.evidence().certificates,
+        };
+        assert!(matches!(
+            f.validator.verify(&changed, &exact),
+            Err(AttestationError::Signature(_))
+        ));
+    }
+}
+
+#[test]
+fn the_ticket_targets_cluster_is_the_members() {
+    let member = confboot::tpm::marked_pcr15(&confboot::kms::derive_cluster_id(
+        &TICKET_SECRET,
+        &TICKET_SALT,
+    ));
+    let service = confboot::attestation::Attested {
+        variant: Variant::QemuVtpm,
+        measurements: [(confboot::tpm::CLUSTER_ID_PCR, member.to_vec())].into(),
+    };
+    let mut t = confboot_proto::join::IssueJoinTicketResponse::default();
+    t.state_disk_key = vec![1; 32];
+    t.measurement_secret = TICKET_SECRET.to_vec();
+    t.measurement_salt = TICKET_SALT.to_vec();
+    check_join_ticket(&t).unwrap();
+    check_cluster_mark(&TICKET_SECRET, &TICKET_SALT, Some(&service)).unwrap();
+}
