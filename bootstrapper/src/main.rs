@@ -26,7 +26,7 @@ use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
 use confboot::stop::Stop;
-use confboot::tpm::{CLUSTER_ID_PCR, Tpm};
+use confboot::tpm::{CLUSTER_ID_PCR, IMA_PCR, Tpm};
 use crossbeam_channel::bounded;
 
 use crate::join::Backoff;
@@ -65,7 +65,7 @@ const CMD: Command = Command {
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
         Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        Opt::value("joinsvc-measurements", "FILE", "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs, PCR 15 aside: the same image)").aliases(&["joinsvc-policy"]),
+        Opt::value("joinsvc-measurements", "FILE", "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs but 15 (the cluster mark) and 10 (IMA, run time): the same image)").aliases(&["joinsvc-policy"]),
         Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak").default(DEFAULT_JOINSVC_AK_TRUST),
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
@@ -120,7 +120,7 @@ const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
 const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
 
 /// How join services are checked: by default they must run this node's
-/// own image (its PCRs, PCR 15 aside) with an AK that `--joinsvc-ak-trust`
+/// own image (its PCRs, PCR 15 and IMA's PCR 10 aside) with an AK that `--joinsvc-ak-trust`
 /// trusts, and the node then checks their PCR 15 against each ticket's
 /// cluster; `--joinsvc-measurements` names other measurements (a rolling
 /// upgrade); `--insecure-any-join-service` turns every check off.
@@ -154,11 +154,14 @@ fn joinsvc_check(
 }
 
 /// This node's own measurements as the policy for join services: every
-/// quoted PCR but PCR 15 (the cluster mark, checked per ticket), enforced.
+/// quoted PCR, enforced, but PCR 15 (the cluster mark, checked per ticket)
+/// and PCR 10 (IMA's run-time measurements: a control plane that has run
+/// for a while differs there from a node in its initramfs, whatever image
+/// both booted).
 fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, String> {
     let pcrs: Vec<u32> = quoted_pcrs()
         .into_iter()
-        .filter(|&i| i != CLUSTER_ID_PCR)
+        .filter(|&i| i != CLUSTER_ID_PCR && i != IMA_PCR)
         .collect();
     let values = issuer
         .with_tpm(|tpm| tpm.pcr_read(&pcrs))

@@ -22,6 +22,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use confboot::attestation::MeasurementPolicy;
+use confboot::tpm::event_log::EventLog;
 
 use crate::ChildProcess;
 use crate::cluster::TempDir;
@@ -36,6 +37,8 @@ pub const BASE_CMDLINE: &str = "console=ttyS0 quiet panic=-1";
 pub const GUEST_FORWARD_ADDR: &str = "10.0.2.100";
 /// The line `/init` prints with the SHA-256 PCR bank.
 pub const PCRS_MARKER: &str = "CONFBOOT-PCRS ";
+/// The line `/init` prints with the firmware's TCG event log (base64).
+pub const EVENT_LOG_MARKER: &str = "CONFBOOT-EVENTLOG ";
 /// The line `/init` prints when probe mode is done.
 pub const PROBE_END: &str = "CONFBOOT-PROBE-END";
 /// How many console lines a failing test shows.
@@ -376,6 +379,16 @@ impl Vm {
         parse_pcr_line(line).unwrap_or_else(|e| panic!("bad PCR line {line:?}: {e}"))
     }
 
+    /// The firmware's event log from the console's `CONFBOOT-EVENTLOG`
+    /// line; panics if there is none or it does not parse.
+    pub fn event_log(&self) -> EventLog {
+        let serial = self.serial();
+        let line = complete_lines(&serial)
+            .find(|l| l.starts_with(EVENT_LOG_MARKER))
+            .unwrap_or_else(|| panic!("no event log on the console\n{}", self.failure_report()));
+        parse_event_log_line(line).unwrap_or_else(|e| panic!("bad event log line: {e}"))
+    }
+
     /// The console's last [`TAIL_LINES`] lines and QEMU's and swtpm's stderr.
     pub fn failure_report(&self) -> String {
         let serial = self.serial();
@@ -430,6 +443,17 @@ pub fn parse_pcr_line(line: &str) -> Result<BTreeMap<u32, Vec<u8>>, String> {
         return Err(format!("{} PCRs, expected 24", out.len()));
     }
     Ok(out)
+}
+
+/// Parses `CONFBOOT-EVENTLOG <base64>`.
+pub fn parse_event_log_line(line: &str) -> Result<EventLog, String> {
+    let b64 = line
+        .trim()
+        .strip_prefix(EVENT_LOG_MARKER.trim_end())
+        .ok_or("no marker")?
+        .trim();
+    let bytes = confboot::base64::decode(b64).map_err(|e| format!("base64: {e}"))?;
+    EventLog::parse(&bytes).map_err(|e| e.to_string())
 }
 
 fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
@@ -521,15 +545,45 @@ pub fn policy_from_pcrs(pcrs: &BTreeMap<u32, Vec<u8>>) -> MeasurementPolicy {
     policy
 }
 
+/// What one boot of an image measured: the PCRs `/init` printed and the
+/// firmware's event log, checked to replay to those PCRs.
+pub struct GoldenBoot {
+    /// All 24 SHA-256 PCRs.
+    pub pcrs: BTreeMap<u32, Vec<u8>>,
+    /// The event log; replaying it gives every PCR it names in `pcrs`.
+    pub event_log: EventLog,
+}
+
+impl GoldenBoot {
+    /// The measurement policy of these PCRs ([`policy_from_pcrs`]).
+    pub fn policy(&self) -> MeasurementPolicy {
+        policy_from_pcrs(&self.pcrs)
+    }
+}
+
 /// Boots `kernel` + `initrd` with `cmdline` (the production command line:
-/// PCR 9 covers it) under OVMF and a fresh swtpm, reads the PCRs `/init`
-/// prints on every boot, ends the VM and returns them as a policy.
-pub fn golden_measurements(kernel: &Path, initrd: &Path, cmdline: &str) -> MeasurementPolicy {
+/// PCR 9 covers it) under OVMF and a fresh swtpm, reads the PCRs and the
+/// event log `/init` prints on every boot and ends the VM. Panics when the
+/// log does not replay to the printed PCRs.
+pub fn golden_boot(kernel: &Path, initrd: &Path, cmdline: &str) -> GoldenBoot {
     let mut config = VmConfig::new(kernel, initrd, cmdline);
     config.name = "golden".to_string();
     let mut vm = Vm::boot(config);
-    vm.wait_for_line(PCRS_MARKER.trim_end(), Duration::from_secs(180));
-    policy_from_pcrs(&vm.pcrs())
+    vm.wait_for_line(EVENT_LOG_MARKER.trim_end(), Duration::from_secs(180));
+    let (pcrs, event_log) = (vm.pcrs(), vm.event_log());
+    for (pcr, replayed) in event_log.replay() {
+        assert_eq!(
+            pcrs[&pcr],
+            replayed.to_vec(),
+            "PCR {pcr}: the event log does not replay to the booted value"
+        );
+    }
+    GoldenBoot { pcrs, event_log }
+}
+
+/// The policy of [`golden_boot`]'s PCRs.
+pub fn golden_measurements(kernel: &Path, initrd: &Path, cmdline: &str) -> MeasurementPolicy {
+    golden_boot(kernel, initrd, cmdline).policy()
 }
 
 #[cfg(test)]

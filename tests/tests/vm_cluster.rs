@@ -8,8 +8,8 @@
 //! The only double is kubeadm (`initramfs/test/kubeadm-double`, installed
 //! in the test image only as `/usr/bin/kubeadm`): Kubernetes cannot run here.
 //!
-//! Boots (8): golden measurements for the init and the join command lines,
-//! the first node (init through the CLI), two joining nodes and a tampered
+//! Boots (7): golden measurements (PCRs and the firmware's event log) for
+//! the one command line every node boots with, the first node (init through the CLI), two joining nodes and a tampered
 //! node in parallel, one joined node's reboot (rejoin), and another's
 //! reboot without a join service (recovery through `confboot recover`).
 //!
@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use confboot::kms::MasterSecret;
 use confboot::kms::init_secret;
+use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
-use confboot_tests::qemu::{Image, PeakRss, Vm, VmConfig, golden_measurements};
+use confboot_tests::qemu::{Image, PeakRss, Vm, VmConfig, golden_boot};
 use confboot_tests::{free_port, key_opens_disk, luks_uuid};
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
@@ -330,44 +331,26 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
 
     let work = TempDir::new("vm-cluster");
 
-    // joinsvc runs on the host with a swtpm of its own. Nodes check it as
-    // they check any join service: an AK they trust (pinned on the command
-    // line), the measurements of an explicit policy (the image carries it:
-    // the host cannot reproduce what OVMF measured into a VM's PCRs), and a
-    // PCR 15 that holds the mark of the ticket's cluster (extended below,
-    // once the cluster exists).
+    // joinsvc runs on the host with a swtpm of its own, measured as a node
+    // of the image would be: the golden boot's event log is replayed into
+    // it (below). Nodes check it as they check any join service, with the
+    // defaults: its PCRs equal their own (PCR 15 and IMA's PCR 10 aside), its AK is one
+    // they trust (pinned on the command line: read here, before any boot),
+    // and its PCR 15 holds the mark of the ticket's cluster.
     let joinsvc_tpm_dir = work.path().join("joinsvc-tpm");
     std::fs::create_dir_all(&joinsvc_tpm_dir).unwrap();
-    let (joinsvc_ak, joinsvc_policy) = {
+    let joinsvc_ak = {
         let swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
-        let issuer = confboot::attestation::vtpm::VtpmIssuer::new(
-            swtpm.connect().expect("connect to swtpm"),
-        )
-        .expect("attestation key");
-        let pcrs = issuer
-            .with_tpm(|tpm| tpm.pcr_read_all())
-            .expect("read PCRs");
-        let mut policy = confboot::attestation::MeasurementPolicy::default();
-        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != 15) {
-            policy.set(i, v.to_vec(), false);
-        }
-        (issuer.ak_public_key(), policy)
+        confboot::attestation::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
+            .expect("attestation key")
+            .ak_public_key()
     };
-    let joinsvc_policy_file = work.path().join("joinsvc-policy.json");
-    std::fs::write(&joinsvc_policy_file, joinsvc_policy.to_json()).unwrap();
 
-    // The test image (with the kubeadm double and the join service's
-    // policy) and a tampered one that differs by one byte
-    // (/etc/confboot-stamp): same padded size, so PCR 4 stays and PCR 9
-    // (the initrd) differs.
+    // The test image (with the kubeadm double) and a tampered one that
+    // differs by one byte (/etc/confboot-stamp): same padded size, so PCR 4
+    // stays and PCR 9 (the initrd) differs.
     let t = Instant::now();
-    let add = [
-        (kubeadm_double.as_path(), "/usr/bin/kubeadm"),
-        (
-            joinsvc_policy_file.as_path(),
-            "/etc/confboot/joinsvc-policy.json",
-        ),
-    ];
+    let add = [(kubeadm_double.as_path(), "/usr/bin/kubeadm")];
     let image = Image::build_with("vm-cluster", Some(&bootstrapper), "0", &add)
         .unwrap_or_else(|e| panic!("{e}"));
     println!("{}", image.build_log.trim_end());
@@ -404,69 +387,62 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     assert_ne!(n2.ak, n3.ak, "each TPM has its own AK");
     println!("phase TPMs and AKs: {}", secs(t.elapsed()));
 
-    // The command lines. PCR 9 covers the command line, so every joining
-    // node uses the same one (also on its reboot): the after-step reads the
-    // marker file on the state disk's ext4, then writes it. The marker is
-    // not in the raw disk image afterwards (dm-crypt).
+    // One command line for every node, as in a real cluster: each races
+    // the admin's Init against a join service, and whichever answers first
+    // decides (node 1 has no join service to reach). PCR 9 covers the
+    // command line, so it is the same on reboots too: the after-step reads
+    // the marker file on the state disk's ext4, then writes it. The marker
+    // is not in the raw disk image afterwards (dm-crypt).
     let marker = format!("confboot-marker-{:x}", std::process::id());
     let joinsvc_trust = format!("pinned:{}", confboot::hex::encode(&joinsvc_ak));
-    let common = [
+    let join_target = format!("10.0.2.100:{JOIN_PORT}");
+    let node_args = [
+        "--init-secret-hash",
+        hash.as_str(),
+        "--join-endpoint",
+        join_target.as_str(),
+        "--retry-max",
+        "2",
         "--state-disk",
         "/dev/vda",
         "--kubeadm",
         "/usr/bin/kubeadm",
-        "--joinsvc-measurements",
-        "/etc/confboot/joinsvc-policy.json",
         "--joinsvc-ak-trust",
         joinsvc_trust.as_str(),
         "-v",
         "4",
     ];
-    let join_target = format!("10.0.2.100:{JOIN_PORT}");
-    let join_args: Vec<&str> = ["--join-endpoint", join_target.as_str(), "--retry-max", "2"]
+    let after = format!("confboot.after=read,write:{marker}");
+    let node_cmdline = format!("{} {after}", args_param(&node_args));
+    // The tampered node is the attacker's: it takes any join service.
+    let tampered_args: Vec<&str> = node_args
         .into_iter()
-        .chain(common)
+        .chain(["--insecure-any-join-service"])
         .collect();
-    let join_cmdline = format!(
-        "{} confboot.after=read,write:{marker}",
-        args_param(&join_args)
-    );
-    let init_args: Vec<&str> = ["--init-secret-hash", hash.as_str()]
-        .into_iter()
-        .chain(common)
-        .collect();
-    let init_cmdline = args_param(&init_args);
+    let tampered_cmdline = format!("{} {after}", args_param(&tampered_args));
 
-    // Golden measurements for both command lines (two boots in parallel).
+    // Golden measurements: one boot of the image with that command line,
+    // its PCRs and its event log (checked to replay to them).
     let t = Instant::now();
-    let (golden_init, golden_join) = std::thread::scope(|s| {
-        let gi = s.spawn(|| golden_measurements(&image.kernel, &image.initrd, &init_cmdline));
-        let gj = s.spawn(|| golden_measurements(&image.kernel, &image.initrd, &join_cmdline));
-        (gi.join().unwrap(), gj.join().unwrap())
-    });
-    assert_eq!(
-        golden_init.entries()[&4].value,
-        golden_join.entries()[&4].value,
-        "same kernel and initrd size, same PCR 4"
+    let measured = golden_boot(&image.kernel, &image.initrd, &node_cmdline);
+    let golden = measured.policy();
+    println!(
+        "phase golden measurements (1 boot, {} events logged): {}",
+        measured.event_log.events().len(),
+        secs(t.elapsed())
     );
-    assert_ne!(
-        golden_init.entries()[&9].value,
-        golden_join.entries()[&9].value,
-        "PCR 9 covers the command line"
-    );
-    println!("phase golden measurements (2 boots): {}", secs(t.elapsed()));
 
     // (a) Init: node 1's init API through a host forward, the CLI verifies
     // its attestation (golden measurements, pinned AK) and inits it.
     let t = Instant::now();
-    std::fs::write(admin.join("golden-init.json"), golden_init.to_json()).unwrap();
-    let (mut vm1, init_fwd) = boot_serving(&n1, &image, &init_cmdline, 9000, "init API");
+    std::fs::write(admin.join("golden.json"), golden.to_json()).unwrap();
+    let (mut vm1, init_fwd) = boot_serving(&n1, &image, &node_cmdline, 9000, "init API");
     let cli_out = admin_cli(
         &cli,
         &admin,
         "init",
         init_fwd,
-        "golden-init.json",
+        "golden.json",
         &n1.ak,
         &["--init-secret-file", "init-secret"],
     );
@@ -522,8 +498,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         peak1.swtpm_kib
     );
 
-    // (b) + (d): joinsvc with the CLI's master secret and salt, the join
-    // command line's golden policy and the joining nodes' AKs (the tampered
+    // (b) + (d): joinsvc with the CLI's master secret and salt, the golden
+    // policy and the joining nodes' AKs (the tampered
     // node's too: it is refused for its measurements, not its AK).
     let joinsvc_port = free_port();
     let joinsvc_setup = JoinsvcSetup {
@@ -533,15 +509,31 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
     };
+    // joinsvc's TPM, freshly started, gets the golden boot's event log
+    // replayed: its PCRs are then a node's of this image (checked: all but
+    // IMA's PCR 10, which the kernel extends, not the firmware), and PCR 15
+    // gets the cluster's mark as a control plane's does after init.
     let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
-    confboot::tpm::mark_node(
-        &mut joinsvc_swtpm.connect().expect("connect to swtpm"),
-        &joinsvc_setup.cluster_id(),
-    )
-    .expect("mark joinsvc's TPM");
+    {
+        let mut tpm = joinsvc_swtpm.connect().expect("connect to swtpm");
+        measured
+            .event_log
+            .extend_into(&mut tpm)
+            .expect("replay the event log into joinsvc's TPM");
+        let pcrs = tpm.pcr_read_all().expect("read PCRs");
+        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != IMA_PCR) {
+            assert_eq!(
+                measured.pcrs[&i],
+                v.to_vec(),
+                "PCR {i}: joinsvc's TPM after the replay differs from the golden boot"
+            );
+        }
+        confboot::tpm::mark_node(&mut tpm, &joinsvc_setup.cluster_id())
+            .expect("mark joinsvc's TPM");
+    }
     let joinsvc = Joinsvc::launch(
         &joinsvc_bin,
-        &golden_join,
+        &golden,
         JoinsvcSetup {
             extra: vec!["--tpm".into(), joinsvc_swtpm.addr().to_string()],
             ..joinsvc_setup
@@ -550,12 +542,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let t = Instant::now();
     let (r2, r3, bad_serial) = std::thread::scope(|s| {
         let join = |n: &NodeFiles| {
-            let mut c = n.config(&image, &join_cmdline);
+            let mut c = n.config(&image, &node_cmdline);
             c.host_ports = vec![(JOIN_PORT, joinsvc_port)];
             c
         };
         let (c2, c3) = (join(&n2), join(&n3));
-        let mut cb = bad.config(&tampered, &join_cmdline);
+        let mut cb = bad.config(&tampered, &tampered_cmdline);
         cb.host_ports = vec![(JOIN_PORT, joinsvc_port)];
         let h2 = s.spawn(|| bootstrap_boot(c2, "Joined", true, &["CONFBOOT-STATE-WRITTEN"]));
         let h3 = s.spawn(|| bootstrap_boot(c3, "Joined", true, &["CONFBOOT-STATE-WRITTEN"]));
@@ -658,7 +650,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // never make a new file system over it.
     n2.remove_token("confboot-state-fs");
     let t = Instant::now();
-    let mut c = n2.config(&image, &join_cmdline);
+    let mut c = n2.config(&image, &node_cmdline);
     c.host_ports = vec![(JOIN_PORT, joinsvc_port)];
     let uuid2 = n2.luks_uuid().unwrap();
     let r = std::thread::scope(|s| {
@@ -717,14 +709,13 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // attestation first. It opens its disk, marks itself again and keeps
     // its file system: the marker of its first boot is still there.
     let t = Instant::now();
-    std::fs::write(admin.join("golden-join.json"), golden_join.to_json()).unwrap();
-    let (mut vm3, recover_fwd) = boot_serving(&n3, &image, &join_cmdline, 9999, "recovery API");
+    let (mut vm3, recover_fwd) = boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
     let out = admin_cli(
         &cli,
         &admin,
         "recover",
         recover_fwd,
-        "golden-join.json",
+        "golden.json",
         &n3.ak,
         &["--master-secret", "confboot-mastersecret.json"],
     );

@@ -16,6 +16,7 @@
 //! # Ok::<(), confboot::tpm::TpmError>(())
 //! ```
 
+pub mod event_log;
 pub mod structures;
 pub mod swtpm;
 pub mod transport;
@@ -76,6 +77,10 @@ pub fn primary_qualified_name(hierarchy: u32, public_area: &[u8]) -> Vec<u8> {
 pub const TPM_RS_PW: u32 = 0x4000_0009;
 /// PCR that marks a node as bootstrapped (extended with the cluster id).
 pub const CLUSTER_ID_PCR: u32 = 15;
+/// PCR the kernel's IMA extends at run time (from `boot_aggregate` on, one
+/// extend per file its policy measures): its value tells what a machine has
+/// done since boot, not which image it booted.
+pub const IMA_PCR: u32 = 10;
 /// Largest NV index read (an AK certificate is 1–2 KiB).
 pub const MAX_NV_READ_LEN: usize = 8192;
 

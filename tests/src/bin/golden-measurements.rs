@@ -1,7 +1,9 @@
 //! Writes golden measurements: boots a kernel + initramfs once under QEMU,
 //! OVMF and a fresh swtpm with the given (production) kernel command line,
 //! reads the PCRs the initramfs prints and writes them as a measurement
-//! policy (Constellation's JSON format).
+//! policy (Constellation's JSON format). It also prints the firmware's event
+//! log, one line per event (PCR, type, SHA-256, description), after checking
+//! that it replays to the booted PCRs.
 //!
 //! ```text
 //! golden-measurements KERNEL INITRD OUT.json [CMDLINE]
@@ -28,7 +30,21 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let policy = confboot_tests::qemu::golden_measurements(&kernel, &initrd, cmdline);
+    let boot = confboot_tests::qemu::golden_boot(&kernel, &initrd, cmdline);
+    for (i, e) in boot.event_log.events().iter().enumerate() {
+        let digest = e
+            .sha256
+            .map(|d| confboot::hex::encode(&d))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "event {:>3}  PCR {:>2}  {:<34} {digest}  {}",
+            i + 1,
+            e.pcr,
+            e.type_name(),
+            e.description()
+        );
+    }
+    let policy = boot.policy();
     if let Err(e) = std::fs::write(&out, policy.to_json()) {
         eprintln!("golden-measurements: cannot write {}: {e}", out.display());
         std::process::exit(1);
