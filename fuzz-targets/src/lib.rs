@@ -50,6 +50,7 @@ use confboot::stop::Stop;
 use confboot::ticket::{
     STATE_DISK_KEY_LEN, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
 };
+use confboot::tpm::event_log::{EventLog, MAX_EVENTS};
 use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::Message;
 use confboot_proto::health::HealthCheckResponse;
@@ -92,6 +93,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("init_secret_hash", init_secret_hash),
     ("master_secret_file", master_secret_file),
     ("luks2_metadata", luks2_metadata),
+    ("tpm_event_log", tpm_event_log),
 ];
 
 // ---- RPC ----
@@ -808,5 +810,30 @@ pub fn luks2_metadata(data: &[u8]) {
     }
     if let Ok(Some(fs)) = disk.backend().filesystem() {
         assert!(fs.len() <= data.len());
+    }
+}
+
+// ---- Firmware ----
+
+/// The TCG event log a node's firmware leaves (crypto-agile; the host's
+/// firmware writes it): what parses has at most [`MAX_EVENTS`] events, each
+/// on a PCR 0 to 23; every description is at most 64 printable characters;
+/// replaying it gives a value only for PCRs an extending event names.
+pub fn tpm_event_log(data: &[u8]) {
+    let Ok(log) = EventLog::parse(data) else {
+        return;
+    };
+    assert!(log.events().len() <= MAX_EVENTS);
+    for e in log.events() {
+        assert!((e.pcr as usize) < confboot::tpm::structures::PCR_COUNT);
+        let d = e.description();
+        assert!(
+            d.chars().count() <= 64 && !d.chars().any(char::is_control),
+            "{d:?}"
+        );
+        let _ = e.type_name();
+    }
+    for pcr in log.replay().keys() {
+        assert!(log.events().iter().any(|e| e.pcr == *pcr && e.extends()));
     }
 }
