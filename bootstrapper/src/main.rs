@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot::atls;
 use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
-use confboot::attestation::vtpm::{VtpmIssuer, quoted_pcrs};
+use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
@@ -52,6 +52,7 @@ const CMD: Command = Command {
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
         Opt::value("tpm", "DEVICE|HOST:PORT", "The node's TPM: `device` (/dev/tpmrm0) or a swtpm socket").default("device"),
+        Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP),
         Opt::value("state-disk", "PATH", "The state disk (block device, or an image file)"),
         Opt::value("disk-mode", "MODE", "luks: map the disk with dm-crypt; header-only: check keys against the LUKS2 header without mapping (machines without device-mapper)").default("luks"),
         Opt::value("mapper-name", "NAME", "dm-crypt mapping name").default("state"),
@@ -224,7 +225,13 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     let tpm =
         Tpm::open_for_option("tpm", m.value("tpm").expect("default")).map_err(|e| e.to_string())?;
     log::info!("TPM: {}", tpm.describe());
-    let issuer = Arc::new(VtpmIssuer::new(tpm).map_err(|e| format!("attestation key: {e}"))?);
+    let tpm_is_device = Tpm::is_device_spec(m.value("tpm").expect("default"));
+    let issuer = Arc::new(
+        VtpmIssuer::new(tpm)
+            .map_err(|e| format!("attestation key: {e}"))?
+            .with_event_log_option(m.value("event-log"), tpm_is_device)
+            .map_err(|e| e.to_string())?,
+    );
     let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
     let node = Arc::new(build_node(m, Arc::clone(&issuer), join_service_check)?);
     let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;

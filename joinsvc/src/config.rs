@@ -98,7 +98,10 @@ impl Config {
                 let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
                 Some(Arc::new(
-                    VtpmIssuer::new(tpm).map_err(|e| format!("--tpm {spec}: {e}"))?,
+                    VtpmIssuer::new(tpm)
+                        .map_err(|e| format!("--tpm {spec}: {e}"))?
+                        .with_event_log_option(m.value("event-log"), Tpm::is_device_spec(spec))
+                        .map_err(|e| e.to_string())?,
                 ))
             }
         };

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 
 use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
 use confboot::atls::{Accepted, AtlsServer};
+use confboot::attestation::vtpm::EVENT_LOG_OPTION_HELP;
 use confboot::attestation::{SwappableValidator, Validator};
 use confboot::rpc::listener;
 use confboot::rpc::{ServerLimits, serve_connection_as};
@@ -87,6 +88,7 @@ const CMD: Command = Command {
             "DEVICE|HOST:PORT",
             "Attest joinsvc itself with this TPM (a device or a swtpm socket)",
         ),
+        Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP),
         Opt::value(
             "api-server-endpoint",
             "HOST:PORT",

@@ -30,6 +30,7 @@ pub fn handshake_reason(e: &AtlsError) -> &'static str {
     match e {
         AtlsError::Attestation(AttestationError::Measurement { .. }) => "measurement",
         AtlsError::Attestation(AttestationError::Trust(_)) => "untrusted_key",
+        AtlsError::Attestation(AttestationError::EventLog(_)) => "event_log",
         AtlsError::Attestation(_) => "attestation",
         AtlsError::MissingEvidence
         | AtlsError::UnknownVariant { .. }

@@ -497,7 +497,8 @@ fn measurement_not_in_the_policy_is_refused() {
         Err(AttestationError::Measurement {
             index: 0,
             expected: other.clone(),
-            actual: actual.clone()
+            actual: actual.clone(),
+            event: None,
         })
     );
     // warnOnly: allowed, and the check says so. (A policy that pins no image

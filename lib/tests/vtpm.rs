@@ -126,6 +126,7 @@ fn enforced_measurement_mismatch_is_refused() {
             index: 4,
             expected: "aa".repeat(32),
             actual: "00".repeat(32),
+            event: None,
         }
     );
 }
@@ -512,7 +513,7 @@ fn missing_or_oversized_fields_are_refused() {
         ),
         (
             vec![0u8; MAX_EVIDENCE_LEN + 1],
-            "evidence has 16385 bytes, at most 16384 allowed",
+            "evidence has 49153 bytes, at most 49152 allowed",
         ),
     ];
     for (bad, want) in cases {
@@ -705,4 +706,146 @@ fn an_ak_certificate_chains_through_intermediates_to_a_root_that_signs_certifica
         Err(AttestationError::Trust(m)) => assert!(m.contains("keyCertSign"), "{m}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A crypto-agile event log (SHA-256 bank only) of `(pcr, type, data)`
+/// events, each extending SHA-256(data).
+fn event_log_bytes(events: &[(u32, u32, &[u8])]) -> Vec<u8> {
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
+    spec.extend_from_slice(&1u32.to_le_bytes());
+    spec.extend_from_slice(&structures::TPM_ALG_SHA256.to_le_bytes());
+    spec.extend_from_slice(&32u16.to_le_bytes());
+    spec.push(0);
+    let mut out = Vec::new();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&[0; 20]);
+    out.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    out.extend_from_slice(&spec);
+    for (pcr, ty, data) in events {
+        out.extend_from_slice(&pcr.to_le_bytes());
+        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&structures::TPM_ALG_SHA256.to_le_bytes());
+        out.extend_from_slice(&sha256(data));
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    ring::digest::digest(&ring::digest::SHA256, data)
+        .as_ref()
+        .try_into()
+        .unwrap()
+}
+
+/// A TPM measured as the boot of `events` would measure it, and an issuer
+/// that sends their log.
+fn measured_by(events: &[(u32, u32, &[u8])]) -> (Swtpm, VtpmIssuer, Vec<u8>) {
+    let swtpm = Swtpm::start().expect("swtpm starts");
+    let mut tpm = swtpm.connect().unwrap();
+    let log = event_log_bytes(events);
+    confboot::tpm::event_log::EventLog::parse(&log)
+        .unwrap()
+        .extend_into(&mut tpm)
+        .unwrap();
+    let issuer = VtpmIssuer::new(tpm)
+        .unwrap()
+        .with_event_log(log.clone())
+        .unwrap();
+    (swtpm, issuer, log)
+}
+
+const BOOT: [(u32, u32, &[u8]); 3] = [
+    (4, 0x8000_0003, b"the kernel"),
+    (9, 0x6, b"LOADED_IMAGE::LoadOptions\0"),
+    (9, 0x6, b"Linux initrd\0"),
+];
+
+#[test]
+fn an_event_log_is_accepted_only_when_it_replays_to_the_quoted_pcrs() {
+    let (_swtpm, issuer, log) = measured_by(&BOOT);
+    let v = pinned(&issuer);
+    let evidence = issuer.issue(&EXTRA).unwrap();
+    assert_eq!(decoded(&evidence).event_log, log, "the log travels");
+    v.validate(&evidence, &EXTRA).expect("a log that replays");
+
+    // The host swaps the log for one that claims another initrd: it no
+    // longer replays to the quoted PCR 9.
+    let other = event_log_bytes(&[BOOT[0], BOOT[1], (9, 0x6, b"another initrd\0")]);
+    let err = message(v.validate(&modified(&evidence, |e| e.event_log = other), &EXTRA));
+    assert!(
+        matches!(&err, AttestationError::EventLog(m) if m.contains("PCR 9")),
+        "{err}"
+    );
+    // A log that leaves an event out, or adds one, does not replay either.
+    let short = event_log_bytes(&BOOT[..2]);
+    assert!(matches!(
+        message(v.validate(&modified(&evidence, |e| e.event_log = short), &EXTRA)),
+        AttestationError::EventLog(_)
+    ));
+    let extra = event_log_bytes(&[BOOT[0], BOOT[1], BOOT[2], (7, 0x4, b"sep")]);
+    assert!(matches!(
+        message(v.validate(&modified(&evidence, |e| e.event_log = extra), &EXTRA)),
+        AttestationError::EventLog(_)
+    ));
+    // Garbage and oversized logs are refused with the reason.
+    let err = message(v.validate(&modified(&evidence, |e| e.event_log = vec![1; 100]), &EXTRA));
+    assert!(
+        matches!(&err, AttestationError::EventLog(m) if m.contains("crypto-agile")),
+        "{err}"
+    );
+    let huge = vec![0; confboot::attestation::vtpm::MAX_EVIDENCE_EVENT_LOG_LEN + 1];
+    assert!(matches!(
+        message(v.validate(&modified(&evidence, |e| e.event_log = huge), &EXTRA)),
+        AttestationError::Decode(m) if m.contains("event log")
+    ));
+    // Without a log the quote still verifies: the log only explains.
+    v.validate(&modified(&evidence, |e| e.event_log.clear()), &EXTRA)
+        .expect("no log");
+}
+
+#[test]
+fn an_enforced_pcr_that_differs_is_explained_by_the_first_event_that_differs() {
+    use confboot::tpm::event_log::{EventList, EventLog};
+    let (_swtpm, issuer, _) = measured_by(&BOOT);
+    // What the node should have booted: another initrd.
+    let mut expected = EventLog::parse(&event_log_bytes(&BOOT))
+        .unwrap()
+        .to_event_list();
+    expected.events[2].sha256 = sha256(b"the initrd that should have booted");
+    let expected = EventList::from_json(&expected.to_json()).unwrap();
+    let mut policy = MeasurementPolicy::default();
+    for (pcr, value) in expected.replay() {
+        policy.set(pcr, value.to_vec(), false);
+    }
+    let v = VtpmValidator::new(AkTrust::Pinned(vec![issuer.ak_public_key()]), policy)
+        .expected_events(expected);
+    let evidence = issuer.issue(&EXTRA).unwrap();
+    match message(v.validate(&evidence, &EXTRA)) {
+        AttestationError::Measurement {
+            index: 9,
+            event: Some(event),
+            ..
+        } => {
+            assert!(
+                event.starts_with("PCR 9, event 2 (Linux initrd): sha256 ")
+                    && event.contains(" expected "),
+                "{event}"
+            );
+        }
+        other => panic!("want PCR 9 explained, got {other}"),
+    }
+    // Without a log in the evidence the mismatch is still refused, unexplained.
+    assert!(matches!(
+        message(v.validate(&modified(&evidence, |e| e.event_log.clear()), &EXTRA)),
+        AttestationError::Measurement {
+            index: 9,
+            event: None,
+            ..
+        }
+    ));
 }

@@ -466,6 +466,14 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     assert!(vm1.wait_exit(EXIT_BOUND).success());
     let serial1 = vm1.serial();
     assert!(
+        serial1.contains(&format!(
+            "vTPM evidence carries the firmware's event log ({} events",
+            measured.event_log.events().len()
+        )),
+        "node 1 sends its firmware's event log, and the CLI's check replays it\n{}",
+        vm1.failure_report()
+    );
+    assert!(
         serial1.contains("CONFBOOT-KUBEADM init"),
         "the kubeadm double ran init\n{}",
         vm1.failure_report()

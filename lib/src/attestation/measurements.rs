@@ -369,6 +369,7 @@ impl MeasurementPolicy {
                     index: *index,
                     expected: crate::hex::encode(&want.value),
                     actual: actual_hex,
+                    event: None,
                 });
             }
         }
@@ -413,7 +414,8 @@ mod tests {
             AttestationError::Measurement {
                 index: 4,
                 expected: A.into(),
-                actual: Z.into()
+                actual: Z.into(),
+                event: None,
             }
         );
         assert!(err.to_string().contains("measurement 4 differs"));

@@ -105,7 +105,14 @@ pub enum AttestationError {
         expected: String,
         /// Actual value, lowercase hex.
         actual: String,
+        /// The first event of the node's event log that differs from the
+        /// expected log ([`EventList::explain`](crate::tpm::event_log::EventList::explain)),
+        /// when both logs are known.
+        event: Option<String>,
     },
+    /// The evidence's event log is malformed or does not replay to the
+    /// quoted PCRs.
+    EventLog(String),
     /// Another policy rule was violated (debug enabled, VMPL, TCB below minimum, ...).
     Policy(String),
     /// The evidence is of another variant than the validator's.
@@ -130,10 +137,18 @@ impl fmt::Display for AttestationError {
                 index,
                 expected,
                 actual,
-            } => write!(
-                f,
-                "measurement {index} differs: expected {expected}, actual {actual}"
-            ),
+                event,
+            } => {
+                write!(
+                    f,
+                    "measurement {index} differs: expected {expected}, actual {actual}"
+                )?;
+                match event {
+                    Some(event) => write!(f, "; {event}"),
+                    None => Ok(()),
+                }
+            }
+            AttestationError::EventLog(m) => write!(f, "event log refused: {m}"),
             AttestationError::Policy(m) => write!(f, "policy violated: {m}"),
             AttestationError::WrongVariant { expected, actual } => {
                 write!(f, "evidence variant {actual} where {expected} is required")

@@ -398,6 +398,218 @@ impl EventLog {
     }
 }
 
+/// One extending event as a verifier compares it: the PCR, the digest
+/// extended and what it measures. The form of an expected (predicted or
+/// golden) event log, kept as JSON by [`EventList`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSummary {
+    /// The PCR it extends.
+    pub pcr: u32,
+    /// The TCG event type's name, e.g. `EV_EVENT_TAG`.
+    pub event_type: String,
+    /// The SHA-256 digest extended.
+    pub sha256: [u8; SHA256_LEN],
+    /// What it measures ([`Event::description`]).
+    pub description: String,
+}
+
+/// Longest description or type name an [`EventList`] keeps.
+pub const MAX_DESCRIPTION_LEN: usize = 256;
+
+/// The extending events of a log, in order: what a verifier compares a
+/// node's log with to explain a PCR that differs. Its JSON form:
+/// `{"events":[{"pcr":9,"type":"EV_EVENT_TAG","sha256":"<hex>","description":"Linux initrd"},...]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventList {
+    /// The events, in log order.
+    pub events: Vec<EventSummary>,
+}
+
+/// Why JSON is not an [`EventList`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventListError {
+    /// Not JSON of the expected shape; says where.
+    Malformed(String),
+    /// More than [`MAX_EVENTS`] events.
+    TooManyEvents,
+}
+
+impl fmt::Display for EventListError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventListError::Malformed(m) => write!(f, "not an event list: {m}"),
+            EventListError::TooManyEvents => {
+                write!(f, "event list has more than {MAX_EVENTS} events")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EventListError {}
+
+/// The first `n` hex digits of a digest and an ellipsis.
+fn short_hex(digest: &[u8]) -> String {
+    let mut h = crate::hex::encode(digest);
+    h.truncate(8);
+    h.push('…');
+    h
+}
+
+impl EventList {
+    /// The JSON form (one event per line, stable: same list, same bytes).
+    pub fn to_json(&self) -> String {
+        let lines: Vec<String> = self
+            .events
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "pcr": e.pcr,
+                    "type": e.event_type,
+                    "sha256": crate::hex::encode(&e.sha256),
+                    "description": e.description,
+                })
+                .to_string()
+            })
+            .collect();
+        format!("{{\"events\":[\n{}\n]}}\n", lines.join(",\n"))
+    }
+
+    /// Parses the JSON form strictly: no other keys, PCRs 0 to 23, 32-byte
+    /// digests, strings of at most [`MAX_DESCRIPTION_LEN`] characters, at
+    /// most [`MAX_EVENTS`] events.
+    pub fn from_json(text: &str) -> Result<EventList, EventListError> {
+        let bad = |m: String| EventListError::Malformed(m);
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| bad("not an object".into()))?;
+        if let Some(k) = obj.keys().find(|k| *k != "events") {
+            return Err(bad(format!("unknown key {k:?}")));
+        }
+        let list = obj
+            .get("events")
+            .and_then(|v| v.as_array())
+            .ok_or_else(|| bad("no \"events\" array".into()))?;
+        if list.len() > MAX_EVENTS {
+            return Err(EventListError::TooManyEvents);
+        }
+        let mut events = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let at = |m: &str| bad(format!("event {}: {m}", i + 1));
+            let e = item.as_object().ok_or_else(|| at("not an object"))?;
+            if let Some(k) = e
+                .keys()
+                .find(|k| !["pcr", "type", "sha256", "description"].contains(&k.as_str()))
+            {
+                return Err(at(&format!("unknown key {k:?}")));
+            }
+            let pcr = e
+                .get("pcr")
+                .and_then(|v| v.as_u64())
+                .filter(|p| (*p as usize) < PCR_COUNT)
+                .ok_or_else(|| at("\"pcr\" must be 0 to 23"))? as u32;
+            let text = |key: &str| -> Result<String, EventListError> {
+                let v = e
+                    .get(key)
+                    .and_then(|v| v.as_str())
+                    .ok_or_else(|| at(&format!("\"{key}\" must be a string")))?;
+                if v.chars().count() > MAX_DESCRIPTION_LEN {
+                    return Err(at(&format!(
+                        "\"{key}\" is longer than {MAX_DESCRIPTION_LEN} characters"
+                    )));
+                }
+                Ok(v.to_string())
+            };
+            let digest = crate::hex::decode(&text("sha256")?)
+                .ok()
+                .and_then(|d| <[u8; SHA256_LEN]>::try_from(d).ok())
+                .ok_or_else(|| at("\"sha256\" must be 64 hex digits"))?;
+            events.push(EventSummary {
+                pcr,
+                event_type: text("type")?,
+                sha256: digest,
+                description: text("description")?,
+            });
+        }
+        Ok(EventList { events })
+    }
+
+    /// Replays the list like [`EventLog::replay`] (from zeros: a list keeps
+    /// no startup locality, so PCR 0 is right only for locality 0).
+    pub fn replay(&self) -> BTreeMap<u32, [u8; SHA256_LEN]> {
+        let mut pcrs = BTreeMap::new();
+        for e in &self.events {
+            let value = pcrs.entry(e.pcr).or_insert([0u8; SHA256_LEN]);
+            *value = pcr_digest([&value[..], &e.sha256[..]]);
+        }
+        pcrs
+    }
+
+    /// Names the first event of `pcr` where `actual` differs from this
+    /// (expected) list, e.g. `PCR 9, event 2 (Linux initrd): sha256
+    /// ab12cd34… expected 0011aabb…`; `None` when the PCR's events agree.
+    pub fn explain(&self, pcr: u32, actual: &EventList) -> Option<String> {
+        let of = |l: &EventList| -> Vec<EventSummary> {
+            l.events.iter().filter(|e| e.pcr == pcr).cloned().collect()
+        };
+        let (want, got) = (of(self), of(actual));
+        for n in 0..want.len().max(got.len()) {
+            match (got.get(n), want.get(n)) {
+                (Some(g), Some(w)) if g.sha256 == w.sha256 => continue,
+                (Some(g), Some(w)) => {
+                    return Some(format!(
+                        "PCR {pcr}, event {} ({}): sha256 {} expected {}",
+                        n + 1,
+                        w.description,
+                        short_hex(&g.sha256),
+                        short_hex(&w.sha256)
+                    ));
+                }
+                (Some(g), None) => {
+                    return Some(format!(
+                        "PCR {pcr}, event {} ({}): sha256 {}, not expected",
+                        n + 1,
+                        g.description,
+                        short_hex(&g.sha256)
+                    ));
+                }
+                (None, Some(w)) => {
+                    return Some(format!(
+                        "PCR {pcr}, event {} ({}): missing, expected sha256 {}",
+                        n + 1,
+                        w.description,
+                        short_hex(&w.sha256)
+                    ));
+                }
+                (None, None) => unreachable!("n is below one of the lengths"),
+            }
+        }
+        None
+    }
+}
+
+impl EventLog {
+    /// The extending events as an [`EventList`].
+    pub fn to_event_list(&self) -> EventList {
+        EventList {
+            events: self
+                .events
+                .iter()
+                .filter(|e| e.extends())
+                .map(|e| EventSummary {
+                    pcr: e.pcr,
+                    event_type: e.type_name().to_string(),
+                    sha256: e
+                        .sha256
+                        .expect("parse requires SHA-256 on extending events"),
+                    description: e.description(),
+                })
+                .collect(),
+        }
+    }
+}
+
 fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
@@ -577,6 +789,70 @@ mod tests {
         assert_eq!(
             EventLog::parse(&bytes),
             Err(EventLogError::MissingSha256 { event: 1 })
+        );
+    }
+
+    #[test]
+    fn an_event_list_round_trips_and_explains_the_first_difference() {
+        let expected = EventLog::parse(&log(&[
+            (4, 0x8000_0003, b"kernel"),
+            (9, 0x6, b"LOADED_IMAGE::LoadOptions\0"),
+            (9, 0x6, b"Linux initrd\0"),
+        ]))
+        .unwrap()
+        .to_event_list();
+        let json = expected.to_json();
+        assert_eq!(EventList::from_json(&json).unwrap(), expected);
+        assert_eq!(expected.to_json(), json, "same list, same bytes");
+        let mut actual = expected.clone();
+        assert_eq!(expected.explain(9, &actual), None);
+        actual.events[2].sha256 = sha(b"another initrd");
+        let why = expected.explain(9, &actual).unwrap();
+        assert!(
+            why.starts_with("PCR 9, event 2 (Linux initrd): sha256 ")
+                && why.contains(&format!("expected {}", short_hex(&sha(b"Linux initrd\0")))),
+            "{why}"
+        );
+        assert_eq!(expected.explain(4, &actual), None);
+        actual.events.pop();
+        assert!(expected.explain(9, &actual).unwrap().contains("missing"));
+        assert_eq!(
+            expected.replay(),
+            EventLog::parse(&log(&[
+                (4, 0x8000_0003, b"kernel"),
+                (9, 0x6, b"LOADED_IMAGE::LoadOptions\0"),
+                (9, 0x6, b"Linux initrd\0"),
+            ]))
+            .unwrap()
+            .replay()
+        );
+    }
+
+    #[test]
+    fn malformed_event_lists_are_refused() {
+        let one = |e: &str| format!("{{\"events\":[{e}]}}");
+        let d = "00".repeat(32);
+        let ok =
+            format!("{{\"pcr\":4,\"type\":\"EV_X\",\"sha256\":\"{d}\",\"description\":\"k\"}}");
+        assert!(EventList::from_json(&one(&ok)).is_ok());
+        for bad in [
+            "[]".to_string(),
+            "{\"events\":[],\"more\":1}".to_string(),
+            one(&ok.replace("\"pcr\":4", "\"pcr\":24")),
+            one(&ok.replace(&d, "00")),
+            one(&ok.replace(
+                "\"k\"",
+                &format!("\"{}\"", "k".repeat(MAX_DESCRIPTION_LEN + 1)),
+            )),
+            one(&ok.replace("\"description\"", "\"other\"")),
+            one(&ok.replace(",\"type\":\"EV_X\"", "")),
+        ] {
+            assert!(EventList::from_json(&bad).is_err(), "{bad}");
+        }
+        let many = format!("{{\"events\":[{}]}}", vec![ok; MAX_EVENTS + 1].join(","));
+        assert_eq!(
+            EventList::from_json(&many),
+            Err(EventListError::TooManyEvents)
         );
     }
 

@@ -246,7 +246,7 @@ impl Tpm {
     /// Opens the TPM a command line names: `device` or a `/dev/...` path
     /// (`/dev/tpmrm0`, else `/dev/tpm0`), or `HOST:PORT` of a swtpm socket.
     pub fn open(spec: &str) -> Result<Self, TpmError> {
-        if spec == "device" || spec.starts_with("/dev/") {
+        if Tpm::is_device_spec(spec) {
             Tpm::open_device()
         } else {
             let addr = spec.parse().map_err(|e| {
@@ -254,6 +254,12 @@ impl Tpm {
             })?;
             Tpm::connect_tcp(addr)
         }
+    }
+
+    /// Whether a [`Tpm::open`] spec names the machine's TPM device (not a
+    /// swtpm socket).
+    pub fn is_device_spec(spec: &str) -> bool {
+        spec == "device" || spec.starts_with("/dev/")
     }
 
     /// Opens the TPM that the command-line option `--{option} {spec}` names

@@ -1,12 +1,17 @@
 //! [`VtpmIssuer`]: quotes with the node's TPM; the only part of the vTPM
 //! variant that touches a TPM.
 
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use super::validator::encode_evidence;
+use super::validator::{MAX_EVIDENCE_EVENT_LOG_LEN, encode_evidence_with_log};
 use crate::attestation::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use crate::tpm::event_log::EventLog;
 use crate::tpm::structures::{self, PCR_COUNT};
 use crate::tpm::{self, AK_CERT_NV_INDEX, AttestationKey, DEFAULT_AK_HANDLE, Tpm};
+
+/// Where Linux exposes the firmware's TCG event log (securityfs mounted).
+pub const FIRMWARE_EVENT_LOG_PATH: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
 
 /// How often [`VtpmIssuer::issue`] retries when a PCR changed between the
 /// quote and the PCR read.
@@ -15,6 +20,27 @@ pub const ISSUE_ATTEMPTS: usize = 3;
 /// The PCRs the vTPM variant quotes: all 24 of the SHA-256 bank.
 pub fn quoted_pcrs() -> Vec<u32> {
     (0..PCR_COUNT as u32).collect()
+}
+
+/// The `--event-log` option's help, shared by every binary that issues
+/// vTPM evidence.
+pub const EVENT_LOG_OPTION_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
+
+/// Checks that `log` can travel in evidence; returns its event count.
+fn check_event_log(log: &[u8]) -> Result<usize, AttestationError> {
+    if log.len() > MAX_EVIDENCE_EVENT_LOG_LEN {
+        return Err(AttestationError::Issue(format!(
+            "the event log has {} bytes, evidence carries at most {MAX_EVIDENCE_EVENT_LOG_LEN}",
+            log.len()
+        )));
+    }
+    EventLog::parse(log)
+        .map(|l| l.events().len())
+        .map_err(|e| AttestationError::Issue(format!("the event log: {e}")))
+}
+
+fn log_attached(events: usize, len: usize) {
+    log::info!("vTPM evidence carries the firmware's event log ({events} events, {len} bytes)");
 }
 
 fn issue_err(e: tpm::TpmError) -> AttestationError {
@@ -33,6 +59,8 @@ pub struct VtpmIssuer {
     /// The PCR values of the last quote: reused while a new quote's PCR
     /// digest still matches them, so a quote usually needs no PCR read.
     last_pcr_values: Mutex<Option<PcrValues>>,
+    /// The firmware's event log sent with every quote (empty: none).
+    event_log: Vec<u8>,
 }
 
 impl VtpmIssuer {
@@ -74,7 +102,68 @@ impl VtpmIssuer {
             ak_certificate,
             pcr_indices: quoted_pcrs(),
             last_pcr_values: Mutex::new(None),
+            event_log: Vec::new(),
         })
+    }
+
+    /// Sends `log` (the firmware's TCG event log, as
+    /// [`FIRMWARE_EVENT_LOG_PATH`] holds it) with every quote, so verifiers
+    /// can replay it and explain PCRs. Refused when it does not parse or is
+    /// larger than evidence may carry ([`MAX_EVIDENCE_EVENT_LOG_LEN`]).
+    pub fn with_event_log(mut self, log: Vec<u8>) -> Result<Self, AttestationError> {
+        let events = check_event_log(&log)?;
+        log_attached(events, log.len());
+        self.event_log = log;
+        Ok(self)
+    }
+
+    /// Attaches the event log an `--event-log` option names
+    /// ([`EVENT_LOG_OPTION_HELP`]): `none` sends none; a file must exist
+    /// and be a log ([`VtpmIssuer::with_event_log`]); without the option,
+    /// the kernel's log ([`FIRMWARE_EVENT_LOG_PATH`]) is sent when the TPM
+    /// is the machine's device and the log is there and usable (else a
+    /// warning: verifiers still check every PCR, they only cannot explain).
+    pub fn with_event_log_option(
+        self,
+        option: Option<&str>,
+        tpm_is_device: bool,
+    ) -> Result<Self, AttestationError> {
+        let read = |path: &str| {
+            crate::fs::read_bounded(Path::new(path), MAX_EVIDENCE_EVENT_LOG_LEN as u64)
+                .map(|bytes| bytes.to_vec())
+                .map_err(|e| AttestationError::Issue(format!("--event-log: {e}")))
+        };
+        match option {
+            Some("none") => Ok(self),
+            Some(path) => self.with_event_log(read(path)?),
+            None if !tpm_is_device || !Path::new(FIRMWARE_EVENT_LOG_PATH).exists() => {
+                log::debug!("no firmware event log sent with vTPM evidence");
+                Ok(self)
+            }
+            None => {
+                let log = match read(FIRMWARE_EVENT_LOG_PATH) {
+                    Ok(log) => log,
+                    Err(e) => {
+                        log::warn!("{e}; evidence goes without an event log");
+                        return Ok(self);
+                    }
+                };
+                self.with_event_log_or_warn(log)
+            }
+        }
+    }
+
+    /// [`VtpmIssuer::with_event_log`], but a log that cannot be sent is
+    /// left out with a warning.
+    fn with_event_log_or_warn(mut self, log: Vec<u8>) -> Result<Self, AttestationError> {
+        match check_event_log(&log) {
+            Ok(events) => {
+                log_attached(events, log.len());
+                self.event_log = log;
+            }
+            Err(e) => log::warn!("{e}; evidence goes without an event log"),
+        }
+        Ok(self)
     }
 
     /// The AK's public area (`TPMT_PUBLIC` bytes).
@@ -153,11 +242,12 @@ impl Issuer for VtpmIssuer {
             drop(last);
             if info.pcr_digest == digest {
                 log::debug!("issued a vTPM quote over {} PCRs", pcr_values.len());
-                return Ok(encode_evidence(
+                return Ok(encode_evidence_with_log(
                     &quote,
                     &pcr_values,
                     &self.ak.public_area,
                     self.ak_certificate.as_deref(),
+                    &self.event_log,
                 ));
             }
             log::warn!(

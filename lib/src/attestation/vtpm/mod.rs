@@ -35,5 +35,10 @@ pub use ak_trust::{
     AkKeyError, AkTrust, AkTrustError, MAX_PINNED_KEYS_LEN, issue_ak_certificate,
     load_ca_certificates,
 };
-pub use issuer::{ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs};
-pub use validator::{MAX_AK_CERT_LEN, MAX_EVIDENCE_LEN, VtpmValidator, encode_evidence};
+pub use issuer::{
+    EVENT_LOG_OPTION_HELP, FIRMWARE_EVENT_LOG_PATH, ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs,
+};
+pub use validator::{
+    MAX_AK_CERT_LEN, MAX_EVIDENCE_EVENT_LOG_LEN, MAX_EVIDENCE_LEN, VtpmValidator, encode_evidence,
+    encode_evidence_with_log,
+};

@@ -11,23 +11,40 @@ use crate::attestation::{
     AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
 };
 use crate::hex;
+use crate::tpm::event_log::{EventList, EventLog};
 use crate::tpm::structures::{
     self, MAX_ATTEST_LEN, MAX_PUBLIC_LEN, MAX_SIGNATURE_LEN, PCR_COUNT, SHA256_LEN, TPM_ALG_SHA256,
 };
 use crate::tpm::{self, CLUSTER_ID_PCR};
 
+/// Largest event log carried in evidence (OVMF's for a direct-kernel boot
+/// is about 4 KiB); the evidence travels in a TLS certificate, which
+/// rustls bounds at 64 KiB with everything else in the handshake message.
+pub const MAX_EVIDENCE_EVENT_LOG_LEN: usize = 32 * 1024;
 /// Largest encoded evidence accepted (a quote over 24 PCRs with an AK
-/// certificate is about 2.5 KiB).
-pub const MAX_EVIDENCE_LEN: usize = 16 * 1024;
+/// certificate is about 2.5 KiB, plus the event log).
+pub const MAX_EVIDENCE_LEN: usize = 16 * 1024 + MAX_EVIDENCE_EVENT_LOG_LEN;
 /// Largest AK certificate accepted (DER).
 pub const MAX_AK_CERT_LEN: usize = 8 * 1024;
 
-/// Builds the encoded evidence from a quote and what goes with it.
+/// Builds the encoded evidence from a quote and what goes with it, without
+/// an event log.
 pub fn encode_evidence(
     quote: &tpm::Quote,
     pcr_values: &[(u32, [u8; 32])],
     ak_public: &[u8],
     ak_certificate: Option<&[u8]>,
+) -> Vec<u8> {
+    encode_evidence_with_log(quote, pcr_values, ak_public, ak_certificate, &[])
+}
+
+/// [`encode_evidence`] with the firmware's event log (empty: none).
+pub fn encode_evidence_with_log(
+    quote: &tpm::Quote,
+    pcr_values: &[(u32, [u8; 32])],
+    ak_public: &[u8],
+    ak_certificate: Option<&[u8]>,
+    event_log: &[u8],
 ) -> Vec<u8> {
     QuoteEvidence {
         attest: quote.attest.clone(),
@@ -41,6 +58,7 @@ pub fn encode_evidence(
             .collect(),
         ak_public: ak_public.to_vec(),
         ak_certificate: ak_certificate.map(<[u8]>::to_vec).unwrap_or_default(),
+        event_log: event_log.to_vec(),
     }
     .encode_to_vec()
 }
@@ -53,6 +71,7 @@ pub struct VtpmValidator {
     ak_trust: AkTrust,
     policy: MeasurementPolicy,
     require_unmarked: bool,
+    expected_events: Option<EventList>,
 }
 
 /// The decoded, size-checked evidence.
@@ -62,6 +81,7 @@ struct Decoded {
     pcr_values: Vec<(u32, Vec<u8>)>,
     ak_public: Vec<u8>,
     ak_certificate: Vec<u8>,
+    event_log: Vec<u8>,
 }
 
 fn decode_err(m: impl Into<String>) -> AttestationError {
@@ -100,6 +120,12 @@ fn decode_evidence(evidence: &[u8]) -> Result<Decoded, AttestationError> {
             e.ak_certificate.len()
         )));
     }
+    if e.event_log.len() > MAX_EVIDENCE_EVENT_LOG_LEN {
+        return Err(decode_err(format!(
+            "event log has {} bytes, at most {MAX_EVIDENCE_EVENT_LOG_LEN} allowed",
+            e.event_log.len()
+        )));
+    }
     if e.pcrs.is_empty() || e.pcrs.len() > PCR_COUNT {
         return Err(decode_err(format!(
             "evidence carries {} PCR values, want 1 to {PCR_COUNT}",
@@ -134,6 +160,7 @@ fn decode_evidence(evidence: &[u8]) -> Result<Decoded, AttestationError> {
         pcr_values,
         ak_public: e.ak_public,
         ak_certificate: e.ak_certificate,
+        event_log: e.event_log,
     })
 }
 
@@ -145,7 +172,17 @@ impl VtpmValidator {
             ak_trust,
             policy,
             require_unmarked: true,
+            expected_events: None,
         }
+    }
+
+    /// The event log the node should have (predicted by `confboot measure`
+    /// or taken from a golden boot): when an enforced PCR differs and the
+    /// evidence carries a log, the error names the first event that
+    /// differs ([`EventList::explain`]).
+    pub fn expected_events(mut self, events: EventList) -> Self {
+        self.expected_events = Some(events);
+        self
     }
 
     /// Whether PCR 15 must be all-zero (unmarked node). Turn it off to verify
@@ -164,6 +201,33 @@ impl VtpmValidator {
     pub fn ak_trust(&self) -> &AkTrust {
         &self.ak_trust
     }
+}
+
+/// Parses a carried event log and checks that it replays to the quoted
+/// PCRs (every PCR it extends).
+fn replayed_event_log(
+    bytes: &[u8],
+    quoted: &BTreeMap<u32, Vec<u8>>,
+) -> Result<EventList, AttestationError> {
+    let log = EventLog::parse(bytes).map_err(|e| AttestationError::EventLog(e.to_string()))?;
+    for (pcr, replayed) in log.replay() {
+        match quoted.get(&pcr) {
+            Some(q) if q.as_slice() == replayed.as_slice() => {}
+            Some(q) => {
+                return Err(AttestationError::EventLog(format!(
+                    "replaying it gives PCR {pcr} = {}, the quote says {}",
+                    hex::encode(&replayed),
+                    hex::encode(q)
+                )));
+            }
+            None => {
+                return Err(AttestationError::EventLog(format!(
+                    "it extends PCR {pcr}, which the quote does not cover"
+                )));
+            }
+        }
+    }
+    Ok(log.to_event_list())
 }
 
 impl Validator for VtpmValidator {
@@ -263,6 +327,14 @@ impl Validator for VtpmValidator {
 
         let measurements: BTreeMap<u32, Vec<u8>> = e.pcr_values.into_iter().collect();
 
+        // The event log, when carried, must replay to the quoted PCRs: only
+        // then can it explain them.
+        let events = if e.event_log.is_empty() {
+            None
+        } else {
+            Some(replayed_event_log(&e.event_log, &measurements)?)
+        };
+
         // 5. Not yet bootstrapped.
         if self.require_unmarked {
             let zero = [0u8; SHA256_LEN];
@@ -282,8 +354,27 @@ impl Validator for VtpmValidator {
             }
         }
 
-        // 6. The measurement policy.
-        self.policy.check(&measurements)?;
+        // 6. The measurement policy; a differing PCR is explained by the
+        // first event that differs from the expected log, when both logs
+        // are known.
+        self.policy.check(&measurements).map_err(|err| match err {
+            AttestationError::Measurement {
+                index,
+                expected,
+                actual,
+                event: None,
+            } => AttestationError::Measurement {
+                event: self
+                    .expected_events
+                    .as_ref()
+                    .zip(events.as_ref())
+                    .and_then(|(want, got)| want.explain(index, got)),
+                index,
+                expected,
+                actual,
+            },
+            other => other,
+        })?;
         Ok(Attested {
             variant: Variant::QemuVtpm,
             measurements,
