@@ -22,8 +22,11 @@ use confboot::attestation::snp::{
     CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
     TrustRoots,
 };
-use confboot::attestation::vtpm::{AkTrust, VtpmValidator, encode_evidence, issue_ak_certificate};
+use confboot::attestation::vtpm::{
+    AkTrust, VtpmValidator, encode_evidence_with_log, issue_ak_certificate,
+};
 use confboot::attestation::{MeasurementPolicy, Validator, Variant};
+use confboot::tpm::event_log::EventLog;
 use confboot::tpm::structures::{
     PCR_COUNT, TPM_ALG_ECC, TPM_ALG_ECDSA, TPM_ALG_NULL, TPM_ALG_SHA256, TPM_ECC_NIST_P256,
     TPM_GENERATED_VALUE, TPM_ST_ATTEST_QUOTE, Writer, ecdsa_signature_bytes, object_attributes,
@@ -66,25 +69,33 @@ pub enum PcrSet {
     PolicyAndMark,
     /// All 24, PCR 15 marked (a bootstrapped node: the join-time validator refuses it).
     Marked,
+    /// All 24, PCRs 0, 7 and 9 as [`event_log`] replays them.
+    Logged,
 }
 
 impl PcrSet {
     /// Every set.
-    pub const ALL: [PcrSet; 3] = [PcrSet::All, PcrSet::PolicyAndMark, PcrSet::Marked];
+    pub const ALL: [PcrSet; 4] = [
+        PcrSet::All,
+        PcrSet::PolicyAndMark,
+        PcrSet::Marked,
+        PcrSet::Logged,
+    ];
 
-    /// The PCR values of the set: PCR i holds `[i; 32]`, PCR 15 zero or marked.
+    /// The PCR values of the set: PCR i holds `[i; 32]` (or, logged, the
+    /// event log's replay), PCR 15 zero or marked.
     pub fn values(self) -> Vec<(u32, [u8; 32])> {
-        let value = |i: u32| {
-            if i != CLUSTER_ID_PCR {
-                [i as u8; 32]
-            } else if self == PcrSet::Marked {
-                confboot::tpm::marked_pcr15(b"fixture cluster")
-            } else {
-                [0; 32]
-            }
+        let replayed = EventLog::parse(&event_log())
+            .expect("fixture event log")
+            .replay();
+        let value = |i: u32| match replayed.get(&i) {
+            Some(v) if self == PcrSet::Logged => *v,
+            _ if i != CLUSTER_ID_PCR => [i as u8; 32],
+            _ if self == PcrSet::Marked => confboot::tpm::marked_pcr15(b"fixture cluster"),
+            _ => [0; 32],
         };
         let indices: Vec<u32> = match self {
-            PcrSet::All | PcrSet::Marked => (0..PCR_COUNT as u32).collect(),
+            PcrSet::All | PcrSet::Marked | PcrSet::Logged => (0..PCR_COUNT as u32).collect(),
             PcrSet::PolicyAndMark => vec![POLICY_PCR, CLUSTER_ID_PCR],
         };
         indices.into_iter().map(|i| (i, value(i))).collect()
@@ -191,7 +202,7 @@ impl Vtpm {
 
     /// Evidence the fixture AK signs: a quote over `set` bound to `extra`
     /// (one of [`EXTRA`] and [`Vtpm::cert_extra`]), with the AK certificate
-    /// when `with_certificate`.
+    /// when `with_certificate`, and [`event_log`] for [`PcrSet::Logged`].
     pub fn evidence(&self, extra: &[u8; 32], set: PcrSet, with_certificate: bool) -> Vec<u8> {
         let values = set.values();
         let attest = attest(&self.ak_public, extra, &values);
@@ -212,7 +223,18 @@ impl Vtpm {
             issue_ak_certificate(&self.ak_point, "confboot fuzz AK", &self.ca)
                 .expect("fixture AK certificate")
         });
-        encode_evidence(&quote, &values, &self.ak_public, certificate.as_deref())
+        let log = if set == PcrSet::Logged {
+            event_log()
+        } else {
+            Vec::new()
+        };
+        encode_evidence_with_log(
+            &quote,
+            &values,
+            &self.ak_public,
+            certificate.as_deref(),
+            &log,
+        )
     }
 
     /// A self-signed aTLS certificate with the fixture certificate key, valid
@@ -235,6 +257,54 @@ impl Vtpm {
             .der()
             .to_vec()
     }
+}
+
+/// A crypto-agile TCG event log (SHA-1 and SHA-256 banks) as OVMF writes
+/// one: the startup locality (3), a firmware blob and a Secure Boot state
+/// (PCR 0, 7), a tagged initrd and an application (PCR 9).
+pub fn event_log() -> Vec<u8> {
+    const SHA1: u16 = 0x0004;
+    const SHA256: u16 = 0x000b;
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
+    spec.extend_from_slice(&2u32.to_le_bytes());
+    for (alg, size) in [(SHA1, 20u16), (SHA256, 32)] {
+        spec.extend_from_slice(&alg.to_le_bytes());
+        spec.extend_from_slice(&size.to_le_bytes());
+    }
+    spec.push(0);
+    let mut log = Vec::new();
+    log.extend_from_slice(&0u32.to_le_bytes());
+    log.extend_from_slice(&3u32.to_le_bytes()); // EV_NO_ACTION
+    log.extend_from_slice(&[0; 20]);
+    log.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    log.extend_from_slice(&spec);
+    let mut tagged = 0x8F3B_22EDu32.to_le_bytes().to_vec();
+    tagged.extend_from_slice(&11u32.to_le_bytes());
+    tagged.extend_from_slice(b"initrd=foo\0");
+    let events: [(u32, u32, Vec<u8>); 5] = [
+        (0, 3, b"StartupLocality\0\x03".to_vec()),
+        (0, 0x8000_0008, vec![0xaa; 16]),
+        (7, 0x8000_0001, b"SecureBoot\0\0".to_vec()),
+        (9, 6, tagged),
+        (
+            9,
+            0x8000_0007,
+            b"Calling EFI Application from Boot Option".to_vec(),
+        ),
+    ];
+    for (pcr, ty, data) in events {
+        log.extend_from_slice(&pcr.to_le_bytes());
+        log.extend_from_slice(&ty.to_le_bytes());
+        log.extend_from_slice(&2u32.to_le_bytes());
+        log.extend_from_slice(&SHA1.to_le_bytes());
+        log.extend_from_slice(&[0x11; 20]);
+        log.extend_from_slice(&SHA256.to_le_bytes());
+        log.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, &data).as_ref());
+        log.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        log.extend_from_slice(&data);
+    }
+    log
 }
 
 /// The `TPMS_ATTEST` of a quote by the AK with public area `ak_public` over

@@ -50,7 +50,7 @@ use confboot::stop::Stop;
 use confboot::ticket::{
     STATE_DISK_KEY_LEN, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
 };
-use confboot::tpm::event_log::{EventLog, MAX_EVENTS};
+use confboot::tpm::event_log::{EventList, EventLog, MAX_EVENTS};
 use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::Message;
 use confboot_proto::health::HealthCheckResponse;
@@ -94,6 +94,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("master_secret_file", master_secret_file),
     ("luks2_metadata", luks2_metadata),
     ("tpm_event_log", tpm_event_log),
+    ("tpm_event_list", tpm_event_list),
 ];
 
 // ---- RPC ----
@@ -468,6 +469,16 @@ pub fn vtpm_evidence(data: &[u8]) {
                 attested.measurements.get(&CLUSTER_ID_PCR),
                 Some(&vec![0; 32])
             );
+            if !e.event_log.is_empty() {
+                let log = EventLog::parse(&e.event_log).expect("an accepted event log parses");
+                for (pcr, v) in log.replay() {
+                    assert_eq!(
+                        attested.measurements.get(&pcr).map(Vec::as_slice),
+                        Some(&v[..]),
+                        "an event log that does not replay to the quote was accepted"
+                    );
+                }
+            }
         }
     }
 }
@@ -818,7 +829,9 @@ pub fn luks2_metadata(data: &[u8]) {
 /// The TCG event log a node's firmware leaves (crypto-agile; the host's
 /// firmware writes it): what parses has at most [`MAX_EVENTS`] events, each
 /// on a PCR 0 to 23; every description is at most 64 printable characters;
-/// replaying it gives a value only for PCRs an extending event names.
+/// replaying it gives a value only for PCRs an extending event names; its
+/// event list writes to JSON that reads back the same and replays the same
+/// (from locality 0).
 pub fn tpm_event_log(data: &[u8]) {
     let Ok(log) = EventLog::parse(data) else {
         return;
@@ -833,7 +846,42 @@ pub fn tpm_event_log(data: &[u8]) {
         );
         let _ = e.type_name();
     }
-    for pcr in log.replay().keys() {
+    let replayed = log.replay();
+    for pcr in replayed.keys() {
         assert!(log.events().iter().any(|e| e.pcr == *pcr && e.extends()));
+    }
+    let list = log.to_event_list();
+    assert_eq!(
+        EventList::from_json(&list.to_json()).as_ref(),
+        Ok(&list),
+        "the event list does not read back"
+    );
+    if log.startup_locality() == 0 {
+        assert_eq!(list.replay(), replayed);
+    }
+}
+
+/// An expected event list (JSON; a verifier's configuration): what parses
+/// has PCRs 0 to 23, writes back to JSON that reads the same, and explains
+/// every PCR against itself (nothing) and against an empty list.
+pub fn tpm_event_list(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(list) = EventList::from_json(text) else {
+        return;
+    };
+    assert!(list.events.len() <= MAX_EVENTS);
+    assert_eq!(
+        EventList::from_json(&list.to_json()).as_ref(),
+        Ok(&list),
+        "the event list does not read back"
+    );
+    let empty = EventList::default();
+    for pcr in list.replay().keys() {
+        assert!((*pcr as usize) < confboot::tpm::structures::PCR_COUNT);
+        assert_eq!(list.explain(*pcr, &list), None);
+        assert!(list.explain(*pcr, &empty).is_some());
+        assert!(empty.explain(*pcr, &list).is_some());
     }
 }

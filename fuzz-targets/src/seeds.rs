@@ -317,6 +317,7 @@ fn vtpm_evidence() -> Vec<Seed> {
             v.evidence(&EXTRA, PcrSet::PolicyAndMark, true),
         ),
         seed("marked", v.evidence(&EXTRA, PcrSet::Marked, false)),
+        seed("event-log", v.evidence(&EXTRA, PcrSet::Logged, false)),
         seed(
             "other-extra-data",
             v.evidence(&v.cert_extra(), PcrSet::All, false),
@@ -470,51 +471,20 @@ fn luks2_metadata() -> Vec<Seed> {
     ]
 }
 
-/// A crypto-agile event log (SHA-1 and SHA-256 banks) with the startup
-/// locality, a tagged event and extending events, as OVMF writes one.
 fn tpm_event_log() -> Vec<Seed> {
-    const SHA1: u16 = 0x0004;
-    const SHA256: u16 = 0x000b;
-    let mut spec = b"Spec ID Event03\0".to_vec();
-    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
-    spec.extend_from_slice(&2u32.to_le_bytes());
-    for (alg, size) in [(SHA1, 20u16), (SHA256, 32)] {
-        spec.extend_from_slice(&alg.to_le_bytes());
-        spec.extend_from_slice(&size.to_le_bytes());
-    }
-    spec.push(0);
-    let mut log = Vec::new();
-    log.extend_from_slice(&0u32.to_le_bytes());
-    log.extend_from_slice(&3u32.to_le_bytes()); // EV_NO_ACTION
-    log.extend_from_slice(&[0; 20]);
-    log.extend_from_slice(&(spec.len() as u32).to_le_bytes());
-    log.extend_from_slice(&spec);
-    let mut tagged = 0x8F3B_22EDu32.to_le_bytes().to_vec();
-    tagged.extend_from_slice(&11u32.to_le_bytes());
-    tagged.extend_from_slice(b"initrd=foo\0");
-    let events: [(u32, u32, Vec<u8>); 4] = [
-        (0, 3, b"StartupLocality\0\x03".to_vec()),
-        (0, 0x8000_0008, vec![0xaa; 16]),
-        (9, 6, tagged),
-        (
-            4,
-            0x8000_0007,
-            b"Calling EFI Application from Boot Option".to_vec(),
-        ),
-    ];
-    for (pcr, ty, data) in events {
-        log.extend_from_slice(&pcr.to_le_bytes());
-        log.extend_from_slice(&ty.to_le_bytes());
-        log.extend_from_slice(&2u32.to_le_bytes());
-        log.extend_from_slice(&SHA1.to_le_bytes());
-        log.extend_from_slice(&[0x11; 20]);
-        log.extend_from_slice(&SHA256.to_le_bytes());
-        log.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, &data).as_ref());
-        log.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        log.extend_from_slice(&data);
-    }
+    let log = fixtures::event_log();
     let padded = [log.clone(), vec![0; 64]].concat();
     vec![seed("ovmf-like", log), seed("zero-padded", padded)]
+}
+
+fn tpm_event_list() -> Vec<Seed> {
+    let list = confboot::tpm::event_log::EventLog::parse(&fixtures::event_log())
+        .expect("fixture event log")
+        .to_event_list();
+    vec![
+        seed("ovmf-like", list.to_json()),
+        seed("empty", r#"{"events": []}"#),
+    ]
 }
 
 /// The seeds of the target `name` (none for a name that is no target).
@@ -538,6 +508,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "master_secret_file" => master_secret_file(),
         "luks2_metadata" => luks2_metadata(),
         "tpm_event_log" => tpm_event_log(),
+        "tpm_event_list" => tpm_event_list(),
         _ => Vec::new(),
     }
 }

@@ -14,7 +14,7 @@ use confboot_proto::vtpm::QuoteEvidence;
 #[test]
 fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_not() {
     let v = fixtures::vtpm();
-    for set in [PcrSet::All, PcrSet::PolicyAndMark] {
+    for set in [PcrSet::All, PcrSet::PolicyAndMark, PcrSet::Logged] {
         let e = v.evidence(&EXTRA, set, true);
         v.pinned.validate(&e, &EXTRA).unwrap();
         v.ca_trusted.validate(&e, &EXTRA).unwrap();
