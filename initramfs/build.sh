@@ -3,7 +3,7 @@
 # Debian packages, reproducibly: the same inputs give the same bytes.
 #
 #   initramfs/build.sh [--bootstrapper PATH] [--out DIR] [--stamp TEXT]
-#                      [--add SRC:DEST]...
+#                      [--add SRC:DEST]... [--cmdline TEXT [--confboot PATH]]
 #
 #   --bootstrapper PATH  a static bootstrapper binary, installed as
 #                        /usr/bin/bootstrapper (without it the image still
@@ -17,6 +17,13 @@
 #                        image (repeatable; mode 0755 if SRC is executable,
 #                        else 0644). For test images only (e.g. the kubeadm
 #                        double); the production image uses none.
+#   --cmdline TEXT       the whole kernel command line the image boots with
+#                        (QEMU -append; PCR 9 covers it): prints the image's
+#                        measurement policy and writes it and the predicted
+#                        event log next to the image (measurements.json,
+#                        measurements.events.json), by `confboot measure`
+#   --confboot PATH      the confboot CLI that measures (default: the static
+#                        release build in target/, else `confboot` on PATH)
 #
 # Inputs: the pinned kernel package below (downloaded once into
 # .cache/initramfs/), and the build machine's busybox-static and
@@ -47,13 +54,18 @@ OUT="$CACHE/out"
 BOOTSTRAPPER=""
 STAMP="0"
 ADDS=()
+CMDLINE=""
+MEASURE_WITH=""
+HAVE_CMDLINE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bootstrapper) [ $# -ge 2 ] || die "--bootstrapper needs a path"; BOOTSTRAPPER="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT="$2"; shift 2 ;;
         --stamp) [ $# -ge 2 ] || die "--stamp needs a text"; STAMP="$2"; shift 2 ;;
         --add) [ $# -ge 2 ] || die "--add needs SRC:DEST"; ADDS+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        --cmdline) [ $# -ge 2 ] || die "--cmdline needs a text"; CMDLINE="$2"; HAVE_CMDLINE=1; shift 2 ;;
+        --confboot) [ $# -ge 2 ] || die "--confboot needs a path"; MEASURE_WITH="$2"; shift 2 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -231,3 +243,18 @@ echo "modules: $(tr '\n' ' ' <"$ROOT/lib/modules/load-order")"
 echo "bootstrapper: ${BOOTSTRAPPER:-none}"
 echo "initramfs: $OUT/initramfs.cpio.zst compressed $zst_size bytes (padded to $padded_size), raw $raw_size bytes"
 echo "sha256: $(sha256sum "$OUT/initramfs.cpio.zst" | cut -d' ' -f1)"
+
+# --- the image's measurement policy (predicted, no boot) ---
+if [ "$HAVE_CMDLINE" = 1 ]; then
+    if [ -z "$MEASURE_WITH" ]; then
+        MEASURE_WITH="$REPO/target/x86_64-unknown-linux-musl/release/confboot"
+        [ -x "$MEASURE_WITH" ] || MEASURE_WITH="$(command -v confboot || true)"
+    fi
+    [ -n "$MEASURE_WITH" ] && [ -x "$MEASURE_WITH" ] ||
+        die "--cmdline needs the confboot CLI: build it (cargo build --release --target x86_64-unknown-linux-musl -p confboot-cli) or give --confboot PATH"
+    "$MEASURE_WITH" measure --kernel "$OUT/vmlinuz" --initrd "$OUT/initramfs.cpio.zst" \
+        --cmdline "$CMDLINE" --policy-out "$OUT/measurements.json" \
+        --events-out "$OUT/measurements.events.json"
+    echo "policy ($OUT/measurements.json):"
+    cat "$OUT/measurements.json"
+fi

@@ -114,6 +114,7 @@ fn exit_usage(e: &dyn std::fmt::Display) -> ! {
 const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
     measurements: "joinsvc-measurements",
     ak_trust: "joinsvc-ak-trust",
+    expected_events: None,
     insecure_any_ak: InsecureAnyAk::Warn,
 };
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use confboot::args::{Matches, Opt};
 use confboot::attestation::Validator;
-use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
+use confboot::attestation::options::{EXPECTED_EVENTS_HELP, InsecureAnyAk, ValidatorOptions};
 
 /// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
 /// into an exit code (0, or 1 with the error on stderr).
@@ -38,11 +38,16 @@ pub const AK_TRUST: Opt = Opt::value(
     "Trusted vTPM attestation keys: ca:FILE, pinned:FILE|HEX[,HEX], or insecure-any-ak (local QEMU only)",
 );
 
+/// `--expected-events FILE`: the predicted event log, to explain a PCR
+/// that differs.
+pub const EXPECTED_EVENTS: Opt = Opt::value("expected-events", "FILE", EXPECTED_EVENTS_HELP);
+
 /// How the admin's commands check a node: [`MEASUREMENTS`] and [`AK_TRUST`];
 /// `insecure-any-ak` is warned about.
 pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
     measurements: MEASUREMENTS.long,
     ak_trust: AK_TRUST.long,
+    expected_events: Some(EXPECTED_EVENTS.long),
     insecure_any_ak: InsecureAnyAk::Warn,
 };
 

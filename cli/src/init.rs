@@ -29,6 +29,7 @@ const CMD: Command = Command {
         ),
         common::MEASUREMENTS,
         common::AK_TRUST,
+        common::EXPECTED_EVENTS,
         Opt::value(
             "init-secret-file",
             "FILE",

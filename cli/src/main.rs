@@ -4,6 +4,7 @@
 mod common;
 mod hash_init_secret;
 mod init;
+mod measure;
 mod recover;
 mod verify_report;
 
@@ -36,6 +37,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "verify-report",
         about: "Verify an AMD SEV-SNP attestation report offline, check by check",
         run: verify_report::run,
+    },
+    Subcommand {
+        name: "measure",
+        about: "Predict a QEMU/OVMF boot's PCRs from kernel, initrd and command line",
+        run: measure::run,
     },
     Subcommand {
         name: "version",

@@ -29,6 +29,7 @@ const CMD: Command = Command {
             .default("confboot-mastersecret.json"),
         common::MEASUREMENTS,
         common::AK_TRUST,
+        common::EXPECTED_EVENTS,
         VERBOSITY,
     ],
 };

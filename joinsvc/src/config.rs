@@ -29,6 +29,7 @@ pub const INSECURE_ANY_AK_CONFIRMATION: &str = "i-understand-insecure-any-ak";
 pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
     measurements: "measurements",
     ak_trust: "ak-trust",
+    expected_events: Some("expected-events"),
     insecure_any_ak: InsecureAnyAk::RequireFlag(INSECURE_ANY_AK_CONFIRMATION),
 };
 

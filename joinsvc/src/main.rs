@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 
 use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
 use confboot::atls::{Accepted, AtlsServer};
+use confboot::attestation::options::EXPECTED_EVENTS_HELP;
 use confboot::attestation::vtpm::EVENT_LOG_OPTION_HELP;
 use confboot::attestation::{SwappableValidator, Validator};
 use confboot::rpc::listener;
@@ -89,6 +90,7 @@ const CMD: Command = Command {
             "Attest joinsvc itself with this TPM (a device or a swtpm socket)",
         ),
         Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP),
+        Opt::value("expected-events", "FILE", EXPECTED_EVENTS_HELP),
         Opt::value(
             "api-server-endpoint",
             "HOST:PORT",

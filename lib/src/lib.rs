@@ -15,6 +15,7 @@ pub mod fs;
 pub mod hex;
 pub mod kms;
 pub mod logging;
+pub mod measure;
 pub mod nodelock;
 pub mod process;
 pub mod rpc;

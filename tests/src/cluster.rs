@@ -492,6 +492,10 @@ impl NodeDir {
             cmd.arg("--joinsvc-ak-trust").arg(trust);
         }
         cmd.args(extra);
+        // Its own process group, so a test can end it with every helper it
+        // runs (cryptsetup, mke2fs, kubeadm), as a node's /init does when
+        // it powers the VM off.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         ChildProcess::spawn("bootstrapper", cmd)
     }
 

@@ -22,7 +22,8 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use confboot::attestation::MeasurementPolicy;
-use confboot::tpm::event_log::EventLog;
+use confboot::measure::{DirectBoot, InitrdDigest};
+use confboot::tpm::event_log::{EventList, EventLog};
 
 use crate::ChildProcess;
 use crate::cluster::TempDir;
@@ -114,6 +115,8 @@ pub struct Vm {
     serial_path: PathBuf,
     started: Instant,
     peak: PeakRss,
+    /// What `confboot measure` predicts for this boot (OVMF boots only).
+    prediction: Option<EventList>,
     // Dropped last: the work directory (VARS copy, socket, serial log).
     _dir: TempDir,
 }
@@ -163,6 +166,7 @@ impl Vm {
     /// part is missing (Debian packages qemu-system-x86, ovmf, swtpm,
     /// netcat-openbsd).
     pub fn boot(config: VmConfig) -> Vm {
+        let prediction = config.ovmf.then(|| predicted_events(&config));
         let dir = TempDir::new(&format!("vm-{}", config.name));
         let serial_path = dir.path().join("serial.log");
         let sock = dir.path().join("swtpm.sock");
@@ -262,6 +266,7 @@ impl Vm {
             serial_path,
             started,
             peak: PeakRss::default(),
+            prediction,
             _dir: dir,
         }
     }
@@ -377,6 +382,31 @@ impl Vm {
             .find(|l| l.starts_with(PCRS_MARKER))
             .unwrap_or_else(|| panic!("no PCR line on the console\n{}", self.failure_report()));
         parse_pcr_line(line).unwrap_or_else(|e| panic!("bad PCR line {line:?}: {e}"))
+    }
+
+    /// Checks the PCRs this boot printed against what `confboot measure`
+    /// predicts for its kernel, initrd, command line and memory: every
+    /// predicted PCR must be the booted one. Panics with both values and
+    /// the explanation of the first differing event otherwise.
+    pub fn assert_predicted_pcrs(&self) {
+        let Some(prediction) = &self.prediction else {
+            return;
+        };
+        let pcrs = self.pcrs();
+        for (pcr, predicted) in prediction.replay() {
+            if pcrs[&pcr] != predicted.to_vec() {
+                let why = prediction
+                    .explain(pcr, &self.event_log().to_event_list())
+                    .unwrap_or_default();
+                panic!(
+                    "[{}] PCR {pcr} booted {} but {} was predicted: {why}\n{}",
+                    self.name,
+                    confboot::hex::encode(&pcrs[&pcr]),
+                    confboot::hex::encode(&predicted),
+                    self.failure_report()
+                );
+            }
+        }
     }
 
     /// The firmware's event log from the console's `CONFBOOT-EVENTLOG`
@@ -545,6 +575,26 @@ pub fn policy_from_pcrs(pcrs: &BTreeMap<u32, Vec<u8>>) -> MeasurementPolicy {
     policy
 }
 
+/// What `confboot measure` (the library's [`DirectBoot`]) predicts for a
+/// VM configuration: its kernel, initrd, [`BASE_CMDLINE`] with the
+/// caller's command line, and its memory.
+pub fn predicted_events(config: &VmConfig) -> EventList {
+    let kernel = std::fs::read(&config.kernel)
+        .unwrap_or_else(|e| panic!("read {}: {e}", config.kernel.display()));
+    let initrd = std::fs::File::open(&config.initrd)
+        .and_then(InitrdDigest::read)
+        .unwrap_or_else(|e| panic!("read {}: {e}", config.initrd.display()));
+    let cmdline = format!("{BASE_CMDLINE} {}", config.cmdline);
+    DirectBoot {
+        kernel: &kernel,
+        initrd: Some(initrd),
+        cmdline: &cmdline,
+        memory_mib: u64::from(config.memory_mib),
+    }
+    .predict()
+    .unwrap_or_else(|e| panic!("predicting the boot of {}: {e}", config.kernel.display()))
+}
+
 /// What one boot of an image measured: the PCRs `/init` printed and the
 /// firmware's event log, checked to replay to those PCRs.
 pub struct GoldenBoot {
@@ -570,6 +620,7 @@ pub fn golden_boot(kernel: &Path, initrd: &Path, cmdline: &str) -> GoldenBoot {
     config.name = "golden".to_string();
     let mut vm = Vm::boot(config);
     vm.wait_for_line(EVENT_LOG_MARKER.trim_end(), Duration::from_secs(180));
+    vm.assert_predicted_pcrs();
     let (pcrs, event_log) = (vm.pcrs(), vm.event_log());
     for (pcr, replayed) in event_log.replay() {
         assert_eq!(

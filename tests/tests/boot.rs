@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use confboot::attestation::MeasurementPolicy;
 use confboot_tests::cluster::TempDir;
-use confboot_tests::qemu::{Image, PROBE_END, Vm, VmConfig, golden_measurements, parse_pcr_line};
+use confboot_tests::qemu::{
+    Image, PROBE_END, Vm, VmConfig, golden_measurements, parse_pcr_line, predicted_events,
+};
 
 /// Bound for one probe boot (OVMF under TCG takes ~15–30 s).
 const BOOT_BOUND: Duration = Duration::from_secs(240);
@@ -50,6 +52,8 @@ fn probe_boot(name: &str, image: &Image, extra: &str, tweak: impl FnOnce(&mut Vm
     // Logs the time from QEMU's start to /init.
     let init = vm.wait_for_line("CONFBOOT-INIT", BOOT_BOUND);
     vm.wait_for_line(PROBE_END, BOOT_BOUND);
+    // Every measured boot is what `confboot measure` predicts.
+    vm.assert_predicted_pcrs();
     let status = vm.wait_exit(EXIT_BOUND);
     assert!(
         status.success(),
@@ -102,9 +106,12 @@ fn initramfs_build_is_reproducible() {
 }
 
 /// (a) PCRs are printed, 4 and 9 non-zero and identical across two boots;
-/// (b) an initrd differing by one byte changes PCR 9 and not PCR 4.
+/// (b) an initrd differing by one byte changes PCR 9 and not PCR 4; (c)
+/// each boot is what `confboot measure` predicts (probe_boot checks), and
+/// the prediction for the changed initrd names the initrd as the event
+/// that differs.
 #[test]
-fn measured_boot_pcrs_are_stable_and_cover_the_initrd() {
+fn measured_boot_pcrs_are_stable_cover_the_initrd_and_are_predicted() {
     let (a, b) = images();
     let pcrs1 = probe_boot("pcr-a1", a, "", |_| {}).pcrs();
     let pcrs2 = probe_boot("pcr-a2", a, "", |_| {}).pcrs();
@@ -121,6 +128,20 @@ fn measured_boot_pcrs_are_stable_and_cover_the_initrd() {
         pcrs1[&9], pcrs_b[&9],
         "a one-byte change in the initrd must change PCR 9"
     );
+    let predict = |image: &Image| {
+        predicted_events(&VmConfig::new(
+            &image.kernel,
+            &image.initrd,
+            "confboot.probe=1 ",
+        ))
+    };
+    let why = predict(a).explain(9, &predict(b));
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.starts_with("PCR 9, event 2 (Linux initrd): sha256 ")),
+        "{why:?}"
+    );
+    assert_eq!(predict(a).explain(4, &predict(b)), None);
 }
 
 /// (c) LUKS2 in the guest: format + write a marker, read it back on a second

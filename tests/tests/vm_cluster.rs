@@ -8,8 +8,9 @@
 //! The only double is kubeadm (`initramfs/test/kubeadm-double`, installed
 //! in the test image only as `/usr/bin/kubeadm`): Kubernetes cannot run here.
 //!
-//! Boots (7): golden measurements (PCRs and the firmware's event log) for
-//! the one command line every node boots with, the first node (init through the CLI), two joining nodes and a tampered
+//! The expected measurements come from `confboot measure` (no boot); one
+//! boot checks them (and gives the firmware's event log). Boots (7): that
+//! fidelity boot of the one command line every node boots with, the first node (init through the CLI), two joining nodes and a tampered
 //! node in parallel, one joined node's reboot (rejoin), and another's
 //! reboot without a join service (recovery through `confboot recover`).
 //!
@@ -27,7 +28,7 @@ use confboot::kms::init_secret;
 use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
-use confboot_tests::qemu::{Image, PeakRss, Vm, VmConfig, golden_boot};
+use confboot_tests::qemu::{BASE_CMDLINE, Image, PeakRss, Vm, VmConfig, golden_boot};
 use confboot_tests::{free_port, key_opens_disk, luks_uuid};
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
@@ -421,28 +422,61 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         .collect();
     let tampered_cmdline = format!("{} {after}", args_param(&tampered_args));
 
-    // Golden measurements: one boot of the image with that command line,
-    // its PCRs and its event log (checked to replay to them).
+    // The expected measurements, predicted by `confboot measure` from the
+    // image and the command line without booting: the policy the admin
+    // and joinsvc check nodes against, and the predicted event log.
+    let measure = Command::new(&cli)
+        .arg("measure")
+        .arg("--kernel")
+        .arg(&image.kernel)
+        .arg("--initrd")
+        .arg(&image.initrd)
+        .arg("--cmdline")
+        .arg(format!("{BASE_CMDLINE} {node_cmdline}"))
+        .arg("--policy-out")
+        .arg(admin.join("measurements.json"))
+        .arg("--events-out")
+        .arg(admin.join("measurements.events.json"))
+        .output()
+        .expect("run confboot measure");
+    assert!(
+        measure.status.success(),
+        "confboot measure: {}",
+        String::from_utf8_lossy(&measure.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&measure.stdout).trim_end());
+    let predicted = confboot::attestation::MeasurementPolicy::from_json(
+        &std::fs::read_to_string(admin.join("measurements.json")).unwrap(),
+    )
+    .expect("confboot measure writes a valid policy");
+
+    // One boot of the image with that command line, as the fidelity check:
+    // its PCRs are the predicted ones (golden_boot checks), and its event
+    // log (checked to replay to them) goes into joinsvc's TPM below.
     let t = Instant::now();
     let measured = golden_boot(&image.kernel, &image.initrd, &node_cmdline);
-    let golden = measured.policy();
+    for (pcr, want) in predicted.entries() {
+        assert_eq!(
+            measured.pcrs[pcr], want.value,
+            "PCR {pcr}: the boot differs from confboot measure's prediction"
+        );
+    }
     println!(
-        "phase golden measurements (1 boot, {} events logged): {}",
+        "phase fidelity boot (prediction = booted PCRs, {} events logged): {}",
         measured.event_log.events().len(),
         secs(t.elapsed())
     );
 
     // (a) Init: node 1's init API through a host forward, the CLI verifies
-    // its attestation (golden measurements, pinned AK) and inits it.
+    // its attestation (the predicted measurements, pinned AK) and inits it.
     let t = Instant::now();
-    std::fs::write(admin.join("golden.json"), golden.to_json()).unwrap();
     let (mut vm1, init_fwd) = boot_serving(&n1, &image, &node_cmdline, 9000, "init API");
     let cli_out = admin_cli(
         &cli,
         &admin,
         "init",
         init_fwd,
-        "golden.json",
+        "measurements.json",
         &n1.ak,
         &["--init-secret-file", "init-secret"],
     );
@@ -506,7 +540,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         peak1.swtpm_kib
     );
 
-    // (b) + (d): joinsvc with the CLI's master secret and salt, the golden
+    // (b) + (d): joinsvc with the CLI's master secret and salt, the predicted
     // policy and the joining nodes' AKs (the tampered
     // node's too: it is refused for its measurements, not its AK).
     let joinsvc_port = free_port();
@@ -541,9 +575,14 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     }
     let joinsvc = Joinsvc::launch(
         &joinsvc_bin,
-        &golden,
+        &predicted,
         JoinsvcSetup {
-            extra: vec!["--tpm".into(), joinsvc_swtpm.addr().to_string()],
+            extra: vec![
+                "--tpm".into(),
+                joinsvc_swtpm.addr().to_string(),
+                "--expected-events".into(),
+                admin.join("measurements.events.json").display().to_string(),
+            ],
             ..joinsvc_setup
         },
     );
@@ -641,6 +680,19 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         refused(&metrics, "measurement") >= 1,
         "joinsvc counts the tampered node's refusal\n{metrics}"
     );
+    // The tampered node sent its firmware's event log, which replays to its
+    // quote; against the predicted log, joinsvc names the first event that
+    // differs: the command line (the attacker's node boots with another
+    // one, taking any join service), before its initrd.
+    let joinsvc_log = joinsvc.process.log().join("\n");
+    let explained = joinsvc_log
+        .lines()
+        .find(|l| l.contains("PCR 9, event 1 (LOADED_IMAGE::LoadOptions): sha256 "));
+    assert!(
+        explained.is_some(),
+        "joinsvc explains the tampered node's PCR 9 by its command line\n{joinsvc_log}"
+    );
+    println!("joinsvc: {}", explained.unwrap_or_default().trim());
     assert!(!bad_serial.contains("nodelock taken"), "{bad_serial}");
     assert!(!bad_serial.contains("bootstrapped ("), "{bad_serial}");
     assert!(
@@ -723,7 +775,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         &admin,
         "recover",
         recover_fwd,
-        "golden.json",
+        "measurements.json",
         &n3.ak,
         &["--master-secret", "confboot-mastersecret.json"],
     );

@@ -913,3 +913,108 @@ fn init_secrets_are_checked_one_at_a_time_and_not_while_bootstrapping() {
     ));
     assert!(rig.disk.untouched_blank());
 }
+
+// ---- Races ----
+
+/// Rounds of [`init_and_join_race_with_exactly_one_winner`]: a few hundred
+/// in the normal suite; `CONFBOOT_RACE_ROUNDS=10000` for the campaign
+/// (RELIABILITY.md).
+fn race_rounds() -> usize {
+    std::env::var("CONFBOOT_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+/// The admin's Init and the join client's ticket race on a blank node, the
+/// whole core each (the init-secret check, the ticket checks, the nodelock,
+/// format, mark, cluster step), released together with the join side
+/// delayed by a seeded amount around the init check's cost, so both orders
+/// happen. Every round: exactly one winner, whose steps all ran once; the
+/// loser touched nothing (one format, one file system, one mark, one
+/// cluster call, all of the winner's kind).
+#[test]
+fn init_and_join_race_with_exactly_one_winner() {
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    // What one init-secret check costs here: the join side's delay is drawn
+    // from 0 to twice that.
+    let check_cost = {
+        let rig = Rig::new(FakeDisk::blank());
+        let t = Instant::now();
+        rig.node.init(&init_request(), &mut no_log()).unwrap();
+        t.elapsed()
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut wins = [0usize; 2];
+    let rounds = race_rounds();
+    for round in 0..rounds {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = check_cost.mul_f64((seed % 2000) as f64 / 1000.0);
+        let rig = Rig::new(FakeDisk::blank());
+        let barrier = Barrier::new(2);
+        let (request, ticket) = (join_request(), join_ticket());
+        let (init, join) = std::thread::scope(|s| {
+            let init = s.spawn(|| {
+                barrier.wait();
+                rig.node.init(&init_request(), &mut no_log())
+            });
+            let join = s.spawn(|| {
+                barrier.wait();
+                let until = Instant::now() + delay;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                rig.node.check_ticket(&request, &from_member(&ticket))?;
+                let token = rig.node.take_lock(holder::JOIN)?;
+                rig.node.apply_ticket(&token, &request, &ticket)
+            });
+            (init.join().unwrap(), join.join().unwrap())
+        });
+        let context = format!("round {round} (join delayed {delay:?})");
+        let (uuid, key) = rig.disk.state().luks.clone().expect("formatted");
+        match (&init, &join) {
+            (Ok(_), Err(e)) => {
+                wins[0] += 1;
+                assert_eq!(
+                    *e,
+                    NodeError::AlreadyBootstrapping { holder: "init" },
+                    "{context}"
+                );
+                assert_eq!(key, master().state_disk_key(&uuid).expose(), "{context}");
+                assert!(
+                    matches!(&rig.node.cluster().calls()[..], [RecordedCall::Init(_)]),
+                    "{context}"
+                );
+            }
+            (Err(e), Ok(Outcome::Joined)) => {
+                wins[1] += 1;
+                assert_eq!(
+                    *e,
+                    NodeError::AlreadyBootstrapping { holder: "join" },
+                    "{context}"
+                );
+                assert_eq!((uuid.as_str(), key), (UUID, vec![0x42; 32]), "{context}");
+                assert!(
+                    matches!(&rig.node.cluster().calls()[..], [RecordedCall::Join(_)]),
+                    "{context}"
+                );
+            }
+            other => panic!("{context}: not exactly one winner: {other:?}"),
+        }
+        assert_eq!(rig.mkfs_runs().len(), 1, "{context}: one file system");
+        assert_eq!(rig.marks().len(), 1, "{context}: one mark");
+        assert!(rig.disk.state().bootstrapped, "{context}");
+    }
+    eprintln!(
+        "{rounds} races: Init won {}, the join ticket won {} (init-secret check {:?})",
+        wins[0], wins[1], check_cost
+    );
+    assert!(
+        rounds < 50 || (wins[0] > 0 && wins[1] > 0),
+        "both orders must happen: {wins:?}"
+    );
+}

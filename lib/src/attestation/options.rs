@@ -26,6 +26,14 @@ use crate::attestation::measurements::MAX_POLICY_BYTES;
 use crate::attestation::vtpm::{AkTrust, VtpmValidator};
 use crate::attestation::{AttestationError, MeasurementPolicy, PolicyError, Validator};
 use crate::fs::{FileError, read_bounded_text};
+use crate::tpm::event_log::{EventList, EventListError};
+
+/// The help of an expected-event-log option, shared by every binary that
+/// takes one.
+pub const EXPECTED_EVENTS_HELP: &str = "The predicted event log of the expected measurements (`confboot measure --events-out`): a PCR that differs is explained by the first event that differs, when the node sends its log";
+
+/// Largest expected-event-log file read (a predicted log is about 2 KiB).
+pub const MAX_EVENT_LIST_BYTES: u64 = 1 << 20;
 
 /// What a binary asks before it accepts `insecure-any-ak`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +53,10 @@ pub struct ValidatorOptions {
     pub measurements: &'static str,
     /// The AK-trust option (long name, without `--`).
     pub ak_trust: &'static str,
+    /// The expected-event-log option (long name, without `--`), for
+    /// binaries that explain a differing PCR by its event; `None` for
+    /// those that do not take one.
+    pub expected_events: Option<&'static str>,
     /// What `insecure-any-ak` needs.
     pub insecure_any_ak: InsecureAnyAk,
 }
@@ -77,6 +89,22 @@ pub enum OptionsError {
         /// Why.
         error: AttestationError,
     },
+    /// The expected event log could not be read (or is too large).
+    ExpectedEventsFile {
+        /// The option that names it.
+        option: &'static str,
+        /// Why.
+        error: FileError,
+    },
+    /// The expected event log is not an event list.
+    ExpectedEvents {
+        /// The option that names it.
+        option: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: EventListError,
+    },
     /// `insecure-any-ak` was given without the flag that confirms it.
     InsecureAnyAkNotConfirmed {
         /// The AK-trust option.
@@ -97,6 +125,12 @@ impl fmt::Display for OptionsError {
                 error,
             } => write!(f, "--{option} {}: {error}", path.display()),
             OptionsError::AkTrust { option, error } => write!(f, "--{option}: {error}"),
+            OptionsError::ExpectedEventsFile { option, error } => write!(f, "--{option}: {error}"),
+            OptionsError::ExpectedEvents {
+                option,
+                path,
+                error,
+            } => write!(f, "--{option} {}: {error}", path.display()),
             OptionsError::InsecureAnyAkNotConfirmed {
                 option,
                 confirmation,
@@ -116,6 +150,8 @@ impl std::error::Error for OptionsError {
             OptionsError::MeasurementsFile { error, .. } => Some(error),
             OptionsError::Measurements { error, .. } => Some(error),
             OptionsError::AkTrust { error, .. } => Some(error),
+            OptionsError::ExpectedEventsFile { error, .. } => Some(error),
+            OptionsError::ExpectedEvents { error, .. } => Some(error),
             OptionsError::InsecureAnyAkNotConfirmed { .. } => None,
         }
     }
@@ -172,7 +208,29 @@ impl ValidatorOptions {
             option: self.ak_trust,
             ak_trust,
             require_unmarked: true,
+            expected_events: self.expected_events(m)?,
         })
+    }
+
+    /// The expected event log the option names (`confboot measure
+    /// --events-out`), if the binary takes one and it is given.
+    pub fn expected_events(&self, m: &Matches) -> Result<Option<EventList>, OptionsError> {
+        let Some(option) = self.expected_events else {
+            return Ok(None);
+        };
+        let Some(path) = m.value(option) else {
+            return Ok(None);
+        };
+        let path = Path::new(path);
+        let text = read_bounded_text(path, MAX_EVENT_LIST_BYTES)
+            .map_err(|error| OptionsError::ExpectedEventsFile { option, error })?;
+        EventList::from_json(&text)
+            .map(Some)
+            .map_err(|error| OptionsError::ExpectedEvents {
+                option,
+                path: path.to_path_buf(),
+                error,
+            })
     }
 
     /// The validator both options describe (both must be given), for a node
@@ -190,6 +248,7 @@ pub struct ValidatorBuilder {
     option: &'static str,
     ak_trust: AkTrust,
     require_unmarked: bool,
+    expected_events: Option<EventList>,
 }
 
 impl ValidatorBuilder {
@@ -221,10 +280,12 @@ impl ValidatorBuilder {
                 self.option
             );
         }
-        Arc::new(
-            VtpmValidator::new(self.ak_trust.clone(), policy)
-                .require_unmarked(self.require_unmarked),
-        )
+        let validator = VtpmValidator::new(self.ak_trust.clone(), policy)
+            .require_unmarked(self.require_unmarked);
+        Arc::new(match &self.expected_events {
+            Some(events) => validator.expected_events(events.clone()),
+            None => validator,
+        })
     }
 }
 
@@ -241,12 +302,14 @@ mod tests {
             Opt::value("measurements", "FILE", "Expected measurements"),
             Opt::value("ak-trust", "MODE", "AK trust"),
             Opt::flag("i-understand-insecure-any-ak", "Confirms insecure-any-ak"),
+            Opt::value("expected-events", "FILE", "Expected event log"),
         ],
     };
 
     const WARN: ValidatorOptions = ValidatorOptions {
         measurements: "measurements",
         ak_trust: "ak-trust",
+        expected_events: None,
         insecure_any_ak: InsecureAnyAk::Warn,
     };
 
@@ -410,5 +473,40 @@ mod tests {
             "{shown}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_expected_event_log_is_read_bounded_and_strictly() {
+        let dir = temp_dir("events");
+        let opts = ValidatorOptions {
+            expected_events: Some("expected-events"),
+            ..WARN
+        };
+        let good = dir.join("good.json");
+        std::fs::write(&good, EventList::default().to_json()).unwrap();
+        let arg = format!("{}", good.display());
+        let m = parse(&["--expected-events", &arg]);
+        assert_eq!(
+            opts.expected_events(&m).unwrap(),
+            Some(EventList::default())
+        );
+        assert_eq!(WARN.expected_events(&m).unwrap(), None, "not taken");
+        assert_eq!(opts.expected_events(&parse(&[])).unwrap(), None);
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, r#"{"events": [], "extra": 1}"#).unwrap();
+        let arg = format!("{}", bad.display());
+        let err = opts
+            .expected_events(&parse(&["--expected-events", &arg]))
+            .unwrap_err();
+        assert!(matches!(err, OptionsError::ExpectedEvents { .. }), "{err}");
+        assert!(err.to_string().starts_with("--expected-events "), "{err}");
+        let huge = dir.join("huge.json");
+        std::fs::write(&huge, vec![b' '; MAX_EVENT_LIST_BYTES as usize + 1]).unwrap();
+        let arg = format!("{}", huge.display());
+        assert!(matches!(
+            opts.expected_events(&parse(&["--expected-events", &arg])),
+            Err(OptionsError::ExpectedEventsFile { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
