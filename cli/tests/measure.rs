@@ -18,29 +18,9 @@ fn dir() -> PathBuf {
     d
 }
 
-/// A bzImage-shaped PE32+ file: a setup header (HdrS, protocol 2.15,
-/// loaded high, initrd above 4 GiB allowed) inside a one-section image.
+/// A bzImage-shaped kernel (the fuzz seeds' own).
 fn kernel(path: &Path) {
-    let mut k = vec![0u8; 0x600];
-    k[..2].copy_from_slice(b"MZ");
-    k[0x3c..0x40].copy_from_slice(&0x80u32.to_le_bytes());
-    k[0x80..0x84].copy_from_slice(b"PE\0\0");
-    k[0x86..0x88].copy_from_slice(&1u16.to_le_bytes());
-    k[0x94..0x96].copy_from_slice(&240u16.to_le_bytes());
-    let opt = 0x98;
-    k[opt..opt + 2].copy_from_slice(&0x20bu16.to_le_bytes());
-    k[opt + 60..opt + 64].copy_from_slice(&0x200u32.to_le_bytes());
-    k[opt + 108..opt + 112].copy_from_slice(&16u32.to_le_bytes());
-    let section = opt + 240;
-    k[section + 16..section + 20].copy_from_slice(&0x400u32.to_le_bytes());
-    k[section + 20..section + 24].copy_from_slice(&0x200u32.to_le_bytes());
-    k[0x202..0x206].copy_from_slice(b"HdrS");
-    k[0x206..0x208].copy_from_slice(&0x20fu16.to_le_bytes());
-    k[0x211] = 0x01;
-    k[0x22c..0x230].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
-    k[0x236..0x238].copy_from_slice(&0x7fu16.to_le_bytes());
-    k[0x238..0x23c].copy_from_slice(&2048u32.to_le_bytes());
-    std::fs::write(path, k).unwrap();
+    std::fs::write(path, confboot_fuzz_targets::seeds::bz_image(true)).unwrap();
 }
 
 #[test]
