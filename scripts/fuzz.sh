@@ -7,10 +7,11 @@
 #   --runs N        executions per target (default 10000000)
 #   --seconds S     run each target S seconds instead of a number of runs
 #   --short         a smoke run: 20 seconds per target
-#   --rss-mb M      libFuzzer's RSS limit, also its malloc limit (default 512)
+#   --rss-mb M      libFuzzer's RSS limit (default 512; under a sanitizer also
+#                   its limit on one allocation)
 #   --max-len N     largest input (default 16384 bytes)
-#   --sanitizer S   none (default: Rust is memory-safe, and twice the
-#                   executions) or address
+#   --sanitizer S   none (default: confboot is Rust without unsafe, and an
+#                   uninstrumented run is faster) or address (AddressSanitizer)
 #   --cmin          afterwards, add to fuzz/corpus/TARGET the fewest inputs
 #                   of the working corpus that reach every edge it reaches,
 #                   if the corpus stays within --cmin-max files (default 40:
