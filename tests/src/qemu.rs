@@ -115,8 +115,9 @@ pub struct Vm {
     serial_path: PathBuf,
     started: Instant,
     peak: PeakRss,
-    /// What `confboot measure` predicts for this boot (OVMF boots only).
-    prediction: Option<EventList>,
+    /// What was booted, for `confboot measure`'s prediction (OVMF boots
+    /// only; predicted when a test asks).
+    measured_boot: Option<VmConfig>,
     // Dropped last: the work directory (VARS copy, socket, serial log).
     _dir: TempDir,
 }
@@ -166,7 +167,7 @@ impl Vm {
     /// part is missing (Debian packages qemu-system-x86, ovmf, swtpm,
     /// netcat-openbsd).
     pub fn boot(config: VmConfig) -> Vm {
-        let prediction = config.ovmf.then(|| predicted_events(&config));
+        let measured_boot = config.ovmf.then(|| config.clone());
         let dir = TempDir::new(&format!("vm-{}", config.name));
         let serial_path = dir.path().join("serial.log");
         let sock = dir.path().join("swtpm.sock");
@@ -266,7 +267,7 @@ impl Vm {
             serial_path,
             started,
             peak: PeakRss::default(),
-            prediction,
+            measured_boot,
             _dir: dir,
         }
     }
@@ -389,9 +390,10 @@ impl Vm {
     /// predicted PCR must be the booted one. Panics with both values and
     /// the explanation of the first differing event otherwise.
     pub fn assert_predicted_pcrs(&self) {
-        let Some(prediction) = &self.prediction else {
+        let Some(config) = &self.measured_boot else {
             return;
         };
+        let prediction = predicted_events(config);
         let pcrs = self.pcrs();
         for (pcr, predicted) in prediction.replay() {
             if pcrs[&pcr] != predicted.to_vec() {
@@ -556,9 +558,10 @@ impl Image {
     }
 }
 
-/// PCRs a golden-measurement policy enforces: the kernel (4), the initrd and
-/// command line (9), and 15 (all-zero until the node is bootstrapped).
-pub const GOLDEN_ENFORCED: [u32; 3] = [4, 9, 15];
+/// PCRs a golden-measurement policy enforces, those a predicted one does:
+/// the kernel (4), the initrd and command line (9), and 15 (all-zero until
+/// the node is bootstrapped).
+pub const GOLDEN_ENFORCED: [u32; 3] = confboot::measure::PREDICTED_ENFORCED;
 /// PCRs a golden-measurement policy only warns on: firmware and its
 /// configuration (they change with the OVMF build and VARS).
 pub const GOLDEN_WARN_ONLY: [u32; 7] = [0, 1, 2, 3, 5, 6, 7];

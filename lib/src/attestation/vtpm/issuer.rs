@@ -26,23 +26,6 @@ pub fn quoted_pcrs() -> Vec<u32> {
 /// vTPM evidence.
 pub const EVENT_LOG_OPTION_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
 
-/// Checks that `log` can travel in evidence; returns its event count.
-fn check_event_log(log: &[u8]) -> Result<usize, AttestationError> {
-    if log.len() > MAX_EVIDENCE_EVENT_LOG_LEN {
-        return Err(AttestationError::Issue(format!(
-            "the event log has {} bytes, evidence carries at most {MAX_EVIDENCE_EVENT_LOG_LEN}",
-            log.len()
-        )));
-    }
-    EventLog::parse(log)
-        .map(|l| l.events().len())
-        .map_err(|e| AttestationError::Issue(format!("the event log: {e}")))
-}
-
-fn log_attached(events: usize, len: usize) {
-    log::info!("vTPM evidence carries the firmware's event log ({events} events, {len} bytes)");
-}
-
 fn issue_err(e: tpm::TpmError) -> AttestationError {
     AttestationError::Issue(e.to_string())
 }
@@ -111,10 +94,28 @@ impl VtpmIssuer {
     /// can replay it and explain PCRs. Refused when it does not parse or is
     /// larger than evidence may carry ([`MAX_EVIDENCE_EVENT_LOG_LEN`]).
     pub fn with_event_log(mut self, log: Vec<u8>) -> Result<Self, AttestationError> {
-        let events = check_event_log(&log)?;
-        log_attached(events, log.len());
-        self.event_log = log;
+        self.attach_event_log(log)?;
         Ok(self)
+    }
+
+    /// Checks that `log` can travel in evidence and keeps it.
+    fn attach_event_log(&mut self, log: Vec<u8>) -> Result<(), AttestationError> {
+        if log.len() > MAX_EVIDENCE_EVENT_LOG_LEN {
+            return Err(AttestationError::Issue(format!(
+                "the event log has {} bytes, evidence carries at most {MAX_EVIDENCE_EVENT_LOG_LEN}",
+                log.len()
+            )));
+        }
+        let events = EventLog::parse(&log)
+            .map_err(|e| AttestationError::Issue(format!("the event log: {e}")))?
+            .events()
+            .len();
+        log::info!(
+            "vTPM evidence carries the firmware's event log ({events} events, {} bytes)",
+            log.len()
+        );
+        self.event_log = log;
+        Ok(())
     }
 
     /// Attaches the event log an `--event-log` option names
@@ -124,7 +125,7 @@ impl VtpmIssuer {
     /// is the machine's device and the log is there and usable (else a
     /// warning: verifiers still check every PCR, they only cannot explain).
     pub fn with_event_log_option(
-        self,
+        mut self,
         option: Option<&str>,
         tpm_is_device: bool,
     ) -> Result<Self, AttestationError> {
@@ -141,29 +142,14 @@ impl VtpmIssuer {
                 Ok(self)
             }
             None => {
-                let log = match read(FIRMWARE_EVENT_LOG_PATH) {
-                    Ok(log) => log,
-                    Err(e) => {
-                        log::warn!("{e}; evidence goes without an event log");
-                        return Ok(self);
-                    }
-                };
-                self.with_event_log_or_warn(log)
+                if let Err(e) =
+                    read(FIRMWARE_EVENT_LOG_PATH).and_then(|log| self.attach_event_log(log))
+                {
+                    log::warn!("{e}; evidence goes without an event log");
+                }
+                Ok(self)
             }
         }
-    }
-
-    /// [`VtpmIssuer::with_event_log`], but a log that cannot be sent is
-    /// left out with a warning.
-    fn with_event_log_or_warn(mut self, log: Vec<u8>) -> Result<Self, AttestationError> {
-        match check_event_log(&log) {
-            Ok(events) => {
-                log_attached(events, log.len());
-                self.event_log = log;
-            }
-            Err(e) => log::warn!("{e}; evidence goes without an event log"),
-        }
-        Ok(self)
     }
 
     /// The AK's public area (`TPMT_PUBLIC` bytes).
