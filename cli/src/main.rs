@@ -6,6 +6,7 @@ mod hash_init_secret;
 mod init;
 mod measure;
 mod recover;
+mod verify;
 mod verify_report;
 
 use confboot::args::{Command, VERBOSITY, parse_or_exit};
@@ -32,6 +33,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "hash-init-secret",
         about: "Print the hash of an init secret for a node's configuration",
         run: hash_init_secret::run,
+    },
+    Subcommand {
+        name: "verify",
+        about: "Verify a running node's attestation (its verify service) against a policy and the cluster id",
+        run: verify::run,
     },
     Subcommand {
         name: "verify-report",

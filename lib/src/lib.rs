@@ -24,3 +24,4 @@ pub mod stop;
 pub mod ticket;
 pub mod time;
 pub mod tpm;
+pub mod verify;

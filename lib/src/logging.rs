@@ -6,11 +6,12 @@
 use log::LevelFilter;
 
 /// The crates whose log lines `-v` controls directly.
-pub const OUR_CRATES: [&str; 6] = [
+pub const OUR_CRATES: [&str; 7] = [
     "confboot",
     "confboot_cli",
     "confboot_tests",
     "joinsvc",
+    "nodeagent",
     "bootstrapper",
     "confboot_tpm_provision",
 ];

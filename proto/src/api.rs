@@ -83,6 +83,9 @@ pub const JOIN_NODE_PORT: u16 = 30090;
 pub const DEFAULT_JOINSVC_HEALTH_PORT: u16 = 9091;
 /// The bootstrapper's recovery API.
 pub const DEFAULT_RECOVER_PORT: u16 = 9999;
+/// The node agent's verify service (plain HTTP `GET /?nonce=`), as
+/// Constellation's verification service.
+pub const DEFAULT_VERIFY_PORT: u16 = 8080;
 
 /// Default address of the bootstrapper's init API (all interfaces, [`DEFAULT_INIT_PORT`]).
 pub const DEFAULT_INIT_LISTEN: &str = "0.0.0.0:9000";
@@ -92,6 +95,8 @@ pub const DEFAULT_JOIN_LISTEN: &str = "0.0.0.0:9090";
 pub const DEFAULT_JOINSVC_HEALTH_LISTEN: &str = "0.0.0.0:9091";
 /// Default address of the bootstrapper's recovery API (all interfaces, [`DEFAULT_RECOVER_PORT`]).
 pub const DEFAULT_RECOVER_LISTEN: &str = "0.0.0.0:9999";
+/// Default address of the node agent's verify service (all interfaces, [`DEFAULT_VERIFY_PORT`]).
+pub const DEFAULT_VERIFY_LISTEN: &str = "0.0.0.0:8080";
 
 /// Whether `addr` ends in `:port` (checked at compile time below, so an
 /// address string and its port number cannot drift apart).
@@ -122,6 +127,7 @@ const _: () = assert!(ends_with_port(
     DEFAULT_JOINSVC_HEALTH_PORT
 ));
 const _: () = assert!(ends_with_port(DEFAULT_RECOVER_LISTEN, DEFAULT_RECOVER_PORT));
+const _: () = assert!(ends_with_port(DEFAULT_VERIFY_LISTEN, DEFAULT_VERIFY_PORT));
 
 #[cfg(test)]
 mod tests {
@@ -145,6 +151,7 @@ mod tests {
         assert_eq!(JOIN_NODE_PORT, 30090);
         assert_eq!(DEFAULT_RECOVER_PORT, 9999);
         assert_eq!(DEFAULT_JOINSVC_HEALTH_PORT, 9091);
+        assert_eq!(DEFAULT_VERIFY_PORT, 8080);
     }
 
     #[test]
@@ -154,6 +161,7 @@ mod tests {
             (DEFAULT_JOIN_LISTEN, DEFAULT_JOIN_PORT),
             (DEFAULT_JOINSVC_HEALTH_LISTEN, DEFAULT_JOINSVC_HEALTH_PORT),
             (DEFAULT_RECOVER_LISTEN, DEFAULT_RECOVER_PORT),
+            (DEFAULT_VERIFY_LISTEN, DEFAULT_VERIFY_PORT),
         ] {
             let parsed: std::net::SocketAddr = addr.parse().unwrap();
             assert_eq!(parsed.port(), port);

@@ -56,6 +56,7 @@ mod transport;
 pub use client::Client;
 pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
 pub use listener::{PoolConfig, ServerHandle, ServerStats};
+pub(crate) use server::ReadBefore;
 pub use server::{
     CallContext, ConnectionEnd, ResponseSink, Router, ServerLimits, serve_connection,
     serve_connection_as,

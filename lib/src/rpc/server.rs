@@ -268,12 +268,12 @@ pub fn serve_connection_as<T: Transport + ?Sized>(
 /// signal), so a peer that sends one byte at a time is cut off when the
 /// deadline passes, however often it sends; a raised stop signal ends the
 /// read too.
-struct ReadBefore<'a, T: ?Sized> {
-    stream: &'a mut T,
-    deadline: Instant,
-    per_read: Duration,
-    stop: &'a Stop,
-    poll: Duration,
+pub(crate) struct ReadBefore<'a, T: ?Sized> {
+    pub(crate) stream: &'a mut T,
+    pub(crate) deadline: Instant,
+    pub(crate) per_read: Duration,
+    pub(crate) stop: &'a Stop,
+    pub(crate) poll: Duration,
 }
 
 impl<T: Transport + ?Sized> io::Read for ReadBefore<'_, T> {

@@ -636,40 +636,43 @@ fn spec_id_digest_sizes(spec: &[u8]) -> Result<Vec<(u16, u16)>, EventLogError> {
     Ok(sizes)
 }
 
+/// Writes a crypto-agile log with these `(PCR, event type, event data)`
+/// events, each extended with the SHA-256 of its data, for tests and tools
+/// that need a log a TPM can be extended to ([`EventLog::extend_into`]).
+/// Its SHA-1 bank holds filler digests: confboot reads only SHA-256.
+pub fn synthetic_log(events: &[(u32, u32, &[u8])]) -> Vec<u8> {
+    let mut spec = Vec::new();
+    spec.extend_from_slice(SPEC_ID_SIGNATURE);
+    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
+    spec.extend_from_slice(&2u32.to_le_bytes());
+    spec.extend_from_slice(&0x0004u16.to_le_bytes());
+    spec.extend_from_slice(&20u16.to_le_bytes());
+    spec.extend_from_slice(&TPM_ALG_SHA256.to_le_bytes());
+    spec.extend_from_slice(&32u16.to_le_bytes());
+    spec.push(0);
+    let mut out = Vec::new();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
+    out.extend_from_slice(&[0; 20]);
+    out.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    out.extend_from_slice(&spec);
+    for (pcr, ty, data) in events {
+        out.extend_from_slice(&pcr.to_le_bytes());
+        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(&2u32.to_le_bytes());
+        out.extend_from_slice(&0x0004u16.to_le_bytes());
+        out.extend_from_slice(&[0x11; 20]);
+        out.extend_from_slice(&TPM_ALG_SHA256.to_le_bytes());
+        out.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, data).as_ref());
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Builds a crypto-agile log with SHA-1 and SHA-256 banks.
-    pub(crate) fn log(events: &[(u32, u32, &[u8])]) -> Vec<u8> {
-        let mut spec = Vec::new();
-        spec.extend_from_slice(SPEC_ID_SIGNATURE);
-        spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
-        spec.extend_from_slice(&2u32.to_le_bytes());
-        spec.extend_from_slice(&0x0004u16.to_le_bytes());
-        spec.extend_from_slice(&20u16.to_le_bytes());
-        spec.extend_from_slice(&TPM_ALG_SHA256.to_le_bytes());
-        spec.extend_from_slice(&32u16.to_le_bytes());
-        spec.push(0);
-        let mut out = Vec::new();
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
-        out.extend_from_slice(&[0; 20]);
-        out.extend_from_slice(&(spec.len() as u32).to_le_bytes());
-        out.extend_from_slice(&spec);
-        for (pcr, ty, data) in events {
-            out.extend_from_slice(&pcr.to_le_bytes());
-            out.extend_from_slice(&ty.to_le_bytes());
-            out.extend_from_slice(&2u32.to_le_bytes());
-            out.extend_from_slice(&0x0004u16.to_le_bytes());
-            out.extend_from_slice(&[0x11; 20]);
-            out.extend_from_slice(&TPM_ALG_SHA256.to_le_bytes());
-            out.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, data).as_ref());
-            out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            out.extend_from_slice(data);
-        }
-        out
-    }
 
     fn sha(data: &[u8]) -> [u8; 32] {
         ring::digest::digest(&ring::digest::SHA256, data)
@@ -680,7 +683,7 @@ mod tests {
 
     #[test]
     fn replay_extends_in_order_and_skips_no_action() {
-        let bytes = log(&[
+        let bytes = synthetic_log(&[
             (4, 0x8000_0003, b"kernel"),
             (9, 0x6, b"Linux initrd\0"),
             (4, 0x4, &[0, 0, 0, 0]),
@@ -716,7 +719,7 @@ mod tests {
     fn startup_locality_seeds_pcr0() {
         let mut loc = STARTUP_LOCALITY_SIGNATURE.to_vec();
         loc.push(3);
-        let bytes = log(&[(0, EV_NO_ACTION, &loc), (0, 0x8, b"crtm")]);
+        let bytes = synthetic_log(&[(0, EV_NO_ACTION, &loc), (0, 0x8, b"crtm")]);
         let log = EventLog::parse(&bytes).unwrap();
         assert_eq!(log.startup_locality(), 3);
         let mut reset = [0u8; 32];
@@ -726,15 +729,15 @@ mod tests {
 
     #[test]
     fn trailing_zeros_end_the_log() {
-        let mut bytes = log(&[(4, 0x4, b"x")]);
+        let mut bytes = synthetic_log(&[(4, 0x4, b"x")]);
         bytes.extend_from_slice(&[0; 100]);
         assert_eq!(EventLog::parse(&bytes).unwrap().events().len(), 1);
     }
 
     #[test]
     fn malformed_logs_are_refused_with_the_reason() {
-        let good = log(&[(4, 0x4, b"x")]);
-        let header_only = log(&[]).len();
+        let good = synthetic_log(&[(4, 0x4, b"x")]);
+        let header_only = synthetic_log(&[]).len();
         assert_eq!(EventLog::parse(&good[..header_only]).unwrap().events(), []);
         for cut in (1..good.len()).filter(|c| *c != header_only) {
             let r = EventLog::parse(&good[..cut]);
@@ -781,7 +784,7 @@ mod tests {
 
     #[test]
     fn an_extending_event_needs_a_sha256_digest() {
-        let mut bytes = log(&[(4, 0x4, b"x")]);
+        let mut bytes = synthetic_log(&[(4, 0x4, b"x")]);
         let first_event = bytes.len() - (4 + 4 + 4 + 2 + 20 + 2 + 32 + 4 + 1);
         // Declare one digest (the SHA-1 one) and drop the SHA-256 one.
         bytes[first_event + 8] = 1;
@@ -794,7 +797,7 @@ mod tests {
 
     #[test]
     fn an_event_list_round_trips_and_explains_the_first_difference() {
-        let expected = EventLog::parse(&log(&[
+        let expected = EventLog::parse(&synthetic_log(&[
             (4, 0x8000_0003, b"kernel"),
             (9, 0x6, b"LOADED_IMAGE::LoadOptions\0"),
             (9, 0x6, b"Linux initrd\0"),
@@ -818,7 +821,7 @@ mod tests {
         assert!(expected.explain(9, &actual).unwrap().contains("missing"));
         assert_eq!(
             expected.replay(),
-            EventLog::parse(&log(&[
+            EventLog::parse(&synthetic_log(&[
                 (4, 0x8000_0003, b"kernel"),
                 (9, 0x6, b"LOADED_IMAGE::LoadOptions\0"),
                 (9, 0x6, b"Linux initrd\0"),
@@ -860,7 +863,7 @@ mod tests {
     fn the_event_count_is_bounded() {
         let events: Vec<(u32, u32, &[u8])> = (0..=MAX_EVENTS).map(|_| (4, 0x4, &b""[..])).collect();
         assert_eq!(
-            EventLog::parse(&log(&events)),
+            EventLog::parse(&synthetic_log(&events)),
             Err(EventLogError::TooManyEvents)
         );
     }

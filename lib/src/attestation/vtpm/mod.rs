@@ -39,6 +39,6 @@ pub use issuer::{
     EVENT_LOG_OPTION_HELP, FIRMWARE_EVENT_LOG_PATH, ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs,
 };
 pub use validator::{
-    MAX_AK_CERT_LEN, MAX_EVIDENCE_EVENT_LOG_LEN, MAX_EVIDENCE_LEN, VtpmValidator, encode_evidence,
-    encode_evidence_with_log,
+    MAX_AK_CERT_LEN, MAX_EVIDENCE_EVENT_LOG_LEN, MAX_EVIDENCE_LEN, VtpmValidator,
+    carried_event_list, encode_evidence, encode_evidence_with_log,
 };

@@ -164,6 +164,20 @@ fn decode_evidence(evidence: &[u8]) -> Result<Decoded, AttestationError> {
     })
 }
 
+/// The event log carried in vTPM `evidence`, as an event list; `None`
+/// when it carries none. Only the log's own format is checked here: call it
+/// on evidence a [`VtpmValidator`] accepted, which has replayed that log to
+/// the quoted PCRs.
+pub fn carried_event_list(evidence: &[u8]) -> Result<Option<EventList>, AttestationError> {
+    let e = decode_evidence(evidence)?;
+    if e.event_log.is_empty() {
+        return Ok(None);
+    }
+    EventLog::parse(&e.event_log)
+        .map(|log| Some(log.to_event_list()))
+        .map_err(|e| AttestationError::EventLog(e.to_string()))
+}
+
 impl VtpmValidator {
     /// A validator with this AK trust and policy that requires PCR 15 to be
     /// all-zero (join-time default).

@@ -1,0 +1,235 @@
+//! `confboot verify`: asks a running node's verify service (the node
+//! agent, `GET /?nonce=`) for a fresh quote and checks it: the signature
+//! and the nonce, the AK trust, the carried event log's replay, every PCR of
+//! the policy, and PCR 15 against the cluster's mark. Prints one row per
+//! PCR (or JSON with `-o json`). Exit status: 0 verified, 1 a check
+//! failed, 2 bad arguments, an unreachable node or an answer that is not an
+//! attestation document. The checks live in [`confboot::verify`]; this
+//! reads files, asks and prints.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot::attestation::MeasurementPolicy;
+use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
+use confboot::verify::http::fetch_document;
+use confboot::verify::{NodeReport, check_node, new_nonce};
+use confboot_proto::DEFAULT_VERIFY_PORT;
+
+use crate::common;
+
+/// The cluster file `confboot init` writes, read for the cluster id.
+const DEFAULT_CLUSTER_FILE: &str = "confboot-cluster.json";
+
+const CMD: Command = Command {
+    name: "confboot verify",
+    about: "Verify a running node: asks its verify service (the node agent, HTTP GET /?nonce= on\n\
+            port 8080) for a vTPM quote bound to a fresh random nonce, and checks the quote's\n\
+            signature and nonce, the attestation key against --ak-trust, the event log the node\n\
+            sends (it must replay to the quoted PCRs), every PCR of --measurements, and PCR 15\n\
+            against the mark of the cluster id (--cluster-id, or the cluster file `confboot init`\n\
+            wrote; it replaces a PCR 15 entry of the policy, which describes unbootstrapped\n\
+            nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
+            a differing PCR the first event of the node's log that differs from --expected-events.\n\
+            Exit status: 0 verified, 1 a check failed, 2 bad arguments, unreachable node or an\n\
+            answer that is not an attestation document.",
+    usage: "confboot verify --node HOST[:PORT] --measurements FILE --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json]",
+    opts: &[
+        Opt::value(
+            "node",
+            "HOST[:PORT]",
+            "The node's verify service (default port 8080)",
+        ),
+        common::MEASUREMENTS,
+        common::AK_TRUST,
+        common::EXPECTED_EVENTS,
+        Opt::value(
+            "cluster-id",
+            "HEX",
+            "The cluster id the node must be marked with (PCR 15)",
+        ),
+        Opt::value(
+            "cluster-file",
+            "FILE",
+            "Where to read the cluster id when --cluster-id is not given (confboot init's clusterId)",
+        )
+        .default(DEFAULT_CLUSTER_FILE),
+        Opt::value("output", "FORMAT", "table, or json for machines")
+            .short('o')
+            .default("table"),
+        Opt::value(
+            "timeout",
+            "SECONDS",
+            "Bound on connecting, asking and reading the answer",
+        )
+        .default("30"),
+        VERBOSITY,
+    ],
+};
+
+// The help text above names the default port.
+const _: () = assert!(DEFAULT_VERIFY_PORT == 8080);
+
+/// Runs `confboot verify`; returns the exit code.
+pub fn run(args: Vec<String>) -> i32 {
+    let m = parse_or_exit(&CMD, args);
+    let verbosity = match m.verbosity() {
+        Ok(v) => v,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    confboot::logging::init("verify", verbosity);
+    match verify(&m) {
+        Ok(code) => code,
+        Err(e) => usage_error(&e),
+    }
+}
+
+fn usage_error(msg: &str) -> i32 {
+    eprintln!("confboot verify: {msg}");
+    2
+}
+
+/// The cluster id: `--cluster-id`, or the cluster file's `clusterId`.
+fn cluster_id(m: &Matches) -> Result<Vec<u8>, String> {
+    if let Some(hex) = m.value("cluster-id") {
+        return confboot::hex::decode(hex)
+            .map_err(|e| format!("--cluster-id: not hex: {e}"))
+            .and_then(|id| match id.len() {
+                1..=64 => Ok(id),
+                n => Err(format!("--cluster-id: {n} bytes, want 1 to 64")),
+            });
+    }
+    let path = m.value("cluster-file").expect("default");
+    let text = read_bounded_text(Path::new(path), MAX_CONFIG_FILE_BYTES)
+        .map_err(|e| format!("no --cluster-id, and the cluster file cannot be read: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("cluster file {path}: not JSON: {e}"))?;
+    let hex = value
+        .get("clusterId")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| format!("cluster file {path}: no \"clusterId\" string"))?;
+    confboot::hex::decode(hex).map_err(|e| format!("cluster file {path}: clusterId: {e}"))
+}
+
+fn verify(m: &Matches) -> Result<i32, String> {
+    if let Some(extra) = m.positional().first() {
+        return Err(format!("unexpected argument {extra:?}"));
+    }
+    let node = common::with_port(
+        m.required("node").map_err(|e| e.to_string())?,
+        DEFAULT_VERIFY_PORT,
+    );
+    let json = match m.value("output").expect("default") {
+        "table" => false,
+        "json" => true,
+        other => return Err(format!("--output {other:?}: want table or json")),
+    };
+    let timeout = match m.value("timeout").expect("default").parse::<u64>() {
+        Ok(s) if (1..=3600).contains(&s) => Duration::from_secs(s),
+        _ => return Err("--timeout: want whole seconds from 1 to 3600".into()),
+    };
+    let options = common::VALIDATOR_OPTIONS;
+    let policy = options
+        .required_measurements(m)
+        .map_err(|e| e.to_string())?;
+    let events = options.expected_events(m).map_err(|e| e.to_string())?;
+    // Every PCR is compared below, so the validator holds no policy: it
+    // checks what evidence must always pass.
+    let validator = options
+        .builder(m)
+        .map_err(|e| e.to_string())?
+        .require_unmarked(false)
+        .build(MeasurementPolicy::new(BTreeMap::new()));
+    let cluster_id = cluster_id(m)?;
+
+    let nonce = new_nonce().map_err(|e| e.to_string())?;
+    let doc = fetch_document(&node, &nonce, timeout)
+        .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
+    let report = match check_node(
+        &doc,
+        &nonce,
+        validator.as_ref(),
+        &policy,
+        events.as_ref(),
+        &cluster_id,
+    ) {
+        Ok(report) => report,
+        Err(e) => {
+            if json {
+                let out =
+                    serde_json::json!({"node": node, "verified": false, "error": e.to_string()});
+                println!("{out:#}");
+            } else {
+                println!("node {node}: ✗ its evidence is refused: {e}");
+            }
+            return Ok(1);
+        }
+    };
+    if json {
+        let mut out = report.to_json();
+        out["node"] = node.clone().into();
+        println!("{out:#}");
+    } else {
+        print!("{}", render_table(&node, &report));
+    }
+    Ok(if report.passed() { 0 } else { 1 })
+}
+
+/// The report as the table `confboot verify` prints.
+fn render_table(node: &str, report: &NodeReport) -> String {
+    let mut out = format!(
+        "node {node}: {} evidence for a fresh nonce; signature, nonce and attestation key verified{}\n",
+        report.variant,
+        if report.has_event_log {
+            "; its event log replays to the quote"
+        } else {
+            "; it sent no event log"
+        }
+    );
+    out.push_str(&format!(
+        "{:>3}  {:<64}  {:<64}  {:<10}  ok\n",
+        "PCR", "expected", "actual", "policy"
+    ));
+    for row in &report.rows {
+        let actual = row
+            .actual
+            .as_deref()
+            .map_or_else(|| "(not quoted)".to_string(), confboot::hex::encode);
+        let policy = match (row.enforced, row.source) {
+            (true, "cluster id") => "cluster id",
+            (true, _) => "enforced",
+            (false, _) => "warnOnly",
+        };
+        out.push_str(&format!(
+            "{:>3}  {}  {:<64}  {:<10}  {}\n",
+            row.pcr,
+            confboot::hex::encode(&row.expected),
+            actual,
+            policy,
+            if row.matches() { "✓" } else { "✗" }
+        ));
+        if let Some(why) = &row.explanation {
+            out.push_str(&format!("     {why}\n"));
+        } else if !row.matches() && !report.has_event_log {
+            out.push_str("     (no event log from the node to explain it)\n");
+        }
+    }
+    let failed: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| r.enforced && !r.matches())
+        .map(|r| r.pcr.to_string())
+        .collect();
+    if failed.is_empty() {
+        out.push_str("verified: every enforced PCR matches\n");
+    } else {
+        out.push_str(&format!(
+            "NOT verified: enforced PCR {} differ{}\n",
+            failed.join(", "),
+            if failed.len() == 1 { "s" } else { "" }
+        ));
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! nodeagent: the one small daemon that keeps running on a confboot node
+//! once the bootstrapper has stopped. Today it serves the verify service:
+//! anyone who can reach the node asks `GET /?nonce=<base64url>` and gets a
+//! fresh quote of the node's TPM bound to that nonce
+//! ([`confboot::verify`]), so an admin can check at any time what the node
+//! runs and that it is marked with the cluster's id (`confboot verify`).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::attestation::Issuer;
+use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot::rpc::listener::{self, PoolConfig};
+use confboot::signals::TerminationSignals;
+use confboot::tpm::Tpm;
+use confboot::verify::http::{Served, ServiceLimits, serve_connection};
+use confboot_proto::DEFAULT_VERIFY_LISTEN;
+
+const CMD: Command = Command {
+    name: "nodeagent",
+    about: "nodeagent: runs on every confboot node after the bootstrapper has stopped (a systemd\n\
+            service on a node's OS, or started by the initramfs' /init). It serves the verify\n\
+            service on --verify-listen: plain HTTP `GET /?nonce=<base64url of 32 random bytes>`\n\
+            answers a JSON attestation document {\"variant\", \"attestation\"} whose vTPM quote\n\
+            (with the firmware's event log) is bound to that nonce; `confboot verify --node HOST`\n\
+            asks and checks it. Requests are bounded (8 KiB head, 5 s to send it, a few at a time,\n\
+            per client address too); nothing it answers is secret. SIGTERM or SIGINT stop it.",
+    usage: "nodeagent [OPTIONS]",
+    opts: &[
+        Opt::value("config", "FILE", "JSON file with option values"),
+        Opt::value(
+            "tpm",
+            "DEVICE|HOST:PORT",
+            "The node's TPM: `device` (/dev/tpmrm0) or a swtpm socket",
+        )
+        .default("device"),
+        Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP),
+        Opt::value(
+            "verify-listen",
+            "ADDR",
+            "Address of the verify service (plain HTTP)",
+        )
+        .default(DEFAULT_VERIFY_LISTEN)
+        .env("NODEAGENT_VERIFY_LISTEN"),
+        Opt::value(
+            "verify-workers",
+            "N",
+            "Verify requests served at once (each one quotes the TPM)",
+        )
+        .default("4"),
+        Opt::value(
+            "verify-per-client",
+            "N",
+            "Connections one client address may hold at once",
+        )
+        .default("2"),
+        VERBOSITY,
+    ],
+};
+
+fn main() {
+    let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
+    if let Some(path) = m.value("config").map(PathBuf::from)
+        && let Err(e) = m.load_config_file(&path)
+    {
+        exit_usage(&e);
+    }
+    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&e));
+    confboot::logging::init("nodeagent", verbosity);
+    if let Err(e) = run(&m) {
+        log::error!("cannot go on: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn exit_usage(e: &dyn std::fmt::Display) -> ! {
+    eprintln!("nodeagent: {e}\nTry 'nodeagent --help'.");
+    std::process::exit(2);
+}
+
+/// A count option: a whole number from 1 to 64.
+fn count(m: &confboot::args::Matches, option: &str) -> usize {
+    let value = m.value(option).expect("has a default");
+    match value.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => n,
+        _ => exit_usage(&format!(
+            "--{option} {value:?}: want a whole number from 1 to 64"
+        )),
+    }
+}
+
+fn run(m: &confboot::args::Matches) -> Result<(), String> {
+    let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    let workers = count(m, "verify-workers");
+    let per_client = count(m, "verify-per-client");
+    let spec = m.value("tpm").expect("default");
+    let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
+    log::info!(
+        "nodeagent {} starting; TPM: {}",
+        env!("CARGO_PKG_VERSION"),
+        tpm.describe()
+    );
+    let issuer: Arc<dyn Issuer> = Arc::new(
+        VtpmIssuer::new(tpm)
+            .map_err(|e| format!("attestation key: {e}"))?
+            .with_event_log_option(m.value("event-log"), Tpm::is_device_spec(spec))
+            .map_err(|e| e.to_string())?,
+    );
+
+    let addr = m.value("verify-listen").expect("default");
+    let socket = TcpListener::bind(addr).map_err(|e| format!("--verify-listen {addr}: {e}"))?;
+    let pool = PoolConfig {
+        workers,
+        queue: workers * 4,
+        socket_timeout: Duration::from_secs(10),
+        max_per_peer: per_client,
+        ..PoolConfig::default()
+    };
+    let limits = ServiceLimits::default();
+    let server = listener::spawn(socket, pool, move |mut sock, stop| {
+        let peer = sock.peer_addr().ok();
+        match serve_connection(&mut sock, issuer.as_ref(), &limits, stop) {
+            Served::Answered(status) => log::info!("verify request from {peer:?}: {status}"),
+            other => log::debug!("verify connection from {peer:?}: {other:?}"),
+        }
+    })
+    .map_err(|e| format!("verify service: {e}"))?;
+    log::info!(
+        "verify service listening on {} (GET /?nonce=)",
+        server.local_addr()
+    );
+
+    let sig = signals
+        .wait()
+        .map_err(|e| format!("waiting for signals failed: {e}"))?;
+    log::info!("{sig} received: stopping");
+    server.stop();
+    log::info!("stopped");
+    Ok(())
+}
