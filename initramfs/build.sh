@@ -2,13 +2,17 @@
 # Builds confboot's node initramfs (and copies the matching kernel) from
 # Debian packages, reproducibly: the same inputs give the same bytes.
 #
-#   initramfs/build.sh [--bootstrapper PATH] [--out DIR] [--stamp TEXT]
+#   initramfs/build.sh [--bootstrapper PATH [--nodeagent PATH]] [--out DIR] [--stamp TEXT]
 #                      [--add SRC:DEST]... [--cmdline TEXT [--confboot PATH]]
 #
 #   --bootstrapper PATH  a static bootstrapper binary, installed as
 #                        /usr/bin/bootstrapper (without it the image still
 #                        boots: probe mode works, normal mode reports that no
 #                        bootstrapper is present and powers off)
+#   --nodeagent PATH     a static node agent binary, installed as
+#                        /usr/bin/nodeagent: /init runs it once the
+#                        bootstrapper has bootstrapped the node (the verify
+#                        service on port 8080) until the node is powered off
 #   --out DIR            where vmlinuz and initramfs.cpio.zst go
 #                        (default: .cache/initramfs/out in the repository)
 #   --stamp TEXT         written to /etc/confboot-stamp (default "0"); tests
@@ -52,6 +56,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$REPO/.cache/initramfs"
 OUT="$CACHE/out"
 BOOTSTRAPPER=""
+NODEAGENT=""
 STAMP="0"
 ADDS=()
 CMDLINE=""
@@ -60,6 +65,7 @@ HAVE_CMDLINE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bootstrapper) [ $# -ge 2 ] || die "--bootstrapper needs a path"; BOOTSTRAPPER="$2"; shift 2 ;;
+        --nodeagent) [ $# -ge 2 ] || die "--nodeagent needs a path"; NODEAGENT="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT="$2"; shift 2 ;;
         --stamp) [ $# -ge 2 ] || die "--stamp needs a text"; STAMP="$2"; shift 2 ;;
         --add) [ $# -ge 2 ] || die "--add needs SRC:DEST"; ADDS+=("$2"); shift 2 ;;
@@ -84,12 +90,14 @@ CRYPTSETUP=/usr/sbin/cryptsetup
 MKE2FS=/usr/sbin/mke2fs
 [ -x "$MKE2FS" ] || MKE2FS=/sbin/mke2fs
 [ -x "$MKE2FS" ] || die "mke2fs missing (install Debian e2fsprogs)"
-if [ -n "$BOOTSTRAPPER" ]; then
-    [ -f "$BOOTSTRAPPER" ] || die "bootstrapper '$BOOTSTRAPPER' is not a file"
-    if ldd "$BOOTSTRAPPER" >/dev/null 2>&1 && ! ldd "$BOOTSTRAPPER" 2>&1 | grep -q 'statically linked'; then
-        die "bootstrapper '$BOOTSTRAPPER' is dynamically linked; build it for x86_64-unknown-linux-musl"
+[ -z "$NODEAGENT" ] || [ -n "$BOOTSTRAPPER" ] || die "--nodeagent runs after the bootstrapper: give --bootstrapper too"
+for bin in ${BOOTSTRAPPER:+"bootstrapper:$BOOTSTRAPPER"} ${NODEAGENT:+"nodeagent:$NODEAGENT"}; do
+    name="${bin%%:*}"; path="${bin#*:}"
+    [ -f "$path" ] || die "$name '$path' is not a file"
+    if ldd "$path" >/dev/null 2>&1 && ! ldd "$path" 2>&1 | grep -q 'statically linked'; then
+        die "$name '$path' is dynamically linked; build it for x86_64-unknown-linux-musl"
     fi
-fi
+done
 
 for add in ${ADDS[@]+"${ADDS[@]}"}; do
     src="${add%%:*}"; dest="${add#*:}"
@@ -207,6 +215,9 @@ if [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ]; then :; else die "no /lib64/ld-lin
 if [ -n "$BOOTSTRAPPER" ]; then
     install -m 0755 "$BOOTSTRAPPER" "$ROOT/usr/bin/bootstrapper"
 fi
+if [ -n "$NODEAGENT" ]; then
+    install -m 0755 "$NODEAGENT" "$ROOT/usr/bin/nodeagent"
+fi
 
 install -m 0755 "$REPO/initramfs/init" "$ROOT/init"
 for add in ${ADDS[@]+"${ADDS[@]}"}; do
@@ -241,6 +252,7 @@ padded_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
 echo "kernel: $KERNEL_PKG $KERNEL_PKG_VERSION ($KERNEL_RELEASE)"
 echo "modules: $(tr '\n' ' ' <"$ROOT/lib/modules/load-order")"
 echo "bootstrapper: ${BOOTSTRAPPER:-none}"
+echo "nodeagent: ${NODEAGENT:-none}"
 echo "initramfs: $OUT/initramfs.cpio.zst compressed $zst_size bytes (padded to $padded_size), raw $raw_size bytes"
 echo "sha256: $(sha256sum "$OUT/initramfs.cpio.zst" | cut -d' ' -f1)"
 

@@ -10,9 +10,9 @@ bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
 target=x86_64-unknown-linux-musl
-cargo build --locked --release --target "$target" -p bootstrapper -p joinsvc -p confboot-cli
+cargo build --locked --release --target "$target" -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli
 bin="target/$target/release"
-for b in joinsvc bootstrapper confboot; do
+for b in joinsvc bootstrapper nodeagent confboot; do
   printf '%-13s %8d bytes, %s\n' "$b" "$(stat -c %s "$bin/$b")" "$(file -b "$bin/$b" | cut -d, -f1-2)"
 done
 echo

@@ -15,7 +15,7 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 step "static release builds (x86_64-unknown-linux-musl)"
 cargo build --locked --release --target x86_64-unknown-linux-musl \
-  -p bootstrapper -p joinsvc -p confboot-cli \
+  -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli \
   -p confboot-tests --bins
 
 step "cargo test"

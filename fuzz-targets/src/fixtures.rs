@@ -118,7 +118,8 @@ pub struct Vtpm {
     /// Trusts AKs certified by the fixture CA.
     pub ca_trusted: VtpmValidator,
     /// Every `TPMS_ATTEST` the fixture AK signs, ever: the quotes over each
-    /// [`PcrSet`] for [`EXTRA`] and for the aTLS certificate's extra data.
+    /// [`PcrSet`] for [`EXTRA`], for the aTLS certificate's extra data and
+    /// for [`verify_extra`].
     pub signed_attests: Vec<Vec<u8>>,
 }
 
@@ -174,7 +175,7 @@ impl Vtpm {
         let ca_trusted = VtpmValidator::new(AkTrust::CertificateRoots(vec![ca_der]), policy);
 
         let cert_extra = extra_data(&cert_spki, &NONCE);
-        let signed_attests = [EXTRA, cert_extra]
+        let signed_attests = [EXTRA, cert_extra, verify_extra()]
             .iter()
             .flat_map(|extra| {
                 PcrSet::ALL
@@ -201,7 +202,7 @@ impl Vtpm {
     }
 
     /// Evidence the fixture AK signs: a quote over `set` bound to `extra`
-    /// (one of [`EXTRA`] and [`Vtpm::cert_extra`]), with the AK certificate
+    /// (one of [`EXTRA`], [`Vtpm::cert_extra`] and [`verify_extra`]), with the AK certificate
     /// when `with_certificate`, and [`event_log`] for [`PcrSet::Logged`].
     pub fn evidence(&self, extra: &[u8; 32], set: PcrSet, with_certificate: bool) -> Vec<u8> {
         let values = set.values();
@@ -257,6 +258,15 @@ impl Vtpm {
             .der()
             .to_vec()
     }
+}
+
+/// The nonce of the verify-service fixtures: a quote bound to it
+/// ([`verify_extra`]) is one the fixture AK signs.
+pub const VERIFY_NONCE: [u8; confboot::verify::VERIFY_NONCE_LEN] = [0x7e; 32];
+
+/// The `extra_data` a verify answer for [`VERIFY_NONCE`] carries.
+pub fn verify_extra() -> [u8; 32] {
+    confboot::verify::extra_data(&VERIFY_NONCE)
 }
 
 /// A crypto-agile TCG event log (SHA-1 and SHA-256 banks) as OVMF writes

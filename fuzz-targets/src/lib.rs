@@ -96,6 +96,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tpm_event_log", tpm_event_log),
     ("tpm_event_list", tpm_event_list),
     ("kernel_image", kernel_image),
+    ("verify_request", verify_request),
+    ("verify_document", verify_document),
 ];
 
 // ---- RPC ----
@@ -923,4 +925,134 @@ pub fn kernel_image(data: &[u8]) {
         last_in_9.map(|e| e.sha256),
         Some(InitrdDigest::of(b"an initrd").sha256)
     );
+}
+
+// ---- The verify service ----
+
+/// Evidence that is the `extra_data` it was asked for, so the target sees
+/// what a request bound.
+struct EchoIssuer;
+
+impl confboot::attestation::Issuer for EchoIssuer {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+    fn issue(
+        &self,
+        extra: &[u8; 32],
+    ) -> Result<Vec<u8>, confboot::attestation::AttestationError> {
+        Ok(extra.to_vec())
+    }
+}
+
+/// What a client sends the node agent's verify service: the request head
+/// parsers, and for a whole head the service itself (over an in-memory
+/// pipe). It answers exactly one HTTP response of a known status, and
+/// evidence only for a request whose target carries a nonce, bound to
+/// that nonce.
+pub fn verify_request(data: &[u8]) {
+    use confboot::verify::http::{
+        ServiceLimits, Served, parse_request_head, parse_response, serve_connection,
+    };
+    use confboot::verify::{AttestationDocument, extra_data, parse_request_target};
+    use std::io::{Read, Write};
+
+    let nonce = std::str::from_utf8(data)
+        .ok()
+        .and_then(|t| parse_request_target(t).ok());
+    if let Some(n) = nonce {
+        let again = confboot::verify::request_target(&n);
+        assert_eq!(parse_request_target(&again), Ok(n));
+    }
+    let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
+        let _ = parse_request_head(data);
+        return;
+    };
+    let head_nonce = parse_request_head(&data[..end])
+        .ok()
+        .and_then(|(method, target)| (method == "GET").then_some(target))
+        .and_then(|target| parse_request_target(target).ok());
+    let (mut client, mut server) = confboot::rpc::pipe::pair();
+    client.write_all(data).expect("the pipe takes the request");
+    let served = serve_connection(&mut server, &EchoIssuer, &ServiceLimits::default(), &Stop::new());
+    drop(server);
+    let mut answer = Vec::new();
+    let _ = client.read_to_end(&mut answer);
+    let Served::Answered(status) = served else {
+        panic!("a whole head must be answered: {served:?}");
+    };
+    let (parsed, body) = parse_response(&answer).expect("the service answers valid HTTP");
+    assert_eq!(parsed, status);
+    match head_nonce {
+        Some(n) if status == 200 => {
+            let doc = AttestationDocument::from_json(body).expect("a 200 answer is a document");
+            assert_eq!(doc.evidence, extra_data(&n), "evidence bound to another nonce");
+        }
+        Some(_) => panic!("a GET with a nonce answered {status}"),
+        None => assert_ne!(status, 200, "evidence for a request without a nonce"),
+    }
+}
+
+/// What a verify service answers the admin's client: the HTTP answer, the
+/// attestation document and the check against the fixture AK (pinned), a
+/// policy and a cluster id. A report comes only for a quote the fixture AK
+/// signed for the request's nonce; documents round-trip.
+pub fn verify_document(data: &[u8]) {
+    use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
+    use confboot::verify::http::parse_response;
+    use confboot::verify::{AttestationDocument, check_node};
+
+    let f = fixtures::vtpm();
+    static CHECK: OnceLock<(VtpmValidator, MeasurementPolicy, EventList)> = OnceLock::new();
+    let (validator, policy, events) = CHECK.get_or_init(|| {
+        let mut policy = MeasurementPolicy::new(Default::default());
+        policy.set(POLICY_PCR, vec![POLICY_PCR as u8; 32], false);
+        policy.set(0, vec![0; 32], true);
+        let events = EventLog::parse(&fixtures::event_log())
+            .expect("fixture event log")
+            .to_event_list();
+        let validator = VtpmValidator::new(
+            AkTrust::Pinned(vec![f.ak_point.clone()]),
+            MeasurementPolicy::new(Default::default()),
+        )
+        .require_unmarked(false);
+        (validator, policy, events)
+    });
+    let Ok((_, body)) = parse_response(data) else {
+        return;
+    };
+    let Ok(doc) = AttestationDocument::from_json(body) else {
+        return;
+    };
+    assert_eq!(
+        AttestationDocument::from_json(doc.to_json().as_bytes()).as_ref(),
+        Ok(&doc)
+    );
+    let Ok(report) = check_node(
+        &doc,
+        &fixtures::VERIFY_NONCE,
+        validator,
+        policy,
+        Some(events),
+        b"fixture cluster",
+    ) else {
+        return;
+    };
+    let e = QuoteEvidence::decode(doc.evidence.as_slice()).expect("checked evidence decodes");
+    assert!(
+        f.signed_attests.contains(&e.attest),
+        "a report for a quote the AK never signed"
+    );
+    let extra = fixtures::verify_extra();
+    assert!(
+        e.attest.windows(32).any(|w| w == extra),
+        "a report for a quote bound to another nonce"
+    );
+    let pcr15 = report
+        .rows
+        .iter()
+        .find(|r| r.pcr == CLUSTER_ID_PCR)
+        .expect("PCR 15 is always a row");
+    assert_eq!(pcr15.expected, marked_pcr15(b"fixture cluster").to_vec());
+    let _ = report.to_json();
 }

@@ -526,6 +526,44 @@ fn kernel_image() -> Vec<Seed> {
     ]
 }
 
+fn verify_request() -> Vec<Seed> {
+    let target = confboot::verify::request_target(&fixtures::VERIFY_NONCE);
+    vec![
+        seed(
+            "get",
+            format!("GET {target} HTTP/1.1\r\nHost: node\r\nAccept: application/json\r\n\r\n"),
+        ),
+        seed("post", format!("POST {target} HTTP/1.1\r\n\r\n")),
+        seed("no-nonce", "GET /?x=1 HTTP/1.0\r\n\r\n"),
+        seed("unfinished", format!("GET {target} HTTP/1.1\r\nHost: n")),
+    ]
+}
+
+fn verify_document() -> Vec<Seed> {
+    let v = fixtures::vtpm();
+    let answer = |evidence: Vec<u8>| {
+        let body = confboot::verify::AttestationDocument {
+            variant: Variant::QemuVtpm,
+            evidence,
+        }
+        .to_json();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let extra = fixtures::verify_extra();
+    vec![
+        seed("marked", answer(v.evidence(&extra, PcrSet::Marked, false))),
+        seed("logged", answer(v.evidence(&extra, PcrSet::Logged, true))),
+        seed("other-nonce", answer(v.evidence(&EXTRA, PcrSet::Marked, false))),
+        seed(
+            "not-found",
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n",
+        ),
+    ]
+}
+
 /// The seeds of the target `name` (none for a name that is no target).
 pub fn seeds(name: &str) -> Vec<Seed> {
     match name {
@@ -549,6 +587,8 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "tpm_event_log" => tpm_event_log(),
         "tpm_event_list" => tpm_event_list(),
         "kernel_image" => kernel_image(),
+        "verify_request" => verify_request(),
+        "verify_document" => verify_document(),
         _ => Vec::new(),
     }
 }

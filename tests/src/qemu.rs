@@ -346,6 +346,27 @@ impl Vm {
         }
     }
 
+    /// Powers the VM off as a host can at any moment: QEMU is killed
+    /// (SIGKILL), so the guest gets no warning and writes nothing more.
+    /// Returns once QEMU is gone.
+    pub fn power_off(&mut self) {
+        self.sample();
+        if !self.qemu_exited() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.qemu_pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            while !self.qemu_exited() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        eprintln!(
+            "[{}] powered off after {:.1} s",
+            self.name,
+            self.elapsed().as_secs_f64()
+        );
+    }
+
     /// Waits (at most `bound`) for QEMU to exit (the guest powered off) and
     /// returns its status; panics with the console's tail otherwise. swtpm
     /// ends by itself (`--terminate`) or is killed with the `Vm`.
@@ -513,15 +534,17 @@ impl Image {
     /// Runs `initramfs/build.sh` into `target/initramfs/<label>` with an
     /// optional bootstrapper and the given stamp.
     pub fn build(label: &str, bootstrapper: Option<&Path>, stamp: &str) -> Result<Image, String> {
-        Image::build_with(label, bootstrapper, stamp, &[])
+        Image::build_with(label, bootstrapper, None, stamp, &[])
     }
 
-    /// [`Image::build`] with extra files: each `(source, destination in the
-    /// image)` goes to build.sh as `--add SRC:DEST` (test images only, e.g.
-    /// the kubeadm double).
+    /// [`Image::build`] with the node agent (`--nodeagent`, run once the
+    /// node is bootstrapped) and extra files: each `(source, destination in
+    /// the image)` goes to build.sh as `--add SRC:DEST` (test images only,
+    /// e.g. the kubeadm double).
     pub fn build_with(
         label: &str,
         bootstrapper: Option<&Path>,
+        nodeagent: Option<&Path>,
         stamp: &str,
         add: &[(&Path, &str)],
     ) -> Result<Image, String> {
@@ -535,6 +558,9 @@ impl Image {
             .arg(stamp);
         if let Some(b) = bootstrapper {
             cmd.arg("--bootstrapper").arg(b);
+        }
+        if let Some(a) = nodeagent {
+            cmd.arg("--nodeagent").arg(a);
         }
         for (src, dest) in add {
             cmd.arg("--add").arg(format!("{}:{dest}", src.display()));

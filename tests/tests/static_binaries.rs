@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 /// Size budget of each binary, in bytes.
 const BUDGET: u64 = 3_000_000;
-const BINARIES: [&str; 3] = ["bootstrapper", "joinsvc", "confboot"];
+const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");
 /// How far a binary may drift from its recorded size, in percent either way.
@@ -35,7 +35,7 @@ fn musl_binary(name: &str) -> PathBuf {
     assert!(
         p.exists(),
         "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
-         -p bootstrapper -p joinsvc -p confboot-cli -p confboot-tests --bins` \
+         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli -p confboot-tests --bins` \
          (scripts/test.sh does)",
         p.display()
     );

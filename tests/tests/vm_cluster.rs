@@ -15,7 +15,7 @@
 //! reboot without a join service (recovery through `confboot recover`).
 //!
 //! Needs the musl release binaries (`cargo build --release --target
-//! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p confboot-cli`;
+//! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli`;
 //! scripts/test.sh does) and the Debian packages boot.rs needs.
 
 use std::io::Read;
@@ -27,6 +27,7 @@ use confboot::kms::MasterSecret;
 use confboot::kms::init_secret;
 use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
+use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{BASE_CMDLINE, Image, PeakRss, Vm, VmConfig, golden_boot};
 use confboot_tests::{free_port, key_opens_disk, luks_uuid};
@@ -50,7 +51,7 @@ fn musl_binary(name: &str) -> PathBuf {
     assert!(
         path.exists(),
         "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
-         -p bootstrapper -p joinsvc -p confboot-cli` (scripts/test.sh does)",
+         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli` (scripts/test.sh does)",
         path.display()
     );
     path
@@ -184,7 +185,9 @@ struct BootReport {
 }
 
 /// Boots `config`, waits for `bootstrapped (<outcome>)`, the bootstrapper's
-/// exit 0 and QEMU's clean exit. Runs on its own thread's VM (dropped there).
+/// exit 0 and its node agent's verify service, then powers it off (the
+/// state disk is closed by then). Runs on its own thread's VM (dropped
+/// there).
 fn bootstrap_boot(
     config: VmConfig,
     outcome: &str,
@@ -204,12 +207,8 @@ fn bootstrap_boot(
     for l in extra_wait {
         vm.wait_for_line(l, EXIT_BOUND);
     }
-    let status = vm.wait_exit(EXIT_BOUND);
-    assert!(
-        status.success(),
-        "QEMU exited with {status}\n{}",
-        vm.failure_report()
-    );
+    vm.wait_for_line(AGENT_LISTENING, EXIT_BOUND);
+    vm.power_off();
     let serial = vm.serial();
     assert!(
         !serial.contains("CONFBOOT-STATE-ERROR"),
@@ -259,22 +258,54 @@ fn print_guest_lines(name: &str, serial: &str) {
     }
 }
 
-/// Boots `node` with a host forward to its `guest_port` and waits until
-/// its bootstrapper says `"<api> listening on"`; returns the VM and the
-/// host port.
+/// Boots `node` with host forwards to its `guest_port` and to its verify
+/// service, and waits until its bootstrapper says `"<api> listening on"`;
+/// returns the VM and the two host ports.
 fn boot_serving(
     node: &NodeFiles,
     image: &Image,
     cmdline: &str,
     guest_port: u16,
     api: &str,
-) -> (Vm, u16) {
-    let host_port = free_port();
+) -> (Vm, u16, u16) {
+    let (host_port, verify_port) = (free_port(), free_port());
     let mut config = node.config(image, cmdline);
-    config.host_forwards = vec![(host_port, guest_port)];
+    config.host_forwards = vec![(host_port, guest_port), (verify_port, DEFAULT_VERIFY_PORT)];
     let mut vm = Vm::boot(config);
     vm.wait_for_line(&format!("{api} listening on"), BOOT_BOUND);
-    (vm, host_port)
+    (vm, host_port, verify_port)
+}
+
+/// What the node agent logs once its verify service answers.
+const AGENT_LISTENING: &str = "verify service listening on";
+
+/// Runs `confboot verify` against a node's verify service (a host
+/// forward) from the admin directory `admin` (its cluster file gives the
+/// cluster id), with the policy and predicted events named.
+fn verify_node(
+    cli: &Path,
+    admin: &Path,
+    port: u16,
+    measurements: &str,
+    events: &str,
+    ak: &[u8],
+) -> (Option<i32>, String) {
+    let out = Command::new(cli)
+        .args(["verify", "--node", &format!("127.0.0.1:{port}")])
+        .args(["--measurements", measurements, "--expected-events", events])
+        .args([
+            "--ak-trust",
+            &format!("pinned:{}", confboot::hex::encode(ak)),
+        ])
+        .current_dir(admin)
+        .output()
+        .expect("run confboot verify");
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), shown)
 }
 
 /// Runs `confboot COMMAND --node 127.0.0.1:PORT` in the admin directory,
@@ -327,6 +358,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let bootstrapper = musl_binary("bootstrapper");
     let joinsvc_bin = musl_binary("joinsvc");
     let cli = musl_binary("confboot");
+    let nodeagent = musl_binary("nodeagent");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let kubeadm_double = repo.join("initramfs/test/kubeadm-double");
 
@@ -352,11 +384,23 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // stays and PCR 9 (the initrd) differs.
     let t = Instant::now();
     let add = [(kubeadm_double.as_path(), "/usr/bin/kubeadm")];
-    let image = Image::build_with("vm-cluster", Some(&bootstrapper), "0", &add)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let image = Image::build_with(
+        "vm-cluster",
+        Some(&bootstrapper),
+        Some(&nodeagent),
+        "0",
+        &add,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     println!("{}", image.build_log.trim_end());
-    let tampered = Image::build_with("vm-cluster-tampered", Some(&bootstrapper), "1", &add)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let tampered = Image::build_with(
+        "vm-cluster-tampered",
+        Some(&bootstrapper),
+        Some(&nodeagent),
+        "1",
+        &add,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let (len, len_t) = (
         std::fs::metadata(&image.initrd).unwrap().len(),
         std::fs::metadata(&tampered.initrd).unwrap().len(),
@@ -470,7 +514,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // (a) Init: node 1's init API through a host forward, the CLI verifies
     // its attestation (the predicted measurements, pinned AK) and inits it.
     let t = Instant::now();
-    let (mut vm1, init_fwd) = boot_serving(&n1, &image, &node_cmdline, 9000, "init API");
+    let (mut vm1, init_fwd, verify1_fwd) =
+        boot_serving(&n1, &image, &node_cmdline, 9000, "init API");
     let cli_out = admin_cli(
         &cli,
         &admin,
@@ -497,7 +542,31 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let init_line = vm1.wait_for_line("bootstrapped (Initialized)", BOOT_BOUND);
     let init_to_bootstrapped = vm1.elapsed();
     vm1.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT 0", EXIT_BOUND);
-    assert!(vm1.wait_exit(EXIT_BOUND).success());
+    // The bootstrapped node runs its node agent: the admin verifies it at
+    // any time against the predicted policy, its AK and the cluster id of
+    // the cluster file `confboot init` wrote.
+    vm1.wait_for_line(AGENT_LISTENING, EXIT_BOUND);
+    let t_verify = Instant::now();
+    let (code, shown) = verify_node(
+        &cli,
+        &admin,
+        verify1_fwd,
+        "measurements.json",
+        "measurements.events.json",
+        &n1.ak,
+    );
+    println!(
+        "confboot verify node 1 ({}):\n{}",
+        secs(t_verify.elapsed()),
+        shown.trim_end()
+    );
+    assert_eq!(code, Some(0), "{shown}\n{}", vm1.failure_report());
+    assert!(
+        shown.contains("its event log replays to the quote")
+            && shown.contains("verified: every enforced PCR matches"),
+        "{shown}"
+    );
+    vm1.power_off();
     let serial1 = vm1.serial();
     assert!(
         serial1.contains(&format!(
@@ -769,7 +838,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // attestation first. It opens its disk, marks itself again and keeps
     // its file system: the marker of its first boot is still there.
     let t = Instant::now();
-    let (mut vm3, recover_fwd) = boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
+    let (mut vm3, recover_fwd, _) = boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
     let out = admin_cli(
         &cli,
         &admin,
@@ -790,7 +859,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     }
     vm3.wait_for_line("bootstrapped (Recovered)", BOOT_BOUND);
     vm3.wait_for_line("CONFBOOT-STATE-WRITTEN", EXIT_BOUND);
-    assert!(vm3.wait_exit(EXIT_BOUND).success());
+    vm3.wait_for_line(AGENT_LISTENING, EXIT_BOUND);
+    vm3.power_off();
     let serial3 = vm3.serial();
     print_guest_lines("node3-recovered", &serial3);
     println!(
@@ -815,5 +885,78 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         vm3.failure_report()
     );
     drop(vm3);
+
+    // (f) The tampered image runs as the first node of another cluster
+    // (another admin initialized it, trusting its measurements). This
+    // cluster's admin asks it: `confboot verify` refuses it, naming the
+    // first event of its boot that differs from this image's prediction
+    // (its command line) and the other cluster's mark in PCR 15.
+    let t = Instant::now();
+    let other_admin = work.path().join("other-admin");
+    std::fs::create_dir_all(&other_admin).unwrap();
+    std::fs::write(other_admin.join("init-secret"), INIT_SECRET).unwrap();
+    let measure = Command::new(&cli)
+        .arg("measure")
+        .arg("--kernel")
+        .arg(&tampered.kernel)
+        .arg("--initrd")
+        .arg(&tampered.initrd)
+        .arg("--cmdline")
+        .arg(format!("{BASE_CMDLINE} {tampered_cmdline}"))
+        .arg("--policy-out")
+        .arg(other_admin.join("measurements.json"))
+        .output()
+        .expect("run confboot measure");
+    assert!(
+        measure.status.success(),
+        "{}",
+        String::from_utf8_lossy(&measure.stderr)
+    );
+    let (mut vm_bad, bad_init_fwd, bad_verify_fwd) =
+        boot_serving(&bad, &tampered, &tampered_cmdline, 9000, "init API");
+    let out = admin_cli(
+        &cli,
+        &other_admin,
+        "init",
+        bad_init_fwd,
+        "measurements.json",
+        &bad.ak,
+        &["--init-secret-file", "init-secret"],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        vm_bad.failure_report()
+    );
+    vm_bad.wait_for_line(AGENT_LISTENING, BOOT_BOUND);
+    let (code, shown) = verify_node(
+        &cli,
+        &admin,
+        bad_verify_fwd,
+        "measurements.json",
+        "measurements.events.json",
+        &bad.ak,
+    );
+    println!(
+        "confboot verify of the tampered node:\n{}",
+        shown.trim_end()
+    );
+    vm_bad.power_off();
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(
+        shown.contains("     PCR 9, event 1 (LOADED_IMAGE::LoadOptions): sha256 "),
+        "verify names the tampered node's differing event\n{shown}"
+    );
+    assert!(shown.contains("PCR 15 holds another mark"), "{shown}");
+    assert!(
+        shown.contains("NOT verified: enforced PCR 9, 15 differ"),
+        "{shown}"
+    );
+    println!(
+        "phase (f) a tampered node of another cluster, verified: {}",
+        secs(t.elapsed())
+    );
     println!("whole test: {}", secs(t0.elapsed()));
 }
