@@ -937,10 +937,7 @@ impl confboot::attestation::Issuer for EchoIssuer {
     fn variant(&self) -> Variant {
         Variant::QemuVtpm
     }
-    fn issue(
-        &self,
-        extra: &[u8; 32],
-    ) -> Result<Vec<u8>, confboot::attestation::AttestationError> {
+    fn issue(&self, extra: &[u8; 32]) -> Result<Vec<u8>, confboot::attestation::AttestationError> {
         Ok(extra.to_vec())
     }
 }
@@ -952,7 +949,7 @@ impl confboot::attestation::Issuer for EchoIssuer {
 /// that nonce.
 pub fn verify_request(data: &[u8]) {
     use confboot::verify::http::{
-        ServiceLimits, Served, parse_request_head, parse_response, serve_connection,
+        Served, ServiceLimits, parse_request_head, parse_response, serve_connection,
     };
     use confboot::verify::{AttestationDocument, extra_data, parse_request_target};
     use std::io::{Read, Write};
@@ -974,7 +971,12 @@ pub fn verify_request(data: &[u8]) {
         .and_then(|target| parse_request_target(target).ok());
     let (mut client, mut server) = confboot::rpc::pipe::pair();
     client.write_all(data).expect("the pipe takes the request");
-    let served = serve_connection(&mut server, &EchoIssuer, &ServiceLimits::default(), &Stop::new());
+    let served = serve_connection(
+        &mut server,
+        &EchoIssuer,
+        &ServiceLimits::default(),
+        &Stop::new(),
+    );
     drop(server);
     let mut answer = Vec::new();
     let _ = client.read_to_end(&mut answer);
@@ -986,7 +988,11 @@ pub fn verify_request(data: &[u8]) {
     match head_nonce {
         Some(n) if status == 200 => {
             let doc = AttestationDocument::from_json(body).expect("a 200 answer is a document");
-            assert_eq!(doc.evidence, extra_data(&n), "evidence bound to another nonce");
+            assert_eq!(
+                doc.evidence,
+                extra_data(&n),
+                "evidence bound to another nonce"
+            );
         }
         Some(_) => panic!("a GET with a nonce answered {status}"),
         None => assert_ne!(status, 200, "evidence for a request without a nonce"),

@@ -556,7 +556,10 @@ fn verify_document() -> Vec<Seed> {
     vec![
         seed("marked", answer(v.evidence(&extra, PcrSet::Marked, false))),
         seed("logged", answer(v.evidence(&extra, PcrSet::Logged, true))),
-        seed("other-nonce", answer(v.evidence(&EXTRA, PcrSet::Marked, false))),
+        seed(
+            "other-nonce",
+            answer(v.evidence(&EXTRA, PcrSet::Marked, false)),
+        ),
         seed(
             "not-found",
             "HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n",
