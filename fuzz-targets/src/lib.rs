@@ -948,9 +948,8 @@ impl confboot::attestation::Issuer for EchoIssuer {
 /// evidence only for a request whose target carries a nonce, bound to
 /// that nonce.
 pub fn verify_request(data: &[u8]) {
-    use confboot::verify::http::{
-        Served, ServiceLimits, parse_request_head, parse_response, serve_connection,
-    };
+    use confboot::http::{HttpLimits, parse_request_head, parse_response};
+    use confboot::verify::http::{Served, serve_connection};
     use confboot::verify::{AttestationDocument, extra_data, parse_request_target};
     use std::io::{Read, Write};
 
@@ -974,7 +973,7 @@ pub fn verify_request(data: &[u8]) {
     let served = serve_connection(
         &mut server,
         &EchoIssuer,
-        &ServiceLimits::default(),
+        &HttpLimits::default(),
         &Stop::new(),
     );
     drop(server);
@@ -983,7 +982,8 @@ pub fn verify_request(data: &[u8]) {
     let Served::Answered(status) = served else {
         panic!("a whole head must be answered: {served:?}");
     };
-    let (parsed, body) = parse_response(&answer).expect("the service answers valid HTTP");
+    let (parsed, body) = parse_response(&answer, confboot::verify::MAX_DOCUMENT_BYTES)
+        .expect("the service answers valid HTTP");
     assert_eq!(parsed, status);
     match head_nonce {
         Some(n) if status == 200 => {
@@ -1005,8 +1005,8 @@ pub fn verify_request(data: &[u8]) {
 /// signed for the request's nonce; documents round-trip.
 pub fn verify_document(data: &[u8]) {
     use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
-    use confboot::verify::http::parse_response;
-    use confboot::verify::{AttestationDocument, check_node};
+    use confboot::http::parse_response;
+    use confboot::verify::{AttestationDocument, MAX_DOCUMENT_BYTES, check_node};
 
     let f = fixtures::vtpm();
     static CHECK: OnceLock<(VtpmValidator, MeasurementPolicy, EventList)> = OnceLock::new();
@@ -1024,7 +1024,7 @@ pub fn verify_document(data: &[u8]) {
         .require_unmarked(false);
         (validator, policy, events)
     });
-    let Ok((_, body)) = parse_response(data) else {
+    let Ok((_, body)) = parse_response(data, MAX_DOCUMENT_BYTES) else {
         return;
     };
     let Ok(doc) = AttestationDocument::from_json(body) else {

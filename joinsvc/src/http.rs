@@ -1,80 +1,72 @@
-//! Plain-HTTP health and metrics endpoints (tiny_http): `/healthz`,
-//! `/readyz`, and Prometheus text at `/metrics`.
+//! Plain-HTTP health and metrics endpoints: `/healthz`, `/readyz`, and
+//! Prometheus text at `/metrics`. Served with the project's bounded HTTP
+//! ([`confboot::http`]: one request per connection, an 8 KiB head within
+//! 5 s) on a small bounded pool: the port is on the node's network, which
+//! the host controls.
 
+use std::net::TcpListener;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::stop::Stop;
+use confboot::http::{HttpLimits, read_request, respond, respond_to_error};
+use confboot::rpc::listener::{self, PoolConfig, ServerHandle};
 
 use crate::metrics::Metrics;
 
 /// A running health server.
 pub struct HealthServer {
-    addr: std::net::SocketAddr,
-    stop: Stop,
-    thread: JoinHandle<()>,
+    server: ServerHandle,
 }
 
 impl HealthServer {
-    /// Listens on `addr` and answers from a thread until stopped.
+    /// Listens on `addr` and answers on a pool of two workers (probes and
+    /// scrapes are short) until stopped.
     pub fn start(addr: &str, metrics: Arc<Metrics>) -> std::io::Result<HealthServer> {
-        let server = tiny_http::Server::http(addr).map_err(std::io::Error::other)?;
-        let local = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| std::io::Error::other("health server has no IP address"))?;
-        let stop = Stop::new();
-        let thread = {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("health-http".into())
-                .spawn(move || {
-                    while !stop.is_raised() {
-                        match server.recv_timeout(Duration::from_millis(100)) {
-                            Ok(Some(req)) => respond(req, &metrics),
-                            Ok(None) => {}
-                            Err(e) => log::warn!("health server: {e}"),
-                        }
-                    }
-                })?
+        let socket = TcpListener::bind(addr)?;
+        let pool = PoolConfig {
+            workers: 2,
+            queue: 16,
+            socket_timeout: Duration::from_secs(5),
+            ..PoolConfig::default()
         };
-        Ok(HealthServer {
-            addr: local,
-            stop,
-            thread,
-        })
+        let limits = HttpLimits::default();
+        let server = listener::spawn(socket, pool, move |mut sock, stop| {
+            let request = match read_request(&mut sock, &limits, stop) {
+                Ok(request) => request,
+                Err(e) => {
+                    respond_to_error(&mut sock, &limits, &e);
+                    log::debug!("health server: {e}");
+                    return;
+                }
+            };
+            let (code, body, content_type) =
+                match (request.method.as_str(), request.target.as_str()) {
+                    ("GET", "/healthz") => (200, "ok\n".to_string(), "text/plain"),
+                    ("GET", "/readyz") => (200, "ready\n".to_string(), "text/plain"),
+                    ("GET", "/metrics") => (200, metrics.render(), "text/plain; version=0.0.4"),
+                    _ => (404, "not found\n".to_string(), "text/plain"),
+                };
+            // The path is the caller's: only the known ones are named.
+            let path = if code == 200 {
+                request.target.as_str()
+            } else {
+                "(other)"
+            };
+            log::trace!("http {} {path} -> {code}", request.method);
+            if let Err(e) = respond(&mut sock, &limits, code, content_type, body.as_bytes()) {
+                log::debug!("health server: cannot answer: {e}");
+            }
+        })?;
+        Ok(HealthServer { server })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
-    /// Stops answering and waits for the thread.
+    /// Stops answering and waits for its threads.
     pub fn stop(self) {
-        self.stop.raise();
-        let _ = self.thread.join();
-    }
-}
-
-fn respond(req: tiny_http::Request, metrics: &Metrics) {
-    let (code, body, content_type) = match (req.method(), req.url()) {
-        (tiny_http::Method::Get, "/healthz") => (200, "ok\n".to_string(), "text/plain"),
-        (tiny_http::Method::Get, "/readyz") => (200, "ready\n".to_string(), "text/plain"),
-        (tiny_http::Method::Get, "/metrics") => {
-            (200, metrics.render(), "text/plain; version=0.0.4")
-        }
-        _ => (404, "not found\n".to_string(), "text/plain"),
-    };
-    // The path is the caller's: only the known ones are named.
-    let path = if code == 200 { req.url() } else { "(other)" };
-    log::trace!("http {} {path} -> {code}", req.method());
-    let header = tiny_http::Header::from_bytes("Content-Type", content_type).expect("valid header");
-    let resp = tiny_http::Response::from_string(body)
-        .with_status_code(code)
-        .with_header(header);
-    if let Err(e) = req.respond(resp) {
-        log::debug!("health server: cannot answer: {e}");
+        self.server.stop();
     }
 }

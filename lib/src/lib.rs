@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod disk;
 pub mod fs;
 pub mod hex;
+pub mod http;
 pub mod kms;
 pub mod logging;
 pub mod measure;

@@ -13,10 +13,11 @@ use std::time::Duration;
 use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
 use confboot::attestation::Issuer;
 use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot::http::HttpLimits;
 use confboot::rpc::listener::{self, PoolConfig};
 use confboot::signals::TerminationSignals;
 use confboot::tpm::Tpm;
-use confboot::verify::http::{Served, ServiceLimits, serve_connection};
+use confboot::verify::http::{Served, serve_connection};
 use confboot_proto::DEFAULT_VERIFY_LISTEN;
 
 const CMD: Command = Command {
@@ -119,7 +120,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         max_per_peer: per_client,
         ..PoolConfig::default()
     };
-    let limits = ServiceLimits::default();
+    let limits = HttpLimits::default();
     let server = listener::spawn(socket, pool, move |mut sock, stop| {
         let peer = sock.peer_addr().ok();
         match serve_connection(&mut sock, issuer.as_ref(), &limits, stop) {

@@ -1,12 +1,10 @@
-//! The verify service over plain HTTP/1.1: the node agent's side
-//! ([`serve_connection`]: one bounded request, one answer, then the
-//! connection closes) and the admin's ([`fetch_document`]).
+//! The verify service over plain HTTP/1.1 ([`crate::http`]): the node
+//! agent's side ([`serve_connection`]: one bounded request, one answer,
+//! then the connection closes) and the admin's ([`fetch_document`]).
 //!
-//! Only what the service needs is spoken: `GET` with a request target, no
-//! request body, no keep-alive, an answer with `Content-Length`. Both sides
-//! read whole messages before a deadline (a peer that trickles is cut off)
-//! and within a size bound. Nothing here is secret: the answer is a quote
-//! of public measurements.
+//! Both sides read whole messages before a deadline (a peer that trickles
+//! is cut off) and within a size bound. Nothing here is secret: the answer
+//! is a quote of public measurements.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -18,68 +16,12 @@ use super::{
     parse_request_target, request_target,
 };
 use crate::attestation::Issuer;
+use crate::http::{
+    self, HttpLimits, MAX_RESPONSE_HEAD_BYTES, ResponseError, read_request, respond,
+    respond_to_error,
+};
 use crate::rpc::{ReadBefore, Transport};
 use crate::stop::Stop;
-
-/// Largest request head (request line and headers) the service reads.
-pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
-
-/// Largest answer head the client reads.
-pub const MAX_RESPONSE_HEAD_BYTES: usize = 8 * 1024;
-
-/// Time bounds of the service.
-#[derive(Clone, Debug)]
-pub struct ServiceLimits {
-    /// Bound on receiving a whole request head, from accepting the
-    /// connection (default 5 s).
-    pub head_timeout: Duration,
-    /// Bound on each write of the answer (default 10 s).
-    pub write_timeout: Duration,
-    /// How often a waiting read looks at the stop signal (default 100 ms).
-    pub stop_poll: Duration,
-}
-
-impl Default for ServiceLimits {
-    fn default() -> Self {
-        ServiceLimits {
-            head_timeout: Duration::from_secs(5),
-            write_timeout: Duration::from_secs(10),
-            stop_poll: Duration::from_millis(100),
-        }
-    }
-}
-
-/// Why a request head was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HeadError {
-    /// The head is longer than [`MAX_REQUEST_HEAD_BYTES`].
-    TooLarge,
-    /// The request line is not `METHOD TARGET HTTP/1.x`, or the head is not
-    /// ASCII text.
-    Malformed,
-}
-
-/// Reads a request head (everything up to the blank line) into its method
-/// and request target.
-pub fn parse_request_head(head: &[u8]) -> Result<(&str, &str), HeadError> {
-    if head.len() > MAX_REQUEST_HEAD_BYTES {
-        return Err(HeadError::TooLarge);
-    }
-    let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed)?;
-    if !text.is_ascii() {
-        return Err(HeadError::Malformed);
-    }
-    let line = text.split("\r\n").next().unwrap_or("");
-    let mut parts = line.split(' ');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(method), Some(target), Some("HTTP/1.1" | "HTTP/1.0"), None)
-            if !method.is_empty() && target.starts_with('/') =>
-        {
-            Ok((method, target))
-        }
-        _ => Err(HeadError::Malformed),
-    }
-}
 
 /// How one connection ended, for logs and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,41 +42,22 @@ pub enum Served {
 pub fn serve_connection<T: Transport + ?Sized>(
     stream: &mut T,
     issuer: &dyn Issuer,
-    limits: &ServiceLimits,
+    limits: &HttpLimits,
     stop: &Stop,
 ) -> Served {
-    let head = match read_request_head(stream, limits, stop) {
-        Ok(head) => head,
-        Err(HeadRead::TooLarge) => {
-            return answer(
-                stream,
-                limits,
-                431,
-                "text/plain",
-                b"request head too large\n",
-            );
-        }
-        Err(HeadRead::Io(e)) => return Served::NoRequest(e),
-    };
-    let (method, target) = match parse_request_head(&head) {
-        Ok(parts) => parts,
-        Err(HeadError::TooLarge) => {
-            return answer(
-                stream,
-                limits,
-                431,
-                "text/plain",
-                b"request head too large\n",
-            );
-        }
-        Err(HeadError::Malformed) => {
-            return answer(stream, limits, 400, "text/plain", b"malformed request\n");
+    let request = match read_request(stream, limits, stop) {
+        Ok(request) => request,
+        Err(e) => {
+            return match respond_to_error(stream, limits, &e) {
+                Some(status) => Served::Answered(status),
+                None => Served::NoRequest(e.to_string()),
+            };
         }
     };
-    if method != "GET" {
+    if request.method != "GET" {
         return answer(stream, limits, 405, "text/plain", b"only GET is served\n");
     }
-    let nonce = match parse_request_target(target) {
+    let nonce = match parse_request_target(&request.target) {
         Ok(nonce) => nonce,
         Err(e @ RequestError::NotFound) => {
             return answer(
@@ -176,82 +99,14 @@ pub fn serve_connection<T: Transport + ?Sized>(
     }
 }
 
-enum HeadRead {
-    TooLarge,
-    Io(String),
-}
-
-/// Reads until the blank line that ends a head, before the head deadline.
-fn read_request_head<T: Transport + ?Sized>(
-    stream: &mut T,
-    limits: &ServiceLimits,
-    stop: &Stop,
-) -> Result<Vec<u8>, HeadRead> {
-    let mut reader = ReadBefore {
-        stream,
-        deadline: Instant::now() + limits.head_timeout,
-        per_read: limits.head_timeout,
-        stop,
-        poll: limits.stop_poll,
-    };
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    loop {
-        if let Some(end) = find_blank_line(&head) {
-            head.truncate(end);
-            return Ok(head);
-        }
-        if head.len() > MAX_REQUEST_HEAD_BYTES {
-            return Err(HeadRead::TooLarge);
-        }
-        match reader.read(&mut chunk) {
-            Ok(0) => return Err(HeadRead::Io("closed before a whole request head".into())),
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(HeadRead::Io(e.to_string())),
-        }
-    }
-}
-
-/// The offset of the `\r\n\r\n` that ends a head.
-fn find_blank_line(bytes: &[u8]) -> Option<usize> {
-    bytes.windows(4).position(|w| w == b"\r\n\r\n")
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        _ => "Internal Server Error",
-    }
-}
-
 fn answer<T: Transport + ?Sized>(
     stream: &mut T,
-    limits: &ServiceLimits,
+    limits: &HttpLimits,
     status: u16,
     content_type: &str,
     body: &[u8],
 ) -> Served {
-    let mut message = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-store\r\nConnection: close\r\n",
-        reason(status),
-        body.len()
-    );
-    if status == 405 {
-        message.push_str("Allow: GET\r\n");
-    }
-    message.push_str("\r\n");
-    let mut bytes = message.into_bytes();
-    bytes.extend_from_slice(body);
-    let written = stream
-        .set_write_timeout(Some(limits.write_timeout))
-        .and_then(|()| stream.write_all(&bytes))
-        .and_then(|()| stream.flush());
-    match written {
+    match respond(stream, limits, status, content_type, body) {
         Ok(()) => Served::Answered(status),
         Err(e) => Served::WriteFailed(e.to_string()),
     }
@@ -302,55 +157,6 @@ impl fmt::Display for FetchError {
 
 impl std::error::Error for FetchError {}
 
-/// Reads an answer (head and body, as received up to the connection's
-/// end): the status and the body. The body must be exactly
-/// `Content-Length` bytes when that header is sent; chunked bodies are not
-/// spoken.
-pub fn parse_response(bytes: &[u8]) -> Result<(u16, &[u8]), FetchError> {
-    let bad = |m: &str| FetchError::Response(m.to_string());
-    let end = find_blank_line(&bytes[..bytes.len().min(MAX_RESPONSE_HEAD_BYTES + 4)])
-        .ok_or_else(|| bad("no complete head"))?;
-    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| bad("the head is not text"))?;
-    let body = &bytes[end + 4..];
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let mut parts = status_line.splitn(3, ' ');
-    let status = match (parts.next(), parts.next()) {
-        (Some("HTTP/1.1" | "HTTP/1.0"), Some(code))
-            if code.len() == 3 && code.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            code.parse::<u16>().map_err(|_| bad("bad status code"))?
-        }
-        _ => return Err(bad("no HTTP/1.x status line")),
-    };
-    let mut length = None;
-    for line in lines {
-        let (name, value) = line
-            .split_once(':')
-            .ok_or_else(|| bad("a header line without a colon"))?;
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            if length.is_some() {
-                return Err(bad("Content-Length twice"));
-            }
-            let n: usize = value
-                .parse()
-                .map_err(|_| bad("Content-Length is not a number"))?;
-            length = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(bad("Transfer-Encoding is not spoken"));
-        }
-    }
-    match length {
-        Some(n) if n > MAX_DOCUMENT_BYTES => Err(FetchError::TooLarge),
-        Some(n) if n != body.len() => Err(bad(&format!(
-            "Content-Length says {n} bytes, the body has {}",
-            body.len()
-        ))),
-        _ => Ok((status, body)),
-    }
-}
-
 /// Asks the verify service at `addr` (`HOST:PORT`) for evidence bound to
 /// `nonce` and reads its document. The whole exchange (connecting, asking,
 /// reading the answer) is bounded by `timeout`, the answer by
@@ -372,7 +178,10 @@ pub fn fetch_document(
         .and_then(|()| stream.write_all(request.as_bytes()))
         .map_err(|e| timeout_or(e, FetchError::Io))?;
     let bytes = read_answer(&mut stream, deadline)?;
-    let (status, body) = parse_response(&bytes)?;
+    let (status, body) = http::parse_response(&bytes, MAX_DOCUMENT_BYTES).map_err(|e| match e {
+        ResponseError::TooLarge => FetchError::TooLarge,
+        ResponseError::Malformed(m) => FetchError::Response(m),
+    })?;
     if status != 200 {
         let message: String = String::from_utf8_lossy(body)
             .lines()
@@ -469,9 +278,9 @@ mod tests {
     fn serve(request: &[u8], issuer: &dyn Issuer) -> (Served, Vec<u8>) {
         let (mut client, mut server) = pipe::pair();
         client.write_all(request).unwrap();
-        let limits = ServiceLimits {
+        let limits = HttpLimits {
             head_timeout: Duration::from_millis(300),
-            ..ServiceLimits::default()
+            ..HttpLimits::default()
         };
         let served = serve_connection(&mut server, issuer, &limits, &Stop::new());
         drop(server);
@@ -486,7 +295,7 @@ mod tests {
         let request = format!("GET {} HTTP/1.1\r\nHost: n\r\n\r\n", request_target(&nonce));
         let (served, answer) = serve(request.as_bytes(), &Echo);
         assert_eq!(served, Served::Answered(200));
-        let (status, body) = parse_response(&answer).unwrap();
+        let (status, body) = http::parse_response(&answer, MAX_DOCUMENT_BYTES).unwrap();
         assert_eq!(status, 200);
         let doc = AttestationDocument::from_json(body).unwrap();
         assert_eq!(doc.evidence, super::super::extra_data(&nonce));
@@ -509,11 +318,11 @@ mod tests {
         ] {
             let (served, answer) = serve(request.as_bytes(), &Echo);
             assert_eq!(served, Served::Answered(status), "{request:.60}");
-            assert_eq!(parse_response(&answer).unwrap().0, status);
+            assert_eq!(http::parse_response(&answer, 1 << 20).unwrap().0, status);
         }
         let (served, answer) = serve(format!("GET {good} HTTP/1.1\r\n\r\n").as_bytes(), &Broken);
         assert_eq!(served, Served::Answered(500));
-        let (_, body) = parse_response(&answer).unwrap();
+        let (_, body) = http::parse_response(&answer, 1 << 20).unwrap();
         assert_eq!(body, b"cannot attest: cannot issue evidence: TPM gone\n");
     }
 
@@ -524,22 +333,40 @@ mod tests {
         assert!(answer.is_empty());
     }
 
+    /// What the client makes of a host's answer.
+    fn fetched(answer: &'static [u8]) -> Result<AttestationDocument, FetchError> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let host = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            let _ = sock.read(&mut [0u8; 1024]);
+            let _ = sock.write_all(answer);
+        });
+        let got = fetch_document(
+            &addr.to_string(),
+            &[1; VERIFY_NONCE_LEN],
+            Duration::from_secs(10),
+        );
+        host.join().unwrap();
+        got
+    }
+
     #[test]
     fn answers_that_are_not_documents_are_refused() {
-        let err = |bytes: &[u8]| parse_response(bytes).unwrap_err().to_string();
-        assert!(err(b"HTTP/1.1 200 OK\r\n").contains("no complete head"));
+        let err = |bytes: &'static [u8]| fetched(bytes).unwrap_err().to_string();
         assert!(err(b"SSH-2.0-x\r\n\r\n").contains("status line"));
         assert!(err(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc").contains("says 5"));
-        assert!(
-            err(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").contains("not spoken")
-        );
         assert!(matches!(
-            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n"),
+            fetched(b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n"),
             Err(FetchError::TooLarge)
         ));
-        assert_eq!(
-            parse_response(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno").unwrap(),
-            (404, &b"no"[..])
-        );
+        assert!(matches!(
+            fetched(b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno\n"),
+            Err(FetchError::Status { status: 404, ref message }) if message == "no"
+        ));
+        assert!(matches!(
+            fetched(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"),
+            Err(FetchError::Document(DocumentError::Malformed(_)))
+        ));
     }
 }
