@@ -140,6 +140,10 @@ impl Config {
             pool: PoolConfig {
                 workers: number("workers")?,
                 queue: number("queue")?,
+                gate: Some(confboot::atls::client_hello_gate(
+                    number("pending")?.max(1),
+                    confboot::atls::DEFAULT_GATE_TIMEOUT,
+                )),
                 ..PoolConfig::default()
             },
             policy_path,

@@ -133,6 +133,13 @@ const CMD: Command = Command {
             "Accepted connections that may wait for a worker",
         )
         .default("64"),
+        Opt::value(
+            "pending",
+            "N",
+            "Connections that may wait for their TLS ClientHello without holding a worker; \
+             a new one evicts the one waiting longest",
+        )
+        .default("256"),
         VERBOSITY,
     ],
 };

@@ -245,3 +245,112 @@ fn one_peer_address_cannot_take_the_whole_pool() {
     assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 2);
     server.stop();
 }
+
+/// A gate whose opening is a line: complete at its `\n`, invalid when it
+/// starts with a NUL byte (as a frame header does).
+fn line_gate(capacity: usize, timeout: Duration) -> listener::Gate {
+    listener::Gate {
+        judge: |b| match b {
+            [0, ..] => listener::Opening::Invalid,
+            _ if b.contains(&b'\n') => listener::Opening::Complete,
+            _ => listener::Opening::Incomplete,
+        },
+        max_opening: 64,
+        timeout,
+        capacity,
+    }
+}
+
+/// Whether the server closed `s` (reads end-of-stream or an error within `LONG`).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(LONG)).unwrap();
+    let mut buf = [0u8; 16];
+    !matches!(s.read(&mut buf), Ok(n) if n > 0)
+}
+
+#[test]
+fn peers_that_say_nothing_or_trickle_hold_no_worker_behind_a_gate() {
+    // One worker, one queue slot: without the gate, one silent peer would
+    // hold the worker and a second the queue.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        gate: Some(line_gate(64, LONG)),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, |mut sock, _stop| {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while sock.read(&mut b).is_ok_and(|n| n == 1) && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        line.reverse();
+        line.push(b'\n');
+        let _ = sock.write_all(&line);
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    let silent: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let tricklers: Vec<_> = (0..4)
+        .map(|_| {
+            thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                trickle(&mut s, b"slow slow slow");
+                s
+            })
+        })
+        .collect();
+    // Honest peers, each with its opening at once, are served meanwhile.
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(LONG)).unwrap();
+        s.write_all(b"olleh\n").unwrap();
+        let mut got = [0u8; 6];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hello\n");
+    }
+    assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 10);
+    assert_eq!(server.stats().refused.load(Ordering::SeqCst), 0);
+    // A peer whose first byte cannot start an opening is closed at once.
+    let mut bad = TcpStream::connect(addr).unwrap();
+    bad.write_all(&[0, 0xff, 0xff, 0xff, 0xff]).unwrap();
+    assert!(closed_by_server(&mut bad));
+    wait_for(&server.stats().gate_closed, 1);
+    drop(silent);
+    for t in tricklers {
+        t.join().unwrap();
+    }
+    server.stop();
+}
+
+#[test]
+fn a_full_gate_evicts_the_connection_waiting_longest_and_late_ones_are_closed() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        gate: Some(line_gate(4, Duration::from_millis(500))),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, |_sock, _stop| {}).unwrap();
+    let addr = server.local_addr();
+    let mut first = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().gate_peak, 1);
+    let mut rest: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    // Five for four places: the first is evicted, the gate never holds more.
+    assert!(closed_by_server(&mut first));
+    wait_for(&server.stats().evicted, 1);
+    assert_eq!(server.stats().gate_peak.load(Ordering::SeqCst), 4);
+    // The others are closed once their time is up.
+    for s in rest.iter_mut() {
+        assert!(closed_by_server(s));
+    }
+    wait_for(&server.stats().gate_closed, 5);
+    assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 0);
+    server.stop();
+}

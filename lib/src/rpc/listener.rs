@@ -3,16 +3,27 @@
 //! connection is closed at once instead of waiting without bound; so is one
 //! from a peer address that already holds its share of the pool. Stopping
 //! the server gives open connections a grace period, then shuts them.
+//!
+//! With a [`Gate`], a connection reaches a worker only once it has sent its
+//! whole opening (for TLS: the ClientHello's first record): until then the
+//! accepting thread watches it with `poll(2)`, together with every other
+//! such connection, so peers that connect and say nothing, or trickle their
+//! first bytes, hold no worker. The gate holds a bounded number of them; a
+//! new connection evicts the one that has waited longest, and each may wait
+//! at most the gate's timeout. An opening that cannot be valid is closed as
+//! soon as its first bytes show it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{TrySendError, bounded};
+use crossbeam_channel::{Sender, TrySendError, bounded};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::stop::Stop;
 
@@ -34,7 +45,46 @@ pub struct PoolConfig {
     /// How long [`ServerHandle::stop`] lets open connections finish before
     /// it shuts them (default 2 s).
     pub stop_grace: Duration,
+    /// What a connection must send before a worker takes it (default: none,
+    /// every accepted connection goes to the queue at once).
+    pub gate: Option<Gate>,
 }
+
+/// What the first bytes a peer sent say about its opening.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opening {
+    /// The opening is all there: a worker may take the connection.
+    Complete,
+    /// More bytes are needed.
+    Incomplete,
+    /// No valid opening starts like this: the connection is closed.
+    Invalid,
+}
+
+/// Keeps connections away from the worker pool until they have sent their
+/// opening (see the module documentation). Peers whose opening arrives at
+/// once (every honest client) pass in the time of a `poll(2)`.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    /// Judges the bytes received so far (read with `MSG_PEEK`, so the
+    /// handler still reads them from the socket).
+    pub judge: fn(&[u8]) -> Opening,
+    /// Bytes an opening may take; a peer that sent this many without a
+    /// complete opening is closed.
+    pub max_opening: usize,
+    /// How long a connection may take to send its opening.
+    pub timeout: Duration,
+    /// Connections waiting for their opening at once; a new one evicts the
+    /// one that has waited longest. Each costs two file descriptors.
+    pub capacity: usize,
+}
+
+/// How often the gate looks again at a connection that sent part of its
+/// opening (the socket stays readable while its bytes are only peeked, so it
+/// is not polled for input).
+const GATE_RECHECK: Duration = Duration::from_millis(20);
+/// Longest single wait in the gate's poll, so it notices the stop signal.
+const GATE_POLL_MAX: Duration = Duration::from_millis(250);
 
 impl Default for PoolConfig {
     fn default() -> Self {
@@ -44,6 +94,7 @@ impl Default for PoolConfig {
             socket_timeout: Duration::from_secs(10),
             max_per_peer: usize::MAX,
             stop_grace: Duration::from_secs(2),
+            gate: None,
         }
     }
 }
@@ -106,6 +157,14 @@ pub struct ServerStats {
     pub refused: AtomicU64,
     /// Connections whose handler returned.
     pub served: AtomicU64,
+    /// Connections the gate closed before a worker saw them: no complete
+    /// opening in time, an opening that cannot be valid, the peer gone, or
+    /// evicted for a newer connection (counted in `evicted` too).
+    pub gate_closed: AtomicU64,
+    /// Connections the gate evicted because it was full.
+    pub evicted: AtomicU64,
+    /// Most connections waiting at the gate at once.
+    pub gate_peak: AtomicU64,
 }
 
 /// A running server; [`ServerHandle::stop`] ends it.
@@ -156,63 +215,20 @@ where
     }
 
     let acceptor = {
-        let stop = stop.clone();
-        let stats = Arc::clone(&stats);
-        let open = Arc::clone(&open);
-        let max_per_peer = config.max_per_peer.max(1);
+        let accept = Acceptor {
+            stop: stop.clone(),
+            stats: Arc::clone(&stats),
+            open: Arc::clone(&open),
+            max_per_peer: config.max_per_peer.max(1),
+            socket_timeout: config.socket_timeout,
+            tx,
+        };
+        let gate = config.gate.clone();
         std::thread::Builder::new()
             .name("rpc-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if stop.is_raised() {
-                        break;
-                    }
-                    let stream = match conn {
-                        Ok(s) => s,
-                        Err(e) => {
-                            log::warn!("accept failed: {e}");
-                            std::thread::sleep(Duration::from_millis(10));
-                            continue;
-                        }
-                    };
-                    let prepared = stream
-                        .set_nodelay(true)
-                        .and_then(|_| stream.set_read_timeout(Some(config.socket_timeout)))
-                        .and_then(|_| stream.set_write_timeout(Some(config.socket_timeout)));
-                    if let Err(e) = prepared {
-                        log::debug!("cannot prepare accepted socket: {e}");
-                        continue;
-                    }
-                    let Ok(peer) = stream.peer_addr().map(|a| a.ip()) else {
-                        continue;
-                    };
-                    let id = match open.admit(peer, &stream, max_per_peer) {
-                        Ok(id) => id,
-                        Err(e) => {
-                            stats.refused.fetch_add(1, Ordering::Relaxed);
-                            if matches!(e, AdmitError::PeerFull) {
-                                log::warn!(
-                                    "refusing connection from {peer}: it holds {max_per_peer} already"
-                                );
-                            }
-                            let _ = stream.shutdown(std::net::Shutdown::Both);
-                            continue;
-                        }
-                    };
-                    match tx.try_send((id, stream)) {
-                        Ok(()) => {
-                            stats.accepted.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(TrySendError::Full((id, s)))
-                        | Err(TrySendError::Disconnected((id, s))) => {
-                            open.remove(id);
-                            stats.refused.fetch_add(1, Ordering::Relaxed);
-                            log::warn!("refusing connection from {peer}: all workers busy");
-                            let _ = s.shutdown(std::net::Shutdown::Both);
-                        }
-                    }
-                }
-                // Dropping the sender lets the workers end once the queue is empty.
+            .spawn(move || match gate {
+                None => accept.run(listener),
+                Some(gate) => accept.run_gated(listener, &gate),
             })?
     };
 
@@ -225,6 +241,235 @@ where
         acceptor: Some(acceptor),
         workers,
     })
+}
+
+/// The accepting thread's state.
+struct Acceptor {
+    stop: Stop,
+    stats: Arc<ServerStats>,
+    open: Arc<OpenConnections>,
+    max_per_peer: usize,
+    socket_timeout: Duration,
+    tx: Sender<(u64, TcpStream)>,
+}
+
+/// A connection at the gate.
+struct Pending {
+    id: u64,
+    stream: TcpStream,
+    peer: IpAddr,
+    until: Instant,
+    /// When to peek again, for one that sent part of its opening.
+    recheck: Option<Instant>,
+}
+
+impl Acceptor {
+    /// Sets up an accepted socket and registers it (its peer's share
+    /// allowing); `None` when it was refused and closed.
+    fn admit(&self, stream: TcpStream) -> Option<(u64, TcpStream, IpAddr)> {
+        let prepared = stream
+            .set_nodelay(true)
+            .and_then(|_| stream.set_read_timeout(Some(self.socket_timeout)))
+            .and_then(|_| stream.set_write_timeout(Some(self.socket_timeout)));
+        if let Err(e) = prepared {
+            log::debug!("cannot prepare accepted socket: {e}");
+            return None;
+        }
+        let peer = stream.peer_addr().map(|a| a.ip()).ok()?;
+        match self.open.admit(peer, &stream, self.max_per_peer) {
+            Ok(id) => Some((id, stream, peer)),
+            Err(e) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, AdmitError::PeerFull) {
+                    log::warn!(
+                        "refusing connection from {peer}: it holds {} already",
+                        self.max_per_peer
+                    );
+                }
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                None
+            }
+        }
+    }
+
+    /// Hands a registered connection to the pool, or closes it when the
+    /// queue is full.
+    fn dispatch(&self, id: u64, stream: TcpStream, peer: IpAddr) {
+        match self.tx.try_send((id, stream)) {
+            Ok(()) => {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Full((id, s))) | Err(TrySendError::Disconnected((id, s))) => {
+                self.open.remove(id);
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                log::warn!("refusing connection from {peer}: all workers busy");
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    /// Closes a connection the gate drops.
+    fn drop_pending(&self, p: Pending, why: &str) {
+        log::debug!("gate: closing connection from {}: {why}", p.peer);
+        self.stats.gate_closed.fetch_add(1, Ordering::Relaxed);
+        let _ = p.stream.shutdown(std::net::Shutdown::Both);
+        self.open.remove(p.id);
+    }
+
+    /// Accepts and queues every connection at once.
+    fn run(self, listener: TcpListener) {
+        for conn in listener.incoming() {
+            if self.stop.is_raised() {
+                break;
+            }
+            let stream = match conn {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            if let Some((id, stream, peer)) = self.admit(stream) {
+                self.dispatch(id, stream, peer);
+            }
+        }
+        // Dropping the sender lets the workers end once the queue is empty.
+    }
+
+    /// Accepts connections and keeps each at the gate until its opening is
+    /// complete (then queues it), invalid, late or evicted (then closes it).
+    fn run_gated(self, listener: TcpListener, gate: &Gate) {
+        if let Err(e) = listener.set_nonblocking(true) {
+            log::error!("cannot make the listener non-blocking, serving without a gate: {e}");
+            return self.run(listener);
+        }
+        let mut pending: VecDeque<Pending> = VecDeque::new();
+        let mut buf = vec![0u8; gate.max_opening.max(1)];
+        while !self.stop.is_raised() {
+            let now = Instant::now();
+            let wake = pending
+                .iter()
+                .map(|p| p.recheck.map_or(p.until, |r| r.min(p.until)))
+                .min()
+                .map_or(GATE_POLL_MAX, |t| t.saturating_duration_since(now))
+                .min(GATE_POLL_MAX);
+            // Poll the listener and every connection that has sent nothing
+            // yet; note which are readable.
+            let (listener_ready, ready) = {
+                let polled: Vec<usize> = (0..pending.len())
+                    .filter(|&i| pending[i].recheck.is_none())
+                    .collect();
+                let mut fds = Vec::with_capacity(polled.len() + 1);
+                fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+                for &i in &polled {
+                    fds.push(PollFd::new(pending[i].stream.as_fd(), PollFlags::POLLIN));
+                }
+                let ms = u16::try_from(wake.as_millis().max(1)).unwrap_or(u16::MAX);
+                match poll(&mut fds, PollTimeout::from(ms)) {
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => {
+                        log::warn!("gate: poll failed: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                }
+                let is_ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+                let mut ready = vec![false; pending.len()];
+                for (k, &i) in polled.iter().enumerate() {
+                    ready[i] = is_ready(&fds[k + 1]);
+                }
+                (is_ready(&fds[0]), ready)
+            };
+
+            // Look at every connection that is readable or due for a look.
+            let now = Instant::now();
+            let mut kept = VecDeque::with_capacity(pending.len());
+            for (mut p, ready) in pending.drain(..).zip(ready) {
+                let due = ready || p.recheck.is_some_and(|r| r <= now);
+                if !due {
+                    if p.until <= now {
+                        self.drop_pending(p, "no complete opening in time");
+                    } else {
+                        kept.push_back(p);
+                    }
+                    continue;
+                }
+                match p.stream.peek(&mut buf) {
+                    Ok(0) => self.drop_pending(p, "closed before its opening"),
+                    Ok(n) => match (gate.judge)(&buf[..n]) {
+                        Opening::Complete => match p.stream.set_nonblocking(false) {
+                            Ok(()) => self.dispatch(p.id, p.stream, p.peer),
+                            Err(_) => self.drop_pending(p, "socket failed"),
+                        },
+                        Opening::Invalid => self.drop_pending(p, "invalid opening"),
+                        Opening::Incomplete if n >= gate.max_opening => {
+                            self.drop_pending(p, "opening too long")
+                        }
+                        Opening::Incomplete if p.until <= now => {
+                            self.drop_pending(p, "no complete opening in time")
+                        }
+                        Opening::Incomplete => {
+                            p.recheck = Some(now + GATE_RECHECK);
+                            kept.push_back(p);
+                        }
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => kept.push_back(p),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => kept.push_back(p),
+                    Err(_) => self.drop_pending(p, "socket failed"),
+                }
+            }
+            pending = kept;
+
+            if listener_ready {
+                loop {
+                    let stream = match listener.accept() {
+                        Ok((s, _)) => s,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            log::warn!("accept failed: {e}");
+                            std::thread::sleep(Duration::from_millis(10));
+                            break;
+                        }
+                    };
+                    if self.stop.is_raised() {
+                        break;
+                    }
+                    // The gate peeks without blocking; the handler gets a
+                    // blocking socket back.
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let Some((id, stream, peer)) = self.admit(stream) else {
+                        continue;
+                    };
+                    if pending.len() >= gate.capacity.max(1)
+                        && let Some(oldest) = pending.pop_front()
+                    {
+                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        self.drop_pending(oldest, "evicted for a newer connection");
+                    }
+                    pending.push_back(Pending {
+                        id,
+                        stream,
+                        peer,
+                        until: Instant::now() + gate.timeout,
+                        recheck: None,
+                    });
+                    self.stats
+                        .gate_peak
+                        .fetch_max(pending.len() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        for p in pending {
+            let _ = p.stream.shutdown(std::net::Shutdown::Both);
+            self.open.remove(p.id);
+        }
+        // Dropping the sender lets the workers end once the queue is empty.
+    }
 }
 
 impl ServerHandle {
