@@ -137,9 +137,10 @@ const CMD: Command = Command {
             "pending",
             "N",
             "Connections that may wait for their TLS ClientHello without holding a worker; \
-             a new one evicts the one waiting longest",
+             a new one evicts the one waiting longest (two open files each; the open-file limit is \
+             raised to fit, or --pending lowered)",
         )
-        .default("256"),
+        .default("1024"),
         VERBOSITY,
     ],
 };

@@ -291,9 +291,7 @@ fn peers_that_say_nothing_or_trickle_hold_no_worker_behind_a_gate() {
     })
     .unwrap();
     let addr = server.local_addr();
-    let silent: Vec<TcpStream> = (0..20)
-        .map(|_| TcpStream::connect(addr).unwrap())
-        .collect();
+    let silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
     let tricklers: Vec<_> = (0..4)
         .map(|_| {
             thread::spawn(move || {
@@ -339,9 +337,7 @@ fn a_full_gate_evicts_the_connection_waiting_longest_and_late_ones_are_closed() 
     let addr = server.local_addr();
     let mut first = TcpStream::connect(addr).unwrap();
     wait_for(&server.stats().gate_peak, 1);
-    let mut rest: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(addr).unwrap())
-        .collect();
+    let mut rest: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
     // Five for four places: the first is evicted, the gate never holds more.
     assert!(closed_by_server(&mut first));
     wait_for(&server.stats().evicted, 1);

@@ -79,6 +79,18 @@ pub struct Gate {
     pub capacity: usize,
 }
 
+/// Connections the gate accepts in a row before it looks again at those it
+/// holds (a burst of new ones must not evict one whose opening just came).
+const GATE_ACCEPT_BATCH: usize = 32;
+
+/// File descriptors a server with `config` holds at most for its
+/// connections: two per connection (the socket, and the server's handle on
+/// it to shut it at a stop), served, queued or at the gate.
+pub fn descriptors_needed(config: &PoolConfig) -> u64 {
+    let gate = config.gate.as_ref().map_or(0, |g| g.capacity.max(1));
+    2 * (config.workers.max(1) + config.queue + gate) as u64
+}
+
 /// How often the gate looks again at a connection that sent part of its
 /// opening (the socket stays readable while its bytes are only peeked, so it
 /// is not polled for input).
@@ -264,6 +276,46 @@ struct Pending {
 }
 
 impl Acceptor {
+    /// Peeks at a connection at the gate: queues it when its opening is
+    /// complete, closes it when the opening is invalid, too long or late, or
+    /// the peer is gone; otherwise gives it back (to look again at it in
+    /// [`GATE_RECHECK`] when it sent part of its opening).
+    fn look(&self, mut p: Pending, gate: &Gate, buf: &mut [u8], now: Instant) -> Option<Pending> {
+        match p.stream.peek(buf) {
+            Ok(0) => self.drop_pending(p, "closed before its opening"),
+            Ok(n) => match (gate.judge)(&buf[..n]) {
+                Opening::Complete => match p.stream.set_nonblocking(false) {
+                    Ok(()) => self.dispatch(p.id, p.stream, p.peer),
+                    Err(_) => self.drop_pending(p, "socket failed"),
+                },
+                Opening::Invalid => self.drop_pending(p, "invalid opening"),
+                Opening::Incomplete if n >= gate.max_opening => {
+                    self.drop_pending(p, "opening too long")
+                }
+                Opening::Incomplete if p.until <= now => {
+                    self.drop_pending(p, "no complete opening in time")
+                }
+                Opening::Incomplete => {
+                    p.recheck = Some(now + GATE_RECHECK);
+                    return Some(p);
+                }
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && p.until <= now => {
+                self.drop_pending(p, "no opening in time")
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return Some(p);
+            }
+            Err(_) => self.drop_pending(p, "socket failed"),
+        }
+        None
+    }
+
     /// Sets up an accepted socket and registers it (its peer's share
     /// allowing); `None` when it was refused and closed.
     fn admit(&self, stream: TcpStream) -> Option<(u64, TcpStream, IpAddr)> {
@@ -386,7 +438,7 @@ impl Acceptor {
             // Look at every connection that is readable or due for a look.
             let now = Instant::now();
             let mut kept = VecDeque::with_capacity(pending.len());
-            for (mut p, ready) in pending.drain(..).zip(ready) {
+            for (p, ready) in pending.drain(..).zip(ready) {
                 let due = ready || p.recheck.is_some_and(|r| r <= now);
                 if !due {
                     if p.until <= now {
@@ -396,34 +448,14 @@ impl Acceptor {
                     }
                     continue;
                 }
-                match p.stream.peek(&mut buf) {
-                    Ok(0) => self.drop_pending(p, "closed before its opening"),
-                    Ok(n) => match (gate.judge)(&buf[..n]) {
-                        Opening::Complete => match p.stream.set_nonblocking(false) {
-                            Ok(()) => self.dispatch(p.id, p.stream, p.peer),
-                            Err(_) => self.drop_pending(p, "socket failed"),
-                        },
-                        Opening::Invalid => self.drop_pending(p, "invalid opening"),
-                        Opening::Incomplete if n >= gate.max_opening => {
-                            self.drop_pending(p, "opening too long")
-                        }
-                        Opening::Incomplete if p.until <= now => {
-                            self.drop_pending(p, "no complete opening in time")
-                        }
-                        Opening::Incomplete => {
-                            p.recheck = Some(now + GATE_RECHECK);
-                            kept.push_back(p);
-                        }
-                    },
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => kept.push_back(p),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => kept.push_back(p),
-                    Err(_) => self.drop_pending(p, "socket failed"),
+                if let Some(p) = self.look(p, gate, &mut buf, now) {
+                    kept.push_back(p);
                 }
             }
             pending = kept;
 
             if listener_ready {
-                loop {
+                for _ in 0..GATE_ACCEPT_BATCH {
                     let stream = match listener.accept() {
                         Ok((s, _)) => s,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -445,19 +477,26 @@ impl Acceptor {
                     let Some((id, stream, peer)) = self.admit(stream) else {
                         continue;
                     };
+                    let now = Instant::now();
+                    let fresh = Pending {
+                        id,
+                        stream,
+                        peer,
+                        until: now + gate.timeout,
+                        recheck: None,
+                    };
+                    // Most openings are there by the time they are accepted.
+                    let Some(fresh) = self.look(fresh, gate, &mut buf, now) else {
+                        continue;
+                    };
                     if pending.len() >= gate.capacity.max(1)
                         && let Some(oldest) = pending.pop_front()
+                        && let Some(oldest) = self.look(oldest, gate, &mut buf, now)
                     {
                         self.stats.evicted.fetch_add(1, Ordering::Relaxed);
                         self.drop_pending(oldest, "evicted for a newer connection");
                     }
-                    pending.push_back(Pending {
-                        id,
-                        stream,
-                        peer,
-                        until: Instant::now() + gate.timeout,
-                        recheck: None,
-                    });
+                    pending.push_back(fresh);
                     self.stats
                         .gate_peak
                         .fetch_max(pending.len() as u64, Ordering::Relaxed);
