@@ -147,6 +147,11 @@ impl Metrics {
                     "Connections waiting for their ClientHello evicted for newer ones.",
                     &s.evicted,
                 ),
+                (
+                    "joinsvc_connections_preempted_total",
+                    "Connections shut, with every worker busy, after waiting longest for their peer.",
+                    &s.preempted,
+                ),
             ] {
                 counter(&mut out, name, help, v.load(Ordering::Relaxed));
             }

@@ -65,13 +65,15 @@ pub fn client_hello_opening(bytes: &[u8]) -> Opening {
 /// the first record of its ClientHello is there, so peers that connect and
 /// say nothing or trickle their ClientHello hold no worker; `capacity`
 /// connections may wait at once (the longest-waiting is evicted for a new
-/// one), each at most `timeout`.
+/// one), each at most `timeout`. A peer that shut its side after its
+/// ClientHello (a flood that aborts) is closed without a handshake.
 pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
     Gate {
         judge: client_hello_opening,
         max_opening: RECORD_HEADER + MAX_RECORD,
         timeout,
         capacity,
+        drop_half_closed: true,
     }
 }
 

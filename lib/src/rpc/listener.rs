@@ -11,7 +11,16 @@
 //! first bytes, hold no worker. The gate holds a bounded number of them; a
 //! new connection evicts the one that has waited longest, and each may wait
 //! at most the gate's timeout. An opening that cannot be valid is closed as
-//! soon as its first bytes show it.
+//! soon as its first bytes show it. A connection whose opening is complete
+//! while every worker is busy and the queue is full waits at the gate for
+//! room, instead of being closed.
+//!
+//! Handlers mark where they wait for their peer ([`waiting_for_peer`]: a
+//! handshake, the next call, a frame). When the queue is full, or while
+//! connections wait in it, the connection that has waited longest for its
+//! peer (at least [`PoolConfig::preempt_after`]) is shut to make room, so
+//! peers that pass the gate and then hold their worker idle or trickling
+//! cannot keep a busy server from serving others.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -48,6 +57,16 @@ pub struct PoolConfig {
     /// What a connection must send before a worker takes it (default: none,
     /// every accepted connection goes to the queue at once).
     pub gate: Option<Gate>,
+    /// When every worker is busy and the queue is full, a new connection
+    /// takes the place of the one whose handler has waited longest for its
+    /// peer's bytes (in a handshake, between calls or inside a frame), if
+    /// that is at least this long (default 1 s; `None`: the new connection
+    /// is closed instead). Handlers mark such waits with
+    /// [`waiting_for_peer`]; a handler at work (a key derived, an Init
+    /// streaming its log) is never preempted. So peers that hold a
+    /// connection and say nothing, or trickle, cannot keep a busy server
+    /// from serving others.
+    pub preempt_after: Option<Duration>,
 }
 
 /// What the first bytes a peer sent say about its opening.
@@ -72,11 +91,26 @@ pub struct Gate {
     /// Bytes an opening may take; a peer that sent this many without a
     /// complete opening is closed.
     pub max_opening: usize,
-    /// How long a connection may take to send its opening.
+    /// How long a connection may stay at the gate: to send its opening,
+    /// and then, while every worker is busy and the queue full, to wait
+    /// for room.
     pub timeout: Duration,
     /// Connections waiting for their opening at once; a new one evicts the
     /// one that has waited longest. Each costs two file descriptors.
     pub capacity: usize,
+    /// Whether a peer that has shut its sending side after its opening is
+    /// closed instead of served (for protocols whose clients never do so
+    /// before an answer, as TLS: a ClientHello flood that aborts costs no
+    /// worker and no handshake). Looked at again when a worker takes it.
+    pub drop_half_closed: bool,
+}
+
+/// Whether the peer of `stream` has shut its sending side (`POLLRDHUP`),
+/// or the connection is gone.
+fn half_closed(stream: &TcpStream) -> bool {
+    let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
+    let mut fds = [PollFd::new(stream.as_fd(), rdhup)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// Connections the gate accepts in a row before it looks again at those it
@@ -107,33 +141,93 @@ impl Default for PoolConfig {
             max_per_peer: usize::MAX,
             stop_grace: Duration::from_secs(2),
             gate: None,
+            preempt_after: Some(Duration::from_secs(1)),
         }
     }
 }
 
+/// Since when a connection's handler waits for its peer's bytes, in
+/// milliseconds after [`epoch`] plus one; 0 while it does not.
+type Waiting = Arc<AtomicU64>;
+
+/// One connection a server holds.
+struct Open {
+    peer: IpAddr,
+    /// The server's handle on the socket, to shut it.
+    stream: TcpStream,
+    waiting: Waiting,
+}
+
 /// The connections a server holds (served or queued), to count them per
-/// peer and to shut them when the server stops.
+/// peer, to preempt one whose handler waits for its peer, and to shut them
+/// when the server stops.
 #[derive(Default)]
 struct OpenConnections {
     next_id: AtomicU64,
-    by_id: Mutex<HashMap<u64, (IpAddr, TcpStream)>>,
+    by_id: Mutex<HashMap<u64, Open>>,
+}
+
+/// The instant waiting times are measured from.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_mark() -> u64 {
+    epoch().elapsed().as_millis() as u64 + 1
+}
+
+thread_local! {
+    /// The waiting mark of the connection this pool thread serves.
+    static SERVING: std::cell::RefCell<Option<Waiting>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `wait`, in which the calling pool worker waits for the peer of the
+/// connection it serves (a handshake, the next call, a frame), marking the
+/// connection as waiting for its peer from the start of the outermost such
+/// wait to its end: when every worker is busy and the queue is full, the
+/// server shuts the connection that has waited longest (see
+/// [`PoolConfig::preempt_after`]). A peer that trickles bytes is still
+/// waited for. Outside a pool worker it just runs `wait`.
+pub fn waiting_for_peer<R>(wait: impl FnOnce() -> R) -> R {
+    let mark = SERVING.with(|s| s.borrow().clone());
+    let outermost = mark.as_ref().is_some_and(|m| {
+        m.compare_exchange(0, now_mark(), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    });
+    let r = wait();
+    if outermost && let Some(m) = &mark {
+        m.store(0, Ordering::Relaxed);
+    }
+    r
 }
 
 impl OpenConnections {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (IpAddr, TcpStream)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Open>> {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers `stream` from `peer` unless that peer holds `max` already.
     fn admit(&self, peer: IpAddr, stream: &TcpStream, max: usize) -> Result<u64, AdmitError> {
         let mut open = self.lock();
-        if open.values().filter(|(ip, _)| *ip == peer).count() >= max {
+        if open.values().filter(|o| o.peer == peer).count() >= max {
             return Err(AdmitError::PeerFull);
         }
         let clone = stream.try_clone().map_err(|_| AdmitError::Clone)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        open.insert(id, (peer, clone));
+        open.insert(
+            id,
+            Open {
+                peer,
+                stream: clone,
+                waiting: Waiting::default(),
+            },
+        );
         Ok(id)
+    }
+
+    fn waiting(&self, id: u64) -> Option<Waiting> {
+        self.lock().get(&id).map(|o| Arc::clone(&o.waiting))
     }
 
     fn remove(&self, id: u64) {
@@ -144,11 +238,29 @@ impl OpenConnections {
         self.lock().is_empty()
     }
 
+    /// Shuts the connection whose handler has waited longest for its peer,
+    /// if that is `at_least`; returns its peer and how long it waited.
+    fn preempt(&self, at_least: Duration) -> Option<(IpAddr, Duration)> {
+        let open = self.lock();
+        let now = now_mark();
+        let at_least = at_least.as_millis() as u64;
+        let victim = open
+            .values()
+            .map(|o| (o, o.waiting.load(Ordering::Relaxed)))
+            .filter(|(_, since)| *since != 0 && now.saturating_sub(*since) >= at_least)
+            .min_by_key(|(_, since)| *since)?;
+        let (o, since) = victim;
+        // Not chosen twice: its worker is about to be free.
+        o.waiting.store(0, Ordering::Relaxed);
+        let _ = o.stream.shutdown(std::net::Shutdown::Both);
+        Some((o.peer, Duration::from_millis(now - since)))
+    }
+
     /// Shuts every open connection: blocked reads and writes end at once.
     fn shut_all(&self) -> usize {
         let open = self.lock();
-        for (_, stream) in open.values() {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+        for o in open.values() {
+            let _ = o.stream.shutdown(std::net::Shutdown::Both);
         }
         open.len()
     }
@@ -170,13 +282,17 @@ pub struct ServerStats {
     /// Connections whose handler returned.
     pub served: AtomicU64,
     /// Connections the gate closed before a worker saw them: no complete
-    /// opening in time, an opening that cannot be valid, the peer gone, or
-    /// evicted for a newer connection (counted in `evicted` too).
+    /// opening in time, an opening that cannot be valid, the peer gone,
+    /// evicted for a newer connection (counted in `evicted` too), or no
+    /// worker free in time (counted in `refused` too).
     pub gate_closed: AtomicU64,
     /// Connections the gate evicted because it was full.
     pub evicted: AtomicU64,
     /// Most connections waiting at the gate at once.
     pub gate_peak: AtomicU64,
+    /// Connections shut, with every worker busy, because their handler had
+    /// waited longest for their peer (see [`PoolConfig::preempt_after`]).
+    pub preempted: AtomicU64,
 }
 
 /// A running server; [`ServerHandle::stop`] ends it.
@@ -202,8 +318,11 @@ where
     let stats = Arc::new(ServerStats::default());
     let handler = Arc::new(handler);
     let open = Arc::new(OpenConnections::default());
-    let (tx, rx) = bounded::<(u64, TcpStream)>(config.queue);
+    // Room for one more per worker: a connection queued after its worker's
+    // was preempted (see `Acceptor::dispatch`).
+    let (tx, rx) = bounded::<(u64, TcpStream)>(config.queue + config.workers.max(1));
 
+    let drop_half_closed = config.gate.as_ref().is_some_and(|g| g.drop_half_closed);
     let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers.max(1) {
         let rx = rx.clone();
@@ -216,8 +335,12 @@ where
                 .name(format!("rpc-worker-{i}"))
                 .spawn(move || {
                     for (id, stream) in rx.iter() {
-                        if !stop.is_raised() {
+                        if drop_half_closed && half_closed(&stream) {
+                            stats.gate_closed.fetch_add(1, Ordering::Relaxed);
+                        } else if !stop.is_raised() {
+                            SERVING.with(|s| *s.borrow_mut() = open.waiting(id));
                             handler(stream, &stop);
+                            SERVING.with(|s| *s.borrow_mut() = None);
                             stats.served.fetch_add(1, Ordering::Relaxed);
                         } // else drain: close queued connections unserved
                         open.remove(id);
@@ -233,6 +356,8 @@ where
             open: Arc::clone(&open),
             max_per_peer: config.max_per_peer.max(1),
             socket_timeout: config.socket_timeout,
+            queue: config.queue,
+            preempt_after: config.preempt_after,
             tx,
         };
         let gate = config.gate.clone();
@@ -262,6 +387,8 @@ struct Acceptor {
     open: Arc<OpenConnections>,
     max_per_peer: usize,
     socket_timeout: Duration,
+    queue: usize,
+    preempt_after: Option<Duration>,
     tx: Sender<(u64, TcpStream)>,
 }
 
@@ -277,15 +404,36 @@ struct Pending {
 
 impl Acceptor {
     /// Peeks at a connection at the gate: queues it when its opening is
-    /// complete, closes it when the opening is invalid, too long or late, or
-    /// the peer is gone; otherwise gives it back (to look again at it in
-    /// [`GATE_RECHECK`] when it sent part of its opening).
+    /// complete and there is room, closes it when the opening is invalid,
+    /// too long or late, or the peer is gone; otherwise gives it back (to
+    /// look again at it in [`GATE_RECHECK`] when it sent part of its opening
+    /// or waits for room).
     fn look(&self, mut p: Pending, gate: &Gate, buf: &mut [u8], now: Instant) -> Option<Pending> {
         match p.stream.peek(buf) {
             Ok(0) => self.drop_pending(p, "closed before its opening"),
             Ok(n) => match (gate.judge)(&buf[..n]) {
+                // With every worker busy, it waits here (its time bounded
+                // as before) until there is room.
+                Opening::Complete if p.until <= now => {
+                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("refusing connection from {}: all workers busy", p.peer);
+                    self.drop_pending(p, "no worker free in time")
+                }
+                // A peer that sent its opening and already shut its side
+                // (a flood that aborts) gets no worker.
+                Opening::Complete if gate.drop_half_closed && half_closed(&p.stream) => {
+                    self.drop_pending(p, "closed after its opening")
+                }
                 Opening::Complete => match p.stream.set_nonblocking(false) {
-                    Ok(()) => self.dispatch(p.id, p.stream, p.peer),
+                    Ok(()) => match self.try_dispatch(p.id, p.stream) {
+                        Ok(()) => {}
+                        Err(stream) => {
+                            let _ = stream.set_nonblocking(true);
+                            p.stream = stream;
+                            p.recheck = Some(now + GATE_RECHECK);
+                            return Some(p);
+                        }
+                    },
                     Err(_) => self.drop_pending(p, "socket failed"),
                 },
                 Opening::Invalid => self.drop_pending(p, "invalid opening"),
@@ -344,19 +492,62 @@ impl Acceptor {
         }
     }
 
-    /// Hands a registered connection to the pool, or closes it when the
-    /// queue is full.
-    fn dispatch(&self, id: u64, stream: TcpStream, peer: IpAddr) {
+    /// While connections wait in the queue, shuts those (one per queued
+    /// connection at most) whose handler has waited for its peer at least
+    /// [`PoolConfig::preempt_after`], so the queue moves on.
+    fn preempt_for_queued(&self) {
+        let Some(after) = self.preempt_after else {
+            return;
+        };
+        for _ in 0..self.tx.len() {
+            match self.open.preempt(after) {
+                Some((victim, waited)) => {
+                    self.stats.preempted.fetch_add(1, Ordering::Relaxed);
+                    log::warn!(
+                        "connections queued: shut the connection from {victim}, which waited \
+                         {} ms for its peer",
+                        waited.as_millis()
+                    );
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Hands a registered connection to the pool. When the queue is full,
+    /// the connection whose handler has waited longest for its peer (at
+    /// least [`PoolConfig::preempt_after`]) is shut to make room; when there
+    /// is none, the connection is given back.
+    fn try_dispatch(&self, id: u64, stream: TcpStream) -> Result<(), TcpStream> {
+        if self.tx.len() >= self.queue {
+            let preempted = self.preempt_after.and_then(|a| self.open.preempt(a));
+            let Some((victim, waited)) = preempted else {
+                return Err(stream);
+            };
+            self.stats.preempted.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "every worker busy: shut the connection from {victim}, which waited {} ms for \
+                 its peer",
+                waited.as_millis()
+            );
+        }
         match self.tx.try_send((id, stream)) {
             Ok(()) => {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                Ok(())
             }
-            Err(TrySendError::Full((id, s))) | Err(TrySendError::Disconnected((id, s))) => {
-                self.open.remove(id);
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                log::warn!("refusing connection from {peer}: all workers busy");
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
+            Err(TrySendError::Full((_, s))) | Err(TrySendError::Disconnected((_, s))) => Err(s),
+        }
+    }
+
+    /// Hands a registered connection to the pool, or closes it when there
+    /// is no room.
+    fn dispatch(&self, id: u64, stream: TcpStream, peer: IpAddr) {
+        if let Err(s) = self.try_dispatch(id, stream) {
+            self.open.remove(id);
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            log::warn!("refusing connection from {peer}: all workers busy");
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
 
@@ -453,6 +644,7 @@ impl Acceptor {
                 }
             }
             pending = kept;
+            self.preempt_for_queued();
 
             if listener_ready {
                 for _ in 0..GATE_ACCEPT_BATCH {
