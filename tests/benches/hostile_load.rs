@@ -243,6 +243,10 @@ fn main() {
         .collect();
     let insider = Node::start("insider", b"kernel");
     let other = Node::start("other-image", b"another kernel");
+    // The TPMs the attackers use quote at the attackers' priority.
+    for n in [&insider, &other] {
+        confboot_tests::hostile::renice_process(n.swtpm_pid(), 19);
+    }
     let trusted: Vec<&Node> = nodes.iter().chain([&insider, &other]).collect();
     // joinsvc with its defaults (16 workers, a queue of 64, 1024 at the
     // gate), at its production verbosity.

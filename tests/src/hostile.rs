@@ -311,13 +311,19 @@ impl Drop for Attack {
 /// (Linux nice values are per thread: `renice -p TID`).
 fn renice_self(nice: Option<i32>) {
     if let Some(n) = nice {
-        let tid = nix::unistd::gettid();
-        let _ = std::process::Command::new("renice")
-            .args(["-n", &n.to_string(), "-p", &tid.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        renice_process(nix::unistd::gettid().as_raw() as u32, n);
     }
+}
+
+/// Lowers the CPU priority of process `pid` to `nice` (e.g. the swtpm of
+/// a node whose TPM an attacker uses, so that its quotes compete as little
+/// as the attackers' threads do).
+pub fn renice_process(pid: u32, nice: i32) {
+    let _ = std::process::Command::new("renice")
+        .args(["-n", &nice.to_string(), "-p", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// Runs `attempt` (numbered) until stopped, `plan.pause` apart.

@@ -39,6 +39,9 @@ fn honest_nodes_join_and_the_admin_is_answered_while_every_hostile_client_loses(
     // TPM running another image.
     let insider = Node::start("insider", b"kernel");
     let other = Node::start("other-image", b"another kernel");
+    for n in [&insider, &other] {
+        confboot_tests::hostile::renice_process(n.swtpm_pid(), 10);
+    }
     let trusted: Vec<&Node> = honest.iter().chain([&insider, &other]).collect();
     let joinsvc = Joinsvc::start_with(
         &joinsvc_bin,
