@@ -133,6 +133,14 @@ const CMD: Command = Command {
             "Accepted connections that may wait for a worker",
         )
         .default("64"),
+        Opt::value(
+            "pending",
+            "N",
+            "Connections that may wait for their TLS ClientHello without holding a worker; \
+             a new one evicts the one waiting longest (two open files each; the open-file limit is \
+             raised to fit, or --pending lowered)",
+        )
+        .default("1024"),
         VERBOSITY,
     ],
 };

@@ -136,6 +136,22 @@ impl Metrics {
                     "Connections whose serving ended.",
                     &s.served,
                 ),
+                (
+                    "joinsvc_connections_gate_closed_total",
+                    "Connections closed before a worker saw them: no whole ClientHello in time, \
+                     not a ClientHello, or evicted.",
+                    &s.gate_closed,
+                ),
+                (
+                    "joinsvc_connections_evicted_total",
+                    "Connections waiting for their ClientHello evicted for newer ones.",
+                    &s.evicted,
+                ),
+                (
+                    "joinsvc_connections_preempted_total",
+                    "Connections shut, with every worker busy, after waiting longest for their peer.",
+                    &s.preempted,
+                ),
             ] {
                 counter(&mut out, name, help, v.load(Ordering::Relaxed));
             }

@@ -245,3 +245,256 @@ fn one_peer_address_cannot_take_the_whole_pool() {
     assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 2);
     server.stop();
 }
+
+/// A gate whose opening is a line: complete at its `\n`, invalid when it
+/// starts with a NUL byte (as a frame header does).
+fn line_gate(capacity: usize, timeout: Duration) -> listener::Gate {
+    listener::Gate {
+        judge: |b| match b {
+            [0, ..] => listener::Opening::Invalid,
+            _ if b.contains(&b'\n') => listener::Opening::Complete,
+            _ => listener::Opening::Incomplete,
+        },
+        max_opening: 64,
+        timeout,
+        capacity,
+        drop_half_closed: true,
+    }
+}
+
+/// Whether the server closed `s` (reads end-of-stream or an error within `LONG`).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(LONG)).unwrap();
+    let mut buf = [0u8; 16];
+    !matches!(s.read(&mut buf), Ok(n) if n > 0)
+}
+
+#[test]
+fn peers_that_say_nothing_or_trickle_hold_no_worker_behind_a_gate() {
+    // One worker, one queue slot: without the gate, one silent peer would
+    // hold the worker and a second the queue.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        gate: Some(line_gate(64, LONG)),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, |mut sock, _stop| {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while sock.read(&mut b).is_ok_and(|n| n == 1) && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        line.reverse();
+        line.push(b'\n');
+        let _ = sock.write_all(&line);
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    let silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let tricklers: Vec<_> = (0..4)
+        .map(|_| {
+            thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                trickle(&mut s, b"slow slow slow");
+                s
+            })
+        })
+        .collect();
+    // Honest peers, each with its opening at once, are served meanwhile.
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(LONG)).unwrap();
+        s.write_all(b"olleh\n").unwrap();
+        let mut got = [0u8; 6];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hello\n");
+    }
+    assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 10);
+    assert_eq!(server.stats().refused.load(Ordering::SeqCst), 0);
+    // A peer whose first byte cannot start an opening is closed at once.
+    let mut bad = TcpStream::connect(addr).unwrap();
+    bad.write_all(&[0, 0xff, 0xff, 0xff, 0xff]).unwrap();
+    assert!(closed_by_server(&mut bad));
+    wait_for(&server.stats().gate_closed, 1);
+    drop(silent);
+    for t in tricklers {
+        t.join().unwrap();
+    }
+    server.stop();
+}
+
+#[test]
+fn a_full_gate_evicts_the_connection_waiting_longest_and_late_ones_are_closed() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        gate: Some(line_gate(4, Duration::from_millis(500))),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, |_sock, _stop| {}).unwrap();
+    let addr = server.local_addr();
+    let mut first = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().gate_peak, 1);
+    let mut rest: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // Five for four places: the first is evicted, the gate never holds more.
+    assert!(closed_by_server(&mut first));
+    wait_for(&server.stats().evicted, 1);
+    assert_eq!(server.stats().gate_peak.load(Ordering::SeqCst), 4);
+    // The others are closed once their time is up.
+    for s in rest.iter_mut() {
+        assert!(closed_by_server(s));
+    }
+    wait_for(&server.stats().gate_closed, 5);
+    assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 0);
+    server.stop();
+}
+
+/// A server of one worker and one queue slot behind a line gate whose
+/// connections take a first line (the opening), then wait for a second
+/// (marked as waiting for the peer), then answer `ok`.
+fn two_line_server(preempt_after: Option<Duration>) -> listener::ServerHandle {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        gate: Some(line_gate(64, LONG)),
+        preempt_after,
+        ..PoolConfig::default()
+    };
+    listener::spawn(l, config, |mut sock, _stop| {
+        sock.set_read_timeout(Some(LONG)).unwrap();
+        let mut newlines = 0;
+        let mut b = [0u8; 1];
+        while newlines < 2 {
+            let got = listener::waiting_for_peer(|| sock.read(&mut b));
+            match got {
+                Ok(1) if b[0] == b'\n' => newlines += 1,
+                Ok(1) => {}
+                _ => return,
+            }
+        }
+        let _ = sock.write_all(b"ok\n");
+    })
+    .unwrap()
+}
+
+/// Two peers that pass the gate and say nothing more: the first takes the
+/// worker, the second (once the worker has the first) the queue slot.
+fn hold_worker_and_queue(server: &listener::ServerHandle) -> Vec<TcpStream> {
+    let mut held = Vec::new();
+    for n in 1..=2 {
+        let mut s = TcpStream::connect(server.local_addr()).unwrap();
+        s.write_all(b"hello\n").unwrap();
+        wait_for(&server.stats().accepted, n);
+        // The worker takes it off the queue (a moment).
+        thread::sleep(Duration::from_millis(50));
+        held.push(s);
+    }
+    held
+}
+
+#[test]
+fn a_peer_that_holds_its_worker_waiting_is_preempted_for_the_next_connection() {
+    let server = two_line_server(Some(Duration::from_millis(300)));
+    let addr = server.local_addr();
+    // Two peers pass the gate and then say nothing: one holds the worker,
+    // the other the queue slot.
+    let mut held = hold_worker_and_queue(&server);
+    // An honest peer is served all the same: the silent ones are shut once
+    // they have waited 300 ms while others were queued.
+    let mut honest = TcpStream::connect(addr).unwrap();
+    honest.set_read_timeout(Some(LONG)).unwrap();
+    honest.write_all(b"hello\nthere\n").unwrap();
+    let mut got = [0u8; 3];
+    honest.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ok\n");
+    assert!(server.stats().preempted.load(Ordering::SeqCst) >= 1);
+    for s in held.iter_mut() {
+        assert!(closed_by_server(s), "a silent peer kept its connection");
+    }
+    server.stop();
+}
+
+#[test]
+fn without_preemption_a_silent_peer_keeps_the_pool_and_a_worker_at_work_is_never_preempted() {
+    // The guard off: the silent peers keep the worker and the queue, and a
+    // third connection waits at the gate, unserved.
+    let server = two_line_server(None);
+    let addr = server.local_addr();
+    let _held = hold_worker_and_queue(&server);
+    let mut third = TcpStream::connect(addr).unwrap();
+    third.write_all(b"hello\nthere\n").unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let mut got = [0u8; 3];
+    let read = third.read(&mut got);
+    assert!(
+        read.as_ref().is_err_and(frame::is_timeout),
+        "the third peer was answered or closed: {read:?}"
+    );
+    assert_eq!(server.stats().preempted.load(Ordering::SeqCst), 0);
+    server.stop();
+
+    // A handler at work (not waiting for its peer) keeps its worker; with
+    // no gate, a connection finding no room is closed.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        preempt_after: Some(Duration::from_millis(100)),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, |mut sock, _stop| {
+        thread::sleep(Duration::from_millis(800));
+        let _ = sock.write_all(b"done\n");
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    let mut working = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().accepted, 1);
+    thread::sleep(Duration::from_millis(50));
+    let _queued = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().accepted, 2);
+    thread::sleep(Duration::from_millis(300));
+    let mut third = TcpStream::connect(addr).unwrap();
+    assert!(closed_by_server(&mut third));
+    working.set_read_timeout(Some(LONG)).unwrap();
+    let mut got = [0u8; 5];
+    working.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"done\n");
+    assert_eq!(server.stats().preempted.load(Ordering::SeqCst), 0);
+    server.stop();
+}
+
+#[test]
+fn a_peer_that_sends_its_opening_and_shuts_its_side_gets_no_worker() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let config = PoolConfig {
+        gate: Some(line_gate(64, LONG)),
+        ..PoolConfig::default()
+    };
+    let server = {
+        let served = Arc::clone(&served);
+        listener::spawn(l, config, move |_sock, _stop| {
+            served.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap()
+    };
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(server.local_addr()).unwrap();
+        s.write_all(b"hello\n").unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    wait_for(&server.stats().gate_closed, 20);
+    // One that keeps its side open is served.
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.write_all(b"hello\n").unwrap();
+    assert!(closed_by_server(&mut s));
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    server.stop();
+}

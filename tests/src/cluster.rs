@@ -60,6 +60,11 @@ impl Node {
         }
     }
 
+    /// The process id of the node's swtpm.
+    pub fn swtpm_pid(&self) -> u32 {
+        self._swtpm.pid()
+    }
+
     /// The node's current PCR values.
     pub fn pcrs(&self) -> Vec<(u32, [u8; 32])> {
         self.issuer

@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod hostile;
 pub mod kube_double;
+pub mod load;
 pub mod qemu;
 
 use std::io::{BufRead, BufReader, Write as _};

@@ -82,7 +82,9 @@ where
     D: rustls::SideData,
     T: Transport,
 {
-    let result = (|| -> Result<(), AtlsError> {
+    // The whole handshake counts as waiting for the peer (see
+    // `waiting_for_peer`): its own work takes milliseconds.
+    let result = crate::rpc::listener::waiting_for_peer(|| -> Result<(), AtlsError> {
         loop {
             while conn.wants_write() {
                 set_timeouts(sock, deadline)?;
@@ -110,7 +112,7 @@ where
                 ));
             }
         }
-    })();
+    });
     match result {
         Ok(()) => match state.error() {
             // A callback failed without failing the handshake (our issuer

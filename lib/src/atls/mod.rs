@@ -92,4 +92,7 @@ pub use error::AtlsError;
 pub use handshake::{ALPN, provider};
 pub use net::{AtlsRpcClient, connect, serve};
 pub use nonce::Nonce;
-pub use server::{Accepted, AtlsServer, ServerHandshake};
+pub use server::{
+    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, ServerHandshake,
+    client_hello_gate, client_hello_opening,
+};

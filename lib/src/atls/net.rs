@@ -11,7 +11,7 @@ use rustls::{ClientConnection, StreamOwned};
 use super::client::{AtlsClient, Connected};
 use super::error::AtlsError;
 use super::handshake::reset_timeouts;
-use super::server::{Accepted, AtlsServer};
+use super::server::{Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT};
 use crate::attestation::{Attested, Issuer, Validator};
 use crate::rpc::{self, PoolConfig, Router, ServerHandle, ServerLimits};
 
@@ -21,10 +21,12 @@ use crate::rpc::{self, PoolConfig, Router, ServerHandle, ServerLimits};
 /// `client_validators` non-empty, every client must attest, and handlers see
 /// what its evidence established as [`crate::rpc::CallContext::peer`]. Each
 /// handshake is bounded by `limits.io_timeout`. Refused handshakes are
-/// logged and closed.
+/// logged and closed. Without a gate in `pool`, the ClientHello gate
+/// ([`super::client_hello_gate`] with its defaults) keeps connections that
+/// have not sent a ClientHello away from the workers.
 pub fn serve(
     listener: TcpListener,
-    pool: PoolConfig,
+    mut pool: PoolConfig,
     limits: ServerLimits,
     router: Router,
     server_issuer: Option<Arc<dyn Issuer>>,
@@ -32,6 +34,9 @@ pub fn serve(
 ) -> io::Result<ServerHandle> {
     let atls =
         AtlsServer::new(server_issuer, client_validators.to_vec()).map_err(io::Error::other)?;
+    pool.gate.get_or_insert_with(|| {
+        super::client_hello_gate(DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT)
+    });
     rpc::listener::spawn(listener, pool, move |sock, stop| {
         let peer_addr = sock.peer_addr().ok();
         match atls.accept(sock, limits.io_timeout) {

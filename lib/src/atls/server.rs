@@ -19,6 +19,63 @@ use super::handshake::{
 use super::nonce::Nonce;
 use crate::attestation::{Attested, Issuer, Validator};
 use crate::rpc::Transport;
+use crate::rpc::listener::{Gate, Opening};
+
+/// Largest TLS plaintext record (RFC 8446, 5.1), and its header.
+const MAX_RECORD: usize = 1 << 14;
+const RECORD_HEADER: usize = 5;
+
+/// Connections an aTLS server keeps waiting for their ClientHello by
+/// default (see [`client_hello_gate`]).
+pub const DEFAULT_GATE_CAPACITY: usize = 256;
+/// How long a connection may take to send its ClientHello by default.
+pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Judges a connection's first bytes as the start of a TLS ClientHello:
+/// a handshake record (type 22, version 3.x, 1 to 2^14 bytes) whose first
+/// message is a ClientHello. Complete once that whole first record is there;
+/// anything else (garbage, a bare frame header, an alert) is invalid from
+/// its first bytes. rustls checks the ClientHello itself afterwards.
+pub fn client_hello_opening(bytes: &[u8]) -> Opening {
+    const HANDSHAKE: u8 = 22;
+    const CLIENT_HELLO: u8 = 1;
+    match bytes {
+        [] => return Opening::Incomplete,
+        [t, ..] if *t != HANDSHAKE => return Opening::Invalid,
+        [_, major, ..] if *major != 3 => return Opening::Invalid,
+        [_, _, minor, ..] if *minor > 4 => return Opening::Invalid,
+        _ => {}
+    }
+    let Some(header) = bytes.get(..RECORD_HEADER) else {
+        return Opening::Incomplete;
+    };
+    let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+    if len == 0 || len > MAX_RECORD {
+        return Opening::Invalid;
+    }
+    match bytes.get(RECORD_HEADER) {
+        None => Opening::Incomplete,
+        Some(&t) if t != CLIENT_HELLO => Opening::Invalid,
+        Some(_) if bytes.len() < RECORD_HEADER + len => Opening::Incomplete,
+        Some(_) => Opening::Complete,
+    }
+}
+
+/// The listener gate of an aTLS server: a connection reaches a worker once
+/// the first record of its ClientHello is there, so peers that connect and
+/// say nothing or trickle their ClientHello hold no worker; `capacity`
+/// connections may wait at once (the longest-waiting is evicted for a new
+/// one), each at most `timeout`. A peer that shut its side after its
+/// ClientHello (a flood that aborts) is closed without a handshake.
+pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
+    Gate {
+        judge: client_hello_opening,
+        max_opening: RECORD_HEADER + MAX_RECORD,
+        timeout,
+        capacity,
+        drop_half_closed: true,
+    }
+}
 
 /// The server end of aTLS: what it attests with, and what it requires of
 /// clients. Cheap to share between threads; every handshake gets its own
@@ -147,5 +204,50 @@ struct FixedResolver(Arc<CertifiedKey>);
 impl ResolvesServerCert for FixedResolver {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(Arc::clone(&self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_hello_opens_and_anything_else_is_refused_from_its_first_bytes() {
+        // A real ClientHello, as a client writes it.
+        let hello = {
+            let config = rustls::ClientConfig::builder_with_provider(super::provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            let mut conn = rustls::ClientConnection::new(
+                Arc::new(config),
+                rustls::pki_types::ServerName::try_from("example.org").unwrap(),
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            conn.write_tls(&mut out).unwrap();
+            out
+        };
+        assert_eq!(client_hello_opening(&hello), Opening::Complete);
+        for cut in 0..hello.len() {
+            assert_eq!(
+                client_hello_opening(&hello[..cut]),
+                Opening::Incomplete,
+                "{cut} bytes"
+            );
+        }
+        for bad in [
+            &[0x00, 0xff, 0xff, 0xff, 0xff][..], // a frame header announcing 4 GiB
+            &[0x17, 0x03, 0x03, 0x00, 0x10],     // application data first
+            &[0x16, 0x02],                       // SSL 2
+            &[0x16, 0x03, 0x09],                 // no such version
+            &[0x16, 0x03, 0x01, 0x00, 0x00],     // an empty record
+            &[0x16, 0x03, 0x01, 0x40, 0x01],     // over 2^14 bytes
+            &[0x16, 0x03, 0x01, 0x00, 0x10, 2],  // a ServerHello
+            b"GET / HTTP/1.1\r\n",
+        ] {
+            assert_eq!(client_hello_opening(bad), Opening::Invalid, "{bad:?}");
+        }
     }
 }

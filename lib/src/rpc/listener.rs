@@ -3,16 +3,36 @@
 //! connection is closed at once instead of waiting without bound; so is one
 //! from a peer address that already holds its share of the pool. Stopping
 //! the server gives open connections a grace period, then shuts them.
+//!
+//! With a [`Gate`], a connection reaches a worker only once it has sent its
+//! whole opening (for TLS: the ClientHello's first record): until then the
+//! accepting thread watches it with `poll(2)`, together with every other
+//! such connection, so peers that connect and say nothing, or trickle their
+//! first bytes, hold no worker. The gate holds a bounded number of them; a
+//! new connection evicts the one that has waited longest, and each may wait
+//! at most the gate's timeout. An opening that cannot be valid is closed as
+//! soon as its first bytes show it. A connection whose opening is complete
+//! while every worker is busy and the queue is full waits at the gate for
+//! room, instead of being closed.
+//!
+//! Handlers mark where they wait for their peer ([`waiting_for_peer`]: a
+//! handshake, the next call, a frame). When the queue is full, or while
+//! connections wait in it, the connection that has waited longest for its
+//! peer (at least [`PoolConfig::preempt_after`]) is shut to make room, so
+//! peers that pass the gate and then hold their worker idle or trickling
+//! cannot keep a busy server from serving others.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{TrySendError, bounded};
+use crossbeam_channel::{Sender, TrySendError, bounded};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::stop::Stop;
 
@@ -34,7 +54,83 @@ pub struct PoolConfig {
     /// How long [`ServerHandle::stop`] lets open connections finish before
     /// it shuts them (default 2 s).
     pub stop_grace: Duration,
+    /// What a connection must send before a worker takes it (default: none,
+    /// every accepted connection goes to the queue at once).
+    pub gate: Option<Gate>,
+    /// When every worker is busy and the queue is full, a new connection
+    /// takes the place of the one whose handler has waited longest for its
+    /// peer's bytes (in a handshake, between calls or inside a frame), if
+    /// that is at least this long (default 1 s; `None`: the new connection
+    /// is closed instead). Handlers mark such waits with
+    /// [`waiting_for_peer`]; a handler at work (a key derived, an Init
+    /// streaming its log) is never preempted. So peers that hold a
+    /// connection and say nothing, or trickle, cannot keep a busy server
+    /// from serving others.
+    pub preempt_after: Option<Duration>,
 }
+
+/// What the first bytes a peer sent say about its opening.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opening {
+    /// The opening is all there: a worker may take the connection.
+    Complete,
+    /// More bytes are needed.
+    Incomplete,
+    /// No valid opening starts like this: the connection is closed.
+    Invalid,
+}
+
+/// Keeps connections away from the worker pool until they have sent their
+/// opening (see the module documentation). Peers whose opening arrives at
+/// once (every honest client) pass in the time of a `poll(2)`.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    /// Judges the bytes received so far (read with `MSG_PEEK`, so the
+    /// handler still reads them from the socket).
+    pub judge: fn(&[u8]) -> Opening,
+    /// Bytes an opening may take; a peer that sent this many without a
+    /// complete opening is closed.
+    pub max_opening: usize,
+    /// How long a connection may stay at the gate: to send its opening,
+    /// and then, while every worker is busy and the queue full, to wait
+    /// for room.
+    pub timeout: Duration,
+    /// Connections waiting for their opening at once; a new one evicts the
+    /// one that has waited longest. Each costs two file descriptors.
+    pub capacity: usize,
+    /// Whether a peer that has shut its sending side after its opening is
+    /// closed instead of served (for protocols whose clients never do so
+    /// before an answer, as TLS: a ClientHello flood that aborts costs no
+    /// worker and no handshake). Looked at again when a worker takes it.
+    pub drop_half_closed: bool,
+}
+
+/// Whether the peer of `stream` has shut its sending side (`POLLRDHUP`),
+/// or the connection is gone.
+fn half_closed(stream: &TcpStream) -> bool {
+    let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
+    let mut fds = [PollFd::new(stream.as_fd(), rdhup)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+/// Connections the gate accepts in a row before it looks again at those it
+/// holds (a burst of new ones must not evict one whose opening just came).
+const GATE_ACCEPT_BATCH: usize = 32;
+
+/// File descriptors a server with `config` holds at most for its
+/// connections: two per connection (the socket, and the server's handle on
+/// it to shut it at a stop), served, queued or at the gate.
+pub fn descriptors_needed(config: &PoolConfig) -> u64 {
+    let gate = config.gate.as_ref().map_or(0, |g| g.capacity.max(1));
+    2 * (config.workers.max(1) + config.queue + gate) as u64
+}
+
+/// How often the gate looks again at a connection that sent part of its
+/// opening (the socket stays readable while its bytes are only peeked, so it
+/// is not polled for input).
+const GATE_RECHECK: Duration = Duration::from_millis(20);
+/// Longest single wait in the gate's poll, so it notices the stop signal.
+const GATE_POLL_MAX: Duration = Duration::from_millis(250);
 
 impl Default for PoolConfig {
     fn default() -> Self {
@@ -44,33 +140,94 @@ impl Default for PoolConfig {
             socket_timeout: Duration::from_secs(10),
             max_per_peer: usize::MAX,
             stop_grace: Duration::from_secs(2),
+            gate: None,
+            preempt_after: Some(Duration::from_secs(1)),
         }
     }
 }
 
+/// Since when a connection's handler waits for its peer's bytes, in
+/// milliseconds after [`epoch`] plus one; 0 while it does not.
+type Waiting = Arc<AtomicU64>;
+
+/// One connection a server holds.
+struct Open {
+    peer: IpAddr,
+    /// The server's handle on the socket, to shut it.
+    stream: TcpStream,
+    waiting: Waiting,
+}
+
 /// The connections a server holds (served or queued), to count them per
-/// peer and to shut them when the server stops.
+/// peer, to preempt one whose handler waits for its peer, and to shut them
+/// when the server stops.
 #[derive(Default)]
 struct OpenConnections {
     next_id: AtomicU64,
-    by_id: Mutex<HashMap<u64, (IpAddr, TcpStream)>>,
+    by_id: Mutex<HashMap<u64, Open>>,
+}
+
+/// The instant waiting times are measured from.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_mark() -> u64 {
+    epoch().elapsed().as_millis() as u64 + 1
+}
+
+thread_local! {
+    /// The waiting mark of the connection this pool thread serves.
+    static SERVING: std::cell::RefCell<Option<Waiting>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `wait`, in which the calling pool worker waits for the peer of the
+/// connection it serves (a handshake, the next call, a frame), marking the
+/// connection as waiting for its peer from the start of the outermost such
+/// wait to its end: when every worker is busy and the queue is full, the
+/// server shuts the connection that has waited longest (see
+/// [`PoolConfig::preempt_after`]). A peer that trickles bytes is still
+/// waited for. Outside a pool worker it just runs `wait`.
+pub fn waiting_for_peer<R>(wait: impl FnOnce() -> R) -> R {
+    let mark = SERVING.with(|s| s.borrow().clone());
+    let outermost = mark.as_ref().is_some_and(|m| {
+        m.compare_exchange(0, now_mark(), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    });
+    let r = wait();
+    if outermost && let Some(m) = &mark {
+        m.store(0, Ordering::Relaxed);
+    }
+    r
 }
 
 impl OpenConnections {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (IpAddr, TcpStream)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Open>> {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers `stream` from `peer` unless that peer holds `max` already.
     fn admit(&self, peer: IpAddr, stream: &TcpStream, max: usize) -> Result<u64, AdmitError> {
         let mut open = self.lock();
-        if open.values().filter(|(ip, _)| *ip == peer).count() >= max {
+        if open.values().filter(|o| o.peer == peer).count() >= max {
             return Err(AdmitError::PeerFull);
         }
         let clone = stream.try_clone().map_err(|_| AdmitError::Clone)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        open.insert(id, (peer, clone));
+        open.insert(
+            id,
+            Open {
+                peer,
+                stream: clone,
+                waiting: Waiting::default(),
+            },
+        );
         Ok(id)
+    }
+
+    fn waiting(&self, id: u64) -> Option<Waiting> {
+        self.lock().get(&id).map(|o| Arc::clone(&o.waiting))
     }
 
     fn remove(&self, id: u64) {
@@ -81,11 +238,29 @@ impl OpenConnections {
         self.lock().is_empty()
     }
 
+    /// Shuts the connection whose handler has waited longest for its peer,
+    /// if that is `at_least`; returns its peer and how long it waited.
+    fn preempt(&self, at_least: Duration) -> Option<(IpAddr, Duration)> {
+        let open = self.lock();
+        let now = now_mark();
+        let at_least = at_least.as_millis() as u64;
+        let victim = open
+            .values()
+            .map(|o| (o, o.waiting.load(Ordering::Relaxed)))
+            .filter(|(_, since)| *since != 0 && now.saturating_sub(*since) >= at_least)
+            .min_by_key(|(_, since)| *since)?;
+        let (o, since) = victim;
+        // Not chosen twice: its worker is about to be free.
+        o.waiting.store(0, Ordering::Relaxed);
+        let _ = o.stream.shutdown(std::net::Shutdown::Both);
+        Some((o.peer, Duration::from_millis(now - since)))
+    }
+
     /// Shuts every open connection: blocked reads and writes end at once.
     fn shut_all(&self) -> usize {
         let open = self.lock();
-        for (_, stream) in open.values() {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+        for o in open.values() {
+            let _ = o.stream.shutdown(std::net::Shutdown::Both);
         }
         open.len()
     }
@@ -106,6 +281,18 @@ pub struct ServerStats {
     pub refused: AtomicU64,
     /// Connections whose handler returned.
     pub served: AtomicU64,
+    /// Connections the gate closed before a worker saw them: no complete
+    /// opening in time, an opening that cannot be valid, the peer gone,
+    /// evicted for a newer connection (counted in `evicted` too), or no
+    /// worker free in time (counted in `refused` too).
+    pub gate_closed: AtomicU64,
+    /// Connections the gate evicted because it was full.
+    pub evicted: AtomicU64,
+    /// Most connections waiting at the gate at once.
+    pub gate_peak: AtomicU64,
+    /// Connections shut, with every worker busy, because their handler had
+    /// waited longest for their peer (see [`PoolConfig::preempt_after`]).
+    pub preempted: AtomicU64,
 }
 
 /// A running server; [`ServerHandle::stop`] ends it.
@@ -131,8 +318,11 @@ where
     let stats = Arc::new(ServerStats::default());
     let handler = Arc::new(handler);
     let open = Arc::new(OpenConnections::default());
-    let (tx, rx) = bounded::<(u64, TcpStream)>(config.queue);
+    // Room for one more per worker: a connection queued after its worker's
+    // was preempted (see `Acceptor::dispatch`).
+    let (tx, rx) = bounded::<(u64, TcpStream)>(config.queue + config.workers.max(1));
 
+    let drop_half_closed = config.gate.as_ref().is_some_and(|g| g.drop_half_closed);
     let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers.max(1) {
         let rx = rx.clone();
@@ -145,8 +335,12 @@ where
                 .name(format!("rpc-worker-{i}"))
                 .spawn(move || {
                     for (id, stream) in rx.iter() {
-                        if !stop.is_raised() {
+                        if drop_half_closed && half_closed(&stream) {
+                            stats.gate_closed.fetch_add(1, Ordering::Relaxed);
+                        } else if !stop.is_raised() {
+                            SERVING.with(|s| *s.borrow_mut() = open.waiting(id));
                             handler(stream, &stop);
+                            SERVING.with(|s| *s.borrow_mut() = None);
                             stats.served.fetch_add(1, Ordering::Relaxed);
                         } // else drain: close queued connections unserved
                         open.remove(id);
@@ -156,63 +350,22 @@ where
     }
 
     let acceptor = {
-        let stop = stop.clone();
-        let stats = Arc::clone(&stats);
-        let open = Arc::clone(&open);
-        let max_per_peer = config.max_per_peer.max(1);
+        let accept = Acceptor {
+            stop: stop.clone(),
+            stats: Arc::clone(&stats),
+            open: Arc::clone(&open),
+            max_per_peer: config.max_per_peer.max(1),
+            socket_timeout: config.socket_timeout,
+            queue: config.queue,
+            preempt_after: config.preempt_after,
+            tx,
+        };
+        let gate = config.gate.clone();
         std::thread::Builder::new()
             .name("rpc-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if stop.is_raised() {
-                        break;
-                    }
-                    let stream = match conn {
-                        Ok(s) => s,
-                        Err(e) => {
-                            log::warn!("accept failed: {e}");
-                            std::thread::sleep(Duration::from_millis(10));
-                            continue;
-                        }
-                    };
-                    let prepared = stream
-                        .set_nodelay(true)
-                        .and_then(|_| stream.set_read_timeout(Some(config.socket_timeout)))
-                        .and_then(|_| stream.set_write_timeout(Some(config.socket_timeout)));
-                    if let Err(e) = prepared {
-                        log::debug!("cannot prepare accepted socket: {e}");
-                        continue;
-                    }
-                    let Ok(peer) = stream.peer_addr().map(|a| a.ip()) else {
-                        continue;
-                    };
-                    let id = match open.admit(peer, &stream, max_per_peer) {
-                        Ok(id) => id,
-                        Err(e) => {
-                            stats.refused.fetch_add(1, Ordering::Relaxed);
-                            if matches!(e, AdmitError::PeerFull) {
-                                log::warn!(
-                                    "refusing connection from {peer}: it holds {max_per_peer} already"
-                                );
-                            }
-                            let _ = stream.shutdown(std::net::Shutdown::Both);
-                            continue;
-                        }
-                    };
-                    match tx.try_send((id, stream)) {
-                        Ok(()) => {
-                            stats.accepted.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(TrySendError::Full((id, s)))
-                        | Err(TrySendError::Disconnected((id, s))) => {
-                            open.remove(id);
-                            stats.refused.fetch_add(1, Ordering::Relaxed);
-                            log::warn!("refusing connection from {peer}: all workers busy");
-                            let _ = s.shutdown(std::net::Shutdown::Both);
-                        }
-                    }
-                }
-                // Dropping the sender lets the workers end once the queue is empty.
+            .spawn(move || match gate {
+                None => accept.run(listener),
+                Some(gate) => accept.run_gated(listener, &gate),
             })?
     };
 
@@ -225,6 +378,329 @@ where
         acceptor: Some(acceptor),
         workers,
     })
+}
+
+/// The accepting thread's state.
+struct Acceptor {
+    stop: Stop,
+    stats: Arc<ServerStats>,
+    open: Arc<OpenConnections>,
+    max_per_peer: usize,
+    socket_timeout: Duration,
+    queue: usize,
+    preempt_after: Option<Duration>,
+    tx: Sender<(u64, TcpStream)>,
+}
+
+/// A connection at the gate.
+struct Pending {
+    id: u64,
+    stream: TcpStream,
+    peer: IpAddr,
+    until: Instant,
+    /// When to peek again, for one that sent part of its opening.
+    recheck: Option<Instant>,
+}
+
+impl Acceptor {
+    /// Peeks at a connection at the gate: queues it when its opening is
+    /// complete and there is room, closes it when the opening is invalid,
+    /// too long or late, or the peer is gone; otherwise gives it back (to
+    /// look again at it in [`GATE_RECHECK`] when it sent part of its opening
+    /// or waits for room).
+    fn look(&self, mut p: Pending, gate: &Gate, buf: &mut [u8], now: Instant) -> Option<Pending> {
+        match p.stream.peek(buf) {
+            Ok(0) => self.drop_pending(p, "closed before its opening"),
+            Ok(n) => match (gate.judge)(&buf[..n]) {
+                // With every worker busy, it waits here (its time bounded
+                // as before) until there is room.
+                Opening::Complete if p.until <= now => {
+                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("refusing connection from {}: all workers busy", p.peer);
+                    self.drop_pending(p, "no worker free in time")
+                }
+                // A peer that sent its opening and already shut its side
+                // (a flood that aborts) gets no worker.
+                Opening::Complete if gate.drop_half_closed && half_closed(&p.stream) => {
+                    self.drop_pending(p, "closed after its opening")
+                }
+                Opening::Complete => match p.stream.set_nonblocking(false) {
+                    Ok(()) => match self.try_dispatch(p.id, p.stream) {
+                        Ok(()) => {}
+                        Err(stream) => {
+                            let _ = stream.set_nonblocking(true);
+                            p.stream = stream;
+                            p.recheck = Some(now + GATE_RECHECK);
+                            return Some(p);
+                        }
+                    },
+                    Err(_) => self.drop_pending(p, "socket failed"),
+                },
+                Opening::Invalid => self.drop_pending(p, "invalid opening"),
+                Opening::Incomplete if n >= gate.max_opening => {
+                    self.drop_pending(p, "opening too long")
+                }
+                Opening::Incomplete if p.until <= now => {
+                    self.drop_pending(p, "no complete opening in time")
+                }
+                Opening::Incomplete => {
+                    p.recheck = Some(now + GATE_RECHECK);
+                    return Some(p);
+                }
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && p.until <= now => {
+                self.drop_pending(p, "no opening in time")
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return Some(p);
+            }
+            Err(_) => self.drop_pending(p, "socket failed"),
+        }
+        None
+    }
+
+    /// Sets up an accepted socket and registers it (its peer's share
+    /// allowing); `None` when it was refused and closed.
+    fn admit(&self, stream: TcpStream) -> Option<(u64, TcpStream, IpAddr)> {
+        let prepared = stream
+            .set_nodelay(true)
+            .and_then(|_| stream.set_read_timeout(Some(self.socket_timeout)))
+            .and_then(|_| stream.set_write_timeout(Some(self.socket_timeout)));
+        if let Err(e) = prepared {
+            log::debug!("cannot prepare accepted socket: {e}");
+            return None;
+        }
+        let peer = stream.peer_addr().map(|a| a.ip()).ok()?;
+        match self.open.admit(peer, &stream, self.max_per_peer) {
+            Ok(id) => Some((id, stream, peer)),
+            Err(e) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, AdmitError::PeerFull) {
+                    log::warn!(
+                        "refusing connection from {peer}: it holds {} already",
+                        self.max_per_peer
+                    );
+                }
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                None
+            }
+        }
+    }
+
+    /// While connections wait in the queue, shuts those (one per queued
+    /// connection at most) whose handler has waited for its peer at least
+    /// [`PoolConfig::preempt_after`], so the queue moves on.
+    fn preempt_for_queued(&self) {
+        let Some(after) = self.preempt_after else {
+            return;
+        };
+        for _ in 0..self.tx.len() {
+            match self.open.preempt(after) {
+                Some((victim, waited)) => {
+                    self.stats.preempted.fetch_add(1, Ordering::Relaxed);
+                    log::warn!(
+                        "connections queued: shut the connection from {victim}, which waited \
+                         {} ms for its peer",
+                        waited.as_millis()
+                    );
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Hands a registered connection to the pool. When the queue is full,
+    /// the connection whose handler has waited longest for its peer (at
+    /// least [`PoolConfig::preempt_after`]) is shut to make room; when there
+    /// is none, the connection is given back.
+    fn try_dispatch(&self, id: u64, stream: TcpStream) -> Result<(), TcpStream> {
+        if self.tx.len() >= self.queue {
+            let preempted = self.preempt_after.and_then(|a| self.open.preempt(a));
+            let Some((victim, waited)) = preempted else {
+                return Err(stream);
+            };
+            self.stats.preempted.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "every worker busy: shut the connection from {victim}, which waited {} ms for \
+                 its peer",
+                waited.as_millis()
+            );
+        }
+        match self.tx.try_send((id, stream)) {
+            Ok(()) => {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(TrySendError::Full((_, s))) | Err(TrySendError::Disconnected((_, s))) => Err(s),
+        }
+    }
+
+    /// Hands a registered connection to the pool, or closes it when there
+    /// is no room.
+    fn dispatch(&self, id: u64, stream: TcpStream, peer: IpAddr) {
+        if let Err(s) = self.try_dispatch(id, stream) {
+            self.open.remove(id);
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            log::warn!("refusing connection from {peer}: all workers busy");
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Closes a connection the gate drops.
+    fn drop_pending(&self, p: Pending, why: &str) {
+        log::debug!("gate: closing connection from {}: {why}", p.peer);
+        self.stats.gate_closed.fetch_add(1, Ordering::Relaxed);
+        let _ = p.stream.shutdown(std::net::Shutdown::Both);
+        self.open.remove(p.id);
+    }
+
+    /// Accepts and queues every connection at once.
+    fn run(self, listener: TcpListener) {
+        for conn in listener.incoming() {
+            if self.stop.is_raised() {
+                break;
+            }
+            let stream = match conn {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            if let Some((id, stream, peer)) = self.admit(stream) {
+                self.dispatch(id, stream, peer);
+            }
+        }
+        // Dropping the sender lets the workers end once the queue is empty.
+    }
+
+    /// Accepts connections and keeps each at the gate until its opening is
+    /// complete (then queues it), invalid, late or evicted (then closes it).
+    fn run_gated(self, listener: TcpListener, gate: &Gate) {
+        if let Err(e) = listener.set_nonblocking(true) {
+            log::error!("cannot make the listener non-blocking, serving without a gate: {e}");
+            return self.run(listener);
+        }
+        let mut pending: VecDeque<Pending> = VecDeque::new();
+        let mut buf = vec![0u8; gate.max_opening.max(1)];
+        while !self.stop.is_raised() {
+            let now = Instant::now();
+            let wake = pending
+                .iter()
+                .map(|p| p.recheck.map_or(p.until, |r| r.min(p.until)))
+                .min()
+                .map_or(GATE_POLL_MAX, |t| t.saturating_duration_since(now))
+                .min(GATE_POLL_MAX);
+            // Poll the listener and every connection that has sent nothing
+            // yet; note which are readable.
+            let (listener_ready, ready) = {
+                let polled: Vec<usize> = (0..pending.len())
+                    .filter(|&i| pending[i].recheck.is_none())
+                    .collect();
+                let mut fds = Vec::with_capacity(polled.len() + 1);
+                fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+                for &i in &polled {
+                    fds.push(PollFd::new(pending[i].stream.as_fd(), PollFlags::POLLIN));
+                }
+                let ms = u16::try_from(wake.as_millis().max(1)).unwrap_or(u16::MAX);
+                match poll(&mut fds, PollTimeout::from(ms)) {
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => {
+                        log::warn!("gate: poll failed: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                }
+                let is_ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+                let mut ready = vec![false; pending.len()];
+                for (k, &i) in polled.iter().enumerate() {
+                    ready[i] = is_ready(&fds[k + 1]);
+                }
+                (is_ready(&fds[0]), ready)
+            };
+
+            // Look at every connection that is readable or due for a look.
+            let now = Instant::now();
+            let mut kept = VecDeque::with_capacity(pending.len());
+            for (p, ready) in pending.drain(..).zip(ready) {
+                let due = ready || p.recheck.is_some_and(|r| r <= now);
+                if !due {
+                    if p.until <= now {
+                        self.drop_pending(p, "no complete opening in time");
+                    } else {
+                        kept.push_back(p);
+                    }
+                    continue;
+                }
+                if let Some(p) = self.look(p, gate, &mut buf, now) {
+                    kept.push_back(p);
+                }
+            }
+            pending = kept;
+            self.preempt_for_queued();
+
+            if listener_ready {
+                for _ in 0..GATE_ACCEPT_BATCH {
+                    let stream = match listener.accept() {
+                        Ok((s, _)) => s,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            log::warn!("accept failed: {e}");
+                            std::thread::sleep(Duration::from_millis(10));
+                            break;
+                        }
+                    };
+                    if self.stop.is_raised() {
+                        break;
+                    }
+                    // The gate peeks without blocking; the handler gets a
+                    // blocking socket back.
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let Some((id, stream, peer)) = self.admit(stream) else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let fresh = Pending {
+                        id,
+                        stream,
+                        peer,
+                        until: now + gate.timeout,
+                        recheck: None,
+                    };
+                    // Most openings are there by the time they are accepted.
+                    let Some(fresh) = self.look(fresh, gate, &mut buf, now) else {
+                        continue;
+                    };
+                    if pending.len() >= gate.capacity.max(1)
+                        && let Some(oldest) = pending.pop_front()
+                        && let Some(oldest) = self.look(oldest, gate, &mut buf, now)
+                    {
+                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        self.drop_pending(oldest, "evicted for a newer connection");
+                    }
+                    pending.push_back(fresh);
+                    self.stats
+                        .gate_peak
+                        .fetch_max(pending.len() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        for p in pending {
+            let _ = p.stream.shutdown(std::net::Shutdown::Both);
+            self.open.remove(p.id);
+        }
+        // Dropping the sender lets the workers end once the queue is empty.
+    }
 }
 
 impl ServerHandle {

@@ -12,6 +12,7 @@ use confboot_proto::Method;
 use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind, HEADER_LEN};
+use super::listener::waiting_for_peer;
 use super::{Code, Status, Transport};
 use crate::attestation::Attested;
 use crate::stop::Stop;
@@ -318,7 +319,7 @@ fn wait_for_call<T: Transport + ?Sized>(
         poll: limits.stop_poll,
     };
     let mut byte = [0u8; 1];
-    match io::Read::read(&mut idle, &mut byte) {
+    match waiting_for_peer(|| io::Read::read(&mut idle, &mut byte)) {
         Ok(0) => Err(ConnectionEnd::Closed),
         Ok(_) => Ok(byte[0]),
         Err(_) if stop.is_raised() => Err(ConnectionEnd::Stopped),
@@ -396,17 +397,19 @@ fn serve_call<T: Transport + ?Sized>(
         .map_err(io_err)?;
 
     let frame_deadline = Instant::now() + limits.frame_timeout;
-    let header_frame = read_rest_of_frame(
-        &mut ReadBefore {
-            stream: &mut *stream,
-            deadline: frame_deadline,
-            per_read: limits.io_timeout,
-            stop,
-            poll: limits.stop_poll,
-        },
-        first,
-        MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
-    )
+    let header_frame = waiting_for_peer(|| {
+        read_rest_of_frame(
+            &mut ReadBefore {
+                stream: &mut *stream,
+                deadline: frame_deadline,
+                per_read: limits.io_timeout,
+                stop,
+                poll: limits.stop_poll,
+            },
+            first,
+            MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
+        )
+    })
     .map_err(|e| refuse(stream, e, "call header"))?;
     let header = match header_frame.kind {
         FrameKind::Message => {
@@ -430,16 +433,18 @@ fn serve_call<T: Transport + ?Sized>(
         peer: peer.clone(),
     };
 
-    let request = frame::read_frame(
-        &mut ReadBefore {
-            stream: &mut *stream,
-            deadline: ctx.deadline.min(Instant::now() + limits.frame_timeout),
-            per_read: limits.io_timeout,
-            stop,
-            poll: limits.stop_poll,
-        },
-        limits.max_frame_len,
-    )
+    let request = waiting_for_peer(|| {
+        frame::read_frame(
+            &mut ReadBefore {
+                stream: &mut *stream,
+                deadline: ctx.deadline.min(Instant::now() + limits.frame_timeout),
+                per_read: limits.io_timeout,
+                stop,
+                poll: limits.stop_poll,
+            },
+            limits.max_frame_len,
+        )
+    })
     .map_err(|e| refuse(stream, e, "request"))?;
     if request.kind != FrameKind::Message {
         let s = Status::invalid_argument("request must be a message frame");

@@ -1,0 +1,410 @@
+//! Hostile load: honest nodes join the real static joinsvc while hostile
+//! clients (`confboot_tests::hostile`) attack it on loopback, and the
+//! bootstrapper's Init and recovery servers answer the admin under the same
+//! attack. Figures are ratios against a baseline measured in the same run:
+//!
+//! - phase A (before and after the attack, averaged): honest tickets per
+//!   second with `CLIENTS` concurrent nodes, each with its own swtpm;
+//! - phase B: the same honest load while every attacker runs against joinsvc
+//!   (500 idle connections, trickled ClientHellos and frames, 4 GiB
+//!   prefixes raw and inside TLS, garbage TLS, ClientHello floods, valid
+//!   TLS with other PCRs, a wrong nonce or a replayed certificate), each
+//!   kind from its own block of 127.x source addresses; joinsvc's peak RSS
+//!   (VmHWM) and open file descriptors (sampled every 20 ms) beside;
+//! - phase C: the same attack plan against a blank node's Init server and
+//!   an initialized node's recovery server while the admin calls each once
+//!   a second (a wrong init secret, a master secret that does not open the
+//!   disk: each must get its proper refusal), against the same calls
+//!   without attack.
+//!
+//! Everything shares this machine's cores, attackers too: their threads run
+//! at nice 19 so that their own CPU competes as little as possible with
+//! joinsvc and the honest clients (on a real network the attackers' CPU is
+//! not the server's); joinsvc's own CPU per ticket is printed for both
+//! phases, and what the attackers' threads used.
+//!
+//! Needs the static musl release binaries. Run: `scripts/hostile_load.sh`
+//! (builds them, runs this and appends the figures to
+//! `tests/benches/hostile_load.tsv`), or `cargo bench -p confboot-tests
+//! --bench hostile_load`. `CONFBOOT_HOSTILE_SECONDS` sets each phase's
+//! length (default 15).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use confboot::attestation::Issuer;
+use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tests::hostile::{Attack, KindReport, Plan, Target};
+use confboot_tests::load::{self, AdminNodes, Sampler};
+
+const CLIENTS: usize = 4;
+const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+
+/// The attack of issue 14.
+fn plan() -> Plan {
+    Plan {
+        idle: 500,
+        trickle_hello: 50,
+        trickle_frame: 4,
+        trickle_interval: Duration::from_millis(100),
+        flood_burst: 32,
+        pause: Duration::from_millis(20),
+        nice: Some(19),
+    }
+}
+
+/// CPU seconds used so far by this process's threads whose name starts
+/// with `prefix`.
+fn threads_cpu(prefix: &str) -> f64 {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with(prefix))
+                })
+                .map(|t| load::cpu_seconds(&format!("{}/stat", t.path().display())))
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds of every swtpm on the machine.
+fn swtpm_cpu() -> f64 {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "swtpm")
+                })
+                .map(|e| load::cpu_seconds(&format!("{}/stat", e.path().display())))
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+/// One phase of honest joining.
+struct Honest {
+    tickets: u64,
+    failures: u64,
+    seconds: f64,
+    joinsvc_cpu: f64,
+    attackers_cpu: f64,
+    swtpm_cpu: f64,
+    peaks: load::Peaks,
+}
+
+impl Honest {
+    fn rate(&self) -> f64 {
+        self.tickets as f64 / self.seconds
+    }
+    fn joinsvc_ms_per_ticket(&self) -> f64 {
+        self.joinsvc_cpu * 1000.0 / self.tickets.max(1) as f64
+    }
+}
+
+/// Every node joins back to back for `run`.
+fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Honest {
+    let pid = joinsvc.process.id();
+    let addr = joinsvc.rpc_addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tickets, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let sampler = Sampler::start(pid);
+    let (cpu0, att0, tpm0, t0) = (
+        load::process_cpu_seconds(pid),
+        threads_cpu("hostile-"),
+        swtpm_cpu(),
+        Instant::now(),
+    );
+    let threads: Vec<_> = (0..nodes.len())
+        .map(|i| {
+            let (nodes, stop, tickets, failures) = (
+                Arc::clone(nodes),
+                stop.clone(),
+                tickets.clone(),
+                failures.clone(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match nodes[i].join(addr, DISK) {
+                        Ok(_) => tickets.fetch_add(1, Ordering::Relaxed),
+                        Err(s) => {
+                            eprintln!("honest join failed: {s}");
+                            failures.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(run);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    Honest {
+        tickets: tickets.load(Ordering::Relaxed),
+        failures: failures.load(Ordering::Relaxed),
+        seconds: t0.elapsed().as_secs_f64(),
+        joinsvc_cpu: load::process_cpu_seconds(pid) - cpu0,
+        attackers_cpu: threads_cpu("hostile-") - att0,
+        swtpm_cpu: swtpm_cpu() - tpm0,
+        peaks: sampler.stop(),
+    }
+}
+
+/// The admin's calls to both servers, once a second for `run`.
+#[derive(Default)]
+struct AdminCalls {
+    init: Vec<Result<Duration, String>>,
+    recover: Vec<Result<Duration, String>>,
+}
+
+fn admin_phase(admin: &AdminNodes, run: Duration) -> AdminCalls {
+    let mut calls = AdminCalls::default();
+    let t0 = Instant::now();
+    while t0.elapsed() < run {
+        calls.init.push(admin.ask_init().map_err(|s| s.to_string()));
+        calls
+            .recover
+            .push(admin.ask_recover().map_err(|s| s.to_string()));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    calls
+}
+
+/// "answered/asked, median and slowest answer".
+fn describe(calls: &[Result<Duration, String>]) -> (usize, usize, f64, f64) {
+    let mut ms: Vec<f64> = calls
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let median = ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN);
+    let max = ms.last().copied().unwrap_or(f64::NAN);
+    for c in calls.iter().filter_map(|c| c.as_ref().err()) {
+        eprintln!("admin call not answered: {c}");
+    }
+    (ms.len(), calls.len(), median, max)
+}
+
+fn print_attack(server: &str, report: &BTreeMap<&'static str, KindReport>) -> KindReport {
+    println!(
+        "  {server}: {:<28}{:>12}{:>12}{:>10}{:>12}{:>9}",
+        "attack", "connections", "closed", "answered", "bytes sent", "tickets"
+    );
+    let mut total = KindReport::default();
+    for (kind, r) in report {
+        println!(
+            "  {server}: {kind:<28}{:>12}{:>12}{:>10}{:>12}{:>9}",
+            r.connections, r.closed_by_server, r.answered, r.bytes_sent, r.tickets
+        );
+        total.connections += r.connections;
+        total.connect_failed += r.connect_failed;
+        total.closed_by_server += r.closed_by_server;
+        total.answered += r.answered;
+        total.bytes_sent += r.bytes_sent;
+        total.tickets += r.tickets;
+    }
+    println!(
+        "  {server}: {:<28}{:>12}{:>12}{:>10}{:>12}{:>9}   (connects refused: {})",
+        "all",
+        total.connections,
+        total.closed_by_server,
+        total.answered,
+        total.bytes_sent,
+        total.tickets,
+        total.connect_failed
+    );
+    total
+}
+
+fn main() {
+    let run = Duration::from_secs(
+        std::env::var("CONFBOOT_HOSTILE_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(15),
+    );
+    let joinsvc_bin = load::release_binary("joinsvc");
+    let bootstrapper_bin = load::release_binary("bootstrapper");
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "hostile load: {CLIENTS} honest nodes, {run:?} per phase, loopback, {cores} cores shared by \
+         joinsvc, the bootstrappers, every swtpm, the honest clients and the attackers (nice 19)"
+    );
+
+    let nodes: Vec<Node> = (0..CLIENTS)
+        .map(|i| Node::start(&format!("node-{i}"), b"kernel"))
+        .collect();
+    let insider = Node::start("insider", b"kernel");
+    let other = Node::start("other-image", b"another kernel");
+    // The TPMs the attackers use quote at the attackers' priority.
+    for n in [&insider, &other] {
+        confboot_tests::hostile::renice_process(n.swtpm_pid(), 19);
+    }
+    let trusted: Vec<&Node> = nodes.iter().chain([&insider, &other]).collect();
+    // joinsvc with its defaults (16 workers, a queue of 64, 1024 at the
+    // gate), at its production verbosity.
+    let joinsvc = Joinsvc::start_with(&joinsvc_bin, &nodes[0].policy(), &trusted, &["-v", "2"]);
+    let pid = joinsvc.process.id();
+    let nodes = Arc::new(nodes);
+    let admin = AdminNodes::start(&bootstrapper_bin);
+    let idle_fds = load::open_fds(pid);
+
+    // Warm-up, then A, B, A.
+    let _ = honest_phase(&nodes, &joinsvc, Duration::from_secs(2));
+    let a1 = honest_phase(&nodes, &joinsvc, run);
+    let hwm_before = load::status_kib(pid, "VmHWM");
+    let attack = Attack::start(
+        &Target {
+            addr: joinsvc.rpc_addr,
+            insider: Some(insider.issuer.clone() as Arc<dyn Issuer>),
+            other_image: Some(other.issuer.clone() as Arc<dyn Issuer>),
+        },
+        &plan(),
+    );
+    std::thread::sleep(Duration::from_secs(2)); // the attack takes hold
+    let b = honest_phase(&nodes, &joinsvc, run);
+    let hwm_attack = load::status_kib(pid, "VmHWM");
+    let joinsvc_attack = attack.stop();
+    std::thread::sleep(Duration::from_secs(1));
+    let a2 = honest_phase(&nodes, &joinsvc, run);
+
+    // C: the admin without, then under, the same attack plan.
+    let calm = admin_phase(&admin, Duration::from_secs(5));
+    let attacks: Vec<Attack> = [admin.init_addr(), admin.recover_addr()]
+        .into_iter()
+        .map(|addr| {
+            Attack::start(
+                &Target {
+                    addr,
+                    insider: None,
+                    other_image: None,
+                },
+                &plan(),
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let attacked = admin_phase(&admin, run);
+    let admin_attacks: Vec<_> = attacks.into_iter().map(Attack::stop).collect();
+
+    // Figures.
+    let baseline = (a1.rate() + a2.rate()) / 2.0;
+    let ratio = b.rate() / baseline;
+    println!();
+    println!(
+        "{:<44}{:>10}{:>10}{:>16}{:>14}{:>12}",
+        "phase", "tickets/s", "failed", "joinsvc CPU/ticket", "attackers CPU", "swtpm CPU"
+    );
+    for (name, h) in [
+        ("A: honest only (before)", &a1),
+        ("B: honest under attack", &b),
+        ("A: honest only (after)", &a2),
+    ] {
+        println!(
+            "{name:<44}{:>10.1}{:>10}{:>15.2} ms{:>12.1} s{:>10.1} s",
+            h.rate(),
+            h.failures,
+            h.joinsvc_ms_per_ticket(),
+            h.attackers_cpu,
+            h.swtpm_cpu
+        );
+    }
+    println!(
+        "honest tickets/s under attack / without: {:.1} / {:.1} = {:.1} % (goal ≥ 95 %: {})",
+        b.rate(),
+        baseline,
+        ratio * 100.0,
+        if ratio >= 0.95 { "met" } else { "MISSED" }
+    );
+    println!(
+        "joinsvc CPU: {:.1} % of a core without attack, {:.1} % under attack",
+        (a1.joinsvc_cpu + a2.joinsvc_cpu) * 100.0 / (a1.seconds + a2.seconds),
+        b.joinsvc_cpu * 100.0 / b.seconds
+    );
+    println!(
+        "joinsvc peak RSS (VmHWM): {hwm_before} KiB after phase A, {hwm_attack} KiB after the attack"
+    );
+    println!(
+        "joinsvc open fds: {idle_fds} idle, peak {} without attack, peak {} under attack ({} samples)",
+        a1.peaks.fds.max(a2.peaks.fds),
+        b.peaks.fds,
+        b.peaks.samples
+    );
+    println!("attack on joinsvc ({run:?} of honest load, and 2 s before):");
+    let total = print_attack("joinsvc", &joinsvc_attack);
+    let mut admin_total = KindReport::default();
+    for (server, report) in ["Init", "Recover"].iter().zip(&admin_attacks) {
+        let t = print_attack(server, report);
+        admin_total.connections += t.connections;
+        admin_total.tickets += t.tickets;
+    }
+    let (ci, ni, mi, xi) = describe(&calm.init);
+    let (cr, nr, mr, xr) = describe(&calm.recover);
+    let (ai, mi2, medi, maxi) = describe(&attacked.init);
+    let (ar, mr2, medr, maxr) = describe(&attacked.recover);
+    println!(
+        "admin Init (wrong init secret → PERMISSION_DENIED): without attack {ci}/{ni} answered \
+         (median {mi:.0} ms, slowest {xi:.0} ms); under attack {ai}/{mi2} (median {medi:.0} ms, \
+         slowest {maxi:.0} ms)"
+    );
+    println!(
+        "admin Recover (master secret that does not open the disk → PERMISSION_DENIED): without \
+         attack {cr}/{nr} answered (median {mr:.0} ms, slowest {xr:.0} ms); under attack {ar}/{mr2} \
+         (median {medr:.0} ms, slowest {maxr:.0} ms)"
+    );
+    if total.tickets + admin_total.tickets > 0 {
+        println!("!!! an attacker got a ticket");
+    }
+
+    if let Ok(path) = std::env::var("CONFBOOT_HOSTILE_RESULTS") {
+        use std::io::Write as _;
+        let commit = std::env::var("CONFBOOT_COMMIT").unwrap_or_else(|_| "unknown".into());
+        let date = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let new = !std::path::Path::new(&path).exists();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("results file");
+        if new {
+            writeln!(
+                f,
+                "date\tcommit\tcores\tphase_s\ttickets_s_baseline\ttickets_s_attack\tratio\t\
+                 honest_failed\tjoinsvc_cpu_ms_per_ticket_baseline\tjoinsvc_cpu_ms_per_ticket_attack\t\
+                 joinsvc_hwm_kib\tjoinsvc_peak_fds\tattack_connections\tattack_closed\t\
+                 attack_bytes\thostile_tickets\tinit_answered\tinit_median_ms\tinit_max_ms\t\
+                 recover_answered\trecover_median_ms\trecover_max_ms"
+            )
+            .unwrap();
+        }
+        writeln!(
+            f,
+            "{date}\t{commit}\t{cores}\t{}\t{baseline:.1}\t{:.1}\t{ratio:.3}\t{}\t{:.2}\t{:.2}\t\
+             {hwm_attack}\t{}\t{}\t{}\t{}\t{}\t{ai}/{mi2}\t{medi:.0}\t{maxi:.0}\t{ar}/{mr2}\t\
+             {medr:.0}\t{maxr:.0}",
+            run.as_secs(),
+            b.rate(),
+            a1.failures + b.failures + a2.failures,
+            (a1.joinsvc_cpu + a2.joinsvc_cpu) * 1000.0 / (a1.tickets + a2.tickets).max(1) as f64,
+            b.joinsvc_ms_per_ticket(),
+            b.peaks.fds,
+            total.connections,
+            total.closed_by_server,
+            total.bytes_sent,
+            total.tickets + admin_total.tickets,
+        )
+        .unwrap();
+        println!("figures appended to {path}");
+    }
+}
