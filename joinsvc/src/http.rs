@@ -27,6 +27,8 @@ impl HealthServer {
             workers: 2,
             queue: 16,
             socket_timeout: Duration::from_secs(5),
+            // Silent or trickling clients wait at the gate, not on a worker.
+            gate: Some(confboot::http::gate(256, Duration::from_secs(5))),
             ..PoolConfig::default()
         };
         let limits = HttpLimits::default();

@@ -13,6 +13,7 @@ use std::fmt;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use crate::rpc::listener::{Gate, Opening, waiting_for_peer};
 use crate::rpc::{ReadBefore, Transport};
 use crate::stop::Stop;
 
@@ -102,6 +103,43 @@ pub fn parse_request_head(head: &[u8]) -> Result<(&str, &str), RequestError> {
     }
 }
 
+/// How the listener's gate judges an HTTP opening: complete once the head's
+/// blank line is there; invalid from a first byte that cannot begin a
+/// method (methods are upper-case letters), or a first line that does
+/// not look like a request line.
+pub fn judge_opening(bytes: &[u8]) -> Opening {
+    let method_len = bytes
+        .iter()
+        .position(|b| !b.is_ascii_uppercase())
+        .unwrap_or(bytes.len());
+    match bytes.get(method_len) {
+        _ if method_len > 16 => return Opening::Invalid,
+        Some(b' ') if method_len > 0 => {}
+        Some(_) => return Opening::Invalid,
+        None => return Opening::Incomplete,
+    }
+    if find_blank_line(bytes).is_some() {
+        Opening::Complete
+    } else {
+        Opening::Incomplete
+    }
+}
+
+/// The gate for a plain-HTTP server on the listener pool: a connection
+/// reaches a worker only with its whole request head (at most
+/// [`MAX_REQUEST_HEAD_BYTES`]), sent within `timeout`; at most `capacity`
+/// wait for theirs, a new one evicting the longest-waiting. Silent or
+/// trickling clients hold no worker.
+pub fn gate(capacity: usize, timeout: Duration) -> Gate {
+    Gate {
+        judge: judge_opening,
+        max_opening: MAX_REQUEST_HEAD_BYTES + 4,
+        timeout,
+        capacity,
+        drop_half_closed: false,
+    }
+}
+
 /// Reads one request's head from `stream`, whole, before
 /// [`HttpLimits::head_timeout`] and within [`MAX_REQUEST_HEAD_BYTES`].
 pub fn read_request<T: Transport + ?Sized>(
@@ -118,19 +156,21 @@ pub fn read_request<T: Transport + ?Sized>(
     };
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
-    let end = loop {
-        if let Some(end) = find_blank_line(&head) {
-            break end;
+    let end = waiting_for_peer(|| {
+        loop {
+            if let Some(end) = find_blank_line(&head) {
+                break Ok(end);
+            }
+            if head.len() > MAX_REQUEST_HEAD_BYTES {
+                return Err(RequestError::TooLarge);
+            }
+            match reader.read(&mut chunk) {
+                Ok(0) => return Err(RequestError::Io("closed before a whole head".into())),
+                Ok(n) => head.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(RequestError::Io(e.to_string())),
+            }
         }
-        if head.len() > MAX_REQUEST_HEAD_BYTES {
-            return Err(RequestError::TooLarge);
-        }
-        match reader.read(&mut chunk) {
-            Ok(0) => return Err(RequestError::Io("closed before a whole head".into())),
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(RequestError::Io(e.to_string())),
-        }
-    };
+    })?;
     let (method, target) = parse_request_head(&head[..end])?;
     Ok(Request {
         method: method.to_string(),
@@ -313,6 +353,21 @@ mod tests {
         // read on.
         let endless = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(64 * 1024));
         assert_eq!(read(endless.as_bytes()), Err(RequestError::TooLarge));
+    }
+
+    #[test]
+    fn the_gate_passes_whole_heads_and_closes_what_is_no_http() {
+        assert_eq!(judge_opening(b"GET / HTTP/1.1\r\n\r\n"), Opening::Complete);
+        assert_eq!(
+            judge_opening(b"GET / HTTP/1.1\r\nHost: x"),
+            Opening::Incomplete
+        );
+        assert_eq!(judge_opening(b"GE"), Opening::Incomplete);
+        assert_eq!(judge_opening(b""), Opening::Incomplete);
+        assert_eq!(judge_opening(b"\x16\x03\x01"), Opening::Invalid);
+        assert_eq!(judge_opening(b"get / HTTP/1.1"), Opening::Invalid);
+        assert_eq!(judge_opening(b" / HTTP/1.1"), Opening::Invalid);
+        assert_eq!(judge_opening(&[b'A'; 17]), Opening::Invalid);
     }
 
     #[test]

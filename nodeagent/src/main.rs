@@ -118,6 +118,8 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         queue: workers * 4,
         socket_timeout: Duration::from_secs(10),
         max_per_peer: per_client,
+        // Silent or trickling clients wait at the gate, not on a worker.
+        gate: Some(confboot::http::gate(256, Duration::from_secs(5))),
         ..PoolConfig::default()
     };
     let limits = HttpLimits::default();
