@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
 use confboot::atls;
 use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
 use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs};
@@ -81,14 +81,7 @@ const CMD: Command = Command {
 };
 
 fn main() {
-    let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
-    if let Some(path) = m.value("config").map(PathBuf::from)
-        && let Err(e) = m.load_config_file(&path)
-    {
-        exit_usage(&e);
-    }
-    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&e));
-    confboot::logging::init("bootstrapper", verbosity);
+    let m = start_daemon(&CMD, "bootstrapper");
     let started = Instant::now();
     log::info!("bootstrapper {} starting", env!("CARGO_PKG_VERSION"));
     match run(&m, started) {
@@ -103,11 +96,6 @@ fn main() {
             std::process::exit(1);
         }
     }
-}
-
-fn exit_usage(e: &dyn std::fmt::Display) -> ! {
-    eprintln!("bootstrapper: {e}\nTry 'bootstrapper --help'.");
-    std::process::exit(2);
 }
 
 /// How join services are checked: `--joinsvc-measurements`, `--joinsvc-ak-trust`.

@@ -15,7 +15,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::args::{Command, Opt, VERBOSITY, start_daemon};
 use confboot::atls::{Accepted, AtlsServer};
 use confboot::attestation::options::EXPECTED_EVENTS_HELP;
 use confboot::attestation::vtpm::EVENT_LOG_OPTION_HELP;
@@ -146,23 +146,11 @@ const CMD: Command = Command {
 };
 
 fn main() {
-    let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
-    if let Some(path) = m.value("config").map(std::path::PathBuf::from)
-        && let Err(e) = m.load_config_file(&path)
-    {
-        exit_usage(&e);
-    }
-    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&e));
-    confboot::logging::init("joinsvc", verbosity);
+    let m = start_daemon(&CMD, "joinsvc");
     if let Err(e) = run(&m) {
         log::error!("{e}");
         std::process::exit(1);
     }
-}
-
-fn exit_usage(e: &dyn std::fmt::Display) -> ! {
-    eprintln!("joinsvc: {e}\nTry 'joinsvc --help'.");
-    std::process::exit(2);
 }
 
 fn run(m: &confboot::args::Matches) -> Result<(), String> {

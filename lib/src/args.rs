@@ -469,6 +469,28 @@ pub fn parse_or_exit(cmd: &Command, args: impl IntoIterator<Item = String>) -> M
     }
 }
 
+/// Prints a usage error of `cmd` with a hint and exits 2.
+pub fn exit_usage(cmd: &Command, error: &dyn std::fmt::Display) -> ! {
+    eprintln!("{}: {error}\nTry '{} --help'.", cmd.name, cmd.name);
+    std::process::exit(2);
+}
+
+/// Starts a daemon (the bootstrapper, joinsvc, the node agent): parses
+/// `std::env::args()` as [`parse_or_exit`] does, reads the `--config` JSON
+/// file when one is named (flags win over it), and installs logging at the
+/// `-v` level under `component`. A bad file or level exits 2.
+pub fn start_daemon(cmd: &Command, component: &'static str) -> Matches {
+    let mut m = parse_or_exit(cmd, std::env::args().skip(1));
+    if let Some(path) = m.value("config").map(std::path::PathBuf::from)
+        && let Err(e) = m.load_config_file(&path)
+    {
+        exit_usage(cmd, &e);
+    }
+    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(cmd, &e));
+    crate::logging::init(component, verbosity);
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

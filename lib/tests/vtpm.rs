@@ -11,6 +11,7 @@ use confboot::attestation::vtpm::{
 };
 use confboot::attestation::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::hex;
+use confboot::tpm::event_log::synthetic_log;
 use confboot::tpm::structures::{self, Writer};
 use confboot::tpm::swtpm::Swtpm;
 use confboot::tpm::{marked_pcr15, pcr_digest};
@@ -708,33 +709,6 @@ fn an_ak_certificate_chains_through_intermediates_to_a_root_that_signs_certifica
     }
 }
 
-/// A crypto-agile event log (SHA-256 bank only) of `(pcr, type, data)`
-/// events, each extending SHA-256(data).
-fn event_log_bytes(events: &[(u32, u32, &[u8])]) -> Vec<u8> {
-    let mut spec = b"Spec ID Event03\0".to_vec();
-    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
-    spec.extend_from_slice(&1u32.to_le_bytes());
-    spec.extend_from_slice(&structures::TPM_ALG_SHA256.to_le_bytes());
-    spec.extend_from_slice(&32u16.to_le_bytes());
-    spec.push(0);
-    let mut out = Vec::new();
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&3u32.to_le_bytes());
-    out.extend_from_slice(&[0; 20]);
-    out.extend_from_slice(&(spec.len() as u32).to_le_bytes());
-    out.extend_from_slice(&spec);
-    for (pcr, ty, data) in events {
-        out.extend_from_slice(&pcr.to_le_bytes());
-        out.extend_from_slice(&ty.to_le_bytes());
-        out.extend_from_slice(&1u32.to_le_bytes());
-        out.extend_from_slice(&structures::TPM_ALG_SHA256.to_le_bytes());
-        out.extend_from_slice(&sha256(data));
-        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        out.extend_from_slice(data);
-    }
-    out
-}
-
 fn sha256(data: &[u8]) -> [u8; 32] {
     ring::digest::digest(&ring::digest::SHA256, data)
         .as_ref()
@@ -747,7 +721,7 @@ fn sha256(data: &[u8]) -> [u8; 32] {
 fn measured_by(events: &[(u32, u32, &[u8])]) -> (Swtpm, VtpmIssuer, Vec<u8>) {
     let swtpm = Swtpm::start().expect("swtpm starts");
     let mut tpm = swtpm.connect().unwrap();
-    let log = event_log_bytes(events);
+    let log = synthetic_log(events);
     confboot::tpm::event_log::EventLog::parse(&log)
         .unwrap()
         .extend_into(&mut tpm)
@@ -775,19 +749,19 @@ fn an_event_log_is_accepted_only_when_it_replays_to_the_quoted_pcrs() {
 
     // The host swaps the log for one that claims another initrd: it no
     // longer replays to the quoted PCR 9.
-    let other = event_log_bytes(&[BOOT[0], BOOT[1], (9, 0x6, b"another initrd\0")]);
+    let other = synthetic_log(&[BOOT[0], BOOT[1], (9, 0x6, b"another initrd\0")]);
     let err = message(v.validate(&modified(&evidence, |e| e.event_log = other), &EXTRA));
     assert!(
         matches!(&err, AttestationError::EventLog(m) if m.contains("PCR 9")),
         "{err}"
     );
     // A log that leaves an event out, or adds one, does not replay either.
-    let short = event_log_bytes(&BOOT[..2]);
+    let short = synthetic_log(&BOOT[..2]);
     assert!(matches!(
         message(v.validate(&modified(&evidence, |e| e.event_log = short), &EXTRA)),
         AttestationError::EventLog(_)
     ));
-    let extra = event_log_bytes(&[BOOT[0], BOOT[1], BOOT[2], (7, 0x4, b"sep")]);
+    let extra = synthetic_log(&[BOOT[0], BOOT[1], BOOT[2], (7, 0x4, b"sep")]);
     assert!(matches!(
         message(v.validate(&modified(&evidence, |e| e.event_log = extra), &EXTRA)),
         AttestationError::EventLog(_)
@@ -813,7 +787,7 @@ fn an_enforced_pcr_that_differs_is_explained_by_the_first_event_that_differs() {
     use confboot::tpm::event_log::{EventList, EventLog};
     let (_swtpm, issuer, _) = measured_by(&BOOT);
     // What the node should have booted: another initrd.
-    let mut expected = EventLog::parse(&event_log_bytes(&BOOT))
+    let mut expected = EventLog::parse(&synthetic_log(&BOOT))
         .unwrap()
         .to_event_list();
     expected.events[2].sha256 = sha256(b"the initrd that should have booted");

@@ -6,11 +6,10 @@
 //! runs and that it is marked with the cluster's id (`confboot verify`).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot::args::{Command, Opt, VERBOSITY, exit_usage, start_daemon};
 use confboot::attestation::Issuer;
 use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
 use confboot::http::HttpLimits;
@@ -63,23 +62,11 @@ const CMD: Command = Command {
 };
 
 fn main() {
-    let mut m = parse_or_exit(&CMD, std::env::args().skip(1));
-    if let Some(path) = m.value("config").map(PathBuf::from)
-        && let Err(e) = m.load_config_file(&path)
-    {
-        exit_usage(&e);
-    }
-    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&e));
-    confboot::logging::init("nodeagent", verbosity);
+    let m = start_daemon(&CMD, "nodeagent");
     if let Err(e) = run(&m) {
         log::error!("cannot go on: {e}");
         std::process::exit(1);
     }
-}
-
-fn exit_usage(e: &dyn std::fmt::Display) -> ! {
-    eprintln!("nodeagent: {e}\nTry 'nodeagent --help'.");
-    std::process::exit(2);
 }
 
 /// A count option: a whole number from 1 to 64.
@@ -87,9 +74,10 @@ fn count(m: &confboot::args::Matches, option: &str) -> usize {
     let value = m.value(option).expect("has a default");
     match value.parse::<usize>() {
         Ok(n) if (1..=64).contains(&n) => n,
-        _ => exit_usage(&format!(
-            "--{option} {value:?}: want a whole number from 1 to 64"
-        )),
+        _ => exit_usage(
+            &CMD,
+            &format!("--{option} {value:?}: want a whole number from 1 to 64"),
+        ),
     }
 }
 

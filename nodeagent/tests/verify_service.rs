@@ -336,45 +336,23 @@ fn bad_arguments_exit_2_before_asking() {
     let admin = TempDir::new("verify-args");
     let policy = format!(r#"{{"4": {{"expected": "{}"}}}}"#, "ab".repeat(32));
     std::fs::write(admin.path().join("m.json"), policy).unwrap();
+    let base = [
+        "--node",
+        "127.0.0.1:1",
+        "--measurements",
+        "m.json",
+        "--ak-trust",
+        "insecure-any-ak",
+    ];
     for (args, want) in [
-        (vec!["--node", "127.0.0.1:1"], "--measurements"),
+        (base[..2].to_vec(), "--measurements"),
+        (base.to_vec(), "the cluster file cannot be read"),
         (
-            vec![
-                "--node",
-                "127.0.0.1:1",
-                "--measurements",
-                "m.json",
-                "--ak-trust",
-                "insecure-any-ak",
-            ],
-            "the cluster file cannot be read",
-        ),
-        (
-            vec![
-                "--node",
-                "127.0.0.1:1",
-                "--measurements",
-                "m.json",
-                "--ak-trust",
-                "insecure-any-ak",
-                "--cluster-id",
-                "zz",
-            ],
+            [&base[..], &["--cluster-id", "zz"]].concat(),
             "--cluster-id: not hex",
         ),
         (
-            vec![
-                "--node",
-                "127.0.0.1:1",
-                "--measurements",
-                "m.json",
-                "--ak-trust",
-                "insecure-any-ak",
-                "--cluster-id",
-                "ab",
-                "-o",
-                "yaml",
-            ],
+            [&base[..], &["--cluster-id", "ab", "-o", "yaml"]].concat(),
             "want table or json",
         ),
     ] {
