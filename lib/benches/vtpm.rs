@@ -1,17 +1,25 @@
 //! vTPM attestation latency on a real swtpm: quote and verify.
 //!
 //! `cargo bench -p confboot --bench vtpm [-- RUNS]` (default 200 runs each).
+//! Also the verify service's round trip (the node agent's HTTP server and
+//! the admin's client, in process) and `confboot verify`'s check.
 //! Prints median, p90 and min per operation, and each median as a ratio to
 //! a baseline measured in the same run (these machines are noisy): TPM
 //! operations against one TPM2_PCR_Read round trip, verification against
 //! one bare ECDSA P-256 signature check (ring).
 
 use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator, issue_ak_certificate};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::http::HttpLimits;
+use confboot::rpc::listener::{self, PoolConfig};
 use confboot::tpm::swtpm::Swtpm;
+use confboot::verify::check_node;
+use confboot::verify::http::{fetch_document, serve_connection};
 use confboot_proto::Message as _;
 
 struct Stats {
@@ -48,7 +56,7 @@ fn main() {
         .filter(|n| *n > 0)
         .unwrap_or(200);
     let swtpm = Swtpm::start().expect("swtpm starts (Debian package swtpm)");
-    let issuer = VtpmIssuer::new(swtpm.connect().unwrap()).unwrap();
+    let issuer = Arc::new(VtpmIssuer::new(swtpm.connect().unwrap()).unwrap());
     let extra = [0x5a; 32];
     let pcrs: Vec<u32> = (0..24).collect();
 
@@ -110,6 +118,52 @@ fn main() {
         rooted.validate(&evidence_with_cert, &extra).unwrap();
     });
 
+    // The verify service: the agent's server in process, the admin's
+    // client over loopback, then the admin's check of the answer.
+    let service = {
+        let issuer: Arc<dyn Issuer> = issuer.clone();
+        let limits = HttpLimits::default();
+        let pool = PoolConfig {
+            gate: Some(confboot::http::gate(16, Duration::from_secs(5))),
+            ..PoolConfig::default()
+        };
+        listener::spawn(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            pool,
+            move |mut s, stop| {
+                serve_connection(&mut s, issuer.as_ref(), &limits, stop);
+            },
+        )
+        .unwrap()
+    };
+    let addr = service.local_addr().to_string();
+    let nonce = [7u8; 32];
+    let fetch = measure(runs, || {
+        fetch_document(&addr, &nonce, Duration::from_secs(10)).unwrap();
+    });
+    let doc = fetch_document(&addr, &nonce, Duration::from_secs(10)).unwrap();
+    let any_pcrs = VtpmValidator::new(
+        AkTrust::Pinned(vec![issuer.ak_public_key()]),
+        MeasurementPolicy::new(BTreeMap::new()),
+    )
+    .require_unmarked(false);
+    let mut node_policy = MeasurementPolicy::new(BTreeMap::new());
+    for (pcr, value) in issuer.with_tpm(|t| t.pcr_read_all()).unwrap() {
+        node_policy.set(pcr, value.to_vec(), pcr > 9);
+    }
+    let check = measure(runs, || {
+        check_node(
+            &doc,
+            &nonce,
+            &any_pcrs,
+            &node_policy,
+            None,
+            b"bench cluster",
+        )
+        .unwrap();
+    });
+    service.stop();
+
     let tpm_base = pcr_read_one.median;
     let cpu_base = ecdsa.median;
     let rows = [
@@ -120,6 +174,8 @@ fn main() {
         ("baseline: ECDSA P-256 verify", ecdsa, cpu_base),
         ("validate, pinned AK", verify_pinned, cpu_base),
         ("validate, AK certificate", verify_cert, cpu_base),
+        ("verify service: HTTP GET, quote", fetch, tpm_base),
+        ("confboot verify's check, 24 PCRs", check, cpu_base),
     ];
     println!(
         "vTPM on swtpm at {} ({runs} runs each; evidence {} B, with AK certificate {} B)",
