@@ -17,11 +17,13 @@
 //!   disk: each must get its proper refusal), against the same calls
 //!   without attack.
 //!
-//! Everything shares this machine's cores, attackers too: their threads run
-//! at nice 19 so that their own CPU competes as little as possible with
-//! joinsvc and the honest clients (on a real network the attackers' CPU is
-//! not the server's); joinsvc's own CPU per ticket is printed for both
-//! phases, and what the attackers' threads used.
+//! One machine plays both sides: joinsvc, the bootstrappers, the honest
+//! nodes and their swtpms are pinned to CPU 0, the attackers' threads and
+//! the swtpms they quote with to CPU 1, in every phase, so that the
+//! attackers' own CPU (and the kernel's work sending their packets) is not
+//! taken from the server, as with remote attackers; what the attack costs
+//! the server side is what it takes on CPU 0. joinsvc's CPU per ticket and
+//! both CPUs' load are printed for every phase.
 //!
 //! Needs the static musl release binaries. Run: `scripts/hostile_load.sh`
 //! (builds them, runs this and appends the figures to
@@ -51,8 +53,37 @@ fn plan() -> Plan {
         trickle_interval: Duration::from_millis(100),
         flood_burst: 32,
         pause: Duration::from_millis(20),
-        nice: Some(19),
+        nice: None,
+        cpu: Some(ATTACKER_CPU),
     }
+}
+
+/// The CPU joinsvc, the bootstrappers, the honest nodes and their swtpms
+/// share, and the one the attackers (threads and swtpms) have.
+const SERVER_CPU: usize = 0;
+const ATTACKER_CPU: usize = 1;
+
+/// Busy and total jiffies of CPU `n` so far (`/proc/stat`).
+fn cpu_jiffies(n: usize) -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let name = format!("cpu{n} ");
+    let Some(line) = stat.lines().find(|l| l.starts_with(&name)) else {
+        return (0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Percent busy of each CPU between two `cpu_jiffies` readings.
+fn busy_percent(before: [(u64, u64); 2], after: [(u64, u64); 2]) -> [f64; 2] {
+    let pct = |b: (u64, u64), a: (u64, u64)| (a.0 - b.0) as f64 * 100.0 / (a.1 - b.1).max(1) as f64;
+    [pct(before[0], after[0]), pct(before[1], after[1])]
 }
 
 /// CPU seconds used so far by this process's threads whose name starts
@@ -95,6 +126,7 @@ struct Honest {
     attackers_cpu: f64,
     swtpm_cpu: f64,
     peaks: load::Peaks,
+    busy: [f64; 2],
 }
 
 impl Honest {
@@ -113,6 +145,7 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
     let stop = Arc::new(AtomicBool::new(false));
     let (tickets, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let sampler = Sampler::start(pid);
+    let jiffies = [cpu_jiffies(0), cpu_jiffies(1)];
     let (cpu0, att0, tpm0, t0) = (
         load::process_cpu_seconds(pid),
         threads_cpu("hostile-"),
@@ -153,6 +186,7 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
         attackers_cpu: threads_cpu("hostile-") - att0,
         swtpm_cpu: swtpm_cpu() - tpm0,
         peaks: sampler.stop(),
+        busy: busy_percent(jiffies, [cpu_jiffies(0), cpu_jiffies(1)]),
     }
 }
 
@@ -233,9 +267,19 @@ fn main() {
     let joinsvc_bin = load::release_binary("joinsvc");
     let bootstrapper_bin = load::release_binary("bootstrapper");
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    assert!(cores >= 2, "the attackers need a CPU of their own");
+    // Everything of this process, and every process it starts, on CPU 0;
+    // the attackers move their threads (and their swtpms) to CPU 1.
+    let _ = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", &SERVER_CPU.to_string()])
+        .arg(std::process::id().to_string())
+        .stdout(std::process::Stdio::null())
+        .status();
     println!(
-        "hostile load: {CLIENTS} honest nodes, {run:?} per phase, loopback, {cores} cores shared by \
-         joinsvc, the bootstrappers, every swtpm, the honest clients and the attackers (nice 19)"
+        "hostile load: {CLIENTS} honest nodes, {run:?} per phase, loopback; joinsvc, the \
+         bootstrappers, the honest nodes and their swtpms on CPU {SERVER_CPU}, the attackers and \
+         their swtpms on CPU {ATTACKER_CPU} (as remote attackers bring their own CPU); this \
+         machine's {cores} cores are shared with other work"
     );
 
     let nodes: Vec<Node> = (0..CLIENTS)
@@ -243,9 +287,9 @@ fn main() {
         .collect();
     let insider = Node::start("insider", b"kernel");
     let other = Node::start("other-image", b"another kernel");
-    // The TPMs the attackers use quote at the attackers' priority.
+    // The TPMs the attackers use quote on the attackers' CPU.
     for n in [&insider, &other] {
-        confboot_tests::hostile::renice_process(n.swtpm_pid(), 19);
+        confboot_tests::hostile::pin_process(n.swtpm_pid(), ATTACKER_CPU);
     }
     let trusted: Vec<&Node> = nodes.iter().chain([&insider, &other]).collect();
     // joinsvc with its defaults (16 workers, a queue of 64, 1024 at the
@@ -299,21 +343,29 @@ fn main() {
     let ratio = b.rate() / baseline;
     println!();
     println!(
-        "{:<44}{:>10}{:>10}{:>16}{:>14}{:>12}",
-        "phase", "tickets/s", "failed", "joinsvc CPU/ticket", "attackers CPU", "swtpm CPU"
+        "{:<30}{:>10}{:>8}{:>20}{:>15}{:>11}{:>14}",
+        "phase",
+        "tickets/s",
+        "failed",
+        "joinsvc CPU/ticket",
+        "attackers CPU",
+        "swtpm CPU",
+        "CPU 0/1 busy"
     );
     for (name, h) in [
         ("A: honest only (before)", &a1),
-        ("B: honest under attack", &b),
+        ("B: under attack", &b),
         ("A: honest only (after)", &a2),
     ] {
         println!(
-            "{name:<44}{:>10.1}{:>10}{:>15.2} ms{:>12.1} s{:>10.1} s",
+            "{name:<30}{:>10.1}{:>8}{:>17.2} ms{:>13.1} s{:>9.1} s{:>7.0}/{:.0} %",
             h.rate(),
             h.failures,
             h.joinsvc_ms_per_ticket(),
             h.attackers_cpu,
-            h.swtpm_cpu
+            h.swtpm_cpu,
+            h.busy[0],
+            h.busy[1]
         );
     }
     println!(

@@ -95,8 +95,9 @@ pub struct Gate {
     /// and then, while every worker is busy and the queue full, to wait
     /// for room.
     pub timeout: Duration,
-    /// Connections waiting for their opening at once; a new one evicts the
-    /// one that has waited longest. Each costs two file descriptors.
+    /// Connections at the gate at once; a new one evicts the one that has
+    /// waited longest without sending its whole opening (or, when all have,
+    /// the one waiting longest for room). Each costs two file descriptors.
     pub capacity: usize,
     /// Whether a peer that has shut its sending side after its opening is
     /// closed instead of served (for protocols whose clients never do so
@@ -123,6 +124,38 @@ const GATE_ACCEPT_BATCH: usize = 32;
 pub fn descriptors_needed(config: &PoolConfig) -> u64 {
     let gate = config.gate.as_ref().map_or(0, |g| g.capacity.max(1));
     2 * (config.workers.max(1) + config.queue + gate) as u64
+}
+
+/// Makes room for the descriptors a server with `config` may hold
+/// ([`descriptors_needed`]) beside `others` it keeps anyway: raises the soft
+/// limit on open files (up to the hard limit) when it is too low, and where
+/// even the hard limit is, lets fewer connections wait at the gate (with a
+/// warning). A server out of descriptors cannot accept at all, so peers
+/// holding connections would lock everyone else out.
+pub fn fit_descriptors(config: &mut PoolConfig, others: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let want = descriptors_needed(config) + others;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let mut limit = soft;
+    if soft < want {
+        let raised = want.min(hard);
+        if setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_ok() {
+            limit = raised;
+        }
+    }
+    if limit < want
+        && let Some(gate) = config.gate.as_mut()
+    {
+        let fixed = others + 2 * (config.workers.max(1) + config.queue) as u64;
+        let fits = (limit.saturating_sub(fixed) / 2).max(1) as usize;
+        log::warn!(
+            "open-file limit {limit}: {fits} connections may wait at the gate, not {}",
+            gate.capacity
+        );
+        gate.capacity = fits;
+    }
 }
 
 /// How often the gate looks again at a connection that sent part of its
@@ -400,6 +433,8 @@ struct Pending {
     until: Instant,
     /// When to peek again, for one that sent part of its opening.
     recheck: Option<Instant>,
+    /// Its opening is complete: it waits for room in the pool.
+    ready: bool,
 }
 
 impl Acceptor {
@@ -431,6 +466,7 @@ impl Acceptor {
                             let _ = stream.set_nonblocking(true);
                             p.stream = stream;
                             p.recheck = Some(now + GATE_RECHECK);
+                            p.ready = true;
                             return Some(p);
                         }
                     },
@@ -676,17 +712,23 @@ impl Acceptor {
                         peer,
                         until: now + gate.timeout,
                         recheck: None,
+                        ready: false,
                     };
                     // Most openings are there by the time they are accepted.
                     let Some(fresh) = self.look(fresh, gate, &mut buf, now) else {
                         continue;
                     };
-                    if pending.len() >= gate.capacity.max(1)
-                        && let Some(oldest) = pending.pop_front()
-                        && let Some(oldest) = self.look(oldest, gate, &mut buf, now)
-                    {
-                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                        self.drop_pending(oldest, "evicted for a newer connection");
+                    // Full: the oldest that has not sent its whole opening
+                    // goes (one that has, and waits for a worker, only when
+                    // every one has).
+                    if pending.len() >= gate.capacity.max(1) {
+                        let victim = pending.iter().position(|p| !p.ready).unwrap_or(0);
+                        if let Some(oldest) = pending.remove(victim)
+                            && let Some(oldest) = self.look(oldest, gate, &mut buf, now)
+                        {
+                            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                            self.drop_pending(oldest, "evicted for a newer connection");
+                        }
                     }
                     pending.push_back(fresh);
                     self.stats
