@@ -102,6 +102,33 @@ fn threads_cpu(prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// CPU seconds used so far by process `pid`'s accepting thread (the gate,
+/// `rpc-accept`) and by its pool's workers (`rpc-worker-*`).
+fn gate_and_workers_cpu(pid: u32) -> (f64, f64) {
+    let mut gate = 0.0;
+    let mut workers = 0.0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let cpu = load::cpu_seconds(&format!("{}/stat", t.path().display()));
+            if comm.starts_with("rpc-accept") {
+                gate += cpu;
+            } else if comm.starts_with("rpc-worker") {
+                workers += cpu;
+            }
+        }
+    }
+    (gate, workers)
+}
+
+/// The machine's 1-minute load average (other work shares it).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// CPU seconds of every swtpm on the machine.
 fn swtpm_cpu() -> f64 {
     std::fs::read_dir("/proc")
@@ -127,6 +154,9 @@ struct Honest {
     swtpm_cpu: f64,
     peaks: load::Peaks,
     busy: [f64; 2],
+    gate_cpu: f64,
+    workers_cpu: f64,
+    load: String,
 }
 
 impl Honest {
@@ -146,6 +176,7 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
     let (tickets, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let sampler = Sampler::start(pid);
     let jiffies = [cpu_jiffies(0), cpu_jiffies(1)];
+    let (gate0, workers0) = gate_and_workers_cpu(pid);
     let (cpu0, att0, tpm0, t0) = (
         load::process_cpu_seconds(pid),
         threads_cpu("hostile-"),
@@ -187,6 +218,9 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
         swtpm_cpu: swtpm_cpu() - tpm0,
         peaks: sampler.stop(),
         busy: busy_percent(jiffies, [cpu_jiffies(0), cpu_jiffies(1)]),
+        gate_cpu: gate_and_workers_cpu(pid).0 - gate0,
+        workers_cpu: gate_and_workers_cpu(pid).1 - workers0,
+        load: load_average(),
     }
 }
 
@@ -366,6 +400,13 @@ fn main() {
             h.swtpm_cpu,
             h.busy[0],
             h.busy[1]
+        );
+    }
+    for (name, h) in [("A (before)", &a1), ("B", &b), ("A (after)", &a2)] {
+        println!(
+            "  {name}: joinsvc CPU {:.2} s: gate thread {:.2} s, workers {:.2} s; load average \
+             at its end {}",
+            h.joinsvc_cpu, h.gate_cpu, h.workers_cpu, h.load
         );
     }
     println!(
