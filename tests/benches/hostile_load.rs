@@ -423,7 +423,7 @@ fn main() {
     let attack_pct = b.rate() * (b.joinsvc_ms_per_ticket() - base_ms) / 10.0;
     println!(
         "joinsvc CPU spent on the attack: {attack_pct:.1} % of a core (beyond the honest tickets' \
-         {base_ms:.2} ms each); a figure other work on the machine barely moves, unlike tickets/s"
+         {base_ms:.2} ms each)"
     );
     println!(
         "joinsvc CPU: {:.1} % of a core without attack, {:.1} % under attack",
