@@ -60,38 +60,6 @@ pub struct Config {
 /// policy watcher, the TPM, the Kubernetes API, logs), with room to spare.
 const OTHER_DESCRIPTORS: u64 = 64;
 
-/// Makes room for the descriptors the join API's pool may hold: raises the
-/// soft limit on open files (up to the hard limit) when it is too low, and
-/// where even the hard limit is, lets fewer connections wait at the gate
-/// (with a warning). A server out of descriptors cannot accept at all, so
-/// an attacker holding connections would lock honest nodes out.
-fn fit_descriptors(pool: &mut PoolConfig) {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let want = confboot::rpc::listener::descriptors_needed(pool) + OTHER_DESCRIPTORS;
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return;
-    };
-    let mut limit = soft;
-    if soft < want {
-        let raised = want.min(hard);
-        if setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_ok() {
-            limit = raised;
-        }
-    }
-    if limit < want
-        && let Some(gate) = pool.gate.as_mut()
-    {
-        let per_connection = 2;
-        let fixed = OTHER_DESCRIPTORS + per_connection * (pool.workers.max(1) + pool.queue) as u64;
-        let fits = (limit.saturating_sub(fixed) / per_connection).max(1) as usize;
-        log::warn!(
-            "open-file limit {limit}: --pending lowered from {} to {fits}",
-            gate.capacity
-        );
-        gate.capacity = fits;
-    }
-}
-
 /// Reads a file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
 fn read_file(option: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
     read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
@@ -179,7 +147,7 @@ impl Config {
             )),
             ..PoolConfig::default()
         };
-        fit_descriptors(&mut pool);
+        confboot::rpc::listener::fit_descriptors(&mut pool, OTHER_DESCRIPTORS);
         Ok(Config {
             listen: required("listen")?.to_string(),
             health_listen: required("health-listen")?.to_string(),

@@ -17,11 +17,13 @@
 //!   disk: each must get its proper refusal), against the same calls
 //!   without attack.
 //!
-//! Everything shares this machine's cores, attackers too: their threads run
-//! at nice 19 so that their own CPU competes as little as possible with
-//! joinsvc and the honest clients (on a real network the attackers' CPU is
-//! not the server's); joinsvc's own CPU per ticket is printed for both
-//! phases, and what the attackers' threads used.
+//! One machine plays both sides: joinsvc, the bootstrappers, the honest
+//! nodes and their swtpms are pinned to CPU 0, the attackers' threads and
+//! the swtpms they quote with to CPU 1, in every phase, so that the
+//! attackers' own CPU (and the kernel's work sending their packets) is not
+//! taken from the server, as with remote attackers; what the attack costs
+//! the server side is what it takes on CPU 0. joinsvc's CPU per ticket and
+//! both CPUs' load are printed for every phase.
 //!
 //! Needs the static musl release binaries. Run: `scripts/hostile_load.sh`
 //! (builds them, runs this and appends the figures to
@@ -51,8 +53,37 @@ fn plan() -> Plan {
         trickle_interval: Duration::from_millis(100),
         flood_burst: 32,
         pause: Duration::from_millis(20),
-        nice: Some(19),
+        nice: None,
+        cpu: Some(ATTACKER_CPU),
     }
+}
+
+/// The CPU joinsvc, the bootstrappers, the honest nodes and their swtpms
+/// share, and the one the attackers (threads and swtpms) have.
+const SERVER_CPU: usize = 0;
+const ATTACKER_CPU: usize = 1;
+
+/// Busy and total jiffies of CPU `n` so far (`/proc/stat`).
+fn cpu_jiffies(n: usize) -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let name = format!("cpu{n} ");
+    let Some(line) = stat.lines().find(|l| l.starts_with(&name)) else {
+        return (0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Percent busy of each CPU between two `cpu_jiffies` readings.
+fn busy_percent(before: [(u64, u64); 2], after: [(u64, u64); 2]) -> [f64; 2] {
+    let pct = |b: (u64, u64), a: (u64, u64)| (a.0 - b.0) as f64 * 100.0 / (a.1 - b.1).max(1) as f64;
+    [pct(before[0], after[0]), pct(before[1], after[1])]
 }
 
 /// CPU seconds used so far by this process's threads whose name starts
@@ -69,6 +100,33 @@ fn threads_cpu(prefix: &str) -> f64 {
                 .sum()
         })
         .unwrap_or(0.0)
+}
+
+/// CPU seconds used so far by process `pid`'s accepting thread (the gate,
+/// `rpc-accept`) and by its pool's workers (`rpc-worker-*`).
+fn gate_and_workers_cpu(pid: u32) -> (f64, f64) {
+    let mut gate = 0.0;
+    let mut workers = 0.0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let cpu = load::cpu_seconds(&format!("{}/stat", t.path().display()));
+            if comm.starts_with("rpc-accept") {
+                gate += cpu;
+            } else if comm.starts_with("rpc-worker") {
+                workers += cpu;
+            }
+        }
+    }
+    (gate, workers)
+}
+
+/// The machine's 1-minute load average (other work shares it).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// CPU seconds of every swtpm on the machine.
@@ -95,6 +153,10 @@ struct Honest {
     attackers_cpu: f64,
     swtpm_cpu: f64,
     peaks: load::Peaks,
+    busy: [f64; 2],
+    gate_cpu: f64,
+    workers_cpu: f64,
+    load: String,
 }
 
 impl Honest {
@@ -113,6 +175,8 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
     let stop = Arc::new(AtomicBool::new(false));
     let (tickets, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let sampler = Sampler::start(pid);
+    let jiffies = [cpu_jiffies(0), cpu_jiffies(1)];
+    let (gate0, workers0) = gate_and_workers_cpu(pid);
     let (cpu0, att0, tpm0, t0) = (
         load::process_cpu_seconds(pid),
         threads_cpu("hostile-"),
@@ -153,6 +217,10 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
         attackers_cpu: threads_cpu("hostile-") - att0,
         swtpm_cpu: swtpm_cpu() - tpm0,
         peaks: sampler.stop(),
+        busy: busy_percent(jiffies, [cpu_jiffies(0), cpu_jiffies(1)]),
+        gate_cpu: gate_and_workers_cpu(pid).0 - gate0,
+        workers_cpu: gate_and_workers_cpu(pid).1 - workers0,
+        load: load_average(),
     }
 }
 
@@ -233,9 +301,19 @@ fn main() {
     let joinsvc_bin = load::release_binary("joinsvc");
     let bootstrapper_bin = load::release_binary("bootstrapper");
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    assert!(cores >= 2, "the attackers need a CPU of their own");
+    // Everything of this process, and every process it starts, on CPU 0;
+    // the attackers move their threads (and their swtpms) to CPU 1.
+    let _ = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", &SERVER_CPU.to_string()])
+        .arg(std::process::id().to_string())
+        .stdout(std::process::Stdio::null())
+        .status();
     println!(
-        "hostile load: {CLIENTS} honest nodes, {run:?} per phase, loopback, {cores} cores shared by \
-         joinsvc, the bootstrappers, every swtpm, the honest clients and the attackers (nice 19)"
+        "hostile load: {CLIENTS} honest nodes, {run:?} per phase, loopback; joinsvc, the \
+         bootstrappers, the honest nodes and their swtpms on CPU {SERVER_CPU}, the attackers and \
+         their swtpms on CPU {ATTACKER_CPU} (as remote attackers bring their own CPU); this \
+         machine's {cores} cores are shared with other work"
     );
 
     let nodes: Vec<Node> = (0..CLIENTS)
@@ -243,9 +321,9 @@ fn main() {
         .collect();
     let insider = Node::start("insider", b"kernel");
     let other = Node::start("other-image", b"another kernel");
-    // The TPMs the attackers use quote at the attackers' priority.
+    // The TPMs the attackers use quote on the attackers' CPU.
     for n in [&insider, &other] {
-        confboot_tests::hostile::renice_process(n.swtpm_pid(), 19);
+        confboot_tests::hostile::pin_process(n.swtpm_pid(), ATTACKER_CPU);
     }
     let trusted: Vec<&Node> = nodes.iter().chain([&insider, &other]).collect();
     // joinsvc with its defaults (16 workers, a queue of 64, 1024 at the
@@ -299,21 +377,36 @@ fn main() {
     let ratio = b.rate() / baseline;
     println!();
     println!(
-        "{:<44}{:>10}{:>10}{:>16}{:>14}{:>12}",
-        "phase", "tickets/s", "failed", "joinsvc CPU/ticket", "attackers CPU", "swtpm CPU"
+        "{:<30}{:>10}{:>8}{:>20}{:>15}{:>11}{:>14}",
+        "phase",
+        "tickets/s",
+        "failed",
+        "joinsvc CPU/ticket",
+        "attackers CPU",
+        "swtpm CPU",
+        "CPU 0/1 busy"
     );
     for (name, h) in [
         ("A: honest only (before)", &a1),
-        ("B: honest under attack", &b),
+        ("B: under attack", &b),
         ("A: honest only (after)", &a2),
     ] {
         println!(
-            "{name:<44}{:>10.1}{:>10}{:>15.2} ms{:>12.1} s{:>10.1} s",
+            "{name:<30}{:>10.1}{:>8}{:>17.2} ms{:>13.1} s{:>9.1} s{:>7.0}/{:.0} %",
             h.rate(),
             h.failures,
             h.joinsvc_ms_per_ticket(),
             h.attackers_cpu,
-            h.swtpm_cpu
+            h.swtpm_cpu,
+            h.busy[0],
+            h.busy[1]
+        );
+    }
+    for (name, h) in [("A (before)", &a1), ("B", &b), ("A (after)", &a2)] {
+        println!(
+            "  {name}: joinsvc CPU {:.2} s: gate thread {:.2} s, workers {:.2} s; load average \
+             at its end {}",
+            h.joinsvc_cpu, h.gate_cpu, h.workers_cpu, h.load
         );
     }
     println!(
@@ -322,6 +415,15 @@ fn main() {
         baseline,
         ratio * 100.0,
         if ratio >= 0.95 { "met" } else { "MISSED" }
+    );
+    // What refusing the attack cost joinsvc: its CPU under attack beyond
+    // what the honest tickets of that phase cost at the baseline's rate.
+    let base_ms =
+        (a1.joinsvc_cpu + a2.joinsvc_cpu) * 1000.0 / (a1.tickets + a2.tickets).max(1) as f64;
+    let attack_pct = b.rate() * (b.joinsvc_ms_per_ticket() - base_ms) / 10.0;
+    println!(
+        "joinsvc CPU spent on the attack: {attack_pct:.1} % of a core (beyond the honest tickets' \
+         {base_ms:.2} ms each)"
     );
     println!(
         "joinsvc CPU: {:.1} % of a core without attack, {:.1} % under attack",
@@ -384,7 +486,7 @@ fn main() {
                  honest_failed\tjoinsvc_cpu_ms_per_ticket_baseline\tjoinsvc_cpu_ms_per_ticket_attack\t\
                  joinsvc_hwm_kib\tjoinsvc_peak_fds\tattack_connections\tattack_closed\t\
                  attack_bytes\thostile_tickets\tinit_answered\tinit_median_ms\tinit_max_ms\t\
-                 recover_answered\trecover_median_ms\trecover_max_ms"
+                 recover_answered\trecover_median_ms\trecover_max_ms\tjoinsvc_attack_cpu_pct"
             )
             .unwrap();
         }
@@ -392,11 +494,11 @@ fn main() {
             f,
             "{date}\t{commit}\t{cores}\t{}\t{baseline:.1}\t{:.1}\t{ratio:.3}\t{}\t{:.2}\t{:.2}\t\
              {hwm_attack}\t{}\t{}\t{}\t{}\t{}\t{ai}/{mi2}\t{medi:.0}\t{maxi:.0}\t{ar}/{mr2}\t\
-             {medr:.0}\t{maxr:.0}",
+             {medr:.0}\t{maxr:.0}\t{attack_pct:.1}",
             run.as_secs(),
             b.rate(),
             a1.failures + b.failures + a2.failures,
-            (a1.joinsvc_cpu + a2.joinsvc_cpu) * 1000.0 / (a1.tickets + a2.tickets).max(1) as f64,
+            base_ms,
             b.joinsvc_ms_per_ticket(),
             b.peaks.fds,
             total.connections,

@@ -104,6 +104,9 @@ pub struct Plan {
     /// one machine the attackers' own CPU competes less with the server and
     /// the honest clients (`None`: unchanged).
     pub nice: Option<i32>,
+    /// The CPU the attackers' threads are pinned to (`taskset`), as remote
+    /// attackers bring their own CPU (`None`: not pinned).
+    pub cpu: Option<usize>,
 }
 
 impl Default for Plan {
@@ -116,6 +119,7 @@ impl Default for Plan {
             flood_burst: 32,
             pause: Duration::from_millis(20),
             nice: None,
+            cpu: None,
         }
     }
 }
@@ -307,11 +311,24 @@ impl Drop for Attack {
     }
 }
 
-/// Lowers the calling attacker thread's CPU priority when the plan says so
-/// (Linux nice values are per thread: `renice -p TID`).
-fn renice_self(nice: Option<i32>) {
-    if let Some(n) = nice {
-        renice_process(nix::unistd::gettid().as_raw() as u32, n);
+/// Pins process (or thread) `pid` to CPU `cpu` (`taskset -p`).
+pub fn pin_process(pid: u32, cpu: usize) {
+    let _ = std::process::Command::new("taskset")
+        .args(["-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Lowers the calling attacker thread's CPU priority and pins it when the
+/// plan says so (Linux nice values and affinities are per thread).
+fn renice_self(plan: &Plan) {
+    let tid = nix::unistd::gettid().as_raw() as u32;
+    if let Some(n) = plan.nice {
+        renice_process(tid, n);
+    }
+    if let Some(cpu) = plan.cpu {
+        pin_process(tid, cpu);
     }
 }
 
@@ -328,7 +345,7 @@ pub fn renice_process(pid: u32, nice: i32) {
 
 /// Runs `attempt` (numbered) until stopped, `plan.pause` apart.
 fn looping(plan: &Plan, stop: &AtomicBool, mut attempt: impl FnMut(usize)) {
-    renice_self(plan.nice);
+    renice_self(plan);
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         attempt(i);
@@ -367,7 +384,7 @@ fn drain_until_closed(s: &mut impl Read, limit: Duration) -> bool {
 
 /// Holds `n` idle connections; reopens each one the server closes.
 fn idle(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, kind: usize) {
-    renice_self(plan.nice);
+    renice_self(plan);
     let mut held: Vec<Option<TcpStream>> = (0..plan.idle).map(|_| None).collect();
     while !stop.load(Ordering::Relaxed) {
         for (i, slot) in held.iter_mut().enumerate() {
@@ -402,7 +419,7 @@ pub fn client_hello() -> Vec<u8> {
 /// Trickles ClientHellos on `plan.trickle_hello` connections, one byte per
 /// interval each, starting again when the server closes one.
 fn trickle_hello(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, kind: usize) {
-    renice_self(plan.nice);
+    renice_self(plan);
     let hello = client_hello();
     let mut conns: Vec<Option<(TcpStream, usize)>> =
         (0..plan.trickle_hello).map(|_| None).collect();
@@ -445,7 +462,7 @@ fn atls_from(
 /// Trickles a call header inside TLS on `plan.trickle_frame` connections,
 /// one byte (one TLS record) per interval each.
 fn trickle_frame(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, kind: usize) {
-    renice_self(plan.nice);
+    renice_self(plan);
     let mut frame = vec![0u8, 0, 0, 0, 200];
     frame.extend([0x0a; 200]);
     let mut conns: Vec<Option<(StreamOwned<ClientConnection, TcpStream>, usize)>> =

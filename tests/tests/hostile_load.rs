@@ -70,6 +70,7 @@ fn honest_nodes_join_and_the_admin_is_answered_while_every_hostile_client_loses(
         flood_burst: 8,
         pause: Duration::from_millis(50),
         nice: Some(10),
+        cpu: None,
     };
     let sampler = Sampler::start(pid);
     let attacks = [

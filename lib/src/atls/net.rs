@@ -23,7 +23,8 @@ use crate::rpc::{self, PoolConfig, Router, ServerHandle, ServerLimits};
 /// handshake is bounded by `limits.io_timeout`. Refused handshakes are
 /// logged and closed. Without a gate in `pool`, the ClientHello gate
 /// ([`super::client_hello_gate`] with its defaults) keeps connections that
-/// have not sent a ClientHello away from the workers.
+/// have not sent a ClientHello away from the workers, and the process's
+/// open-file limit is raised to fit it (or the gate made smaller).
 pub fn serve(
     listener: TcpListener,
     mut pool: PoolConfig,
@@ -34,9 +35,14 @@ pub fn serve(
 ) -> io::Result<ServerHandle> {
     let atls =
         AtlsServer::new(server_issuer, client_validators.to_vec()).map_err(io::Error::other)?;
-    pool.gate.get_or_insert_with(|| {
-        super::client_hello_gate(DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT)
-    });
+    if pool.gate.is_none() {
+        pool.gate = Some(super::client_hello_gate(
+            DEFAULT_GATE_CAPACITY,
+            DEFAULT_GATE_TIMEOUT,
+        ));
+        // Room for the gate's descriptors, beside a few the process keeps.
+        rpc::listener::fit_descriptors(&mut pool, 64);
+    }
     rpc::listener::spawn(listener, pool, move |sock, stop| {
         let peer_addr = sock.peer_addr().ok();
         match atls.accept(sock, limits.io_timeout) {

@@ -27,7 +27,7 @@ const RECORD_HEADER: usize = 5;
 
 /// Connections an aTLS server keeps waiting for their ClientHello by
 /// default (see [`client_hello_gate`]).
-pub const DEFAULT_GATE_CAPACITY: usize = 256;
+pub const DEFAULT_GATE_CAPACITY: usize = 1024;
 /// How long a connection may take to send its ClientHello by default.
 pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(5);
 

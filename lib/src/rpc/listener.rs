@@ -6,7 +6,7 @@
 //!
 //! With a [`Gate`], a connection reaches a worker only once it has sent its
 //! whole opening (for TLS: the ClientHello's first record): until then the
-//! accepting thread watches it with `poll(2)`, together with every other
+//! accepting thread watches it with `epoll(7)`, together with every other
 //! such connection, so peers that connect and say nothing, or trickle their
 //! first bytes, hold no worker. The gate holds a bounded number of them; a
 //! new connection evicts the one that has waited longest, and each may wait
@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
 use crate::stop::Stop;
 
@@ -82,7 +83,7 @@ pub enum Opening {
 
 /// Keeps connections away from the worker pool until they have sent their
 /// opening (see the module documentation). Peers whose opening arrives at
-/// once (every honest client) pass in the time of a `poll(2)`.
+/// once (every honest client) pass in the time of one wake-up of the accepting thread.
 #[derive(Clone, Debug)]
 pub struct Gate {
     /// Judges the bytes received so far (read with `MSG_PEEK`, so the
@@ -95,8 +96,9 @@ pub struct Gate {
     /// and then, while every worker is busy and the queue full, to wait
     /// for room.
     pub timeout: Duration,
-    /// Connections waiting for their opening at once; a new one evicts the
-    /// one that has waited longest. Each costs two file descriptors.
+    /// Connections at the gate at once; a new one evicts the one that has
+    /// waited longest without sending its whole opening (or, when all have,
+    /// the one waiting longest for room). Each costs two file descriptors.
     pub capacity: usize,
     /// Whether a peer that has shut its sending side after its opening is
     /// closed instead of served (for protocols whose clients never do so
@@ -123,6 +125,38 @@ const GATE_ACCEPT_BATCH: usize = 32;
 pub fn descriptors_needed(config: &PoolConfig) -> u64 {
     let gate = config.gate.as_ref().map_or(0, |g| g.capacity.max(1));
     2 * (config.workers.max(1) + config.queue + gate) as u64
+}
+
+/// Makes room for the descriptors a server with `config` may hold
+/// ([`descriptors_needed`]) beside `others` it keeps anyway: raises the soft
+/// limit on open files (up to the hard limit) when it is too low, and where
+/// even the hard limit is, lets fewer connections wait at the gate (with a
+/// warning). A server out of descriptors cannot accept at all, so peers
+/// holding connections would lock everyone else out.
+pub fn fit_descriptors(config: &mut PoolConfig, others: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let want = descriptors_needed(config) + others;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let mut limit = soft;
+    if soft < want {
+        let raised = want.min(hard);
+        if setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_ok() {
+            limit = raised;
+        }
+    }
+    if limit < want
+        && let Some(gate) = config.gate.as_mut()
+    {
+        let fixed = others + 2 * (config.workers.max(1) + config.queue) as u64;
+        let fits = (limit.saturating_sub(fixed) / 2).max(1) as usize;
+        log::warn!(
+            "open-file limit {limit}: {fits} connections may wait at the gate, not {}",
+            gate.capacity
+        );
+        gate.capacity = fits;
+    }
 }
 
 /// How often the gate looks again at a connection that sent part of its
@@ -400,7 +434,15 @@ struct Pending {
     until: Instant,
     /// When to peek again, for one that sent part of its opening.
     recheck: Option<Instant>,
+    /// Its opening is complete: it waits for room in the pool.
+    ready: bool,
+    /// Registered with the gate's epoll instance.
+    watched: bool,
 }
+
+/// The gate's epoll key of the listening socket (connection ids count up
+/// from 0).
+const LISTENER_KEY: u64 = u64::MAX;
 
 impl Acceptor {
     /// Peeks at a connection at the gate: queues it when its opening is
@@ -431,6 +473,7 @@ impl Acceptor {
                             let _ = stream.set_nonblocking(true);
                             p.stream = stream;
                             p.recheck = Some(now + GATE_RECHECK);
+                            p.ready = true;
                             return Some(p);
                         }
                     },
@@ -582,13 +625,47 @@ impl Acceptor {
 
     /// Accepts connections and keeps each at the gate until its opening is
     /// complete (then queues it), invalid, late or evicted (then closes it).
+    /// Connections that have sent nothing yet are watched with `epoll(7)`,
+    /// so a wake-up costs what is ready, not what is held.
     fn run_gated(self, listener: TcpListener, gate: &Gate) {
-        if let Err(e) = listener.set_nonblocking(true) {
-            log::error!("cannot make the listener non-blocking, serving without a gate: {e}");
+        let epoll = match Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) {
+            Ok(e) => e,
+            Err(e) => {
+                log::error!("cannot create an epoll instance, serving without a gate: {e}");
+                return self.run(listener);
+            }
+        };
+        let listening = listener.set_nonblocking(true).and_then(|_| {
+            epoll
+                .add(
+                    &listener,
+                    EpollEvent::new(EpollFlags::EPOLLIN, LISTENER_KEY),
+                )
+                .map_err(io::Error::from)
+        });
+        if let Err(e) = listening {
+            log::error!("cannot watch the listener, serving without a gate: {e}");
+            let _ = listener.set_nonblocking(false);
             return self.run(listener);
         }
+        // Watches a connection for its first bytes (one that sent part of
+        // its opening stays readable: it is looked at again on a timer).
+        let watch = |p: &mut Pending| {
+            if !p.watched && p.recheck.is_none() {
+                p.watched = epoll
+                    .add(&p.stream, EpollEvent::new(EpollFlags::EPOLLIN, p.id))
+                    .is_ok();
+            }
+        };
+        let unwatch = |p: &mut Pending| {
+            if p.watched {
+                let _ = epoll.delete(&p.stream);
+                p.watched = false;
+            }
+        };
         let mut pending: VecDeque<Pending> = VecDeque::new();
         let mut buf = vec![0u8; gate.max_opening.max(1)];
+        let mut events = vec![EpollEvent::empty(); 256];
         while !self.stop.is_raised() {
             let now = Instant::now();
             let wake = pending
@@ -597,49 +674,37 @@ impl Acceptor {
                 .min()
                 .map_or(GATE_POLL_MAX, |t| t.saturating_duration_since(now))
                 .min(GATE_POLL_MAX);
-            // Poll the listener and every connection that has sent nothing
-            // yet; note which are readable.
-            let (listener_ready, ready) = {
-                let polled: Vec<usize> = (0..pending.len())
-                    .filter(|&i| pending[i].recheck.is_none())
-                    .collect();
-                let mut fds = Vec::with_capacity(polled.len() + 1);
-                fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
-                for &i in &polled {
-                    fds.push(PollFd::new(pending[i].stream.as_fd(), PollFlags::POLLIN));
+            let ms = u16::try_from(wake.as_millis().max(1)).unwrap_or(u16::MAX);
+            let n = match epoll.wait(&mut events, PollTimeout::from(ms)) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    log::warn!("gate: epoll_wait failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
                 }
-                let ms = u16::try_from(wake.as_millis().max(1)).unwrap_or(u16::MAX);
-                match poll(&mut fds, PollTimeout::from(ms)) {
-                    Ok(_) => {}
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => {
-                        log::warn!("gate: poll failed: {e}");
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    }
-                }
-                let is_ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-                let mut ready = vec![false; pending.len()];
-                for (k, &i) in polled.iter().enumerate() {
-                    ready[i] = is_ready(&fds[k + 1]);
-                }
-                (is_ready(&fds[0]), ready)
             };
+            let mut ready: Vec<u64> = events[..n].iter().map(|e| e.data()).collect();
+            ready.sort_unstable();
+            let listener_ready = ready.last() == Some(&LISTENER_KEY);
 
             // Look at every connection that is readable or due for a look.
             let now = Instant::now();
             let mut kept = VecDeque::with_capacity(pending.len());
-            for (p, ready) in pending.drain(..).zip(ready) {
-                let due = ready || p.recheck.is_some_and(|r| r <= now);
+            for mut p in pending.drain(..) {
+                let due = ready.binary_search(&p.id).is_ok() || p.recheck.is_some_and(|r| r <= now);
                 if !due {
                     if p.until <= now {
+                        unwatch(&mut p);
                         self.drop_pending(p, "no complete opening in time");
                     } else {
                         kept.push_back(p);
                     }
                     continue;
                 }
-                if let Some(p) = self.look(p, gate, &mut buf, now) {
+                unwatch(&mut p);
+                if let Some(mut p) = self.look(p, gate, &mut buf, now) {
+                    watch(&mut p);
                     kept.push_back(p);
                 }
             }
@@ -676,18 +741,27 @@ impl Acceptor {
                         peer,
                         until: now + gate.timeout,
                         recheck: None,
+                        ready: false,
+                        watched: false,
                     };
                     // Most openings are there by the time they are accepted.
-                    let Some(fresh) = self.look(fresh, gate, &mut buf, now) else {
+                    let Some(mut fresh) = self.look(fresh, gate, &mut buf, now) else {
                         continue;
                     };
-                    if pending.len() >= gate.capacity.max(1)
-                        && let Some(oldest) = pending.pop_front()
-                        && let Some(oldest) = self.look(oldest, gate, &mut buf, now)
-                    {
-                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                        self.drop_pending(oldest, "evicted for a newer connection");
+                    // Full: the oldest that has not sent its whole opening
+                    // goes (one that has, and waits for a worker, only when
+                    // every one has).
+                    if pending.len() >= gate.capacity.max(1) {
+                        let victim = pending.iter().position(|p| !p.ready).unwrap_or(0);
+                        if let Some(mut oldest) = pending.remove(victim) {
+                            unwatch(&mut oldest);
+                            if let Some(oldest) = self.look(oldest, gate, &mut buf, now) {
+                                self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                                self.drop_pending(oldest, "evicted for a newer connection");
+                            }
+                        }
                     }
+                    watch(&mut fresh);
                     pending.push_back(fresh);
                     self.stats
                         .gate_peak
@@ -695,7 +769,8 @@ impl Acceptor {
                 }
             }
         }
-        for p in pending {
+        for mut p in pending {
+            unwatch(&mut p);
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
             self.open.remove(p.id);
         }
