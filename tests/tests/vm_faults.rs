@@ -131,6 +131,8 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
         .arg(format!("{BASE_CMDLINE} {cmdline}"))
         .arg("--policy-out")
         .arg(&policy_path)
+        .arg("--events-out")
+        .arg(work.path().join("measurements.events.json"))
         .output()
         .expect("run confboot measure");
     assert!(
