@@ -102,11 +102,16 @@ impl Config {
             Some(spec) => {
                 let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
+                // joinsvc quotes on every handshake for as long as it runs:
+                // a TPM that restarts under it (its connection broken, a
+                // transient AK gone) is reconnected to on the next quote.
+                let reopen_spec = spec.to_string();
                 Some(Arc::new(
                     VtpmIssuer::new(tpm)
                         .map_err(|e| format!("--tpm {spec}: {e}"))?
                         .with_event_log_option(m.value("event-log"), Tpm::is_device_spec(spec))
-                        .map_err(|e| e.to_string())?,
+                        .map_err(|e| e.to_string())?
+                        .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
                 ))
             }
         };

@@ -463,6 +463,28 @@ mod tests {
     }
 
     #[test]
+    fn slow_answers_within_and_beyond_the_timeout() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let i = issuer(&double, SA_TOKEN, Duration::from_millis(1500));
+        // Slow but within the timeout: the token is the one stored.
+        double.fail_next(&[Failure::Slow(Duration::from_millis(300))]);
+        let token = i.create_bootstrap_token().unwrap();
+        assert_eq!(double.created()[0].id, token.id());
+        // Slower than the timeout: the call ends at the timeout, and the
+        // Secret the API stored is left behind (it expires with its TTL).
+        // (Had it waited for the answer, the call would have succeeded.)
+        double.fail_next(&[Failure::Slow(Duration::from_secs(5))]);
+        assert!(matches!(
+            i.create_bootstrap_token(),
+            Err(TokenError::Unreachable(_))
+        ));
+        assert_eq!(double.created().len(), 2);
+        // The next call is served (a fresh connection).
+        i.create_bootstrap_token().unwrap();
+        assert_eq!(double.created().len(), 3);
+    }
+
+    #[test]
     fn bad_ca_bundle_is_a_config_error() {
         for pem in [
             "",

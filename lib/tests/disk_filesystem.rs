@@ -228,14 +228,15 @@ fn a_deleted_file_system_token_never_gets_data_overwritten() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// A disk first booted without a file system (or whose mke2fs never ran)
-/// holds whatever it holds: a later boot makes nothing over it.
+/// A disk whose first boot completed without a file system holds whatever
+/// it holds: a later boot makes nothing over it.
 #[test]
 fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
     let dir = temp_dir("absent");
     let (mut disk, header, mapped) = mapped_disk(&dir);
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
+    disk.record_bootstrapped().unwrap();
     let data = vec![0xa7; IMAGE_SIZE as usize];
     fs::write(&mapped, &data).unwrap();
     let mut rebooted = StateDisk::new(MappedImage {
@@ -253,6 +254,84 @@ fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
     );
     assert!(fs::read(&mapped).unwrap() == data);
     assert_eq!(rebooted.backend().filesystem().unwrap(), None);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Pseudo-random bytes (what a freshly mapped disk reads as).
+fn noise(len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut out).unwrap();
+    out
+}
+
+/// A first boot powered off between the LUKS format and mke2fs: the next
+/// boot, finishing it, finds a disk that never held a file system and
+/// makes one (no superblock anywhere); a disk whose primary superblock is
+/// gone but whose copies are there is a damaged file system, kept.
+#[test]
+fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
+    let dir = temp_dir("cutshort");
+    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    let (mut disk, header, mapped) = mapped_disk(&dir);
+    disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    fs::write(&mapped, noise(IMAGE_SIZE as usize)).unwrap();
+    let reboot = || {
+        StateDisk::new(MappedImage {
+            header: CryptsetupBackend::header_only(&header)
+                .with_program(program("cryptsetup", "cryptsetup-bin")),
+            mapped: mapped.clone(),
+        })
+    };
+    let mut rebooted = reboot();
+    let action = rebooted
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    assert!(matches!(action, DiskAction::Opened { .. }));
+    assert_eq!(
+        rebooted.ensure_filesystem(&mkfs, &action).unwrap(),
+        Some(FilesystemAction::Made)
+    );
+    assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
+    assert_eq!(
+        rebooted.backend().filesystem().unwrap().as_deref(),
+        Some("ext4")
+    );
+
+    // Its primary superblock destroyed (and the header's record removed):
+    // the copies say a file system is there, so nothing is made.
+    let mut bytes = fs::read(&mapped).unwrap();
+    bytes[1024..2048].copy_from_slice(&noise(1024));
+    fs::write(&mapped, &bytes).unwrap();
+    let copy = confboot::disk::filesystem::ext4_superblock_copy(&mapped)
+        .unwrap()
+        .expect("a superblock copy");
+    assert!(copy > 2048, "a backup, at {copy}");
+    let dump = std::process::Command::new(program("cryptsetup", "cryptsetup-bin"))
+        .args(["luksDump", "--dump-json-metadata"])
+        .arg(&header)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
+    for (id, t) in json["tokens"].as_object().unwrap() {
+        if t["type"] == "confboot-state-fs" {
+            let removed = std::process::Command::new(program("cryptsetup", "cryptsetup-bin"))
+                .args(["token", "remove", "--token-id", id])
+                .arg(&header)
+                .status()
+                .unwrap();
+            assert!(removed.success());
+        }
+    }
+    let mut again = reboot();
+    let action = again
+        .format_or_open(&new_disk_uuid(), |_| Ok(key()))
+        .unwrap();
+    assert_eq!(
+        again.ensure_filesystem(&mkfs, &action).unwrap(),
+        Some(FilesystemAction::Absent)
+    );
+    assert!(fs::read(&mapped).unwrap() == bytes, "not one byte changed");
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -160,3 +160,54 @@ fn swtpm_stops_when_the_test_process_aborts() {
         other => panic!("swtpm still serves its control channel: {other:?}"),
     }
 }
+
+#[test]
+fn transient_objects_left_by_dead_clients_are_flushed_when_memory_is_full() {
+    let swtpm = Swtpm::start().unwrap();
+    // Clients that die without flushing leave their AKs loaded (no
+    // resource manager on a swtpm socket) until the object memory is full.
+    let mut left = 0;
+    loop {
+        let mut tpm = swtpm.connect().unwrap();
+        match tpm.create_ak() {
+            Ok(_) => left += 1,
+            Err(TpmError::ResponseCode { rc, .. }) if rc == confboot::tpm::RC_OBJECT_MEMORY => {
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(left < 64, "the TPM never ran out of object memory");
+    }
+    let mut tpm = swtpm.connect().unwrap();
+    assert_eq!(tpm.transient_handles().unwrap().len(), left);
+    // The next client still gets its AK: the leftovers are flushed.
+    let ak = tpm.load_or_create_ak(DEFAULT_AK_HANDLE).unwrap();
+    assert_eq!(tpm.transient_handles().unwrap(), vec![ak.handle]);
+}
+
+#[test]
+fn an_issuer_reconnects_to_a_tpm_that_restarted_under_it() {
+    use confboot::attestation::Issuer;
+    use confboot::attestation::vtpm::VtpmIssuer;
+    let mut swtpm = Swtpm::start().unwrap();
+    let addr = swtpm.addr();
+    let reopen = move || confboot::tpm::Tpm::connect_tcp(addr);
+    let issuer = VtpmIssuer::new(reopen().unwrap())
+        .unwrap()
+        .reconnecting(Box::new(reopen));
+    let ak = issuer.ak_public_key();
+    issuer.issue(&[1; 32]).unwrap();
+    // Restarted with its state (PCRs and all), then reset (PCRs cleared,
+    // the transient AK gone): both times the next quote is served, with
+    // the same key, on a new connection.
+    for keep in [true, false] {
+        issuer.with_tpm(|t| mark_node(t, b"cluster")).unwrap();
+        swtpm.stop(keep).unwrap();
+        assert!(issuer.issue(&[2; 32]).is_err(), "the TPM is away");
+        swtpm.start_again().unwrap();
+        issuer.issue(&[3; 32]).unwrap();
+        assert_eq!(issuer.ak_public_key(), ak);
+        let pcr15 = issuer.with_tpm(|t| t.pcr_read(&[15])).unwrap()[0].1;
+        assert_eq!(pcr15 != [0; 32], keep, "PCR 15 kept: {keep}");
+    }
+}

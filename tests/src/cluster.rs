@@ -209,6 +209,8 @@ pub struct Joinsvc {
     /// The health/metrics address.
     pub http_addr: SocketAddr,
     policy_path: PathBuf,
+    /// The binary and its arguments, to start it again ([`Joinsvc::restart`]).
+    command: (PathBuf, Vec<std::ffi::OsString>),
     dir: TempDir,
 }
 
@@ -266,23 +268,50 @@ impl Joinsvc {
         std::fs::write(p("kube-ca.crt"), kube.ca_pem()).unwrap();
         std::fs::write(p("kube-token"), KUBE_TOKEN).unwrap();
 
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let mut arg = |name: &str, value: &dyn AsRef<std::ffi::OsStr>| {
+            args.push(name.into());
+            args.push(value.as_ref().to_owned());
+        };
+        arg("--listen", &listen);
+        arg("--health-listen", &"127.0.0.1:0");
+        arg("--master-secret", &p("master-secret.json"));
+        arg(
+            "--measurement-salt",
+            &confboot::hex::encode(&measurement_salt),
+        );
+        arg("--policy", &p("policy.json"));
+        arg(
+            "--ak-trust",
+            &format!("pinned:{}", p("pinned-aks").display()),
+        );
+        arg("--api-server-endpoint", &"10.0.0.1:6443");
+        arg("--kubernetes-ca", &p("ca.crt"));
+        arg("--pki-dir", &dir.path());
+        arg("--kube-api", &kube.url());
+        arg("--kube-api-ca", &p("kube-ca.crt"));
+        arg("--kube-api-token-file", &p("kube-token"));
+        arg("-v", &"4");
+        args.extend(extra.into_iter().map(Into::into));
+        let (process, rpc_addr, http_addr) = Joinsvc::spawn(binary, &args);
+        Joinsvc {
+            master_secret,
+            measurement_salt,
+            kube,
+            process,
+            rpc_addr,
+            http_addr,
+            policy_path: p("policy.json"),
+            command: (binary.to_path_buf(), args),
+            dir,
+        }
+    }
+
+    /// Runs the binary with `args`; returns the process and the addresses
+    /// it logs.
+    fn spawn(binary: &Path, args: &[std::ffi::OsString]) -> (ChildProcess, SocketAddr, SocketAddr) {
         let mut cmd = Command::new(binary);
-        cmd.arg("--listen").arg(&listen);
-        cmd.arg("--health-listen").arg("127.0.0.1:0");
-        cmd.arg("--master-secret").arg(p("master-secret.json"));
-        cmd.arg("--measurement-salt")
-            .arg(confboot::hex::encode(&measurement_salt));
-        cmd.arg("--policy").arg(p("policy.json"));
-        cmd.arg("--ak-trust")
-            .arg(format!("pinned:{}", p("pinned-aks").display()));
-        cmd.arg("--api-server-endpoint").arg("10.0.0.1:6443");
-        cmd.arg("--kubernetes-ca").arg(p("ca.crt"));
-        cmd.arg("--pki-dir").arg(dir.path());
-        cmd.arg("--kube-api").arg(kube.url());
-        cmd.arg("--kube-api-ca").arg(p("kube-ca.crt"));
-        cmd.arg("--kube-api-token-file").arg(p("kube-token"));
-        cmd.arg("-v").arg("4");
-        cmd.args(extra);
+        cmd.args(args);
         let process = ChildProcess::spawn("joinsvc", cmd);
         let rpc_addr = addr_after(
             &process.wait_for_line("join API listening on ", 3000),
@@ -292,16 +321,33 @@ impl Joinsvc {
             &process.wait_for_line("health and metrics listening on ", 3000),
             "listening on ",
         );
-        Joinsvc {
-            master_secret,
-            measurement_salt,
-            kube,
-            process,
-            rpc_addr,
-            http_addr,
-            policy_path: p("policy.json"),
-            dir,
+        (process, rpc_addr, http_addr)
+    }
+
+    /// Starts joinsvc again, as its supervisor (a Kubernetes Deployment)
+    /// does after it died: the same files, the same Kubernetes API double,
+    /// the same addresses. A process still running is killed first
+    /// (SIGKILL). Returns the log of the process it replaces.
+    pub fn restart(&mut self) -> Vec<String> {
+        let (binary, args) = &self.command;
+        let mut args = args.clone();
+        for (flag, addr) in [
+            ("--listen", self.rpc_addr),
+            ("--health-listen", self.http_addr),
+        ] {
+            let i = args
+                .iter()
+                .position(|a| a == flag)
+                .expect("joinsvc was started with the flag");
+            args[i + 1] = addr.to_string().into();
         }
+        self.process.kill();
+        let old = self.process.log();
+        let (process, rpc_addr, http_addr) = Joinsvc::spawn(binary, &args);
+        assert_eq!(rpc_addr, self.rpc_addr, "joinsvc listens where it did");
+        self.process = process;
+        self.http_addr = http_addr;
+        old
     }
 
     /// Replaces the policy file the way a config-map update does: write a

@@ -6,7 +6,10 @@
 //! the path, the content type, and the Secret's schema for bootstrap tokens.
 //! It answers 201 with the created object, 401 for a wrong token, 404 for
 //! other paths, 409 when the Secret exists, 422 for an invalid Secret, and can
-//! fail on demand (500, 409, or no answer at all). Like the API server, it
+//! fail on demand as the API server fails: 500 or 409 with their `Status`
+//! objects, no answer at all (a black hole: the client's timeout must end
+//! the call), or a slow answer (the Secret is stored, the answer comes
+//! late, as when etcd is slow). Like the API server, it
 //! keeps connections alive between requests (HTTP/1.1), closing them when the
 //! client asks, after an idle time, or when the double stops.
 
@@ -34,6 +37,10 @@ pub enum Failure {
     Conflict,
     /// Read the request and never answer (the client must time out).
     NoAnswer,
+    /// Serve the request (a valid Secret is stored), then wait this long
+    /// before answering; a client that gave up by then has left the
+    /// Secret behind, as with the API server.
+    Slow(Duration),
 }
 
 /// A bootstrap-token Secret the double accepted.
@@ -217,6 +224,17 @@ fn serve(
                 409,
                 status_object(409, "AlreadyExists", "secrets already exists"),
             ),
+            Some(Failure::Slow(delay)) => {
+                let reply = handle(&request, state, token);
+                let until = std::time::Instant::now() + delay;
+                while std::time::Instant::now() < until {
+                    if stop.is_raised() {
+                        return;
+                    }
+                    std::thread::sleep(STOP_POLL.min(delay));
+                }
+                reply
+            }
             None => handle(&request, state, token),
         };
         let close = request
@@ -226,7 +244,8 @@ fn serve(
         let stream = reader.get_mut();
         let written = write!(
             stream,
-            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{text}",
+            "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\nContent-Length: {}\r\n{}\r\n{text}",
+            reason_phrase(code),
             text.len(),
             if close { "Connection: close\r\n" } else { "" },
         )
@@ -325,8 +344,25 @@ fn read_request<R: BufRead>(r: &mut R) -> Option<Request> {
     Some(request)
 }
 
+/// The status line's reason phrase, as Go's net/http writes it.
+fn reason_phrase(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        201 => "Created",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Entity",
+        500 => "Internal Server Error",
+        _ => "Unknown",
+    }
+}
+
+/// A `Status` object, the body of every API error (`metav1.Status`).
 fn status_object(code: u16, reason: &str, message: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code})
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
 }
 
 fn is_token_part(s: &str, len: usize) -> bool {

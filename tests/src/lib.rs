@@ -109,6 +109,15 @@ impl ChildProcess {
             .unwrap_or_else(|e| panic!("cannot signal {}: {e}", self.name));
     }
 
+    /// Kills the process (SIGKILL) if it still runs and reaps it; its log
+    /// stays readable. Does nothing if it was already reaped.
+    pub fn kill(&self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Waits for the process to end and returns its status and full log.
     pub fn wait(mut self) -> (std::process::ExitStatus, Vec<String>) {
         let child = self.child.lock().unwrap().take();

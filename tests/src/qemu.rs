@@ -17,6 +17,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -314,11 +315,19 @@ impl Vm {
     /// returns it; panics with the console's tail when it does not come or
     /// QEMU exits first.
     pub fn wait_for_line(&mut self, pattern: &str, bound: Duration) -> String {
+        self.wait_for_nth_line(pattern, 0, bound)
+    }
+
+    /// [`Vm::wait_for_line`] for the `nth` (from 0) line containing `pattern`.
+    pub fn wait_for_nth_line(&mut self, pattern: &str, nth: usize, bound: Duration) -> String {
         let deadline = Instant::now() + bound;
         loop {
             self.sample();
             let exited = self.qemu_exited();
-            if let Some(line) = complete_lines(&self.serial()).find(|l| l.contains(pattern)) {
+            if let Some(line) = complete_lines(&self.serial())
+                .filter(|l| l.contains(pattern))
+                .nth(nth)
+            {
                 eprintln!(
                     "[{}] {:?} after {:.1} s",
                     self.name,
@@ -346,25 +355,29 @@ impl Vm {
         }
     }
 
-    /// Powers the VM off as a host can at any moment: QEMU is killed
-    /// (SIGKILL), so the guest gets no warning and writes nothing more.
-    /// Returns once QEMU is gone.
-    pub fn power_off(&mut self) {
-        self.sample();
-        if !self.qemu_exited() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.qemu_pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            while !self.qemu_exited() {
-                std::thread::sleep(Duration::from_millis(10));
+    /// Powers the VM off as a pulled plug does: QEMU is killed (SIGKILL),
+    /// so whatever the guest had not written to its disk is lost; its swtpm
+    /// then ends (it loses its volatile state, as a TPM without power; the
+    /// permanent state stays in the state directory). Returns the console.
+    pub fn power_off(&mut self) -> String {
+        if let Some(qemu) = self.qemu.take() {
+            qemu.signal(nix::sys::signal::Signal::SIGKILL);
+            self.status = Some(qemu.wait().0);
+        }
+        if let Some(swtpm) = self.swtpm.take() {
+            // `--terminate`: it exits once QEMU's socket closed.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !is_zombie_or_gone(self.swtpm_pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
             }
+            drop(swtpm);
         }
         eprintln!(
             "[{}] powered off after {:.1} s",
             self.name,
             self.elapsed().as_secs_f64()
         );
+        self.serial()
     }
 
     /// Waits (at most `bound`) for QEMU to exit (the guest powered off) and
@@ -581,6 +594,140 @@ impl Image {
             initrd: out.join("initramfs.cpio.zst"),
             build_log: log,
         })
+    }
+}
+
+/// Size of each sparse state-disk image a [`NodeFiles`] makes.
+pub const VM_DISK_BYTES: u64 = 64 << 20;
+
+/// A static musl release binary of the workspace; panics with the command
+/// that builds it when it is missing.
+pub fn musl_binary(name: &str) -> PathBuf {
+    let path = crate::target_dir()
+        .join("x86_64-unknown-linux-musl/release")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
+         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Percent-encodes one argument for `confboot.args=` (everything but
+/// `[A-Za-z0-9._:/-]`).
+pub fn pct(arg: &str) -> String {
+    arg.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b".-_:/".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `confboot.args=` for `/init`: the arguments, each percent-encoded
+/// ([`pct`]), comma-separated.
+pub fn args_param(args: &[&str]) -> String {
+    let enc: Vec<String> = args.iter().map(|a| pct(a)).collect();
+    format!("confboot.args={}", enc.join(","))
+}
+
+/// A node's files: its TPM state dir (kept across boots) and state disk.
+pub struct NodeFiles {
+    /// The VM's name, for messages.
+    pub name: String,
+    /// The swtpm state directory, kept across boots.
+    pub tpm: PathBuf,
+    /// The state disk image.
+    pub disk: PathBuf,
+    /// The AK's public key (SEC1 point), read before the first boot.
+    pub ak: Vec<u8>,
+}
+
+impl NodeFiles {
+    /// Creates the TPM state and a blank sparse disk, and reads the AK: swtpm
+    /// (TCP) on the state dir, the AK from the persistent owner seed, closed
+    /// again. No PCR is extended (the VM's firmware measures the boot).
+    pub fn new(dir: &Path, name: &str) -> NodeFiles {
+        let tpm = dir.join(format!("{name}-tpm"));
+        std::fs::create_dir_all(&tpm).unwrap();
+        let disk = dir.join(format!("{name}-disk.img"));
+        std::fs::File::create(&disk)
+            .unwrap()
+            .set_len(VM_DISK_BYTES)
+            .unwrap();
+        let ak = {
+            let swtpm = confboot::tpm::swtpm::Swtpm::start_in(&tpm).expect("swtpm starts");
+            let issuer = confboot::attestation::vtpm::VtpmIssuer::new(
+                swtpm.connect().expect("connect to swtpm"),
+            )
+            .expect("attestation key");
+            let ak = issuer.ak_public_key();
+            drop(issuer);
+            drop(swtpm);
+            ak
+        };
+        NodeFiles {
+            name: name.to_string(),
+            tpm,
+            disk,
+            ak,
+        }
+    }
+
+    /// A boot of `image` with `cmdline` on this node's TPM and disk.
+    pub fn config(&self, image: &Image, cmdline: &str) -> VmConfig {
+        let mut c = VmConfig::new(&image.kernel, &image.initrd, cmdline);
+        c.name = self.name.clone();
+        c.disk = Some(self.disk.clone());
+        c.tpm_state = Some(self.tpm.clone());
+        c
+    }
+
+    /// The disk's LUKS UUID, if it has a LUKS header.
+    pub fn luks_uuid(&self) -> Option<String> {
+        crate::luks_uuid(&self.disk)
+    }
+
+    /// Whether `key` opens the disk's LUKS2 header (host cryptsetup, key on stdin).
+    pub fn key_opens_disk(&self, key: &[u8]) -> bool {
+        crate::key_opens_disk(&self.disk, key)
+    }
+
+    /// Plays the host: deletes the LUKS2 header's token of `token_type`
+    /// (the header's JSON is not authenticated).
+    pub fn remove_token(&self, token_type: &str) {
+        let dump = Command::new("cryptsetup")
+            .args(["luksDump", "--dump-json-metadata"])
+            .arg(&self.disk)
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
+        let id = json["tokens"]
+            .as_object()
+            .and_then(|t| t.iter().find(|(_, t)| t["type"] == token_type))
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| panic!("no {token_type} token in the header"));
+        let removed = Command::new("cryptsetup")
+            .args(["token", "remove", "--token-id", &id])
+            .arg(&self.disk)
+            .status()
+            .unwrap();
+        assert!(removed.success(), "cryptsetup token remove");
+    }
+
+    /// The disk image's bytes.
+    pub fn raw(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        std::fs::File::open(&self.disk)
+            .unwrap()
+            .read_to_end(&mut buf)
+            .unwrap();
+        buf
     }
 }
 

@@ -18,8 +18,7 @@
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli`;
 //! scripts/test.sh does) and the Debian packages boot.rs needs.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -29,8 +28,10 @@ use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
-use confboot_tests::qemu::{BASE_CMDLINE, Image, PeakRss, Vm, VmConfig, golden_boot};
-use confboot_tests::{free_port, key_opens_disk, luks_uuid};
+use confboot_tests::free_port;
+use confboot_tests::qemu::{
+    BASE_CMDLINE, Image, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot, musl_binary,
+};
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
 /// three VMs at once).
@@ -39,133 +40,11 @@ const BOOT_BOUND: Duration = Duration::from_secs(420);
 const EXIT_BOUND: Duration = Duration::from_secs(60);
 /// The guest port joinsvc is reached at (10.0.2.100:9090).
 const JOIN_PORT: u16 = 9090;
-/// Size of each sparse state-disk image.
-const DISK_BYTES: u64 = 64 << 20;
 /// The init secret the admin holds.
 const INIT_SECRET: &str = "correct horse battery staple";
 
-fn musl_binary(name: &str) -> PathBuf {
-    let path = confboot_tests::target_dir()
-        .join("x86_64-unknown-linux-musl/release")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
-         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli` (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
-
-/// Percent-encodes one argument for `confboot.args=` (everything but
-/// `[A-Za-z0-9._:/-]`).
-fn pct(arg: &str) -> String {
-    arg.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b".-_:/".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-fn args_param(args: &[&str]) -> String {
-    let enc: Vec<String> = args.iter().map(|a| pct(a)).collect();
-    format!("confboot.args={}", enc.join(","))
-}
-
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
-}
-
-/// A node's files: its TPM state dir (kept across boots) and state disk.
-struct NodeFiles {
-    name: String,
-    tpm: PathBuf,
-    disk: PathBuf,
-    ak: Vec<u8>,
-}
-
-impl NodeFiles {
-    /// Creates the TPM state and a blank sparse disk, and reads the AK: swtpm
-    /// (TCP) on the state dir, the AK from the persistent owner seed, closed
-    /// again. No PCR is extended (the VM's firmware measures the boot).
-    fn new(dir: &Path, name: &str) -> NodeFiles {
-        let tpm = dir.join(format!("{name}-tpm"));
-        std::fs::create_dir_all(&tpm).unwrap();
-        let disk = dir.join(format!("{name}-disk.img"));
-        std::fs::File::create(&disk)
-            .unwrap()
-            .set_len(DISK_BYTES)
-            .unwrap();
-        let ak = {
-            let swtpm = Swtpm::start_in(&tpm).expect("swtpm starts");
-            let issuer = confboot::attestation::vtpm::VtpmIssuer::new(
-                swtpm.connect().expect("connect to swtpm"),
-            )
-            .expect("attestation key");
-            let ak = issuer.ak_public_key();
-            drop(issuer);
-            drop(swtpm);
-            ak
-        };
-        NodeFiles {
-            name: name.to_string(),
-            tpm,
-            disk,
-            ak,
-        }
-    }
-
-    fn config(&self, image: &Image, cmdline: &str) -> VmConfig {
-        let mut c = VmConfig::new(&image.kernel, &image.initrd, cmdline);
-        c.name = self.name.clone();
-        c.disk = Some(self.disk.clone());
-        c.tpm_state = Some(self.tpm.clone());
-        c
-    }
-
-    fn luks_uuid(&self) -> Option<String> {
-        luks_uuid(&self.disk)
-    }
-
-    /// Whether `key` opens the disk's LUKS2 header (host cryptsetup, key on stdin).
-    fn key_opens_disk(&self, key: &[u8]) -> bool {
-        key_opens_disk(&self.disk, key)
-    }
-
-    /// Plays the host: deletes the LUKS2 header's token of `token_type`
-    /// (the header's JSON is not authenticated).
-    fn remove_token(&self, token_type: &str) {
-        let dump = Command::new("cryptsetup")
-            .args(["luksDump", "--dump-json-metadata"])
-            .arg(&self.disk)
-            .output()
-            .unwrap();
-        let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
-        let id = json["tokens"]
-            .as_object()
-            .and_then(|t| t.iter().find(|(_, t)| t["type"] == token_type))
-            .map(|(id, _)| id.clone())
-            .unwrap_or_else(|| panic!("no {token_type} token in the header"));
-        let removed = Command::new("cryptsetup")
-            .args(["token", "remove", "--token-id", &id])
-            .arg(&self.disk)
-            .status()
-            .unwrap();
-        assert!(removed.success(), "cryptsetup token remove");
-    }
-
-    fn raw(&self) -> Vec<u8> {
-        let mut buf = Vec::new();
-        std::fs::File::open(&self.disk)
-            .unwrap()
-            .read_to_end(&mut buf)
-            .unwrap();
-        buf
-    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -905,6 +784,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         .arg(format!("{BASE_CMDLINE} {tampered_cmdline}"))
         .arg("--policy-out")
         .arg(other_admin.join("measurements.json"))
+        .arg("--events-out")
+        .arg(other_admin.join("measurements.events.json"))
         .output()
         .expect("run confboot measure");
     assert!(

@@ -326,12 +326,15 @@ impl<B: DiskBackend> StateDisk<B> {
     }
 
     /// Makes sure of the state file system on the opened, mapped disk. The
-    /// rule (the header is not authenticated, so it never decides to
-    /// destroy data): a file system is made only when `action` says the disk
-    /// was formatted in this boot. Any other time a header that records
-    /// none means: probe the decrypted device, keep what is there, report it
-    /// (and record a file system found). Without a mapped device
-    /// (header-only mode) nothing happens.
+    /// rule (the header is not authenticated, so it never decides alone to
+    /// destroy data): a file system is made when `action` says the disk
+    /// was formatted in this boot, or when the disk's first boot was cut
+    /// short before making one (the header records no completed first
+    /// boot, and the decrypted device holds no ext4 superblock, primary or
+    /// copy: [`filesystem::ext4_superblock_copy`]). Any other time a header
+    /// that records none means: probe the decrypted device, keep what is
+    /// there, report it (and record a file system found). Without a mapped
+    /// device (header-only mode) nothing happens.
     pub fn ensure_filesystem(
         &mut self,
         mkfs: &filesystem::Mkfs,
@@ -358,10 +361,39 @@ impl<B: DiskBackend> StateDisk<B> {
                 self.backend.record_filesystem(fs)?;
                 Ok(Some(FilesystemAction::Found(fs)))
             }
+            // A first boot cut short between the format and mke2fs (a
+            // power-off) leaves a LUKS disk that never held a file system:
+            // finishing that boot makes it. Not when the header records a
+            // completed first boot, and not when any copy of an ext4
+            // superblock is there (a damaged file system is data).
+            None if !self.backend.bootstrapped()? => {
+                match filesystem::ext4_superblock_copy(&device)? {
+                    None => {
+                        log::warn!(
+                            "state file system on {}: none, and no ext4 superblock anywhere on \
+                             the device: the first boot that formatted this disk was cut short \
+                             before making it; making it now",
+                            device.display()
+                        );
+                        mkfs.make(&device)?;
+                        self.backend.record_filesystem(filesystem::FS_TYPE)?;
+                        Ok(Some(FilesystemAction::Made))
+                    }
+                    Some(offset) => {
+                        log::warn!(
+                            "state file system on {}: none at its start, but an ext4 superblock \
+                             copy at byte {offset}: a damaged file system, kept (e2fsck -b can \
+                             repair it); nothing is made over it",
+                            device.display()
+                        );
+                        Ok(Some(FilesystemAction::Absent))
+                    }
+                }
+            }
             None => {
                 log::warn!(
                     "state file system on {}: the header records none and none was found; \
-                     nothing is made on a disk that was not formatted in this boot",
+                     nothing is made on a disk whose first boot completed",
                     device.display()
                 );
                 Ok(Some(FilesystemAction::Absent))

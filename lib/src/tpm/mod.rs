@@ -211,6 +211,15 @@ fn sha256_selection(pcr_indices: &[u32]) -> Result<TpmlPcrSelection, TpmError> {
     Ok(list)
 }
 
+/// `TPM_RC_OBJECT_MEMORY`: no room for another loaded object.
+pub const RC_OBJECT_MEMORY: u32 = 0x902;
+/// `TPM_CAP_HANDLES`.
+const TPM_CAP_HANDLES: u32 = 1;
+/// The first transient object handle.
+const TRANSIENT_FIRST: u32 = 0x8000_0000;
+/// Most handles asked for in one GetCapability (a TPM holds a few objects).
+const MAX_LISTED_HANDLES: u32 = 64;
+
 /// How often a command is sent when the TPM answers with a transient
 /// warning ([`is_transient`]).
 pub const TRANSIENT_ATTEMPTS: usize = 5;
@@ -468,9 +477,80 @@ impl Tpm {
         })
     }
 
+    /// The handles of the transient objects loaded in the TPM (as this
+    /// connection sees them: all of them on a raw device or a swtpm socket,
+    /// this process's own under a resource manager).
+    pub fn transient_handles(&mut self) -> Result<Vec<u32>, TpmError> {
+        // TPM2_GetCapability(TPM_CAP_HANDLES, first transient handle, count).
+        let mut params = Writer::default();
+        params
+            .u32(TPM_CAP_HANDLES)
+            .u32(TRANSIENT_FIRST)
+            .u32(MAX_LISTED_HANDLES);
+        let mut frame = Writer::default();
+        frame
+            .u16(0x8001)
+            .u32((transport::HEADER_LEN + params.bytes.len()) as u32)
+            .u32(0x0000_017a)
+            .raw(&params.bytes);
+        let response = self.transact(&frame.bytes, TpmCc::GetCapability, "GetCapability")?;
+        let mut r = Reader::new(&response[transport::HEADER_LEN..], "GetCapability response");
+        let _more = r.u8()?;
+        if r.u32()? != TPM_CAP_HANDLES {
+            return Err(TpmError::Malformed(
+                "GetCapability: not a handle list".into(),
+            ));
+        }
+        let count = r.u32()?;
+        if count > MAX_LISTED_HANDLES {
+            return Err(TpmError::Malformed(format!(
+                "GetCapability: {count} handles, asked at most {MAX_LISTED_HANDLES}"
+            )));
+        }
+        let mut handles = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let h = r.u32()?;
+            if h >> 24 == 0x80 {
+                handles.push(h);
+            }
+        }
+        Ok(handles)
+    }
+
     /// Loads the AK from `persistent_handle`, or creates one in the owner
     /// hierarchy when that handle is empty.
+    ///
+    /// When the TPM's object memory is full (`TPM_RC_OBJECT_MEMORY`) the
+    /// transient objects in it are flushed and the AK loaded once more:
+    /// without a resource manager (a raw device, a swtpm socket: one client
+    /// at a time), objects a process loaded stay after it is killed, and
+    /// after a few such deaths no AK fits; under a resource manager a
+    /// process sees, and flushes, only its own.
     pub fn load_or_create_ak(
+        &mut self,
+        persistent_handle: u32,
+    ) -> Result<AttestationKey, TpmError> {
+        match self.load_or_create_ak_once(persistent_handle) {
+            Err(TpmError::ResponseCode {
+                rc: RC_OBJECT_MEMORY,
+                command,
+            }) => {
+                let left = self.transient_handles()?;
+                log::warn!(
+                    "TPM2_{command}: the TPM's object memory is full; flushing the {} transient \
+                     object(s) left in it (by a process that ended without flushing them)",
+                    left.len()
+                );
+                for h in left {
+                    self.flush(h)?;
+                }
+                self.load_or_create_ak_once(persistent_handle)
+            }
+            other => other,
+        }
+    }
+
+    fn load_or_create_ak_once(
         &mut self,
         persistent_handle: u32,
     ) -> Result<AttestationKey, TpmError> {

@@ -204,6 +204,64 @@ impl Swtpm {
         &self.state_dir
     }
 
+    /// Stops swtpm, as a TPM whose process dies under its clients (their
+    /// connections break). With `keep_volatile_state`, swtpm first stores
+    /// its volatile state (PCRs, loaded objects; `swtpm_ioctl -v`, what
+    /// QEMU's vTPM does across a migration), which [`Swtpm::start_again`]
+    /// resumes; without it, that state is lost as in a TPM reset. The
+    /// permanent state (seeds, NV, persistent keys) stays in the state
+    /// directory either way.
+    pub fn stop(&mut self, keep_volatile_state: bool) -> Result<(), TpmError> {
+        if keep_volatile_state {
+            let status = Command::new("swtpm_ioctl")
+                .arg("--tcp")
+                .arg(format!("127.0.0.1:{}", self.ctrl_port()))
+                .arg("-v")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map_err(|e| TpmError::Transport(format!("cannot run swtpm_ioctl: {e}")))?;
+            if !status.success() {
+                return Err(TpmError::Transport(format!(
+                    "swtpm_ioctl -v (store the volatile state) failed: {status}"
+                )));
+            }
+        }
+        drop(self.lifeline.take());
+        let _ = self.child.wait();
+        Ok(())
+    }
+
+    /// Starts swtpm again on the same ports and state directory after
+    /// [`Swtpm::stop`] (a no-op stop first if it still runs). A volatile
+    /// state stored by `stop` is resumed once, then removed, so that a
+    /// later start is a reset.
+    pub fn start_again(&mut self) -> Result<(), TpmError> {
+        if self.lifeline.is_some() {
+            self.stop(false)?;
+        }
+        let mut last_error = String::new();
+        // The old process's sockets may hold the port for a moment.
+        for _ in 0..PORT_ATTEMPTS {
+            match Self::spawn(&self.state_dir, self.server_port) {
+                Ok(mut fresh) => {
+                    fresh.remove_state = self.remove_state;
+                    // The stopped one must not remove the state it shares.
+                    self.remove_state = false;
+                    *self = fresh;
+                    let _ = std::fs::remove_file(self.state_dir.join("tpm2-00.volatilestate"));
+                    return Ok(());
+                }
+                Err(e) => last_error = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(TpmError::Transport(format!(
+            "swtpm did not start again on port {}: {last_error}",
+            self.server_port
+        )))
+    }
+
     /// Opens a persistent connection to this swtpm.
     pub fn connect(&self) -> Result<Tpm, TpmError> {
         Tpm::connect_tcp(self.addr())

@@ -33,10 +33,31 @@ fn issue_err(e: tpm::TpmError) -> AttestationError {
 /// PCR values by index, as [`Tpm::pcr_read`] returns them.
 type PcrValues = Vec<(u32, [u8; 32])>;
 
-/// Produces vTPM evidence with one persistent TPM connection.
-pub struct VtpmIssuer {
-    tpm: Mutex<Tpm>,
+/// Opens a new connection to the issuer's TPM (see
+/// [`VtpmIssuer::reconnecting`]).
+pub type TpmOpener = Box<dyn Fn() -> Result<Tpm, tpm::TpmError> + Send + Sync>;
+
+/// The issuer's TPM connection and the AK loaded through it (a transient
+/// AK's handle is only valid on the TPM that created it).
+struct Session {
+    tpm: Tpm,
     ak: AttestationKey,
+    /// Counts reconnections, so that concurrent callers that failed on the
+    /// same broken connection reconnect once.
+    generation: u64,
+}
+
+/// Produces vTPM evidence with one persistent TPM connection; with
+/// [`VtpmIssuer::reconnecting`], a quote that fails is tried once more on a
+/// new connection (the TPM restarted, its socket closed).
+pub struct VtpmIssuer {
+    session: Mutex<Session>,
+    /// The AK's public area, fixed for the issuer's life: a reconnection
+    /// that finds another key fails instead of changing it.
+    ak_public_area: Vec<u8>,
+    /// The persistent handle the AK is loaded from (or created in its stead).
+    ak_handle: u32,
+    reopen: Option<TpmOpener>,
     ak_certificate: Option<Vec<u8>>,
     pcr_indices: Vec<u32>,
     /// The PCR values of the last quote: reused while a new quote's PCR
@@ -80,13 +101,31 @@ impl VtpmIssuer {
             }
         );
         Ok(VtpmIssuer {
-            tpm: Mutex::new(tpm),
-            ak,
+            ak_public_area: ak.public_area.clone(),
+            ak_handle,
+            session: Mutex::new(Session {
+                tpm,
+                ak,
+                generation: 0,
+            }),
+            reopen: None,
             ak_certificate,
             pcr_indices: quoted_pcrs(),
             last_pcr_values: Mutex::new(None),
             event_log: Vec::new(),
         })
+    }
+
+    /// Makes the issuer survive a TPM that goes away under it (swtpm
+    /// restarted, the TPM's socket or device closed): when a quote fails,
+    /// `reopen` gives a new connection, the AK is loaded again from its
+    /// handle (or created again: the same owner seed gives the same key,
+    /// checked), and the quote is tried once more. A later quote tries
+    /// again if the TPM is still away. The TPM's PCRs are what they are
+    /// then: a TPM that was reset quotes reset PCRs, which verifiers refuse.
+    pub fn reconnecting(mut self, reopen: TpmOpener) -> Self {
+        self.reopen = Some(reopen);
+        self
     }
 
     /// Sends `log` (the firmware's TCG event log, as
@@ -154,13 +193,13 @@ impl VtpmIssuer {
 
     /// The AK's public area (`TPMT_PUBLIC` bytes).
     pub fn ak_public(&self) -> &[u8] {
-        &self.ak.public_area
+        &self.ak_public_area
     }
 
     /// The AK's public key as a SEC1 uncompressed P-256 point (65 bytes), the
     /// form [`AkTrust::Pinned`](super::AkTrust::Pinned) takes.
     pub fn ak_public_key(&self) -> Vec<u8> {
-        structures::parse_ecc_public(&self.ak.public_area)
+        structures::parse_ecc_public(&self.ak_public_area)
             .map(|p| p.point)
             .expect("the AK's public area was checked when it was loaded")
     }
@@ -170,28 +209,73 @@ impl VtpmIssuer {
         self.ak_certificate.as_deref()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Tpm> {
-        self.tpm.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs `f` with the issuer's TPM connection (e.g. to read PCRs).
     pub fn with_tpm<T>(&self, f: impl FnOnce(&mut Tpm) -> T) -> T {
-        f(&mut self.lock())
+        f(&mut self.lock().tpm)
+    }
+
+    /// Replaces the session of generation `failed` with a new connection
+    /// and the AK loaded again; does nothing if another caller already did.
+    fn reconnect(&self, reopen: &TpmOpener, failed: u64) -> Result<(), AttestationError> {
+        let mut session = self.lock();
+        if session.generation != failed {
+            return Ok(());
+        }
+        let mut tpm = reopen()
+            .map_err(|e| AttestationError::Issue(format!("reconnecting to the TPM failed: {e}")))?;
+        let ak = tpm.load_or_create_ak(self.ak_handle).map_err(|e| {
+            AttestationError::Issue(format!("loading the AK after reconnecting: {e}"))
+        })?;
+        if ak.public_area != self.ak_public_area {
+            if ak.transient {
+                let _ = tpm.flush(ak.handle);
+            }
+            return Err(AttestationError::Issue(
+                "the TPM's attestation key changed (TPM cleared?): not quoting with another key"
+                    .into(),
+            ));
+        }
+        log::info!(
+            "reconnected to the TPM at {}: AK at {:#010x} ({}), the same key",
+            tpm.describe(),
+            ak.handle,
+            if ak.transient {
+                "created again"
+            } else {
+                "persistent"
+            }
+        );
+        // The old connection is broken: its transient AK went with it.
+        *session = Session {
+            tpm,
+            ak,
+            generation: failed + 1,
+        };
+        *self
+            .last_pcr_values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(())
     }
 
     /// Marks this node as bootstrapped: extends PCR 15 with the cluster id
     /// (see [`tpm::mark_node`]). Validators that require an unmarked node
     /// refuse every quote afterwards.
     pub fn mark_node(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
-        tpm::mark_node(&mut self.lock(), cluster_id).map_err(issue_err)
+        tpm::mark_node(&mut self.lock().tpm, cluster_id).map_err(issue_err)
     }
 }
 
 impl Drop for VtpmIssuer {
     fn drop(&mut self) {
-        if self.ak.transient {
-            let handle = self.ak.handle;
-            if let Err(e) = self.lock().flush(handle) {
+        let session = self.session.get_mut().unwrap_or_else(|p| p.into_inner());
+        if session.ak.transient {
+            let handle = session.ak.handle;
+            if let Err(e) = session.tpm.flush(handle) {
                 log::debug!("flushing the transient AK {handle:#010x}: {e}");
             }
         }
@@ -204,10 +288,39 @@ impl Issuer for VtpmIssuer {
     }
 
     fn issue(&self, extra_data: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
-        let mut tpm = self.lock();
+        let (result, generation) = self.issue_once(extra_data);
+        match (result, &self.reopen) {
+            (Err(e), Some(reopen)) => {
+                log::warn!("vTPM quote failed ({e}); reconnecting to the TPM");
+                self.reconnect(reopen, generation)?;
+                self.issue_once(extra_data).0
+            }
+            (result, _) => result,
+        }
+    }
+}
+
+impl VtpmIssuer {
+    /// One quote on the current session; also returns the session's
+    /// generation, for [`VtpmIssuer::reconnect`].
+    fn issue_once(
+        &self,
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> (Result<Vec<u8>, AttestationError>, u64) {
+        let mut session = self.lock();
+        let generation = session.generation;
+        (self.quote_on(&mut session, extra_data), generation)
+    }
+
+    fn quote_on(
+        &self,
+        session: &mut Session,
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Vec<u8>, AttestationError> {
+        let Session { tpm, ak, .. } = session;
         for attempt in 1..=ISSUE_ATTEMPTS {
             let quote = tpm
-                .quote(&self.ak, extra_data, &self.pcr_indices)
+                .quote(ak, extra_data, &self.pcr_indices)
                 .map_err(issue_err)?;
             let info = structures::parse_quote_attest(&quote.attest)
                 .map_err(|e| AttestationError::Issue(e.0))?;
@@ -231,7 +344,7 @@ impl Issuer for VtpmIssuer {
                 return Ok(encode_evidence_with_log(
                     &quote,
                     &pcr_values,
-                    &self.ak.public_area,
+                    &self.ak_public_area,
                     self.ak_certificate.as_deref(),
                     &self.event_log,
                 ));
