@@ -368,6 +368,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             _ => {}
         }
 
+        let joinsvc_log_mark = joinsvc.process.log().len();
         let t = Instant::now();
         let tpm = n.boot_tpm(IMAGE);
         let node = n.bootstrapper(&tpm, &["--join-endpoint", &endpoint]);
@@ -409,8 +410,22 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             wait_until(&node, "a failed attempt", || {
                 failed_attempts(&node.log()) >= 1
             });
-            joinsvc.restart();
+            let dead = joinsvc.restart().split_off(joinsvc_log_mark);
             joinsvc_pid.store(joinsvc.process.id(), Ordering::SeqCst);
+            // Where the kill landed, from the killed joinsvc's own log:
+            // mid-handshake no call had arrived; mid-call it had, and no
+            // ticket went out.
+            let call_arrived = dead.iter().any(|l| l.contains("join ticket requested"));
+            let issued = dead.iter().any(|l| l.contains("join ticket issued"));
+            let mid_call = matches!(
+                scenario,
+                Scenario::KillWhileApiCall | Scenario::KillAfterTokenCreated
+            );
+            assert!(
+                call_arrived == mid_call && !issued,
+                "{scenario:?}: killed joinsvc's log:\n{}",
+                dead.join("\n")
+            );
         }
         wait_until(&node, "the node's end", || {
             node.log().iter().any(|l| l.contains("bootstrapped ("))
