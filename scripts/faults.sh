@@ -4,8 +4,10 @@
 #   1. a node process killed after each step of its first boot (faults.rs)
 #   2. joinsvc killed mid-handshake and mid-call, the Kubernetes API failing,
 #      joinsvc's swtpm restarting (joinsvc_faults.rs)
-#   3. a node VM powered off after each step of its first boot, and after it
-#      wrote data on its bootstrapped disk (vm_faults.rs; ~1 min per step)
+#   3. a node VM powered off after each step of its first boot, after it
+#      wrote data on its bootstrapped disk, and at each step of a rejoin
+#      that must read that data back (vm_faults.rs; ~1 min per step, about
+#      half an hour in all)
 # Each prints its matrix (scenario, outcome, formats, time to converge); the
 # tables, with the commit they were measured on, go to
 # target/faults/<commit>.md for RELIABILITY.md.

@@ -61,6 +61,8 @@ enum Scenario {
     KillAfterTokenCreated,
     /// The API answers 500 three times.
     ApiInternalError,
+    /// The API throttles (429) twice, then times out itself (504) once.
+    ApiThrottledAndTimingOut,
     /// The API never answers once (joinsvc's client timeout ends the call).
     ApiNoAnswer,
     /// The API answers after 2 s (within joinsvc's timeout).
@@ -76,12 +78,13 @@ enum Scenario {
     TpmReset,
 }
 
-const ALL: [Scenario; 10] = [
+const ALL: [Scenario; 11] = [
     Scenario::KillAfterServerFlight,
     Scenario::KillAfterClientFlight,
     Scenario::KillWhileApiCall,
     Scenario::KillAfterTokenCreated,
     Scenario::ApiInternalError,
+    Scenario::ApiThrottledAndTimingOut,
     Scenario::ApiNoAnswer,
     Scenario::ApiSlow,
     Scenario::ApiSlowerThanTimeout,
@@ -105,6 +108,7 @@ impl Scenario {
                 "joinsvc SIGKILLed mid-call (token stored in the API, no answer sent), restarted"
             }
             Scenario::ApiInternalError => "Kubernetes API answers 500 three times",
+            Scenario::ApiThrottledAndTimingOut => "Kubernetes API answers 429 twice, then 504",
             Scenario::ApiNoAnswer => "Kubernetes API never answers (once)",
             Scenario::ApiSlow => "Kubernetes API answers after 2 s",
             Scenario::ApiSlowerThanTimeout => "Kubernetes API answers after 12 s (timeout 10 s)",
@@ -349,6 +353,11 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
                 .kube
                 .fail_next(&[Failure::Slow(Duration::from_secs(600))]),
             Scenario::ApiInternalError => joinsvc.kube.fail_next(&[Failure::InternalError; 3]),
+            Scenario::ApiThrottledAndTimingOut => joinsvc.kube.fail_next(&[
+                Failure::TooManyRequests,
+                Failure::TooManyRequests,
+                Failure::ServerTimeout,
+            ]),
             Scenario::ApiNoAnswer => joinsvc.kube.fail_next(&[Failure::NoAnswer]),
             Scenario::ApiSlow => joinsvc
                 .kube
@@ -368,6 +377,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             _ => {}
         }
 
+        let joinsvc_log_mark = joinsvc.process.log().len();
         let t = Instant::now();
         let tpm = n.boot_tpm(IMAGE);
         let node = n.bootstrapper(&tpm, &["--join-endpoint", &endpoint]);
@@ -409,8 +419,22 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             wait_until(&node, "a failed attempt", || {
                 failed_attempts(&node.log()) >= 1
             });
-            joinsvc.restart();
+            let dead = joinsvc.restart().split_off(joinsvc_log_mark);
             joinsvc_pid.store(joinsvc.process.id(), Ordering::SeqCst);
+            // Where the kill landed, from the killed joinsvc's own log:
+            // mid-handshake no call had arrived; mid-call it had, and no
+            // ticket went out.
+            let call_arrived = dead.iter().any(|l| l.contains("join ticket requested"));
+            let issued = dead.iter().any(|l| l.contains("join ticket issued"));
+            let mid_call = matches!(
+                scenario,
+                Scenario::KillWhileApiCall | Scenario::KillAfterTokenCreated
+            );
+            assert!(
+                call_arrived == mid_call && !issued,
+                "{scenario:?}: killed joinsvc's log:\n{}",
+                dead.join("\n")
+            );
         }
         wait_until(&node, "the node's end", || {
             node.log().iter().any(|l| l.contains("bootstrapped ("))
@@ -471,7 +495,9 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
         match scenario {
             // joinsvc reconnects to its TPM within the handshake.
             Scenario::ApiSlow | Scenario::TpmReset => assert_eq!(failed, 0, "{}", all_log()),
-            Scenario::ApiInternalError => assert_eq!(failed, 3, "{}", all_log()),
+            Scenario::ApiInternalError | Scenario::ApiThrottledAndTimingOut => {
+                assert_eq!(failed, 3, "{}", all_log())
+            }
             _ => assert!(failed >= 1, "{}", all_log()),
         }
         if matches!(

@@ -463,6 +463,24 @@ mod tests {
     }
 
     #[test]
+    fn throttling_and_the_servers_own_timeout_are_api_errors() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let i = issuer(&double, SA_TOKEN, Duration::from_secs(10));
+        double.fail_next(&[Failure::TooManyRequests, Failure::ServerTimeout]);
+        for (status, reason) in [(429, "TooManyRequests"), (504, "Timeout")] {
+            assert_eq!(
+                i.create_bootstrap_token().unwrap_err(),
+                TokenError::Api {
+                    status,
+                    reason: reason.into()
+                }
+            );
+        }
+        assert!(double.created().is_empty());
+        i.create_bootstrap_token().unwrap();
+    }
+
+    #[test]
     fn slow_answers_within_and_beyond_the_timeout() {
         let double = KubeApiDouble::start(SA_TOKEN);
         let i = issuer(&double, SA_TOKEN, Duration::from_millis(1500));

@@ -6,8 +6,8 @@
 //! the path, the content type, and the Secret's schema for bootstrap tokens.
 //! It answers 201 with the created object, 401 for a wrong token, 404 for
 //! other paths, 409 when the Secret exists, 422 for an invalid Secret, and can
-//! fail on demand as the API server fails: 500 or 409 with their `Status`
-//! objects, no answer at all (a black hole: the client's timeout must end
+//! fail on demand as the API server fails: 500, 409, 429 (with
+//! `Retry-After`) or 504 with their `Status` objects, no answer at all (a black hole: the client's timeout must end
 //! the call), or a slow answer (the Secret is stored, the answer comes
 //! late, as when etcd is slow). Like the API server, it
 //! keeps connections alive between requests (HTTP/1.1), closing them when the
@@ -37,6 +37,12 @@ pub enum Failure {
     Conflict,
     /// Read the request and never answer (the client must time out).
     NoAnswer,
+    /// Answer 429 Too Many Requests with `Retry-After: 1`, as the API
+    /// server's priority and fairness does under load.
+    TooManyRequests,
+    /// Answer 504 with a `Timeout` Status, as the API server does when a
+    /// request outlives its own timeout (the Secret is not stored).
+    ServerTimeout,
     /// Serve the request (a valid Secret is stored), then wait this long
     /// before answering; a client that gave up by then has left the
     /// Secret behind, as with the API server.
@@ -224,6 +230,23 @@ fn serve(
                 409,
                 status_object(409, "AlreadyExists", "secrets already exists"),
             ),
+            Some(Failure::TooManyRequests) => (
+                429,
+                status_object(
+                    429,
+                    "TooManyRequests",
+                    "too many requests, please try again later",
+                ),
+            ),
+            Some(Failure::ServerTimeout) => (
+                504,
+                status_object(
+                    504,
+                    "Timeout",
+                    "the server was unable to return a response in the time allotted, but may \
+                     still be processing the request",
+                ),
+            ),
             Some(Failure::Slow(delay)) => {
                 let reply = handle(&request, state, token);
                 let until = std::time::Instant::now() + delay;
@@ -242,9 +265,14 @@ fn serve(
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let text = reply.to_string();
         let stream = reader.get_mut();
+        let retry_after = if code == 429 {
+            "Retry-After: 1\r\n"
+        } else {
+            ""
+        };
         let written = write!(
             stream,
-            "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\nContent-Length: {}\r\n{}\r\n{text}",
+            "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n{retry_after}Content-Length: {}\r\n{}\r\n{text}",
             reason_phrase(code),
             text.len(),
             if close { "Connection: close\r\n" } else { "" },
@@ -355,7 +383,9 @@ fn reason_phrase(code: u16) -> &'static str {
         409 => "Conflict",
         415 => "Unsupported Media Type",
         422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
+        504 => "Gateway Timeout",
         _ => "Unknown",
     }
 }

@@ -14,8 +14,10 @@
 //!
 //! The normal suite powers off at one step ([`SHORT_STEP`]);
 //! `CONFBOOT_FAULTS=all` powers off after every step of an honest first
-//! boot, read from a reference boot (RELIABILITY.md has the matrix). The
-//! only double is kubeadm (Kubernetes cannot run here).
+//! boot, read from a reference boot, and then after every step of a
+//! rejoin, each followed by a boot that rejoins and reads the data back
+//! (`CONFBOOT_FAULTS=rejoin`: the rejoin steps only; RELIABILITY.md has
+//! the matrix). The only double is kubeadm (Kubernetes cannot run here).
 //!
 //! Needs the musl release binaries (`cargo build --release --target
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p confboot-cli`)
@@ -60,6 +62,33 @@ fn bootstrapper_lines(serial: &str) -> Vec<String> {
         .filter_map(|l| l.split_once(" bootstrapper"))
         .map(|(_, rest)| rest.trim_start_matches([':', ' ']).trim_end().to_string())
         .collect()
+}
+
+/// The steps of a boot: every line the bootstrapper logs from taking the
+/// nodelock to `end`, each as its text up to the first word with a digit
+/// or a '/' (UUIDs, paths, times differ between boots) and which
+/// occurrence of that text it is.
+fn steps_of(serial: &str, end: &str) -> Vec<(String, usize)> {
+    let lines = bootstrapper_lines(serial);
+    let from = lines
+        .iter()
+        .position(|l| l.contains("nodelock taken"))
+        .expect("the reference boot takes the nodelock");
+    let to = lines
+        .iter()
+        .position(|l| l.contains(end))
+        .unwrap_or_else(|| panic!("the reference boot ends with {end:?}"));
+    let mut steps = Vec::new();
+    for (i, l) in lines.iter().enumerate().take(to).skip(from) {
+        let needle = l
+            .split(' ')
+            .take_while(|w| !w.chars().any(|c| c.is_ascii_digit() || c == '/'))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let nth = lines[..i].iter().filter(|l| l.contains(&needle)).count();
+        steps.push((needle, nth));
+    }
+    steps
 }
 
 /// The join service: its swtpm holds the node image's PCRs (the node's
@@ -194,32 +223,15 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
     // logs between the nodelock and "bootstrapped" in a reference boot,
     // each as its text up to the first word with a digit or a '/' and
     // which occurrence of that text it is.
-    let all = std::env::var("CONFBOOT_FAULTS").as_deref() == Ok("all");
+    let faults = std::env::var("CONFBOOT_FAULTS").unwrap_or_default();
+    let all = faults == "all";
+    let rejoin_steps = all || faults == "rejoin";
     let steps: Vec<(String, usize)> = if all {
         blank_disk();
         let mut vm = boot("reference");
         ensure_service(&mut vm);
         vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT 0", BOOT_BOUND);
-        let lines = bootstrapper_lines(&vm.power_off());
-        let from = lines
-            .iter()
-            .position(|l| l.contains("nodelock taken"))
-            .expect("the reference boot takes the nodelock");
-        let to = lines
-            .iter()
-            .position(|l| l.contains("bootstrapped (Joined)"))
-            .expect("the reference boot joins");
-        let mut steps = Vec::new();
-        for (i, l) in lines.iter().enumerate().take(to).skip(from) {
-            let needle = l
-                .split(' ')
-                .take_while(|w| !w.chars().any(|c| c.is_ascii_digit() || c == '/'))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let nth = lines[..i].iter().filter(|l| l.contains(&needle)).count();
-            steps.push((needle, nth));
-        }
-        steps
+        steps_of(&vm.power_off(), "bootstrapped (Joined)")
     } else {
         vec![(SHORT_STEP.to_string(), 0)]
     };
@@ -317,12 +329,63 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
         third.failure_report()
     );
     assert!(third.wait_exit(BOOT_BOUND).success());
+    let third_serial = third.serial();
+    drop(third);
     assert_eq!(node.luks_uuid().unwrap(), uuid);
-    assert!(!third.serial().contains("formatting state disk"));
+    assert!(!third_serial.contains("formatting state disk"));
     println!(
         "| data written, then powered off | Rejoined, data read back | 1 (earlier) | {:.1} s |",
         t.elapsed().as_secs_f64()
     );
+
+    // The campaign: powered off at every step of a rejoin (that boot's
+    // steps), the node rejoins at the next boot and reads its data back;
+    // nothing is formatted or made.
+    if rejoin_steps {
+        for (needle, nth) in steps_of(&third_serial, "bootstrapped (Rejoined)") {
+            let t = Instant::now();
+            let mut cut = boot("rejoin-cut");
+            let line = cut.wait_for_nth_line(&needle, nth, BOOT_BOUND);
+            let cut_serial = cut.power_off();
+            drop(cut);
+            let mut again = boot("rejoin-again");
+            again.wait_for_line("bootstrapped (Rejoined)", BOOT_BOUND);
+            let read = again.wait_for_line("CONFBOOT-STATE ", BOOT_BOUND);
+            let converged = t.elapsed();
+            assert!(again.wait_exit(BOOT_BOUND).success());
+            let again_serial = again.serial();
+            drop(again);
+            let report = || {
+                format!(
+                    "powered off during a rejoin after {line:?}\n--- cut ---\n{cut_serial}\n--- again ---\n{again_serial}"
+                )
+            };
+            assert_eq!(
+                read.trim_end(),
+                format!("CONFBOOT-STATE {marker}"),
+                "the data is read back\n{}",
+                report()
+            );
+            for serial in [&cut_serial, &again_serial] {
+                assert!(
+                    !serial.contains("formatting state disk") && !serial.contains("ext4 made"),
+                    "a rejoin formats and makes nothing\n{}",
+                    report()
+                );
+            }
+            assert_eq!(node.luks_uuid().unwrap(), uuid);
+            println!(
+                "| rejoin: {}{} | Rejoined, data read back | 1 (earlier) | {:.1} s |",
+                needle.trim(),
+                if nth > 0 {
+                    format!(" (#{})", nth + 1)
+                } else {
+                    String::new()
+                },
+                converged.as_secs_f64()
+            );
+        }
+    }
     let created = service
         .as_ref()
         .map_or(0, |s| s.joinsvc.kube.created().len());
