@@ -615,6 +615,41 @@ pub fn musl_binary(name: &str) -> PathBuf {
     path
 }
 
+/// Runs `cli measure` (the static `confboot`) for `image` booted with
+/// `cmdline` (after [`BASE_CMDLINE`]): writes `measurements.json` and
+/// `measurements.events.json` into `dir`, as an admin keeps them, and
+/// returns the policy and what the command printed. Panics when it fails.
+pub fn measure_image(
+    cli: &Path,
+    image: &Image,
+    cmdline: &str,
+    dir: &Path,
+) -> (MeasurementPolicy, String) {
+    let policy_path = dir.join("measurements.json");
+    let out = Command::new(cli)
+        .arg("measure")
+        .arg("--kernel")
+        .arg(&image.kernel)
+        .arg("--initrd")
+        .arg(&image.initrd)
+        .arg("--cmdline")
+        .arg(format!("{BASE_CMDLINE} {cmdline}"))
+        .arg("--policy-out")
+        .arg(&policy_path)
+        .arg("--events-out")
+        .arg(dir.join("measurements.events.json"))
+        .output()
+        .expect("run confboot measure");
+    assert!(
+        out.status.success(),
+        "confboot measure: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let policy = MeasurementPolicy::from_json(&std::fs::read_to_string(&policy_path).unwrap())
+        .expect("confboot measure writes a valid policy");
+    (policy, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Percent-encodes one argument for `confboot.args=` (everything but
 /// `[A-Za-z0-9._:/-]`).
 pub fn pct(arg: &str) -> String {

@@ -30,7 +30,7 @@ use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::free_port;
 use confboot_tests::qemu::{
-    BASE_CMDLINE, Image, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot, musl_binary,
+    Image, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot, measure_image, musl_binary,
 };
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
@@ -348,30 +348,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // The expected measurements, predicted by `confboot measure` from the
     // image and the command line without booting: the policy the admin
     // and joinsvc check nodes against, and the predicted event log.
-    let measure = Command::new(&cli)
-        .arg("measure")
-        .arg("--kernel")
-        .arg(&image.kernel)
-        .arg("--initrd")
-        .arg(&image.initrd)
-        .arg("--cmdline")
-        .arg(format!("{BASE_CMDLINE} {node_cmdline}"))
-        .arg("--policy-out")
-        .arg(admin.join("measurements.json"))
-        .arg("--events-out")
-        .arg(admin.join("measurements.events.json"))
-        .output()
-        .expect("run confboot measure");
-    assert!(
-        measure.status.success(),
-        "confboot measure: {}",
-        String::from_utf8_lossy(&measure.stderr)
-    );
-    println!("{}", String::from_utf8_lossy(&measure.stdout).trim_end());
-    let predicted = confboot::attestation::MeasurementPolicy::from_json(
-        &std::fs::read_to_string(admin.join("measurements.json")).unwrap(),
-    )
-    .expect("confboot measure writes a valid policy");
+    let (predicted, printed) = measure_image(&cli, &image, &node_cmdline, &admin);
+    println!("{}", printed.trim_end());
 
     // One boot of the image with that command line, as the fidelity check:
     // its PCRs are the predicted ones (golden_boot checks), and its event
@@ -774,25 +752,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let other_admin = work.path().join("other-admin");
     std::fs::create_dir_all(&other_admin).unwrap();
     std::fs::write(other_admin.join("init-secret"), INIT_SECRET).unwrap();
-    let measure = Command::new(&cli)
-        .arg("measure")
-        .arg("--kernel")
-        .arg(&tampered.kernel)
-        .arg("--initrd")
-        .arg(&tampered.initrd)
-        .arg("--cmdline")
-        .arg(format!("{BASE_CMDLINE} {tampered_cmdline}"))
-        .arg("--policy-out")
-        .arg(other_admin.join("measurements.json"))
-        .arg("--events-out")
-        .arg(other_admin.join("measurements.events.json"))
-        .output()
-        .expect("run confboot measure");
-    assert!(
-        measure.status.success(),
-        "{}",
-        String::from_utf8_lossy(&measure.stderr)
-    );
+    measure_image(&cli, &tampered, &tampered_cmdline, &other_admin);
     let (mut vm_bad, bad_init_fwd, bad_verify_fwd) =
         boot_serving(&bad, &tampered, &tampered_cmdline, 9000, "init API");
     let out = admin_cli(

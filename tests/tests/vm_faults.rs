@@ -32,7 +32,7 @@ use confboot::tpm::swtpm::Swtpm;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::free_port;
 use confboot_tests::qemu::{
-    BASE_CMDLINE, EVENT_LOG_MARKER, Image, NodeFiles, VM_DISK_BYTES, Vm, args_param, musl_binary,
+    EVENT_LOG_MARKER, Image, NodeFiles, VM_DISK_BYTES, Vm, args_param, measure_image, musl_binary,
 };
 
 /// Guard for a VM to reach a line (OVMF under TCG on 2 shared cores): a
@@ -152,30 +152,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
         ])
     );
     // The node's expected measurements, predicted without booting.
-    let policy_path = work.path().join("measurements.json");
-    let measure = Command::new(&cli)
-        .arg("measure")
-        .arg("--kernel")
-        .arg(&image.kernel)
-        .arg("--initrd")
-        .arg(&image.initrd)
-        .arg("--cmdline")
-        .arg(format!("{BASE_CMDLINE} {cmdline}"))
-        .arg("--policy-out")
-        .arg(&policy_path)
-        .arg("--events-out")
-        .arg(work.path().join("measurements.events.json"))
-        .output()
-        .expect("run confboot measure");
-    assert!(
-        measure.status.success(),
-        "{}",
-        String::from_utf8_lossy(&measure.stderr)
-    );
-    let policy = confboot::attestation::MeasurementPolicy::from_json(
-        &std::fs::read_to_string(&policy_path).unwrap(),
-    )
-    .unwrap();
+    let (policy, _) = measure_image(&cli, &image, &cmdline, work.path());
     let master = MasterSecret::generate().unwrap();
     let joinsvc_port = free_port();
     let mut service: Option<Service> = None;
