@@ -44,3 +44,20 @@ if command -v rustup >/dev/null 2>&1; then
   rustup target list --installed | grep -qx x86_64-unknown-linux-musl \
     || rustup target add x86_64-unknown-linux-musl
 fi
+
+# kubernetes-validate (PyPI, pinned), which checks deploy/kubernetes/ offline
+# against the Kubernetes API schemas it ships: in a virtual environment
+# under target/tools/, so nothing is installed system-wide.
+KUBERNETES_VALIDATE_VERSION=1.37.0
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="${CARGO_TARGET_DIR:-$ROOT/target}/tools/kubernetes-validate"
+if ! "$VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KUBERNETES_VALIDATE_VERSION"; then
+  echo "setup: installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION into $VENV"
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
+  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi

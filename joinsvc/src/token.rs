@@ -25,6 +25,9 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 const CONFLICT_RETRIES: usize = 3;
 /// Largest API response read.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024;
+/// How much of an error Status's `reason` or `message` is kept (for the
+/// log and the node's error), control characters dropped.
+const MAX_STATUS_MESSAGE_CHARS: usize = 256;
 
 /// A bootstrap token, `<id>.<secret>`. The secret half is zeroized on drop
 /// and never printed.
@@ -82,6 +85,13 @@ pub enum TokenError {
         /// The API's reason, if it sent one.
         reason: String,
     },
+    /// The API server refused joinsvc's ServiceAccount (403): its Role or
+    /// RoleBinding does not allow creating Secrets in kube-system.
+    Forbidden {
+        /// The API server's message (bounded), which names the user and
+        /// the verb it may not use.
+        message: String,
+    },
     /// The API server could not be reached or did not answer in time.
     Unreachable(String),
     /// Configuration (service account files, environment) is missing or bad.
@@ -96,6 +106,11 @@ impl fmt::Display for TokenError {
             TokenError::Api { status, reason } => {
                 write!(f, "Kubernetes API answered {status}: {reason}")
             }
+            TokenError::Forbidden { message } => write!(
+                f,
+                "Kubernetes API answered 403: {message} (joinsvc's Role must allow \
+                 `create` on secrets in kube-system: deploy/kubernetes/joinsvc.yaml)"
+            ),
             TokenError::Unreachable(m) => write!(f, "Kubernetes API unreachable: {m}"),
             TokenError::Config(m) => write!(f, "Kubernetes API client not configured: {m}"),
             TokenError::Random => f.write_str("no randomness available"),
@@ -278,11 +293,28 @@ impl TokenIssuer for KubeApiTokenIssuer {
             if status == 201 || status == 200 {
                 return Ok(token);
             }
-            let reason = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["reason"].as_str().map(str::to_string))
-                .unwrap_or_default();
-            let err = TokenError::Api { status, reason };
+            let status_object = serde_json::from_str::<serde_json::Value>(&text).ok();
+            let field = |name: &str| {
+                status_object
+                    .as_ref()
+                    .and_then(|v| v[name].as_str())
+                    .map(|s| {
+                        s.chars()
+                            .filter(|c| !c.is_control())
+                            .take(MAX_STATUS_MESSAGE_CHARS)
+                            .collect::<String>()
+                    })
+                    .unwrap_or_default()
+            };
+            if status == 403 {
+                return Err(TokenError::Forbidden {
+                    message: field("message"),
+                });
+            }
+            let err = TokenError::Api {
+                status,
+                reason: field("reason"),
+            };
             if status != 409 {
                 return Err(err);
             }
@@ -403,6 +435,33 @@ mod tests {
             }
         );
         assert!(double.created().is_empty());
+    }
+
+    #[test]
+    fn a_role_without_create_on_secrets_is_named_in_the_error() {
+        // The ServiceAccount authenticates, but its RoleBinding is missing.
+        let double = KubeApiDouble::start_with_role(SA_TOKEN, &[]);
+        let err = issuer(&double, SA_TOKEN, Duration::from_secs(10))
+            .create_bootstrap_token()
+            .unwrap_err();
+        let TokenError::Forbidden { message } = &err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            message.starts_with("secrets is forbidden: User \"system:serviceaccount:kube-system:confboot-joinsvc\" cannot create resource \"secrets\""),
+            "{message}"
+        );
+        assert!(
+            err.to_string().contains("deploy/kubernetes/joinsvc.yaml"),
+            "{err}"
+        );
+        assert!(double.created().is_empty());
+        // With joinsvc's Role, the same request is served.
+        let double = KubeApiDouble::start(SA_TOKEN);
+        issuer(&double, SA_TOKEN, Duration::from_secs(10))
+            .create_bootstrap_token()
+            .unwrap();
+        assert_eq!(double.created().len(), 1);
     }
 
     #[test]

@@ -298,8 +298,8 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(15),
     );
-    let joinsvc_bin = load::release_binary("joinsvc");
-    let bootstrapper_bin = load::release_binary("bootstrapper");
+    let joinsvc_bin = confboot_tests::musl_binary("joinsvc");
+    let bootstrapper_bin = confboot_tests::musl_binary("bootstrapper");
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     assert!(cores >= 2, "the attackers need a CPU of their own");
     // Everything of this process, and every process it starts, on CPU 0;

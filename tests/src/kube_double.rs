@@ -4,8 +4,11 @@
 //! these machines; this double follows the real contract and checks every
 //! request as the API server would: HTTPS with its own CA, the bearer token,
 //! the path, the content type, and the Secret's schema for bootstrap tokens.
-//! It answers 201 with the created object, 401 for a wrong token, 404 for
-//! other paths, 409 when the Secret exists, 422 for an invalid Secret, and can
+//! It answers 201 with the created object, 401 for a wrong token, 403 for
+//! what the caller's RBAC Role does not allow (authorized as the API server
+//! does, from the request's verb, API group, namespace and resource: see
+//! [`JOINSVC_ROLE_RULES`]), 404 for other allowed paths, 409 when the Secret
+//! exists, 422 for an invalid Secret, and can
 //! fail on demand as the API server fails: 500, 409, 429 (with
 //! `Retry-After`) or 504 with their `Status` objects, no answer at all (a black hole: the client's timeout must end
 //! the call), or a slow answer (the Secret is stored, the answer comes
@@ -27,6 +30,139 @@ use serde_json::{Value, json};
 
 /// The path the double serves.
 pub const SECRETS_PATH: &str = "/api/v1/namespaces/kube-system/secrets";
+
+/// One rule of an RBAC Role (`rbac.authorization.k8s.io/v1` PolicyRule),
+/// as the double enforces it: `*` matches anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyRule {
+    /// API groups (`""` is the core group).
+    pub api_groups: &'static [&'static str],
+    /// Resources (`resource/subresource` for a subresource).
+    pub resources: &'static [&'static str],
+    /// Verbs: create, get, list, watch, update, patch, delete, deletecollection.
+    pub verbs: &'static [&'static str],
+}
+
+/// The user joinsvc's pods authenticate as: the ServiceAccount of
+/// `deploy/kubernetes/joinsvc.yaml`.
+pub const JOINSVC_SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:confboot-joinsvc";
+
+/// The namespace of joinsvc's Role (a Role grants nothing elsewhere).
+pub const JOINSVC_ROLE_NAMESPACE: &str = "kube-system";
+
+/// The rules of joinsvc's Role in `deploy/kubernetes/joinsvc.yaml`, which
+/// the double enforces by default (`tests/tests/deploy_manifests.rs` holds
+/// the manifest to them): creating Secrets in kube-system, nothing else.
+pub const JOINSVC_ROLE_RULES: &[PolicyRule] = &[PolicyRule {
+    api_groups: &[""],
+    resources: &["secrets"],
+    verbs: &["create"],
+}];
+
+/// What the API server's request-info parser makes of a request (the
+/// attributes RBAC authorizes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RequestAttributes {
+    /// `/api/...` or `/apis/...`.
+    Resource {
+        verb: &'static str,
+        api_group: String,
+        namespace: Option<String>,
+        resource: String,
+    },
+    /// Any other path (`/version`, `/healthz`, ...).
+    NonResource { verb: String, path: String },
+}
+
+impl RequestAttributes {
+    /// Parses a request as the API server does (`RequestInfoFactory`).
+    fn of(method: &str, target: &str) -> RequestAttributes {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (api_group, rest) = match parts.as_slice() {
+            ["api", _version, rest @ ..] => (String::new(), rest),
+            ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+            _ => {
+                return RequestAttributes::NonResource {
+                    verb: method.to_ascii_lowercase(),
+                    path: path.to_string(),
+                };
+            }
+        };
+        let (namespace, resource, name, subresource) = match rest {
+            ["namespaces", ns] => (None, "namespaces", Some(*ns), None),
+            ["namespaces", ns, resource, tail @ ..] => (
+                Some(ns.to_string()),
+                *resource,
+                tail.first().copied(),
+                tail.get(1).copied(),
+            ),
+            [resource, tail @ ..] => (None, *resource, tail.first().copied(), tail.get(1).copied()),
+            [] => (None, "", None, None),
+        };
+        let watch = query
+            .split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1");
+        let verb = match (method, name.is_some()) {
+            ("POST", _) => "create",
+            ("GET" | "HEAD", _) if watch => "watch",
+            ("GET" | "HEAD", true) => "get",
+            ("GET" | "HEAD", false) => "list",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", true) => "delete",
+            ("DELETE", false) => "deletecollection",
+            _ => "unknown",
+        };
+        let resource = match subresource {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_string(),
+        };
+        RequestAttributes::Resource {
+            verb,
+            api_group,
+            namespace,
+            resource,
+        }
+    }
+
+    /// Whether a Role in `role_namespace` with `rules` allows the request;
+    /// the refusal is the API server's 403 message.
+    fn authorize(&self, role_namespace: &str, rules: &[PolicyRule]) -> Result<(), String> {
+        let user = JOINSVC_SERVICE_ACCOUNT;
+        let matches = |set: &[&str], value: &str| set.iter().any(|s| *s == "*" || *s == value);
+        match self {
+            RequestAttributes::NonResource { verb, path } => Err(format!(
+                "forbidden: User \"{user}\" cannot {verb} path \"{path}\""
+            )),
+            RequestAttributes::Resource {
+                verb,
+                api_group,
+                namespace,
+                resource,
+            } => {
+                let allowed = namespace.as_deref() == Some(role_namespace)
+                    && rules.iter().any(|r| {
+                        matches(r.api_groups, api_group)
+                            && matches(r.resources, resource)
+                            && matches(r.verbs, verb)
+                    });
+                if allowed {
+                    return Ok(());
+                }
+                let kind = resource.split('/').next().unwrap_or_default();
+                let scope = match namespace {
+                    Some(ns) => format!(" in the namespace \"{ns}\""),
+                    None => " at the cluster scope".to_string(),
+                };
+                Err(format!(
+                    "{kind} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" \
+                     in API group \"{api_group}\"{scope}"
+                ))
+            }
+        }
+    }
+}
 
 /// A failure the double produces on demand, once per queued entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +203,8 @@ struct State {
     /// The ids in `created`, looked up by key as the API server's store does.
     ids: HashSet<String>,
     requests: usize,
+    /// The Role the caller holds in [`JOINSVC_ROLE_NAMESPACE`].
+    rules: &'static [PolicyRule],
 }
 
 /// A running double; ends its thread when dropped.
@@ -78,8 +216,16 @@ pub struct KubeApiDouble {
 }
 
 impl KubeApiDouble {
-    /// Starts the double on loopback; requests must carry `Bearer <bearer_token>`.
+    /// Starts the double on loopback; requests must carry `Bearer <bearer_token>`,
+    /// and the caller holds joinsvc's Role ([`JOINSVC_ROLE_RULES`]).
     pub fn start(bearer_token: &str) -> KubeApiDouble {
+        KubeApiDouble::start_with_role(bearer_token, JOINSVC_ROLE_RULES)
+    }
+
+    /// Starts the double with the caller holding a Role of these `rules`
+    /// in [`JOINSVC_ROLE_NAMESPACE`] (none: every request is forbidden, as
+    /// for a ServiceAccount whose RoleBinding is missing).
+    pub fn start_with_role(bearer_token: &str, rules: &'static [PolicyRule]) -> KubeApiDouble {
         let rcgen::CertifiedKey { cert, signing_key } = rcgen::generate_simple_self_signed(vec![
             "127.0.0.1".to_string(),
             "localhost".to_string(),
@@ -97,7 +243,10 @@ impl KubeApiDouble {
             .with_single_cert(vec![CertificateDer::from(ca_der.clone())], key)
             .expect("server certificate"),
         );
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            rules,
+            ..State::default()
+        }));
         let server = {
             let (state, token) = (Arc::clone(&state), bearer_token.to_string());
             listener::spawn(
@@ -378,6 +527,7 @@ fn reason_phrase(code: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         409 => "Conflict",
@@ -420,6 +570,12 @@ fn handle(request: &Request, state: &Mutex<State>, token: &str) -> (u16, Value) 
     let header = |name: &str| request.header(name);
     if header("authorization") != Some(&format!("Bearer {token}")) {
         return (401, status_object(401, "Unauthorized", "Unauthorized"));
+    }
+    let rules = state.lock().unwrap().rules;
+    if let Err(message) =
+        RequestAttributes::of(method, path).authorize(JOINSVC_ROLE_NAMESPACE, rules)
+    {
+        return (403, status_object(403, "Forbidden", &message));
     }
     if path != SECRETS_PATH {
         return (
@@ -493,4 +649,125 @@ fn handle(request: &Request, state: &Mutex<State>, token: &str) -> (u16, Value) 
     let mut created = secret.clone();
     created["metadata"]["uid"] = json!(format!("uid-{id}"));
     (201, created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn authorize(method: &str, target: &str) -> Result<(), String> {
+        RequestAttributes::of(method, target).authorize(JOINSVC_ROLE_NAMESPACE, JOINSVC_ROLE_RULES)
+    }
+
+    #[test]
+    fn joinsvc_role_allows_creating_secrets_in_kube_system_only() {
+        assert_eq!(authorize("POST", SECRETS_PATH), Ok(()));
+        for (method, target, verb) in [
+            ("GET", SECRETS_PATH, "list"),
+            (
+                "GET",
+                "/api/v1/namespaces/kube-system/secrets?watch=true",
+                "watch",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/kube-system/secrets/bootstrap-token-abcdef",
+                "get",
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/kube-system/secrets/bootstrap-token-abcdef",
+                "update",
+            ),
+            (
+                "PATCH",
+                "/api/v1/namespaces/kube-system/secrets/bootstrap-token-abcdef",
+                "patch",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/kube-system/secrets/bootstrap-token-abcdef",
+                "delete",
+            ),
+            ("DELETE", SECRETS_PATH, "deletecollection"),
+        ] {
+            let err = authorize(method, target).unwrap_err();
+            assert!(
+                err.starts_with(&format!(
+                    "secrets is forbidden: User \"{JOINSVC_SERVICE_ACCOUNT}\" cannot {verb} resource \"secrets\""
+                )) && err.ends_with("in the namespace \"kube-system\""),
+                "{method} {target}: {err}"
+            );
+        }
+        // Another namespace, another resource, a cluster-scoped one, a
+        // subresource, another API group, a path outside the API.
+        for (method, target) in [
+            ("POST", "/api/v1/namespaces/default/secrets"),
+            ("POST", "/api/v1/namespaces/kube-system/configmaps"),
+            ("GET", "/api/v1/secrets"),
+            ("GET", "/api/v1/namespaces/kube-system"),
+            (
+                "POST",
+                "/api/v1/namespaces/kube-system/serviceaccounts/default/token",
+            ),
+            (
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles",
+            ),
+            ("GET", "/version"),
+        ] {
+            assert!(authorize(method, target).is_err(), "{method} {target}");
+        }
+        assert_eq!(
+            authorize("GET", "/version"),
+            Err(format!(
+                "forbidden: User \"{JOINSVC_SERVICE_ACCOUNT}\" cannot get path \"/version\""
+            ))
+        );
+    }
+
+    #[test]
+    fn request_attributes_follow_the_api_servers_parser() {
+        assert_eq!(
+            RequestAttributes::of(
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/r/status?x=1"
+            ),
+            RequestAttributes::Resource {
+                verb: "create",
+                api_group: "rbac.authorization.k8s.io".into(),
+                namespace: Some("ns".into()),
+                resource: "roles/status".into(),
+            }
+        );
+        assert_eq!(
+            RequestAttributes::of("GET", "/api/v1/namespaces/kube-system"),
+            RequestAttributes::Resource {
+                verb: "get",
+                api_group: String::new(),
+                namespace: None,
+                resource: "namespaces".into(),
+            }
+        );
+        assert_eq!(
+            RequestAttributes::of("GET", "/healthz"),
+            RequestAttributes::NonResource {
+                verb: "get".into(),
+                path: "/healthz".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_wildcard_rule_matches_anything_in_its_namespace() {
+        const ALL: &[PolicyRule] = &[PolicyRule {
+            api_groups: &["*"],
+            resources: &["*"],
+            verbs: &["*"],
+        }];
+        let attrs = RequestAttributes::of("DELETE", "/api/v1/namespaces/kube-system/secrets/x");
+        assert_eq!(attrs.authorize("kube-system", ALL), Ok(()));
+        assert!(attrs.authorize("default", ALL).is_err());
+        assert!(attrs.authorize("kube-system", &[]).is_err());
+    }
 }

@@ -28,6 +28,22 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
+/// A static musl release binary of the workspace, as `scripts/test.sh`
+/// builds them; panics with the command that builds it when it is missing.
+pub fn musl_binary(name: &str) -> PathBuf {
+    let path = target_dir()
+        .join("x86_64-unknown-linux-musl/release")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
+         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli -p confboot-tests --bins` \
+         (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// A child process that is killed and reaped when dropped, with its stderr
 /// collected line by line.
 pub struct ChildProcess {

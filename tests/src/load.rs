@@ -5,7 +5,7 @@
 //! must answer.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -22,21 +22,6 @@ use confboot_proto::recover::RecoverMessage;
 
 use crate::cluster::{NodeDir, NodeTpm};
 use crate::{ChildProcess, addr_after};
-
-/// A static musl release binary of this workspace (`scripts/test.sh`, or
-/// `cargo build --release --target x86_64-unknown-linux-musl -p NAME`).
-pub fn release_binary(name: &str) -> PathBuf {
-    let path = crate::target_dir()
-        .join("x86_64-unknown-linux-musl/release")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --release --target \
-         x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p confboot-cli`",
-        path.display()
-    );
-    path
-}
 
 /// Open file descriptors of process `pid` (entries of `/proc/PID/fd`).
 pub fn open_fds(pid: u32) -> u64 {

@@ -600,21 +600,6 @@ impl Image {
 /// Size of each sparse state-disk image a [`NodeFiles`] makes.
 pub const VM_DISK_BYTES: u64 = 64 << 20;
 
-/// A static musl release binary of the workspace; panics with the command
-/// that builds it when it is missing.
-pub fn musl_binary(name: &str) -> PathBuf {
-    let path = crate::target_dir()
-        .join("x86_64-unknown-linux-musl/release")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
-         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli` (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
-
 /// Runs `cli measure` (the static `confboot`) for `image` booted with
 /// `cmdline` (after [`BASE_CMDLINE`]): writes `measurements.json` and
 /// `measurements.events.json` into `dir`, as an admin keeps them, and

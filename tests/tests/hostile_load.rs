@@ -29,8 +29,8 @@ const ATTACK: Duration = Duration::from_secs(12);
 
 #[test]
 fn honest_nodes_join_and_the_admin_is_answered_while_every_hostile_client_loses() {
-    let joinsvc_bin = load::release_binary("joinsvc");
-    let bootstrapper_bin = load::release_binary("bootstrapper");
+    let joinsvc_bin = confboot_tests::musl_binary("joinsvc");
+    let bootstrapper_bin = confboot_tests::musl_binary("bootstrapper");
 
     let honest: Vec<Node> = (0..2)
         .map(|i| Node::start(&format!("honest-{i}"), b"kernel"))

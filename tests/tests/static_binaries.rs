@@ -16,7 +16,7 @@
 //! measured sizes and fails nothing.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Size budget of each binary, in bytes.
 const BUDGET: u64 = 3_000_000;
@@ -27,20 +27,6 @@ const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json
 const TOLERANCE_PERCENT: u64 = 5;
 /// Set to `1` to rewrite the record with the measured sizes.
 const UPDATE_VAR: &str = "CONFBOOT_UPDATE_SIZES";
-
-fn musl_binary(name: &str) -> PathBuf {
-    let p = confboot_tests::target_dir()
-        .join("x86_64-unknown-linux-musl/release")
-        .join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
-         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli -p confboot-tests --bins` \
-         (scripts/test.sh does)",
-        p.display()
-    );
-    p
-}
 
 /// What an ELF file says about its linking: (has an interpreter, number of DT_NEEDED entries).
 fn elf_linking(bytes: &[u8]) -> (bool, usize) {
@@ -76,7 +62,7 @@ fn elf_linking(bytes: &[u8]) -> (bool, usize) {
 
 #[test]
 fn release_binaries_are_static_and_within_budget() {
-    let baseline = std::fs::metadata(musl_binary("size-baseline"))
+    let baseline = std::fs::metadata(confboot_tests::musl_binary("size-baseline"))
         .unwrap()
         .len();
     println!(
@@ -85,7 +71,7 @@ fn release_binaries_are_static_and_within_budget() {
     );
     println!("{:<14}{baseline:>12}  {:>13.2}", "size-baseline", 1.0);
     for name in BINARIES {
-        let path = musl_binary(name);
+        let path = confboot_tests::musl_binary(name);
         let bytes = std::fs::read(&path).unwrap();
         let (interp, needed) = elf_linking(&bytes);
         println!(
@@ -189,7 +175,9 @@ fn release_binary_sizes_match_the_record() {
     let measured: BTreeMap<String, u64> = BINARIES
         .iter()
         .map(|name| {
-            let len = std::fs::metadata(musl_binary(name)).unwrap().len();
+            let len = std::fs::metadata(confboot_tests::musl_binary(name))
+                .unwrap()
+                .len();
             (name.to_string(), len)
         })
         .collect();

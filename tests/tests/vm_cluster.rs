@@ -28,10 +28,10 @@ use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
-use confboot_tests::free_port;
 use confboot_tests::qemu::{
-    Image, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot, measure_image, musl_binary,
+    Image, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot, measure_image,
 };
+use confboot_tests::{free_port, musl_binary};
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
 /// three VMs at once).

@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 use confboot::kms::MasterSecret;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
-use confboot_tests::free_port;
 use confboot_tests::qemu::{
-    EVENT_LOG_MARKER, Image, NodeFiles, VM_DISK_BYTES, Vm, args_param, measure_image, musl_binary,
+    EVENT_LOG_MARKER, Image, NodeFiles, VM_DISK_BYTES, Vm, args_param, measure_image,
 };
+use confboot_tests::{free_port, musl_binary};
 
 /// Guard for a VM to reach a line (OVMF under TCG on 2 shared cores): a
 /// boot takes tens of seconds; this only keeps a broken one from hanging.
