@@ -98,6 +98,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("kernel_image", kernel_image),
     ("verify_request", verify_request),
     ("verify_document", verify_document),
+    ("ssh_users_config", ssh_users_config),
 ];
 
 // ---- RPC ----
@@ -702,6 +703,29 @@ pub fn snp_policy(data: &[u8]) {
     let entries: Vec<_> = p.measurement.entries().iter().collect();
     assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
     assert!(!p.kds_fetch);
+}
+
+/// The admin's SSH users configuration: what parses is bounded, every name
+/// is a portable user name, every key one line that parses back the same,
+/// and the list written back as a configuration parses to the same users.
+pub fn ssh_users_config(data: &[u8]) {
+    use confboot::ssh_users::{AuthorizedKey, MAX_SSH_USERS, parse_ssh_users_config};
+    let Ok(users) = parse_ssh_users_config(data) else {
+        return;
+    };
+    assert!(users.len() <= MAX_SSH_USERS);
+    let mut entries = Vec::new();
+    for u in &users {
+        let name = u.name.as_str();
+        assert!(!name.is_empty() && name.len() <= 32);
+        assert!(!name.contains([':', '/', '\n']));
+        let line = u.key.to_line();
+        assert_eq!(line.matches('\n').count(), 1);
+        assert_eq!(AuthorizedKey::parse(line.trim_end()).as_ref(), Ok(&u.key));
+        entries.push(serde_json::json!({"username": name, "publicKey": line.trim_end()}));
+    }
+    let again = serde_json::json!({ "sshUsers": entries }).to_string();
+    assert_eq!(parse_ssh_users_config(again.as_bytes()).unwrap(), users);
 }
 
 /// The kms and storage URIs of Init and Recover: a master secret read from

@@ -439,6 +439,55 @@ fn kms_uri_seeds() -> Vec<Seed> {
     ]
 }
 
+fn ssh_users_config() -> Vec<Seed> {
+    let key = |key_type: &str, fields: &[&[u8]]| {
+        let mut blob = Vec::new();
+        for f in [key_type.as_bytes()].iter().chain(fields) {
+            blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            blob.extend_from_slice(f);
+        }
+        format!("{key_type} {} user@host", confboot::base64::encode(&blob))
+    };
+    let mut point = vec![4u8];
+    point.extend([9; 64]);
+    let mut modulus = vec![0u8, 0xc3];
+    modulus.extend([7; 255]);
+    let keys = [
+        key("ssh-ed25519", &[&[1; 32]]),
+        key("ecdsa-sha2-nistp256", &[b"nistp256", &point]),
+        key("ssh-rsa", &[&[1, 0, 1], &modulus]),
+        key("sk-ssh-ed25519@openssh.com", &[&[2; 32], b"ssh:"]),
+    ];
+    let config = |pairs: &[(&str, &str)]| {
+        let entries: Vec<_> = pairs
+            .iter()
+            .map(|(u, k)| serde_json::json!({"username": u, "publicKey": k}))
+            .collect();
+        serde_json::json!({ "sshUsers": entries }).to_string()
+    };
+    vec![
+        seed(
+            "users",
+            config(&[
+                ("alice", &keys[0]),
+                ("bob", &keys[1]),
+                ("_carol", &keys[2]),
+                ("dave-2", &keys[3]),
+            ]),
+        ),
+        seed("empty", "{}"),
+        seed(
+            "duplicate",
+            config(&[("alice", &keys[0]), ("alice", &keys[1])]),
+        ),
+        seed("root", config(&[("root", &keys[0])])),
+        seed(
+            "options",
+            config(&[("alice", &format!("command=\"x\" {}", keys[0]))]),
+        ),
+    ]
+}
+
 fn init_secret_hash() -> Vec<Seed> {
     let h = hash(b"the init secret", MIN_ITERATIONS);
     vec![
@@ -592,6 +641,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "kernel_image" => kernel_image(),
         "verify_request" => verify_request(),
         "verify_document" => verify_document(),
+        "ssh_users_config" => ssh_users_config(),
         _ => Vec::new(),
     }
 }

@@ -21,6 +21,7 @@ pub mod nodelock;
 pub mod process;
 pub mod rpc;
 pub mod signals;
+pub mod ssh_users;
 pub mod stop;
 pub mod ticket;
 pub mod time;
