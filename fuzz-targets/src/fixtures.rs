@@ -455,3 +455,24 @@ pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
         }),
     }
 }
+
+/// A cluster CA's kubelet-certificate signer (a fresh P-256 CA, once).
+pub fn kubelet_cert_signer() -> &'static confboot::cluster::kubelet_cert::KubeletCertSigner {
+    use confboot::cluster::kubelet_cert::{DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertSigner};
+    static S: OnceLock<KubeletCertSigner> = OnceLock::new();
+    S.get_or_init(|| {
+        let key = rcgen::KeyPair::generate().expect("CA key");
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).expect("CA certificate");
+        KubeletCertSigner::new(
+            &cert.pem(),
+            &key.serialize_pem(),
+            DEFAULT_KUBELET_CERT_VALIDITY,
+        )
+        .expect("signer")
+    })
+}

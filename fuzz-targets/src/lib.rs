@@ -99,6 +99,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("verify_request", verify_request),
     ("verify_document", verify_document),
     ("ssh_users_config", ssh_users_config),
+    ("kubelet_csr", kubelet_csr),
 ];
 
 // ---- RPC ----
@@ -703,6 +704,31 @@ pub fn snp_policy(data: &[u8]) {
     let entries: Vec<_> = p.measurement.entries().iter().collect();
     assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
     assert!(!p.kds_fetch);
+}
+
+/// A node's kubelet CSR as the join service checks it: what passes names a
+/// valid node with 1 to 8 distinct IP addresses, and the certificate signed
+/// for it carries exactly those names and server authentication only.
+pub fn kubelet_csr(data: &[u8]) {
+    use confboot::cluster::kubelet_cert::{KubeletCsr, MAX_KUBELET_CERT_IPS, check_node_name};
+    let Ok(csr) = KubeletCsr::parse(data) else {
+        return;
+    };
+    check_node_name(&csr.node_name).unwrap();
+    assert!((1..=MAX_KUBELET_CERT_IPS).contains(&csr.ips.len()));
+    let cert = fixtures::kubelet_cert_signer()
+        .sign_checked(&csr, std::time::SystemTime::now())
+        .unwrap();
+    let (_, parsed) = x509_parser::parse_x509_certificate(&cert).unwrap();
+    let cn: Vec<_> = parsed.subject().iter_common_name().collect();
+    assert_eq!(cn.len(), 1);
+    assert_eq!(
+        cn[0].as_str().unwrap(),
+        format!("system:node:{}", csr.node_name)
+    );
+    let san = parsed.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(san.value.general_names.len(), csr.ips.len());
+    assert!(!parsed.is_ca());
 }
 
 /// The admin's SSH users configuration: what parses is bounded, every name

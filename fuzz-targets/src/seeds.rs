@@ -439,6 +439,38 @@ fn kms_uri_seeds() -> Vec<Seed> {
     ]
 }
 
+fn kubelet_csr() -> Vec<Seed> {
+    use confboot::cluster::kubelet_cert::new_kubelet_key_and_csr;
+    let csr = |name: &str, ips: &[&str]| {
+        let ips: Vec<std::net::IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
+        new_kubelet_key_and_csr(name, &ips).unwrap().1
+    };
+    let mut ca_request = rcgen::CertificateParams::default();
+    ca_request
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "system:node:x");
+    ca_request
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    ca_request.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_request.subject_alt_names = vec![rcgen::SanType::IpAddress([10, 0, 0, 1].into())];
+    let key = rcgen::KeyPair::generate().unwrap();
+    vec![
+        seed("one-ip", csr("worker-1", &["10.0.2.15"])),
+        seed(
+            "dual-stack",
+            csr(
+                "node.example.com",
+                &["10.0.2.15", "fd00::15", "192.168.1.7"],
+            ),
+        ),
+        seed(
+            "asks-ca",
+            ca_request.serialize_request(&key).unwrap().der().to_vec(),
+        ),
+    ]
+}
+
 fn ssh_users_config() -> Vec<Seed> {
     let key = |key_type: &str, fields: &[&[u8]]| {
         let mut blob = Vec::new();
@@ -642,6 +674,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "verify_request" => verify_request(),
         "verify_document" => verify_document(),
         "ssh_users_config" => ssh_users_config(),
+        "kubelet_csr" => kubelet_csr(),
         _ => Vec::new(),
     }
 }

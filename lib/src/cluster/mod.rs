@@ -29,6 +29,7 @@ use std::time::Duration;
 use crate::kms::SecretBytes;
 
 pub mod kubeadm;
+pub mod kubelet_cert;
 
 pub use kubeadm::KubeadmBackend;
 
