@@ -421,6 +421,9 @@ fn bootstrapper_explains_bad_configuration() {
         "--init-secret-hash",
         "--joinsvc-measurements",
         "--metadata-url",
+        "--attestation",
+        "--joinsvc-variants",
+        "--joinsvc-snp-policy",
     ] {
         assert!(help.contains(opt), "--help lacks {opt}");
     }
