@@ -147,9 +147,11 @@ fn joinsvc_check(
     {
         validators.push(match variant {
             Variant::QemuVtpm => joinsvc_vtpm_validator(m, issuer)?,
-            Variant::SevSnp => JOINSVC_VARIANT_OPTIONS
-                .snp_validator(m)
-                .map_err(|e| e.to_string())?,
+            Variant::SevSnp => Arc::new(
+                JOINSVC_VARIANT_OPTIONS
+                    .snp_validator(m)
+                    .map_err(|e| e.to_string())?,
+            ),
         });
     }
     Ok((JoinServiceCheck::ClusterMark, validators))

@@ -130,11 +130,11 @@ impl Config {
                         validators,
                     })
                 }
-                Variant::SevSnp => NodeCheck::Snp(
+                Variant::SevSnp => NodeCheck::Snp(Arc::new(
                     VARIANT_OPTIONS
                         .snp_validator(m)
                         .map_err(|e| e.to_string())?,
-                ),
+                )),
             });
         }
         let names: Vec<&str> = checks

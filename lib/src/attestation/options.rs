@@ -381,7 +381,7 @@ impl VariantOptions {
     }
 
     /// The SEV-SNP validator the SNP policy option describes (it must be given).
-    pub fn snp_validator(&self, m: &Matches) -> Result<Arc<dyn Validator>, OptionsError> {
+    pub fn snp_validator(&self, m: &Matches) -> Result<SnpValidator, OptionsError> {
         let path = m
             .value(self.snp_policy)
             .ok_or(OptionsError::SnpPolicyRequired {
@@ -395,7 +395,7 @@ impl VariantOptions {
             error,
         };
         let policy = SnpPolicy::load(path).map_err(error)?;
-        Ok(Arc::new(SnpValidator::new(policy).map_err(error)?))
+        SnpValidator::new(policy).map_err(error)
     }
 
     /// One validator per accepted variant: `vtpm` builds the vTPM one (only
@@ -410,7 +410,7 @@ impl VariantOptions {
         for variant in self.accepted(m)? {
             out.push(match variant {
                 Variant::QemuVtpm => (vtpm.take().expect("each variant once"))()?,
-                Variant::SevSnp => self.snp_validator(m)?,
+                Variant::SevSnp => Arc::new(self.snp_validator(m)?),
             });
         }
         Ok(out)
