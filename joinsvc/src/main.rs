@@ -39,7 +39,8 @@ const CMD: Command = Command {
             joinsvc then derives the node's state-disk key from the master secret, creates a\n\
             Kubernetes bootstrap token and returns the join ticket. The measurements file is watched\n\
             and reloaded without a restart (the SNP policy is read at start-up). With --tpm, joinsvc\n\
-            attests itself too, so nodes can refuse an unattested join service. Plain-HTTP /healthz, /readyz and Prometheus /metrics are on --health-listen.\n\
+            attests itself too, so nodes can refuse an unattested join service. Plain-HTTP /healthz,\n\
+            /readyz and Prometheus /metrics are on --health-listen.\n\
             Options come from flags, environment variables, or a JSON --config file (keys are the\n\
             long option names), in that order of precedence. SIGTERM or SIGINT stop it cleanly:\n\
             in-flight calls finish, new ones are refused.",
