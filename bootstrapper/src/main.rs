@@ -17,9 +17,13 @@ use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
 use confboot::atls;
-use confboot::attestation::options::{InsecureAnyAk, ValidatorOptions};
+use confboot::attestation::options::{
+    ATTESTATION_HELP, DEFAULT_VARIANTS, InsecureAnyAk, SNP_POLICY_HELP, VARIANTS_HELP,
+    ValidatorOptions, VariantOptions, attestation_variant,
+};
+use confboot::attestation::snp::SnpIssuer;
 use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator};
+use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
@@ -41,7 +45,8 @@ const CMD: Command = Command {
     name: "bootstrapper",
     about: "bootstrapper: runs on every confboot node, from the initramfs at VM boot.\n\
             On a blank state disk it races an InitServer (the admin's `confboot init`, on --init-listen)\n\
-            against a JoinClient (asks the join services for a ticket, attesting the node's vTPM).\n\
+            against a JoinClient (asks the join services for a ticket, attesting as --attestation says:\n\
+            the node's vTPM, or an SEV-SNP report; join services must attest with --joinsvc-variants).\n\
             The winner takes the nodelock, formats the state disk (LUKS2) with the derived key, marks\n\
             the node (PCR 15 <- cluster id) and hands over to kubeadm. On an initialized disk it asks\n\
             for a rejoin ticket and serves Recover (--recover-listen) for when no join service answers.\n\
@@ -53,6 +58,7 @@ const CMD: Command = Command {
         Opt::value("config", "FILE", "JSON file with option values"),
         Opt::value("tpm", "DEVICE|HOST:PORT", "The node's TPM: `device` (/dev/tpmrm0) or a swtpm socket").default("device"),
         Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP),
+        Opt::value("attestation", "VARIANT", ATTESTATION_HELP).default(DEFAULT_VARIANTS),
         Opt::value("state-disk", "PATH", "The state disk (block device, or an image file)"),
         Opt::value("disk-mode", "MODE", "luks: map the disk with dm-crypt; header-only: check keys against the LUKS2 header without mapping (machines without device-mapper)").default("luks"),
         Opt::value("mapper-name", "NAME", "dm-crypt mapping name").default("state"),
@@ -68,6 +74,8 @@ const CMD: Command = Command {
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
         Opt::value("joinsvc-measurements", "FILE", "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs but 15 (the cluster mark) and 10 (IMA, run time): the same image)").aliases(&["joinsvc-policy"]),
         Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak").default(DEFAULT_JOINSVC_AK_TRUST),
+        Opt::value("joinsvc-variants", "LIST", VARIANTS_HELP).default(DEFAULT_VARIANTS),
+        Opt::value("joinsvc-snp-policy", "FILE", SNP_POLICY_HELP),
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
@@ -106,6 +114,13 @@ const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
     insecure_any_ak: InsecureAnyAk::Warn,
 };
 
+/// Which variants join services may attest with: `--joinsvc-variants`,
+/// and `--joinsvc-snp-policy` for `sev-snp`.
+const JOINSVC_VARIANT_OPTIONS: VariantOptions = VariantOptions {
+    variants: "joinsvc-variants",
+    snp_policy: "joinsvc-snp-policy",
+};
+
 /// Where a node image keeps the CA of its platform's attestation keys.
 const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
 
@@ -125,6 +140,26 @@ fn joinsvc_check(
         );
         return Ok((JoinServiceCheck::InsecureNone, Vec::new()));
     }
+    let mut validators = Vec::new();
+    for variant in JOINSVC_VARIANT_OPTIONS
+        .accepted(m)
+        .map_err(|e| e.to_string())?
+    {
+        validators.push(match variant {
+            Variant::QemuVtpm => joinsvc_vtpm_validator(m, issuer)?,
+            Variant::SevSnp => Arc::new(
+                JOINSVC_VARIANT_OPTIONS
+                    .snp_validator(m)
+                    .map_err(|e| e.to_string())?,
+            ),
+        });
+    }
+    Ok((JoinServiceCheck::ClusterMark, validators))
+}
+
+/// The validator of vTPM join services: `--joinsvc-measurements` (default:
+/// this node's own image) and `--joinsvc-ak-trust`.
+fn joinsvc_vtpm_validator(m: &Matches, issuer: &VtpmIssuer) -> Result<Arc<dyn Validator>, String> {
     let opts = JOINSVC_VALIDATOR_OPTIONS;
     let policy = match opts.measurements(m).map_err(|e| e.to_string())? {
         Some(policy) => policy,
@@ -137,10 +172,7 @@ fn joinsvc_check(
     })?;
     // A running join service is a bootstrapped node: its PCR 15 is marked,
     // and the node checks the mark against each ticket.
-    Ok((
-        JoinServiceCheck::ClusterMark,
-        vec![builder.require_unmarked(false).build(policy)],
-    ))
+    Ok(builder.require_unmarked(false).build(policy))
 }
 
 /// This node's own measurements as the policy for join services: every
@@ -221,6 +253,16 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
             .with_event_log_option(m.value("event-log"), tpm_is_device)
             .map_err(|e| e.to_string())?,
     );
+    // The TPM keeps the cluster mark whatever the node attests with; the
+    // node attests (join client, Init/Recover servers) with one variant.
+    let attesting: Arc<dyn Issuer> =
+        match attestation_variant(m, "attestation").map_err(|e| e.to_string())? {
+            Variant::QemuVtpm => Arc::clone(&issuer) as Arc<dyn Issuer>,
+            Variant::SevSnp => Arc::new(
+                SnpIssuer::open_default().map_err(|e| format!("--attestation sev-snp: {e}"))?,
+            ),
+        };
+    log::info!("this node attests with {}", attesting.variant());
     let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
     let node = Arc::new(build_node(m, Arc::clone(&issuer), join_service_check)?);
     let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
@@ -250,7 +292,7 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
             configured,
             metadata_url: m.value("metadata-url").map(str::to_string),
         },
-        issuer: Arc::clone(&issuer) as Arc<dyn Issuer>,
+        issuer: Arc::clone(&attesting),
         joinsvc_validators,
         attempt_timeout: Duration::from_secs(20),
         initial_backoff: Duration::from_millis(200),
@@ -288,7 +330,7 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     };
     let addr = m.value(option).expect("default");
     let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let server = atls::serve(listener, pool, limits, router, Some(issuer.clone()), &[])
+    let server = atls::serve(listener, pool, limits, router, Some(attesting), &[])
         .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;
     log::info!(
         "{} API listening on {}",

@@ -421,6 +421,9 @@ fn bootstrapper_explains_bad_configuration() {
         "--init-secret-hash",
         "--joinsvc-measurements",
         "--metadata-url",
+        "--attestation",
+        "--joinsvc-variants",
+        "--joinsvc-snp-policy",
     ] {
         assert!(help.contains(opt), "--help lacks {opt}");
     }
@@ -634,4 +637,56 @@ fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits(
     assert_logged(&log, "bootstrapped (Initialized)");
     assert_logged(&log, "refusing connection from 127.0.0.2");
     drop(held);
+}
+
+#[test]
+fn a_node_refuses_a_join_service_whose_variant_it_does_not_accept() {
+    // joinsvc attests with its TPM (qemu-vtpm); the node accepts SEV-SNP
+    // join services only.
+    let cp = NodeDir::new(&bootstrapper_bin(), "cp-tpm-variant");
+    let cp_tpm = cp.boot_tpm(b"control plane image");
+    let n =
+        NodeDir::new(&bootstrapper_bin(), "snp-only").trusting_join_service_ak(&cp_tpm.ak_public);
+    let tpm = n.boot_tpm(IMAGE);
+    let joinsvc = Joinsvc::launch(
+        &workspace_binary("joinsvc"),
+        &tpm.policy(),
+        JoinsvcSetup {
+            pinned_aks: vec![tpm.ak_public.clone()],
+            extra: vec!["--tpm".into(), cp_tpm.tpm_arg()],
+            ..JoinsvcSetup::new()
+        },
+    );
+    let endpoint = joinsvc.rpc_addr.to_string();
+    let snp_policy = n.p("joinsvc-snp.json");
+    std::fs::write(
+        &snp_policy,
+        format!(
+            r#"{{"measurement": {{"expected": "{}"}}}}"#,
+            "ab".repeat(48)
+        ),
+    )
+    .unwrap();
+    let snp_policy = snp_policy.display().to_string();
+    let b = n.bootstrapper(
+        &tpm,
+        &[
+            "--join-endpoint",
+            &endpoint,
+            "--joinsvc-variants",
+            "sev-snp",
+            "--joinsvc-snp-policy",
+            &snp_policy,
+        ],
+    );
+    b.wait_for_line(
+        "peer attests with qemu-vtpm, which is not accepted here (accepted: sev-snp)",
+        1000,
+    );
+    drop(b);
+    assert!(n.luks_uuid().is_none(), "nothing was formatted");
+    assert!(
+        joinsvc.kube.created().is_empty(),
+        "the node asked for nothing"
+    );
 }

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use confboot::args::{Matches, Opt};
 use confboot::attestation::Validator;
-use confboot::attestation::options::{EXPECTED_EVENTS_HELP, InsecureAnyAk, ValidatorOptions};
+use confboot::attestation::options::{
+    DEFAULT_VARIANTS, EXPECTED_EVENTS_HELP, InsecureAnyAk, SNP_POLICY_HELP, VARIANTS_HELP,
+    ValidatorOptions, VariantOptions,
+};
 
 /// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
 /// into an exit code (0, or 1 with the error on stderr).
@@ -42,6 +45,18 @@ pub const AK_TRUST: Opt = Opt::value(
 /// that differs.
 pub const EXPECTED_EVENTS: Opt = Opt::value("expected-events", "FILE", EXPECTED_EVENTS_HELP);
 
+/// `--variants LIST`: the attestation variants a node may present.
+pub const VARIANTS: Opt = Opt::value("variants", "LIST", VARIANTS_HELP).default(DEFAULT_VARIANTS);
+
+/// `--snp-policy FILE`: the SEV-SNP policy, for `sev-snp`.
+pub const SNP_POLICY: Opt = Opt::value("snp-policy", "FILE", SNP_POLICY_HELP);
+
+/// Which variants the admin's commands accept: [`VARIANTS`], [`SNP_POLICY`].
+pub const VARIANT_OPTIONS: VariantOptions = VariantOptions {
+    variants: VARIANTS.long,
+    snp_policy: SNP_POLICY.long,
+};
+
 /// How the admin's commands check a node: [`MEASUREMENTS`] and [`AK_TRUST`];
 /// `insecure-any-ak` is warned about.
 pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
@@ -51,9 +66,26 @@ pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
     insecure_any_ak: InsecureAnyAk::Warn,
 };
 
-/// The validator for a node that is not bootstrapped yet (PCR 15 all-zero).
-pub fn node_validator(m: &Matches) -> Result<Arc<dyn Validator>, String> {
-    VALIDATOR_OPTIONS.validator(m).map_err(|e| e.to_string())
+/// The validators for a node that is not bootstrapped yet, one per
+/// accepted variant (vTPM: PCR 15 all-zero; the measurements and AK-trust
+/// options are needed only when `qemu-vtpm` is accepted).
+pub fn node_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {
+    VARIANT_OPTIONS
+        .validators(m, || VALIDATOR_OPTIONS.validator(m))
+        .map_err(|e| e.to_string())
+}
+
+/// The policy files the node is checked against, for messages.
+pub fn policy_files(m: &Matches) -> String {
+    let files: Vec<&str> = [MEASUREMENTS.long, SNP_POLICY.long]
+        .into_iter()
+        .filter_map(|o| m.value(o))
+        .collect();
+    if files.is_empty() {
+        "the policy".into()
+    } else {
+        files.join(" and ")
+    }
 }
 
 /// Adds the default port if `endpoint` has none.

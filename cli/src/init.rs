@@ -16,11 +16,13 @@ use crate::common;
 const CMD: Command = Command {
     name: "confboot init",
     about: "Initialize a new cluster on its first node. Verifies the node over attested TLS against\n\
-            --measurements, generates the master secret (or takes --master-secret), writes it to\n\
-            --master-secret-out (mode 0600) before Init is sent, sends Init with the init secret,\n\
-            prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
+            --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
+            --variants accepts (default qemu-vtpm; another variant is refused), generates the\n\
+            master secret (or takes --master-secret), writes it to --master-secret-out (mode 0600)\n\
+            before Init is sent, sends Init with the init secret, prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
             ids and measurement salt (--state-out).",
-    usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]",
+    usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]\n       \
+            confboot init --node HOST[:PORT] --variants sev-snp --snp-policy FILE --init-secret-file FILE [OPTIONS]",
     opts: &[
         Opt::value(
             "node",
@@ -30,6 +32,8 @@ const CMD: Command = Command {
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
+        common::VARIANTS,
+        common::SNP_POLICY,
         Opt::value(
             "init-secret-file",
             "FILE",
@@ -76,7 +80,7 @@ pub fn run(args: Vec<String>) -> i32 {
 fn init(m: &confboot::args::Matches) -> Result<(), String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let node = common::with_port(req("node")?, DEFAULT_INIT_PORT);
-    let validator = common::node_validator(m)?;
+    let validators = common::node_validators(m)?;
     let init_secret = init_secret::read_file(Path::new(req("init-secret-file")?))
         .map_err(|e| format!("--init-secret-file: {e}"))?;
     let timeout = Duration::from_secs(
@@ -122,9 +126,10 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
         .map_err(|_| "no randomness".to_string())?;
 
     let started = std::time::Instant::now();
-    let measurements = req("measurements")?;
-    let (mut client, attested) = atls::connect(&node, Duration::from_secs(30), &[validator], None)
-        .map_err(|e| common::explain_connect_error(&node, &e, measurements))?;
+    let measurements = common::policy_files(m);
+    let (mut client, attested) =
+        atls::connect(&node, Duration::from_secs(30), &validators, None)
+            .map_err(|e| common::explain_connect_error(&node, &e, &measurements))?;
     let attested = attested.ok_or("the node did not attest")?;
     println!(
         "node {node} attested ({}, {} measurements match {measurements}) in {:.1} s",

@@ -16,9 +16,11 @@ use crate::common;
 const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
-            against --measurements, then sends it the master secret (inside the kms:// URI) so it can\n\
+            against --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
+            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the master secret (inside the kms:// URI) so it can\n\
             derive its state-disk key and open its disk.",
-    usage: "confboot recover --node HOST[:PORT] --master-secret FILE --measurements FILE --ak-trust MODE",
+    usage: "confboot recover --node HOST[:PORT] --master-secret FILE --measurements FILE --ak-trust MODE\n       \
+            confboot recover --node HOST[:PORT] --master-secret FILE --variants sev-snp --snp-policy FILE",
     opts: &[
         Opt::value(
             "node",
@@ -30,6 +32,8 @@ const CMD: Command = Command {
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
+        common::VARIANTS,
+        common::SNP_POLICY,
         VERBOSITY,
     ],
 };
@@ -47,10 +51,10 @@ fn recover(m: &confboot::args::Matches) -> Result<(), String> {
     let node = common::with_port(req("node")?, DEFAULT_RECOVER_PORT);
     let master =
         MasterSecret::read_file(Path::new(req("master-secret")?)).map_err(|e| e.to_string())?;
-    let validator = common::node_validator(m)?;
-    let measurements = req("measurements")?;
-    let (mut client, _) = atls::connect(&node, Duration::from_secs(30), &[validator], None)
-        .map_err(|e| common::explain_connect_error(&node, &e, measurements))?;
+    let validators = common::node_validators(m)?;
+    let measurements = common::policy_files(m);
+    let (mut client, _) = atls::connect(&node, Duration::from_secs(30), &validators, None)
+        .map_err(|e| common::explain_connect_error(&node, &e, &measurements))?;
     println!("node {node} attested");
     let msg = RecoverMessage {
         kms_uri: master.to_kms_uri().to_string(),

@@ -2,7 +2,10 @@
 //! agent, `GET /?nonce=`) for a fresh quote and checks it: the signature
 //! and the nonce, the AK trust, the carried event log's replay, every PCR of
 //! the policy, and PCR 15 against the cluster's mark. Prints one row per
-//! PCR (or JSON with `-o json`). Exit status: 0 verified, 1 a check
+//! PCR (or JSON with `-o json`). With `--variants` accepting `sev-snp`,
+//! an SEV-SNP document is checked against `--snp-policy` instead, every
+//! check printed (its report carries no cluster mark); a document of a
+//! variant not accepted is refused (exit 1). Exit status: 0 verified, 1 a check
 //! failed, 2 bad arguments, an unreachable node or an answer that is not an
 //! attestation document. The checks live in [`confboot::verify`]; this
 //! reads files, asks and prints.
@@ -12,10 +15,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
-use confboot::attestation::MeasurementPolicy;
+use std::sync::Arc;
+
+use confboot::attestation::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
+use confboot::attestation::{MeasurementPolicy, Validator, Variant};
 use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
+use confboot::tpm::event_log::EventList;
 use confboot::verify::http::fetch_document;
-use confboot::verify::{NodeReport, check_node, new_nonce};
+use confboot::verify::{
+    AttestationDocument, NodeReport, VERIFY_NONCE_LEN, check_node, extra_data, new_nonce,
+};
 use confboot_proto::DEFAULT_VERIFY_PORT;
 
 use crate::common;
@@ -33,6 +42,8 @@ const CMD: Command = Command {
             wrote; it replaces a PCR 15 entry of the policy, which describes unbootstrapped\n\
             nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
             a differing PCR the first event of the node's log that differs from --expected-events.\n\
+            An SEV-SNP node (--variants sev-snp) is checked against --snp-policy instead, one line per\n\
+            check (its report carries no cluster mark); a variant --variants does not accept is refused.\n\
             Exit status: 0 verified, 1 a check failed, 2 bad arguments, unreachable node or an\n\
             answer that is not an attestation document.",
     usage: "confboot verify --node HOST[:PORT] --measurements FILE --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json]",
@@ -45,6 +56,8 @@ const CMD: Command = Command {
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
+        common::VARIANTS,
+        common::SNP_POLICY,
         Opt::value(
             "cluster-id",
             "HEX",
@@ -130,40 +143,52 @@ fn verify(m: &Matches) -> Result<i32, String> {
         Ok(s) if (1..=3600).contains(&s) => Duration::from_secs(s),
         _ => return Err("--timeout: want whole seconds from 1 to 3600".into()),
     };
-    let options = common::VALIDATOR_OPTIONS;
-    let policy = options
-        .required_measurements(m)
+    // Every option is read before the node is asked: a bad one is exit 2.
+    let accepted = common::VARIANT_OPTIONS
+        .accepted(m)
         .map_err(|e| e.to_string())?;
-    let events = options.expected_events(m).map_err(|e| e.to_string())?;
-    // Every PCR is compared below, so the validator holds no policy: it
-    // checks what evidence must always pass.
-    let validator = options
-        .builder(m)
-        .map_err(|e| e.to_string())?
-        .require_unmarked(false)
-        .build(MeasurementPolicy::new(BTreeMap::new()));
-    let cluster_id = cluster_id(m)?;
+    let vtpm = if accepted.contains(&Variant::QemuVtpm) {
+        Some(vtpm_check(m)?)
+    } else {
+        None
+    };
+    let snp = if accepted.contains(&Variant::SevSnp) {
+        Some(
+            common::VARIANT_OPTIONS
+                .snp_validator(m)
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
 
     let nonce = new_nonce().map_err(|e| e.to_string())?;
     let doc = fetch_document(&node, &nonce, timeout)
         .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
+    if let (Variant::SevSnp, Some(snp)) = (doc.variant, &snp) {
+        return Ok(snp_verdict(&node, &doc, &nonce, snp, json));
+    }
+    let Some(vtpm) = vtpm.filter(|_| doc.variant == Variant::QemuVtpm) else {
+        let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();
+        let why = format!(
+            "it attests with {}, which --variants does not accept ({})",
+            doc.variant,
+            names.join(", ")
+        );
+        print_refused(&node, &why, json);
+        return Ok(1);
+    };
     let report = match check_node(
         &doc,
         &nonce,
-        validator.as_ref(),
-        &policy,
-        events.as_ref(),
-        &cluster_id,
+        vtpm.validator.as_ref(),
+        &vtpm.policy,
+        vtpm.events.as_ref(),
+        &vtpm.cluster_id,
     ) {
         Ok(report) => report,
         Err(e) => {
-            if json {
-                let out =
-                    serde_json::json!({"node": node, "verified": false, "error": e.to_string()});
-                println!("{out:#}");
-            } else {
-                println!("node {node}: ✗ its evidence is refused: {e}");
-            }
+            print_refused(&node, &format!("its evidence is refused: {e}"), json);
             return Ok(1);
         }
     };
@@ -175,6 +200,93 @@ fn verify(m: &Matches) -> Result<i32, String> {
         print!("{}", render_table(&node, &report));
     }
     Ok(if report.passed() { 0 } else { 1 })
+}
+
+/// What a vTPM node is checked against: `--measurements`, `--ak-trust`,
+/// `--expected-events` and the cluster id.
+struct VtpmCheck {
+    policy: MeasurementPolicy,
+    events: Option<EventList>,
+    validator: Arc<dyn Validator>,
+    cluster_id: Vec<u8>,
+}
+
+fn vtpm_check(m: &Matches) -> Result<VtpmCheck, String> {
+    let options = common::VALIDATOR_OPTIONS;
+    let policy = options
+        .required_measurements(m)
+        .map_err(|e| e.to_string())?;
+    let events = options.expected_events(m).map_err(|e| e.to_string())?;
+    // Every PCR is compared afterwards, so the validator holds no policy:
+    // it checks what evidence must always pass.
+    let validator = options
+        .builder(m)
+        .map_err(|e| e.to_string())?
+        .require_unmarked(false)
+        .build(MeasurementPolicy::new(BTreeMap::new()));
+    Ok(VtpmCheck {
+        policy,
+        events,
+        validator,
+        cluster_id: cluster_id(m)?,
+    })
+}
+
+fn print_refused(node: &str, why: &str, json: bool) {
+    if json {
+        let out = serde_json::json!({"node": node, "verified": false, "error": why});
+        println!("{out:#}");
+    } else {
+        println!("node {node}: ✗ {why}");
+    }
+}
+
+/// Checks SEV-SNP evidence with every check of `snp` (report data bound to
+/// `nonce`) and prints each; the exit code. An SEV-SNP report carries no
+/// cluster mark, so membership is not checked (and the output says so).
+fn snp_verdict(
+    node: &str,
+    doc: &AttestationDocument,
+    nonce: &[u8; VERIFY_NONCE_LEN],
+    snp: &SnpValidator,
+    json: bool,
+) -> i32 {
+    let evidence = match SnpEvidence::decode(&doc.evidence) {
+        Ok(e) => e,
+        Err(e) => {
+            print_refused(node, &format!("its evidence is refused: {e}"), json);
+            return 1;
+        }
+    };
+    let checks =
+        snp.verify_report_detailed(&evidence, &ReportDataCheck::ExtraData(extra_data(nonce)));
+    let failure = first_failure(&checks);
+    let membership = "cluster membership not checked: an SEV-SNP report carries no cluster mark";
+    if json {
+        let list: Vec<String> = checks.iter().map(|c| c.to_string()).collect();
+        let mut out = serde_json::json!({
+            "node": node,
+            "variant": doc.variant.name(),
+            "verified": failure.is_none(),
+            "checks": list,
+            "note": membership,
+        });
+        if let Some(e) = &failure {
+            out["error"] = e.to_string().into();
+        }
+        println!("{out:#}");
+    } else {
+        println!("node {node}: {} evidence for a fresh nonce", doc.variant);
+        for c in &checks {
+            println!("  {c}");
+        }
+        println!("  {membership}");
+        match &failure {
+            None => println!("verified: every check passes"),
+            Some(e) => println!("NOT verified: {e}"),
+        }
+    }
+    i32::from(failure.is_some())
 }
 
 /// The report as the table `confboot verify` prints.

@@ -60,8 +60,10 @@ Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadabl
         Opt::value(
             "policy",
             "FILE",
-            "SEV-SNP policy JSON (measurement, minimumTcb, vmpl, ...)",
-        ),
+            "SEV-SNP policy JSON (measurement, minimumTcb, vmpl, ...); also --snp-policy, its name \
+             on init, recover and verify",
+        )
+        .aliases(&["snp-policy"]),
         Opt::value(
             "extra-data",
             "HEX",

@@ -85,6 +85,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("atls_cert_snp", atls_cert_snp),
     ("vtpm_evidence", vtpm_evidence),
     ("snp_evidence", snp_evidence),
+    ("snp_cert_table", snp_cert_table),
     ("snp_report", snp_report),
     ("snp_certs", snp_certs),
     ("measurement_policy", measurement_policy),
@@ -513,6 +514,30 @@ pub fn snp_evidence(data: &[u8]) {
             "a report AMD never signed was accepted"
         );
     }
+}
+
+/// The host's certificate table of an SNP extended report
+/// (`auxblob`): parsing never panics, keeps every bound, and what it reads
+/// lays out again to a table that reads the same.
+pub fn snp_cert_table(data: &[u8]) {
+    use confboot::attestation::snp::{MAX_CERTIFICATE_LEN, cert_table};
+    let Ok(certs) = cert_table::parse(data) else {
+        return;
+    };
+    assert!(data.len() <= cert_table::MAX_TABLE_LEN);
+    assert!(certs.len() <= 4, "one certificate per known kind");
+    for c in &certs {
+        assert!(!c.der.is_empty() && c.der.len() <= MAX_CERTIFICATE_LEN);
+        assert_eq!(
+            certs.iter().filter(|o| o.kind == c.kind).count(),
+            1,
+            "a kind twice"
+        );
+    }
+    assert_eq!(
+        cert_table::parse(&cert_table::encode(&certs)).as_ref(),
+        Ok(&certs)
+    );
 }
 
 /// A raw SEV-SNP report: every field read for every product, the KDS URL

@@ -325,6 +325,29 @@ fn vtpm_evidence() -> Vec<Seed> {
     ]
 }
 
+fn snp_cert_table() -> Vec<Seed> {
+    use confboot::attestation::snp::cert_table;
+    let f = &fixtures::snp()[0];
+    let mut certs: Vec<CertEntry> = f.evidence().certificates;
+    let bundle = certificates_from_pem_or_der(MILAN_ASK_ARK_ASVK).expect("bundle");
+    for (kind, der) in [CertKind::Ask, CertKind::Ark].into_iter().zip(bundle) {
+        certs.push(CertEntry { kind, der });
+    }
+    let table = cert_table::encode(&certs);
+    // An entry of a GUID confboot does not use, and a length past the end.
+    let mut unknown_guid = table.clone();
+    unknown_guid[..16].copy_from_slice(&[0x11; 16]);
+    let mut past_the_end = table.clone();
+    past_the_end[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+    vec![
+        seed("vcek-ask-ark", table),
+        seed("empty", Vec::new()),
+        seed("terminator-only", vec![0; cert_table::ENTRY_LEN]),
+        seed("unknown-guid", unknown_guid),
+        seed("length-past-the-end", past_the_end),
+    ]
+}
+
 fn snp_evidence() -> Vec<Seed> {
     let mut seeds: Vec<Seed> = fixtures::snp()
         .iter()
@@ -660,6 +683,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "atls_cert_snp" => atls_cert_snp(),
         "vtpm_evidence" => vtpm_evidence(),
         "snp_evidence" => snp_evidence(),
+        "snp_cert_table" => snp_cert_table(),
         "snp_report" => snp_report(),
         "snp_certs" => snp_certs(),
         "measurement_policy" => measurement_policy(),

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot::args::Matches;
-use confboot::attestation::options::{InsecureAnyAk, ValidatorBuilder, ValidatorOptions};
+use confboot::attestation::options::{
+    InsecureAnyAk, ValidatorBuilder, ValidatorOptions, VariantOptions,
+};
 use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::attestation::{Issuer, MeasurementPolicy};
+use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot::kms::MasterSecret;
 use confboot::rpc::listener::PoolConfig;
@@ -33,6 +35,33 @@ pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
     insecure_any_ak: InsecureAnyAk::RequireFlag(INSECURE_ANY_AK_CONFIRMATION),
 };
 
+/// Which variants joining nodes may attest with: `--variants`, and
+/// `--snp-policy` for `sev-snp`.
+pub const VARIANT_OPTIONS: VariantOptions = VariantOptions {
+    variants: "variants",
+    snp_policy: "snp-policy",
+};
+
+/// How vTPM nodes are checked (when `qemu-vtpm` is accepted).
+pub struct VtpmCheck {
+    /// The measurement-policy file (watched for changes).
+    pub policy_path: PathBuf,
+    /// The policy read at start-up.
+    pub initial_policy: MeasurementPolicy,
+    /// Builds the validator of joining nodes for each policy in force
+    /// (PCR 15 must be unmarked).
+    pub validators: ValidatorBuilder,
+}
+
+/// How joining nodes are checked: one entry per accepted variant, in the
+/// order `--variants` names them.
+pub enum NodeCheck {
+    /// A vTPM quote, under the watched measurement policy.
+    Vtpm(VtpmCheck),
+    /// An SEV-SNP report, under the SNP policy read at start-up.
+    Snp(Arc<dyn Validator>),
+}
+
 /// Everything joinsvc runs with.
 pub struct Config {
     /// Address of the join API.
@@ -41,13 +70,8 @@ pub struct Config {
     pub health_listen: String,
     /// The join API's worker pool.
     pub pool: PoolConfig,
-    /// The measurement-policy file (watched for changes).
-    pub policy_path: PathBuf,
-    /// The policy read at start-up.
-    pub initial_policy: MeasurementPolicy,
-    /// Builds the validator of joining nodes for each policy in force
-    /// (PCR 15 must be unmarked).
-    pub validators: ValidatorBuilder,
+    /// How joining nodes are checked, per accepted variant.
+    pub checks: Vec<NodeCheck>,
     /// joinsvc's own attestation, with `--tpm`.
     pub issuer: Option<Arc<dyn Issuer>>,
     /// What tickets are made from.
@@ -91,11 +115,36 @@ impl Config {
         if measurement_salt.len() < 32 {
             return Err("--measurement-salt must be at least 32 bytes".into());
         }
-        let policy_path = PathBuf::from(required(VALIDATOR_OPTIONS.measurements)?);
-        let initial_policy = VALIDATOR_OPTIONS
-            .load_measurements(&policy_path)
-            .map_err(|e| e.to_string())?;
-        let validators = VALIDATOR_OPTIONS.builder(m).map_err(|e| e.to_string())?;
+        let mut checks = Vec::new();
+        for variant in VARIANT_OPTIONS.accepted(m).map_err(|e| e.to_string())? {
+            checks.push(match variant {
+                Variant::QemuVtpm => {
+                    let policy_path = PathBuf::from(required(VALIDATOR_OPTIONS.measurements)?);
+                    let initial_policy = VALIDATOR_OPTIONS
+                        .load_measurements(&policy_path)
+                        .map_err(|e| e.to_string())?;
+                    let validators = VALIDATOR_OPTIONS.builder(m).map_err(|e| e.to_string())?;
+                    NodeCheck::Vtpm(VtpmCheck {
+                        policy_path,
+                        initial_policy,
+                        validators,
+                    })
+                }
+                Variant::SevSnp => NodeCheck::Snp(Arc::new(
+                    VARIANT_OPTIONS
+                        .snp_validator(m)
+                        .map_err(|e| e.to_string())?,
+                )),
+            });
+        }
+        let names: Vec<&str> = checks
+            .iter()
+            .map(|c| match c {
+                NodeCheck::Vtpm(_) => Variant::QemuVtpm.name(),
+                NodeCheck::Snp(_) => Variant::SevSnp.name(),
+            })
+            .collect();
+        log::info!("joining nodes may attest with: {}", names.join(", "));
 
         let issuer: Option<Arc<dyn Issuer>> = match m.value("tpm") {
             None => None,
@@ -157,9 +206,7 @@ impl Config {
             listen: required("listen")?.to_string(),
             health_listen: required("health-listen")?.to_string(),
             pool,
-            policy_path,
-            initial_policy,
-            validators,
+            checks,
             issuer,
             ticket_config: TicketConfig {
                 master_secret,

@@ -17,7 +17,9 @@ use std::sync::atomic::Ordering;
 
 use confboot::args::{Command, Opt, VERBOSITY, start_daemon};
 use confboot::atls::{Accepted, AtlsServer};
-use confboot::attestation::options::EXPECTED_EVENTS_HELP;
+use confboot::attestation::options::{
+    DEFAULT_VARIANTS, EXPECTED_EVENTS_HELP, SNP_POLICY_HELP, VARIANTS_HELP,
+};
 use confboot::attestation::vtpm::EVENT_LOG_OPTION_HELP;
 use confboot::attestation::{SwappableValidator, Validator};
 use confboot::rpc::listener;
@@ -31,17 +33,20 @@ use crate::ticket::TicketService;
 const CMD: Command = Command {
     name: "joinsvc",
     about: "joinsvc: the join service of a confboot cluster. Runs on every control-plane node.\n\
-            A joining node connects over attested TLS and proves what it runs (its vTPM quote is\n\
-            checked against --ak-trust and the measurement policy inside the handshake); joinsvc then\n\
-            derives the node's state-disk key from the master secret, creates a Kubernetes bootstrap\n\
-            token and returns the join ticket. The policy file is watched and reloaded without a\n\
-            restart. With --tpm, joinsvc attests itself too, so nodes can refuse an unattested join\n\
-            service. Plain-HTTP /healthz, /readyz and Prometheus /metrics are on --health-listen.\n\
+            A joining node connects over attested TLS and proves what it runs inside the handshake:\n\
+            a vTPM quote (checked against --ak-trust and --measurements) or an SEV-SNP report\n\
+            (checked against --snp-policy), as --variants accepts; other variants are refused.\n\
+            joinsvc then derives the node's state-disk key from the master secret, creates a\n\
+            Kubernetes bootstrap token and returns the join ticket. The measurements file is watched\n\
+            and reloaded without a restart (the SNP policy is read at start-up). With --tpm, joinsvc\n\
+            attests itself too, so nodes can refuse an unattested join service. Plain-HTTP /healthz,\n\
+            /readyz and Prometheus /metrics are on --health-listen.\n\
             Options come from flags, environment variables, or a JSON --config file (keys are the\n\
             long option names), in that order of precedence. SIGTERM or SIGINT stop it cleanly:\n\
             in-flight calls finish, new ones are refused.",
     usage: "joinsvc --master-secret FILE --measurement-salt HEX --measurements FILE --ak-trust MODE \\\n       \
-            --api-server-endpoint HOST:PORT [OPTIONS]",
+            --api-server-endpoint HOST:PORT [OPTIONS]\n       \
+            joinsvc --variants sev-snp --snp-policy FILE --master-secret FILE ... [OPTIONS]",
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
         Opt::value("listen", "ADDR", "Address of the join API")
@@ -84,6 +89,10 @@ const CMD: Command = Command {
              any machine can claim any measurements and get a join ticket with its disk key; for \
              local QEMU only. Without it joinsvc refuses to start with insecure-any-ak",
         ),
+        Opt::value("variants", "LIST", VARIANTS_HELP)
+            .default(DEFAULT_VARIANTS)
+            .env("JOINSVC_VARIANTS"),
+        Opt::value("snp-policy", "FILE", SNP_POLICY_HELP).env("JOINSVC_SNP_POLICY"),
         Opt::value(
             "tpm",
             "DEVICE|HOST:PORT",
@@ -157,15 +166,28 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let cfg = config::Config::from_matches(m)?;
 
-    let validator = SwappableValidator::new(cfg.validators.build(cfg.initial_policy.clone()));
-    let watcher = {
-        let (validators, validator) = (cfg.validators.clone(), validator.clone());
-        watcher::PolicyWatcher::spawn(&cfg.policy_path, move |policy| {
-            validator.swap(validators.build(policy));
-            Ok(())
-        })
-        .map_err(|e| format!("cannot watch {}: {e}", cfg.policy_path.display()))?
-    };
+    // One validator per accepted variant; the vTPM one follows its
+    // measurement-policy file.
+    let mut validators: Vec<Arc<dyn Validator>> = Vec::new();
+    let mut watcher = None;
+    for check in &cfg.checks {
+        match check {
+            config::NodeCheck::Vtpm(vtpm) => {
+                let validator =
+                    SwappableValidator::new(vtpm.validators.build(vtpm.initial_policy.clone()));
+                let (builder, swapped) = (vtpm.validators.clone(), validator.clone());
+                watcher = Some(
+                    watcher::PolicyWatcher::spawn(&vtpm.policy_path, move |policy| {
+                        swapped.swap(builder.build(policy));
+                        Ok(())
+                    })
+                    .map_err(|e| format!("cannot watch {}: {e}", vtpm.policy_path.display()))?,
+                );
+                validators.push(Arc::new(validator));
+            }
+            config::NodeCheck::Snp(snp) => validators.push(Arc::clone(snp)),
+        }
+    }
 
     let metrics = Arc::new(Metrics::default());
     let tickets = Arc::new(TicketService::new(cfg.ticket_config, cfg.token_issuer));
@@ -177,8 +199,8 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         max_calls_per_connection: Some(1),
         ..ServerLimits::default()
     };
-    let atls = AtlsServer::new(cfg.issuer, vec![Arc::new(validator) as Arc<dyn Validator>])
-        .map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    let atls =
+        AtlsServer::new(cfg.issuer, validators).map_err(|e| format!("cannot set up aTLS: {e}"))?;
     let rpc_listener = TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let rpc = {
@@ -216,7 +238,9 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         .map_err(|e| format!("waiting for signals failed: {e}"))?;
     log::info!("{sig} received: stopping (in-flight calls finish)");
     rpc.stop();
-    watcher.stop();
+    if let Some(watcher) = watcher {
+        watcher.stop();
+    }
     health.stop();
     log::info!("stopped");
     Ok(())

@@ -34,6 +34,7 @@ pub fn handshake_reason(e: &AtlsError) -> &'static str {
         AtlsError::Attestation(_) => "attestation",
         AtlsError::MissingEvidence
         | AtlsError::UnknownVariant { .. }
+        | AtlsError::VariantNotAccepted { .. }
         | AtlsError::CriticalExtension { .. } => "attestation",
         AtlsError::Timeout | AtlsError::Io(_) => "connection",
         _ => "handshake",

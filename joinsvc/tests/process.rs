@@ -192,6 +192,8 @@ fn joinsvc_refuses_bad_configuration_with_clear_errors() {
         "--health-listen",
         "--measurements",
         "--i-understand-insecure-any-ak",
+        "--variants",
+        "--snp-policy",
     ] {
         assert!(help.contains(opt), "--help lacks {opt}");
     }

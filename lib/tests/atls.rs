@@ -421,10 +421,13 @@ fn evidence_under_an_unknown_oid_is_refused() {
             oid: "1.3.9900.5.99".into()
         }
     );
+    // A variant this build knows but the client does not accept: its own
+    // typed error, naming what is accepted.
     assert_eq!(
         connect_to(addr, good).unwrap_err(),
-        AtlsError::UnknownVariant {
-            oid: Variant::SevSnp.oid().into()
+        AtlsError::VariantNotAccepted {
+            variant: Variant::SevSnp,
+            accepted: vec![node.variant()],
         }
     );
     h.join().unwrap();

@@ -708,14 +708,13 @@ struct ReplayDevice {
     asked: Arc<Mutex<Vec<Request>>>,
 }
 
-impl SnpDevice for ReplayDevice {
-    fn report(
-        &self,
-        report_data: [u8; 64],
-        vmpl: u32,
-    ) -> Result<(Vec<u8>, Vec<CertEntry>), AttestationError> {
+impl SnpReportSource for ReplayDevice {
+    fn report(&self, report_data: [u8; 64], vmpl: u32) -> Result<RawReport, AttestationError> {
         self.asked.lock().unwrap().push((report_data, vmpl));
-        Ok((self.report.clone(), self.certs.clone()))
+        Ok(RawReport {
+            report: self.report.clone(),
+            cert_table: cert_table::encode(&self.certs),
+        })
     }
 }
 

@@ -410,3 +410,111 @@ fn fake_node(answer: Answer) -> SocketAddr {
     });
     addr
 }
+
+/// A host that answers `issuers.len()` requests, the i-th with evidence
+/// from `issuers[i]` bound to the nonce the request carries.
+fn fake_attesting_node(
+    issuers: Vec<std::sync::Arc<dyn confboot::attestation::Issuer>>,
+) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for issuer in issuers {
+            let (mut sock, _) = listener.accept().unwrap();
+            let mut head = [0u8; 1024];
+            let n = sock.read(&mut head).unwrap();
+            let head = String::from_utf8_lossy(&head[..n]).to_string();
+            let target = head.split(' ').nth(1).unwrap_or("");
+            let nonce = confboot::verify::parse_request_target(target).unwrap();
+            let body = AttestationDocument::issue(issuer.as_ref(), &nonce)
+                .unwrap()
+                .to_json();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(answer.as_bytes());
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_refused() {
+    use confboot::attestation::snp::SnpIssuer;
+    use confboot_tests::snp::{Guest, Tcb, TestAmd, TestReportSource};
+    use std::sync::Arc;
+
+    let amd = TestAmd::new();
+    let chip = Arc::new(amd.chip([7; 64], Tcb::CURRENT));
+    let measurement = [0x5e; 48];
+    let admin = TempDir::new("verify-snp");
+    std::fs::write(admin.path().join("ark.pem"), amd.root_bundle_pem()).unwrap();
+    std::fs::write(
+        admin.path().join("snp.json"),
+        format!(
+            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["ark.pem"]}}"#,
+            confboot::hex::encode(&measurement)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        admin.path().join("m.json"),
+        format!(r#"{{"4": {{"expected": "{}"}}}}"#, "ab".repeat(32)),
+    )
+    .unwrap();
+    let snp_node = |debug: bool| -> Arc<dyn confboot::attestation::Issuer> {
+        let guest = Guest { measurement, debug };
+        Arc::new(SnpIssuer::new(
+            TestReportSource::honest(&amd, chip.clone(), guest),
+            0,
+        ))
+    };
+    let node = fake_attesting_node(vec![snp_node(false), snp_node(true), snp_node(false)]);
+    let run = |args: &[&str]| {
+        Command::new(workspace_binary("confboot"))
+            .args(["verify", "--node", &node.to_string()])
+            .args(args)
+            .current_dir(admin.path())
+            .output()
+            .unwrap()
+    };
+    let snp_args = ["--variants", "sev-snp", "--snp-policy", "snp.json"];
+
+    let out = run(&snp_args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for want in [
+        "sev-snp evidence for a fresh nonce",
+        "✓ report signature",
+        "✓ report data",
+        "cluster membership not checked",
+        "verified: every check passes",
+    ] {
+        assert!(text(&out).contains(want), "want {want:?}: {}", text(&out));
+    }
+
+    let out = run(&snp_args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("✗ debug") && text(&out).contains("NOT verified"),
+        "{}",
+        text(&out)
+    );
+
+    // The default accepts qemu-vtpm only: the SNP node is refused.
+    let out = run(&[
+        "--measurements",
+        "m.json",
+        "--ak-trust",
+        "insecure-any-ak",
+        "--cluster-id",
+        "ab",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("it attests with sev-snp, which --variants does not accept (qemu-vtpm)"),
+        "{}",
+        text(&out)
+    );
+}

@@ -159,7 +159,9 @@ pub fn attested(issuer: &dyn Issuer, nonce: &Nonce) -> Result<NewCertificate, At
 /// Checks a peer's attested certificate for this handshake's `nonce` at time
 /// `now` (seconds since the Unix epoch), with the first of `validators` whose
 /// variant OID the certificate carries. Returns what the validator
-/// established.
+/// established. Evidence of a known variant that none of `validators`
+/// accepts is [`AtlsError::VariantNotAccepted`]; an unknown OID is
+/// [`AtlsError::UnknownVariant`].
 ///
 /// In order: the certificate parses; `now` is inside its validity window;
 /// no extension other than a few standard ones is critical; it carries
@@ -208,6 +210,17 @@ pub fn verify(
             .map(|e| (v, e.value))
     });
     let Some((validator, evidence)) = chosen else {
+        // A variant this build knows but the validators do not accept.
+        if let Some(variant) = cert
+            .extensions()
+            .iter()
+            .find_map(|e| Variant::from_oid(&e.oid.to_id_string()))
+        {
+            return Err(AtlsError::VariantNotAccepted {
+                variant,
+                accepted: validators.iter().map(|v| v.variant()).collect(),
+            });
+        }
         let foreign = cert.extensions().iter().find_map(|e| {
             let oid = e.oid.to_id_string();
             (!STANDARD_ARCS.iter().any(|arc| oid.starts_with(arc))).then_some(oid)

@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-use crate::attestation::AttestationError;
+use crate::attestation::{AttestationError, Variant};
 
 /// Why an aTLS handshake failed. Each check that can refuse a peer has its
 /// own variant, so callers (and tests) can tell which one did.
@@ -32,6 +32,15 @@ pub enum AtlsError {
     UnknownVariant {
         /// The dotted OID found.
         oid: String,
+    },
+    /// The peer's evidence is of a variant this side knows but was not
+    /// configured to accept (a vTPM node at a join service that admits
+    /// SEV-SNP only, say): refused, failing closed.
+    VariantNotAccepted {
+        /// The variant the peer presented.
+        variant: Variant,
+        /// The variants this side accepts.
+        accepted: Vec<Variant>,
     },
     /// The peer's certificate has a critical extension we refuse (the
     /// evidence extension must be non-critical).
@@ -72,6 +81,14 @@ impl fmt::Display for AtlsError {
                 f,
                 "aTLS: peer evidence has OID {oid}, which no configured validator accepts"
             ),
+            AtlsError::VariantNotAccepted { variant, accepted } => {
+                let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();
+                write!(
+                    f,
+                    "aTLS: peer attests with {variant}, which is not accepted here (accepted: {})",
+                    names.join(", ")
+                )
+            }
             AtlsError::CriticalExtension { oid } => {
                 write!(f, "aTLS: peer certificate has critical extension {oid}")
             }

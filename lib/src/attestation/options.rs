@@ -16,6 +16,23 @@
 //!
 //! The policy file is read through [`crate::fs::read_bounded_text`] (at most
 //! [`MAX_POLICY_BYTES`]); the AK-trust syntax is [`AkTrust::parse`]'s.
+//!
+//! Which variants a binary accepts, and the SEV-SNP policy, are
+//! [`VariantOptions`]; which variant a node attests with is
+//! [`attestation_variant`]:
+//!
+//! | binary | accepted variants | SNP policy | attests with |
+//! |---|---|---|---|
+//! | bootstrapper | `--joinsvc-variants` (join services) | `--joinsvc-snp-policy` | `--attestation` |
+//! | joinsvc | `--variants` (joining nodes) | `--snp-policy` | `--tpm` (vTPM) |
+//! | `confboot init`/`recover`/`verify` | `--variants` (the node) | `--snp-policy` | — |
+//!
+//! Every variants option defaults to [`DEFAULT_VARIANTS`] (`qemu-vtpm`,
+//! as before variants were configurable); the vTPM options are needed only
+//! when `qemu-vtpm` is accepted, the SNP policy only when `sev-snp` is. In
+//! the handshake the validator is the one of the evidence's variant; a
+//! variant that is not accepted is refused
+//! ([`AtlsError::VariantNotAccepted`](crate::atls::AtlsError::VariantNotAccepted)).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,14 +40,36 @@ use std::sync::Arc;
 
 use crate::args::{ArgsError, Matches};
 use crate::attestation::measurements::MAX_POLICY_BYTES;
+use crate::attestation::snp::{SnpPolicy, SnpValidator};
 use crate::attestation::vtpm::{AkTrust, VtpmValidator};
-use crate::attestation::{AttestationError, MeasurementPolicy, PolicyError, Validator};
+use crate::attestation::{AttestationError, MeasurementPolicy, PolicyError, Validator, Variant};
 use crate::fs::{FileError, read_bounded_text};
 use crate::tpm::event_log::{EventList, EventListError};
 
 /// The help of an expected-event-log option, shared by every binary that
 /// takes one.
 pub const EXPECTED_EVENTS_HELP: &str = "The predicted event log of the expected measurements (`confboot measure --events-out`): a PCR that differs is explained by the first event that differs, when the node sends its log";
+
+/// The variants a variants option accepts when it is not given.
+pub const DEFAULT_VARIANTS: &str = "qemu-vtpm";
+
+/// The help of an accepted-variants option.
+pub const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
+     checked with the measurements and AK-trust options) and/or sev-snp (an SEV-SNP report, checked \
+     with the SNP policy option). Evidence of another variant is refused in the handshake";
+
+/// The help of an SEV-SNP policy option.
+pub const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
+     allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
+     required when sev-snp is accepted";
+
+/// The help of the option that says how a node attests.
+pub const ATTESTATION_HELP: &str = "How this node attests itself: qemu-vtpm (a quote of its TPM) or \
+     sev-snp (an SEV-SNP report through the kernel's configfs-tsm, /sys/kernel/config/tsm/report; \
+     the TPM still holds the cluster mark)";
+
+/// Most variants a list may name (every variant once).
+const MAX_VARIANTS_TEXT: usize = 256;
 
 /// Largest expected-event-log file read (a predicted log is about 2 KiB).
 pub const MAX_EVENT_LIST_BYTES: u64 = 1 << 20;
@@ -105,6 +144,30 @@ pub enum OptionsError {
         /// Why.
         error: EventListError,
     },
+    /// A variants option names no variant, an unknown one, or one twice.
+    Variants {
+        /// The option.
+        option: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// `sev-snp` is accepted but no SNP policy is given.
+    SnpPolicyRequired {
+        /// The variants option.
+        variants: &'static str,
+        /// The SNP policy option.
+        snp_policy: &'static str,
+    },
+    /// The SNP policy file is unusable (unreadable, malformed, a root
+    /// bundle it names does not load).
+    SnpPolicy {
+        /// The option that names it.
+        option: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: PolicyError,
+    },
     /// `insecure-any-ak` was given without the flag that confirms it.
     InsecureAnyAkNotConfirmed {
         /// The AK-trust option.
@@ -131,6 +194,19 @@ impl fmt::Display for OptionsError {
                 path,
                 error,
             } => write!(f, "--{option} {}: {error}", path.display()),
+            OptionsError::Variants { option, reason } => write!(f, "--{option}: {reason}"),
+            OptionsError::SnpPolicyRequired {
+                variants,
+                snp_policy,
+            } => write!(
+                f,
+                "--{variants} accepts sev-snp, which needs --{snp_policy} (the SEV-SNP policy)"
+            ),
+            OptionsError::SnpPolicy {
+                option,
+                path,
+                error,
+            } => write!(f, "--{option} {}: {error}", path.display()),
             OptionsError::InsecureAnyAkNotConfirmed {
                 option,
                 confirmation,
@@ -152,7 +228,10 @@ impl std::error::Error for OptionsError {
             OptionsError::AkTrust { error, .. } => Some(error),
             OptionsError::ExpectedEventsFile { error, .. } => Some(error),
             OptionsError::ExpectedEvents { error, .. } => Some(error),
-            OptionsError::InsecureAnyAkNotConfirmed { .. } => None,
+            OptionsError::SnpPolicy { error, .. } => Some(error),
+            OptionsError::Variants { .. }
+            | OptionsError::SnpPolicyRequired { .. }
+            | OptionsError::InsecureAnyAkNotConfirmed { .. } => None,
         }
     }
 }
@@ -241,6 +320,103 @@ impl ValidatorOptions {
     }
 }
 
+/// Parses a list of variant names, comma-separated (spaces around names
+/// are ignored): at least one, each known, none twice.
+pub fn parse_variants(text: &str) -> Result<Vec<Variant>, String> {
+    if text.len() > MAX_VARIANTS_TEXT {
+        return Err(format!("more than {MAX_VARIANTS_TEXT} bytes"));
+    }
+    let mut out = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let variant = Variant::from_name(name).ok_or_else(|| {
+            let known: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+            format!("unknown variant {name:?} (known: {})", known.join(", "))
+        })?;
+        if out.contains(&variant) {
+            return Err(format!("{variant} is named twice"));
+        }
+        out.push(variant);
+    }
+    Ok(out)
+}
+
+/// The variant a node attests with, from `option` (default `qemu-vtpm`
+/// when the option has no default of its own and is not given).
+pub fn attestation_variant(m: &Matches, option: &'static str) -> Result<Variant, OptionsError> {
+    let name = m.value(option).unwrap_or(DEFAULT_VARIANTS);
+    match parse_variants(name) {
+        Ok(v) if v.len() == 1 => Ok(v[0]),
+        Ok(_) => Err(OptionsError::Variants {
+            option,
+            reason: "a node attests with exactly one variant".into(),
+        }),
+        Err(reason) => Err(OptionsError::Variants { option, reason }),
+    }
+}
+
+/// The names of a binary's variant options: which variants it accepts
+/// from its peer, and the SEV-SNP policy for `sev-snp`.
+#[derive(Clone, Copy, Debug)]
+pub struct VariantOptions {
+    /// The accepted-variants option (long name, without `--`).
+    pub variants: &'static str,
+    /// The SNP policy option (long name, without `--`).
+    pub snp_policy: &'static str,
+}
+
+impl VariantOptions {
+    /// The accepted variants ([`DEFAULT_VARIANTS`] when the option is not given).
+    pub fn accepted(&self, m: &Matches) -> Result<Vec<Variant>, OptionsError> {
+        parse_variants(m.value(self.variants).unwrap_or(DEFAULT_VARIANTS)).map_err(|reason| {
+            OptionsError::Variants {
+                option: self.variants,
+                reason,
+            }
+        })
+    }
+
+    /// Whether `variant` is accepted.
+    pub fn accepts(&self, m: &Matches, variant: Variant) -> Result<bool, OptionsError> {
+        Ok(self.accepted(m)?.contains(&variant))
+    }
+
+    /// The SEV-SNP validator the SNP policy option describes (it must be given).
+    pub fn snp_validator(&self, m: &Matches) -> Result<SnpValidator, OptionsError> {
+        let path = m
+            .value(self.snp_policy)
+            .ok_or(OptionsError::SnpPolicyRequired {
+                variants: self.variants,
+                snp_policy: self.snp_policy,
+            })?;
+        let path = Path::new(path);
+        let error = |error| OptionsError::SnpPolicy {
+            option: self.snp_policy,
+            path: path.to_path_buf(),
+            error,
+        };
+        let policy = SnpPolicy::load(path).map_err(error)?;
+        SnpValidator::new(policy).map_err(error)
+    }
+
+    /// One validator per accepted variant: `vtpm` builds the vTPM one (only
+    /// called when `qemu-vtpm` is accepted), the SNP policy the SEV-SNP one.
+    pub fn validators(
+        &self,
+        m: &Matches,
+        vtpm: impl FnOnce() -> Result<Arc<dyn Validator>, OptionsError>,
+    ) -> Result<Vec<Arc<dyn Validator>>, OptionsError> {
+        let mut vtpm = Some(vtpm);
+        let mut out = Vec::new();
+        for variant in self.accepted(m)? {
+            out.push(match variant {
+                Variant::QemuVtpm => (vtpm.take().expect("each variant once"))()?,
+                Variant::SevSnp => Arc::new(self.snp_validator(m)?),
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// Builds vTPM validators under one AK trust, one for each policy in force
 /// (joinsvc builds a new one when its policy file changes).
 #[derive(Clone, Debug)]
@@ -303,7 +479,15 @@ mod tests {
             Opt::value("ak-trust", "MODE", "AK trust"),
             Opt::flag("i-understand-insecure-any-ak", "Confirms insecure-any-ak"),
             Opt::value("expected-events", "FILE", "Expected event log"),
+            Opt::value("variants", "LIST", "Accepted variants"),
+            Opt::value("snp-policy", "FILE", "SNP policy"),
+            Opt::value("attestation", "VARIANT", "Own variant"),
         ],
+    };
+
+    const VARIANTS: VariantOptions = VariantOptions {
+        variants: "variants",
+        snp_policy: "snp-policy",
     };
 
     const WARN: ValidatorOptions = ValidatorOptions {
@@ -507,6 +691,90 @@ mod tests {
             opts.expected_events(&parse(&["--expected-events", &arg])),
             Err(OptionsError::ExpectedEventsFile { .. })
         ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn variant_lists_are_checked_and_each_variant_gets_its_validator() {
+        assert_eq!(parse_variants("qemu-vtpm"), Ok(vec![Variant::QemuVtpm]));
+        assert_eq!(
+            parse_variants("sev-snp, qemu-vtpm"),
+            Ok(vec![Variant::SevSnp, Variant::QemuVtpm])
+        );
+        for bad in ["", "tdx", "sev-snp,sev-snp", "qemu-vtpm,", &"x".repeat(300)] {
+            assert!(parse_variants(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            VARIANTS.accepted(&parse(&[])).unwrap(),
+            vec![Variant::QemuVtpm]
+        );
+        let e = VARIANTS
+            .accepted(&parse(&["--variants", "tpm"]))
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("--variants: unknown variant"),
+            "{e}"
+        );
+        assert_eq!(
+            attestation_variant(&parse(&["--attestation", "sev-snp"]), "attestation").unwrap(),
+            Variant::SevSnp
+        );
+        assert_eq!(
+            attestation_variant(&parse(&[]), "attestation").unwrap(),
+            Variant::QemuVtpm
+        );
+        assert!(matches!(
+            attestation_variant(
+                &parse(&["--attestation", "sev-snp,qemu-vtpm"]),
+                "attestation"
+            ),
+            Err(OptionsError::Variants {
+                option: "attestation",
+                ..
+            })
+        ));
+
+        // sev-snp needs its policy; the vTPM builder is not asked for.
+        let m = parse(&["--variants", "sev-snp"]);
+        let e = VARIANTS
+            .validators(&m, || panic!("qemu-vtpm is not accepted"))
+            .err()
+            .unwrap();
+        assert!(matches!(e, OptionsError::SnpPolicyRequired { .. }), "{e:?}");
+        let dir = temp_dir("variants");
+        let snp = dir.join("snp.json");
+        std::fs::write(
+            &snp,
+            format!(
+                r#"{{"measurement": {{"expected": "{}"}}}}"#,
+                "ab".repeat(48)
+            ),
+        )
+        .unwrap();
+        let snp_arg = snp.display().to_string();
+        let m = parse(&["--variants", "sev-snp,qemu-vtpm", "--snp-policy", &snp_arg]);
+        let policy = policy_file(&dir).display().to_string();
+        let key = format!("pinned:04{}", "ab".repeat(64));
+        let vtpm_m = parse(&["--measurements", &policy, "--ak-trust", &key]);
+        let got: Vec<Variant> = VARIANTS
+            .validators(&m, || WARN.validator(&vtpm_m))
+            .unwrap()
+            .iter()
+            .map(|v| v.variant())
+            .collect();
+        assert_eq!(got, vec![Variant::SevSnp, Variant::QemuVtpm]);
+        std::fs::write(&snp, "{}").unwrap();
+        let e = VARIANTS.snp_validator(&m).err().unwrap();
+        assert!(
+            matches!(
+                &e,
+                OptionsError::SnpPolicy {
+                    option: "snp-policy",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

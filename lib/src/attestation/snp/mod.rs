@@ -1,10 +1,13 @@
 //! The AMD SEV-SNP variant ([`Variant::SevSnp`], aTLS OID 1.3.9900.5.3):
-//! a bare attestation report from `/dev/sev-guest` whose `REPORT_DATA` is
-//! `extra_data` zero-padded to 64 bytes, plus the extended report's
-//! certificate table when the host provides one.
+//! a bare attestation report whose `REPORT_DATA` is `extra_data`
+//! zero-padded to 64 bytes, plus the extended report's certificate table
+//! when the host provides one.
 //!
-//! - [`SnpIssuer`] asks an [`SnpDevice`] (in a guest: [`SevGuestDevice`])
-//!   for a report and encodes [`SnpEvidence`] (prost `confboot.snp.Evidence`).
+//! - [`SnpIssuer`] asks an [`SnpReportSource`] (in a guest: the kernel's
+//!   configfs-tsm, [`ConfigfsTsmSource`]; why not `/dev/sev-guest`: see
+//!   `issuer.rs`) for a report and the host's certificate table
+//!   ([`cert_table`]), and encodes [`SnpEvidence`] (prost
+//!   `confboot.snp.Evidence`).
 //! - [`SnpValidator`] checks, failing closed: VCEK → ASK → ARK (or VLEK →
 //!   ASVK → ARK) with the ARK pinned ([`TrustRoots`]: the `sev` crate's
 //!   Milan/Genoa/Turin roots unless configured); every certificate of the
@@ -26,16 +29,16 @@
 //! publishes one per product for ASKs/ASVKs; an offline validator would
 //! need it configured).
 
+pub mod cert_table;
 mod certs;
 mod evidence;
+mod issuer;
 #[cfg(feature = "kds")]
 mod kds;
 mod policy;
 mod report;
 mod vek_lookup;
 mod verify;
-
-use std::sync::Mutex;
 
 pub use certs::{
     AmdCert, CertRole, OID_HW_ID, OID_PRODUCT_NAME, OID_TCB_BOOTLOADER, OID_TCB_FMC,
@@ -45,6 +48,7 @@ pub use certs::{
 pub use evidence::{
     CertEntry, CertKind, MAX_CERTIFICATE_LEN, MAX_CERTIFICATES, MAX_EVIDENCE_LEN, SnpEvidence,
 };
+pub use issuer::{ConfigfsTsmSource, RawReport, SnpIssuer, SnpReportSource, TSM_REPORT_DIR};
 #[cfg(feature = "kds")]
 pub use kds::{KDS_TIMEOUT, fetch_certificate};
 pub use policy::{MinimumTcb, SnpPolicy};
@@ -54,126 +58,7 @@ pub use verify::{
     CheckOutcome, CheckResult, ReportDataCheck, check, first_failure, run_checks, verify_signature,
 };
 
-use super::{AttestationError, Attested, EXTRA_DATA_LEN, Issuer, PolicyError, Validator, Variant};
-
-/// Access to the SNP guest device: a report for given `REPORT_DATA` at a
-/// VMPL, with the host's certificate table when it provides one.
-pub trait SnpDevice: Send + Sync {
-    /// Requests a report. Returns the raw report and the certificate table
-    /// (empty when the host provides none).
-    fn report(
-        &self,
-        report_data: [u8; 64],
-        vmpl: u32,
-    ) -> Result<(Vec<u8>, Vec<CertEntry>), AttestationError>;
-}
-
-/// `/dev/sev-guest` through the `sev` crate's guest firmware API.
-#[derive(Debug)]
-pub struct SevGuestDevice {
-    firmware: Mutex<sev::firmware::guest::Firmware>,
-}
-
-impl SevGuestDevice {
-    /// Opens `/dev/sev-guest`.
-    pub fn open() -> Result<SevGuestDevice, AttestationError> {
-        let firmware = sev::firmware::guest::Firmware::open()
-            .map_err(|e| AttestationError::Issue(format!("cannot open /dev/sev-guest: {e}")))?;
-        Ok(SevGuestDevice {
-            firmware: Mutex::new(firmware),
-        })
-    }
-}
-
-impl SnpDevice for SevGuestDevice {
-    fn report(
-        &self,
-        report_data: [u8; 64],
-        vmpl: u32,
-    ) -> Result<(Vec<u8>, Vec<CertEntry>), AttestationError> {
-        use sev::firmware::host::CertType;
-        let mut fw = self
-            .firmware
-            .lock()
-            .map_err(|_| AttestationError::Issue("SNP device lock poisoned".into()))?;
-        // The extended report carries the host's certificate table; a host
-        // without one (or an old kernel) fails it, then the plain report serves.
-        match fw.get_ext_report(None, Some(report_data), Some(vmpl)) {
-            Ok((report, table)) => {
-                let certs = table
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|entry| {
-                        let kind = match entry.cert_type {
-                            CertType::VCEK => CertKind::Vcek,
-                            CertType::VLEK => CertKind::Vlek,
-                            CertType::ASK => CertKind::Ask,
-                            CertType::ARK => CertKind::Ark,
-                            _ => return None,
-                        };
-                        Some(CertEntry {
-                            kind,
-                            der: entry.data,
-                        })
-                    })
-                    .collect();
-                Ok((report, certs))
-            }
-            Err(ext_err) => {
-                log::debug!("SNP extended report failed ({ext_err}); asking for a plain report");
-                let report = fw
-                    .get_report(None, Some(report_data), Some(vmpl))
-                    .map_err(|e| AttestationError::Issue(format!("SNP_GET_REPORT: {e}")))?;
-                Ok((report, Vec::new()))
-            }
-        }
-    }
-}
-
-/// Issues `sev-snp` evidence from an [`SnpDevice`].
-pub struct SnpIssuer<D: SnpDevice> {
-    device: D,
-    vmpl: u32,
-}
-
-impl<D: SnpDevice> SnpIssuer<D> {
-    /// An issuer asking `device` for reports at `vmpl` (a guest's kernel
-    /// usually runs at VMPL 0).
-    pub fn new(device: D, vmpl: u32) -> Self {
-        SnpIssuer { device, vmpl }
-    }
-}
-
-impl SnpIssuer<SevGuestDevice> {
-    /// An issuer on `/dev/sev-guest` at VMPL 0.
-    pub fn open_default() -> Result<Self, AttestationError> {
-        Ok(SnpIssuer::new(SevGuestDevice::open()?, 0))
-    }
-}
-
-impl<D: SnpDevice> Issuer for SnpIssuer<D> {
-    fn variant(&self) -> Variant {
-        Variant::SevSnp
-    }
-
-    fn issue(&self, extra_data: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
-        let mut report_data = [0u8; 64];
-        report_data[..EXTRA_DATA_LEN].copy_from_slice(extra_data);
-        let (raw, certificates) = self.device.report(report_data, self.vmpl)?;
-        let report = SnpReport::from_bytes(&raw)
-            .map_err(|e| AttestationError::Issue(format!("the SNP device answered: {e}")))?;
-        if report.report_data() != report_data.as_slice() {
-            return Err(AttestationError::Issue(
-                "the SNP device returned a report for other report data".into(),
-            ));
-        }
-        SnpEvidence {
-            report,
-            certificates,
-        }
-        .encode()
-    }
-}
+use super::{AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant};
 
 /// Validates `sev-snp` evidence against a policy and pinned roots.
 #[derive(Clone, Debug)]

@@ -1,0 +1,253 @@
+//! SEV-SNP nodes on the join path, end to end: a real joinsvc process
+//! with the production SNP validator (its policy pins a test ARK minted by
+//! `confboot_tests::snp`), and nodes whose SNP issuer signs reports with a
+//! test VCEK behind the report-source trait, over real aTLS.
+//!
+//! Each refusal is seen twice: the node gets no ticket, and joinsvc's log
+//! names the check that refused it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use confboot::atls::{self, AtlsError};
+use confboot::attestation::snp::{SnpIssuer, SnpPolicy, SnpValidator};
+use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_tests::TempDir;
+use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tests::snp::{Guest, ReplayingIssuer, Tcb, TestAmd, TestChip, TestReportSource};
+
+const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+/// The launch measurement the policy expects.
+const GOOD: [u8; 48] = [0x5e; 48];
+
+fn joinsvc_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_joinsvc"))
+}
+
+/// The test AMD, minted once per test binary (RSA key generation).
+fn amd() -> &'static TestAmd {
+    static AMD: OnceLock<TestAmd> = OnceLock::new();
+    AMD.get_or_init(TestAmd::new)
+}
+
+fn chip(id: u8) -> Arc<TestChip> {
+    Arc::new(amd().chip([id; 64], Tcb::CURRENT))
+}
+
+fn guest() -> Guest {
+    Guest {
+        measurement: GOOD,
+        debug: false,
+    }
+}
+
+/// An SNP policy file expecting `GOOD`, rooted in the test ARK only.
+fn snp_policy(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("test-ark.pem"), amd().root_bundle_pem()).unwrap();
+    let file = dir.join("snp.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["test-ark.pem"]}}"#,
+            confboot::hex::encode(&GOOD)
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// A joinsvc accepting `variants`; `vtpm` is the vTPM node it trusts (with
+/// its policy) when `qemu-vtpm` is accepted.
+fn joinsvc(variants: &str, vtpm: Option<&Node>, dir: &TempDir) -> Joinsvc {
+    let policy = snp_policy(dir.path());
+    let policy = policy.display().to_string();
+    let extra = ["--variants", variants, "--snp-policy", &policy];
+    match vtpm {
+        Some(node) => Joinsvc::start_with(&joinsvc_bin(), &node.policy(), &[node], &extra),
+        None => Joinsvc::start_with(&joinsvc_bin(), &MeasurementPolicy::default(), &[], &extra),
+    }
+}
+
+fn snp_issuer(source: TestReportSource) -> Arc<dyn Issuer> {
+    Arc::new(SnpIssuer::new(source, 0))
+}
+
+/// Asks for a join ticket, attesting with `issuer`.
+fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketResponse, String> {
+    let (mut client, _) = atls::connect(
+        joinsvc.rpc_addr,
+        Duration::from_secs(20),
+        &[],
+        Some(Arc::clone(issuer)),
+    )
+    .map_err(|e| e.to_string())?;
+    let req = IssueJoinTicketRequest {
+        disk_uuid: DISK.into(),
+        ..Default::default()
+    };
+    client
+        .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
+        .map_err(|e| e.to_string())
+}
+
+/// `issuer` gets no ticket, and joinsvc logs a refusal that says `why`.
+fn assert_refused(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>, why: &str) {
+    let err = join(joinsvc, issuer).expect_err(why);
+    assert!(!err.is_empty());
+    let line = joinsvc.process.wait_for_line(why, 500);
+    assert!(line.contains("refused"), "{line}");
+}
+
+#[test]
+fn an_snp_node_joins_over_atls_and_gets_its_ticket() {
+    let dir = TempDir::new("snp-join");
+    let joinsvc = joinsvc("sev-snp", None, &dir);
+    let issuer = snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
+    let ticket = join(&joinsvc, &issuer).expect("an honest SNP node is admitted");
+    assert_eq!(
+        ticket.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK).expose()
+    );
+    assert!(!ticket.token.is_empty());
+    joinsvc
+        .process
+        .wait_for_line("joining nodes may attest with: sev-snp", 100);
+}
+
+#[test]
+fn a_report_signed_by_another_chip_is_refused() {
+    let dir = TempDir::new("snp-chip");
+    let joinsvc = joinsvc("sev-snp", None, &dir);
+    let (a, b) = (chip(1), chip(2));
+    // Chip A's report and VCEK, signed with chip B's key.
+    let forged = TestReportSource {
+        signing: b.clone(),
+        ..TestReportSource::honest(amd(), a.clone(), guest())
+    };
+    assert_refused(
+        &joinsvc,
+        &snp_issuer(forged),
+        "report signature does not verify with the endorsement key",
+    );
+    // Chip B signs and sends its own (genuine) VCEK, but the report claims
+    // chip A's id.
+    let other_chip = TestReportSource {
+        signing: b.clone(),
+        table_vcek: b,
+        ..TestReportSource::honest(amd(), a, guest())
+    };
+    assert_refused(
+        &joinsvc,
+        &snp_issuer(other_chip),
+        "is not the report's chip id",
+    );
+}
+
+#[test]
+fn a_debug_guest_is_refused() {
+    let dir = TempDir::new("snp-debug");
+    let joinsvc = joinsvc("sev-snp", None, &dir);
+    let debug = Guest {
+        debug: true,
+        ..guest()
+    };
+    assert_refused(
+        &joinsvc,
+        &snp_issuer(TestReportSource::honest(amd(), chip(1), debug)),
+        "allows debugging",
+    );
+}
+
+#[test]
+fn a_wrong_measurement_is_refused() {
+    let dir = TempDir::new("snp-measurement");
+    let joinsvc = joinsvc("sev-snp", None, &dir);
+    let other = Guest {
+        measurement: [0x66; 48],
+        ..guest()
+    };
+    assert_refused(
+        &joinsvc,
+        &snp_issuer(TestReportSource::honest(amd(), chip(1), other)),
+        "measurement 0 differs",
+    );
+}
+
+#[test]
+fn a_replayed_report_is_refused() {
+    let dir = TempDir::new("snp-replay");
+    let joinsvc = joinsvc("sev-snp", None, &dir);
+    let issuer: Arc<dyn Issuer> = Arc::new(ReplayingIssuer::new(SnpIssuer::new(
+        TestReportSource::honest(amd(), chip(1), guest()),
+        0,
+    )));
+    // The first handshake is genuine; the same report in a second one
+    // binds the first handshake's key and nonce.
+    join(&joinsvc, &issuer).expect("the recorded handshake itself is admitted");
+    assert_refused(&joinsvc, &issuer, "evidence not bound to this handshake");
+}
+
+#[test]
+fn a_join_service_admits_only_the_variants_it_is_configured_for() {
+    let vtpm_node = Node::start("vtpm-node", b"kernel");
+    let vtpm_issuer: Arc<dyn Issuer> = vtpm_node.issuer.clone();
+    let snp_node = snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
+
+    let dir = TempDir::new("snp-variants");
+    let snp_only = joinsvc("sev-snp", None, &dir);
+    assert_refused(
+        &snp_only,
+        &vtpm_issuer,
+        "peer attests with qemu-vtpm, which is not accepted here (accepted: sev-snp)",
+    );
+    let vtpm_only = joinsvc("qemu-vtpm", Some(&vtpm_node), &dir);
+    assert_refused(
+        &vtpm_only,
+        &snp_node,
+        "peer attests with sev-snp, which is not accepted here (accepted: qemu-vtpm)",
+    );
+    let both = joinsvc("qemu-vtpm,sev-snp", Some(&vtpm_node), &dir);
+    let disk_key = both.master_secret.state_disk_key(DISK);
+    for issuer in [&vtpm_issuer, &snp_node] {
+        let ticket = join(&both, issuer).expect("both variants are admitted");
+        assert_eq!(ticket.state_disk_key, disk_key.expose());
+    }
+}
+
+#[test]
+fn an_snp_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
+    use confboot::tpm::swtpm::Swtpm;
+    // joinsvc attests with its TPM (qemu-vtpm); the node accepts only
+    // sev-snp join services.
+    let cp_tpm = Swtpm::start().unwrap();
+    let tpm_arg = cp_tpm.addr().to_string();
+    let vtpm_node = Node::start("vtpm-node", b"kernel");
+    let joinsvc = Joinsvc::start_with(
+        &joinsvc_bin(),
+        &vtpm_node.policy(),
+        &[&vtpm_node],
+        &["--tpm", &tpm_arg],
+    );
+    joinsvc.process.wait_for_line("attesting with the TPM", 100);
+    let dir = TempDir::new("snp-node-side");
+    let accepted: Arc<dyn Validator> =
+        Arc::new(SnpValidator::new(SnpPolicy::load(&snp_policy(dir.path())).unwrap()).unwrap());
+    let node = snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
+    let err = atls::connect(
+        joinsvc.rpc_addr,
+        Duration::from_secs(20),
+        &[accepted],
+        Some(node),
+    )
+    .err()
+    .expect("the node refuses the join service");
+    assert_eq!(
+        err,
+        AtlsError::VariantNotAccepted {
+            variant: Variant::QemuVtpm,
+            accepted: vec![Variant::SevSnp],
+        }
+    );
+}

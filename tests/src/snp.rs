@@ -1,0 +1,471 @@
+//! A test SEV-SNP platform for end-to-end tests: its own AMD-style chain
+//! ARK → ASK → VCEK, minted here, and chips that sign attestation reports
+//! in AMD's format. The production validator checks them unchanged: a
+//! policy pins the test ARK as its root (`rootBundles`).
+//!
+//! - ARK and ASK are RSA keys signing with RSASSA-PSS SHA-384 (salt 48),
+//!   as AMD's do (RSA-2048 here instead of 4096, to keep tests fast); the
+//!   subject names are AMD's (`ARK-Milan`, `SEV-Milan`, `SEV-VCEK`).
+//! - A VCEK is a P-384 key with AMD's extensions: structVersion, productName
+//!   (`Milan-B0`), the TCB components (bootloader, TEE, SNP, microcode SVNs
+//!   as DER INTEGERs) and hwID (the chip id's 64 raw bytes).
+//! - A report is 1184 bytes at AMD's offsets (version 3, Milan CPUID),
+//!   signed with ECDSA P-384 SHA-384 over bytes `0..0x2A0`, R and S stored
+//!   as 72-byte little-endian numbers at `0x2A0`.
+//!
+//! The certificates are written with a small DER writer (below): no crate
+//! at hand writes RSASSA-PSS-signed certificates with ring, and the DER
+//! needed is a few lines.
+
+use std::sync::Mutex;
+
+use confboot::attestation::snp::{
+    CertEntry, CertKind, OID_HW_ID, OID_PRODUCT_NAME, OID_TCB_BOOTLOADER, OID_TCB_MICROCODE,
+    OID_TCB_SNP, OID_TCB_TEE, REPORT_LEN, RawReport, SIGNED_LEN, SnpReportSource, cert_table,
+    offset,
+};
+use confboot::attestation::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use ring::rand::{SecureRandom, SystemRandom};
+use ring::signature::{ECDSA_P384_SHA384_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use rsa::signature::{RandomizedSigner, SignatureEncoding};
+use rsa::traits::PublicKeyParts;
+use rsa::{RsaPrivateKey, pss};
+
+/// The DER writer: tag-length-value and the few types certificates need.
+mod der {
+    /// One TLV.
+    pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let n = content.len();
+        if n < 0x80 {
+            out.push(n as u8);
+        } else {
+            let be = (n as u64).to_be_bytes();
+            let skip = be.iter().take_while(|b| **b == 0).count();
+            out.push(0x80 | (8 - skip) as u8);
+            out.extend_from_slice(&be[skip..]);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// A SEQUENCE of already encoded parts.
+    pub fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
+        tlv(0x30, &parts.concat())
+    }
+
+    /// An OBJECT IDENTIFIER from its dotted form.
+    pub fn oid(dotted: &str) -> Vec<u8> {
+        let arcs: Vec<u64> = dotted.split('.').map(|a| a.parse().unwrap()).collect();
+        let mut body = vec![(arcs[0] * 40 + arcs[1]) as u8];
+        for &arc in &arcs[2..] {
+            let mut chunk = vec![(arc & 0x7f) as u8];
+            let mut rest = arc >> 7;
+            while rest > 0 {
+                chunk.push(0x80 | (rest & 0x7f) as u8);
+                rest >>= 7;
+            }
+            chunk.reverse();
+            body.extend(chunk);
+        }
+        tlv(0x06, &body)
+    }
+
+    /// A non-negative INTEGER from big-endian bytes.
+    pub fn uint(be: &[u8]) -> Vec<u8> {
+        let skip = be.iter().take_while(|b| **b == 0).count().min(be.len() - 1);
+        let mut body = be[skip..].to_vec();
+        if body[0] & 0x80 != 0 {
+            body.insert(0, 0);
+        }
+        tlv(0x02, &body)
+    }
+
+    /// A BIT STRING with no unused bits.
+    pub fn bits(bytes: &[u8]) -> Vec<u8> {
+        let mut body = vec![0];
+        body.extend_from_slice(bytes);
+        tlv(0x03, &body)
+    }
+
+    /// A Name with one common name.
+    pub fn name(cn: &str) -> Vec<u8> {
+        seq(&[tlv(0x31, &seq(&[oid("2.5.4.3"), tlv(0x0c, cn.as_bytes())]))])
+    }
+}
+
+const OID_SHA384: &str = "2.16.840.1.101.3.4.2.2";
+/// AMD's `structVersion` extension of a VCEK.
+const OID_STRUCT_VERSION: &str = "1.3.6.1.4.1.3704.1.1";
+
+/// RSASSA-PSS with SHA-384, MGF1 SHA-384, salt 48: AMD's signature algorithm.
+fn pss_sha384() -> Vec<u8> {
+    use der::*;
+    seq(&[
+        oid("1.2.840.113549.1.1.10"),
+        seq(&[
+            tlv(0xa0, &seq(&[oid(OID_SHA384)])),
+            tlv(
+                0xa1,
+                &seq(&[oid("1.2.840.113549.1.1.8"), seq(&[oid(OID_SHA384)])]),
+            ),
+            tlv(0xa2, &uint(&[48])),
+        ]),
+    ])
+}
+
+/// ring's randomness for the rsa crate.
+struct RingRng(SystemRandom);
+
+impl rsa::rand_core::RngCore for RingRng {
+    fn next_u32(&mut self) -> u32 {
+        let mut b = [0; 4];
+        self.fill_bytes(&mut b);
+        u32::from_le_bytes(b)
+    }
+    fn next_u64(&mut self) -> u64 {
+        let mut b = [0; 8];
+        self.fill_bytes(&mut b);
+        u64::from_le_bytes(b)
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        self.0.fill(dest).expect("system randomness");
+    }
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rsa::rand_core::Error> {
+        self.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+impl rsa::rand_core::CryptoRng for RingRng {}
+
+/// The TCB a chip reports and its VCEK certifies (Milan layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tcb {
+    /// Bootloader SVN.
+    pub bootloader: u8,
+    /// TEE SVN.
+    pub tee: u8,
+    /// SNP firmware SVN.
+    pub snp: u8,
+    /// Microcode SVN.
+    pub microcode: u8,
+}
+
+impl Tcb {
+    /// A current Milan TCB, above confboot's default minimum (3/0/8/115).
+    pub const CURRENT: Tcb = Tcb {
+        bootloader: 4,
+        tee: 0,
+        snp: 22,
+        microcode: 213,
+    };
+
+    /// The 8 raw bytes of a Milan TCB_VERSION.
+    fn raw(self) -> [u8; 8] {
+        [
+            self.bootloader,
+            self.tee,
+            0,
+            0,
+            0,
+            0,
+            self.snp,
+            self.microcode,
+        ]
+    }
+}
+
+/// A test AMD: the ARK and ASK of product Milan, minted at start.
+pub struct TestAmd {
+    /// The ARK certificate, DER.
+    pub ark_der: Vec<u8>,
+    /// The ASK certificate, DER.
+    pub ask_der: Vec<u8>,
+    ask_key: RsaPrivateKey,
+}
+
+/// A certificate signed with `key` (RSASSA-PSS SHA-384).
+fn rsa_signed(
+    key: &RsaPrivateKey,
+    serial: u8,
+    issuer: &str,
+    subject: &str,
+    spki: Vec<u8>,
+    extensions: &[(&str, Vec<u8>)],
+) -> Vec<u8> {
+    use der::*;
+    let mut tbs = vec![
+        tlv(0xa0, &uint(&[2])),
+        uint(&[serial]),
+        pss_sha384(),
+        name(issuer),
+        seq(&[tlv(0x17, b"240101000000Z"), tlv(0x17, b"490101000000Z")]),
+        name(subject),
+        spki,
+    ];
+    if !extensions.is_empty() {
+        let exts: Vec<Vec<u8>> = extensions
+            .iter()
+            .map(|(o, v)| seq(&[oid(o), tlv(0x04, v)]))
+            .collect();
+        tbs.push(tlv(0xa3, &seq(&exts)));
+    }
+    let tbs = seq(&tbs);
+    let signer = pss::SigningKey::<sha2::Sha384>::new(key.clone());
+    let signature = signer
+        .sign_with_rng(&mut RingRng(SystemRandom::new()), &tbs)
+        .to_vec();
+    seq(&[tbs, pss_sha384(), bits(&signature)])
+}
+
+fn rsa_spki(key: &RsaPrivateKey) -> Vec<u8> {
+    use der::*;
+    let public = seq(&[uint(&key.n().to_bytes_be()), uint(&key.e().to_bytes_be())]);
+    seq(&[
+        seq(&[oid("1.2.840.113549.1.1.1"), tlv(0x05, &[])]),
+        bits(&public),
+    ])
+}
+
+fn pem(der: &[u8]) -> String {
+    let b64 = confboot::base64::encode(der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+impl TestAmd {
+    /// Mints an ARK (self-signed) and an ASK (signed by the ARK).
+    pub fn new() -> TestAmd {
+        let mut rng = RingRng(SystemRandom::new());
+        let ark_key = RsaPrivateKey::new(&mut rng, 2048).expect("RSA key");
+        let ask_key = RsaPrivateKey::new(&mut rng, 2048).expect("RSA key");
+        let ark_der = rsa_signed(
+            &ark_key,
+            1,
+            "ARK-Milan",
+            "ARK-Milan",
+            rsa_spki(&ark_key),
+            &[],
+        );
+        let ask_der = rsa_signed(
+            &ark_key,
+            2,
+            "ARK-Milan",
+            "SEV-Milan",
+            rsa_spki(&ask_key),
+            &[],
+        );
+        TestAmd {
+            ark_der,
+            ask_der,
+            ask_key,
+        }
+    }
+
+    /// The ARK and ASK as the PEM bundle an SNP policy's `rootBundles` names.
+    pub fn root_bundle_pem(&self) -> String {
+        pem(&self.ark_der) + &pem(&self.ask_der)
+    }
+
+    /// A chip with a fresh VCEK (signed by the ASK) for `chip_id` at `tcb`.
+    pub fn chip(&self, chip_id: [u8; 64], tcb: Tcb) -> TestChip {
+        use der::*;
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let spki = seq(&[
+            seq(&[oid("1.2.840.10045.2.1"), oid("1.3.132.0.34")]),
+            bits(key.public_key().as_ref()),
+        ]);
+        let vcek_der = rsa_signed(
+            &self.ask_key,
+            3,
+            "SEV-Milan",
+            "SEV-VCEK",
+            spki,
+            &[
+                (OID_STRUCT_VERSION, uint(&[1])),
+                (OID_PRODUCT_NAME, tlv(0x16, b"Milan-B0")),
+                (OID_TCB_BOOTLOADER, uint(&[tcb.bootloader])),
+                (OID_TCB_TEE, uint(&[tcb.tee])),
+                (OID_TCB_SNP, uint(&[tcb.snp])),
+                (OID_TCB_MICROCODE, uint(&[tcb.microcode])),
+                (OID_HW_ID, chip_id.to_vec()),
+            ],
+        );
+        TestChip {
+            chip_id,
+            tcb,
+            vcek_der,
+            key,
+        }
+    }
+}
+
+impl Default for TestAmd {
+    fn default() -> Self {
+        TestAmd::new()
+    }
+}
+
+/// A chip: its id, TCB, VCEK and the VCEK's private key.
+pub struct TestChip {
+    /// The chip id reports carry.
+    pub chip_id: [u8; 64],
+    /// The TCB reports carry and the VCEK certifies.
+    pub tcb: Tcb,
+    /// The VCEK, DER.
+    pub vcek_der: Vec<u8>,
+    key: EcdsaKeyPair,
+}
+
+impl TestChip {
+    /// Signs `report` in place: ECDSA P-384 SHA-384 over its signed part,
+    /// R and S little-endian at `0x2A0` and `0x2E8`.
+    pub fn sign(&self, report: &mut [u8]) {
+        let sig = self
+            .key
+            .sign(&SystemRandom::new(), &report[..SIGNED_LEN])
+            .unwrap();
+        let sig = sig.as_ref();
+        report[offset::SIGNATURE..].fill(0);
+        for (i, half) in sig.chunks(48).enumerate() {
+            let at = offset::SIGNATURE + 72 * i;
+            for (j, b) in half.iter().rev().enumerate() {
+                report[at + j] = *b;
+            }
+        }
+    }
+}
+
+/// What a guest is: its launch measurement and whether its policy allows
+/// debugging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guest {
+    /// The launch measurement.
+    pub measurement: [u8; 48],
+    /// Whether the guest policy's DEBUG bit is set.
+    pub debug: bool,
+}
+
+/// A report for `guest` on `chip`, unsigned: version 3, Milan CPUID, VMPL
+/// `vmpl`, the chip's TCB everywhere.
+pub fn unsigned_report(
+    chip: &TestChip,
+    guest: &Guest,
+    report_data: [u8; 64],
+    vmpl: u32,
+) -> Vec<u8> {
+    let mut r = vec![0u8; REPORT_LEN];
+    let mut put = |at: usize, bytes: &[u8]| r[at..at + bytes.len()].copy_from_slice(bytes);
+    put(offset::VERSION, &3u32.to_le_bytes());
+    // Reserved bit 17 is always set; bit 16 lets the host run SMT; bit 19 is DEBUG.
+    let policy: u64 = 0x3_0000 | if guest.debug { 1 << 19 } else { 0 };
+    put(offset::POLICY, &policy.to_le_bytes());
+    put(offset::VMPL, &vmpl.to_le_bytes());
+    put(offset::SIGNATURE_ALGO, &1u32.to_le_bytes());
+    put(offset::CURRENT_TCB, &chip.tcb.raw());
+    put(offset::KEY_INFO, &0u32.to_le_bytes());
+    put(offset::REPORT_DATA, &report_data);
+    put(offset::MEASUREMENT, &guest.measurement);
+    put(offset::REPORTED_TCB, &chip.tcb.raw());
+    put(offset::CPUID_FAM_ID, &[0x19, 0x01]);
+    put(offset::CHIP_ID, &chip.chip_id);
+    put(offset::COMMITTED_TCB, &chip.tcb.raw());
+    put(offset::CURRENT_MINOR, &[55, 1]);
+    put(offset::LAUNCH_TCB, &chip.tcb.raw());
+    r
+}
+
+/// A report source over test chips, standing in for the kernel: it makes
+/// the report of `guest` on `reporting` (chip id, TCB), signs it with
+/// `signing`'s key and hands out `table_vcek`'s VCEK with the ASK in the
+/// certificate table. All three are the same chip for an honest platform.
+pub struct TestReportSource {
+    /// The chip whose id and TCB the report carries.
+    pub reporting: std::sync::Arc<TestChip>,
+    /// The chip whose key signs.
+    pub signing: std::sync::Arc<TestChip>,
+    /// The chip whose VCEK goes into the certificate table.
+    pub table_vcek: std::sync::Arc<TestChip>,
+    /// The ASK for the table, DER.
+    pub ask_der: Vec<u8>,
+    /// The guest.
+    pub guest: Guest,
+}
+
+impl TestReportSource {
+    /// An honest platform: one chip reports, signs and is in the table.
+    pub fn honest(amd: &TestAmd, chip: std::sync::Arc<TestChip>, guest: Guest) -> Self {
+        TestReportSource {
+            reporting: chip.clone(),
+            signing: chip.clone(),
+            table_vcek: chip,
+            ask_der: amd.ask_der.clone(),
+            guest,
+        }
+    }
+}
+
+impl SnpReportSource for TestReportSource {
+    fn report(&self, report_data: [u8; 64], vmpl: u32) -> Result<RawReport, AttestationError> {
+        let mut report = unsigned_report(&self.reporting, &self.guest, report_data, vmpl);
+        self.signing.sign(&mut report);
+        Ok(RawReport {
+            report,
+            cert_table: cert_table::encode(&[
+                CertEntry {
+                    kind: CertKind::Vcek,
+                    der: self.table_vcek.vcek_der.clone(),
+                },
+                CertEntry {
+                    kind: CertKind::Ask,
+                    der: self.ask_der.clone(),
+                },
+            ]),
+        })
+    }
+}
+
+/// An issuer that replays: the first evidence it makes (for the first
+/// handshake) is what it presents in every later one, as a host that
+/// recorded a genuine node's handshake would.
+pub struct ReplayingIssuer<I: Issuer> {
+    inner: I,
+    recorded: Mutex<Option<Vec<u8>>>,
+}
+
+impl<I: Issuer> ReplayingIssuer<I> {
+    /// Records from `inner`.
+    pub fn new(inner: I) -> Self {
+        ReplayingIssuer {
+            inner,
+            recorded: Mutex::new(None),
+        }
+    }
+}
+
+impl<I: Issuer> Issuer for ReplayingIssuer<I> {
+    fn variant(&self) -> Variant {
+        self.inner.variant()
+    }
+
+    fn issue(&self, extra_data: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
+        let mut recorded = self.recorded.lock().unwrap();
+        if let Some(evidence) = recorded.as_ref() {
+            return Ok(evidence.clone());
+        }
+        let evidence = self.inner.issue(extra_data)?;
+        *recorded = Some(evidence.clone());
+        Ok(evidence)
+    }
+}
