@@ -189,6 +189,9 @@ pub struct JoinClient {
     pub initial_backoff: Duration,
     /// Largest retry delay.
     pub max_backoff: Duration,
+    /// The kubelet's certificate signing request sent with a join request
+    /// (empty: none).
+    pub kubelet_csr: Vec<u8>,
 }
 
 impl JoinClient {
@@ -216,6 +219,7 @@ impl JoinClient {
                 let req = IssueJoinTicketRequest {
                     disk_uuid: disk_uuid.clone(),
                     is_control_plane: *is_control_plane,
+                    certificate_request: self.kubelet_csr.clone(),
                     ..Default::default()
                 };
                 client

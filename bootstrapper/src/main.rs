@@ -26,6 +26,7 @@ use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
+use confboot::kms::SecretBytes;
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
@@ -35,7 +36,7 @@ use crossbeam_channel::bounded;
 
 use crate::join::Backoff;
 use crate::join::{EndpointSources, JoinClient};
-use crate::node::{AdminApi, JoinServiceCheck, Node, NodeConfig, holder};
+use crate::node::{AdminApi, JoinServiceCheck, KubeletRequest, Node, NodeConfig, holder};
 use crate::server::FlowResult;
 
 /// The node as the bootstrapper runs it: cryptsetup, kubeadm, the vTPM.
@@ -79,6 +80,8 @@ const CMD: Command = Command {
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
+        Opt::value("node-name", "NAME", "The node's Kubernetes name; a joining node asks the join service to sign its kubelet's serving certificate for it and --node-ip (default: the host name, when it is a valid node name; else no certificate is asked for and the kubelet makes its own)"),
+        Opt::value("kubelet-cert-dir", "DIR", "Where the signed kubelet certificate and key are installed (kubelet.crt, kubelet.key: the kubelet's --cert-dir)").default(confboot::cluster::kubeadm::DEFAULT_KUBELET_CERT_DIR),
         Opt::value("kubeadm", "PATH", "The kubeadm program").default("kubeadm"),
         Opt::value("kubeadm-config-dir", "DIR", "Where kubeadm configuration is written").default("/etc/kubernetes"),
         Opt::value("pki-dir", "DIR", "Kubernetes PKI directory").default("/etc/kubernetes/pki"),
@@ -199,6 +202,41 @@ fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, String> {
     Ok(policy)
 }
 
+/// The kubelet key and CSR a joining node sends: for `--node-name`, or the
+/// host name when it is a valid node name.
+fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletRequest>, String> {
+    use confboot::cluster::kubelet_cert::{check_node_name, new_kubelet_key_and_csr};
+    let node_name = match m.value("node-name") {
+        Some(name) => {
+            check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
+            name.to_string()
+        }
+        None => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
+            if let Err(e) = check_node_name(&host) {
+                log::warn!(
+                    "no kubelet certificate will be asked for: {e} (the host name; set --node-name)"
+                );
+                return Ok(None);
+            }
+            host
+        }
+    };
+    let ip = node_ip
+        .parse()
+        .map_err(|_| format!("--node-ip {node_ip:?} is not an IP address"))?;
+    let (key_pem, csr_der) =
+        new_kubelet_key_and_csr(&node_name, &[ip]).map_err(|e| e.to_string())?;
+    Ok(Some(KubeletRequest {
+        node_name,
+        key_pem: SecretBytes::new(key_pem.as_bytes().to_vec()),
+        csr_der,
+    }))
+}
+
 fn build_node(
     m: &Matches,
     issuer: Arc<VtpmIssuer>,
@@ -227,9 +265,12 @@ fn build_node(
     cluster.config_dir = PathBuf::from(req("kubeadm-config-dir")?);
     cluster.pki_dir = PathBuf::from(req("pki-dir")?);
     cluster.admin_kubeconfig = PathBuf::from(req("admin-kubeconfig")?);
+    cluster.kubelet_cert_dir = PathBuf::from(req("kubelet-cert-dir")?);
+    let node_ip = req("node-ip")?.to_string();
     let config = NodeConfig {
         init_secret_hash,
-        node_ip: req("node-ip")?.to_string(),
+        kubelet_request: kubelet_request(m, &node_ip)?,
+        node_ip,
         is_control_plane: m.flag("control-plane"),
         join_service_check,
     };
@@ -301,6 +342,7 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
                 .map_err(|e| e.to_string())?
                 .unwrap_or(30),
         ),
+        kubelet_csr: node.kubelet_csr(),
     };
 
     let (flows_tx, flows) = bounded::<FlowResult>(8);

@@ -82,6 +82,7 @@ fn backend(dir: &TempDir, runner: RecordingRunner) -> KubeadmBackend {
     b.config_dir = dir.path().join("run");
     b.pki_dir = dir.path().join("pki");
     b.admin_kubeconfig = dir.path().join("admin.conf");
+    b.kubelet_cert_dir = dir.path().join("kubelet/pki");
     b
 }
 
@@ -116,6 +117,8 @@ fn join_params(control_plane: bool, files: Vec<(&str, &[u8])>) -> JoinClusterPar
             .collect(),
         node_ip: "10.0.0.7".into(),
         kubernetes_version: "v1.30.4".into(),
+        node_name: String::new(),
+        kubelet_cert: None,
     }
 }
 
@@ -313,6 +316,58 @@ fn worker_join_puts_the_token_only_in_the_config_file() {
         !dir.path().join("pki").exists(),
         "no PKI files for a worker"
     );
+}
+
+#[test]
+fn a_join_installs_the_kubelet_certificate_and_names_the_node() {
+    use confboot::cluster::KubeletCert;
+    let dir = TempDir::new("kubeletjoin");
+    let runner = RecordingRunner::default();
+    let b = backend(&dir, runner.clone());
+    let mut params = join_params(false, vec![]);
+    params.node_name = "worker-7".into();
+    params.kubelet_cert = Some(KubeletCert {
+        cert_der: vec![0x30, 0x03, 0x02, 0x01, 0x01],
+        key_pem: SecretBytes::new(
+            b"-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n".to_vec(),
+        ),
+    });
+    let mut log = Vec::new();
+    b.join_cluster(&params, &mut |l| log.push(l.to_string()))
+        .unwrap();
+    let pki = dir.path().join("kubelet/pki");
+    let cert = std::fs::read_to_string(pki.join("kubelet.crt")).unwrap();
+    assert_eq!(
+        cert,
+        "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n"
+    );
+    let key = pki.join("kubelet.key");
+    assert!(
+        std::fs::read_to_string(&key)
+            .unwrap()
+            .contains("PRIVATE KEY")
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("kubelet serving certificate installed"))
+    );
+    let (text, _) = runner.calls.lock().unwrap()[0].config.clone().unwrap();
+    assert_eq!(documents(&text)[0]["nodeRegistration"]["name"], "worker-7");
+
+    // A node name kubelet would refuse is refused before anything is written.
+    let dir = TempDir::new("kubeletjoin-bad");
+    let b = backend(&dir, RecordingRunner::default());
+    params.node_name = "Worker_7".into();
+    assert!(matches!(
+        b.join_cluster(&params, &mut |_| {}),
+        Err(ClusterError::InvalidParams(_))
+    ));
+    assert!(!dir.path().join("kubelet").exists());
 }
 
 #[test]

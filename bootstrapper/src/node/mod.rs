@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use confboot::attestation::vtpm::VtpmIssuer;
 use confboot::attestation::{AttestationError, Attested};
-use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams};
+use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
 use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
@@ -83,11 +83,26 @@ pub enum Outcome {
     Recovered,
 }
 
+/// The kubelet key and certificate signing request a joining node sends
+/// (made once, at start).
+#[derive(Clone, Debug)]
+pub struct KubeletRequest {
+    /// The node's Kubernetes name (the CSR's `system:node:<name>`).
+    pub node_name: String,
+    /// The PEM private key.
+    pub key_pem: SecretBytes,
+    /// The DER CSR.
+    pub csr_der: Vec<u8>,
+}
+
 /// What a node is configured with.
 #[derive(Clone, Debug, Default)]
 pub struct NodeConfig {
     /// The slow hash of the init secret; no hash means Init is refused.
     pub init_secret_hash: Option<InitSecretHash>,
+    /// The kubelet certificate a join asks for; `None`: none (the kubelet
+    /// makes a self-signed one).
+    pub kubelet_request: Option<KubeletRequest>,
     /// The node's IP in the cluster network.
     pub node_ip: String,
     /// Whether a joining node becomes a control-plane node.
@@ -155,6 +170,15 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 
     fn disk(&self) -> MutexGuard<'_, StateDisk<B>> {
         self.disk.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The kubelet CSR a join request carries (empty: none is asked for).
+    pub fn kubelet_csr(&self) -> Vec<u8> {
+        self.config
+            .kubelet_request
+            .as_ref()
+            .map(|r| r.csr_der.clone())
+            .unwrap_or_default()
     }
 
     /// The plan from the disk as it is now; `new_disk_uuid` names a blank disk.
@@ -285,7 +309,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     ) -> Result<(), NodeError> {
         let ticket = &issued.ticket;
         match (request, ticket) {
-            (TicketRequest::Join { .. }, Ticket::Join(t)) => checks::check_join_ticket(t),
+            (TicketRequest::Join { .. }, Ticket::Join(t)) => {
+                checks::check_join_ticket(t).and_then(|()| self.check_kubelet_cert(t))
+            }
             (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => checks::check_rejoin_ticket(t),
             _ => {
                 return Err(NodeError::BadTicket(
@@ -295,6 +321,24 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         .map_err(ticket_error)?;
         self.check_join_service(ticket, issued.service.as_ref())
+    }
+
+    /// The kubelet certificate of a join ticket must be the one asked for
+    /// (a node that asked for none takes none).
+    fn check_kubelet_cert(&self, t: &IssueJoinTicketResponse) -> Result<(), TicketError> {
+        match &self.config.kubelet_request {
+            None if t.kubelet_cert.is_empty() => Ok(()),
+            None => Err(TicketError::Unusable(
+                "a kubelet certificate the node did not ask for".into(),
+            )),
+            Some(_) if t.kubelet_cert.is_empty() => Err(TicketError::Unusable(
+                "no kubelet certificate (the join service signed none)".into(),
+            )),
+            Some(r) => {
+                confboot::cluster::kubelet_cert::check_kubelet_cert(&t.kubelet_cert, &r.csr_der)
+                    .map_err(|e| TicketError::Unusable(e.to_string()))
+            }
+        }
     }
 
     /// The join service must prove membership of the ticket's cluster
@@ -389,6 +433,16 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 .collect(),
             node_ip: self.config.node_ip.clone(),
             kubernetes_version: t.kubernetes_version.clone(),
+            node_name: self
+                .config
+                .kubelet_request
+                .as_ref()
+                .map(|r| r.node_name.clone())
+                .unwrap_or_default(),
+            kubelet_cert: self.config.kubelet_request.as_ref().map(|r| KubeletCert {
+                cert_der: t.kubelet_cert.clone(),
+                key_pem: r.key_pem.clone(),
+            }),
         };
         self.cluster
             .join_cluster(&params, &mut |line| log::info!("kubeadm: {line}"))

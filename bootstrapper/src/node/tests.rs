@@ -221,6 +221,7 @@ impl Rig {
             init_secret_hash: Some(
                 InitSecretHash::parse(&hash(INIT_SECRET, MIN_ITERATIONS)).unwrap(),
             ),
+            kubelet_request: None,
             node_ip: "10.0.2.15".into(),
             is_control_plane: false,
             join_service_check: JoinServiceCheck::ClusterMark,
@@ -610,6 +611,78 @@ fn a_recorded_first_boot_rejoins() {
 }
 
 #[test]
+fn a_join_takes_only_the_kubelet_certificate_it_asked_for() {
+    use confboot::cluster::kubelet_cert::{
+        DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertSigner, new_kubelet_key_and_csr,
+    };
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::default();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let signer = KubeletCertSigner::new(
+        &ca.pem(),
+        &ca_key.serialize_pem(),
+        DEFAULT_KUBELET_CERT_VALIDITY,
+    )
+    .unwrap();
+    let ip = "10.0.2.15".parse().unwrap();
+    let (key_pem, csr_der) = new_kubelet_key_and_csr("worker-1", &[ip]).unwrap();
+    let (_, other_csr) = new_kubelet_key_and_csr("worker-1", &[ip]).unwrap();
+    let now = std::time::SystemTime::now();
+    let with_cert = |cert: Vec<u8>| {
+        let mut t = join_response();
+        t.kubelet_cert = cert;
+        Ticket::Join(t)
+    };
+    let rig = |request: Option<KubeletRequest>| {
+        let mut rig = Rig::new(FakeDisk::blank());
+        rig.node.config.kubelet_request = request;
+        rig
+    };
+    let asked = Some(KubeletRequest {
+        node_name: "worker-1".into(),
+        key_pem: SecretBytes::new(key_pem.as_bytes().to_vec()),
+        csr_der: csr_der.clone(),
+    });
+    // Refused before the nodelock: none when one was asked for, one for
+    // another key, one when none was asked for.
+    for (request, cert) in [
+        (asked.clone(), Vec::new()),
+        (asked.clone(), signer.sign(&other_csr, now).unwrap()),
+        (None, signer.sign(&csr_der, now).unwrap()),
+    ] {
+        let rig = rig(request);
+        let err = rig
+            .node
+            .check_ticket(&join_request(), &from_member(&with_cert(cert)))
+            .unwrap_err();
+        assert!(matches!(err, NodeError::BadTicket(_)), "{err:?}");
+        assert!(rig.disk.untouched_blank());
+    }
+    // The one asked for goes to the cluster step with the node's key.
+    let rig = rig(asked);
+    assert_eq!(rig.node.kubelet_csr(), csr_der);
+    let cert = signer.sign(&csr_der, now).unwrap();
+    let ticket = with_cert(cert.clone());
+    rig.node
+        .check_ticket(&join_request(), &from_member(&ticket))
+        .unwrap();
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    rig.node
+        .apply_ticket(&token, &join_request(), &ticket)
+        .unwrap();
+    match &rig.node.cluster().calls()[..] {
+        [RecordedCall::Join(p)] => {
+            assert_eq!(p.node_name, "worker-1");
+            let kc = p.kubelet_cert.as_ref().unwrap();
+            assert_eq!(kc.cert_der, cert);
+            assert_eq!(kc.key_pem.expose(), key_pem.as_bytes());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn unusable_tickets_are_thrown_away_before_the_nodelock() {
     let rig = Rig::new(FakeDisk::blank());
     let mut short_key = join_response();
@@ -876,6 +949,7 @@ fn the_insecure_setting_takes_a_ticket_from_an_unattested_service() {
         FakeMarker::default(),
         NodeConfig {
             init_secret_hash: None,
+            kubelet_request: None,
             node_ip: "10.0.2.15".into(),
             is_control_plane: false,
             join_service_check: JoinServiceCheck::InsecureNone,

@@ -36,6 +36,9 @@ use crate::process::{CommandRunner, ProcessRunner, Stream};
 pub const DEFAULT_CONFIG_DIR: &str = "/run/confboot/kubeadm";
 /// kubeadm's PKI directory.
 pub const DEFAULT_PKI_DIR: &str = "/etc/kubernetes/pki";
+/// The kubelet's default `--cert-dir`: it serves with `kubelet.crt` and
+/// `kubelet.key` from there when they exist, instead of a self-signed pair.
+pub const DEFAULT_KUBELET_CERT_DIR: &str = "/var/lib/kubelet/pki";
 /// Where `kubeadm init` writes the admin kubeconfig.
 pub const DEFAULT_ADMIN_KUBECONFIG: &str = "/etc/kubernetes/admin.conf";
 /// The API server's port.
@@ -138,6 +141,9 @@ pub struct KubeadmBackend {
     pub pki_dir: PathBuf,
     /// Where `kubeadm init` leaves the admin kubeconfig.
     pub admin_kubeconfig: PathBuf,
+    /// The kubelet's certificate directory (its `--cert-dir`), where a
+    /// joining node's signed serving certificate is installed.
+    pub kubelet_cert_dir: PathBuf,
     /// The API server's port on this node.
     pub api_server_port: u16,
     /// `controlPlaneEndpoint` for init (a load balancer's `host:port`);
@@ -162,6 +168,7 @@ impl KubeadmBackend {
             config_dir: PathBuf::from(DEFAULT_CONFIG_DIR),
             pki_dir: PathBuf::from(DEFAULT_PKI_DIR),
             admin_kubeconfig: PathBuf::from(DEFAULT_ADMIN_KUBECONFIG),
+            kubelet_cert_dir: PathBuf::from(DEFAULT_KUBELET_CERT_DIR),
             api_server_port: DEFAULT_API_SERVER_PORT,
             control_plane_endpoint: None,
             init_skip_phases: vec!["preflight".into()],
@@ -354,8 +361,23 @@ impl ClusterBackend for KubeadmBackend {
                 return Err(ClusterError::BadFileName(format!("{name:?} given twice")));
             }
         }
+        if !params.node_name.is_empty() {
+            super::kubelet_cert::check_node_name(&params.node_name)
+                .map_err(|e| ClusterError::InvalidParams(e.to_string()))?;
+        }
         for (name, data) in &params.control_plane_files {
             write_pki_file(&self.pki_dir, name, data.expose())?;
+        }
+        if let Some(kc) = &params.kubelet_cert {
+            let key = std::str::from_utf8(kc.key_pem.expose()).map_err(|_| {
+                ClusterError::InvalidParams("the kubelet key is not PEM text".into())
+            })?;
+            super::kubelet_cert::install_kubelet_cert(&self.kubelet_cert_dir, &kc.cert_der, key)
+                .map_err(|e| ClusterError::Io(e.to_string()))?;
+            log(&format!(
+                "kubelet serving certificate installed in {}",
+                self.kubelet_cert_dir.display()
+            ));
         }
 
         let mut join = json!({
@@ -373,6 +395,9 @@ impl ClusterBackend for KubeadmBackend {
                 },
             },
         });
+        if !params.node_name.is_empty() {
+            join["nodeRegistration"]["name"] = json!(params.node_name);
+        }
         if params.is_control_plane {
             join["controlPlane"] = json!({
                 "localAPIEndpoint": {

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 use rcgen::{
     CertificateParams, CertificateSigningRequestParams, DistinguishedName, DnType, DnValue,
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
-    SanType, SerialNumber,
+    PublicKeyData, SanType, SerialNumber,
 };
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer};
 use zeroize::Zeroizing;
@@ -74,6 +74,8 @@ pub enum KubeletCertError {
     Generate(String),
     /// The certificate or key could not be written.
     Install(String),
+    /// The certificate a join service sent is not the one asked for.
+    WrongCertificate(String),
 }
 
 impl fmt::Display for KubeletCertError {
@@ -104,6 +106,12 @@ impl fmt::Display for KubeletCertError {
             KubeletCertError::Ca(m) => write!(f, "cluster CA: {m}"),
             KubeletCertError::Generate(m) => write!(f, "kubelet certificate: {m}"),
             KubeletCertError::Install(m) => write!(f, "installing the kubelet certificate: {m}"),
+            KubeletCertError::WrongCertificate(m) => {
+                write!(
+                    f,
+                    "the kubelet certificate received is not the one asked for: {m}"
+                )
+            }
         }
     }
 }
@@ -326,6 +334,63 @@ impl KubeletCertSigner {
         .signed_by(&self.issuer)
         .map_err(|e| KubeletCertError::Generate(e.to_string()))?;
         Ok(signed.der().to_vec())
+    }
+}
+
+/// Checks, on the node, that the certificate a join service sent is the
+/// one asked for in `csr_der`: the same key, exactly the same names, server
+/// authentication, not a CA. A certificate for another key or other names
+/// would leave the kubelet unable to serve, or serving as someone else.
+pub fn check_kubelet_cert(cert_der: &[u8], csr_der: &[u8]) -> Result<(), KubeletCertError> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let csr = KubeletCsr::parse(csr_der)?;
+    let wrong = |m: &str| Err(KubeletCertError::WrongCertificate(m.to_string()));
+    let Ok((rest, cert)) = X509Certificate::from_der(cert_der) else {
+        return wrong("it does not parse");
+    };
+    if !rest.is_empty() {
+        return wrong("bytes after the certificate");
+    }
+    if cert.public_key().subject_public_key.data.as_ref() != csr.params.public_key.der_bytes() {
+        return wrong("it is for another key");
+    }
+    let names: Vec<String> = cert
+        .subject()
+        .iter_attributes()
+        .map(|a| a.as_str().unwrap_or("?").to_string())
+        .collect();
+    let expected = vec![
+        format!("{NODE_COMMON_NAME_PREFIX}{}", csr.node_name),
+        NODES_ORGANIZATION.to_string(),
+    ];
+    if names != expected {
+        return wrong("its subject differs from the request's");
+    }
+    let ips: Vec<IpAddr> = match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                GeneralName::IPAddress(b) => match b.len() {
+                    4 => Some(IpAddr::from(<[u8; 4]>::try_from(*b).ok()?)),
+                    16 => Some(IpAddr::from(<[u8; 16]>::try_from(*b).ok()?)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect(),
+        _ => return wrong("no subject alternative names"),
+    };
+    if ips != csr.ips {
+        return wrong("its IP addresses differ from the request's");
+    }
+    if cert.is_ca() {
+        return wrong("it is a CA");
+    }
+    match cert.extended_key_usage() {
+        Ok(Some(eku)) if eku.value.server_auth => Ok(()),
+        _ => wrong("it is not for server authentication"),
     }
 }
 
@@ -599,6 +664,51 @@ mod tests {
             signer.sign(b"garbage", now),
             Err(KubeletCertError::MalformedCsr(_))
         ));
+    }
+
+    #[test]
+    fn a_node_takes_only_the_certificate_it_asked_for() {
+        let (ca_pem, ca_key) = ca();
+        let signer =
+            KubeletCertSigner::new(&ca_pem, &ca_key, DEFAULT_KUBELET_CERT_VALIDITY).unwrap();
+        let now = SystemTime::now();
+        let (_, csr) = new_kubelet_key_and_csr("worker-1", &ips(&["10.0.2.15"])).unwrap();
+        let cert = signer.sign(&csr, now).unwrap();
+        check_kubelet_cert(&cert, &csr).unwrap();
+        // Another node's certificate: another key.
+        let (_, other_csr) = new_kubelet_key_and_csr("worker-1", &ips(&["10.0.2.15"])).unwrap();
+        let other = signer.sign(&other_csr, now).unwrap();
+        assert_eq!(
+            check_kubelet_cert(&other, &csr),
+            Err(KubeletCertError::WrongCertificate(
+                "it is for another key".into()
+            ))
+        );
+        assert!(check_kubelet_cert(b"junk", &csr).is_err());
+        // The same key, other names (as a join service that rewrote them).
+        let parsed = KubeletCsr::parse(&csr).unwrap();
+        let renamed = KubeletCsr {
+            node_name: "worker-2".into(),
+            ..parsed.clone()
+        };
+        let cert = signer.sign_checked(&renamed, now).unwrap();
+        assert_eq!(
+            check_kubelet_cert(&cert, &csr),
+            Err(KubeletCertError::WrongCertificate(
+                "its subject differs from the request's".into()
+            ))
+        );
+        let readdressed = KubeletCsr {
+            ips: ips(&["10.0.2.16"]),
+            ..parsed
+        };
+        let cert = signer.sign_checked(&readdressed, now).unwrap();
+        assert_eq!(
+            check_kubelet_cert(&cert, &csr),
+            Err(KubeletCertError::WrongCertificate(
+                "its IP addresses differ from the request's".into()
+            ))
+        );
     }
 
     #[test]

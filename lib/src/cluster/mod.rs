@@ -79,6 +79,21 @@ pub struct JoinClusterParams {
     pub node_ip: String,
     /// Kubernetes version of the cluster (selects the kubeadm config API).
     pub kubernetes_version: String,
+    /// The node's name (kubeadm's `nodeRegistration.name`); empty for
+    /// kubeadm's default, the host name.
+    pub node_name: String,
+    /// The kubelet's serving certificate the join service signed, and its
+    /// key ([`kubelet_cert`]); `None`: the kubelet makes a self-signed one.
+    pub kubelet_cert: Option<KubeletCert>,
+}
+
+/// A kubelet serving certificate and its key, to install before the join.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletCert {
+    /// The DER certificate.
+    pub cert_der: Vec<u8>,
+    /// The PEM private key (a secret).
+    pub key_pem: SecretBytes,
 }
 
 /// Why the cluster step failed. No variant carries a token or key.
@@ -280,6 +295,8 @@ mod tests {
             control_plane_files: vec![],
             node_ip: "10.0.0.2".into(),
             kubernetes_version: "v1.30.4".into(),
+            node_name: String::new(),
+            kubelet_cert: None,
         };
         b.join_cluster(&join, &mut |_| {}).unwrap();
         assert_eq!(
