@@ -13,6 +13,7 @@ pub mod hostile;
 pub mod kube_double;
 pub mod load;
 pub mod qemu;
+pub mod storm;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
