@@ -68,7 +68,9 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 join_metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
-            log::info!(
+            // One line per ticket at the production verbosity (its outcome,
+            // below); the request itself at debug.
+            log::debug!(
                 "join ticket requested for disk {} (control plane: {})",
                 disk_for_log(&req.disk_uuid),
                 req.is_control_plane

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use confboot::fs::read_bounded;
-use confboot::kms::{MasterSecret, is_uuid};
+use confboot::kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
     ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
     IssueRejoinTicketRequest, IssueRejoinTicketResponse,
@@ -86,6 +86,9 @@ impl TicketError {
 /// Issues tickets.
 pub struct TicketService {
     config: TicketConfig,
+    /// The measurement secret, derived once from the master secret (the
+    /// same for every ticket).
+    measurement_secret: SecretBytes,
     tokens: Arc<dyn TokenIssuer>,
 }
 
@@ -101,7 +104,11 @@ fn disk_uuid(raw: &str) -> Result<String, TicketError> {
 impl TicketService {
     /// A service issuing tickets from `config`, tokens from `tokens`.
     pub fn new(config: TicketConfig, tokens: Arc<dyn TokenIssuer>) -> TicketService {
-        TicketService { config, tokens }
+        TicketService {
+            measurement_secret: config.master_secret.measurement_secret(),
+            config,
+            tokens,
+        }
     }
 
     /// A join ticket for an attested node.
@@ -134,7 +141,7 @@ impl TicketService {
         Ok(IssueJoinTicketResponse {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
             measurement_salt: self.config.measurement_salt.clone(),
-            measurement_secret: m.measurement_secret().expose().to_vec(),
+            measurement_secret: self.measurement_secret.expose().to_vec(),
             kubelet_cert: Vec::new(),
             api_server_endpoint: self.config.api_server_endpoint.clone(),
             token: token.to_token_string().to_string(),
@@ -153,7 +160,7 @@ impl TicketService {
         let m = &self.config.master_secret;
         Ok(IssueRejoinTicketResponse {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
-            measurement_secret: m.measurement_secret().expose().to_vec(),
+            measurement_secret: self.measurement_secret.expose().to_vec(),
         })
     }
 }

@@ -50,14 +50,23 @@ impl BootstrapToken {
     fn generate() -> Result<BootstrapToken, TokenError> {
         const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
         let rng = ring::rand::SystemRandom::new();
-        let pick = |n: usize| -> Result<Zeroizing<String>, TokenError> {
+        // Random bytes are drawn a block at a time (one getrandom call gives
+        // the 22 characters with a probability above 1 - 10^-9; a block is
+        // drawn again if rejections used it up) and zeroized on drop.
+        let mut block = Zeroizing::new([0u8; 32]);
+        let mut used = block.len();
+        let mut pick = |n: usize| -> Result<Zeroizing<String>, TokenError> {
             let mut out = Zeroizing::new(String::with_capacity(n));
             while out.len() < n {
-                let mut b = [0u8; 1];
-                rng.fill(&mut b).map_err(|_| TokenError::Random)?;
+                if used == block.len() {
+                    rng.fill(&mut block[..]).map_err(|_| TokenError::Random)?;
+                    used = 0;
+                }
+                let b = block[used];
+                used += 1;
                 // Rejection sampling keeps the choice uniform: 252 = 7 × 36.
-                if b[0] < 252 {
-                    out.push(ALPHABET[(b[0] % 36) as usize] as char);
+                if b < 252 {
+                    out.push(ALPHABET[(b % 36) as usize] as char);
                 }
             }
             Ok(out)
@@ -129,8 +138,10 @@ pub trait TokenIssuer: Send + Sync {
 
 /// Creates bootstrap-token Secrets through the Kubernetes API.
 pub struct KubeApiTokenIssuer {
-    api_url: String,
-    bearer_token: Zeroizing<String>,
+    /// `<api_url>/api/v1/namespaces/kube-system/secrets`, parsed once.
+    secrets_uri: ureq::http::Uri,
+    /// `Bearer <token>`, made once and marked sensitive (never logged).
+    authorization: ureq::http::HeaderValue,
     agent: ureq::Agent,
 }
 
@@ -159,9 +170,20 @@ impl KubeApiTokenIssuer {
             ureq::unversioned::transport::DefaultConnector::default(),
             IpLiteralResolver::default(),
         );
+        let secrets_uri = format!(
+            "{}/api/v1/namespaces/kube-system/secrets",
+            api_url.trim_end_matches('/')
+        )
+        .parse::<ureq::http::Uri>()
+        .map_err(|e| TokenError::Config(format!("API URL {api_url}: {e}")))?;
+        let mut authorization =
+            ureq::http::HeaderValue::from_str(&format!("Bearer {}", *bearer_token)).map_err(
+                |_| TokenError::Config("the bearer token is not a valid header value".into()),
+            )?;
+        authorization.set_sensitive(true);
         Ok(KubeApiTokenIssuer {
-            api_url: api_url.trim_end_matches('/').to_string(),
-            bearer_token,
+            secrets_uri,
+            authorization,
             agent,
         })
     }
@@ -247,7 +269,6 @@ fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, T
 
 impl TokenIssuer for KubeApiTokenIssuer {
     fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError> {
-        let url = format!("{}/api/v1/namespaces/kube-system/secrets", self.api_url);
         let mut last = None;
         for _ in 0..CONFLICT_RETRIES {
             let token = BootstrapToken::generate()?;
@@ -269,11 +290,10 @@ impl TokenIssuer for KubeApiTokenIssuer {
                 })
                 .to_string(),
             );
-            let authorization = Zeroizing::new(format!("Bearer {}", *self.bearer_token));
             let mut resp = self
                 .agent
-                .post(&url)
-                .header("Authorization", authorization.as_str())
+                .post(self.secrets_uri.clone())
+                .header("Authorization", self.authorization.clone())
                 .header("Content-Type", "application/json")
                 .header("Accept", "application/json")
                 .send(body.as_bytes())

@@ -14,6 +14,7 @@ pub mod kube_double;
 pub mod load;
 pub mod qemu;
 pub mod snp;
+pub mod storm;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};

@@ -15,7 +15,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
-use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::nom::Parser;
+use x509_parser::prelude::{X509CertificateParser, X509Extension};
 
 use super::error::AtlsError;
 use super::nonce::{Nonce, extra_data};
@@ -175,7 +176,11 @@ pub fn verify(
     validators: &[Arc<dyn Validator>],
     now: u64,
 ) -> Result<Attested, AtlsError> {
-    let (rest, cert) = X509Certificate::from_der(cert_der)
+    // Extensions are looked at by OID, criticality and raw value only:
+    // their contents are not parsed (`deep_parse_extensions` off).
+    let (rest, cert) = X509CertificateParser::new()
+        .with_deep_parse_extensions(false)
+        .parse(cert_der)
         .map_err(|e| AtlsError::Certificate(format!("cannot parse the certificate: {e}")))?;
     if !rest.is_empty() {
         return Err(AtlsError::Certificate(
@@ -194,36 +199,39 @@ pub fn verify(
         });
     }
 
-    for ext in cert.extensions() {
-        let oid = ext.oid.to_id_string();
+    // Each extension's dotted OID, made once.
+    let extensions: Vec<(String, &X509Extension<'_>)> = cert
+        .extensions()
+        .iter()
+        .map(|e| (e.oid.to_id_string(), e))
+        .collect();
+    for (oid, ext) in &extensions {
         if ext.critical && !ALLOWED_CRITICAL.contains(&oid.as_str()) {
-            return Err(AtlsError::CriticalExtension { oid });
+            return Err(AtlsError::CriticalExtension { oid: oid.clone() });
         }
     }
 
     // One validator per handshake: take each variant once.
     let chosen = validators.iter().find_map(|v| {
         let oid = v.variant().oid();
-        cert.extensions()
+        extensions
             .iter()
-            .find(|e| e.oid.to_id_string() == oid)
-            .map(|e| (v, e.value))
+            .find(|(o, _)| o == oid)
+            .map(|(_, e)| (v, e.value))
     });
     let Some((validator, evidence)) = chosen else {
         // A variant this build knows but the validators do not accept.
-        if let Some(variant) = cert
-            .extensions()
+        if let Some(variant) = extensions
             .iter()
-            .find_map(|e| Variant::from_oid(&e.oid.to_id_string()))
+            .find_map(|(oid, _)| Variant::from_oid(oid))
         {
             return Err(AtlsError::VariantNotAccepted {
                 variant,
                 accepted: validators.iter().map(|v| v.variant()).collect(),
             });
         }
-        let foreign = cert.extensions().iter().find_map(|e| {
-            let oid = e.oid.to_id_string();
-            (!STANDARD_ARCS.iter().any(|arc| oid.starts_with(arc))).then_some(oid)
+        let foreign = extensions.iter().find_map(|(oid, _)| {
+            (!STANDARD_ARCS.iter().any(|arc| oid.starts_with(arc))).then(|| oid.clone())
         });
         return Err(match foreign {
             Some(oid) => AtlsError::UnknownVariant { oid },

@@ -84,21 +84,20 @@ where
 {
     // The whole handshake counts as waiting for the peer (see
     // `waiting_for_peer`): its own work takes milliseconds.
+    let mut timeouts = DeadlineTimeouts::new(deadline);
     let result = crate::rpc::listener::waiting_for_peer(|| -> Result<(), AtlsError> {
         loop {
             while conn.wants_write() {
-                set_timeouts(sock, deadline)?;
-                conn.write_tls(sock).map_err(AtlsError::from_io)?;
+                timeouts.io(sock, |s| conn.write_tls(s))?;
             }
             sock.flush().map_err(AtlsError::from_io)?;
             if !conn.is_handshaking() {
                 return Ok(());
             }
-            set_timeouts(sock, deadline)?;
-            let eof = conn.read_tls(sock).map_err(AtlsError::from_io)? == 0;
+            let eof = timeouts.io(sock, |s| conn.read_tls(s))? == 0;
             if let Err(e) = conn.process_new_packets() {
                 // Tell the peer why (best effort), then report.
-                while conn.wants_write() && set_timeouts(sock, deadline).is_ok() {
+                while conn.wants_write() && timeouts.arm(sock, false).is_ok() {
                     if conn.write_tls(sock).is_err() {
                         break;
                     }
@@ -124,14 +123,81 @@ where
     }
 }
 
-fn set_timeouts<T: Transport>(sock: &mut T, deadline: Instant) -> Result<(), AtlsError> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(AtlsError::Timeout);
+/// Bounds every read and write of a handshake by its deadline, with two
+/// `setsockopt` calls per [`DeadlineTimeouts::SLACK`] rather than two
+/// before every read and every write: the socket's timeouts are set to
+/// what is left minus `SLACK`, so any read or write that starts within
+/// `SLACK` of that still ends by the deadline. An operation that timed out
+/// before the deadline (by up to `SLACK`) is tried again with exactly what
+/// is left, so the bound is the deadline, neither later nor earlier.
+struct DeadlineTimeouts {
+    deadline: Instant,
+    /// When the timeouts were last set with the slack taken off.
+    armed_at: Option<Instant>,
+}
+
+impl DeadlineTimeouts {
+    const SLACK: Duration = Duration::from_millis(50);
+
+    fn new(deadline: Instant) -> DeadlineTimeouts {
+        DeadlineTimeouts {
+            deadline,
+            armed_at: None,
+        }
     }
-    sock.set_read_timeout(Some(left))
-        .and_then(|_| sock.set_write_timeout(Some(left)))
-        .map_err(AtlsError::from_io)
+
+    /// Makes sure the next read or write on `sock` ends by the deadline
+    /// (`exact`: the timeouts are what is left, not less);
+    /// [`AtlsError::Timeout`] once it has passed.
+    fn arm<T: Transport>(&mut self, sock: &mut T, exact: bool) -> Result<(), AtlsError> {
+        let now = Instant::now();
+        if !exact
+            && self
+                .armed_at
+                .is_some_and(|at| now.saturating_duration_since(at) < Self::SLACK)
+        {
+            return Ok(());
+        }
+        let left = self.deadline.saturating_duration_since(now);
+        if left.is_zero() {
+            return Err(AtlsError::Timeout);
+        }
+        let (timeout, armed_at) = if !exact && left > 2 * Self::SLACK {
+            (left - Self::SLACK, Some(now))
+        } else {
+            (left, None)
+        };
+        sock.set_read_timeout(Some(timeout))
+            .and_then(|_| sock.set_write_timeout(Some(timeout)))
+            .map_err(AtlsError::from_io)?;
+        self.armed_at = armed_at;
+        Ok(())
+    }
+
+    /// Runs one read or write on `sock` within the deadline. A timed-out
+    /// read or write transferred nothing, so trying it again is safe.
+    fn io<T: Transport, R>(
+        &mut self,
+        sock: &mut T,
+        mut op: impl FnMut(&mut T) -> std::io::Result<R>,
+    ) -> Result<R, AtlsError> {
+        let mut exact = false;
+        loop {
+            self.arm(sock, exact)?;
+            match op(sock) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) && !exact
+                        && Instant::now() < self.deadline =>
+                {
+                    exact = true;
+                }
+                other => return other.map_err(AtlsError::from_io),
+            }
+        }
+    }
 }
 
 /// Sets both timeouts of a socket whose handshake is done.
