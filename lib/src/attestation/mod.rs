@@ -272,4 +272,55 @@ mod tests {
         // A validator taken before the swap stays whole.
         assert!(held.validate(b"", &[0; 32]).is_ok());
     }
+
+    /// Blocks in `validate` until `peers` calls are inside it at once.
+    struct Rendezvous {
+        inside: std::sync::Mutex<usize>,
+        all_in: std::sync::Condvar,
+        peers: usize,
+    }
+
+    impl Validator for Rendezvous {
+        fn variant(&self) -> Variant {
+            Variant::QemuVtpm
+        }
+        fn validate(&self, _: &[u8], _: &[u8; 32]) -> Result<Attested, AttestationError> {
+            let mut inside = self.inside.lock().unwrap();
+            *inside += 1;
+            self.all_in.notify_all();
+            // Only a guard against a hang: a serializing wrapper never
+            // lets the second call in, and the wait ends with an error.
+            let (inside, _) = self
+                .all_in
+                .wait_timeout_while(inside, std::time::Duration::from_secs(60), |n| {
+                    *n < self.peers
+                })
+                .unwrap();
+            if *inside < self.peers {
+                return Err(AttestationError::Policy("validated alone".into()));
+            }
+            Ok(Attested {
+                variant: Variant::QemuVtpm,
+                measurements: BTreeMap::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_swappable_validator_validates_on_several_threads_at_once() {
+        let s = SwappableValidator::new(Arc::new(Rendezvous {
+            inside: std::sync::Mutex::new(0),
+            all_in: std::sync::Condvar::new(),
+            peers: 2,
+        }));
+        let calls: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || s.validate(b"", &[0; 32]))
+            })
+            .collect();
+        for c in calls {
+            assert!(c.join().unwrap().is_ok(), "both calls were inside at once");
+        }
+    }
 }
