@@ -238,10 +238,32 @@ fn init_join_refuse_restart_and_recover() {
             node.key_opens_disk(master.state_disk_key(&uuid).expose()),
             "disk key = derivation"
         );
+        let kubeadm_log = std::fs::read_to_string(node.p("kubeadm.log")).unwrap();
+        assert!(kubeadm_log.starts_with("join --config"), "{kubeadm_log}");
+        // The kubelet's serving certificate, signed by joinsvc with the
+        // cluster CA, was in place when kubeadm joined; openssl agrees it
+        // chains to the CA and is for this node.
         assert!(
-            std::fs::read_to_string(node.p("kubeadm.log"))
-                .unwrap()
-                .starts_with("join --config")
+            kubeadm_log.contains("kubelet certificate installed"),
+            "{kubeadm_log}"
+        );
+        let cert = node.p("kubelet/pki/kubelet.crt");
+        let out = std::process::Command::new("openssl")
+            .args(["verify", "-purpose", "sslserver", "-CAfile"])
+            .arg(&joinsvc.ca_cert_path)
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let out = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-subject", "-in"])
+            .arg(&cert)
+            .output()
+            .unwrap();
+        let subject = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            subject.contains("CN = system:node:node") && subject.contains("O = system:nodes"),
+            "{subject}"
         );
     }
     assert_eq!(tpm2.pcr15(), marked, "a joined node is marked");

@@ -11,6 +11,7 @@ use confboot::attestation::options::{
 };
 use confboot::attestation::vtpm::VtpmIssuer;
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
+use confboot::cluster::kubelet_cert::KubeletCertSigner;
 use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot::kms::MasterSecret;
 use confboot::rpc::listener::PoolConfig;
@@ -170,6 +171,10 @@ impl Config {
         let discovery_token_ca_cert_hash = discovery_token_ca_cert_hash(&ca)
             .map_err(|e| format!("--kubernetes-ca {}: {e}", ca_path.display()))?;
 
+        let pki_dir = PathBuf::from(required("pki-dir")?);
+        let kubelet_cert_signer =
+            kubelet_cert_signer(&ca, ca_path, &pki_dir, number("kubelet-cert-validity")?)?;
+
         let token_issuer: Arc<dyn TokenIssuer> = match m.value("kube-api") {
             None => Arc::new(
                 KubeApiTokenIssuer::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
@@ -214,11 +219,42 @@ impl Config {
                 api_server_endpoint: required("api-server-endpoint")?.to_string(),
                 discovery_token_ca_cert_hash,
                 kubernetes_version: required("kubernetes-version")?.to_string(),
-                pki_dir: PathBuf::from(required("pki-dir")?),
+                pki_dir,
+                kubelet_cert_signer,
             },
             token_issuer,
         })
     }
+}
+
+/// The signer of kubelet certificates: the `--kubernetes-ca` certificate
+/// and `ca.key` in the PKI directory. Without the key, joinsvc runs and
+/// refuses the kubelet certificates nodes ask for (with a warning now).
+fn kubelet_cert_signer(
+    ca_cert: &[u8],
+    ca_path: &Path,
+    pki_dir: &Path,
+    validity_days: usize,
+) -> Result<Option<KubeletCertSigner>, String> {
+    if validity_days == 0 || validity_days > 3650 {
+        return Err("--kubelet-cert-validity: want 1 to 3650 days".into());
+    }
+    let key_path = pki_dir.join("ca.key");
+    let key = match read_bounded_text(&key_path, MAX_CONFIG_FILE_BYTES) {
+        Ok(key) => key,
+        Err(e) => {
+            log::warn!(
+                "kubelet certificates cannot be signed ({e}): joining nodes that ask for one are refused"
+            );
+            return Ok(None);
+        }
+    };
+    let cert = std::str::from_utf8(ca_cert)
+        .map_err(|_| format!("--kubernetes-ca {}: not PEM", ca_path.display()))?;
+    let validity = std::time::Duration::from_secs(validity_days as u64 * 24 * 3600);
+    KubeletCertSigner::new(cert, &key, validity)
+        .map(Some)
+        .map_err(|e| format!("{} with {}: {e}", ca_path.display(), key_path.display()))
 }
 
 #[cfg(test)]

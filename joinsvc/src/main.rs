@@ -121,9 +121,16 @@ const CMD: Command = Command {
         Opt::value(
             "pki-dir",
             "DIR",
-            "Kubernetes PKI sent to joining control-plane nodes",
+            "Kubernetes PKI sent to joining control-plane nodes; its ca.key signs the kubelet \
+             certificates nodes ask for (with the --kubernetes-ca certificate)",
         )
         .default("/etc/kubernetes/pki"),
+        Opt::value(
+            "kubelet-cert-validity",
+            "DAYS",
+            "How long a kubelet serving certificate signed for a joining node is valid",
+        )
+        .default("365"),
         Opt::value(
             "kube-api",
             "URL",

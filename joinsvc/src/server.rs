@@ -20,7 +20,9 @@ pub fn ticket_status(e: &TicketError) -> Status {
     let code = match e {
         TicketError::InvalidRequest(_) => Code::InvalidArgument,
         TicketError::Token(_) => Code::Unavailable,
-        TicketError::ControlPlaneFiles(_) => Code::FailedPrecondition,
+        TicketError::ControlPlaneFiles(_) | TicketError::KubeletCertUnavailable => {
+            Code::FailedPrecondition
+        }
     };
     Status::new(code, e.to_string())
 }
@@ -178,6 +180,7 @@ mod tests {
             discovery_token_ca_cert_hash: "sha256:00".into(),
             kubernetes_version: "v1.31.1".into(),
             pki_dir: "/nonexistent".into(),
+            kubelet_cert_signer: None,
         };
         router(
             Arc::new(TicketService::new(config, Arc::new(NoTokens))),

@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use confboot::cluster::kubelet_cert::{KubeletCertSigner, KubeletCsr};
 use confboot::fs::read_bounded;
 use confboot::kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
@@ -17,7 +18,7 @@ use confboot_proto::join::{
 use crate::token::{TokenError, TokenIssuer};
 
 /// Largest certificate request accepted.
-pub const MAX_CSR_BYTES: usize = 16 * 1024;
+pub const MAX_CSR_BYTES: usize = confboot::cluster::kubelet_cert::MAX_KUBELET_CSR_BYTES;
 /// Largest host public key accepted.
 pub const MAX_HOST_KEY_BYTES: usize = 1024;
 /// Largest control-plane file sent.
@@ -49,6 +50,9 @@ pub struct TicketConfig {
     pub kubernetes_version: String,
     /// Where the Kubernetes PKI lives (for control-plane joins).
     pub pki_dir: PathBuf,
+    /// Signs the kubelet certificates nodes ask for; `None`: the cluster
+    /// CA's key is not here, and such requests are refused.
+    pub kubelet_cert_signer: Option<KubeletCertSigner>,
 }
 
 /// Why no ticket was issued.
@@ -60,6 +64,8 @@ pub enum TicketError {
     Token(TokenError),
     /// The files for a control-plane join could not be read.
     ControlPlaneFiles(String),
+    /// A kubelet certificate was asked for and cannot be signed here.
+    KubeletCertUnavailable,
 }
 
 impl fmt::Display for TicketError {
@@ -68,6 +74,9 @@ impl fmt::Display for TicketError {
             TicketError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
             TicketError::Token(e) => write!(f, "cannot create a bootstrap token: {e}"),
             TicketError::ControlPlaneFiles(m) => write!(f, "cannot read control-plane files: {m}"),
+            TicketError::KubeletCertUnavailable => f.write_str(
+                "this join service cannot sign kubelet certificates (no cluster CA key)",
+            ),
         }
     }
 }
@@ -79,6 +88,7 @@ impl TicketError {
             TicketError::InvalidRequest(_) => "invalid_request",
             TicketError::Token(_) => "token",
             TicketError::ControlPlaneFiles(_) => "control_plane_files",
+            TicketError::KubeletCertUnavailable => "kubelet_cert",
         }
     }
 }
@@ -127,6 +137,28 @@ impl TicketService {
                 "host_public_key over {MAX_HOST_KEY_BYTES} bytes"
             )));
         }
+        // The CSR is checked and signed before a token is made: a refused
+        // request leaves nothing behind in the API server.
+        let kubelet_cert = if req.certificate_request.is_empty() {
+            Vec::new()
+        } else {
+            let csr = KubeletCsr::parse(&req.certificate_request)
+                .map_err(|e| TicketError::InvalidRequest(e.to_string()))?;
+            let signer = self
+                .config
+                .kubelet_cert_signer
+                .as_ref()
+                .ok_or(TicketError::KubeletCertUnavailable)?;
+            let cert = signer
+                .sign_checked(&csr, std::time::SystemTime::now())
+                .map_err(|e| TicketError::InvalidRequest(e.to_string()))?;
+            log::debug!(
+                "kubelet certificate signed for node {} ({} IPs)",
+                csr.node_name,
+                csr.ips.len()
+            );
+            cert
+        };
         let control_plane_files = if req.is_control_plane {
             read_control_plane_files(&self.config.pki_dir)?
         } else {
@@ -142,7 +174,7 @@ impl TicketService {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
             measurement_salt: self.config.measurement_salt.clone(),
             measurement_secret: self.measurement_secret.expose().to_vec(),
-            kubelet_cert: Vec::new(),
+            kubelet_cert,
             api_server_endpoint: self.config.api_server_endpoint.clone(),
             token: token.to_token_string().to_string(),
             discovery_token_ca_cert_hash: self.config.discovery_token_ca_cert_hash.clone(),
@@ -238,8 +270,63 @@ mod tests {
             discovery_token_ca_cert_hash: "sha256:00".into(),
             kubernetes_version: "v1.31.1".into(),
             pki_dir,
+            kubelet_cert_signer: Some(test_signer()),
         };
         (TicketService::new(config, tokens.clone()), tokens)
+    }
+
+    fn test_signer() -> KubeletCertSigner {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::default();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&key).unwrap();
+        KubeletCertSigner::new(
+            &ca.pem(),
+            &key.serialize_pem(),
+            confboot::cluster::kubelet_cert::DEFAULT_KUBELET_CERT_VALIDITY,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_nodes_kubelet_csr_is_signed_and_a_bad_one_refused_before_any_token() {
+        use confboot::cluster::kubelet_cert::{check_kubelet_cert, new_kubelet_key_and_csr};
+        let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
+        let (_, csr) =
+            new_kubelet_key_and_csr("worker-1", &["10.0.2.15".parse().unwrap()]).unwrap();
+        let t = s
+            .issue_join_ticket(&IssueJoinTicketRequest {
+                certificate_request: csr.clone(),
+                ..request(UUID, false)
+            })
+            .unwrap();
+        check_kubelet_cert(&t.kubelet_cert, &csr).unwrap();
+        assert_eq!(*tokens.calls.lock().unwrap(), 1);
+        // No CSR, no certificate.
+        let t = s.issue_join_ticket(&request(UUID, false)).unwrap();
+        assert!(t.kubelet_cert.is_empty());
+        // A malformed CSR is the caller's error; nothing is made.
+        let mut bad = csr.clone();
+        bad[40] ^= 1;
+        let e = s
+            .issue_join_ticket(&IssueJoinTicketRequest {
+                certificate_request: bad,
+                ..request(UUID, false)
+            })
+            .unwrap_err();
+        assert!(matches!(e, TicketError::InvalidRequest(_)), "{e}");
+        assert_eq!(*tokens.calls.lock().unwrap(), 2);
+        // Without the CA key, a CSR cannot be served.
+        let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
+        s.config.kubelet_cert_signer = None;
+        let e = s
+            .issue_join_ticket(&IssueJoinTicketRequest {
+                certificate_request: csr,
+                ..request(UUID, false)
+            })
+            .unwrap_err();
+        assert!(matches!(e, TicketError::KubeletCertUnavailable), "{e}");
+        assert_eq!(*tokens.calls.lock().unwrap(), 0);
     }
 
     fn request(uuid: &str, control_plane: bool) -> IssueJoinTicketRequest {

@@ -208,6 +208,8 @@ pub struct Joinsvc {
     pub rpc_addr: SocketAddr,
     /// The health/metrics address.
     pub http_addr: SocketAddr,
+    /// The cluster CA certificate (PEM) it signs kubelet certificates with.
+    pub ca_cert_path: PathBuf,
     policy_path: PathBuf,
     /// The binary and its arguments, to start it again ([`Joinsvc::restart`]).
     command: (PathBuf, Vec<std::ffi::OsString>),
@@ -262,8 +264,20 @@ impl Joinsvc {
             .map(|k| confboot::hex::encode(k))
             .collect();
         std::fs::write(p("pinned-aks"), pinned.join("\n")).unwrap();
-        let ca = rcgen::generate_simple_self_signed(vec!["kubernetes".to_string()]).unwrap();
-        std::fs::write(p("ca.crt"), ca.cert.pem()).unwrap();
+        // The cluster CA: its certificate for the discovery hash, its key
+        // (in the PKI directory, as on a control plane) for kubelet
+        // certificates.
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::default();
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        std::fs::write(p("ca.crt"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
+        std::fs::write(p("ca.key"), ca_key.serialize_pem()).unwrap();
         let kube = KubeApiDouble::start(KUBE_TOKEN);
         std::fs::write(p("kube-ca.crt"), kube.ca_pem()).unwrap();
         std::fs::write(p("kube-token"), KUBE_TOKEN).unwrap();
@@ -301,6 +315,7 @@ impl Joinsvc {
             process,
             rpc_addr,
             http_addr,
+            ca_cert_path: p("ca.crt"),
             policy_path: p("policy.json"),
             command: (binary.to_path_buf(), args),
             dir,
@@ -470,6 +485,7 @@ pub struct NodeDir {
     dir: TempDir,
     bootstrapper: PathBuf,
     joinsvc_ak_trust: Option<String>,
+    node_name: String,
 }
 
 impl NodeDir {
@@ -481,11 +497,15 @@ impl NodeDir {
         // A sparse 32 MiB blank disk.
         let disk = std::fs::File::create(dir.path().join("disk.img")).unwrap();
         disk.set_len(32 << 20).unwrap();
-        // The kubeadm double.
+        // The kubeadm double; on join it also records whether the kubelet's
+        // certificate and key are installed, as the kubelet needs them.
         let script = format!(
-            "#!/bin/sh\necho \"$@\" >> {log}\ncase \"$1\" in init) printf 'apiVersion: v1\\nkind: Config\\nclusters: []\\n' > {admin} ;; esac\necho \"kubeadm double: $1 done\"\n",
+            "#!/bin/sh\necho \"$@\" >> {log}\ncase \"$1\" in init) printf 'apiVersion: v1\\nkind: Config\\nclusters: []\\n' > {admin} ;; \
+             join) [ -s {kubelet}/kubelet.crt ] && [ -s {kubelet}/kubelet.key ] && echo 'kubelet certificate installed' >> {log} ;; esac\n\
+             echo \"kubeadm double: $1 done\"\n",
             log = dir.path().join("kubeadm.log").display(),
-            admin = dir.path().join("kubernetes/admin.conf").display()
+            admin = dir.path().join("kubernetes/admin.conf").display(),
+            kubelet = dir.path().join("kubelet/pki").display(),
         );
         let kubeadm = dir.path().join("kubeadm");
         std::fs::write(&kubeadm, script).unwrap();
@@ -498,6 +518,11 @@ impl NodeDir {
             dir,
             bootstrapper: bootstrapper.to_path_buf(),
             joinsvc_ak_trust: None,
+            node_name: name
+                .to_ascii_lowercase()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                .collect(),
         }
     }
 
@@ -539,6 +564,8 @@ impl NodeDir {
         cmd.arg("--pki-dir").arg(self.p("kubernetes/pki"));
         cmd.arg("--admin-kubeconfig")
             .arg(self.p("kubernetes/admin.conf"));
+        cmd.arg("--node-name").arg(&self.node_name);
+        cmd.arg("--kubelet-cert-dir").arg(self.p("kubelet/pki"));
         if let Some(trust) = &self.joinsvc_ak_trust {
             cmd.arg("--joinsvc-ak-trust").arg(trust);
         }
