@@ -77,6 +77,11 @@ pub enum Luks2Error {
         /// at the offsets where it may be).
         secondary: HeaderFault,
     },
+    /// The primary header has the LUKS magic but announces another version
+    /// than 2: not read, and no fall back to the secondary (cryptsetup does
+    /// not fall back either; a LUKS1 header is recognised by
+    /// [`super::probe`], not read).
+    Version(u16),
     /// The JSON metadata is malformed or breaks a bound (a field path and
     /// what is wrong with it).
     Metadata {
@@ -194,6 +199,7 @@ impl fmt::Display for Luks2Error {
                 f,
                 "no valid LUKS2 header (primary: {primary}; secondary: {secondary})"
             ),
+            Luks2Error::Version(v) => write!(f, "LUKS version {v}, not 2"),
             Luks2Error::Metadata { field, problem } => {
                 write!(f, "LUKS2 metadata {field}: {problem}")
             }

@@ -4,7 +4,8 @@
 //! Choice (cryptsetup 2.6's, checked against it by the interop tests): the
 //! primary at 0; the secondary at the primary's header size, or, when the
 //! primary is not valid, at the first of the LUKS2 header sizes where a
-//! valid secondary is found. A copy is valid when its binary header and
+//! valid secondary is found. A primary with the LUKS magic and another
+//! version than 2 ends the search: an error, as in cryptsetup. A copy is valid when its binary header and
 //! checksum are and its JSON parses within the bounds. Both valid: the one
 //! with the higher `seqid` (the primary on a tie). One valid: that one, and
 //! the other is to be rewritten from it ([`Health`]). None valid: an error;
@@ -13,7 +14,7 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use super::binary::{self, BINARY_SIZE, BinaryHeader, HEADER_SIZES};
-use super::error::{HeaderCopy, HeaderFault, Luks2Error};
+use super::error::{BinaryFault, HeaderCopy, HeaderFault, Luks2Error};
 use super::metadata::Metadata;
 
 /// A header: the binary fields and the JSON metadata (the same in both
@@ -99,6 +100,9 @@ fn read_copy(
 pub fn read(dev: &mut (impl Read + Seek)) -> Result<(Header, Health), Luks2Error> {
     let size = device_size(dev)?;
     let primary = read_copy(dev, HeaderCopy::Primary, 0, size)?;
+    if let Err(HeaderFault::Binary(BinaryFault::Version(v))) = primary {
+        return Err(Luks2Error::Version(v));
+    }
     let secondary = match &primary {
         Ok(p) => read_copy(dev, HeaderCopy::Secondary, p.binary.hdr_size, size)?,
         Err(_) => {
@@ -110,8 +114,7 @@ pub fn read(dev: &mut (impl Read + Seek)) -> Result<(Header, Health), Luks2Error
                         found = Some(h);
                         break;
                     }
-                    Err(HeaderFault::Binary(super::error::BinaryFault::Magic))
-                    | Err(HeaderFault::Absent) => {}
+                    Err(HeaderFault::Binary(BinaryFault::Magic)) | Err(HeaderFault::Absent) => {}
                     Err(f) => {
                         first_fault.get_or_insert(f);
                     }

@@ -59,6 +59,7 @@ pub fn probe(path: &Path) -> Result<DiskState, DiskError> {
         Err(Luks2Error::NoValidHeader { primary, secondary }) => Some(format!(
             "a LUKS2 header with no valid copy (primary: {primary}; secondary: {secondary})"
         )),
+        Err(Luks2Error::Version(v)) => Some(format!("a LUKS header of version {v}")),
         Err(Luks2Error::Io(m)) => return Err(DiskError::Io(format!("{}: {m}", path.display()))),
         Err(e) => return Err(DiskError::Io(format!("{}: {e}", path.display()))),
     };
