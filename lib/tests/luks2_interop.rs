@@ -14,9 +14,10 @@ use std::process::{Command, Output, Stdio};
 
 use confboot::disk::cryptsetup::{HeaderMetadata, SALT_TOKEN_TYPE};
 use confboot::disk::luks2::{
-    FormatOptions, HeaderCopy, Health, KdfChoice, KdfLimits, Luks2, Luks2Error, probe,
+    FormatOptions, HeaderCopy, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
 };
-use confboot::disk::{CryptsetupBackend, DiskBackend, DiskState};
+use confboot::disk::{CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, StateDisk};
+use confboot::kms::SecretBytes;
 use confboot_tests::TempDir;
 use serde_json::{Value, json};
 
@@ -589,4 +590,82 @@ fn host_chosen_costs_and_counts_are_refused_not_run() {
         Err(Luks2Error::CostTooHigh { .. })
     ));
     let _ = HeaderCopy::Primary;
+}
+
+/// The state disk's decisions on the pure-Rust backend, and each backend
+/// opening what the other formatted, with the node's key meaning and tokens.
+#[test]
+fn state_disk_backends_open_what_the_other_wrote() {
+    let dir = TempDir::new("luks2-backends");
+    let key = SecretBytes::new(node_key(9));
+    let wrong = SecretBytes::new(node_key(10));
+    let k = || Ok(SecretBytes::new(node_key(9)));
+    let salt = vec![0x5a; 32];
+    let uuid = "0a1b2c3d-0000-4000-8000-0000000000b1";
+
+    // Ours formats through StateDisk; cryptsetup opens and reads the tokens.
+    let image = blank_image(&dir, "ours.img");
+    let mut disk = StateDisk::new(Luks2Backend::header_only(&image));
+    assert_eq!(disk.state().unwrap(), DiskState::Blank);
+    let action = disk.format_or_open(uuid, |_| k()).unwrap();
+    assert_eq!(action, DiskAction::Formatted { uuid: uuid.into() });
+    disk.store_measurement_salt(&salt).unwrap();
+    disk.record_bootstrapped().unwrap();
+    let theirs = CryptsetupBackend::header_only(&image);
+    theirs.check_key(&key).unwrap();
+    assert_eq!(theirs.check_key(&wrong), Err(DiskError::WrongKey));
+    assert_eq!(theirs.measurement_salt().unwrap(), Some(salt.clone()));
+    assert!(theirs.bootstrapped().unwrap());
+    // Reopened, never reformatted; a wrong key is an error.
+    let again = disk.format_or_open("0a1b2c3d-0000-4000-8000-0000000000b2", |u| {
+        assert_eq!(u, uuid);
+        k()
+    });
+    assert_eq!(again.unwrap(), DiskAction::Opened { uuid: uuid.into() });
+    assert_eq!(
+        disk.format_or_open(uuid, |_| Ok(SecretBytes::new(node_key(10)))),
+        Err(DiskError::WrongKey)
+    );
+
+    // cryptsetup formats through StateDisk; ours opens and reads the tokens.
+    let image = blank_image(&dir, "theirs.img");
+    let mut disk = StateDisk::new(CryptsetupBackend::header_only(&image));
+    disk.format_or_open(uuid, |_| k()).unwrap();
+    disk.store_measurement_salt(&salt).unwrap();
+    let mut backend = disk.into_backend();
+    backend.record_filesystem("ext4").unwrap();
+    let mut ours = StateDisk::new(Luks2Backend::header_only(&image));
+    assert_eq!(
+        ours.format_or_open(uuid, |_| k()).unwrap(),
+        DiskAction::Opened { uuid: uuid.into() }
+    );
+    assert_eq!(ours.measurement_salt().unwrap(), salt);
+    assert_eq!(
+        ours.backend().filesystem().unwrap().as_deref(),
+        Some("ext4")
+    );
+    ours.store_measurement_salt(&[0x6b; 32]).unwrap();
+    assert_eq!(
+        CryptsetupBackend::header_only(&image)
+            .measurement_salt()
+            .unwrap(),
+        Some(vec![0x6b; 32])
+    );
+
+    // Neither blank nor LUKS: refused by both the same way.
+    let image = blank_image(&dir, "other.img");
+    let mut f = OpenOptions::new().write(true).open(&image).unwrap();
+    f.seek(SeekFrom::Start(1 << 20)).unwrap();
+    f.write_all(b"data").unwrap();
+    let mut ours = StateDisk::new(Luks2Backend::header_only(&image));
+    assert!(matches!(
+        ours.format_or_open(uuid, |_| k()),
+        Err(DiskError::Unrecognized { .. })
+    ));
+    assert_eq!(
+        ours.state().unwrap(),
+        StateDisk::new(CryptsetupBackend::header_only(&image))
+            .state()
+            .unwrap()
+    );
 }

@@ -57,6 +57,7 @@ use serde_json::{Map, Value};
 
 pub mod af;
 pub mod area;
+pub mod backend;
 pub mod binary;
 pub mod digest;
 pub mod error;
@@ -69,6 +70,7 @@ pub mod probe;
 pub mod secret;
 pub mod unlock;
 
+pub use backend::Luks2Backend;
 pub use error::{BinaryFault, HeaderCopy, HeaderFault, Luks2Error, MetadataProblem};
 pub use format::{FormatOptions, KdfChoice};
 pub use header::{Header, Health};
