@@ -14,7 +14,7 @@ use std::process::{Command, Output, Stdio};
 
 use confboot::disk::cryptsetup::{HeaderMetadata, SALT_TOKEN_TYPE};
 use confboot::disk::luks2::{
-    FormatOptions, HeaderCopy, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
+    FormatOptions, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
 };
 use confboot::disk::{CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, StateDisk};
 use confboot::kms::SecretBytes;
@@ -361,6 +361,9 @@ fn edit_json(img: &mut [u8], at: usize, f: impl Fn(&mut Value)) {
 
 type Corruption = (&'static str, fn(&mut Vec<u8>));
 
+/// A named edit of a header's JSON.
+type JsonEdit = (&'static str, fn(&mut Value));
+
 const P: usize = 0;
 const S: usize = HDR;
 
@@ -537,7 +540,7 @@ fn host_chosen_costs_and_counts_are_refused_not_run() {
     let image = blank_image(&dir, "disk.img");
     Luks2::format(&image, &key, &options(cheap_argon2id())).unwrap();
     let clean = header_region(&image);
-    let cases: Vec<(&str, fn(&mut Value))> = vec![
+    let cases: Vec<JsonEdit> = vec![
         ("argon2 4 GiB", |v| {
             v["keyslots"]["0"]["kdf"]["memory"] = (4u64 << 20).into()
         }),
@@ -589,7 +592,6 @@ fn host_chosen_costs_and_counts_are_refused_not_run() {
         Luks2::read(&image).unwrap().with_limits(tiny).unlock(&key),
         Err(Luks2Error::CostTooHigh { .. })
     ));
-    let _ = HeaderCopy::Primary;
 }
 
 /// The state disk's decisions on the pure-Rust backend, and each backend

@@ -44,7 +44,7 @@ pub enum Direction {
 /// En- or decrypts `data` (a whole number of sectors) in place with `key`
 /// (32 or 64 bytes, checked by [`check`]).
 pub fn crypt(key: &[u8], data: &mut [u8], direction: Direction) -> Result<(), Luks2Error> {
-    if data.len() % AREA_SECTOR != 0 {
+    if !data.len().is_multiple_of(AREA_SECTOR) {
         return Err(Luks2Error::InvalidOption(
             "key-slot area is not whole sectors".into(),
         ));

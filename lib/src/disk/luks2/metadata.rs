@@ -185,11 +185,11 @@ pub fn parse_id(s: &str) -> Option<u32> {
     (n < MAX_ENTRIES as u64 && n.to_string() == s).then_some(n as u32)
 }
 
+/// An entry of an id-keyed object: its id and its object.
+type Entry<'a> = (u32, &'a Map<String, Value>);
+
 /// The entries of one of the root's id-keyed objects, bounded.
-fn entries<'a>(
-    root: &'a Map<String, Value>,
-    key: &str,
-) -> Result<Vec<(u32, &'a Map<String, Value>)>, Luks2Error> {
+fn entries<'a>(root: &'a Map<String, Value>, key: &str) -> Result<Vec<Entry<'a>>, Luks2Error> {
     let m = obj(get(root, key, "")?, key)?;
     if m.len() > MAX_ENTRIES {
         return Err(meta(key, P::TooMany));
@@ -313,7 +313,7 @@ fn parse_keyslot(id: u32, m: &Map<String, Value>) -> Result<Option<Keyslot>, Luk
         area_key_size,
         kdf,
     };
-    if slot.area_offset % AREA_ALIGN != 0 || slot.area_size % AREA_ALIGN != 0 {
+    if !slot.area_offset.is_multiple_of(AREA_ALIGN) || !slot.area_size.is_multiple_of(AREA_ALIGN) {
         return Err(meta(area_field, P::Alignment));
     }
     if (slot.material_len() as u64) > slot.area_size {
@@ -340,7 +340,7 @@ fn parse_segment(id: u32, m: &Map<String, Value>) -> Result<Segment, Luks2Error>
         return Err(meta(format!("{field}.sector_size"), P::Range));
     }
     let offset = u64_string(m, "offset", &field)?;
-    if offset % sector_size as u64 != 0 {
+    if !offset.is_multiple_of(sector_size as u64) {
         return Err(meta(format!("{field}.offset"), P::Alignment));
     }
     Ok(Segment {
@@ -421,7 +421,7 @@ impl Metadata {
             return Err(meta("config.json_size", P::Range));
         }
         let keyslots_size = u64_string(config, "keyslots_size", "config")?;
-        if keyslots_size % AREA_ALIGN != 0 {
+        if !keyslots_size.is_multiple_of(AREA_ALIGN) {
             return Err(meta("config.keyslots_size", P::Alignment));
         }
         let region_start = 2 * hdr_size;
