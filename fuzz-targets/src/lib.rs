@@ -844,13 +844,13 @@ impl std::io::Read for ZeroPadded<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let left = self.len.saturating_sub(self.pos);
         let n = (buf.len() as u64).min(left) as usize;
-        for (i, b) in buf[..n].iter_mut().enumerate() {
-            *b = usize::try_from(self.pos + i as u64)
-                .ok()
-                .and_then(|at| self.data.get(at))
-                .copied()
-                .unwrap_or(0);
-        }
+        let from_data = usize::try_from(self.pos)
+            .ok()
+            .and_then(|at| self.data.get(at..))
+            .unwrap_or_default();
+        let copied = from_data.len().min(n);
+        buf[..copied].copy_from_slice(&from_data[..copied]);
+        buf[copied..n].fill(0);
         self.pos += n as u64;
         Ok(n)
     }
