@@ -880,6 +880,26 @@ pub const LUKS2_FUZZ_PASSPHRASE: &[u8] = b"fuzz-passphrase";
 /// and never runs a KDF above the limits.
 pub fn luks2_header(data: &[u8]) {
     let _ = luks2_header_outcome(data);
+    // The same input with the primary's checksum made right (as the host
+    // can): mutations then reach the JSON checks, not only the checksum.
+    if let Some(fixed) = luks2_with_checksum(data) {
+        let _ = luks2_header_outcome(&fixed);
+    }
+}
+
+/// `data` zero-padded to a 16 KiB primary header area with its checksum
+/// recomputed, if it starts with a primary binary header of that size.
+pub fn luks2_with_checksum(data: &[u8]) -> Option<Vec<u8>> {
+    use confboot::disk::luks2::{HeaderCopy, binary};
+    const SIZE: usize = 16 << 10;
+    if binary::announced_size(data, HeaderCopy::Primary) != Ok(SIZE as u64) || data.len() > SIZE {
+        return None;
+    }
+    let mut area = data.to_vec();
+    area.resize(SIZE, 0);
+    let sum = binary::checksum(&area);
+    area[448..480].copy_from_slice(&sum);
+    Some(area)
 }
 
 /// What [`luks2_header`] made of `data`: `None` if no header copy is

@@ -196,6 +196,19 @@ fn headers_cryptsetup_writes_unlock_to_the_volume_key_it_dumps() {
                 "1",
             ][..],
         ),
+        (
+            "argon2i",
+            &[
+                "--pbkdf",
+                "argon2i",
+                "--pbkdf-force-iterations",
+                "4",
+                "--pbkdf-memory",
+                "2048",
+                "--pbkdf-parallel",
+                "2",
+            ][..],
+        ),
     ] {
         let image = blank_image(&dir, &format!("{name}.img"));
         let mut args = vec!["luksFormat", "--type", "luks2", "--batch-mode"];
@@ -475,6 +488,12 @@ fn damaged_headers_get_cryptsetups_verdict() {
         let dump = cryptsetup(&["luksDump", s(&theirs)], None);
         let they_accept = dump.status.success();
         let they_repaired = header_region(&theirs) != bytes;
+        // What the cryptsetup backend makes of it (on a third copy: it
+        // repairs as it reads).
+        let oracle = dir.path().join("oracle.img");
+        fs::copy(&template, &oracle).unwrap();
+        write_header_region(&oracle, &bytes);
+        let their_state = CryptsetupBackend::header_only(&oracle).inspect().unwrap();
         let read = Luks2::read(&ours);
         let we_accept = read.is_ok();
         let we_repair = matches!(&read, Ok(d) if d.health() != &Health::Consistent);
@@ -486,6 +505,11 @@ fn damaged_headers_get_cryptsetups_verdict() {
             continue;
         }
         let state = probe(&ours).unwrap();
+        assert_eq!(
+            std::mem::discriminant(&state),
+            std::mem::discriminant(&their_state),
+            "{name}: {state:?} vs {their_state:?}"
+        );
         match read {
             Ok(mut disk) => {
                 assert_eq!(
@@ -652,6 +676,31 @@ fn state_disk_backends_open_what_the_other_wrote() {
             .measurement_salt()
             .unwrap(),
         Some(vec![0x6b; 32])
+    );
+
+    // LUKS1 is LUKS: recognised, never formatted.
+    let image = blank_image(&dir, "luks1.img");
+    let kf = key_file(&dir, "key9", &node_key(9));
+    ok(&[
+        "luksFormat",
+        "--type",
+        "luks1",
+        "--batch-mode",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+        s(&kf),
+        s(&image),
+    ]);
+    let theirs = CryptsetupBackend::header_only(&image).inspect().unwrap();
+    assert!(matches!(theirs, DiskState::Luks { .. }));
+    assert_eq!(probe(&image).unwrap(), theirs);
+    let DiskState::Luks { uuid: luks1_uuid } = theirs else {
+        unreachable!()
+    };
+    assert_eq!(
+        Luks2::format(&image, &node_key(9), &FormatOptions::default()).unwrap_err(),
+        Luks2Error::AlreadyLuks { uuid: luks1_uuid }
     );
 
     // Neither blank nor LUKS: refused by both the same way.

@@ -94,7 +94,11 @@ pub fn magic_version(bytes: &[u8]) -> Option<(HeaderCopy, u16)> {
 
 /// The header size a binary header at `offset` announces, once its magic,
 /// version and size are checked (what is needed to know how much to read).
+/// `binary` shorter than [`BINARY_SIZE`] is refused as a bad size.
 pub fn announced_size(binary: &[u8], copy: HeaderCopy) -> Result<u64, BinaryFault> {
+    if binary.len() < BINARY_SIZE {
+        return Err(BinaryFault::HeaderSize(binary.len() as u64));
+    }
     match magic_version(binary) {
         Some((c, 2)) if c == copy => {}
         Some((c, v)) if c == copy => return Err(BinaryFault::Version(v)),
@@ -107,8 +111,9 @@ pub fn announced_size(binary: &[u8], copy: HeaderCopy) -> Result<u64, BinaryFaul
     Ok(size)
 }
 
-/// SHA-256 over the header area with the checksum field zeroed.
-fn checksum(area: &[u8]) -> [u8; 32] {
+/// SHA-256 over a header area (`hdr_size` bytes) with its checksum field
+/// zeroed: what the checksum field must hold.
+pub fn checksum(area: &[u8]) -> [u8; 32] {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(&area[..CSUM.start]);
     ctx.update(&[0u8; 64]);
