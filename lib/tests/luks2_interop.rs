@@ -421,6 +421,11 @@ fn corruptions() -> Vec<Corruption> {
             b[S + 23] = b[S + 23].wrapping_add(1);
             rechecksum(b, S)
         }),
+        ("secondary other tokens, same seqid, rechecksummed", |b| {
+            edit_json(b, S, |v| {
+                v["tokens"]["0"] = json!({"type": "secondary-only", "keyslots": []})
+            })
+        }),
         ("both json bytes", |b| {
             b[P + 4096 + 10] ^= 1;
             b[S + 4096 + 10] ^= 1
@@ -520,6 +525,12 @@ fn damaged_headers_get_cryptsetups_verdict() {
                     "{name}"
                 );
                 assert_eq!(disk.unlock(&key).unwrap().expose(), vk.expose(), "{name}");
+                // The same copy chosen: the same metadata as cryptsetup's.
+                let their_json: Value =
+                    serde_json::from_str(&ok(&["luksDump", "--dump-json-metadata", s(&theirs)]))
+                        .unwrap();
+                let our_json: Value = serde_json::from_str(&disk.metadata_json()).unwrap();
+                assert_eq!(our_json, their_json, "{name}");
                 if we_repair {
                     disk.repair().unwrap();
                     let repaired = header_region(&ours);
