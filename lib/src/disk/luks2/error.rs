@@ -80,7 +80,7 @@ pub enum Luks2Error {
     /// The primary header has the LUKS magic but announces another version
     /// than 2: not read, and no fall back to the secondary (cryptsetup does
     /// not fall back either; a LUKS1 header is recognised by
-    /// [`super::probe`], not read).
+    /// [`super::probe()`], not read).
     Version(u16),
     /// The JSON metadata is malformed or breaks a bound (a field path and
     /// what is wrong with it).

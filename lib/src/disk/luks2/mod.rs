@@ -28,7 +28,7 @@
 //! - the KDF costs are bounded before anything runs ([`KdfLimits`]): a
 //!   header asking for 4 GiB of Argon2 memory or 10^9 PBKDF2 iterations is
 //!   refused, not run;
-//! - a damaged header is an error, never a blank disk ([`probe`]): the
+//! - a damaged header is an error, never a blank disk ([`probe()`]): the
 //!   never-format rules of [`crate::disk::StateDisk`] keep holding;
 //! - the volume key and every key derived on the way are zeroized when
 //!   dropped and never printed ([`Secret`]); errors are typed

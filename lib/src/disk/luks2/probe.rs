@@ -1,5 +1,5 @@
 //! What a device holds, with the same answers as
-//! [`crate::disk::cryptsetup::CryptsetupBackend::inspect`] (cryptsetup's
+//! `CryptsetupBackend::inspect` ([`crate::disk::DiskBackend::inspect`]) (cryptsetup's
 //! `isLuks`, then [`is_blank`]): a LUKS1 header, or a LUKS2 header with a
 //! valid copy, is [`DiskState::Luks`]; anything else is blank only if it
 //! reads as zeros where headers live. A LUKS2 header whose copies are both
