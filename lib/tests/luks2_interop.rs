@@ -731,3 +731,65 @@ fn state_disk_backends_open_what_the_other_wrote() {
             .unwrap()
     );
 }
+
+/// The unlock time of a cryptsetup-written Argon2id header (4 passes,
+/// 64 MiB, 1 lane), ours against `cryptsetup open --test-passphrase`;
+/// ignored (a measurement, meaningful in release):
+/// `cargo test --release -p confboot --test luks2_interop -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: run in release"]
+fn unlock_time_against_cryptsetup() {
+    let dir = TempDir::new("luks2-time");
+    let key = node_key(11);
+    let kf = key_file(&dir, "key", &key);
+    let image = blank_image(&dir, "disk.img");
+    ok(&[
+        "luksFormat",
+        "--type",
+        "luks2",
+        "--batch-mode",
+        "--pbkdf",
+        "argon2id",
+        "--pbkdf-force-iterations",
+        "4",
+        "--pbkdf-memory",
+        "65536",
+        "--pbkdf-parallel",
+        "1",
+        "--key-file",
+        s(&kf),
+        s(&image),
+    ]);
+    let median = |mut v: Vec<std::time::Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let disk = Luks2::read(&image).unwrap();
+    let ours = median(
+        (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let vk = disk.unlock(&key).unwrap();
+                let d = t.elapsed();
+                assert_eq!(vk.len(), 64);
+                d
+            })
+            .collect(),
+    );
+    let theirs = median(
+        (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                assert_eq!(test_passphrase(&image, &kf), Some(0));
+                t.elapsed()
+            })
+            .collect(),
+    );
+    assert_eq!(
+        disk.unlock(&key).unwrap().expose(),
+        dumped_volume_key(&image, &kf)
+    );
+    eprintln!(
+        "argon2id t=4 m=64MiB p=1 unlock: ours {ours:?}, cryptsetup --test-passphrase {theirs:?}"
+    );
+}
