@@ -94,6 +94,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("init_secret_hash", init_secret_hash),
     ("master_secret_file", master_secret_file),
     ("luks2_metadata", luks2_metadata),
+    ("luks2_header", luks2_header),
     ("tpm_event_log", tpm_event_log),
     ("tpm_event_list", tpm_event_list),
     ("kernel_image", kernel_image),
@@ -900,6 +901,142 @@ pub fn luks2_metadata(data: &[u8]) {
     if let Ok(Some(fs)) = disk.backend().filesystem() {
         assert!(fs.len() <= data.len());
     }
+}
+
+/// A device for [`luks2_header`]: the input at its start, zeros after it,
+/// [`LUKS2_DEVICE_SIZE`] bytes in all (without allocating them).
+struct ZeroPadded<'a> {
+    data: &'a [u8],
+    len: u64,
+    pos: u64,
+}
+
+/// The size of [`luks2_header`]'s device: room for cryptsetup's default
+/// layout (16 MiB of headers and key slots) and a little data.
+pub const LUKS2_DEVICE_SIZE: u64 = (16 << 20) + (1 << 20);
+
+impl std::io::Read for ZeroPadded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.len.saturating_sub(self.pos);
+        let n = (buf.len() as u64).min(left) as usize;
+        let from_data = usize::try_from(self.pos)
+            .ok()
+            .and_then(|at| self.data.get(at..))
+            .unwrap_or_default();
+        let copied = from_data.len().min(n);
+        buf[..copied].copy_from_slice(&from_data[..copied]);
+        buf[copied..n].fill(0);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for ZeroPadded<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.pos = match to {
+            std::io::SeekFrom::Start(p) => p,
+            std::io::SeekFrom::End(d) => self.len.saturating_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.saturating_add_signed(d),
+        };
+        Ok(self.pos)
+    }
+}
+
+/// The passphrase [`luks2_header`] unlocks with (its seeds were formatted
+/// with it).
+pub const LUKS2_FUZZ_PASSPHRASE: &[u8] = b"fuzz-passphrase";
+
+/// A LUKS2 device whose first bytes are the input (a header as the host
+/// may write it), read by the pure-Rust LUKS2: what parses has a UUID, at
+/// most 32 key slots, segments, digests and tokens, key-slot areas inside
+/// the device and the key-slot region; its primary copy written back
+/// reads back the same; unlocking with a fixed passphrase under tiny cost
+/// limits ends in a key of the slot's size or an error, never a panic,
+/// and never runs a KDF above the limits.
+pub fn luks2_header(data: &[u8]) {
+    let _ = luks2_header_outcome(data);
+    // The same input with the primary's checksum made right (as the host
+    // can): mutations then reach the JSON checks, not only the checksum.
+    if let Some(fixed) = luks2_with_checksum(data) {
+        let _ = luks2_header_outcome(&fixed);
+    }
+}
+
+/// `data` zero-padded to a 16 KiB primary header area with its checksum
+/// recomputed, if it starts with a primary binary header of that size.
+pub fn luks2_with_checksum(data: &[u8]) -> Option<Vec<u8>> {
+    use confboot::disk::luks2::{HeaderCopy, binary};
+    const SIZE: usize = 16 << 10;
+    if binary::announced_size(data, HeaderCopy::Primary) != Ok(SIZE as u64) || data.len() > SIZE {
+        return None;
+    }
+    let mut area = data.to_vec();
+    area.resize(SIZE, 0);
+    let sum = binary::checksum(&area);
+    area[448..480].copy_from_slice(&sum);
+    Some(area)
+}
+
+/// What [`luks2_header`] made of `data`: `None` if no header copy is
+/// valid, else the unlock's outcome (the volume key's length, or why not),
+/// after the target's checks.
+pub fn luks2_header_outcome(
+    data: &[u8],
+) -> Option<Result<usize, confboot::disk::luks2::Luks2Error>> {
+    use confboot::disk::luks2::{
+        HeaderCopy, KdfLimits, Luks2Error, binary, header, metadata, unlock,
+    };
+    let mut dev = ZeroPadded {
+        data,
+        len: LUKS2_DEVICE_SIZE,
+        pos: 0,
+    };
+    let Ok((h, _health)) = header::read(&mut dev) else {
+        return None;
+    };
+    assert!(is_uuid(&h.binary.uuid));
+    let m = &h.metadata;
+    for count in [
+        m.keyslots.len(),
+        m.segments.len(),
+        m.digests.len(),
+        m.tokens().len(),
+    ] {
+        assert!(count <= metadata::MAX_ENTRIES);
+    }
+    let region = 2 * h.binary.hdr_size..2 * h.binary.hdr_size + m.keyslots_size;
+    for k in &m.keyslots {
+        assert!(region.start <= k.area_offset && k.area_offset + k.area_size <= region.end);
+        assert!(k.area_offset + k.area_size <= LUKS2_DEVICE_SIZE);
+        assert!(k.material_len() as u64 <= k.area_size);
+    }
+    let json = m.to_text();
+    if json.len() < h.binary.hdr_size as usize - binary::BINARY_SIZE {
+        let area = binary::serialize(&h.binary, json.as_bytes(), &[0; 64], HeaderCopy::Primary, 0);
+        let again = binary::parse(&area, HeaderCopy::Primary, 0).expect("our copy parses");
+        assert_eq!(again, h.binary);
+        let meta = metadata::Metadata::parse(
+            &area[binary::BINARY_SIZE..],
+            again.hdr_size,
+            LUKS2_DEVICE_SIZE,
+        )
+        .expect("our JSON parses");
+        assert_eq!(&meta, m);
+    }
+    let limits = KdfLimits {
+        pbkdf2_iterations: 2000,
+        argon2_time: 4,
+        argon2_memory_kib: 1024,
+        argon2_cpus: 4,
+        keyslot_attempts: 2,
+    };
+    let outcome = unlock::unlock(&mut dev, &h, LUKS2_FUZZ_PASSPHRASE, &limits).map(|k| k.len());
+    match &outcome {
+        Ok(len) => assert!(m.keyslots.iter().any(|k| k.key_size == *len)),
+        Err(Luks2Error::CostTooHigh { value, limit, .. }) => assert!(value > limit),
+        Err(_) => {}
+    }
+    Some(outcome)
 }
 
 // ---- Firmware ----

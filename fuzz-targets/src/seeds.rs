@@ -575,6 +575,34 @@ fn luks2_metadata() -> Vec<Seed> {
     ]
 }
 
+/// Primary LUKS2 headers cryptsetup 2.6 wrote (their trailing zeros
+/// cut), formatted with [`crate::LUKS2_FUZZ_PASSPHRASE`]: PBKDF2 with
+/// confboot's three tokens; Argon2id with a second, Argon2i, key slot.
+const LUKS2_HEADER_PBKDF2: &[u8] = include_bytes!("luks2_header_cryptsetup_pbkdf2-tokens.bin");
+const LUKS2_HEADER_ARGON2: &[u8] = include_bytes!("luks2_header_cryptsetup_argon2id-argon2i.bin");
+
+fn luks2_header() -> Vec<Seed> {
+    // The same header with its JSON's costs raised and checksum recomputed:
+    // the bounds, not the checksum, must stop it.
+    let mut costly = LUKS2_HEADER_ARGON2.to_vec();
+    costly.resize(16 << 10, 0);
+    let end = 4096 + costly[4096..].iter().position(|&b| b == 0).expect("a NUL");
+    let text = String::from_utf8(costly[4096..end].to_vec()).expect("JSON text");
+    let raised = text.replacen("\"memory\":1024", "\"memory\":4194304", 1);
+    costly[4096..4096 + raised.len()].copy_from_slice(raised.as_bytes());
+    costly[448..512].fill(0);
+    let sum = ring::digest::digest(&ring::digest::SHA256, &costly);
+    costly[448..480].copy_from_slice(sum.as_ref());
+    while costly.last() == Some(&0) {
+        costly.pop();
+    }
+    vec![
+        seed("cryptsetup-pbkdf2-tokens-header", LUKS2_HEADER_PBKDF2),
+        seed("cryptsetup-argon2id-argon2i-header", LUKS2_HEADER_ARGON2),
+        seed("cryptsetup-argon2-4gib-header", costly),
+    ]
+}
+
 fn tpm_event_log() -> Vec<Seed> {
     let log = fixtures::event_log();
     let padded = [log.clone(), vec![0; 64]].concat();
@@ -692,6 +720,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "init_secret_hash" => init_secret_hash(),
         "master_secret_file" => master_secret_file(),
         "luks2_metadata" => luks2_metadata(),
+        "luks2_header" => luks2_header(),
         "tpm_event_log" => tpm_event_log(),
         "tpm_event_list" => tpm_event_list(),
         "kernel_image" => kernel_image(),

@@ -105,3 +105,36 @@ fn the_ticket_targets_cluster_is_the_members() {
     check_join_ticket(&t).unwrap();
     check_cluster_mark(&TICKET_SECRET, &TICKET_SALT, Some(&service)).unwrap();
 }
+
+/// The luks2_header seeds reach the unlock (their key-slot areas are not
+/// in the input, so the digest refuses the merged key), and the seed with
+/// a 4 GiB Argon2 memory is refused by the bounds before it runs.
+#[test]
+fn the_luks2_header_seeds_reach_the_unlock() {
+    use confboot::disk::luks2::Luks2Error;
+    let outcome = |name: &str| {
+        let (_, data) = confboot_fuzz_targets::seeds::seeds("luks2_header")
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .expect("the seed");
+        confboot_fuzz_targets::luks2_header_outcome(&data)
+    };
+    for name in [
+        "cryptsetup-pbkdf2-tokens-header",
+        "cryptsetup-argon2id-argon2i-header",
+    ] {
+        assert_eq!(
+            outcome(name),
+            Some(Err(Luks2Error::WrongPassphrase)),
+            "{name}"
+        );
+    }
+    assert!(matches!(
+        outcome("cryptsetup-argon2-4gib-header"),
+        Some(Err(Luks2Error::CostTooHigh { value: 4194304, .. }))
+    ));
+    assert_eq!(
+        confboot_fuzz_targets::luks2_header_outcome(&[0; 4096]),
+        None
+    );
+}

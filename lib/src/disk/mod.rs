@@ -42,6 +42,7 @@ use crate::kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
 pub mod filesystem;
+pub mod luks2;
 
 pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
 pub use filesystem::{FilesystemAction, Mkfs};
