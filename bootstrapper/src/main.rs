@@ -25,8 +25,8 @@ use confboot::attestation::snp::SnpIssuer;
 use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs};
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
+use confboot::cluster::kubelet_cert::KubeletCertRequest;
 use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
-use confboot::kms::SecretBytes;
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
@@ -36,7 +36,7 @@ use crossbeam_channel::bounded;
 
 use crate::join::Backoff;
 use crate::join::{EndpointSources, JoinClient};
-use crate::node::{AdminApi, JoinServiceCheck, KubeletRequest, Node, NodeConfig, holder};
+use crate::node::{AdminApi, JoinServiceCheck, Node, NodeConfig, holder};
 use crate::server::FlowResult;
 
 /// The node as the bootstrapper runs it: cryptsetup, kubeadm, the vTPM.
@@ -204,8 +204,8 @@ fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, String> {
 
 /// The kubelet key and CSR a joining node sends: for `--node-name`, or the
 /// host name when it is a valid node name.
-fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletRequest>, String> {
-    use confboot::cluster::kubelet_cert::{check_node_name, new_kubelet_key_and_csr};
+fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletCertRequest>, String> {
+    use confboot::cluster::kubelet_cert::check_node_name;
     let node_name = match m.value("node-name") {
         Some(name) => {
             check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
@@ -228,13 +228,9 @@ fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletRequest>,
     let ip = node_ip
         .parse()
         .map_err(|_| format!("--node-ip {node_ip:?} is not an IP address"))?;
-    let (key_pem, csr_der) =
-        new_kubelet_key_and_csr(&node_name, &[ip]).map_err(|e| e.to_string())?;
-    Ok(Some(KubeletRequest {
-        node_name,
-        key_pem: SecretBytes::new(key_pem.as_bytes().to_vec()),
-        csr_der,
-    }))
+    KubeletCertRequest::new(&node_name, &[ip])
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 fn build_node(

@@ -463,10 +463,10 @@ fn kms_uri_seeds() -> Vec<Seed> {
 }
 
 fn kubelet_csr() -> Vec<Seed> {
-    use confboot::cluster::kubelet_cert::new_kubelet_key_and_csr;
+    use confboot::cluster::kubelet_cert::KubeletCertRequest;
     let csr = |name: &str, ips: &[&str]| {
         let ips: Vec<std::net::IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
-        new_kubelet_key_and_csr(name, &ips).unwrap().1
+        KubeletCertRequest::new(name, &ips).unwrap().csr_der
     };
     let mut ca_request = rcgen::CertificateParams::default();
     ca_request

@@ -290,17 +290,17 @@ mod tests {
 
     #[test]
     fn a_nodes_kubelet_csr_is_signed_and_a_bad_one_refused_before_any_token() {
-        use confboot::cluster::kubelet_cert::{check_kubelet_cert, new_kubelet_key_and_csr};
+        use confboot::cluster::kubelet_cert::{KubeletCertRequest, check_kubelet_cert};
         let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
-        let (_, csr) =
-            new_kubelet_key_and_csr("worker-1", &["10.0.2.15".parse().unwrap()]).unwrap();
+        let kubelet = KubeletCertRequest::new("worker-1", &["10.0.2.15".parse().unwrap()]).unwrap();
+        let csr = kubelet.csr_der.clone();
         let t = s
             .issue_join_ticket(&IssueJoinTicketRequest {
                 certificate_request: csr.clone(),
                 ..request(UUID, false)
             })
             .unwrap();
-        check_kubelet_cert(&t.kubelet_cert, &csr).unwrap();
+        check_kubelet_cert(&t.kubelet_cert, &kubelet).unwrap();
         assert_eq!(*tokens.calls.lock().unwrap(), 1);
         // No CSR, no certificate.
         let t = s.issue_join_ticket(&request(UUID, false)).unwrap();

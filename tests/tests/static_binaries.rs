@@ -18,8 +18,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Size budget of each binary, in bytes.
-const BUDGET: u64 = 3_000_000;
+/// Size budget of each binary, in bytes. 3.0 MB until the bootstrapper and
+/// joinsvc took a second attestation variant: SEV-SNP evidence is checked
+/// against AMD's RSA-4096-PSS chain and a P-384 report signature (about
+/// 250 KB in each), and a node's kubelet certificate is asked for and
+/// checked (about 45 KB): the bootstrapper is 3.02 MB.
+const BUDGET: u64 = 3_100_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");

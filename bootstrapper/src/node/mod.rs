@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use confboot::attestation::vtpm::VtpmIssuer;
 use confboot::attestation::{AttestationError, Attested};
+use confboot::cluster::kubelet_cert::KubeletCertRequest;
 use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
 use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot::kms::init_secret::InitSecretHash;
@@ -83,18 +84,6 @@ pub enum Outcome {
     Recovered,
 }
 
-/// The kubelet key and certificate signing request a joining node sends
-/// (made once, at start).
-#[derive(Clone, Debug)]
-pub struct KubeletRequest {
-    /// The node's Kubernetes name (the CSR's `system:node:<name>`).
-    pub node_name: String,
-    /// The PEM private key.
-    pub key_pem: SecretBytes,
-    /// The DER CSR.
-    pub csr_der: Vec<u8>,
-}
-
 /// What a node is configured with.
 #[derive(Clone, Debug, Default)]
 pub struct NodeConfig {
@@ -102,7 +91,7 @@ pub struct NodeConfig {
     pub init_secret_hash: Option<InitSecretHash>,
     /// The kubelet certificate a join asks for; `None`: none (the kubelet
     /// makes a self-signed one).
-    pub kubelet_request: Option<KubeletRequest>,
+    pub kubelet_request: Option<KubeletCertRequest>,
     /// The node's IP in the cluster network.
     pub node_ip: String,
     /// Whether a joining node becomes a control-plane node.
@@ -334,10 +323,8 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             Some(_) if t.kubelet_cert.is_empty() => Err(TicketError::Unusable(
                 "no kubelet certificate (the join service signed none)".into(),
             )),
-            Some(r) => {
-                confboot::cluster::kubelet_cert::check_kubelet_cert(&t.kubelet_cert, &r.csr_der)
-                    .map_err(|e| TicketError::Unusable(e.to_string()))
-            }
+            Some(r) => confboot::cluster::kubelet_cert::check_kubelet_cert(&t.kubelet_cert, r)
+                .map_err(|e| TicketError::Unusable(e.to_string())),
         }
     }
 
@@ -441,7 +428,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 .unwrap_or_default(),
             kubelet_cert: self.config.kubelet_request.as_ref().map(|r| KubeletCert {
                 cert_der: t.kubelet_cert.clone(),
-                key_pem: r.key_pem.clone(),
+                key_pem: SecretBytes::new(r.key_pem.as_bytes().to_vec()),
             }),
         };
         self.cluster

@@ -613,7 +613,7 @@ fn a_recorded_first_boot_rejoins() {
 #[test]
 fn a_join_takes_only_the_kubelet_certificate_it_asked_for() {
     use confboot::cluster::kubelet_cert::{
-        DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertSigner, new_kubelet_key_and_csr,
+        DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertRequest, KubeletCertSigner,
     };
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::default();
@@ -626,24 +626,21 @@ fn a_join_takes_only_the_kubelet_certificate_it_asked_for() {
     )
     .unwrap();
     let ip = "10.0.2.15".parse().unwrap();
-    let (key_pem, csr_der) = new_kubelet_key_and_csr("worker-1", &[ip]).unwrap();
-    let (_, other_csr) = new_kubelet_key_and_csr("worker-1", &[ip]).unwrap();
+    let request = KubeletCertRequest::new("worker-1", &[ip]).unwrap();
+    let (key_pem, csr_der) = (request.key_pem.clone(), request.csr_der.clone());
+    let other_csr = KubeletCertRequest::new("worker-1", &[ip]).unwrap().csr_der;
     let now = std::time::SystemTime::now();
     let with_cert = |cert: Vec<u8>| {
         let mut t = join_response();
         t.kubelet_cert = cert;
         Ticket::Join(t)
     };
-    let rig = |request: Option<KubeletRequest>| {
+    let rig = |request: Option<KubeletCertRequest>| {
         let mut rig = Rig::new(FakeDisk::blank());
         rig.node.config.kubelet_request = request;
         rig
     };
-    let asked = Some(KubeletRequest {
-        node_name: "worker-1".into(),
-        key_pem: SecretBytes::new(key_pem.as_bytes().to_vec()),
-        csr_der: csr_der.clone(),
-    });
+    let asked = Some(request);
     // Refused before the nodelock: none when one was asked for, one for
     // another key, one when none was asked for.
     for (request, cert) in [

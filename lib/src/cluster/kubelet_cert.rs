@@ -2,7 +2,7 @@
 //! as Constellation's join service signs it.
 //!
 //! The node makes a P-256 key and a certificate signing request
-//! ([`new_kubelet_key_and_csr`]): subject `CN=system:node:<name>,
+//! ([`KubeletCertRequest::new`]): subject `CN=system:node:<name>,
 //! O=system:nodes` and its IP addresses as subject alternative names. The
 //! join service checks the request and signs it ([`KubeletCertSigner`]):
 //! the CSR's own signature (proof that the node holds the key), exactly that
@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 use rcgen::{
     CertificateParams, CertificateSigningRequestParams, DistinguishedName, DnType, DnValue,
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
-    PublicKeyData, SanType, SerialNumber,
+    SanType, SerialNumber,
 };
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer};
 use zeroize::Zeroizing;
@@ -172,23 +172,53 @@ fn subject(node_name: &str) -> DistinguishedName {
     dn
 }
 
-/// A new P-256 key (PKCS#8 PEM, a secret) and the DER CSR for the kubelet
-/// of node `node_name` serving on `ips`.
-pub fn new_kubelet_key_and_csr(
-    node_name: &str,
-    ips: &[IpAddr],
-) -> Result<(Zeroizing<String>, Vec<u8>), KubeletCertError> {
-    check_node_name(node_name)?;
-    check_ips(ips)?;
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
-        .map_err(|e| KubeletCertError::Generate(e.to_string()))?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name = subject(node_name);
-    params.subject_alt_names = ips.iter().map(|ip| SanType::IpAddress(*ip)).collect();
-    let csr = params
-        .serialize_request(&key)
-        .map_err(|e| KubeletCertError::Generate(e.to_string()))?;
-    Ok((Zeroizing::new(key.serialize_pem()), csr.der().to_vec()))
+/// What a node asks a join service to sign for its kubelet: a new P-256
+/// key (kept here, a secret) and the DER CSR for it.
+#[derive(Clone)]
+pub struct KubeletCertRequest {
+    /// The node's name (`system:node:<name>`).
+    pub node_name: String,
+    /// The IP addresses asked for, in order.
+    pub ips: Vec<IpAddr>,
+    /// The PKCS#8 PEM private key.
+    pub key_pem: Zeroizing<String>,
+    /// The DER CSR sent with the join request.
+    pub csr_der: Vec<u8>,
+    /// The key's public point, as a certificate for it carries it.
+    public_key: Vec<u8>,
+}
+
+impl fmt::Debug for KubeletCertRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeletCertRequest")
+            .field("node_name", &self.node_name)
+            .field("ips", &self.ips)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+impl KubeletCertRequest {
+    /// A new key and CSR for the kubelet of node `node_name` serving on `ips`.
+    pub fn new(node_name: &str, ips: &[IpAddr]) -> Result<KubeletCertRequest, KubeletCertError> {
+        check_node_name(node_name)?;
+        check_ips(ips)?;
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
+            .map_err(|e| KubeletCertError::Generate(e.to_string()))?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = subject(node_name);
+        params.subject_alt_names = ips.iter().map(|ip| SanType::IpAddress(*ip)).collect();
+        let csr = params
+            .serialize_request(&key)
+            .map_err(|e| KubeletCertError::Generate(e.to_string()))?;
+        Ok(KubeletCertRequest {
+            node_name: node_name.to_string(),
+            ips: ips.to_vec(),
+            key_pem: Zeroizing::new(key.serialize_pem()),
+            csr_der: csr.der().to_vec(),
+            public_key: key.public_key_raw().to_vec(),
+        })
+    }
 }
 
 /// What a checked CSR asks for.
@@ -338,12 +368,14 @@ impl KubeletCertSigner {
 }
 
 /// Checks, on the node, that the certificate a join service sent is the
-/// one asked for in `csr_der`: the same key, exactly the same names, server
+/// one `request` asked for: the same key, exactly the same names, server
 /// authentication, not a CA. A certificate for another key or other names
 /// would leave the kubelet unable to serve, or serving as someone else.
-pub fn check_kubelet_cert(cert_der: &[u8], csr_der: &[u8]) -> Result<(), KubeletCertError> {
+pub fn check_kubelet_cert(
+    cert_der: &[u8],
+    request: &KubeletCertRequest,
+) -> Result<(), KubeletCertError> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-    let csr = KubeletCsr::parse(csr_der)?;
     let wrong = |m: &str| Err(KubeletCertError::WrongCertificate(m.to_string()));
     let Ok((rest, cert)) = X509Certificate::from_der(cert_der) else {
         return wrong("it does not parse");
@@ -351,7 +383,7 @@ pub fn check_kubelet_cert(cert_der: &[u8], csr_der: &[u8]) -> Result<(), Kubelet
     if !rest.is_empty() {
         return wrong("bytes after the certificate");
     }
-    if cert.public_key().subject_public_key.data.as_ref() != csr.params.public_key.der_bytes() {
+    if cert.public_key().subject_public_key.data.as_ref() != request.public_key.as_slice() {
         return wrong("it is for another key");
     }
     let names: Vec<String> = cert
@@ -360,7 +392,7 @@ pub fn check_kubelet_cert(cert_der: &[u8], csr_der: &[u8]) -> Result<(), Kubelet
         .map(|a| a.as_str().unwrap_or("?").to_string())
         .collect();
     let expected = vec![
-        format!("{NODE_COMMON_NAME_PREFIX}{}", csr.node_name),
+        format!("{NODE_COMMON_NAME_PREFIX}{}", request.node_name),
         NODES_ORGANIZATION.to_string(),
     ];
     if names != expected {
@@ -382,7 +414,7 @@ pub fn check_kubelet_cert(cert_der: &[u8], csr_der: &[u8]) -> Result<(), Kubelet
             .collect(),
         _ => return wrong("no subject alternative names"),
     };
-    if ips != csr.ips {
+    if ips != request.ips {
         return wrong("its IP addresses differ from the request's");
     }
     if cert.is_ca() {
@@ -494,14 +526,16 @@ mod tests {
         let (ca_pem, ca_key) = ca();
         let signer =
             KubeletCertSigner::new(&ca_pem, &ca_key, DEFAULT_KUBELET_CERT_VALIDITY).unwrap();
-        let (key_pem, csr) =
-            new_kubelet_key_and_csr("worker-1", &ips(&["10.0.2.15", "fd00::15"])).unwrap();
-        let cert = signer.sign(&csr, SystemTime::now()).unwrap();
+        let request =
+            KubeletCertRequest::new("worker-1", &ips(&["10.0.2.15", "fd00::15"])).unwrap();
+        let (key_pem, csr) = (&request.key_pem, &request.csr_der);
+        let cert = signer.sign(csr, SystemTime::now()).unwrap();
+        check_kubelet_cert(&cert, &request).unwrap();
 
         let dir =
             std::env::temp_dir().join(format!("confboot-kubelet-cert-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        install_kubelet_cert(&dir.join("pki"), &cert, &key_pem).unwrap();
+        install_kubelet_cert(&dir.join("pki"), &cert, key_pem).unwrap();
         std::fs::write(dir.join("ca.crt"), &ca_pem).unwrap();
         let (crt, key, ca_file) = (
             dir.join("pki/kubelet.crt"),
@@ -672,19 +706,20 @@ mod tests {
         let signer =
             KubeletCertSigner::new(&ca_pem, &ca_key, DEFAULT_KUBELET_CERT_VALIDITY).unwrap();
         let now = SystemTime::now();
-        let (_, csr) = new_kubelet_key_and_csr("worker-1", &ips(&["10.0.2.15"])).unwrap();
+        let request = KubeletCertRequest::new("worker-1", &ips(&["10.0.2.15"])).unwrap();
+        let csr = request.csr_der.clone();
         let cert = signer.sign(&csr, now).unwrap();
-        check_kubelet_cert(&cert, &csr).unwrap();
+        check_kubelet_cert(&cert, &request).unwrap();
         // Another node's certificate: another key.
-        let (_, other_csr) = new_kubelet_key_and_csr("worker-1", &ips(&["10.0.2.15"])).unwrap();
-        let other = signer.sign(&other_csr, now).unwrap();
+        let other = KubeletCertRequest::new("worker-1", &ips(&["10.0.2.15"])).unwrap();
+        let other = signer.sign(&other.csr_der, now).unwrap();
         assert_eq!(
-            check_kubelet_cert(&other, &csr),
+            check_kubelet_cert(&other, &request),
             Err(KubeletCertError::WrongCertificate(
                 "it is for another key".into()
             ))
         );
-        assert!(check_kubelet_cert(b"junk", &csr).is_err());
+        assert!(check_kubelet_cert(b"junk", &request).is_err());
         // The same key, other names (as a join service that rewrote them).
         let parsed = KubeletCsr::parse(&csr).unwrap();
         let renamed = KubeletCsr {
@@ -693,7 +728,7 @@ mod tests {
         };
         let cert = signer.sign_checked(&renamed, now).unwrap();
         assert_eq!(
-            check_kubelet_cert(&cert, &csr),
+            check_kubelet_cert(&cert, &request),
             Err(KubeletCertError::WrongCertificate(
                 "its subject differs from the request's".into()
             ))
@@ -704,7 +739,7 @@ mod tests {
         };
         let cert = signer.sign_checked(&readdressed, now).unwrap();
         assert_eq!(
-            check_kubelet_cert(&cert, &csr),
+            check_kubelet_cert(&cert, &request),
             Err(KubeletCertError::WrongCertificate(
                 "its IP addresses differ from the request's".into()
             ))
