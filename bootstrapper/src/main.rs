@@ -34,10 +34,10 @@ use confboot::stop::Stop;
 use confboot::tpm::{CLUSTER_ID_PCR, IMA_PCR, Tpm};
 use crossbeam_channel::bounded;
 
-use crate::join::Backoff;
 use crate::join::{EndpointSources, JoinClient};
 use crate::node::{AdminApi, JoinServiceCheck, Node, NodeConfig, holder};
 use crate::server::FlowResult;
+use confboot::backoff::Backoff;
 
 /// The node as the bootstrapper runs it: cryptsetup, kubeadm, the vTPM.
 type RealNode = Node<CryptsetupBackend, KubeadmBackend, Arc<VtpmIssuer>>;

@@ -85,6 +85,19 @@ pub fn encode(bytes: &[u8]) -> String {
     encode_with(STD, bytes, true)
 }
 
+/// PEM text of `der` with `label` (`CERTIFICATE`, `PRIVATE KEY`, ...):
+/// standard base64 in lines of 64 characters between the two markers.
+pub fn pem(label: &str, der: &[u8]) -> String {
+    let b64 = encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
 /// Decodes the standard alphabet, padded or not.
 pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
     decode_with(STD, text)

@@ -8,6 +8,7 @@
 pub mod args;
 pub mod atls;
 pub mod attestation;
+pub mod backoff;
 pub mod base64;
 pub mod cluster;
 pub mod disk;

@@ -282,16 +282,7 @@ impl KubeApiDouble {
 
     /// The CA certificate as PEM (like a service account's `ca.crt`).
     pub fn ca_pem(&self) -> String {
-        let b64 = confboot::base64::encode(&self.ca_der);
-        let lines: Vec<&str> = b64
-            .as_bytes()
-            .chunks(64)
-            .map(|c| std::str::from_utf8(c).unwrap())
-            .collect();
-        format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            lines.join("\n")
-        )
+        confboot::base64::pem("CERTIFICATE", &self.ca_der)
     }
 
     /// Makes the next requests fail, in order.

@@ -229,16 +229,7 @@ fn rsa_spki(key: &RsaPrivateKey) -> Vec<u8> {
 }
 
 fn pem(der: &[u8]) -> String {
-    let b64 = confboot::base64::encode(der);
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    format!(
-        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-        lines.join("\n")
-    )
+    confboot::base64::pem("CERTIFICATE", der)
 }
 
 impl TestAmd {

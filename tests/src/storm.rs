@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use confboot::atls;
 use confboot::attestation::Issuer;
+use confboot::backoff::Backoff;
 use confboot::kms::MasterSecret;
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use ring::rand::SecureRandom;
@@ -253,37 +254,6 @@ pub fn shuffled(n: usize) -> Vec<usize> {
         order.swap(i, j);
     }
     order
-}
-
-/// The bootstrapper's backoff: each delay drawn uniformly from the upper
-/// half of the current step; the step doubles up to a cap.
-pub struct Backoff {
-    step: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// Starts at `initial`, doubling up to `max`.
-    pub fn new(initial: Duration, max: Duration) -> Backoff {
-        Backoff {
-            step: initial.max(Duration::from_millis(1)),
-            max: max.max(initial),
-        }
-    }
-
-    /// The next delay to wait.
-    pub fn next_delay(&mut self) -> Duration {
-        let mut b = [0u8; 8];
-        let r = match ring::rand::SystemRandom::new().fill(&mut b) {
-            Ok(()) => u64::from_le_bytes(b),
-            Err(_) => 0,
-        };
-        let half = self.step / 2;
-        let jitter_ns = (half.as_nanos() as u64).checked_add(1).map_or(0, |n| r % n);
-        let delay = half + Duration::from_nanos(jitter_ns);
-        self.step = (self.step * 2).min(self.max);
-        delay
-    }
 }
 
 /// One attempt: an aTLS connection in which the node attests, and the

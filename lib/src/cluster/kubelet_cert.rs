@@ -438,7 +438,7 @@ pub fn install_kubelet_cert(
     let install = |e: std::io::Error| KubeletCertError::Install(e.to_string());
     std::fs::create_dir_all(cert_dir).map_err(install)?;
     let cert = CertificateDer::from(cert_der);
-    let cert_pem = pem_encode("CERTIFICATE", &cert);
+    let cert_pem = crate::base64::pem("CERTIFICATE", &cert);
     for (name, bytes, mode) in [
         (KUBELET_KEY_FILE, key_pem.as_bytes(), 0o600),
         (KUBELET_CERT_FILE, cert_pem.as_bytes(), 0o644),
@@ -466,17 +466,6 @@ pub fn install_kubelet_cert(
         }
     }
     Ok(())
-}
-
-fn pem_encode(label: &str, der: &[u8]) -> String {
-    let b64 = crate::base64::encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
 }
 
 #[cfg(test)]
