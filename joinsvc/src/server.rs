@@ -23,6 +23,7 @@ pub fn ticket_status(e: &TicketError) -> Status {
         TicketError::ControlPlaneFiles(_) | TicketError::KubeletCertUnavailable => {
             Code::FailedPrecondition
         }
+        TicketError::KubeletCertSigning(_) => Code::Internal,
     };
     Status::new(code, e.to_string())
 }
@@ -129,6 +130,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
 mod tests {
     use super::*;
     use crate::token::TokenError;
+    use confboot::cluster::kubelet_cert::KubeletCertError;
 
     #[test]
     fn each_refusal_has_its_grpc_code() {
@@ -147,6 +149,14 @@ mod tests {
             (
                 TicketError::ControlPlaneFiles("ca.key: not found".into()),
                 Code::FailedPrecondition,
+            ),
+            (
+                TicketError::KubeletCertUnavailable,
+                Code::FailedPrecondition,
+            ),
+            (
+                TicketError::KubeletCertSigning(KubeletCertError::Generate("no randomness".into())),
+                Code::Internal,
             ),
         ] {
             let s = ticket_status(&e);

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use confboot::cluster::kubelet_cert::{KubeletCertSigner, KubeletCsr};
+use confboot::cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
 use confboot::fs::read_bounded;
 use confboot::kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
@@ -66,6 +66,9 @@ pub enum TicketError {
     ControlPlaneFiles(String),
     /// A kubelet certificate was asked for and cannot be signed here.
     KubeletCertUnavailable,
+    /// The checked CSR could not be signed (randomness or the CA key failed):
+    /// the join service's fault, not the caller's.
+    KubeletCertSigning(KubeletCertError),
 }
 
 impl fmt::Display for TicketError {
@@ -77,6 +80,9 @@ impl fmt::Display for TicketError {
             TicketError::KubeletCertUnavailable => f.write_str(
                 "this join service cannot sign kubelet certificates (no cluster CA key)",
             ),
+            TicketError::KubeletCertSigning(e) => {
+                write!(f, "cannot sign the kubelet certificate: {e}")
+            }
         }
     }
 }
@@ -89,6 +95,7 @@ impl TicketError {
             TicketError::Token(_) => "token",
             TicketError::ControlPlaneFiles(_) => "control_plane_files",
             TicketError::KubeletCertUnavailable => "kubelet_cert",
+            TicketError::KubeletCertSigning(_) => "kubelet_cert_signing",
         }
     }
 }
@@ -151,7 +158,7 @@ impl TicketService {
                 .ok_or(TicketError::KubeletCertUnavailable)?;
             let cert = signer
                 .sign_checked(&csr, std::time::SystemTime::now())
-                .map_err(|e| TicketError::InvalidRequest(e.to_string()))?;
+                .map_err(TicketError::KubeletCertSigning)?;
             log::debug!(
                 "kubelet certificate signed for node {} ({} IPs)",
                 csr.node_name,
