@@ -102,6 +102,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("verify_document", verify_document),
     ("ssh_users_config", ssh_users_config),
     ("kubelet_csr", kubelet_csr),
+    ("vpn_update", vpn_update),
 ];
 
 // ---- RPC ----
@@ -778,6 +779,61 @@ pub fn ssh_users_config(data: &[u8]) {
     }
     let again = serde_json::json!({ "sshUsers": entries }).to_string();
     assert_eq!(parse_ssh_users_config(again.as_bytes()).unwrap(), users);
+}
+
+/// The VPN range the `vpn_update` target checks peers against.
+pub const VPN_UPDATE_NETWORK: &str = "10.118.0.0/16";
+
+/// A control plane's peer update as a node applies it (`vpn.API/GetUpdate`
+/// response): over a node that already holds a good list, an answer is
+/// either applied whole (bounded, every peer valid and inside the range, no
+/// two sharing a name, address or key, and the list written back reads the
+/// same) or refused with the node's version and list unchanged.
+pub fn vpn_update(data: &[u8]) {
+    use confboot::vpn::{MAX_PEERS, PeerList, PeerUpdates, VpnNetwork};
+    use confboot_proto::vpn::{GetUpdateResponse, Peer};
+    let Ok(response) = GetUpdateResponse::decode(data) else {
+        return;
+    };
+    let network: VpnNetwork = VPN_UPDATE_NETWORK.parse().unwrap();
+    let mut updates = PeerUpdates::new(network);
+    let good = GetUpdateResponse {
+        resource_version: 1,
+        peers: vec![Peer {
+            name: "control-plane-0".into(),
+            public_endpoint: "192.0.2.1:51820".into(),
+            vpn_ip: "10.118.0.1".into(),
+            vpn_pub_key: vec![1; 32],
+        }],
+    };
+    updates.apply(&good).unwrap();
+    let before = updates.peers().clone();
+    match updates.apply(&response) {
+        Ok(None) => {
+            assert_eq!(response.resource_version, 1);
+            assert_eq!(updates.peers(), &before);
+        }
+        Ok(Some(list)) => {
+            let list = list.clone();
+            assert_ne!(response.resource_version, 1);
+            assert_eq!(updates.resource_version(), response.resource_version);
+            assert!(list.peers().len() <= MAX_PEERS);
+            assert_eq!(list.peers().len(), response.peers.len());
+            assert_eq!(list.vpn_ips().len(), list.peers().len());
+            for p in list.peers() {
+                assert!(network.is_host(p.vpn_ip));
+                assert_ne!(p.public_endpoint.port(), 0);
+            }
+            assert_eq!(
+                PeerList::from_update(&list.to_wire(), &network).unwrap(),
+                list
+            );
+        }
+        Err(_) => {
+            assert_eq!(updates.resource_version(), 1);
+            assert_eq!(updates.peers(), &before);
+        }
+    }
 }
 
 /// The kms and storage URIs of Init and Recover: a master secret read from

@@ -494,6 +494,35 @@ fn kubelet_csr() -> Vec<Seed> {
     ]
 }
 
+fn vpn_update() -> Vec<Seed> {
+    use confboot_proto::vpn::{GetUpdateResponse, Peer};
+    let peer = |i: u8| Peer {
+        name: format!("node-{i}"),
+        public_endpoint: format!("192.0.2.{i}:51820"),
+        vpn_ip: format!("10.118.0.{i}"),
+        vpn_pub_key: vec![i; 32],
+    };
+    let response = |version, peers: Vec<Peer>| {
+        GetUpdateResponse {
+            resource_version: version,
+            peers,
+        }
+        .encode_to_vec()
+    };
+    let mut outside = peer(3);
+    outside.vpn_ip = "10.119.0.3".into();
+    let mut ipv6 = peer(4);
+    ipv6.public_endpoint = "[2001:db8::4]:51820".into();
+    vec![
+        seed("three-peers", response(2, vec![peer(1), peer(2), peer(3)])),
+        seed("unchanged", response(1, vec![])),
+        seed("all-removed", response(3, vec![])),
+        seed("ipv6-endpoint", response(4, vec![peer(2), ipv6])),
+        seed("outside-range", response(5, vec![peer(2), outside])),
+        seed("duplicate-name", response(6, vec![peer(2), peer(2)])),
+    ]
+}
+
 fn ssh_users_config() -> Vec<Seed> {
     let key = |key_type: &str, fields: &[&[u8]]| {
         let mut blob = Vec::new();
@@ -728,6 +757,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "verify_document" => verify_document(),
         "ssh_users_config" => ssh_users_config(),
         "kubelet_csr" => kubelet_csr(),
+        "vpn_update" => vpn_update(),
         _ => Vec::new(),
     }
 }

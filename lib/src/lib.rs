@@ -28,3 +28,4 @@ pub mod ticket;
 pub mod time;
 pub mod tpm;
 pub mod verify;
+pub mod vpn;

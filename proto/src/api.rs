@@ -14,6 +14,7 @@ use crate::join::{
     IssueRejoinTicketResponse,
 };
 use crate::recover::{RecoverMessage, RecoverResponse};
+use crate::vpn::{GetUpdateRequest, GetUpdateResponse};
 
 /// An RPC method: its path (`/package.Service/Method`) and, in its type,
 /// the request and response messages.
@@ -72,6 +73,11 @@ pub const RECOVER: Method<RecoverMessage, RecoverResponse> = Method::new("/recov
 /// `grpc.health.v1.Health/Check`: whether an RPC server answers (joinsvc).
 pub const HEALTH_CHECK: Method<HealthCheckRequest, HealthCheckResponse> =
     Method::new("/grpc.health.v1.Health/Check");
+
+/// `vpn.API/GetUpdate`: a node's versioned peer update (seed 000): the full
+/// peer list only when its version differs from the caller's.
+pub const GET_UPDATE: Method<GetUpdateRequest, GetUpdateResponse> =
+    Method::new("/vpn.API/GetUpdate");
 
 /// The bootstrapper's init API.
 pub const DEFAULT_INIT_PORT: u16 = 9000;
@@ -140,6 +146,7 @@ mod tests {
         assert_eq!(REJOIN.path(), "/join.API/IssueRejoinTicket");
         assert_eq!(RECOVER.path(), "/recover.API/Recover");
         assert_eq!(HEALTH_CHECK.path(), "/grpc.health.v1.Health/Check");
+        assert_eq!(GET_UPDATE.path(), "/vpn.API/GetUpdate");
         assert_eq!(JOIN.to_string(), JOIN.path());
         assert_eq!(format!("{RECOVER:?}"), "Method(/recover.API/Recover)");
     }

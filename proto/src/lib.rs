@@ -11,8 +11,8 @@ pub mod api;
 pub use api::{
     DEFAULT_INIT_LISTEN, DEFAULT_INIT_PORT, DEFAULT_JOIN_LISTEN, DEFAULT_JOIN_PORT,
     DEFAULT_JOINSVC_HEALTH_LISTEN, DEFAULT_JOINSVC_HEALTH_PORT, DEFAULT_RECOVER_LISTEN,
-    DEFAULT_RECOVER_PORT, DEFAULT_VERIFY_LISTEN, DEFAULT_VERIFY_PORT, HEALTH_CHECK, INIT, JOIN,
-    JOIN_NODE_PORT, Method, RECOVER, REJOIN,
+    DEFAULT_RECOVER_PORT, DEFAULT_VERIFY_LISTEN, DEFAULT_VERIFY_PORT, GET_UPDATE, HEALTH_CHECK,
+    INIT, JOIN, JOIN_NODE_PORT, Method, RECOVER, REJOIN,
 };
 
 /// The RPC envelope: call header and status trailer.
@@ -33,6 +33,11 @@ pub mod join {
 /// `recover.API`: recovery of a node whose disk is initialized.
 pub mod recover {
     include!(concat!(env!("OUT_DIR"), "/recover.rs"));
+}
+
+/// `vpn.API`: versioned peer updates of the cluster's VPN.
+pub mod vpn {
+    include!(concat!(env!("OUT_DIR"), "/vpn.rs"));
 }
 
 /// `grpc.health.v1.Health`: liveness of an RPC server.
