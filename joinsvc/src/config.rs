@@ -18,8 +18,11 @@ use confboot::rpc::listener::PoolConfig;
 use confboot::tpm::Tpm;
 use zeroize::Zeroizing;
 
+use crate::kube_api::KubeApi;
 use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenIssuer};
+use crate::vpn::KubeApiPeerRegistry;
+use confboot::vpn::VpnNetwork;
 
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -175,27 +178,34 @@ impl Config {
         let kubelet_cert_signer =
             kubelet_cert_signer(&ca, ca_path, &pki_dir, number("kubelet-cert-validity")?)?;
 
-        let token_issuer: Arc<dyn TokenIssuer> = match m.value("kube-api") {
-            None => Arc::new(
-                KubeApiTokenIssuer::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
-            ),
+        let kube_api = match m.value("kube-api") {
+            None => KubeApi::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
             Some(url) => {
                 let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
                 let token = read_text_file(
                     "kube-api-token-file",
                     Path::new(required("kube-api-token-file")?),
                 )?;
-                Arc::new(
-                    KubeApiTokenIssuer::new(
-                        url,
-                        &ca,
-                        Zeroizing::new(token.trim().to_string()),
-                        KUBE_API_TIMEOUT,
-                    )
-                    .map_err(|e| e.to_string())?,
+                KubeApi::new(
+                    url,
+                    &ca,
+                    Zeroizing::new(token.trim().to_string()),
+                    KUBE_API_TIMEOUT,
                 )
+                .map_err(|e| e.to_string())?
             }
         };
+        let vpn_registry = match m.value("vpn-cidr") {
+            None => None,
+            Some(cidr) => {
+                let network: VpnNetwork = cidr.parse().map_err(|e| format!("--vpn-cidr: {e}"))?;
+                let registry = KubeApiPeerRegistry::new(kube_api.clone(), network)
+                    .map_err(|e| e.to_string())?;
+                Some(Arc::new(registry))
+            }
+        };
+        let token_issuer: Arc<dyn TokenIssuer> =
+            Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(|e| e.to_string())?);
 
         let mut pool = PoolConfig {
             workers: number("workers")?,
@@ -221,6 +231,7 @@ impl Config {
                 kubernetes_version: required("kubernetes-version")?.to_string(),
                 pki_dir,
                 kubelet_cert_signer,
+                vpn_registry,
             },
             token_issuer,
         })

@@ -5,10 +5,12 @@
 
 mod config;
 mod http;
+mod kube_api;
 mod metrics;
 mod server;
 mod ticket;
 mod token;
+mod vpn;
 mod watcher;
 
 use std::net::TcpListener;
@@ -134,9 +136,16 @@ const CMD: Command = Command {
         Opt::value(
             "kube-api",
             "URL",
-            "Kubernetes API for bootstrap tokens [default: in-cluster]",
+            "Kubernetes API for bootstrap tokens and the VPN peer registry [default: in-cluster]",
         ),
         Opt::value("kube-api-ca", "FILE", "CA bundle of --kube-api"),
+        Opt::value(
+            "vpn-cidr",
+            "CIDR",
+            "The cluster's VPN range (e.g. 10.118.0.0/16): nodes that send a WireGuard key get an \
+             address in it, kept in the ConfigMap confboot-vpn-peers (kube-system), and \
+             vpn.API/GetUpdate serves the peer list [default: no VPN]",
+        ),
         Opt::value(
             "kube-api-token-file",
             "FILE",

@@ -10,10 +10,11 @@ use confboot::atls::AtlsError;
 use confboot::attestation::AttestationError;
 use confboot::rpc::{Code, Router, Status};
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
-use confboot_proto::{HEALTH_CHECK, JOIN, REJOIN};
+use confboot_proto::{GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 
 use crate::metrics::Metrics;
 use crate::ticket::{TicketError, TicketService};
+use crate::vpn::RegistryError;
 
 /// The gRPC status a caller sees when no ticket was issued.
 pub fn ticket_status(e: &TicketError) -> Status {
@@ -24,8 +25,23 @@ pub fn ticket_status(e: &TicketError) -> Status {
             Code::FailedPrecondition
         }
         TicketError::KubeletCertSigning(_) => Code::Internal,
+        TicketError::VpnUnavailable => Code::FailedPrecondition,
+        TicketError::Vpn(e) => registry_code(e),
     };
     Status::new(code, e.to_string())
+}
+
+/// The gRPC code of a VPN registry failure: the caller's request refused,
+/// the registry itself spoilt, or the API server not answering as needed.
+fn registry_code(e: &RegistryError) -> Code {
+    match e {
+        RegistryError::Refused(_) => Code::FailedPrecondition,
+        RegistryError::Corrupt(_) => Code::Internal,
+        RegistryError::Api(_)
+        | RegistryError::Status { .. }
+        | RegistryError::Forbidden { .. }
+        | RegistryError::Contended => Code::Unavailable,
+    }
 }
 
 /// A short label for a refused handshake, for metrics.
@@ -58,6 +74,7 @@ fn disk_for_log(raw: &str) -> &str {
 
 pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
     let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
+    let (vpn_tickets, vpn_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     Router::new()
         .unary(HEALTH_CHECK, |_ctx, _req| {
             Ok(HealthCheckResponse {
@@ -96,6 +113,18 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     Err(ticket_status(&e))
                 }
             }
+        })
+        .unary(GET_UPDATE, move |ctx, req| {
+            // Peer lists go to attested nodes only (their agents poll).
+            if ctx.peer().is_none() {
+                vpn_metrics.refused("unattested");
+                return Err(Status::permission_denied("the caller did not attest"));
+            }
+            vpn_tickets.vpn_update(req.resource_version).map_err(|e| {
+                vpn_metrics.refused(e.reason());
+                log::warn!("VPN update refused: {e}");
+                ticket_status(&e)
+            })
         })
         .unary(REJOIN, move |ctx, req| {
             let started = Instant::now();
@@ -170,7 +199,12 @@ mod tests {
         let r = router_for_test();
         assert_eq!(
             r.methods(),
-            [HEALTH_CHECK.path(), JOIN.path(), REJOIN.path()]
+            [
+                HEALTH_CHECK.path(),
+                JOIN.path(),
+                REJOIN.path(),
+                GET_UPDATE.path()
+            ]
         );
     }
 
@@ -191,6 +225,7 @@ mod tests {
             kubernetes_version: "v1.31.1".into(),
             pki_dir: "/nonexistent".into(),
             kubelet_cert_signer: None,
+            vpn_registry: None,
         };
         router(
             Arc::new(TicketService::new(config, Arc::new(NoTokens))),

@@ -16,6 +16,9 @@ use confboot_proto::join::{
 };
 
 use crate::token::{TokenError, TokenIssuer};
+use crate::vpn::{KubeApiPeerRegistry, PeerRequest, RegistryError};
+use confboot::vpn::{Peer, VpnError};
+use confboot_proto::vpn::{GetUpdateResponse, Peer as WirePeer};
 
 /// Largest certificate request accepted.
 pub const MAX_CSR_BYTES: usize = confboot::cluster::kubelet_cert::MAX_KUBELET_CSR_BYTES;
@@ -53,6 +56,9 @@ pub struct TicketConfig {
     /// Signs the kubelet certificates nodes ask for; `None`: the cluster
     /// CA's key is not here, and such requests are refused.
     pub kubelet_cert_signer: Option<KubeletCertSigner>,
+    /// The VPN peer registry; `None`: the cluster has no VPN, and nodes that
+    /// send a VPN key are refused.
+    pub vpn_registry: Option<Arc<KubeApiPeerRegistry>>,
 }
 
 /// Why no ticket was issued.
@@ -69,6 +75,10 @@ pub enum TicketError {
     /// The checked CSR could not be signed (randomness or the CA key failed):
     /// the join service's fault, not the caller's.
     KubeletCertSigning(KubeletCertError),
+    /// A node sent a VPN key and this cluster has no VPN (`--vpn-cidr`).
+    VpnUnavailable,
+    /// The VPN peer registry could not register the node.
+    Vpn(RegistryError),
 }
 
 impl fmt::Display for TicketError {
@@ -83,6 +93,8 @@ impl fmt::Display for TicketError {
             TicketError::KubeletCertSigning(e) => {
                 write!(f, "cannot sign the kubelet certificate: {e}")
             }
+            TicketError::VpnUnavailable => f.write_str("this cluster has no VPN (--vpn-cidr)"),
+            TicketError::Vpn(e) => e.fmt(f),
         }
     }
 }
@@ -96,6 +108,7 @@ impl TicketError {
             TicketError::ControlPlaneFiles(_) => "control_plane_files",
             TicketError::KubeletCertUnavailable => "kubelet_cert",
             TicketError::KubeletCertSigning(_) => "kubelet_cert_signing",
+            TicketError::VpnUnavailable | TicketError::Vpn(_) => "vpn",
         }
     }
 }
@@ -166,6 +179,10 @@ impl TicketService {
             );
             cert
         };
+        // Registered before the token is made: a refused peer leaves no
+        // token behind; a registered one whose token fails gets the same
+        // address when the node asks again.
+        let node_vpn_ip = self.register_vpn_peer(req)?;
         let control_plane_files = if req.is_control_plane {
             read_control_plane_files(&self.config.pki_dir)?
         } else {
@@ -187,7 +204,54 @@ impl TicketService {
             discovery_token_ca_cert_hash: self.config.discovery_token_ca_cert_hash.clone(),
             control_plane_files,
             kubernetes_version: self.config.kubernetes_version.clone(),
+            node_vpn_ip: node_vpn_ip.map(|ip| ip.to_string()).unwrap_or_default(),
         })
+    }
+
+    /// The answer to a node's `GetUpdate{known}`: the registry's version,
+    /// and its peers only when that differs from `known`.
+    pub fn vpn_update(&self, known: u64) -> Result<GetUpdateResponse, TicketError> {
+        let registry = self
+            .config
+            .vpn_registry
+            .as_ref()
+            .ok_or(TicketError::VpnUnavailable)?;
+        registry.update(known).map_err(TicketError::Vpn)
+    }
+
+    /// Registers the node's VPN peer if it sent a VPN key; its address.
+    fn register_vpn_peer(
+        &self,
+        req: &IssueJoinTicketRequest,
+    ) -> Result<Option<std::net::Ipv4Addr>, TicketError> {
+        if req.node_vpn_pub_key.is_empty() {
+            return Ok(None);
+        }
+        let registry = self
+            .config
+            .vpn_registry
+            .as_ref()
+            .ok_or(TicketError::VpnUnavailable)?;
+        let invalid = |e: VpnError| TicketError::InvalidRequest(e.to_string());
+        let peer = Peer::from_wire(
+            &WirePeer {
+                name: req.node_name.clone(),
+                public_endpoint: req.node_public_endpoint.clone(),
+                // Checked only for its form here: the registry allots it.
+                vpn_ip: registry.network().first_host().to_string(),
+                vpn_pub_key: req.node_vpn_pub_key.clone(),
+            },
+            registry.network(),
+        )
+        .map_err(invalid)?;
+        let request = PeerRequest {
+            name: peer.name,
+            public_endpoint: peer.public_endpoint,
+            vpn_pub_key: peer.vpn_pub_key,
+        };
+        let ip = registry.register(&request).map_err(TicketError::Vpn)?;
+        log::debug!("node {} has VPN address {ip}", request.name);
+        Ok(Some(ip))
     }
 
     /// A rejoin ticket: only the disk key and the measurement secret.
@@ -278,6 +342,7 @@ mod tests {
             kubernetes_version: "v1.31.1".into(),
             pki_dir,
             kubelet_cert_signer: Some(test_signer()),
+            vpn_registry: None,
         };
         (TicketService::new(config, tokens.clone()), tokens)
     }
@@ -293,6 +358,79 @@ mod tests {
             confboot::cluster::kubelet_cert::DEFAULT_KUBELET_CERT_VALIDITY,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_node_with_a_vpn_key_gets_an_address_before_its_token() {
+        use confboot_tests::kube_double::KubeApiDouble;
+        let vpn_request = |name: &str, key: u8, endpoint: &str| IssueJoinTicketRequest {
+            node_name: name.into(),
+            node_vpn_pub_key: vec![key; 32],
+            node_public_endpoint: endpoint.into(),
+            ..request(UUID, false)
+        };
+        // No VPN here: refused before any token.
+        let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
+        let e = s
+            .issue_join_ticket(&vpn_request("node-1", 1, "192.0.2.1:51820"))
+            .unwrap_err();
+        assert!(matches!(e, TicketError::VpnUnavailable), "{e}");
+        assert_eq!(*tokens.calls.lock().unwrap(), 0);
+        assert!(matches!(s.vpn_update(0), Err(TicketError::VpnUnavailable)));
+
+        let double = KubeApiDouble::start("sa-token");
+        let api = crate::kube_api::KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            zeroize::Zeroizing::new("sa-token".into()),
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();
+        let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
+        s.config.vpn_registry = Some(Arc::new(registry));
+        let ip = |r: &IssueJoinTicketRequest| s.issue_join_ticket(r).unwrap().node_vpn_ip.clone();
+        assert_eq!(
+            ip(&vpn_request("node-1", 1, "192.0.2.1:51820")),
+            "10.118.0.1"
+        );
+        assert_eq!(
+            ip(&vpn_request("node-2", 2, "192.0.2.2:51820")),
+            "10.118.0.2"
+        );
+        assert_eq!(
+            ip(&vpn_request("node-1", 1, "192.0.2.1:51820")),
+            "10.118.0.1"
+        );
+        // Without a VPN key: no address, as before.
+        assert_eq!(ip(&request(UUID, false)), "");
+        assert_eq!(*tokens.calls.lock().unwrap(), 4);
+        // Bad VPN fields are the caller's error, found before any token.
+        for bad in [
+            vpn_request("node-3", 3, "192.0.2.3"),
+            vpn_request("Node_3", 3, "192.0.2.3:51820"),
+            vpn_request("node-3", 0, "192.0.2.3:51820"),
+            IssueJoinTicketRequest {
+                node_vpn_pub_key: vec![3; 31],
+                ..vpn_request("node-3", 3, "192.0.2.3:51820")
+            },
+        ] {
+            let e = s.issue_join_ticket(&bad).unwrap_err();
+            assert!(matches!(e, TicketError::InvalidRequest(_)), "{e}");
+        }
+        // Another node's key under a new name.
+        let e = s
+            .issue_join_ticket(&vpn_request("node-3", 2, "192.0.2.3:51820"))
+            .unwrap_err();
+        assert!(
+            matches!(e, TicketError::Vpn(RegistryError::Refused(_))),
+            "{e}"
+        );
+        assert_eq!(*tokens.calls.lock().unwrap(), 4);
+        let update = s.vpn_update(0).unwrap();
+        assert_eq!(update.resource_version, 2);
+        assert_eq!(update.peers.len(), 2);
+        assert!(s.vpn_update(2).unwrap().peers.is_empty());
     }
 
     #[test]

@@ -7,27 +7,22 @@
 //! minutes, for authentication and signing, in kubeadm's default node group.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use confboot::time::rfc3339;
 use ring::rand::SecureRandom;
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use zeroize::Zeroizing;
+
+use crate::kube_api::{KubeApi, KubeApiError, SendMethod};
 
 /// How long a bootstrap token is valid.
 pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// kubeadm's default group for joining nodes.
 pub const DEFAULT_NODE_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
-/// Where a pod finds its service-account token and CA bundle.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Attempts with a fresh token id when the API answers 409 Conflict.
 const CONFLICT_RETRIES: usize = 3;
 /// Largest API response read.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024;
-/// How much of an error Status's `reason` or `message` is kept (for the
-/// log and the node's error), control characters dropped.
-const MAX_STATUS_MESSAGE_CHARS: usize = 256;
 
 /// A bootstrap token, `<id>.<secret>`. The secret half is zeroized on drop
 /// and never printed.
@@ -138,133 +133,26 @@ pub trait TokenIssuer: Send + Sync {
 
 /// Creates bootstrap-token Secrets through the Kubernetes API.
 pub struct KubeApiTokenIssuer {
+    api: KubeApi,
     /// `<api_url>/api/v1/namespaces/kube-system/secrets`, parsed once.
     secrets_uri: ureq::http::Uri,
-    /// `Bearer <token>`, made once and marked sensitive (never logged).
-    authorization: ureq::http::HeaderValue,
-    agent: ureq::Agent,
 }
 
 impl KubeApiTokenIssuer {
-    /// A client for `api_url` (e.g. `https://10.96.0.1:443`) that trusts the
-    /// PEM CA bundle `ca_pem` and authenticates with `bearer_token`.
-    pub fn new(
-        api_url: &str,
-        ca_pem: &str,
-        bearer_token: Zeroizing<String>,
-        timeout: Duration,
-    ) -> Result<KubeApiTokenIssuer, TokenError> {
-        let certs = pem_certificates(ca_pem)?;
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .build();
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .build();
-        let agent = ureq::Agent::with_parts(
-            config,
-            ureq::unversioned::transport::DefaultConnector::default(),
-            IpLiteralResolver::default(),
-        );
-        let secrets_uri = format!(
-            "{}/api/v1/namespaces/kube-system/secrets",
-            api_url.trim_end_matches('/')
-        )
-        .parse::<ureq::http::Uri>()
-        .map_err(|e| TokenError::Config(format!("API URL {api_url}: {e}")))?;
-        let mut authorization =
-            ureq::http::HeaderValue::from_str(&format!("Bearer {}", *bearer_token)).map_err(
-                |_| TokenError::Config("the bearer token is not a valid header value".into()),
-            )?;
-        authorization.set_sensitive(true);
-        Ok(KubeApiTokenIssuer {
-            secrets_uri,
-            authorization,
-            agent,
-        })
-    }
-
-    /// The in-cluster client: `KUBERNETES_SERVICE_HOST`/`_PORT` and the
-    /// service account's token and `ca.crt`.
-    pub fn in_cluster(timeout: Duration) -> Result<KubeApiTokenIssuer, TokenError> {
-        let env =
-            |k: &str| std::env::var(k).map_err(|_| TokenError::Config(format!("{k} is not set")));
-        let (host, port) = (
-            env("KUBERNETES_SERVICE_HOST")?,
-            env("KUBERNETES_SERVICE_PORT")?,
-        );
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host
-        };
-        let read = |name: &str| {
-            let path = std::path::PathBuf::from(format!("{SERVICE_ACCOUNT_DIR}/{name}"));
-            confboot::fs::read_bounded_text(&path, confboot::fs::MAX_CONFIG_FILE_BYTES)
-                .map_err(|e| TokenError::Config(e.to_string()))
-        };
-        let token = Zeroizing::new(read("token")?.trim().to_string());
-        KubeApiTokenIssuer::new(
-            &format!("https://{host}:{port}"),
-            &read("ca.crt")?,
-            token,
-            timeout,
-        )
+    /// Creates tokens through `api`.
+    pub fn new(api: KubeApi) -> Result<KubeApiTokenIssuer, TokenError> {
+        let secrets_uri = api.uri("/api/v1/namespaces/kube-system/secrets")?;
+        Ok(KubeApiTokenIssuer { api, secrets_uri })
     }
 }
 
-/// Resolves an IP-literal host (the in-cluster API server address is one,
-/// `KUBERNETES_SERVICE_HOST`) directly. ureq's default resolver starts a
-/// thread for every lookup under a timeout, once per request; names still go
-/// through it.
-#[derive(Debug, Default)]
-struct IpLiteralResolver(DefaultResolver);
-
-impl Resolver for IpLiteralResolver {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        config: &ureq::config::Config,
-        timeout: ureq::unversioned::transport::NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let literal = uri
-            .scheme()
-            .zip(uri.authority())
-            .and_then(|(scheme, authority)| DefaultResolver::host_and_port(scheme, authority))
-            .and_then(|host_port| host_port.parse::<std::net::SocketAddr>().ok());
-        match literal {
-            Some(addr) => {
-                let mut addrs = self.empty();
-                addrs.push(addr);
-                Ok(addrs)
-            }
-            None => self.0.resolve(uri, config, timeout),
+impl From<KubeApiError> for TokenError {
+    fn from(e: KubeApiError) -> TokenError {
+        match e {
+            KubeApiError::Unreachable(m) => TokenError::Unreachable(m),
+            KubeApiError::Config(m) => TokenError::Config(m),
         }
     }
-}
-
-fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, TokenError> {
-    let mut certs = Vec::new();
-    let mut rest = pem;
-    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
-        let body = &rest[start + 27..];
-        let end = body
-            .find("-----END CERTIFICATE-----")
-            .ok_or_else(|| TokenError::Config("unterminated PEM certificate".into()))?;
-        let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
-        let der = confboot::base64::decode(&b64)
-            .map_err(|e| TokenError::Config(format!("CA bundle: {e}")))?;
-        certs.push(ureq::tls::Certificate::from_der(&der).to_owned());
-        rest = &body[end..];
-    }
-    if certs.is_empty() {
-        return Err(TokenError::Config("CA bundle holds no certificate".into()));
-    }
-    Ok(certs)
 }
 
 impl TokenIssuer for KubeApiTokenIssuer {
@@ -290,42 +178,18 @@ impl TokenIssuer for KubeApiTokenIssuer {
                 })
                 .to_string(),
             );
-            let mut resp = self
-                .agent
-                .post(self.secrets_uri.clone())
-                .header("Authorization", self.authorization.clone())
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json")
-                .send(body.as_bytes())
-                .map_err(|e| TokenError::Unreachable(e.to_string()))?;
-            let status = resp.status().as_u16();
-            // Reading the whole (bounded) body returns the connection to the
-            // agent's pool: the next token reuses it instead of a new TLS
-            // handshake with the API server. The body echoes the Secret, so
-            // it is zeroized.
-            let text = Zeroizing::new(
-                resp.body_mut()
-                    .with_config()
-                    .limit(MAX_RESPONSE_BYTES)
-                    .read_to_string()
-                    .unwrap_or_default(),
-            );
+            // The body echoes the Secret: the answer is zeroized.
+            let answer = self.api.send_json(
+                SendMethod::Post,
+                &self.secrets_uri,
+                body.as_bytes(),
+                MAX_RESPONSE_BYTES,
+            )?;
+            let status = answer.status;
             if status == 201 || status == 200 {
                 return Ok(token);
             }
-            let status_object = serde_json::from_str::<serde_json::Value>(&text).ok();
-            let field = |name: &str| {
-                status_object
-                    .as_ref()
-                    .and_then(|v| v[name].as_str())
-                    .map(|s| {
-                        s.chars()
-                            .filter(|c| !c.is_control())
-                            .take(MAX_STATUS_MESSAGE_CHARS)
-                            .collect::<String>()
-                    })
-                    .unwrap_or_default()
-            };
+            let field = |name: &str| answer.status_field(name);
             if status == 403 {
                 return Err(TokenError::Forbidden {
                     message: field("message"),
@@ -362,13 +226,14 @@ mod tests {
     const SA_TOKEN: &str = "service-account-token";
 
     fn issuer(double: &KubeApiDouble, token: &str, timeout: Duration) -> KubeApiTokenIssuer {
-        KubeApiTokenIssuer::new(
+        let api = KubeApi::new(
             &double.url(),
             &double.ca_pem(),
             Zeroizing::new(token.into()),
             timeout,
         )
-        .unwrap()
+        .unwrap();
+        KubeApiTokenIssuer::new(api).unwrap()
     }
 
     #[test]
@@ -423,25 +288,6 @@ mod tests {
     }
 
     #[test]
-    fn ip_literal_hosts_resolve_without_a_lookup() {
-        let resolver = IpLiteralResolver::default();
-        let config = ureq::config::Config::default();
-        let timeout = ureq::unversioned::transport::NextTimeout::default();
-        for (url, want) in [
-            ("https://10.96.0.1:443/api", "10.96.0.1:443"),
-            ("https://10.96.0.1/api", "10.96.0.1:443"),
-            ("https://[fd00::1]:6443/", "[fd00::1]:6443"),
-        ] {
-            let uri: ureq::http::Uri = url.parse().unwrap();
-            let addrs = resolver.resolve(&uri, &config, timeout).unwrap();
-            assert_eq!(addrs.len(), 1);
-            assert_eq!(addrs[0].to_string(), want);
-        }
-        let uri: ureq::http::Uri = "https://localhost:6443/".parse().unwrap();
-        assert!(!resolver.resolve(&uri, &config, timeout).unwrap().is_empty());
-    }
-
-    #[test]
     fn wrong_bearer_token_is_refused() {
         let double = KubeApiDouble::start(SA_TOKEN);
         let err = issuer(&double, "stolen", Duration::from_secs(10))
@@ -488,13 +334,14 @@ mod tests {
     fn untrusted_api_server_certificate_is_refused() {
         let double = KubeApiDouble::start(SA_TOKEN);
         let other = KubeApiDouble::start(SA_TOKEN);
-        let issuer = KubeApiTokenIssuer::new(
+        let api = KubeApi::new(
             &double.url(),
             &other.ca_pem(),
             Zeroizing::new(SA_TOKEN.into()),
             Duration::from_secs(10),
         )
         .unwrap();
+        let issuer = KubeApiTokenIssuer::new(api).unwrap();
         assert!(matches!(
             issuer.create_bootstrap_token(),
             Err(TokenError::Unreachable(_))
@@ -589,13 +436,13 @@ mod tests {
             "-----BEGIN CERTIFICATE-----\nAAAA",
         ] {
             assert!(matches!(
-                KubeApiTokenIssuer::new(
+                KubeApi::new(
                     "https://x",
                     pem,
                     Zeroizing::new(String::new()),
                     Duration::from_secs(1)
                 ),
-                Err(TokenError::Config(_))
+                Err(KubeApiError::Config(_))
             ));
         }
     }

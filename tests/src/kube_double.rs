@@ -1,6 +1,9 @@
-//! A **double** of the Kubernetes API server, for the one call confboot
+//! A **double** of the Kubernetes API server, for the calls confboot
 //! makes: creating a bootstrap-token Secret
-//! (`POST /api/v1/namespaces/kube-system/secrets`). Kubernetes cannot run on
+//! (`POST /api/v1/namespaces/kube-system/secrets`), and reading, creating
+//! and replacing the VPN peer registry's ConfigMap in kube-system (`GET`,
+//! `POST`, and `PUT` with the API server's optimistic concurrency: a write
+//! naming an older `metadata.resourceVersion` gets 409 Conflict). Kubernetes cannot run on
 //! these machines; this double follows the real contract and checks every
 //! request as the API server would: HTTPS with its own CA, the bearer token,
 //! the path, the content type, and the Secret's schema for bootstrap tokens.
@@ -30,6 +33,10 @@ use serde_json::{Value, json};
 
 /// The path the double serves.
 pub const SECRETS_PATH: &str = "/api/v1/namespaces/kube-system/secrets";
+/// The ConfigMaps of kube-system (`/<name>` for one).
+pub const CONFIGMAPS_PATH: &str = "/api/v1/namespaces/kube-system/configmaps";
+/// The API server's limit for one object's data.
+const MAX_CONFIGMAP_DATA_BYTES: usize = 1 << 20;
 
 /// One rule of an RBAC Role (`rbac.authorization.k8s.io/v1` PolicyRule),
 /// as the double enforces it: `*` matches anything.
@@ -41,6 +48,10 @@ pub struct PolicyRule {
     pub resources: &'static [&'static str],
     /// Verbs: create, get, list, watch, update, patch, delete, deletecollection.
     pub verbs: &'static [&'static str],
+    /// Object names the rule is limited to (empty: any). As in RBAC, a
+    /// rule with names never matches requests without a name in the path
+    /// (create, list, watch, deletecollection).
+    pub resource_names: &'static [&'static str],
 }
 
 /// The user joinsvc's pods authenticate as: the ServiceAccount of
@@ -52,12 +63,29 @@ pub const JOINSVC_ROLE_NAMESPACE: &str = "kube-system";
 
 /// The rules of joinsvc's Role in `deploy/kubernetes/joinsvc.yaml`, which
 /// the double enforces by default (`tests/tests/deploy_manifests.rs` holds
-/// the manifest to them): creating Secrets in kube-system, nothing else.
-pub const JOINSVC_ROLE_RULES: &[PolicyRule] = &[PolicyRule {
-    api_groups: &[""],
-    resources: &["secrets"],
-    verbs: &["create"],
-}];
+/// the manifest to them): creating Secrets (bootstrap tokens) and ConfigMaps
+/// (the VPN peer registry, once) in kube-system, and reading and replacing
+/// the one ConfigMap `confboot-vpn-peers`; nothing else.
+pub const JOINSVC_ROLE_RULES: &[PolicyRule] = &[
+    PolicyRule {
+        api_groups: &[""],
+        resources: &["secrets"],
+        verbs: &["create"],
+        resource_names: &[],
+    },
+    PolicyRule {
+        api_groups: &[""],
+        resources: &["configmaps"],
+        verbs: &["create"],
+        resource_names: &[],
+    },
+    PolicyRule {
+        api_groups: &[""],
+        resources: &["configmaps"],
+        verbs: &["get", "update"],
+        resource_names: &["confboot-vpn-peers"],
+    },
+];
 
 /// What the API server's request-info parser makes of a request (the
 /// attributes RBAC authorizes).
@@ -69,6 +97,7 @@ enum RequestAttributes {
         api_group: String,
         namespace: Option<String>,
         resource: String,
+        name: Option<String>,
     },
     /// Any other path (`/version`, `/healthz`, ...).
     NonResource { verb: String, path: String },
@@ -123,6 +152,7 @@ impl RequestAttributes {
             api_group,
             namespace,
             resource,
+            name: name.map(str::to_string),
         }
     }
 
@@ -140,12 +170,20 @@ impl RequestAttributes {
                 api_group,
                 namespace,
                 resource,
+                name,
             } => {
+                let named = |r: &PolicyRule| {
+                    r.resource_names.is_empty()
+                        || name
+                            .as_deref()
+                            .is_some_and(|n| r.resource_names.contains(&n))
+                };
                 let allowed = namespace.as_deref() == Some(role_namespace)
                     && rules.iter().any(|r| {
                         matches(r.api_groups, api_group)
                             && matches(r.resources, resource)
                             && matches(r.verbs, verb)
+                            && named(r)
                     });
                 if allowed {
                     return Ok(());
@@ -205,6 +243,11 @@ struct State {
     requests: usize,
     /// The Role the caller holds in [`JOINSVC_ROLE_NAMESPACE`].
     rules: &'static [PolicyRule],
+    /// The ConfigMaps of kube-system by name, each with its
+    /// `metadata.resourceVersion`.
+    configmaps: std::collections::BTreeMap<String, Value>,
+    /// The last `resourceVersion` given out (etcd's revision).
+    revision: u64,
 }
 
 /// A running double; ends its thread when dropped.
@@ -308,6 +351,26 @@ impl KubeApiDouble {
     /// Requests received so far (whatever their outcome).
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
+    }
+
+    /// The ConfigMap `name` of kube-system as stored, if there is one.
+    pub fn configmap(&self, name: &str) -> Option<Value> {
+        self.state.lock().unwrap().configmaps.get(name).cloned()
+    }
+
+    /// Replaces (or creates) the ConfigMap `name`'s `data` as another
+    /// writer of the API would (an admin's `kubectl edit`, a spoilt
+    /// object), with a new `resourceVersion`.
+    pub fn put_configmap_data(&self, name: &str, data: Value) {
+        let mut st = self.state.lock().unwrap();
+        st.revision += 1;
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "kube-system", "resourceVersion": st.revision.to_string()},
+            "data": data,
+        });
+        st.configmaps.insert(name.to_string(), object);
     }
 }
 
@@ -568,6 +631,9 @@ fn handle(request: &Request, state: &Mutex<State>, token: &str) -> (u16, Value) 
     {
         return (403, status_object(403, "Forbidden", &message));
     }
+    if let Some(rest) = path.strip_prefix(CONFIGMAPS_PATH) {
+        return handle_configmap(request, rest, state);
+    }
     if path != SECRETS_PATH {
         return (
             404,
@@ -642,6 +708,120 @@ fn handle(request: &Request, state: &Mutex<State>, token: &str) -> (u16, Value) 
     (201, created)
 }
 
+/// ConfigMaps of kube-system: `GET /<name>`, `POST` to the collection,
+/// `PUT /<name>` with the API server's optimistic concurrency.
+fn handle_configmap(request: &Request, rest: &str, state: &Mutex<State>) -> (u16, Value) {
+    let not_found = |name: &str| {
+        (
+            404,
+            status_object(404, "NotFound", &format!("configmaps \"{name}\" not found")),
+        )
+    };
+    let name = rest.strip_prefix('/');
+    if name.is_some_and(|n| n.is_empty() || n.contains(['/', '?'])) {
+        return not_found(rest);
+    }
+    if request.method == "GET" {
+        let Some(name) = name else {
+            return (
+                405,
+                status_object(405, "MethodNotAllowed", "list is not served"),
+            );
+        };
+        return match state.lock().unwrap().configmaps.get(name) {
+            Some(object) => (200, object.clone()),
+            None => not_found(name),
+        };
+    }
+    if !request
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/json"))
+    {
+        return (
+            415,
+            status_object(415, "UnsupportedMediaType", "want application/json"),
+        );
+    }
+    let invalid = |why: &str| (422, status_object(422, "Invalid", why));
+    let Ok(mut object) = serde_json::from_slice::<Value>(&request.body) else {
+        return invalid("body is not JSON");
+    };
+    if object["apiVersion"] != "v1" || object["kind"] != "ConfigMap" {
+        return invalid("apiVersion must be v1 and kind ConfigMap");
+    }
+    if object["metadata"]["namespace"] != "kube-system" {
+        return invalid("metadata.namespace must be kube-system");
+    }
+    let Some(object_name) = object["metadata"]["name"].as_str().map(str::to_string) else {
+        return invalid("metadata.name is required");
+    };
+    let Some(data) = object["data"].as_object() else {
+        return invalid("data must be an object");
+    };
+    if !data.values().all(Value::is_string) {
+        return invalid("data values must be strings");
+    }
+    let size: usize = data
+        .iter()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    if size > MAX_CONFIGMAP_DATA_BYTES {
+        return invalid("ConfigMap \"data\" must have at most 1048576 bytes");
+    }
+    let mut st = state.lock().unwrap();
+    match (request.method.as_str(), name) {
+        ("POST", None) => {
+            if st.configmaps.contains_key(&object_name) {
+                return (
+                    409,
+                    status_object(
+                        409,
+                        "AlreadyExists",
+                        &format!("configmaps \"{object_name}\" already exists"),
+                    ),
+                );
+            }
+            st.revision += 1;
+            object["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+            st.configmaps.insert(object_name, object.clone());
+            (201, object)
+        }
+        ("PUT", Some(name)) => {
+            if name != object_name {
+                return invalid("metadata.name must match the path");
+            }
+            let Some(current) = st.configmaps.get(name) else {
+                return not_found(name);
+            };
+            // No resourceVersion: an unconditional update, as the API
+            // server allows; a stale one: 409.
+            let wanted = &object["metadata"]["resourceVersion"];
+            if !wanted.is_null() && *wanted != current["metadata"]["resourceVersion"] {
+                return (
+                    409,
+                    status_object(
+                        409,
+                        "Conflict",
+                        &format!(
+                            "Operation cannot be fulfilled on configmaps \"{name}\": the object \
+                             has been modified; please apply your changes to the latest version \
+                             and try again"
+                        ),
+                    ),
+                );
+            }
+            st.revision += 1;
+            object["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+            st.configmaps.insert(name.to_string(), object.clone());
+            (200, object)
+        }
+        _ => (
+            405,
+            status_object(405, "MethodNotAllowed", "method not allowed"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,8 +831,30 @@ mod tests {
     }
 
     #[test]
-    fn joinsvc_role_allows_creating_secrets_in_kube_system_only() {
+    fn joinsvc_role_allows_creating_secrets_and_the_peer_registry_only() {
         assert_eq!(authorize("POST", SECRETS_PATH), Ok(()));
+        let registry = format!("{CONFIGMAPS_PATH}/confboot-vpn-peers");
+        assert_eq!(authorize("POST", CONFIGMAPS_PATH), Ok(()));
+        assert_eq!(authorize("GET", &registry), Ok(()));
+        assert_eq!(authorize("PUT", &registry), Ok(()));
+        // Other ConfigMaps, and other verbs on the registry, are refused:
+        // the names limit only get and update.
+        for (method, target, verb) in [
+            ("GET", format!("{CONFIGMAPS_PATH}/kubeadm-config"), "get"),
+            ("PUT", format!("{CONFIGMAPS_PATH}/kubeadm-config"), "update"),
+            ("DELETE", registry.clone(), "delete"),
+            ("PATCH", registry.clone(), "patch"),
+            ("GET", CONFIGMAPS_PATH.to_string(), "list"),
+            ("GET", format!("{CONFIGMAPS_PATH}?watch=true"), "watch"),
+        ] {
+            let err = authorize(method, &target).unwrap_err();
+            assert!(
+                err.starts_with(&format!(
+                    "configmaps is forbidden: User \"{JOINSVC_SERVICE_ACCOUNT}\" cannot {verb} resource \"configmaps\""
+                )),
+                "{method} {target}: {err}"
+            );
+        }
         for (method, target, verb) in [
             ("GET", SECRETS_PATH, "list"),
             (
@@ -694,7 +896,11 @@ mod tests {
         // subresource, another API group, a path outside the API.
         for (method, target) in [
             ("POST", "/api/v1/namespaces/default/secrets"),
-            ("POST", "/api/v1/namespaces/kube-system/configmaps"),
+            ("POST", "/api/v1/namespaces/default/configmaps"),
+            (
+                "GET",
+                "/api/v1/namespaces/default/configmaps/confboot-vpn-peers",
+            ),
             ("GET", "/api/v1/secrets"),
             ("GET", "/api/v1/namespaces/kube-system"),
             (
@@ -729,6 +935,7 @@ mod tests {
                 api_group: "rbac.authorization.k8s.io".into(),
                 namespace: Some("ns".into()),
                 resource: "roles/status".into(),
+                name: Some("r".into()),
             }
         );
         assert_eq!(
@@ -738,6 +945,7 @@ mod tests {
                 api_group: String::new(),
                 namespace: None,
                 resource: "namespaces".into(),
+                name: Some("kube-system".into()),
             }
         );
         assert_eq!(
@@ -755,6 +963,7 @@ mod tests {
             api_groups: &["*"],
             resources: &["*"],
             verbs: &["*"],
+            resource_names: &[],
         }];
         let attrs = RequestAttributes::of("DELETE", "/api/v1/namespaces/kube-system/secrets/x");
         assert_eq!(attrs.authorize("kube-system", ALL), Ok(()));

@@ -138,7 +138,10 @@ fn the_role_is_what_the_api_double_enforces() {
         assert_eq!(strings(&rule["apiGroups"]), enforced.api_groups, "{rule}");
         assert_eq!(strings(&rule["resources"]), enforced.resources, "{rule}");
         assert_eq!(strings(&rule["verbs"]), enforced.verbs, "{rule}");
-        assert!(rule.get("resourceNames").is_none(), "{rule}");
+        match rule.get("resourceNames") {
+            None => assert!(enforced.resource_names.is_empty(), "{rule}"),
+            Some(names) => assert_eq!(strings(names), enforced.resource_names, "{rule}"),
+        }
     }
     assert!(
         docs.iter()

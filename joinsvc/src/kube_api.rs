@@ -1,0 +1,288 @@
+//! joinsvc's client of the Kubernetes API: ureq over rustls, trusting the
+//! cluster's CA bundle, authenticated with the pod's service-account token
+//! (or files given on the command line), one kept-alive connection reused
+//! between calls. Callers ([`crate::token`], [`crate::vpn`]) get the status
+//! and the bounded body of each answer and decide what it means.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ureq::http::{HeaderValue, Uri};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use zeroize::Zeroizing;
+
+/// Where a pod finds its service-account token and CA bundle.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// How much of an error Status's `reason` or `message` is kept (for the
+/// log and the node's error), control characters dropped.
+const MAX_STATUS_MESSAGE_CHARS: usize = 256;
+
+/// Why the API could not be asked at all (an HTTP error status is an
+/// [`ApiAnswer`], not this).
+#[derive(Debug, PartialEq, Eq)]
+pub enum KubeApiError {
+    /// The API server could not be reached or did not answer in time.
+    Unreachable(String),
+    /// Configuration (service account files, environment, URL) is missing
+    /// or bad.
+    Config(String),
+}
+
+impl fmt::Display for KubeApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KubeApiError::Unreachable(m) => write!(f, "Kubernetes API unreachable: {m}"),
+            KubeApiError::Config(m) => write!(f, "Kubernetes API client not configured: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for KubeApiError {}
+
+/// An answer of the API server: its status and its body, read whole up to
+/// the caller's bound (zeroized on drop: bodies may echo Secrets).
+pub struct ApiAnswer {
+    /// HTTP status code.
+    pub status: u16,
+    /// The body (empty if it was not UTF-8 or over the bound).
+    pub body: Zeroizing<String>,
+}
+
+impl ApiAnswer {
+    /// A string field of the answer's JSON object (a `Status` object's
+    /// `reason` or `message`), bounded and without control characters;
+    /// empty if there is none.
+    pub fn status_field(&self, name: &str) -> String {
+        serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v[name].as_str().map(str::to_string))
+            .map(|s| {
+                s.chars()
+                    .filter(|c| !c.is_control())
+                    .take(MAX_STATUS_MESSAGE_CHARS)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A client of one API server (clones share its connections).
+#[derive(Clone)]
+pub struct KubeApi {
+    api_url: String,
+    /// `Bearer <token>`, made once and marked sensitive (never logged).
+    authorization: HeaderValue,
+    agent: ureq::Agent,
+}
+
+impl KubeApi {
+    /// A client for `api_url` (e.g. `https://10.96.0.1:443`) that trusts the
+    /// PEM CA bundle `ca_pem` and authenticates with `bearer_token`; each
+    /// call ends after `timeout`.
+    pub fn new(
+        api_url: &str,
+        ca_pem: &str,
+        bearer_token: Zeroizing<String>,
+        timeout: Duration,
+    ) -> Result<KubeApi, KubeApiError> {
+        let certs = pem_certificates(ca_pem)?;
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .build();
+        let config = ureq::Agent::config_builder()
+            .tls_config(tls)
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build();
+        let agent = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::default(),
+            IpLiteralResolver::default(),
+        );
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", *bearer_token))
+            .map_err(|_| {
+                KubeApiError::Config("the bearer token is not a valid header value".into())
+            })?;
+        authorization.set_sensitive(true);
+        let api = KubeApi {
+            api_url: api_url.trim_end_matches('/').to_string(),
+            authorization,
+            agent,
+        };
+        api.uri("/api")?;
+        Ok(api)
+    }
+
+    /// The in-cluster client: `KUBERNETES_SERVICE_HOST`/`_PORT` and the
+    /// service account's token and `ca.crt`.
+    pub fn in_cluster(timeout: Duration) -> Result<KubeApi, KubeApiError> {
+        let env =
+            |k: &str| std::env::var(k).map_err(|_| KubeApiError::Config(format!("{k} is not set")));
+        let (host, port) = (
+            env("KUBERNETES_SERVICE_HOST")?,
+            env("KUBERNETES_SERVICE_PORT")?,
+        );
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let read = |name: &str| {
+            let path = std::path::PathBuf::from(format!("{SERVICE_ACCOUNT_DIR}/{name}"));
+            confboot::fs::read_bounded_text(&path, confboot::fs::MAX_CONFIG_FILE_BYTES)
+                .map_err(|e| KubeApiError::Config(e.to_string()))
+        };
+        let token = Zeroizing::new(read("token")?.trim().to_string());
+        KubeApi::new(
+            &format!("https://{host}:{port}"),
+            &read("ca.crt")?,
+            token,
+            timeout,
+        )
+    }
+
+    /// The URI of an API path (e.g. `/api/v1/namespaces/kube-system/secrets`),
+    /// parsed once by callers that use it often.
+    pub fn uri(&self, path: &str) -> Result<Uri, KubeApiError> {
+        format!("{}{path}", self.api_url)
+            .parse::<Uri>()
+            .map_err(|e| KubeApiError::Config(format!("API URL {}{path}: {e}", self.api_url)))
+    }
+
+    /// `GET uri`; the body read up to `max_body` bytes.
+    pub fn get(&self, uri: &Uri, max_body: u64) -> Result<ApiAnswer, KubeApiError> {
+        let resp = self
+            .agent
+            .get(uri.clone())
+            .header("Authorization", self.authorization.clone())
+            .header("Accept", "application/json")
+            .call()
+            .map_err(|e| KubeApiError::Unreachable(e.to_string()))?;
+        Ok(read_answer(resp, max_body))
+    }
+
+    /// `POST` (create) or `PUT` (replace) a JSON object at `uri`; the
+    /// answer's body read up to `max_body` bytes.
+    pub fn send_json(
+        &self,
+        method: SendMethod,
+        uri: &Uri,
+        json: &[u8],
+        max_body: u64,
+    ) -> Result<ApiAnswer, KubeApiError> {
+        let request = match method {
+            SendMethod::Post => self.agent.post(uri.clone()),
+            SendMethod::Put => self.agent.put(uri.clone()),
+        };
+        let resp = request
+            .header("Authorization", self.authorization.clone())
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .send(json)
+            .map_err(|e| KubeApiError::Unreachable(e.to_string()))?;
+        Ok(read_answer(resp, max_body))
+    }
+}
+
+/// How [`KubeApi::send_json`] sends an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMethod {
+    /// Create (`POST` to the collection).
+    Post,
+    /// Replace (`PUT` to the object, with its `resourceVersion`).
+    Put,
+}
+
+/// Reads the whole (bounded) body: that returns the connection to the
+/// agent's pool, so the next call reuses it instead of a new TLS handshake
+/// with the API server.
+fn read_answer(mut resp: ureq::http::Response<ureq::Body>, max_body: u64) -> ApiAnswer {
+    let status = resp.status().as_u16();
+    let body = Zeroizing::new(
+        resp.body_mut()
+            .with_config()
+            .limit(max_body)
+            .read_to_string()
+            .unwrap_or_default(),
+    );
+    ApiAnswer { status, body }
+}
+
+/// Resolves an IP-literal host (the in-cluster API server address is one,
+/// `KUBERNETES_SERVICE_HOST`) directly. ureq's default resolver starts a
+/// thread for every lookup under a timeout, once per request; names still go
+/// through it.
+#[derive(Debug, Default)]
+struct IpLiteralResolver(DefaultResolver);
+
+impl Resolver for IpLiteralResolver {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri
+            .scheme()
+            .zip(uri.authority())
+            .and_then(|(scheme, authority)| DefaultResolver::host_and_port(scheme, authority))
+            .and_then(|host_port| host_port.parse::<std::net::SocketAddr>().ok());
+        match literal {
+            Some(addr) => {
+                let mut addrs = self.empty();
+                addrs.push(addr);
+                Ok(addrs)
+            }
+            None => self.0.resolve(uri, config, timeout),
+        }
+    }
+}
+
+fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, KubeApiError> {
+    let mut certs = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
+        let body = &rest[start + 27..];
+        let end = body
+            .find("-----END CERTIFICATE-----")
+            .ok_or_else(|| KubeApiError::Config("unterminated PEM certificate".into()))?;
+        let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
+        let der = confboot::base64::decode(&b64)
+            .map_err(|e| KubeApiError::Config(format!("CA bundle: {e}")))?;
+        certs.push(ureq::tls::Certificate::from_der(&der).to_owned());
+        rest = &body[end..];
+    }
+    if certs.is_empty() {
+        return Err(KubeApiError::Config(
+            "CA bundle holds no certificate".into(),
+        ));
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_literal_hosts_resolve_without_a_lookup() {
+        let resolver = IpLiteralResolver::default();
+        let config = ureq::config::Config::default();
+        let timeout = ureq::unversioned::transport::NextTimeout::default();
+        for (url, want) in [
+            ("https://10.96.0.1:443/api", "10.96.0.1:443"),
+            ("https://10.96.0.1/api", "10.96.0.1:443"),
+            ("https://[fd00::1]:6443/", "[fd00::1]:6443"),
+        ] {
+            let uri: ureq::http::Uri = url.parse().unwrap();
+            let addrs = resolver.resolve(&uri, &config, timeout).unwrap();
+            assert_eq!(addrs.len(), 1);
+            assert_eq!(addrs[0].to_string(), want);
+        }
+        let uri: ureq::http::Uri = "https://localhost:6443/".parse().unwrap();
+        assert!(!resolver.resolve(&uri, &config, timeout).unwrap().is_empty());
+    }
+}

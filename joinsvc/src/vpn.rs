@@ -1,0 +1,586 @@
+//! The cluster's VPN peer registry (seed 000): which node has which VPN
+//! address and WireGuard key, under a version that every
+//! `vpn.API/GetUpdate` answer carries.
+//!
+//! Where it lives: one ConfigMap, [`PEERS_CONFIGMAP`] in kube-system, in the
+//! Kubernetes API (etcd). Every control plane's joinsvc replica reads and
+//! writes the same object, so a restarted or replaced control plane loses
+//! nothing and replicas never hand out one address twice: each change is a
+//! compare-and-swap on the object's `resourceVersion` (the API server
+//! answers 409 to a write based on an older read; the change is then made
+//! again on a fresh read). A control plane's own state disk would be lost
+//! with that node and differ between replicas. The ConfigMap holds public
+//! data only (names, endpoints, addresses, public keys).
+//!
+//! What is read back is checked as strictly as what a node receives
+//! ([`PeerList::from_update`]): a registry that does not parse, or holds
+//! peers outside the range, refuses every change and update (fail closed)
+//! rather than serving or extending a list the API server's other writers
+//! may have spoilt.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use confboot::backoff::Backoff;
+
+use confboot::vpn::{MAX_PEERS, Peer, PeerList, VpnError, VpnNetwork, VpnPublicKey};
+use confboot_proto::vpn::{GetUpdateResponse, Peer as WirePeer};
+use serde_json::{Value, json};
+
+use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
+
+/// The ConfigMap (in kube-system) that holds the peer registry.
+pub const PEERS_CONFIGMAP: &str = "confboot-vpn-peers";
+/// The largest registry read: the API server's limit for one object.
+const MAX_CONFIGMAP_BYTES: u64 = 1 << 20;
+/// Compare-and-swap attempts before a change is given up as contended.
+const CAS_ATTEMPTS: usize = 16;
+/// The first wait after a lost compare-and-swap (with jitter, doubling).
+const CAS_BACKOFF_INITIAL: Duration = Duration::from_millis(5);
+/// The longest wait after a lost compare-and-swap.
+const CAS_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// The longest `resourceVersion` taken from the API server.
+const MAX_RESOURCE_VERSION_CHARS: usize = 64;
+
+/// Why the registry could not be read or changed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegistryError {
+    /// The API server could not be asked.
+    Api(KubeApiError),
+    /// The API server answered with an error status.
+    Status {
+        /// HTTP status code.
+        status: u16,
+        /// The API's reason, if it sent one.
+        reason: String,
+    },
+    /// joinsvc's Role does not allow the call (403).
+    Forbidden {
+        /// The API server's message.
+        message: String,
+    },
+    /// The stored registry does not parse or is not a valid peer list.
+    Corrupt(String),
+    /// The change itself is refused (a key another node has, no address
+    /// left, too many peers).
+    Refused(VpnError),
+    /// Every compare-and-swap attempt lost to another writer.
+    Contended,
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegistryError::Api(e) => write!(f, "VPN peer registry: {e}"),
+            RegistryError::Status { status, reason } => {
+                write!(
+                    f,
+                    "VPN peer registry: Kubernetes API answered {status}: {reason}"
+                )
+            }
+            RegistryError::Forbidden { message } => write!(
+                f,
+                "VPN peer registry: Kubernetes API answered 403: {message} (joinsvc's Role \
+                 must allow get/update of configmap {PEERS_CONFIGMAP} and create of configmaps \
+                 in kube-system: deploy/kubernetes/joinsvc.yaml)"
+            ),
+            RegistryError::Corrupt(m) => {
+                write!(
+                    f,
+                    "VPN peer registry configmap {PEERS_CONFIGMAP} is invalid: {m}"
+                )
+            }
+            RegistryError::Refused(e) => write!(f, "VPN peer refused: {e}"),
+            RegistryError::Contended => write!(
+                f,
+                "VPN peer registry: {CAS_ATTEMPTS} concurrent writers won every attempt"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+impl From<KubeApiError> for RegistryError {
+    fn from(e: KubeApiError) -> RegistryError {
+        RegistryError::Api(e)
+    }
+}
+
+/// A joining node's VPN details, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerRequest {
+    /// The node's name.
+    pub name: String,
+    /// Where the node's WireGuard listens.
+    pub public_endpoint: SocketAddr,
+    /// The node's WireGuard public key.
+    pub vpn_pub_key: VpnPublicKey,
+}
+
+/// The registry as read: the version and list, and the object's
+/// `resourceVersion` a write must name (`None`: no object yet).
+#[derive(Debug)]
+struct Stored {
+    resource_version: Option<String>,
+    version: u64,
+    peers: PeerList,
+}
+
+/// The peer registry in the Kubernetes API.
+pub struct KubeApiPeerRegistry {
+    api: KubeApi,
+    network: VpnNetwork,
+    /// One change at a time from this replica: its own writers never race
+    /// each other, so compare-and-swap only ever loses to other replicas.
+    changing: Mutex<()>,
+    collection_uri: ureq::http::Uri,
+    object_uri: ureq::http::Uri,
+}
+
+impl KubeApiPeerRegistry {
+    /// The registry of the VPN range `network`, through `api`.
+    pub fn new(api: KubeApi, network: VpnNetwork) -> Result<KubeApiPeerRegistry, RegistryError> {
+        let collection = "/api/v1/namespaces/kube-system/configmaps";
+        Ok(KubeApiPeerRegistry {
+            collection_uri: api.uri(collection)?,
+            object_uri: api.uri(&format!("{collection}/{PEERS_CONFIGMAP}"))?,
+            api,
+            network,
+            changing: Mutex::new(()),
+        })
+    }
+
+    /// The VPN range.
+    pub fn network(&self) -> &VpnNetwork {
+        &self.network
+    }
+
+    /// Adds a node, or returns its address if it is registered already. A
+    /// node registered under the same name with another key or endpoint (a
+    /// reinstalled node) keeps its address and gets the new key and
+    /// endpoint; a key that another node has is refused.
+    pub fn register(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
+        self.change(|peers| {
+            if peers
+                .iter()
+                .any(|p| p.vpn_pub_key == request.vpn_pub_key && p.name != request.name)
+            {
+                return Err(RegistryError::Refused(VpnError::Duplicate {
+                    what: "key",
+                    value: request.vpn_pub_key.to_string(),
+                }));
+            }
+            if let Some(p) = peers.iter_mut().find(|p| p.name == request.name) {
+                if p.public_endpoint == request.public_endpoint
+                    && p.vpn_pub_key == request.vpn_pub_key
+                {
+                    return Ok((p.vpn_ip, false));
+                }
+                p.public_endpoint = request.public_endpoint;
+                p.vpn_pub_key = request.vpn_pub_key;
+                return Ok((p.vpn_ip, true));
+            }
+            if peers.len() >= MAX_PEERS {
+                return Err(RegistryError::Refused(VpnError::TooManyPeers(
+                    peers.len() + 1,
+                )));
+            }
+            let used = peers.iter().map(|p| p.vpn_ip).collect();
+            let vpn_ip = self.network.allot(&used).map_err(RegistryError::Refused)?;
+            peers.push(Peer {
+                name: request.name.clone(),
+                public_endpoint: request.public_endpoint,
+                vpn_ip,
+                vpn_pub_key: request.vpn_pub_key,
+            });
+            Ok((vpn_ip, true))
+        })
+    }
+
+    /// Removes the node `name`; whether it was there.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "no admin command removes a peer yet")
+    )]
+    pub fn remove(&self, name: &str) -> Result<bool, RegistryError> {
+        self.change(|peers| {
+            let before = peers.len();
+            peers.retain(|p| p.name != name);
+            Ok((peers.len() != before, peers.len() != before))
+        })
+    }
+
+    /// The answer to `GetUpdate{known}`: the current version, and the full
+    /// list only when it differs from `known`.
+    pub fn update(&self, known: u64) -> Result<GetUpdateResponse, RegistryError> {
+        let stored = self.read()?;
+        let peers = if stored.version == known {
+            Vec::new()
+        } else {
+            stored.peers.to_wire()
+        };
+        Ok(GetUpdateResponse {
+            resource_version: stored.version,
+            peers,
+        })
+    }
+
+    /// Applies `edit` to a fresh read until a write based on it succeeds,
+    /// waiting with backoff and jitter after each write another replica
+    /// made first. `edit` returns its result and whether it changed the
+    /// list.
+    fn change<T>(
+        &self,
+        mut edit: impl FnMut(&mut Vec<Peer>) -> Result<(T, bool), RegistryError>,
+    ) -> Result<T, RegistryError> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backoff = Backoff::new(CAS_BACKOFF_INITIAL, CAS_BACKOFF_MAX);
+        for attempt in 0..CAS_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(backoff.next_delay());
+            }
+            let stored = self.read()?;
+            let mut peers = stored.peers.peers().to_vec();
+            let (result, changed) = edit(&mut peers)?;
+            if !changed {
+                return Ok(result);
+            }
+            let list = PeerList::new(peers).map_err(RegistryError::Refused)?;
+            if self.write(&stored, &list)? {
+                return Ok(result);
+            }
+            log::debug!("VPN peer registry changed under this write; reading it again");
+        }
+        Err(RegistryError::Contended)
+    }
+
+    fn read(&self) -> Result<Stored, RegistryError> {
+        let answer = self.api.get(&self.object_uri, MAX_CONFIGMAP_BYTES)?;
+        match answer.status {
+            200 => parse_stored(&answer.body, &self.network),
+            404 => Ok(Stored {
+                resource_version: None,
+                version: 0,
+                peers: PeerList::default(),
+            }),
+            _ => Err(api_error(&answer)),
+        }
+    }
+
+    /// Writes `list` as the version after `stored`'s; `false` if another
+    /// writer was first (409).
+    fn write(&self, stored: &Stored, list: &PeerList) -> Result<bool, RegistryError> {
+        let mut metadata = json!({"name": PEERS_CONFIGMAP, "namespace": "kube-system"});
+        if let Some(rv) = &stored.resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": {
+                "version": (stored.version + 1).to_string(),
+                "peers.json": peers_json(list).to_string(),
+            },
+        })
+        .to_string();
+        let (method, uri) = match stored.resource_version {
+            None => (SendMethod::Post, &self.collection_uri),
+            Some(_) => (SendMethod::Put, &self.object_uri),
+        };
+        let answer = self
+            .api
+            .send_json(method, uri, body.as_bytes(), MAX_CONFIGMAP_BYTES)?;
+        match answer.status {
+            200 | 201 => Ok(true),
+            409 => Ok(false),
+            _ => Err(api_error(&answer)),
+        }
+    }
+}
+
+fn api_error(answer: &ApiAnswer) -> RegistryError {
+    if answer.status == 403 {
+        RegistryError::Forbidden {
+            message: answer.status_field("message"),
+        }
+    } else {
+        RegistryError::Status {
+            status: answer.status,
+            reason: answer.status_field("reason"),
+        }
+    }
+}
+
+/// The peers as the ConfigMap's `peers.json`: public values, the key in
+/// base64 as `wg` shows it.
+fn peers_json(list: &PeerList) -> Value {
+    Value::Array(
+        list.peers()
+            .iter()
+            .map(|p| {
+                json!({
+                    "name": p.name,
+                    "publicEndpoint": p.public_endpoint.to_string(),
+                    "vpnIP": p.vpn_ip.to_string(),
+                    "vpnPubKey": p.vpn_pub_key.to_string(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Reads a stored ConfigMap, as strictly as a node reads an update.
+fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryError> {
+    let corrupt = |m: &str| RegistryError::Corrupt(m.to_string());
+    let object: Value = serde_json::from_str(body).map_err(|_| corrupt("not JSON"))?;
+    let resource_version = object["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|rv| !rv.is_empty() && rv.len() <= MAX_RESOURCE_VERSION_CHARS)
+        .ok_or_else(|| corrupt("no metadata.resourceVersion"))?
+        .to_string();
+    let data = &object["data"];
+    let version_text = data["version"]
+        .as_str()
+        .ok_or_else(|| corrupt("no data.version"))?;
+    if version_text.is_empty() || !version_text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(corrupt("data.version is not a number"));
+    }
+    let version: u64 = version_text
+        .parse()
+        .map_err(|_| corrupt("data.version is not a number"))?;
+    let peers: Value = serde_json::from_str(
+        data["peers.json"]
+            .as_str()
+            .ok_or_else(|| corrupt("no data.peers.json"))?,
+    )
+    .map_err(|_| corrupt("peers.json is not JSON"))?;
+    let entries = peers
+        .as_array()
+        .ok_or_else(|| corrupt("peers.json is not a list"))?;
+    if entries.len() > MAX_PEERS {
+        return Err(RegistryError::Corrupt(
+            VpnError::TooManyPeers(entries.len()).to_string(),
+        ));
+    }
+    let field = |e: &Value, name: &str| -> Result<String, RegistryError> {
+        e[name]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| RegistryError::Corrupt(format!("a peer without {name}")))
+    };
+    let mut wire = Vec::with_capacity(entries.len());
+    for e in entries {
+        let key = confboot::base64::decode(&field(e, "vpnPubKey")?)
+            .map_err(|_| corrupt("a peer's vpnPubKey is not base64"))?;
+        wire.push(WirePeer {
+            name: field(e, "name")?,
+            public_endpoint: field(e, "publicEndpoint")?,
+            vpn_ip: field(e, "vpnIP")?,
+            vpn_pub_key: key,
+        });
+    }
+    let peers =
+        PeerList::from_update(&wire, network).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+    Ok(Stored {
+        resource_version: Some(resource_version),
+        version,
+        peers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use confboot_tests::kube_double::{KubeApiDouble, PolicyRule};
+    use zeroize::Zeroizing;
+
+    use super::*;
+
+    const SA_TOKEN: &str = "service-account-token";
+
+    fn registry(double: &KubeApiDouble, network: &str) -> KubeApiPeerRegistry {
+        let api = KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            Zeroizing::new(SA_TOKEN.into()),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        KubeApiPeerRegistry::new(api, network.parse().unwrap()).unwrap()
+    }
+
+    fn request(i: u32) -> PeerRequest {
+        let mut key = [7u8; 32];
+        key[..4].copy_from_slice(&(i + 1).to_le_bytes());
+        PeerRequest {
+            name: format!("node-{i}"),
+            public_endpoint: format!("192.0.2.{}:51820", i % 250 + 1).parse().unwrap(),
+            vpn_pub_key: VpnPublicKey::from_bytes(&key).unwrap(),
+        }
+    }
+
+    fn ip(last: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 118, 0, last)
+    }
+
+    #[test]
+    fn nodes_get_distinct_addresses_that_a_restarted_control_plane_still_has() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        assert_eq!(r.update(0).unwrap().resource_version, 0);
+        for i in 0..3 {
+            assert_eq!(r.register(&request(i)).unwrap(), ip(i as u8 + 1));
+        }
+        // Registering again changes nothing.
+        assert_eq!(r.register(&request(1)).unwrap(), ip(2));
+        let update = r.update(0).unwrap();
+        assert_eq!(update.resource_version, 3);
+        assert_eq!(update.peers.len(), 3);
+        // The list only when the version differs.
+        assert!(r.update(3).unwrap().peers.is_empty());
+        // Another replica, or this one restarted, reads the same registry.
+        let again = registry(&double, "10.118.0.0/24");
+        assert_eq!(again.update(0).unwrap(), update);
+        assert_eq!(again.register(&request(3)).unwrap(), ip(4));
+        let stored = double.configmap(PEERS_CONFIGMAP).unwrap();
+        assert_eq!(stored["data"]["version"], "4");
+        assert!(
+            stored["data"]["peers.json"]
+                .as_str()
+                .unwrap()
+                .contains("\"vpnIP\":\"10.118.0.4\"")
+        );
+    }
+
+    #[test]
+    fn a_reinstalled_node_keeps_its_address_and_a_stolen_key_is_refused() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        r.register(&request(0)).unwrap();
+        r.register(&request(1)).unwrap();
+        let mut reinstalled = request(0);
+        reinstalled.vpn_pub_key = request(9).vpn_pub_key;
+        reinstalled.public_endpoint = "192.0.2.99:51820".parse().unwrap();
+        assert_eq!(r.register(&reinstalled).unwrap(), ip(1));
+        let peers = r.update(0).unwrap().peers;
+        assert_eq!(peers[0].public_endpoint, "192.0.2.99:51820");
+        assert_eq!(r.update(0).unwrap().resource_version, 3);
+        // node-1's key under another name.
+        let mut thief = request(5);
+        thief.vpn_pub_key = request(1).vpn_pub_key;
+        assert!(matches!(
+            r.register(&thief),
+            Err(RegistryError::Refused(VpnError::Duplicate {
+                what: "key",
+                ..
+            }))
+        ));
+        assert_eq!(r.update(0).unwrap().resource_version, 3);
+    }
+
+    #[test]
+    fn a_removed_node_leaves_the_list_and_its_address_is_reused() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        for i in 0..3 {
+            r.register(&request(i)).unwrap();
+        }
+        assert!(r.remove("node-1").unwrap());
+        assert!(!r.remove("node-1").unwrap());
+        let update = r.update(3).unwrap();
+        assert_eq!(update.resource_version, 4);
+        let names: Vec<&str> = update.peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["node-0", "node-2"]);
+        assert_eq!(r.register(&request(7)).unwrap(), ip(2));
+    }
+
+    #[test]
+    fn concurrent_replicas_never_give_one_address_twice() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let replicas: Vec<Arc<KubeApiPeerRegistry>> = (0..3)
+            .map(|_| Arc::new(registry(&double, "10.118.0.0/16")))
+            .collect();
+        let nodes = 36;
+        let ips: Vec<Ipv4Addr> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..nodes)
+                .map(|i| {
+                    let r = Arc::clone(&replicas[i as usize % 3]);
+                    s.spawn(move || r.register(&request(i)).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let distinct: std::collections::BTreeSet<_> = ips.iter().collect();
+        assert_eq!(distinct.len(), nodes as usize, "{ips:?}");
+        let update = replicas[0].update(0).unwrap();
+        assert_eq!(update.peers.len(), nodes as usize);
+        assert_eq!(update.resource_version, u64::from(nodes));
+    }
+
+    #[test]
+    fn a_spoilt_registry_is_refused_not_served_or_extended() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        r.register(&request(0)).unwrap();
+        let peer = |ip: &str| {
+            serde_json::json!([{
+                "name": "node-0", "publicEndpoint": "192.0.2.1:51820",
+                "vpnIP": ip, "vpnPubKey": request(0).vpn_pub_key.to_string(),
+            }])
+            .to_string()
+        };
+        for (data, why) in [
+            (
+                json!({"version": "2", "peers.json": peer("10.119.0.1")}),
+                "range",
+            ),
+            (
+                json!({"version": "x", "peers.json": peer("10.118.0.1")}),
+                "version",
+            ),
+            (json!({"version": "2", "peers.json": "{"}), "JSON"),
+            (json!({"version": "2"}), "peers.json"),
+        ] {
+            double.put_configmap_data(PEERS_CONFIGMAP, data.clone());
+            for result in [r.update(0).map(|_| ()), r.register(&request(1)).map(|_| ())] {
+                match result {
+                    Err(RegistryError::Corrupt(m)) => assert!(m.contains(why), "{m} lacks {why}"),
+                    other => panic!("{data}: {other:?}"),
+                }
+            }
+            assert_eq!(double.configmap(PEERS_CONFIGMAP).unwrap()["data"], data);
+        }
+    }
+
+    #[test]
+    fn an_exhausted_range_and_a_missing_role_are_named() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/30");
+        r.register(&request(0)).unwrap();
+        r.register(&request(1)).unwrap();
+        assert_eq!(
+            r.register(&request(2)),
+            Err(RegistryError::Refused(VpnError::RangeExhausted))
+        );
+        const SECRETS_ONLY: &[PolicyRule] = &[PolicyRule {
+            api_groups: &[""],
+            resources: &["secrets"],
+            verbs: &["create"],
+            resource_names: &[],
+        }];
+        let double = KubeApiDouble::start_with_role(SA_TOKEN, SECRETS_ONLY);
+        let r = registry(&double, "10.118.0.0/24");
+        match r.register(&request(0)) {
+            Err(e @ RegistryError::Forbidden { .. }) => {
+                assert!(e.to_string().contains("configmaps is forbidden"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
