@@ -1,0 +1,122 @@
+//! The VPN peer registry through the real joinsvc process, over aTLS: a
+//! node that sends its WireGuard key with its join request gets a VPN
+//! address in its ticket; `vpn.API/GetUpdate` gives attested nodes the
+//! versioned peer list (the whole list only when the version differs); a
+//! restarted joinsvc serves the same registry, kept in the Kubernetes API
+//! (its double); unattested and wrongly measured callers get nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use confboot::atls;
+use confboot::attestation::Issuer;
+use confboot_proto::join::IssueJoinTicketRequest;
+use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
+use confboot_proto::{GET_UPDATE, JOIN};
+use confboot_tests::cluster::{Joinsvc, Node};
+
+const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+const CALL: Duration = Duration::from_secs(20);
+
+fn joinsvc_binary() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_joinsvc"))
+}
+
+fn client(node: &Node, addr: SocketAddr) -> atls::AtlsRpcClient {
+    let issuer: Arc<dyn Issuer> = node.issuer.clone();
+    atls::connect(addr, CALL, &[], Some(issuer)).unwrap().0
+}
+
+fn join(node: &Node, addr: SocketAddr, name: &str, key: u8) -> String {
+    let req = IssueJoinTicketRequest {
+        disk_uuid: DISK.into(),
+        node_name: name.into(),
+        node_vpn_pub_key: vec![key; 32],
+        node_public_endpoint: format!("192.0.2.{key}:51820"),
+        ..Default::default()
+    };
+    let ticket = client(node, addr).unary(JOIN, &req, CALL).unwrap();
+    ticket.node_vpn_ip.clone()
+}
+
+fn update(node: &Node, addr: SocketAddr, known: u64) -> GetUpdateResponse {
+    let req = GetUpdateRequest {
+        resource_version: known,
+    };
+    client(node, addr).unary(GET_UPDATE, &req, CALL).unwrap()
+}
+
+#[test]
+fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart() {
+    let node = Node::start("node", b"kernel");
+    let mut joinsvc = Joinsvc::start_with(
+        joinsvc_binary(),
+        &node.policy(),
+        &[&node],
+        &["--vpn-cidr", "10.118.0.0/24"],
+    );
+    let addr = joinsvc.rpc_addr;
+    assert_eq!(update(&node, addr, 0).resource_version, 0);
+    assert_eq!(join(&node, addr, "worker-1", 1), "10.118.0.1");
+    assert_eq!(join(&node, addr, "worker-2", 2), "10.118.0.2");
+    let full = update(&node, addr, 0);
+    assert_eq!(full.resource_version, 2);
+    let names: Vec<&str> = full.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["worker-1", "worker-2"]);
+    assert_eq!(full.peers[1].vpn_ip, "10.118.0.2");
+    assert_eq!(full.peers[1].public_endpoint, "192.0.2.2:51820");
+    assert_eq!(full.peers[1].vpn_pub_key, vec![2; 32]);
+    // The version the node has: nothing to send.
+    let same = update(&node, addr, 2);
+    assert_eq!(same.resource_version, 2);
+    assert!(same.peers.is_empty());
+
+    // The registry is in the Kubernetes API: a restarted joinsvc has it.
+    joinsvc.restart();
+    assert_eq!(update(&node, addr, 0), full);
+    assert_eq!(join(&node, addr, "worker-1", 1), "10.118.0.1");
+    assert_eq!(join(&node, addr, "worker-3", 3), "10.118.0.3");
+    assert_eq!(update(&node, addr, 2).peers.len(), 3);
+    let stored = joinsvc.kube.configmap("confboot-vpn-peers").unwrap();
+    assert_eq!(stored["data"]["version"], "3");
+}
+
+#[test]
+fn unattested_and_wrongly_measured_callers_get_no_peer_list() {
+    let node = Node::start("node", b"kernel");
+    let joinsvc = Joinsvc::start_with(
+        joinsvc_binary(),
+        &node.policy(),
+        &[&node],
+        &["--vpn-cidr", "10.118.0.0/24"],
+    );
+    let req = GetUpdateRequest {
+        resource_version: 0,
+    };
+    // No attestation from the caller: refused in the handshake or the call.
+    let unattested = atls::connect(joinsvc.rpc_addr, CALL, &[], None)
+        .map_err(|e| e.to_string())
+        .and_then(|(mut c, _)| {
+            c.unary::<_, GetUpdateResponse>(GET_UPDATE, &req, CALL)
+                .map_err(|s| s.to_string())
+        });
+    assert!(unattested.is_err(), "{unattested:?}");
+    // Another image (its kernel differs): refused in the handshake.
+    let stranger = Node::start("stranger", b"another kernel");
+    let issuer: Arc<dyn Issuer> = stranger.issuer.clone();
+    let measured_wrong = atls::connect(joinsvc.rpc_addr, CALL, &[], Some(issuer))
+        .map_err(|e| e.to_string())
+        .and_then(|(mut c, _)| {
+            c.unary::<_, GetUpdateResponse>(GET_UPDATE, &req, CALL)
+                .map_err(|s| s.to_string())
+        });
+    assert!(measured_wrong.is_err(), "{measured_wrong:?}");
+    // A joinsvc without a VPN says so.
+    let plain = Joinsvc::start(joinsvc_binary(), &node.policy(), &[&node]);
+    let err = client(&node, plain.rpc_addr)
+        .unary::<_, GetUpdateResponse>(GET_UPDATE, &req, CALL)
+        .unwrap_err();
+    assert_eq!(err.code, confboot::rpc::Code::FailedPrecondition, "{err}");
+    assert!(err.message.contains("--vpn-cidr"), "{err}");
+}
