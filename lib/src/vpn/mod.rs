@@ -44,7 +44,7 @@ mod update;
 
 use std::fmt;
 
-pub use key::{VPN_KEY_BYTES, VpnPublicKey};
+pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
 pub use peers::{MAX_PEERS, MAX_UPDATE_BYTES, Peer, PeerList};
 pub use update::PeerUpdates;
@@ -81,6 +81,11 @@ pub enum VpnError {
     },
     /// No VPN address is left in the range.
     RangeExhausted,
+    /// A private key that is not 32 bytes (44 base64 characters) or is all
+    /// zeros (nothing of it is quoted).
+    InvalidPrivateKey,
+    /// The system's random number generator failed.
+    NoRandomness,
 }
 
 impl fmt::Display for VpnError {
@@ -109,6 +114,10 @@ impl fmt::Display for VpnError {
             VpnError::TooManyPeers(n) => write!(f, "{n} peers (at most {MAX_PEERS})"),
             VpnError::Duplicate { what, value } => write!(f, "two peers share the {what} {value}"),
             VpnError::RangeExhausted => f.write_str("no VPN address is left in the range"),
+            VpnError::InvalidPrivateKey => {
+                f.write_str("VPN private key: want 32 bytes (44 base64 characters), not all zeros")
+            }
+            VpnError::NoRandomness => f.write_str("no randomness for a VPN key"),
         }
     }
 }
