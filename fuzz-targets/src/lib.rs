@@ -784,11 +784,12 @@ pub fn ssh_users_config(data: &[u8]) {
 /// The VPN range the `vpn_update` target checks peers against.
 pub const VPN_UPDATE_NETWORK: &str = "10.118.0.0/16";
 
-/// A control plane's peer update as a node applies it (`vpn.API/GetUpdate`
+/// A control plane's peer update as a node checks it (`vpn.API/GetUpdate`
 /// response): over a node that already holds a good list, an answer is
-/// either applied whole (bounded, every peer valid and inside the range, no
+/// either taken whole (bounded, every peer valid and inside the range, no
 /// two sharing a name, address or key, and the list written back reads the
-/// same) or refused with the node's version and list unchanged.
+/// same) or refused; checking leaves the node's version and list as they
+/// were.
 pub fn vpn_update(data: &[u8]) {
     use confboot::vpn::{MAX_PEERS, PeerList, PeerUpdates, VpnNetwork};
     use confboot_proto::vpn::{GetUpdateResponse, Peer};
@@ -806,17 +807,13 @@ pub fn vpn_update(data: &[u8]) {
             vpn_pub_key: vec![1; 32],
         }],
     };
-    updates.apply(&good).unwrap();
+    let first = updates.check(&good).unwrap().unwrap();
+    updates.commit(good.resource_version, first);
     let before = updates.peers().clone();
-    match updates.apply(&response) {
-        Ok(None) => {
-            assert_eq!(response.resource_version, 1);
-            assert_eq!(updates.peers(), &before);
-        }
+    match updates.check(&response) {
+        Ok(None) => assert_eq!(response.resource_version, 1),
         Ok(Some(list)) => {
-            let list = list.clone();
             assert_ne!(response.resource_version, 1);
-            assert_eq!(updates.resource_version(), response.resource_version);
             assert!(list.peers().len() <= MAX_PEERS);
             assert_eq!(list.peers().len(), response.peers.len());
             assert_eq!(list.vpn_ips().len(), list.peers().len());
@@ -829,11 +826,11 @@ pub fn vpn_update(data: &[u8]) {
                 list
             );
         }
-        Err(_) => {
-            assert_eq!(updates.resource_version(), 1);
-            assert_eq!(updates.peers(), &before);
-        }
+        Err(_) => {}
     }
+    // Checking never changes what the node has.
+    assert_eq!(updates.resource_version(), 1);
+    assert_eq!(updates.peers(), &before);
 }
 
 /// The kms and storage URIs of Init and Recover: a master secret read from

@@ -5,8 +5,9 @@
 //!
 //! This module knows no sockets and no netlink: it checks what a control
 //! plane sends ([`PeerList::from_update`]), keeps a node's last good list
-//! while updates are refused ([`PeerUpdates`]), and allots VPN addresses
-//! ([`VpnNetwork::allot`]). What the host may lie about is bounded here: a
+//! while updates are refused or not applied ([`PeerUpdates`],
+//! [`poll_once`]), times the polls ([`PollTimer`]), makes a node's key pair
+//! ([`VpnPrivateKey`]) and allots VPN addresses ([`VpnNetwork::allot`]). What the host may lie about is bounded here: a
 //! list of more than [`MAX_PEERS`], a name that is not a node name, a key
 //! that is not 32 bytes (or is all zeros), an endpoint that is not `IP:port`,
 //! a VPN IP outside the cluster's range, or two peers sharing a name, an
@@ -28,11 +29,14 @@
 //!         vpn_pub_key: vec![7; 32],
 //!     }],
 //! };
-//! let changed = updates.apply(&response)?.is_some();
-//! assert!(changed);
+//! // Checked, then (once the interface has it) recorded.
+//! let list = updates.check(&response)?.expect("a new version");
+//! assert_eq!(list.peers()[0].vpn_ip.to_string(), "10.118.0.2");
+//! updates.commit(response.resource_version, list);
 //! assert_eq!(updates.request().resource_version, 7);
 //! // The same version again changes nothing.
-//! assert!(updates.apply(&GetUpdateResponse { resource_version: 7, peers: vec![] })?.is_none());
+//! let same = GetUpdateResponse { resource_version: 7, peers: vec![] };
+//! assert!(updates.check(&same)?.is_none());
 //! # Ok(())
 //! # }
 //! ```
@@ -40,6 +44,7 @@
 mod key;
 mod network;
 mod peers;
+mod poll;
 mod update;
 
 use std::fmt;
@@ -47,6 +52,7 @@ use std::fmt;
 pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
 pub use peers::{MAX_PEERS, MAX_UPDATE_BYTES, Peer, PeerList};
+pub use poll::{PeerSink, PollOutcome, PollTimer, UpdateSource, poll_once};
 pub use update::PeerUpdates;
 
 /// The most bytes of a name or endpoint that an error message quotes.

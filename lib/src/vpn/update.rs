@@ -32,19 +32,27 @@ impl PeerUpdates {
         }
     }
 
-    /// Applies a control plane's answer. `Ok(None)`: the version is the one
-    /// already applied (the answer's peers, if any, are ignored);
-    /// `Ok(Some(list))`: a new version whose list is now the node's (even an
-    /// empty one); `Err`: the list is refused and the last good one kept.
-    /// Versions are compared for equality only: a control plane whose
-    /// version went back (restored from a backup) is followed, not refused.
-    pub fn apply(&mut self, response: &GetUpdateResponse) -> Result<Option<&PeerList>, VpnError> {
+    /// Checks a control plane's answer without applying it. `Ok(None)`:
+    /// the version is the one already applied (the answer's peers, if any,
+    /// are ignored); `Ok(Some(list))`: a new version with a valid list (even
+    /// an empty one), to apply to the interface and then
+    /// [`PeerUpdates::commit`]; `Err`: the list is refused, the last good
+    /// one stays. Versions are compared for equality only: a control plane
+    /// whose version went back (restored from a backup) is followed, not
+    /// refused.
+    pub fn check(&self, response: &GetUpdateResponse) -> Result<Option<PeerList>, VpnError> {
         if response.resource_version == self.resource_version {
             return Ok(None);
         }
-        self.peers = PeerList::from_update(&response.peers, &self.network)?;
-        self.resource_version = response.resource_version;
-        Ok(Some(&self.peers))
+        PeerList::from_update(&response.peers, &self.network).map(Some)
+    }
+
+    /// Records `peers` as applied at `resource_version`: only once the
+    /// interface has them, so a failed apply is tried again at the next
+    /// poll instead of being taken for done.
+    pub fn commit(&mut self, resource_version: u64, peers: PeerList) {
+        self.resource_version = resource_version;
+        self.peers = peers;
     }
 
     /// The list last applied.
@@ -67,6 +75,15 @@ mod tests {
         PeerUpdates::new("10.118.0.0/24".parse().unwrap())
     }
 
+    /// Checks and, for a new valid list, commits: whether it changed.
+    fn apply(u: &mut PeerUpdates, r: &GetUpdateResponse) -> Result<Option<usize>, VpnError> {
+        Ok(u.check(r)?.map(|list| {
+            let n = list.peers().len();
+            u.commit(r.resource_version, list);
+            n
+        }))
+    }
+
     #[test]
     fn a_new_version_replaces_the_list_and_the_same_version_changes_nothing() {
         let mut u = updates();
@@ -75,28 +92,28 @@ mod tests {
             resource_version: 1,
             peers: vec![wire_peer(1), wire_peer(2)],
         };
-        assert_eq!(u.apply(&v1).unwrap().unwrap().peers().len(), 2);
+        assert_eq!(apply(&mut u, &v1).unwrap(), Some(2));
         assert_eq!(u.request().resource_version, 1);
         // Same version, with or without peers: nothing changes.
-        assert!(u.apply(&v1).unwrap().is_none());
+        assert_eq!(apply(&mut u, &v1).unwrap(), None);
         let same_empty = GetUpdateResponse {
             resource_version: 1,
             peers: vec![],
         };
-        assert!(u.apply(&same_empty).unwrap().is_none());
+        assert_eq!(apply(&mut u, &same_empty).unwrap(), None);
         assert_eq!(u.peers().peers().len(), 2);
         // A node removed: the new version's list is shorter.
         let v2 = GetUpdateResponse {
             resource_version: 2,
             peers: vec![wire_peer(2)],
         };
-        assert_eq!(u.apply(&v2).unwrap().unwrap().peers().len(), 1);
+        assert_eq!(apply(&mut u, &v2).unwrap(), Some(1));
         // Every node removed is a valid list too.
         let v3 = GetUpdateResponse {
             resource_version: 3,
             peers: vec![],
         };
-        assert!(u.apply(&v3).unwrap().unwrap().peers().is_empty());
+        assert_eq!(apply(&mut u, &v3).unwrap(), Some(0));
     }
 
     #[test]
@@ -106,14 +123,17 @@ mod tests {
             resource_version: 5,
             peers: vec![wire_peer(1)],
         };
-        u.apply(&good).unwrap();
+        apply(&mut u, &good).unwrap();
         let mut outside = wire_peer(2);
         outside.vpn_ip = "10.119.0.2".into();
         let bad = GetUpdateResponse {
             resource_version: 6,
             peers: vec![wire_peer(1), outside],
         };
-        assert!(matches!(u.apply(&bad), Err(VpnError::VpnIpOutsideRange(_))));
+        assert!(matches!(
+            apply(&mut u, &bad),
+            Err(VpnError::VpnIpOutsideRange(_))
+        ));
         assert_eq!(u.resource_version(), 5);
         assert_eq!(u.peers().peers().len(), 1);
         // The next good answer is applied: the node converges.
@@ -121,6 +141,6 @@ mod tests {
             resource_version: 7,
             peers: vec![wire_peer(1), wire_peer(2)],
         };
-        assert_eq!(u.apply(&fixed).unwrap().unwrap().peers().len(), 2);
+        assert_eq!(apply(&mut u, &fixed).unwrap(), Some(2));
     }
 }
