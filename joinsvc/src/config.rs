@@ -178,32 +178,8 @@ impl Config {
         let kubelet_cert_signer =
             kubelet_cert_signer(&ca, ca_path, &pki_dir, number("kubelet-cert-validity")?)?;
 
-        let kube_api = match m.value("kube-api") {
-            None => KubeApi::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string())?,
-            Some(url) => {
-                let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
-                let token = read_text_file(
-                    "kube-api-token-file",
-                    Path::new(required("kube-api-token-file")?),
-                )?;
-                KubeApi::new(
-                    url,
-                    &ca,
-                    Zeroizing::new(token.trim().to_string()),
-                    KUBE_API_TIMEOUT,
-                )
-                .map_err(|e| e.to_string())?
-            }
-        };
-        let vpn_registry = match m.value("vpn-cidr") {
-            None => None,
-            Some(cidr) => {
-                let network: VpnNetwork = cidr.parse().map_err(|e| format!("--vpn-cidr: {e}"))?;
-                let registry = KubeApiPeerRegistry::new(kube_api.clone(), network)
-                    .map_err(|e| e.to_string())?;
-                Some(Arc::new(registry))
-            }
-        };
+        let kube_api = kube_api(m)?;
+        let vpn_registry = vpn_registry(m, &kube_api)?;
         let token_issuer: Arc<dyn TokenIssuer> =
             Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(|e| e.to_string())?);
 
@@ -236,6 +212,43 @@ impl Config {
             token_issuer,
         })
     }
+}
+
+/// The Kubernetes API client: `--kube-api` with its CA and token files, or
+/// the in-cluster service account.
+pub fn kube_api(m: &Matches) -> Result<KubeApi, String> {
+    let required = |name: &str| m.required(name).map_err(|e| e.to_string());
+    match m.value("kube-api") {
+        None => KubeApi::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string()),
+        Some(url) => {
+            let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
+            let token = read_text_file(
+                "kube-api-token-file",
+                Path::new(required("kube-api-token-file")?),
+            )?;
+            KubeApi::new(
+                url,
+                &ca,
+                Zeroizing::new(token.trim().to_string()),
+                KUBE_API_TIMEOUT,
+            )
+            .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The VPN peer registry of `--vpn-cidr`, if given.
+pub fn vpn_registry(
+    m: &Matches,
+    kube_api: &KubeApi,
+) -> Result<Option<Arc<KubeApiPeerRegistry>>, String> {
+    let Some(cidr) = m.value("vpn-cidr") else {
+        return Ok(None);
+    };
+    let network: VpnNetwork = cidr.parse().map_err(|e| format!("--vpn-cidr: {e}"))?;
+    let registry =
+        KubeApiPeerRegistry::new(kube_api.clone(), network).map_err(|e| e.to_string())?;
+    Ok(Some(Arc::new(registry)))
 }
 
 /// The signer of kubelet certificates: the `--kubernetes-ca` certificate

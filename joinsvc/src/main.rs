@@ -140,6 +140,13 @@ const CMD: Command = Command {
         ),
         Opt::value("kube-api-ca", "FILE", "CA bundle of --kube-api"),
         Opt::value(
+            "remove-vpn-peer",
+            "NAME",
+            "Remove the node NAME from the VPN peer registry of --vpn-cidr (through the Kubernetes \
+             API options; nothing else is needed) and exit: 0 removed, 1 not registered, 2 error. \
+             Nodes drop it from their peers at their next poll",
+        ),
+        Opt::value(
             "vpn-cidr",
             "CIDR",
             "The cluster's VPN range (e.g. 10.118.0.0/16): nodes that send a WireGuard key get an \
@@ -172,9 +179,43 @@ const CMD: Command = Command {
 
 fn main() {
     let m = start_daemon(&CMD, "joinsvc");
+    if let Some(name) = m.value("remove-vpn-peer") {
+        std::process::exit(remove_vpn_peer(&m, name));
+    }
     if let Err(e) = run(&m) {
         log::error!("{e}");
         std::process::exit(1);
+    }
+}
+
+/// `--remove-vpn-peer NAME`: removes a node from the VPN peer registry and
+/// exits 0 (removed), 1 (not registered) or 2 (error).
+fn remove_vpn_peer(m: &confboot::args::Matches, name: &str) -> i32 {
+    let registry = config::kube_api(m).and_then(|api| config::vpn_registry(m, &api));
+    let registry = match registry {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            log::error!("--remove-vpn-peer needs --vpn-cidr (the cluster's VPN range)");
+            return 2;
+        }
+        Err(e) => {
+            log::error!("{e}");
+            return 2;
+        }
+    };
+    match registry.remove(name) {
+        Ok(true) => {
+            log::info!("VPN peer {name} removed: nodes drop it at their next poll");
+            0
+        }
+        Ok(false) => {
+            log::warn!("VPN peer {name} is not registered: nothing changed");
+            1
+        }
+        Err(e) => {
+            log::error!("{e}");
+            2
+        }
     }
 }
 

@@ -201,10 +201,6 @@ impl KubeApiPeerRegistry {
     }
 
     /// Removes the node `name`; whether it was there.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "no admin command removes a peer yet")
-    )]
     pub fn remove(&self, name: &str) -> Result<bool, RegistryError> {
         self.change(|peers| {
             let before = peers.len();

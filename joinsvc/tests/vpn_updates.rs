@@ -14,7 +14,8 @@ use confboot::attestation::Issuer;
 use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
 use confboot_proto::{GET_UPDATE, JOIN};
-use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tests::TempDir;
+use confboot_tests::cluster::{Joinsvc, KUBE_TOKEN, Node};
 
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 const CALL: Duration = Duration::from_secs(20);
@@ -80,6 +81,35 @@ fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart(
     assert_eq!(update(&node, addr, 2).peers.len(), 3);
     let stored = joinsvc.kube.configmap("confboot-vpn-peers").unwrap();
     assert_eq!(stored["data"]["version"], "3");
+
+    // The admin removes a node through the control plane: the next update
+    // lists the others only; removing it again changes nothing.
+    assert_eq!(remove_peer(&joinsvc, "worker-2"), Some(0));
+    let after = update(&node, addr, 3);
+    assert_eq!(after.resource_version, 4);
+    let names: Vec<&str> = after.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["worker-1", "worker-3"]);
+    assert_eq!(remove_peer(&joinsvc, "worker-2"), Some(1));
+    assert!(update(&node, addr, 4).peers.is_empty());
+}
+
+/// `joinsvc --remove-vpn-peer NAME` against `joinsvc`'s Kubernetes API;
+/// its exit code.
+fn remove_peer(joinsvc: &Joinsvc, name: &str) -> Option<i32> {
+    let dir = TempDir::new("remove-vpn-peer");
+    let (ca, token) = (dir.path().join("kube-ca.crt"), dir.path().join("token"));
+    std::fs::write(&ca, joinsvc.kube.ca_pem()).unwrap();
+    std::fs::write(&token, KUBE_TOKEN).unwrap();
+    let status = std::process::Command::new(joinsvc_binary())
+        .args(["--remove-vpn-peer", name, "--vpn-cidr", "10.118.0.0/24"])
+        .args(["--kube-api", &joinsvc.kube.url()])
+        .arg("--kube-api-ca")
+        .arg(&ca)
+        .arg("--kube-api-token-file")
+        .arg(&token)
+        .status()
+        .unwrap();
+    status.code()
 }
 
 #[test]
