@@ -6,26 +6,12 @@
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use confboot_fuzz_targets::{TARGETS, Target, seeds::seeds};
 
-fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
-}
-
-/// The files of `dir`, sorted; none if it does not exist.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut v: Vec<PathBuf> = entries
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    v.sort();
-    v
-}
+mod common;
+use common::{files, fuzz_dir};
 
 /// The names of the subdirectories (or, with `ext`, of the files with that
 /// extension, without it) of `dir`.

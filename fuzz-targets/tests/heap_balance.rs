@@ -9,9 +9,11 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
 
 use confboot_fuzz_targets::TARGETS;
+
+mod common;
+use common::{files, fuzz_dir};
 
 struct PerThreadCounting;
 
@@ -55,23 +57,6 @@ static ALLOC: PerThreadCounting = PerThreadCounting;
 
 fn live_bytes() -> i64 {
     LIVE_BYTES.with(Cell::get)
-}
-
-fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
-}
-
-/// The files of `dir`, sorted; none if it does not exist.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut v: Vec<PathBuf> = entries
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    v.sort();
-    v
 }
 
 /// Runs every target twice on each file of the corpus folders named
