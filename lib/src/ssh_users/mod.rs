@@ -36,9 +36,7 @@ use std::fmt;
 
 pub use accounts::{ApplyReport, Conflict, apply_ssh_users};
 pub use authorized_key::{AuthorizedKey, KeyError, MAX_AUTHORIZED_KEY_BYTES};
-pub use store::{
-    STORED_SSH_USERS_FILE, read_stored_ssh_users, ssh_users_config, store_ssh_users,
-};
+pub use store::{STORED_SSH_USERS_FILE, read_stored_ssh_users, ssh_users_config, store_ssh_users};
 
 /// The most users one configuration may hold.
 pub const MAX_SSH_USERS: usize = 32;

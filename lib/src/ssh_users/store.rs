@@ -102,10 +102,8 @@ mod tests {
     use crate::ssh_users::tests::key;
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "confboot-ssh-store-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("confboot-ssh-store-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir
@@ -143,8 +141,11 @@ mod tests {
         for (bytes, what) in [
             (b"{\"sshUsers\": [".to_vec(), "EOF"),
             (
-                format!(r#"{{"sshUsers": [{{"username": "root", "publicKey": "{}"}}]}}"#, key(1))
-                    .into_bytes(),
+                format!(
+                    r#"{{"sshUsers": [{{"username": "root", "publicKey": "{}"}}]}}"#,
+                    key(1)
+                )
+                .into_bytes(),
                 "system account",
             ),
             (vec![b' '; MAX_SSH_USERS_CONFIG_BYTES + 1], "limit"),
