@@ -235,3 +235,57 @@ fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, String> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_line() -> String {
+        let mut blob = Vec::new();
+        for f in [&b"ssh-ed25519"[..], &[7u8; 32][..]] {
+            blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            blob.extend_from_slice(f);
+        }
+        format!(
+            "ssh-ed25519 {} admin@laptop",
+            confboot::base64::encode(&blob)
+        )
+    }
+
+    #[test]
+    fn the_ssh_users_file_is_checked_before_anything_is_sent() {
+        let dir = std::env::temp_dir().join(format!("confboot-cli-ssh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ssh-users.json");
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"sshUsers": [{{"username": "alice", "publicKey": "{}"}}]}}"#,
+                key_line()
+            ),
+        )
+        .unwrap();
+        let users = read_ssh_users(&file).unwrap();
+        assert_eq!(users.len(), 1);
+        assert_eq!(users[0].username, "alice");
+        assert_eq!(users[0].public_key, key_line());
+
+        let missing = read_ssh_users(&dir.join("nope.json")).unwrap_err();
+        assert!(
+            missing.starts_with("--ssh-users: ") && missing.contains("nope.json"),
+            "{missing}"
+        );
+        let limit = confboot::ssh_users::MAX_SSH_USERS_CONFIG_BYTES;
+        std::fs::write(&file, vec![b' '; limit + 1]).unwrap();
+        let big = read_ssh_users(&file).unwrap_err();
+        assert!(big.contains(&format!("limit of {limit} bytes")), "{big}");
+        std::fs::write(
+            &file,
+            r#"{"sshUsers": [{"username": "root", "publicKey": "ssh-ed25519 AAAA"}]}"#,
+        )
+        .unwrap();
+        let bad = read_ssh_users(&file).unwrap_err();
+        assert!(bad.contains("invalid user name \"root\""), "{bad}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
