@@ -1221,10 +1221,13 @@ fn alice_and_bob() -> InitRequest {
     )
 }
 
+/// One file or directory: path, mode, owner, inode, mtime (s, ns), content.
+type FileState = (PathBuf, u32, u32, u64, i64, i64, Vec<u8>);
+
 /// Every file and directory below `dir`: path, mode, owner, inode, mtime
 /// and content. Equal snapshots: nothing was written, not even the same
 /// bytes again.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, u64, i64, i64, Vec<u8>)> {
+fn snapshot(dir: &Path) -> Vec<FileState> {
     use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
