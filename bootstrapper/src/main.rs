@@ -274,19 +274,25 @@ fn build_node(
         is_control_plane: m.flag("control-plane"),
         join_service_check,
     };
-    Ok(
-        Node::new(StateDisk::new(backend), mkfs, cluster, issuer, config)
-            .with_ssh_users(ssh_users_setup(m)?),
-    )
+    let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, config);
+    Ok(match ssh_users_setup(m)? {
+        Some(setup) => node.with_ssh_users(setup),
+        None => node,
+    })
 }
 
-/// `--state-mount`, `--ssh-users-root`: where SSH users are kept and created.
-fn ssh_users_setup(m: &Matches) -> Result<SshUsersSetup, String> {
+/// `--state-mount`, `--ssh-users-root`: where SSH users are kept and
+/// created. `None` in `--disk-mode header-only`: no device is mapped, so
+/// there is no file system to keep them on (an Init with users is refused).
+fn ssh_users_setup(m: &Matches) -> Result<Option<SshUsersSetup>, String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    Ok(SshUsersSetup {
+    if req("disk-mode")? == "header-only" {
+        return Ok(None);
+    }
+    Ok(Some(SshUsersSetup {
         mount: Box::new(NixStateMount::new(req("state-mount")?)),
         target_root: PathBuf::from(req("ssh-users-root")?),
-    })
+    }))
 }
 
 fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {

@@ -280,7 +280,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         .map_err(|e| invalid(e.to_string()))?;
         if !users.is_empty() && (self.ssh_users.is_none() || self.mkfs.is_none()) {
             return Err(invalid(
-                "this node has no state file system to keep SSH users on".into(),
+                "this node has no state file system to keep SSH users on \
+                 (--disk-mode header-only or --state-fs none)"
+                    .into(),
             ));
         }
         Ok(users)
