@@ -3,7 +3,8 @@
 # Debian packages, reproducibly: the same inputs give the same bytes.
 #
 #   initramfs/build.sh [--bootstrapper PATH [--nodeagent PATH]] [--out DIR] [--stamp TEXT]
-#                      [--add SRC:DEST]... [--cmdline TEXT [--confboot PATH]]
+#                      [--add SRC:DEST]... [--add-dynamic SRC:DEST]...
+#                      [--cmdline TEXT [--confboot PATH]]
 #
 #   --bootstrapper PATH  a static bootstrapper binary, installed as
 #                        /usr/bin/bootstrapper (without it the image still
@@ -21,6 +22,11 @@
 #                        image (repeatable; mode 0755 if SRC is executable,
 #                        else 0644). For test images only (e.g. the kubeadm
 #                        double); the production image uses none.
+#   --add-dynamic SRC:DEST  like --add for a dynamically linked program,
+#                        which also brings its shared-library closure (as
+#                        ldd resolves it). For test images only (the SSH
+#                        server of the VM tests); the production image uses
+#                        none.
 #   --cmdline TEXT       the whole kernel command line the image boots with
 #                        (QEMU -append; PCR 9 covers it): prints the image's
 #                        measurement policy and writes it and the predicted
@@ -59,6 +65,7 @@ BOOTSTRAPPER=""
 NODEAGENT=""
 STAMP="0"
 ADDS=()
+DYN_ADDS=()
 CMDLINE=""
 MEASURE_WITH=""
 HAVE_CMDLINE=0
@@ -69,6 +76,7 @@ while [ $# -gt 0 ]; do
         --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT="$2"; shift 2 ;;
         --stamp) [ $# -ge 2 ] || die "--stamp needs a text"; STAMP="$2"; shift 2 ;;
         --add) [ $# -ge 2 ] || die "--add needs SRC:DEST"; ADDS+=("$2"); shift 2 ;;
+        --add-dynamic) [ $# -ge 2 ] || die "--add-dynamic needs SRC:DEST"; ADDS+=("$2"); DYN_ADDS+=("$2"); shift 2 ;;
         --cmdline) [ $# -ge 2 ] || die "--cmdline needs a text"; CMDLINE="$2"; HAVE_CMDLINE=1; shift 2 ;;
         --confboot) [ $# -ge 2 ] || die "--confboot needs a path"; MEASURE_WITH="$2"; shift 2 ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
@@ -209,6 +217,14 @@ LIBS="$(ldd "$CRYPTSETUP" "$MKE2FS" | awk '/=> \//{print $3} /^\t\/lib/{print $1
 for lib in $LIBS; do copy_lib "$lib"; done
 # glibc dlopens libgcc_s for thread cancellation.
 for extra in /lib/x86_64-linux-gnu/libgcc_s.so.1; do [ -e "$extra" ] && copy_lib "$extra"; done
+# --add-dynamic (test images only): the programs' shared libraries too.
+# The programs themselves are installed with the --add files below.
+for add in ${DYN_ADDS[@]+"${DYN_ADDS[@]}"}; do
+    src="${add%%:*}"
+    DYN_LIBS="$(ldd "$src" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
+    [ -n "$DYN_LIBS" ] || die "--add-dynamic: ldd found no libraries for '$src' (a static program: use --add)"
+    for lib in $DYN_LIBS; do copy_lib "$lib"; done
+done
 # The dynamic loader at its canonical path.
 if [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ]; then :; else die "no /lib64/ld-linux-x86-64.so.2 in the closure"; fi
 

@@ -10,7 +10,7 @@ PACKAGES=(
   protobuf-compiler musl-tools pkg-config gcc libc6-dev
   libtss2-dev swtpm swtpm-tools curl procps file cryptsetup-bin e2fsprogs
   qemu-system-x86 ovmf busybox-static cpio zstd kmod netcat-openbsd util-linux
-  systemd
+  systemd dropbear-bin openssh-client
 )
 
 as_root() {

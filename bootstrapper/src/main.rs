@@ -35,7 +35,9 @@ use confboot::tpm::{CLUSTER_ID_PCR, IMA_PCR, Tpm};
 use crossbeam_channel::bounded;
 
 use crate::join::{EndpointSources, JoinClient};
-use crate::node::{AdminApi, JoinServiceCheck, Node, NodeConfig, holder};
+use crate::node::{
+    AdminApi, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup, holder,
+};
 use crate::server::FlowResult;
 use confboot::backoff::Backoff;
 
@@ -66,6 +68,8 @@ const CMD: Command = Command {
         Opt::value("cryptsetup", "PATH", "The cryptsetup program").default("cryptsetup"),
         Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
         Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
+        Opt::value("state-mount", "DIR", "Where the state file system is mounted for a moment to keep (Init) or read (later boots) the SSH users; unmounted again before the bootstrapper exits").default("/state"),
+        Opt::value("ssh-users-root", "DIR", "The root the SSH users of Init are created in (etc/passwd, etc/group, home/), at Init and again at every later boot").default("/"),
         Opt::value("init-listen", "ADDR", "Address of the init API").default(confboot_proto::DEFAULT_INIT_LISTEN),
         Opt::value("recover-listen", "ADDR", "Address of the recovery API").default(confboot_proto::DEFAULT_RECOVER_LISTEN),
         Opt::value("init-secret-hash", "HASH", "pbkdf2-sha256$... hash of the init secret (no hash: Init is refused)")
@@ -270,13 +274,25 @@ fn build_node(
         is_control_plane: m.flag("control-plane"),
         join_service_check,
     };
-    Ok(Node::new(
-        StateDisk::new(backend),
-        mkfs,
-        cluster,
-        issuer,
-        config,
-    ))
+    let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, config);
+    Ok(match ssh_users_setup(m)? {
+        Some(setup) => node.with_ssh_users(setup),
+        None => node,
+    })
+}
+
+/// `--state-mount`, `--ssh-users-root`: where SSH users are kept and
+/// created. `None` in `--disk-mode header-only`: no device is mapped, so
+/// there is no file system to keep them on (an Init with users is refused).
+fn ssh_users_setup(m: &Matches) -> Result<Option<SshUsersSetup>, String> {
+    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
+    if req("disk-mode")? == "header-only" {
+        return Ok(None);
+    }
+    Ok(Some(SshUsersSetup {
+        mount: Box::new(NixStateMount::new(req("state-mount")?)),
+        target_root: PathBuf::from(req("ssh-users-root")?),
+    }))
 }
 
 fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {

@@ -35,6 +35,7 @@ pub fn status(e: &NodeError) -> Status {
         NodeError::DiskRead(_)
         | NodeError::Disk(_)
         | NodeError::Mark(_)
+        | NodeError::SshUsers(_)
         | NodeError::Cluster { .. } => Code::Internal,
     };
     Status::new(code, e.to_string())

@@ -126,6 +126,48 @@ fn init_join_refuse_restart_and_recover() {
         n1.luks_uuid().is_none(),
         "a refused Init must not touch the disk"
     );
+    // SSH users travel with Init (the CLI checked the file); this node maps
+    // no device (header-only), so it has nowhere to keep them: refused
+    // before the nodelock, as invalid users are.
+    let key = {
+        let mut blob = Vec::new();
+        for f in [&b"ssh-ed25519"[..], &[7u8; 32][..]] {
+            blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            blob.extend_from_slice(f);
+        }
+        format!("ssh-ed25519 {}", confboot::base64::encode(&blob))
+    };
+    std::fs::write(
+        admin.path().join("ssh-users.json"),
+        format!(r#"{{"sshUsers": [{{"username": "alice", "publicKey": "{key}"}}]}}"#),
+    )
+    .unwrap();
+    let out = confboot(
+        &[
+            &[
+                "init",
+                "--node",
+                &init_addr,
+                "--init-secret-file",
+                "init-secret",
+                "--master-secret-out",
+                "ms-ssh.json",
+                "--ssh-users",
+                "ssh-users.json",
+            ][..],
+            &base,
+        ]
+        .concat(),
+        admin.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("INVALID_ARGUMENT")
+            && stderr.contains("ssh_user_keys: this node has no state file system"),
+        "{stderr}"
+    );
+    assert!(n1.luks_uuid().is_none(), "nothing was written");
 
     let t = Instant::now();
     let out = confboot(

@@ -8,7 +8,7 @@ use confboot::args::{Command, Opt, VERBOSITY};
 use confboot::atls;
 use confboot::kms::{MasterSecret, init_secret};
 use confboot_proto::DEFAULT_INIT_PORT;
-use confboot_proto::init::{InitRequest, InitResponse, init_response};
+use confboot_proto::init::{InitRequest, InitResponse, SshUserKey, init_response};
 use ring::rand::SecureRandom;
 
 use crate::common;
@@ -20,7 +20,12 @@ const CMD: Command = Command {
             --variants accepts (default qemu-vtpm; another variant is refused), generates the\n\
             master secret (or takes --master-secret), writes it to --master-secret-out (mode 0600)\n\
             before Init is sent, sends Init with the init secret, prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
-            ids and measurement salt (--state-out).",
+            ids and measurement salt (--state-out).\n\
+            --ssh-users FILE: SSH users the first control plane creates (and creates again at every\n\
+            boot, from its state disk): {\"sshUsers\": [{\"username\": \"alice\", \"publicKey\": \"ssh-ed25519 AAAA...\"}]};\n\
+            names [a-z_][a-z0-9_-]* (at most 32 bytes, no system account), one OpenSSH public key each\n\
+            (ed25519, ECDSA, security keys, RSA of 2048 bits or more), at most 32 users. The file is\n\
+            checked before anything is sent.",
     usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]\n       \
             confboot init --node HOST[:PORT] --variants sev-snp --snp-policy FILE --init-secret-file FILE [OPTIONS]",
     opts: &[
@@ -62,6 +67,11 @@ const CMD: Command = Command {
             "Where cluster id, owner id and measurement salt are written",
         )
         .default("confboot-cluster.json"),
+        Opt::value(
+            "ssh-users",
+            "FILE",
+            "SSH users to create on the first control plane (JSON, see above)",
+        ),
         Opt::value("cluster-name", "NAME", "Name of the cluster").default("confboot"),
         Opt::value("kubernetes-version", "VERSION", "Kubernetes version").default("v1.31.1"),
         Opt::value("timeout", "SECONDS", "How long Init may take").default("900"),
@@ -83,6 +93,10 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
     let validators = common::node_validators(m)?;
     let init_secret = init_secret::read_file(Path::new(req("init-secret-file")?))
         .map_err(|e| format!("--init-secret-file: {e}"))?;
+    let ssh_users = match m.value("ssh-users") {
+        Some(path) => read_ssh_users(Path::new(path))?,
+        None => Vec::new(),
+    };
     let timeout = Duration::from_secs(
         m.parsed::<u64>("timeout")
             .map_err(|e| e.to_string())?
@@ -154,6 +168,7 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
     request.kubernetes_version = req("kubernetes-version")?.to_string();
     request.init_secret = init_secret.to_vec();
     request.cluster_name = req("cluster-name")?.to_string();
+    request.ssh_user_keys = ssh_users;
     let mut success = None;
     let mut failure = None;
     let result = client.server_streaming(
@@ -202,4 +217,75 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
         state_out.display()
     );
     Ok(())
+}
+
+/// The admin's SSH users file (`--ssh-users`), checked whole: bounded in
+/// size, the configuration's shape, every name and key valid.
+fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, String> {
+    use confboot::ssh_users::{MAX_SSH_USERS_CONFIG_BYTES, parse_ssh_users_config};
+    let bytes = confboot::fs::read_bounded(path, MAX_SSH_USERS_CONFIG_BYTES as u64)
+        .map_err(|e| format!("--ssh-users: {e}"))?;
+    let users = parse_ssh_users_config(&bytes)
+        .map_err(|e| format!("--ssh-users {}: {e}", path.display()))?;
+    Ok(users
+        .iter()
+        .map(|u| SshUserKey {
+            username: u.name.as_str().to_string(),
+            public_key: u.key.to_line().trim_end().to_string(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_line() -> String {
+        let mut blob = Vec::new();
+        for f in [&b"ssh-ed25519"[..], &[7u8; 32][..]] {
+            blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            blob.extend_from_slice(f);
+        }
+        format!(
+            "ssh-ed25519 {} admin@laptop",
+            confboot::base64::encode(&blob)
+        )
+    }
+
+    #[test]
+    fn the_ssh_users_file_is_checked_before_anything_is_sent() {
+        let dir = std::env::temp_dir().join(format!("confboot-cli-ssh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ssh-users.json");
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"sshUsers": [{{"username": "alice", "publicKey": "{}"}}]}}"#,
+                key_line()
+            ),
+        )
+        .unwrap();
+        let users = read_ssh_users(&file).unwrap();
+        assert_eq!(users.len(), 1);
+        assert_eq!(users[0].username, "alice");
+        assert_eq!(users[0].public_key, key_line());
+
+        let missing = read_ssh_users(&dir.join("nope.json")).unwrap_err();
+        assert!(
+            missing.starts_with("--ssh-users: ") && missing.contains("nope.json"),
+            "{missing}"
+        );
+        let limit = confboot::ssh_users::MAX_SSH_USERS_CONFIG_BYTES;
+        std::fs::write(&file, vec![b' '; limit + 1]).unwrap();
+        let big = read_ssh_users(&file).unwrap_err();
+        assert!(big.contains(&format!("limit of {limit} bytes")), "{big}");
+        std::fs::write(
+            &file,
+            r#"{"sshUsers": [{"username": "root", "publicKey": "ssh-ed25519 AAAA"}]}"#,
+        )
+        .unwrap();
+        let bad = read_ssh_users(&file).unwrap_err();
+        assert!(bad.contains("invalid user name \"root\""), "{bad}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

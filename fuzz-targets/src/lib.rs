@@ -760,9 +760,13 @@ pub fn kubelet_csr(data: &[u8]) {
 
 /// The admin's SSH users configuration: what parses is bounded, every name
 /// is a portable user name, every key one line that parses back the same,
-/// and the list written back as a configuration parses to the same users.
+/// and the list written back as a configuration parses to the same users,
+/// also as a node keeps it on its state disk (`ssh_users_config`, which
+/// `read_stored_ssh_users` reads back with the same parser).
 pub fn ssh_users_config(data: &[u8]) {
-    use confboot::ssh_users::{AuthorizedKey, MAX_SSH_USERS, parse_ssh_users_config};
+    use confboot::ssh_users::{
+        AuthorizedKey, MAX_SSH_USERS, parse_ssh_users_config, ssh_users_config,
+    };
     let Ok(users) = parse_ssh_users_config(data) else {
         return;
     };
@@ -779,6 +783,8 @@ pub fn ssh_users_config(data: &[u8]) {
     }
     let again = serde_json::json!({ "sshUsers": entries }).to_string();
     assert_eq!(parse_ssh_users_config(again.as_bytes()).unwrap(), users);
+    let kept = ssh_users_config(&users);
+    assert_eq!(parse_ssh_users_config(kept.as_bytes()).unwrap(), users);
 }
 
 /// The VPN range the `vpn_update` target checks peers against.

@@ -561,6 +561,21 @@ impl Image {
         stamp: &str,
         add: &[(&Path, &str)],
     ) -> Result<Image, String> {
+        Image::build_with_dynamic(label, bootstrapper, nodeagent, stamp, add, &[])
+    }
+
+    /// [`Image::build_with`] and dynamically linked programs: each
+    /// `(source, destination)` in `add_dynamic` goes to build.sh as
+    /// `--add-dynamic SRC:DEST` (the program and its shared libraries; test
+    /// images only, e.g. the SSH server).
+    pub fn build_with_dynamic(
+        label: &str,
+        bootstrapper: Option<&Path>,
+        nodeagent: Option<&Path>,
+        stamp: &str,
+        add: &[(&Path, &str)],
+        add_dynamic: &[(&Path, &str)],
+    ) -> Result<Image, String> {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let out = crate::target_dir().join("initramfs").join(label);
         let mut cmd = Command::new("bash");
@@ -577,6 +592,10 @@ impl Image {
         }
         for (src, dest) in add {
             cmd.arg("--add").arg(format!("{}:{dest}", src.display()));
+        }
+        for (src, dest) in add_dynamic {
+            cmd.arg("--add-dynamic")
+                .arg(format!("{}:{dest}", src.display()));
         }
         let output = cmd
             .output()

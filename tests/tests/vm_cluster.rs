@@ -7,12 +7,17 @@
 //!
 //! The only double is kubeadm (`initramfs/test/kubeadm-double`, installed
 //! in the test image only as `/usr/bin/kubeadm`): Kubernetes cannot run here.
+//! The test image also carries a real SSH server (Debian's dropbear, started
+//! by `initramfs/test/after-bootstrap`): the host's real `ssh` logs in to
+//! the first node as the SSH user its Init created, before and after that
+//! node's reboot, and a key that was not configured is refused.
 //!
 //! The expected measurements come from `confboot measure` (no boot); one
-//! boot checks them (and gives the firmware's event log). Boots (7): that
+//! boot checks them (and gives the firmware's event log). Boots (8): that
 //! fidelity boot of the one command line every node boots with, the first node (init through the CLI), two joining nodes and a tampered
-//! node in parallel, one joined node's reboot (rejoin), and another's
-//! reboot without a join service (recovery through `confboot recover`).
+//! node in parallel, the first node's and one joined node's reboots
+//! (rejoins, in parallel), and another's reboot without a join service
+//! (recovery through `confboot recover`).
 //!
 //! Needs the musl release binaries (`cargo build --release --target
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli`;
@@ -129,6 +134,9 @@ fn print_guest_lines(name: &str, serial: &str) {
             "state file system",
             "node marked",
             "CONFBOOT-STATE",
+            "SSH users",
+            "CONFBOOT-SSHD",
+            "auth succeeded",
         ]
         .iter()
         .any(|k| l.contains(k))
@@ -137,22 +145,104 @@ fn print_guest_lines(name: &str, serial: &str) {
     }
 }
 
-/// Boots `node` with host forwards to its `guest_port` and to its verify
-/// service, and waits until its bootstrapper says `"<api> listening on"`;
-/// returns the VM and the two host ports.
+/// Boots `node` with host forwards to its `guest_port`, to its verify
+/// service and to its SSH server, and waits until its bootstrapper says
+/// `"<api> listening on"`; returns the VM and the three host ports.
 fn boot_serving(
     node: &NodeFiles,
     image: &Image,
     cmdline: &str,
     guest_port: u16,
     api: &str,
-) -> (Vm, u16, u16) {
-    let (host_port, verify_port) = (free_port(), free_port());
+) -> (Vm, u16, u16, u16) {
+    let (host_port, verify_port, ssh_port) = (free_port(), free_port(), free_port());
     let mut config = node.config(image, cmdline);
-    config.host_forwards = vec![(host_port, guest_port), (verify_port, DEFAULT_VERIFY_PORT)];
+    config.host_forwards = vec![
+        (host_port, guest_port),
+        (verify_port, DEFAULT_VERIFY_PORT),
+        (ssh_port, SSH_PORT),
+    ];
     let mut vm = Vm::boot(config);
     vm.wait_for_line(&format!("{api} listening on"), BOOT_BOUND);
-    (vm, host_port, verify_port)
+    (vm, host_port, verify_port, ssh_port)
+}
+
+/// The guest's SSH server (dropbear, test image only).
+const SSH_PORT: u16 = 22;
+/// Bound for one SSH login, retries included (the server starts just
+/// before the node agent; key exchange under TCG takes a moment).
+const SSH_BOUND: Duration = Duration::from_secs(90);
+
+/// Makes an ed25519 key pair with the host's `ssh-keygen` at `path`
+/// (`path.pub` is the public key); returns the public key line.
+fn ssh_keygen(path: &Path) -> String {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "admin@host", "-f"])
+        .arg(path)
+        .output()
+        .expect("run ssh-keygen (Debian openssh-client)");
+    assert!(out.status.success(), "{out:?}");
+    std::fs::read_to_string(path.with_extension("pub"))
+        .unwrap()
+        .trim_end()
+        .to_string()
+}
+
+/// Runs `command` as `user` on the guest behind host port `port` with the
+/// host's real `ssh` client and the private key `key` only. Retries while
+/// the connection itself fails (the server may not listen yet); returns
+/// the exit status and output of the last attempt: a login, or a refusal
+/// of the key.
+fn ssh_run(port: u16, key: &Path, user: &str, command: &str) -> (Option<i32>, String, String) {
+    let start = Instant::now();
+    loop {
+        let out = Command::new("ssh")
+            .args(["-p", &port.to_string(), "-i"])
+            .arg(key)
+            .args([
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "ConnectTimeout=20",
+                "-o",
+                "LogLevel=ERROR",
+                &format!("{user}@127.0.0.1"),
+                command,
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run ssh (Debian openssh-client)");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        let answered = out.status.code() != Some(255) || stderr.contains("Permission denied");
+        if answered || start.elapsed() > SSH_BOUND {
+            return (out.status.code(), stdout, stderr);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Logs in as `user` with `key` and checks who the shell runs as (its
+/// name, home and user id, as the SSH server set them up).
+fn assert_ssh_login(vm: &Vm, port: u16, key: &Path, user: &str) -> Duration {
+    let t = Instant::now();
+    let (code, stdout, stderr) = ssh_run(port, key, user, "echo \"$USER $HOME $(id -u)\"");
+    // The first free id of a root that has root only.
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), format!("{user} /home/{user} 1000\n").as_str()),
+        "ssh login as {user}: {stderr}\n{}",
+        vm.failure_report()
+    );
+    t.elapsed()
 }
 
 /// What the node agent logs once its verify service answers.
@@ -262,22 +352,39 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // differs by one byte (/etc/confboot-stamp): same padded size, so PCR 4
     // stays and PCR 9 (the initrd) differs.
     let t = Instant::now();
-    let add = [(kubeadm_double.as_path(), "/usr/bin/kubeadm")];
-    let image = Image::build_with(
+    let after_bootstrap = repo.join("initramfs/test/after-bootstrap");
+    let add = [
+        (kubeadm_double.as_path(), "/usr/bin/kubeadm"),
+        (after_bootstrap.as_path(), "/test/after-bootstrap"),
+    ];
+    let sshd = [
+        (Path::new("/usr/sbin/dropbear"), "/usr/sbin/dropbear"),
+        (Path::new("/usr/bin/dropbearkey"), "/usr/bin/dropbearkey"),
+    ];
+    for (program, _) in sshd {
+        assert!(
+            program.exists(),
+            "{} is missing (Debian dropbear-bin; scripts/setup.sh installs it)",
+            program.display()
+        );
+    }
+    let image = Image::build_with_dynamic(
         "vm-cluster",
         Some(&bootstrapper),
         Some(&nodeagent),
         "0",
         &add,
+        &sshd,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     println!("{}", image.build_log.trim_end());
-    let tampered = Image::build_with(
+    let tampered = Image::build_with_dynamic(
         "vm-cluster-tampered",
         Some(&bootstrapper),
         Some(&nodeagent),
         "1",
         &add,
+        &sshd,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let (len, len_t) = (
@@ -298,6 +405,19 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     std::fs::create_dir_all(&admin).unwrap();
     std::fs::write(admin.join("init-secret"), INIT_SECRET).unwrap();
     let hash = init_secret::hash(INIT_SECRET.as_bytes(), init_secret::MIN_ITERATIONS);
+    // The admin's SSH user: a key made by the host's ssh-keygen, in the
+    // configuration file `confboot init --ssh-users` takes; and a key that
+    // is configured nowhere.
+    let alice_key = admin.join("id_alice");
+    let alice_pub = ssh_keygen(&alice_key);
+    let stranger_key = admin.join("id_stranger");
+    ssh_keygen(&stranger_key);
+    std::fs::write(
+        admin.join("ssh-users.json"),
+        serde_json::json!({"sshUsers": [{"username": "alice", "publicKey": alice_pub}]})
+            .to_string(),
+    )
+    .unwrap();
 
     // Each node's TPM and disk, with its AK read before its first boot.
     let t = Instant::now();
@@ -371,7 +491,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // (a) Init: node 1's init API through a host forward, the CLI verifies
     // its attestation (the predicted measurements, pinned AK) and inits it.
     let t = Instant::now();
-    let (mut vm1, init_fwd, verify1_fwd) =
+    let (mut vm1, init_fwd, verify1_fwd, ssh1_fwd) =
         boot_serving(&n1, &image, &node_cmdline, 9000, "init API");
     let cli_out = admin_cli(
         &cli,
@@ -380,7 +500,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         init_fwd,
         "measurements.json",
         &n1.ak,
-        &["--init-secret-file", "init-secret"],
+        &[
+            "--init-secret-file",
+            "init-secret",
+            "--ssh-users",
+            "ssh-users.json",
+        ],
     );
     let cli_stdout = String::from_utf8_lossy(&cli_out.stdout).into_owned();
     let cli_stderr = String::from_utf8_lossy(&cli_out.stderr).into_owned();
@@ -423,6 +548,17 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
             && shown.contains("verified: every enforced PCR matches"),
         "{shown}"
     );
+    // The SSH user Init created: the host's ssh logs in with its key; a key
+    // that was not configured is refused.
+    assert!(
+        cli_stdout.contains("node: SSH users: created [alice], unchanged []"),
+        "{cli_stdout}"
+    );
+    let login = assert_ssh_login(&vm1, ssh1_fwd, &alice_key, "alice");
+    let (code, _, stderr) = ssh_run(ssh1_fwd, &stranger_key, "alice", "id -un");
+    assert_eq!(code, Some(255), "a key that was not configured: {stderr}");
+    assert!(stderr.contains("Permission denied (publickey)"), "{stderr}");
+    println!("ssh login to node 1 as alice: {}", secs(login));
     vm1.power_off();
     let serial1 = vm1.serial();
     assert!(
@@ -452,6 +588,11 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         n1.key_opens_disk(master.state_disk_key(&uuid1).expose()),
         "node 1's disk key is derived from the master secret"
     );
+    let alice_blob = alice_pub.split(' ').nth(1).unwrap();
+    assert!(
+        !contains(&n1.raw(), alice_blob.as_bytes()),
+        "the SSH users are kept inside dm-crypt, not in the (unauthenticated) LUKS2 header"
+    );
     let cluster: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(admin.join("confboot-cluster.json")).unwrap(),
     )
@@ -473,7 +614,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let joinsvc_setup = JoinsvcSetup {
         master_secret: master.clone(),
         measurement_salt: salt,
-        pinned_aks: vec![n2.ak.clone(), n3.ak.clone(), bad.ak.clone()],
+        pinned_aks: vec![n1.ak.clone(), n2.ak.clone(), n3.ak.clone(), bad.ak.clone()],
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
     };
@@ -629,18 +770,49 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // marker it wrote before the reboot. Before it boots, the host deletes
     // the header's file-system token: the node must probe and keep its data,
     // never make a new file system over it.
+    // Node 1 (the first control plane) reboots at the same time: it rejoins
+    // and creates its SSH users again from its state disk (a fresh
+    // initramfs root knows none): the host's ssh logs in again.
     n2.remove_token("confboot-state-fs");
     let t = Instant::now();
     let mut c = n2.config(&image, &node_cmdline);
     c.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+    let ssh1_fwd = free_port();
+    let mut c1 = n1.config(&image, &node_cmdline);
+    c1.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+    c1.host_forwards = vec![(ssh1_fwd, SSH_PORT)];
     let uuid2 = n2.luks_uuid().unwrap();
-    let r = std::thread::scope(|s| {
-        s.spawn(|| bootstrap_boot(c, "Rejoined", true, &["CONFBOOT-STATE-WRITTEN"]))
+    let (r, serial1) = std::thread::scope(|s| {
+        let h1 = s.spawn(|| {
+            let mut vm = Vm::boot(c1);
+            vm.wait_for_line("bootstrapped (Rejoined)", BOOT_BOUND);
+            vm.wait_for_line(AGENT_LISTENING, EXIT_BOUND);
+            let login = assert_ssh_login(&vm, ssh1_fwd, &alice_key, "alice");
+            println!("ssh login to node 1 after its reboot: {}", secs(login));
+            vm.power_off();
+            vm.serial()
+        });
+        let r = s
+            .spawn(|| bootstrap_boot(c, "Rejoined", true, &["CONFBOOT-STATE-WRITTEN"]))
             .join()
-            .unwrap()
+            .unwrap();
+        (r, h1.join().unwrap())
     });
-    println!("phase (c) reboot and rejoin: {}", secs(t.elapsed()));
+    println!(
+        "phase (c) reboots and rejoins (nodes 1 and 2): {}",
+        secs(t.elapsed())
+    );
     print_boot("node2-reboot", &r);
+    print_guest_lines("node1-reboot", &serial1);
+    assert!(
+        serial1.contains("SSH users: created [alice], unchanged []"),
+        "node 1 creates its kept SSH users again\n{serial1}"
+    );
+    assert!(
+        r.serial.contains("SSH users: none kept on the state disk"),
+        "a worker keeps none\n{}",
+        r.serial
+    );
     assert!(
         r.serial
             .lines()
@@ -676,7 +848,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     assert!(
         metrics
             .lines()
-            .any(|l| l.trim_end() == "joinsvc_tickets_issued_total{kind=\"rejoin\"} 1"),
+            .any(|l| l.trim_end() == "joinsvc_tickets_issued_total{kind=\"rejoin\"} 2"),
         "{metrics}"
     );
     assert!(
@@ -690,7 +862,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // attestation first. It opens its disk, marks itself again and keeps
     // its file system: the marker of its first boot is still there.
     let t = Instant::now();
-    let (mut vm3, recover_fwd, _) = boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
+    let (mut vm3, recover_fwd, _, _) =
+        boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
     let out = admin_cli(
         &cli,
         &admin,
@@ -748,7 +921,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     std::fs::create_dir_all(&other_admin).unwrap();
     std::fs::write(other_admin.join("init-secret"), INIT_SECRET).unwrap();
     measure_image(&cli, &tampered, &tampered_cmdline, &other_admin);
-    let (mut vm_bad, bad_init_fwd, bad_verify_fwd) =
+    let (mut vm_bad, bad_init_fwd, bad_verify_fwd, _) =
         boot_serving(&bad, &tampered, &tampered_cmdline, 9000, "init API");
     let out = admin_cli(
         &cli,

@@ -12,7 +12,8 @@ use confboot::disk::DiskError;
 ///
 /// The variants above [`NodeError::Disk`] are refusals: nothing was changed
 /// and the node goes on (the admin may try again, the join client keeps
-/// asking). [`NodeError::Disk`], [`NodeError::Mark`] and [`NodeError::Cluster`]
+/// asking). [`NodeError::Disk`], [`NodeError::Mark`], [`NodeError::SshUsers`]
+/// and [`NodeError::Cluster`]
 /// happen only past the nodelock: there is no way back, see
 /// [`NodeError::is_final`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub enum NodeError {
     Disk(DiskError),
     /// Marking the node (PCR 15 ← cluster id) failed.
     Mark(AttestationError),
+    /// Keeping or creating the Init's SSH users failed past the nodelock.
+    SshUsers(String),
     /// The cluster backend failed.
     Cluster {
         /// `init` or `join`.
@@ -72,7 +75,10 @@ impl NodeError {
     pub fn is_final(&self) -> bool {
         matches!(
             self,
-            NodeError::Disk(_) | NodeError::Mark(_) | NodeError::Cluster { .. }
+            NodeError::Disk(_)
+                | NodeError::Mark(_)
+                | NodeError::SshUsers(_)
+                | NodeError::Cluster { .. }
         )
     }
 
@@ -116,6 +122,7 @@ impl fmt::Display for NodeError {
             }
             NodeError::DiskRead(e) | NodeError::Disk(e) => write!(f, "state disk: {e}"),
             NodeError::Mark(e) => write!(f, "cannot mark the node: {e}"),
+            NodeError::SshUsers(m) => write!(f, "SSH users: {m}"),
             NodeError::Cluster { action, error } => {
                 write!(f, "cluster {action} failed: {error}")
             }

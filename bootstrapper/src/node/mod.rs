@@ -9,6 +9,10 @@
 //!   disk, marks the node (PCR 15 ← cluster id) and, for Init and join,
 //!   hands over to the cluster backend.
 //! - [`NodeError::is_final`]: when a failed flow ends the node's bootstrap.
+//! - SSH users (seed 001): an Init's users are checked with the Init,
+//!   kept on the state disk's file system once it is set up, and created
+//!   in a target root; every later boot of the node (rejoin, Recover)
+//!   creates them again from what the disk keeps ([`SshUsersSetup`]).
 //!
 //! Every irreversible step takes the nodelock's [`LockToken`] as an
 //! argument: only [`NodeLock::try_lock`] makes one, once per node, so no step
@@ -18,9 +22,11 @@
 
 mod error;
 mod plan;
+pub mod state_fs;
 #[cfg(test)]
 mod tests;
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use confboot::attestation::vtpm::VtpmIssuer;
@@ -31,6 +37,10 @@ use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateD
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
 use confboot::nodelock::{LockToken, NodeLock};
+use confboot::ssh_users::{
+    ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
+    validate_ssh_users,
+};
 use confboot::ticket::{self as checks, TicketError};
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
@@ -38,6 +48,7 @@ use confboot_proto::recover::RecoverMessage;
 
 pub use error::NodeError;
 pub use plan::{AdminApi, IssuedTicket, JoinServiceCheck, Plan, Ticket, TicketRequest, plan_for};
+pub use state_fs::{NixStateMount, StateFsMount};
 
 /// The nodelock's holder names, one per flow.
 pub mod holder {
@@ -103,6 +114,16 @@ pub struct NodeConfig {
 /// An Init whose fields were checked; nothing has changed yet.
 pub struct CheckedInit {
     master: MasterSecret,
+    ssh_users: Vec<SshUser>,
+}
+
+/// Where a node keeps its SSH users and where it creates them.
+pub struct SshUsersSetup {
+    /// Mounts the state disk's file system for a moment.
+    pub mount: Box<dyn StateFsMount>,
+    /// The root the users are created in (`/` on a node; `etc/passwd`,
+    /// `etc/group` and `home/` below it).
+    pub target_root: PathBuf,
 }
 
 /// A node: its nodelock, state disk, cluster backend and marker.
@@ -116,6 +137,8 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     /// Held while an init secret is checked: the slow hash runs one at a
     /// time, so Init calls cannot be used to burn the node's CPU.
     init_check: Mutex<()>,
+    /// Where SSH users are kept and created; `None`: this node takes none.
+    ssh_users: Option<SshUsersSetup>,
 }
 
 impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
@@ -136,7 +159,15 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             marker,
             config,
             init_check: Mutex::new(()),
+            ssh_users: None,
         }
+    }
+
+    /// The node keeps SSH users on its state file system and creates them
+    /// as `setup` says (without it an Init that carries users is refused).
+    pub fn with_ssh_users(mut self, setup: SshUsersSetup) -> Self {
+        self.ssh_users = Some(setup);
+        self
     }
 
     /// The guard the init-secret check takes.
@@ -203,7 +234,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     // ---- Init ----
 
     /// Checks an Init before anything changes: the init secret against
-    /// the configured hash, then the URIs and the salt.
+    /// the configured hash, then the URIs, the salt and the SSH users.
     pub fn check_init(&self, req: &InitRequest) -> Result<CheckedInit, NodeError> {
         let Some(hash) = &self.config.init_secret_hash else {
             return Err(NodeError::InitNotConfigured);
@@ -230,7 +261,31 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 reason: format!("must be at least {MIN_MEASUREMENT_SALT_LEN} bytes"),
             });
         }
-        Ok(CheckedInit { master })
+        let ssh_users = self.check_ssh_users(req)?;
+        Ok(CheckedInit { master, ssh_users })
+    }
+
+    /// The Init's SSH users, each valid, bounded in number, and a place to
+    /// keep them (a state file system).
+    fn check_ssh_users(&self, req: &InitRequest) -> Result<Vec<SshUser>, NodeError> {
+        let invalid = |reason: String| NodeError::InvalidArgument {
+            field: "ssh_user_keys",
+            reason,
+        };
+        let users = validate_ssh_users(
+            req.ssh_user_keys
+                .iter()
+                .map(|k| (k.username.as_str(), k.public_key.as_str())),
+        )
+        .map_err(|e| invalid(e.to_string()))?;
+        if !users.is_empty() && (self.ssh_users.is_none() || self.mkfs.is_none()) {
+            return Err(invalid(
+                "this node has no state file system to keep SSH users on \
+                 (--disk-mode header-only or --state-fs none)"
+                    .into(),
+            ));
+        }
+        Ok(users)
     }
 
     /// Serves the admin's Init: checks it, takes the nodelock, formats (or
@@ -264,6 +319,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             Some(&req.measurement_salt),
         )?;
         log(&describe(&action));
+        if !checked.ssh_users.is_empty() {
+            self.keep_ssh_users(token, &checked.ssh_users, log)?;
+        }
         let measurement_secret = master.measurement_secret();
         let cluster_id = derive_cluster_id(measurement_secret.expose(), &req.measurement_salt);
         self.mark(token, &cluster_id)?;
@@ -451,6 +509,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let key = SecretBytes::new(t.state_disk_key.clone());
         let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
         log::info!("{}", describe(&action));
+        self.apply_kept_ssh_users(token);
         self.mark(token, &derive_cluster_id(&t.measurement_secret, &salt))?;
         log::info!("node marked: PCR 15 extended with the cluster id");
         Ok(())
@@ -486,6 +545,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let token = self.take_lock(holder::RECOVER)?;
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
         log::info!("recovered: {}", describe(&action));
+        self.apply_kept_ssh_users(&token);
         self.mark(
             &token,
             &derive_cluster_id(master.measurement_secret().expose(), &salt),
@@ -526,6 +586,80 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         self.disk().record_bootstrapped().map_err(NodeError::Disk)?;
         log::info!("state disk: first boot recorded complete in the header");
         Ok(())
+    }
+
+    /// Keeps an Init's SSH users on the state file system, then creates
+    /// them in the target root. Past the nodelock: an error is final (the
+    /// admin asked for users the node could not create).
+    fn keep_ssh_users(
+        &self,
+        _token: &LockToken,
+        users: &[SshUser],
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), NodeError> {
+        let failed = |m: String| NodeError::SshUsers(m);
+        let setup = self
+            .ssh_users
+            .as_ref()
+            .ok_or_else(|| failed("this node takes no SSH users".into()))?;
+        let device = self.disk().mapped_device().ok_or_else(|| {
+            failed("no decrypted state device to keep them on (--disk-mode header-only)".into())
+        })?;
+        state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            store_ssh_users(dir, users)
+        })
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(format!("keeping them: {e}")))?;
+        log(&format!(
+            "SSH users: {} kept on the state disk",
+            users.len()
+        ));
+        let report = apply_ssh_users(&setup.target_root, users)
+            .map_err(|e| failed(format!("creating them: {e}")))?;
+        for (level, line) in describe_ssh_users(&report) {
+            log::log!(level, "{line}");
+            log(&line);
+        }
+        Ok(())
+    }
+
+    /// Creates the SSH users the state file system keeps (a later boot of
+    /// the first control plane). Never fails the boot: a file that cannot
+    /// be read or is corrupt is logged and nothing is created (the users
+    /// of the last boot's root are gone with it; the node boots without
+    /// SSH access), conflicts are logged and left as they are.
+    fn apply_kept_ssh_users(&self, _token: &LockToken) -> Option<ApplyReport> {
+        let setup = self.ssh_users.as_ref()?;
+        let device = self.disk().mapped_device()?;
+        let users = match state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            read_stored_ssh_users(dir)
+        }) {
+            Ok(Ok(Some(users))) => users,
+            Ok(Ok(None)) => {
+                log::info!("SSH users: none kept on the state disk");
+                return None;
+            }
+            Ok(Err(e)) => {
+                log::error!("SSH users: none created: {e}");
+                return None;
+            }
+            Err(e) => {
+                log::error!("SSH users: none created: the state file system: {e}");
+                return None;
+            }
+        };
+        match apply_ssh_users(&setup.target_root, &users) {
+            Ok(report) => {
+                for (level, line) in describe_ssh_users(&report) {
+                    log::log!(level, "{line}");
+                }
+                Some(report)
+            }
+            Err(e) => {
+                log::error!("SSH users: none created: {e}");
+                None
+            }
+        }
     }
 
     /// Marks the node: PCR 15 ← cluster id.
@@ -575,6 +709,26 @@ fn init_cluster_params(req: &InitRequest, node_ip: &str) -> InitClusterParams {
         pod_cidr: "10.244.0.0/16".into(),
         conformance_mode: req.conformance_mode,
     }
+}
+
+/// What applying SSH users did, one line each: created, unchanged, and
+/// each conflict (a warning: nothing was overwritten).
+fn describe_ssh_users(report: &ApplyReport) -> Vec<(log::Level, String)> {
+    let names = |v: &[confboot::ssh_users::UserName]| {
+        v.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+    };
+    let mut lines = vec![(
+        log::Level::Info,
+        format!(
+            "SSH users: created [{}], unchanged [{}]",
+            names(&report.created),
+            names(&report.unchanged)
+        ),
+    )];
+    for conflict in &report.conflicts {
+        lines.push((log::Level::Warn, format!("SSH users: warning: {conflict}")));
+    }
+    lines
 }
 
 fn describe(action: &DiskAction) -> String {

@@ -1,6 +1,8 @@
 //! Every path of the node's core, without sockets: doubles for the disk
 //! (an in-memory LUKS header), mke2fs (a recording runner), the marker
-//! (a recording PCR 15) and the cluster ([`RecordingBackend`]).
+//! (a recording PCR 15), the cluster ([`RecordingBackend`]) and the state
+//! file system's mount (a directory, [`DirMount`]); SSH users are created
+//! in a directory standing for the node's root.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,7 @@ use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::init::InitRequest;
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
+use confboot_tests::TempDir;
 
 use super::*;
 
@@ -205,6 +208,44 @@ impl NodeMarker for FakeMarker {
     }
 }
 
+/// **Test double** of mounting the state file system: "mounting" gives a
+/// directory that outlives the rig (the file system a later boot finds),
+/// and every mount and unmount is recorded.
+#[derive(Clone)]
+struct DirMount {
+    dir: Arc<TempDir>,
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl StateFsMount for DirMount {
+    fn mount(&self, device: &Path) -> Result<PathBuf, state_fs::StateFsError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("mount {}", device.display()));
+        Ok(self.dir.path().to_path_buf())
+    }
+    fn unmount(&self, dir: &Path) -> Result<(), state_fs::StateFsError> {
+        assert_eq!(dir, self.dir.path());
+        self.calls.lock().unwrap().push("unmount".into());
+        Ok(())
+    }
+}
+
+/// A node's root as the initramfs has it: `etc/passwd` and `etc/group`
+/// with root only, no `home`.
+fn fresh_root() -> Arc<TempDir> {
+    let root = TempDir::new("node-root");
+    std::fs::create_dir_all(root.path().join("etc")).unwrap();
+    std::fs::write(
+        root.path().join("etc/passwd"),
+        "root:x:0:0:root:/:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(root.path().join("etc/group"), "root:x:0:\n").unwrap();
+    Arc::new(root)
+}
+
 type TestNode = Node<FakeDisk, RecordingBackend, FakeMarker>;
 
 struct Rig {
@@ -212,10 +253,29 @@ struct Rig {
     disk: FakeDisk,
     mkfs: MkfsCalls,
     marker: FakeMarker,
+    state_fs: DirMount,
+    root: Arc<TempDir>,
 }
 
 impl Rig {
     fn with(disk: FakeDisk, cluster: RecordingBackend, marker: FakeMarker) -> Rig {
+        Rig::booting(
+            disk,
+            cluster,
+            marker,
+            Arc::new(TempDir::new("state-fs")),
+            fresh_root(),
+        )
+    }
+    /// A boot of a node whose state file system is `state_fs` and whose
+    /// root is `root`.
+    fn booting(
+        disk: FakeDisk,
+        cluster: RecordingBackend,
+        marker: FakeMarker,
+        state_fs: Arc<TempDir>,
+        root: Arc<TempDir>,
+    ) -> Rig {
         let mkfs = MkfsCalls::default();
         let config = NodeConfig {
             init_secret_hash: Some(
@@ -226,19 +286,47 @@ impl Rig {
             is_control_plane: false,
             join_service_check: JoinServiceCheck::ClusterMark,
         };
+        let state_fs = DirMount {
+            dir: state_fs,
+            calls: Arc::default(),
+        };
         let node = Node::new(
             StateDisk::new(disk.clone()),
             Some(Mkfs::with_runner("mke2fs", Box::new(mkfs.clone()))),
             cluster,
             marker.clone(),
             config,
-        );
+        )
+        .with_ssh_users(SshUsersSetup {
+            mount: Box::new(state_fs.clone()),
+            target_root: root.path().to_path_buf(),
+        });
         Rig {
             node,
             disk,
             mkfs,
             marker,
+            state_fs,
+            root,
         }
+    }
+    /// The next boot of this node: the same disk and state file system,
+    /// `root` as its root (a fresh one: the initramfs forgets everything).
+    fn reboot(&self, root: Arc<TempDir>) -> Rig {
+        {
+            let mut s = self.disk.state();
+            s.opened = false;
+        }
+        Rig::booting(
+            self.disk.clone(),
+            kubeadm(),
+            FakeMarker::default(),
+            Arc::clone(&self.state_fs.dir),
+            root,
+        )
+    }
+    fn mounts(&self) -> Vec<String> {
+        self.state_fs.calls.lock().unwrap().clone()
     }
     fn new(disk: FakeDisk) -> Rig {
         Rig::with(disk, kubeadm(), FakeMarker::default())
@@ -411,6 +499,10 @@ fn blank_then_init_formats_marks_and_initializes_the_cluster() {
     );
     assert_eq!(lines.last().unwrap(), &"cluster initialized");
     assert!(rig.disk.state().bootstrapped, "the first boot is recorded");
+    assert!(
+        rig.mounts().is_empty(),
+        "an Init without SSH users mounts nothing"
+    );
 }
 
 /// An Init refused before the nodelock leaves the node exactly as it was.
@@ -420,6 +512,12 @@ fn assert_refused_untouched(rig: &Rig, err: &NodeError) {
     assert!(rig.disk.untouched_blank());
     assert!(rig.marks().is_empty());
     assert!(rig.node.cluster().calls().is_empty());
+    assert!(rig.mounts().is_empty());
+    assert_eq!(snapshot(rig.state_fs.dir.path()), []);
+    assert_eq!(
+        std::fs::read_to_string(rig.root.path().join("etc/passwd")).unwrap(),
+        "root:x:0:0:root:/:/bin/sh\n"
+    );
 }
 
 #[test]
@@ -1088,4 +1186,269 @@ fn init_and_join_race_with_exactly_one_winner() {
         rounds < 50 || (wins[0] > 0 && wins[1] > 0),
         "both orders must happen: {wins:?}"
     );
+}
+
+// ---- SSH users (seed 001) ----
+
+/// An OpenSSH ed25519 public key line (its 32 bytes are `seed`).
+fn ssh_key(seed: u8) -> String {
+    let mut blob = Vec::new();
+    for f in [&b"ssh-ed25519"[..], &[seed; 32][..]] {
+        blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
+        blob.extend_from_slice(f);
+    }
+    format!(
+        "ssh-ed25519 {} admin@laptop",
+        confboot::base64::encode(&blob)
+    )
+}
+
+fn with_ssh_users(mut req: InitRequest, users: &[(&str, String)]) -> InitRequest {
+    req.ssh_user_keys = users
+        .iter()
+        .map(|(name, key)| confboot_proto::init::SshUserKey {
+            username: name.to_string(),
+            public_key: key.clone(),
+        })
+        .collect();
+    req
+}
+
+fn alice_and_bob() -> InitRequest {
+    with_ssh_users(
+        init_request(),
+        &[("alice", ssh_key(1)), ("bob", ssh_key(2))],
+    )
+}
+
+/// One file or directory: path, mode, owner, inode, mtime (s, ns), content.
+type FileState = (PathBuf, u32, u32, u64, i64, i64, Vec<u8>);
+
+/// Every file and directory below `dir`: path, mode, owner, inode, mtime
+/// and content. Equal snapshots: nothing was written, not even the same
+/// bytes again.
+fn snapshot(dir: &Path) -> Vec<FileState> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let content = if meta.is_file() {
+                std::fs::read(&path).unwrap()
+            } else {
+                Vec::new()
+            };
+            if meta.is_dir() {
+                todo.push(path.clone());
+            }
+            out.push((
+                path.strip_prefix(dir).unwrap().to_path_buf(),
+                meta.mode(),
+                meta.uid(),
+                meta.ino(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                content,
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether `root` holds `name` as created, with exactly `key` authorized.
+fn has_user(root: &Path, name: &str, key: &str) -> bool {
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).unwrap();
+    let entry = passwd.lines().any(|l| {
+        l.starts_with(&format!("{name}:"))
+            && l.ends_with(&format!(":confboot SSH user:/home/{name}:/bin/sh"))
+    });
+    let keys = std::fs::read_to_string(root.join(format!("home/{name}/.ssh/authorized_keys")));
+    entry && keys.is_ok_and(|k| k == format!("{key}\n"))
+}
+
+/// Rejoins `rig`'s node (its disk was formatted by an Init with master()).
+fn rejoin(rig: &Rig) {
+    let uuid = rig.disk.state().luks.clone().unwrap().0;
+    let request = TicketRequest::Rejoin {
+        disk_uuid: uuid.clone(),
+    };
+    let ticket = rejoin_ticket(master().state_disk_key(&uuid).expose());
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    assert_eq!(
+        rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
+        Outcome::Rejoined
+    );
+}
+
+#[test]
+fn init_keeps_its_ssh_users_on_the_state_disk_and_creates_them() {
+    let rig = Rig::new(FakeDisk::blank());
+    let mut lines = Vec::new();
+    rig.node
+        .init(&alice_and_bob(), &mut |l| lines.push(l.to_string()))
+        .unwrap();
+    assert!(has_user(rig.root.path(), "alice", &ssh_key(1)));
+    assert!(has_user(rig.root.path(), "bob", &ssh_key(2)));
+    // Kept inside the encrypted file system (mounted from the decrypted
+    // device, then unmounted), not in the header.
+    assert_eq!(rig.mounts(), ["mount /dev/mapper/double", "unmount"]);
+    let kept = confboot::ssh_users::read_stored_ssh_users(rig.state_fs.dir.path())
+        .unwrap()
+        .unwrap();
+    let names: Vec<_> = kept.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert!(
+        lines.contains(&"SSH users: created [alice, bob], unchanged []".to_string()),
+        "{lines:?}"
+    );
+    assert!(rig.disk.state().bootstrapped);
+}
+
+#[test]
+fn invalid_ssh_users_are_refused_before_anything_is_written() {
+    let many: Vec<(&str, String)> = (0..=confboot::ssh_users::MAX_SSH_USERS)
+        .map(|i| (&*Box::leak(format!("u{i}").into_boxed_str()), ssh_key(1)))
+        .collect();
+    let cases: Vec<(Vec<(&str, String)>, &str)> = vec![
+        (vec![("root", ssh_key(1))], "system account"),
+        (vec![("Alice", ssh_key(1))], "must begin with a-z"),
+        (vec![("al:ice", ssh_key(1))], "only a-z"),
+        (
+            vec![("alice", "ssh-ed25519 AAAA".into())],
+            "invalid public key for alice",
+        ),
+        (
+            vec![("alice", format!("{}\nssh-rsa AAAA", ssh_key(1)))],
+            "invalid public key for alice",
+        ),
+        (
+            vec![("alice", ssh_key(1)), ("alice", ssh_key(2))],
+            "configured twice",
+        ),
+        (many, "more than 32"),
+    ];
+    for (users, reason) in cases {
+        let rig = Rig::new(FakeDisk::blank());
+        let err = rig
+            .node
+            .init(&with_ssh_users(init_request(), &users), &mut no_log())
+            .unwrap_err();
+        match &err {
+            NodeError::InvalidArgument {
+                field: "ssh_user_keys",
+                reason: r,
+            } => assert!(r.contains(reason), "{r}"),
+            other => panic!("{reason}: {other:?}"),
+        }
+        assert_eq!(
+            crate::server::status(&err).code,
+            confboot::rpc::Code::InvalidArgument
+        );
+        assert_refused_untouched(&rig, &err);
+    }
+}
+
+#[test]
+fn a_node_with_no_state_file_system_refuses_ssh_users_up_front() {
+    let mut rig = Rig::new(FakeDisk::blank());
+    rig.node.mkfs = None;
+    let err = rig.node.init(&alice_and_bob(), &mut no_log()).unwrap_err();
+    assert!(err.to_string().contains("no state file system"), "{err}");
+    assert_refused_untouched(&rig, &err);
+}
+
+#[test]
+fn every_later_boot_creates_the_kept_users_again() {
+    let first = Rig::new(FakeDisk::blank());
+    first.node.init(&alice_and_bob(), &mut no_log()).unwrap();
+
+    // A reboot: a fresh root (the initramfs), the same state disk.
+    let second = first.reboot(fresh_root());
+    rejoin(&second);
+    assert!(has_user(second.root.path(), "alice", &ssh_key(1)));
+    assert!(has_user(second.root.path(), "bob", &ssh_key(2)));
+    assert_eq!(second.mounts(), ["mount /dev/mapper/double", "unmount"]);
+
+    // Recover opens the disk too, and creates them as well.
+    let third = first.reboot(fresh_root());
+    third.node.recover(&recover_request(&master())).unwrap();
+    assert!(has_user(third.root.path(), "alice", &ssh_key(1)));
+    assert_eq!(third.mounts(), ["mount /dev/mapper/double", "unmount"]);
+}
+
+#[test]
+fn an_unmodified_second_boot_changes_nothing() {
+    let first = Rig::new(FakeDisk::blank());
+    first.node.init(&alice_and_bob(), &mut no_log()).unwrap();
+    let root = Arc::clone(&first.root);
+    let (before_root, before_state) = (snapshot(root.path()), snapshot(first.state_fs.dir.path()));
+    // A boot that finds the users in place (a root that survived, as on
+    // a node that runs from a disk) leaves every byte and inode alone.
+    let second = first.reboot(Arc::clone(&root));
+    rejoin(&second);
+    assert_eq!(snapshot(root.path()), before_root);
+    assert_eq!(snapshot(second.state_fs.dir.path()), before_state);
+    let third = first.reboot(Arc::clone(&root));
+    let token = third.node.take_lock(holder::JOIN).unwrap();
+    third.disk.state().opened = true;
+    let report = third.node.apply_kept_ssh_users(&token).unwrap();
+    assert!(
+        report.created.is_empty() && report.conflicts.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(report.unchanged.len(), 2);
+    assert_eq!(snapshot(root.path()), before_root);
+    assert_eq!(snapshot(second.state_fs.dir.path()), before_state);
+}
+
+#[test]
+fn a_user_that_exists_otherwise_is_reported_not_overwritten() {
+    let rig = Rig::new(FakeDisk::blank());
+    let passwd = "root:x:0:0:root:/:/bin/sh\nalice:x:1000:1000:Alice:/home/alice:/bin/bash\n";
+    std::fs::write(rig.root.path().join("etc/passwd"), passwd).unwrap();
+    let mut lines = Vec::new();
+    rig.node
+        .init(&alice_and_bob(), &mut |l| lines.push(l.to_string()))
+        .unwrap();
+    assert!(
+        std::fs::read_to_string(rig.root.path().join("etc/passwd"))
+            .unwrap()
+            .starts_with(passwd),
+        "alice's entry is kept as it was"
+    );
+    assert!(has_user(rig.root.path(), "bob", &ssh_key(2)));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("SSH users: warning: user alice exists with other settings")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_corrupt_kept_file_creates_no_user_and_the_node_still_boots() {
+    let first = Rig::new(FakeDisk::blank());
+    first.node.init(&alice_and_bob(), &mut no_log()).unwrap();
+    let kept = first
+        .state_fs
+        .dir
+        .path()
+        .join(confboot::ssh_users::STORED_SSH_USERS_FILE);
+    for corrupt in [
+        b"{\"sshUsers\": [{\"username\": \"alice\"".to_vec(),
+        vec![b' '; confboot::ssh_users::MAX_SSH_USERS_CONFIG_BYTES + 1],
+    ] {
+        std::fs::write(&kept, corrupt).unwrap();
+        let next = first.reboot(fresh_root());
+        rejoin(&next);
+        assert_eq!(
+            std::fs::read_to_string(next.root.path().join("etc/passwd")).unwrap(),
+            "root:x:0:0:root:/:/bin/sh\n"
+        );
+        assert_eq!(next.mounts(), ["mount /dev/mapper/double", "unmount"]);
+        assert_eq!(next.marks().len(), 1, "the node is marked: it boots");
+    }
 }

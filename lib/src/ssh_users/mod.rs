@@ -30,11 +30,13 @@
 
 mod accounts;
 mod authorized_key;
+mod store;
 
 use std::fmt;
 
 pub use accounts::{ApplyReport, Conflict, apply_ssh_users};
 pub use authorized_key::{AuthorizedKey, KeyError, MAX_AUTHORIZED_KEY_BYTES};
+pub use store::{STORED_SSH_USERS_FILE, read_stored_ssh_users, ssh_users_config, store_ssh_users};
 
 /// The most users one configuration may hold.
 pub const MAX_SSH_USERS: usize = 32;
@@ -217,6 +219,14 @@ pub enum SshUserError {
     },
     /// No free user and group id in 1000..60000.
     NoFreeId,
+    /// The users kept on the state disk cannot be taken: the file is too
+    /// large, not the configuration's shape, or holds an invalid user.
+    StoredFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl fmt::Display for SshUserError {
@@ -236,6 +246,9 @@ impl fmt::Display for SshUserError {
                 write!(f, "{}: {reason}", path.display())
             }
             SshUserError::NoFreeId => f.write_str("no free user and group id in 1000..60000"),
+            SshUserError::StoredFile { path, reason } => {
+                write!(f, "{}: kept SSH users refused: {reason}", path.display())
+            }
         }
     }
 }
