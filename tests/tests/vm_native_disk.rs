@@ -82,6 +82,18 @@ fn millis(vm: &Vm, prefix: &str) -> Option<u64> {
         .find_map(|l| l.trim_end().strip_prefix(prefix)?.trim().parse().ok())
 }
 
+/// The probe read the same 64 KiB (beyond the marker: noise from
+/// never-written sectors, several 4 KiB sectors) through both mappings.
+fn assert_mappings_agree(vm: &Vm) {
+    assert!(
+        vm.serial()
+            .lines()
+            .any(|l| l.trim_end() == "CONFBOOT-MAPPINGS-AGREE 65536"),
+        "{}",
+        vm.failure_report()
+    );
+}
+
 fn blank_disk(dir: &TempDir, name: &str) -> PathBuf {
     let disk = dir.path().join(name);
     std::fs::File::create(&disk)
@@ -140,6 +152,7 @@ fn native_mappings_and_cryptsetup_read_each_others_data() {
         "{}",
         vm.failure_report()
     );
+    assert_mappings_agree(&vm);
     drop(vm);
 
     // cryptsetup formats and writes, ours reads (another boot); a wrong
@@ -167,6 +180,7 @@ fn native_mappings_and_cryptsetup_read_each_others_data() {
         "{}",
         vm.failure_report()
     );
+    assert_mappings_agree(&vm);
     let (native, cryptsetup) = (
         millis(&vm, "CONFBOOT-NATIVE-OPEN-MS"),
         millis(&vm, "CONFBOOT-CRYPTSETUP-OPEN-MS"),

@@ -8,8 +8,11 @@
 //!   first 512 bytes of the decrypted device, closes it.
 //! - `confboot-disk-probe read DEVICE KEYFILE [CRYPTSETUP]`: opens DEVICE
 //!   (our mapping), prints `CONFBOOT-READ <first line>`, closes it; with
-//!   CRYPTSETUP, also times `cryptsetup open` of the same disk for
-//!   comparison (`CONFBOOT-CRYPTSETUP-OPEN-MS`).
+//!   CRYPTSETUP, also opens the same disk with `cryptsetup open` (timed:
+//!   `CONFBOOT-CRYPTSETUP-OPEN-MS`) and checks that the first
+//!   [`COMPARED`] bytes read the same through both mappings (most of them
+//!   never written, so they decrypt to noise that matches only if key,
+//!   offset, IVs and sector size all do): `CONFBOOT-MAPPINGS-AGREE N`.
 //!
 //! Every open prints `CONFBOOT-NATIVE-OPEN-MS N`. A failure exits non-zero
 //! with its reason on stderr.
@@ -25,6 +28,18 @@ use confboot::kms::SecretBytes;
 
 const MAPPING: &str = "confboot-native";
 const SECTOR: usize = 512;
+/// Bytes compared through both mappings: several 4 KiB sectors.
+const COMPARED: usize = 64 << 10;
+
+/// The first `len` bytes of `node`.
+fn head(node: &Path, len: usize) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; len];
+    let mut dev = std::fs::File::open(node).map_err(|e| format!("{}: {e}", node.display()))?;
+    dev.seek(SeekFrom::Start(0))
+        .and_then(|_| dev.read_exact(&mut buf))
+        .map_err(|e| format!("reading {}: {e}", node.display()))?;
+    Ok(buf)
+}
 
 fn key(path: &str) -> Result<SecretBytes, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
@@ -68,13 +83,8 @@ fn read(device: &str, key_file: &str, cryptsetup: Option<&str>) -> Result<(), St
     let key = key(key_file)?;
     let mut backend = Luks2Backend::new(device, MAPPING);
     let node = open(&mut backend, &key)?;
-    let mut block = vec![0u8; SECTOR];
-    let mut dev = std::fs::File::open(&node).map_err(|e| format!("{}: {e}", node.display()))?;
-    dev.seek(SeekFrom::Start(0))
-        .and_then(|_| dev.read_exact(&mut block))
-        .map_err(|e| format!("reading {}: {e}", node.display()))?;
-    drop(dev);
-    let line: String = block
+    let ours = head(&node, COMPARED)?;
+    let line: String = ours[..SECTOR]
         .split(|&b| b == b'\n')
         .next()
         .unwrap_or_default()
@@ -85,13 +95,21 @@ fn read(device: &str, key_file: &str, cryptsetup: Option<&str>) -> Result<(), St
     println!("CONFBOOT-READ {line}");
     backend.close().map_err(|e| format!("close: {e}"))?;
     if let Some(program) = cryptsetup {
-        time_cryptsetup(program, device, key_file)?;
+        let theirs = through_cryptsetup(program, device, key_file)?;
+        if theirs != ours {
+            let at = ours.iter().zip(&theirs).position(|(a, b)| a != b);
+            return Err(format!(
+                "the two mappings read differently (first difference at byte {at:?})"
+            ));
+        }
+        println!("CONFBOOT-MAPPINGS-AGREE {COMPARED}");
     }
     Ok(())
 }
 
-/// Times `cryptsetup open` of the same disk (then closes it).
-fn time_cryptsetup(program: &str, device: &str, key_file: &str) -> Result<(), String> {
+/// The first [`COMPARED`] bytes through `cryptsetup open` of the same
+/// disk (timed), which is closed again.
+fn through_cryptsetup(program: &str, device: &str, key_file: &str) -> Result<Vec<u8>, String> {
     let run = |args: &[&str]| {
         Command::new(program)
             .args(args)
@@ -110,7 +128,9 @@ fn time_cryptsetup(program: &str, device: &str, key_file: &str) -> Result<(), St
         "CONFBOOT-CRYPTSETUP-OPEN-MS {}",
         started.elapsed().as_millis()
     );
-    run(&["close", "confboot-cs"])
+    let theirs = head(Path::new("/dev/mapper/confboot-cs"), COMPARED);
+    run(&["close", "confboot-cs"])?;
+    theirs
 }
 
 fn main() -> ExitCode {

@@ -173,6 +173,7 @@ impl Luks2Backend {
     ) -> Result<(), DiskError> {
         fields.insert("type".into(), token_type.into());
         fields.insert("keyslots".into(), Value::Array(Vec::new()));
+        log::debug!("writing the {token_type} token to {}", self.device.display());
         let mut disk = self.read()?;
         let meta = HeaderMetadata::parse(disk.metadata_json().as_bytes())?;
         let existing = match meta.token(token_type)? {
