@@ -13,11 +13,15 @@
 //!   fresh cloud disks read as zeros, so refusing non-zero content costs
 //!   nothing in the normal flow and stops the irreversible mistake.
 //! - The key goes to cryptsetup through a pipe on its stdin, never in argv,
-//!   the environment or a file, and is never logged.
+//!   the environment or a file, and is never logged; the native backend
+//!   keeps the volume key and the dm table that carries it in zeroized
+//!   buffers and never logs them.
 //!
 //! [`StateDisk`] holds the decision (format or open); a [`DiskBackend`] does
-//! the work. [`CryptsetupBackend`] is the real one, with a header-only mode
-//! for machines without device-mapper.
+//! the work. [`luks2::Luks2Backend`] is the native one (LUKS2 in Rust,
+//! device-mapper through [`dm`], no cryptsetup); [`CryptsetupBackend`]
+//! drives the cryptsetup program. Both have a header-only mode for
+//! machines without device-mapper.
 //!
 //! ```no_run
 //! use confboot::disk::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};

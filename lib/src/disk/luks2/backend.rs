@@ -77,7 +77,8 @@ impl Luks2Backend {
     }
 
     /// Removes the mapping made by [`open`](DiskBackend::open) (nothing if
-    /// none was made); [`DiskError::Busy`] while it is in use (mounted).
+    /// none was made); [`DiskError::DeviceMapper`] (`EBUSY`) while it is
+    /// in use (mounted).
     pub fn close(&mut self) -> Result<(), DiskError> {
         let (Some(name), Some(_)) = (&self.mapper_name, &self.mapped) else {
             return Ok(());
@@ -173,7 +174,10 @@ impl Luks2Backend {
     ) -> Result<(), DiskError> {
         fields.insert("type".into(), token_type.into());
         fields.insert("keyslots".into(), Value::Array(Vec::new()));
-        log::debug!("writing the {token_type} token to {}", self.device.display());
+        log::debug!(
+            "writing the {token_type} token to {}",
+            self.device.display()
+        );
         let mut disk = self.read()?;
         let meta = HeaderMetadata::parse(disk.metadata_json().as_bytes())?;
         let existing = match meta.token(token_type)? {
