@@ -26,7 +26,8 @@ use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::cluster::kubelet_cert::KubeletCertRequest;
-use confboot::disk::{CryptsetupBackend, Mkfs, StateDisk, new_disk_uuid};
+use confboot::disk::luks2::Luks2Backend;
+use confboot::disk::{CryptsetupBackend, DiskBackend, Mkfs, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
@@ -41,8 +42,9 @@ use crate::node::{
 use crate::server::FlowResult;
 use confboot::backoff::Backoff;
 
-/// The node as the bootstrapper runs it: cryptsetup, kubeadm, the vTPM.
-type RealNode = Node<CryptsetupBackend, KubeadmBackend, Arc<VtpmIssuer>>;
+/// The node as the bootstrapper runs it: the state disk's backend
+/// (`--disk-backend`), kubeadm, the vTPM.
+type RealNode = Node<Box<dyn DiskBackend>, KubeadmBackend, Arc<VtpmIssuer>>;
 
 const CMD: Command = Command {
     name: "bootstrapper",
@@ -65,7 +67,8 @@ const CMD: Command = Command {
         Opt::value("state-disk", "PATH", "The state disk (block device, or an image file)"),
         Opt::value("disk-mode", "MODE", "luks: map the disk with dm-crypt; header-only: check keys against the LUKS2 header without mapping (machines without device-mapper)").default("luks"),
         Opt::value("mapper-name", "NAME", "dm-crypt mapping name").default("state"),
-        Opt::value("cryptsetup", "PATH", "The cryptsetup program").default("cryptsetup"),
+        Opt::value("disk-backend", "BACKEND", "native: LUKS2 and device-mapper in this program (no cryptsetup); cryptsetup: the cryptsetup program (--cryptsetup)").default("native"),
+        Opt::value("cryptsetup", "PATH", "The cryptsetup program (with --disk-backend cryptsetup)").default("cryptsetup"),
         Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
         Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
         Opt::value("state-mount", "DIR", "Where the state file system is mounted for a moment to keep (Init) or read (later boots) the SSH users; unmounted again before the bootstrapper exits").default("/state"),
@@ -244,12 +247,25 @@ fn build_node(
 ) -> Result<RealNode, String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let disk_path = PathBuf::from(req("state-disk")?);
-    let backend = match req("disk-mode")? {
-        "luks" => CryptsetupBackend::new(&disk_path, req("mapper-name")?),
-        "header-only" => CryptsetupBackend::header_only(&disk_path),
+    let mapped = match req("disk-mode")? {
+        "luks" => true,
+        "header-only" => false,
         other => return Err(format!("--disk-mode {other}: want luks or header-only")),
-    }
-    .with_program(req("cryptsetup")?);
+    };
+    let backend: Box<dyn DiskBackend> = match (req("disk-backend")?, mapped) {
+        ("native", true) => Box::new(Luks2Backend::new(&disk_path, req("mapper-name")?)),
+        ("native", false) => Box::new(Luks2Backend::header_only(&disk_path)),
+        ("cryptsetup", true) => Box::new(
+            CryptsetupBackend::new(&disk_path, req("mapper-name")?)
+                .with_program(req("cryptsetup")?),
+        ),
+        ("cryptsetup", false) => {
+            Box::new(CryptsetupBackend::header_only(&disk_path).with_program(req("cryptsetup")?))
+        }
+        (other, _) => {
+            return Err(format!("--disk-backend {other}: want native or cryptsetup"));
+        }
+    };
     let mkfs = match req("state-fs")? {
         "ext4" => Some(Mkfs::new(req("mkfs")?)),
         "none" => None,

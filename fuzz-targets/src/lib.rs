@@ -95,6 +95,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("master_secret_file", master_secret_file),
     ("luks2_metadata", luks2_metadata),
     ("luks2_header", luks2_header),
+    ("dm_reply", dm_reply),
     ("tpm_event_log", tpm_event_log),
     ("tpm_event_list", tpm_event_list),
     ("kernel_image", kernel_image),
@@ -960,6 +961,22 @@ pub fn luks2_metadata(data: &[u8]) {
     if let Ok(Some(fs)) = disk.backend().filesystem() {
         assert!(fs.len() <= data.len());
     }
+}
+
+/// A device-mapper ioctl buffer as the kernel leaves it: the reply header
+/// is read with every size and offset bounded by the buffer, the version
+/// checked and the name printable, or refused.
+pub fn dm_reply(data: &[u8]) {
+    use confboot::disk::dm::wire::{DM_IOCTL_DATA, NAME_LEN, Reply};
+    let Ok(reply) = Reply::parse(data) else {
+        return;
+    };
+    let within = DM_IOCTL_DATA..=data.len();
+    assert!(within.contains(&(reply.data_size as usize)));
+    assert!(within.contains(&(reply.data_start as usize)));
+    assert_eq!(reply.version[0], 4);
+    assert!(reply.name.len() < NAME_LEN);
+    assert!(reply.name.bytes().all(|b| b.is_ascii_graphic()));
 }
 
 /// A device for [`luks2_header`]: the input at its start, zeros after it,

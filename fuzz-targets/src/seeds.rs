@@ -593,6 +593,34 @@ fn master_secret_file() -> Vec<Seed> {
 /// with confboot's three tokens (cryptsetup 2.6, LUKS2, PBKDF2).
 const LUKS2_DUMP: &str = include_str!("luks2_dump.json");
 
+/// Request buffers as the kernel returns them (it rewrites the header in
+/// place): a status-like one, a table load (a dummy key), a truncated one.
+fn dm_reply() -> Vec<Seed> {
+    use confboot::disk::dm::wire::{Request, Target};
+    let status = Request::new(
+        "state",
+        "CRYPT-LUKS2-0a1b2c3d00004000800000000000000f-state",
+        0,
+    )
+    .expect("a request");
+    let table = Request::table_load(
+        "state",
+        1 << 15,
+        &Target {
+            sector_start: 0,
+            length: 98304,
+            target_type: "crypt",
+            params: b"aes-xts-plain64 0000 0 254:0 32768 1 sector_size:4096",
+        },
+    )
+    .expect("a table");
+    vec![
+        seed("status", status.bytes()),
+        seed("table-load", table.bytes()),
+        seed("truncated", &status.bytes()[..400]),
+    ]
+}
+
 fn luks2_metadata() -> Vec<Seed> {
     vec![
         seed("luks-dump", LUKS2_DUMP),
@@ -750,6 +778,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "master_secret_file" => master_secret_file(),
         "luks2_metadata" => luks2_metadata(),
         "luks2_header" => luks2_header(),
+        "dm_reply" => dm_reply(),
         "tpm_event_log" => tpm_event_log(),
         "tpm_event_list" => tpm_event_list(),
         "kernel_image" => kernel_image(),

@@ -4,6 +4,8 @@
 //! The core does not know the transport: servers and clients are thin wiring
 //! around plain functions and types that are tested without sockets.
 #![warn(missing_docs)]
+// The one exception: the device-mapper ioctl (`disk::dm::ioctl`).
+#![deny(unsafe_code)]
 
 pub mod args;
 pub mod atls;

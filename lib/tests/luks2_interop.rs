@@ -793,3 +793,37 @@ fn unlock_time_against_cryptsetup() {
         "argon2id t=4 m=64MiB p=1 unlock: ours {ours:?}, cryptsetup --test-passphrase {theirs:?}"
     );
 }
+
+/// The mapping backend unlocks before it touches device-mapper: a wrong
+/// key is [`DiskError::WrongKey`] and a bad mapping name a configuration
+/// error, both with nothing mapped; with the right key an image file is
+/// refused as no block device (mapping itself is proven in QEMU,
+/// `tests/tests/vm_native_disk.rs`).
+#[test]
+fn the_mapping_backend_unlocks_first_and_maps_only_block_devices() {
+    let dir = TempDir::new("luks2-map");
+    let image = blank_image(&dir, "state.img");
+    let key = SecretBytes::new(node_key(3));
+    let mut backend = Luks2Backend::new(&image, "state");
+    assert!(backend.describe().contains("/dev/mapper/state"));
+    backend
+        .format("0a1b2c3d-0000-4000-8000-00000000000f", &key)
+        .unwrap();
+    assert_eq!(
+        backend.open(&SecretBytes::new(node_key(4))),
+        Err(DiskError::WrongKey)
+    );
+    let refused = backend.open(&key);
+    assert!(
+        matches!(&refused, Err(DiskError::Config(m)) if m.contains("not a block device")),
+        "{refused:?}"
+    );
+    assert_eq!(backend.mapped_device(), None);
+    assert_eq!(backend.close(), Ok(()));
+    let mut bad_name = Luks2Backend::new(&image, "a/b");
+    assert!(matches!(bad_name.open(&key), Err(DiskError::Config(_))));
+    let mut header_only = Luks2Backend::header_only(&image);
+    assert_eq!(header_only.open(&key), Ok(()));
+    assert_eq!(header_only.mapped_device(), None);
+    assert!(header_only.describe().contains("header only"));
+}

@@ -13,11 +13,15 @@
 //!   fresh cloud disks read as zeros, so refusing non-zero content costs
 //!   nothing in the normal flow and stops the irreversible mistake.
 //! - The key goes to cryptsetup through a pipe on its stdin, never in argv,
-//!   the environment or a file, and is never logged.
+//!   the environment or a file, and is never logged; the native backend
+//!   keeps the volume key and the dm table that carries it in zeroized
+//!   buffers and never logs them.
 //!
 //! [`StateDisk`] holds the decision (format or open); a [`DiskBackend`] does
-//! the work. [`CryptsetupBackend`] is the real one, with a header-only mode
-//! for machines without device-mapper.
+//! the work. [`luks2::Luks2Backend`] is the native one (LUKS2 in Rust,
+//! device-mapper through [`dm`], no cryptsetup); [`CryptsetupBackend`]
+//! drives the cryptsetup program. Both have a header-only mode for
+//! machines without device-mapper.
 //!
 //! ```no_run
 //! use confboot::disk::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};
@@ -41,6 +45,7 @@ use std::fmt;
 use crate::kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
+pub mod dm;
 pub mod filesystem;
 pub mod luks2;
 
@@ -104,6 +109,13 @@ pub enum DiskError {
         /// The tail of its stderr, with control characters replaced.
         stderr: String,
     },
+    /// A device-mapper operation failed (the native backend).
+    DeviceMapper {
+        /// What the backend was doing (`open`, `close`).
+        action: String,
+        /// What failed.
+        message: String,
+    },
     /// The key does not open any key slot of the header.
     WrongKey,
     /// Formatting was refused: the disk already carries a LUKS header.
@@ -146,6 +158,7 @@ impl fmt::Display for DiskError {
                 Some(s) => write!(f, "cryptsetup {action} exited with {s}: {stderr}"),
                 None => write!(f, "cryptsetup {action} was killed: {stderr}"),
             },
+            DiskError::DeviceMapper { action, message } => write!(f, "{action}: {message}"),
             DiskError::WrongKey => f.write_str("the key does not open the state disk"),
             DiskError::AlreadyFormatted { uuid } => {
                 write!(f, "refusing to format: the disk has a LUKS header ({uuid})")
@@ -206,6 +219,47 @@ pub trait DiskBackend: Send {
     fn record_bootstrapped(&mut self) -> Result<(), DiskError>;
     /// Whether [`record_bootstrapped`](Self::record_bootstrapped) was done.
     fn bootstrapped(&self) -> Result<bool, DiskError>;
+}
+
+/// A boxed backend is a backend: the caller picks one at run time (the
+/// bootstrapper's `--disk-backend`).
+impl<B: DiskBackend + ?Sized> DiskBackend for Box<B> {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        (**self).inspect()
+    }
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError> {
+        (**self).format(uuid, key)
+    }
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
+        (**self).open(key)
+    }
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        (**self).check_key(key)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn mapped_device(&self) -> Option<std::path::PathBuf> {
+        (**self).mapped_device()
+    }
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        (**self).store_measurement_salt(salt)
+    }
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        (**self).measurement_salt()
+    }
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
+        (**self).record_filesystem(fs)
+    }
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        (**self).filesystem()
+    }
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        (**self).record_bootstrapped()
+    }
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        (**self).bootstrapped()
+    }
 }
 
 /// Bounds on a measurement salt kept in a header (Constellation's is 32 bytes).

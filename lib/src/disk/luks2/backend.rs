@@ -5,11 +5,16 @@
 //! [`HeaderMetadata`]), and the same key meaning (the state-disk key is
 //! the passphrase), so either backend opens what the other wrote.
 //!
-//! It checks keys and keeps tokens; it maps nothing (the build-machine
-//! mode of the cryptsetup backend, [`crate::disk::OpenMode::HeaderOnly`]):
-//! mapping the volume key through device-mapper is a separate step.
+//! Opening unlocks a key slot to the volume key and maps the header's
+//! data segment (its offset, cipher and sector size) with a `crypt` table
+//! through device-mapper ([`crate::disk::dm`]) at `/dev/mapper/NAME`, as
+//! `cryptsetup open` does; [`Luks2Backend::header_only`] only checks keys
+//! (the build-machine mode, like [`crate::disk::OpenMode::HeaderOnly`]).
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use serde_json::{Map, Value};
 
@@ -17,28 +22,137 @@ use super::{FormatOptions, KdfLimits, Luks2, Luks2Error, probe};
 use crate::disk::cryptsetup::{
     BOOTSTRAPPED_TOKEN_TYPE, FILESYSTEM_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE,
 };
+use crate::disk::dm::crypt::{CryptLayout, CryptTable};
+use crate::disk::dm::{self, DeviceMapper, DmError};
 use crate::disk::{DiskBackend, DiskError, DiskState};
 use crate::kms::{SecretBytes, is_uuid};
 
-/// The state-disk backend on the pure-Rust LUKS2, header only.
+/// The state-disk backend on the pure-Rust LUKS2 and device-mapper.
 #[derive(Clone, Debug)]
 pub struct Luks2Backend {
-    /// The block device or image file.
+    /// The block device (or, header only, an image file).
     pub device: PathBuf,
     /// How new headers are made (the UUID is the one `format` is given).
     pub options: FormatOptions,
     /// The KDF cost limits for unlocking.
     pub limits: KdfLimits,
+    /// The mapping's name (`/dev/mapper/NAME`); `None`: header only.
+    pub mapper_name: Option<String>,
+    /// The device-mapper control device ([`dm::CONTROL`]).
+    pub control: PathBuf,
+    /// Where the mapping's node is made ([`dm::DEV_DIR`]).
+    pub dev_dir: PathBuf,
+    mapped: Option<PathBuf>,
 }
 
 impl Luks2Backend {
-    /// A backend on `device` with the default format options and limits.
+    /// A backend mapping `device` as `/dev/mapper/<mapper_name>` on
+    /// [`Luks2Backend::open`](DiskBackend::open), with the default format
+    /// options and limits.
+    pub fn new(device: impl Into<PathBuf>, mapper_name: impl Into<String>) -> Self {
+        Luks2Backend {
+            mapper_name: Some(mapper_name.into()),
+            ..Luks2Backend::header_only(device)
+        }
+    }
+
+    /// A backend on `device` that checks keys against the header and maps
+    /// nothing, with the default format options and limits.
     pub fn header_only(device: impl Into<PathBuf>) -> Self {
         Luks2Backend {
             device: device.into(),
             options: FormatOptions::default(),
             limits: KdfLimits::default(),
+            mapper_name: None,
+            control: PathBuf::from(dm::CONTROL),
+            dev_dir: PathBuf::from(dm::DEV_DIR),
+            mapped: None,
         }
+    }
+
+    /// Uses `options` for new headers (PBKDF choice and costs).
+    pub fn with_options(mut self, options: FormatOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Removes the mapping made by [`open`](DiskBackend::open) (nothing if
+    /// none was made); [`DiskError::DeviceMapper`] (`EBUSY`) while it is
+    /// in use (mounted).
+    pub fn close(&mut self) -> Result<(), DiskError> {
+        let (Some(name), Some(_)) = (&self.mapper_name, &self.mapped) else {
+            return Ok(());
+        };
+        let dm = DeviceMapper::open(&self.control, &self.dev_dir).map_err(dm_error("close"))?;
+        dm.remove(name).map_err(dm_error("close"))?;
+        self.mapped = None;
+        Ok(())
+    }
+
+    /// Unlocks a key slot with `key` and maps the data segment as `name`.
+    fn map(&self, name: &str, key: &SecretBytes) -> Result<PathBuf, DiskError> {
+        dm::check_name(name).map_err(|e| DiskError::Config(e.to_string()))?;
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        let started = Instant::now();
+        let disk = self.read()?;
+        let volume_key = disk.unlock(key.expose()).map_err(to_disk_error)?;
+        let unlocked = started.elapsed();
+        let segment = disk
+            .header()
+            .metadata
+            .segments
+            .first()
+            .ok_or_else(|| DiskError::Metadata("the header has no crypt segment".into()))?;
+        if segment.iv_tweak != 0 {
+            return Err(DiskError::Metadata(format!(
+                "segment {}: iv_tweak {} (only 0 is mapped)",
+                segment.id, segment.iv_tweak
+            )));
+        }
+        let (device, size) = block_device(&self.device)?;
+        let end = match segment.size {
+            Some(len) => segment.offset.checked_add(len),
+            None => Some(size),
+        };
+        let length = match end {
+            Some(end) if end <= size && end > segment.offset => end - segment.offset,
+            _ => {
+                return Err(DiskError::Metadata(format!(
+                    "segment {} ({} bytes from {}) does not fit the {size}-byte device",
+                    segment.id,
+                    segment.size.map_or("dynamic".into(), |s| s.to_string()),
+                    segment.offset
+                )));
+            }
+        };
+        let layout = CryptLayout {
+            cipher: &segment.encryption,
+            iv_offset: 0,
+            device,
+            offset: segment.offset,
+            length,
+            sector_size: segment.sector_size,
+        };
+        let table = CryptTable::new(&layout, volume_key.expose())
+            .map_err(|e| DiskError::Metadata(e.to_string()))?;
+        drop(volume_key);
+        let dm = DeviceMapper::open(&self.control, &self.dev_dir).map_err(dm_error("open"))?;
+        let dm_uuid = format!("CRYPT-LUKS2-{}-{name}", disk.uuid().replace('-', ""));
+        let node = dm
+            .create(name, &dm_uuid, &table.target())
+            .map_err(dm_error("open"))?;
+        log::info!(
+            "mapped {} as {} ({}, {} B sectors) in {} ms (key slot {} ms)",
+            self.device.display(),
+            node.display(),
+            segment.encryption,
+            segment.sector_size,
+            started.elapsed().as_millis(),
+            unlocked.as_millis()
+        );
+        Ok(node)
     }
 
     fn read(&self) -> Result<Luks2, DiskError> {
@@ -60,6 +174,10 @@ impl Luks2Backend {
     ) -> Result<(), DiskError> {
         fields.insert("type".into(), token_type.into());
         fields.insert("keyslots".into(), Value::Array(Vec::new()));
+        log::debug!(
+            "writing the {token_type} token to {}",
+            self.device.display()
+        );
         let mut disk = self.read()?;
         let meta = HeaderMetadata::parse(disk.metadata_json().as_bytes())?;
         let existing = match meta.token(token_type)? {
@@ -79,6 +197,32 @@ impl Luks2Backend {
         }
         self.read()?.unlock(key.expose()).map_err(to_disk_error)?;
         Ok(())
+    }
+}
+
+/// The device number and size of the block device at `path`.
+fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
+    let io = |e: std::io::Error| DiskError::Io(format!("{}: {e}", path.display()));
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.file_type().is_block_device() {
+        return Err(DiskError::Config(format!(
+            "{} is not a block device (device-mapper maps block devices; use header-only for image files)",
+            path.display()
+        )));
+    }
+    let mut file = File::open(path).map_err(io)?;
+    let size = super::header::device_size(&mut file).map_err(to_disk_error)?;
+    Ok((meta.rdev(), size))
+}
+
+/// The state disk's error for a device-mapper one during `action`.
+fn dm_error(action: &'static str) -> impl Fn(DmError) -> DiskError {
+    move |e| match e {
+        DmError::Busy(_) => DiskError::Busy(e.to_string()),
+        e => DiskError::DeviceMapper {
+            action: action.to_string(),
+            message: e.to_string(),
+        },
     }
 }
 
@@ -115,7 +259,13 @@ impl DiskBackend for Luks2Backend {
     }
 
     fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
-        self.check(key)
+        match self.mapper_name.clone() {
+            None => self.check(key),
+            Some(name) => {
+                self.mapped = Some(self.map(&name, key)?);
+                Ok(())
+            }
+        }
     }
 
     fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
@@ -123,7 +273,17 @@ impl DiskBackend for Luks2Backend {
     }
 
     fn describe(&self) -> String {
-        format!("{} (pure-Rust LUKS2, header only)", self.device.display())
+        match &self.mapper_name {
+            Some(name) => format!(
+                "{} (as /dev/mapper/{name}, native LUKS2)",
+                self.device.display()
+            ),
+            None => format!("{} (pure-Rust LUKS2, header only)", self.device.display()),
+        }
+    }
+
+    fn mapped_device(&self) -> Option<PathBuf> {
+        self.mapped.clone()
     }
 
     fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
