@@ -168,3 +168,39 @@ pub fn power_off() -> ! {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::wait::WaitPidFlag;
+    use std::process::Command;
+
+    /// The slow child waits until the quick one is gone, and a zombie is
+    /// gone only once reaped: it exits 3 only if waiting for it reaped the
+    /// other on the way (4 after about 30 s otherwise).
+    #[test]
+    fn waiting_for_a_child_reaps_the_others_and_reports_like_a_shell() {
+        let quick = Command::new("true").spawn().unwrap();
+        let quick_pid = quick.id();
+        let slow = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "i=0; while kill -0 {quick_pid} 2>/dev/null; do \
+                 i=$((i + 1)); [ $i -lt 3000 ] || exit 4; sleep 0.01; done; exit 3"
+            ))
+            .spawn()
+            .unwrap();
+        assert_eq!(wait_reaping(slow), 3);
+        assert_eq!(
+            waitpid(Pid::from_raw(quick_pid as i32), Some(WaitPidFlag::WNOHANG)),
+            Err(Errno::ECHILD),
+            "the quick child was reaped"
+        );
+        let killed = Command::new("sh")
+            .arg("-c")
+            .arg("kill -9 $$")
+            .spawn()
+            .unwrap();
+        assert_eq!(wait_reaping(killed), 128 + 9);
+    }
+}
