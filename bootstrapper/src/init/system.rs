@@ -179,6 +179,10 @@ mod tests {
     /// gone only once reaped: it exits 3 only if waiting for it reaped the
     /// other on the way (4 after about 30 s otherwise).
     #[test]
+    #[expect(
+        clippy::zombie_processes,
+        reason = "the quick child is reaped by wait_reaping: that is the test"
+    )]
     fn waiting_for_a_child_reaps_the_others_and_reports_like_a_shell() {
         let quick = Command::new("true").spawn().unwrap();
         let quick_pid = quick.id();
