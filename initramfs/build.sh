@@ -2,14 +2,13 @@
 # Builds confboot's node initramfs (and copies the matching kernel) from
 # Debian packages, reproducibly: the same inputs give the same bytes.
 #
-#   initramfs/build.sh [--bootstrapper PATH [--nodeagent PATH]] [--out DIR] [--stamp TEXT]
-#                      [--add SRC:DEST]... [--add-dynamic SRC:DEST]...
+#   initramfs/build.sh --bootstrapper PATH [--nodeagent PATH] [--out DIR] [--stamp TEXT]
+#                      [--test-tools] [--add SRC:DEST]... [--add-dynamic SRC:DEST]...
 #                      [--cmdline TEXT [--confboot PATH]]
 #
 #   --bootstrapper PATH  a static bootstrapper binary, installed as
-#                        /usr/bin/bootstrapper (without it the image still
-#                        boots: probe mode works, normal mode reports that no
-#                        bootstrapper is present and powers off)
+#                        /usr/bin/bootstrapper; /init is a link to it (the
+#                        bootstrapper runs as PID 1: no shell in the image)
 #   --nodeagent PATH     a static node agent binary, installed as
 #                        /usr/bin/nodeagent: /init runs it once the
 #                        bootstrapper has bootstrapped the node (the verify
@@ -18,15 +17,20 @@
 #                        (default: .cache/initramfs/out in the repository)
 #   --stamp TEXT         written to /etc/confboot-stamp (default "0"); tests
 #                        use it to make two images that differ by one byte
+#   --test-tools         a TEST image: also busybox-static (every applet as a
+#                        link) and initramfs/test/hook as /test/hook (the
+#                        probe tasks and the confboot.after steps, which /init
+#                        runs only if that file exists). The production image
+#                        is built without it: no busybox, no shell, no /test.
 #   --add SRC:DEST       also install file SRC at absolute path DEST in the
 #                        image (repeatable; mode 0755 if SRC is executable,
 #                        else 0644). For test images only (e.g. the kubeadm
-#                        double); the production image uses none.
+#                        double); needs --test-tools, the production image
+#                        uses neither.
 #   --add-dynamic SRC:DEST  like --add for a dynamically linked program,
 #                        which also brings its shared-library closure (as
-#                        ldd resolves it). For test images only (the SSH
-#                        server of the VM tests); the production image uses
-#                        none.
+#                        ldd resolves it). Needs --test-tools (the SSH server
+#                        of the VM tests); the production image uses none.
 #   --cmdline TEXT       the whole kernel command line the image boots with
 #                        (QEMU -append; PCR 9 covers it): prints the image's
 #                        measurement policy and writes it and the predicted
@@ -36,8 +40,9 @@
 #                        release build in target/, else `confboot` on PATH)
 #
 # Inputs: the pinned kernel package below (downloaded once into
-# .cache/initramfs/), and the build machine's busybox-static and
-# cryptsetup-bin and e2fsprogs (mke2fs) (with their shared libraries). Output files get fixed
+# .cache/initramfs/), the build machine's cryptsetup-bin and e2fsprogs
+# (mke2fs) (with their shared libraries), and busybox-static for test images
+# only. It prints every file of the image with its size. Output files get fixed
 # mtimes (SOURCE_DATE_EPOCH, default 0), owner 0:0, a sorted newc cpio
 # (`cpio --reproducible`) and `zstd -12 -T1`.
 set -euo pipefail
@@ -69,12 +74,14 @@ DYN_ADDS=()
 CMDLINE=""
 MEASURE_WITH=""
 HAVE_CMDLINE=0
+TEST_TOOLS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bootstrapper) [ $# -ge 2 ] || die "--bootstrapper needs a path"; BOOTSTRAPPER="$2"; shift 2 ;;
         --nodeagent) [ $# -ge 2 ] || die "--nodeagent needs a path"; NODEAGENT="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT="$2"; shift 2 ;;
         --stamp) [ $# -ge 2 ] || die "--stamp needs a text"; STAMP="$2"; shift 2 ;;
+        --test-tools) TEST_TOOLS=1; shift ;;
         --add) [ $# -ge 2 ] || die "--add needs SRC:DEST"; ADDS+=("$2"); shift 2 ;;
         --add-dynamic) [ $# -ge 2 ] || die "--add-dynamic needs SRC:DEST"; ADDS+=("$2"); DYN_ADDS+=("$2"); shift 2 ;;
         --cmdline) [ $# -ge 2 ] || die "--cmdline needs a text"; CMDLINE="$2"; HAVE_CMDLINE=1; shift 2 ;;
@@ -91,14 +98,19 @@ for tool in apt-get dpkg-deb depmod cpio zstd ldd find sort; do
     command -v "$tool" >/dev/null || die "'$tool' not found (Debian packages: apt, dpkg, kmod, cpio, zstd, libc-bin, findutils, coreutils)"
 done
 BUSYBOX=/bin/busybox
-[ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -qx udhcpc || die "$BUSYBOX missing or not busybox (install Debian busybox-static)"
-file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || [ ! -x "$(command -v file)" ] || die "$BUSYBOX is not static (install busybox-static, not busybox)"
+if [ "$TEST_TOOLS" = 1 ]; then
+    [ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -qx nc || die "$BUSYBOX missing or not busybox (install Debian busybox-static)"
+    file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || [ ! -x "$(command -v file)" ] || die "$BUSYBOX is not static (install busybox-static, not busybox)"
+fi
 CRYPTSETUP=/usr/sbin/cryptsetup
-[ -x "$CRYPTSETUP" ] || die "$CRYPTSETUP missing (install Debian cryptsetup-bin)"
+if [ "$TEST_TOOLS" = 1 ]; then
+    [ -x "$CRYPTSETUP" ] || die "$CRYPTSETUP missing (install Debian cryptsetup-bin)"
+fi
 MKE2FS=/usr/sbin/mke2fs
 [ -x "$MKE2FS" ] || MKE2FS=/sbin/mke2fs
 [ -x "$MKE2FS" ] || die "mke2fs missing (install Debian e2fsprogs)"
-[ -z "$NODEAGENT" ] || [ -n "$BOOTSTRAPPER" ] || die "--nodeagent runs after the bootstrapper: give --bootstrapper too"
+[ -n "$BOOTSTRAPPER" ] || die "--bootstrapper is needed: it is the image's /init"
+[ "${#ADDS[@]}" = 0 ] || [ "$TEST_TOOLS" = 1 ] || die "--add is for test images: give --test-tools too"
 for bin in ${BOOTSTRAPPER:+"bootstrapper:$BOOTSTRAPPER"} ${NODEAGENT:+"nodeagent:$NODEAGENT"}; do
     name="${bin%%:*}"; path="${bin#*:}"
     [ -f "$path" ] || die "$name '$path' is not a file"
@@ -183,11 +195,16 @@ ROOT="$WORK/root"
 mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,etc,dev,proc,sys,run,tmp,mnt,lib/modules,var}
 ln -s ../run "$ROOT/var/run"
 
-install -m 0755 "$BUSYBOX" "$ROOT/bin/busybox"
-for applet in $("$BUSYBOX" --list); do
-    [ "$applet" = busybox ] && continue
-    [ -e "$ROOT/bin/$applet" ] || ln -s busybox "$ROOT/bin/$applet"
-done
+# Test images only: busybox (the hook's and the kubeadm double's shell and
+# tools) and the hook.
+if [ "$TEST_TOOLS" = 1 ]; then
+    install -m 0755 "$BUSYBOX" "$ROOT/bin/busybox"
+    for applet in $("$BUSYBOX" --list); do
+        [ "$applet" = busybox ] && continue
+        [ -e "$ROOT/bin/$applet" ] || ln -s busybox "$ROOT/bin/$applet"
+    done
+    install -D -m 0755 "$REPO/initramfs/test/hook" "$ROOT/test/hook"
+fi
 
 : >"$ROOT/lib/modules/load-order"
 for f in "${ORDER[@]}"; do
@@ -200,9 +217,15 @@ for f in "${ORDER[@]}"; do
     echo "$base" >>"$ROOT/lib/modules/load-order"
 done
 
-# cryptsetup and mke2fs (the state disk's ext4, made by the bootstrapper)
-# and exactly their shared-library closure (as ldd resolves it).
-install -m 0755 "$CRYPTSETUP" "$ROOT/usr/sbin/cryptsetup"
+# mke2fs (the state disk's ext4, made by the bootstrapper) and, in test
+# images only, cryptsetup (the oracle of the LUKS2 interop probes; the
+# bootstrapper maps its disk with its own LUKS2 and device-mapper code),
+# with exactly their shared-library closure (as ldd resolves it).
+C_TOOLS=("$MKE2FS")
+if [ "$TEST_TOOLS" = 1 ]; then
+    install -m 0755 "$CRYPTSETUP" "$ROOT/usr/sbin/cryptsetup"
+    C_TOOLS+=("$CRYPTSETUP")
+fi
 install -m 0755 "$MKE2FS" "$ROOT/usr/sbin/mke2fs"
 install -m 0644 /etc/mke2fs.conf "$ROOT/etc/mke2fs.conf"
 copy_lib() {
@@ -212,8 +235,8 @@ copy_lib() {
     mkdir -p "$(dirname "$dest")"
     [ -e "$dest" ] || install -m 0755 "$real" "$dest"
 }
-LIBS="$(ldd "$CRYPTSETUP" "$MKE2FS" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
-[ -n "$LIBS" ] || die "ldd found no libraries for $CRYPTSETUP and $MKE2FS"
+LIBS="$(ldd "${C_TOOLS[@]}" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
+[ -n "$LIBS" ] || die "ldd found no libraries for ${C_TOOLS[*]}"
 for lib in $LIBS; do copy_lib "$lib"; done
 # glibc dlopens libgcc_s for thread cancellation.
 for extra in /lib/x86_64-linux-gnu/libgcc_s.so.1; do [ -e "$extra" ] && copy_lib "$extra"; done
@@ -228,14 +251,13 @@ done
 # The dynamic loader at its canonical path.
 if [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ]; then :; else die "no /lib64/ld-linux-x86-64.so.2 in the closure"; fi
 
-if [ -n "$BOOTSTRAPPER" ]; then
-    install -m 0755 "$BOOTSTRAPPER" "$ROOT/usr/bin/bootstrapper"
-fi
+install -m 0755 "$BOOTSTRAPPER" "$ROOT/usr/bin/bootstrapper"
 if [ -n "$NODEAGENT" ]; then
     install -m 0755 "$NODEAGENT" "$ROOT/usr/bin/nodeagent"
 fi
 
-install -m 0755 "$REPO/initramfs/init" "$ROOT/init"
+# PID 1 is the bootstrapper (it runs its init when its PID is 1).
+ln -s usr/bin/bootstrapper "$ROOT/init"
 for add in ${ADDS[@]+"${ADDS[@]}"}; do
     src="${add%%:*}"; dest="${add#*:}"
     mode=0644
@@ -244,7 +266,7 @@ for add in ${ADDS[@]+"${ADDS[@]}"}; do
     echo "added: $dest ($mode, $(stat -c %s "$src") bytes)"
 done
 printf '%s\n' "$STAMP" >"$ROOT/etc/confboot-stamp"
-printf 'root:x:0:0:root:/:/bin/sh\n' >"$ROOT/etc/passwd"
+printf 'root:x:0:0:root:/:/sbin/nologin\n' >"$ROOT/etc/passwd"
 printf 'root:x:0:\n' >"$ROOT/etc/group"
 printf '%s %s\n' "$KERNEL_PKG" "$KERNEL_PKG_VERSION" >"$ROOT/etc/confboot-kernel"
 
@@ -267,7 +289,11 @@ raw_size="$(stat -c %s "$RAW")"
 padded_size="$(stat -c %s "$OUT/initramfs.cpio.zst")"
 echo "kernel: $KERNEL_PKG $KERNEL_PKG_VERSION ($KERNEL_RELEASE)"
 echo "modules: $(tr '\n' ' ' <"$ROOT/lib/modules/load-order")"
-echo "bootstrapper: ${BOOTSTRAPPER:-none}"
+echo "image: $([ "$TEST_TOOLS" = 1 ] && echo "TEST (busybox, /test/hook)" || echo "production (no shell)")"
+echo "files (bytes, path):"
+(cd "$ROOT" && find . -mindepth 1 \( -type f -o -type l \) -printf '%P\t%y\t%s\t%l\n' | sort |
+    awk -F '\t' '{ if ($2 == "l") printf "  %10s %s -> %s\n", "link", $1, $4; else printf "  %10d %s\n", $3, $1 }')
+echo "bootstrapper: $BOOTSTRAPPER"
 echo "nodeagent: ${NODEAGENT:-none}"
 echo "initramfs: $OUT/initramfs.cpio.zst compressed $zst_size bytes (padded to $padded_size), raw $raw_size bytes"
 echo "sha256: $(sha256sum "$OUT/initramfs.cpio.zst" | cut -d' ' -f1)"

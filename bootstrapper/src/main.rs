@@ -6,6 +6,7 @@
 //! recovery server (initialized disk) and the JoinClient, then waits on a
 //! channel. The nodelock decides which flow goes on; the other stops.
 
+mod init;
 mod join;
 mod node;
 mod server;
@@ -99,6 +100,9 @@ const CMD: Command = Command {
 };
 
 fn main() {
+    if init::is_pid1() {
+        init::main();
+    }
     let m = start_daemon(&CMD, "bootstrapper");
     let started = Instant::now();
     log::info!("bootstrapper {} starting", env!("CARGO_PKG_VERSION"));

@@ -91,6 +91,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("measurement_policy", measurement_policy),
     ("snp_policy", snp_policy),
     ("kms_uri", kms_uri),
+    ("dhcp_reply", dhcp_reply),
     ("init_secret_hash", init_secret_hash),
     ("master_secret_file", master_secret_file),
     ("luks2_metadata", luks2_metadata),
@@ -838,6 +839,25 @@ pub fn vpn_update(data: &[u8]) {
     // Checking never changes what the node has.
     assert_eq!(updates.resource_version(), 1);
     assert_eq!(updates.peers(), &before);
+}
+
+/// A DHCP reply from the network (the node's PID 1 parses OFFER/ACK/NAK
+/// before it has an address): what parses is a server's message type, and
+/// the parser never looks past [`confboot::dhcp::MAX_MESSAGE_LEN`] bytes.
+pub fn dhcp_reply(data: &[u8]) {
+    use confboot::dhcp::{DhcpMessageType, DhcpReply, MAX_MESSAGE_LEN, prefix_len};
+    if let Ok(r) = DhcpReply::parse(data) {
+        assert!(matches!(
+            r.kind,
+            DhcpMessageType::Offer | DhcpMessageType::Ack | DhcpMessageType::Nak
+        ));
+        if let Some(m) = r.netmask {
+            let _ = prefix_len(m);
+        }
+        if data.len() > MAX_MESSAGE_LEN {
+            assert_eq!(DhcpReply::parse(&data[..MAX_MESSAGE_LEN]), Ok(r));
+        }
+    }
 }
 
 /// The kms and storage URIs of Init and Recover: a master secret read from

@@ -452,6 +452,36 @@ fn snp_policy() -> Vec<Seed> {
     ]
 }
 
+/// A reply as QEMU's user networking sends it (OFFER or ACK), with its
+/// options, and a few near misses.
+fn dhcp_reply_seeds() -> Vec<Seed> {
+    let reply = |kind: u8, options: &[u8]| {
+        let mut m = vec![0u8; 236];
+        m[..3].copy_from_slice(&[2, 1, 6]);
+        m[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        m[16..20].copy_from_slice(&[10, 0, 2, 15]);
+        m[28..34].copy_from_slice(&[0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+        m.extend_from_slice(&[99, 130, 83, 99, 53, 1, kind]);
+        m.extend_from_slice(options);
+        m.push(255);
+        m
+    };
+    let qemu: &[u8] = &[
+        54, 4, 10, 0, 2, 2, 1, 4, 255, 255, 255, 0, 3, 4, 10, 0, 2, 2, 51, 4, 0, 1, 81, 128, 6, 4,
+        10, 0, 2, 3,
+    ];
+    vec![
+        seed("offer", reply(2, qemu)),
+        seed("ack", reply(5, qemu)),
+        seed("nak", reply(6, &[54, 4, 10, 0, 2, 2])),
+        seed(
+            "two-routers-pads",
+            reply(5, &[0, 0, 3, 8, 1, 2, 3, 4, 5, 6, 7, 8]),
+        ),
+        seed("truncated-option", reply(2, &[3, 200, 10])),
+    ]
+}
+
 fn kms_uri_seeds() -> Vec<Seed> {
     let uri = kms_uri();
     vec![
@@ -774,6 +804,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "measurement_policy" => measurement_policy(),
         "snp_policy" => snp_policy(),
         "kms_uri" => kms_uri_seeds(),
+        "dhcp_reply" => dhcp_reply_seeds(),
         "init_secret_hash" => init_secret_hash(),
         "master_secret_file" => master_secret_file(),
         "luks2_metadata" => luks2_metadata(),

@@ -13,6 +13,7 @@ pub mod attestation;
 pub mod backoff;
 pub mod base64;
 pub mod cluster;
+pub mod dhcp;
 pub mod disk;
 pub mod fs;
 pub mod hex;

@@ -539,13 +539,17 @@ pub struct Image {
     pub kernel: PathBuf,
     /// The initramfs (zstd-compressed newc cpio).
     pub initrd: PathBuf,
-    /// build.sh's output (kernel version, sizes, digest).
+    /// build.sh's output (kernel version, file list, sizes, digest).
     pub build_log: String,
+    /// The archive's compressed size before padding, as build.sh prints it.
+    pub compressed_bytes: u64,
 }
 
 impl Image {
-    /// Runs `initramfs/build.sh` into `target/initramfs/<label>` with an
-    /// optional bootstrapper and the given stamp.
+    /// Runs `initramfs/build.sh --test-tools` into
+    /// `target/initramfs/<label>` with the bootstrapper (by default the
+    /// static release build, [`crate::musl_binary`]) and the given stamp: a
+    /// TEST image (busybox and `/test/hook`, so `confboot.probe=1` works).
     pub fn build(label: &str, bootstrapper: Option<&Path>, stamp: &str) -> Result<Image, String> {
         Image::build_with(label, bootstrapper, None, stamp, &[])
     }
@@ -576,16 +580,60 @@ impl Image {
         add: &[(&Path, &str)],
         add_dynamic: &[(&Path, &str)],
     ) -> Result<Image, String> {
+        Image::run_build(
+            label,
+            bootstrapper,
+            nodeagent,
+            stamp,
+            true,
+            add,
+            add_dynamic,
+        )
+    }
+
+    /// The PRODUCTION image: build.sh with only `--bootstrapper` and
+    /// `--nodeagent` (no busybox, no shell, no `/test`).
+    pub fn build_production(
+        label: &str,
+        bootstrapper: &Path,
+        nodeagent: &Path,
+    ) -> Result<Image, String> {
+        Image::run_build(
+            label,
+            Some(bootstrapper),
+            Some(nodeagent),
+            "0",
+            false,
+            &[],
+            &[],
+        )
+    }
+
+    fn run_build(
+        label: &str,
+        bootstrapper: Option<&Path>,
+        nodeagent: Option<&Path>,
+        stamp: &str,
+        test_tools: bool,
+        add: &[(&Path, &str)],
+        add_dynamic: &[(&Path, &str)],
+    ) -> Result<Image, String> {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let out = crate::target_dir().join("initramfs").join(label);
+        let bootstrapper = match bootstrapper {
+            Some(b) => b.to_path_buf(),
+            None => crate::musl_binary("bootstrapper"),
+        };
         let mut cmd = Command::new("bash");
         cmd.arg(repo.join("initramfs/build.sh"))
             .arg("--out")
             .arg(&out)
             .arg("--stamp")
-            .arg(stamp);
-        if let Some(b) = bootstrapper {
-            cmd.arg("--bootstrapper").arg(b);
+            .arg(stamp)
+            .arg("--bootstrapper")
+            .arg(&bootstrapper);
+        if test_tools {
+            cmd.arg("--test-tools");
         }
         if let Some(a) = nodeagent {
             cmd.arg("--nodeagent").arg(a);
@@ -608,8 +656,17 @@ impl Image {
         if !output.status.success() {
             return Err(format!("build.sh failed ({}):\n{log}", output.status));
         }
+        let compressed_bytes = log
+            .lines()
+            .find_map(|l| {
+                l.split_once(" compressed ")
+                    .and_then(|(_, rest)| rest.split(' ').next())
+                    .and_then(|n| n.parse().ok())
+            })
+            .ok_or_else(|| format!("build.sh printed no compressed size:\n{log}"))?;
         Ok(Image {
             kernel: out.join("vmlinuz"),
+            compressed_bytes,
             initrd: out.join("initramfs.cpio.zst"),
             build_log: log,
         })

@@ -123,7 +123,8 @@ fn print_boot(name: &str, r: &BootReport) {
     print_guest_lines(name, &r.serial);
 }
 
-/// What happened in a guest, as its bootstrapper and /init logged it.
+/// What happened in a guest, as its bootstrapper and /init logged it (the
+/// DHCP lease, the peak RSS of PID 1 and of the bootstrapper's tree).
 fn print_guest_lines(name: &str, serial: &str) {
     for line in serial.lines().filter(|l| {
         [
@@ -137,6 +138,8 @@ fn print_guest_lines(name: &str, serial: &str) {
             "SSH users",
             "CONFBOOT-SSHD",
             "auth succeeded",
+            "CONFBOOT-NET",
+            "CONFBOOT-RSS",
         ]
         .iter()
         .any(|k| l.contains(k))

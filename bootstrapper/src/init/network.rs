@@ -1,0 +1,245 @@
+//! The node's network: `lo` up, then DHCP on the first virtio NIC and its
+//! lease applied over rtnetlink (address, default route).
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use confboot::backoff::Backoff;
+use confboot::dhcp::{self, DhcpMessageType, DhcpReply, DhcpRequest};
+use nix::net::if_::if_nametoindex;
+use nix::sys::socket::{setsockopt, sockopt};
+
+use super::rtnetlink::Rtnetlink;
+
+/// Attempts of one DHCP exchange (DISCOVER or REQUEST) before giving up.
+const DHCP_ATTEMPTS: u32 = 6;
+/// The first wait for an answer; doubles (with jitter) up to the cap.
+const DHCP_FIRST_WAIT: Duration = Duration::from_secs(1);
+const DHCP_MAX_WAIT: Duration = Duration::from_secs(8);
+/// Datagrams looked at per wait (others than the answer are dropped).
+const MAX_DATAGRAMS_PER_WAIT: u32 = 64;
+
+/// A lease as the client applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The address.
+    pub address: Ipv4Addr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The default route, if the server named one.
+    pub router: Option<Ipv4Addr>,
+}
+
+/// Sets `lo` up and configures the first virtio NIC by DHCP; prints what
+/// it did or why not.
+pub fn configure() {
+    match Rtnetlink::open() {
+        Ok(mut nl) => {
+            if let Err(e) = if_nametoindex("lo")
+                .map_err(|e| e.to_string())
+                .and_then(|i| nl.link_up(i).map_err(|e| e.to_string()))
+            {
+                println!("CONFBOOT-WARN lo up failed: {e}");
+            }
+            match first_virtio_nic(Path::new("/sys/class/net")) {
+                Some(name) => match configure_nic(&mut nl, &name) {
+                    Ok(l) => println!(
+                        "CONFBOOT-NET {} {}/{} router {}",
+                        name.to_string_lossy(),
+                        l.address,
+                        l.prefix,
+                        l.router.map_or("none".to_string(), |r| r.to_string())
+                    ),
+                    Err(e) => println!("CONFBOOT-WARN {}: {e}", name.to_string_lossy()),
+                },
+                None => println!("CONFBOOT-WARN no virtio NIC"),
+            }
+        }
+        Err(e) => println!("CONFBOOT-WARN no network: {e}"),
+    }
+}
+
+/// The first (by name) interface in `class_net` whose driver is
+/// virtio_net.
+pub fn first_virtio_nic(class_net: &Path) -> Option<OsString> {
+    let mut names: Vec<OsString> = std::fs::read_dir(class_net)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| {
+            std::fs::read_link(class_net.join(n).join("device/driver"))
+                .is_ok_and(|d| d.file_name().is_some_and(|f| f == "virtio_net"))
+        })
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+fn configure_nic(nl: &mut Rtnetlink, name: &OsString) -> Result<Lease, String> {
+    let index = if_nametoindex(name.as_os_str()).map_err(|e| format!("no index: {e}"))?;
+    nl.link_up(index).map_err(|e| format!("link up: {e}"))?;
+    let mac = read_mac(&Path::new("/sys/class/net").join(name).join("address"))?;
+    let lease = dhcp_lease(name, mac)?;
+    nl.add_address(index, lease.address, lease.prefix)
+        .map_err(|e| format!("address {}/{}: {e}", lease.address, lease.prefix))?;
+    if let Some(router) = lease.router {
+        nl.add_default_route(index, router)
+            .map_err(|e| format!("default route via {router}: {e}"))?;
+    }
+    Ok(lease)
+}
+
+/// `52:54:00:12:34:56` from sysfs.
+fn read_mac(path: &Path) -> Result<[u8; 6], String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("no MAC address: {e}"))?;
+    parse_mac(text.trim()).ok_or_else(|| format!("bad MAC address {:?}", text.trim()))
+}
+
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// DISCOVER → OFFER, REQUEST → ACK on a UDP socket bound to the NIC
+/// (broadcast from 0.0.0.0; the server broadcasts its answers). Bounded:
+/// [`DHCP_ATTEMPTS`] per step, each wait with backoff; a NAK starts over
+/// once.
+fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
+    let socket = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, dhcp::CLIENT_PORT))
+        .map_err(|e| format!("DHCP socket: {e}"))?;
+    setsockopt(&socket, sockopt::BindToDevice, name).map_err(|e| format!("bind to device: {e}"))?;
+    socket
+        .set_broadcast(true)
+        .map_err(|e| format!("broadcast: {e}"))?;
+    let mut xid = random_u32();
+    for _round in 0..2 {
+        let discover = DhcpRequest {
+            kind: DhcpMessageType::Discover,
+            xid,
+            mac,
+            selected: None,
+        };
+        let offer = exchange(&socket, &discover, DhcpMessageType::Offer)?;
+        let server = offer.server.ok_or("an offer without a server id")?;
+        let request = DhcpRequest {
+            kind: DhcpMessageType::Request,
+            xid,
+            mac,
+            selected: Some((offer.address, server)),
+        };
+        let ack = exchange(&socket, &request, DhcpMessageType::Ack)?;
+        if ack.kind == DhcpMessageType::Nak {
+            xid = xid.wrapping_add(1);
+            continue;
+        }
+        let netmask = ack.netmask.or(offer.netmask);
+        let prefix = match netmask {
+            Some(m) => dhcp::prefix_len(m).ok_or_else(|| format!("bad netmask {m}"))?,
+            None => 24,
+        };
+        return Ok(Lease {
+            address: ack.address,
+            prefix,
+            router: ack.router.or(offer.router),
+        });
+    }
+    Err("DHCP server refused twice (NAK)".to_string())
+}
+
+/// Sends `message` and waits for a reply of kind `want` (or a NAK when
+/// waiting for an ACK) with the same xid and MAC; resends with backoff.
+fn exchange(
+    socket: &UdpSocket,
+    message: &DhcpRequest,
+    want: DhcpMessageType,
+) -> Result<DhcpReply, String> {
+    let bytes = message.encode();
+    let server = SocketAddrV4::new(Ipv4Addr::BROADCAST, dhcp::SERVER_PORT);
+    let mut backoff = Backoff::new(DHCP_FIRST_WAIT, DHCP_MAX_WAIT);
+    let mut buf = vec![0u8; dhcp::MAX_MESSAGE_LEN];
+    for _ in 0..DHCP_ATTEMPTS {
+        socket
+            .send_to(&bytes, server)
+            .map_err(|e| format!("DHCP send: {e}"))?;
+        let deadline = Instant::now() + backoff.next_delay();
+        for _ in 0..MAX_DATAGRAMS_PER_WAIT {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            socket
+                .set_read_timeout(Some(left))
+                .map_err(|e| format!("DHCP timeout: {e}"))?;
+            let Ok(n) = socket.recv(&mut buf) else {
+                break;
+            };
+            match DhcpReply::parse(&buf[..n]) {
+                Ok(r) if r.xid == message.xid && r.mac == message.mac => {
+                    let nak = want == DhcpMessageType::Ack && r.kind == DhcpMessageType::Nak;
+                    if r.kind == want || nak {
+                        return Ok(r);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => println!("CONFBOOT-WARN DHCP: dropped a reply: {e}"),
+            }
+        }
+    }
+    Err(format!("no DHCP {want:?} after {DHCP_ATTEMPTS} attempts"))
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    u32::from_ne_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_strictly() {
+        assert_eq!(
+            parse_mac("52:54:00:12:34:5f"),
+            Some([0x52, 0x54, 0, 0x12, 0x34, 0x5f])
+        );
+        assert_eq!(parse_mac("52:54:00:12:34"), None);
+        assert_eq!(parse_mac("52:54:00:12:34:56:78"), None);
+        assert_eq!(parse_mac("52:54:00:12:34:5"), None);
+        assert_eq!(parse_mac("52:54:00:12:34:zz"), None);
+    }
+
+    #[test]
+    fn the_first_virtio_nic_is_chosen_by_name() {
+        let dir = confboot_tests::TempDir::new("init-nics");
+        let nic = |name: &str, driver: &str| {
+            let drv = dir.path().join("drivers").join(driver);
+            std::fs::create_dir_all(&drv).unwrap();
+            let dev = dir.path().join("devices").join(name);
+            std::fs::create_dir_all(&dev).unwrap();
+            std::os::unix::fs::symlink(&drv, dev.join("driver")).unwrap();
+            let class = dir.path().join("class");
+            std::fs::create_dir_all(class.join(name)).unwrap();
+            std::os::unix::fs::symlink(&dev, class.join(name).join("device")).unwrap();
+        };
+        nic("eth1", "virtio_net");
+        nic("eth0", "e1000");
+        nic("eth2", "virtio_net");
+        std::fs::create_dir_all(dir.path().join("class/lo")).unwrap();
+        let class = dir.path().join("class");
+        assert_eq!(first_virtio_nic(&class), Some(OsString::from("eth1")));
+        assert_eq!(first_virtio_nic(&dir.path().join("none")), None);
+    }
+}
