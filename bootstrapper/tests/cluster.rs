@@ -142,24 +142,23 @@ fn init_join_refuse_restart_and_recover() {
         format!(r#"{{"sshUsers": [{{"username": "alice", "publicKey": "{key}"}}]}}"#),
     )
     .unwrap();
-    let out = confboot(
-        &[
-            &[
-                "init",
-                "--node",
-                &init_addr,
-                "--init-secret-file",
-                "init-secret",
-                "--master-secret-out",
-                "ms-ssh.json",
-                "--ssh-users",
-                "ssh-users.json",
-            ][..],
-            &base,
-        ]
-        .concat(),
-        admin.path(),
-    );
+    // `confboot init` of node 1 with the admin's init secret and `extra`.
+    let init = |extra: &[&str]| {
+        let first = [
+            "init",
+            "--node",
+            &init_addr,
+            "--init-secret-file",
+            "init-secret",
+        ];
+        confboot(&[&first[..], extra, &base].concat(), admin.path())
+    };
+    let out = init(&[
+        "--master-secret-out",
+        "ms-ssh.json",
+        "--ssh-users",
+        "ssh-users.json",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -170,20 +169,7 @@ fn init_join_refuse_restart_and_recover() {
     assert!(n1.luks_uuid().is_none(), "nothing was written");
 
     let t = Instant::now();
-    let out = confboot(
-        &[
-            &[
-                "init",
-                "--node",
-                &init_addr,
-                "--init-secret-file",
-                "init-secret",
-            ][..],
-            &base,
-        ]
-        .concat(),
-        admin.path(),
-    );
+    let out = init(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
