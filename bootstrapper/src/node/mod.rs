@@ -321,6 +321,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         log(&describe(&action));
         if !checked.ssh_users.is_empty() {
             self.keep_ssh_users(token, &checked.ssh_users, log)?;
+        } else if matches!(action, DiskAction::Opened { .. }) {
+            // The disk is from an earlier Init that did not finish: what it
+            // kept is not this Init's, and later boots must not create it.
+            self.forget_kept_ssh_users(token, log)?;
         }
         let measurement_secret = master.measurement_secret();
         let cluster_id = derive_cluster_id(measurement_secret.expose(), &req.measurement_salt);
@@ -619,6 +623,39 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         for (level, line) in describe_ssh_users(&report) {
             log::log!(level, "{line}");
             log(&line);
+        }
+        Ok(())
+    }
+
+    /// Clears the SSH users an earlier, unfinished Init kept, for an Init
+    /// that carries none (on a node that keeps no users, or maps no device,
+    /// there is nothing to clear). Past the nodelock: an error is final.
+    fn forget_kept_ssh_users(
+        &self,
+        _token: &LockToken,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), NodeError> {
+        let (Some(setup), Some(device)) = (self.ssh_users.as_ref(), self.disk().mapped_device())
+        else {
+            return Ok(());
+        };
+        let failed = |m: String| NodeError::SshUsers(m);
+        let cleared = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            // A list that does not read back is cleared too.
+            let kept = match read_stored_ssh_users(dir) {
+                Ok(None) => return Ok(None),
+                Ok(Some(users)) if users.is_empty() => return Ok(None),
+                Ok(Some(users)) => users.len().to_string(),
+                Err(_) => "unreadable list".to_string(),
+            };
+            store_ssh_users(dir, &[]).map(|_| Some(kept))
+        })
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(format!("clearing them: {e}")))?;
+        if let Some(kept) = cleared {
+            log(&format!(
+                "SSH users: this Init has none; what an earlier, unfinished Init kept ({kept}) is cleared"
+            ));
         }
         Ok(())
     }

@@ -1308,6 +1308,58 @@ fn init_keeps_its_ssh_users_on_the_state_disk_and_creates_them() {
 }
 
 #[test]
+fn an_init_without_users_clears_what_an_unfinished_init_kept() {
+    let state_fs = Arc::new(TempDir::new("state-fs"));
+    let disk = FakeDisk::blank();
+    // First boot: Init with two users, cut short in the cluster step.
+    let first = Rig::booting(
+        disk.clone(),
+        RecordingBackend::failing(ClusterError::Stopped),
+        FakeMarker::default(),
+        Arc::clone(&state_fs),
+        fresh_root(),
+    );
+    first
+        .node
+        .init(&alice_and_bob(), &mut no_log())
+        .unwrap_err();
+    let kept = |dir: &Path| confboot::ssh_users::read_stored_ssh_users(dir).unwrap();
+    assert_eq!(kept(state_fs.path()).unwrap().len(), 2);
+    // Next boot: the admin's Init (the same master secret) has no users.
+    let second = Rig::booting(
+        disk.clone(),
+        kubeadm(),
+        FakeMarker::default(),
+        Arc::clone(&state_fs),
+        fresh_root(),
+    );
+    let mut lines = Vec::new();
+    second
+        .node
+        .init(&init_request(), &mut |l| lines.push(l.to_string()))
+        .unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("earlier, unfinished Init kept (2) is cleared")),
+        "{lines:?}"
+    );
+    assert_eq!(kept(state_fs.path()), Some(Vec::new()));
+    assert!(!has_user(second.root.path(), "alice", &ssh_key(1)));
+    // A later boot creates nobody.
+    let third = Rig::booting(
+        disk,
+        kubeadm(),
+        FakeMarker::default(),
+        Arc::clone(&state_fs),
+        fresh_root(),
+    );
+    rejoin(&third);
+    assert!(!has_user(third.root.path(), "alice", &ssh_key(1)));
+    assert!(!third.root.path().join("home/alice").exists());
+}
+
+#[test]
 fn invalid_ssh_users_are_refused_before_anything_is_written() {
     let many: Vec<(&str, String)> = (0..=confboot::ssh_users::MAX_SSH_USERS)
         .map(|i| (&*Box::leak(format!("u{i}").into_boxed_str()), ssh_key(1)))
