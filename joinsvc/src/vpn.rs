@@ -20,8 +20,8 @@
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use confboot::backoff::Backoff;
 
@@ -41,6 +41,12 @@ const CAS_ATTEMPTS: usize = 16;
 const CAS_BACKOFF_INITIAL: Duration = Duration::from_millis(5);
 /// The longest wait after a lost compare-and-swap.
 const CAS_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How long a read of the registry answers `GetUpdate` calls: every node
+/// polls, so without it each poll is a read of the API server (1,000 nodes
+/// polling every 10 s: 100 reads a second). Another replica's change
+/// reaches this replica's answers at most this much later; this replica's
+/// own changes at once.
+pub const UPDATE_CACHE_TTL: Duration = Duration::from_secs(1);
 /// The longest `resourceVersion` taken from the API server.
 const MAX_RESOURCE_VERSION_CHARS: usize = 64;
 
@@ -129,6 +135,9 @@ struct Stored {
     peers: PeerList,
 }
 
+/// A read of the registry for `GetUpdate`: when, the version, the peers.
+type LatestRead = (Instant, u64, Arc<Vec<WirePeer>>);
+
 /// The peer registry in the Kubernetes API.
 pub struct KubeApiPeerRegistry {
     api: KubeApi,
@@ -136,6 +145,9 @@ pub struct KubeApiPeerRegistry {
     /// One change at a time from this replica: its own writers never race
     /// each other, so compare-and-swap only ever loses to other replicas.
     changing: Mutex<()>,
+    /// The last read for `GetUpdate`.
+    latest: Mutex<Option<LatestRead>>,
+    update_cache_ttl: Duration,
     collection_uri: ureq::http::Uri,
     object_uri: ureq::http::Uri,
 }
@@ -150,6 +162,8 @@ impl KubeApiPeerRegistry {
             api,
             network,
             changing: Mutex::new(()),
+            latest: Mutex::new(None),
+            update_cache_ttl: UPDATE_CACHE_TTL,
         })
     }
 
@@ -209,19 +223,43 @@ impl KubeApiPeerRegistry {
         })
     }
 
+    /// How long one read answers `GetUpdate` calls ([`UPDATE_CACHE_TTL`]
+    /// unless changed; zero: every call reads).
+    #[cfg(test)]
+    pub fn with_update_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.update_cache_ttl = ttl;
+        self
+    }
+
     /// The answer to `GetUpdate{known}`: the current version, and the full
-    /// list only when it differs from `known`.
+    /// list only when it differs from `known`. One read of the API answers
+    /// the calls of [`UPDATE_CACHE_TTL`].
     pub fn update(&self, known: u64) -> Result<GetUpdateResponse, RegistryError> {
-        let stored = self.read()?;
-        let peers = if stored.version == known {
+        let (version, peers) = self.latest()?;
+        let peers = if version == known {
             Vec::new()
         } else {
-            stored.peers.to_wire()
+            peers.as_ref().clone()
         };
         Ok(GetUpdateResponse {
-            resource_version: stored.version,
+            resource_version: version,
             peers,
         })
+    }
+
+    /// The version and peers of a read younger than the cache's time, or
+    /// of a new read.
+    fn latest(&self) -> Result<(u64, Arc<Vec<WirePeer>>), RegistryError> {
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, version, peers)) = latest.as_ref()
+            && at.elapsed() < self.update_cache_ttl
+        {
+            return Ok((*version, Arc::clone(peers)));
+        }
+        let stored = self.read()?;
+        let peers = Arc::new(stored.peers.to_wire());
+        *latest = Some((Instant::now(), stored.version, Arc::clone(&peers)));
+        Ok((stored.version, peers))
     }
 
     /// Applies `edit` to a fresh read until a write based on it succeeds,
@@ -246,6 +284,8 @@ impl KubeApiPeerRegistry {
             }
             let list = PeerList::new(peers).map_err(RegistryError::Refused)?;
             if self.write(&stored, &list)? {
+                // This replica's answers show its own change at once.
+                *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 return Ok(result);
             }
             log::debug!("VPN peer registry changed under this write; reading it again");
@@ -517,6 +557,31 @@ mod tests {
         let update = replicas[0].update(0).unwrap();
         assert_eq!(update.peers.len(), nodes as usize);
         assert_eq!(update.resource_version, u64::from(nodes));
+    }
+
+    #[test]
+    fn one_read_answers_the_polls_and_this_replicas_changes_show_at_once() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24").with_update_cache_ttl(Duration::from_secs(3600));
+        r.register(&request(0)).unwrap();
+        let before = double.requests();
+        for known in 0..20 {
+            assert_eq!(r.update(known % 2).unwrap().resource_version, 1);
+        }
+        assert_eq!(double.requests(), before + 1, "one read for twenty polls");
+        // This replica's change: at once.
+        r.register(&request(1)).unwrap();
+        assert_eq!(r.update(0).unwrap().peers.len(), 2);
+        // Another replica's: when the read is older than the cache's time.
+        let other = registry(&double, "10.118.0.0/24");
+        other.register(&request(2)).unwrap();
+        assert_eq!(r.update(0).unwrap().resource_version, 2);
+        let uncached = registry(&double, "10.118.0.0/24").with_update_cache_ttl(Duration::ZERO);
+        assert_eq!(uncached.update(0).unwrap().resource_version, 3);
+        let before = double.requests();
+        uncached.update(3).unwrap();
+        uncached.update(3).unwrap();
+        assert_eq!(double.requests(), before + 2);
     }
 
     #[test]
