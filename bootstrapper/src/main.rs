@@ -27,8 +27,8 @@ use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs
 use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::cluster::kubelet_cert::KubeletCertRequest;
-use confboot::disk::luks2::Luks2Backend;
-use confboot::disk::{CryptsetupBackend, DiskBackend, Mkfs, StateDisk, new_disk_uuid};
+use confboot::disk::luks2::{FormatOptions, Luks2Backend};
+use confboot::disk::{CryptsetupBackend, DiskBackend, Mkfs, Pbkdf, StateDisk, new_disk_uuid};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
@@ -70,6 +70,7 @@ const CMD: Command = Command {
         Opt::value("mapper-name", "NAME", "dm-crypt mapping name").default("state"),
         Opt::value("disk-backend", "BACKEND", "native: LUKS2 and device-mapper in this program (no cryptsetup); cryptsetup: the cryptsetup program (--cryptsetup)").default("native"),
         Opt::value("cryptsetup", "PATH", "The cryptsetup program (with --disk-backend cryptsetup)").default("cryptsetup"),
+        Opt::value("state-disk-pbkdf", "SPEC", "Key-slot hashing of a newly formatted state disk: pbkdf2:ITERATIONS, argon2id:PASSES:MEMORY_KIB:THREADS, or cryptsetup-default (with --disk-backend cryptsetup: its own benchmark). The key is 32 random bytes, so stretching it only costs boot time").default("pbkdf2:1000"),
         Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
         Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
         Opt::value("state-mount", "DIR", "Where the state file system is mounted for a moment to keep (Init) or read (later boots) the SSH users; unmounted again before the bootstrapper exits").default("/state"),
@@ -256,16 +257,35 @@ fn build_node(
         "header-only" => false,
         other => return Err(format!("--disk-mode {other}: want luks or header-only")),
     };
+    let pbkdf: Pbkdf = req("state-disk-pbkdf")?
+        .parse()
+        .map_err(|e| format!("--state-disk-pbkdf {e}"))?;
+    let native_options = || {
+        let kdf = pbkdf.kdf_choice().ok_or(
+            "--state-disk-pbkdf cryptsetup-default needs --disk-backend cryptsetup".to_string(),
+        )?;
+        Ok::<_, String>(FormatOptions {
+            kdf,
+            ..FormatOptions::default()
+        })
+    };
     let backend: Box<dyn DiskBackend> = match (req("disk-backend")?, mapped) {
-        ("native", true) => Box::new(Luks2Backend::new(&disk_path, req("mapper-name")?)),
-        ("native", false) => Box::new(Luks2Backend::header_only(&disk_path)),
+        ("native", true) => Box::new(
+            Luks2Backend::new(&disk_path, req("mapper-name")?).with_options(native_options()?),
+        ),
+        ("native", false) => {
+            Box::new(Luks2Backend::header_only(&disk_path).with_options(native_options()?))
+        }
         ("cryptsetup", true) => Box::new(
             CryptsetupBackend::new(&disk_path, req("mapper-name")?)
-                .with_program(req("cryptsetup")?),
+                .with_program(req("cryptsetup")?)
+                .with_pbkdf(pbkdf),
         ),
-        ("cryptsetup", false) => {
-            Box::new(CryptsetupBackend::header_only(&disk_path).with_program(req("cryptsetup")?))
-        }
+        ("cryptsetup", false) => Box::new(
+            CryptsetupBackend::header_only(&disk_path)
+                .with_program(req("cryptsetup")?)
+                .with_pbkdf(pbkdf),
+        ),
         (other, _) => {
             return Err(format!("--disk-backend {other}: want native or cryptsetup"));
         }

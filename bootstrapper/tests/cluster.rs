@@ -252,7 +252,16 @@ fn init_join_refuse_restart_and_recover() {
 
     let t = Instant::now();
     let b2 = n2.bootstrapper(&tpm2, &["--join-endpoint", &endpoint]);
-    let b3 = n3.bootstrapper(&tpm3, &["--join-endpoint", &endpoint]);
+    // Node 3's admin chose Argon2id for its key slot.
+    let b3 = n3.bootstrapper(
+        &tpm3,
+        &[
+            "--join-endpoint",
+            &endpoint,
+            "--state-disk-pbkdf",
+            "argon2id:2:1024:1",
+        ],
+    );
     // The tampered image is the attacker's code: it checks no join service.
     let b_bad = bad.bootstrapper(
         &tpm_bad,
@@ -266,6 +275,27 @@ fn init_join_refuse_restart_and_recover() {
             node.key_opens_disk(master.state_disk_key(&uuid).expose()),
             "disk key = derivation"
         );
+        // The key slot's hashing is the one asked for, as cryptsetup reads it.
+        let dump = Command::new("cryptsetup")
+            .args(["luksDump", "--dump-json-metadata"])
+            .arg(node.p("disk.img"))
+            .output()
+            .unwrap();
+        let metadata: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
+        let kdf = &metadata["keyslots"]["0"]["kdf"];
+        if std::ptr::eq(node, &n3) {
+            assert_eq!(
+                (&kdf["type"], &kdf["time"], &kdf["memory"], &kdf["cpus"]),
+                (&"argon2id".into(), &2.into(), &1024.into(), &1.into()),
+                "{kdf}"
+            );
+        } else {
+            assert_eq!(
+                (&kdf["type"], &kdf["iterations"]),
+                (&"pbkdf2".into(), &1000.into()),
+                "{kdf}"
+            );
+        }
         let kubeadm_log = std::fs::read_to_string(node.p("kubeadm.log")).unwrap();
         assert!(kubeadm_log.starts_with("join --config"), "{kubeadm_log}");
         // The kubelet's serving certificate, signed by joinsvc with the

@@ -18,6 +18,7 @@
 //! project's process runner (time-bounded, stoppable, output bounded).
 
 use std::ffi::{OsStr, OsString};
+use std::fmt;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -83,7 +84,79 @@ impl Default for Pbkdf {
     }
 }
 
+/// Why a `--state-disk-pbkdf` value is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PbkdfSpecError(String);
+
+impl fmt::Display for PbkdfSpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: want pbkdf2:ITERATIONS (1000 to 10000000), \
+             argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16) \
+             or cryptsetup-default",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PbkdfSpecError {}
+
+impl std::str::FromStr for Pbkdf {
+    type Err = PbkdfSpecError;
+
+    /// `pbkdf2:ITERATIONS`, `argon2id:PASSES:MEMORY_KIB:THREADS` or
+    /// `cryptsetup-default`, each cost within what this node's own LUKS2
+    /// reader accepts when it opens the disk again
+    /// ([`crate::disk::luks2::KdfLimits`]): a node never writes a header it
+    /// would refuse.
+    fn from_str(spec: &str) -> Result<Pbkdf, PbkdfSpecError> {
+        let bad = || PbkdfSpecError(spec.chars().take(64).collect());
+        let limits = crate::disk::luks2::KdfLimits::default();
+        let number = |text: &str, range: std::ops::RangeInclusive<u32>| {
+            text.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| text.parse::<u32>().ok())
+                .flatten()
+                .filter(|n| range.contains(n))
+                .ok_or_else(bad)
+        };
+        let parts: Vec<&str> = spec.split(':').collect();
+        match parts.as_slice() {
+            ["cryptsetup-default"] => Ok(Pbkdf::CryptsetupDefault),
+            ["pbkdf2", iterations] => Ok(Pbkdf::Pbkdf2 {
+                iterations: number(iterations, 1000..=limits.pbkdf2_iterations)?,
+            }),
+            ["argon2id", passes, memory, threads] => Ok(Pbkdf::Argon2id {
+                iterations: number(passes, 1..=limits.argon2_time)?,
+                memory_kib: number(memory, 8..=limits.argon2_memory_kib)?,
+                parallel: number(threads, 1..=limits.argon2_cpus)?,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
 impl Pbkdf {
+    /// The same choice for the native LUKS2 writer; `None` for
+    /// [`Pbkdf::CryptsetupDefault`] (cryptsetup's own benchmark decides).
+    pub fn kdf_choice(&self) -> Option<crate::disk::luks2::KdfChoice> {
+        use crate::disk::luks2::KdfChoice;
+        match *self {
+            Pbkdf::CryptsetupDefault => None,
+            Pbkdf::Pbkdf2 { iterations } => Some(KdfChoice::Pbkdf2 { iterations }),
+            Pbkdf::Argon2id {
+                iterations,
+                memory_kib,
+                parallel,
+            } => Some(KdfChoice::Argon2id {
+                time: iterations,
+                memory_kib,
+                cpus: parallel,
+            }),
+        }
+    }
+
     fn args(&self) -> Vec<String> {
         match *self {
             Pbkdf::CryptsetupDefault => Vec::new(),
@@ -604,6 +677,48 @@ impl HeaderMetadata {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_admins_pbkdf_parses_within_what_the_node_opens_again() {
+        use crate::disk::luks2::KdfChoice;
+        assert_eq!(
+            "pbkdf2:1000".parse(),
+            Ok(Pbkdf::Pbkdf2 { iterations: 1000 })
+        );
+        let argon: Pbkdf = "argon2id:4:65536:2".parse().unwrap();
+        assert_eq!(
+            argon.kdf_choice(),
+            Some(KdfChoice::Argon2id {
+                time: 4,
+                memory_kib: 65536,
+                cpus: 2
+            })
+        );
+        assert_eq!(
+            "cryptsetup-default".parse::<Pbkdf>().unwrap().kdf_choice(),
+            None
+        );
+        for bad in [
+            "",
+            "pbkdf2",
+            "pbkdf2:999",
+            "pbkdf2:10000001",
+            "pbkdf2:+1000",
+            "pbkdf2:1000:1",
+            "argon2id:4:65536",
+            "argon2id:0:65536:2",
+            "argon2id:4:4194304:2",
+            "argon2id:4:65536:17",
+            "argon2i:4:65536:2",
+            "scrypt:1",
+        ] {
+            let e = bad.parse::<Pbkdf>().unwrap_err();
+            assert!(
+                e.to_string().contains("want pbkdf2:ITERATIONS"),
+                "{bad}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn sanitize_bounds_redacts_and_replaces_controls() {
