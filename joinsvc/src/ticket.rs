@@ -17,8 +17,8 @@ use confboot_proto::join::{
 
 use crate::token::{TokenError, TokenIssuer};
 use crate::vpn::{KubeApiPeerRegistry, PeerRequest, RegistryError};
-use confboot::vpn::{Peer, VpnError};
-use confboot_proto::vpn::{GetUpdateResponse, Peer as WirePeer};
+use confboot::vpn::{VpnError, VpnPublicKey, check_peer_name, parse_public_endpoint};
+use confboot_proto::vpn::GetUpdateResponse;
 
 /// Largest certificate request accepted.
 pub const MAX_CSR_BYTES: usize = confboot::cluster::kubelet_cert::MAX_KUBELET_CSR_BYTES;
@@ -233,21 +233,11 @@ impl TicketService {
             .as_ref()
             .ok_or(TicketError::VpnUnavailable)?;
         let invalid = |e: VpnError| TicketError::InvalidRequest(e.to_string());
-        let peer = Peer::from_wire(
-            &WirePeer {
-                name: req.node_name.clone(),
-                public_endpoint: req.node_public_endpoint.clone(),
-                // Checked only for its form here: the registry allots it.
-                vpn_ip: registry.network().first_host().to_string(),
-                vpn_pub_key: req.node_vpn_pub_key.clone(),
-            },
-            registry.network(),
-        )
-        .map_err(invalid)?;
+        check_peer_name(&req.node_name).map_err(invalid)?;
         let request = PeerRequest {
-            name: peer.name,
-            public_endpoint: peer.public_endpoint,
-            vpn_pub_key: peer.vpn_pub_key,
+            name: req.node_name.clone(),
+            public_endpoint: parse_public_endpoint(&req.node_public_endpoint).map_err(invalid)?,
+            vpn_pub_key: VpnPublicKey::from_bytes(&req.node_vpn_pub_key).map_err(invalid)?,
         };
         let ip = registry.register(&request).map_err(TicketError::Vpn)?;
         log::debug!("node {} has VPN address {ip}", request.name);

@@ -167,11 +167,6 @@ impl KubeApiPeerRegistry {
         })
     }
 
-    /// The VPN range.
-    pub fn network(&self) -> &VpnNetwork {
-        &self.network
-    }
-
     /// Adds a node, or returns its address if it is registered already. A
     /// node registered under the same name with another key or endpoint (a
     /// reinstalled node) keeps its address and gets the new key and

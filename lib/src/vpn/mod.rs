@@ -51,7 +51,9 @@ use std::fmt;
 
 pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
-pub use peers::{MAX_PEERS, MAX_UPDATE_BYTES, Peer, PeerList};
+pub use peers::{
+    MAX_PEERS, MAX_UPDATE_BYTES, Peer, PeerList, check_peer_name, parse_public_endpoint,
+};
 pub use poll::{PeerSink, PollOutcome, PollTimer, UpdateSource, poll_once};
 pub use update::PeerUpdates;
 

@@ -39,11 +39,6 @@ impl VpnNetwork {
         self.broadcast() - self.network - 1
     }
 
-    /// The range's lowest host address.
-    pub fn first_host(&self) -> Ipv4Addr {
-        Ipv4Addr::from(self.network + 1)
-    }
-
     /// The lowest host address not in `used`.
     pub fn allot(&self, used: &BTreeSet<Ipv4Addr>) -> Result<Ipv4Addr, VpnError> {
         (self.network + 1..self.broadcast())

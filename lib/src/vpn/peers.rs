@@ -16,6 +16,20 @@ pub const MAX_PEERS: usize = 1024;
 /// and field overhead.
 pub const MAX_UPDATE_BYTES: usize = MAX_PEERS * 384 + 16;
 
+/// Checks a peer's name: a Kubernetes node name.
+pub fn check_peer_name(name: &str) -> Result<(), VpnError> {
+    check_node_name(name).map_err(|_| VpnError::InvalidName(quote(name)))
+}
+
+/// Parses a peer's public endpoint: `IP:port`, the port not 0 and the
+/// address not unspecified.
+pub fn parse_public_endpoint(text: &str) -> Result<SocketAddr, VpnError> {
+    text.parse()
+        .ok()
+        .filter(|a: &SocketAddr| a.port() != 0 && !a.ip().is_unspecified())
+        .ok_or_else(|| VpnError::InvalidEndpoint(quote(text)))
+}
+
 /// One node of the VPN, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
@@ -33,13 +47,8 @@ impl Peer {
     /// Checks a peer as a control plane sends it, against the cluster's
     /// VPN range.
     pub fn from_wire(peer: &wire::Peer, network: &VpnNetwork) -> Result<Peer, VpnError> {
-        check_node_name(&peer.name).map_err(|_| VpnError::InvalidName(quote(&peer.name)))?;
-        let public_endpoint: SocketAddr = peer
-            .public_endpoint
-            .parse()
-            .ok()
-            .filter(|a: &SocketAddr| a.port() != 0 && !a.ip().is_unspecified())
-            .ok_or_else(|| VpnError::InvalidEndpoint(quote(&peer.public_endpoint)))?;
+        check_peer_name(&peer.name)?;
+        let public_endpoint = parse_public_endpoint(&peer.public_endpoint)?;
         let vpn_ip: Ipv4Addr = peer
             .vpn_ip
             .parse()
