@@ -137,6 +137,7 @@ pub fn gate(capacity: usize, timeout: Duration) -> Gate {
         timeout,
         capacity,
         drop_half_closed: false,
+        defer_accept: None,
     }
 }
 

@@ -259,6 +259,7 @@ fn line_gate(capacity: usize, timeout: Duration) -> listener::Gate {
         timeout,
         capacity,
         drop_half_closed: true,
+        defer_accept: None,
     }
 }
 

@@ -30,6 +30,10 @@ const RECORD_HEADER: usize = 5;
 pub const DEFAULT_GATE_CAPACITY: usize = 1024;
 /// How long a connection may take to send its ClientHello by default.
 pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the kernel holds a new connection for its ClientHello before
+/// handing it to the gate anyway (`TCP_DEFER_ACCEPT`): a TLS client speaks
+/// first, at once.
+pub const CLIENT_HELLO_DEFER_ACCEPT: Duration = Duration::from_secs(1);
 
 /// Judges a connection's first bytes as the start of a TLS ClientHello:
 /// a handshake record (type 22, version 3.x, 1 to 2^14 bytes) whose first
@@ -67,6 +71,8 @@ pub fn client_hello_opening(bytes: &[u8]) -> Opening {
 /// connections may wait at once (the longest-waiting is evicted for a new
 /// one), each at most `timeout`. A peer that shut its side after its
 /// ClientHello (a flood that aborts) is closed without a handshake.
+/// The kernel hands a connection over with its ClientHello, or after
+/// [`CLIENT_HELLO_DEFER_ACCEPT`] without one.
 pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
     Gate {
         judge: client_hello_opening,
@@ -74,6 +80,7 @@ pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
         timeout,
         capacity,
         drop_half_closed: true,
+        defer_accept: Some(CLIENT_HELLO_DEFER_ACCEPT),
     }
 }
 

@@ -13,7 +13,15 @@
 //! at most the gate's timeout. An opening that cannot be valid is closed as
 //! soon as its first bytes show it. A connection whose opening is complete
 //! while every worker is busy and the queue is full waits at the gate for
-//! room, instead of being closed.
+//! room, instead of being closed. A gate may also ask the kernel to hand
+//! over a connection only with its first bytes ([`Gate::defer_accept`]; a
+//! silent one comes to the gate after that time), so an honest peer passes
+//! the gate in one look. The gate sets a connection
+//! up for its handler (socket options, the server's handle on it) only when
+//! it leaves for a worker.
+//!
+//! Workers wait for connections on a mutex-and-condition-variable queue
+//! (`handoff.rs`) that parks them at once, without spinning.
 //!
 //! Handlers mark where they wait for their peer ([`waiting_for_peer`]: a
 //! handshake, the next call, a frame). When the queue is full, or while
@@ -31,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, TrySendError, bounded};
+use super::handoff::HandOff;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
@@ -105,6 +113,15 @@ pub struct Gate {
     /// before an answer, as TLS: a ClientHello flood that aborts costs no
     /// worker and no handshake). Looked at again when a worker takes it.
     pub drop_half_closed: bool,
+    /// How long the kernel may hold a new connection until its first bytes
+    /// arrive before handing it over (`TCP_DEFER_ACCEPT`, whole seconds;
+    /// after that it comes to the gate as any other); `None`: every
+    /// connection comes to the gate once it is established. For protocols
+    /// whose clients speak first: an honest opening then passes the gate in
+    /// one look. A silent connection meanwhile takes a place in the
+    /// kernel's bounded queue of half-open connections (beyond it, SYN
+    /// cookies let new connections in at once), no descriptor.
+    pub defer_accept: Option<Duration>,
 }
 
 /// Whether the peer of `stream` has shut its sending side (`POLLRDHUP`),
@@ -187,8 +204,9 @@ type Waiting = Arc<AtomicU64>;
 /// One connection a server holds.
 struct Open {
     peer: IpAddr,
-    /// The server's handle on the socket, to shut it.
-    stream: TcpStream,
+    /// The server's handle on the socket, to shut it; taken only once the
+    /// connection leaves the gate (the gate shuts those it holds itself).
+    stream: Option<TcpStream>,
     waiting: Waiting,
 }
 
@@ -241,13 +259,22 @@ impl OpenConnections {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers `stream` from `peer` unless that peer holds `max` already.
-    fn admit(&self, peer: IpAddr, stream: &TcpStream, max: usize) -> Result<u64, AdmitError> {
+    /// Registers a connection from `peer` unless that peer holds `max`
+    /// already, with a handle on `stream` when given (see [`Self::attach`]).
+    fn admit(
+        &self,
+        peer: IpAddr,
+        stream: Option<&TcpStream>,
+        max: usize,
+    ) -> Result<u64, AdmitError> {
+        let clone = stream
+            .map(TcpStream::try_clone)
+            .transpose()
+            .map_err(|_| AdmitError::Clone)?;
         let mut open = self.lock();
         if open.values().filter(|o| o.peer == peer).count() >= max {
             return Err(AdmitError::PeerFull);
         }
-        let clone = stream.try_clone().map_err(|_| AdmitError::Clone)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         open.insert(
             id,
@@ -258,6 +285,19 @@ impl OpenConnections {
             },
         );
         Ok(id)
+    }
+
+    /// Keeps a handle on `stream`, registered as `id` without one, to shut
+    /// it when it is preempted or the server stops.
+    fn attach(&self, id: u64, stream: &TcpStream) -> Result<(), AdmitError> {
+        let clone = stream.try_clone().map_err(|_| AdmitError::Clone)?;
+        match self.lock().get_mut(&id) {
+            Some(o) => {
+                o.stream = Some(clone);
+                Ok(())
+            }
+            None => Err(AdmitError::Clone),
+        }
     }
 
     fn waiting(&self, id: u64) -> Option<Waiting> {
@@ -280,21 +320,21 @@ impl OpenConnections {
         let at_least = at_least.as_millis() as u64;
         let victim = open
             .values()
-            .map(|o| (o, o.waiting.load(Ordering::Relaxed)))
-            .filter(|(_, since)| *since != 0 && now.saturating_sub(*since) >= at_least)
-            .min_by_key(|(_, since)| *since)?;
-        let (o, since) = victim;
+            .filter_map(|o| Some((o, o.stream.as_ref()?, o.waiting.load(Ordering::Relaxed))))
+            .filter(|(_, _, since)| *since != 0 && now.saturating_sub(*since) >= at_least)
+            .min_by_key(|(_, _, since)| *since)?;
+        let (o, stream, since) = victim;
         // Not chosen twice: its worker is about to be free.
         o.waiting.store(0, Ordering::Relaxed);
-        let _ = o.stream.shutdown(std::net::Shutdown::Both);
+        let _ = stream.shutdown(std::net::Shutdown::Both);
         Some((o.peer, Duration::from_millis(now - since)))
     }
 
     /// Shuts every open connection: blocked reads and writes end at once.
     fn shut_all(&self) -> usize {
         let open = self.lock();
-        for o in open.values() {
-            let _ = o.stream.shutdown(std::net::Shutdown::Both);
+        for stream in open.values().filter_map(|o| o.stream.as_ref()) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         open.len()
     }
@@ -354,12 +394,24 @@ where
     let open = Arc::new(OpenConnections::default());
     // Room for one more per worker: a connection queued after its worker's
     // was preempted (see `Acceptor::dispatch`).
-    let (tx, rx) = bounded::<(u64, TcpStream)>(config.queue + config.workers.max(1));
+    let queue = Arc::new(HandOff::<(u64, TcpStream)>::new(
+        config.queue + config.workers.max(1),
+    ));
 
+    if let Some(hold) = config.gate.as_ref().and_then(|g| g.defer_accept) {
+        // Honest peers send their opening right after connecting: handed
+        // over with it, they pass the gate in one look, with no watch added
+        // and removed. A silent connection is held by the kernel for about
+        // that long, then comes to the gate as before.
+        let seconds = u32::try_from(hold.as_secs().max(1)).unwrap_or(u32::MAX);
+        if let Err(e) = super::sockopt::defer_accept(&listener, seconds) {
+            log::warn!("gate: TCP_DEFER_ACCEPT not set: {e}");
+        }
+    }
     let drop_half_closed = config.gate.as_ref().is_some_and(|g| g.drop_half_closed);
     let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers.max(1) {
-        let rx = rx.clone();
+        let rx = Arc::clone(&queue);
         let handler = Arc::clone(&handler);
         let stop = stop.clone();
         let stats = Arc::clone(&stats);
@@ -368,7 +420,7 @@ where
             std::thread::Builder::new()
                 .name(format!("rpc-worker-{i}"))
                 .spawn(move || {
-                    for (id, stream) in rx.iter() {
+                    while let Some((id, stream)) = rx.pop() {
                         if drop_half_closed && half_closed(&stream) {
                             stats.gate_closed.fetch_add(1, Ordering::Relaxed);
                         } else if !stop.is_raised() {
@@ -392,7 +444,7 @@ where
             socket_timeout: config.socket_timeout,
             queue: config.queue,
             preempt_after: config.preempt_after,
-            tx,
+            tx: queue,
         };
         let gate = config.gate.clone();
         std::thread::Builder::new()
@@ -423,7 +475,15 @@ struct Acceptor {
     socket_timeout: Duration,
     queue: usize,
     preempt_after: Option<Duration>,
-    tx: Sender<(u64, TcpStream)>,
+    tx: Arc<HandOff<(u64, TcpStream)>>,
+}
+
+impl Drop for Acceptor {
+    /// The accepting thread has ended: the workers end once the queue is
+    /// empty.
+    fn drop(&mut self) {
+        self.tx.close();
+    }
 }
 
 /// A connection at the gate.
@@ -466,7 +526,15 @@ impl Acceptor {
                 Opening::Complete if gate.drop_half_closed && half_closed(&p.stream) => {
                     self.drop_pending(p, "closed after its opening")
                 }
-                Opening::Complete => match p.stream.set_nonblocking(false) {
+                Opening::Complete => match p
+                    .stream
+                    .set_nonblocking(false)
+                    .and_then(|_| self.prepare(&p.stream))
+                    .and_then(|_| {
+                        self.open
+                            .attach(p.id, &p.stream)
+                            .map_err(|_| io::Error::other("no descriptor for its handle"))
+                    }) {
                     Ok(()) => match self.try_dispatch(p.id, p.stream) {
                         Ok(()) => {}
                         Err(stream) => {
@@ -507,20 +575,28 @@ impl Acceptor {
         None
     }
 
-    /// Sets up an accepted socket and registers it (its peer's share
-    /// allowing); `None` when it was refused and closed.
-    fn admit(&self, stream: TcpStream) -> Option<(u64, TcpStream, IpAddr)> {
-        let prepared = stream
+    /// Sets what a handler expects of its socket: no Nagle delay, and the
+    /// server's read and write timeouts.
+    fn prepare(&self, stream: &TcpStream) -> io::Result<()> {
+        stream
             .set_nodelay(true)
             .and_then(|_| stream.set_read_timeout(Some(self.socket_timeout)))
-            .and_then(|_| stream.set_write_timeout(Some(self.socket_timeout)));
-        if let Err(e) = prepared {
+            .and_then(|_| stream.set_write_timeout(Some(self.socket_timeout)))
+    }
+
+    /// Registers an accepted socket from `peer` (its peer's share allowing);
+    /// `None` when it was refused and closed. Ungated, it is prepared for
+    /// its handler at once; at the gate only once its opening is complete,
+    /// so a connection the gate closes costs no more than its accept, a
+    /// peek and its close.
+    fn admit(&self, stream: TcpStream, peer: IpAddr, gated: bool) -> Option<(u64, TcpStream)> {
+        if !gated && let Err(e) = self.prepare(&stream) {
             log::debug!("cannot prepare accepted socket: {e}");
             return None;
         }
-        let peer = stream.peer_addr().map(|a| a.ip()).ok()?;
-        match self.open.admit(peer, &stream, self.max_per_peer) {
-            Ok(id) => Some((id, stream, peer)),
+        let handle = (!gated).then_some(&stream);
+        match self.open.admit(peer, handle, self.max_per_peer) {
+            Ok(id) => Some((id, stream)),
             Err(e) => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
                 if matches!(e, AdmitError::PeerFull) {
@@ -574,12 +650,12 @@ impl Acceptor {
                 waited.as_millis()
             );
         }
-        match self.tx.try_send((id, stream)) {
+        match self.tx.try_push((id, stream)) {
             Ok(()) => {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(TrySendError::Full((_, s))) | Err(TrySendError::Disconnected((_, s))) => Err(s),
+            Err((_, (_, s))) => Err(s),
         }
     }
 
@@ -604,23 +680,24 @@ impl Acceptor {
 
     /// Accepts and queues every connection at once.
     fn run(self, listener: TcpListener) {
-        for conn in listener.incoming() {
+        loop {
+            let conn = listener.accept();
             if self.stop.is_raised() {
                 break;
             }
-            let stream = match conn {
-                Ok(s) => s,
+            let (stream, peer) = match conn {
+                Ok((s, addr)) => (s, addr.ip()),
                 Err(e) => {
                     log::warn!("accept failed: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
             };
-            if let Some((id, stream, peer)) = self.admit(stream) {
+            if let Some((id, stream)) = self.admit(stream, peer, false) {
                 self.dispatch(id, stream, peer);
             }
         }
-        // Dropping the sender lets the workers end once the queue is empty.
+        // Dropping the acceptor closes the queue: the workers end once it is empty.
     }
 
     /// Accepts connections and keeps each at the gate until its opening is
@@ -713,8 +790,8 @@ impl Acceptor {
 
             if listener_ready {
                 for _ in 0..GATE_ACCEPT_BATCH {
-                    let stream = match listener.accept() {
-                        Ok((s, _)) => s,
+                    let (stream, peer) = match listener.accept() {
+                        Ok((s, addr)) => (s, addr.ip()),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => {
@@ -731,7 +808,7 @@ impl Acceptor {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
-                    let Some((id, stream, peer)) = self.admit(stream) else {
+                    let Some((id, stream)) = self.admit(stream, peer, true) else {
                         continue;
                     };
                     let now = Instant::now();
@@ -774,7 +851,7 @@ impl Acceptor {
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
             self.open.remove(p.id);
         }
-        // Dropping the sender lets the workers end once the queue is empty.
+        // Dropping the acceptor closes the queue: the workers end once it is empty.
     }
 }
 
@@ -839,6 +916,44 @@ impl Drop for ServerHandle {
     fn drop(&mut self) {
         if self.acceptor.is_some() {
             self.shutdown();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn any_opening(_: &[u8]) -> Opening {
+        Opening::Complete
+    }
+
+    #[test]
+    fn a_gate_that_asks_for_it_defers_accepting_until_the_first_bytes() {
+        let gated = |defer_accept| PoolConfig {
+            gate: Some(Gate {
+                judge: any_opening,
+                max_opening: 16,
+                timeout: Duration::from_secs(1),
+                capacity: 4,
+                drop_half_closed: false,
+                defer_accept,
+            }),
+            ..PoolConfig::default()
+        };
+        for (config, deferred) in [
+            (gated(Some(Duration::from_secs(1))), 1),
+            (gated(None), 0),
+            (PoolConfig::default(), 0),
+        ] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let probe = listener.try_clone().unwrap();
+            let handle = spawn(listener, config, |_, _| {}).unwrap();
+            assert_eq!(
+                super::super::sockopt::deferred_accept(&probe).unwrap(),
+                deferred
+            );
+            handle.stop();
         }
     }
 }

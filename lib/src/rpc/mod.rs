@@ -47,9 +47,11 @@
 
 mod client;
 pub mod frame;
+mod handoff;
 pub mod listener;
 pub mod pipe;
 mod server;
+mod sockopt;
 mod status;
 mod transport;
 
