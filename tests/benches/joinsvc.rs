@@ -2,7 +2,11 @@
 //! the same run:
 //!
 //! - baseline: full rustls TLS 1.3 handshakes per second on loopback (P-256
-//!   certificate, ring, no resumption), each followed by one small RPC;
+//!   certificate, ring, no resumption), each followed by one small RPC,
+//!   served in the benchmark's own process, and again by the same server
+//!   as a static musl process built as joinsvc is (`plain-tls-server`), so
+//!   joinsvc's CPU per ticket is also compared with a server that has its
+//!   C library and allocator;
 //! - joinsvc (the static release binary): attested join tickets per second
 //!   with N concurrent node clients, each with its own swtpm;
 //! - joinsvc's peak RSS while holding 256 concurrent attested connections.
@@ -60,7 +64,7 @@ fn plain_tls_rate() -> (f64, f64) {
     // measures what attestation and the ticket add, nothing else.
     let provider = atls::provider();
     let der = CertificateDer::from(cert.der().to_vec());
-    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_no_client_auth()
@@ -72,15 +76,7 @@ fn plain_tls_rate() -> (f64, f64) {
     server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     server.send_tls13_tickets = 0;
     let server = Arc::new(server);
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(der).unwrap();
-    let mut client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.resumption = rustls::client::Resumption::disabled();
-    let client = Arc::new(client);
+    let client = plain_client_config(der);
     let router = Arc::new(Router::new().unary(
         confboot_proto::HEALTH_CHECK,
         |_ctx, _r: HealthCheckRequest| Ok(HealthCheckResponse { status: 1 }),
@@ -95,8 +91,28 @@ fn plain_tls_rate() -> (f64, f64) {
         },
     )
     .unwrap();
-    let addr = handle.local_addr();
-    let r = rate(move |_| {
+    let r = plain_client_rate(handle.local_addr(), client);
+    let server_cpu = rpc_threads_cpu_seconds();
+    handle.stop();
+    (r, server_cpu)
+}
+
+/// A plain TLS client's config that trusts exactly `der`.
+fn plain_client_config(der: CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der).unwrap();
+    let mut client = rustls::ClientConfig::builder_with_provider(atls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.resumption = rustls::client::Resumption::disabled();
+    Arc::new(client)
+}
+
+/// Plain handshakes (each with one health check) per second against `addr`.
+fn plain_client_rate(addr: std::net::SocketAddr, client: Arc<rustls::ClientConfig>) -> f64 {
+    rate(move |_| {
         let sock = std::net::TcpStream::connect(addr).unwrap();
         sock.set_nodelay(true).unwrap();
         let conn = rustls::ClientConnection::new(
@@ -112,10 +128,30 @@ fn plain_tls_rate() -> (f64, f64) {
                 Duration::from_secs(10),
             )
             .unwrap();
-    });
-    let server_cpu = rpc_threads_cpu_seconds();
-    handle.stop();
-    (r, server_cpu)
+    })
+}
+
+/// The same plain server as a static musl process built as joinsvc is
+/// (`plain-tls-server`): handshakes per second, and the process's CPU per
+/// handshake in milliseconds.
+fn plain_musl_process_rate() -> (f64, f64) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(confboot_tests::musl_binary("plain-tls-server"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = lines.next().unwrap().unwrap().parse().unwrap();
+    let der = confboot::hex::decode(&lines.next().unwrap().unwrap()).unwrap();
+    let client = plain_client_config(CertificateDer::from(der));
+    let stat = format!("/proc/{}/stat", child.id());
+    let (before, t0) = (cpu_seconds(&stat), Instant::now());
+    let r = plain_client_rate(addr, client);
+    let server_ms = (cpu_seconds(&stat) - before) * 1000.0 / (r * t0.elapsed().as_secs_f64());
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    (r, server_ms)
 }
 
 /// CPU seconds used by this process's threads named `rpc-*` (the listener's
@@ -225,6 +261,14 @@ fn main() {
         plain_cpu * 1000.0 / handshakes,
         plain_server_ms
     );
+    let (plain_musl, plain_musl_ms) = plain_musl_process_rate();
+    println!(
+        "{:<52}{:>10.0} /s  {:.2}",
+        "the same plain server as a static musl process",
+        plain_musl,
+        plain_musl / plain
+    );
+    println!("  CPU per handshake of that process: {plain_musl_ms:.2} ms");
 
     let nodes: Vec<Node> = (0..CLIENTS)
         .map(|i| Node::start(&format!("node-{i}"), b"kernel"))
@@ -299,6 +343,12 @@ fn main() {
         "server CPU per ticket, × the plain server's per handshake: join {:.2}×, rejoin {:.2}×",
         join_ms / plain_server_ms,
         rejoin_ms / plain_server_ms
+    );
+    println!(
+        "server CPU per ticket, × the static musl plain server's per handshake: join {:.2}×, \
+         rejoin {:.2}×",
+        join_ms / plain_musl_ms,
+        rejoin_ms / plain_musl_ms
     );
     // 256 concurrent attested connections held open, then one call on each.
     drop(joinsvc);
