@@ -20,13 +20,23 @@ pub const MAX_REPLY_MESSAGES: usize = 4096;
 /// peers take about 200 KiB).
 pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
 
-/// The answer to one request, as its datagrams arrive.
-#[derive(Debug)]
+/// The answer to one request, as its datagrams arrive (its bodies may
+/// hold a private key: `Debug` shows only their count and size).
 pub struct NetlinkReply {
     seq: u32,
     seen: usize,
     bytes: usize,
     bodies: Vec<(u16, Zeroizing<Vec<u8>>)>,
+}
+
+impl std::fmt::Debug for NetlinkReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetlinkReply")
+            .field("seq", &self.seq)
+            .field("messages", &self.bodies.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
 }
 
 impl NetlinkReply {
@@ -133,6 +143,11 @@ mod tests {
         );
         let bodies: Vec<_> = r.bodies().collect();
         assert_eq!(bodies, vec![(16, &[1u8, 2, 3, 4][..]), (21, &[9u8; 8][..])]);
+        // What it holds is not printed.
+        assert_eq!(
+            format!("{r:?}"),
+            "NetlinkReply { seq: 9, messages: 2, bytes: 12 }"
+        );
         let mut r = NetlinkReply::new(9);
         assert_eq!(
             r.take(&message(NLMSG_DONE, 2, 9, &(-19i32).to_ne_bytes())),
