@@ -75,8 +75,13 @@ impl NetlinkReply {
                     };
                     return match code {
                         0 => Ok(true),
-                        c if c < 0 => Err(NetlinkError::Refused(Errno::from_raw(-c))),
-                        _ => Err(NetlinkError::Malformed("positive error code")),
+                        // i32::MIN has no positive errno.
+                        c if c < 0 => c
+                            .checked_neg()
+                            .map_or(Err(NetlinkError::Malformed("error code")), |e| {
+                                Err(NetlinkError::Refused(Errno::from_raw(e)))
+                            }),
+                        _ => Err(NetlinkError::Malformed("error code")),
                     };
                 }
                 NLMSG_NOOP => {}
@@ -125,6 +130,11 @@ mod tests {
         two.extend_from_slice(&ack(3, 0));
         assert_eq!(NetlinkReply::new(3).take(&two), Ok(true));
         assert!(NetlinkReply::new(3).take(&ack(3, 5)).is_err());
+        // The one negative code without a positive errno (found by fuzzing).
+        assert_eq!(
+            NetlinkReply::new(3).take(&ack(3, i32::MIN)),
+            Err(NetlinkError::Malformed("error code"))
+        );
         let mut bad = ack(3, 0);
         bad[0] = 200;
         assert!(NetlinkReply::new(3).take(&bad).is_err());
