@@ -46,6 +46,7 @@ use crate::kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
 pub mod dm;
+pub mod ext4;
 pub mod filesystem;
 pub mod luks2;
 
