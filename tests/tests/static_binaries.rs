@@ -41,34 +41,8 @@ const UPDATE_VAR: &str = "CONFBOOT_UPDATE_SIZES";
 
 /// What an ELF file says about its linking: (has an interpreter, number of DT_NEEDED entries).
 fn elf_linking(bytes: &[u8]) -> (bool, usize) {
-    let u16_at = |o: usize| u16::from_le_bytes(bytes[o..o + 2].try_into().unwrap()) as usize;
-    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap()) as usize;
-    assert_eq!(&bytes[..4], b"\x7fELF", "not an ELF file");
-    assert_eq!(bytes[4], 2, "not a 64-bit ELF");
-    assert_eq!(bytes[5], 1, "not little-endian");
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    let mut interp = false;
-    let mut needed = 0;
-    for i in 0..phnum {
-        let ph = phoff + i * phentsize;
-        match u32_at(ph) {
-            3 => interp = true, // PT_INTERP
-            2 => {
-                // PT_DYNAMIC: walk (tag, value) pairs up to DT_NULL.
-                let (off, size) = (u64_at(ph + 8), u64_at(ph + 32));
-                for e in (off..off + size).step_by(16) {
-                    match u64_at(e) {
-                        0 => break,
-                        1 => needed += 1, // DT_NEEDED
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    (interp, needed)
+    let l = confboot_tests::elf::linking(bytes).expect("a 64-bit little-endian ELF file");
+    (l.interp, l.needed)
 }
 
 #[test]

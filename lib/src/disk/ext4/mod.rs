@@ -36,9 +36,11 @@
 //!
 //! Sizes from [`geometry::MIN_BYTES`] (8 MiB) to [`geometry::MAX_BYTES`]
 //! (64 TiB); others are refused ([`Ext4Error::TooSmall`],
-//! [`Ext4Error::TooLarge`]). Superblocks are written last, after a sync of
-//! everything else: a format cut short leaves no superblock, which
-//! [`super::StateDisk::ensure_filesystem`] reads as "make it again".
+//! [`Ext4Error::TooLarge`]). A file system below 128 MiB has one group and
+//! so no superblock copy. Superblocks are written last, after a sync of
+//! everything else, the primary first: a format cut short before it leaves
+//! no superblock anywhere, which [`super::StateDisk::ensure_filesystem`]
+//! reads as "make it again".
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -418,7 +420,10 @@ pub fn format_file(mut file: &File, label: &str) -> Result<Formatted, Ext4Error>
     }
     file.sync_all().map_err(io("syncing the metadata"))?;
 
-    // Superblocks last: the copies, then the primary.
+    // Superblocks last: the primary, synced, then the copies. A format cut
+    // short before the primary leaves no superblock anywhere (the next
+    // boot makes the file system again); after it, a complete file system
+    // that may lack some copies.
     let fields = superblock::SuperblockFields {
         uuid,
         hash_seed,
@@ -428,14 +433,15 @@ pub fn format_file(mut file: &File, label: &str) -> Result<Formatted, Ext4Error>
         free_inodes: g.inodes() - u64::from(FIRST_INO),
         journal_backup,
     };
+    file.write_all_at(&superblock::encode(g, &fields, 0), 1024)
+        .map_err(io("writing the superblock"))?;
+    file.sync_all().map_err(io("syncing the superblock"))?;
     for &group in copies.iter().filter(|&&n| n > 0) {
         let mut block = vec![0u8; BLOCK_SIZE as usize];
         block[..1024].copy_from_slice(&superblock::encode(g, &fields, group));
         write(&block, g.group_start(group), "writing a superblock copy")?;
     }
-    file.write_all_at(&superblock::encode(g, &fields, 0), 1024)
-        .map_err(io("writing the superblock"))?;
-    file.sync_all().map_err(io("syncing the superblock"))?;
+    file.sync_all().map_err(io("syncing the superblock copies"))?;
     let h = crate::hex::encode(&uuid);
     Ok(Formatted {
         geometry,
