@@ -441,7 +441,8 @@ pub fn format_file(mut file: &File, label: &str) -> Result<Formatted, Ext4Error>
         block[..1024].copy_from_slice(&superblock::encode(g, &fields, group));
         write(&block, g.group_start(group), "writing a superblock copy")?;
     }
-    file.sync_all().map_err(io("syncing the superblock copies"))?;
+    file.sync_all()
+        .map_err(io("syncing the superblock copies"))?;
     let h = crate::hex::encode(&uuid);
     Ok(Formatted {
         geometry,
