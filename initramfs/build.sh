@@ -59,11 +59,10 @@ MODULES=(
     cryptd crypto_simd aesni-intel ecb xts
     crc32c_generic crc32c-intel ext4
 )
-# Test images only: the kernel's crypto API for user space, which the
-# cryptsetup oracle of the probes uses. The production image needs none:
-# the bootstrapper's LUKS2 does its crypto in Rust and dm-crypt calls the
-# kernel's crypto API directly.
-TEST_MODULES=(af_alg algif_skcipher algif_hash)
+# No af_alg/algif_skcipher/algif_hash (the kernel's crypto API for user
+# space): the bootstrapper's LUKS2 does its crypto in Rust, dm-crypt calls
+# the kernel's crypto API directly, and the test images' cryptsetup works
+# without them (tests/tests/vm_native_disk.rs, boot.rs).
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 
@@ -188,9 +187,6 @@ visit() {
     ORDER+=("$file")
 }
 for m in "${MODULES[@]}"; do visit "$m"; done
-if [ "$TEST_TOOLS" = 1 ]; then
-    for m in "${TEST_MODULES[@]}"; do visit "$m"; done
-fi
 
 # --- the tree ---
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/confboot-initramfs.XXXXXX")"
