@@ -42,13 +42,13 @@
 //! no superblock anywhere, which [`super::StateDisk::ensure_filesystem`]
 //! reads as "make it again".
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+pub mod alloc;
 pub mod crc;
 pub mod dir;
 pub mod geometry;
@@ -57,6 +57,7 @@ pub mod inode;
 pub mod journal;
 pub mod superblock;
 
+use alloc::BlockAllocator;
 use geometry::{BLOCK_SIZE, FIRST_INO, Geometry, INODE_SIZE};
 use group::GroupDesc;
 use inode::{Extent, Inode};
@@ -155,58 +156,6 @@ pub struct Formatted {
     pub uuid: String,
     /// The journal's blocks.
     pub journal_blocks: u64,
-}
-
-/// Hands out data blocks in order from the first free block of group 0,
-/// skipping each group's metadata, and remembers what it gave per group.
-struct BlockAllocator<'a> {
-    geometry: &'a Geometry,
-    group: u64,
-    next: u64,
-    used: BTreeMap<u64, Vec<(u64, u64)>>,
-}
-
-impl<'a> BlockAllocator<'a> {
-    fn new(geometry: &'a Geometry) -> Self {
-        BlockAllocator {
-            geometry,
-            group: 0,
-            next: geometry.overhead(0),
-            used: BTreeMap::new(),
-        }
-    }
-
-    /// `count` blocks as disk runs `(start, len)`, each within one group.
-    fn take(&mut self, count: u64) -> Result<Vec<(u64, u64)>, Ext4Error> {
-        let g = self.geometry;
-        let mut runs = Vec::new();
-        let mut left = count;
-        while left > 0 {
-            let end = g.group_start(self.group) + g.group_blocks(self.group);
-            if self.next >= end {
-                self.group += 1;
-                if self.group >= g.groups {
-                    return Err(Ext4Error::NoSpace { blocks: left });
-                }
-                self.next = g.group_start(self.group) + g.overhead(self.group);
-                continue;
-            }
-            let n = left.min(end - self.next);
-            runs.push((self.next, n));
-            self.used
-                .entry(self.group)
-                .or_default()
-                .push((self.next - g.group_start(self.group), n));
-            self.next += n;
-            left -= n;
-        }
-        Ok(runs)
-    }
-
-    /// One block.
-    fn one(&mut self) -> Result<u64, Ext4Error> {
-        Ok(self.take(1)?[0].0)
-    }
 }
 
 /// Random bytes from ring's `SystemRandom`.
