@@ -40,10 +40,10 @@
 #                        release build in target/, else `confboot` on PATH)
 #
 # Inputs: the pinned kernel package below (downloaded once into
-# .cache/initramfs/), the build machine's cryptsetup-bin and e2fsprogs
-# (mke2fs) (with their shared libraries), and busybox-static for test images
-# only. It prints every file of the image with its size. Output files get fixed
-# mtimes (SOURCE_DATE_EPOCH, default 0), owner 0:0, a sorted newc cpio
+# .cache/initramfs/), and for test images only the build machine's
+# cryptsetup-bin (with its shared libraries) and busybox-static. It prints
+# every file of the image with its size. Output files get fixed mtimes
+# (SOURCE_DATE_EPOCH, default 0), owner 0:0, a sorted newc cpio
 # (`cpio --reproducible`) and `zstd -12 -T1`.
 set -euo pipefail
 
@@ -57,10 +57,13 @@ MODULES=(
     virtio_pci virtio_net virtio_blk
     dm-mod dm-crypt
     cryptd crypto_simd aesni-intel ecb xts
-    af_alg algif_skcipher algif_hash
     crc32c_generic crc32c-intel ext4
     wireguard
 )
+# No af_alg/algif_skcipher/algif_hash (the kernel's crypto API for user
+# space): the bootstrapper's LUKS2 does its crypto in Rust, dm-crypt calls
+# the kernel's crypto API directly, and the test images' cryptsetup works
+# without them (tests/tests/vm_native_disk.rs, boot.rs).
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 
@@ -107,9 +110,6 @@ CRYPTSETUP=/usr/sbin/cryptsetup
 if [ "$TEST_TOOLS" = 1 ]; then
     [ -x "$CRYPTSETUP" ] || die "$CRYPTSETUP missing (install Debian cryptsetup-bin)"
 fi
-MKE2FS=/usr/sbin/mke2fs
-[ -x "$MKE2FS" ] || MKE2FS=/sbin/mke2fs
-[ -x "$MKE2FS" ] || die "mke2fs missing (install Debian e2fsprogs)"
 [ -n "$BOOTSTRAPPER" ] || die "--bootstrapper is needed: it is the image's /init"
 [ "${#ADDS[@]}" = 0 ] || [ "$TEST_TOOLS" = 1 ] || die "--add is for test images: give --test-tools too"
 for bin in ${BOOTSTRAPPER:+"bootstrapper:$BOOTSTRAPPER"} ${NODEAGENT:+"nodeagent:$NODEAGENT"}; do
@@ -218,17 +218,12 @@ for f in "${ORDER[@]}"; do
     echo "$base" >>"$ROOT/lib/modules/load-order"
 done
 
-# mke2fs (the state disk's ext4, made by the bootstrapper) and, in test
-# images only, cryptsetup (the oracle of the LUKS2 interop probes; the
-# bootstrapper maps its disk with its own LUKS2 and device-mapper code),
-# with exactly their shared-library closure (as ldd resolves it).
-C_TOOLS=("$MKE2FS")
-if [ "$TEST_TOOLS" = 1 ]; then
-    install -m 0755 "$CRYPTSETUP" "$ROOT/usr/sbin/cryptsetup"
-    C_TOOLS+=("$CRYPTSETUP")
-fi
-install -m 0755 "$MKE2FS" "$ROOT/usr/sbin/mke2fs"
-install -m 0644 /etc/mke2fs.conf "$ROOT/etc/mke2fs.conf"
+# Test images only: cryptsetup (the oracle of the LUKS2 interop probes;
+# the bootstrapper maps its disk with its own LUKS2 and device-mapper
+# code) and the --add-dynamic programs, with exactly their shared-library
+# closure (as ldd resolves it). The production image holds no C program
+# and no shared library: the bootstrapper makes the state disk's ext4
+# itself (no mke2fs).
 copy_lib() {
     local src="$1" real dest
     real="$(readlink -f "$src")"
@@ -236,11 +231,16 @@ copy_lib() {
     mkdir -p "$(dirname "$dest")"
     [ -e "$dest" ] || install -m 0755 "$real" "$dest"
 }
-LIBS="$(ldd "${C_TOOLS[@]}" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
-[ -n "$LIBS" ] || die "ldd found no libraries for ${C_TOOLS[*]}"
-for lib in $LIBS; do copy_lib "$lib"; done
-# glibc dlopens libgcc_s for thread cancellation.
-for extra in /lib/x86_64-linux-gnu/libgcc_s.so.1; do [ -e "$extra" ] && copy_lib "$extra"; done
+if [ "$TEST_TOOLS" = 1 ]; then
+    install -m 0755 "$CRYPTSETUP" "$ROOT/usr/sbin/cryptsetup"
+    LIBS="$(ldd "$CRYPTSETUP" | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | sort -u)"
+    [ -n "$LIBS" ] || die "ldd found no libraries for $CRYPTSETUP"
+    for lib in $LIBS; do copy_lib "$lib"; done
+    # glibc dlopens libgcc_s for thread cancellation.
+    for extra in /lib/x86_64-linux-gnu/libgcc_s.so.1; do [ -e "$extra" ] && copy_lib "$extra"; done
+    # The dynamic loader at its canonical path.
+    [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ] || die "no /lib64/ld-linux-x86-64.so.2 in the closure"
+fi
 # --add-dynamic (test images only): the programs' shared libraries too.
 # The programs themselves are installed with the --add files below.
 for add in ${DYN_ADDS[@]+"${DYN_ADDS[@]}"}; do
@@ -249,8 +249,6 @@ for add in ${DYN_ADDS[@]+"${DYN_ADDS[@]}"}; do
     [ -n "$DYN_LIBS" ] || die "--add-dynamic: ldd found no libraries for '$src' (a static program: use --add)"
     for lib in $DYN_LIBS; do copy_lib "$lib"; done
 done
-# The dynamic loader at its canonical path.
-if [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ]; then :; else die "no /lib64/ld-linux-x86-64.so.2 in the closure"; fi
 
 install -m 0755 "$BOOTSTRAPPER" "$ROOT/usr/bin/bootstrapper"
 if [ -n "$NODEAGENT" ]; then

@@ -28,7 +28,10 @@ use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::cluster::kubelet_cert::KubeletCertRequest;
 use confboot::disk::luks2::{FormatOptions, Luks2Backend};
-use confboot::disk::{CryptsetupBackend, DiskBackend, Mkfs, Pbkdf, StateDisk, new_disk_uuid};
+use confboot::disk::{
+    CryptsetupBackend, DiskBackend, FilesystemMaker, Mkfs, NativeExt4, Pbkdf, StateDisk,
+    new_disk_uuid,
+};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
@@ -72,7 +75,7 @@ const CMD: Command = Command {
         Opt::value("cryptsetup", "PATH", "The cryptsetup program (with --disk-backend cryptsetup)").default("cryptsetup"),
         Opt::value("state-disk-pbkdf", "SPEC", "Key-slot hashing of a newly formatted state disk: pbkdf2:ITERATIONS, argon2id:PASSES:MEMORY_KIB:THREADS, or cryptsetup-default (with --disk-backend cryptsetup: its own benchmark). The key is 32 random bytes, so stretching it only costs boot time").default("pbkdf2:1000"),
         Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
-        Opt::value("mkfs", "PATH", "The mke2fs program (e2fsprogs)").default("mke2fs"),
+        Opt::value("mkfs", "native|PATH", "How the state file system is made: native (ext4 written by this program, no e2fsprogs: the initramfs has none), or the path of an mke2fs program (e2fsprogs), for a bootstrapper running as a service on a full OS").default("native"),
         Opt::value("state-mount", "DIR", "Where the state file system is mounted for a moment to keep (Init) or read (later boots) the SSH users; unmounted again before the bootstrapper exits").default("/state"),
         Opt::value("ssh-users-root", "DIR", "The root the SSH users of Init are created in (etc/passwd, etc/group, home/), at Init and again at every later boot").default("/"),
         Opt::value("init-listen", "ADDR", "Address of the init API").default(confboot_proto::DEFAULT_INIT_LISTEN),
@@ -291,7 +294,10 @@ fn build_node(
         }
     };
     let mkfs = match req("state-fs")? {
-        "ext4" => Some(Mkfs::new(req("mkfs")?)),
+        "ext4" => Some(match req("mkfs")? {
+            "native" => Box::new(NativeExt4) as Box<dyn FilesystemMaker>,
+            program => Box::new(Mkfs::new(program)),
+        }),
         "none" => None,
         other => return Err(format!("--state-fs {other}: want ext4 or none")),
     };

@@ -9,6 +9,7 @@
 //! same `confboot`).
 
 pub mod cluster;
+pub mod elf;
 pub mod hostile;
 pub mod kube_double;
 pub mod load;

@@ -366,12 +366,12 @@ fn golden_measurements_match_a_probe_boot() {
 }
 
 /// The production image's compressed size (zstd -12, before padding) may
-/// not pass this: measured 3,860,012 bytes once the bootstrapper mapped its
-/// own disk and cryptsetup left the image (6,936,451 with it; see
-/// BENCHMARKS.md, "The initramfs") plus a margin of about 3 %, plus the
-/// 159,691 bytes of the `wireguard` module and its dependencies (the node's
-/// VPN interface).
-const PRODUCTION_IMAGE_BUDGET: u64 = 4_135_000;
+/// not pass this: measured 2,458,390 bytes once the bootstrapper made the
+/// state disk's ext4 itself and mke2fs with glibc left the image
+/// (3,860,012 with them; see BENCHMARKS.md, "The initramfs") plus a margin
+/// of about 3 %, plus the 159,691 bytes of the `wireguard` module and its
+/// dependencies (the node's VPN interface).
+const PRODUCTION_IMAGE_BUDGET: u64 = 2_700_000;
 
 /// The production image (only `--bootstrapper` and `--nodeagent`): no
 /// shell, no busybox, no `/test`, no cryptsetup, `/init` is the
@@ -409,6 +409,52 @@ fn production_image_has_no_shell_and_init_starts_the_bootstrapper_with_decoded_a
             "the production image has {f}"
         );
     }
+    // No C userland: every ELF file in the image (the bootstrapper, the
+    // node agent, kernel modules) is static, and mke2fs is gone (the
+    // bootstrapper makes the state file system itself).
+    let tree = confboot_tests::TempDir::new("production-tree");
+    let unpacked = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("zstd -dc \"$1\" | (cd \"$2\" && cpio -idm --quiet)")
+        .arg("sh")
+        .arg(&image.initrd)
+        .arg(tree.path())
+        .status()
+        .unwrap();
+    assert!(unpacked.success(), "unpacking {}", image.initrd.display());
+    let mut elves = 0;
+    let mut dirs = vec![tree.path().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.contains("mke2fs")
+                    && !name.contains("libext2fs")
+                    && !name.starts_with("libc.so"),
+                "the production image has {}",
+                entry.path().display()
+            );
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                if let Some(linking) = confboot_tests::elf::linking(&bytes) {
+                    elves += 1;
+                    assert!(
+                        linking.is_static(),
+                        "the production image has a dynamic ELF file {}: {linking:?}",
+                        entry.path().display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        elves >= 3,
+        "the bootstrapper, the node agent, modules: {elves} ELF files"
+    );
     assert!(
         image.compressed_bytes <= PRODUCTION_IMAGE_BUDGET,
         "the production image is {} bytes compressed, over its budget of {PRODUCTION_IMAGE_BUDGET}: \

@@ -33,7 +33,7 @@ use confboot::attestation::vtpm::VtpmIssuer;
 use confboot::attestation::{AttestationError, Attested};
 use confboot::cluster::kubelet_cert::KubeletCertRequest;
 use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
-use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
+use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, FilesystemMaker, StateDisk};
 use confboot::kms::init_secret::InitSecretHash;
 use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
 use confboot::nodelock::{LockToken, NodeLock};
@@ -130,7 +130,7 @@ pub struct SshUsersSetup {
 pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     lock: NodeLock,
     disk: Mutex<StateDisk<B>>,
-    mkfs: Option<Mkfs>,
+    mkfs: Option<Box<dyn FilesystemMaker>>,
     cluster: C,
     marker: M,
     config: NodeConfig,
@@ -146,7 +146,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     /// system on a newly formatted disk (`None`: no file system).
     pub fn new(
         disk: StateDisk<B>,
-        mkfs: Option<Mkfs>,
+        mkfs: Option<Box<dyn FilesystemMaker>>,
         cluster: C,
         marker: M,
         config: NodeConfig,
@@ -578,7 +578,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             disk.store_measurement_salt(salt).map_err(NodeError::Disk)?;
         }
         if let Some(mkfs) = &self.mkfs {
-            disk.ensure_filesystem(mkfs, &action)
+            disk.ensure_filesystem(mkfs.as_ref(), &action)
                 .map_err(NodeError::Disk)?;
         }
         Ok(action)

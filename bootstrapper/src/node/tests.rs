@@ -292,7 +292,10 @@ impl Rig {
         };
         let node = Node::new(
             StateDisk::new(disk.clone()),
-            Some(Mkfs::with_runner("mke2fs", Box::new(mkfs.clone()))),
+            Some(Box::new(Mkfs::with_runner(
+                "mke2fs",
+                Box::new(mkfs.clone()),
+            ))),
             cluster,
             marker.clone(),
             config,

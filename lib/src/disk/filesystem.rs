@@ -20,7 +20,44 @@ pub const LABEL: &str = "confboot-state";
 /// initialization it writes only metadata: seconds even on large disks).
 pub const MKFS_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
-/// Makes ext4 file systems with `mke2fs`.
+/// Makes the state file system on an opened, mapped disk. The bootstrapper
+/// uses [`NativeExt4`] unless told to run a program ([`Mkfs`]).
+pub trait FilesystemMaker: Send + Sync {
+    /// Makes an ext4 file system labelled [`LABEL`] on `device`, over
+    /// whatever is there (the caller knows the device holds no data).
+    fn make(&self, device: &Path) -> Result<(), DiskError>;
+}
+
+/// Makes ext4 file systems in this program ([`super::ext4`]): no
+/// e2fsprogs, no C, only metadata written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NativeExt4;
+
+impl FilesystemMaker for NativeExt4 {
+    fn make(&self, device: &Path) -> Result<(), DiskError> {
+        let started = std::time::Instant::now();
+        let made = super::ext4::format_path(device, LABEL)
+            .map_err(|e| DiskError::Filesystem(format!("{}: {e}", device.display())))?;
+        log::info!(
+            "state file system on {}: ext4 made in {} ms ({} blocks of 4 KiB, {} groups, journal {} blocks)",
+            device.display(),
+            started.elapsed().as_millis(),
+            made.geometry.blocks,
+            made.geometry.groups,
+            made.journal_blocks
+        );
+        Ok(())
+    }
+}
+
+impl FilesystemMaker for Mkfs {
+    fn make(&self, device: &Path) -> Result<(), DiskError> {
+        Mkfs::make(self, device)
+    }
+}
+
+/// Makes ext4 file systems with the `mke2fs` program (e2fsprogs): for a
+/// bootstrapper running as a service on a full OS (`--mkfs PATH`).
 pub struct Mkfs {
     program: PathBuf,
     runner: Box<dyn CommandRunner>,
@@ -196,7 +233,11 @@ impl Mkfs {
                 out.stderr_tail.join(" | ")
             )));
         }
-        log::info!("state file system on {}: ext4 made", device.display());
+        log::info!(
+            "state file system on {}: ext4 made by {}",
+            device.display(),
+            self.program.display()
+        );
         Ok(())
     }
 }

@@ -46,11 +46,12 @@ use crate::kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
 pub mod dm;
+pub mod ext4;
 pub mod filesystem;
 pub mod luks2;
 
 pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
-pub use filesystem::{FilesystemAction, Mkfs};
+pub use filesystem::{FilesystemAction, FilesystemMaker, Mkfs, NativeExt4};
 
 /// What a state disk holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -389,10 +390,11 @@ impl<B: DiskBackend> StateDisk<B> {
     /// copy: [`filesystem::ext4_superblock_copy`]). Any other time a header
     /// that records none means: probe the decrypted device, keep what is
     /// there, report it (and record a file system found). Without a mapped
-    /// device (header-only mode) nothing happens.
+    /// device (header-only mode) nothing happens. `mkfs` makes it:
+    /// [`NativeExt4`], or [`Mkfs`] running mke2fs.
     pub fn ensure_filesystem(
         &mut self,
-        mkfs: &filesystem::Mkfs,
+        mkfs: &dyn filesystem::FilesystemMaker,
         action: &DiskAction,
     ) -> Result<Option<FilesystemAction>, DiskError> {
         let Some(device) = self.backend.mapped_device() else {
