@@ -43,6 +43,8 @@
 
 mod key;
 mod network;
+mod node_file;
+mod own;
 mod peers;
 mod poll;
 mod update;
@@ -51,6 +53,11 @@ use std::fmt;
 
 pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
+pub use node_file::{
+    MAX_CONTROL_PLANES, MAX_NODE_VPN_FILE_BYTES, NodeVpnFile, NodeVpnFileError,
+    write_private_atomically,
+};
+pub use own::{OWN_RECORD_PROOF_BYTES, OwnRecordKey};
 pub use peers::{
     MAX_PEERS, MAX_UPDATE_BYTES, Peer, PeerList, check_peer_name, parse_public_endpoint,
 };
