@@ -18,13 +18,14 @@ use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
 use confboot::atls;
-use confboot::attestation::options::{
-    ATTESTATION_HELP, DEFAULT_VARIANTS, InsecureAnyAk, SNP_POLICY_HELP, VARIANTS_HELP,
-    ValidatorOptions, VariantOptions, attestation_variant,
+use confboot::attestation::join_service::{
+    JOINSVC_AK_TRUST_OPT, JOINSVC_MEASUREMENTS_OPT, JOINSVC_SNP_POLICY_OPT, JOINSVC_VARIANTS_OPT,
+    join_service_validators,
 };
+use confboot::attestation::options::{ATTESTATION_HELP, DEFAULT_VARIANTS, attestation_variant};
 use confboot::attestation::snp::SnpIssuer;
-use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
+use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot::attestation::{Issuer, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::cluster::kubelet_cert::KubeletCertRequest;
 use confboot::disk::luks2::{FormatOptions, Luks2Backend};
@@ -33,7 +34,7 @@ use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
 use confboot::stop::Stop;
-use confboot::tpm::{CLUSTER_ID_PCR, IMA_PCR, Tpm};
+use confboot::tpm::Tpm;
 use crossbeam_channel::bounded;
 
 use crate::join::{EndpointSources, JoinClient};
@@ -82,10 +83,10 @@ const CMD: Command = Command {
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
         Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        Opt::value("joinsvc-measurements", "FILE", "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs but 15 (the cluster mark) and 10 (IMA, run time): the same image)").aliases(&["joinsvc-policy"]),
-        Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak").default(DEFAULT_JOINSVC_AK_TRUST),
-        Opt::value("joinsvc-variants", "LIST", VARIANTS_HELP).default(DEFAULT_VARIANTS),
-        Opt::value("joinsvc-snp-policy", "FILE", SNP_POLICY_HELP),
+        JOINSVC_MEASUREMENTS_OPT,
+        JOINSVC_AK_TRUST_OPT,
+        JOINSVC_VARIANTS_OPT,
+        JOINSVC_SNP_POLICY_OPT,
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
@@ -121,24 +122,6 @@ fn main() {
     }
 }
 
-/// How join services are checked: `--joinsvc-measurements`, `--joinsvc-ak-trust`.
-const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
-    measurements: "joinsvc-measurements",
-    ak_trust: "joinsvc-ak-trust",
-    expected_events: None,
-    insecure_any_ak: InsecureAnyAk::Warn,
-};
-
-/// Which variants join services may attest with: `--joinsvc-variants`,
-/// and `--joinsvc-snp-policy` for `sev-snp`.
-const JOINSVC_VARIANT_OPTIONS: VariantOptions = VariantOptions {
-    variants: "joinsvc-variants",
-    snp_policy: "joinsvc-snp-policy",
-};
-
-/// Where a node image keeps the CA of its platform's attestation keys.
-const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
-
 /// How join services are checked: by default they must run this node's
 /// own image (its PCRs, PCR 15 and IMA's PCR 10 aside) with an AK that `--joinsvc-ak-trust`
 /// trusts, and the node then checks their PCR 15 against each ticket's
@@ -155,63 +138,8 @@ fn joinsvc_check(
         );
         return Ok((JoinServiceCheck::InsecureNone, Vec::new()));
     }
-    let mut validators = Vec::new();
-    for variant in JOINSVC_VARIANT_OPTIONS
-        .accepted(m)
-        .map_err(|e| e.to_string())?
-    {
-        validators.push(match variant {
-            Variant::QemuVtpm => joinsvc_vtpm_validator(m, issuer)?,
-            Variant::SevSnp => Arc::new(
-                JOINSVC_VARIANT_OPTIONS
-                    .snp_validator(m)
-                    .map_err(|e| e.to_string())?,
-            ),
-        });
-    }
+    let validators = join_service_validators(m, issuer)?;
     Ok((JoinServiceCheck::ClusterMark, validators))
-}
-
-/// The validator of vTPM join services: `--joinsvc-measurements` (default:
-/// this node's own image) and `--joinsvc-ak-trust`.
-fn joinsvc_vtpm_validator(m: &Matches, issuer: &VtpmIssuer) -> Result<Arc<dyn Validator>, String> {
-    let opts = JOINSVC_VALIDATOR_OPTIONS;
-    let policy = match opts.measurements(m).map_err(|e| e.to_string())? {
-        Some(policy) => policy,
-        None => own_image_policy(issuer)?,
-    };
-    let builder = opts.builder(m).map_err(|e| {
-        format!(
-            "{e} (join services are attested by default: say which attestation keys they may use)"
-        )
-    })?;
-    // A running join service is a bootstrapped node: its PCR 15 is marked,
-    // and the node checks the mark against each ticket.
-    Ok(builder.require_unmarked(false).build(policy))
-}
-
-/// This node's own measurements as the policy for join services: every
-/// quoted PCR, enforced, but PCR 15 (the cluster mark, checked per ticket)
-/// and PCR 10 (IMA's run-time measurements: a control plane that has run
-/// for a while differs there from a node in its initramfs, whatever image
-/// both booted).
-fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, String> {
-    let pcrs: Vec<u32> = quoted_pcrs()
-        .into_iter()
-        .filter(|&i| i != CLUSTER_ID_PCR && i != IMA_PCR)
-        .collect();
-    let values = issuer
-        .with_tpm(|tpm| tpm.pcr_read(&pcrs))
-        .map_err(|e| format!("reading this node's PCRs: {e}"))?;
-    let mut policy = MeasurementPolicy::default();
-    for (index, value) in values {
-        policy.set(index, value.to_vec(), false);
-    }
-    log::info!(
-        "join services must run this node's image: {} PCRs enforced",
-        policy.entries().len()
-    );
-    Ok(policy)
 }
 
 /// The kubelet key and CSR a joining node sends: for `--node-name`, or the

@@ -1,0 +1,116 @@
+//! The node agent's VPN poller: one thread that asks the control planes
+//! for the peer list ([`ControlPlaneSource`]), checks it, applies it
+//! ([`PeerListFile`]) and waits ([`PollTimer`]) until told to stop.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use confboot::args::Matches;
+use confboot::attestation::Issuer;
+use confboot::attestation::join_service::join_service_validators;
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::stop::Stop;
+use confboot::vpn::{
+    ControlPlaneSource, NodeVpnFile, PeerListFile, PeerUpdates, PollOutcome, PollTimer, VpnNetwork,
+    poll_once,
+};
+
+/// Where the bootstrapper leaves the node's VPN file (a tmpfs).
+pub const DEFAULT_VPN_FILE: &str = "/run/confboot/vpn.json";
+/// Where the applied peer list is written.
+pub const DEFAULT_PEERS_FILE: &str = "/run/confboot/vpn-peers.json";
+/// Bound on one attempt against one control plane (connect, handshake,
+/// call).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The running poller.
+pub struct VpnPoller {
+    stop: Stop,
+    thread: JoinHandle<()>,
+}
+
+impl VpnPoller {
+    /// Stops the poller and waits for its thread.
+    pub fn stop(self) {
+        self.stop.raise();
+        let _ = self.thread.join();
+    }
+}
+
+/// Starts polling as the `--vpn-*` and `--joinsvc-*` options say.
+pub fn start(m: &Matches, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
+    let network: VpnNetwork = m
+        .value("vpn-cidr")
+        .expect("called with --vpn-cidr")
+        .parse()
+        .map_err(|e| format!("--vpn-cidr: {e}"))?;
+    let interval = match m.parsed::<u64>("vpn-poll-interval") {
+        Ok(Some(s)) if (1..=3600).contains(&s) => Duration::from_secs(s),
+        _ => return Err("--vpn-poll-interval: want 1 to 3600 seconds".into()),
+    };
+    let file_path = m.value("vpn-file").expect("default");
+    let file = NodeVpnFile::read(Path::new(file_path)).map_err(|e| format!("--vpn-file: {e}"))?;
+    let mut control_planes: Vec<String> = m
+        .values("vpn-control-plane")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    if control_planes.is_empty() {
+        control_planes = file.control_planes.clone();
+    }
+    let validators = join_service_validators(m, vtpm)?;
+    let own = file.own_record_key.record(
+        &file.name,
+        &file.public_endpoint.to_string(),
+        &file.private_key.public_key(),
+        &file.disk_uuid,
+    );
+    log::info!(
+        "VPN: node {} (public key {}, endpoint {}) polls {} control plane(s) every {} s for {}",
+        file.name,
+        file.private_key.public_key(),
+        file.public_endpoint,
+        control_planes.len(),
+        interval.as_secs(),
+        network
+    );
+    let issuer: Arc<dyn Issuer> = Arc::clone(vtpm) as Arc<dyn Issuer>;
+    let mut source = ControlPlaneSource::new(
+        control_planes,
+        validators,
+        issuer,
+        file.cluster_id.clone(),
+        Some(own),
+        ATTEMPT_TIMEOUT,
+    );
+    let mut sink = PeerListFile::new(m.value("vpn-peers-file").expect("default"));
+    let stop = Stop::new();
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("vpn-poller".into())
+            .spawn(move || {
+                let mut state = PeerUpdates::new(network);
+                let mut timer = PollTimer::new(interval);
+                while !stop.is_raised() {
+                    let outcome = poll_once(&mut state, &mut source, &mut sink);
+                    log_outcome(&outcome);
+                    stop.sleep(timer.next_wait(&outcome));
+                }
+            })
+            .map_err(|e| format!("cannot start the VPN poller: {e}"))?
+    };
+    Ok(VpnPoller { stop, thread })
+}
+
+/// One line per poll that changed something or failed; an unchanged list
+/// only at debug.
+fn log_outcome(outcome: &PollOutcome) {
+    match outcome {
+        PollOutcome::Unchanged { .. } => log::debug!("VPN: {outcome}"),
+        PollOutcome::Applied { .. } => log::info!("VPN: {outcome}"),
+        _ => log::warn!("VPN: {outcome}"),
+    }
+}
