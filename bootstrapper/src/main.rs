@@ -38,6 +38,7 @@ use confboot::tpm::Tpm;
 use crossbeam_channel::bounded;
 
 use crate::join::{EndpointSources, JoinClient};
+use crate::node::vpn::NodeVpnSetup;
 use crate::node::{
     AdminApi, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup, holder,
 };
@@ -89,6 +90,11 @@ const CMD: Command = Command {
         JOINSVC_SNP_POLICY_OPT,
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
+        Opt::flag("vpn", "Join the cluster's VPN: a WireGuard key pair made at the first boot and kept on the state file system (vpn-private-key, 0600), its public key, --node-name and the public endpoint sent with a join request, and the node agent's VPN file (--vpn-file) written at every boot"),
+        Opt::value("vpn-interface", "NAME", "The interface on the network the nodes share: the public endpoint is its first IPv4 address (as DHCP gave it at this boot) and --vpn-listen-port [default: --node-ip]"),
+        Opt::value("vpn-listen-port", "PORT", "The UDP port of the node's WireGuard").default("51820"),
+        Opt::value("vpn-file", "FILE", "Where the node agent's VPN file is written (0600; a tmpfs: it holds the private key)").default("/run/confboot/vpn.json"),
+        Opt::value("vpn-control-plane", "HOST:PORT", "A control plane the node agent asks for peer updates (repeatable) [default: the join endpoints of --join-endpoint and the kernel command line]"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
         Opt::value("node-name", "NAME", "The node's Kubernetes name; a joining node asks the join service to sign its kubelet's serving certificate for it and --node-ip (default: the host name, when it is a valid node name; else no certificate is asked for and the kubelet makes its own)"),
         Opt::value("kubelet-cert-dir", "DIR", "Where the signed kubelet certificate and key are installed (kubelet.crt, kubelet.key: the kubelet's --cert-dir)").default(confboot::cluster::kubeadm::DEFAULT_KUBELET_CERT_DIR),
@@ -142,28 +148,37 @@ fn joinsvc_check(
     Ok((JoinServiceCheck::ClusterMark, validators))
 }
 
-/// The kubelet key and CSR a joining node sends: for `--node-name`, or the
-/// host name when it is a valid node name.
-fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletCertRequest>, String> {
+/// The node's name: `--node-name`, or the host name when it is a valid
+/// node name (`None`: neither).
+fn node_name(m: &Matches) -> Result<Option<String>, String> {
     use confboot::cluster::kubelet_cert::check_node_name;
-    let node_name = match m.value("node-name") {
+    match m.value("node-name") {
         Some(name) => {
             check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
-            name.to_string()
+            Ok(Some(name.to_string()))
         }
         None => {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .unwrap_or_default()
                 .trim()
                 .to_ascii_lowercase();
-            if let Err(e) = check_node_name(&host) {
-                log::warn!(
-                    "no kubelet certificate will be asked for: {e} (the host name; set --node-name)"
-                );
-                return Ok(None);
+            match check_node_name(&host) {
+                Ok(()) => Ok(Some(host)),
+                Err(e) => {
+                    log::warn!("the host name is not a node name: {e} (set --node-name)");
+                    Ok(None)
+                }
             }
-            host
         }
+    }
+}
+
+/// The kubelet key and CSR a joining node sends: for the node's name
+/// ([`node_name`]); none without one.
+fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletCertRequest>, String> {
+    let Some(node_name) = node_name(m)? else {
+        log::warn!("no kubelet certificate will be asked for (no node name)");
+        return Ok(None);
     };
     let ip = node_ip
         .parse()
@@ -177,6 +192,7 @@ fn build_node(
     m: &Matches,
     issuer: Arc<VtpmIssuer>,
     join_service_check: JoinServiceCheck,
+    join_endpoints: &[String],
 ) -> Result<RealNode, String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let disk_path = PathBuf::from(req("state-disk")?);
@@ -243,10 +259,79 @@ fn build_node(
         join_service_check,
     };
     let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, config);
-    Ok(match ssh_users_setup(m)? {
+    let node = match ssh_users_setup(m)? {
         Some(setup) => node.with_ssh_users(setup),
         None => node,
+    };
+    Ok(match vpn_setup(m, mapped, join_endpoints)? {
+        Some(setup) => node.with_vpn(setup),
+        None => node,
     })
+}
+
+/// `--vpn` and its options: the node's VPN at boot, with this boot's
+/// candidate key (`None` without `--vpn`).
+fn vpn_setup(
+    m: &Matches,
+    mapped: bool,
+    join_endpoints: &[String],
+) -> Result<Option<NodeVpnSetup>, String> {
+    if !m.flag("vpn") {
+        return Ok(None);
+    }
+    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
+    if !mapped || req("state-fs")? == "none" {
+        return Err("--vpn needs a state file system to keep the key on (--disk-mode luks, --state-fs ext4)".into());
+    }
+    let name =
+        node_name(m)?.ok_or("--vpn needs the node's name (--node-name, or a valid host name)")?;
+    let listen_port: u16 = req("vpn-listen-port")?
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or("--vpn-listen-port: want 1 to 65535")?;
+    let ip: std::net::IpAddr = match m.value("vpn-interface") {
+        Some(interface) => interface_ipv4(interface)?.into(),
+        None => req("node-ip")?
+            .parse()
+            .map_err(|e| format!("--node-ip: {e}"))?,
+    };
+    let public_endpoint = std::net::SocketAddr::new(ip, listen_port);
+    confboot::vpn::parse_public_endpoint(&public_endpoint.to_string())
+        .map_err(|e| format!("the VPN public endpoint: {e}"))?;
+    let mut control_planes: Vec<String> = m
+        .values("vpn-control-plane")
+        .into_iter()
+        .filter(|e| join::is_endpoint(e))
+        .map(str::to_string)
+        .collect();
+    if control_planes.is_empty() {
+        control_planes = join_endpoints.to_vec();
+    }
+    if control_planes.is_empty() {
+        return Err("--vpn needs a control plane for the node agent (--vpn-control-plane or a join endpoint)".into());
+    }
+    control_planes.truncate(confboot::vpn::MAX_CONTROL_PLANES);
+    let candidate = confboot::vpn::VpnPrivateKey::generate().map_err(|e| e.to_string())?;
+    log::info!("VPN: node {name}, public endpoint {public_endpoint}");
+    Ok(Some(NodeVpnSetup {
+        mount: Box::new(NixStateMount::new(req("state-mount")?)),
+        name,
+        public_endpoint,
+        listen_port,
+        control_planes,
+        file: PathBuf::from(req("vpn-file")?),
+        candidate,
+    }))
+}
+
+/// The first IPv4 address of the interface `name`.
+fn interface_ipv4(name: &str) -> Result<std::net::Ipv4Addr, String> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("--vpn-interface: {e}"))?;
+    addrs
+        .filter(|a| a.interface_name == name)
+        .find_map(|a| a.address.and_then(|s| s.as_sockaddr_in().map(|v4| v4.ip())))
+        .ok_or_else(|| format!("--vpn-interface {name}: no IPv4 address"))
 }
 
 /// `--state-mount`, `--ssh-users-root`: where SSH users are kept and
@@ -285,7 +370,13 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         };
     log::info!("this node attests with {}", attesting.variant());
     let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
-    let node = Arc::new(build_node(m, Arc::clone(&issuer), join_service_check)?);
+    let configured = configured_join_endpoints(m);
+    let node = Arc::new(build_node(
+        m,
+        Arc::clone(&issuer),
+        join_service_check,
+        &configured,
+    )?);
     let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
     log::info!(
         "plan: the {} API and a {} ticket ({:.0} ms after start)",
@@ -297,17 +388,6 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         started.elapsed().as_secs_f64() * 1000.0
     );
 
-    let mut configured: Vec<String> = m
-        .values("join-endpoint")
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
-    if let Ok(cmdline) =
-        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
-    {
-        configured.extend(join::endpoints_from_cmdline(&cmdline));
-    }
     let join_client = JoinClient {
         sources: EndpointSources {
             configured,
@@ -323,6 +403,7 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
                 .unwrap_or(30),
         ),
         kubelet_csr: node.kubelet_csr(),
+        vpn: node.vpn_join_fields(),
     };
 
     let (flows_tx, flows) = bounded::<FlowResult>(8);
@@ -382,6 +463,22 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     server.stop();
     let _ = joiner.join();
     result.map_err(|e| e.to_string())
+}
+
+/// The join endpoints of `--join-endpoint` and the kernel command line.
+fn configured_join_endpoints(m: &Matches) -> Vec<String> {
+    let mut configured: Vec<String> = m
+        .values("join-endpoint")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
+    if let Ok(cmdline) =
+        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
+    {
+        configured.extend(join::endpoints_from_cmdline(&cmdline));
+    }
+    configured
 }
 
 /// The join client's flow: asks until a ticket passes the node's checks,
