@@ -105,6 +105,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("ssh_users_config", ssh_users_config),
     ("kubelet_csr", kubelet_csr),
     ("vpn_update", vpn_update),
+    ("netlink_reply", netlink_reply),
 ];
 
 // ---- RPC ----
@@ -858,6 +859,46 @@ pub fn dhcp_reply(data: &[u8]) {
             assert_eq!(DhcpReply::parse(&data[..MAX_MESSAGE_LEN]), Ok(r));
         }
     }
+}
+
+/// What the kernel answers on a netlink socket (a host that controls the
+/// guest's kernel could lie): a datagram collected as the answer to a
+/// request, then each message body read as a WireGuard device dump, a
+/// generic netlink family answer and a link; and the input itself as each
+/// of those bodies. Nothing read exceeds its bound.
+pub fn netlink_reply(data: &[u8]) {
+    use confboot::netlink::{
+        MAX_ALLOWED_IPS_PER_PEER, MAX_DEVICE_PEERS, MAX_REPLY_BYTES, NetlinkReply, parse_device,
+        parse_family_id, parse_link,
+    };
+    let check_device = |bodies: Vec<&[u8]>| {
+        if let Ok(d) = parse_device(bodies) {
+            assert!(d.index != 0);
+            assert!(d.peers.len() <= MAX_DEVICE_PEERS);
+            assert!(d.peers.iter().all(|p| {
+                p.allowed_ips.len() <= MAX_ALLOWED_IPS_PER_PEER
+                    && p.allowed_ips
+                        .iter()
+                        .all(|a| a.prefix <= if a.address.is_ipv4() { 32 } else { 128 })
+            }));
+        }
+    };
+    let mut reply = NetlinkReply::new(1);
+    let _ = reply.take(data);
+    let bodies: Vec<&[u8]> = reply.bodies().map(|(_, b)| b).collect();
+    assert!(bodies.iter().map(|b| b.len()).sum::<usize>() <= MAX_REPLY_BYTES.min(data.len()));
+    for b in &bodies {
+        let _ = parse_family_id(b, "wireguard");
+        let _ = parse_link(b);
+    }
+    check_device(bodies);
+    if let Ok(id) = parse_family_id(data, "wireguard") {
+        assert!(id > 0x10);
+    }
+    if let Ok(link) = parse_link(data) {
+        assert!(link.name.len() < data.len());
+    }
+    check_device(vec![data]);
 }
 
 /// The kms and storage URIs of Init and Recover: a master secret read from

@@ -452,6 +452,58 @@ fn snp_policy() -> Vec<Seed> {
     ]
 }
 
+/// Netlink answers as the kernel sends them: a WireGuard device dump over
+/// two messages and its end, a family answer and its acknowledgement, a
+/// refusal, a link; and bare bodies.
+fn netlink_reply() -> Vec<Seed> {
+    use confboot::netlink::message::{NLMSG_DONE, NLMSG_ERROR, message, put_attribute};
+    use confboot::netlink::{AllowedIp, WireGuardPeerConfig, set_device_requests};
+    use confboot::vpn::{VpnPrivateKey, VpnPublicKey};
+    let peers: Vec<WireGuardPeerConfig> = (1..=3u8)
+        .map(|i| WireGuardPeerConfig {
+            public_key: VpnPublicKey::from_bytes(&[i; 32]).expect("key"),
+            endpoint: ([192, 0, 2, i], 51820).into(),
+            allowed_ips: vec![AllowedIp::host([10, 118, 0, i].into())],
+            persistent_keepalive_secs: 25,
+        })
+        .collect();
+    let key = VpnPrivateKey::from_bytes(&[9; 32]).expect("key");
+    // SET_DEVICE's layout is GET_DEVICE's: only the command differs.
+    let mut device = set_device_requests(7, &key, 51820, &peers).expect("bodies")[0].to_vec();
+    device[0] = 0;
+    let family = 29u16;
+    let mut dump = message(family, 2, 1, &device);
+    dump.extend_from_slice(&message(family, 2, 1, &device));
+    dump.extend_from_slice(&message(NLMSG_DONE, 2, 1, &0i32.to_ne_bytes()));
+    let ack = |code: i32| {
+        let mut body = code.to_ne_bytes().to_vec();
+        body.extend_from_slice(&[0u8; 16]);
+        message(NLMSG_ERROR, 0, 1, &body)
+    };
+    let mut family_attrs = vec![1u8, 2, 0, 0];
+    put_attribute(&mut family_attrs, 2, b"wireguard\0");
+    put_attribute(&mut family_attrs, 1, &family.to_ne_bytes());
+    let mut family_answer = message(0x10, 0, 1, &family_attrs);
+    family_answer.extend_from_slice(&ack(0));
+    let mut link = vec![0u8; 16];
+    link[4..8].copy_from_slice(&7u32.to_ne_bytes());
+    put_attribute(&mut link, 3, b"wg0\0");
+    let mut kind = Vec::new();
+    put_attribute(&mut kind, 1, b"wireguard");
+    put_attribute(&mut link, 18 | 0x8000, &kind);
+    let mut link_answer = message(16, 0, 1, &link);
+    link_answer.extend_from_slice(&ack(0));
+    vec![
+        seed("wireguard-dump", dump),
+        seed("family", family_answer),
+        seed("refused", ack(-19)),
+        seed("link", link_answer),
+        seed("device-body", device),
+        seed("family-body", family_attrs),
+        seed("link-body", link),
+    ]
+}
+
 /// A reply as QEMU's user networking sends it (OFFER or ACK), with its
 /// options, and a few near misses.
 fn dhcp_reply_seeds() -> Vec<Seed> {
@@ -818,6 +870,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "ssh_users_config" => ssh_users_config(),
         "kubelet_csr" => kubelet_csr(),
         "vpn_update" => vpn_update(),
+        "netlink_reply" => netlink_reply(),
         _ => Vec::new(),
     }
 }

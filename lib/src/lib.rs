@@ -21,6 +21,7 @@ pub mod http;
 pub mod kms;
 pub mod logging;
 pub mod measure;
+pub mod netlink;
 pub mod nodelock;
 pub mod process;
 pub mod rpc;

@@ -8,7 +8,6 @@
 mod cmdline;
 mod measurements;
 mod network;
-mod rtnetlink;
 mod system;
 
 use std::path::Path;

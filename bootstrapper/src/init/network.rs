@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use confboot::backoff::Backoff;
 use confboot::dhcp::{self, DhcpMessageType, DhcpReply, DhcpRequest};
+use confboot::netlink::Rtnetlink;
 use nix::net::if_::if_nametoindex;
 use nix::sys::socket::{setsockopt, sockopt};
-
-use super::rtnetlink::Rtnetlink;
 
 /// Attempts of one DHCP exchange (DISCOVER or REQUEST) before giving up.
 const DHCP_ATTEMPTS: u32 = 6;
