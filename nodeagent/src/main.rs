@@ -41,8 +41,9 @@ const CMD: Command = Command {
             With --vpn-cidr it polls the control planes (vpn.API/GetUpdate over aTLS: this node\n\
             attests with its vTPM, each control plane must pass the --joinsvc-* checks and carry\n\
             the cluster's mark in PCR 15) every --vpn-poll-interval seconds (with jitter; backoff\n\
-            after failures), sends this node's own peer record from --vpn-file, and writes each\n\
-            new checked list to --vpn-peers-file; a refused update keeps the last good list.",
+            after failures), sends this node's own peer record from --vpn-file, and applies each\n\
+            new checked list to the WireGuard interface --vpn-interface and --vpn-peers-file; a\n\
+            refused update keeps the last good list.",
     usage: "nodeagent [OPTIONS]",
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
@@ -96,6 +97,13 @@ const CMD: Command = Command {
             "Seconds between polls (1 to 3600; each wait is 90-100 % of it)",
         )
         .default("10"),
+        Opt::value(
+            "vpn-interface",
+            "NAME|none",
+            "The node's WireGuard interface, created once the node's own VPN address is in the \
+             list (kernel module wireguard; netlink, no shell); none: only --vpn-peers-file",
+        )
+        .default("wg0"),
         Opt::value(
             "vpn-peers-file",
             "FILE",

@@ -1,6 +1,7 @@
 //! The node agent's VPN poller: one thread that asks the control planes
-//! for the peer list ([`ControlPlaneSource`]), checks it, applies it
-//! ([`PeerListFile`]) and waits ([`PollTimer`]) until told to stop.
+//! for the peer list ([`ControlPlaneSource`]), checks it, applies it to
+//! the node's WireGuard interface and the peers file ([`NodeVpnSink`]),
+//! and waits ([`PollTimer`]) until told to stop.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,10 +12,11 @@ use confboot::args::Matches;
 use confboot::attestation::Issuer;
 use confboot::attestation::join_service::join_service_validators;
 use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::netlink::{NetlinkError, WireGuardInterface, check_interface_name};
 use confboot::stop::Stop;
 use confboot::vpn::{
-    ControlPlaneSource, NodeVpnFile, PeerListFile, PeerUpdates, PollOutcome, PollTimer, VpnNetwork,
-    poll_once,
+    ControlPlaneSource, NodeVpnFile, PeerList, PeerListFile, PeerListFileError, PeerSink,
+    PeerUpdates, PollOutcome, PollTimer, VpnNetwork, VpnPrivateKey, poll_once,
 };
 
 /// Where the bootstrapper leaves the node's VPN file (a tmpfs).
@@ -85,7 +87,23 @@ pub fn start(m: &Matches, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
         Some(own),
         ATTEMPT_TIMEOUT,
     );
-    let mut sink = PeerListFile::new(m.value("vpn-peers-file").expect("default"));
+    let interface = match m.value("vpn-interface").expect("default") {
+        "none" => None,
+        name => {
+            check_interface_name(name).map_err(|e| format!("--vpn-interface: {e}"))?;
+            Some(name.to_string())
+        }
+    };
+    let mut sink = NodeVpnSink {
+        interface: interface.map(|name| InterfaceState::Down {
+            name,
+            key: VpnPrivateKey::from_bytes(file.private_key.expose()).expect("a valid key"),
+            listen_port: file.listen_port,
+        }),
+        node_name: file.name.clone(),
+        network,
+        file: PeerListFile::new(m.value("vpn-peers-file").expect("default")),
+    };
     let stop = Stop::new();
     let thread = {
         let stop = stop.clone();
@@ -112,5 +130,83 @@ fn log_outcome(outcome: &PollOutcome) {
         PollOutcome::Unchanged { .. } => log::debug!("VPN: {outcome}"),
         PollOutcome::Applied { .. } => log::info!("VPN: {outcome}"),
         _ => log::warn!("VPN: {outcome}"),
+    }
+}
+
+/// The node's WireGuard interface: not there until the node's own address
+/// is known (its entry in a list), then up.
+enum InterfaceState {
+    /// Not created yet.
+    Down {
+        name: String,
+        key: VpnPrivateKey,
+        listen_port: u16,
+    },
+    /// Created, with the node's key, port and address.
+    Up(WireGuardInterface),
+}
+
+/// Where a checked list goes: the WireGuard interface (none with
+/// `--vpn-interface none`), then the peers file.
+struct NodeVpnSink {
+    interface: Option<InterfaceState>,
+    node_name: String,
+    network: VpnNetwork,
+    file: PeerListFile,
+}
+
+/// Why a list was not applied.
+#[derive(Debug)]
+enum NodeVpnSinkError {
+    /// The list has no entry for this node yet (its own record is
+    /// registered by the control plane with this very poll, and shows in
+    /// the next answer).
+    NoOwnAddress,
+    /// The kernel refused.
+    Netlink(NetlinkError),
+    /// The peers file could not be written.
+    File(PeerListFileError),
+}
+
+impl std::fmt::Display for NodeVpnSinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeVpnSinkError::NoOwnAddress => {
+                f.write_str("this node is not in the list yet (no VPN address for its interface)")
+            }
+            NodeVpnSinkError::Netlink(e) => write!(f, "WireGuard interface: {e}"),
+            NodeVpnSinkError::File(e) => e.fmt(f),
+        }
+    }
+}
+
+impl PeerSink for NodeVpnSink {
+    type Error = NodeVpnSinkError;
+
+    fn apply(&mut self, peers: &PeerList) -> Result<(), NodeVpnSinkError> {
+        if let Some(InterfaceState::Down {
+            name,
+            key,
+            listen_port,
+        }) = &self.interface
+        {
+            let own = peers
+                .get(&self.node_name)
+                .ok_or(NodeVpnSinkError::NoOwnAddress)?;
+            let key = VpnPrivateKey::from_bytes(key.expose()).expect("a valid key");
+            let prefix = self.network.prefix();
+            let up = WireGuardInterface::up(name, key, *listen_port, own.vpn_ip, prefix)
+                .map_err(NodeVpnSinkError::Netlink)?;
+            log::info!(
+                "VPN: interface {} up with {}/{prefix}, port {listen_port}",
+                up.name(),
+                own.vpn_ip
+            );
+            self.interface = Some(InterfaceState::Up(up));
+        }
+        if let Some(InterfaceState::Up(interface)) = &mut self.interface {
+            interface.apply(peers).map_err(NodeVpnSinkError::Netlink)?;
+        }
+        self.file.apply(peers).map_err(NodeVpnSinkError::File)
     }
 }

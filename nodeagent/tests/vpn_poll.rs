@@ -99,10 +99,22 @@ impl Agent {
 
     fn spawn(&mut self) {
         let p = |n: &str| self.dir.path().join(n);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodeagent"));
+        // CONFBOOT_NODEAGENT names another build (the static release
+        // binary, for its memory figure in BENCHMARKS.md).
+        let binary = std::env::var_os("CONFBOOT_NODEAGENT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nodeagent")));
+        let mut cmd = Command::new(binary);
         cmd.args(["--tpm", &self.swtpm.addr().to_string()])
             .args(["--event-log", "none", "--verify-listen", "127.0.0.1:0"])
-            .args(["--vpn-cidr", CIDR, "--vpn-poll-interval", "1"])
+            .args([
+                "--vpn-cidr",
+                CIDR,
+                "--vpn-poll-interval",
+                "1",
+                "--vpn-interface",
+                "none",
+            ])
             .arg("--vpn-file")
             .arg(p("vpn.json"))
             .arg("--vpn-peers-file")
@@ -273,6 +285,10 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     );
     let log = agent.log().join("\n");
     assert!(log.contains("applied (2 peers)"), "{log}");
+    let pid = agent.process.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let peak = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("");
+    eprintln!("nodeagent {peak}");
     assert!(
         !log.contains(&agent.private_key_b64),
         "the private key is logged"
