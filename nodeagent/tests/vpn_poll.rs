@@ -287,7 +287,10 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     assert!(log.contains("applied (2 peers)"), "{log}");
     let pid = agent.process.as_ref().unwrap().id();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let peak = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("");
+    let peak = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("");
     eprintln!("nodeagent {peak}");
     assert!(
         !log.contains(&agent.private_key_b64),
