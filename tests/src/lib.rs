@@ -15,6 +15,7 @@ pub mod load;
 pub mod qemu;
 pub mod snp;
 pub mod storm;
+pub mod vm_hub;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
