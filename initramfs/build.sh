@@ -59,6 +59,7 @@ MODULES=(
     cryptd crypto_simd aesni-intel ecb xts
     af_alg algif_skcipher algif_hash
     crc32c_generic crc32c-intel ext4
+    wireguard
 )
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }

@@ -368,8 +368,10 @@ fn golden_measurements_match_a_probe_boot() {
 /// The production image's compressed size (zstd -12, before padding) may
 /// not pass this: measured 3,860,012 bytes once the bootstrapper mapped its
 /// own disk and cryptsetup left the image (6,936,451 with it; see
-/// BENCHMARKS.md, "The initramfs") plus a margin of about 3 %.
-const PRODUCTION_IMAGE_BUDGET: u64 = 3_975_000;
+/// BENCHMARKS.md, "The initramfs") plus a margin of about 3 %, plus the
+/// 159,691 bytes of the `wireguard` module and its dependencies (the node's
+/// VPN interface).
+const PRODUCTION_IMAGE_BUDGET: u64 = 4_135_000;
 
 /// The production image (only `--bootstrapper` and `--nodeagent`): no
 /// shell, no busybox, no `/test`, no cryptsetup, `/init` is the

@@ -1,0 +1,106 @@
+//! The test image's probe of WireGuard through netlink
+//! (`confboot::netlink`), run by `/init`'s probe task `wg-probe`
+//! (initramfs/README.md) in a guest whose kernel has the `wireguard`
+//! module. It brings up `wg0` as a node would and prints what the kernel
+//! holds after each step, for `tests/tests/vm_wireguard.rs` to compare with
+//! what it applied:
+//!
+//! - `CONFBOOT-WG-UP NAME INDEX`: the interface is up;
+//! - `CONFBOOT-WG-HELD STEP PEERS DIGEST PORT PUBLIC-KEY APPLY-MS READ-MS`
+//!   after each step: `full` (1,024 peers), `smaller` (5 peers and the node
+//!   itself, so 1,019 removed), `takeover` (a second `up` of the same name:
+//!   the same link, no peers), `again` (3 peers and the node itself);
+//!   DIGEST is [`peers_digest`] of the peers read back;
+//! - `CONFBOOT-WG-OTHER-KIND refused`: `up` of `lo` is refused.
+//!
+//! A failure exits non-zero with its reason on stderr.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use confboot::netlink::{NetlinkError, WireGuardDevice, WireGuardInterface, WireGuardPeerConfig};
+use confboot::vpn::{PeerList, PeerSink};
+use confboot_tests::wireguard_probe::{
+    ADDRESS, INTERFACE, LISTEN_PORT, node_key, peer_list, peers_digest,
+};
+
+fn up(name: &str) -> Result<WireGuardInterface, NetlinkError> {
+    WireGuardInterface::up(name, node_key(), LISTEN_PORT, ADDRESS.0, ADDRESS.1)
+}
+
+fn held(device: &WireGuardDevice) -> Vec<WireGuardPeerConfig> {
+    device
+        .peers
+        .iter()
+        .map(|p| WireGuardPeerConfig {
+            public_key: p.public_key,
+            endpoint: p.endpoint.unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
+            allowed_ips: p.allowed_ips.clone(),
+            persistent_keepalive_secs: p.persistent_keepalive_secs,
+        })
+        .collect()
+}
+
+/// Applies `list` (if any), reads the device back and prints the step.
+fn step(wg: &mut WireGuardInterface, name: &str, list: Option<&PeerList>) -> Result<(), String> {
+    let started = Instant::now();
+    if let Some(list) = list {
+        wg.apply(list).map_err(|e| format!("{name}: apply: {e}"))?;
+    }
+    let apply_ms = started.elapsed().as_millis();
+    let started = Instant::now();
+    let device = wg.device().map_err(|e| format!("{name}: read: {e}"))?;
+    let read_ms = started.elapsed().as_millis();
+    let public = device
+        .public_key
+        .map_or("none".to_string(), |k| k.to_string());
+    // The kernel holds the key clamped; its public key is the same.
+    let private_matches = device
+        .private_key
+        .as_ref()
+        .is_some_and(|k| k.public_key() == wg.public_key());
+    if !private_matches {
+        return Err(format!(
+            "{name}: the private key read back is not the node's"
+        ));
+    }
+    println!(
+        "CONFBOOT-WG-HELD {name} {} {} {} {public} {apply_ms} {read_ms}",
+        device.peers.len(),
+        peers_digest(&held(&device)),
+        device.listen_port,
+    );
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let mut wg = up(INTERFACE).map_err(|e| format!("up {INTERFACE}: {e}"))?;
+    println!("CONFBOOT-WG-UP {} {}", wg.name(), wg.index());
+    step(&mut wg, "full", Some(&peer_list(0..1024, false)))?;
+    step(&mut wg, "smaller", Some(&peer_list(0..5, true)))?;
+    let index = wg.index();
+    drop(wg);
+    let mut wg = up(INTERFACE).map_err(|e| format!("take over {INTERFACE}: {e}"))?;
+    if wg.index() != index {
+        return Err(format!("take over: index {} after {index}", wg.index()));
+    }
+    step(&mut wg, "takeover", None)?;
+    step(&mut wg, "again", Some(&peer_list(0..3, true)))?;
+    match up("lo") {
+        Err(NetlinkError::WrongLinkKind) => println!("CONFBOOT-WG-OTHER-KIND refused"),
+        Err(e) => return Err(format!("up lo: {e}")),
+        Ok(_) => return Err("up lo: a loopback link was taken as WireGuard".into()),
+    }
+    wg.delete().map_err(|e| format!("delete: {e}"))?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("confboot-wg-probe: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
