@@ -29,8 +29,12 @@ use std::path::Path;
 /// libcrypto most of it) a production image then no longer needs. 3.25 MB
 /// until the bootstrapper became the initramfs's PID 1 (mounts, modules,
 /// DHCP and rtnetlink, reaping; about 33 KB) in place of busybox (1.98 MB
-/// raw) and kept the admin's SSH users (about 50 KB): 3.25 MB.
-const BUDGET: u64 = 3_300_000;
+/// raw) and kept the admin's SSH users (about 50 KB): 3.25 MB. 3.3 MB
+/// until the bootstrapper joined the node to the cluster's VPN (a WireGuard
+/// key pair, X25519; the key kept on the state disk and the node agent's
+/// file; the join-service checks shared with the agent; netlink moved into
+/// lib): 3,253,064 to 3,302,248 bytes.
+const BUDGET: u64 = 3_350_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");
