@@ -71,6 +71,12 @@ impl VmHub {
         [0x52, 0x54, 0x00, 0xaa, 0x00, index]
     }
 
+    /// The host name the hub's DHCP gives VM `index` (option 12): PID 1
+    /// sets it, and a node without `--node-name` takes it as its name.
+    pub fn host_name(index: u8) -> String {
+        format!("vm-{index}")
+    }
+
     /// The address the hub's DHCP gives VM `index`.
     pub fn address(&self, index: u8) -> Ipv4Addr {
         let [a, b, c] = self.subnet;
@@ -219,6 +225,9 @@ pub fn dhcp_answer(frame: &[u8], subnet: [u8; 3]) -> Option<Vec<u8>> {
     reply.extend_from_slice(&[1, 4, 255, 255, 255, 0]);
     reply.extend_from_slice(&[51, 4]);
     reply.extend_from_slice(&86_400u32.to_be_bytes());
+    let host = VmHub::host_name(index);
+    reply.extend_from_slice(&[12, host.len() as u8]);
+    reply.extend_from_slice(host.as_bytes());
     reply.push(255);
     Some(udp_frame(
         HUB_MAC,
@@ -341,6 +350,7 @@ mod tests {
         assert_eq!(offer.address, hub.address(2));
         assert_eq!(offer.netmask, Some(Ipv4Addr::new(255, 255, 255, 0)));
         assert_eq!(offer.router, None);
+        assert_eq!(offer.host_name.as_deref(), Some("vm-2"));
         let request = DhcpRequest {
             kind: DhcpMessageType::Request,
             selected: Some((offer.address, offer.server.unwrap())),

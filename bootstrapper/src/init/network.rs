@@ -20,6 +20,9 @@ const DHCP_MAX_WAIT: Duration = Duration::from_secs(8);
 /// Datagrams looked at per wait (others than the answer are dropped).
 const MAX_DATAGRAMS_PER_WAIT: u32 = 64;
 
+/// The kernel's host name.
+const HOSTNAME: &str = "/proc/sys/kernel/hostname";
+
 /// A lease as the client applies it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -29,6 +32,8 @@ pub struct Lease {
     pub prefix: u8,
     /// The default route, if the server named one.
     pub router: Option<Ipv4Addr>,
+    /// The host name the server gave (option 12, one DNS label).
+    pub host_name: Option<String>,
 }
 
 /// Sets `lo` up and configures every virtio NIC by DHCP; prints what it
@@ -48,16 +53,27 @@ pub fn configure() {
             }
             // Every NIC by DHCP (a second one: the network the nodes
             // share, for their VPN); only the first one's router becomes
-            // the default route.
+            // the default route. The first host name a lease carries
+            // becomes the node's (a node without --node-name takes it).
+            let mut host_named = false;
             for (i, name) in nics.iter().enumerate() {
                 match configure_nic(&mut nl, name, i == 0) {
-                    Ok(l) => println!(
-                        "CONFBOOT-NET {} {}/{} router {}",
-                        name.to_string_lossy(),
-                        l.address,
-                        l.prefix,
-                        l.router.map_or("none".to_string(), |r| r.to_string())
-                    ),
+                    Ok(l) => {
+                        if let Some(host) = l.host_name.as_deref().filter(|_| !host_named) {
+                            host_named = true;
+                            match std::fs::write(HOSTNAME, host) {
+                                Ok(()) => println!("CONFBOOT-NET host name {host}"),
+                                Err(e) => println!("CONFBOOT-WARN host name {host}: {e}"),
+                            }
+                        }
+                        println!(
+                            "CONFBOOT-NET {} {}/{} router {}",
+                            name.to_string_lossy(),
+                            l.address,
+                            l.prefix,
+                            l.router.map_or("none".to_string(), |r| r.to_string())
+                        )
+                    }
                     Err(e) => println!("CONFBOOT-WARN {}: {e}", name.to_string_lossy()),
                 }
             }
@@ -168,6 +184,7 @@ fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
             address: ack.address,
             prefix,
             router: ack.router.or(offer.router),
+            host_name: ack.host_name.or(offer.host_name),
         });
     }
     Err("DHCP server refused twice (NAK)".to_string())
