@@ -202,9 +202,14 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     let joining = Node::start("joining", KERNEL);
     let disk_key = setup.master_secret.state_disk_key(DISK);
     let (agent_tpm, agent_ak) = measured_tpm(Some(&cluster_id));
+    // The policy as `confboot measure` writes it, with PCR 15 all-zero
+    // (unbootstrapped nodes): a marked member's GetUpdate passes all the
+    // same (its mark is checked per call).
+    let mut policy = joining.policy();
+    policy.set(15, vec![0; 32], false);
     let mut joinsvc = Joinsvc::launch(
         &workspace_binary("joinsvc"),
-        &joining.policy(),
+        &policy,
         JoinsvcSetup {
             pinned_aks: vec![agent_ak, joining.issuer.ak_public_key()],
             extra: vec![
