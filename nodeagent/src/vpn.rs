@@ -205,8 +205,63 @@ impl PeerSink for NodeVpnSink {
             self.interface = Some(InterfaceState::Up(up));
         }
         if let Some(InterfaceState::Up(interface)) = &mut self.interface {
+            if let Some(moved) = moved_address(interface.address(), peers, &self.node_name) {
+                let prefix = self.network.prefix();
+                interface
+                    .set_address(moved, prefix)
+                    .map_err(NodeVpnSinkError::Netlink)?;
+                log::info!(
+                    "VPN: interface {} moved to {moved}/{prefix}",
+                    interface.name()
+                );
+            }
             interface.apply(peers).map_err(NodeVpnSinkError::Netlink)?;
         }
         self.file.apply(peers).map_err(NodeVpnSinkError::File)
+    }
+}
+
+/// The node's address in `peers` when it is no longer `current` (the
+/// control plane moved its entry); `None` while it stays, and while the
+/// list has no entry for the node (the interface keeps its address).
+fn moved_address(
+    current: std::net::Ipv4Addr,
+    peers: &PeerList,
+    name: &str,
+) -> Option<std::net::Ipv4Addr> {
+    peers
+        .get(name)
+        .map(|own| own.vpn_ip)
+        .filter(|ip| *ip != current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot::vpn::{Peer, VpnPublicKey};
+    use std::net::Ipv4Addr;
+
+    fn list(own: Option<u8>) -> PeerList {
+        let peer = |name: &str, i: u8| Peer {
+            name: name.into(),
+            public_endpoint: ([192, 0, 2, i], 51820).into(),
+            vpn_ip: Ipv4Addr::new(10, 118, 0, i),
+            vpn_pub_key: VpnPublicKey::from_bytes(&[i; 32]).unwrap(),
+        };
+        let mut peers = vec![peer("other", 9)];
+        peers.extend(own.map(|i| peer("me", i)));
+        PeerList::new(peers).unwrap()
+    }
+
+    #[test]
+    fn the_interface_follows_a_moved_own_address_only() {
+        let current = Ipv4Addr::new(10, 118, 0, 1);
+        assert_eq!(moved_address(current, &list(Some(1)), "me"), None);
+        assert_eq!(
+            moved_address(current, &list(Some(5)), "me"),
+            Some(Ipv4Addr::new(10, 118, 0, 5))
+        );
+        // No entry for the node: its address stays.
+        assert_eq!(moved_address(current, &list(None), "me"), None);
     }
 }
