@@ -46,7 +46,7 @@ const STEP_BOUND: Duration = Duration::from_secs(120);
 /// The guest port joinsvc is reached at (10.0.2.100:9090).
 const JOIN_PORT: u16 = 9090;
 /// The agents' poll interval, in seconds.
-const POLL_SECS: u64 = 3;
+const POLL_SECS: u64 = 5;
 /// The cluster's VPN range.
 const CIDR: &str = "10.118.0.0/24";
 /// The init secret the admin holds.
