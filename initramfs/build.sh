@@ -103,7 +103,7 @@ for tool in apt-get dpkg-deb depmod cpio zstd ldd find sort; do
 done
 BUSYBOX=/bin/busybox
 if [ "$TEST_TOOLS" = 1 ]; then
-    [ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -qx nc || die "$BUSYBOX missing or not busybox (install Debian busybox-static)"
+    [ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -x nc >/dev/null || die "$BUSYBOX missing or not busybox (install Debian busybox-static)"
     file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || [ ! -x "$(command -v file)" ] || die "$BUSYBOX is not static (install busybox-static, not busybox)"
 fi
 CRYPTSETUP=/usr/sbin/cryptsetup

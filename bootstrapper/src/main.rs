@@ -18,13 +18,14 @@ use std::time::{Duration, Instant};
 
 use confboot::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
 use confboot::atls;
-use confboot::attestation::options::{
-    ATTESTATION_HELP, DEFAULT_VARIANTS, InsecureAnyAk, SNP_POLICY_HELP, VARIANTS_HELP,
-    ValidatorOptions, VariantOptions, attestation_variant,
+use confboot::attestation::join_service::{
+    JOINSVC_AK_TRUST_OPT, JOINSVC_MEASUREMENTS_OPT, JOINSVC_SNP_POLICY_OPT, JOINSVC_VARIANTS_OPT,
+    join_service_validators,
 };
+use confboot::attestation::options::{ATTESTATION_HELP, DEFAULT_VARIANTS, attestation_variant};
 use confboot::attestation::snp::SnpIssuer;
-use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer, quoted_pcrs};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
+use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot::attestation::{Issuer, Validator, Variant};
 use confboot::cluster::KubeadmBackend;
 use confboot::cluster::kubelet_cert::KubeletCertRequest;
 use confboot::disk::luks2::{FormatOptions, Luks2Backend};
@@ -36,10 +37,11 @@ use confboot::kms::init_secret::InitSecretHash;
 use confboot::rpc::ServerLimits;
 use confboot::rpc::listener::PoolConfig;
 use confboot::stop::Stop;
-use confboot::tpm::{CLUSTER_ID_PCR, IMA_PCR, Tpm};
+use confboot::tpm::Tpm;
 use crossbeam_channel::bounded;
 
 use crate::join::{EndpointSources, JoinClient};
+use crate::node::vpn::NodeVpnSetup;
 use crate::node::{
     AdminApi, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup, holder,
 };
@@ -85,12 +87,17 @@ const CMD: Command = Command {
         Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
         Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
         Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        Opt::value("joinsvc-measurements", "FILE", "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs but 15 (the cluster mark) and 10 (IMA, run time): the same image)").aliases(&["joinsvc-policy"]),
-        Opt::value("joinsvc-ak-trust", "MODE", "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak").default(DEFAULT_JOINSVC_AK_TRUST),
-        Opt::value("joinsvc-variants", "LIST", VARIANTS_HELP).default(DEFAULT_VARIANTS),
-        Opt::value("joinsvc-snp-policy", "FILE", SNP_POLICY_HELP),
+        JOINSVC_MEASUREMENTS_OPT,
+        JOINSVC_AK_TRUST_OPT,
+        JOINSVC_VARIANTS_OPT,
+        JOINSVC_SNP_POLICY_OPT,
         Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
         Opt::flag("control-plane", "Join as a control-plane node"),
+        Opt::flag("vpn", "Join the cluster's VPN: a WireGuard key pair made at the first boot and kept on the state file system (vpn-private-key, 0600), its public key, --node-name and the public endpoint sent with a join request, and the node agent's VPN file (--vpn-file) written at every boot"),
+        Opt::value("vpn-interface", "NAME", "The interface on the network the nodes share: the public endpoint is its first IPv4 address (as DHCP gave it at this boot) and --vpn-listen-port [default: --node-ip]"),
+        Opt::value("vpn-listen-port", "PORT", "The UDP port of the node's WireGuard").default("51820"),
+        Opt::value("vpn-file", "FILE", "Where the node agent's VPN file is written (0600; a tmpfs: it holds the private key)").default("/run/confboot/vpn.json"),
+        Opt::value("vpn-control-plane", "HOST:PORT", "A control plane the node agent asks for peer updates (repeatable) [default: the join endpoints of --join-endpoint and the kernel command line]"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
         Opt::value("node-name", "NAME", "The node's Kubernetes name; a joining node asks the join service to sign its kubelet's serving certificate for it and --node-ip (default: the host name, when it is a valid node name; else no certificate is asked for and the kubelet makes its own)"),
         Opt::value("kubelet-cert-dir", "DIR", "Where the signed kubelet certificate and key are installed (kubelet.crt, kubelet.key: the kubelet's --cert-dir)").default(confboot::cluster::kubeadm::DEFAULT_KUBELET_CERT_DIR),
@@ -124,24 +131,6 @@ fn main() {
     }
 }
 
-/// How join services are checked: `--joinsvc-measurements`, `--joinsvc-ak-trust`.
-const JOINSVC_VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
-    measurements: "joinsvc-measurements",
-    ak_trust: "joinsvc-ak-trust",
-    expected_events: None,
-    insecure_any_ak: InsecureAnyAk::Warn,
-};
-
-/// Which variants join services may attest with: `--joinsvc-variants`,
-/// and `--joinsvc-snp-policy` for `sev-snp`.
-const JOINSVC_VARIANT_OPTIONS: VariantOptions = VariantOptions {
-    variants: "joinsvc-variants",
-    snp_policy: "joinsvc-snp-policy",
-};
-
-/// Where a node image keeps the CA of its platform's attestation keys.
-const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
-
 /// How join services are checked: by default they must run this node's
 /// own image (its PCRs, PCR 15 and IMA's PCR 10 aside) with an AK that `--joinsvc-ak-trust`
 /// trusts, and the node then checks their PCR 15 against each ticket's
@@ -158,87 +147,41 @@ fn joinsvc_check(
         );
         return Ok((JoinServiceCheck::InsecureNone, Vec::new()));
     }
-    let mut validators = Vec::new();
-    for variant in JOINSVC_VARIANT_OPTIONS
-        .accepted(m)
-        .map_err(|e| e.to_string())?
-    {
-        validators.push(match variant {
-            Variant::QemuVtpm => joinsvc_vtpm_validator(m, issuer)?,
-            Variant::SevSnp => Arc::new(
-                JOINSVC_VARIANT_OPTIONS
-                    .snp_validator(m)
-                    .map_err(|e| e.to_string())?,
-            ),
-        });
-    }
+    let validators = join_service_validators(m, issuer)?;
     Ok((JoinServiceCheck::ClusterMark, validators))
 }
 
-/// The validator of vTPM join services: `--joinsvc-measurements` (default:
-/// this node's own image) and `--joinsvc-ak-trust`.
-fn joinsvc_vtpm_validator(m: &Matches, issuer: &VtpmIssuer) -> Result<Arc<dyn Validator>, String> {
-    let opts = JOINSVC_VALIDATOR_OPTIONS;
-    let policy = match opts.measurements(m).map_err(|e| e.to_string())? {
-        Some(policy) => policy,
-        None => own_image_policy(issuer)?,
-    };
-    let builder = opts.builder(m).map_err(|e| {
-        format!(
-            "{e} (join services are attested by default: say which attestation keys they may use)"
-        )
-    })?;
-    // A running join service is a bootstrapped node: its PCR 15 is marked,
-    // and the node checks the mark against each ticket.
-    Ok(builder.require_unmarked(false).build(policy))
-}
-
-/// This node's own measurements as the policy for join services: every
-/// quoted PCR, enforced, but PCR 15 (the cluster mark, checked per ticket)
-/// and PCR 10 (IMA's run-time measurements: a control plane that has run
-/// for a while differs there from a node in its initramfs, whatever image
-/// both booted).
-fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, String> {
-    let pcrs: Vec<u32> = quoted_pcrs()
-        .into_iter()
-        .filter(|&i| i != CLUSTER_ID_PCR && i != IMA_PCR)
-        .collect();
-    let values = issuer
-        .with_tpm(|tpm| tpm.pcr_read(&pcrs))
-        .map_err(|e| format!("reading this node's PCRs: {e}"))?;
-    let mut policy = MeasurementPolicy::default();
-    for (index, value) in values {
-        policy.set(index, value.to_vec(), false);
-    }
-    log::info!(
-        "join services must run this node's image: {} PCRs enforced",
-        policy.entries().len()
-    );
-    Ok(policy)
-}
-
-/// The kubelet key and CSR a joining node sends: for `--node-name`, or the
-/// host name when it is a valid node name.
-fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletCertRequest>, String> {
+/// The node's name: `--node-name`, or the host name when it is a valid
+/// node name (`None`: neither).
+fn node_name(m: &Matches) -> Result<Option<String>, String> {
     use confboot::cluster::kubelet_cert::check_node_name;
-    let node_name = match m.value("node-name") {
+    match m.value("node-name") {
         Some(name) => {
             check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
-            name.to_string()
+            Ok(Some(name.to_string()))
         }
         None => {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .unwrap_or_default()
                 .trim()
                 .to_ascii_lowercase();
-            if let Err(e) = check_node_name(&host) {
-                log::warn!(
-                    "no kubelet certificate will be asked for: {e} (the host name; set --node-name)"
-                );
-                return Ok(None);
+            match check_node_name(&host) {
+                Ok(()) => Ok(Some(host)),
+                Err(e) => {
+                    log::warn!("the host name is not a node name: {e} (set --node-name)");
+                    Ok(None)
+                }
             }
-            host
         }
+    }
+}
+
+/// The kubelet key and CSR a joining node sends: for the node's name
+/// ([`node_name`]); none without one.
+fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletCertRequest>, String> {
+    let Some(node_name) = node_name(m)? else {
+        log::warn!("no kubelet certificate will be asked for (no node name)");
+        return Ok(None);
     };
     let ip = node_ip
         .parse()
@@ -252,6 +195,7 @@ fn build_node(
     m: &Matches,
     issuer: Arc<VtpmIssuer>,
     join_service_check: JoinServiceCheck,
+    join_endpoints: &[String],
 ) -> Result<RealNode, String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let disk_path = PathBuf::from(req("state-disk")?);
@@ -321,10 +265,79 @@ fn build_node(
         join_service_check,
     };
     let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, config);
-    Ok(match ssh_users_setup(m)? {
+    let node = match ssh_users_setup(m)? {
         Some(setup) => node.with_ssh_users(setup),
         None => node,
+    };
+    Ok(match vpn_setup(m, mapped, join_endpoints)? {
+        Some(setup) => node.with_vpn(setup),
+        None => node,
     })
+}
+
+/// `--vpn` and its options: the node's VPN at boot, with this boot's
+/// candidate key (`None` without `--vpn`).
+fn vpn_setup(
+    m: &Matches,
+    mapped: bool,
+    join_endpoints: &[String],
+) -> Result<Option<NodeVpnSetup>, String> {
+    if !m.flag("vpn") {
+        return Ok(None);
+    }
+    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
+    if !mapped || req("state-fs")? == "none" {
+        return Err("--vpn needs a state file system to keep the key on (--disk-mode luks, --state-fs ext4)".into());
+    }
+    let name =
+        node_name(m)?.ok_or("--vpn needs the node's name (--node-name, or a valid host name)")?;
+    let listen_port: u16 = req("vpn-listen-port")?
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or("--vpn-listen-port: want 1 to 65535")?;
+    let ip: std::net::IpAddr = match m.value("vpn-interface") {
+        Some(interface) => interface_ipv4(interface)?.into(),
+        None => req("node-ip")?
+            .parse()
+            .map_err(|e| format!("--node-ip: {e}"))?,
+    };
+    let public_endpoint = std::net::SocketAddr::new(ip, listen_port);
+    confboot::vpn::parse_public_endpoint(&public_endpoint.to_string())
+        .map_err(|e| format!("the VPN public endpoint: {e}"))?;
+    let mut control_planes: Vec<String> = m
+        .values("vpn-control-plane")
+        .into_iter()
+        .filter(|e| join::is_endpoint(e))
+        .map(str::to_string)
+        .collect();
+    if control_planes.is_empty() {
+        control_planes = join_endpoints.to_vec();
+    }
+    if control_planes.is_empty() {
+        return Err("--vpn needs a control plane for the node agent (--vpn-control-plane or a join endpoint)".into());
+    }
+    control_planes.truncate(confboot::vpn::MAX_CONTROL_PLANES);
+    let candidate = confboot::vpn::VpnPrivateKey::generate().map_err(|e| e.to_string())?;
+    log::info!("VPN: node {name}, public endpoint {public_endpoint}");
+    Ok(Some(NodeVpnSetup {
+        mount: Box::new(NixStateMount::new(req("state-mount")?)),
+        name,
+        public_endpoint,
+        listen_port,
+        control_planes,
+        file: PathBuf::from(req("vpn-file")?),
+        candidate,
+    }))
+}
+
+/// The first IPv4 address of the interface `name`.
+fn interface_ipv4(name: &str) -> Result<std::net::Ipv4Addr, String> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("--vpn-interface: {e}"))?;
+    addrs
+        .filter(|a| a.interface_name == name)
+        .find_map(|a| a.address.and_then(|s| s.as_sockaddr_in().map(|v4| v4.ip())))
+        .ok_or_else(|| format!("--vpn-interface {name}: no IPv4 address"))
 }
 
 /// `--state-mount`, `--ssh-users-root`: where SSH users are kept and
@@ -363,7 +376,13 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         };
     log::info!("this node attests with {}", attesting.variant());
     let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
-    let node = Arc::new(build_node(m, Arc::clone(&issuer), join_service_check)?);
+    let configured = configured_join_endpoints(m);
+    let node = Arc::new(build_node(
+        m,
+        Arc::clone(&issuer),
+        join_service_check,
+        &configured,
+    )?);
     let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
     log::info!(
         "plan: the {} API and a {} ticket ({:.0} ms after start)",
@@ -375,17 +394,6 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         started.elapsed().as_secs_f64() * 1000.0
     );
 
-    let mut configured: Vec<String> = m
-        .values("join-endpoint")
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
-    if let Ok(cmdline) =
-        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
-    {
-        configured.extend(join::endpoints_from_cmdline(&cmdline));
-    }
     let join_client = JoinClient {
         sources: EndpointSources {
             configured,
@@ -401,6 +409,7 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
                 .unwrap_or(30),
         ),
         kubelet_csr: node.kubelet_csr(),
+        vpn: node.vpn_join_fields(),
     };
 
     let (flows_tx, flows) = bounded::<FlowResult>(8);
@@ -460,6 +469,22 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     server.stop();
     let _ = joiner.join();
     result.map_err(|e| e.to_string())
+}
+
+/// The join endpoints of `--join-endpoint` and the kernel command line.
+fn configured_join_endpoints(m: &Matches) -> Vec<String> {
+    let mut configured: Vec<String> = m
+        .values("join-endpoint")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
+    if let Ok(cmdline) =
+        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
+    {
+        configured.extend(join::endpoints_from_cmdline(&cmdline));
+    }
+    configured
 }
 
 /// The join client's flow: asks until a ticket passes the node's checks,

@@ -36,6 +36,7 @@ pub fn status(e: &NodeError) -> Status {
         | NodeError::Disk(_)
         | NodeError::Mark(_)
         | NodeError::SshUsers(_)
+        | NodeError::Vpn(_)
         | NodeError::Cluster { .. } => Code::Internal,
     };
     Status::new(code, e.to_string())

@@ -105,6 +105,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("ssh_users_config", ssh_users_config),
     ("kubelet_csr", kubelet_csr),
     ("vpn_update", vpn_update),
+    ("vpn_own_record", vpn_own_record),
     ("netlink_reply", netlink_reply),
 ];
 
@@ -788,6 +789,36 @@ pub fn ssh_users_config(data: &[u8]) {
     assert_eq!(parse_ssh_users_config(again.as_bytes()).unwrap(), users);
     let kept = ssh_users_config(&users);
     assert_eq!(parse_ssh_users_config(kept.as_bytes()).unwrap(), users);
+}
+
+/// The disk key the `vpn_own_record` target proves records with.
+pub const VPN_OWN_RECORD_DISK_KEY: [u8; 32] = [0x42; 32];
+
+/// A member's `vpn.API/GetUpdate` request as joinsvc reads it: the own
+/// record's proof verifies exactly when it is the proof the disk key makes
+/// over the record's fields, a verified record is the same record made
+/// again, and the field checks joinsvc applies never panic.
+pub fn vpn_own_record(data: &[u8]) {
+    use confboot::vpn::{OwnRecordKey, VpnPublicKey, check_peer_name, parse_public_endpoint};
+    use confboot_proto::vpn::GetUpdateRequest;
+    let Ok(request) = GetUpdateRequest::decode(data) else {
+        return;
+    };
+    let Some(own) = request.own else {
+        return;
+    };
+    let key = OwnRecordKey::from_disk_key(&VPN_OWN_RECORD_DISK_KEY);
+    let verified = key.verify(&own);
+    if let Some(peer) = &own.peer {
+        let _ = check_peer_name(&peer.name);
+        let _ = parse_public_endpoint(&peer.public_endpoint);
+        if let Ok(public) = VpnPublicKey::from_bytes(&peer.vpn_pub_key) {
+            let again = key.record(&peer.name, &peer.public_endpoint, &public, &own.disk_uuid);
+            assert_eq!(verified, again.proof == own.proof);
+        }
+    } else {
+        assert!(!verified);
+    }
 }
 
 /// The VPN range the `vpn_update` target checks peers against.

@@ -576,6 +576,32 @@ fn kubelet_csr() -> Vec<Seed> {
     ]
 }
 
+fn vpn_own_record() -> Vec<Seed> {
+    use confboot::vpn::{OwnRecordKey, VpnPublicKey};
+    use confboot_proto::vpn::GetUpdateRequest;
+    let key = OwnRecordKey::from_disk_key(&crate::VPN_OWN_RECORD_DISK_KEY);
+    let record = key.record(
+        "worker-1",
+        "192.0.2.1:51820",
+        &VpnPublicKey::from_bytes(&[1; 32]).unwrap(),
+        "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f",
+    );
+    let request = |own| {
+        GetUpdateRequest {
+            resource_version: 3,
+            own,
+        }
+        .encode_to_vec()
+    };
+    let mut forged = record.clone();
+    forged.peer.as_mut().unwrap().public_endpoint = "192.0.2.9:51820".into();
+    vec![
+        seed("valid", request(Some(record))),
+        seed("forged-endpoint", request(Some(forged))),
+        seed("no-record", request(None)),
+    ]
+}
+
 fn vpn_update() -> Vec<Seed> {
     use confboot_proto::vpn::{GetUpdateResponse, Peer};
     let peer = |i: u8| Peer {
@@ -870,6 +896,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "ssh_users_config" => ssh_users_config(),
         "kubelet_csr" => kubelet_csr(),
         "vpn_update" => vpn_update(),
+        "vpn_own_record" => vpn_own_record(),
         "netlink_reply" => netlink_reply(),
         _ => Vec::new(),
     }

@@ -127,7 +127,13 @@ impl Config {
                     let initial_policy = VALIDATOR_OPTIONS
                         .load_measurements(&policy_path)
                         .map_err(|e| e.to_string())?;
-                    let validators = VALIDATOR_OPTIONS.builder(m).map_err(|e| e.to_string())?;
+                    // PCR 15 is checked per call (crate::server::caller_check):
+                    // zero for a join or rejoin, this cluster's mark for
+                    // GetUpdate.
+                    let validators = VALIDATOR_OPTIONS
+                        .builder(m)
+                        .map_err(|e| e.to_string())?
+                        .require_unmarked(false);
                     NodeCheck::Vtpm(VtpmCheck {
                         policy_path,
                         initial_policy,

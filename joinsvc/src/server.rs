@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use confboot::atls::AtlsError;
-use confboot::attestation::AttestationError;
+use confboot::attestation::{AttestationError, Attested, Variant};
 use confboot::rpc::{Code, Router, Status};
+use confboot::tpm::CLUSTER_ID_PCR;
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
 use confboot_proto::{GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 
@@ -27,6 +28,7 @@ pub fn ticket_status(e: &TicketError) -> Status {
         TicketError::KubeletCertSigning(_) => Code::Internal,
         TicketError::VpnUnavailable => Code::FailedPrecondition,
         TicketError::Vpn(e) => registry_code(e),
+        TicketError::OwnRecordUnproven => Code::PermissionDenied,
     };
     Status::new(code, e.to_string())
 }
@@ -36,6 +38,7 @@ pub fn ticket_status(e: &TicketError) -> Status {
 fn registry_code(e: &RegistryError) -> Code {
     match e {
         RegistryError::Refused(_) => Code::FailedPrecondition,
+        RegistryError::NameTaken { .. } => Code::PermissionDenied,
         RegistryError::Corrupt(_) => Code::Internal,
         RegistryError::Api(_)
         | RegistryError::Status { .. }
@@ -72,6 +75,47 @@ fn disk_for_log(raw: &str) -> &str {
     }
 }
 
+/// What a method asks of its caller's PCR 15 (the cluster mark).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallerCheck {
+    /// A node that is not bootstrapped yet (join, rejoin): PCR 15 all-zero.
+    Unmarked,
+    /// A member of this cluster (GetUpdate): PCR 15 holds the mark of the
+    /// cluster id this service derives.
+    Member,
+}
+
+/// Checks an attested caller's PCR 15 for a method. The handshake checks
+/// the measurement policy but not PCR 15, which differs between a joining
+/// node and a member; each method says which it serves. Only vTPM evidence
+/// quotes PCR 15: an SEV-SNP caller is served where PCR 15 is not asked
+/// (a join as before), never as a member.
+pub fn caller_check(
+    peer: &Attested,
+    check: CallerCheck,
+    cluster_mark: &[u8; 32],
+) -> Result<(), Status> {
+    let pcr15 = peer.measurements.get(&CLUSTER_ID_PCR);
+    match (check, peer.variant) {
+        (CallerCheck::Unmarked, Variant::QemuVtpm) => match pcr15 {
+            Some(v) if v.iter().all(|b| *b == 0) => Ok(()),
+            _ => Err(Status::permission_denied(
+                "the caller is already bootstrapped (PCR 15 is marked)",
+            )),
+        },
+        (CallerCheck::Unmarked, _) => Ok(()),
+        (CallerCheck::Member, Variant::QemuVtpm) => match pcr15 {
+            Some(v) if v.as_slice() == cluster_mark => Ok(()),
+            _ => Err(Status::permission_denied(
+                "the caller is not a member of this cluster (PCR 15 is not its mark)",
+            )),
+        },
+        (CallerCheck::Member, _) => Err(Status::permission_denied(
+            "peer updates need vTPM evidence (PCR 15 holds the cluster mark)",
+        )),
+    }
+}
+
 pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
     let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     let (vpn_tickets, vpn_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
@@ -88,6 +132,10 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 join_metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
+            if let Err(s) = caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
+                join_metrics.refused("marked");
+                return Err(s);
+            }
             // One line per ticket at the production verbosity (its outcome,
             // below); the request itself at debug.
             log::debug!(
@@ -115,12 +163,17 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             }
         })
         .unary(GET_UPDATE, move |ctx, req| {
-            // Peer lists go to attested nodes only (their agents poll).
-            if ctx.peer().is_none() {
+            // Peer lists go to attested members only (their agents poll).
+            let Some(peer) = ctx.peer() else {
                 vpn_metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
+            };
+            if let Err(s) = caller_check(peer, CallerCheck::Member, vpn_tickets.cluster_mark()) {
+                vpn_metrics.refused("not_member");
+                log::warn!("VPN update refused: {}", s.message);
+                return Err(s);
             }
-            vpn_tickets.vpn_update(req.resource_version).map_err(|e| {
+            vpn_tickets.vpn_update(&req).map_err(|e| {
                 vpn_metrics.refused(e.reason());
                 log::warn!("VPN update refused: {e}");
                 ticket_status(&e)
@@ -128,9 +181,13 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         })
         .unary(REJOIN, move |ctx, req| {
             let started = Instant::now();
-            if ctx.peer().is_none() {
+            let Some(peer) = ctx.peer() else {
                 metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
+            };
+            if let Err(s) = caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
+                metrics.refused("marked");
+                return Err(s);
             }
             log::info!(
                 "rejoin ticket requested for disk {}",

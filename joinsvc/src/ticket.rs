@@ -17,8 +17,8 @@ use confboot_proto::join::{
 
 use crate::token::{TokenError, TokenIssuer};
 use crate::vpn::{KubeApiPeerRegistry, PeerRequest, RegistryError};
-use confboot::vpn::{VpnError, VpnPublicKey, check_peer_name, parse_public_endpoint};
-use confboot_proto::vpn::GetUpdateResponse;
+use confboot::vpn::{OwnRecordKey, VpnError, VpnPublicKey, check_peer_name, parse_public_endpoint};
+use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, OwnRecord};
 
 /// Largest certificate request accepted.
 pub const MAX_CSR_BYTES: usize = confboot::cluster::kubelet_cert::MAX_KUBELET_CSR_BYTES;
@@ -79,6 +79,9 @@ pub enum TicketError {
     VpnUnavailable,
     /// The VPN peer registry could not register the node.
     Vpn(RegistryError),
+    /// A node's own peer record does not carry a valid proof of the state
+    /// disk it names.
+    OwnRecordUnproven,
 }
 
 impl fmt::Display for TicketError {
@@ -95,6 +98,9 @@ impl fmt::Display for TicketError {
             }
             TicketError::VpnUnavailable => f.write_str("this cluster has no VPN (--vpn-cidr)"),
             TicketError::Vpn(e) => e.fmt(f),
+            TicketError::OwnRecordUnproven => {
+                f.write_str("the own peer record's proof does not match the state disk it names")
+            }
         }
     }
 }
@@ -109,6 +115,7 @@ impl TicketError {
             TicketError::KubeletCertUnavailable => "kubelet_cert",
             TicketError::KubeletCertSigning(_) => "kubelet_cert_signing",
             TicketError::VpnUnavailable | TicketError::Vpn(_) => "vpn",
+            TicketError::OwnRecordUnproven => "vpn_own_record",
         }
     }
 }
@@ -119,6 +126,8 @@ pub struct TicketService {
     /// The measurement secret, derived once from the master secret (the
     /// same for every ticket).
     measurement_secret: SecretBytes,
+    /// PCR 15 of a member of this cluster: marked with its cluster id.
+    cluster_mark: [u8; 32],
     tokens: Arc<dyn TokenIssuer>,
 }
 
@@ -134,8 +143,12 @@ fn disk_uuid(raw: &str) -> Result<String, TicketError> {
 impl TicketService {
     /// A service issuing tickets from `config`, tokens from `tokens`.
     pub fn new(config: TicketConfig, tokens: Arc<dyn TokenIssuer>) -> TicketService {
+        let measurement_secret = config.master_secret.measurement_secret();
+        let cluster_id =
+            confboot::kms::derive_cluster_id(measurement_secret.expose(), &config.measurement_salt);
         TicketService {
-            measurement_secret: config.master_secret.measurement_secret(),
+            cluster_mark: confboot::tpm::marked_pcr15(&cluster_id),
+            measurement_secret,
             config,
             tokens,
         }
@@ -208,15 +221,54 @@ impl TicketService {
         })
     }
 
-    /// The answer to a node's `GetUpdate{known}`: the registry's version,
-    /// and its peers only when that differs from `known`.
-    pub fn vpn_update(&self, known: u64) -> Result<GetUpdateResponse, TicketError> {
+    /// What PCR 15 of a member of this cluster holds (the mark of the
+    /// cluster id this service's secrets derive).
+    pub fn cluster_mark(&self) -> &[u8; 32] {
+        &self.cluster_mark
+    }
+
+    /// The answer to a member node's `GetUpdate{known, own}`: its own
+    /// record registered or refreshed first (when sent, with a valid proof
+    /// of its state disk), then the registry's version, and its peers only
+    /// when that differs from `known`.
+    pub fn vpn_update(&self, req: &GetUpdateRequest) -> Result<GetUpdateResponse, TicketError> {
         let registry = self
             .config
             .vpn_registry
             .as_ref()
             .ok_or(TicketError::VpnUnavailable)?;
-        registry.update(known).map_err(TicketError::Vpn)
+        if let Some(own) = &req.own {
+            let request = self.checked_own_record(own)?;
+            let ip = registry.refresh_own(&request).map_err(TicketError::Vpn)?;
+            log::debug!("node {} refreshed its VPN record ({ip})", request.name);
+        }
+        registry
+            .update(req.resource_version)
+            .map_err(TicketError::Vpn)
+    }
+
+    /// A node's own record, its fields checked and its proof verified
+    /// with the key of the disk it names.
+    fn checked_own_record(&self, own: &OwnRecord) -> Result<PeerRequest, TicketError> {
+        let uuid = disk_uuid(&own.disk_uuid)?;
+        let peer = own
+            .peer
+            .as_ref()
+            .ok_or_else(|| TicketError::InvalidRequest("an own record without a peer".into()))?;
+        let invalid = |e: VpnError| TicketError::InvalidRequest(e.to_string());
+        check_peer_name(&peer.name).map_err(invalid)?;
+        let request = PeerRequest {
+            name: peer.name.clone(),
+            public_endpoint: parse_public_endpoint(&peer.public_endpoint).map_err(invalid)?,
+            vpn_pub_key: VpnPublicKey::from_bytes(&peer.vpn_pub_key).map_err(invalid)?,
+            disk_uuid: uuid.clone(),
+        };
+        let disk_key = self.config.master_secret.state_disk_key(&uuid);
+        let own_key = OwnRecordKey::from_disk_key(disk_key.expose());
+        if !own_key.verify(own) {
+            return Err(TicketError::OwnRecordUnproven);
+        }
+        Ok(request)
     }
 
     /// Registers the node's VPN peer if it sent a VPN key; its address.
@@ -238,6 +290,7 @@ impl TicketService {
             name: req.node_name.clone(),
             public_endpoint: parse_public_endpoint(&req.node_public_endpoint).map_err(invalid)?,
             vpn_pub_key: VpnPublicKey::from_bytes(&req.node_vpn_pub_key).map_err(invalid)?,
+            disk_uuid: disk_uuid(&req.disk_uuid)?,
         };
         let ip = registry.register(&request).map_err(TicketError::Vpn)?;
         log::debug!("node {} has VPN address {ip}", request.name);
@@ -366,7 +419,10 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, TicketError::VpnUnavailable), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
-        assert!(matches!(s.vpn_update(0), Err(TicketError::VpnUnavailable)));
+        assert!(matches!(
+            s.vpn_update(&update_request(0)),
+            Err(TicketError::VpnUnavailable)
+        ));
 
         let double = KubeApiDouble::start("sa-token");
         let api = crate::kube_api::KubeApi::new(
@@ -417,10 +473,100 @@ mod tests {
             "{e}"
         );
         assert_eq!(*tokens.calls.lock().unwrap(), 4);
-        let update = s.vpn_update(0).unwrap();
+        let update = s.vpn_update(&update_request(0)).unwrap();
         assert_eq!(update.resource_version, 2);
         assert_eq!(update.peers.len(), 2);
-        assert!(s.vpn_update(2).unwrap().peers.is_empty());
+        assert!(s.vpn_update(&update_request(2)).unwrap().peers.is_empty());
+    }
+
+    fn update_request(known: u64) -> GetUpdateRequest {
+        GetUpdateRequest {
+            resource_version: known,
+            own: None,
+        }
+    }
+
+    #[test]
+    fn a_members_own_record_is_registered_only_with_its_disks_proof_and_never_takes_a_name() {
+        use confboot_tests::kube_double::KubeApiDouble;
+        let double = KubeApiDouble::start("sa-token");
+        let api = crate::kube_api::KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            zeroize::Zeroizing::new("sa-token".into()),
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();
+        let (mut s, _) = service(PathBuf::from("/nonexistent"), false);
+        s.config.vpn_registry = Some(Arc::new(registry));
+        let other_disk = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+        let own = |name: &str, key: u8, disk: &str| {
+            let disk_key = s
+                .config
+                .master_secret
+                .state_disk_key(&disk.to_ascii_lowercase());
+            let pub_key = VpnPublicKey::from_bytes(&[key; 32]).unwrap();
+            let record = OwnRecordKey::from_disk_key(disk_key.expose()).record(
+                name,
+                "192.0.2.1:51820",
+                &pub_key,
+                disk,
+            );
+            GetUpdateRequest {
+                resource_version: 0,
+                own: Some(record),
+            }
+        };
+        // A first control plane registers itself with its poll.
+        let first = s.vpn_update(&own("cp-1", 1, UUID)).unwrap();
+        assert_eq!(first.resource_version, 1);
+        assert_eq!(first.peers[0].vpn_ip, "10.118.0.1");
+        // The same record again changes nothing; a new key (a boot that
+        // lost the key it joined with) replaces the old one.
+        assert_eq!(
+            s.vpn_update(&own("cp-1", 1, UUID))
+                .unwrap()
+                .resource_version,
+            1
+        );
+        let rekeyed = s.vpn_update(&own("cp-1", 2, UUID)).unwrap();
+        assert_eq!(rekeyed.resource_version, 2);
+        assert_eq!(rekeyed.peers[0].vpn_pub_key, vec![2; 32]);
+        assert_eq!(rekeyed.peers[0].vpn_ip, "10.118.0.1");
+        // Another disk cannot take the name, even with a valid proof.
+        let e = s.vpn_update(&own("cp-1", 3, other_disk)).unwrap_err();
+        assert!(
+            matches!(&e, TicketError::Vpn(RegistryError::NameTaken { name }) if name == "cp-1"),
+            "{e}"
+        );
+        // A record proven with another disk's key, or spoilt, is refused.
+        let mut forged = own("cp-1", 3, other_disk);
+        forged.own.as_mut().unwrap().disk_uuid = UUID.into();
+        assert!(matches!(
+            s.vpn_update(&forged),
+            Err(TicketError::OwnRecordUnproven)
+        ));
+        let mut spoilt = own("cp-1", 2, UUID);
+        spoilt
+            .own
+            .as_mut()
+            .unwrap()
+            .peer
+            .as_mut()
+            .unwrap()
+            .public_endpoint = "192.0.2.9:51820".into();
+        assert!(matches!(
+            s.vpn_update(&spoilt),
+            Err(TicketError::OwnRecordUnproven)
+        ));
+        assert_eq!(
+            s.vpn_update(&update_request(0)).unwrap().resource_version,
+            2
+        );
+        // The other disk under its own name: a second peer.
+        let second = s.vpn_update(&own("worker-1", 3, other_disk)).unwrap();
+        assert_eq!(second.peers.len(), 2);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! rather than serving or extending a list the API server's other writers
 //! may have spoilt.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -74,6 +75,12 @@ pub enum RegistryError {
     Refused(VpnError),
     /// Every compare-and-swap attempt lost to another writer.
     Contended,
+    /// A node's own record names a node registered from another state
+    /// disk: a name is not taken over through `GetUpdate`.
+    NameTaken {
+        /// The name.
+        name: String,
+    },
 }
 
 impl fmt::Display for RegistryError {
@@ -103,6 +110,11 @@ impl fmt::Display for RegistryError {
                 f,
                 "VPN peer registry: {CAS_ATTEMPTS} concurrent writers won every attempt"
             ),
+            RegistryError::NameTaken { name } => write!(
+                f,
+                "VPN peer {name:?} is registered from another state disk (remove it first: \
+                 joinsvc --remove-vpn-peer)"
+            ),
         }
     }
 }
@@ -124,6 +136,8 @@ pub struct PeerRequest {
     pub public_endpoint: SocketAddr,
     /// The node's WireGuard public key.
     pub vpn_pub_key: VpnPublicKey,
+    /// The node's state disk UUID, which the name is bound to.
+    pub disk_uuid: String,
 }
 
 /// The registry as read: the version and list, and the object's
@@ -133,6 +147,9 @@ struct Stored {
     resource_version: Option<String>,
     version: u64,
     peers: PeerList,
+    /// The state disk each name is bound to (none for a peer registered
+    /// before names were bound).
+    disks: BTreeMap<String, String>,
 }
 
 /// A read of the registry for `GetUpdate`: when, the version, the peers.
@@ -172,46 +189,43 @@ impl KubeApiPeerRegistry {
     /// reinstalled node) keeps its address and gets the new key and
     /// endpoint; a key that another node has is refused.
     pub fn register(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
-        self.change(|peers| {
-            if peers
-                .iter()
-                .any(|p| p.vpn_pub_key == request.vpn_pub_key && p.name != request.name)
-            {
-                return Err(RegistryError::Refused(VpnError::Duplicate {
-                    what: "key",
-                    value: request.vpn_pub_key.to_string(),
-                }));
+        self.change(|peers, disks| {
+            let bound = disks.get(&request.name) == Some(&request.disk_uuid);
+            if !bound {
+                disks.insert(request.name.clone(), request.disk_uuid.clone());
             }
-            if let Some(p) = peers.iter_mut().find(|p| p.name == request.name) {
-                if p.public_endpoint == request.public_endpoint
-                    && p.vpn_pub_key == request.vpn_pub_key
-                {
-                    return Ok((p.vpn_ip, false));
+            upsert(&self.network, peers, request, !bound)
+        })
+    }
+
+    /// Registers or refreshes a member node's own record (sent with its
+    /// `GetUpdate`, its disk proven by the caller): a new name is added
+    /// and bound to the disk; a name bound to the same disk (or to none
+    /// yet) gets the record's key and endpoint; a name bound to another
+    /// disk is refused ([`RegistryError::NameTaken`]), and so is a key
+    /// that another node has.
+    pub fn refresh_own(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
+        self.change(|peers, disks| {
+            let bound = match disks.get(&request.name) {
+                Some(disk) if *disk != request.disk_uuid => {
+                    return Err(RegistryError::NameTaken {
+                        name: request.name.clone(),
+                    });
                 }
-                p.public_endpoint = request.public_endpoint;
-                p.vpn_pub_key = request.vpn_pub_key;
-                return Ok((p.vpn_ip, true));
-            }
-            if peers.len() >= MAX_PEERS {
-                return Err(RegistryError::Refused(VpnError::TooManyPeers(
-                    peers.len() + 1,
-                )));
-            }
-            let used = peers.iter().map(|p| p.vpn_ip).collect();
-            let vpn_ip = self.network.allot(&used).map_err(RegistryError::Refused)?;
-            peers.push(Peer {
-                name: request.name.clone(),
-                public_endpoint: request.public_endpoint,
-                vpn_ip,
-                vpn_pub_key: request.vpn_pub_key,
-            });
-            Ok((vpn_ip, true))
+                Some(_) => true,
+                None => {
+                    disks.insert(request.name.clone(), request.disk_uuid.clone());
+                    false
+                }
+            };
+            upsert(&self.network, peers, request, !bound)
         })
     }
 
     /// Removes the node `name`; whether it was there.
     pub fn remove(&self, name: &str) -> Result<bool, RegistryError> {
-        self.change(|peers| {
+        self.change(|peers, disks| {
+            disks.remove(name);
             let before = peers.len();
             peers.retain(|p| p.name != name);
             Ok((peers.len() != before, peers.len() != before))
@@ -263,7 +277,10 @@ impl KubeApiPeerRegistry {
     /// list.
     fn change<T>(
         &self,
-        mut edit: impl FnMut(&mut Vec<Peer>) -> Result<(T, bool), RegistryError>,
+        mut edit: impl FnMut(
+            &mut Vec<Peer>,
+            &mut BTreeMap<String, String>,
+        ) -> Result<(T, bool), RegistryError>,
     ) -> Result<T, RegistryError> {
         let _one_at_a_time = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let mut backoff = Backoff::new(CAS_BACKOFF_INITIAL, CAS_BACKOFF_MAX);
@@ -273,12 +290,14 @@ impl KubeApiPeerRegistry {
             }
             let stored = self.read()?;
             let mut peers = stored.peers.peers().to_vec();
-            let (result, changed) = edit(&mut peers)?;
+            let mut disks = stored.disks.clone();
+            let (result, changed) = edit(&mut peers, &mut disks)?;
             if !changed {
                 return Ok(result);
             }
             let list = PeerList::new(peers).map_err(RegistryError::Refused)?;
-            if self.write(&stored, &list)? {
+            disks.retain(|name, _| list.get(name).is_some());
+            if self.write(&stored, &list, &disks)? {
                 // This replica's answers show its own change at once.
                 *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 return Ok(result);
@@ -296,6 +315,7 @@ impl KubeApiPeerRegistry {
                 resource_version: None,
                 version: 0,
                 peers: PeerList::default(),
+                disks: BTreeMap::new(),
             }),
             _ => Err(api_error(&answer)),
         }
@@ -303,7 +323,12 @@ impl KubeApiPeerRegistry {
 
     /// Writes `list` as the version after `stored`'s; `false` if another
     /// writer was first (409).
-    fn write(&self, stored: &Stored, list: &PeerList) -> Result<bool, RegistryError> {
+    fn write(
+        &self,
+        stored: &Stored,
+        list: &PeerList,
+        disks: &BTreeMap<String, String>,
+    ) -> Result<bool, RegistryError> {
         let mut metadata = json!({"name": PEERS_CONFIGMAP, "namespace": "kube-system"});
         if let Some(rv) = &stored.resource_version {
             metadata["resourceVersion"] = json!(rv);
@@ -314,7 +339,7 @@ impl KubeApiPeerRegistry {
             "metadata": metadata,
             "data": {
                 "version": (stored.version + 1).to_string(),
-                "peers.json": peers_json(list).to_string(),
+                "peers.json": peers_json(list, disks).to_string(),
             },
         })
         .to_string();
@@ -333,6 +358,47 @@ impl KubeApiPeerRegistry {
     }
 }
 
+/// Adds `request`'s node or updates its key and endpoint; its address and
+/// whether anything changed (`disk_changed`: its disk binding did).
+fn upsert(
+    network: &VpnNetwork,
+    peers: &mut Vec<Peer>,
+    request: &PeerRequest,
+    disk_changed: bool,
+) -> Result<(Ipv4Addr, bool), RegistryError> {
+    if peers
+        .iter()
+        .any(|p| p.vpn_pub_key == request.vpn_pub_key && p.name != request.name)
+    {
+        return Err(RegistryError::Refused(VpnError::Duplicate {
+            what: "key",
+            value: request.vpn_pub_key.to_string(),
+        }));
+    }
+    if let Some(p) = peers.iter_mut().find(|p| p.name == request.name) {
+        if p.public_endpoint == request.public_endpoint && p.vpn_pub_key == request.vpn_pub_key {
+            return Ok((p.vpn_ip, disk_changed));
+        }
+        p.public_endpoint = request.public_endpoint;
+        p.vpn_pub_key = request.vpn_pub_key;
+        return Ok((p.vpn_ip, true));
+    }
+    if peers.len() >= MAX_PEERS {
+        return Err(RegistryError::Refused(VpnError::TooManyPeers(
+            peers.len() + 1,
+        )));
+    }
+    let used = peers.iter().map(|p| p.vpn_ip).collect();
+    let vpn_ip = network.allot(&used).map_err(RegistryError::Refused)?;
+    peers.push(Peer {
+        name: request.name.clone(),
+        public_endpoint: request.public_endpoint,
+        vpn_ip,
+        vpn_pub_key: request.vpn_pub_key,
+    });
+    Ok((vpn_ip, true))
+}
+
 fn api_error(answer: &ApiAnswer) -> RegistryError {
     if answer.status == 403 {
         RegistryError::Forbidden {
@@ -347,18 +413,22 @@ fn api_error(answer: &ApiAnswer) -> RegistryError {
 }
 
 /// The peers as the ConfigMap's `peers.json`: public values, the key in
-/// base64 as `wg` shows it.
-fn peers_json(list: &PeerList) -> Value {
+/// base64 as `wg` shows it, and the state disk UUID a name is bound to.
+fn peers_json(list: &PeerList, disks: &BTreeMap<String, String>) -> Value {
     Value::Array(
         list.peers()
             .iter()
             .map(|p| {
-                json!({
+                let mut entry = json!({
                     "name": p.name,
                     "publicEndpoint": p.public_endpoint.to_string(),
                     "vpnIP": p.vpn_ip.to_string(),
                     "vpnPubKey": p.vpn_pub_key.to_string(),
-                })
+                });
+                if let Some(disk) = disks.get(&p.name) {
+                    entry["diskUUID"] = json!(disk);
+                }
+                entry
             })
             .collect(),
     )
@@ -404,7 +474,15 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
             .ok_or_else(|| RegistryError::Corrupt(format!("a peer without {name}")))
     };
     let mut wire = Vec::with_capacity(entries.len());
+    let mut disks = BTreeMap::new();
     for e in entries {
+        if let Some(disk) = e.get("diskUUID") {
+            let disk = disk
+                .as_str()
+                .filter(|d| confboot::kms::is_uuid(d))
+                .ok_or_else(|| corrupt("a peer's diskUUID is not a UUID"))?;
+            disks.insert(field(e, "name")?, disk.to_string());
+        }
         let key = confboot::base64::decode(&field(e, "vpnPubKey")?)
             .map_err(|_| corrupt("a peer's vpnPubKey is not base64"))?;
         wire.push(WirePeer {
@@ -420,6 +498,7 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
         resource_version: Some(resource_version),
         version,
         peers,
+        disks,
     })
 }
 
@@ -453,6 +532,7 @@ mod tests {
             name: format!("node-{i}"),
             public_endpoint: format!("192.0.2.{}:51820", i % 250 + 1).parse().unwrap(),
             vpn_pub_key: VpnPublicKey::from_bytes(&key).unwrap(),
+            disk_uuid: format!("00000000-0000-4000-8000-{:012x}", i),
         }
     }
 
@@ -513,6 +593,45 @@ mod tests {
             }))
         ));
         assert_eq!(r.update(0).unwrap().resource_version, 3);
+    }
+
+    #[test]
+    fn a_name_is_bound_to_its_disk_which_only_a_join_or_a_removal_changes() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        // Registered by its own record (a first control plane).
+        assert_eq!(r.refresh_own(&request(0)).unwrap(), ip(1));
+        let stored = double.configmap(PEERS_CONFIGMAP).unwrap();
+        assert!(
+            stored["data"]["peers.json"]
+                .as_str()
+                .unwrap()
+                .contains(&request(0).disk_uuid)
+        );
+        // Its own disk moves it; another disk may not.
+        let mut moved = request(0);
+        moved.public_endpoint = "192.0.2.77:51820".parse().unwrap();
+        assert_eq!(r.refresh_own(&moved).unwrap(), ip(1));
+        let mut thief = request(0);
+        thief.disk_uuid = request(1).disk_uuid;
+        thief.vpn_pub_key = request(1).vpn_pub_key;
+        assert_eq!(
+            r.refresh_own(&thief),
+            Err(RegistryError::NameTaken {
+                name: "node-0".into()
+            })
+        );
+        assert_eq!(r.update(0).unwrap().resource_version, 2);
+        // A join from another disk is a reinstalled node: it rebinds the
+        // name, and the old disk's record is then refused.
+        assert_eq!(r.register(&thief).unwrap(), ip(1));
+        assert!(matches!(
+            r.refresh_own(&moved),
+            Err(RegistryError::NameTaken { .. })
+        ));
+        // A removal frees the name for any disk.
+        assert!(r.remove("node-0").unwrap());
+        assert_eq!(r.refresh_own(&moved).unwrap(), ip(1));
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! address in its ticket; `vpn.API/GetUpdate` gives attested nodes the
 //! versioned peer list (the whole list only when the version differs); a
 //! restarted joinsvc serves the same registry, kept in the Kubernetes API
-//! (its double); unattested and wrongly measured callers get nothing.
+//! (its double); unattested and wrongly measured callers get nothing, and
+//! neither do nodes that are not members (PCR 15 zero, or another
+//! cluster's mark); a member's own record, proven with its disk's key,
+//! registers it and never takes another disk's name.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +18,7 @@ use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
 use confboot_proto::{GET_UPDATE, JOIN};
 use confboot_tests::TempDir;
-use confboot_tests::cluster::{Joinsvc, KUBE_TOKEN, Node};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, KUBE_TOKEN, Node};
 
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 const CALL: Duration = Duration::from_secs(20);
@@ -44,24 +47,44 @@ fn join(node: &Node, addr: SocketAddr, name: &str, key: u8) -> String {
 fn update(node: &Node, addr: SocketAddr, known: u64) -> GetUpdateResponse {
     let req = GetUpdateRequest {
         resource_version: known,
+        own: None,
     };
     client(node, addr).unary(GET_UPDATE, &req, CALL).unwrap()
 }
 
+/// A node of `joinsvc`'s cluster: booted the image `kernel` and marked
+/// with the cluster's id, as a bootstrapped node is.
+fn member(name: &str, kernel: &[u8], cluster_id: &[u8]) -> Node {
+    let node = Node::start(name, kernel);
+    node.issuer.mark_node(cluster_id).unwrap();
+    node
+}
+
 #[test]
 fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart() {
-    let node = Node::start("node", b"kernel");
-    let mut joinsvc = Joinsvc::start_with(
-        joinsvc_binary(),
-        &node.policy(),
-        &[&node],
-        &["--vpn-cidr", "10.118.0.0/24"],
-    );
+    let joining = Node::start("node", b"kernel");
+    let setup = JoinsvcSetup::new();
+    let member = member("member", b"kernel", &setup.cluster_id());
+    let mut joinsvc = launch_vpn(&joining, &[&joining, &member], setup);
     let addr = joinsvc.rpc_addr;
-    assert_eq!(update(&node, addr, 0).resource_version, 0);
-    assert_eq!(join(&node, addr, "worker-1", 1), "10.118.0.1");
-    assert_eq!(join(&node, addr, "worker-2", 2), "10.118.0.2");
-    let full = update(&node, addr, 0);
+    let node = &member;
+    // A member may not join again (its PCR 15 is marked).
+    let marked_join = client(node, addr)
+        .unary::<_, confboot_proto::join::IssueJoinTicketResponse>(
+            JOIN,
+            &IssueJoinTicketRequest {
+                disk_uuid: DISK.into(),
+                ..Default::default()
+            },
+            CALL,
+        )
+        .unwrap_err();
+    assert_eq!(marked_join.code, confboot::rpc::Code::PermissionDenied);
+    let node = &joining;
+    assert_eq!(update(&member, addr, 0).resource_version, 0);
+    assert_eq!(join(node, addr, "worker-1", 1), "10.118.0.1");
+    assert_eq!(join(node, addr, "worker-2", 2), "10.118.0.2");
+    let full = update(&member, addr, 0);
     assert_eq!(full.resource_version, 2);
     let names: Vec<&str> = full.peers.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["worker-1", "worker-2"]);
@@ -69,16 +92,16 @@ fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart(
     assert_eq!(full.peers[1].public_endpoint, "192.0.2.2:51820");
     assert_eq!(full.peers[1].vpn_pub_key, vec![2; 32]);
     // The version the node has: nothing to send.
-    let same = update(&node, addr, 2);
+    let same = update(&member, addr, 2);
     assert_eq!(same.resource_version, 2);
     assert!(same.peers.is_empty());
 
     // The registry is in the Kubernetes API: a restarted joinsvc has it.
     joinsvc.restart();
-    assert_eq!(update(&node, addr, 0), full);
-    assert_eq!(join(&node, addr, "worker-1", 1), "10.118.0.1");
-    assert_eq!(join(&node, addr, "worker-3", 3), "10.118.0.3");
-    assert_eq!(update(&node, addr, 2).peers.len(), 3);
+    assert_eq!(update(&member, addr, 0), full);
+    assert_eq!(join(node, addr, "worker-1", 1), "10.118.0.1");
+    assert_eq!(join(node, addr, "worker-3", 3), "10.118.0.3");
+    assert_eq!(update(&member, addr, 2).peers.len(), 3);
     let stored = joinsvc.kube.configmap("confboot-vpn-peers").unwrap();
     assert_eq!(stored["data"]["version"], "3");
 
@@ -87,11 +110,11 @@ fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart(
     assert_eq!(remove_peer(&joinsvc, "worker-2"), Some(0));
     // Another writer's change reaches joinsvc's answers within its cache
     // time (a node sees it at a later poll).
-    let after = poll_until_version(&node, addr, 3, 4);
+    let after = poll_until_version(&member, addr, 3, 4);
     let names: Vec<&str> = after.peers.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["worker-1", "worker-3"]);
     assert_eq!(remove_peer(&joinsvc, "worker-2"), Some(1));
-    assert!(update(&node, addr, 4).peers.is_empty());
+    assert!(update(&member, addr, 4).peers.is_empty());
 }
 
 /// Polls as a node does (every 200 ms) until the answer has version
@@ -126,6 +149,81 @@ fn remove_peer(joinsvc: &Joinsvc, name: &str) -> Option<i32> {
     status.code()
 }
 
+/// A joinsvc with the VPN range 10.118.0.0/24 that admits `image`'s
+/// measurements from the AKs of `trusted`.
+fn launch_vpn(image: &Node, trusted: &[&Node], mut setup: JoinsvcSetup) -> Joinsvc {
+    setup.pinned_aks = trusted.iter().map(|n| n.issuer.ak_public_key()).collect();
+    setup.extra = vec!["--vpn-cidr".into(), "10.118.0.0/24".into()];
+    Joinsvc::launch(joinsvc_binary(), &image.policy(), setup)
+}
+
+#[test]
+fn nodes_that_are_not_members_get_no_peer_list() {
+    let setup = JoinsvcSetup::new();
+    let unmarked = Node::start("unmarked", b"kernel");
+    let foreign = member("foreign", b"kernel", &[7; 32]);
+    let joinsvc = launch_vpn(&unmarked, &[&unmarked, &foreign], setup);
+    for node in [&unmarked, &foreign] {
+        let err = client(node, joinsvc.rpc_addr)
+            .unary::<_, GetUpdateResponse>(
+                GET_UPDATE,
+                &GetUpdateRequest {
+                    resource_version: 0,
+                    own: None,
+                },
+                CALL,
+            )
+            .unwrap_err();
+        assert_eq!(err.code, confboot::rpc::Code::PermissionDenied, "{err}");
+        assert!(err.message.contains("not a member"), "{err}");
+    }
+    // The unmarked node still joins.
+    assert_eq!(
+        join(&unmarked, joinsvc.rpc_addr, "worker-1", 1),
+        "10.118.0.1"
+    );
+}
+
+#[test]
+fn a_members_own_record_registers_it_and_cannot_take_another_disks_name() {
+    let setup = JoinsvcSetup::new();
+    let id = setup.cluster_id();
+    let (a, b) = (member("a", b"kernel", &id), member("b", b"kernel", &id));
+    let joinsvc = launch_vpn(&a, &[&a, &b], setup);
+    let own = |node: &Node, name: &str, key: u8, disk: &str| {
+        let disk_key = joinsvc.master_secret.state_disk_key(disk);
+        let record = confboot::vpn::OwnRecordKey::from_disk_key(disk_key.expose()).record(
+            name,
+            &format!("192.0.2.{key}:51820"),
+            &confboot::vpn::VpnPublicKey::from_bytes(&[key; 32]).unwrap(),
+            disk,
+        );
+        client(node, joinsvc.rpc_addr).unary::<_, GetUpdateResponse>(
+            GET_UPDATE,
+            &GetUpdateRequest {
+                resource_version: 0,
+                own: Some(record),
+            },
+            CALL,
+        )
+    };
+    let other_disk = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+    let first = own(&a, "cp-1", 1, DISK).unwrap();
+    assert_eq!(first.peers.len(), 1);
+    assert_eq!(first.peers[0].vpn_ip, "10.118.0.1");
+    // Its endpoint after a reboot (a new DHCP lease) and a new key.
+    let moved = own(&a, "cp-1", 3, DISK).unwrap();
+    assert_eq!(moved.peers[0].public_endpoint, "192.0.2.3:51820");
+    // Another member, its own disk: refused the name, given its own.
+    let taken = own(&b, "cp-1", 2, other_disk).unwrap_err();
+    assert_eq!(taken.code, confboot::rpc::Code::PermissionDenied, "{taken}");
+    assert!(taken.message.contains("another state disk"), "{taken}");
+    let both = own(&b, "worker-1", 2, other_disk).unwrap();
+    let names: Vec<&str> = both.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["cp-1", "worker-1"]);
+    assert_eq!(both.peers[0].vpn_pub_key, vec![3; 32]);
+}
+
 #[test]
 fn unattested_and_wrongly_measured_callers_get_no_peer_list() {
     let node = Node::start("node", b"kernel");
@@ -137,6 +235,7 @@ fn unattested_and_wrongly_measured_callers_get_no_peer_list() {
     );
     let req = GetUpdateRequest {
         resource_version: 0,
+        own: None,
     };
     // No attestation from the caller: refused in the handshake or the call.
     let unattested = atls::connect(joinsvc.rpc_addr, CALL, &[], None)
@@ -156,9 +255,18 @@ fn unattested_and_wrongly_measured_callers_get_no_peer_list() {
                 .map_err(|s| s.to_string())
         });
     assert!(measured_wrong.is_err(), "{measured_wrong:?}");
-    // A joinsvc without a VPN says so.
-    let plain = Joinsvc::start(joinsvc_binary(), &node.policy(), &[&node]);
-    let err = client(&node, plain.rpc_addr)
+    // A joinsvc without a VPN says so (to a member).
+    let setup = JoinsvcSetup::new();
+    let member = member("member", b"kernel", &setup.cluster_id());
+    let plain = Joinsvc::launch(
+        joinsvc_binary(),
+        &node.policy(),
+        JoinsvcSetup {
+            pinned_aks: vec![member.issuer.ak_public_key()],
+            ..setup
+        },
+    );
+    let err = client(&member, plain.rpc_addr)
         .unary::<_, GetUpdateResponse>(GET_UPDATE, &req, CALL)
         .unwrap_err();
     assert_eq!(err.code, confboot::rpc::Code::FailedPrecondition, "{err}");

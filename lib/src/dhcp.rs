@@ -13,6 +13,8 @@ use std::net::Ipv4Addr;
 pub const SERVER_PORT: u16 = 67;
 /// UDP port a DHCP client listens on.
 pub const CLIENT_PORT: u16 = 68;
+/// Longest host name kept (one DNS label).
+pub const MAX_HOST_NAME_LEN: usize = 63;
 /// Largest datagram the client reads (a reply longer than this is cut and
 /// then usually fails to parse).
 pub const MAX_MESSAGE_LEN: usize = 1500;
@@ -28,6 +30,7 @@ const FLAG_BROADCAST: u16 = 0x8000;
 const OPT_PAD: u8 = 0;
 const OPT_SUBNET_MASK: u8 = 1;
 const OPT_ROUTER: u8 = 3;
+const OPT_HOST_NAME: u8 = 12;
 const OPT_REQUESTED_IP: u8 = 50;
 const OPT_LEASE_TIME: u8 = 51;
 const OPT_MESSAGE_TYPE: u8 = 53;
@@ -143,9 +146,10 @@ impl DhcpRequest {
         }
         m.extend_from_slice(&[
             OPT_PARAMETER_LIST,
-            3,
+            4,
             OPT_SUBNET_MASK,
             OPT_ROUTER,
+            OPT_HOST_NAME,
             OPT_LEASE_TIME,
         ]);
         m.push(OPT_END);
@@ -176,6 +180,11 @@ pub struct DhcpReply {
     pub router: Option<Ipv4Addr>,
     /// Option 51, in seconds.
     pub lease_secs: Option<u32>,
+    /// Option 12, the client's host name, lower-cased: kept only when it is
+    /// one DNS label (1 to [`MAX_HOST_NAME_LEN`] letters, digits and inner
+    /// hyphens); any other value is ignored, not an error (the lease is
+    /// still good).
+    pub host_name: Option<String>,
 }
 
 impl DhcpReply {
@@ -203,6 +212,7 @@ impl DhcpReply {
         let mut netmask = None;
         let mut router = None;
         let mut lease_secs = None;
+        let mut host_name: Option<Option<String>> = None;
         let mut rest = &data[FIXED_LEN + 4..];
         while let Some((&code, after)) = rest.split_first() {
             match code {
@@ -237,6 +247,7 @@ impl DhcpReply {
                     let v = ipv4(code, value, false)?;
                     set_once(&mut lease_secs, u32::from(v), code)?;
                 }
+                OPT_HOST_NAME => set_once(&mut host_name, host_label(value), code)?,
                 _ => {}
             }
         }
@@ -255,8 +266,20 @@ impl DhcpReply {
             netmask,
             router,
             lease_secs,
+            host_name: host_name.flatten(),
         })
     }
+}
+
+/// Option 12's value as a host name, if it is one DNS label.
+fn host_label(value: &[u8]) -> Option<String> {
+    let ok = (1..=MAX_HOST_NAME_LEN).contains(&value.len())
+        && value
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+        && value.first() != Some(&b'-')
+        && value.last() != Some(&b'-');
+    ok.then(|| String::from_utf8_lossy(value).to_ascii_lowercase())
 }
 
 /// A 4-byte option as an address; `list` takes the first of several.
@@ -327,6 +350,34 @@ mod tests {
         assert_eq!(r.router, Some(Ipv4Addr::new(10, 0, 2, 2)));
         assert_eq!(r.netmask, Some(Ipv4Addr::new(255, 255, 255, 0)));
         assert_eq!(r.lease_secs, Some(86400));
+        assert_eq!(r.host_name, None);
+    }
+
+    #[test]
+    fn a_host_name_is_kept_when_it_is_one_label() {
+        let named = |name: &[u8]| {
+            let mut o = vec![12, name.len() as u8];
+            o.extend_from_slice(name);
+            DhcpReply::parse(&reply(5, 1, &o)).map(|r| r.host_name)
+        };
+        assert_eq!(named(b"VM-2"), Ok(Some("vm-2".to_string())));
+        assert_eq!(named(&[b'a'; 63]), Ok(Some("a".repeat(63))));
+        // Anything else is ignored, the lease kept.
+        for bad in [
+            &b""[..],
+            &[b'a'; 64],
+            b"-vm",
+            b"vm-",
+            b"vm.example",
+            b"vm 2",
+            b"vm\0",
+        ] {
+            assert_eq!(named(bad), Ok(None), "{bad:?}");
+        }
+        assert_eq!(
+            DhcpReply::parse(&reply(5, 1, &[12, 1, b'a', 12, 1, b'b'])),
+            Err(DhcpParseError::DuplicateOption(12))
+        );
     }
 
     #[test]

@@ -84,15 +84,23 @@ pub fn check_cluster_mark(
     measurement_salt: &[u8],
     service: Option<&Attested>,
 ) -> Result<(), TicketError> {
+    check_member_mark(
+        &derive_cluster_id(measurement_secret, measurement_salt),
+        service,
+    )
+}
+
+/// Whether an attested service's PCR 15 holds the mark of `cluster_id`
+/// (it is a bootstrapped member of that cluster).
+pub fn check_member_mark(cluster_id: &[u8], service: Option<&Attested>) -> Result<(), TicketError> {
     let Some(service) = service else {
         return Err(TicketError::NotMember("it did not attest".into()));
     };
-    let cluster_id = derive_cluster_id(measurement_secret, measurement_salt);
     match service.measurements.get(&CLUSTER_ID_PCR) {
         None => Err(TicketError::NotMember(format!(
             "its attestation has no PCR {CLUSTER_ID_PCR}"
         ))),
-        Some(v) if v[..] == marked_pcr15(&cluster_id)[..] => Ok(()),
+        Some(v) if v[..] == marked_pcr15(cluster_id)[..] => Ok(()),
         Some(_) => Err(TicketError::NotMember(format!(
             "its PCR {CLUSTER_ID_PCR} is not the mark of the ticket's cluster"
         ))),

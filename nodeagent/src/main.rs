@@ -4,6 +4,13 @@
 //! fresh quote of the node's TPM bound to that nonce
 //! ([`confboot::verify`]), so an admin can check at any time what the node
 //! runs and that it is marked with the cluster's id (`confboot verify`).
+//!
+//! With `--vpn-cidr` it also polls the control planes for the cluster's
+//! VPN peer list (`vpn.API/GetUpdate` over aTLS, both sides attesting;
+//! [`confboot::vpn::poll_once`]) with the node's own record, and applies
+//! each new list.
+
+mod vpn;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -11,6 +18,9 @@ use std::time::Duration;
 
 use confboot::args::{Command, Opt, VERBOSITY, exit_usage, start_daemon};
 use confboot::attestation::Issuer;
+use confboot::attestation::join_service::{
+    JOINSVC_AK_TRUST_OPT, JOINSVC_MEASUREMENTS_OPT, JOINSVC_SNP_POLICY_OPT, JOINSVC_VARIANTS_OPT,
+};
 use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
 use confboot::http::HttpLimits;
 use confboot::rpc::listener::{self, PoolConfig};
@@ -27,7 +37,13 @@ const CMD: Command = Command {
             answers a JSON attestation document {\"variant\", \"attestation\"} whose vTPM quote\n\
             (with the firmware's event log) is bound to that nonce; `confboot verify --node HOST`\n\
             asks and checks it. Requests are bounded (8 KiB head, 5 s to send it, a few at a time,\n\
-            per client address too); nothing it answers is secret. SIGTERM or SIGINT stop it.",
+            per client address too); nothing it answers is secret. SIGTERM or SIGINT stop it.\n\
+            With --vpn-cidr it polls the control planes (vpn.API/GetUpdate over aTLS: this node\n\
+            attests with its vTPM, each control plane must pass the --joinsvc-* checks and carry\n\
+            the cluster's mark in PCR 15) every --vpn-poll-interval seconds (with jitter; backoff\n\
+            after failures), sends this node's own peer record from --vpn-file, and applies each\n\
+            new checked list to the WireGuard interface --vpn-interface and --vpn-peers-file; a\n\
+            refused update keeps the last good list.",
     usage: "nodeagent [OPTIONS]",
     opts: &[
         Opt::value("config", "FILE", "JSON file with option values"),
@@ -57,6 +73,47 @@ const CMD: Command = Command {
             "Connections one client address may hold at once",
         )
         .default("2"),
+        Opt::value(
+            "vpn-cidr",
+            "CIDR",
+            "The cluster's VPN range (a.b.c.d/prefix, as joinsvc's --vpn-cidr); given: poll the \
+             control planes for the peer list [default: no VPN]",
+        ),
+        Opt::value(
+            "vpn-file",
+            "FILE",
+            "The node's VPN file the bootstrapper wrote (0600 JSON: name, WireGuard private key, \
+             own-record key, disk UUID, public endpoint, listen port, control planes, cluster id)",
+        )
+        .default(vpn::DEFAULT_VPN_FILE),
+        Opt::value(
+            "vpn-control-plane",
+            "HOST:PORT",
+            "A control plane's vpn.API (repeatable; replaces the VPN file's list)",
+        ),
+        Opt::value(
+            "vpn-poll-interval",
+            "SECONDS",
+            "Seconds between polls (1 to 3600; each wait is 90-100 % of it)",
+        )
+        .default("10"),
+        Opt::value(
+            "vpn-interface",
+            "NAME|none",
+            "The node's WireGuard interface, created once the node's own VPN address is in the \
+             list (kernel module wireguard; netlink, no shell); none: only --vpn-peers-file",
+        )
+        .default("wg0"),
+        Opt::value(
+            "vpn-peers-file",
+            "FILE",
+            "Where each applied peer list is written (JSON, replaced atomically)",
+        )
+        .default(vpn::DEFAULT_PEERS_FILE),
+        JOINSVC_MEASUREMENTS_OPT,
+        JOINSVC_AK_TRUST_OPT,
+        JOINSVC_VARIANTS_OPT,
+        JOINSVC_SNP_POLICY_OPT,
         VERBOSITY,
     ],
 };
@@ -92,12 +149,17 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         env!("CARGO_PKG_VERSION"),
         tpm.describe()
     );
-    let issuer: Arc<dyn Issuer> = Arc::new(
+    let vtpm = Arc::new(
         VtpmIssuer::new(tpm)
             .map_err(|e| format!("attestation key: {e}"))?
             .with_event_log_option(m.value("event-log"), Tpm::is_device_spec(spec))
             .map_err(|e| e.to_string())?,
     );
+    let issuer: Arc<dyn Issuer> = Arc::clone(&vtpm) as Arc<dyn Issuer>;
+    let vpn_poller = match m.value("vpn-cidr") {
+        Some(_) => Some(vpn::start(m, &vtpm)?),
+        None => None,
+    };
 
     let addr = m.value("verify-listen").expect("default");
     let socket = TcpListener::bind(addr).map_err(|e| format!("--verify-listen {addr}: {e}"))?;
@@ -129,6 +191,9 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         .map_err(|e| format!("waiting for signals failed: {e}"))?;
     log::info!("{sig} received: stopping");
     server.stop();
+    if let Some(poller) = vpn_poller {
+        poller.stop();
+    }
     log::info!("stopped");
     Ok(())
 }

@@ -16,6 +16,7 @@ pub mod load;
 pub mod qemu;
 pub mod snp;
 pub mod storm;
+pub mod vm_hub;
 pub mod wireguard_probe;
 
 use std::io::{BufRead, BufReader, Write as _};

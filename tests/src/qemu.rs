@@ -75,6 +75,9 @@ pub struct VmConfig {
     pub tpm_state: Option<PathBuf>,
     /// A name for messages and the work directory.
     pub name: String,
+    /// More QEMU arguments, after the first NIC (e.g. a second NIC on a
+    /// [`crate::vm_hub::VmHub`]).
+    pub extra_args: Vec<String>,
 }
 
 impl VmConfig {
@@ -91,6 +94,7 @@ impl VmConfig {
             memory_mib: 1024,
             tpm_state: None,
             name: "vm".to_string(),
+            extra_args: Vec::new(),
         }
     }
 }
@@ -249,7 +253,8 @@ impl Vm {
         qemu_cmd
             .arg("-netdev")
             .arg(netdev)
-            .args(["-device", "virtio-net-pci,netdev=n0"]);
+            .args(["-device", "virtio-net-pci,netdev=n0"])
+            .args(&config.extra_args);
 
         let started = Instant::now();
         let qemu = ChildProcess::spawn(

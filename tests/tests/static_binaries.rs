@@ -29,10 +29,17 @@ use std::path::Path;
 /// libcrypto most of it) a production image then no longer needs. 3.25 MB
 /// until the bootstrapper became the initramfs's PID 1 (mounts, modules,
 /// DHCP and rtnetlink, reaping; about 33 KB) in place of busybox (1.98 MB
-/// raw) and kept the admin's SSH users (about 50 KB): 3.25 MB. The native ext4
-/// formatter (the state disk's file system without mke2fs) added 32 KB:
-/// the bootstrapper is 3,285,832 bytes, 14 KB under this budget.
-const BUDGET: u64 = 3_300_000;
+/// raw) and kept the admin's SSH users (about 50 KB): 3.25 MB. 3.3 MB
+/// until the bootstrapper joined the node to the cluster's VPN (a WireGuard
+/// key pair, X25519; the key kept on the state disk and the node agent's
+/// file; the join-service checks shared with the agent; netlink moved into
+/// lib) and made the state disk's ext4 itself (a native formatter, about
+/// 32 KB, in place of mke2fs and glibc in the image). 3.35 MB until the
+/// bootstrapper carried the node agent (started as `nodeagent`, the
+/// initramfs's `/usr/bin/nodeagent` a link to it; about 90 KB, since the
+/// agent's aTLS client, TPM and HTTP code are the bootstrapper's own)
+/// instead of the image shipping a second 2.33 MB binary.
+const BUDGET: u64 = 3_500_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");

@@ -47,7 +47,20 @@ fn hex_digit(c: u8) -> Option<u8> {
 /// shell's field splitting did: `a,,b` has an empty second argument, a
 /// trailing comma adds none, an empty value is no argument.
 pub fn bootstrapper_args(cmdline: &str) -> Vec<OsString> {
-    let Some(raw) = value(cmdline, "args") else {
+    arg_list(cmdline, "args")
+}
+
+/// `confboot.agentargs`: the node agent's arguments, encoded as
+/// [`bootstrapper_args`]'s (its `--vpn-*` options, the same for every
+/// node: what differs between nodes comes from their disk, TPM and
+/// network).
+pub fn agent_args(cmdline: &str) -> Vec<OsString> {
+    arg_list(cmdline, "agentargs")
+}
+
+/// The comma-separated, percent-encoded list of `confboot.KEY`.
+fn arg_list(cmdline: &str, key: &str) -> Vec<OsString> {
+    let Some(raw) = value(cmdline, key) else {
         return Vec::new();
     };
     let mut words: Vec<&str> = raw.split(',').collect();
@@ -104,5 +117,13 @@ mod tests {
         assert_eq!(args, want);
         assert!(bootstrapper_args("quiet").is_empty());
         assert!(bootstrapper_args("confboot.args=").is_empty());
+        // The agent's list is its own key.
+        let both = "confboot.args=-v,4 confboot.agentargs=--vpn-cidr,10.118.0.0%2F24";
+        assert_eq!(bootstrapper_args(both), [OsString::from("-v"), "4".into()]);
+        assert_eq!(
+            agent_args(both),
+            [OsString::from("--vpn-cidr"), "10.118.0.0/24".into()]
+        );
+        assert!(agent_args(line).is_empty());
     }
 }

@@ -85,8 +85,9 @@ pub fn main() -> ! {
             run_hook("after");
         }
         if Path::new(NODEAGENT).exists() {
-            println!("CONFBOOT-NODEAGENT-START");
-            let agent = run(&mut Command::new(NODEAGENT));
+            let agent_args = cmdline::agent_args(&cmdline);
+            println!("CONFBOOT-NODEAGENT-START {}", agent_args.len());
+            let agent = run(Command::new(NODEAGENT).args(&agent_args));
             println!("CONFBOOT-NODEAGENT-EXIT {agent}");
         }
     }

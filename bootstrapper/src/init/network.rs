@@ -1,5 +1,5 @@
-//! The node's network: `lo` up, then DHCP on the first virtio NIC and its
-//! lease applied over rtnetlink (address, default route).
+//! The node's network: `lo` up, then DHCP on every virtio NIC and each
+//! lease applied over rtnetlink (address; the first NIC's default route).
 
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -20,6 +20,9 @@ const DHCP_MAX_WAIT: Duration = Duration::from_secs(8);
 /// Datagrams looked at per wait (others than the answer are dropped).
 const MAX_DATAGRAMS_PER_WAIT: u32 = 64;
 
+/// The kernel's host name.
+const HOSTNAME: &str = "/proc/sys/kernel/hostname";
+
 /// A lease as the client applies it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -29,10 +32,12 @@ pub struct Lease {
     pub prefix: u8,
     /// The default route, if the server named one.
     pub router: Option<Ipv4Addr>,
+    /// The host name the server gave (option 12, one DNS label).
+    pub host_name: Option<String>,
 }
 
-/// Sets `lo` up and configures the first virtio NIC by DHCP; prints what
-/// it did or why not.
+/// Sets `lo` up and configures every virtio NIC by DHCP; prints what it
+/// did or why not.
 pub fn configure() {
     match Rtnetlink::open() {
         Ok(mut nl) => {
@@ -42,29 +47,48 @@ pub fn configure() {
             {
                 println!("CONFBOOT-WARN lo up failed: {e}");
             }
-            match first_virtio_nic(Path::new("/sys/class/net")) {
-                Some(name) => match configure_nic(&mut nl, &name) {
-                    Ok(l) => println!(
-                        "CONFBOOT-NET {} {}/{} router {}",
-                        name.to_string_lossy(),
-                        l.address,
-                        l.prefix,
-                        l.router.map_or("none".to_string(), |r| r.to_string())
-                    ),
+            let nics = virtio_nics(Path::new("/sys/class/net"));
+            if nics.is_empty() {
+                println!("CONFBOOT-WARN no virtio NIC");
+            }
+            // Every NIC by DHCP (a second one: the network the nodes
+            // share, for their VPN); only the first one's router becomes
+            // the default route. The first host name a lease carries
+            // becomes the node's (a node without --node-name takes it).
+            let mut host_named = false;
+            for (i, name) in nics.iter().enumerate() {
+                match configure_nic(&mut nl, name, i == 0) {
+                    Ok(l) => {
+                        if let Some(host) = l.host_name.as_deref().filter(|_| !host_named) {
+                            host_named = true;
+                            match std::fs::write(HOSTNAME, host) {
+                                Ok(()) => println!("CONFBOOT-NET host name {host}"),
+                                Err(e) => println!("CONFBOOT-WARN host name {host}: {e}"),
+                            }
+                        }
+                        println!(
+                            "CONFBOOT-NET {} {}/{} router {}",
+                            name.to_string_lossy(),
+                            l.address,
+                            l.prefix,
+                            l.router.map_or("none".to_string(), |r| r.to_string())
+                        )
+                    }
                     Err(e) => println!("CONFBOOT-WARN {}: {e}", name.to_string_lossy()),
-                },
-                None => println!("CONFBOOT-WARN no virtio NIC"),
+                }
             }
         }
         Err(e) => println!("CONFBOOT-WARN no network: {e}"),
     }
 }
 
-/// The first (by name) interface in `class_net` whose driver is
-/// virtio_net.
-pub fn first_virtio_nic(class_net: &Path) -> Option<OsString> {
-    let mut names: Vec<OsString> = std::fs::read_dir(class_net)
-        .ok()?
+/// The interfaces in `class_net` whose driver is virtio_net, by name (at
+/// most [`MAX_NICS`]).
+pub fn virtio_nics(class_net: &Path) -> Vec<OsString> {
+    let Ok(entries) = std::fs::read_dir(class_net) else {
+        return Vec::new();
+    };
+    let mut names: Vec<OsString> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.file_name())
         .filter(|n| {
@@ -73,17 +97,27 @@ pub fn first_virtio_nic(class_net: &Path) -> Option<OsString> {
         })
         .collect();
     names.sort();
-    names.into_iter().next()
+    names.truncate(MAX_NICS);
+    names
 }
 
-fn configure_nic(nl: &mut Rtnetlink, name: &OsString) -> Result<Lease, String> {
+/// The most NICs PID 1 configures.
+const MAX_NICS: usize = 4;
+
+/// Configures `name` by DHCP: its address, and the default route through
+/// its router when `default_route`.
+fn configure_nic(
+    nl: &mut Rtnetlink,
+    name: &OsString,
+    default_route: bool,
+) -> Result<Lease, String> {
     let index = if_nametoindex(name.as_os_str()).map_err(|e| format!("no index: {e}"))?;
     nl.link_up(index).map_err(|e| format!("link up: {e}"))?;
     let mac = read_mac(&Path::new("/sys/class/net").join(name).join("address"))?;
     let lease = dhcp_lease(name, mac)?;
     nl.add_address(index, lease.address, lease.prefix)
         .map_err(|e| format!("address {}/{}: {e}", lease.address, lease.prefix))?;
-    if let Some(router) = lease.router {
+    if let Some(router) = lease.router.filter(|_| default_route) {
         nl.add_default_route(index, router)
             .map_err(|e| format!("default route via {router}: {e}"))?;
     }
@@ -150,6 +184,7 @@ fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
             address: ack.address,
             prefix,
             router: ack.router.or(offer.router),
+            host_name: ack.host_name.or(offer.host_name),
         });
     }
     Err("DHCP server refused twice (NAK)".to_string())
@@ -221,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_virtio_nic_is_chosen_by_name() {
+    fn every_virtio_nic_is_found_in_name_order() {
         let dir = confboot_tests::TempDir::new("init-nics");
         let nic = |name: &str, driver: &str| {
             let drv = dir.path().join("drivers").join(driver);
@@ -238,7 +273,10 @@ mod tests {
         nic("eth2", "virtio_net");
         std::fs::create_dir_all(dir.path().join("class/lo")).unwrap();
         let class = dir.path().join("class");
-        assert_eq!(first_virtio_nic(&class), Some(OsString::from("eth1")));
-        assert_eq!(first_virtio_nic(&dir.path().join("none")), None);
+        assert_eq!(
+            virtio_nics(&class),
+            [OsString::from("eth1"), OsString::from("eth2")]
+        );
+        assert!(virtio_nics(&dir.path().join("none")).is_empty());
     }
 }

@@ -58,6 +58,9 @@ pub enum NodeError {
     Mark(AttestationError),
     /// Keeping or creating the Init's SSH users failed past the nodelock.
     SshUsers(String),
+    /// Keeping the VPN key or writing the node agent's VPN file failed
+    /// past the nodelock.
+    Vpn(String),
     /// The cluster backend failed.
     Cluster {
         /// `init` or `join`.
@@ -78,6 +81,7 @@ impl NodeError {
             NodeError::Disk(_)
                 | NodeError::Mark(_)
                 | NodeError::SshUsers(_)
+                | NodeError::Vpn(_)
                 | NodeError::Cluster { .. }
         )
     }
@@ -123,6 +127,7 @@ impl fmt::Display for NodeError {
             NodeError::DiskRead(e) | NodeError::Disk(e) => write!(f, "state disk: {e}"),
             NodeError::Mark(e) => write!(f, "cannot mark the node: {e}"),
             NodeError::SshUsers(m) => write!(f, "SSH users: {m}"),
+            NodeError::Vpn(m) => write!(f, "VPN: {m}"),
             NodeError::Cluster { action, error } => {
                 write!(f, "cluster {action} failed: {error}")
             }

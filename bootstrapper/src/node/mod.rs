@@ -25,6 +25,7 @@ mod plan;
 pub mod state_fs;
 #[cfg(test)]
 mod tests;
+pub mod vpn;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -139,6 +140,8 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     init_check: Mutex<()>,
     /// Where SSH users are kept and created; `None`: this node takes none.
     ssh_users: Option<SshUsersSetup>,
+    /// The node's VPN key and the node agent's file; `None`: no VPN.
+    vpn: Option<vpn::NodeVpnSetup>,
 }
 
 impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
@@ -160,6 +163,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             config,
             init_check: Mutex::new(()),
             ssh_users: None,
+            vpn: None,
         }
     }
 
@@ -168,6 +172,47 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     pub fn with_ssh_users(mut self, setup: SshUsersSetup) -> Self {
         self.ssh_users = Some(setup);
         self
+    }
+
+    /// The node joins the cluster's VPN: its key is kept on the state
+    /// file system and the node agent gets its file.
+    pub fn with_vpn(mut self, setup: vpn::NodeVpnSetup) -> Self {
+        self.vpn = Some(setup);
+        self
+    }
+
+    /// What a join request carries for the VPN: the node's name, this
+    /// boot's candidate public key and its public endpoint (`None`: no VPN).
+    pub fn vpn_join_fields(&self) -> Option<(String, Vec<u8>, String)> {
+        self.vpn.as_ref().map(|v| {
+            (
+                v.name.clone(),
+                v.candidate.public_key().as_bytes().to_vec(),
+                v.public_endpoint.to_string(),
+            )
+        })
+    }
+
+    /// Takes the VPN key from the state file system (or keeps this boot's
+    /// candidate there) and writes the node agent's file.
+    fn set_up_vpn(
+        &self,
+        _token: &LockToken,
+        disk_uuid: &str,
+        disk_key: &[u8],
+        cluster_id: &[u8],
+    ) -> Result<(), NodeError> {
+        let Some(setup) = self.vpn.as_ref() else {
+            return Ok(());
+        };
+        let device = self.disk().mapped_device().ok_or_else(|| {
+            NodeError::Vpn(
+                "no decrypted state device to keep the key on (--disk-mode header-only)".into(),
+            )
+        })?;
+        setup
+            .set_up(&device, disk_uuid, disk_key, cluster_id)
+            .map_err(NodeError::Vpn)
     }
 
     /// The guard the init-secret check takes.
@@ -328,6 +373,12 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         let measurement_secret = master.measurement_secret();
         let cluster_id = derive_cluster_id(measurement_secret.expose(), &req.measurement_salt);
+        self.set_up_vpn(
+            token,
+            action.uuid(),
+            master.state_disk_key(action.uuid()).expose(),
+            &cluster_id,
+        )?;
         self.mark(token, &cluster_id)?;
         log("node marked: PCR 15 extended with the cluster id");
         let params = init_cluster_params(req, &self.config.node_ip);
@@ -468,6 +519,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         )?;
         log::info!("{}", describe(&action));
         let cluster_id = derive_cluster_id(&t.measurement_secret, &t.measurement_salt);
+        self.set_up_vpn(token, action.uuid(), &t.state_disk_key, &cluster_id)?;
         self.mark(token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
         let params = JoinClusterParams {
@@ -514,7 +566,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
         log::info!("{}", describe(&action));
         self.apply_kept_ssh_users(token);
-        self.mark(token, &derive_cluster_id(&t.measurement_secret, &salt))?;
+        let cluster_id = derive_cluster_id(&t.measurement_secret, &salt);
+        self.set_up_vpn(token, action.uuid(), &t.state_disk_key, &cluster_id)?;
+        self.mark(token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
         Ok(())
     }
@@ -550,10 +604,14 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
         log::info!("recovered: {}", describe(&action));
         self.apply_kept_ssh_users(&token);
-        self.mark(
+        let cluster_id = derive_cluster_id(master.measurement_secret().expose(), &salt);
+        self.set_up_vpn(
             &token,
-            &derive_cluster_id(master.measurement_secret().expose(), &salt),
+            action.uuid(),
+            master.state_disk_key(action.uuid()).expose(),
+            &cluster_id,
         )?;
+        self.mark(&token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
         Ok(())
     }

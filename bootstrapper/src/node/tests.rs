@@ -1507,3 +1507,110 @@ fn a_corrupt_kept_file_creates_no_user_and_the_node_still_boots() {
         assert_eq!(next.marks().len(), 1, "the node is marked: it boots");
     }
 }
+
+impl Rig {
+    /// This boot of the node joins the VPN, its agent's file at `file`;
+    /// the boot's candidate key.
+    fn with_vpn(self, file: &Path) -> (Rig, confboot::vpn::VpnPrivateKey) {
+        let candidate = confboot::vpn::VpnPrivateKey::generate().unwrap();
+        let setup = vpn::NodeVpnSetup {
+            mount: Box::new(self.state_fs.clone()),
+            name: "worker-1".into(),
+            public_endpoint: "192.0.2.1:51820".parse().unwrap(),
+            listen_port: 51820,
+            control_planes: vec!["10.0.2.100:9090".into()],
+            file: file.to_path_buf(),
+            candidate: confboot::vpn::VpnPrivateKey::from_bytes(candidate.expose()).unwrap(),
+        };
+        let rig = Rig {
+            node: self.node.with_vpn(setup),
+            ..self
+        };
+        (rig, candidate)
+    }
+}
+
+#[test]
+fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
+    let run = TempDir::new("run");
+    let file = run.path().join("confboot/vpn.json");
+    let (rig, first) = Rig::new(FakeDisk::blank()).with_vpn(&file);
+    // The join request carries the candidate's public half.
+    let (name, public, endpoint) = rig.node.vpn_join_fields().unwrap();
+    assert_eq!(
+        (name.as_str(), endpoint.as_str()),
+        ("worker-1", "192.0.2.1:51820")
+    );
+    assert_eq!(public, first.public_key().as_bytes().to_vec());
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    rig.node
+        .apply_ticket(&token, &join_request(), &join_ticket())
+        .unwrap();
+    let kept = rig.state_fs.dir.path().join(vpn::STORED_VPN_KEY_FILE);
+    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    assert_eq!(agent.private_key.expose(), first.expose());
+    assert_eq!(agent.disk_uuid, UUID.to_ascii_lowercase());
+    assert_eq!(
+        agent.cluster_id,
+        derive_cluster_id(&[6; 32], &[5; 32]).to_vec()
+    );
+    assert_eq!(
+        agent.own_record_key.expose(),
+        confboot::vpn::OwnRecordKey::from_disk_key(&[0x42; 32]).expose()
+    );
+    assert_eq!(agent.control_planes, ["10.0.2.100:9090"]);
+    assert!(kept.exists());
+    // The mount was undone.
+    assert_eq!(rig.mounts().last().map(String::as_str), Some("unmount"));
+
+    // A reboot (a rejoin): the kept key wins over this boot's candidate.
+    std::fs::remove_file(&file).unwrap();
+    let (rig, second) = rig.reboot(fresh_root()).with_vpn(&file);
+    let rejoin = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    rig.node
+        .apply_ticket(&token, &rejoin, &rejoin_ticket(&[0x42; 32]))
+        .unwrap();
+    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    assert_eq!(agent.private_key.expose(), first.expose());
+    assert_ne!(agent.private_key.expose(), second.expose());
+
+    // A first boot interrupted before the key was kept: the next boot
+    // keeps its own candidate (the agent's own record re-keys the name).
+    std::fs::remove_file(&kept).unwrap();
+    let (rig, third) = rig.reboot(fresh_root()).with_vpn(&file);
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    rig.node
+        .apply_ticket(&token, &rejoin, &rejoin_ticket(&[0x42; 32]))
+        .unwrap();
+    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    assert_eq!(agent.private_key.expose(), third.expose());
+    assert_eq!(
+        confboot::vpn::VpnPrivateKey::from_base64(&std::fs::read_to_string(&kept).unwrap())
+            .unwrap()
+            .expose(),
+        third.expose()
+    );
+}
+
+#[test]
+fn the_first_control_plane_makes_and_keeps_its_vpn_key_at_init() {
+    let run = TempDir::new("run");
+    let file = run.path().join("vpn.json");
+    let (rig, candidate) = Rig::new(FakeDisk::blank()).with_vpn(&file);
+    rig.node.init(&init_request(), &mut no_log()).unwrap();
+    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    assert_eq!(agent.private_key.expose(), candidate.expose());
+    let uuid = rig.disk.state().luks.clone().unwrap().0;
+    assert_eq!(
+        agent.own_record_key.expose(),
+        confboot::vpn::OwnRecordKey::from_disk_key(master().state_disk_key(&uuid).expose())
+            .expose()
+    );
+    assert_eq!(
+        agent.cluster_id,
+        derive_cluster_id(master().measurement_secret().expose(), &[3; 32]).to_vec()
+    );
+}

@@ -298,6 +298,11 @@ impl MeasurementPolicy {
         self.entries.insert(index, Expected { value, warn_only });
     }
 
+    /// Removes one expected value (if there is one) and returns it.
+    pub fn remove(&mut self, index: u32) -> Option<Expected> {
+        self.entries.remove(&index)
+    }
+
     /// Whether at least one entry is enforced (not `warnOnly`).
     pub fn enforces_something(&self) -> bool {
         self.entries.values().any(|e| !e.warn_only)

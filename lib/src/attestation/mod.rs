@@ -6,6 +6,7 @@
 //! validator is built from a policy; [`SwappableValidator`] lets a service
 //! replace it at run time while every check sees one consistent policy.
 
+pub mod join_service;
 pub mod measurements;
 pub mod options;
 pub mod snp;

@@ -447,8 +447,15 @@ impl ValidatorBuilder {
     }
 
     /// A validator for `policy`. With `insecure-any-ak`, says so in a
-    /// warning every time.
-    pub fn build(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
+    /// warning every time. Without [`ValidatorBuilder::require_unmarked`],
+    /// a PCR 15 entry of the policy is dropped: it describes unbootstrapped
+    /// nodes (as `confboot measure` writes it), and the attesters such a
+    /// validator sees are marked, their mark checked by the caller (joinsvc
+    /// per call, a node of its join service, the CLI's `verify`).
+    pub fn build(&self, mut policy: MeasurementPolicy) -> Arc<dyn Validator> {
+        if !self.require_unmarked {
+            policy.remove(crate::tpm::CLUSTER_ID_PCR);
+        }
         if self.is_insecure() {
             log::warn!(
                 "--{} insecure-any-ak: any attestation key is trusted, so attestation proves \

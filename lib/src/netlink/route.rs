@@ -18,6 +18,7 @@ const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
+const RTM_DELADDR: u16 = 21;
 const RTM_NEWROUTE: u16 = 24;
 const AF_INET: u8 = 2;
 const IFF_UP: u32 = 1;
@@ -150,6 +151,16 @@ impl Rtnetlink {
     ) -> Result<(), NetlinkError> {
         let flags = NLM_F_CREATE | NLM_F_REPLACE;
         self.ack(RTM_NEWADDR, flags, &address_body(index, address, prefix))
+    }
+
+    /// Removes `address/prefix` from the link.
+    pub fn delete_address(
+        &mut self,
+        index: u32,
+        address: Ipv4Addr,
+        prefix: u8,
+    ) -> Result<(), NetlinkError> {
+        self.ack(RTM_DELADDR, 0, &address_body(index, address, prefix))
     }
 
     /// Adds (or replaces) the default route via `gateway` on the link.

@@ -24,6 +24,8 @@ pub struct WireGuardInterface {
     private_key: VpnPrivateKey,
     public_key: VpnPublicKey,
     listen_port: u16,
+    address: Ipv4Addr,
+    prefix: u8,
 }
 
 impl WireGuardInterface {
@@ -63,7 +65,31 @@ impl WireGuardInterface {
             public_key: private_key.public_key(),
             private_key,
             listen_port,
+            address,
+            prefix,
         })
+    }
+
+    /// The node's VPN address on the interface (as [`WireGuardInterface::up`]
+    /// or the last [`WireGuardInterface::set_address`] gave it).
+    pub fn address(&self) -> Ipv4Addr {
+        self.address
+    }
+
+    /// Moves the interface to `address/prefix`: the old address is removed
+    /// first (deleting a primary address would take a secondary of the
+    /// same range with it), then the new one added. Nothing happens when
+    /// both are what the interface has.
+    pub fn set_address(&mut self, address: Ipv4Addr, prefix: u8) -> Result<(), NetlinkError> {
+        if (address, prefix) == (self.address, self.prefix) {
+            return Ok(());
+        }
+        self.route
+            .delete_address(self.index, self.address, self.prefix)?;
+        self.route.add_address(self.index, address, prefix)?;
+        self.address = address;
+        self.prefix = prefix;
+        Ok(())
     }
 
     /// The interface's link index.

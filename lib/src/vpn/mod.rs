@@ -41,16 +41,27 @@
 //! # }
 //! ```
 
+mod control_plane;
 mod key;
 mod network;
+mod node_file;
+mod own;
+mod peer_file;
 mod peers;
 mod poll;
 mod update;
 
 use std::fmt;
 
+pub use control_plane::{ControlPlaneError, ControlPlaneSource};
 pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
+pub use node_file::{
+    MAX_CONTROL_PLANES, MAX_NODE_VPN_FILE_BYTES, NodeVpnFile, NodeVpnFileError,
+    write_private_atomically,
+};
+pub use own::{OWN_RECORD_PROOF_BYTES, OwnRecordKey};
+pub use peer_file::{PeerListFile, PeerListFileError};
 pub use peers::{
     MAX_PEERS, MAX_UPDATE_BYTES, Peer, PeerList, check_peer_name, parse_public_endpoint,
 };

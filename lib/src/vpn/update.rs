@@ -29,6 +29,7 @@ impl PeerUpdates {
     pub fn request(&self) -> GetUpdateRequest {
         GetUpdateRequest {
             resource_version: self.resource_version,
+            own: None,
         }
     }
 

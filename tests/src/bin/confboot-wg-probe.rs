@@ -13,12 +13,21 @@
 //!   DIGEST is [`peers_digest`] of the peers read back;
 //! - `CONFBOOT-WG-OTHER-KIND refused`: `up` of `lo` is refused.
 //!
+//! `confboot-wg-probe show NAME` only reads the interface NAME (as a node
+//! agent made it) and prints `CONFBOOT-WG-PEERS NAME COUNT IPS`, IPS the
+//! peers' allowed IPv4 addresses, sorted and comma-separated (`-` for
+//! none), or `CONFBOOT-WG-PEERS NAME absent` while there is no such link
+//! (the VPN test image's watcher, `initramfs/test/after-bootstrap-vpn`).
+//!
 //! A failure exits non-zero with its reason on stderr.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-use confboot::netlink::{NetlinkError, WireGuardDevice, WireGuardInterface, WireGuardPeerConfig};
+use confboot::netlink::{
+    NetlinkError, Rtnetlink, WireGuardDevice, WireGuardInterface, WireGuardNetlink,
+    WireGuardPeerConfig,
+};
 use confboot::vpn::{PeerList, PeerSink};
 use confboot_tests::wireguard_probe::{
     ADDRESS, INTERFACE, LISTEN_PORT, node_key, peer_list, peers_digest,
@@ -95,8 +104,49 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// `show NAME`: the peers the kernel holds for the WireGuard link NAME.
+fn show(name: &str) -> Result<(), String> {
+    let link = Rtnetlink::open()
+        .and_then(|mut nl| nl.link(name))
+        .map_err(|e| format!("link {name}: {e}"))?;
+    let Some(link) = link else {
+        println!("CONFBOOT-WG-PEERS {name} absent");
+        return Ok(());
+    };
+    let device = WireGuardNetlink::open()
+        .and_then(|mut wg| wg.get_device(link.index))
+        .map_err(|e| format!("read {name}: {e}"))?;
+    let mut ips: Vec<std::net::Ipv4Addr> = device
+        .peers
+        .iter()
+        .flat_map(|p| &p.allowed_ips)
+        .filter_map(|a| match a.address {
+            std::net::IpAddr::V4(v4) => Some(v4),
+            std::net::IpAddr::V6(_) => None,
+        })
+        .collect();
+    ips.sort();
+    let shown: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+    println!(
+        "CONFBOOT-WG-PEERS {name} {} {}",
+        device.peers.len(),
+        if shown.is_empty() {
+            "-".to_string()
+        } else {
+            shown.join(",")
+        }
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    match run() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.as_slice() {
+        [] => run(),
+        [cmd, name] if cmd == "show" => show(name),
+        _ => Err("usage: confboot-wg-probe [show NAME]".into()),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("confboot-wg-probe: {e}");

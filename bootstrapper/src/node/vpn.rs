@@ -1,0 +1,152 @@
+//! The node's side of the cluster VPN at boot: its WireGuard key pair,
+//! kept on the state file system, and the file it hands the node agent.
+//!
+//! Order matters: a join request goes out before the state disk is open,
+//! so every boot draws a *candidate* key first and sends its public half
+//! with a join request. Once the disk is open, the key kept there wins; a
+//! disk without one (a first boot, or one interrupted before the key was
+//! kept) keeps the candidate. Either way the node agent's own record,
+//! proven with the disk's key, tells the control plane the key in use, so
+//! a boot interrupted anywhere converges.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use confboot::vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey, write_private_atomically};
+
+use super::state_fs::{StateFsMount, with_mounted};
+
+/// Where the key is kept on the state file system.
+pub const STORED_VPN_KEY_FILE: &str = "vpn-private-key";
+/// The largest key file read (44 base64 characters and a newline).
+const MAX_VPN_KEY_FILE_BYTES: u64 = 128;
+
+/// What the node needs for the VPN at boot.
+pub struct NodeVpnSetup {
+    /// Mounts the state file system for a moment.
+    pub mount: Box<dyn StateFsMount>,
+    /// The node's name (its peer name).
+    pub name: String,
+    /// Where other nodes reach this node's WireGuard.
+    pub public_endpoint: SocketAddr,
+    /// The port the node's WireGuard listens on.
+    pub listen_port: u16,
+    /// The control planes the node agent asks for peer updates.
+    pub control_planes: Vec<String>,
+    /// Where the node agent's VPN file is written (on a tmpfs).
+    pub file: PathBuf,
+    /// This boot's candidate key (see the module's documentation).
+    pub candidate: VpnPrivateKey,
+}
+
+/// Where the key in use came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// Kept on the state disk by an earlier boot.
+    Kept,
+    /// This boot's candidate, now kept.
+    New,
+}
+
+/// The key kept in `dir`, or `candidate` kept there (0600, atomically)
+/// when there is none or it does not read back.
+pub fn load_or_keep_key(
+    dir: &Path,
+    candidate: &VpnPrivateKey,
+) -> Result<(VpnPrivateKey, KeySource), String> {
+    let path = dir.join(STORED_VPN_KEY_FILE);
+    if path.exists() {
+        match confboot::fs::read_bounded_text(&path, MAX_VPN_KEY_FILE_BYTES)
+            .map_err(|e| e.to_string())
+            .and_then(|text| VpnPrivateKey::from_base64(&text).map_err(|e| e.to_string()))
+        {
+            Ok(key) => return Ok((key, KeySource::Kept)),
+            Err(e) => log::warn!("VPN: the kept key is unusable ({e}); a new one replaces it"),
+        }
+    }
+    let key = VpnPrivateKey::from_bytes(candidate.expose()).map_err(|e| e.to_string())?;
+    let mut text = key.to_base64();
+    text.push('\n');
+    write_private_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+    Ok((key, KeySource::New))
+}
+
+impl NodeVpnSetup {
+    /// Takes the key in use from the state file system on `device` (or
+    /// keeps the candidate there) and writes the node agent's file for
+    /// the disk `disk_uuid` whose key is `disk_key`, in the cluster
+    /// `cluster_id`.
+    pub fn set_up(
+        &self,
+        device: &Path,
+        disk_uuid: &str,
+        disk_key: &[u8],
+        cluster_id: &[u8],
+    ) -> Result<(), String> {
+        let (key, source) = with_mounted(self.mount.as_ref(), device, |dir| {
+            load_or_keep_key(dir, &self.candidate)
+        })
+        .map_err(|e| e.to_string())??;
+        log::info!(
+            "VPN: node {} has the public key {} ({})",
+            self.name,
+            key.public_key(),
+            match source {
+                KeySource::Kept => "kept on the state disk",
+                KeySource::New => "new, now kept on the state disk",
+            }
+        );
+        if let Some(parent) = self.file.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+        }
+        NodeVpnFile {
+            name: self.name.clone(),
+            private_key: key,
+            own_record_key: OwnRecordKey::from_disk_key(disk_key),
+            disk_uuid: disk_uuid.to_ascii_lowercase(),
+            public_endpoint: self.public_endpoint,
+            listen_port: self.listen_port,
+            control_planes: self.control_planes.clone(),
+            cluster_id: cluster_id.to_vec(),
+        }
+        .write(&self.file)
+        .map_err(|e| e.to_string())?;
+        log::info!("VPN: the node agent's file is {}", self.file.display());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_kept_key_wins_a_missing_or_spoilt_one_is_replaced_by_the_candidate() {
+        let dir = confboot_tests::TempDir::new("vpn-key");
+        let first = VpnPrivateKey::generate().unwrap();
+        let (key, source) = load_or_keep_key(dir.path(), &first).unwrap();
+        assert_eq!((key.expose(), source), (first.expose(), KeySource::New));
+        let path = dir.path().join(STORED_VPN_KEY_FILE);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A later boot's candidate loses to the kept key.
+        let second = VpnPrivateKey::generate().unwrap();
+        let (key, source) = load_or_keep_key(dir.path(), &second).unwrap();
+        assert_eq!((key.expose(), source), (first.expose(), KeySource::Kept));
+        // A spoilt file: the candidate replaces it.
+        std::fs::write(&path, "not a key").unwrap();
+        let (key, source) = load_or_keep_key(dir.path(), &second).unwrap();
+        assert_eq!((key.expose(), source), (second.expose(), KeySource::New));
+        assert_eq!(
+            VpnPrivateKey::from_base64(&std::fs::read_to_string(&path).unwrap())
+                .unwrap()
+                .expose(),
+            second.expose()
+        );
+    }
+}

@@ -1,0 +1,267 @@
+//! The node agent's VPN poller: one thread that asks the control planes
+//! for the peer list ([`ControlPlaneSource`]), checks it, applies it to
+//! the node's WireGuard interface and the peers file ([`NodeVpnSink`]),
+//! and waits ([`PollTimer`]) until told to stop.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use confboot::args::Matches;
+use confboot::attestation::Issuer;
+use confboot::attestation::join_service::join_service_validators;
+use confboot::attestation::vtpm::VtpmIssuer;
+use confboot::netlink::{NetlinkError, WireGuardInterface, check_interface_name};
+use confboot::stop::Stop;
+use confboot::vpn::{
+    ControlPlaneSource, NodeVpnFile, PeerList, PeerListFile, PeerListFileError, PeerSink,
+    PeerUpdates, PollOutcome, PollTimer, VpnNetwork, VpnPrivateKey, poll_once,
+};
+
+/// Where the bootstrapper leaves the node's VPN file (a tmpfs).
+pub const DEFAULT_VPN_FILE: &str = "/run/confboot/vpn.json";
+/// Where the applied peer list is written.
+pub const DEFAULT_PEERS_FILE: &str = "/run/confboot/vpn-peers.json";
+/// Bound on one attempt against one control plane (connect, handshake,
+/// call).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The running poller.
+pub struct VpnPoller {
+    stop: Stop,
+    thread: JoinHandle<()>,
+}
+
+impl VpnPoller {
+    /// Stops the poller and waits for its thread.
+    pub fn stop(self) {
+        self.stop.raise();
+        let _ = self.thread.join();
+    }
+}
+
+/// Starts polling as the `--vpn-*` and `--joinsvc-*` options say.
+pub fn start(m: &Matches, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
+    let network: VpnNetwork = m
+        .value("vpn-cidr")
+        .expect("called with --vpn-cidr")
+        .parse()
+        .map_err(|e| format!("--vpn-cidr: {e}"))?;
+    let interval = match m.parsed::<u64>("vpn-poll-interval") {
+        Ok(Some(s)) if (1..=3600).contains(&s) => Duration::from_secs(s),
+        _ => return Err("--vpn-poll-interval: want 1 to 3600 seconds".into()),
+    };
+    let file_path = m.value("vpn-file").expect("default");
+    let file = NodeVpnFile::read(Path::new(file_path)).map_err(|e| format!("--vpn-file: {e}"))?;
+    let mut control_planes: Vec<String> = m
+        .values("vpn-control-plane")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    if control_planes.is_empty() {
+        control_planes = file.control_planes.clone();
+    }
+    let validators = join_service_validators(m, vtpm)?;
+    let own = file.own_record_key.record(
+        &file.name,
+        &file.public_endpoint.to_string(),
+        &file.private_key.public_key(),
+        &file.disk_uuid,
+    );
+    log::info!(
+        "VPN: node {} (public key {}, endpoint {}) polls {} control plane(s) every {} s for {}",
+        file.name,
+        file.private_key.public_key(),
+        file.public_endpoint,
+        control_planes.len(),
+        interval.as_secs(),
+        network
+    );
+    let issuer: Arc<dyn Issuer> = Arc::clone(vtpm) as Arc<dyn Issuer>;
+    let mut source = ControlPlaneSource::new(
+        control_planes,
+        validators,
+        issuer,
+        file.cluster_id.clone(),
+        Some(own),
+        ATTEMPT_TIMEOUT,
+    );
+    let interface = match m.value("vpn-interface").expect("default") {
+        "none" => None,
+        name => {
+            check_interface_name(name).map_err(|e| format!("--vpn-interface: {e}"))?;
+            Some(name.to_string())
+        }
+    };
+    let mut sink = NodeVpnSink {
+        interface: interface.map(|name| InterfaceState::Down {
+            name,
+            key: VpnPrivateKey::from_bytes(file.private_key.expose()).expect("a valid key"),
+            listen_port: file.listen_port,
+        }),
+        node_name: file.name.clone(),
+        network,
+        file: PeerListFile::new(m.value("vpn-peers-file").expect("default")),
+    };
+    let stop = Stop::new();
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("vpn-poller".into())
+            .spawn(move || {
+                let mut state = PeerUpdates::new(network);
+                let mut timer = PollTimer::new(interval);
+                while !stop.is_raised() {
+                    let outcome = poll_once(&mut state, &mut source, &mut sink);
+                    log_outcome(&outcome);
+                    stop.sleep(timer.next_wait(&outcome));
+                }
+            })
+            .map_err(|e| format!("cannot start the VPN poller: {e}"))?
+    };
+    Ok(VpnPoller { stop, thread })
+}
+
+/// One line per poll that changed something or failed; an unchanged list
+/// only at debug.
+fn log_outcome(outcome: &PollOutcome) {
+    match outcome {
+        PollOutcome::Unchanged { .. } => log::debug!("VPN: {outcome}"),
+        PollOutcome::Applied { .. } => log::info!("VPN: {outcome}"),
+        _ => log::warn!("VPN: {outcome}"),
+    }
+}
+
+/// The node's WireGuard interface: not there until the node's own address
+/// is known (its entry in a list), then up.
+enum InterfaceState {
+    /// Not created yet.
+    Down {
+        name: String,
+        key: VpnPrivateKey,
+        listen_port: u16,
+    },
+    /// Created, with the node's key, port and address.
+    Up(WireGuardInterface),
+}
+
+/// Where a checked list goes: the WireGuard interface (none with
+/// `--vpn-interface none`), then the peers file.
+struct NodeVpnSink {
+    interface: Option<InterfaceState>,
+    node_name: String,
+    network: VpnNetwork,
+    file: PeerListFile,
+}
+
+/// Why a list was not applied.
+#[derive(Debug)]
+enum NodeVpnSinkError {
+    /// The list has no entry for this node yet (its own record is
+    /// registered by the control plane with this very poll, and shows in
+    /// the next answer).
+    NoOwnAddress,
+    /// The kernel refused.
+    Netlink(NetlinkError),
+    /// The peers file could not be written.
+    File(PeerListFileError),
+}
+
+impl std::fmt::Display for NodeVpnSinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeVpnSinkError::NoOwnAddress => {
+                f.write_str("this node is not in the list yet (no VPN address for its interface)")
+            }
+            NodeVpnSinkError::Netlink(e) => write!(f, "WireGuard interface: {e}"),
+            NodeVpnSinkError::File(e) => e.fmt(f),
+        }
+    }
+}
+
+impl PeerSink for NodeVpnSink {
+    type Error = NodeVpnSinkError;
+
+    fn apply(&mut self, peers: &PeerList) -> Result<(), NodeVpnSinkError> {
+        if let Some(InterfaceState::Down {
+            name,
+            key,
+            listen_port,
+        }) = &self.interface
+        {
+            let own = peers
+                .get(&self.node_name)
+                .ok_or(NodeVpnSinkError::NoOwnAddress)?;
+            let key = VpnPrivateKey::from_bytes(key.expose()).expect("a valid key");
+            let prefix = self.network.prefix();
+            let up = WireGuardInterface::up(name, key, *listen_port, own.vpn_ip, prefix)
+                .map_err(NodeVpnSinkError::Netlink)?;
+            log::info!(
+                "VPN: interface {} up with {}/{prefix}, port {listen_port}",
+                up.name(),
+                own.vpn_ip
+            );
+            self.interface = Some(InterfaceState::Up(up));
+        }
+        if let Some(InterfaceState::Up(interface)) = &mut self.interface {
+            if let Some(moved) = moved_address(interface.address(), peers, &self.node_name) {
+                let prefix = self.network.prefix();
+                interface
+                    .set_address(moved, prefix)
+                    .map_err(NodeVpnSinkError::Netlink)?;
+                log::info!(
+                    "VPN: interface {} moved to {moved}/{prefix}",
+                    interface.name()
+                );
+            }
+            interface.apply(peers).map_err(NodeVpnSinkError::Netlink)?;
+        }
+        self.file.apply(peers).map_err(NodeVpnSinkError::File)
+    }
+}
+
+/// The node's address in `peers` when it is no longer `current` (the
+/// control plane moved its entry); `None` while it stays, and while the
+/// list has no entry for the node (the interface keeps its address).
+fn moved_address(
+    current: std::net::Ipv4Addr,
+    peers: &PeerList,
+    name: &str,
+) -> Option<std::net::Ipv4Addr> {
+    peers
+        .get(name)
+        .map(|own| own.vpn_ip)
+        .filter(|ip| *ip != current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot::vpn::{Peer, VpnPublicKey};
+    use std::net::Ipv4Addr;
+
+    fn list(own: Option<u8>) -> PeerList {
+        let peer = |name: &str, i: u8| Peer {
+            name: name.into(),
+            public_endpoint: ([192, 0, 2, i], 51820).into(),
+            vpn_ip: Ipv4Addr::new(10, 118, 0, i),
+            vpn_pub_key: VpnPublicKey::from_bytes(&[i; 32]).unwrap(),
+        };
+        let mut peers = vec![peer("other", 9)];
+        peers.extend(own.map(|i| peer("me", i)));
+        PeerList::new(peers).unwrap()
+    }
+
+    #[test]
+    fn the_interface_follows_a_moved_own_address_only() {
+        let current = Ipv4Addr::new(10, 118, 0, 1);
+        assert_eq!(moved_address(current, &list(Some(1)), "me"), None);
+        assert_eq!(
+            moved_address(current, &list(Some(5)), "me"),
+            Some(Ipv4Addr::new(10, 118, 0, 5))
+        );
+        // No entry for the node: its address stays.
+        assert_eq!(moved_address(current, &list(None), "me"), None);
+    }
+}
