@@ -33,8 +33,12 @@ use std::path::Path;
 /// until the bootstrapper joined the node to the cluster's VPN (a WireGuard
 /// key pair, X25519; the key kept on the state disk and the node agent's
 /// file; the join-service checks shared with the agent; netlink moved into
-/// lib): 3,253,064 to 3,302,248 bytes.
-const BUDGET: u64 = 3_350_000;
+/// lib): 3,253,064 to 3,302,248 bytes. 3.35 MB until the bootstrapper
+/// carried the node agent (started as `nodeagent`, the initramfs's
+/// `/usr/bin/nodeagent` a link to it; about 90 KB, since the agent's aTLS
+/// client, TPM and HTTP code are the bootstrapper's own) instead of the
+/// image shipping a second 2.33 MB binary.
+const BUDGET: u64 = 3_500_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");
