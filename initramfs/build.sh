@@ -2,17 +2,21 @@
 # Builds confboot's node initramfs (and copies the matching kernel) from
 # Debian packages, reproducibly: the same inputs give the same bytes.
 #
-#   initramfs/build.sh --bootstrapper PATH [--nodeagent PATH] [--out DIR] [--stamp TEXT]
+#   initramfs/build.sh --bootstrapper PATH [--nodeagent PATH|builtin] [--out DIR] [--stamp TEXT]
 #                      [--test-tools] [--add SRC:DEST]... [--add-dynamic SRC:DEST]...
 #                      [--cmdline TEXT [--confboot PATH]]
 #
 #   --bootstrapper PATH  a static bootstrapper binary, installed as
 #                        /usr/bin/bootstrapper; /init is a link to it (the
 #                        bootstrapper runs as PID 1: no shell in the image)
-#   --nodeagent PATH     a static node agent binary, installed as
-#                        /usr/bin/nodeagent: /init runs it once the
-#                        bootstrapper has bootstrapped the node (the verify
-#                        service on port 8080) until the node is powered off
+#   --nodeagent PATH|builtin
+#                        the node agent, /usr/bin/nodeagent: /init runs it
+#                        once the bootstrapper has bootstrapped the node (the
+#                        verify service on port 8080, the VPN) until the node
+#                        is powered off. builtin (what production images
+#                        use): a link to the bootstrapper, which carries the
+#                        node agent and runs it when started by that name;
+#                        PATH: a separate static binary
 #   --out DIR            where vmlinuz and initramfs.cpio.zst go
 #                        (default: .cache/initramfs/out in the repository)
 #   --stamp TEXT         written to /etc/confboot-stamp (default "0"); tests
@@ -112,7 +116,9 @@ if [ "$TEST_TOOLS" = 1 ]; then
 fi
 [ -n "$BOOTSTRAPPER" ] || die "--bootstrapper is needed: it is the image's /init"
 [ "${#ADDS[@]}" = 0 ] || [ "$TEST_TOOLS" = 1 ] || die "--add is for test images: give --test-tools too"
-for bin in ${BOOTSTRAPPER:+"bootstrapper:$BOOTSTRAPPER"} ${NODEAGENT:+"nodeagent:$NODEAGENT"}; do
+NODEAGENT_FILE="$NODEAGENT"
+[ "$NODEAGENT" != builtin ] || NODEAGENT_FILE=""
+for bin in ${BOOTSTRAPPER:+"bootstrapper:$BOOTSTRAPPER"} ${NODEAGENT_FILE:+"nodeagent:$NODEAGENT_FILE"}; do
     name="${bin%%:*}"; path="${bin#*:}"
     [ -f "$path" ] || die "$name '$path' is not a file"
     if ldd "$path" >/dev/null 2>&1 && ! ldd "$path" 2>&1 | grep -q 'statically linked'; then
@@ -251,7 +257,9 @@ for add in ${DYN_ADDS[@]+"${DYN_ADDS[@]}"}; do
 done
 
 install -m 0755 "$BOOTSTRAPPER" "$ROOT/usr/bin/bootstrapper"
-if [ -n "$NODEAGENT" ]; then
+if [ "$NODEAGENT" = builtin ]; then
+    ln -s bootstrapper "$ROOT/usr/bin/nodeagent"
+elif [ -n "$NODEAGENT" ]; then
     install -m 0755 "$NODEAGENT" "$ROOT/usr/bin/nodeagent"
 fi
 

@@ -114,6 +114,10 @@ fn main() {
     if init::is_pid1() {
         init::main();
     }
+    if started_as_node_agent() {
+        nodeagent::main();
+        return;
+    }
     let m = start_daemon(&CMD, "bootstrapper");
     let started = Instant::now();
     log::info!("bootstrapper {} starting", env!("CARGO_PKG_VERSION"));
@@ -129,6 +133,15 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Whether this binary was started under the name `nodeagent` (the
+/// initramfs's `/usr/bin/nodeagent` is a link to the bootstrapper).
+fn started_as_node_agent() -> bool {
+    std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .is_some_and(|argv0| argv0.file_name() == Some(std::ffi::OsStr::new("nodeagent")))
 }
 
 /// How join services are checked: by default they must run this node's

@@ -597,16 +597,13 @@ impl Image {
     }
 
     /// The PRODUCTION image: build.sh with only `--bootstrapper` and
-    /// `--nodeagent` (no busybox, no shell, no `/test`).
-    pub fn build_production(
-        label: &str,
-        bootstrapper: &Path,
-        nodeagent: &Path,
-    ) -> Result<Image, String> {
+    /// `--nodeagent builtin` (the node agent is the bootstrapper started
+    /// by that name; no busybox, no shell, no `/test`).
+    pub fn build_production(label: &str, bootstrapper: &Path) -> Result<Image, String> {
         Image::run_build(
             label,
             Some(bootstrapper),
-            Some(nodeagent),
+            Some(Path::new(NODEAGENT_BUILTIN)),
             "0",
             false,
             &[],
@@ -736,6 +733,10 @@ pub fn args_param(args: &[&str]) -> String {
     let enc: Vec<String> = args.iter().map(|a| pct(a)).collect();
     format!("confboot.args={}", enc.join(","))
 }
+
+/// What `--nodeagent` takes for the node agent the bootstrapper carries
+/// (`/usr/bin/nodeagent` a link to it), as production images have it.
+pub const NODEAGENT_BUILTIN: &str = "builtin";
 
 /// A node's files: its TPM state dir (kept across boots) and state disk.
 pub struct NodeFiles {

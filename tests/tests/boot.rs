@@ -376,7 +376,7 @@ fn golden_measurements_match_a_probe_boot() {
 /// copy of rustls, ring and the TPM code).
 const PRODUCTION_IMAGE_BUDGET: u64 = 2_800_000;
 
-/// The production image (only `--bootstrapper` and `--nodeagent`): no
+/// The production image (only `--bootstrapper` and `--nodeagent builtin`): no
 /// shell, no busybox, no `/test`, no cryptsetup, `/init` is the
 /// bootstrapper, within its size budget. Then it boots: PID 1 (the bootstrapper) brings the network
 /// up by DHCP, starts the bootstrapper with the percent-decoded
@@ -386,7 +386,6 @@ fn production_image_has_no_shell_and_init_starts_the_bootstrapper_with_decoded_a
     let image = Image::build_production(
         "boot-production",
         &confboot_tests::musl_binary("bootstrapper"),
-        &confboot_tests::musl_binary("nodeagent"),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{}", image.build_log);
@@ -400,6 +399,15 @@ fn production_image_has_no_shell_and_init_starts_the_bootstrapper_with_decoded_a
         .collect();
     assert!(files.contains(&"init"), "no /init in {files:?}");
     assert!(files.contains(&"usr/bin/bootstrapper"), "{files:?}");
+    // The node agent is the bootstrapper started by that name.
+    assert!(
+        image
+            .build_log
+            .lines()
+            .any(|l| l.trim() == "link usr/bin/nodeagent -> bootstrapper"),
+        "/usr/bin/nodeagent is not a link to the bootstrapper\n{}",
+        image.build_log
+    );
     for f in &files {
         assert!(
             !f.starts_with("test/") && !f.contains("busybox") && !f.ends_with("bin/sh"),

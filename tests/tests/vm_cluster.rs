@@ -34,7 +34,8 @@ use confboot::tpm::swtpm::Swtpm;
 use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
-    Image, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot, measure_image,
+    Image, NODEAGENT_BUILTIN, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot,
+    measure_image,
 };
 use confboot_tests::{free_port, musl_binary};
 
@@ -330,7 +331,8 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let bootstrapper = musl_binary("bootstrapper");
     let joinsvc_bin = musl_binary("joinsvc");
     let cli = musl_binary("confboot");
-    let nodeagent = musl_binary("nodeagent");
+    // As in production: the node agent is the bootstrapper by that name.
+    let nodeagent = Path::new(NODEAGENT_BUILTIN);
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let kubeadm_double = repo.join("initramfs/test/kubeadm-double");
 
@@ -374,7 +376,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let image = Image::build_with_dynamic(
         "vm-cluster",
         Some(&bootstrapper),
-        Some(&nodeagent),
+        Some(nodeagent),
         "0",
         &add,
         &sshd,
@@ -384,7 +386,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let tampered = Image::build_with_dynamic(
         "vm-cluster-tampered",
         Some(&bootstrapper),
-        Some(&nodeagent),
+        Some(nodeagent),
         "1",
         &add,
         &sshd,
