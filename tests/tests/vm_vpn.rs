@@ -24,7 +24,7 @@
 //!
 //! Boots: 3 (the first node's also gives the event log replayed into
 //! joinsvc's TPM, so no separate golden boot). Needs the musl release
-//! binaries (bootstrapper, joinsvc, nodeagent, confboot, confboot-wg-probe).
+//! binaries (bootstrapper, joinsvc, confboot, confboot-wg-probe).
 
 use std::path::Path;
 use std::process::Command;
@@ -35,7 +35,9 @@ use confboot::kms::init_secret;
 use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, KUBE_TOKEN, TempDir};
-use confboot_tests::qemu::{Image, NodeFiles, Vm, VmConfig, args_param, measure_image, pct};
+use confboot_tests::qemu::{
+    Image, NODEAGENT_BUILTIN, NodeFiles, Vm, VmConfig, args_param, measure_image, pct,
+};
 use confboot_tests::vm_hub::VmHub;
 use confboot_tests::{free_port, musl_binary};
 
@@ -160,7 +162,8 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     let bootstrapper = musl_binary("bootstrapper");
     let joinsvc_bin = musl_binary("joinsvc");
     let cli = musl_binary("confboot");
-    let nodeagent = musl_binary("nodeagent");
+    // As in production: the node agent is the bootstrapper by that name.
+    let nodeagent = Path::new(NODEAGENT_BUILTIN);
     let wg_probe = musl_binary("confboot-wg-probe");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let kubeadm_double = repo.join("initramfs/test/kubeadm-double");
@@ -180,7 +183,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     let image = Image::build_with(
         "vm-vpn",
         Some(&bootstrapper),
-        Some(&nodeagent),
+        Some(nodeagent),
         "0",
         &[
             (kubeadm_double.as_path(), "/usr/bin/kubeadm"),
