@@ -38,7 +38,7 @@ pub fn ticket_status(e: &TicketError) -> Status {
 fn registry_code(e: &RegistryError) -> Code {
     match e {
         RegistryError::Refused(_) => Code::FailedPrecondition,
-        RegistryError::NameTaken { .. } => Code::PermissionDenied,
+        RegistryError::NameTaken { .. } | RegistryError::Removed { .. } => Code::PermissionDenied,
         RegistryError::Corrupt(_) => Code::Internal,
         RegistryError::Api(_)
         | RegistryError::Status { .. }

@@ -405,7 +405,6 @@ mod tests {
 
     #[test]
     fn a_node_with_a_vpn_key_gets_an_address_before_its_token() {
-        use confboot_tests::kube_double::KubeApiDouble;
         let vpn_request = |name: &str, key: u8, endpoint: &str| IssueJoinTicketRequest {
             node_name: name.into(),
             node_vpn_pub_key: vec![key; 32],
@@ -424,15 +423,7 @@ mod tests {
             Err(TicketError::VpnUnavailable)
         ));
 
-        let double = KubeApiDouble::start("sa-token");
-        let api = crate::kube_api::KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            zeroize::Zeroizing::new("sa-token".into()),
-            std::time::Duration::from_secs(10),
-        )
-        .unwrap();
-        let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();
+        let (_double, registry) = registry_on_a_double();
         let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
         s.config.vpn_registry = Some(Arc::new(registry));
         let ip = |r: &IssueJoinTicketRequest| s.issue_join_ticket(r).unwrap().node_vpn_ip.clone();
@@ -479,6 +470,24 @@ mod tests {
         assert!(s.vpn_update(&update_request(2)).unwrap().peers.is_empty());
     }
 
+    /// A VPN peer registry in 10.118.0.0/24 on a Kubernetes API double
+    /// (kept alive by the returned handle).
+    fn registry_on_a_double() -> (
+        confboot_tests::kube_double::KubeApiDouble,
+        KubeApiPeerRegistry,
+    ) {
+        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
+        let api = crate::kube_api::KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            zeroize::Zeroizing::new("sa-token".into()),
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();
+        (double, registry)
+    }
+
     fn update_request(known: u64) -> GetUpdateRequest {
         GetUpdateRequest {
             resource_version: known,
@@ -488,16 +497,7 @@ mod tests {
 
     #[test]
     fn a_members_own_record_is_registered_only_with_its_disks_proof_and_never_takes_a_name() {
-        use confboot_tests::kube_double::KubeApiDouble;
-        let double = KubeApiDouble::start("sa-token");
-        let api = crate::kube_api::KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            zeroize::Zeroizing::new("sa-token".into()),
-            std::time::Duration::from_secs(10),
-        )
-        .unwrap();
-        let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();
+        let (_double, registry) = registry_on_a_double();
         let (mut s, _) = service(PathBuf::from("/nonexistent"), false);
         s.config.vpn_registry = Some(Arc::new(registry));
         let other_disk = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";

@@ -48,6 +48,10 @@ const CAS_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// reaches this replica's answers at most this much later; this replica's
 /// own changes at once.
 pub const UPDATE_CACHE_TTL: Duration = Duration::from_secs(1);
+/// How many removed nodes' state disks the registry remembers (the
+/// oldest is forgotten first): a removed node that still runs cannot put
+/// itself back through its own record.
+pub const MAX_REMOVED_DISKS: usize = 4096;
 /// The longest `resourceVersion` taken from the API server.
 const MAX_RESOURCE_VERSION_CHARS: usize = 64;
 
@@ -79,6 +83,13 @@ pub enum RegistryError {
     /// disk: a name is not taken over through `GetUpdate`.
     NameTaken {
         /// The name.
+        name: String,
+    },
+    /// A node's own record comes from a state disk whose node the admin
+    /// removed (`--remove-vpn-peer`): only a join (a reinstalled node)
+    /// brings that disk back.
+    Removed {
+        /// The name the record carries.
         name: String,
     },
 }
@@ -115,6 +126,11 @@ impl fmt::Display for RegistryError {
                 "VPN peer {name:?} is registered from another state disk (remove it first: \
                  joinsvc --remove-vpn-peer)"
             ),
+            RegistryError::Removed { name } => write!(
+                f,
+                "VPN peer {name:?}: its state disk's node was removed from the VPN (only a \
+                 join of a reinstalled node brings it back)"
+            ),
         }
     }
 }
@@ -150,6 +166,16 @@ struct Stored {
     /// The state disk each name is bound to (none for a peer registered
     /// before names were bound).
     disks: BTreeMap<String, String>,
+    /// The state disks of removed nodes, oldest first (at most
+    /// [`MAX_REMOVED_DISKS`]).
+    removed: Vec<String>,
+}
+
+/// What one change edits: the peers, the names' disks, the removed disks.
+struct Edit<'a> {
+    peers: &'a mut Vec<Peer>,
+    disks: &'a mut BTreeMap<String, String>,
+    removed: &'a mut Vec<String>,
 }
 
 /// A read of the registry for `GetUpdate`: when, the version, the peers.
@@ -188,13 +214,18 @@ impl KubeApiPeerRegistry {
     /// node registered under the same name with another key or endpoint (a
     /// reinstalled node) keeps its address and gets the new key and
     /// endpoint; a key that another node has is refused.
+    /// A join also brings back a state disk whose node was removed.
     pub fn register(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
-        self.change(|peers, disks| {
-            let bound = disks.get(&request.name) == Some(&request.disk_uuid);
+        self.change(|e| {
+            let bound = e.disks.get(&request.name) == Some(&request.disk_uuid);
             if !bound {
-                disks.insert(request.name.clone(), request.disk_uuid.clone());
+                e.disks
+                    .insert(request.name.clone(), request.disk_uuid.clone());
             }
-            upsert(&self.network, peers, request, !bound)
+            let before = e.removed.len();
+            e.removed.retain(|d| *d != request.disk_uuid);
+            let unremoved = e.removed.len() != before;
+            upsert(&self.network, e.peers, request, !bound || unremoved)
         })
     }
 
@@ -203,9 +234,16 @@ impl KubeApiPeerRegistry {
     /// and bound to the disk; a name bound to the same disk (or to none
     /// yet) gets the record's key and endpoint; a name bound to another
     /// disk is refused ([`RegistryError::NameTaken`]), and so is a key
-    /// that another node has.
+    /// that another node has and a disk whose node was removed
+    /// ([`RegistryError::Removed`]).
     pub fn refresh_own(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
-        self.change(|peers, disks| {
+        self.change(|e| {
+            if e.removed.contains(&request.disk_uuid) {
+                return Err(RegistryError::Removed {
+                    name: request.name.clone(),
+                });
+            }
+            let (peers, disks) = (e.peers, e.disks);
             let bound = match disks.get(&request.name) {
                 Some(disk) if *disk != request.disk_uuid => {
                     return Err(RegistryError::NameTaken {
@@ -222,13 +260,23 @@ impl KubeApiPeerRegistry {
         })
     }
 
-    /// Removes the node `name`; whether it was there.
+    /// Removes the node `name`; whether it was there. Its state disk is
+    /// remembered as removed, so the node, if it still runs, cannot put
+    /// itself back through its own record.
     pub fn remove(&self, name: &str) -> Result<bool, RegistryError> {
-        self.change(|peers, disks| {
-            disks.remove(name);
-            let before = peers.len();
-            peers.retain(|p| p.name != name);
-            Ok((peers.len() != before, peers.len() != before))
+        self.change(|e| {
+            let disk = e.disks.remove(name);
+            let before = e.peers.len();
+            e.peers.retain(|p| p.name != name);
+            let removed = e.peers.len() != before;
+            if let Some(disk) = disk.filter(|d| !e.removed.contains(d)) {
+                e.removed.push(disk);
+                if e.removed.len() > MAX_REMOVED_DISKS {
+                    e.removed.remove(0);
+                }
+                return Ok((removed, true));
+            }
+            Ok((removed, removed))
         })
     }
 
@@ -277,10 +325,7 @@ impl KubeApiPeerRegistry {
     /// list.
     fn change<T>(
         &self,
-        mut edit: impl FnMut(
-            &mut Vec<Peer>,
-            &mut BTreeMap<String, String>,
-        ) -> Result<(T, bool), RegistryError>,
+        mut edit: impl FnMut(Edit<'_>) -> Result<(T, bool), RegistryError>,
     ) -> Result<T, RegistryError> {
         let _one_at_a_time = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let mut backoff = Backoff::new(CAS_BACKOFF_INITIAL, CAS_BACKOFF_MAX);
@@ -291,13 +336,18 @@ impl KubeApiPeerRegistry {
             let stored = self.read()?;
             let mut peers = stored.peers.peers().to_vec();
             let mut disks = stored.disks.clone();
-            let (result, changed) = edit(&mut peers, &mut disks)?;
+            let mut removed = stored.removed.clone();
+            let (result, changed) = edit(Edit {
+                peers: &mut peers,
+                disks: &mut disks,
+                removed: &mut removed,
+            })?;
             if !changed {
                 return Ok(result);
             }
             let list = PeerList::new(peers).map_err(RegistryError::Refused)?;
             disks.retain(|name, _| list.get(name).is_some());
-            if self.write(&stored, &list, &disks)? {
+            if self.write(&stored, &list, &disks, &removed)? {
                 // This replica's answers show its own change at once.
                 *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 return Ok(result);
@@ -316,6 +366,7 @@ impl KubeApiPeerRegistry {
                 version: 0,
                 peers: PeerList::default(),
                 disks: BTreeMap::new(),
+                removed: Vec::new(),
             }),
             _ => Err(api_error(&answer)),
         }
@@ -328,6 +379,7 @@ impl KubeApiPeerRegistry {
         stored: &Stored,
         list: &PeerList,
         disks: &BTreeMap<String, String>,
+        removed: &[String],
     ) -> Result<bool, RegistryError> {
         let mut metadata = json!({"name": PEERS_CONFIGMAP, "namespace": "kube-system"});
         if let Some(rv) = &stored.resource_version {
@@ -340,6 +392,7 @@ impl KubeApiPeerRegistry {
             "data": {
                 "version": (stored.version + 1).to_string(),
                 "peers.json": peers_json(list, disks).to_string(),
+                "removed.json": json!(removed).to_string(),
             },
         })
         .to_string();
@@ -494,11 +547,35 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
     }
     let peers =
         PeerList::from_update(&wire, network).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+    // Absent in a registry written before removals were remembered.
+    let removed = match data.get("removed.json") {
+        None => Vec::new(),
+        Some(text) => {
+            let list: Value = serde_json::from_str(
+                text.as_str()
+                    .ok_or_else(|| corrupt("removed.json is not a string"))?,
+            )
+            .map_err(|_| corrupt("removed.json is not JSON"))?;
+            let list = list
+                .as_array()
+                .filter(|l| l.len() <= MAX_REMOVED_DISKS)
+                .ok_or_else(|| corrupt("removed.json is not a list of at most 4096 disks"))?;
+            list.iter()
+                .map(|d| {
+                    d.as_str()
+                        .filter(|d| confboot::kms::is_uuid(d))
+                        .map(str::to_string)
+                        .ok_or_else(|| corrupt("removed.json holds a value that is not a UUID"))
+                })
+                .collect::<Result<Vec<String>, RegistryError>>()?
+        }
+    };
     Ok(Stored {
         resource_version: Some(resource_version),
         version,
         peers,
         disks,
+        removed,
     })
 }
 
@@ -648,6 +725,77 @@ mod tests {
         let names: Vec<&str> = update.peers.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["node-0", "node-2"]);
         assert_eq!(r.register(&request(7)).unwrap(), ip(2));
+    }
+
+    #[test]
+    fn a_removed_node_that_still_runs_cannot_put_itself_back_until_it_joins_again() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        for i in 0..2 {
+            r.refresh_own(&request(i)).unwrap();
+        }
+        assert!(r.remove("node-1").unwrap());
+        // Its agent's next poll carries its own record: refused, and the
+        // list stays without it (here and for a restarted replica).
+        assert_eq!(
+            r.refresh_own(&request(1)),
+            Err(RegistryError::Removed {
+                name: "node-1".into()
+            })
+        );
+        // Under another name too: the disk is what was removed.
+        let mut renamed = request(1);
+        renamed.name = "node-1b".into();
+        assert!(matches!(
+            r.refresh_own(&renamed),
+            Err(RegistryError::Removed { .. })
+        ));
+        let restarted = registry(&double, "10.118.0.0/24");
+        let names: Vec<String> = restarted
+            .update(0)
+            .unwrap()
+            .peers
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names, ["node-0"]);
+        // Other nodes are not affected.
+        r.refresh_own(&request(0)).unwrap();
+        // A join (a reinstalled node, attested with PCR 15 unmarked)
+        // brings the disk back, and then its own record is taken again.
+        r.register(&request(1)).unwrap();
+        r.refresh_own(&request(1)).unwrap();
+        assert_eq!(r.update(0).unwrap().peers.len(), 2);
+    }
+
+    #[test]
+    fn the_remembered_removals_are_bounded_and_checked_when_read() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/16");
+        for i in 0..3 {
+            r.register(&request(i)).unwrap();
+            assert!(r.remove(&format!("node-{i}")).unwrap());
+        }
+        let stored = r.read().unwrap();
+        assert_eq!(stored.removed.len(), 3);
+        assert_eq!(stored.removed[0], request(0).disk_uuid);
+        let mut body = serde_json::json!({
+            "metadata": {"resourceVersion": "1"},
+            "data": {"version": "1", "peers.json": "[]", "removed.json": "[\"not-a-uuid\"]"},
+        });
+        let network: VpnNetwork = "10.118.0.0/16".parse().unwrap();
+        assert!(matches!(
+            parse_stored(&body.to_string(), &network),
+            Err(RegistryError::Corrupt(_))
+        ));
+        let too_many: Vec<String> = (0..=MAX_REMOVED_DISKS as u32)
+            .map(|i| request(i).disk_uuid)
+            .collect();
+        body["data"]["removed.json"] = serde_json::json!(serde_json::json!(too_many).to_string());
+        assert!(matches!(
+            parse_stored(&body.to_string(), &network),
+            Err(RegistryError::Corrupt(_))
+        ));
     }
 
     #[test]
