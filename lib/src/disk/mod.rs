@@ -501,7 +501,12 @@ pub fn new_disk_uuid() -> String {
         .expect("the system's random source works");
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h = crate::hex::encode(&b);
+    uuid_text(&b)
+}
+
+/// 16 bytes as a UUID's text: lowercase hex in groups of 8-4-4-4-12.
+pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
+    let h = crate::hex::encode(bytes);
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],

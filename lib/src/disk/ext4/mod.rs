@@ -392,17 +392,9 @@ pub fn format_file(mut file: &File, label: &str) -> Result<Formatted, Ext4Error>
     }
     file.sync_all()
         .map_err(io("syncing the superblock copies"))?;
-    let h = crate::hex::encode(&uuid);
     Ok(Formatted {
         geometry,
-        uuid: format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        ),
+        uuid: super::uuid_text(&uuid),
         journal_blocks,
     })
 }
