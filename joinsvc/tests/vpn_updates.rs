@@ -18,7 +18,7 @@ use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
 use confboot_proto::{GET_UPDATE, JOIN};
 use confboot_tests::TempDir;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, KUBE_TOKEN, Node};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, Node};
 
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 const CALL: Duration = Duration::from_secs(20);
@@ -134,16 +134,8 @@ fn poll_until_version(node: &Node, addr: SocketAddr, known: u64, want: u64) -> G
 /// its exit code.
 fn remove_peer(joinsvc: &Joinsvc, name: &str) -> Option<i32> {
     let dir = TempDir::new("remove-vpn-peer");
-    let (ca, token) = (dir.path().join("kube-ca.crt"), dir.path().join("token"));
-    std::fs::write(&ca, joinsvc.kube.ca_pem()).unwrap();
-    std::fs::write(&token, KUBE_TOKEN).unwrap();
-    let status = std::process::Command::new(joinsvc_binary())
-        .args(["--remove-vpn-peer", name, "--vpn-cidr", "10.118.0.0/24"])
-        .args(["--kube-api", &joinsvc.kube.url()])
-        .arg("--kube-api-ca")
-        .arg(&ca)
-        .arg("--kube-api-token-file")
-        .arg(&token)
+    let status = joinsvc
+        .remove_vpn_peer_command(joinsvc_binary(), name, "10.118.0.0/24", dir.path())
         .status()
         .unwrap();
     status.code()

@@ -179,16 +179,8 @@ fn wait_for_names(path: &Path, want: &[&str], limit: Duration) -> Duration {
 
 fn remove_peer(joinsvc: &Joinsvc, name: &str) {
     let dir = TempDir::new("remove-vpn-peer");
-    let (ca, token) = (dir.path().join("kube-ca.crt"), dir.path().join("token"));
-    std::fs::write(&ca, joinsvc.kube.ca_pem()).unwrap();
-    std::fs::write(&token, confboot_tests::cluster::KUBE_TOKEN).unwrap();
-    let status = Command::new(workspace_binary("joinsvc"))
-        .args(["--remove-vpn-peer", name, "--vpn-cidr", CIDR])
-        .args(["--kube-api", &joinsvc.kube.url()])
-        .arg("--kube-api-ca")
-        .arg(&ca)
-        .arg("--kube-api-token-file")
-        .arg(&token)
+    let status = joinsvc
+        .remove_vpn_peer_command(&workspace_binary("joinsvc"), name, CIDR, dir.path())
         .status()
         .unwrap();
     assert!(status.success());

@@ -217,6 +217,30 @@ pub struct Joinsvc {
 }
 
 impl Joinsvc {
+    /// The admin's `binary --remove-vpn-peer NAME --vpn-cidr CIDR` against
+    /// this joinsvc's Kubernetes API (its CA and token written into `dir`),
+    /// ready to run.
+    pub fn remove_vpn_peer_command(
+        &self,
+        binary: &Path,
+        name: &str,
+        cidr: &str,
+        dir: &Path,
+    ) -> Command {
+        let (ca, token) = (dir.join("kube-ca.crt"), dir.join("kube-token"));
+        std::fs::write(&ca, self.kube.ca_pem()).unwrap();
+        std::fs::write(&token, KUBE_TOKEN).unwrap();
+        let mut command = Command::new(binary);
+        command
+            .args(["--remove-vpn-peer", name, "--vpn-cidr", cidr])
+            .args(["--kube-api", &self.kube.url()])
+            .arg("--kube-api-ca")
+            .arg(ca)
+            .arg("--kube-api-token-file")
+            .arg(token);
+        command
+    }
+
     /// Starts `binary` (a joinsvc build) trusting the AKs of `nodes` (pinned)
     /// with `policy`.
     pub fn start(binary: &Path, policy: &MeasurementPolicy, trusted: &[&Node]) -> Joinsvc {

@@ -34,7 +34,7 @@ use confboot::kms::MasterSecret;
 use confboot::kms::init_secret;
 use confboot::tpm::IMA_PCR;
 use confboot::tpm::swtpm::Swtpm;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, KUBE_TOKEN, TempDir};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
     Image, NODEAGENT_BUILTIN, NodeFiles, Vm, VmConfig, args_param, measure_image, pct,
 };
@@ -141,16 +141,8 @@ fn read_master_secret(path: &Path) -> MasterSecret {
 
 /// `joinsvc --remove-vpn-peer NAME` against joinsvc's Kubernetes API.
 fn remove_peer(joinsvc_bin: &Path, joinsvc: &Joinsvc, dir: &Path, name: &str) {
-    let (ca, token) = (dir.join("kube-ca.crt"), dir.join("kube-token"));
-    std::fs::write(&ca, joinsvc.kube.ca_pem()).unwrap();
-    std::fs::write(&token, KUBE_TOKEN).unwrap();
-    let out = Command::new(joinsvc_bin)
-        .args(["--remove-vpn-peer", name, "--vpn-cidr", CIDR])
-        .args(["--kube-api", &joinsvc.kube.url()])
-        .arg("--kube-api-ca")
-        .arg(&ca)
-        .arg("--kube-api-token-file")
-        .arg(&token)
+    let out = joinsvc
+        .remove_vpn_peer_command(joinsvc_bin, name, CIDR, dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
