@@ -15,7 +15,9 @@
 # (VmHWM) and open file descriptors, the attack's connections, closes and
 # bytes, tickets hostile clients got (must be 0), and the admin's calls to
 # the Init and recovery servers under attack (answered/asked, median and
-# slowest in ms). The CI version is tests/tests/hostile_load.rs.
+# slowest in ms), joinsvc's CPU on the attack, and honest tickets/s and
+# their ratio under the connection-level attack alone. The CI version is
+# tests/tests/hostile_load.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds="$2"; shift 2 ;;
         --short) seconds=3; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "hostile_load.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done

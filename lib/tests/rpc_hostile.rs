@@ -326,6 +326,41 @@ fn peers_that_say_nothing_or_trickle_hold_no_worker_behind_a_gate() {
     server.stop();
 }
 
+/// The gate wakes for each new byte of a partial opening (it watches it
+/// edge-triggered, its bytes being only peeked at): an opening trickled a
+/// byte at a time is served once its last byte comes, not closed when its
+/// time at the gate is up.
+#[test]
+fn an_opening_trickled_a_byte_at_a_time_passes_the_gate_once_complete() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = PoolConfig {
+        workers: 1,
+        queue: 1,
+        gate: Some(line_gate(8, LONG)),
+        ..PoolConfig::default()
+    };
+    let server = listener::spawn(l, config, |mut sock, _stop| {
+        let mut line = [0u8; 6];
+        if sock.read_exact(&mut line).is_ok() {
+            line[..5].reverse();
+            let _ = sock.write_all(&line);
+        }
+    })
+    .unwrap();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(server.local_addr()).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(LONG)).unwrap();
+        assert_eq!(trickle(&mut s, b"olleh\n"), 6);
+        let mut got = [0u8; 6];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hello\n");
+    }
+    assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(server.stats().gate_closed.load(Ordering::SeqCst), 0);
+    server.stop();
+}
+
 #[test]
 fn a_full_gate_evicts_the_connection_waiting_longest_and_late_ones_are_closed() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -147,6 +147,26 @@ fn wrong_extra_data_is_refused() {
     );
 }
 
+/// A replayed or misbound quote is refused before its signature is looked
+/// at (a refusal that costs no ECDSA verification): with a broken signature
+/// as well, the binding is what is reported.
+#[test]
+fn misbound_quote_is_refused_before_its_signature_is_verified() {
+    let (_swtpm, issuer) = started();
+    let evidence = issuer.issue(&EXTRA).unwrap();
+    let sig_len = decoded(&evidence).signature.len();
+    let forged = modified(&evidence, |e| e.signature[sig_len - 1] ^= 0x80);
+    assert!(matches!(
+        message(pinned(&issuer).validate(&forged, &[0x22; 32])),
+        AttestationError::Binding(_)
+    ));
+    // Bound right, the broken signature is what refuses it.
+    assert!(matches!(
+        message(pinned(&issuer).validate(&forged, &EXTRA)),
+        AttestationError::Signature(_)
+    ));
+}
+
 #[test]
 fn pcr_extended_after_the_quote_is_refused() {
     let swtpm = Swtpm::start().unwrap();

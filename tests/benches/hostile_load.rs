@@ -5,12 +5,17 @@
 //!
 //! - phase A (before and after the attack, averaged): honest tickets per
 //!   second with `CLIENTS` concurrent nodes, each with its own swtpm;
-//! - phase B: the same honest load while every attacker runs against joinsvc
+//! - phase B1: the same honest load under the connection-level attack
 //!   (500 idle connections, trickled ClientHellos and frames, 4 GiB
-//!   prefixes raw and inside TLS, garbage TLS, ClientHello floods, valid
-//!   TLS with other PCRs, a wrong nonce or a replayed certificate), each
-//!   kind from its own block of 127.x source addresses; joinsvc's peak RSS
-//!   (VmHWM) and open file descriptors (sampled every 20 ms) beside;
+//!   prefixes on the raw socket, garbage TLS, ClientHello floods): what
+//!   costs the attacker a connection and a few bytes;
+//! - phase B2: the same honest load while every attacker runs against
+//!   joinsvc: B1's, and those that complete a TLS handshake in a loop (a
+//!   4 GiB prefix inside TLS, valid TLS with other PCRs, a wrong nonce or
+//!   a replayed certificate), each of whose attempts costs the server a
+//!   handshake as an honest ticket does; each kind from its own block of
+//!   127.x source addresses; joinsvc's peak RSS (VmHWM) and open file
+//!   descriptors (sampled every 20 ms, from the attackers' CPU) beside;
 //! - phase C: the same attack plan against a blank node's Init server and
 //!   an initialized node's recovery server while the admin calls each once
 //!   a second (a wrong init secret, a master secret that does not open the
@@ -55,8 +60,17 @@ fn plan() -> Plan {
         pause: Duration::from_millis(20),
         nice: None,
         cpu: Some(ATTACKER_CPU),
+        full_handshakes: true,
     }
 }
+
+/// The attackers of [`Plan::full_handshakes`].
+const FULL_HANDSHAKE_KINDS: [&str; 4] = [
+    "4 GiB prefix in TLS",
+    "TLS, other PCRs",
+    "TLS, wrong nonce",
+    "TLS, replayed certificate",
+];
 
 /// The CPU joinsvc, the bootstrappers, the honest nodes and their swtpms
 /// share, and the one the attackers (threads and swtpms) have.
@@ -129,19 +143,13 @@ fn load_average() -> String {
         .unwrap_or_default()
 }
 
-/// CPU seconds of every swtpm on the machine.
-fn swtpm_cpu() -> f64 {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_to_string(e.path().join("comm"))
-                        .is_ok_and(|c| c.trim() == "swtpm")
-                })
-                .map(|e| load::cpu_seconds(&format!("{}/stat", e.path().display())))
-                .sum()
-        })
-        .unwrap_or(0.0)
+/// CPU seconds of the swtpms of `nodes` (each under its supervising shell).
+fn swtpm_cpu(nodes: &[Node]) -> f64 {
+    nodes
+        .iter()
+        .flat_map(|n| confboot_tests::hostile::process_tree(n.swtpm_pid()))
+        .map(load::process_cpu_seconds)
+        .sum()
 }
 
 /// One phase of honest joining.
@@ -174,13 +182,14 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
     let addr = joinsvc.rpc_addr;
     let stop = Arc::new(AtomicBool::new(false));
     let (tickets, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let sampler = Sampler::start(pid);
+    // The sampler observes; it is not the server: on the attackers' CPU.
+    let sampler = Sampler::start_on(pid, ATTACKER_CPU);
     let jiffies = [cpu_jiffies(0), cpu_jiffies(1)];
     let (gate0, workers0) = gate_and_workers_cpu(pid);
     let (cpu0, att0, tpm0, t0) = (
         load::process_cpu_seconds(pid),
         threads_cpu("hostile-"),
-        swtpm_cpu(),
+        swtpm_cpu(nodes),
         Instant::now(),
     );
     let threads: Vec<_> = (0..nodes.len())
@@ -215,7 +224,7 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
         seconds: t0.elapsed().as_secs_f64(),
         joinsvc_cpu: load::process_cpu_seconds(pid) - cpu0,
         attackers_cpu: threads_cpu("hostile-") - att0,
-        swtpm_cpu: swtpm_cpu() - tpm0,
+        swtpm_cpu: swtpm_cpu(nodes) - tpm0,
         peaks: sampler.stop(),
         busy: busy_percent(jiffies, [cpu_jiffies(0), cpu_jiffies(1)]),
         gate_cpu: gate_and_workers_cpu(pid).0 - gate0,
@@ -323,7 +332,7 @@ fn main() {
     let other = Node::start("other-image", b"another kernel");
     // The TPMs the attackers use quote on the attackers' CPU.
     for n in [&insider, &other] {
-        confboot_tests::hostile::pin_process(n.swtpm_pid(), ATTACKER_CPU);
+        confboot_tests::hostile::pin_process_tree(n.swtpm_pid(), ATTACKER_CPU);
     }
     let trusted: Vec<&Node> = nodes.iter().chain([&insider, &other]).collect();
     // joinsvc with its defaults (16 workers, a queue of 64, 1024 at the
@@ -338,14 +347,25 @@ fn main() {
     let _ = honest_phase(&nodes, &joinsvc, Duration::from_secs(2));
     let a1 = honest_phase(&nodes, &joinsvc, run);
     let hwm_before = load::status_kib(pid, "VmHWM");
+    let target = Target {
+        addr: joinsvc.rpc_addr,
+        insider: Some(insider.issuer.clone() as Arc<dyn Issuer>),
+        other_image: Some(other.issuer.clone() as Arc<dyn Issuer>),
+    };
+    // B1: the attacks that cost the attacker a connection and a few bytes.
     let attack = Attack::start(
-        &Target {
-            addr: joinsvc.rpc_addr,
-            insider: Some(insider.issuer.clone() as Arc<dyn Issuer>),
-            other_image: Some(other.issuer.clone() as Arc<dyn Issuer>),
+        &target,
+        &Plan {
+            full_handshakes: false,
+            ..plan()
         },
-        &plan(),
     );
+    std::thread::sleep(Duration::from_secs(2)); // the attack takes hold
+    let b1 = honest_phase(&nodes, &joinsvc, run);
+    let connection_attack = attack.stop();
+    std::thread::sleep(Duration::from_secs(1));
+    // B2: every attack, those that complete TLS handshakes too.
+    let attack = Attack::start(&target, &plan());
     std::thread::sleep(Duration::from_secs(2)); // the attack takes hold
     let b = honest_phase(&nodes, &joinsvc, run);
     let hwm_attack = load::status_kib(pid, "VmHWM");
@@ -375,6 +395,7 @@ fn main() {
     // Figures.
     let baseline = (a1.rate() + a2.rate()) / 2.0;
     let ratio = b.rate() / baseline;
+    let ratio_b1 = b1.rate() / baseline;
     println!();
     println!(
         "{:<30}{:>10}{:>8}{:>20}{:>15}{:>11}{:>14}",
@@ -383,12 +404,13 @@ fn main() {
         "failed",
         "joinsvc CPU/ticket",
         "attackers CPU",
-        "swtpm CPU",
+        "nodes' swtpm",
         "CPU 0/1 busy"
     );
     for (name, h) in [
         ("A: honest only (before)", &a1),
-        ("B: under attack", &b),
+        ("B1: connection-level attack", &b1),
+        ("B2: every attack", &b),
         ("A: honest only (after)", &a2),
     ] {
         println!(
@@ -402,28 +424,58 @@ fn main() {
             h.busy[1]
         );
     }
-    for (name, h) in [("A (before)", &a1), ("B", &b), ("A (after)", &a2)] {
+    for (name, h) in [
+        ("A (before)", &a1),
+        ("B1", &b1),
+        ("B2", &b),
+        ("A (after)", &a2),
+    ] {
         println!(
             "  {name}: joinsvc CPU {:.2} s: gate thread {:.2} s, workers {:.2} s; load average \
              at its end {}",
             h.joinsvc_cpu, h.gate_cpu, h.workers_cpu, h.load
         );
     }
+    let verdict = |r: f64| if r >= 0.95 { "met" } else { "MISSED" };
     println!(
-        "honest tickets/s under attack / without: {:.1} / {:.1} = {:.1} % (goal ≥ 95 %: {})",
+        "honest tickets/s under the connection-level attack / without: {:.1} / {:.1} = {:.1} % \
+         (goal ≥ 95 %: {})",
+        b1.rate(),
+        baseline,
+        ratio_b1 * 100.0,
+        verdict(ratio_b1)
+    );
+    println!(
+        "honest tickets/s under every attack / without: {:.1} / {:.1} = {:.1} % (goal ≥ 95 %: {})",
         b.rate(),
         baseline,
         ratio * 100.0,
-        if ratio >= 0.95 { "met" } else { "MISSED" }
+        verdict(ratio)
     );
+    // The attackers that complete handshakes: each attempt costs the server
+    // a handshake, as an honest ticket does.
+    let handshakes: u64 = joinsvc_attack
+        .iter()
+        .filter(|(kind, _)| FULL_HANDSHAKE_KINDS.contains(kind))
+        .map(|(_, r)| r.answered)
+        .sum();
+    let handshakes_per_s = handshakes as f64 / (run.as_secs_f64() + 2.0);
+    println!(
+        "handshakes completed by attackers in B2: {handshakes_per_s:.0}/s, {:.0} % of the honest \
+         tickets/s without attack",
+        handshakes_per_s * 100.0 / baseline
+    );
+    let b1_total = connection_attack.values().fold(0, |n, r| n + r.connections);
+    println!("connection-level attack in B1: {b1_total} connections");
     // What refusing the attack cost joinsvc: its CPU under attack beyond
     // what the honest tickets of that phase cost at the baseline's rate.
     let base_ms =
         (a1.joinsvc_cpu + a2.joinsvc_cpu) * 1000.0 / (a1.tickets + a2.tickets).max(1) as f64;
     let attack_pct = b.rate() * (b.joinsvc_ms_per_ticket() - base_ms) / 10.0;
+    let attack_pct_b1 = b1.rate() * (b1.joinsvc_ms_per_ticket() - base_ms) / 10.0;
     println!(
-        "joinsvc CPU spent on the attack: {attack_pct:.1} % of a core (beyond the honest tickets' \
-         {base_ms:.2} ms each)"
+        "joinsvc CPU spent on the attack: {attack_pct_b1:.1} % of a core in B1, {attack_pct:.1} % \
+         in B2 (beyond the honest tickets' {base_ms:.2} ms each)"
     );
     println!(
         "joinsvc CPU: {:.1} % of a core without attack, {:.1} % under attack",
@@ -486,7 +538,8 @@ fn main() {
                  honest_failed\tjoinsvc_cpu_ms_per_ticket_baseline\tjoinsvc_cpu_ms_per_ticket_attack\t\
                  joinsvc_hwm_kib\tjoinsvc_peak_fds\tattack_connections\tattack_closed\t\
                  attack_bytes\thostile_tickets\tinit_answered\tinit_median_ms\tinit_max_ms\t\
-                 recover_answered\trecover_median_ms\trecover_max_ms\tjoinsvc_attack_cpu_pct"
+                 recover_answered\trecover_median_ms\trecover_max_ms\tjoinsvc_attack_cpu_pct\t\
+                 tickets_s_connection_attack\tratio_connection_attack"
             )
             .unwrap();
         }
@@ -494,7 +547,7 @@ fn main() {
             f,
             "{date}\t{commit}\t{cores}\t{}\t{baseline:.1}\t{:.1}\t{ratio:.3}\t{}\t{:.2}\t{:.2}\t\
              {hwm_attack}\t{}\t{}\t{}\t{}\t{}\t{ai}/{mi2}\t{medi:.0}\t{maxi:.0}\t{ar}/{mr2}\t\
-             {medr:.0}\t{maxr:.0}\t{attack_pct:.1}",
+             {medr:.0}\t{maxr:.0}\t{attack_pct:.1}\t{:.1}\t{ratio_b1:.3}",
             run.as_secs(),
             b.rate(),
             a1.failures + b.failures + a2.failures,
@@ -505,6 +558,7 @@ fn main() {
             total.closed_by_server,
             total.bytes_sent,
             total.tickets + admin_total.tickets,
+            b1.rate(),
         )
         .unwrap();
         println!("figures appended to {path}");

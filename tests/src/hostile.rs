@@ -107,6 +107,12 @@ pub struct Plan {
     /// The CPU the attackers' threads are pinned to (`taskset`), as remote
     /// attackers bring their own CPU (`None`: not pinned).
     pub cpu: Option<usize>,
+    /// Whether the attackers that complete a TLS handshake in a loop run
+    /// (a 4 GiB prefix inside TLS, and against joinsvc the wrong
+    /// attestations). Each of their attempts costs the server a whole
+    /// handshake, as an honest client's does, so no server refuses them for
+    /// less; the other kinds cost the attacker a connection and a few bytes.
+    pub full_handshakes: bool,
 }
 
 impl Default for Plan {
@@ -120,6 +126,7 @@ impl Default for Plan {
             pause: Duration::from_millis(20),
             nice: None,
             cpu: None,
+            full_handshakes: true,
         }
     }
 }
@@ -238,16 +245,19 @@ impl Attack {
             looping(&p, stop, |i| huge_prefix_raw(&t, c, source(k, i)))
         });
         let (t, p) = (target.clone(), plan.clone());
-        attack.spawn("4 GiB prefix in TLS", move |c, stop, k| {
-            looping(&p, stop, |i| huge_prefix_in_tls(&t, c, source(k, i)))
-        });
-        let (t, p) = (target.clone(), plan.clone());
         attack.spawn("garbage TLS", move |c, stop, k| {
             looping(&p, stop, |i| garbage(&t, c, source(k, i), i))
         });
         let (t, p) = (target.clone(), plan.clone());
         attack.spawn("handshake flood", move |c, stop, k| {
             looping(&p, stop, |i| flood(&t, p.flood_burst, c, k, i))
+        });
+        if !plan.full_handshakes {
+            return attack;
+        }
+        let (t, p) = (target.clone(), plan.clone());
+        attack.spawn("4 GiB prefix in TLS", move |c, stop, k| {
+            looping(&p, stop, |i| huge_prefix_in_tls(&t, c, source(k, i)))
         });
         if let Some(other) = &target.other_image {
             let (t, p, image) = (target.clone(), plan.clone(), Arc::clone(other));
@@ -311,13 +321,50 @@ impl Drop for Attack {
     }
 }
 
-/// Pins process (or thread) `pid` to CPU `cpu` (`taskset -p`).
-pub fn pin_process(pid: u32, cpu: usize) {
+/// Pins thread `tid` to CPU `cpu` (`taskset -p`: one thread only).
+pub fn pin_thread(tid: u32, cpu: usize) {
     let _ = std::process::Command::new("taskset")
-        .args(["-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .args(["-p", "-c", &cpu.to_string(), &tid.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status();
+}
+
+/// Process `pid` and every process descended from it (read from
+/// `/proc/<pid>/task/<tid>/children`), `pid` first.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut tree = vec![pid];
+    let mut next = 0;
+    while next < tree.len() {
+        let parent = tree[next];
+        next += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            tree.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    tree
+}
+
+/// Pins process `pid`, every thread of it and every process it started
+/// (with theirs) to CPU `cpu`: a swtpm runs under a supervising shell, so
+/// pinning the shell alone would leave the TPM where it was.
+pub fn pin_process_tree(pid: u32, cpu: usize) {
+    for p in process_tree(pid) {
+        let _ = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", &cpu.to_string(), &p.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 /// Lowers the calling attacker thread's CPU priority and pins it when the
@@ -325,22 +372,39 @@ pub fn pin_process(pid: u32, cpu: usize) {
 fn renice_self(plan: &Plan) {
     let tid = nix::unistd::gettid().as_raw() as u32;
     if let Some(n) = plan.nice {
-        renice_process(tid, n);
+        renice(tid, n);
     }
     if let Some(cpu) = plan.cpu {
-        pin_process(tid, cpu);
+        pin_thread(tid, cpu);
     }
 }
 
-/// Lowers the CPU priority of process `pid` to `nice` (e.g. the swtpm of
-/// a node whose TPM an attacker uses, so that its quotes compete as little
-/// as the attackers' threads do).
-pub fn renice_process(pid: u32, nice: i32) {
+/// Sets the nice value of one thread or process `id` (`renice -p`).
+fn renice(id: u32, nice: i32) {
     let _ = std::process::Command::new("renice")
-        .args(["-n", &nice.to_string(), "-p", &pid.to_string()])
+        .args(["-n", &nice.to_string(), "-p", &id.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status();
+}
+
+/// Lowers the CPU priority of process `pid`, its threads and every process
+/// it started to `nice` (e.g. the swtpm of a node whose TPM an attacker
+/// uses, under its supervising shell, so that its quotes compete as little
+/// as the attackers' threads do).
+pub fn renice_process_tree(pid: u32, nice: i32) {
+    for p in process_tree(pid) {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+                    .collect()
+            })
+            .unwrap_or_else(|_| vec![p]);
+        for t in tasks {
+            renice(t, nice);
+        }
+    }
 }
 
 /// Runs `attempt` (numbered) until stopped, `plan.pause` apart.

@@ -40,7 +40,7 @@ fn honest_nodes_join_and_the_admin_is_answered_while_every_hostile_client_loses(
     let insider = Node::start("insider", b"kernel");
     let other = Node::start("other-image", b"another kernel");
     for n in [&insider, &other] {
-        confboot_tests::hostile::renice_process(n.swtpm_pid(), 10);
+        confboot_tests::hostile::renice_process_tree(n.swtpm_pid(), 10);
     }
     let trusted: Vec<&Node> = honest.iter().chain([&insider, &other]).collect();
     let joinsvc = Joinsvc::start_with(
@@ -71,6 +71,7 @@ fn honest_nodes_join_and_the_admin_is_answered_while_every_hostile_client_loses(
         pause: Duration::from_millis(50),
         nice: Some(10),
         cpu: None,
+        full_handshakes: true,
     };
     let sampler = Sampler::start(pid);
     let attacks = [

@@ -124,6 +124,19 @@ pub struct Gate {
     pub defer_accept: Option<Duration>,
 }
 
+/// Peeks at the bytes `stream` has received, without waiting for any (the
+/// gate's sockets stay blocking for their handlers).
+fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, recv};
+    use std::os::fd::AsRawFd;
+    recv(
+        stream.as_raw_fd(),
+        buf,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)
+}
+
 /// Whether the peer of `stream` has shut its sending side (`POLLRDHUP`),
 /// or the connection is gone.
 fn half_closed(stream: &TcpStream) -> bool {
@@ -176,9 +189,9 @@ pub fn fit_descriptors(config: &mut PoolConfig, others: u64) {
     }
 }
 
-/// How often the gate looks again at a connection that sent part of its
-/// opening (the socket stays readable while its bytes are only peeked, so it
-/// is not polled for input).
+/// How often the gate looks again at a connection whose opening is complete
+/// while every worker is busy and the queue is full (one that sent part of
+/// its opening is looked at again when more bytes come).
 const GATE_RECHECK: Duration = Duration::from_millis(20);
 /// Longest single wait in the gate's poll, so it notices the stop signal.
 const GATE_POLL_MAX: Duration = Duration::from_millis(250);
@@ -498,6 +511,142 @@ struct Pending {
     ready: bool,
     /// Registered with the gate's epoll instance.
     watched: bool,
+    /// Listed among those to look at again on a timer ([`AtGate`]).
+    listed: bool,
+}
+
+/// The connections at the gate: by id; in arrival order, which is the
+/// order of their deadlines (each gets the gate's timeout from its accept);
+/// and, apart, the few looked at again on a timer (a partial opening, or a
+/// complete one waiting for room). Ids of connections that left stay in
+/// the arrival order until they reach its front (or it is compacted).
+struct AtGate {
+    by_id: HashMap<u64, Pending>,
+    arrival: VecDeque<u64>,
+    rechecking: Vec<u64>,
+}
+
+impl AtGate {
+    fn with_capacity(n: usize) -> AtGate {
+        AtGate {
+            by_id: HashMap::with_capacity(n + 1),
+            arrival: VecDeque::with_capacity(2 * n + 1),
+            rechecking: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// A newly accepted connection.
+    fn add(&mut self, p: Pending) {
+        if self.arrival.len() > 2 * self.by_id.len() + 1024 {
+            let by_id = &self.by_id;
+            self.arrival.retain(|id| by_id.contains_key(id));
+        }
+        self.arrival.push_back(p.id);
+        self.put_back(p);
+    }
+
+    /// A connection taken out to be looked at, kept.
+    fn put_back(&mut self, mut p: Pending) {
+        if p.recheck.is_some() && !p.listed {
+            p.listed = true;
+            self.rechecking.push(p.id);
+        }
+        self.by_id.insert(p.id, p);
+    }
+
+    /// The connection `id`, if the gate holds it.
+    fn take(&mut self, id: u64) -> Option<Pending> {
+        self.by_id.remove(&id)
+    }
+
+    /// Takes the ids of the connections whose time for another look has
+    /// come into `due` (in one pass; take each with [`Self::take`]).
+    fn due(&mut self, now: Instant, due: &mut Vec<u64>) {
+        due.clear();
+        let by_id = &mut self.by_id;
+        self.rechecking.retain(|id| {
+            let Some(p) = by_id.get_mut(id) else {
+                return false;
+            };
+            match p.recheck {
+                Some(r) if r > now => true,
+                Some(_) => {
+                    due.push(*id);
+                    p.listed = false;
+                    false
+                }
+                None => {
+                    p.listed = false;
+                    false
+                }
+            }
+        });
+    }
+
+    /// The oldest connection, when its time at the gate is over.
+    fn take_expired(&mut self, now: Instant) -> Option<Pending> {
+        while let Some(&id) = self.arrival.front() {
+            match self.by_id.get(&id) {
+                None => {
+                    self.arrival.pop_front();
+                }
+                Some(p) if p.until <= now => {
+                    self.arrival.pop_front();
+                    return self.by_id.remove(&id);
+                }
+                Some(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// The connection to evict for a newer one: the oldest that has not
+    /// sent its whole opening, or, when every one has, the oldest.
+    fn take_oldest(&mut self) -> Option<Pending> {
+        let victim = self
+            .arrival
+            .iter()
+            .find(|id| self.by_id.get(id).is_some_and(|p| !p.ready))
+            .or_else(|| self.arrival.iter().find(|id| self.by_id.contains_key(id)))
+            .copied()?;
+        self.by_id.remove(&victim)
+    }
+
+    /// When the gate must next look without a readable connection: the
+    /// earliest deadline or timed look.
+    fn next_due(&mut self) -> Option<Instant> {
+        while let Some(id) = self.arrival.front() {
+            if self.by_id.contains_key(id) {
+                break;
+            }
+            self.arrival.pop_front();
+        }
+        let first_deadline = self
+            .arrival
+            .front()
+            .and_then(|id| self.by_id.get(id))
+            .map(|p| p.until);
+        let first_look = self
+            .rechecking
+            .iter()
+            .filter_map(|id| self.by_id.get(id)?.recheck)
+            .min();
+        match (first_deadline, first_look) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Every connection the gate holds, taken out.
+    fn drain(&mut self) -> impl Iterator<Item = Pending> + '_ {
+        self.arrival.clear();
+        self.rechecking.clear();
+        self.by_id.drain().map(|(_, p)| p)
+    }
 }
 
 /// The gate's epoll key of the listening socket (connection ids count up
@@ -506,12 +655,20 @@ const LISTENER_KEY: u64 = u64::MAX;
 
 impl Acceptor {
     /// Peeks at a connection at the gate: queues it when its opening is
-    /// complete and there is room, closes it when the opening is invalid,
-    /// too long or late, or the peer is gone; otherwise gives it back (to
-    /// look again at it in [`GATE_RECHECK`] when it sent part of its opening
-    /// or waits for room).
-    fn look(&self, mut p: Pending, gate: &Gate, buf: &mut [u8], now: Instant) -> Option<Pending> {
-        match p.stream.peek(buf) {
+    /// complete and there is room (`unwatch` takes it off the gate's epoll
+    /// instance first), closes it when the opening is invalid, too long or
+    /// late, or the peer is gone; otherwise gives it back (to look again at
+    /// it when more bytes come, or in [`GATE_RECHECK`] when it waits for
+    /// room).
+    fn look(
+        &self,
+        mut p: Pending,
+        gate: &Gate,
+        buf: &mut [u8],
+        now: Instant,
+        unwatch: &dyn Fn(&mut Pending),
+    ) -> Option<Pending> {
+        match peek_now(&p.stream, buf) {
             Ok(0) => self.drop_pending(p, "closed before its opening"),
             Ok(n) => match (gate.judge)(&buf[..n]) {
                 // With every worker busy, it waits here (its time bounded
@@ -526,27 +683,28 @@ impl Acceptor {
                 Opening::Complete if gate.drop_half_closed && half_closed(&p.stream) => {
                     self.drop_pending(p, "closed after its opening")
                 }
-                Opening::Complete => match p
-                    .stream
-                    .set_nonblocking(false)
-                    .and_then(|_| self.prepare(&p.stream))
-                    .and_then(|_| {
+                Opening::Complete => {
+                    // Off the epoll instance before its descriptor has a
+                    // second handle (which would keep it registered).
+                    unwatch(&mut p);
+                    let handed = self.prepare(&p.stream).and_then(|_| {
                         self.open
                             .attach(p.id, &p.stream)
                             .map_err(|_| io::Error::other("no descriptor for its handle"))
-                    }) {
-                    Ok(()) => match self.try_dispatch(p.id, p.stream) {
-                        Ok(()) => {}
-                        Err(stream) => {
-                            let _ = stream.set_nonblocking(true);
-                            p.stream = stream;
-                            p.recheck = Some(now + GATE_RECHECK);
-                            p.ready = true;
-                            return Some(p);
-                        }
-                    },
-                    Err(_) => self.drop_pending(p, "socket failed"),
-                },
+                    });
+                    match handed {
+                        Ok(()) => match self.try_dispatch(p.id, p.stream) {
+                            Ok(()) => {}
+                            Err(stream) => {
+                                p.stream = stream;
+                                p.recheck = Some(now + GATE_RECHECK);
+                                p.ready = true;
+                                return Some(p);
+                            }
+                        },
+                        Err(_) => self.drop_pending(p, "socket failed"),
+                    }
+                }
                 Opening::Invalid => self.drop_pending(p, "invalid opening"),
                 Opening::Incomplete if n >= gate.max_opening => {
                     self.drop_pending(p, "opening too long")
@@ -554,10 +712,8 @@ impl Acceptor {
                 Opening::Incomplete if p.until <= now => {
                     self.drop_pending(p, "no complete opening in time")
                 }
-                Opening::Incomplete => {
-                    p.recheck = Some(now + GATE_RECHECK);
-                    return Some(p);
-                }
+                // Watched edge-triggered: more bytes wake the gate.
+                Opening::Incomplete => return Some(p),
             },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && p.until <= now => {
                 self.drop_pending(p, "no opening in time")
@@ -670,12 +826,14 @@ impl Acceptor {
         }
     }
 
-    /// Closes a connection the gate drops.
+    /// Closes a connection the gate drops. Nothing else holds it, so
+    /// closing it is enough: one whose bytes were only peeked at is reset
+    /// (a single packet, no orderly close for a peer that gets nothing).
     fn drop_pending(&self, p: Pending, why: &str) {
         log::debug!("gate: closing connection from {}: {why}", p.peer);
         self.stats.gate_closed.fetch_add(1, Ordering::Relaxed);
-        let _ = p.stream.shutdown(std::net::Shutdown::Both);
         self.open.remove(p.id);
+        drop(p.stream);
     }
 
     /// Accepts and queues every connection at once.
@@ -725,13 +883,15 @@ impl Acceptor {
             let _ = listener.set_nonblocking(false);
             return self.run(listener);
         }
-        // Watches a connection for its first bytes (one that sent part of
-        // its opening stays readable: it is looked at again on a timer).
+        // Watches a connection for more bytes, edge-triggered: one that
+        // sent part of its opening stays readable while its bytes are only
+        // peeked at, so only new bytes must wake the gate. It stays watched
+        // until it leaves the gate (a close takes it off); one whose opening
+        // is complete and that waits for room is looked at on a timer.
         let watch = |p: &mut Pending| {
-            if !p.watched && p.recheck.is_none() {
-                p.watched = epoll
-                    .add(&p.stream, EpollEvent::new(EpollFlags::EPOLLIN, p.id))
-                    .is_ok();
+            if !p.watched && !p.ready {
+                let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLET;
+                p.watched = epoll.add(&p.stream, EpollEvent::new(flags, p.id)).is_ok();
             }
         };
         let unwatch = |p: &mut Pending| {
@@ -740,15 +900,14 @@ impl Acceptor {
                 p.watched = false;
             }
         };
-        let mut pending: VecDeque<Pending> = VecDeque::new();
+        let mut pending = AtGate::with_capacity(gate.capacity.clamp(1, 4096));
         let mut buf = vec![0u8; gate.max_opening.max(1)];
         let mut events = vec![EpollEvent::empty(); 256];
+        let mut due = Vec::new();
         while !self.stop.is_raised() {
             let now = Instant::now();
             let wake = pending
-                .iter()
-                .map(|p| p.recheck.map_or(p.until, |r| r.min(p.until)))
-                .min()
+                .next_due()
                 .map_or(GATE_POLL_MAX, |t| t.saturating_duration_since(now))
                 .min(GATE_POLL_MAX);
             let ms = u16::try_from(wake.as_millis().max(1)).unwrap_or(u16::MAX);
@@ -761,31 +920,43 @@ impl Acceptor {
                     continue;
                 }
             };
-            let mut ready: Vec<u64> = events[..n].iter().map(|e| e.data()).collect();
-            ready.sort_unstable();
-            let listener_ready = ready.last() == Some(&LISTENER_KEY);
 
-            // Look at every connection that is readable or due for a look.
+            // Look at the connections that are readable, then at those due
+            // for a look, then close those out of time: a wake-up costs what
+            // is ready or due, not what the gate holds (under a flood it
+            // wakes thousands of times a second while hundreds wait).
             let now = Instant::now();
-            let mut kept = VecDeque::with_capacity(pending.len());
-            for mut p in pending.drain(..) {
-                let due = ready.binary_search(&p.id).is_ok() || p.recheck.is_some_and(|r| r <= now);
-                if !due {
-                    if p.until <= now {
-                        unwatch(&mut p);
-                        self.drop_pending(p, "no complete opening in time");
-                    } else {
-                        kept.push_back(p);
+            let mut listener_ready = false;
+            for event in &events[..n] {
+                match event.data() {
+                    LISTENER_KEY => listener_ready = true,
+                    id => {
+                        if let Some(p) = pending.take(id)
+                            && let Some(mut p) = self.look(p, gate, &mut buf, now, &unwatch)
+                        {
+                            watch(&mut p);
+                            pending.put_back(p);
+                        }
                     }
-                    continue;
-                }
-                unwatch(&mut p);
-                if let Some(mut p) = self.look(p, gate, &mut buf, now) {
-                    watch(&mut p);
-                    kept.push_back(p);
                 }
             }
-            pending = kept;
+            pending.due(now, &mut due);
+            for &id in &due {
+                let Some(p) = pending.take(id) else {
+                    continue;
+                };
+                if let Some(mut p) = self.look(p, gate, &mut buf, now, &unwatch) {
+                    watch(&mut p);
+                    pending.put_back(p);
+                }
+            }
+            while let Some(p) = pending.take_expired(now) {
+                // Its last look says why it goes (no opening, an
+                // incomplete one, or no worker free in time).
+                if let Some(p) = self.look(p, gate, &mut buf, now, &unwatch) {
+                    self.drop_pending(p, "no complete opening in time");
+                }
+            }
             self.preempt_for_queued();
 
             if listener_ready {
@@ -803,11 +974,6 @@ impl Acceptor {
                     if self.stop.is_raised() {
                         break;
                     }
-                    // The gate peeks without blocking; the handler gets a
-                    // blocking socket back.
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
                     let Some((id, stream)) = self.admit(stream, peer, true) else {
                         continue;
                     };
@@ -820,33 +986,31 @@ impl Acceptor {
                         recheck: None,
                         ready: false,
                         watched: false,
+                        listed: false,
                     };
                     // Most openings are there by the time they are accepted.
-                    let Some(mut fresh) = self.look(fresh, gate, &mut buf, now) else {
+                    let Some(mut fresh) = self.look(fresh, gate, &mut buf, now, &unwatch) else {
                         continue;
                     };
                     // Full: the oldest that has not sent its whole opening
                     // goes (one that has, and waits for a worker, only when
                     // every one has).
-                    if pending.len() >= gate.capacity.max(1) {
-                        let victim = pending.iter().position(|p| !p.ready).unwrap_or(0);
-                        if let Some(mut oldest) = pending.remove(victim) {
-                            unwatch(&mut oldest);
-                            if let Some(oldest) = self.look(oldest, gate, &mut buf, now) {
-                                self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                                self.drop_pending(oldest, "evicted for a newer connection");
-                            }
-                        }
+                    if pending.len() >= gate.capacity.max(1)
+                        && let Some(oldest) = pending.take_oldest()
+                        && let Some(oldest) = self.look(oldest, gate, &mut buf, now, &unwatch)
+                    {
+                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        self.drop_pending(oldest, "evicted for a newer connection");
                     }
                     watch(&mut fresh);
-                    pending.push_back(fresh);
+                    pending.add(fresh);
                     self.stats
                         .gate_peak
                         .fetch_max(pending.len() as u64, Ordering::Relaxed);
                 }
             }
         }
-        for mut p in pending {
+        for mut p in pending.drain() {
             unwatch(&mut p);
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
             self.open.remove(p.id);

@@ -636,6 +636,13 @@ pub fn verify(
     roots: &TrustRoots,
     now: i64,
 ) -> Result<Attested, AttestationError> {
+    // A report bound to another handshake (replayed, or made for another
+    // nonce) is refused before any certificate or signature is verified:
+    // the outcome is the same, as every check must pass, for the price of
+    // a comparison instead of a chain of RSA and P-384 verifications.
+    if let CheckOutcome::Failed(e) = check_report_data(&evidence.report, report_data) {
+        return Err(e);
+    }
     let checks = run_checks(evidence, report_data, policy, roots, now);
     if let Some(e) = first_failure(&checks) {
         return Err(e);

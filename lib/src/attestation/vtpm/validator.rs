@@ -261,25 +261,11 @@ impl Validator for VtpmValidator {
         let signature =
             structures::parse_ecdsa_signature(&e.signature).map_err(|p| decode_err(p.0))?;
 
-        // 1. The AK signed exactly these TPMS_ATTEST bytes.
-        if signature.hash_alg != TPM_ALG_SHA256 {
-            return Err(AttestationError::Signature(format!(
-                "quote signed with hash {:#06x}, want SHA-256",
-                signature.hash_alg
-            )));
-        }
-        ring::signature::UnparsedPublicKey::new(
-            &ring::signature::ECDSA_P256_SHA256_FIXED,
-            &ak.point,
-        )
-        .verify(&e.attest, &signature.r_s)
-        .map_err(|_| {
-            AttestationError::Signature(
-                "the quote's ECDSA signature does not verify with the AK in the evidence".into(),
-            )
-        })?;
-
-        // 2. Bound to this handshake.
+        // The checks that cost no signature come first, so evidence that
+        // is stale (a replayed certificate), bound to another handshake or
+        // inconsistent is refused for the price of comparisons; the result
+        // is the same, as every check must pass.
+        // 1. Bound to this handshake.
         if info.extra_data.as_slice() != extra_data.as_slice() {
             return Err(AttestationError::Binding(format!(
                 "quote qualifying data {} differs from the expected extra_data {}",
@@ -288,7 +274,7 @@ impl Validator for VtpmValidator {
             )));
         }
 
-        // 3. The PCR values are the quoted ones.
+        // 2. The PCR values are the quoted ones.
         let carried: Vec<u32> = e.pcr_values.iter().map(|(i, _)| *i).collect();
         match info.pcr_selections.as_slice() {
             [sel] if sel.hash_alg == TPM_ALG_SHA256 && sel.pcr_indices == carried => {}
@@ -307,7 +293,7 @@ impl Validator for VtpmValidator {
             )));
         }
 
-        // 4. The AK is a real AK and trusted.
+        // 3. The AK is a real AK.
         let required = structures::object_attributes::REQUIRED_FOR_AK;
         if ak.object_attributes & required != required {
             return Err(AttestationError::Trust(format!(
@@ -337,6 +323,24 @@ impl Validator for VtpmValidator {
         if !info.safe {
             log::debug!("the quote's clock is not safe (an unorderly shutdown before this boot)");
         }
+        // 4. The AK signed exactly these TPMS_ATTEST bytes, and is trusted.
+        if signature.hash_alg != TPM_ALG_SHA256 {
+            return Err(AttestationError::Signature(format!(
+                "quote signed with hash {:#06x}, want SHA-256",
+                signature.hash_alg
+            )));
+        }
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ECDSA_P256_SHA256_FIXED,
+            &ak.point,
+        )
+        .verify(&e.attest, &signature.r_s)
+        .map_err(|_| {
+            AttestationError::Signature(
+                "the quote's ECDSA signature does not verify with the AK in the evidence".into(),
+            )
+        })?;
+
         self.ak_trust.check(&ak.point, &e.ak_certificate)?;
 
         let measurements: BTreeMap<u32, Vec<u8>> = e.pcr_values.into_iter().collect();
