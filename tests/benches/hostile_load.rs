@@ -16,6 +16,9 @@
 //!   handshake as an honest ticket does; each kind from its own block of
 //!   127.x source addresses; joinsvc's peak RSS (VmHWM) and open file
 //!   descriptors (sampled every 20 ms, from the attackers' CPU) beside;
+//! - phase D: each kind alone beside the honest load, for 8 s: what it
+//!   costs joinsvc, beyond its tickets at phase A's cost, per second and per
+//!   connection;
 //! - phase C: the same attack plan against a blank node's Init server and
 //!   an initialized node's recovery server while the admin calls each once
 //!   a second (a wrong init secret, a master secret that does not open the
@@ -49,6 +52,17 @@ use confboot_tests::load::{self, AdminNodes, Sampler};
 const CLIENTS: usize = 4;
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 
+/// The pause between two attempts of each looping attacker: 20 ms, or
+/// `CONFBOOT_HOSTILE_PAUSE_MS` (a larger pause, a smaller attack).
+fn pause() -> Duration {
+    Duration::from_millis(
+        std::env::var("CONFBOOT_HOSTILE_PAUSE_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20),
+    )
+}
+
 /// The attack of issue 14.
 fn plan() -> Plan {
     Plan {
@@ -57,10 +71,11 @@ fn plan() -> Plan {
         trickle_frame: 4,
         trickle_interval: Duration::from_millis(100),
         flood_burst: 32,
-        pause: Duration::from_millis(20),
+        pause: pause(),
         nice: None,
         cpu: Some(ATTACKER_CPU),
         full_handshakes: true,
+        only: None,
     }
 }
 
@@ -233,6 +248,55 @@ fn honest_phase(nodes: &Arc<Vec<Node>>, joinsvc: &Joinsvc, run: Duration) -> Hon
     }
 }
 
+/// What one kind of attacker, alone, costs joinsvc (phase D).
+struct KindCost {
+    kind: &'static str,
+    connections_per_s: f64,
+    answered_per_s: f64,
+    /// joinsvc's CPU, share of a core.
+    cpu: f64,
+}
+
+impl KindCost {
+    fn micros_per_connection(&self) -> f64 {
+        self.cpu * 1e6 / self.connections_per_s.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Runs attacker `kind` alone against joinsvc, beside the honest load, for a
+/// few seconds (after one to take hold) and measures joinsvc's CPU beyond
+/// its tickets at `ticket_ms` each.
+fn kind_cost(
+    nodes: &Arc<Vec<Node>>,
+    joinsvc: &Joinsvc,
+    target: &Target,
+    kind: &'static str,
+    ticket_ms: f64,
+) -> KindCost {
+    let attack = Attack::start(
+        target,
+        &Plan {
+            only: Some(kind),
+            ..plan()
+        },
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let before = attack.report();
+    let honest = honest_phase(nodes, joinsvc, Duration::from_secs(8));
+    let after = attack.report();
+    attack.stop();
+    std::thread::sleep(Duration::from_secs(1));
+    let delta = |f: fn(&KindReport) -> u64| {
+        (after.get(kind).map_or(0, f) - before.get(kind).map_or(0, f)) as f64 / honest.seconds
+    };
+    KindCost {
+        kind,
+        connections_per_s: delta(|r| r.connections),
+        answered_per_s: delta(|r| r.answered),
+        cpu: (honest.joinsvc_cpu - honest.tickets as f64 * ticket_ms / 1000.0) / honest.seconds,
+    }
+}
+
 /// The admin's calls to both servers, once a second for `run`.
 #[derive(Default)]
 struct AdminCalls {
@@ -373,6 +437,16 @@ fn main() {
     std::thread::sleep(Duration::from_secs(1));
     let a2 = honest_phase(&nodes, &joinsvc, run);
 
+    // D: what each kind costs joinsvc, alone beside the honest load (a
+    // server at work, as in B: idle, each connection would also pay for
+    // waking it): joinsvc's CPU beyond its tickets at A's cost.
+    let base_ms =
+        (a1.joinsvc_cpu + a2.joinsvc_cpu) * 1000.0 / (a1.tickets + a2.tickets).max(1) as f64;
+    let costs: Vec<KindCost> = joinsvc_attack
+        .keys()
+        .map(|&kind| kind_cost(&nodes, &joinsvc, &target, kind, base_ms))
+        .collect();
+
     // C: the admin without, then under, the same attack plan.
     let calm = admin_phase(&admin, Duration::from_secs(5));
     let attacks: Vec<Attack> = [admin.init_addr(), admin.recover_addr()]
@@ -469,8 +543,6 @@ fn main() {
     println!("connection-level attack in B1: {b1_total} connections");
     // What refusing the attack cost joinsvc: its CPU under attack beyond
     // what the honest tickets of that phase cost at the baseline's rate.
-    let base_ms =
-        (a1.joinsvc_cpu + a2.joinsvc_cpu) * 1000.0 / (a1.tickets + a2.tickets).max(1) as f64;
     let attack_pct = b.rate() * (b.joinsvc_ms_per_ticket() - base_ms) / 10.0;
     let attack_pct_b1 = b1.rate() * (b1.joinsvc_ms_per_ticket() - base_ms) / 10.0;
     println!(
@@ -491,6 +563,30 @@ fn main() {
         b.peaks.fds,
         b.peaks.samples
     );
+    println!(
+        "what each kind costs joinsvc alone beside the honest load (phase D, 8 s each; joinsvc's \
+         CPU beyond its tickets at {base_ms:.2} ms each; the kinds that hold connections open \
+         make few, so their cost per connection is not a rate):"
+    );
+    println!(
+        "  {:<30}{:>14}{:>11}{:>18}{:>22}",
+        "attack", "connections/s", "answered/s", "joinsvc CPU", "per connection"
+    );
+    for c in &costs {
+        let per = if c.connections_per_s >= 1.0 {
+            format!("{:.0} µs", c.micros_per_connection())
+        } else {
+            "-".into()
+        };
+        println!(
+            "  {:<30}{:>14.0}{:>11.0}{:>13.1} % core{:>22}",
+            c.kind,
+            c.connections_per_s,
+            c.answered_per_s,
+            c.cpu * 100.0,
+            per
+        );
+    }
     println!("attack on joinsvc ({run:?} of honest load, and 2 s before):");
     let total = print_attack("joinsvc", &joinsvc_attack);
     let mut admin_total = KindReport::default();
@@ -539,7 +635,7 @@ fn main() {
                  joinsvc_hwm_kib\tjoinsvc_peak_fds\tattack_connections\tattack_closed\t\
                  attack_bytes\thostile_tickets\tinit_answered\tinit_median_ms\tinit_max_ms\t\
                  recover_answered\trecover_median_ms\trecover_max_ms\tjoinsvc_attack_cpu_pct\t\
-                 tickets_s_connection_attack\tratio_connection_attack"
+                 tickets_s_connection_attack\tratio_connection_attack\tattack_pause_ms"
             )
             .unwrap();
         }
@@ -547,7 +643,7 @@ fn main() {
             f,
             "{date}\t{commit}\t{cores}\t{}\t{baseline:.1}\t{:.1}\t{ratio:.3}\t{}\t{:.2}\t{:.2}\t\
              {hwm_attack}\t{}\t{}\t{}\t{}\t{}\t{ai}/{mi2}\t{medi:.0}\t{maxi:.0}\t{ar}/{mr2}\t\
-             {medr:.0}\t{maxr:.0}\t{attack_pct:.1}\t{:.1}\t{ratio_b1:.3}",
+             {medr:.0}\t{maxr:.0}\t{attack_pct:.1}\t{:.1}\t{ratio_b1:.3}\t{}",
             run.as_secs(),
             b.rate(),
             a1.failures + b.failures + a2.failures,
@@ -559,6 +655,7 @@ fn main() {
             total.bytes_sent,
             total.tickets + admin_total.tickets,
             b1.rate(),
+            pause().as_millis(),
         )
         .unwrap();
         println!("figures appended to {path}");

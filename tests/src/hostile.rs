@@ -113,6 +113,9 @@ pub struct Plan {
     /// handshake, as an honest client's does, so no server refuses them for
     /// less; the other kinds cost the attacker a connection and a few bytes.
     pub full_handshakes: bool,
+    /// Only the kind of this name runs (as [`Attack::report`] names it), to
+    /// measure what each kind costs the server; `None`: every kind.
+    pub only: Option<&'static str>,
 }
 
 impl Default for Plan {
@@ -127,6 +130,7 @@ impl Default for Plan {
             nice: None,
             cpu: None,
             full_handshakes: true,
+            only: None,
         }
     }
 }
@@ -217,6 +221,10 @@ pub struct Attack {
     stop: Arc<AtomicBool>,
     kinds: BTreeMap<&'static str, Arc<Counters>>,
     threads: Vec<JoinHandle<()>>,
+    /// [`Plan::only`].
+    only: Option<&'static str>,
+    /// The number the next kind started gets (its block of addresses).
+    next_kind: usize,
 }
 
 impl Attack {
@@ -226,6 +234,8 @@ impl Attack {
             stop: Arc::new(AtomicBool::new(false)),
             kinds: BTreeMap::new(),
             threads: Vec::new(),
+            only: plan.only,
+            next_kind: 0,
         };
         let t = target.clone();
         let p = plan.clone();
@@ -284,8 +294,13 @@ impl Attack {
     where
         F: FnOnce(&Counters, &AtomicBool, usize) + Send + 'static,
     {
+        // Each kind keeps its block of source addresses whichever run.
+        let kind = self.next_kind;
+        self.next_kind += 1;
+        if self.only.is_some_and(|only| only != name) {
+            return;
+        }
         let counters = Arc::new(Counters::default());
-        let kind = self.kinds.len();
         self.kinds.insert(name, Arc::clone(&counters));
         let stop = Arc::clone(&self.stop);
         self.threads.push(

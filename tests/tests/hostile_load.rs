@@ -72,6 +72,7 @@ fn honest_nodes_join_and_the_admin_is_answered_while_every_hostile_client_loses(
         nice: Some(10),
         cpu: None,
         full_handshakes: true,
+        only: None,
     };
     let sampler = Sampler::start(pid);
     let attacks = [
