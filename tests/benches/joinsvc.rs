@@ -6,7 +6,9 @@
 //!   served in the benchmark's own process, and again by the same server
 //!   as a static musl process built as joinsvc is (`plain-tls-server`), so
 //!   joinsvc's CPU per ticket is also compared with a server that has its
-//!   C library and allocator;
+//!   C library and allocator; both with aTLS's provider (ECDHE on P-256
+//!   only), and the process once more with rustls' default one (X25519
+//!   first), the plain rustls server as it comes;
 //! - joinsvc (the static release binary): attested join tickets per second
 //!   with N concurrent node clients, each with its own swtpm;
 //! - joinsvc's peak RSS while holding 256 concurrent attested connections.
@@ -76,7 +78,7 @@ fn plain_tls_rate() -> (f64, f64) {
     server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     server.send_tls13_tickets = 0;
     let server = Arc::new(server);
-    let client = plain_client_config(der);
+    let client = plain_client_config(der, false);
     let router = Arc::new(Router::new().unary(
         confboot_proto::HEALTH_CHECK,
         |_ctx, _r: HealthCheckRequest| Ok(HealthCheckResponse { status: 1 }),
@@ -97,11 +99,25 @@ fn plain_tls_rate() -> (f64, f64) {
     (r, server_cpu)
 }
 
+/// The crypto provider of the plain server and its clients: aTLS's (P-256
+/// only), or with `rustls_defaults` rustls' default ring provider (X25519
+/// first).
+fn plain_provider(rustls_defaults: bool) -> Arc<rustls::crypto::CryptoProvider> {
+    if rustls_defaults {
+        Arc::new(rustls::crypto::ring::default_provider())
+    } else {
+        atls::provider()
+    }
+}
+
 /// A plain TLS client's config that trusts exactly `der`.
-fn plain_client_config(der: CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
+fn plain_client_config(
+    der: CertificateDer<'static>,
+    rustls_defaults: bool,
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(der).unwrap();
-    let mut client = rustls::ClientConfig::builder_with_provider(atls::provider())
+    let mut client = rustls::ClientConfig::builder_with_provider(plain_provider(rustls_defaults))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_root_certificates(roots)
@@ -133,10 +149,12 @@ fn plain_client_rate(addr: std::net::SocketAddr, client: Arc<rustls::ClientConfi
 
 /// The same plain server as a static musl process built as joinsvc is
 /// (`plain-tls-server`): handshakes per second, and the process's CPU per
-/// handshake in milliseconds.
-fn plain_musl_process_rate() -> (f64, f64) {
+/// handshake in milliseconds; with `rustls_defaults`, server and clients
+/// use rustls' default provider instead of aTLS's.
+fn plain_musl_process_rate(rustls_defaults: bool) -> (f64, f64) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(confboot_tests::musl_binary("plain-tls-server"))
+        .args(rustls_defaults.then_some("--rustls-defaults"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -144,7 +162,7 @@ fn plain_musl_process_rate() -> (f64, f64) {
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let addr: std::net::SocketAddr = lines.next().unwrap().unwrap().parse().unwrap();
     let der = confboot::hex::decode(&lines.next().unwrap().unwrap()).unwrap();
-    let client = plain_client_config(CertificateDer::from(der));
+    let client = plain_client_config(CertificateDer::from(der), rustls_defaults);
     let stat = format!("/proc/{}/stat", child.id());
     let (before, t0) = (cpu_seconds(&stat), Instant::now());
     let r = plain_client_rate(addr, client);
@@ -261,7 +279,7 @@ fn main() {
         plain_cpu * 1000.0 / handshakes,
         plain_server_ms
     );
-    let (plain_musl, plain_musl_ms) = plain_musl_process_rate();
+    let (plain_musl, plain_musl_ms) = plain_musl_process_rate(false);
     println!(
         "{:<52}{:>10.0} /s  {:.2}",
         "the same plain server as a static musl process",
@@ -269,6 +287,14 @@ fn main() {
         plain_musl / plain
     );
     println!("  CPU per handshake of that process: {plain_musl_ms:.2} ms");
+    let (plain_default, plain_default_ms) = plain_musl_process_rate(true);
+    println!(
+        "{:<52}{:>10.0} /s  {:.2}",
+        "that process with rustls' default groups (X25519)",
+        plain_default,
+        plain_default / plain
+    );
+    println!("  CPU per handshake of that process: {plain_default_ms:.2} ms");
 
     let nodes: Vec<Node> = (0..CLIENTS)
         .map(|i| Node::start(&format!("node-{i}"), b"kernel"))
@@ -349,6 +375,12 @@ fn main() {
          rejoin {:.2}×",
         join_ms / plain_musl_ms,
         rejoin_ms / plain_musl_ms
+    );
+    println!(
+        "server CPU per ticket, × that server's with rustls' default groups: join {:.2}×, rejoin \
+         {:.2}×",
+        join_ms / plain_default_ms,
+        rejoin_ms / plain_default_ms
     );
     // 256 concurrent attested connections held open, then one call on each.
     drop(joinsvc);

@@ -7,7 +7,9 @@
 //! and allocator the benchmark binary happens to link.
 //!
 //! Prints the address it listens on, then the certificate's DER in hex, one
-//! line each; serves until its standard input is closed.
+//! line each; serves until its standard input is closed. With
+//! `--rustls-defaults` it uses rustls' default ring provider (X25519 first)
+//! instead of aTLS's ([`atls::provider`], P-256 only).
 
 use std::io::{BufRead, Write};
 use std::net::TcpListener;
@@ -24,7 +26,12 @@ fn main() {
         rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
             .expect("a self-signed certificate");
     let der = CertificateDer::from(cert.der().to_vec());
-    let mut server = rustls::ServerConfig::builder_with_provider(atls::provider())
+    let provider = if std::env::args().any(|a| a == "--rustls-defaults") {
+        Arc::new(rustls::crypto::ring::default_provider())
+    } else {
+        atls::provider()
+    };
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("TLS 1.3")
         .with_no_client_auth()
