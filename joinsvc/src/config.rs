@@ -198,7 +198,9 @@ impl Config {
             )),
             ..PoolConfig::default()
         };
-        confboot::rpc::listener::fit_descriptors(&mut pool, OTHER_DESCRIPTORS);
+        // Each worker may hold a connection to the API server as well.
+        let others = OTHER_DESCRIPTORS + pool.workers as u64;
+        confboot::rpc::listener::fit_descriptors(&mut pool, others);
         Ok(Config {
             listen: required("listen")?.to_string(),
             health_listen: required("health-listen")?.to_string(),
@@ -221,11 +223,16 @@ impl Config {
 }
 
 /// The Kubernetes API client: `--kube-api` with its CA and token files, or
-/// the in-cluster service account.
+/// the in-cluster service account; it keeps a connection open for each of
+/// the `--workers` that may call it at once.
 pub fn kube_api(m: &Matches) -> Result<KubeApi, String> {
     let required = |name: &str| m.required(name).map_err(|e| e.to_string());
+    let connections = m
+        .parsed::<usize>("workers")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(1);
     match m.value("kube-api") {
-        None => KubeApi::in_cluster(KUBE_API_TIMEOUT).map_err(|e| e.to_string()),
+        None => KubeApi::in_cluster(KUBE_API_TIMEOUT, connections).map_err(|e| e.to_string()),
         Some(url) => {
             let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
             let token = read_text_file(
@@ -237,6 +244,7 @@ pub fn kube_api(m: &Matches) -> Result<KubeApi, String> {
                 &ca,
                 Zeroizing::new(token.trim().to_string()),
                 KUBE_API_TIMEOUT,
+                connections,
             )
             .map_err(|e| e.to_string())
         }

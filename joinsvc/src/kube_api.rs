@@ -79,12 +79,16 @@ pub struct KubeApi {
 impl KubeApi {
     /// A client for `api_url` (e.g. `https://10.96.0.1:443`) that trusts the
     /// PEM CA bundle `ca_pem` and authenticates with `bearer_token`; each
-    /// call ends after `timeout`.
+    /// call ends after `timeout`. Up to `connections` connections stay open
+    /// between calls: as many as may call at once (joinsvc's workers), so
+    /// no call pays a TLS handshake to the API server once each worker has
+    /// its connection.
     pub fn new(
         api_url: &str,
         ca_pem: &str,
         bearer_token: Zeroizing<String>,
         timeout: Duration,
+        connections: usize,
     ) -> Result<KubeApi, KubeApiError> {
         let certs = pem_certificates(ca_pem)?;
         let tls = ureq::tls::TlsConfig::builder()
@@ -96,6 +100,8 @@ impl KubeApi {
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .max_redirects(0)
+            .max_idle_connections(connections.max(1))
+            .max_idle_connections_per_host(connections.max(1))
             .build();
         let agent = ureq::Agent::with_parts(
             config,
@@ -118,7 +124,7 @@ impl KubeApi {
 
     /// The in-cluster client: `KUBERNETES_SERVICE_HOST`/`_PORT` and the
     /// service account's token and `ca.crt`.
-    pub fn in_cluster(timeout: Duration) -> Result<KubeApi, KubeApiError> {
+    pub fn in_cluster(timeout: Duration, connections: usize) -> Result<KubeApi, KubeApiError> {
         let env =
             |k: &str| std::env::var(k).map_err(|_| KubeApiError::Config(format!("{k} is not set")));
         let (host, port) = (
@@ -141,6 +147,7 @@ impl KubeApi {
             &read("ca.crt")?,
             token,
             timeout,
+            connections,
         )
     }
 

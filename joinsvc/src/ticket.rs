@@ -482,6 +482,7 @@ mod tests {
             &double.ca_pem(),
             zeroize::Zeroizing::new("sa-token".into()),
             std::time::Duration::from_secs(10),
+            1,
         )
         .unwrap();
         let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();

@@ -222,6 +222,7 @@ pub(crate) mod tests_support {
 mod tests {
     use super::*;
     use confboot_tests::kube_double::{Failure, KubeApiDouble};
+    use std::sync::Arc;
 
     const SA_TOKEN: &str = "service-account-token";
 
@@ -231,6 +232,7 @@ mod tests {
             &double.ca_pem(),
             Zeroizing::new(token.into()),
             timeout,
+            1,
         )
         .unwrap();
         KubeApiTokenIssuer::new(api).unwrap()
@@ -288,6 +290,46 @@ mod tests {
     }
 
     #[test]
+    fn callers_at_once_each_keep_their_connection() {
+        // Eight workers issue tokens at the same moments, ten rounds: each
+        // call finds its connection kept from the round before (a pool
+        // smaller than the workers closes the surplus after every round,
+        // and the next round pays a TLS handshake for each).
+        const WORKERS: usize = 8;
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let api = KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            Zeroizing::new(SA_TOKEN.into()),
+            Duration::from_secs(10),
+            WORKERS,
+        )
+        .unwrap();
+        let issuer = Arc::new(KubeApiTokenIssuer::new(api).unwrap());
+        let round = Arc::new(std::sync::Barrier::new(WORKERS));
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (issuer, round) = (issuer.clone(), round.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..10 {
+                        round.wait();
+                        issuer.create_bootstrap_token().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(double.created().len(), WORKERS * 10);
+        assert!(
+            double.connections() <= WORKERS as u64,
+            "{} connections for {WORKERS} workers",
+            double.connections()
+        );
+    }
+
+    #[test]
     fn wrong_bearer_token_is_refused() {
         let double = KubeApiDouble::start(SA_TOKEN);
         let err = issuer(&double, "stolen", Duration::from_secs(10))
@@ -339,6 +381,7 @@ mod tests {
             &other.ca_pem(),
             Zeroizing::new(SA_TOKEN.into()),
             Duration::from_secs(10),
+            1,
         )
         .unwrap();
         let issuer = KubeApiTokenIssuer::new(api).unwrap();
@@ -440,7 +483,8 @@ mod tests {
                     "https://x",
                     pem,
                     Zeroizing::new(String::new()),
-                    Duration::from_secs(1)
+                    Duration::from_secs(1),
+                    1,
                 ),
                 Err(KubeApiError::Config(_))
             ));

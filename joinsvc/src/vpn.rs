@@ -597,6 +597,7 @@ mod tests {
             &double.ca_pem(),
             Zeroizing::new(SA_TOKEN.into()),
             Duration::from_secs(10),
+            1,
         )
         .unwrap();
         KubeApiPeerRegistry::new(api, network.parse().unwrap()).unwrap()

@@ -10,7 +10,13 @@
 //!   only), and the process once more with rustls' default one (X25519
 //!   first), the plain rustls server as it comes;
 //! - joinsvc (the static release binary): attested join tickets per second
-//!   with N concurrent node clients, each with its own swtpm;
+//!   with N concurrent node clients, each with its own swtpm, and the
+//!   connections its bootstrap tokens took to the Kubernetes API double;
+//! - the rejoin ticket's floor in the same run: the plain musl server's CPU
+//!   per handshake plus two P-256 signature verifications (the quote's and
+//!   the client's handshake signature) as ring does them in this process;
+//! - the plain musl server, join and rejoin tickets again at one offered
+//!   load (`PACE` operations a second), each server's CPU per operation;
 //! - joinsvc's peak RSS while holding 256 concurrent attested connections.
 //!
 //! Needs the musl release build (`scripts/test.sh` or `scripts/demo.sh` make
@@ -32,17 +38,35 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 const CLIENTS: usize = 4;
 const RUN: Duration = Duration::from_secs(5);
 
-/// Runs `op` on `CLIENTS` threads for `RUN`; returns operations per second.
-fn rate(op: impl Fn(usize) + Send + Sync + 'static) -> f64 {
+/// The offered load of the paced measurements: operations per second, all
+/// clients together, for every server alike (about a third of what joinsvc
+/// issues at saturation here), so each server's CPU per operation is taken
+/// at the same load, with the same idle time between operations.
+const PACE: f64 = 500.0;
+
+/// Runs `op` on `CLIENTS` threads for `RUN`, back to back (`pace` None: as
+/// fast as the machine goes) or at `pace` operations per second in all
+/// (each client on its own schedule, starting late ones at once); returns
+/// operations per second.
+fn rate_at(op: impl Fn(usize) + Send + Sync + 'static, pace: Option<f64>) -> f64 {
     let op = Arc::new(op);
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
+    let every = pace.map(|p| Duration::from_secs_f64(CLIENTS as f64 / p));
     let threads: Vec<_> = (0..CLIENTS)
         .map(|i| {
             let (op, done, stop) = (op.clone(), done.clone(), stop.clone());
             std::thread::spawn(move || {
+                let mut next = every.map(|e| start + e * i as u32 / CLIENTS as u32);
                 while !stop.load(Ordering::Relaxed) {
+                    if let (Some(at), Some(e)) = (next.as_mut(), every) {
+                        let now = Instant::now();
+                        if *at > now {
+                            std::thread::sleep(*at - now);
+                        }
+                        *at = (*at + e).max(now);
+                    }
                     op(i);
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -93,7 +117,7 @@ fn plain_tls_rate() -> (f64, f64) {
         },
     )
     .unwrap();
-    let r = plain_client_rate(handle.local_addr(), client);
+    let r = plain_client_rate(handle.local_addr(), client, None);
     let server_cpu = rpc_threads_cpu_seconds();
     handle.stop();
     (r, server_cpu)
@@ -126,32 +150,41 @@ fn plain_client_config(
     Arc::new(client)
 }
 
-/// Plain handshakes (each with one health check) per second against `addr`.
-fn plain_client_rate(addr: std::net::SocketAddr, client: Arc<rustls::ClientConfig>) -> f64 {
-    rate(move |_| {
-        let sock = std::net::TcpStream::connect(addr).unwrap();
-        sock.set_nodelay(true).unwrap();
-        let conn = rustls::ClientConnection::new(
-            client.clone(),
-            ServerName::try_from("localhost").unwrap(),
-        )
-        .unwrap();
-        let mut c = Client::new(rustls::StreamOwned::new(conn, sock));
-        let _: HealthCheckResponse = c
-            .unary(
-                confboot_proto::HEALTH_CHECK,
-                &HealthCheckRequest::default(),
-                Duration::from_secs(10),
+/// Plain handshakes (each with one health check) per second against
+/// `addr`, back to back or at `pace`.
+fn plain_client_rate(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    pace: Option<f64>,
+) -> f64 {
+    rate_at(
+        move |_| {
+            let sock = std::net::TcpStream::connect(addr).unwrap();
+            sock.set_nodelay(true).unwrap();
+            let conn = rustls::ClientConnection::new(
+                client.clone(),
+                ServerName::try_from("localhost").unwrap(),
             )
             .unwrap();
-    })
+            let mut c = Client::new(rustls::StreamOwned::new(conn, sock));
+            let _: HealthCheckResponse = c
+                .unary(
+                    confboot_proto::HEALTH_CHECK,
+                    &HealthCheckRequest::default(),
+                    Duration::from_secs(10),
+                )
+                .unwrap();
+        },
+        pace,
+    )
 }
 
 /// The same plain server as a static musl process built as joinsvc is
 /// (`plain-tls-server`): handshakes per second, and the process's CPU per
 /// handshake in milliseconds; with `rustls_defaults`, server and clients
-/// use rustls' default provider instead of aTLS's.
-fn plain_musl_process_rate(rustls_defaults: bool) -> (f64, f64) {
+/// use rustls' default provider instead of aTLS's; back to back or at
+/// `pace`.
+fn plain_musl_process_rate(rustls_defaults: bool, pace: Option<f64>) -> (f64, f64) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(confboot_tests::musl_binary("plain-tls-server"))
         .args(rustls_defaults.then_some("--rustls-defaults"))
@@ -165,7 +198,7 @@ fn plain_musl_process_rate(rustls_defaults: bool) -> (f64, f64) {
     let client = plain_client_config(CertificateDer::from(der), rustls_defaults);
     let stat = format!("/proc/{}/stat", child.id());
     let (before, t0) = (cpu_seconds(&stat), Instant::now());
-    let r = plain_client_rate(addr, client);
+    let r = plain_client_rate(addr, client, pace);
     let server_ms = (cpu_seconds(&stat) - before) * 1000.0 / (r * t0.elapsed().as_secs_f64());
     drop(child.stdin.take());
     child.wait().unwrap();
@@ -183,6 +216,73 @@ fn rpc_threads_cpu_seconds() -> f64 {
         })
         .map(|t| cpu_seconds(&format!("{}/stat", t.path().display())))
         .sum()
+}
+
+/// CPU time this thread has used (`/proc/thread-self/schedstat`, in
+/// nanoseconds, so short measurements are not rounded to a clock tick).
+fn thread_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let ns: u64 = stat.split_whitespace().next().unwrap().parse().unwrap();
+    Duration::from_nanos(ns)
+}
+
+/// CPU milliseconds ring takes to verify one ECDSA P-256 (SHA-256)
+/// signature, in this process: the cost of each of the two verifications a
+/// ticket needs beyond a plain handshake (the quote's signature and the
+/// client's handshake signature), both on P-256 with ring.
+fn p256_verification_ms() -> f64 {
+    use ring::signature::{self, KeyPair};
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 =
+        signature::EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+            .unwrap();
+    let key = signature::EcdsaKeyPair::from_pkcs8(
+        &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        pkcs8.as_ref(),
+        &rng,
+    )
+    .unwrap();
+    let message = [7u8; 64];
+    let sig = key.sign(&rng, &message).unwrap();
+    let public =
+        signature::UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_ASN1, key.public_key());
+    const N: u32 = 4000;
+    let t0 = thread_cpu();
+    for _ in 0..N {
+        public.verify(&message, sig.as_ref()).unwrap();
+    }
+    (thread_cpu() - t0).as_secs_f64() * 1000.0 / f64::from(N)
+}
+
+/// One node's ticket, as a client thread `i` asks for it: an aTLS
+/// connection with node `i`'s vTPM, then a rejoin or a join call.
+fn ticket_op(
+    addr: std::net::SocketAddr,
+    issuers: &Arc<Vec<Arc<dyn Issuer>>>,
+    rejoin: bool,
+) -> impl Fn(usize) + Send + Sync + 'static {
+    const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+    let issuers = issuers.clone();
+    move |i| {
+        let (mut c, _) =
+            atls::connect(addr, Duration::from_secs(20), &[], Some(issuers[i].clone())).unwrap();
+        if rejoin {
+            let req = confboot_proto::join::IssueRejoinTicketRequest {
+                disk_uuid: DISK.into(),
+            };
+            let _: confboot_proto::join::IssueRejoinTicketResponse = c
+                .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
+                .unwrap();
+        } else {
+            let req = confboot_proto::join::IssueJoinTicketRequest {
+                disk_uuid: DISK.into(),
+                ..Default::default()
+            };
+            let _: confboot_proto::join::IssueJoinTicketResponse = c
+                .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
+                .unwrap();
+        }
+    }
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
@@ -238,6 +338,12 @@ impl CpuUse {
         }
     }
 
+    /// joinsvc's CPU milliseconds per operation since `self`.
+    fn ms_since(self, joinsvc_pid: u32, ops: f64) -> f64 {
+        let now = CpuUse::now(joinsvc_pid);
+        (now.joinsvc - self.joinsvc) * 1000.0 / ops
+    }
+
     /// Prints the CPU milliseconds per operation each part used since `self`;
     /// returns joinsvc's.
     fn report_since(self, joinsvc_pid: u32, ops: f64) -> f64 {
@@ -279,7 +385,7 @@ fn main() {
         plain_cpu * 1000.0 / handshakes,
         plain_server_ms
     );
-    let (plain_musl, plain_musl_ms) = plain_musl_process_rate(false);
+    let (plain_musl, plain_musl_ms) = plain_musl_process_rate(false, None);
     println!(
         "{:<52}{:>10.0} /s  {:.2}",
         "the same plain server as a static musl process",
@@ -287,7 +393,7 @@ fn main() {
         plain_musl / plain
     );
     println!("  CPU per handshake of that process: {plain_musl_ms:.2} ms");
-    let (plain_default, plain_default_ms) = plain_musl_process_rate(true);
+    let (plain_default, plain_default_ms) = plain_musl_process_rate(true, None);
     println!(
         "{:<52}{:>10.0} /s  {:.2}",
         "that process with rustls' default groups (X25519)",
@@ -309,24 +415,9 @@ fn main() {
         .map(|n| n.issuer.clone() as Arc<dyn Issuer>)
         .collect();
     let issuers = Arc::new(issuers);
-    let disk = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
     let pid = joinsvc.process.id();
     let (cpu, t0) = (CpuUse::now(pid), Instant::now());
-    let tickets = {
-        let issuers = issuers.clone();
-        rate(move |i| {
-            let (mut c, _) =
-                atls::connect(addr, Duration::from_secs(20), &[], Some(issuers[i].clone()))
-                    .unwrap();
-            let req = confboot_proto::join::IssueJoinTicketRequest {
-                disk_uuid: disk.into(),
-                ..Default::default()
-            };
-            let _: confboot_proto::join::IssueJoinTicketResponse = c
-                .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
-                .unwrap();
-        })
-    };
+    let tickets = rate_at(ticket_op(addr, &issuers, false), None);
     println!(
         "{:<52}{:>10.0} /s  {:.2}",
         "joinsvc: attested join ticket (vTPM quote + token)",
@@ -334,25 +425,13 @@ fn main() {
         tickets / plain
     );
     println!(
-        "  (tokens created through the API double: {})",
-        joinsvc.kube.created().len()
+        "  (tokens created through the API double: {}, over {} connections)",
+        joinsvc.kube.created().len(),
+        joinsvc.kube.connections()
     );
     let join_ms = cpu.report_since(pid, tickets * t0.elapsed().as_secs_f64());
     let (cpu, t0) = (CpuUse::now(pid), Instant::now());
-    let rejoins = {
-        let issuers = issuers.clone();
-        rate(move |i| {
-            let (mut c, _) =
-                atls::connect(addr, Duration::from_secs(20), &[], Some(issuers[i].clone()))
-                    .unwrap();
-            let req = confboot_proto::join::IssueRejoinTicketRequest {
-                disk_uuid: disk.into(),
-            };
-            let _: confboot_proto::join::IssueRejoinTicketResponse = c
-                .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
-                .unwrap();
-        })
-    };
+    let rejoins = rate_at(ticket_op(addr, &issuers, true), None);
     println!(
         "{:<52}{:>10.0} /s  {:.2}",
         "joinsvc: attested rejoin ticket (no token)",
@@ -381,6 +460,35 @@ fn main() {
          {:.2}×",
         join_ms / plain_default_ms,
         rejoin_ms / plain_default_ms
+    );
+    // The floor of a rejoin ticket: the same plain handshake plus the two
+    // signature verifications attestation cannot do without.
+    let verify_ms = p256_verification_ms();
+    let floor_ms = plain_musl_ms + 2.0 * verify_ms;
+    println!(
+        "rejoin floor: the static musl plain server's handshake {plain_musl_ms:.3} ms + 2 P-256 \
+         verifications of {verify_ms:.3} ms = {floor_ms:.3} ms ({:.2}×); a rejoin ticket costs \
+         {:.3} ms above it, a join ticket {:.3} ms",
+        floor_ms / plain_musl_ms,
+        rejoin_ms - floor_ms,
+        join_ms - floor_ms
+    );
+    // The same three at one offered load: each server idles as long between
+    // operations, so what differs is what an operation costs it.
+    let (paced_plain, paced_plain_ms) = plain_musl_process_rate(false, Some(PACE));
+    let (cpu, t0) = (CpuUse::now(pid), Instant::now());
+    let paced_join = rate_at(ticket_op(addr, &issuers, false), Some(PACE));
+    let paced_join_ms = cpu.ms_since(pid, paced_join * t0.elapsed().as_secs_f64());
+    let (cpu, t0) = (CpuUse::now(pid), Instant::now());
+    let paced_rejoin = rate_at(ticket_op(addr, &issuers, true), Some(PACE));
+    let paced_rejoin_ms = cpu.ms_since(pid, paced_rejoin * t0.elapsed().as_secs_f64());
+    println!(
+        "at {PACE:.0} operations/s offered to each (done: plain {paced_plain:.0}, join \
+         {paced_join:.0}, rejoin {paced_rejoin:.0} /s): server CPU per operation: plain musl \
+         {paced_plain_ms:.3} ms, join {paced_join_ms:.3} ms ({:.2}×), rejoin \
+         {paced_rejoin_ms:.3} ms ({:.2}×)",
+        paced_join_ms / paced_plain_ms,
+        paced_rejoin_ms / paced_plain_ms
     );
     // 256 concurrent attested connections held open, then one call on each.
     drop(joinsvc);
