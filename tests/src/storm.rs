@@ -58,6 +58,9 @@ pub struct ReplicaFigures {
     pub tokens: usize,
     /// CPU seconds the joinsvc process used during the storm.
     pub cpu_seconds: f64,
+    /// TCP connections its Kubernetes API double accepted during the storm
+    /// (joinsvc keeps them open between tokens).
+    pub api_connections: u64,
 }
 
 /// The outcome of a storm.
@@ -156,6 +159,8 @@ impl Storm {
             .iter()
             .map(|r| r.kube.created().len())
             .collect();
+        let connections_before: Vec<u64> =
+            self.replicas.iter().map(|r| r.kube.connections()).collect();
         let cpu_before: Vec<f64> = self
             .replicas
             .iter()
@@ -203,6 +208,7 @@ impl Storm {
                 tickets: outcomes.iter().filter(|o| o.served_by == Some(r)).count(),
                 tokens: replica.kube.created().len() - tokens_before[r],
                 cpu_seconds: process_cpu_seconds(replica.process.id()) - cpu_before[r],
+                api_connections: replica.kube.connections() - connections_before[r],
             })
             .collect();
         StormReport {
