@@ -67,6 +67,10 @@ impl ApiAnswer {
     }
 }
 
+/// Each kept connection's input and output buffer, and the most response
+/// headers an answer may carry.
+const API_BUFFER_BYTES: usize = 16 * 1024;
+
 /// A client of one API server (clones share its connections).
 #[derive(Clone)]
 pub struct KubeApi {
@@ -102,6 +106,12 @@ impl KubeApi {
             .max_redirects(0)
             .max_idle_connections(connections.max(1))
             .max_idle_connections_per_host(connections.max(1))
+            // A kept connection holds its buffers: a TLS record's worth
+            // each, not ureq's 128 KiB (bodies stream through them; the
+            // API server's headers are well under this).
+            .input_buffer_size(API_BUFFER_BYTES)
+            .output_buffer_size(API_BUFFER_BYTES)
+            .max_response_header_size(API_BUFFER_BYTES)
             .build();
         let agent = ureq::Agent::with_parts(
             config,
@@ -291,5 +301,32 @@ mod tests {
         }
         let uri: ureq::http::Uri = "https://localhost:6443/".parse().unwrap();
         assert!(!resolver.resolve(&uri, &config, timeout).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_answer_larger_than_the_buffers_is_read_whole_and_bounded() {
+        use confboot_tests::kube_double::{CONFIGMAPS_PATH, KubeApiDouble};
+        let double = KubeApiDouble::start("sa-token");
+        let filler = "a".repeat(8 * API_BUFFER_BYTES);
+        double.put_configmap_data("confboot-vpn-peers", serde_json::json!({ "x": filler }));
+        let api = KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            Zeroizing::new("sa-token".into()),
+            Duration::from_secs(10),
+            1,
+        )
+        .unwrap();
+        let uri = api
+            .uri(&format!("{CONFIGMAPS_PATH}/confboot-vpn-peers"))
+            .unwrap();
+        let whole = api.get(&uri, 1 << 20).unwrap();
+        assert_eq!(whole.status, 200);
+        let object: serde_json::Value = serde_json::from_str(&whole.body).unwrap();
+        assert_eq!(object["data"]["x"].as_str(), Some(filler.as_str()));
+        // The caller's bound still holds: over it, no body at all.
+        let cut = api.get(&uri, 4 * API_BUFFER_BYTES as u64).unwrap();
+        assert_eq!(cut.status, 200);
+        assert!(cut.body.is_empty());
     }
 }

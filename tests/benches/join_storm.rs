@@ -50,14 +50,17 @@ fn print_storm(r: &StormReport) {
         r.tickets(),
         r.tokens()
     );
-    println!("  | replica | tickets | tokens | API connections | CPU s | CPU ms per ticket |");
-    println!("  |---|---:|---:|---:|---:|---:|");
+    println!(
+        "  | replica | tickets | tokens | API connections | peak RSS KiB | CPU s | CPU ms per ticket |"
+    );
+    println!("  |---|---:|---:|---:|---:|---:|---:|");
     for (i, x) in r.replicas.iter().enumerate() {
         println!(
-            "  | {i} | {} | {} | {} | {:.2} | {:.3} |",
+            "  | {i} | {} | {} | {} | {} | {:.2} | {:.3} |",
             x.tickets,
             x.tokens,
             x.api_connections,
+            x.peak_rss_kib,
             x.cpu_seconds,
             x.cpu_seconds * 1000.0 / x.tickets.max(1) as f64
         );

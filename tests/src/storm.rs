@@ -28,7 +28,7 @@ use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use ring::rand::SecureRandom;
 
 use crate::cluster::{Joinsvc, JoinsvcSetup, Node};
-use crate::load::process_cpu_seconds;
+use crate::load::{process_cpu_seconds, status_kib};
 
 /// The bootstrapper's first retry delay.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
@@ -61,6 +61,9 @@ pub struct ReplicaFigures {
     /// TCP connections its Kubernetes API double accepted during the storm
     /// (joinsvc keeps them open between tokens).
     pub api_connections: u64,
+    /// The joinsvc process's peak resident memory (VmHWM) after the storm,
+    /// in KiB.
+    pub peak_rss_kib: u64,
 }
 
 /// The outcome of a storm.
@@ -209,6 +212,7 @@ impl Storm {
                 tokens: replica.kube.created().len() - tokens_before[r],
                 cpu_seconds: process_cpu_seconds(replica.process.id()) - cpu_before[r],
                 api_connections: replica.kube.connections() - connections_before[r],
+                peak_rss_kib: status_kib(replica.process.id(), "VmHWM"),
             })
             .collect();
         StormReport {
