@@ -476,3 +476,108 @@ fn stop_lets_in_flight_calls_finish_and_refuses_new_ones() {
     assert_eq!(echo(&mut idle, "late").unwrap_err().code, Code::Unavailable);
     assert!(TcpStream::connect(addr).is_err());
 }
+
+/// A socket that counts the writes reaching it.
+struct CountingSocket {
+    sock: TcpStream,
+    writes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Read for CountingSocket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.sock.read(buf)
+    }
+}
+
+impl Write for CountingSocket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.sock.write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.sock.write_vectored(bufs)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sock.flush()
+    }
+}
+
+impl confboot::rpc::Transport for CountingSocket {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        confboot::rpc::Transport::set_read_timeout(&mut self.sock, timeout)
+    }
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        confboot::rpc::Transport::set_write_timeout(&mut self.sock, timeout)
+    }
+}
+
+/// Serves one connection of `l` over TLS with one call allowed, counting
+/// the socket writes; returns how it ended.
+fn serve_one_counted(
+    l: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    writes: Arc<std::sync::atomic::AtomicUsize>,
+) -> thread::JoinHandle<ConnectionEnd> {
+    thread::spawn(move || {
+        let (sock, _) = l.accept().unwrap();
+        let conn = rustls::ServerConnection::new(tls).unwrap();
+        let mut stream = rustls::StreamOwned::new(conn, CountingSocket { sock, writes });
+        let limits = ServerLimits {
+            max_calls_per_connection: Some(1),
+            ..ServerLimits::default()
+        };
+        serve_connection(&mut stream, &router, &limits, &Stop::new())
+        // The socket closes here, with nothing more sent.
+    })
+}
+
+#[test]
+fn a_last_answer_larger_than_the_tls_buffer_arrives_whole() {
+    let (server_tls, client_tls) = common::tls_pair();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = serve_one_counted(l, server_tls, router(), writes);
+    let mut c = Client::new(common::tls_connect(&client_tls, addr));
+    // Over rustls' 64 KiB of queued records: sent in turns.
+    let big = "x".repeat(300 * 1024);
+    assert_eq!(echo(&mut c, &big).unwrap(), big);
+    assert!(matches!(server.join().unwrap(), ConnectionEnd::Spent));
+    let mut stream = c.into_inner();
+    assert_eq!(stream.read(&mut [0u8; 16]).unwrap(), 0);
+}
+
+#[test]
+fn a_connections_last_answer_leaves_with_its_close_notify_in_one_write() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (server_tls, client_tls) = common::tls_pair();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let writes = Arc::new(AtomicUsize::new(0));
+    // The writes the server had made when its handler ran (the handshake's).
+    let before_answer = Arc::new(AtomicUsize::new(0));
+    let router = {
+        let (writes, before_answer) = (writes.clone(), before_answer.clone());
+        Router::new().unary(ECHO, move |_ctx, req: IssueRejoinTicketRequest| {
+            before_answer.store(writes.load(SeqCst), SeqCst);
+            Ok(IssueRejoinTicketResponse {
+                state_disk_key: req.disk_uuid.into_bytes(),
+                measurement_secret: vec![],
+            })
+        })
+    };
+    let server = serve_one_counted(l, server_tls, router, writes.clone());
+    let mut c = Client::new(common::tls_connect(&client_tls, addr));
+    assert_eq!(echo(&mut c, "the last").unwrap(), "the last");
+    assert!(matches!(server.join().unwrap(), ConnectionEnd::Spent));
+    // Response, trailer and close_notify: one write.
+    assert_eq!(writes.load(SeqCst) - before_answer.load(SeqCst), 1);
+    // The client sees TLS end the stream, not a truncated connection.
+    let mut stream = c.into_inner();
+    let mut rest = [0u8; 16];
+    assert_eq!(stream.read(&mut rest).unwrap(), 0);
+}

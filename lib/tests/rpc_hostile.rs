@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread;
@@ -522,8 +523,14 @@ fn a_peer_that_sends_its_opening_and_shuts_its_side_gets_no_worker() {
         .unwrap()
     };
     for _ in 0..20 {
-        let mut s = TcpStream::connect(server.local_addr()).unwrap();
-        s.write_all(b"hello\n").unwrap();
+        let s = TcpStream::connect(server.local_addr()).unwrap();
+        // The opening and the FIN in one segment (MSG_MORE holds the bytes
+        // back, the shutdown sends them with its FIN), so the server never
+        // sees the opening without the close: otherwise a gate that looked
+        // between the two would rightly hand the connection on.
+        let more = nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE);
+        let sent = nix::sys::socket::send(s.as_raw_fd(), b"hello\n", more).unwrap();
+        assert_eq!(sent, 6);
         s.shutdown(std::net::Shutdown::Write).unwrap();
     }
     wait_for(&server.stats().gate_closed, 20);

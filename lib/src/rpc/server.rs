@@ -38,7 +38,9 @@ pub struct ServerLimits {
     pub frame_timeout: Duration,
     /// Calls served on one connection before it is closed (`None`: no
     /// limit). A service that admits per connection sets 1, so every
-    /// admission is checked against the policy of its time.
+    /// admission is checked against the policy of its time. The last
+    /// call's answer ends the stream ([`Transport::write_last`]: over TLS
+    /// with its close_notify, in the same write).
     pub max_calls_per_connection: Option<u32>,
     /// Age after which a connection takes no further call (`None`: no limit).
     pub max_connection_age: Option<Duration>,
@@ -119,8 +121,15 @@ impl<Resp: Message> ResponseSink<'_, Resp> {
     }
 }
 
+/// A method's handler: takes the call and its encoded request, sends any
+/// streamed messages through the sink, and returns a unary call's response
+/// (encoded) for the server to send with the trailer.
 type Handler = Box<
-    dyn Fn(&CallContext, &[u8], &mut dyn FnMut(&[u8]) -> io::Result<()>) -> Result<(), Status>
+    dyn Fn(
+            &CallContext,
+            &[u8],
+            &mut dyn FnMut(&[u8]) -> io::Result<()>,
+        ) -> Result<Option<Zeroizing<Vec<u8>>>, Status>
         + Send
         + Sync,
 >;
@@ -150,16 +159,16 @@ impl Router {
     {
         self.routes.insert(
             method.path().to_string(),
-            Box::new(move |ctx, req, send| {
+            Box::new(move |ctx, req, _send| {
                 let resp = handler(ctx, decode(req)?)?;
                 if ctx.expired() {
                     return Err(Status::deadline_exceeded(
                         "handler finished after the deadline",
                     ));
                 }
-                // Responses carry keys (tickets): zeroized once sent.
-                send(&Zeroizing::new(resp.encode_to_vec()))
-                    .map_err(|e| Status::unavailable(format!("cannot send response: {e}")))
+                // Responses carry keys (tickets): zeroized once sent. The
+                // server sends it with the trailer, in one write.
+                Ok(Some(Zeroizing::new(resp.encode_to_vec())))
             }),
         );
         self
@@ -186,7 +195,8 @@ impl Router {
                         send,
                         _resp: PhantomData,
                     },
-                )
+                )?;
+                Ok(None)
             }),
         );
         self
@@ -244,7 +254,11 @@ pub fn serve_connection_as<T: Transport + ?Sized>(
             Ok(b) => b,
             Err(end) => return end,
         };
-        match serve_call(stream, first, router, limits, stop, &peer) {
+        // The last call a connection may make ends it with its answer.
+        let last = limits
+            .max_calls_per_connection
+            .is_some_and(|max| calls.saturating_add(1) >= max);
+        match serve_call(stream, first, router, limits, stop, &peer, last) {
             Ok(()) => {}
             Err(end) => return end,
         }
@@ -387,6 +401,7 @@ fn serve_call<T: Transport + ?Sized>(
     limits: &ServerLimits,
     stop: &Stop,
     peer: &Option<Attested>,
+    last: bool,
 ) -> Result<(), ConnectionEnd> {
     let io_err = |e: io::Error| ConnectionEnd::Io(e.to_string());
     stream
@@ -453,10 +468,13 @@ fn serve_call<T: Transport + ?Sized>(
     }
 
     let started = Instant::now();
-    let status = match router.routes.get(ctx.method()) {
-        None => Status::new(
-            Code::Unimplemented,
-            format!("unknown method {}", ctx.method()),
+    let (status, response) = match router.routes.get(ctx.method()) {
+        None => (
+            Status::new(
+                Code::Unimplemented,
+                format!("unknown method {}", ctx.method()),
+            ),
+            None,
         ),
         Some(handler) => {
             let mut send = |payload: &[u8]| -> io::Result<()> {
@@ -464,11 +482,12 @@ fn serve_call<T: Transport + ?Sized>(
                 stream.flush()
             };
             match handler(&ctx, &request.payload, &mut send) {
-                Ok(()) if ctx.expired() => {
-                    Status::deadline_exceeded("deadline passed before the call finished")
-                }
-                Ok(()) => Status::ok(),
-                Err(s) => s,
+                Ok(_) if ctx.expired() => (
+                    Status::deadline_exceeded("deadline passed before the call finished"),
+                    None,
+                ),
+                Ok(response) => (Status::ok(), response),
+                Err(s) => (s, None),
             }
         }
     };
@@ -478,5 +497,37 @@ fn serve_call<T: Transport + ?Sized>(
         status.code.name(),
         started.elapsed().as_secs_f64() * 1000.0
     );
-    send_trailer(stream, &status).map_err(io_err)
+    send_answer(
+        stream,
+        response.as_deref().map(Vec::as_slice),
+        &status,
+        last,
+    )
+    .map_err(io_err)
+}
+
+/// Sends a call's answer: a unary call's response, if there is one, and the
+/// trailer, in one write (over TLS one record and one system call); on the
+/// connection's last call ([`ServerLimits::max_calls_per_connection`]) as
+/// its last bytes ([`Transport::write_last`]).
+fn send_answer<T: Transport + ?Sized>(
+    stream: &mut T,
+    response: Option<&[u8]>,
+    status: &Status,
+    last: bool,
+) -> io::Result<()> {
+    let trailer = status.to_proto().encode_to_vec();
+    let mut answer = Zeroizing::new(Vec::with_capacity(
+        2 * frame::HEADER_LEN + response.map_or(0, <[u8]>::len) + trailer.len(),
+    ));
+    if let Some(response) = response {
+        frame::write_frame(&mut *answer, FrameKind::Message, response)?;
+    }
+    frame::write_frame(&mut *answer, FrameKind::Trailer, &trailer)?;
+    if last {
+        stream.write_last(&answer)
+    } else {
+        stream.write_all(&answer)?;
+        stream.flush()
+    }
 }
