@@ -33,6 +33,7 @@ use confboot::rpc::listener::{self, PoolConfig};
 use confboot::rpc::{Client, Router, ServerLimits, serve_connection};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tests::load::{cpu_seconds, process_cpu_seconds, status_kib};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
 const CLIENTS: usize = 4;
@@ -196,10 +197,10 @@ fn plain_musl_process_rate(rustls_defaults: bool, pace: Option<f64>) -> (f64, f6
     let addr: std::net::SocketAddr = lines.next().unwrap().unwrap().parse().unwrap();
     let der = confboot::hex::decode(&lines.next().unwrap().unwrap()).unwrap();
     let client = plain_client_config(CertificateDer::from(der), rustls_defaults);
-    let stat = format!("/proc/{}/stat", child.id());
-    let (before, t0) = (cpu_seconds(&stat), Instant::now());
+    let pid = child.id();
+    let (before, t0) = (process_cpu_seconds(pid), Instant::now());
     let r = plain_client_rate(addr, client, pace);
-    let server_ms = (cpu_seconds(&stat) - before) * 1000.0 / (r * t0.elapsed().as_secs_f64());
+    let server_ms = (process_cpu_seconds(pid) - before) * 1000.0 / (r * t0.elapsed().as_secs_f64());
     drop(child.stdin.take());
     child.wait().unwrap();
     (r, server_ms)
@@ -285,30 +286,6 @@ fn ticket_op(
     }
 }
 
-fn vm_hwm_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// User + system CPU seconds of the process whose `/proc/<pid>/stat` is given.
-fn cpu_seconds(stat_path: &str) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(stat_path) else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// CPU seconds used so far by this process (clients, API double), by
 /// `joinsvc_pid`, and by every swtpm on the machine.
 #[derive(Clone, Copy)]
@@ -333,7 +310,7 @@ impl CpuUse {
             .unwrap_or(0.0);
         CpuUse {
             bench: cpu_seconds("/proc/self/stat"),
-            joinsvc: cpu_seconds(&format!("/proc/{joinsvc_pid}/stat")),
+            joinsvc: process_cpu_seconds(joinsvc_pid),
             swtpm,
         }
     }
@@ -501,7 +478,7 @@ fn main() {
             &["--workers", "256", "--queue", "256"],
         )
     };
-    let before = vm_hwm_kib(joinsvc.process.id());
+    let before = status_kib(joinsvc.process.id(), "VmHWM");
     let mut clients = Vec::new();
     for i in 0..256 {
         let (c, _) = atls::connect(
@@ -522,7 +499,7 @@ fn main() {
             )
             .unwrap();
     }
-    let peak = vm_hwm_kib(joinsvc.process.id());
+    let peak = status_kib(joinsvc.process.id(), "VmHWM");
     println!(
         "joinsvc peak RSS: {before} KiB idle, {peak} KiB with 256 concurrent attested connections"
     );

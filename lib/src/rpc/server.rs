@@ -365,13 +365,9 @@ fn read_rest_of_frame<R: io::Read + ?Sized>(
     frame::read_frame_body(stream, header, max_len)
 }
 
+/// Sends a trailer alone (a refusal, a malformed call).
 fn send_trailer<T: Transport + ?Sized>(stream: &mut T, status: &Status) -> io::Result<()> {
-    frame::write_frame(
-        stream,
-        FrameKind::Trailer,
-        &status.to_proto().encode_to_vec(),
-    )?;
-    stream.flush()
+    send_answer(stream, None, status, false)
 }
 
 /// Tells the peer what it did wrong (best effort) and ends the connection.
