@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::atls;
-use confboot::attestation::{Issuer, Validator};
-use confboot::backoff::Backoff;
-use confboot::rpc::{Code, Status};
-use confboot::stop::Stop;
+use confboot_atls as atls;
+use confboot_attest::{Issuer, Validator};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+use confboot_util::backoff::Backoff;
+use confboot_util::stop::Stop;
+use confboot_wire::{Code, Status};
 
 use crate::node::{IssuedTicket, Ticket, TicketRequest};
 

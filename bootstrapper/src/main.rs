@@ -9,6 +9,7 @@
 mod init;
 mod join;
 mod node;
+mod nodelock;
 mod server;
 
 use std::net::TcpListener;
@@ -16,28 +17,28 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use confboot::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
-use confboot::atls;
-use confboot::attestation::join_service::{
+use confboot_atls as atls;
+use confboot_attest::join_service::{
     JOINSVC_AK_TRUST_OPT, JOINSVC_MEASUREMENTS_OPT, JOINSVC_SNP_POLICY_OPT, JOINSVC_VARIANTS_OPT,
     join_service_validators,
 };
-use confboot::attestation::options::{ATTESTATION_HELP, DEFAULT_VARIANTS, attestation_variant};
-use confboot::attestation::snp::SnpIssuer;
-use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
-use confboot::attestation::{Issuer, Validator, Variant};
-use confboot::cluster::KubeadmBackend;
-use confboot::cluster::kubelet_cert::KubeletCertRequest;
-use confboot::disk::luks2::{FormatOptions, Luks2Backend};
-use confboot::disk::{
+use confboot_attest::options::{ATTESTATION_HELP, DEFAULT_VARIANTS, attestation_variant};
+use confboot_attest::snp::SnpIssuer;
+use confboot_attest::tpm::Tpm;
+use confboot_attest::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot_attest::{Issuer, Validator, Variant};
+use confboot_cluster::KubeadmBackend;
+use confboot_cluster::kubelet_cert::KubeletCertRequest;
+use confboot_disk::luks2::{FormatOptions, Luks2Backend};
+use confboot_disk::{
     CryptsetupBackend, DiskBackend, FilesystemMaker, Mkfs, NativeExt4, Pbkdf, StateDisk,
     new_disk_uuid,
 };
-use confboot::kms::init_secret::InitSecretHash;
-use confboot::rpc::ServerLimits;
-use confboot::rpc::listener::PoolConfig;
-use confboot::stop::Stop;
-use confboot::tpm::Tpm;
+use confboot_kms::init_secret::InitSecretHash;
+use confboot_net::listener::PoolConfig;
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
+use confboot_util::stop::Stop;
+use confboot_wire::ServerLimits;
 use crossbeam_channel::bounded;
 
 use crate::join::{EndpointSources, JoinClient};
@@ -46,7 +47,7 @@ use crate::node::{
     AdminApi, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup, holder,
 };
 use crate::server::FlowResult;
-use confboot::backoff::Backoff;
+use confboot_util::backoff::Backoff;
 
 /// The node as the bootstrapper runs it: the state disk's backend
 /// (`--disk-backend`), kubeadm, the vTPM.
@@ -100,7 +101,7 @@ const CMD: Command = Command {
         Opt::value("vpn-control-plane", "HOST:PORT", "A control plane the node agent asks for peer updates (repeatable) [default: the join endpoints of --join-endpoint and the kernel command line]"),
         Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
         Opt::value("node-name", "NAME", "The node's Kubernetes name; a joining node asks the join service to sign its kubelet's serving certificate for it and --node-ip (default: the host name, when it is a valid node name; else no certificate is asked for and the kubelet makes its own)"),
-        Opt::value("kubelet-cert-dir", "DIR", "Where the signed kubelet certificate and key are installed (kubelet.crt, kubelet.key: the kubelet's --cert-dir)").default(confboot::cluster::kubeadm::DEFAULT_KUBELET_CERT_DIR),
+        Opt::value("kubelet-cert-dir", "DIR", "Where the signed kubelet certificate and key are installed (kubelet.crt, kubelet.key: the kubelet's --cert-dir)").default(confboot_cluster::kubeadm::DEFAULT_KUBELET_CERT_DIR),
         Opt::value("kubeadm", "PATH", "The kubeadm program").default("kubeadm"),
         Opt::value("kubeadm-config-dir", "DIR", "Where kubeadm configuration is written").default("/etc/kubernetes"),
         Opt::value("pki-dir", "DIR", "Kubernetes PKI directory").default("/etc/kubernetes/pki"),
@@ -167,7 +168,7 @@ fn joinsvc_check(
 /// The node's name: `--node-name`, or the host name when it is a valid
 /// node name (`None`: neither).
 fn node_name(m: &Matches) -> Result<Option<String>, String> {
-    use confboot::cluster::kubelet_cert::check_node_name;
+    use confboot_cluster::kubelet_cert::check_node_name;
     match m.value("node-name") {
         Some(name) => {
             check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
@@ -316,7 +317,7 @@ fn vpn_setup(
             .map_err(|e| format!("--node-ip: {e}"))?,
     };
     let public_endpoint = std::net::SocketAddr::new(ip, listen_port);
-    confboot::vpn::parse_public_endpoint(&public_endpoint.to_string())
+    confboot_vpn::parse_public_endpoint(&public_endpoint.to_string())
         .map_err(|e| format!("the VPN public endpoint: {e}"))?;
     let mut control_planes: Vec<String> = m
         .values("vpn-control-plane")
@@ -330,8 +331,8 @@ fn vpn_setup(
     if control_planes.is_empty() {
         return Err("--vpn needs a control plane for the node agent (--vpn-control-plane or a join endpoint)".into());
     }
-    control_planes.truncate(confboot::vpn::MAX_CONTROL_PLANES);
-    let candidate = confboot::vpn::VpnPrivateKey::generate().map_err(|e| e.to_string())?;
+    control_planes.truncate(confboot_vpn::MAX_CONTROL_PLANES);
+    let candidate = confboot_vpn::VpnPrivateKey::generate().map_err(|e| e.to_string())?;
     log::info!("VPN: node {name}, public endpoint {public_endpoint}");
     Ok(Some(NodeVpnSetup {
         mount: Box::new(NixStateMount::new(req("state-mount")?)),
@@ -493,7 +494,7 @@ fn configured_join_endpoints(m: &Matches) -> Vec<String> {
         .collect();
     let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
     if let Ok(cmdline) =
-        confboot::fs::read_bounded_text(cmdline, confboot::fs::MAX_CONFIG_FILE_BYTES)
+        confboot_util::fs::read_bounded_text(cmdline, confboot_util::fs::MAX_CONFIG_FILE_BYTES)
     {
         configured.extend(join::endpoints_from_cmdline(&cmdline));
     }

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use confboot::cluster::ClusterBackend;
-use confboot::disk::DiskBackend;
-use confboot::rpc::{Code, Router, Status};
+use confboot_cluster::ClusterBackend;
+use confboot_disk::DiskBackend;
 use confboot_proto::init::{
     InitFailureResponse, InitRequest, InitResponse, LogResponseType, init_response,
 };
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
+use confboot_wire::{Code, Router, Status};
 use crossbeam_channel::Sender;
 
 use crate::node::{Node, NodeError, NodeMarker, Outcome};
@@ -118,7 +118,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot::disk::DiskError;
+    use confboot_disk::DiskError;
 
     #[test]
     fn errors_map_to_the_codes_the_admin_sees() {

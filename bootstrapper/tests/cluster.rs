@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use confboot::kms::MasterSecret;
-use confboot::kms::init_secret;
+use confboot_kms::MasterSecret;
+use confboot_kms::init_secret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir, workspace_binary};
 use confboot_tests::{ChildProcess, addr_after, free_port};
 
@@ -86,7 +86,7 @@ fn init_join_refuse_restart_and_recover() {
     .unwrap();
     std::fs::write(
         admin.path().join("pinned"),
-        confboot::hex::encode(&tpm1.ak_public),
+        confboot_util::hex::encode(&tpm1.ak_public),
     )
     .unwrap();
     let b1 = n1.bootstrapper(&tpm1, &["--init-secret-hash", &hash]);
@@ -135,7 +135,7 @@ fn init_join_refuse_restart_and_recover() {
             blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
             blob.extend_from_slice(f);
         }
-        format!("ssh-ed25519 {}", confboot::base64::encode(&blob))
+        format!("ssh-ed25519 {}", confboot_util::base64::encode(&blob))
     };
     std::fs::write(
         admin.path().join("ssh-users.json"),
@@ -200,8 +200,8 @@ fn init_join_refuse_restart_and_recover() {
     let ms_text = std::fs::read_to_string(admin.path().join("confboot-mastersecret.json")).unwrap();
     let ms: serde_json::Value = serde_json::from_str(&ms_text).unwrap();
     let master = MasterSecret::new(
-        confboot::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
-        confboot::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
+        confboot_util::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
+        confboot_util::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
     )
     .unwrap();
     let uuid1 = n1.luks_uuid().expect("node 1's disk is LUKS2 now");
@@ -215,9 +215,9 @@ fn init_join_refuse_restart_and_recover() {
         &std::fs::read_to_string(admin.path().join("confboot-cluster.json")).unwrap(),
     )
     .unwrap();
-    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    let salt = confboot_util::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
     // Every bootstrapped node carries the cluster id in PCR 15.
-    let marked = confboot::tpm::marked_pcr15(&confboot::kms::derive_cluster_id(
+    let marked = confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
         master.measurement_secret().expose(),
         &salt,
     ));
@@ -415,7 +415,7 @@ fn init_join_refuse_restart_and_recover() {
     .to_string();
     std::fs::write(
         admin.path().join("pinned2"),
-        confboot::hex::encode(&tpm2.ak_public),
+        confboot_util::hex::encode(&tpm2.ak_public),
     )
     .unwrap();
     std::fs::write(
@@ -430,8 +430,8 @@ fn init_join_refuse_restart_and_recover() {
         admin.path().join("wrong-ms.json"),
         format!(
             r#"{{"key": "{}", "salt": "{}"}}"#,
-            confboot::base64::encode(wrong.key().expose()),
-            confboot::base64::encode(wrong.salt().expose())
+            confboot_util::base64::encode(wrong.key().expose()),
+            confboot_util::base64::encode(wrong.salt().expose())
         ),
     )
     .unwrap();
@@ -519,7 +519,7 @@ fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
     let mut policy = tpm.policy();
     policy.set(4, vec![0x42; 32], false);
     std::fs::write(admin.path().join("measurements.json"), policy.to_json()).unwrap();
-    let pinned = format!("pinned:{}", confboot::hex::encode(&tpm.ak_public));
+    let pinned = format!("pinned:{}", confboot_util::hex::encode(&tpm.ak_public));
     let args = |node: &str| -> Vec<String> {
         [
             "init",
@@ -674,7 +674,7 @@ fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits(
         tpm.policy().to_json(),
     )
     .unwrap();
-    let pinned = format!("pinned:{}", confboot::hex::encode(&tpm.ak_public));
+    let pinned = format!("pinned:{}", confboot_util::hex::encode(&tpm.ak_public));
     let b = n.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
     let init_addr = addr_after(
         &b.wait_for_line("init API listening on ", 3000),

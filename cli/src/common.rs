@@ -3,22 +3,22 @@
 
 use std::sync::Arc;
 
-use confboot::args::{Matches, Opt};
-use confboot::attestation::Validator;
-use confboot::attestation::options::{
+use confboot_attest::Validator;
+use confboot_attest::options::{
     DEFAULT_VARIANTS, EXPECTED_EVENTS_HELP, InsecureAnyAk, SNP_POLICY_HELP, VARIANTS_HELP,
     ValidatorOptions, VariantOptions,
 };
+use confboot_util::args::{Matches, Opt};
 
 /// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
 /// into an exit code (0, or 1 with the error on stderr).
 pub fn run_command(
-    cmd: &confboot::args::Command,
+    cmd: &confboot_util::args::Command,
     args: Vec<String>,
     f: impl FnOnce(&Matches) -> Result<(), String>,
 ) -> i32 {
-    let m = confboot::args::parse_or_exit(cmd, args);
-    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
+    let m = confboot_util::args::parse_or_exit(cmd, args);
+    confboot_util::logging::init("confboot", m.verbosity().unwrap_or(2));
     match f(&m) {
         Ok(()) => 0,
         Err(e) => {
@@ -102,16 +102,16 @@ pub fn with_port(endpoint: &str, port: u16) -> String {
 
 /// Writes a new file with mode 0600; refuses to overwrite an existing one.
 pub fn write_secret_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
-    confboot::fs::write_new_private(path, bytes).map_err(|e| e.to_string())
+    confboot_util::fs::write_new_private(path, bytes).map_err(|e| e.to_string())
 }
 
 /// Explains an aTLS failure to the admin.
 pub fn explain_connect_error(
     node: &str,
-    e: &confboot::atls::AtlsError,
+    e: &confboot_atls::AtlsError,
     measurements: &str,
 ) -> String {
-    use confboot::atls::AtlsError;
+    use confboot_atls::AtlsError;
     match e {
         AtlsError::Io(m) => format!("cannot reach the node at {node}: {m}"),
         AtlsError::Timeout => format!("the node at {node} did not answer in time"),

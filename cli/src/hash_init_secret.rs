@@ -1,8 +1,8 @@
 //! `confboot hash-init-secret`: the slow hash a node is given so it can
 //! check the init secret without knowing it.
 
-use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
-use confboot::kms::init_secret;
+use confboot_kms::init_secret;
+use confboot_util::args::{Command, Opt, VERBOSITY, parse_or_exit};
 
 const CMD: Command = Command {
     name: "confboot hash-init-secret",

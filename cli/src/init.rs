@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use confboot::args::{Command, Opt, VERBOSITY};
-use confboot::atls;
-use confboot::kms::{MasterSecret, init_secret};
+use confboot_atls as atls;
+use confboot_kms::{MasterSecret, init_secret};
 use confboot_proto::DEFAULT_INIT_PORT;
 use confboot_proto::init::{InitRequest, InitResponse, SshUserKey, init_response};
+use confboot_util::args::{Command, Opt, VERBOSITY};
 use ring::rand::SecureRandom;
 
 use crate::common;
@@ -87,7 +87,7 @@ pub fn run(args: Vec<String>) -> i32 {
     common::run_command(&CMD, args, init)
 }
 
-fn init(m: &confboot::args::Matches) -> Result<(), String> {
+fn init(m: &confboot_util::args::Matches) -> Result<(), String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let node = common::with_port(req("node")?, DEFAULT_INIT_PORT);
     let validators = common::node_validators(m)?;
@@ -191,16 +191,16 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
         return Err(format!("the node refused Init: {error}"));
     }
     result.map_err(|s| match s.code {
-        confboot::rpc::Code::PermissionDenied => format!("the node refused Init: {}", s.message),
+        confboot_wire::Code::PermissionDenied => format!("the node refused Init: {}", s.message),
         _ => format!("Init failed: {s}"),
     })?;
     let success = success.ok_or("the node answered without a result")?;
     common::write_secret_file(kubeconfig_out, &success.kubeconfig)?;
     let state = serde_json::json!({
         "node": node,
-        "clusterId": confboot::hex::encode(&success.cluster_id),
-        "ownerId": confboot::hex::encode(&success.owner_id),
-        "measurementSalt": confboot::hex::encode(&measurement_salt),
+        "clusterId": confboot_util::hex::encode(&success.cluster_id),
+        "ownerId": confboot_util::hex::encode(&success.owner_id),
+        "measurementSalt": confboot_util::hex::encode(&measurement_salt),
     });
     common::write_secret_file(state_out, format!("{state:#}\n").as_bytes())?;
     println!(
@@ -209,7 +209,7 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
     );
     println!(
         "  cluster id: {}",
-        confboot::hex::encode(&success.cluster_id)
+        confboot_util::hex::encode(&success.cluster_id)
     );
     println!("  kubeconfig: {}", kubeconfig_out.display());
     println!(
@@ -222,8 +222,8 @@ fn init(m: &confboot::args::Matches) -> Result<(), String> {
 /// The admin's SSH users file (`--ssh-users`), checked whole: bounded in
 /// size, the configuration's shape, every name and key valid.
 fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, String> {
-    use confboot::ssh_users::{MAX_SSH_USERS_CONFIG_BYTES, parse_ssh_users_config};
-    let bytes = confboot::fs::read_bounded(path, MAX_SSH_USERS_CONFIG_BYTES as u64)
+    use confboot_sys::ssh_users::{MAX_SSH_USERS_CONFIG_BYTES, parse_ssh_users_config};
+    let bytes = confboot_util::fs::read_bounded(path, MAX_SSH_USERS_CONFIG_BYTES as u64)
         .map_err(|e| format!("--ssh-users: {e}"))?;
     let users = parse_ssh_users_config(&bytes)
         .map_err(|e| format!("--ssh-users {}: {e}", path.display()))?;
@@ -248,7 +248,7 @@ mod tests {
         }
         format!(
             "ssh-ed25519 {} admin@laptop",
-            confboot::base64::encode(&blob)
+            confboot_util::base64::encode(&blob)
         )
     }
 
@@ -275,7 +275,7 @@ mod tests {
             missing.starts_with("--ssh-users: ") && missing.contains("nope.json"),
             "{missing}"
         );
-        let limit = confboot::ssh_users::MAX_SSH_USERS_CONFIG_BYTES;
+        let limit = confboot_sys::ssh_users::MAX_SSH_USERS_CONFIG_BYTES;
         std::fs::write(&file, vec![b' '; limit + 1]).unwrap();
         let big = read_ssh_users(&file).unwrap_err();
         assert!(big.contains(&format!("limit of {limit} bytes")), "{big}");

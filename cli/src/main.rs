@@ -9,7 +9,7 @@ mod recover;
 mod verify;
 mod verify_report;
 
-use confboot::args::{Command, VERBOSITY, parse_or_exit};
+use confboot_util::args::{Command, VERBOSITY, parse_or_exit};
 
 /// A subcommand: its name, one line of help, and its entry point.
 struct Subcommand {

@@ -1,16 +1,16 @@
 //! `confboot measure`: predicts the PCRs of a QEMU direct-kernel boot
 //! under OVMF from the kernel, the initrd and the command line, without
-//! booting (`confboot::measure`), and writes the measurement policy and
+//! booting (`confboot_attest::measure`), and writes the measurement policy and
 //! the predicted event log. Same inputs, same bytes.
 
 use std::path::Path;
 
-use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
-use confboot::measure::{
+use confboot_attest::measure::{
     DEFAULT_MEMORY_MIB, DirectBoot, InitrdDigest, MAX_KERNEL_LEN, PREDICTED_ENFORCED,
     predicted_policy,
 };
-use confboot::tpm::event_log::EventList;
+use confboot_attest::tpm::event_log::EventList;
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 /// The command's options and help.
 pub const CMD: Command = Command {
@@ -62,7 +62,7 @@ not predict, 1 an output cannot be written.",
 /// Runs `confboot measure`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
     let m = parse_or_exit(&CMD, args);
-    confboot::logging::init("confboot", m.verbosity().unwrap_or(2));
+    confboot_util::logging::init("confboot", m.verbosity().unwrap_or(2));
     let events = match predict(&m) {
         Ok(events) => events,
         Err(e) => {
@@ -89,7 +89,7 @@ pub fn run(args: Vec<String>) -> i32 {
         } else {
             "warnOnly"
         };
-        println!("{pcr:>3}  {}  {rule}", confboot::hex::encode(&value));
+        println!("{pcr:>3}  {}  {rule}", confboot_util::hex::encode(&value));
     }
     println!(
         "{:>3}  {}  enforced (not yet bootstrapped)",
@@ -111,7 +111,7 @@ fn predict(m: &Matches) -> Result<EventList, String> {
         .parsed::<u64>("memory-mib")
         .map_err(|e| e.to_string())?
         .unwrap_or(DEFAULT_MEMORY_MIB);
-    let kernel = confboot::fs::read_bounded(Path::new(kernel_path), MAX_KERNEL_LEN)
+    let kernel = confboot_util::fs::read_bounded(Path::new(kernel_path), MAX_KERNEL_LEN)
         .map_err(|e| format!("--kernel: {e}"))?;
     let initrd = match initrd_path {
         "none" => None,

@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use confboot::args::{Command, Opt, VERBOSITY};
-use confboot::atls;
-use confboot::kms::MasterSecret;
+use confboot_atls as atls;
+use confboot_kms::MasterSecret;
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
+use confboot_util::args::{Command, Opt, VERBOSITY};
 
 use crate::common;
 
@@ -46,7 +46,7 @@ pub fn run(args: Vec<String>) -> i32 {
     common::run_command(&CMD, args, recover)
 }
 
-fn recover(m: &confboot::args::Matches) -> Result<(), String> {
+fn recover(m: &confboot_util::args::Matches) -> Result<(), String> {
     let req = |n: &str| m.required(n).map_err(|e| e.to_string());
     let node = common::with_port(req("node")?, DEFAULT_RECOVER_PORT);
     let master =

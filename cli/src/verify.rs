@@ -7,25 +7,25 @@
 //! check printed (its report carries no cluster mark); a document of a
 //! variant not accepted is refused (exit 1). Exit status: 0 verified, 1 a check
 //! failed, 2 bad arguments, an unreachable node or an answer that is not an
-//! attestation document. The checks live in [`confboot::verify`]; this
+//! attestation document. The checks live in [`nodeagent::verify`]; this
 //! reads files, asks and prints.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
-use confboot::attestation::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
-use confboot::attestation::{MeasurementPolicy, Validator, Variant};
-use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
-use confboot::tpm::event_log::EventList;
-use confboot::verify::http::fetch_document;
-use confboot::verify::{
+use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
+use confboot_attest::tpm::event_log::EventList;
+use confboot_attest::{MeasurementPolicy, Validator, Variant};
+use confboot_proto::DEFAULT_VERIFY_PORT;
+use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
+use nodeagent::verify::http::fetch_document;
+use nodeagent::verify::{
     AttestationDocument, NodeReport, VERIFY_NONCE_LEN, check_node, extra_data, new_nonce,
 };
-use confboot_proto::DEFAULT_VERIFY_PORT;
 
 use crate::common;
 
@@ -92,7 +92,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Ok(v) => v,
         Err(e) => return usage_error(&e.to_string()),
     };
-    confboot::logging::init("verify", verbosity);
+    confboot_util::logging::init("verify", verbosity);
     match verify(&m) {
         Ok(code) => code,
         Err(e) => usage_error(&e),
@@ -107,7 +107,7 @@ fn usage_error(msg: &str) -> i32 {
 /// The cluster id: `--cluster-id`, or the cluster file's `clusterId`.
 fn cluster_id(m: &Matches) -> Result<Vec<u8>, String> {
     if let Some(hex) = m.value("cluster-id") {
-        return confboot::hex::decode(hex)
+        return confboot_util::hex::decode(hex)
             .map_err(|e| format!("--cluster-id: not hex: {e}"))
             .and_then(|id| match id.len() {
                 1..=64 => Ok(id),
@@ -123,7 +123,7 @@ fn cluster_id(m: &Matches) -> Result<Vec<u8>, String> {
         .get("clusterId")
         .and_then(|v| v.as_str())
         .ok_or_else(|| format!("cluster file {path}: no \"clusterId\" string"))?;
-    confboot::hex::decode(hex).map_err(|e| format!("cluster file {path}: clusterId: {e}"))
+    confboot_util::hex::decode(hex).map_err(|e| format!("cluster file {path}: clusterId: {e}"))
 }
 
 fn verify(m: &Matches) -> Result<i32, String> {
@@ -308,7 +308,7 @@ fn render_table(node: &str, report: &NodeReport) -> String {
         let actual = row
             .actual
             .as_deref()
-            .map_or_else(|| "(not quoted)".to_string(), confboot::hex::encode);
+            .map_or_else(|| "(not quoted)".to_string(), confboot_util::hex::encode);
         let policy = match (row.enforced, row.source) {
             (true, "cluster id") => "cluster id",
             (true, _) => "enforced",
@@ -317,7 +317,7 @@ fn render_table(node: &str, report: &NodeReport) -> String {
         out.push_str(&format!(
             "{:>3}  {}  {:<64}  {:<10}  {}\n",
             row.pcr,
-            confboot::hex::encode(&row.expected),
+            confboot_util::hex::encode(&row.expected),
             actual,
             policy,
             if row.matches() { "✓" } else { "✗" }

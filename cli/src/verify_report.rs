@@ -6,15 +6,15 @@
 
 use std::path::Path;
 
-use confboot::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
-use confboot::attestation::AttestationError;
-use confboot::attestation::measurements::MAX_POLICY_BYTES;
-use confboot::attestation::snp::{
+use confboot_attest::AttestationError;
+use confboot_attest::measurements::MAX_POLICY_BYTES;
+use confboot_attest::snp::{
     AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, KDS_BASE_URL, Product, ProductRoot,
     ReportDataCheck, SnpEvidence, SnpPolicy, SnpReport, SnpValidator, TrustRoots,
     certificates_from_pem_or_der, check, kds_vcek_url,
 };
-use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 
 /// The command's options and help.
 pub const CMD: Command = Command {
@@ -97,7 +97,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Ok(v) => v,
         Err(e) => return usage_error(&e.to_string()),
     };
-    confboot::logging::init("verify-report", verbosity);
+    confboot_util::logging::init("verify-report", verbosity);
     match run_matches(&m) {
         Ok(status) => status,
         Err(e) => usage_error(&e),
@@ -214,9 +214,8 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
         SnpValidator::with_roots(policy, TrustRoots::new(roots))
     };
     let validator = match m.value("at") {
-        Some(at) => {
-            validator.as_of(confboot::time::parse_instant(at).map_err(|e| format!("--at {e}"))?)
-        }
+        Some(at) => validator
+            .as_of(confboot_util::time::parse_instant(at).map_err(|e| format!("--at {e}"))?),
         None => validator,
     };
 
@@ -232,7 +231,7 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
         "SEV-SNP report: version {}, VMPL {}, measurement {}",
         report.version(),
         report.vmpl(),
-        confboot::hex::encode(report.measurement())
+        confboot_util::hex::encode(report.measurement())
     );
     let checks = validator.verify_report_detailed(&evidence, &report_data);
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
@@ -276,7 +275,7 @@ fn print_kds_hint(report: &SnpReport) {
 }
 
 fn hex_array<const N: usize>(text: &str, what: &str) -> Result<[u8; N], String> {
-    let bytes = confboot::hex::decode(text).map_err(|e| format!("{what}: {e}"))?;
+    let bytes = confboot_util::hex::decode(text).map_err(|e| format!("{what}: {e}"))?;
     bytes
         .as_slice()
         .try_into()

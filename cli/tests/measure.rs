@@ -51,12 +51,11 @@ fn measure_writes_the_same_policy_and_log_for_the_same_inputs() {
     let read = |n: &str| std::fs::read(d.join(n)).unwrap();
     assert_eq!(read("p1.json"), read("p2.json"));
     assert_eq!(read("e1.json"), read("e2.json"));
-    let policy = confboot::attestation::MeasurementPolicy::from_json(
-        &String::from_utf8(read("p1.json")).unwrap(),
-    )
-    .expect("a valid policy");
+    let policy =
+        confboot_attest::MeasurementPolicy::from_json(&String::from_utf8(read("p1.json")).unwrap())
+            .expect("a valid policy");
     assert!(!policy.entries()[&4].warn_only && !policy.entries()[&9].warn_only);
-    let events = confboot::tpm::event_log::EventList::from_json(
+    let events = confboot_attest::tpm::event_log::EventList::from_json(
         &String::from_utf8(read("e1.json")).unwrap(),
     )
     .expect("a valid event list");

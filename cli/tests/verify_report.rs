@@ -6,7 +6,10 @@
 mod verify_report;
 
 fn fixture(name: &str) -> String {
-    format!("{}/../lib/testdata/snp/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/../crates/attest/testdata/snp/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 fn run(args: &[&str]) -> i32 {
@@ -29,12 +32,12 @@ fn genuine_reports_pass() {
     assert_eq!(run(&["--report", &report, "--vcek", &vcek, "-v", "0"]), 0);
     // With confboot's binding and the report's own measurement as policy.
     let r = std::fs::read(&report).unwrap();
-    let extra = confboot::hex::encode(&r[0x50..0x70]);
+    let extra = confboot_util::hex::encode(&r[0x50..0x70]);
     let policy = temp_file(
         "policy.json",
         format!(
             r#"{{"measurement": {{"expected": "{}"}}, "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#,
-            confboot::hex::encode(&r[0x90..0xC0])
+            confboot_util::hex::encode(&r[0x90..0xC0])
         )
         .as_bytes(),
     );
@@ -177,7 +180,7 @@ fn unusable_input_exits_2() {
 
 #[test]
 fn evidence_files_are_read_too() {
-    use confboot::attestation::snp::{CertEntry, CertKind, SnpEvidence, SnpReport};
+    use confboot_attest::snp::{CertEntry, CertKind, SnpEvidence, SnpReport};
     let report = std::fs::read(fixture("test-report.bin")).unwrap();
     let ev = SnpEvidence {
         report: SnpReport::from_bytes(&report).unwrap(),
@@ -217,8 +220,11 @@ fn certificate_directories_and_the_vcek_cache_serve_too() {
         std::process::id()
     ));
     let entry = cache
-        .join(confboot::hex::encode(&r[0x1A0..0x1E0]))
-        .join(format!("{}.der", confboot::hex::encode(&r[0x180..0x188])));
+        .join(confboot_util::hex::encode(&r[0x1A0..0x1E0]))
+        .join(format!(
+            "{}.der",
+            confboot_util::hex::encode(&r[0x180..0x188])
+        ));
     std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
     std::fs::write(&entry, &vcek).unwrap();
     let status = run(&[

@@ -16,23 +16,25 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, UNIX_EPOCH};
 
-use confboot::atls::Nonce;
-use confboot::atls::nonce::extra_data;
-use confboot::attestation::snp::{
+use confboot_atls::Nonce;
+use confboot_atls::nonce::extra_data;
+use confboot_attest::snp::{
     CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
     TrustRoots,
 };
-use confboot::attestation::vtpm::{
-    AkTrust, VtpmValidator, encode_evidence_with_log, issue_ak_certificate,
-};
-use confboot::attestation::{MeasurementPolicy, Validator, Variant};
-use confboot::tpm::event_log::EventLog;
-use confboot::tpm::structures::{
+use confboot_attest::tpm::event_log::EventLog;
+use confboot_attest::tpm::structures::{
     PCR_COUNT, TPM_ALG_ECC, TPM_ALG_ECDSA, TPM_ALG_NULL, TPM_ALG_SHA256, TPM_ECC_NIST_P256,
     TPM_GENERATED_VALUE, TPM_ST_ATTEST_QUOTE, Writer, ecdsa_signature_bytes, object_attributes,
     pcr_bitmap,
 };
-use confboot::tpm::{CLUSTER_ID_PCR, Quote, TPM_RH_OWNER, pcr_digest, primary_qualified_name};
+use confboot_attest::tpm::{
+    CLUSTER_ID_PCR, Quote, TPM_RH_OWNER, pcr_digest, primary_qualified_name,
+};
+use confboot_attest::vtpm::{
+    AkTrust, VtpmValidator, encode_evidence_with_log, issue_ak_certificate,
+};
+use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 
@@ -57,7 +59,7 @@ const CA_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d03010704
 const CERT_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b02010104208ec940f9212219144092cad239ebacccb70d120e94c12d19c1f18ed0973d5ce3a14403420004eebe8828b182ea5cead39f50fcb7cadb15a75bf16afd18e07c817f3e3071cb33dd6d5b97077ca9293987d6fb24bdbe5bcc57c36c2e569cbe422c89ece25e4207";
 
 fn unhex(s: &str) -> Vec<u8> {
-    confboot::hex::decode(s).expect("fixture hex")
+    confboot_util::hex::decode(s).expect("fixture hex")
 }
 
 /// Which PCRs a fixture quote covers.
@@ -91,7 +93,7 @@ impl PcrSet {
         let value = |i: u32| match replayed.get(&i) {
             Some(v) if self == PcrSet::Logged => *v,
             _ if i != CLUSTER_ID_PCR => [i as u8; 32],
-            _ if self == PcrSet::Marked => confboot::tpm::marked_pcr15(b"fixture cluster"),
+            _ if self == PcrSet::Marked => confboot_attest::tpm::marked_pcr15(b"fixture cluster"),
             _ => [0; 32],
         };
         let indices: Vec<u32> = match self {
@@ -240,13 +242,13 @@ impl Vtpm {
 
     /// A self-signed aTLS certificate with the fixture certificate key, valid
     /// around [`NOW`], carrying `evidence` under `variant`'s OID (as
-    /// `confboot::atls::cert::attested` makes one, at a fixed time).
+    /// `confboot_atls::cert::attested` makes one, at a fixed time).
     pub fn attested_certificate(&self, variant: Variant, evidence: Vec<u8>) -> Vec<u8> {
         let mut params = rcgen::CertificateParams::default();
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, "confboot aTLS");
-        let margin = confboot::atls::cert::VALIDITY_MARGIN;
+        let margin = confboot_atls::cert::VALIDITY_MARGIN;
         params.not_before = (UNIX_EPOCH + Duration::from_secs(NOW) - margin).into();
         params.not_after = (UNIX_EPOCH + Duration::from_secs(NOW) + margin).into();
         let mut ext = rcgen::CustomExtension::from_oid_content(variant.oid_arcs(), evidence);
@@ -262,11 +264,11 @@ impl Vtpm {
 
 /// The nonce of the verify-service fixtures: a quote bound to it
 /// ([`verify_extra`]) is one the fixture AK signs.
-pub const VERIFY_NONCE: [u8; confboot::verify::VERIFY_NONCE_LEN] = [0x7e; 32];
+pub const VERIFY_NONCE: [u8; nodeagent::verify::VERIFY_NONCE_LEN] = [0x7e; 32];
 
 /// The `extra_data` a verify answer for [`VERIFY_NONCE`] carries.
 pub fn verify_extra() -> [u8; 32] {
-    confboot::verify::extra_data(&VERIFY_NONCE)
+    nodeagent::verify::extra_data(&VERIFY_NONCE)
 }
 
 /// A crypto-agile TCG event log (SHA-1 and SHA-256 banks) as OVMF writes
@@ -383,7 +385,7 @@ impl SnpFixture {
 
 /// The Milan ASK, ARK and ASVK bundle (the VLEK report needs the ASVK).
 pub const MILAN_ASK_ARK_ASVK: &[u8] =
-    include_bytes!("../../lib/testdata/snp/milan_ask_ark_asvk.pem");
+    include_bytes!("../../crates/attest/testdata/snp/milan_ask_ark_asvk.pem");
 
 /// The SEV-SNP fixtures: a Milan VCEK report, another Milan VCEK report
 /// whose `REPORT_DATA` is 32 bytes and zeros (the aTLS form), and a VLEK
@@ -413,23 +415,23 @@ pub fn snp() -> &'static [SnpFixture; 3] {
             };
         [
             fixture(
-                include_bytes!("../../lib/testdata/snp/report_milan.bin"),
+                include_bytes!("../../crates/attest/testdata/snp/report_milan.bin"),
                 CertKind::Vcek,
-                include_bytes!("../../lib/testdata/snp/vcek_milan.der"),
+                include_bytes!("../../crates/attest/testdata/snp/vcek_milan.der"),
                 0,
                 &builtin,
             ),
             fixture(
-                include_bytes!("../../lib/testdata/snp/test-report.bin"),
+                include_bytes!("../../crates/attest/testdata/snp/test-report.bin"),
                 CertKind::Vcek,
-                include_bytes!("../../lib/testdata/snp/test-vcek.der"),
+                include_bytes!("../../crates/attest/testdata/snp/test-vcek.der"),
                 0,
                 &builtin,
             ),
             fixture(
-                include_bytes!("../../lib/testdata/snp/test-vlek-report.bin"),
+                include_bytes!("../../crates/attest/testdata/snp/test-vlek-report.bin"),
                 CertKind::Vlek,
-                include_bytes!("../../lib/testdata/snp/test-vlek.der"),
+                include_bytes!("../../crates/attest/testdata/snp/test-vlek.der"),
                 1,
                 &with_asvk,
             ),
@@ -457,8 +459,8 @@ pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
 }
 
 /// A cluster CA's kubelet-certificate signer (a fresh P-256 CA, once).
-pub fn kubelet_cert_signer() -> &'static confboot::cluster::kubelet_cert::KubeletCertSigner {
-    use confboot::cluster::kubelet_cert::{DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertSigner};
+pub fn kubelet_cert_signer() -> &'static confboot_cluster::kubelet_cert::KubeletCertSigner {
+    use confboot_cluster::kubelet_cert::{DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertSigner};
     static S: OnceLock<KubeletCertSigner> = OnceLock::new();
     S.get_or_init(|| {
         let key = rcgen::KeyPair::generate().expect("CA key");

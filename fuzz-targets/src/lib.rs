@@ -28,30 +28,27 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use confboot::atls::{Nonce, cert};
-use confboot::attestation::snp::{
+use confboot_atls::{Nonce, cert};
+use confboot_attest::snp::{
     AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, ReportDataCheck, SnpEvidence, SnpPolicy,
     SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url,
     vcek_cache_path, verify_signature,
 };
-use confboot::attestation::{MeasurementPolicy, Validator, Variant};
-use confboot::disk::cryptsetup::{
+use confboot_attest::tpm::event_log::{EventList, EventLog, MAX_EVENTS};
+use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_attest::{MeasurementPolicy, Validator, Variant};
+use confboot_cluster::ticket::{
+    STATE_DISK_KEY_LEN, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
+};
+use confboot_disk::cryptsetup::{
     BOOTSTRAPPED_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE, parse_luks_uuid,
 };
-use confboot::disk::{DiskBackend, DiskError, DiskState, MEASUREMENT_SALT_LEN, StateDisk};
-use confboot::kms::init_secret::{InitSecretHash, MAX_ITERATIONS, MIN_ITERATIONS};
-use confboot::kms::{
+use confboot_disk::{DiskBackend, DiskError, DiskState, MEASUREMENT_SALT_LEN, StateDisk};
+use confboot_kms::init_secret::{InitSecretHash, MAX_ITERATIONS, MIN_ITERATIONS};
+use confboot_kms::{
     MIN_MASTER_SECRET_LEN, MIN_SALT_LEN, MasterSecret, SecretBytes, StorageUri, derive_cluster_id,
     is_uuid,
 };
-use confboot::rpc::frame::{self, FrameError, FrameKind};
-use confboot::rpc::{Client, Router, ServerLimits, Status, serve_connection};
-use confboot::stop::Stop;
-use confboot::ticket::{
-    STATE_DISK_KEY_LEN, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
-};
-use confboot::tpm::event_log::{EventList, EventLog, MAX_EVENTS};
-use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_proto::Message;
 use confboot_proto::health::HealthCheckResponse;
 use confboot_proto::init::{
@@ -65,6 +62,9 @@ use confboot_proto::join::{
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_proto::vtpm::QuoteEvidence;
 use confboot_proto::{HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
+use confboot_util::stop::Stop;
+use confboot_wire::frame::{self, FrameError, FrameKind};
+use confboot_wire::{Client, Router, ServerLimits, Status, serve_connection};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use fixtures::{EXTRA, NONCE, NOW, POLICY_PCR};
@@ -333,7 +333,7 @@ pub fn join_ticket(data: &[u8]) {
         2 => Some(vec![(CLUSTER_ID_PCR, member.clone())]),
         _ => Some(vec![(CLUSTER_ID_PCR, vec![0; 32])]),
     }
-    .map(|m| confboot::attestation::Attested {
+    .map(|m| confboot_attest::Attested {
         variant: Variant::QemuVtpm,
         measurements: m.into_iter().collect(),
     });
@@ -526,7 +526,7 @@ pub fn snp_evidence(data: &[u8]) {
 /// (`auxblob`): parsing never panics, keeps every bound, and what it reads
 /// lays out again to a table that reads the same.
 pub fn snp_cert_table(data: &[u8]) {
-    use confboot::attestation::snp::{MAX_CERTIFICATE_LEN, cert_table};
+    use confboot_attest::snp::{MAX_CERTIFICATE_LEN, cert_table};
     let Ok(certs) = cert_table::parse(data) else {
         return;
     };
@@ -701,11 +701,8 @@ pub fn measurement_policy(data: &[u8]) {
     };
     assert!(p.enforces_something());
     for (i, e) in p.entries() {
-        assert!(*i <= confboot::attestation::measurements::MAX_INDEX);
-        assert_eq!(
-            e.value.len(),
-            confboot::attestation::measurements::DIGEST_LEN
-        );
+        assert!(*i <= confboot_attest::measurements::MAX_INDEX);
+        assert_eq!(e.value.len(), confboot_attest::measurements::DIGEST_LEN);
     }
     assert_eq!(
         MeasurementPolicy::from_json(&p.to_json()).as_ref().ok(),
@@ -741,7 +738,7 @@ pub fn snp_policy(data: &[u8]) {
 /// valid node with 1 to 8 distinct IP addresses, and the certificate signed
 /// for it carries exactly those names and server authentication only.
 pub fn kubelet_csr(data: &[u8]) {
-    use confboot::cluster::kubelet_cert::{KubeletCsr, MAX_KUBELET_CERT_IPS, check_node_name};
+    use confboot_cluster::kubelet_cert::{KubeletCsr, MAX_KUBELET_CERT_IPS, check_node_name};
     let Ok(csr) = KubeletCsr::parse(data) else {
         return;
     };
@@ -768,7 +765,7 @@ pub fn kubelet_csr(data: &[u8]) {
 /// also as a node keeps it on its state disk (`ssh_users_config`, which
 /// `read_stored_ssh_users` reads back with the same parser).
 pub fn ssh_users_config(data: &[u8]) {
-    use confboot::ssh_users::{
+    use confboot_sys::ssh_users::{
         AuthorizedKey, MAX_SSH_USERS, parse_ssh_users_config, ssh_users_config,
     };
     let Ok(users) = parse_ssh_users_config(data) else {
@@ -799,8 +796,8 @@ pub const VPN_OWN_RECORD_DISK_KEY: [u8; 32] = [0x42; 32];
 /// over the record's fields, a verified record is the same record made
 /// again, and the field checks joinsvc applies never panic.
 pub fn vpn_own_record(data: &[u8]) {
-    use confboot::vpn::{OwnRecordKey, VpnPublicKey, check_peer_name, parse_public_endpoint};
     use confboot_proto::vpn::GetUpdateRequest;
+    use confboot_vpn::{OwnRecordKey, VpnPublicKey, check_peer_name, parse_public_endpoint};
     let Ok(request) = GetUpdateRequest::decode(data) else {
         return;
     };
@@ -831,8 +828,8 @@ pub const VPN_UPDATE_NETWORK: &str = "10.118.0.0/16";
 /// same) or refused; checking leaves the node's version and list as they
 /// were.
 pub fn vpn_update(data: &[u8]) {
-    use confboot::vpn::{MAX_PEERS, PeerList, PeerUpdates, VpnNetwork};
     use confboot_proto::vpn::{GetUpdateResponse, Peer};
+    use confboot_vpn::{MAX_PEERS, PeerList, PeerUpdates, VpnNetwork};
     let Ok(response) = GetUpdateResponse::decode(data) else {
         return;
     };
@@ -875,9 +872,9 @@ pub fn vpn_update(data: &[u8]) {
 
 /// A DHCP reply from the network (the node's PID 1 parses OFFER/ACK/NAK
 /// before it has an address): what parses is a server's message type, and
-/// the parser never looks past [`confboot::dhcp::MAX_MESSAGE_LEN`] bytes.
+/// the parser never looks past [`confboot_sys::dhcp::MAX_MESSAGE_LEN`] bytes.
 pub fn dhcp_reply(data: &[u8]) {
-    use confboot::dhcp::{DhcpMessageType, DhcpReply, MAX_MESSAGE_LEN, prefix_len};
+    use confboot_sys::dhcp::{DhcpMessageType, DhcpReply, MAX_MESSAGE_LEN, prefix_len};
     if let Ok(r) = DhcpReply::parse(data) {
         assert!(matches!(
             r.kind,
@@ -898,10 +895,8 @@ pub fn dhcp_reply(data: &[u8]) {
 /// generic netlink family answer and a link; and the input itself as each
 /// of those bodies. Nothing read exceeds its bound.
 pub fn netlink_reply(data: &[u8]) {
-    use confboot::netlink::{
-        MAX_ALLOWED_IPS_PER_PEER, MAX_DEVICE_PEERS, MAX_REPLY_BYTES, NetlinkReply, parse_device,
-        parse_family_id, parse_link,
-    };
+    use confboot_sys::netlink::{MAX_REPLY_BYTES, NetlinkReply, parse_family_id, parse_link};
+    use confboot_vpn::{MAX_ALLOWED_IPS_PER_PEER, MAX_DEVICE_PEERS, parse_device};
     let check_device = |bodies: Vec<&[u8]>| {
         if let Ok(d) = parse_device(bodies) {
             assert!(d.index != 0);
@@ -1040,7 +1035,7 @@ pub fn luks2_metadata(data: &[u8]) {
             .flatten()
             .expect("a salt from no token");
         let hex = token["salt"].as_str().expect("a salt that is no string");
-        assert_eq!(confboot::hex::decode(hex).ok(), Some(salt));
+        assert_eq!(confboot_util::hex::decode(hex).ok(), Some(salt));
     }
     if disk.bootstrapped() == Ok(true) {
         let (_, token) = meta
@@ -1059,7 +1054,7 @@ pub fn luks2_metadata(data: &[u8]) {
 /// is read with every size and offset bounded by the buffer, the version
 /// checked and the name printable, or refused.
 pub fn dm_reply(data: &[u8]) {
-    use confboot::disk::dm::wire::{DM_IOCTL_DATA, NAME_LEN, Reply};
+    use confboot_disk::dm::wire::{DM_IOCTL_DATA, NAME_LEN, Reply};
     let Ok(reply) = Reply::parse(data) else {
         return;
     };
@@ -1133,7 +1128,7 @@ pub fn luks2_header(data: &[u8]) {
 /// `data` zero-padded to a 16 KiB primary header area with its checksum
 /// recomputed, if it starts with a primary binary header of that size.
 pub fn luks2_with_checksum(data: &[u8]) -> Option<Vec<u8>> {
-    use confboot::disk::luks2::{HeaderCopy, binary};
+    use confboot_disk::luks2::{HeaderCopy, binary};
     const SIZE: usize = 16 << 10;
     if binary::announced_size(data, HeaderCopy::Primary) != Ok(SIZE as u64) || data.len() > SIZE {
         return None;
@@ -1150,8 +1145,8 @@ pub fn luks2_with_checksum(data: &[u8]) -> Option<Vec<u8>> {
 /// after the target's checks.
 pub fn luks2_header_outcome(
     data: &[u8],
-) -> Option<Result<usize, confboot::disk::luks2::Luks2Error>> {
-    use confboot::disk::luks2::{
+) -> Option<Result<usize, confboot_disk::luks2::Luks2Error>> {
+    use confboot_disk::luks2::{
         HeaderCopy, KdfLimits, Luks2Error, binary, header, metadata, unlock,
     };
     let mut dev = ZeroPadded {
@@ -1221,7 +1216,7 @@ pub fn tpm_event_log(data: &[u8]) {
     };
     assert!(log.events().len() <= MAX_EVENTS);
     for e in log.events() {
-        assert!((e.pcr as usize) < confboot::tpm::structures::PCR_COUNT);
+        assert!((e.pcr as usize) < confboot_attest::tpm::structures::PCR_COUNT);
         let d = e.description();
         assert!(
             d.chars().count() <= 64 && !d.chars().any(char::is_control),
@@ -1262,7 +1257,7 @@ pub fn tpm_event_list(data: &[u8]) {
     );
     let empty = EventList::default();
     for pcr in list.replay().keys() {
-        assert!((*pcr as usize) < confboot::tpm::structures::PCR_COUNT);
+        assert!((*pcr as usize) < confboot_attest::tpm::structures::PCR_COUNT);
         assert_eq!(list.explain(*pcr, &list), None);
         assert!(list.explain(*pcr, &empty).is_some());
         assert!(empty.explain(*pcr, &list).is_some());
@@ -1276,8 +1271,8 @@ pub fn tpm_event_list(data: &[u8]) {
 /// digest never panic, and the same bytes predict the same events, PCRs 3,
 /// 4, 5, 6 and 9 each, the initrd last in PCR 9.
 pub fn kernel_image(data: &[u8]) {
-    use confboot::measure::authenticode::authenticode_sha256;
-    use confboot::measure::{DirectBoot, InitrdDigest};
+    use confboot_attest::measure::authenticode::authenticode_sha256;
+    use confboot_attest::measure::{DirectBoot, InitrdDigest};
     let first = authenticode_sha256(data);
     assert_eq!(
         first,
@@ -1313,11 +1308,11 @@ pub fn kernel_image(data: &[u8]) {
 /// what a request bound.
 struct EchoIssuer;
 
-impl confboot::attestation::Issuer for EchoIssuer {
+impl confboot_attest::Issuer for EchoIssuer {
     fn variant(&self) -> Variant {
         Variant::QemuVtpm
     }
-    fn issue(&self, extra: &[u8; 32]) -> Result<Vec<u8>, confboot::attestation::AttestationError> {
+    fn issue(&self, extra: &[u8; 32]) -> Result<Vec<u8>, confboot_attest::AttestationError> {
         Ok(extra.to_vec())
     }
 }
@@ -1328,16 +1323,16 @@ impl confboot::attestation::Issuer for EchoIssuer {
 /// evidence only for a request whose target carries a nonce, bound to
 /// that nonce.
 pub fn verify_request(data: &[u8]) {
-    use confboot::http::{HttpLimits, parse_request_head, parse_response};
-    use confboot::verify::http::{Served, serve_connection};
-    use confboot::verify::{AttestationDocument, extra_data, parse_request_target};
+    use confboot_net::http::{HttpLimits, parse_request_head, parse_response};
+    use nodeagent::verify::http::{Served, serve_connection};
+    use nodeagent::verify::{AttestationDocument, extra_data, parse_request_target};
     use std::io::{Read, Write};
 
     let nonce = std::str::from_utf8(data)
         .ok()
         .and_then(|t| parse_request_target(t).ok());
     if let Some(n) = nonce {
-        let again = confboot::verify::request_target(&n);
+        let again = nodeagent::verify::request_target(&n);
         assert_eq!(parse_request_target(&again), Ok(n));
     }
     let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -1348,7 +1343,7 @@ pub fn verify_request(data: &[u8]) {
         .ok()
         .and_then(|(method, target)| (method == "GET").then_some(target))
         .and_then(|target| parse_request_target(target).ok());
-    let (mut client, mut server) = confboot::rpc::pipe::pair();
+    let (mut client, mut server) = confboot_wire::pipe::pair();
     client.write_all(data).expect("the pipe takes the request");
     let served = serve_connection(
         &mut server,
@@ -1362,7 +1357,7 @@ pub fn verify_request(data: &[u8]) {
     let Served::Answered(status) = served else {
         panic!("a whole head must be answered: {served:?}");
     };
-    let (parsed, body) = parse_response(&answer, confboot::verify::MAX_DOCUMENT_BYTES)
+    let (parsed, body) = parse_response(&answer, nodeagent::verify::MAX_DOCUMENT_BYTES)
         .expect("the service answers valid HTTP");
     assert_eq!(parsed, status);
     match head_nonce {
@@ -1384,9 +1379,9 @@ pub fn verify_request(data: &[u8]) {
 /// policy and a cluster id. A report comes only for a quote the fixture AK
 /// signed for the request's nonce; documents round-trip.
 pub fn verify_document(data: &[u8]) {
-    use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
-    use confboot::http::parse_response;
-    use confboot::verify::{AttestationDocument, MAX_DOCUMENT_BYTES, check_node};
+    use confboot_attest::vtpm::{AkTrust, VtpmValidator};
+    use confboot_net::http::parse_response;
+    use nodeagent::verify::{AttestationDocument, MAX_DOCUMENT_BYTES, check_node};
 
     let f = fixtures::vtpm();
     static CHECK: OnceLock<(VtpmValidator, MeasurementPolicy, EventList)> = OnceLock::new();

@@ -3,12 +3,11 @@
 //! misses. The corpora in `fuzz/corpus/` started from these; the ignored
 //! test `write_seed_corpora` writes the ones a corpus lacks.
 
-use confboot::atls::Nonce;
-use confboot::attestation::Variant;
-use confboot::attestation::snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
-use confboot::kms::MasterSecret;
-use confboot::kms::init_secret::{MIN_ITERATIONS, hash};
-use confboot::rpc::frame::{FrameKind, write_frame};
+use confboot_atls::Nonce;
+use confboot_attest::Variant;
+use confboot_attest::snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
+use confboot_kms::MasterSecret;
+use confboot_kms::init_secret::{MIN_ITERATIONS, hash};
 use confboot_proto::Message;
 use confboot_proto::health::HealthCheckRequest;
 use confboot_proto::init::{
@@ -21,6 +20,7 @@ use confboot_proto::join::{
 };
 use confboot_proto::recover::RecoverMessage;
 use confboot_proto::rpc::{CallHeader, Status};
+use confboot_wire::frame::{FrameKind, write_frame};
 
 use crate::fixtures::{self, EXTRA, MILAN_ASK_ARK_ASVK, PcrSet};
 use crate::{TICKET_SALT, TICKET_SECRET};
@@ -326,7 +326,7 @@ fn vtpm_evidence() -> Vec<Seed> {
 }
 
 fn snp_cert_table() -> Vec<Seed> {
-    use confboot::attestation::snp::cert_table;
+    use confboot_attest::snp::cert_table;
     let f = &fixtures::snp()[0];
     let mut certs: Vec<CertEntry> = f.evidence().certificates;
     let bundle = certificates_from_pem_or_der(MILAN_ASK_ARK_ASVK).expect("bundle");
@@ -398,7 +398,7 @@ fn snp_certs() -> Vec<Seed> {
 }
 
 fn measurement_policy() -> Vec<Seed> {
-    let d = |b: u8| confboot::hex::encode(&[b; 32]);
+    let d = |b: u8| confboot_util::hex::encode(&[b; 32]);
     vec![
         seed(
             "two-entries",
@@ -424,7 +424,7 @@ fn measurement_policy() -> Vec<Seed> {
 }
 
 fn snp_policy() -> Vec<Seed> {
-    let m = confboot::hex::encode(fixtures::snp()[0].measurement());
+    let m = confboot_util::hex::encode(fixtures::snp()[0].measurement());
     vec![
         seed(
             "minimal",
@@ -456,9 +456,10 @@ fn snp_policy() -> Vec<Seed> {
 /// two messages and its end, a family answer and its acknowledgement, a
 /// refusal, a link; and bare bodies.
 fn netlink_reply() -> Vec<Seed> {
-    use confboot::netlink::message::{NLMSG_DONE, NLMSG_ERROR, message, put_attribute};
-    use confboot::netlink::{AllowedIp, WireGuardPeerConfig, set_device_requests};
-    use confboot::vpn::{VpnPrivateKey, VpnPublicKey};
+    use confboot_sys::netlink::message::{NLMSG_DONE, NLMSG_ERROR, message, put_attribute};
+    use confboot_vpn::{
+        AllowedIp, VpnPrivateKey, VpnPublicKey, WireGuardPeerConfig, set_device_requests,
+    };
     let peers: Vec<WireGuardPeerConfig> = (1..=3u8)
         .map(|i| WireGuardPeerConfig {
             public_key: VpnPublicKey::from_bytes(&[i; 32]).expect("key"),
@@ -545,7 +546,7 @@ fn kms_uri_seeds() -> Vec<Seed> {
 }
 
 fn kubelet_csr() -> Vec<Seed> {
-    use confboot::cluster::kubelet_cert::KubeletCertRequest;
+    use confboot_cluster::kubelet_cert::KubeletCertRequest;
     let csr = |name: &str, ips: &[&str]| {
         let ips: Vec<std::net::IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
         KubeletCertRequest::new(name, &ips).unwrap().csr_der
@@ -577,8 +578,8 @@ fn kubelet_csr() -> Vec<Seed> {
 }
 
 fn vpn_own_record() -> Vec<Seed> {
-    use confboot::vpn::{OwnRecordKey, VpnPublicKey};
     use confboot_proto::vpn::GetUpdateRequest;
+    use confboot_vpn::{OwnRecordKey, VpnPublicKey};
     let key = OwnRecordKey::from_disk_key(&crate::VPN_OWN_RECORD_DISK_KEY);
     let record = key.record(
         "worker-1",
@@ -638,7 +639,10 @@ fn ssh_users_config() -> Vec<Seed> {
             blob.extend_from_slice(&(f.len() as u32).to_be_bytes());
             blob.extend_from_slice(f);
         }
-        format!("{key_type} {} user@host", confboot::base64::encode(&blob))
+        format!(
+            "{key_type} {} user@host",
+            confboot_util::base64::encode(&blob)
+        )
     };
     let mut point = vec![4u8];
     point.extend([9; 64]);
@@ -704,7 +708,7 @@ const LUKS2_DUMP: &str = include_str!("luks2_dump.json");
 /// Request buffers as the kernel returns them (it rewrites the header in
 /// place): a status-like one, a table load (a dummy key), a truncated one.
 fn dm_reply() -> Vec<Seed> {
-    use confboot::disk::dm::wire::{Request, Target};
+    use confboot_disk::dm::wire::{Request, Target};
     let status = Request::new(
         "state",
         "CRYPT-LUKS2-0a1b2c3d00004000800000000000000f-state",
@@ -775,7 +779,7 @@ fn tpm_event_log() -> Vec<Seed> {
 }
 
 fn tpm_event_list() -> Vec<Seed> {
-    let list = confboot::tpm::event_log::EventLog::parse(&fixtures::event_log())
+    let list = confboot_attest::tpm::event_log::EventLog::parse(&fixtures::event_log())
         .expect("fixture event log")
         .to_event_list();
     vec![
@@ -824,7 +828,7 @@ fn kernel_image() -> Vec<Seed> {
 }
 
 fn verify_request() -> Vec<Seed> {
-    let target = confboot::verify::request_target(&fixtures::VERIFY_NONCE);
+    let target = nodeagent::verify::request_target(&fixtures::VERIFY_NONCE);
     vec![
         seed(
             "get",
@@ -839,7 +843,7 @@ fn verify_request() -> Vec<Seed> {
 fn verify_document() -> Vec<Seed> {
     let v = fixtures::vtpm();
     let answer = |evidence: Vec<u8>| {
-        let body = confboot::verify::AttestationDocument {
+        let body = nodeagent::verify::AttestationDocument {
             variant: Variant::QemuVtpm,
             evidence,
         }

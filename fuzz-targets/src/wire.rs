@@ -7,7 +7,7 @@
 use std::io::{self, Read, Write};
 use std::time::Duration;
 
-use confboot::rpc::Transport;
+use confboot_wire::Transport;
 
 /// One end of a connection whose peer sent `input` and then closed.
 pub struct Scripted<'a> {

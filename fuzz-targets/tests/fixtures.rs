@@ -2,10 +2,10 @@
 //! that sees `Ok` for a fuzzed input is checking a real acceptance, and a
 //! changed signed byte is refused.
 
-use confboot::atls::cert;
-use confboot::attestation::snp::{ReportDataCheck, SnpEvidence};
-use confboot::attestation::{AttestationError, Validator, Variant};
-use confboot::ticket::{check_cluster_mark, check_join_ticket};
+use confboot_atls::cert;
+use confboot_attest::snp::{ReportDataCheck, SnpEvidence};
+use confboot_attest::{AttestationError, Validator, Variant};
+use confboot_cluster::ticket::{check_cluster_mark, check_join_ticket};
 use confboot_fuzz_targets::fixtures::{self, EXTRA, NONCE, NOW, PcrSet};
 use confboot_fuzz_targets::{TICKET_SALT, TICKET_SECRET};
 use confboot_proto::Message;
@@ -55,7 +55,7 @@ fn fixture_atls_certificates_verify_for_vtpm_and_bind_nothing_for_snp() {
         Variant::QemuVtpm
     );
     // Another nonce: the evidence is not bound to it.
-    assert!(cert::verify(&der, &confboot::atls::Nonce([0; 32]), vtpm, NOW).is_err());
+    assert!(cert::verify(&der, &confboot_atls::Nonce([0; 32]), vtpm, NOW).is_err());
     // Genuine SNP evidence passes every check but the binding.
     let snp = &fixtures::snp()[1];
     let der = v.attested_certificate(Variant::SevSnp, snp.evidence().encode().unwrap());
@@ -78,7 +78,7 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
         let mut report = f.report.to_vec();
         report[0x20] ^= 1; // IMAGE_ID, signed
         let changed = SnpEvidence {
-            report: confboot::attestation::snp::SnpReport::from_bytes(&report).unwrap(),
+            report: confboot_attest::snp::SnpReport::from_bytes(&report).unwrap(),
             certificates: f.evidence().certificates,
         };
         assert!(matches!(
@@ -90,13 +90,13 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
 
 #[test]
 fn the_ticket_targets_cluster_is_the_members() {
-    let member = confboot::tpm::marked_pcr15(&confboot::kms::derive_cluster_id(
+    let member = confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
         &TICKET_SECRET,
         &TICKET_SALT,
     ));
-    let service = confboot::attestation::Attested {
+    let service = confboot_attest::Attested {
         variant: Variant::QemuVtpm,
-        measurements: [(confboot::tpm::CLUSTER_ID_PCR, member.to_vec())].into(),
+        measurements: [(confboot_attest::tpm::CLUSTER_ID_PCR, member.to_vec())].into(),
     };
     let mut t = confboot_proto::join::IssueJoinTicketResponse::default();
     t.state_disk_key = vec![1; 32];
@@ -111,7 +111,7 @@ fn the_ticket_targets_cluster_is_the_members() {
 /// a 4 GiB Argon2 memory is refused by the bounds before it runs.
 #[test]
 fn the_luks2_header_seeds_reach_the_unlock() {
-    use confboot::disk::luks2::Luks2Error;
+    use confboot_disk::luks2::Luks2Error;
     let outcome = |name: &str| {
         let (_, data) = confboot_fuzz_targets::seeds::seeds("luks2_header")
             .into_iter()

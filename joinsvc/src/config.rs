@@ -5,24 +5,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::args::Matches;
-use confboot::attestation::options::{
-    InsecureAnyAk, ValidatorBuilder, ValidatorOptions, VariantOptions,
-};
-use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
-use confboot::cluster::kubelet_cert::KubeletCertSigner;
-use confboot::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
-use confboot::kms::MasterSecret;
-use confboot::rpc::listener::PoolConfig;
-use confboot::tpm::Tpm;
+use confboot_attest::options::{InsecureAnyAk, ValidatorBuilder, ValidatorOptions, VariantOptions};
+use confboot_attest::tpm::Tpm;
+use confboot_attest::vtpm::VtpmIssuer;
+use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_cluster::kubelet_cert::KubeletCertSigner;
+use confboot_kms::MasterSecret;
+use confboot_net::listener::PoolConfig;
+use confboot_util::args::Matches;
+use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use zeroize::Zeroizing;
 
 use crate::kube_api::KubeApi;
 use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenIssuer};
 use crate::vpn::KubeApiPeerRegistry;
-use confboot::vpn::VpnNetwork;
+use confboot_vpn::VpnNetwork;
 
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -114,7 +112,7 @@ impl Config {
         };
 
         let master_secret = load_master_secret(Path::new(required("master-secret")?))?;
-        let measurement_salt = confboot::hex::decode(required("measurement-salt")?)
+        let measurement_salt = confboot_util::hex::decode(required("measurement-salt")?)
             .map_err(|e| format!("--measurement-salt: {e}"))?;
         if measurement_salt.len() < 32 {
             return Err("--measurement-salt must be at least 32 bytes".into());
@@ -192,15 +190,15 @@ impl Config {
         let mut pool = PoolConfig {
             workers: number("workers")?,
             queue: number("queue")?,
-            gate: Some(confboot::atls::client_hello_gate(
+            gate: Some(confboot_atls::client_hello_gate(
                 number("pending")?.max(1),
-                confboot::atls::DEFAULT_GATE_TIMEOUT,
+                confboot_atls::DEFAULT_GATE_TIMEOUT,
             )),
             ..PoolConfig::default()
         };
         // Each worker may hold a connection to the API server as well.
         let others = OTHER_DESCRIPTORS + pool.workers as u64;
-        confboot::rpc::listener::fit_descriptors(&mut pool, others);
+        confboot_net::listener::fit_descriptors(&mut pool, others);
         Ok(Config {
             listen: required("listen")?.to_string(),
             health_listen: required("health-listen")?.to_string(),
@@ -298,7 +296,7 @@ fn kubelet_cert_signer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot::attestation::vtpm::AkTrust;
+    use confboot_attest::vtpm::AkTrust;
 
     /// `--ak-trust mode` read as joinsvc reads it.
     fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
@@ -320,8 +318,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("confboot-ms-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("ms.json");
-        let key = confboot::base64::encode(&[1; 32]);
-        let salt = confboot::base64::encode(&[2; 32]);
+        let key = confboot_util::base64::encode(&[1; 32]);
+        let salt = confboot_util::base64::encode(&[2; 32]);
         std::fs::write(&f, format!(r#"{{"key": "{key}", "salt": "{salt}"}}"#)).unwrap();
         let m = load_master_secret(&f).unwrap();
         assert_eq!(m.key().expose(), &[1; 32]);

@@ -1,6 +1,6 @@
 //! Plain-HTTP health and metrics endpoints: `/healthz`, `/readyz`, and
 //! Prometheus text at `/metrics`. Served with the project's bounded HTTP
-//! ([`confboot::http`]: one request per connection, an 8 KiB head within
+//! ([`confboot_net::http`]: one request per connection, an 8 KiB head within
 //! 5 s) on a small bounded pool: the port is on the node's network, which
 //! the host controls.
 
@@ -8,8 +8,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::http::{HttpLimits, read_request, respond, respond_to_error};
-use confboot::rpc::listener::{self, PoolConfig, ServerHandle};
+use confboot_net::http::{HttpLimits, read_request, respond, respond_to_error};
+use confboot_net::listener::{self, PoolConfig, ServerHandle};
 
 use crate::metrics::Metrics;
 
@@ -28,7 +28,7 @@ impl HealthServer {
             queue: 16,
             socket_timeout: Duration::from_secs(5),
             // Silent or trickling clients wait at the gate, not on a worker.
-            gate: Some(confboot::http::gate(256, Duration::from_secs(5))),
+            gate: Some(confboot_net::http::gate(256, Duration::from_secs(5))),
             ..PoolConfig::default()
         };
         let limits = HttpLimits::default();

@@ -148,7 +148,7 @@ impl KubeApi {
         };
         let read = |name: &str| {
             let path = std::path::PathBuf::from(format!("{SERVICE_ACCOUNT_DIR}/{name}"));
-            confboot::fs::read_bounded_text(&path, confboot::fs::MAX_CONFIG_FILE_BYTES)
+            confboot_util::fs::read_bounded_text(&path, confboot_util::fs::MAX_CONFIG_FILE_BYTES)
                 .map_err(|e| KubeApiError::Config(e.to_string()))
         };
         let token = Zeroizing::new(read("token")?.trim().to_string());
@@ -267,7 +267,7 @@ fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, K
             .find("-----END CERTIFICATE-----")
             .ok_or_else(|| KubeApiError::Config("unterminated PEM certificate".into()))?;
         let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
-        let der = confboot::base64::decode(&b64)
+        let der = confboot_util::base64::decode(&b64)
             .map_err(|e| KubeApiError::Config(format!("CA bundle: {e}")))?;
         certs.push(ureq::tls::Certificate::from_der(&der).to_owned());
         rest = &body[end..];

@@ -17,17 +17,17 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use confboot::args::{Command, Opt, VERBOSITY, start_daemon};
-use confboot::atls::{Accepted, AtlsServer};
-use confboot::attestation::options::{
+use confboot_atls::{Accepted, AtlsServer};
+use confboot_attest::options::{
     DEFAULT_VARIANTS, EXPECTED_EVENTS_HELP, SNP_POLICY_HELP, VARIANTS_HELP,
 };
-use confboot::attestation::vtpm::EVENT_LOG_OPTION_HELP;
-use confboot::attestation::{SwappableValidator, Validator};
-use confboot::rpc::listener;
-use confboot::rpc::{ServerLimits, serve_connection_as};
-use confboot::signals::TerminationSignals;
+use confboot_attest::vtpm::EVENT_LOG_OPTION_HELP;
+use confboot_attest::{SwappableValidator, Validator};
+use confboot_net::listener;
 use confboot_proto::{DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN};
+use confboot_sys::signals::TerminationSignals;
+use confboot_util::args::{Command, Opt, VERBOSITY, start_daemon};
+use confboot_wire::{ServerLimits, serve_connection_as};
 
 use crate::metrics::Metrics;
 use crate::ticket::TicketService;
@@ -190,7 +190,7 @@ fn main() {
 
 /// `--remove-vpn-peer NAME`: removes a node from the VPN peer registry and
 /// exits 0 (removed), 1 (not registered) or 2 (error).
-fn remove_vpn_peer(m: &confboot::args::Matches, name: &str) -> i32 {
+fn remove_vpn_peer(m: &confboot_util::args::Matches, name: &str) -> i32 {
     let registry = config::kube_api(m).and_then(|api| config::vpn_registry(m, &api));
     let registry = match registry {
         Ok(Some(r)) => r,
@@ -219,7 +219,7 @@ fn remove_vpn_peer(m: &confboot::args::Matches, name: &str) -> i32 {
     }
 }
 
-fn run(m: &confboot::args::Matches) -> Result<(), String> {
+fn run(m: &confboot_util::args::Matches) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let cfg = config::Config::from_matches(m)?;
 
@@ -266,6 +266,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
             let peer_addr = sock.peer_addr().ok();
             match atls.accept(sock, limits.io_timeout) {
                 Ok(Accepted { mut stream, peer }) => {
+                    let peer = peer.map(|p| Arc::new(p) as confboot_wire::PeerIdentity);
                     let end = serve_connection_as(&mut stream, &router, &limits, stop, peer);
                     log::debug!("connection from {peer_addr:?} ended: {end:?}");
                     stream.conn.send_close_notify();

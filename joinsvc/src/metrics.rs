@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use confboot::rpc::ServerStats;
+use confboot_net::ServerStats;
 
 /// Upper bounds (seconds) of the ticket latency histogram's buckets.
 pub const LATENCY_BUCKETS: [f64; 12] = [

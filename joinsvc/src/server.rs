@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use confboot::atls::AtlsError;
-use confboot::attestation::{AttestationError, Attested, Variant};
-use confboot::rpc::{Code, Router, Status};
-use confboot::tpm::CLUSTER_ID_PCR;
+use confboot_atls::AtlsError;
+use confboot_attest::tpm::CLUSTER_ID_PCR;
+use confboot_attest::{AttestationError, Attested, Variant};
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
 use confboot_proto::{GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
+use confboot_wire::{Code, Router, Status};
 
 use crate::metrics::Metrics;
 use crate::ticket::{TicketError, TicketService};
@@ -68,7 +68,7 @@ pub fn handshake_reason(e: &AtlsError) -> &'static str {
 /// A request's disk UUID as logs may show it: only once it is known to be
 /// a UUID (a caller's arbitrary bytes, of any length, never reach a log).
 fn disk_for_log(raw: &str) -> &str {
-    if confboot::kms::is_uuid(raw) {
+    if confboot_kms::is_uuid(raw) {
         raw
     } else {
         "(not a UUID)"
@@ -128,7 +128,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         .unary(JOIN, move |ctx, req| {
             let started = Instant::now();
             // The handshake required attestation; fail closed all the same.
-            let Some(peer) = ctx.peer() else {
+            let Some(peer) = ctx.peer::<Attested>() else {
                 join_metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
@@ -164,7 +164,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         })
         .unary(GET_UPDATE, move |ctx, req| {
             // Peer lists go to attested members only (their agents poll).
-            let Some(peer) = ctx.peer() else {
+            let Some(peer) = ctx.peer::<Attested>() else {
                 vpn_metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
@@ -181,7 +181,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         })
         .unary(REJOIN, move |ctx, req| {
             let started = Instant::now();
-            let Some(peer) = ctx.peer() else {
+            let Some(peer) = ctx.peer::<Attested>() else {
                 metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
@@ -216,7 +216,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
 mod tests {
     use super::*;
     use crate::token::TokenError;
-    use confboot::cluster::kubelet_cert::KubeletCertError;
+    use confboot_cluster::kubelet_cert::KubeletCertError;
 
     #[test]
     fn each_refusal_has_its_grpc_code() {
@@ -275,7 +275,7 @@ mod tests {
             }
         }
         let config = TicketConfig {
-            master_secret: confboot::kms::MasterSecret::new(vec![1; 32], vec![2; 32]).unwrap(),
+            master_secret: confboot_kms::MasterSecret::new(vec![1; 32], vec![2; 32]).unwrap(),
             measurement_salt: vec![3; 32],
             api_server_endpoint: "10.0.0.1:6443".into(),
             discovery_token_ca_cert_hash: "sha256:00".into(),

@@ -7,21 +7,21 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use confboot::cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
-use confboot::fs::read_bounded;
-use confboot::kms::{MasterSecret, SecretBytes, is_uuid};
+use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
+use confboot_kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
     ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
     IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
+use confboot_util::fs::read_bounded;
 
 use crate::token::{TokenError, TokenIssuer};
 use crate::vpn::{KubeApiPeerRegistry, PeerRequest, RegistryError};
-use confboot::vpn::{OwnRecordKey, VpnError, VpnPublicKey, check_peer_name, parse_public_endpoint};
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, OwnRecord};
+use confboot_vpn::{OwnRecordKey, VpnError, VpnPublicKey, check_peer_name, parse_public_endpoint};
 
 /// Largest certificate request accepted.
-pub const MAX_CSR_BYTES: usize = confboot::cluster::kubelet_cert::MAX_KUBELET_CSR_BYTES;
+pub const MAX_CSR_BYTES: usize = confboot_cluster::kubelet_cert::MAX_KUBELET_CSR_BYTES;
 /// Largest host public key accepted.
 pub const MAX_HOST_KEY_BYTES: usize = 1024;
 /// Largest control-plane file sent.
@@ -145,9 +145,9 @@ impl TicketService {
     pub fn new(config: TicketConfig, tokens: Arc<dyn TokenIssuer>) -> TicketService {
         let measurement_secret = config.master_secret.measurement_secret();
         let cluster_id =
-            confboot::kms::derive_cluster_id(measurement_secret.expose(), &config.measurement_salt);
+            confboot_kms::derive_cluster_id(measurement_secret.expose(), &config.measurement_salt);
         TicketService {
-            cluster_mark: confboot::tpm::marked_pcr15(&cluster_id),
+            cluster_mark: confboot_attest::tpm::marked_pcr15(&cluster_id),
             measurement_secret,
             config,
             tokens,
@@ -340,7 +340,7 @@ pub fn discovery_token_ca_cert_hash(ca_cert: &[u8]) -> Result<String, String> {
     let spki = cert.tbs_certificate.subject_pki.raw;
     Ok(format!(
         "sha256:{}",
-        confboot::hex::encode(ring::digest::digest(&ring::digest::SHA256, spki).as_ref())
+        confboot_util::hex::encode(ring::digest::digest(&ring::digest::SHA256, spki).as_ref())
     ))
 }
 
@@ -398,7 +398,7 @@ mod tests {
         KubeletCertSigner::new(
             &ca.pem(),
             &key.serialize_pem(),
-            confboot::cluster::kubelet_cert::DEFAULT_KUBELET_CERT_VALIDITY,
+            confboot_cluster::kubelet_cert::DEFAULT_KUBELET_CERT_VALIDITY,
         )
         .unwrap()
     }
@@ -572,7 +572,7 @@ mod tests {
 
     #[test]
     fn a_nodes_kubelet_csr_is_signed_and_a_bad_one_refused_before_any_token() {
-        use confboot::cluster::kubelet_cert::{KubeletCertRequest, check_kubelet_cert};
+        use confboot_cluster::kubelet_cert::{KubeletCertRequest, check_kubelet_cert};
         let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
         let kubelet = KubeletCertRequest::new("worker-1", &["10.0.2.15".parse().unwrap()]).unwrap();
         let csr = kubelet.csr_der.clone();
@@ -625,11 +625,11 @@ mod tests {
         let t = s.issue_join_ticket(&request(UUID, false)).unwrap();
         // The same vectors as lib's kms tests (UUID lowercased, as the node's disk reports it).
         assert_eq!(
-            confboot::hex::encode(&t.state_disk_key),
+            confboot_util::hex::encode(&t.state_disk_key),
             "86124f93eb5e9e23523430ecc102bb5a52a7b254ee939b3c0a5ece14b62f36b6"
         );
         assert_eq!(
-            confboot::hex::encode(&t.measurement_secret),
+            confboot_util::hex::encode(&t.measurement_secret),
             "c30c200260ed90ce250e5f3b324fa1b1b91f3a6caaa882fb5a536161fb5c31f2"
         );
         assert_eq!(t.measurement_salt, vec![7; 32]);
@@ -741,10 +741,10 @@ mod tests {
             .lines()
             .filter(|l| !l.starts_with("-----"))
             .collect();
-        let spki = confboot::base64::decode(&spki_b64).unwrap();
+        let spki = confboot_util::base64::decode(&spki_b64).unwrap();
         let want = format!(
             "sha256:{}",
-            confboot::hex::encode(ring::digest::digest(&ring::digest::SHA256, &spki).as_ref())
+            confboot_util::hex::encode(ring::digest::digest(&ring::digest::SHA256, &spki).as_ref())
         );
         assert_eq!(
             discovery_token_ca_cert_hash(ca.pem().as_bytes()).unwrap(),

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use confboot::time::rfc3339;
+use confboot_util::time::rfc3339;
 use ring::rand::SecureRandom;
 use zeroize::Zeroizing;
 

@@ -24,10 +24,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use confboot::backoff::Backoff;
+use confboot_util::backoff::Backoff;
 
-use confboot::vpn::{MAX_PEERS, Peer, PeerList, VpnError, VpnNetwork, VpnPublicKey};
 use confboot_proto::vpn::{GetUpdateResponse, Peer as WirePeer};
+use confboot_vpn::{MAX_PEERS, Peer, PeerList, VpnError, VpnNetwork, VpnPublicKey};
 use serde_json::{Value, json};
 
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
@@ -532,11 +532,11 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
         if let Some(disk) = e.get("diskUUID") {
             let disk = disk
                 .as_str()
-                .filter(|d| confboot::kms::is_uuid(d))
+                .filter(|d| confboot_kms::is_uuid(d))
                 .ok_or_else(|| corrupt("a peer's diskUUID is not a UUID"))?;
             disks.insert(field(e, "name")?, disk.to_string());
         }
-        let key = confboot::base64::decode(&field(e, "vpnPubKey")?)
+        let key = confboot_util::base64::decode(&field(e, "vpnPubKey")?)
             .map_err(|_| corrupt("a peer's vpnPubKey is not base64"))?;
         wire.push(WirePeer {
             name: field(e, "name")?,
@@ -563,7 +563,7 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
             list.iter()
                 .map(|d| {
                     d.as_str()
-                        .filter(|d| confboot::kms::is_uuid(d))
+                        .filter(|d| confboot_kms::is_uuid(d))
                         .map(str::to_string)
                         .ok_or_else(|| corrupt("removed.json holds a value that is not a UUID"))
                 })

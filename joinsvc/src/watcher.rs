@@ -13,10 +13,10 @@ use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::attestation::MeasurementPolicy;
-use confboot::attestation::measurements::MAX_POLICY_BYTES;
-use confboot::fs::read_bounded;
-use confboot::stop::Stop;
+use confboot_attest::MeasurementPolicy;
+use confboot_attest::measurements::MAX_POLICY_BYTES;
+use confboot_util::fs::read_bounded;
+use confboot_util::stop::Stop;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
@@ -102,7 +102,7 @@ fn drain(inotify: &Inotify) {
 }
 
 /// The policy file's bytes, bounded as at start-up.
-fn read_policy_file(path: &Path) -> Result<Vec<u8>, confboot::fs::FileError> {
+fn read_policy_file(path: &Path) -> Result<Vec<u8>, confboot_util::fs::FileError> {
     read_bounded(path, MAX_POLICY_BYTES).map(|mut bytes| std::mem::take(&mut *bytes))
 }
 

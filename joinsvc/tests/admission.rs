@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::attestation::Issuer;
-use confboot::rpc::Code;
+use confboot_attest::Issuer;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_wire::Code;
 
 const DISK_A: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 const DISK_B: &str = "1f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
@@ -24,7 +24,7 @@ fn an_attested_connection_carries_one_ticket() {
     );
     let issuer: Arc<dyn Issuer> = node.issuer.clone();
     let (mut client, _) =
-        confboot::atls::connect(joinsvc.rpc_addr, Duration::from_secs(20), &[], Some(issuer))
+        confboot_atls::connect(joinsvc.rpc_addr, Duration::from_secs(20), &[], Some(issuer))
             .unwrap();
     let ask = |disk: &str| IssueRejoinTicketRequest {
         disk_uuid: disk.into(),

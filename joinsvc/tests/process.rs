@@ -5,9 +5,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use confboot::rpc::{Client, Code};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_wire::{Client, Code};
 
 use nix::sys::signal::Signal;
 
@@ -110,7 +110,7 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
 
     // Secrets never reach the log.
     let log = joinsvc.process.log().join("\n");
-    let key_hex = confboot::hex::encode(&ticket.state_disk_key);
+    let key_hex = confboot_util::hex::encode(&ticket.state_disk_key);
     assert!(
         !log.contains(&key_hex) && !log.contains(&ticket.token),
         "a secret was logged"
@@ -145,7 +145,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     assert_eq!(err.code, Code::PermissionDenied, "{err}");
 
     // A client that does not attest at all gets no call through.
-    let plain = confboot::atls::connect(joinsvc.rpc_addr, Duration::from_secs(10), &[], None);
+    let plain = confboot_atls::connect(joinsvc.rpc_addr, Duration::from_secs(10), &[], None);
     if let Ok((mut client, _)) = plain {
         let r: Result<HealthCheckResponse, _> = client.unary(
             confboot_proto::HEALTH_CHECK,
@@ -206,12 +206,12 @@ fn minimal_config(name: &str) -> (std::path::PathBuf, String, String) {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let master = dir.join("master-secret.json");
-    confboot::kms::MasterSecret::generate()
+    confboot_kms::MasterSecret::generate()
         .unwrap()
         .write_file(&master)
         .unwrap();
     let policy = dir.join("measurements.json");
-    let mut p = confboot::attestation::MeasurementPolicy::default();
+    let mut p = confboot_attest::MeasurementPolicy::default();
     p.set(4, vec![0xab; 32], false);
     std::fs::write(&policy, p.to_json()).unwrap();
     let path = |f: &std::path::Path| f.display().to_string();
@@ -294,10 +294,10 @@ fn old_option_names_still_work() {
 
 #[test]
 fn nodes_can_require_joinsvc_to_attest() {
-    use confboot::atls::AtlsError;
-    use confboot::attestation::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-    use confboot::attestation::{AttestationError, MeasurementPolicy, Validator};
-    use confboot::tpm::swtpm::Swtpm;
+    use confboot_atls::AtlsError;
+    use confboot_attest::tpm::swtpm::Swtpm;
+    use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
     use std::sync::Arc;
 
     // The control-plane node's own TPM, which joinsvc attests with.

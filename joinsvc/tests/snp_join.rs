@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use confboot::atls::{self, AtlsError};
-use confboot::attestation::snp::{SnpIssuer, SnpPolicy, SnpValidator};
-use confboot::attestation::{Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_atls::{self as atls, AtlsError};
+use confboot_attest::snp::{SnpIssuer, SnpPolicy, SnpValidator};
+use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
@@ -51,7 +51,7 @@ fn snp_policy(dir: &Path) -> PathBuf {
         &file,
         format!(
             r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["test-ark.pem"]}}"#,
-            confboot::hex::encode(&GOOD)
+            confboot_util::hex::encode(&GOOD)
         ),
     )
     .unwrap();
@@ -218,7 +218,7 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
 
 #[test]
 fn an_snp_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
-    use confboot::tpm::swtpm::Swtpm;
+    use confboot_attest::tpm::swtpm::Swtpm;
     // joinsvc attests with its TPM (qemu-vtpm); the node accepts only
     // sev-snp join services.
     let cp_tpm = Swtpm::start().unwrap();

@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::atls;
-use confboot::attestation::Issuer;
+use confboot_atls as atls;
+use confboot_attest::Issuer;
 use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
 use confboot_proto::{GET_UPDATE, JOIN};
@@ -79,7 +79,7 @@ fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart(
             CALL,
         )
         .unwrap_err();
-    assert_eq!(marked_join.code, confboot::rpc::Code::PermissionDenied);
+    assert_eq!(marked_join.code, confboot_wire::Code::PermissionDenied);
     let node = &joining;
     assert_eq!(update(&member, addr, 0).resource_version, 0);
     assert_eq!(join(node, addr, "worker-1", 1), "10.118.0.1");
@@ -166,7 +166,7 @@ fn nodes_that_are_not_members_get_no_peer_list() {
                 CALL,
             )
             .unwrap_err();
-        assert_eq!(err.code, confboot::rpc::Code::PermissionDenied, "{err}");
+        assert_eq!(err.code, confboot_wire::Code::PermissionDenied, "{err}");
         assert!(err.message.contains("not a member"), "{err}");
     }
     // The unmarked node still joins.
@@ -184,10 +184,10 @@ fn a_members_own_record_registers_it_and_cannot_take_another_disks_name() {
     let joinsvc = launch_vpn(&a, &[&a, &b], setup);
     let own = |node: &Node, name: &str, key: u8, disk: &str| {
         let disk_key = joinsvc.master_secret.state_disk_key(disk);
-        let record = confboot::vpn::OwnRecordKey::from_disk_key(disk_key.expose()).record(
+        let record = confboot_vpn::OwnRecordKey::from_disk_key(disk_key.expose()).record(
             name,
             &format!("192.0.2.{key}:51820"),
-            &confboot::vpn::VpnPublicKey::from_bytes(&[key; 32]).unwrap(),
+            &confboot_vpn::VpnPublicKey::from_bytes(&[key; 32]).unwrap(),
             disk,
         );
         client(node, joinsvc.rpc_addr).unary::<_, GetUpdateResponse>(
@@ -208,7 +208,7 @@ fn a_members_own_record_registers_it_and_cannot_take_another_disks_name() {
     assert_eq!(moved.peers[0].public_endpoint, "192.0.2.3:51820");
     // Another member, its own disk: refused the name, given its own.
     let taken = own(&b, "cp-1", 2, other_disk).unwrap_err();
-    assert_eq!(taken.code, confboot::rpc::Code::PermissionDenied, "{taken}");
+    assert_eq!(taken.code, confboot_wire::Code::PermissionDenied, "{taken}");
     assert!(taken.message.contains("another state disk"), "{taken}");
     let both = own(&b, "worker-1", 2, other_disk).unwrap();
     let names: Vec<&str> = both.peers.iter().map(|p| p.name.as_str()).collect();
@@ -261,6 +261,6 @@ fn unattested_and_wrongly_measured_callers_get_no_peer_list() {
     let err = client(&member, plain.rpc_addr)
         .unary::<_, GetUpdateResponse>(GET_UPDATE, &req, CALL)
         .unwrap_err();
-    assert_eq!(err.code, confboot::rpc::Code::FailedPrecondition, "{err}");
+    assert_eq!(err.code, confboot_wire::Code::FailedPrecondition, "{err}");
     assert!(err.message.contains("--vpn-cidr"), "{err}");
 }

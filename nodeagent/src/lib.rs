@@ -2,36 +2,37 @@
 //! once the bootstrapper has stopped. Today it serves the verify service:
 //! anyone who can reach the node asks `GET /?nonce=<base64url>` and gets a
 //! fresh quote of the node's TPM bound to that nonce
-//! ([`confboot::verify`]), so an admin can check at any time what the node
+//! ([`crate::verify`]), so an admin can check at any time what the node
 //! runs and that it is marked with the cluster's id (`confboot verify`).
 //!
 //! With `--vpn-cidr` it also polls the control planes for the cluster's
 //! VPN peer list (`vpn.API/GetUpdate` over aTLS, both sides attesting;
-//! [`confboot::vpn::poll_once`]) with the node's own record, and applies
+//! [`confboot_vpn::poll_once`]) with the node's own record, and applies
 //! each new list.
 //!
 //! The crate is a library so that one static binary can carry both the
 //! bootstrapper and the node agent (the initramfs ships that one); the
 //! `nodeagent` binary is the same [`main`] on its own, for a node's OS.
 
+pub mod verify;
 mod vpn;
 
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::args::{Command, Opt, VERBOSITY, exit_usage, start_daemon};
-use confboot::attestation::Issuer;
-use confboot::attestation::join_service::{
+use crate::verify::http::{Served, serve_connection};
+use confboot_attest::Issuer;
+use confboot_attest::join_service::{
     JOINSVC_AK_TRUST_OPT, JOINSVC_MEASUREMENTS_OPT, JOINSVC_SNP_POLICY_OPT, JOINSVC_VARIANTS_OPT,
 };
-use confboot::attestation::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
-use confboot::http::HttpLimits;
-use confboot::rpc::listener::{self, PoolConfig};
-use confboot::signals::TerminationSignals;
-use confboot::tpm::Tpm;
-use confboot::verify::http::{Served, serve_connection};
+use confboot_attest::tpm::Tpm;
+use confboot_attest::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot_net::http::HttpLimits;
+use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::DEFAULT_VERIFY_LISTEN;
+use confboot_sys::signals::TerminationSignals;
+use confboot_util::args::{Command, Opt, VERBOSITY, exit_usage, start_daemon};
 
 const CMD: Command = Command {
     name: "nodeagent",
@@ -136,7 +137,7 @@ pub fn main() {
 }
 
 /// A count option: a whole number from 1 to 64.
-fn count(m: &confboot::args::Matches, option: &str) -> usize {
+fn count(m: &confboot_util::args::Matches, option: &str) -> usize {
     let value = m.value(option).expect("has a default");
     match value.parse::<usize>() {
         Ok(n) if (1..=64).contains(&n) => n,
@@ -147,7 +148,7 @@ fn count(m: &confboot::args::Matches, option: &str) -> usize {
     }
 }
 
-fn run(m: &confboot::args::Matches) -> Result<(), String> {
+fn run(m: &confboot_util::args::Matches) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let workers = count(m, "verify-workers");
     let per_client = count(m, "verify-per-client");
@@ -178,7 +179,7 @@ fn run(m: &confboot::args::Matches) -> Result<(), String> {
         socket_timeout: Duration::from_secs(10),
         max_per_peer: per_client,
         // Silent or trickling clients wait at the gate, not on a worker.
-        gate: Some(confboot::http::gate(256, Duration::from_secs(5))),
+        gate: Some(confboot_net::http::gate(256, Duration::from_secs(5))),
         ..PoolConfig::default()
     };
     let limits = HttpLimits::default();

@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::args::Matches;
-use confboot::attestation::Issuer;
-use confboot::attestation::join_service::join_service_validators;
-use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::netlink::{NetlinkError, WireGuardInterface, check_interface_name};
-use confboot::stop::Stop;
-use confboot::vpn::{
+use confboot_attest::Issuer;
+use confboot_attest::join_service::join_service_validators;
+use confboot_attest::vtpm::VtpmIssuer;
+use confboot_sys::netlink::{NetlinkError, check_interface_name};
+use confboot_util::args::Matches;
+use confboot_util::stop::Stop;
+use confboot_vpn::WireGuardInterface;
+use confboot_vpn::{
     ControlPlaneSource, NodeVpnFile, PeerList, PeerListFile, PeerListFileError, PeerSink,
     PeerUpdates, PollOutcome, PollTimer, VpnNetwork, VpnPrivateKey, poll_once,
 };
@@ -238,7 +239,7 @@ fn moved_address(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot::vpn::{Peer, VpnPublicKey};
+    use confboot_vpn::{Peer, VpnPublicKey};
     use std::net::Ipv4Addr;
 
     fn list(own: Option<u8>) -> PeerList {

@@ -8,15 +8,15 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use confboot::attestation::MeasurementPolicy;
-use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::tpm::event_log::{EventLog, synthetic_log};
-use confboot::tpm::swtpm::Swtpm;
-use confboot::verify::http::fetch_document;
-use confboot::verify::{AttestationDocument, VERIFY_NONCE_LEN};
+use confboot_attest::MeasurementPolicy;
+use confboot_attest::tpm::event_log::{EventLog, synthetic_log};
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_attest::vtpm::VtpmIssuer;
 use confboot_tests::cluster::workspace_binary;
 use confboot_tests::hostile::connect_from;
 use confboot_tests::{ChildProcess, TempDir, addr_after};
+use nodeagent::verify::http::fetch_document;
+use nodeagent::verify::{AttestationDocument, VERIFY_NONCE_LEN};
 
 const EV_EFI_BOOT_SERVICES_APPLICATION: u32 = 0x8000_0003;
 const EV_IPL: u32 = 0xd;
@@ -51,7 +51,7 @@ impl AgentNode {
                 .with_tpm(|tpm| {
                     EventLog::parse(log).unwrap().extend_into(tpm)?;
                     match mark {
-                        Some(id) => confboot::tpm::mark_node(tpm, id),
+                        Some(id) => confboot_attest::tpm::mark_node(tpm, id),
                         None => Ok(()),
                     }
                 })
@@ -104,7 +104,10 @@ fn verify(node: &AgentNode, target: SocketAddr, policy: &Path, extra: &[&str]) -
         .arg("--measurements")
         .arg(policy)
         .arg("--ak-trust")
-        .arg(format!("pinned:{}", confboot::hex::encode(&node.ak_public)))
+        .arg(format!(
+            "pinned:{}",
+            confboot_util::hex::encode(&node.ak_public)
+        ))
         .args(extra)
         .current_dir(node.dir.path())
         .output()
@@ -125,7 +128,7 @@ fn a_marked_node_verifies_and_every_lie_is_caught() {
     let node = AgentNode::start(&log, Some(CLUSTER_ID));
     let (policy, events) = admin_files(node.dir.path(), &log);
     let events_arg = events.to_str().unwrap();
-    let cluster = confboot::hex::encode(CLUSTER_ID);
+    let cluster = confboot_util::hex::encode(CLUSTER_ID);
 
     // The honest node, with the cluster id given and from the cluster file.
     let out = verify(
@@ -381,7 +384,7 @@ enum Answer {
 fn oversized_body() -> Vec<u8> {
     let mut bytes = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
     bytes.resize(
-        bytes.len() + confboot::verify::MAX_DOCUMENT_BYTES + 16 * 1024,
+        bytes.len() + nodeagent::verify::MAX_DOCUMENT_BYTES + 16 * 1024,
         b'A',
     );
     bytes
@@ -413,9 +416,7 @@ fn fake_node(answer: Answer) -> SocketAddr {
 
 /// A host that answers `issuers.len()` requests, the i-th with evidence
 /// from `issuers[i]` bound to the nonce the request carries.
-fn fake_attesting_node(
-    issuers: Vec<std::sync::Arc<dyn confboot::attestation::Issuer>>,
-) -> SocketAddr {
+fn fake_attesting_node(issuers: Vec<std::sync::Arc<dyn confboot_attest::Issuer>>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -425,7 +426,7 @@ fn fake_attesting_node(
             let n = sock.read(&mut head).unwrap();
             let head = String::from_utf8_lossy(&head[..n]).to_string();
             let target = head.split(' ').nth(1).unwrap_or("");
-            let nonce = confboot::verify::parse_request_target(target).unwrap();
+            let nonce = nodeagent::verify::parse_request_target(target).unwrap();
             let body = AttestationDocument::issue(issuer.as_ref(), &nonce)
                 .unwrap()
                 .to_json();
@@ -441,7 +442,7 @@ fn fake_attesting_node(
 
 #[test]
 fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_refused() {
-    use confboot::attestation::snp::SnpIssuer;
+    use confboot_attest::snp::SnpIssuer;
     use confboot_tests::snp::{Guest, Tcb, TestAmd, TestReportSource};
     use std::sync::Arc;
 
@@ -454,7 +455,7 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
         admin.path().join("snp.json"),
         format!(
             r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["ark.pem"]}}"#,
-            confboot::hex::encode(&measurement)
+            confboot_util::hex::encode(&measurement)
         ),
     )
     .unwrap();
@@ -463,7 +464,7 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
         format!(r#"{{"4": {{"expected": "{}"}}}}"#, "ab".repeat(32)),
     )
     .unwrap();
-    let snp_node = |debug: bool| -> Arc<dyn confboot::attestation::Issuer> {
+    let snp_node = |debug: bool| -> Arc<dyn confboot_attest::Issuer> {
         let guest = Guest { measurement, debug };
         Arc::new(SnpIssuer::new(
             TestReportSource::honest(&amd, chip.clone(), guest),

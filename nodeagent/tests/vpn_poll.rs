@@ -15,19 +15,19 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use confboot::atls;
-use confboot::attestation::Issuer;
-use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::rpc::ServerLimits;
-use confboot::rpc::listener::PoolConfig;
-use confboot::rpc::{Router, Status};
-use confboot::tpm::swtpm::Swtpm;
-use confboot::vpn::{MAX_PEERS, NodeVpnFile, OwnRecordKey, VpnPrivateKey};
+use confboot_atls as atls;
+use confboot_attest::Issuer;
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_attest::vtpm::VtpmIssuer;
+use confboot_net::listener::PoolConfig;
 use confboot_proto::GET_UPDATE;
 use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_proto::vpn::{GetUpdateResponse, Peer};
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, Node, workspace_binary};
 use confboot_tests::{ChildProcess, TempDir};
+use confboot_vpn::{MAX_PEERS, NodeVpnFile, OwnRecordKey, VpnPrivateKey};
+use confboot_wire::ServerLimits;
+use confboot_wire::{Router, Status};
 
 const KERNEL: &[u8] = b"kernel";
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
@@ -86,7 +86,7 @@ impl Agent {
         }
         .write(&dir.path().join("vpn.json"))
         .unwrap();
-        std::fs::write(dir.path().join("cp-ak"), confboot::hex::encode(cp_ak)).unwrap();
+        std::fs::write(dir.path().join("cp-ak"), confboot_util::hex::encode(cp_ak)).unwrap();
         let mut agent = Agent {
             dir,
             swtpm,
@@ -300,7 +300,7 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
 fn scripted_control_plane(
     issuer: Option<Arc<dyn Issuer>>,
     answers: Arc<Mutex<VecDeque<GetUpdateResponse>>>,
-) -> confboot::rpc::listener::ServerHandle {
+) -> confboot_net::listener::ServerHandle {
     let router = Router::new().unary(GET_UPDATE, move |_ctx, _req| {
         let mut answers = answers.lock().unwrap();
         // The last answer stays: every later poll gets it again.

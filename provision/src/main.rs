@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use confboot::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::args::{Command, Opt, VERBOSITY, parse_or_exit};
 use tss_esapi::{
     Context, TctiNameConf,
     attributes::{NvIndexAttributesBuilder, ObjectAttributesBuilder},
@@ -83,7 +83,7 @@ fn parse_hex_u32(option: &str, text: &str) -> Result<u32> {
         .map_err(|e| format!("--{option} {text:?}: {e}"))
 }
 
-/// The AK template: the same as confboot's own (`confboot::tpm::structures::ak_template`),
+/// The AK template: the same as confboot's own (`confboot_attest::tpm::structures::ak_template`),
 /// so both stacks derive the same primary key from the owner seed.
 fn ak_public_template() -> Result<Public> {
     let attributes = ObjectAttributesBuilder::new()
@@ -247,7 +247,7 @@ fn write_certificate(context: &mut Context, nv_index: u32, der: &[u8], force: bo
     }
     let size = u16::try_from(der.len())
         .ok()
-        .filter(|n| (*n as usize) <= confboot::attestation::vtpm::MAX_AK_CERT_LEN)
+        .filter(|n| (*n as usize) <= confboot_attest::vtpm::MAX_AK_CERT_LEN)
         .ok_or_else(|| format!("certificate of {} bytes is too large", der.len()))?;
     let attributes = NvIndexAttributesBuilder::new()
         .with_owner_write(true)
@@ -283,7 +283,7 @@ fn write_certificate(context: &mut Context, nv_index: u32, der: &[u8], force: bo
 fn run() -> Result<()> {
     let m = parse_or_exit(&CMD, std::env::args().skip(1));
     let verbosity = m.verbosity().map_err(|e| e.to_string())?;
-    confboot::logging::init("confboot-tpm-provision", verbosity);
+    confboot_util::logging::init("confboot-tpm-provision", verbosity);
     if let Some(extra) = m.positional().first() {
         return Err(format!("unexpected argument {extra:?}"));
     }
@@ -303,11 +303,11 @@ fn run() -> Result<()> {
     let public = provision_ak(&mut context, ak_handle, force)?;
     let point = ak_point(&public)?;
     let subject = m.value("subject").unwrap_or("confboot vTPM AK");
-    let der = confboot::attestation::vtpm::issue_ak_certificate(&point, subject, &ca)
+    let der = confboot_attest::vtpm::issue_ak_certificate(&point, subject, &ca)
         .map_err(|e| e.to_string())?;
     write_certificate(&mut context, nv_index, &der, force)?;
     write_file(&out_dir.join("ak-cert.der"), &der, false)?;
-    let point_hex = confboot::hex::encode(&point);
+    let point_hex = confboot_util::hex::encode(&point);
     write_file(
         &out_dir.join("ak-pubkey.hex"),
         format!("{point_hex}\n").as_bytes(),

@@ -4,12 +4,12 @@
 use std::process::{Command, Output};
 use std::str::FromStr;
 
-use confboot::attestation::vtpm::{
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_attest::tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
+use confboot_attest::vtpm::{
     AkTrust, VtpmIssuer, VtpmValidator, encode_evidence, load_ca_certificates,
 };
-use confboot::attestation::{AttestationError, Issuer, MeasurementPolicy, Validator};
-use confboot::tpm::swtpm::Swtpm;
-use confboot::tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
+use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator};
 use confboot_tests::TempDir;
 use tss_esapi::traits::Marshall;
 use tss_esapi::{
@@ -75,10 +75,10 @@ fn provisioned_ak_and_certificate_are_read_by_confboot_and_verify() {
     let mut tpm = swtpm.connect().unwrap();
     let ak = tpm.load_ak(DEFAULT_AK_HANDLE).unwrap();
     assert!(!ak.transient);
-    let point = confboot::tpm::structures::parse_ecc_public(&ak.public_area)
+    let point = confboot_attest::tpm::structures::parse_ecc_public(&ak.public_area)
         .unwrap()
         .point;
-    assert_eq!(confboot::hex::encode(&point), printed);
+    assert_eq!(confboot_util::hex::encode(&point), printed);
     assert_eq!(tpm.nv_read(AK_CERT_NV_INDEX).unwrap(), cert_file);
     // Same template on both stacks: our CreatePrimary derives the same key.
     let ours = tpm.create_ak().unwrap();
@@ -227,7 +227,7 @@ fn tss_esapi_quote_verifies_with_confboot_validator() {
         .collect();
     drop(context);
 
-    let quote = confboot::tpm::Quote {
+    let quote = confboot_attest::tpm::Quote {
         attest: attest.marshall().unwrap(),
         signature: signature.marshall().unwrap(),
     };

@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use confboot::attestation::Issuer;
+use confboot_attest::Issuer;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::hostile::{Attack, KindReport, Plan, Target};
 use confboot_tests::load::{self, AdminNodes, Sampler};

@@ -27,13 +27,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use confboot::atls;
-use confboot::attestation::Issuer;
-use confboot::rpc::listener::{self, PoolConfig};
-use confboot::rpc::{Client, Router, ServerLimits, serve_connection};
+use confboot_atls as atls;
+use confboot_attest::Issuer;
+use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::load::{cpu_seconds, process_cpu_seconds, status_kib};
+use confboot_wire::{Client, Router, ServerLimits, serve_connection};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
 const CLIENTS: usize = 4;
@@ -195,7 +195,7 @@ fn plain_musl_process_rate(rustls_defaults: bool, pace: Option<f64>) -> (f64, f6
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let addr: std::net::SocketAddr = lines.next().unwrap().unwrap().parse().unwrap();
-    let der = confboot::hex::decode(&lines.next().unwrap().unwrap()).unwrap();
+    let der = confboot_util::hex::decode(&lines.next().unwrap().unwrap()).unwrap();
     let client = plain_client_config(CertificateDer::from(der), rustls_defaults);
     let pid = child.id();
     let (before, t0) = (process_cpu_seconds(pid), Instant::now());

@@ -8,16 +8,16 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot::atls;
-use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::attestation::{Issuer, MeasurementPolicy};
-use confboot::kms::MasterSecret;
-use confboot::rpc::Status;
-use confboot::tpm::swtpm::Swtpm;
+use confboot_atls as atls;
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_attest::vtpm::VtpmIssuer;
+use confboot_attest::{Issuer, MeasurementPolicy};
+use confboot_kms::MasterSecret;
 use confboot_proto::join::{
     IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
     IssueRejoinTicketResponse,
 };
+use confboot_wire::Status;
 
 pub use crate::TempDir;
 use crate::kube_double::KubeApiDouble;
@@ -89,8 +89,8 @@ impl Node {
         &self,
         addr: SocketAddr,
         disk_uuid: &str,
-        joinsvc_validator: Arc<dyn confboot::attestation::Validator>,
-    ) -> Result<IssueJoinTicketResponse, confboot::atls::AtlsError> {
+        joinsvc_validator: Arc<dyn confboot_attest::Validator>,
+    ) -> Result<IssueJoinTicketResponse, confboot_atls::AtlsError> {
         let (mut client, attested) = atls::connect(
             addr,
             Duration::from_secs(20),
@@ -107,7 +107,7 @@ impl Node {
         };
         client
             .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
-            .map_err(|s| confboot::atls::AtlsError::Io(s.to_string()))
+            .map_err(|s| confboot_atls::AtlsError::Io(s.to_string()))
     }
 
     /// An aTLS RPC client to `addr` in which this node attests.
@@ -177,7 +177,7 @@ impl JoinsvcSetup {
     /// The id of the cluster this joinsvc admits to: what PCR 15 of a
     /// member (joinsvc's own TPM too) is marked with.
     pub fn cluster_id(&self) -> Vec<u8> {
-        confboot::kms::derive_cluster_id(
+        confboot_kms::derive_cluster_id(
             self.master_secret.measurement_secret().expose(),
             &self.measurement_salt,
         )
@@ -277,15 +277,15 @@ impl Joinsvc {
             p("master-secret.json"),
             format!(
                 r#"{{"key": "{}", "salt": "{}"}}"#,
-                confboot::base64::encode(master_secret.key().expose()),
-                confboot::base64::encode(master_secret.salt().expose())
+                confboot_util::base64::encode(master_secret.key().expose()),
+                confboot_util::base64::encode(master_secret.salt().expose())
             ),
         )
         .unwrap();
         std::fs::write(p("policy.json"), policy.to_json()).unwrap();
         let pinned: Vec<String> = pinned_aks
             .iter()
-            .map(|k| confboot::hex::encode(k))
+            .map(|k| confboot_util::hex::encode(k))
             .collect();
         std::fs::write(p("pinned-aks"), pinned.join("\n")).unwrap();
         // The cluster CA: its certificate for the discovery hash, its key
@@ -316,7 +316,7 @@ impl Joinsvc {
         arg("--master-secret", &p("master-secret.json"));
         arg(
             "--measurement-salt",
-            &confboot::hex::encode(&measurement_salt),
+            &confboot_util::hex::encode(&measurement_salt),
         );
         arg("--policy", &p("policy.json"));
         arg(
@@ -474,7 +474,7 @@ impl NodeTpm {
     /// connection, so call it when no process holds the TPM.
     pub fn mark(&self, cluster_id: &[u8]) {
         let mut tpm = self.swtpm.connect().expect("connect to swtpm");
-        confboot::tpm::mark_node(&mut tpm, cluster_id).expect("extend PCR 15");
+        confboot_attest::tpm::mark_node(&mut tpm, cluster_id).expect("extend PCR 15");
     }
 
     /// `--tpm` for the bootstrapper.
@@ -555,7 +555,7 @@ impl NodeDir {
     /// started here gets `--joinsvc-ak-trust pinned:HEX`. Without it the
     /// bootstrapper's default (an AK CA in the image) applies.
     pub fn trusting_join_service_ak(mut self, ak_public: &[u8]) -> NodeDir {
-        self.joinsvc_ak_trust = Some(format!("pinned:{}", confboot::hex::encode(ak_public)));
+        self.joinsvc_ak_trust = Some(format!("pinned:{}", confboot_util::hex::encode(ak_public)));
         self
     }
 

@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use confboot::atls::{self, AtlsClient, Nonce};
-use confboot::attestation::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
-use confboot::rpc::{self, Code, Status};
+use confboot_atls::{self as atls, AtlsClient, Nonce};
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_wire::{self as rpc, Code, Status};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, Resumption};
@@ -710,7 +710,7 @@ impl ResolvesClientCert for Replaying {
             return Some(Arc::clone(k));
         }
         let nonce = Nonce::from_distinguished_name(hints.first()?).ok()?;
-        let key = confboot::atls::cert::attested(self.issuer.as_ref(), &nonce)
+        let key = confboot_atls::cert::attested(self.issuer.as_ref(), &nonce)
             .ok()?
             .into_certified_key(&atls::provider())
             .ok()?;

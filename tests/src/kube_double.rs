@@ -25,8 +25,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use confboot::rpc::listener::{self, PoolConfig, ServerHandle};
-use confboot::stop::Stop;
+use confboot_net::listener::{self, PoolConfig, ServerHandle};
+use confboot_util::stop::Stop;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
@@ -325,7 +325,7 @@ impl KubeApiDouble {
 
     /// The CA certificate as PEM (like a service account's `ca.crt`).
     pub fn ca_pem(&self) -> String {
-        confboot::base64::pem("CERTIFICATE", &self.ca_der)
+        confboot_util::base64::pem("CERTIFICATE", &self.ca_der)
     }
 
     /// Makes the next requests fail, in order.

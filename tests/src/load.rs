@@ -11,14 +11,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use confboot::atls;
-use confboot::attestation::Validator;
-use confboot::attestation::vtpm::{AkTrust, VtpmValidator};
-use confboot::kms::MasterSecret;
-use confboot::kms::init_secret;
-use confboot::rpc::{Code, Status};
+use confboot_atls as atls;
+use confboot_attest::Validator;
+use confboot_attest::vtpm::{AkTrust, VtpmValidator};
+use confboot_kms::MasterSecret;
+use confboot_kms::init_secret;
 use confboot_proto::init::InitRequest;
 use confboot_proto::recover::RecoverMessage;
+use confboot_wire::{Code, Status};
 
 use crate::cluster::{NodeDir, NodeTpm};
 use crate::{ChildProcess, addr_after};

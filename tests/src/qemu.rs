@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use confboot::attestation::MeasurementPolicy;
-use confboot::measure::{DirectBoot, InitrdDigest};
-use confboot::tpm::event_log::{EventList, EventLog};
+use confboot_attest::MeasurementPolicy;
+use confboot_attest::measure::{DirectBoot, InitrdDigest};
+use confboot_attest::tpm::event_log::{EventList, EventLog};
 
 use crate::ChildProcess;
 use crate::cluster::TempDir;
@@ -442,8 +442,8 @@ impl Vm {
                 panic!(
                     "[{}] PCR {pcr} booted {} but {} was predicted: {why}\n{}",
                     self.name,
-                    confboot::hex::encode(&pcrs[&pcr]),
-                    confboot::hex::encode(&predicted),
+                    confboot_util::hex::encode(&pcrs[&pcr]),
+                    confboot_util::hex::encode(&predicted),
                     self.failure_report()
                 );
             }
@@ -523,7 +523,7 @@ pub fn parse_event_log_line(line: &str) -> Result<EventLog, String> {
         .strip_prefix(EVENT_LOG_MARKER.trim_end())
         .ok_or("no marker")?
         .trim();
-    let bytes = confboot::base64::decode(b64).map_err(|e| format!("base64: {e}"))?;
+    let bytes = confboot_util::base64::decode(b64).map_err(|e| format!("base64: {e}"))?;
     EventLog::parse(&bytes).map_err(|e| e.to_string())
 }
 
@@ -763,11 +763,10 @@ impl NodeFiles {
             .set_len(VM_DISK_BYTES)
             .unwrap();
         let ak = {
-            let swtpm = confboot::tpm::swtpm::Swtpm::start_in(&tpm).expect("swtpm starts");
-            let issuer = confboot::attestation::vtpm::VtpmIssuer::new(
-                swtpm.connect().expect("connect to swtpm"),
-            )
-            .expect("attestation key");
+            let swtpm = confboot_attest::tpm::swtpm::Swtpm::start_in(&tpm).expect("swtpm starts");
+            let issuer =
+                confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
+                    .expect("attestation key");
             let ak = issuer.ak_public_key();
             drop(issuer);
             drop(swtpm);
@@ -836,7 +835,7 @@ impl NodeFiles {
 /// PCRs a golden-measurement policy enforces, those a predicted one does:
 /// the kernel (4), the initrd and command line (9), and 15 (all-zero until
 /// the node is bootstrapped).
-pub const GOLDEN_ENFORCED: [u32; 3] = confboot::measure::PREDICTED_ENFORCED;
+pub const GOLDEN_ENFORCED: [u32; 3] = confboot_attest::measure::PREDICTED_ENFORCED;
 /// PCRs a golden-measurement policy only warns on: firmware and its
 /// configuration (they change with the OVMF build and VARS).
 pub const GOLDEN_WARN_ONLY: [u32; 7] = [0, 1, 2, 3, 5, 6, 7];

@@ -19,12 +19,12 @@
 
 use std::sync::Mutex;
 
-use confboot::attestation::snp::{
+use confboot_attest::snp::{
     CertEntry, CertKind, OID_HW_ID, OID_PRODUCT_NAME, OID_TCB_BOOTLOADER, OID_TCB_MICROCODE,
     OID_TCB_SNP, OID_TCB_TEE, REPORT_LEN, RawReport, SIGNED_LEN, SnpReportSource, cert_table,
     offset,
 };
-use confboot::attestation::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P384_SHA384_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use rsa::signature::{RandomizedSigner, SignatureEncoding};
@@ -229,7 +229,7 @@ fn rsa_spki(key: &RsaPrivateKey) -> Vec<u8> {
 }
 
 fn pem(der: &[u8]) -> String {
-    confboot::base64::pem("CERTIFICATE", der)
+    confboot_util::base64::pem("CERTIFICATE", der)
 }
 
 impl TestAmd {

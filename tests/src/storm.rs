@@ -9,7 +9,7 @@
 //! to a cap: `bootstrapper/src/join.rs`), until it has a ticket or runs out
 //! of rounds. The bootstrapper is a binary crate that dev-depends on this
 //! one, so its join client cannot be linked here; [`join_node`] is the same
-//! algorithm over the same `confboot::atls::connect`.
+//! algorithm over the same `confboot_atls::connect`.
 //!
 //! What a storm reports ([`StormReport`]): every node's join latency (from
 //! its first attempt to its ticket), the nodes that got no ticket, the
@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use confboot::atls;
-use confboot::attestation::Issuer;
-use confboot::backoff::Backoff;
-use confboot::kms::MasterSecret;
+use confboot_atls as atls;
+use confboot_attest::Issuer;
+use confboot_kms::MasterSecret;
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_util::backoff::Backoff;
 use ring::rand::SecureRandom;
 
 use crate::cluster::{Joinsvc, JoinsvcSetup, Node};
@@ -333,7 +333,7 @@ mod tests {
     fn disk_uuids_are_distinct_uuids() {
         let all: std::collections::HashSet<String> = (0..5000).map(disk_uuid).collect();
         assert_eq!(all.len(), 5000);
-        assert!(all.iter().all(|u| confboot::kms::is_uuid(u)));
+        assert!(all.iter().all(|u| confboot_kms::is_uuid(u)));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::dhcp::{CLIENT_PORT, SERVER_PORT};
+use confboot_sys::dhcp::{CLIENT_PORT, SERVER_PORT};
 
 /// The largest frame relayed (a 1500-byte MTU's frame plus slack).
 const MAX_FRAME: usize = 1600;
@@ -37,7 +37,7 @@ pub struct VmHub {
     subnet: [u8; 3],
     vms: Arc<Mutex<Vec<PathBuf>>>,
     relayed: Arc<Mutex<u64>>,
-    stop: confboot::stop::Stop,
+    stop: confboot_util::stop::Stop,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -51,7 +51,7 @@ impl VmHub {
             .unwrap();
         let vms: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
         let relayed: Arc<Mutex<u64>> = Arc::default();
-        let stop = confboot::stop::Stop::new();
+        let stop = confboot_util::stop::Stop::new();
         let thread = {
             let (vms, relayed, stop) = (Arc::clone(&vms), Arc::clone(&relayed), stop.clone());
             std::thread::spawn(move || relay(&socket, subnet, &vms, &relayed, &stop))
@@ -134,7 +134,7 @@ fn relay(
     subnet: [u8; 3],
     vms: &Mutex<Vec<PathBuf>>,
     relayed: &Mutex<u64>,
-    stop: &confboot::stop::Stop,
+    stop: &confboot_util::stop::Stop,
 ) {
     let mut macs: HashMap<[u8; 6], PathBuf> = HashMap::new();
     let mut buf = vec![0u8; MAX_FRAME];
@@ -311,7 +311,7 @@ pub fn fake_vm(hub: &VmHub, index: u8) -> UnixDatagram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot::dhcp::{DhcpMessageType, DhcpReply, DhcpRequest};
+    use confboot_sys::dhcp::{DhcpMessageType, DhcpReply, DhcpRequest};
 
     fn dhcp_frame(index: u8, request: &DhcpRequest) -> Vec<u8> {
         udp_frame(

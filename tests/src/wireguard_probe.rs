@@ -5,8 +5,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use confboot::netlink::{AllowedIp, WireGuardPeerConfig};
-use confboot::vpn::{Peer, PeerList, VpnPrivateKey, VpnPublicKey};
+use confboot_vpn::{AllowedIp, WireGuardPeerConfig};
+use confboot_vpn::{Peer, PeerList, VpnPrivateKey, VpnPublicKey};
 
 /// The probe's interface.
 pub const INTERFACE: &str = "wg0";
@@ -75,5 +75,5 @@ pub fn peers_digest(peers: &[WireGuardPeerConfig]) -> String {
         .collect();
     lines.sort();
     let digest = ring::digest::digest(&ring::digest::SHA256, lines.concat().as_bytes());
-    confboot::hex::encode(digest.as_ref())
+    confboot_util::hex::encode(digest.as_ref())
 }

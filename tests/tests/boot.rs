@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use confboot::attestation::MeasurementPolicy;
+use confboot_attest::MeasurementPolicy;
 use confboot_tests::cluster::TempDir;
 use confboot_tests::qemu::{
     Image, PROBE_END, Vm, VmConfig, golden_measurements, parse_pcr_line, predicted_events,

@@ -27,10 +27,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot::kms::MasterSecret;
-use confboot::kms::init_secret;
-use confboot::tpm::IMA_PCR;
-use confboot::tpm::swtpm::Swtpm;
+use confboot_attest::tpm::IMA_PCR;
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_kms::MasterSecret;
+use confboot_kms::init_secret;
 use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
@@ -268,7 +268,7 @@ fn verify_node(
         .args(["--measurements", measurements, "--expected-events", events])
         .args([
             "--ak-trust",
-            &format!("pinned:{}", confboot::hex::encode(ak)),
+            &format!("pinned:{}", confboot_util::hex::encode(ak)),
         ])
         .current_dir(admin)
         .output()
@@ -294,7 +294,7 @@ fn admin_cli(
     extra: &[&str],
 ) -> std::process::Output {
     let ak_file = admin.join(format!("ak-{port}"));
-    std::fs::write(&ak_file, confboot::hex::encode(ak)).unwrap();
+    std::fs::write(&ak_file, confboot_util::hex::encode(ak)).unwrap();
     Command::new(cli)
         .args([command, "--node", &format!("127.0.0.1:{port}")])
         .args(["--measurements", measurements])
@@ -309,8 +309,8 @@ fn read_master_secret(path: &Path) -> MasterSecret {
     let ms: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     MasterSecret::new(
-        confboot::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
-        confboot::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
+        confboot_util::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
+        confboot_util::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
     )
     .unwrap()
 }
@@ -348,7 +348,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     std::fs::create_dir_all(&joinsvc_tpm_dir).unwrap();
     let joinsvc_ak = {
         let swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
-        confboot::attestation::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
+        confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
             .expect("attestation key")
             .ak_public_key()
     };
@@ -443,7 +443,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // the marker file on the state disk's ext4, then writes it. The marker
     // is not in the raw disk image afterwards (dm-crypt).
     let marker = format!("confboot-marker-{:x}", std::process::id());
-    let joinsvc_trust = format!("pinned:{}", confboot::hex::encode(&joinsvc_ak));
+    let joinsvc_trust = format!("pinned:{}", confboot_util::hex::encode(&joinsvc_ak));
     let join_target = format!("10.0.2.100:{JOIN_PORT}");
     let node_args = [
         "--init-secret-hash",
@@ -602,7 +602,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         &std::fs::read_to_string(admin.join("confboot-cluster.json")).unwrap(),
     )
     .unwrap();
-    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    let salt = confboot_util::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
     println!(
         "phase (a) init through the CLI: {}; [node1] boot → bootstrapped {}; guest {:?}; peak RSS qemu {} KiB, swtpm {} KiB",
         secs(t.elapsed()),
@@ -642,7 +642,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
                 "PCR {i}: joinsvc's TPM after the replay differs from the golden boot"
             );
         }
-        confboot::tpm::mark_node(&mut tpm, &joinsvc_setup.cluster_id())
+        confboot_attest::tpm::mark_node(&mut tpm, &joinsvc_setup.cluster_id())
             .expect("mark joinsvc's TPM");
     }
     let joinsvc = Joinsvc::launch(

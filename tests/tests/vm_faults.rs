@@ -27,8 +27,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot::kms::MasterSecret;
-use confboot::tpm::swtpm::Swtpm;
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_kms::MasterSecret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
     EVENT_LOG_MARKER, Image, NodeFiles, VM_DISK_BYTES, Vm, args_param, measure_image,
@@ -123,7 +123,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
     std::fs::create_dir_all(&joinsvc_tpm).unwrap();
     let joinsvc_ak = {
         let swtpm = Swtpm::start_in(&joinsvc_tpm).expect("swtpm starts");
-        confboot::attestation::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
+        confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
             .expect("attestation key")
             .ak_public_key()
     };
@@ -132,7 +132,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
     // One command line for every boot (PCR 9 covers it): join, then the
     // after-step reads the marker file on the state file system and writes it.
     let marker = format!("confboot-fault-marker-{:x}", std::process::id());
-    let trust = format!("pinned:{}", confboot::hex::encode(&joinsvc_ak));
+    let trust = format!("pinned:{}", confboot_util::hex::encode(&joinsvc_ak));
     let join_target = format!("10.0.2.100:{JOIN_PORT}");
     let cmdline = format!(
         "{} confboot.after=read,write:{marker}",
@@ -188,7 +188,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
         {
             let mut tpm = swtpm.connect().expect("connect to swtpm");
             log.extend_into(&mut tpm).expect("replay the event log");
-            confboot::tpm::mark_node(&mut tpm, &setup.cluster_id()).expect("mark");
+            confboot_attest::tpm::mark_node(&mut tpm, &setup.cluster_id()).expect("mark");
         }
         service = Some(Service {
             joinsvc: Joinsvc::launch(&joinsvc_bin, &policy, setup),

@@ -30,10 +30,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot::kms::MasterSecret;
-use confboot::kms::init_secret;
-use confboot::tpm::IMA_PCR;
-use confboot::tpm::swtpm::Swtpm;
+use confboot_attest::tpm::IMA_PCR;
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_kms::MasterSecret;
+use confboot_kms::init_secret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
     Image, NODEAGENT_BUILTIN, NodeFiles, Vm, VmConfig, args_param, measure_image, pct,
@@ -133,8 +133,8 @@ fn read_master_secret(path: &Path) -> MasterSecret {
     let ms: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     MasterSecret::new(
-        confboot::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
-        confboot::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
+        confboot_util::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
+        confboot_util::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
     )
     .unwrap()
 }
@@ -167,7 +167,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     std::fs::create_dir_all(&joinsvc_tpm_dir).unwrap();
     let joinsvc_ak = {
         let swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
-        confboot::attestation::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
+        confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
             .expect("attestation key")
             .ak_public_key()
     };
@@ -196,7 +196,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     // One command line for every node. Each node's name is its host name
     // (the hub's DHCP gives vm-0, vm-1, vm-2), its public endpoint its
     // address on the hub (eth1).
-    let joinsvc_trust = format!("pinned:{}", confboot::hex::encode(&joinsvc_ak));
+    let joinsvc_trust = format!("pinned:{}", confboot_util::hex::encode(&joinsvc_ak));
     let join_target = format!("10.0.2.100:{JOIN_PORT}");
     let node_args = [
         "--init-secret-hash",
@@ -247,7 +247,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     let mut vm1 = Vm::boot(c1);
     vm1.wait_for_line("init API listening on", BOOT_BOUND);
     let ak_file = admin.join("ak-node1");
-    std::fs::write(&ak_file, confboot::hex::encode(&nodes[0].ak)).unwrap();
+    std::fs::write(&ak_file, confboot_util::hex::encode(&nodes[0].ak)).unwrap();
     let out = Command::new(&cli)
         .args(["init", "--node", &format!("127.0.0.1:{init_fwd}")])
         .args(["--measurements", "measurements.json"])
@@ -277,7 +277,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         &std::fs::read_to_string(admin.join("confboot-cluster.json")).unwrap(),
     )
     .unwrap();
-    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    let salt = confboot_util::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
     let setup = JoinsvcSetup {
         master_secret: master,
         measurement_salt: salt,
@@ -296,7 +296,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != IMA_PCR) {
             assert_eq!(booted[&i], v.to_vec(), "PCR {i} after the replay");
         }
-        confboot::tpm::mark_node(&mut tpm, &setup.cluster_id()).expect("mark joinsvc's TPM");
+        confboot_attest::tpm::mark_node(&mut tpm, &setup.cluster_id()).expect("mark joinsvc's TPM");
     }
     let mut joinsvc = Joinsvc::launch(
         &joinsvc_bin,

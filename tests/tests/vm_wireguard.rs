@@ -1,4 +1,4 @@
-//! WireGuard through netlink (`confboot::netlink::WireGuardInterface`) in
+//! WireGuard through netlink (`confboot_vpn::WireGuardInterface`) in
 //! a QEMU guest (the build machine's kernel has no WireGuard): one boot of
 //! a test image whose probe `confboot-wg-probe` brings up `wg0`, applies
 //! 1,024 peers, then a smaller list, takes the interface over and applies
@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use confboot::netlink::peer_configs;
 use confboot_tests::musl_binary;
 use confboot_tests::qemu::{Image, PROBE_END, Vm, VmConfig};
 use confboot_tests::wireguard_probe::{LISTEN_PORT, node_key, peer_list, peers_digest};
+use confboot_vpn::peer_configs;
 
 /// Bound for the probe boot (SeaBIOS under TCG, 1,024 peers twice).
 const BOOT_BOUND: Duration = Duration::from_secs(300);

@@ -34,7 +34,7 @@ pub fn pcr_line(dir: &Path) -> String {
 /// `CONFBOOT-EVENTLOG <base64>` or `CONFBOOT-EVENTLOG-ERROR ...`.
 pub fn event_log_line(path: &Path) -> String {
     match read_bounded(path, MAX_EVENT_LOG_LEN) {
-        Ok(log) => format!("CONFBOOT-EVENTLOG {}", confboot::base64::encode(&log)),
+        Ok(log) => format!("CONFBOOT-EVENTLOG {}", confboot_util::base64::encode(&log)),
         Err(e) => format!("CONFBOOT-EVENTLOG-ERROR no {}: {e}", path.display()),
     }
 }

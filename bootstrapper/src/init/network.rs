@@ -6,9 +6,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use confboot::backoff::Backoff;
-use confboot::dhcp::{self, DhcpMessageType, DhcpReply, DhcpRequest};
-use confboot::netlink::Rtnetlink;
+use confboot_sys::dhcp::{self, DhcpMessageType, DhcpReply, DhcpRequest};
+use confboot_sys::netlink::Rtnetlink;
+use confboot_util::backoff::Backoff;
 use nix::net::if_::if_nametoindex;
 use nix::sys::socket::{setsockopt, sockopt};
 

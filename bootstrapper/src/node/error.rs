@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use confboot::attestation::AttestationError;
-use confboot::cluster::ClusterError;
-use confboot::disk::DiskError;
+use confboot_attest::AttestationError;
+use confboot_cluster::ClusterError;
+use confboot_disk::DiskError;
 
 /// Why an Init, a ticket or a Recover was not applied.
 ///

@@ -30,22 +30,22 @@ pub mod vpn;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use confboot::attestation::vtpm::VtpmIssuer;
-use confboot::attestation::{AttestationError, Attested};
-use confboot::cluster::kubelet_cert::KubeletCertRequest;
-use confboot::cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
-use confboot::disk::{DiskAction, DiskBackend, DiskError, DiskState, FilesystemMaker, StateDisk};
-use confboot::kms::init_secret::InitSecretHash;
-use confboot::kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
-use confboot::nodelock::{LockToken, NodeLock};
-use confboot::ssh_users::{
-    ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
-    validate_ssh_users,
-};
-use confboot::ticket::{self as checks, TicketError};
+use crate::nodelock::{LockToken, NodeLock};
+use confboot_attest::vtpm::VtpmIssuer;
+use confboot_attest::{AttestationError, Attested};
+use confboot_cluster::kubelet_cert::KubeletCertRequest;
+use confboot_cluster::ticket::{self as checks, TicketError};
+use confboot_cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
+use confboot_disk::{DiskAction, DiskBackend, DiskError, DiskState, FilesystemMaker, StateDisk};
+use confboot_kms::init_secret::InitSecretHash;
+use confboot_kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
+use confboot_sys::ssh_users::{
+    ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
+    validate_ssh_users,
+};
 
 pub use error::NodeError;
 pub use plan::{AdminApi, IssuedTicket, JoinServiceCheck, Plan, Ticket, TicketRequest, plan_for};
@@ -356,7 +356,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         log: &mut dyn FnMut(&str),
     ) -> Result<InitSuccessResponse, NodeError> {
         let master = &checked.master;
-        let uuid = confboot::disk::new_disk_uuid();
+        let uuid = confboot_disk::new_disk_uuid();
         let action = self.set_up_disk(
             token,
             &uuid,
@@ -402,7 +402,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 
     /// Checks a join service's answer to `request` before the node commits
     /// to it: the kind of ticket matches the request, its fields are usable
-    /// ([`confboot::ticket`]), and the service is a member of the ticket's
+    /// ([`confboot_cluster::ticket`]), and the service is a member of the ticket's
     /// cluster. A ticket that fails is thrown away.
     pub fn check_ticket(
         &self,
@@ -436,7 +436,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             Some(_) if t.kubelet_cert.is_empty() => Err(TicketError::Unusable(
                 "no kubelet certificate (the join service signed none)".into(),
             )),
-            Some(r) => confboot::cluster::kubelet_cert::check_kubelet_cert(&t.kubelet_cert, r)
+            Some(r) => confboot_cluster::kubelet_cert::check_kubelet_cert(&t.kubelet_cert, r)
                 .map_err(|e| TicketError::Unusable(e.to_string())),
         }
     }
@@ -809,7 +809,7 @@ fn init_cluster_params(req: &InitRequest, node_ip: &str) -> InitClusterParams {
 /// What applying SSH users did, one line each: created, unchanged, and
 /// each conflict (a warning: nothing was overwritten).
 fn describe_ssh_users(report: &ApplyReport) -> Vec<(log::Level, String)> {
-    let names = |v: &[confboot::ssh_users::UserName]| {
+    let names = |v: &[confboot_sys::ssh_users::UserName]| {
         v.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
     };
     let mut lines = vec![(

@@ -1,8 +1,8 @@
 //! The first decision: from what the state disk holds, which server the
 //! node runs for the admin and which ticket its join client asks for.
 
-use confboot::attestation::Attested;
-use confboot::disk::DiskState;
+use confboot_attest::Attested;
+use confboot_disk::DiskState;
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 
 use super::NodeError;

@@ -7,16 +7,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use confboot::attestation::AttestationError;
-use confboot::cluster::{ClusterError, RecordedCall, RecordingBackend};
-use confboot::disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
-use confboot::kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};
-use confboot::kms::{MasterSecret, SecretBytes, derive_cluster_id};
-use confboot::process::{CommandOutput, CommandRunner, ProcessError, Stream};
-use confboot::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_attest::AttestationError;
+use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_cluster::{ClusterError, RecordedCall, RecordingBackend};
+use confboot_disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
+use confboot_kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};
+use confboot_kms::{MasterSecret, SecretBytes, derive_cluster_id};
 use confboot_proto::init::InitRequest;
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
+use confboot_sys::process::{CommandOutput, CommandRunner, ProcessError, Stream};
 use confboot_tests::TempDir;
 
 use super::*;
@@ -411,7 +411,7 @@ fn issued_with_pcr15(ticket: &Ticket, pcr15: Option<Vec<u8>>) -> IssuedTicket {
     IssuedTicket {
         ticket: ticket.clone(),
         service: Some(Attested {
-            variant: confboot::attestation::Variant::QemuVtpm,
+            variant: confboot_attest::Variant::QemuVtpm,
             measurements,
         }),
     }
@@ -713,7 +713,7 @@ fn a_recorded_first_boot_rejoins() {
 
 #[test]
 fn a_join_takes_only_the_kubelet_certificate_it_asked_for() {
-    use confboot::cluster::kubelet_cert::{
+    use confboot_cluster::kubelet_cert::{
         DEFAULT_KUBELET_CERT_VALIDITY, KubeletCertRequest, KubeletCertSigner,
     };
     let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -1202,7 +1202,7 @@ fn ssh_key(seed: u8) -> String {
     }
     format!(
         "ssh-ed25519 {} admin@laptop",
-        confboot::base64::encode(&blob)
+        confboot_util::base64::encode(&blob)
     )
 }
 
@@ -1298,7 +1298,7 @@ fn init_keeps_its_ssh_users_on_the_state_disk_and_creates_them() {
     // Kept inside the encrypted file system (mounted from the decrypted
     // device, then unmounted), not in the header.
     assert_eq!(rig.mounts(), ["mount /dev/mapper/double", "unmount"]);
-    let kept = confboot::ssh_users::read_stored_ssh_users(rig.state_fs.dir.path())
+    let kept = confboot_sys::ssh_users::read_stored_ssh_users(rig.state_fs.dir.path())
         .unwrap()
         .unwrap();
     let names: Vec<_> = kept.iter().map(|u| u.name.as_str()).collect();
@@ -1326,7 +1326,7 @@ fn an_init_without_users_clears_what_an_unfinished_init_kept() {
         .node
         .init(&alice_and_bob(), &mut no_log())
         .unwrap_err();
-    let kept = |dir: &Path| confboot::ssh_users::read_stored_ssh_users(dir).unwrap();
+    let kept = |dir: &Path| confboot_sys::ssh_users::read_stored_ssh_users(dir).unwrap();
     assert_eq!(kept(state_fs.path()).unwrap().len(), 2);
     // Next boot: the admin's Init (the same master secret) has no users.
     let second = Rig::booting(
@@ -1364,7 +1364,7 @@ fn an_init_without_users_clears_what_an_unfinished_init_kept() {
 
 #[test]
 fn invalid_ssh_users_are_refused_before_anything_is_written() {
-    let many: Vec<(&str, String)> = (0..=confboot::ssh_users::MAX_SSH_USERS)
+    let many: Vec<(&str, String)> = (0..=confboot_sys::ssh_users::MAX_SSH_USERS)
         .map(|i| (&*Box::leak(format!("u{i}").into_boxed_str()), ssh_key(1)))
         .collect();
     let cases: Vec<(Vec<(&str, String)>, &str)> = vec![
@@ -1400,7 +1400,7 @@ fn invalid_ssh_users_are_refused_before_anything_is_written() {
         }
         assert_eq!(
             crate::server::status(&err).code,
-            confboot::rpc::Code::InvalidArgument
+            confboot_wire::Code::InvalidArgument
         );
         assert_refused_untouched(&rig, &err);
     }
@@ -1491,10 +1491,10 @@ fn a_corrupt_kept_file_creates_no_user_and_the_node_still_boots() {
         .state_fs
         .dir
         .path()
-        .join(confboot::ssh_users::STORED_SSH_USERS_FILE);
+        .join(confboot_sys::ssh_users::STORED_SSH_USERS_FILE);
     for corrupt in [
         b"{\"sshUsers\": [{\"username\": \"alice\"".to_vec(),
-        vec![b' '; confboot::ssh_users::MAX_SSH_USERS_CONFIG_BYTES + 1],
+        vec![b' '; confboot_sys::ssh_users::MAX_SSH_USERS_CONFIG_BYTES + 1],
     ] {
         std::fs::write(&kept, corrupt).unwrap();
         let next = first.reboot(fresh_root());
@@ -1511,8 +1511,8 @@ fn a_corrupt_kept_file_creates_no_user_and_the_node_still_boots() {
 impl Rig {
     /// This boot of the node joins the VPN, its agent's file at `file`;
     /// the boot's candidate key.
-    fn with_vpn(self, file: &Path) -> (Rig, confboot::vpn::VpnPrivateKey) {
-        let candidate = confboot::vpn::VpnPrivateKey::generate().unwrap();
+    fn with_vpn(self, file: &Path) -> (Rig, confboot_vpn::VpnPrivateKey) {
+        let candidate = confboot_vpn::VpnPrivateKey::generate().unwrap();
         let setup = vpn::NodeVpnSetup {
             mount: Box::new(self.state_fs.clone()),
             name: "worker-1".into(),
@@ -1520,7 +1520,7 @@ impl Rig {
             listen_port: 51820,
             control_planes: vec!["10.0.2.100:9090".into()],
             file: file.to_path_buf(),
-            candidate: confboot::vpn::VpnPrivateKey::from_bytes(candidate.expose()).unwrap(),
+            candidate: confboot_vpn::VpnPrivateKey::from_bytes(candidate.expose()).unwrap(),
         };
         let rig = Rig {
             node: self.node.with_vpn(setup),
@@ -1547,7 +1547,7 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
         .apply_ticket(&token, &join_request(), &join_ticket())
         .unwrap();
     let kept = rig.state_fs.dir.path().join(vpn::STORED_VPN_KEY_FILE);
-    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), first.expose());
     assert_eq!(agent.disk_uuid, UUID.to_ascii_lowercase());
     assert_eq!(
@@ -1556,7 +1556,7 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     );
     assert_eq!(
         agent.own_record_key.expose(),
-        confboot::vpn::OwnRecordKey::from_disk_key(&[0x42; 32]).expose()
+        confboot_vpn::OwnRecordKey::from_disk_key(&[0x42; 32]).expose()
     );
     assert_eq!(agent.control_planes, ["10.0.2.100:9090"]);
     assert!(kept.exists());
@@ -1573,7 +1573,7 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     rig.node
         .apply_ticket(&token, &rejoin, &rejoin_ticket(&[0x42; 32]))
         .unwrap();
-    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), first.expose());
     assert_ne!(agent.private_key.expose(), second.expose());
 
@@ -1585,10 +1585,10 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     rig.node
         .apply_ticket(&token, &rejoin, &rejoin_ticket(&[0x42; 32]))
         .unwrap();
-    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), third.expose());
     assert_eq!(
-        confboot::vpn::VpnPrivateKey::from_base64(&std::fs::read_to_string(&kept).unwrap())
+        confboot_vpn::VpnPrivateKey::from_base64(&std::fs::read_to_string(&kept).unwrap())
             .unwrap()
             .expose(),
         third.expose()
@@ -1601,13 +1601,12 @@ fn the_first_control_plane_makes_and_keeps_its_vpn_key_at_init() {
     let file = run.path().join("vpn.json");
     let (rig, candidate) = Rig::new(FakeDisk::blank()).with_vpn(&file);
     rig.node.init(&init_request(), &mut no_log()).unwrap();
-    let agent = confboot::vpn::NodeVpnFile::read(&file).unwrap();
+    let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), candidate.expose());
     let uuid = rig.disk.state().luks.clone().unwrap().0;
     assert_eq!(
         agent.own_record_key.expose(),
-        confboot::vpn::OwnRecordKey::from_disk_key(master().state_disk_key(&uuid).expose())
-            .expose()
+        confboot_vpn::OwnRecordKey::from_disk_key(master().state_disk_key(&uuid).expose()).expose()
     );
     assert_eq!(
         agent.cluster_id,

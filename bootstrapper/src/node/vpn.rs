@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use confboot::vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey, write_private_atomically};
+use confboot_vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey, write_private_atomically};
 
 use super::state_fs::{StateFsMount, with_mounted};
 
@@ -56,7 +56,7 @@ pub fn load_or_keep_key(
 ) -> Result<(VpnPrivateKey, KeySource), String> {
     let path = dir.join(STORED_VPN_KEY_FILE);
     if path.exists() {
-        match confboot::fs::read_bounded_text(&path, MAX_VPN_KEY_FILE_BYTES)
+        match confboot_util::fs::read_bounded_text(&path, MAX_VPN_KEY_FILE_BYTES)
             .map_err(|e| e.to_string())
             .and_then(|text| VpnPrivateKey::from_base64(&text).map_err(|e| e.to_string()))
         {

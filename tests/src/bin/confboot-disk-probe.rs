@@ -22,9 +22,9 @@ use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-use confboot::disk::luks2::Luks2Backend;
-use confboot::disk::{DiskBackend, DiskState, new_disk_uuid};
-use confboot::kms::SecretBytes;
+use confboot_disk::luks2::Luks2Backend;
+use confboot_disk::{DiskBackend, DiskState, new_disk_uuid};
+use confboot_kms::SecretBytes;
 
 const MAPPING: &str = "confboot-native";
 const SECTOR: usize = 512;

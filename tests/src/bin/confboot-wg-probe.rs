@@ -1,5 +1,5 @@
 //! The test image's probe of WireGuard through netlink
-//! (`confboot::netlink`), run by `/init`'s probe task `wg-probe`
+//! (`confboot_sys::netlink`), run by `/init`'s probe task `wg-probe`
 //! (initramfs/README.md) in a guest whose kernel has the `wireguard`
 //! module. It brings up `wg0` as a node would and prints what the kernel
 //! holds after each step, for `tests/tests/vm_wireguard.rs` to compare with
@@ -24,13 +24,12 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use confboot::netlink::{
-    NetlinkError, Rtnetlink, WireGuardDevice, WireGuardInterface, WireGuardNetlink,
-    WireGuardPeerConfig,
-};
-use confboot::vpn::{PeerList, PeerSink};
+use confboot_sys::netlink::{NetlinkError, Rtnetlink};
 use confboot_tests::wireguard_probe::{
     ADDRESS, INTERFACE, LISTEN_PORT, node_key, peer_list, peers_digest,
+};
+use confboot_vpn::{
+    PeerList, PeerSink, WireGuardDevice, WireGuardInterface, WireGuardNetlink, WireGuardPeerConfig,
 };
 
 fn up(name: &str) -> Result<WireGuardInterface, NetlinkError> {

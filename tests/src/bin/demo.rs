@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use confboot::kms::init_secret;
+use confboot_kms::init_secret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir};
 use confboot_tests::{ChildProcess, addr_after};
 
@@ -98,7 +98,7 @@ fn main() {
         tpm1.policy().to_json(),
     )
     .unwrap();
-    let pinned = format!("pinned:{}", confboot::hex::encode(&tpm1.ak_public));
+    let pinned = format!("pinned:{}", confboot_util::hex::encode(&tpm1.ak_public));
     let b1 = n1.bootstrapper(&tpm1, &["--init-secret-hash", &hash]);
     let init_addr = addr_after(
         &b1.wait_for_line("init API listening on ", 3000),
@@ -137,7 +137,7 @@ fn main() {
         &std::fs::read_to_string(admin.path().join("confboot-cluster.json")).unwrap(),
     )
     .unwrap();
-    let salt = confboot::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    let salt = confboot_util::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
 
     // joinsvc on the control plane, with the same master secret; three nodes ask it.
     let nodes: Vec<(NodeDir, &str, &[u8])> = vec![
@@ -233,9 +233,9 @@ fn main() {
     }
 }
 
-fn read_master(path: &Path) -> confboot::kms::MasterSecret {
+fn read_master(path: &Path) -> confboot_kms::MasterSecret {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let field = |n: &str| confboot::base64::decode(v[n].as_str().unwrap()).unwrap();
-    confboot::kms::MasterSecret::new(field("key"), field("salt")).unwrap()
+    let field = |n: &str| confboot_util::base64::decode(v[n].as_str().unwrap()).unwrap();
+    confboot_kms::MasterSecret::new(field("key"), field("salt")).unwrap()
 }

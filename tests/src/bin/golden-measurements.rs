@@ -34,7 +34,7 @@ fn main() {
     for (i, e) in boot.event_log.events().iter().enumerate() {
         let digest = e
             .sha256
-            .map(|d| confboot::hex::encode(&d))
+            .map(|d| confboot_util::hex::encode(&d))
             .unwrap_or_else(|| "-".into());
         println!(
             "event {:>3}  PCR {:>2}  {:<34} {digest}  {}",

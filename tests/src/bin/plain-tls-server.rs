@@ -15,10 +15,10 @@ use std::io::{BufRead, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 
-use confboot::atls;
-use confboot::rpc::listener::{self, PoolConfig};
-use confboot::rpc::{Router, ServerLimits, serve_connection};
+use confboot_atls as atls;
+use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
+use confboot_wire::{Router, ServerLimits, serve_connection};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 fn main() {
@@ -61,7 +61,7 @@ fn main() {
     .expect("the listener");
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", handle.local_addr()).expect("stdout");
-    writeln!(out, "{}", confboot::hex::encode(&der)).expect("stdout");
+    writeln!(out, "{}", confboot_util::hex::encode(&der)).expect("stdout");
     out.flush().expect("stdout");
     drop(out);
     // Serve until the benchmark closes our standard input.

@@ -1,0 +1,122 @@
+//! The one-line wiring of aTLS over TCP: [`serve`] a router on a
+//! `TcpListener`, [`connect`] to an address for an RPC client.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::{ClientConnection, StreamOwned};
+
+use super::client::{AtlsClient, Connected};
+use super::error::AtlsError;
+use super::handshake::reset_timeouts;
+use super::server::{Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT};
+use confboot_attest::{Attested, Issuer, Validator};
+use confboot_net::{PoolConfig, ServerHandle, listener as pool_listener};
+use confboot_wire::{self as rpc, PeerIdentity, Router, ServerLimits};
+
+/// Serves `router` over aTLS on `listener` with a bounded worker pool.
+///
+/// With `server_issuer`, the server attests in every handshake; with
+/// `client_validators` non-empty, every client must attest, and handlers see
+/// what its evidence established as [`confboot_wire::CallContext::peer`]
+/// (type [`Attested`]). Each
+/// handshake is bounded by `limits.io_timeout`. Refused handshakes are
+/// logged and closed. Without a gate in `pool`, the ClientHello gate
+/// ([`super::client_hello_gate`] with its defaults) keeps connections that
+/// have not sent a ClientHello away from the workers, and the process's
+/// open-file limit is raised to fit it (or the gate made smaller).
+pub fn serve(
+    listener: TcpListener,
+    mut pool: PoolConfig,
+    limits: ServerLimits,
+    router: Router,
+    server_issuer: Option<Arc<dyn Issuer>>,
+    client_validators: &[Arc<dyn Validator>],
+) -> io::Result<ServerHandle> {
+    let atls =
+        AtlsServer::new(server_issuer, client_validators.to_vec()).map_err(io::Error::other)?;
+    if pool.gate.is_none() {
+        pool.gate = Some(super::client_hello_gate(
+            DEFAULT_GATE_CAPACITY,
+            DEFAULT_GATE_TIMEOUT,
+        ));
+        // Room for the gate's descriptors, beside a few the process keeps.
+        pool_listener::fit_descriptors(&mut pool, 64);
+    }
+    pool_listener::spawn(listener, pool, move |sock, stop| {
+        let peer_addr = sock.peer_addr().ok();
+        match atls.accept(sock, limits.io_timeout) {
+            Ok(Accepted { mut stream, peer }) => {
+                let peer = peer.map(|p| Arc::new(p) as PeerIdentity);
+                let end = rpc::serve_connection_as(&mut stream, &router, &limits, stop, peer);
+                log::debug!("aTLS connection from {peer_addr:?} ended: {end:?}");
+                stream.conn.send_close_notify();
+                while stream.conn.wants_write() {
+                    if stream.conn.write_tls(&mut stream.sock).is_err() {
+                        break;
+                    }
+                }
+            }
+            Err(e) => log::info!("aTLS handshake with {peer_addr:?} refused: {e}"),
+        }
+    })
+}
+
+/// An RPC client over an aTLS connection on TCP, as [`connect`] returns it.
+pub type AtlsRpcClient = rpc::Client<StreamOwned<ClientConnection, TcpStream>>;
+
+/// Connects to `addr` over aTLS and returns an RPC client, and what the
+/// server's evidence established.
+///
+/// With `server_validators` non-empty the server must attest with a variant
+/// one of them accepts (otherwise any server certificate is taken, and
+/// `None` returned). With `client_issuer` the client attests when the server
+/// asks; a server refusing our evidence shows on the first call. `timeout`
+/// bounds the TCP connect plus the handshake; it stays the socket's read and
+/// write timeout afterwards (each call also bounds its I/O by its deadline).
+pub fn connect(
+    addr: impl ToSocketAddrs,
+    timeout: Duration,
+    server_validators: &[Arc<dyn Validator>],
+    client_issuer: Option<Arc<dyn Issuer>>,
+) -> Result<(AtlsRpcClient, Option<Attested>), AtlsError> {
+    let deadline = Instant::now() + timeout;
+    let sock = tcp_connect(addr, deadline)?;
+    let client = AtlsClient::new(server_validators.to_vec(), client_issuer);
+    let Connected { mut stream, peer } =
+        client.connect(sock, deadline.saturating_duration_since(Instant::now()))?;
+    reset_timeouts(&mut stream.sock, timeout)?;
+    Ok((rpc::Client::new(stream), peer))
+}
+
+/// Connects to the first address of `addr` that answers before `deadline`,
+/// with timeouts set on the socket.
+fn tcp_connect(addr: impl ToSocketAddrs, deadline: Instant) -> Result<TcpStream, AtlsError> {
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| AtlsError::Io(format!("cannot resolve the address: {e}")))?
+        .collect();
+    let mut last = AtlsError::Io("the address resolved to nothing".into());
+    for a in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(AtlsError::Timeout);
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => {
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1));
+                s.set_nodelay(true)
+                    .and_then(|_| s.set_read_timeout(Some(left)))
+                    .and_then(|_| s.set_write_timeout(Some(left)))
+                    .map_err(|e| AtlsError::Io(e.to_string()))?;
+                return Ok(s);
+            }
+            Err(e) => last = AtlsError::from_io(e),
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,329 @@
+//! Attestation: an [`Issuer`] produces evidence bound to 32 bytes of
+//! `extra_data`; a [`Validator`] checks such evidence and the measurement
+//! policy, and reports what it established.
+//!
+//! Variants (vTPM, SEV-SNP) implement both traits in their own modules. A
+//! validator is built from a policy; [`SwappableValidator`] lets a service
+//! replace it at run time while every check sees one consistent policy.
+
+pub mod join_service;
+pub mod measure;
+pub mod measurements;
+pub mod options;
+pub mod snp;
+pub mod tpm;
+pub mod vtpm;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+pub use measurements::{MeasurementPolicy, PolicyError};
+
+/// Length of the `extra_data` every evidence is bound to.
+pub const EXTRA_DATA_LEN: usize = 32;
+
+/// An attestation variant: what kind of evidence, and the certificate
+/// extension OID that carries it in aTLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// A vTPM quote from a QEMU VM (Constellation's `qemu-vtpm`, OID 1.3.9900.5.1).
+    QemuVtpm,
+    /// A bare AMD SEV-SNP attestation report (OID 1.3.9900.5.3, confboot's own).
+    SevSnp,
+}
+
+impl Variant {
+    /// Every variant this build knows.
+    pub const ALL: [Variant; 2] = [Variant::QemuVtpm, Variant::SevSnp];
+
+    /// Short name, as used in configuration files and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::QemuVtpm => "qemu-vtpm",
+            Variant::SevSnp => "sev-snp",
+        }
+    }
+
+    /// Dotted OID of the certificate extension that carries this variant's evidence.
+    pub fn oid(self) -> &'static str {
+        match self {
+            Variant::QemuVtpm => "1.3.9900.5.1",
+            Variant::SevSnp => "1.3.9900.5.3",
+        }
+    }
+
+    /// The OID's arcs, as rcgen and x509-parser want them.
+    pub fn oid_arcs(self) -> &'static [u64] {
+        match self {
+            Variant::QemuVtpm => &[1, 3, 9900, 5, 1],
+            Variant::SevSnp => &[1, 3, 9900, 5, 3],
+        }
+    }
+
+    /// Looks a variant up by its short name.
+    pub fn from_name(name: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == name)
+    }
+
+    /// Looks a variant up by its dotted OID.
+    pub fn from_oid(oid: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.oid() == oid)
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a validator established about the peer that produced the evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attested {
+    /// The variant of the evidence.
+    pub variant: Variant,
+    /// Measured values by index: for vTPM, PCR number → SHA-256 digest; for
+    /// SEV-SNP, 0 → the 48-byte launch measurement.
+    pub measurements: BTreeMap<u32, Vec<u8>>,
+}
+
+/// Why evidence could not be issued or was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttestationError {
+    /// The evidence cannot be decoded: truncated, oversized, fields missing.
+    Decode(String),
+    /// A signature over the evidence (quote, report, certificate) does not verify.
+    Signature(String),
+    /// The evidence is not bound to this handshake's `extra_data` (stale or replayed).
+    Binding(String),
+    /// The signing key is not trusted (AK not pinned, certificate chain broken).
+    Trust(String),
+    /// An enforced measurement differs from the policy.
+    Measurement {
+        /// Measurement index (PCR number; 0 for the SEV-SNP launch measurement).
+        index: u32,
+        /// Expected value, lowercase hex.
+        expected: String,
+        /// Actual value, lowercase hex.
+        actual: String,
+        /// The first event of the node's event log that differs from the
+        /// expected log ([`EventList::explain`](crate::tpm::event_log::EventList::explain)),
+        /// when both logs are known.
+        event: Option<String>,
+    },
+    /// The evidence's event log is malformed or does not replay to the
+    /// quoted PCRs.
+    EventLog(String),
+    /// Another policy rule was violated (debug enabled, VMPL, TCB below minimum, ...).
+    Policy(String),
+    /// The evidence is of another variant than the validator's.
+    WrongVariant {
+        /// What the validator checks.
+        expected: Variant,
+        /// What was presented.
+        actual: String,
+    },
+    /// The issuer could not produce evidence (device missing, TPM error).
+    Issue(String),
+}
+
+impl fmt::Display for AttestationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttestationError::Decode(m) => write!(f, "malformed evidence: {m}"),
+            AttestationError::Signature(m) => write!(f, "signature check failed: {m}"),
+            AttestationError::Binding(m) => write!(f, "evidence not bound to this handshake: {m}"),
+            AttestationError::Trust(m) => write!(f, "untrusted signing key: {m}"),
+            AttestationError::Measurement {
+                index,
+                expected,
+                actual,
+                event,
+            } => {
+                write!(
+                    f,
+                    "measurement {index} differs: expected {expected}, actual {actual}"
+                )?;
+                match event {
+                    Some(event) => write!(f, "; {event}"),
+                    None => Ok(()),
+                }
+            }
+            AttestationError::EventLog(m) => write!(f, "event log refused: {m}"),
+            AttestationError::Policy(m) => write!(f, "policy violated: {m}"),
+            AttestationError::WrongVariant { expected, actual } => {
+                write!(f, "evidence variant {actual} where {expected} is required")
+            }
+            AttestationError::Issue(m) => write!(f, "cannot issue evidence: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for AttestationError {}
+
+/// Produces evidence of what this machine runs, bound to `extra_data`.
+pub trait Issuer: Send + Sync {
+    /// The variant of the evidence this issuer produces.
+    fn variant(&self) -> Variant;
+    /// Produces evidence whose signed part carries `extra_data`.
+    fn issue(&self, extra_data: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError>;
+}
+
+/// Checks evidence: its signatures, its binding to `extra_data`, the trust in
+/// its signing key, and the measurement policy. Fails closed.
+pub trait Validator: Send + Sync {
+    /// The variant this validator accepts.
+    fn variant(&self) -> Variant;
+    /// Validates `evidence` against `extra_data` and the policy.
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError>;
+}
+
+/// A validator that can be replaced at run time without restarting a server.
+///
+/// Each call to [`SwappableValidator::current`] returns one whole validator,
+/// so a handshake that took it sees one consistent policy even while a swap
+/// happens.
+#[derive(Clone)]
+pub struct SwappableValidator {
+    inner: Arc<RwLock<Arc<dyn Validator>>>,
+}
+
+impl SwappableValidator {
+    /// Wraps the first validator.
+    pub fn new(validator: Arc<dyn Validator>) -> Self {
+        SwappableValidator {
+            inner: Arc::new(RwLock::new(validator)),
+        }
+    }
+
+    /// The validator in force now.
+    pub fn current(&self) -> Arc<dyn Validator> {
+        match self.inner.read() {
+            Ok(g) => Arc::clone(&g),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Replaces the validator; handshakes that start afterwards use the new one.
+    pub fn swap(&self, validator: Arc<dyn Validator>) {
+        match self.inner.write() {
+            Ok(mut g) => *g = validator,
+            Err(poisoned) => *poisoned.into_inner() = validator,
+        }
+    }
+}
+
+impl Validator for SwappableValidator {
+    fn variant(&self) -> Variant {
+        self.current().variant()
+    }
+
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        self.current().validate(evidence, extra_data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Result<u32, AttestationError>);
+
+    impl Validator for Fixed {
+        fn variant(&self) -> Variant {
+            Variant::QemuVtpm
+        }
+        fn validate(&self, _: &[u8], _: &[u8; 32]) -> Result<Attested, AttestationError> {
+            self.0.clone().map(|i| Attested {
+                variant: Variant::QemuVtpm,
+                measurements: BTreeMap::from([(i, vec![0; 32])]),
+            })
+        }
+    }
+
+    #[test]
+    fn variants_round_trip_by_name_and_oid() {
+        for v in Variant::ALL {
+            assert_eq!(Variant::from_name(v.name()), Some(v));
+            assert_eq!(Variant::from_oid(v.oid()), Some(v));
+            let dotted: Vec<String> = v.oid_arcs().iter().map(|a| a.to_string()).collect();
+            assert_eq!(dotted.join("."), v.oid());
+        }
+        assert_eq!(Variant::from_name("azure-sev-snp"), None);
+    }
+
+    #[test]
+    fn swap_takes_effect_for_the_next_call() {
+        let s = SwappableValidator::new(Arc::new(Fixed(Ok(1))));
+        let held = s.current();
+        assert!(s.validate(b"", &[0; 32]).is_ok());
+        s.swap(Arc::new(Fixed(Err(AttestationError::Policy("no".into())))));
+        assert_eq!(
+            s.validate(b"", &[0; 32]),
+            Err(AttestationError::Policy("no".into()))
+        );
+        // A validator taken before the swap stays whole.
+        assert!(held.validate(b"", &[0; 32]).is_ok());
+    }
+
+    /// Blocks in `validate` until `peers` calls are inside it at once.
+    struct Rendezvous {
+        inside: std::sync::Mutex<usize>,
+        all_in: std::sync::Condvar,
+        peers: usize,
+    }
+
+    impl Validator for Rendezvous {
+        fn variant(&self) -> Variant {
+            Variant::QemuVtpm
+        }
+        fn validate(&self, _: &[u8], _: &[u8; 32]) -> Result<Attested, AttestationError> {
+            let mut inside = self.inside.lock().unwrap();
+            *inside += 1;
+            self.all_in.notify_all();
+            // Only a guard against a hang: a serializing wrapper never
+            // lets the second call in, and the wait ends with an error.
+            let (inside, _) = self
+                .all_in
+                .wait_timeout_while(inside, std::time::Duration::from_secs(60), |n| {
+                    *n < self.peers
+                })
+                .unwrap();
+            if *inside < self.peers {
+                return Err(AttestationError::Policy("validated alone".into()));
+            }
+            Ok(Attested {
+                variant: Variant::QemuVtpm,
+                measurements: BTreeMap::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_swappable_validator_validates_on_several_threads_at_once() {
+        let s = SwappableValidator::new(Arc::new(Rendezvous {
+            inside: std::sync::Mutex::new(0),
+            all_in: std::sync::Condvar::new(),
+            peers: 2,
+        }));
+        let calls: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || s.validate(b"", &[0; 32]))
+            })
+            .collect();
+        for c in calls {
+            assert!(c.join().unwrap().is_ok(), "both calls were inside at once");
+        }
+    }
+}

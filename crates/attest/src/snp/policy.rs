@@ -1,0 +1,607 @@
+//! The SEV-SNP policy, a JSON file in the style of the measurements file:
+//!
+//! ```json
+//! {
+//!   "measurement": {"expected": "<96 hex digits>", "warnOnly": false},
+//!   "minimumTcb": {"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115, "fmc": 0},
+//!   "vmpl": 0,
+//!   "allowDebug": false,
+//!   "hostData": "<64 hex digits>",
+//!   "idKeyDigests": ["<96 hex digits>"],
+//!   "rootBundles": ["milan_ask_ark_asvk.pem"],
+//!   "vcekCacheDir": "/var/lib/confboot/vcek",
+//!   "kdsFetch": false,
+//!   "kdsBaseUrl": "https://kdsintf.amd.com",
+//!   "insecureAnyImage": false
+//! }
+//! ```
+//!
+//! - `measurement` (required): the 48-byte launch measurement, the same
+//!   entry shape as the measurements file (`expected`, optional `warnOnly`,
+//!   default false). A `warnOnly` mismatch is logged and allowed.
+//! - `minimumTcb` (optional; given, each field defaults to 0): the least SVN
+//!   per component that both the report's `REPORTED_TCB` and `LAUNCH_TCB`
+//!   must reach. `fmc` applies only to products with an FMC (Turin).
+//!   Without it the safe default applies ([`MinimumTcb::default_for`]):
+//!   Milan bootloader 3, TEE 0, SNP 8, microcode 115 (the TCB of SNP
+//!   firmware 1.52, also Constellation's default for Milan); for Genoa and
+//!   Turin no default is known here, so their reports are refused until the
+//!   policy names a minimum (fails closed).
+//! - `vmpl` (optional, default 0): the VMPL the report must have been
+//!   requested at (0..=3).
+//! - `allowDebug` (optional, default false): whether a guest policy with the
+//!   DEBUG bit is accepted.
+//! - `allowSmt` (optional, default true): whether a guest policy that lets
+//!   the host run SMT is accepted; false requires SMT off.
+//! - `allowMigrationAgent` (optional, default false): whether a guest policy
+//!   that allows a migration agent is accepted.
+//! - `minimumAbi` (optional, `"MAJOR.MINOR"`, default `"0.0"`): the least
+//!   firmware ABI (`CURRENT_MAJOR.CURRENT_MINOR`) the report may carry.
+//! - `hostData` (optional): if present, `HOST_DATA` must equal it (32 bytes).
+//! - `idKeyDigests` (optional): if present and non-empty, `ID_KEY_DIGEST`
+//!   must be one of them (48 bytes each).
+//! - `rootBundles` (optional): PEM files, each with one product's ARK and
+//!   optionally its ASK and ASVK; when present they replace the built-in
+//!   Milan/Genoa/Turin roots. Relative paths are relative to the policy file.
+//! - `vcekCacheDir` (optional): a directory of VCEKs for reports whose
+//!   evidence carries none, at `<dir>/<chip_id hex>/<reported_tcb hex>.der`
+//!   (128 and 16 lowercase hex digits: the raw report fields).
+//! - `kdsFetch` (optional, default false): fetch a VCEK that neither the
+//!   evidence nor the cache holds from AMD's KDS (and store it in the cache).
+//!   Needs confboot built with the cargo feature `kds`; refused otherwise.
+//! - `kdsBaseUrl` (optional): the KDS or a caching proxy to fetch from
+//!   (default `https://kdsintf.amd.com`).
+//! - `insecureAnyImage` (optional, default false): accept a policy that pins
+//!   no guest image (see below). Logged as a warning when the policy is read.
+//!
+//! Unknown keys are refused, so a typo cannot silently drop a check, and so
+//! is a key named twice (a parser would keep only one of the two).
+//!
+//! A policy must pin the guest image: an enforced `measurement`, or a
+//! non-empty `idKeyDigests` (the firmware launches a guest with an ID block
+//! only if the launch measurement is the one the ID key signed, so an ID key
+//! pins the set of images its owner signed). `hostData` does not count: the
+//! hypervisor chooses `HOST_DATA` at launch, for any image, and the host is
+//! the adversary. A policy whose measurement is `warnOnly` and that names no
+//! ID key admits any guest image AMD's firmware runs; it is refused
+//! ([`PolicyError::ImageNotPinned`]) unless it says `"insecureAnyImage": true`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::report::{Product, TcbVersion};
+use crate::measurements::{
+    MAX_POLICY_BYTES, MeasurementPolicy, PolicyError, parse_entry, parse_json_unique_keys,
+    read_bounded,
+};
+
+/// Length of the SEV-SNP launch measurement (SHA-384).
+pub const MEASUREMENT_LEN: usize = 48;
+
+/// Per-component minimum SVNs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MinimumTcb {
+    /// Minimum bootloader SVN.
+    pub bootloader: u8,
+    /// Minimum TEE SVN.
+    pub tee: u8,
+    /// Minimum SNP firmware SVN.
+    pub snp: u8,
+    /// Minimum microcode SVN.
+    pub microcode: u8,
+    /// Minimum FMC SVN (products with an FMC only).
+    pub fmc: u8,
+}
+
+impl MinimumTcb {
+    /// The safe default minimum for `product` when a policy names none:
+    /// Milan 3/0/8/115 (bootloader/TEE/SNP/microcode); `None` for products
+    /// without a known default, whose reports are then refused.
+    pub fn default_for(product: Product) -> Option<MinimumTcb> {
+        match product {
+            Product::Milan => Some(MinimumTcb {
+                bootloader: 3,
+                tee: 0,
+                snp: 8,
+                microcode: 115,
+                fmc: 0,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The components of `tcb` below their minimum, as `name actual < minimum`.
+    pub fn shortfalls(&self, tcb: &TcbVersion) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cmp = |name: &str, actual: u8, min: u8| {
+            if actual < min {
+                out.push(format!("{name} {actual} < {min}"));
+            }
+        };
+        if let Some(fmc) = tcb.fmc {
+            cmp("fmc", fmc, self.fmc);
+        }
+        cmp("bootloader", tcb.bootloader, self.bootloader);
+        cmp("tee", tcb.tee, self.tee);
+        cmp("snp", tcb.snp, self.snp);
+        cmp("microcode", tcb.microcode, self.microcode);
+        out
+    }
+}
+
+/// What an SEV-SNP report must satisfy, beyond its signatures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnpPolicy {
+    /// The expected launch measurement, at index 0. Empty means "not
+    /// checked", which [`SnpValidator`](super::SnpValidator) refuses (fails closed).
+    pub measurement: MeasurementPolicy,
+    /// Minimum TCB for both the reported and the launch TCB.
+    /// `None`: the safe default per product ([`MinimumTcb::default_for`]).
+    pub minimum_tcb: Option<MinimumTcb>,
+    /// The required VMPL.
+    pub vmpl: u32,
+    /// Whether the DEBUG guest policy bit is accepted.
+    pub allow_debug: bool,
+    /// Whether a guest policy that lets the host run SMT is accepted
+    /// (`allowSmt`, default true: most hosts run SMT; false requires a guest
+    /// that the firmware launches only with SMT off).
+    pub allow_smt: bool,
+    /// Whether a guest policy that allows a migration agent is accepted
+    /// (`allowMigrationAgent`, default false: a migration agent can read the
+    /// guest's memory).
+    pub allow_migration_agent: bool,
+    /// The least firmware ABI version, `(major, minor)` (`minimumAbi`:
+    /// `"1.51"`; default `0.0`, any).
+    pub minimum_abi: (u8, u8),
+    /// Required `HOST_DATA`, if any.
+    pub host_data: Option<[u8; 32]>,
+    /// Accepted `ID_KEY_DIGEST`s; empty means any.
+    pub id_key_digests: Vec<[u8; 48]>,
+    /// PEM bundles replacing the built-in roots (resolved paths).
+    pub root_bundles: Vec<PathBuf>,
+    /// Directory of cached VCEKs.
+    pub vcek_cache_dir: Option<PathBuf>,
+    /// Whether a VCEK that neither evidence nor cache holds is fetched from
+    /// AMD's KDS (needs the `kds` feature).
+    pub kds_fetch: bool,
+    /// The KDS (or a caching proxy) to fetch from; default AMD's.
+    pub kds_base_url: Option<String>,
+    /// Whether the policy file said `"insecureAnyImage": true`: it may pin no
+    /// guest image (a `warnOnly` measurement and no ID key).
+    pub insecure_any_image: bool,
+}
+
+/// `"MAJOR.MINOR"`, each 0..=255.
+fn parse_abi(value: &Value) -> Result<(u8, u8), PolicyError> {
+    let bad = || format_err("minimumAbi must be \"MAJOR.MINOR\" (e.g. \"1.51\")");
+    let text = value.as_str().ok_or_else(bad)?;
+    let (major, minor) = text.split_once('.').ok_or_else(bad)?;
+    let part = |p: &str| {
+        if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse::<u8>().map_err(|_| bad())
+    };
+    Ok((part(major)?, part(minor)?))
+}
+
+fn format_err(m: impl Into<String>) -> PolicyError {
+    PolicyError::Format(m.into())
+}
+
+fn hex_field<const N: usize>(v: &Value, what: &str) -> Result<[u8; N], PolicyError> {
+    let s = v
+        .as_str()
+        .ok_or_else(|| format_err(format!("{what} must be a hex string")))?;
+    let bytes = confboot_util::hex::decode(s).map_err(|e| format_err(format!("{what}: {e}")))?;
+    bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| format_err(format!("{what} has {} bytes, want {N}", bytes.len())))
+}
+
+fn path_list(v: &Value, what: &str, base: Option<&Path>) -> Result<Vec<PathBuf>, PolicyError> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| format_err(format!("{what} must be a list of paths")))?;
+    arr.iter()
+        .map(|p| {
+            p.as_str()
+                .map(|s| resolve(s, base))
+                .ok_or_else(|| format_err(format!("{what} must be a list of paths")))
+        })
+        .collect()
+}
+
+fn resolve(path: &str, base: Option<&Path>) -> PathBuf {
+    let p = PathBuf::from(path);
+    match base {
+        Some(b) if p.is_relative() => b.join(p),
+        _ => p,
+    }
+}
+
+impl Default for SnpPolicy {
+    /// Nothing pinned yet; SMT allowed, no migration agent, no debugging,
+    /// VMPL 0.
+    fn default() -> Self {
+        SnpPolicy {
+            measurement: MeasurementPolicy::default(),
+            minimum_tcb: None,
+            vmpl: 0,
+            allow_debug: false,
+            allow_smt: true,
+            allow_migration_agent: false,
+            minimum_abi: (0, 0),
+            host_data: None,
+            id_key_digests: Vec::new(),
+            root_bundles: Vec::new(),
+            vcek_cache_dir: None,
+            kds_fetch: false,
+            kds_base_url: None,
+            insecure_any_image: false,
+        }
+    }
+}
+
+impl SnpPolicy {
+    /// Parses the JSON text of a policy; relative paths stay as written.
+    pub fn from_json(text: &str) -> Result<SnpPolicy, PolicyError> {
+        Self::from_json_at(text, None)
+    }
+
+    /// Parses the JSON text of a policy, resolving relative paths against `base`.
+    pub fn from_json_at(text: &str, base: Option<&Path>) -> Result<SnpPolicy, PolicyError> {
+        let root = parse_json_unique_keys(text)?;
+        let obj = root
+            .as_object()
+            .ok_or_else(|| format_err("top level must be an object"))?;
+        let mut policy = SnpPolicy::default();
+        let mut seen_measurement = false;
+        for (key, value) in obj {
+            match key.as_str() {
+                "measurement" => {
+                    let entry = parse_entry(0, value, MEASUREMENT_LEN).map_err(|e| match e {
+                        PolicyError::DigestLength { .. } => {
+                            format_err("measurement: expected must be 48 bytes (96 hex digits)")
+                        }
+                        e => format_err(format!("measurement: {e}")),
+                    })?;
+                    policy.measurement = MeasurementPolicy::default();
+                    policy.measurement.set(0, entry.value, entry.warn_only);
+                    seen_measurement = true;
+                }
+                "minimumTcb" => policy.minimum_tcb = Some(parse_minimum_tcb(value)?),
+                "vmpl" => {
+                    policy.vmpl = value
+                        .as_u64()
+                        .filter(|v| *v <= 3)
+                        .ok_or_else(|| format_err("vmpl must be 0, 1, 2 or 3"))?
+                        as u32;
+                }
+                "allowDebug" => {
+                    policy.allow_debug = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("allowDebug must be true or false"))?;
+                }
+                "allowSmt" => {
+                    policy.allow_smt = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("allowSmt must be true or false"))?;
+                }
+                "allowMigrationAgent" => {
+                    policy.allow_migration_agent = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("allowMigrationAgent must be true or false"))?;
+                }
+                "minimumAbi" => policy.minimum_abi = parse_abi(value)?,
+                "hostData" => policy.host_data = Some(hex_field(value, "hostData")?),
+                "idKeyDigests" => {
+                    let arr = value
+                        .as_array()
+                        .ok_or_else(|| format_err("idKeyDigests must be a list"))?;
+                    policy.id_key_digests = arr
+                        .iter()
+                        .map(|v| hex_field(v, "idKeyDigests entry"))
+                        .collect::<Result<_, _>>()?;
+                }
+                "rootBundles" => policy.root_bundles = path_list(value, "rootBundles", base)?,
+                "vcekCacheDir" => {
+                    let s = value
+                        .as_str()
+                        .ok_or_else(|| format_err("vcekCacheDir must be a path"))?;
+                    policy.vcek_cache_dir = Some(resolve(s, base));
+                }
+                "kdsFetch" => {
+                    policy.kds_fetch = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("kdsFetch must be true or false"))?;
+                    if policy.kds_fetch && !cfg!(feature = "kds") {
+                        return Err(format_err(
+                            "kdsFetch needs confboot built with the `kds` feature",
+                        ));
+                    }
+                }
+                "kdsBaseUrl" => {
+                    let url = value
+                        .as_str()
+                        .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+                        .ok_or_else(|| format_err("kdsBaseUrl must be an http(s) URL"))?;
+                    policy.kds_base_url = Some(url.to_string());
+                }
+                "insecureAnyImage" => {
+                    policy.insecure_any_image = value
+                        .as_bool()
+                        .ok_or_else(|| format_err("insecureAnyImage must be true or false"))?;
+                }
+                other => return Err(format_err(format!("unknown key {other:?}"))),
+            }
+        }
+        if !seen_measurement {
+            return Err(format_err("\"measurement\" is required"));
+        }
+        if !policy.pins_image() {
+            if !policy.insecure_any_image {
+                return Err(PolicyError::ImageNotPinned);
+            }
+            log::warn!(
+                "SEV-SNP policy pins no guest image (warnOnly measurement, no idKeyDigests) and \
+                 says insecureAnyImage: ANY guest image AMD firmware runs is admitted"
+            );
+        }
+        Ok(policy)
+    }
+
+    /// Whether the policy pins the guest image: an enforced launch
+    /// measurement or at least one accepted ID key (`hostData` does not
+    /// count: the host chooses it).
+    pub fn pins_image(&self) -> bool {
+        self.measurement.enforces_something() || !self.id_key_digests.is_empty()
+    }
+
+    /// Reads a policy file (at most [`MAX_POLICY_BYTES`]); relative paths in
+    /// it are resolved against the file's directory.
+    pub fn load(path: &Path) -> Result<SnpPolicy, PolicyError> {
+        let text = read_bounded(path, MAX_POLICY_BYTES)?;
+        Self::from_json_at(&text, path.parent())
+    }
+}
+
+fn parse_minimum_tcb(value: &Value) -> Result<MinimumTcb, PolicyError> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| format_err("minimumTcb must be an object"))?;
+    let mut min = MinimumTcb::default();
+    for (name, v) in obj {
+        let n = v
+            .as_u64()
+            .filter(|n| *n <= 255)
+            .ok_or_else(|| format_err(format!("minimumTcb.{name} must be 0..=255")))?
+            as u8;
+        match name.as_str() {
+            "bootloader" => min.bootloader = n,
+            "tee" => min.tee = n,
+            "snp" => min.snp = n,
+            "microcode" => min.microcode = n,
+            "fmc" => min.fmc = n,
+            other => {
+                return Err(format_err(format!(
+                    "minimumTcb: unknown component {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
+
+    #[test]
+    fn parses_every_field() {
+        let text = format!(
+            r#"{{"measurement": {{"expected": "{M}", "warnOnly": true}},
+                "minimumTcb": {{"bootloader": 3, "tee": 1, "snp": 8, "microcode": 115, "fmc": 2}},
+                "vmpl": 1, "allowDebug": true, "hostData": "{h}",
+                "idKeyDigests": ["{d}"], "rootBundles": ["a.pem", "/b.pem"],
+                "vcekCacheDir": "cache"}}"#,
+            h = "11".repeat(32),
+            d = "22".repeat(48)
+        );
+        let p = SnpPolicy::from_json_at(&text, Some(Path::new("/etc/cb"))).unwrap();
+        assert_eq!(
+            p.measurement.entries()[&0].value,
+            confboot_util::hex::decode(M).unwrap()
+        );
+        assert!(p.measurement.entries()[&0].warn_only);
+        assert_eq!(
+            p.minimum_tcb.unwrap(),
+            MinimumTcb {
+                bootloader: 3,
+                tee: 1,
+                snp: 8,
+                microcode: 115,
+                fmc: 2
+            }
+        );
+        assert_eq!(p.vmpl, 1);
+        assert!(p.allow_debug);
+        assert_eq!(p.host_data, Some([0x11; 32]));
+        assert_eq!(p.id_key_digests, vec![[0x22; 48]]);
+        assert_eq!(
+            p.root_bundles,
+            vec![PathBuf::from("/etc/cb/a.pem"), PathBuf::from("/b.pem")]
+        );
+        assert_eq!(p.vcek_cache_dir, Some(PathBuf::from("/etc/cb/cache")));
+    }
+
+    #[test]
+    fn defaults_are_strict() {
+        let p =
+            SnpPolicy::from_json(&format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
+        assert_eq!(p.vmpl, 0);
+        assert!(!p.allow_debug);
+        assert_eq!(p.minimum_tcb, None, "the per-product default applies");
+        let milan = MinimumTcb::default_for(Product::Milan).unwrap();
+        assert_eq!(
+            (milan.bootloader, milan.tee, milan.snp, milan.microcode),
+            (3, 0, 8, 115)
+        );
+        assert_eq!(
+            MinimumTcb::default_for(Product::Genoa),
+            None,
+            "fails closed"
+        );
+        assert!(p.host_data.is_none() && p.id_key_digests.is_empty());
+    }
+
+    #[test]
+    fn refuses_malformed_policies() {
+        let m = format!(r#""measurement": {{"expected": "{M}"}}"#);
+        for bad in [
+            "{}".to_string(),
+            "[]".to_string(),
+            r#"{"measurement": {"expected": "00"}}"#.to_string(),
+            format!(
+                r#"{{"measurement": {{"expected": "{}"}}}}"#,
+                "00".repeat(32)
+            ),
+            format!(r#"{{{m}, "vmpl": 4}}"#),
+            format!(r#"{{{m}, "vmpl": -1}}"#),
+            format!(r#"{{{m}, "allowDebug": "no"}}"#),
+            format!(r#"{{{m}, "minimumTcb": {{"snp": 256}}}}"#),
+            format!(r#"{{{m}, "minimumTcb": {{"sn": 1}}}}"#),
+            format!(r#"{{{m}, "hostData": "00"}}"#),
+            format!(r#"{{{m}, "idKeyDigests": ["zz"]}}"#),
+            format!(r#"{{{m}, "rootBundles": "x.pem"}}"#),
+            format!(r#"{{{m}, "allowdebug": true}}"#),
+        ] {
+            assert!(
+                matches!(SnpPolicy::from_json(&bad), Err(PolicyError::Format(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_policy_that_pins_no_image_is_refused_unless_marked() {
+        let warn = format!(r#""measurement": {{"expected": "{M}", "warnOnly": true}}"#);
+        let host = format!(r#""hostData": "{}""#, "11".repeat(32));
+        let id = format!(r#""idKeyDigests": ["{}"]"#, "22".repeat(48));
+        // warnOnly and nothing else, or only what the host chooses: refused.
+        for text in [
+            format!("{{{warn}}}"),
+            format!("{{{warn}, {host}}}"),
+            format!(r#"{{{warn}, "idKeyDigests": []}}"#),
+            format!(r#"{{{warn}, {host}, "insecureAnyImage": false}}"#),
+        ] {
+            let err = SnpPolicy::from_json(&text).unwrap_err();
+            assert!(
+                matches!(err, PolicyError::ImageNotPinned),
+                "{text}: {err:?}"
+            );
+            assert!(err.to_string().contains("insecureAnyImage"), "{err}");
+        }
+        // An ID key pins the images its owner signed.
+        let p = SnpPolicy::from_json(&format!("{{{warn}, {id}}}")).unwrap();
+        assert!(p.pins_image() && !p.insecure_any_image);
+        // An enforced measurement pins the image.
+        let p =
+            SnpPolicy::from_json(&format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
+        assert!(p.pins_image());
+        // Said explicitly: accepted, and the policy says so.
+        let p = SnpPolicy::from_json(&format!(r#"{{{warn}, "insecureAnyImage": true}}"#)).unwrap();
+        assert!(!p.pins_image() && p.insecure_any_image);
+        assert!(matches!(
+            SnpPolicy::from_json(&format!(r#"{{{warn}, "insecureAnyImage": "yes"}}"#)),
+            Err(PolicyError::Format(_))
+        ));
+    }
+
+    #[test]
+    fn repeated_keys_are_refused() {
+        let m = format!(r#""measurement": {{"expected": "{M}"}}"#);
+        let w = format!(r#""measurement": {{"expected": "{M}", "warnOnly": true}}"#);
+        for text in [
+            // The later, permissive measurement would silently win.
+            format!(r#"{{{m}, {w}, "insecureAnyImage": true}}"#),
+            format!(r#"{{{m}, "allowDebug": false, "allowDebug": true}}"#),
+            format!(r#"{{{m}, "minimumTcb": {{"snp": 8, "snp": 0}}}}"#),
+            format!(
+                r#"{{"measurement": {{"expected": "{M}", "warnOnly": false, "warnOnly": true}}}}"#
+            ),
+        ] {
+            assert!(
+                matches!(
+                    SnpPolicy::from_json(&text),
+                    Err(PolicyError::DuplicateKey(_))
+                ),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_is_bounded() {
+        let dir =
+            std::env::temp_dir().join(format!("confboot-snp-policy-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("snp.json");
+        let mut text = format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#).into_bytes();
+        std::fs::write(&file, &text).unwrap();
+        assert!(SnpPolicy::load(&file).is_ok());
+        text.resize(MAX_POLICY_BYTES as usize + 1, b' ');
+        std::fs::write(&file, &text).unwrap();
+        assert!(matches!(
+            SnpPolicy::load(&file),
+            Err(PolicyError::TooLarge(n)) if n == MAX_POLICY_BYTES + 1
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn kds_fetch_needs_the_feature() {
+        let text = format!(
+            r#"{{"measurement": {{"expected": "{M}"}}, "kdsFetch": true, "kdsBaseUrl": "https://kds.example"}}"#
+        );
+        let parsed = SnpPolicy::from_json(&text);
+        if cfg!(feature = "kds") {
+            let p = parsed.unwrap();
+            assert!(p.kds_fetch);
+            assert_eq!(p.kds_base_url.as_deref(), Some("https://kds.example"));
+        } else {
+            assert!(matches!(parsed, Err(PolicyError::Format(m)) if m.contains("`kds` feature")));
+        }
+        let bad = format!(r#"{{"measurement": {{"expected": "{M}"}}, "kdsBaseUrl": "ftp://x"}}"#);
+        assert!(matches!(
+            SnpPolicy::from_json(&bad),
+            Err(PolicyError::Format(_))
+        ));
+    }
+
+    #[test]
+    fn shortfalls_name_each_component() {
+        let min = MinimumTcb {
+            bootloader: 3,
+            tee: 0,
+            snp: 9,
+            microcode: 116,
+            fmc: 0,
+        };
+        let tcb = TcbVersion {
+            fmc: None,
+            bootloader: 3,
+            tee: 0,
+            snp: 8,
+            microcode: 115,
+        };
+        assert_eq!(
+            min.shortfalls(&tcb),
+            vec!["snp 8 < 9", "microcode 115 < 116"]
+        );
+    }
+}

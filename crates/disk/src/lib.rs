@@ -1,0 +1,536 @@
+//! The node's state disk: dm-crypt with a LUKS2 header, keyed with the key
+//! derived for the disk's UUID (see [`confboot_kms`]).
+//!
+//! Security posture:
+//! - A disk that carries a LUKS header is **never** formatted: a wrong key is
+//!   an error ([`DiskError::WrongKey`]), not a reason to wipe.
+//! - A disk without a LUKS header is formatted only if it is blank (all zeros
+//!   where headers and file-system signatures live, see [`cryptsetup::is_blank`]).
+//!   A disk with other content is refused as [`DiskState::Unrecognized`]
+//!   unless the caller explicitly allows it ([`StateDisk::allow_formatting_unrecognized`]).
+//!   Reason: Constellation formats any disk without a LUKS header, which turns
+//!   a damaged header or a wrongly attached data disk into silent data loss;
+//!   fresh cloud disks read as zeros, so refusing non-zero content costs
+//!   nothing in the normal flow and stops the irreversible mistake.
+//! - The key goes to cryptsetup through a pipe on its stdin, never in argv,
+//!   the environment or a file, and is never logged; the native backend
+//!   keeps the volume key and the dm table that carries it in zeroized
+//!   buffers and never logs them.
+//!
+//! [`StateDisk`] holds the decision (format or open); a [`DiskBackend`] does
+//! the work. [`luks2::Luks2Backend`] is the native one (LUKS2 in Rust,
+//! device-mapper through [`dm`], no cryptsetup); [`CryptsetupBackend`]
+//! drives the cryptsetup program. Both have a header-only mode for
+//! machines without device-mapper.
+//!
+//! ```no_run
+//! use crate::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};
+//! use confboot_kms::MasterSecret;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let master = MasterSecret::generate()?; // on a node: from Init's kmsURI or the join ticket
+//! let backend = CryptsetupBackend::new("/dev/vdb", "state").with_program("/sbin/cryptsetup");
+//! let mut disk = StateDisk::new(backend);
+//! match disk.format_or_open(&new_disk_uuid(), |uuid| Ok(master.state_disk_key(uuid)))? {
+//!     DiskAction::Formatted { uuid } => println!("new state disk {uuid}: make a file system"),
+//!     DiskAction::Opened { uuid } => println!("state disk {uuid} opened"),
+//! }
+//! let _device = disk.mapped_device(); // Some("/dev/mapper/state")
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+
+use confboot_kms::{SecretBytes, is_uuid};
+
+pub mod cryptsetup;
+pub mod dm;
+pub mod ext4;
+pub mod filesystem;
+pub mod luks2;
+
+pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
+pub use filesystem::{FilesystemAction, FilesystemMaker, Mkfs, NativeExt4};
+
+/// What a state disk holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskState {
+    /// No LUKS header and all zeros where headers live: safe to format.
+    Blank,
+    /// A LUKS header.
+    Luks {
+        /// The header's UUID, lowercase.
+        uuid: String,
+    },
+    /// No LUKS header but other content (a damaged header, a file system, a
+    /// partition table, random data): not formatted unless explicitly allowed.
+    Unrecognized {
+        /// What was found (no disk content is quoted).
+        reason: String,
+    },
+}
+
+/// What [`StateDisk::format_or_open`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskAction {
+    /// The disk was blank: it was formatted with this UUID and opened. It holds
+    /// no file system yet.
+    Formatted {
+        /// The new header's UUID, lowercase.
+        uuid: String,
+    },
+    /// The disk had a LUKS header and was opened with the key for its UUID.
+    Opened {
+        /// The header's UUID, lowercase.
+        uuid: String,
+    },
+}
+
+impl DiskAction {
+    /// The disk's UUID, whatever was done.
+    pub fn uuid(&self) -> &str {
+        match self {
+            DiskAction::Formatted { uuid } | DiskAction::Opened { uuid } => uuid,
+        }
+    }
+}
+
+/// Why a state disk operation failed. No variant carries key material.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskError {
+    /// Reading the device or starting cryptsetup failed.
+    Io(String),
+    /// cryptsetup failed for another reason than a wrong key.
+    Cryptsetup {
+        /// The cryptsetup action (`luksFormat`, `open`, ...).
+        action: String,
+        /// Its exit status (`None` if killed by a signal).
+        status: Option<i32>,
+        /// The tail of its stderr, with control characters replaced.
+        stderr: String,
+    },
+    /// A device-mapper operation failed (the native backend).
+    DeviceMapper {
+        /// What the backend was doing (`open`, `close`).
+        action: String,
+        /// What failed.
+        message: String,
+    },
+    /// The key does not open any key slot of the header.
+    WrongKey,
+    /// Formatting was refused: the disk already carries a LUKS header.
+    AlreadyFormatted {
+        /// The existing header's UUID.
+        uuid: String,
+    },
+    /// Opening was refused: the disk carries no LUKS header.
+    NotLuks,
+    /// The disk holds data that is not a LUKS header; it is not formatted.
+    Unrecognized {
+        /// What was found.
+        reason: String,
+    },
+    /// A UUID is malformed, or a freshly written header does not carry the
+    /// requested one.
+    BadUuid(String),
+    /// The mapping name is in use (cryptsetup exit status 5).
+    Busy(String),
+    /// The caller could not provide the key (returned by `key_for` closures).
+    KeyUnavailable(String),
+    /// The backend's configuration is invalid (e.g. a mapper name with `/`).
+    Config(String),
+    /// The header's metadata (the measurement salt token) is missing where it
+    /// must be, or malformed.
+    Metadata(String),
+    /// Making the file system on the opened disk failed.
+    Filesystem(String),
+}
+
+impl fmt::Display for DiskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiskError::Io(m) => write!(f, "state disk I/O: {m}"),
+            DiskError::Cryptsetup {
+                action,
+                status,
+                stderr,
+            } => match status {
+                Some(s) => write!(f, "cryptsetup {action} exited with {s}: {stderr}"),
+                None => write!(f, "cryptsetup {action} was killed: {stderr}"),
+            },
+            DiskError::DeviceMapper { action, message } => write!(f, "{action}: {message}"),
+            DiskError::WrongKey => f.write_str("the key does not open the state disk"),
+            DiskError::AlreadyFormatted { uuid } => {
+                write!(f, "refusing to format: the disk has a LUKS header ({uuid})")
+            }
+            DiskError::NotLuks => f.write_str("the disk has no LUKS header"),
+            DiskError::Unrecognized { reason } => write!(
+                f,
+                "refusing to format a disk that is neither blank nor LUKS: {reason}"
+            ),
+            DiskError::BadUuid(m) => write!(f, "bad disk UUID: {m}"),
+            DiskError::Busy(m) => write!(f, "device or mapping busy: {m}"),
+            DiskError::KeyUnavailable(m) => write!(f, "no key for the state disk: {m}"),
+            DiskError::Config(m) => write!(f, "state disk configuration: {m}"),
+            DiskError::Metadata(m) => write!(f, "state disk header metadata: {m}"),
+            DiskError::Filesystem(m) => write!(f, "state file system: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for DiskError {}
+
+/// Does the work on one disk. Implementations must refuse to [`format`](Self::format)
+/// a disk that already has a LUKS header, whatever the caller decided.
+pub trait DiskBackend: Send {
+    /// What the disk holds.
+    fn inspect(&self) -> Result<DiskState, DiskError>;
+    /// Writes a new LUKS2 header with `uuid` and one key slot for `key`.
+    /// Refuses ([`DiskError::AlreadyFormatted`]) if there is a LUKS header.
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError>;
+    /// Opens the disk with `key`; a key that opens no slot is [`DiskError::WrongKey`].
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError>;
+    /// Checks that `key` opens a key slot of the LUKS header, changing
+    /// nothing (no mapping); a key that opens no slot is [`DiskError::WrongKey`].
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError>;
+    /// The device, for messages.
+    fn describe(&self) -> String;
+    /// After a successful [`open`](Self::open): the decrypted block device, if
+    /// this backend maps one.
+    fn mapped_device(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+    /// Keeps the cluster's measurement salt in the LUKS header (replacing
+    /// one kept before), so that after a reboot a rejoin or a recovery can
+    /// mark the node again: PCR 15 ← HKDF(measurement secret, salt). The salt
+    /// is not secret (the admin's cluster state holds it too); a changed one
+    /// only gives the node a PCR 15 its attestation is then refused for.
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError>;
+    /// The measurement salt kept in the header; `None` if there is none.
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError>;
+    /// Records in the header that the file system `fs` was made on the
+    /// opened disk (after `mkfs` succeeded).
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError>;
+    /// The file system recorded by [`record_filesystem`](Self::record_filesystem);
+    /// `None` if none was made (yet).
+    fn filesystem(&self) -> Result<Option<String>, DiskError>;
+    /// Records in the header that the node's first boot on this disk
+    /// completed (see [`StateDisk::record_bootstrapped`]).
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError>;
+    /// Whether [`record_bootstrapped`](Self::record_bootstrapped) was done.
+    fn bootstrapped(&self) -> Result<bool, DiskError>;
+}
+
+/// A boxed backend is a backend: the caller picks one at run time (the
+/// bootstrapper's `--disk-backend`).
+impl<B: DiskBackend + ?Sized> DiskBackend for Box<B> {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        (**self).inspect()
+    }
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError> {
+        (**self).format(uuid, key)
+    }
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
+        (**self).open(key)
+    }
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        (**self).check_key(key)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn mapped_device(&self) -> Option<std::path::PathBuf> {
+        (**self).mapped_device()
+    }
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        (**self).store_measurement_salt(salt)
+    }
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        (**self).measurement_salt()
+    }
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
+        (**self).record_filesystem(fs)
+    }
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        (**self).filesystem()
+    }
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        (**self).record_bootstrapped()
+    }
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        (**self).bootstrapped()
+    }
+}
+
+/// Bounds on a measurement salt kept in a header (Constellation's is 32 bytes).
+pub const MEASUREMENT_SALT_LEN: std::ops::RangeInclusive<usize> = 16..=256;
+
+fn check_salt(salt: &[u8]) -> Result<(), DiskError> {
+    if MEASUREMENT_SALT_LEN.contains(&salt.len()) {
+        Ok(())
+    } else {
+        Err(DiskError::Metadata(format!(
+            "a measurement salt of {} bytes (want {} to {})",
+            salt.len(),
+            MEASUREMENT_SALT_LEN.start(),
+            MEASUREMENT_SALT_LEN.end()
+        )))
+    }
+}
+
+/// A node's state disk and the format-or-open decision.
+pub struct StateDisk<B: DiskBackend> {
+    backend: B,
+    format_unrecognized: bool,
+}
+
+impl<B: DiskBackend> StateDisk<B> {
+    /// A state disk on `backend` that refuses to format unrecognized content.
+    pub fn new(backend: B) -> Self {
+        StateDisk {
+            backend,
+            format_unrecognized: false,
+        }
+    }
+
+    /// Lets [`format_or_open`](Self::format_or_open) format a disk in the
+    /// [`DiskState::Unrecognized`] state (destroying what is on it). A disk
+    /// with a LUKS header is still never formatted. For operators who know the
+    /// disk is theirs to wipe.
+    pub fn allow_formatting_unrecognized(mut self) -> Self {
+        self.format_unrecognized = true;
+        self
+    }
+
+    /// What the disk holds.
+    pub fn state(&self) -> Result<DiskState, DiskError> {
+        self.backend.inspect()
+    }
+
+    /// The decision the bootstrapper needs: a blank disk is formatted with
+    /// `blank_uuid` and the key, then opened; a LUKS disk is opened with the
+    /// key (never formatted; a wrong key is [`DiskError::WrongKey`]).
+    /// `key_for` gets the UUID that is used (the header's, or `blank_uuid`
+    /// lowercased) so the caller derives the key for exactly that disk.
+    pub fn format_or_open(
+        &mut self,
+        blank_uuid: &str,
+        key_for: impl FnOnce(&str) -> Result<SecretBytes, DiskError>,
+    ) -> Result<DiskAction, DiskError> {
+        let device = self.backend.describe();
+        match self.backend.inspect()? {
+            DiskState::Luks { uuid } => {
+                log::info!("state disk {device} has a LUKS header ({uuid}); opening it");
+                let key = key_for(&uuid)?;
+                self.backend.open(&key)?;
+                Ok(DiskAction::Opened { uuid })
+            }
+            DiskState::Unrecognized { reason } if !self.format_unrecognized => {
+                log::error!("state disk {device} is neither blank nor LUKS: {reason}");
+                Err(DiskError::Unrecognized { reason })
+            }
+            state => {
+                if let DiskState::Unrecognized { reason } = state {
+                    log::warn!("formatting state disk {device} despite its content: {reason}");
+                }
+                if !is_uuid(blank_uuid) {
+                    return Err(DiskError::BadUuid(format!("{blank_uuid:?} is not a UUID")));
+                }
+                let uuid = blank_uuid.to_ascii_lowercase();
+                let key = key_for(&uuid)?;
+                log::info!("formatting state disk {device} as {uuid}");
+                self.backend.format(&uuid, &key)?;
+                match self.backend.inspect()? {
+                    DiskState::Luks { uuid: written } if written == uuid => {}
+                    other => {
+                        return Err(DiskError::BadUuid(format!(
+                            "after formatting as {uuid} the disk reads as {other:?}"
+                        )));
+                    }
+                }
+                self.backend.open(&key)?;
+                Ok(DiskAction::Formatted { uuid })
+            }
+        }
+    }
+
+    /// Checks, changing nothing, that the key for the LUKS disk's UUID
+    /// (`key_for` gets it) opens it: [`DiskError::NotLuks`] for a disk without
+    /// a header, [`DiskError::WrongKey`] for a key that opens no slot. Lets a
+    /// caller refuse a wrong key before it commits to opening the disk.
+    pub fn check_key(
+        &self,
+        key_for: impl FnOnce(&str) -> Result<SecretBytes, DiskError>,
+    ) -> Result<(), DiskError> {
+        let DiskState::Luks { uuid } = self.backend.inspect()? else {
+            return Err(DiskError::NotLuks);
+        };
+        self.backend.check_key(&key_for(&uuid)?)
+    }
+
+    /// The decrypted block device after a successful open, if the backend maps one.
+    pub fn mapped_device(&self) -> Option<std::path::PathBuf> {
+        self.backend.mapped_device()
+    }
+
+    /// See [`DiskBackend::store_measurement_salt`]; the salt's length must be
+    /// in [`MEASUREMENT_SALT_LEN`].
+    pub fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        check_salt(salt)?;
+        self.backend.store_measurement_salt(salt)
+    }
+
+    /// Makes sure of the state file system on the opened, mapped disk. The
+    /// rule (the header is not authenticated, so it never decides alone to
+    /// destroy data): a file system is made when `action` says the disk
+    /// was formatted in this boot, or when the disk's first boot was cut
+    /// short before making one (the header records no completed first
+    /// boot, and the decrypted device holds no ext4 superblock, primary or
+    /// copy: [`filesystem::ext4_superblock_copy`]). Any other time a header
+    /// that records none means: probe the decrypted device, keep what is
+    /// there, report it (and record a file system found). Without a mapped
+    /// device (header-only mode) nothing happens. `mkfs` makes it:
+    /// [`NativeExt4`], or [`Mkfs`] running mke2fs.
+    pub fn ensure_filesystem(
+        &mut self,
+        mkfs: &dyn filesystem::FilesystemMaker,
+        action: &DiskAction,
+    ) -> Result<Option<FilesystemAction>, DiskError> {
+        let Some(device) = self.backend.mapped_device() else {
+            return Ok(None);
+        };
+        if let Some(fs) = self.backend.filesystem()? {
+            log::info!("state file system on {}: {fs}, kept", device.display());
+            return Ok(Some(FilesystemAction::Kept));
+        }
+        if let DiskAction::Formatted { .. } = action {
+            mkfs.make(&device)?;
+            self.backend.record_filesystem(filesystem::FS_TYPE)?;
+            return Ok(Some(FilesystemAction::Made));
+        }
+        match filesystem::probe(&device)? {
+            Some(fs) => {
+                log::warn!(
+                    "state file system on {}: {fs}, kept (the header did not record it; recorded now)",
+                    device.display()
+                );
+                self.backend.record_filesystem(fs)?;
+                Ok(Some(FilesystemAction::Found(fs)))
+            }
+            // A first boot cut short between the format and mke2fs (a
+            // power-off) leaves a LUKS disk that never held a file system:
+            // finishing that boot makes it. Not when the header records a
+            // completed first boot, and not when any copy of an ext4
+            // superblock is there (a damaged file system is data).
+            None if !self.backend.bootstrapped()? => {
+                match filesystem::ext4_superblock_copy(&device)? {
+                    None => {
+                        log::warn!(
+                            "state file system on {}: none, and no ext4 superblock anywhere on \
+                             the device: the first boot that formatted this disk was cut short \
+                             before making it; making it now",
+                            device.display()
+                        );
+                        mkfs.make(&device)?;
+                        self.backend.record_filesystem(filesystem::FS_TYPE)?;
+                        Ok(Some(FilesystemAction::Made))
+                    }
+                    Some(offset) => {
+                        log::warn!(
+                            "state file system on {}: none at its start, but an ext4 superblock \
+                             copy at byte {offset}: a damaged file system, kept (e2fsck -b can \
+                             repair it); nothing is made over it",
+                            device.display()
+                        );
+                        Ok(Some(FilesystemAction::Absent))
+                    }
+                }
+            }
+            None => {
+                log::warn!(
+                    "state file system on {}: the header records none and none was found; \
+                     nothing is made on a disk whose first boot completed",
+                    device.display()
+                );
+                Ok(Some(FilesystemAction::Absent))
+            }
+        }
+    }
+
+    /// Records in the header that this disk's first boot completed (the
+    /// cluster step succeeded). Until then a LUKS disk is a first boot to
+    /// finish, not a node to rejoin.
+    pub fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        self.backend.record_bootstrapped()
+    }
+
+    /// Whether the header records a completed first boot.
+    pub fn bootstrapped(&self) -> Result<bool, DiskError> {
+        self.backend.bootstrapped()
+    }
+
+    /// The measurement salt kept in the header; an error if there is none
+    /// or it is malformed (the node cannot be marked without it).
+    pub fn measurement_salt(&self) -> Result<Vec<u8>, DiskError> {
+        let salt = self
+            .backend
+            .measurement_salt()?
+            .ok_or_else(|| DiskError::Metadata("the header keeps no measurement salt".into()))?;
+        check_salt(&salt)?;
+        Ok(salt)
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Gives the backend back.
+    pub fn into_backend(self) -> B {
+        self.backend
+    }
+}
+
+/// A fresh random (version 4) UUID, lowercase, from ring's `SystemRandom`.
+pub fn new_disk_uuid() -> String {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .expect("the system's random source works");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    uuid_text(&b)
+}
+
+/// 16 bytes as a UUID's text: lowercase hex in groups of 8-4-4-4-12.
+pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
+    let h = confboot_util::hex::encode(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_uuids_are_v4_and_fresh() {
+        let a = new_disk_uuid();
+        let b = new_disk_uuid();
+        assert_ne!(a, b);
+        for u in [&a, &b] {
+            assert!(is_uuid(u), "{u}");
+            assert_eq!(u.to_ascii_lowercase(), *u);
+            assert_eq!(&u[14..15], "4", "{u}");
+            assert!("89ab".contains(&u[19..20]), "{u}");
+        }
+    }
+}

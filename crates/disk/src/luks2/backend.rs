@@ -1,0 +1,318 @@
+//! [`Luks2Backend`]: the pure-Rust LUKS2 behind the state disk's
+//! [`DiskBackend`] trait, so [`crate::StateDisk`] keeps its
+//! never-format rules on it unchanged. It keeps the same tokens as
+//! [`crate::CryptsetupBackend`] (read through the same
+//! [`HeaderMetadata`]), and the same key meaning (the state-disk key is
+//! the passphrase), so either backend opens what the other wrote.
+//!
+//! Opening unlocks a key slot to the volume key and maps the header's
+//! data segment (its offset, cipher and sector size) with a `crypt` table
+//! through device-mapper ([`crate::dm`]) at `/dev/mapper/NAME`, as
+//! `cryptsetup open` does; [`Luks2Backend::header_only`] only checks keys
+//! (the build-machine mode, like [`crate::OpenMode::HeaderOnly`]).
+
+use std::fs::File;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+
+use super::{FormatOptions, KdfLimits, Luks2, Luks2Error, probe};
+use crate::cryptsetup::{
+    BOOTSTRAPPED_TOKEN_TYPE, FILESYSTEM_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE,
+};
+use crate::dm::crypt::{CryptLayout, CryptTable};
+use crate::dm::{self, DeviceMapper, DmError};
+use crate::{DiskBackend, DiskError, DiskState};
+use confboot_kms::{SecretBytes, is_uuid};
+
+/// The state-disk backend on the pure-Rust LUKS2 and device-mapper.
+#[derive(Clone, Debug)]
+pub struct Luks2Backend {
+    /// The block device (or, header only, an image file).
+    pub device: PathBuf,
+    /// How new headers are made (the UUID is the one `format` is given).
+    pub options: FormatOptions,
+    /// The KDF cost limits for unlocking.
+    pub limits: KdfLimits,
+    /// The mapping's name (`/dev/mapper/NAME`); `None`: header only.
+    pub mapper_name: Option<String>,
+    /// The device-mapper control device ([`dm::CONTROL`]).
+    pub control: PathBuf,
+    /// Where the mapping's node is made ([`dm::DEV_DIR`]).
+    pub dev_dir: PathBuf,
+    mapped: Option<PathBuf>,
+}
+
+impl Luks2Backend {
+    /// A backend mapping `device` as `/dev/mapper/<mapper_name>` on
+    /// [`Luks2Backend::open`](DiskBackend::open), with the default format
+    /// options and limits.
+    pub fn new(device: impl Into<PathBuf>, mapper_name: impl Into<String>) -> Self {
+        Luks2Backend {
+            mapper_name: Some(mapper_name.into()),
+            ..Luks2Backend::header_only(device)
+        }
+    }
+
+    /// A backend on `device` that checks keys against the header and maps
+    /// nothing, with the default format options and limits.
+    pub fn header_only(device: impl Into<PathBuf>) -> Self {
+        Luks2Backend {
+            device: device.into(),
+            options: FormatOptions::default(),
+            limits: KdfLimits::default(),
+            mapper_name: None,
+            control: PathBuf::from(dm::CONTROL),
+            dev_dir: PathBuf::from(dm::DEV_DIR),
+            mapped: None,
+        }
+    }
+
+    /// Uses `options` for new headers (PBKDF choice and costs).
+    pub fn with_options(mut self, options: FormatOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Removes the mapping made by [`open`](DiskBackend::open) (nothing if
+    /// none was made); [`DiskError::DeviceMapper`] (`EBUSY`) while it is
+    /// in use (mounted).
+    pub fn close(&mut self) -> Result<(), DiskError> {
+        let (Some(name), Some(_)) = (&self.mapper_name, &self.mapped) else {
+            return Ok(());
+        };
+        let dm = DeviceMapper::open(&self.control, &self.dev_dir).map_err(dm_error("close"))?;
+        dm.remove(name).map_err(dm_error("close"))?;
+        self.mapped = None;
+        Ok(())
+    }
+
+    /// Unlocks a key slot with `key` and maps the data segment as `name`.
+    fn map(&self, name: &str, key: &SecretBytes) -> Result<PathBuf, DiskError> {
+        dm::check_name(name).map_err(|e| DiskError::Config(e.to_string()))?;
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        let started = Instant::now();
+        let disk = self.read()?;
+        let volume_key = disk.unlock(key.expose()).map_err(to_disk_error)?;
+        let unlocked = started.elapsed();
+        let segment = disk
+            .header()
+            .metadata
+            .segments
+            .first()
+            .ok_or_else(|| DiskError::Metadata("the header has no crypt segment".into()))?;
+        if segment.iv_tweak != 0 {
+            return Err(DiskError::Metadata(format!(
+                "segment {}: iv_tweak {} (only 0 is mapped)",
+                segment.id, segment.iv_tweak
+            )));
+        }
+        let (device, size) = block_device(&self.device)?;
+        let end = match segment.size {
+            Some(len) => segment.offset.checked_add(len),
+            None => Some(size),
+        };
+        let length = match end {
+            Some(end) if end <= size && end > segment.offset => end - segment.offset,
+            _ => {
+                return Err(DiskError::Metadata(format!(
+                    "segment {} ({} bytes from {}) does not fit the {size}-byte device",
+                    segment.id,
+                    segment.size.map_or("dynamic".into(), |s| s.to_string()),
+                    segment.offset
+                )));
+            }
+        };
+        let layout = CryptLayout {
+            cipher: &segment.encryption,
+            iv_offset: 0,
+            device,
+            offset: segment.offset,
+            length,
+            sector_size: segment.sector_size,
+        };
+        let table = CryptTable::new(&layout, volume_key.expose())
+            .map_err(|e| DiskError::Metadata(e.to_string()))?;
+        drop(volume_key);
+        let dm = DeviceMapper::open(&self.control, &self.dev_dir).map_err(dm_error("open"))?;
+        let dm_uuid = format!("CRYPT-LUKS2-{}-{name}", disk.uuid().replace('-', ""));
+        let node = dm
+            .create(name, &dm_uuid, &table.target())
+            .map_err(dm_error("open"))?;
+        log::info!(
+            "mapped {} as {} ({}, {} B sectors) in {} ms (key slot {} ms)",
+            self.device.display(),
+            node.display(),
+            segment.encryption,
+            segment.sector_size,
+            started.elapsed().as_millis(),
+            unlocked.as_millis()
+        );
+        Ok(node)
+    }
+
+    fn read(&self) -> Result<Luks2, DiskError> {
+        Ok(Luks2::read(&self.device)
+            .map_err(to_disk_error)?
+            .with_limits(self.limits))
+    }
+
+    fn metadata(&self) -> Result<HeaderMetadata, DiskError> {
+        HeaderMetadata::parse(self.read()?.metadata_json().as_bytes())
+    }
+
+    /// Writes a token of `token_type` bound to no key slot with `fields`,
+    /// replacing the header's token of that type if it has one.
+    fn put_token(
+        &mut self,
+        token_type: &str,
+        mut fields: Map<String, Value>,
+    ) -> Result<(), DiskError> {
+        fields.insert("type".into(), token_type.into());
+        fields.insert("keyslots".into(), Value::Array(Vec::new()));
+        log::debug!(
+            "writing the {token_type} token to {}",
+            self.device.display()
+        );
+        let mut disk = self.read()?;
+        let meta = HeaderMetadata::parse(disk.metadata_json().as_bytes())?;
+        let existing = match meta.token(token_type)? {
+            Some((id, _)) => Some(
+                id.parse::<u32>()
+                    .map_err(|_| DiskError::Metadata(format!("token id {id:?}")))?,
+            ),
+            None => None,
+        };
+        disk.set_token(existing, fields).map_err(to_disk_error)?;
+        Ok(())
+    }
+
+    fn check(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        self.read()?.unlock(key.expose()).map_err(to_disk_error)?;
+        Ok(())
+    }
+}
+
+/// The device number and size of the block device at `path`.
+fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
+    let io = |e: std::io::Error| DiskError::Io(format!("{}: {e}", path.display()));
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.file_type().is_block_device() {
+        return Err(DiskError::Config(format!(
+            "{} is not a block device (device-mapper maps block devices; use header-only for image files)",
+            path.display()
+        )));
+    }
+    let mut file = File::open(path).map_err(io)?;
+    let size = super::header::device_size(&mut file).map_err(to_disk_error)?;
+    Ok((meta.rdev(), size))
+}
+
+/// The state disk's error for a device-mapper one during `action`.
+fn dm_error(action: &'static str) -> impl Fn(DmError) -> DiskError {
+    move |e| match e {
+        DmError::Busy(_) => DiskError::Busy(e.to_string()),
+        e => DiskError::DeviceMapper {
+            action: action.to_string(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The state disk's error for a LUKS2 one.
+pub fn to_disk_error(e: Luks2Error) -> DiskError {
+    match e {
+        Luks2Error::WrongPassphrase => DiskError::WrongKey,
+        Luks2Error::AlreadyLuks { uuid } => DiskError::AlreadyFormatted { uuid },
+        Luks2Error::Io(m) => DiskError::Io(m),
+        Luks2Error::InvalidOption(m) => DiskError::Config(m),
+        Luks2Error::NoValidHeader { .. } | Luks2Error::Version(_) => DiskError::NotLuks,
+        other => DiskError::Metadata(other.to_string()),
+    }
+}
+
+impl DiskBackend for Luks2Backend {
+    fn inspect(&self) -> Result<DiskState, DiskError> {
+        probe(&self.device)
+    }
+
+    fn format(&mut self, uuid: &str, key: &SecretBytes) -> Result<(), DiskError> {
+        if !is_uuid(uuid) {
+            return Err(DiskError::BadUuid(format!("{uuid:?} is not a UUID")));
+        }
+        if key.expose().is_empty() {
+            return Err(DiskError::KeyUnavailable("the key is empty".into()));
+        }
+        let options = FormatOptions {
+            uuid: Some(uuid.to_string()),
+            ..self.options.clone()
+        };
+        Luks2::format(&self.device, key.expose(), &options).map_err(to_disk_error)?;
+        Ok(())
+    }
+
+    fn open(&mut self, key: &SecretBytes) -> Result<(), DiskError> {
+        match self.mapper_name.clone() {
+            None => self.check(key),
+            Some(name) => {
+                self.mapped = Some(self.map(&name, key)?);
+                Ok(())
+            }
+        }
+    }
+
+    fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
+        self.check(key)
+    }
+
+    fn describe(&self) -> String {
+        match &self.mapper_name {
+            Some(name) => format!(
+                "{} (as /dev/mapper/{name}, native LUKS2)",
+                self.device.display()
+            ),
+            None => format!("{} (pure-Rust LUKS2, header only)", self.device.display()),
+        }
+    }
+
+    fn mapped_device(&self) -> Option<PathBuf> {
+        self.mapped.clone()
+    }
+
+    fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+        let mut fields = Map::new();
+        fields.insert("salt".into(), confboot_util::hex::encode(salt).into());
+        self.put_token(SALT_TOKEN_TYPE, fields)
+    }
+
+    fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+        self.metadata()?.measurement_salt()
+    }
+
+    fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
+        let mut fields = Map::new();
+        fields.insert("fs".into(), fs.into());
+        self.put_token(FILESYSTEM_TOKEN_TYPE, fields)
+    }
+
+    fn filesystem(&self) -> Result<Option<String>, DiskError> {
+        self.metadata()?.filesystem()
+    }
+
+    fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+        let mut fields = Map::new();
+        fields.insert("complete".into(), true.into());
+        self.put_token(BOOTSTRAPPED_TOKEN_TYPE, fields)
+    }
+
+    fn bootstrapped(&self) -> Result<bool, DiskError> {
+        self.metadata()?.bootstrapped()
+    }
+}

@@ -1,0 +1,202 @@
+//! The init secret: proof that whoever sends Init to the first node is the
+//! admin who created it. The node knows only a slow hash of it (PBKDF2-
+//! HMAC-SHA256, never a plain digest) in the form
+//! `pbkdf2-sha256$<iterations>$<salt, base64>$<hash, base64>`; the check is
+//! constant-time. The admin keeps the secret in a file ([`read_file`]).
+
+use std::num::NonZeroU32;
+use std::path::Path;
+
+use ring::pbkdf2;
+use ring::rand::SecureRandom;
+use zeroize::Zeroizing;
+
+use confboot_util::fs::{FileError, read_bounded};
+
+/// Iterations used by [`hash`] (OWASP's recommendation for PBKDF2-HMAC-SHA256).
+pub const DEFAULT_ITERATIONS: u32 = 600_000;
+/// Fewest iterations [`InitSecretHash::verify`] accepts in a hash.
+pub const MIN_ITERATIONS: u32 = 10_000;
+/// Most iterations [`InitSecretHash::verify`] accepts (bounds the work a bad config can cause).
+pub const MAX_ITERATIONS: u32 = 10_000_000;
+/// Longest init secret accepted.
+pub const MAX_SECRET_LEN: usize = 1024;
+/// Largest init-secret file read: the longest secret, with room for
+/// surrounding white space.
+pub const MAX_SECRET_FILE_BYTES: u64 = 4 * MAX_SECRET_LEN as u64;
+const PREFIX: &str = "pbkdf2-sha256";
+const HASH_LEN: usize = 32;
+
+/// Why an init-secret hash is unusable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HashFormatError(pub String);
+
+impl std::fmt::Display for HashFormatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid init-secret hash: {}", self.0)
+    }
+}
+
+impl std::error::Error for HashFormatError {}
+
+/// A parsed init-secret hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitSecretHash {
+    iterations: NonZeroU32,
+    salt: Vec<u8>,
+    hash: Vec<u8>,
+}
+
+/// Reads an init-secret file (at most [`MAX_SECRET_FILE_BYTES`]): the
+/// secret is its contents without leading and trailing ASCII white space
+/// (so a trailing newline is not part of it).
+pub fn read_file(path: &Path) -> Result<Zeroizing<Vec<u8>>, FileError> {
+    let bytes = read_bounded(path, MAX_SECRET_FILE_BYTES)?;
+    Ok(Zeroizing::new(bytes.trim_ascii().to_vec()))
+}
+
+/// Hashes `secret` with a fresh random salt and `iterations`.
+pub fn hash(secret: &[u8], iterations: u32) -> String {
+    let mut salt = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut salt)
+        .expect("system randomness");
+    let iterations = NonZeroU32::new(iterations.max(1)).expect("at least 1");
+    let mut out = [0u8; HASH_LEN];
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        iterations,
+        &salt,
+        secret,
+        &mut out,
+    );
+    format!(
+        "{PREFIX}${iterations}${}${}",
+        confboot_util::base64::encode(&salt),
+        confboot_util::base64::encode(&out)
+    )
+}
+
+impl InitSecretHash {
+    /// Parses the `pbkdf2-sha256$...` form.
+    pub fn parse(text: &str) -> Result<InitSecretHash, HashFormatError> {
+        let bad = |m: &str| HashFormatError(m.to_string());
+        let parts: Vec<&str> = text.trim().split('$').collect();
+        let [prefix, iterations, salt, hash] = parts[..] else {
+            return Err(bad("want pbkdf2-sha256$<iterations>$<salt>$<hash>"));
+        };
+        if prefix != PREFIX {
+            return Err(bad("only pbkdf2-sha256 is supported"));
+        }
+        let iterations: u32 = iterations
+            .parse()
+            .map_err(|_| bad("iterations is not a number"))?;
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(bad(&format!(
+                "iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}"
+            )));
+        }
+        let salt = confboot_util::base64::decode(salt).map_err(|e| bad(&format!("salt: {e}")))?;
+        let hash = confboot_util::base64::decode(hash).map_err(|e| bad(&format!("hash: {e}")))?;
+        if salt.len() < 8 || hash.len() != HASH_LEN {
+            return Err(bad("salt must be at least 8 bytes and the hash 32"));
+        }
+        Ok(InitSecretHash {
+            iterations: NonZeroU32::new(iterations).expect("checked"),
+            salt,
+            hash,
+        })
+    }
+
+    /// Whether `secret` matches (constant-time comparison).
+    pub fn verify(&self, secret: &[u8]) -> bool {
+        secret.len() <= MAX_SECRET_LEN
+            && pbkdf2::verify(
+                pbkdf2::PBKDF2_HMAC_SHA256,
+                self.iterations,
+                &self.salt,
+                secret,
+                &self.hash,
+            )
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_wrong_secret() {
+        let h = hash(b"correct horse", MIN_ITERATIONS);
+        let parsed = InitSecretHash::parse(&h).unwrap();
+        assert!(parsed.verify(b"correct horse"));
+        assert!(!parsed.verify(b"correct horse "));
+        assert!(!parsed.verify(b""));
+        assert_ne!(
+            hash(b"correct horse", MIN_ITERATIONS),
+            h,
+            "a fresh salt every time"
+        );
+    }
+
+    #[test]
+    fn matches_an_independent_pbkdf2() {
+        // Python: hashlib.pbkdf2_hmac("sha256", b"secret", b"saltsalt", 10000).
+        let text = format!(
+            "pbkdf2-sha256$10000${}${}",
+            confboot_util::base64::encode(b"saltsalt"),
+            confboot_util::base64::encode(&confboot_util::hex::decode(PBKDF2_VECTOR).unwrap())
+        );
+        assert!(InitSecretHash::parse(&text).unwrap().verify(b"secret"));
+    }
+
+    const PBKDF2_VECTOR: &str = include_str!("pbkdf2_vector.hex");
+
+    #[test]
+    fn secret_files_are_trimmed_and_bounded() {
+        let dir = std::env::temp_dir().join(format!("confboot-initsecret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("init-secret");
+        std::fs::write(&f, " correct horse\n").unwrap();
+        assert_eq!(read_file(&f).unwrap().as_slice(), b"correct horse");
+        std::fs::write(&f, vec![b'x'; MAX_SECRET_FILE_BYTES as usize + 1]).unwrap();
+        let e = read_file(&f).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FileError::TooLarge {
+                    limit: MAX_SECRET_FILE_BYTES,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("init-secret")
+                && e.to_string().contains(&MAX_SECRET_FILE_BYTES.to_string()),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refuses_malformed_or_weak_hashes() {
+        let salt = confboot_util::base64::encode(&[1; 16]);
+        let h = confboot_util::base64::encode(&[2; 32]);
+        for bad in [
+            String::new(),
+            format!("sha256$10000${salt}${h}"),
+            format!("pbkdf2-sha256$1${salt}${h}"),
+            format!("pbkdf2-sha256$99999999999${salt}${h}"),
+            format!("pbkdf2-sha256$10000$!!${h}"),
+            format!(
+                "pbkdf2-sha256$10000${salt}${}",
+                confboot_util::base64::encode(&[2; 16])
+            ),
+            format!("pbkdf2-sha256$10000${salt}"),
+        ] {
+            assert!(InitSecretHash::parse(&bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The master-secret file, in Constellation's format:
+//! `{"key": "<base64>", "salt": "<base64>"}`. `confboot init` writes it
+//! (a new file, mode 0600); `confboot recover` and joinsvc read it (bounded
+//! in size). Errors name the file and the field, never the secret.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use zeroize::{Zeroize, Zeroizing};
+
+use super::{KmsError, MasterSecret};
+use confboot_util::fs::{FileError, read_bounded, write_new_private};
+
+/// The largest master-secret file read. A key and a salt of the longest
+/// accepted length take under 1 KiB in base64; the rest is room for
+/// formatting.
+pub const MAX_MASTER_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// Why a master-secret file could not be read or written.
+#[derive(Debug)]
+pub enum MasterSecretFileError {
+    /// The file could not be read (or is too large) or written.
+    File(FileError),
+    /// The file is not a JSON object.
+    NotJson {
+        /// The file.
+        path: PathBuf,
+        /// Where the JSON is broken (1-based; 0 when it is valid JSON but
+        /// not an object).
+        line: usize,
+        /// The column on that line.
+        column: usize,
+    },
+    /// A field is missing or is not a base64 string.
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// `key` or `salt`.
+        field: &'static str,
+    },
+    /// The key or salt has a length out of bounds.
+    Secret {
+        /// The file.
+        path: PathBuf,
+        /// Which length, and the bounds.
+        error: KmsError,
+    },
+}
+
+impl fmt::Display for MasterSecretFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MasterSecretFileError::File(e) => e.fmt(f),
+            MasterSecretFileError::NotJson { path, line: 0, .. } => write!(
+                f,
+                "{}: not a master-secret file (want a JSON object)",
+                path.display()
+            ),
+            MasterSecretFileError::NotJson { path, line, column } => write!(
+                f,
+                "{}: not a master-secret file (bad JSON at line {line}, column {column})",
+                path.display()
+            ),
+            MasterSecretFileError::Field { path, field } => {
+                write!(f, "{}: \"{field}\" must be a base64 string", path.display())
+            }
+            MasterSecretFileError::Secret { path, error } => {
+                write!(f, "{}: {error}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for MasterSecretFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MasterSecretFileError::File(e) => Some(e),
+            MasterSecretFileError::Secret { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<FileError> for MasterSecretFileError {
+    fn from(e: FileError) -> Self {
+        MasterSecretFileError::File(e)
+    }
+}
+
+impl MasterSecret {
+    /// Reads a master-secret file (at most [`MAX_MASTER_SECRET_FILE_BYTES`]).
+    pub fn read_file(path: &Path) -> Result<MasterSecret, MasterSecretFileError> {
+        let bytes = read_bounded(path, MAX_MASTER_SECRET_FILE_BYTES)?;
+        MasterSecret::from_file_bytes(&bytes, path)
+    }
+
+    /// Parses a master-secret file's contents; `path` only names it in errors.
+    pub fn from_file_bytes(
+        bytes: &[u8],
+        path: &Path,
+    ) -> Result<MasterSecret, MasterSecretFileError> {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| MasterSecretFileError::NotJson {
+                path: path.to_path_buf(),
+                line: e.line(),
+                column: e.column(),
+            })?;
+        let result = secret_from_json(&json, path);
+        // The parsed strings hold the secret in base64: wipe them too.
+        if let serde_json::Value::Object(fields) = &mut json {
+            for value in fields.values_mut() {
+                if let serde_json::Value::String(s) = value {
+                    s.zeroize();
+                }
+            }
+        }
+        result
+    }
+
+    /// The master-secret file's contents (a secret itself).
+    pub fn to_file_text(&self) -> Zeroizing<String> {
+        Zeroizing::new(format!(
+            "{{\"key\": \"{}\", \"salt\": \"{}\"}}\n",
+            confboot_util::base64::encode(self.key().expose()),
+            confboot_util::base64::encode(self.salt().expose())
+        ))
+    }
+
+    /// Writes the master-secret file: a new file, mode 0600. An existing
+    /// file is never overwritten.
+    pub fn write_file(&self, path: &Path) -> Result<(), MasterSecretFileError> {
+        write_new_private(path, self.to_file_text().as_bytes())?;
+        Ok(())
+    }
+}
+
+fn secret_from_json(
+    json: &serde_json::Value,
+    path: &Path,
+) -> Result<MasterSecret, MasterSecretFileError> {
+    if !json.is_object() {
+        return Err(MasterSecretFileError::NotJson {
+            path: path.to_path_buf(),
+            line: 0,
+            column: 0,
+        });
+    }
+    let field = |field: &'static str| -> Result<Vec<u8>, MasterSecretFileError> {
+        json[field]
+            .as_str()
+            .and_then(|text| confboot_util::base64::decode(text).ok())
+            .ok_or_else(|| MasterSecretFileError::Field {
+                path: path.to_path_buf(),
+                field,
+            })
+    };
+    MasterSecret::new(field("key")?, field("salt")?).map_err(|error| {
+        MasterSecretFileError::Secret {
+            path: path.to_path_buf(),
+            error,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("confboot-msf-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn written_files_read_back_and_are_never_overwritten() {
+        let dir = temp_dir("roundtrip");
+        let f = dir.join("ms.json");
+        let m = MasterSecret::generate().unwrap();
+        m.write_file(&f).unwrap();
+        assert_eq!(MasterSecret::read_file(&f).unwrap(), m);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let other = MasterSecret::generate().unwrap();
+        assert!(matches!(
+            other.write_file(&f),
+            Err(MasterSecretFileError::File(FileError::Write { .. }))
+        ));
+        assert_eq!(MasterSecret::read_file(&f).unwrap(), m, "still the first");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn constellations_format_is_read() {
+        let key = confboot_util::base64::encode(&[1; 32]);
+        let salt = confboot_util::base64::encode(&[2; 32]);
+        let text = format!("{{\n  \"key\": \"{key}\",\n  \"salt\": \"{salt}\"\n}}\n");
+        let m = MasterSecret::from_file_bytes(text.as_bytes(), Path::new("ms.json")).unwrap();
+        assert_eq!(m.key().expose(), &[1; 32]);
+        assert_eq!(m.salt().expose(), &[2; 32]);
+        assert_eq!(
+            MasterSecret::from_file_bytes(m.to_file_text().as_bytes(), Path::new("x")).unwrap(),
+            m
+        );
+    }
+
+    #[test]
+    fn bad_files_are_refused_without_echoing_the_secret() {
+        let key = confboot_util::base64::encode(&[1; 32]);
+        let salt = confboot_util::base64::encode(&[2; 32]);
+        let short = confboot_util::base64::encode(&[1; 8]);
+        let p = Path::new("ms.json");
+        for (text, check) in [
+            (
+                format!(r#"{{"key": "{key}", "salt": "{short}"}}"#),
+                (|e: &MasterSecretFileError| {
+                    matches!(
+                        e,
+                        MasterSecretFileError::Secret {
+                            error: KmsError::BadLength { what: "salt", .. },
+                            ..
+                        }
+                    )
+                }) as fn(&MasterSecretFileError) -> bool,
+            ),
+            (format!(r#"{{"key": "{key}"}}"#), |e| {
+                matches!(e, MasterSecretFileError::Field { field: "salt", .. })
+            }),
+            (format!(r#"{{"key": 5, "salt": "{salt}"}}"#), |e| {
+                matches!(e, MasterSecretFileError::Field { field: "key", .. })
+            }),
+            (format!(r#"{{"key": "!{key}", "salt": "{salt}"}}"#), |e| {
+                matches!(e, MasterSecretFileError::Field { field: "key", .. })
+            }),
+            (format!(r#"{{"key": "{key}", "#), |e| {
+                matches!(e, MasterSecretFileError::NotJson { line: 1, .. })
+            }),
+            (format!(r#"["{key}"]"#), |e| {
+                matches!(e, MasterSecretFileError::NotJson { line: 0, .. })
+            }),
+        ] {
+            let e = MasterSecret::from_file_bytes(text.as_bytes(), p).unwrap_err();
+            assert!(check(&e), "{text}: {e:?}");
+            let shown = e.to_string();
+            assert!(shown.starts_with("ms.json"), "{shown}");
+            assert!(
+                !shown.contains(&key) && !shown.contains(&salt),
+                "an error must not echo the secret: {shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused_before_parsing() {
+        let dir = temp_dir("oversized");
+        let f = dir.join("ms.json");
+        let padding = " ".repeat(MAX_MASTER_SECRET_FILE_BYTES as usize);
+        let m = MasterSecret::generate().unwrap();
+        std::fs::write(&f, format!("{}{padding}", m.to_file_text().as_str())).unwrap();
+        let e = MasterSecret::read_file(&f).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MasterSecretFileError::File(FileError::TooLarge {
+                    limit: MAX_MASTER_SECRET_FILE_BYTES,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.contains("ms.json") && shown.contains(&MAX_MASTER_SECRET_FILE_BYTES.to_string()),
+            "{shown}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

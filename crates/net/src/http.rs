@@ -1,0 +1,420 @@
+//! Plain HTTP/1.1 of the smallest useful kind, bounded on both sides: one
+//! request per connection (`GET`-style: a head, no body), one answer with
+//! `Content-Length`, then the connection closes. The node agent's verify
+//! service and joinsvc's health and metrics endpoints serve with it; the
+//! admin's `confboot verify` reads answers with [`parse_response`].
+//!
+//! A request head is read whole before a deadline and within
+//! [`MAX_REQUEST_HEAD_BYTES`]: a client that trickles, never ends its
+//! head, or sends an endless header line is cut off without holding more
+//! than that.
+
+use std::fmt;
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use crate::listener::{Gate, Opening};
+use confboot_util::stop::Stop;
+use confboot_wire::waiting::waiting_for_peer;
+use confboot_wire::{ReadBefore, Transport};
+
+/// Largest request head (request line and headers) read.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
+
+/// Largest answer head [`parse_response`] reads.
+pub const MAX_RESPONSE_HEAD_BYTES: usize = 8 * 1024;
+
+/// Time bounds of a server.
+#[derive(Clone, Debug)]
+pub struct HttpLimits {
+    /// Bound on receiving a whole request head, from accepting the
+    /// connection (default 5 s).
+    pub head_timeout: Duration,
+    /// Bound on each write of the answer (default 10 s).
+    pub write_timeout: Duration,
+    /// How often a waiting read looks at the stop signal (default 100 ms).
+    pub stop_poll: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            head_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(10),
+            stop_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A request's method and target (path and query), as sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The method, e.g. `GET`.
+    pub method: String,
+    /// The request target, e.g. `/?nonce=...`.
+    pub target: String,
+}
+
+/// Why no request was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestError {
+    /// The head is longer than [`MAX_REQUEST_HEAD_BYTES`] (answer 431).
+    TooLarge,
+    /// The request line is not `METHOD TARGET HTTP/1.x`, or the head is not
+    /// ASCII (answer 400).
+    Malformed,
+    /// No whole head came before the deadline, the client closed, or the
+    /// server is stopping (nothing to answer).
+    Io(String),
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::TooLarge => {
+                write!(f, "request head larger than {MAX_REQUEST_HEAD_BYTES} bytes")
+            }
+            RequestError::Malformed => f.write_str("malformed request"),
+            RequestError::Io(m) => write!(f, "no whole request: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Reads a request head (everything before the blank line) into its method
+/// and request target.
+pub fn parse_request_head(head: &[u8]) -> Result<(&str, &str), RequestError> {
+    if head.len() > MAX_REQUEST_HEAD_BYTES {
+        return Err(RequestError::TooLarge);
+    }
+    let text = std::str::from_utf8(head).map_err(|_| RequestError::Malformed)?;
+    if !text.is_ascii() {
+        return Err(RequestError::Malformed);
+    }
+    let line = text.split("\r\n").next().unwrap_or("");
+    let mut parts = line.split(' ');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(method), Some(target), Some("HTTP/1.1" | "HTTP/1.0"), None)
+            if !method.is_empty() && target.starts_with('/') =>
+        {
+            Ok((method, target))
+        }
+        _ => Err(RequestError::Malformed),
+    }
+}
+
+/// How the listener's gate judges an HTTP opening: complete once the head's
+/// blank line is there; invalid from a first byte that cannot begin a
+/// method (methods are upper-case letters), or a first line that does
+/// not look like a request line.
+pub fn judge_opening(bytes: &[u8]) -> Opening {
+    let method_len = bytes
+        .iter()
+        .position(|b| !b.is_ascii_uppercase())
+        .unwrap_or(bytes.len());
+    match bytes.get(method_len) {
+        _ if method_len > 16 => return Opening::Invalid,
+        Some(b' ') if method_len > 0 => {}
+        Some(_) => return Opening::Invalid,
+        None => return Opening::Incomplete,
+    }
+    if find_blank_line(bytes).is_some() {
+        Opening::Complete
+    } else {
+        Opening::Incomplete
+    }
+}
+
+/// The gate for a plain-HTTP server on the listener pool: a connection
+/// reaches a worker only with its whole request head (at most
+/// [`MAX_REQUEST_HEAD_BYTES`]), sent within `timeout`; at most `capacity`
+/// wait for theirs, a new one evicting the longest-waiting. Silent or
+/// trickling clients hold no worker.
+pub fn gate(capacity: usize, timeout: Duration) -> Gate {
+    Gate {
+        judge: judge_opening,
+        max_opening: MAX_REQUEST_HEAD_BYTES + 4,
+        timeout,
+        capacity,
+        drop_half_closed: false,
+        defer_accept: None,
+    }
+}
+
+/// Reads one request's head from `stream`, whole, before
+/// [`HttpLimits::head_timeout`] and within [`MAX_REQUEST_HEAD_BYTES`].
+pub fn read_request<T: Transport + ?Sized>(
+    stream: &mut T,
+    limits: &HttpLimits,
+    stop: &Stop,
+) -> Result<Request, RequestError> {
+    let mut reader = ReadBefore {
+        stream,
+        deadline: Instant::now() + limits.head_timeout,
+        per_read: limits.head_timeout,
+        stop,
+        poll: limits.stop_poll,
+    };
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let end = waiting_for_peer(|| {
+        loop {
+            if let Some(end) = find_blank_line(&head) {
+                break Ok(end);
+            }
+            if head.len() > MAX_REQUEST_HEAD_BYTES {
+                return Err(RequestError::TooLarge);
+            }
+            match reader.read(&mut chunk) {
+                Ok(0) => return Err(RequestError::Io("closed before a whole head".into())),
+                Ok(n) => head.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(RequestError::Io(e.to_string())),
+            }
+        }
+    })?;
+    let (method, target) = parse_request_head(&head[..end])?;
+    Ok(Request {
+        method: method.to_string(),
+        target: target.to_string(),
+    })
+}
+
+/// The offset of the `\r\n\r\n` that ends a head.
+fn find_blank_line(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// The reason phrase of the statuses these servers send.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
+    }
+}
+
+/// Writes a whole answer and flushes it (each write bounded by
+/// [`HttpLimits::write_timeout`]); the caller then closes the connection.
+pub fn respond<T: Transport + ?Sized>(
+    stream: &mut T,
+    limits: &HttpLimits,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut message = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n",
+        reason(status),
+        body.len()
+    );
+    if status == 405 {
+        message.push_str("Allow: GET\r\n");
+    }
+    message.push_str("\r\n");
+    let mut bytes = message.into_bytes();
+    bytes.extend_from_slice(body);
+    stream.set_write_timeout(Some(limits.write_timeout))?;
+    stream.write_all(&bytes)?;
+    stream.flush()
+}
+
+/// Answers a request that could not be read, when there is something to
+/// answer (431 for a head too large, 400 for a malformed one).
+pub fn respond_to_error<T: Transport + ?Sized>(
+    stream: &mut T,
+    limits: &HttpLimits,
+    error: &RequestError,
+) -> Option<u16> {
+    let status = match error {
+        RequestError::TooLarge => 431,
+        RequestError::Malformed => 400,
+        RequestError::Io(_) => return None,
+    };
+    let body = format!("{error}\n");
+    respond(stream, limits, status, "text/plain", body.as_bytes())
+        .ok()
+        .map(|()| status)
+}
+
+/// Why an answer is not one of the shape these servers send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResponseError {
+    /// No complete head within [`MAX_RESPONSE_HEAD_BYTES`], no HTTP/1.x
+    /// status line, a malformed header, a length that does not match.
+    Malformed(String),
+    /// The body is (or says it is) larger than the caller's bound.
+    TooLarge,
+}
+
+impl fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResponseError::Malformed(m) => {
+                write!(f, "not an HTTP answer of the expected shape: {m}")
+            }
+            ResponseError::TooLarge => f.write_str("the answer's body is larger than allowed"),
+        }
+    }
+}
+
+impl std::error::Error for ResponseError {}
+
+/// Reads an answer (head and body, as received up to the connection's
+/// end) into its status and body. The body must be exactly
+/// `Content-Length` bytes when that header is sent, and at most
+/// `max_body`; chunked bodies are not spoken.
+pub fn parse_response(bytes: &[u8], max_body: usize) -> Result<(u16, &[u8]), ResponseError> {
+    let bad = |m: &str| ResponseError::Malformed(m.to_string());
+    let end = find_blank_line(&bytes[..bytes.len().min(MAX_RESPONSE_HEAD_BYTES + 4)])
+        .ok_or_else(|| bad("no complete head"))?;
+    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| bad("the head is not text"))?;
+    let body = &bytes[end + 4..];
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let mut parts = status_line.splitn(3, ' ');
+    let status = match (parts.next(), parts.next()) {
+        (Some("HTTP/1.1" | "HTTP/1.0"), Some(code))
+            if code.len() == 3 && code.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            code.parse::<u16>().map_err(|_| bad("bad status code"))?
+        }
+        _ => return Err(bad("no HTTP/1.x status line")),
+    };
+    let mut length = None;
+    for line in lines {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| bad("a header line without a colon"))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            if length.is_some() {
+                return Err(bad("Content-Length twice"));
+            }
+            let n: usize = value
+                .parse()
+                .map_err(|_| bad("Content-Length is not a number"))?;
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(bad("Transfer-Encoding is not spoken"));
+        }
+    }
+    match length {
+        Some(n) if n > max_body => Err(ResponseError::TooLarge),
+        Some(n) if n != body.len() => Err(bad(&format!(
+            "Content-Length says {n} bytes, the body has {}",
+            body.len()
+        ))),
+        _ if body.len() > max_body => Err(ResponseError::TooLarge),
+        _ => Ok((status, body)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot_wire::pipe;
+    use std::io::Write;
+
+    fn read(bytes: &[u8]) -> Result<Request, RequestError> {
+        let (mut client, mut server) = pipe::pair();
+        client.write_all(bytes).unwrap();
+        let limits = HttpLimits {
+            head_timeout: Duration::from_millis(200),
+            ..HttpLimits::default()
+        };
+        read_request(&mut server, &limits, &Stop::new())
+    }
+
+    #[test]
+    fn a_head_is_read_whole_and_bounded() {
+        assert_eq!(
+            read(b"GET /x?y=1 HTTP/1.1\r\nHost: h\r\n\r\n"),
+            Ok(Request {
+                method: "GET".into(),
+                target: "/x?y=1".into()
+            })
+        );
+        assert_eq!(read(b"GET / HTTP/2\r\n\r\n"), Err(RequestError::Malformed));
+        assert_eq!(
+            read(b"GET x HTTP/1.1\r\n\r\n"),
+            Err(RequestError::Malformed)
+        );
+        assert_eq!(
+            read("GET /é HTTP/1.1\r\n\r\n".as_bytes()),
+            Err(RequestError::Malformed)
+        );
+        let long = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(9000));
+        assert_eq!(read(long.as_bytes()), Err(RequestError::TooLarge));
+        // An endless header line: refused once the bound is passed, not
+        // read on.
+        let endless = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(64 * 1024));
+        assert_eq!(read(endless.as_bytes()), Err(RequestError::TooLarge));
+    }
+
+    #[test]
+    fn the_gate_passes_whole_heads_and_closes_what_is_no_http() {
+        assert_eq!(judge_opening(b"GET / HTTP/1.1\r\n\r\n"), Opening::Complete);
+        assert_eq!(
+            judge_opening(b"GET / HTTP/1.1\r\nHost: x"),
+            Opening::Incomplete
+        );
+        assert_eq!(judge_opening(b"GE"), Opening::Incomplete);
+        assert_eq!(judge_opening(b""), Opening::Incomplete);
+        assert_eq!(judge_opening(b"\x16\x03\x01"), Opening::Invalid);
+        assert_eq!(judge_opening(b"get / HTTP/1.1"), Opening::Invalid);
+        assert_eq!(judge_opening(b" / HTTP/1.1"), Opening::Invalid);
+        assert_eq!(judge_opening(&[b'A'; 17]), Opening::Invalid);
+    }
+
+    #[test]
+    fn a_head_that_stops_short_is_not_a_request() {
+        assert!(matches!(
+            read(b"GET / HTTP/1.1\r\nX: y\r\n"),
+            Err(RequestError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn answers_round_trip_and_bad_ones_are_refused() {
+        let (mut client, mut server) = pipe::pair();
+        respond(
+            &mut server,
+            &HttpLimits::default(),
+            405,
+            "text/plain",
+            b"no\n",
+        )
+        .unwrap();
+        drop(server);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert!(String::from_utf8_lossy(&answer).contains("\r\nAllow: GET\r\n"));
+        assert_eq!(parse_response(&answer, 16), Ok((405, &b"no\n"[..])));
+        assert_eq!(parse_response(&answer, 2), Err(ResponseError::TooLarge));
+
+        let err = |bytes: &[u8]| parse_response(bytes, 1 << 20).unwrap_err().to_string();
+        assert!(err(b"HTTP/1.1 200 OK\r\n").contains("no complete head"));
+        assert!(err(b"SSH-2.0-x\r\n\r\n").contains("status line"));
+        assert!(err(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc").contains("says 5"));
+        assert!(
+            err(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").contains("not spoken")
+        );
+        assert_eq!(
+            parse_response(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n",
+                10
+            ),
+            Err(ResponseError::TooLarge)
+        );
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\n\r\n0123456789abc", 10),
+            Err(ResponseError::TooLarge)
+        );
+    }
+}

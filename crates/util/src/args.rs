@@ -1,0 +1,688 @@
+//! A small command-line parser shared by every binary: `--name value`,
+//! `--name=value`, short aliases, boolean flags, defaults, environment
+//! fallbacks, and a `--help` text generated from the same table. An option
+//! that was renamed keeps its old names as aliases (on the command line, in
+//! `--config` files and in the environment), so what worked before still does.
+//!
+//! ```
+//! use crate::args::{Command, Opt};
+//! const CMD: Command = Command {
+//!     name: "demo",
+//!     about: "Shows how options are parsed.",
+//!     usage: "demo [OPTIONS]",
+//!     opts: &[
+//!         Opt::value("port", "PORT", "TCP port to listen on").default("9090"),
+//!         Opt::flag("dry-run", "Only print what would be done"),
+//!         crate::args::VERBOSITY,
+//!     ],
+//! };
+//! let m = CMD.parse(["--port=80", "-v", "4"].iter().map(|s| s.to_string())).unwrap();
+//! assert_eq!(m.value("port"), Some("80"));
+//! assert!(!m.flag("dry-run"));
+//! assert_eq!(m.verbosity().unwrap(), 4);
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One option of a command.
+#[derive(Clone, Copy, Debug)]
+pub struct Opt {
+    /// Long name, without the leading `--`.
+    pub long: &'static str,
+    /// Optional one-letter alias, used as `-x`.
+    pub short: Option<char>,
+    /// Name of the value in the help text; `None` for a boolean flag.
+    pub value_name: Option<&'static str>,
+    /// One line of help.
+    pub help: &'static str,
+    /// Value used when the option is not given.
+    pub default: Option<&'static str>,
+    /// Environment variable read when the option is not given.
+    pub env: Option<&'static str>,
+    /// Old long names that still work (command line and `--config` keys).
+    pub aliases: &'static [&'static str],
+    /// Old environment variables that still work, read after [`Opt::env`].
+    pub env_aliases: &'static [&'static str],
+}
+
+impl Opt {
+    /// An option that takes a value.
+    pub const fn value(long: &'static str, value_name: &'static str, help: &'static str) -> Opt {
+        Opt {
+            long,
+            short: None,
+            value_name: Some(value_name),
+            help,
+            default: None,
+            env: None,
+            aliases: &[],
+            env_aliases: &[],
+        }
+    }
+
+    /// A boolean flag.
+    pub const fn flag(long: &'static str, help: &'static str) -> Opt {
+        Opt {
+            long,
+            short: None,
+            value_name: None,
+            help,
+            default: None,
+            env: None,
+            aliases: &[],
+            env_aliases: &[],
+        }
+    }
+
+    /// Sets the default value.
+    pub const fn default(mut self, value: &'static str) -> Opt {
+        self.default = Some(value);
+        self
+    }
+
+    /// Sets the one-letter alias.
+    pub const fn short(mut self, c: char) -> Opt {
+        self.short = Some(c);
+        self
+    }
+
+    /// Sets the environment variable read when the option is absent.
+    pub const fn env(mut self, var: &'static str) -> Opt {
+        self.env = Some(var);
+        self
+    }
+
+    /// Sets the old long names the option is still known by.
+    pub const fn aliases(mut self, names: &'static [&'static str]) -> Opt {
+        self.aliases = names;
+        self
+    }
+
+    /// Sets the old environment variables still read, after [`Opt::env`].
+    pub const fn env_aliases(mut self, vars: &'static [&'static str]) -> Opt {
+        self.env_aliases = vars;
+        self
+    }
+
+    /// Whether `name` (a long name without `--`) names this option.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.long == name || self.aliases.contains(&name)
+    }
+}
+
+/// The `-v N` option every binary has (klog levels: 2 always, 4 general, 6 low level).
+pub const VERBOSITY: Opt = Opt {
+    long: "verbosity",
+    short: Some('v'),
+    value_name: Some("N"),
+    help: "Log verbosity: 0 errors and warnings, 2 start and requests, 4 general, 6 low level",
+    default: Some("2"),
+    env: None,
+    aliases: &[],
+    env_aliases: &[],
+};
+
+/// A command: its name, what it does, and its options.
+#[derive(Clone, Copy, Debug)]
+pub struct Command {
+    /// Name as typed.
+    pub name: &'static str,
+    /// What the command does, one paragraph.
+    pub about: &'static str,
+    /// Usage line.
+    pub usage: &'static str,
+    /// The options.
+    pub opts: &'static [Opt],
+}
+
+/// Why the arguments could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgsError {
+    /// `--help` or `-h` was given: print [`Command::help`] and exit 0.
+    HelpRequested,
+    /// An option that the command does not have.
+    Unknown(String),
+    /// An option that needs a value was last.
+    MissingValue(String),
+    /// A flag was given a value (`--flag=x`).
+    UnexpectedValue(String),
+    /// A value could not be converted.
+    Invalid {
+        /// The option.
+        option: String,
+        /// The value given.
+        value: String,
+        /// Why it is wrong.
+        reason: String,
+    },
+    /// A required option is absent.
+    Required(String),
+}
+
+impl fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgsError::HelpRequested => f.write_str("help requested"),
+            ArgsError::Unknown(o) => write!(f, "unknown option {o}"),
+            ArgsError::MissingValue(o) => write!(f, "option --{o} needs a value"),
+            ArgsError::UnexpectedValue(o) => write!(f, "option --{o} takes no value"),
+            ArgsError::Invalid {
+                option,
+                value,
+                reason,
+            } => {
+                write!(f, "invalid value {value:?} for --{option}: {reason}")
+            }
+            ArgsError::Required(o) => write!(f, "option --{o} is required"),
+        }
+    }
+}
+
+impl std::error::Error for ArgsError {}
+
+/// The parsed arguments of a command.
+#[derive(Clone, Debug)]
+pub struct Matches {
+    cmd: Command,
+    given: Vec<(&'static str, Option<String>)>,
+    from_env: Vec<(&'static str, String)>,
+    from_file: Vec<(&'static str, String)>,
+    positional: Vec<String>,
+}
+
+impl Command {
+    /// Parses the arguments that follow the command name.
+    pub fn parse<I: IntoIterator<Item = String>>(&self, args: I) -> Result<Matches, ArgsError> {
+        self.parse_with_env(args, |var| std::env::var(var).ok())
+    }
+
+    /// [`Command::parse`] with the environment given by `env`.
+    fn parse_with_env<I: IntoIterator<Item = String>>(
+        &self,
+        args: I,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Matches, ArgsError> {
+        let mut given = Vec::new();
+        let mut positional = Vec::new();
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            if arg == "--help" || arg == "-h" {
+                return Err(ArgsError::HelpRequested);
+            }
+            if arg == "--" {
+                positional.extend(it.by_ref());
+                break;
+            }
+            let (opt, inline) = if let Some(rest) = arg.strip_prefix("--") {
+                let (name, inline) = match rest.split_once('=') {
+                    Some((n, v)) => (n, Some(v.to_string())),
+                    None => (rest, None),
+                };
+                let opt = self.opts.iter().find(|o| o.is_named(name));
+                (opt.ok_or_else(|| ArgsError::Unknown(arg.clone()))?, inline)
+            } else if arg.len() >= 2
+                && arg.starts_with('-')
+                && !arg[1..].starts_with(|c: char| c.is_ascii_digit())
+            {
+                let mut chars = arg[1..].chars();
+                let c = chars.next().expect("length checked");
+                let rest: String = chars.collect();
+                let opt = self.opts.iter().find(|o| o.short == Some(c));
+                let opt = opt.ok_or_else(|| ArgsError::Unknown(arg.clone()))?;
+                (
+                    opt,
+                    if rest.is_empty() {
+                        None
+                    } else {
+                        Some(rest.trim_start_matches('=').to_string())
+                    },
+                )
+            } else {
+                positional.push(arg);
+                continue;
+            };
+            let value = match (opt.value_name, inline) {
+                (None, None) => None,
+                (None, Some(_)) => return Err(ArgsError::UnexpectedValue(opt.long.into())),
+                (Some(_), Some(v)) => Some(v),
+                (Some(_), None) => Some(
+                    it.next()
+                        .ok_or_else(|| ArgsError::MissingValue(opt.long.into()))?,
+                ),
+            };
+            given.push((opt.long, value));
+        }
+        let from_env = self
+            .opts
+            .iter()
+            .filter_map(|o| {
+                let value = o.env.iter().chain(o.env_aliases).find_map(|var| env(var))?;
+                Some((o.long, value))
+            })
+            .collect();
+        Ok(Matches {
+            cmd: *self,
+            given,
+            from_env,
+            from_file: Vec::new(),
+            positional,
+        })
+    }
+
+    /// The help text: what the command does, usage, and every option.
+    pub fn help(&self) -> String {
+        let mut s = format!("{}\n\nUsage: {}\n\nOptions:\n", self.about, self.usage);
+        let mut rows: Vec<(String, String)> = self
+            .opts
+            .iter()
+            .map(|o| {
+                let short = o
+                    .short
+                    .map_or_else(|| "    ".to_string(), |c| format!("-{c}, "));
+                let left = match o.value_name {
+                    Some(v) => format!("  {short}--{} {v}", o.long),
+                    None => format!("  {short}--{}", o.long),
+                };
+                let mut right = o.help.to_string();
+                if let Some(d) = o.default {
+                    right.push_str(&format!(" [default: {d}]"));
+                }
+                let vars: Vec<&str> = o.env.iter().chain(o.env_aliases).copied().collect();
+                if !vars.is_empty() {
+                    right.push_str(&format!(" [env: {}]", vars.join(", ")));
+                }
+                if !o.aliases.is_empty() {
+                    let names: Vec<String> = o.aliases.iter().map(|a| format!("--{a}")).collect();
+                    right.push_str(&format!(" [formerly: {}]", names.join(", ")));
+                }
+                (left, right)
+            })
+            .collect();
+        rows.push(("  -h, --help".into(), "Print this help".into()));
+        let width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0) + 2;
+        for (l, r) in rows {
+            s.push_str(&format!("{l:width$}{r}\n"));
+        }
+        s
+    }
+}
+
+impl Matches {
+    fn opt(&self, long: &str) -> &Opt {
+        self.cmd
+            .opts
+            .iter()
+            .find(|o| o.long == long)
+            .unwrap_or_else(|| panic!("command {} has no option --{long}", self.cmd.name))
+    }
+
+    /// Reads option values from a JSON configuration file (at most
+    /// [`crate::fs::MAX_CONFIG_FILE_BYTES`]): an object whose keys are long
+    /// option names (or their aliases) and whose values are strings, numbers
+    /// or booleans (arrays for repeatable options). Values from the command
+    /// line and the environment take precedence over the file.
+    pub fn load_config_file(&mut self, path: &std::path::Path) -> Result<(), ArgsError> {
+        let invalid = |reason: String| ArgsError::Invalid {
+            option: "config".into(),
+            value: path.display().to_string(),
+            reason,
+        };
+        let text = crate::fs::read_bounded_text(path, crate::fs::MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| invalid(e.to_string()))?;
+        let root: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let obj = root
+            .as_object()
+            .ok_or_else(|| invalid("must be a JSON object".into()))?;
+        let scalar = |key: &str, v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => Ok(s.clone()),
+            serde_json::Value::Number(n) => Ok(n.to_string()),
+            serde_json::Value::Bool(b) => Ok(b.to_string()),
+            _ => Err(invalid(format!(
+                "{key:?} must be a string, number or boolean"
+            ))),
+        };
+        for (key, v) in obj {
+            let opt = self
+                .cmd
+                .opts
+                .iter()
+                .find(|o| o.is_named(key) && o.long != "config")
+                .ok_or_else(|| invalid(format!("unknown option {key:?}")))?;
+            match v {
+                serde_json::Value::Array(items) => {
+                    for item in items {
+                        self.from_file.push((opt.long, scalar(key, item)?));
+                    }
+                }
+                _ => self.from_file.push((opt.long, scalar(key, v)?)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of an option: the last one given, else its environment
+    /// variable, else the configuration file, else its default.
+    pub fn value(&self, long: &str) -> Option<&str> {
+        let opt = self.opt(long);
+        if let Some((_, v)) = self.given.iter().rev().find(|(n, _)| *n == long) {
+            return v.as_deref();
+        }
+        self.env_value(long)
+            .or_else(|| {
+                self.from_file
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| *n == long)
+                    .map(|(_, v)| v.as_str())
+            })
+            .or(opt.default)
+    }
+
+    /// Every value given for a repeatable option, in order.
+    pub fn values(&self, long: &str) -> Vec<&str> {
+        self.opt(long);
+        let given: Vec<&str> = self
+            .given
+            .iter()
+            .filter(|(n, _)| *n == long)
+            .filter_map(|(_, v)| v.as_deref())
+            .collect();
+        if !given.is_empty() {
+            return given;
+        }
+        self.from_file
+            .iter()
+            .filter(|(n, _)| *n == long)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// The value of a required option.
+    pub fn required(&self, long: &str) -> Result<&str, ArgsError> {
+        self.value(long)
+            .ok_or_else(|| ArgsError::Required(long.into()))
+    }
+
+    /// Whether a flag was given (or its environment variable is `1`/`true`).
+    pub fn flag(&self, long: &str) -> bool {
+        self.opt(long);
+        let truthy = |v: &str| v == "1" || v == "true";
+        self.given.iter().any(|(n, _)| *n == long)
+            || self.env_value(long).is_some_and(truthy)
+            || self
+                .from_file
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == long)
+                .is_some_and(|(_, v)| truthy(v))
+    }
+
+    fn env_value(&self, long: &str) -> Option<&str> {
+        self.from_env
+            .iter()
+            .find(|(n, _)| *n == long)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of an option converted with [`FromStr`].
+    pub fn parsed<T: FromStr>(&self, long: &str) -> Result<Option<T>, ArgsError>
+    where
+        T::Err: fmt::Display,
+    {
+        self.value(long)
+            .map(|v| {
+                v.parse().map_err(|e: T::Err| ArgsError::Invalid {
+                    option: long.into(),
+                    value: v.into(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// The `-v` verbosity (see [`VERBOSITY`]).
+    pub fn verbosity(&self) -> Result<u8, ArgsError> {
+        Ok(self.parsed::<u8>("verbosity")?.unwrap_or(2))
+    }
+
+    /// Arguments that are not options, in order.
+    pub fn positional(&self) -> &[String] {
+        &self.positional
+    }
+}
+
+/// Parses `std::env::args()` for a binary: prints help and exits 0 on
+/// `--help`, prints the error and a hint and exits 2 on bad arguments.
+pub fn parse_or_exit(cmd: &Command, args: impl IntoIterator<Item = String>) -> Matches {
+    match cmd.parse(args) {
+        Ok(m) => m,
+        Err(ArgsError::HelpRequested) => {
+            print!("{}", cmd.help());
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("{}: {e}\nTry '{} --help'.", cmd.name, cmd.name);
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Prints a usage error of `cmd` with a hint and exits 2.
+pub fn exit_usage(cmd: &Command, error: &dyn std::fmt::Display) -> ! {
+    eprintln!("{}: {error}\nTry '{} --help'.", cmd.name, cmd.name);
+    std::process::exit(2);
+}
+
+/// Starts a daemon (the bootstrapper, joinsvc, the node agent): parses
+/// `std::env::args()` as [`parse_or_exit`] does, reads the `--config` JSON
+/// file when one is named (flags win over it), and installs logging at the
+/// `-v` level under `component`. A bad file or level exits 2.
+pub fn start_daemon(cmd: &Command, component: &'static str) -> Matches {
+    let mut m = parse_or_exit(cmd, std::env::args().skip(1));
+    if let Some(path) = m.value("config").map(std::path::PathBuf::from)
+        && let Err(e) = m.load_config_file(&path)
+    {
+        exit_usage(cmd, &e);
+    }
+    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(cmd, &e));
+    crate::logging::init(component, verbosity);
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CMD: Command = Command {
+        name: "t",
+        about: "Test command.",
+        usage: "t [OPTIONS] [FILE]",
+        opts: &[
+            Opt::value("listen", "ADDR", "Where to listen")
+                .default("0.0.0.0:9090")
+                .short('l'),
+            Opt::value("endpoint", "HOST:PORT", "A peer (repeatable)"),
+            Opt::flag("insecure", "Skip checks"),
+            Opt::value("measurements", "FILE", "Expected measurements")
+                .env("T_MEASUREMENTS")
+                .aliases(&["policy", "expected"])
+                .env_aliases(&["T_POLICY"]),
+            VERBOSITY,
+        ],
+    };
+
+    fn parse(a: &[&str]) -> Result<Matches, ArgsError> {
+        CMD.parse(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn forms_defaults_and_positionals() {
+        let m = parse(&[
+            "--listen",
+            "1.2.3.4:1",
+            "x",
+            "--endpoint=a",
+            "--endpoint",
+            "b",
+            "-v6",
+        ])
+        .unwrap();
+        assert_eq!(m.value("listen"), Some("1.2.3.4:1"));
+        assert_eq!(m.values("endpoint"), vec!["a", "b"]);
+        assert_eq!(m.verbosity().unwrap(), 6);
+        assert_eq!(m.positional(), ["x"]);
+        let m = parse(&["-l", "h:2", "--insecure"]).unwrap();
+        assert_eq!(m.value("listen"), Some("h:2"));
+        assert!(m.flag("insecure"));
+        let m = parse(&[]).unwrap();
+        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"));
+        assert_eq!(m.verbosity().unwrap(), 2);
+        assert!(!m.flag("insecure"));
+        assert_eq!(
+            m.required("endpoint"),
+            Err(ArgsError::Required("endpoint".into()))
+        );
+    }
+
+    #[test]
+    fn errors_are_precise() {
+        assert_eq!(
+            parse(&["--nope"]).unwrap_err(),
+            ArgsError::Unknown("--nope".into())
+        );
+        assert_eq!(parse(&["-x"]).unwrap_err(), ArgsError::Unknown("-x".into()));
+        assert_eq!(
+            parse(&["--listen"]).unwrap_err(),
+            ArgsError::MissingValue("listen".into())
+        );
+        assert_eq!(
+            parse(&["--insecure=1"]).unwrap_err(),
+            ArgsError::UnexpectedValue("insecure".into())
+        );
+        assert_eq!(
+            parse(&["x", "--help"]).unwrap_err(),
+            ArgsError::HelpRequested
+        );
+        let m = parse(&["-v", "lots"]).unwrap();
+        assert!(matches!(m.verbosity(), Err(ArgsError::Invalid { .. })));
+    }
+
+    #[test]
+    fn config_file_fills_what_flags_do_not_give() {
+        let dir = std::env::temp_dir().join(format!("confboot-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.json");
+        std::fs::write(
+            &file,
+            r#"{"listen": "10.0.0.1:1", "endpoint": ["a", "b"], "insecure": true, "verbosity": 4}"#,
+        )
+        .unwrap();
+        let mut m = parse(&["-v", "6"]).unwrap();
+        m.load_config_file(&file).unwrap();
+        assert_eq!(m.value("listen"), Some("10.0.0.1:1"));
+        assert_eq!(m.values("endpoint"), vec!["a", "b"]);
+        assert!(m.flag("insecure"));
+        assert_eq!(
+            m.verbosity().unwrap(),
+            6,
+            "the command line wins over the file"
+        );
+        for bad in [r#"{"nope": 1}"#, "[]", r#"{"listen": {"x": 1}}"#, "{"] {
+            std::fs::write(&file, bad).unwrap();
+            let mut m = parse(&[]).unwrap();
+            assert!(
+                matches!(m.load_config_file(&file), Err(ArgsError::Invalid { .. })),
+                "{bad}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn old_names_still_work_everywhere() {
+        let no_env = |_: &str| None;
+        for args in [
+            &["--policy", "p.json"][..],
+            &["--policy=p.json"],
+            &["--expected", "p.json"],
+            &["--measurements", "p.json"],
+        ] {
+            let m = CMD
+                .parse_with_env(args.iter().map(|s| s.to_string()), no_env)
+                .unwrap();
+            assert_eq!(m.value("measurements"), Some("p.json"), "{args:?}");
+        }
+        // The last one given wins, whichever name it used.
+        let m = parse(&["--measurements", "a", "--policy", "b"]).unwrap();
+        assert_eq!(m.value("measurements"), Some("b"));
+        // The environment: the current variable first, then the old one.
+        let env = |var: &str| match var {
+            "T_MEASUREMENTS" => Some("new.json".to_string()),
+            "T_POLICY" => Some("old.json".to_string()),
+            _ => None,
+        };
+        let m = CMD.parse_with_env(Vec::new(), env).unwrap();
+        assert_eq!(m.value("measurements"), Some("new.json"));
+        let only_old = |var: &str| (var == "T_POLICY").then(|| "old.json".to_string());
+        let m = CMD.parse_with_env(Vec::new(), only_old).unwrap();
+        assert_eq!(m.value("measurements"), Some("old.json"));
+        let m = CMD
+            .parse_with_env(["--policy=flag.json".to_string()], env)
+            .unwrap();
+        assert_eq!(m.value("measurements"), Some("flag.json"), "flags win");
+        // A configuration file may use the old key.
+        let dir = std::env::temp_dir().join(format!("confboot-args-alias-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.json");
+        std::fs::write(&file, r#"{"policy": "file.json"}"#).unwrap();
+        let mut m = CMD.parse_with_env(Vec::new(), no_env).unwrap();
+        m.load_config_file(&file).unwrap();
+        assert_eq!(m.value("measurements"), Some("file.json"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // An alias is no prefix match: other names stay unknown.
+        assert_eq!(
+            parse(&["--polic", "x"]).unwrap_err(),
+            ArgsError::Unknown("--polic".into())
+        );
+        // The help names the option by its current name and lists the old ones.
+        let h = CMD.help();
+        assert!(h.contains("--measurements FILE"), "{h}");
+        assert!(h.contains("[formerly: --policy, --expected]"), "{h}");
+        assert!(h.contains("[env: T_MEASUREMENTS, T_POLICY]"), "{h}");
+    }
+
+    #[test]
+    fn an_oversized_config_file_is_refused_naming_the_file_and_the_limit() {
+        let dir = std::env::temp_dir().join(format!("confboot-args-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("big.json");
+        let padding = " ".repeat(crate::fs::MAX_CONFIG_FILE_BYTES as usize);
+        std::fs::write(&file, format!(r#"{{"listen": "h:1"}}{padding}"#)).unwrap();
+        let mut m = parse(&[]).unwrap();
+        match m.load_config_file(&file) {
+            Err(ArgsError::Invalid { option, reason, .. }) => {
+                assert_eq!(option, "config");
+                assert!(
+                    reason.contains("big.json")
+                        && reason.contains(&crate::fs::MAX_CONFIG_FILE_BYTES.to_string()),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"), "nothing was taken");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn help_lists_every_option() {
+        let h = CMD.help();
+        for o in CMD.opts {
+            assert!(h.contains(&format!("--{}", o.long)), "{h}");
+        }
+        assert!(h.contains("[default: 0.0.0.0:9090]"));
+        assert!(h.contains("--help"));
+    }
+}

@@ -1,0 +1,14 @@
+//! Small pieces every confboot crate shares: encodings ([`hex`], [`base64`]),
+//! bounded file reads and private writes ([`fs`]), wall-clock instants
+//! ([`time`]), the stop signal every loop watches ([`stop`]), retry delays
+//! ([`backoff`]), the binaries' option parser ([`args`]) and logging setup
+//! ([`logging`]).
+
+pub mod args;
+pub mod backoff;
+pub mod base64;
+pub mod fs;
+pub mod hex;
+pub mod logging;
+pub mod stop;
+pub mod time;
