@@ -1,4 +1,4 @@
-//! The node's point of no return (seed 002): a state machine with two states,
+//! The node's point of no return: a state machine with two states,
 //! unlocked and locked, and one transition from unlocked to locked. There is
 //! no way back.
 //!

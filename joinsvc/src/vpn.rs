@@ -1,4 +1,4 @@
-//! The cluster's VPN peer registry (seed 000): which node has which VPN
+//! The cluster's VPN peer registry: which node has which VPN
 //! address and WireGuard key, under a version that every
 //! `vpn.API/GetUpdate` answer carries.
 //!

@@ -1,6 +1,6 @@
 //! vTPM attestation latency on a real swtpm: quote and verify.
 //!
-//! `cargo bench -p confboot --bench vtpm [-- RUNS]` (default 200 runs each).
+//! `cargo bench -p nodeagent --bench vtpm [-- RUNS]` (default 200 runs each).
 //! Also the verify service's round trip (the node agent's HTTP server and
 //! the admin's client, in process) and `confboot verify`'s check.
 //! Prints median, p90 and min per operation, and each median as a ratio to

@@ -365,15 +365,11 @@ fn golden_measurements_match_a_probe_boot() {
     );
 }
 
-/// The production image's compressed size (zstd -12, before padding) may
-/// not pass this: measured 2,458,390 bytes once the bootstrapper made the
-/// state disk's ext4 itself and mke2fs with glibc left the image
-/// (3,860,012 with them; see BENCHMARKS.md, "The initramfs"); then the
-/// `wireguard` module and its dependencies (the node's VPN interface,
-/// 159,691 bytes) and the node agent's VPN polling over aTLS came in, the
-/// agent as the bootstrapper started as `nodeagent` (one binary, no second
-/// copy of rustls, ring and the TPM code): 2,566,755 bytes with zstd -12,
-/// 2,338,220 with zstd -19; plus a margin of about 3 %.
+/// The production image's compressed size (zstd -19 as `initramfs/build.sh`
+/// makes it, before padding) may not pass this: 2,338,220 bytes when it
+/// was set (the bootstrapper, which is also the node agent, the kernel
+/// modules with `wireguard`, no C in user space; BENCHMARKS.md, "The
+/// initramfs"), plus a margin of about 3 %.
 const PRODUCTION_IMAGE_BUDGET: u64 = 2_410_000;
 
 /// The production image (only `--bootstrapper` and `--nodeagent builtin`): no

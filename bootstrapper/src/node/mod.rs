@@ -9,7 +9,7 @@
 //!   disk, marks the node (PCR 15 ← cluster id) and, for Init and join,
 //!   hands over to the cluster backend.
 //! - [`NodeError::is_final`]: when a failed flow ends the node's bootstrap.
-//! - SSH users (seed 001): an Init's users are checked with the Init,
+//! - SSH users (the admin's accounts on the node): an Init's users are checked with the Init,
 //!   kept on the state disk's file system once it is set up, and created
 //!   in a target root; every later boot of the node (rejoin, Recover)
 //!   creates them again from what the disk keeps ([`SshUsersSetup`]).

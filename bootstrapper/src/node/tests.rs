@@ -1191,7 +1191,7 @@ fn init_and_join_race_with_exactly_one_winner() {
     );
 }
 
-// ---- SSH users (seed 001) ----
+// ---- SSH users ----
 
 /// An OpenSSH ed25519 public key line (its 32 bytes are `seed`).
 fn ssh_key(seed: u8) -> String {

@@ -1,6 +1,6 @@
 //! aTLS handshakes per second against plain TLS 1.3, measured in one run.
 //!
-//! `cargo bench -p confboot --bench atls [-- HANDSHAKES]` (default 400 per
+//! `cargo bench -p confboot-atls --bench atls [-- HANDSHAKES]` (default 400 per
 //! mode). Every handshake is a fresh TCP connection on loopback, one at a
 //! time; the client waits for one byte of application data the server sends
 //! once its side of the handshake is done, so both sides' work is counted.

@@ -34,9 +34,11 @@
 //! use std::net::TcpListener;
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use crate;
+//!
+//! use confboot_atls as atls;
 //! use confboot_attest::{Attested, AttestationError, Issuer, Validator, Variant};
-//! use confboot_wire::{PoolConfig, Router, ServerLimits, Status};
+//! use confboot_net::PoolConfig;
+//! use confboot_wire::{Router, ServerLimits, Status};
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 //!
 //! // Stand-ins for a real issuer and validator (vTPM, SEV-SNP): evidence is

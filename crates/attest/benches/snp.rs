@@ -3,7 +3,7 @@
 //! report measured in the same run as the baseline (these machines are
 //! noisy: compare ratios, not absolute times).
 //!
-//! `cargo bench -p confboot --bench snp`
+//! `cargo bench -p confboot-attest --bench snp`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

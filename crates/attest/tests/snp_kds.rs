@@ -1,7 +1,7 @@
 //! The opt-in KDS fetch (cargo feature `kds`): a VCEK that neither the
 //! evidence nor the cache holds comes from the KDS, here a one-shot HTTP
 //! server on loopback that serves the real VCEK at the KDS path.
-//! Run with `cargo test -p confboot --features kds --test snp_kds`.
+//! Run with `cargo test -p confboot-attest --features kds --test snp_kds`.
 #![cfg(feature = "kds")]
 
 use std::io::{BufRead, BufReader, Write};

@@ -7,9 +7,9 @@
 //! Tokens and keys never appear in argv or in the log callback.
 //!
 //! ```no_run
-//! use crate::{ClusterBackend, InitClusterParams, KubeadmBackend};
+//! use confboot_cluster::{ClusterBackend, InitClusterParams, KubeadmBackend};
 //!
-//! # fn main() -> Result<(), crate::ClusterError> {
+//! # fn main() -> Result<(), confboot_cluster::ClusterError> {
 //! let backend = KubeadmBackend::with_process_runner(); // kubeadm from PATH, 15 min limit
 //! let params = InitClusterParams {
 //!     kubernetes_version: "v1.30.4".into(),

@@ -24,7 +24,7 @@
 //! machines without device-mapper.
 //!
 //! ```no_run
-//! use crate::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};
+//! use confboot_disk::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};
 //! use confboot_kms::MasterSecret;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

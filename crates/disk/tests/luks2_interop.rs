@@ -735,7 +735,7 @@ fn state_disk_backends_open_what_the_other_wrote() {
 /// The unlock time of a cryptsetup-written Argon2id header (4 passes,
 /// 64 MiB, 1 lane), ours against `cryptsetup open --test-passphrase`;
 /// ignored (a measurement, meaningful in release):
-/// `cargo test --release -p confboot --test luks2_interop -- --ignored --nocapture`.
+/// `cargo test --release -p confboot-disk --test luks2_interop -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement: run in release"]
 fn unlock_time_against_cryptsetup() {

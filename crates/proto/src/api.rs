@@ -74,7 +74,7 @@ pub const RECOVER: Method<RecoverMessage, RecoverResponse> = Method::new("/recov
 pub const HEALTH_CHECK: Method<HealthCheckRequest, HealthCheckResponse> =
     Method::new("/grpc.health.v1.Health/Check");
 
-/// `vpn.API/GetUpdate`: a node's versioned peer update (seed 000): the full
+/// `vpn.API/GetUpdate`: a node's versioned peer update: the full
 /// peer list only when its version differs from the caller's.
 pub const GET_UPDATE: Method<GetUpdateRequest, GetUpdateResponse> =
     Method::new("/vpn.API/GetUpdate");

@@ -5,7 +5,7 @@
 //! `--config` files and in the environment), so what worked before still does.
 //!
 //! ```
-//! use crate::args::{Command, Opt};
+//! use confboot_util::args::{Command, Opt};
 //! const CMD: Command = Command {
 //!     name: "demo",
 //!     about: "Shows how options are parsed.",
@@ -13,7 +13,7 @@
 //!     opts: &[
 //!         Opt::value("port", "PORT", "TCP port to listen on").default("9090"),
 //!         Opt::flag("dry-run", "Only print what would be done"),
-//!         crate::args::VERBOSITY,
+//!         confboot_util::args::VERBOSITY,
 //!     ],
 //! };
 //! let m = CMD.parse(["--port=80", "-v", "4"].iter().map(|s| s.to_string())).unwrap();

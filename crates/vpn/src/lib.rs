@@ -1,4 +1,4 @@
-//! The cluster's VPN as data (seed 000): every node has a WireGuard key
+//! The cluster's VPN as data: every node has a WireGuard key
 //! pair and an address inside the cluster's VPN range; a control plane keeps
 //! the list of peers `{name, public endpoint, VPN IP, VPN public key}` under
 //! a version, and each node polls it (`vpn.API/GetUpdate`) and converges.
@@ -14,7 +14,7 @@
 //! address or a key are refused whole, and the node keeps the list it had.
 //!
 //! ```
-//! use crate::{PeerUpdates, VpnNetwork};
+//! use confboot_vpn::{PeerUpdates, VpnNetwork};
 //! use confboot_proto::vpn::{GetUpdateResponse, Peer};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

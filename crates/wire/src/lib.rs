@@ -23,7 +23,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use crate::{self, pipe, Client, Router, ServerLimits};
+//! use confboot_wire::{self as rpc, pipe, Client, Router, ServerLimits};
 //! use confboot_util::stop::Stop;
 //! use confboot_proto::HEALTH_CHECK;
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};

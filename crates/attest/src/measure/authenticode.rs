@@ -9,7 +9,7 @@
 //! Every offset is checked against the image before it is read.
 //!
 //! ```
-//! use crate::measure::authenticode::{authenticode_sha256, PeError};
+//! use confboot_attest::measure::authenticode::{authenticode_sha256, PeError};
 //! assert_eq!(authenticode_sha256(b"MZ"), Err(PeError::Truncated("the DOS header")));
 //! ```
 

@@ -18,7 +18,7 @@
 //! the image, and are not predicted.
 //!
 //! ```
-//! use crate::measure::{DirectBoot, InitrdDigest, MeasureError};
+//! use confboot_attest::measure::{DirectBoot, InitrdDigest, MeasureError};
 //! let boot = DirectBoot {
 //!     kernel: b"not a kernel",
 //!     initrd: Some(InitrdDigest::of(b"an initrd")),

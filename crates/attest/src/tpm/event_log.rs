@@ -13,7 +13,7 @@
 //! count ([`MAX_EVENTS`]), the algorithms per event and each event's data.
 //!
 //! ```
-//! use crate::tpm::event_log::{EventLog, EventLogError};
+//! use confboot_attest::tpm::event_log::{EventLog, EventLogError};
 //! assert!(matches!(EventLog::parse(&[0u8; 8]), Err(EventLogError::Truncated { .. })));
 //! ```
 

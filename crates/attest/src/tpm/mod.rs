@@ -9,11 +9,11 @@
 //! PCR, load or create the attestation key (AK), quote, read an NV index.
 //!
 //! ```no_run
-//! use crate::tpm::{Tpm, DEFAULT_AK_HANDLE};
+//! use confboot_attest::tpm::{Tpm, DEFAULT_AK_HANDLE};
 //! let mut tpm = Tpm::open_device()?;
 //! let ak = tpm.load_or_create_ak(DEFAULT_AK_HANDLE)?;
 //! let quote = tpm.quote(&ak, &[0u8; 32], &(0..24).collect::<Vec<u32>>())?;
-//! # Ok::<(), crate::tpm::TpmError>(())
+//! # Ok::<(), confboot_attest::tpm::TpmError>(())
 //! ```
 
 pub mod event_log;

@@ -5,9 +5,9 @@
 //! process is killed or aborts (the pipe to its stdin closes).
 //!
 //! ```no_run
-//! use crate::tpm::swtpm::Swtpm;
+//! use confboot_attest::tpm::swtpm::Swtpm;
 //! let swtpm = Swtpm::start().expect("swtpm starts (Debian package swtpm)");
-//! let mut tpm = swtpm.connect().unwrap();     // a crate::tpm::Tpm
+//! let mut tpm = swtpm.connect().unwrap();     // a confboot_attest::tpm::Tpm
 //! let pcrs = tpm.pcr_read_all().unwrap();
 //! assert_eq!(pcrs.len(), 24);
 //! // swtpm.tcti() is "swtpm:host=127.0.0.1,port=P" for tss-esapi / tpm2-tools.

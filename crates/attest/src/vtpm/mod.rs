@@ -15,9 +15,9 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use crate::{Issuer, Validator, MeasurementPolicy};
-//! use crate::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-//! let issuer = VtpmIssuer::new(crate::tpm::Tpm::open_device()?)?;
+//! use confboot_attest::{Issuer, Validator, MeasurementPolicy};
+//! use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+//! let issuer = VtpmIssuer::new(confboot_attest::tpm::Tpm::open_device()?)?;
 //! let validator = VtpmValidator::new(
 //!     AkTrust::Pinned(vec![issuer.ak_public_key().to_vec()]),
 //!     MeasurementPolicy::new(BTreeMap::new()),

@@ -39,7 +39,7 @@
 //! formatted by either opens with the other.
 //!
 //! ```no_run
-//! use crate::luks2::{FormatOptions, Luks2};
+//! use confboot_disk::luks2::{FormatOptions, Luks2};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let key = [7u8; 32];
 //! let disk = Luks2::format("/tmp/state.img", &key, &FormatOptions::default())?;

@@ -14,7 +14,7 @@
 //! as a [`Conflict`], never overwritten.
 //!
 //! ```no_run
-//! use crate::ssh_users::{apply_ssh_users, parse_ssh_users_config};
+//! use confboot_sys::ssh_users::{apply_ssh_users, parse_ssh_users_config};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let users = parse_ssh_users_config(

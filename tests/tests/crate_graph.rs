@@ -1,0 +1,165 @@
+//! The workspace's crates depend on each other in one direction only: the
+//! wire at the bottom, the binaries at the top. Cargo already refuses a
+//! cycle; this test refuses a dependency that points up or sideways
+//! between layers, and one that breaks a named rule, so the shape README's
+//! "Layout" shows stays the shape the code has.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// Every workspace crate and its layer (README's "Layout" draws them as
+/// rows, lowest last): a crate may depend (normal
+/// dependencies) only on crates of a lower layer. Test-only crates
+/// (`confboot-tests`, `confboot-fuzz-targets`) sit on top and may use
+/// anything; dev-dependencies are not layered (a crate's tests may use
+/// the test-support crate).
+const LAYERS: &[(&str, u8)] = &[
+    ("confboot-proto", 0),
+    ("confboot-util", 0),
+    ("confboot-sys", 1),
+    ("confboot-kms", 1),
+    ("confboot-wire", 2),
+    ("confboot-attest", 2),
+    ("confboot-net", 3),
+    ("confboot-disk", 3),
+    ("confboot-atls", 4),
+    ("confboot-cluster", 4),
+    ("confboot-vpn", 5),
+    ("nodeagent", 6),
+    ("bootstrapper", 7),
+    ("joinsvc", 7),
+    ("confboot-cli", 7),
+    ("confboot-tpm-provision", 7),
+    ("confboot-tests", 8),
+    ("confboot-fuzz-targets", 8),
+];
+
+/// Dependencies that would fit the layers but are wrong for what the
+/// crates are: `(from, to, why)`.
+const NEVER: &[(&str, &str, &str)] = &[
+    (
+        "confboot-wire",
+        "confboot-attest",
+        "the wire carries a peer identity without knowing attestation",
+    ),
+    (
+        "confboot-net",
+        "confboot-attest",
+        "the servers' plumbing knows no attestation; aTLS brings it",
+    ),
+    (
+        "confboot-disk",
+        "confboot-attest",
+        "the disk takes keys, not evidence",
+    ),
+];
+
+/// The workspace's crates and their normal dependencies on other
+/// workspace crates, from `cargo metadata`.
+fn workspace_graph() -> BTreeMap<String, Vec<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let packages = meta["packages"].as_array().expect("packages");
+    let names: Vec<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().expect("name").to_string())
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().expect("dependency name").to_string())
+                .filter(|d| names.contains(d))
+                .collect();
+            (p["name"].as_str().expect("name").to_string(), deps)
+        })
+        .collect()
+}
+
+fn layer(name: &str) -> u8 {
+    LAYERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, l)| *l)
+        .unwrap_or_else(|| panic!("crate {name} has no layer in crate_graph.rs's LAYERS: add it"))
+}
+
+/// The dependencies that break the layering or a rule, as lines.
+fn violations(graph: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (from, deps) in graph {
+        let here = layer(from);
+        for to in deps {
+            if layer(to) >= here {
+                found.push(format!(
+                    "{from} (layer {here}) depends on {to} (layer {}): dependencies point down only",
+                    layer(to)
+                ));
+            }
+            if let Some((_, _, why)) = NEVER.iter().find(|(f, t, _)| f == from && t == to) {
+                found.push(format!("{from} depends on {to}: never, {why}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn dependencies_point_down_the_layers() {
+    let graph = workspace_graph();
+    assert!(
+        graph.len() >= LAYERS.len(),
+        "only {} crates found",
+        graph.len()
+    );
+    for (name, _) in LAYERS {
+        assert!(graph.contains_key(*name), "{name} is not in the workspace");
+    }
+    let bad = violations(&graph);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn an_upward_dependency_is_found() {
+    // The check itself: a made-up graph with one upward and one forbidden
+    // dependency beside the real one.
+    let mut graph = workspace_graph();
+    graph
+        .get_mut("confboot-util")
+        .unwrap()
+        .push("confboot-disk".into());
+    graph
+        .get_mut("confboot-net")
+        .unwrap()
+        .push("confboot-attest".into());
+    let bad = violations(&graph);
+    assert!(
+        bad.iter()
+            .any(|l| l.starts_with("confboot-util (layer 0) depends on confboot-disk")),
+        "{bad:?}"
+    );
+    assert!(
+        bad.iter()
+            .any(|l| l.starts_with("confboot-net depends on confboot-attest: never")),
+        "{bad:?}"
+    );
+}
