@@ -51,7 +51,6 @@ pub mod pipe;
 mod server;
 mod status;
 mod transport;
-pub mod waiting;
 
 pub use client::Client;
 pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
