@@ -13,8 +13,9 @@
 //! - [`Client`]: unary and server-streaming calls with a deadline.
 //! - [`Router`] and [`serve_connection`]: dispatch by method path on one
 //!   connection, call after call.
-//! - [`listener`]: the accept loop with a bounded worker pool.
 //! - [`pipe`]: an in-memory duplex stream for tests.
+//!
+//! Servers on sockets (the accept loop, the worker pool) are `confboot-net`'s.
 //!
 //! Methods are named by [`confboot_proto::Method`] constants (the wire
 //! contract lives in `confboot-proto`), which tie a path to its request and
@@ -23,7 +24,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use crate::{self, pipe, Client, Router, ServerLimits};
+//! use confboot_wire::{self as rpc, pipe, Client, Router, ServerLimits};
 //! use confboot_util::stop::Stop;
 //! use confboot_proto::HEALTH_CHECK;
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
