@@ -130,13 +130,13 @@ impl Pool {
         if self.queue.len() >= self.capacity && !self.preempt("every worker busy") {
             return Err(stream);
         }
-        match self.queue.try_push((id, stream)) {
-            Ok(()) => {
-                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err((_, (_, s))) => Err(s),
-        }
+        // Counted before a worker can take it: once it is queued, its
+        // handler may answer before this thread runs again.
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        self.queue.try_push((id, stream)).map_err(|(_, (_, s))| {
+            self.stats.accepted.fetch_sub(1, Ordering::Relaxed);
+            s
+        })
     }
 
     /// Hands a registered connection to a worker, or closes it when there
