@@ -438,8 +438,9 @@ fn full_pool_refuses_new_connections_at_once() {
 /// reads of the stream the pool hands out do. With every worker busy and the
 /// queue full, a connection idle between calls (its reads time out every
 /// `stop_poll` and are tried again: one wait) is shut for a newcomer once it
-/// has waited `preempt_after`; one whose handler works (here: blocked on
-/// something else than its peer) is not, though its call began earlier.
+/// has waited `preempt_after`, and so is one waiting in its TLS handshake;
+/// one whose handler works (here: blocked on something else than its peer)
+/// is not, though its call began earlier.
 #[test]
 fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_while_it_works() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -495,10 +496,17 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
         echo(&mut idle, "again").is_err(),
         "the idle connection was kept"
     );
+    // The silent connection took the freed worker and waits in the TLS
+    // handshake for its ClientHello: the next newcomer preempts it.
+    thread::sleep(Duration::from_millis(400));
+    let _next = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().preempted, 2);
+    wait_for(&server.stats().accepted, 5);
     // The working one was not preempted: its call is answered.
     release_tx.send(()).unwrap();
     assert_eq!(working.join().unwrap().unwrap(), "work");
-    assert_eq!(server.stats().preempted.load(SeqCst), 1);
+    assert_eq!(server.stats().preempted.load(SeqCst), 2);
+    assert_eq!(server.stats().refused.load(SeqCst), 0);
     server.stop();
 }
 
