@@ -21,11 +21,11 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use confboot_net::listener::{self, PoolConfig, ServerHandle};
+use confboot_net::listener::{self, PeerStream, PoolConfig, ServerHandle};
 use confboot_util::stop::Stop;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -394,13 +394,13 @@ const MAX_LINE: u64 = 8 * 1024;
 const MAX_HEADERS: usize = 100;
 const MAX_BODY: usize = 64 * 1024;
 
-type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+type TlsStream = rustls::StreamOwned<rustls::ServerConnection, PeerStream>;
 
 /// Serves one HTTP/1.1 connection: requests one after another (keep-alive,
 /// as the API server does) until the client closes, asks to close, stays
 /// idle for [`IDLE_TIMEOUT`], or the double stops.
 fn serve(
-    sock: TcpStream,
+    sock: PeerStream,
     tls: Arc<rustls::ServerConfig>,
     state: &Mutex<State>,
     token: &str,

@@ -89,36 +89,11 @@ where
     D: rustls::SideData,
     T: Transport,
 {
-    // The whole handshake counts as waiting for the peer (see
-    // `waiting_for_peer`): its own work takes milliseconds.
-    let mut timeouts = DeadlineTimeouts::new(deadline);
-    let result = confboot_wire::waiting::waiting_for_peer(|| -> Result<(), AtlsError> {
-        loop {
-            while conn.wants_write() {
-                timeouts.io(sock, |s| conn.write_tls(s))?;
-            }
-            sock.flush().map_err(AtlsError::from_io)?;
-            if !conn.is_handshaking() {
-                return Ok(());
-            }
-            let eof = timeouts.io(sock, |s| conn.read_tls(s))? == 0;
-            if let Err(e) = conn.process_new_packets() {
-                // Tell the peer why (best effort), then report.
-                while conn.wants_write() && timeouts.arm(sock, false).is_ok() {
-                    if conn.write_tls(sock).is_err() {
-                        break;
-                    }
-                }
-                let _ = sock.flush();
-                return Err(AtlsError::from_rustls(&e));
-            }
-            if eof && conn.is_handshaking() {
-                return Err(AtlsError::Tls(
-                    "peer closed the connection during the handshake".into(),
-                ));
-            }
-        }
-    });
+    // The handshake's reads of the peer are what marks a pool worker's
+    // connection as waiting for its peer (the socket's own reads do it, see
+    // confboot_net::PeerStream): its own work (attesting, checking the
+    // peer's evidence) does not count.
+    let result = exchange(conn, sock, &mut DeadlineTimeouts::new(deadline));
     match result {
         Ok(()) => match state.error() {
             // A callback failed without failing the handshake (our issuer
@@ -127,6 +102,45 @@ where
             None => Ok(()),
         },
         Err(e) => Err(state.error().unwrap_or(e)),
+    }
+}
+
+/// The handshake's flights: writes what rustls queued, reads what the peer
+/// sends, until the handshake is over or fails.
+fn exchange<C, D, T>(
+    conn: &mut C,
+    sock: &mut T,
+    timeouts: &mut DeadlineTimeouts,
+) -> Result<(), AtlsError>
+where
+    C: std::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
+    D: rustls::SideData,
+    T: Transport,
+{
+    loop {
+        while conn.wants_write() {
+            timeouts.io(sock, |s| conn.write_tls(s))?;
+        }
+        sock.flush().map_err(AtlsError::from_io)?;
+        if !conn.is_handshaking() {
+            return Ok(());
+        }
+        let eof = timeouts.io(sock, |s| conn.read_tls(s))? == 0;
+        if let Err(e) = conn.process_new_packets() {
+            // Tell the peer why (best effort), then report.
+            while conn.wants_write() && timeouts.arm(sock, false).is_ok() {
+                if conn.write_tls(sock).is_err() {
+                    break;
+                }
+            }
+            let _ = sock.flush();
+            return Err(AtlsError::from_rustls(&e));
+        }
+        if eof && conn.is_handshaking() {
+            return Err(AtlsError::Tls(
+                "peer closed the connection during the handshake".into(),
+            ));
+        }
     }
 }
 

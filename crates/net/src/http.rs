@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use crate::listener::{Gate, Opening};
 use confboot_util::stop::Stop;
-use confboot_wire::waiting::waiting_for_peer;
 use confboot_wire::{ReadBefore, Transport};
 
 /// Largest request head (request line and headers) read.
@@ -158,21 +157,19 @@ pub fn read_request<T: Transport + ?Sized>(
     };
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
-    let end = waiting_for_peer(|| {
-        loop {
-            if let Some(end) = find_blank_line(&head) {
-                break Ok(end);
-            }
-            if head.len() > MAX_REQUEST_HEAD_BYTES {
-                return Err(RequestError::TooLarge);
-            }
-            match reader.read(&mut chunk) {
-                Ok(0) => return Err(RequestError::Io("closed before a whole head".into())),
-                Ok(n) => head.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(RequestError::Io(e.to_string())),
-            }
+    let end = loop {
+        if let Some(end) = find_blank_line(&head) {
+            break end;
         }
-    })?;
+        if head.len() > MAX_REQUEST_HEAD_BYTES {
+            return Err(RequestError::TooLarge);
+        }
+        match reader.read(&mut chunk) {
+            Ok(0) => return Err(RequestError::Io("closed before a whole head".into())),
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(RequestError::Io(e.to_string())),
+        }
+    };
     let (method, target) = parse_request_head(&head[..end])?;
     Ok(Request {
         method: method.to_string(),

@@ -1,11 +1,18 @@
-//! Servers on blocking sockets: the accept loop with the gate that holds a
-//! connection until its peer has spoken, the bounded worker pool with
-//! per-peer limits and preemption ([`listener`]), and bounded plain HTTP
-//! ([`http`]) for health, metrics and the verify service.
+//! Servers on blocking sockets: the accept loop ([`listener`]) that admits
+//! connections with per-peer limits, holds them at a gate until their peer
+//! has spoken, and serves them on a bounded worker pool that preempts the
+//! connection waiting longest for its peer; the stream a handler serves on
+//! ([`PeerStream`], whose blocking reads are what "waiting for the peer"
+//! means); and bounded plain HTTP ([`http`]) for health, metrics and the
+//! verify service.
 
+mod admission;
+mod gate;
 mod handoff;
 pub mod http;
 pub mod listener;
+mod peer_stream;
+mod pool;
 mod sockopt;
 
-pub use listener::{PoolConfig, ServerHandle, ServerStats};
+pub use listener::{PeerStream, PoolConfig, ServerHandle, ServerStats};

@@ -434,6 +434,82 @@ fn full_pool_refuses_new_connections_at_once() {
     server.stop();
 }
 
+/// TLS and the RPC server say nothing about waiting for the peer: the
+/// reads of the stream the pool hands out do. With every worker busy and the
+/// queue full, a connection idle between calls (its reads time out every
+/// `stop_poll` and are tried again: one wait) is shut for a newcomer once it
+/// has waited `preempt_after`, and so is one waiting in its TLS handshake;
+/// one whose handler works (here: blocked on something else than its peer)
+/// is not, though its call began earlier.
+#[test]
+fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_while_it_works() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (server_tls, client_tls) = common::tls_pair();
+    let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
+    let router = Router::new().unary(ECHO, move |_ctx, r: IssueRejoinTicketRequest| {
+        if r.disk_uuid == "work" {
+            started_tx.send(()).unwrap();
+            release_rx.recv_timeout(LONG).unwrap();
+        }
+        Ok(IssueRejoinTicketResponse {
+            state_disk_key: r.disk_uuid.into_bytes(),
+            measurement_secret: vec![],
+        })
+    });
+    let config = PoolConfig {
+        workers: 2,
+        queue: 1,
+        preempt_after: Some(Duration::from_millis(300)),
+        stop_grace: Duration::from_millis(200),
+        ..PoolConfig::default()
+    };
+    let server = tls_server_with(router, config, server_tls);
+    let addr = server.local_addr();
+
+    // One worker: a call whose handler works until released.
+    let working = {
+        let client_tls = Arc::clone(&client_tls);
+        thread::spawn(move || {
+            echo(
+                &mut Client::new(common::tls_connect(&client_tls, addr)),
+                "work",
+            )
+        })
+    };
+    started_rx.recv_timeout(LONG).unwrap();
+    // The other: a connection that made its call and waits for the next.
+    let mut idle = Client::new(common::tls_connect(&client_tls, addr));
+    assert_eq!(echo(&mut idle, "hello").unwrap(), "hello");
+    // The queue: a connection that says nothing.
+    let _queued = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().accepted, 3);
+    thread::sleep(Duration::from_millis(400));
+    assert_eq!(server.stats().preempted.load(SeqCst), 0);
+
+    // A newcomer finds the pool full: the idle connection makes room.
+    let _newcomer = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().preempted, 1);
+    wait_for(&server.stats().accepted, 4);
+    assert_eq!(server.stats().refused.load(SeqCst), 0);
+    assert!(
+        echo(&mut idle, "again").is_err(),
+        "the idle connection was kept"
+    );
+    // The silent connection took the freed worker and waits in the TLS
+    // handshake for its ClientHello: the next newcomer preempts it.
+    thread::sleep(Duration::from_millis(400));
+    let _next = TcpStream::connect(addr).unwrap();
+    wait_for(&server.stats().preempted, 2);
+    wait_for(&server.stats().accepted, 5);
+    // The working one was not preempted: its call is answered.
+    release_tx.send(()).unwrap();
+    assert_eq!(working.join().unwrap().unwrap(), "work");
+    assert_eq!(server.stats().preempted.load(SeqCst), 2);
+    assert_eq!(server.stats().refused.load(SeqCst), 0);
+    server.stop();
+}
+
 #[test]
 fn stop_lets_in_flight_calls_finish_and_refuses_new_ones() {
     let (server_tls, client_tls) = common::tls_pair();

@@ -170,7 +170,7 @@ fn wait_for(counter: &std::sync::atomic::AtomicU64, want: u64) {
 /// the peer got out before it was cut off.
 fn bytes_trickled_through_a_stop<H>(handler: H) -> usize
 where
-    H: Fn(TcpStream, &Stop) + Send + Sync + 'static,
+    H: Fn(listener::PeerStream, &Stop) + Send + Sync + 'static,
 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let config = PoolConfig {
@@ -391,7 +391,7 @@ fn a_full_gate_evicts_the_connection_waiting_longest_and_late_ones_are_closed() 
 
 /// A server of one worker and one queue slot behind a line gate whose
 /// connections take a first line (the opening), then wait for a second
-/// (marked as waiting for the peer), then answer `ok`.
+/// (their reads mark them as waiting for the peer), then answer `ok`.
 fn two_line_server(preempt_after: Option<Duration>) -> listener::ServerHandle {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let config = PoolConfig {
@@ -406,8 +406,7 @@ fn two_line_server(preempt_after: Option<Duration>) -> listener::ServerHandle {
         let mut newlines = 0;
         let mut b = [0u8; 1];
         while newlines < 2 {
-            let got = confboot_wire::waiting::waiting_for_peer(|| sock.read(&mut b));
-            match got {
+            match sock.read(&mut b) {
                 Ok(1) if b[0] == b'\n' => newlines += 1,
                 Ok(1) => {}
                 _ => return,

@@ -13,8 +13,9 @@
 //! - [`Client`]: unary and server-streaming calls with a deadline.
 //! - [`Router`] and [`serve_connection`]: dispatch by method path on one
 //!   connection, call after call.
-//! - [`listener`]: the accept loop with a bounded worker pool.
 //! - [`pipe`]: an in-memory duplex stream for tests.
+//!
+//! Servers on sockets (the accept loop, the worker pool) are `confboot-net`'s.
 //!
 //! Methods are named by [`confboot_proto::Method`] constants (the wire
 //! contract lives in `confboot-proto`), which tie a path to its request and
@@ -51,7 +52,6 @@ pub mod pipe;
 mod server;
 mod status;
 mod transport;
-pub mod waiting;
 
 pub use client::Client;
 pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};

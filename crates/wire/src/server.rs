@@ -13,7 +13,6 @@ use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind, HEADER_LEN};
 use super::{Code, Status, Transport};
-use crate::waiting::waiting_for_peer;
 use confboot_util::stop::Stop;
 
 /// Limits one connection is served under.
@@ -354,7 +353,7 @@ fn wait_for_call<T: Transport + ?Sized>(
         poll: limits.stop_poll,
     };
     let mut byte = [0u8; 1];
-    match waiting_for_peer(|| io::Read::read(&mut idle, &mut byte)) {
+    match io::Read::read(&mut idle, &mut byte) {
         Ok(0) => Err(ConnectionEnd::Closed),
         Ok(_) => Ok(byte[0]),
         Err(_) if stop.is_raised() => Err(ConnectionEnd::Stopped),
@@ -429,19 +428,17 @@ fn serve_call<T: Transport + ?Sized>(
         .map_err(io_err)?;
 
     let frame_deadline = Instant::now() + limits.frame_timeout;
-    let header_frame = waiting_for_peer(|| {
-        read_rest_of_frame(
-            &mut ReadBefore {
-                stream: &mut *stream,
-                deadline: frame_deadline,
-                per_read: limits.io_timeout,
-                stop,
-                poll: limits.stop_poll,
-            },
-            first,
-            MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
-        )
-    })
+    let header_frame = read_rest_of_frame(
+        &mut ReadBefore {
+            stream: &mut *stream,
+            deadline: frame_deadline,
+            per_read: limits.io_timeout,
+            stop,
+            poll: limits.stop_poll,
+        },
+        first,
+        MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
+    )
     .map_err(|e| refuse(stream, e, "call header"))?;
     let header = match header_frame.kind {
         FrameKind::Message => {
@@ -465,18 +462,16 @@ fn serve_call<T: Transport + ?Sized>(
         peer: peer.clone(),
     };
 
-    let request = waiting_for_peer(|| {
-        frame::read_frame(
-            &mut ReadBefore {
-                stream: &mut *stream,
-                deadline: ctx.deadline.min(Instant::now() + limits.frame_timeout),
-                per_read: limits.io_timeout,
-                stop,
-                poll: limits.stop_poll,
-            },
-            limits.max_frame_len,
-        )
-    })
+    let request = frame::read_frame(
+        &mut ReadBefore {
+            stream: &mut *stream,
+            deadline: ctx.deadline.min(Instant::now() + limits.frame_timeout),
+            per_read: limits.io_timeout,
+            stop,
+            poll: limits.stop_poll,
+        },
+        limits.max_frame_len,
+    )
     .map_err(|e| refuse(stream, e, "request"))?;
     if request.kind != FrameKind::Message {
         let s = Status::invalid_argument("request must be a message frame");
