@@ -18,7 +18,6 @@
 //! project's process runner (time-bounded, stoppable, output bounded).
 
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -85,22 +84,13 @@ impl Default for Pbkdf {
 }
 
 /// Why a `--state-disk-pbkdf` value is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0}: want pbkdf2:ITERATIONS (1000 to 10000000), \
+     argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16) \
+     or cryptsetup-default"
+)]
 pub struct PbkdfSpecError(String);
-
-impl fmt::Display for PbkdfSpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: want pbkdf2:ITERATIONS (1000 to 10000000), \
-             argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16) \
-             or cryptsetup-default",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for PbkdfSpecError {}
 
 impl std::str::FromStr for Pbkdf {
     type Err = PbkdfSpecError;

@@ -3,7 +3,6 @@
 //! `insecure-any-ak`), the check of an AK against them, and
 //! [`issue_ak_certificate`] for whoever plays the cloud provider.
 
-use std::fmt;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
@@ -211,37 +210,30 @@ fn chain_to_root(
 }
 
 /// Why one pinned AK key was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AkKeyError {
     /// It is not hex.
+    #[error("{0}")]
     NotHex(HexError),
     /// It is not a SEC1 uncompressed P-256 point (65 bytes, `04...`).
+    #[error("{len} bytes is not an uncompressed P-256 point (65 bytes, 04...)")]
     NotAPoint {
         /// How many bytes it has.
         len: usize,
     },
 }
 
-impl fmt::Display for AkKeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AkKeyError::NotHex(e) => write!(f, "{e}"),
-            AkKeyError::NotAPoint { len } => write!(
-                f,
-                "{len} bytes is not an uncompressed P-256 point (65 bytes, 04...)"
-            ),
-        }
-    }
-}
-
 /// Why a `pinned:` AK trust (or an unknown form) was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AkTrustError {
     /// Not one of `ca:`, `pinned:` or `insecure-any-ak`.
+    #[error("want ca:PATH, pinned:FILE, pinned:HEX[,HEX...] or insecure-any-ak")]
     UnknownForm,
     /// A `pinned:FILE` file without a key (empty, or only comments).
+    #[error("no key given")]
     NoKey,
     /// A key of a `pinned:HEX[,HEX...]` list is refused.
+    #[error("key {position}: {error}")]
     ListKey {
         /// Its position in the list, from 1.
         position: usize,
@@ -249,6 +241,7 @@ pub enum AkTrustError {
         error: AkKeyError,
     },
     /// A key of a `pinned:FILE` file is refused.
+    #[error("{} line {line}: {error}", path.display())]
     FileKey {
         /// The file.
         path: PathBuf,
@@ -258,6 +251,7 @@ pub enum AkTrustError {
         error: AkKeyError,
     },
     /// The `pinned:FILE` file exists but cannot be read as text.
+    #[error("cannot read {}: {kind}", path.display())]
     UnreadableFile {
         /// The file.
         path: PathBuf,
@@ -265,12 +259,14 @@ pub enum AkTrustError {
         kind: io::ErrorKind,
     },
     /// The `pinned:FILE` file is larger than [`MAX_PINNED_KEYS_LEN`].
+    #[error("{} is larger than {} bytes", path.display(), MAX_PINNED_KEYS_LEN)]
     FileTooLarge {
         /// The file.
         path: PathBuf,
     },
     /// The text after `pinned:` names no existing file and is not a list of
     /// hex keys either.
+    #[error("{}, and not hex keys: {keys}", not_a_file(*file))]
     NeitherFileNorKeys {
         /// Why it is not a file (`NotFound`: there is none).
         file: io::ErrorKind,
@@ -279,37 +275,15 @@ pub enum AkTrustError {
     },
 }
 
-impl fmt::Display for AkTrustError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AkTrustError::UnknownForm => {
-                f.write_str("want ca:PATH, pinned:FILE, pinned:HEX[,HEX...] or insecure-any-ak")
-            }
-            AkTrustError::NoKey => f.write_str("no key given"),
-            AkTrustError::ListKey { position, error } => write!(f, "key {position}: {error}"),
-            AkTrustError::FileKey { path, line, error } => {
-                write!(f, "{} line {line}: {error}", path.display())
-            }
-            AkTrustError::UnreadableFile { path, kind } => {
-                write!(f, "cannot read {}: {kind}", path.display())
-            }
-            AkTrustError::FileTooLarge { path } => write!(
-                f,
-                "{} is larger than {MAX_PINNED_KEYS_LEN} bytes",
-                path.display()
-            ),
-            AkTrustError::NeitherFileNorKeys { file, keys } => {
-                if *file == io::ErrorKind::NotFound {
-                    write!(f, "no such file, and not hex keys: {keys}")
-                } else {
-                    write!(f, "not a file ({file}), and not hex keys: {keys}")
-                }
-            }
-        }
+/// Why the text after `pinned:` is not a file, for
+/// [`AkTrustError::NeitherFileNorKeys`].
+fn not_a_file(kind: io::ErrorKind) -> String {
+    if kind == io::ErrorKind::NotFound {
+        "no such file".to_string()
+    } else {
+        format!("not a file ({kind})")
     }
 }
-
-impl std::error::Error for AkTrustError {}
 
 /// The keys of `pinned:TEXT`: the lines of the file TEXT names (relative to
 /// `base`) when it exists, else TEXT as a comma-separated list of hex keys.
