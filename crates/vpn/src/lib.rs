@@ -53,7 +53,7 @@ mod update;
 pub mod wireguard;
 mod wireguard_interface;
 
-pub use control_plane::{ControlPlaneError, ControlPlaneSource};
+pub use control_plane::{AttemptError, ControlPlaneError, ControlPlaneSource};
 pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
 pub use node_file::{

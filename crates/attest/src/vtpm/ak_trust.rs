@@ -109,7 +109,7 @@ impl AkTrust {
                     .iter()
                     .filter_map(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c))
                     .collect();
-                chain_to_root(&cert, &configured).map_err(trust)?;
+                chain_to_root(&cert, &configured).map_err(|e| trust(e.to_string()))?;
                 if !cert.validity().is_valid() {
                     return Err(trust(format!(
                         "AK certificate is outside its validity period ({} to {})",
@@ -134,19 +134,92 @@ impl AkTrust {
 /// Most CA certificates between an AK certificate and its root.
 pub const MAX_AK_CHAIN_DEPTH: usize = 4;
 
+/// Why an AK certificate does not chain to a configured root CA.
+#[derive(Debug, thiserror::Error)]
+enum ChainError {
+    /// No configured CA of the issuer's name signs the certificate.
+    #[error(
+        "{what} (issuer \"{issuer}\") is not signed by any of the {configured} configured CAs{}",
+        failure_list(failures)
+    )]
+    NoIssuer {
+        /// The certificate: the AK certificate, or an intermediate CA.
+        what: String,
+        /// The issuer it names.
+        issuer: String,
+        /// How many CAs are configured.
+        configured: usize,
+        /// The CAs of that name whose signature check failed, and why.
+        failures: Vec<(String, SignatureError)>,
+    },
+    /// The issuer is not a CA, or its key may not sign certificates.
+    #[error(
+        "\"{subject}\" is not a CA certificate with keyCertSign (basic constraints CA: {is_ca}, \
+         keyCertSign: {signs_certs})"
+    )]
+    NotAnIssuingCa {
+        /// The CA's subject.
+        subject: String,
+        /// Whether its basic constraints make it a CA.
+        is_ca: bool,
+        /// Whether its key usage includes keyCertSign.
+        signs_certs: bool,
+    },
+    /// The issuer is outside its validity period.
+    #[error("CA \"{subject}\" is outside its validity period ({not_before} to {not_after})")]
+    CaOutsideValidity {
+        /// The CA's subject.
+        subject: String,
+        /// Start of its validity.
+        not_before: String,
+        /// End of its validity.
+        not_after: String,
+    },
+    /// No self-signed root within [`MAX_AK_CHAIN_DEPTH`] CAs.
+    #[error(
+        "the AK certificate's chain is longer than {} CAs or reaches no self-signed root",
+        MAX_AK_CHAIN_DEPTH
+    )]
+    NoRoot,
+}
+
+/// ` (SUBJECT: WHY; ...)` for the CAs whose signature check failed, or
+/// nothing when none did.
+fn failure_list(failures: &[(String, SignatureError)]) -> String {
+    if failures.is_empty() {
+        return String::new();
+    }
+    let failures: Vec<String> = failures
+        .iter()
+        .map(|(subject, error)| format!("{subject}: {error}"))
+        .collect();
+    format!(" ({})", failures.join("; "))
+}
+
+/// Why a certificate's signature was not verified with an issuer's key.
+#[derive(Debug, thiserror::Error)]
+enum SignatureError {
+    /// The certificate's signature algorithm (its OID) is not one checked here.
+    #[error("unsupported signature algorithm {0}")]
+    UnsupportedAlgorithm(String),
+    /// The signature is not the issuer key's over the certificate.
+    #[error("signature does not verify")]
+    DoesNotVerify,
+}
+
 /// Whether `ca` may issue certificates: a CA (basic constraints) whose key
 /// usage includes keyCertSign.
-fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), String> {
+fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), ChainError> {
     let is_ca = matches!(ca.basic_constraints(), Ok(Some(bc)) if bc.value.ca);
     let signs_certs = matches!(ca.key_usage(), Ok(Some(ku)) if ku.value.key_cert_sign());
     if is_ca && signs_certs {
         Ok(())
     } else {
-        Err(format!(
-            "\"{}\" is not a CA certificate with keyCertSign (basic constraints CA: {is_ca}, \
-             keyCertSign: {signs_certs})",
-            ca.subject()
-        ))
+        Err(ChainError::NotAnIssuingCa {
+            subject: ca.subject().to_string(),
+            is_ca,
+            signs_certs,
+        })
     }
 }
 
@@ -157,7 +230,7 @@ fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), String> {
 fn chain_to_root(
     cert: &X509Certificate<'_>,
     configured: &[X509Certificate<'_>],
-) -> Result<(), String> {
+) -> Result<(), ChainError> {
     let mut current = cert;
     for depth in 0..=MAX_AK_CHAIN_DEPTH {
         let what = if depth == 0 {
@@ -173,40 +246,33 @@ fn chain_to_root(
             match verify_certificate_signature(current, ca) {
                 Ok(()) => true,
                 Err(e) => {
-                    failures.push(format!("{}: {e}", ca.subject()));
+                    failures.push((ca.subject().to_string(), e));
                     false
                 }
             }
         });
         let Some(issuer) = issuer else {
-            return Err(format!(
-                "{what} (issuer \"{}\") is not signed by any of the {} configured CAs{}",
-                current.issuer(),
-                configured.len(),
-                if failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", failures.join("; "))
-                }
-            ));
+            return Err(ChainError::NoIssuer {
+                what,
+                issuer: current.issuer().to_string(),
+                configured: configured.len(),
+                failures,
+            });
         };
         check_is_issuing_ca(issuer)?;
         if !issuer.validity().is_valid() {
-            return Err(format!(
-                "CA \"{}\" is outside its validity period ({} to {})",
-                issuer.subject(),
-                issuer.validity().not_before,
-                issuer.validity().not_after
-            ));
+            return Err(ChainError::CaOutsideValidity {
+                subject: issuer.subject().to_string(),
+                not_before: issuer.validity().not_before.to_string(),
+                not_after: issuer.validity().not_after.to_string(),
+            });
         }
         if issuer.subject() == issuer.issuer() {
             return Ok(());
         }
         current = issuer;
     }
-    Err(format!(
-        "the AK certificate's chain is longer than {MAX_AK_CHAIN_DEPTH} CAs or reaches no self-signed root"
-    ))
+    Err(ChainError::NoRoot)
 }
 
 /// Why one pinned AK key was refused.
@@ -395,7 +461,7 @@ pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationErro
 fn verify_certificate_signature(
     cert: &X509Certificate<'_>,
     issuer: &X509Certificate<'_>,
-) -> Result<(), String> {
+) -> Result<(), SignatureError> {
     use ring::signature as sig;
     use x509_parser::oid_registry::{
         OID_EC_P256, OID_NIST_EC_P384, OID_PKCS1_SHA256WITHRSA, OID_PKCS1_SHA384WITHRSA,
@@ -426,11 +492,11 @@ fn verify_certificate_signature(
         } else if *alg == OID_PKCS1_SHA512WITHRSA {
             &sig::RSA_PKCS1_2048_8192_SHA512
         } else {
-            return Err(format!("unsupported signature algorithm {alg}"));
+            return Err(SignatureError::UnsupportedAlgorithm(alg.to_string()));
         };
     sig::UnparsedPublicKey::new(verification, &key_info.subject_public_key.data)
         .verify(cert.tbs_certificate.as_ref(), &cert.signature_value.data)
-        .map_err(|_| "signature does not verify".to_string())
+        .map_err(|_| SignatureError::DoesNotVerify)
 }
 
 /// An AK public key (SEC1 uncompressed P-256 point) as rcgen wants a subject
