@@ -1,7 +1,6 @@
 //! [`AtlsError`]: why an aTLS handshake failed, and its conversions from and
 //! to the errors of rustls and of the socket.
 
-use std::fmt;
 use std::io;
 use std::sync::Arc;
 
@@ -9,26 +8,34 @@ use confboot_attest::{AttestationError, Variant};
 
 /// Why an aTLS handshake failed. Each check that can refuse a peer has its
 /// own variant, so callers (and tests) can tell which one did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AtlsError {
     /// Connecting or reading/writing the socket failed.
+    #[error("aTLS: I/O error: {0}")]
     Io(String),
     /// The handshake did not finish in time.
+    #[error("aTLS: handshake timed out")]
     Timeout,
     /// The TLS handshake failed for a reason outside aTLS' own checks (for
     /// example the peer sent an alert, or presented no certificate).
+    #[error("aTLS: TLS handshake failed: {0}")]
     Tls(String),
     /// The peer's ALPN is not [`ALPN`](super::ALPN).
+    #[error("aTLS: wrong ALPN protocol: {0}")]
     Alpn(String),
     /// A nonce was missing or malformed (SNI, acceptable-CA names), or none
     /// could be drawn.
+    #[error("aTLS: bad nonce: {0}")]
     Nonce(String),
     /// The peer's certificate cannot be parsed, or ours cannot be made.
+    #[error("aTLS: certificate: {0}")]
     Certificate(String),
     /// The peer's certificate carries no evidence extension.
+    #[error("aTLS: peer certificate carries no attestation evidence")]
     MissingEvidence,
     /// The peer's evidence extension has an OID no configured validator accepts.
+    #[error("aTLS: peer evidence has OID {oid}, which no configured validator accepts")]
     UnknownVariant {
         /// The dotted OID found.
         oid: String,
@@ -36,6 +43,10 @@ pub enum AtlsError {
     /// The peer's evidence is of a variant this side knows but was not
     /// configured to accept (a vTPM node at a join service that admits
     /// SEV-SNP only, say): refused, failing closed.
+    #[error(
+        "aTLS: peer attests with {variant}, which is not accepted here (accepted: {})",
+        names(accepted)
+    )]
     VariantNotAccepted {
         /// The variant the peer presented.
         variant: Variant,
@@ -44,11 +55,13 @@ pub enum AtlsError {
     },
     /// The peer's certificate has a critical extension we refuse (the
     /// evidence extension must be non-critical).
+    #[error("aTLS: peer certificate has critical extension {oid}")]
     CriticalExtension {
         /// The dotted OID of the extension.
         oid: String,
     },
     /// The peer's certificate is not valid now.
+    #[error("aTLS: peer certificate valid from {not_before} to {not_after}, not at {now}")]
     OutsideValidity {
         /// Start of validity, seconds since the Unix epoch.
         not_before: i64,
@@ -60,53 +73,18 @@ pub enum AtlsError {
     /// The validator refused the peer's evidence: wrong binding (a stale
     /// nonce, a certificate key other than the one the evidence was made
     /// for), signature, trust, or measurement policy — see the inner error.
+    #[error("aTLS: peer attestation refused: {0}")]
     Attestation(AttestationError),
     /// Our own issuer could not produce evidence.
+    #[error("aTLS: cannot attest: {0}")]
     Issue(AttestationError),
 }
 
-impl fmt::Display for AtlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AtlsError::Io(m) => write!(f, "aTLS: I/O error: {m}"),
-            AtlsError::Timeout => write!(f, "aTLS: handshake timed out"),
-            AtlsError::Tls(m) => write!(f, "aTLS: TLS handshake failed: {m}"),
-            AtlsError::Alpn(m) => write!(f, "aTLS: wrong ALPN protocol: {m}"),
-            AtlsError::Nonce(m) => write!(f, "aTLS: bad nonce: {m}"),
-            AtlsError::Certificate(m) => write!(f, "aTLS: certificate: {m}"),
-            AtlsError::MissingEvidence => {
-                write!(f, "aTLS: peer certificate carries no attestation evidence")
-            }
-            AtlsError::UnknownVariant { oid } => write!(
-                f,
-                "aTLS: peer evidence has OID {oid}, which no configured validator accepts"
-            ),
-            AtlsError::VariantNotAccepted { variant, accepted } => {
-                let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();
-                write!(
-                    f,
-                    "aTLS: peer attests with {variant}, which is not accepted here (accepted: {})",
-                    names.join(", ")
-                )
-            }
-            AtlsError::CriticalExtension { oid } => {
-                write!(f, "aTLS: peer certificate has critical extension {oid}")
-            }
-            AtlsError::OutsideValidity {
-                not_before,
-                not_after,
-                now,
-            } => write!(
-                f,
-                "aTLS: peer certificate valid from {not_before} to {not_after}, not at {now}"
-            ),
-            AtlsError::Attestation(e) => write!(f, "aTLS: peer attestation refused: {e}"),
-            AtlsError::Issue(e) => write!(f, "aTLS: cannot attest: {e}"),
-        }
-    }
+/// The variants' names, comma-separated.
+fn names(variants: &[Variant]) -> String {
+    let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
+    names.join(", ")
 }
-
-impl std::error::Error for AtlsError {}
 
 impl AtlsError {
     /// The aTLS error a verifier put inside a rustls error, if any.

@@ -89,18 +89,23 @@ pub struct Attested {
 }
 
 /// Why evidence could not be issued or was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AttestationError {
     /// The evidence cannot be decoded: truncated, oversized, fields missing.
+    #[error("malformed evidence: {0}")]
     Decode(String),
     /// A signature over the evidence (quote, report, certificate) does not verify.
+    #[error("signature check failed: {0}")]
     Signature(String),
     /// The evidence is not bound to this handshake's `extra_data` (stale or replayed).
+    #[error("evidence not bound to this handshake: {0}")]
     Binding(String),
     /// The signing key is not trusted (AK not pinned, certificate chain broken).
+    #[error("untrusted signing key: {0}")]
     Trust(String),
     /// An enforced measurement differs from the policy.
+    #[error("measurement {index} differs: expected {expected}, actual {actual}{}", first_difference(event.as_deref()))]
     Measurement {
         /// Measurement index (PCR number; 0 for the SEV-SNP launch measurement).
         index: u32,
@@ -115,10 +120,13 @@ pub enum AttestationError {
     },
     /// The evidence's event log is malformed or does not replay to the
     /// quoted PCRs.
+    #[error("event log refused: {0}")]
     EventLog(String),
     /// Another policy rule was violated (debug enabled, VMPL, TCB below minimum, ...).
+    #[error("policy violated: {0}")]
     Policy(String),
     /// The evidence is of another variant than the validator's.
+    #[error("evidence variant {actual} where {expected} is required")]
     WrongVariant {
         /// What the validator checks.
         expected: Variant,
@@ -126,42 +134,15 @@ pub enum AttestationError {
         actual: String,
     },
     /// The issuer could not produce evidence (device missing, TPM error).
+    #[error("cannot issue evidence: {0}")]
     Issue(String),
 }
 
-impl fmt::Display for AttestationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AttestationError::Decode(m) => write!(f, "malformed evidence: {m}"),
-            AttestationError::Signature(m) => write!(f, "signature check failed: {m}"),
-            AttestationError::Binding(m) => write!(f, "evidence not bound to this handshake: {m}"),
-            AttestationError::Trust(m) => write!(f, "untrusted signing key: {m}"),
-            AttestationError::Measurement {
-                index,
-                expected,
-                actual,
-                event,
-            } => {
-                write!(
-                    f,
-                    "measurement {index} differs: expected {expected}, actual {actual}"
-                )?;
-                match event {
-                    Some(event) => write!(f, "; {event}"),
-                    None => Ok(()),
-                }
-            }
-            AttestationError::EventLog(m) => write!(f, "event log refused: {m}"),
-            AttestationError::Policy(m) => write!(f, "policy violated: {m}"),
-            AttestationError::WrongVariant { expected, actual } => {
-                write!(f, "evidence variant {actual} where {expected} is required")
-            }
-            AttestationError::Issue(m) => write!(f, "cannot issue evidence: {m}"),
-        }
-    }
+/// The end of a [`AttestationError::Measurement`] message: `; ` and the
+/// first event that differs, when it is known.
+fn first_difference(event: Option<&str>) -> String {
+    event.map(|event| format!("; {event}")).unwrap_or_default()
 }
-
-impl std::error::Error for AttestationError {}
 
 /// Produces evidence of what this machine runs, bound to `extra_data`.
 pub trait Issuer: Send + Sync {

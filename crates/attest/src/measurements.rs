@@ -25,7 +25,6 @@
 //! from the running image) and are not held to these rules.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::io::Read;
 use std::path::Path;
 
@@ -60,26 +59,42 @@ pub struct MeasurementPolicy {
 }
 
 /// Why a policy could not be read, or was refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// The file could not be read.
+    #[error("cannot read measurement policy: {0}")]
     Io(std::io::Error),
     /// The file is larger than [`MAX_POLICY_BYTES`].
+    #[error("measurement policy of {0} bytes exceeds {max}", max = MAX_POLICY_BYTES)]
     TooLarge(u64),
     /// The text is not the expected JSON shape.
+    #[error("invalid measurement policy: {0}")]
     Format(String),
     /// The policy names no measurement, so it would admit any image.
+    #[error("measurement policy is empty: it would admit any image, refused")]
     Empty,
     /// Every entry is `warnOnly`: nothing is enforced, so any image would be admitted.
+    #[error(
+        "measurement policy enforces nothing (every entry is warnOnly): \
+         it would admit any image, refused"
+    )]
     NothingEnforced,
     /// A key is not an index in canonical decimal (no leading zero, sign or
     /// space), so two keys could name one index. The key, cut to 32 characters.
+    #[error(
+        "measurement policy key {0:?} is not an index in plain decimal \
+         (0 to {max}, no leading zero, sign or space)",
+        max = MAX_INDEX
+    )]
     NonCanonicalIndex(String),
     /// A key is a decimal number above [`MAX_INDEX`].
+    #[error("measurement policy key {0:?} is out of range (0 to {max})", max = MAX_INDEX)]
     IndexOutOfRange(String),
     /// An object names the same key twice (a parser would keep only one).
+    #[error("measurement policy names the key {0:?} twice")]
     DuplicateKey(String),
     /// An expected value is not hex.
+    #[error("measurement policy entry {index}: {error}")]
     NotHex {
         /// The index of the entry.
         index: u32,
@@ -87,6 +102,11 @@ pub enum PolicyError {
         error: HexError,
     },
     /// An expected value has the wrong number of bytes.
+    #[error(
+        "measurement policy entry {index}: expected value has {len} bytes, want {want} \
+         ({} hex digits)",
+        2 * want
+    )]
     DigestLength {
         /// The index of the entry.
         index: u32,
@@ -98,58 +118,13 @@ pub enum PolicyError {
     /// An SEV-SNP policy that pins no image: its launch measurement is
     /// `warnOnly` and it names no ID key, yet it is not marked
     /// `insecureAnyImage`.
+    #[error(
+        "SEV-SNP policy pins no image (its measurement is warnOnly and it names no \
+         idKeyDigests): it would admit any guest image; set \"insecureAnyImage\": true \
+         to accept that deliberately"
+    )]
     ImageNotPinned,
 }
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PolicyError::Io(e) => write!(f, "cannot read measurement policy: {e}"),
-            PolicyError::TooLarge(n) => {
-                write!(
-                    f,
-                    "measurement policy of {n} bytes exceeds {MAX_POLICY_BYTES}"
-                )
-            }
-            PolicyError::Format(m) => write!(f, "invalid measurement policy: {m}"),
-            PolicyError::Empty => {
-                f.write_str("measurement policy is empty: it would admit any image, refused")
-            }
-            PolicyError::NothingEnforced => f.write_str(
-                "measurement policy enforces nothing (every entry is warnOnly): \
-                 it would admit any image, refused",
-            ),
-            PolicyError::NonCanonicalIndex(k) => write!(
-                f,
-                "measurement policy key {k:?} is not an index in plain decimal \
-                 (0 to {MAX_INDEX}, no leading zero, sign or space)"
-            ),
-            PolicyError::IndexOutOfRange(k) => write!(
-                f,
-                "measurement policy key {k:?} is out of range (0 to {MAX_INDEX})"
-            ),
-            PolicyError::DuplicateKey(k) => {
-                write!(f, "measurement policy names the key {k:?} twice")
-            }
-            PolicyError::NotHex { index, error } => {
-                write!(f, "measurement policy entry {index}: {error}")
-            }
-            PolicyError::DigestLength { index, len, want } => write!(
-                f,
-                "measurement policy entry {index}: expected value has {len} bytes, want {want} \
-                 ({} hex digits)",
-                2 * want
-            ),
-            PolicyError::ImageNotPinned => f.write_str(
-                "SEV-SNP policy pins no image (its measurement is warnOnly and it names no \
-                 idKeyDigests): it would admit any guest image; set \"insecureAnyImage\": true \
-                 to accept that deliberately",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PolicyError {}
 
 /// A key as quoted in an error: at most [`MAX_QUOTED_KEY`] characters.
 fn quoted_key(key: &str) -> String {

@@ -50,73 +50,50 @@ pub const KUBELET_CERT_FILE: &str = "kubelet.crt";
 pub const KUBELET_KEY_FILE: &str = "kubelet.key";
 
 /// Why a kubelet certificate could not be requested, signed or installed.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KubeletCertError {
     /// The node name is not a DNS-1123 subdomain.
+    #[error("node name {0:?} is not a DNS-1123 subdomain")]
     InvalidNodeName(String),
     /// The CSR is larger than [`MAX_KUBELET_CSR_BYTES`].
+    #[error("kubelet CSR over {} bytes", MAX_KUBELET_CSR_BYTES)]
     CsrTooLarge,
     /// The CSR does not parse or its signature does not verify.
+    #[error("kubelet CSR: {0}")]
     MalformedCsr(String),
     /// The CSR's key is not a P-256 ECDSA key.
+    #[error("kubelet CSR: the key is not an ECDSA P-256 key")]
     UnsupportedKey,
     /// The CSR's subject is not `CN=system:node:<name>, O=system:nodes`.
+    #[error(
+        "kubelet CSR: the subject must be CN={prefix}<node name}}, \
+         O={organization}: {0}",
+        prefix = NODE_COMMON_NAME_PREFIX,
+        organization = NODES_ORGANIZATION
+    )]
     WrongSubject(String),
     /// A subject alternative name other than an IP address.
+    #[error("kubelet CSR: only IP addresses may be subject alternative names")]
     NonIpName,
     /// No IP address, too many, a repeated one, or one no node can have.
+    #[error("kubelet CSR: {0}")]
     BadIpAddresses(String),
     /// An extension other than subject alternative names is requested.
+    #[error("kubelet CSR: the {0} extension may not be requested")]
     UnexpectedExtension(&'static str),
     /// The CA certificate or key is unusable.
+    #[error("cluster CA: {0}")]
     Ca(String),
     /// Making the key, the CSR or the certificate failed.
+    #[error("kubelet certificate: {0}")]
     Generate(String),
     /// The certificate or key could not be written.
+    #[error("installing the kubelet certificate: {0}")]
     Install(String),
     /// The certificate a join service sent is not the one asked for.
+    #[error("the kubelet certificate received is not the one asked for: {0}")]
     WrongCertificate(String),
 }
-
-impl fmt::Display for KubeletCertError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KubeletCertError::InvalidNodeName(n) => {
-                write!(f, "node name {n:?} is not a DNS-1123 subdomain")
-            }
-            KubeletCertError::CsrTooLarge => {
-                write!(f, "kubelet CSR over {MAX_KUBELET_CSR_BYTES} bytes")
-            }
-            KubeletCertError::MalformedCsr(m) => write!(f, "kubelet CSR: {m}"),
-            KubeletCertError::UnsupportedKey => {
-                f.write_str("kubelet CSR: the key is not an ECDSA P-256 key")
-            }
-            KubeletCertError::WrongSubject(m) => write!(
-                f,
-                "kubelet CSR: the subject must be CN={NODE_COMMON_NAME_PREFIX}<node name}}, \
-                 O={NODES_ORGANIZATION}: {m}"
-            ),
-            KubeletCertError::NonIpName => {
-                f.write_str("kubelet CSR: only IP addresses may be subject alternative names")
-            }
-            KubeletCertError::BadIpAddresses(m) => write!(f, "kubelet CSR: {m}"),
-            KubeletCertError::UnexpectedExtension(e) => {
-                write!(f, "kubelet CSR: the {e} extension may not be requested")
-            }
-            KubeletCertError::Ca(m) => write!(f, "cluster CA: {m}"),
-            KubeletCertError::Generate(m) => write!(f, "kubelet certificate: {m}"),
-            KubeletCertError::Install(m) => write!(f, "installing the kubelet certificate: {m}"),
-            KubeletCertError::WrongCertificate(m) => {
-                write!(
-                    f,
-                    "the kubelet certificate received is not the one asked for: {m}"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for KubeletCertError {}
 
 /// Checks a Kubernetes node name: a DNS-1123 subdomain (lowercase letters,
 /// digits, `-` and `.`, labels of 1 to 63 starting and ending with a letter

@@ -22,7 +22,6 @@
 //! # }
 //! ```
 
-use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -98,15 +97,19 @@ pub struct KubeletCert {
 }
 
 /// Why the cluster step failed. No variant carries a token or key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
     /// A parameter is malformed (the message never quotes a secret).
+    #[error("invalid cluster parameters: {0}")]
     InvalidParams(String),
     /// A control-plane file name would leave the PKI directory, or is otherwise refused.
+    #[error("refused control-plane file: {0}")]
     BadFileName(String),
     /// Writing or reading files, or starting a program, failed.
+    #[error("cluster setup I/O: {0}")]
     Io(String),
     /// The program exited unsuccessfully.
+    #[error("{program} {}{}", how_it_ended(*status), after_colon(stderr_tail))]
     Command {
         /// The program.
         program: String,
@@ -116,6 +119,7 @@ pub enum ClusterError {
         stderr_tail: String,
     },
     /// The program ran longer than allowed and was killed.
+    #[error("{program} did not finish within {after:?}")]
     TimedOut {
         /// The program.
         program: String,
@@ -123,6 +127,7 @@ pub enum ClusterError {
         after: Duration,
     },
     /// The stop signal was raised; the program was killed.
+    #[error("stopped")]
     Stopped,
 }
 
@@ -137,35 +142,23 @@ impl From<confboot_sys::process::ProcessError> for ClusterError {
     }
 }
 
-impl fmt::Display for ClusterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClusterError::InvalidParams(m) => write!(f, "invalid cluster parameters: {m}"),
-            ClusterError::BadFileName(m) => write!(f, "refused control-plane file: {m}"),
-            ClusterError::Io(m) => write!(f, "cluster setup I/O: {m}"),
-            ClusterError::Command {
-                program,
-                status,
-                stderr_tail,
-            } => {
-                match status {
-                    Some(s) => write!(f, "{program} exited with {s}")?,
-                    None => write!(f, "{program} was killed by a signal")?,
-                }
-                if !stderr_tail.is_empty() {
-                    write!(f, ": {stderr_tail}")?;
-                }
-                Ok(())
-            }
-            ClusterError::TimedOut { program, after } => {
-                write!(f, "{program} did not finish within {after:?}")
-            }
-            ClusterError::Stopped => f.write_str("stopped"),
-        }
+/// How a program ended, for [`ClusterError::Command`]: its exit status, or
+/// that a signal killed it.
+fn how_it_ended(status: Option<i32>) -> String {
+    match status {
+        Some(s) => format!("exited with {s}"),
+        None => "was killed by a signal".to_string(),
     }
 }
 
-impl std::error::Error for ClusterError {}
+/// `: ` and `text`, or nothing for an empty text.
+fn after_colon(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}
 
 /// Makes this node part of a Kubernetes cluster.
 pub trait ClusterBackend: Send + Sync {

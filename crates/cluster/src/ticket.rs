@@ -6,8 +6,6 @@
 //! (`Node::check_ticket`); they are plain functions of the ticket and the
 //! service's attestation, so they are tested and fuzzed without a node.
 
-use std::fmt;
-
 use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 
 use confboot_attest::Attested;
@@ -19,24 +17,15 @@ use confboot_kms::derive_cluster_id;
 pub const STATE_DISK_KEY_LEN: usize = 32;
 
 /// Why a ticket is thrown away.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TicketError {
     /// The ticket itself is unusable (a field missing or of the wrong size).
+    #[error("unusable ticket: {0}")]
     Unusable(String),
     /// The service that sent it did not prove membership of its cluster.
+    #[error("the join service is no member: {0}")]
     NotMember(String),
 }
-
-impl fmt::Display for TicketError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TicketError::Unusable(m) => write!(f, "unusable ticket: {m}"),
-            TicketError::NotMember(m) => write!(f, "the join service is no member: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for TicketError {}
 
 fn check_key(state_disk_key: &[u8]) -> Result<(), TicketError> {
     let key_len = state_disk_key.len();

@@ -18,7 +18,6 @@
 //! project's process runner (time-bounded, stoppable, output bounded).
 
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -85,22 +84,13 @@ impl Default for Pbkdf {
 }
 
 /// Why a `--state-disk-pbkdf` value is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0}: want pbkdf2:ITERATIONS (1000 to 10000000), \
+     argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16) \
+     or cryptsetup-default"
+)]
 pub struct PbkdfSpecError(String);
-
-impl fmt::Display for PbkdfSpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: want pbkdf2:ITERATIONS (1000 to 10000000), \
-             argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16) \
-             or cryptsetup-default",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for PbkdfSpecError {}
 
 impl std::str::FromStr for Pbkdf {
     type Err = PbkdfSpecError;
@@ -460,9 +450,18 @@ fn sanitize(raw: &[u8], key: Option<&SecretBytes>) -> String {
         .collect()
 }
 
+/// Why a device without a LUKS header is not blank: the first non-zero
+/// byte [`is_blank`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no LUKS header, and non-zero data at byte offset {offset}")]
+pub struct NotBlank {
+    /// The byte's offset on the device.
+    pub offset: u64,
+}
+
 /// Whether the device reads as zeros in its first [`BLANK_PROBE_HEAD`] and
-/// last [`BLANK_PROBE_TAIL`] bytes; if not, `Err(reason)`.
-pub fn is_blank(device: &Path) -> Result<Result<(), String>, DiskError> {
+/// last [`BLANK_PROBE_TAIL`] bytes; if not, where it does not.
+pub fn is_blank(device: &Path) -> Result<Result<(), NotBlank>, DiskError> {
     let io = |e: io::Error| DiskError::Io(format!("reading {}: {e}", device.display()));
     let mut file = File::open(device).map_err(io)?;
     let size = file.seek(SeekFrom::End(0)).map_err(io)?;
@@ -476,10 +475,9 @@ pub fn is_blank(device: &Path) -> Result<Result<(), String>, DiskError> {
             let want = ((end - at) as usize).min(chunk.len());
             file.read_exact(&mut chunk[..want]).map_err(io)?;
             if let Some(i) = chunk[..want].iter().position(|&b| b != 0) {
-                return Ok(Err(format!(
-                    "no LUKS header, and non-zero data at byte offset {}",
-                    at + i as u64
-                )));
+                return Ok(Err(NotBlank {
+                    offset: at + i as u64,
+                }));
             }
             at += want as u64;
         }
@@ -494,7 +492,9 @@ impl DiskBackend for CryptsetupBackend {
         }
         Ok(match is_blank(&self.device)? {
             Ok(()) => DiskState::Blank,
-            Err(reason) => DiskState::Unrecognized { reason },
+            Err(not_blank) => DiskState::Unrecognized {
+                reason: not_blank.to_string(),
+            },
         })
     }
 

@@ -40,8 +40,6 @@
 //! # }
 //! ```
 
-use std::fmt;
-
 use confboot_kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
@@ -97,11 +95,13 @@ impl DiskAction {
 }
 
 /// Why a state disk operation failed. No variant carries key material.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DiskError {
     /// Reading the device or starting cryptsetup failed.
+    #[error("state disk I/O: {0}")]
     Io(String),
     /// cryptsetup failed for another reason than a wrong key.
+    #[error("cryptsetup {action} {}: {stderr}", how_it_ended(*status))]
     Cryptsetup {
         /// The cryptsetup action (`luksFormat`, `open`, ...).
         action: String,
@@ -111,6 +111,7 @@ pub enum DiskError {
         stderr: String,
     },
     /// A device-mapper operation failed (the native backend).
+    #[error("{action}: {message}")]
     DeviceMapper {
         /// What the backend was doing (`open`, `close`).
         action: String,
@@ -118,68 +119,53 @@ pub enum DiskError {
         message: String,
     },
     /// The key does not open any key slot of the header.
+    #[error("the key does not open the state disk")]
     WrongKey,
     /// Formatting was refused: the disk already carries a LUKS header.
+    #[error("refusing to format: the disk has a LUKS header ({uuid})")]
     AlreadyFormatted {
         /// The existing header's UUID.
         uuid: String,
     },
     /// Opening was refused: the disk carries no LUKS header.
+    #[error("the disk has no LUKS header")]
     NotLuks,
     /// The disk holds data that is not a LUKS header; it is not formatted.
+    #[error("refusing to format a disk that is neither blank nor LUKS: {reason}")]
     Unrecognized {
         /// What was found.
         reason: String,
     },
     /// A UUID is malformed, or a freshly written header does not carry the
     /// requested one.
+    #[error("bad disk UUID: {0}")]
     BadUuid(String),
     /// The mapping name is in use (cryptsetup exit status 5).
+    #[error("device or mapping busy: {0}")]
     Busy(String),
     /// The caller could not provide the key (returned by `key_for` closures).
+    #[error("no key for the state disk: {0}")]
     KeyUnavailable(String),
     /// The backend's configuration is invalid (e.g. a mapper name with `/`).
+    #[error("state disk configuration: {0}")]
     Config(String),
     /// The header's metadata (the measurement salt token) is missing where it
     /// must be, or malformed.
+    #[error("state disk header metadata: {0}")]
     Metadata(String),
     /// Making the file system on the opened disk failed.
+    #[error("state file system: {0}")]
     Filesystem(String),
 }
 
-impl fmt::Display for DiskError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DiskError::Io(m) => write!(f, "state disk I/O: {m}"),
-            DiskError::Cryptsetup {
-                action,
-                status,
-                stderr,
-            } => match status {
-                Some(s) => write!(f, "cryptsetup {action} exited with {s}: {stderr}"),
-                None => write!(f, "cryptsetup {action} was killed: {stderr}"),
-            },
-            DiskError::DeviceMapper { action, message } => write!(f, "{action}: {message}"),
-            DiskError::WrongKey => f.write_str("the key does not open the state disk"),
-            DiskError::AlreadyFormatted { uuid } => {
-                write!(f, "refusing to format: the disk has a LUKS header ({uuid})")
-            }
-            DiskError::NotLuks => f.write_str("the disk has no LUKS header"),
-            DiskError::Unrecognized { reason } => write!(
-                f,
-                "refusing to format a disk that is neither blank nor LUKS: {reason}"
-            ),
-            DiskError::BadUuid(m) => write!(f, "bad disk UUID: {m}"),
-            DiskError::Busy(m) => write!(f, "device or mapping busy: {m}"),
-            DiskError::KeyUnavailable(m) => write!(f, "no key for the state disk: {m}"),
-            DiskError::Config(m) => write!(f, "state disk configuration: {m}"),
-            DiskError::Metadata(m) => write!(f, "state disk header metadata: {m}"),
-            DiskError::Filesystem(m) => write!(f, "state file system: {m}"),
-        }
+/// How cryptsetup ended, for [`DiskError::Cryptsetup`]: its exit status,
+/// or that a signal killed it.
+fn how_it_ended(status: Option<i32>) -> String {
+    match status {
+        Some(s) => format!("exited with {s}"),
+        None => "was killed".to_string(),
     }
 }
-
-impl std::error::Error for DiskError {}
 
 /// Does the work on one disk. Implementations must refuse to [`format`](Self::format)
 /// a disk that already has a LUKS header, whatever the caller decided.

@@ -28,16 +28,9 @@ const PREFIX: &str = "pbkdf2-sha256";
 const HASH_LEN: usize = 32;
 
 /// Why an init-secret hash is unusable.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid init-secret hash: {0}")]
 pub struct HashFormatError(pub String);
-
-impl std::fmt::Display for HashFormatError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invalid init-secret hash: {}", self.0)
-    }
-}
-
-impl std::error::Error for HashFormatError {}
 
 /// A parsed init-secret hash.
 #[derive(Clone, Debug, PartialEq, Eq)]

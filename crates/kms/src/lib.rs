@@ -63,13 +63,16 @@ impl fmt::Debug for SecretBytes {
 }
 
 /// Why a URI or secret was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KmsError {
     /// The URI's scheme or host names a backend this build does not have.
+    #[error("unsupported key backend {0:?}")]
     UnsupportedBackend(String),
     /// The URI is not of the expected shape.
+    #[error("malformed URI: {0}")]
     MalformedUri(String),
     /// The master secret or salt is too short or too long.
+    #[error("{what} has {len} bytes, want {min} to {}", MAX_SECRET_LEN)]
     BadLength {
         /// `key` or `salt`.
         what: &'static str,
@@ -79,23 +82,9 @@ pub enum KmsError {
         min: usize,
     },
     /// Randomness was not available.
+    #[error("no randomness available")]
     Random,
 }
-
-impl fmt::Display for KmsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KmsError::UnsupportedBackend(b) => write!(f, "unsupported key backend {b:?}"),
-            KmsError::MalformedUri(m) => write!(f, "malformed URI: {m}"),
-            KmsError::BadLength { what, len, min } => {
-                write!(f, "{what} has {len} bytes, want {min} to {MAX_SECRET_LEN}")
-            }
-            KmsError::Random => f.write_str("no randomness available"),
-        }
-    }
-}
-
-impl std::error::Error for KmsError {}
 
 /// HKDF-SHA256 of `secret` with `salt` and `info`, `len` bytes (at most 8160).
 pub fn hkdf_sha256(secret: &[u8], salt: &[u8], info: &[u8], len: usize) -> SecretBytes {

@@ -3,7 +3,6 @@
 //! (a new file, mode 0600); `confboot recover` and joinsvc read it (bounded
 //! in size). Errors name the file and the field, never the secret.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use zeroize::{Zeroize, Zeroizing};
@@ -17,11 +16,17 @@ use confboot_util::fs::{FileError, read_bounded, write_new_private};
 pub const MAX_MASTER_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
 /// Why a master-secret file could not be read or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum MasterSecretFileError {
     /// The file could not be read (or is too large) or written.
-    File(FileError),
+    #[error("{0}")]
+    File(#[from] FileError),
     /// The file is not a JSON object.
+    #[error(
+        "{}: not a master-secret file ({})",
+        path.display(),
+        json_problem(*line, *column)
+    )]
     NotJson {
         /// The file.
         path: PathBuf,
@@ -32,6 +37,7 @@ pub enum MasterSecretFileError {
         column: usize,
     },
     /// A field is missing or is not a base64 string.
+    #[error("{}: \"{field}\" must be a base64 string", path.display())]
     Field {
         /// The file.
         path: PathBuf,
@@ -39,51 +45,23 @@ pub enum MasterSecretFileError {
         field: &'static str,
     },
     /// The key or salt has a length out of bounds.
+    #[error("{}: {error}", path.display())]
     Secret {
         /// The file.
         path: PathBuf,
         /// Which length, and the bounds.
+        #[source]
         error: KmsError,
     },
 }
 
-impl fmt::Display for MasterSecretFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MasterSecretFileError::File(e) => e.fmt(f),
-            MasterSecretFileError::NotJson { path, line: 0, .. } => write!(
-                f,
-                "{}: not a master-secret file (want a JSON object)",
-                path.display()
-            ),
-            MasterSecretFileError::NotJson { path, line, column } => write!(
-                f,
-                "{}: not a master-secret file (bad JSON at line {line}, column {column})",
-                path.display()
-            ),
-            MasterSecretFileError::Field { path, field } => {
-                write!(f, "{}: \"{field}\" must be a base64 string", path.display())
-            }
-            MasterSecretFileError::Secret { path, error } => {
-                write!(f, "{}: {error}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for MasterSecretFileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            MasterSecretFileError::File(e) => Some(e),
-            MasterSecretFileError::Secret { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-}
-
-impl From<FileError> for MasterSecretFileError {
-    fn from(e: FileError) -> Self {
-        MasterSecretFileError::File(e)
+/// What is wrong with a file that is not a JSON object: where its JSON
+/// breaks, or (line 0) that it is JSON of another shape.
+fn json_problem(line: usize, column: usize) -> String {
+    if line == 0 {
+        "want a JSON object".to_string()
+    } else {
+        format!("bad JSON at line {line}, column {column}")
     }
 }
 

@@ -6,7 +6,6 @@
 //! the few options the client uses are kept. The socket and the retries
 //! live with the caller (the bootstrapper's `init` module).
 
-use std::fmt;
 use std::net::Ipv4Addr;
 
 /// UDP port a DHCP server listens on.
@@ -77,39 +76,30 @@ impl DhcpMessageType {
 }
 
 /// Why a datagram is not a usable reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DhcpParseError {
     /// Shorter than the fixed header and the magic cookie.
+    #[error("DHCP message of {0} bytes is too short")]
     TooShort(usize),
     /// Not a BOOTREPLY, or not Ethernet with 6-byte addresses.
+    #[error("not an Ethernet BOOTREPLY")]
     NotAReply,
     /// The magic cookie is not 99.130.83.99.
+    #[error("no DHCP magic cookie")]
     BadMagic,
     /// An option's length runs past the end of the datagram.
+    #[error("option {0} runs past the end")]
     TruncatedOption(u8),
     /// An option the client uses has the wrong length.
+    #[error("option {0} has length {1}")]
     BadOptionLength(u8, usize),
     /// No option 53, or one naming a type a server does not send.
+    #[error("bad DHCP message type {0:?}")]
     BadMessageType(Option<u8>),
     /// An option appears twice.
+    #[error("option {0} appears twice")]
     DuplicateOption(u8),
 }
-
-impl fmt::Display for DhcpParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DhcpParseError::TooShort(n) => write!(f, "DHCP message of {n} bytes is too short"),
-            DhcpParseError::NotAReply => f.write_str("not an Ethernet BOOTREPLY"),
-            DhcpParseError::BadMagic => f.write_str("no DHCP magic cookie"),
-            DhcpParseError::TruncatedOption(c) => write!(f, "option {c} runs past the end"),
-            DhcpParseError::BadOptionLength(c, n) => write!(f, "option {c} has length {n}"),
-            DhcpParseError::BadMessageType(t) => write!(f, "bad DHCP message type {t:?}"),
-            DhcpParseError::DuplicateOption(c) => write!(f, "option {c} appears twice"),
-        }
-    }
-}
-
-impl std::error::Error for DhcpParseError {}
 
 /// A DHCP message the client sends: a DISCOVER, or a REQUEST for the
 /// address an OFFER named.

@@ -13,11 +13,13 @@ use confboot_util::stop::Stop;
 
 /// Why a program could not be run to its end. (How it ended, when it did,
 /// is in [`CommandOutput`].)
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessError {
     /// Starting or waiting for the program failed.
+    #[error("{0}")]
     Io(String),
     /// The program ran longer than allowed and was killed.
+    #[error("{program} did not finish within {after:?}")]
     TimedOut {
         /// The program.
         program: String,
@@ -25,22 +27,9 @@ pub enum ProcessError {
         after: Duration,
     },
     /// The stop signal was raised; the program was killed.
+    #[error("stopped")]
     Stopped,
 }
-
-impl std::fmt::Display for ProcessError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ProcessError::Io(m) => f.write_str(m),
-            ProcessError::TimedOut { program, after } => {
-                write!(f, "{program} did not finish within {after:?}")
-            }
-            ProcessError::Stopped => f.write_str("stopped"),
-        }
-    }
-}
-
-impl std::error::Error for ProcessError {}
 
 /// Longest output line handed on; the rest of a longer line is cut off.
 pub const MAX_LINE_BYTES: usize = 4096;

@@ -1,33 +1,22 @@
 //! Base64 (RFC 4648) in the standard and URL-safe alphabets. Decoding
 //! accepts input with or without `=` padding and refuses anything else.
 
-use std::fmt;
-
 const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Why base64 text could not be decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Base64Error {
     /// A character outside the alphabet, at this offset.
+    #[error("invalid base64 character at offset {0}")]
     InvalidCharacter(usize),
     /// The length cannot be base64 (one lone character, or bad padding).
+    #[error("invalid base64 length")]
     InvalidLength,
     /// Bits left over in the last character (a non-canonical encoding).
+    #[error("non-canonical base64 (trailing bits set)")]
     TrailingBits,
 }
-
-impl fmt::Display for Base64Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Base64Error::InvalidCharacter(i) => write!(f, "invalid base64 character at offset {i}"),
-            Base64Error::InvalidLength => f.write_str("invalid base64 length"),
-            Base64Error::TrailingBits => f.write_str("non-canonical base64 (trailing bits set)"),
-        }
-    }
-}
-
-impl std::error::Error for Base64Error {}
 
 fn encode_with(alphabet: &[u8; 64], bytes: &[u8], pad: bool) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);

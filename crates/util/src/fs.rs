@@ -4,7 +4,6 @@
 //! with an error that names the file and the limit instead of filling
 //! memory. Secret files are written as new files readable only by their owner.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -15,16 +14,19 @@ use zeroize::Zeroizing;
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
 
 /// Why a file could not be read or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// The file could not be opened or read.
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// What the system said.
+        #[source]
         error: io::Error,
     },
     /// The file holds more than the limit.
+    #[error("{} is larger than the limit of {limit} bytes", path.display())]
     TooLarge {
         /// The file.
         path: PathBuf,
@@ -32,16 +34,19 @@ pub enum FileError {
         limit: u64,
     },
     /// The file was read as text but is not UTF-8.
+    #[error("{} is not UTF-8 text", path.display())]
     NotText {
         /// The file.
         path: PathBuf,
     },
     /// A new file could not be created or written (an existing one is
     /// never overwritten).
+    #[error("cannot write {}: {error}", path.display())]
     Write {
         /// The file.
         path: PathBuf,
         /// What the system said.
+        #[source]
         error: io::Error,
     },
 }
@@ -54,32 +59,6 @@ impl FileError {
             | FileError::TooLarge { path, .. }
             | FileError::NotText { path }
             | FileError::Write { path, .. } => path,
-        }
-    }
-}
-
-impl fmt::Display for FileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FileError::Read { path, error } => write!(f, "cannot read {}: {error}", path.display()),
-            FileError::TooLarge { path, limit } => write!(
-                f,
-                "{} is larger than the limit of {limit} bytes",
-                path.display()
-            ),
-            FileError::NotText { path } => write!(f, "{} is not UTF-8 text", path.display()),
-            FileError::Write { path, error } => {
-                write!(f, "cannot write {}: {error}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for FileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FileError::Read { error, .. } | FileError::Write { error, .. } => Some(error),
-            FileError::TooLarge { .. } | FileError::NotText { .. } => None,
         }
     }
 }

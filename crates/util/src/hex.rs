@@ -1,26 +1,15 @@
 //! Lowercase hex encoding and strict decoding.
 
-use std::fmt;
-
 /// Why a hex string could not be decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HexError {
     /// The string has an odd number of digits.
+    #[error("hex string has an odd length ({0})")]
     OddLength(usize),
     /// A character that is not a hex digit, at this byte offset.
+    #[error("invalid hex digit at offset {0}")]
     InvalidDigit(usize),
 }
-
-impl fmt::Display for HexError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HexError::OddLength(n) => write!(f, "hex string has an odd length ({n})"),
-            HexError::InvalidDigit(i) => write!(f, "invalid hex digit at offset {i}"),
-        }
-    }
-}
-
-impl std::error::Error for HexError {}
 
 /// Encodes bytes as lowercase hex.
 pub fn encode(bytes: &[u8]) -> String {

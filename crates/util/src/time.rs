@@ -1,6 +1,7 @@
 //! Wall-clock instants as Unix seconds, and their RFC 3339 UTC form (for
 //! Kubernetes objects, and for people naming a moment on a command line).
 
+use std::num::ParseIntError;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Now, in seconds since the Unix epoch (0 if the clock is before it).
@@ -26,20 +27,40 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
+/// Why text does not name an instant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InstantError {
+    /// All digits, but not a number of seconds that fits (too many digits).
+    #[error("{text:?}: {error}")]
+    Seconds {
+        /// The text, trimmed.
+        text: String,
+        /// Why it is not a number.
+        #[source]
+        error: ParseIntError,
+    },
+    /// Neither Unix seconds nor a valid UTC date or time (the text, trimmed).
+    #[error("{0:?} is not Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ")]
+    Form(String),
+}
+
 /// Reads an instant given as Unix seconds (`1767225600`), a UTC date
 /// (`2026-01-01`, its midnight) or an RFC 3339 UTC time
 /// (`2026-01-01T12:00:00Z`).
-pub fn parse_instant(s: &str) -> Result<i64, String> {
+pub fn parse_instant(s: &str) -> Result<i64, InstantError> {
     let s = s.trim();
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse::<i64>().map_err(|e| format!("{s:?}: {e}"));
+        return s.parse::<i64>().map_err(|error| InstantError::Seconds {
+            text: s.to_string(),
+            error,
+        });
     }
-    let bad = || format!("{s:?} is not Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ");
+    let bad = || InstantError::Form(s.to_string());
     let (date, time) = match s.split_once('T') {
         Some((d, t)) => (d, Some(t.strip_suffix('Z').ok_or_else(bad)?)),
         None => (s, None),
     };
-    let num = |part: &str, len: usize| -> Result<i64, String> {
+    let num = |part: &str, len: usize| -> Result<i64, InstantError> {
         if part.len() == len && part.bytes().all(|b| b.is_ascii_digit()) {
             part.parse().map_err(|_| bad())
         } else {

@@ -5,7 +5,6 @@
 //! id. A control plane that fails either check is not asked; its answer is
 //! bounded to [`MAX_UPDATE_BYTES`].
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,32 +12,50 @@ use confboot_proto::GET_UPDATE;
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, OwnRecord};
 
 use super::{MAX_UPDATE_BYTES, UpdateSource};
-use confboot_atls as atls;
+use confboot_atls::{self as atls, AtlsError};
 use confboot_attest::{Issuer, Validator};
+use confboot_cluster::ticket::TicketError;
+use confboot_wire::Status;
 
 /// Why no control plane answered; one line per endpoint tried.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", attempt_lines(attempts))]
 pub struct ControlPlaneError {
     /// `(endpoint, why)` for each control plane tried.
-    pub attempts: Vec<(String, String)>,
+    pub attempts: Vec<(String, AttemptError)>,
 }
 
-impl fmt::Display for ControlPlaneError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.attempts.is_empty() {
-            return f.write_str("no control plane known");
-        }
-        for (i, (endpoint, why)) in self.attempts.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{endpoint}: {why}")?;
-        }
-        Ok(())
+/// Why one control plane did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttemptError {
+    /// No validator is configured for control planes, so none is asked.
+    #[error("no validator for control planes")]
+    NoValidator,
+    /// The connection or the aTLS handshake failed (the control plane did
+    /// not attest to a validator, or could not be reached).
+    #[error("not trusted or not reached: {0}")]
+    Handshake(#[source] AtlsError),
+    /// The control plane attested but is not marked as a member of the
+    /// node's cluster.
+    #[error("{0}")]
+    NotMember(#[source] TicketError),
+    /// The call failed (its status).
+    #[error("{0}")]
+    Call(#[source] Status),
+}
+
+/// `ENDPOINT: WHY` for each attempt, `; `-separated, or `no control plane
+/// known` when there was none.
+fn attempt_lines(attempts: &[(String, AttemptError)]) -> String {
+    if attempts.is_empty() {
+        return "no control plane known".to_string();
     }
+    let lines: Vec<String> = attempts
+        .iter()
+        .map(|(endpoint, why)| format!("{endpoint}: {why}"))
+        .collect();
+    lines.join("; ")
 }
-
-impl std::error::Error for ControlPlaneError {}
 
 /// `vpn.API/GetUpdate` to attested control planes.
 pub struct ControlPlaneSource {
@@ -76,9 +93,13 @@ impl ControlPlaneSource {
         }
     }
 
-    fn ask(&self, endpoint: &str, request: &GetUpdateRequest) -> Result<GetUpdateResponse, String> {
+    fn ask(
+        &self,
+        endpoint: &str,
+        request: &GetUpdateRequest,
+    ) -> Result<GetUpdateResponse, AttemptError> {
         if self.validators.is_empty() {
-            return Err("no validator for control planes".into());
+            return Err(AttemptError::NoValidator);
         }
         let (client, service) = atls::connect(
             endpoint,
@@ -86,13 +107,13 @@ impl ControlPlaneSource {
             &self.validators,
             Some(Arc::clone(&self.issuer)),
         )
-        .map_err(|e| format!("not trusted or not reached: {e}"))?;
+        .map_err(AttemptError::Handshake)?;
         confboot_cluster::ticket::check_member_mark(&self.cluster_id, service.as_ref())
-            .map_err(|e| e.to_string())?;
+            .map_err(AttemptError::NotMember)?;
         let mut client = client.with_max_frame_len(MAX_UPDATE_BYTES as u32);
         client
             .unary(GET_UPDATE, request, self.timeout)
-            .map_err(|s| s.to_string())
+            .map_err(AttemptError::Call)
     }
 }
 

@@ -53,9 +53,7 @@ mod update;
 pub mod wireguard;
 mod wireguard_interface;
 
-use std::fmt;
-
-pub use control_plane::{ControlPlaneError, ControlPlaneSource};
+pub use control_plane::{AttemptError, ControlPlaneError, ControlPlaneSource};
 pub use key::{VPN_KEY_BYTES, VpnPrivateKey, VpnPublicKey};
 pub use network::VpnNetwork;
 pub use node_file::{
@@ -79,26 +77,36 @@ pub use wireguard_interface::{PERSISTENT_KEEPALIVE_SECS, WireGuardInterface, pee
 const QUOTE_BYTES: usize = 64;
 
 /// Why a VPN value or a peer list is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VpnError {
     /// A public key that is not 32 bytes, or is all zeros.
+    #[error(
+        "VPN public key of {len} bytes (want {}, not all zeros)",
+        VPN_KEY_BYTES
+    )]
     InvalidKey {
         /// The key's length in bytes.
         len: usize,
     },
     /// A VPN range that is not `a.b.c.d/prefix` with a prefix of 8 to 30
     /// and no host bits set.
+    #[error("VPN range {0:?}: want a.b.c.d/8..30 with no host bits set")]
     InvalidNetwork(String),
     /// A peer's name is not a Kubernetes node name.
+    #[error("peer name {0:?} is not a node name")]
     InvalidName(String),
     /// A peer's public endpoint is not `IP:port` with a port other than 0.
+    #[error("peer endpoint {0:?}: want IP:port")]
     InvalidEndpoint(String),
     /// A peer's VPN IP does not parse, or is outside the range or is its
     /// network or broadcast address.
+    #[error("VPN IP {0:?} is not a host address of the cluster's range")]
     VpnIpOutsideRange(String),
     /// More than [`MAX_PEERS`] peers.
+    #[error("{0} peers (at most {max})", max = MAX_PEERS)]
     TooManyPeers(usize),
     /// Two peers share a name, a VPN IP or a key.
+    #[error("two peers share the {what} {value}")]
     Duplicate {
         /// What is shared: `name`, `VPN IP` or `key`.
         what: &'static str,
@@ -106,49 +114,16 @@ pub enum VpnError {
         value: String,
     },
     /// No VPN address is left in the range.
+    #[error("no VPN address is left in the range")]
     RangeExhausted,
     /// A private key that is not 32 bytes (44 base64 characters) or is all
     /// zeros (nothing of it is quoted).
+    #[error("VPN private key: want 32 bytes (44 base64 characters), not all zeros")]
     InvalidPrivateKey,
     /// The system's random number generator failed.
+    #[error("no randomness for a VPN key")]
     NoRandomness,
 }
-
-impl fmt::Display for VpnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VpnError::InvalidKey { len } => {
-                write!(
-                    f,
-                    "VPN public key of {len} bytes (want {VPN_KEY_BYTES}, not all zeros)"
-                )
-            }
-            VpnError::InvalidNetwork(n) => {
-                write!(
-                    f,
-                    "VPN range {n:?}: want a.b.c.d/8..30 with no host bits set"
-                )
-            }
-            VpnError::InvalidName(n) => write!(f, "peer name {n:?} is not a node name"),
-            VpnError::InvalidEndpoint(e) => write!(f, "peer endpoint {e:?}: want IP:port"),
-            VpnError::VpnIpOutsideRange(ip) => {
-                write!(
-                    f,
-                    "VPN IP {ip:?} is not a host address of the cluster's range"
-                )
-            }
-            VpnError::TooManyPeers(n) => write!(f, "{n} peers (at most {MAX_PEERS})"),
-            VpnError::Duplicate { what, value } => write!(f, "two peers share the {what} {value}"),
-            VpnError::RangeExhausted => f.write_str("no VPN address is left in the range"),
-            VpnError::InvalidPrivateKey => {
-                f.write_str("VPN private key: want 32 bytes (44 base64 characters), not all zeros")
-            }
-            VpnError::NoRandomness => f.write_str("no randomness for a VPN key"),
-        }
-    }
-}
-
-impl std::error::Error for VpnError {}
 
 /// At most [`QUOTE_BYTES`] characters of `s`, for an error message.
 fn quote(s: &str) -> String {

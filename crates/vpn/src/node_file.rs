@@ -11,7 +11,6 @@
 //!  "controlPlanes": ["10.0.2.100:9090"], "clusterId": "<hex>"}
 //! ```
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -29,27 +28,18 @@ pub const MAX_CONTROL_PLANES: usize = 64;
 const MAX_ENDPOINT_CHARS: usize = 253 + 6;
 
 /// Why the node VPN file could not be read or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum NodeVpnFileError {
     /// Reading or writing failed.
+    #[error("node VPN file: {0}")]
     File(FileError),
     /// The file is not the JSON object described above.
+    #[error("node VPN file: {0}")]
     Format(String),
     /// A value in it is refused.
+    #[error("node VPN file: {0}")]
     Value(VpnError),
 }
-
-impl fmt::Display for NodeVpnFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeVpnFileError::File(e) => write!(f, "node VPN file: {e}"),
-            NodeVpnFileError::Format(m) => write!(f, "node VPN file: {m}"),
-            NodeVpnFileError::Value(e) => write!(f, "node VPN file: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for NodeVpnFileError {}
 
 /// The node's VPN identity and where its control planes are.
 #[derive(Debug)]

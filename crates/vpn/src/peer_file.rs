@@ -3,7 +3,6 @@
 //! tests to read (public data only: names, endpoints, addresses, public
 //! keys).
 
-use std::fmt;
 use std::path::PathBuf;
 
 use serde_json::json;
@@ -18,16 +17,9 @@ pub struct PeerListFile {
 }
 
 /// Why the list could not be written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("peer list file: {0}")]
 pub struct PeerListFileError(FileError);
-
-impl fmt::Display for PeerListFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "peer list file: {}", self.0)
-    }
-}
-
-impl std::error::Error for PeerListFileError {}
 
 impl PeerListFile {
     /// Writes to `path`.

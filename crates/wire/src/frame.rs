@@ -4,7 +4,6 @@
 //! and grows its buffer only as bytes arrive, so a peer that announces a
 //! large frame and sends nothing costs nothing.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use zeroize::{Zeroize, Zeroizing};
 
@@ -43,11 +42,13 @@ impl Drop for Frame {
 }
 
 /// Why a frame could not be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     /// The stream ended cleanly before a frame started.
+    #[error("connection closed")]
     Eof,
     /// The stream ended inside a frame.
+    #[error("connection closed inside a frame ({got} of {wanted} bytes)")]
     Truncated {
         /// Bytes the frame needed.
         wanted: usize,
@@ -55,6 +56,7 @@ pub enum FrameError {
         got: usize,
     },
     /// The announced payload is larger than the limit; nothing was allocated.
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
     TooLarge {
         /// Announced length.
         len: u32,
@@ -62,34 +64,15 @@ pub enum FrameError {
         max: u32,
     },
     /// The flags byte is neither message nor trailer.
+    #[error("invalid frame flags 0x{0:02x}")]
     BadFlags(u8),
     /// A read or write timed out.
+    #[error("timed out")]
     Timeout,
     /// Another I/O error.
+    #[error("I/O error: {0}")]
     Io(io::Error),
 }
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FrameError::Eof => f.write_str("connection closed"),
-            FrameError::Truncated { wanted, got } => {
-                write!(
-                    f,
-                    "connection closed inside a frame ({got} of {wanted} bytes)"
-                )
-            }
-            FrameError::TooLarge { len, max } => {
-                write!(f, "frame of {len} bytes exceeds the limit of {max}")
-            }
-            FrameError::BadFlags(b) => write!(f, "invalid frame flags 0x{b:02x}"),
-            FrameError::Timeout => f.write_str("timed out"),
-            FrameError::Io(e) => write!(f, "I/O error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
 
 impl From<io::Error> for FrameError {
     fn from(e: io::Error) -> Self {

@@ -1,7 +1,5 @@
 //! gRPC status codes and the [`Status`] every call ends with.
 
-use std::fmt;
-
 /// gRPC status codes, with gRPC's numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
@@ -75,8 +73,10 @@ impl Code {
     }
 }
 
-/// The outcome of a call: a code and a message for people.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The outcome of a call: a code and a message for people. Shown as the
+/// code's name, then `: ` and the message unless it is empty.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}", code.name(), after_colon(message))]
 pub struct Status {
     /// The gRPC code.
     pub code: Code,
@@ -151,20 +151,17 @@ impl Status {
     }
 }
 
-/// Longest status message taken from a peer, in characters.
-pub const MAX_PEER_MESSAGE_CHARS: usize = 512;
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.message.is_empty() {
-            f.write_str(self.code.name())
-        } else {
-            write!(f, "{}: {}", self.code.name(), self.message)
-        }
+/// `: ` and `message`, or nothing for an empty message.
+fn after_colon(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
     }
 }
 
-impl std::error::Error for Status {}
+/// Longest status message taken from a peer, in characters.
+pub const MAX_PEER_MESSAGE_CHARS: usize = 512;
 
 #[cfg(test)]
 mod tests {

@@ -13,52 +13,32 @@
 //! assert_eq!(authenticode_sha256(b"MZ"), Err(PeError::Truncated("the DOS header")));
 //! ```
 
-use std::fmt;
-
 /// Most sections accepted (the PE format allows 96).
 pub const MAX_SECTIONS: usize = 96;
 
 /// Why bytes are not a PE image whose digest can be computed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeError {
     /// The image ends inside the named structure.
+    #[error("PE image ends inside {0}")]
     Truncated(&'static str),
     /// No `MZ` or no `PE\0\0` signature.
+    #[error("not a PE image (no MZ/PE signature)")]
     NotPe,
     /// The optional header is neither PE32 nor PE32+.
+    #[error("PE optional header magic {0:#06x} is neither PE32 nor PE32+")]
     UnknownOptionalHeader(u16),
     /// The optional header has no certificate-table entry.
+    #[error("PE optional header has no certificate-table entry")]
     NoCertificateEntry,
     /// More than [`MAX_SECTIONS`] sections.
+    #[error("PE image has {0} sections, at most {max}", max = MAX_SECTIONS)]
     TooManySections(u16),
     /// A section, the headers or the certificate table lie outside the
     /// image, or overlap what must come before them.
+    #[error("PE image layout is inconsistent: {0}")]
     BadLayout(&'static str),
 }
-
-impl fmt::Display for PeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PeError::Truncated(what) => write!(f, "PE image ends inside {what}"),
-            PeError::NotPe => write!(f, "not a PE image (no MZ/PE signature)"),
-            PeError::UnknownOptionalHeader(m) => {
-                write!(
-                    f,
-                    "PE optional header magic {m:#06x} is neither PE32 nor PE32+"
-                )
-            }
-            PeError::NoCertificateEntry => {
-                write!(f, "PE optional header has no certificate-table entry")
-            }
-            PeError::TooManySections(n) => {
-                write!(f, "PE image has {n} sections, at most {MAX_SECTIONS}")
-            }
-            PeError::BadLayout(what) => write!(f, "PE image layout is inconsistent: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for PeError {}
 
 fn u16_at(b: &[u8], at: usize, what: &'static str) -> Result<u16, PeError> {
     b.get(at..at + 2)

@@ -30,7 +30,6 @@
 
 pub mod authenticode;
 
-use std::fmt;
 use std::io::Read;
 
 use crate::MeasurementPolicy;
@@ -122,15 +121,19 @@ pub struct DirectBoot<'a> {
 }
 
 /// Why a boot cannot be predicted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MeasureError {
     /// The kernel is not a bzImage QEMU loads the way predicted here.
+    #[error("the kernel is not a bzImage: {0}")]
     NotBzImage(&'static str),
     /// The kernel's EFI stub image is not a valid PE image.
+    #[error("the kernel's EFI image: {0}")]
     Kernel(PeError),
     /// The command line cannot be given to this kernel as predicted.
+    #[error("the command line: {0}")]
     Cmdline(String),
     /// The initrd does not fit below the VM's low memory.
+    #[error("an initrd of {size} bytes does not fit below {limit:#x} (give the VM more memory)")]
     InitrdTooLarge {
         /// Its size.
         size: u64,
@@ -138,22 +141,6 @@ pub enum MeasureError {
         limit: u64,
     },
 }
-
-impl fmt::Display for MeasureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MeasureError::NotBzImage(why) => write!(f, "the kernel is not a bzImage: {why}"),
-            MeasureError::Kernel(e) => write!(f, "the kernel's EFI image: {e}"),
-            MeasureError::Cmdline(why) => write!(f, "the command line: {why}"),
-            MeasureError::InitrdTooLarge { size, limit } => write!(
-                f,
-                "an initrd of {size} bytes does not fit below {limit:#x} (give the VM more memory)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for MeasureError {}
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     ring::digest::digest(&ring::digest::SHA256, bytes)

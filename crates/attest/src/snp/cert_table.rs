@@ -16,8 +16,6 @@
 //! not use are skipped; what is kept is checked again like any evidence by
 //! the verifier (the table decides nothing by itself).
 
-use std::fmt;
-
 use super::evidence::{CertEntry, CertKind, MAX_CERTIFICATE_LEN};
 
 /// Largest certificate table accepted (the kernel's buffer is 16 KiB).
@@ -74,16 +72,24 @@ fn guid_of(kind: CertKind) -> Option<[u8; 16]> {
 }
 
 /// Why a certificate table was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CertTableError {
     /// The table is larger than [`MAX_TABLE_LEN`].
+    #[error("certificate table of {0} bytes exceeds {max}", max = MAX_TABLE_LEN)]
     TooLarge(usize),
     /// The table ends before its terminator.
+    #[error("certificate table ends before its terminating entry")]
     Unterminated,
     /// More than [`MAX_TABLE_ENTRIES`] entries before the terminator.
+    #[error("certificate table has more than {} entries", MAX_TABLE_ENTRIES)]
     TooManyEntries,
     /// An entry's certificate is empty, larger than [`MAX_CERTIFICATE_LEN`],
     /// or not inside the table.
+    #[error(
+        "certificate table entry {index} (offset {offset}, length {length}) is empty, \
+         longer than {} bytes or outside the table",
+        MAX_CERTIFICATE_LEN
+    )]
     BadEntry {
         /// The entry's index.
         index: usize,
@@ -95,39 +101,9 @@ pub enum CertTableError {
     /// A kind appears twice (which one would count is ambiguous); so at
     /// most one certificate per kind, fewer than
     /// [`MAX_CERTIFICATES`](super::MAX_CERTIFICATES), is kept.
+    #[error("certificate table holds the {} twice", .0.name())]
     Duplicate(CertKind),
 }
-
-impl fmt::Display for CertTableError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CertTableError::TooLarge(n) => {
-                write!(f, "certificate table of {n} bytes exceeds {MAX_TABLE_LEN}")
-            }
-            CertTableError::Unterminated => {
-                f.write_str("certificate table ends before its terminating entry")
-            }
-            CertTableError::TooManyEntries => write!(
-                f,
-                "certificate table has more than {MAX_TABLE_ENTRIES} entries"
-            ),
-            CertTableError::BadEntry {
-                index,
-                offset,
-                length,
-            } => write!(
-                f,
-                "certificate table entry {index} (offset {offset}, length {length}) is empty, \
-                 longer than {MAX_CERTIFICATE_LEN} bytes or outside the table"
-            ),
-            CertTableError::Duplicate(kind) => {
-                write!(f, "certificate table holds the {} twice", kind.name())
-            }
-        }
-    }
-}
-
-impl std::error::Error for CertTableError {}
 
 /// Reads a certificate table. An empty input is an empty table (a host
 /// that provides no certificates).

@@ -173,9 +173,10 @@ impl AmdCert {
         &self.issuer_common_name
     }
 
-    /// Whether `self`'s key signed `signee` (RSA-PSS SHA-384).
-    pub fn signs(&self, signee: &AmdCert) -> Result<(), String> {
-        (&self.sev, &signee.sev).verify().map_err(|e| e.to_string())
+    /// Whether `self`'s key signed `signee` (RSA-PSS SHA-384); the error
+    /// is the `sev` crate's account of why not.
+    pub fn signs(&self, signee: &AmdCert) -> Result<(), std::io::Error> {
+        (&self.sev, &signee.sev).verify()
     }
 }
 
@@ -290,23 +291,89 @@ fn der_small_integer(v: &[u8]) -> Option<u8> {
     }
 }
 
+/// Why PEM text yields no certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    /// A PEM block does not parse.
+    #[error("PEM: {0}")]
+    Malformed(#[source] x509_parser::error::PEMError),
+    /// The text holds no `CERTIFICATE` block.
+    #[error("no CERTIFICATE in the PEM text")]
+    NoCertificate,
+}
+
 /// The certificates in `bytes`: every `CERTIFICATE` block of PEM text, or
 /// the bytes themselves as one DER certificate.
-pub fn certificates_from_pem_or_der(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn certificates_from_pem_or_der(bytes: &[u8]) -> Result<Vec<Vec<u8>>, PemError> {
     if !bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
         return Ok(vec![bytes.to_vec()]);
     }
     let mut ders = Vec::new();
     for part in x509_parser::pem::Pem::iter_from_buffer(bytes) {
-        let part = part.map_err(|e| format!("PEM: {e}"))?;
+        let part = part.map_err(PemError::Malformed)?;
         if part.label == "CERTIFICATE" {
             ders.push(part.contents);
         }
     }
     if ders.is_empty() {
-        return Err("no CERTIFICATE in the PEM text".into());
+        return Err(PemError::NoCertificate);
     }
     Ok(ders)
+}
+
+/// Why certificates are not the pinned root of a product.
+#[derive(Debug, thiserror::Error)]
+pub enum ProductRootError {
+    /// The bundle's PEM text yields no certificates.
+    #[error("{0}")]
+    Pem(#[from] PemError),
+    /// A certificate of the bundle is not an AMD certificate.
+    #[error("{0}")]
+    Certificate(#[source] AttestationError),
+    /// The bundle holds more than one ARK.
+    #[error("PEM bundle holds more than one ARK")]
+    SeveralArks,
+    /// The bundle holds no ARK.
+    #[error("PEM bundle holds no ARK")]
+    NoArk,
+    /// The ARK is not an AMD certificate.
+    #[error("ARK: {0}")]
+    Ark(#[source] AttestationError),
+    /// The certificate given as the ARK is of another role (its subject
+    /// common name).
+    #[error("certificate {0:?} is not an ARK")]
+    NotAnArk(String),
+    /// The ARK's signature is not its own.
+    #[error("{product} ARK is not self-signed: {error}")]
+    ArkNotSelfSigned {
+        /// The ARK's product.
+        product: Product,
+        /// Why the signature does not verify.
+        #[source]
+        error: std::io::Error,
+    },
+    /// An intermediate is not an AMD certificate.
+    #[error("intermediate: {0}")]
+    Intermediate(#[source] AttestationError),
+    /// An intermediate is neither an ASK nor an ASVK of the ARK's product.
+    #[error("certificate {common_name:?} is not an ASK or ASVK of {product}")]
+    NotAnIntermediate {
+        /// The intermediate's subject common name.
+        common_name: String,
+        /// The ARK's product.
+        product: Product,
+    },
+    /// An intermediate is not signed by the ARK.
+    #[error("{product} {role} is not signed by the ARK: {error}")]
+    IntermediateNotSigned {
+        /// The ARK's product.
+        product: Product,
+        /// The intermediate's role (ASK or ASVK).
+        role: CertRole,
+        /// Why the signature does not verify.
+        #[source]
+        error: std::io::Error,
+    },
 }
 
 /// The pinned root of one product: its ARK, and the ASK and ASVK it signed
@@ -322,29 +389,36 @@ pub struct ProductRoot {
 impl ProductRoot {
     /// A root from an ARK and intermediates (ASK, ASVK), all DER. The ARK
     /// must be self-signed and each intermediate signed by it.
-    pub fn new(ark_der: &[u8], intermediates_der: &[&[u8]]) -> Result<ProductRoot, String> {
-        let ark = AmdCert::from_der(ark_der).map_err(|e| format!("ARK: {e}"))?;
+    pub fn new(
+        ark_der: &[u8],
+        intermediates_der: &[&[u8]],
+    ) -> Result<ProductRoot, ProductRootError> {
+        let ark = AmdCert::from_der(ark_der).map_err(ProductRootError::Ark)?;
         let product = match (ark.role(), ark.product()) {
             (CertRole::Ark, Some(p)) => p,
             _ => {
-                return Err(format!("certificate {:?} is not an ARK", ark.common_name()));
+                return Err(ProductRootError::NotAnArk(ark.common_name().to_string()));
             }
         };
         ark.signs(&ark)
-            .map_err(|e| format!("{product} ARK is not self-signed: {e}"))?;
+            .map_err(|error| ProductRootError::ArkNotSelfSigned { product, error })?;
         let mut intermediates = Vec::new();
         for der in intermediates_der {
-            let cert = AmdCert::from_der(der).map_err(|e| format!("intermediate: {e}"))?;
+            let cert = AmdCert::from_der(der).map_err(ProductRootError::Intermediate)?;
             if !matches!(cert.role(), CertRole::Ask | CertRole::Asvk)
                 || cert.product() != Some(product)
             {
-                return Err(format!(
-                    "certificate {:?} is not an ASK or ASVK of {product}",
-                    cert.common_name()
-                ));
+                return Err(ProductRootError::NotAnIntermediate {
+                    common_name: cert.common_name().to_string(),
+                    product,
+                });
             }
             ark.signs(&cert)
-                .map_err(|e| format!("{product} {} is not signed by the ARK: {e}", cert.role()))?;
+                .map_err(|error| ProductRootError::IntermediateNotSigned {
+                    product,
+                    role: cert.role(),
+                    error,
+                })?;
             intermediates.push(cert);
         }
         Ok(ProductRoot {
@@ -356,22 +430,22 @@ impl ProductRoot {
 
     /// A root from a PEM bundle holding the ARK and optionally the ASK and
     /// ASVK, in any order (AMD KDS's `cert_chain` and `ask_ark_asvk` files).
-    pub fn from_pem_bundle(pem: &[u8]) -> Result<ProductRoot, String> {
+    pub fn from_pem_bundle(pem: &[u8]) -> Result<ProductRoot, ProductRootError> {
         let ders = certificates_from_pem_or_der(pem)?;
         let mut ark = None;
         let mut rest: Vec<&[u8]> = Vec::new();
         for der in &ders {
-            let cert = AmdCert::from_der(der).map_err(|e| e.to_string())?;
+            let cert = AmdCert::from_der(der).map_err(ProductRootError::Certificate)?;
             if cert.role() == CertRole::Ark {
                 if ark.is_some() {
-                    return Err("PEM bundle holds more than one ARK".into());
+                    return Err(ProductRootError::SeveralArks);
                 }
                 ark = Some(der.as_slice());
             } else {
                 rest.push(der);
             }
         }
-        let ark = ark.ok_or("PEM bundle holds no ARK")?;
+        let ark = ark.ok_or(ProductRootError::NoArk)?;
         ProductRoot::new(ark, &rest)
     }
 

@@ -42,8 +42,8 @@ mod verify;
 
 pub use certs::{
     AmdCert, CertRole, OID_HW_ID, OID_PRODUCT_NAME, OID_TCB_BOOTLOADER, OID_TCB_FMC,
-    OID_TCB_MICROCODE, OID_TCB_SNP, OID_TCB_TEE, ProductRoot, TrustRoots, VERIFIED_VEK_CACHE_LEN,
-    VekInfo, VerifiedChain, certificates_from_pem_or_der,
+    OID_TCB_MICROCODE, OID_TCB_SNP, OID_TCB_TEE, PemError, ProductRoot, ProductRootError,
+    TrustRoots, VERIFIED_VEK_CACHE_LEN, VekInfo, VerifiedChain, certificates_from_pem_or_der,
 };
 pub use evidence::{
     CertEntry, CertKind, MAX_CERTIFICATE_LEN, MAX_CERTIFICATES, MAX_EVIDENCE_LEN, SnpEvidence,

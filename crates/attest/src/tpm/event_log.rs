@@ -18,7 +18,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use super::structures::{PCR_COUNT, SHA256_LEN, TPM_ALG_SHA256};
 use super::{Tpm, TpmError, pcr_digest};
@@ -43,14 +42,19 @@ const STARTUP_LOCALITY_SIGNATURE: &[u8; 16] = b"StartupLocality\0";
 const LEGACY_HEADER_LEN: usize = 4 + 4 + 20 + 4;
 
 /// Why bytes are not an event log confboot can use.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventLogError {
     /// The log exceeds [`MAX_EVENT_LOG_LEN`].
+    #[error(
+        "event log of {len} bytes exceeds the {}-byte bound",
+        MAX_EVENT_LOG_LEN
+    )]
     TooLarge {
         /// Its length.
         len: usize,
     },
     /// The bytes end inside a field.
+    #[error("event log ends inside {what} at byte {offset}")]
     Truncated {
         /// Offset of the field that does not fit.
         offset: usize,
@@ -58,15 +62,24 @@ pub enum EventLogError {
         what: &'static str,
     },
     /// The first event is not the crypto-agile `Spec ID Event03` header.
+    #[error("event log does not start with the crypto-agile Spec ID Event03 header")]
     NotCryptoAgile,
     /// The header declares no SHA-256 bank.
+    #[error("event log declares no SHA-256 bank")]
     NoSha256Bank,
     /// More algorithms than [`MAX_ALGORITHMS`], in the header or an event.
+    #[error(
+        "event log declares {count} digest algorithms (at most {})",
+        MAX_ALGORITHMS
+    )]
     TooManyAlgorithms {
         /// How many were declared.
         count: u32,
     },
     /// An event carries a digest of an algorithm the header did not declare.
+    #[error(
+        "event {event} carries a digest of algorithm {alg:#06x}, which the header does not declare"
+    )]
     UndeclaredAlgorithm {
         /// Index of the event (0 is the header).
         event: usize,
@@ -74,6 +87,7 @@ pub enum EventLogError {
         alg: u16,
     },
     /// An event names a PCR above 23.
+    #[error("event {event} names PCR {pcr} (PCRs are 0 to 23)")]
     PcrOutOfRange {
         /// Index of the event.
         event: usize,
@@ -81,54 +95,15 @@ pub enum EventLogError {
         pcr: u32,
     },
     /// An extending event carries no SHA-256 digest.
+    #[error("event {event} extends a PCR but carries no SHA-256 digest")]
     MissingSha256 {
         /// Index of the event.
         event: usize,
     },
     /// More than [`MAX_EVENTS`] events.
+    #[error("event log has more than {} events", MAX_EVENTS)]
     TooManyEvents,
 }
-
-impl fmt::Display for EventLogError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EventLogError::TooLarge { len } => write!(
-                f,
-                "event log of {len} bytes exceeds the {MAX_EVENT_LOG_LEN}-byte bound"
-            ),
-            EventLogError::Truncated { offset, what } => {
-                write!(f, "event log ends inside {what} at byte {offset}")
-            }
-            EventLogError::NotCryptoAgile => write!(
-                f,
-                "event log does not start with the crypto-agile Spec ID Event03 header"
-            ),
-            EventLogError::NoSha256Bank => write!(f, "event log declares no SHA-256 bank"),
-            EventLogError::TooManyAlgorithms { count } => write!(
-                f,
-                "event log declares {count} digest algorithms (at most {MAX_ALGORITHMS})"
-            ),
-            EventLogError::UndeclaredAlgorithm { event, alg } => write!(
-                f,
-                "event {event} carries a digest of algorithm {alg:#06x}, which the header does not declare"
-            ),
-            EventLogError::PcrOutOfRange { event, pcr } => {
-                write!(f, "event {event} names PCR {pcr} (PCRs are 0 to 23)")
-            }
-            EventLogError::MissingSha256 { event } => {
-                write!(
-                    f,
-                    "event {event} extends a PCR but carries no SHA-256 digest"
-                )
-            }
-            EventLogError::TooManyEvents => {
-                write!(f, "event log has more than {MAX_EVENTS} events")
-            }
-        }
-    }
-}
-
-impl std::error::Error for EventLogError {}
 
 /// One event of the log, its SHA-256 digest kept (the bank confboot uses).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -426,26 +401,15 @@ pub struct EventList {
 }
 
 /// Why JSON is not an [`EventList`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventListError {
     /// Not JSON of the expected shape; says where.
+    #[error("not an event list: {0}")]
     Malformed(String),
     /// More than [`MAX_EVENTS`] events.
+    #[error("event list has more than {} events", MAX_EVENTS)]
     TooManyEvents,
 }
-
-impl fmt::Display for EventListError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EventListError::Malformed(m) => write!(f, "not an event list: {m}"),
-            EventListError::TooManyEvents => {
-                write!(f, "event list has more than {MAX_EVENTS} events")
-            }
-        }
-    }
-}
-
-impl std::error::Error for EventListError {}
 
 /// The first `n` hex digits of a digest and an ellipsis.
 fn short_hex(digest: &[u8]) -> String {

@@ -21,7 +21,6 @@ pub mod structures;
 pub mod swtpm;
 pub mod transport;
 
-use std::fmt;
 use std::net::SocketAddr;
 
 use tpm2_protocol::{
@@ -85,11 +84,13 @@ pub const IMA_PCR: u32 = 10;
 pub const MAX_NV_READ_LEN: usize = 8192;
 
 /// Why a TPM operation failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TpmError {
     /// The device or socket failed (open, read, write).
+    #[error("TPM transport: {0}")]
     Transport(String),
     /// The TPM answered with an error code.
+    #[error("TPM2_{command} failed with response code {rc:#x}")]
     ResponseCode {
         /// The command that failed.
         command: &'static str,
@@ -97,8 +98,10 @@ pub enum TpmError {
         rc: u32,
     },
     /// The TPM's answer (or a structure) could not be parsed.
+    #[error("malformed TPM data: {0}")]
     Malformed(String),
     /// An argument or a TPM object is not what confboot can use.
+    #[error("unsupported: {0}")]
     Unsupported(String),
 }
 
@@ -110,43 +113,18 @@ impl TpmError {
     }
 }
 
-impl fmt::Display for TpmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TpmError::Transport(m) => write!(f, "TPM transport: {m}"),
-            TpmError::ResponseCode { command, rc } => {
-                write!(f, "TPM2_{command} failed with response code {rc:#x}")
-            }
-            TpmError::Malformed(m) => write!(f, "malformed TPM data: {m}"),
-            TpmError::Unsupported(m) => write!(f, "unsupported: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for TpmError {}
-
 /// Why the TPM a command-line option names could not be opened
 /// ([`Tpm::open_for_option`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("--{option} {spec}: {error}")]
 pub struct OpenTpmError {
     /// The option, without `--`.
     pub option: &'static str,
     /// Its value: `device`, a `/dev/...` path or `HOST:PORT`.
     pub spec: String,
     /// Why it could not be opened.
+    #[source]
     pub error: TpmError,
-}
-
-impl fmt::Display for OpenTpmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "--{} {}: {}", self.option, self.spec, self.error)
-    }
-}
-
-impl std::error::Error for OpenTpmError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
 }
 
 impl From<structures::ParseError> for TpmError {

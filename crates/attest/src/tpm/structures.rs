@@ -3,8 +3,6 @@
 //! attestation-key template. All big-endian; every length is checked against
 //! the bytes that remain before it is used, and trailing bytes are refused.
 
-use std::fmt;
-
 /// `TPM_GENERATED_VALUE`, the magic at the start of every `TPMS_ATTEST`.
 pub const TPM_GENERATED_VALUE: u32 = 0xff54_4347;
 /// `TPM_ST_ATTEST_QUOTE`.
@@ -53,16 +51,9 @@ pub mod object_attributes {
 }
 
 /// Why bytes could not be parsed as a TPM structure.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ParseError(pub String);
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ParseError {}
 
 /// A bounded big-endian reader over a byte slice.
 pub struct Reader<'a> {

@@ -3,7 +3,6 @@
 //! `insecure-any-ak`), the check of an AK against them, and
 //! [`issue_ak_certificate`] for whoever plays the cloud provider.
 
-use std::fmt;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
@@ -110,7 +109,7 @@ impl AkTrust {
                     .iter()
                     .filter_map(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c))
                     .collect();
-                chain_to_root(&cert, &configured).map_err(trust)?;
+                chain_to_root(&cert, &configured).map_err(|e| trust(e.to_string()))?;
                 if !cert.validity().is_valid() {
                     return Err(trust(format!(
                         "AK certificate is outside its validity period ({} to {})",
@@ -135,19 +134,92 @@ impl AkTrust {
 /// Most CA certificates between an AK certificate and its root.
 pub const MAX_AK_CHAIN_DEPTH: usize = 4;
 
+/// Why an AK certificate does not chain to a configured root CA.
+#[derive(Debug, thiserror::Error)]
+enum ChainError {
+    /// No configured CA of the issuer's name signs the certificate.
+    #[error(
+        "{what} (issuer \"{issuer}\") is not signed by any of the {configured} configured CAs{}",
+        failure_list(failures)
+    )]
+    NoIssuer {
+        /// The certificate: the AK certificate, or an intermediate CA.
+        what: String,
+        /// The issuer it names.
+        issuer: String,
+        /// How many CAs are configured.
+        configured: usize,
+        /// The CAs of that name whose signature check failed, and why.
+        failures: Vec<(String, SignatureError)>,
+    },
+    /// The issuer is not a CA, or its key may not sign certificates.
+    #[error(
+        "\"{subject}\" is not a CA certificate with keyCertSign (basic constraints CA: {is_ca}, \
+         keyCertSign: {signs_certs})"
+    )]
+    NotAnIssuingCa {
+        /// The CA's subject.
+        subject: String,
+        /// Whether its basic constraints make it a CA.
+        is_ca: bool,
+        /// Whether its key usage includes keyCertSign.
+        signs_certs: bool,
+    },
+    /// The issuer is outside its validity period.
+    #[error("CA \"{subject}\" is outside its validity period ({not_before} to {not_after})")]
+    CaOutsideValidity {
+        /// The CA's subject.
+        subject: String,
+        /// Start of its validity.
+        not_before: String,
+        /// End of its validity.
+        not_after: String,
+    },
+    /// No self-signed root within [`MAX_AK_CHAIN_DEPTH`] CAs.
+    #[error(
+        "the AK certificate's chain is longer than {} CAs or reaches no self-signed root",
+        MAX_AK_CHAIN_DEPTH
+    )]
+    NoRoot,
+}
+
+/// ` (SUBJECT: WHY; ...)` for the CAs whose signature check failed, or
+/// nothing when none did.
+fn failure_list(failures: &[(String, SignatureError)]) -> String {
+    if failures.is_empty() {
+        return String::new();
+    }
+    let failures: Vec<String> = failures
+        .iter()
+        .map(|(subject, error)| format!("{subject}: {error}"))
+        .collect();
+    format!(" ({})", failures.join("; "))
+}
+
+/// Why a certificate's signature was not verified with an issuer's key.
+#[derive(Debug, thiserror::Error)]
+enum SignatureError {
+    /// The certificate's signature algorithm (its OID) is not one checked here.
+    #[error("unsupported signature algorithm {0}")]
+    UnsupportedAlgorithm(String),
+    /// The signature is not the issuer key's over the certificate.
+    #[error("signature does not verify")]
+    DoesNotVerify,
+}
+
 /// Whether `ca` may issue certificates: a CA (basic constraints) whose key
 /// usage includes keyCertSign.
-fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), String> {
+fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), ChainError> {
     let is_ca = matches!(ca.basic_constraints(), Ok(Some(bc)) if bc.value.ca);
     let signs_certs = matches!(ca.key_usage(), Ok(Some(ku)) if ku.value.key_cert_sign());
     if is_ca && signs_certs {
         Ok(())
     } else {
-        Err(format!(
-            "\"{}\" is not a CA certificate with keyCertSign (basic constraints CA: {is_ca}, \
-             keyCertSign: {signs_certs})",
-            ca.subject()
-        ))
+        Err(ChainError::NotAnIssuingCa {
+            subject: ca.subject().to_string(),
+            is_ca,
+            signs_certs,
+        })
     }
 }
 
@@ -158,7 +230,7 @@ fn check_is_issuing_ca(ca: &X509Certificate<'_>) -> Result<(), String> {
 fn chain_to_root(
     cert: &X509Certificate<'_>,
     configured: &[X509Certificate<'_>],
-) -> Result<(), String> {
+) -> Result<(), ChainError> {
     let mut current = cert;
     for depth in 0..=MAX_AK_CHAIN_DEPTH {
         let what = if depth == 0 {
@@ -174,74 +246,60 @@ fn chain_to_root(
             match verify_certificate_signature(current, ca) {
                 Ok(()) => true,
                 Err(e) => {
-                    failures.push(format!("{}: {e}", ca.subject()));
+                    failures.push((ca.subject().to_string(), e));
                     false
                 }
             }
         });
         let Some(issuer) = issuer else {
-            return Err(format!(
-                "{what} (issuer \"{}\") is not signed by any of the {} configured CAs{}",
-                current.issuer(),
-                configured.len(),
-                if failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", failures.join("; "))
-                }
-            ));
+            return Err(ChainError::NoIssuer {
+                what,
+                issuer: current.issuer().to_string(),
+                configured: configured.len(),
+                failures,
+            });
         };
         check_is_issuing_ca(issuer)?;
         if !issuer.validity().is_valid() {
-            return Err(format!(
-                "CA \"{}\" is outside its validity period ({} to {})",
-                issuer.subject(),
-                issuer.validity().not_before,
-                issuer.validity().not_after
-            ));
+            return Err(ChainError::CaOutsideValidity {
+                subject: issuer.subject().to_string(),
+                not_before: issuer.validity().not_before.to_string(),
+                not_after: issuer.validity().not_after.to_string(),
+            });
         }
         if issuer.subject() == issuer.issuer() {
             return Ok(());
         }
         current = issuer;
     }
-    Err(format!(
-        "the AK certificate's chain is longer than {MAX_AK_CHAIN_DEPTH} CAs or reaches no self-signed root"
-    ))
+    Err(ChainError::NoRoot)
 }
 
 /// Why one pinned AK key was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AkKeyError {
     /// It is not hex.
+    #[error("{0}")]
     NotHex(HexError),
     /// It is not a SEC1 uncompressed P-256 point (65 bytes, `04...`).
+    #[error("{len} bytes is not an uncompressed P-256 point (65 bytes, 04...)")]
     NotAPoint {
         /// How many bytes it has.
         len: usize,
     },
 }
 
-impl fmt::Display for AkKeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AkKeyError::NotHex(e) => write!(f, "{e}"),
-            AkKeyError::NotAPoint { len } => write!(
-                f,
-                "{len} bytes is not an uncompressed P-256 point (65 bytes, 04...)"
-            ),
-        }
-    }
-}
-
 /// Why a `pinned:` AK trust (or an unknown form) was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AkTrustError {
     /// Not one of `ca:`, `pinned:` or `insecure-any-ak`.
+    #[error("want ca:PATH, pinned:FILE, pinned:HEX[,HEX...] or insecure-any-ak")]
     UnknownForm,
     /// A `pinned:FILE` file without a key (empty, or only comments).
+    #[error("no key given")]
     NoKey,
     /// A key of a `pinned:HEX[,HEX...]` list is refused.
+    #[error("key {position}: {error}")]
     ListKey {
         /// Its position in the list, from 1.
         position: usize,
@@ -249,6 +307,7 @@ pub enum AkTrustError {
         error: AkKeyError,
     },
     /// A key of a `pinned:FILE` file is refused.
+    #[error("{} line {line}: {error}", path.display())]
     FileKey {
         /// The file.
         path: PathBuf,
@@ -258,6 +317,7 @@ pub enum AkTrustError {
         error: AkKeyError,
     },
     /// The `pinned:FILE` file exists but cannot be read as text.
+    #[error("cannot read {}: {kind}", path.display())]
     UnreadableFile {
         /// The file.
         path: PathBuf,
@@ -265,12 +325,14 @@ pub enum AkTrustError {
         kind: io::ErrorKind,
     },
     /// The `pinned:FILE` file is larger than [`MAX_PINNED_KEYS_LEN`].
+    #[error("{} is larger than {} bytes", path.display(), MAX_PINNED_KEYS_LEN)]
     FileTooLarge {
         /// The file.
         path: PathBuf,
     },
     /// The text after `pinned:` names no existing file and is not a list of
     /// hex keys either.
+    #[error("{}, and not hex keys: {keys}", not_a_file(*file))]
     NeitherFileNorKeys {
         /// Why it is not a file (`NotFound`: there is none).
         file: io::ErrorKind,
@@ -279,37 +341,15 @@ pub enum AkTrustError {
     },
 }
 
-impl fmt::Display for AkTrustError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AkTrustError::UnknownForm => {
-                f.write_str("want ca:PATH, pinned:FILE, pinned:HEX[,HEX...] or insecure-any-ak")
-            }
-            AkTrustError::NoKey => f.write_str("no key given"),
-            AkTrustError::ListKey { position, error } => write!(f, "key {position}: {error}"),
-            AkTrustError::FileKey { path, line, error } => {
-                write!(f, "{} line {line}: {error}", path.display())
-            }
-            AkTrustError::UnreadableFile { path, kind } => {
-                write!(f, "cannot read {}: {kind}", path.display())
-            }
-            AkTrustError::FileTooLarge { path } => write!(
-                f,
-                "{} is larger than {MAX_PINNED_KEYS_LEN} bytes",
-                path.display()
-            ),
-            AkTrustError::NeitherFileNorKeys { file, keys } => {
-                if *file == io::ErrorKind::NotFound {
-                    write!(f, "no such file, and not hex keys: {keys}")
-                } else {
-                    write!(f, "not a file ({file}), and not hex keys: {keys}")
-                }
-            }
-        }
+/// Why the text after `pinned:` is not a file, for
+/// [`AkTrustError::NeitherFileNorKeys`].
+fn not_a_file(kind: io::ErrorKind) -> String {
+    if kind == io::ErrorKind::NotFound {
+        "no such file".to_string()
+    } else {
+        format!("not a file ({kind})")
     }
 }
-
-impl std::error::Error for AkTrustError {}
 
 /// The keys of `pinned:TEXT`: the lines of the file TEXT names (relative to
 /// `base`) when it exists, else TEXT as a comma-separated list of hex keys.
@@ -421,7 +461,7 @@ pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationErro
 fn verify_certificate_signature(
     cert: &X509Certificate<'_>,
     issuer: &X509Certificate<'_>,
-) -> Result<(), String> {
+) -> Result<(), SignatureError> {
     use ring::signature as sig;
     use x509_parser::oid_registry::{
         OID_EC_P256, OID_NIST_EC_P384, OID_PKCS1_SHA256WITHRSA, OID_PKCS1_SHA384WITHRSA,
@@ -452,11 +492,11 @@ fn verify_certificate_signature(
         } else if *alg == OID_PKCS1_SHA512WITHRSA {
             &sig::RSA_PKCS1_2048_8192_SHA512
         } else {
-            return Err(format!("unsupported signature algorithm {alg}"));
+            return Err(SignatureError::UnsupportedAlgorithm(alg.to_string()));
         };
     sig::UnparsedPublicKey::new(verification, &key_info.subject_public_key.data)
         .verify(cert.tbs_certificate.as_ref(), &cert.signature_value.data)
-        .map_err(|_| "signature does not verify".to_string())
+        .map_err(|_| SignatureError::DoesNotVerify)
 }
 
 /// An AK public key (SEC1 uncompressed P-256 point) as rcgen wants a subject

@@ -9,7 +9,8 @@ use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
 use super::ak_trust::AkTrust;
 use crate::tpm::event_log::{EventList, EventLog};
 use crate::tpm::structures::{
-    self, MAX_ATTEST_LEN, MAX_PUBLIC_LEN, MAX_SIGNATURE_LEN, PCR_COUNT, SHA256_LEN, TPM_ALG_SHA256,
+    self, EccPublic, EcdsaSignature, MAX_ATTEST_LEN, MAX_PUBLIC_LEN, MAX_SIGNATURE_LEN, PCR_COUNT,
+    QuoteInfo, SHA256_LEN, TPM_ALG_SHA256,
 };
 use crate::tpm::{self, CLUSTER_ID_PCR};
 use crate::{AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
@@ -242,138 +243,190 @@ fn replayed_event_log(
     Ok(log.to_event_list())
 }
 
-impl Validator for VtpmValidator {
-    fn variant(&self) -> Variant {
-        Variant::QemuVtpm
+/// Evidence decoded ([`decode_evidence`]) with its TPM structures parsed:
+/// what the checks read.
+struct ParsedEvidence {
+    /// The decoded evidence: the quote's bytes, the PCR values, the AK's
+    /// public area and certificate, the event log.
+    decoded: Decoded,
+    /// The quote (`TPMS_ATTEST`).
+    quote: QuoteInfo,
+    /// The AK's public area.
+    ak: EccPublic,
+    /// The quote's signature.
+    signature: EcdsaSignature,
+}
+
+/// Decodes the evidence, then parses the quote, the AK's public area and
+/// the quote's signature, in that order. Every failure is
+/// [`AttestationError::Decode`].
+fn parse_evidence(evidence: &[u8]) -> Result<ParsedEvidence, AttestationError> {
+    let decoded = decode_evidence(evidence)?;
+    let quote = structures::parse_quote_attest(&decoded.attest).map_err(|p| decode_err(p.0))?;
+    let ak = structures::parse_ecc_public(&decoded.ak_public)
+        .map_err(|p| decode_err(format!("AK public area: {}", p.0)))?;
+    let signature =
+        structures::parse_ecdsa_signature(&decoded.signature).map_err(|p| decode_err(p.0))?;
+    Ok(ParsedEvidence {
+        decoded,
+        quote,
+        ak,
+        signature,
+    })
+}
+
+/// The binding: the quote's qualifying data is this handshake's
+/// `extra_data`, so the quote is neither stale nor replayed
+/// ([`AttestationError::Binding`]).
+fn check_binding(
+    quote: &QuoteInfo,
+    extra_data: &[u8; EXTRA_DATA_LEN],
+) -> Result<(), AttestationError> {
+    if quote.extra_data.as_slice() != extra_data.as_slice() {
+        return Err(AttestationError::Binding(format!(
+            "quote qualifying data {} differs from the expected extra_data {}",
+            hex::encode(&quote.extra_data),
+            hex::encode(extra_data)
+        )));
     }
+    Ok(())
+}
 
-    fn validate(
-        &self,
-        evidence: &[u8],
-        extra_data: &[u8; EXTRA_DATA_LEN],
-    ) -> Result<Attested, AttestationError> {
-        let e = decode_evidence(evidence)?;
-        let info = structures::parse_quote_attest(&e.attest).map_err(|p| decode_err(p.0))?;
-        let ak = structures::parse_ecc_public(&e.ak_public)
-            .map_err(|p| decode_err(format!("AK public area: {}", p.0)))?;
-        let signature =
-            structures::parse_ecdsa_signature(&e.signature).map_err(|p| decode_err(p.0))?;
-
-        // The checks that cost no signature come first, so evidence that
-        // is stale (a replayed certificate), bound to another handshake or
-        // inconsistent is refused for the price of comparisons; the result
-        // is the same, as every check must pass.
-        // 1. Bound to this handshake.
-        if info.extra_data.as_slice() != extra_data.as_slice() {
-            return Err(AttestationError::Binding(format!(
-                "quote qualifying data {} differs from the expected extra_data {}",
-                hex::encode(&info.extra_data),
-                hex::encode(extra_data)
-            )));
-        }
-
-        // 2. The PCR values are the quoted ones.
-        let carried: Vec<u32> = e.pcr_values.iter().map(|(i, _)| *i).collect();
-        match info.pcr_selections.as_slice() {
-            [sel] if sel.hash_alg == TPM_ALG_SHA256 && sel.pcr_indices == carried => {}
-            other => {
-                return Err(AttestationError::Signature(format!(
-                    "the quote covers {other:?}, but the evidence carries SHA-256 PCRs {carried:?}"
-                )));
-            }
-        }
-        let digest = tpm::pcr_digest(e.pcr_values.iter().map(|(_, v)| v.as_slice()));
-        if info.pcr_digest.as_slice() != digest.as_slice() {
+/// The PCR values are the quoted ones: the quote selects exactly the
+/// evidence's PCRs in the SHA-256 bank, and its PCR digest is the digest of
+/// their values ([`AttestationError::Signature`]: the values are not what
+/// the TPM signed).
+fn check_quoted_pcrs(
+    quote: &QuoteInfo,
+    pcr_values: &[(u32, Vec<u8>)],
+) -> Result<(), AttestationError> {
+    let carried: Vec<u32> = pcr_values.iter().map(|(i, _)| *i).collect();
+    match quote.pcr_selections.as_slice() {
+        [sel] if sel.hash_alg == TPM_ALG_SHA256 && sel.pcr_indices == carried => {}
+        other => {
             return Err(AttestationError::Signature(format!(
-                "the PCR values do not match the quoted PCR digest: quoted {}, computed {}",
-                hex::encode(&info.pcr_digest),
-                hex::encode(&digest)
+                "the quote covers {other:?}, but the evidence carries SHA-256 PCRs {carried:?}"
             )));
         }
+    }
+    let digest = tpm::pcr_digest(pcr_values.iter().map(|(_, v)| v.as_slice()));
+    if quote.pcr_digest.as_slice() != digest.as_slice() {
+        return Err(AttestationError::Signature(format!(
+            "the PCR values do not match the quoted PCR digest: quoted {}, computed {}",
+            hex::encode(&quote.pcr_digest),
+            hex::encode(&digest)
+        )));
+    }
+    Ok(())
+}
 
-        // 3. The AK is a real AK.
-        let required = structures::object_attributes::REQUIRED_FOR_AK;
-        if ak.object_attributes & required != required {
-            return Err(AttestationError::Trust(format!(
-                "the AK's attributes {:#010x} lack {required:#010x} (restricted signing key created in the TPM)",
-                ak.object_attributes
-            )));
-        }
-        // The TPM names the key that signed in the quote itself: the
-        // public area in the evidence (attributes included) must be that
-        // key's, a primary key of the owner or endorsement hierarchy.
-        let signer_is_this_ak = [tpm::TPM_RH_OWNER, tpm::TPM_RH_ENDORSEMENT]
-            .iter()
-            .any(|&h| info.qualified_signer == tpm::primary_qualified_name(h, &e.ak_public));
-        if !signer_is_this_ak {
-            return Err(AttestationError::Signature(format!(
-                "the quote's qualifiedSigner {} is not the Qualified Name of the AK in the evidence \
-                 (a primary key of the owner or endorsement hierarchy)",
-                hex::encode(&info.qualified_signer)
-            )));
-        }
-        // The clock's `safe` flag is not required: freshness comes from the
-        // handshake's nonce in the qualifying data, never from the clock, and
-        // a TPM reports `safe = NO` after every unorderly shutdown (a power
-        // loss the host can cause) until it next saves its clock, up to
-        // about 70 minutes, which would lock a crashed node out of its
-        // rejoin and recovery.
-        if !info.safe {
-            log::debug!("the quote's clock is not safe (an unorderly shutdown before this boot)");
-        }
-        // 4. The AK signed exactly these TPMS_ATTEST bytes, and is trusted.
-        if signature.hash_alg != TPM_ALG_SHA256 {
-            return Err(AttestationError::Signature(format!(
-                "quote signed with hash {:#06x}, want SHA-256",
-                signature.hash_alg
-            )));
-        }
-        ring::signature::UnparsedPublicKey::new(
-            &ring::signature::ECDSA_P256_SHA256_FIXED,
-            &ak.point,
-        )
-        .verify(&e.attest, &signature.r_s)
+/// The AK is a real AK: a restricted signing key created in the TPM
+/// ([`REQUIRED_FOR_AK`](structures::object_attributes::REQUIRED_FOR_AK);
+/// [`AttestationError::Trust`]).
+fn check_ak_attributes(ak: &EccPublic) -> Result<(), AttestationError> {
+    let required = structures::object_attributes::REQUIRED_FOR_AK;
+    if ak.object_attributes & required != required {
+        return Err(AttestationError::Trust(format!(
+            "the AK's attributes {:#010x} lack {required:#010x} (restricted signing key created in the TPM)",
+            ak.object_attributes
+        )));
+    }
+    Ok(())
+}
+
+/// The key that signed is the AK of the evidence. The TPM names it in the
+/// quote itself: the public area in the evidence (attributes included) must
+/// be that key's, a primary key of the owner or endorsement hierarchy
+/// ([`AttestationError::Signature`]).
+fn check_signer_is_ak(quote: &QuoteInfo, ak_public: &[u8]) -> Result<(), AttestationError> {
+    let signer_is_this_ak = [tpm::TPM_RH_OWNER, tpm::TPM_RH_ENDORSEMENT]
+        .iter()
+        .any(|&h| quote.qualified_signer == tpm::primary_qualified_name(h, ak_public));
+    if !signer_is_this_ak {
+        return Err(AttestationError::Signature(format!(
+            "the quote's qualifiedSigner {} is not the Qualified Name of the AK in the evidence \
+             (a primary key of the owner or endorsement hierarchy)",
+            hex::encode(&quote.qualified_signer)
+        )));
+    }
+    Ok(())
+}
+
+/// Logs (at debug level) a quote whose clock is not `safe`; never refuses
+/// it. Freshness comes from the handshake's nonce in the qualifying data,
+/// never from the clock, and a TPM reports `safe = NO` after every
+/// unorderly shutdown (a power loss the host can cause) until it next saves
+/// its clock, up to about 70 minutes, which would lock a crashed node out of
+/// its rejoin and recovery.
+fn note_unsafe_clock(quote: &QuoteInfo) {
+    if !quote.safe {
+        log::debug!("the quote's clock is not safe (an unorderly shutdown before this boot)");
+    }
+}
+
+/// The AK signed exactly these `TPMS_ATTEST` bytes, with SHA-256
+/// ([`AttestationError::Signature`]).
+fn check_quote_signature(
+    attest: &[u8],
+    signature: &EcdsaSignature,
+    ak: &EccPublic,
+) -> Result<(), AttestationError> {
+    if signature.hash_alg != TPM_ALG_SHA256 {
+        return Err(AttestationError::Signature(format!(
+            "quote signed with hash {:#06x}, want SHA-256",
+            signature.hash_alg
+        )));
+    }
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &ak.point)
+        .verify(attest, &signature.r_s)
         .map_err(|_| {
             AttestationError::Signature(
                 "the quote's ECDSA signature does not verify with the AK in the evidence".into(),
             )
-        })?;
+        })
+}
 
-        self.ak_trust.check(&ak.point, &e.ak_certificate)?;
+/// The carried event log, replayed to the quoted PCRs
+/// ([`replayed_event_log`]): only then can it explain them. `None` when the
+/// evidence carries no log.
+fn carried_events(
+    event_log: &[u8],
+    measurements: &BTreeMap<u32, Vec<u8>>,
+) -> Result<Option<EventList>, AttestationError> {
+    if event_log.is_empty() {
+        Ok(None)
+    } else {
+        replayed_event_log(event_log, measurements).map(Some)
+    }
+}
 
-        let measurements: BTreeMap<u32, Vec<u8>> = e.pcr_values.into_iter().collect();
+/// The node is not yet bootstrapped: PCR 15 ([`CLUSTER_ID_PCR`]) is quoted
+/// and all-zero, not marked with a cluster id ([`AttestationError::Policy`]).
+fn check_unmarked(measurements: &BTreeMap<u32, Vec<u8>>) -> Result<(), AttestationError> {
+    let zero = [0u8; SHA256_LEN];
+    match measurements.get(&CLUSTER_ID_PCR) {
+        Some(v) if v.as_slice() == zero => Ok(()),
+        Some(v) => Err(AttestationError::Policy(format!(
+            "PCR {CLUSTER_ID_PCR} is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
+            hex::encode(v)
+        ))),
+        None => Err(AttestationError::Policy(format!(
+            "PCR {CLUSTER_ID_PCR} is not quoted; it must be, and all-zero, for an unbootstrapped node"
+        ))),
+    }
+}
 
-        // The event log, when carried, must replay to the quoted PCRs: only
-        // then can it explain them.
-        let events = if e.event_log.is_empty() {
-            None
-        } else {
-            Some(replayed_event_log(&e.event_log, &measurements)?)
-        };
-
-        // 5. Not yet bootstrapped.
-        if self.require_unmarked {
-            let zero = [0u8; SHA256_LEN];
-            match measurements.get(&CLUSTER_ID_PCR) {
-                Some(v) if v.as_slice() == zero => {}
-                Some(v) => {
-                    return Err(AttestationError::Policy(format!(
-                        "PCR {CLUSTER_ID_PCR} is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
-                        hex::encode(v)
-                    )));
-                }
-                None => {
-                    return Err(AttestationError::Policy(format!(
-                        "PCR {CLUSTER_ID_PCR} is not quoted; it must be, and all-zero, for an unbootstrapped node"
-                    )));
-                }
-            }
-        }
-
-        // 6. The measurement policy; a differing PCR is explained by the
-        // first event that differs from the expected log, when both logs
-        // are known.
-        self.policy.check(&measurements).map_err(|err| match err {
+impl VtpmValidator {
+    /// The measurement policy ([`AttestationError::Measurement`]; the
+    /// policy logs the `warnOnly` entries that differ). A differing PCR is
+    /// explained by the first event that differs from the expected log,
+    /// when both logs are known.
+    fn check_policy(
+        &self,
+        measurements: &BTreeMap<u32, Vec<u8>>,
+        events: Option<&EventList>,
+    ) -> Result<(), AttestationError> {
+        let _logged_warnings = self.policy.check(measurements).map_err(|err| match err {
             AttestationError::Measurement {
                 index,
                 expected,
@@ -383,7 +436,7 @@ impl Validator for VtpmValidator {
                 event: self
                     .expected_events
                     .as_ref()
-                    .zip(events.as_ref())
+                    .zip(events)
                     .and_then(|(want, got)| want.explain(index, got)),
                 index,
                 expected,
@@ -391,6 +444,46 @@ impl Validator for VtpmValidator {
             },
             other => other,
         })?;
+        Ok(())
+    }
+}
+
+impl Validator for VtpmValidator {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+
+    /// Runs the checks in order and stops at the first that fails: decode,
+    /// binding, quoted PCRs, AK attributes, signer, quote signature, AK
+    /// trust, event log replay, unmarked node (when required), measurement
+    /// policy. The checks that cost no signature come first, so evidence
+    /// that is stale (a replayed certificate), bound to another handshake or
+    /// inconsistent is refused for the price of comparisons; the result is
+    /// the same, as every check must pass.
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        let ParsedEvidence {
+            decoded,
+            quote,
+            ak,
+            signature,
+        } = parse_evidence(evidence)?;
+        check_binding(&quote, extra_data)?;
+        check_quoted_pcrs(&quote, &decoded.pcr_values)?;
+        check_ak_attributes(&ak)?;
+        check_signer_is_ak(&quote, &decoded.ak_public)?;
+        note_unsafe_clock(&quote);
+        check_quote_signature(&decoded.attest, &signature, &ak)?;
+        self.ak_trust.check(&ak.point, &decoded.ak_certificate)?;
+        let measurements: BTreeMap<u32, Vec<u8>> = decoded.pcr_values.into_iter().collect();
+        let events = carried_events(&decoded.event_log, &measurements)?;
+        if self.require_unmarked {
+            check_unmarked(&measurements)?;
+        }
+        self.check_policy(&measurements, events.as_ref())?;
         Ok(Attested {
             variant: Variant::QemuVtpm,
             measurements,

@@ -12,7 +12,6 @@
 //! Mapping works on a kernel with `dm-mod` and `dm-crypt` (the QEMU guests);
 //! the build machines have neither, so mapping is proven in the VM tests.
 
-use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -31,11 +30,13 @@ pub const CONTROL: &str = "/dev/mapper/control";
 pub const DEV_DIR: &str = "/dev/mapper";
 
 /// Why a device-mapper operation failed. No variant carries key material.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DmError {
     /// Opening the control device, or making or removing a node, failed.
+    #[error("device-mapper: {0}")]
     Io(String),
     /// The kernel refused an ioctl.
+    #[error("device-mapper {command} on {name:?}: {}", errno.desc())]
     Ioctl {
         /// The command (`DM_DEV_CREATE`, ...).
         command: &'static str,
@@ -45,33 +46,18 @@ pub enum DmError {
         errno: Errno,
     },
     /// A device of that name exists already.
+    #[error("device-mapper device {0:?} exists already")]
     Busy(String),
     /// No device of that name.
+    #[error("no device-mapper device {0:?}")]
     NoDevice(String),
     /// A request this module refuses to encode (a name too long, ...).
+    #[error("device-mapper request refused: {0}")]
     Invalid(String),
     /// The kernel's reply is out of bounds or malformed.
+    #[error("device-mapper reply: {0}")]
     Reply(String),
 }
-
-impl fmt::Display for DmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DmError::Io(m) => write!(f, "device-mapper: {m}"),
-            DmError::Ioctl {
-                command,
-                name,
-                errno,
-            } => write!(f, "device-mapper {command} on {name:?}: {}", errno.desc()),
-            DmError::Busy(n) => write!(f, "device-mapper device {n:?} exists already"),
-            DmError::NoDevice(n) => write!(f, "no device-mapper device {n:?}"),
-            DmError::Invalid(m) => write!(f, "device-mapper request refused: {m}"),
-            DmError::Reply(m) => write!(f, "device-mapper reply: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for DmError {}
 
 /// The device-mapper control device, checked to speak interface version 4.
 #[derive(Debug)]

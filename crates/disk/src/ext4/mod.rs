@@ -42,7 +42,6 @@
 //! no superblock anywhere, which [`super::StateDisk::ensure_filesystem`]
 //! reads as "make it again".
 
-use std::fmt;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -63,9 +62,10 @@ use group::GroupDesc;
 use inode::{Extent, Inode};
 
 /// Why a format failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Ext4Error {
     /// The device is smaller than the smallest file system made.
+    #[error("the device has {bytes} bytes; an ext4 file system needs at least {min}")]
     TooSmall {
         /// The device's size.
         bytes: u64,
@@ -73,6 +73,7 @@ pub enum Ext4Error {
         min: u64,
     },
     /// The device is larger than the largest file system made.
+    #[error("the device has {bytes} bytes; this formatter makes at most {max}")]
     TooLarge {
         /// The device's size.
         bytes: u64,
@@ -81,48 +82,22 @@ pub enum Ext4Error {
     },
     /// The metadata does not fit the device (a layout that leaves no room
     /// for the journal).
+    #[error("no room for {blocks} blocks of journal and directories")]
     NoSpace {
         /// Blocks that could not be placed.
         blocks: u64,
     },
     /// The system's random source failed.
+    #[error("the system's random source failed")]
     Random,
     /// Reading or writing the device failed.
+    #[error("{action}: {source}")]
     Io {
         /// What was being done.
         action: &'static str,
         /// The error.
         source: std::io::Error,
     },
-}
-
-impl fmt::Display for Ext4Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Ext4Error::TooSmall { bytes, min } => write!(
-                f,
-                "the device has {bytes} bytes; an ext4 file system needs at least {min}"
-            ),
-            Ext4Error::TooLarge { bytes, max } => write!(
-                f,
-                "the device has {bytes} bytes; this formatter makes at most {max}"
-            ),
-            Ext4Error::NoSpace { blocks } => {
-                write!(f, "no room for {blocks} blocks of journal and directories")
-            }
-            Ext4Error::Random => f.write_str("the system's random source failed"),
-            Ext4Error::Io { action, source } => write!(f, "{action}: {source}"),
-        }
-    }
-}
-
-impl std::error::Error for Ext4Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Ext4Error::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Writes `v` little-endian at `at`.

@@ -65,10 +65,10 @@ pub fn probe(path: &Path) -> Result<DiskState, DiskError> {
     };
     Ok(match is_blank(path)? {
         Ok(()) => DiskState::Blank,
-        Err(reason) => DiskState::Unrecognized {
+        Err(not_blank) => DiskState::Unrecognized {
             reason: match binary::magic_version(&first) {
-                Some(_) => damaged.unwrap_or(reason),
-                None => reason,
+                Some(_) => damaged.unwrap_or_else(|| not_blank.to_string()),
+                None => not_blank.to_string(),
             },
         },
     })

@@ -19,7 +19,6 @@ mod reply;
 mod route;
 mod socket;
 
-use std::fmt;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -33,39 +32,28 @@ pub use socket::NetlinkSocket;
 pub const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a netlink request failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NetlinkError {
     /// The socket could not be made, or sending or receiving failed.
+    #[error("netlink socket: {0}")]
     Socket(Errno),
     /// No answer within [`RECEIVE_TIMEOUT`].
+    #[error("no netlink answer within {:?}", RECEIVE_TIMEOUT)]
     Timeout,
     /// The kernel refused the request (its errno).
+    #[error("refused: {0}")]
     Refused(Errno),
     /// The answer is not what the request asks for (what is wrong).
+    #[error("malformed netlink answer: {0}")]
     Malformed(&'static str),
     /// The answer exceeds a bound (which one).
+    #[error("netlink answer too large: {0}")]
     TooLarge(&'static str),
     /// A link of that name exists and is not a WireGuard interface.
+    #[error("the link exists and is of another kind")]
     WrongLinkKind,
     /// An interface name that is empty, longer than 15 bytes or holds a
     /// `/`, whitespace or NUL.
+    #[error("interface name: want 1 to 15 bytes without '/', space or NUL")]
     InvalidName,
 }
-
-impl fmt::Display for NetlinkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NetlinkError::Socket(e) => write!(f, "netlink socket: {e}"),
-            NetlinkError::Timeout => write!(f, "no netlink answer within {RECEIVE_TIMEOUT:?}"),
-            NetlinkError::Refused(e) => write!(f, "refused: {e}"),
-            NetlinkError::Malformed(what) => write!(f, "malformed netlink answer: {what}"),
-            NetlinkError::TooLarge(what) => write!(f, "netlink answer too large: {what}"),
-            NetlinkError::WrongLinkKind => f.write_str("the link exists and is of another kind"),
-            NetlinkError::InvalidName => {
-                f.write_str("interface name: want 1 to 15 bytes without '/', space or NUL")
-            }
-        }
-    }
-}
-
-impl std::error::Error for NetlinkError {}

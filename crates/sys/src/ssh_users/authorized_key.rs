@@ -6,8 +6,6 @@
 //! (an `ssh-ed25519` line whose blob is an RSA key is refused), its length
 //! against the type's, and RSA moduli below 2048 bits are refused.
 
-use std::fmt;
-
 /// The longest key line accepted (an RSA-16384 key is about 2.8 KB).
 pub const MAX_AUTHORIZED_KEY_BYTES: usize = 8 * 1024;
 /// The longest comment accepted.
@@ -16,66 +14,46 @@ pub const MAX_KEY_COMMENT_BYTES: usize = 256;
 pub const MIN_RSA_BITS: usize = 2048;
 
 /// Why a public key line was refused. No key material is quoted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     /// Empty, or only white space.
+    #[error("the public key is empty")]
     Empty,
     /// Longer than [`MAX_AUTHORIZED_KEY_BYTES`].
+    #[error(
+        "the public key line is longer than {} bytes",
+        MAX_AUTHORIZED_KEY_BYTES
+    )]
     TooLong,
     /// A control character (a line break would add a second line).
+    #[error("the public key line holds a control character (one key per entry)")]
     ControlCharacter,
     /// A key type OpenSSH does not accept for user authentication here.
+    #[error(
+        "unsupported key type {0:?} (ssh-ed25519, ecdsa-sha2-nistp256/384/521, \
+         sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com or \
+         ssh-rsa; options such as command= are not accepted)"
+    )]
     UnsupportedType(String),
     /// The base64 field is missing or not base64.
+    #[error("the key's second field is not base64")]
     NotBase64,
     /// The blob does not parse as a key of its type.
+    #[error("the key does not parse: {0}")]
     MalformedBlob(&'static str),
     /// The blob is a key of another type than the line says.
+    #[error("the key's blob is of another type than its first field")]
     TypeMismatch,
     /// An RSA key below [`MIN_RSA_BITS`].
+    #[error("an RSA key of {bits} bits (at least {} are required)", MIN_RSA_BITS)]
     WeakRsa {
         /// The modulus' size.
         bits: usize,
     },
     /// The comment is longer than [`MAX_KEY_COMMENT_BYTES`].
+    #[error("the key's comment is longer than {} bytes", MAX_KEY_COMMENT_BYTES)]
     CommentTooLong,
 }
-
-impl fmt::Display for KeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeyError::Empty => f.write_str("the public key is empty"),
-            KeyError::TooLong => write!(
-                f,
-                "the public key line is longer than {MAX_AUTHORIZED_KEY_BYTES} bytes"
-            ),
-            KeyError::ControlCharacter => {
-                f.write_str("the public key line holds a control character (one key per entry)")
-            }
-            KeyError::UnsupportedType(t) => write!(
-                f,
-                "unsupported key type {t:?} (ssh-ed25519, ecdsa-sha2-nistp256/384/521, \
-                 sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com or \
-                 ssh-rsa; options such as command= are not accepted)"
-            ),
-            KeyError::NotBase64 => f.write_str("the key's second field is not base64"),
-            KeyError::MalformedBlob(why) => write!(f, "the key does not parse: {why}"),
-            KeyError::TypeMismatch => {
-                f.write_str("the key's blob is of another type than its first field")
-            }
-            KeyError::WeakRsa { bits } => write!(
-                f,
-                "an RSA key of {bits} bits (at least {MIN_RSA_BITS} are required)"
-            ),
-            KeyError::CommentTooLong => write!(
-                f,
-                "the key's comment is longer than {MAX_KEY_COMMENT_BYTES} bytes"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for KeyError {}
 
 /// A validated public key line.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -181,9 +181,10 @@ pub fn parse_ssh_users_config(bytes: &[u8]) -> Result<Vec<SshUser>, SshUserError
 }
 
 /// Why SSH users could not be validated or applied.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SshUserError {
     /// A user name is not acceptable.
+    #[error("invalid user name {name:?}: {reason}")]
     InvalidName {
         /// The name (truncated).
         name: String,
@@ -191,6 +192,7 @@ pub enum SshUserError {
         reason: &'static str,
     },
     /// A user's key is not acceptable.
+    #[error("invalid public key for {user}: {error}")]
     InvalidKey {
         /// Whose.
         user: UserName,
@@ -198,12 +200,16 @@ pub enum SshUserError {
         error: KeyError,
     },
     /// The same name twice.
+    #[error("user {0} is configured twice")]
     Duplicate(UserName),
     /// More than [`MAX_SSH_USERS`].
+    #[error("more than {} SSH users", MAX_SSH_USERS)]
     TooMany,
     /// The configuration file is not of the expected shape.
+    #[error("SSH users configuration: {0}")]
     Config(String),
     /// A file of the target root could not be read or written.
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: std::path::PathBuf,
@@ -211,6 +217,7 @@ pub enum SshUserError {
         error: std::io::Error,
     },
     /// `etc/passwd`, `etc/group` or `etc/shadow` is malformed or too large.
+    #[error("{}: {reason}", path.display())]
     AccountDatabase {
         /// The file.
         path: std::path::PathBuf,
@@ -218,9 +225,11 @@ pub enum SshUserError {
         reason: String,
     },
     /// No free user and group id in 1000..60000.
+    #[error("no free user and group id in 1000..60000")]
     NoFreeId,
     /// The users kept on the state disk cannot be taken: the file is too
     /// large, not the configuration's shape, or holds an invalid user.
+    #[error("{}: kept SSH users refused: {reason}", path.display())]
     StoredFile {
         /// The file.
         path: std::path::PathBuf,
@@ -228,32 +237,6 @@ pub enum SshUserError {
         reason: String,
     },
 }
-
-impl fmt::Display for SshUserError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SshUserError::InvalidName { name, reason } => {
-                write!(f, "invalid user name {name:?}: {reason}")
-            }
-            SshUserError::InvalidKey { user, error } => {
-                write!(f, "invalid public key for {user}: {error}")
-            }
-            SshUserError::Duplicate(name) => write!(f, "user {name} is configured twice"),
-            SshUserError::TooMany => write!(f, "more than {MAX_SSH_USERS} SSH users"),
-            SshUserError::Config(m) => write!(f, "SSH users configuration: {m}"),
-            SshUserError::Io { path, error } => write!(f, "{}: {error}", path.display()),
-            SshUserError::AccountDatabase { path, reason } => {
-                write!(f, "{}: {reason}", path.display())
-            }
-            SshUserError::NoFreeId => f.write_str("no free user and group id in 1000..60000"),
-            SshUserError::StoredFile { path, reason } => {
-                write!(f, "{}: kept SSH users refused: {reason}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for SshUserError {}
 
 #[cfg(test)]
 mod tests {
