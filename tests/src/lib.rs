@@ -3,10 +3,12 @@
 //! logs; and doubles of what cannot run here (the Kubernetes API).
 //!
 //! It is also the one home of the small helpers every test crate of the
-//! workspace needs ([`TempDir`], [`free_port`], [`luks_uuid`],
-//! [`key_opens_disk`]): the other crates take it as a dev-dependency (the
-//! `confboot` library's integration tests too; they and this crate link the
-//! same `confboot`).
+//! workspace needs ([`TempDir`], [`XorShift`], [`wait_for_count`],
+//! [`free_port`], [`luks_uuid`], [`key_opens_disk`], [`tls::AnyServer`]):
+//! the other crates take it as a dev-dependency. A library's integration
+//! tests link the same library this crate does; its unit tests (inside
+//! `src/`) link a second copy of it, so they use only helpers whose types
+//! are not the library's own ([`TempDir`], [`XorShift`]).
 
 pub mod cluster;
 pub mod elf;
@@ -16,12 +18,14 @@ pub mod load;
 pub mod qemu;
 pub mod snp;
 pub mod storm;
+pub mod tls;
 pub mod vm_hub;
 pub mod wireguard_probe;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -233,4 +237,73 @@ pub fn key_opens_disk(disk: &Path, key: &[u8]) -> bool {
         .unwrap();
     child.stdin.take().unwrap().write_all(key).unwrap();
     child.wait().unwrap().success()
+}
+
+/// xorshift64* (Vigna): a deterministic pseudo-random generator for
+/// property tests and garbage inputs, without crates. A fixed seed gives
+/// every run the same inputs, so a failing one can be replayed.
+#[derive(Clone, Debug)]
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// A generator starting from `seed`, which must not be zero (zero is
+    /// xorshift's fixed point).
+    pub fn new(seed: u64) -> XorShift {
+        assert_ne!(seed, 0, "xorshift's seed must not be zero");
+        XorShift(seed)
+    }
+
+    /// The next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// `len` pseudo-random bytes.
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next_u64() as u8).collect()
+    }
+
+    /// A non-zero byte to XOR with, so that a mutation always changes
+    /// something.
+    pub fn flip(&mut self) -> u8 {
+        (self.below(255) + 1) as u8
+    }
+}
+
+/// Waits until `counter` (a server's statistic, say) reaches `want`:
+/// polled every millisecond at most 10,000 times, so the bound is a count,
+/// not a clock assertion. Panics if it never does.
+pub fn wait_for_count(counter: &AtomicU64, want: u64) {
+    for _ in 0..10_000 {
+        if counter.load(Ordering::SeqCst) >= want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("counter never reached {want}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xorshift_is_the_same_sequence_for_the_same_seed() {
+        let (mut a, mut b) = (XorShift::new(0x5eed), XorShift::new(0x5eed));
+        let first = a.bytes(64);
+        assert_eq!(first, b.bytes(64));
+        assert_ne!(first, a.bytes(64), "it moves on");
+        for _ in 0..1000 {
+            assert!(a.below(7) < 7);
+            assert_ne!(a.flip(), 0);
+        }
+    }
 }

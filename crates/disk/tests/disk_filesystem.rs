@@ -13,17 +13,11 @@ use confboot_disk::{
     NativeExt4, StateDisk, new_disk_uuid,
 };
 use confboot_kms::SecretBytes;
+use confboot_tests::TempDir;
 
 const IMAGE_SIZE: u64 = 64 << 20;
 /// Just over two block groups of the native formatter's layout.
 const TWO_GROUPS: u64 = 136 << 20;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("confboot-fs-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A Debian program, found like a shell would, plus the sbin directories.
 fn program(name: &str, package: &str) -> PathBuf {
@@ -116,9 +110,9 @@ fn mapped_disk(dir: &Path) -> (StateDisk<MappedImage>, PathBuf, PathBuf) {
 
 #[test]
 fn the_file_system_is_made_once_and_recorded_in_the_header() {
-    let dir = temp_dir("once");
+    let dir = TempDir::new("fs-once");
     let mkfs = NativeExt4;
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
@@ -155,13 +149,12 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
         Some(FilesystemAction::Kept)
     );
     assert!(fs::read(&mapped).unwrap() == made);
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
-    let dir = temp_dir("retry");
-    let (mut disk, _, mapped) = mapped_disk(&dir);
+    let dir = TempDir::new("fs-retry");
+    let (mut disk, _, mapped) = mapped_disk(dir.path());
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
@@ -178,7 +171,6 @@ fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
         Some(FilesystemAction::Made)
     );
     assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// The header's JSON is not authenticated: a host that deletes the file
@@ -186,9 +178,9 @@ fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
 /// data. The disk is opened, not formatted, in this boot: probe and keep.
 #[test]
 fn a_deleted_file_system_token_never_gets_data_overwritten() {
-    let dir = temp_dir("token-deleted");
+    let dir = TempDir::new("fs-token-deleted");
     let mkfs = NativeExt4;
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
@@ -235,15 +227,14 @@ fn a_deleted_file_system_token_never_gets_data_overwritten() {
         Some("ext4"),
         "what was found is recorded again"
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A disk whose first boot completed without a file system holds whatever
 /// it holds: a later boot makes nothing over it.
 #[test]
 fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
-    let dir = temp_dir("absent");
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let dir = TempDir::new("fs-absent");
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     disk.record_bootstrapped().unwrap();
@@ -264,7 +255,6 @@ fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
     );
     assert!(fs::read(&mapped).unwrap() == data);
     assert_eq!(rebooted.backend().filesystem().unwrap(), None);
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Pseudo-random bytes (what a freshly mapped disk reads as).
@@ -280,9 +270,9 @@ fn noise(len: usize) -> Vec<u8> {
 /// gone but whose copies are there is a damaged file system, kept.
 #[test]
 fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
-    let dir = temp_dir("cutshort");
+    let dir = TempDir::new("fs-cutshort");
     let mkfs = NativeExt4;
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     // Two block groups of 4 KiB blocks (a file system of one group, below
@@ -344,13 +334,12 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
         Some(FilesystemAction::Absent)
     );
     assert!(fs::read(&mapped).unwrap() == bytes, "not one byte changed");
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_first_boot_is_recorded_complete_in_the_header() {
-    let dir = temp_dir("bootstrapped");
-    let (mut disk, _, _) = mapped_disk(&dir);
+    let dir = TempDir::new("fs-bootstrapped");
+    let (mut disk, _, _) = mapped_disk(dir.path());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     assert!(!disk.bootstrapped().unwrap());
@@ -361,13 +350,12 @@ fn the_first_boot_is_recorded_complete_in_the_header() {
         disk.bootstrapped().unwrap(),
         "recording twice keeps one token"
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn without_a_mapped_device_nothing_is_made() {
-    let dir = temp_dir("headeronly");
-    let header = image(&dir, "luks.img");
+    let dir = TempDir::new("fs-headeronly");
+    let header = image(dir.path(), "luks.img");
     let mut disk = StateDisk::new(
         CryptsetupBackend::header_only(&header)
             .with_program(program("cryptsetup", "cryptsetup-bin")),
@@ -381,5 +369,4 @@ fn without_a_mapped_device_nothing_is_made() {
         None
     );
     assert_eq!(disk.backend().filesystem().unwrap(), None);
-    let _ = fs::remove_dir_all(&dir);
 }
