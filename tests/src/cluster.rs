@@ -462,6 +462,13 @@ impl NodeTpm {
         p
     }
 
+    /// Writes [`NodeTpm::policy`] as JSON to `path`: the measurements file
+    /// an admin checks this node against.
+    pub fn write_policy(&self, path: &Path) {
+        std::fs::write(path, self.policy().to_json())
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+
     /// PCR 15 now (read on a new connection: call it when no bootstrapper
     /// holds the TPM).
     pub fn pcr15(&self) -> [u8; 32] {
@@ -610,4 +617,67 @@ impl NodeDir {
     pub fn key_opens_disk(&self, key: &[u8]) -> bool {
         crate::key_opens_disk(&self.p("disk.img"), key)
     }
+}
+
+/// A blank node waiting for the admin's Init, as the first node of a
+/// cluster does: its TPM booted with the image, the bootstrapper started
+/// with `--init-secret-hash`, and where its init API listens. The node
+/// trusts join services attesting with its own TPM's AK: joinsvc later
+/// runs on it, the control plane, with that TPM.
+pub struct NodeAwaitingInit {
+    /// The node's files.
+    pub dir: NodeDir,
+    /// Its TPM, booted with the image.
+    pub tpm: NodeTpm,
+    /// The bootstrapper, serving the init API.
+    pub process: ChildProcess,
+    /// Where the init API listens.
+    pub init_addr: SocketAddr,
+}
+
+impl NodeAwaitingInit {
+    /// Starts the node `name` with `bootstrapper`, `image` measured into
+    /// its TPM's PCR 4, waiting for an Init with the secret whose hash is
+    /// `init_secret_hash`; returns once the init API listens (panics with
+    /// the bootstrapper's log if it does not within 30 s).
+    pub fn start(
+        bootstrapper: &Path,
+        name: &str,
+        image: &[u8],
+        init_secret_hash: &str,
+    ) -> NodeAwaitingInit {
+        let dir = NodeDir::new(bootstrapper, name);
+        let tpm = dir.boot_tpm(image);
+        let dir = dir.trusting_join_service_ak(&tpm.ak_public);
+        let process = dir.bootstrapper(&tpm, &["--init-secret-hash", init_secret_hash]);
+        let init_addr = addr_after(
+            &process.wait_for_line("init API listening on ", 3000),
+            "listening on ",
+        );
+        NodeAwaitingInit {
+            dir,
+            tpm,
+            process,
+            init_addr,
+        }
+    }
+}
+
+/// The master secret in the file `confboot init` writes for the admin
+/// (`confboot-mastersecret.json`: base64 `key` and `salt`), read with this
+/// crate's own JSON parsing rather than the library's reader, so the tests
+/// check the file's format too.
+pub fn read_master_secret(path: &Path) -> MasterSecret {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let field = |name: &str| {
+        confboot_util::base64::decode(
+            file[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("{} has no string {name:?}", path.display())),
+        )
+        .unwrap()
+    };
+    MasterSecret::new(field("key"), field("salt")).unwrap()
 }
