@@ -51,6 +51,7 @@ impl Node {
     /// Starts a node whose PCR 4 holds `kernel` measured (as firmware would
     /// measure the kernel it boots).
     pub fn start(name: &str, kernel: &[u8]) -> Node {
+        crate::require_program("swtpm", "swtpm");
         let swtpm = Swtpm::start().expect("swtpm starts");
         let issuer = measured_issuer(&swtpm, kernel);
         Node {
@@ -439,6 +440,7 @@ impl NodeTpm {
     /// "Boots" a TPM kept in `state_dir`: starts swtpm there (PCRs start
     /// from zero, the AK persists) and measures `kernel` into PCR 4.
     pub fn boot(state_dir: &Path, kernel: &[u8]) -> NodeTpm {
+        crate::require_program("swtpm", "swtpm");
         let swtpm = Swtpm::start_in(state_dir).expect("swtpm starts");
         let issuer = measured_issuer(&swtpm, kernel);
         let pcrs = issuer
@@ -500,11 +502,13 @@ pub fn workspace_binary(name: &str) -> PathBuf {
         .and_then(Path::parent)
         .expect("target/<profile>");
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test --workspace` (or build it first)",
-        path.display()
-    );
+    if !path.exists() {
+        crate::stop_for_missing_setup(&format!(
+            "{} is missing: run `cargo build --workspace --bins` first \
+             (`cargo test --workspace` builds every binary before it tests)",
+            path.display()
+        ));
+    }
     path
 }
 
@@ -522,6 +526,8 @@ pub struct NodeDir {
 impl NodeDir {
     /// A blank node that runs `bootstrapper`.
     pub fn new(bootstrapper: &Path, name: &str) -> NodeDir {
+        // The bootstrapper's header-only disk mode runs cryptsetup.
+        crate::require_program("cryptsetup", "cryptsetup-bin");
         let dir = TempDir::new(name);
         std::fs::create_dir_all(dir.path().join("tpm")).unwrap();
         std::fs::create_dir_all(dir.path().join("kubernetes/pki")).unwrap();

@@ -177,6 +177,9 @@ impl Vm {
     /// part is missing (Debian packages qemu-system-x86, ovmf, swtpm,
     /// netcat-openbsd).
     pub fn boot(config: VmConfig) -> Vm {
+        crate::require_program("swtpm", "swtpm");
+        crate::require_program("qemu-system-x86_64", "qemu-system-x86");
+        crate::require_program("setpriv", "util-linux");
         let measured_boot = config.ovmf.then(|| config.clone());
         let dir = TempDir::new(&format!("vm-{}", config.name));
         let serial_path = dir.path().join("serial.log");
@@ -781,6 +784,7 @@ pub const NODEAGENT_BUILTIN: &str = "builtin";
 /// (TCP) on the directory, the AK from the persistent owner seed, closed
 /// again. No PCR is extended.
 pub fn tpm_ak(state_dir: &Path) -> Vec<u8> {
+    crate::require_program("swtpm", "swtpm");
     let swtpm = Swtpm::start_in(state_dir).expect("swtpm starts");
     let issuer =
         VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
