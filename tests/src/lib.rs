@@ -132,19 +132,27 @@ fn kill_children() {
 pub const INSTALL_PACKAGES: &str =
     "run `bash scripts/setup.sh` first (it installs every package the tests need)";
 
-/// Stops the test process ([`stop_for_missing_setup`]) unless `program` is
-/// installed: found on `PATH` or in `/usr/sbin` or `/sbin`, where the
-/// Debian package `package` (one `scripts/setup.sh` installs) puts it.
-pub fn require_program(program: &str, package: &str) {
+/// Where `program` is installed: on `PATH`, or in `/usr/sbin` or `/sbin`,
+/// where the Debian package `package` (one `scripts/setup.sh` installs)
+/// puts it. When it is not, the test process stops
+/// ([`stop_for_missing_setup`]) naming the package and the script.
+pub fn installed_program(program: &str, package: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
+    std::env::split_paths(&path)
         .chain(["/usr/sbin".into(), "/sbin".into()])
-        .any(|dir| dir.join(program).is_file());
-    if !found {
-        stop_for_missing_setup(&format!(
-            "{program} is missing (Debian package {package}): {INSTALL_PACKAGES}"
-        ));
-    }
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            stop_for_missing_setup(&format!(
+                "{program} is missing (Debian package {package}): {INSTALL_PACKAGES}"
+            ))
+        })
+}
+
+/// [`installed_program`] for a program that is run by name (through
+/// `PATH`) or by another program.
+pub fn require_program(program: &str, package: &str) {
+    installed_program(program, package);
 }
 
 /// A child process that is killed and reaped when dropped, with its stderr

@@ -13,21 +13,11 @@ use confboot_disk::{
     NativeExt4, StateDisk, new_disk_uuid,
 };
 use confboot_kms::SecretBytes;
-use confboot_tests::TempDir;
+use confboot_tests::{TempDir, installed_program};
 
 const IMAGE_SIZE: u64 = 64 << 20;
 /// Just over two block groups of the native formatter's layout.
 const TWO_GROUPS: u64 = 136 << 20;
-
-/// A Debian program, found like a shell would, plus the sbin directories.
-fn program(name: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} is installed (Debian package {package})"))
-}
 
 fn image(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
@@ -102,7 +92,7 @@ fn mapped_disk(dir: &Path) -> (StateDisk<MappedImage>, PathBuf, PathBuf) {
     let (header, mapped) = (image(dir, "luks.img"), image(dir, "mapped.img"));
     let backend = MappedImage {
         header: CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     };
     (StateDisk::new(backend), header, mapped)
@@ -124,7 +114,7 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
     );
     assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
     // Made over noise, e2fsprogs finds nothing to complain about.
-    let fsck = std::process::Command::new(program("e2fsck", "e2fsprogs"))
+    let fsck = std::process::Command::new(installed_program("e2fsck", "e2fsprogs"))
         .arg("-fn")
         .arg(&mapped)
         .output()
@@ -138,7 +128,7 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
     let made = fs::read(&mapped).unwrap();
     let mut rebooted = StateDisk::new(MappedImage {
         header: CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     });
     let action = rebooted
@@ -165,7 +155,7 @@ fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
         ));
         assert_eq!(disk.backend().filesystem().unwrap(), None);
     }
-    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    let mkfs = Mkfs::new(installed_program("mke2fs", "e2fsprogs"));
     assert_eq!(
         disk.ensure_filesystem(&mkfs, &action).unwrap(),
         Some(FilesystemAction::Made)
@@ -187,7 +177,7 @@ fn a_deleted_file_system_token_never_gets_data_overwritten() {
     disk.ensure_filesystem(&mkfs, &action).unwrap();
     let made = fs::read(&mapped).unwrap();
     // The host removes the token from the header.
-    let cryptsetup = program("cryptsetup", "cryptsetup-bin");
+    let cryptsetup = installed_program("cryptsetup", "cryptsetup-bin");
     let dump = std::process::Command::new(&cryptsetup)
         .args(["luksDump", "--dump-json-metadata"])
         .arg(&header)
@@ -242,7 +232,7 @@ fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
     fs::write(&mapped, &data).unwrap();
     let mut rebooted = StateDisk::new(MappedImage {
         header: CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     });
     let action = rebooted
@@ -281,7 +271,7 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
     let reboot = || {
         StateDisk::new(MappedImage {
             header: CryptsetupBackend::header_only(&header)
-                .with_program(program("cryptsetup", "cryptsetup-bin")),
+                .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
             mapped: mapped.clone(),
         })
     };
@@ -309,7 +299,7 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
         .unwrap()
         .expect("a superblock copy");
     assert!(copy > 2048, "a backup, at {copy}");
-    let dump = std::process::Command::new(program("cryptsetup", "cryptsetup-bin"))
+    let dump = std::process::Command::new(installed_program("cryptsetup", "cryptsetup-bin"))
         .args(["luksDump", "--dump-json-metadata"])
         .arg(&header)
         .output()
@@ -317,11 +307,12 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
     let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
     for (id, t) in json["tokens"].as_object().unwrap() {
         if t["type"] == "confboot-state-fs" {
-            let removed = std::process::Command::new(program("cryptsetup", "cryptsetup-bin"))
-                .args(["token", "remove", "--token-id", id])
-                .arg(&header)
-                .status()
-                .unwrap();
+            let removed =
+                std::process::Command::new(installed_program("cryptsetup", "cryptsetup-bin"))
+                    .args(["token", "remove", "--token-id", id])
+                    .arg(&header)
+                    .status()
+                    .unwrap();
             assert!(removed.success());
         }
     }
@@ -358,7 +349,7 @@ fn without_a_mapped_device_nothing_is_made() {
     let header = image(dir.path(), "luks.img");
     let mut disk = StateDisk::new(
         CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
     );
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
