@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use confboot_kms::MasterSecret;
 use confboot_kms::init_secret;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir, workspace_binary};
+use confboot_tests::cluster::{
+    Joinsvc, JoinsvcSetup, NodeAwaitingInit, NodeDir, TempDir, read_master_secret, workspace_binary,
+};
 use confboot_tests::{ChildProcess, addr_after, free_port};
 
 const IMAGE: &[u8] = b"node image v1";
@@ -75,26 +77,20 @@ fn init_join_refuse_restart_and_recover() {
     // Node 1 is inited through the CLI.
     // Node 1 becomes the control plane; joinsvc later runs on it, with its
     // TPM: every node trusts that AK for join services.
-    let n1 = NodeDir::new(&bootstrapper_bin(), "node1");
-    let tpm1 = n1.boot_tpm(IMAGE);
+    let NodeAwaitingInit {
+        dir: n1,
+        tpm: tpm1,
+        process: b1,
+        init_addr,
+    } = NodeAwaitingInit::start(&bootstrapper_bin(), "node1", IMAGE, &hash);
+    let init_addr = init_addr.to_string();
     let cp_ak = tpm1.ak_public.clone();
-    let n1 = n1.trusting_join_service_ak(&cp_ak);
-    std::fs::write(
-        admin.path().join("measurements.json"),
-        tpm1.policy().to_json(),
-    )
-    .unwrap();
+    tpm1.write_policy(&admin.path().join("measurements.json"));
     std::fs::write(
         admin.path().join("pinned"),
         confboot_util::hex::encode(&tpm1.ak_public),
     )
     .unwrap();
-    let b1 = n1.bootstrapper(&tpm1, &["--init-secret-hash", &hash]);
-    let init_addr = addr_after(
-        &b1.wait_for_line("init API listening on ", 3000),
-        "listening on ",
-    )
-    .to_string();
     let pinned = format!("pinned:{}", admin.path().join("pinned").display());
     let base = ["--measurements", "measurements.json", "--ak-trust", &pinned];
 
@@ -197,13 +193,7 @@ fn init_join_refuse_restart_and_recover() {
         );
         assert_eq!(mode & 0o777, 0o600, "{f}");
     }
-    let ms_text = std::fs::read_to_string(admin.path().join("confboot-mastersecret.json")).unwrap();
-    let ms: serde_json::Value = serde_json::from_str(&ms_text).unwrap();
-    let master = MasterSecret::new(
-        confboot_util::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
-        confboot_util::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
-    )
-    .unwrap();
+    let master = read_master_secret(&admin.path().join("confboot-mastersecret.json"));
     let uuid1 = n1.luks_uuid().expect("node 1's disk is LUKS2 now");
     assert!(n1.key_opens_disk(master.state_disk_key(&uuid1).expose()));
     assert!(
@@ -418,11 +408,7 @@ fn init_join_refuse_restart_and_recover() {
         confboot_util::hex::encode(&tpm2.ak_public),
     )
     .unwrap();
-    std::fs::write(
-        admin.path().join("measurements2.json"),
-        tpm2.policy().to_json(),
-    )
-    .unwrap();
+    tpm2.write_policy(&admin.path().join("measurements2.json"));
     let pinned2 = format!("pinned:{}", admin.path().join("pinned2").display());
     // A wrong master secret changes nothing.
     let wrong = MasterSecret::generate().unwrap();
@@ -666,20 +652,15 @@ fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits(
     let admin = TempDir::new("admin-under-load");
     std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
     let hash = init_secret::hash(b"s3cret", init_secret::MIN_ITERATIONS);
-    let n = NodeDir::new(&bootstrapper_bin(), "held");
-    let tpm = n.boot_tpm(IMAGE);
-    let n = n.trusting_join_service_ak(&tpm.ak_public);
-    std::fs::write(
-        admin.path().join("measurements.json"),
-        tpm.policy().to_json(),
-    )
-    .unwrap();
+    // The node's files are kept (bound) until the test ends.
+    let NodeAwaitingInit {
+        dir: _node,
+        tpm,
+        process: b,
+        init_addr,
+    } = NodeAwaitingInit::start(&bootstrapper_bin(), "held", IMAGE, &hash);
+    tpm.write_policy(&admin.path().join("measurements.json"));
     let pinned = format!("pinned:{}", confboot_util::hex::encode(&tpm.ak_public));
-    let b = n.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
-    let init_addr = addr_after(
-        &b.wait_for_line("init API listening on ", 3000),
-        "listening on ",
-    );
 
     // A hostile client at 127.0.0.2 opens twelve connections (enough for
     // every worker and the whole queue), says nothing on some and trickles

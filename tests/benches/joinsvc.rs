@@ -337,13 +337,7 @@ impl CpuUse {
 }
 
 fn main() {
-    let joinsvc_bin =
-        confboot_tests::target_dir().join("x86_64-unknown-linux-musl/release/joinsvc");
-    assert!(
-        joinsvc_bin.exists(),
-        "{} missing: run scripts/test.sh first",
-        joinsvc_bin.display()
-    );
+    let joinsvc_bin = confboot_tests::musl_binary("joinsvc");
     println!(
         "joinsvc benchmark: {CLIENTS} concurrent clients, {RUN:?} per measurement, loopback, 2 cores shared by all"
     );

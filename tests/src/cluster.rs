@@ -51,6 +51,7 @@ impl Node {
     /// Starts a node whose PCR 4 holds `kernel` measured (as firmware would
     /// measure the kernel it boots).
     pub fn start(name: &str, kernel: &[u8]) -> Node {
+        crate::require_program("swtpm", "swtpm");
         let swtpm = Swtpm::start().expect("swtpm starts");
         let issuer = measured_issuer(&swtpm, kernel);
         Node {
@@ -439,6 +440,7 @@ impl NodeTpm {
     /// "Boots" a TPM kept in `state_dir`: starts swtpm there (PCRs start
     /// from zero, the AK persists) and measures `kernel` into PCR 4.
     pub fn boot(state_dir: &Path, kernel: &[u8]) -> NodeTpm {
+        crate::require_program("swtpm", "swtpm");
         let swtpm = Swtpm::start_in(state_dir).expect("swtpm starts");
         let issuer = measured_issuer(&swtpm, kernel);
         let pcrs = issuer
@@ -460,6 +462,13 @@ impl NodeTpm {
             p.set(*i, v.to_vec(), false);
         }
         p
+    }
+
+    /// Writes [`NodeTpm::policy`] as JSON to `path`: the measurements file
+    /// an admin checks this node against.
+    pub fn write_policy(&self, path: &Path) {
+        std::fs::write(path, self.policy().to_json())
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 
     /// PCR 15 now (read on a new connection: call it when no bootstrapper
@@ -493,11 +502,13 @@ pub fn workspace_binary(name: &str) -> PathBuf {
         .and_then(Path::parent)
         .expect("target/<profile>");
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test --workspace` (or build it first)",
-        path.display()
-    );
+    if !path.exists() {
+        crate::stop_for_missing_setup(&format!(
+            "{} is missing: run `cargo build --workspace --bins` first \
+             (`cargo test --workspace` builds every binary before it tests)",
+            path.display()
+        ));
+    }
     path
 }
 
@@ -515,6 +526,8 @@ pub struct NodeDir {
 impl NodeDir {
     /// A blank node that runs `bootstrapper`.
     pub fn new(bootstrapper: &Path, name: &str) -> NodeDir {
+        // The bootstrapper's header-only disk mode runs cryptsetup.
+        crate::require_program("cryptsetup", "cryptsetup-bin");
         let dir = TempDir::new(name);
         std::fs::create_dir_all(dir.path().join("tpm")).unwrap();
         std::fs::create_dir_all(dir.path().join("kubernetes/pki")).unwrap();
@@ -610,4 +623,67 @@ impl NodeDir {
     pub fn key_opens_disk(&self, key: &[u8]) -> bool {
         crate::key_opens_disk(&self.p("disk.img"), key)
     }
+}
+
+/// A blank node waiting for the admin's Init, as the first node of a
+/// cluster does: its TPM booted with the image, the bootstrapper started
+/// with `--init-secret-hash`, and where its init API listens. The node
+/// trusts join services attesting with its own TPM's AK: joinsvc later
+/// runs on it, the control plane, with that TPM.
+pub struct NodeAwaitingInit {
+    /// The node's files.
+    pub dir: NodeDir,
+    /// Its TPM, booted with the image.
+    pub tpm: NodeTpm,
+    /// The bootstrapper, serving the init API.
+    pub process: ChildProcess,
+    /// Where the init API listens.
+    pub init_addr: SocketAddr,
+}
+
+impl NodeAwaitingInit {
+    /// Starts the node `name` with `bootstrapper`, `image` measured into
+    /// its TPM's PCR 4, waiting for an Init with the secret whose hash is
+    /// `init_secret_hash`; returns once the init API listens (panics with
+    /// the bootstrapper's log if it does not within 30 s).
+    pub fn start(
+        bootstrapper: &Path,
+        name: &str,
+        image: &[u8],
+        init_secret_hash: &str,
+    ) -> NodeAwaitingInit {
+        let dir = NodeDir::new(bootstrapper, name);
+        let tpm = dir.boot_tpm(image);
+        let dir = dir.trusting_join_service_ak(&tpm.ak_public);
+        let process = dir.bootstrapper(&tpm, &["--init-secret-hash", init_secret_hash]);
+        let init_addr = addr_after(
+            &process.wait_for_line("init API listening on ", 3000),
+            "listening on ",
+        );
+        NodeAwaitingInit {
+            dir,
+            tpm,
+            process,
+            init_addr,
+        }
+    }
+}
+
+/// The master secret in the file `confboot init` writes for the admin
+/// (`confboot-mastersecret.json`: base64 `key` and `salt`), read with this
+/// crate's own JSON parsing rather than the library's reader, so the tests
+/// check the file's format too.
+pub fn read_master_secret(path: &Path) -> MasterSecret {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let field = |name: &str| {
+        confboot_util::base64::decode(
+            file[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("{} has no string {name:?}", path.display())),
+        )
+        .unwrap()
+    };
+    MasterSecret::new(field("key"), field("salt")).unwrap()
 }

@@ -22,16 +22,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::tls::AnyServer;
 use confboot_atls::{self as atls, AtlsClient, Nonce};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_wire::{self as rpc, Code, Status};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, Resumption};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::ServerName;
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::{ClientConfig, ClientConnection, SignatureScheme, StreamOwned};
 
 /// A TCP connection to `to` (IPv4) from the local address `from`: on
 /// loopback every 127.0.0.0/8 address is this machine, so tests can play
@@ -723,52 +723,6 @@ impl ResolvesClientCert for Replaying {
     }
 }
 
-/// Takes any server certificate (checking only the handshake signature).
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// A TLS 1.3 client config with ALPN `confboot/1` that takes any server and
 /// answers certificate requests with `certs` (none: no certificate).
 fn any_server_config(certs: Option<Arc<dyn ResolvesClientCert>>) -> ClientConfig {
@@ -777,7 +731,7 @@ fn any_server_config(certs: Option<Arc<dyn ResolvesClientCert>>) -> ClientConfig
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("TLS 1.3")
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+        .with_custom_certificate_verifier(Arc::new(AnyServer::new(provider)));
     let mut config = match certs {
         Some(c) => builder.with_client_cert_resolver(c),
         None => builder.with_no_client_auth(),

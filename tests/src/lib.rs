@@ -3,10 +3,17 @@
 //! logs; and doubles of what cannot run here (the Kubernetes API).
 //!
 //! It is also the one home of the small helpers every test crate of the
-//! workspace needs ([`TempDir`], [`free_port`], [`luks_uuid`],
-//! [`key_opens_disk`]): the other crates take it as a dev-dependency (the
-//! `confboot` library's integration tests too; they and this crate link the
-//! same `confboot`).
+//! workspace needs ([`TempDir`], [`XorShift`], [`wait_for_count`],
+//! [`free_port`], [`luks_uuid`], [`key_opens_disk`], [`tls::AnyServer`]):
+//! the other crates take it as a dev-dependency. A library's integration
+//! tests link the same library this crate does; its unit tests (inside
+//! `src/`) link a second copy of it, so they use only helpers whose types
+//! are not the library's own ([`TempDir`], [`XorShift`]).
+//!
+//! A test that needs something a fresh checkout lacks (the static release
+//! binaries, a tool `scripts/setup.sh` installs) ends the whole test
+//! process with one line naming what to run first
+//! ([`stop_for_missing_setup`]), instead of every test panicking alike.
 
 pub mod cluster;
 pub mod elf;
@@ -16,12 +23,14 @@ pub mod load;
 pub mod qemu;
 pub mod snp;
 pub mod storm;
+pub mod tls;
 pub mod vm_hub;
 pub mod wireguard_probe;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -33,20 +42,117 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
+/// Where `scripts/test.sh` puts the static release binaries, under
+/// [`target_dir`].
+pub const MUSL_RELEASE_DIR: &str = "x86_64-unknown-linux-musl/release";
+
+/// What to run before `cargo test --workspace` on a fresh checkout:
+/// `scripts/test.sh` runs `scripts/setup.sh` (swtpm, protoc, cryptsetup,
+/// QEMU, the musl target, ...) and then this build.
+pub const BUILD_STATIC_BINARIES: &str = "run `bash scripts/test.sh` first (it runs scripts/setup.sh, \
+     then `cargo build --release --target x86_64-unknown-linux-musl -p bootstrapper -p joinsvc \
+     -p nodeagent -p confboot-cli -p confboot-tests --bins`)";
+
 /// A static musl release binary of the workspace, as `scripts/test.sh`
-/// builds them; panics with the command that builds it when it is missing.
+/// builds them. When it is missing (a fresh checkout), the test process
+/// stops with one line saying what to run first
+/// ([`stop_for_missing_setup`]).
 pub fn musl_binary(name: &str) -> PathBuf {
-    let path = target_dir()
-        .join("x86_64-unknown-linux-musl/release")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --release --target x86_64-unknown-linux-musl \
-         -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli -p confboot-tests --bins` \
-         (scripts/test.sh does)",
-        path.display()
-    );
+    let path = target_dir().join(MUSL_RELEASE_DIR).join(name);
+    if !path.exists() {
+        stop_for_missing_setup(&format!(
+            "the static release binaries are missing (no {}): {BUILD_STATIC_BINARIES}",
+            path.display()
+        ));
+    }
     path
+}
+
+/// Ends this test process at once with `line` alone on stderr and exit
+/// status 1: for what a fresh checkout lacks and no test can do without
+/// (the static release binaries, a program `scripts/setup.sh` installs).
+///
+/// A panic would fail every test of the binary that needs the missing
+/// thing, each with the same message and a backtrace note. The exit fails
+/// the test binary once instead, and plain `cargo test --workspace` stops
+/// there ("process didn't exit successfully"), this line just above
+/// cargo's. The line is written to the process's stderr itself, past the
+/// test harness's capture, and once: a second test that gets here
+/// meanwhile waits for the exit. The processes this one started (another
+/// test's bootstrapper, say, whose owner's `Drop` will not run now) are
+/// killed first, with the process groups they lead.
+pub fn stop_for_missing_setup(line: &str) -> ! {
+    static STOPPING: Mutex<()> = Mutex::new(());
+    let _only_one = STOPPING.lock();
+    let _ = writeln!(std::io::stderr(), "{line}");
+    kill_children();
+    std::process::exit(1)
+}
+
+/// Kills (SIGKILL) every child of this process, and the process group of
+/// each child that leads its own; found in `/proc`.
+fn kill_children() {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name in parentheses: state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<i32> = rest
+            .split_whitespace()
+            .skip(1)
+            .take(2)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [ppid, pgrp] = fields[..] else {
+            continue;
+        };
+        if ppid != me {
+            continue;
+        }
+        if pgrp == pid {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+/// What to run when a Debian package the tests need is missing.
+pub const INSTALL_PACKAGES: &str =
+    "run `bash scripts/setup.sh` first (it installs every package the tests need)";
+
+/// Where `program` is installed: on `PATH`, or in `/usr/sbin` or `/sbin`,
+/// where the Debian package `package` (one `scripts/setup.sh` installs)
+/// puts it. When it is not, the test process stops
+/// ([`stop_for_missing_setup`]) naming the package and the script.
+pub fn installed_program(program: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            stop_for_missing_setup(&format!(
+                "{program} is missing (Debian package {package}): {INSTALL_PACKAGES}"
+            ))
+        })
+}
+
+/// [`installed_program`] for a program that is run by name (through
+/// `PATH`) or by another program.
+pub fn require_program(program: &str, package: &str) {
+    installed_program(program, package);
 }
 
 /// A child process that is killed and reaped when dropped, with its stderr
@@ -210,6 +316,7 @@ pub fn free_port() -> u16 {
 /// The LUKS UUID of the disk image at `disk`, if it has a LUKS header
 /// (host cryptsetup).
 pub fn luks_uuid(disk: &Path) -> Option<String> {
+    require_program("cryptsetup", "cryptsetup-bin");
     let out = Command::new("cryptsetup")
         .arg("luksUUID")
         .arg(disk)
@@ -223,6 +330,7 @@ pub fn luks_uuid(disk: &Path) -> Option<String> {
 /// Whether `key` opens the LUKS2 header of the disk image at `disk` (host
 /// cryptsetup, key on stdin).
 pub fn key_opens_disk(disk: &Path, key: &[u8]) -> bool {
+    require_program("cryptsetup", "cryptsetup-bin");
     let mut child = Command::new("cryptsetup")
         .args(["open", "--test-passphrase", "--key-file", "-"])
         .arg(disk)
@@ -233,4 +341,172 @@ pub fn key_opens_disk(disk: &Path, key: &[u8]) -> bool {
         .unwrap();
     child.stdin.take().unwrap().write_all(key).unwrap();
     child.wait().unwrap().success()
+}
+
+/// xorshift64* (Vigna): a deterministic pseudo-random generator for
+/// property tests and garbage inputs, without crates. A fixed seed gives
+/// every run the same inputs, so a failing one can be replayed.
+#[derive(Clone, Debug)]
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// A generator starting from `seed`, which must not be zero (zero is
+    /// xorshift's fixed point).
+    pub fn new(seed: u64) -> XorShift {
+        assert_ne!(seed, 0, "xorshift's seed must not be zero");
+        XorShift(seed)
+    }
+
+    /// The next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// `len` pseudo-random bytes.
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next_u64() as u8).collect()
+    }
+
+    /// A non-zero byte to XOR with, so that a mutation always changes
+    /// something.
+    pub fn flip(&mut self) -> u8 {
+        (self.below(255) + 1) as u8
+    }
+}
+
+/// Waits until `counter` (a server's statistic, say) reaches `want`:
+/// polled every millisecond at most 10,000 times, so the bound is a count,
+/// not a clock assertion. Panics if it never does.
+pub fn wait_for_count(counter: &AtomicU64, want: u64) {
+    for _ in 0..10_000 {
+        if counter.load(Ordering::SeqCst) >= want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("counter never reached {want}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the copy of this test binary that plays a fresh checkout: a
+    /// file for it to write to.
+    const PLAY_FRESH_CHECKOUT: &str = "CONFBOOT_TESTS_PLAY_FRESH_CHECKOUT";
+
+    /// Runs the test `name` of this binary again in a child process that
+    /// plays a fresh checkout (with backtraces on, so none may show), with
+    /// `file` for it to write to; returns its exit code and stderr.
+    fn as_a_fresh_checkout(name: &str, file: &Path) -> (Option<i32>, String) {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name])
+            .env(PLAY_FRESH_CHECKOUT, file)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn a_missing_static_binary_stops_the_test_process_with_one_line() {
+        if let Some(pid_file) = std::env::var_os(PLAY_FRESH_CHECKOUT) {
+            // Another test's process, in a process group of its own (as a
+            // bootstrapper runs), which nothing else would end.
+            let mut sleeper = Command::new("sleep");
+            sleeper
+                .arg("600")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            std::os::unix::process::CommandExt::process_group(&mut sleeper, 0);
+            let mut sleeper = sleeper.spawn().unwrap();
+            std::fs::write(pid_file, sleeper.id().to_string()).unwrap();
+            // Two tests of a fresh checkout asking at once.
+            let other = std::thread::spawn(|| musl_binary("confboot-no-such-binary"));
+            musl_binary("confboot-no-such-binary");
+            let _ = other.join();
+            // Not reached when the stop works.
+            let _ = sleeper.kill();
+            let _ = sleeper.wait();
+            unreachable!("musl_binary returned a missing binary");
+        }
+        let dir = TempDir::new("fresh-checkout");
+        let pid_file = dir.path().join("sleeper.pid");
+        let (code, stderr) = as_a_fresh_checkout(
+            "tests::a_missing_static_binary_stops_the_test_process_with_one_line",
+            &pid_file,
+        );
+        assert_eq!(code, Some(1), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(
+            lines[0].starts_with("the static release binaries are missing (no ")
+                && lines[0].contains("confboot-no-such-binary")
+                && lines[0].contains("run `bash scripts/test.sh` first"),
+            "{stderr}"
+        );
+        // The other test's process was ended with the test process (gone,
+        // or a zombie until whoever inherited it reaps it).
+        let sleeper = std::fs::read_to_string(&pid_file).unwrap();
+        let ended = (0..200).any(|_| {
+            let state = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).map(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| rest.starts_with('Z'))
+            });
+            if matches!(state, Err(_) | Ok(Some(true))) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            false
+        });
+        if !ended {
+            let pid = nix::unistd::Pid::from_raw(sleeper.parse().unwrap());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        assert!(ended, "sleep {sleeper} outlived the stopped test process");
+    }
+
+    #[test]
+    fn a_missing_program_stops_the_test_process_naming_its_package_and_setup() {
+        if std::env::var_os(PLAY_FRESH_CHECKOUT).is_some() {
+            require_program("sh", "dash");
+            require_program("confboot-no-such-program", "confboot-no-such-package");
+            unreachable!("require_program passed a missing program");
+        }
+        let dir = TempDir::new("fresh-checkout");
+        let (code, stderr) = as_a_fresh_checkout(
+            "tests::a_missing_program_stops_the_test_process_naming_its_package_and_setup",
+            dir.path(),
+        );
+        assert_eq!(code, Some(1), "{stderr}");
+        assert_eq!(
+            stderr,
+            "confboot-no-such-program is missing (Debian package confboot-no-such-package): \
+             run `bash scripts/setup.sh` first (it installs every package the tests need)\n"
+        );
+    }
+
+    #[test]
+    fn xorshift_is_the_same_sequence_for_the_same_seed() {
+        let (mut a, mut b) = (XorShift::new(0x5eed), XorShift::new(0x5eed));
+        let first = a.bytes(64);
+        assert_eq!(first, b.bytes(64));
+        assert_ne!(first, a.bytes(64), "it moves on");
+        for _ in 0..1000 {
+            assert!(a.below(7) < 7);
+            assert_ne!(a.flip(), 0);
+        }
+    }
 }

@@ -20,7 +20,7 @@ use confboot_proto::init::InitRequest;
 use confboot_proto::recover::RecoverMessage;
 use confboot_wire::{Code, Status};
 
-use crate::cluster::{NodeDir, NodeTpm};
+use crate::cluster::{NodeAwaitingInit, NodeDir, NodeTpm};
 use crate::{ChildProcess, addr_after};
 
 /// Open file descriptors of process `pid` (entries of `/proc/PID/fd`).
@@ -198,14 +198,12 @@ impl AdminNodes {
 
         // The node to recover: inited, then booted again with no join
         // service to reach.
-        let dir = NodeDir::new(bootstrapper, "hostile-recover");
-        let tpm = dir.boot_tpm(IMAGE);
-        let dir = dir.trusting_join_service_ak(&tpm.ak_public);
-        let first = dir.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
-        let addr = addr_after(
-            &first.wait_for_line("init API listening on ", 3000),
-            "listening on ",
-        );
+        let NodeAwaitingInit {
+            dir,
+            tpm,
+            process: first,
+            init_addr: addr,
+        } = NodeAwaitingInit::start(bootstrapper, "hostile-recover", IMAGE, &hash);
         let (mut client, _) = atls::connect(addr, ADMIN_TIMEOUT, &[validator_for(&tpm)], None)
             .expect("connect to the node to init");
         let master = MasterSecret::generate().expect("a master secret");
@@ -235,20 +233,13 @@ impl AdminNodes {
         };
 
         // The blank node, waiting for Init.
-        let dir = NodeDir::new(bootstrapper, "hostile-init");
-        let tpm = dir.boot_tpm(IMAGE);
-        let dir = dir.trusting_join_service_ak(&tpm.ak_public);
-        let process = dir.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
-        let addr = addr_after(
-            &process.wait_for_line("init API listening on ", 3000),
-            "listening on ",
-        );
+        let blank = NodeAwaitingInit::start(bootstrapper, "hostile-init", IMAGE, &hash);
         let init = AdminNode {
-            process,
-            addr,
-            validator: validator_for(&tpm),
-            _tpm: tpm,
-            _dir: dir,
+            validator: validator_for(&blank.tpm),
+            process: blank.process,
+            addr: blank.init_addr,
+            _tpm: blank.tpm,
+            _dir: blank.dir,
         };
         AdminNodes { init, recover }
     }

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use confboot_attest::MeasurementPolicy;
 use confboot_attest::measure::{DirectBoot, InitrdDigest};
 use confboot_attest::tpm::event_log::{EventList, EventLog};
+use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_attest::vtpm::VtpmIssuer;
 
 use crate::ChildProcess;
 use crate::cluster::TempDir;
@@ -37,6 +39,9 @@ pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 pub const BASE_CMDLINE: &str = "console=ttyS0 quiet panic=-1";
 /// The guest address that `host_ports` forward from.
 pub const GUEST_FORWARD_ADDR: &str = "10.0.2.100";
+/// The guest port a node VM reaches the host's joinsvc at
+/// ([`GUEST_FORWARD_ADDR`]:9090, forwarded to joinsvc's port on the host).
+pub const JOIN_PORT: u16 = 9090;
 /// The line `/init` prints with the SHA-256 PCR bank.
 pub const PCRS_MARKER: &str = "CONFBOOT-PCRS ";
 /// The line `/init` prints with the firmware's TCG event log (base64).
@@ -172,6 +177,9 @@ impl Vm {
     /// part is missing (Debian packages qemu-system-x86, ovmf, swtpm,
     /// netcat-openbsd).
     pub fn boot(config: VmConfig) -> Vm {
+        crate::require_program("swtpm", "swtpm");
+        crate::require_program("qemu-system-x86_64", "qemu-system-x86");
+        crate::require_program("setpriv", "util-linux");
         let measured_boot = config.ovmf.then(|| config.clone());
         let dir = TempDir::new(&format!("vm-{}", config.name));
         let serial_path = dir.path().join("serial.log");
@@ -276,6 +284,24 @@ impl Vm {
             measured_boot,
             _dir: dir,
         }
+    }
+
+    /// Boots `config` under SeaBIOS (a probe boot measures nothing, and
+    /// SeaBIOS boots in half the time of OVMF), waits up to `boot_bound`
+    /// for the probe's end marker ([`PROBE_END`]) and up to `exit_bound`
+    /// for QEMU to exit; panics with the console unless QEMU exited
+    /// successfully.
+    pub fn boot_probe(mut config: VmConfig, boot_bound: Duration, exit_bound: Duration) -> Vm {
+        config.ovmf = false;
+        let mut vm = Vm::boot(config);
+        vm.wait_for_line(PROBE_END, boot_bound);
+        let status = vm.wait_exit(exit_bound);
+        assert!(
+            status.success(),
+            "QEMU exited with {status}\n{}",
+            vm.failure_report()
+        );
+        vm
     }
 
     /// The serial console so far.
@@ -596,6 +622,22 @@ impl Image {
         )
     }
 
+    /// A test image without a bootstrapper or node agent of its own
+    /// carrying the static probe `probe` (a [`crate::musl_binary`]) as
+    /// `/usr/bin/<probe>`, for `confboot.tasks=` to run; panics when
+    /// build.sh fails.
+    pub fn with_probe(label: &str, probe: &str) -> Image {
+        let binary = crate::musl_binary(probe);
+        Image::build_with(
+            label,
+            None,
+            None,
+            "0",
+            &[(binary.as_path(), &format!("/usr/bin/{probe}"))],
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// The PRODUCTION image: build.sh with only `--bootstrapper` and
     /// `--nodeagent builtin` (the node agent is the bootstrapper started
     /// by that name; no busybox, no shell, no `/test`).
@@ -729,14 +771,91 @@ pub fn pct(arg: &str) -> String {
 
 /// `confboot.args=` for `/init`: the arguments, each percent-encoded
 /// ([`pct`]), comma-separated.
-pub fn args_param(args: &[&str]) -> String {
-    let enc: Vec<String> = args.iter().map(|a| pct(a)).collect();
+pub fn args_param<S: AsRef<str>>(args: &[S]) -> String {
+    let enc: Vec<String> = args.iter().map(|a| pct(a.as_ref())).collect();
     format!("confboot.args={}", enc.join(","))
 }
 
 /// What `--nodeagent` takes for the node agent the bootstrapper carries
 /// (`/usr/bin/nodeagent` a link to it), as production images have it.
 pub const NODEAGENT_BUILTIN: &str = "builtin";
+
+/// The AK public key (SEC1 point) of the TPM kept in `state_dir`: swtpm
+/// (TCP) on the directory, the AK from the persistent owner seed, closed
+/// again. No PCR is extended.
+pub fn tpm_ak(state_dir: &Path) -> Vec<u8> {
+    crate::require_program("swtpm", "swtpm");
+    let swtpm = Swtpm::start_in(state_dir).expect("swtpm starts");
+    let issuer =
+        VtpmIssuer::new(swtpm.connect().expect("connect to swtpm")).expect("attestation key");
+    let ak = issuer.ak_public_key();
+    drop(issuer);
+    drop(swtpm);
+    ak
+}
+
+/// The TPM of the joinsvc a VM test runs on the host, made before any
+/// boot: its state directory `joinsvc-tpm` in the test's work directory
+/// (the test starts swtpm on it for joinsvc later) and its AK, which the
+/// nodes pin ([`JoinsvcTpm::trust`]).
+pub struct JoinsvcTpm {
+    /// The swtpm state directory.
+    pub dir: PathBuf,
+    /// The AK's public key (SEC1 point).
+    pub ak: Vec<u8>,
+}
+
+impl JoinsvcTpm {
+    /// Creates `work/joinsvc-tpm` and reads the AK ([`tpm_ak`]).
+    pub fn new(work: &Path) -> JoinsvcTpm {
+        let dir = work.join("joinsvc-tpm");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ak = tpm_ak(&dir);
+        JoinsvcTpm { dir, ak }
+    }
+
+    /// `pinned:<hex AK>`: what `--joinsvc-ak-trust` takes to trust this
+    /// joinsvc (and nothing else).
+    pub fn trust(&self) -> String {
+        format!("pinned:{}", confboot_util::hex::encode(&self.ak))
+    }
+}
+
+/// The bootstrapper arguments of a node VM that joins through the host's
+/// joinsvc, in this order: `--init-secret-hash` when given (a node the
+/// admin may init instead), the join service at
+/// [`GUEST_FORWARD_ADDR`]:[`JOIN_PORT`], two retries, the state disk
+/// `/dev/vda`, the kubeadm at `/usr/bin/kubeadm`, `--joinsvc-ak-trust
+/// joinsvc_trust`, then `extra`, then `-v 4`. For [`args_param`].
+pub fn node_args(
+    init_secret_hash: Option<&str>,
+    joinsvc_trust: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let join_target = format!("{GUEST_FORWARD_ADDR}:{JOIN_PORT}");
+    let mut args: Vec<String> = Vec::new();
+    if let Some(hash) = init_secret_hash {
+        args.extend(["--init-secret-hash".to_string(), hash.to_string()]);
+    }
+    args.extend(
+        [
+            "--join-endpoint",
+            join_target.as_str(),
+            "--retry-max",
+            "2",
+            "--state-disk",
+            "/dev/vda",
+            "--kubeadm",
+            "/usr/bin/kubeadm",
+            "--joinsvc-ak-trust",
+            joinsvc_trust,
+        ]
+        .map(String::from),
+    );
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args.extend(["-v", "4"].map(String::from));
+    args
+}
 
 /// A node's files: its TPM state dir (kept across boots) and state disk.
 pub struct NodeFiles {
@@ -751,9 +870,9 @@ pub struct NodeFiles {
 }
 
 impl NodeFiles {
-    /// Creates the TPM state and a blank sparse disk, and reads the AK: swtpm
-    /// (TCP) on the state dir, the AK from the persistent owner seed, closed
-    /// again. No PCR is extended (the VM's firmware measures the boot).
+    /// Creates the TPM state and a blank sparse disk, and reads the AK
+    /// ([`tpm_ak`]; no PCR is extended: the VM's firmware measures the
+    /// boot).
     pub fn new(dir: &Path, name: &str) -> NodeFiles {
         let tpm = dir.join(format!("{name}-tpm"));
         std::fs::create_dir_all(&tpm).unwrap();
@@ -762,16 +881,7 @@ impl NodeFiles {
             .unwrap()
             .set_len(VM_DISK_BYTES)
             .unwrap();
-        let ak = {
-            let swtpm = confboot_attest::tpm::swtpm::Swtpm::start_in(&tpm).expect("swtpm starts");
-            let issuer =
-                confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
-                    .expect("attestation key");
-            let ak = issuer.ak_public_key();
-            drop(issuer);
-            drop(swtpm);
-            ak
-        };
+        let ak = tpm_ak(&tpm);
         NodeFiles {
             name: name.to_string(),
             tpm,

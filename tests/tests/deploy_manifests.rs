@@ -14,7 +14,7 @@ use std::process::Command;
 use confboot_tests::kube_double::{
     JOINSVC_ROLE_NAMESPACE, JOINSVC_ROLE_RULES, JOINSVC_SERVICE_ACCOUNT,
 };
-use confboot_tests::{TempDir, musl_binary, target_dir};
+use confboot_tests::{TempDir, musl_binary, stop_for_missing_setup, target_dir};
 use serde_json::Value;
 
 /// The Kubernetes version joinsvc installs by default (`--kubernetes-version`).
@@ -40,11 +40,13 @@ fn validator_bin(name: &str) -> PathBuf {
     let path = target_dir()
         .join("tools/kubernetes-validate/bin")
         .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/setup.sh (it installs kubernetes-validate from PyPI)",
-        path.display()
-    );
+    if !path.exists() {
+        stop_for_missing_setup(&format!(
+            "{} is missing: run `bash scripts/setup.sh` first \
+             (it installs kubernetes-validate from PyPI)",
+            path.display()
+        ));
+    }
     path
 }
 

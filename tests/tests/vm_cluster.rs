@@ -29,13 +29,12 @@ use std::time::{Duration, Instant};
 
 use confboot_attest::tpm::IMA_PCR;
 use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_kms::MasterSecret;
 use confboot_kms::init_secret;
 use confboot_proto::DEFAULT_VERIFY_PORT;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir, read_master_secret};
 use confboot_tests::qemu::{
-    Image, NODEAGENT_BUILTIN, NodeFiles, PeakRss, Vm, VmConfig, args_param, golden_boot,
-    measure_image,
+    Image, JOIN_PORT, JoinsvcTpm, NODEAGENT_BUILTIN, NodeFiles, PeakRss, Vm, VmConfig, args_param,
+    golden_boot, measure_image, node_args,
 };
 use confboot_tests::{free_port, musl_binary};
 
@@ -44,8 +43,6 @@ use confboot_tests::{free_port, musl_binary};
 const BOOT_BOUND: Duration = Duration::from_secs(420);
 /// Bound for QEMU to exit after the bootstrapper's exit line.
 const EXIT_BOUND: Duration = Duration::from_secs(60);
-/// The guest port joinsvc is reached at (10.0.2.100:9090).
-const JOIN_PORT: u16 = 9090;
 /// The init secret the admin holds.
 const INIT_SECRET: &str = "correct horse battery staple";
 
@@ -305,16 +302,6 @@ fn admin_cli(
         .unwrap()
 }
 
-fn read_master_secret(path: &Path) -> MasterSecret {
-    let ms: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    MasterSecret::new(
-        confboot_util::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
-        confboot_util::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
-    )
-    .unwrap()
-}
-
 /// Sum of `joinsvc_tickets_refused_total{reason="<reason>"}` in a /metrics body.
 fn refused(metrics: &str, reason: &str) -> u64 {
     let prefix = format!("joinsvc_tickets_refused_total{{reason=\"{reason}\"}} ");
@@ -344,14 +331,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // defaults: its PCRs equal their own (PCR 15 and IMA's PCR 10 aside), its AK is one
     // they trust (pinned on the command line: read here, before any boot),
     // and its PCR 15 holds the mark of the ticket's cluster.
-    let joinsvc_tpm_dir = work.path().join("joinsvc-tpm");
-    std::fs::create_dir_all(&joinsvc_tpm_dir).unwrap();
-    let joinsvc_ak = {
-        let swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
-        confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
-            .expect("attestation key")
-            .ak_public_key()
-    };
+    let joinsvc_tpm = JoinsvcTpm::new(work.path());
 
     // The test image (with the kubeadm double) and a tampered one that
     // differs by one byte (/etc/confboot-stamp): same padded size, so PCR 4
@@ -443,31 +423,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // the marker file on the state disk's ext4, then writes it. The marker
     // is not in the raw disk image afterwards (dm-crypt).
     let marker = format!("confboot-marker-{:x}", std::process::id());
-    let joinsvc_trust = format!("pinned:{}", confboot_util::hex::encode(&joinsvc_ak));
-    let join_target = format!("10.0.2.100:{JOIN_PORT}");
-    let node_args = [
-        "--init-secret-hash",
-        hash.as_str(),
-        "--join-endpoint",
-        join_target.as_str(),
-        "--retry-max",
-        "2",
-        "--state-disk",
-        "/dev/vda",
-        "--kubeadm",
-        "/usr/bin/kubeadm",
-        "--joinsvc-ak-trust",
-        joinsvc_trust.as_str(),
-        "-v",
-        "4",
-    ];
+    let node_args = node_args(Some(&hash), &joinsvc_tpm.trust(), &[]);
     let after = format!("confboot.after=read,write:{marker}");
     let node_cmdline = format!("{} {after}", args_param(&node_args));
     // The tampered node is the attacker's: it takes any join service.
-    let tampered_args: Vec<&str> = node_args
-        .into_iter()
-        .chain(["--insecure-any-join-service"])
-        .collect();
+    let mut tampered_args = node_args.clone();
+    tampered_args.push("--insecure-any-join-service".to_string());
     let tampered_cmdline = format!("{} {after}", args_param(&tampered_args));
 
     // The expected measurements, predicted by `confboot measure` from the
@@ -627,7 +588,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // replayed: its PCRs are then a node's of this image (checked: all but
     // IMA's PCR 10, which the kernel extends, not the firmware), and PCR 15
     // gets the cluster's mark as a control plane's does after init.
-    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
+    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm.dir).expect("swtpm starts");
     {
         let mut tpm = joinsvc_swtpm.connect().expect("connect to swtpm");
         measured

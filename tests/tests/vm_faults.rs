@@ -31,15 +31,14 @@ use confboot_attest::tpm::swtpm::Swtpm;
 use confboot_kms::MasterSecret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
-    EVENT_LOG_MARKER, Image, NodeFiles, VM_DISK_BYTES, Vm, args_param, measure_image,
+    EVENT_LOG_MARKER, Image, JOIN_PORT, JoinsvcTpm, NodeFiles, VM_DISK_BYTES, Vm, args_param,
+    measure_image, node_args,
 };
 use confboot_tests::{free_port, musl_binary};
 
 /// Guard for a VM to reach a line (OVMF under TCG on 2 shared cores): a
 /// boot takes tens of seconds; this only keeps a broken one from hanging.
 const BOOT_BOUND: Duration = Duration::from_secs(420);
-/// The guest port joinsvc is reached at (10.0.2.100:9090).
-const JOIN_PORT: u16 = 9090;
 /// The step the normal suite powers off after: the file system was just
 /// made on the freshly formatted disk (the header's first-boot record and
 /// PCR 15's mark are still to come).
@@ -119,37 +118,15 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
     )
     .unwrap_or_else(|e| panic!("{e}"));
 
-    let joinsvc_tpm = work.path().join("joinsvc-tpm");
-    std::fs::create_dir_all(&joinsvc_tpm).unwrap();
-    let joinsvc_ak = {
-        let swtpm = Swtpm::start_in(&joinsvc_tpm).expect("swtpm starts");
-        confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
-            .expect("attestation key")
-            .ak_public_key()
-    };
+    let joinsvc_tpm = JoinsvcTpm::new(work.path());
     let node = NodeFiles::new(work.path(), "node");
 
     // One command line for every boot (PCR 9 covers it): join, then the
     // after-step reads the marker file on the state file system and writes it.
     let marker = format!("confboot-fault-marker-{:x}", std::process::id());
-    let trust = format!("pinned:{}", confboot_util::hex::encode(&joinsvc_ak));
-    let join_target = format!("10.0.2.100:{JOIN_PORT}");
     let cmdline = format!(
         "{} confboot.after=read,write:{marker}",
-        args_param(&[
-            "--join-endpoint",
-            &join_target,
-            "--retry-max",
-            "2",
-            "--state-disk",
-            "/dev/vda",
-            "--kubeadm",
-            "/usr/bin/kubeadm",
-            "--joinsvc-ak-trust",
-            &trust,
-            "-v",
-            "4",
-        ])
+        args_param(&node_args(None, &joinsvc_tpm.trust(), &[]))
     );
     // The node's expected measurements, predicted without booting.
     let (policy, _) = measure_image(&cli, &image, &cmdline, work.path());
@@ -177,7 +154,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
         }
         vm.wait_for_line(EVENT_LOG_MARKER.trim_end(), BOOT_BOUND);
         let log = vm.event_log();
-        let swtpm = Swtpm::start_in(&joinsvc_tpm).expect("swtpm starts");
+        let swtpm = Swtpm::start_in(&joinsvc_tpm.dir).expect("swtpm starts");
         let setup = JoinsvcSetup {
             master_secret: master.clone(),
             measurement_salt: vec![0x5a; 32],

@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use confboot_tests::cluster::TempDir;
-use confboot_tests::musl_binary;
-use confboot_tests::qemu::{Image, PROBE_END, Vm, VmConfig};
+use confboot_tests::qemu::{Image, Vm, VmConfig};
 
 /// Bound for one probe boot (SeaBIOS under TCG takes ~7–30 s).
 const BOOT_BOUND: Duration = Duration::from_secs(240);
@@ -31,17 +30,8 @@ fn probe_boot(name: &str, image: &Image, disk: &Path, extra: &str) -> Vm {
         &format!("confboot.probe=1 {extra}"),
     );
     config.name = name.to_string();
-    // Nothing here is measured: SeaBIOS boots in half the time of OVMF.
-    config.ovmf = false;
     config.disk = Some(disk.to_path_buf());
-    let mut vm = Vm::boot(config);
-    vm.wait_for_line(PROBE_END, BOOT_BOUND);
-    let status = vm.wait_exit(EXIT_BOUND);
-    assert!(
-        status.success(),
-        "QEMU exited with {status}\n{}",
-        vm.failure_report()
-    );
+    let vm = Vm::boot_probe(config, BOOT_BOUND, EXIT_BOUND);
     eprintln!("[{name}] boot took {:.1} s", vm.elapsed().as_secs_f64());
     vm
 }
@@ -116,15 +106,7 @@ fn assert_encrypted(disk: &Path, text: &str) {
 
 #[test]
 fn native_mappings_and_cryptsetup_read_each_others_data() {
-    let probe = musl_binary("confboot-disk-probe");
-    let image = Image::build_with(
-        "native-disk",
-        None,
-        None,
-        "0",
-        &[(probe.as_path(), "/usr/bin/confboot-disk-probe")],
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let image = Image::with_probe("native-disk", "confboot-disk-probe");
     let dir = TempDir::new("vm-native-disk");
 
     // Ours writes, cryptsetup reads (another boot); ours reads it back too.

@@ -32,11 +32,11 @@ use std::time::{Duration, Instant};
 
 use confboot_attest::tpm::IMA_PCR;
 use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_kms::MasterSecret;
 use confboot_kms::init_secret;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir, read_master_secret};
 use confboot_tests::qemu::{
-    Image, NODEAGENT_BUILTIN, NodeFiles, Vm, VmConfig, args_param, measure_image, pct,
+    Image, JOIN_PORT, JoinsvcTpm, NODEAGENT_BUILTIN, NodeFiles, Vm, VmConfig, args_param,
+    measure_image, node_args, pct,
 };
 use confboot_tests::vm_hub::VmHub;
 use confboot_tests::{free_port, musl_binary};
@@ -45,8 +45,6 @@ use confboot_tests::{free_port, musl_binary};
 const BOOT_BOUND: Duration = Duration::from_secs(420);
 /// Bound for the steps after a bootstrap (agent up, lists, pings).
 const STEP_BOUND: Duration = Duration::from_secs(120);
-/// The guest port joinsvc is reached at (10.0.2.100:9090).
-const JOIN_PORT: u16 = 9090;
 /// The agents' poll interval, in seconds.
 const POLL_SECS: u64 = 5;
 /// The cluster's VPN range.
@@ -129,16 +127,6 @@ fn until(
     }
 }
 
-fn read_master_secret(path: &Path) -> MasterSecret {
-    let ms: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    MasterSecret::new(
-        confboot_util::base64::decode(ms["key"].as_str().unwrap()).unwrap(),
-        confboot_util::base64::decode(ms["salt"].as_str().unwrap()).unwrap(),
-    )
-    .unwrap()
-}
-
 /// `joinsvc --remove-vpn-peer NAME` against joinsvc's Kubernetes API.
 fn remove_peer(joinsvc_bin: &Path, joinsvc: &Joinsvc, dir: &Path, name: &str) {
     let out = joinsvc
@@ -163,14 +151,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     let work = TempDir::new("vm-vpn");
     let hub = VmHub::start(work.path(), HUB_SUBNET);
 
-    let joinsvc_tpm_dir = work.path().join("joinsvc-tpm");
-    std::fs::create_dir_all(&joinsvc_tpm_dir).unwrap();
-    let joinsvc_ak = {
-        let swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
-        confboot_attest::vtpm::VtpmIssuer::new(swtpm.connect().expect("connect to swtpm"))
-            .expect("attestation key")
-            .ak_public_key()
-    };
+    let joinsvc_tpm = JoinsvcTpm::new(work.path());
 
     let image = Image::build_with(
         "vm-vpn",
@@ -196,27 +177,12 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     // One command line for every node. Each node's name is its host name
     // (the hub's DHCP gives vm-0, vm-1, vm-2), its public endpoint its
     // address on the hub (eth1).
-    let joinsvc_trust = format!("pinned:{}", confboot_util::hex::encode(&joinsvc_ak));
-    let join_target = format!("10.0.2.100:{JOIN_PORT}");
-    let node_args = [
-        "--init-secret-hash",
-        hash.as_str(),
-        "--join-endpoint",
-        join_target.as_str(),
-        "--retry-max",
-        "2",
-        "--state-disk",
-        "/dev/vda",
-        "--kubeadm",
-        "/usr/bin/kubeadm",
-        "--joinsvc-ak-trust",
-        joinsvc_trust.as_str(),
-        "--vpn",
-        "--vpn-interface",
-        "eth1",
-        "-v",
-        "4",
-    ];
+    let joinsvc_trust = joinsvc_tpm.trust();
+    let node_args = node_args(
+        Some(&hash),
+        &joinsvc_trust,
+        &["--vpn", "--vpn-interface", "eth1"],
+    );
     let poll = POLL_SECS.to_string();
     let agent_args = [
         "--vpn-cidr",
@@ -285,7 +251,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
     };
-    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm_dir).expect("swtpm starts");
+    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm.dir).expect("swtpm starts");
     {
         let mut tpm = joinsvc_swtpm.connect().expect("connect to swtpm");
         vm1.event_log()

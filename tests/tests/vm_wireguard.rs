@@ -11,8 +11,7 @@
 
 use std::time::Duration;
 
-use confboot_tests::musl_binary;
-use confboot_tests::qemu::{Image, PROBE_END, Vm, VmConfig};
+use confboot_tests::qemu::{Image, Vm, VmConfig};
 use confboot_tests::wireguard_probe::{LISTEN_PORT, node_key, peer_list, peers_digest};
 use confboot_vpn::peer_configs;
 
@@ -32,31 +31,14 @@ fn held<'a>(serial: &'a str, step: &str) -> Option<Vec<&'a str>> {
 
 #[test]
 fn the_kernel_holds_exactly_the_peers_applied() {
-    let probe = musl_binary("confboot-wg-probe");
-    let image = Image::build_with(
-        "wireguard",
-        None,
-        None,
-        "0",
-        &[(probe.as_path(), "/usr/bin/confboot-wg-probe")],
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let image = Image::with_probe("wireguard", "confboot-wg-probe");
     let mut config = VmConfig::new(
         &image.kernel,
         &image.initrd,
         "confboot.probe=1 confboot.tasks=wg-probe",
     );
     config.name = "wireguard".to_string();
-    // Nothing here is measured: SeaBIOS boots in half the time of OVMF.
-    config.ovmf = false;
-    let mut vm = Vm::boot(config);
-    vm.wait_for_line(PROBE_END, BOOT_BOUND);
-    let status = vm.wait_exit(EXIT_BOUND);
-    assert!(
-        status.success(),
-        "QEMU exited with {status}\n{}",
-        vm.failure_report()
-    );
+    let vm = Vm::boot_probe(config, BOOT_BOUND, EXIT_BOUND);
     let serial = vm.serial();
     let report = vm.failure_report();
     assert!(

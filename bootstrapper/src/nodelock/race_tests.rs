@@ -7,22 +7,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 
+use confboot_tests::XorShift;
+
 use super::NodeLock;
-
-/// xorshift64: deterministic, so a failing round can be replayed from its seed.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const NAMES: [&str; 8] = ["init", "join", "t2", "t3", "t4", "t5", "t6", "t7"];
 
@@ -92,11 +79,12 @@ fn race(threads: usize, spins: &[u64]) -> usize {
 }
 
 fn run_rounds(seed: u64, rounds: usize, threads_for: impl Fn(&mut XorShift) -> usize) -> Vec<u32> {
-    let mut rng = XorShift(seed);
+    // Deterministic: a failing round can be replayed from its seed.
+    let mut rng = XorShift::new(seed);
     let mut wins = vec![0u32; NAMES.len()];
     for _ in 0..rounds {
         let threads = threads_for(&mut rng);
-        let spins: Vec<u64> = (0..threads).map(|_| rng.below(5_000)).collect();
+        let spins: Vec<u64> = (0..threads).map(|_| rng.below(5_000) as u64).collect();
         wins[race(threads, &spins)] += 1;
     }
     wins
@@ -113,7 +101,7 @@ fn two_threads_one_winner_every_round() {
 #[test]
 fn n_threads_one_winner_every_round() {
     let wins = run_rounds(0x2545_f491_4f6c_dd1d, 1500, |rng| {
-        2 + rng.below(NAMES.len() as u64 - 1) as usize
+        2 + rng.below(NAMES.len() - 1)
     });
     assert_eq!(wins.iter().sum::<u32>(), 1500);
 }

@@ -23,12 +23,12 @@ use confboot_net::{PoolConfig, ServerHandle};
 use confboot_proto::Method;
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_tests::tls::AnyServer;
 use confboot_wire::{Code, Router, ServerLimits};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::SignatureScheme;
+use rustls::pki_types::ServerName;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use fixture::Node;
 
@@ -606,61 +606,13 @@ where
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer));
+        .with_custom_certificate_verifier(Arc::new(AnyServer::new(atls::provider())));
     let mut config = match make {
         Some(f) => b.with_client_cert_resolver(Arc::new(Resolve(f))),
         None => b.with_no_client_auth(),
     };
     config.alpn_protocols = vec![atls::ALPN.to_vec()];
     Arc::new(config)
-}
-
-/// Takes any server certificate (a plain TLS client that does not care).
-#[derive(Debug)]
-struct AnyServer;
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            m,
-            c,
-            d,
-            &atls::provider().signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            m,
-            c,
-            d,
-            &atls::provider().signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        atls::provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// Connects with a hand-made rustls client config and drives the handshake
@@ -870,7 +822,7 @@ fn only_tls13_with_the_confboot_alpn_is_spoken() {
         .with_protocol_versions(&[&rustls::version::TLS12])
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer))
+        .with_custom_certificate_verifier(Arc::new(AnyServer::new(atls::provider())))
         .with_no_client_auth();
     config.alpn_protocols = vec![atls::ALPN.to_vec()];
     let _s = evil_connect(addr, Arc::new(config));

@@ -1,35 +1,12 @@
 //! Property tests: decoding and verifying SEV-SNP evidence never panics,
 //! whatever the bytes, and mutated real reports are refused unless only
-//! their unsigned tail changed. A small deterministic xorshift generator
-//! drives them (fixed seeds: every run tests the same inputs).
+//! their unsigned tail changed. The test-support crate's deterministic
+//! xorshift generator drives them (fixed seeds: every run tests the same
+//! inputs).
 
 use confboot_attest::snp::*;
 use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
-
-/// xorshift64* (Vigna): deterministic, no crates.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-
-    /// A non-zero byte to XOR with, so a mutation always changes something.
-    fn flip(&mut self) -> u8 {
-        (self.below(255) + 1) as u8
-    }
-}
+use confboot_tests::XorShift;
 
 fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(format!(
@@ -64,7 +41,7 @@ fn evidence(report: &[u8], vcek: &[u8]) -> SnpEvidence {
 
 #[test]
 fn random_bytes_never_panic_and_never_verify() {
-    let mut rng = XorShift(0x5eed_0001);
+    let mut rng = XorShift::new(0x5eed_0001);
     let report = testdata("test-report.bin");
     let v = validator_for(&report);
     for i in 0..5000 {
@@ -87,7 +64,7 @@ fn random_bytes_never_panic_and_never_verify() {
 
 #[test]
 fn random_reports_with_a_real_vcek_never_panic_and_never_verify() {
-    let mut rng = XorShift(0x5eed_0002);
+    let mut rng = XorShift::new(0x5eed_0002);
     let vcek = testdata("test-vcek.der");
     let v = validator_for(&testdata("test-report.bin"));
     for i in 0..3000 {
@@ -111,7 +88,7 @@ fn random_reports_with_a_real_vcek_never_panic_and_never_verify() {
 
 #[test]
 fn mutated_real_reports_are_refused_unless_only_the_unsigned_tail_changed() {
-    let mut rng = XorShift(0x5eed_0003);
+    let mut rng = XorShift::new(0x5eed_0003);
     let signed_with_signature = offset::SIGNATURE + 144;
     for (report_name, vcek_name) in [
         ("test-report.bin", "test-vcek.der"),
@@ -168,7 +145,7 @@ fn mutated_real_reports_are_refused_unless_only_the_unsigned_tail_changed() {
 
 #[test]
 fn mutated_certificates_never_panic() {
-    let mut rng = XorShift(0x5eed_0004);
+    let mut rng = XorShift::new(0x5eed_0004);
     let report = testdata("test-report.bin");
     let vcek = testdata("test-vcek.der");
     let v = validator_for(&report);

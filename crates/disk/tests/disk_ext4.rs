@@ -9,17 +9,7 @@ use std::time::Instant;
 
 use confboot_disk::ext4::{self, Ext4Error};
 use confboot_disk::filesystem::LABEL;
-use confboot_tests::TempDir;
-
-/// A Debian program, found in `PATH` or the sbin directories.
-fn program(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} is installed (Debian package e2fsprogs)"))
-}
+use confboot_tests::{TempDir, installed_program};
 
 /// A sparse image file of `bytes`.
 fn image(dir: &Path, name: &str, bytes: u64) -> PathBuf {
@@ -31,7 +21,7 @@ fn image(dir: &Path, name: &str, bytes: u64) -> PathBuf {
 /// Runs `e2fsck -fn`: exit status 0 and nothing but its pass lines and
 /// summary, else the test fails with its whole output.
 fn assert_fsck_clean(path: &Path) {
-    let out = Command::new(program("e2fsck"))
+    let out = Command::new(installed_program("e2fsck", "e2fsprogs"))
         .args(["-fn"])
         .arg(path)
         .output()
@@ -60,7 +50,7 @@ fn assert_fsck_clean(path: &Path) {
 
 /// `dumpe2fs -h` as text.
 fn dumpe2fs(path: &Path) -> String {
-    let out = Command::new(program("dumpe2fs"))
+    let out = Command::new(installed_program("dumpe2fs", "e2fsprogs"))
         .arg("-h")
         .arg(path)
         .output()
@@ -196,7 +186,7 @@ fn debugfs_reads_the_root_lost_found_and_journal() {
     let path = image(dir.path(), "d.img", 256 << 20);
     ext4::format_path(&path, LABEL).unwrap();
     let run = |request: &str| {
-        let out = Command::new(program("debugfs"))
+        let out = Command::new(installed_program("debugfs", "e2fsprogs"))
             .args(["-R", request])
             .arg(&path)
             .output()

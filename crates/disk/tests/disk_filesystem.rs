@@ -13,27 +13,11 @@ use confboot_disk::{
     NativeExt4, StateDisk, new_disk_uuid,
 };
 use confboot_kms::SecretBytes;
+use confboot_tests::{TempDir, installed_program};
 
 const IMAGE_SIZE: u64 = 64 << 20;
 /// Just over two block groups of the native formatter's layout.
 const TWO_GROUPS: u64 = 136 << 20;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("confboot-fs-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A Debian program, found like a shell would, plus the sbin directories.
-fn program(name: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} is installed (Debian package {package})"))
-}
 
 fn image(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
@@ -108,7 +92,7 @@ fn mapped_disk(dir: &Path) -> (StateDisk<MappedImage>, PathBuf, PathBuf) {
     let (header, mapped) = (image(dir, "luks.img"), image(dir, "mapped.img"));
     let backend = MappedImage {
         header: CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     };
     (StateDisk::new(backend), header, mapped)
@@ -116,9 +100,9 @@ fn mapped_disk(dir: &Path) -> (StateDisk<MappedImage>, PathBuf, PathBuf) {
 
 #[test]
 fn the_file_system_is_made_once_and_recorded_in_the_header() {
-    let dir = temp_dir("once");
+    let dir = TempDir::new("fs-once");
     let mkfs = NativeExt4;
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
@@ -130,7 +114,7 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
     );
     assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
     // Made over noise, e2fsprogs finds nothing to complain about.
-    let fsck = std::process::Command::new(program("e2fsck", "e2fsprogs"))
+    let fsck = std::process::Command::new(installed_program("e2fsck", "e2fsprogs"))
         .arg("-fn")
         .arg(&mapped)
         .output()
@@ -144,7 +128,7 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
     let made = fs::read(&mapped).unwrap();
     let mut rebooted = StateDisk::new(MappedImage {
         header: CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     });
     let action = rebooted
@@ -155,13 +139,12 @@ fn the_file_system_is_made_once_and_recorded_in_the_header() {
         Some(FilesystemAction::Kept)
     );
     assert!(fs::read(&mapped).unwrap() == made);
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
-    let dir = temp_dir("retry");
-    let (mut disk, _, mapped) = mapped_disk(&dir);
+    let dir = TempDir::new("fs-retry");
+    let (mut disk, _, mapped) = mapped_disk(dir.path());
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
@@ -172,13 +155,12 @@ fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
         ));
         assert_eq!(disk.backend().filesystem().unwrap(), None);
     }
-    let mkfs = Mkfs::new(program("mke2fs", "e2fsprogs"));
+    let mkfs = Mkfs::new(installed_program("mke2fs", "e2fsprogs"));
     assert_eq!(
         disk.ensure_filesystem(&mkfs, &action).unwrap(),
         Some(FilesystemAction::Made)
     );
     assert_eq!(ext4_label(&mapped).as_deref(), Some(LABEL));
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// The header's JSON is not authenticated: a host that deletes the file
@@ -186,16 +168,16 @@ fn a_failed_mke2fs_records_nothing_and_a_retry_in_the_same_boot_makes_it() {
 /// data. The disk is opened, not formatted, in this boot: probe and keep.
 #[test]
 fn a_deleted_file_system_token_never_gets_data_overwritten() {
-    let dir = temp_dir("token-deleted");
+    let dir = TempDir::new("fs-token-deleted");
     let mkfs = NativeExt4;
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     disk.ensure_filesystem(&mkfs, &action).unwrap();
     let made = fs::read(&mapped).unwrap();
     // The host removes the token from the header.
-    let cryptsetup = program("cryptsetup", "cryptsetup-bin");
+    let cryptsetup = installed_program("cryptsetup", "cryptsetup-bin");
     let dump = std::process::Command::new(&cryptsetup)
         .args(["luksDump", "--dump-json-metadata"])
         .arg(&header)
@@ -235,15 +217,14 @@ fn a_deleted_file_system_token_never_gets_data_overwritten() {
         Some("ext4"),
         "what was found is recorded again"
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A disk whose first boot completed without a file system holds whatever
 /// it holds: a later boot makes nothing over it.
 #[test]
 fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
-    let dir = temp_dir("absent");
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let dir = TempDir::new("fs-absent");
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     disk.record_bootstrapped().unwrap();
@@ -251,7 +232,7 @@ fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
     fs::write(&mapped, &data).unwrap();
     let mut rebooted = StateDisk::new(MappedImage {
         header: CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
         mapped: mapped.clone(),
     });
     let action = rebooted
@@ -264,7 +245,6 @@ fn an_opened_disk_without_a_file_system_is_reported_not_formatted() {
     );
     assert!(fs::read(&mapped).unwrap() == data);
     assert_eq!(rebooted.backend().filesystem().unwrap(), None);
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Pseudo-random bytes (what a freshly mapped disk reads as).
@@ -280,9 +260,9 @@ fn noise(len: usize) -> Vec<u8> {
 /// gone but whose copies are there is a damaged file system, kept.
 #[test]
 fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
-    let dir = temp_dir("cutshort");
+    let dir = TempDir::new("fs-cutshort");
     let mkfs = NativeExt4;
-    let (mut disk, header, mapped) = mapped_disk(&dir);
+    let (mut disk, header, mapped) = mapped_disk(dir.path());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     // Two block groups of 4 KiB blocks (a file system of one group, below
@@ -291,7 +271,7 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
     let reboot = || {
         StateDisk::new(MappedImage {
             header: CryptsetupBackend::header_only(&header)
-                .with_program(program("cryptsetup", "cryptsetup-bin")),
+                .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
             mapped: mapped.clone(),
         })
     };
@@ -319,7 +299,7 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
         .unwrap()
         .expect("a superblock copy");
     assert!(copy > 2048, "a backup, at {copy}");
-    let dump = std::process::Command::new(program("cryptsetup", "cryptsetup-bin"))
+    let dump = std::process::Command::new(installed_program("cryptsetup", "cryptsetup-bin"))
         .args(["luksDump", "--dump-json-metadata"])
         .arg(&header)
         .output()
@@ -327,11 +307,12 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
     let json: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
     for (id, t) in json["tokens"].as_object().unwrap() {
         if t["type"] == "confboot-state-fs" {
-            let removed = std::process::Command::new(program("cryptsetup", "cryptsetup-bin"))
-                .args(["token", "remove", "--token-id", id])
-                .arg(&header)
-                .status()
-                .unwrap();
+            let removed =
+                std::process::Command::new(installed_program("cryptsetup", "cryptsetup-bin"))
+                    .args(["token", "remove", "--token-id", id])
+                    .arg(&header)
+                    .status()
+                    .unwrap();
             assert!(removed.success());
         }
     }
@@ -344,13 +325,12 @@ fn a_first_boot_cut_short_before_its_file_system_gets_one_when_finished() {
         Some(FilesystemAction::Absent)
     );
     assert!(fs::read(&mapped).unwrap() == bytes, "not one byte changed");
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_first_boot_is_recorded_complete_in_the_header() {
-    let dir = temp_dir("bootstrapped");
-    let (mut disk, _, _) = mapped_disk(&dir);
+    let dir = TempDir::new("fs-bootstrapped");
+    let (mut disk, _, _) = mapped_disk(dir.path());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key()))
         .unwrap();
     assert!(!disk.bootstrapped().unwrap());
@@ -361,16 +341,15 @@ fn the_first_boot_is_recorded_complete_in_the_header() {
         disk.bootstrapped().unwrap(),
         "recording twice keeps one token"
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn without_a_mapped_device_nothing_is_made() {
-    let dir = temp_dir("headeronly");
-    let header = image(&dir, "luks.img");
+    let dir = TempDir::new("fs-headeronly");
+    let header = image(dir.path(), "luks.img");
     let mut disk = StateDisk::new(
         CryptsetupBackend::header_only(&header)
-            .with_program(program("cryptsetup", "cryptsetup-bin")),
+            .with_program(installed_program("cryptsetup", "cryptsetup-bin")),
     );
     let action = disk
         .format_or_open(&new_disk_uuid(), |_| Ok(key()))
@@ -381,5 +360,4 @@ fn without_a_mapped_device_nothing_is_made() {
         None
     );
     assert_eq!(disk.backend().filesystem().unwrap(), None);
-    let _ = fs::remove_dir_all(&dir);
 }

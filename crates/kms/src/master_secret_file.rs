@@ -143,18 +143,12 @@ fn secret_from_json(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("confboot-msf-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use confboot_tests::TempDir;
 
     #[test]
     fn written_files_read_back_and_are_never_overwritten() {
-        let dir = temp_dir("roundtrip");
-        let f = dir.join("ms.json");
+        let dir = TempDir::new("msf-roundtrip");
+        let f = dir.path().join("ms.json");
         let m = MasterSecret::generate().unwrap();
         m.write_file(&f).unwrap();
         assert_eq!(MasterSecret::read_file(&f).unwrap(), m);
@@ -169,7 +163,6 @@ mod tests {
             Err(MasterSecretFileError::File(FileError::Write { .. }))
         ));
         assert_eq!(MasterSecret::read_file(&f).unwrap(), m, "still the first");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -234,8 +227,8 @@ mod tests {
 
     #[test]
     fn an_oversized_file_is_refused_before_parsing() {
-        let dir = temp_dir("oversized");
-        let f = dir.join("ms.json");
+        let dir = TempDir::new("msf-oversized");
+        let f = dir.path().join("ms.json");
         let padding = " ".repeat(MAX_MASTER_SECRET_FILE_BYTES as usize);
         let m = MasterSecret::generate().unwrap();
         std::fs::write(&f, format!("{}{padding}", m.to_file_text().as_str())).unwrap();
@@ -255,6 +248,5 @@ mod tests {
             shown.contains("ms.json") && shown.contains(&MAX_MASTER_SECRET_FILE_BYTES.to_string()),
             "{shown}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,6 +13,7 @@ use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::init::{InitResponse, LogResponseType, init_response};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use confboot_proto::{Message, Method};
+use confboot_tests::{XorShift, wait_for_count};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
 use confboot_wire::{
@@ -176,7 +177,7 @@ fn truncated_frames_end_the_connection() {
 
 #[test]
 fn random_garbage_never_panics_and_is_answered_or_dropped() {
-    let mut rng = common::XorShift(0x5eed_cafe);
+    let mut rng = XorShift::new(0x5eed_cafe);
     let limits = ServerLimits {
         io_timeout: Duration::from_millis(200),
         ..ServerLimits::default()
@@ -363,17 +364,6 @@ fn sixty_four_concurrent_tls_clients() {
     server.stop();
 }
 
-/// Polls a counter until it reaches `want` (bounded by a count, not a clock assertion).
-fn wait_for(counter: &std::sync::atomic::AtomicU64, want: u64) {
-    for _ in 0..10_000 {
-        if counter.load(std::sync::atomic::Ordering::SeqCst) >= want {
-            return;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    panic!("counter never reached {want}");
-}
-
 #[test]
 fn full_pool_refuses_new_connections_at_once() {
     let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
@@ -408,7 +398,7 @@ fn full_pool_refuses_new_connections_at_once() {
     started_rx.recv().unwrap();
     // Connection 2 waits in the queue.
     let queued = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().accepted, 2);
+    wait_for_count(&server.stats().accepted, 2);
     // Connection 3 finds the pool full and is closed: the call fails as UNAVAILABLE,
     // not by running into its deadline.
     let mut c3 = Client::new(TcpStream::connect(addr).unwrap());

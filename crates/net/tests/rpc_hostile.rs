@@ -15,6 +15,7 @@ use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::Message;
 use confboot_proto::Method;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_tests::wait_for_count;
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
 use confboot_wire::{Client, ConnectionEnd, Router, ServerLimits, pipe, serve_connection};
@@ -154,17 +155,6 @@ fn a_connection_limited_to_one_call_takes_no_second() {
     assert!(second.is_err(), "a second call was served");
 }
 
-/// Polls a counter until it reaches `want` (bounded by a count, not a clock).
-fn wait_for(counter: &std::sync::atomic::AtomicU64, want: u64) {
-    for _ in 0..10_000 {
-        if counter.load(Ordering::SeqCst) >= want {
-            return;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    panic!("counter never reached {want}");
-}
-
 /// Starts a server whose connections run `handler`, lets a peer trickle a
 /// 100-byte frame at it, stops the server meanwhile; returns how many bytes
 /// the peer got out before it was cut off.
@@ -186,7 +176,7 @@ where
         s.write_all(&frame_header(100)).unwrap();
         trickle(&mut s, &[0x0a; 100])
     });
-    wait_for(&server.stats().accepted, 1);
+    wait_for_count(&server.stats().accepted, 1);
     thread::sleep(TRICKLE * 5);
     server.stop();
     trickler.join().unwrap()
@@ -237,12 +227,12 @@ fn one_peer_address_cannot_take_the_whole_pool() {
     let addr = server.local_addr();
     // Two idle connections from 127.0.0.1 are held; the third is closed.
     let _held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    wait_for(&server.stats().accepted, 2);
+    wait_for_count(&server.stats().accepted, 2);
     let mut third = TcpStream::connect(addr).unwrap();
     third.set_read_timeout(Some(LONG)).unwrap();
     let mut buf = [0u8; 1];
     assert_eq!(third.read(&mut buf).unwrap_or(0), 0, "closed at once");
-    wait_for(&server.stats().refused, 1);
+    wait_for_count(&server.stats().refused, 1);
     assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 2);
     server.stop();
 }
@@ -319,7 +309,7 @@ fn peers_that_say_nothing_or_trickle_hold_no_worker_behind_a_gate() {
     let mut bad = TcpStream::connect(addr).unwrap();
     bad.write_all(&[0, 0xff, 0xff, 0xff, 0xff]).unwrap();
     assert!(closed_by_server(&mut bad));
-    wait_for(&server.stats().gate_closed, 1);
+    wait_for_count(&server.stats().gate_closed, 1);
     drop(silent);
     for t in tricklers {
         t.join().unwrap();
@@ -374,17 +364,17 @@ fn a_full_gate_evicts_the_connection_waiting_longest_and_late_ones_are_closed() 
     let server = listener::spawn(l, config, |_sock, _stop| {}).unwrap();
     let addr = server.local_addr();
     let mut first = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().gate_peak, 1);
+    wait_for_count(&server.stats().gate_peak, 1);
     let mut rest: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
     // Five for four places: the first is evicted, the gate never holds more.
     assert!(closed_by_server(&mut first));
-    wait_for(&server.stats().evicted, 1);
+    wait_for_count(&server.stats().evicted, 1);
     assert_eq!(server.stats().gate_peak.load(Ordering::SeqCst), 4);
     // The others are closed once their time is up.
     for s in rest.iter_mut() {
         assert!(closed_by_server(s));
     }
-    wait_for(&server.stats().gate_closed, 5);
+    wait_for_count(&server.stats().gate_closed, 5);
     assert_eq!(server.stats().accepted.load(Ordering::SeqCst), 0);
     server.stop();
 }
@@ -424,7 +414,7 @@ fn hold_worker_and_queue(server: &listener::ServerHandle) -> Vec<TcpStream> {
     for n in 1..=2 {
         let mut s = TcpStream::connect(server.local_addr()).unwrap();
         s.write_all(b"hello\n").unwrap();
-        wait_for(&server.stats().accepted, n);
+        wait_for_count(&server.stats().accepted, n);
         // The worker takes it off the queue (a moment).
         thread::sleep(Duration::from_millis(50));
         held.push(s);
@@ -491,10 +481,10 @@ fn without_preemption_a_silent_peer_keeps_the_pool_and_a_worker_at_work_is_never
     .unwrap();
     let addr = server.local_addr();
     let mut working = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().accepted, 1);
+    wait_for_count(&server.stats().accepted, 1);
     thread::sleep(Duration::from_millis(50));
     let _queued = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().accepted, 2);
+    wait_for_count(&server.stats().accepted, 2);
     thread::sleep(Duration::from_millis(300));
     let mut third = TcpStream::connect(addr).unwrap();
     assert!(closed_by_server(&mut third));
@@ -532,7 +522,7 @@ fn a_peer_that_sends_its_opening_and_shuts_its_side_gets_no_worker() {
         assert_eq!(sent, 6);
         s.shutdown(std::net::Shutdown::Write).unwrap();
     }
-    wait_for(&server.stats().gate_closed, 20);
+    wait_for_count(&server.stats().gate_closed, 20);
     // One that keeps its side open is served.
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.write_all(b"hello\n").unwrap();

@@ -131,31 +131,24 @@ pub fn write_new_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use confboot_tests::TempDir;
     use std::os::unix::fs::PermissionsExt;
-
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("confboot-fs-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
 
     #[test]
     fn a_file_within_the_limit_is_read_whole() {
-        let dir = temp_dir("within");
-        let f = dir.join("f");
+        let dir = TempDir::new("fs-within");
+        let f = dir.path().join("f");
         std::fs::write(&f, b"0123456789").unwrap();
         assert_eq!(read_bounded(&f, 10).unwrap().as_slice(), b"0123456789");
         assert_eq!(read_bounded_text(&f, 100).unwrap().as_str(), "0123456789");
         std::fs::write(&f, b"").unwrap();
         assert!(read_bounded(&f, 0).unwrap().is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn an_oversized_file_is_refused_naming_the_file_and_the_limit() {
-        let dir = temp_dir("oversized");
-        let f = dir.join("too-big.json");
+        let dir = TempDir::new("fs-oversized");
+        let f = dir.path().join("too-big.json");
         std::fs::write(&f, vec![b'x'; 11]).unwrap();
         let e = read_bounded(&f, 10).unwrap_err();
         assert!(
@@ -171,7 +164,6 @@ mod tests {
             read_bounded_text(&f, 10),
             Err(FileError::TooLarge { limit: 10, .. })
         ));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -184,24 +176,23 @@ mod tests {
 
     #[test]
     fn missing_and_binary_files_name_the_file() {
-        let dir = temp_dir("missing");
-        let missing = dir.join("nope");
+        let dir = TempDir::new("fs-missing");
+        let missing = dir.path().join("nope");
         let e = read_bounded(&missing, 10).unwrap_err();
         assert!(matches!(e, FileError::Read { .. }), "{e:?}");
         assert_eq!(e.path(), missing);
         assert!(e.to_string().starts_with("cannot read "), "{e}");
-        let binary = dir.join("bin");
+        let binary = dir.path().join("bin");
         std::fs::write(&binary, [0xff, 0xfe]).unwrap();
         let e = read_bounded_text(&binary, 10).unwrap_err();
         assert!(matches!(e, FileError::NotText { .. }), "{e:?}");
         assert!(e.to_string().contains("bin"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn private_files_are_new_and_owner_only() {
-        let dir = temp_dir("private");
-        let f = dir.join("secret");
+        let dir = TempDir::new("fs-private");
+        let f = dir.path().join("secret");
         write_new_private(&f, b"s3cret").unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"s3cret");
         let mode = std::fs::metadata(&f).unwrap().permissions().mode();
@@ -211,6 +202,5 @@ mod tests {
             matches!(&e, FileError::Write { error, .. } if error.kind() == io::ErrorKind::AlreadyExists)
         );
         assert_eq!(std::fs::read(&f).unwrap(), b"s3cret", "never overwritten");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

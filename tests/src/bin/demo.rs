@@ -9,13 +9,15 @@
 //!
 //! Usage: `demo <dir with the release bootstrapper, joinsvc and confboot>`
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use confboot_kms::init_secret;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, TempDir};
-use confboot_tests::{ChildProcess, addr_after};
+use confboot_tests::ChildProcess;
+use confboot_tests::cluster::{
+    Joinsvc, JoinsvcSetup, NodeAwaitingInit, NodeDir, TempDir, read_master_secret,
+};
 
 const IMAGE: &[u8] = b"node image v1";
 
@@ -89,22 +91,16 @@ fn main() {
     // Node 1 waits for the admin's Init.
     let t = Instant::now();
     // joinsvc later runs on node 1, with its TPM: every node trusts that AK.
-    let n1 = NodeDir::new(&bootstrapper, "demo-node1");
-    let tpm1 = n1.boot_tpm(IMAGE);
+    let NodeAwaitingInit {
+        dir: _n1,
+        tpm: tpm1,
+        process: b1,
+        init_addr,
+    } = NodeAwaitingInit::start(&bootstrapper, "demo-node1", IMAGE, &hash);
+    let init_addr = init_addr.to_string();
     let cp_ak = tpm1.ak_public.clone();
-    let n1 = n1.trusting_join_service_ak(&cp_ak);
-    std::fs::write(
-        admin.path().join("measurements.json"),
-        tpm1.policy().to_json(),
-    )
-    .unwrap();
+    tpm1.write_policy(&admin.path().join("measurements.json"));
     let pinned = format!("pinned:{}", confboot_util::hex::encode(&tpm1.ak_public));
-    let b1 = n1.bootstrapper(&tpm1, &["--init-secret-hash", &hash]);
-    let init_addr = addr_after(
-        &b1.wait_for_line("init API listening on ", 3000),
-        "listening on ",
-    )
-    .to_string();
     println!(
         "[{}] node-1: booted (own swtpm, blank state disk), waiting for Init on {init_addr}",
         ms(t)
@@ -132,7 +128,7 @@ fn main() {
     }
     ok &= out.status.success() && finish("node-1", b1, t);
 
-    let master = read_master(&admin.path().join("confboot-mastersecret.json"));
+    let master = read_master_secret(&admin.path().join("confboot-mastersecret.json"));
     let cluster: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(admin.path().join("confboot-cluster.json")).unwrap(),
     )
@@ -231,11 +227,4 @@ fn main() {
         eprintln!("demo: an outcome was not the expected one");
         std::process::exit(1);
     }
-}
-
-fn read_master(path: &Path) -> confboot_kms::MasterSecret {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let field = |n: &str| confboot_util::base64::decode(v[n].as_str().unwrap()).unwrap();
-    confboot_kms::MasterSecret::new(field("key"), field("salt")).unwrap()
 }

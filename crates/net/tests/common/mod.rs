@@ -1,5 +1,5 @@
 //! Helpers shared by the RPC integration tests: a plain TLS 1.3 setup with a
-//! self-signed P-256 certificate (rustls + ring), and a tiny deterministic PRNG.
+//! self-signed P-256 certificate (rustls + ring).
 #![allow(dead_code)]
 
 use std::net::TcpStream;
@@ -40,20 +40,4 @@ pub fn tls_connect(
         rustls::ClientConnection::new(config.clone(), ServerName::try_from("localhost").unwrap())
             .unwrap();
     rustls::StreamOwned::new(conn, sock)
-}
-
-/// xorshift64*: deterministic pseudo-random bytes for garbage inputs.
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
 }

@@ -101,14 +101,7 @@ pub fn read_stored_ssh_users(dir: &Path) -> Result<Option<Vec<SshUser>>, SshUser
 mod tests {
     use super::*;
     use crate::ssh_users::tests::key;
-
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("confboot-ssh-store-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use confboot_tests::TempDir;
 
     fn users() -> Vec<SshUser> {
         vec![
@@ -119,26 +112,28 @@ mod tests {
 
     #[test]
     fn kept_users_read_back_the_same() {
-        let dir = temp_dir("roundtrip");
-        assert!(read_stored_ssh_users(&dir).unwrap().is_none());
-        let path = store_ssh_users(&dir, &users()).unwrap();
-        assert_eq!(path, dir.join(STORED_SSH_USERS_FILE));
-        assert_eq!(read_stored_ssh_users(&dir).unwrap().unwrap(), users());
+        let dir = TempDir::new("ssh-store-roundtrip");
+        assert!(read_stored_ssh_users(dir.path()).unwrap().is_none());
+        let path = store_ssh_users(dir.path(), &users()).unwrap();
+        assert_eq!(path, dir.path().join(STORED_SSH_USERS_FILE));
+        assert_eq!(read_stored_ssh_users(dir.path()).unwrap().unwrap(), users());
         // Replacing keeps one file and no temporary.
-        store_ssh_users(&dir, &users()[..1]).unwrap();
-        assert_eq!(read_stored_ssh_users(&dir).unwrap().unwrap(), users()[..1]);
-        let names: Vec<_> = fs::read_dir(&dir)
+        store_ssh_users(dir.path(), &users()[..1]).unwrap();
+        assert_eq!(
+            read_stored_ssh_users(dir.path()).unwrap().unwrap(),
+            users()[..1]
+        );
+        let names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, [STORED_SSH_USERS_FILE]);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_corrupt_or_oversized_kept_file_is_refused_whole() {
-        let dir = temp_dir("corrupt");
-        let path = dir.join(STORED_SSH_USERS_FILE);
+        let dir = TempDir::new("ssh-store-corrupt");
+        let path = dir.path().join(STORED_SSH_USERS_FILE);
         for (bytes, what) in [
             (b"{\"sshUsers\": [".to_vec(), "EOF"),
             (
@@ -152,7 +147,7 @@ mod tests {
             (vec![b' '; MAX_SSH_USERS_CONFIG_BYTES + 1], "limit"),
         ] {
             fs::write(&path, &bytes).unwrap();
-            match read_stored_ssh_users(&dir) {
+            match read_stored_ssh_users(dir.path()) {
                 Err(e @ SshUserError::StoredFile { .. }) => {
                     assert!(e.to_string().contains(what), "{e}")
                 }
@@ -162,9 +157,8 @@ mod tests {
         fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", &path).unwrap();
         assert!(matches!(
-            read_stored_ssh_users(&dir),
+            read_stored_ssh_users(dir.path()),
             Err(SshUserError::StoredFile { .. })
         ));
-        fs::remove_dir_all(&dir).unwrap();
     }
 }
