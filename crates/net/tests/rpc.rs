@@ -473,14 +473,14 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
     assert_eq!(echo(&mut idle, "hello").unwrap(), "hello");
     // The queue: a connection that says nothing.
     let _queued = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().accepted, 3);
+    wait_for_count(&server.stats().accepted, 3);
     thread::sleep(Duration::from_millis(400));
     assert_eq!(server.stats().preempted.load(SeqCst), 0);
 
     // A newcomer finds the pool full: the idle connection makes room.
     let _newcomer = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().preempted, 1);
-    wait_for(&server.stats().accepted, 4);
+    wait_for_count(&server.stats().preempted, 1);
+    wait_for_count(&server.stats().accepted, 4);
     assert_eq!(server.stats().refused.load(SeqCst), 0);
     assert!(
         echo(&mut idle, "again").is_err(),
@@ -490,8 +490,8 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
     // handshake for its ClientHello: the next newcomer preempts it.
     thread::sleep(Duration::from_millis(400));
     let _next = TcpStream::connect(addr).unwrap();
-    wait_for(&server.stats().preempted, 2);
-    wait_for(&server.stats().accepted, 5);
+    wait_for_count(&server.stats().preempted, 2);
+    wait_for_count(&server.stats().accepted, 5);
     // The working one was not preempted: its call is answered.
     release_tx.send(()).unwrap();
     assert_eq!(working.join().unwrap().unwrap(), "work");
