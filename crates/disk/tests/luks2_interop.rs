@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use confboot_disk::cryptsetup::{HeaderMetadata, SALT_TOKEN_TYPE};
+use confboot_disk::luks2::backend::{DATA_CIPHER, data_segment_table};
 use confboot_disk::luks2::{
     FormatOptions, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
 };
@@ -826,4 +827,57 @@ fn the_mapping_backend_unlocks_first_and_maps_only_block_devices() {
     assert_eq!(header_only.open(&key), Ok(()));
     assert_eq!(header_only.mapped_device(), None);
     assert!(header_only.describe().contains("header only"));
+}
+
+// ---- the host edits the data segment between format and open ----
+
+/// Rewrites `segments.0.encryption` in both header copies, checksums
+/// recomputed, as a host that pauses the VM between format and open can.
+fn set_data_cipher(image: &Path, cipher: &str) {
+    let mut img = fs::read(image).unwrap();
+    for at in [P, S] {
+        edit_json(&mut img, at, |v| {
+            v["segments"]["0"]["encryption"] = json!(cipher);
+        });
+    }
+    fs::write(image, img).unwrap();
+}
+
+#[test]
+fn the_header_cannot_choose_the_data_cipher() {
+    let dir = TempDir::new("luks2-cipher");
+    let key = node_key(9);
+    let image = blank_image(&dir, "disk.img");
+    Luks2::format(&image, &key, &FormatOptions::default()).unwrap();
+    let device = (0x0803, IMAGE_SIZE);
+
+    // As formatted: the table maps the node's own cipher.
+    let disk = Luks2::read(&image).unwrap();
+    let vk = disk.unlock(&key).unwrap();
+    let table = data_segment_table(disk.header(), vk.expose(), device).unwrap();
+    assert!(table.target().params.starts_with(b"aes-xts-plain64 "));
+    assert_eq!(DATA_CIPHER, "aes-xts-plain64");
+
+    // Rewritten: the key slots still open (they are the node's), but no
+    // table is made with the host's cipher, nor with the node's instead.
+    for hostile in [
+        "aes-xts-null",
+        "aes-cbc-plain",
+        "cipher_null-ecb",
+        "aes-xts-plain",
+    ] {
+        set_data_cipher(&image, hostile);
+        let disk = Luks2::read(&image).unwrap();
+        let vk = disk.unlock(&key).unwrap();
+        let err = data_segment_table(disk.header(), vk.expose(), device).unwrap_err();
+        let DiskError::Metadata(message) = &err else {
+            panic!("{hostile}: {err:?}")
+        };
+        assert!(
+            message.contains(&format!(
+                "cipher {hostile:?} is not the node's aes-xts-plain64"
+            )),
+            "{hostile}: {message}"
+        );
+    }
 }

@@ -99,44 +99,8 @@ impl Luks2Backend {
         let disk = self.read()?;
         let volume_key = disk.unlock(key.expose()).map_err(to_disk_error)?;
         let unlocked = started.elapsed();
-        let segment = disk
-            .header()
-            .metadata
-            .segments
-            .first()
-            .ok_or_else(|| DiskError::Metadata("the header has no crypt segment".into()))?;
-        if segment.iv_tweak != 0 {
-            return Err(DiskError::Metadata(format!(
-                "segment {}: iv_tweak {} (only 0 is mapped)",
-                segment.id, segment.iv_tweak
-            )));
-        }
-        let (device, size) = block_device(&self.device)?;
-        let end = match segment.size {
-            Some(len) => segment.offset.checked_add(len),
-            None => Some(size),
-        };
-        let length = match end {
-            Some(end) if end <= size && end > segment.offset => end - segment.offset,
-            _ => {
-                return Err(DiskError::Metadata(format!(
-                    "segment {} ({} bytes from {}) does not fit the {size}-byte device",
-                    segment.id,
-                    segment.size.map_or("dynamic".into(), |s| s.to_string()),
-                    segment.offset
-                )));
-            }
-        };
-        let layout = CryptLayout {
-            cipher: &segment.encryption,
-            iv_offset: 0,
-            device,
-            offset: segment.offset,
-            length,
-            sector_size: segment.sector_size,
-        };
-        let table = CryptTable::new(&layout, volume_key.expose())
-            .map_err(|e| DiskError::Metadata(e.to_string()))?;
+        let device = block_device(&self.device)?;
+        let table = data_segment_table(disk.header(), volume_key.expose(), device)?;
         drop(volume_key);
         let dm = DeviceMapper::open(&self.control, &self.dev_dir).map_err(dm_error("open"))?;
         let dm_uuid = format!("CRYPT-LUKS2-{}-{name}", disk.uuid().replace('-', ""));
@@ -144,11 +108,14 @@ impl Luks2Backend {
             .create(name, &dm_uuid, &table.target())
             .map_err(dm_error("open"))?;
         log::info!(
-            "mapped {} as {} ({}, {} B sectors) in {} ms (key slot {} ms)",
+            "mapped {} as {} ({DATA_CIPHER}, {} B sectors) in {} ms (key slot {} ms)",
             self.device.display(),
             node.display(),
-            segment.encryption,
-            segment.sector_size,
+            disk.header()
+                .metadata
+                .segments
+                .first()
+                .map_or(0, |s| s.sector_size),
             started.elapsed().as_millis(),
             unlocked.as_millis()
         );
@@ -198,6 +165,76 @@ impl Luks2Backend {
         self.read()?.unlock(key.expose()).map_err(to_disk_error)?;
         Ok(())
     }
+}
+
+/// The one cipher a node maps its state disk's data with: the one it
+/// formats it with. The header's JSON is not authenticated, so its
+/// `segments.0.encryption` names the cipher the node expects or the disk is
+/// refused; a host that rewrote it (say to `aes-xts-null`, a zero IV for
+/// every sector) between the node's format and its open cannot choose how
+/// the node's data is encrypted.
+pub const DATA_CIPHER: &str = super::area::CIPHER;
+
+/// The `crypt` table of `header`'s data segment with `volume_key`, on the
+/// block device `(device number, size in bytes)`: the segment's offset,
+/// size and sector size from the header (checked against the device), the
+/// cipher and key length the node's own ([`DATA_CIPHER`],
+/// [`super::format::VOLUME_KEY_LEN`]) whatever the header says.
+pub fn data_segment_table(
+    header: &super::Header,
+    volume_key: &[u8],
+    (device, size): (u64, u64),
+) -> Result<CryptTable, DiskError> {
+    let segment = header
+        .metadata
+        .segments
+        .first()
+        .ok_or_else(|| DiskError::Metadata("the header has no crypt segment".into()))?;
+    if segment.encryption != DATA_CIPHER {
+        return Err(DiskError::Metadata(format!(
+            "segment {}: cipher {:?} is not the node's {DATA_CIPHER} (the header is not trusted to choose it)",
+            segment.id,
+            segment.encryption.escape_debug().to_string()
+        )));
+    }
+    if volume_key.len() != super::format::VOLUME_KEY_LEN {
+        return Err(DiskError::Metadata(format!(
+            "segment {}: a {}-byte volume key, not the node's {}",
+            segment.id,
+            volume_key.len(),
+            super::format::VOLUME_KEY_LEN
+        )));
+    }
+    if segment.iv_tweak != 0 {
+        return Err(DiskError::Metadata(format!(
+            "segment {}: iv_tweak {} (only 0 is mapped)",
+            segment.id, segment.iv_tweak
+        )));
+    }
+    let end = match segment.size {
+        Some(len) => segment.offset.checked_add(len),
+        None => Some(size),
+    };
+    let length = match end {
+        Some(end) if end <= size && end > segment.offset => end - segment.offset,
+        _ => {
+            return Err(DiskError::Metadata(format!(
+                "segment {} ({} bytes from {}) does not fit the {size}-byte device",
+                segment.id,
+                segment.size.map_or("dynamic".into(), |s| s.to_string()),
+                segment.offset
+            )));
+        }
+    };
+    let layout = CryptLayout {
+        cipher: DATA_CIPHER,
+        iv_offset: 0,
+        device,
+        offset: segment.offset,
+        length,
+        sector_size: segment.sector_size,
+    };
+    CryptTable::new(&layout, volume_key).map_err(|e| DiskError::Metadata(e.to_string()))
 }
 
 /// The device number and size of the block device at `path`.
