@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use confboot_attest::Variant;
 use confboot_attest::config::{AttestationSettings, DEFAULT_VARIANTS, parse_attestation_variant};
-use confboot_attest::vtpm::EVENT_LOG_OPTION_HELP;
+use confboot_attest::tpm::Tpm;
+use confboot_attest::vtpm::EventLogSource;
 use confboot_cluster::kubelet_cert::check_node_name;
 use confboot_disk::Pbkdf;
 use confboot_disk::luks2::KdfChoice;
 use confboot_kms::init_secret::InitSecretHash;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
 use nodeagent::options::{
-    JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_VARIANTS,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_VARIANTS,
     JoinServiceOptions,
 };
 
@@ -32,7 +33,7 @@ const TPM: Opt = Opt::value(
     "The node's TPM: `device` (/dev/tpmrm0) or a swtpm socket",
 )
 .default("device");
-const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP);
+const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_HELP);
 const ATTESTATION: Opt =
     Opt::value("attestation", "VARIANT", ATTESTATION_HELP).default(DEFAULT_VARIANTS);
 const STATE_DISK: Opt = Opt::value(
@@ -202,9 +203,8 @@ pub const CMD: Command = Command {
 pub struct Config {
     /// The node's TPM ([`confboot_attest::tpm::Tpm::open`]'s syntax).
     pub tpm: String,
-    /// The `--event-log` sent with vTPM evidence
-    /// ([`VtpmIssuer::with_event_log_option`](confboot_attest::vtpm::VtpmIssuer::with_event_log_option)).
-    pub event_log: Option<String>,
+    /// The firmware event log sent with vTPM evidence.
+    pub event_log: EventLogSource,
     /// The variant this node attests with.
     pub attestation: Variant,
     /// The state disk and how it is opened.
@@ -359,7 +359,7 @@ impl Config {
         let default = |opt: &Opt| m.value(opt).expect("has a default").to_string();
         let path = |opt: &Opt| PathBuf::from(m.value(opt).expect("has a default"));
         let tpm = default(&TPM);
-        let event_log = m.value(&EVENT_LOG).map(str::to_string);
+        let event_log = EventLogSource::new(m.value(&EVENT_LOG), Tpm::is_device_spec(&tpm));
         let attestation = default(&ATTESTATION);
         let state_disk = m.required(&STATE_DISK).map(PathBuf::from);
         let disk_mode = default(&DISK_MODE);

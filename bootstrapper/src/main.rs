@@ -240,14 +240,14 @@ fn ssh_users_setup(config: &Config) -> Option<SshUsersSetup> {
 }
 
 fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
-    let tpm = Tpm::open_for_option("tpm", &config.tpm).map_err(|e| e.to_string())?;
+    let spec = config.tpm.as_str();
+    let tpm = Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))?;
     log::info!("TPM: {}", tpm.describe());
-    let tpm_is_device = Tpm::is_device_spec(&config.tpm);
     let issuer = Arc::new(
         VtpmIssuer::new(tpm)
             .map_err(|e| format!("attestation key: {e}"))?
-            .with_event_log_option(config.event_log.as_deref(), tpm_is_device)
-            .map_err(|e| e.to_string())?,
+            .with_event_log_from(&config.event_log)
+            .map_err(|e| format!("--event-log: {e}"))?,
     );
     // The TPM keeps the cluster mark whatever the node attests with; the
     // node attests (join client, Init/Recover servers) with one variant.

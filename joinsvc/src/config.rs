@@ -12,7 +12,7 @@ use confboot_attest::config::{
     Setting, ValidatorBuilder, parse_variants,
 };
 use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_attest::vtpm::{EventLogSource, VtpmIssuer};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertSigner;
 use confboot_kms::MasterSecret;
@@ -89,8 +89,8 @@ pub struct ServeConfig {
 pub struct OwnTpm {
     /// The TPM ([`Tpm::open`]'s syntax).
     pub spec: String,
-    /// The `--event-log` sent with the evidence.
-    pub event_log: Option<String>,
+    /// The firmware event log sent with the evidence.
+    pub event_log: EventLogSource,
 }
 
 /// How the Kubernetes API is reached.
@@ -242,7 +242,10 @@ impl Config {
             master_secret,
             measurement_salt,
             attestation,
-            tpm: tpm.map(|spec| OwnTpm { spec, event_log }),
+            tpm: tpm.map(|spec| OwnTpm {
+                event_log: EventLogSource::new(event_log.as_deref(), Tpm::is_device_spec(&spec)),
+                spec,
+            }),
             kubernetes_ca,
             pki_dir,
             kubelet_cert_validity_days,
@@ -380,7 +383,7 @@ impl Service {
             None => None,
             Some(own) => {
                 let spec = own.spec.as_str();
-                let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
+                let tpm = Tpm::open(spec).map_err(|e| format!("--{} {spec}: {e}", TPM.long))?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
                 // joinsvc quotes on every handshake for as long as it runs:
                 // a TPM that restarts under it (its connection broken, a
@@ -389,8 +392,8 @@ impl Service {
                 Some(Arc::new(
                     VtpmIssuer::new(tpm)
                         .map_err(|e| format!("--{} {spec}: {e}", TPM.long))?
-                        .with_event_log_option(own.event_log.as_deref(), Tpm::is_device_spec(spec))
-                        .map_err(|e| e.to_string())?
+                        .with_event_log_from(&own.event_log)
+                        .map_err(|e| format!("--{}: {e}", EVENT_LOG.long))?
                         .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
                 ))
             }

@@ -18,7 +18,6 @@
 //! keeps its copy here.
 
 use confboot_attest::config::DEFAULT_VARIANTS;
-use confboot_attest::vtpm::EVENT_LOG_OPTION_HELP;
 use confboot_proto::{DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN};
 use confboot_util::args::{CONFIG, Command, Opt, VERBOSITY};
 
@@ -34,6 +33,9 @@ const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), min
 
 /// The help of `--expected-events`.
 const EXPECTED_EVENTS_HELP: &str = "The predicted event log of the expected measurements (`confboot measure --events-out`): a PCR that differs is explained by the first event that differs, when the node sends its log";
+
+/// The help of `--event-log`.
+const EVENT_LOG_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
 
 /// `--listen`.
 pub const LISTEN: Opt = Opt::value("listen", "ADDR", "Address of the join API")
@@ -97,7 +99,7 @@ pub const TPM: Opt = Opt::value(
     "Attest joinsvc itself with this TPM (a device or a swtpm socket)",
 );
 /// `--event-log`.
-pub const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP);
+pub const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_HELP);
 /// `--expected-events`.
 pub const EXPECTED_EVENTS: Opt = Opt::value("expected-events", "FILE", EXPECTED_EVENTS_HELP);
 /// `--api-server-endpoint`.

@@ -6,14 +6,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_attest::config::AttestationSettings;
-use confboot_attest::vtpm::EVENT_LOG_OPTION_HELP;
+use confboot_attest::tpm::Tpm;
+use confboot_attest::vtpm::EventLogSource;
 use confboot_proto::DEFAULT_VERIFY_LISTEN;
 use confboot_sys::netlink::check_interface_name;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
 use confboot_vpn::VpnNetwork;
 
 use crate::options::{
-    JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_VARIANTS,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_VARIANTS,
     JoinServiceOptions,
 };
 use crate::vpn;
@@ -26,7 +27,7 @@ const TPM: Opt = Opt::value(
 )
 .default("device");
 /// `--event-log`.
-const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP);
+const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_HELP);
 /// `--verify-listen`.
 const VERIFY_LISTEN: Opt = Opt::value(
     "verify-listen",
@@ -145,9 +146,8 @@ pub enum ConfigError {
 pub struct Config {
     /// The node's TPM ([`confboot_attest::tpm::Tpm::open`]'s syntax).
     pub tpm: String,
-    /// The `--event-log` sent with the evidence
-    /// ([`VtpmIssuer::with_event_log_option`](confboot_attest::vtpm::VtpmIssuer::with_event_log_option)).
-    pub event_log: Option<String>,
+    /// The firmware event log sent with the evidence.
+    pub event_log: EventLogSource,
     /// Address of the verify service.
     pub verify_listen: String,
     /// Verify requests served at once.
@@ -182,7 +182,7 @@ impl Config {
     /// it; the error names the option.
     pub fn from_matches(m: &Matches) -> Result<Config, ConfigError> {
         let tpm = m.value(&TPM).expect("has a default").to_string();
-        let event_log = m.value(&EVENT_LOG).map(str::to_string);
+        let event_log = EventLogSource::new(m.value(&EVENT_LOG), Tpm::is_device_spec(&tpm));
         let verify_listen = m.value(&VERIFY_LISTEN).expect("has a default").to_string();
         let verify_workers = m.value(&VERIFY_WORKERS).expect("has a default");
         let verify_per_client = m.value(&VERIFY_PER_CLIENT).expect("has a default");
@@ -271,6 +271,19 @@ mod tests {
         assert_eq!(c.tpm, "device");
         assert_eq!((c.verify_workers, c.verify_per_client), (4, 2));
         assert!(c.vpn.is_none());
+    }
+
+    #[test]
+    fn the_event_log_is_the_kernel_s_only_with_the_tpm_device() {
+        let source = |args: &[&str]| config(args).unwrap().event_log;
+        assert_eq!(source(&[]), EventLogSource::Firmware);
+        assert_eq!(source(&["--tpm", "/dev/tpmrm0"]), EventLogSource::Firmware);
+        assert_eq!(source(&["--tpm", "127.0.0.1:2321"]), EventLogSource::None);
+        assert_eq!(source(&["--event-log", "none"]), EventLogSource::None);
+        assert_eq!(
+            source(&["--tpm", "127.0.0.1:2321", "--event-log", "log.bin"]),
+            EventLogSource::File("log.bin".into())
+        );
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn run(config: &Config) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let (workers, per_client) = (config.verify_workers, config.verify_per_client);
     let spec = config.tpm.as_str();
-    let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
+    let tpm = Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))?;
     log::info!(
         "nodeagent {} starting; TPM: {}",
         env!("CARGO_PKG_VERSION"),
@@ -67,8 +67,8 @@ fn run(config: &Config) -> Result<(), String> {
     let vtpm = Arc::new(
         VtpmIssuer::new(tpm)
             .map_err(|e| format!("attestation key: {e}"))?
-            .with_event_log_option(config.event_log.as_deref(), Tpm::is_device_spec(spec))
-            .map_err(|e| e.to_string())?,
+            .with_event_log_from(&config.event_log)
+            .map_err(|e| format!("--event-log: {e}"))?,
     );
     let issuer: Arc<dyn Issuer> = Arc::clone(&vtpm) as Arc<dyn Issuer>;
     let vpn_poller = match &config.vpn {

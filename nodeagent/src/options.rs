@@ -38,6 +38,10 @@ pub const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required),
      allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
      required when sev-snp is accepted";
 
+/// The help of `--event-log`, the node binaries' (the bootstrapper's and
+/// the node agent's).
+pub const EVENT_LOG_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
+
 /// `--joinsvc-measurements`.
 pub const JOINSVC_MEASUREMENTS: Opt = Opt::value(
     "joinsvc-measurements",
