@@ -186,3 +186,187 @@ pub fn explain_connect_error(
         other => format!("cannot establish attested TLS with {node}: {other}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot_attest::Variant;
+    use confboot_attest::measurements::MAX_POLICY_BYTES;
+    use confboot_attest::tpm::event_log::EventList;
+    use confboot_attest::vtpm::AkTrust;
+    use confboot_util::args::VERBOSITY;
+    use std::path::Path;
+
+    /// A command with the options `init`, `recover` and `verify` share.
+    const CMD: Command = Command {
+        name: "t",
+        about: "Test command.",
+        usage: "t [OPTIONS]",
+        opts: &[
+            MEASUREMENTS,
+            AK_TRUST,
+            EXPECTED_EVENTS,
+            VARIANTS,
+            SNP_POLICY,
+            VERBOSITY,
+        ],
+    };
+
+    fn check(args: &[&str]) -> Result<NodeCheck, String> {
+        let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
+        NodeCheck::read(&m)
+    }
+
+    /// The validator builder of a node check's vTPM settings.
+    fn builder(args: &[&str]) -> Result<confboot_attest::config::ValidatorBuilder, String> {
+        let vtpm = check(args)?.settings.vtpm.expect("qemu-vtpm is accepted");
+        vtpm.validator_builder().map_err(|e| describe(&e))
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("confboot-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn policy_file(dir: &Path) -> PathBuf {
+        let f = dir.join("measurements.json");
+        std::fs::write(
+            &f,
+            format!(
+                r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
+                "ab".repeat(32)
+            ),
+        )
+        .unwrap();
+        f
+    }
+
+    #[test]
+    fn insecure_any_ak_is_taken_with_a_warning_only() {
+        let b = builder(&["--measurements", "m.json", "--ak-trust", "insecure-any-ak"]).unwrap();
+        assert!(b.is_insecure());
+        let key = format!("04{}", "ab".repeat(64));
+        let trust = format!("pinned:{key}");
+        let b = builder(&["--measurements", "m.json", "--ak-trust", &trust]).unwrap();
+        assert!(!b.is_insecure());
+        assert!(matches!(b.ak_trust(), AkTrust::Pinned(keys) if keys.len() == 1));
+    }
+
+    #[test]
+    fn both_options_make_a_validator_and_errors_name_the_option() {
+        let dir = temp_dir("validator");
+        let policy = policy_file(&dir);
+        let policy_arg = policy.display().to_string();
+        let key = format!("pinned:04{}", "ab".repeat(64));
+        let c = check(&["--measurements", &policy_arg, "--ak-trust", &key]).unwrap();
+        assert_eq!(c.validators().unwrap().len(), 1);
+        let loaded = c.settings.load().unwrap();
+        assert_eq!(
+            loaded.vtpm.unwrap().policy.entries()[&4].value,
+            vec![0xab; 32]
+        );
+        assert_eq!(c.policy_files, policy_arg);
+
+        assert_eq!(
+            check(&["--ak-trust", &key]).unwrap_err(),
+            "option --measurements is required"
+        );
+        assert_eq!(
+            check(&["--measurements", &policy_arg]).unwrap_err(),
+            "option --ak-trust is required"
+        );
+        let e = builder(&["--measurements", &policy_arg, "--ak-trust", "trust-me"]).unwrap_err();
+        assert!(e.starts_with("--ak-trust: "), "{e}");
+
+        std::fs::write(&policy, "{ broken").unwrap();
+        let e = c.validators().err().unwrap();
+        assert!(
+            e.starts_with(&format!("--measurements {policy_arg}: ")),
+            "{e}"
+        );
+        let missing = dir.join("missing.json").display().to_string();
+        let e = check(&["--measurements", &missing, "--ak-trust", &key])
+            .unwrap()
+            .validators()
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("--measurements: ") && e.contains(&missing),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oversized_policy_file_is_refused_naming_the_option_the_file_and_the_limit() {
+        let dir = temp_dir("oversized");
+        let policy = policy_file(&dir);
+        let mut text = std::fs::read_to_string(&policy).unwrap();
+        text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
+        std::fs::write(&policy, text).unwrap();
+        let arg = policy.display().to_string();
+        let e = check(&["--measurements", &arg, "--ak-trust", "insecure-any-ak"])
+            .unwrap()
+            .validators()
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("--measurements: ")
+                && e.contains(&arg)
+                && e.contains(&MAX_POLICY_BYTES.to_string()),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_expected_event_log_is_read_and_its_errors_name_the_option() {
+        let dir = temp_dir("events");
+        let good = dir.join("good.json");
+        std::fs::write(&good, EventList::default().to_json()).unwrap();
+        let vtpm = ["--measurements", "m.json", "--ak-trust", "insecure-any-ak"];
+        let with = |events: &Path| {
+            let arg = events.display().to_string();
+            builder(&[&vtpm[..], &["--expected-events", &arg]].concat())
+        };
+        assert_eq!(
+            with(&good).unwrap().expected_events(),
+            Some(&EventList::default())
+        );
+        assert_eq!(builder(&vtpm).unwrap().expected_events(), None);
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, r#"{"events": [], "extra": 1}"#).unwrap();
+        let e = with(&bad).unwrap_err();
+        assert!(e.starts_with("--expected-events "), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn variants_are_checked_and_each_needs_its_options() {
+        assert_eq!(
+            check(&["--measurements", "m", "--ak-trust", "x"])
+                .unwrap()
+                .settings
+                .variants,
+            vec![Variant::QemuVtpm]
+        );
+        let e = check(&["--variants", "tpm"]).unwrap_err();
+        assert!(e.starts_with("--variants: unknown variant"), "{e}");
+        // sev-snp needs its policy; the vTPM options are not asked for.
+        assert_eq!(
+            check(&["--variants", "sev-snp"]).unwrap_err(),
+            "--variants accepts sev-snp, which needs --snp-policy (the SEV-SNP policy)"
+        );
+        let dir = temp_dir("variants");
+        let snp = dir.join("snp.json");
+        std::fs::write(&snp, "{}").unwrap();
+        let arg = snp.display().to_string();
+        let c = check(&["--variants", "sev-snp", "--snp-policy", &arg]).unwrap();
+        assert_eq!(c.policy_files, arg);
+        let e = c.validators().err().unwrap();
+        assert!(e.starts_with(&format!("--snp-policy {arg}: ")), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
