@@ -213,9 +213,9 @@ impl ConfigError {
         }
     }
 
-    /// The message, each setting named by `name` (a binary gives its
-    /// option, `--measurements`): the setting first, then the file when
-    /// the error is about its content, then why.
+    /// The message, each setting named by `name` (a binary names the
+    /// option it read the setting from): the setting first, then the file
+    /// when the error is about its content, then why.
     pub fn describe(&self, name: &dyn Fn(Setting) -> String) -> String {
         let named = name(self.setting());
         match self {
