@@ -139,17 +139,18 @@ impl Config {
     /// Reads every option (each once, whatever the others say) and checks
     /// what the mode needs; the error names the option.
     pub fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
-        let remove_vpn_peer = m.value(&REMOVE_VPN_PEER).is_some();
-        Config::read(m).map_err(|e| match remove_vpn_peer {
+        let remove_vpn_peer = m.value(&REMOVE_VPN_PEER).map(str::to_string);
+        let removing = remove_vpn_peer.is_some();
+        Config::read(m, remove_vpn_peer).map_err(|e| match removing {
             true => OptionsError::RemoveVpnPeer(e),
             false => OptionsError::Serve(e),
         })
     }
 
-    fn read(m: &Matches) -> Result<Config, String> {
+    /// Reads the options but `--remove-vpn-peer` (given as `remove_vpn_peer`).
+    fn read(m: &Matches, remove_vpn_peer: Option<String>) -> Result<Config, String> {
         let given = |opt: &Opt| m.value(opt).map(str::to_string);
         let default = |opt: &Opt| m.value(opt).expect("has a default").to_string();
-        let remove_vpn_peer = given(&REMOVE_VPN_PEER);
         let listen = default(&LISTEN);
         let health_listen = default(&HEALTH_LISTEN);
         let master_secret = m.required(&MASTER_SECRET).map(PathBuf::from);

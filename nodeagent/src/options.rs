@@ -65,14 +65,6 @@ pub const JOINSVC_VARIANTS: Opt =
 /// `--joinsvc-snp-policy`.
 pub const JOINSVC_SNP_POLICY: Opt = Opt::value("joinsvc-snp-policy", "FILE", SNP_POLICY_HELP);
 
-/// Every `--joinsvc-*` option, for a command's option table.
-pub const JOINSVC_OPTIONS: [Opt; 4] = [
-    JOINSVC_MEASUREMENTS,
-    JOINSVC_AK_TRUST,
-    JOINSVC_VARIANTS,
-    JOINSVC_SNP_POLICY,
-];
-
 /// The `--joinsvc-*` options as given, before they are checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinServiceOptions {
@@ -81,8 +73,9 @@ pub struct JoinServiceOptions {
 }
 
 impl JoinServiceOptions {
-    /// Reads the `--joinsvc-*` options (the command must declare
-    /// [`JOINSVC_OPTIONS`]).
+    /// Reads the `--joinsvc-*` options (the command must declare all four:
+    /// [`JOINSVC_MEASUREMENTS`], [`JOINSVC_AK_TRUST`], [`JOINSVC_VARIANTS`],
+    /// [`JOINSVC_SNP_POLICY`]).
     pub fn read(m: &Matches) -> JoinServiceOptions {
         JoinServiceOptions {
             variants: m
