@@ -13,6 +13,7 @@ use confboot_util::backoff::Backoff;
 use confboot_util::stop::Stop;
 use confboot_wire::{Code, Status};
 
+use crate::node::vpn::VpnJoinFields;
 use crate::node::{IssuedTicket, Ticket, TicketRequest};
 
 /// Largest metadata response read.
@@ -161,9 +162,9 @@ pub struct JoinClient {
     /// The kubelet's certificate signing request sent with a join request
     /// (empty: none).
     pub kubelet_csr: Vec<u8>,
-    /// The node's VPN name, candidate public key and public endpoint sent
-    /// with a join request (`None`: the node is not in the VPN).
-    pub vpn: Option<(String, Vec<u8>, String)>,
+    /// What a join request carries for the VPN (`None`: the node is not
+    /// in the VPN).
+    pub vpn: Option<VpnJoinFields>,
 }
 
 impl JoinClient {
@@ -188,15 +189,14 @@ impl JoinClient {
                 disk_uuid,
                 is_control_plane,
             } => {
-                let (node_name, node_vpn_pub_key, node_public_endpoint) =
-                    self.vpn.clone().unwrap_or_default();
+                let vpn = self.vpn.clone().unwrap_or_default();
                 let req = IssueJoinTicketRequest {
                     disk_uuid: disk_uuid.clone(),
                     is_control_plane: *is_control_plane,
                     certificate_request: self.kubelet_csr.clone(),
-                    node_name,
-                    node_vpn_pub_key,
-                    node_public_endpoint,
+                    node_name: vpn.node_name,
+                    node_vpn_pub_key: vpn.public_key,
+                    node_public_endpoint: vpn.public_endpoint,
                     ..Default::default()
                 };
                 client

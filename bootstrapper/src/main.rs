@@ -6,6 +6,7 @@
 //! recovery server (initialized disk) and the JoinClient, then waits on a
 //! channel. The nodelock decides which flow goes on; the other stops.
 
+mod config;
 mod init;
 mod join;
 mod node;
@@ -13,34 +14,29 @@ mod nodelock;
 mod server;
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
-use confboot_attest::join_service::{
-    JOINSVC_AK_TRUST_OPT, JOINSVC_MEASUREMENTS_OPT, JOINSVC_SNP_POLICY_OPT, JOINSVC_VARIANTS_OPT,
-    join_service_validators,
-};
-use confboot_attest::options::{ATTESTATION_HELP, DEFAULT_VARIANTS, attestation_variant};
 use confboot_attest::snp::SnpIssuer;
 use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::{EVENT_LOG_OPTION_HELP, VtpmIssuer};
+use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, Validator, Variant};
 use confboot_cluster::KubeadmBackend;
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_disk::luks2::{FormatOptions, Luks2Backend};
 use confboot_disk::{
-    CryptsetupBackend, DiskBackend, FilesystemMaker, Mkfs, NativeExt4, Pbkdf, StateDisk,
-    new_disk_uuid,
+    CryptsetupBackend, DiskBackend, FilesystemMaker, Mkfs, NativeExt4, StateDisk, new_disk_uuid,
 };
-use confboot_kms::init_secret::InitSecretHash;
 use confboot_net::listener::PoolConfig;
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY, start_daemon};
+use confboot_util::args::start_daemon;
 use confboot_util::stop::Stop;
 use confboot_wire::ServerLimits;
 use crossbeam_channel::bounded;
 
+use crate::config::{
+    CMD, Config, DiskBackendChoice, DiskMode, JoinServices, MkfsChoice, StateFs, VpnConfig,
+};
 use crate::join::{EndpointSources, JoinClient};
 use crate::node::vpn::NodeVpnSetup;
 use crate::node::{
@@ -53,64 +49,6 @@ use confboot_util::backoff::Backoff;
 /// (`--disk-backend`), kubeadm, the vTPM.
 type RealNode = Node<Box<dyn DiskBackend>, KubeadmBackend, Arc<VtpmIssuer>>;
 
-const CMD: Command = Command {
-    name: "bootstrapper",
-    about: "bootstrapper: runs on every confboot node, from the initramfs at VM boot.\n\
-            On a blank state disk it races an InitServer (the admin's `confboot init`, on --init-listen)\n\
-            against a JoinClient (asks the join services for a ticket, attesting as --attestation says:\n\
-            the node's vTPM, or an SEV-SNP report; join services must attest with --joinsvc-variants).\n\
-            The winner takes the nodelock, formats the state disk (LUKS2) with the derived key, marks\n\
-            the node (PCR 15 <- cluster id) and hands over to kubeadm. On an initialized disk it asks\n\
-            for a rejoin ticket and serves Recover (--recover-listen) for when no join service answers.\n\
-            Exits 0 once the node is bootstrapped, 1 with the reason when it cannot go on.\n\
-            Join endpoints come from --join-endpoint, `confboot.join=` on the kernel command line,\n\
-            and --metadata-url.",
-    usage: "bootstrapper --state-disk PATH [OPTIONS]",
-    opts: &[
-        Opt::value("config", "FILE", "JSON file with option values"),
-        Opt::value("tpm", "DEVICE|HOST:PORT", "The node's TPM: `device` (/dev/tpmrm0) or a swtpm socket").default("device"),
-        Opt::value("event-log", "FILE|none", EVENT_LOG_OPTION_HELP),
-        Opt::value("attestation", "VARIANT", ATTESTATION_HELP).default(DEFAULT_VARIANTS),
-        Opt::value("state-disk", "PATH", "The state disk (block device, or an image file)"),
-        Opt::value("disk-mode", "MODE", "luks: map the disk with dm-crypt; header-only: check keys against the LUKS2 header without mapping (machines without device-mapper)").default("luks"),
-        Opt::value("mapper-name", "NAME", "dm-crypt mapping name").default("state"),
-        Opt::value("disk-backend", "BACKEND", "native: LUKS2 and device-mapper in this program (no cryptsetup); cryptsetup: the cryptsetup program (--cryptsetup)").default("native"),
-        Opt::value("cryptsetup", "PATH", "The cryptsetup program (with --disk-backend cryptsetup)").default("cryptsetup"),
-        Opt::value("state-disk-pbkdf", "SPEC", "Key-slot hashing of a newly formatted state disk: pbkdf2:ITERATIONS, argon2id:PASSES:MEMORY_KIB:THREADS, or cryptsetup-default (with --disk-backend cryptsetup: its own benchmark). The key is 32 random bytes, so stretching it only costs boot time").default("pbkdf2:1000"),
-        Opt::value("state-fs", "FS", "File system made on a newly formatted (still blank) state disk: ext4 or none; with --disk-mode luks only").default("ext4"),
-        Opt::value("mkfs", "native|PATH", "How the state file system is made: native (ext4 written by this program, no e2fsprogs: the initramfs has none), or the path of an mke2fs program (e2fsprogs), for a bootstrapper running as a service on a full OS").default("native"),
-        Opt::value("state-mount", "DIR", "Where the state file system is mounted for a moment to keep (Init) or read (later boots) the SSH users; unmounted again before the bootstrapper exits").default("/state"),
-        Opt::value("ssh-users-root", "DIR", "The root the SSH users of Init are created in (etc/passwd, etc/group, home/), at Init and again at every later boot").default("/"),
-        Opt::value("init-listen", "ADDR", "Address of the init API").default(confboot_proto::DEFAULT_INIT_LISTEN),
-        Opt::value("recover-listen", "ADDR", "Address of the recovery API").default(confboot_proto::DEFAULT_RECOVER_LISTEN),
-        Opt::value("init-secret-hash", "HASH", "pbkdf2-sha256$... hash of the init secret (no hash: Init is refused)")
-            .env("BOOTSTRAPPER_INIT_SECRET_HASH"),
-        Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)"),
-        Opt::value("cmdline", "FILE", "Kernel command line to read `confboot.join=` from").default("/proc/cmdline"),
-        Opt::value("metadata-url", "URL", "Metadata endpoint answering {\"joinEndpoints\": [...]}"),
-        JOINSVC_MEASUREMENTS_OPT,
-        JOINSVC_AK_TRUST_OPT,
-        JOINSVC_VARIANTS_OPT,
-        JOINSVC_SNP_POLICY_OPT,
-        Opt::flag("insecure-any-join-service", "INSECURE: take tickets from any join service, attested or not (a host answering first then knows the disk key); warns on every use"),
-        Opt::flag("control-plane", "Join as a control-plane node"),
-        Opt::flag("vpn", "Join the cluster's VPN: a WireGuard key pair made at the first boot and kept on the state file system (vpn-private-key, 0600), its public key, --node-name and the public endpoint sent with a join request, and the node agent's VPN file (--vpn-file) written at every boot"),
-        Opt::value("vpn-interface", "NAME", "The interface on the network the nodes share: the public endpoint is its first IPv4 address (as DHCP gave it at this boot) and --vpn-listen-port [default: --node-ip]"),
-        Opt::value("vpn-listen-port", "PORT", "The UDP port of the node's WireGuard").default("51820"),
-        Opt::value("vpn-file", "FILE", "Where the node agent's VPN file is written (0600; a tmpfs: it holds the private key)").default("/run/confboot/vpn.json"),
-        Opt::value("vpn-control-plane", "HOST:PORT", "A control plane the node agent asks for peer updates (repeatable) [default: the join endpoints of --join-endpoint and the kernel command line]"),
-        Opt::value("node-ip", "IP", "The node's IP in the cluster network").default("10.0.2.15"),
-        Opt::value("node-name", "NAME", "The node's Kubernetes name; a joining node asks the join service to sign its kubelet's serving certificate for it and --node-ip (default: the host name, when it is a valid node name; else no certificate is asked for and the kubelet makes its own)"),
-        Opt::value("kubelet-cert-dir", "DIR", "Where the signed kubelet certificate and key are installed (kubelet.crt, kubelet.key: the kubelet's --cert-dir)").default(confboot_cluster::kubeadm::DEFAULT_KUBELET_CERT_DIR),
-        Opt::value("kubeadm", "PATH", "The kubeadm program").default("kubeadm"),
-        Opt::value("kubeadm-config-dir", "DIR", "Where kubeadm configuration is written").default("/etc/kubernetes"),
-        Opt::value("pki-dir", "DIR", "Kubernetes PKI directory").default("/etc/kubernetes/pki"),
-        Opt::value("admin-kubeconfig", "FILE", "The kubeconfig kubeadm init writes").default("/etc/kubernetes/admin.conf"),
-        Opt::value("retry-max", "SECONDS", "Longest wait between join attempts").default("30"),
-        VERBOSITY,
-    ],
-};
-
 fn main() {
     if init::is_pid1() {
         init::main();
@@ -122,7 +60,8 @@ fn main() {
     let m = start_daemon(&CMD, "bootstrapper");
     let started = Instant::now();
     log::info!("bootstrapper {} starting", env!("CARGO_PKG_VERSION"));
-    match run(&m, started) {
+    let outcome = Config::from_matches(&m).and_then(|config| run(&config, started));
+    match outcome {
         Ok(outcome) => {
             log::info!(
                 "bootstrapped ({outcome:?}) in {:.1} s",
@@ -151,180 +90,113 @@ fn started_as_node_agent() -> bool {
 /// cluster; `--joinsvc-measurements` names other measurements (a rolling
 /// upgrade); `--insecure-any-join-service` turns every check off.
 fn joinsvc_check(
-    m: &Matches,
+    join_services: &JoinServices,
     issuer: &VtpmIssuer,
 ) -> Result<(JoinServiceCheck, Vec<Arc<dyn Validator>>), String> {
-    if m.flag("insecure-any-join-service") {
-        log::warn!(
-            "--insecure-any-join-service: join services are not attested; any host that answers \
-             can hand this node a disk key it knows"
-        );
-        return Ok((JoinServiceCheck::InsecureNone, Vec::new()));
-    }
-    let validators = join_service_validators(m, issuer)?;
-    Ok((JoinServiceCheck::ClusterMark, validators))
-}
-
-/// The node's name: `--node-name`, or the host name when it is a valid
-/// node name (`None`: neither).
-fn node_name(m: &Matches) -> Result<Option<String>, String> {
-    use confboot_cluster::kubelet_cert::check_node_name;
-    match m.value("node-name") {
-        Some(name) => {
-            check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
-            Ok(Some(name.to_string()))
+    match join_services {
+        JoinServices::Unattested => {
+            log::warn!(
+                "--insecure-any-join-service: join services are not attested; any host that answers \
+                 can hand this node a disk key it knows"
+            );
+            Ok((JoinServiceCheck::InsecureNone, Vec::new()))
         }
-        None => {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase();
-            match check_node_name(&host) {
-                Ok(()) => Ok(Some(host)),
-                Err(e) => {
-                    log::warn!("the host name is not a node name: {e} (set --node-name)");
-                    Ok(None)
-                }
-            }
+        JoinServices::Attested(settings) => {
+            let validators = nodeagent::options::validators(settings, issuer)?;
+            Ok((JoinServiceCheck::ClusterMark, validators))
         }
     }
 }
 
-/// The kubelet key and CSR a joining node sends: for the node's name
-/// ([`node_name`]); none without one.
-fn kubelet_request(m: &Matches, node_ip: &str) -> Result<Option<KubeletCertRequest>, String> {
-    let Some(node_name) = node_name(m)? else {
+/// The kubelet key and CSR a joining node sends: for the node's name and
+/// IP; none without a name.
+fn kubelet_request(config: &Config) -> Result<Option<KubeletCertRequest>, String> {
+    let Some(node_name) = &config.node_name else {
         log::warn!("no kubelet certificate will be asked for (no node name)");
         return Ok(None);
     };
-    let ip = node_ip
-        .parse()
-        .map_err(|_| format!("--node-ip {node_ip:?} is not an IP address"))?;
-    KubeletCertRequest::new(&node_name, &[ip])
+    KubeletCertRequest::new(node_name, &[config.node_ip])
         .map(Some)
         .map_err(|e| e.to_string())
 }
 
 fn build_node(
-    m: &Matches,
+    config: &Config,
     issuer: Arc<VtpmIssuer>,
     join_service_check: JoinServiceCheck,
     join_endpoints: &[String],
 ) -> Result<RealNode, String> {
-    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    let disk_path = PathBuf::from(req("state-disk")?);
-    let mapped = match req("disk-mode")? {
-        "luks" => true,
-        "header-only" => false,
-        other => return Err(format!("--disk-mode {other}: want luks or header-only")),
-    };
-    let pbkdf: Pbkdf = req("state-disk-pbkdf")?
-        .parse()
-        .map_err(|e| format!("--state-disk-pbkdf {e}"))?;
-    let native_options = || {
-        let kdf = pbkdf.kdf_choice().ok_or(
-            "--state-disk-pbkdf cryptsetup-default needs --disk-backend cryptsetup".to_string(),
-        )?;
-        Ok::<_, String>(FormatOptions {
-            kdf,
-            ..FormatOptions::default()
-        })
-    };
-    let backend: Box<dyn DiskBackend> = match (req("disk-backend")?, mapped) {
-        ("native", true) => Box::new(
-            Luks2Backend::new(&disk_path, req("mapper-name")?).with_options(native_options()?),
-        ),
-        ("native", false) => {
-            Box::new(Luks2Backend::header_only(&disk_path).with_options(native_options()?))
+    let disk = &config.disk;
+    let path = &disk.path;
+    let backend: Box<dyn DiskBackend> = match (&disk.backend, &disk.mode) {
+        (DiskBackendChoice::Native(kdf), mode) => {
+            let options = FormatOptions {
+                kdf: *kdf,
+                ..FormatOptions::default()
+            };
+            match mode {
+                DiskMode::Luks { mapper_name } => {
+                    Box::new(Luks2Backend::new(path, mapper_name).with_options(options))
+                }
+                DiskMode::HeaderOnly => {
+                    Box::new(Luks2Backend::header_only(path).with_options(options))
+                }
+            }
         }
-        ("cryptsetup", true) => Box::new(
-            CryptsetupBackend::new(&disk_path, req("mapper-name")?)
-                .with_program(req("cryptsetup")?)
-                .with_pbkdf(pbkdf),
-        ),
-        ("cryptsetup", false) => Box::new(
-            CryptsetupBackend::header_only(&disk_path)
-                .with_program(req("cryptsetup")?)
-                .with_pbkdf(pbkdf),
-        ),
-        (other, _) => {
-            return Err(format!("--disk-backend {other}: want native or cryptsetup"));
+        (DiskBackendChoice::Cryptsetup { program, pbkdf }, mode) => {
+            let backend = match mode {
+                DiskMode::Luks { mapper_name } => CryptsetupBackend::new(path, mapper_name),
+                DiskMode::HeaderOnly => CryptsetupBackend::header_only(path),
+            };
+            Box::new(backend.with_program(program).with_pbkdf(*pbkdf))
         }
     };
-    let mkfs = match req("state-fs")? {
-        "ext4" => Some(match req("mkfs")? {
-            "native" => Box::new(NativeExt4) as Box<dyn FilesystemMaker>,
-            program => Box::new(Mkfs::new(program)),
-        }),
-        "none" => None,
-        other => return Err(format!("--state-fs {other}: want ext4 or none")),
+    let mkfs = match &config.state_fs {
+        StateFs::Ext4(MkfsChoice::Native) => Some(Box::new(NativeExt4) as Box<dyn FilesystemMaker>),
+        StateFs::Ext4(MkfsChoice::Program(program)) => {
+            Some(Box::new(Mkfs::new(program)) as Box<dyn FilesystemMaker>)
+        }
+        StateFs::None => None,
     };
-    let init_secret_hash = m
-        .value("init-secret-hash")
-        .map(InitSecretHash::parse)
-        .transpose()
-        .map_err(|e| format!("--init-secret-hash: {e}"))?;
     let mut cluster = KubeadmBackend::with_process_runner();
-    cluster.kubeadm = PathBuf::from(req("kubeadm")?);
-    cluster.config_dir = PathBuf::from(req("kubeadm-config-dir")?);
-    cluster.pki_dir = PathBuf::from(req("pki-dir")?);
-    cluster.admin_kubeconfig = PathBuf::from(req("admin-kubeconfig")?);
-    cluster.kubelet_cert_dir = PathBuf::from(req("kubelet-cert-dir")?);
-    let node_ip = req("node-ip")?.to_string();
-    let config = NodeConfig {
-        init_secret_hash,
-        kubelet_request: kubelet_request(m, &node_ip)?,
-        node_ip,
-        is_control_plane: m.flag("control-plane"),
+    cluster.kubeadm = config.cluster.kubeadm.clone();
+    cluster.config_dir = config.cluster.config_dir.clone();
+    cluster.pki_dir = config.cluster.pki_dir.clone();
+    cluster.admin_kubeconfig = config.cluster.admin_kubeconfig.clone();
+    cluster.kubelet_cert_dir = config.cluster.kubelet_cert_dir.clone();
+    let node_config = NodeConfig {
+        init_secret_hash: config.init_secret_hash.clone(),
+        kubelet_request: kubelet_request(config)?,
+        node_ip: config.node_ip.to_string(),
+        is_control_plane: config.control_plane,
         join_service_check,
     };
-    let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, config);
-    let node = match ssh_users_setup(m)? {
+    let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, node_config);
+    let node = match ssh_users_setup(config) {
         Some(setup) => node.with_ssh_users(setup),
         None => node,
     };
-    Ok(match vpn_setup(m, mapped, join_endpoints)? {
-        Some(setup) => node.with_vpn(setup),
+    Ok(match &config.vpn {
+        Some(vpn) => node.with_vpn(vpn_setup(vpn, config, join_endpoints)?),
         None => node,
     })
 }
 
 /// `--vpn` and its options: the node's VPN at boot, with this boot's
-/// candidate key (`None` without `--vpn`).
+/// candidate key.
 fn vpn_setup(
-    m: &Matches,
-    mapped: bool,
+    vpn: &VpnConfig,
+    config: &Config,
     join_endpoints: &[String],
-) -> Result<Option<NodeVpnSetup>, String> {
-    if !m.flag("vpn") {
-        return Ok(None);
-    }
-    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    if !mapped || req("state-fs")? == "none" {
-        return Err("--vpn needs a state file system to keep the key on (--disk-mode luks, --state-fs ext4)".into());
-    }
-    let name =
-        node_name(m)?.ok_or("--vpn needs the node's name (--node-name, or a valid host name)")?;
-    let listen_port: u16 = req("vpn-listen-port")?
-        .parse()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or("--vpn-listen-port: want 1 to 65535")?;
-    let ip: std::net::IpAddr = match m.value("vpn-interface") {
+) -> Result<NodeVpnSetup, String> {
+    let ip: std::net::IpAddr = match &vpn.interface {
         Some(interface) => interface_ipv4(interface)?.into(),
-        None => req("node-ip")?
-            .parse()
-            .map_err(|e| format!("--node-ip: {e}"))?,
+        None => config.node_ip,
     };
-    let public_endpoint = std::net::SocketAddr::new(ip, listen_port);
+    let public_endpoint = std::net::SocketAddr::new(ip, vpn.listen_port);
     confboot_vpn::parse_public_endpoint(&public_endpoint.to_string())
         .map_err(|e| format!("the VPN public endpoint: {e}"))?;
-    let mut control_planes: Vec<String> = m
-        .values("vpn-control-plane")
-        .into_iter()
-        .filter(|e| join::is_endpoint(e))
-        .map(str::to_string)
-        .collect();
+    let mut control_planes = vpn.control_planes.clone();
     if control_planes.is_empty() {
         control_planes = join_endpoints.to_vec();
     }
@@ -333,16 +205,16 @@ fn vpn_setup(
     }
     control_planes.truncate(confboot_vpn::MAX_CONTROL_PLANES);
     let candidate = confboot_vpn::VpnPrivateKey::generate().map_err(|e| e.to_string())?;
-    log::info!("VPN: node {name}, public endpoint {public_endpoint}");
-    Ok(Some(NodeVpnSetup {
-        mount: Box::new(NixStateMount::new(req("state-mount")?)),
-        name,
+    log::info!("VPN: node {}, public endpoint {public_endpoint}", vpn.name);
+    Ok(NodeVpnSetup {
+        mount: Box::new(NixStateMount::new(&config.state_mount)),
+        name: vpn.name.clone(),
         public_endpoint,
-        listen_port,
+        listen_port: vpn.listen_port,
         control_planes,
-        file: PathBuf::from(req("vpn-file")?),
+        file: vpn.file.clone(),
         candidate,
-    }))
+    })
 }
 
 /// The first IPv4 address of the interface `name`.
@@ -357,42 +229,39 @@ fn interface_ipv4(name: &str) -> Result<std::net::Ipv4Addr, String> {
 /// `--state-mount`, `--ssh-users-root`: where SSH users are kept and
 /// created. `None` in `--disk-mode header-only`: no device is mapped, so
 /// there is no file system to keep them on (an Init with users is refused).
-fn ssh_users_setup(m: &Matches) -> Result<Option<SshUsersSetup>, String> {
-    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    if req("disk-mode")? == "header-only" {
-        return Ok(None);
+fn ssh_users_setup(config: &Config) -> Option<SshUsersSetup> {
+    if !config.disk.mode.is_mapped() {
+        return None;
     }
-    Ok(Some(SshUsersSetup {
-        mount: Box::new(NixStateMount::new(req("state-mount")?)),
-        target_root: PathBuf::from(req("ssh-users-root")?),
-    }))
+    Some(SshUsersSetup {
+        mount: Box::new(NixStateMount::new(&config.state_mount)),
+        target_root: config.ssh_users_root.clone(),
+    })
 }
 
-fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
-    let tpm =
-        Tpm::open_for_option("tpm", m.value("tpm").expect("default")).map_err(|e| e.to_string())?;
+fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
+    let spec = config.tpm.as_str();
+    let tpm = Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))?;
     log::info!("TPM: {}", tpm.describe());
-    let tpm_is_device = Tpm::is_device_spec(m.value("tpm").expect("default"));
     let issuer = Arc::new(
         VtpmIssuer::new(tpm)
             .map_err(|e| format!("attestation key: {e}"))?
-            .with_event_log_option(m.value("event-log"), tpm_is_device)
-            .map_err(|e| e.to_string())?,
+            .with_event_log_from(&config.event_log)
+            .map_err(|e| format!("--event-log: {e}"))?,
     );
     // The TPM keeps the cluster mark whatever the node attests with; the
     // node attests (join client, Init/Recover servers) with one variant.
-    let attesting: Arc<dyn Issuer> =
-        match attestation_variant(m, "attestation").map_err(|e| e.to_string())? {
-            Variant::QemuVtpm => Arc::clone(&issuer) as Arc<dyn Issuer>,
-            Variant::SevSnp => Arc::new(
-                SnpIssuer::open_default().map_err(|e| format!("--attestation sev-snp: {e}"))?,
-            ),
-        };
+    let attesting: Arc<dyn Issuer> = match config.attestation {
+        Variant::QemuVtpm => Arc::clone(&issuer) as Arc<dyn Issuer>,
+        Variant::SevSnp => {
+            Arc::new(SnpIssuer::open_default().map_err(|e| format!("--attestation sev-snp: {e}"))?)
+        }
+    };
     log::info!("this node attests with {}", attesting.variant());
-    let (join_service_check, joinsvc_validators) = joinsvc_check(m, &issuer)?;
-    let configured = configured_join_endpoints(m);
+    let (join_service_check, joinsvc_validators) = joinsvc_check(&config.join_services, &issuer)?;
+    let configured = configured_join_endpoints(config);
     let node = Arc::new(build_node(
-        m,
+        config,
         Arc::clone(&issuer),
         join_service_check,
         &configured,
@@ -411,17 +280,13 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
     let join_client = JoinClient {
         sources: EndpointSources {
             configured,
-            metadata_url: m.value("metadata-url").map(str::to_string),
+            metadata_url: config.metadata_url.clone(),
         },
         issuer: Arc::clone(&attesting),
         joinsvc_validators,
         attempt_timeout: Duration::from_secs(20),
         initial_backoff: Duration::from_millis(200),
-        max_backoff: Duration::from_secs(
-            m.parsed::<u64>("retry-max")
-                .map_err(|e| e.to_string())?
-                .unwrap_or(30),
-        ),
+        max_backoff: config.retry_max,
         kubelet_csr: node.kubelet_csr(),
         vpn: node.vpn_join_fields(),
     };
@@ -441,17 +306,16 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
         idle_timeout: Duration::from_secs(10),
         ..ServerLimits::default()
     };
-    let (option, router) = match plan.admin_api {
+    let (addr, router) = match plan.admin_api {
         AdminApi::Init => (
-            "init-listen",
+            &config.init_listen,
             server::init_router(Arc::clone(&node), flows_tx.clone()),
         ),
         AdminApi::Recover => (
-            "recover-listen",
+            &config.recover_listen,
             server::recover_router(Arc::clone(&node), flows_tx.clone()),
         ),
     };
-    let addr = m.value(option).expect("default");
     let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let server = atls::serve(listener, pool, limits, router, Some(attesting), &[])
         .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;
@@ -486,16 +350,12 @@ fn run(m: &Matches, started: Instant) -> Result<node::Outcome, String> {
 }
 
 /// The join endpoints of `--join-endpoint` and the kernel command line.
-fn configured_join_endpoints(m: &Matches) -> Vec<String> {
-    let mut configured: Vec<String> = m
-        .values("join-endpoint")
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    let cmdline = std::path::Path::new(m.value("cmdline").expect("default"));
-    if let Ok(cmdline) =
-        confboot_util::fs::read_bounded_text(cmdline, confboot_util::fs::MAX_CONFIG_FILE_BYTES)
-    {
+fn configured_join_endpoints(config: &Config) -> Vec<String> {
+    let mut configured = config.join_endpoints.clone();
+    if let Ok(cmdline) = confboot_util::fs::read_bounded_text(
+        &config.cmdline,
+        confboot_util::fs::MAX_CONFIG_FILE_BYTES,
+    ) {
         configured.extend(join::endpoints_from_cmdline(&cmdline));
     }
     configured

@@ -1,25 +1,42 @@
-//! Pieces the admin commands share: how a node is verified, and how its
-//! address is completed.
+//! Pieces the admin commands share: their attestation options and how a
+//! node is verified with them, and how its address is completed.
+//!
+//! `init`, `recover` and `verify` check a node with the same options:
+//!
+//! | option | setting |
+//! |---|---|
+//! | `--variants` | accepted variants (default `qemu-vtpm`) |
+//! | `--measurements` | measurement policy, for `qemu-vtpm` |
+//! | `--ak-trust` | AK trust, for `qemu-vtpm` (`insecure-any-ak` warned) |
+//! | `--expected-events` | expected event log, to explain a differing PCR |
+//! | `--snp-policy` | SEV-SNP policy, for `sev-snp` |
+//!
+//! The help of `--variants` and `--snp-policy` is the node binaries' (the
+//! node agent's crate, which this one uses for the verify service too).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use confboot_attest::Validator;
-use confboot_attest::options::{
-    DEFAULT_VARIANTS, EXPECTED_EVENTS_HELP, InsecureAnyAk, SNP_POLICY_HELP, VARIANTS_HELP,
-    ValidatorOptions, VariantOptions,
+use confboot_attest::config::{
+    AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
+    InsecureAnyAk, Setting, parse_variants,
 };
-use confboot_util::args::{Matches, Opt};
+use confboot_util::args::{ArgsError, Command, Matches, Opt};
+use nodeagent::options::{SNP_POLICY_HELP, VARIANTS_HELP};
 
-/// Parses `args` for `cmd`, sets up logging, runs `f`, and turns its result
-/// into an exit code (0, or 1 with the error on stderr).
-pub fn run_command(
-    cmd: &confboot_util::args::Command,
+/// Parses `args` for `cmd`, sets up logging, reads the command's
+/// configuration with `read`, runs `f` with it, and turns the result into
+/// an exit code (0, or 1 with the error on stderr).
+pub fn run_command<C>(
+    cmd: &Command,
     args: Vec<String>,
-    f: impl FnOnce(&Matches) -> Result<(), String>,
+    read: fn(&Matches) -> Result<C, String>,
+    f: impl FnOnce(&C) -> Result<(), String>,
 ) -> i32 {
     let m = confboot_util::args::parse_or_exit(cmd, args);
     confboot_util::logging::init("confboot", m.verbosity().unwrap_or(2));
-    match f(&m) {
+    match read(&m).and_then(|config| f(&config)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("{}: {e}", cmd.name);
@@ -43,7 +60,11 @@ pub const AK_TRUST: Opt = Opt::value(
 
 /// `--expected-events FILE`: the predicted event log, to explain a PCR
 /// that differs.
-pub const EXPECTED_EVENTS: Opt = Opt::value("expected-events", "FILE", EXPECTED_EVENTS_HELP);
+pub const EXPECTED_EVENTS: Opt = Opt::value(
+    "expected-events",
+    "FILE",
+    "The predicted event log of the expected measurements (`confboot measure --events-out`): a PCR that differs is explained by the first event that differs, when the node sends its log",
+);
 
 /// `--variants LIST`: the attestation variants a node may present.
 pub const VARIANTS: Opt = Opt::value("variants", "LIST", VARIANTS_HELP).default(DEFAULT_VARIANTS);
@@ -51,41 +72,85 @@ pub const VARIANTS: Opt = Opt::value("variants", "LIST", VARIANTS_HELP).default(
 /// `--snp-policy FILE`: the SEV-SNP policy, for `sev-snp`.
 pub const SNP_POLICY: Opt = Opt::value("snp-policy", "FILE", SNP_POLICY_HELP);
 
-/// Which variants the admin's commands accept: [`VARIANTS`], [`SNP_POLICY`].
-pub const VARIANT_OPTIONS: VariantOptions = VariantOptions {
-    variants: VARIANTS.long,
-    snp_policy: SNP_POLICY.long,
-};
-
-/// How the admin's commands check a node: [`MEASUREMENTS`] and [`AK_TRUST`];
-/// `insecure-any-ak` is warned about.
-pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
-    measurements: MEASUREMENTS.long,
-    ak_trust: AK_TRUST.long,
-    expected_events: Some(EXPECTED_EVENTS.long),
-    insecure_any_ak: InsecureAnyAk::Warn,
-};
-
-/// The validators for a node that is not bootstrapped yet, one per
-/// accepted variant (vTPM: PCR 15 all-zero; the measurements and AK-trust
-/// options are needed only when `qemu-vtpm` is accepted).
-pub fn node_validators(m: &Matches) -> Result<Vec<Arc<dyn Validator>>, String> {
-    VARIANT_OPTIONS
-        .validators(m, || VALIDATOR_OPTIONS.validator(m))
-        .map_err(|e| e.to_string())
+/// How the admin's commands check a node, from their options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCheck {
+    /// The settings of each accepted variant.
+    pub settings: AttestationSettings,
+    /// The policy files given, for messages.
+    pub policy_files: String,
 }
 
-/// The policy files the node is checked against, for messages.
-pub fn policy_files(m: &Matches) -> String {
-    let files: Vec<&str> = [MEASUREMENTS.long, SNP_POLICY.long]
-        .into_iter()
-        .filter_map(|o| m.value(o))
-        .collect();
-    if files.is_empty() {
-        "the policy".into()
-    } else {
-        files.join(" and ")
+impl NodeCheck {
+    /// Reads [`MEASUREMENTS`], [`AK_TRUST`], [`EXPECTED_EVENTS`],
+    /// [`VARIANTS`] and [`SNP_POLICY`] (the measurements and AK trust are
+    /// needed only when `qemu-vtpm` is accepted, the SNP policy only when
+    /// `sev-snp` is); `insecure-any-ak` is warned about.
+    pub fn read(m: &Matches) -> Result<NodeCheck, String> {
+        let variants = m.value(&VARIANTS).expect("has a default");
+        let measurements = m.value(&MEASUREMENTS);
+        let snp_policy = m.value(&SNP_POLICY);
+        let files: Vec<&str> = [measurements, snp_policy].into_iter().flatten().collect();
+        let given = GivenSettings {
+            measurements: measurements.map(PathBuf::from),
+            measurements_required: true,
+            ak_trust: m.value(&AK_TRUST).map(str::to_string),
+            insecure_any_ak: InsecureAnyAk::Accepted,
+            expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
+            snp_policy: snp_policy.map(PathBuf::from),
+        };
+        let variants = parse_variants(variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        Ok(NodeCheck {
+            settings: AttestationSettings::new(variants, given).map_err(|e| describe(&e))?,
+            policy_files: if files.is_empty() {
+                "the policy".into()
+            } else {
+                files.join(" and ")
+            },
+        })
     }
+
+    /// The validators for a node that is not bootstrapped yet, one per
+    /// accepted variant (vTPM: PCR 15 all-zero).
+    pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, String> {
+        let mut config = self.settings.load().map_err(|e| describe(&e))?;
+        if let Some(vtpm) = config.vtpm.as_mut() {
+            vtpm.validators = vtpm
+                .validators
+                .clone()
+                .announce_insecure_with(announce_insecure_any_ak);
+        }
+        Ok(config.validators())
+    }
+}
+
+/// The option that gives a setting of a node's attestation.
+fn option(setting: Setting) -> Option<&'static Opt> {
+    match setting {
+        Setting::Variants => Some(&VARIANTS),
+        Setting::Measurements => Some(&MEASUREMENTS),
+        Setting::AkTrust => Some(&AK_TRUST),
+        Setting::ExpectedEvents => Some(&EXPECTED_EVENTS),
+        Setting::SnpPolicy => Some(&SNP_POLICY),
+        // insecure-any-ak is taken with a warning: never asked for.
+        Setting::InsecureAnyAkConfirmation => None,
+    }
+}
+
+/// An attestation error, naming the option it is about.
+pub fn describe(e: &ConfigError) -> String {
+    let name = |setting: Setting| {
+        option(setting).map_or_else(|| setting.to_string(), |o| format!("--{}", o.long))
+    };
+    match (e, option(e.setting())) {
+        (ConfigError::Missing(_), Some(opt)) => ArgsError::Required(opt.long.into()).to_string(),
+        _ => e.describe(&name),
+    }
+}
+
+/// The announcement of a validator built with `insecure-any-ak`.
+pub fn announce_insecure_any_ak() {
+    log::warn!("--{} {INSECURE_ANY_AK_WARNING}", AK_TRUST.long);
 }
 
 /// Adds the default port if `endpoint` has none.
@@ -119,5 +184,189 @@ pub fn explain_connect_error(
             format!("the node at {node} failed verification against {measurements}: {a}")
         }
         other => format!("cannot establish attested TLS with {node}: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot_attest::Variant;
+    use confboot_attest::measurements::MAX_POLICY_BYTES;
+    use confboot_attest::tpm::event_log::EventList;
+    use confboot_attest::vtpm::AkTrust;
+    use confboot_util::args::VERBOSITY;
+    use std::path::Path;
+
+    /// A command with the options `init`, `recover` and `verify` share.
+    const CMD: Command = Command {
+        name: "t",
+        about: "Test command.",
+        usage: "t [OPTIONS]",
+        opts: &[
+            MEASUREMENTS,
+            AK_TRUST,
+            EXPECTED_EVENTS,
+            VARIANTS,
+            SNP_POLICY,
+            VERBOSITY,
+        ],
+    };
+
+    fn check(args: &[&str]) -> Result<NodeCheck, String> {
+        let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
+        NodeCheck::read(&m)
+    }
+
+    /// The validator builder of a node check's vTPM settings.
+    fn builder(args: &[&str]) -> Result<confboot_attest::config::ValidatorBuilder, String> {
+        let vtpm = check(args)?.settings.vtpm.expect("qemu-vtpm is accepted");
+        vtpm.validator_builder().map_err(|e| describe(&e))
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("confboot-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn policy_file(dir: &Path) -> PathBuf {
+        let f = dir.join("measurements.json");
+        std::fs::write(
+            &f,
+            format!(
+                r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
+                "ab".repeat(32)
+            ),
+        )
+        .unwrap();
+        f
+    }
+
+    #[test]
+    fn insecure_any_ak_is_taken_with_a_warning_only() {
+        let b = builder(&["--measurements", "m.json", "--ak-trust", "insecure-any-ak"]).unwrap();
+        assert!(b.is_insecure());
+        let key = format!("04{}", "ab".repeat(64));
+        let trust = format!("pinned:{key}");
+        let b = builder(&["--measurements", "m.json", "--ak-trust", &trust]).unwrap();
+        assert!(!b.is_insecure());
+        assert!(matches!(b.ak_trust(), AkTrust::Pinned(keys) if keys.len() == 1));
+    }
+
+    #[test]
+    fn both_options_make_a_validator_and_errors_name_the_option() {
+        let dir = temp_dir("validator");
+        let policy = policy_file(&dir);
+        let policy_arg = policy.display().to_string();
+        let key = format!("pinned:04{}", "ab".repeat(64));
+        let c = check(&["--measurements", &policy_arg, "--ak-trust", &key]).unwrap();
+        assert_eq!(c.validators().unwrap().len(), 1);
+        let loaded = c.settings.load().unwrap();
+        assert_eq!(
+            loaded.vtpm.unwrap().policy.entries()[&4].value,
+            vec![0xab; 32]
+        );
+        assert_eq!(c.policy_files, policy_arg);
+
+        assert_eq!(
+            check(&["--ak-trust", &key]).unwrap_err(),
+            "option --measurements is required"
+        );
+        assert_eq!(
+            check(&["--measurements", &policy_arg]).unwrap_err(),
+            "option --ak-trust is required"
+        );
+        let e = builder(&["--measurements", &policy_arg, "--ak-trust", "trust-me"]).unwrap_err();
+        assert!(e.starts_with("--ak-trust: "), "{e}");
+
+        std::fs::write(&policy, "{ broken").unwrap();
+        let e = c.validators().err().unwrap();
+        assert!(
+            e.starts_with(&format!("--measurements {policy_arg}: ")),
+            "{e}"
+        );
+        let missing = dir.join("missing.json").display().to_string();
+        let e = check(&["--measurements", &missing, "--ak-trust", &key])
+            .unwrap()
+            .validators()
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("--measurements: ") && e.contains(&missing),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oversized_policy_file_is_refused_naming_the_option_the_file_and_the_limit() {
+        let dir = temp_dir("oversized");
+        let policy = policy_file(&dir);
+        let mut text = std::fs::read_to_string(&policy).unwrap();
+        text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
+        std::fs::write(&policy, text).unwrap();
+        let arg = policy.display().to_string();
+        let e = check(&["--measurements", &arg, "--ak-trust", "insecure-any-ak"])
+            .unwrap()
+            .validators()
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("--measurements: ")
+                && e.contains(&arg)
+                && e.contains(&MAX_POLICY_BYTES.to_string()),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_expected_event_log_is_read_and_its_errors_name_the_option() {
+        let dir = temp_dir("events");
+        let good = dir.join("good.json");
+        std::fs::write(&good, EventList::default().to_json()).unwrap();
+        let vtpm = ["--measurements", "m.json", "--ak-trust", "insecure-any-ak"];
+        let with = |events: &Path| {
+            let arg = events.display().to_string();
+            builder(&[&vtpm[..], &["--expected-events", &arg]].concat())
+        };
+        assert_eq!(
+            with(&good).unwrap().expected_events(),
+            Some(&EventList::default())
+        );
+        assert_eq!(builder(&vtpm).unwrap().expected_events(), None);
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, r#"{"events": [], "extra": 1}"#).unwrap();
+        let e = with(&bad).unwrap_err();
+        assert!(e.starts_with("--expected-events "), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn variants_are_checked_and_each_needs_its_options() {
+        assert_eq!(
+            check(&["--measurements", "m", "--ak-trust", "x"])
+                .unwrap()
+                .settings
+                .variants,
+            vec![Variant::QemuVtpm]
+        );
+        let e = check(&["--variants", "tpm"]).unwrap_err();
+        assert!(e.starts_with("--variants: unknown variant"), "{e}");
+        // sev-snp needs its policy; the vTPM options are not asked for.
+        assert_eq!(
+            check(&["--variants", "sev-snp"]).unwrap_err(),
+            "--variants accepts sev-snp, which needs --snp-policy (the SEV-SNP policy)"
+        );
+        let dir = temp_dir("variants");
+        let snp = dir.join("snp.json");
+        std::fs::write(&snp, "{}").unwrap();
+        let arg = snp.display().to_string();
+        let c = check(&["--variants", "sev-snp", "--snp-policy", &arg]).unwrap();
+        assert_eq!(c.policy_files, arg);
+        let e = c.validators().err().unwrap();
+        assert!(e.starts_with(&format!("--snp-policy {arg}: ")), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

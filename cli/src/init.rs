@@ -1,17 +1,61 @@
 //! `confboot init`: verify the first node, send it the admin's Init, and
 //! keep what comes back.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use confboot_atls as atls;
 use confboot_kms::{MasterSecret, init_secret};
 use confboot_proto::DEFAULT_INIT_PORT;
 use confboot_proto::init::{InitRequest, InitResponse, SshUserKey, init_response};
-use confboot_util::args::{Command, Opt, VERBOSITY};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
 use ring::rand::SecureRandom;
 
 use crate::common;
+
+const NODE: Opt = Opt::value(
+    "node",
+    "HOST[:PORT]",
+    "The first node's init API (default port 9000)",
+);
+const INIT_SECRET_FILE: Opt = Opt::value(
+    "init-secret-file",
+    "FILE",
+    "The init secret (the node knows its hash)",
+);
+const MASTER_SECRET: Opt = Opt::value(
+    "master-secret",
+    "FILE",
+    "Use this master secret instead of generating one",
+);
+const MASTER_SECRET_OUT: Opt = Opt::value(
+    "master-secret-out",
+    "FILE",
+    "Where the generated master secret is written",
+)
+.default("confboot-mastersecret.json");
+const KUBECONFIG_OUT: Opt = Opt::value(
+    "kubeconfig-out",
+    "FILE",
+    "Where the admin kubeconfig is written",
+)
+.default("confboot-admin.conf");
+const STATE_OUT: Opt = Opt::value(
+    "state-out",
+    "FILE",
+    "Where cluster id, owner id and measurement salt are written",
+)
+.default("confboot-cluster.json");
+const SSH_USERS: Opt = Opt::value(
+    "ssh-users",
+    "FILE",
+    "SSH users to create on the first control plane (JSON, see above)",
+);
+const CLUSTER_NAME: Opt =
+    Opt::value("cluster-name", "NAME", "Name of the cluster").default("confboot");
+const KUBERNETES_VERSION: Opt =
+    Opt::value("kubernetes-version", "VERSION", "Kubernetes version").default("v1.31.1");
+const TIMEOUT: Opt = Opt::value("timeout", "SECONDS", "How long Init may take").default("900");
 
 const CMD: Command = Command {
     name: "confboot init",
@@ -29,52 +73,21 @@ const CMD: Command = Command {
     usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]\n       \
             confboot init --node HOST[:PORT] --variants sev-snp --snp-policy FILE --init-secret-file FILE [OPTIONS]",
     opts: &[
-        Opt::value(
-            "node",
-            "HOST[:PORT]",
-            "The first node's init API (default port 9000)",
-        ),
+        NODE,
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
         common::VARIANTS,
         common::SNP_POLICY,
-        Opt::value(
-            "init-secret-file",
-            "FILE",
-            "The init secret (the node knows its hash)",
-        ),
-        Opt::value(
-            "master-secret",
-            "FILE",
-            "Use this master secret instead of generating one",
-        ),
-        Opt::value(
-            "master-secret-out",
-            "FILE",
-            "Where the generated master secret is written",
-        )
-        .default("confboot-mastersecret.json"),
-        Opt::value(
-            "kubeconfig-out",
-            "FILE",
-            "Where the admin kubeconfig is written",
-        )
-        .default("confboot-admin.conf"),
-        Opt::value(
-            "state-out",
-            "FILE",
-            "Where cluster id, owner id and measurement salt are written",
-        )
-        .default("confboot-cluster.json"),
-        Opt::value(
-            "ssh-users",
-            "FILE",
-            "SSH users to create on the first control plane (JSON, see above)",
-        ),
-        Opt::value("cluster-name", "NAME", "Name of the cluster").default("confboot"),
-        Opt::value("kubernetes-version", "VERSION", "Kubernetes version").default("v1.31.1"),
-        Opt::value("timeout", "SECONDS", "How long Init may take").default("900"),
+        INIT_SECRET_FILE,
+        MASTER_SECRET,
+        MASTER_SECRET_OUT,
+        KUBECONFIG_OUT,
+        STATE_OUT,
+        SSH_USERS,
+        CLUSTER_NAME,
+        KUBERNETES_VERSION,
+        TIMEOUT,
         VERBOSITY,
     ],
 };
@@ -82,28 +95,82 @@ const CMD: Command = Command {
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_INIT_PORT == 9000);
 
-/// Runs `confboot init`; returns the exit code.
-pub fn run(args: Vec<String>) -> i32 {
-    common::run_command(&CMD, args, init)
+/// What `confboot init` runs with.
+#[derive(Debug)]
+struct Config {
+    /// The first node's init API.
+    node: String,
+    /// How the node is checked.
+    check: common::NodeCheck,
+    /// The init secret's file.
+    init_secret_file: PathBuf,
+    /// A master secret to use (`None`: a new one).
+    master_secret: Option<PathBuf>,
+    /// Where a new master secret is written.
+    master_secret_out: PathBuf,
+    /// Where the admin kubeconfig is written.
+    kubeconfig_out: PathBuf,
+    /// Where the cluster's ids and measurement salt are written.
+    state_out: PathBuf,
+    /// The SSH users file.
+    ssh_users: Option<PathBuf>,
+    /// The cluster's name.
+    cluster_name: String,
+    /// The Kubernetes version.
+    kubernetes_version: String,
+    /// How long Init may take.
+    timeout: Duration,
 }
 
-fn init(m: &confboot_util::args::Matches) -> Result<(), String> {
-    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    let node = common::with_port(req("node")?, DEFAULT_INIT_PORT);
-    let validators = common::node_validators(m)?;
-    let init_secret = init_secret::read_file(Path::new(req("init-secret-file")?))
-        .map_err(|e| format!("--init-secret-file: {e}"))?;
-    let ssh_users = match m.value("ssh-users") {
-        Some(path) => read_ssh_users(Path::new(path))?,
+impl Config {
+    /// Reads every option (each once, whatever the others say).
+    fn from_matches(m: &Matches) -> Result<Config, String> {
+        let path = |opt: &Opt| PathBuf::from(m.value(opt).expect("has a default"));
+        let text = |opt: &Opt| m.value(opt).expect("has a default").to_string();
+        let node = m.required(&NODE).map(str::to_string);
+        let check = common::NodeCheck::read(m);
+        let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
+        let master_secret = m.value(&MASTER_SECRET).map(PathBuf::from);
+        let master_secret_out = path(&MASTER_SECRET_OUT);
+        let kubeconfig_out = path(&KUBECONFIG_OUT);
+        let state_out = path(&STATE_OUT);
+        let ssh_users = m.value(&SSH_USERS).map(PathBuf::from);
+        let cluster_name = text(&CLUSTER_NAME);
+        let kubernetes_version = text(&KUBERNETES_VERSION);
+        let timeout = m.parsed::<u64>(&TIMEOUT);
+        Ok(Config {
+            node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_INIT_PORT),
+            check: check?,
+            init_secret_file: init_secret_file.map_err(|e| e.to_string())?,
+            master_secret,
+            master_secret_out,
+            kubeconfig_out,
+            state_out,
+            ssh_users,
+            cluster_name,
+            kubernetes_version,
+            timeout: Duration::from_secs(timeout.map_err(|e| e.to_string())?.unwrap_or(900)),
+        })
+    }
+}
+
+/// Runs `confboot init`; returns the exit code.
+pub fn run(args: Vec<String>) -> i32 {
+    common::run_command(&CMD, args, Config::from_matches, init)
+}
+
+fn init(config: &Config) -> Result<(), String> {
+    let node = config.node.clone();
+    let validators = config.check.validators()?;
+    let init_secret = init_secret::read_file(&config.init_secret_file)
+        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    let ssh_users = match &config.ssh_users {
+        Some(path) => read_ssh_users(path)?,
         None => Vec::new(),
     };
-    let timeout = Duration::from_secs(
-        m.parsed::<u64>("timeout")
-            .map_err(|e| e.to_string())?
-            .unwrap_or(900),
-    );
-    let kubeconfig_out = Path::new(req("kubeconfig-out")?);
-    let state_out = Path::new(req("state-out")?);
+    let timeout = config.timeout;
+    let kubeconfig_out = config.kubeconfig_out.as_path();
+    let state_out = config.state_out.as_path();
     for out in [kubeconfig_out, state_out] {
         if out.exists() {
             return Err(format!(
@@ -115,13 +182,13 @@ fn init(m: &confboot_util::args::Matches) -> Result<(), String> {
 
     // A generated master secret is written after the node attested and
     // before Init is sent: nothing is lost if Init fails half-way.
-    let (master, master_out) = match m.value("master-secret") {
+    let (master, master_out) = match &config.master_secret {
         Some(path) => (
-            MasterSecret::read_file(Path::new(path)).map_err(|e| e.to_string())?,
+            MasterSecret::read_file(path).map_err(|e| e.to_string())?,
             None,
         ),
         None => {
-            let out = Path::new(req("master-secret-out")?);
+            let out = config.master_secret_out.as_path();
             if out.exists() {
                 return Err(format!(
                     "{} exists already; reuse it with --master-secret or choose another --master-secret-out",
@@ -140,10 +207,10 @@ fn init(m: &confboot_util::args::Matches) -> Result<(), String> {
         .map_err(|_| "no randomness".to_string())?;
 
     let started = std::time::Instant::now();
-    let measurements = common::policy_files(m);
+    let measurements = &config.check.policy_files;
     let (mut client, attested) =
         atls::connect(&node, Duration::from_secs(30), &validators, None)
-            .map_err(|e| common::explain_connect_error(&node, &e, &measurements))?;
+            .map_err(|e| common::explain_connect_error(&node, &e, measurements))?;
     let attested = attested.ok_or("the node did not attest")?;
     println!(
         "node {node} attested ({}, {} measurements match {measurements}) in {:.1} s",
@@ -165,9 +232,9 @@ fn init(m: &confboot_util::args::Matches) -> Result<(), String> {
     request.kms_uri = master.to_kms_uri().to_string();
     request.storage_uri = "storage://no-store".into();
     request.measurement_salt = measurement_salt.clone();
-    request.kubernetes_version = req("kubernetes-version")?.to_string();
+    request.kubernetes_version = config.kubernetes_version.clone();
     request.init_secret = init_secret.to_vec();
-    request.cluster_name = req("cluster-name")?.to_string();
+    request.cluster_name = config.cluster_name.clone();
     request.ssh_user_keys = ssh_users;
     let mut success = None;
     let mut failure = None;
@@ -224,9 +291,9 @@ fn init(m: &confboot_util::args::Matches) -> Result<(), String> {
 fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, String> {
     use confboot_sys::ssh_users::{MAX_SSH_USERS_CONFIG_BYTES, parse_ssh_users_config};
     let bytes = confboot_util::fs::read_bounded(path, MAX_SSH_USERS_CONFIG_BYTES as u64)
-        .map_err(|e| format!("--ssh-users: {e}"))?;
+        .map_err(|e| format!("--{}: {e}", SSH_USERS.long))?;
     let users = parse_ssh_users_config(&bytes)
-        .map_err(|e| format!("--ssh-users {}: {e}", path.display()))?;
+        .map_err(|e| format!("--{} {}: {e}", SSH_USERS.long, path.display()))?;
     Ok(users
         .iter()
         .map(|u| SshUserKey {
@@ -239,6 +306,24 @@ fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        // Config::from_matches reads every option whatever the others say:
+        // one parse reads them all (an undeclared one panics).
+        let m = CMD
+            .parse(
+                ["--node", "n", "--measurements", "m.json", "--ak-trust", "x"]
+                    .into_iter()
+                    .chain(["--init-secret-file", "s"])
+                    .map(String::from),
+            )
+            .unwrap();
+        let c = Config::from_matches(&m).unwrap();
+        assert_eq!(c.node, "n:9000");
+        assert_eq!(c.timeout, Duration::from_secs(900));
+        assert_eq!(c.check.policy_files, "m.json");
+    }
 
     fn key_line() -> String {
         let mut blob = Vec::new();

@@ -2,16 +2,24 @@
 //! reaches no join service waits for the admin; this sends it the master
 //! secret so it can derive its disk key and open its disk.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_atls as atls;
 use confboot_kms::MasterSecret;
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
-use confboot_util::args::{Command, Opt, VERBOSITY};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
 
 use crate::common;
+
+const NODE: Opt = Opt::value(
+    "node",
+    "HOST[:PORT]",
+    "The node's recovery API (default port 9999)",
+);
+const MASTER_SECRET: Opt = Opt::value("master-secret", "FILE", "The cluster's master secret")
+    .default("confboot-mastersecret.json");
 
 const CMD: Command = Command {
     name: "confboot recover",
@@ -22,13 +30,8 @@ const CMD: Command = Command {
     usage: "confboot recover --node HOST[:PORT] --master-secret FILE --measurements FILE --ak-trust MODE\n       \
             confboot recover --node HOST[:PORT] --master-secret FILE --variants sev-snp --snp-policy FILE",
     opts: &[
-        Opt::value(
-            "node",
-            "HOST[:PORT]",
-            "The node's recovery API (default port 9999)",
-        ),
-        Opt::value("master-secret", "FILE", "The cluster's master secret")
-            .default("confboot-mastersecret.json"),
+        NODE,
+        MASTER_SECRET,
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
@@ -41,20 +44,43 @@ const CMD: Command = Command {
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_RECOVER_PORT == 9999);
 
-/// Runs `confboot recover`; returns the exit code.
-pub fn run(args: Vec<String>) -> i32 {
-    common::run_command(&CMD, args, recover)
+/// What `confboot recover` runs with.
+#[derive(Debug)]
+struct Config {
+    /// The node's recovery API.
+    node: String,
+    /// The master-secret file.
+    master_secret: PathBuf,
+    /// How the node is checked.
+    check: common::NodeCheck,
 }
 
-fn recover(m: &confboot_util::args::Matches) -> Result<(), String> {
-    let req = |n: &str| m.required(n).map_err(|e| e.to_string());
-    let node = common::with_port(req("node")?, DEFAULT_RECOVER_PORT);
-    let master =
-        MasterSecret::read_file(Path::new(req("master-secret")?)).map_err(|e| e.to_string())?;
-    let validators = common::node_validators(m)?;
-    let measurements = common::policy_files(m);
-    let (mut client, _) = atls::connect(&node, Duration::from_secs(30), &validators, None)
-        .map_err(|e| common::explain_connect_error(&node, &e, &measurements))?;
+impl Config {
+    /// Reads every option (each once, whatever the others say).
+    fn from_matches(m: &Matches) -> Result<Config, String> {
+        let node = m.required(&NODE).map(str::to_string);
+        let master_secret = PathBuf::from(m.value(&MASTER_SECRET).expect("has a default"));
+        let check = common::NodeCheck::read(m);
+        Ok(Config {
+            node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_RECOVER_PORT),
+            master_secret,
+            check: check?,
+        })
+    }
+}
+
+/// Runs `confboot recover`; returns the exit code.
+pub fn run(args: Vec<String>) -> i32 {
+    common::run_command(&CMD, args, Config::from_matches, recover)
+}
+
+fn recover(config: &Config) -> Result<(), String> {
+    let node = &config.node;
+    let master = MasterSecret::read_file(&config.master_secret).map_err(|e| e.to_string())?;
+    let validators = config.check.validators()?;
+    let measurements = &config.check.policy_files;
+    let (mut client, _) = atls::connect(node, Duration::from_secs(30), &validators, None)
+        .map_err(|e| common::explain_connect_error(node, &e, measurements))?;
     println!("node {node} attested");
     let msg = RecoverMessage {
         kms_uri: master.to_kms_uri().to_string(),
@@ -65,4 +91,28 @@ fn recover(m: &confboot_util::args::Matches) -> Result<(), String> {
         .map_err(|s| format!("the node refused recovery: {s}"))?;
     println!("node {node} recovered: it opened its state disk");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        // Config::from_matches reads every option whatever the others say:
+        // one parse reads them all (an undeclared one panics).
+        let args = [
+            "--node",
+            "n",
+            "--variants",
+            "sev-snp",
+            "--snp-policy",
+            "p.json",
+        ];
+        let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
+        let c = Config::from_matches(&m).unwrap();
+        assert_eq!(c.node, "n:9999");
+        assert_eq!(c.master_secret, PathBuf::from("confboot-mastersecret.json"));
+        assert_eq!(c.check.policy_files, "p.json");
+    }
 }

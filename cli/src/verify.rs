@@ -11,12 +11,13 @@
 //! reads files, asks and prints.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
+use confboot_attest::config::VtpmConfig;
 use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
 use confboot_attest::tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
@@ -31,6 +32,32 @@ use crate::common;
 
 /// The cluster file `confboot init` writes, read for the cluster id.
 const DEFAULT_CLUSTER_FILE: &str = "confboot-cluster.json";
+
+const NODE: Opt = Opt::value(
+    "node",
+    "HOST[:PORT]",
+    "The node's verify service (default port 8080)",
+);
+const CLUSTER_ID: Opt = Opt::value(
+    "cluster-id",
+    "HEX",
+    "The cluster id the node must be marked with (PCR 15)",
+);
+const CLUSTER_FILE: Opt = Opt::value(
+    "cluster-file",
+    "FILE",
+    "Where to read the cluster id when --cluster-id is not given (confboot init's clusterId)",
+)
+.default(DEFAULT_CLUSTER_FILE);
+const OUTPUT: Opt = Opt::value("output", "FORMAT", "table, or json for machines")
+    .short('o')
+    .default("table");
+const TIMEOUT: Opt = Opt::value(
+    "timeout",
+    "SECONDS",
+    "Bound on connecting, asking and reading the answer",
+)
+.default("30");
 
 const CMD: Command = Command {
     name: "confboot verify",
@@ -48,42 +75,93 @@ const CMD: Command = Command {
             answer that is not an attestation document.",
     usage: "confboot verify --node HOST[:PORT] --measurements FILE --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json]",
     opts: &[
-        Opt::value(
-            "node",
-            "HOST[:PORT]",
-            "The node's verify service (default port 8080)",
-        ),
+        NODE,
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
         common::VARIANTS,
         common::SNP_POLICY,
-        Opt::value(
-            "cluster-id",
-            "HEX",
-            "The cluster id the node must be marked with (PCR 15)",
-        ),
-        Opt::value(
-            "cluster-file",
-            "FILE",
-            "Where to read the cluster id when --cluster-id is not given (confboot init's clusterId)",
-        )
-        .default(DEFAULT_CLUSTER_FILE),
-        Opt::value("output", "FORMAT", "table, or json for machines")
-            .short('o')
-            .default("table"),
-        Opt::value(
-            "timeout",
-            "SECONDS",
-            "Bound on connecting, asking and reading the answer",
-        )
-        .default("30"),
+        CLUSTER_ID,
+        CLUSTER_FILE,
+        OUTPUT,
+        TIMEOUT,
         VERBOSITY,
     ],
 };
 
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_VERIFY_PORT == 8080);
+
+/// What `confboot verify` runs with.
+#[derive(Debug)]
+struct Config {
+    /// The node's verify service.
+    node: String,
+    /// JSON output (`-o json`) instead of the table.
+    json: bool,
+    /// Bound on connecting, asking and reading the answer.
+    timeout: Duration,
+    /// How the node is checked.
+    check: common::NodeCheck,
+    /// Where the cluster id comes from (needed for vTPM nodes only).
+    cluster_id: ClusterId,
+}
+
+/// Where the cluster id the node must be marked with comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ClusterId {
+    /// `--cluster-id`.
+    Given(Vec<u8>),
+    /// The cluster file `confboot init` wrote.
+    File(PathBuf),
+}
+
+impl Config {
+    /// Reads every option (each once, whatever the others say); every
+    /// one is checked before the node is asked, a bad one is exit 2.
+    fn from_matches(m: &Matches) -> Result<Config, String> {
+        let node = m.required(&NODE).map(str::to_string);
+        let output = m.value(&OUTPUT).expect("has a default");
+        let timeout = m.value(&TIMEOUT).expect("has a default");
+        let check = common::NodeCheck::read(m);
+        let cluster_id = m.value(&CLUSTER_ID);
+        let cluster_file = m.value(&CLUSTER_FILE).expect("has a default");
+        if let Some(extra) = m.positional().first() {
+            return Err(format!("unexpected argument {extra:?}"));
+        }
+        let node = common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_VERIFY_PORT);
+        let json = match output {
+            "table" => false,
+            "json" => true,
+            other => return Err(format!("--{} {other:?}: want table or json", OUTPUT.long)),
+        };
+        let timeout = match timeout.parse::<u64>() {
+            Ok(s) if (1..=3600).contains(&s) => Duration::from_secs(s),
+            _ => {
+                return Err(format!(
+                    "--{}: want whole seconds from 1 to 3600",
+                    TIMEOUT.long
+                ));
+            }
+        };
+        let check = check?;
+        // The cluster id is read for vTPM nodes only (an SEV-SNP report
+        // carries no mark).
+        let cluster_id = match cluster_id {
+            Some(hex) if check.settings.accepts(Variant::QemuVtpm) => {
+                ClusterId::Given(parse_cluster_id(hex)?)
+            }
+            _ => ClusterId::File(PathBuf::from(cluster_file)),
+        };
+        Ok(Config {
+            node,
+            json,
+            timeout,
+            check,
+            cluster_id,
+        })
+    }
+}
 
 /// Runs `confboot verify`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
@@ -93,7 +171,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Err(e) => return usage_error(&e.to_string()),
     };
     confboot_util::logging::init("verify", verbosity);
-    match verify(&m) {
+    match Config::from_matches(&m).and_then(|config| verify(&config)) {
         Ok(code) => code,
         Err(e) => usage_error(&e),
     }
@@ -104,19 +182,25 @@ fn usage_error(msg: &str) -> i32 {
     2
 }
 
+/// A `--cluster-id`: 1 to 64 bytes of hex.
+fn parse_cluster_id(hex: &str) -> Result<Vec<u8>, String> {
+    confboot_util::hex::decode(hex)
+        .map_err(|e| format!("--{}: not hex: {e}", CLUSTER_ID.long))
+        .and_then(|id| match id.len() {
+            1..=64 => Ok(id),
+            n => Err(format!("--{}: {n} bytes, want 1 to 64", CLUSTER_ID.long)),
+        })
+}
+
 /// The cluster id: `--cluster-id`, or the cluster file's `clusterId`.
-fn cluster_id(m: &Matches) -> Result<Vec<u8>, String> {
-    if let Some(hex) = m.value("cluster-id") {
-        return confboot_util::hex::decode(hex)
-            .map_err(|e| format!("--cluster-id: not hex: {e}"))
-            .and_then(|id| match id.len() {
-                1..=64 => Ok(id),
-                n => Err(format!("--cluster-id: {n} bytes, want 1 to 64")),
-            });
-    }
-    let path = m.value("cluster-file").expect("default");
-    let text = read_bounded_text(Path::new(path), MAX_CONFIG_FILE_BYTES)
+fn cluster_id(source: &ClusterId) -> Result<Vec<u8>, String> {
+    let file = match source {
+        ClusterId::Given(id) => return Ok(id.clone()),
+        ClusterId::File(file) => file,
+    };
+    let text = read_bounded_text(file, MAX_CONFIG_FILE_BYTES)
         .map_err(|e| format!("no --cluster-id, and the cluster file cannot be read: {e}"))?;
+    let path = file.display();
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("cluster file {path}: not JSON: {e}"))?;
     let hex = value
@@ -126,47 +210,26 @@ fn cluster_id(m: &Matches) -> Result<Vec<u8>, String> {
     confboot_util::hex::decode(hex).map_err(|e| format!("cluster file {path}: clusterId: {e}"))
 }
 
-fn verify(m: &Matches) -> Result<i32, String> {
-    if let Some(extra) = m.positional().first() {
-        return Err(format!("unexpected argument {extra:?}"));
-    }
-    let node = common::with_port(
-        m.required("node").map_err(|e| e.to_string())?,
-        DEFAULT_VERIFY_PORT,
-    );
-    let json = match m.value("output").expect("default") {
-        "table" => false,
-        "json" => true,
-        other => return Err(format!("--output {other:?}: want table or json")),
+fn verify(config: &Config) -> Result<i32, String> {
+    let (node, json) = (config.node.as_str(), config.json);
+    // Every file is read before the node is asked: a bad one is exit 2.
+    let attestation = config
+        .check
+        .settings
+        .load()
+        .map_err(|e| common::describe(&e))?;
+    let accepted = &attestation.variants;
+    let vtpm = match &attestation.vtpm {
+        Some(vtpm) => Some(vtpm_check(vtpm, &config.cluster_id)?),
+        None => None,
     };
-    let timeout = match m.value("timeout").expect("default").parse::<u64>() {
-        Ok(s) if (1..=3600).contains(&s) => Duration::from_secs(s),
-        _ => return Err("--timeout: want whole seconds from 1 to 3600".into()),
-    };
-    // Every option is read before the node is asked: a bad one is exit 2.
-    let accepted = common::VARIANT_OPTIONS
-        .accepted(m)
-        .map_err(|e| e.to_string())?;
-    let vtpm = if accepted.contains(&Variant::QemuVtpm) {
-        Some(vtpm_check(m)?)
-    } else {
-        None
-    };
-    let snp = if accepted.contains(&Variant::SevSnp) {
-        Some(
-            common::VARIANT_OPTIONS
-                .snp_validator(m)
-                .map_err(|e| e.to_string())?,
-        )
-    } else {
-        None
-    };
+    let snp = attestation.snp.as_ref();
 
     let nonce = new_nonce().map_err(|e| e.to_string())?;
-    let doc = fetch_document(&node, &nonce, timeout)
+    let doc = fetch_document(node, &nonce, config.timeout)
         .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
-    if let (Variant::SevSnp, Some(snp)) = (doc.variant, &snp) {
-        return Ok(snp_verdict(&node, &doc, &nonce, snp, json));
+    if let (Variant::SevSnp, Some(snp)) = (doc.variant, snp) {
+        return Ok(snp_verdict(node, &doc, &nonce, snp, json));
     }
     let Some(vtpm) = vtpm.filter(|_| doc.variant == Variant::QemuVtpm) else {
         let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();
@@ -175,7 +238,7 @@ fn verify(m: &Matches) -> Result<i32, String> {
             doc.variant,
             names.join(", ")
         );
-        print_refused(&node, &why, json);
+        print_refused(node, &why, json);
         return Ok(1);
     };
     let report = match check_node(
@@ -188,16 +251,16 @@ fn verify(m: &Matches) -> Result<i32, String> {
     ) {
         Ok(report) => report,
         Err(e) => {
-            print_refused(&node, &format!("its evidence is refused: {e}"), json);
+            print_refused(node, &format!("its evidence is refused: {e}"), json);
             return Ok(1);
         }
     };
     if json {
         let mut out = report.to_json();
-        out["node"] = node.clone().into();
+        out["node"] = node.into();
         println!("{out:#}");
     } else {
-        print!("{}", render_table(&node, &report));
+        print!("{}", render_table(node, &report));
     }
     Ok(if report.passed() { 0 } else { 1 })
 }
@@ -211,24 +274,20 @@ struct VtpmCheck {
     cluster_id: Vec<u8>,
 }
 
-fn vtpm_check(m: &Matches) -> Result<VtpmCheck, String> {
-    let options = common::VALIDATOR_OPTIONS;
-    let policy = options
-        .required_measurements(m)
-        .map_err(|e| e.to_string())?;
-    let events = options.expected_events(m).map_err(|e| e.to_string())?;
+fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, String> {
     // Every PCR is compared afterwards, so the validator holds no policy:
     // it checks what evidence must always pass.
-    let validator = options
-        .builder(m)
-        .map_err(|e| e.to_string())?
+    let validator = vtpm
+        .validators
+        .clone()
+        .announce_insecure_with(common::announce_insecure_any_ak)
         .require_unmarked(false)
         .build(MeasurementPolicy::new(BTreeMap::new()));
     Ok(VtpmCheck {
-        policy,
-        events,
+        policy: vtpm.policy.clone(),
+        events: vtpm.validators.expected_events().cloned(),
         validator,
-        cluster_id: cluster_id(m)?,
+        cluster_id: cluster_id(cluster)?,
     })
 }
 
@@ -344,4 +403,43 @@ fn render_table(node: &str, report: &NodeReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config, String> {
+        let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
+        Config::from_matches(&m)
+    }
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        // Config::from_matches reads every option whatever the others say:
+        // one parse reads them all (an undeclared one panics).
+        let c = config(&["--node", "n", "--measurements", "m.json", "--ak-trust", "x"]).unwrap();
+        assert_eq!(c.node, "n:8080");
+        assert!(!c.json);
+        assert_eq!(c.timeout, Duration::from_secs(30));
+        assert_eq!(c.cluster_id, ClusterId::File(DEFAULT_CLUSTER_FILE.into()));
+    }
+
+    #[test]
+    fn the_cluster_id_is_checked_for_vtpm_nodes_only() {
+        let vtpm = ["--node", "n", "--measurements", "m.json", "--ak-trust", "x"];
+        let c = config(&[&vtpm[..], &["--cluster-id", "ab"]].concat()).unwrap();
+        assert_eq!(c.cluster_id, ClusterId::Given(vec![0xab]));
+        let e = config(&[&vtpm[..], &["--cluster-id", "zz"]].concat()).unwrap_err();
+        assert!(e.starts_with("--cluster-id: not hex"), "{e}");
+        let snp = [
+            "--node",
+            "n",
+            "--variants",
+            "sev-snp",
+            "--snp-policy",
+            "p.json",
+        ];
+        assert!(config(&[&snp[..], &["--cluster-id", "zz"]].concat()).is_ok());
+    }
 }

@@ -16,6 +16,65 @@ use confboot_attest::snp::{
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 
+const REPORT: Opt = Opt::value(
+    "report",
+    "FILE",
+    "The raw 1184-byte attestation report (as snpguest report writes it)",
+);
+const EVIDENCE: Opt = Opt::value(
+    "evidence",
+    "FILE",
+    "Instead of --report: confboot sev-snp evidence (confboot.snp.Evidence, as carried in aTLS)",
+);
+const VCEK: Opt = Opt::value(
+    "vcek",
+    "FILE",
+    "The VCEK or VLEK that signed the report (DER or PEM)",
+);
+const CERTS: Opt = Opt::value(
+    "certs",
+    "DIR",
+    "A certificate-table directory (snpguest certificates): vcek/vlek/ask/asvk/ark .der or .pem",
+);
+const CHAIN: Opt = Opt::value(
+    "chain",
+    "FILE",
+    "PEM with the ASK and/or ASVK (and ARK, which is ignored: roots are pinned)",
+);
+const ROOTS: Opt = Opt::value(
+    "roots",
+    "FILE",
+    "Pin this PEM bundle (ARK, optional ASK/ASVK) instead of the built-in roots (repeatable)",
+);
+const POLICY: Opt = Opt::value(
+    "policy",
+    "FILE",
+    "SEV-SNP policy JSON (measurement, minimumTcb, vmpl, ...); also --snp-policy, its name \
+     on init, recover and verify",
+)
+.aliases(&["snp-policy"]);
+const EXTRA_DATA: Opt = Opt::value(
+    "extra-data",
+    "HEX",
+    "Expect confboot's binding: report_data = these 32 bytes, then 32 zero bytes",
+);
+const REPORT_DATA: Opt = Opt::value(
+    "report-data",
+    "HEX",
+    "Expect report_data to equal these 64 bytes exactly",
+);
+const VMPL: Opt = Opt::value("vmpl", "N", "Require this VMPL (overrides the policy's)");
+const AT: Opt = Opt::value(
+    "at",
+    "TIME",
+    "Check certificate validity at TIME (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of now, to examine an old report",
+);
+const VCEK_CACHE: Opt = Opt::value(
+    "vcek-cache",
+    "DIR",
+    "Look the VCEK up in DIR/<chip_id hex>/<reported_tcb hex>.der (overrides the policy's)",
+);
+
 /// The command's options and help.
 pub const CMD: Command = Command {
     name: "confboot verify-report",
@@ -27,67 +86,110 @@ the measurement is not checked, VMPL 0 is required, debug is refused and the saf
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-report --report FILE [--vcek FILE | --certs DIR] [--chain FILE] [--policy FILE] [OPTIONS]",
     opts: &[
-        Opt::value(
-            "report",
-            "FILE",
-            "The raw 1184-byte attestation report (as snpguest report writes it)",
-        ),
-        Opt::value(
-            "evidence",
-            "FILE",
-            "Instead of --report: confboot sev-snp evidence (confboot.snp.Evidence, as carried in aTLS)",
-        ),
-        Opt::value(
-            "vcek",
-            "FILE",
-            "The VCEK or VLEK that signed the report (DER or PEM)",
-        ),
-        Opt::value(
-            "certs",
-            "DIR",
-            "A certificate-table directory (snpguest certificates): vcek/vlek/ask/asvk/ark .der or .pem",
-        ),
-        Opt::value(
-            "chain",
-            "FILE",
-            "PEM with the ASK and/or ASVK (and ARK, which is ignored: roots are pinned)",
-        ),
-        Opt::value(
-            "roots",
-            "FILE",
-            "Pin this PEM bundle (ARK, optional ASK/ASVK) instead of the built-in roots (repeatable)",
-        ),
-        Opt::value(
-            "policy",
-            "FILE",
-            "SEV-SNP policy JSON (measurement, minimumTcb, vmpl, ...); also --snp-policy, its name \
-             on init, recover and verify",
-        )
-        .aliases(&["snp-policy"]),
-        Opt::value(
-            "extra-data",
-            "HEX",
-            "Expect confboot's binding: report_data = these 32 bytes, then 32 zero bytes",
-        ),
-        Opt::value(
-            "report-data",
-            "HEX",
-            "Expect report_data to equal these 64 bytes exactly",
-        ),
-        Opt::value("vmpl", "N", "Require this VMPL (overrides the policy's)"),
-        Opt::value(
-            "at",
-            "TIME",
-            "Check certificate validity at TIME (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of now, to examine an old report",
-        ),
-        Opt::value(
-            "vcek-cache",
-            "DIR",
-            "Look the VCEK up in DIR/<chip_id hex>/<reported_tcb hex>.der (overrides the policy's)",
-        ),
+        REPORT,
+        EVIDENCE,
+        VCEK,
+        CERTS,
+        CHAIN,
+        ROOTS,
+        POLICY,
+        EXTRA_DATA,
+        REPORT_DATA,
+        VMPL,
+        AT,
+        VCEK_CACHE,
         VERBOSITY,
     ],
 };
+
+/// Where the report comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ReportFile {
+    /// `--report`: the raw report.
+    Raw(String),
+    /// `--evidence`: confboot's sev-snp evidence.
+    Evidence(String),
+}
+
+/// What `confboot verify-report` runs with.
+#[derive(Clone, Debug)]
+struct Config {
+    /// The report.
+    report: ReportFile,
+    /// The VCEK or VLEK file.
+    vcek: Option<String>,
+    /// A certificate-table directory.
+    certs: Option<String>,
+    /// A PEM file with the ASK and/or ASVK.
+    chain: Option<String>,
+    /// PEM bundles pinned instead of the built-in roots.
+    roots: Vec<String>,
+    /// The SEV-SNP policy file.
+    policy: Option<String>,
+    /// The VMPL required (0 to 3), over the policy's.
+    vmpl: Option<u32>,
+    /// The VCEK cache, over the policy's.
+    vcek_cache: Option<String>,
+    /// When certificates are checked (Unix seconds; `None`: now).
+    at: Option<i64>,
+    /// What the report data must hold.
+    report_data: ReportDataCheck,
+}
+
+impl Config {
+    /// Reads every option (each once, whatever the others say).
+    fn from_matches(m: &Matches) -> Result<Config, String> {
+        let given = |opt: &Opt| m.value(opt).map(str::to_string);
+        let (report, evidence) = (given(&REPORT), given(&EVIDENCE));
+        let vcek = given(&VCEK);
+        let certs = given(&CERTS);
+        let chain = given(&CHAIN);
+        let roots: Vec<String> = m.values(&ROOTS).into_iter().map(str::to_string).collect();
+        let policy = given(&POLICY);
+        let vmpl = m.parsed::<u32>(&VMPL);
+        let vcek_cache = given(&VCEK_CACHE);
+        let at = given(&AT);
+        let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
+        if !m.positional().is_empty() {
+            return Err(format!("unexpected argument {:?}", m.positional()[0]));
+        }
+        let report = match (report, evidence) {
+            (Some(_), Some(_)) => return Err("give --report or --evidence, not both".into()),
+            (None, None) => return Err("--report FILE (or --evidence FILE) is required".into()),
+            (Some(path), None) => ReportFile::Raw(path),
+            (None, Some(path)) => ReportFile::Evidence(path),
+        };
+        let vmpl = match vmpl.map_err(|e| e.to_string())? {
+            Some(v) if v > 3 => return Err(format!("--{} {v}: VMPL is 0 to 3", VMPL.long)),
+            v => v,
+        };
+        let at = at
+            .map(|at| {
+                confboot_util::time::parse_instant(&at).map_err(|e| format!("--{} {e}", AT.long))
+            })
+            .transpose()?;
+        let report_data = match (extra_data, report_data) {
+            (Some(_), Some(_)) => {
+                return Err("give --extra-data or --report-data, not both".into());
+            }
+            (Some(h), None) => ReportDataCheck::ExtraData(hex_array(&h, "--extra-data")?),
+            (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
+            (None, None) => ReportDataCheck::NotChecked,
+        };
+        Ok(Config {
+            report,
+            vcek,
+            certs,
+            chain,
+            roots,
+            policy,
+            vmpl,
+            vcek_cache,
+            at,
+            report_data,
+        })
+    }
+}
 
 /// Runs the command on the arguments that follow `verify-report`; returns
 /// the exit status.
@@ -98,7 +200,7 @@ pub fn run(args: Vec<String>) -> i32 {
         Err(e) => return usage_error(&e.to_string()),
     };
     confboot_util::logging::init("verify-report", verbosity);
-    match run_matches(&m) {
+    match Config::from_matches(&m).and_then(|config| verify_report(&config)) {
         Ok(status) => status,
         Err(e) => usage_error(&e),
     }
@@ -135,21 +237,16 @@ fn certs_from_file(path: &str, what: &str) -> Result<Vec<CertEntry>, String> {
         .collect()
 }
 
-fn run_matches(m: &Matches) -> Result<i32, String> {
-    if !m.positional().is_empty() {
-        return Err(format!("unexpected argument {:?}", m.positional()[0]));
-    }
-    let mut evidence = match (m.value("report"), m.value("evidence")) {
-        (Some(_), Some(_)) => return Err("give --report or --evidence, not both".into()),
-        (None, None) => return Err("--report FILE (or --evidence FILE) is required".into()),
-        (Some(path), None) => {
+fn verify_report(config: &Config) -> Result<i32, String> {
+    let mut evidence = match &config.report {
+        ReportFile::Raw(path) => {
             let bytes = read(path, "report")?;
             SnpEvidence {
                 report: SnpReport::from_bytes(&bytes).map_err(|e| format!("{path}: {e}"))?,
                 certificates: Vec::new(),
             }
         }
-        (None, Some(path)) => {
+        ReportFile::Evidence(path) => {
             SnpEvidence::decode(&read(path, "evidence")?).map_err(|e| format!("{path}: {e}"))?
         }
     };
@@ -157,10 +254,10 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
     // Certificates given on the command line come first, so they are the
     // ones used when the evidence also carries some.
     let mut given = Vec::new();
-    if let Some(path) = m.value("vcek") {
+    if let Some(path) = &config.vcek {
         given.extend(certs_from_file(path, "VCEK")?);
     }
-    if let Some(dir) = m.value("certs") {
+    if let Some(dir) = &config.certs {
         let mut found = 0;
         for name in ["vcek", "vlek", "ask", "asvk", "ark", "cert_chain"] {
             for ext in ["der", "pem"] {
@@ -177,13 +274,13 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
             ));
         }
     }
-    if let Some(path) = m.value("chain") {
+    if let Some(path) = &config.chain {
         given.extend(certs_from_file(path, "chain")?);
     }
     given.append(&mut evidence.certificates);
     evidence.certificates = given;
 
-    let mut policy = match m.value("policy") {
+    let mut policy = match &config.policy {
         Some(path) => {
             let path = Path::new(path);
             let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
@@ -193,38 +290,27 @@ fn run_matches(m: &Matches) -> Result<i32, String> {
         }
         None => SnpPolicy::default(),
     };
-    if let Some(v) = m.parsed::<u32>("vmpl").map_err(|e| e.to_string())? {
-        if v > 3 {
-            return Err(format!("--vmpl {v}: VMPL is 0 to 3"));
-        }
+    if let Some(v) = config.vmpl {
         policy.vmpl = v;
     }
-    if let Some(dir) = m.value("vcek-cache") {
+    if let Some(dir) = &config.vcek_cache {
         policy.vcek_cache_dir = Some(dir.into());
     }
-    let roots_given = m.values("roots");
-    let validator = if roots_given.is_empty() {
+    let validator = if config.roots.is_empty() {
         SnpValidator::new(policy).map_err(|e| e.to_string())?
     } else {
         let mut roots = Vec::new();
-        for path in roots_given {
+        for path in &config.roots {
             let pem = read(path, "roots")?;
             roots.push(ProductRoot::from_pem_bundle(&pem).map_err(|e| format!("{path}: {e}"))?);
         }
         SnpValidator::with_roots(policy, TrustRoots::new(roots))
     };
-    let validator = match m.value("at") {
-        Some(at) => validator
-            .as_of(confboot_util::time::parse_instant(at).map_err(|e| format!("--at {e}"))?),
+    let validator = match config.at {
+        Some(at) => validator.as_of(at),
         None => validator,
     };
-
-    let report_data = match (m.value("extra-data"), m.value("report-data")) {
-        (Some(_), Some(_)) => return Err("give --extra-data or --report-data, not both".into()),
-        (Some(h), None) => ReportDataCheck::ExtraData(hex_array(h, "--extra-data")?),
-        (None, Some(h)) => ReportDataCheck::Exact(hex_array(h, "--report-data")?),
-        (None, None) => ReportDataCheck::NotChecked,
-    };
+    let report_data = config.report_data;
 
     let report = &evidence.report;
     println!(
@@ -280,4 +366,26 @@ fn hex_array<const N: usize>(text: &str, what: &str) -> Result<[u8; N], String> 
         .as_slice()
         .try_into()
         .map_err(|_| format!("{what}: {} bytes, want {N}", bytes.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        // Config::from_matches reads every option whatever the others say:
+        // one parse reads them all (an undeclared one panics).
+        let m = CMD
+            .parse(
+                ["--report", "r.bin", "--snp-policy", "p.json"]
+                    .into_iter()
+                    .map(String::from),
+            )
+            .unwrap();
+        let c = Config::from_matches(&m).unwrap();
+        assert_eq!(c.report, ReportFile::Raw("r.bin".into()));
+        assert_eq!(c.policy.as_deref(), Some("p.json"));
+        assert_eq!(c.report_data, ReportDataCheck::NotChecked);
+    }
 }

@@ -1,22 +1,34 @@
-//! joinsvc's configuration: what the options say, read and checked once at
-//! start-up with an error that names the option.
+//! joinsvc's configuration: every option read once, at start-up, into a
+//! typed [`Config`] (what to do, and with what) whose errors name the
+//! option; then [`Service::load`] reads the files it names, opens the TPM
+//! and makes the Kubernetes API client.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_attest::options::{InsecureAnyAk, ValidatorBuilder, ValidatorOptions, VariantOptions};
+use confboot_attest::config::{
+    AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
+    Setting, ValidatorBuilder, parse_variants,
+};
 use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_attest::vtpm::{EventLogSource, VtpmIssuer};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertSigner;
 use confboot_kms::MasterSecret;
 use confboot_net::listener::PoolConfig;
-use confboot_util::args::Matches;
+use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use zeroize::Zeroizing;
 
 use crate::kube_api::KubeApi;
+use crate::options::{
+    AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
+    INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
+    KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
+    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, QUEUE, REMOVE_VPN_PEER, SNP_POLICY, TPM,
+    VARIANTS, VPN_CIDR, WORKERS,
+};
 use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenIssuer};
 use crate::vpn::KubeApiPeerRegistry;
@@ -25,24 +37,262 @@ use confboot_vpn::VpnNetwork;
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The flag that confirms `--ak-trust insecure-any-ak`.
-pub const INSECURE_ANY_AK_CONFIRMATION: &str = "i-understand-insecure-any-ak";
+/// What joinsvc was asked to do.
+#[derive(Clone, Debug)]
+pub enum Config {
+    /// Serve the join API.
+    Serve(Box<ServeConfig>),
+    /// `--remove-vpn-peer NAME`: remove a node from the VPN peer registry
+    /// and exit.
+    RemoveVpnPeer(RemoveVpnPeerConfig),
+}
 
-/// How joining nodes are checked: `--measurements` and `--ak-trust`;
-/// joinsvc hands out disk keys, so `insecure-any-ak` needs its confirmation.
-pub const VALIDATOR_OPTIONS: ValidatorOptions = ValidatorOptions {
-    measurements: "measurements",
-    ak_trust: "ak-trust",
-    expected_events: Some("expected-events"),
-    insecure_any_ak: InsecureAnyAk::RequireFlag(INSECURE_ANY_AK_CONFIRMATION),
-};
+/// What the join API is served with (nothing read yet).
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Address of the join API.
+    pub listen: String,
+    /// Address of the HTTP health and metrics endpoints.
+    pub health_listen: String,
+    /// The master-secret file.
+    pub master_secret: PathBuf,
+    /// The cluster's measurement salt (at least 32 bytes).
+    pub measurement_salt: Vec<u8>,
+    /// How joining nodes are checked.
+    pub attestation: AttestationSettings,
+    /// joinsvc's own TPM, with `--tpm` (`None`: joinsvc does not attest).
+    pub tpm: Option<OwnTpm>,
+    /// The cluster CA certificate.
+    pub kubernetes_ca: PathBuf,
+    /// The Kubernetes PKI directory.
+    pub pki_dir: PathBuf,
+    /// How long a signed kubelet certificate is valid, in days (1 to 3650).
+    pub kubelet_cert_validity_days: u64,
+    /// The Kubernetes API client.
+    pub kube_api: KubeApiConfig,
+    /// The cluster's VPN range (`None`: no VPN).
+    pub vpn_network: Option<VpnNetwork>,
+    /// The Kubernetes API server nodes join.
+    pub api_server_endpoint: String,
+    /// The Kubernetes version nodes install.
+    pub kubernetes_version: String,
+    /// Connections served at once.
+    pub workers: usize,
+    /// Accepted connections that may wait for a worker.
+    pub queue: usize,
+    /// Connections that may wait for their ClientHello (at least 1).
+    pub pending: usize,
+}
 
-/// Which variants joining nodes may attest with: `--variants`, and
-/// `--snp-policy` for `sev-snp`.
-pub const VARIANT_OPTIONS: VariantOptions = VariantOptions {
-    variants: "variants",
-    snp_policy: "snp-policy",
-};
+/// joinsvc's own TPM (`--tpm`, `--event-log`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnTpm {
+    /// The TPM ([`Tpm::open`]'s syntax).
+    pub spec: String,
+    /// The firmware event log sent with the evidence.
+    pub event_log: EventLogSource,
+}
+
+/// How the Kubernetes API is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeApiConfig {
+    /// `--kube-api` with its CA and token files (`None`: the in-cluster
+    /// service account).
+    pub endpoint: Option<KubeApiEndpoint>,
+    /// Connections kept open: one per worker that may call at once.
+    pub connections: usize,
+}
+
+/// An explicit Kubernetes API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeApiEndpoint {
+    /// Its URL.
+    pub url: String,
+    /// The CA bundle file.
+    pub ca: PathBuf,
+    /// The bearer token file.
+    pub token_file: PathBuf,
+}
+
+/// What `--remove-vpn-peer` needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoveVpnPeerConfig {
+    /// The node to remove.
+    pub name: String,
+    /// The Kubernetes API the registry is in.
+    pub kube_api: KubeApiConfig,
+    /// The cluster's VPN range (`None`: not given, an error).
+    pub vpn_network: Option<VpnNetwork>,
+}
+
+/// Why the options cannot be used: the message, naming the option, under
+/// the mode the options ask for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptionsError {
+    /// Options of the join API (joinsvc exits 1).
+    Serve(String),
+    /// Options of `--remove-vpn-peer` (which exits 2 on every error).
+    RemoveVpnPeer(String),
+}
+
+impl Config {
+    /// Reads every option (each once, whatever the others say) and checks
+    /// what the mode needs; the error names the option.
+    pub fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
+        let remove_vpn_peer = m.value(&REMOVE_VPN_PEER).map(str::to_string);
+        let removing = remove_vpn_peer.is_some();
+        Config::read(m, remove_vpn_peer).map_err(|e| match removing {
+            true => OptionsError::RemoveVpnPeer(e),
+            false => OptionsError::Serve(e),
+        })
+    }
+
+    /// Reads the options but `--remove-vpn-peer` (given as `remove_vpn_peer`).
+    fn read(m: &Matches, remove_vpn_peer: Option<String>) -> Result<Config, String> {
+        let given = |opt: &Opt| m.value(opt).map(str::to_string);
+        let default = |opt: &Opt| m.value(opt).expect("has a default").to_string();
+        let listen = default(&LISTEN);
+        let health_listen = default(&HEALTH_LISTEN);
+        let master_secret = m.required(&MASTER_SECRET).map(PathBuf::from);
+        let measurement_salt = m.required(&MEASUREMENT_SALT).map(str::to_string);
+        let variants = default(&VARIANTS);
+        let attestation = GivenSettings {
+            measurements: m.value(&MEASUREMENTS).map(PathBuf::from),
+            measurements_required: true,
+            ak_trust: given(&AK_TRUST),
+            // joinsvc hands out disk keys: insecure-any-ak needs its
+            // confirmation.
+            insecure_any_ak: if m.flag(&INSECURE_ANY_AK_CONFIRMATION) {
+                InsecureAnyAk::Accepted
+            } else {
+                InsecureAnyAk::Unconfirmed
+            },
+            expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
+            snp_policy: m.value(&SNP_POLICY).map(PathBuf::from),
+        };
+        let tpm = given(&TPM);
+        let event_log = given(&EVENT_LOG);
+        let kubernetes_ca = PathBuf::from(default(&KUBERNETES_CA));
+        let pki_dir = PathBuf::from(default(&PKI_DIR));
+        let kubelet_cert_validity = m.parsed::<u64>(&KUBELET_CERT_VALIDITY);
+        let kube_api = given(&KUBE_API);
+        let kube_api_ca = m.required(&KUBE_API_CA).map(PathBuf::from);
+        let kube_api_token_file = m.required(&KUBE_API_TOKEN_FILE).map(PathBuf::from);
+        let vpn_cidr = given(&VPN_CIDR);
+        let workers = number(m, &WORKERS);
+        let queue = number(m, &QUEUE);
+        let pending = number(m, &PENDING);
+        let api_server_endpoint = m.required(&API_SERVER_ENDPOINT).map(str::to_string);
+        let kubernetes_version = default(&KUBERNETES_VERSION);
+
+        let args = |e: ArgsError| e.to_string();
+        // The Kubernetes API is reached by both modes, with a connection
+        // for each worker.
+        let kube_api = KubeApiConfig {
+            connections: workers.clone().map_err(args)?,
+            endpoint: match kube_api {
+                None => None,
+                Some(url) => Some(KubeApiEndpoint {
+                    url,
+                    ca: kube_api_ca.map_err(args)?,
+                    token_file: kube_api_token_file.map_err(args)?,
+                }),
+            },
+        };
+        let vpn_network = |cidr: Option<String>| {
+            cidr.map(|cidr| {
+                cidr.parse()
+                    .map_err(|e| format!("--{}: {e}", VPN_CIDR.long))
+            })
+            .transpose()
+        };
+        if let Some(name) = remove_vpn_peer {
+            return Ok(Config::RemoveVpnPeer(RemoveVpnPeerConfig {
+                name,
+                kube_api,
+                vpn_network: vpn_network(vpn_cidr)?,
+            }));
+        }
+
+        let master_secret = master_secret.map_err(args)?;
+        let measurement_salt = confboot_util::hex::decode(&measurement_salt.map_err(args)?)
+            .map_err(|e| format!("--{}: {e}", MEASUREMENT_SALT.long))?;
+        if measurement_salt.len() < 32 {
+            return Err(format!(
+                "--{} must be at least 32 bytes",
+                MEASUREMENT_SALT.long
+            ));
+        }
+        let variants =
+            parse_variants(&variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        let attestation =
+            AttestationSettings::new(variants, attestation).map_err(|e| describe(&e))?;
+        let kubelet_cert_validity_days = match kubelet_cert_validity.map_err(args)? {
+            Some(days @ 1..=3650) => days,
+            _ => {
+                return Err(format!(
+                    "--{}: want 1 to 3650 days",
+                    KUBELET_CERT_VALIDITY.long
+                ));
+            }
+        };
+        let vpn_network = vpn_network(vpn_cidr)?;
+        Ok(Config::Serve(Box::new(ServeConfig {
+            listen,
+            health_listen,
+            master_secret,
+            measurement_salt,
+            attestation,
+            tpm: tpm.map(|spec| OwnTpm {
+                event_log: EventLogSource::new(event_log.as_deref(), Tpm::is_device_spec(&spec)),
+                spec,
+            }),
+            kubernetes_ca,
+            pki_dir,
+            kubelet_cert_validity_days,
+            kube_api,
+            vpn_network,
+            workers: workers.map_err(args)?,
+            queue: queue.map_err(args)?,
+            pending: pending.map_err(args)?.max(1),
+            api_server_endpoint: api_server_endpoint.map_err(args)?,
+            kubernetes_version,
+        })))
+    }
+}
+
+/// A count option (each has a default).
+fn number(m: &Matches, opt: &Opt) -> Result<usize, ArgsError> {
+    m.parsed::<usize>(opt)?
+        .ok_or_else(|| ArgsError::Required(opt.long.into()))
+}
+
+/// The option that gives a setting of joining nodes' attestation.
+fn option(setting: Setting) -> &'static Opt {
+    match setting {
+        Setting::Variants => &VARIANTS,
+        Setting::Measurements => &MEASUREMENTS,
+        Setting::AkTrust => &AK_TRUST,
+        Setting::InsecureAnyAkConfirmation => &INSECURE_ANY_AK_CONFIRMATION,
+        Setting::ExpectedEvents => &EXPECTED_EVENTS,
+        Setting::SnpPolicy => &SNP_POLICY,
+    }
+}
+
+/// An attestation error, naming the option it is about.
+pub fn describe(e: &ConfigError) -> String {
+    match e {
+        ConfigError::Missing(setting) => {
+            ArgsError::Required(option(*setting).long.into()).to_string()
+        }
+        other => other.describe(&|setting| format!("--{}", option(setting).long)),
+    }
+}
+
+/// The announcement of a validator built with `insecure-any-ak`.
+fn announce_insecure_any_ak() {
+    log::warn!("--{} {INSECURE_ANY_AK_WARNING}", AK_TRUST.long);
+}
 
 /// How vTPM nodes are checked (when `qemu-vtpm` is accepted).
 pub struct VtpmCheck {
@@ -51,7 +301,7 @@ pub struct VtpmCheck {
     /// The policy read at start-up.
     pub initial_policy: MeasurementPolicy,
     /// Builds the validator of joining nodes for each policy in force
-    /// (PCR 15 must be unmarked).
+    /// (PCR 15 may be marked: it is checked per call).
     pub validators: ValidatorBuilder,
 }
 
@@ -64,12 +314,9 @@ pub enum NodeCheck {
     Snp(Arc<dyn Validator>),
 }
 
-/// Everything joinsvc runs with.
-pub struct Config {
-    /// Address of the join API.
-    pub listen: String,
-    /// Address of the HTTP health and metrics endpoints.
-    pub health_listen: String,
+/// Everything joinsvc serves with: the files read, its TPM opened, the
+/// Kubernetes API client made.
+pub struct Service {
     /// The join API's worker pool.
     pub pool: PoolConfig,
     /// How joining nodes are checked, per accepted variant.
@@ -87,77 +334,57 @@ pub struct Config {
 const OTHER_DESCRIPTORS: u64 = 64;
 
 /// Reads a file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
-fn read_file(option: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
-    read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
+fn read_file(option: &Opt, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
+    read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{}: {e}", option.long))
 }
 
 /// Reads a text file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
-fn read_text_file(option: &str, path: &Path) -> Result<Zeroizing<String>, String> {
-    read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{option}: {e}"))
+fn read_text_file(option: &Opt, path: &Path) -> Result<Zeroizing<String>, String> {
+    read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{}: {e}", option.long))
 }
 
 /// Reads the master-secret file `--master-secret` names.
 pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
-    MasterSecret::read_file(path).map_err(|e| format!("--master-secret: {e}"))
+    MasterSecret::read_file(path).map_err(|e| format!("--{}: {e}", MASTER_SECRET.long))
 }
 
-impl Config {
-    /// Reads and checks every option.
-    pub fn from_matches(m: &Matches) -> Result<Config, String> {
-        let required = |name: &str| m.required(name).map_err(|e| e.to_string());
-        let number = |name: &str| -> Result<usize, String> {
-            m.parsed::<usize>(name)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("--{name} is required"))
-        };
-
-        let master_secret = load_master_secret(Path::new(required("master-secret")?))?;
-        let measurement_salt = confboot_util::hex::decode(required("measurement-salt")?)
-            .map_err(|e| format!("--measurement-salt: {e}"))?;
-        if measurement_salt.len() < 32 {
-            return Err("--measurement-salt must be at least 32 bytes".into());
-        }
+impl Service {
+    /// Reads what `config` names, in the order its options are checked;
+    /// the error names the option.
+    pub fn load(config: &ServeConfig) -> Result<Service, String> {
+        let master_secret = load_master_secret(&config.master_secret)?;
+        let attestation = config.attestation.load().map_err(|e| describe(&e))?;
         let mut checks = Vec::new();
-        for variant in VARIANT_OPTIONS.accepted(m).map_err(|e| e.to_string())? {
+        for variant in &attestation.variants {
             checks.push(match variant {
                 Variant::QemuVtpm => {
-                    let policy_path = PathBuf::from(required(VALIDATOR_OPTIONS.measurements)?);
-                    let initial_policy = VALIDATOR_OPTIONS
-                        .load_measurements(&policy_path)
-                        .map_err(|e| e.to_string())?;
-                    // PCR 15 is checked per call (crate::server::caller_check):
-                    // zero for a join or rejoin, this cluster's mark for
-                    // GetUpdate.
-                    let validators = VALIDATOR_OPTIONS
-                        .builder(m)
-                        .map_err(|e| e.to_string())?
-                        .require_unmarked(false);
+                    let vtpm = attestation.vtpm.clone().expect("loaded with its variant");
+                    let settings = config.attestation.vtpm.as_ref().expect("checked");
                     NodeCheck::Vtpm(VtpmCheck {
-                        policy_path,
-                        initial_policy,
-                        validators,
+                        policy_path: settings.measurements.clone().expect("required"),
+                        initial_policy: vtpm.policy,
+                        // PCR 15 is checked per call (crate::server::caller_check):
+                        // zero for a join or rejoin, this cluster's mark for
+                        // GetUpdate.
+                        validators: vtpm
+                            .validators
+                            .require_unmarked(false)
+                            .announce_insecure_with(announce_insecure_any_ak),
                     })
                 }
                 Variant::SevSnp => NodeCheck::Snp(Arc::new(
-                    VARIANT_OPTIONS
-                        .snp_validator(m)
-                        .map_err(|e| e.to_string())?,
+                    attestation.snp.clone().expect("loaded with its variant"),
                 )),
             });
         }
-        let names: Vec<&str> = checks
-            .iter()
-            .map(|c| match c {
-                NodeCheck::Vtpm(_) => Variant::QemuVtpm.name(),
-                NodeCheck::Snp(_) => Variant::SevSnp.name(),
-            })
-            .collect();
+        let names: Vec<&str> = attestation.variants.iter().map(|v| v.name()).collect();
         log::info!("joining nodes may attest with: {}", names.join(", "));
 
-        let issuer: Option<Arc<dyn Issuer>> = match m.value("tpm") {
+        let issuer: Option<Arc<dyn Issuer>> = match &config.tpm {
             None => None,
-            Some(spec) => {
-                let tpm = Tpm::open_for_option("tpm", spec).map_err(|e| e.to_string())?;
+            Some(own) => {
+                let spec = own.spec.as_str();
+                let tpm = Tpm::open(spec).map_err(|e| format!("--{} {spec}: {e}", TPM.long))?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
                 // joinsvc quotes on every handshake for as long as it runs:
                 // a TPM that restarts under it (its connection broken, a
@@ -165,33 +392,35 @@ impl Config {
                 let reopen_spec = spec.to_string();
                 Some(Arc::new(
                     VtpmIssuer::new(tpm)
-                        .map_err(|e| format!("--tpm {spec}: {e}"))?
-                        .with_event_log_option(m.value("event-log"), Tpm::is_device_spec(spec))
-                        .map_err(|e| e.to_string())?
+                        .map_err(|e| format!("--{} {spec}: {e}", TPM.long))?
+                        .with_event_log_from(&own.event_log)
+                        .map_err(|e| format!("--{}: {e}", EVENT_LOG.long))?
                         .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
                 ))
             }
         };
 
-        let ca_path = Path::new(m.value("kubernetes-ca").expect("has a default"));
-        let ca = read_file("kubernetes-ca", ca_path)?;
+        let ca_path = config.kubernetes_ca.as_path();
+        let ca = read_file(&KUBERNETES_CA, ca_path)?;
         let discovery_token_ca_cert_hash = discovery_token_ca_cert_hash(&ca)
-            .map_err(|e| format!("--kubernetes-ca {}: {e}", ca_path.display()))?;
+            .map_err(|e| format!("--{} {}: {e}", KUBERNETES_CA.long, ca_path.display()))?;
+        let kubelet_cert_signer = kubelet_cert_signer(
+            &ca,
+            ca_path,
+            &config.pki_dir,
+            config.kubelet_cert_validity_days,
+        )?;
 
-        let pki_dir = PathBuf::from(required("pki-dir")?);
-        let kubelet_cert_signer =
-            kubelet_cert_signer(&ca, ca_path, &pki_dir, number("kubelet-cert-validity")?)?;
-
-        let kube_api = kube_api(m)?;
-        let vpn_registry = vpn_registry(m, &kube_api)?;
+        let kube_api = kube_api(&config.kube_api)?;
+        let vpn_registry = vpn_registry(config.vpn_network, &kube_api)?;
         let token_issuer: Arc<dyn TokenIssuer> =
             Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(|e| e.to_string())?);
 
         let mut pool = PoolConfig {
-            workers: number("workers")?,
-            queue: number("queue")?,
+            workers: config.workers,
+            queue: config.queue,
             gate: Some(confboot_atls::client_hello_gate(
-                number("pending")?.max(1),
+                config.pending,
                 confboot_atls::DEFAULT_GATE_TIMEOUT,
             )),
             ..PoolConfig::default()
@@ -199,19 +428,17 @@ impl Config {
         // Each worker may hold a connection to the API server as well.
         let others = OTHER_DESCRIPTORS + pool.workers as u64;
         confboot_net::listener::fit_descriptors(&mut pool, others);
-        Ok(Config {
-            listen: required("listen")?.to_string(),
-            health_listen: required("health-listen")?.to_string(),
+        Ok(Service {
             pool,
             checks,
             issuer,
             ticket_config: TicketConfig {
                 master_secret,
-                measurement_salt,
-                api_server_endpoint: required("api-server-endpoint")?.to_string(),
+                measurement_salt: config.measurement_salt.clone(),
+                api_server_endpoint: config.api_server_endpoint.clone(),
                 discovery_token_ca_cert_hash,
-                kubernetes_version: required("kubernetes-version")?.to_string(),
-                pki_dir,
+                kubernetes_version: config.kubernetes_version.clone(),
+                pki_dir: config.pki_dir.clone(),
                 kubelet_cert_signer,
                 vpn_registry,
             },
@@ -223,22 +450,15 @@ impl Config {
 /// The Kubernetes API client: `--kube-api` with its CA and token files, or
 /// the in-cluster service account; it keeps a connection open for each of
 /// the `--workers` that may call it at once.
-pub fn kube_api(m: &Matches) -> Result<KubeApi, String> {
-    let required = |name: &str| m.required(name).map_err(|e| e.to_string());
-    let connections = m
-        .parsed::<usize>("workers")
-        .map_err(|e| e.to_string())?
-        .unwrap_or(1);
-    match m.value("kube-api") {
+pub fn kube_api(config: &KubeApiConfig) -> Result<KubeApi, String> {
+    let connections = config.connections;
+    match &config.endpoint {
         None => KubeApi::in_cluster(KUBE_API_TIMEOUT, connections).map_err(|e| e.to_string()),
-        Some(url) => {
-            let ca = read_text_file("kube-api-ca", Path::new(required("kube-api-ca")?))?;
-            let token = read_text_file(
-                "kube-api-token-file",
-                Path::new(required("kube-api-token-file")?),
-            )?;
+        Some(endpoint) => {
+            let ca = read_text_file(&KUBE_API_CA, &endpoint.ca)?;
+            let token = read_text_file(&KUBE_API_TOKEN_FILE, &endpoint.token_file)?;
             KubeApi::new(
-                url,
+                &endpoint.url,
                 &ca,
                 Zeroizing::new(token.trim().to_string()),
                 KUBE_API_TIMEOUT,
@@ -251,13 +471,12 @@ pub fn kube_api(m: &Matches) -> Result<KubeApi, String> {
 
 /// The VPN peer registry of `--vpn-cidr`, if given.
 pub fn vpn_registry(
-    m: &Matches,
+    network: Option<VpnNetwork>,
     kube_api: &KubeApi,
 ) -> Result<Option<Arc<KubeApiPeerRegistry>>, String> {
-    let Some(cidr) = m.value("vpn-cidr") else {
+    let Some(network) = network else {
         return Ok(None);
     };
-    let network: VpnNetwork = cidr.parse().map_err(|e| format!("--vpn-cidr: {e}"))?;
     let registry =
         KubeApiPeerRegistry::new(kube_api.clone(), network).map_err(|e| e.to_string())?;
     Ok(Some(Arc::new(registry)))
@@ -270,11 +489,8 @@ fn kubelet_cert_signer(
     ca_cert: &[u8],
     ca_path: &Path,
     pki_dir: &Path,
-    validity_days: usize,
+    validity_days: u64,
 ) -> Result<Option<KubeletCertSigner>, String> {
-    if validity_days == 0 || validity_days > 3650 {
-        return Err("--kubelet-cert-validity: want 1 to 3650 days".into());
-    }
     let key_path = pki_dir.join("ca.key");
     let key = match read_bounded_text(&key_path, MAX_CONFIG_FILE_BYTES) {
         Ok(key) => key,
@@ -287,7 +503,7 @@ fn kubelet_cert_signer(
     };
     let cert = std::str::from_utf8(ca_cert)
         .map_err(|_| format!("--kubernetes-ca {}: not PEM", ca_path.display()))?;
-    let validity = std::time::Duration::from_secs(validity_days as u64 * 24 * 3600);
+    let validity = std::time::Duration::from_secs(validity_days * 24 * 3600);
     KubeletCertSigner::new(cert, &key, validity)
         .map(Some)
         .map_err(|e| format!("{} with {}: {e}", ca_path.display(), key_path.display()))
@@ -298,19 +514,95 @@ mod tests {
     use super::*;
     use confboot_attest::vtpm::AkTrust;
 
+    use crate::options::CMD;
+
+    /// The options joinsvc needs beside `args`.
+    const NEEDED: [&str; 8] = [
+        "--master-secret",
+        "master-secret.json",
+        "--measurement-salt",
+        "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        "--measurements",
+        "measurements.json",
+        "--api-server-endpoint",
+        "10.0.0.1:6443",
+    ];
+
+    fn config(args: &[&str]) -> Result<Config, String> {
+        let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
+        Config::from_matches(&m).map_err(|e| match e {
+            OptionsError::Serve(e) => e,
+            OptionsError::RemoveVpnPeer(e) => format!("(remove) {e}"),
+        })
+    }
+
+    fn serve_config(args: &[&str]) -> Result<ServeConfig, String> {
+        let mut all = NEEDED.to_vec();
+        all.extend_from_slice(args);
+        match config(&all)? {
+            Config::Serve(c) => Ok(*c),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// `--ak-trust mode` read as joinsvc reads it.
     fn parse_ak_trust(mode: &str) -> Result<AkTrust, String> {
         ak_trust_from(&["--ak-trust", mode])
     }
 
     fn ak_trust_from(args: &[&str]) -> Result<AkTrust, String> {
-        let m = crate::CMD
-            .parse(args.iter().map(|s| s.to_string()))
-            .unwrap();
-        VALIDATOR_OPTIONS
-            .builder(&m)
+        let config = serve_config(args)?;
+        config
+            .attestation
+            .vtpm
+            .expect("qemu-vtpm is accepted")
+            .validator_builder()
             .map(|b| b.ak_trust().clone())
-            .map_err(|e| e.to_string())
+            .map_err(|e| describe(&e))
+    }
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        // Config::from_matches reads every option whatever the others say:
+        // one parse reads them all (an undeclared one panics).
+        let c = serve_config(&["--ak-trust", "insecure-any-ak"]).unwrap();
+        assert_eq!(c.attestation.variants, vec![Variant::QemuVtpm]);
+        assert_eq!((c.workers, c.queue, c.pending), (16, 64, 1024));
+        assert_eq!(c.kubelet_cert_validity_days, 365);
+        assert_eq!(c.kube_api.endpoint, None);
+        assert!(c.tpm.is_none() && c.vpn_network.is_none());
+        let remove = config(&["--remove-vpn-peer", "n", "--vpn-cidr", "10.118.0.0/16"]).unwrap();
+        assert!(
+            matches!(&remove, Config::RemoveVpnPeer(r) if r.name == "n" && r.vpn_network.is_some()),
+            "{remove:?}"
+        );
+    }
+
+    #[test]
+    fn options_are_checked_in_order_with_errors_that_name_them() {
+        assert_eq!(
+            config(&[]).unwrap_err(),
+            "option --master-secret is required"
+        );
+        let e = serve_config(&["--measurement-salt", "abcd", "--ak-trust", "x"]).unwrap_err();
+        assert_eq!(e, "--measurement-salt must be at least 32 bytes");
+        let e = serve_config(&["--kubelet-cert-validity", "0", "--ak-trust", "x"]).unwrap_err();
+        assert_eq!(e, "--kubelet-cert-validity: want 1 to 3650 days");
+        let e = serve_config(&[]).unwrap_err();
+        assert_eq!(e, "option --ak-trust is required");
+        let e = serve_config(&["--variants", "tdx"]).unwrap_err();
+        assert!(e.starts_with("--variants: unknown variant"), "{e}");
+        let e = serve_config(&["--variants", "sev-snp"]).unwrap_err();
+        assert_eq!(
+            e,
+            "--variants accepts sev-snp, which needs --snp-policy (the SEV-SNP policy)"
+        );
+        let c = serve_config(&["--variants", "sev-snp", "--snp-policy", "snp.json"]).unwrap();
+        assert_eq!(c.attestation.vtpm, None, "the vTPM options are not needed");
+        let e = serve_config(&["--ak-trust", "x", "--kube-api", "https://k"]).unwrap_err();
+        assert_eq!(e, "option --kube-api-ca is required");
+        let e = config(&["--remove-vpn-peer", "n", "--vpn-cidr", "x"]).unwrap_err();
+        assert!(e.starts_with("(remove) --vpn-cidr: "), "{e}");
     }
 
     #[test]

@@ -281,6 +281,7 @@ fn old_option_names_still_work() {
         .env("JOINSVC_POLICY", &policy)
         .args(["--master-secret", &master, "--measurement-salt", &salt])
         .args(["--ak-trust", "trust-me"])
+        .args(["--api-server-endpoint", "10.0.0.1:6443"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -3,16 +3,14 @@
 //! the node's WireGuard interface and the peers file ([`NodeVpnSink`]),
 //! and waits ([`PollTimer`]) until told to stop.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::config::VpnConfig;
 use confboot_attest::Issuer;
-use confboot_attest::join_service::join_service_validators;
 use confboot_attest::vtpm::VtpmIssuer;
-use confboot_sys::netlink::{NetlinkError, check_interface_name};
-use confboot_util::args::Matches;
+use confboot_sys::netlink::NetlinkError;
 use confboot_util::stop::Stop;
 use confboot_vpn::WireGuardInterface;
 use confboot_vpn::{
@@ -42,28 +40,17 @@ impl VpnPoller {
     }
 }
 
-/// Starts polling as the `--vpn-*` and `--joinsvc-*` options say.
-pub fn start(m: &Matches, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
-    let network: VpnNetwork = m
-        .value("vpn-cidr")
-        .expect("called with --vpn-cidr")
-        .parse()
-        .map_err(|e| format!("--vpn-cidr: {e}"))?;
-    let interval = match m.parsed::<u64>("vpn-poll-interval") {
-        Ok(Some(s)) if (1..=3600).contains(&s) => Duration::from_secs(s),
-        _ => return Err("--vpn-poll-interval: want 1 to 3600 seconds".into()),
-    };
-    let file_path = m.value("vpn-file").expect("default");
-    let file = NodeVpnFile::read(Path::new(file_path)).map_err(|e| format!("--vpn-file: {e}"))?;
-    let mut control_planes: Vec<String> = m
-        .values("vpn-control-plane")
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+/// Starts polling as `config` says (the `--vpn-*` and `--joinsvc-*`
+/// options).
+pub fn start(config: &VpnConfig, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
+    let network = config.network;
+    let interval = config.poll_interval;
+    let file = NodeVpnFile::read(&config.file).map_err(|e| format!("--vpn-file: {e}"))?;
+    let mut control_planes = config.control_planes.clone();
     if control_planes.is_empty() {
         control_planes = file.control_planes.clone();
     }
-    let validators = join_service_validators(m, vtpm)?;
+    let validators = crate::options::validators(&config.join_services, vtpm)?;
     let own = file.own_record_key.record(
         &file.name,
         &file.public_endpoint.to_string(),
@@ -88,22 +75,15 @@ pub fn start(m: &Matches, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
         Some(own),
         ATTEMPT_TIMEOUT,
     );
-    let interface = match m.value("vpn-interface").expect("default") {
-        "none" => None,
-        name => {
-            check_interface_name(name).map_err(|e| format!("--vpn-interface: {e}"))?;
-            Some(name.to_string())
-        }
-    };
     let mut sink = NodeVpnSink {
-        interface: interface.map(|name| InterfaceState::Down {
+        interface: config.interface.clone().map(|name| InterfaceState::Down {
             name,
             key: VpnPrivateKey::from_bytes(file.private_key.expose()).expect("a valid key"),
             listen_port: file.listen_port,
         }),
         node_name: file.name.clone(),
         network,
-        file: PeerListFile::new(m.value("vpn-peers-file").expect("default")),
+        file: PeerListFile::new(&config.peers_file),
     };
     let stop = Stop::new();
     let thread = {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use confboot_util::args::{Command, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use tss_esapi::{
     Context, TctiNameConf,
     attributes::{NvIndexAttributesBuilder, ObjectAttributesBuilder},
@@ -30,6 +30,35 @@ use tss_esapi::{
     },
 };
 
+const TCTI: Opt = Opt::value(
+    "tcti",
+    "TCTI",
+    "tpm2-tss TCTI of the TPM, e.g. swtpm:host=127.0.0.1,port=2321",
+)
+.env("CONFBOOT_TCTI");
+const AK_HANDLE: Opt =
+    Opt::value("ak-handle", "HANDLE", "Persistent handle of the AK (hex)").default("0x81000003");
+const NV_INDEX: Opt =
+    Opt::value("nv-index", "INDEX", "NV index of the AK certificate (hex)").default("0x01c101d0");
+const CA_CERT: Opt = Opt::value(
+    "ca-cert",
+    "FILE",
+    "CA certificate (PEM) that signs the AK certificate",
+);
+const CA_KEY: Opt = Opt::value(
+    "ca-key",
+    "FILE",
+    "CA private key (PEM, PKCS#8) of --ca-cert",
+);
+const OUT_DIR: Opt = Opt::value(
+    "out-dir",
+    "DIR",
+    "Where ak-cert.der, ak-pubkey.hex (and a generated CA) go",
+);
+const SUBJECT: Opt =
+    Opt::value("subject", "CN", "Common name of the AK certificate").default("confboot vTPM AK");
+const FORCE: Opt = Opt::flag("force", "Replace an AK or NV index that already exists");
+
 const CMD: Command = Command {
     name: "confboot-tpm-provision",
     about: "Provisions a TPM as a cloud provider would: creates a restricted ECDSA P-256 \
@@ -40,35 +69,7 @@ and writes the certificate (DER) to an NV index. Talks to the TPM through tss-es
 (the AK as a SEC1 point, the form pinned AK lists take) into --out-dir and prints the AK key.",
     usage: "confboot-tpm-provision --tcti TCTI --out-dir DIR [--ca-cert FILE --ca-key FILE] [OPTIONS]",
     opts: &[
-        Opt::value(
-            "tcti",
-            "TCTI",
-            "tpm2-tss TCTI of the TPM, e.g. swtpm:host=127.0.0.1,port=2321",
-        )
-        .env("CONFBOOT_TCTI"),
-        Opt::value("ak-handle", "HANDLE", "Persistent handle of the AK (hex)")
-            .default("0x81000003"),
-        Opt::value("nv-index", "INDEX", "NV index of the AK certificate (hex)")
-            .default("0x01c101d0"),
-        Opt::value(
-            "ca-cert",
-            "FILE",
-            "CA certificate (PEM) that signs the AK certificate",
-        ),
-        Opt::value(
-            "ca-key",
-            "FILE",
-            "CA private key (PEM, PKCS#8) of --ca-cert",
-        ),
-        Opt::value(
-            "out-dir",
-            "DIR",
-            "Where ak-cert.der, ak-pubkey.hex (and a generated CA) go",
-        ),
-        Opt::value("subject", "CN", "Common name of the AK certificate")
-            .default("confboot vTPM AK"),
-        Opt::flag("force", "Replace an AK or NV index that already exists"),
-        VERBOSITY,
+        TCTI, AK_HANDLE, NV_INDEX, CA_CERT, CA_KEY, OUT_DIR, SUBJECT, FORCE, VERBOSITY,
     ],
 };
 
@@ -78,9 +79,58 @@ fn tss<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{what}: {e}")
 }
 
-fn parse_hex_u32(option: &str, text: &str) -> Result<u32> {
+fn parse_hex_u32(option: &Opt, text: &str) -> Result<u32> {
     u32::from_str_radix(text.trim_start_matches("0x").trim_start_matches("0X"), 16)
-        .map_err(|e| format!("--{option} {text:?}: {e}"))
+        .map_err(|e| format!("--{} {text:?}: {e}", option.long))
+}
+
+/// What the provisioning runs with: every option read once.
+#[derive(Debug)]
+struct Config {
+    /// The TPM's tpm2-tss TCTI.
+    tcti: String,
+    /// Where the outputs (and a generated CA) go.
+    out_dir: PathBuf,
+    /// The AK's persistent handle.
+    ak_handle: u32,
+    /// The NV index of the AK certificate.
+    nv_index: u32,
+    /// Whether an AK or NV index that exists is replaced.
+    force: bool,
+    /// The CA's certificate and key files (`None`: generated or reused in
+    /// the output directory).
+    ca_cert: Option<String>,
+    /// The CA's private key file.
+    ca_key: Option<String>,
+    /// The AK certificate's common name.
+    subject: String,
+}
+
+impl Config {
+    /// Reads every option (each once, whatever the others say).
+    fn from_matches(m: &Matches) -> Result<Config> {
+        let tcti = m.required(&TCTI).map(str::to_string);
+        let out_dir = m.required(&OUT_DIR).map(PathBuf::from);
+        let ak_handle = m.value(&AK_HANDLE).unwrap_or_default();
+        let nv_index = m.value(&NV_INDEX).unwrap_or_default();
+        let force = m.flag(&FORCE);
+        let ca_cert = m.value(&CA_CERT).map(str::to_string);
+        let ca_key = m.value(&CA_KEY).map(str::to_string);
+        let subject = m.value(&SUBJECT).unwrap_or("confboot vTPM AK").to_string();
+        if let Some(extra) = m.positional().first() {
+            return Err(format!("unexpected argument {extra:?}"));
+        }
+        Ok(Config {
+            tcti: tcti.map_err(|e| e.to_string())?,
+            out_dir: out_dir.map_err(|e| e.to_string())?,
+            ak_handle: parse_hex_u32(&AK_HANDLE, ak_handle)?,
+            nv_index: parse_hex_u32(&NV_INDEX, nv_index)?,
+            force,
+            ca_cert,
+            ca_key,
+            subject,
+        })
+    }
 }
 
 /// The AK template: the same as confboot's own (`confboot_attest::tpm::structures::ak_template`),
@@ -284,26 +334,21 @@ fn run() -> Result<()> {
     let m = parse_or_exit(&CMD, std::env::args().skip(1));
     let verbosity = m.verbosity().map_err(|e| e.to_string())?;
     confboot_util::logging::init("confboot-tpm-provision", verbosity);
-    if let Some(extra) = m.positional().first() {
-        return Err(format!("unexpected argument {extra:?}"));
-    }
-    let tcti = m.required("tcti").map_err(|e| e.to_string())?;
-    let out_dir = PathBuf::from(m.required("out-dir").map_err(|e| e.to_string())?);
-    let ak_handle = parse_hex_u32("ak-handle", m.value("ak-handle").unwrap_or_default())?;
-    let nv_index = parse_hex_u32("nv-index", m.value("nv-index").unwrap_or_default())?;
-    let force = m.flag("force");
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("create {}: {e}", out_dir.display()))?;
+    let config = Config::from_matches(&m)?;
+    let (out_dir, force) = (&config.out_dir, config.force);
+    let (ak_handle, nv_index) = (config.ak_handle, config.nv_index);
+    let tcti = config.tcti.as_str();
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("create {}: {e}", out_dir.display()))?;
     log::info!("provisioning the TPM at {tcti}");
 
-    let ca = load_or_generate_ca(m.value("ca-cert"), m.value("ca-key"), &out_dir)?;
+    let ca = load_or_generate_ca(config.ca_cert.as_deref(), config.ca_key.as_deref(), out_dir)?;
     let conf = TctiNameConf::from_str(tcti).map_err(tss("--tcti"))?;
     let mut context = Context::new(conf).map_err(tss("open the TPM"))?;
     context.set_sessions((Some(AuthSession::Password), None, None));
 
     let public = provision_ak(&mut context, ak_handle, force)?;
     let point = ak_point(&public)?;
-    let subject = m.value("subject").unwrap_or("confboot vTPM AK");
-    let der = confboot_attest::vtpm::issue_ak_certificate(&point, subject, &ca)
+    let der = confboot_attest::vtpm::issue_ak_certificate(&point, &config.subject, &ca)
         .map_err(|e| e.to_string())?;
     write_certificate(&mut context, nv_index, &der, force)?;
     write_file(&out_dir.join("ak-cert.der"), &der, false)?;
@@ -324,5 +369,34 @@ fn main() -> ExitCode {
             eprintln!("confboot-tpm-provision: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        // Config::from_matches reads every option whatever the others say:
+        // one parse reads them all (an undeclared one panics).
+        let args = ["--tcti", "swtpm:port=1", "--out-dir", "out"];
+        let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
+        let c = Config::from_matches(&m).unwrap();
+        assert_eq!((c.ak_handle, c.nv_index), (0x8100_0003, 0x01c1_01d0));
+        assert_eq!(c.subject, "confboot vTPM AK");
+        assert!(!c.force);
+        let m = CMD
+            .parse(
+                ["--tcti=t", "--out-dir=o", "--ak-handle=zz"]
+                    .into_iter()
+                    .map(String::from),
+            )
+            .unwrap();
+        assert!(
+            Config::from_matches(&m)
+                .unwrap_err()
+                .starts_with("--ak-handle \"zz\": "),
+        );
     }
 }

@@ -183,13 +183,11 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 
     /// What a join request carries for the VPN: the node's name, this
     /// boot's candidate public key and its public endpoint (`None`: no VPN).
-    pub fn vpn_join_fields(&self) -> Option<(String, Vec<u8>, String)> {
-        self.vpn.as_ref().map(|v| {
-            (
-                v.name.clone(),
-                v.candidate.public_key().as_bytes().to_vec(),
-                v.public_endpoint.to_string(),
-            )
+    pub fn vpn_join_fields(&self) -> Option<vpn::VpnJoinFields> {
+        self.vpn.as_ref().map(|v| vpn::VpnJoinFields {
+            node_name: v.name.clone(),
+            public_key: v.candidate.public_key().as_bytes().to_vec(),
+            public_endpoint: v.public_endpoint.to_string(),
         })
     }
 

@@ -1536,12 +1536,12 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     let file = run.path().join("confboot/vpn.json");
     let (rig, first) = Rig::new(FakeDisk::blank()).with_vpn(&file);
     // The join request carries the candidate's public half.
-    let (name, public, endpoint) = rig.node.vpn_join_fields().unwrap();
+    let fields = rig.node.vpn_join_fields().unwrap();
     assert_eq!(
-        (name.as_str(), endpoint.as_str()),
+        (fields.node_name.as_str(), fields.public_endpoint.as_str()),
         ("worker-1", "192.0.2.1:51820")
     );
-    assert_eq!(public, first.public_key().as_bytes().to_vec());
+    assert_eq!(fields.public_key, first.public_key().as_bytes().to_vec());
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     rig.node
         .apply_ticket(&token, &join_request(), &join_ticket())

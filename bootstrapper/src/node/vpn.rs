@@ -39,6 +39,22 @@ pub struct NodeVpnSetup {
     pub candidate: VpnPrivateKey,
 }
 
+/// What a join request carries for the node's VPN: who the node is in it
+/// and how other nodes reach it, so the join service can register it as a
+/// peer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VpnJoinFields {
+    /// The node's name, its peer name in the VPN (its Kubernetes name).
+    pub node_name: String,
+    /// The public half (32 bytes) of this boot's candidate WireGuard key:
+    /// a join request goes out before the state disk is open, so it
+    /// cannot carry the key kept there (the node agent's own record
+    /// later tells the control plane the key in use).
+    pub public_key: Vec<u8>,
+    /// Where other nodes reach the node's WireGuard, `IP:PORT`.
+    pub public_endpoint: String,
+}
+
 /// Where the key in use came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeySource {

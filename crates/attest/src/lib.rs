@@ -6,10 +6,10 @@
 //! validator is built from a policy; [`SwappableValidator`] lets a service
 //! replace it at run time while every check sees one consistent policy.
 
+pub mod config;
 pub mod join_service;
 pub mod measure;
 pub mod measurements;
-pub mod options;
 pub mod snp;
 pub mod tpm;
 pub mod vtpm;

@@ -4,29 +4,37 @@
 //! that was renamed keeps its old names as aliases (on the command line, in
 //! `--config` files and in the environment), so what worked before still does.
 //!
+//!
+//! Every option is a named [`Opt`] constant, and [`Matches`] is read with
+//! that constant, never with a string: a misspelt option is a compile
+//! error. A binary reads its [`Matches`] once, at start, into its own typed
+//! configuration; library crates never see an option.
+//!
 //! ```
-//! use confboot_util::args::{Command, Opt};
+//! use confboot_util::args::{Command, Opt, VERBOSITY};
+//! const PORT: Opt = Opt::value("port", "PORT", "TCP port to listen on").default("9090");
+//! const DRY_RUN: Opt = Opt::flag("dry-run", "Only print what would be done");
 //! const CMD: Command = Command {
 //!     name: "demo",
 //!     about: "Shows how options are parsed.",
 //!     usage: "demo [OPTIONS]",
-//!     opts: &[
-//!         Opt::value("port", "PORT", "TCP port to listen on").default("9090"),
-//!         Opt::flag("dry-run", "Only print what would be done"),
-//!         confboot_util::args::VERBOSITY,
-//!     ],
+//!     opts: &[PORT, DRY_RUN, VERBOSITY],
 //! };
 //! let m = CMD.parse(["--port=80", "-v", "4"].iter().map(|s| s.to_string())).unwrap();
-//! assert_eq!(m.value("port"), Some("80"));
-//! assert!(!m.flag("dry-run"));
+//! assert_eq!(m.value(&PORT), Some("80"));
+//! assert!(!m.flag(&DRY_RUN));
 //! assert_eq!(m.verbosity().unwrap(), 4);
 //! ```
+//!
+//! Reading an option the command does not declare is a bug of the binary
+//! and panics, naming the command and the option; each binary has a test
+//! that reads its whole configuration from a parse of its own table.
 
 use std::fmt;
 use std::str::FromStr;
 
 /// One option of a command.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Opt {
     /// Long name, without the leading `--`.
     pub long: &'static str,
@@ -123,6 +131,10 @@ pub const VERBOSITY: Opt = Opt {
     env_aliases: &[],
 };
 
+/// The `--config FILE` option of the daemons: a JSON file with option
+/// values ([`Matches::load_config_file`], read by [`start_daemon`]).
+pub const CONFIG: Opt = Opt::value("config", "FILE", "JSON file with option values");
+
 /// A command: its name, what it does, and its options.
 #[derive(Clone, Copy, Debug)]
 pub struct Command {
@@ -192,6 +204,12 @@ pub struct Matches {
 }
 
 impl Command {
+    /// Whether this command declares `opt` (the same option, under the
+    /// same long name).
+    pub fn declares(&self, opt: &Opt) -> bool {
+        self.opts.contains(opt)
+    }
+
     /// Parses the arguments that follow the command name.
     pub fn parse<I: IntoIterator<Item = String>>(&self, args: I) -> Result<Matches, ArgsError> {
         self.parse_with_env(args, |var| std::env::var(var).ok())
@@ -309,12 +327,28 @@ impl Command {
 }
 
 impl Matches {
-    fn opt(&self, long: &str) -> &Opt {
-        self.cmd
+    /// The command's own entry for `opt`. Reading an option the command
+    /// does not declare (or declares differently) is a bug of the binary:
+    /// it panics, naming both.
+    fn declared(&self, opt: &Opt) -> &Opt {
+        let declared = self
+            .cmd
             .opts
             .iter()
-            .find(|o| o.long == long)
-            .unwrap_or_else(|| panic!("command {} has no option --{long}", self.cmd.name))
+            .find(|o| o.long == opt.long)
+            .unwrap_or_else(|| {
+                panic!(
+                    "command {} reads option --{}, which its option table does not declare",
+                    self.cmd.name, opt.long
+                )
+            });
+        assert!(
+            declared == opt,
+            "command {} reads option --{} as {opt:?}, but declares it as {declared:?}",
+            self.cmd.name,
+            opt.long
+        );
+        declared
     }
 
     /// Reads option values from a JSON configuration file (at most
@@ -324,7 +358,7 @@ impl Matches {
     /// line and the environment take precedence over the file.
     pub fn load_config_file(&mut self, path: &std::path::Path) -> Result<(), ArgsError> {
         let invalid = |reason: String| ArgsError::Invalid {
-            option: "config".into(),
+            option: CONFIG.long.into(),
             value: path.display().to_string(),
             reason,
         };
@@ -348,7 +382,7 @@ impl Matches {
                 .cmd
                 .opts
                 .iter()
-                .find(|o| o.is_named(key) && o.long != "config")
+                .find(|o| o.is_named(key) && o.long != CONFIG.long)
                 .ok_or_else(|| invalid(format!("unknown option {key:?}")))?;
             match v {
                 serde_json::Value::Array(items) => {
@@ -364,8 +398,9 @@ impl Matches {
 
     /// The value of an option: the last one given, else its environment
     /// variable, else the configuration file, else its default.
-    pub fn value(&self, long: &str) -> Option<&str> {
-        let opt = self.opt(long);
+    pub fn value(&self, opt: &Opt) -> Option<&str> {
+        let opt = self.declared(opt);
+        let long = opt.long;
         if let Some((_, v)) = self.given.iter().rev().find(|(n, _)| *n == long) {
             return v.as_deref();
         }
@@ -381,8 +416,8 @@ impl Matches {
     }
 
     /// Every value given for a repeatable option, in order.
-    pub fn values(&self, long: &str) -> Vec<&str> {
-        self.opt(long);
+    pub fn values(&self, opt: &Opt) -> Vec<&str> {
+        let long = self.declared(opt).long;
         let given: Vec<&str> = self
             .given
             .iter()
@@ -400,14 +435,14 @@ impl Matches {
     }
 
     /// The value of a required option.
-    pub fn required(&self, long: &str) -> Result<&str, ArgsError> {
-        self.value(long)
-            .ok_or_else(|| ArgsError::Required(long.into()))
+    pub fn required(&self, opt: &Opt) -> Result<&str, ArgsError> {
+        self.value(opt)
+            .ok_or_else(|| ArgsError::Required(opt.long.into()))
     }
 
     /// Whether a flag was given (or its environment variable is `1`/`true`).
-    pub fn flag(&self, long: &str) -> bool {
-        self.opt(long);
+    pub fn flag(&self, opt: &Opt) -> bool {
+        let long = self.declared(opt).long;
         let truthy = |v: &str| v == "1" || v == "true";
         self.given.iter().any(|(n, _)| *n == long)
             || self.env_value(long).is_some_and(truthy)
@@ -427,14 +462,14 @@ impl Matches {
     }
 
     /// The value of an option converted with [`FromStr`].
-    pub fn parsed<T: FromStr>(&self, long: &str) -> Result<Option<T>, ArgsError>
+    pub fn parsed<T: FromStr>(&self, opt: &Opt) -> Result<Option<T>, ArgsError>
     where
         T::Err: fmt::Display,
     {
-        self.value(long)
+        self.value(opt)
             .map(|v| {
                 v.parse().map_err(|e: T::Err| ArgsError::Invalid {
-                    option: long.into(),
+                    option: opt.long.into(),
                     value: v.into(),
                     reason: e.to_string(),
                 })
@@ -444,7 +479,7 @@ impl Matches {
 
     /// The `-v` verbosity (see [`VERBOSITY`]).
     pub fn verbosity(&self) -> Result<u8, ArgsError> {
-        Ok(self.parsed::<u8>("verbosity")?.unwrap_or(2))
+        Ok(self.parsed::<u8>(&VERBOSITY)?.unwrap_or(2))
     }
 
     /// Arguments that are not options, in order.
@@ -476,12 +511,13 @@ pub fn exit_usage(cmd: &Command, error: &dyn std::fmt::Display) -> ! {
 }
 
 /// Starts a daemon (the bootstrapper, joinsvc, the node agent): parses
-/// `std::env::args()` as [`parse_or_exit`] does, reads the `--config` JSON
+/// `std::env::args()` as [`parse_or_exit`] does, reads the [`CONFIG`] JSON
 /// file when one is named (flags win over it), and installs logging at the
-/// `-v` level under `component`. A bad file or level exits 2.
+/// `-v` level under `component`. A bad file or level exits 2. `cmd` must
+/// declare [`CONFIG`] and [`VERBOSITY`].
 pub fn start_daemon(cmd: &Command, component: &'static str) -> Matches {
     let mut m = parse_or_exit(cmd, std::env::args().skip(1));
-    if let Some(path) = m.value("config").map(std::path::PathBuf::from)
+    if let Some(path) = m.value(&CONFIG).map(std::path::PathBuf::from)
         && let Err(e) = m.load_config_file(&path)
     {
         exit_usage(cmd, &e);
@@ -495,22 +531,21 @@ pub fn start_daemon(cmd: &Command, component: &'static str) -> Matches {
 mod tests {
     use super::*;
 
+    const LISTEN: Opt = Opt::value("listen", "ADDR", "Where to listen")
+        .default("0.0.0.0:9090")
+        .short('l');
+    const ENDPOINT: Opt = Opt::value("endpoint", "HOST:PORT", "A peer (repeatable)");
+    const INSECURE: Opt = Opt::flag("insecure", "Skip checks");
+    const MEASUREMENTS: Opt = Opt::value("measurements", "FILE", "Expected measurements")
+        .env("T_MEASUREMENTS")
+        .aliases(&["policy", "expected"])
+        .env_aliases(&["T_POLICY"]);
+
     const CMD: Command = Command {
         name: "t",
         about: "Test command.",
         usage: "t [OPTIONS] [FILE]",
-        opts: &[
-            Opt::value("listen", "ADDR", "Where to listen")
-                .default("0.0.0.0:9090")
-                .short('l'),
-            Opt::value("endpoint", "HOST:PORT", "A peer (repeatable)"),
-            Opt::flag("insecure", "Skip checks"),
-            Opt::value("measurements", "FILE", "Expected measurements")
-                .env("T_MEASUREMENTS")
-                .aliases(&["policy", "expected"])
-                .env_aliases(&["T_POLICY"]),
-            VERBOSITY,
-        ],
+        opts: &[LISTEN, ENDPOINT, INSECURE, MEASUREMENTS, VERBOSITY],
     };
 
     fn parse(a: &[&str]) -> Result<Matches, ArgsError> {
@@ -529,19 +564,19 @@ mod tests {
             "-v6",
         ])
         .unwrap();
-        assert_eq!(m.value("listen"), Some("1.2.3.4:1"));
-        assert_eq!(m.values("endpoint"), vec!["a", "b"]);
+        assert_eq!(m.value(&LISTEN), Some("1.2.3.4:1"));
+        assert_eq!(m.values(&ENDPOINT), vec!["a", "b"]);
         assert_eq!(m.verbosity().unwrap(), 6);
         assert_eq!(m.positional(), ["x"]);
         let m = parse(&["-l", "h:2", "--insecure"]).unwrap();
-        assert_eq!(m.value("listen"), Some("h:2"));
-        assert!(m.flag("insecure"));
+        assert_eq!(m.value(&LISTEN), Some("h:2"));
+        assert!(m.flag(&INSECURE));
         let m = parse(&[]).unwrap();
-        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"));
+        assert_eq!(m.value(&LISTEN), Some("0.0.0.0:9090"));
         assert_eq!(m.verbosity().unwrap(), 2);
-        assert!(!m.flag("insecure"));
+        assert!(!m.flag(&INSECURE));
         assert_eq!(
-            m.required("endpoint"),
+            m.required(&ENDPOINT),
             Err(ArgsError::Required("endpoint".into()))
         );
     }
@@ -581,9 +616,9 @@ mod tests {
         .unwrap();
         let mut m = parse(&["-v", "6"]).unwrap();
         m.load_config_file(&file).unwrap();
-        assert_eq!(m.value("listen"), Some("10.0.0.1:1"));
-        assert_eq!(m.values("endpoint"), vec!["a", "b"]);
-        assert!(m.flag("insecure"));
+        assert_eq!(m.value(&LISTEN), Some("10.0.0.1:1"));
+        assert_eq!(m.values(&ENDPOINT), vec!["a", "b"]);
+        assert!(m.flag(&INSECURE));
         assert_eq!(
             m.verbosity().unwrap(),
             6,
@@ -612,11 +647,11 @@ mod tests {
             let m = CMD
                 .parse_with_env(args.iter().map(|s| s.to_string()), no_env)
                 .unwrap();
-            assert_eq!(m.value("measurements"), Some("p.json"), "{args:?}");
+            assert_eq!(m.value(&MEASUREMENTS), Some("p.json"), "{args:?}");
         }
         // The last one given wins, whichever name it used.
         let m = parse(&["--measurements", "a", "--policy", "b"]).unwrap();
-        assert_eq!(m.value("measurements"), Some("b"));
+        assert_eq!(m.value(&MEASUREMENTS), Some("b"));
         // The environment: the current variable first, then the old one.
         let env = |var: &str| match var {
             "T_MEASUREMENTS" => Some("new.json".to_string()),
@@ -624,14 +659,14 @@ mod tests {
             _ => None,
         };
         let m = CMD.parse_with_env(Vec::new(), env).unwrap();
-        assert_eq!(m.value("measurements"), Some("new.json"));
+        assert_eq!(m.value(&MEASUREMENTS), Some("new.json"));
         let only_old = |var: &str| (var == "T_POLICY").then(|| "old.json".to_string());
         let m = CMD.parse_with_env(Vec::new(), only_old).unwrap();
-        assert_eq!(m.value("measurements"), Some("old.json"));
+        assert_eq!(m.value(&MEASUREMENTS), Some("old.json"));
         let m = CMD
             .parse_with_env(["--policy=flag.json".to_string()], env)
             .unwrap();
-        assert_eq!(m.value("measurements"), Some("flag.json"), "flags win");
+        assert_eq!(m.value(&MEASUREMENTS), Some("flag.json"), "flags win");
         // A configuration file may use the old key.
         let dir = std::env::temp_dir().join(format!("confboot-args-alias-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -639,7 +674,7 @@ mod tests {
         std::fs::write(&file, r#"{"policy": "file.json"}"#).unwrap();
         let mut m = CMD.parse_with_env(Vec::new(), no_env).unwrap();
         m.load_config_file(&file).unwrap();
-        assert_eq!(m.value("measurements"), Some("file.json"));
+        assert_eq!(m.value(&MEASUREMENTS), Some("file.json"));
         std::fs::remove_dir_all(&dir).unwrap();
         // An alias is no prefix match: other names stay unknown.
         assert_eq!(
@@ -672,8 +707,28 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(m.value("listen"), Some("0.0.0.0:9090"), "nothing was taken");
+        assert_eq!(m.value(&LISTEN), Some("0.0.0.0:9090"), "nothing was taken");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "command t reads option --nope, which its option table does not declare"
+    )]
+    fn reading_an_undeclared_option_names_the_command_and_the_option() {
+        const NOPE: Opt = Opt::value("nope", "X", "Not an option of t");
+        let m = parse(&[]).unwrap();
+        assert!(!CMD.declares(&NOPE));
+        let _ = m.value(&NOPE);
+    }
+
+    #[test]
+    #[should_panic(expected = "command t reads option --listen as")]
+    fn reading_an_option_declared_differently_is_refused_too() {
+        const OTHER_LISTEN: Opt = Opt::value("listen", "ADDR", "Where to listen").default("h:1");
+        let m = parse(&[]).unwrap();
+        assert!(CMD.declares(&LISTEN) && !CMD.declares(&OTHER_LISTEN));
+        let _ = m.value(&OTHER_LISTEN);
     }
 
     #[test]

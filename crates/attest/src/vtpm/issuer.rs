@@ -1,7 +1,7 @@
 //! [`VtpmIssuer`]: quotes with the node's TPM; the only part of the vTPM
 //! variant that touches a TPM.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use super::validator::{MAX_EVIDENCE_EVENT_LOG_LEN, encode_evidence_with_log};
@@ -22,9 +22,32 @@ pub fn quoted_pcrs() -> Vec<u32> {
     (0..PCR_COUNT as u32).collect()
 }
 
-/// The `--event-log` option's help, shared by every binary that issues
-/// vTPM evidence.
-pub const EVENT_LOG_OPTION_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
+/// Which firmware event log goes with vTPM evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventLogSource {
+    /// None is sent.
+    None,
+    /// This file, which must exist and be a log.
+    File(PathBuf),
+    /// The kernel's log ([`FIRMWARE_EVENT_LOG_PATH`]) when it is there and
+    /// usable (else a warning: verifiers still check every PCR, they only
+    /// cannot explain them).
+    Firmware,
+}
+
+impl EventLogSource {
+    /// The source a configuration names: `none`, or a file; when it names
+    /// none, the kernel's log if the TPM is the machine's device (not a
+    /// swtpm socket), else none.
+    pub fn new(given: Option<&str>, tpm_is_device: bool) -> EventLogSource {
+        match given {
+            Some("none") => EventLogSource::None,
+            Some(path) => EventLogSource::File(PathBuf::from(path)),
+            None if tpm_is_device => EventLogSource::Firmware,
+            None => EventLogSource::None,
+        }
+    }
+}
 
 fn issue_err(e: tpm::TpmError) -> AttestationError {
     AttestationError::Issue(e.to_string())
@@ -157,35 +180,30 @@ impl VtpmIssuer {
         Ok(())
     }
 
-    /// Attaches the event log an `--event-log` option names
-    /// ([`EVENT_LOG_OPTION_HELP`]): `none` sends none; a file must exist
-    /// and be a log ([`VtpmIssuer::with_event_log`]); without the option,
-    /// the kernel's log ([`FIRMWARE_EVENT_LOG_PATH`]) is sent when the TPM
-    /// is the machine's device and the log is there and usable (else a
-    /// warning: verifiers still check every PCR, they only cannot explain).
-    pub fn with_event_log_option(
+    /// Attaches the event log `source` names: a file must exist and be a
+    /// log ([`VtpmIssuer::with_event_log`]); the kernel's log is sent when
+    /// it is there and usable, else evidence goes without one (with a
+    /// warning when it is there but unusable).
+    pub fn with_event_log_from(
         mut self,
-        option: Option<&str>,
-        tpm_is_device: bool,
+        source: &EventLogSource,
     ) -> Result<Self, AttestationError> {
-        let read = |path: &str| {
-            confboot_util::fs::read_bounded(Path::new(path), MAX_EVIDENCE_EVENT_LOG_LEN as u64)
+        let read = |path: &Path| {
+            confboot_util::fs::read_bounded(path, MAX_EVIDENCE_EVENT_LOG_LEN as u64)
                 .map(|bytes| bytes.to_vec())
-                .map_err(|e| AttestationError::Issue(format!("--event-log: {e}")))
+                .map_err(|e| AttestationError::Issue(format!("the event log: {e}")))
         };
-        match option {
-            Some("none") => Ok(self),
-            Some(path) => self.with_event_log(read(path)?),
-            None if !tpm_is_device || !Path::new(FIRMWARE_EVENT_LOG_PATH).exists() => {
-                log::debug!("no firmware event log sent with vTPM evidence");
-                Ok(self)
-            }
-            None => {
-                if let Err(e) =
-                    read(FIRMWARE_EVENT_LOG_PATH).and_then(|log| self.attach_event_log(log))
-                {
+        let firmware = Path::new(FIRMWARE_EVENT_LOG_PATH);
+        match source {
+            EventLogSource::File(path) => self.with_event_log(read(path)?),
+            EventLogSource::Firmware if firmware.exists() => {
+                if let Err(e) = read(firmware).and_then(|log| self.attach_event_log(log)) {
                     log::warn!("{e}; evidence goes without an event log");
                 }
+                Ok(self)
+            }
+            EventLogSource::None | EventLogSource::Firmware => {
+                log::debug!("no firmware event log sent with vTPM evidence");
                 Ok(self)
             }
         }

@@ -36,7 +36,7 @@ pub use ak_trust::{
     load_ca_certificates,
 };
 pub use issuer::{
-    EVENT_LOG_OPTION_HELP, FIRMWARE_EVENT_LOG_PATH, ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs,
+    EventLogSource, FIRMWARE_EVENT_LOG_PATH, ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs,
 };
 pub use validator::{
     MAX_AK_CERT_LEN, MAX_EVIDENCE_EVENT_LOG_LEN, MAX_EVIDENCE_LEN, VtpmValidator,

@@ -1,0 +1,201 @@
+//! The options the node agent shares with the bootstrapper, which carries
+//! it: how a node checks the control plane it asks (a join service for its
+//! ticket, `vpn.API` for peer updates), read into the attestation library's
+//! typed settings, and the help of the options every node binary has.
+//!
+//! | option | setting | default |
+//! |---|---|---|
+//! | `--joinsvc-variants` | accepted variants | `qemu-vtpm` |
+//! | `--joinsvc-measurements` (formerly `--joinsvc-policy`) | measurement policy | this node's own image |
+//! | `--joinsvc-ak-trust` | AK trust (`insecure-any-ak` warned) | [`DEFAULT_JOINSVC_AK_TRUST`] |
+//! | `--joinsvc-snp-policy` | SEV-SNP policy, for `sev-snp` | — |
+//!
+//! The vTPM options are needed only when `qemu-vtpm` is accepted, the SNP
+//! policy only when `sev-snp` is ([`AttestationSettings::new`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use confboot_attest::Validator;
+use confboot_attest::config::{
+    AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
+    InsecureAnyAk, Setting, parse_variants,
+};
+use confboot_attest::join_service::join_service_validators;
+use confboot_attest::vtpm::VtpmIssuer;
+use confboot_util::args::{ArgsError, Matches, Opt};
+
+/// Where a node image keeps the CA of its platform's attestation keys.
+pub const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
+
+/// The help of an accepted-variants option.
+pub const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
+     checked with the measurements and AK-trust options) and/or sev-snp (an SEV-SNP report, checked \
+     with the SNP policy option). Evidence of another variant is refused in the handshake";
+
+/// The help of an SEV-SNP policy option.
+pub const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
+     allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
+     required when sev-snp is accepted";
+
+/// The help of `--event-log`, the node binaries' (the bootstrapper's and
+/// the node agent's).
+pub const EVENT_LOG_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
+
+/// `--joinsvc-measurements`.
+pub const JOINSVC_MEASUREMENTS: Opt = Opt::value(
+    "joinsvc-measurements",
+    "FILE",
+    "Measurements join services must attest to (Constellation's JSON format; default: this node's own PCRs but 15 (the cluster mark) and 10 (IMA, run time): the same image)",
+)
+.aliases(&["joinsvc-policy"]);
+
+/// `--joinsvc-ak-trust`.
+pub const JOINSVC_AK_TRUST: Opt = Opt::value(
+    "joinsvc-ak-trust",
+    "MODE",
+    "AK trust for join services: ca:FILE, pinned:FILE|HEX, insecure-any-ak",
+)
+.default(DEFAULT_JOINSVC_AK_TRUST);
+
+/// `--joinsvc-variants`.
+pub const JOINSVC_VARIANTS: Opt =
+    Opt::value("joinsvc-variants", "LIST", VARIANTS_HELP).default(DEFAULT_VARIANTS);
+
+/// `--joinsvc-snp-policy`.
+pub const JOINSVC_SNP_POLICY: Opt = Opt::value("joinsvc-snp-policy", "FILE", SNP_POLICY_HELP);
+
+/// The `--joinsvc-*` options as given, before they are checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinServiceOptions {
+    variants: String,
+    given: GivenSettings,
+}
+
+impl JoinServiceOptions {
+    /// Reads the `--joinsvc-*` options (the command must declare all four:
+    /// [`JOINSVC_MEASUREMENTS`], [`JOINSVC_AK_TRUST`], [`JOINSVC_VARIANTS`],
+    /// [`JOINSVC_SNP_POLICY`]).
+    pub fn read(m: &Matches) -> JoinServiceOptions {
+        JoinServiceOptions {
+            variants: m
+                .value(&JOINSVC_VARIANTS)
+                .unwrap_or(DEFAULT_VARIANTS)
+                .to_string(),
+            given: GivenSettings {
+                measurements: m.value(&JOINSVC_MEASUREMENTS).map(PathBuf::from),
+                // Without a file, join services must run this node's image.
+                measurements_required: false,
+                ak_trust: m.value(&JOINSVC_AK_TRUST).map(str::to_string),
+                insecure_any_ak: InsecureAnyAk::Accepted,
+                expected_events: None,
+                snp_policy: m.value(&JOINSVC_SNP_POLICY).map(PathBuf::from),
+            },
+        }
+    }
+
+    /// The settings join services are checked with; the error names the
+    /// option.
+    pub fn settings(self) -> Result<AttestationSettings, String> {
+        let variants =
+            parse_variants(&self.variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        AttestationSettings::new(variants, self.given).map_err(|e| describe(&e))
+    }
+}
+
+/// The option that gives a setting of join services' attestation.
+fn option(setting: Setting) -> Option<&'static Opt> {
+    match setting {
+        Setting::Variants => Some(&JOINSVC_VARIANTS),
+        Setting::Measurements => Some(&JOINSVC_MEASUREMENTS),
+        Setting::AkTrust => Some(&JOINSVC_AK_TRUST),
+        Setting::SnpPolicy => Some(&JOINSVC_SNP_POLICY),
+        // Join services are never checked with these: insecure-any-ak is
+        // taken with a warning, and no expected event log is read.
+        Setting::InsecureAnyAkConfirmation | Setting::ExpectedEvents => None,
+    }
+}
+
+/// A setting as messages name it: `--` and its option.
+fn name(setting: Setting) -> String {
+    option(setting).map_or_else(|| setting.to_string(), |o| format!("--{}", o.long))
+}
+
+/// An attestation error, naming the `--joinsvc-*` option it is about.
+fn describe(e: &ConfigError) -> String {
+    match (e, option(e.setting())) {
+        (ConfigError::Missing(_), Some(opt)) => ArgsError::Required(opt.long.into()).to_string(),
+        _ => e.describe(&name),
+    }
+}
+
+/// The announcement of a join-service validator built with `insecure-any-ak`.
+fn announce_insecure_any_ak() {
+    log::warn!("--{} {INSECURE_ANY_AK_WARNING}", JOINSVC_AK_TRUST.long);
+}
+
+/// One validator per variant the settings accept; `issuer` is this node's
+/// vTPM (its own image is the default policy). The error names the option.
+pub fn validators(
+    settings: &AttestationSettings,
+    issuer: &VtpmIssuer,
+) -> Result<Vec<Arc<dyn Validator>>, String> {
+    join_service_validators(settings, issuer, announce_insecure_any_ak)
+        .map_err(|e| e.describe(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use confboot_attest::Variant;
+    use confboot_util::args::{Command, VERBOSITY};
+
+    const CMD: Command = Command {
+        name: "t",
+        about: "Test command.",
+        usage: "t [OPTIONS]",
+        opts: &[
+            JOINSVC_MEASUREMENTS,
+            JOINSVC_AK_TRUST,
+            JOINSVC_VARIANTS,
+            JOINSVC_SNP_POLICY,
+            VERBOSITY,
+        ],
+    };
+
+    fn settings(args: &[&str]) -> Result<AttestationSettings, String> {
+        let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
+        JoinServiceOptions::read(&m).settings()
+    }
+
+    #[test]
+    fn join_services_are_checked_as_the_options_say_and_errors_name_them() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.variants, vec![Variant::QemuVtpm]);
+        let vtpm = s.vtpm.unwrap();
+        assert_eq!(vtpm.measurements, None, "default: this node's own image");
+        assert_eq!(vtpm.ak_trust, DEFAULT_JOINSVC_AK_TRUST);
+        let s = settings(&["--joinsvc-policy", "p.json"]).unwrap();
+        assert_eq!(
+            s.vtpm.unwrap().measurements,
+            Some(PathBuf::from("p.json")),
+            "the old name still works"
+        );
+        let e = settings(&["--joinsvc-variants", "tpm"]).unwrap_err();
+        assert!(e.starts_with("--joinsvc-variants: unknown variant"), "{e}");
+        let e = settings(&["--joinsvc-variants", "sev-snp"]).unwrap_err();
+        assert_eq!(
+            e,
+            "--joinsvc-variants accepts sev-snp, which needs --joinsvc-snp-policy (the SEV-SNP policy)"
+        );
+        let s = settings(&[
+            "--joinsvc-variants",
+            "sev-snp",
+            "--joinsvc-snp-policy",
+            "snp.json",
+        ])
+        .unwrap();
+        assert_eq!(s.vtpm, None, "qemu-vtpm is not accepted");
+        assert_eq!(s.snp_policy, Some(PathBuf::from("snp.json")));
+    }
+}
