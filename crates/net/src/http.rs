@@ -9,7 +9,6 @@
 //! head, or sends an endless header line is cut off without holding more
 //! than that.
 
-use std::fmt;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -55,31 +54,20 @@ pub struct Request {
 }
 
 /// Why no request was read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// The head is longer than [`MAX_REQUEST_HEAD_BYTES`] (answer 431).
+    #[error("request head larger than {MAX_REQUEST_HEAD_BYTES} bytes")]
     TooLarge,
     /// The request line is not `METHOD TARGET HTTP/1.x`, or the head is not
     /// ASCII (answer 400).
+    #[error("malformed request")]
     Malformed,
     /// No whole head came before the deadline, the client closed, or the
     /// server is stopping (nothing to answer).
+    #[error("no whole request: {0}")]
     Io(String),
 }
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::TooLarge => {
-                write!(f, "request head larger than {MAX_REQUEST_HEAD_BYTES} bytes")
-            }
-            RequestError::Malformed => f.write_str("malformed request"),
-            RequestError::Io(m) => write!(f, "no whole request: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
 
 /// Reads a request head (everything before the blank line) into its method
 /// and request target.
@@ -240,27 +228,16 @@ pub fn respond_to_error<T: Transport + ?Sized>(
 }
 
 /// Why an answer is not one of the shape these servers send.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResponseError {
     /// No complete head within [`MAX_RESPONSE_HEAD_BYTES`], no HTTP/1.x
     /// status line, a malformed header, a length that does not match.
+    #[error("not an HTTP answer of the expected shape: {0}")]
     Malformed(String),
     /// The body is (or says it is) larger than the caller's bound.
+    #[error("the answer's body is larger than allowed")]
     TooLarge,
 }
-
-impl fmt::Display for ResponseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ResponseError::Malformed(m) => {
-                write!(f, "not an HTTP answer of the expected shape: {m}")
-            }
-            ResponseError::TooLarge => f.write_str("the answer's body is larger than allowed"),
-        }
-    }
-}
-
-impl std::error::Error for ResponseError {}
 
 /// Reads an answer (head and body, as received up to the connection's
 /// end) into its status and body. The body must be exactly

@@ -149,17 +149,22 @@ pub struct Command {
 }
 
 /// Why the arguments could not be parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArgsError {
     /// `--help` or `-h` was given: print [`Command::help`] and exit 0.
+    #[error("help requested")]
     HelpRequested,
     /// An option that the command does not have.
+    #[error("unknown option {0}")]
     Unknown(String),
     /// An option that needs a value was last.
+    #[error("option --{0} needs a value")]
     MissingValue(String),
     /// A flag was given a value (`--flag=x`).
+    #[error("option --{0} takes no value")]
     UnexpectedValue(String),
     /// A value could not be converted.
+    #[error("invalid value {value:?} for --{option}: {reason}")]
     Invalid {
         /// The option.
         option: String,
@@ -169,29 +174,9 @@ pub enum ArgsError {
         reason: String,
     },
     /// A required option is absent.
+    #[error("option --{0} is required")]
     Required(String),
 }
-
-impl fmt::Display for ArgsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ArgsError::HelpRequested => f.write_str("help requested"),
-            ArgsError::Unknown(o) => write!(f, "unknown option {o}"),
-            ArgsError::MissingValue(o) => write!(f, "option --{o} needs a value"),
-            ArgsError::UnexpectedValue(o) => write!(f, "option --{o} takes no value"),
-            ArgsError::Invalid {
-                option,
-                value,
-                reason,
-            } => {
-                write!(f, "invalid value {value:?} for --{option}: {reason}")
-            }
-            ArgsError::Required(o) => write!(f, "option --{o} is required"),
-        }
-    }
-}
-
-impl std::error::Error for ArgsError {}
 
 /// The parsed arguments of a command.
 #[derive(Clone, Debug)]

@@ -113,20 +113,6 @@ impl TpmError {
     }
 }
 
-/// Why the TPM a command-line option names could not be opened
-/// ([`Tpm::open_for_option`]).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("--{option} {spec}: {error}")]
-pub struct OpenTpmError {
-    /// The option, without `--`.
-    pub option: &'static str,
-    /// Its value: `device`, a `/dev/...` path or `HOST:PORT`.
-    pub spec: String,
-    /// Why it could not be opened.
-    #[source]
-    pub error: TpmError,
-}
-
 impl From<structures::ParseError> for TpmError {
     fn from(e: structures::ParseError) -> Self {
         TpmError::Malformed(e.0)
@@ -247,16 +233,6 @@ impl Tpm {
     /// swtpm socket).
     pub fn is_device_spec(spec: &str) -> bool {
         spec == "device" || spec.starts_with("/dev/")
-    }
-
-    /// Opens the TPM that the command-line option `--{option} {spec}` names
-    /// (see [`Tpm::open`]); the error names the option and its value.
-    pub fn open_for_option(option: &'static str, spec: &str) -> Result<Self, OpenTpmError> {
-        Tpm::open(spec).map_err(|error| OpenTpmError {
-            option,
-            spec: spec.to_string(),
-            error,
-        })
     }
 
     /// What this connection talks to, for logs.
@@ -766,27 +742,6 @@ mod tests {
                 rc: 0x922
             })
         );
-    }
-
-    #[test]
-    fn an_option_naming_no_tpm_is_refused_with_the_option_and_its_value() {
-        let e = Tpm::open_for_option("tpm", "not-a-tpm").err().unwrap();
-        assert_eq!((e.option, e.spec.as_str()), ("tpm", "not-a-tpm"));
-        assert!(matches!(e.error, TpmError::Transport(_)), "{e:?}");
-        assert!(e.to_string().starts_with("--tpm not-a-tpm: "), "{e}");
-        // A swtpm address where nothing listens.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .to_string();
-        let e = Tpm::open_for_option("tpm", &closed).err().unwrap();
-        assert!(
-            e.to_string().starts_with(&format!("--tpm {closed}: ")),
-            "{e}"
-        );
-        // A TPM that answers is opened.
-        assert!(Tpm::open_for_option("tpm", &fake_tpm(vec![]).to_string()).is_ok());
     }
 
     #[test]
