@@ -72,7 +72,7 @@ pub fn client_hello_opening(bytes: &[u8]) -> Opening {
 /// one), each at most `timeout`. A peer that shut its side after its
 /// ClientHello (a flood that aborts) is closed without a handshake.
 /// The kernel hands a connection over with its ClientHello, or after
-/// [`CLIENT_HELLO_DEFER_ACCEPT`] without one.
+/// `CLIENT_HELLO_DEFER_ACCEPT` without one.
 pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
     Gate {
         judge: client_hello_opening,

@@ -29,7 +29,7 @@
 //! A verifier told nothing accepts [`DEFAULT_VARIANTS`] (`qemu-vtpm`, as
 //! before variants were configurable). In the handshake the validator is
 //! the one of the evidence's variant; a variant that is not accepted is
-//! refused ([`AtlsError::VariantNotAccepted`](confboot_atls::AtlsError::VariantNotAccepted)).
+//! refused (the `atls` crate's `AtlsError::VariantNotAccepted`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

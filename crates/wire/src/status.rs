@@ -132,7 +132,7 @@ impl Status {
     }
 
     /// A status from its trailer payload. The message is the peer's: it is
-    /// cut to [`MAX_PEER_MESSAGE_CHARS`] and its control characters are
+    /// cut to `MAX_PEER_MESSAGE_CHARS` and its control characters are
     /// replaced, so it can be logged and shown as one line of bounded size.
     pub fn from_proto(p: confboot_proto::rpc::Status) -> Status {
         let mut message: String = p

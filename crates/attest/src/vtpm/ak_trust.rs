@@ -22,7 +22,7 @@ pub const MAX_PINNED_KEYS_LEN: u64 = 64 * 1024;
 pub enum AkTrust {
     /// AKs with a certificate (carried in the evidence) whose key is the AK
     /// and that chains to one of these CA certificates (DER) that is
-    /// self-signed, through at most [`MAX_AK_CHAIN_DEPTH`] of them (the ones
+    /// self-signed, through at most `MAX_AK_CHAIN_DEPTH` of them (the ones
     /// that are not self-signed serve as intermediates). Every CA on the way
     /// must be a CA with keyCertSign. See [`load_ca_certificates`].
     CertificateRoots(Vec<Vec<u8>>),

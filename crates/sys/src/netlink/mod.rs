@@ -1,8 +1,7 @@
 //! Netlink without a shell and without `unsafe`: rtnetlink for links,
 //! addresses and routes ([`Rtnetlink`]), generic netlink's family lookup
-//! ([`GenericNetlink`]) and WireGuard's device commands over it
-//! ([`WireGuardNetlink`]), and a node's WireGuard interface as a
-//! [`confboot_vpn::PeerSink`] ([`WireGuardInterface`]).
+//! ([`GenericNetlink`]), on which the `vpn` crate builds WireGuard's
+//! device commands and a node's WireGuard interface.
 //!
 //! Requests are built as bytes with the layouts of linux/netlink.h,
 //! linux/rtnetlink.h, linux/genetlink.h and linux/wireguard.h; sockets are

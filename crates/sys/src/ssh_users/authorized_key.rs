@@ -44,13 +44,13 @@ pub enum KeyError {
     /// The blob is a key of another type than the line says.
     #[error("the key's blob is of another type than its first field")]
     TypeMismatch,
-    /// An RSA key below [`MIN_RSA_BITS`].
+    /// An RSA key below `MIN_RSA_BITS`.
     #[error("an RSA key of {bits} bits (at least {} are required)", MIN_RSA_BITS)]
     WeakRsa {
         /// The modulus' size.
         bits: usize,
     },
-    /// The comment is longer than [`MAX_KEY_COMMENT_BYTES`].
+    /// The comment is longer than `MAX_KEY_COMMENT_BYTES`.
     #[error("the key's comment is longer than {} bytes", MAX_KEY_COMMENT_BYTES)]
     CommentTooLong,
 }
