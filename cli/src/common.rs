@@ -223,26 +223,6 @@ mod tests {
         vtpm.validator_builder().map_err(|e| describe(&e))
     }
 
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("confboot-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn policy_file(dir: &Path) -> PathBuf {
-        let f = dir.join("measurements.json");
-        std::fs::write(
-            &f,
-            format!(
-                r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
-                "ab".repeat(32)
-            ),
-        )
-        .unwrap();
-        f
-    }
-
     #[test]
     fn insecure_any_ak_is_taken_with_a_warning_only() {
         let b = builder(&["--measurements", "m.json", "--ak-trust", "insecure-any-ak"]).unwrap();
@@ -256,8 +236,9 @@ mod tests {
 
     #[test]
     fn both_options_make_a_validator_and_errors_name_the_option() {
-        let dir = temp_dir("validator");
-        let policy = policy_file(&dir);
+        let tmp = confboot_tests::TempDir::new("validator");
+        let dir = tmp.path();
+        let policy = confboot_tests::write_pcr4_policy(dir);
         let policy_arg = policy.display().to_string();
         let key = format!("pinned:04{}", "ab".repeat(64));
         let c = check(&["--measurements", &policy_arg, "--ak-trust", &key]).unwrap();
@@ -296,13 +277,13 @@ mod tests {
             e.starts_with("--measurements: ") && e.contains(&missing),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn an_oversized_policy_file_is_refused_naming_the_option_the_file_and_the_limit() {
-        let dir = temp_dir("oversized");
-        let policy = policy_file(&dir);
+        let tmp = confboot_tests::TempDir::new("oversized");
+        let dir = tmp.path();
+        let policy = confboot_tests::write_pcr4_policy(dir);
         let mut text = std::fs::read_to_string(&policy).unwrap();
         text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
         std::fs::write(&policy, text).unwrap();
@@ -318,12 +299,12 @@ mod tests {
                 && e.contains(&MAX_POLICY_BYTES.to_string()),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn the_expected_event_log_is_read_and_its_errors_name_the_option() {
-        let dir = temp_dir("events");
+        let tmp = confboot_tests::TempDir::new("events");
+        let dir = tmp.path();
         let good = dir.join("good.json");
         std::fs::write(&good, EventList::default().to_json()).unwrap();
         let vtpm = ["--measurements", "m.json", "--ak-trust", "insecure-any-ak"];
@@ -340,7 +321,6 @@ mod tests {
         std::fs::write(&bad, r#"{"events": [], "extra": 1}"#).unwrap();
         let e = with(&bad).unwrap_err();
         assert!(e.starts_with("--expected-events "), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -359,7 +339,8 @@ mod tests {
             check(&["--variants", "sev-snp"]).unwrap_err(),
             "--variants accepts sev-snp, which needs --snp-policy (the SEV-SNP policy)"
         );
-        let dir = temp_dir("variants");
+        let tmp = confboot_tests::TempDir::new("variants");
+        let dir = tmp.path();
         let snp = dir.join("snp.json");
         std::fs::write(&snp, "{}").unwrap();
         let arg = snp.display().to_string();
@@ -367,6 +348,5 @@ mod tests {
         assert_eq!(c.policy_files, arg);
         let e = c.validators().err().unwrap();
         assert!(e.starts_with(&format!("--snp-policy {arg}: ")), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

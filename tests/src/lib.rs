@@ -304,6 +304,19 @@ impl Drop for TempDir {
     }
 }
 
+/// Writes `measurements.json` into `dir`: a measurement policy (the
+/// Constellation format) that enforces PCR 4 = `ab` × 32 and nothing else,
+/// for tests of the policy's loading; returns its path.
+pub fn write_pcr4_policy(dir: &Path) -> PathBuf {
+    let file = dir.join("measurements.json");
+    let policy = format!(
+        r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
+        "ab".repeat(32)
+    );
+    std::fs::write(&file, policy).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
+    file
+}
+
 /// A loopback TCP port that was free a moment ago (nothing listens on it).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

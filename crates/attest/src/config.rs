@@ -597,27 +597,6 @@ mod tests {
         format!("<{setting:?}>")
     }
 
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("confboot-config-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn policy_file(dir: &Path) -> PathBuf {
-        let f = dir.join("measurements.json");
-        std::fs::write(
-            &f,
-            format!(
-                r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
-                "ab".repeat(32)
-            ),
-        )
-        .unwrap();
-        f
-    }
-
     fn snp_policy_file(dir: &Path) -> PathBuf {
         let snp = dir.join("snp.json");
         std::fs::write(
@@ -676,8 +655,9 @@ mod tests {
         fn announce() {
             ANNOUNCED.fetch_add(1, Ordering::SeqCst);
         }
-        let dir = temp_dir("announce");
-        let policy = load_measurement_policy(&policy_file(&dir)).unwrap();
+        let tmp = confboot_tests::TempDir::new("announce");
+        let dir = tmp.path();
+        let policy = load_measurement_policy(&confboot_tests::write_pcr4_policy(dir)).unwrap();
         let insecure = ValidatorBuilder::new(AkTrust::InsecureAnyAk, InsecureAnyAk::Accepted)
             .unwrap()
             .announce_insecure_with(announce);
@@ -690,13 +670,13 @@ mod tests {
                 .announce_insecure_with(announce);
         trusted.build(policy);
         assert_eq!(ANNOUNCED.load(Ordering::SeqCst), 2, "a real trust is quiet");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn settings_make_validators_and_errors_name_the_setting() {
-        let dir = temp_dir("validator");
-        let policy = policy_file(&dir);
+        let tmp = confboot_tests::TempDir::new("validator");
+        let dir = tmp.path();
+        let policy = confboot_tests::write_pcr4_policy(dir);
         let settings = AttestationSettings::new(
             vec![Variant::QemuVtpm],
             GivenSettings {
@@ -770,13 +750,13 @@ mod tests {
             matches!(&e, ConfigError::MeasurementsFile(FileError::Read { .. })),
             "{e:?}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn an_oversized_policy_file_is_refused_naming_the_file_and_the_limit() {
-        let dir = temp_dir("oversized");
-        let policy = policy_file(&dir);
+        let tmp = confboot_tests::TempDir::new("oversized");
+        let dir = tmp.path();
+        let policy = confboot_tests::write_pcr4_policy(dir);
         let mut text = std::fs::read_to_string(&policy).unwrap();
         text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
         std::fs::write(&policy, text).unwrap();
@@ -798,13 +778,13 @@ mod tests {
                 && shown.contains(&MAX_POLICY_BYTES.to_string()),
             "{shown}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn the_expected_event_log_is_read_bounded_and_strictly() {
-        let dir = temp_dir("events");
-        let policy = policy_file(&dir);
+        let tmp = confboot_tests::TempDir::new("events");
+        let dir = tmp.path();
+        let policy = confboot_tests::write_pcr4_policy(dir);
         let good = dir.join("good.json");
         std::fs::write(&good, EventList::default().to_json()).unwrap();
         let with_events = VtpmSettings {
@@ -830,7 +810,6 @@ mod tests {
             load_expected_events(&huge),
             Err(ConfigError::ExpectedEventsFile(_))
         ));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -870,8 +849,9 @@ mod tests {
             e.describe(&name),
             "<Variants> accepts sev-snp, which needs <SnpPolicy> (the SEV-SNP policy)"
         );
-        let dir = temp_dir("variants");
-        let snp = snp_policy_file(&dir);
+        let tmp = confboot_tests::TempDir::new("variants");
+        let dir = tmp.path();
+        let snp = snp_policy_file(dir);
         let only_snp = AttestationSettings::new(
             vec![Variant::SevSnp],
             GivenSettings {
@@ -882,7 +862,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(only_snp.vtpm, None, "qemu-vtpm is not accepted");
-        let policy = policy_file(&dir);
+        let policy = confboot_tests::write_pcr4_policy(dir);
         let both = AttestationSettings::new(
             vec![Variant::SevSnp, Variant::QemuVtpm],
             GivenSettings {
@@ -909,6 +889,5 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(e.setting(), Setting::SnpPolicy);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
