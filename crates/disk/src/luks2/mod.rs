@@ -63,6 +63,7 @@ pub mod backend;
 pub mod binary;
 pub mod digest;
 pub mod error;
+pub mod expected;
 pub mod format;
 pub mod hash;
 pub mod header;
@@ -74,6 +75,7 @@ pub mod unlock;
 
 pub use backend::Luks2Backend;
 pub use error::{BinaryFault, HeaderCopy, HeaderFault, Luks2Error, MetadataProblem};
+pub use expected::{ExpectedHeader, ExpectedKdf};
 pub use format::{FormatOptions, KdfChoice};
 pub use header::{Header, Health};
 pub use kdf::KdfLimits;
