@@ -358,9 +358,7 @@ impl CryptsetupBackend {
     /// derivation or maps anything.
     fn check_header(&self) -> Result<(), DiskError> {
         let disk = Luks2::read(&self.device).map_err(to_disk_error)?;
-        self.expected()
-            .check(disk.header())
-            .map_err(to_disk_error)
+        self.expected().check(disk.header()).map_err(to_disk_error)
     }
 
     fn luks_uuid(&self) -> Result<Option<String>, DiskError> {

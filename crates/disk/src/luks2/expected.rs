@@ -162,7 +162,8 @@ impl ExpectedHeader {
             (
                 "iterations",
                 Want::Integer(
-                    (*self.digest_iterations.start()).into()..=(*self.digest_iterations.end()).into(),
+                    (*self.digest_iterations.start()).into()
+                        ..=(*self.digest_iterations.end()).into(),
                 ),
             ),
             ("salt", Want::Base64(SALT_LEN)),
@@ -176,7 +177,10 @@ impl ExpectedHeader {
             (
                 "config",
                 Want::Object(vec![
-                    ("json_size", text(&(HEADER_SIZE - BINARY_SIZE as u64).to_string())),
+                    (
+                        "json_size",
+                        text(&(HEADER_SIZE - BINARY_SIZE as u64).to_string()),
+                    ),
                     ("keyslots_size", text(&KEYSLOTS_SIZE.to_string())),
                 ]),
             ),
@@ -299,7 +303,10 @@ fn walk(field: &str, found: Option<&Value>, want: &Want) -> Result<(), Luks2Erro
             for (id, token) in tokens {
                 let field = join(&join(field, &printable(id)), "keyslots");
                 let bound = token.get("keyslots");
-                if bound.and_then(Value::as_array).is_none_or(|k| !k.is_empty()) {
+                if bound
+                    .and_then(Value::as_array)
+                    .is_none_or(|k| !k.is_empty())
+                {
                     return Err(refused(
                         &field,
                         bound.map_or_else(|| "absent".into(), quote),
@@ -343,7 +350,13 @@ fn quote(value: &Value) -> String {
 fn printable(text: &str) -> String {
     text.chars()
         .take(QUOTED)
-        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
         .collect()
 }
 
@@ -353,8 +366,8 @@ mod tests {
 
     #[test]
     fn a_header_the_node_formats_is_its_own_and_quotes_are_bounded() {
-        let made = super::super::format::build(&[7; 32], &FormatOptions::default(), 64 << 20)
-            .unwrap();
+        let made =
+            super::super::format::build(&[7; 32], &FormatOptions::default(), 64 << 20).unwrap();
         let expected = ExpectedHeader::written_with(&FormatOptions::default());
         expected.check(&made.header).unwrap();
         let argon = FormatOptions {
@@ -377,6 +390,9 @@ mod tests {
         ));
         let long = Value::from("\u{1b}[2J".repeat(30));
         let q = quote(&long);
-        assert!(q.chars().count() <= QUOTED + 1 && !q.contains('\u{1b}'), "{q}");
+        assert!(
+            q.chars().count() <= QUOTED + 1 && !q.contains('\u{1b}'),
+            "{q}"
+        );
     }
 }
