@@ -538,8 +538,10 @@ fn the_measurement_salt_is_kept_in_the_header_and_replaced_in_place() {
     // A reboot reads it back, without any key.
     let rebooted = StateDisk::new(backend(&image));
     assert_eq!(rebooted.measurement_salt().unwrap(), vec![0xa5; 32]);
-    // A second store replaces the first (one salt token, not two).
+    // A second store replaces the first (one salt token, not two), as the
+    // next reboot reads it (a running node reads its salt once).
     disk.store_measurement_salt(&[0x5a; 48]).unwrap();
+    let rebooted = StateDisk::new(backend(&image));
     assert_eq!(rebooted.measurement_salt().unwrap(), vec![0x5a; 48]);
     let dump = std::process::Command::new(real_cryptsetup())
         .args(["luksDump", "--dump-json-metadata", image.to_str().unwrap()])
