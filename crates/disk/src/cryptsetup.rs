@@ -870,6 +870,55 @@ mod tests {
     }
 
     #[test]
+    fn cryptsetup_is_given_the_native_writers_layout() {
+        use crate::luks2::format::{
+            DATA_OFFSET, HEADER_SIZE, KEYSLOTS_SIZE, SECTOR_SIZE, VOLUME_KEY_LEN,
+        };
+        let given = |option: &str| {
+            let at = FORMAT_ARGS.iter().position(|a| *a == option).unwrap();
+            FORMAT_ARGS[at + 1].to_string()
+        };
+        assert_eq!(given("--cipher"), crate::luks2::area::CIPHER);
+        assert_eq!(given("--key-size"), (VOLUME_KEY_LEN * 8).to_string());
+        assert_eq!(given("--sector-size"), SECTOR_SIZE.to_string());
+        assert_eq!(given("--hash"), "sha256");
+        assert_eq!(given("--luks2-metadata-size"), HEADER_SIZE.to_string());
+        assert_eq!(given("--luks2-keyslots-size"), KEYSLOTS_SIZE.to_string());
+        assert_eq!(given("--offset"), (DATA_OFFSET / 512).to_string());
+        // What it opens: the native writer's header with the same KDF, the
+        // Argon2 costs as bounds (cryptsetup lowers lanes to the CPUs).
+        let argon = CryptsetupBackend::header_only("/dev/null").with_pbkdf(Pbkdf::Argon2id {
+            iterations: 4,
+            memory_kib: 65536,
+            parallel: 2,
+        });
+        let expected = argon.expected();
+        assert_eq!(
+            expected.kdf,
+            ExpectedKdf::AtMost(KdfChoice::Argon2id {
+                time: 4,
+                memory_kib: 65536,
+                cpus: 2
+            })
+        );
+        assert_eq!(
+            (expected.sector_size, expected.digest_iterations),
+            (4096, 1000..=1000)
+        );
+        assert_eq!(
+            CryptsetupBackend::header_only("/dev/null").expected(),
+            ExpectedHeader::written_with(&FormatOptions::default())
+        );
+        let benchmarked = CryptsetupBackend::header_only("/dev/null")
+            .with_pbkdf(Pbkdf::CryptsetupDefault)
+            .expected();
+        assert_eq!(
+            benchmarked.kdf,
+            ExpectedKdf::benchmarked(&KdfLimits::default())
+        );
+    }
+
+    #[test]
     fn pbkdf_arguments() {
         assert_eq!(
             Pbkdf::default().args(),
