@@ -19,7 +19,8 @@
 //! - `keyslots`: exactly one, `"0"`, `luks2` with a 64-byte key, AF
 //!   `luks1`/4000 stripes/`sha256`, area `raw` at 32768 of 258048 bytes in
 //!   `aes-xts-plain64` with a 64-byte key, and the KDF the node formats
-//!   with ([`ExpectedKdf`]): its kind and every cost, a 32-byte salt;
+//!   with ([`ExpectedKdf`]): its kind and every cost (at most the node's
+//!   for Argon2 that cryptsetup wrote), a 32-byte salt;
 //! - `digests`: exactly one, `"0"`, `pbkdf2`/`sha256` over key slot 0 and
 //!   segment 0, the node's iterations, a 32-byte salt and digest;
 //! - `tokens`: the node's tokens are bound to no key slot, so a token

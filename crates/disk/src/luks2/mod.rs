@@ -28,6 +28,9 @@
 //! - the KDF costs are bounded before anything runs ([`KdfLimits`]): a
 //!   header asking for 4 GiB of Argon2 memory or 10^9 PBKDF2 iterations is
 //!   refused, not run;
+//! - a node's backends go further: they open only the header the node
+//!   writes ([`ExpectedHeader`]: segment, cipher, key sizes, sector size,
+//!   offsets, KDF kind and costs, digest), so the header chooses nothing;
 //! - a damaged header is an error, never a blank disk ([`probe()`]): the
 //!   never-format rules of [`crate::StateDisk`] keep holding;
 //! - the volume key and every key derived on the way are zeroized when
