@@ -373,13 +373,23 @@ fn init_join_refuse_restart_and_recover() {
     assert_eq!(tpm5.pcr15(), marked);
     println!("phase an interrupted first boot is finished: {}", secs(t));
 
-    // Node 3 reboots (its TPM's PCRs start from zero) and rejoins with its disk's UUID.
+    // Node 3 reboots (its TPM's PCRs start from zero) and rejoins with its
+    // disk's UUID, with its configuration unchanged: it opens only the
+    // header it writes, Argon2id costs included.
     drop(tpm3);
     let tpm3 = n3.boot_tpm(IMAGE);
     let uuid3 = n3.luks_uuid().unwrap();
     let t = Instant::now();
     let log = wait_exit_ok(
-        n3.bootstrapper(&tpm3, &["--join-endpoint", &endpoint]),
+        n3.bootstrapper(
+            &tpm3,
+            &[
+                "--join-endpoint",
+                &endpoint,
+                "--state-disk-pbkdf",
+                "argon2id:2:1024:1",
+            ],
+        ),
         "rejoining bootstrapper",
     );
     assert_logged(&log, "bootstrapped (Rejoined)");

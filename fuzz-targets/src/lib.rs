@@ -1186,6 +1186,40 @@ pub fn luks2_header_outcome(
         .expect("our JSON parses");
         assert_eq!(&meta, m);
     }
+    // What a node opens: only its own header, or a refusal naming a field
+    // with a short, printable quote of what the host wrote there.
+    let node = confboot_disk::luks2::FormatOptions::default();
+    match confboot_disk::luks2::ExpectedHeader::written_with(&node).check(&h) {
+        Ok(()) => {
+            let [segment] = m.segments.as_slice() else {
+                panic!("a node's header with {} data segments", m.segments.len())
+            };
+            assert_eq!(
+                (segment.offset, segment.size, segment.iv_tweak),
+                (confboot_disk::luks2::format::DATA_OFFSET, None, 0)
+            );
+            assert_eq!(
+                (segment.encryption.as_str(), segment.sector_size),
+                ("aes-xts-plain64", node.sector_size)
+            );
+            let [slot] = m.keyslots.as_slice() else {
+                panic!("a node's header with {} key slots", m.keyslots.len())
+            };
+            assert!(matches!(
+                slot.kdf,
+                confboot_disk::luks2::kdf::Kdf::Pbkdf2 {
+                    iterations: 1000,
+                    ..
+                }
+            ));
+            assert!(m.requirements.is_empty() && m.digests.len() == 1);
+        }
+        Err(Luks2Error::NotAsWritten { field, found, .. }) => {
+            assert!(!field.is_empty() && found.chars().count() <= 41, "{found}");
+            assert!(!found.chars().any(char::is_control), "{found:?}");
+        }
+        Err(other) => panic!("a check that is no refusal by name: {other:?}"),
+    }
     let limits = KdfLimits {
         pbkdf2_iterations: 2000,
         argon2_time: 4,

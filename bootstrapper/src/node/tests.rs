@@ -860,6 +860,33 @@ fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
     assert!(rig.node.cluster().calls().is_empty());
 }
 
+/// The header keeps the salt a rejoin's join service proves membership
+/// with and the node marks with; a host that rewrites it between the
+/// ticket's check and its use does not make the node mark another cluster
+/// than the one checked: the salt is read once.
+#[test]
+fn a_salt_rewritten_between_the_check_and_the_mark_is_not_used() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let ticket = rejoin_ticket(&[0x42; 32]);
+    rig.node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap();
+    rig.disk.state().salt = Some(vec![9; 32]);
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    assert_eq!(
+        rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
+        Outcome::Rejoined
+    );
+    assert_eq!(
+        rig.marks(),
+        [derive_cluster_id(&[6; 32], &[5; 32]).to_vec()],
+        "the mark is the checked cluster's"
+    );
+}
+
 #[test]
 fn a_rejoin_ticket_with_a_wrong_key_never_formats() {
     let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));

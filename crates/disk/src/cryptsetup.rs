@@ -2,10 +2,22 @@
 //!
 //! Commands run (the key always on stdin via `--key-file -`, never in argv):
 //! - `cryptsetup isLuks DEVICE`, `cryptsetup luksUUID DEVICE`
-//! - `cryptsetup luksFormat --type luks2 --uuid U --batch-mode --pbkdf ... --key-file - DEVICE`
-//! - [`OpenMode::Map`]: `cryptsetup open --type luks2 --key-file - DEVICE NAME`,
+//! - `cryptsetup luksFormat --type luks2 --uuid U --batch-mode FORMAT_ARGS --pbkdf ... --key-file - DEVICE`
+//!   ([`FORMAT_ARGS`]: every layout parameter the native writer uses, explicit);
+//! - [`OpenMode::Map`]: `cryptsetup open --type luks2 --key-slot 0 --disable-external-tokens --key-file - DEVICE NAME`,
 //!   giving `/dev/mapper/NAME`;
-//! - [`OpenMode::HeaderOnly`]: `cryptsetup open --type luks2 --test-passphrase --key-file - DEVICE`.
+//! - [`OpenMode::HeaderOnly`]: the same with `--test-passphrase` and no NAME.
+//!
+//! Before either `open` the backend reads the header itself and refuses it
+//! unless it is exactly the one it writes ([`CryptsetupBackend::expected`],
+//! [`crate::luks2::expected`]): cryptsetup would map whatever cipher, sector
+//! size and offset the header names and run whatever KDF costs it asks for.
+//! cryptsetup reads the header again when it opens, and for a LUKS2 open it
+//! takes no `--cipher`, `--key-size` or `--sector-size` (those are for plain
+//! mode), so a host that serves the check one header and cryptsetup another
+//! is not stopped here: that time-of-check/time-of-use gap is closed only
+//! by the native backend ([`crate::luks2::Luks2Backend`], which uses the
+//! header it checked), the one production images carry.
 //! - the measurement salt: `cryptsetup luksDump --dump-json-metadata DEVICE`
 //!   to find it, `cryptsetup token import [--token-id N --token-replace]
 //!   --json-file - DEVICE` to keep it, as a LUKS2 token of type
@@ -24,6 +36,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{DiskBackend, DiskError, DiskState};
+use crate::luks2::backend::to_disk_error;
+use crate::luks2::format::DIGEST_ITERATIONS;
+use crate::luks2::{ExpectedHeader, ExpectedKdf, FormatOptions, KdfChoice, KdfLimits, Luks2};
 use confboot_kms::{SecretBytes, is_uuid};
 use confboot_sys::process::{CommandRunner, ProcessRunner, Stream};
 use confboot_util::stop::Stop;
@@ -51,6 +66,40 @@ const MAX_OUTPUT: usize = MAX_METADATA + 64 * 1024;
 /// The most header metadata read (LUKS2's JSON area is at most 4 MiB; a
 /// header of one key slot and a few tokens is a few KiB).
 const MAX_METADATA: usize = 4 << 20;
+
+/// What `luksFormat` is given besides the UUID and the key-slot hashing:
+/// the native writer's layout ([`crate::luks2::format`]), every value
+/// explicit so that neither cryptsetup's compiled-in defaults nor the
+/// device (cryptsetup picks 512-byte sectors on a device that reports
+/// 512-byte physical sectors) choose them: `aes-xts-plain64` with a
+/// 512-bit key, 4 KiB sectors, SHA-256, 16 KiB headers, the key-slot
+/// region up to the data at 16 MiB.
+pub const FORMAT_ARGS: [&str; 14] = [
+    "--cipher",
+    "aes-xts-plain64",
+    "--key-size",
+    "512",
+    "--sector-size",
+    "4096",
+    "--hash",
+    "sha256",
+    "--luks2-metadata-size",
+    "16384",
+    "--luks2-keyslots-size",
+    "16744448",
+    "--offset",
+    "32768",
+];
+/// How `cryptsetup open` starts: LUKS2 only, key slot 0 only (the one the
+/// node writes), no token plugins.
+pub const OPEN_ARGS: [&str; 6] = [
+    "open",
+    "--type",
+    "luks2",
+    "--key-slot",
+    "0",
+    "--disable-external-tokens",
+];
 
 /// The key-slot password hashing for new headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,11 +297,14 @@ impl CryptsetupBackend {
         if key.expose().is_empty() {
             return Err(DiskError::KeyUnavailable("the key is empty".into()));
         }
+        if mode == OpenMode::Map {
+            self.check_mapper_name()?;
+        }
+        self.check_header()?;
         let device = self.device.as_os_str();
-        let mut args: Vec<&OsStr> = ["open", "--type", "luks2"].iter().map(OsStr::new).collect();
+        let mut args: Vec<&OsStr> = OPEN_ARGS.iter().map(OsStr::new).collect();
         match mode {
             OpenMode::Map => {
-                self.check_mapper_name()?;
                 args.extend([
                     OsStr::new("--key-file"),
                     OsStr::new("-"),
@@ -275,6 +327,38 @@ impl CryptsetupBackend {
             Some(1) if self.luks_uuid()?.is_none() => Err(DiskError::NotLuks),
             _ => Err(out.into_error("open")),
         }
+    }
+
+    /// The header this backend writes (cryptsetup given the native
+    /// writer's parameters, [`FORMAT_ARGS`] and [`Pbkdf`]'s), the only one
+    /// it opens. cryptsetup lowers Argon2's lanes to the CPUs online (and
+    /// its memory to what the machine has), so Argon2 costs are pinned as
+    /// upper bounds; with [`Pbkdf::CryptsetupDefault`] its benchmark chose
+    /// them, bounded by [`KdfLimits`], and the digest's iterations too.
+    pub fn expected(&self) -> ExpectedHeader {
+        let limits = KdfLimits::default();
+        let written = |kdf| ExpectedHeader {
+            kdf,
+            ..ExpectedHeader::written_with(&FormatOptions::default())
+        };
+        match self.pbkdf.kdf_choice() {
+            Some(kdf @ KdfChoice::Pbkdf2 { .. }) => written(ExpectedKdf::Exactly(kdf)),
+            Some(kdf) => written(ExpectedKdf::AtMost(kdf)),
+            None => ExpectedHeader {
+                digest_iterations: DIGEST_ITERATIONS..=limits.pbkdf2_iterations,
+                ..written(ExpectedKdf::benchmarked(&limits))
+            },
+        }
+    }
+
+    /// Reads the header once (both copies, chosen as cryptsetup chooses,
+    /// every field bounded: [`crate::luks2::header`]) and refuses it unless
+    /// it is exactly the one this backend writes ([`Self::expected`]), by
+    /// the first field that is not; before cryptsetup runs a key
+    /// derivation or maps anything.
+    fn check_header(&self) -> Result<(), DiskError> {
+        let disk = Luks2::read(&self.device).map_err(to_disk_error)?;
+        self.expected().check(disk.header()).map_err(to_disk_error)
     }
 
     fn luks_uuid(&self) -> Result<Option<String>, DiskError> {
@@ -515,6 +599,7 @@ impl DiskBackend for CryptsetupBackend {
             .map(OsString::from)
             .collect();
         args.push("--batch-mode".into());
+        args.extend(FORMAT_ARGS.iter().map(OsString::from));
         args.extend(self.pbkdf.args().into_iter().map(OsString::from));
         args.extend(["--key-file".into(), "-".into()]);
         args.push(self.device.clone().into_os_string());
@@ -782,6 +867,55 @@ mod tests {
             parse_luks_uuid(b"not-a-uuid\x1b[2J"),
             Err(DiskError::BadUuid(m)) if !m.contains('\x1b')
         ));
+    }
+
+    #[test]
+    fn cryptsetup_is_given_the_native_writers_layout() {
+        use crate::luks2::format::{
+            DATA_OFFSET, HEADER_SIZE, KEYSLOTS_SIZE, SECTOR_SIZE, VOLUME_KEY_LEN,
+        };
+        let given = |option: &str| {
+            let at = FORMAT_ARGS.iter().position(|a| *a == option).unwrap();
+            FORMAT_ARGS[at + 1].to_string()
+        };
+        assert_eq!(given("--cipher"), crate::luks2::area::CIPHER);
+        assert_eq!(given("--key-size"), (VOLUME_KEY_LEN * 8).to_string());
+        assert_eq!(given("--sector-size"), SECTOR_SIZE.to_string());
+        assert_eq!(given("--hash"), "sha256");
+        assert_eq!(given("--luks2-metadata-size"), HEADER_SIZE.to_string());
+        assert_eq!(given("--luks2-keyslots-size"), KEYSLOTS_SIZE.to_string());
+        assert_eq!(given("--offset"), (DATA_OFFSET / 512).to_string());
+        // What it opens: the native writer's header with the same KDF, the
+        // Argon2 costs as bounds (cryptsetup lowers lanes to the CPUs).
+        let argon = CryptsetupBackend::header_only("/dev/null").with_pbkdf(Pbkdf::Argon2id {
+            iterations: 4,
+            memory_kib: 65536,
+            parallel: 2,
+        });
+        let expected = argon.expected();
+        assert_eq!(
+            expected.kdf,
+            ExpectedKdf::AtMost(KdfChoice::Argon2id {
+                time: 4,
+                memory_kib: 65536,
+                cpus: 2
+            })
+        );
+        assert_eq!(
+            (expected.sector_size, expected.digest_iterations),
+            (4096, 1000..=1000)
+        );
+        assert_eq!(
+            CryptsetupBackend::header_only("/dev/null").expected(),
+            ExpectedHeader::written_with(&FormatOptions::default())
+        );
+        let benchmarked = CryptsetupBackend::header_only("/dev/null")
+            .with_pbkdf(Pbkdf::CryptsetupDefault)
+            .expected();
+        assert_eq!(
+            benchmarked.kdf,
+            ExpectedKdf::benchmarked(&KdfLimits::default())
+        );
     }
 
     #[test]

@@ -40,6 +40,8 @@
 //! # }
 //! ```
 
+use std::sync::OnceLock;
+
 use confboot_kms::{SecretBytes, is_uuid};
 
 pub mod cryptsetup;
@@ -269,6 +271,9 @@ fn check_salt(salt: &[u8]) -> Result<(), DiskError> {
 pub struct StateDisk<B: DiskBackend> {
     backend: B,
     format_unrecognized: bool,
+    /// The measurement salt as first read from the header, or as last
+    /// stored: the header is read for it once ([`StateDisk::measurement_salt`]).
+    salt: OnceLock<Vec<u8>>,
 }
 
 impl<B: DiskBackend> StateDisk<B> {
@@ -277,6 +282,7 @@ impl<B: DiskBackend> StateDisk<B> {
         StateDisk {
             backend,
             format_unrecognized: false,
+            salt: OnceLock::new(),
         }
     }
 
@@ -326,6 +332,7 @@ impl<B: DiskBackend> StateDisk<B> {
                 let uuid = blank_uuid.to_ascii_lowercase();
                 let key = key_for(&uuid)?;
                 log::info!("formatting state disk {device} as {uuid}");
+                self.salt = OnceLock::new();
                 self.backend.format(&uuid, &key)?;
                 match self.backend.inspect()? {
                     DiskState::Luks { uuid: written } if written == uuid => {}
@@ -362,9 +369,14 @@ impl<B: DiskBackend> StateDisk<B> {
 
     /// See [`DiskBackend::store_measurement_salt`]; the salt's length must be
     /// in [`MEASUREMENT_SALT_LEN`].
+    /// From then on [`measurement_salt`](Self::measurement_salt) is `salt`.
     pub fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
         check_salt(salt)?;
-        self.backend.store_measurement_salt(salt)
+        // Until the write is known to have landed, the header is read again.
+        self.salt = OnceLock::new();
+        self.backend.store_measurement_salt(salt)?;
+        self.salt = OnceLock::from(salt.to_vec());
+        Ok(())
     }
 
     /// Makes sure of the state file system on the opened, mapped disk. The
@@ -458,13 +470,24 @@ impl<B: DiskBackend> StateDisk<B> {
 
     /// The measurement salt kept in the header; an error if there is none
     /// or it is malformed (the node cannot be marked without it).
+    ///
+    /// Read once: the first salt read (or the one
+    /// [`store_measurement_salt`](Self::store_measurement_salt) wrote since)
+    /// is what every later call returns, without reading the header again.
+    /// The header is the host's to rewrite at any time, so a decision that
+    /// checks the salt (a rejoin's join service proving membership of the
+    /// cluster it marks) and the step that uses it (the mark) get one value,
+    /// whatever the header says in between.
     pub fn measurement_salt(&self) -> Result<Vec<u8>, DiskError> {
+        if let Some(salt) = self.salt.get() {
+            return Ok(salt.clone());
+        }
         let salt = self
             .backend
             .measurement_salt()?
             .ok_or_else(|| DiskError::Metadata("the header keeps no measurement salt".into()))?;
         check_salt(&salt)?;
-        Ok(salt)
+        Ok(self.salt.get_or_init(|| salt).clone())
     }
 
     /// The backend.
@@ -506,6 +529,79 @@ pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A LUKS disk whose header's salt the host rewrites before every read.
+    struct RewrittenSalt {
+        reads: std::sync::atomic::AtomicU8,
+        stored: Option<Vec<u8>>,
+    }
+
+    impl DiskBackend for RewrittenSalt {
+        fn inspect(&self) -> Result<DiskState, DiskError> {
+            Ok(DiskState::Luks {
+                uuid: "0a1b2c3d-0000-4000-8000-000000000001".into(),
+            })
+        }
+        fn format(&mut self, _: &str, _: &SecretBytes) -> Result<(), DiskError> {
+            unreachable!("a LUKS disk is never formatted")
+        }
+        fn open(&mut self, _: &SecretBytes) -> Result<(), DiskError> {
+            Ok(())
+        }
+        fn check_key(&self, _: &SecretBytes) -> Result<(), DiskError> {
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "a disk whose salt changes".into()
+        }
+        fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
+            self.stored = Some(salt.to_vec());
+            Ok(())
+        }
+        fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
+            let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Some(vec![n; 32]))
+        }
+        fn record_filesystem(&mut self, _: &str) -> Result<(), DiskError> {
+            Ok(())
+        }
+        fn filesystem(&self) -> Result<Option<String>, DiskError> {
+            Ok(None)
+        }
+        fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
+            Ok(())
+        }
+        fn bootstrapped(&self) -> Result<bool, DiskError> {
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn the_measurement_salt_is_read_from_the_header_once() {
+        let mut disk = StateDisk::new(RewrittenSalt {
+            reads: 0.into(),
+            stored: None,
+        });
+        // A check and a use, with the header rewritten in between: one value.
+        assert_eq!(disk.measurement_salt().unwrap(), vec![0; 32]);
+        assert_eq!(disk.measurement_salt().unwrap(), vec![0; 32]);
+        assert_eq!(
+            disk.backend()
+                .reads
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        // What the node stores is what it uses from then on.
+        disk.store_measurement_salt(&[7; 32]).unwrap();
+        assert_eq!(disk.measurement_salt().unwrap(), vec![7; 32]);
+        assert_eq!(disk.backend().stored, Some(vec![7; 32]));
+        assert_eq!(
+            disk.backend()
+                .reads
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+    }
 
     #[test]
     fn new_uuids_are_v4_and_fresh() {

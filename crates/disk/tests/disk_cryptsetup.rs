@@ -363,14 +363,15 @@ fn a_luks1_disk_is_recognized_and_never_formatted() {
         disk.state().unwrap(),
         DiskState::Luks { uuid: uuid.clone() }
     );
-    // Opening is LUKS2-only: an error naming cryptsetup's complaint, not a
+    // Opening is LUKS2-only: refused before cryptsetup runs (the node
+    // writes LUKS2 headers only), an error naming the version, not a
     // wrong key, and certainly not a format.
     let got = disk.format_or_open(&new_disk_uuid(), |u| {
         assert_eq!(u, uuid);
         Ok(key(1))
     });
     assert!(
-        matches!(&got, Err(DiskError::Cryptsetup { action, .. }) if action == "open"),
+        matches!(&got, Err(DiskError::Metadata(m)) if m.contains("LUKS version 1, not 2")),
         "{got:?}"
     );
     assert!(fs::read(&image).unwrap() == before);
@@ -455,6 +456,9 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
             "open",
             "--type",
             "luks2",
+            "--key-slot",
+            "0",
+            "--disable-external-tokens",
             "--key-file",
             "-",
             image.to_str().unwrap(),
@@ -534,8 +538,10 @@ fn the_measurement_salt_is_kept_in_the_header_and_replaced_in_place() {
     // A reboot reads it back, without any key.
     let rebooted = StateDisk::new(backend(&image));
     assert_eq!(rebooted.measurement_salt().unwrap(), vec![0xa5; 32]);
-    // A second store replaces the first (one salt token, not two).
+    // A second store replaces the first (one salt token, not two), as the
+    // next reboot reads it (a running node reads its salt once).
     disk.store_measurement_salt(&[0x5a; 48]).unwrap();
+    let rebooted = StateDisk::new(backend(&image));
     assert_eq!(rebooted.measurement_salt().unwrap(), vec![0x5a; 48]);
     let dump = std::process::Command::new(real_cryptsetup())
         .args(["luksDump", "--dump-json-metadata", image.to_str().unwrap()])

@@ -15,9 +15,11 @@ use std::process::{Command, Output, Stdio};
 use confboot_disk::cryptsetup::{HeaderMetadata, SALT_TOKEN_TYPE};
 use confboot_disk::luks2::backend::{DATA_CIPHER, data_segment_table};
 use confboot_disk::luks2::{
-    FormatOptions, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
+    FormatOptions, HeaderCopy, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
 };
-use confboot_disk::{CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, StateDisk};
+use confboot_disk::{
+    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, Pbkdf, StateDisk,
+};
 use confboot_kms::SecretBytes;
 use confboot_tests::TempDir;
 use serde_json::{Value, json};
@@ -880,4 +882,417 @@ fn the_header_cannot_choose_the_data_cipher() {
             "{hostile}: {message}"
         );
     }
+}
+
+// ---- the header decides nothing: a node opens only the header it writes ----
+
+/// A host's edit of a node-written header's JSON and the field the
+/// refusal must name.
+struct HostEdit {
+    name: &'static str,
+    edit: fn(&mut Value),
+    field: &'static str,
+}
+
+/// Edits of each field the node pins, as a host that pauses the VM
+/// between the node's format and its open can make them.
+fn host_edits() -> Vec<HostEdit> {
+    let edit = |name, field, edit| HostEdit { name, edit, field };
+    vec![
+        edit("a cipher without IVs", "segments.0.encryption", |v| {
+            v["segments"]["0"]["encryption"] = json!("aes-xts-null")
+        }),
+        edit("another cipher", "segments.0.encryption", |v| {
+            v["segments"]["0"]["encryption"] = json!("aes-cbc-essiv:sha256")
+        }),
+        edit("512-byte sectors", "segments.0.sector_size", |v| {
+            v["segments"]["0"]["sector_size"] = json!(512)
+        }),
+        edit("the data 4 KiB later", "segments.0.offset", |v| {
+            v["segments"]["0"]["offset"] = json!("16781312")
+        }),
+        edit("a fixed data size", "segments.0.size", |v| {
+            v["segments"]["0"]["size"] = json!("8388608")
+        }),
+        edit("shifted IVs", "segments.0.iv_tweak", |v| {
+            v["segments"]["0"]["iv_tweak"] = json!("8")
+        }),
+        edit("segment flags", "segments.0.flags", |v| {
+            v["segments"]["0"]["flags"] = json!(["in-reencryption"])
+        }),
+        edit("a second data segment", "segments.1", |v| {
+            let mut second = v["segments"]["0"].clone();
+            second["offset"] = json!("25165824");
+            v["segments"]["1"] = second;
+        }),
+        edit("a segment of another type", "segments.0.type", |v| {
+            v["segments"]["0"]["type"] = json!("linear")
+        }),
+        edit("Argon2id, 1 GiB, 32 passes", "keyslots.0.kdf.type", |v| {
+            let salt = v["keyslots"]["0"]["kdf"]["salt"].clone();
+            v["keyslots"]["0"]["kdf"] = json!({"type": "argon2id", "time": 32,
+                "memory": 1 << 20, "cpus": 16, "salt": salt});
+        }),
+        edit(
+            "PBKDF2, ten million iterations",
+            "keyslots.0.kdf.iterations",
+            |v| v["keyslots"]["0"]["kdf"]["iterations"] = json!(10_000_000),
+        ),
+        edit("PBKDF2 with SHA-512", "keyslots.0.kdf.hash", |v| {
+            v["keyslots"]["0"]["kdf"]["hash"] = json!("sha512")
+        }),
+        edit("a 16-byte key-slot salt", "keyslots.0.kdf.salt", |v| {
+            v["keyslots"]["0"]["kdf"]["salt"] = json!("AAAAAAAAAAAAAAAAAAAAAA==")
+        }),
+        edit("a 256-bit volume key", "keyslots.0.key_size", |v| {
+            v["keyslots"]["0"]["key_size"] = json!(32)
+        }),
+        edit("the AF hash", "keyslots.0.af.hash", |v| {
+            v["keyslots"]["0"]["af"]["hash"] = json!("sha1")
+        }),
+        edit(
+            "the key-slot area's cipher",
+            "keyslots.0.area.encryption",
+            |v| v["keyslots"]["0"]["area"]["encryption"] = json!("aes-cbc-plain64"),
+        ),
+        edit(
+            "the key-slot area's key size",
+            "keyslots.0.area.key_size",
+            |v| v["keyslots"]["0"]["area"]["key_size"] = json!(32),
+        ),
+        edit(
+            "the key-slot area elsewhere",
+            "keyslots.0.area.offset",
+            |v| v["keyslots"]["0"]["area"]["offset"] = json!("290816"),
+        ),
+        edit("a key-slot priority", "keyslots.0.priority", |v| {
+            v["keyslots"]["0"]["priority"] = json!(2)
+        }),
+        edit("a second key slot", "keyslots.1", |v| {
+            let mut second = v["keyslots"]["0"].clone();
+            second["area"]["offset"] = json!("290816");
+            v["keyslots"]["1"] = second;
+        }),
+        edit("digest iterations", "digests.0.iterations", |v| {
+            v["digests"]["0"]["iterations"] = json!(1_000_000)
+        }),
+        edit("a digest with SHA-512", "digests.0.hash", |v| {
+            v["digests"]["0"]["hash"] = json!("sha512")
+        }),
+        edit("a digest over no segment", "digests.0.segments", |v| {
+            v["digests"]["0"]["segments"] = json!([])
+        }),
+        edit("persistent discards", "config.flags", |v| {
+            v["config"]["flags"] = json!(["allow-discards"])
+        }),
+        edit("a mandatory requirement", "config.requirements", |v| {
+            v["config"]["requirements"] = json!({"mandatory": ["online-reencrypt-v2"]})
+        }),
+        edit("a smaller key-slot region", "config.keyslots_size", |v| {
+            v["config"]["keyslots_size"] = json!("8388608")
+        }),
+        edit("a token bound to the key slot", "tokens.0.keyslots", |v| {
+            v["tokens"]["0"] = json!({"type": "luks2-keyring", "keyslots": ["0"],
+                "key_description": "host-chosen"})
+        }),
+    ]
+}
+
+/// Whether `result` is a refusal that names `field`; what it is instead.
+fn refusal_of(result: Result<impl std::fmt::Debug, DiskError>, field: &str) -> Result<(), String> {
+    match &result {
+        Err(DiskError::Metadata(m))
+            if m.contains(&format!("LUKS2 {field} is "))
+                && m.contains("not the node's")
+                && m.contains("the header is not trusted to choose it") =>
+        {
+            Ok(())
+        }
+        other => Err(format!("{other:?}, not a refusal of {field}")),
+    }
+}
+
+/// `result` is a refusal that names `field`.
+fn refused_by_name(result: Result<impl std::fmt::Debug, DiskError>, field: &str, case: &str) {
+    if let Err(problem) = refusal_of(result, field) {
+        panic!("{case}: {problem}");
+    }
+}
+
+/// Each edit refused by name, by both backends, before anything costly:
+/// the native one before its key derivation, mapping or token reads, the
+/// cryptsetup one before cryptsetup runs (its program here does not exist:
+/// running it would be an I/O error). The disk is left as it was: nothing
+/// is repaired into use. Real cryptsetup is the oracle that the edits are
+/// headers it reads: `luksDump` takes each, and those it opens with the
+/// node's key it would map or run as the header says.
+#[test]
+fn a_header_the_node_did_not_write_is_refused_by_name() {
+    let dir = TempDir::new("luks2-pinned");
+    let key = SecretBytes::new(node_key(12));
+    let kf = key_file(&dir, "key", key.expose());
+    let image = blank_image(&dir, "disk.img");
+    let mut backend = Luks2Backend::header_only(&image);
+    backend
+        .format("0a1b2c3d-0000-4000-8000-0000000000c1", &key)
+        .unwrap();
+    let clean = header_region(&image);
+    // As written, each backend opens it and so does cryptsetup.
+    Luks2Backend::header_only(&image).check_key(&key).unwrap();
+    CryptsetupBackend::header_only(&image)
+        .check_key(&key)
+        .unwrap();
+    assert_eq!(test_passphrase(&image, &kf), Some(0));
+    let no_cryptsetup = dir.path().join("cryptsetup-never-runs");
+    let (mut read_by_cryptsetup, mut opened_by_cryptsetup) = (Vec::new(), Vec::new());
+    let mut not_refused = Vec::new();
+    for HostEdit { name, edit, field } in host_edits() {
+        let mut bytes = clean.clone();
+        edit_json(&mut bytes, P, edit);
+        edit_json(&mut bytes, S, edit);
+        write_header_region(&image, &bytes);
+        let started = std::time::Instant::now();
+        let cryptsetup_backend =
+            || CryptsetupBackend::header_only(&image).with_program(&no_cryptsetup);
+        let verdicts = [
+            (
+                "native check_key",
+                refusal_of(Luks2Backend::header_only(&image).check_key(&key), field),
+            ),
+            (
+                "native open (mapping)",
+                refusal_of(Luks2Backend::new(&image, "state").open(&key), field),
+            ),
+            (
+                "native token read",
+                refusal_of(Luks2Backend::header_only(&image).measurement_salt(), field),
+            ),
+            (
+                "native StateDisk",
+                refusal_of(
+                    StateDisk::new(Luks2Backend::header_only(&image)).format_or_open(
+                        "0a1b2c3d-0000-4000-8000-0000000000c2",
+                        |_| Ok(key.clone()),
+                    ),
+                    field,
+                ),
+            ),
+            (
+                "cryptsetup check_key",
+                refusal_of(cryptsetup_backend().check_key(&key), field),
+            ),
+            (
+                "cryptsetup open (mapping)",
+                refusal_of(
+                    CryptsetupBackend::new(&image, "state")
+                        .with_program(&no_cryptsetup)
+                        .open(&key),
+                    field,
+                ),
+            ),
+        ];
+        for (backend, verdict) in verdicts {
+            if let Err(problem) = verdict {
+                not_refused.push(format!("{name} ({backend}): {problem}"));
+            }
+        }
+        if started.elapsed() > std::time::Duration::from_secs(2) {
+            not_refused.push(format!("{name}: something costly ran"));
+        }
+        assert!(
+            header_region(&image) == bytes,
+            "{name}: the header was rewritten"
+        );
+        // The oracle: whether cryptsetup reads the header, and opens it
+        // with the node's key (then it would map or run what it says).
+        if cryptsetup(&["luksDump", s(&image)], None).status.success() {
+            read_by_cryptsetup.push(name);
+            if !name.contains("GiB") && test_passphrase(&image, &kf) == Some(0) {
+                opened_by_cryptsetup.push(name);
+            }
+        }
+        assert!(
+            header_region(&image) == bytes,
+            "{name}: cryptsetup rewrote it"
+        );
+    }
+    assert!(
+        not_refused.is_empty(),
+        "not refused by name:\n{}",
+        not_refused.join("\n")
+    );
+    eprintln!("cryptsetup reads {read_by_cryptsetup:?}");
+    eprintln!("cryptsetup opens, and would use: {opened_by_cryptsetup:?}");
+    for name in [
+        "a cipher without IVs",
+        "another cipher",
+        "512-byte sectors",
+        "the data 4 KiB later",
+        "a fixed data size",
+        "shifted IVs",
+        "persistent discards",
+        "a token bound to the key slot",
+    ] {
+        assert!(
+            opened_by_cryptsetup.contains(&name),
+            "{name}: cryptsetup did not open it"
+        );
+    }
+}
+
+/// A node configured for Argon2id opens only its own costs: a header
+/// asking for 1 GiB, 32 passes or 16 lanes (an out-of-memory power-off
+/// for a small node) is refused by name before any Argon2 runs.
+#[test]
+fn argon2_costs_are_the_nodes_not_the_headers() {
+    let dir = TempDir::new("luks2-argon-pinned");
+    let key = SecretBytes::new(node_key(13));
+    let image = blank_image(&dir, "disk.img");
+    let native = || Luks2Backend::header_only(&image).with_options(options(cheap_argon2id()));
+    let cryptsetup_backend = || {
+        CryptsetupBackend::header_only(&image).with_pbkdf(Pbkdf::Argon2id {
+            iterations: 4,
+            memory_kib: 1024,
+            parallel: 1,
+        })
+    };
+    native()
+        .format("0a1b2c3d-0000-4000-8000-0000000000d1", &key)
+        .unwrap();
+    native().check_key(&key).unwrap();
+    cryptsetup_backend().check_key(&key).unwrap();
+    let clean = header_region(&image);
+    let cases: Vec<JsonEdit> = vec![
+        ("keyslots.0.kdf.memory", |v| {
+            v["keyslots"]["0"]["kdf"]["memory"] = json!(1 << 20)
+        }),
+        ("keyslots.0.kdf.time", |v| {
+            v["keyslots"]["0"]["kdf"]["time"] = json!(32)
+        }),
+        ("keyslots.0.kdf.cpus", |v| {
+            v["keyslots"]["0"]["kdf"]["cpus"] = json!(16)
+        }),
+        ("keyslots.0.kdf.type", |v| {
+            v["keyslots"]["0"]["kdf"]["type"] = json!("argon2i")
+        }),
+    ];
+    for (field, edit) in cases {
+        let mut bytes = clean.clone();
+        edit_json(&mut bytes, P, edit);
+        edit_json(&mut bytes, S, edit);
+        write_header_region(&image, &bytes);
+        let started = std::time::Instant::now();
+        refused_by_name(native().check_key(&key), field, field);
+        refused_by_name(
+            cryptsetup_backend()
+                .with_program(dir.path().join("cryptsetup-never-runs"))
+                .check_key(&key),
+            field,
+            field,
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{field}: Argon2 ran"
+        );
+    }
+}
+
+/// The check applies to the copy the node reads: a host that rewrites
+/// only the secondary copy with a higher `seqid` (so that it is chosen)
+/// is refused the same way.
+#[test]
+fn an_edited_copy_chosen_by_its_seqid_is_refused_too() {
+    let dir = TempDir::new("luks2-pinned-copy");
+    let key = SecretBytes::new(node_key(14));
+    let image = blank_image(&dir, "disk.img");
+    Luks2Backend::header_only(&image)
+        .format("0a1b2c3d-0000-4000-8000-0000000000e1", &key)
+        .unwrap();
+    let mut bytes = header_region(&image);
+    edit_json(&mut bytes, S, |v| {
+        v["segments"]["0"]["encryption"] = json!("aes-xts-null")
+    });
+    let seqid = u64::from_be_bytes(bytes[S + 16..S + 24].try_into().unwrap());
+    bytes[S + 16..S + 24].copy_from_slice(&(seqid + 1).to_be_bytes());
+    rechecksum(&mut bytes, S);
+    write_header_region(&image, &bytes);
+    assert!(matches!(
+        Luks2::read(&image).unwrap().health(),
+        Health::NeedsRepair {
+            used: HeaderCopy::Secondary,
+            other: None
+        }
+    ));
+    refused_by_name(
+        Luks2Backend::header_only(&image).check_key(&key),
+        "segments.0.encryption",
+        "secondary",
+    );
+    refused_by_name(
+        CryptsetupBackend::header_only(&image).check_key(&key),
+        "segments.0.encryption",
+        "secondary",
+    );
+}
+
+/// The node's own cryptsetup writes what the native writer writes (every
+/// layout parameter given explicitly), so each backend opens the other's
+/// disks; a header cryptsetup writes with its own choice of sector size
+/// (512 bytes, what it picks on a device reporting 512-byte physical
+/// sectors) is not the node's and is refused by name by both.
+#[test]
+fn cryptsetup_writes_the_nodes_header_and_nothing_else_is_opened() {
+    let dir = TempDir::new("luks2-pinned-cryptsetup");
+    let key = SecretBytes::new(node_key(15));
+    let kf = key_file(&dir, "key", key.expose());
+    let uuid = "0a1b2c3d-0000-4000-8000-0000000000f1";
+    let ours = blank_image(&dir, "ours.img");
+    Luks2Backend::header_only(&ours).format(uuid, &key).unwrap();
+    let theirs = blank_image(&dir, "theirs.img");
+    CryptsetupBackend::header_only(&theirs)
+        .format(uuid, &key)
+        .unwrap();
+    let shape = |image: &Path| {
+        let mut v: Value =
+            serde_json::from_str(&Luks2::read(image).unwrap().metadata_json()).unwrap();
+        for path in ["/keyslots/0/kdf", "/digests/0"] {
+            let object = v.pointer_mut(path).unwrap().as_object_mut().unwrap();
+            object.remove("salt");
+            object.remove("digest");
+        }
+        v
+    };
+    assert_eq!(shape(&ours), shape(&theirs));
+    for image in [&ours, &theirs] {
+        Luks2Backend::header_only(image).check_key(&key).unwrap();
+        CryptsetupBackend::header_only(image)
+            .check_key(&key)
+            .unwrap();
+    }
+    let other = blank_image(&dir, "other.img");
+    ok(&[
+        "luksFormat",
+        "--type",
+        "luks2",
+        "--batch-mode",
+        "--sector-size",
+        "512",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+        s(&kf),
+        s(&other),
+    ]);
+    refused_by_name(
+        Luks2Backend::header_only(&other).check_key(&key),
+        "segments.0.sector_size",
+        "cryptsetup's 512",
+    );
+    refused_by_name(
+        CryptsetupBackend::header_only(&other).check_key(&key),
+        "segments.0.sector_size",
+        "cryptsetup's 512",
+    );
 }

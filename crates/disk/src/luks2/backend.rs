@@ -5,8 +5,11 @@
 //! [`HeaderMetadata`]), and the same key meaning (the state-disk key is
 //! the passphrase), so either backend opens what the other wrote.
 //!
-//! Opening unlocks a key slot to the volume key and maps the header's
-//! data segment (its offset, cipher and sector size) with a `crypt` table
+//! Every use of the header (opening, checking a key, reading or writing a
+//! token) first refuses a header that is not exactly the one this backend
+//! writes ([`ExpectedHeader`]: segment, cipher, key sizes, sector size,
+//! offsets, KDF and costs, digest). Opening then unlocks key slot 0 to the
+//! volume key and maps the data segment with a `crypt` table
 //! through device-mapper ([`crate::dm`]) at `/dev/mapper/NAME`, as
 //! `cryptsetup open` does; [`Luks2Backend::header_only`] only checks keys
 //! (the build-machine mode, like [`crate::OpenMode::HeaderOnly`]).
@@ -18,7 +21,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use super::{FormatOptions, KdfLimits, Luks2, Luks2Error, probe};
+use super::{ExpectedHeader, FormatOptions, KdfLimits, Luks2, Luks2Error, probe};
 use crate::cryptsetup::{
     BOOTSTRAPPED_TOKEN_TYPE, FILESYSTEM_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE,
 };
@@ -122,10 +125,22 @@ impl Luks2Backend {
         Ok(node)
     }
 
+    /// Reads the header, once, and refuses it unless it is exactly the
+    /// one this backend writes ([`ExpectedHeader`]): before any key
+    /// derivation, mapping or token use.
     fn read(&self) -> Result<Luks2, DiskError> {
-        Ok(Luks2::read(&self.device)
+        let disk = Luks2::read(&self.device)
             .map_err(to_disk_error)?
-            .with_limits(self.limits))
+            .with_limits(self.limits);
+        self.expected()
+            .check(disk.header())
+            .map_err(to_disk_error)?;
+        Ok(disk)
+    }
+
+    /// The header this backend writes, the only one it opens.
+    pub fn expected(&self) -> ExpectedHeader {
+        ExpectedHeader::written_with(&self.options)
     }
 
     fn metadata(&self) -> Result<HeaderMetadata, DiskError> {
@@ -263,14 +278,16 @@ fn dm_error(action: &'static str) -> impl Fn(DmError) -> DiskError {
     }
 }
 
-/// The state disk's error for a LUKS2 one.
+/// The state disk's error for a LUKS2 one (a header of another LUKS version
+/// is [`DiskError::Metadata`] naming it: the disk is LUKS, just not a
+/// header the node writes).
 pub fn to_disk_error(e: Luks2Error) -> DiskError {
     match e {
         Luks2Error::WrongPassphrase => DiskError::WrongKey,
         Luks2Error::AlreadyLuks { uuid } => DiskError::AlreadyFormatted { uuid },
         Luks2Error::Io(m) => DiskError::Io(m),
         Luks2Error::InvalidOption(m) => DiskError::Config(m),
-        Luks2Error::NoValidHeader { .. } | Luks2Error::Version(_) => DiskError::NotLuks,
+        Luks2Error::NoValidHeader { .. } => DiskError::NotLuks,
         other => DiskError::Metadata(other.to_string()),
     }
 }

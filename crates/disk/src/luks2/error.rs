@@ -108,6 +108,21 @@ pub enum Luks2Error {
         /// The most allowed.
         limit: u64,
     },
+    /// A header field that is not what the node writes there
+    /// ([`super::expected::ExpectedHeader`]): the header is not
+    /// authenticated, so it chooses nothing, and a header the node did not
+    /// write as it writes is refused, never used or repaired.
+    #[error(
+        "LUKS2 {field} is {found}, not the node's {expected} (the header is not trusted to choose it)"
+    )]
+    NotAsWritten {
+        /// Where in the header (`segments.0.sector_size`, `binary.hdr_size`).
+        field: String,
+        /// What the header has there, short and printable (`absent` when missing).
+        found: String,
+        /// What the node writes there.
+        expected: String,
+    },
     /// The passphrase opens no key slot.
     #[error("the passphrase opens no key slot")]
     WrongPassphrase,

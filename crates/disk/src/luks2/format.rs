@@ -26,10 +26,25 @@ pub const HEADER_SIZE: u64 = 16 << 10;
 pub const DATA_OFFSET: u64 = 16 << 20;
 /// The volume key's size (AES-256 in XTS: 512 bits).
 pub const VOLUME_KEY_LEN: usize = 64;
-/// Key-slot and digest salt size.
-const SALT_LEN: usize = 32;
-/// The key-slot region's start (after both headers).
-const KEYSLOTS_START: u64 = 2 * HEADER_SIZE;
+/// Key-slot and digest salt size (the digest's output is as long).
+pub const SALT_LEN: usize = 32;
+/// The key-slot region's start (after both headers): key slot 0's area.
+pub const KEYSLOTS_START: u64 = 2 * HEADER_SIZE;
+/// The key-slot region's size (`config.keyslots_size`): up to the data.
+pub const KEYSLOTS_SIZE: u64 = DATA_OFFSET - KEYSLOTS_START;
+/// Key slot 0's area size: the volume key split into [`AF_STRIPES`]
+/// stripes, in whole 512-byte sectors, rounded up to [`AREA_ALIGN`].
+pub const KEYSLOT_AREA_SIZE: u64 = (((VOLUME_KEY_LEN * AF_STRIPES as usize)
+    .div_ceil(area::AREA_SECTOR)
+    * area::AREA_SECTOR) as u64)
+    .div_ceil(AREA_ALIGN)
+    * AREA_ALIGN;
+/// The data segment's sector size a node writes (and maps) by default.
+pub const SECTOR_SIZE: u32 = 4096;
+/// The digest's PBKDF2 iterations a node writes by default: cryptsetup's
+/// minimum, which is also what cryptsetup writes when the key slot's
+/// costs are forced (`--pbkdf-force-iterations`).
+pub const DIGEST_ITERATIONS: u32 = 1000;
 
 /// The key-slot password hashing of a new header, with explicit costs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,8 +98,8 @@ impl Default for FormatOptions {
         FormatOptions {
             uuid: None,
             kdf: KdfChoice::Pbkdf2 { iterations: 1000 },
-            digest_iterations: 1000,
-            sector_size: 4096,
+            digest_iterations: DIGEST_ITERATIONS,
+            sector_size: SECTOR_SIZE,
             label: String::new(),
         }
     }
@@ -185,7 +200,7 @@ pub fn build(
     let mut material = Secret::zeroed(material_len);
     material.expose_mut()[..split.len()].copy_from_slice(split.expose());
     area::crypt(area_key.expose(), material.expose_mut(), Direction::Encrypt)?;
-    let area_size = (material_len as u64).div_ceil(AREA_ALIGN) * AREA_ALIGN;
+    let area_size = KEYSLOT_AREA_SIZE;
 
     let digest_salt = random(SALT_LEN)?.expose().to_vec();
     let digest_iterations =
@@ -261,7 +276,7 @@ pub fn build(
         },
         "config": {
             "json_size": (HEADER_SIZE - BINARY_SIZE as u64).to_string(),
-            "keyslots_size": (DATA_OFFSET - KEYSLOTS_START).to_string(),
+            "keyslots_size": KEYSLOTS_SIZE.to_string(),
         }
     });
     let Value::Object(json) = json else {

@@ -28,6 +28,9 @@
 //! - the KDF costs are bounded before anything runs ([`KdfLimits`]): a
 //!   header asking for 4 GiB of Argon2 memory or 10^9 PBKDF2 iterations is
 //!   refused, not run;
+//! - a node's backends go further: they open only the header the node
+//!   writes ([`ExpectedHeader`]: segment, cipher, key sizes, sector size,
+//!   offsets, KDF kind and costs, digest), so the header chooses nothing;
 //! - a damaged header is an error, never a blank disk ([`probe()`]): the
 //!   never-format rules of [`crate::StateDisk`] keep holding;
 //! - the volume key and every key derived on the way are zeroized when
@@ -63,6 +66,7 @@ pub mod backend;
 pub mod binary;
 pub mod digest;
 pub mod error;
+pub mod expected;
 pub mod format;
 pub mod hash;
 pub mod header;
@@ -74,6 +78,7 @@ pub mod unlock;
 
 pub use backend::Luks2Backend;
 pub use error::{BinaryFault, HeaderCopy, HeaderFault, Luks2Error, MetadataProblem};
+pub use expected::{ExpectedHeader, ExpectedKdf};
 pub use format::{FormatOptions, KdfChoice};
 pub use header::{Header, Health};
 pub use kdf::KdfLimits;
