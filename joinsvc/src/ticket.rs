@@ -3,7 +3,6 @@
 //! attestation was already verified and gets back the ticket or a precise
 //! refusal, which it maps to what the caller sees.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -62,47 +61,34 @@ pub struct TicketConfig {
 }
 
 /// Why no ticket was issued.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum TicketError {
     /// The request is malformed.
+    #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// The bootstrap token could not be created.
+    #[error("cannot create a bootstrap token: {0}")]
     Token(TokenError),
     /// The files for a control-plane join could not be read.
+    #[error("cannot read control-plane files: {0}")]
     ControlPlaneFiles(String),
     /// A kubelet certificate was asked for and cannot be signed here.
+    #[error("this join service cannot sign kubelet certificates (no cluster CA key)")]
     KubeletCertUnavailable,
     /// The checked CSR could not be signed (randomness or the CA key failed):
     /// the join service's fault, not the caller's.
+    #[error("cannot sign the kubelet certificate: {0}")]
     KubeletCertSigning(KubeletCertError),
     /// A node sent a VPN key and this cluster has no VPN (`--vpn-cidr`).
+    #[error("this cluster has no VPN (--vpn-cidr)")]
     VpnUnavailable,
     /// The VPN peer registry could not register the node.
+    #[error("{0}")]
     Vpn(RegistryError),
     /// A node's own peer record does not carry a valid proof of the state
     /// disk it names.
+    #[error("the own peer record's proof does not match the state disk it names")]
     OwnRecordUnproven,
-}
-
-impl fmt::Display for TicketError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TicketError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
-            TicketError::Token(e) => write!(f, "cannot create a bootstrap token: {e}"),
-            TicketError::ControlPlaneFiles(m) => write!(f, "cannot read control-plane files: {m}"),
-            TicketError::KubeletCertUnavailable => f.write_str(
-                "this join service cannot sign kubelet certificates (no cluster CA key)",
-            ),
-            TicketError::KubeletCertSigning(e) => {
-                write!(f, "cannot sign the kubelet certificate: {e}")
-            }
-            TicketError::VpnUnavailable => f.write_str("this cluster has no VPN (--vpn-cidr)"),
-            TicketError::Vpn(e) => e.fmt(f),
-            TicketError::OwnRecordUnproven => {
-                f.write_str("the own peer record's proof does not match the state disk it names")
-            }
-        }
-    }
 }
 
 impl TicketError {
@@ -349,6 +335,47 @@ mod tests {
     use super::*;
     use crate::token::BootstrapToken;
     use std::sync::Mutex;
+
+    #[test]
+    fn each_refusal_prints_its_message() {
+        let cases = [
+            (
+                TicketError::InvalidRequest("disk_uuid is not a UUID".into()),
+                "invalid request: disk_uuid is not a UUID",
+            ),
+            (
+                TicketError::Token(TokenError::Random),
+                "cannot create a bootstrap token: no randomness available",
+            ),
+            (
+                TicketError::ControlPlaneFiles("ca.key: missing".into()),
+                "cannot read control-plane files: ca.key: missing",
+            ),
+            (
+                TicketError::KubeletCertUnavailable,
+                "this join service cannot sign kubelet certificates (no cluster CA key)",
+            ),
+            (
+                TicketError::KubeletCertSigning(KubeletCertError::Generate("no randomness".into())),
+                "cannot sign the kubelet certificate: kubelet certificate: no randomness",
+            ),
+            (
+                TicketError::VpnUnavailable,
+                "this cluster has no VPN (--vpn-cidr)",
+            ),
+            (
+                TicketError::Vpn(RegistryError::Corrupt("not JSON".into())),
+                "VPN peer registry configmap confboot-vpn-peers is invalid: not JSON",
+            ),
+            (
+                TicketError::OwnRecordUnproven,
+                "the own peer record's proof does not match the state disk it names",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
 
     /// Records calls; hands out tokens from the real generator or fails.
     struct RecordingTokens {
