@@ -4,7 +4,6 @@
 //! between calls. Callers ([`crate::token`], [`crate::vpn`]) get the status
 //! and the bounded body of each answer and decide what it means.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,25 +19,16 @@ const MAX_STATUS_MESSAGE_CHARS: usize = 256;
 
 /// Why the API could not be asked at all (an HTTP error status is an
 /// [`ApiAnswer`], not this).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KubeApiError {
     /// The API server could not be reached or did not answer in time.
+    #[error("Kubernetes API unreachable: {0}")]
     Unreachable(String),
     /// Configuration (service account files, environment, URL) is missing
     /// or bad.
+    #[error("Kubernetes API client not configured: {0}")]
     Config(String),
 }
-
-impl fmt::Display for KubeApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KubeApiError::Unreachable(m) => write!(f, "Kubernetes API unreachable: {m}"),
-            KubeApiError::Config(m) => write!(f, "Kubernetes API client not configured: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for KubeApiError {}
 
 /// An answer of the API server: its status and its body, read whole up to
 /// the caller's bound (zeroized on drop: bodies may echo Secrets).
@@ -283,6 +273,18 @@ fn pem_certificates(pem: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, K
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_says_whether_the_api_was_unreachable_or_not_configured() {
+        assert_eq!(
+            KubeApiError::Unreachable("timed out".into()).to_string(),
+            "Kubernetes API unreachable: timed out"
+        );
+        assert_eq!(
+            KubeApiError::Config("no token file".into()).to_string(),
+            "Kubernetes API client not configured: no token file"
+        );
+    }
 
     #[test]
     fn ip_literal_hosts_resolve_without_a_lookup() {

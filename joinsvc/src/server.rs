@@ -14,21 +14,21 @@ use confboot_proto::{GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 use confboot_wire::{Code, Router, Status};
 
 use crate::metrics::Metrics;
-use crate::ticket::{TicketError, TicketService};
+use crate::ticket::{IssueError, TicketService};
 use crate::vpn::RegistryError;
 
-/// The gRPC status a caller sees when no ticket was issued.
-pub fn ticket_status(e: &TicketError) -> Status {
+/// The gRPC status a caller sees when no ticket or VPN update was issued.
+pub fn issue_status(e: &IssueError) -> Status {
     let code = match e {
-        TicketError::InvalidRequest(_) => Code::InvalidArgument,
-        TicketError::Token(_) => Code::Unavailable,
-        TicketError::ControlPlaneFiles(_) | TicketError::KubeletCertUnavailable => {
+        IssueError::InvalidRequest(_) => Code::InvalidArgument,
+        IssueError::Token(_) => Code::Unavailable,
+        IssueError::ControlPlaneFiles(_) | IssueError::KubeletCertUnavailable => {
             Code::FailedPrecondition
         }
-        TicketError::KubeletCertSigning(_) => Code::Internal,
-        TicketError::VpnUnavailable => Code::FailedPrecondition,
-        TicketError::Vpn(e) => registry_code(e),
-        TicketError::OwnRecordUnproven => Code::PermissionDenied,
+        IssueError::KubeletCertSigning(_) => Code::Internal,
+        IssueError::VpnUnavailable => Code::FailedPrecondition,
+        IssueError::Vpn(e) => registry_code(e),
+        IssueError::OwnRecordUnproven => Code::PermissionDenied,
     };
     Status::new(code, e.to_string())
 }
@@ -158,7 +158,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                         "join ticket for disk {} refused: {e}",
                         disk_for_log(&req.disk_uuid)
                     );
-                    Err(ticket_status(&e))
+                    Err(issue_status(&e))
                 }
             }
         })
@@ -176,7 +176,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             vpn_tickets.vpn_update(&req).map_err(|e| {
                 vpn_metrics.refused(e.reason());
                 log::warn!("VPN update refused: {e}");
-                ticket_status(&e)
+                issue_status(&e)
             })
         })
         .unary(REJOIN, move |ctx, req| {
@@ -206,7 +206,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                         "rejoin ticket for disk {} refused: {e}",
                         disk_for_log(&req.disk_uuid)
                     );
-                    Err(ticket_status(&e))
+                    Err(issue_status(&e))
                 }
             }
         })
@@ -222,30 +222,27 @@ mod tests {
     fn each_refusal_has_its_grpc_code() {
         for (e, code) in [
             (
-                TicketError::InvalidRequest("disk_uuid is not a UUID".into()),
+                IssueError::InvalidRequest("disk_uuid is not a UUID".into()),
                 Code::InvalidArgument,
             ),
             (
-                TicketError::Token(TokenError::Api {
+                IssueError::Token(TokenError::Api {
                     status: 500,
                     reason: "InternalError".into(),
                 }),
                 Code::Unavailable,
             ),
             (
-                TicketError::ControlPlaneFiles("ca.key: not found".into()),
+                IssueError::ControlPlaneFiles("ca.key: not found".into()),
                 Code::FailedPrecondition,
             ),
+            (IssueError::KubeletCertUnavailable, Code::FailedPrecondition),
             (
-                TicketError::KubeletCertUnavailable,
-                Code::FailedPrecondition,
-            ),
-            (
-                TicketError::KubeletCertSigning(KubeletCertError::Generate("no randomness".into())),
+                IssueError::KubeletCertSigning(KubeletCertError::Generate("no randomness".into())),
                 Code::Internal,
             ),
         ] {
-            let s = ticket_status(&e);
+            let s = issue_status(&e);
             assert_eq!(s.code, code, "{e}");
             assert_eq!(s.message, e.to_string());
         }

@@ -3,7 +3,6 @@
 //! attestation was already verified and gets back the ticket or a precise
 //! refusal, which it maps to what the caller sees.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -61,61 +60,50 @@ pub struct TicketConfig {
     pub vpn_registry: Option<Arc<KubeApiPeerRegistry>>,
 }
 
-/// Why no ticket was issued.
-#[derive(Debug)]
-pub enum TicketError {
+/// Why joinsvc issued nothing to an attested node: no join or rejoin
+/// ticket, no VPN update. (Not [`confboot_cluster::ticket::TicketError`],
+/// which is why a node throws away a ticket it was given.)
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
     /// The request is malformed.
+    #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// The bootstrap token could not be created.
+    #[error("cannot create a bootstrap token: {0}")]
     Token(TokenError),
     /// The files for a control-plane join could not be read.
+    #[error("cannot read control-plane files: {0}")]
     ControlPlaneFiles(String),
     /// A kubelet certificate was asked for and cannot be signed here.
+    #[error("this join service cannot sign kubelet certificates (no cluster CA key)")]
     KubeletCertUnavailable,
     /// The checked CSR could not be signed (randomness or the CA key failed):
     /// the join service's fault, not the caller's.
+    #[error("cannot sign the kubelet certificate: {0}")]
     KubeletCertSigning(KubeletCertError),
     /// A node sent a VPN key and this cluster has no VPN (`--vpn-cidr`).
+    #[error("this cluster has no VPN (--vpn-cidr)")]
     VpnUnavailable,
     /// The VPN peer registry could not register the node.
+    #[error("{0}")]
     Vpn(RegistryError),
     /// A node's own peer record does not carry a valid proof of the state
     /// disk it names.
+    #[error("the own peer record's proof does not match the state disk it names")]
     OwnRecordUnproven,
 }
 
-impl fmt::Display for TicketError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TicketError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
-            TicketError::Token(e) => write!(f, "cannot create a bootstrap token: {e}"),
-            TicketError::ControlPlaneFiles(m) => write!(f, "cannot read control-plane files: {m}"),
-            TicketError::KubeletCertUnavailable => f.write_str(
-                "this join service cannot sign kubelet certificates (no cluster CA key)",
-            ),
-            TicketError::KubeletCertSigning(e) => {
-                write!(f, "cannot sign the kubelet certificate: {e}")
-            }
-            TicketError::VpnUnavailable => f.write_str("this cluster has no VPN (--vpn-cidr)"),
-            TicketError::Vpn(e) => e.fmt(f),
-            TicketError::OwnRecordUnproven => {
-                f.write_str("the own peer record's proof does not match the state disk it names")
-            }
-        }
-    }
-}
-
-impl TicketError {
+impl IssueError {
     /// A short label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            TicketError::InvalidRequest(_) => "invalid_request",
-            TicketError::Token(_) => "token",
-            TicketError::ControlPlaneFiles(_) => "control_plane_files",
-            TicketError::KubeletCertUnavailable => "kubelet_cert",
-            TicketError::KubeletCertSigning(_) => "kubelet_cert_signing",
-            TicketError::VpnUnavailable | TicketError::Vpn(_) => "vpn",
-            TicketError::OwnRecordUnproven => "vpn_own_record",
+            IssueError::InvalidRequest(_) => "invalid_request",
+            IssueError::Token(_) => "token",
+            IssueError::ControlPlaneFiles(_) => "control_plane_files",
+            IssueError::KubeletCertUnavailable => "kubelet_cert",
+            IssueError::KubeletCertSigning(_) => "kubelet_cert_signing",
+            IssueError::VpnUnavailable | IssueError::Vpn(_) => "vpn",
+            IssueError::OwnRecordUnproven => "vpn_own_record",
         }
     }
 }
@@ -131,11 +119,9 @@ pub struct TicketService {
     tokens: Arc<dyn TokenIssuer>,
 }
 
-fn disk_uuid(raw: &str) -> Result<String, TicketError> {
+fn disk_uuid(raw: &str) -> Result<String, IssueError> {
     if !is_uuid(raw) {
-        return Err(TicketError::InvalidRequest(
-            "disk_uuid is not a UUID".into(),
-        ));
+        return Err(IssueError::InvalidRequest("disk_uuid is not a UUID".into()));
     }
     Ok(raw.to_ascii_lowercase())
 }
@@ -158,15 +144,15 @@ impl TicketService {
     pub fn issue_join_ticket(
         &self,
         req: &IssueJoinTicketRequest,
-    ) -> Result<IssueJoinTicketResponse, TicketError> {
+    ) -> Result<IssueJoinTicketResponse, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
         if req.certificate_request.len() > MAX_CSR_BYTES {
-            return Err(TicketError::InvalidRequest(format!(
+            return Err(IssueError::InvalidRequest(format!(
                 "certificate_request over {MAX_CSR_BYTES} bytes"
             )));
         }
         if req.host_public_key.len() > MAX_HOST_KEY_BYTES {
-            return Err(TicketError::InvalidRequest(format!(
+            return Err(IssueError::InvalidRequest(format!(
                 "host_public_key over {MAX_HOST_KEY_BYTES} bytes"
             )));
         }
@@ -176,15 +162,15 @@ impl TicketService {
             Vec::new()
         } else {
             let csr = KubeletCsr::parse(&req.certificate_request)
-                .map_err(|e| TicketError::InvalidRequest(e.to_string()))?;
+                .map_err(|e| IssueError::InvalidRequest(e.to_string()))?;
             let signer = self
                 .config
                 .kubelet_cert_signer
                 .as_ref()
-                .ok_or(TicketError::KubeletCertUnavailable)?;
+                .ok_or(IssueError::KubeletCertUnavailable)?;
             let cert = signer
                 .sign_checked(&csr, std::time::SystemTime::now())
-                .map_err(TicketError::KubeletCertSigning)?;
+                .map_err(IssueError::KubeletCertSigning)?;
             log::debug!(
                 "kubelet certificate signed for node {} ({} IPs)",
                 csr.node_name,
@@ -204,7 +190,7 @@ impl TicketService {
         let token = self
             .tokens
             .create_bootstrap_token()
-            .map_err(TicketError::Token)?;
+            .map_err(IssueError::Token)?;
         log::debug!("bootstrap token {} created for disk {uuid}", token.id());
         let m = &self.config.master_secret;
         Ok(IssueJoinTicketResponse {
@@ -231,31 +217,31 @@ impl TicketService {
     /// record registered or refreshed first (when sent, with a valid proof
     /// of its state disk), then the registry's version, and its peers only
     /// when that differs from `known`.
-    pub fn vpn_update(&self, req: &GetUpdateRequest) -> Result<GetUpdateResponse, TicketError> {
+    pub fn vpn_update(&self, req: &GetUpdateRequest) -> Result<GetUpdateResponse, IssueError> {
         let registry = self
             .config
             .vpn_registry
             .as_ref()
-            .ok_or(TicketError::VpnUnavailable)?;
+            .ok_or(IssueError::VpnUnavailable)?;
         if let Some(own) = &req.own {
             let request = self.checked_own_record(own)?;
-            let ip = registry.refresh_own(&request).map_err(TicketError::Vpn)?;
+            let ip = registry.refresh_own(&request).map_err(IssueError::Vpn)?;
             log::debug!("node {} refreshed its VPN record ({ip})", request.name);
         }
         registry
             .update(req.resource_version)
-            .map_err(TicketError::Vpn)
+            .map_err(IssueError::Vpn)
     }
 
     /// A node's own record, its fields checked and its proof verified
     /// with the key of the disk it names.
-    fn checked_own_record(&self, own: &OwnRecord) -> Result<PeerRequest, TicketError> {
+    fn checked_own_record(&self, own: &OwnRecord) -> Result<PeerRequest, IssueError> {
         let uuid = disk_uuid(&own.disk_uuid)?;
         let peer = own
             .peer
             .as_ref()
-            .ok_or_else(|| TicketError::InvalidRequest("an own record without a peer".into()))?;
-        let invalid = |e: VpnError| TicketError::InvalidRequest(e.to_string());
+            .ok_or_else(|| IssueError::InvalidRequest("an own record without a peer".into()))?;
+        let invalid = |e: VpnError| IssueError::InvalidRequest(e.to_string());
         check_peer_name(&peer.name).map_err(invalid)?;
         let request = PeerRequest {
             name: peer.name.clone(),
@@ -266,7 +252,7 @@ impl TicketService {
         let disk_key = self.config.master_secret.state_disk_key(&uuid);
         let own_key = OwnRecordKey::from_disk_key(disk_key.expose());
         if !own_key.verify(own) {
-            return Err(TicketError::OwnRecordUnproven);
+            return Err(IssueError::OwnRecordUnproven);
         }
         Ok(request)
     }
@@ -275,7 +261,7 @@ impl TicketService {
     fn register_vpn_peer(
         &self,
         req: &IssueJoinTicketRequest,
-    ) -> Result<Option<std::net::Ipv4Addr>, TicketError> {
+    ) -> Result<Option<std::net::Ipv4Addr>, IssueError> {
         if req.node_vpn_pub_key.is_empty() {
             return Ok(None);
         }
@@ -283,8 +269,8 @@ impl TicketService {
             .config
             .vpn_registry
             .as_ref()
-            .ok_or(TicketError::VpnUnavailable)?;
-        let invalid = |e: VpnError| TicketError::InvalidRequest(e.to_string());
+            .ok_or(IssueError::VpnUnavailable)?;
+        let invalid = |e: VpnError| IssueError::InvalidRequest(e.to_string());
         check_peer_name(&req.node_name).map_err(invalid)?;
         let request = PeerRequest {
             name: req.node_name.clone(),
@@ -292,7 +278,7 @@ impl TicketService {
             vpn_pub_key: VpnPublicKey::from_bytes(&req.node_vpn_pub_key).map_err(invalid)?,
             disk_uuid: disk_uuid(&req.disk_uuid)?,
         };
-        let ip = registry.register(&request).map_err(TicketError::Vpn)?;
+        let ip = registry.register(&request).map_err(IssueError::Vpn)?;
         log::debug!("node {} has VPN address {ip}", request.name);
         Ok(Some(ip))
     }
@@ -301,7 +287,7 @@ impl TicketService {
     pub fn issue_rejoin_ticket(
         &self,
         req: &IssueRejoinTicketRequest,
-    ) -> Result<IssueRejoinTicketResponse, TicketError> {
+    ) -> Result<IssueRejoinTicketResponse, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
         let m = &self.config.master_secret;
         Ok(IssueRejoinTicketResponse {
@@ -311,12 +297,12 @@ impl TicketService {
     }
 }
 
-fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneCertOrKey>, TicketError> {
+fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneCertOrKey>, IssueError> {
     CONTROL_PLANE_FILES
         .iter()
         .map(|name| {
             let mut data = read_bounded(&pki_dir.join(name), MAX_CONTROL_PLANE_FILE_BYTES)
-                .map_err(|e| TicketError::ControlPlaneFiles(e.to_string()))?;
+                .map_err(|e| IssueError::ControlPlaneFiles(e.to_string()))?;
             Ok(ControlPlaneCertOrKey {
                 name: name.to_string(),
                 data: std::mem::take(&mut *data),
@@ -349,6 +335,47 @@ mod tests {
     use super::*;
     use crate::token::BootstrapToken;
     use std::sync::Mutex;
+
+    #[test]
+    fn each_refusal_prints_its_message() {
+        let cases = [
+            (
+                IssueError::InvalidRequest("disk_uuid is not a UUID".into()),
+                "invalid request: disk_uuid is not a UUID",
+            ),
+            (
+                IssueError::Token(TokenError::Random),
+                "cannot create a bootstrap token: no randomness available",
+            ),
+            (
+                IssueError::ControlPlaneFiles("ca.key: missing".into()),
+                "cannot read control-plane files: ca.key: missing",
+            ),
+            (
+                IssueError::KubeletCertUnavailable,
+                "this join service cannot sign kubelet certificates (no cluster CA key)",
+            ),
+            (
+                IssueError::KubeletCertSigning(KubeletCertError::Generate("no randomness".into())),
+                "cannot sign the kubelet certificate: kubelet certificate: no randomness",
+            ),
+            (
+                IssueError::VpnUnavailable,
+                "this cluster has no VPN (--vpn-cidr)",
+            ),
+            (
+                IssueError::Vpn(RegistryError::Corrupt("not JSON".into())),
+                "VPN peer registry configmap confboot-vpn-peers is invalid: not JSON",
+            ),
+            (
+                IssueError::OwnRecordUnproven,
+                "the own peer record's proof does not match the state disk it names",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
 
     /// Records calls; hands out tokens from the real generator or fails.
     struct RecordingTokens {
@@ -416,11 +443,11 @@ mod tests {
         let e = s
             .issue_join_ticket(&vpn_request("node-1", 1, "192.0.2.1:51820"))
             .unwrap_err();
-        assert!(matches!(e, TicketError::VpnUnavailable), "{e}");
+        assert!(matches!(e, IssueError::VpnUnavailable), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
         assert!(matches!(
             s.vpn_update(&update_request(0)),
-            Err(TicketError::VpnUnavailable)
+            Err(IssueError::VpnUnavailable)
         ));
 
         let (_double, registry) = registry_on_a_double();
@@ -453,14 +480,14 @@ mod tests {
             },
         ] {
             let e = s.issue_join_ticket(&bad).unwrap_err();
-            assert!(matches!(e, TicketError::InvalidRequest(_)), "{e}");
+            assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
         }
         // Another node's key under a new name.
         let e = s
             .issue_join_ticket(&vpn_request("node-3", 2, "192.0.2.3:51820"))
             .unwrap_err();
         assert!(
-            matches!(e, TicketError::Vpn(RegistryError::Refused(_))),
+            matches!(e, IssueError::Vpn(RegistryError::Refused(_))),
             "{e}"
         );
         assert_eq!(*tokens.calls.lock().unwrap(), 4);
@@ -538,7 +565,7 @@ mod tests {
         // Another disk cannot take the name, even with a valid proof.
         let e = s.vpn_update(&own("cp-1", 3, other_disk)).unwrap_err();
         assert!(
-            matches!(&e, TicketError::Vpn(RegistryError::NameTaken { name }) if name == "cp-1"),
+            matches!(&e, IssueError::Vpn(RegistryError::NameTaken { name }) if name == "cp-1"),
             "{e}"
         );
         // A record proven with another disk's key, or spoilt, is refused.
@@ -546,7 +573,7 @@ mod tests {
         forged.own.as_mut().unwrap().disk_uuid = UUID.into();
         assert!(matches!(
             s.vpn_update(&forged),
-            Err(TicketError::OwnRecordUnproven)
+            Err(IssueError::OwnRecordUnproven)
         ));
         let mut spoilt = own("cp-1", 2, UUID);
         spoilt
@@ -559,7 +586,7 @@ mod tests {
             .public_endpoint = "192.0.2.9:51820".into();
         assert!(matches!(
             s.vpn_update(&spoilt),
-            Err(TicketError::OwnRecordUnproven)
+            Err(IssueError::OwnRecordUnproven)
         ));
         assert_eq!(
             s.vpn_update(&update_request(0)).unwrap().resource_version,
@@ -596,7 +623,7 @@ mod tests {
                 ..request(UUID, false)
             })
             .unwrap_err();
-        assert!(matches!(e, TicketError::InvalidRequest(_)), "{e}");
+        assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 2);
         // Without the CA key, a CSR cannot be served.
         let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
@@ -607,7 +634,7 @@ mod tests {
                 ..request(UUID, false)
             })
             .unwrap_err();
-        assert!(matches!(e, TicketError::KubeletCertUnavailable), "{e}");
+        assert!(matches!(e, IssueError::KubeletCertUnavailable), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
     }
 
@@ -673,8 +700,8 @@ mod tests {
             },
         ] {
             let e = s.issue_join_ticket(&bad).unwrap_err();
-            // The caller sees INVALID_ARGUMENT (crate::server::ticket_status).
-            assert!(matches!(e, TicketError::InvalidRequest(_)), "{e}");
+            // The caller sees INVALID_ARGUMENT (crate::server::issue_status).
+            assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
         }
         assert!(
             s.issue_rejoin_ticket(&IssueRejoinTicketRequest {
@@ -689,8 +716,8 @@ mod tests {
     fn token_failure_is_unavailable_and_gives_no_key() {
         let (s, _) = service(PathBuf::from("/nonexistent"), true);
         let e = s.issue_join_ticket(&request(UUID, false)).unwrap_err();
-        // The caller sees UNAVAILABLE (crate::server::ticket_status).
-        assert!(matches!(e, TicketError::Token(_)), "{e}");
+        // The caller sees UNAVAILABLE (crate::server::issue_status).
+        assert!(matches!(e, IssueError::Token(_)), "{e}");
         assert_eq!(e.reason(), "token");
     }
 
@@ -701,8 +728,8 @@ mod tests {
         // Missing files: the control plane is not ready.
         let (s, _) = service(dir.clone(), false);
         let e = s.issue_join_ticket(&request(UUID, true)).unwrap_err();
-        // The caller sees FAILED_PRECONDITION (crate::server::ticket_status).
-        assert!(matches!(e, TicketError::ControlPlaneFiles(_)), "{e}");
+        // The caller sees FAILED_PRECONDITION (crate::server::issue_status).
+        assert!(matches!(e, IssueError::ControlPlaneFiles(_)), "{e}");
         for name in CONTROL_PLANE_FILES {
             std::fs::write(dir.join(name), format!("contents of {name}")).unwrap();
         }

@@ -80,9 +80,10 @@ impl fmt::Debug for BootstrapToken {
 }
 
 /// Why a token could not be created.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
     /// The API server answered with an error status.
+    #[error("Kubernetes API answered {status}: {reason}")]
     Api {
         /// HTTP status code.
         status: u16,
@@ -91,38 +92,25 @@ pub enum TokenError {
     },
     /// The API server refused joinsvc's ServiceAccount (403): its Role or
     /// RoleBinding does not allow creating Secrets in kube-system.
+    #[error(
+        "Kubernetes API answered 403: {message} (joinsvc's Role must allow \
+         `create` on secrets in kube-system: deploy/kubernetes/joinsvc.yaml)"
+    )]
     Forbidden {
         /// The API server's message (bounded), which names the user and
         /// the verb it may not use.
         message: String,
     },
     /// The API server could not be reached or did not answer in time.
+    #[error("Kubernetes API unreachable: {0}")]
     Unreachable(String),
     /// Configuration (service account files, environment) is missing or bad.
+    #[error("Kubernetes API client not configured: {0}")]
     Config(String),
     /// Randomness was not available.
+    #[error("no randomness available")]
     Random,
 }
-
-impl fmt::Display for TokenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TokenError::Api { status, reason } => {
-                write!(f, "Kubernetes API answered {status}: {reason}")
-            }
-            TokenError::Forbidden { message } => write!(
-                f,
-                "Kubernetes API answered 403: {message} (joinsvc's Role must allow \
-                 `create` on secrets in kube-system: deploy/kubernetes/joinsvc.yaml)"
-            ),
-            TokenError::Unreachable(m) => write!(f, "Kubernetes API unreachable: {m}"),
-            TokenError::Config(m) => write!(f, "Kubernetes API client not configured: {m}"),
-            TokenError::Random => f.write_str("no randomness available"),
-        }
-    }
-}
-
-impl std::error::Error for TokenError {}
 
 /// Creates bootstrap tokens (a trait so the ticket logic is testable without
 /// a cluster).
@@ -223,6 +211,39 @@ mod tests {
     use super::*;
     use confboot_tests::kube_double::{Failure, KubeApiDouble};
     use std::sync::Arc;
+
+    #[test]
+    fn each_error_prints_its_message() {
+        let cases = [
+            (
+                TokenError::Api {
+                    status: 500,
+                    reason: "InternalError".into(),
+                },
+                "Kubernetes API answered 500: InternalError".to_string(),
+            ),
+            (
+                TokenError::Forbidden {
+                    message: "cannot create secrets".into(),
+                },
+                "Kubernetes API answered 403: cannot create secrets (joinsvc's Role must allow \
+                 `create` on secrets in kube-system: deploy/kubernetes/joinsvc.yaml)"
+                    .to_string(),
+            ),
+            (
+                TokenError::Unreachable("refused".into()),
+                "Kubernetes API unreachable: refused".to_string(),
+            ),
+            (
+                TokenError::Config("no CA".into()),
+                "Kubernetes API client not configured: no CA".to_string(),
+            ),
+            (TokenError::Random, "no randomness available".to_string()),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
 
     const SA_TOKEN: &str = "service-account-token";
 

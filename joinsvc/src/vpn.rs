@@ -19,7 +19,6 @@
 //! may have spoilt.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,11 +55,13 @@ pub const MAX_REMOVED_DISKS: usize = 4096;
 const MAX_RESOURCE_VERSION_CHARS: usize = 64;
 
 /// Why the registry could not be read or changed.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
     /// The API server could not be asked.
+    #[error("VPN peer registry: {0}")]
     Api(KubeApiError),
     /// The API server answered with an error status.
+    #[error("VPN peer registry: Kubernetes API answered {status}: {reason}")]
     Status {
         /// HTTP status code.
         status: u16,
@@ -68,19 +69,31 @@ pub enum RegistryError {
         reason: String,
     },
     /// joinsvc's Role does not allow the call (403).
+    #[error(
+        "VPN peer registry: Kubernetes API answered 403: {message} (joinsvc's Role \
+         must allow get/update of configmap {PEERS_CONFIGMAP} and create of configmaps \
+         in kube-system: deploy/kubernetes/joinsvc.yaml)"
+    )]
     Forbidden {
         /// The API server's message.
         message: String,
     },
     /// The stored registry does not parse or is not a valid peer list.
+    #[error("VPN peer registry configmap {PEERS_CONFIGMAP} is invalid: {0}")]
     Corrupt(String),
     /// The change itself is refused (a key another node has, no address
     /// left, too many peers).
+    #[error("VPN peer refused: {0}")]
     Refused(VpnError),
     /// Every compare-and-swap attempt lost to another writer.
+    #[error("VPN peer registry: {CAS_ATTEMPTS} concurrent writers won every attempt")]
     Contended,
     /// A node's own record names a node registered from another state
     /// disk: a name is not taken over through `GetUpdate`.
+    #[error(
+        "VPN peer {name:?} is registered from another state disk (remove it first: \
+         joinsvc --remove-vpn-peer)"
+    )]
     NameTaken {
         /// The name.
         name: String,
@@ -88,54 +101,15 @@ pub enum RegistryError {
     /// A node's own record comes from a state disk whose node the admin
     /// removed (`--remove-vpn-peer`): only a join (a reinstalled node)
     /// brings that disk back.
+    #[error(
+        "VPN peer {name:?}: its state disk's node was removed from the VPN (only a \
+         join of a reinstalled node brings it back)"
+    )]
     Removed {
         /// The name the record carries.
         name: String,
     },
 }
-
-impl fmt::Display for RegistryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RegistryError::Api(e) => write!(f, "VPN peer registry: {e}"),
-            RegistryError::Status { status, reason } => {
-                write!(
-                    f,
-                    "VPN peer registry: Kubernetes API answered {status}: {reason}"
-                )
-            }
-            RegistryError::Forbidden { message } => write!(
-                f,
-                "VPN peer registry: Kubernetes API answered 403: {message} (joinsvc's Role \
-                 must allow get/update of configmap {PEERS_CONFIGMAP} and create of configmaps \
-                 in kube-system: deploy/kubernetes/joinsvc.yaml)"
-            ),
-            RegistryError::Corrupt(m) => {
-                write!(
-                    f,
-                    "VPN peer registry configmap {PEERS_CONFIGMAP} is invalid: {m}"
-                )
-            }
-            RegistryError::Refused(e) => write!(f, "VPN peer refused: {e}"),
-            RegistryError::Contended => write!(
-                f,
-                "VPN peer registry: {CAS_ATTEMPTS} concurrent writers won every attempt"
-            ),
-            RegistryError::NameTaken { name } => write!(
-                f,
-                "VPN peer {name:?} is registered from another state disk (remove it first: \
-                 joinsvc --remove-vpn-peer)"
-            ),
-            RegistryError::Removed { name } => write!(
-                f,
-                "VPN peer {name:?}: its state disk's node was removed from the VPN (only a \
-                 join of a reinstalled node brings it back)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RegistryError {}
 
 impl From<KubeApiError> for RegistryError {
     fn from(e: KubeApiError) -> RegistryError {
@@ -583,6 +557,60 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn each_registry_error_prints_its_message() {
+        let cases = [
+            (
+                RegistryError::Api(KubeApiError::Unreachable("refused".into())),
+                "VPN peer registry: Kubernetes API unreachable: refused",
+            ),
+            (
+                RegistryError::Status {
+                    status: 409,
+                    reason: "Conflict".into(),
+                },
+                "VPN peer registry: Kubernetes API answered 409: Conflict",
+            ),
+            (
+                RegistryError::Forbidden {
+                    message: "no update".into(),
+                },
+                "VPN peer registry: Kubernetes API answered 403: no update (joinsvc's Role must \
+                 allow get/update of configmap confboot-vpn-peers and create of configmaps in \
+                 kube-system: deploy/kubernetes/joinsvc.yaml)",
+            ),
+            (
+                RegistryError::Corrupt("not JSON".into()),
+                "VPN peer registry configmap confboot-vpn-peers is invalid: not JSON",
+            ),
+            (
+                RegistryError::Refused(VpnError::InvalidName("A".into())),
+                "VPN peer refused: peer name \"A\" is not a node name",
+            ),
+            (
+                RegistryError::Contended,
+                "VPN peer registry: 16 concurrent writers won every attempt",
+            ),
+            (
+                RegistryError::NameTaken {
+                    name: "worker-1".into(),
+                },
+                "VPN peer \"worker-1\" is registered from another state disk (remove it first: \
+                 joinsvc --remove-vpn-peer)",
+            ),
+            (
+                RegistryError::Removed {
+                    name: "worker-1".into(),
+                },
+                "VPN peer \"worker-1\": its state disk's node was removed from the VPN (only a \
+                 join of a reinstalled node brings it back)",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
 
     use confboot_tests::kube_double::{KubeApiDouble, PolicyRule};
     use zeroize::Zeroizing;

@@ -137,28 +137,19 @@ struct NodeVpnSink {
 }
 
 /// Why a list was not applied.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum NodeVpnSinkError {
     /// The list has no entry for this node yet (its own record is
     /// registered by the control plane with this very poll, and shows in
     /// the next answer).
+    #[error("this node is not in the list yet (no VPN address for its interface)")]
     NoOwnAddress,
     /// The kernel refused.
+    #[error("WireGuard interface: {0}")]
     Netlink(NetlinkError),
     /// The peers file could not be written.
+    #[error("{0}")]
     File(PeerListFileError),
-}
-
-impl std::fmt::Display for NodeVpnSinkError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NodeVpnSinkError::NoOwnAddress => {
-                f.write_str("this node is not in the list yet (no VPN address for its interface)")
-            }
-            NodeVpnSinkError::Netlink(e) => write!(f, "WireGuard interface: {e}"),
-            NodeVpnSinkError::File(e) => e.fmt(f),
-        }
-    }
 }
 
 impl PeerSink for NodeVpnSink {
@@ -244,5 +235,25 @@ mod tests {
         );
         // No entry for the node: its address stays.
         assert_eq!(moved_address(current, &list(None), "me"), None);
+    }
+
+    #[test]
+    fn a_sink_error_says_what_was_not_applied() {
+        assert_eq!(
+            NodeVpnSinkError::NoOwnAddress.to_string(),
+            "this node is not in the list yet (no VPN address for its interface)"
+        );
+        let refused = NetlinkError::Timeout;
+        assert_eq!(
+            NodeVpnSinkError::Netlink(refused.clone()).to_string(),
+            format!("WireGuard interface: {refused}")
+        );
+        let dir = confboot_tests::TempDir::new("vpn-sink-error");
+        let unwritable = dir.path().join("missing-dir").join("peers.json");
+        let file_error = PeerListFile::new(unwritable)
+            .apply(&list(None))
+            .unwrap_err();
+        let why = file_error.to_string();
+        assert_eq!(NodeVpnSinkError::File(file_error).to_string(), why);
     }
 }

@@ -66,21 +66,14 @@ pub fn uptime() -> String {
 }
 
 /// Why a module did not load.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ModuleLoadError {
     /// The module file cannot be opened.
+    #[error("cannot open: {0}")]
     Open(std::io::Error),
     /// The kernel refused it.
+    #[error("finit_module: {0}")]
     Init(Errno),
-}
-
-impl std::fmt::Display for ModuleLoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ModuleLoadError::Open(e) => write!(f, "cannot open: {e}"),
-            ModuleLoadError::Init(e) => write!(f, "finit_module: {e}"),
-        }
-    }
 }
 
 /// Loads one module file (already loaded counts as loaded).
@@ -174,6 +167,20 @@ mod tests {
     use super::*;
     use nix::sys::wait::WaitPidFlag;
     use std::process::Command;
+
+    #[test]
+    fn a_module_error_says_which_step_failed() {
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let why = missing.to_string();
+        assert_eq!(
+            ModuleLoadError::Open(missing).to_string(),
+            format!("cannot open: {why}")
+        );
+        assert_eq!(
+            ModuleLoadError::Init(Errno::ENOEXEC).to_string(),
+            format!("finit_module: {}", Errno::ENOEXEC)
+        );
+    }
 
     /// The slow child waits until the quick one is gone, and a zombie is
     /// gone only once reaped: it exits 3 only if waiting for it reaped the

@@ -2,8 +2,6 @@
 //! mapping is the server wiring's ([`crate::server::status`]); here an
 //! error only says what went wrong and whether the node can go on.
 
-use std::fmt;
-
 use confboot_attest::AttestationError;
 use confboot_cluster::ClusterError;
 use confboot_disk::DiskError;
@@ -16,16 +14,20 @@ use confboot_disk::DiskError;
 /// and [`NodeError::Cluster`]
 /// happen only past the nodelock: there is no way back, see
 /// [`NodeError::is_final`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {
     /// No init-secret hash is configured: this node takes no Init.
+    #[error("this node takes no Init (no init-secret hash configured)")]
     InitNotConfigured,
     /// The init secret does not match the configured hash.
+    #[error("wrong init secret")]
     WrongInitSecret,
     /// Another Init's secret is being checked (one slow hash at a time);
     /// the caller may try again.
+    #[error("another Init is being checked; try again in a moment")]
     InitCheckBusy,
     /// A request field is malformed.
+    #[error("{field}: {reason}")]
     InvalidArgument {
         /// The field (`kms_uri`, `storage_uri`, `measurement_salt`).
         field: &'static str,
@@ -33,35 +35,46 @@ pub enum NodeError {
         reason: String,
     },
     /// Another flow took the nodelock first.
+    #[error("the node is already bootstrapping ({holder})")]
     AlreadyBootstrapping {
         /// The flow that holds it (`init`, `join`, `recover`).
         holder: &'static str,
     },
     /// Recover on a disk that holds nothing to recover.
+    #[error("the state disk is blank: nothing to recover")]
     NothingToRecover,
     /// A join service's ticket cannot be used; it is thrown away.
+    #[error("unusable ticket: {0}")]
     BadTicket(String),
     /// The join service that issued a ticket is not a bootstrapped member
     /// of the cluster the ticket is for; the ticket is thrown away.
+    #[error("the join service is not a member of the ticket's cluster: {0}")]
     JoinServiceNotMember(String),
     /// The state disk is neither blank nor LUKS2; it is left untouched.
+    #[error("the state disk is neither blank nor LUKS2 ({reason}); it is left untouched")]
     UnrecognizedDisk {
         /// What was found (no disk content is quoted).
         reason: String,
     },
     /// Reading the state disk before the nodelock failed (nothing was
     /// changed).
+    #[error("{}", state_disk_message(.0))]
     DiskRead(DiskError),
     /// Setting up the state disk past the nodelock failed.
+    #[error("{}", state_disk_message(.0))]
     Disk(DiskError),
     /// Marking the node (PCR 15 ← cluster id) failed.
+    #[error("cannot mark the node: {0}")]
     Mark(AttestationError),
     /// Keeping or creating the Init's SSH users failed past the nodelock.
+    #[error("SSH users: {0}")]
     SshUsers(String),
     /// Keeping the VPN key or writing the node agent's VPN file failed
     /// past the nodelock.
+    #[error("VPN: {0}")]
     Vpn(String),
     /// The cluster backend failed.
+    #[error("cluster {action} failed: {error}")]
     Cluster {
         /// `init` or `join`.
         action: &'static str,
@@ -95,44 +108,94 @@ impl NodeError {
     }
 }
 
-impl fmt::Display for NodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeError::InitNotConfigured => {
-                f.write_str("this node takes no Init (no init-secret hash configured)")
-            }
-            NodeError::WrongInitSecret => f.write_str("wrong init secret"),
-            NodeError::InitCheckBusy => {
-                f.write_str("another Init is being checked; try again in a moment")
-            }
-            NodeError::InvalidArgument { field, reason } => write!(f, "{field}: {reason}"),
-            NodeError::AlreadyBootstrapping { holder } => {
-                write!(f, "the node is already bootstrapping ({holder})")
-            }
-            NodeError::NothingToRecover => {
-                f.write_str("the state disk is blank: nothing to recover")
-            }
-            NodeError::BadTicket(m) => write!(f, "unusable ticket: {m}"),
-            NodeError::JoinServiceNotMember(m) => write!(
-                f,
-                "the join service is not a member of the ticket's cluster: {m}"
-            ),
-            NodeError::UnrecognizedDisk { reason } => write!(
-                f,
-                "the state disk is neither blank nor LUKS2 ({reason}); it is left untouched"
-            ),
-            NodeError::DiskRead(DiskError::WrongKey) | NodeError::Disk(DiskError::WrongKey) => {
-                f.write_str("the key does not open the state disk")
-            }
-            NodeError::DiskRead(e) | NodeError::Disk(e) => write!(f, "state disk: {e}"),
-            NodeError::Mark(e) => write!(f, "cannot mark the node: {e}"),
-            NodeError::SshUsers(m) => write!(f, "SSH users: {m}"),
-            NodeError::Vpn(m) => write!(f, "VPN: {m}"),
-            NodeError::Cluster { action, error } => {
-                write!(f, "cluster {action} failed: {error}")
-            }
-        }
+/// `the key does not open the state disk` for a wrong key, `state disk: WHY`
+/// for any other disk error.
+fn state_disk_message(error: &DiskError) -> String {
+    match error {
+        DiskError::WrongKey => "the key does not open the state disk".to_string(),
+        other => format!("state disk: {other}"),
     }
 }
 
-impl std::error::Error for NodeError {}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal and failure prints the text the admin, the join client
+    /// and the logs read.
+    #[test]
+    fn each_error_prints_its_message() {
+        let cases = [
+            (
+                NodeError::InitNotConfigured,
+                "this node takes no Init (no init-secret hash configured)",
+            ),
+            (NodeError::WrongInitSecret, "wrong init secret"),
+            (
+                NodeError::InitCheckBusy,
+                "another Init is being checked; try again in a moment",
+            ),
+            (
+                NodeError::InvalidArgument {
+                    field: "kms_uri",
+                    reason: "not a URI".into(),
+                },
+                "kms_uri: not a URI",
+            ),
+            (
+                NodeError::AlreadyBootstrapping { holder: "join" },
+                "the node is already bootstrapping (join)",
+            ),
+            (
+                NodeError::NothingToRecover,
+                "the state disk is blank: nothing to recover",
+            ),
+            (
+                NodeError::BadTicket("no token".into()),
+                "unusable ticket: no token",
+            ),
+            (
+                NodeError::JoinServiceNotMember("PCR 15".into()),
+                "the join service is not a member of the ticket's cluster: PCR 15",
+            ),
+            (
+                NodeError::UnrecognizedDisk {
+                    reason: "an ext4".into(),
+                },
+                "the state disk is neither blank nor LUKS2 (an ext4); it is left untouched",
+            ),
+            (
+                NodeError::DiskRead(DiskError::WrongKey),
+                "the key does not open the state disk",
+            ),
+            (
+                NodeError::Disk(DiskError::WrongKey),
+                "the key does not open the state disk",
+            ),
+            (
+                NodeError::DiskRead(DiskError::Io("short read".into())),
+                "state disk: state disk I/O: short read",
+            ),
+            (
+                NodeError::Disk(DiskError::Io("short write".into())),
+                "state disk: state disk I/O: short write",
+            ),
+            (
+                NodeError::Mark(AttestationError::Decode("no PCR 15".into())),
+                "cannot mark the node: malformed evidence: no PCR 15",
+            ),
+            (NodeError::SshUsers("no home".into()), "SSH users: no home"),
+            (NodeError::Vpn("no key".into()), "VPN: no key"),
+            (
+                NodeError::Cluster {
+                    action: "join",
+                    error: ClusterError::Io("no kubeadm".into()),
+                },
+                "cluster join failed: cluster setup I/O: no kubeadm",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
+}

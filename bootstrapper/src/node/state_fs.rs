@@ -6,25 +6,17 @@
 //! [`StateFsMount`] is the seam: [`NixStateMount`] mounts the decrypted
 //! device with mount(2); the node core's tests use a plain directory.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Why the state file system could not be mounted or unmounted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{action}: {reason}")]
 pub struct StateFsError {
     /// What was tried (`mount /dev/mapper/state on /state`).
     pub action: String,
     /// What the system said.
     pub reason: String,
 }
-
-impl fmt::Display for StateFsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.action, self.reason)
-    }
-}
-
-impl std::error::Error for StateFsError {}
 
 /// Mounts the decrypted state disk somewhere and unmounts it again.
 pub trait StateFsMount: Send + Sync {
@@ -86,4 +78,18 @@ pub fn with_mounted<T>(
     let out = f(&dir);
     mounter.unmount(&dir)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_prints_what_was_tried_and_what_the_system_said() {
+        let error = StateFsError {
+            action: "umount /state".into(),
+            reason: "Device or resource busy".into(),
+        };
+        assert_eq!(error.to_string(), "umount /state: Device or resource busy");
+    }
 }

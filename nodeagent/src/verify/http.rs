@@ -6,7 +6,6 @@
 //! is cut off) and within a size bound. Nothing here is secret: the answer
 //! is a quote of public measurements.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -113,19 +112,27 @@ fn answer<T: Transport + ?Sized>(
 }
 
 /// Why the admin's client got no attestation document.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// The address does not resolve, or no address accepted a connection.
+    #[error("cannot connect: {0}")]
     Connect(String),
     /// The node did not answer whole within the timeout.
+    #[error("no whole answer before the timeout")]
     Timeout,
     /// Reading or writing failed.
+    #[error("connection failed: {0}")]
     Io(String),
     /// The answer is larger than a document can be.
+    #[error(
+        "the answer is larger than an attestation document may be ({MAX_DOCUMENT_BYTES} bytes)"
+    )]
     TooLarge,
     /// The answer is not HTTP of the expected shape.
+    #[error("not an HTTP answer of the verify service: {0}")]
     Response(String),
     /// The node answered with an error status and this text.
+    #[error("the node answered HTTP {status}: {message}")]
     Status {
         /// The HTTP status.
         status: u16,
@@ -133,29 +140,9 @@ pub enum FetchError {
         message: String,
     },
     /// The body is not an attestation document.
+    #[error("{0}")]
     Document(DocumentError),
 }
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FetchError::Connect(m) => write!(f, "cannot connect: {m}"),
-            FetchError::Timeout => f.write_str("no whole answer before the timeout"),
-            FetchError::Io(m) => write!(f, "connection failed: {m}"),
-            FetchError::TooLarge => write!(
-                f,
-                "the answer is larger than an attestation document may be ({MAX_DOCUMENT_BYTES} bytes)"
-            ),
-            FetchError::Response(m) => write!(f, "not an HTTP answer of the verify service: {m}"),
-            FetchError::Status { status, message } => {
-                write!(f, "the node answered HTTP {status}: {message}")
-            }
-            FetchError::Document(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for FetchError {}
 
 /// Asks the verify service at `addr` (`HOST:PORT`) for evidence bound to
 /// `nonce` and reads its document. The whole exchange (connecting, asking,
@@ -253,6 +240,49 @@ mod tests {
     use super::*;
     use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Variant};
     use confboot_wire::pipe;
+
+    #[test]
+    fn each_fetch_error_prints_its_message() {
+        let cases = [
+            (
+                FetchError::Connect("refused".into()),
+                "cannot connect: refused".to_string(),
+            ),
+            (
+                FetchError::Timeout,
+                "no whole answer before the timeout".to_string(),
+            ),
+            (
+                FetchError::Io("reset".into()),
+                "connection failed: reset".to_string(),
+            ),
+            (
+                FetchError::TooLarge,
+                format!(
+                    "the answer is larger than an attestation document may be \
+                     ({MAX_DOCUMENT_BYTES} bytes)"
+                ),
+            ),
+            (
+                FetchError::Response("no status line".into()),
+                "not an HTTP answer of the verify service: no status line".to_string(),
+            ),
+            (
+                FetchError::Status {
+                    status: 400,
+                    message: "missing query parameter nonce".into(),
+                },
+                "the node answered HTTP 400: missing query parameter nonce".to_string(),
+            ),
+            (
+                FetchError::Document(DocumentError::Malformed("no variant".into())),
+                "not an attestation document: no variant".to_string(),
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
 
     /// Evidence that is its extra_data, so tests see what was bound.
     struct Echo;

@@ -26,8 +26,6 @@
 pub mod http;
 mod report;
 
-use std::fmt;
-
 use ring::digest::{SHA256, digest};
 
 use confboot_attest::vtpm::MAX_EVIDENCE_LEN;
@@ -75,39 +73,24 @@ pub fn request_target(nonce: &[u8; VERIFY_NONCE_LEN]) -> String {
 }
 
 /// Why a verify request was refused (answered with HTTP 400 or 404).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// The path is not `/`.
+    #[error("not found: the verify service answers GET /?nonce=")]
     NotFound,
     /// No `nonce` parameter.
+    #[error("missing query parameter nonce")]
     MissingNonce,
     /// A parameter other than `nonce`, or `nonce` twice.
+    #[error("the query must be exactly one nonce parameter")]
     UnexpectedParameter,
     /// The nonce is not base64url.
+    #[error("nonce is not base64url: {0}")]
     NonceEncoding(Base64Error),
     /// The nonce does not have [`VERIFY_NONCE_LEN`] bytes.
+    #[error("nonce has {0} bytes, want {VERIFY_NONCE_LEN}")]
     NonceLength(usize),
 }
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::NotFound => {
-                f.write_str("not found: the verify service answers GET /?nonce=")
-            }
-            RequestError::MissingNonce => f.write_str("missing query parameter nonce"),
-            RequestError::UnexpectedParameter => {
-                f.write_str("the query must be exactly one nonce parameter")
-            }
-            RequestError::NonceEncoding(e) => write!(f, "nonce is not base64url: {e}"),
-            RequestError::NonceLength(n) => {
-                write!(f, "nonce has {n} bytes, want {VERIFY_NONCE_LEN}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
 
 /// Reads a request target (`/?nonce=<base64url>`, padding `=` written as
 /// is or as `%3D`) into its nonce.
@@ -143,35 +126,21 @@ pub struct AttestationDocument {
 }
 
 /// Why bytes are not an attestation document.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DocumentError {
     /// Larger than [`MAX_DOCUMENT_BYTES`].
+    #[error("attestation document too large: {0} bytes or more, at most {MAX_DOCUMENT_BYTES}")]
     TooLarge(usize),
     /// Not a JSON object of the document's shape.
+    #[error("not an attestation document: {0}")]
     Malformed(String),
     /// A variant this build does not know.
+    #[error("unknown attestation variant {0:?}")]
     UnknownVariant(String),
     /// The evidence is not base64.
+    #[error("attestation is not base64: {0}")]
     Evidence(Base64Error),
 }
-
-impl fmt::Display for DocumentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DocumentError::TooLarge(n) => write!(
-                f,
-                "attestation document too large: {n} bytes or more, at most {MAX_DOCUMENT_BYTES}"
-            ),
-            DocumentError::Malformed(m) => write!(f, "not an attestation document: {m}"),
-            DocumentError::UnknownVariant(v) => {
-                write!(f, "unknown attestation variant {v:?}")
-            }
-            DocumentError::Evidence(e) => write!(f, "attestation is not base64: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for DocumentError {}
 
 impl AttestationDocument {
     /// Evidence from `issuer` bound to `nonce`: what the service answers.
@@ -226,6 +195,53 @@ impl AttestationDocument {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_request_and_document_error_prints_its_message() {
+        let requests = [
+            (
+                RequestError::NotFound,
+                "not found: the verify service answers GET /?nonce=",
+            ),
+            (RequestError::MissingNonce, "missing query parameter nonce"),
+            (
+                RequestError::UnexpectedParameter,
+                "the query must be exactly one nonce parameter",
+            ),
+            (
+                RequestError::NonceEncoding(Base64Error::InvalidLength),
+                "nonce is not base64url: invalid base64 length",
+            ),
+            (RequestError::NonceLength(5), "nonce has 5 bytes, want 32"),
+        ];
+        for (error, message) in requests {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+        let documents = [
+            (
+                DocumentError::TooLarge(MAX_DOCUMENT_BYTES + 1),
+                format!(
+                    "attestation document too large: {} bytes or more, at most {MAX_DOCUMENT_BYTES}",
+                    MAX_DOCUMENT_BYTES + 1
+                ),
+            ),
+            (
+                DocumentError::Malformed("no variant".into()),
+                "not an attestation document: no variant".to_string(),
+            ),
+            (
+                DocumentError::UnknownVariant("tdx".into()),
+                "unknown attestation variant \"tdx\"".to_string(),
+            ),
+            (
+                DocumentError::Evidence(Base64Error::InvalidLength),
+                "attestation is not base64: invalid base64 length".to_string(),
+            ),
+        ];
+        for (error, message) in documents {
+            assert_eq!(error.to_string(), message, "{error:?}");
+        }
+    }
 
     #[test]
     fn request_target_round_trips_with_and_without_escaped_padding() {
