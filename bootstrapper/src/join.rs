@@ -4,7 +4,7 @@
 //! is told to stop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::{Issuer, Validator};
@@ -153,7 +153,7 @@ pub struct JoinClient {
     pub issuer: Arc<dyn Issuer>,
     /// If non-empty, joinsvc must attest to one of these.
     pub joinsvc_validators: Vec<Arc<dyn Validator>>,
-    /// Bound on one attempt (connect, handshake, call).
+    /// Bound on one attempt (connect, handshake and call, all together).
     pub attempt_timeout: Duration,
     /// First retry delay.
     pub initial_backoff: Duration,
@@ -168,12 +168,15 @@ pub struct JoinClient {
 }
 
 impl JoinClient {
-    /// One attempt against one endpoint.
+    /// One attempt against one endpoint, all of it (connect, handshake,
+    /// call) within [`JoinClient::attempt_timeout`], so a service that
+    /// stalls anywhere leaves time for the next endpoint.
     pub fn try_endpoint(
         &self,
         endpoint: &str,
         request: &TicketRequest,
     ) -> Result<IssuedTicket, AttemptError> {
+        let deadline = Instant::now() + self.attempt_timeout;
         let (mut client, service) = atls::connect(
             endpoint,
             self.attempt_timeout,
@@ -184,6 +187,8 @@ impl JoinClient {
             atls::AtlsError::Attestation(a) => AttemptError::JoinServiceUntrusted(a.to_string()),
             other => AttemptError::Call(Status::unavailable(other.to_string())),
         })?;
+        // What the connect left of the attempt.
+        let left = deadline.saturating_duration_since(Instant::now());
         let ticket = match request {
             TicketRequest::Join {
                 disk_uuid,
@@ -200,7 +205,7 @@ impl JoinClient {
                     ..Default::default()
                 };
                 client
-                    .unary(confboot_proto::JOIN, &req, self.attempt_timeout)
+                    .unary(confboot_proto::JOIN, &req, left)
                     .map(Ticket::Join)
                     .map_err(AttemptError::Call)
             }
@@ -209,7 +214,7 @@ impl JoinClient {
                     disk_uuid: disk_uuid.clone(),
                 };
                 client
-                    .unary(confboot_proto::REJOIN, &req, self.attempt_timeout)
+                    .unary(confboot_proto::REJOIN, &req, left)
                     .map(Ticket::Rejoin)
                     .map_err(AttemptError::Call)
             }
@@ -300,6 +305,72 @@ mod tests {
             endpoints_from_cmdline("confboot.join=10.0.0.1:9090,\u{1b}[2J:1,x:99999"),
             vec!["10.0.0.1:9090"]
         );
+    }
+
+    /// An issuer that is never asked (the test's join service requires no
+    /// client attestation).
+    struct NeverAsked;
+
+    impl Issuer for NeverAsked {
+        fn variant(&self) -> confboot_attest::Variant {
+            confboot_attest::Variant::QemuVtpm
+        }
+        fn issue(
+            &self,
+            _: &[u8; confboot_attest::EXTRA_DATA_LEN],
+        ) -> Result<Vec<u8>, confboot_attest::AttestationError> {
+            unreachable!("the join service asks for no client attestation")
+        }
+    }
+
+    #[test]
+    fn one_attempt_ends_at_its_bound_however_long_the_handshake_took() {
+        let attempt_timeout = Duration::from_secs(1);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = l.local_addr().unwrap().to_string();
+        let (finished, wait) = std::sync::mpsc::channel::<()>();
+        // A join service that takes 700 ms of the attempt's second to
+        // answer the handshake, and then never answers the call.
+        let service = std::thread::spawn(move || {
+            let (sock, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(700));
+            let stream = atls::AtlsServer::new(None, vec![])
+                .unwrap()
+                .accept(sock, Duration::from_secs(20));
+            let _ = wait.recv();
+            drop(stream);
+        });
+        let client = JoinClient {
+            sources: EndpointSources::default(),
+            issuer: Arc::new(NeverAsked),
+            joinsvc_validators: vec![],
+            attempt_timeout,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+            kubelet_csr: vec![],
+            vpn: None,
+        };
+        let started = Instant::now();
+        let result = client.try_endpoint(
+            &endpoint,
+            &TicketRequest::Rejoin {
+                disk_uuid: "00000000-0000-0000-0000-000000000000".into(),
+            },
+        );
+        let took = started.elapsed();
+        // The bound is the attempt's, whatever part of it the handshake took
+        // (plus a little slack for the scheduler).
+        assert!(
+            took < attempt_timeout + Duration::from_millis(500),
+            "a {attempt_timeout:?} attempt took {took:?}"
+        );
+        match result {
+            Err(AttemptError::Call(s)) => assert_eq!(s.code, Code::DeadlineExceeded, "{s}"),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a ticket from a service that does not answer"),
+        }
+        finished.send(()).unwrap();
+        service.join().unwrap();
     }
 
     #[test]

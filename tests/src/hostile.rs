@@ -26,7 +26,7 @@ use crate::tls::AnyServer;
 use confboot_atls::{self as atls, AtlsClient, Nonce};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
-use confboot_wire::{self as rpc, Code, Status};
+use confboot_wire::{self as rpc, Code, DeadlineSocket, Status};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
 use rustls::client::{ResolvesClientCert, Resumption};
 use rustls::pki_types::ServerName;
@@ -520,6 +520,9 @@ fn trickle_hello(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, 
     }
 }
 
+/// An aTLS client stream over TCP (its socket holds deadlines).
+type AtlsStream = StreamOwned<ClientConnection, DeadlineSocket<TcpStream>>;
+
 /// An aTLS connection from `src` (attesting with the target's insider, if
 /// any), as an RPC client.
 fn atls_from(
@@ -527,7 +530,7 @@ fn atls_from(
     issuer: Option<Arc<dyn Issuer>>,
     c: &Counters,
     src: Ipv4Addr,
-) -> Option<StreamOwned<ClientConnection, TcpStream>> {
+) -> Option<AtlsStream> {
     let sock = c.connect(src, target.addr)?;
     match AtlsClient::new(Vec::new(), issuer).connect(sock, Duration::from_secs(20)) {
         Ok(conn) => Some(conn.stream),
@@ -544,7 +547,7 @@ fn trickle_frame(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, 
     renice_self(plan);
     let mut frame = vec![0u8, 0, 0, 0, 200];
     frame.extend([0x0a; 200]);
-    let mut conns: Vec<Option<(StreamOwned<ClientConnection, TcpStream>, usize)>> =
+    let mut conns: Vec<Option<(AtlsStream, usize)>> =
         (0..plan.trickle_frame).map(|_| None).collect();
     while !stop.load(Ordering::Relaxed) {
         for (i, slot) in conns.iter_mut().enumerate() {
@@ -557,7 +560,7 @@ fn trickle_frame(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, 
             }
             let Some((s, at)) = slot else { continue };
             let sent = *at < frame.len() && c.send(s, &frame[*at..*at + 1]);
-            if !sent || server_closed(&s.sock) {
+            if !sent || server_closed(s.sock.get_ref()) {
                 Counters::add(&c.closed_by_server, 1);
                 *slot = None;
             } else {

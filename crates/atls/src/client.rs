@@ -17,7 +17,7 @@ use super::handshake::{
 };
 use super::nonce::Nonce;
 use confboot_attest::{Attested, Issuer, Validator};
-use confboot_wire::Transport;
+use confboot_wire::{DeadlineSocket, Transport};
 
 /// The client end of aTLS: which server evidence it accepts, and what it
 /// attests with when the server asks. Cheap to share; every connection gets
@@ -31,8 +31,10 @@ pub struct AtlsClient {
 
 /// An established aTLS client connection.
 pub struct Connected<T: Transport> {
-    /// The TLS stream, handshake done.
-    pub stream: StreamOwned<ClientConnection, T>,
+    /// The TLS stream, handshake done, over a socket that holds deadlines:
+    /// a deadline set on the stream bounds every read and write of the
+    /// socket ([`confboot_wire::Client`]'s calls set theirs).
+    pub stream: StreamOwned<ClientConnection, DeadlineSocket<T>>,
     /// What the server's evidence established; `None` when no server
     /// validators were given (server attestation not required).
     pub peer: Option<Attested>,
@@ -54,18 +56,21 @@ impl AtlsClient {
         }
     }
 
-    /// Runs the client handshake on `sock`, all of it within `timeout`.
-    /// Afterwards the socket's read and write timeouts are `timeout` each.
+    /// Runs the client handshake on `sock`, all of it within `timeout` (an
+    /// absolute bound: every read and write of the socket ends by then).
+    /// Afterwards the socket's read and write timeouts are `timeout` each,
+    /// until a deadline is set on the stream.
     ///
     /// In TLS 1.3 the client finishes its handshake before the server has
     /// checked the client's certificate: a server refusing our evidence
     /// shows as an error on the first read.
     pub fn connect<T: Transport>(
         &self,
-        mut sock: T,
+        sock: T,
         timeout: Duration,
     ) -> Result<Connected<T>, AtlsError> {
         let deadline = Instant::now() + timeout;
+        let mut sock = DeadlineSocket::new(sock);
         let nonce = Nonce::for_server_name()?;
         let state = Arc::new(HandshakeState::default());
         let builder = ClientConfig::builder_with_provider(Arc::clone(&self.provider))

@@ -21,7 +21,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use super::error::AtlsError;
 use super::{cert, nonce::Nonce};
 use confboot_attest::{Attested, Issuer, Validator};
-use confboot_wire::Transport;
+use confboot_wire::{DeadlineSocket, Transport};
 
 /// The ALPN protocol name both sides require.
 pub const ALPN: &[u8] = b"confboot/1";
@@ -75,12 +75,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs a handshake to its end over `sock`, bounding every read and write by
-/// `deadline`. On failure, the alert rustls queued is sent (best effort) and
-/// the error recorded by a callback wins over rustls' summary of it.
+/// Runs a handshake to its end over `sock`, every read and write of it
+/// ending by `deadline` (the socket holds it: a peer that trickles its
+/// flight a byte at a time is cut off when it passes). On failure, the
+/// alert rustls queued is sent (best effort, by the same deadline) and the
+/// error recorded by a callback wins over rustls' summary of it.
 pub(crate) fn drive<C, D, T>(
     conn: &mut C,
-    sock: &mut T,
+    sock: &mut DeadlineSocket<T>,
     deadline: Instant,
     state: &HandshakeState,
 ) -> Result<(), AtlsError>
@@ -93,7 +95,11 @@ where
     // connection as waiting for its peer (the socket's own reads do it, see
     // confboot_net::PeerStream): its own work (attesting, checking the
     // peer's evidence) does not count.
-    let result = exchange(conn, sock, &mut DeadlineTimeouts::new(deadline));
+    let result = sock
+        .set_read_deadline(Some(deadline))
+        .and_then(|()| sock.set_write_deadline(Some(deadline)))
+        .map_err(AtlsError::from_io)
+        .and_then(|()| exchange(conn, sock));
     match result {
         Ok(()) => match state.error() {
             // A callback failed without failing the handshake (our issuer
@@ -107,11 +113,7 @@ where
 
 /// The handshake's flights: writes what rustls queued, reads what the peer
 /// sends, until the handshake is over or fails.
-fn exchange<C, D, T>(
-    conn: &mut C,
-    sock: &mut T,
-    timeouts: &mut DeadlineTimeouts,
-) -> Result<(), AtlsError>
+fn exchange<C, D, T>(conn: &mut C, sock: &mut T) -> Result<(), AtlsError>
 where
     C: std::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
     D: rustls::SideData,
@@ -119,16 +121,16 @@ where
 {
     loop {
         while conn.wants_write() {
-            timeouts.io(sock, |s| conn.write_tls(s))?;
+            conn.write_tls(sock).map_err(AtlsError::from_io)?;
         }
         sock.flush().map_err(AtlsError::from_io)?;
         if !conn.is_handshaking() {
             return Ok(());
         }
-        let eof = timeouts.io(sock, |s| conn.read_tls(s))? == 0;
+        let eof = conn.read_tls(sock).map_err(AtlsError::from_io)? == 0;
         if let Err(e) = conn.process_new_packets() {
             // Tell the peer why (best effort), then report.
-            while conn.wants_write() && timeouts.arm(sock, false).is_ok() {
+            while conn.wants_write() {
                 if conn.write_tls(sock).is_err() {
                     break;
                 }
@@ -140,83 +142,6 @@ where
             return Err(AtlsError::Tls(
                 "peer closed the connection during the handshake".into(),
             ));
-        }
-    }
-}
-
-/// Bounds every read and write of a handshake by its deadline, with two
-/// `setsockopt` calls per [`DeadlineTimeouts::SLACK`] rather than two
-/// before every read and every write: the socket's timeouts are set to
-/// what is left minus `SLACK`, so any read or write that starts within
-/// `SLACK` of that still ends by the deadline. An operation that timed out
-/// before the deadline (by up to `SLACK`) is tried again with exactly what
-/// is left, so the bound is the deadline, neither later nor earlier.
-struct DeadlineTimeouts {
-    deadline: Instant,
-    /// When the timeouts were last set with the slack taken off.
-    armed_at: Option<Instant>,
-}
-
-impl DeadlineTimeouts {
-    const SLACK: Duration = Duration::from_millis(50);
-
-    fn new(deadline: Instant) -> DeadlineTimeouts {
-        DeadlineTimeouts {
-            deadline,
-            armed_at: None,
-        }
-    }
-
-    /// Makes sure the next read or write on `sock` ends by the deadline
-    /// (`exact`: the timeouts are what is left, not less);
-    /// [`AtlsError::Timeout`] once it has passed.
-    fn arm<T: Transport>(&mut self, sock: &mut T, exact: bool) -> Result<(), AtlsError> {
-        let now = Instant::now();
-        if !exact
-            && self
-                .armed_at
-                .is_some_and(|at| now.saturating_duration_since(at) < Self::SLACK)
-        {
-            return Ok(());
-        }
-        let left = self.deadline.saturating_duration_since(now);
-        if left.is_zero() {
-            return Err(AtlsError::Timeout);
-        }
-        let (timeout, armed_at) = if !exact && left > 2 * Self::SLACK {
-            (left - Self::SLACK, Some(now))
-        } else {
-            (left, None)
-        };
-        sock.set_read_timeout(Some(timeout))
-            .and_then(|_| sock.set_write_timeout(Some(timeout)))
-            .map_err(AtlsError::from_io)?;
-        self.armed_at = armed_at;
-        Ok(())
-    }
-
-    /// Runs one read or write on `sock` within the deadline. A timed-out
-    /// read or write transferred nothing, so trying it again is safe.
-    fn io<T: Transport, R>(
-        &mut self,
-        sock: &mut T,
-        mut op: impl FnMut(&mut T) -> std::io::Result<R>,
-    ) -> Result<R, AtlsError> {
-        let mut exact = false;
-        loop {
-            self.arm(sock, exact)?;
-            match op(sock) {
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) && !exact
-                        && Instant::now() < self.deadline =>
-                {
-                    exact = true;
-                }
-                other => return other.map_err(AtlsError::from_io),
-            }
         }
     }
 }

@@ -14,7 +14,7 @@ use super::handshake::reset_timeouts;
 use super::server::{Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::{PoolConfig, ServerHandle, listener as pool_listener};
-use confboot_wire::{self as rpc, PeerIdentity, Router, ServerLimits};
+use confboot_wire::{self as rpc, DeadlineSocket, PeerIdentity, Router, ServerLimits, Transport};
 
 /// Serves `router` over aTLS on `listener` with a bounded worker pool.
 ///
@@ -52,6 +52,9 @@ pub fn serve(
                 let peer = peer.map(|p| Arc::new(p) as PeerIdentity);
                 let end = rpc::serve_connection_as(&mut stream, &router, &limits, stop, peer);
                 log::debug!("aTLS connection from {peer_addr:?} ended: {end:?}");
+                // Its own bound: the last deadline may be long past (an
+                // idle connection).
+                let _ = stream.set_write_deadline(Some(Instant::now() + limits.io_timeout));
                 stream.conn.send_close_notify();
                 while stream.conn.wants_write() {
                     if stream.conn.write_tls(&mut stream.sock).is_err() {
@@ -64,8 +67,9 @@ pub fn serve(
     })
 }
 
-/// An RPC client over an aTLS connection on TCP, as [`connect`] returns it.
-pub type AtlsRpcClient = rpc::Client<StreamOwned<ClientConnection, TcpStream>>;
+/// An RPC client over an aTLS connection on TCP, as [`connect`] returns it;
+/// its socket holds each call's deadline.
+pub type AtlsRpcClient = rpc::Client<StreamOwned<ClientConnection, DeadlineSocket<TcpStream>>>;
 
 /// Connects to `addr` over aTLS and returns an RPC client, and what the
 /// server's evidence established.
@@ -74,8 +78,9 @@ pub type AtlsRpcClient = rpc::Client<StreamOwned<ClientConnection, TcpStream>>;
 /// one of them accepts (otherwise any server certificate is taken, and
 /// `None` returned). With `client_issuer` the client attests when the server
 /// asks; a server refusing our evidence shows on the first call. `timeout`
-/// bounds the TCP connect plus the handshake; it stays the socket's read and
-/// write timeout afterwards (each call also bounds its I/O by its deadline).
+/// bounds the TCP connect plus the handshake, all of it (an absolute
+/// bound); it stays the socket's read and write timeout afterwards until
+/// the first call, which bounds all its I/O by its own deadline.
 pub fn connect(
     addr: impl ToSocketAddrs,
     timeout: Duration,

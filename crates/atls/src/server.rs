@@ -19,7 +19,7 @@ use super::handshake::{
 use super::nonce::Nonce;
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::listener::{Gate, Opening};
-use confboot_wire::Transport;
+use confboot_wire::{DeadlineSocket, Transport};
 
 /// Largest TLS plaintext record (RFC 8446, 5.1), and its header.
 const MAX_RECORD: usize = 1 << 14;
@@ -103,8 +103,10 @@ pub struct ServerHandshake {
 
 /// An accepted aTLS connection.
 pub struct Accepted<T: Transport> {
-    /// The TLS stream, handshake done.
-    pub stream: StreamOwned<ServerConnection, T>,
+    /// The TLS stream, handshake done, over a socket that holds deadlines:
+    /// a deadline set on the stream bounds every read and write of the
+    /// socket (the RPC server sets one for each frame and each answer).
+    pub stream: StreamOwned<ServerConnection, DeadlineSocket<T>>,
     /// What the client's evidence established, when client attestation is required.
     pub peer: Option<Attested>,
 }
@@ -186,14 +188,17 @@ impl AtlsServer {
 }
 
 impl ServerHandshake {
-    /// Runs this handshake on `sock`, all of it within `timeout`. Afterwards
-    /// the socket's read and write timeouts are `timeout` each.
+    /// Runs this handshake on `sock`, all of it within `timeout` (an
+    /// absolute bound: every read and write of the socket ends by then).
+    /// Afterwards the socket's read and write timeouts are `timeout` each,
+    /// until a deadline is set on the stream.
     pub fn complete<T: Transport>(
         mut self,
-        mut sock: T,
+        sock: T,
         timeout: Duration,
     ) -> Result<Accepted<T>, AtlsError> {
         let deadline = Instant::now() + timeout;
+        let mut sock = DeadlineSocket::new(sock);
         drive(&mut self.conn, &mut sock, deadline, &self.state)?;
         check_alpn(self.conn.alpn_protocol())?;
         reset_timeouts(&mut sock, timeout)?;

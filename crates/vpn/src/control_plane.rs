@@ -6,7 +6,7 @@
 //! bounded to [`MAX_UPDATE_BYTES`].
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use confboot_proto::GET_UPDATE;
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, OwnRecord};
@@ -73,7 +73,7 @@ impl ControlPlaneSource {
     /// Asks `endpoints` in turn; each must attest to one of `validators`
     /// and be marked with `cluster_id`; the node attests with `issuer`,
     /// sends `own` with every request, and bounds each attempt (connect,
-    /// handshake, call) by `timeout`.
+    /// handshake and call, all together) by `timeout`.
     pub fn new(
         endpoints: Vec<String>,
         validators: Vec<Arc<dyn Validator>>,
@@ -101,6 +101,9 @@ impl ControlPlaneSource {
         if self.validators.is_empty() {
             return Err(AttemptError::NoValidator);
         }
+        // One bound for the whole attempt: a control plane that stalls
+        // anywhere leaves time for the next one.
+        let deadline = Instant::now() + self.timeout;
         let (client, service) = atls::connect(
             endpoint,
             self.timeout,
@@ -112,7 +115,11 @@ impl ControlPlaneSource {
             .map_err(AttemptError::NotMember)?;
         let mut client = client.with_max_frame_len(MAX_UPDATE_BYTES as u32);
         client
-            .unary(GET_UPDATE, request, self.timeout)
+            .unary(
+                GET_UPDATE,
+                request,
+                deadline.saturating_duration_since(Instant::now()),
+            )
             .map_err(AttemptError::Call)
     }
 }

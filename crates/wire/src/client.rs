@@ -1,6 +1,6 @@
 //! Client side: sequential calls over one connection, each with a deadline.
 
-use std::io;
+use std::io::{self, Write};
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
@@ -8,11 +8,15 @@ use confboot_proto::Method;
 use prost::Message;
 
 use super::frame::{self, FrameError, FrameKind};
+use super::transport::ByDeadline;
 use super::{Code, Status, Transport};
 
 /// Makes calls over one connection, one after another.
 ///
-/// Every read and write is bounded by the call's deadline. After a failure
+/// Every read and write is bounded by the call's deadline, an absolute one:
+/// all of them together, down to each read and write of the socket under a
+/// TLS stream when that socket holds deadlines ([`crate::DeadlineSocket`];
+/// aTLS streams do). After a failure
 /// that may leave the stream in the middle of a call (deadline, broken
 /// stream, protocol error) the client refuses further calls with UNAVAILABLE:
 /// open a new connection.
@@ -116,17 +120,17 @@ impl<T: Transport> Client<T> {
             &Zeroizing::new(request.encode_to_vec()),
         )
         .map_err(send_err)?;
-        self.stream
-            .set_write_timeout(Some(remaining(deadline)?))
-            .map_err(send_err)?;
-        self.stream.write_all(&out).map_err(send_err)?;
-        self.stream.flush().map_err(send_err)?;
+        // Every read and write of the call, down to the socket's, ends by
+        // its deadline, however the server paces its bytes or its reading.
+        let mut stream = ByDeadline {
+            stream: &mut self.stream,
+            deadline,
+        };
+        stream.write_all(&out).map_err(send_err)?;
+        stream.flush().map_err(send_err)?;
 
         loop {
-            self.stream
-                .set_read_timeout(Some(remaining(deadline)?))
-                .map_err(recv_io_err)?;
-            let f = frame::read_frame(&mut self.stream, self.max_frame_len).map_err(recv_err)?;
+            let f = frame::read_frame(&mut stream, self.max_frame_len).map_err(recv_err)?;
             match f.kind {
                 FrameKind::Message => {
                     let m = Resp::decode(&f.payload[..])
@@ -181,10 +185,6 @@ fn send_err(e: io::Error) -> Status {
     } else {
         Status::unavailable(format!("cannot send request: {e}"))
     }
-}
-
-fn recv_io_err(e: io::Error) -> Status {
-    recv_err(e.into())
 }
 
 fn recv_err(e: FrameError) -> Status {

@@ -13,6 +13,9 @@
 //! - [`Client`]: unary and server-streaming calls with a deadline.
 //! - [`Router`] and [`serve_connection`]: dispatch by method path on one
 //!   connection, call after call.
+//! - [`Transport`]: the byte streams calls run over; [`DeadlineSocket`]
+//!   bounds every read and write of a socket by an absolute deadline, so
+//!   that a TLS stream over it is bounded too.
 //! - [`pipe`]: an in-memory duplex stream for tests.
 //!
 //! Servers on sockets (the accept loop, the worker pool) are `confboot-net`'s.
@@ -60,4 +63,4 @@ pub use server::{
     serve_connection, serve_connection_as,
 };
 pub use status::{Code, Status};
-pub use transport::Transport;
+pub use transport::{DeadlineSocket, Transport};

@@ -22,7 +22,9 @@ pub struct ServerLimits {
     pub max_frame_len: u32,
     /// How long a connection may sit between calls (default 30 s).
     pub idle_timeout: Duration,
-    /// Bound on each read and write inside a call (default 10 s).
+    /// Bound on each read inside a call, and on sending each answer or
+    /// streamed message: all its writes together when the stream holds
+    /// deadlines (aTLS), else each write (default 10 s).
     pub io_timeout: Duration,
     /// Deadline of a call whose header names none (default 30 s).
     pub default_call_timeout: Duration,
@@ -297,7 +299,8 @@ pub fn serve_connection_as<T: Transport + ?Sized>(
 /// by what is left of it and by the per-read timeout (and polls the stop
 /// signal), so a peer that sends one byte at a time is cut off when the
 /// deadline passes, however often it sends; a raised stop signal ends the
-/// read too.
+/// read too. Over TLS this holds when the socket under the TLS stream
+/// holds deadlines ([`crate::DeadlineSocket`], as under every aTLS stream).
 pub struct ReadBefore<'a, T: ?Sized> {
     /// The stream read from.
     pub stream: &'a mut T,
@@ -325,7 +328,11 @@ impl<T: Transport + ?Sized> io::Read for ReadBefore<'_, T> {
                     "the frame did not arrive whole before its deadline, or stalled",
                 ));
             }
-            self.stream.set_read_timeout(Some(left.min(self.poll)))?;
+            // A deadline, not a timeout: over TLS on a socket that holds
+            // deadlines (aTLS), one read of the stream may read the socket
+            // once per byte of a record, and each of those reads ends by it.
+            self.stream
+                .set_read_deadline(Some(Instant::now() + left.min(self.poll)))?;
             match self.stream.read(buf) {
                 // A timed-out read consumed nothing (rustls keeps what it
                 // buffered), so it is safe to read again.
@@ -386,12 +393,21 @@ fn read_rest_of_frame<R: io::Read + ?Sized>(
 }
 
 /// Sends a trailer alone (a refusal, a malformed call).
-fn send_trailer<T: Transport + ?Sized>(stream: &mut T, status: &Status) -> io::Result<()> {
-    send_answer(stream, None, status, false)
+fn send_trailer<T: Transport + ?Sized>(
+    stream: &mut T,
+    status: &Status,
+    limits: &ServerLimits,
+) -> io::Result<()> {
+    send_answer(stream, None, status, false, limits)
 }
 
 /// Tells the peer what it did wrong (best effort) and ends the connection.
-fn refuse<T: Transport + ?Sized>(stream: &mut T, err: FrameError, what: &str) -> ConnectionEnd {
+fn refuse<T: Transport + ?Sized>(
+    stream: &mut T,
+    err: FrameError,
+    what: &str,
+    limits: &ServerLimits,
+) -> ConnectionEnd {
     let status = match &err {
         FrameError::TooLarge { .. } => Some(Status::new(
             Code::ResourceExhausted,
@@ -403,7 +419,7 @@ fn refuse<T: Transport + ?Sized>(stream: &mut T, err: FrameError, what: &str) ->
     log::debug!("rpc: ending connection: {what}: {err}");
     match status {
         Some(s) => {
-            let _ = send_trailer(stream, &s);
+            let _ = send_trailer(stream, &s, limits);
             ConnectionEnd::ProtocolError(s.message)
         }
         None => ConnectionEnd::Io(format!("{what}: {err}")),
@@ -439,7 +455,7 @@ fn serve_call<T: Transport + ?Sized>(
         first,
         MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
     )
-    .map_err(|e| refuse(stream, e, "call header"))?;
+    .map_err(|e| refuse(stream, e, "call header", limits))?;
     let header = match header_frame.kind {
         FrameKind::Message => {
             confboot_proto::rpc::CallHeader::decode(&header_frame.payload[..]).ok()
@@ -448,7 +464,7 @@ fn serve_call<T: Transport + ?Sized>(
     };
     let Some(header) = header.filter(|h| h.method.starts_with('/') && h.method.len() <= 256) else {
         let s = Status::invalid_argument("malformed call header");
-        let _ = send_trailer(stream, &s);
+        let _ = send_trailer(stream, &s, limits);
         return Err(ConnectionEnd::ProtocolError(s.message));
     };
     let timeout = match header.timeout_ms {
@@ -472,10 +488,10 @@ fn serve_call<T: Transport + ?Sized>(
         },
         limits.max_frame_len,
     )
-    .map_err(|e| refuse(stream, e, "request"))?;
+    .map_err(|e| refuse(stream, e, "request", limits))?;
     if request.kind != FrameKind::Message {
         let s = Status::invalid_argument("request must be a message frame");
-        let _ = send_trailer(stream, &s);
+        let _ = send_trailer(stream, &s, limits);
         return Err(ConnectionEnd::ProtocolError(s.message));
     }
 
@@ -490,6 +506,7 @@ fn serve_call<T: Transport + ?Sized>(
         ),
         Some(handler) => {
             let mut send = |payload: &[u8]| -> io::Result<()> {
+                stream.set_write_deadline(Some(Instant::now() + limits.io_timeout))?;
                 frame::write_frame(&mut *stream, FrameKind::Message, payload)?;
                 stream.flush()
             };
@@ -514,6 +531,7 @@ fn serve_call<T: Transport + ?Sized>(
         response.as_deref().map(Vec::as_slice),
         &status,
         last,
+        limits,
     )
     .map_err(io_err)
 }
@@ -521,12 +539,15 @@ fn serve_call<T: Transport + ?Sized>(
 /// Sends a call's answer: a unary call's response, if there is one, and the
 /// trailer, in one write (over TLS one record and one system call); on the
 /// connection's last call ([`ServerLimits::max_calls_per_connection`]) as
-/// its last bytes ([`Transport::write_last`]).
+/// its last bytes ([`Transport::write_last`]). All of it is sent within
+/// [`ServerLimits::io_timeout`] (over a stream that holds deadlines; else
+/// each write), however slowly the peer reads.
 fn send_answer<T: Transport + ?Sized>(
     stream: &mut T,
     response: Option<&[u8]>,
     status: &Status,
     last: bool,
+    limits: &ServerLimits,
 ) -> io::Result<()> {
     let trailer = status.to_proto().encode_to_vec();
     let mut answer = Zeroizing::new(Vec::with_capacity(
@@ -536,6 +557,7 @@ fn send_answer<T: Transport + ?Sized>(
         frame::write_frame(&mut *answer, FrameKind::Message, response)?;
     }
     frame::write_frame(&mut *answer, FrameKind::Trailer, &trailer)?;
+    stream.set_write_deadline(Some(Instant::now() + limits.io_timeout))?;
     if last {
         stream.write_last(&answer)
     } else {

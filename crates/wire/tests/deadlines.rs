@@ -1,0 +1,109 @@
+//! A call's deadline is absolute on the client side: however the server
+//! paces its bytes, the call returns DEADLINE_EXCEEDED by its deadline
+//! (plus a little slack for the scheduler), not after the last byte.
+//!
+//! Here over plain TCP; `crates/atls/tests/deadlines.rs` does the same over
+//! aTLS, where one read of the TLS stream is many reads of its socket.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_proto::{Message, Method};
+use confboot_wire::frame::{self, FrameKind};
+use confboot_wire::{Client, Code, Status};
+
+const CALL: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
+    Method::new("/test.Slow/Call");
+
+/// The call's deadline.
+const DEADLINE: Duration = Duration::from_secs(1);
+/// What the scheduler may add to it on a loaded machine.
+const SLACK: Duration = Duration::from_millis(500);
+/// How long the trickling server waits between two bytes: well under the
+/// deadline, so that every read of the client gets a byte before a timeout
+/// that counts from the read.
+const BYTE_EVERY: Duration = Duration::from_millis(200);
+
+/// A whole answer to [`CALL`]: the response (a 40-byte key: some 60 bytes
+/// on the wire, 12 s at [`BYTE_EVERY`]) and an OK trailer.
+fn answer() -> Vec<u8> {
+    let response = IssueRejoinTicketResponse {
+        state_disk_key: vec![7; 40],
+        measurement_secret: vec![],
+    };
+    let mut bytes = Vec::new();
+    frame::write_frame(&mut bytes, FrameKind::Message, &response.encode_to_vec()).unwrap();
+    frame::write_frame(
+        &mut bytes,
+        FrameKind::Trailer,
+        &Status::ok().to_proto().encode_to_vec(),
+    )
+    .unwrap();
+    bytes
+}
+
+/// Runs `call` and asserts that it ended with DEADLINE_EXCEEDED by the
+/// deadline.
+fn assert_ends_at_the_deadline<R: std::fmt::Debug>(call: impl FnOnce() -> Result<R, Status>) {
+    let started = Instant::now();
+    let result = call();
+    let took = started.elapsed();
+    assert!(
+        took < DEADLINE + SLACK,
+        "a {DEADLINE:?} call took {took:?} ({result:?})"
+    );
+    assert_eq!(result.unwrap_err().code, Code::DeadlineExceeded);
+}
+
+#[test]
+fn an_answer_trickled_a_byte_at_a_time_ends_the_call_at_its_deadline() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut sock, _) = l.accept().unwrap();
+        // The call header and the request, read whole.
+        for _ in 0..2 {
+            frame::read_frame(&mut sock, frame::DEFAULT_MAX_FRAME_LEN).unwrap();
+        }
+        for byte in answer() {
+            thread::sleep(BYTE_EVERY);
+            if sock.write_all(&[byte]).is_err() {
+                return; // the client gave up
+            }
+        }
+    });
+    let mut client = Client::new(TcpStream::connect(addr).unwrap());
+    assert_ends_at_the_deadline(|| {
+        client.unary(CALL, &IssueRejoinTicketRequest::default(), DEADLINE)
+    });
+    drop(client);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_request_the_server_does_not_read_ends_the_call_at_its_deadline() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (done, wait) = mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        // Accepts, reads nothing, and keeps the connection open: the
+        // socket buffers fill and the client's writes block.
+        let (sock, _) = l.accept().unwrap();
+        let _ = wait.recv();
+        drop(sock);
+    });
+    let mut client = Client::new(TcpStream::connect(addr).unwrap());
+    // More than loopback's socket buffers hold (4 MiB here, the most
+    // `net.ipv4.tcp_wmem` lets a sender have; the receiver reads nothing).
+    let request = IssueRejoinTicketRequest {
+        disk_uuid: "x".repeat(6 << 20),
+    };
+    assert_ends_at_the_deadline(|| client.unary(CALL, &request, DEADLINE));
+    drop(client);
+    done.send(()).unwrap();
+    server.join().unwrap();
+}
