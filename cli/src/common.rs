@@ -120,7 +120,7 @@ impl NodeCheck {
                 .clone()
                 .announce_insecure_with(announce_insecure_any_ak);
         }
-        Ok(config.validators())
+        config.validators().map_err(|e| describe(&e))
     }
 }
 
@@ -238,7 +238,7 @@ mod tests {
     fn both_options_make_a_validator_and_errors_name_the_option() {
         let tmp = confboot_tests::TempDir::new("validator");
         let dir = tmp.path();
-        let policy = confboot_tests::write_pcr4_policy(dir);
+        let policy = confboot_tests::write_image_policy(dir);
         let policy_arg = policy.display().to_string();
         let key = format!("pinned:04{}", "ab".repeat(64));
         let c = check(&["--measurements", &policy_arg, "--ak-trust", &key]).unwrap();
@@ -283,7 +283,7 @@ mod tests {
     fn an_oversized_policy_file_is_refused_naming_the_option_the_file_and_the_limit() {
         let tmp = confboot_tests::TempDir::new("oversized");
         let dir = tmp.path();
-        let policy = confboot_tests::write_pcr4_policy(dir);
+        let policy = confboot_tests::write_image_policy(dir);
         let mut text = std::fs::read_to_string(&policy).unwrap();
         text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
         std::fs::write(&policy, text).unwrap();

@@ -10,7 +10,6 @@
 //! attestation document. The checks live in [`nodeagent::verify`]; this
 //! reads files, asks and prints.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -276,13 +275,15 @@ struct VtpmCheck {
 
 fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, String> {
     // Every PCR is compared afterwards, so the validator holds no policy:
-    // it checks what evidence must always pass.
+    // it checks what evidence must always pass (the policy compared
+    // against must pin the image all the same).
     let validator = vtpm
         .validators
         .clone()
         .announce_insecure_with(common::announce_insecure_any_ak)
         .require_unmarked(false)
-        .build(MeasurementPolicy::new(BTreeMap::new()));
+        .build_comparing_later(vtpm.policy.clone())
+        .map_err(|e| format!("--measurements: {e}"))?;
     Ok(VtpmCheck {
         policy: vtpm.policy.clone(),
         events: vtpm.validators.expected_events().cloned(),

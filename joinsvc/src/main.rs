@@ -95,12 +95,15 @@ fn run(config: &ServeConfig) -> Result<(), String> {
     for check in &cfg.checks {
         match check {
             config::NodeCheck::Vtpm(vtpm) => {
-                let validator =
-                    SwappableValidator::new(vtpm.validators.build(vtpm.initial_policy.clone()));
+                let first = vtpm
+                    .validators
+                    .build(vtpm.initial_policy.clone())
+                    .map_err(|e| format!("{}: {e}", vtpm.policy_path.display()))?;
+                let validator = SwappableValidator::new(first);
                 let (builder, swapped) = (vtpm.validators.clone(), validator.clone());
                 watcher = Some(
                     watcher::PolicyWatcher::spawn(&vtpm.policy_path, move |policy| {
-                        swapped.swap(builder.build(policy));
+                        swapped.swap(builder.build(policy).map_err(|e| e.to_string())?);
                         Ok(())
                     })
                     .map_err(|e| format!("cannot watch {}: {e}", vtpm.policy_path.display()))?,

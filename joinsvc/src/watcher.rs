@@ -1,7 +1,10 @@
 //! Hot reload of the measurement policy: the policy file's directory is
 //! watched with inotify, and on any change the file is read again. A valid
-//! new policy is handed to `apply` (which swaps the validator); a broken or
-//! missing file keeps the previous policy and logs an error.
+//! new policy that pins the image (as at start-up:
+//! `MeasurementPolicy::check_pins_image`, PCRs 4 and 9 enforced, PCR 15
+//! never counting) is handed to `apply` (which swaps the validator, and
+//! checks the rule again on what it keeps); a broken or missing file, or
+//! one that would admit any image, keeps the previous policy and logs why.
 //!
 //! Watching the directory rather than the file handles every way a file is
 //! replaced: written in place, renamed over, deleted then created, and the
@@ -136,7 +139,11 @@ fn watch(
         }
         let parsed = std::str::from_utf8(&bytes)
             .map_err(|e| e.to_string())
-            .and_then(|t| MeasurementPolicy::from_json(t).map_err(|e| e.to_string()));
+            .and_then(|t| {
+                MeasurementPolicy::from_json(t)
+                    .and_then(|policy| policy.check_pins_image().map(|()| policy))
+                    .map_err(|e| e.to_string())
+            });
         match parsed.and_then(apply) {
             Ok(()) => {
                 log::info!("measurement policy reloaded from {}", path.display());
@@ -203,10 +210,12 @@ mod tests {
     }
     use std::path::PathBuf;
 
+    /// A policy that pins the image: PCR 4 = `byte` × 32, PCR 9 = `99` × 32.
     fn policy_json(byte: &str) -> String {
         format!(
-            r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
-            byte.repeat(32)
+            r#"{{"4": {{"expected": "{}", "warnOnly": false}}, "9": {{"expected": "{}", "warnOnly": false}}}}"#,
+            byte.repeat(32),
+            "99".repeat(32)
         )
     }
 
@@ -295,6 +304,50 @@ mod tests {
         assert_eq!(next(&f), Some(0xdd));
         assert!(f.applied.try_recv().is_err());
         std::fs::remove_dir_all(&f.dir).unwrap();
+    }
+
+    #[test]
+    fn reloads_that_do_not_pin_the_image_keep_the_previous_policy() {
+        capture_log();
+        let (zeros, bb, cc) = ("00".repeat(32), "bb".repeat(32), "cc".repeat(32));
+        let cases = [
+            // The cluster mark alone (joinsvc's validator drops it).
+            (
+                "mark-only",
+                format!(r#"{{"15": {{"expected": "{zeros}"}}}}"#),
+                "[4, 9]",
+            ),
+            // The mark with the boot chain and command line warnOnly, as
+            // during an upgrade.
+            (
+                "mark-and-warn-only-image",
+                format!(
+                    r#"{{"15": {{"expected": "{zeros}"}}, "4": {{"expected": "{bb}", "warnOnly": true}}, "9": {{"expected": "{cc}", "warnOnly": true}}}}"#
+                ),
+                "[4, 9]",
+            ),
+            // The boot chain alone: any command line.
+            (
+                "kernel-only",
+                format!(r#"{{"4": {{"expected": "{bb}"}}}}"#),
+                "[9]",
+            ),
+        ];
+        for (name, unpinned, missing) in cases {
+            let f = fixture(&format!("unpinned-{name}"), "policy.json");
+            let file = f.dir.join("policy.json");
+            let shown = file.display().to_string();
+            std::fs::write(&file, unpinned).unwrap();
+            let line = wait_for_line(&[&shown, "does not pin the image", missing])
+                .unwrap_or_else(|| panic!("{name}: not refused"));
+            assert!(line.contains("keeping the previous policy"), "{line}");
+            assert!(f.applied.try_recv().is_err(), "{name} was applied");
+            // The next policy that pins the image is applied, and only it.
+            std::fs::write(&file, policy_json("dd")).unwrap();
+            assert_eq!(next(&f), Some(0xdd), "{name}");
+            assert!(f.applied.try_recv().is_err());
+            std::fs::remove_dir_all(&f.dir).unwrap();
+        }
     }
 
     #[test]

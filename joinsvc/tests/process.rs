@@ -213,6 +213,7 @@ fn minimal_config(name: &str) -> (std::path::PathBuf, String, String) {
     let policy = dir.join("measurements.json");
     let mut p = confboot_attest::MeasurementPolicy::default();
     p.set(4, vec![0xab; 32], false);
+    p.set(9, vec![0xcd; 32], false);
     std::fs::write(&policy, p.to_json()).unwrap();
     let path = |f: &std::path::Path| f.display().to_string();
     (dir.clone(), path(&master), path(&policy))
@@ -269,6 +270,34 @@ fn insecure_any_ak_needs_its_confirmation() {
         .process
         .wait_for_line("measurement policy reloaded", 1000);
     assert!(warnings(&joinsvc.process.log()) > before);
+}
+
+#[test]
+fn joinsvc_refuses_to_start_with_a_policy_that_does_not_pin_the_image() {
+    let (dir, master, policy) = minimal_config("unpinned");
+    let salt = "5a".repeat(32);
+    // The cluster mark alone: joinsvc's validator drops it, which would
+    // leave a policy that admits any image.
+    std::fs::write(
+        &policy,
+        format!(r#"{{"15": {{"expected": "{}"}}}}"#, "00".repeat(32)),
+    )
+    .unwrap();
+    let out = Command::new(joinsvc_bin())
+        .args(["--master-secret", &master, "--measurement-salt", &salt])
+        .args(["--measurements", &policy, "--ak-trust", "insecure-any-ak"])
+        .args(["--i-understand-insecure-any-ak"])
+        .args(["--api-server-endpoint", "10.0.0.1:6443"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&policy) && err.contains("does not pin the image") && err.contains("[4, 9]"),
+        "{err}"
+    );
+    assert!(!err.contains("listening"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -333,12 +333,20 @@ fn an_unbootstrapped_node_is_not_verified() {
     );
 }
 
+/// A policy that pins an image (PCRs 4 and 9 enforced) no test node has.
+fn image_policy_json() -> String {
+    format!(
+        r#"{{"4": {{"expected": "{}"}}, "9": {{"expected": "{}"}}}}"#,
+        "ab".repeat(32),
+        "cd".repeat(32)
+    )
+}
+
 #[test]
 fn bad_arguments_exit_2_before_asking() {
     let cli = workspace_binary("confboot");
     let admin = TempDir::new("verify-args");
-    let policy = format!(r#"{{"4": {{"expected": "{}"}}}}"#, "ab".repeat(32));
-    std::fs::write(admin.path().join("m.json"), policy).unwrap();
+    std::fs::write(admin.path().join("m.json"), image_policy_json()).unwrap();
     let base = [
         "--node",
         "127.0.0.1:1",
@@ -459,11 +467,7 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
         ),
     )
     .unwrap();
-    std::fs::write(
-        admin.path().join("m.json"),
-        format!(r#"{{"4": {{"expected": "{}"}}}}"#, "ab".repeat(32)),
-    )
-    .unwrap();
+    std::fs::write(admin.path().join("m.json"), image_policy_json()).unwrap();
     let snp_node = |debug: bool| -> Arc<dyn confboot_attest::Issuer> {
         let guest = Guest { measurement, debug };
         Arc::new(SnpIssuer::new(

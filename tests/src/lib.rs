@@ -305,13 +305,15 @@ impl Drop for TempDir {
 }
 
 /// Writes `measurements.json` into `dir`: a measurement policy (the
-/// Constellation format) that enforces PCR 4 = `ab` × 32 and nothing else,
-/// for tests of the policy's loading; returns its path.
-pub fn write_pcr4_policy(dir: &Path) -> PathBuf {
+/// Constellation format) that pins an image, enforcing PCR 4 (the boot
+/// chain) = `ab` × 32 and PCR 9 (the initrd and command line) = `cd` × 32
+/// and nothing else, for tests of the policy's loading; returns its path.
+pub fn write_image_policy(dir: &Path) -> PathBuf {
     let file = dir.join("measurements.json");
     let policy = format!(
-        r#"{{"4": {{"expected": "{}", "warnOnly": false}}}}"#,
-        "ab".repeat(32)
+        r#"{{"4": {{"expected": "{}", "warnOnly": false}}, "9": {{"expected": "{}", "warnOnly": false}}}}"#,
+        "ab".repeat(32),
+        "cd".repeat(32)
     );
     std::fs::write(&file, policy).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
     file

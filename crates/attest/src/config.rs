@@ -173,6 +173,10 @@ pub enum ConfigError {
         /// Why.
         error: PolicyError,
     },
+    /// A measurement policy given in code (not read from a file) is
+    /// refused as a validator's: it does not pin the image
+    /// ([`MeasurementPolicy::check_pins_image`]).
+    Policy(PolicyError),
     /// The AK trust is malformed, or a file it names is not usable.
     AkTrust(AttestationError),
     /// `insecure-any-ak` was given without its confirmation.
@@ -202,9 +206,9 @@ impl ConfigError {
         match self {
             ConfigError::Missing(setting) => *setting,
             ConfigError::Variants(_) | ConfigError::SnpPolicyRequired => Setting::Variants,
-            ConfigError::MeasurementsFile(_) | ConfigError::Measurements { .. } => {
-                Setting::Measurements
-            }
+            ConfigError::MeasurementsFile(_)
+            | ConfigError::Measurements { .. }
+            | ConfigError::Policy(_) => Setting::Measurements,
             ConfigError::AkTrust(_) | ConfigError::InsecureAnyAkNotConfirmed => Setting::AkTrust,
             ConfigError::ExpectedEventsFile(_) | ConfigError::ExpectedEvents { .. } => {
                 Setting::ExpectedEvents
@@ -235,6 +239,7 @@ impl ConfigError {
                 format!("{named} {}: {error}", path.display())
             }
             ConfigError::AkTrust(e) => format!("{named}: {e}"),
+            ConfigError::Policy(e) => format!("{named}: {e}"),
             ConfigError::InsecureAnyAkNotConfirmed => format!(
                 "{named} insecure-any-ak trusts any attestation key, so any machine could pass \
                  as an attested node; refused unless {} is given too (local QEMU only)",
@@ -260,6 +265,7 @@ impl std::error::Error for ConfigError {
             }
             ConfigError::ExpectedEvents { error, .. } => Some(error),
             ConfigError::AkTrust(e) => Some(e),
+            ConfigError::Policy(e) => Some(e),
             ConfigError::Missing(_)
             | ConfigError::SnpPolicyRequired
             | ConfigError::InsecureAnyAkNotConfirmed => None,
@@ -444,18 +450,22 @@ impl AttestationConfig {
 
     /// One validator per accepted variant, in order: vTPM evidence under
     /// the measurement policy (the attester's PCR 15 as the builder
-    /// requires), SEV-SNP evidence under the SNP policy.
-    pub fn validators(&self) -> Vec<Arc<dyn Validator>> {
+    /// requires), SEV-SNP evidence under the SNP policy. A vTPM policy that
+    /// does not pin the image once the builder dropped what it drops is
+    /// refused ([`ValidatorBuilder::build`]).
+    pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, ConfigError> {
         self.variants
             .iter()
             .map(|variant| match variant {
                 Variant::QemuVtpm => {
                     let vtpm = self.vtpm.as_ref().expect("loaded with its variant");
-                    vtpm.validators.build(vtpm.policy.clone())
+                    vtpm.validators
+                        .build(vtpm.policy.clone())
+                        .map_err(ConfigError::Policy)
                 }
                 Variant::SevSnp => {
                     let snp = self.snp.as_ref().expect("loaded with its variant");
-                    Arc::new(snp.clone()) as Arc<dyn Validator>
+                    Ok(Arc::new(snp.clone()) as Arc<dyn Validator>)
                 }
             })
             .collect()
@@ -463,13 +473,17 @@ impl AttestationConfig {
 }
 
 /// Reads the measurement-policy file at `path` (also the same file again
-/// when it changed).
+/// when it changed): parsed strictly, and refused unless it pins the image
+/// ([`MeasurementPolicy::check_pins_image`]; the PCR 15 entry a validator
+/// of marked attesters drops never counts toward that).
 pub fn load_measurement_policy(path: &Path) -> Result<MeasurementPolicy, ConfigError> {
     let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(ConfigError::MeasurementsFile)?;
-    MeasurementPolicy::from_json(&text).map_err(|error| ConfigError::Measurements {
-        path: path.to_path_buf(),
-        error,
-    })
+    MeasurementPolicy::from_json(&text)
+        .and_then(|policy| policy.check_pins_image().map(|()| policy))
+        .map_err(|error| ConfigError::Measurements {
+            path: path.to_path_buf(),
+            error,
+        })
 }
 
 /// Reads the expected event log at `path` (`confboot measure
@@ -572,10 +586,44 @@ impl ValidatorBuilder {
     /// writes it), and the attesters such a validator sees are marked,
     /// their mark checked by the caller (joinsvc per call, a node of its
     /// join service, the CLI's `verify`).
-    pub fn build(&self, mut policy: MeasurementPolicy) -> Arc<dyn Validator> {
+    ///
+    /// What is left must pin the image
+    /// ([`MeasurementPolicy::check_pins_image`]: PCRs 4 and 9 enforced);
+    /// otherwise the policy is refused with
+    /// [`PolicyError::VtpmImageNotPinned`] and no validator is built.
+    pub fn build(&self, policy: MeasurementPolicy) -> Result<Arc<dyn Validator>, PolicyError> {
+        let policy = self.policy_in_force(policy)?;
+        Ok(self.validator(policy))
+    }
+
+    /// A validator that checks the evidence (the AK, the quote, the event
+    /// log) and no measurement, for a caller that compares every PCR
+    /// itself against `policy` afterwards (the CLI's `verify`, which
+    /// reports each PCR rather than stopping at the first that differs).
+    /// `policy` is held to [`ValidatorBuilder::build`]'s rule all the same,
+    /// so a caller cannot compare against a policy that pins no image.
+    pub fn build_comparing_later(
+        &self,
+        policy: MeasurementPolicy,
+    ) -> Result<Arc<dyn Validator>, PolicyError> {
+        self.policy_in_force(policy)?;
+        Ok(self.validator(MeasurementPolicy::default()))
+    }
+
+    /// `policy` without the entries a validator of this builder drops,
+    /// if what is left pins the image.
+    fn policy_in_force(
+        &self,
+        mut policy: MeasurementPolicy,
+    ) -> Result<MeasurementPolicy, PolicyError> {
         if !self.require_unmarked {
             policy.remove(crate::tpm::CLUSTER_ID_PCR);
         }
+        policy.check_pins_image()?;
+        Ok(policy)
+    }
+
+    fn validator(&self, policy: MeasurementPolicy) -> Arc<dyn Validator> {
         if self.is_insecure() {
             (self.announce_insecure)();
         }
@@ -657,18 +705,18 @@ mod tests {
         }
         let tmp = confboot_tests::TempDir::new("announce");
         let dir = tmp.path();
-        let policy = load_measurement_policy(&confboot_tests::write_pcr4_policy(dir)).unwrap();
+        let policy = load_measurement_policy(&confboot_tests::write_image_policy(dir)).unwrap();
         let insecure = ValidatorBuilder::new(AkTrust::InsecureAnyAk, InsecureAnyAk::Accepted)
             .unwrap()
             .announce_insecure_with(announce);
-        insecure.build(policy.clone());
-        insecure.build(policy.clone());
+        insecure.build(policy.clone()).unwrap();
+        insecure.build(policy.clone()).unwrap();
         assert_eq!(ANNOUNCED.load(Ordering::SeqCst), 2, "once per validator");
         let trusted =
             ValidatorBuilder::new(AkTrust::parse(&pinned()).unwrap(), InsecureAnyAk::Accepted)
                 .unwrap()
                 .announce_insecure_with(announce);
-        trusted.build(policy);
+        trusted.build(policy).unwrap();
         assert_eq!(ANNOUNCED.load(Ordering::SeqCst), 2, "a real trust is quiet");
     }
 
@@ -676,7 +724,7 @@ mod tests {
     fn settings_make_validators_and_errors_name_the_setting() {
         let tmp = confboot_tests::TempDir::new("validator");
         let dir = tmp.path();
-        let policy = confboot_tests::write_pcr4_policy(dir);
+        let policy = confboot_tests::write_image_policy(dir);
         let settings = AttestationSettings::new(
             vec![Variant::QemuVtpm],
             GivenSettings {
@@ -692,7 +740,7 @@ mod tests {
             config.vtpm.as_ref().unwrap().policy.entries()[&4].value,
             vec![0xab; 32]
         );
-        assert_eq!(config.validators().len(), 1);
+        assert_eq!(config.validators().unwrap().len(), 1);
 
         // What qemu-vtpm needs, in order: the measurements, then the AK trust.
         let given = GivenSettings {
@@ -756,7 +804,7 @@ mod tests {
     fn an_oversized_policy_file_is_refused_naming_the_file_and_the_limit() {
         let tmp = confboot_tests::TempDir::new("oversized");
         let dir = tmp.path();
-        let policy = confboot_tests::write_pcr4_policy(dir);
+        let policy = confboot_tests::write_image_policy(dir);
         let mut text = std::fs::read_to_string(&policy).unwrap();
         text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
         std::fs::write(&policy, text).unwrap();
@@ -784,7 +832,7 @@ mod tests {
     fn the_expected_event_log_is_read_bounded_and_strictly() {
         let tmp = confboot_tests::TempDir::new("events");
         let dir = tmp.path();
-        let policy = confboot_tests::write_pcr4_policy(dir);
+        let policy = confboot_tests::write_image_policy(dir);
         let good = dir.join("good.json");
         std::fs::write(&good, EventList::default().to_json()).unwrap();
         let with_events = VtpmSettings {
@@ -862,7 +910,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(only_snp.vtpm, None, "qemu-vtpm is not accepted");
-        let policy = confboot_tests::write_pcr4_policy(dir);
+        let policy = confboot_tests::write_image_policy(dir);
         let both = AttestationSettings::new(
             vec![Variant::SevSnp, Variant::QemuVtpm],
             GivenSettings {
@@ -878,6 +926,7 @@ mod tests {
             .load()
             .unwrap()
             .validators()
+            .unwrap()
             .iter()
             .map(|v| v.variant())
             .collect();
@@ -889,5 +938,107 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(e.setting(), Setting::SnpPolicy);
+    }
+
+    /// A policy built in code from `(index, byte, warn_only)` entries.
+    fn policy_of(entries: &[(u32, u8, bool)]) -> MeasurementPolicy {
+        let mut policy = MeasurementPolicy::default();
+        for &(index, byte, warn_only) in entries {
+            policy.set(index, vec![byte; 32], warn_only);
+        }
+        policy
+    }
+
+    /// Whether `built` was refused for not pinning the image, missing `want`.
+    fn refused_missing(built: Result<Arc<dyn Validator>, PolicyError>, want: &[u32]) -> bool {
+        matches!(built, Err(PolicyError::VtpmImageNotPinned { missing }) if missing == want)
+    }
+
+    #[test]
+    fn a_validator_policy_must_pin_the_boot_chain_and_the_command_line() {
+        let unmarked =
+            ValidatorBuilder::new(AkTrust::parse(&pinned()).unwrap(), InsecureAnyAk::Accepted)
+                .unwrap();
+        let marked = unmarked.clone().require_unmarked(false);
+        // The cluster mark alone: dropped for marked attesters, and never
+        // counting for unmarked ones.
+        let mark_only = policy_of(&[(15, 0, false)]);
+        for builder in [&marked, &unmarked] {
+            assert!(refused_missing(builder.build(mark_only.clone()), &[4, 9]));
+        }
+        // The mark enforced, the image warnOnly (as during an upgrade).
+        let upgrade = policy_of(&[(15, 0, false), (4, 0xab, true), (9, 0xcd, true)]);
+        for builder in [&marked, &unmarked] {
+            assert!(refused_missing(builder.build(upgrade.clone()), &[4, 9]));
+        }
+        // The boot chain alone: any command line would pass.
+        let kernel_only = policy_of(&[(4, 0xab, false)]);
+        assert!(refused_missing(marked.build(kernel_only.clone()), &[9]));
+        assert!(refused_missing(unmarked.build(kernel_only), &[9]));
+        // PCRs the OS or a debugger can reset or extend never count, whatever
+        // else is enforced.
+        let resettable = policy_of(&[
+            (10, 1, false),
+            (16, 2, false),
+            (23, 3, false),
+            (9, 4, false),
+        ]);
+        assert!(refused_missing(marked.build(resettable), &[4]));
+        // The boot chain and the command line enforced: accepted, with or
+        // without the mark (which the marked validator drops).
+        let pinned_image = policy_of(&[(4, 0xab, false), (9, 0xcd, false), (15, 0, false)]);
+        assert!(marked.build(pinned_image.clone()).is_ok());
+        assert!(unmarked.build(pinned_image.clone()).is_ok());
+        // The CLI's verify compares later, against a policy held to the same rule.
+        assert!(marked.build_comparing_later(pinned_image).is_ok());
+        assert!(matches!(
+            marked.build_comparing_later(mark_only),
+            Err(PolicyError::VtpmImageNotPinned { .. })
+        ));
+        let err = marked.build(policy_of(&[(15, 0, false)])).err().unwrap();
+        let shown = ConfigError::Policy(err).describe(&name);
+        assert!(
+            shown.starts_with("<Measurements>: measurement policy does not pin the image")
+                && shown.contains("[4, 9]"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_policy_file_that_does_not_pin_the_image_is_refused_at_load() {
+        let tmp = confboot_tests::TempDir::new("unpinned");
+        let dir = tmp.path();
+        let file = dir.join("policy.json");
+        let (zeros, ab) = ("00".repeat(32), "ab".repeat(32));
+        for (text, missing) in [
+            (
+                format!(r#"{{"15": {{"expected": "{zeros}"}}}}"#),
+                vec![4, 9],
+            ),
+            (
+                format!(
+                    r#"{{"15": {{"expected": "{zeros}"}}, "4": {{"expected": "{ab}", "warnOnly": true}}, "9": {{"expected": "{ab}", "warnOnly": true}}}}"#
+                ),
+                vec![4, 9],
+            ),
+            (format!(r#"{{"4": {{"expected": "{ab}"}}}}"#), vec![9]),
+        ] {
+            std::fs::write(&file, &text).unwrap();
+            let e = load_measurement_policy(&file).unwrap_err();
+            assert!(
+                matches!(
+                    &e,
+                    ConfigError::Measurements {
+                        path,
+                        error: PolicyError::VtpmImageNotPinned { missing: m },
+                    } if path == &file && *m == missing
+                ),
+                "{text}: {e:?}"
+            );
+        }
+        let mut good = load_measurement_policy(&confboot_tests::write_image_policy(dir)).unwrap();
+        good.set(15, vec![0; 32], false);
+        std::fs::write(&file, good.to_json()).unwrap();
+        assert_eq!(load_measurement_policy(&file).unwrap(), good);
     }
 }

@@ -94,6 +94,7 @@ pub fn join_service_validators(
                     .announce_insecure_with(announce_insecure)
                     .require_unmarked(false)
                     .build(policy)
+                    .map_err(|e| JoinServiceError::Config(ConfigError::Policy(e)))?
             }
             Variant::SevSnp => {
                 let path = settings

@@ -20,6 +20,21 @@
 //! - a file is at most [`MAX_POLICY_BYTES`]; a larger one is refused before
 //!   it is read whole.
 //!
+//! A policy that becomes a validator must also pin the image
+//! ([`MeasurementPolicy::check_pins_image`]): the platform measured here is
+//! QEMU with OVMF booting a kernel directly, where PCR 4 measures the boot
+//! chain (the kernel image OVMF starts) and PCR 9 the initrd and the kernel
+//! command line ([`IMAGE_PCRS`]). After every entry a validator drops, both
+//! must still be enforced (not `warnOnly`). PCRs that the running OS or a
+//! debugger can reset or extend at will ([`NEVER_PIN_IMAGE`]: 10 for IMA,
+//! 15 the cluster mark, 16 the debug PCR, 23 the application PCR) never
+//! count toward that: a policy of PCR 15 alone, or PCR 15 with 4 and 9
+//! `warnOnly`, admits any image and is refused
+//! ([`PolicyError::VtpmImageNotPinned`]). The parser itself does not apply this
+//! rule (a policy's syntax is checked alone); every place a policy becomes
+//! a validator does (the validator builder, the policy file's loading,
+//! joinsvc's reload).
+//!
 //! [`MeasurementPolicy::new`], [`MeasurementPolicy::default`] and
 //! [`MeasurementPolicy::set`] build policies in code (tests, a policy derived
 //! from the running image) and are not held to these rules.
@@ -40,6 +55,17 @@ pub const MAX_POLICY_BYTES: u64 = 64 * 1024;
 pub const MAX_INDEX: u32 = 23;
 /// Length of an expected value read from a policy: a SHA-256 PCR.
 pub const DIGEST_LEN: usize = 32;
+/// The vTPM PCRs that pin the image a node booted, on QEMU + OVMF direct
+/// kernel boot: 4, the boot chain (the kernel image OVMF loads and starts),
+/// and 9, the initrd and the kernel command line (which names the root
+/// filesystem's hash). A policy must enforce both
+/// ([`MeasurementPolicy::check_pins_image`]).
+pub const IMAGE_PCRS: [u32; 2] = [4, 9];
+/// The vTPM PCRs that never count toward pinning the image: 10 (IMA, which
+/// the running OS extends), 15 (the cluster mark, extended by the node
+/// itself), 16 (the debug PCR, resettable from any locality) and 23 (the
+/// application PCR, resettable too).
+pub const NEVER_PIN_IMAGE: [u32; 4] = [10, 15, 16, 23];
 /// Longest key quoted back in an error; the rest is cut off.
 const MAX_QUOTED_KEY: usize = 32;
 
@@ -114,6 +140,18 @@ pub enum PolicyError {
         len: usize,
         /// The number of bytes a digest has.
         want: usize,
+    },
+    /// A vTPM policy that does not enforce every PCR of [`IMAGE_PCRS`]
+    /// (after the entries a validator drops; [`NEVER_PIN_IMAGE`] never
+    /// count): it would admit another boot chain or command line.
+    #[error(
+        "measurement policy does not pin the image: PCRs not enforced {missing:?} \
+         (4, the boot chain, and 9, the initrd and command line, must be enforced; \
+         10, 15, 16 and 23 never count): it would admit any image, refused"
+    )]
+    VtpmImageNotPinned {
+        /// The PCRs of [`IMAGE_PCRS`] the policy does not enforce.
+        missing: Vec<u32>,
     },
     /// An SEV-SNP policy that pins no image: its launch measurement is
     /// `warnOnly` and it names no ID key, yet it is not marked
@@ -282,6 +320,25 @@ impl MeasurementPolicy {
     /// Whether at least one entry is enforced (not `warnOnly`).
     pub fn enforces_something(&self) -> bool {
         self.entries.values().any(|e| !e.warn_only)
+    }
+
+    /// Whether the policy pins the image (see the module documentation):
+    /// leaving out [`NEVER_PIN_IMAGE`], its enforced entries must include
+    /// every PCR of [`IMAGE_PCRS`]; otherwise
+    /// [`PolicyError::VtpmImageNotPinned`] names those that are missing.
+    /// Call it on the policy a validator will hold, after the entries it
+    /// drops.
+    pub fn check_pins_image(&self) -> Result<(), PolicyError> {
+        let enforced = |index: &u32| {
+            !NEVER_PIN_IMAGE.contains(index)
+                && self.entries.get(index).is_some_and(|e| !e.warn_only)
+        };
+        let missing: Vec<u32> = IMAGE_PCRS.into_iter().filter(|i| !enforced(i)).collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyError::VtpmImageNotPinned { missing })
+        }
     }
 
     /// Parses the JSON text of a policy, strictly (see the module
