@@ -219,16 +219,24 @@ fn minimal_config(name: &str) -> (std::path::PathBuf, String, String) {
     (dir.clone(), path(&master), path(&policy))
 }
 
+/// Runs joinsvc with `master`, a measurement salt, the policy file
+/// `policy`, `--ak-trust insecure-any-ak` and `extra`, for a start it is
+/// expected to refuse; returns how it ended.
+fn run_until_refused(master: &str, policy: &str, extra: &[&str]) -> std::process::Output {
+    let salt = "5a".repeat(32);
+    Command::new(joinsvc_bin())
+        .args(["--master-secret", master, "--measurement-salt", &salt])
+        .args(["--measurements", policy, "--ak-trust", "insecure-any-ak"])
+        .args(extra)
+        .args(["--api-server-endpoint", "10.0.0.1:6443"])
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn insecure_any_ak_needs_its_confirmation() {
     let (dir, master, policy) = minimal_config("insecure");
-    let salt = "5a".repeat(32);
-    let out = Command::new(joinsvc_bin())
-        .args(["--master-secret", &master, "--measurement-salt", &salt])
-        .args(["--measurements", &policy, "--ak-trust", "insecure-any-ak"])
-        .args(["--api-server-endpoint", "10.0.0.1:6443"])
-        .output()
-        .unwrap();
+    let out = run_until_refused(&master, &policy, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -275,7 +283,6 @@ fn insecure_any_ak_needs_its_confirmation() {
 #[test]
 fn joinsvc_refuses_to_start_with_a_policy_that_does_not_pin_the_image() {
     let (dir, master, policy) = minimal_config("unpinned");
-    let salt = "5a".repeat(32);
     // The cluster mark alone: joinsvc's validator drops it, which would
     // leave a policy that admits any image.
     std::fs::write(
@@ -283,13 +290,7 @@ fn joinsvc_refuses_to_start_with_a_policy_that_does_not_pin_the_image() {
         format!(r#"{{"15": {{"expected": "{}"}}}}"#, "00".repeat(32)),
     )
     .unwrap();
-    let out = Command::new(joinsvc_bin())
-        .args(["--master-secret", &master, "--measurement-salt", &salt])
-        .args(["--measurements", &policy, "--ak-trust", "insecure-any-ak"])
-        .args(["--i-understand-insecure-any-ak"])
-        .args(["--api-server-endpoint", "10.0.0.1:6443"])
-        .output()
-        .unwrap();
+    let out = run_until_refused(&master, &policy, &["--i-understand-insecure-any-ak"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
