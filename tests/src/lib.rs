@@ -16,6 +16,7 @@
 //! ([`stop_for_missing_setup`]), instead of every test panicking alike.
 
 pub mod cluster;
+pub mod deadlines;
 pub mod elf;
 pub mod hostile;
 pub mod kube_double;

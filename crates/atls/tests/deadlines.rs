@@ -17,19 +17,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer};
+use confboot_proto::Message;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
-use confboot_proto::{Message, Method};
+use confboot_tests::deadlines::{CALL, DEADLINE, SLACK, answer, assert_call_ends_at_the_deadline};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
-use confboot_wire::{Code, ConnectionEnd, Router, ServerLimits, Status, serve_connection};
+use confboot_wire::{ConnectionEnd, Router, ServerLimits, serve_connection};
 
-const CALL: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
-    Method::new("/test.Slow/Call");
-
-/// The deadline under test (a call's, a connect's, a frame's).
-const DEADLINE: Duration = Duration::from_secs(1);
-/// What the scheduler may add to it on a loaded machine.
-const SLACK: Duration = Duration::from_millis(500);
 /// Bound on what is not under test (the other side's handshake).
 const LONG: Duration = Duration::from_secs(20);
 
@@ -59,37 +53,6 @@ fn trickle(sock: &mut impl Write, bytes: &[u8], every: Duration, done: &AtomicBo
             return;
         }
     }
-}
-
-/// Runs `call` and asserts that it ended with DEADLINE_EXCEEDED by the
-/// deadline.
-fn assert_call_ends_at_the_deadline<R: std::fmt::Debug>(call: impl FnOnce() -> Result<R, Status>) {
-    let started = Instant::now();
-    let result = call();
-    let took = started.elapsed();
-    assert!(
-        took < DEADLINE + SLACK,
-        "a {DEADLINE:?} call took {took:?} ({result:?})"
-    );
-    assert_eq!(result.unwrap_err().code, Code::DeadlineExceeded);
-}
-
-/// A whole answer to [`CALL`] as plaintext frames: the response (a 40-byte
-/// key) and an OK trailer.
-fn answer() -> Vec<u8> {
-    let response = IssueRejoinTicketResponse {
-        state_disk_key: vec![7; 40],
-        measurement_secret: vec![],
-    };
-    let mut bytes = Vec::new();
-    frame::write_frame(&mut bytes, FrameKind::Message, &response.encode_to_vec()).unwrap();
-    frame::write_frame(
-        &mut bytes,
-        FrameKind::Trailer,
-        &Status::ok().to_proto().encode_to_vec(),
-    )
-    .unwrap();
-    bytes
 }
 
 /// The TLS records a connection sends for `plaintext`.

@@ -9,55 +9,17 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
-use confboot_proto::{Message, Method};
-use confboot_wire::frame::{self, FrameKind};
-use confboot_wire::{Client, Code, Status};
+use confboot_proto::join::IssueRejoinTicketRequest;
+use confboot_tests::deadlines::{CALL, DEADLINE, answer, assert_call_ends_at_the_deadline};
+use confboot_wire::Client;
+use confboot_wire::frame;
 
-const CALL: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
-    Method::new("/test.Slow/Call");
-
-/// The call's deadline.
-const DEADLINE: Duration = Duration::from_secs(1);
-/// What the scheduler may add to it on a loaded machine.
-const SLACK: Duration = Duration::from_millis(500);
 /// How long the trickling server waits between two bytes: well under the
 /// deadline, so that every read of the client gets a byte before a timeout
 /// that counts from the read.
 const BYTE_EVERY: Duration = Duration::from_millis(200);
-
-/// A whole answer to [`CALL`]: the response (a 40-byte key: some 60 bytes
-/// on the wire, 12 s at [`BYTE_EVERY`]) and an OK trailer.
-fn answer() -> Vec<u8> {
-    let response = IssueRejoinTicketResponse {
-        state_disk_key: vec![7; 40],
-        measurement_secret: vec![],
-    };
-    let mut bytes = Vec::new();
-    frame::write_frame(&mut bytes, FrameKind::Message, &response.encode_to_vec()).unwrap();
-    frame::write_frame(
-        &mut bytes,
-        FrameKind::Trailer,
-        &Status::ok().to_proto().encode_to_vec(),
-    )
-    .unwrap();
-    bytes
-}
-
-/// Runs `call` and asserts that it ended with DEADLINE_EXCEEDED by the
-/// deadline.
-fn assert_ends_at_the_deadline<R: std::fmt::Debug>(call: impl FnOnce() -> Result<R, Status>) {
-    let started = Instant::now();
-    let result = call();
-    let took = started.elapsed();
-    assert!(
-        took < DEADLINE + SLACK,
-        "a {DEADLINE:?} call took {took:?} ({result:?})"
-    );
-    assert_eq!(result.unwrap_err().code, Code::DeadlineExceeded);
-}
 
 #[test]
 fn an_answer_trickled_a_byte_at_a_time_ends_the_call_at_its_deadline() {
@@ -77,7 +39,7 @@ fn an_answer_trickled_a_byte_at_a_time_ends_the_call_at_its_deadline() {
         }
     });
     let mut client = Client::new(TcpStream::connect(addr).unwrap());
-    assert_ends_at_the_deadline(|| {
+    assert_call_ends_at_the_deadline(|| {
         client.unary(CALL, &IssueRejoinTicketRequest::default(), DEADLINE)
     });
     drop(client);
@@ -102,7 +64,7 @@ fn a_request_the_server_does_not_read_ends_the_call_at_its_deadline() {
     let request = IssueRejoinTicketRequest {
         disk_uuid: "x".repeat(6 << 20),
     };
-    assert_ends_at_the_deadline(|| client.unary(CALL, &request, DEADLINE));
+    assert_call_ends_at_the_deadline(|| client.unary(CALL, &request, DEADLINE));
     drop(client);
     done.send(()).unwrap();
     server.join().unwrap();
