@@ -97,6 +97,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("luks2_metadata", luks2_metadata),
     ("luks2_header", luks2_header),
     ("dm_reply", dm_reply),
+    ("verity_superblock", verity_superblock),
+    ("verity_cmdline", verity_cmdline),
     ("tpm_event_log", tpm_event_log),
     ("tpm_event_list", tpm_event_list),
     ("kernel_image", kernel_image),
@@ -1064,6 +1066,43 @@ pub fn dm_reply(data: &[u8]) {
     assert_eq!(reply.version[0], 4);
     assert!(reply.name.len() < NAME_LEN);
     assert!(reply.name.bytes().all(|b| b.is_ascii_graphic()));
+}
+
+/// A veritysetup superblock as the host may have rewritten it: parsed
+/// with every field checked, or refused; what is read writes back to
+/// bytes that read the same.
+pub fn verity_superblock(data: &[u8]) {
+    use confboot_disk::verity::{MAX_BLOCK_SIZE, MAX_SALT_LEN, MIN_BLOCK_SIZE, Superblock};
+    let Ok(sb) = Superblock::parse(data) else {
+        return;
+    };
+    assert!(sb.salt.len() <= MAX_SALT_LEN);
+    for size in [sb.data_block_size, sb.hash_block_size] {
+        assert!((MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&size) && size.is_power_of_two());
+    }
+    assert!(sb.data_blocks > 0);
+    let bytes = sb.encode();
+    assert_eq!(Superblock::parse(&bytes).as_ref(), Ok(&sb));
+    // Everything but the padding (not read) comes back as it was.
+    assert_eq!(bytes[..82], data[..82]);
+    assert_eq!(bytes[88..88 + sb.salt.len()], data[88..88 + sb.salt.len()]);
+}
+
+/// A kernel command line with `confboot.root*` words: parameters come out
+/// only checked, write back to words that read the same, and a line that
+/// carries them twice is refused.
+pub fn verity_cmdline(data: &[u8]) {
+    use confboot_disk::verity::VerityParams;
+    let Ok(line) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(Some(params)) = VerityParams::from_cmdline(line) else {
+        return;
+    };
+    params.validate().expect("parsed parameters are valid");
+    let words = params.cmdline_words();
+    assert_eq!(VerityParams::from_cmdline(&words), Ok(Some(params)));
+    assert!(VerityParams::from_cmdline(&format!("{words} {words}")).is_err());
 }
 
 /// A device for [`luks2_header`]: the input at its start, zeros after it,

@@ -868,6 +868,59 @@ fn verify_document() -> Vec<Seed> {
     ]
 }
 
+/// Superblocks: one as veritysetup writes it (UUID and salt given), one
+/// without salt and with 512-byte blocks, an old version, a truncated one.
+fn verity_superblock() -> Vec<Seed> {
+    use confboot_disk::verity::Superblock;
+    let sb = Superblock {
+        uuid: [
+            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+            0xcd, 0xef,
+        ],
+        data_block_size: 4096,
+        hash_block_size: 4096,
+        data_blocks: 10,
+        salt: vec![0x00, 0x11, 0x22, 0x33],
+    };
+    let small = Superblock {
+        data_block_size: 512,
+        hash_block_size: 512,
+        data_blocks: 300,
+        salt: vec![],
+        ..sb.clone()
+    };
+    let mut old = sb.encode();
+    old[8] = 2;
+    vec![
+        seed("veritysetup", sb.encode()),
+        seed("no-salt-512", small.encode()),
+        seed("version-2", old),
+        seed("truncated", &sb.encode()[..100]),
+    ]
+}
+
+/// Command lines: the root on one device, on two without a superblock, a
+/// key given twice, an unknown key.
+fn verity_cmdline() -> Vec<Seed> {
+    let hash = "5cc8999f9db736c358351c87ee8f553f7928188bdf0fc043e6bfbd60cfcd1e51";
+    let one = format!(
+        "console=ttyS0 confboot.root=/dev/vdb confboot.root.hash={hash} confboot.root.salt=00112233 \
+         confboot.root.blocks=10 confboot.root.datablock=4096 confboot.root.hashblock=4096 \
+         confboot.root.hashoffset=40960 quiet"
+    );
+    let two = format!(
+        "confboot.root=/dev/vdb confboot.root.hashdev=/dev/vdc confboot.root.hash={hash} \
+         confboot.root.salt=- confboot.root.blocks=300 confboot.root.datablock=512 \
+         confboot.root.hashblock=512 confboot.root.hashoffset=0 confboot.root.superblock=0"
+    );
+    vec![
+        seed("one-device", one.as_str()),
+        seed("two-devices", two.as_str()),
+        seed("twice", format!("{one} confboot.root.blocks=10")),
+        seed("unknown-key", format!("{one} confboot.root.fec=/dev/vdd")),
+    ]
+}
+
 /// The seeds of the target `name` (none for a name that is no target).
 pub fn seeds(name: &str) -> Vec<Seed> {
     match name {
@@ -892,6 +945,8 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "luks2_metadata" => luks2_metadata(),
         "luks2_header" => luks2_header(),
         "dm_reply" => dm_reply(),
+        "verity_superblock" => verity_superblock(),
+        "verity_cmdline" => verity_cmdline(),
         "tpm_event_log" => tpm_event_log(),
         "tpm_event_list" => tpm_event_list(),
         "kernel_image" => kernel_image(),

@@ -23,6 +23,11 @@
 //! drives the cryptsetup program. Both have a header-only mode for
 //! machines without device-mapper.
 //!
+//! [`verity`] is the other disk of a node: its read-only root under
+//! dm-verity (the hash tree, veritysetup's superblock, the parameters on
+//! the measured kernel command line, the top-level check before mapping),
+//! mapped through [`dm::verity`].
+//!
 //! ```no_run
 //! use confboot_disk::{CryptsetupBackend, DiskAction, StateDisk, new_disk_uuid};
 //! use confboot_kms::MasterSecret;
@@ -49,6 +54,7 @@ pub mod dm;
 pub mod ext4;
 pub mod filesystem;
 pub mod luks2;
+pub mod verity;
 
 pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
 pub use filesystem::{FilesystemAction, FilesystemMaker, Mkfs, NativeExt4};

@@ -7,9 +7,11 @@
 //!   tested on any host; the reply header is fuzzed);
 //! - [`ioctl`]: the crate's only `unsafe`, the `ioctl(2)` call itself;
 //! - [`crypt`]: the `crypt` target's parameter line, built in a zeroized
-//!   buffer (it carries the volume key) and never logged.
+//!   buffer (it carries the volume key) and never logged;
+//! - [`verity`]: the `verity` target's parameter line and the read-only
+//!   mapping of a dm-verity root ([`verity::open_verity`]).
 //!
-//! Mapping works on a kernel with `dm-mod` and `dm-crypt` (the QEMU guests);
+//! Mapping works on a kernel with `dm-mod`, `dm-crypt` and `dm-verity` (the QEMU guests);
 //! the build machines have neither, so mapping is proven in the VM tests.
 
 use std::fs::{File, OpenOptions};
@@ -20,9 +22,10 @@ use nix::errno::Errno;
 
 pub mod crypt;
 pub mod ioctl;
+pub mod verity;
 pub mod wire;
 
-use wire::{Command, FLAG_SECURE_DATA, Reply, Request, Target};
+use wire::{Command, FLAG_READONLY, FLAG_SECURE_DATA, Reply, Request, Target};
 
 /// The control device.
 pub const CONTROL: &str = "/dev/mapper/control";
@@ -116,10 +119,33 @@ impl DeviceMapper {
     /// travels with [`FLAG_SECURE_DATA`] (the kernel wipes its copies) in
     /// a buffer zeroized when dropped.
     pub fn create(&self, name: &str, uuid: &str, target: &Target<'_>) -> Result<PathBuf, DmError> {
+        self.create_with_flags(name, uuid, target, 0)
+    }
+
+    /// [`create`](Self::create) for a read-only mapping: the device and its
+    /// table are made with [`FLAG_READONLY`], so the kernel opens the
+    /// backing devices for reading only and the mapped device refuses
+    /// writes.
+    pub fn create_read_only(
+        &self,
+        name: &str,
+        uuid: &str,
+        target: &Target<'_>,
+    ) -> Result<PathBuf, DmError> {
+        self.create_with_flags(name, uuid, target, FLAG_READONLY)
+    }
+
+    fn create_with_flags(
+        &self,
+        name: &str,
+        uuid: &str,
+        target: &Target<'_>,
+        flags: u32,
+    ) -> Result<PathBuf, DmError> {
         check_name(name)?;
         // Encode everything first: a refused request creates nothing.
-        let mut load = Request::table_load(name, FLAG_SECURE_DATA, target)?;
-        let mut create = Request::new(name, uuid, 0)?;
+        let mut load = Request::table_load(name, FLAG_SECURE_DATA | flags, target)?;
+        let mut create = Request::new(name, uuid, flags)?;
         self.call(Command::DevCreate, name, &mut create)?;
         let made = self
             .call(Command::TableLoad, name, &mut load)
