@@ -17,7 +17,7 @@ use crate::node::vpn::VpnJoinFields;
 use crate::node::{IssuedTicket, Ticket, TicketRequest};
 
 /// Largest metadata response read.
-const MAX_METADATA_BYTES: u64 = 64 * 1024;
+const MAX_METADATA_BYTES: usize = 64 * 1024;
 /// Most endpoints taken from any source.
 const MAX_ENDPOINTS: usize = 64;
 
@@ -86,23 +86,22 @@ pub fn endpoints_from_cmdline(cmdline: &str) -> Vec<String> {
 /// Join endpoints from a metadata HTTP endpoint answering
 /// `{"joinEndpoints": ["host:port", ...]}` (bounded size and time).
 pub fn endpoints_from_metadata(url: &str, timeout: Duration) -> Result<Vec<String>, String> {
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .max_redirects(0)
-        .build()
-        .new_agent();
-    let mut resp = agent
-        .get(url)
-        .call()
-        .map_err(|e| format!("metadata {url}: {e}"))?;
-    let text = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_METADATA_BYTES)
-        .read_to_string()
-        .map_err(|e| format!("metadata {url}: {e}"))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("metadata {url}: {e}"))?;
+    use confboot_net::http;
+    let failed = |e: &dyn std::fmt::Display| format!("metadata {url}: {e}");
+    let (addr, host, target) = http::split_http_url(url).map_err(|e| failed(&e))?;
+    let (status, body) = http::get(
+        &addr,
+        host,
+        target,
+        "application/json",
+        MAX_METADATA_BYTES,
+        timeout,
+    )
+    .map_err(|e| failed(&e))?;
+    if status != 200 {
+        return Err(failed(&format!("HTTP status {status}")));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| failed(&e))?;
     let list = v["joinEndpoints"]
         .as_array()
         .ok_or_else(|| format!("metadata {url}: no \"joinEndpoints\" array"))?;

@@ -2,14 +2,16 @@
 //! request per connection (`GET`-style: a head, no body), one answer with
 //! `Content-Length`, then the connection closes. The node agent's verify
 //! service and joinsvc's health and metrics endpoints serve with it; the
-//! admin's `confboot verify` reads answers with [`parse_response`].
+//! admin's `confboot verify` and the bootstrapper's metadata lookup ask
+//! with [`get`], which reads answers with [`parse_response`].
 //!
 //! A request head is read whole before a deadline and within
 //! [`MAX_REQUEST_HEAD_BYTES`]: a client that trickles, never ends its
 //! head, or sends an endless header line is cut off without holding more
 //! than that.
 
-use std::io::Read;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::listener::{Gate, Opening};
@@ -289,8 +291,169 @@ pub fn parse_response(bytes: &[u8], max_body: usize) -> Result<(u16, &[u8]), Res
     }
 }
 
+/// Why a [`get`] got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GetError {
+    /// The URL is not `http://HOST[:PORT][/PATH]`.
+    #[error("not an http:// URL: {0}")]
+    Url(String),
+    /// The address does not resolve, or no address accepted a connection.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// No whole answer came before the deadline.
+    #[error("no whole answer before the timeout")]
+    Timeout,
+    /// Reading or writing failed.
+    #[error("connection failed: {0}")]
+    Io(String),
+    /// The answer's body is larger than the caller allows.
+    #[error("the answer is larger than {0} bytes")]
+    TooLarge(usize),
+    /// The answer is not HTTP of the expected shape.
+    #[error("not an HTTP answer: {0}")]
+    Malformed(String),
+}
+
+/// `http://HOST[:PORT][/PATH]` as `(HOST:PORT, HOST, /PATH)`: plain HTTP
+/// only (what a metadata server on the link speaks), port 80 by default.
+pub fn split_http_url(url: &str) -> Result<(String, &str, &str), GetError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| GetError::Url(url.to_string()))?;
+    let (authority, target) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let bad = |why: &str| GetError::Url(format!("{url}: {why}"));
+    if authority.is_empty() || authority.contains('@') {
+        return Err(bad("no host, or user information"));
+    }
+    if target.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        return Err(bad("the path has spaces or control characters"));
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+            port.parse::<u16>()
+                .map_err(|_| bad("the port is not a number"))?;
+            host
+        }
+        _ => authority,
+    };
+    let addr = if host.len() == authority.len() {
+        format!("{authority}:80")
+    } else {
+        authority.to_string()
+    };
+    Ok((addr, host, target))
+}
+
+/// `GET target` from `addr` (`HOST:PORT`) with `Host: host`: the whole
+/// exchange (connecting, asking, reading the answer until the server
+/// closes) before `timeout`, the answer within `max_body` bytes plus a
+/// head; returns the status and the body.
+pub fn get(
+    addr: &str,
+    host: &str,
+    target: &str,
+    accept: &str,
+    max_body: usize,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), GetError> {
+    let deadline = Instant::now() + timeout;
+    let mut stream = connect_before(addr, deadline)?;
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    );
+    let left = deadline.saturating_duration_since(Instant::now());
+    Transport::set_write_timeout(&mut stream, Some(left))
+        .and_then(|()| stream.write_all(request.as_bytes()))
+        .map_err(timeout_or_io)?;
+    let never = Stop::new();
+    let mut reader = ReadBefore {
+        stream: &mut stream,
+        deadline,
+        per_read: deadline.saturating_duration_since(Instant::now()),
+        stop: &never,
+        poll: Duration::from_millis(200),
+    };
+    let limit = max_body + MAX_RESPONSE_HEAD_BYTES;
+    let mut bytes = Vec::new();
+    (&mut reader)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(timeout_or_io)?;
+    if bytes.len() > limit {
+        return Err(GetError::TooLarge(max_body));
+    }
+    let (status, body) = parse_response(&bytes, max_body).map_err(|e| match e {
+        ResponseError::TooLarge => GetError::TooLarge(max_body),
+        ResponseError::Malformed(m) => GetError::Malformed(m),
+    })?;
+    Ok((status, body.to_vec()))
+}
+
+fn timeout_or_io(e: std::io::Error) -> GetError {
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    ) {
+        GetError::Timeout
+    } else {
+        GetError::Io(e.to_string())
+    }
+}
+
+fn connect_before(addr: &str, deadline: Instant) -> Result<TcpStream, GetError> {
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| GetError::Connect(format!("{addr}: {e}")))?
+        .collect();
+    let mut last = format!("{addr} resolves to no address");
+    for a in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(GetError::Timeout);
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(GetError::Connect(last))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn http_urls_split_into_address_host_and_target() {
+        assert_eq!(
+            split_http_url("http://169.254.169.254/confboot/join").unwrap(),
+            (
+                "169.254.169.254:80".to_string(),
+                "169.254.169.254",
+                "/confboot/join"
+            )
+        );
+        assert_eq!(
+            split_http_url("http://127.0.0.1:8080").unwrap(),
+            ("127.0.0.1:8080".to_string(), "127.0.0.1", "/")
+        );
+        assert_eq!(
+            split_http_url("http://[::1]:81/x").unwrap(),
+            ("[::1]:81".to_string(), "[::1]", "/x")
+        );
+        for bad in [
+            "https://a/",
+            "ftp://a",
+            "http://",
+            "http://u@a/",
+            "http://a:b/",
+            "http://a/b c",
+        ] {
+            assert!(split_http_url(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
     use confboot_wire::pipe;
     use std::io::Write;

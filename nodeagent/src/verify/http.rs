@@ -6,21 +6,16 @@
 //! is cut off) and within a size bound. Nothing here is secret: the answer
 //! is a quote of public measurements.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{
     AttestationDocument, DocumentError, MAX_DOCUMENT_BYTES, RequestError, VERIFY_NONCE_LEN,
     parse_request_target, request_target,
 };
 use confboot_attest::Issuer;
-use confboot_net::http::{
-    self, HttpLimits, MAX_RESPONSE_HEAD_BYTES, ResponseError, read_request, respond,
-    respond_to_error,
-};
+use confboot_net::http::{self, GetError, HttpLimits, read_request, respond, respond_to_error};
 use confboot_util::stop::Stop;
-use confboot_wire::{ReadBefore, Transport};
+use confboot_wire::Transport;
 
 /// How one connection ended, for logs and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,24 +148,25 @@ pub fn fetch_document(
     nonce: &[u8; VERIFY_NONCE_LEN],
     timeout: Duration,
 ) -> Result<AttestationDocument, FetchError> {
-    let deadline = Instant::now() + timeout;
-    let mut stream = connect(addr, deadline)?;
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-        request_target(nonce)
-    );
-    let left = deadline.saturating_duration_since(Instant::now());
-    Transport::set_write_timeout(&mut stream, Some(left))
-        .and_then(|()| stream.write_all(request.as_bytes()))
-        .map_err(|e| timeout_or(e, FetchError::Io))?;
-    let bytes = read_answer(&mut stream, deadline)?;
-    let (status, body) = http::parse_response(&bytes, MAX_DOCUMENT_BYTES).map_err(|e| match e {
-        ResponseError::TooLarge => FetchError::TooLarge,
-        ResponseError::Malformed(m) => FetchError::Response(m),
+    let target = request_target(nonce);
+    let (status, body) = http::get(
+        addr,
+        host,
+        &target,
+        "application/json",
+        MAX_DOCUMENT_BYTES,
+        timeout,
+    )
+    .map_err(|e| match e {
+        GetError::Url(m) | GetError::Connect(m) => FetchError::Connect(m),
+        GetError::Timeout => FetchError::Timeout,
+        GetError::Io(m) => FetchError::Io(m),
+        GetError::TooLarge(_) => FetchError::TooLarge,
+        GetError::Malformed(m) => FetchError::Response(m),
     })?;
     if status != 200 {
-        let message: String = String::from_utf8_lossy(body)
+        let message: String = String::from_utf8_lossy(&body)
             .lines()
             .next()
             .unwrap_or("")
@@ -180,59 +176,7 @@ pub fn fetch_document(
             .collect();
         return Err(FetchError::Status { status, message });
     }
-    AttestationDocument::from_json(body).map_err(FetchError::Document)
-}
-
-fn timeout_or(e: io::Error, other: fn(String) -> FetchError) -> FetchError {
-    if matches!(
-        e.kind(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-    ) {
-        FetchError::Timeout
-    } else {
-        other(e.to_string())
-    }
-}
-
-fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, FetchError> {
-    let addrs: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| FetchError::Connect(format!("{addr}: {e}")))?
-        .collect();
-    let mut last = format!("{addr} resolves to no address");
-    for a in addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(FetchError::Timeout);
-        }
-        match TcpStream::connect_timeout(&a, left) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = format!("{a}: {e}"),
-        }
-    }
-    Err(FetchError::Connect(last))
-}
-
-/// Reads until the node closes, before the deadline and within the bound.
-fn read_answer(stream: &mut TcpStream, deadline: Instant) -> Result<Vec<u8>, FetchError> {
-    let never = Stop::new();
-    let mut reader = ReadBefore {
-        stream,
-        deadline,
-        per_read: deadline.saturating_duration_since(Instant::now()),
-        stop: &never,
-        poll: Duration::from_millis(200),
-    };
-    let limit = MAX_DOCUMENT_BYTES + MAX_RESPONSE_HEAD_BYTES;
-    let mut bytes = Vec::new();
-    (&mut reader)
-        .take(limit as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| timeout_or(e, FetchError::Io))?;
-    if bytes.len() > limit {
-        return Err(FetchError::TooLarge);
-    }
-    Ok(bytes)
+    AttestationDocument::from_json(&body).map_err(FetchError::Document)
 }
 
 #[cfg(test)]
@@ -240,6 +184,7 @@ mod tests {
     use super::*;
     use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Variant};
     use confboot_wire::pipe;
+    use std::io::{Read, Write};
 
     #[test]
     fn each_fetch_error_prints_its_message() {
