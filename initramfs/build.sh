@@ -60,7 +60,7 @@ KERNEL_RELEASE="${KERNEL_PKG#linux-image-}"
 # Modules to load, roots only: dependencies come from modules.dep.
 MODULES=(
     virtio_pci virtio_net virtio_blk
-    dm-mod dm-crypt
+    dm-mod dm-crypt dm-verity squashfs
     cryptd crypto_simd aesni-intel ecb xts
     crc32c_generic crc32c-intel ext4
     wireguard

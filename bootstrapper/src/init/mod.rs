@@ -1,11 +1,14 @@
 //! PID 1: the bootstrapper binary is the initramfs's `/init`. It brings the
 //! node up (mounts, console, kernel modules, network by DHCP), prints the
 //! boot's measurements, runs the bootstrapper (this binary again, as a
-//! child) with the arguments of `confboot.args`, then the node agent, and
-//! powers off on every path. No shell: the only test affordance is
-//! `/test/hook`, run if a test image has it. See initramfs/README.md.
+//! child) with the arguments of `confboot.args`, then either hands the
+//! node over to its operating system (a dm-verity root named by
+//! `confboot.root*`, [`handover`]) or runs the node agent, and powers off on
+//! every path that does not hand over. No shell: the only test affordance
+//! is `/test/hook`, run if a test image has it. See initramfs/README.md.
 
 mod cmdline;
+pub mod handover;
 mod measurements;
 mod network;
 mod system;
@@ -74,12 +77,33 @@ pub fn main() -> ! {
         println!("CONFBOOT-ERROR no {BOOTSTRAPPER} in this image");
         system::power_off();
     }
-    let args = cmdline::bootstrapper_args(&cmdline);
+    // The OS root is checked and mounted before the node asks for any key:
+    // a node whose root does not match its command line never gets one.
+    let root = match handover::prepare_root(&cmdline) {
+        Ok(root) => root,
+        Err(e) => {
+            println!("CONFBOOT-ERROR the OS root: {e}");
+            system::power_off();
+        }
+    };
+    let mut args = cmdline::bootstrapper_args(&cmdline);
+    if let Some(root) = &root {
+        println!("CONFBOOT-ROOT verified root hash {}", root.root_hash_hex());
+        args.extend(handover::BOOTSTRAPPER_ARGS.iter().map(Into::into));
+    }
     println!("CONFBOOT-BOOTSTRAPPER-START {}", args.len());
     let status = run(Command::new(BOOTSTRAPPER).args(&args));
     println!("CONFBOOT-BOOTSTRAPPER-EXIT {status}");
     println!("CONFBOOT-RSS {}", system::peak_rss_line());
 
+    if let Some(root) = root {
+        if status == 0 {
+            let error = handover::hand_over(&root, &cmdline::agent_args(&cmdline));
+            println!("CONFBOOT-ERROR handing over to the OS: {error}");
+        }
+        handover::close_state();
+        system::power_off();
+    }
     if status == 0 {
         if Path::new(TEST_HOOK).exists() {
             run_hook("after");
