@@ -66,8 +66,9 @@ impl Default for FormatOptions {
 pub struct FormatResult {
     /// The root hash.
     pub root_hash: [u8; DIGEST_LEN],
-    /// The parameters that map it (`data_device` and `hash_device` are the
-    /// paths given to [`format()`]).
+    /// The parameters that map it: `data_device` is the data path given to
+    /// [`format()`], `hash_device` the hash path, or the data path when both
+    /// name one file.
     pub params: VerityParams,
     /// The bytes of the hash file the tree needs: up to the end of its
     /// last block.
@@ -172,12 +173,10 @@ pub fn format(data: &Path, hash: &Path, opts: &FormatOptions) -> Result<FormatRe
         root_hash: [0; DIGEST_LEN],
         salt: opts.salt.clone(),
     };
-    // Same file: the paths are made equal above so validate() sees the overlap.
+    // One file under two names is one device: the hash device is the data
+    // device's path, so validate() sees an overlap.
     params.validate()?;
-    let mut params = VerityParams {
-        hash_device: hash.to_path_buf(),
-        ..params
-    };
+    let mut params = params;
     let levels = tree_levels(data_blocks, opts.hash_block_size, params.hash_start_block)?;
     let hash_blocks: u64 = levels.iter().map(|l| l.blocks).sum();
     let hbs = u64::from(opts.hash_block_size);
