@@ -231,8 +231,7 @@ fn report(config: &Config, r: &FormatResult) -> String {
          Hash block size: \t{}\n\
          Hash algorithm:  \t{}\n\
          Salt:            \t{salt}\n\
-         Root hash:      \t{}\n\
-         Hash device size: \t{} [bytes]\n",
+         Root hash:      \t{}\n",
         config.hash.display(),
         r.uuid.as_ref().map(uuid_text).unwrap_or_default(),
         p.data_blocks,
@@ -241,8 +240,14 @@ fn report(config: &Config, r: &FormatResult) -> String {
         p.hash_block_size,
         verity::HASH_ALGORITHM,
         confboot_util::hex::encode(&r.root_hash),
-        r.hash_device_size,
     );
+    // veritysetup 2.6 prints the size only for a hash area at offset 0.
+    if p.hash_offset == 0 {
+        out.push_str(&format!(
+            "Hash device size: \t{} [bytes]\n",
+            r.hash_device_size
+        ));
+    }
     if let Some(words) = kernel_cmdline(config, r) {
         out.push_str(&format!("Kernel command line: {words}\n"));
     }

@@ -10,8 +10,8 @@
 //!
 //! Like veritysetup, nothing is written outside the superblock's 512
 //! bytes and the tree: the hash file is created (mode 0600) if missing,
-//! never truncated, and bytes between the superblock and the tree's first
-//! block keep what they held.
+//! extended to the tree's end if shorter, never truncated, and bytes
+//! between the superblock and the tree's first block keep what they held.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -215,6 +215,15 @@ pub fn format(data: &Path, hash: &Path, opts: &FormatOptions) -> Result<FormatRe
         }
         tree.finish()?
     };
+    // Like veritysetup: the hash file reaches at least the tree's end
+    // (with one data block and a superblock, the block the superblock
+    // starts), never shrinks.
+    let meta = hash_file.metadata().map_err(io(hash, "inspecting"))?;
+    if meta.is_file() && meta.len() < hash_device_size {
+        hash_file
+            .set_len(hash_device_size)
+            .map_err(io(hash, "extending"))?;
+    }
     hash_file.sync_data().map_err(io(hash, "syncing"))?;
     params.root_hash = root_hash;
     Ok(FormatResult {
