@@ -8,6 +8,7 @@ mod measure;
 mod recover;
 mod verify;
 mod verify_report;
+mod verity;
 
 use confboot_util::args::{Command, VERBOSITY, parse_or_exit};
 
@@ -48,6 +49,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "measure",
         about: "Predict a QEMU/OVMF boot's PCRs from kernel, initrd and command line",
         run: measure::run,
+    },
+    Subcommand {
+        name: "verity",
+        about: "Build the dm-verity hash tree of the node's root image (verity format), as veritysetup does",
+        run: verity::run,
     },
     Subcommand {
         name: "version",

@@ -10,8 +10,8 @@
 //!
 //! Like veritysetup, nothing is written outside the superblock's 512
 //! bytes and the tree: the hash file is created (mode 0600) if missing,
-//! never truncated, and bytes between the superblock and the tree's first
-//! block keep what they held.
+//! extended to the tree's end if shorter, never truncated, and bytes
+//! between the superblock and the tree's first block keep what they held.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -66,8 +66,9 @@ impl Default for FormatOptions {
 pub struct FormatResult {
     /// The root hash.
     pub root_hash: [u8; DIGEST_LEN],
-    /// The parameters that map it (`data_device` and `hash_device` are the
-    /// paths given to [`format()`]).
+    /// The parameters that map it: `data_device` is the data path given to
+    /// [`format()`], `hash_device` the hash path, or the data path when both
+    /// name one file.
     pub params: VerityParams,
     /// The bytes of the hash file the tree needs: up to the end of its
     /// last block.
@@ -172,12 +173,10 @@ pub fn format(data: &Path, hash: &Path, opts: &FormatOptions) -> Result<FormatRe
         root_hash: [0; DIGEST_LEN],
         salt: opts.salt.clone(),
     };
-    // Same file: the paths are made equal above so validate() sees the overlap.
+    // One file under two names is one device: the hash device is the data
+    // device's path, so validate() sees an overlap.
     params.validate()?;
-    let mut params = VerityParams {
-        hash_device: hash.to_path_buf(),
-        ..params
-    };
+    let mut params = params;
     let levels = tree_levels(data_blocks, opts.hash_block_size, params.hash_start_block)?;
     let hash_blocks: u64 = levels.iter().map(|l| l.blocks).sum();
     let hbs = u64::from(opts.hash_block_size);
@@ -216,6 +215,15 @@ pub fn format(data: &Path, hash: &Path, opts: &FormatOptions) -> Result<FormatRe
         }
         tree.finish()?
     };
+    // Like veritysetup: the hash file reaches at least the tree's end
+    // (with one data block and a superblock, the block the superblock
+    // starts), never shrinks.
+    let meta = hash_file.metadata().map_err(io(hash, "inspecting"))?;
+    if meta.is_file() && meta.len() < hash_device_size {
+        hash_file
+            .set_len(hash_device_size)
+            .map_err(io(hash, "extending"))?;
+    }
     hash_file.sync_data().map_err(io(hash, "syncing"))?;
     params.root_hash = root_hash;
     Ok(FormatResult {

@@ -377,6 +377,9 @@ fn one_data_block_is_its_own_top_level() {
     let hash = dir.path().join("hash");
     let r = format(&data, &hash, &options(b"s")).unwrap();
     assert_eq!(r.hash_blocks, 0);
+    // As veritysetup: the hash file reaches the block after the superblock.
+    assert_eq!(r.hash_device_size, 4096);
+    assert_eq!(std::fs::metadata(&hash).unwrap().len(), 4096);
     assert_eq!(r.root_hash, block_digest(b"s", &pattern(4096)));
     check_top_level(&hash, &r.params).unwrap();
     flip(&data, 4095);
