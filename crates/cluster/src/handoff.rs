@@ -394,6 +394,24 @@ pub struct InitHandoff {
     pub admin_kubeconfig: SecretBytes,
 }
 
+impl InitHandoff {
+    /// Installs the cluster CA in kubeadm's `pki_dir` (`ca.crt` 0644,
+    /// `ca.key` 0600) and the admin's kubeconfig at `admin_kubeconfig`
+    /// (0600), where `kubeadm init` finds and keeps them.
+    pub fn install(&self, pki_dir: &Path, admin_kubeconfig: &Path) -> Result<(), HandoffError> {
+        let install = || -> Result<(), ClusterError> {
+            write_pki_file(pki_dir, CA_CERT_FILE, &self.ca_cert_pem, 0o644)?;
+            write_pki_file(pki_dir, CA_KEY_FILE, self.ca_key_pem.expose(), 0o600)?;
+            if let Some(parent) = admin_kubeconfig.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(|e| ClusterError::Io(format!("{}: {e}", parent.display())))?;
+            }
+            write_file(admin_kubeconfig, self.admin_kubeconfig.expose(), 0o600)
+        };
+        install().map_err(|e| HandoffError::Io(e.to_string()))
+    }
+}
+
 /// A join handed over.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinHandoff {
