@@ -137,6 +137,18 @@ const ADMIN_KUBECONFIG: Opt = Opt::value(
     "The kubeconfig kubeadm init writes",
 )
 .default("/etc/kubernetes/admin.conf");
+const CLUSTER_STEP: Opt = Opt::value(
+    "cluster-step",
+    "kubeadm|handoff",
+    "How the node enters its cluster after Init or a join: kubeadm (run here, --kubeadm), or handoff (written to --handoff-dir for the node's OS to run: `nodeagent cluster-step`; Init's cluster CA and admin kubeconfig are made here)",
+)
+.default("kubeadm");
+const HANDOFF_DIR: Opt = Opt::value(
+    "handoff-dir",
+    "DIR",
+    "With --cluster-step handoff: where the cluster step is handed over (a tmpfs that survives switch_root)",
+)
+.default(confboot_cluster::handoff::DEFAULT_HANDOFF_DIR);
 const RETRY_MAX: Opt =
     Opt::value("retry-max", "SECONDS", "Longest wait between join attempts").default("30");
 
@@ -193,6 +205,8 @@ pub const CMD: Command = Command {
         KUBEADM_CONFIG_DIR,
         PKI_DIR,
         ADMIN_KUBECONFIG,
+        CLUSTER_STEP,
+        HANDOFF_DIR,
         RETRY_MAX,
         VERBOSITY,
     ],
@@ -336,9 +350,20 @@ pub struct VpnConfig {
     pub control_planes: Vec<String>,
 }
 
+/// Who runs the cluster step (`--cluster-step`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterStep {
+    /// `kubeadm`: the bootstrapper runs kubeadm.
+    Kubeadm,
+    /// `handoff`: written to this directory for the node's OS.
+    Handoff(PathBuf),
+}
+
 /// kubeadm and where it keeps its files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
+    /// Who runs the cluster step.
+    pub step: ClusterStep,
     /// The kubeadm program.
     pub kubeadm: PathBuf,
     /// Where kubeadm configuration is written.
@@ -391,7 +416,14 @@ impl Config {
         let vpn_control_planes = m.values(&VPN_CONTROL_PLANE);
         let node_ip = default(&NODE_IP);
         let node_name = m.value(&NODE_NAME);
+        let cluster_step = default(&CLUSTER_STEP);
+        let handoff_dir = path(&HANDOFF_DIR);
         let cluster = ClusterConfig {
+            step: match cluster_step.as_str() {
+                "kubeadm" => ClusterStep::Kubeadm,
+                "handoff" => ClusterStep::Handoff(handoff_dir),
+                other => return Err(format!("--cluster-step {other}: want kubeadm or handoff")),
+            },
             kubeadm: path(&KUBEADM),
             config_dir: path(&KUBEADM_CONFIG_DIR),
             pki_dir: path(&PKI_DIR),
@@ -568,6 +600,24 @@ mod tests {
         assert!(matches!(c.join_services, JoinServices::Attested(_)));
         assert_eq!(c.retry_max, Duration::from_secs(30));
         assert!(c.vpn.is_none());
+        assert_eq!(c.cluster.step, ClusterStep::Kubeadm);
+    }
+
+    #[test]
+    fn the_cluster_step_is_kubeadm_or_handed_over() {
+        let c = config(&["--state-disk=d", "--cluster-step=handoff"]).unwrap();
+        assert_eq!(c.cluster.step, ClusterStep::Handoff("/run/confboot".into()));
+        let c = config(&[
+            "--state-disk=d",
+            "--cluster-step=handoff",
+            "--handoff-dir=/run/x",
+        ])
+        .unwrap();
+        assert_eq!(c.cluster.step, ClusterStep::Handoff("/run/x".into()));
+        assert_eq!(
+            config(&["--state-disk=d", "--cluster-step=helm"]).unwrap_err(),
+            "--cluster-step helm: want kubeadm or handoff"
+        );
     }
 
     #[test]

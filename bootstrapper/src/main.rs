@@ -22,8 +22,11 @@ use confboot_attest::snp::SnpIssuer;
 use confboot_attest::tpm::Tpm;
 use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, Validator, Variant};
-use confboot_cluster::KubeadmBackend;
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
+use confboot_cluster::{
+    ClusterBackend, ClusterError, HandoffBackend, InitClusterOutput, InitClusterParams,
+    JoinClusterParams, KubeadmBackend,
+};
 use confboot_disk::luks2::{FormatOptions, Luks2Backend};
 use confboot_disk::{
     CryptsetupBackend, DiskBackend, FilesystemMaker, Mkfs, NativeExt4, StateDisk, new_disk_uuid,
@@ -35,7 +38,8 @@ use confboot_wire::ServerLimits;
 use crossbeam_channel::bounded;
 
 use crate::config::{
-    CMD, Config, DiskBackendChoice, DiskMode, JoinServices, MkfsChoice, StateFs, VpnConfig,
+    CMD, ClusterStep, Config, DiskBackendChoice, DiskMode, JoinServices, MkfsChoice, StateFs,
+    VpnConfig,
 };
 use crate::join::{EndpointSources, JoinClient};
 use crate::node::vpn::NodeVpnSetup;
@@ -46,8 +50,40 @@ use crate::server::FlowResult;
 use confboot_util::backoff::Backoff;
 
 /// The node as the bootstrapper runs it: the state disk's backend
-/// (`--disk-backend`), kubeadm, the vTPM.
-type RealNode = Node<Box<dyn DiskBackend>, KubeadmBackend, Arc<VtpmIssuer>>;
+/// (`--disk-backend`), the cluster step (`--cluster-step`), the vTPM.
+type RealNode = Node<Box<dyn DiskBackend>, NodeCluster, Arc<VtpmIssuer>>;
+
+/// Who runs the cluster step (`--cluster-step`).
+enum NodeCluster {
+    /// kubeadm, here.
+    Kubeadm(KubeadmBackend),
+    /// The node's OS, from the handoff directory.
+    Handoff(HandoffBackend),
+}
+
+impl ClusterBackend for NodeCluster {
+    fn init_cluster(
+        &self,
+        params: &InitClusterParams,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<InitClusterOutput, ClusterError> {
+        match self {
+            NodeCluster::Kubeadm(b) => b.init_cluster(params, log),
+            NodeCluster::Handoff(b) => b.init_cluster(params, log),
+        }
+    }
+
+    fn join_cluster(
+        &self,
+        params: &JoinClusterParams,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), ClusterError> {
+        match self {
+            NodeCluster::Kubeadm(b) => b.join_cluster(params, log),
+            NodeCluster::Handoff(b) => b.join_cluster(params, log),
+        }
+    }
+}
 
 fn main() {
     if init::is_pid1() {
@@ -158,12 +194,18 @@ fn build_node(
         }
         StateFs::None => None,
     };
-    let mut cluster = KubeadmBackend::with_process_runner();
-    cluster.kubeadm = config.cluster.kubeadm.clone();
-    cluster.config_dir = config.cluster.config_dir.clone();
-    cluster.pki_dir = config.cluster.pki_dir.clone();
-    cluster.admin_kubeconfig = config.cluster.admin_kubeconfig.clone();
-    cluster.kubelet_cert_dir = config.cluster.kubelet_cert_dir.clone();
+    let cluster = match &config.cluster.step {
+        ClusterStep::Kubeadm => {
+            let mut kubeadm = KubeadmBackend::with_process_runner();
+            kubeadm.kubeadm = config.cluster.kubeadm.clone();
+            kubeadm.config_dir = config.cluster.config_dir.clone();
+            kubeadm.pki_dir = config.cluster.pki_dir.clone();
+            kubeadm.admin_kubeconfig = config.cluster.admin_kubeconfig.clone();
+            kubeadm.kubelet_cert_dir = config.cluster.kubelet_cert_dir.clone();
+            NodeCluster::Kubeadm(kubeadm)
+        }
+        ClusterStep::Handoff(dir) => NodeCluster::Handoff(HandoffBackend::new(dir)),
+    };
     let node_config = NodeConfig {
         init_secret_hash: config.init_secret_hash.clone(),
         kubelet_request: kubelet_request(config)?,

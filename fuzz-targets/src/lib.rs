@@ -109,6 +109,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("vpn_update", vpn_update),
     ("vpn_own_record", vpn_own_record),
     ("netlink_reply", netlink_reply),
+    ("cluster_handoff", cluster_handoff),
 ];
 
 // ---- RPC ----
@@ -1509,4 +1510,15 @@ pub fn verify_document(data: &[u8]) {
         .expect("PCR 15 is always a row");
     assert_eq!(pcr15.expected, marked_pcr15(b"fixture cluster").to_vec());
     let _ = report.to_json();
+}
+
+/// The cluster step's parameters (`cluster-step.json`) a node's OS reads
+/// from the handoff directory: nothing over the limit parses, and what
+/// parses writes back to what parses the same.
+pub fn cluster_handoff(data: &[u8]) {
+    use confboot_cluster::handoff::{MAX_STEP_FILE_BYTES, StepDocument};
+    if let Ok(doc) = StepDocument::parse(data) {
+        assert!(data.len() as u64 <= MAX_STEP_FILE_BYTES);
+        assert_eq!(StepDocument::parse(&doc.to_json()), Ok(doc));
+    }
 }

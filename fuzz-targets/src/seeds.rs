@@ -918,6 +918,43 @@ fn verity_cmdline() -> Vec<Seed> {
         seed("two-devices", two.as_str()),
         seed("twice", format!("{one} confboot.root.blocks=10")),
         seed("unknown-key", format!("{one} confboot.root.fec=/dev/vdd")),
+/// An init and a control-plane join as the bootstrapper hands them over,
+/// and a few near misses.
+fn cluster_handoff() -> Vec<Seed> {
+    use confboot_cluster::InitClusterParams;
+    use confboot_cluster::handoff::{JoinStep, StepDocument};
+    let init = StepDocument::Init(InitClusterParams {
+        cluster_name: "confboot".into(),
+        kubernetes_version: "v1.31.1".into(),
+        node_ip: "10.0.0.1".into(),
+        api_server_cert_sans: vec!["api.example.com".into(), "*.example.com".into()],
+        service_cidr: "10.96.0.0/12".into(),
+        pod_cidr: "10.244.0.0/16".into(),
+        conformance_mode: false,
+    })
+    .to_json();
+    let join = StepDocument::Join(JoinStep {
+        api_server_endpoint: "10.0.0.1:6443".into(),
+        discovery_token_ca_cert_hash: format!("sha256:{}", "ab".repeat(32)),
+        is_control_plane: true,
+        control_plane_files: vec!["ca.crt".into(), "ca.key".into(), "etcd/ca.key".into()],
+        node_ip: "10.0.0.2".into(),
+        kubernetes_version: "1.30.4".into(),
+        node_name: "node-2".into(),
+        kubelet_cert: true,
+        token_valid_until: 1_900_000_000,
+    })
+    .to_json();
+    let text = String::from_utf8(join.clone()).expect("JSON is text");
+    vec![
+        seed("init", init),
+        seed("join", join),
+        seed("unknown-kind", text.replace("\"join\",", "\"reset\",")),
+        seed("escaping-name", text.replace("etcd/ca.key", "../token")),
+        seed(
+            "version-2",
+            text.replace("\"version\": 1", "\"version\": 2"),
+        ),
     ]
 }
 
@@ -957,6 +994,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "vpn_update" => vpn_update(),
         "vpn_own_record" => vpn_own_record(),
         "netlink_reply" => netlink_reply(),
+        "cluster_handoff" => cluster_handoff(),
         _ => Vec::new(),
     }
 }

@@ -110,7 +110,7 @@ pub const CMD: Command = Command {
             after failures), sends this node's own peer record from --vpn-file, and applies each\n\
             new checked list to the WireGuard interface --vpn-interface and --vpn-peers-file; a\n\
             refused update keeps the last good list.",
-    usage: "nodeagent [OPTIONS]",
+    usage: "nodeagent [OPTIONS]\n       nodeagent cluster-step [OPTIONS]   (the nodeagent binary: the handed-over cluster step, see its --help)",
     opts: &[
         CONFIG,
         TPM,

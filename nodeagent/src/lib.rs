@@ -12,8 +12,11 @@
 //!
 //! The crate is a library so that one static binary can carry both the
 //! bootstrapper and the node agent (the initramfs ships that one); the
-//! `nodeagent` binary is the same [`main`] on its own, for a node's OS.
+//! `nodeagent` binary is the same [`main`] on its own, for a node's OS,
+//! and has one subcommand more: `nodeagent cluster-step`
+//! ([`cluster_step`]), the cluster step the bootstrapper handed over.
 
+pub mod cluster_step;
 mod config;
 pub mod options;
 pub mod verify;

@@ -1,5 +1,6 @@
-//! The systemd unit that runs the node agent on a node's OS: systemd
-//! accepts it without a warning, and the agent accepts its command line.
+//! The systemd units of a node's OS, the node agent's and the cluster
+//! step's: systemd accepts them without a warning, and the agent accepts
+//! their command lines.
 
 use std::path::Path;
 use std::process::Command;
@@ -7,26 +8,34 @@ use std::process::Command;
 use confboot_tests::TempDir;
 
 const UNIT: &str = include_str!("../confboot-nodeagent.service");
+const CLUSTER_STEP_UNIT: &str = include_str!("../confboot-cluster-step.service");
 
-/// The unit's ExecStart words after the program.
-fn exec_start_args() -> Vec<String> {
-    let line = UNIT
+/// A unit's ExecStart words after the program, `$NODEAGENT_ARGS` expanded
+/// as systemd does when PID 1 wrote no environment file: to nothing.
+fn exec_start_args_of(unit: &str) -> Vec<String> {
+    let line = unit
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
         .expect("the unit has an ExecStart");
     let mut words = line.split_whitespace().map(String::from);
     assert_eq!(words.next().as_deref(), Some("/usr/bin/nodeagent"));
-    words.collect()
+    words.filter(|w| w != "$NODEAGENT_ARGS").collect()
 }
 
-#[test]
-fn systemd_accepts_the_unit_without_a_warning() {
+/// The node agent unit's ExecStart words after the program.
+fn exec_start_args() -> Vec<String> {
+    exec_start_args_of(UNIT)
+}
+
+/// `systemd-analyze verify` of `text` as the unit `name`: it succeeds and
+/// says nothing about the unit.
+fn assert_systemd_accepts(name: &str, text: &str) {
     let dir = TempDir::new("unit");
-    let unit = dir.path().join("confboot-nodeagent.service");
+    let unit = dir.path().join(name);
     // systemd-analyze checks that the program exists and is executable.
     std::fs::write(
         &unit,
-        UNIT.replace("/usr/bin/nodeagent", env!("CARGO_BIN_EXE_nodeagent")),
+        text.replace("/usr/bin/nodeagent", env!("CARGO_BIN_EXE_nodeagent")),
     )
     .unwrap();
     let out = Command::new("systemd-analyze")
@@ -40,6 +49,46 @@ fn systemd_accepts_the_unit_without_a_warning() {
         !stderr.contains(&*unit.to_string_lossy()),
         "systemd-analyze warns about the unit:\n{stderr}"
     );
+}
+
+#[test]
+fn systemd_accepts_the_unit_without_a_warning() {
+    assert_systemd_accepts("confboot-nodeagent.service", UNIT);
+}
+
+#[test]
+fn systemd_accepts_the_cluster_step_unit_without_a_warning() {
+    assert_systemd_accepts("confboot-cluster-step.service", CLUSTER_STEP_UNIT);
+    for line in [
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        "ConditionPathExists=/run/confboot/cluster-step.json",
+        "StandardOutput=journal+console",
+    ] {
+        assert!(CLUSTER_STEP_UNIT.lines().any(|l| l == line), "{line}");
+    }
+    // The node agent starts after it, with PID 1's arguments.
+    assert!(UNIT.contains("After=") && UNIT.contains(" confboot-cluster-step.service\n"));
+    assert!(UNIT.contains("\nEnvironmentFile=-/run/confboot/nodeagent.env\n"));
+}
+
+#[test]
+fn the_agent_accepts_the_cluster_step_units_command_line() {
+    let args = exec_start_args_of(CLUSTER_STEP_UNIT);
+    assert_eq!(args, ["cluster-step"]);
+    // Nothing handed over (an empty directory): the step reads its
+    // options, refuses the handoff (exit 1), runs nothing; a usage error
+    // would exit 2.
+    let dir = TempDir::new("unit-step");
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeagent"))
+        .args(&args)
+        .arg("--handoff")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("cluster-step.json is missing"), "{said}");
 }
 
 #[test]

@@ -348,25 +348,20 @@ impl ClusterBackend for KubeadmBackend {
         let token = check_token(&params.token)?;
         check_endpoint(&params.api_server_endpoint)?;
         let ca_hash = check_ca_hash(&params.discovery_token_ca_cert_hash)?;
-        if !params.is_control_plane && !params.control_plane_files.is_empty() {
-            return Err(ClusterError::InvalidParams(
-                "control-plane files given for a worker join".into(),
-            ));
-        }
         // Check every name before writing anything.
-        let mut seen = HashSet::new();
-        for (name, _) in &params.control_plane_files {
-            check_pki_name(name)?;
-            if !seen.insert(name.as_str()) {
-                return Err(ClusterError::BadFileName(format!("{name:?} given twice")));
-            }
-        }
+        check_control_plane_files(
+            params.is_control_plane,
+            params
+                .control_plane_files
+                .iter()
+                .map(|(name, _)| name.as_str()),
+        )?;
         if !params.node_name.is_empty() {
             super::kubelet_cert::check_node_name(&params.node_name)
                 .map_err(|e| ClusterError::InvalidParams(e.to_string()))?;
         }
         for (name, data) in &params.control_plane_files {
-            write_pki_file(&self.pki_dir, name, data.expose())?;
+            write_pki_file(&self.pki_dir, name, data.expose(), pki_file_mode(name))?;
         }
         if let Some(kc) = &params.kubelet_cert {
             let key = std::str::from_utf8(kc.key_pem.expose()).map_err(|_| {
@@ -418,12 +413,12 @@ impl ClusterBackend for KubeadmBackend {
     }
 }
 
-fn parse_ip(what: &str, s: &str) -> Result<IpAddr, ClusterError> {
+pub(crate) fn parse_ip(what: &str, s: &str) -> Result<IpAddr, ClusterError> {
     s.parse()
         .map_err(|_| ClusterError::InvalidParams(format!("{what} {s:?} is not an IP address")))
 }
 
-fn host_port(ip: IpAddr, port: u16) -> String {
+pub(crate) fn host_port(ip: IpAddr, port: u16) -> String {
     match ip {
         IpAddr::V4(v4) => format!("{v4}:{port}"),
         IpAddr::V6(v6) => format!("[{v6}]:{port}"),
@@ -442,7 +437,7 @@ fn is_dns_name(s: &str) -> bool {
         })
 }
 
-fn check_name(what: &str, s: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_name(what: &str, s: &str) -> Result<(), ClusterError> {
     if s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
@@ -453,7 +448,7 @@ fn check_name(what: &str, s: &str) -> Result<(), ClusterError> {
     }
 }
 
-fn check_san(san: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_san(san: &str) -> Result<(), ClusterError> {
     let wildcard = san.strip_prefix("*.").unwrap_or(san);
     if san.parse::<IpAddr>().is_ok() || is_dns_name(wildcard) {
         Ok(())
@@ -464,7 +459,7 @@ fn check_san(san: &str) -> Result<(), ClusterError> {
     }
 }
 
-fn check_cidrs(what: &str, s: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_cidrs(what: &str, s: &str) -> Result<(), ClusterError> {
     if s.is_empty() {
         return Ok(());
     }
@@ -480,7 +475,7 @@ fn check_cidrs(what: &str, s: &str) -> Result<(), ClusterError> {
     Ok(())
 }
 
-fn check_endpoint(e: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_endpoint(e: &str) -> Result<(), ClusterError> {
     let bad = || ClusterError::InvalidParams(format!("bad API server endpoint {e:?}"));
     let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
@@ -495,7 +490,7 @@ fn check_endpoint(e: &str) -> Result<(), ClusterError> {
 }
 
 /// A bootstrap token `[a-z0-9]{6}.[a-z0-9]{16}`, as text. Errors never quote it.
-fn check_token(token: &SecretBytes) -> Result<Zeroizing<String>, ClusterError> {
+pub(crate) fn check_token(token: &SecretBytes) -> Result<Zeroizing<String>, ClusterError> {
     let t = token.expose();
     let part = |p: &[u8]| {
         p.iter()
@@ -513,7 +508,7 @@ fn check_token(token: &SecretBytes) -> Result<Zeroizing<String>, ClusterError> {
 }
 
 /// `sha256:<64 hex>`, lowercased.
-fn check_ca_hash(h: &str) -> Result<String, ClusterError> {
+pub(crate) fn check_ca_hash(h: &str) -> Result<String, ClusterError> {
     match h.strip_prefix("sha256:") {
         Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
@@ -524,9 +519,31 @@ fn check_ca_hash(h: &str) -> Result<String, ClusterError> {
     }
 }
 
+/// The control-plane files of a join: none for a worker, and for a control
+/// plane names that stay in the PKI directory ([`check_pki_name`]), each
+/// once.
+pub(crate) fn check_control_plane_files<'a>(
+    is_control_plane: bool,
+    names: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<(), ClusterError> {
+    if !is_control_plane && names.len() > 0 {
+        return Err(ClusterError::InvalidParams(
+            "control-plane files given for a worker join".into(),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for name in names {
+        check_pki_name(name)?;
+        if !seen.insert(name) {
+            return Err(ClusterError::BadFileName(format!("{name:?} given twice")));
+        }
+    }
+    Ok(())
+}
+
 /// A control-plane file name: relative, components of `[A-Za-z0-9._-]`, no
 /// `.` or `..` components.
-fn check_pki_name(name: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_pki_name(name: &str) -> Result<(), ClusterError> {
     let bad = |why: &str| ClusterError::BadFileName(format!("{name:?}: {why}"));
     if name.is_empty() || name.len() > 255 {
         return Err(bad("empty or too long"));
@@ -558,7 +575,7 @@ pub fn pki_file_mode(name: &str) -> u32 {
     }
 }
 
-fn make_dir(dir: &Path) -> Result<(), ClusterError> {
+pub(crate) fn make_dir(dir: &Path) -> Result<(), ClusterError> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -566,9 +583,14 @@ fn make_dir(dir: &Path) -> Result<(), ClusterError> {
         .map_err(|e| ClusterError::Io(format!("creating {}: {e}", dir.display())))
 }
 
-/// Writes `data` under `pki_dir` at the checked relative `name`: directories
+/// Writes `data` under `pki_dir` at the checked relative `name` with `mode`: directories
 /// on the way must be real directories (no symlinks out of the PKI tree).
-fn write_pki_file(pki_dir: &Path, name: &str, data: &[u8]) -> Result<(), ClusterError> {
+pub(crate) fn write_pki_file(
+    pki_dir: &Path,
+    name: &str,
+    data: &[u8],
+    mode: u32,
+) -> Result<(), ClusterError> {
     make_dir(pki_dir)?;
     let components: Vec<&str> = name.split('/').collect();
     let mut dir = pki_dir.to_path_buf();
@@ -586,16 +608,12 @@ fn write_pki_file(pki_dir: &Path, name: &str, data: &[u8]) -> Result<(), Cluster
             Err(e) => return Err(ClusterError::Io(format!("{}: {e}", dir.display()))),
         }
     }
-    write_file(
-        &dir.join(components[components.len() - 1]),
-        data,
-        pki_file_mode(name),
-    )
+    write_file(&dir.join(components[components.len() - 1]), data, mode)
 }
 
 /// Writes a file atomically with exactly `mode` (whatever the umask): a new
 /// temporary file (never following a symlink) renamed over the target.
-fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), ClusterError> {
+pub(crate) fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), ClusterError> {
     let io = |e: io::Error| ClusterError::Io(format!("writing {}: {e}", path.display()));
     let name = path
         .file_name()

@@ -1,8 +1,10 @@
 //! The cluster step: making this node the first control plane (init) or a
 //! member of an existing cluster (join). Kubernetes cannot run on the build
 //! machines, so the step is a trait: [`KubeadmBackend`] is the real one (tested
-//! by the configuration and commands it produces), [`RecordingBackend`] a test
-//! double for the bootstrapper's own tests.
+//! by the configuration and commands it produces), [`HandoffBackend`] hands
+//! the step over to the node's OS (it writes what kubeadm needs, and makes
+//! the cluster's PKI for Init, see [`handoff`]), [`RecordingBackend`] a
+//! test double for the bootstrapper's own tests.
 //!
 //! Tokens and keys never appear in argv or in the log callback.
 //!
@@ -27,10 +29,12 @@ use std::time::Duration;
 
 use confboot_kms::SecretBytes;
 
+pub mod handoff;
 pub mod kubeadm;
 pub mod kubelet_cert;
 pub mod ticket;
 
+pub use handoff::HandoffBackend;
 pub use kubeadm::KubeadmBackend;
 
 /// What `init` needs.
