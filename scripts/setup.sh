@@ -5,12 +5,13 @@ set -euo pipefail
 
 # Debian packages: protoc for prost, musl-gcc for static builds of ring,
 # libtss2 for the TPM provisioning tool, swtpm as the TPM in tests, curl for
-# the demo, systemd for systemd-analyze (the node agent's unit is checked).
+# the demo, systemd for systemd-analyze (the node agent's unit is checked),
+# mmdebstrap and squashfs-tools for the node's OS image (os/build.sh).
 PACKAGES=(
   protobuf-compiler musl-tools pkg-config gcc libc6-dev
   libtss2-dev swtpm swtpm-tools curl procps file cryptsetup-bin e2fsprogs
   qemu-system-x86 ovmf busybox-static cpio zstd kmod netcat-openbsd util-linux
-  systemd dropbear-bin openssh-client
+  systemd dropbear-bin openssh-client mmdebstrap squashfs-tools
 )
 
 as_root() {

@@ -15,12 +15,14 @@
 //! process with one line naming what to run first
 //! ([`stop_for_missing_setup`]), instead of every test panicking alike.
 
+pub mod admin;
 pub mod cluster;
 pub mod deadlines;
 pub mod elf;
 pub mod hostile;
 pub mod kube_double;
 pub mod load;
+pub mod os;
 pub mod qemu;
 pub mod snp;
 pub mod storm;

@@ -62,6 +62,9 @@ pub struct VmConfig {
     pub cmdline: String,
     /// A raw image attached as virtio-blk (`/dev/vda` in the guest).
     pub disk: Option<PathBuf>,
+    /// The OS root image (`os/build.sh`), attached read-only as the next
+    /// virtio-blk (`/dev/vdb` after a [`disk`](Self::disk)).
+    pub root_disk: Option<PathBuf>,
     /// `(guest port, host loopback port)`: the guest reaches
     /// `127.0.0.1:host` at `10.0.2.100:guest`, and nothing else (restrict=on).
     pub host_ports: Vec<(u16, u16)>,
@@ -93,6 +96,7 @@ impl VmConfig {
             initrd: initrd.to_path_buf(),
             cmdline: cmdline.to_string(),
             disk: None,
+            root_disk: None,
             host_ports: Vec::new(),
             host_forwards: Vec::new(),
             ovmf: true,
@@ -248,6 +252,15 @@ impl Vm {
                     disk.display()
                 ))
                 .args(["-device", "virtio-blk-pci,drive=d0"]);
+        }
+        if let Some(root) = &config.root_disk {
+            qemu_cmd
+                .arg("-drive")
+                .arg(format!(
+                    "if=none,id=d1,format=raw,readonly=on,file={}",
+                    root.display()
+                ))
+                .args(["-device", "virtio-blk-pci,drive=d1"]);
         }
         let mut netdev = "user,id=n0,restrict=on".to_string();
         for (guest, host) in &config.host_ports {

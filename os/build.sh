@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Builds the node's operating system image from Debian packages,
+# reproducibly: a read-only squashfs root with its dm-verity hash tree
+# appended, and the kernel command-line words that pin it (PCR 9 covers
+# them, so attestation covers the root).
+#
+#   os/build.sh --nodeagent PATH [--out DIR] [--add SRC:DEST]... [--unit FILE]...
+#               [--verity-tool PATH]
+#
+#   --nodeagent PATH   the static node agent, /usr/bin/nodeagent (the cluster
+#                      step and the agent's services run it)
+#   --out DIR          where root.img and root.cmdline go
+#                      (default: .cache/os/out in the repository)
+#   --add SRC:DEST     also install file SRC at absolute path DEST (mode 0755
+#                      if SRC is executable, else 0644). Tests add the
+#                      kubeadm double as /usr/bin/kubeadm this way.
+#   --unit FILE        also install and enable the systemd unit FILE
+#                      (WantedBy= of its [Install] section); repeatable.
+#                      The repository's own units are always installed.
+#   --verity-tool PATH the `confboot` CLI that builds the hash tree
+#                      (`confboot verity format`; default: the static release
+#                      build in target/, else `confboot` on PATH)
+#
+# Inputs: Debian bookworm's packages (mmdebstrap, variant essential, plus
+# systemd, systemd-sysv, openssh-server), this script, the repository's
+# units, the node agent and every --add/--unit file. The base system is
+# cached as a tarball in .cache/os/ (named by the hash of the package
+# selection), and its package versions go to OUT/packages.txt: the same
+# inputs give the same bytes, hence the same root hash (mtimes clamped to
+# SOURCE_DATE_EPOCH, default 0; mksquashfs -reproducible; a salt derived
+# from the root file system's bytes).
+#
+# Output (OUT):
+#   root.img       squashfs | zero padding to 4 KiB | verity superblock + hash tree
+#   root.cmdline   the `confboot.root*` words for the kernel command line
+#   packages.txt   every Debian package in the image, with its version
+set -euo pipefail
+
+die() { echo "os/build.sh: error: $*" >&2; exit 1; }
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$REPO/.cache/os"
+OUT="$CACHE/out"
+NODEAGENT=""
+VERITY_TOOL=""
+ADDS=()
+UNITS=()
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-0}"
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --nodeagent) NODEAGENT="${2:?}"; shift 2 ;;
+        --out) OUT="${2:?}"; shift 2 ;;
+        --add) ADDS+=("${2:?}"); shift 2 ;;
+        --unit) UNITS+=("${2:?}"); shift 2 ;;
+        --verity-tool) VERITY_TOOL="${2:?}"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $1 (see --help)" ;;
+    esac
+done
+[ -n "$NODEAGENT" ] || die "--nodeagent PATH is required"
+[ -f "$NODEAGENT" ] || die "no node agent at $NODEAGENT"
+file -L "$NODEAGENT" | grep -q 'static' || die "$NODEAGENT is not statically linked"
+if [ -z "$VERITY_TOOL" ]; then
+    VERITY_TOOL="$REPO/target/x86_64-unknown-linux-musl/release/confboot"
+    [ -x "$VERITY_TOOL" ] || VERITY_TOOL="$(command -v confboot || true)"
+fi
+[ -x "$VERITY_TOOL" ] || die "no confboot CLI for the hash tree (build it or pass --verity-tool)"
+for tool in mmdebstrap mksquashfs; do
+    command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh installs it)"
+done
+[ "$(id -u)" -eq 0 ] || die "run as root (mmdebstrap --mode=root keeps the image's owners)"
+
+# --- the Debian base system (cached) ---
+SUITE=bookworm
+INCLUDE=systemd,systemd-sysv,openssh-server
+MMDEBSTRAP=(mmdebstrap --mode=root --format=tar --variant=essential --include="$INCLUDE"
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*'
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*'
+    "$SUITE")
+mkdir -p "$CACHE" "$OUT"
+BASE_KEY="$(printf '%s\n' "${MMDEBSTRAP[@]}" "$SOURCE_DATE_EPOCH" | sha256sum | cut -c1-16)"
+BASE="$CACHE/base-$BASE_KEY.tar"
+exec 9>"$CACHE/.lock"
+flock 9
+if [ ! -s "$BASE" ]; then
+    echo "os/build.sh: building the Debian base system ($SUITE, $INCLUDE)"
+    start=$(date +%s)
+    "${MMDEBSTRAP[@]}" "$BASE.tmp" >"$CACHE/mmdebstrap.log" 2>&1 ||
+        { tail -20 "$CACHE/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $CACHE/mmdebstrap.log)"; }
+    mv "$BASE.tmp" "$BASE"
+    echo "os/build.sh: base system built in $(( $(date +%s) - start )) s"
+fi
+
+WORK="$(mktemp -d "$CACHE/work.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+ROOT="$WORK/root"
+mkdir "$ROOT"
+tar --numeric-owner -xpf "$BASE" -C "$ROOT"
+
+# --- what confboot adds ---
+install_file() { # SRC DEST
+    local src="$1" dest="$ROOT$2" mode=0644
+    [ -f "$src" ] || die "no file $src"
+    [ -x "$src" ] && mode=0755
+    install -D -m "$mode" -o 0 -g 0 "$src" "$dest"
+}
+enable_unit() { # FILE
+    local unit="$1" name wanted
+    name="$(basename "$unit")"
+    install -D -m 0644 "$unit" "$ROOT/etc/systemd/system/$name"
+    for wanted in $(sed -n 's/^WantedBy=//p' "$unit"); do
+        mkdir -p "$ROOT/etc/systemd/system/$wanted.wants"
+        ln -sf "../$name" "$ROOT/etc/systemd/system/$wanted.wants/$name"
+    done
+}
+install_file "$NODEAGENT" /usr/bin/nodeagent
+for unit in "$REPO"/os/units/*.service "$REPO"/nodeagent/*.service "${UNITS[@]}"; do
+    [ -f "$unit" ] && enable_unit "$unit"
+done
+for add in "${ADDS[@]}"; do
+    install_file "${add%%:*}" "${add#*:}"
+done
+
+# Host keys are made at every boot (os/units/confboot-ssh-host-keys.service):
+# an image is public, its keys would be everyone's.
+rm -f "$ROOT"/etc/ssh/ssh_host_*
+install -D -m 0644 "$REPO/os/sshd-confboot.conf" "$ROOT/etc/ssh/sshd_config.d/confboot.conf"
+# The host name comes from DHCP (PID 1 sets it); the build machine's must not leak in.
+rm -f "$ROOT/etc/hostname"
+printf '# confboot: the root is read-only; PID 1 mounts the rest.\n' >"$ROOT/etc/fstab"
+# No console logins, no first-boot prompts, no services that need D-Bus or udev.
+for masked in getty.target systemd-firstboot.service systemd-logind.service \
+    dpkg-db-backup.timer fstrim.timer systemd-pstore.service; do
+    ln -sf /dev/null "$ROOT/etc/systemd/system/$masked"
+done
+# Mount points PID 1 uses: /var (the state disk), /etc and /home (tmpfs).
+mkdir -p "$ROOT/var" "$ROOT/home" "$ROOT/run"
+# kubeadm's files are node state: on the state disk, as kubelet's and etcd's.
+rm -rf "$ROOT/etc/kubernetes"
+ln -s /var/lib/kubernetes "$ROOT/etc/kubernetes"
+# Leftovers that differ between builds.
+rm -rf "$ROOT"/var/log/* "$ROOT"/var/cache/ldconfig/aux-cache "$ROOT"/tmp/* "$ROOT"/run/*
+: >"$ROOT/etc/machine-id"
+
+chroot "$ROOT" dpkg-query -W -f '${Package} ${Version}\n' | sort >"$OUT/packages.txt"
+
+# --- squashfs + dm-verity ---
+rm -f "$OUT/root.img" "$OUT/root.cmdline"
+env -u SOURCE_DATE_EPOCH mksquashfs "$ROOT" "$WORK/root.squashfs" -quiet -no-progress -noappend -comp zstd \
+    -all-time "$SOURCE_DATE_EPOCH" -mkfs-time "$SOURCE_DATE_EPOCH" -reproducible -processors 1 >/dev/null
+fs_size=$(stat -c %s "$WORK/root.squashfs")
+data_size=$(( (fs_size + 4095) / 4096 * 4096 ))
+truncate -s "$data_size" "$WORK/root.squashfs"
+# The salt and the superblock's UUID come from the file system's bytes: the
+# same root gives the same hash tree.
+digest=$(sha256sum "$WORK/root.squashfs" | cut -d' ' -f1)
+salt="$digest"
+uuid="${digest:0:8}-${digest:8:4}-4${digest:13:3}-8${digest:17:3}-${digest:20:12}"
+mv "$WORK/root.squashfs" "$OUT/root.img"
+"$VERITY_TOOL" verity format "$OUT/root.img" "$OUT/root.img" --hash-offset "$data_size" \
+    --salt "$salt" --uuid "$uuid" --root-device /dev/vdb >"$WORK/verity.txt"
+sed -n 's/^Kernel command line: //p' "$WORK/verity.txt" >"$OUT/root.cmdline"
+[ -s "$OUT/root.cmdline" ] || { cat "$WORK/verity.txt" >&2; die "confboot verity format printed no command line"; }
+touch -d "@$SOURCE_DATE_EPOCH" "$OUT/root.img" "$OUT/root.cmdline" "$OUT/packages.txt"
+
+echo "os/build.sh: $(wc -l <"$OUT/packages.txt") Debian packages ($SUITE), squashfs $fs_size bytes, image $(stat -c %s "$OUT/root.img") bytes"
+echo "os/build.sh: root hash $(sed -n 's/^Root hash:[[:space:]]*//p' "$WORK/verity.txt")"
+echo "os/build.sh: command line: $(cat "$OUT/root.cmdline")"
+echo "os/build.sh: sha256 $(sha256sum "$OUT/root.img" | cut -d' ' -f1)"

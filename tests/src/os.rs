@@ -1,0 +1,125 @@
+//! The node's OS image for the VM tests: `os/build.sh` (Debian packages,
+//! squashfs, dm-verity) with the node agent, the repository's units, the
+//! kubeadm double and the test units that report on the console.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The test units `os/test/*.service`, installed and enabled in the test OS image.
+pub const TEST_UNITS: [&str; 3] = [
+    "confboot-test-state.service",
+    "confboot-test-ready.service",
+    "confboot-test-handoff.service",
+];
+/// A file of incompressible bytes the test OS image reads early at every
+/// boot (`confboot-test-state.service`): squashfs stores it as it is, so a
+/// test can find its bytes in the image and flip one.
+pub const BOOT_READ_FILE: &str = "/usr/lib/confboot-test/boot-read";
+/// The console line of the OS once it reached multi-user.
+pub const OS_READY: &str = "CONFBOOT-OS-MULTI-USER";
+
+/// An OS image built by `os/build.sh`.
+#[derive(Clone, Debug)]
+pub struct OsImage {
+    /// squashfs + verity superblock + hash tree.
+    pub root: PathBuf,
+    /// The `confboot.root*` words that pin it.
+    pub cmdline: String,
+    /// The root hash, hex.
+    pub root_hash: String,
+    /// The bytes of [`BOOT_READ_FILE`].
+    pub boot_read_bytes: Vec<u8>,
+    /// build.sh's output.
+    pub build_log: String,
+}
+
+impl OsImage {
+    /// The TEST OS image into `target/os/<label>`: the static node agent and
+    /// CLI (the hash tree) of the release build, the kubeadm double as
+    /// `/usr/bin/kubeadm` and the test units.
+    pub fn build_test(label: &str) -> Result<OsImage, String> {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = crate::target_dir().join("os").join(label);
+        std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+        // Incompressible and the same on every build (a fixed seed).
+        let mut rng = crate::XorShift::new(0x5eed_0f_0b00_7000);
+        let boot_read_bytes: Vec<u8> = (0..64 * 1024).map(|_| rng.next_u64() as u8).collect();
+        let boot_read = out.join("boot-read");
+        std::fs::write(&boot_read, &boot_read_bytes).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo.join("os/build.sh"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--nodeagent")
+            .arg(crate::musl_binary("nodeagent"))
+            .arg("--verity-tool")
+            .arg(crate::musl_binary("confboot"))
+            .arg("--add")
+            .arg(format!(
+                "{}:/usr/bin/kubeadm",
+                repo.join("initramfs/test/kubeadm-double").display()
+            ))
+            .arg("--add")
+            .arg(format!("{}:{BOOT_READ_FILE}", boot_read.display()));
+        for unit in TEST_UNITS {
+            cmd.arg("--unit").arg(repo.join("os/test").join(unit));
+        }
+        let output = cmd
+            .output()
+            .map_err(|e| format!("cannot run os/build.sh: {e}"))?;
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if !output.status.success() {
+            return Err(format!("os/build.sh failed ({}):\n{log}", output.status));
+        }
+        let cmdline = std::fs::read_to_string(out.join("root.cmdline"))
+            .map_err(|e| format!("root.cmdline: {e}"))?
+            .trim()
+            .to_string();
+        let root_hash = cmdline
+            .split(' ')
+            .find_map(|w| w.strip_prefix("confboot.root.hash="))
+            .ok_or_else(|| format!("no confboot.root.hash in {cmdline:?}"))?
+            .to_string();
+        Ok(OsImage {
+            root: out.join("root.img"),
+            cmdline,
+            root_hash,
+            boot_read_bytes,
+            build_log: log,
+        })
+    }
+
+    /// A copy of the root image at `path` with the byte at `offset` flipped.
+    pub fn tampered_copy(&self, path: &Path, offset: u64) -> PathBuf {
+        let mut bytes = std::fs::read(&self.root).expect("read the root image");
+        bytes[offset as usize] ^= 0xff;
+        std::fs::write(path, bytes).expect("write the tampered root image");
+        path.to_path_buf()
+    }
+
+    /// Where [`BOOT_READ_FILE`]'s bytes are in the root image (squashfs
+    /// stores incompressible blocks as they are).
+    pub fn boot_read_offset(&self) -> u64 {
+        let bytes = std::fs::read(&self.root).expect("read the root image");
+        let needle = &self.boot_read_bytes[4096..4096 + 64];
+        bytes
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("the boot-read file is stored uncompressed in the root image") as u64
+    }
+
+    /// The byte offset of the hash tree's top level: the last hash block of
+    /// the image (veritysetup lays the levels out top level first after the
+    /// superblock; a tree that fits one block has only that level).
+    pub fn hash_offset(&self) -> u64 {
+        self.cmdline
+            .split(' ')
+            .find_map(|w| w.strip_prefix("confboot.root.hashoffset="))
+            .and_then(|n| n.parse().ok())
+            .expect("confboot.root.hashoffset in the command line")
+    }
+}
