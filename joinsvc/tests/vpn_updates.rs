@@ -32,9 +32,21 @@ fn client(node: &Node, addr: SocketAddr) -> atls::AtlsRpcClient {
     atls::connect(addr, CALL, &[], Some(issuer)).unwrap().0
 }
 
+/// The state disk UUID of the node `name`: each node its own.
+fn disk_of(name: &str) -> String {
+    let mut tail = [0u8; 6];
+    for (i, b) in name.bytes().enumerate() {
+        tail[i % 6] = tail[i % 6].wrapping_mul(31).wrapping_add(b);
+    }
+    format!(
+        "00000000-0000-4000-8000-{}",
+        confboot_util::hex::encode(&tail)
+    )
+}
+
 fn join(node: &Node, addr: SocketAddr, name: &str, key: u8) -> String {
     let req = IssueJoinTicketRequest {
-        disk_uuid: DISK.into(),
+        disk_uuid: disk_of(name),
         node_name: name.into(),
         node_vpn_pub_key: vec![key; 32],
         node_public_endpoint: format!("192.0.2.{key}:51820"),

@@ -241,6 +241,8 @@ struct State {
     /// The ids in `created`, looked up by key as the API server's store does.
     ids: HashSet<String>,
     requests: usize,
+    /// Requests for Secrets (bootstrap tokens) received so far.
+    secret_requests: usize,
     /// The Role the caller holds in [`JOINSVC_ROLE_NAMESPACE`].
     rules: &'static [PolicyRule],
     /// The ConfigMaps of kube-system by name, each with its
@@ -353,6 +355,12 @@ impl KubeApiDouble {
         self.state.lock().unwrap().requests
     }
 
+    /// Requests for Secrets (bootstrap tokens) received so far, whatever
+    /// their outcome; the registry's ConfigMap requests are not counted.
+    pub fn secret_requests(&self) -> usize {
+        self.state.lock().unwrap().secret_requests
+    }
+
     /// The ConfigMap `name` of kube-system as stored, if there is one.
     pub fn configmap(&self, name: &str) -> Option<Value> {
         self.state.lock().unwrap().configmaps.get(name).cloned()
@@ -392,7 +400,9 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 /// Bounds on what one request may be, as a real server has them.
 const MAX_LINE: u64 = 8 * 1024;
 const MAX_HEADERS: usize = 100;
-const MAX_BODY: usize = 64 * 1024;
+/// The largest request body: the API server's limit (3 MiB), which a
+/// ConfigMap of up to [`MAX_CONFIGMAP_DATA_BYTES`] needs.
+const MAX_BODY: usize = 3 * 1024 * 1024;
 
 type TlsStream = rustls::StreamOwned<rustls::ServerConnection, PeerStream>;
 
@@ -417,6 +427,9 @@ fn serve(
         let failure = {
             let mut st = state.lock().unwrap();
             st.requests += 1;
+            if request.path.contains("/secrets") {
+                st.secret_requests += 1;
+            }
             st.failures.pop_front()
         };
         let (code, reply) = match failure {
