@@ -330,7 +330,9 @@ impl KubeApiDouble {
         confboot_util::base64::pem("CERTIFICATE", &self.ca_der)
     }
 
-    /// Makes the next requests fail, in order.
+    /// Makes the next requests for Secrets (bootstrap tokens) fail, in
+    /// order; the registry's ConfigMap requests, which joinsvc makes
+    /// before each token, are answered.
     pub fn fail_next(&self, failures: &[Failure]) {
         self.state.lock().unwrap().failures.extend(failures);
     }
@@ -429,8 +431,10 @@ fn serve(
             st.requests += 1;
             if request.path.contains("/secrets") {
                 st.secret_requests += 1;
+                st.failures.pop_front()
+            } else {
+                None
             }
-            st.failures.pop_front()
         };
         let (code, reply) = match failure {
             Some(Failure::NoAnswer) => {
