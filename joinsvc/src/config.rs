@@ -412,7 +412,12 @@ impl Service {
         )?;
 
         let kube_api = kube_api(&config.kube_api)?;
-        let vpn_registry = vpn_registry(config.vpn_network, &kube_api)?;
+        let registry = match vpn_registry(config.vpn_network, &kube_api)? {
+            Some(registry) => registry,
+            None => Arc::new(
+                KubeApiPeerRegistry::without_vpn(kube_api.clone()).map_err(|e| e.to_string())?,
+            ),
+        };
         let token_issuer: Arc<dyn TokenIssuer> =
             Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(|e| e.to_string())?);
 
@@ -440,7 +445,7 @@ impl Service {
                 kubernetes_version: config.kubernetes_version.clone(),
                 pki_dir: config.pki_dir.clone(),
                 kubelet_cert_signer,
-                vpn_registry,
+                registry,
             },
             token_issuer,
         })

@@ -6,6 +6,7 @@
 mod config;
 mod http;
 mod kube_api;
+mod ledger;
 mod metrics;
 mod options;
 mod server;

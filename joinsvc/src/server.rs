@@ -13,6 +13,7 @@ use confboot_proto::health::{HealthCheckResponse, health_check_response};
 use confboot_proto::{GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 use confboot_wire::{Code, Router, Status};
 
+use crate::ledger::{Caller, LaunchId};
 use crate::metrics::Metrics;
 use crate::ticket::{IssueError, TicketService};
 use crate::vpn::RegistryError;
@@ -38,7 +39,10 @@ pub fn issue_status(e: &IssueError) -> Status {
 fn registry_code(e: &RegistryError) -> Code {
     match e {
         RegistryError::Refused(_) => Code::FailedPrecondition,
-        RegistryError::NameTaken { .. } | RegistryError::Removed { .. } => Code::PermissionDenied,
+        RegistryError::NameTaken { .. }
+        | RegistryError::Removed { .. }
+        | RegistryError::DiskHasName { .. }
+        | RegistryError::Admission(_) => Code::PermissionDenied,
         RegistryError::Corrupt(_) => Code::Internal,
         RegistryError::Api(_)
         | RegistryError::Status { .. }
@@ -63,8 +67,6 @@ pub fn handshake_reason(e: &AtlsError) -> &'static str {
     }
 }
 
-/// The join API: health check, join and rejoin tickets. Ticket methods
-/// serve only callers that attested in the handshake.
 /// A request's disk UUID as logs may show it: only once it is known to be
 /// a UUID (a caller's arbitrary bytes, of any length, never reach a log).
 fn disk_for_log(raw: &str) -> &str {
@@ -75,47 +77,59 @@ fn disk_for_log(raw: &str) -> &str {
     }
 }
 
-/// What a method asks of its caller's PCR 15 (the cluster mark).
+/// What a method asks of its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallerCheck {
-    /// A node that is not bootstrapped yet (join, rejoin): PCR 15 all-zero.
+    /// A node that is not bootstrapped yet (join, rejoin): for vTPM, PCR 15
+    /// all-zero; for SEV-SNP, a launch identity the ledger then admits
+    /// once.
     Unmarked,
     /// A member of this cluster (GetUpdate): PCR 15 holds the mark of the
     /// cluster id this service derives.
     Member,
 }
 
-/// Checks an attested caller's PCR 15 for a method. The handshake checks
-/// the measurement policy but not PCR 15, which differs between a joining
-/// node and a member; each method says which it serves. Only vTPM evidence
-/// quotes PCR 15: an SEV-SNP caller is served where PCR 15 is not asked
-/// (a join as before), never as a member.
+/// Checks an attested caller for a method, and says who it is. The
+/// handshake checks the measurement policy but not PCR 15, which differs
+/// between a joining node and a member; each method says which it serves.
+/// Only vTPM evidence quotes PCR 15. An SEV-SNP caller has no register
+/// that could show it bootstrapped: it is served as a launch
+/// ([`Caller::Launch`], its chip id and `REPORT_ID`), which the ledger
+/// serves once ([`crate::ledger`]), and never as a member. Evidence of
+/// another variant, or SNP evidence without a launch identity, is refused.
 pub fn caller_check(
     peer: &Attested,
     check: CallerCheck,
     cluster_mark: &[u8; 32],
-) -> Result<(), Status> {
+) -> Result<Caller, Status> {
     let pcr15 = peer.measurements.get(&CLUSTER_ID_PCR);
     match (check, peer.variant) {
         (CallerCheck::Unmarked, Variant::QemuVtpm) => match pcr15 {
-            Some(v) if v.iter().all(|b| *b == 0) => Ok(()),
+            Some(v) if v.iter().all(|b| *b == 0) => Ok(Caller::Unbootstrapped),
             _ => Err(Status::permission_denied(
                 "the caller is already bootstrapped (PCR 15 is marked)",
             )),
         },
-        (CallerCheck::Unmarked, _) => Ok(()),
+        (CallerCheck::Unmarked, Variant::SevSnp) => match LaunchId::of(peer) {
+            Some(launch) => Ok(Caller::Launch(launch)),
+            None => Err(Status::permission_denied(
+                "the caller's SEV-SNP evidence names no launch (chip id and REPORT_ID)",
+            )),
+        },
         (CallerCheck::Member, Variant::QemuVtpm) => match pcr15 {
-            Some(v) if v.as_slice() == cluster_mark => Ok(()),
+            Some(v) if v.as_slice() == cluster_mark => Ok(Caller::Member),
             _ => Err(Status::permission_denied(
                 "the caller is not a member of this cluster (PCR 15 is not its mark)",
             )),
         },
-        (CallerCheck::Member, _) => Err(Status::permission_denied(
+        (CallerCheck::Member, Variant::SevSnp) => Err(Status::permission_denied(
             "peer updates need vTPM evidence (PCR 15 holds the cluster mark)",
         )),
     }
 }
 
+/// The join API: health check, join and rejoin tickets. Ticket methods
+/// serve only callers that attested in the handshake.
 pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
     let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     let (vpn_tickets, vpn_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
@@ -132,10 +146,14 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 join_metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
-            if let Err(s) = caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
-                join_metrics.refused("marked");
-                return Err(s);
-            }
+            let caller =
+                match caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
+                    Ok(caller) => caller,
+                    Err(s) => {
+                        join_metrics.refused("marked");
+                        return Err(s);
+                    }
+                };
             // One line per ticket at the production verbosity (its outcome,
             // below); the request itself at debug.
             log::debug!(
@@ -144,7 +162,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 req.is_control_plane
             );
             log::trace!("caller's measurements: {:?}", peer.measurements);
-            let result = join_tickets.issue_join_ticket(&req);
+            let result = join_tickets.issue_join_ticket(&caller, &req);
             join_metrics.observe_latency(started.elapsed());
             match result {
                 Ok(ticket) => {
@@ -185,15 +203,18 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 metrics.refused("unattested");
                 return Err(Status::permission_denied("the caller did not attest"));
             };
-            if let Err(s) = caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
-                metrics.refused("marked");
-                return Err(s);
-            }
+            let caller = match caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
+                Ok(caller) => caller,
+                Err(s) => {
+                    metrics.refused("marked");
+                    return Err(s);
+                }
+            };
             log::info!(
                 "rejoin ticket requested for disk {}",
                 disk_for_log(&req.disk_uuid)
             );
-            let result = tickets.issue_rejoin_ticket(&req);
+            let result = tickets.issue_rejoin_ticket(&caller, &req);
             metrics.observe_latency(started.elapsed());
             match result {
                 Ok(ticket) => {
@@ -249,6 +270,63 @@ mod tests {
     }
 
     #[test]
+    fn an_snp_caller_is_a_launch_and_a_vtpm_caller_shows_pcr_15() {
+        use confboot_attest::snp::LAUNCH_IDENTITY_INDEX;
+        use std::collections::BTreeMap;
+        let mark = [9u8; 32];
+        let snp = |launch: Option<Vec<u8>>| {
+            let mut measurements = BTreeMap::from([(0, vec![0x5e; 48])]);
+            if let Some(l) = launch {
+                measurements.insert(LAUNCH_IDENTITY_INDEX, l);
+            }
+            Attested {
+                variant: Variant::SevSnp,
+                measurements,
+            }
+        };
+        let vtpm = |pcr15: [u8; 32]| Attested {
+            variant: Variant::QemuVtpm,
+            measurements: BTreeMap::from([(CLUSTER_ID_PCR, pcr15.to_vec())]),
+        };
+        // Two launches on one chip are two callers; the same launch is one.
+        let a = caller_check(&snp(Some(vec![1; 96])), CallerCheck::Unmarked, &mark).unwrap();
+        let b = caller_check(
+            &snp(Some([vec![1; 64], vec![2; 32]].concat())),
+            CallerCheck::Unmarked,
+            &mark,
+        )
+        .unwrap();
+        assert!(matches!(a, Caller::Launch(_)));
+        assert_ne!(a, b);
+        assert_eq!(
+            caller_check(&snp(Some(vec![1; 96])), CallerCheck::Unmarked, &mark).unwrap(),
+            a
+        );
+        // SNP evidence without a launch identity, or a spoilt one: refused.
+        for launch in [None, Some(vec![1; 95])] {
+            let e = caller_check(&snp(launch), CallerCheck::Unmarked, &mark).unwrap_err();
+            assert_eq!(e.code, Code::PermissionDenied);
+        }
+        // Never a member.
+        assert!(caller_check(&snp(Some(vec![1; 96])), CallerCheck::Member, &mark).is_err());
+        assert_eq!(
+            caller_check(&vtpm([0; 32]), CallerCheck::Unmarked, &mark),
+            Ok(Caller::Unbootstrapped)
+        );
+        assert!(caller_check(&vtpm(mark), CallerCheck::Unmarked, &mark).is_err());
+        assert_eq!(
+            caller_check(&vtpm(mark), CallerCheck::Member, &mark),
+            Ok(Caller::Member)
+        );
+        // The ledger's refusals reach the caller as PERMISSION_DENIED.
+        let refused = IssueError::Vpn(RegistryError::Admission(
+            crate::ledger::Refusal::LaunchServed,
+        ));
+        assert_eq!(issue_status(&refused).code, Code::PermissionDenied);
+        assert_eq!(refused.reason(), "launch_served");
+    }
+
+    #[test]
     fn the_router_serves_the_contract() {
         let r = router_for_test();
         assert_eq!(
@@ -279,7 +357,7 @@ mod tests {
             kubernetes_version: "v1.31.1".into(),
             pki_dir: "/nonexistent".into(),
             kubelet_cert_signer: None,
-            vpn_registry: None,
+            registry: Arc::new(crate::ticket::tests::registry_without_vpn()),
         };
         router(
             Arc::new(TicketService::new(config, Arc::new(NoTokens))),

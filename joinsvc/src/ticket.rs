@@ -14,6 +14,7 @@ use confboot_proto::join::{
 };
 use confboot_util::fs::read_bounded;
 
+use crate::ledger::{Caller, TicketKind};
 use crate::token::{TokenError, TokenIssuer};
 use crate::vpn::{KubeApiPeerRegistry, PeerRequest, RegistryError};
 use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, OwnRecord};
@@ -55,9 +56,10 @@ pub struct TicketConfig {
     /// Signs the kubelet certificates nodes ask for; `None`: the cluster
     /// CA's key is not here, and such requests are refused.
     pub kubelet_cert_signer: Option<KubeletCertSigner>,
-    /// The VPN peer registry; `None`: the cluster has no VPN, and nodes that
-    /// send a VPN key are refused.
-    pub vpn_registry: Option<Arc<KubeApiPeerRegistry>>,
+    /// The registry: the ledger of what each launch and disk was given,
+    /// and the VPN peers when the cluster has a VPN (without one, nodes
+    /// that send a VPN key are refused).
+    pub registry: Arc<KubeApiPeerRegistry>,
 }
 
 /// Why joinsvc issued nothing to an attested node: no join or rejoin
@@ -102,6 +104,7 @@ impl IssueError {
             IssueError::ControlPlaneFiles(_) => "control_plane_files",
             IssueError::KubeletCertUnavailable => "kubelet_cert",
             IssueError::KubeletCertSigning(_) => "kubelet_cert_signing",
+            IssueError::Vpn(RegistryError::Admission(refusal)) => refusal.reason(),
             IssueError::VpnUnavailable | IssueError::Vpn(_) => "vpn",
             IssueError::OwnRecordUnproven => "vpn_own_record",
         }
@@ -140,9 +143,12 @@ impl TicketService {
         }
     }
 
-    /// A join ticket for an attested node.
+    /// A join ticket for an attested `caller`: admitted by the ledger
+    /// (a launch asks once, a disk joins once, a removed disk never) and
+    /// recorded before anything is made.
     pub fn issue_join_ticket(
         &self,
+        caller: &Caller,
         req: &IssueJoinTicketRequest,
     ) -> Result<IssueJoinTicketResponse, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
@@ -178,15 +184,24 @@ impl TicketService {
             );
             cert
         };
-        // Registered before the token is made: a refused peer leaves no
-        // token behind; a registered one whose token fails gets the same
-        // address when the node asks again.
-        let node_vpn_ip = self.register_vpn_peer(req)?;
         let control_plane_files = if req.is_control_plane {
             read_control_plane_files(&self.config.pki_dir)?
         } else {
             Vec::new()
         };
+        // Admitted, recorded and registered (one write) before the token
+        // is made: a refused request leaves no token behind. A recorded
+        // join whose token fails is served again while its first boot may
+        // run (the same address); an SEV-SNP launch is not (it reboots).
+        let peer = self.vpn_peer_request(req)?;
+        let node_vpn_ip = self
+            .config
+            .registry
+            .admit(caller, TicketKind::Join, &uuid, peer.as_ref())
+            .map_err(IssueError::Vpn)?;
+        if let Some(ip) = node_vpn_ip {
+            log::debug!("node {} has VPN address {ip}", req.node_name);
+        }
         let token = self
             .tokens
             .create_bootstrap_token()
@@ -218,11 +233,10 @@ impl TicketService {
     /// of its state disk), then the registry's version, and its peers only
     /// when that differs from `known`.
     pub fn vpn_update(&self, req: &GetUpdateRequest) -> Result<GetUpdateResponse, IssueError> {
-        let registry = self
-            .config
-            .vpn_registry
-            .as_ref()
-            .ok_or(IssueError::VpnUnavailable)?;
+        let registry = &self.config.registry;
+        if !registry.has_vpn() {
+            return Err(IssueError::VpnUnavailable);
+        }
         if let Some(own) = &req.own {
             let request = self.checked_own_record(own)?;
             let ip = registry.refresh_own(&request).map_err(IssueError::Vpn)?;
@@ -257,19 +271,17 @@ impl TicketService {
         Ok(request)
     }
 
-    /// Registers the node's VPN peer if it sent a VPN key; its address.
-    fn register_vpn_peer(
+    /// The node's VPN peer, checked, if it sent a VPN key.
+    fn vpn_peer_request(
         &self,
         req: &IssueJoinTicketRequest,
-    ) -> Result<Option<std::net::Ipv4Addr>, IssueError> {
+    ) -> Result<Option<PeerRequest>, IssueError> {
         if req.node_vpn_pub_key.is_empty() {
             return Ok(None);
         }
-        let registry = self
-            .config
-            .vpn_registry
-            .as_ref()
-            .ok_or(IssueError::VpnUnavailable)?;
+        if !self.config.registry.has_vpn() {
+            return Err(IssueError::VpnUnavailable);
+        }
         let invalid = |e: VpnError| IssueError::InvalidRequest(e.to_string());
         check_peer_name(&req.node_name).map_err(invalid)?;
         let request = PeerRequest {
@@ -278,17 +290,22 @@ impl TicketService {
             vpn_pub_key: VpnPublicKey::from_bytes(&req.node_vpn_pub_key).map_err(invalid)?,
             disk_uuid: disk_uuid(&req.disk_uuid)?,
         };
-        let ip = registry.register(&request).map_err(IssueError::Vpn)?;
-        log::debug!("node {} has VPN address {ip}", request.name);
-        Ok(Some(ip))
+        Ok(Some(request))
     }
 
-    /// A rejoin ticket: only the disk key and the measurement secret.
+    /// A rejoin ticket for an attested `caller`: only the disk key and the
+    /// measurement secret, for a disk the admin did not remove, to a
+    /// caller the ledger admits (an SEV-SNP launch asks once).
     pub fn issue_rejoin_ticket(
         &self,
+        caller: &Caller,
         req: &IssueRejoinTicketRequest,
     ) -> Result<IssueRejoinTicketResponse, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
+        self.config
+            .registry
+            .admit(caller, TicketKind::Rejoin, &uuid, None)
+            .map_err(IssueError::Vpn)?;
         let m = &self.config.master_secret;
         Ok(IssueRejoinTicketResponse {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
@@ -331,7 +348,7 @@ pub fn discovery_token_ca_cert_hash(ca_cert: &[u8]) -> Result<String, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::token::BootstrapToken;
     use std::sync::Mutex;
@@ -412,7 +429,7 @@ mod tests {
             kubernetes_version: "v1.31.1".into(),
             pki_dir,
             kubelet_cert_signer: Some(test_signer()),
-            vpn_registry: None,
+            registry: Arc::new(registry_without_vpn()),
         };
         (TicketService::new(config, tokens.clone()), tokens)
     }
@@ -432,16 +449,20 @@ mod tests {
 
     #[test]
     fn a_node_with_a_vpn_key_gets_an_address_before_its_token() {
+        // Each node its own disk.
         let vpn_request = |name: &str, key: u8, endpoint: &str| IssueJoinTicketRequest {
             node_name: name.into(),
             node_vpn_pub_key: vec![key; 32],
             node_public_endpoint: endpoint.into(),
-            ..request(UUID, false)
+            ..request(&disk_of(name), false)
         };
         // No VPN here: refused before any token.
         let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
         let e = s
-            .issue_join_ticket(&vpn_request("node-1", 1, "192.0.2.1:51820"))
+            .issue_join_ticket(
+                &Caller::Unbootstrapped,
+                &vpn_request("node-1", 1, "192.0.2.1:51820"),
+            )
             .unwrap_err();
         assert!(matches!(e, IssueError::VpnUnavailable), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
@@ -452,8 +473,13 @@ mod tests {
 
         let (_double, registry) = registry_on_a_double();
         let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
-        s.config.vpn_registry = Some(Arc::new(registry));
-        let ip = |r: &IssueJoinTicketRequest| s.issue_join_ticket(r).unwrap().node_vpn_ip.clone();
+        s.config.registry = Arc::new(registry);
+        let ip = |r: &IssueJoinTicketRequest| {
+            s.issue_join_ticket(&Caller::Unbootstrapped, r)
+                .unwrap()
+                .node_vpn_ip
+                .clone()
+        };
         assert_eq!(
             ip(&vpn_request("node-1", 1, "192.0.2.1:51820")),
             "10.118.0.1"
@@ -479,12 +505,17 @@ mod tests {
                 ..vpn_request("node-3", 3, "192.0.2.3:51820")
             },
         ] {
-            let e = s.issue_join_ticket(&bad).unwrap_err();
+            let e = s
+                .issue_join_ticket(&Caller::Unbootstrapped, &bad)
+                .unwrap_err();
             assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
         }
         // Another node's key under a new name.
         let e = s
-            .issue_join_ticket(&vpn_request("node-3", 2, "192.0.2.3:51820"))
+            .issue_join_ticket(
+                &Caller::Unbootstrapped,
+                &vpn_request("node-3", 2, "192.0.2.3:51820"),
+            )
             .unwrap_err();
         assert!(
             matches!(e, IssueError::Vpn(RegistryError::Refused(_))),
@@ -495,6 +526,23 @@ mod tests {
         assert_eq!(update.resource_version, 2);
         assert_eq!(update.peers.len(), 2);
         assert!(s.vpn_update(&update_request(2)).unwrap().peers.is_empty());
+    }
+
+    /// A registry without a VPN on a Kubernetes API double of its own
+    /// (kept running for the test binary's life).
+    pub(crate) fn registry_without_vpn() -> KubeApiPeerRegistry {
+        let double = Box::leak(Box::new(confboot_tests::kube_double::KubeApiDouble::start(
+            "sa-token",
+        )));
+        let api = crate::kube_api::KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            zeroize::Zeroizing::new("sa-token".into()),
+            std::time::Duration::from_secs(10),
+            1,
+        )
+        .unwrap();
+        KubeApiPeerRegistry::without_vpn(api).unwrap()
     }
 
     /// A VPN peer registry in 10.118.0.0/24 on a Kubernetes API double
@@ -527,7 +575,7 @@ mod tests {
     fn a_members_own_record_is_registered_only_with_its_disks_proof_and_never_takes_a_name() {
         let (_double, registry) = registry_on_a_double();
         let (mut s, _) = service(PathBuf::from("/nonexistent"), false);
-        s.config.vpn_registry = Some(Arc::new(registry));
+        s.config.registry = Arc::new(registry);
         let other_disk = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
         let own = |name: &str, key: u8, disk: &str| {
             let disk_key = s
@@ -604,24 +652,32 @@ mod tests {
         let kubelet = KubeletCertRequest::new("worker-1", &["10.0.2.15".parse().unwrap()]).unwrap();
         let csr = kubelet.csr_der.clone();
         let t = s
-            .issue_join_ticket(&IssueJoinTicketRequest {
-                certificate_request: csr.clone(),
-                ..request(UUID, false)
-            })
+            .issue_join_ticket(
+                &Caller::Unbootstrapped,
+                &IssueJoinTicketRequest {
+                    certificate_request: csr.clone(),
+                    ..request(UUID, false)
+                },
+            )
             .unwrap();
         check_kubelet_cert(&t.kubelet_cert, &kubelet).unwrap();
         assert_eq!(*tokens.calls.lock().unwrap(), 1);
         // No CSR, no certificate.
-        let t = s.issue_join_ticket(&request(UUID, false)).unwrap();
+        let t = s
+            .issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, false))
+            .unwrap();
         assert!(t.kubelet_cert.is_empty());
         // A malformed CSR is the caller's error; nothing is made.
         let mut bad = csr.clone();
         bad[40] ^= 1;
         let e = s
-            .issue_join_ticket(&IssueJoinTicketRequest {
-                certificate_request: bad,
-                ..request(UUID, false)
-            })
+            .issue_join_ticket(
+                &Caller::Unbootstrapped,
+                &IssueJoinTicketRequest {
+                    certificate_request: bad,
+                    ..request(UUID, false)
+                },
+            )
             .unwrap_err();
         assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 2);
@@ -629,13 +685,25 @@ mod tests {
         let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
         s.config.kubelet_cert_signer = None;
         let e = s
-            .issue_join_ticket(&IssueJoinTicketRequest {
-                certificate_request: csr,
-                ..request(UUID, false)
-            })
+            .issue_join_ticket(
+                &Caller::Unbootstrapped,
+                &IssueJoinTicketRequest {
+                    certificate_request: csr,
+                    ..request(UUID, false)
+                },
+            )
             .unwrap_err();
         assert!(matches!(e, IssueError::KubeletCertUnavailable), "{e}");
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
+    }
+
+    /// A disk UUID of the node `name`'s own.
+    fn disk_of(name: &str) -> String {
+        let d = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+        format!(
+            "00000000-0000-4000-8000-{}",
+            &confboot_util::hex::encode(d.as_ref())[..12]
+        )
     }
 
     fn request(uuid: &str, control_plane: bool) -> IssueJoinTicketRequest {
@@ -649,7 +717,9 @@ mod tests {
     #[test]
     fn worker_ticket_carries_derived_keys_and_a_token() {
         let (s, tokens) = service(PathBuf::from("/nonexistent"), false);
-        let t = s.issue_join_ticket(&request(UUID, false)).unwrap();
+        let t = s
+            .issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, false))
+            .unwrap();
         // The same vectors as lib's kms tests (UUID lowercased, as the node's disk reports it).
         assert_eq!(
             confboot_util::hex::encode(&t.state_disk_key),
@@ -671,13 +741,16 @@ mod tests {
     fn rejoin_ticket_carries_only_keys_and_needs_no_token() {
         let (s, tokens) = service(PathBuf::from("/nonexistent"), true);
         let t = s
-            .issue_rejoin_ticket(&IssueRejoinTicketRequest {
-                disk_uuid: UUID.into(),
-            })
+            .issue_rejoin_ticket(
+                &Caller::Unbootstrapped,
+                &IssueRejoinTicketRequest {
+                    disk_uuid: UUID.into(),
+                },
+            )
             .unwrap();
         let j = service(PathBuf::from("/nonexistent"), false)
             .0
-            .issue_join_ticket(&request(UUID, false))
+            .issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, false))
             .unwrap();
         assert_eq!(t.state_disk_key, j.state_disk_key);
         assert_eq!(t.measurement_secret, j.measurement_secret);
@@ -699,14 +772,19 @@ mod tests {
                 ..request(UUID, false)
             },
         ] {
-            let e = s.issue_join_ticket(&bad).unwrap_err();
+            let e = s
+                .issue_join_ticket(&Caller::Unbootstrapped, &bad)
+                .unwrap_err();
             // The caller sees INVALID_ARGUMENT (crate::server::issue_status).
             assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
         }
         assert!(
-            s.issue_rejoin_ticket(&IssueRejoinTicketRequest {
-                disk_uuid: "x".into()
-            })
+            s.issue_rejoin_ticket(
+                &Caller::Unbootstrapped,
+                &IssueRejoinTicketRequest {
+                    disk_uuid: "x".into()
+                }
+            )
             .is_err()
         );
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
@@ -715,7 +793,9 @@ mod tests {
     #[test]
     fn token_failure_is_unavailable_and_gives_no_key() {
         let (s, _) = service(PathBuf::from("/nonexistent"), true);
-        let e = s.issue_join_ticket(&request(UUID, false)).unwrap_err();
+        let e = s
+            .issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, false))
+            .unwrap_err();
         // The caller sees UNAVAILABLE (crate::server::issue_status).
         assert!(matches!(e, IssueError::Token(_)), "{e}");
         assert_eq!(e.reason(), "token");
@@ -727,13 +807,17 @@ mod tests {
         std::fs::create_dir_all(dir.join("etcd")).unwrap();
         // Missing files: the control plane is not ready.
         let (s, _) = service(dir.clone(), false);
-        let e = s.issue_join_ticket(&request(UUID, true)).unwrap_err();
+        let e = s
+            .issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, true))
+            .unwrap_err();
         // The caller sees FAILED_PRECONDITION (crate::server::issue_status).
         assert!(matches!(e, IssueError::ControlPlaneFiles(_)), "{e}");
         for name in CONTROL_PLANE_FILES {
             std::fs::write(dir.join(name), format!("contents of {name}")).unwrap();
         }
-        let t = s.issue_join_ticket(&request(UUID, true)).unwrap();
+        let t = s
+            .issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, true))
+            .unwrap();
         let names: Vec<&str> = t
             .control_plane_files
             .iter()
@@ -748,7 +832,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            s.issue_join_ticket(&request(UUID, true))
+            s.issue_join_ticket(&Caller::Unbootstrapped, &request(UUID, true))
                 .unwrap_err()
                 .reason(),
             "control_plane_files"

@@ -12,6 +12,10 @@
 //! with that node and differ between replicas. The ConfigMap holds public
 //! data only (names, endpoints, addresses, public keys).
 //!
+//! The same object keeps joinsvc's [`Ledger`] (what each SEV-SNP launch
+//! and each disk was given: [`crate::ledger`]), with or without a VPN, so
+//! a restarted or another replica refuses what this one would.
+//!
 //! What is read back is checked as strictly as what a node receives
 //! ([`PeerList::from_update`]): a registry that does not parse, or holds
 //! peers outside the range, refuses every change and update (fail closed)
@@ -30,6 +34,10 @@ use confboot_vpn::{MAX_PEERS, Peer, PeerList, VpnError, VpnNetwork, VpnPublicKey
 use serde_json::{Value, json};
 
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
+use crate::ledger::{
+    Caller, FILTER_BITS, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, MAX_PENDING_JOINS, Refusal,
+    TicketKind, decide, record,
+};
 
 /// The ConfigMap (in kube-system) that holds the peer registry.
 pub const PEERS_CONFIGMAP: &str = "confboot-vpn-peers";
@@ -109,6 +117,22 @@ pub enum RegistryError {
         /// The name the record carries.
         name: String,
     },
+    /// A request names another name than the one its state disk is
+    /// registered under: a disk has one name, and a member refreshes only
+    /// its own.
+    #[error(
+        "VPN peer {name:?}: its state disk is registered as {bound:?}, the only name it refreshes"
+    )]
+    DiskHasName {
+        /// The name the record carries.
+        name: String,
+        /// The name the disk is registered under.
+        bound: String,
+    },
+    /// The ledger refuses the ticket (a launch served, a disk joined or
+    /// removed).
+    #[error("{0}")]
+    Admission(Refusal),
 }
 
 impl From<KubeApiError> for RegistryError {
@@ -143,13 +167,31 @@ struct Stored {
     /// The state disks of removed nodes, oldest first (at most
     /// [`MAX_REMOVED_DISKS`]).
     removed: Vec<String>,
+    /// Names registered by a join whose node has not sent its own record
+    /// yet → since when (Unix seconds).
+    pending_peers: BTreeMap<String, u64>,
+    /// What each launch and disk was given.
+    ledger: Ledger,
 }
 
-/// What one change edits: the peers, the names' disks, the removed disks.
+/// What one change edits: the peers, the names' disks, the removed disks,
+/// the names still waiting for their node, the ledger.
 struct Edit<'a> {
     peers: &'a mut Vec<Peer>,
     disks: &'a mut BTreeMap<String, String>,
     removed: &'a mut Vec<String>,
+    pending_peers: &'a mut BTreeMap<String, u64>,
+    ledger: &'a mut Ledger,
+    /// Unix seconds, joinsvc's clock.
+    now: u64,
+}
+
+/// Seconds since the Unix epoch on joinsvc's clock.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// A read of the registry for `GetUpdate`: when, the version, the peers.
@@ -158,7 +200,10 @@ type LatestRead = (Instant, u64, Arc<Vec<WirePeer>>);
 /// The peer registry in the Kubernetes API.
 pub struct KubeApiPeerRegistry {
     api: KubeApi,
-    network: VpnNetwork,
+    /// The VPN range (`None`: no VPN; the object keeps the ledger only).
+    network: Option<VpnNetwork>,
+    /// Unix seconds now.
+    clock: Box<dyn Fn() -> u64 + Send + Sync>,
     /// One change at a time from this replica: its own writers never race
     /// each other, so compare-and-swap only ever loses to other replicas.
     changing: Mutex<()>,
@@ -172,53 +217,114 @@ pub struct KubeApiPeerRegistry {
 impl KubeApiPeerRegistry {
     /// The registry of the VPN range `network`, through `api`.
     pub fn new(api: KubeApi, network: VpnNetwork) -> Result<KubeApiPeerRegistry, RegistryError> {
+        KubeApiPeerRegistry::with_network(api, Some(network))
+    }
+
+    /// The registry of a cluster without a VPN: the ledger only.
+    pub fn without_vpn(api: KubeApi) -> Result<KubeApiPeerRegistry, RegistryError> {
+        KubeApiPeerRegistry::with_network(api, None)
+    }
+
+    fn with_network(
+        api: KubeApi,
+        network: Option<VpnNetwork>,
+    ) -> Result<KubeApiPeerRegistry, RegistryError> {
         let collection = "/api/v1/namespaces/kube-system/configmaps";
         Ok(KubeApiPeerRegistry {
             collection_uri: api.uri(collection)?,
             object_uri: api.uri(&format!("{collection}/{PEERS_CONFIGMAP}"))?,
             api,
             network,
+            clock: Box::new(unix_now),
             changing: Mutex::new(()),
             latest: Mutex::new(None),
             update_cache_ttl: UPDATE_CACHE_TTL,
         })
     }
 
-    /// Adds a node, or returns its address if it is registered already. A
-    /// node registered under the same name with another key or endpoint (a
-    /// reinstalled node) keeps its address and gets the new key and
-    /// endpoint; a key that another node has is refused.
-    /// A join also brings back a state disk whose node was removed.
+    /// Whether this cluster has a VPN (`--vpn-cidr`).
+    pub fn has_vpn(&self) -> bool {
+        self.network.is_some()
+    }
+
+    /// A join for `request`'s disk by an unbootstrapped vTPM node (tests).
+    #[cfg(test)]
     pub fn register(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
-        self.change(|e| {
-            let bound = e.disks.get(&request.name) == Some(&request.disk_uuid);
-            if !bound {
-                e.disks
-                    .insert(request.name.clone(), request.disk_uuid.clone());
+        self.admit(
+            &Caller::Unbootstrapped,
+            TicketKind::Join,
+            &request.disk_uuid,
+            Some(request),
+        )
+        .map(|ip| ip.expect("a peer was asked for"))
+    }
+
+    /// Admits `caller`'s `kind` ticket for `disk` and records it in the
+    /// ledger ([`crate::ledger::decide`], [`crate::ledger::record`]); for a
+    /// join with `peer`, registers its VPN peer in the same write, and
+    /// returns its address. Nothing is recorded when anything is refused.
+    ///
+    /// A join's peer: a new name is added and bound to the disk, waiting
+    /// for the node's own record (for [`JOIN_COMPLETION_WINDOW`], then it
+    /// is dropped and its name and address are free). A name bound to the
+    /// same disk gets the new key and endpoint. A name bound to another
+    /// disk that is live moves only by the admin (`--remove-vpn-peer`):
+    /// the join is refused ([`RegistryError::NameTaken`]) and that disk's
+    /// node keeps it. A key that another node has is refused.
+    pub fn admit(
+        &self,
+        caller: &Caller,
+        kind: TicketKind,
+        disk: &str,
+        peer: Option<&PeerRequest>,
+    ) -> Result<Option<Ipv4Addr>, RegistryError> {
+        let network = match (peer, &self.network) {
+            (Some(_), None) => {
+                return Err(RegistryError::Refused(VpnError::InvalidName(
+                    "no VPN in this cluster".into(),
+                )));
             }
-            let before = e.removed.len();
-            e.removed.retain(|d| *d != request.disk_uuid);
-            let unremoved = e.removed.len() != before;
-            upsert(&self.network, e.peers, request, !bound || unremoved)
+            (_, network) => network,
+        };
+        self.change(|mut e| {
+            decide(e.ledger, e.removed, caller, kind, disk).map_err(RegistryError::Admission)?;
+            let mut changed = false;
+            let ip = match (peer, network) {
+                (Some(request), Some(network)) => {
+                    let (ip, peer_changed) = register_peer(network, &mut e, request)?;
+                    changed |= peer_changed;
+                    Some(ip)
+                }
+                _ => None,
+            };
+            changed |= record(e.ledger, caller, kind, disk, e.now);
+            Ok((ip, changed))
         })
     }
 
     /// Registers or refreshes a member node's own record (sent with its
-    /// `GetUpdate`, its disk proven by the caller): a new name is added
-    /// and bound to the disk; a name bound to the same disk (or to none
-    /// yet) gets the record's key and endpoint; a name bound to another
-    /// disk is refused ([`RegistryError::NameTaken`]), and so is a key
-    /// that another node has and a disk whose node was removed
-    /// ([`RegistryError::Removed`]).
+    /// `GetUpdate`, its disk proven by the caller); the record also ends
+    /// its disk's first boot in the ledger. A member refreshes only its own
+    /// name: a name bound to the same disk gets the record's key and
+    /// endpoint; a disk with no name yet (the first control plane, or a
+    /// node registered before names were bound) may add one that no disk
+    /// holds; a name bound to another disk is refused
+    /// ([`RegistryError::NameTaken`]), and so is another name than the
+    /// disk's ([`RegistryError::DiskHasName`]), a key that another node
+    /// has, and a disk whose node was removed ([`RegistryError::Removed`]).
     pub fn refresh_own(&self, request: &PeerRequest) -> Result<Ipv4Addr, RegistryError> {
+        let Some(network) = &self.network else {
+            return Err(RegistryError::Refused(VpnError::InvalidName(
+                "no VPN in this cluster".into(),
+            )));
+        };
         self.change(|e| {
             if e.removed.contains(&request.disk_uuid) {
                 return Err(RegistryError::Removed {
                     name: request.name.clone(),
                 });
             }
-            let (peers, disks) = (e.peers, e.disks);
-            let bound = match disks.get(&request.name) {
+            let bound = match e.disks.get(&request.name) {
                 Some(disk) if *disk != request.disk_uuid => {
                     return Err(RegistryError::NameTaken {
                         name: request.name.clone(),
@@ -226,24 +332,38 @@ impl KubeApiPeerRegistry {
                 }
                 Some(_) => true,
                 None => {
-                    disks.insert(request.name.clone(), request.disk_uuid.clone());
+                    if let Some((other, _)) = e.disks.iter().find(|(_, d)| **d == request.disk_uuid)
+                    {
+                        return Err(RegistryError::DiskHasName {
+                            name: request.name.clone(),
+                            bound: other.clone(),
+                        });
+                    }
+                    e.disks
+                        .insert(request.name.clone(), request.disk_uuid.clone());
                     false
                 }
             };
-            upsert(&self.network, peers, request, !bound)
+            let waited = e.pending_peers.remove(&request.name).is_some();
+            let completed = e.ledger.complete(&request.disk_uuid);
+            let (ip, changed) = upsert(network, e.peers, request, !bound)?;
+            Ok((ip, changed || waited || completed))
         })
     }
 
     /// Removes the node `name`; whether it was there. Its state disk is
-    /// remembered as removed, so the node, if it still runs, cannot put
-    /// itself back through its own record.
+    /// remembered as removed: the node, if it still runs, cannot put
+    /// itself back through its own record, and its disk gets no join or
+    /// rejoin ticket again (no request takes it off the list).
     pub fn remove(&self, name: &str) -> Result<bool, RegistryError> {
         self.change(|e| {
             let disk = e.disks.remove(name);
+            e.pending_peers.remove(name);
             let before = e.peers.len();
             e.peers.retain(|p| p.name != name);
             let removed = e.peers.len() != before;
             if let Some(disk) = disk.filter(|d| !e.removed.contains(d)) {
+                e.ledger.complete(&disk);
                 e.removed.push(disk);
                 if e.removed.len() > MAX_REMOVED_DISKS {
                     e.removed.remove(0);
@@ -252,6 +372,13 @@ impl KubeApiPeerRegistry {
             }
             Ok((removed, removed))
         })
+    }
+
+    /// This registry on `clock` (Unix seconds) instead of the system's.
+    #[cfg(test)]
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
     }
 
     /// How long one read answers `GetUpdate` calls ([`UPDATE_CACHE_TTL`]
@@ -308,20 +435,46 @@ impl KubeApiPeerRegistry {
                 std::thread::sleep(backoff.next_delay());
             }
             let stored = self.read()?;
+            let now = (self.clock)();
             let mut peers = stored.peers.peers().to_vec();
             let mut disks = stored.disks.clone();
             let mut removed = stored.removed.clone();
+            let mut pending_peers = stored.pending_peers.clone();
+            let mut ledger = stored.ledger.clone();
+            // Joins whose first boot did not complete in time: their disk
+            // joined for good, their name and address are free again.
+            ledger.expire(now);
+            let window = JOIN_COMPLETION_WINDOW.as_secs();
+            pending_peers.retain(|name, since| {
+                let live = now.saturating_sub(*since) < window;
+                if !live {
+                    peers.retain(|p| p.name != *name);
+                    disks.remove(name);
+                }
+                live
+            });
             let (result, changed) = edit(Edit {
                 peers: &mut peers,
                 disks: &mut disks,
                 removed: &mut removed,
+                pending_peers: &mut pending_peers,
+                ledger: &mut ledger,
+                now,
             })?;
             if !changed {
                 return Ok(result);
             }
             let list = PeerList::new(peers).map_err(RegistryError::Refused)?;
             disks.retain(|name, _| list.get(name).is_some());
-            if self.write(&stored, &list, &disks, &removed)? {
+            pending_peers.retain(|name, _| list.get(name).is_some());
+            let written = Written {
+                list: &list,
+                disks: &disks,
+                removed: &removed,
+                pending_peers: &pending_peers,
+                ledger: &ledger,
+            };
+            if self.write(&stored, &written)? {
                 // This replica's answers show its own change at once.
                 *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 return Ok(result);
@@ -334,13 +487,15 @@ impl KubeApiPeerRegistry {
     fn read(&self) -> Result<Stored, RegistryError> {
         let answer = self.api.get(&self.object_uri, MAX_CONFIGMAP_BYTES)?;
         match answer.status {
-            200 => parse_stored(&answer.body, &self.network),
+            200 => parse_stored(&answer.body, self.network.as_ref()),
             404 => Ok(Stored {
                 resource_version: None,
                 version: 0,
                 peers: PeerList::default(),
                 disks: BTreeMap::new(),
                 removed: Vec::new(),
+                pending_peers: BTreeMap::new(),
+                ledger: Ledger::default(),
             }),
             _ => Err(api_error(&answer)),
         }
@@ -348,26 +503,31 @@ impl KubeApiPeerRegistry {
 
     /// Writes `list` as the version after `stored`'s; `false` if another
     /// writer was first (409).
-    fn write(
-        &self,
-        stored: &Stored,
-        list: &PeerList,
-        disks: &BTreeMap<String, String>,
-        removed: &[String],
-    ) -> Result<bool, RegistryError> {
+    fn write(&self, stored: &Stored, written: &Written<'_>) -> Result<bool, RegistryError> {
         let mut metadata = json!({"name": PEERS_CONFIGMAP, "namespace": "kube-system"});
         if let Some(rv) = &stored.resource_version {
             metadata["resourceVersion"] = json!(rv);
+        }
+        // The version is the peer list's: a change of the ledger alone
+        // does not make every node fetch the list again.
+        let peers_changed = stored.peers != *written.list || stored.disks != *written.disks;
+        let version = stored.version + u64::from(peers_changed);
+        let mut data = json!({
+            "version": version.to_string(),
+            "peers.json": peers_json(written).to_string(),
+            "removed.json": json!(written.removed).to_string(),
+            "pending-joins.json": json!(written.ledger.pending).to_string(),
+        });
+        let issued = &written.ledger.issued;
+        if !issued.bits().is_empty() {
+            data["issued-filter"] = json!(confboot_util::base64::encode(issued.bits()));
+            data["issued-count"] = json!(issued.count().to_string());
         }
         let body = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": metadata,
-            "data": {
-                "version": (stored.version + 1).to_string(),
-                "peers.json": peers_json(list, disks).to_string(),
-                "removed.json": json!(removed).to_string(),
-            },
+            "data": data,
         })
         .to_string();
         let (method, uri) = match stored.resource_version {
@@ -383,6 +543,57 @@ impl KubeApiPeerRegistry {
             _ => Err(api_error(&answer)),
         }
     }
+}
+
+/// What a write stores.
+struct Written<'a> {
+    list: &'a PeerList,
+    disks: &'a BTreeMap<String, String>,
+    removed: &'a [String],
+    pending_peers: &'a BTreeMap<String, u64>,
+    ledger: &'a Ledger,
+}
+
+/// A join's peer: added and bound, or its key and endpoint updated when
+/// its name is bound to the same disk. Refused when the name is bound to
+/// another disk ([`RegistryError::NameTaken`]: only the admin moves it)
+/// or the disk to another name ([`RegistryError::DiskHasName`]: a disk has
+/// one name). Its address and whether anything changed.
+fn register_peer(
+    network: &VpnNetwork,
+    e: &mut Edit<'_>,
+    request: &PeerRequest,
+) -> Result<(Ipv4Addr, bool), RegistryError> {
+    let mut changed = false;
+    match e.disks.get(&request.name) {
+        Some(disk) if *disk == request.disk_uuid => {}
+        Some(_) => {
+            return Err(RegistryError::NameTaken {
+                name: request.name.clone(),
+            });
+        }
+        None => {
+            // A name registered before names were bound, with no disk:
+            // moved only by the admin as well.
+            if e.peers.iter().any(|p| p.name == request.name) {
+                return Err(RegistryError::NameTaken {
+                    name: request.name.clone(),
+                });
+            }
+            if let Some((bound, _)) = e.disks.iter().find(|(_, d)| **d == request.disk_uuid) {
+                return Err(RegistryError::DiskHasName {
+                    name: request.name.clone(),
+                    bound: bound.clone(),
+                });
+            }
+            e.disks
+                .insert(request.name.clone(), request.disk_uuid.clone());
+            e.pending_peers.insert(request.name.clone(), e.now);
+            changed = true;
+        }
+    }
+    let (ip, peer_changed) = upsert(network, e.peers, request, changed)?;
+    Ok((ip, peer_changed))
 }
 
 /// Adds `request`'s node or updates its key and endpoint; its address and
@@ -440,8 +651,10 @@ fn api_error(answer: &ApiAnswer) -> RegistryError {
 }
 
 /// The peers as the ConfigMap's `peers.json`: public values, the key in
-/// base64 as `wg` shows it, and the state disk UUID a name is bound to.
-fn peers_json(list: &PeerList, disks: &BTreeMap<String, String>) -> Value {
+/// base64 as `wg` shows it, the state disk UUID a name is bound to, and
+/// since when a join's peer waits for its node's own record.
+fn peers_json(written: &Written<'_>) -> Value {
+    let (list, disks) = (written.list, written.disks);
     Value::Array(
         list.peers()
             .iter()
@@ -455,6 +668,9 @@ fn peers_json(list: &PeerList, disks: &BTreeMap<String, String>) -> Value {
                 if let Some(disk) = disks.get(&p.name) {
                     entry["diskUUID"] = json!(disk);
                 }
+                if let Some(since) = written.pending_peers.get(&p.name) {
+                    entry["pendingSince"] = json!(since);
+                }
                 entry
             })
             .collect(),
@@ -462,7 +678,7 @@ fn peers_json(list: &PeerList, disks: &BTreeMap<String, String>) -> Value {
 }
 
 /// Reads a stored ConfigMap, as strictly as a node reads an update.
-fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryError> {
+fn parse_stored(body: &str, network: Option<&VpnNetwork>) -> Result<Stored, RegistryError> {
     let corrupt = |m: &str| RegistryError::Corrupt(m.to_string());
     let object: Value = serde_json::from_str(body).map_err(|_| corrupt("not JSON"))?;
     let resource_version = object["metadata"]["resourceVersion"]
@@ -502,7 +718,14 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
     };
     let mut wire = Vec::with_capacity(entries.len());
     let mut disks = BTreeMap::new();
+    let mut pending_peers = BTreeMap::new();
     for e in entries {
+        if let Some(since) = e.get("pendingSince") {
+            let since = since
+                .as_u64()
+                .ok_or_else(|| corrupt("a peer's pendingSince is not a number"))?;
+            pending_peers.insert(field(e, "name")?, since);
+        }
         if let Some(disk) = e.get("diskUUID") {
             let disk = disk
                 .as_str()
@@ -519,8 +742,16 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
             vpn_pub_key: key,
         });
     }
-    let peers =
-        PeerList::from_update(&wire, network).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+    let peers = match network {
+        Some(network) => PeerList::from_update(&wire, network)
+            .map_err(|e| RegistryError::Corrupt(e.to_string()))?,
+        None if wire.is_empty() => PeerList::default(),
+        None => {
+            return Err(corrupt(
+                "it holds VPN peers and this joinsvc has no --vpn-cidr",
+            ));
+        }
+    };
     // Absent in a registry written before removals were remembered.
     let removed = match data.get("removed.json") {
         None => Vec::new(),
@@ -550,7 +781,48 @@ fn parse_stored(body: &str, network: &VpnNetwork) -> Result<Stored, RegistryErro
         peers,
         disks,
         removed,
+        pending_peers,
+        ledger: parse_ledger(data)?,
     })
+}
+
+/// The ledger's part of the ConfigMap's data (absent in a registry
+/// written before the ledger: empty).
+fn parse_ledger(data: &Value) -> Result<Ledger, RegistryError> {
+    let corrupt = |m: &str| RegistryError::Corrupt(m.to_string());
+    let mut ledger = Ledger::default();
+    if let Some(text) = data.get("pending-joins.json") {
+        let map: Value = serde_json::from_str(
+            text.as_str()
+                .ok_or_else(|| corrupt("pending-joins.json is not a string"))?,
+        )
+        .map_err(|_| corrupt("pending-joins.json is not JSON"))?;
+        let map = map
+            .as_object()
+            .filter(|m| m.len() <= MAX_PENDING_JOINS)
+            .ok_or_else(|| corrupt("pending-joins.json is not a map of at most 1024 disks"))?;
+        for (disk, at) in map {
+            let at = at
+                .as_u64()
+                .filter(|_| confboot_kms::is_uuid(disk))
+                .ok_or_else(|| corrupt("pending-joins.json holds a disk that is not a UUID"))?;
+            ledger.pending.insert(disk.clone(), at);
+        }
+    }
+    if let Some(bits) = data.get("issued-filter") {
+        let bits = bits
+            .as_str()
+            .filter(|b| b.len() <= FILTER_BITS / 6 + 4)
+            .and_then(|b| confboot_util::base64::decode(b).ok())
+            .ok_or_else(|| corrupt("issued-filter is not base64"))?;
+        let count = data["issued-count"]
+            .as_str()
+            .and_then(|c| c.parse::<u64>().ok())
+            .ok_or_else(|| corrupt("issued-count is not a number"))?;
+        ledger.issued = IssuedFilter::from_parts(bits, count)
+            .ok_or_else(|| corrupt("issued-filter has the wrong size"))?;
+    }
+    Ok(ledger)
 }
 
 #[cfg(test)]
@@ -614,6 +886,8 @@ mod tests {
 
     use confboot_tests::kube_double::{KubeApiDouble, PolicyRule};
     use zeroize::Zeroizing;
+
+    use crate::ledger::{Caller, Refusal, TicketKind};
 
     use super::*;
 
@@ -702,7 +976,7 @@ mod tests {
     }
 
     #[test]
-    fn a_name_is_bound_to_its_disk_which_only_a_join_or_a_removal_changes() {
+    fn a_name_is_bound_to_its_disk_which_only_a_removal_by_the_admin_changes() {
         let double = KubeApiDouble::start(SA_TOKEN);
         let r = registry(&double, "10.118.0.0/24");
         // Registered by its own record (a first control plane).
@@ -728,16 +1002,23 @@ mod tests {
             })
         );
         assert_eq!(r.update(0).unwrap().resource_version, 2);
-        // A join from another disk is a reinstalled node: it rebinds the
-        // name, and the old disk's record is then refused.
+        // A join from another disk with the same (DHCP) name is refused,
+        // and the node holding the name keeps it and its own record.
+        assert_eq!(
+            r.register(&thief),
+            Err(RegistryError::NameTaken {
+                name: "node-0".into()
+            })
+        );
+        assert_eq!(r.refresh_own(&moved).unwrap(), ip(1));
+        assert_eq!(r.update(0).unwrap().resource_version, 2);
+        // Only the admin's removal frees the name, for another disk.
+        assert!(r.remove("node-0").unwrap());
         assert_eq!(r.register(&thief).unwrap(), ip(1));
         assert!(matches!(
             r.refresh_own(&moved),
-            Err(RegistryError::NameTaken { .. })
+            Err(RegistryError::Removed { .. })
         ));
-        // A removal frees the name for any disk.
-        assert!(r.remove("node-0").unwrap());
-        assert_eq!(r.refresh_own(&moved).unwrap(), ip(1));
     }
 
     #[test]
@@ -757,7 +1038,7 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_node_that_still_runs_cannot_put_itself_back_until_it_joins_again() {
+    fn a_removed_node_cannot_put_itself_back_by_its_record_or_a_join() {
         let double = KubeApiDouble::start(SA_TOKEN);
         let r = registry(&double, "10.118.0.0/24");
         for i in 0..2 {
@@ -790,11 +1071,149 @@ mod tests {
         assert_eq!(names, ["node-0"]);
         // Other nodes are not affected.
         r.refresh_own(&request(0)).unwrap();
-        // A join (a reinstalled node, attested with PCR 15 unmarked)
-        // brings the disk back, and then its own record is taken again.
-        r.register(&request(1)).unwrap();
-        r.refresh_own(&request(1)).unwrap();
+        // A join for its disk (a header whose "bootstrapped" token was
+        // deleted) does not bring it back: refused, and still removed.
+        assert_eq!(
+            r.register(&request(1)),
+            Err(RegistryError::Admission(Refusal::DiskRemoved {
+                disk: request(1).disk_uuid
+            }))
+        );
+        assert!(matches!(
+            r.refresh_own(&request(1)),
+            Err(RegistryError::Removed { .. })
+        ));
+        // A reinstalled node (a blank disk, a new UUID) joins under the name.
+        let mut reinstalled = request(2);
+        reinstalled.name = "node-1".into();
+        r.register(&reinstalled).unwrap();
+        r.refresh_own(&reinstalled).unwrap();
         assert_eq!(r.update(0).unwrap().peers.len(), 2);
+    }
+
+    /// A registry on `double` whose clock the returned handle sets.
+    fn registry_on_a_clock(
+        double: &KubeApiDouble,
+    ) -> (KubeApiPeerRegistry, Arc<std::sync::atomic::AtomicU64>) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let now = Arc::new(AtomicU64::new(1_700_000_000));
+        let clock = Arc::clone(&now);
+        let r = registry(double, "10.118.0.0/24").with_clock(move || clock.load(Ordering::SeqCst));
+        (r, now)
+    }
+
+    #[test]
+    fn a_join_whose_node_never_sends_its_record_expires_and_frees_its_name_and_address() {
+        use std::sync::atomic::Ordering;
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let (r, now) = registry_on_a_clock(&double);
+        assert_eq!(r.register(&request(0)).unwrap(), ip(1));
+        assert_eq!(r.register(&request(1)).unwrap(), ip(2));
+        // node-1 completes its first boot: its own record arrives.
+        r.refresh_own(&request(1)).unwrap();
+        // Within the window node-0's name is held for its disk.
+        let mut squatter = request(5);
+        squatter.name = "node-0".into();
+        assert!(matches!(
+            r.register(&squatter),
+            Err(RegistryError::NameTaken { .. })
+        ));
+        now.fetch_add(JOIN_COMPLETION_WINDOW.as_secs(), Ordering::SeqCst);
+        // After it, node-0's registration is gone: its name and address
+        // are another node's; node-1's stays.
+        assert_eq!(r.register(&squatter).unwrap(), ip(1));
+        let names: Vec<String> = r
+            .update(0)
+            .unwrap()
+            .peers
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names, ["node-0", "node-1"]);
+        assert_eq!(r.refresh_own(&request(1)).unwrap(), ip(2));
+        // And node-0's disk joined for good: it rejoins, never joins.
+        assert_eq!(
+            r.register(&request(0)),
+            Err(RegistryError::Admission(Refusal::DiskJoined {
+                disk: request(0).disk_uuid
+            }))
+        );
+    }
+
+    #[test]
+    fn a_members_own_record_refreshes_only_its_own_name() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        r.register(&request(0)).unwrap();
+        r.refresh_own(&request(0)).unwrap();
+        // The same disk under another, unbound name: refused.
+        let mut second_name = request(0);
+        second_name.name = "node-0b".into();
+        second_name.vpn_pub_key = request(9).vpn_pub_key;
+        assert_eq!(
+            r.refresh_own(&second_name),
+            Err(RegistryError::DiskHasName {
+                name: "node-0b".into(),
+                bound: "node-0".into()
+            })
+        );
+        assert_eq!(r.update(0).unwrap().peers.len(), 1);
+    }
+
+    #[test]
+    fn a_disk_whose_first_boot_completed_gets_no_second_join() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        // An interrupted first boot finishes with the same UUID.
+        r.register(&request(0)).unwrap();
+        r.register(&request(0)).unwrap();
+        // The node's own record shows its first boot complete; a join for
+        // its disk (its header's "bootstrapped" token deleted) is refused,
+        // here and at a restarted replica; a rejoin is served.
+        r.refresh_own(&request(0)).unwrap();
+        let refused = Err(RegistryError::Admission(Refusal::DiskJoined {
+            disk: request(0).disk_uuid,
+        }));
+        assert_eq!(r.register(&request(0)), refused);
+        let restarted = registry(&double, "10.118.0.0/24");
+        assert_eq!(restarted.register(&request(0)), refused);
+        restarted
+            .admit(
+                &Caller::Unbootstrapped,
+                TicketKind::Rejoin,
+                &request(0).disk_uuid,
+                None,
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn an_snp_launch_is_served_once_by_every_replica_and_after_a_restart() {
+        use crate::ledger::LaunchId;
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        let launch = Caller::Launch(LaunchId::from_bytes([4; 32]));
+        let disk = |i| request(i).disk_uuid;
+        r.admit(&launch, TicketKind::Rejoin, &disk(0), None)
+            .unwrap();
+        let other = registry(&double, "10.118.0.0/24");
+        for (kind, d) in [
+            (TicketKind::Rejoin, disk(1)),
+            (TicketKind::Rejoin, disk(0)),
+            (TicketKind::Join, disk(2)),
+        ] {
+            assert_eq!(
+                other.admit(&launch, kind, &d, None),
+                Err(RegistryError::Admission(Refusal::LaunchServed))
+            );
+        }
+        // A refused launch leaves nothing behind: disk 2 may join.
+        other
+            .admit(&Caller::Unbootstrapped, TicketKind::Join, &disk(2), None)
+            .unwrap();
+        // Another launch (the node rebooted) is served.
+        let next = Caller::Launch(LaunchId::from_bytes([5; 32]));
+        r.admit(&next, TicketKind::Rejoin, &disk(0), None).unwrap();
     }
 
     #[test]
@@ -814,7 +1233,7 @@ mod tests {
         });
         let network: VpnNetwork = "10.118.0.0/16".parse().unwrap();
         assert!(matches!(
-            parse_stored(&body.to_string(), &network),
+            parse_stored(&body.to_string(), Some(&network)),
             Err(RegistryError::Corrupt(_))
         ));
         let too_many: Vec<String> = (0..=MAX_REMOVED_DISKS as u32)
@@ -822,7 +1241,7 @@ mod tests {
             .collect();
         body["data"]["removed.json"] = serde_json::json!(serde_json::json!(too_many).to_string());
         assert!(matches!(
-            parse_stored(&body.to_string(), &network),
+            parse_stored(&body.to_string(), Some(&network)),
             Err(RegistryError::Corrupt(_))
         ));
     }

@@ -88,7 +88,7 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
 
     // The token double saw exactly one token request per issued join ticket.
     assert_eq!(joinsvc.kube.created().len(), 2);
-    assert_eq!(joinsvc.kube.requests(), 2);
+    assert_eq!(joinsvc.kube.secret_requests(), 2);
 
     let (code, metrics) = joinsvc.http_get("/metrics");
     assert_eq!(code, 200);

@@ -251,3 +251,59 @@ fn an_snp_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
         }
     );
 }
+
+/// A compromised SEV-SNP member cannot pull more tickets: its launch (the
+/// same `REPORT_ID` in every fresh report it makes) got its join ticket,
+/// and every later request, a rejoin for another node's disk (disk UUIDs
+/// are public), a control-plane join, or the same disk again, is refused
+/// with no key; a new launch of the node is served.
+#[test]
+fn an_snp_launch_gets_one_ticket_and_a_compromised_member_nothing_more() {
+    use confboot_proto::join::IssueRejoinTicketRequest;
+    const OTHER_DISK: &str = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+    let dir = TempDir::new("snp-once");
+    let joinsvc = joinsvc("sev-snp", None, &dir);
+    let source = || TestReportSource::honest(amd(), chip(1), guest());
+    let launch = snp_issuer(source());
+    join(&joinsvc, &launch).expect("the launch's first ticket");
+    let rejoin = |issuer: &Arc<dyn Issuer>, disk: &str| {
+        let (mut client, _) = atls::connect(
+            joinsvc.rpc_addr,
+            Duration::from_secs(20),
+            &[],
+            Some(Arc::clone(issuer)),
+        )
+        .map_err(|e| e.to_string())?;
+        client
+            .unary::<_, confboot_proto::join::IssueRejoinTicketResponse>(
+                confboot_proto::REJOIN,
+                &IssueRejoinTicketRequest {
+                    disk_uuid: disk.into(),
+                },
+                Duration::from_secs(20),
+            )
+            .map_err(|e| e.to_string())
+    };
+    for disk in [OTHER_DISK, DISK] {
+        let err = rejoin(&launch, disk).expect_err("a second ticket");
+        assert!(err.contains("was given a ticket already"), "{err}");
+    }
+    let err = join(&joinsvc, &launch).expect_err("a second join");
+    assert!(err.contains("was given a ticket already"), "{err}");
+    joinsvc
+        .process
+        .wait_for_line("was given a ticket already", 500);
+    // The node rebooted: a new launch, served.
+    let key = rejoin(&snp_issuer(source()), OTHER_DISK).expect("a new launch");
+    assert_eq!(
+        key.state_disk_key,
+        joinsvc.master_secret.state_disk_key(OTHER_DISK).expose()
+    );
+    let (_, metrics) = joinsvc.http_get("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "joinsvc_tickets_refused_total{reason=\"launch_served\"} 3"),
+        "{metrics}"
+    );
+}

@@ -32,9 +32,21 @@ fn client(node: &Node, addr: SocketAddr) -> atls::AtlsRpcClient {
     atls::connect(addr, CALL, &[], Some(issuer)).unwrap().0
 }
 
+/// The state disk UUID of the node `name`: each node its own.
+fn disk_of(name: &str) -> String {
+    let mut tail = [0u8; 6];
+    for (i, b) in name.bytes().enumerate() {
+        tail[i % 6] = tail[i % 6].wrapping_mul(31).wrapping_add(b);
+    }
+    format!(
+        "00000000-0000-4000-8000-{}",
+        confboot_util::hex::encode(&tail)
+    )
+}
+
 fn join(node: &Node, addr: SocketAddr, name: &str, key: u8) -> String {
     let req = IssueJoinTicketRequest {
-        disk_uuid: DISK.into(),
+        disk_uuid: disk_of(name),
         node_name: name.into(),
         node_vpn_pub_key: vec![key; 32],
         node_public_endpoint: format!("192.0.2.{key}:51820"),
@@ -263,4 +275,44 @@ fn unattested_and_wrongly_measured_callers_get_no_peer_list() {
         .unwrap_err();
     assert_eq!(err.code, confboot_wire::Code::FailedPrecondition, "{err}");
     assert!(err.message.contains("--vpn-cidr"), "{err}");
+}
+
+/// A removal sticks: a node the admin removed, whose host then deletes
+/// the "bootstrapped" token from its disk's header so that it boots as a
+/// first boot (PCR 15 unmarked), asks for a join for its own disk again:
+/// refused, with no key and no token, and it stays off the list; a rejoin
+/// for that disk is refused too.
+#[test]
+fn a_removed_node_whose_header_lost_its_bootstrapped_token_cannot_join_again() {
+    let node = Node::start("node", b"kernel");
+    let setup = JoinsvcSetup::new();
+    let member = member("member", b"kernel", &setup.cluster_id());
+    let joinsvc = launch_vpn(&node, &[&node, &member], setup);
+    let addr = joinsvc.rpc_addr;
+    assert_eq!(join(&node, addr, "worker-1", 1), "10.118.0.1");
+    let tokens = joinsvc.kube.secret_requests();
+    assert_eq!(remove_peer(&joinsvc, "worker-1"), Some(0));
+    let req = IssueJoinTicketRequest {
+        disk_uuid: disk_of("worker-1"),
+        node_name: "worker-1".into(),
+        node_vpn_pub_key: vec![1; 32],
+        node_public_endpoint: "192.0.2.1:51820".into(),
+        ..Default::default()
+    };
+    let err = client(&node, addr)
+        .unary::<_, confboot_proto::join::IssueJoinTicketResponse>(JOIN, &req, CALL)
+        .unwrap_err();
+    assert_eq!(err.code, confboot_wire::Code::PermissionDenied, "{err}");
+    assert!(err.message.contains("was removed"), "{err}");
+    let err = node.rejoin(addr, &disk_of("worker-1")).unwrap_err();
+    assert_eq!(err.code, confboot_wire::Code::PermissionDenied, "{err}");
+    assert_eq!(joinsvc.kube.secret_requests(), tokens, "no token made");
+    assert!(poll_until_version(&member, addr, 0, 2).peers.is_empty());
+    let (_, metrics) = joinsvc.http_get("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "joinsvc_tickets_refused_total{reason=\"disk_removed\"} 2"),
+        "{metrics}"
+    );
 }

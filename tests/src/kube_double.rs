@@ -241,6 +241,8 @@ struct State {
     /// The ids in `created`, looked up by key as the API server's store does.
     ids: HashSet<String>,
     requests: usize,
+    /// Requests for Secrets (bootstrap tokens) received so far.
+    secret_requests: usize,
     /// The Role the caller holds in [`JOINSVC_ROLE_NAMESPACE`].
     rules: &'static [PolicyRule],
     /// The ConfigMaps of kube-system by name, each with its
@@ -328,7 +330,9 @@ impl KubeApiDouble {
         confboot_util::base64::pem("CERTIFICATE", &self.ca_der)
     }
 
-    /// Makes the next requests fail, in order.
+    /// Makes the next requests for Secrets (bootstrap tokens) fail, in
+    /// order; the registry's ConfigMap requests, which joinsvc makes
+    /// before each token, are answered.
     pub fn fail_next(&self, failures: &[Failure]) {
         self.state.lock().unwrap().failures.extend(failures);
     }
@@ -351,6 +355,12 @@ impl KubeApiDouble {
     /// Requests received so far (whatever their outcome).
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
+    }
+
+    /// Requests for Secrets (bootstrap tokens) received so far, whatever
+    /// their outcome; the registry's ConfigMap requests are not counted.
+    pub fn secret_requests(&self) -> usize {
+        self.state.lock().unwrap().secret_requests
     }
 
     /// The ConfigMap `name` of kube-system as stored, if there is one.
@@ -392,7 +402,9 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 /// Bounds on what one request may be, as a real server has them.
 const MAX_LINE: u64 = 8 * 1024;
 const MAX_HEADERS: usize = 100;
-const MAX_BODY: usize = 64 * 1024;
+/// The largest request body: the API server's limit (3 MiB), which a
+/// ConfigMap of up to [`MAX_CONFIGMAP_DATA_BYTES`] needs.
+const MAX_BODY: usize = 3 * 1024 * 1024;
 
 type TlsStream = rustls::StreamOwned<rustls::ServerConnection, PeerStream>;
 
@@ -417,7 +429,12 @@ fn serve(
         let failure = {
             let mut st = state.lock().unwrap();
             st.requests += 1;
-            st.failures.pop_front()
+            if request.path.contains("/secrets") {
+                st.secret_requests += 1;
+                st.failures.pop_front()
+            } else {
+                None
+            }
         };
         let (code, reply) = match failure {
             Some(Failure::NoAnswer) => {

@@ -392,17 +392,24 @@ pub struct TestReportSource {
     pub ask_der: Vec<u8>,
     /// The guest.
     pub guest: Guest,
+    /// The launch's `REPORT_ID`: the firmware draws it once per launch and
+    /// puts it in every report of that launch.
+    pub report_id: [u8; 32],
 }
 
 impl TestReportSource {
     /// An honest platform: one chip reports, signs and is in the table.
+    /// Each call is a new launch (a fresh `REPORT_ID`).
     pub fn honest(amd: &TestAmd, chip: std::sync::Arc<TestChip>, guest: Guest) -> Self {
+        let mut report_id = [0u8; 32];
+        SystemRandom::new().fill(&mut report_id).unwrap();
         TestReportSource {
             reporting: chip.clone(),
             signing: chip.clone(),
             table_vcek: chip,
             ask_der: amd.ask_der.clone(),
             guest,
+            report_id,
         }
     }
 }
@@ -410,6 +417,7 @@ impl TestReportSource {
 impl SnpReportSource for TestReportSource {
     fn report(&self, report_data: [u8; 64], vmpl: u32) -> Result<RawReport, AttestationError> {
         let mut report = unsigned_report(&self.reporting, &self.guest, report_data, vmpl);
+        report[offset::REPORT_ID..offset::REPORT_ID + 32].copy_from_slice(&self.report_id);
         self.signing.sign(&mut report);
         Ok(RawReport {
             report,

@@ -84,7 +84,9 @@ pub struct Attested {
     /// The variant of the evidence.
     pub variant: Variant,
     /// Measured values by index: for vTPM, PCR number → SHA-256 digest; for
-    /// SEV-SNP, 0 → the 48-byte launch measurement.
+    /// SEV-SNP, 0 → the 48-byte launch measurement, and
+    /// [`snp::LAUNCH_IDENTITY_INDEX`] → the launch's identity (chip id and
+    /// `REPORT_ID`, not a measurement: no policy compares it).
     pub measurements: BTreeMap<u32, Vec<u8>>,
 }
 

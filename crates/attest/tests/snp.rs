@@ -138,9 +138,14 @@ fn genuine_reports_verify_with_their_own_certificates() {
         assert_eq!(checks.len(), 20);
         let attested = v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
         assert_eq!(attested.variant, Variant::SevSnp);
+        let report = f.parsed();
+        let launch = [report.chip_id(), report.report_id()].concat();
         assert_eq!(
             attested.measurements,
-            BTreeMap::from([(0, f.parsed().measurement().to_vec())])
+            BTreeMap::from([
+                (0, report.measurement().to_vec()),
+                (confboot_attest::snp::LAUNCH_IDENTITY_INDEX, launch),
+            ])
         );
     }
     // The VLEK report: VMPL 1, masked chip id, version 3.

@@ -54,6 +54,19 @@ pub use kds::{KDS_TIMEOUT, fetch_certificate};
 pub use policy::{MinimumTcb, SnpPolicy};
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
 pub use vek_lookup::{KDS_BASE_URL, kds_vcek_url, vcek_cache_path};
+/// The index under which [`SnpValidator`] passes on the identity of the
+/// launch that made a verified report, in [`crate::Attested::measurements`]
+/// beside the launch measurement (index 0): `CHIP_ID` (64 bytes, zero when
+/// masked) followed by `REPORT_ID` (32 bytes). The firmware draws
+/// `REPORT_ID` once when it launches a guest and puts it in every report of
+/// that launch; a new launch of the same image on the same chip has another.
+/// It is an identity, not a measurement: no policy compares it, and a
+/// service that must remember what each launch was given keys on it.
+pub const LAUNCH_IDENTITY_INDEX: u32 = 0x8000_0000;
+
+/// The length of the launch identity: `CHIP_ID` and `REPORT_ID`.
+pub const LAUNCH_IDENTITY_LEN: usize = 64 + 32;
+
 pub use verify::{
     CheckOutcome, CheckResult, ReportDataCheck, check, first_failure, run_checks, verify_signature,
 };

@@ -647,9 +647,14 @@ pub fn verify(
     if let Some(e) = first_failure(&checks) {
         return Err(e);
     }
+    let report = &evidence.report;
+    let launch = [report.chip_id(), report.report_id()].concat();
     Ok(Attested {
         variant: Variant::SevSnp,
-        measurements: BTreeMap::from([(0, evidence.report.measurement().to_vec())]),
+        measurements: BTreeMap::from([
+            (0, report.measurement().to_vec()),
+            (super::LAUNCH_IDENTITY_INDEX, launch),
+        ]),
     })
 }
 

@@ -1,0 +1,512 @@
+//! What joinsvc has handed out, so that a member cannot ask twice and a
+//! revocation sticks. Plain decisions over plain data: the registry
+//! ([`crate::vpn`]) keeps the [`Ledger`] in its ConfigMap beside the peers
+//! and the removed disks, and applies [`decide`] and [`record`] inside the
+//! same compare-and-swap that registers a peer, so every replica and every
+//! restart sees the same memory.
+//!
+//! The rules:
+//!
+//! - **One ticket per launch.** A vTPM node proves it is not bootstrapped
+//!   (PCR 15 all zero; a member's PCR 15 is marked and cannot be reset
+//!   without a reboot). SEV-SNP evidence has no such register, so each
+//!   launch is remembered instead, by its identity (chip id and
+//!   `REPORT_ID`, which the firmware draws once per launch): a launch that
+//!   was given one ticket, of either kind, for any disk, gets nothing more
+//!   ([`Refusal::LaunchServed`]), even for the same disk (it already has
+//!   the key). A compromised SNP member gets nothing it did not have.
+//! - **A disk joins once.** A join ticket for a disk starts its first boot;
+//!   the same disk may ask for a join again only while that first boot has
+//!   not completed and for at most [`JOIN_COMPLETION_WINDOW`] (an
+//!   interrupted first boot is finished with the header's UUID). Once the
+//!   node's own VPN record or a rejoin shows the first boot complete, or
+//!   the window passed, a join for it is refused ([`Refusal::DiskJoined`]):
+//!   a node whose header lost its "bootstrapped" token must rejoin.
+//! - **A removal sticks.** A disk the admin removed gets neither a join nor
+//!   a rejoin ticket ([`Refusal::DiskRemoved`]); no request takes it off
+//!   the list. The node is reinstalled (a blank disk gets a new UUID).
+//!
+//! How the memory stays bounded without being forgotten: launches that
+//! were served, and disks whose first boot is over, go into a Bloom filter
+//! of fixed size ([`FILTER_BITS`] bits, [`FILTER_HASHES`] hashes). A filter
+//! never forgets (no false "not seen"), so nothing has to be evicted and an
+//! old launch never regains the right to ask. Its price is a false "seen"
+//! that grows with the number of entries: a new launch or a new disk
+//! refused by chance, below one in a million up to 25,000 entries and one
+//! in ten thousand at 50,000. A refused launch reboots (a new launch has a
+//! new `REPORT_ID`); a refused new disk is wiped (it gets a new UUID). Only
+//! joins whose first boot is still running are kept exactly, at most
+//! [`MAX_PENDING_JOINS`]: when full, the oldest is taken as complete (it
+//! moves into the filter), which makes the rule stricter, never looser.
+//! Times are joinsvc's clock: a clock the host runs fast ends windows
+//! early (stricter); one it runs slow keeps an unfinished first boot open
+//! for longer, which lets the same disk's genuine image finish it, nothing
+//! more.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use confboot_attest::snp::{LAUNCH_IDENTITY_INDEX, LAUNCH_IDENTITY_LEN};
+use confboot_attest::{Attested, Variant};
+use ring::digest::{SHA256, digest};
+
+/// How long a disk's first boot may take: until then a join for the same
+/// disk is served again (an interrupted first boot is finished), and the
+/// VPN peer its join registered is kept without the node's own record.
+pub const JOIN_COMPLETION_WINDOW: Duration = Duration::from_secs(60 * 60);
+/// The most joins remembered exactly while their first boot runs.
+pub const MAX_PENDING_JOINS: usize = 1024;
+/// The size of the filter of served launches and joined disks, in bits.
+pub const FILTER_BITS: usize = 1 << 20;
+/// The bits each entry sets in the filter.
+pub const FILTER_HASHES: usize = 8;
+
+/// The identity of one SEV-SNP launch: SHA-256 over its chip id and
+/// `REPORT_ID`, as the validator passed them on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchId([u8; 32]);
+
+impl LaunchId {
+    /// The launch identity of an SEV-SNP caller, if its evidence carried
+    /// one.
+    pub fn of(peer: &Attested) -> Option<LaunchId> {
+        let raw = peer.measurements.get(&LAUNCH_IDENTITY_INDEX)?;
+        if peer.variant != Variant::SevSnp || raw.len() != LAUNCH_IDENTITY_LEN {
+            return None;
+        }
+        let mut id = [0u8; 32];
+        id.copy_from_slice(digest(&SHA256, raw).as_ref());
+        Some(LaunchId(id))
+    }
+
+    /// A launch id from its 32 bytes (tests).
+    #[cfg(test)]
+    pub fn from_bytes(bytes: [u8; 32]) -> LaunchId {
+        LaunchId(bytes)
+    }
+}
+
+/// Who asks for a ticket, as the handshake and PCR 15 established it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// A vTPM node whose PCR 15 is all zero: not bootstrapped since it
+    /// booted, so it asks once per boot by construction.
+    Unbootstrapped,
+    /// An SEV-SNP launch, served once.
+    Launch(LaunchId),
+    /// A member of this cluster (vTPM, PCR 15 marked): peer updates only.
+    Member,
+}
+
+/// The kind of ticket asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TicketKind {
+    /// A join ticket: first boot of a disk.
+    Join,
+    /// A rejoin ticket: a bootstrapped disk's key.
+    Rejoin,
+}
+
+/// Why the ledger refuses a ticket.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// This SEV-SNP launch was given a ticket already.
+    #[error(
+        "this SEV-SNP launch (its REPORT_ID) was given a ticket already: a launch asks once \
+         (reboot the node for a new launch)"
+    )]
+    LaunchServed,
+    /// The disk joined already; it rejoins.
+    #[error("state disk {disk} joined already: a bootstrapped node asks for a rejoin ticket")]
+    DiskJoined {
+        /// The disk UUID.
+        disk: String,
+    },
+    /// The admin removed the disk's node.
+    #[error(
+        "state disk {disk}: its node was removed (joinsvc --remove-vpn-peer); a removed node \
+         is reinstalled with a blank disk"
+    )]
+    DiskRemoved {
+        /// The disk UUID.
+        disk: String,
+    },
+    /// Only callers that are not bootstrapped get tickets.
+    #[error("tickets are issued only to nodes that are not bootstrapped")]
+    NotUnbootstrapped,
+}
+
+impl Refusal {
+    /// A short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::LaunchServed => "launch_served",
+            Refusal::DiskJoined { .. } => "disk_joined",
+            Refusal::DiskRemoved { .. } => "disk_removed",
+            Refusal::NotUnbootstrapped => "marked",
+        }
+    }
+}
+
+/// A Bloom filter of fixed size: what was put in is always found; what
+/// was not is found by chance only (see the module documentation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IssuedFilter {
+    /// [`FILTER_BITS`] bits, or empty while nothing was put in.
+    bits: Vec<u8>,
+    /// How many entries were put in.
+    count: u64,
+}
+
+impl IssuedFilter {
+    /// The filter from its stored bits (exactly [`FILTER_BITS`] / 8 bytes,
+    /// or none) and count.
+    pub fn from_parts(bits: Vec<u8>, count: u64) -> Option<IssuedFilter> {
+        (bits.is_empty() || bits.len() == FILTER_BITS / 8).then_some(IssuedFilter { bits, count })
+    }
+
+    /// The stored bits (empty while nothing was put in).
+    pub fn bits(&self) -> &[u8] {
+        &self.bits
+    }
+
+    /// How many entries were put in.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    fn positions(key: &[u8; 32]) -> impl Iterator<Item = usize> + '_ {
+        (0..FILTER_HASHES).map(move |i| {
+            let word = u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            word as usize & (FILTER_BITS - 1)
+        })
+    }
+
+    fn contains(&self, key: &[u8; 32]) -> bool {
+        !self.bits.is_empty()
+            && Self::positions(key).all(|p| self.bits[p / 8] & (1 << (p % 8)) != 0)
+    }
+
+    fn insert(&mut self, key: &[u8; 32]) {
+        if self.contains(key) {
+            return;
+        }
+        if self.bits.is_empty() {
+            self.bits = vec![0; FILTER_BITS / 8];
+        }
+        for p in Self::positions(key) {
+            self.bits[p / 8] |= 1 << (p % 8);
+        }
+        self.count += 1;
+    }
+}
+
+fn filter_key(domain: &[u8], value: &[u8]) -> [u8; 32] {
+    let mut input = Vec::with_capacity(domain.len() + value.len());
+    input.extend_from_slice(domain);
+    input.extend_from_slice(value);
+    digest(&SHA256, &input)
+        .as_ref()
+        .try_into()
+        .expect("32 bytes")
+}
+
+fn launch_key(launch: &LaunchId) -> [u8; 32] {
+    filter_key(b"confboot served launch\0", &launch.0)
+}
+
+fn disk_key(disk: &str) -> [u8; 32] {
+    filter_key(b"confboot joined disk\0", disk.as_bytes())
+}
+
+/// joinsvc's memory of what it issued: joins whose first boot runs, and
+/// the filter of served launches and joined disks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Disk UUID → when its join ticket was first issued (Unix seconds),
+    /// while its first boot runs (at most [`MAX_PENDING_JOINS`]).
+    pub pending: BTreeMap<String, u64>,
+    /// Served launches and disks whose first boot is over.
+    pub issued: IssuedFilter,
+}
+
+impl Ledger {
+    /// Takes every join older than [`JOIN_COMPLETION_WINDOW`] at `now` as
+    /// complete; whether anything changed.
+    pub fn expire(&mut self, now: u64) -> bool {
+        let window = JOIN_COMPLETION_WINDOW.as_secs();
+        let expired: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, at)| now.saturating_sub(**at) >= window)
+            .map(|(disk, _)| disk.clone())
+            .collect();
+        for disk in &expired {
+            self.complete(disk);
+        }
+        !expired.is_empty()
+    }
+
+    /// The disk's first boot is over (its node's own record arrived, it
+    /// rejoined, or its window passed): a join for it is refused from now
+    /// on. Whether anything changed.
+    pub fn complete(&mut self, disk: &str) -> bool {
+        let was_pending = self.pending.remove(disk).is_some();
+        let key = disk_key(disk);
+        let known = self.issued.contains(&key);
+        self.issued.insert(&key);
+        was_pending || !known
+    }
+
+    /// Whether `disk` holds a join whose first boot runs.
+    pub fn is_pending(&self, disk: &str) -> bool {
+        self.pending.contains_key(disk)
+    }
+}
+
+/// Whether `caller` may have a `kind` ticket for `disk` at `now`, given
+/// the ledger and the admin's removed disks. Expire the ledger at `now`
+/// first ([`Ledger::expire`]).
+pub fn decide(
+    ledger: &Ledger,
+    removed: &[String],
+    caller: &Caller,
+    kind: TicketKind,
+    disk: &str,
+) -> Result<(), Refusal> {
+    match caller {
+        Caller::Member => return Err(Refusal::NotUnbootstrapped),
+        Caller::Launch(launch) if ledger.issued.contains(&launch_key(launch)) => {
+            return Err(Refusal::LaunchServed);
+        }
+        Caller::Launch(_) | Caller::Unbootstrapped => {}
+    }
+    if removed.iter().any(|d| d == disk) {
+        return Err(Refusal::DiskRemoved { disk: disk.into() });
+    }
+    match kind {
+        TicketKind::Join if ledger.is_pending(disk) => Ok(()),
+        TicketKind::Join if ledger.issued.contains(&disk_key(disk)) => {
+            Err(Refusal::DiskJoined { disk: disk.into() })
+        }
+        TicketKind::Join | TicketKind::Rejoin => Ok(()),
+    }
+}
+
+/// Records a ticket [`decide`] allowed; whether the ledger changed. A
+/// launch is remembered as served; a join starts (or continues) its disk's
+/// first boot, the oldest running one taken as complete when
+/// [`MAX_PENDING_JOINS`] run; a rejoin shows its disk's first boot over.
+pub fn record(
+    ledger: &mut Ledger,
+    caller: &Caller,
+    kind: TicketKind,
+    disk: &str,
+    now: u64,
+) -> bool {
+    let mut changed = false;
+    if let Caller::Launch(launch) = caller {
+        ledger.issued.insert(&launch_key(launch));
+        changed = true;
+    }
+    match kind {
+        TicketKind::Join if ledger.is_pending(disk) => {}
+        TicketKind::Join => {
+            if ledger.pending.len() >= MAX_PENDING_JOINS {
+                let oldest = ledger
+                    .pending
+                    .iter()
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(d, _)| d.clone());
+                if let Some(oldest) = oldest {
+                    ledger.complete(&oldest);
+                }
+            }
+            ledger.pending.insert(disk.to_string(), now);
+            changed = true;
+        }
+        TicketKind::Rejoin => changed |= ledger.is_pending(disk) && ledger.complete(disk),
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+    const OTHER: &str = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+    const NOW: u64 = 1_700_000_000;
+
+    fn launch(i: u8) -> Caller {
+        Caller::Launch(LaunchId::from_bytes([i; 32]))
+    }
+
+    /// Decides, and records what is allowed.
+    fn ask(
+        l: &mut Ledger,
+        caller: &Caller,
+        kind: TicketKind,
+        disk: &str,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        l.expire(now);
+        decide(l, &[], caller, kind, disk)?;
+        record(l, caller, kind, disk, now);
+        Ok(())
+    }
+
+    #[test]
+    fn an_snp_launch_gets_one_ticket_whatever_it_asks_next() {
+        use TicketKind::{Join, Rejoin};
+        // The second request of a launch, whatever it is: refused.
+        for (first, second) in [
+            ((Join, DISK), (Join, DISK)),
+            ((Join, DISK), (Join, OTHER)),
+            ((Join, DISK), (Rejoin, OTHER)),
+            ((Rejoin, DISK), (Rejoin, DISK)),
+            ((Rejoin, DISK), (Rejoin, OTHER)),
+            ((Rejoin, DISK), (Join, OTHER)),
+        ] {
+            let mut l = Ledger::default();
+            ask(&mut l, &launch(1), first.0, first.1, NOW).unwrap();
+            assert_eq!(
+                ask(&mut l, &launch(1), second.0, second.1, NOW + 1),
+                Err(Refusal::LaunchServed),
+                "{first:?} then {second:?}"
+            );
+            // Another launch (the node rebooted) is served.
+            ask(&mut l, &launch(2), Rejoin, DISK, NOW + 2).unwrap();
+            // And a launch is never forgotten, however much later.
+            assert_eq!(
+                ask(&mut l, &launch(1), Rejoin, DISK, NOW + 100 * 86_400),
+                Err(Refusal::LaunchServed)
+            );
+        }
+    }
+
+    #[test]
+    fn a_vtpm_node_is_not_remembered_as_a_launch_and_a_member_gets_no_ticket() {
+        let mut l = Ledger::default();
+        ask(
+            &mut l,
+            &Caller::Unbootstrapped,
+            TicketKind::Rejoin,
+            DISK,
+            NOW,
+        )
+        .unwrap();
+        ask(
+            &mut l,
+            &Caller::Unbootstrapped,
+            TicketKind::Rejoin,
+            DISK,
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(
+            ask(&mut l, &Caller::Member, TicketKind::Rejoin, DISK, NOW),
+            Err(Refusal::NotUnbootstrapped)
+        );
+    }
+
+    #[test]
+    fn a_disk_joins_again_only_while_its_first_boot_runs() {
+        let mut l = Ledger::default();
+        let node = Caller::Unbootstrapped;
+        ask(&mut l, &node, TicketKind::Join, DISK, NOW).unwrap();
+        // An interrupted first boot finishes with the same UUID.
+        ask(&mut l, &node, TicketKind::Join, DISK, NOW + 60).unwrap();
+        // Its window passed: the disk joined; it rejoins.
+        let late = NOW + JOIN_COMPLETION_WINDOW.as_secs();
+        assert_eq!(
+            ask(&mut l, &node, TicketKind::Join, DISK, late),
+            Err(Refusal::DiskJoined { disk: DISK.into() })
+        );
+        ask(&mut l, &node, TicketKind::Rejoin, DISK, late).unwrap();
+        // Completed by the node's own record: refused at once.
+        ask(&mut l, &node, TicketKind::Join, OTHER, NOW).unwrap();
+        assert!(l.complete(OTHER));
+        assert_eq!(
+            ask(&mut l, &node, TicketKind::Join, OTHER, NOW + 1),
+            Err(Refusal::DiskJoined { disk: OTHER.into() })
+        );
+    }
+
+    #[test]
+    fn a_rejoin_ends_the_first_boot_of_its_disk() {
+        let mut l = Ledger::default();
+        let node = Caller::Unbootstrapped;
+        ask(&mut l, &node, TicketKind::Join, DISK, NOW).unwrap();
+        ask(&mut l, &node, TicketKind::Rejoin, DISK, NOW + 1).unwrap();
+        assert_eq!(
+            ask(&mut l, &node, TicketKind::Join, DISK, NOW + 2),
+            Err(Refusal::DiskJoined { disk: DISK.into() })
+        );
+    }
+
+    #[test]
+    fn a_removed_disk_gets_no_ticket_of_either_kind() {
+        let l = Ledger::default();
+        let removed = [DISK.to_string()];
+        for kind in [TicketKind::Join, TicketKind::Rejoin] {
+            for caller in [Caller::Unbootstrapped, launch(3)] {
+                assert_eq!(
+                    decide(&l, &removed, &caller, kind, DISK),
+                    Err(Refusal::DiskRemoved { disk: DISK.into() })
+                );
+            }
+        }
+        assert_eq!(
+            decide(
+                &l,
+                &removed,
+                &Caller::Unbootstrapped,
+                TicketKind::Join,
+                OTHER
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_full_ledger_takes_its_oldest_first_boot_as_complete_and_forgets_nothing() {
+        let mut l = Ledger::default();
+        let disk = |i: usize| format!("00000000-0000-4000-8000-{i:012x}");
+        for i in 0..=MAX_PENDING_JOINS {
+            ask(
+                &mut l,
+                &Caller::Unbootstrapped,
+                TicketKind::Join,
+                &disk(i),
+                NOW + i as u64,
+            )
+            .unwrap();
+        }
+        assert_eq!(l.pending.len(), MAX_PENDING_JOINS);
+        assert!(!l.is_pending(&disk(0)));
+        assert_eq!(
+            decide(&l, &[], &Caller::Unbootstrapped, TicketKind::Join, &disk(0)),
+            Err(Refusal::DiskJoined { disk: disk(0) })
+        );
+    }
+
+    #[test]
+    fn the_filter_finds_all_it_holds_and_rarely_what_it_does_not() {
+        let mut f = IssuedFilter::default();
+        for i in 0..25_000u32 {
+            f.insert(&filter_key(b"test\0", &i.to_le_bytes()));
+        }
+        assert_eq!(f.count(), 25_000);
+        assert!((0..25_000u32).all(|i| f.contains(&filter_key(b"test\0", &i.to_le_bytes()))));
+        let false_seen = (25_000..125_000u32)
+            .filter(|i| f.contains(&filter_key(b"test\0", &i.to_le_bytes())))
+            .count();
+        assert!(false_seen <= 1, "{false_seen} of 100,000 falsely seen");
+        assert_eq!(IssuedFilter::from_parts(vec![0; 3], 0), None);
+        assert_eq!(
+            IssuedFilter::from_parts(f.bits().to_vec(), f.count()),
+            Some(f)
+        );
+    }
+}
