@@ -918,6 +918,9 @@ fn verity_cmdline() -> Vec<Seed> {
         seed("two-devices", two.as_str()),
         seed("twice", format!("{one} confboot.root.blocks=10")),
         seed("unknown-key", format!("{one} confboot.root.fec=/dev/vdd")),
+    ]
+}
+
 /// An init and a control-plane join as the bootstrapper hands them over,
 /// and a few near misses.
 fn cluster_handoff() -> Vec<Seed> {

@@ -261,6 +261,8 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     let join3 = IssueJoinTicketRequest {
         node_name: "worker-3".into(),
         node_vpn_pub_key: vec![3; 32],
+        // A new node has a disk of its own: a removed disk never joins again.
+        disk_uuid: "7f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f".into(),
         ..join
     };
     let _: confboot_proto::join::IssueJoinTicketResponse =
