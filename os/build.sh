@@ -122,6 +122,10 @@ for add in "${ADDS[@]}"; do
     install_file "${add%%:*}" "${add#*:}"
 done
 
+# The node agent's TPM group, and the device's mode without udev.
+chroot "$ROOT" groupadd --system tss
+install -D -m 0644 "$REPO/os/tmpfiles.d/confboot.conf" "$ROOT/usr/lib/tmpfiles.d/confboot.conf"
+
 # Host keys are made at every boot (os/units/confboot-ssh-host-keys.service):
 # an image is public, its keys would be everyone's.
 rm -f "$ROOT"/etc/ssh/ssh_host_*
