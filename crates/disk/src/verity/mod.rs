@@ -4,9 +4,11 @@
 //!
 //! # The format
 //!
-//! The kernel's description is `Documentation/admin-guide/device-mapper/verity.rst`;
-//! cryptsetup's on-disk format for veritysetup is its `docs/on-disk-format`
-//! notes and `lib/verity/`. In short, for format version 1 with SHA-256:
+//! The kernel describes the target and the tree in
+//! `Documentation/admin-guide/device-mapper/verity.rst`; cryptsetup
+//! describes veritysetup's on-disk format (the superblock, where the tree
+//! starts) on its DMVerity wiki page and in `lib/verity/verity.h` (`struct
+//! verity_sb`). In short, for format version 1 with SHA-256:
 //!
 //! - The **data** is cut into `data_blocks` blocks of `data_block_size`
 //!   bytes. Each block's digest is `SHA-256(salt ‖ block)` (version 1
