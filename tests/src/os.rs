@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The test units `os/test/*.service`, installed and enabled in the test OS image.
-pub const TEST_UNITS: [&str; 3] = [
+pub const TEST_UNITS: [&str; 4] = [
     "confboot-test-state.service",
     "confboot-test-ready.service",
     "confboot-test-handoff.service",
+    "confboot-test-verity-cost.service",
 ];
 /// A file of incompressible bytes the test OS image reads early at every
 /// boot (`confboot-test-state.service`): squashfs stores it as it is, so a
@@ -36,8 +37,9 @@ pub struct OsImage {
 impl OsImage {
     /// The TEST OS image into `target/os/<label>`: the static node agent and
     /// CLI (the hash tree) of the release build, the kubeadm double as
-    /// `/usr/bin/kubeadm` and the test units.
-    pub fn build_test(label: &str) -> Result<OsImage, String> {
+    /// `/usr/bin/kubeadm`, the test units, and each `(source, destination)`
+    /// of `add` (another root: another root hash).
+    pub fn build_test(label: &str, add: &[(&Path, &str)]) -> Result<OsImage, String> {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let out = crate::target_dir().join("os").join(label);
         std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
@@ -61,6 +63,9 @@ impl OsImage {
             ))
             .arg("--add")
             .arg(format!("{}:{BOOT_READ_FILE}", boot_read.display()));
+        for (src, dest) in add {
+            cmd.arg("--add").arg(format!("{}:{dest}", src.display()));
+        }
         for unit in TEST_UNITS {
             cmd.arg("--unit").arg(repo.join("os/test").join(unit));
         }
