@@ -98,6 +98,68 @@ impl OsImage {
         })
     }
 
+    /// The same root with its hash tree built by `veritysetup format` (the
+    /// oracle) from the image's squashfs, salt and superblock UUID, at
+    /// `path`; panics when veritysetup fails.
+    pub fn veritysetup_copy(&self, path: &Path) -> PathBuf {
+        crate::require_program("veritysetup", "cryptsetup-bin");
+        let offset = self.hash_offset();
+        let image = std::fs::read(&self.root).expect("read the root image");
+        std::fs::write(path, &image[..offset as usize]).expect("write the squashfs copy");
+        // The superblock: "verity\0\0", version, hash type, then the UUID.
+        let uuid = &image[offset as usize + 16..offset as usize + 32];
+        let hex = confboot_util::hex::encode(uuid);
+        let uuid = format!(
+            "{}-{}-{}-{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..]
+        );
+        let word = |key: &str| -> String {
+            self.cmdline
+                .split(' ')
+                .find_map(|w| w.strip_prefix(&format!("confboot.root.{key}=")))
+                .unwrap_or_else(|| panic!("confboot.root.{key} in {}", self.cmdline))
+                .to_string()
+        };
+        let out = Command::new("veritysetup")
+            .arg("format")
+            .arg(path)
+            .arg(path)
+            .arg(format!("--hash-offset={offset}"))
+            .arg(format!("--data-blocks={}", word("blocks")))
+            .arg(format!("--salt={}", word("salt")))
+            .arg(format!("--uuid={uuid}"))
+            .output()
+            .expect("run veritysetup");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "veritysetup format: {out:?}");
+        assert!(
+            text.contains(&self.root_hash),
+            "veritysetup's root hash is the image's {}:\n{text}",
+            self.root_hash
+        );
+        path.to_path_buf()
+    }
+
+    /// Whether `veritysetup verify` accepts the image's tree (it reads
+    /// every block and checks the whole tree in user space).
+    pub fn veritysetup_verifies(&self) -> bool {
+        crate::require_program("veritysetup", "cryptsetup-bin");
+        let offset = self.hash_offset().to_string();
+        Command::new("veritysetup")
+            .arg("verify")
+            .arg(&self.root)
+            .arg(&self.root)
+            .arg(&self.root_hash)
+            .arg(format!("--hash-offset={offset}"))
+            .status()
+            .expect("run veritysetup")
+            .success()
+    }
+
     /// A copy of the root image at `path` with the byte at `offset` flipped.
     pub fn tampered_copy(&self, path: &Path, offset: u64) -> PathBuf {
         let mut bytes = std::fs::read(&self.root).expect("read the root image");

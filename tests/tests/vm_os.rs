@@ -4,7 +4,9 @@
 //! systemd and OpenSSH, squashfs under dm-verity, the node agent, the
 //! kubeadm double and test units that report on the console) as a second,
 //! read-only disk. The root hash and its parameters are on the kernel
-//! command line: PCR 9 covers them.
+//! command line: PCR 9 covers them. The image is built twice (the same
+//! root hash), `veritysetup verify` accepts its tree, and node 2 boots the
+//! tree `veritysetup format` built for the same root.
 //!
 //! Boots: a fidelity boot (prediction = booted PCRs, the event log for
 //! joinsvc's TPM); node 1 takes the admin's Init, hands over to its OS,
@@ -137,6 +139,25 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     let host_os = OsImage::build_test("vm-os-host", &[(host_file.as_path(), "/etc/host-chosen")])
         .unwrap_or_else(|e| panic!("{e}"));
     assert_ne!(host_os.root_hash, os.root_hash);
+    // Reproducible: the same inputs give the same root hash.
+    let again = OsImage::build_test("vm-os-again", &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        again.root_hash, os.root_hash,
+        "a rebuild gives the same root"
+    );
+    // veritysetup, the oracle, both ways: it accepts the tree ours built
+    // (reading the whole tree), and the tree it builds for the same root is
+    // the one node 2 boots from (mapped by PID 1's dm-verity code).
+    assert!(
+        os.veritysetup_verifies(),
+        "veritysetup verify accepts our tree"
+    );
+    let oracle_root = os.veritysetup_copy(&work.path().join("root-veritysetup.img"));
+    assert_eq!(
+        std::fs::read(&oracle_root).unwrap(),
+        std::fs::read(&os.root).unwrap(),
+        "veritysetup's tree is byte for byte ours"
+    );
     println!("phase images: {:.1} s", t.elapsed().as_secs_f64());
 
     let admin = work.path().join("admin");
@@ -328,7 +349,7 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     );
     let t = Instant::now();
     let (serial2, other_serial, top_serial) = std::thread::scope(|s| {
-        let mut c2 = os_config(&n2, &cmdline, &os.root);
+        let mut c2 = os_config(&n2, &cmdline, &oracle_root);
         c2.host_ports = vec![(JOIN_PORT, joinsvc_port)];
         let mut c_other = os_config(&other, &other_cmdline, &host_os.root);
         c_other.host_ports = vec![(JOIN_PORT, joinsvc_port)];
