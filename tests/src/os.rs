@@ -44,7 +44,7 @@ impl OsImage {
         let out = crate::target_dir().join("os").join(label);
         std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
         // Incompressible and the same on every build (a fixed seed).
-        let mut rng = crate::XorShift::new(0x5eed_0f_0b00_7000);
+        let mut rng = crate::XorShift::new(0x005e_ed0f_0b00_7000);
         let boot_read_bytes: Vec<u8> = (0..64 * 1024).map(|_| rng.next_u64() as u8).collect();
         let boot_read = out.join("boot-read");
         std::fs::write(&boot_read, &boot_read_bytes).map_err(|e| e.to_string())?;
