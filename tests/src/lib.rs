@@ -19,6 +19,7 @@ pub mod admin;
 pub mod cluster;
 pub mod deadlines;
 pub mod elf;
+pub mod host_actor;
 pub mod hostile;
 pub mod kube_double;
 pub mod load;
@@ -223,6 +224,11 @@ impl ChildProcess {
             self.name,
             self.log().join("\n")
         );
+    }
+
+    /// The exit status if the process has ended (without waiting).
+    pub fn exited_status(&self) -> Option<std::process::ExitStatus> {
+        self.exited()
     }
 
     fn exited(&self) -> Option<std::process::ExitStatus> {

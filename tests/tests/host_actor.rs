@@ -1,0 +1,87 @@
+//! The host as a test actor (`confboot_tests::host_actor`): the host's
+//! moves applied to the boot flows of a real bootstrapper process (init,
+//! join, rejoin, recover), each (move, step) judged. The normal suite runs
+//! a short selection (every move at least once, every flow at least once);
+//! `CONFBOOT_HOST_ACTOR=all` runs every (move, step) pair
+//! (`scripts/host_actor.sh`, figures in RELIABILITY.md). Any FAILURE (a
+//! secret the host saw, data lost, a wrong cluster) fails the test.
+
+use confboot_tests::host_actor::{Flow, HostActor, cases, report};
+
+/// FAILUREs the harness found in the product that another change fixes
+/// (issue 30's item named): "flow | step | move", as the tables print it.
+/// The test fails on any other FAILURE, and on a listed one that no longer
+/// fails (then it must be removed here), so the list only shrinks.
+const KNOWN_FAILURES: &[(&str, &str)] = &[(
+    "| (before start) | host's disk + host's Recover",
+    "F4, item 4: Recover takes the host's master secret on the host's disk \
+     and marks PCR 15 for the host's cluster",
+)];
+
+#[test]
+fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
+    let mode = std::env::var("CONFBOOT_HOST_ACTOR").unwrap_or_default();
+    let mut actor = HostActor::start();
+    if mode == "refs" {
+        for flow in Flow::ALL {
+            println!("== {}\n{}", flow.name(), actor.reference(flow).join("\n"));
+        }
+        return;
+    }
+    // `only:TEXT`: every case whose "flow | step | move" contains TEXT.
+    let only = mode.strip_prefix("only:");
+    let mut chosen = cases(&mut actor, mode != "all" && only.is_none());
+    if let Some(text) = only {
+        chosen.retain(|(f, s, m)| {
+            format!("{} | {} | {}", f.name(), s.name(), m.name()).contains(text)
+        });
+    }
+    let mut results = Vec::new();
+    for (flow, step, m) in &chosen {
+        let r = actor.case(*flow, step, m);
+        println!(
+            "{} | {} | {} -> {}: {} ({:.1} s)",
+            flow.name(),
+            step.name(),
+            m.name(),
+            r.outcome.verdict(),
+            r.outcome.detail(),
+            r.seconds
+        );
+        results.push(r);
+    }
+    println!("{}", report(&results));
+    let name = |r: &confboot_tests::host_actor::CaseResult| {
+        format!(
+            "{} | {} | {}",
+            r.flow.name(),
+            r.step.name(),
+            r.host_move.name()
+        )
+    };
+    let known = |r: &confboot_tests::host_actor::CaseResult| {
+        KNOWN_FAILURES.iter().any(|(k, _)| name(r).contains(k))
+    };
+    let new: Vec<String> = results
+        .iter()
+        .filter(|r| r.outcome.verdict() == "FAILURE" && !known(r))
+        .map(|r| format!("{}: {}", name(r), r.outcome.detail()))
+        .collect();
+    assert!(new.is_empty(), "the host won: {new:#?}");
+    let fixed: Vec<String> = results
+        .iter()
+        .filter(|r| known(r) && r.outcome.verdict() != "FAILURE")
+        .map(|r| {
+            format!(
+                "{}: {} {}",
+                name(r),
+                r.outcome.verdict(),
+                r.outcome.detail()
+            )
+        })
+        .collect();
+    assert!(
+        fixed.is_empty(),
+        "known FAILUREs no longer fail; remove them from KNOWN_FAILURES: {fixed:#?}"
+    );
+}
