@@ -30,11 +30,19 @@ fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
     }
     // `only:TEXT`: every case whose "flow | step | move" contains TEXT.
     let only = mode.strip_prefix("only:");
-    let mut chosen = cases(&mut actor, mode != "all" && only.is_none());
+    let full = matches!(mode.as_str(), "all" | "list") || only.is_some();
+    let mut chosen = cases(&mut actor, !full);
     if let Some(text) = only {
         chosen.retain(|(f, s, m)| {
             format!("{} | {} | {}", f.name(), s.name(), m.name()).contains(text)
         });
+    }
+    println!("{} (move, step) pairs to explore", chosen.len());
+    if mode == "list" {
+        for (f, s, m) in &chosen {
+            println!("{} | {} | {}", f.name(), s.name(), m.name());
+        }
+        return;
     }
     let mut results = Vec::new();
     for (flow, step, m) in &chosen {
@@ -50,7 +58,12 @@ fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
         );
         results.push(r);
     }
-    println!("{}", report(&results));
+    let tables = report(&results);
+    println!("{tables}");
+    // scripts/host_actor.sh keeps the tables.
+    if let Some(path) = std::env::var_os("CONFBOOT_HOST_ACTOR_REPORT") {
+        std::fs::write(&path, &tables).expect("write the report");
+    }
     let name = |r: &confboot_tests::host_actor::CaseResult| {
         format!(
             "{} | {} | {}",

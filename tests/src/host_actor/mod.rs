@@ -662,6 +662,11 @@ pub fn steps_of(log: &[String]) -> Vec<Step> {
         .unwrap_or(log.len().saturating_sub(1));
     let mut steps = Vec::new();
     for (i, l) in log.iter().enumerate().take(to + 1).skip(from) {
+        // The state machine's lines; DEBUG lines (quotes issued, retry
+        // rounds, connections ended) mark no state.
+        if l.contains(" DEBUG ") {
+            continue;
+        }
         let needle = message(l)
             .split(' ')
             .take_while(|w| !w.chars().any(|c| c.is_ascii_digit() || c == '/'))
@@ -1433,9 +1438,24 @@ impl HostActor {
             }
             std::thread::sleep(Duration::from_millis(2));
         };
-        if let Some((_, mut c)) = call.take() {
+        // A call still running ends on its own (the admin's CLI writes
+        // what Init returned after the node answered), within bounds.
+        if let Some((caller, mut c)) = call.take() {
+            let t = Instant::now();
+            let status = loop {
+                match c.child.try_wait() {
+                    Ok(Some(status)) => break Some(status),
+                    _ if t.elapsed() > Duration::from_secs(15) => break None,
+                    _ => std::thread::sleep(Duration::from_millis(5)),
+                }
+            };
             let _ = c.child.kill();
             let _ = c.child.wait();
+            let ok = status.is_some_and(|s| s.success());
+            match caller {
+                Caller::Host => host_succeeded = ok,
+                Caller::Admin => admin_succeeded |= ok,
+            }
         }
         let _ = killpg(pgid, Signal::SIGKILL);
         boot.node.kill();
