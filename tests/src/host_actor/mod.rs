@@ -503,6 +503,11 @@ impl Move {
             (Move::Disk(DiskMove::HostFormatted), Step::Start) => true,
             (Move::Disk(DiskMove::HostFormatted), _) => false,
             (Move::Disk(DiskMove::RollbackToBootStart), Step::Start) => false,
+            // A blank disk has no header to edit and nothing older.
+            (
+                Move::Disk(DiskMove::Edit(_) | DiskMove::Uuid | DiskMove::RollbackToOld),
+                Step::Start,
+            ) if !flow.starts_with_data() => false,
             (Move::Disk(_), Step::Start | Step::Line { .. }) => true,
             (Move::Net(_) | Move::HostCall, Step::Exchange) => true,
             (Move::SpoofName, Step::Start) => matches!(flow, Flow::Join | Flow::Rejoin),
@@ -522,9 +527,10 @@ pub enum Outcome {
     Stopped(String),
     /// A secret disclosed, data lost or a wrong cluster.
     Failure(String),
-    /// The step never came in this run, so the move was not made (a line
-    /// that depends on timing); not counted as explored.
-    NotReached(String),
+    /// The move was not made: its step never came in this run (a line
+    /// that depends on timing), or there was nothing to move (no header
+    /// to edit yet); not counted as explored.
+    NotMade(String),
 }
 
 impl Outcome {
@@ -535,7 +541,7 @@ impl Outcome {
             Outcome::Converged(_) => "CONVERGED",
             Outcome::Stopped(_) => "STOPPED",
             Outcome::Failure(_) => "FAILURE",
-            Outcome::NotReached(_) => "NOT REACHED",
+            Outcome::NotMade(_) => "NOT MADE",
         }
     }
 
@@ -546,7 +552,7 @@ impl Outcome {
             | Outcome::Converged(d)
             | Outcome::Stopped(d)
             | Outcome::Failure(d)
-            | Outcome::NotReached(d) => d,
+            | Outcome::NotMade(d) => d,
         }
     }
 }
@@ -724,6 +730,8 @@ struct BootEnd {
     moved: bool,
     /// Whether the node formatted its disk while the disk held data.
     formatted_data: bool,
+    /// Why the pause's move could not be made.
+    move_error: Option<String>,
 }
 
 /// The host, its cluster's honest parts and the subject node.
@@ -1086,7 +1094,10 @@ impl HostActor {
             match (m, step) {
                 (Move::Disk(d), Step::Start) => {
                     if let Err(e) = self.apply_disk_move(d, flow, &boot_start) {
-                        panic!("the host's move {} failed: {e}", m.name());
+                        panic!(
+                            "the host's move {} failed before the node started: {e}",
+                            m.name()
+                        );
                     }
                     host_calls = matches!(d, DiskMove::HostFormatted);
                 }
@@ -1163,8 +1174,8 @@ impl HostActor {
                 }
             }
         }
-        let again =
-            end.killed || (matches!(pause_move, Some(Move::Disk(_))) && line_step.is_some());
+        let again = end.move_error.is_none()
+            && (end.killed || (matches!(pause_move, Some(Move::Disk(_))) && line_step.is_some()));
         // The OS writes its data once the first boot converged.
         if !flow.starts_with_data()
             && end.status.is_some_and(|s| s.success())
@@ -1201,6 +1212,7 @@ impl HostActor {
                 killed: true,
                 moved: true,
                 formatted_data: false,
+                move_error: None,
             });
         }
         (ends, expected)
@@ -1336,6 +1348,7 @@ impl HostActor {
         let mut call: Option<(Caller, CliCall)> = None;
         let mut killed = false;
         let mut moved = pause.is_none();
+        let mut move_error = None;
         let mut data_since = expected.is_some().then_some(0);
         let t = Instant::now();
         let mut last_change = Instant::now();
@@ -1375,12 +1388,13 @@ impl HostActor {
                 }
                 let _ = killpg(pgid, Signal::SIGSTOP);
                 if let Move::Disk(d) = m {
-                    if let Err(e) = self.apply_disk_move(d, flow, boot_start) {
-                        let _ = killpg(pgid, Signal::SIGCONT);
-                        panic!("the host's move {} failed: {e}", m.name());
+                    match self.apply_disk_move(d, flow, boot_start) {
+                        Ok(()) => {
+                            *expected = self.expected_disk(&self.subject.p("disk.img"));
+                            data_since = expected.is_some().then_some(log.len());
+                        }
+                        Err(e) => move_error = Some(format!("nothing to move: {e}")),
                     }
-                    *expected = self.expected_disk(&self.subject.p("disk.img"));
-                    data_since = expected.is_some().then_some(log.len());
                 }
                 let _ = killpg(pgid, Signal::SIGCONT);
                 pause = None;
@@ -1486,6 +1500,7 @@ impl HostActor {
             killed,
             moved,
             formatted_data,
+            move_error,
         }
     }
 
@@ -1493,7 +1508,10 @@ impl HostActor {
     fn judge(&mut self, flow: Flow, ends: &[BootEnd], expected: Option<&ExpectedDisk>) -> Outcome {
         let disk = self.subject.p("disk.img");
         if !ends[0].moved {
-            return Outcome::NotReached("the step never came".into());
+            return Outcome::NotMade("the step never came".into());
+        }
+        if let Some(e) = &ends[0].move_error {
+            return Outcome::NotMade(e.clone());
         }
         // Secrets: the disk keys of every disk the node formatted count too.
         if let Ok(uuid) = header::read_uuid(&disk) {
@@ -1861,12 +1879,12 @@ pub fn report(results: &[CaseResult]) -> String {
     let count = |v: &str, it: &mut dyn Iterator<Item = &CaseResult>| {
         it.filter(|r| r.outcome.verdict() == v).count()
     };
-    let verdicts = ["REFUSED", "CONVERGED", "STOPPED", "FAILURE", "NOT REACHED"];
+    let verdicts = ["REFUSED", "CONVERGED", "STOPPED", "FAILURE", "NOT MADE"];
     out.push_str(&format!(
         "{} (move, step) pairs explored over {} flows: {}\n\n",
         results
             .iter()
-            .filter(|r| r.outcome.verdict() != "NOT REACHED")
+            .filter(|r| r.outcome.verdict() != "NOT MADE")
             .count(),
         Flow::ALL.len(),
         verdicts
@@ -1875,7 +1893,7 @@ pub fn report(results: &[CaseResult]) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    out.push_str("| move | pairs | REFUSED | CONVERGED | STOPPED | FAILURE | not reached |\n|---|---|---|---|---|---|---|\n");
+    out.push_str("| move | pairs | REFUSED | CONVERGED | STOPPED | FAILURE | not made |\n|---|---|---|---|---|---|---|\n");
     let mut kinds: Vec<String> = results.iter().map(|r| r.host_move.kind()).collect();
     kinds.dedup();
     let mut seen = Vec::new();
@@ -1887,13 +1905,12 @@ pub fn report(results: &[CaseResult]) -> String {
         let of = || results.iter().filter(|r| r.host_move.kind() == k);
         out.push_str(&format!(
             "| {k} | {} | {} | {} | {} | {} | {} |\n",
-            of().filter(|r| r.outcome.verdict() != "NOT REACHED")
-                .count(),
+            of().filter(|r| r.outcome.verdict() != "NOT MADE").count(),
             count("REFUSED", &mut of()),
             count("CONVERGED", &mut of()),
             count("STOPPED", &mut of()),
             count("FAILURE", &mut of()),
-            count("NOT REACHED", &mut of()),
+            count("NOT MADE", &mut of()),
         ));
     }
     out.push_str("\nEvery case:\n\n");
@@ -1912,4 +1929,124 @@ pub fn report(results: &[CaseResult]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_found_raw_hex_and_base64_anywhere_in_a_sparse_image() {
+        let secret = crate::XorShift::new(7).bytes(32);
+        let secrets = Secrets(vec![("a key".into(), secret.clone())]);
+        let mut image = vec![0u8; 32 << 20];
+        assert_eq!(secrets.found_in("the image", &image), None);
+        // Raw, across a 64 KiB chunk boundary, deep in the data area.
+        let at = (20 << 20) + (64 << 10) - 5;
+        image[at..at + 32].copy_from_slice(&secret);
+        assert_eq!(
+            secrets.found_in("the image", &image).as_deref(),
+            Some("a key found in the image")
+        );
+        for text in [
+            confboot_util::hex::encode(&secret),
+            confboot_util::base64::encode(&secret),
+        ] {
+            let line = format!("INFO bootstrapper: oops {text} logged");
+            assert!(
+                secrets.found_in("a log", line.as_bytes()).is_some(),
+                "{line}"
+            );
+        }
+        let other = crate::XorShift::new(8).bytes(32);
+        assert_eq!(secrets.found_in("a log", &other), None);
+    }
+
+    #[test]
+    fn steps_are_the_state_machines_lines_up_to_their_first_variable_word() {
+        let log: Vec<String> = [
+            "T INFO bootstrapper: starting",
+            "T INFO bootstrapper: plan: the init API and a join ticket (70 ms after start)",
+            "T DEBUG bootstrapper: issued a vTPM quote over 24 PCRs",
+            "T INFO bootstrapper: state disk 7b10 formatted",
+            "T INFO bootstrapper: state disk 7b10 opened",
+            "T INFO bootstrapper: bootstrapped (Joined) in 0.4 s",
+            "T INFO bootstrapper: after the end",
+        ]
+        .map(String::from)
+        .to_vec();
+        let names: Vec<String> = steps_of(&log).iter().map(Step::name).collect();
+        assert_eq!(
+            names,
+            [
+                "plan: the init API and a join ticket",
+                "state disk",
+                "state disk (#2)",
+                "bootstrapped (Joined) in"
+            ]
+        );
+    }
+
+    #[test]
+    fn header_edits_keep_a_header_cryptsetup_reads() {
+        use std::io::Write;
+        crate::require_program("cryptsetup", "cryptsetup-bin");
+        let dir = TempDir::new("header-edit");
+        let disk = dir.path().join("disk.img");
+        blank(&disk);
+        let mut format = Command::new("cryptsetup")
+            .args([
+                "luksFormat",
+                "--type",
+                "luks2",
+                "--batch-mode",
+                "--pbkdf",
+                "pbkdf2",
+            ])
+            .args(["--pbkdf-force-iterations", "1000", "--key-file", "-"])
+            .arg(&disk)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        format.stdin.take().unwrap().write_all(b"key").unwrap();
+        assert!(format.wait().unwrap().success());
+        let dump = || {
+            let out = Command::new("cryptsetup")
+                .args(["luksDump", "--dump-json-metadata"])
+                .arg(&disk)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()
+        };
+        let before = dump();
+        assert_eq!(header::read_json(&disk).unwrap(), before);
+        // Each edit: cryptsetup takes the header (both checksums right)
+        // and reads the host's value.
+        let cipher = HEADER_EDITS
+            .iter()
+            .find(|e| e.name == "segment cipher aes-xts-null")
+            .unwrap();
+        header::edit_json(&disk, cipher.apply).unwrap();
+        assert_eq!(dump()["segments"]["0"]["encryption"], "aes-xts-null");
+        let foreign = HEADER_EDITS
+            .iter()
+            .find(|e| e.name == "foreign token")
+            .unwrap();
+        header::edit_json(&disk, foreign.apply).unwrap();
+        assert_eq!(dump()["tokens"]["0"]["type"], "systemd-tpm2");
+        header::write_uuid(&disk, "00000000-0000-4000-8000-0000000a0a0a").unwrap();
+        assert_eq!(
+            crate::luks_uuid(&disk).as_deref(),
+            Some("00000000-0000-4000-8000-0000000a0a0a")
+        );
+        assert_eq!(
+            header_shape(&before)["segments"]["0"]["encryption"],
+            "aes-xts-plain64"
+        );
+        assert_eq!(
+            first_difference(&header_shape(&before), &header_shape(&dump()), "").as_deref(),
+            Some(".segments.0.encryption = \"aes-xts-null\"")
+        );
+    }
 }
