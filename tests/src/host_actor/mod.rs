@@ -80,6 +80,11 @@ const RETRY_LINES: [&str; 8] = [
 /// A node that logged this many refusals or failed attempts, with no call
 /// left to make, keeps failing alike: judged as waiting.
 const RETRIES_BOUND: usize = 4;
+/// The salt the host writes into a header's salt token (hex of "host").
+const HOST_SALT_HEX: &str = "686f7374686f7374686f7374686f7374686f7374686f7374686f7374686f7374";
+/// The measurement salt of the host's own cluster.
+const HOST_CLUSTER_SALT: [u8; 32] = [0x48; 32];
+
 /// How often the admin tries its call (a tampered connection fails one).
 const ADMIN_ATTEMPTS: usize = 3;
 
@@ -328,7 +333,7 @@ pub const HEADER_EDITS: &[HeaderEdit] = &[
             edit_token(v, "confboot-measurement-salt", |t| {
                 for (k, val) in t.iter_mut() {
                     if k != "type" && k != "keyslots" && val.is_string() {
-                        *val = json!("686f7374".repeat(8));
+                        *val = json!(HOST_SALT_HEX);
                     }
                 }
             })
@@ -340,8 +345,7 @@ pub const HEADER_EDITS: &[HeaderEdit] = &[
             remove_token(v, "confboot-measurement-salt");
             add_token(
                 v,
-                json!({"type": "confboot-measurement-salt", "keyslots": [],
-                       "salt": "686f7374686f7374686f7374686f7374686f7374686f7374686f7374686f7374"}),
+                json!({"type": "confboot-measurement-salt", "keyslots": [], "salt": HOST_SALT_HEX}),
             )
         },
     },
@@ -826,7 +830,7 @@ impl HostActor {
         let host_setup = JoinsvcSetup {
             pinned_aks: vec![subject_ak, other_ak, host_node_ak],
             extra: vec!["--tpm".into(), host_cp_tpm.tpm_arg()],
-            measurement_salt: vec![0x48; 32],
+            measurement_salt: HOST_CLUSTER_SALT.to_vec(),
             ..JoinsvcSetup::new()
         };
         let host_master = host_setup.master_secret.clone();
@@ -1154,26 +1158,6 @@ impl HostActor {
             &boot_start,
             &mut expected,
         );
-        if end.killed && flow == Flow::Init {
-            // A node killed during the admin's Init was marked with the
-            // salt of an Init whose answer the admin never got (the CLI
-            // records the salt only when Init returns). The node wrote that
-            // salt to its header before it marked, and the host's only move
-            // was the kill, so the header's salt is the admin's.
-            if let Ok(json) = header::read_json(&disk)
-                && let Some(tokens) = json["tokens"].as_object()
-            {
-                for t in tokens.values() {
-                    if t["type"] == "confboot-measurement-salt"
-                        && let Some(hex) = t["salt"].as_str()
-                        && let Ok(salt) = confboot_util::hex::decode(hex)
-                        && !self.admin_salts.contains(&salt)
-                    {
-                        self.admin_salts.push(salt);
-                    }
-                }
-            }
-        }
         let again = end.move_error.is_none()
             && (end.killed || (matches!(pause_move, Some(Move::Disk(_))) && line_step.is_some()));
         // The OS writes its data once the first boot converged.
@@ -1247,6 +1231,32 @@ impl HostActor {
         let line = node.wait_for_line(&format!("{api} API listening on "), 3000);
         let addr = crate::addr_after(&line, "listening on ");
         (addr, (node, tpm))
+    }
+
+    /// Keeps the salt of the disk's salt token as one of the admin's,
+    /// unless the host wrote it. The admin's Init sends a salt the CLI
+    /// records only when Init returns; the node writes it to its header
+    /// before it marks. The host writes only its own salts (its edits'
+    /// and its own cluster's), so any other salt a header holds came from
+    /// the admin (through Init, or through joinsvc's tickets).
+    fn harvest_salt(&mut self, disk: &Path) {
+        let Ok(json) = header::read_json(disk) else {
+            return;
+        };
+        let Some(tokens) = json["tokens"].as_object() else {
+            return;
+        };
+        for t in tokens.values() {
+            if t["type"] == "confboot-measurement-salt"
+                && let Some(hex) = t["salt"].as_str()
+                && hex != HOST_SALT_HEX
+                && let Ok(salt) = confboot_util::hex::decode(hex)
+                && salt != HOST_CLUSTER_SALT
+                && !self.admin_salts.contains(&salt)
+            {
+                self.admin_salts.push(salt);
+            }
+        }
     }
 
     fn expected_disk(&self, disk: &Path) -> Option<ExpectedDisk> {
@@ -1387,6 +1397,7 @@ impl HostActor {
                     break None;
                 }
                 let _ = killpg(pgid, Signal::SIGSTOP);
+                self.harvest_salt(&self.subject.p("disk.img"));
                 if let Move::Disk(d) = m {
                     match self.apply_disk_move(d, flow, boot_start) {
                         Ok(()) => {
@@ -1475,6 +1486,9 @@ impl HostActor {
         boot.node.kill();
         let log = boot.node.log();
         let pcr15 = boot.tpm.pcr15();
+        if flow == Flow::Init {
+            self.harvest_salt(&self.subject.p("disk.img"));
+        }
         let formatted_data =
             data_since.is_some_and(|i| log.iter().skip(i).any(|l| l.contains("formatting")));
         // The admin's salts: what each Init it sent chose.
@@ -1553,7 +1567,7 @@ impl HostActor {
             .collect();
         let host_mark = confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
             self.host_master.measurement_secret().expose(),
-            &[0x48; 32],
+            &HOST_CLUSTER_SALT,
         ));
         for end in ends {
             if end.pcr15 != [0; 32] && !marks.contains(&end.pcr15) {
