@@ -8,15 +8,31 @@
 
 use confboot_tests::host_actor::{Flow, HostActor, cases, report};
 
-/// FAILUREs the harness found in the product that another change fixes
-/// (issue 30's item named): "flow | step | move", as the tables print it.
-/// The test fails on any other FAILURE, and on a listed one that no longer
-/// fails (then it must be removed here), so the list only shrinks.
-const KNOWN_FAILURES: &[(&str, &str)] = &[(
-    "| (before start) | host's disk + host's Recover",
-    "F4, item 4: Recover takes the host's master secret on the host's disk \
-     and marks PCR 15 for the host's cluster",
-)];
+/// FAILUREs the harness found in the product, each to be fixed by another
+/// change (issue 30's item named): the flows, the move as the tables name
+/// it, and what the host wins. Any other FAILURE fails the
+/// test. In the suite's short run a listed case that no longer fails fails
+/// the test too (remove it here then), so the list only shrinks.
+const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
+    (
+        &["init", "join", "rejoin", "recover"],
+        "host's disk + host's Recover",
+        "F4, item 4: Recover takes the host's master secret on a disk the host \
+         formatted and marks PCR 15 for the host's cluster",
+    ),
+    (
+        &["init", "recover"],
+        "edit: token salt changed",
+        "F11, item 8: Recover marks PCR 15 with the salt of the header's \
+         confboot-measurement-salt token, which the host writes: a cluster id \
+         the admin never made",
+    ),
+    (
+        &["init", "recover"],
+        "edit: token salt added",
+        "F11, item 8: as above, with the node's salt token replaced by the host's",
+    ),
+];
 
 #[test]
 fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
@@ -73,7 +89,9 @@ fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
         )
     };
     let known = |r: &confboot_tests::host_actor::CaseResult| {
-        KNOWN_FAILURES.iter().any(|(k, _)| name(r).contains(k))
+        KNOWN_FAILURES
+            .iter()
+            .any(|(flows, m, _)| flows.contains(&r.flow.name()) && r.host_move.name() == *m)
     };
     let new: Vec<String> = results
         .iter()
@@ -94,7 +112,7 @@ fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
         })
         .collect();
     assert!(
-        fixed.is_empty(),
+        fixed.is_empty() || mode == "all" || only.is_some(),
         "known FAILUREs no longer fail; remove them from KNOWN_FAILURES: {fixed:#?}"
     );
 }

@@ -1844,7 +1844,7 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
         (
             Flow::Join,
             "edit: segment cipher aes-xts-null",
-            "measurement-salt token",
+            "state disk (#2)",
         ),
         (
             Flow::Rejoin,
@@ -1857,13 +1857,10 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
             "(before start)",
         ),
         (Flow::Rejoin, "edit: token salt changed", "(before start)"),
+        (Flow::Recover, "edit: token salt changed", "(before start)"),
         (Flow::Rejoin, "edit: UUID", "(before start)"),
         (Flow::Rejoin, "rollback to first boot", "(before start)"),
-        (
-            Flow::Join,
-            "rollback to boot start",
-            "measurement-salt token",
-        ),
+        (Flow::Join, "rollback to boot start", "state disk (#2)"),
         (Flow::Rejoin, "swap disks", "(before start)"),
         (
             Flow::Recover,
@@ -1884,12 +1881,16 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
     ];
     let mut chosen = Vec::new();
     for (flow, m, s) in wanted {
-        if let Some(c) = all
+        let c = all
             .iter()
             .find(|(f, st, mv)| f == flow && mv.name() == *m && st.name().contains(s))
-        {
-            chosen.push(c.clone());
-        }
+            .unwrap_or_else(|| {
+                panic!(
+                    "the short campaign's {} | {s} | {m} is not among the steps",
+                    flow.name()
+                )
+            });
+        chosen.push(c.clone());
     }
     chosen
 }
