@@ -997,8 +997,12 @@ impl HostActor {
     /// Runs `flow` with `host_move` at `step` and judges how it ends.
     pub fn case(&mut self, flow: Flow, step: &Step, host_move: &Move) -> CaseResult {
         let t = Instant::now();
+        // The secrets of this case's disks are searched in this case only
+        // (the search's cost grows with their number).
+        let secrets_before = self.secrets.0.len();
         let (ends, expected) = self.run_flow(flow, Some(host_move), step);
         let outcome = self.judge(flow, &ends, expected.as_ref());
+        self.secrets.0.truncate(secrets_before);
         if std::env::var_os("CONFBOOT_HOST_ACTOR_DEBUG").is_some() {
             for (i, end) in ends.iter().enumerate() {
                 eprintln!("---- boot {i} ({:?}):\n{}", end.status, end.log.join("\n"));
