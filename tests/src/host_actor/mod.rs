@@ -1503,7 +1503,10 @@ impl HostActor {
             self.harvest_salt(&self.subject.p("disk.img"));
         }
         let formatted_data =
-            data_since.is_some_and(|i| log.iter().skip(i).any(|l| l.contains("formatting")));
+            // A format that completed ("state disk UUID formatted (LUKS2)"),
+            // not one the node refused ("formatting ..." then "refusing to
+            // format: the disk has a LUKS header").
+            data_since.is_some_and(|i| log.iter().skip(i).any(|l| l.contains(" formatted (")));
         // The admin's salts: what each Init it sent chose.
         for entry in std::fs::read_dir(self.admin.path()).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
