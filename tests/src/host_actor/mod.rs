@@ -1378,9 +1378,10 @@ impl HostActor {
         let mut last_progress = Instant::now();
         let mut last_len = 0;
         let status = loop {
-            if let Some(status) = boot.node.exited_status() {
-                break Some(status);
-            }
+            // Read before the exit check: a step the node logs just before
+            // it exits is still a step (the move then lands on the disk
+            // the next boot finds).
+            let exited = boot.node.exited_status();
             let log = boot.node.log();
             if log.len() != last_len {
                 if log[last_len..]
@@ -1414,7 +1415,18 @@ impl HostActor {
                 if let Move::Disk(d) = m {
                     match self.apply_disk_move(d, flow, boot_start) {
                         Ok(()) => {
-                            *expected = self.expected_disk(&self.subject.p("disk.img"));
+                            // A disk put under a format the node had already
+                            // begun (it checked the disk blank, then the host
+                            // swapped bytes under its writes) is the host's
+                            // own to lose: the node decided nothing on it.
+                            let formatting = log.iter().rposition(|l| l.contains("formatting"));
+                            let formatted = log.iter().rposition(|l| l.contains(" formatted ("));
+                            let under_a_format = formatting.is_some() && formatted < formatting;
+                            *expected = if under_a_format {
+                                None
+                            } else {
+                                self.expected_disk(&self.subject.p("disk.img"))
+                            };
                             data_since = expected.is_some().then_some(log.len());
                         }
                         Err(e) => move_error = Some(format!("nothing to move: {e}")),
@@ -1422,6 +1434,9 @@ impl HostActor {
                 }
                 let _ = killpg(pgid, Signal::SIGCONT);
                 pause = None;
+            }
+            if let Some(status) = exited {
+                break Some(status);
             }
             // The node's admin API, once it listens.
             let api = log.iter().find_map(|l| {
