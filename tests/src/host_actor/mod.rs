@@ -713,7 +713,8 @@ enum Caller {
 /// A running CLI call.
 struct CliCall {
     child: Child,
-    out: PathBuf,
+    /// Whether it is an Init (else a Recover).
+    init: bool,
 }
 
 /// One boot of the subject node and what happened in it.
@@ -764,6 +765,8 @@ pub struct HostActor {
     cli_serial: usize,
     cli_seen: usize,
     dead_endpoint: String,
+    /// Whether an Init of the admin succeeded in this case.
+    admin_inited: bool,
 }
 
 impl HostActor {
@@ -881,6 +884,7 @@ impl HostActor {
             cli_serial: 0,
             cli_seen: 0,
             dead_endpoint,
+            admin_inited: false,
         };
         actor.admin_salts.push(actor.salt.clone());
 
@@ -1094,6 +1098,7 @@ impl HostActor {
         step: &Step,
     ) -> (Vec<BootEnd>, Option<ExpectedDisk>) {
         self.starting_disk(flow);
+        self.admin_inited = false;
         self.join_proxy.clear_plans();
         self.admin_proxy.clear_plans();
         self.join_proxy.set_target(self.joinsvc.rpc_addr);
@@ -1331,7 +1336,7 @@ impl HostActor {
             .stdin(Stdio::null());
         CliCall {
             child: cmd.spawn().expect("run confboot"),
-            out,
+            init: api == "init",
         }
     }
 
@@ -1454,7 +1459,9 @@ impl HostActor {
                         }
                         Caller::Admin => admin_succeeded |= status.success(),
                     }
-                    let _ = &c.out;
+                    if *caller == Caller::Admin && status.success() && c.init {
+                        self.admin_inited = true;
+                    }
                     call = None;
                     last_change = Instant::now();
                 }
@@ -1462,10 +1469,24 @@ impl HostActor {
                 if !host_done {
                     call = Some((Caller::Host, self.cli(Caller::Host, api, addr)));
                 } else if admin_acts && !admin_succeeded && admin_attempts < ADMIN_ATTEMPTS {
-                    admin_attempts += 1;
-                    self.admin_proxy.set_target(addr);
-                    let proxy = self.admin_proxy.addr;
-                    call = Some((Caller::Admin, self.cli(Caller::Admin, api, proxy)));
+                    // The admin inits only the node of an init flow, until
+                    // one Init of this case succeeded; otherwise it only
+                    // recovers. A node that offers the other API gets no
+                    // call (an admin does not init a member because its
+                    // node asks to be inited).
+                    let wants = if flow == Flow::Init && !self.admin_inited {
+                        "init"
+                    } else {
+                        "recovery"
+                    };
+                    if api == wants {
+                        admin_attempts += 1;
+                        self.admin_proxy.set_target(addr);
+                        let proxy = self.admin_proxy.addr;
+                        call = Some((Caller::Admin, self.cli(Caller::Admin, api, proxy)));
+                    } else {
+                        admin_attempts = ADMIN_ATTEMPTS;
+                    }
                 }
             }
             let nothing_left = call.is_none()
@@ -1505,6 +1526,9 @@ impl HostActor {
             let _ = c.child.kill();
             let _ = c.child.wait();
             let ok = status.is_some_and(|s| s.success());
+            if caller == Caller::Admin && ok && c.init {
+                self.admin_inited = true;
+            }
             match caller {
                 Caller::Host => host_succeeded = ok,
                 Caller::Admin => admin_succeeded |= ok,
