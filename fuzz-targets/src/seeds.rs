@@ -205,6 +205,7 @@ fn join_ticket() -> Vec<Seed> {
     let rejoin = IssueRejoinTicketResponse {
         state_disk_key: vec![1; 32],
         measurement_secret: TICKET_SECRET.to_vec(),
+        generation: 0,
     };
     let answer = |m: Vec<u8>| [m, trailer(0, "")].concat();
     vec![

@@ -144,6 +144,7 @@ mod tests {
         let rejoin = |secret: &[u8], key: &[u8]| IssueRejoinTicketResponse {
             measurement_secret: secret.to_vec(),
             state_disk_key: key.to_vec(),
+            generation: 0,
         };
         assert_eq!(check_rejoin_ticket(&rejoin(&[1], &[3; 32])), Ok(()));
         assert!(check_rejoin_ticket(&rejoin(&[], &[3; 32])).is_err());

@@ -37,6 +37,7 @@ fn router() -> Router {
             Ok(IssueRejoinTicketResponse {
                 state_disk_key: req.disk_uuid.into_bytes(),
                 measurement_secret: vec![],
+                generation: 0,
             })
         })
         .unary(SLOW, |_ctx, req: IssueRejoinTicketRequest| {
@@ -445,6 +446,7 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
         Ok(IssueRejoinTicketResponse {
             state_disk_key: r.disk_uuid.into_bytes(),
             measurement_secret: vec![],
+            generation: 0,
         })
     });
     let config = PoolConfig {
@@ -633,6 +635,7 @@ fn a_connections_last_answer_leaves_with_its_close_notify_in_one_write() {
             Ok(IssueRejoinTicketResponse {
                 state_disk_key: req.disk_uuid.into_bytes(),
                 measurement_secret: vec![],
+                generation: 0,
             })
         })
     };

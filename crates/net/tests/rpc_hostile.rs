@@ -31,6 +31,7 @@ fn router() -> Router {
         Ok(IssueRejoinTicketResponse {
             state_disk_key: req.disk_uuid.into_bytes(),
             measurement_secret: vec![],
+            generation: 0,
         })
     })
 }
