@@ -37,7 +37,9 @@ pub fn status(e: &NodeError) -> Status {
         | NodeError::Mark(_)
         | NodeError::SshUsers(_)
         | NodeError::Vpn(_)
+        | NodeError::Generation(_)
         | NodeError::Cluster { .. } => Code::Internal,
+        NodeError::RolledBack(_) => Code::PermissionDenied,
     };
     Status::new(code, e.to_string())
 }

@@ -56,12 +56,12 @@ use confboot_proto::init::{
     init_response,
 };
 use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, ConfirmGenerationResponse, IssueJoinTicketRequest,
+    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_proto::vtpm::QuoteEvidence;
-use confboot_proto::{HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
+use confboot_proto::{CONFIRM_GENERATION, HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameError, FrameKind};
 use confboot_wire::{Client, Router, ServerLimits, Status, serve_connection};
@@ -213,6 +213,20 @@ fn router() -> &'static Router {
                 t.measurement_secret = vec![2; 32];
                 Ok(t)
             })
+            .unary(
+                CONFIRM_GENERATION,
+                move |_, req: ConfirmGenerationRequest| {
+                    uuid(&req.disk_uuid)?;
+                    if req.written_generation != 0
+                        && Some(req.written_generation) != req.found_generation.checked_add(1)
+                    {
+                        return Err(Status::invalid_argument(
+                            "written_generation is neither 0 nor found_generation + 1",
+                        ));
+                    }
+                    Ok(ConfirmGenerationResponse {})
+                },
+            )
             .unary(RECOVER, move |_, req: RecoverMessage| {
                 uri_checks(&req.kms_uri, &req.storage_uri)?;
                 Ok(RecoverResponse {})

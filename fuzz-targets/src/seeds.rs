@@ -15,8 +15,8 @@ use confboot_proto::init::{
     init_response,
 };
 use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, IssueJoinTicketRequest, IssueJoinTicketResponse,
+    IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
 use confboot_proto::recover::RecoverMessage;
 use confboot_proto::rpc::{CallHeader, Status};
@@ -121,6 +121,30 @@ fn rpc_server() -> Vec<Seed> {
                 confboot_proto::REJOIN.path(),
                 &IssueRejoinTicketRequest {
                     disk_uuid: uuid.into(),
+                },
+            ),
+        ),
+        (
+            "confirm-generation",
+            call(
+                confboot_proto::CONFIRM_GENERATION.path(),
+                &ConfirmGenerationRequest {
+                    disk_uuid: uuid.into(),
+                    found_generation: 41,
+                    written_generation: 42,
+                    proof: vec![7; 32],
+                },
+            ),
+        ),
+        (
+            "confirm-generation-at-the-end",
+            call(
+                confboot_proto::CONFIRM_GENERATION.path(),
+                &ConfirmGenerationRequest {
+                    disk_uuid: uuid.into(),
+                    found_generation: u64::MAX,
+                    written_generation: 0,
+                    proof: Vec::new(),
                 },
             ),
         ),

@@ -4,6 +4,7 @@
 
 use confboot_attest::AttestationError;
 use confboot_cluster::ClusterError;
+use confboot_cluster::generation::RolledBack;
 use confboot_disk::DiskError;
 
 /// Why an Init, a ticket or a Recover was not applied.
@@ -73,6 +74,13 @@ pub enum NodeError {
     /// past the nodelock.
     #[error("VPN: {0}")]
     Vpn(String),
+    /// The state disk is older than the cluster last saw it (restored from
+    /// an old copy): it is refused.
+    #[error("{0}")]
+    RolledBack(RolledBack),
+    /// The state disk's generation could not be read, kept or confirmed.
+    #[error("state disk generation: {0}")]
+    Generation(String),
     /// The cluster backend failed.
     #[error("cluster {action} failed: {error}")]
     Cluster {
@@ -95,6 +103,8 @@ impl NodeError {
                 | NodeError::Mark(_)
                 | NodeError::SshUsers(_)
                 | NodeError::Vpn(_)
+                | NodeError::RolledBack(_)
+                | NodeError::Generation(_)
                 | NodeError::Cluster { .. }
         )
     }
@@ -186,6 +196,14 @@ mod tests {
             ),
             (NodeError::SshUsers("no home".into()), "SSH users: no home"),
             (NodeError::Vpn("no key".into()), "VPN: no key"),
+            (
+                NodeError::RolledBack(RolledBack { found: 1, last: 2 }),
+                "state disk rolled back: generation 1, the cluster last issued 2",
+            ),
+            (
+                NodeError::Generation("not confirmed".into()),
+                "state disk generation: not confirmed",
+            ),
             (
                 NodeError::Cluster {
                     action: "join",

@@ -21,6 +21,7 @@
 //! (`tests.rs`); `main.rs` and `server.rs` are only wiring.
 
 mod error;
+pub mod generation;
 mod plan;
 pub mod state_fs;
 #[cfg(test)]
@@ -142,6 +143,18 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     ssh_users: Option<SshUsersSetup>,
     /// The node's VPN key and the node agent's file; `None`: no VPN.
     vpn: Option<vpn::NodeVpnSetup>,
+    /// Where the state disk's generation is kept and whom it is confirmed
+    /// to; `None`: no state file system, no rollback detection.
+    generation: Option<GenerationSetup>,
+}
+
+/// Where a node keeps its state disk's generation and how it confirms it
+/// to its cluster ([`generation`]).
+pub struct GenerationSetup {
+    /// Mounts the state disk's file system for a moment.
+    pub mount: Box<dyn StateFsMount>,
+    /// Sends the confirmation to a join service.
+    pub confirmer: Box<dyn generation::GenerationConfirmer>,
 }
 
 impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
@@ -164,7 +177,16 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             init_check: Mutex::new(()),
             ssh_users: None,
             vpn: None,
+            generation: None,
         }
+    }
+
+    /// The node keeps its state disk's generation on its state file system
+    /// and confirms it at each rejoin: a disk older than the cluster last
+    /// saw it is refused ([`generation`]).
+    pub fn with_generation(mut self, setup: GenerationSetup) -> Self {
+        self.generation = Some(setup);
+        self
     }
 
     /// The node keeps SSH users on its state file system and creates them
@@ -563,8 +585,17 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let key = SecretBytes::new(t.state_disk_key.clone());
         let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
         log::info!("{}", describe(&action));
-        self.apply_kept_ssh_users(token);
         let cluster_id = derive_cluster_id(&t.measurement_secret, &salt);
+        // Before anything the disk keeps is used: a disk older than the
+        // cluster last saw it creates no users and gets no mark.
+        self.advance_generation(
+            token,
+            action.uuid(),
+            &t.state_disk_key,
+            t.generation,
+            &cluster_id,
+        )?;
+        self.apply_kept_ssh_users(token);
         self.set_up_vpn(token, action.uuid(), &t.state_disk_key, &cluster_id)?;
         self.mark(token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
@@ -638,6 +669,56 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 .map_err(NodeError::Disk)?;
         }
         Ok(action)
+    }
+
+    /// Checks the generation the state file system keeps against `last`
+    /// (the cluster's, from the rejoin ticket): an older disk is refused
+    /// and the cluster told what was found; otherwise the next generation
+    /// is written and then confirmed. Past the nodelock: an error is final.
+    fn advance_generation(
+        &self,
+        _token: &LockToken,
+        disk_uuid: &str,
+        disk_key: &[u8],
+        last: u64,
+        cluster_id: &[u8],
+    ) -> Result<(), NodeError> {
+        use generation::Step;
+        let Some(setup) = self.generation.as_ref() else {
+            return Ok(());
+        };
+        let failed = |m: String| NodeError::Generation(m);
+        let device = self.disk().mapped_device().ok_or_else(|| {
+            failed("no decrypted state device to keep it on (--disk-mode header-only)".into())
+        })?;
+        let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            let found = generation::read_generation(dir)?;
+            let step = generation::step(found, last);
+            if let Step::Write(next) = step {
+                generation::write_generation(dir, next)?;
+            }
+            Ok::<_, String>((found, step))
+        })
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(failed)?;
+        match step {
+            Step::Refuse(rolled_back) => {
+                let report = generation::confirmation(disk_key, disk_uuid, found, 0);
+                if let Err(e) = setup.confirmer.confirm(&report, cluster_id) {
+                    log::warn!("state disk generation: the report was not taken: {e}");
+                }
+                Err(NodeError::RolledBack(rolled_back))
+            }
+            Step::Write(next) => {
+                let confirmation = generation::confirmation(disk_key, disk_uuid, found, next);
+                setup
+                    .confirmer
+                    .confirm(&confirmation, cluster_id)
+                    .map_err(|e| failed(format!("generation {next} not confirmed: {e}")))?;
+                log::info!("state disk: generation {found} found, {next} written and confirmed");
+                Ok(())
+            }
+        }
     }
 
     /// Records in the header that this disk's first boot completed, so the

@@ -1640,3 +1640,181 @@ fn the_first_control_plane_makes_and_keeps_its_vpn_key_at_init() {
         derive_cluster_id(master().measurement_secret().expose(), &[3; 32]).to_vec()
     );
 }
+
+// ---- Rollback: the state disk's generation ----
+
+use confboot_sys::ssh_users::STORED_SSH_USERS_FILE;
+use generation::GENERATION_FILE;
+
+/// **Test double** of the cluster's side of the generation: the join
+/// service's rule (an older generation is refused, a newer one recorded,
+/// only with the disk key's proof), and a switch that makes it
+/// unreachable.
+#[derive(Clone, Default)]
+struct ClusterGenerations {
+    last: Arc<Mutex<u64>>,
+    reports: Arc<Mutex<Vec<(u64, u64)>>>,
+    unreachable: Arc<Mutex<bool>>,
+}
+
+impl ClusterGenerations {
+    fn last(&self) -> u64 {
+        *self.last.lock().unwrap()
+    }
+    fn set_unreachable(&self, unreachable: bool) {
+        *self.unreachable.lock().unwrap() = unreachable;
+    }
+    fn reports(&self) -> Vec<(u64, u64)> {
+        self.reports.lock().unwrap().clone()
+    }
+}
+
+impl generation::GenerationConfirmer for ClusterGenerations {
+    fn confirm(
+        &self,
+        r: &confboot_proto::join::ConfirmGenerationRequest,
+        cluster_id: &[u8],
+    ) -> Result<(), String> {
+        assert_eq!(cluster_id, derive_cluster_id(&[6; 32], &[5; 32]));
+        if *self.unreachable.lock().unwrap() {
+            return Err("no join service answered".into());
+        }
+        let (found, written) = (r.found_generation, r.written_generation);
+        assert!(confboot_cluster::generation::verify_generation_proof(
+            &[0x42; 32],
+            UUID,
+            found,
+            written,
+            &r.proof
+        ));
+        self.reports.lock().unwrap().push((found, written));
+        let mut last = self.last.lock().unwrap();
+        confboot_cluster::generation::check_generation(found, *last).map_err(|e| e.to_string())?;
+        *last = (*last).max(written);
+        Ok(())
+    }
+}
+
+/// A boot of `rig`'s node that keeps its generation and confirms it to
+/// `cluster`.
+fn with_generations(rig: Rig, cluster: &ClusterGenerations) -> Rig {
+    let mount = rig.state_fs.clone();
+    Rig {
+        node: rig.node.with_generation(GenerationSetup {
+            mount: Box::new(mount),
+            confirmer: Box::new(cluster.clone()),
+        }),
+        ..rig
+    }
+}
+
+/// A rejoin of `rig` with the ticket a join service of `cluster` gives.
+fn rejoin_with(rig: &Rig, cluster: &ClusterGenerations) -> Result<Outcome, NodeError> {
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let mut ticket = IssueRejoinTicketResponse::default();
+    ticket.state_disk_key = vec![0x42; 32];
+    ticket.measurement_secret = vec![6; 32];
+    ticket.generation = cluster.last();
+    let ticket = Ticket::Rejoin(ticket);
+    rig.node.check_ticket(&request, &from_member(&ticket))?;
+    let token = rig.node.take_lock(holder::JOIN)?;
+    rig.node.apply_ticket(&token, &request, &ticket)
+}
+
+fn kept_generation(rig: &Rig) -> u64 {
+    generation::read_generation(rig.state_fs.dir.path()).unwrap()
+}
+
+#[test]
+fn a_disk_restored_from_an_old_copy_is_refused_at_rejoin() {
+    let cluster = ClusterGenerations::default();
+    let first = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    // The first rejoin: the disk keeps generation 1, confirmed.
+    assert_eq!(rejoin_with(&first, &cluster), Ok(Outcome::Rejoined));
+    assert_eq!((kept_generation(&first), cluster.last()), (1, 1));
+    // A user the admin later removes is kept on the disk now ...
+    let users = validate_ssh_users([("mallory", ssh_key(3).as_str())]).unwrap();
+    let dir = first.state_fs.dir.path().to_path_buf();
+    store_ssh_users(&dir, &users).unwrap();
+    // ... and the host copies the disk (here: its file system's files).
+    let kept = [GENERATION_FILE, STORED_SSH_USERS_FILE];
+    let copy: Vec<Vec<u8>> = kept
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    store_ssh_users(&dir, &[]).unwrap();
+    // The node reboots and rejoins: generation 2.
+    let second = with_generations(first.reboot(fresh_root()), &cluster);
+    assert_eq!(rejoin_with(&second, &cluster), Ok(Outcome::Rejoined));
+    assert_eq!((kept_generation(&second), cluster.last()), (2, 2));
+    // The host restores its copy and reboots the node.
+    for (f, bytes) in kept.iter().zip(&copy) {
+        std::fs::write(dir.join(f), bytes).unwrap();
+    }
+    let third = with_generations(second.reboot(fresh_root()), &cluster);
+    let err = rejoin_with(&third, &cluster).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "state disk rolled back: generation 1, the cluster last issued 2"
+    );
+    assert!(err.is_final(), "the node stops");
+    // Nothing from the old disk was used: no mark, no users, nothing
+    // written; the cluster was told what was found.
+    assert!(third.marks().is_empty());
+    assert!(!has_user(third.root.path(), "mallory", &ssh_key(3)));
+    assert_eq!(kept_generation(&third), 1);
+    assert_eq!(cluster.reports().last(), Some(&(1, 0)));
+    assert_eq!(cluster.last(), 2);
+}
+
+#[test]
+fn a_crash_between_the_write_and_its_confirmation_loses_no_node() {
+    let cluster = ClusterGenerations::default();
+    let first = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    assert_eq!(rejoin_with(&first, &cluster), Ok(Outcome::Rejoined));
+    let before = std::fs::read(first.state_fs.dir.path().join(GENERATION_FILE)).unwrap();
+    // The next boot writes 2 and cannot confirm it (the host cut the
+    // network, or killed the node there): the boot ends unmarked.
+    cluster.set_unreachable(true);
+    let second = with_generations(first.reboot(fresh_root()), &cluster);
+    let err = rejoin_with(&second, &cluster).unwrap_err();
+    assert!(matches!(err, NodeError::Generation(_)), "{err}");
+    assert!(err.is_final());
+    assert!(second.marks().is_empty());
+    assert_eq!((kept_generation(&second), cluster.last()), (2, 1));
+    // The boot after it finds 2, newer than the cluster's 1: taken.
+    cluster.set_unreachable(false);
+    let third = with_generations(second.reboot(fresh_root()), &cluster);
+    assert_eq!(rejoin_with(&third, &cluster), Ok(Outcome::Rejoined));
+    assert_eq!((kept_generation(&third), cluster.last()), (3, 3));
+    // The copy the host could keep from that crash (the disk as the
+    // crashed boot found it) is older than the cluster's now.
+    std::fs::write(third.state_fs.dir.path().join(GENERATION_FILE), &before).unwrap();
+    let fourth = with_generations(third.reboot(fresh_root()), &cluster);
+    assert!(matches!(
+        rejoin_with(&fourth, &cluster),
+        Err(NodeError::RolledBack(_))
+    ));
+}
+
+#[test]
+fn a_generation_file_the_host_spoilt_is_refused_and_nothing_is_confirmed() {
+    let cluster = ClusterGenerations::default();
+    let rig = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    std::fs::write(rig.state_fs.dir.path().join(GENERATION_FILE), "\x1b[2J9\n").unwrap();
+    let err = rejoin_with(&rig, &cluster).unwrap_err();
+    assert!(matches!(err, NodeError::Generation(_)), "{err}");
+    assert!(rig.marks().is_empty());
+    assert!(cluster.reports().is_empty());
+}
