@@ -59,20 +59,21 @@ pub struct WeakSecretError {
     pub bits: u32,
 }
 
-/// The classes a secret's bytes fall in, with the size of each: they
-/// partition the 256 byte values.
-const CLASSES: [(fn(u8) -> bool, u32); 5] = [
-    (|b| b.is_ascii_lowercase(), 26),
-    (|b| b.is_ascii_uppercase(), 26),
-    (|b| b.is_ascii_digit(), 10),
-    // The other printable ASCII characters, space included.
-    (
-        |b| (b' '..=b'~').contains(&b) && !b.is_ascii_alphanumeric(),
-        33,
-    ),
-    // Everything else: control characters, DEL, bytes above 127.
-    (|b| !(b' '..=b'~').contains(&b), 161),
-];
+/// The sizes of the classes a byte falls in ([`class_of`]): lowercase,
+/// uppercase, digits, the other printable ASCII characters (space
+/// included), and every other byte. They partition the 256 byte values.
+const CLASS_SIZES: [u32; 5] = [26, 26, 10, 33, 161];
+
+/// The class of `b`, an index into [`CLASS_SIZES`].
+fn class_of(b: u8) -> usize {
+    match b {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        b'0'..=b'9' => 2,
+        b' '..=b'~' => 3,
+        _ => 4,
+    }
+}
 
 /// An upper estimate of the bits of entropy in `secret`, for refusing the
 /// weak ones (it cannot see words or patterns: a secret that passes may
@@ -84,16 +85,19 @@ const CLASSES: [(fn(u8) -> bool, u32); 5] = [
 pub fn estimated_bits(secret: &[u8]) -> u32 {
     let mut seen = [false; 256];
     let mut distinct = 0usize;
+    let mut used = [false; CLASS_SIZES.len()];
     for &b in secret {
         if !seen[b as usize] {
             seen[b as usize] = true;
             distinct += 1;
         }
+        used[class_of(b)] = true;
     }
-    let alphabet: u32 = CLASSES
+    let alphabet: u32 = CLASS_SIZES
         .iter()
-        .filter(|(member, _)| secret.iter().any(|&b| member(b)))
-        .map(|(_, size)| size)
+        .zip(used)
+        .filter(|(_, used)| *used)
+        .map(|(size, _)| size)
         .sum();
     if alphabet == 0 {
         return 0;
@@ -256,6 +260,12 @@ mod tests {
         assert_eq!(estimated_bits(b"aaaa"), 9, "2 × 1 distinct, × log2 26");
         assert_eq!(estimated_bits(b"abcdefgh"), 37, "8 × log2 26");
         assert_eq!(estimated_bits(b"aB3!"), 26, "4 × log2 95");
+        assert_eq!(CLASS_SIZES.iter().sum::<u32>(), 256);
+        let mut sizes = [0u32; CLASS_SIZES.len()];
+        for b in 0..=255u8 {
+            sizes[class_of(b)] += 1;
+        }
+        assert_eq!(sizes, CLASS_SIZES, "the classes partition the bytes");
     }
 
     #[test]
