@@ -380,6 +380,12 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
             server::recover_router(Arc::clone(&node), flows_tx.clone()),
         ),
     };
+    if config.init_secret_hash.is_none() {
+        log::warn!(
+            "no --init-secret-hash: the {} API refuses every call",
+            plan.admin_api.name()
+        );
+    }
     let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let server = atls::serve(listener, pool, limits, router, Some(attesting), &[])
         .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;

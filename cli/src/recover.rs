@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_kms::MasterSecret;
+use confboot_kms::{MasterSecret, init_secret};
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
@@ -20,17 +20,25 @@ const NODE: Opt = Opt::value(
 );
 const MASTER_SECRET: Opt = Opt::value("master-secret", "FILE", "The cluster's master secret")
     .default("confboot-mastersecret.json");
+const INIT_SECRET_FILE: Opt = Opt::value(
+    "init-secret-file",
+    "FILE",
+    "The cluster's init secret (the node knows its hash): proves to the node that this is its admin",
+);
 
 const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
             against --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
-            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the master secret (inside the kms:// URI) so it can\n\
-            derive its state-disk key and open its disk.",
-    usage: "confboot recover --node HOST[:PORT] --master-secret FILE --measurements FILE --ak-trust MODE\n       \
-            confboot recover --node HOST[:PORT] --master-secret FILE --variants sev-snp --snp-policy FILE",
+            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the init secret\n\
+            and the master secret (inside the kms:// URI). The node checks the init secret against the hash on\n\
+            its command line before it reads its disk, then derives its state-disk key and opens its disk.\n\
+            One Recover at a time: a node busy with another answers UNAVAILABLE (try again).",
+    usage: "confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --measurements FILE --ak-trust MODE\n       \
+            confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --variants sev-snp --snp-policy FILE",
     opts: &[
         NODE,
+        INIT_SECRET_FILE,
         MASTER_SECRET,
         common::MEASUREMENTS,
         common::AK_TRUST,
@@ -49,6 +57,8 @@ const _: () = assert!(DEFAULT_RECOVER_PORT == 9999);
 struct Config {
     /// The node's recovery API.
     node: String,
+    /// The init secret's file.
+    init_secret_file: PathBuf,
     /// The master-secret file.
     master_secret: PathBuf,
     /// How the node is checked.
@@ -59,10 +69,12 @@ impl Config {
     /// Reads every option (each once, whatever the others say).
     fn from_matches(m: &Matches) -> Result<Config, String> {
         let node = m.required(&NODE).map(str::to_string);
+        let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let master_secret = PathBuf::from(m.value(&MASTER_SECRET).expect("has a default"));
         let check = common::NodeCheck::read(m);
         Ok(Config {
             node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_RECOVER_PORT),
+            init_secret_file: init_secret_file.map_err(|e| e.to_string())?,
             master_secret,
             check: check?,
         })
@@ -76,6 +88,11 @@ pub fn run(args: Vec<String>) -> i32 {
 
 fn recover(config: &Config) -> Result<(), String> {
     let node = &config.node;
+    // Not checked for strength: the node knows the hash of the secret it
+    // was booted with, whatever it is (init and hash-init-secret refuse
+    // weak ones).
+    let init_secret = init_secret::read_file(&config.init_secret_file)
+        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
     let master = MasterSecret::read_file(&config.master_secret).map_err(|e| e.to_string())?;
     let validators = config.check.validators()?;
     let measurements = &config.check.policy_files;
@@ -85,10 +102,16 @@ fn recover(config: &Config) -> Result<(), String> {
     let msg = RecoverMessage {
         kms_uri: master.to_kms_uri().to_string(),
         storage_uri: "storage://no-store".into(),
+        init_secret: init_secret.to_vec(),
     };
     let _: RecoverResponse = client
         .unary(confboot_proto::RECOVER, &msg, Duration::from_secs(120))
-        .map_err(|s| format!("the node refused recovery: {s}"))?;
+        .map_err(|s| match s.code {
+            confboot_wire::Code::Unavailable => {
+                format!("the node is busy with another Recover; try again in a moment: {s}")
+            }
+            _ => format!("the node refused recovery: {s}"),
+        })?;
     println!("node {node} recovered: it opened its state disk");
     Ok(())
 }
@@ -104,6 +127,8 @@ mod tests {
         let args = [
             "--node",
             "n",
+            "--init-secret-file",
+            "s",
             "--variants",
             "sev-snp",
             "--snp-policy",
@@ -112,7 +137,16 @@ mod tests {
         let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
         let c = Config::from_matches(&m).unwrap();
         assert_eq!(c.node, "n:9999");
+        assert_eq!(c.init_secret_file, PathBuf::from("s"));
         assert_eq!(c.master_secret, PathBuf::from("confboot-mastersecret.json"));
         assert_eq!(c.check.policy_files, "p.json");
+    }
+
+    #[test]
+    fn the_init_secret_is_required() {
+        let args = ["--node", "n", "--variants", "sev-snp", "--snp-policy", "p"];
+        let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
+        let e = Config::from_matches(&m).unwrap_err();
+        assert!(e.contains("--init-secret-file"), "{e}");
     }
 }

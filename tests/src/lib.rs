@@ -225,7 +225,8 @@ impl ChildProcess {
         );
     }
 
-    fn exited(&self) -> Option<std::process::ExitStatus> {
+    /// The process's exit status once it has exited (`None`: it runs).
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
         self.child
             .lock()
             .unwrap()

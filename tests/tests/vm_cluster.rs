@@ -17,7 +17,8 @@
 //! fidelity boot of the one command line every node boots with, the first node (init through the CLI), two joining nodes and a tampered
 //! node in parallel, the first node's and one joined node's reboots
 //! (rejoins, in parallel), and another's reboot without a join service
-//! (recovery through `confboot recover`).
+//! (recovery through `confboot recover`, after the host's own Recover,
+//! with its master secret and no init secret, is refused).
 //!
 //! Needs the musl release binaries (`cargo build --release --target
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli`;
@@ -684,11 +685,50 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
 
     // (e) Node 3 reboots while no join service answers: the admin recovers
     // it through its recovery API (a host forward), the CLI verifying its
-    // attestation first. It opens its disk, marks itself again and keeps
+    // attestation first and sending the init secret. It opens its disk, marks itself again and keeps
     // its file system: the marker of its first boot is still there.
+    // First the host calls Recover, with a master secret of its own and
+    // without the admin's init secret (the attack on a disk it formatted
+    // itself): refused before the node reads its disk.
     let t = Instant::now();
     let (mut vm3, recover_fwd, _, _) =
         boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
+    let host = work.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("no-init-secret"), "").unwrap();
+    confboot_kms::MasterSecret::generate()
+        .unwrap()
+        .write_file(&host.join("host-mastersecret.json"))
+        .unwrap();
+    let admins_policy = admin.join("measurements.json").display().to_string();
+    let out = admin_cli(
+        &cli,
+        &host,
+        "recover",
+        recover_fwd,
+        &admins_policy,
+        &n3.ak,
+        &[
+            "--init-secret-file",
+            "no-init-secret",
+            "--master-secret",
+            "host-mastersecret.json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("PERMISSION_DENIED: wrong init secret"),
+        "{stderr}\n{}",
+        vm3.failure_report()
+    );
+    vm3.wait_for_line("Recover refused: wrong init secret", EXIT_BOUND);
+    assert!(
+        !vm3.serial().contains("nodelock taken"),
+        "the host's Recover took nothing\n{}",
+        vm3.failure_report()
+    );
+    println!("the host's Recover (its master secret, no init secret): refused");
     let out = admin_cli(
         &cli,
         &admin,
@@ -696,7 +736,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         recover_fwd,
         "measurements.json",
         &n3.ak,
-        &["--master-secret", "confboot-mastersecret.json"],
+        &[
+            "--init-secret-file",
+            "init-secret",
+            "--master-secret",
+            "confboot-mastersecret.json",
+        ],
     );
     if !out.status.success() {
         panic!(

@@ -27,6 +27,14 @@ pub enum NodeError {
     /// the caller may try again.
     #[error("another Init is being checked; try again in a moment")]
     InitCheckBusy,
+    /// No init-secret hash is configured: this node takes no Recover
+    /// (the init secret is what proves the admin of the node's cluster).
+    #[error("this node takes no Recover (no init-secret hash configured)")]
+    RecoverNotConfigured,
+    /// Another Recover is being served (one at a time); the caller may try
+    /// again.
+    #[error("another Recover is being served; try again in a moment")]
+    RecoverBusy,
     /// A request field is malformed.
     #[error("{field}: {reason}")]
     InvalidArgument {
@@ -144,6 +152,14 @@ mod tests {
             (
                 NodeError::InitCheckBusy,
                 "another Init is being checked; try again in a moment",
+            ),
+            (
+                NodeError::RecoverNotConfigured,
+                "this node takes no Recover (no init-secret hash configured)",
+            ),
+            (
+                NodeError::RecoverBusy,
+                "another Recover is being served; try again in a moment",
             ),
             (
                 NodeError::InvalidArgument {

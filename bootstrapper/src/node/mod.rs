@@ -5,7 +5,9 @@
 //!   the join client asks for.
 //! - [`Node::init`], [`Node::apply_ticket`], [`Node::recover`]: applying the
 //!   admin's Init, a join or rejoin ticket, or the admin's Recover. Each
-//!   checks what it was given, takes the nodelock, then sets up the state
+//!   checks what it was given (Init and Recover first prove the admin's
+//!   init secret against the hash on the node's measured command line,
+//!   before anything is read from the disk), takes the nodelock, then sets up the state
 //!   disk, marks the node (PCR 15 ← cluster id) and, for Init and join,
 //!   hands over to the cluster backend.
 //! - [`NodeError::is_final`]: when a failed flow ends the node's bootstrap.
@@ -100,7 +102,8 @@ pub enum Outcome {
 /// What a node is configured with.
 #[derive(Clone, Debug, Default)]
 pub struct NodeConfig {
-    /// The slow hash of the init secret; no hash means Init is refused.
+    /// The slow hash of the init secret; no hash means Init and Recover are
+    /// refused.
     pub init_secret_hash: Option<InitSecretHash>,
     /// The kubelet certificate a join asks for; `None`: none (the kubelet
     /// makes a self-signed one).
@@ -139,6 +142,9 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     /// Held while an init secret is checked: the slow hash runs one at a
     /// time, so Init calls cannot be used to burn the node's CPU.
     init_check: Mutex<()>,
+    /// Held for a whole Recover: one at a time, so Recover calls cannot be
+    /// used to burn the node's CPU (the slow hash, the key slot's KDF).
+    recovering: Mutex<()>,
     /// Where SSH users are kept and created; `None`: this node takes none.
     ssh_users: Option<SshUsersSetup>,
     /// The node's VPN key and the node agent's file; `None`: no VPN.
@@ -175,6 +181,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             marker,
             config,
             init_check: Mutex::new(()),
+            recovering: Mutex::new(()),
             ssh_users: None,
             vpn: None,
             generation: None,
@@ -239,6 +246,12 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     #[cfg(test)]
     pub fn init_check_guard(&self) -> MutexGuard<'_, ()> {
         self.init_check.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The guard a Recover holds while it is served.
+    #[cfg(test)]
+    pub fn recover_guard(&self) -> MutexGuard<'_, ()> {
+        self.recovering.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The nodelock.
@@ -604,16 +617,32 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 
     // ---- Recover ----
 
-    /// Serves the admin's Recover: derives the disk key from the master
-    /// secret and checks it against the header (a wrong secret changes
-    /// nothing), takes the nodelock, opens the disk and marks the node again
-    /// with the salt the header keeps.
+    /// Serves the admin's Recover, one at a time (another one meanwhile is
+    /// [`NodeError::RecoverBusy`]). Before anything is read from the disk
+    /// the Recover proves the admin's init secret against the hash on the
+    /// node's (measured) command line, as an Init does: a host that made a
+    /// disk of its own and knows its master secret cannot recruit the node
+    /// into its cluster. Then the disk key derived from the master secret is
+    /// checked against the header (a wrong secret changes nothing), and only
+    /// then is the disk trusted: the salt is read from its header, the
+    /// nodelock taken, the disk opened and the node marked again.
     pub fn recover(&self, req: &RecoverMessage) -> Result<(), NodeError> {
-        let master = master_secret(&req.kms_uri)?;
-        check_storage_uri(&req.storage_uri)?;
+        let Some(hash) = &self.config.init_secret_hash else {
+            return Err(NodeError::RecoverNotConfigured);
+        };
+        // Cheap refusals first: a node that is bootstrapping takes no
+        // Recover, and one Recover (one slow hash, one key check) at a time.
         if let Some(holder) = self.lock.holder() {
             return Err(NodeError::AlreadyBootstrapping { holder });
         }
+        let Ok(_one_at_a_time) = self.recovering.try_lock() else {
+            return Err(NodeError::RecoverBusy);
+        };
+        if !hash.verify(&req.init_secret) {
+            return Err(NodeError::WrongInitSecret);
+        }
+        let master = master_secret(&req.kms_uri)?;
+        check_storage_uri(&req.storage_uri)?;
         let salt = {
             let disk = self.disk();
             if !matches!(
@@ -622,12 +651,12 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             ) {
                 return Err(NodeError::NothingToRecover);
             }
-            // Read first: without a salt the node cannot be marked, and
-            // then the disk stays closed.
-            let salt = disk.measurement_salt().map_err(NodeError::DiskRead)?;
             disk.check_key(|uuid| Ok(master.state_disk_key(uuid)))
                 .map_err(NodeError::DiskRead)?;
-            salt
+            // The master secret opens the disk: from here it is trusted.
+            // Read before the nodelock: without a salt the node cannot be
+            // marked, and then the disk stays closed.
+            disk.measurement_salt().map_err(NodeError::DiskRead)?
         };
         let token = self.take_lock(holder::RECOVER)?;
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;

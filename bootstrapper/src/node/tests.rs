@@ -45,6 +45,10 @@ struct DiskDouble {
     bootstrapped: bool,
     fault: Option<DiskFault>,
     formats: usize,
+    /// Every read of the header (state, key check, salt, records).
+    reads: usize,
+    /// Reads of the measurement salt.
+    salt_reads: usize,
 }
 
 /// **Test double** of a disk backend: a LUKS header in memory, with the
@@ -93,7 +97,8 @@ fn io_fault(step: &str) -> DiskError {
 
 impl DiskBackend for FakeDisk {
     fn inspect(&self) -> Result<DiskState, DiskError> {
-        let s = self.state();
+        let mut s = self.state();
+        s.reads += 1;
         Ok(match (&s.luks, s.unrecognized) {
             (Some((uuid, _)), _) => DiskState::Luks { uuid: uuid.clone() },
             (None, true) => DiskState::Unrecognized {
@@ -126,7 +131,9 @@ impl DiskBackend for FakeDisk {
         Ok(())
     }
     fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
-        match &self.state().luks {
+        let mut s = self.state();
+        s.reads += 1;
+        match &s.luks {
             None => Err(DiskError::NotLuks),
             Some((_, k)) if k == key.expose() => Ok(()),
             Some(_) => Err(DiskError::WrongKey),
@@ -149,21 +156,28 @@ impl DiskBackend for FakeDisk {
         Ok(())
     }
     fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
-        Ok(self.state().salt.clone())
+        let mut s = self.state();
+        s.reads += 1;
+        s.salt_reads += 1;
+        Ok(s.salt.clone())
     }
     fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
         self.state().fs = Some(fs.into());
         Ok(())
     }
     fn filesystem(&self) -> Result<Option<String>, DiskError> {
-        Ok(self.state().fs.clone())
+        let mut s = self.state();
+        s.reads += 1;
+        Ok(s.fs.clone())
     }
     fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
         self.state().bootstrapped = true;
         Ok(())
     }
     fn bootstrapped(&self) -> Result<bool, DiskError> {
-        Ok(self.state().bootstrapped)
+        let mut s = self.state();
+        s.reads += 1;
+        Ok(s.bootstrapped)
     }
 }
 
@@ -417,10 +431,17 @@ fn issued_with_pcr15(ticket: &Ticket, pcr15: Option<Vec<u8>>) -> IssuedTicket {
     }
 }
 
+/// The admin's Recover: the init secret and the master secret `m`.
 fn recover_request(m: &MasterSecret) -> RecoverMessage {
+    recover_request_with(m, INIT_SECRET)
+}
+
+/// A Recover with the master secret `m` and `init_secret`.
+fn recover_request_with(m: &MasterSecret, init_secret: &[u8]) -> RecoverMessage {
     let mut r = RecoverMessage::default();
     r.kms_uri = m.to_kms_uri().to_string();
     r.storage_uri = "storage://no-store".into();
+    r.init_secret = init_secret.to_vec();
     r
 }
 
@@ -992,11 +1013,120 @@ fn recover_failing_past_the_lock_is_final() {
     assert!(rig.marks().is_empty());
 }
 
+/// The host's attack on Recover: it formats a disk with a master secret of
+/// its own, keeps its own SSH users on it, boots the genuine image (the
+/// admin's command line, the admin's init-secret hash) and sends Recover
+/// with its master secret, without the admin's init secret. The node reads
+/// nothing from that disk: not opened, no user created, nothing mounted,
+/// PCR 15 not marked with the host's cluster.
+#[test]
+fn a_recover_without_the_admins_init_secret_reads_nothing_from_the_hosts_disk() {
+    let host = MasterSecret::new(vec![0x66; 32], vec![0x77; 32]).unwrap();
+    let hosts_disk = || FakeDisk::luks(UUID, host.state_disk_key(UUID).expose(), Some(&[0x55; 32]));
+    let hosts_state_fs = || {
+        let dir = TempDir::new("hosts-state-fs");
+        let mallory = validate_ssh_users([("mallory", ssh_key(9).as_str())]).unwrap();
+        store_ssh_users(dir.path(), &mallory).unwrap();
+        Arc::new(dir)
+    };
+    let boot = || {
+        Rig::booting(
+            hosts_disk(),
+            kubeadm(),
+            FakeMarker::default(),
+            hosts_state_fs(),
+            fresh_root(),
+        )
+    };
+    for init_secret in [&b""[..], b"the host's guess at the init secret"] {
+        let rig = boot();
+        let err = rig
+            .node
+            .recover(&recover_request_with(&host, init_secret))
+            .unwrap_err();
+        assert_eq!(err, NodeError::WrongInitSecret);
+        assert_eq!(
+            crate::server::status(&err).code,
+            confboot_wire::Code::PermissionDenied
+        );
+        assert!(!err.is_final(), "the admin may still recover the node");
+        assert_eq!(rig.disk.state().reads, 0, "nothing read from the disk");
+        assert!(!rig.disk.state().opened);
+        assert!(!rig.node.lock().is_locked());
+        assert!(rig.marks().is_empty(), "PCR 15 not marked");
+        assert!(rig.mounts().is_empty());
+        assert!(!has_user(rig.root.path(), "mallory", &ssh_key(9)));
+        assert_eq!(
+            std::fs::read_to_string(rig.root.path().join("etc/passwd")).unwrap(),
+            "root:x:0:0:root:/:/bin/sh\n"
+        );
+    }
+    // The same Recover with the admin's init secret goes through: the init
+    // secret is what stops the host (the admin would not recover a disk
+    // it does not know, and the CLI checks the node's attestation first).
+    let rig = boot();
+    rig.node
+        .recover(&recover_request_with(&host, INIT_SECRET))
+        .unwrap();
+    assert!(has_user(rig.root.path(), "mallory", &ssh_key(9)));
+    assert_eq!(
+        rig.marks(),
+        [derive_cluster_id(host.measurement_secret().expose(), &[0x55; 32]).to_vec()]
+    );
+}
+
+#[test]
+fn a_node_without_an_init_secret_hash_takes_no_recover() {
+    let (mut rig, m) = recoverable_rig();
+    rig.node.config.init_secret_hash = None;
+    let err = rig.node.recover(&recover_request(&m)).unwrap_err();
+    assert_eq!(err, NodeError::RecoverNotConfigured);
+    assert_eq!(
+        crate::server::status(&err).code,
+        confboot_wire::Code::FailedPrecondition
+    );
+    assert_eq!(rig.disk.state().reads, 0);
+    assert!(!rig.disk.state().opened);
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn recovers_are_served_one_at_a_time() {
+    let (rig, m) = recoverable_rig();
+    {
+        let _serving = rig.node.recover_guard();
+        let err = rig.node.recover(&recover_request(&m)).unwrap_err();
+        assert_eq!(err, NodeError::RecoverBusy);
+        assert_eq!(
+            crate::server::status(&err).code,
+            confboot_wire::Code::Unavailable
+        );
+        assert!(!err.is_final());
+        assert_eq!(rig.disk.state().reads, 0, "no hash, no disk read");
+        assert!(!rig.node.lock().is_locked());
+    }
+    rig.node.recover(&recover_request(&m)).unwrap();
+    assert!(rig.disk.state().opened);
+}
+
+#[test]
+fn recover_reads_the_salt_only_once_the_master_secret_opens_the_disk() {
+    let (rig, m) = recoverable_rig();
+    let wrong = MasterSecret::new(vec![8; 32], vec![9; 32]).unwrap();
+    let err = rig.node.recover(&recover_request(&wrong)).unwrap_err();
+    assert_eq!(err, NodeError::DiskRead(DiskError::WrongKey));
+    assert_eq!(rig.disk.state().salt_reads, 0, "the disk is not trusted");
+    rig.node.recover(&recover_request(&m)).unwrap();
+    assert_eq!(rig.disk.state().salt_reads, 1);
+}
+
 #[test]
 fn only_errors_past_the_nodelock_are_final() {
     let refusals = [
         NodeError::InitNotConfigured,
         NodeError::WrongInitSecret,
+        NodeError::RecoverNotConfigured,
+        NodeError::RecoverBusy,
         NodeError::AlreadyBootstrapping { holder: "join" },
         NodeError::NothingToRecover,
         NodeError::BadTicket("x".into()),

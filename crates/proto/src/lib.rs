@@ -79,6 +79,6 @@ mod zeroize_secrets {
         crate::join::IssueRejoinTicketResponse => state_disk_key, measurement_secret;
         crate::init::InitRequest => kms_uri, init_secret;
         crate::init::InitSuccessResponse => kubeconfig;
-        crate::recover::RecoverMessage => kms_uri;
+        crate::recover::RecoverMessage => kms_uri, init_secret;
     }
 }
