@@ -20,7 +20,8 @@
 //! level was changed is refused by PID 1 before the bootstrapper runs; a
 //! node whose root has one flipped byte in a file the OS reads at boot
 //! stops (dm-verity, `panic_on_corruption`) without the OS ever reading
-//! it; node 2 reboots, rejoins and reads back what its OS wrote.
+//! it; node 2 reboots, rejoins and reads back what its OS wrote; node 2's
+//! disk rolled back to a copy from before that reboot is refused.
 //!
 //! Needs the musl release binaries (scripts/test.sh builds them), the
 //! Debian packages boot.rs needs, and mmdebstrap and squashfs-tools
@@ -425,6 +426,10 @@ fn vm_os_init_join_reboot_and_refused_roots() {
         .unwrap();
     println!("[changed hash tree] {}", top_error.trim());
 
+    // The host keeps a copy of node 2's disk as it was after its join.
+    let snapshot = work.path().join("node2-after-join.img");
+    std::fs::copy(&n2.disk, &snapshot).expect("snapshot node 2's disk");
+
     // (c) One flipped byte in a file the OS reads at boot: the node joins
     // (its measurements are right), hands over, and stops when the OS
     // reads that block; the bytes never reach it.
@@ -480,6 +485,26 @@ fn vm_os_init_join_reboot_and_refused_roots() {
         "what the OS wrote is inside dm-crypt"
     );
     drop(vm2);
+
+    // (e) The host rolls node 2's disk back to the copy it took after the
+    // join: the cluster saw a later generation at the rejoin, so the node
+    // refuses the disk and stops before its OS runs.
+    std::fs::copy(&snapshot, &n2.disk).expect("roll node 2's disk back");
+    let mut c2 = os_config(&n2, &cmdline, &os.root);
+    c2.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+    let mut vm2 = Vm::boot(c2);
+    let rolled = vm2.wait_for_line("state disk rolled back", BOOT_BOUND);
+    vm2.wait_exit(Duration::from_secs(120));
+    let serial = vm2.serial();
+    println!("[node2-rolled-back] {}", rolled.trim());
+    assert!(
+        !serial.contains("CONFBOOT-SWITCH-ROOT") && !serial.contains("bootstrapped ("),
+        "a rolled-back disk never reaches the OS\n{}",
+        vm2.failure_report()
+    );
+    drop(vm2);
+    let (_, metrics) = joinsvc.http_get("/metrics");
+    assert!(refused(&metrics, "rolled_back") >= 1, "{metrics}");
     drop(joinsvc);
     println!("vm_os: {:.1} s in all", t0.elapsed().as_secs_f64());
 }
