@@ -1069,9 +1069,20 @@ pub fn luks2_metadata(data: &[u8]) {
 
 /// A device-mapper ioctl buffer as the kernel leaves it: the reply header
 /// is read with every size and offset bounded by the buffer, the version
-/// checked and the name printable, or refused.
+/// checked and the name printable, or refused; read as a table status
+/// reply, at most a bounded number of targets whose lines lie inside the
+/// data the kernel reports and are printable.
 pub fn dm_reply(data: &[u8]) {
-    use confboot_disk::dm::wire::{DM_IOCTL_DATA, NAME_LEN, Reply};
+    use confboot_disk::dm::wire::{
+        DM_IOCTL_DATA, MAX_TABLE_TARGETS, NAME_LEN, Reply, table_targets,
+    };
+    if let Ok(targets) = table_targets(data) {
+        assert!(targets.len() <= MAX_TABLE_TARGETS as usize);
+        for t in &targets {
+            assert!(t.params.len() < data.len());
+            assert!(t.params.bytes().all(|b| b == b' ' || b.is_ascii_graphic()));
+        }
+    }
     let Ok(reply) = Reply::parse(data) else {
         return;
     };

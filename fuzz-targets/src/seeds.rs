@@ -731,7 +731,8 @@ fn master_secret_file() -> Vec<Seed> {
 const LUKS2_DUMP: &str = include_str!("luks2_dump.json");
 
 /// Request buffers as the kernel returns them (it rewrites the header in
-/// place): a status-like one, a table load (a dummy key), a truncated one.
+/// place): a status-like one, a table load (a dummy key), a truncated one,
+/// a table status reply of two crypt targets (keyring-style keys).
 fn dm_reply() -> Vec<Seed> {
     use confboot_disk::dm::wire::{Request, Target};
     let status = Request::new(
@@ -751,10 +752,19 @@ fn dm_reply() -> Vec<Seed> {
         },
     )
     .expect("a table");
+    let crypt = Target {
+        sector_start: 0,
+        length: 98304,
+        target_type: "crypt",
+        params: b"aes-xts-plain64 :64:logon:cryptsetup:0a1b2c3d-0000-4000-8000-00000000000f-d0 0 254:16 32768 1 sector_size:4096",
+    };
+    let table_status = confboot_disk::dm::wire::encode_table_reply("state", &[crypt, crypt])
+        .expect("a table status reply");
     vec![
         seed("status", status.bytes()),
         seed("table-load", table.bytes()),
         seed("truncated", &status.bytes()[..400]),
+        seed("table-status", table_status.bytes()),
     ]
 }
 
