@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_kms::{MasterSecret, init_secret};
+use confboot_kms::{MIN_MEASUREMENT_SALT_LEN, MasterSecret, init_secret};
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
@@ -26,13 +26,22 @@ const INIT_SECRET_FILE: Opt = Opt::value(
     "The cluster's init secret (the node knows its hash): proves to the node that this is its admin",
 );
 
+const CLUSTER_FILE: Opt = Opt::value(
+    "cluster-file",
+    "FILE",
+    "The cluster file confboot init wrote (--state-out): its measurement salt is the one the node marks PCR 15 with",
+)
+.default(common::DEFAULT_CLUSTER_FILE);
+
 const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
             against --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
-            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the init secret\n\
-            and the master secret (inside the kms:// URI). The node checks the init secret against the hash on\n\
-            its command line before it reads its disk, then derives its state-disk key and opens its disk.\n\
+            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the init secret,\n\
+            the master secret (inside the kms:// URI) and the cluster's measurement salt (from --cluster-file).\n\
+            The node checks the init secret against the hash on its command line before it reads its disk, then\n\
+            derives its state-disk key, opens its disk and marks PCR 15 with the cluster id of the admin's salt\n\
+            (never a salt read from its disk's header, which the host can rewrite).\n\
             One Recover at a time: a node busy with another answers UNAVAILABLE (try again).",
     usage: "confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --measurements FILE --ak-trust MODE\n       \
             confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --variants sev-snp --snp-policy FILE",
@@ -40,6 +49,7 @@ const CMD: Command = Command {
         NODE,
         INIT_SECRET_FILE,
         MASTER_SECRET,
+        CLUSTER_FILE,
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
@@ -61,6 +71,8 @@ struct Config {
     init_secret_file: PathBuf,
     /// The master-secret file.
     master_secret: PathBuf,
+    /// The cluster file (for the measurement salt).
+    cluster_file: PathBuf,
     /// How the node is checked.
     check: common::NodeCheck,
 }
@@ -71,11 +83,13 @@ impl Config {
         let node = m.required(&NODE).map(str::to_string);
         let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let master_secret = PathBuf::from(m.value(&MASTER_SECRET).expect("has a default"));
+        let cluster_file = PathBuf::from(m.value(&CLUSTER_FILE).expect("has a default"));
         let check = common::NodeCheck::read(m);
         Ok(Config {
             node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_RECOVER_PORT),
             init_secret_file: init_secret_file.map_err(|e| e.to_string())?,
             master_secret,
+            cluster_file,
             check: check?,
         })
     }
@@ -94,6 +108,15 @@ fn recover(config: &Config) -> Result<(), String> {
     let init_secret = init_secret::read_file(&config.init_secret_file)
         .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
     let master = MasterSecret::read_file(&config.master_secret).map_err(|e| e.to_string())?;
+    let measurement_salt = common::cluster_file_field(&config.cluster_file, "measurementSalt")
+        .map_err(|e| format!("--{}: {e}", CLUSTER_FILE.long))?;
+    if measurement_salt.len() < MIN_MEASUREMENT_SALT_LEN {
+        return Err(format!(
+            "--{}: the measurement salt has {} bytes, want at least {MIN_MEASUREMENT_SALT_LEN}",
+            CLUSTER_FILE.long,
+            measurement_salt.len()
+        ));
+    }
     let validators = config.check.validators()?;
     let measurements = &config.check.policy_files;
     let (mut client, _) = atls::connect(node, Duration::from_secs(30), &validators, None)
@@ -103,6 +126,7 @@ fn recover(config: &Config) -> Result<(), String> {
         kms_uri: master.to_kms_uri().to_string(),
         storage_uri: "storage://no-store".into(),
         init_secret: init_secret.to_vec(),
+        measurement_salt,
     };
     let _: RecoverResponse = client
         .unary(confboot_proto::RECOVER, &msg, Duration::from_secs(120))
@@ -139,6 +163,7 @@ mod tests {
         assert_eq!(c.node, "n:9999");
         assert_eq!(c.init_secret_file, PathBuf::from("s"));
         assert_eq!(c.master_secret, PathBuf::from("confboot-mastersecret.json"));
+        assert_eq!(c.cluster_file, PathBuf::from("confboot-cluster.json"));
         assert_eq!(c.check.policy_files, "p.json");
     }
 

@@ -362,12 +362,13 @@ pub fn join_ticket(data: &[u8]) {
         let req = IssueRejoinTicketRequest { disk_uuid: uuid };
         client.unary(REJOIN, &req, timeout).ok().and_then(|t| {
             let ok = check_rejoin_ticket(&t).and_then(|()| {
-                check_cluster_mark(&t.measurement_secret, &TICKET_SALT, service.as_ref())
+                check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service.as_ref())
             });
             ok.is_ok().then(|| {
+                assert!(MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()));
                 (
                     t.measurement_secret.clone(),
-                    TICKET_SALT.to_vec(),
+                    t.measurement_salt.clone(),
                     t.state_disk_key.clone(),
                 )
             })

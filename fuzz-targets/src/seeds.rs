@@ -230,6 +230,7 @@ fn join_ticket() -> Vec<Seed> {
         state_disk_key: vec![1; 32],
         measurement_secret: TICKET_SECRET.to_vec(),
         generation: 0,
+        measurement_salt: TICKET_SALT.to_vec(),
     };
     let answer = |m: Vec<u8>| [m, trailer(0, "")].concat();
     vec![

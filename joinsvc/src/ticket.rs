@@ -300,7 +300,7 @@ impl TicketService {
     }
 
     /// A rejoin ticket for an attested `caller`: only the disk key, the
-    /// measurement secret and the disk's last confirmed generation, for a
+    /// measurement secret and salt and the disk's last confirmed generation, for a
     /// disk the admin did not remove, to a caller the ledger admits (an
     /// SEV-SNP launch asks once).
     pub fn issue_rejoin_ticket(
@@ -323,6 +323,7 @@ impl TicketService {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
             measurement_secret: self.measurement_secret.expose().to_vec(),
             generation,
+            measurement_salt: self.config.measurement_salt.clone(),
         })
     }
 
@@ -800,6 +801,10 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(t.state_disk_key, j.state_disk_key);
         assert_eq!(t.measurement_secret, j.measurement_secret);
+        // The cluster's salt, from joinsvc's configuration: the node never
+        // takes it from its disk's header.
+        assert_eq!(t.measurement_salt, j.measurement_salt);
+        assert_eq!(t.measurement_salt, s.config.measurement_salt);
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
     }
 

@@ -30,6 +30,7 @@ pub fn answer() -> Vec<u8> {
         state_disk_key: vec![7; 40],
         measurement_secret: vec![],
         generation: 0,
+        measurement_salt: vec![],
     };
     let mut bytes = Vec::new();
     frame::write_frame(&mut bytes, FrameKind::Message, &response.encode_to_vec()).unwrap();

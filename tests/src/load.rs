@@ -313,6 +313,7 @@ impl AdminNodes {
             kms_uri: wrong.to_kms_uri().to_string(),
             storage_uri: "storage://no-store".into(),
             init_secret: INIT_SECRET.to_vec(),
+            measurement_salt: vec![5; 32],
         };
         match client.unary(confboot_proto::RECOVER, &req, ADMIN_TIMEOUT) {
             Err(s) if s.code == Code::PermissionDenied && s.message.contains("does not open") => {

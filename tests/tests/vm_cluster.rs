@@ -646,6 +646,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let host = work.path().join("host");
     std::fs::create_dir_all(&host).unwrap();
     std::fs::write(host.join("no-init-secret"), "").unwrap();
+    // The host's own cluster file: a salt of its choosing.
+    std::fs::write(
+        host.join("confboot-cluster.json"),
+        format!(r#"{{"measurementSalt": "{}"}}"#, "ab".repeat(32)),
+    )
+    .unwrap();
     confboot_kms::MasterSecret::generate()
         .unwrap()
         .write_file(&host.join("host-mastersecret.json"))

@@ -64,8 +64,23 @@ pub mod holder {
     pub const RECOVER: &str = "recover";
 }
 
-/// Least length of the measurement salt an Init carries.
-pub const MIN_MEASUREMENT_SALT_LEN: usize = 32;
+use confboot_kms::MAX_SECRET_LEN;
+pub use confboot_kms::MIN_MEASUREMENT_SALT_LEN;
+
+/// A measurement salt from an Init or a Recover: between
+/// [`MIN_MEASUREMENT_SALT_LEN`] and [`MAX_SECRET_LEN`] bytes.
+fn check_measurement_salt(salt: &[u8]) -> Result<(), NodeError> {
+    if (MIN_MEASUREMENT_SALT_LEN..=MAX_SECRET_LEN).contains(&salt.len()) {
+        return Ok(());
+    }
+    Err(NodeError::InvalidArgument {
+        field: "measurement_salt",
+        reason: format!(
+            "{} bytes, want {MIN_MEASUREMENT_SALT_LEN} to {MAX_SECRET_LEN}",
+            salt.len()
+        ),
+    })
+}
 
 /// Marks a node as bootstrapped: PCR 15 ← cluster id. A node's own
 /// attestation shows the mark from then on; a join service checks it.
@@ -333,12 +348,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         let master = master_secret(&req.kms_uri)?;
         check_storage_uri(&req.storage_uri)?;
-        if req.measurement_salt.len() < MIN_MEASUREMENT_SALT_LEN {
-            return Err(NodeError::InvalidArgument {
-                field: "measurement_salt",
-                reason: format!("must be at least {MIN_MEASUREMENT_SALT_LEN} bytes"),
-            });
-        }
+        check_measurement_salt(&req.measurement_salt)?;
         let ssh_users = self.check_ssh_users(req)?;
         Ok(CheckedInit { master, ssh_users })
     }
@@ -492,19 +502,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         if service.is_none() {
             return Err(NodeError::JoinServiceNotMember("it did not attest".into()));
         }
-        match ticket {
-            Ticket::Join(t) => {
-                checks::check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service)
-            }
-            Ticket::Rejoin(t) => {
-                let salt = self
-                    .disk()
-                    .measurement_salt()
-                    .map_err(NodeError::DiskRead)?;
-                checks::check_cluster_mark(&t.measurement_secret, &salt, service)
-            }
-        }
-        .map_err(ticket_error)
+        // The salt comes with the ticket, which the service's cluster mark
+        // proves; the one the disk's header keeps is the host's to rewrite.
+        let (secret, salt) = match ticket {
+            Ticket::Join(t) => (&t.measurement_secret, &t.measurement_salt),
+            Ticket::Rejoin(t) => (&t.measurement_secret, &t.measurement_salt),
+        };
+        checks::check_cluster_mark(secret, salt, service).map_err(ticket_error)
     }
 
     /// Applies a checked ticket past the nodelock (taken by the join client).
@@ -592,13 +596,14 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         token: &LockToken,
         t: &IssueRejoinTicketResponse,
     ) -> Result<(), NodeError> {
-        // Read first: without a salt the node cannot be marked, and then
-        // the disk stays closed.
-        let salt = self.disk().measurement_salt().map_err(NodeError::Disk)?;
+        // The ticket's salt (checked with the ticket), never the header's:
+        // the host can rewrite a header, and a salt of its choosing would
+        // mark the node for a cluster the admin never made.
+        let salt = &t.measurement_salt;
         let key = SecretBytes::new(t.state_disk_key.clone());
         let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
         log::info!("{}", describe(&action));
-        let cluster_id = derive_cluster_id(&t.measurement_secret, &salt);
+        let cluster_id = derive_cluster_id(&t.measurement_secret, salt);
         // Before anything the disk keeps is used: a disk older than the
         // cluster last saw it creates no users and gets no mark.
         self.advance_generation(
@@ -624,8 +629,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     /// disk of its own and knows its master secret cannot recruit the node
     /// into its cluster. Then the disk key derived from the master secret is
     /// checked against the header (a wrong secret changes nothing), and only
-    /// then is the disk trusted: the salt is read from its header, the
-    /// nodelock taken, the disk opened and the node marked again.
+    /// then is the disk trusted: the nodelock taken, the disk opened and the
+    /// node marked again, with the cluster id of the admin's measurement
+    /// salt (never the header's: the host can rewrite a header).
     pub fn recover(&self, req: &RecoverMessage) -> Result<(), NodeError> {
         let Some(hash) = &self.config.init_secret_hash else {
             return Err(NodeError::RecoverNotConfigured);
@@ -643,7 +649,8 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         let master = master_secret(&req.kms_uri)?;
         check_storage_uri(&req.storage_uri)?;
-        let salt = {
+        check_measurement_salt(&req.measurement_salt)?;
+        {
             let disk = self.disk();
             if !matches!(
                 disk.state().map_err(NodeError::DiskRead)?,
@@ -653,16 +660,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             }
             disk.check_key(|uuid| Ok(master.state_disk_key(uuid)))
                 .map_err(NodeError::DiskRead)?;
-            // The master secret opens the disk: from here it is trusted.
-            // Read before the nodelock: without a salt the node cannot be
-            // marked, and then the disk stays closed.
-            disk.measurement_salt().map_err(NodeError::DiskRead)?
-        };
+        }
         let token = self.take_lock(holder::RECOVER)?;
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
         log::info!("recovered: {}", describe(&action));
         self.apply_kept_ssh_users(&token);
-        let cluster_id = derive_cluster_id(master.measurement_secret().expose(), &salt);
+        let cluster_id =
+            derive_cluster_id(master.measurement_secret().expose(), &req.measurement_salt);
         self.set_up_vpn(
             &token,
             action.uuid(),

@@ -401,12 +401,13 @@ fn rejoin_ticket(key: &[u8]) -> Ticket {
     let mut t = IssueRejoinTicketResponse::default();
     t.state_disk_key = key.to_vec();
     t.measurement_secret = vec![6; 32];
+    t.measurement_salt = vec![5; 32];
     Ticket::Rejoin(t)
 }
 
 /// `ticket` as a member of its cluster issues it: attested, PCR 15 holding
 /// the mark of the cluster id of measurement secret [6; 32] and salt
-/// [5; 32] (the ticket's for a join, the test disks' for a rejoin).
+/// [5; 32] (the tickets').
 fn from_member(ticket: &Ticket) -> IssuedTicket {
     issued_with_pcr15(
         ticket,
@@ -442,6 +443,7 @@ fn recover_request_with(m: &MasterSecret, init_secret: &[u8]) -> RecoverMessage 
     r.kms_uri = m.to_kms_uri().to_string();
     r.storage_uri = "storage://no-store".into();
     r.init_secret = init_secret.to_vec();
+    r.measurement_salt = vec![5; 32];
     r
 }
 
@@ -856,9 +858,12 @@ fn a_join_ticket_for_another_disk_opens_nothing() {
 
 // ---- Rejoin ----
 
+/// The header's salt token is the host's to rewrite: a rejoin marks the
+/// node with the cluster id of the ticket's salt, which the join service's
+/// own mark proves, and never reads the header's.
 #[test]
-fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
-    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+fn luks_then_rejoin_opens_and_marks_with_the_ticket_salt() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
@@ -878,13 +883,17 @@ fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
         rig.marks(),
         [derive_cluster_id(&[6; 32], &[5; 32]).to_vec()]
     );
+    assert_eq!(
+        rig.disk.state().salt_reads,
+        0,
+        "the header's salt is not read"
+    );
     assert!(rig.node.cluster().calls().is_empty());
 }
 
-/// The header keeps the salt a rejoin's join service proves membership
-/// with and the node marks with; a host that rewrites it between the
-/// ticket's check and its use does not make the node mark another cluster
-/// than the one checked: the salt is read once.
+/// A host that rewrites the header's salt between the ticket's check and
+/// its use does not make the node mark another cluster than the one
+/// checked: the mark's salt is the ticket's.
 #[test]
 fn a_salt_rewritten_between_the_check_and_the_mark_is_not_used() {
     let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
@@ -930,22 +939,33 @@ fn a_rejoin_ticket_with_a_wrong_key_never_formats() {
 }
 
 #[test]
-fn a_rejoin_without_a_kept_salt_leaves_the_disk_closed() {
+fn a_rejoin_ticket_without_a_salt_is_thrown_away() {
+    // A header without a salt token rejoins: the salt is the ticket's.
     let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], None));
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
-    let token = rig.node.take_lock(holder::JOIN).unwrap();
-    let err = rig
-        .node
-        .apply_ticket(&token, &request, &rejoin_ticket(&[0x42; 32]))
-        .unwrap_err();
-    assert!(
-        matches!(err, NodeError::Disk(DiskError::Metadata(_))),
-        "{err:?}"
-    );
+    let Ticket::Rejoin(mut saltless) = rejoin_ticket(&[0x42; 32]) else {
+        unreachable!()
+    };
+    for salt in [vec![], vec![5; 8], vec![5; 257]] {
+        saltless.measurement_salt = salt;
+        let err = rig
+            .node
+            .check_ticket(&request, &from_member(&Ticket::Rejoin(saltless.clone())))
+            .unwrap_err();
+        assert!(matches!(err, NodeError::BadTicket(_)), "{err:?}");
+        assert!(!err.is_final());
+    }
+    assert!(!rig.node.lock().is_locked());
     assert!(!rig.disk.state().opened);
-    assert!(rig.marks().is_empty());
+    let ticket = rejoin_ticket(&[0x42; 32]);
+    rig.node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap();
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    rig.node.apply_ticket(&token, &request, &ticket).unwrap();
+    assert!(rig.disk.state().opened);
 }
 
 // ---- Recover ----
@@ -954,7 +974,8 @@ fn recoverable_rig() -> (Rig, MasterSecret) {
     let m = master();
     let key = m.state_disk_key(UUID);
     (
-        Rig::new(FakeDisk::luks(UUID, key.expose(), Some(&[5; 32]))),
+        // The header keeps a salt the admin never made (the host's).
+        Rig::new(FakeDisk::luks(UUID, key.expose(), Some(&[9; 32]))),
         m,
     )
 }
@@ -1069,9 +1090,10 @@ fn a_recover_without_the_admins_init_secret_reads_nothing_from_the_hosts_disk() 
         .recover(&recover_request_with(&host, INIT_SECRET))
         .unwrap();
     assert!(has_user(rig.root.path(), "mallory", &ssh_key(9)));
+    // Marked with the admin's salt, never the one the host's header keeps.
     assert_eq!(
         rig.marks(),
-        [derive_cluster_id(host.measurement_secret().expose(), &[0x55; 32]).to_vec()]
+        [derive_cluster_id(host.measurement_secret().expose(), &[5; 32]).to_vec()]
     );
 }
 
@@ -1109,15 +1131,40 @@ fn recovers_are_served_one_at_a_time() {
     assert!(rig.disk.state().opened);
 }
 
+/// The host formats nothing here: it only rewrites the salt token of a
+/// member's disk, and then the admin recovers the node. The mark is the
+/// cluster id of the admin's salt; the header's is never read.
 #[test]
-fn recover_reads_the_salt_only_once_the_master_secret_opens_the_disk() {
+fn recover_marks_with_the_admins_salt_and_never_reads_the_headers() {
     let (rig, m) = recoverable_rig();
-    let wrong = MasterSecret::new(vec![8; 32], vec![9; 32]).unwrap();
-    let err = rig.node.recover(&recover_request(&wrong)).unwrap_err();
-    assert_eq!(err, NodeError::DiskRead(DiskError::WrongKey));
-    assert_eq!(rig.disk.state().salt_reads, 0, "the disk is not trusted");
     rig.node.recover(&recover_request(&m)).unwrap();
-    assert_eq!(rig.disk.state().salt_reads, 1);
+    assert_eq!(rig.disk.state().salt_reads, 0);
+    let host_cluster = derive_cluster_id(m.measurement_secret().expose(), &[9; 32]);
+    assert_ne!(rig.marks(), [host_cluster.to_vec()]);
+}
+
+#[test]
+fn a_recover_without_a_salt_is_refused_before_the_disk_is_read() {
+    let (rig, m) = recoverable_rig();
+    for salt in [vec![], vec![5; 31], vec![5; 257]] {
+        let mut req = recover_request(&m);
+        req.measurement_salt = salt;
+        let err = rig.node.recover(&req).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                NodeError::InvalidArgument {
+                    field: "measurement_salt",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!err.is_final());
+    }
+    assert_eq!(rig.disk.state().reads, 0);
+    assert!(!rig.node.lock().is_locked());
+    assert!(rig.marks().is_empty());
 }
 
 #[test]
@@ -1173,21 +1220,26 @@ fn a_ticket_from_a_service_that_is_no_member_of_its_cluster_is_thrown_away() {
 }
 
 #[test]
-fn a_rejoin_ticket_is_checked_against_the_salt_in_the_disk_header() {
+fn a_rejoin_ticket_is_checked_against_its_own_salt_whatever_the_header_says() {
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
     let ticket = rejoin_ticket(&[0x42; 32]);
-    // The header keeps salt [5; 32]: a member of that cluster is taken.
-    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    // The ticket's salt is [5; 32]: a member of that cluster is taken,
+    // whatever salt the header keeps.
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
     rig.node
         .check_ticket(&request, &from_member(&ticket))
         .unwrap();
-    // The host rewrote the salt: the mark no longer matches, nothing opens.
-    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
+    assert_eq!(rig.disk.state().salt_reads, 0);
+    // A ticket with another salt than the service's mark proves: refused.
+    let Ticket::Rejoin(mut other) = ticket else {
+        unreachable!()
+    };
+    other.measurement_salt = vec![9; 32];
     let err = rig
         .node
-        .check_ticket(&request, &from_member(&ticket))
+        .check_ticket(&request, &from_member(&Ticket::Rejoin(other)))
         .unwrap_err();
     assert!(matches!(err, NodeError::JoinServiceNotMember(_)), "{err:?}");
     assert!(!rig.node.lock().is_locked());
@@ -1846,6 +1898,7 @@ fn rejoin_with(rig: &Rig, cluster: &ClusterGenerations) -> Result<Outcome, NodeE
     let mut ticket = IssueRejoinTicketResponse::default();
     ticket.state_disk_key = vec![0x42; 32];
     ticket.measurement_secret = vec![6; 32];
+    ticket.measurement_salt = vec![5; 32];
     ticket.generation = cluster.last();
     let ticket = Ticket::Rejoin(ticket);
     rig.node.check_ticket(&request, &from_member(&ticket))?;

@@ -61,6 +61,7 @@ fn router(calls: Arc<AtomicUsize>) -> Router {
                 state_disk_key: pcr,
                 measurement_secret: Vec::new(),
                 generation: 0,
+                measurement_salt: vec![],
             })
         })
 }

@@ -38,6 +38,7 @@ fn router() -> Router {
                 state_disk_key: req.disk_uuid.into_bytes(),
                 measurement_secret: vec![],
                 generation: 0,
+                measurement_salt: vec![],
             })
         })
         .unary(SLOW, |_ctx, req: IssueRejoinTicketRequest| {
@@ -447,6 +448,7 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
             state_disk_key: r.disk_uuid.into_bytes(),
             measurement_secret: vec![],
             generation: 0,
+            measurement_salt: vec![],
         })
     });
     let config = PoolConfig {
@@ -636,6 +638,7 @@ fn a_connections_last_answer_leaves_with_its_close_notify_in_one_write() {
                 state_disk_key: req.disk_uuid.into_bytes(),
                 measurement_secret: vec![],
                 generation: 0,
+                measurement_salt: vec![],
             })
         })
     };

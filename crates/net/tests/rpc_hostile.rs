@@ -32,6 +32,7 @@ fn router() -> Router {
             state_disk_key: req.disk_uuid.into_bytes(),
             measurement_secret: vec![],
             generation: 0,
+            measurement_salt: vec![],
         })
     })
 }
