@@ -63,7 +63,7 @@ const RECOVER_LISTEN: Opt = Opt::value("recover-listen", "ADDR", "Address of the
 const INIT_SECRET_HASH: Opt = Opt::value(
     "init-secret-hash",
     "HASH",
-    "pbkdf2-sha256$... hash of the init secret (no hash: Init is refused)",
+    "pbkdf2-sha256$... hash of the admin's init secret (`confboot hash-init-secret`), the same on every node of a cluster: Init and Recover must carry the secret (no hash: both are refused)",
 )
 .env("BOOTSTRAPPER_INIT_SECRET_HASH");
 const JOIN_ENDPOINT: Opt = Opt::value("join-endpoint", "HOST:PORT", "A join service (repeatable)");
@@ -233,7 +233,7 @@ pub struct Config {
     pub init_listen: String,
     /// Address of the recovery API.
     pub recover_listen: String,
-    /// The init secret's hash (`None`: Init is refused).
+    /// The init secret's hash (`None`: Init and Recover are refused).
     pub init_secret_hash: Option<InitSecretHash>,
     /// The join services of `--join-endpoint`, as given.
     pub join_endpoints: Vec<String>,

@@ -8,13 +8,16 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::{Issuer, Validator};
-use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+use confboot_proto::join::{
+    ConfirmGenerationRequest, IssueJoinTicketRequest, IssueRejoinTicketRequest,
+};
 use confboot_util::backoff::Backoff;
 use confboot_util::stop::Stop;
 use confboot_wire::{Code, Status};
 
+use crate::node::generation::GenerationConfirmer;
 use crate::node::vpn::VpnJoinFields;
-use crate::node::{IssuedTicket, Ticket, TicketRequest};
+use crate::node::{IssuedTicket, JoinServiceCheck, Ticket, TicketRequest};
 
 /// Largest metadata response read.
 const MAX_METADATA_BYTES: usize = 64 * 1024;
@@ -135,6 +138,27 @@ impl EndpointSources {
     }
 }
 
+/// How many rounds over the join services a generation confirmation
+/// takes at most before the boot ends (the next boot finds the written
+/// generation, which is newer than the cluster's: nothing is lost).
+pub const CONFIRM_ROUNDS: usize = 3;
+
+/// The join client confirming generations of the node's cluster: the
+/// cluster id is the one the rejoin's ticket and disk header give.
+pub struct JoinClientConfirmer {
+    /// The join client whose endpoints and checks are used.
+    pub client: Arc<JoinClient>,
+    /// How the join service is checked.
+    pub check: JoinServiceCheck,
+}
+
+impl GenerationConfirmer for JoinClientConfirmer {
+    fn confirm(&self, request: &ConfirmGenerationRequest, cluster_id: &[u8]) -> Result<(), String> {
+        self.client
+            .confirm_generation(request, cluster_id, self.check)
+    }
+}
+
 /// Why one attempt gave no ticket.
 #[derive(Debug)]
 pub enum AttemptError {
@@ -219,6 +243,59 @@ impl JoinClient {
             }
         }?;
         Ok(IssuedTicket { ticket, service })
+    }
+
+    /// Confirms a rejoined node's state disk generation to a join service
+    /// that proves membership of the node's cluster (`cluster_id`, unless
+    /// `check` is [`JoinServiceCheck::InsecureNone`]): a service that is
+    /// no member could answer "confirmed" and leave the cluster with the
+    /// old generation. Tries every endpoint for at most
+    /// [`CONFIRM_ROUNDS`] rounds; a refusal (PERMISSION_DENIED, INVALID_ARGUMENT)
+    /// is final.
+    pub fn confirm_generation(
+        &self,
+        request: &ConfirmGenerationRequest,
+        cluster_id: &[u8],
+        check: JoinServiceCheck,
+    ) -> Result<(), String> {
+        let mut backoff = Backoff::new(self.initial_backoff, self.max_backoff);
+        let mut last = "no join service known".to_string();
+        for round in 0..CONFIRM_ROUNDS {
+            if round > 0 {
+                std::thread::sleep(backoff.next_delay());
+            }
+            for endpoint in self.sources.resolve() {
+                let deadline = Instant::now() + self.attempt_timeout;
+                let (mut client, service) = match atls::connect(
+                    endpoint.as_str(),
+                    self.attempt_timeout,
+                    &self.joinsvc_validators,
+                    Some(Arc::clone(&self.issuer)),
+                ) {
+                    Ok(connected) => connected,
+                    Err(e) => {
+                        last = format!("{endpoint}: {e}");
+                        continue;
+                    }
+                };
+                if check == JoinServiceCheck::ClusterMark
+                    && let Err(e) =
+                        confboot_cluster::ticket::check_member_mark(cluster_id, service.as_ref())
+                {
+                    last = format!("{endpoint}: {e}");
+                    continue;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                match client.unary(confboot_proto::CONFIRM_GENERATION, request, left) {
+                    Ok(_) => return Ok(()),
+                    Err(s) if matches!(s.code, Code::PermissionDenied | Code::InvalidArgument) => {
+                        return Err(format!("{endpoint} refused it: {}", s.message));
+                    }
+                    Err(s) => last = format!("{endpoint}: {s}"),
+                }
+            }
+        }
+        Err(last)
     }
 
     /// Tries every endpoint, round after round with backoff, until one gives

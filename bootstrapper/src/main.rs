@@ -41,10 +41,11 @@ use crate::config::{
     CMD, ClusterStep, Config, DiskBackendChoice, DiskMode, JoinServices, MkfsChoice, StateFs,
     VpnConfig,
 };
-use crate::join::{EndpointSources, JoinClient};
+use crate::join::{EndpointSources, JoinClient, JoinClientConfirmer};
 use crate::node::vpn::NodeVpnSetup;
 use crate::node::{
-    AdminApi, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup, holder,
+    AdminApi, GenerationSetup, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup,
+    holder,
 };
 use crate::server::FlowResult;
 use confboot_util::backoff::Backoff;
@@ -161,6 +162,7 @@ fn build_node(
     issuer: Arc<VtpmIssuer>,
     join_service_check: JoinServiceCheck,
     join_endpoints: &[String],
+    confirm_client: Arc<JoinClient>,
 ) -> Result<RealNode, String> {
     let disk = &config.disk;
     let path = &disk.path;
@@ -213,10 +215,27 @@ fn build_node(
         is_control_plane: config.control_plane,
         join_service_check,
     };
+    // The generation lives on the state file system: without one (no
+    // mapped device, or no file system made) there is nowhere to keep it.
+    let has_state_fs = config.disk.mode.is_mapped() && mkfs.is_some();
     let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, node_config);
     let node = match ssh_users_setup(config) {
         Some(setup) => node.with_ssh_users(setup),
         None => node,
+    };
+    let node = if has_state_fs {
+        node.with_generation(GenerationSetup {
+            mount: Box::new(NixStateMount::new(&config.state_mount)),
+            confirmer: Box::new(JoinClientConfirmer {
+                client: confirm_client,
+                check: join_service_check,
+            }),
+        })
+    } else {
+        log::warn!(
+            "no state file system: a state disk restored from an old copy is not detected at rejoin"
+        );
+        node
     };
     Ok(match &config.vpn {
         Some(vpn) => node.with_vpn(vpn_setup(vpn, config, join_endpoints)?),
@@ -302,11 +321,26 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
     log::info!("this node attests with {}", attesting.variant());
     let (join_service_check, joinsvc_validators) = joinsvc_check(&config.join_services, &issuer)?;
     let configured = configured_join_endpoints(config);
+    let join_client_for = |kubelet_csr: Vec<u8>, vpn| JoinClient {
+        sources: EndpointSources {
+            configured: configured.clone(),
+            metadata_url: config.metadata_url.clone(),
+        },
+        issuer: Arc::clone(&attesting),
+        joinsvc_validators: joinsvc_validators.clone(),
+        attempt_timeout: Duration::from_secs(20),
+        initial_backoff: Duration::from_millis(200),
+        max_backoff: config.retry_max,
+        kubelet_csr,
+        vpn,
+    };
+    let confirm_client = Arc::new(join_client_for(Vec::new(), None));
     let node = Arc::new(build_node(
         config,
         Arc::clone(&issuer),
         join_service_check,
         &configured,
+        confirm_client,
     )?);
     let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
     log::info!(
@@ -319,19 +353,7 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
         started.elapsed().as_secs_f64() * 1000.0
     );
 
-    let join_client = JoinClient {
-        sources: EndpointSources {
-            configured,
-            metadata_url: config.metadata_url.clone(),
-        },
-        issuer: Arc::clone(&attesting),
-        joinsvc_validators,
-        attempt_timeout: Duration::from_secs(20),
-        initial_backoff: Duration::from_millis(200),
-        max_backoff: config.retry_max,
-        kubelet_csr: node.kubelet_csr(),
-        vpn: node.vpn_join_fields(),
-    };
+    let join_client = join_client_for(node.kubelet_csr(), node.vpn_join_fields());
 
     let (flows_tx, flows) = bounded::<FlowResult>(8);
     // The admin makes one call on one connection: one peer address may not
@@ -358,6 +380,12 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
             server::recover_router(Arc::clone(&node), flows_tx.clone()),
         ),
     };
+    if config.init_secret_hash.is_none() {
+        log::warn!(
+            "no --init-secret-hash: the {} API refuses every call",
+            plan.admin_api.name()
+        );
+    }
     let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let server = atls::serve(listener, pool, limits, router, Some(attesting), &[])
         .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;

@@ -24,9 +24,10 @@ pub fn status(e: &NodeError) -> Status {
     let code = match e {
         NodeError::InvalidArgument { .. } => Code::InvalidArgument,
         NodeError::WrongInitSecret => Code::PermissionDenied,
-        NodeError::InitCheckBusy => Code::Unavailable,
+        NodeError::InitCheckBusy | NodeError::RecoverBusy => Code::Unavailable,
         _ if e.is_wrong_key() => Code::PermissionDenied,
         NodeError::InitNotConfigured
+        | NodeError::RecoverNotConfigured
         | NodeError::AlreadyBootstrapping { .. }
         | NodeError::NothingToRecover
         | NodeError::UnrecognizedDisk { .. } => Code::FailedPrecondition,
@@ -37,7 +38,9 @@ pub fn status(e: &NodeError) -> Status {
         | NodeError::Mark(_)
         | NodeError::SshUsers(_)
         | NodeError::Vpn(_)
+        | NodeError::Generation(_)
         | NodeError::Cluster { .. } => Code::Internal,
+        NodeError::RolledBack(_) => Code::PermissionDenied,
     };
     Status::new(code, e.to_string())
 }
@@ -86,7 +89,9 @@ where
     })
 }
 
-/// The recovery API: Recover opens the disk with the admin's master secret.
+/// The recovery API: Recover opens the disk with the admin's master secret,
+/// once it proved the admin's init secret; one Recover at a time (another
+/// is refused at once with UNAVAILABLE, see [`Node::recover`]).
 pub fn recover_router<B, C, M>(node: Arc<Node<B, C, M>>, flows: Sender<FlowResult>) -> Router
 where
     B: DiskBackend + 'static,
@@ -130,6 +135,8 @@ mod tests {
                 Code::PermissionDenied,
             ),
             (NodeError::InitNotConfigured, Code::FailedPrecondition),
+            (NodeError::RecoverNotConfigured, Code::FailedPrecondition),
+            (NodeError::RecoverBusy, Code::Unavailable),
             (
                 NodeError::AlreadyBootstrapping { holder: "join" },
                 Code::FailedPrecondition,

@@ -17,6 +17,8 @@ use confboot_tests::cluster::{
 use confboot_tests::{ChildProcess, addr_after, free_port};
 
 const IMAGE: &[u8] = b"node image v1";
+/// An init secret `confboot init` takes (random: `head -c 24 /dev/urandom | base64`).
+const STRONG_SECRET: &str = "q8Jm2vQx7ZP0cW1nR5tLkY3eHs9aFbUd";
 
 fn bootstrapper_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bootstrapper"))
@@ -95,7 +97,11 @@ fn init_join_refuse_restart_and_recover() {
     let base = ["--measurements", "measurements.json", "--ak-trust", &pinned];
 
     // A wrong init secret is refused and the node stays uninitialized.
-    std::fs::write(admin.path().join("wrong-secret"), "wrong").unwrap();
+    std::fs::write(
+        admin.path().join("wrong-secret"),
+        "a wrong guess at the admin's init secret",
+    )
+    .unwrap();
     let out = confboot(
         &[
             &[
@@ -407,7 +413,10 @@ fn init_join_refuse_restart_and_recover() {
     drop(tpm2);
     let tpm2 = n2.boot_tpm(IMAGE);
     let t = Instant::now();
-    let b2 = n2.bootstrapper(&tpm2, &["--join-endpoint", &endpoint]);
+    let b2 = n2.bootstrapper(
+        &tpm2,
+        &["--join-endpoint", &endpoint, "--init-secret-hash", &hash],
+    );
     let recover_addr = addr_after(
         &b2.wait_for_line("recovery API listening on ", 3000),
         "listening on ",
@@ -437,6 +446,8 @@ fn init_join_refuse_restart_and_recover() {
                 "recover",
                 "--node",
                 &recover_addr,
+                "--init-secret-file",
+                "init-secret",
                 "--master-secret",
                 ms,
                 "--measurements",
@@ -466,6 +477,156 @@ fn init_join_refuse_restart_and_recover() {
     assert_eq!(tpm2.pcr15(), marked, "a recovered node is marked again");
     println!("phase recovery: {}", secs(t));
     println!("whole scenario: {}", secs(t0));
+}
+
+/// The host's attack on Recover (and the one-at-a-time rule), with real
+/// processes: the host runs the genuine image as a node of its own (its
+/// own init-secret hash on the command line), inits it with its own master
+/// secret, so the disk holds the host's cluster; then it boots that disk
+/// with the admin's command line (the admin's init-secret hash) and calls
+/// Recover with its master secret, without the admin's init secret. Each
+/// is refused before the node reads its disk: PCR 15 stays unmarked, the
+/// disk's bytes stay as they were, the nodelock is never taken. Two
+/// Recovers at once: the second is refused at once (UNAVAILABLE) while
+/// the first is checked.
+#[test]
+fn the_host_cannot_recover_a_node_into_its_own_cluster() {
+    let admin = TempDir::new("admin-recover");
+    std::fs::write(admin.path().join("init-secret"), STRONG_SECRET).unwrap();
+    // The admin's hash with production's cost: a check takes long enough
+    // (about 2 s in a debug build) for a second Recover to meet it.
+    let admin_hash = init_secret::hash(STRONG_SECRET.as_bytes(), init_secret::DEFAULT_ITERATIONS);
+
+    // The host's own node of the image: its init secret, its master secret.
+    let host = TempDir::new("host-recover");
+    let host_secret = "the host's own init secret, strong enough";
+    std::fs::write(host.path().join("init-secret"), host_secret).unwrap();
+    std::fs::write(host.path().join("no-secret"), "").unwrap();
+    let host_hash = init_secret::hash(host_secret.as_bytes(), init_secret::MIN_ITERATIONS);
+    let NodeAwaitingInit {
+        dir: n,
+        tpm,
+        process: first,
+        init_addr,
+    } = NodeAwaitingInit::start(&bootstrapper_bin(), "host-recruits", IMAGE, &host_hash);
+    tpm.write_policy(&host.path().join("measurements.json"));
+    let pinned = format!("pinned:{}", confboot_util::hex::encode(&tpm.ak_public));
+    let out = confboot(
+        &[
+            "init",
+            "--node",
+            &init_addr.to_string(),
+            "--init-secret-file",
+            "init-secret",
+            "--measurements",
+            "measurements.json",
+            "--ak-trust",
+            &pinned,
+        ],
+        host.path(),
+    );
+    assert_succeeded(&out);
+    wait_exit_ok(first, "the host's own node");
+    let hosts_disk = std::fs::read(n.p("disk.img")).unwrap();
+    assert!(n.luks_uuid().is_some(), "the host's cluster is on the disk");
+
+    // The same disk, booted with the admin's command line: no join service.
+    drop(tpm);
+    let tpm = n.boot_tpm(IMAGE);
+    let unmarked = tpm.pcr15();
+    let b = n.bootstrapper(
+        &tpm,
+        &[
+            "--join-endpoint",
+            "127.0.0.1:1",
+            "--init-secret-hash",
+            &admin_hash,
+        ],
+    );
+    let recover_addr = addr_after(
+        &b.wait_for_line("recovery API listening on ", 3000),
+        "listening on ",
+    )
+    .to_string();
+    let recover = |init_secret_file: &str| {
+        let mut cmd = Command::new(workspace_binary("confboot"));
+        cmd.args([
+            "recover",
+            "--node",
+            &recover_addr,
+            "--init-secret-file",
+            init_secret_file,
+            "--master-secret",
+            "confboot-mastersecret.json",
+            "--measurements",
+            "measurements.json",
+            "--ak-trust",
+            &pinned,
+        ])
+        .current_dir(host.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let refused = |out: std::process::Output, why: &str| {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}\n{}", b.log().join("\n"));
+        stderr
+    };
+
+    // No init secret, and the host's own: refused, the disk not read.
+    for file in ["no-secret", "init-secret"] {
+        let out = recover(file).wait_with_output().unwrap();
+        refused(out, "PERMISSION_DENIED: wrong init secret");
+    }
+
+    // Two at once: the second is turned away while the first is checked.
+    let checked_before = b
+        .log()
+        .iter()
+        .filter(|l| l.contains("Recover received"))
+        .count();
+    let first = recover("init-secret");
+    for _ in 0..3000 {
+        let received = b
+            .log()
+            .iter()
+            .filter(|l| l.contains("Recover received"))
+            .count();
+        if received > checked_before {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let t = Instant::now();
+    let second = recover("init-secret").wait_with_output().unwrap();
+    let second_took = t.elapsed();
+    let first = first.wait_with_output().unwrap();
+    let first_took = t.elapsed();
+    refused(second, "UNAVAILABLE: another Recover is being served");
+    refused(first, "PERMISSION_DENIED: wrong init secret");
+    println!(
+        "two Recovers at once: the second refused after {second_took:?}, the first answered after {first_took:?}"
+    );
+
+    assert!(b.exited().is_none(), "the node still waits for its admin");
+    let log = b.log();
+    for never in ["nodelock taken", "opened", "node marked", "bootstrapped ("] {
+        assert!(
+            !log.iter().any(|l| l.contains(never)),
+            "{never}:\n{}",
+            log.join("\n")
+        );
+    }
+    // The node is powered off (swtpm serves one connection: the node's).
+    drop(b);
+    assert_eq!(tpm.pcr15(), unmarked, "PCR 15 is not marked");
+    assert_eq!(
+        std::fs::read(n.p("disk.img")).unwrap(),
+        hosts_disk,
+        "the disk is as the host left it"
+    );
 }
 
 #[test]
@@ -508,7 +669,7 @@ fn bootstrapper_explains_bad_configuration() {
 #[test]
 fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
     let admin = TempDir::new("admin-errors");
-    std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
+    std::fs::write(admin.path().join("init-secret"), STRONG_SECRET).unwrap();
     let n = NodeDir::new(&bootstrapper_bin(), "mismeasured");
     let tpm = n.boot_tpm(IMAGE);
     let n = n.trusting_join_service_ak(&tpm.ak_public);
@@ -543,7 +704,7 @@ fn confboot_init_explains_unreachable_and_mismeasured_nodes() {
     let err = run(args(&closed));
     assert!(err.contains("cannot reach the node"), "{err}");
 
-    let hash = init_secret::hash(b"s3cret", init_secret::MIN_ITERATIONS);
+    let hash = init_secret::hash(STRONG_SECRET.as_bytes(), init_secret::MIN_ITERATIONS);
     let b = n.bootstrapper(&tpm, &["--init-secret-hash", &hash]);
     let addr = addr_after(
         &b.wait_for_line("init API listening on ", 3000),
@@ -660,8 +821,8 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
 #[test]
 fn the_admin_inits_while_one_address_holds_connections_and_the_node_still_exits() {
     let admin = TempDir::new("admin-under-load");
-    std::fs::write(admin.path().join("init-secret"), "s3cret").unwrap();
-    let hash = init_secret::hash(b"s3cret", init_secret::MIN_ITERATIONS);
+    std::fs::write(admin.path().join("init-secret"), STRONG_SECRET).unwrap();
+    let hash = init_secret::hash(STRONG_SECRET.as_bytes(), init_secret::MIN_ITERATIONS);
     // The node's files are kept (bound) until the test ends.
     let NodeAwaitingInit {
         dir: _node,

@@ -165,6 +165,26 @@ pub fn with_port(endpoint: &str, port: u16) -> String {
     }
 }
 
+/// The cluster file `confboot init` writes (`--state-out`): the cluster id,
+/// the owner id and the measurement salt, in hex.
+pub const DEFAULT_CLUSTER_FILE: &str = "confboot-cluster.json";
+
+/// One hex field of a cluster file (`clusterId`, `measurementSalt`), read
+/// from a bounded file; the error names the file and the field.
+pub fn cluster_file_field(path: &std::path::Path, field: &str) -> Result<Vec<u8>, String> {
+    use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
+    let text = read_bounded_text(path, MAX_CONFIG_FILE_BYTES)
+        .map_err(|e| format!("the cluster file cannot be read: {e}"))?;
+    let shown = path.display();
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("cluster file {shown}: not JSON: {e}"))?;
+    let hex = value
+        .get(field)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| format!("cluster file {shown}: no \"{field}\" string"))?;
+    confboot_util::hex::decode(hex).map_err(|e| format!("cluster file {shown}: {field}: {e}"))
+}
+
 /// Writes a new file with mode 0600; refuses to overwrite an existing one.
 pub fn write_secret_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
     confboot_util::fs::write_new_private(path, bytes).map_err(|e| e.to_string())

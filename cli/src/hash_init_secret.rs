@@ -6,12 +6,22 @@ use std::path::PathBuf;
 use confboot_kms::init_secret;
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
-const INIT_SECRET_FILE: Opt = Opt::value("init-secret-file", "FILE", "The init secret");
+const INIT_SECRET_FILE: Opt = Opt::value(
+    "init-secret-file",
+    "FILE",
+    "The init secret (at least 16 bytes and an estimated 80 bits, see above)",
+);
 const ITERATIONS: Opt = Opt::value("iterations", "N", "PBKDF2 iterations").default("600000");
 
 const CMD: Command = Command {
     name: "confboot hash-init-secret",
-    about: "Print the PBKDF2-HMAC-SHA256 hash of an init secret, for the node's --init-secret-hash.",
+    about: "Print the PBKDF2-HMAC-SHA256 hash of an init secret, for the node's --init-secret-hash.\n\
+            The hash goes on every node's kernel command line, which the host can read: a secret guessed\n\
+            from it gives the host Init and Recover. A weak secret is refused: fewer than 16 bytes, or\n\
+            an estimate below 80 bits (the length, with repeated characters counting little, times\n\
+            log2 of the alphabet of the character classes it uses: lowercase 26, uppercase 26, digits 10,\n\
+            other printable 33, any other byte 161). The estimate cannot see words: prefer random bytes,\n\
+            e.g. `head -c 24 /dev/urandom | base64 > init-secret`.",
     usage: "confboot hash-init-secret --init-secret-file FILE",
     opts: &[INIT_SECRET_FILE, ITERATIONS, VERBOSITY],
 };
@@ -49,12 +59,7 @@ impl Config {
 /// Runs `confboot hash-init-secret`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
     let m = parse_or_exit(&CMD, args);
-    let result = Config::from_matches(&m).and_then(|config| {
-        let secret = init_secret::read_file(&config.init_secret_file)
-            .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
-        Ok(init_secret::hash(&secret, config.iterations))
-    });
-    match result {
+    match Config::from_matches(&m).and_then(|config| hash_secret(&config)) {
         Ok(h) => {
             println!("{h}");
             0
@@ -64,6 +69,15 @@ pub fn run(args: Vec<String>) -> i32 {
             1
         }
     }
+}
+
+/// The hash of the secret in the file, unless the secret is weak.
+fn hash_secret(config: &Config) -> Result<String, String> {
+    let secret = init_secret::read_file(&config.init_secret_file)
+        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    init_secret::check_strength(&secret)
+        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    Ok(init_secret::hash(&secret, config.iterations))
 }
 
 #[cfg(test)]
@@ -88,6 +102,30 @@ mod tests {
             Config::from_matches(&m)
                 .unwrap_err()
                 .starts_with("--iterations must be at least"),
+        );
+    }
+
+    #[test]
+    fn a_weak_init_secret_is_refused_and_a_random_one_hashed() {
+        let dir = confboot_tests::TempDir::new("hash-init-secret");
+        let file = dir.path().join("init-secret");
+        let config = Config {
+            init_secret_file: file.clone(),
+            iterations: init_secret::MIN_ITERATIONS,
+        };
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let e = hash_secret(&config).unwrap_err();
+        assert!(
+            e.starts_with("--init-secret-file: the init secret is too weak: 6 bytes")
+                && e.contains("want at least 16 bytes and 80 bits"),
+            "{e}"
+        );
+        std::fs::write(&file, "q8Jm2vQx7ZP0cW1nR5tLkY3eHs9aFbUd\n").unwrap();
+        let h = hash_secret(&config).unwrap();
+        assert!(
+            init_secret::InitSecretHash::parse(&h)
+                .unwrap()
+                .verify(b"q8Jm2vQx7ZP0cW1nR5tLkY3eHs9aFbUd")
         );
     }
 }

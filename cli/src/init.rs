@@ -21,7 +21,7 @@ const NODE: Opt = Opt::value(
 const INIT_SECRET_FILE: Opt = Opt::value(
     "init-secret-file",
     "FILE",
-    "The init secret (the node knows its hash)",
+    "The init secret (the node knows its hash; refused when weak, as `confboot hash-init-secret` says)",
 );
 const MASTER_SECRET: Opt = Opt::value(
     "master-secret",
@@ -161,9 +161,13 @@ pub fn run(args: Vec<String>) -> i32 {
 
 fn init(config: &Config) -> Result<(), String> {
     let node = config.node.clone();
-    let validators = config.check.validators()?;
     let init_secret = init_secret::read_file(&config.init_secret_file)
         .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    // The hash on the node's command line is the host's to read: a weak
+    // secret is refused before anything else.
+    init_secret::check_strength(&init_secret)
+        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    let validators = config.check.validators()?;
     let ssh_users = match &config.ssh_users {
         Some(path) => read_ssh_users(path)?,
         None => Vec::new(),
@@ -372,5 +376,28 @@ mod tests {
         let bad = read_ssh_users(&file).unwrap_err();
         assert!(bad.contains("invalid user name \"root\""), "{bad}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_weak_init_secret_is_refused_before_the_node_is_asked() {
+        let dir = confboot_tests::TempDir::new("cli-init-weak");
+        let secret = dir.path().join("init-secret");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        // No node listens there, and the policy file does not exist: the
+        // secret is refused first.
+        let m = CMD
+            .parse(
+                ["--node", "127.0.0.1:1", "--measurements", "missing.json"]
+                    .into_iter()
+                    .chain(["--ak-trust", "x", "--init-secret-file"])
+                    .map(String::from)
+                    .chain([secret.display().to_string()]),
+            )
+            .unwrap();
+        let e = init(&Config::from_matches(&m).unwrap()).unwrap_err();
+        assert!(
+            e.starts_with("--init-secret-file: the init secret is too weak"),
+            "{e}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_kms::MasterSecret;
+use confboot_kms::{MIN_MEASUREMENT_SALT_LEN, MasterSecret, init_secret};
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
@@ -20,18 +20,36 @@ const NODE: Opt = Opt::value(
 );
 const MASTER_SECRET: Opt = Opt::value("master-secret", "FILE", "The cluster's master secret")
     .default("confboot-mastersecret.json");
+const INIT_SECRET_FILE: Opt = Opt::value(
+    "init-secret-file",
+    "FILE",
+    "The cluster's init secret (the node knows its hash): proves to the node that this is its admin",
+);
+
+const CLUSTER_FILE: Opt = Opt::value(
+    "cluster-file",
+    "FILE",
+    "The cluster file confboot init wrote (--state-out): its measurement salt is the one the node marks PCR 15 with",
+)
+.default(common::DEFAULT_CLUSTER_FILE);
 
 const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
             against --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
-            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the master secret (inside the kms:// URI) so it can\n\
-            derive its state-disk key and open its disk.",
-    usage: "confboot recover --node HOST[:PORT] --master-secret FILE --measurements FILE --ak-trust MODE\n       \
-            confboot recover --node HOST[:PORT] --master-secret FILE --variants sev-snp --snp-policy FILE",
+            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the init secret,\n\
+            the master secret (inside the kms:// URI) and the cluster's measurement salt (from --cluster-file).\n\
+            The node checks the init secret against the hash on its command line before it reads its disk, then\n\
+            derives its state-disk key, opens its disk and marks PCR 15 with the cluster id of the admin's salt\n\
+            (never a salt read from its disk's header, which the host can rewrite).\n\
+            One Recover at a time: a node busy with another answers UNAVAILABLE (try again).",
+    usage: "confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --measurements FILE --ak-trust MODE\n       \
+            confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --variants sev-snp --snp-policy FILE",
     opts: &[
         NODE,
+        INIT_SECRET_FILE,
         MASTER_SECRET,
+        CLUSTER_FILE,
         common::MEASUREMENTS,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
@@ -49,8 +67,12 @@ const _: () = assert!(DEFAULT_RECOVER_PORT == 9999);
 struct Config {
     /// The node's recovery API.
     node: String,
+    /// The init secret's file.
+    init_secret_file: PathBuf,
     /// The master-secret file.
     master_secret: PathBuf,
+    /// The cluster file (for the measurement salt).
+    cluster_file: PathBuf,
     /// How the node is checked.
     check: common::NodeCheck,
 }
@@ -59,11 +81,15 @@ impl Config {
     /// Reads every option (each once, whatever the others say).
     fn from_matches(m: &Matches) -> Result<Config, String> {
         let node = m.required(&NODE).map(str::to_string);
+        let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let master_secret = PathBuf::from(m.value(&MASTER_SECRET).expect("has a default"));
+        let cluster_file = PathBuf::from(m.value(&CLUSTER_FILE).expect("has a default"));
         let check = common::NodeCheck::read(m);
         Ok(Config {
             node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_RECOVER_PORT),
+            init_secret_file: init_secret_file.map_err(|e| e.to_string())?,
             master_secret,
+            cluster_file,
             check: check?,
         })
     }
@@ -76,7 +102,21 @@ pub fn run(args: Vec<String>) -> i32 {
 
 fn recover(config: &Config) -> Result<(), String> {
     let node = &config.node;
+    // Not checked for strength: the node knows the hash of the secret it
+    // was booted with, whatever it is (init and hash-init-secret refuse
+    // weak ones).
+    let init_secret = init_secret::read_file(&config.init_secret_file)
+        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
     let master = MasterSecret::read_file(&config.master_secret).map_err(|e| e.to_string())?;
+    let measurement_salt = common::cluster_file_field(&config.cluster_file, "measurementSalt")
+        .map_err(|e| format!("--{}: {e}", CLUSTER_FILE.long))?;
+    if measurement_salt.len() < MIN_MEASUREMENT_SALT_LEN {
+        return Err(format!(
+            "--{}: the measurement salt has {} bytes, want at least {MIN_MEASUREMENT_SALT_LEN}",
+            CLUSTER_FILE.long,
+            measurement_salt.len()
+        ));
+    }
     let validators = config.check.validators()?;
     let measurements = &config.check.policy_files;
     let (mut client, _) = atls::connect(node, Duration::from_secs(30), &validators, None)
@@ -85,10 +125,17 @@ fn recover(config: &Config) -> Result<(), String> {
     let msg = RecoverMessage {
         kms_uri: master.to_kms_uri().to_string(),
         storage_uri: "storage://no-store".into(),
+        init_secret: init_secret.to_vec(),
+        measurement_salt,
     };
     let _: RecoverResponse = client
         .unary(confboot_proto::RECOVER, &msg, Duration::from_secs(120))
-        .map_err(|s| format!("the node refused recovery: {s}"))?;
+        .map_err(|s| match s.code {
+            confboot_wire::Code::Unavailable => {
+                format!("the node is busy with another Recover; try again in a moment: {s}")
+            }
+            _ => format!("the node refused recovery: {s}"),
+        })?;
     println!("node {node} recovered: it opened its state disk");
     Ok(())
 }
@@ -104,6 +151,8 @@ mod tests {
         let args = [
             "--node",
             "n",
+            "--init-secret-file",
+            "s",
             "--variants",
             "sev-snp",
             "--snp-policy",
@@ -112,7 +161,17 @@ mod tests {
         let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
         let c = Config::from_matches(&m).unwrap();
         assert_eq!(c.node, "n:9999");
+        assert_eq!(c.init_secret_file, PathBuf::from("s"));
         assert_eq!(c.master_secret, PathBuf::from("confboot-mastersecret.json"));
+        assert_eq!(c.cluster_file, PathBuf::from("confboot-cluster.json"));
         assert_eq!(c.check.policy_files, "p.json");
+    }
+
+    #[test]
+    fn the_init_secret_is_required() {
+        let args = ["--node", "n", "--variants", "sev-snp", "--snp-policy", "p"];
+        let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
+        let e = Config::from_matches(&m).unwrap_err();
+        assert!(e.contains("--init-secret-file"), "{e}");
     }
 }

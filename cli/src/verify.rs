@@ -21,16 +21,12 @@ use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_fai
 use confboot_attest::tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_proto::DEFAULT_VERIFY_PORT;
-use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
 use nodeagent::verify::http::fetch_document;
 use nodeagent::verify::{
     AttestationDocument, NodeReport, VERIFY_NONCE_LEN, check_node, extra_data, new_nonce,
 };
 
 use crate::common;
-
-/// The cluster file `confboot init` writes, read for the cluster id.
-const DEFAULT_CLUSTER_FILE: &str = "confboot-cluster.json";
 
 const NODE: Opt = Opt::value(
     "node",
@@ -47,7 +43,7 @@ const CLUSTER_FILE: Opt = Opt::value(
     "FILE",
     "Where to read the cluster id when --cluster-id is not given (confboot init's clusterId)",
 )
-.default(DEFAULT_CLUSTER_FILE);
+.default(common::DEFAULT_CLUSTER_FILE);
 const OUTPUT: Opt = Opt::value("output", "FORMAT", "table, or json for machines")
     .short('o')
     .default("table");
@@ -197,16 +193,8 @@ fn cluster_id(source: &ClusterId) -> Result<Vec<u8>, String> {
         ClusterId::Given(id) => return Ok(id.clone()),
         ClusterId::File(file) => file,
     };
-    let text = read_bounded_text(file, MAX_CONFIG_FILE_BYTES)
-        .map_err(|e| format!("no --cluster-id, and the cluster file cannot be read: {e}"))?;
-    let path = file.display();
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("cluster file {path}: not JSON: {e}"))?;
-    let hex = value
-        .get("clusterId")
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| format!("cluster file {path}: no \"clusterId\" string"))?;
-    confboot_util::hex::decode(hex).map_err(|e| format!("cluster file {path}: clusterId: {e}"))
+    common::cluster_file_field(file, "clusterId")
+        .map_err(|e| format!("no --{}, and {e}", CLUSTER_ID.long))
 }
 
 fn verify(config: &Config) -> Result<i32, String> {
@@ -423,7 +411,10 @@ mod tests {
         assert_eq!(c.node, "n:8080");
         assert!(!c.json);
         assert_eq!(c.timeout, Duration::from_secs(30));
-        assert_eq!(c.cluster_id, ClusterId::File(DEFAULT_CLUSTER_FILE.into()));
+        assert_eq!(
+            c.cluster_id,
+            ClusterId::File(common::DEFAULT_CLUSTER_FILE.into())
+        );
     }
 
     #[test]

@@ -56,12 +56,12 @@ use confboot_proto::init::{
     init_response,
 };
 use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, ConfirmGenerationResponse, IssueJoinTicketRequest,
+    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_proto::vtpm::QuoteEvidence;
-use confboot_proto::{HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
+use confboot_proto::{CONFIRM_GENERATION, HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameError, FrameKind};
 use confboot_wire::{Client, Router, ServerLimits, Status, serve_connection};
@@ -213,6 +213,20 @@ fn router() -> &'static Router {
                 t.measurement_secret = vec![2; 32];
                 Ok(t)
             })
+            .unary(
+                CONFIRM_GENERATION,
+                move |_, req: ConfirmGenerationRequest| {
+                    uuid(&req.disk_uuid)?;
+                    if req.written_generation != 0
+                        && Some(req.written_generation) != req.found_generation.checked_add(1)
+                    {
+                        return Err(Status::invalid_argument(
+                            "written_generation is neither 0 nor found_generation + 1",
+                        ));
+                    }
+                    Ok(ConfirmGenerationResponse {})
+                },
+            )
             .unary(RECOVER, move |_, req: RecoverMessage| {
                 uri_checks(&req.kms_uri, &req.storage_uri)?;
                 Ok(RecoverResponse {})
@@ -348,12 +362,13 @@ pub fn join_ticket(data: &[u8]) {
         let req = IssueRejoinTicketRequest { disk_uuid: uuid };
         client.unary(REJOIN, &req, timeout).ok().and_then(|t| {
             let ok = check_rejoin_ticket(&t).and_then(|()| {
-                check_cluster_mark(&t.measurement_secret, &TICKET_SALT, service.as_ref())
+                check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service.as_ref())
             });
             ok.is_ok().then(|| {
+                assert!(MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()));
                 (
                     t.measurement_secret.clone(),
-                    TICKET_SALT.to_vec(),
+                    t.measurement_salt.clone(),
                     t.state_disk_key.clone(),
                 )
             })
@@ -1055,9 +1070,20 @@ pub fn luks2_metadata(data: &[u8]) {
 
 /// A device-mapper ioctl buffer as the kernel leaves it: the reply header
 /// is read with every size and offset bounded by the buffer, the version
-/// checked and the name printable, or refused.
+/// checked and the name printable, or refused; read as a table status
+/// reply, at most a bounded number of targets whose lines lie inside the
+/// data the kernel reports and are printable.
 pub fn dm_reply(data: &[u8]) {
-    use confboot_disk::dm::wire::{DM_IOCTL_DATA, NAME_LEN, Reply};
+    use confboot_disk::dm::wire::{
+        DM_IOCTL_DATA, MAX_TABLE_TARGETS, NAME_LEN, Reply, table_targets,
+    };
+    if let Ok(targets) = table_targets(data) {
+        assert!(targets.len() <= MAX_TABLE_TARGETS as usize);
+        for t in &targets {
+            assert!(t.params.len() < data.len());
+            assert!(t.params.bytes().all(|b| b == b' ' || b.is_ascii_graphic()));
+        }
+    }
     let Ok(reply) = Reply::parse(data) else {
         return;
     };

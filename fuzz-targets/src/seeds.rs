@@ -15,8 +15,8 @@ use confboot_proto::init::{
     init_response,
 };
 use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, IssueJoinTicketRequest, IssueJoinTicketResponse,
+    IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
 use confboot_proto::recover::RecoverMessage;
 use confboot_proto::rpc::{CallHeader, Status};
@@ -124,6 +124,30 @@ fn rpc_server() -> Vec<Seed> {
                 },
             ),
         ),
+        (
+            "confirm-generation",
+            call(
+                confboot_proto::CONFIRM_GENERATION.path(),
+                &ConfirmGenerationRequest {
+                    disk_uuid: uuid.into(),
+                    found_generation: 41,
+                    written_generation: 42,
+                    proof: vec![7; 32],
+                },
+            ),
+        ),
+        (
+            "confirm-generation-at-the-end",
+            call(
+                confboot_proto::CONFIRM_GENERATION.path(),
+                &ConfirmGenerationRequest {
+                    disk_uuid: uuid.into(),
+                    found_generation: u64::MAX,
+                    written_generation: 0,
+                    proof: Vec::new(),
+                },
+            ),
+        ),
         ("init", call(confboot_proto::INIT.path(), &init_request())),
         ("recover", {
             let mut r = RecoverMessage::default();
@@ -205,6 +229,8 @@ fn join_ticket() -> Vec<Seed> {
     let rejoin = IssueRejoinTicketResponse {
         state_disk_key: vec![1; 32],
         measurement_secret: TICKET_SECRET.to_vec(),
+        generation: 0,
+        measurement_salt: TICKET_SALT.to_vec(),
     };
     let answer = |m: Vec<u8>| [m, trailer(0, "")].concat();
     vec![
@@ -706,7 +732,8 @@ fn master_secret_file() -> Vec<Seed> {
 const LUKS2_DUMP: &str = include_str!("luks2_dump.json");
 
 /// Request buffers as the kernel returns them (it rewrites the header in
-/// place): a status-like one, a table load (a dummy key), a truncated one.
+/// place): a status-like one, a table load (a dummy key), a truncated one,
+/// a table status reply of two crypt targets (keyring-style keys).
 fn dm_reply() -> Vec<Seed> {
     use confboot_disk::dm::wire::{Request, Target};
     let status = Request::new(
@@ -726,10 +753,19 @@ fn dm_reply() -> Vec<Seed> {
         },
     )
     .expect("a table");
+    let crypt = Target {
+        sector_start: 0,
+        length: 98304,
+        target_type: "crypt",
+        params: b"aes-xts-plain64 :64:logon:cryptsetup:0a1b2c3d-0000-4000-8000-00000000000f-d0 0 254:16 32768 1 sector_size:4096",
+    };
+    let table_status = confboot_disk::dm::wire::encode_table_reply("state", &[crypt, crypt])
+        .expect("a table status reply");
     vec![
         seed("status", status.bytes()),
         seed("table-load", table.bytes()),
         seed("truncated", &status.bytes()[..400]),
+        seed("table-status", table_status.bytes()),
     ]
 }
 

@@ -217,10 +217,11 @@ impl Config {
         let master_secret = master_secret.map_err(args)?;
         let measurement_salt = confboot_util::hex::decode(&measurement_salt.map_err(args)?)
             .map_err(|e| format!("--{}: {e}", MEASUREMENT_SALT.long))?;
-        if measurement_salt.len() < 32 {
+        if measurement_salt.len() < confboot_kms::MIN_MEASUREMENT_SALT_LEN {
             return Err(format!(
-                "--{} must be at least 32 bytes",
-                MEASUREMENT_SALT.long
+                "--{} must be at least {} bytes",
+                MEASUREMENT_SALT.long,
+                confboot_kms::MIN_MEASUREMENT_SALT_LEN
             ));
         }
         let variants =

@@ -26,6 +26,16 @@
 //!   a rejoin ticket ([`Refusal::DiskRemoved`]); no request takes it off
 //!   the list. The node is reinstalled (a blank disk gets a new UUID).
 //!
+//! - **A disk is not older than the cluster last saw it.** Per disk, the
+//!   last generation its node confirmed having written on its state file
+//!   system ([`Ledger::generations`]; the exchange and why the host cannot
+//!   forge a generation: `confboot_cluster::generation`). A rejoin ticket
+//!   carries it; a confirmation of an older one is refused
+//!   ([`Refusal::RolledBack`]), a newer one recorded. At most
+//!   [`MAX_DISK_GENERATIONS`] disks are kept: when full, the disk confirmed
+//!   longest ago is forgotten (its next rejoin takes any generation, as a
+//!   disk's first rejoin does). A removed disk's entry goes with it.
+//!
 //! How the memory stays bounded without being forgotten: launches that
 //! were served, and disks whose first boot is over, go into a Bloom filter
 //! of fixed size ([`FILTER_BITS`] bits, [`FILTER_HASHES`] hashes). A filter
@@ -48,6 +58,7 @@ use std::time::Duration;
 
 use confboot_attest::snp::{LAUNCH_IDENTITY_INDEX, LAUNCH_IDENTITY_LEN};
 use confboot_attest::{Attested, Variant};
+use confboot_cluster::generation::{RolledBack, check_generation};
 use ring::digest::{SHA256, digest};
 
 /// How long a disk's first boot may take: until then a join for the same
@@ -60,6 +71,8 @@ pub const MAX_PENDING_JOINS: usize = 1024;
 pub const FILTER_BITS: usize = 1 << 20;
 /// The bits each entry sets in the filter.
 pub const FILTER_HASHES: usize = 8;
+/// The most disks whose generation is kept.
+pub const MAX_DISK_GENERATIONS: usize = 4096;
 
 /// The identity of one SEV-SNP launch: SHA-256 over its chip id and
 /// `REPORT_ID`, as the validator passed them on.
@@ -134,6 +147,9 @@ pub enum Refusal {
     /// Only callers that are not bootstrapped get tickets.
     #[error("tickets are issued only to nodes that are not bootstrapped")]
     NotUnbootstrapped,
+    /// The disk is older than the cluster last saw it.
+    #[error("{0}")]
+    RolledBack(RolledBack),
 }
 
 impl Refusal {
@@ -144,6 +160,7 @@ impl Refusal {
             Refusal::DiskJoined { .. } => "disk_joined",
             Refusal::DiskRemoved { .. } => "disk_removed",
             Refusal::NotUnbootstrapped => "marked",
+            Refusal::RolledBack(_) => "rolled_back",
         }
     }
 }
@@ -228,6 +245,18 @@ pub struct Ledger {
     pub pending: BTreeMap<String, u64>,
     /// Served launches and disks whose first boot is over.
     pub issued: IssuedFilter,
+    /// Disk UUID → the last generation its node confirmed (at most
+    /// [`MAX_DISK_GENERATIONS`]).
+    pub generations: BTreeMap<String, DiskGeneration>,
+}
+
+/// A disk's last confirmed generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskGeneration {
+    /// The generation the node wrote and confirmed.
+    pub generation: u64,
+    /// When it was confirmed (Unix seconds, joinsvc's clock).
+    pub at: u64,
 }
 
 impl Ledger {
@@ -256,6 +285,49 @@ impl Ledger {
         let known = self.issued.contains(&key);
         self.issued.insert(&key);
         was_pending || !known
+    }
+
+    /// The generation the cluster last confirmed for `disk` (0: none).
+    pub fn generation(&self, disk: &str) -> u64 {
+        self.generations.get(disk).map_or(0, |g| g.generation)
+    }
+
+    /// A node's confirmation that it found generation `found` on `disk`
+    /// and wrote `written` (0: none, it refused the disk): refused when
+    /// `found` is older than the last confirmed; otherwise `written` is
+    /// recorded (never lowering what is kept). When
+    /// [`MAX_DISK_GENERATIONS`] disks are kept, the one confirmed longest
+    /// ago is forgotten. Whether the ledger changed.
+    pub fn confirm_generation(
+        &mut self,
+        disk: &str,
+        found: u64,
+        written: u64,
+        now: u64,
+    ) -> Result<bool, Refusal> {
+        let last = self.generation(disk);
+        check_generation(found, last).map_err(Refusal::RolledBack)?;
+        if written <= last {
+            return Ok(false);
+        }
+        if !self.generations.contains_key(disk) && self.generations.len() >= MAX_DISK_GENERATIONS {
+            let oldest = self
+                .generations
+                .iter()
+                .min_by_key(|(_, g)| g.at)
+                .map(|(d, _)| d.clone());
+            if let Some(oldest) = oldest {
+                self.generations.remove(&oldest);
+            }
+        }
+        self.generations.insert(
+            disk.to_string(),
+            DiskGeneration {
+                generation: written,
+                at: now,
+            },
+        );
+        Ok(true)
     }
 
     /// Whether `disk` holds a join whose first boot runs.
@@ -489,6 +561,77 @@ mod tests {
             decide(&l, &[], &Caller::Unbootstrapped, TicketKind::Join, &disk(0)),
             Err(Refusal::DiskJoined { disk: disk(0) })
         );
+    }
+
+    #[test]
+    fn a_disk_older_than_its_last_confirmed_generation_is_refused() {
+        let mut l = Ledger::default();
+        // No generation recorded (a disk's first rejoin): any is taken.
+        assert_eq!(l.generation(DISK), 0);
+        assert_eq!(l.confirm_generation(DISK, 0, 1, NOW), Ok(true));
+        assert_eq!(l.generation(DISK), 1);
+        // Each rejoin finds the last and writes the next.
+        assert_eq!(l.confirm_generation(DISK, 1, 2, NOW + 1), Ok(true));
+        assert_eq!(l.generation(DISK), 2);
+        // The disk copied after the first rejoin comes back: refused, and
+        // nothing it says is recorded.
+        for (found, written) in [(1, 2), (1, 0), (0, 1)] {
+            assert_eq!(
+                l.confirm_generation(DISK, found, written, NOW + 2),
+                Err(Refusal::RolledBack(RolledBack { found, last: 2 })),
+                "found {found}"
+            );
+        }
+        assert_eq!(l.generation(DISK), 2);
+        let refusal = l.confirm_generation(DISK, 1, 2, NOW + 2).unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            "state disk rolled back: generation 1, the cluster last issued 2"
+        );
+        assert_eq!(refusal.reason(), "rolled_back");
+        // Another disk is its own.
+        assert_eq!(l.confirm_generation(OTHER, 0, 1, NOW), Ok(true));
+        // A report of what was found, nothing written: nothing changes.
+        assert_eq!(l.confirm_generation(DISK, 2, 0, NOW + 3), Ok(false));
+        assert_eq!(l.generation(DISK), 2);
+    }
+
+    #[test]
+    fn a_crash_between_the_write_and_its_confirmation_loses_no_node() {
+        let mut l = Ledger::default();
+        assert_eq!(l.confirm_generation(DISK, 0, 1, NOW), Ok(true));
+        // The node wrote 2 and died before confirming: the cluster still
+        // has 1, the disk 2. Its next boot finds 2 (newer): taken.
+        assert_eq!(l.confirm_generation(DISK, 2, 3, NOW + 1), Ok(true));
+        assert_eq!(l.generation(DISK), 3);
+        // What the host could restore after that crash is the disk the
+        // crashed boot found (1): older than 3 now.
+        assert!(l.confirm_generation(DISK, 1, 2, NOW + 2).is_err());
+        // Two copies of one disk booted at once: both find 3, the first
+        // confirmation wins, the second finds itself behind.
+        assert_eq!(l.confirm_generation(DISK, 3, 4, NOW + 3), Ok(true));
+        assert_eq!(
+            l.confirm_generation(DISK, 3, 4, NOW + 3),
+            Err(Refusal::RolledBack(RolledBack { found: 3, last: 4 }))
+        );
+    }
+
+    #[test]
+    fn the_generations_kept_are_bounded_and_the_longest_silent_disk_goes_first() {
+        let mut l = Ledger::default();
+        let disk = |i: usize| format!("00000000-0000-4000-8000-{i:012x}");
+        for i in 0..MAX_DISK_GENERATIONS {
+            l.confirm_generation(&disk(i), 0, 5, NOW + i as u64)
+                .unwrap();
+        }
+        // Disk 0 confirms again: disk 1 is now the longest silent.
+        l.confirm_generation(&disk(0), 5, 6, NOW + 10_000).unwrap();
+        l.confirm_generation(&disk(MAX_DISK_GENERATIONS), 0, 1, NOW + 10_001)
+            .unwrap();
+        assert_eq!(l.generations.len(), MAX_DISK_GENERATIONS);
+        assert_eq!(l.generation(&disk(1)), 0);
+        assert_eq!(l.generation(&disk(0)), 6);
+        assert_eq!(l.generation(&disk(2)), 5);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use confboot_atls::AtlsError;
 use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::{AttestationError, Attested, Variant};
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
-use confboot_proto::{GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
+use confboot_proto::{CONFIRM_GENERATION, GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 use confboot_wire::{Code, Router, Status};
 
 use crate::ledger::{Caller, LaunchId};
@@ -29,7 +29,7 @@ pub fn issue_status(e: &IssueError) -> Status {
         IssueError::KubeletCertSigning(_) => Code::Internal,
         IssueError::VpnUnavailable => Code::FailedPrecondition,
         IssueError::Vpn(e) => registry_code(e),
-        IssueError::OwnRecordUnproven => Code::PermissionDenied,
+        IssueError::OwnRecordUnproven | IssueError::GenerationUnproven => Code::PermissionDenied,
     };
     Status::new(code, e.to_string())
 }
@@ -133,6 +133,7 @@ pub fn caller_check(
 pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
     let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     let (vpn_tickets, vpn_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
+    let (generation_tickets, generation_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     Router::new()
         .unary(HEALTH_CHECK, |_ctx, _req| {
             Ok(HealthCheckResponse {
@@ -196,6 +197,39 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 log::warn!("VPN update refused: {e}");
                 issue_status(&e)
             })
+        })
+        .unary(CONFIRM_GENERATION, move |ctx, req| {
+            // From a rejoining node past its disk's opening: attested and
+            // not marked yet, like the rejoin it follows. The proof with
+            // the disk key says it holds that disk.
+            let Some(peer) = ctx.peer::<Attested>() else {
+                generation_metrics.refused("unattested");
+                return Err(Status::permission_denied("the caller did not attest"));
+            };
+            if let Err(s) = caller_check(
+                peer,
+                CallerCheck::Unmarked,
+                generation_tickets.cluster_mark(),
+            ) {
+                generation_metrics.refused("marked");
+                return Err(s);
+            }
+            let disk = disk_for_log(&req.disk_uuid);
+            match generation_tickets.confirm_generation(&req) {
+                Ok(answer) => {
+                    log::info!(
+                        "state disk {disk}: generation {} found, {} written",
+                        req.found_generation,
+                        req.written_generation
+                    );
+                    Ok(answer)
+                }
+                Err(e) => {
+                    generation_metrics.refused(e.reason());
+                    log::warn!("state disk {disk} refused: {e}");
+                    Err(issue_status(&e))
+                }
+            }
         })
         .unary(REJOIN, move |ctx, req| {
             let started = Instant::now();
@@ -333,6 +367,7 @@ mod tests {
             r.methods(),
             [
                 HEALTH_CHECK.path(),
+                CONFIRM_GENERATION.path(),
                 JOIN.path(),
                 REJOIN.path(),
                 GET_UPDATE.path()

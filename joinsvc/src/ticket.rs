@@ -9,8 +9,9 @@ use std::sync::Arc;
 use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
 use confboot_kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
-    ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
-    IssueRejoinTicketRequest, IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, ConfirmGenerationResponse, ControlPlaneCertOrKey,
+    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
+    IssueRejoinTicketResponse,
 };
 use confboot_util::fs::read_bounded;
 
@@ -93,6 +94,10 @@ pub enum IssueError {
     /// disk it names.
     #[error("the own peer record's proof does not match the state disk it names")]
     OwnRecordUnproven,
+    /// A generation confirmation does not carry a valid proof of the state
+    /// disk it names.
+    #[error("the generation confirmation's proof does not match the state disk it names")]
+    GenerationUnproven,
 }
 
 impl IssueError {
@@ -107,6 +112,7 @@ impl IssueError {
             IssueError::Vpn(RegistryError::Admission(refusal)) => refusal.reason(),
             IssueError::VpnUnavailable | IssueError::Vpn(_) => "vpn",
             IssueError::OwnRecordUnproven => "vpn_own_record",
+            IssueError::GenerationUnproven => "generation_proof",
         }
     }
 }
@@ -293,9 +299,10 @@ impl TicketService {
         Ok(Some(request))
     }
 
-    /// A rejoin ticket for an attested `caller`: only the disk key and the
-    /// measurement secret, for a disk the admin did not remove, to a
-    /// caller the ledger admits (an SEV-SNP launch asks once).
+    /// A rejoin ticket for an attested `caller`: only the disk key, the
+    /// measurement secret and salt and the disk's last confirmed generation, for a
+    /// disk the admin did not remove, to a caller the ledger admits (an
+    /// SEV-SNP launch asks once).
     pub fn issue_rejoin_ticket(
         &self,
         caller: &Caller,
@@ -306,11 +313,51 @@ impl TicketService {
             .registry
             .admit(caller, TicketKind::Rejoin, &uuid, None)
             .map_err(IssueError::Vpn)?;
+        let generation = self
+            .config
+            .registry
+            .last_generation(&uuid)
+            .map_err(IssueError::Vpn)?;
         let m = &self.config.master_secret;
         Ok(IssueRejoinTicketResponse {
             state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
             measurement_secret: self.measurement_secret.expose().to_vec(),
+            generation,
+            measurement_salt: self.config.measurement_salt.clone(),
         })
+    }
+
+    /// A rejoined node's confirmation of its state disk's generation
+    /// (`confboot_cluster::generation`): proven with the disk's key, the
+    /// generation it found checked against the last confirmed (an older
+    /// one is refused: the disk was rolled back), the one it wrote
+    /// (found + 1, or 0 when it refused the disk itself) recorded.
+    pub fn confirm_generation(
+        &self,
+        req: &ConfirmGenerationRequest,
+    ) -> Result<ConfirmGenerationResponse, IssueError> {
+        let uuid = disk_uuid(&req.disk_uuid)?;
+        let (found, written) = (req.found_generation, req.written_generation);
+        if written != 0 && Some(written) != found.checked_add(1) {
+            return Err(IssueError::InvalidRequest(
+                "written_generation is neither 0 nor found_generation + 1".into(),
+            ));
+        }
+        let disk_key = self.config.master_secret.state_disk_key(&uuid);
+        if !confboot_cluster::generation::verify_generation_proof(
+            disk_key.expose(),
+            &uuid,
+            found,
+            written,
+            &req.proof,
+        ) {
+            return Err(IssueError::GenerationUnproven);
+        }
+        self.config
+            .registry
+            .confirm_generation(&uuid, found, written)
+            .map_err(IssueError::Vpn)?;
+        Ok(ConfirmGenerationResponse {})
     }
 }
 
@@ -754,7 +801,75 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(t.state_disk_key, j.state_disk_key);
         assert_eq!(t.measurement_secret, j.measurement_secret);
+        // The cluster's salt, from joinsvc's configuration: the node never
+        // takes it from its disk's header.
+        assert_eq!(t.measurement_salt, j.measurement_salt);
+        assert_eq!(t.measurement_salt, s.config.measurement_salt);
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_rejoin_carries_the_last_generation_and_a_rolled_back_disk_is_refused() {
+        use confboot_cluster::generation::generation_proof;
+        let (s, _) = service(PathBuf::from("/nonexistent"), false);
+        let key = s
+            .config
+            .master_secret
+            .state_disk_key(&UUID.to_ascii_lowercase());
+        let confirm = |found: u64, written: u64| ConfirmGenerationRequest {
+            disk_uuid: UUID.into(),
+            found_generation: found,
+            written_generation: written,
+            proof: generation_proof(key.expose(), UUID, found, written).to_vec(),
+        };
+        let rejoin = || {
+            s.issue_rejoin_ticket(
+                &Caller::Unbootstrapped,
+                &IssueRejoinTicketRequest {
+                    disk_uuid: UUID.into(),
+                },
+            )
+            .unwrap()
+            .generation
+        };
+        // The first rejoin: none recorded.
+        assert_eq!(rejoin(), 0);
+        s.confirm_generation(&confirm(0, 1)).unwrap();
+        assert_eq!(rejoin(), 1);
+        s.confirm_generation(&confirm(1, 2)).unwrap();
+        assert_eq!(rejoin(), 2);
+        // The disk as it was after the first rejoin: refused, whether the
+        // node wrote or only reports.
+        for (found, written) in [(1, 2), (1, 0)] {
+            let e = s.confirm_generation(&confirm(found, written)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "state disk rolled back: generation 1, the cluster last issued 2"
+            );
+            assert_eq!(e.reason(), "rolled_back");
+            assert_eq!(
+                crate::server::issue_status(&e).code,
+                confboot_wire::Code::PermissionDenied
+            );
+        }
+        // Without the disk key's proof, or with a proof of other values,
+        // nothing is recorded.
+        let mut forged = confirm(2, 3);
+        forged.proof = generation_proof(&[0; 32], UUID, 2, 3).to_vec();
+        assert!(matches!(
+            s.confirm_generation(&forged),
+            Err(IssueError::GenerationUnproven)
+        ));
+        let mut moved = confirm(2, 3);
+        moved.found_generation = 9;
+        moved.written_generation = 10;
+        assert!(matches!(
+            s.confirm_generation(&moved),
+            Err(IssueError::GenerationUnproven)
+        ));
+        let e = s.confirm_generation(&confirm(2, 5)).unwrap_err();
+        assert!(matches!(e, IssueError::InvalidRequest(_)), "{e}");
+        assert_eq!(rejoin(), 2);
     }
 
     #[test]

@@ -35,8 +35,8 @@ use serde_json::{Value, json};
 
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
 use crate::ledger::{
-    Caller, FILTER_BITS, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, MAX_PENDING_JOINS, Refusal,
-    TicketKind, decide, record,
+    Caller, DiskGeneration, FILTER_BITS, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger,
+    MAX_DISK_GENERATIONS, MAX_PENDING_JOINS, Refusal, TicketKind, decide, record,
 };
 
 /// The ConfigMap (in kube-system) that holds the peer registry.
@@ -302,6 +302,37 @@ impl KubeApiPeerRegistry {
         })
     }
 
+    /// The generation the cluster last confirmed for `disk` (0: none), as
+    /// the registry holds it now.
+    pub fn last_generation(&self, disk: &str) -> Result<u64, RegistryError> {
+        Ok(self.read()?.ledger.generation(disk))
+    }
+
+    /// Records a rejoined node's confirmation that it found generation
+    /// `found` on `disk` and wrote `written` (0: none)
+    /// ([`Ledger::confirm_generation`]): refused when `found` is older
+    /// than the generation last confirmed ([`Refusal::RolledBack`]) or the
+    /// admin removed the disk ([`Refusal::DiskRemoved`]).
+    pub fn confirm_generation(
+        &self,
+        disk: &str,
+        found: u64,
+        written: u64,
+    ) -> Result<(), RegistryError> {
+        self.change(|e| {
+            if e.removed.iter().any(|d| d == disk) {
+                return Err(RegistryError::Admission(Refusal::DiskRemoved {
+                    disk: disk.into(),
+                }));
+            }
+            let changed = e
+                .ledger
+                .confirm_generation(disk, found, written, e.now)
+                .map_err(RegistryError::Admission)?;
+            Ok(((), changed))
+        })
+    }
+
     /// Registers or refreshes a member node's own record (sent with its
     /// `GetUpdate`, its disk proven by the caller); the record also ends
     /// its disk's first boot in the ledger. A member refreshes only its own
@@ -364,6 +395,7 @@ impl KubeApiPeerRegistry {
             let removed = e.peers.len() != before;
             if let Some(disk) = disk.filter(|d| !e.removed.contains(d)) {
                 e.ledger.complete(&disk);
+                e.ledger.generations.remove(&disk);
                 e.removed.push(disk);
                 if e.removed.len() > MAX_REMOVED_DISKS {
                     e.removed.remove(0);
@@ -518,6 +550,15 @@ impl KubeApiPeerRegistry {
             "removed.json": json!(written.removed).to_string(),
             "pending-joins.json": json!(written.ledger.pending).to_string(),
         });
+        if !written.ledger.generations.is_empty() {
+            let generations: serde_json::Map<String, Value> = written
+                .ledger
+                .generations
+                .iter()
+                .map(|(disk, g)| (disk.clone(), json!([g.generation, g.at])))
+                .collect();
+            data["generations.json"] = json!(Value::Object(generations).to_string());
+        }
         let issued = &written.ledger.issued;
         if !issued.bits().is_empty() {
             data["issued-filter"] = json!(confboot_util::base64::encode(issued.bits()));
@@ -807,6 +848,33 @@ fn parse_ledger(data: &Value) -> Result<Ledger, RegistryError> {
                 .filter(|_| confboot_kms::is_uuid(disk))
                 .ok_or_else(|| corrupt("pending-joins.json holds a disk that is not a UUID"))?;
             ledger.pending.insert(disk.clone(), at);
+        }
+    }
+    if let Some(text) = data.get("generations.json") {
+        let map: Value = serde_json::from_str(
+            text.as_str()
+                .ok_or_else(|| corrupt("generations.json is not a string"))?,
+        )
+        .map_err(|_| corrupt("generations.json is not JSON"))?;
+        let map = map
+            .as_object()
+            .filter(|m| m.len() <= MAX_DISK_GENERATIONS)
+            .ok_or_else(|| corrupt("generations.json is not a map of at most 4096 disks"))?;
+        for (disk, entry) in map {
+            let pair = entry
+                .as_array()
+                .filter(|p| p.len() == 2 && confboot_kms::is_uuid(disk))
+                .and_then(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
+                .ok_or_else(|| {
+                    corrupt("generations.json holds an entry that is not a disk's [generation, at]")
+                })?;
+            ledger.generations.insert(
+                disk.clone(),
+                DiskGeneration {
+                    generation: pair.0,
+                    at: pair.1,
+                },
+            );
         }
     }
     if let Some(bits) = data.get("issued-filter") {
@@ -1214,6 +1282,55 @@ mod tests {
         // Another launch (the node rebooted) is served.
         let next = Caller::Launch(LaunchId::from_bytes([5; 32]));
         r.admit(&next, TicketKind::Rejoin, &disk(0), None).unwrap();
+    }
+
+    #[test]
+    fn a_disks_generation_is_kept_for_every_replica_and_a_removal_ends_it() {
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        let disk = request(0).disk_uuid;
+        assert_eq!(r.last_generation(&disk).unwrap(), 0);
+        r.confirm_generation(&disk, 0, 1).unwrap();
+        r.confirm_generation(&disk, 1, 2).unwrap();
+        // Another replica (or this one restarted) has it, and refuses the
+        // disk copied after the first rejoin.
+        let other = registry(&double, "10.118.0.0/24");
+        assert_eq!(other.last_generation(&disk).unwrap(), 2);
+        assert_eq!(
+            other.confirm_generation(&disk, 1, 2),
+            Err(RegistryError::Admission(Refusal::RolledBack(
+                confboot_cluster::generation::RolledBack { found: 1, last: 2 }
+            )))
+        );
+        assert_eq!(r.last_generation(&disk).unwrap(), 2);
+        // A removed node's disk confirms nothing, and its entry is gone.
+        r.register(&request(0)).unwrap();
+        assert!(r.remove("node-0").unwrap());
+        assert_eq!(r.last_generation(&disk).unwrap(), 0);
+        assert!(matches!(
+            r.confirm_generation(&disk, 2, 3),
+            Err(RegistryError::Admission(Refusal::DiskRemoved { .. }))
+        ));
+        // What is read back is checked: a spoilt entry refuses every change.
+        let network: VpnNetwork = "10.118.0.0/24".parse().unwrap();
+        for bad in [
+            r#"{"not-a-uuid": [1, 2]}"#,
+            r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": [1]}"#,
+            r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": [-1, 2]}"#,
+            r#"[]"#,
+        ] {
+            let body = serde_json::json!({
+                "metadata": {"resourceVersion": "1"},
+                "data": {"version": "1", "peers.json": "[]", "generations.json": bad},
+            });
+            assert!(
+                matches!(
+                    parse_stored(&body.to_string(), Some(&network)),
+                    Err(RegistryError::Corrupt(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use confboot_cluster::handoff::{DONE_FILE, STEP_FILE, TOKEN_FILE};
 use confboot_cluster::{
@@ -238,17 +238,11 @@ fn a_failing_join_is_retried_until_the_token_ends_then_fails_and_deletes_the_sec
     step["join"]["token_valid_until"] = (now + 4).into();
     std::fs::write(&step_file, serde_json::to_vec(&step).unwrap()).unwrap();
 
-    let started = Instant::now();
     let out = node.step();
-    let took = started.elapsed();
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     let attempts = node.kubeadm_log().matches("join --config").count();
     assert!(attempts >= 2, "retried: {attempts} runs\n{said}");
-    assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(30),
-        "{took:?}"
-    );
     assert!(said.contains("retrying in"), "{said}");
     assert!(
         said.contains(&format!(

@@ -151,3 +151,69 @@ pub fn refused(metrics: &str, reason: &str) -> u64 {
         .filter_map(|n| n.trim().parse::<u64>().ok())
         .sum()
 }
+
+/// The admin's directory of a VM test: the init secret (`init-secret`),
+/// its hash for the nodes' command line, the SSH user `alice` with a key
+/// made by the host's `ssh-keygen` (in `ssh-users.json`, as `confboot init
+/// --ssh-users` takes it) and a key that is configured nowhere.
+pub struct AdminFiles {
+    /// The directory (the CLI runs in it).
+    pub dir: std::path::PathBuf,
+    /// `--init-secret-hash` for the nodes.
+    pub init_secret_hash: String,
+    /// alice's private key.
+    pub alice_key: std::path::PathBuf,
+    /// alice's public key line.
+    pub alice_pub: String,
+    /// A private key no node knows.
+    pub stranger_key: std::path::PathBuf,
+}
+
+impl AdminFiles {
+    /// Makes `work/admin` with `init_secret`.
+    pub fn new(work: &Path, init_secret: &str) -> AdminFiles {
+        use confboot_kms::init_secret;
+        let dir = work.join("admin");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("init-secret"), init_secret).unwrap();
+        let init_secret_hash =
+            init_secret::hash(init_secret.as_bytes(), init_secret::MIN_ITERATIONS);
+        let alice_key = dir.join("id_alice");
+        let alice_pub = ssh_keygen(&alice_key);
+        let stranger_key = dir.join("id_stranger");
+        ssh_keygen(&stranger_key);
+        std::fs::write(
+            dir.join("ssh-users.json"),
+            serde_json::json!({"sshUsers": [{"username": "alice", "publicKey": alice_pub}]})
+                .to_string(),
+        )
+        .unwrap();
+        AdminFiles {
+            dir,
+            init_secret_hash,
+            alice_key,
+            alice_pub,
+            stranger_key,
+        }
+    }
+
+    /// `confboot init` of the node behind host port `port` (its AK `ak`)
+    /// with the init secret and the SSH users, verified against
+    /// `measurements.json`.
+    pub fn init(&self, cli: &Path, port: u16, ak: &[u8]) -> std::process::Output {
+        admin_cli(
+            cli,
+            &self.dir,
+            "init",
+            port,
+            "measurements.json",
+            ak,
+            &[
+                "--init-secret-file",
+                "init-secret",
+                "--ssh-users",
+                "ssh-users.json",
+            ],
+        )
+    }
+}

@@ -17,8 +17,11 @@ pub const CALL: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
 /// The deadline under test (a call's, a connect's, a frame's).
 pub const DEADLINE: Duration = Duration::from_secs(1);
 
-/// What the scheduler may add to it on a loaded machine.
-pub const SLACK: Duration = Duration::from_millis(500);
+/// What the scheduler may add to it on a loaded machine (the suite shares
+/// two cores with VMs; 0.9 s late was seen). Generous on purpose: what the
+/// tests tell apart is an end near the deadline from the unbounded one
+/// (a paced answer takes 12 s or more, an unread answer never ends).
+pub const SLACK: Duration = Duration::from_secs(2);
 
 /// A whole answer to [`CALL`] as plaintext frames: the response (a 40-byte
 /// key: some 60 bytes on the wire) and an OK trailer.
@@ -26,6 +29,8 @@ pub fn answer() -> Vec<u8> {
     let response = IssueRejoinTicketResponse {
         state_disk_key: vec![7; 40],
         measurement_secret: vec![],
+        generation: 0,
+        measurement_salt: vec![],
     };
     let mut bytes = Vec::new();
     frame::write_frame(&mut bytes, FrameKind::Message, &response.encode_to_vec()).unwrap();

@@ -226,12 +226,8 @@ impl ChildProcess {
         );
     }
 
-    /// The exit status if the process has ended (without waiting).
-    pub fn exited_status(&self) -> Option<std::process::ExitStatus> {
-        self.exited()
-    }
-
-    fn exited(&self) -> Option<std::process::ExitStatus> {
+    /// The process's exit status once it has exited (`None`: it runs).
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
         self.child
             .lock()
             .unwrap()

@@ -219,7 +219,15 @@ impl AdminNodes {
         assert!(status.success(), "{}", log.join("\n"));
         drop(tpm);
         let tpm = dir.boot_tpm(IMAGE);
-        let process = dir.bootstrapper(&tpm, &["--join-endpoint", "127.0.0.1:1"]);
+        let process = dir.bootstrapper(
+            &tpm,
+            &[
+                "--join-endpoint",
+                "127.0.0.1:1",
+                "--init-secret-hash",
+                &hash,
+            ],
+        );
         let addr = addr_after(
             &process.wait_for_line("recovery API listening on ", 3000),
             "listening on ",
@@ -288,8 +296,8 @@ impl AdminNodes {
         }
     }
 
-    /// The admin sends Recover with a master secret that does not open the
-    /// node's disk; `Ok` with the time it took when the node answered as it
+    /// The admin sends Recover with the init secret and a master secret
+    /// that does not open the node's disk; `Ok` with the time it took when the node answered as it
     /// must (PERMISSION_DENIED: the key does not open the disk).
     pub fn ask_recover(&self) -> Result<Duration, Status> {
         let t = Instant::now();
@@ -304,6 +312,8 @@ impl AdminNodes {
         let req = RecoverMessage {
             kms_uri: wrong.to_kms_uri().to_string(),
             storage_uri: "storage://no-store".into(),
+            init_secret: INIT_SECRET.to_vec(),
+            measurement_salt: vec![5; 32],
         };
         match client.unary(confboot_proto::RECOVER, &req, ADMIN_TIMEOUT) {
             Err(s) if s.code == Code::PermissionDenied && s.message.contains("does not open") => {

@@ -1009,6 +1009,56 @@ impl GoldenBoot {
     pub fn policy(&self) -> MeasurementPolicy {
         policy_from_pcrs(&self.pcrs)
     }
+
+    /// joinsvc on the host, measured as a node of the booted image: a fresh
+    /// swtpm in `tpm`'s directory gets this boot's event log replayed (its
+    /// PCRs are then the boot's, checked: all but IMA's PCR 10, which the
+    /// kernel extends, not the firmware) and PCR 15 gets the cluster's mark,
+    /// as a control plane's does after Init. joinsvc runs with that TPM,
+    /// `policy` and the predicted events `events`. Keep the swtpm as long
+    /// as joinsvc.
+    pub fn joinsvc_as_node(
+        &self,
+        joinsvc: &Path,
+        policy: &MeasurementPolicy,
+        setup: crate::cluster::JoinsvcSetup,
+        tpm: &JoinsvcTpm,
+        events: &Path,
+    ) -> (crate::cluster::Joinsvc, Swtpm) {
+        let swtpm = Swtpm::start_in(&tpm.dir).expect("swtpm starts");
+        {
+            let mut t = swtpm.connect().expect("connect to swtpm");
+            self.event_log
+                .extend_into(&mut t)
+                .expect("replay the event log into joinsvc's TPM");
+            let pcrs = t.pcr_read_all().expect("read PCRs");
+            for (i, v) in pcrs
+                .into_iter()
+                .filter(|(i, _)| *i != confboot_attest::tpm::IMA_PCR)
+            {
+                assert_eq!(
+                    self.pcrs[&i],
+                    v.to_vec(),
+                    "PCR {i}: joinsvc's TPM after the replay differs from the golden boot"
+                );
+            }
+            confboot_attest::tpm::mark_node(&mut t, &setup.cluster_id())
+                .expect("mark joinsvc's TPM");
+        }
+        let mut extra = vec![
+            "--tpm".to_string(),
+            swtpm.addr().to_string(),
+            "--expected-events".to_string(),
+            events.display().to_string(),
+        ];
+        extra.extend(setup.extra.iter().cloned());
+        let joinsvc = crate::cluster::Joinsvc::launch(
+            joinsvc,
+            policy,
+            crate::cluster::JoinsvcSetup { extra, ..setup },
+        );
+        (joinsvc, swtpm)
+    }
 }
 
 /// Boots `kernel` + `initrd` with `cmdline` (the production command line:

@@ -17,7 +17,8 @@
 //! fidelity boot of the one command line every node boots with, the first node (init through the CLI), two joining nodes and a tampered
 //! node in parallel, the first node's and one joined node's reboots
 //! (rejoins, in parallel), and another's reboot without a join service
-//! (recovery through `confboot recover`).
+//! (recovery through `confboot recover`, after the host's own Recover,
+//! with its master secret and no init secret, is refused).
 //!
 //! Needs the musl release binaries (`cargo build --release --target
 //! x86_64-unknown-linux-musl -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli`;
@@ -26,15 +27,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use confboot_attest::tpm::IMA_PCR;
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_kms::init_secret;
 use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::admin::{
-    AGENT_LISTENING, SSH_PORT, admin_cli, assert_ssh_login, refused, ssh_keygen, ssh_run,
+    AGENT_LISTENING, AdminFiles, SSH_PORT, admin_cli, assert_ssh_login, refused, ssh_run,
     verify_node,
 };
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir, read_master_secret};
+use confboot_tests::cluster::{JoinsvcSetup, TempDir, read_master_secret};
 use confboot_tests::qemu::{
     Image, JOIN_PORT, JoinsvcTpm, NODEAGENT_BUILTIN, NodeFiles, PeakRss, Vm, VmConfig, args_param,
     golden_boot, measure_image, node_args,
@@ -245,23 +243,13 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         secs(t.elapsed())
     );
 
-    let admin = work.path().join("admin");
-    std::fs::create_dir_all(&admin).unwrap();
-    std::fs::write(admin.join("init-secret"), INIT_SECRET).unwrap();
-    let hash = init_secret::hash(INIT_SECRET.as_bytes(), init_secret::MIN_ITERATIONS);
-    // The admin's SSH user: a key made by the host's ssh-keygen, in the
-    // configuration file `confboot init --ssh-users` takes; and a key that
-    // is configured nowhere.
-    let alice_key = admin.join("id_alice");
-    let alice_pub = ssh_keygen(&alice_key);
-    let stranger_key = admin.join("id_stranger");
-    ssh_keygen(&stranger_key);
-    std::fs::write(
-        admin.join("ssh-users.json"),
-        serde_json::json!({"sshUsers": [{"username": "alice", "publicKey": alice_pub}]})
-            .to_string(),
-    )
-    .unwrap();
+    // The admin: the init secret, the SSH user alice (her key made by the
+    // host's ssh-keygen) and a key configured nowhere.
+    let files = AdminFiles::new(work.path(), INIT_SECRET);
+    let admin = files.dir.clone();
+    let hash = files.init_secret_hash.clone();
+    let (alice_key, stranger_key) = (files.alice_key.clone(), files.stranger_key.clone());
+    let alice_pub = files.alice_pub.clone();
 
     // Each node's TPM and disk, with its AK read before its first boot.
     let t = Instant::now();
@@ -318,20 +306,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     let t = Instant::now();
     let (mut vm1, init_fwd, verify1_fwd, ssh1_fwd) =
         boot_serving(&n1, &image, &node_cmdline, 9000, "init API");
-    let cli_out = admin_cli(
-        &cli,
-        &admin,
-        "init",
-        init_fwd,
-        "measurements.json",
-        &n1.ak,
-        &[
-            "--init-secret-file",
-            "init-secret",
-            "--ssh-users",
-            "ssh-users.json",
-        ],
-    );
+    let cli_out = files.init(&cli, init_fwd, &n1.ak);
     let cli_stdout = String::from_utf8_lossy(&cli_out.stdout).into_owned();
     let cli_stderr = String::from_utf8_lossy(&cli_out.stderr).into_owned();
     if !cli_out.status.success() {
@@ -447,36 +422,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
     // replayed: its PCRs are then a node's of this image (checked: all but
     // IMA's PCR 10, which the kernel extends, not the firmware), and PCR 15
     // gets the cluster's mark as a control plane's does after init.
-    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm.dir).expect("swtpm starts");
-    {
-        let mut tpm = joinsvc_swtpm.connect().expect("connect to swtpm");
-        measured
-            .event_log
-            .extend_into(&mut tpm)
-            .expect("replay the event log into joinsvc's TPM");
-        let pcrs = tpm.pcr_read_all().expect("read PCRs");
-        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != IMA_PCR) {
-            assert_eq!(
-                measured.pcrs[&i],
-                v.to_vec(),
-                "PCR {i}: joinsvc's TPM after the replay differs from the golden boot"
-            );
-        }
-        confboot_attest::tpm::mark_node(&mut tpm, &joinsvc_setup.cluster_id())
-            .expect("mark joinsvc's TPM");
-    }
-    let joinsvc = Joinsvc::launch(
+    let (joinsvc, _joinsvc_swtpm) = measured.joinsvc_as_node(
         &joinsvc_bin,
         &predicted,
-        JoinsvcSetup {
-            extra: vec![
-                "--tpm".into(),
-                joinsvc_swtpm.addr().to_string(),
-                "--expected-events".into(),
-                admin.join("measurements.events.json").display().to_string(),
-            ],
-            ..joinsvc_setup
-        },
+        joinsvc_setup,
+        &joinsvc_tpm,
+        &admin.join("measurements.events.json"),
     );
     let t = Instant::now();
     let (r2, r3, bad_serial) = std::thread::scope(|s| {
@@ -684,11 +635,56 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
 
     // (e) Node 3 reboots while no join service answers: the admin recovers
     // it through its recovery API (a host forward), the CLI verifying its
-    // attestation first. It opens its disk, marks itself again and keeps
+    // attestation first and sending the init secret. It opens its disk, marks itself again and keeps
     // its file system: the marker of its first boot is still there.
+    // First the host calls Recover, with a master secret of its own and
+    // without the admin's init secret (the attack on a disk it formatted
+    // itself): refused before the node reads its disk.
     let t = Instant::now();
     let (mut vm3, recover_fwd, _, _) =
         boot_serving(&n3, &image, &node_cmdline, 9999, "recovery API");
+    let host = work.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("no-init-secret"), "").unwrap();
+    // The host's own cluster file: a salt of its choosing.
+    std::fs::write(
+        host.join("confboot-cluster.json"),
+        format!(r#"{{"measurementSalt": "{}"}}"#, "ab".repeat(32)),
+    )
+    .unwrap();
+    confboot_kms::MasterSecret::generate()
+        .unwrap()
+        .write_file(&host.join("host-mastersecret.json"))
+        .unwrap();
+    let admins_policy = admin.join("measurements.json").display().to_string();
+    let out = admin_cli(
+        &cli,
+        &host,
+        "recover",
+        recover_fwd,
+        &admins_policy,
+        &n3.ak,
+        &[
+            "--init-secret-file",
+            "no-init-secret",
+            "--master-secret",
+            "host-mastersecret.json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("PERMISSION_DENIED: wrong init secret"),
+        "{stderr}\n{}",
+        vm3.failure_report()
+    );
+    vm3.wait_for_line("Recover refused: wrong init secret", EXIT_BOUND);
+    assert!(
+        !vm3.serial().contains("nodelock taken"),
+        "the host's Recover took nothing\n{}",
+        vm3.failure_report()
+    );
+    println!("the host's Recover (its master secret, no init secret): refused");
     let out = admin_cli(
         &cli,
         &admin,
@@ -696,7 +692,12 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         recover_fwd,
         "measurements.json",
         &n3.ak,
-        &["--master-secret", "confboot-mastersecret.json"],
+        &[
+            "--init-secret-file",
+            "init-secret",
+            "--master-secret",
+            "confboot-mastersecret.json",
+        ],
     );
     if !out.status.success() {
         panic!(

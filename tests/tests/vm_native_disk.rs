@@ -73,8 +73,17 @@ fn millis(vm: &Vm, prefix: &str) -> Option<u64> {
 }
 
 /// The probe read the same 64 KiB (beyond the marker: noise from
-/// never-written sectors, several 4 KiB sectors) through both mappings.
+/// never-written sectors, several 4 KiB sectors) through both mappings;
+/// the cryptsetup backend read cryptsetup's mapping back from the kernel
+/// and found it the node's.
 fn assert_mappings_agree(vm: &Vm) {
+    assert!(
+        vm.serial()
+            .lines()
+            .any(|l| l.trim_end() == "CONFBOOT-CRYPTSETUP-MAPPING-CHECKED confboot-cs"),
+        "{}",
+        vm.failure_report()
+    );
     assert!(
         vm.serial()
             .lines()

@@ -20,7 +20,8 @@
 //! level was changed is refused by PID 1 before the bootstrapper runs; a
 //! node whose root has one flipped byte in a file the OS reads at boot
 //! stops (dm-verity, `panic_on_corruption`) without the OS ever reading
-//! it; node 2 reboots, rejoins and reads back what its OS wrote.
+//! it; node 2 reboots, rejoins and reads back what its OS wrote; node 2's
+//! disk rolled back to a copy from before that reboot is refused.
 //!
 //! Needs the musl release binaries (scripts/test.sh builds them), the
 //! Debian packages boot.rs needs, and mmdebstrap and squashfs-tools
@@ -29,14 +30,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use confboot_attest::tpm::IMA_PCR;
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_kms::init_secret;
 use confboot_proto::DEFAULT_VERIFY_PORT;
 use confboot_tests::admin::{
-    SSH_PORT, admin_cli, assert_ssh_login, refused, ssh_keygen, ssh_run, verify_node,
+    AdminFiles, SSH_PORT, assert_ssh_login, refused, ssh_run, verify_node,
 };
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir, read_master_secret};
+use confboot_tests::cluster::{JoinsvcSetup, TempDir, read_master_secret};
 use confboot_tests::os::{OS_READY, OsImage};
 use confboot_tests::qemu::{
     Image, JOIN_PORT, JoinsvcTpm, NodeFiles, Vm, VmConfig, args_param, golden_boot, measure_image,
@@ -160,20 +158,12 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     );
     println!("phase images: {:.1} s", t.elapsed().as_secs_f64());
 
-    let admin = work.path().join("admin");
-    std::fs::create_dir_all(&admin).unwrap();
-    std::fs::write(admin.join("init-secret"), INIT_SECRET).unwrap();
-    let hash = init_secret::hash(INIT_SECRET.as_bytes(), init_secret::MIN_ITERATIONS);
-    let alice_key = admin.join("id_alice");
-    let alice_pub = ssh_keygen(&alice_key);
-    let stranger_key = admin.join("id_stranger");
-    ssh_keygen(&stranger_key);
-    std::fs::write(
-        admin.join("ssh-users.json"),
-        serde_json::json!({"sshUsers": [{"username": "alice", "publicKey": alice_pub}]})
-            .to_string(),
-    )
-    .unwrap();
+    // The admin: the init secret, the SSH user alice (her key made by the
+    // host's ssh-keygen) and a key configured nowhere.
+    let files = AdminFiles::new(work.path(), INIT_SECRET);
+    let admin = files.dir.clone();
+    let hash = files.init_secret_hash.clone();
+    let (alice_key, stranger_key) = (files.alice_key.clone(), files.stranger_key.clone());
     let n1 = NodeFiles::new(work.path(), "node1");
     let n2 = NodeFiles::new(work.path(), "node2");
     let n3 = NodeFiles::new(work.path(), "node3");
@@ -212,20 +202,7 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     let mut vm1 = Vm::boot(c1);
     let mut tl1 = Timeline::new("node1");
     tl1.wait(&mut vm1, "init API listening on", "waiting for Init");
-    let cli_out = admin_cli(
-        &cli,
-        &admin,
-        "init",
-        init_fwd,
-        "measurements.json",
-        &n1.ak,
-        &[
-            "--init-secret-file",
-            "init-secret",
-            "--ssh-users",
-            "ssh-users.json",
-        ],
-    );
+    let cli_out = files.init(&cli, init_fwd, &n1.ak);
     let cli_stdout = String::from_utf8_lossy(&cli_out.stdout).into_owned();
     assert!(
         cli_out.status.success(),
@@ -306,32 +283,12 @@ fn vm_os_init_join_reboot_and_refused_roots() {
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
     };
-    let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm.dir).expect("swtpm starts");
-    {
-        let mut tpm = joinsvc_swtpm.connect().expect("connect to swtpm");
-        measured
-            .event_log
-            .extend_into(&mut tpm)
-            .expect("replay the event log into joinsvc's TPM");
-        let pcrs = tpm.pcr_read_all().expect("read PCRs");
-        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != IMA_PCR) {
-            assert_eq!(measured.pcrs[&i], v.to_vec(), "PCR {i} after the replay");
-        }
-        confboot_attest::tpm::mark_node(&mut tpm, &joinsvc_setup.cluster_id())
-            .expect("mark joinsvc's TPM");
-    }
-    let joinsvc = Joinsvc::launch(
+    let (joinsvc, _joinsvc_swtpm) = measured.joinsvc_as_node(
         &joinsvc_bin,
         &predicted,
-        JoinsvcSetup {
-            extra: vec![
-                "--tpm".into(),
-                joinsvc_swtpm.addr().to_string(),
-                "--expected-events".into(),
-                admin.join("measurements.events.json").display().to_string(),
-            ],
-            ..joinsvc_setup
-        },
+        joinsvc_setup,
+        &joinsvc_tpm,
+        &admin.join("measurements.events.json"),
     );
 
     // (b) Node 2 joins and boots its OS; a genuine initramfs booted with the
@@ -425,6 +382,10 @@ fn vm_os_init_join_reboot_and_refused_roots() {
         .unwrap();
     println!("[changed hash tree] {}", top_error.trim());
 
+    // The host keeps a copy of node 2's disk as it was after its join.
+    let snapshot = work.path().join("node2-after-join.img");
+    std::fs::copy(&n2.disk, &snapshot).expect("snapshot node 2's disk");
+
     // (c) One flipped byte in a file the OS reads at boot: the node joins
     // (its measurements are right), hands over, and stops when the OS
     // reads that block; the bytes never reach it.
@@ -480,6 +441,26 @@ fn vm_os_init_join_reboot_and_refused_roots() {
         "what the OS wrote is inside dm-crypt"
     );
     drop(vm2);
+
+    // (e) The host rolls node 2's disk back to the copy it took after the
+    // join: the cluster saw a later generation at the rejoin, so the node
+    // refuses the disk and stops before its OS runs.
+    std::fs::copy(&snapshot, &n2.disk).expect("roll node 2's disk back");
+    let mut c2 = os_config(&n2, &cmdline, &os.root);
+    c2.host_ports = vec![(JOIN_PORT, joinsvc_port)];
+    let mut vm2 = Vm::boot(c2);
+    let rolled = vm2.wait_for_line("state disk rolled back", BOOT_BOUND);
+    vm2.wait_exit(Duration::from_secs(120));
+    let serial = vm2.serial();
+    println!("[node2-rolled-back] {}", rolled.trim());
+    assert!(
+        !serial.contains("CONFBOOT-SWITCH-ROOT") && !serial.contains("bootstrapped ("),
+        "a rolled-back disk never reaches the OS\n{}",
+        vm2.failure_report()
+    );
+    drop(vm2);
+    let (_, metrics) = joinsvc.http_get("/metrics");
+    assert!(refused(&metrics, "rolled_back") >= 1, "{metrics}");
     drop(joinsvc);
     println!("vm_os: {:.1} s in all", t0.elapsed().as_secs_f64());
 }

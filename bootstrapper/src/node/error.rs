@@ -4,6 +4,7 @@
 
 use confboot_attest::AttestationError;
 use confboot_cluster::ClusterError;
+use confboot_cluster::generation::RolledBack;
 use confboot_disk::DiskError;
 
 /// Why an Init, a ticket or a Recover was not applied.
@@ -26,6 +27,14 @@ pub enum NodeError {
     /// the caller may try again.
     #[error("another Init is being checked; try again in a moment")]
     InitCheckBusy,
+    /// No init-secret hash is configured: this node takes no Recover
+    /// (the init secret is what proves the admin of the node's cluster).
+    #[error("this node takes no Recover (no init-secret hash configured)")]
+    RecoverNotConfigured,
+    /// Another Recover is being served (one at a time); the caller may try
+    /// again.
+    #[error("another Recover is being served; try again in a moment")]
+    RecoverBusy,
     /// A request field is malformed.
     #[error("{field}: {reason}")]
     InvalidArgument {
@@ -73,6 +82,13 @@ pub enum NodeError {
     /// past the nodelock.
     #[error("VPN: {0}")]
     Vpn(String),
+    /// The state disk is older than the cluster last saw it (restored from
+    /// an old copy): it is refused.
+    #[error("{0}")]
+    RolledBack(RolledBack),
+    /// The state disk's generation could not be read, kept or confirmed.
+    #[error("state disk generation: {0}")]
+    Generation(String),
     /// The cluster backend failed.
     #[error("cluster {action} failed: {error}")]
     Cluster {
@@ -95,6 +111,8 @@ impl NodeError {
                 | NodeError::Mark(_)
                 | NodeError::SshUsers(_)
                 | NodeError::Vpn(_)
+                | NodeError::RolledBack(_)
+                | NodeError::Generation(_)
                 | NodeError::Cluster { .. }
         )
     }
@@ -134,6 +152,14 @@ mod tests {
             (
                 NodeError::InitCheckBusy,
                 "another Init is being checked; try again in a moment",
+            ),
+            (
+                NodeError::RecoverNotConfigured,
+                "this node takes no Recover (no init-secret hash configured)",
+            ),
+            (
+                NodeError::RecoverBusy,
+                "another Recover is being served; try again in a moment",
             ),
             (
                 NodeError::InvalidArgument {
@@ -186,6 +212,14 @@ mod tests {
             ),
             (NodeError::SshUsers("no home".into()), "SSH users: no home"),
             (NodeError::Vpn("no key".into()), "VPN: no key"),
+            (
+                NodeError::RolledBack(RolledBack { found: 1, last: 2 }),
+                "state disk rolled back: generation 1, the cluster last issued 2",
+            ),
+            (
+                NodeError::Generation("not confirmed".into()),
+                "state disk generation: not confirmed",
+            ),
             (
                 NodeError::Cluster {
                     action: "join",

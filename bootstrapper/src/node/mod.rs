@@ -5,7 +5,9 @@
 //!   the join client asks for.
 //! - [`Node::init`], [`Node::apply_ticket`], [`Node::recover`]: applying the
 //!   admin's Init, a join or rejoin ticket, or the admin's Recover. Each
-//!   checks what it was given, takes the nodelock, then sets up the state
+//!   checks what it was given (Init and Recover first prove the admin's
+//!   init secret against the hash on the node's measured command line,
+//!   before anything is read from the disk), takes the nodelock, then sets up the state
 //!   disk, marks the node (PCR 15 ← cluster id) and, for Init and join,
 //!   hands over to the cluster backend.
 //! - [`NodeError::is_final`]: when a failed flow ends the node's bootstrap.
@@ -21,6 +23,7 @@
 //! (`tests.rs`); `main.rs` and `server.rs` are only wiring.
 
 mod error;
+pub mod generation;
 mod plan;
 pub mod state_fs;
 #[cfg(test)]
@@ -61,8 +64,23 @@ pub mod holder {
     pub const RECOVER: &str = "recover";
 }
 
-/// Least length of the measurement salt an Init carries.
-pub const MIN_MEASUREMENT_SALT_LEN: usize = 32;
+use confboot_kms::MAX_SECRET_LEN;
+pub use confboot_kms::MIN_MEASUREMENT_SALT_LEN;
+
+/// A measurement salt from an Init or a Recover: between
+/// [`MIN_MEASUREMENT_SALT_LEN`] and [`MAX_SECRET_LEN`] bytes.
+fn check_measurement_salt(salt: &[u8]) -> Result<(), NodeError> {
+    if (MIN_MEASUREMENT_SALT_LEN..=MAX_SECRET_LEN).contains(&salt.len()) {
+        return Ok(());
+    }
+    Err(NodeError::InvalidArgument {
+        field: "measurement_salt",
+        reason: format!(
+            "{} bytes, want {MIN_MEASUREMENT_SALT_LEN} to {MAX_SECRET_LEN}",
+            salt.len()
+        ),
+    })
+}
 
 /// Marks a node as bootstrapped: PCR 15 ← cluster id. A node's own
 /// attestation shows the mark from then on; a join service checks it.
@@ -99,7 +117,8 @@ pub enum Outcome {
 /// What a node is configured with.
 #[derive(Clone, Debug, Default)]
 pub struct NodeConfig {
-    /// The slow hash of the init secret; no hash means Init is refused.
+    /// The slow hash of the init secret; no hash means Init and Recover are
+    /// refused.
     pub init_secret_hash: Option<InitSecretHash>,
     /// The kubelet certificate a join asks for; `None`: none (the kubelet
     /// makes a self-signed one).
@@ -138,10 +157,25 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     /// Held while an init secret is checked: the slow hash runs one at a
     /// time, so Init calls cannot be used to burn the node's CPU.
     init_check: Mutex<()>,
+    /// Held for a whole Recover: one at a time, so Recover calls cannot be
+    /// used to burn the node's CPU (the slow hash, the key slot's KDF).
+    recovering: Mutex<()>,
     /// Where SSH users are kept and created; `None`: this node takes none.
     ssh_users: Option<SshUsersSetup>,
     /// The node's VPN key and the node agent's file; `None`: no VPN.
     vpn: Option<vpn::NodeVpnSetup>,
+    /// Where the state disk's generation is kept and whom it is confirmed
+    /// to; `None`: no state file system, no rollback detection.
+    generation: Option<GenerationSetup>,
+}
+
+/// Where a node keeps its state disk's generation and how it confirms it
+/// to its cluster ([`generation`]).
+pub struct GenerationSetup {
+    /// Mounts the state disk's file system for a moment.
+    pub mount: Box<dyn StateFsMount>,
+    /// Sends the confirmation to a join service.
+    pub confirmer: Box<dyn generation::GenerationConfirmer>,
 }
 
 impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
@@ -162,9 +196,19 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             marker,
             config,
             init_check: Mutex::new(()),
+            recovering: Mutex::new(()),
             ssh_users: None,
             vpn: None,
+            generation: None,
         }
+    }
+
+    /// The node keeps its state disk's generation on its state file system
+    /// and confirms it at each rejoin: a disk older than the cluster last
+    /// saw it is refused ([`generation`]).
+    pub fn with_generation(mut self, setup: GenerationSetup) -> Self {
+        self.generation = Some(setup);
+        self
     }
 
     /// The node keeps SSH users on its state file system and creates them
@@ -217,6 +261,12 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     #[cfg(test)]
     pub fn init_check_guard(&self) -> MutexGuard<'_, ()> {
         self.init_check.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The guard a Recover holds while it is served.
+    #[cfg(test)]
+    pub fn recover_guard(&self) -> MutexGuard<'_, ()> {
+        self.recovering.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The nodelock.
@@ -298,12 +348,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         let master = master_secret(&req.kms_uri)?;
         check_storage_uri(&req.storage_uri)?;
-        if req.measurement_salt.len() < MIN_MEASUREMENT_SALT_LEN {
-            return Err(NodeError::InvalidArgument {
-                field: "measurement_salt",
-                reason: format!("must be at least {MIN_MEASUREMENT_SALT_LEN} bytes"),
-            });
-        }
+        check_measurement_salt(&req.measurement_salt)?;
         let ssh_users = self.check_ssh_users(req)?;
         Ok(CheckedInit { master, ssh_users })
     }
@@ -457,19 +502,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         if service.is_none() {
             return Err(NodeError::JoinServiceNotMember("it did not attest".into()));
         }
-        match ticket {
-            Ticket::Join(t) => {
-                checks::check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service)
-            }
-            Ticket::Rejoin(t) => {
-                let salt = self
-                    .disk()
-                    .measurement_salt()
-                    .map_err(NodeError::DiskRead)?;
-                checks::check_cluster_mark(&t.measurement_secret, &salt, service)
-            }
-        }
-        .map_err(ticket_error)
+        // The salt comes with the ticket, which the service's cluster mark
+        // proves; the one the disk's header keeps is the host's to rewrite.
+        let (secret, salt) = match ticket {
+            Ticket::Join(t) => (&t.measurement_secret, &t.measurement_salt),
+            Ticket::Rejoin(t) => (&t.measurement_secret, &t.measurement_salt),
+        };
+        checks::check_cluster_mark(secret, salt, service).map_err(ticket_error)
     }
 
     /// Applies a checked ticket past the nodelock (taken by the join client).
@@ -557,14 +596,24 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         token: &LockToken,
         t: &IssueRejoinTicketResponse,
     ) -> Result<(), NodeError> {
-        // Read first: without a salt the node cannot be marked, and then
-        // the disk stays closed.
-        let salt = self.disk().measurement_salt().map_err(NodeError::Disk)?;
+        // The ticket's salt (checked with the ticket), never the header's:
+        // the host can rewrite a header, and a salt of its choosing would
+        // mark the node for a cluster the admin never made.
+        let salt = &t.measurement_salt;
         let key = SecretBytes::new(t.state_disk_key.clone());
         let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
         log::info!("{}", describe(&action));
+        let cluster_id = derive_cluster_id(&t.measurement_secret, salt);
+        // Before anything the disk keeps is used: a disk older than the
+        // cluster last saw it creates no users and gets no mark.
+        self.advance_generation(
+            token,
+            action.uuid(),
+            &t.state_disk_key,
+            t.generation,
+            &cluster_id,
+        )?;
         self.apply_kept_ssh_users(token);
-        let cluster_id = derive_cluster_id(&t.measurement_secret, &salt);
         self.set_up_vpn(token, action.uuid(), &t.state_disk_key, &cluster_id)?;
         self.mark(token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
@@ -573,17 +622,35 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 
     // ---- Recover ----
 
-    /// Serves the admin's Recover: derives the disk key from the master
-    /// secret and checks it against the header (a wrong secret changes
-    /// nothing), takes the nodelock, opens the disk and marks the node again
-    /// with the salt the header keeps.
+    /// Serves the admin's Recover, one at a time (another one meanwhile is
+    /// [`NodeError::RecoverBusy`]). Before anything is read from the disk
+    /// the Recover proves the admin's init secret against the hash on the
+    /// node's (measured) command line, as an Init does: a host that made a
+    /// disk of its own and knows its master secret cannot recruit the node
+    /// into its cluster. Then the disk key derived from the master secret is
+    /// checked against the header (a wrong secret changes nothing), and only
+    /// then is the disk trusted: the nodelock taken, the disk opened and the
+    /// node marked again, with the cluster id of the admin's measurement
+    /// salt (never the header's: the host can rewrite a header).
     pub fn recover(&self, req: &RecoverMessage) -> Result<(), NodeError> {
-        let master = master_secret(&req.kms_uri)?;
-        check_storage_uri(&req.storage_uri)?;
+        let Some(hash) = &self.config.init_secret_hash else {
+            return Err(NodeError::RecoverNotConfigured);
+        };
+        // Cheap refusals first: a node that is bootstrapping takes no
+        // Recover, and one Recover (one slow hash, one key check) at a time.
         if let Some(holder) = self.lock.holder() {
             return Err(NodeError::AlreadyBootstrapping { holder });
         }
-        let salt = {
+        let Ok(_one_at_a_time) = self.recovering.try_lock() else {
+            return Err(NodeError::RecoverBusy);
+        };
+        if !hash.verify(&req.init_secret) {
+            return Err(NodeError::WrongInitSecret);
+        }
+        let master = master_secret(&req.kms_uri)?;
+        check_storage_uri(&req.storage_uri)?;
+        check_measurement_salt(&req.measurement_salt)?;
+        {
             let disk = self.disk();
             if !matches!(
                 disk.state().map_err(NodeError::DiskRead)?,
@@ -591,18 +658,15 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             ) {
                 return Err(NodeError::NothingToRecover);
             }
-            // Read first: without a salt the node cannot be marked, and
-            // then the disk stays closed.
-            let salt = disk.measurement_salt().map_err(NodeError::DiskRead)?;
             disk.check_key(|uuid| Ok(master.state_disk_key(uuid)))
                 .map_err(NodeError::DiskRead)?;
-            salt
-        };
+        }
         let token = self.take_lock(holder::RECOVER)?;
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
         log::info!("recovered: {}", describe(&action));
         self.apply_kept_ssh_users(&token);
-        let cluster_id = derive_cluster_id(master.measurement_secret().expose(), &salt);
+        let cluster_id =
+            derive_cluster_id(master.measurement_secret().expose(), &req.measurement_salt);
         self.set_up_vpn(
             &token,
             action.uuid(),
@@ -638,6 +702,56 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 .map_err(NodeError::Disk)?;
         }
         Ok(action)
+    }
+
+    /// Checks the generation the state file system keeps against `last`
+    /// (the cluster's, from the rejoin ticket): an older disk is refused
+    /// and the cluster told what was found; otherwise the next generation
+    /// is written and then confirmed. Past the nodelock: an error is final.
+    fn advance_generation(
+        &self,
+        _token: &LockToken,
+        disk_uuid: &str,
+        disk_key: &[u8],
+        last: u64,
+        cluster_id: &[u8],
+    ) -> Result<(), NodeError> {
+        use generation::Step;
+        let Some(setup) = self.generation.as_ref() else {
+            return Ok(());
+        };
+        let failed = |m: String| NodeError::Generation(m);
+        let device = self.disk().mapped_device().ok_or_else(|| {
+            failed("no decrypted state device to keep it on (--disk-mode header-only)".into())
+        })?;
+        let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            let found = generation::read_generation(dir)?;
+            let step = generation::step(found, last);
+            if let Step::Write(next) = step {
+                generation::write_generation(dir, next)?;
+            }
+            Ok::<_, String>((found, step))
+        })
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(failed)?;
+        match step {
+            Step::Refuse(rolled_back) => {
+                let report = generation::confirmation(disk_key, disk_uuid, found, 0);
+                if let Err(e) = setup.confirmer.confirm(&report, cluster_id) {
+                    log::warn!("state disk generation: the report was not taken: {e}");
+                }
+                Err(NodeError::RolledBack(rolled_back))
+            }
+            Step::Write(next) => {
+                let confirmation = generation::confirmation(disk_key, disk_uuid, found, next);
+                setup
+                    .confirmer
+                    .confirm(&confirmation, cluster_id)
+                    .map_err(|e| failed(format!("generation {next} not confirmed: {e}")))?;
+                log::info!("state disk: generation {found} found, {next} written and confirmed");
+                Ok(())
+            }
+        }
     }
 
     /// Records in the header that this disk's first boot completed, so the

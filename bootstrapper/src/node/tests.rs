@@ -45,6 +45,10 @@ struct DiskDouble {
     bootstrapped: bool,
     fault: Option<DiskFault>,
     formats: usize,
+    /// Every read of the header (state, key check, salt, records).
+    reads: usize,
+    /// Reads of the measurement salt.
+    salt_reads: usize,
 }
 
 /// **Test double** of a disk backend: a LUKS header in memory, with the
@@ -93,7 +97,8 @@ fn io_fault(step: &str) -> DiskError {
 
 impl DiskBackend for FakeDisk {
     fn inspect(&self) -> Result<DiskState, DiskError> {
-        let s = self.state();
+        let mut s = self.state();
+        s.reads += 1;
         Ok(match (&s.luks, s.unrecognized) {
             (Some((uuid, _)), _) => DiskState::Luks { uuid: uuid.clone() },
             (None, true) => DiskState::Unrecognized {
@@ -126,7 +131,9 @@ impl DiskBackend for FakeDisk {
         Ok(())
     }
     fn check_key(&self, key: &SecretBytes) -> Result<(), DiskError> {
-        match &self.state().luks {
+        let mut s = self.state();
+        s.reads += 1;
+        match &s.luks {
             None => Err(DiskError::NotLuks),
             Some((_, k)) if k == key.expose() => Ok(()),
             Some(_) => Err(DiskError::WrongKey),
@@ -149,21 +156,28 @@ impl DiskBackend for FakeDisk {
         Ok(())
     }
     fn measurement_salt(&self) -> Result<Option<Vec<u8>>, DiskError> {
-        Ok(self.state().salt.clone())
+        let mut s = self.state();
+        s.reads += 1;
+        s.salt_reads += 1;
+        Ok(s.salt.clone())
     }
     fn record_filesystem(&mut self, fs: &str) -> Result<(), DiskError> {
         self.state().fs = Some(fs.into());
         Ok(())
     }
     fn filesystem(&self) -> Result<Option<String>, DiskError> {
-        Ok(self.state().fs.clone())
+        let mut s = self.state();
+        s.reads += 1;
+        Ok(s.fs.clone())
     }
     fn record_bootstrapped(&mut self) -> Result<(), DiskError> {
         self.state().bootstrapped = true;
         Ok(())
     }
     fn bootstrapped(&self) -> Result<bool, DiskError> {
-        Ok(self.state().bootstrapped)
+        let mut s = self.state();
+        s.reads += 1;
+        Ok(s.bootstrapped)
     }
 }
 
@@ -387,12 +401,13 @@ fn rejoin_ticket(key: &[u8]) -> Ticket {
     let mut t = IssueRejoinTicketResponse::default();
     t.state_disk_key = key.to_vec();
     t.measurement_secret = vec![6; 32];
+    t.measurement_salt = vec![5; 32];
     Ticket::Rejoin(t)
 }
 
 /// `ticket` as a member of its cluster issues it: attested, PCR 15 holding
 /// the mark of the cluster id of measurement secret [6; 32] and salt
-/// [5; 32] (the ticket's for a join, the test disks' for a rejoin).
+/// [5; 32] (the tickets').
 fn from_member(ticket: &Ticket) -> IssuedTicket {
     issued_with_pcr15(
         ticket,
@@ -417,10 +432,18 @@ fn issued_with_pcr15(ticket: &Ticket, pcr15: Option<Vec<u8>>) -> IssuedTicket {
     }
 }
 
+/// The admin's Recover: the init secret and the master secret `m`.
 fn recover_request(m: &MasterSecret) -> RecoverMessage {
+    recover_request_with(m, INIT_SECRET)
+}
+
+/// A Recover with the master secret `m` and `init_secret`.
+fn recover_request_with(m: &MasterSecret, init_secret: &[u8]) -> RecoverMessage {
     let mut r = RecoverMessage::default();
     r.kms_uri = m.to_kms_uri().to_string();
     r.storage_uri = "storage://no-store".into();
+    r.init_secret = init_secret.to_vec();
+    r.measurement_salt = vec![5; 32];
     r
 }
 
@@ -835,9 +858,12 @@ fn a_join_ticket_for_another_disk_opens_nothing() {
 
 // ---- Rejoin ----
 
+/// The header's salt token is the host's to rewrite: a rejoin marks the
+/// node with the cluster id of the ticket's salt, which the join service's
+/// own mark proves, and never reads the header's.
 #[test]
-fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
-    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+fn luks_then_rejoin_opens_and_marks_with_the_ticket_salt() {
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
@@ -857,13 +883,17 @@ fn luks_then_rejoin_opens_and_marks_with_the_kept_salt() {
         rig.marks(),
         [derive_cluster_id(&[6; 32], &[5; 32]).to_vec()]
     );
+    assert_eq!(
+        rig.disk.state().salt_reads,
+        0,
+        "the header's salt is not read"
+    );
     assert!(rig.node.cluster().calls().is_empty());
 }
 
-/// The header keeps the salt a rejoin's join service proves membership
-/// with and the node marks with; a host that rewrites it between the
-/// ticket's check and its use does not make the node mark another cluster
-/// than the one checked: the salt is read once.
+/// A host that rewrites the header's salt between the ticket's check and
+/// its use does not make the node mark another cluster than the one
+/// checked: the mark's salt is the ticket's.
 #[test]
 fn a_salt_rewritten_between_the_check_and_the_mark_is_not_used() {
     let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
@@ -909,22 +939,33 @@ fn a_rejoin_ticket_with_a_wrong_key_never_formats() {
 }
 
 #[test]
-fn a_rejoin_without_a_kept_salt_leaves_the_disk_closed() {
+fn a_rejoin_ticket_without_a_salt_is_thrown_away() {
+    // A header without a salt token rejoins: the salt is the ticket's.
     let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], None));
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
-    let token = rig.node.take_lock(holder::JOIN).unwrap();
-    let err = rig
-        .node
-        .apply_ticket(&token, &request, &rejoin_ticket(&[0x42; 32]))
-        .unwrap_err();
-    assert!(
-        matches!(err, NodeError::Disk(DiskError::Metadata(_))),
-        "{err:?}"
-    );
+    let Ticket::Rejoin(mut saltless) = rejoin_ticket(&[0x42; 32]) else {
+        unreachable!()
+    };
+    for salt in [vec![], vec![5; 8], vec![5; 257]] {
+        saltless.measurement_salt = salt;
+        let err = rig
+            .node
+            .check_ticket(&request, &from_member(&Ticket::Rejoin(saltless.clone())))
+            .unwrap_err();
+        assert!(matches!(err, NodeError::BadTicket(_)), "{err:?}");
+        assert!(!err.is_final());
+    }
+    assert!(!rig.node.lock().is_locked());
     assert!(!rig.disk.state().opened);
-    assert!(rig.marks().is_empty());
+    let ticket = rejoin_ticket(&[0x42; 32]);
+    rig.node
+        .check_ticket(&request, &from_member(&ticket))
+        .unwrap();
+    let token = rig.node.take_lock(holder::JOIN).unwrap();
+    rig.node.apply_ticket(&token, &request, &ticket).unwrap();
+    assert!(rig.disk.state().opened);
 }
 
 // ---- Recover ----
@@ -933,7 +974,8 @@ fn recoverable_rig() -> (Rig, MasterSecret) {
     let m = master();
     let key = m.state_disk_key(UUID);
     (
-        Rig::new(FakeDisk::luks(UUID, key.expose(), Some(&[5; 32]))),
+        // The header keeps a salt the admin never made (the host's).
+        Rig::new(FakeDisk::luks(UUID, key.expose(), Some(&[9; 32]))),
         m,
     )
 }
@@ -992,11 +1034,146 @@ fn recover_failing_past_the_lock_is_final() {
     assert!(rig.marks().is_empty());
 }
 
+/// The host's attack on Recover: it formats a disk with a master secret of
+/// its own, keeps its own SSH users on it, boots the genuine image (the
+/// admin's command line, the admin's init-secret hash) and sends Recover
+/// with its master secret, without the admin's init secret. The node reads
+/// nothing from that disk: not opened, no user created, nothing mounted,
+/// PCR 15 not marked with the host's cluster.
+#[test]
+fn a_recover_without_the_admins_init_secret_reads_nothing_from_the_hosts_disk() {
+    let host = MasterSecret::new(vec![0x66; 32], vec![0x77; 32]).unwrap();
+    let hosts_disk = || FakeDisk::luks(UUID, host.state_disk_key(UUID).expose(), Some(&[0x55; 32]));
+    let hosts_state_fs = || {
+        let dir = TempDir::new("hosts-state-fs");
+        let mallory = validate_ssh_users([("mallory", ssh_key(9).as_str())]).unwrap();
+        store_ssh_users(dir.path(), &mallory).unwrap();
+        Arc::new(dir)
+    };
+    let boot = || {
+        Rig::booting(
+            hosts_disk(),
+            kubeadm(),
+            FakeMarker::default(),
+            hosts_state_fs(),
+            fresh_root(),
+        )
+    };
+    for init_secret in [&b""[..], b"the host's guess at the init secret"] {
+        let rig = boot();
+        let err = rig
+            .node
+            .recover(&recover_request_with(&host, init_secret))
+            .unwrap_err();
+        assert_eq!(err, NodeError::WrongInitSecret);
+        assert_eq!(
+            crate::server::status(&err).code,
+            confboot_wire::Code::PermissionDenied
+        );
+        assert!(!err.is_final(), "the admin may still recover the node");
+        assert_eq!(rig.disk.state().reads, 0, "nothing read from the disk");
+        assert!(!rig.disk.state().opened);
+        assert!(!rig.node.lock().is_locked());
+        assert!(rig.marks().is_empty(), "PCR 15 not marked");
+        assert!(rig.mounts().is_empty());
+        assert!(!has_user(rig.root.path(), "mallory", &ssh_key(9)));
+        assert_eq!(
+            std::fs::read_to_string(rig.root.path().join("etc/passwd")).unwrap(),
+            "root:x:0:0:root:/:/bin/sh\n"
+        );
+    }
+    // The same Recover with the admin's init secret goes through: the init
+    // secret is what stops the host (the admin would not recover a disk
+    // it does not know, and the CLI checks the node's attestation first).
+    let rig = boot();
+    rig.node
+        .recover(&recover_request_with(&host, INIT_SECRET))
+        .unwrap();
+    assert!(has_user(rig.root.path(), "mallory", &ssh_key(9)));
+    // Marked with the admin's salt, never the one the host's header keeps.
+    assert_eq!(
+        rig.marks(),
+        [derive_cluster_id(host.measurement_secret().expose(), &[5; 32]).to_vec()]
+    );
+}
+
+#[test]
+fn a_node_without_an_init_secret_hash_takes_no_recover() {
+    let (mut rig, m) = recoverable_rig();
+    rig.node.config.init_secret_hash = None;
+    let err = rig.node.recover(&recover_request(&m)).unwrap_err();
+    assert_eq!(err, NodeError::RecoverNotConfigured);
+    assert_eq!(
+        crate::server::status(&err).code,
+        confboot_wire::Code::FailedPrecondition
+    );
+    assert_eq!(rig.disk.state().reads, 0);
+    assert!(!rig.disk.state().opened);
+    assert!(rig.marks().is_empty());
+}
+
+#[test]
+fn recovers_are_served_one_at_a_time() {
+    let (rig, m) = recoverable_rig();
+    {
+        let _serving = rig.node.recover_guard();
+        let err = rig.node.recover(&recover_request(&m)).unwrap_err();
+        assert_eq!(err, NodeError::RecoverBusy);
+        assert_eq!(
+            crate::server::status(&err).code,
+            confboot_wire::Code::Unavailable
+        );
+        assert!(!err.is_final());
+        assert_eq!(rig.disk.state().reads, 0, "no hash, no disk read");
+        assert!(!rig.node.lock().is_locked());
+    }
+    rig.node.recover(&recover_request(&m)).unwrap();
+    assert!(rig.disk.state().opened);
+}
+
+/// The host formats nothing here: it only rewrites the salt token of a
+/// member's disk, and then the admin recovers the node. The mark is the
+/// cluster id of the admin's salt; the header's is never read.
+#[test]
+fn recover_marks_with_the_admins_salt_and_never_reads_the_headers() {
+    let (rig, m) = recoverable_rig();
+    rig.node.recover(&recover_request(&m)).unwrap();
+    assert_eq!(rig.disk.state().salt_reads, 0);
+    let host_cluster = derive_cluster_id(m.measurement_secret().expose(), &[9; 32]);
+    assert_ne!(rig.marks(), [host_cluster.to_vec()]);
+}
+
+#[test]
+fn a_recover_without_a_salt_is_refused_before_the_disk_is_read() {
+    let (rig, m) = recoverable_rig();
+    for salt in [vec![], vec![5; 31], vec![5; 257]] {
+        let mut req = recover_request(&m);
+        req.measurement_salt = salt;
+        let err = rig.node.recover(&req).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                NodeError::InvalidArgument {
+                    field: "measurement_salt",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!err.is_final());
+    }
+    assert_eq!(rig.disk.state().reads, 0);
+    assert!(!rig.node.lock().is_locked());
+    assert!(rig.marks().is_empty());
+}
+
 #[test]
 fn only_errors_past_the_nodelock_are_final() {
     let refusals = [
         NodeError::InitNotConfigured,
         NodeError::WrongInitSecret,
+        NodeError::RecoverNotConfigured,
+        NodeError::RecoverBusy,
         NodeError::AlreadyBootstrapping { holder: "join" },
         NodeError::NothingToRecover,
         NodeError::BadTicket("x".into()),
@@ -1043,21 +1220,26 @@ fn a_ticket_from_a_service_that_is_no_member_of_its_cluster_is_thrown_away() {
 }
 
 #[test]
-fn a_rejoin_ticket_is_checked_against_the_salt_in_the_disk_header() {
+fn a_rejoin_ticket_is_checked_against_its_own_salt_whatever_the_header_says() {
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
     let ticket = rejoin_ticket(&[0x42; 32]);
-    // The header keeps salt [5; 32]: a member of that cluster is taken.
-    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32])));
+    // The ticket's salt is [5; 32]: a member of that cluster is taken,
+    // whatever salt the header keeps.
+    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
     rig.node
         .check_ticket(&request, &from_member(&ticket))
         .unwrap();
-    // The host rewrote the salt: the mark no longer matches, nothing opens.
-    let rig = Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[9; 32])));
+    assert_eq!(rig.disk.state().salt_reads, 0);
+    // A ticket with another salt than the service's mark proves: refused.
+    let Ticket::Rejoin(mut other) = ticket else {
+        unreachable!()
+    };
+    other.measurement_salt = vec![9; 32];
     let err = rig
         .node
-        .check_ticket(&request, &from_member(&ticket))
+        .check_ticket(&request, &from_member(&Ticket::Rejoin(other)))
         .unwrap_err();
     assert!(matches!(err, NodeError::JoinServiceNotMember(_)), "{err:?}");
     assert!(!rig.node.lock().is_locked());
@@ -1639,4 +1821,183 @@ fn the_first_control_plane_makes_and_keeps_its_vpn_key_at_init() {
         agent.cluster_id,
         derive_cluster_id(master().measurement_secret().expose(), &[3; 32]).to_vec()
     );
+}
+
+// ---- Rollback: the state disk's generation ----
+
+use confboot_sys::ssh_users::STORED_SSH_USERS_FILE;
+use generation::GENERATION_FILE;
+
+/// **Test double** of the cluster's side of the generation: the join
+/// service's rule (an older generation is refused, a newer one recorded,
+/// only with the disk key's proof), and a switch that makes it
+/// unreachable.
+#[derive(Clone, Default)]
+struct ClusterGenerations {
+    last: Arc<Mutex<u64>>,
+    reports: Arc<Mutex<Vec<(u64, u64)>>>,
+    unreachable: Arc<Mutex<bool>>,
+}
+
+impl ClusterGenerations {
+    fn last(&self) -> u64 {
+        *self.last.lock().unwrap()
+    }
+    fn set_unreachable(&self, unreachable: bool) {
+        *self.unreachable.lock().unwrap() = unreachable;
+    }
+    fn reports(&self) -> Vec<(u64, u64)> {
+        self.reports.lock().unwrap().clone()
+    }
+}
+
+impl generation::GenerationConfirmer for ClusterGenerations {
+    fn confirm(
+        &self,
+        r: &confboot_proto::join::ConfirmGenerationRequest,
+        cluster_id: &[u8],
+    ) -> Result<(), String> {
+        assert_eq!(cluster_id, derive_cluster_id(&[6; 32], &[5; 32]));
+        if *self.unreachable.lock().unwrap() {
+            return Err("no join service answered".into());
+        }
+        let (found, written) = (r.found_generation, r.written_generation);
+        assert!(confboot_cluster::generation::verify_generation_proof(
+            &[0x42; 32],
+            UUID,
+            found,
+            written,
+            &r.proof
+        ));
+        self.reports.lock().unwrap().push((found, written));
+        let mut last = self.last.lock().unwrap();
+        confboot_cluster::generation::check_generation(found, *last).map_err(|e| e.to_string())?;
+        *last = (*last).max(written);
+        Ok(())
+    }
+}
+
+/// A boot of `rig`'s node that keeps its generation and confirms it to
+/// `cluster`.
+fn with_generations(rig: Rig, cluster: &ClusterGenerations) -> Rig {
+    let mount = rig.state_fs.clone();
+    Rig {
+        node: rig.node.with_generation(GenerationSetup {
+            mount: Box::new(mount),
+            confirmer: Box::new(cluster.clone()),
+        }),
+        ..rig
+    }
+}
+
+/// A rejoin of `rig` with the ticket a join service of `cluster` gives.
+fn rejoin_with(rig: &Rig, cluster: &ClusterGenerations) -> Result<Outcome, NodeError> {
+    let request = TicketRequest::Rejoin {
+        disk_uuid: UUID.into(),
+    };
+    let mut ticket = IssueRejoinTicketResponse::default();
+    ticket.state_disk_key = vec![0x42; 32];
+    ticket.measurement_secret = vec![6; 32];
+    ticket.measurement_salt = vec![5; 32];
+    ticket.generation = cluster.last();
+    let ticket = Ticket::Rejoin(ticket);
+    rig.node.check_ticket(&request, &from_member(&ticket))?;
+    let token = rig.node.take_lock(holder::JOIN)?;
+    rig.node.apply_ticket(&token, &request, &ticket)
+}
+
+fn kept_generation(rig: &Rig) -> u64 {
+    generation::read_generation(rig.state_fs.dir.path()).unwrap()
+}
+
+#[test]
+fn a_disk_restored_from_an_old_copy_is_refused_at_rejoin() {
+    let cluster = ClusterGenerations::default();
+    let first = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    // The first rejoin: the disk keeps generation 1, confirmed.
+    assert_eq!(rejoin_with(&first, &cluster), Ok(Outcome::Rejoined));
+    assert_eq!((kept_generation(&first), cluster.last()), (1, 1));
+    // A user the admin later removes is kept on the disk now ...
+    let users = validate_ssh_users([("mallory", ssh_key(3).as_str())]).unwrap();
+    let dir = first.state_fs.dir.path().to_path_buf();
+    store_ssh_users(&dir, &users).unwrap();
+    // ... and the host copies the disk (here: its file system's files).
+    let kept = [GENERATION_FILE, STORED_SSH_USERS_FILE];
+    let copy: Vec<Vec<u8>> = kept
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    store_ssh_users(&dir, &[]).unwrap();
+    // The node reboots and rejoins: generation 2.
+    let second = with_generations(first.reboot(fresh_root()), &cluster);
+    assert_eq!(rejoin_with(&second, &cluster), Ok(Outcome::Rejoined));
+    assert_eq!((kept_generation(&second), cluster.last()), (2, 2));
+    // The host restores its copy and reboots the node.
+    for (f, bytes) in kept.iter().zip(&copy) {
+        std::fs::write(dir.join(f), bytes).unwrap();
+    }
+    let third = with_generations(second.reboot(fresh_root()), &cluster);
+    let err = rejoin_with(&third, &cluster).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "state disk rolled back: generation 1, the cluster last issued 2"
+    );
+    assert!(err.is_final(), "the node stops");
+    // Nothing from the old disk was used: no mark, no users, nothing
+    // written; the cluster was told what was found.
+    assert!(third.marks().is_empty());
+    assert!(!has_user(third.root.path(), "mallory", &ssh_key(3)));
+    assert_eq!(kept_generation(&third), 1);
+    assert_eq!(cluster.reports().last(), Some(&(1, 0)));
+    assert_eq!(cluster.last(), 2);
+}
+
+#[test]
+fn a_crash_between_the_write_and_its_confirmation_loses_no_node() {
+    let cluster = ClusterGenerations::default();
+    let first = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    assert_eq!(rejoin_with(&first, &cluster), Ok(Outcome::Rejoined));
+    let before = std::fs::read(first.state_fs.dir.path().join(GENERATION_FILE)).unwrap();
+    // The next boot writes 2 and cannot confirm it (the host cut the
+    // network, or killed the node there): the boot ends unmarked.
+    cluster.set_unreachable(true);
+    let second = with_generations(first.reboot(fresh_root()), &cluster);
+    let err = rejoin_with(&second, &cluster).unwrap_err();
+    assert!(matches!(err, NodeError::Generation(_)), "{err}");
+    assert!(err.is_final());
+    assert!(second.marks().is_empty());
+    assert_eq!((kept_generation(&second), cluster.last()), (2, 1));
+    // The boot after it finds 2, newer than the cluster's 1: taken.
+    cluster.set_unreachable(false);
+    let third = with_generations(second.reboot(fresh_root()), &cluster);
+    assert_eq!(rejoin_with(&third, &cluster), Ok(Outcome::Rejoined));
+    assert_eq!((kept_generation(&third), cluster.last()), (3, 3));
+    // The copy the host could keep from that crash (the disk as the
+    // crashed boot found it) is older than the cluster's now.
+    std::fs::write(third.state_fs.dir.path().join(GENERATION_FILE), &before).unwrap();
+    let fourth = with_generations(third.reboot(fresh_root()), &cluster);
+    assert!(matches!(
+        rejoin_with(&fourth, &cluster),
+        Err(NodeError::RolledBack(_))
+    ));
+}
+
+#[test]
+fn a_generation_file_the_host_spoilt_is_refused_and_nothing_is_confirmed() {
+    let cluster = ClusterGenerations::default();
+    let rig = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    std::fs::write(rig.state_fs.dir.path().join(GENERATION_FILE), "\x1b[2J9\n").unwrap();
+    let err = rejoin_with(&rig, &cluster).unwrap_err();
+    assert!(matches!(err, NodeError::Generation(_)), "{err}");
+    assert!(rig.marks().is_empty());
+    assert!(cluster.reports().is_empty());
 }

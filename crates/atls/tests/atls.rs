@@ -60,6 +60,8 @@ fn router(calls: Arc<AtomicUsize>) -> Router {
             Ok(IssueRejoinTicketResponse {
                 state_disk_key: pcr,
                 measurement_secret: Vec::new(),
+                generation: 0,
+                measurement_salt: vec![],
             })
         })
 }

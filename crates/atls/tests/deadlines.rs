@@ -252,6 +252,8 @@ fn an_answer_the_client_does_not_read_is_cut_off_at_its_deadline() {
                 Ok(IssueRejoinTicketResponse {
                     state_disk_key: vec![7; 6 << 20],
                     measurement_secret: vec![],
+                    generation: 0,
+                    measurement_salt: vec![],
                 })
             })
         };

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use confboot_kms::SecretBytes;
 
+pub mod generation;
 pub mod handoff;
 pub mod kubeadm;
 pub mod kubelet_cert;

@@ -44,29 +44,36 @@ pub fn check_join_ticket(t: &IssueJoinTicketResponse) -> Result<(), TicketError>
     if t.measurement_secret.is_empty() {
         return Err(TicketError::Unusable("no measurement secret".into()));
     }
-    if !MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()) {
-        return Err(TicketError::Unusable(format!(
-            "a measurement salt of {} bytes",
-            t.measurement_salt.len()
-        )));
-    }
+    check_salt(&t.measurement_salt)?;
     check_key(&t.state_disk_key)
 }
 
-/// Checks a rejoin ticket's fields: a measurement secret and a state-disk
-/// key of [`STATE_DISK_KEY_LEN`] bytes.
+/// Checks a rejoin ticket's fields: a measurement secret, a measurement
+/// salt of a length in [`MEASUREMENT_SALT_LEN`] (the node marks itself with
+/// the ticket's salt, never its disk header's) and a state-disk key of
+/// [`STATE_DISK_KEY_LEN`] bytes.
 pub fn check_rejoin_ticket(t: &IssueRejoinTicketResponse) -> Result<(), TicketError> {
     if t.measurement_secret.is_empty() {
         return Err(TicketError::Unusable("no measurement secret".into()));
     }
+    check_salt(&t.measurement_salt)?;
     check_key(&t.state_disk_key)
+}
+
+fn check_salt(salt: &[u8]) -> Result<(), TicketError> {
+    if !MEASUREMENT_SALT_LEN.contains(&salt.len()) {
+        return Err(TicketError::Unusable(format!(
+            "a measurement salt of {} bytes",
+            salt.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The join service must prove membership of the ticket's cluster: its
 /// attested PCR 15 (`service`, `None` if it did not attest) holds the mark
 /// of the cluster id that `measurement_secret` gives with
-/// `measurement_salt` (the ticket's for a join, the disk header's for a
-/// rejoin). A host's own service has the node's image at best, never that
+/// `measurement_salt` (the ticket's, for a join and a rejoin alike). A host's own service has the node's image at best, never that
 /// mark.
 pub fn check_cluster_mark(
     measurement_secret: &[u8],
@@ -141,13 +148,27 @@ mod tests {
                 Err(TicketError::Unusable(why.into()))
             );
         }
-        let rejoin = |secret: &[u8], key: &[u8]| IssueRejoinTicketResponse {
+        let rejoin = |secret: &[u8], salt: &[u8], key: &[u8]| IssueRejoinTicketResponse {
             measurement_secret: secret.to_vec(),
             state_disk_key: key.to_vec(),
+            generation: 0,
+            measurement_salt: salt.to_vec(),
         };
-        assert_eq!(check_rejoin_ticket(&rejoin(&[1], &[3; 32])), Ok(()));
-        assert!(check_rejoin_ticket(&rejoin(&[], &[3; 32])).is_err());
-        assert!(check_rejoin_ticket(&rejoin(&[1], &[3; 33])).is_err());
+        assert_eq!(
+            check_rejoin_ticket(&rejoin(&[1], &[2; 32], &[3; 32])),
+            Ok(())
+        );
+        assert!(check_rejoin_ticket(&rejoin(&[], &[2; 32], &[3; 32])).is_err());
+        assert!(check_rejoin_ticket(&rejoin(&[1], &[2; 32], &[3; 33])).is_err());
+        for salt in [&[][..], &[2; 15], &[2; 257]] {
+            assert_eq!(
+                check_rejoin_ticket(&rejoin(&[1], salt, &[3; 32])),
+                Err(TicketError::Unusable(format!(
+                    "a measurement salt of {} bytes",
+                    salt.len()
+                )))
+            );
+        }
     }
 
     #[test]

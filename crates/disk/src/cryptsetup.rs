@@ -15,9 +15,15 @@
 //! cryptsetup reads the header again when it opens, and for a LUKS2 open it
 //! takes no `--cipher`, `--key-size` or `--sector-size` (those are for plain
 //! mode), so a host that serves the check one header and cryptsetup another
-//! is not stopped here: that time-of-check/time-of-use gap is closed only
-//! by the native backend ([`crate::luks2::Luks2Backend`], which uses the
-//! header it checked), the one production images carry.
+//! could make cryptsetup map its cipher, sector size or offset. So after
+//! [`OpenMode::Map`] the backend reads the live mapping's table from the
+//! kernel ([`crate::dm::DeviceMapper::table`]) and compares it with the
+//! mapping it expects ([`crate::dm::crypt::check_live_table`]: the node's
+//! cipher, key length, IV offset, device, offset, length and sector size,
+//! no other option); anything else is removed at once and refused
+//! ([`DiskError::MappingRefused`]). The native backend
+//! ([`crate::luks2::Luks2Backend`], the one production images carry) has
+//! no such gap: it maps from the header it checked.
 //! - the measurement salt: `cryptsetup luksDump --dump-json-metadata DEVICE`
 //!   to find it, `cryptsetup token import [--token-id N --token-replace]
 //!   --json-file - DEVICE` to keep it, as a LUKS2 token of type
@@ -36,8 +42,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{DiskBackend, DiskError, DiskState};
-use crate::luks2::backend::to_disk_error;
-use crate::luks2::format::DIGEST_ITERATIONS;
+use crate::dm::crypt::{CryptLayout, check_live_table};
+use crate::dm::wire::TableTarget;
+use crate::dm::{DeviceMapper, DmError};
+use crate::luks2::backend::{DATA_CIPHER, to_disk_error};
+use crate::luks2::format::{DATA_OFFSET, DIGEST_ITERATIONS, VOLUME_KEY_LEN};
 use crate::luks2::{ExpectedHeader, ExpectedKdf, FormatOptions, KdfChoice, KdfLimits, Luks2};
 use confboot_kms::{SecretBytes, is_uuid};
 use confboot_sys::process::{CommandRunner, ProcessRunner, Stream};
@@ -253,7 +262,26 @@ pub struct CryptsetupBackend {
     /// Runs cryptsetup (a [`CRYPTSETUP_TIMEOUT`] limit; its stop signal
     /// kills a running cryptsetup).
     pub runner: ProcessRunner,
+    /// Where the mapping cryptsetup made is read back from.
+    pub mapping_source: MappingSource,
     opened: bool,
+}
+
+/// Where [`OpenMode::Map`] reads the mapping cryptsetup made, to check it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MappingSource {
+    /// The kernel: the device's number and size from the block device,
+    /// the live table through device-mapper.
+    Kernel,
+    /// Given, for a cryptsetup stand-in that maps nothing (build
+    /// machines have no device-mapper): what the kernel would report. The
+    /// same check runs on it.
+    Given {
+        /// The backing device's number (`dev_t`) and size in bytes.
+        block: (u64, u64),
+        /// The live table.
+        targets: Vec<TableTarget>,
+    },
 }
 
 impl CryptsetupBackend {
@@ -267,6 +295,7 @@ impl CryptsetupBackend {
             program: PathBuf::from("cryptsetup"),
             mode: OpenMode::Map,
             runner: ProcessRunner::new(Some(CRYPTSETUP_TIMEOUT), Stop::new()),
+            mapping_source: MappingSource::Kernel,
             opened: false,
         }
     }
@@ -282,6 +311,12 @@ impl CryptsetupBackend {
     /// Uses `program` as cryptsetup (e.g. `/sbin/cryptsetup` in the initramfs).
     pub fn with_program(mut self, program: impl Into<PathBuf>) -> Self {
         self.program = program.into();
+        self
+    }
+
+    /// Reads the mapping back from `source` (the kernel by default).
+    pub fn with_mapping_source(mut self, source: MappingSource) -> Self {
+        self.mapping_source = source;
         self
     }
 
@@ -301,6 +336,15 @@ impl CryptsetupBackend {
             self.check_mapper_name()?;
         }
         self.check_header()?;
+        // The device's number and size, for the mapping's check, before
+        // anything is mapped (a file would be mapped through a loop device).
+        let block = match (mode, &self.mapping_source) {
+            (OpenMode::HeaderOnly, _) => None,
+            (OpenMode::Map, MappingSource::Kernel) => {
+                Some(crate::luks2::backend::block_device(&self.device)?)
+            }
+            (OpenMode::Map, MappingSource::Given { block, .. }) => Some(*block),
+        };
         let device = self.device.as_os_str();
         let mut args: Vec<&OsStr> = OPEN_ARGS.iter().map(OsStr::new).collect();
         match mode {
@@ -321,7 +365,10 @@ impl CryptsetupBackend {
         }
         let out = self.run("open", &args, Some(key))?;
         match out.status {
-            Some(0) => Ok(()),
+            Some(0) => match block {
+                Some(block) => self.check_mapping(block),
+                None => Ok(()),
+            },
             // cryptsetup: 2 = "no permission (bad passphrase)".
             Some(2) => Err(DiskError::WrongKey),
             Some(1) if self.luks_uuid()?.is_none() => Err(DiskError::NotLuks),
@@ -359,6 +406,65 @@ impl CryptsetupBackend {
     fn check_header(&self) -> Result<(), DiskError> {
         let disk = Luks2::read(&self.device).map_err(to_disk_error)?;
         self.expected().check(disk.header()).map_err(to_disk_error)
+    }
+
+    /// The mapping this backend makes of the block device `(device,
+    /// size)`: [`FORMAT_ARGS`]' layout over the rest of the device.
+    fn expected_mapping(&self, (device, size): (u64, u64)) -> CryptLayout<'static> {
+        CryptLayout {
+            cipher: DATA_CIPHER,
+            iv_offset: 0,
+            device,
+            offset: DATA_OFFSET,
+            length: size.saturating_sub(DATA_OFFSET),
+            sector_size: self.expected().sector_size,
+        }
+    }
+
+    /// Reads the live table of the mapping cryptsetup just made and
+    /// refuses it unless it is [`Self::expected_mapping`] with a
+    /// [`VOLUME_KEY_LEN`]-byte key; a refused mapping, or one whose table
+    /// cannot be read, is removed at once.
+    fn check_mapping(&self, block: (u64, u64)) -> Result<(), DiskError> {
+        let name = &self.mapper_name;
+        let dm_error = |e: DmError| DiskError::DeviceMapper {
+            action: format!("checking the mapping {name}"),
+            message: e.to_string(),
+        };
+        let targets = match &self.mapping_source {
+            MappingSource::Kernel => DeviceMapper::open_default().and_then(|dm| dm.table(name)),
+            MappingSource::Given { targets, .. } => Ok(targets.clone()),
+        };
+        let layout = self.expected_mapping(block);
+        let checked = targets.map_err(dm_error).and_then(|targets| {
+            check_live_table(&targets, &layout, VOLUME_KEY_LEN).map_err(DiskError::MappingRefused)
+        });
+        if let Err(e) = &checked {
+            log::error!("removing /dev/mapper/{name}: {e}");
+            self.remove_mapping();
+        }
+        checked
+    }
+
+    /// Removes the mapping through device-mapper ([`MappingSource::Kernel`]),
+    /// or, if that fails or the mapping was [`MappingSource::Given`], with
+    /// `cryptsetup close`; a failure is logged (the caller refuses the
+    /// mapping either way).
+    fn remove_mapping(&self) {
+        let name = &self.mapper_name;
+        let by_dm = match self.mapping_source {
+            MappingSource::Kernel => DeviceMapper::open_default().and_then(|dm| dm.remove(name)),
+            MappingSource::Given { .. } => Err(DmError::Io("the mapping was given".into())),
+        };
+        let Err(dm_failed) = by_dm else {
+            return;
+        };
+        let closed = self.run("close", &[OsStr::new("close"), OsStr::new(name)], None);
+        match closed {
+            Ok(out) if out.status == Some(0) => {}
+            Ok(out) => log::error!("removing {name}: {dm_failed}; {}", out.into_error("close")),
+            Err(e) => log::error!("removing {name}: {dm_failed}; {e}"),
+        }
     }
 
     fn luks_uuid(&self) -> Result<Option<String>, DiskError> {

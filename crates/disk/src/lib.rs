@@ -56,7 +56,7 @@ pub mod filesystem;
 pub mod luks2;
 pub mod verity;
 
-pub use cryptsetup::{CryptsetupBackend, OpenMode, Pbkdf};
+pub use cryptsetup::{CryptsetupBackend, MappingSource, OpenMode, Pbkdf};
 pub use filesystem::{FilesystemAction, FilesystemMaker, Mkfs, NativeExt4};
 
 /// What a state disk holds.
@@ -126,6 +126,11 @@ pub enum DiskError {
         /// What failed.
         message: String,
     },
+    /// The mapping cryptsetup made is not the one the node expects (the
+    /// host changed the header between the node's check and cryptsetup's
+    /// read); it was removed and never used.
+    #[error("refusing the mapping cryptsetup made (removed): {0}")]
+    MappingRefused(crate::dm::crypt::MappingMismatch),
     /// The key does not open any key slot of the header.
     #[error("the key does not open the state disk")]
     WrongKey,

@@ -7,8 +7,10 @@ use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use confboot_disk::dm::wire::TableTarget;
 use confboot_disk::{
-    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, StateDisk, new_disk_uuid,
+    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, MappingSource, StateDisk,
+    new_disk_uuid,
 };
 use confboot_kms::SecretBytes;
 use confboot_tests::TempDir;
@@ -435,7 +437,25 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
     )
     .unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-    let map = || CryptsetupBackend::new(&image, "state").with_program(&script);
+    // What the kernel would report for the mapping cryptsetup makes of a
+    // block device 254:16 of the image's size (the key in the keyring).
+    let size = fs::metadata(&image).unwrap().len();
+    let given = |line: &str| MappingSource::Given {
+        block: (nix::sys::stat::makedev(254, 16), size),
+        targets: vec![TableTarget {
+            sector_start: 0,
+            length: (size - (16 << 20)) / 512,
+            target_type: "crypt".into(),
+            params: zeroize::Zeroizing::new(line.into()),
+        }],
+    };
+    let cryptsetups_line =
+        "aes-xts-plain64 :64:logon:cryptsetup:x-d0 0 254:16 32768 1 sector_size:4096";
+    let map = || {
+        CryptsetupBackend::new(&image, "state")
+            .with_program(&script)
+            .with_mapping_source(given(cryptsetups_line))
+    };
     let before = fs::read(&image).unwrap();
 
     fs::write(&status_file, "0").unwrap();
@@ -491,6 +511,74 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
         assert_eq!(disk.mapped_device(), None);
     }
     assert!(fs::read(&image).unwrap() == before, "never formatted");
+}
+
+/// The host swaps the header between the node's check and cryptsetup's
+/// read: cryptsetup maps what the swapped header says. The mapping read
+/// back is refused by the field that differs, removed (`cryptsetup close`
+/// runs) and never reported as the state disk's device.
+#[test]
+fn a_mapping_unlike_the_nodes_is_removed_and_refused_by_name() {
+    let dir = TempDir::new("swapped");
+    let image = blank_image(&dir, "disk.img");
+    let uuid = new_disk_uuid();
+    StateDisk::new(backend(&image))
+        .format_or_open(&uuid, |_| Ok(key(1)))
+        .unwrap();
+    let script = dir.path().join("cryptsetup");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\nopen) cat > /dev/null; exit 0;;\n\
+             close) echo \"$2\" >> {d}/closed; exit 0;;\nesac\nexec {real} \"$@\"\n",
+            d = dir.path().display(),
+            real = real_cryptsetup().display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let size = fs::metadata(&image).unwrap().len();
+    let length = (size - (16 << 20)) / 512;
+    let good = "aes-xts-plain64 :64:logon:cryptsetup:x-d0 0 254:16 32768 1 sector_size:4096";
+    for (line, sectors, field) in [
+        (good.replace("plain64", "null"), length, "cipher"),
+        (good.replace(" 1 sector_size:4096", ""), length, "options"),
+        (
+            good.replace("1 sector_size", "2 allow_discards sector_size"),
+            length,
+            "options",
+        ),
+        (good.replace("32768", "40960"), length, "offset"),
+        (good.replace(":64:", ":32:"), length, "key"),
+        (good.to_string(), length - 8, "length"),
+    ] {
+        let _ = fs::remove_file(dir.path().join("closed"));
+        let source = MappingSource::Given {
+            block: (nix::sys::stat::makedev(254, 16), size),
+            targets: vec![TableTarget {
+                sector_start: 0,
+                length: sectors,
+                target_type: "crypt".into(),
+                params: zeroize::Zeroizing::new(line.clone()),
+            }],
+        };
+        let mut disk = StateDisk::new(
+            CryptsetupBackend::new(&image, "state")
+                .with_program(&script)
+                .with_mapping_source(source),
+        );
+        let got = disk.format_or_open(&new_disk_uuid(), |_| Ok(key(1)));
+        assert!(
+            matches!(&got, Err(DiskError::MappingRefused(m)) if m.field == field),
+            "{line}: {got:?}"
+        );
+        assert_eq!(disk.mapped_device(), None, "{line}");
+        assert_eq!(
+            fs::read_to_string(dir.path().join("closed")).unwrap(),
+            "state\n",
+            "{line}: removed"
+        );
+    }
 }
 
 /// Runs the real cryptsetup with `args` and `stdin`; returns its exit status.

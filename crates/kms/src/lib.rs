@@ -39,6 +39,9 @@ pub const DEFAULT_MASTER_SECRET_LEN: usize = 32;
 pub const MIN_SALT_LEN: usize = 32;
 /// Longest secret or salt accepted (bounds input from the network).
 pub const MAX_SECRET_LEN: usize = 256;
+/// Shortest measurement salt accepted (the salt of the cluster id, which
+/// the admin's Init draws and joinsvc, tickets and Recover carry).
+pub const MIN_MEASUREMENT_SALT_LEN: usize = 32;
 
 /// Secret bytes: zeroized on drop, redacted in `Debug`.
 #[derive(Clone, PartialEq, Eq)]

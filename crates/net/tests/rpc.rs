@@ -37,6 +37,8 @@ fn router() -> Router {
             Ok(IssueRejoinTicketResponse {
                 state_disk_key: req.disk_uuid.into_bytes(),
                 measurement_secret: vec![],
+                generation: 0,
+                measurement_salt: vec![],
             })
         })
         .unary(SLOW, |_ctx, req: IssueRejoinTicketRequest| {
@@ -445,6 +447,8 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
         Ok(IssueRejoinTicketResponse {
             state_disk_key: r.disk_uuid.into_bytes(),
             measurement_secret: vec![],
+            generation: 0,
+            measurement_salt: vec![],
         })
     });
     let config = PoolConfig {
@@ -633,6 +637,8 @@ fn a_connections_last_answer_leaves_with_its_close_notify_in_one_write() {
             Ok(IssueRejoinTicketResponse {
                 state_disk_key: req.disk_uuid.into_bytes(),
                 measurement_secret: vec![],
+                generation: 0,
+                measurement_salt: vec![],
             })
         })
     };

@@ -31,6 +31,8 @@ fn router() -> Router {
         Ok(IssueRejoinTicketResponse {
             state_disk_key: req.disk_uuid.into_bytes(),
             measurement_secret: vec![],
+            generation: 0,
+            measurement_salt: vec![],
         })
     })
 }

@@ -10,8 +10,8 @@ use std::marker::PhantomData;
 use crate::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::init::{InitRequest, InitResponse};
 use crate::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, ConfirmGenerationResponse, IssueJoinTicketRequest,
+    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
 use crate::recover::{RecoverMessage, RecoverResponse};
 use crate::vpn::{GetUpdateRequest, GetUpdateResponse};
@@ -68,6 +68,10 @@ pub const JOIN: Method<IssueJoinTicketRequest, IssueJoinTicketResponse> =
 /// `join.API/IssueRejoinTicket`: a rebooted node's disk key.
 pub const REJOIN: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
     Method::new("/join.API/IssueRejoinTicket");
+/// `join.API/ConfirmGeneration`: a rejoined node's state disk generation,
+/// written on its state file system (or refused, with what it found).
+pub const CONFIRM_GENERATION: Method<ConfirmGenerationRequest, ConfirmGenerationResponse> =
+    Method::new("/join.API/ConfirmGeneration");
 /// `recover.API/Recover`: the admin's master secret for a node that cannot rejoin.
 pub const RECOVER: Method<RecoverMessage, RecoverResponse> = Method::new("/recover.API/Recover");
 /// `grpc.health.v1.Health/Check`: whether an RPC server answers (joinsvc).
@@ -144,6 +148,7 @@ mod tests {
         assert_eq!(INIT.path(), "/init.API/Init");
         assert_eq!(JOIN.path(), "/join.API/IssueJoinTicket");
         assert_eq!(REJOIN.path(), "/join.API/IssueRejoinTicket");
+        assert_eq!(CONFIRM_GENERATION.path(), "/join.API/ConfirmGeneration");
         assert_eq!(RECOVER.path(), "/recover.API/Recover");
         assert_eq!(HEALTH_CHECK.path(), "/grpc.health.v1.Health/Check");
         assert_eq!(GET_UPDATE.path(), "/vpn.API/GetUpdate");

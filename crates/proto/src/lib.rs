@@ -9,10 +9,10 @@
 pub mod api;
 
 pub use api::{
-    DEFAULT_INIT_LISTEN, DEFAULT_INIT_PORT, DEFAULT_JOIN_LISTEN, DEFAULT_JOIN_PORT,
-    DEFAULT_JOINSVC_HEALTH_LISTEN, DEFAULT_JOINSVC_HEALTH_PORT, DEFAULT_RECOVER_LISTEN,
-    DEFAULT_RECOVER_PORT, DEFAULT_VERIFY_LISTEN, DEFAULT_VERIFY_PORT, GET_UPDATE, HEALTH_CHECK,
-    INIT, JOIN, JOIN_NODE_PORT, Method, RECOVER, REJOIN,
+    CONFIRM_GENERATION, DEFAULT_INIT_LISTEN, DEFAULT_INIT_PORT, DEFAULT_JOIN_LISTEN,
+    DEFAULT_JOIN_PORT, DEFAULT_JOINSVC_HEALTH_LISTEN, DEFAULT_JOINSVC_HEALTH_PORT,
+    DEFAULT_RECOVER_LISTEN, DEFAULT_RECOVER_PORT, DEFAULT_VERIFY_LISTEN, DEFAULT_VERIFY_PORT,
+    GET_UPDATE, HEALTH_CHECK, INIT, JOIN, JOIN_NODE_PORT, Method, RECOVER, REJOIN,
 };
 
 /// The RPC envelope: call header and status trailer.
@@ -79,6 +79,6 @@ mod zeroize_secrets {
         crate::join::IssueRejoinTicketResponse => state_disk_key, measurement_secret;
         crate::init::InitRequest => kms_uri, init_secret;
         crate::init::InitSuccessResponse => kubeconfig;
-        crate::recover::RecoverMessage => kms_uri;
+        crate::recover::RecoverMessage => kms_uri, init_secret;
     }
 }

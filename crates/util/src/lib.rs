@@ -1,8 +1,9 @@
 //! Small pieces every confboot crate shares: encodings ([`hex`], [`base64`]),
 //! bounded file reads and private writes ([`fs`]), wall-clock instants
 //! ([`time`]), the stop signal every loop watches ([`stop`]), retry delays
-//! ([`backoff`]), the binaries' option parser ([`args`]) and logging setup
-//! ([`logging`]).
+//! ([`backoff`]), the binaries' option parser ([`args`]), logging setup
+//! ([`logging`]) and text another party wrote made safe to print
+//! ([`text`]).
 
 pub mod args;
 pub mod backoff;
@@ -11,4 +12,5 @@ pub mod fs;
 pub mod hex;
 pub mod logging;
 pub mod stop;
+pub mod text;
 pub mod time;

@@ -8,8 +8,10 @@
 //!   first 512 bytes of the decrypted device, closes it.
 //! - `confboot-disk-probe read DEVICE KEYFILE [CRYPTSETUP]`: opens DEVICE
 //!   (our mapping), prints `CONFBOOT-READ <first line>`, closes it; with
-//!   CRYPTSETUP, also opens the same disk with `cryptsetup open` (timed:
-//!   `CONFBOOT-CRYPTSETUP-OPEN-MS`) and checks that the first
+//!   CRYPTSETUP, also opens the same disk with the node's cryptsetup
+//!   backend, which runs `cryptsetup open` and checks the mapping the
+//!   kernel holds against the node's (timed: `CONFBOOT-CRYPTSETUP-OPEN-MS`,
+//!   then `CONFBOOT-CRYPTSETUP-MAPPING-CHECKED`), and checks that the first
 //!   [`COMPARED`] bytes read the same through both mappings (most of them
 //!   never written, so they decrypt to noise that matches only if key,
 //!   offset, IVs and sector size all do): `CONFBOOT-MAPPINGS-AGREE N`.
@@ -23,7 +25,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use confboot_disk::luks2::Luks2Backend;
-use confboot_disk::{DiskBackend, DiskState, new_disk_uuid};
+use confboot_disk::{CryptsetupBackend, DiskBackend, DiskState, new_disk_uuid};
 use confboot_kms::SecretBytes;
 
 const MAPPING: &str = "confboot-native";
@@ -122,12 +124,19 @@ fn through_cryptsetup(program: &str, device: &str, key_file: &str) -> Result<Vec
                     .ok_or(format!("{program} {}: {s}", args[0]))
             })
     };
+    // The node's cryptsetup backend: it checks the header, runs
+    // `cryptsetup open`, reads the live table back from the kernel and
+    // keeps the mapping only if it is the node's.
     let started = Instant::now();
-    run(&["open", "--key-file", key_file, device, "confboot-cs"])?;
+    let mut backend = CryptsetupBackend::new(device, "confboot-cs").with_program(program);
+    backend
+        .open(&key(key_file)?)
+        .map_err(|e| format!("cryptsetup backend open: {e}"))?;
     println!(
         "CONFBOOT-CRYPTSETUP-OPEN-MS {}",
         started.elapsed().as_millis()
     );
+    println!("CONFBOOT-CRYPTSETUP-MAPPING-CHECKED confboot-cs");
     let theirs = head(Path::new("/dev/mapper/confboot-cs"), COMPARED);
     run(&["close", "confboot-cs"])?;
     theirs

@@ -513,11 +513,21 @@ impl EventList {
     /// Names the first event of `pcr` where `actual` differs from this
     /// (expected) list, e.g. `PCR 9, event 2 (Linux initrd): sha256
     /// ab12cd34… expected 0011aabb…`; `None` when the PCR's events agree.
+    /// The event's description is escaped and bounded
+    /// ([`confboot_util::text::printable`]).
     pub fn explain(&self, pcr: u32, actual: &EventList) -> Option<String> {
         let of = |l: &EventList| -> Vec<EventSummary> {
             l.events.iter().filter(|e| e.pcr == pcr).cloned().collect()
         };
         let (want, got) = (of(self), of(actual));
+        // Descriptions are the node's (and so the host's) text: escaped
+        // and bounded before they are printed.
+        let described = |e: &EventSummary| {
+            confboot_util::text::printable_str(
+                &e.description,
+                confboot_util::text::MAX_PRINTED_CHARS,
+            )
+        };
         for n in 0..want.len().max(got.len()) {
             match (got.get(n), want.get(n)) {
                 (Some(g), Some(w)) if g.sha256 == w.sha256 => continue,
@@ -525,7 +535,7 @@ impl EventList {
                     return Some(format!(
                         "PCR {pcr}, event {} ({}): sha256 {} expected {}",
                         n + 1,
-                        w.description,
+                        described(w),
                         short_hex(&g.sha256),
                         short_hex(&w.sha256)
                     ));
@@ -534,7 +544,7 @@ impl EventList {
                     return Some(format!(
                         "PCR {pcr}, event {} ({}): sha256 {}, not expected",
                         n + 1,
-                        g.description,
+                        described(g),
                         short_hex(&g.sha256)
                     ));
                 }
@@ -542,7 +552,7 @@ impl EventList {
                     return Some(format!(
                         "PCR {pcr}, event {} ({}): missing, expected sha256 {}",
                         n + 1,
-                        w.description,
+                        described(w),
                         short_hex(&w.sha256)
                     ));
                 }
@@ -757,6 +767,35 @@ mod tests {
             EventLog::parse(&bytes),
             Err(EventLogError::MissingSha256 { event: 1 })
         );
+    }
+
+    #[test]
+    fn a_description_the_host_wrote_is_escaped_and_bounded_when_explained() {
+        let expected = EventLog::parse(&synthetic_log(&[(9, 0x6, b"Linux initrd\0")]))
+            .unwrap()
+            .to_event_list();
+        // The node's list (the host's, when it lies) is what is printed
+        // for an event the expected list lacks: control characters, ANSI
+        // escapes and a line that forges a log entry come out escaped.
+        let mut actual = expected.clone();
+        let mut hostile = expected.events[0].clone();
+        hostile.description = "\x1b[2J\x1b[31mOK\r\nverified: all PCRs match\u{7}".into();
+        actual.events.push(hostile.clone());
+        let why = expected.explain(9, &actual).unwrap();
+        assert!(
+            why.starts_with(
+                "PCR 9, event 2 (\\x1b[2J\\x1b[31mOK\\x0d\\x0averified: all PCRs match\\x07): "
+            ),
+            "{why}"
+        );
+        assert!(!why.chars().any(|c| c.is_control()), "{why}");
+        // A huge description (the list's JSON allows 256 characters; a
+        // list made in code has no bound) is cut, with its length said.
+        hostile.description = "A".repeat(100_000);
+        actual.events[1] = hostile;
+        let why = expected.explain(9, &actual).unwrap();
+        assert!(why.contains("…(100000 bytes)"), "{why}");
+        assert!(why.len() < 200, "{} bytes", why.len());
     }
 
     #[test]

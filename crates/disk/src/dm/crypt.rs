@@ -3,13 +3,17 @@
 //! `CIPHER HEXKEY IV_OFFSET MAJOR:MINOR OFFSET [1 sector_size:N]`.
 //! The line holds the volume key: it lives in a zeroized buffer and its
 //! `Debug` prints no parameters.
+//!
+//! [`check_live_table`] reads such a line back from the kernel (the key in
+//! hex or as a kernel keyring reference) and checks it against the mapping
+//! expected, naming the first field that differs.
 
 use std::fmt;
 
 use zeroize::Zeroizing;
 
 use super::DmError;
-use super::wire::Target;
+use super::wire::{TableTarget, Target};
 
 /// The largest key accepted (bytes): aes-xts with 256-bit AES uses 64.
 pub const MAX_KEY_LEN: usize = 128;
@@ -125,6 +129,169 @@ impl CryptTable {
     }
 }
 
+/// A live crypt mapping that is not the one expected: the first field
+/// that differs, what it is and what it should be. Neither ever holds
+/// key material (a key is described by its form and length only).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the mapping's {field} is {found}, not {expected}")]
+pub struct MappingMismatch {
+    /// The field (`cipher`, `key`, `iv offset`, `device`, `offset`,
+    /// `options`, `length`, `start`, `target type`, `targets`).
+    pub field: &'static str,
+    /// What the live table says (bounded, printable).
+    pub found: String,
+    /// What was expected.
+    pub expected: String,
+}
+
+/// The most characters of a live table's field quoted in a
+/// [`MappingMismatch`].
+const QUOTED: usize = 64;
+
+fn mismatch(
+    field: &'static str,
+    found: impl fmt::Display,
+    expected: impl fmt::Display,
+) -> MappingMismatch {
+    let found: String = found.to_string().chars().take(QUOTED).collect();
+    MappingMismatch {
+        field,
+        found,
+        expected: expected.to_string(),
+    }
+}
+
+/// The key field of a crypt line, described without its content: `Ok`
+/// with the key's length in bytes (hex digits, or a kernel keyring
+/// reference `:SIZE:TYPE:DESCRIPTION`), `Err` with a description.
+fn key_len(key: &str) -> Result<usize, String> {
+    if let Some(reference) = key.strip_prefix(':') {
+        let size = reference.split(':').next().unwrap_or("");
+        return match size.parse::<usize>() {
+            Ok(n)
+                if size.bytes().all(|b| b.is_ascii_digit())
+                    && reference.split(':').count() >= 3 =>
+            {
+                Ok(n)
+            }
+            _ => Err("a malformed keyring reference".into()),
+        };
+    }
+    if key == "-" {
+        return Err("no key".into());
+    }
+    if key.len().is_multiple_of(2) && key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(key.len() / 2)
+    } else {
+        Err(format!(
+            "a key field of {} characters that is not hex",
+            key.len()
+        ))
+    }
+}
+
+/// Checks that the live table `targets` of a mapping is the crypt mapping
+/// of `layout` with a key of `key_len` bytes, as dm-crypt prints it
+/// (`CIPHER KEY IV_OFFSET MAJOR:MINOR OFFSET [N OPTION...]`, the key in
+/// hex or as a keyring reference): one target from sector 0 over the
+/// layout's length, the cipher, key length, IV offset, device and offset
+/// the layout's, and no option but `sector_size:N` when the sector size
+/// is not 512 (no `allow_discards`, no `iv_large_sectors`, ...). The first
+/// field that differs is named; nothing of the key is quoted.
+pub fn check_live_table(
+    targets: &[TableTarget],
+    layout: &CryptLayout<'_>,
+    key_len_expected: usize,
+) -> Result<(), MappingMismatch> {
+    let [target] = targets else {
+        return Err(mismatch(
+            "targets",
+            format!("{} targets", targets.len()),
+            "one",
+        ));
+    };
+    if target.target_type != "crypt" {
+        return Err(mismatch("target type", &target.target_type, "crypt"));
+    }
+    if target.sector_start != 0 {
+        return Err(mismatch("start", target.sector_start, 0));
+    }
+    if target.length != layout.length / 512 {
+        return Err(mismatch(
+            "length",
+            format!("{} sectors", target.length),
+            format!("{} sectors", layout.length / 512),
+        ));
+    }
+    let fields: Vec<&str> = target.params.split(' ').collect();
+    let (cipher, key, iv_offset, device, offset, options) = match fields.as_slice() {
+        [c, k, i, d, o, rest @ ..] => (*c, *k, *i, *d, *o, rest),
+        _ => {
+            return Err(mismatch(
+                "line",
+                format!("{} fields", fields.len()),
+                "at least 5",
+            ));
+        }
+    };
+    if cipher != layout.cipher {
+        return Err(mismatch("cipher", cipher, layout.cipher));
+    }
+    match key_len(key) {
+        Ok(n) if n == key_len_expected => {}
+        Ok(n) => {
+            return Err(mismatch(
+                "key",
+                format!("a {n}-byte key"),
+                format!("a {key_len_expected}-byte key"),
+            ));
+        }
+        Err(what) => {
+            return Err(mismatch(
+                "key",
+                what,
+                format!("a {key_len_expected}-byte key"),
+            ));
+        }
+    }
+    if iv_offset != layout.iv_offset.to_string() {
+        return Err(mismatch("iv offset", iv_offset, layout.iv_offset));
+    }
+    let dev = layout.device as nix::libc::dev_t;
+    let want_device = format!(
+        "{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    if device != want_device {
+        return Err(mismatch("device", device, want_device));
+    }
+    if offset != (layout.offset / 512).to_string() {
+        return Err(mismatch("offset", offset, layout.offset / 512));
+    }
+    let want_options = if layout.sector_size == 512 {
+        String::new()
+    } else {
+        format!("1 sector_size:{}", layout.sector_size)
+    };
+    let found_options = options.join(" ");
+    if found_options != want_options {
+        let none = |s: &str| {
+            if s.is_empty() {
+                "none".to_string()
+            } else {
+                format!("{s:?}")
+            }
+        };
+        return Err(mismatch(
+            "options",
+            none(&found_options),
+            none(&want_options),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +373,126 @@ mod tests {
         }));
         assert!(CryptTable::new(&layout(), &[]).is_err());
         assert!(CryptTable::new(&layout(), &[0; MAX_KEY_LEN + 1]).is_err());
+    }
+
+    fn live(line: &str) -> Vec<TableTarget> {
+        vec![TableTarget {
+            sector_start: 0,
+            length: (48 << 20) / 512,
+            target_type: "crypt".into(),
+            params: Zeroizing::new(line.to_string()),
+        }]
+    }
+
+    /// The field a live table is refused by (`None` if it is accepted).
+    fn refused_by(targets: &[TableTarget]) -> Option<&'static str> {
+        check_live_table(targets, &layout(), 64)
+            .err()
+            .map(|e| e.field)
+    }
+
+    /// What dm-crypt prints for cryptsetup's LUKS2 mapping with the key in
+    /// the kernel keyring (cryptsetup's default).
+    const KEYRING: &str = "aes-xts-plain64 :64:logon:cryptsetup:0a1b2c3d-0000-4000-8000-00000000000f-d0 0 254:16 32768 1 sector_size:4096";
+
+    #[test]
+    fn the_mapping_cryptsetup_makes_is_accepted() {
+        assert_eq!(refused_by(&live(KEYRING)), None);
+        // With --disable-keyring: the key in hex, 128 digits.
+        let hex = format!(
+            "aes-xts-plain64 {} 0 254:16 32768 1 sector_size:4096",
+            "ab".repeat(64)
+        );
+        assert_eq!(refused_by(&live(&hex)), None);
+        // The line the native backend loads reads back the same.
+        let own = CryptTable::new(&layout(), &[0xab; 64]).unwrap();
+        let own = std::str::from_utf8(own.target().params)
+            .unwrap()
+            .to_string();
+        assert_eq!(refused_by(&live(&own)), None);
+    }
+
+    #[test]
+    fn a_mapping_of_the_hosts_choosing_is_refused_by_name() {
+        let with = |from: &str, to: &str| live(&KEYRING.replacen(from, to, 1));
+        assert_eq!(
+            refused_by(&with("aes-xts-plain64", "aes-xts-null")),
+            Some("cipher")
+        );
+        assert_eq!(
+            refused_by(&with("aes-xts-plain64", "cipher_null-ecb")),
+            Some("cipher")
+        );
+        assert_eq!(refused_by(&with(":64:", ":32:")), Some("key"));
+        assert_eq!(refused_by(&with(":64:logon:", ":64x:")), Some("key"));
+        assert_eq!(refused_by(&with(" 0 254", " 7 254")), Some("iv offset"));
+        assert_eq!(refused_by(&with("254:16", "7:0")), Some("device"));
+        assert_eq!(refused_by(&with("32768", "4096")), Some("offset"));
+        // 512-byte sectors: dm-crypt prints no option at all.
+        assert_eq!(
+            refused_by(&with(" 1 sector_size:4096", "")),
+            Some("options")
+        );
+        assert_eq!(
+            refused_by(&with("sector_size:4096", "sector_size:512")),
+            Some("options")
+        );
+        assert_eq!(
+            refused_by(&with(
+                "1 sector_size:4096",
+                "2 allow_discards sector_size:4096"
+            )),
+            Some("options")
+        );
+        assert_eq!(
+            refused_by(&with(
+                "1 sector_size:4096",
+                "2 sector_size:4096 iv_large_sectors"
+            )),
+            Some("options")
+        );
+        assert_eq!(
+            refused_by(&live("aes-xts-plain64 - 0 254:16")),
+            Some("line")
+        );
+        // A hex key of the wrong length, or not hex.
+        let short = format!(
+            "aes-xts-plain64 {} 0 254:16 32768 1 sector_size:4096",
+            "ab".repeat(32)
+        );
+        assert_eq!(refused_by(&live(&short)), Some("key"));
+        let odd = format!(
+            "aes-xts-plain64 {}z 0 254:16 32768 1 sector_size:4096",
+            "ab".repeat(64)
+        );
+        assert_eq!(refused_by(&live(&odd)), Some("key"));
+        // The target itself: its type, start, length, count.
+        let mut t = live(KEYRING);
+        t[0].target_type = "linear".into();
+        assert_eq!(refused_by(&t), Some("target type"));
+        let mut t = live(KEYRING);
+        t[0].sector_start = 8;
+        assert_eq!(refused_by(&t), Some("start"));
+        let mut t = live(KEYRING);
+        t[0].length -= 8;
+        assert_eq!(refused_by(&t), Some("length"));
+        let mut t = live(KEYRING);
+        t.push(t[0].clone());
+        assert_eq!(refused_by(&t), Some("targets"));
+        assert_eq!(refused_by(&[]), Some("targets"));
+    }
+
+    #[test]
+    fn a_refusal_quotes_no_key() {
+        let hex = format!(
+            "aes-xts-plain64 {} 0 254:16 32768 1 sector_size:4096",
+            "cd".repeat(32)
+        );
+        let e = check_live_table(&live(&hex), &layout(), 64).unwrap_err();
+        assert_eq!(e.field, "key");
+        assert!(!e.to_string().contains("cdcd"), "{e}");
+        let e =
+            check_live_table(&live(&KEYRING.replace(":64:", ":32:")), &layout(), 64).unwrap_err();
+        assert!(!e.to_string().contains("cryptsetup:"), "{e}");
     }
 }

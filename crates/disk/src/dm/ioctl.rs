@@ -54,5 +54,6 @@ mod tests {
         assert_eq!(request_code(Command::DevSuspend) as u32, 0xc138_fd06);
         assert_eq!(request_code(Command::DevStatus) as u32, 0xc138_fd07);
         assert_eq!(request_code(Command::TableLoad) as u32, 0xc138_fd09);
+        assert_eq!(request_code(Command::TableStatus) as u32, 0xc138_fd0c);
     }
 }

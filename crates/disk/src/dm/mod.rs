@@ -25,7 +25,10 @@ pub mod ioctl;
 pub mod verity;
 pub mod wire;
 
-use wire::{Command, FLAG_READONLY, FLAG_SECURE_DATA, Reply, Request, Target};
+use wire::{
+    Command, FLAG_READONLY, FLAG_SECURE_DATA, FLAG_STATUS_TABLE, Reply, Request, TableTarget,
+    Target,
+};
 
 /// The control device.
 pub const CONTROL: &str = "/dev/mapper/control";
@@ -216,6 +219,20 @@ impl DeviceMapper {
             Err(DmError::NoDevice(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl DeviceMapper {
+    /// The live table of the mapping `name`, one [`TableTarget`] per
+    /// target ([`wire::table_targets`]). A crypt line may carry the key in
+    /// hex: the request travels with [`FLAG_SECURE_DATA`] (the kernel
+    /// wipes its copies), its buffer and the lines are zeroized when
+    /// dropped.
+    pub fn table(&self, name: &str) -> Result<Vec<TableTarget>, DmError> {
+        check_name(name)?;
+        let mut req = Request::new(name, "", FLAG_STATUS_TABLE | FLAG_SECURE_DATA)?;
+        self.call(Command::TableStatus, name, &mut req)?;
+        wire::table_targets(req.bytes())
     }
 }
 

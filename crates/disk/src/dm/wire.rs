@@ -37,6 +37,14 @@ pub const DM_IOCTL_TYPE: u8 = 0xfd;
 pub const FLAG_READONLY: u32 = 1 << 0;
 /// `DM_SUSPEND_FLAG`: with `DM_DEV_SUSPEND`, suspend; without, resume.
 pub const FLAG_SUSPEND: u32 = 1 << 1;
+/// `DM_STATUS_TABLE_FLAG`: with `DM_TABLE_STATUS`, the table lines
+/// instead of the targets' status.
+pub const FLAG_STATUS_TABLE: u32 = 1 << 4;
+/// `DM_BUFFER_FULL_FLAG`: (reply) the reply did not fit the buffer.
+pub const FLAG_BUFFER_FULL: u32 = 1 << 8;
+/// The most targets a table reply may hold to be read (a crypt mapping
+/// has one).
+pub const MAX_TABLE_TARGETS: u32 = 16;
 /// `DM_ACTIVE_PRESENT_FLAG`: (reply) the device has a live table.
 pub const FLAG_ACTIVE_PRESENT: u32 = 1 << 5;
 /// `DM_SECURE_DATA_FLAG`: the kernel wipes its copies of the buffer (the
@@ -71,6 +79,9 @@ pub enum Command {
     DevStatus = 7,
     /// `DM_TABLE_LOAD`: loads the inactive table.
     TableLoad = 9,
+    /// `DM_TABLE_STATUS`: the live table's targets (with
+    /// [`FLAG_STATUS_TABLE`], their table lines).
+    TableStatus = 12,
 }
 
 impl Command {
@@ -83,12 +94,14 @@ impl Command {
             Command::DevSuspend => "DM_DEV_SUSPEND",
             Command::DevStatus => "DM_DEV_STATUS",
             Command::TableLoad => "DM_TABLE_LOAD",
+            Command::TableStatus => "DM_TABLE_STATUS",
         }
     }
 }
 
 /// One target of a table: `length` sectors (512 bytes) from
 /// `sector_start`, of `target_type`, with `params`.
+#[derive(Clone, Copy)]
 pub struct Target<'a> {
     /// First sector of the mapped device it covers.
     pub sector_start: u64,
@@ -289,6 +302,119 @@ impl Reply {
     }
 }
 
+/// One target of a live table, as `DM_TABLE_STATUS` with
+/// [`FLAG_STATUS_TABLE`] reports it. A crypt target's line may hold the
+/// volume key in hex: it is kept in a zeroized buffer and `Debug` prints
+/// no parameters.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TableTarget {
+    /// First sector of the mapped device it covers.
+    pub sector_start: u64,
+    /// Its length in 512-byte sectors.
+    pub length: u64,
+    /// The target type (`crypt`).
+    pub target_type: String,
+    /// Its table line (printable ASCII).
+    pub params: Zeroizing<String>,
+}
+
+impl std::fmt::Debug for TableTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TableTarget({} {} {}, <parameters redacted>)",
+            self.sector_start, self.length, self.target_type
+        )
+    }
+}
+
+/// Reads the targets of a `DM_TABLE_STATUS` reply in `buf` (the buffer
+/// handed to the kernel): the header as [`Reply::parse`] reads it, at most
+/// [`MAX_TABLE_TARGETS`], a full buffer refused, and every target spec and
+/// its NUL-terminated line inside the data the kernel reports. The
+/// kernel's `next` is an offset from the data's start and only moves
+/// forward.
+pub fn table_targets(buf: &[u8]) -> Result<Vec<TableTarget>, DmError> {
+    let reply = Reply::parse(buf)?;
+    if reply.flags & FLAG_BUFFER_FULL != 0 {
+        return Err(DmError::Reply("the table did not fit the buffer".into()));
+    }
+    if reply.target_count > MAX_TABLE_TARGETS {
+        return Err(DmError::Reply(format!(
+            "{} targets (at most {MAX_TABLE_TARGETS} read)",
+            reply.target_count
+        )));
+    }
+    let (start, end) = (reply.data_start as usize, reply.data_size as usize);
+    let mut targets = Vec::with_capacity(reply.target_count as usize);
+    let mut at = start;
+    for i in 0..reply.target_count {
+        let params = at + TARGET_SPEC_SIZE;
+        if params >= end {
+            return Err(DmError::Reply(format!(
+                "target {i} at {at} outside the data ({start}..{end})"
+            )));
+        }
+        let target_type = get_str(&buf[at + 24..at + 24 + TYPE_NAME_LEN], "a target type")?;
+        let line = &buf[params..end];
+        let nul = line
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or_else(|| DmError::Reply(format!("target {i}: a line without NUL")))?;
+        let line = &line[..nul];
+        if !line.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
+            return Err(DmError::Reply(format!(
+                "target {i}: a line that is not printable ASCII"
+            )));
+        }
+        let mut text = Zeroizing::new(String::with_capacity(line.len()));
+        text.extend(line.iter().map(|&b| char::from(b)));
+        targets.push(TableTarget {
+            sector_start: get_u64(buf, at),
+            length: get_u64(buf, at + 8),
+            target_type,
+            params: text,
+        });
+        let next = start.saturating_add(get_u32(buf, at + 20) as usize);
+        if i + 1 < reply.target_count && next < params + nul + 1 {
+            return Err(DmError::Reply(format!(
+                "target {i}: next target at {next} inside this one"
+            )));
+        }
+        at = next;
+    }
+    Ok(targets)
+}
+
+/// The buffer the kernel leaves after a `DM_TABLE_STATUS` with
+/// [`FLAG_STATUS_TABLE`] for the device `name` with `targets` (the layout
+/// [`table_targets`] reads), for tests and fuzz seeds; `None` if it does
+/// not fit.
+pub fn encode_table_reply(name: &str, targets: &[Target<'_>]) -> Option<Request> {
+    let mut req = Request::new(name, "", FLAG_STATUS_TABLE).ok()?;
+    let start = DM_IOCTL_SIZE;
+    let mut at = start;
+    let mut used = start;
+    for t in targets {
+        let params = at + TARGET_SPEC_SIZE;
+        let end = params + t.params.len() + 1;
+        if end > BUFFER_SIZE || t.target_type.len() >= TYPE_NAME_LEN {
+            return None;
+        }
+        let buf = &mut req.buf;
+        put_u64(buf, at, t.sector_start);
+        put_u64(buf, at + 8, t.length);
+        buf[at + 24..at + 24 + t.target_type.len()].copy_from_slice(t.target_type.as_bytes());
+        buf[params..params + t.params.len()].copy_from_slice(t.params);
+        used = end;
+        at = end.next_multiple_of(8);
+        put_u32(buf, params - TARGET_SPEC_SIZE + 20, (at - start) as u32);
+    }
+    put_u32(&mut req.buf, OFF_TARGET_COUNT, targets.len() as u32);
+    put_u32(&mut req.buf, OFF_DATA_SIZE, used as u32);
+    Some(req)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,5 +521,69 @@ mod tests {
         let mut b = ok();
         put_u64(&mut b, OFF_DEV, (254 << 8) | 3);
         assert_eq!(Reply::parse(&b).unwrap().dev, (254 << 8) | 3);
+    }
+
+    #[test]
+    fn a_table_status_reply_is_read_bounded() {
+        let line = b"aes-xts-plain64 :64:logon:cryptsetup:x-d0 0 254:16 32768 1 sector_size:4096";
+        let crypt = Target {
+            sector_start: 0,
+            length: 98304,
+            target_type: "crypt",
+            params: line,
+        };
+        let reply = encode_table_reply("state", &[crypt]).unwrap();
+        let targets = table_targets(reply.bytes()).unwrap();
+        assert_eq!(targets.len(), 1);
+        assert_eq!((targets[0].sector_start, targets[0].length), (0, 98304));
+        assert_eq!(targets[0].target_type, "crypt");
+        assert_eq!(targets[0].params.as_bytes(), line);
+        let hex = Target {
+            params: b"aes-xts-plain64 00ff 0 254:16 32768",
+            ..crypt
+        };
+        assert!(
+            !format!(
+                "{:?}",
+                table_targets(encode_table_reply("s", &[hex]).unwrap().bytes()).unwrap()
+            )
+            .contains("00ff")
+        );
+        // Two targets; none.
+        let two = encode_table_reply("state", &[crypt, hex]).unwrap();
+        let read = table_targets(two.bytes()).unwrap();
+        assert_eq!(read[1].params.as_bytes(), hex.params);
+        assert!(
+            table_targets(encode_table_reply("state", &[]).unwrap().bytes())
+                .unwrap()
+                .is_empty()
+        );
+        // A full buffer, too many targets, a line past data_size or
+        // without NUL, a non-printable line, a next pointing backwards.
+        let mut b = reply.bytes().to_vec();
+        put_u32(&mut b, OFF_FLAGS, FLAG_STATUS_TABLE | FLAG_BUFFER_FULL);
+        assert!(table_targets(&b).is_err());
+        let mut b = reply.bytes().to_vec();
+        put_u32(&mut b, OFF_TARGET_COUNT, MAX_TABLE_TARGETS + 1);
+        assert!(table_targets(&b).is_err());
+        let mut b = reply.bytes().to_vec();
+        put_u32(
+            &mut b,
+            OFF_DATA_SIZE,
+            (DM_IOCTL_SIZE + TARGET_SPEC_SIZE + 10) as u32,
+        );
+        assert!(table_targets(&b).is_err());
+        let mut b = reply.bytes().to_vec();
+        put_u32(&mut b, OFF_DATA_SIZE, (DM_IOCTL_SIZE + 8) as u32);
+        assert!(table_targets(&b).is_err());
+        let mut b = reply.bytes().to_vec();
+        b[DM_IOCTL_SIZE + TARGET_SPEC_SIZE + 3] = 0x1b;
+        assert!(table_targets(&b).is_err());
+        let mut b = two.bytes().to_vec();
+        put_u32(&mut b, DM_IOCTL_SIZE + 20, 8);
+        assert!(table_targets(&b).is_err());
+        let mut b = two.bytes().to_vec();
+        put_u32(&mut b, DM_IOCTL_SIZE + 20, u32::MAX);
+        assert!(table_targets(&b).is_err());
     }
 }

@@ -253,7 +253,7 @@ pub fn data_segment_table(
 }
 
 /// The device number and size of the block device at `path`.
-fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
+pub(crate) fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
     let io = |e: std::io::Error| DiskError::Io(format!("{}: {e}", path.display()));
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.file_type().is_block_device() {

@@ -1,0 +1,124 @@
+//! The node's side of rollback detection: the state disk's generation,
+//! kept on its state file system (inside dm-crypt), checked against the
+//! generation the cluster last confirmed and advanced at each rejoin. Why
+//! this detects a disk restored from an old copy, and why the host cannot
+//! forge the counter: `confboot_cluster::generation`.
+
+use std::path::Path;
+
+use confboot_cluster::generation::{RolledBack, check_generation, generation_proof};
+use confboot_proto::join::ConfirmGenerationRequest;
+
+/// Where the generation is kept on the state file system.
+pub const GENERATION_FILE: &str = "state-generation";
+/// The largest generation file read (20 digits and a newline).
+const MAX_GENERATION_FILE_BYTES: u64 = 32;
+
+/// Sends a rejoined node's generation confirmation to a join service of
+/// its cluster (`join.API/ConfirmGeneration`).
+pub trait GenerationConfirmer: Send + Sync {
+    /// Sends `request` to a member of the cluster `cluster_id`; an error
+    /// says why the cluster did not take it.
+    fn confirm(&self, request: &ConfirmGenerationRequest, cluster_id: &[u8]) -> Result<(), String>;
+}
+
+/// The generation the state file system in `dir` keeps (0: none). A file
+/// that does not read as a number is an error: only the node writes it,
+/// so anything else is a disk the host changed.
+pub fn read_generation(dir: &Path) -> Result<u64, String> {
+    let path = dir.join(GENERATION_FILE);
+    if !path.exists() {
+        return Ok(0);
+    }
+    let text = confboot_util::fs::read_bounded_text(&path, MAX_GENERATION_FILE_BYTES)
+        .map_err(|e| e.to_string())?;
+    let digits = text.trim_end_matches('\n');
+    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{GENERATION_FILE} does not hold a generation"));
+    }
+    digits
+        .parse()
+        .map_err(|_| format!("{GENERATION_FILE} does not hold a generation"))
+}
+
+/// Keeps `generation` on the state file system in `dir` (synced, replaced
+/// whole).
+pub fn write_generation(dir: &Path, generation: u64) -> Result<(), String> {
+    confboot_vpn::write_private_atomically(
+        &dir.join(GENERATION_FILE),
+        format!("{generation}\n").as_bytes(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// What the node does with the generation its disk holds: refuse it (and
+/// tell the cluster what it found), or write the next one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The disk is older than the cluster last saw it.
+    Refuse(RolledBack),
+    /// Write this generation, then confirm it.
+    Write(u64),
+}
+
+/// The step for a disk holding `found` when the cluster last confirmed
+/// `last`.
+pub fn step(found: u64, last: u64) -> Step {
+    match check_generation(found, last) {
+        Err(rolled_back) => Step::Refuse(rolled_back),
+        Ok(()) => Step::Write(found.saturating_add(1)),
+    }
+}
+
+/// The confirmation of `found` and `written` (0: none) on `disk_uuid`,
+/// proven with `disk_key`.
+pub fn confirmation(
+    disk_key: &[u8],
+    disk_uuid: &str,
+    found: u64,
+    written: u64,
+) -> ConfirmGenerationRequest {
+    let disk_uuid = disk_uuid.to_ascii_lowercase();
+    ConfirmGenerationRequest {
+        proof: generation_proof(disk_key, &disk_uuid, found, written).to_vec(),
+        disk_uuid,
+        found_generation: found,
+        written_generation: written,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generation_file_round_trips_and_a_spoilt_one_is_an_error() {
+        let dir = confboot_tests::TempDir::new("generation");
+        assert_eq!(read_generation(dir.path()), Ok(0));
+        write_generation(dir.path(), 41).unwrap();
+        assert_eq!(read_generation(dir.path()), Ok(41));
+        write_generation(dir.path(), u64::MAX).unwrap();
+        assert_eq!(read_generation(dir.path()), Ok(u64::MAX));
+        let path = dir.path().join(GENERATION_FILE);
+        for bad in [
+            &b""[..],
+            b"\n",
+            b"-1\n",
+            b"12a\n",
+            b"\xff\xfe",
+            b"99999999999999999999\n",
+            &[b'7'; 40],
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(read_generation(dir.path()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_older_disk_is_refused_and_any_other_advances() {
+        assert_eq!(step(0, 0), Step::Write(1));
+        assert_eq!(step(5, 5), Step::Write(6));
+        assert_eq!(step(6, 5), Step::Write(7));
+        assert_eq!(step(4, 5), Step::Refuse(RolledBack { found: 4, last: 5 }));
+    }
+}
