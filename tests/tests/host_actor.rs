@@ -13,26 +13,7 @@ use confboot_tests::host_actor::{Flow, HostActor, cases, report};
 /// it, and what the host wins. Any other FAILURE fails the
 /// test. In the suite's short run a listed case that no longer fails fails
 /// the test too (remove it here then), so the list only shrinks.
-const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
-    (
-        &["init", "join", "rejoin", "recover"],
-        "host's disk + host's Recover",
-        "F4, item 4: Recover takes the host's master secret on a disk the host \
-         formatted and marks PCR 15 for the host's cluster",
-    ),
-    (
-        &["init", "recover"],
-        "edit: token salt changed",
-        "F11, item 8: Recover marks PCR 15 with the salt of the header's \
-         confboot-measurement-salt token, which the host writes: a cluster id \
-         the admin never made",
-    ),
-    (
-        &["init", "recover"],
-        "edit: token salt added",
-        "F11, item 8: as above, with the node's salt token replaced by the host's",
-    ),
-];
+const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[];
 
 #[test]
 fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {

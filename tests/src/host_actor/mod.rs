@@ -84,6 +84,10 @@ const RETRIES_BOUND: usize = 4;
 const HOST_SALT_HEX: &str = "686f7374686f7374686f7374686f7374686f7374686f7374686f7374686f7374";
 /// The measurement salt of the host's own cluster.
 const HOST_CLUSTER_SALT: [u8; 32] = [0x48; 32];
+/// The admin's cluster file (`confboot recover --cluster-file`).
+const ADMIN_CLUSTER_FILE: &str = "confboot-cluster.json";
+/// The host's cluster file, with its own cluster's salt.
+const HOST_CLUSTER_FILE: &str = "host-cluster.json";
 
 /// How often the admin tries its call (a tampered connection fails one).
 const ADMIN_ATTEMPTS: usize = 3;
@@ -715,6 +719,8 @@ struct CliCall {
     child: Child,
     /// Whether it is an Init (else a Recover).
     init: bool,
+    /// The cluster file an Init writes (`--state-out`).
+    state_out: PathBuf,
 }
 
 /// One boot of the subject node and what happened in it.
@@ -827,6 +833,7 @@ impl HostActor {
         let salt = setup.measurement_salt.clone();
         cp_tpm.mark(&setup.cluster_id());
         write_master_secret(&ap("master-secret.json"), &master);
+        write_cluster_file(&ap(ADMIN_CLUSTER_FILE), &salt);
         let joinsvc = Joinsvc::launch(&workspace_binary("joinsvc"), &policy, setup);
 
         // The host's own cluster: its own master secret, on a TPM of its own.
@@ -839,6 +846,7 @@ impl HostActor {
         let host_master = host_setup.master_secret.clone();
         host_cp_tpm.mark(&host_setup.cluster_id());
         write_master_secret(&ap("host-master-secret.json"), &host_master);
+        write_cluster_file(&ap(HOST_CLUSTER_FILE), &HOST_CLUSTER_SALT);
         let host_joinsvc = Joinsvc::launch(&workspace_binary("joinsvc"), &policy, host_setup);
 
         let join_proxy = HostProxy::start();
@@ -1099,6 +1107,8 @@ impl HostActor {
     ) -> (Vec<BootEnd>, Option<ExpectedDisk>) {
         self.starting_disk(flow);
         self.admin_inited = false;
+        // The admin's cluster is joinsvc's until an Init of this case made one.
+        write_cluster_file(&self.admin.path().join(ADMIN_CLUSTER_FILE), &self.salt);
         self.join_proxy.clear_plans();
         self.admin_proxy.clear_plans();
         self.join_proxy.set_target(self.joinsvc.rpc_addr);
@@ -1305,6 +1315,7 @@ impl HostActor {
                 "insecure-any-ak".into(),
             ),
         };
+        let state_out = self.admin.path().join(format!("cluster-{n}.json"));
         if api == "init" {
             cmd.args(["init", "--node", &addr.to_string()]);
             cmd.args(["--init-secret-file", init_secret, "--master-secret", master]);
@@ -1324,6 +1335,13 @@ impl HostActor {
                 "--master-secret",
                 master,
             ]);
+            // The cluster file of the caller's cluster: the admin's last
+            // Init's (or, before one, joinsvc's salt), the host's own.
+            let cluster_file = match caller {
+                Caller::Admin => ADMIN_CLUSTER_FILE,
+                Caller::Host => HOST_CLUSTER_FILE,
+            };
+            cmd.args(["--cluster-file", cluster_file]);
             if self.cli_recover_takes_init_secret() {
                 cmd.args(["--init-secret-file", init_secret]);
             }
@@ -1337,7 +1355,17 @@ impl HostActor {
         CliCall {
             child: cmd.spawn().expect("run confboot"),
             init: api == "init",
+            state_out,
         }
+    }
+
+    /// An Init of the admin succeeded: its cluster file is the one the
+    /// admin's Recovers use from now on (as an admin keeps the file of
+    /// the cluster it made).
+    fn admin_inited(&mut self, state_out: &Path) {
+        self.admin_inited = true;
+        std::fs::copy(state_out, self.admin.path().join(ADMIN_CLUSTER_FILE))
+            .expect("keep the admin's cluster file");
     }
 
     /// Whether `confboot recover` takes the admin's init secret.
@@ -1386,7 +1414,7 @@ impl HostActor {
             // Read before the exit check: a step the node logs just before
             // it exits is still a step (the move then lands on the disk
             // the next boot finds).
-            let exited = boot.node.exited_status();
+            let exited = boot.node.exited();
             let log = boot.node.log();
             if log.len() != last_len {
                 if log[last_len..]
@@ -1460,7 +1488,7 @@ impl HostActor {
                         Caller::Admin => admin_succeeded |= status.success(),
                     }
                     if *caller == Caller::Admin && status.success() && c.init {
-                        self.admin_inited = true;
+                        self.admin_inited(&c.state_out);
                     }
                     call = None;
                     last_change = Instant::now();
@@ -1527,7 +1555,7 @@ impl HostActor {
             let _ = c.child.wait();
             let ok = status.is_some_and(|s| s.success());
             if caller == Caller::Admin && ok && c.init {
-                self.admin_inited = true;
+                self.admin_inited(&c.state_out);
             }
             match caller {
                 Caller::Host => host_succeeded = ok,
@@ -1820,6 +1848,12 @@ fn write_master_secret(path: &Path, m: &MasterSecret) {
     .unwrap();
 }
 
+/// A cluster file as `confboot init` writes it, with `salt`.
+fn write_cluster_file(path: &Path, salt: &[u8]) {
+    let json = serde_json::json!({"measurementSalt": confboot_util::hex::encode(salt)});
+    std::fs::write(path, json.to_string()).unwrap();
+}
+
 /// The volume key behind `key` (cryptsetup's dump), to search for.
 fn volume_key(disk: &Path, key: &[u8]) -> Option<Vec<u8>> {
     use std::io::Write;
@@ -1890,7 +1924,7 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
         (
             Flow::Join,
             "edit: segment cipher aes-xts-null",
-            "state disk (#2)",
+            "state disk (#3)",
         ),
         (
             Flow::Rejoin,
@@ -1906,7 +1940,7 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
         (Flow::Recover, "edit: token salt changed", "(before start)"),
         (Flow::Rejoin, "edit: UUID", "(before start)"),
         (Flow::Rejoin, "rollback to first boot", "(before start)"),
-        (Flow::Join, "rollback to boot start", "state disk (#2)"),
+        (Flow::Join, "rollback to boot start", "state disk (#3)"),
         (Flow::Rejoin, "swap disks", "(before start)"),
         (
             Flow::Recover,
