@@ -12,6 +12,7 @@ use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
 use ring::rand::SecureRandom;
 
 use crate::common;
+use confboot_util::text::{printable, printable_str};
 
 const NODE: Opt = Opt::value(
     "node",
@@ -91,6 +92,10 @@ const CMD: Command = Command {
         VERBOSITY,
     ],
 };
+
+/// The most characters of one line of the node's log (or its failure)
+/// printed.
+const MAX_NODE_LOG_LINE: usize = 1024;
 
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_INIT_PORT == 9000);
@@ -248,8 +253,10 @@ fn init(config: &Config) -> Result<(), String> {
         timeout,
         |resp: InitResponse| {
             match resp.kind {
+                // The node's log (it may quote what others wrote): one
+                // bounded line of plain characters each.
                 Some(init_response::Kind::Log(l)) => {
-                    println!("  node: {}", String::from_utf8_lossy(&l.log))
+                    println!("  node: {}", printable(&l.log, MAX_NODE_LOG_LINE))
                 }
                 Some(init_response::Kind::InitSuccess(s)) => success = Some(s),
                 Some(init_response::Kind::InitFailure(f)) => failure = Some(f.error),
@@ -259,6 +266,7 @@ fn init(config: &Config) -> Result<(), String> {
         },
     );
     if let Some(error) = failure {
+        let error = printable_str(&error, MAX_NODE_LOG_LINE);
         return Err(format!("the node refused Init: {error}"));
     }
     result.map_err(|s| match s.code {

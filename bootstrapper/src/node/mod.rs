@@ -65,6 +65,12 @@ pub mod holder {
 }
 
 use confboot_kms::MAX_SECRET_LEN;
+use confboot_util::text::printable_str;
+
+/// The most characters of one line of the cluster step's output logged:
+/// that output quotes others (the API server, kubeadm's peers), so each
+/// line is made printable and bounded.
+const MAX_LOGGED_LINE: usize = 1024;
 pub use confboot_kms::MIN_MEASUREMENT_SALT_LEN;
 
 /// A measurement salt from an Init or a Recover: between
@@ -427,7 +433,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let params = init_cluster_params(req, &self.config.node_ip);
         let out = self
             .cluster
-            .init_cluster(&params, log)
+            .init_cluster(&params, &mut |line| {
+                // kubeadm quotes what the API server and others answered.
+                log(&printable_str(line, MAX_LOGGED_LINE))
+            })
             .map_err(|error| NodeError::Cluster {
                 action: "init",
                 error,
@@ -583,7 +592,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             }),
         };
         self.cluster
-            .join_cluster(&params, &mut |line| log::info!("kubeadm: {line}"))
+            .join_cluster(&params, &mut |line| {
+                // kubeadm quotes what the API server and others answered.
+                log::info!("kubeadm: {}", printable_str(line, MAX_LOGGED_LINE))
+            })
             .map_err(|error| NodeError::Cluster {
                 action: "join",
                 error,

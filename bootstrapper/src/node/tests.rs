@@ -2001,3 +2001,30 @@ fn a_generation_file_the_host_spoilt_is_refused_and_nothing_is_confirmed() {
     assert!(rig.marks().is_empty());
     assert!(cluster.reports().is_empty());
 }
+
+/// The cluster step's output quotes others (the API server's answers,
+/// kubeadm's peers): each line reaches the Init's log (and the admin's
+/// terminal) as one bounded line of plain characters.
+#[test]
+fn the_cluster_steps_output_is_logged_printable_and_bounded() {
+    let cluster = kubeadm().with_log_lines([
+        "ok\u{1b}[2K\rforged\nline".to_string(),
+        "x".repeat(1 << 16),
+    ]);
+    let rig = Rig::with(FakeDisk::blank(), cluster, FakeMarker::default());
+    let mut lines = Vec::new();
+    rig.node
+        .init(&init_request(), &mut |l| lines.push(l.to_string()))
+        .unwrap();
+    assert!(
+        lines.contains(&"ok\\x1b[2K\\x0dforged\\x0aline".to_string()),
+        "{lines:?}"
+    );
+    let long = lines.iter().find(|l| l.starts_with("xxx")).unwrap();
+    assert!(long.len() <= MAX_LOGGED_LINE + 16, "{}", long.len());
+    assert!(long.ends_with("…(65536 bytes)"), "{long}");
+    assert!(
+        lines.iter().all(|l| l.bytes().all(|b| (0x20..0x7f).contains(&b) || b >= 0x80)),
+        "{lines:?}"
+    );
+}

@@ -46,8 +46,8 @@ use crate::dm::crypt::{CryptLayout, check_live_table};
 use crate::dm::wire::TableTarget;
 use crate::dm::{DeviceMapper, DmError};
 use crate::luks2::backend::{DATA_CIPHER, to_disk_error};
-use crate::luks2::format::{DATA_OFFSET, DIGEST_ITERATIONS, VOLUME_KEY_LEN};
-use crate::luks2::{ExpectedHeader, ExpectedKdf, FormatOptions, KdfChoice, KdfLimits, Luks2};
+use crate::luks2::format::{DATA_OFFSET, VOLUME_KEY_LEN};
+use crate::luks2::{ExpectedHeader, ExpectedKdf, FormatOptions, KdfChoice, Luks2};
 use confboot_kms::{SecretBytes, is_uuid};
 use confboot_sys::process::{CommandRunner, ProcessRunner, Stream};
 use confboot_util::stop::Stop;
@@ -110,11 +110,12 @@ pub const OPEN_ARGS: [&str; 6] = [
     "--disable-external-tokens",
 ];
 
-/// The key-slot password hashing for new headers.
+/// The key-slot password hashing for new headers: always costs the node
+/// chose (its measured command line), never cryptsetup's benchmark, whose
+/// choice the node could not tell from a host's edit when it opens the
+/// disk again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pbkdf {
-    /// cryptsetup's defaults (argon2id, benchmarked; slow under emulation).
-    CryptsetupDefault,
     /// PBKDF2 with a fixed iteration count (cryptsetup's minimum is 1000).
     Pbkdf2 {
         /// Iterations.
@@ -145,16 +146,15 @@ impl Default for Pbkdf {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{0}: want pbkdf2:ITERATIONS (1000 to 10000000), \
-     argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16) \
-     or cryptsetup-default"
+     or argon2id:PASSES:MEMORY_KIB:THREADS (1 to 32, 8 to 1048576, 1 to 16)"
 )]
 pub struct PbkdfSpecError(String);
 
 impl std::str::FromStr for Pbkdf {
     type Err = PbkdfSpecError;
 
-    /// `pbkdf2:ITERATIONS`, `argon2id:PASSES:MEMORY_KIB:THREADS` or
-    /// `cryptsetup-default`, each cost within what this node's own LUKS2
+    /// `pbkdf2:ITERATIONS` or `argon2id:PASSES:MEMORY_KIB:THREADS`, each
+    /// cost within what this node's own LUKS2
     /// reader accepts when it opens the disk again
     /// ([`crate::luks2::KdfLimits`]): a node never writes a header it
     /// would refuse.
@@ -171,7 +171,6 @@ impl std::str::FromStr for Pbkdf {
         };
         let parts: Vec<&str> = spec.split(':').collect();
         match parts.as_slice() {
-            ["cryptsetup-default"] => Ok(Pbkdf::CryptsetupDefault),
             ["pbkdf2", iterations] => Ok(Pbkdf::Pbkdf2 {
                 iterations: number(iterations, 1000..=limits.pbkdf2_iterations)?,
             }),
@@ -186,28 +185,25 @@ impl std::str::FromStr for Pbkdf {
 }
 
 impl Pbkdf {
-    /// The same choice for the native LUKS2 writer; `None` for
-    /// [`Pbkdf::CryptsetupDefault`] (cryptsetup's own benchmark decides).
-    pub fn kdf_choice(&self) -> Option<crate::luks2::KdfChoice> {
+    /// The same choice for the native LUKS2 writer.
+    pub fn kdf_choice(&self) -> crate::luks2::KdfChoice {
         use crate::luks2::KdfChoice;
         match *self {
-            Pbkdf::CryptsetupDefault => None,
-            Pbkdf::Pbkdf2 { iterations } => Some(KdfChoice::Pbkdf2 { iterations }),
+            Pbkdf::Pbkdf2 { iterations } => KdfChoice::Pbkdf2 { iterations },
             Pbkdf::Argon2id {
                 iterations,
                 memory_kib,
                 parallel,
-            } => Some(KdfChoice::Argon2id {
+            } => KdfChoice::Argon2id {
                 time: iterations,
                 memory_kib,
                 cpus: parallel,
-            }),
+            },
         }
     }
 
     fn args(&self) -> Vec<String> {
         match *self {
-            Pbkdf::CryptsetupDefault => Vec::new(),
             Pbkdf::Pbkdf2 { iterations } => vec![
                 "--pbkdf".into(),
                 "pbkdf2".into(),
@@ -380,21 +376,15 @@ impl CryptsetupBackend {
     /// writer's parameters, [`FORMAT_ARGS`] and [`Pbkdf`]'s), the only one
     /// it opens. cryptsetup lowers Argon2's lanes to the CPUs online (and
     /// its memory to what the machine has), so Argon2 costs are pinned as
-    /// upper bounds; with [`Pbkdf::CryptsetupDefault`] its benchmark chose
-    /// them, bounded by [`KdfLimits`], and the digest's iterations too.
+    /// upper bounds: the node's own.
     pub fn expected(&self) -> ExpectedHeader {
-        let limits = KdfLimits::default();
-        let written = |kdf| ExpectedHeader {
+        let kdf = match self.pbkdf.kdf_choice() {
+            kdf @ KdfChoice::Pbkdf2 { .. } => ExpectedKdf::Exactly(kdf),
+            kdf => ExpectedKdf::AtMost(kdf),
+        };
+        ExpectedHeader {
             kdf,
             ..ExpectedHeader::written_with(&FormatOptions::default())
-        };
-        match self.pbkdf.kdf_choice() {
-            Some(kdf @ KdfChoice::Pbkdf2 { .. }) => written(ExpectedKdf::Exactly(kdf)),
-            Some(kdf) => written(ExpectedKdf::AtMost(kdf)),
-            None => ExpectedHeader {
-                digest_iterations: DIGEST_ITERATIONS..=limits.pbkdf2_iterations,
-                ..written(ExpectedKdf::benchmarked(&limits))
-            },
         }
     }
 
@@ -879,18 +869,16 @@ mod tests {
         let argon: Pbkdf = "argon2id:4:65536:2".parse().unwrap();
         assert_eq!(
             argon.kdf_choice(),
-            Some(KdfChoice::Argon2id {
+            KdfChoice::Argon2id {
                 time: 4,
                 memory_kib: 65536,
                 cpus: 2
-            })
-        );
-        assert_eq!(
-            "cryptsetup-default".parse::<Pbkdf>().unwrap().kdf_choice(),
-            None
+            }
         );
         for bad in [
             "",
+            // cryptsetup's own benchmark: the header would choose the costs.
+            "cryptsetup-default",
             "pbkdf2",
             "pbkdf2:999",
             "pbkdf2:10000001",
@@ -1015,13 +1003,6 @@ mod tests {
             CryptsetupBackend::header_only("/dev/null").expected(),
             ExpectedHeader::written_with(&FormatOptions::default())
         );
-        let benchmarked = CryptsetupBackend::header_only("/dev/null")
-            .with_pbkdf(Pbkdf::CryptsetupDefault)
-            .expected();
-        assert_eq!(
-            benchmarked.kdf,
-            ExpectedKdf::benchmarked(&KdfLimits::default())
-        );
     }
 
     #[test]
@@ -1030,7 +1011,6 @@ mod tests {
             Pbkdf::default().args(),
             ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
         );
-        assert!(Pbkdf::CryptsetupDefault.args().is_empty());
         assert_eq!(
             Pbkdf::Argon2id {
                 iterations: 4,

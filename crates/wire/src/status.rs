@@ -139,7 +139,7 @@ impl Status {
             .message
             .chars()
             .take(MAX_PEER_MESSAGE_CHARS)
-            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .map(|c| if hides_text(c) { '\u{fffd}' } else { c })
             .collect();
         if p.message.chars().nth(MAX_PEER_MESSAGE_CHARS).is_some() {
             message.push_str(" (cut)");
@@ -149,6 +149,16 @@ impl Status {
             message,
         }
     }
+}
+
+/// Whether a peer's character could change how the rest of a printed line
+/// looks: control characters (line breaks that forge log lines, terminal
+/// escapes) and the invisible or direction-changing format characters
+/// (zero-width ones, bidirectional embeddings, overrides and isolates,
+/// the byte-order mark).
+fn hides_text(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }
 
 /// `: ` and `message`, or nothing for an empty message.
@@ -200,5 +210,20 @@ mod tests {
             message: "measurements differ".into(),
         });
         assert_eq!(short.message, "measurements differ");
+        // Text that hides or reorders what follows on the line.
+        let hidden = Status::from_proto(confboot_proto::rpc::Status {
+            code: 7,
+            message: "ok\u{202e}deined\u{200b}\u{feff}\x1b[2K\r".into(),
+        });
+        assert_eq!(
+            hidden.message,
+            "ok\u{fffd}deined\u{fffd}\u{fffd}\u{fffd}[2K\u{fffd}"
+        );
+        // Other characters stay: a peer may write in any language.
+        let kept = Status::from_proto(confboot_proto::rpc::Status {
+            code: 7,
+            message: "Schlüssel ≥ 32 Bytes".into(),
+        });
+        assert_eq!(kept.message, "Schlüssel ≥ 32 Bytes");
     }
 }

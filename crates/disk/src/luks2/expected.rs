@@ -42,7 +42,6 @@ use super::format::{
     KdfChoice, SALT_LEN, VOLUME_KEY_LEN,
 };
 use super::header::Header;
-use super::kdf::KdfLimits;
 use super::metadata::AF_STRIPES;
 
 /// The one cipher of the data segment and of key-slot areas.
@@ -64,21 +63,9 @@ pub enum ExpectedKdf {
     Exactly(KdfChoice),
     /// This kind, each cost at most this one (and the kind's least): for
     /// Argon2 that cryptsetup wrote, which lowers the lanes to the CPUs
-    /// online and the memory to what the machine has, and for costs its
-    /// benchmark chose (`--state-disk-pbkdf cryptsetup-default`, bounded
-    /// by [`KdfLimits`]). A header cannot ask for more than the node would.
+    /// online and the memory to what the machine has. A header cannot ask
+    /// for more than the node would.
     AtMost(KdfChoice),
-}
-
-impl ExpectedKdf {
-    /// Argon2id within `limits`: what cryptsetup's benchmark may choose.
-    pub fn benchmarked(limits: &KdfLimits) -> ExpectedKdf {
-        ExpectedKdf::AtMost(KdfChoice::Argon2id {
-            time: limits.argon2_time,
-            memory_kib: limits.argon2_memory_kib,
-            cpus: limits.argon2_cpus,
-        })
-    }
 }
 
 /// The parameters of a header the node writes, which are the only ones it
