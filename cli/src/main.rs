@@ -7,6 +7,7 @@ mod init;
 mod measure;
 mod recover;
 mod verify;
+mod verify_quote;
 mod verify_report;
 mod verity;
 
@@ -44,6 +45,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "verify-report",
         about: "Verify an AMD SEV-SNP attestation report offline, check by check",
         run: verify_report::run,
+    },
+    Subcommand {
+        name: "verify-quote",
+        about: "Verify an Intel TDX quote offline with Intel's collateral, check by check",
+        run: verify_quote::run,
     },
     Subcommand {
         name: "measure",

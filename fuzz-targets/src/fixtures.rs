@@ -478,3 +478,43 @@ pub fn kubelet_cert_signer() -> &'static confboot_cluster::kubelet_cert::Kubelet
         .expect("signer")
     })
 }
+
+/// A genuine TDX quote and when its chain was valid.
+#[derive(Clone, Copy, Debug)]
+pub struct TdxQuoteFixture {
+    /// The raw quote.
+    pub quote: &'static [u8],
+    /// A time inside its PCK chain's validity (and, for the version-4
+    /// quote, its collateral's), Unix seconds.
+    pub at: i64,
+}
+
+/// The TDX fixtures (`crates/attest/testdata/tdx/`): a version-4 quote
+/// (its collateral current at its time) and a version-5 quote.
+pub const TDX_QUOTES: [TdxQuoteFixture; 2] = [
+    TdxQuoteFixture {
+        quote: include_bytes!("../../crates/attest/testdata/tdx/quote_v4_spr_e4.dat"),
+        at: 1_687_392_000,
+    },
+    TdxQuoteFixture {
+        quote: include_bytes!("../../crates/attest/testdata/tdx/quote_v5.dat"),
+        at: 1_770_681_600,
+    },
+];
+
+/// Intel's TCB info answers for the two quotes' FMSPCs.
+pub const TDX_TCB_INFOS: [&[u8]; 2] = [
+    include_bytes!("../../crates/attest/testdata/tdx/tcb_info_50806f000000.json"),
+    include_bytes!("../../crates/attest/testdata/tdx/tcb_info_90c06f000000.json"),
+];
+
+/// Intel's TD QE identity answer.
+pub const TDX_QE_IDENTITY: &[u8] =
+    include_bytes!("../../crates/attest/testdata/tdx/qe_identity.json");
+
+/// Intel's CRLs for the version-4 quote: the PCK Platform CA's and the
+/// root's.
+pub const TDX_CRLS: [&[u8]; 2] = [
+    include_bytes!("../../crates/attest/testdata/tdx/pck_platform_crl.der"),
+    include_bytes!("../../crates/attest/testdata/tdx/root_crl.der"),
+];

@@ -90,6 +90,10 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("snp_certs", snp_certs),
     ("measurement_policy", measurement_policy),
     ("snp_policy", snp_policy),
+    ("tdx_quote", tdx_quote),
+    ("tdx_tcb_info", tdx_tcb_info),
+    ("tdx_qe_identity", tdx_qe_identity),
+    ("tdx_certs", tdx_certs),
     ("kms_uri", kms_uri),
     ("dhcp_reply", dhcp_reply),
     ("init_secret_hash", init_secret_hash),
@@ -750,6 +754,160 @@ pub fn snp_policy(data: &[u8]) {
     let entries: Vec<_> = p.measurement.entries().iter().collect();
     assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
     assert!(!p.kds_fetch);
+}
+
+// ---- TDX ----
+
+/// A raw TDX quote through every check, with no collateral, at the time
+/// of the genuine quote whose attestation key it carries (the first's
+/// otherwise): whatever the bytes, no panic; and when the PCK chain, the
+/// QE report's signature and binding and the quote signature all pass, the
+/// signed part is a genuine quote's (Intel signed the QE report that
+/// binds the attestation key, and that key signed only those bytes).
+pub fn tdx_quote(data: &[u8]) {
+    use confboot_attest::tdx::{Quote, TdxPolicy, TdxRoots, TdxValidator, check};
+    let Ok(q) = Quote::parse(data) else {
+        return;
+    };
+    let _ = (q.report.td_attributes(), q.report.xfam(), q.report.debug());
+    let _ = (
+        q.qe_report.misc_select(),
+        q.qe_report.isv_svn(),
+        q.trailing_len(),
+    );
+    static GENUINE: OnceLock<Vec<Quote>> = OnceLock::new();
+    let genuine = GENUINE.get_or_init(|| {
+        fixtures::TDX_QUOTES
+            .iter()
+            .map(|f| Quote::parse(f.quote).expect("fixture quote"))
+            .collect()
+    });
+    let i = genuine
+        .iter()
+        .position(|g| g.attestation_key == q.attestation_key)
+        .unwrap_or(0);
+    let policy = TdxPolicy {
+        insecure_any_image: true,
+        ..TdxPolicy::default()
+    };
+    let checks = TdxValidator::with_roots(policy, TdxRoots::intel())
+        .as_of(fixtures::TDX_QUOTES[i].at)
+        .verify_quote_detailed(&q, &ReportDataCheck::NotChecked);
+    let passed = |name: &str| {
+        checks.iter().any(|c| {
+            c.name == name && matches!(c.outcome, confboot_attest::snp::CheckOutcome::Passed(_))
+        })
+    };
+    if [
+        check::PCK_CHAIN,
+        check::QE_REPORT_SIGNATURE,
+        check::QE_REPORT_DATA,
+        check::QUOTE_SIGNATURE,
+    ]
+    .iter()
+    .all(|n| passed(n))
+    {
+        assert!(
+            genuine.iter().any(|g| g.signed_bytes() == q.signed_bytes()),
+            "a quote verified whose signed part no genuine quote has"
+        );
+    }
+}
+
+/// Intel's TCB info JSON: parsed (bounded, no panic); its signature checked
+/// with the built-in TCB signing certificate, which verifies only Intel's
+/// documents as they are; the TCB status computed for each genuine
+/// quote's platform.
+pub fn tdx_tcb_info(data: &[u8]) {
+    use confboot_attest::tdx::{
+        INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, TcbInfo, TdxRoots,
+    };
+    let Ok(info) = TcbInfo::parse(data) else {
+        return;
+    };
+    let signer = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).expect("built-in signer");
+    if info.verify_signature(&signer).is_ok() {
+        assert!(
+            fixtures::TDX_TCB_INFOS
+                .iter()
+                .any(|g| TcbInfo::parse(g).ok().as_ref() == Some(&info)),
+            "a TCB info verified that Intel never signed"
+        );
+    }
+    for f in fixtures::TDX_QUOTES {
+        let q = Quote::parse(f.quote).expect("fixture quote");
+        let chain = TdxRoots::intel()
+            .verify_pck_chain(&q.pck_chain_pem)
+            .expect("fixture chain");
+        let sgx = chain.leaf.sgx_extensions().expect("fixture extensions");
+        let _ = info.tcb_status(&sgx, &q.report.tee_tcb_svn);
+        let _ = info
+            .module_for(&q.report.tee_tcb_svn)
+            .map(|m| m.matches(&q.report.mr_signer_seam, &q.report.seam_attributes));
+    }
+}
+
+/// Intel's QE identity JSON: parsed (bounded, no panic); its signature
+/// checked with the built-in TCB signing certificate (only Intel's
+/// document verifies); compared with each genuine quote's QE report.
+pub fn tdx_qe_identity(data: &[u8]) {
+    use confboot_attest::tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote};
+    let Ok(identity) = QeIdentity::parse(data) else {
+        return;
+    };
+    let signer = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).expect("built-in signer");
+    if identity.verify_signature(&signer).is_ok() {
+        assert_eq!(
+            QeIdentity::parse(fixtures::TDX_QE_IDENTITY).ok().as_ref(),
+            Some(&identity),
+            "a QE identity verified that Intel never signed"
+        );
+    }
+    for f in fixtures::TDX_QUOTES {
+        let q = Quote::parse(f.quote).expect("fixture quote");
+        let _ = identity.mismatches(&q.qe_report);
+        let _ = identity.tcb_level(q.qe_report.isv_svn());
+    }
+}
+
+/// Intel's certificates, the PCK certificate's SGX extensions and CRLs,
+/// each read from the same bytes: no panic; a CRL that verifies under the
+/// genuine PCK Platform CA or root is Intel's own.
+pub fn tdx_certs(data: &[u8]) {
+    use confboot_attest::tdx::{
+        Crl, IntelCert, Quote, SgxExtensions, TdxRoots, certificates_from_pem_or_der,
+    };
+    let _ = SgxExtensions::parse(data);
+    if let Ok(ders) = certificates_from_pem_or_der(data) {
+        for der in ders {
+            if let Ok(cert) = IntelCert::from_der(&der) {
+                let _ = (cert.sgx_extensions(), cert.validity(), cert.serial());
+            }
+        }
+    }
+    let Ok(crl) = Crl::parse(data) else {
+        return;
+    };
+    static CAS: OnceLock<Vec<IntelCert>> = OnceLock::new();
+    let cas = CAS.get_or_init(|| {
+        let q = Quote::parse(fixtures::TDX_QUOTES[0].quote).expect("fixture quote");
+        let chain = TdxRoots::intel()
+            .verify_pck_chain(&q.pck_chain_pem)
+            .expect("fixture chain");
+        vec![chain.intermediate, chain.root]
+    });
+    let at = fixtures::TDX_QUOTES[0].at;
+    for ca in cas {
+        if crl.check(ca, at).is_ok() {
+            assert!(
+                fixtures::TDX_CRLS
+                    .iter()
+                    .any(|g| Crl::parse(g).ok().as_ref() == Some(&crl)),
+                "a CRL verified that Intel never signed"
+            );
+        }
+        let _ = crl.check_not_revoked(ca);
+    }
 }
 
 /// A node's kubelet CSR as the join service checks it: what passes names a

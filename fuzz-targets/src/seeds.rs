@@ -22,6 +22,8 @@ use confboot_proto::recover::RecoverMessage;
 use confboot_proto::rpc::{CallHeader, Status};
 use confboot_wire::frame::{FrameKind, write_frame};
 
+use x509_parser::prelude::{FromDer, X509Certificate};
+
 use crate::fixtures::{self, EXTRA, MILAN_ASK_ARK_ASVK, PcrSet};
 use crate::{TICKET_SALT, TICKET_SECRET};
 
@@ -404,6 +406,69 @@ fn snp_report() -> Vec<Seed> {
         .enumerate()
         .map(|(i, f)| seed(&format!("report-{i}"), f.report.to_vec()))
         .collect()
+}
+
+fn tdx_quote() -> Vec<Seed> {
+    let mut seeds: Vec<Seed> = fixtures::TDX_QUOTES
+        .iter()
+        .enumerate()
+        .map(|(i, f)| seed(&format!("quote-{i}"), f.quote))
+        .collect();
+    // Near misses: the version-4 quote without its trailing bytes, with a
+    // flipped report byte, and cut inside the PCK chain.
+    let v4 = fixtures::TDX_QUOTES[0].quote;
+    seeds.push(seed("quote-0-exact", &v4[..4935]));
+    let mut flipped = v4.to_vec();
+    flipped[600] ^= 1;
+    seeds.push(seed("quote-0-flipped", flipped));
+    seeds.push(seed("quote-0-cut", &v4[..3000]));
+    seeds
+}
+
+fn tdx_tcb_info() -> Vec<Seed> {
+    let mut seeds: Vec<Seed> = fixtures::TDX_TCB_INFOS
+        .iter()
+        .enumerate()
+        .map(|(i, t)| seed(&format!("tcb-info-{i}"), *t))
+        .collect();
+    let text = String::from_utf8(fixtures::TDX_TCB_INFOS[0].to_vec()).expect("JSON is text");
+    seeds.push(seed(
+        "tcb-info-0-status-changed",
+        text.replacen("\"OutOfDate\"", "\"UpToDate\"", 1),
+    ));
+    seeds
+}
+
+fn tdx_qe_identity() -> Vec<Seed> {
+    let text = String::from_utf8(fixtures::TDX_QE_IDENTITY.to_vec()).expect("JSON is text");
+    vec![
+        seed("qe-identity", fixtures::TDX_QE_IDENTITY),
+        seed(
+            "qe-identity-isvsvn-changed",
+            text.replace("\"isvsvn\":4", "\"isvsvn\":1"),
+        ),
+    ]
+}
+
+fn tdx_certs() -> Vec<Seed> {
+    use confboot_attest::tdx::{OID_SGX_EXTENSIONS, Quote, certificates_from_pem_or_der};
+    let q = Quote::parse(fixtures::TDX_QUOTES[0].quote).expect("fixture quote");
+    let ders = certificates_from_pem_or_der(&q.pck_chain_pem).expect("fixture chain");
+    let (_, leaf) = X509Certificate::from_der(&ders[0]).expect("fixture PCK certificate");
+    let sgx = leaf
+        .extensions()
+        .iter()
+        .find(|e| e.oid.to_id_string() == OID_SGX_EXTENSIONS)
+        .expect("SGX extensions")
+        .value
+        .to_vec();
+    vec![
+        seed("pck-crl", fixtures::TDX_CRLS[0]),
+        seed("root-crl", fixtures::TDX_CRLS[1]),
+        seed("pck-certificate", ders[0].clone()),
+        seed("pck-chain-pem", q.pck_chain_pem.clone()),
+        seed("sgx-extensions", sgx),
+    ]
 }
 
 fn snp_certs() -> Vec<Seed> {
@@ -1014,6 +1079,10 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "snp_certs" => snp_certs(),
         "measurement_policy" => measurement_policy(),
         "snp_policy" => snp_policy(),
+        "tdx_quote" => tdx_quote(),
+        "tdx_tcb_info" => tdx_tcb_info(),
+        "tdx_qe_identity" => tdx_qe_identity(),
+        "tdx_certs" => tdx_certs(),
         "kms_uri" => kms_uri_seeds(),
         "dhcp_reply" => dhcp_reply_seeds(),
         "init_secret_hash" => init_secret_hash(),

@@ -138,3 +138,56 @@ fn the_luks2_header_seeds_reach_the_unlock() {
         None
     );
 }
+
+#[test]
+fn fixture_tdx_quotes_and_collateral_reach_the_oracles() {
+    use confboot_attest::snp::CheckOutcome;
+    use confboot_attest::tdx::{
+        INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote, TcbInfo, TdxPolicy, TdxRoots,
+        TdxValidator, check,
+    };
+    // Each genuine quote passes the four checks the tdx_quote oracle
+    // requires, at its time; one flipped signed byte does not.
+    for f in fixtures::TDX_QUOTES {
+        let validator = TdxValidator::with_roots(
+            TdxPolicy {
+                insecure_any_image: true,
+                ..TdxPolicy::default()
+            },
+            TdxRoots::intel(),
+        )
+        .as_of(f.at);
+        let passes = |bytes: &[u8]| {
+            let q = Quote::parse(bytes).unwrap();
+            let checks = validator.verify_quote_detailed(&q, &ReportDataCheck::NotChecked);
+            [
+                check::PCK_CHAIN,
+                check::QE_REPORT_SIGNATURE,
+                check::QE_REPORT_DATA,
+                check::QUOTE_SIGNATURE,
+            ]
+            .iter()
+            .all(|n| {
+                checks
+                    .iter()
+                    .any(|c| c.name == *n && matches!(c.outcome, CheckOutcome::Passed(_)))
+            })
+        };
+        assert!(passes(f.quote));
+        let mut flipped = f.quote.to_vec();
+        flipped[300] ^= 1;
+        assert!(!passes(&flipped));
+    }
+    // The collateral verifies with the built-in signer.
+    let signer = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).unwrap();
+    for t in fixtures::TDX_TCB_INFOS {
+        TcbInfo::parse(t)
+            .unwrap()
+            .verify_signature(&signer)
+            .unwrap();
+    }
+    QeIdentity::parse(fixtures::TDX_QE_IDENTITY)
+        .unwrap()
+        .verify_signature(&signer)
+        .unwrap();
+}

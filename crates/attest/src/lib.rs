@@ -11,6 +11,7 @@ pub mod join_service;
 pub mod measure;
 pub mod measurements;
 pub mod snp;
+pub mod tdx;
 pub mod tpm;
 pub mod vtpm;
 

@@ -162,6 +162,13 @@ pub enum PolicyError {
          to accept that deliberately"
     )]
     ImageNotPinned,
+    /// A TDX policy that pins no image: it names no `mrtd`, yet it is not
+    /// marked `insecureAnyImage`.
+    #[error(
+        "TDX policy pins no image (it names no mrtd): it would admit any TD; set \
+         \"insecureAnyImage\": true to accept that deliberately"
+    )]
+    TdxImageNotPinned,
 }
 
 /// A key as quoted in an error: at most [`MAX_QUOTED_KEY`] characters.

@@ -1,0 +1,280 @@
+//! `confboot verify-quote`: verifies an Intel TDX quote offline and prints
+//! each check (✓ passed, ✗ failed, - skipped), one line each. Exits 0 when
+//! no check failed, 1 when one did, 2 on bad arguments or unreadable
+//! inputs. The checks live in the library (`TdxValidator`); this only reads
+//! files and prints.
+
+use std::path::Path;
+
+use confboot_attest::measurements::MAX_POLICY_BYTES;
+use confboot_attest::snp::{CheckOutcome, ReportDataCheck};
+use confboot_attest::tdx::{
+    Collateral, Crl, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity, Quote, TcbInfo,
+    TdxPolicy, TdxValidator, td_attributes,
+};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::fs::{read_bounded, read_bounded_text};
+
+const QUOTE: Opt = Opt::value(
+    "quote",
+    "FILE",
+    "The raw TDX quote (version 4 or 5), as configfs-tsm or a quote generator writes it",
+);
+const TCB_INFO: Opt = Opt::value(
+    "tcb-info",
+    "FILE",
+    "Intel PCS TCB info for the platform's FMSPC, as served (tdx/certification/v4/tcb?fmspc=…)",
+);
+const QE_IDENTITY: Opt = Opt::value(
+    "qe-identity",
+    "FILE",
+    "Intel PCS TD QE identity, as served (tdx/certification/v4/qe/identity)",
+);
+const PCK_CRL: Opt = Opt::value(
+    "pck-crl",
+    "FILE",
+    "The CRL of the PCK CA that issued the quote's PCK certificate (DER or PEM)",
+);
+const ROOT_CRL: Opt = Opt::value(
+    "root-crl",
+    "FILE",
+    "The Intel SGX Root CA's CRL (DER or PEM)",
+);
+const TCB_SIGNING_CHAIN: Opt = Opt::value(
+    "tcb-signing-chain",
+    "FILE",
+    "The PCS TCB-Info-Issuer-Chain header (PEM, URL-encoded or not) naming the TCB signing \
+     certificate; without it the built-in 2018 certificate is tried",
+);
+const POLICY: Opt = Opt::value(
+    "policy",
+    "FILE",
+    "TDX policy JSON (mrtd, rtmrs, tdAttributes, xfam, acceptedTcbStatuses, ...)",
+);
+const EXTRA_DATA: Opt = Opt::value(
+    "extra-data",
+    "HEX",
+    "Expect confboot's binding: REPORTDATA = these 32 bytes, then 32 zero bytes",
+);
+const REPORT_DATA: Opt = Opt::value(
+    "report-data",
+    "HEX",
+    "Expect REPORTDATA to equal these 64 bytes exactly",
+);
+const AT: Opt = Opt::value(
+    "at",
+    "TIME",
+    "Check certificates, CRLs and collateral at TIME (Unix seconds, YYYY-MM-DD or \
+     YYYY-MM-DDTHH:MM:SSZ) instead of now, to examine recorded collateral",
+);
+
+/// The command's options and help.
+pub const CMD: Command = Command {
+    name: "confboot verify-quote",
+    about: "Verifies an Intel TDX quote offline and prints every check on its own line \
+(✓ passed, ✗ failed, - skipped): the PCK chain to the pinned Intel SGX Root CA, the CRLs when \
+given, the QE report and its binding of the attestation key, the quote signature, TCB info and \
+QE identity (Intel's PCS answers as served) with the TCB status by Intel's algorithm, then the \
+policy. Without --policy nothing is pinned (the measurements are shown), debug is refused and \
+only the UpToDate TCB status is accepted. Nothing is fetched. \
+Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
+    usage: "confboot verify-quote --quote FILE [--tcb-info FILE] [--qe-identity FILE] \
+[--pck-crl FILE] [--root-crl FILE] [--policy FILE] [--at RFC3339] [OPTIONS]",
+    opts: &[
+        QUOTE,
+        TCB_INFO,
+        QE_IDENTITY,
+        PCK_CRL,
+        ROOT_CRL,
+        TCB_SIGNING_CHAIN,
+        POLICY,
+        EXTRA_DATA,
+        REPORT_DATA,
+        AT,
+        VERBOSITY,
+    ],
+};
+
+/// What `confboot verify-quote` runs with.
+#[derive(Clone, Debug)]
+struct Config {
+    quote: String,
+    tcb_info: Option<String>,
+    qe_identity: Option<String>,
+    pck_crl: Option<String>,
+    root_crl: Option<String>,
+    tcb_signing_chain: Option<String>,
+    policy: Option<String>,
+    at: Option<i64>,
+    report_data: ReportDataCheck,
+}
+
+impl Config {
+    /// Reads every option (each once, whatever the others say).
+    fn from_matches(m: &Matches) -> Result<Config, String> {
+        let given = |opt: &Opt| m.value(opt).map(str::to_string);
+        let quote = given(&QUOTE);
+        let tcb_info = given(&TCB_INFO);
+        let qe_identity = given(&QE_IDENTITY);
+        let pck_crl = given(&PCK_CRL);
+        let root_crl = given(&ROOT_CRL);
+        let tcb_signing_chain = given(&TCB_SIGNING_CHAIN);
+        let policy = given(&POLICY);
+        let at = given(&AT);
+        let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
+        if !m.positional().is_empty() {
+            return Err(format!("unexpected argument {:?}", m.positional()[0]));
+        }
+        let quote = quote.ok_or("--quote FILE is required")?;
+        let at = at
+            .map(|at| {
+                confboot_util::time::parse_instant(&at).map_err(|e| format!("--{} {e}", AT.long))
+            })
+            .transpose()?;
+        let report_data = match (extra_data, report_data) {
+            (Some(_), Some(_)) => return Err("give --extra-data or --report-data, not both".into()),
+            (Some(h), None) => ReportDataCheck::ExtraData(hex_array(&h, "--extra-data")?),
+            (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
+            (None, None) => ReportDataCheck::NotChecked,
+        };
+        Ok(Config {
+            quote,
+            tcb_info,
+            qe_identity,
+            pck_crl,
+            root_crl,
+            tcb_signing_chain,
+            policy,
+            at,
+            report_data,
+        })
+    }
+}
+
+/// Runs the command on the arguments that follow `verify-quote`; returns
+/// the exit status.
+pub fn run(args: Vec<String>) -> i32 {
+    let m = parse_or_exit(&CMD, args);
+    let verbosity = match m.verbosity() {
+        Ok(v) => v,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    confboot_util::logging::init("verify-quote", verbosity);
+    match Config::from_matches(&m).and_then(|config| verify_quote(&config)) {
+        Ok(status) => status,
+        Err(e) => usage_error(&e),
+    }
+}
+
+fn usage_error(msg: &str) -> i32 {
+    eprintln!("verify-quote: {msg}\nTry 'confboot verify-quote --help'.");
+    2
+}
+
+/// Reads an input file of at most `limit` bytes.
+fn read(path: &str, what: &str, limit: usize) -> Result<Vec<u8>, String> {
+    read_bounded(Path::new(path), limit as u64)
+        .map(|mut bytes| std::mem::take(&mut *bytes))
+        .map_err(|e| format!("{what} {path}: {e}"))
+}
+
+fn verify_quote(config: &Config) -> Result<i32, String> {
+    let quote = Quote::parse(&read(&config.quote, "quote", MAX_QUOTE_LEN)?)
+        .map_err(|e| format!("{}: {e}", config.quote))?;
+    let mut collateral = Collateral::default();
+    if let Some(path) = &config.tcb_info {
+        let bytes = read(path, "TCB info", MAX_COLLATERAL_LEN)?;
+        collateral.tcb_info = Some(TcbInfo::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+    }
+    if let Some(path) = &config.qe_identity {
+        let bytes = read(path, "QE identity", MAX_COLLATERAL_LEN)?;
+        collateral.qe_identity =
+            Some(QeIdentity::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+    }
+    if let Some(path) = &config.pck_crl {
+        let bytes = read(path, "PCK CRL", MAX_CRL_LEN)?;
+        collateral.pck_crl = Some(Crl::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+    }
+    if let Some(path) = &config.root_crl {
+        let bytes = read(path, "root CRL", MAX_CRL_LEN)?;
+        collateral.root_crl = Some(Crl::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+    }
+    if let Some(path) = &config.tcb_signing_chain {
+        let bytes = read(path, "TCB signing chain", MAX_COLLATERAL_LEN)?;
+        collateral
+            .add_tcb_signing_chain(&bytes)
+            .map_err(|e| format!("{path}: {e}"))?;
+    }
+    let policy = match &config.policy {
+        Some(path) => {
+            let path = Path::new(path);
+            let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
+            TdxPolicy::from_json_at(&text, path.parent())
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => TdxPolicy::default(),
+    };
+    let validator = TdxValidator::new(policy)
+        .map_err(|e| e.to_string())?
+        .with_collateral(collateral);
+    let validator = match config.at {
+        Some(at) => validator.as_of(at),
+        None => validator,
+    };
+
+    let r = &quote.report;
+    println!(
+        "TDX quote: version {}, {} body, MRTD {}, TD attributes {:#018x} ({})",
+        quote.header.version,
+        r.body_type,
+        confboot_util::hex::encode(&r.mr_td),
+        r.td_attributes(),
+        td_attributes::names(r.td_attributes()).join(", ")
+    );
+    if quote.trailing_len() > 0 {
+        println!(
+            "note: {} unsigned bytes after the signature data are ignored",
+            quote.trailing_len()
+        );
+    }
+    let checks = validator.verify_quote_detailed(&quote, &config.report_data);
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for c in &checks {
+        println!("{c}");
+        match c.outcome {
+            CheckOutcome::Passed(_) => passed += 1,
+            CheckOutcome::Failed(_) => failed += 1,
+            CheckOutcome::Skipped(_) => skipped += 1,
+        }
+    }
+    if failed == 0 {
+        println!("VERIFIED: {passed} checks passed, {skipped} skipped");
+        Ok(0)
+    } else {
+        println!("FAILED: {failed} of {} checks failed", checks.len());
+        Ok(1)
+    }
+}
+
+fn hex_array<const N: usize>(text: &str, what: &str) -> Result<[u8; N], String> {
+    let bytes = confboot_util::hex::decode(text).map_err(|e| format!("{what}: {e}"))?;
+    bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("{what}: {} bytes, want {N}", bytes.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_the_config_reads_is_declared() {
+        let m = CMD
+            .parse(["--quote", "q.dat"].into_iter().map(String::from))
+            .unwrap();
+        let c = Config::from_matches(&m).unwrap();
+        assert_eq!(c.quote, "q.dat");
+        assert_eq!(c.report_data, ReportDataCheck::NotChecked);
+    }
+}
