@@ -208,7 +208,8 @@ impl JoinClient {
         )
         .map_err(|e| match e {
             atls::AtlsError::Attestation(a) => AttemptError::JoinServiceUntrusted(a.to_string()),
-            other => AttemptError::Call(Status::unavailable(other.to_string())),
+            // A refusal of this node's attestation is PERMISSION_DENIED.
+            other => AttemptError::Call(other.status()),
         })?;
         // What the connect left of the attempt.
         let left = deadline.saturating_duration_since(Instant::now());
@@ -273,6 +274,11 @@ impl JoinClient {
                     Some(Arc::clone(&self.issuer)),
                 ) {
                     Ok(connected) => connected,
+                    // The service refused this node's attestation, as a
+                    // PERMISSION_DENIED answer would.
+                    Err(e @ atls::AtlsError::Refused(_)) => {
+                        return Err(format!("{endpoint} refused it: {e}"));
+                    }
                     Err(e) => {
                         last = format!("{endpoint}: {e}");
                         continue;
