@@ -208,7 +208,8 @@ impl JoinClient {
         )
         .map_err(|e| match e {
             atls::AtlsError::Attestation(a) => AttemptError::JoinServiceUntrusted(a.to_string()),
-            other => AttemptError::Call(Status::unavailable(other.to_string())),
+            // A refusal of this node's attestation is PERMISSION_DENIED.
+            other => AttemptError::Call(other.status()),
         })?;
         // What the connect left of the attempt.
         let left = deadline.saturating_duration_since(Instant::now());
@@ -273,6 +274,11 @@ impl JoinClient {
                     Some(Arc::clone(&self.issuer)),
                 ) {
                     Ok(connected) => connected,
+                    // The service refused this node's attestation, as a
+                    // PERMISSION_DENIED answer would.
+                    Err(e @ atls::AtlsError::Refused(_)) => {
+                        return Err(format!("{endpoint} refused it: {e}"));
+                    }
                     Err(e) => {
                         last = format!("{endpoint}: {e}");
                         continue;
@@ -383,8 +389,8 @@ mod tests {
         );
     }
 
-    /// An issuer that is never asked (the test's join service requires no
-    /// client attestation).
+    /// An issuer whose evidence is its extra_data (the test's join service
+    /// requires no client attestation, so nobody checks it).
     struct NeverAsked;
 
     impl Issuer for NeverAsked {
@@ -393,9 +399,9 @@ mod tests {
         }
         fn issue(
             &self,
-            _: &[u8; confboot_attest::EXTRA_DATA_LEN],
+            extra: &[u8; confboot_attest::EXTRA_DATA_LEN],
         ) -> Result<Vec<u8>, confboot_attest::AttestationError> {
-            unreachable!("the join service asks for no client attestation")
+            Ok(extra.to_vec())
         }
     }
 

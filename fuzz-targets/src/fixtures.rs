@@ -14,10 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, UNIX_EPOCH};
 
-use confboot_atls::Nonce;
-use confboot_atls::nonce::extra_data;
 use confboot_attest::snp::{
     CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
     TrustRoots,
@@ -39,14 +36,28 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 
 /// The time the targets validate at (Unix seconds, 2025-06-01): inside the
-/// validity of the SNP fixtures' certificates and of the seed certificates.
+/// validity of the SNP fixtures' certificates.
 pub const NOW: u64 = 1_748_736_000;
 
 /// The `extra_data` vTPM evidence is validated against.
 pub const EXTRA: [u8; 32] = [0x11; 32];
 
-/// The aTLS handshake nonce certificates are verified for.
-pub const NONCE: Nonce = Nonce([0x5a; 32]);
+/// The `extra_data` of the fuzz targets' aTLS session for a message
+/// without a sealing key (what the session's exporter gives in a real
+/// connection).
+pub const SESSION_EXTRA: [u8; 32] = [0x5a; 32];
+
+/// The `extra_data` of that session for a message with a sealing key (any
+/// key: the targets' stand-in for the exporter does not hash it in).
+pub const SEALED_SESSION_EXTRA: [u8; 32] = [0x5b; 32];
+
+/// The `extra_data` the fuzz targets' session gives for `sealing_key`.
+pub fn session_extra(sealing_key: Option<&[u8; 32]>) -> [u8; 32] {
+    match sealing_key {
+        None => SESSION_EXTRA,
+        Some(_) => SEALED_SESSION_EXTRA,
+    }
+}
 
 /// The PCR the vTPM policy enforces, and its value in the fixture quotes.
 pub const POLICY_PCR: u32 = 4;
@@ -55,8 +66,6 @@ pub const POLICY_PCR: u32 = 4;
 const AK_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b020101042045995097e707593c9cf0f11ee130be06aafa05e1fd6bca9320ef8e88596d8609a14403420004c70161909f4e9f3cd7fc174504c1b8002be17b2e6eb48ecf66e1be79597f8111800fcb3db80aac88f4311c7ac3ac87eaa4a3bf5cd0eb2acb7299f3ae9bc0371b";
 /// PKCS#8 of the fixture AK-certificate CA (P-256). A published test key.
 const CA_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b02010104209220e736c006093244a7068c153154dc38caa795ad09afba83e28794927e1830a1440342000423074165d07594ce73d508c2af18ee84c8cf1c21151c5dc1f90925e5959eaecd5b7822cd6d2e21211126567a8d499e8105bd85babf10a30272e094a6ffb7dadd";
-/// PKCS#8 of the fixture aTLS certificate key (P-256). A published test key.
-const CERT_PKCS8: &str = "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b02010104208ec940f9212219144092cad239ebacccb70d120e94c12d19c1f18ed0973d5ce3a14403420004eebe8828b182ea5cead39f50fcb7cadb15a75bf16afd18e07c817f3e3071cb33dd6d5b97077ca9293987d6fb24bdbe5bcc57c36c2e569cbe422c89ece25e4207";
 
 fn unhex(s: &str) -> Vec<u8> {
     confboot_util::hex::decode(s).expect("fixture hex")
@@ -112,16 +121,13 @@ pub struct Vtpm {
     /// The AK's SEC1 point.
     pub ak_point: Vec<u8>,
     ca: rcgen::Issuer<'static, rcgen::KeyPair>,
-    cert_key: rcgen::KeyPair,
-    /// SPKI DER of the aTLS certificate key.
-    pub cert_spki: Vec<u8>,
     /// Trusts exactly the fixture AK.
     pub pinned: VtpmValidator,
     /// Trusts AKs certified by the fixture CA.
     pub ca_trusted: VtpmValidator,
     /// Every `TPMS_ATTEST` the fixture AK signs, ever: the quotes over each
-    /// [`PcrSet`] for [`EXTRA`], for the aTLS certificate's extra data and
-    /// for [`verify_extra`].
+    /// [`PcrSet`] for [`EXTRA`], for the aTLS session's extra data (with and
+    /// without a sealing key) and for [`verify_extra`].
     pub signed_attests: Vec<Vec<u8>>,
 }
 
@@ -168,16 +174,12 @@ impl Vtpm {
             .to_vec();
         let ca = rcgen::Issuer::new(ca_params, ca_key);
 
-        let cert_key = rcgen::KeyPair::try_from(&unhex(CERT_PKCS8)[..]).expect("fixture cert key");
-        let cert_spki = rcgen::PublicKeyData::subject_public_key_info(&cert_key);
-
         let mut policy = MeasurementPolicy::new(BTreeMap::new());
         policy.set(POLICY_PCR, vec![POLICY_PCR as u8; 32], false);
         let pinned = VtpmValidator::new(AkTrust::Pinned(vec![ak_point.clone()]), policy.clone());
         let ca_trusted = VtpmValidator::new(AkTrust::CertificateRoots(vec![ca_der]), policy);
 
-        let cert_extra = extra_data(&cert_spki, &NONCE);
-        let signed_attests = [EXTRA, cert_extra, verify_extra()]
+        let signed_attests = [EXTRA, SESSION_EXTRA, SEALED_SESSION_EXTRA, verify_extra()]
             .iter()
             .flat_map(|extra| {
                 PcrSet::ALL
@@ -190,21 +192,15 @@ impl Vtpm {
             ak_public,
             ak_point,
             ca,
-            cert_key,
-            cert_spki,
             pinned,
             ca_trusted,
             signed_attests,
         }
     }
 
-    /// The aTLS certificate's `extra_data` for [`NONCE`].
-    pub fn cert_extra(&self) -> [u8; 32] {
-        extra_data(&self.cert_spki, &NONCE)
-    }
-
     /// Evidence the fixture AK signs: a quote over `set` bound to `extra`
-    /// (one of [`EXTRA`], [`Vtpm::cert_extra`] and [`verify_extra`]), with the AK certificate
+    /// (one of [`EXTRA`], [`SESSION_EXTRA`], [`SEALED_SESSION_EXTRA`] and
+    /// [`verify_extra`]), with the AK certificate
     /// when `with_certificate`, and [`event_log`] for [`PcrSet::Logged`].
     pub fn evidence(&self, extra: &[u8; 32], set: PcrSet, with_certificate: bool) -> Vec<u8> {
         let values = set.values();
@@ -238,27 +234,6 @@ impl Vtpm {
             certificate.as_deref(),
             &log,
         )
-    }
-
-    /// A self-signed aTLS certificate with the fixture certificate key, valid
-    /// around [`NOW`], carrying `evidence` under `variant`'s OID (as
-    /// `confboot_atls::cert::attested` makes one, at a fixed time).
-    pub fn attested_certificate(&self, variant: Variant, evidence: Vec<u8>) -> Vec<u8> {
-        let mut params = rcgen::CertificateParams::default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "confboot aTLS");
-        let margin = confboot_atls::cert::VALIDITY_MARGIN;
-        params.not_before = (UNIX_EPOCH + Duration::from_secs(NOW) - margin).into();
-        params.not_after = (UNIX_EPOCH + Duration::from_secs(NOW) + margin).into();
-        let mut ext = rcgen::CustomExtension::from_oid_content(variant.oid_arcs(), evidence);
-        ext.set_criticality(false);
-        params.custom_extensions.push(ext);
-        params
-            .self_signed(&self.cert_key)
-            .expect("fixture aTLS certificate")
-            .der()
-            .to_vec()
     }
 }
 
@@ -439,7 +414,7 @@ pub fn snp() -> &'static [SnpFixture; 3] {
     })
 }
 
-/// The validators an aTLS certificate is verified with, per variant: the
+/// The validators an aTLS attestation message is verified with, per variant: the
 /// pinned-AK vTPM validator, and an SEV-SNP validator for the second SNP
 /// fixture's image that knows every fixture's roots.
 pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {

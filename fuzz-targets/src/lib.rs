@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use confboot_atls::{Nonce, cert};
+use confboot_atls::AttestationMessage;
 use confboot_attest::snp::{
     AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, ReportDataCheck, SnpEvidence, SnpPolicy,
     SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url,
@@ -65,10 +65,10 @@ use confboot_proto::{CONFIRM_GENERATION, HEALTH_CHECK, INIT, JOIN, RECOVER, REJO
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameError, FrameKind};
 use confboot_wire::{Client, Router, ServerLimits, Status, serve_connection};
-use x509_parser::prelude::{FromDer, X509Certificate};
 
-use fixtures::{EXTRA, NONCE, NOW, POLICY_PCR};
+use fixtures::{EXTRA, POLICY_PCR};
 use wire::Scripted;
+use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// A fuzz target: takes any bytes, panics only on a finding.
 pub type Target = fn(&[u8]);
@@ -80,9 +80,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rpc_server", rpc_server),
     ("rpc_client", rpc_client),
     ("join_ticket", join_ticket),
-    ("atls_nonce", atls_nonce),
-    ("atls_cert_vtpm", atls_cert_vtpm),
-    ("atls_cert_snp", atls_cert_snp),
+    ("atls_attestation", atls_attestation),
     ("vtpm_evidence", vtpm_evidence),
     ("snp_evidence", snp_evidence),
     ("snp_cert_table", snp_cert_table),
@@ -412,72 +410,47 @@ pub fn join_ticket(data: &[u8]) {
 
 // ---- aTLS ----
 
-/// Both nonce encodings: the SNI form (the client's nonce) and the
-/// acceptable-CA name (the server's). What parses is the encoding of what
-/// it parsed to (the hex digits in either case; the name's string a
-/// PrintableString or a UTF8String).
-pub fn atls_nonce(data: &[u8]) {
-    if let Ok(name) = std::str::from_utf8(data)
-        && let Ok(n) = Nonce::from_server_name(name)
-    {
-        assert_eq!(n.to_server_name(), name.to_ascii_lowercase());
-    }
-    if let Ok(n) = Nonce::from_distinguished_name(data) {
-        let der = n.to_distinguished_name();
-        const STRING_TAG_AT: usize = 11;
-        assert_eq!(data.len(), der.len());
-        assert_eq!(data[..STRING_TAG_AT], der[..STRING_TAG_AT]);
-        assert!(matches!(data[STRING_TAG_AT], 0x13 | 0x0c));
-        assert_eq!(data[STRING_TAG_AT + 1], der[STRING_TAG_AT + 1]);
-        assert!(data[STRING_TAG_AT + 2..].eq_ignore_ascii_case(&der[STRING_TAG_AT + 2..]));
-    }
-}
-
-/// A peer's certificate through the aTLS check with the vTPM validator:
-/// it passes only with a quote the fixture AK signed for this certificate's
-/// key and the handshake's nonce.
-pub fn atls_cert_vtpm(data: &[u8]) {
-    let f = fixtures::vtpm();
-    let verdict = cert::verify(
-        data,
-        &NONCE,
-        fixtures::atls_validators(Variant::QemuVtpm),
-        NOW,
+/// A peer's attestation message, as the side that requires attestation
+/// reads and checks it (with the vTPM validators, then the SEV-SNP ones),
+/// bound to the targets' session ([`fixtures::session_extra`]). What
+/// decodes encodes back to what decodes the same; it passes only with a
+/// quote the fixture AK signed for the session's `extra_data` of the
+/// message's sealing key; no genuine SEV-SNP report binds that session,
+/// so SNP evidence never passes.
+pub fn atls_attestation(data: &[u8]) {
+    let Ok(message) = AttestationMessage::decode(data) else {
+        return;
+    };
+    assert_eq!(
+        AttestationMessage::decode(&message.encode()).as_ref(),
+        Ok(&message),
+        "a decoded message does not encode back"
     );
-    if let Ok(attested) = verdict {
-        assert_eq!(attested.variant, Variant::QemuVtpm);
-        let (_, c) = X509Certificate::from_der(data).expect("a verified certificate parses");
+    for variant in Variant::ALL {
+        let verdict = message.verify(fixtures::atls_validators(variant), |key| {
+            Ok(fixtures::session_extra(key))
+        });
+        let Ok(attested) = verdict else { continue };
         assert_eq!(
-            c.tbs_certificate.subject_pki.raw, f.cert_spki,
-            "evidence accepted for another key"
+            attested.variant,
+            Variant::QemuVtpm,
+            "SEV-SNP evidence accepted for a session no genuine report binds"
         );
-        let ext = c
-            .extensions()
-            .iter()
-            .find(|e| e.oid.to_id_string() == Variant::QemuVtpm.oid())
-            .expect("a verified certificate carries evidence");
-        let e = QuoteEvidence::decode(ext.value).expect("verified evidence decodes");
+        let (_, evidence) = message
+            .evidence
+            .as_ref()
+            .expect("a verified message carries evidence");
+        let e = QuoteEvidence::decode(evidence.as_slice()).expect("verified evidence decodes");
         assert!(
-            f.signed_attests.contains(&e.attest),
+            fixtures::vtpm().signed_attests.contains(&e.attest),
             "a quote the AK never signed was accepted"
         );
+        let extra = fixtures::session_extra(message.sealing_key.as_ref());
+        assert!(
+            e.attest.windows(extra.len()).any(|w| w == extra),
+            "evidence accepted for another session or sealing key"
+        );
     }
-}
-
-/// A peer's certificate through the aTLS check with the SEV-SNP validator.
-/// No genuine report is bound to a key and nonce of this target, so nothing
-/// may pass.
-pub fn atls_cert_snp(data: &[u8]) {
-    let verdict = cert::verify(
-        data,
-        &NONCE,
-        fixtures::atls_validators(Variant::SevSnp),
-        NOW,
-    );
-    assert!(
-        verdict.is_err(),
-        "SEV-SNP evidence accepted for a key no genuine report binds: {verdict:?}"
-    );
 }
 
 // ---- Attestation ----

@@ -3,7 +3,7 @@
 //! misses. The corpora in `fuzz/corpus/` started from these; the ignored
 //! test `write_seed_corpora` writes the ones a corpus lacks.
 
-use confboot_atls::Nonce;
+use confboot_atls::AttestationMessage;
 use confboot_attest::Variant;
 use confboot_attest::snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
 use confboot_kms::MasterSecret;
@@ -271,68 +271,61 @@ fn join_ticket() -> Vec<Seed> {
     ]
 }
 
-fn atls_nonce() -> Vec<Seed> {
-    let n = Nonce([0x3c; 32]);
-    let mut utf8 = n.to_distinguished_name();
-    utf8[11] = 0x0c;
-    vec![
-        seed("server-name", n.to_server_name()),
-        seed("server-name-upper", n.to_server_name().to_uppercase()),
-        seed("distinguished-name", n.to_distinguished_name()),
-        seed("distinguished-name-utf8", utf8),
-    ]
-}
-
 fn snp_evidence_of(f: &fixtures::SnpFixture) -> Vec<u8> {
     f.evidence().encode().expect("fixture evidence encodes")
 }
 
-fn atls_cert_vtpm() -> Vec<Seed> {
+fn atls_attestation() -> Vec<Seed> {
     let v = fixtures::vtpm();
-    let extra = v.cert_extra();
+    let message = |evidence: Option<(Variant, Vec<u8>)>, sealing_key: Option<[u8; 32]>| {
+        AttestationMessage {
+            evidence,
+            sealing_key,
+        }
+        .encode()
+    };
+    let vtpm = |extra: &[u8; 32], set: PcrSet, cert: bool| {
+        Some((Variant::QemuVtpm, v.evidence(extra, set, cert)))
+    };
     vec![
+        seed("none", message(None, None)),
         seed(
             "vtpm-all-pcrs",
-            v.attested_certificate(Variant::QemuVtpm, v.evidence(&extra, PcrSet::All, false)),
+            message(vtpm(&fixtures::SESSION_EXTRA, PcrSet::All, false), None),
         ),
         seed(
-            "vtpm-two-pcrs",
-            v.attested_certificate(
-                Variant::QemuVtpm,
-                v.evidence(&extra, PcrSet::PolicyAndMark, true),
+            "vtpm-two-pcrs-certified",
+            message(
+                vtpm(&fixtures::SESSION_EXTRA, PcrSet::PolicyAndMark, true),
+                None,
+            ),
+        ),
+        seed(
+            "vtpm-sealing-key",
+            message(
+                vtpm(&fixtures::SEALED_SESSION_EXTRA, PcrSet::All, false),
+                Some([0x42; 32]),
+            ),
+        ),
+        seed(
+            "vtpm-sealing-key-not-bound",
+            message(
+                vtpm(&fixtures::SESSION_EXTRA, PcrSet::All, false),
+                Some([0x42; 32]),
             ),
         ),
         seed(
             "vtpm-other-extra-data",
-            v.attested_certificate(Variant::QemuVtpm, v.evidence(&EXTRA, PcrSet::All, false)),
+            message(vtpm(&EXTRA, PcrSet::All, false), None),
         ),
         seed(
             "snp-evidence",
-            v.attested_certificate(Variant::SevSnp, snp_evidence_of(&fixtures::snp()[1])),
+            message(
+                Some((Variant::SevSnp, snp_evidence_of(&fixtures::snp()[1]))),
+                None,
+            ),
         ),
     ]
-}
-
-fn atls_cert_snp() -> Vec<Seed> {
-    let v = fixtures::vtpm();
-    let mut seeds: Vec<Seed> = fixtures::snp()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            seed(
-                &format!("snp-report-{i}"),
-                v.attested_certificate(Variant::SevSnp, snp_evidence_of(f)),
-            )
-        })
-        .collect();
-    seeds.push(seed(
-        "vtpm-evidence",
-        v.attested_certificate(
-            Variant::QemuVtpm,
-            v.evidence(&v.cert_extra(), PcrSet::All, false),
-        ),
-    ));
-    seeds
 }
 
 fn vtpm_evidence() -> Vec<Seed> {
@@ -348,7 +341,7 @@ fn vtpm_evidence() -> Vec<Seed> {
         seed("event-log", v.evidence(&EXTRA, PcrSet::Logged, false)),
         seed(
             "other-extra-data",
-            v.evidence(&v.cert_extra(), PcrSet::All, false),
+            v.evidence(&fixtures::SESSION_EXTRA, PcrSet::All, false),
         ),
     ]
 }
@@ -1069,9 +1062,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "rpc_server" => rpc_server(),
         "rpc_client" => rpc_client(),
         "join_ticket" => join_ticket(),
-        "atls_nonce" => atls_nonce(),
-        "atls_cert_vtpm" => atls_cert_vtpm(),
-        "atls_cert_snp" => atls_cert_snp(),
+        "atls_attestation" => atls_attestation(),
         "vtpm_evidence" => vtpm_evidence(),
         "snp_evidence" => snp_evidence(),
         "snp_cert_table" => snp_cert_table(),

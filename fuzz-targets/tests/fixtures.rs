@@ -2,11 +2,11 @@
 //! that sees `Ok` for a fuzzed input is checking a real acceptance, and a
 //! changed signed byte is refused.
 
-use confboot_atls::cert;
+use confboot_atls::AttestationMessage;
 use confboot_attest::snp::{ReportDataCheck, SnpEvidence};
 use confboot_attest::{AttestationError, Validator, Variant};
 use confboot_cluster::ticket::{check_cluster_mark, check_join_ticket};
-use confboot_fuzz_targets::fixtures::{self, EXTRA, NONCE, NOW, PcrSet};
+use confboot_fuzz_targets::fixtures::{self, EXTRA, PcrSet};
 use confboot_fuzz_targets::{TICKET_SALT, TICKET_SECRET};
 use confboot_proto::Message;
 use confboot_proto::vtpm::QuoteEvidence;
@@ -43,30 +43,39 @@ fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_no
 }
 
 #[test]
-fn fixture_atls_certificates_verify_for_vtpm_and_bind_nothing_for_snp() {
+fn fixture_attestation_messages_verify_for_vtpm_and_bind_nothing_for_snp() {
     let v = fixtures::vtpm();
-    let der = v.attested_certificate(
-        Variant::QemuVtpm,
-        v.evidence(&v.cert_extra(), PcrSet::All, false),
-    );
+    let message = AttestationMessage {
+        evidence: Some((
+            Variant::QemuVtpm,
+            v.evidence(&fixtures::SESSION_EXTRA, PcrSet::All, false),
+        )),
+        sealing_key: None,
+    };
     let vtpm = fixtures::atls_validators(Variant::QemuVtpm);
+    let session = |key: Option<&[u8; 32]>| Ok(fixtures::session_extra(key));
     assert_eq!(
-        cert::verify(&der, &NONCE, vtpm, NOW).unwrap().variant,
+        message.verify(vtpm, session).unwrap().variant,
         Variant::QemuVtpm
     );
-    // Another nonce: the evidence is not bound to it.
-    assert!(cert::verify(&der, &confboot_atls::Nonce([0; 32]), vtpm, NOW).is_err());
+    // Another session: the evidence is not bound to it.
+    assert!(message.verify(vtpm, |_| Ok([0; 32])).is_err());
+    // A sealing key the evidence does not bind.
+    let swapped = AttestationMessage {
+        sealing_key: Some([0x42; 32]),
+        ..message.clone()
+    };
+    assert!(swapped.verify(vtpm, session).is_err());
     // Genuine SNP evidence passes every check but the binding.
     let snp = &fixtures::snp()[1];
-    let der = v.attested_certificate(Variant::SevSnp, snp.evidence().encode().unwrap());
-    let err = cert::verify(
-        &der,
-        &NONCE,
-        fixtures::atls_validators(Variant::SevSnp),
-        NOW,
-    )
-    .unwrap_err()
-    .to_string();
+    let message = AttestationMessage {
+        evidence: Some((Variant::SevSnp, snp.evidence().encode().unwrap())),
+        sealing_key: None,
+    };
+    let err = message
+        .verify(fixtures::atls_validators(Variant::SevSnp), session)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("not bound"), "{err}");
 }
 

@@ -134,7 +134,9 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         listener::spawn(rpc_listener, cfg.pool, move |sock, stop| {
             let peer_addr = sock.peer_addr().ok();
             match atls.accept(sock, limits.io_timeout) {
-                Ok(Accepted { mut stream, peer }) => {
+                Ok(Accepted {
+                    mut stream, peer, ..
+                }) => {
                     let peer = peer.map(|p| Arc::new(p) as confboot_wire::PeerIdentity);
                     let end = serve_connection_as(&mut stream, &router, &limits, stop, peer);
                     log::debug!("connection from {peer_addr:?} ended: {end:?}");

@@ -61,7 +61,7 @@ pub fn handshake_reason(e: &AtlsError) -> &'static str {
         AtlsError::MissingEvidence
         | AtlsError::UnknownVariant { .. }
         | AtlsError::VariantNotAccepted { .. }
-        | AtlsError::CriticalExtension { .. } => "attestation",
+        | AtlsError::Message(_) => "attestation",
         AtlsError::Timeout | AtlsError::Io(_) => "connection",
         _ => "handshake",
     }

@@ -114,8 +114,8 @@ impl Node {
     /// An aTLS RPC client to `addr` in which this node attests.
     fn connect(&self, addr: SocketAddr) -> Result<atls::AtlsRpcClient, Status> {
         let issuer = Some(self.issuer.clone() as Arc<dyn Issuer>);
-        let (client, _) = atls::connect(addr, Duration::from_secs(20), &[], issuer)
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let (client, _) =
+            atls::connect(addr, Duration::from_secs(20), &[], issuer).map_err(|e| e.status())?;
         Ok(client)
     }
 

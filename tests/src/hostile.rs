@@ -9,8 +9,9 @@
 //! TLS trickled a byte at a time, 4 GiB length prefixes on the raw socket
 //! and inside TLS, garbage TLS records, floods of ClientHellos aborted at
 //! once, and (against joinsvc) valid TLS with evidence from a TPM with other
-//! PCRs, evidence bound to a wrong nonce, and a certificate replayed from an
-//! earlier handshake. Every kind counts what it did and what the server did
+//! PCRs, evidence bound to a wrong session, an attestation replayed from an
+//! earlier connection, and a genuine node's attestation relayed by an
+//! attacker that terminates TLS on both sides. Every kind counts what it did and what the server did
 //! to it ([`KindReport`]).
 
 use std::collections::BTreeMap;
@@ -22,16 +23,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::tls::AnyServer;
-use confboot_atls::{self as atls, AtlsClient, Nonce};
+use crate::relay;
+use confboot_atls::message::{self as atls_message, AttestationMessage};
+use confboot_atls::{AtlsClient, AtlsError};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_wire::{self as rpc, Code, DeadlineSocket, Status};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
-use rustls::client::{ResolvesClientCert, Resumption};
-use rustls::pki_types::ServerName;
-use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, ClientConnection, SignatureScheme, StreamOwned};
+use rustls::{ClientConnection, StreamOwned};
 
 /// A TCP connection to `to` (IPv4) from the local address `from`: on
 /// loopback every 127.0.0.0/8 address is this machine, so tests can play
@@ -79,8 +78,9 @@ pub struct Target {
     /// An issuer whose AK the server trusts but whose PCRs differ from the
     /// policy (a genuine TPM running another image): with it (only against
     /// joinsvc) the wrong-attestation attacks run: evidence with other PCRs;
-    /// and, with the insider, evidence bound to a wrong nonce and a
-    /// certificate replayed from an earlier handshake.
+    /// and, with the insider, evidence bound to a wrong session, an
+    /// attestation replayed from an earlier connection, and the insider's
+    /// attestation relayed from its own connection to the attacker.
     pub other_image: Option<Arc<dyn Issuer>>,
 }
 
@@ -277,14 +277,20 @@ impl Attack {
         }
         if let (Some(insider), Some(_)) = (&target.insider, &target.other_image) {
             let (t, p) = (target.clone(), plan.clone());
-            let wrong: Arc<dyn Issuer> = Arc::new(WrongNonce(Arc::clone(insider)));
-            attack.spawn("TLS, wrong nonce", move |c, stop, k| {
+            let wrong: Arc<dyn Issuer> = Arc::new(WrongSession(Arc::clone(insider)));
+            attack.spawn("TLS, wrong session", move |c, stop, k| {
                 looping(&p, stop, |i| attested_join(&t, &wrong, c, source(k, i)))
             });
+            let (t, p, recording) = (target.clone(), plan.clone(), Arc::clone(insider));
+            attack.spawn("TLS, replayed attestation", move |c, stop, k| {
+                let recorded = Mutex::new(None);
+                looping(&p, stop, |i| {
+                    replayed_join(&t, &recording, &recorded, c, source(k, i))
+                })
+            });
             let (t, p, insider) = (target.clone(), plan.clone(), Arc::clone(insider));
-            attack.spawn("TLS, replayed certificate", move |c, stop, k| {
-                let replay = Arc::new(Replaying::new(insider));
-                looping(&p, stop, |i| replayed_join(&t, &replay, c, source(k, i)))
+            attack.spawn("TLS, relayed attestation", move |c, stop, _| {
+                looping(&p, stop, |_| relayed_join(&t, &insider, c))
             });
         }
         attack
@@ -482,11 +488,11 @@ fn idle(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, kind: usi
     }
 }
 
-/// The bytes of a fresh TLS 1.3 ClientHello offering ALPN `confboot/1`.
+/// The bytes of a fresh TLS 1.3 ClientHello offering ALPN `confboot/2`.
 pub fn client_hello() -> Vec<u8> {
     let conn = ClientConnection::new(
-        Arc::new(any_server_config(None)),
-        ServerName::try_from("hostile.example").expect("a DNS name"),
+        Arc::new(relay::client_config()),
+        rustls::pki_types::ServerName::try_from("hostile.example").expect("a DNS name"),
     );
     let mut out = Vec::new();
     conn.expect("a client connection")
@@ -669,10 +675,10 @@ fn attested_join(target: &Target, issuer: &Arc<dyn Issuer>, c: &Counters, src: I
     );
 }
 
-/// Evidence from a trusted TPM, bound to a nonce the server never sent.
-struct WrongNonce(Arc<dyn Issuer>);
+/// Evidence from a trusted TPM, bound to a session that is not this one.
+struct WrongSession(Arc<dyn Issuer>);
 
-impl Issuer for WrongNonce {
+impl Issuer for WrongSession {
     fn variant(&self) -> Variant {
         self.0.variant()
     }
@@ -681,105 +687,93 @@ impl Issuer for WrongNonce {
     }
 }
 
-/// Answers every certificate request with the attested certificate (and
-/// its key) made for the first one: a replay of an earlier handshake's
-/// attestation by a client that even holds the certificate's key.
-struct Replaying {
-    issuer: Arc<dyn Issuer>,
-    recorded: Mutex<Option<Arc<CertifiedKey>>>,
-}
-
-impl std::fmt::Debug for Replaying {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replaying")
-            .field("variant", &self.issuer.variant())
-            .finish()
-    }
-}
-
-impl Replaying {
-    fn new(issuer: Arc<dyn Issuer>) -> Replaying {
-        Replaying {
-            issuer,
-            recorded: Mutex::new(None),
+/// Counts what the server answered an attestation sent on the attacker's
+/// own session: a refusal (the server closes), or acceptance (then the
+/// attacker asks for a ticket, which it must never get).
+fn count_answer(c: &Counters, answer: Result<AttestationMessage, AtlsError>, s: relay::ToServer) {
+    match answer {
+        Ok(_) => {
+            let mut client = rpc::Client::new(s);
+            count_join(
+                c,
+                client.unary(
+                    confboot_proto::JOIN,
+                    &join_request(),
+                    Duration::from_secs(20),
+                ),
+            );
         }
-    }
-}
-
-impl ResolvesClientCert for Replaying {
-    fn resolve(&self, hints: &[&[u8]], _schemes: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-        let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = recorded.as_ref() {
-            return Some(Arc::clone(k));
-        }
-        let nonce = Nonce::from_distinguished_name(hints.first()?).ok()?;
-        let key = confboot_atls::cert::attested(self.issuer.as_ref(), &nonce)
-            .ok()?
-            .into_certified_key(&atls::provider())
-            .ok()?;
-        *recorded = Some(Arc::clone(&key));
-        Some(key)
-    }
-
-    fn has_certs(&self) -> bool {
-        true
-    }
-}
-
-/// A TLS 1.3 client config with ALPN `confboot/1` that takes any server and
-/// answers certificate requests with `certs` (none: no certificate).
-fn any_server_config(certs: Option<Arc<dyn ResolvesClientCert>>) -> ClientConfig {
-    let provider = atls::provider();
-    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer::new(provider)));
-    let mut config = match certs {
-        Some(c) => builder.with_client_cert_resolver(c),
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![atls::ALPN.to_vec()];
-    config.resumption = Resumption::disabled();
-    config
-}
-
-/// Valid TLS whose client certificate is the one recorded from the first
-/// handshake of `replay` (which is made and closed without a call), then a
-/// join call.
-fn replayed_join(target: &Target, replay: &Arc<Replaying>, c: &Counters, src: Ipv4Addr) {
-    let first = replay
-        .recorded
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .is_none();
-    let Some(mut sock) = c.connect(src, target.addr) else {
-        return;
-    };
-    let config = any_server_config(Some(Arc::clone(replay) as Arc<dyn ResolvesClientCert>));
-    let Ok(mut conn) = ClientConnection::new(
-        Arc::new(config),
-        ServerName::try_from("replay.example").expect("a DNS name"),
-    ) else {
-        return;
-    };
-    while conn.is_handshaking() {
-        if conn.complete_io(&mut sock).is_err() {
+        Err(AtlsError::Refused(_)) => {
+            Counters::add(&c.answered, 1);
             Counters::add(&c.closed_by_server, 1);
-            return;
         }
+        Err(_) => Counters::add(&c.closed_by_server, 1),
     }
-    if first {
-        // The recording: an honest handshake, closed without a call.
+}
+
+/// Valid TLS, then the attestation message recorded from the attacker's
+/// first connection (where the insider attested genuinely, and which is
+/// closed without a call), then a join call if the server took it.
+fn replayed_join(
+    target: &Target,
+    insider: &Arc<dyn Issuer>,
+    recorded: &Mutex<Option<AttestationMessage>>,
+    c: &Counters,
+    src: Ipv4Addr,
+) {
+    let Some(sock) = c.connect(src, target.addr) else {
+        return;
+    };
+    let Ok(mut s) = relay::tls_client(sock) else {
+        Counters::add(&c.closed_by_server, 1);
+        return;
+    };
+    let mut recorded = recorded.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(message) = recorded.clone() else {
+        // The recording: an honest attestation, closed without a call.
+        if let Ok(m) = relay::own_attestation(&s, insider.as_ref()) {
+            let _ = atls_message::write(&mut s, &m);
+            let _ = atls_message::read(&mut s);
+            *recorded = Some(m);
+        }
+        return;
+    };
+    drop(recorded);
+    if atls_message::write(&mut s, &message).is_err() {
+        Counters::add(&c.closed_by_server, 1);
         return;
     }
-    let mut client = rpc::Client::new(StreamOwned::new(conn, sock));
-    count_join(
-        c,
-        client.unary(
-            confboot_proto::JOIN,
-            &join_request(),
-            Duration::from_secs(20),
-        ),
-    );
+    let answer = atls_message::read(&mut s);
+    count_answer(c, answer, s);
+}
+
+/// A genuine node (the insider, attesting honestly) connects to the
+/// attacker, which terminates its TLS, opens its own session with the
+/// target and relays the node's attestation message there; then a join
+/// call if the server took it.
+fn relayed_join(target: &Target, insider: &Arc<dyn Issuer>, c: &Counters) {
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return;
+    };
+    let Ok(at) = listener.local_addr() else {
+        return;
+    };
+    let node = AtlsClient::new(Vec::new(), Some(Arc::clone(insider)));
+    let genuine = std::thread::spawn(move || {
+        TcpStream::connect(at).map(|s| node.connect(s, Duration::from_secs(20)).is_ok())
+    });
+    Counters::add(&c.connections, 1);
+    let relayed = relay::relay_one(&listener, target.addr, |_, m| m);
+    let _ = genuine.join();
+    match relayed {
+        Ok(r) => match r.from_target {
+            Err(AtlsError::Refused(_)) => {
+                Counters::add(&c.answered, 1);
+                Counters::add(&c.closed_by_server, 1);
+            }
+            Ok(_) => Counters::add(&c.tickets, 1),
+            Err(_) => Counters::add(&c.closed_by_server, 1),
+        },
+        Err(_) => Counters::add(&c.closed_by_server, 1),
+    }
 }

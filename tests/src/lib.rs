@@ -25,6 +25,7 @@ pub mod kube_double;
 pub mod load;
 pub mod os;
 pub mod qemu;
+pub mod relay;
 pub mod snp;
 pub mod storm;
 pub mod tls;

@@ -1,7 +1,6 @@
-//! The client side: a rustls `ClientConfig` per connection whose server
-//! verifier holds this connection's SNI nonce, and whose client-certificate
-//! resolver attests for the nonce the server sent as its acceptable-CA name
-//! (both from [`super::handshake`]).
+//! The client side: a TLS 1.3 handshake that takes any server certificate
+//! and sends none, then this client's attestation message and the check of
+//! the server's ([`super::message`] says in which order).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,29 +10,32 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
+use super::attestation;
+use super::binding::Role;
 use super::error::AtlsError;
 use super::handshake::{
-    ALPN, Attester, HandshakeState, PeerVerifier, check_alpn, drive, provider, reset_timeouts,
+    ALPN, AnyServerCertificate, SERVER_NAME, check_alpn, drive, provider, reset_timeouts,
 };
-use super::nonce::Nonce;
+use super::message::{self, SEALING_KEY_LEN};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_wire::{DeadlineSocket, Transport};
 
 /// The client end of aTLS: which server evidence it accepts, and what it
-/// attests with when the server asks. Cheap to share; every connection gets
-/// its own nonce and rustls `ClientConfig`.
+/// attests with. Cheap to share; one rustls `ClientConfig` serves every
+/// connection.
 #[derive(Clone)]
 pub struct AtlsClient {
-    provider: Arc<CryptoProvider>,
+    config: Arc<ClientConfig>,
     server_validators: Vec<Arc<dyn Validator>>,
     issuer: Option<Arc<dyn Issuer>>,
 }
 
 /// An established aTLS client connection.
 pub struct Connected<T: Transport> {
-    /// The TLS stream, handshake done, over a socket that holds deadlines:
-    /// a deadline set on the stream bounds every read and write of the
-    /// socket ([`confboot_wire::Client`]'s calls set theirs).
+    /// The TLS stream, handshake and attestation exchange done, over a
+    /// socket that holds deadlines: a deadline set on the stream bounds
+    /// every read and write of the socket ([`confboot_wire::Client`]'s
+    /// calls set theirs).
     pub stream: StreamOwned<ClientConnection, DeadlineSocket<T>>,
     /// What the server's evidence established; `None` when no server
     /// validators were given (server attestation not required).
@@ -42,74 +44,85 @@ pub struct Connected<T: Transport> {
 
 impl AtlsClient {
     /// A client requiring the server to attest to one of `server_validators`
-    /// (none: any server certificate is taken) and attesting with `issuer`
-    /// when the server asks (none: it answers without a certificate, which a
-    /// server requiring client attestation refuses).
+    /// (none: the server's attestation is not looked at) and attesting with
+    /// `issuer` (none: it sends the empty message, which a server requiring
+    /// client attestation refuses).
     pub fn new(
         server_validators: Vec<Arc<dyn Validator>>,
         issuer: Option<Arc<dyn Issuer>>,
     ) -> AtlsClient {
         AtlsClient {
-            provider: provider(),
+            config: client_config(provider()),
             server_validators,
             issuer,
         }
     }
 
-    /// Runs the client handshake on `sock`, all of it within `timeout` (an
-    /// absolute bound: every read and write of the socket ends by then).
-    /// Afterwards the socket's read and write timeouts are `timeout` each,
-    /// until a deadline is set on the stream.
+    /// Runs the client handshake and the attestation exchange on `sock`,
+    /// all of it within `timeout` (an absolute bound: every read and write
+    /// of the socket ends by then). Afterwards the socket's read and write
+    /// timeouts are `timeout` each, until a deadline is set on the stream.
     ///
-    /// In TLS 1.3 the client finishes its handshake before the server has
-    /// checked the client's certificate: a server refusing our evidence
-    /// shows as an error on the first read.
+    /// A server that refuses this client's attestation says so before
+    /// anything else: [`AtlsError::Refused`].
     pub fn connect<T: Transport>(
         &self,
         sock: T,
         timeout: Duration,
     ) -> Result<Connected<T>, AtlsError> {
+        self.connect_sealing(sock, timeout, None)
+    }
+
+    /// As [`AtlsClient::connect`], offering `sealing_key` (an X25519 public
+    /// key whose private key the caller keeps for this connection) next to
+    /// this client's evidence, which binds it: the server may seal what it
+    /// sends to it. Without an issuer the key is not sent.
+    pub fn connect_sealing<T: Transport>(
+        &self,
+        sock: T,
+        timeout: Duration,
+        sealing_key: Option<[u8; SEALING_KEY_LEN]>,
+    ) -> Result<Connected<T>, AtlsError> {
         let deadline = Instant::now() + timeout;
         let mut sock = DeadlineSocket::new(sock);
-        let nonce = Nonce::for_server_name()?;
-        let state = Arc::new(HandshakeState::default());
-        let builder = ClientConfig::builder_with_provider(Arc::clone(&self.provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| AtlsError::Tls(e.to_string()))?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(PeerVerifier::of_server(
-                nonce,
-                self.server_validators.clone(),
-                Arc::clone(&self.provider),
-                Arc::clone(&state),
-            )));
-        let mut config = match &self.issuer {
-            Some(issuer) => builder.with_client_cert_resolver(Arc::new(Attester::new(
-                Arc::clone(issuer),
-                Arc::clone(&self.provider),
-                Arc::clone(&state),
-            ))),
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![ALPN.to_vec()];
-        config.resumption = Resumption::disabled();
-        config.enable_early_data = false;
-        config.enable_sni = true;
-        let name = ServerName::try_from(nonce.to_server_name())
-            .map_err(|e| AtlsError::Nonce(format!("SNI nonce is not a DNS name: {e}")))?;
-        let mut conn = ClientConnection::new(Arc::new(config), name)
+        let name = ServerName::try_from(SERVER_NAME)
+            .map_err(|e| AtlsError::Tls(format!("the server name: {e}")))?;
+        let mut conn = ClientConnection::new(Arc::clone(&self.config), name)
             .map_err(|e| AtlsError::Tls(e.to_string()))?;
-        drive(&mut conn, &mut sock, deadline, &state)?;
+        drive(&mut conn, &mut sock, deadline)?;
         check_alpn(conn.alpn_protocol())?;
-        reset_timeouts(&mut sock, timeout)?;
-        let peer = state.take_peer();
-        if !self.server_validators.is_empty() && peer.is_none() {
-            // Unreachable unless rustls skipped the verifier: fail closed.
-            return Err(AtlsError::MissingEvidence);
-        }
+        let mut stream = StreamOwned::new(conn, sock);
+        let sealing_key = sealing_key.filter(|_| self.issuer.is_some());
+        let own = attestation::own_message(
+            &stream.conn,
+            Role::Client,
+            self.issuer.as_ref(),
+            sealing_key,
+        )?;
+        message::write(&mut stream, &own)?;
+        let theirs = message::read(&mut stream)?;
+        let checked =
+            attestation::check(&stream.conn, Role::Server, &theirs, &self.server_validators)?;
+        reset_timeouts(&mut stream.sock, timeout)?;
         Ok(Connected {
-            stream: StreamOwned::new(conn, sock),
-            peer,
+            stream,
+            peer: checked.peer,
         })
     }
+}
+
+/// TLS 1.3 only, ALPN [`ALPN`], any server certificate (its handshake
+/// signature checked), no client certificate, no resumption, no 0-RTT.
+fn client_config(provider: Arc<CryptoProvider>) -> Arc<ClientConfig> {
+    let mut config = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the ring provider supports TLS 1.3")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServerCertificate { provider }))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    config.resumption = Resumption::disabled();
+    config.enable_early_data = false;
+    config.enable_sni = false;
+    Arc::new(config)
 }

@@ -1,44 +1,45 @@
-//! [`AtlsError`]: why an aTLS handshake failed, and its conversions from and
-//! to the errors of rustls and of the socket.
+//! [`AtlsError`]: why an aTLS connection could not be established, and its
+//! conversions from the errors of rustls and of the socket.
 
 use std::io;
-use std::sync::Arc;
 
 use confboot_attest::{AttestationError, Variant};
+use confboot_wire::{Code, Status};
 
-/// Why an aTLS handshake failed. Each check that can refuse a peer has its
-/// own variant, so callers (and tests) can tell which one did.
+/// Why an aTLS connection failed: its handshake, or the attestation
+/// exchange right after it. Each check that can refuse a peer has its own
+/// variant, so callers (and tests) can tell which one did.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AtlsError {
     /// Connecting or reading/writing the socket failed.
     #[error("aTLS: I/O error: {0}")]
     Io(String),
-    /// The handshake did not finish in time.
-    #[error("aTLS: handshake timed out")]
+    /// The handshake or the attestation exchange did not finish in time.
+    #[error("aTLS: timed out")]
     Timeout,
     /// The TLS handshake failed for a reason outside aTLS' own checks (for
-    /// example the peer sent an alert, or presented no certificate).
+    /// example the peer sent an alert).
     #[error("aTLS: TLS handshake failed: {0}")]
     Tls(String),
     /// The peer's ALPN is not [`ALPN`](super::ALPN).
     #[error("aTLS: wrong ALPN protocol: {0}")]
     Alpn(String),
-    /// A nonce was missing or malformed (SNI, acceptable-CA names), or none
-    /// could be drawn.
-    #[error("aTLS: bad nonce: {0}")]
-    Nonce(String),
-    /// The peer's certificate cannot be parsed, or ours cannot be made.
+    /// Our own certificate cannot be made.
     #[error("aTLS: certificate: {0}")]
     Certificate(String),
-    /// The peer's certificate carries no evidence extension.
-    #[error("aTLS: peer certificate carries no attestation evidence")]
+    /// The peer's attestation message is malformed: not a message, over
+    /// its bounds, fields that contradict each other.
+    #[error("aTLS: malformed attestation message: {0}")]
+    Message(String),
+    /// The peer did not attest where this side requires it.
+    #[error("aTLS: the peer did not attest")]
     MissingEvidence,
-    /// The peer's evidence extension has an OID no configured validator accepts.
-    #[error("aTLS: peer evidence has OID {oid}, which no configured validator accepts")]
+    /// The peer's attestation names a variant this build does not know.
+    #[error("aTLS: peer attests with unknown variant {name:?}")]
     UnknownVariant {
-        /// The dotted OID found.
-        oid: String,
+        /// The variant name the peer sent (at most 64 characters of it).
+        name: String,
     },
     /// The peer's evidence is of a variant this side knows but was not
     /// configured to accept (a vTPM node at a join service that admits
@@ -53,31 +54,19 @@ pub enum AtlsError {
         /// The variants this side accepts.
         accepted: Vec<Variant>,
     },
-    /// The peer's certificate has a critical extension we refuse (the
-    /// evidence extension must be non-critical).
-    #[error("aTLS: peer certificate has critical extension {oid}")]
-    CriticalExtension {
-        /// The dotted OID of the extension.
-        oid: String,
-    },
-    /// The peer's certificate is not valid now.
-    #[error("aTLS: peer certificate valid from {not_before} to {not_after}, not at {now}")]
-    OutsideValidity {
-        /// Start of validity, seconds since the Unix epoch.
-        not_before: i64,
-        /// End of validity, seconds since the Unix epoch.
-        not_after: i64,
-        /// The time of the check, seconds since the Unix epoch.
-        now: i64,
-    },
-    /// The validator refused the peer's evidence: wrong binding (a stale
-    /// nonce, a certificate key other than the one the evidence was made
-    /// for), signature, trust, or measurement policy — see the inner error.
+    /// The validator refused the peer's evidence: wrong binding (evidence
+    /// made for another session, another role or another sealing key: a
+    /// relay, a reflection, a replay), signature, trust, or measurement
+    /// policy — see the inner error.
     #[error("aTLS: peer attestation refused: {0}")]
     Attestation(AttestationError),
     /// Our own issuer could not produce evidence.
     #[error("aTLS: cannot attest: {0}")]
     Issue(AttestationError),
+    /// The server refused this client's attestation (it answered the
+    /// client's attestation message with a status instead of its own).
+    #[error("aTLS: the server refused this client: {0}")]
+    Refused(String),
 }
 
 /// The variants' names, comma-separated.
@@ -87,21 +76,9 @@ fn names(variants: &[Variant]) -> String {
 }
 
 impl AtlsError {
-    /// The aTLS error a verifier put inside a rustls error, if any.
+    /// The aTLS error behind a rustls error.
     pub fn from_rustls(e: &rustls::Error) -> AtlsError {
-        if let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(o)) = e
-            && let Some(a) = o.0.downcast_ref::<AtlsError>()
-        {
-            return a.clone();
-        }
         AtlsError::Tls(e.to_string())
-    }
-
-    /// Wraps this error for rustls, so a verifier aborts the handshake with it.
-    pub(crate) fn into_rustls(self) -> rustls::Error {
-        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
-            Arc::new(self),
-        )))
     }
 
     /// The aTLS error behind an I/O error: a rustls error carried inside it,
@@ -114,5 +91,17 @@ impl AtlsError {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => AtlsError::Timeout,
             _ => AtlsError::Io(e.to_string()),
         }
+    }
+
+    /// The RPC status a client reports for a connection that failed with
+    /// this error: `PERMISSION_DENIED` when the server refused our
+    /// attestation, `DEADLINE_EXCEEDED` on a timeout, `UNAVAILABLE` else.
+    pub fn status(&self) -> Status {
+        let code = match self {
+            AtlsError::Refused(_) => Code::PermissionDenied,
+            AtlsError::Timeout => Code::DeadlineExceeded,
+            _ => Code::Unavailable,
+        };
+        Status::new(code, self.to_string())
     }
 }

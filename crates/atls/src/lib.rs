@@ -1,34 +1,39 @@
-//! aTLS: attestation inside the TLS handshake (TLS 1.3 only, ALPN
-//! `confboot/1`, rustls with the ring provider), in either or both
-//! directions, compatible with Constellation's scheme.
+//! aTLS: attestation right after a TLS 1.3 handshake, bound to the
+//! session's exporter (ALPN `confboot/2`, rustls with the ring provider),
+//! in either or both directions.
 //!
-//! - **The server attests** when it has an
-//!   [`Issuer`](confboot_attest::Issuer): the client draws a nonce and
-//!   sends it in the SNI; per handshake the server makes a fresh P-256 key
-//!   and a self-signed certificate whose non-critical extension (OID = the
-//!   variant's) carries evidence bound to that key and nonce. The client
-//!   checks it inside the handshake with its validators.
-//! - **The client attests** when the server has client validators: the
-//!   server draws a nonce per handshake and sends it as the only acceptable-CA
-//!   name of its CertificateRequest (so each connection gets its own
-//!   `ServerConfig`); the client answers with an attested certificate of its
-//!   own, which the server checks inside the handshake. The handlers of the
-//!   connection see the result as [`confboot_wire::CallContext::peer`].
+//! - **The handshake** is ordinary TLS 1.3: the server shows a self-signed
+//!   P-256 certificate (a new one in every handshake when it attests), the
+//!   client takes any and shows none. Session resumption and 0-RTT are
+//!   off, so every connection is attested afresh.
+//! - **Then each side sends one attestation message** ([`message`]): the
+//!   client first, the server once it has checked the client's. A side
+//!   that attests puts in evidence whose `extra_data` is the session's TLS
+//!   exporter under confboot's label, with the sender's role (and the
+//!   sealing key it offers) as context ([`binding`]). The peer checks it
+//!   with its validators before anything else moves: a server that refuses
+//!   the client answers with a `PERMISSION_DENIED` trailer and closes; a
+//!   client that refuses the server returns an error before any call. The
+//!   handlers of the connection see what the client's evidence established
+//!   as [`confboot_wire::CallContext::peer`].
+//! - **Why after the handshake**: evidence bound to a session's exporter is
+//!   worthless on any other session, so an attacker who terminates TLS on
+//!   both sides and relays every message of a genuine attester is refused;
+//!   the scheme this replaced bound evidence to the certificate's key and a
+//!   nonce inside the handshake, which holds only as long as no key of an
+//!   attested machine ever leaks (SECURITY.md tells the whole comparison).
 //!
-//! Encodings of the nonces and of the binding: [`nonce`]. The certificate and
-//! its checks: [`cert`]. Every failure aborts the handshake and comes back as
-//! an [`AtlsError`] that says which check failed. Handshake signatures are
-//! checked by rustls' own functions; session resumption and 0-RTT are off,
-//! so every connection is attested afresh.
+//! Every failure comes back as an [`AtlsError`] that says which check
+//! failed. The handshake and the exchange share one absolute deadline.
 //!
 //! Validators are `Arc<dyn Validator>`; pass a
 //! [`confboot_attest::SwappableValidator`] to change the policy at run
-//! time: each handshake validates with one call, hence one policy, and a swap
-//! applies from the next handshake on.
+//! time: each connection validates with one call, hence one policy, and a
+//! swap applies from the next connection on.
 //!
 //! One-line wiring: [`serve`] and [`connect`]. Pieces: [`AtlsServer`] and
 //! [`AtlsClient`] over any [`Transport`](confboot_wire::Transport); both build
-//! their rustls configs from the same attesting resolver and verifier.
+//! their rustls configs once and run the same attestation exchange.
 //!
 //! ```
 //! use std::net::TcpListener;
@@ -42,7 +47,8 @@
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 //!
 //! // Stand-ins for a real issuer and validator (vTPM, SEV-SNP): evidence is
-//! // just the extra_data, which is NOT secure and only shows the wiring.
+//! // just the extra_data (the session's exporter), which is NOT secure and
+//! // only shows the wiring.
 //! struct Echo;
 //! impl Issuer for Echo {
 //!     fn variant(&self) -> Variant { Variant::QemuVtpm }
@@ -81,19 +87,22 @@
 //! server.stop();
 //! ```
 
+mod attestation;
+pub mod binding;
 pub mod cert;
 mod client;
 mod error;
 mod handshake;
+pub mod message;
 mod net;
-pub mod nonce;
 mod server;
 
+pub use binding::Role;
 pub use client::{AtlsClient, Connected};
 pub use error::AtlsError;
-pub use handshake::{ALPN, provider};
+pub use handshake::{ALPN, SERVER_NAME, provider};
+pub use message::AttestationMessage;
 pub use net::{AtlsRpcClient, connect, serve};
-pub use nonce::Nonce;
 pub use server::{
     Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, ServerHandshake,
     client_hello_gate, client_hello_opening,

@@ -48,7 +48,9 @@ pub fn serve(
     pool_listener::spawn(listener, pool, move |sock, stop| {
         let peer_addr = sock.peer_addr().ok();
         match atls.accept(sock, limits.io_timeout) {
-            Ok(Accepted { mut stream, peer }) => {
+            Ok(Accepted {
+                mut stream, peer, ..
+            }) => {
                 let peer = peer.map(|p| Arc::new(p) as PeerIdentity);
                 let end = rpc::serve_connection_as(&mut stream, &router, &limits, stop, peer);
                 log::debug!("aTLS connection from {peer_addr:?} ended: {end:?}");

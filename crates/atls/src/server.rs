@@ -1,7 +1,7 @@
-//! The server side: a rustls `ServerConfig` per handshake whose certificate
-//! resolver attests for the SNI nonce, and whose client-certificate verifier
-//! sends its own nonce as the only acceptable-CA name and checks the client's
-//! evidence (both from [`super::handshake`]).
+//! The server side: a TLS 1.3 handshake with a self-signed certificate
+//! (new in every handshake when the server attests) and no client
+//! certificate, then the client's attestation message checked and this
+//! server's sent ([`super::message`] says in which order).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,12 +11,12 @@ use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
+use super::attestation;
+use super::binding::Role;
 use super::cert;
 use super::error::AtlsError;
-use super::handshake::{
-    ALPN, Attester, HandshakeState, PeerVerifier, check_alpn, drive, provider, reset_timeouts,
-};
-use super::nonce::Nonce;
+use super::handshake::{ALPN, FreshCertificate, check_alpn, drive, provider, reset_timeouts};
+use super::message::{self, SEALING_KEY_LEN};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::listener::{Gate, Opening};
 use confboot_wire::{DeadlineSocket, Transport};
@@ -85,30 +85,34 @@ pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
 }
 
 /// The server end of aTLS: what it attests with, and what it requires of
-/// clients. Cheap to share between threads; every handshake gets its own
-/// rustls `ServerConfig` (the client nonce differs per handshake).
+/// clients. Cheap to share between threads; one rustls `ServerConfig`
+/// serves every handshake.
 pub struct AtlsServer {
-    provider: Arc<CryptoProvider>,
+    config: Arc<ServerConfig>,
     issuer: Option<Arc<dyn Issuer>>,
-    /// Without an issuer: one plain self-signed P-256 certificate.
-    fixed: Option<Arc<CertifiedKey>>,
     client_validators: Vec<Arc<dyn Validator>>,
 }
 
-/// A server handshake prepared for one connection (its own config and nonce).
+/// A server handshake prepared for one connection.
 pub struct ServerHandshake {
     conn: ServerConnection,
-    state: Arc<HandshakeState>,
+    issuer: Option<Arc<dyn Issuer>>,
+    client_validators: Vec<Arc<dyn Validator>>,
 }
 
 /// An accepted aTLS connection.
 pub struct Accepted<T: Transport> {
-    /// The TLS stream, handshake done, over a socket that holds deadlines:
-    /// a deadline set on the stream bounds every read and write of the
-    /// socket (the RPC server sets one for each frame and each answer).
+    /// The TLS stream, handshake and attestation exchange done, over a
+    /// socket that holds deadlines: a deadline set on the stream bounds
+    /// every read and write of the socket (the RPC server sets one for each
+    /// frame and each answer).
     pub stream: StreamOwned<ServerConnection, DeadlineSocket<T>>,
     /// What the client's evidence established, when client attestation is required.
     pub peer: Option<Attested>,
+    /// The X25519 public key the client offered for this connection, bound
+    /// by its evidence (only when client attestation is required and the
+    /// client offered one): what the server may seal secrets to.
+    pub peer_sealing_key: Option<[u8; SEALING_KEY_LEN]>,
 }
 
 impl AtlsServer {
@@ -119,16 +123,15 @@ impl AtlsServer {
         client_validators: Vec<Arc<dyn Validator>>,
     ) -> Result<AtlsServer, AtlsError> {
         let provider = provider();
-        let fixed = match issuer {
-            Some(_) => None,
-            None => {
-                Some(cert::self_signed(&cert::new_key()?, None)?.into_certified_key(&provider)?)
-            }
+        let resolver: Arc<dyn ResolvesServerCert> = match issuer {
+            Some(_) => Arc::new(FreshCertificate {
+                provider: Arc::clone(&provider),
+            }),
+            None => Arc::new(FixedResolver(cert::fresh()?.into_certified_key(&provider)?)),
         };
         Ok(AtlsServer {
-            provider,
+            config: server_config(provider, resolver)?,
             issuer,
-            fixed,
             client_validators,
         })
     }
@@ -138,46 +141,21 @@ impl AtlsServer {
         !self.client_validators.is_empty()
     }
 
-    /// Prepares one handshake: a fresh nonce (when clients attest) and a
-    /// `ServerConfig` of its own. TLS 1.3 only, ALPN [`ALPN`], no
-    /// session resumption, no tickets, no 0-RTT.
+    /// Prepares one handshake. TLS 1.3 only, ALPN [`ALPN`], no client
+    /// certificate, no session resumption, no tickets, no 0-RTT.
     pub fn start(&self) -> Result<ServerHandshake, AtlsError> {
-        let state = Arc::new(HandshakeState::default());
-        let resolver: Arc<dyn ResolvesServerCert> = match (&self.issuer, &self.fixed) {
-            (Some(issuer), _) => Arc::new(Attester::new(
-                Arc::clone(issuer),
-                Arc::clone(&self.provider),
-                Arc::clone(&state),
-            )),
-            (None, Some(fixed)) => Arc::new(FixedResolver(Arc::clone(fixed))),
-            (None, None) => unreachable!("a server without issuer has a fixed certificate"),
-        };
-        let builder = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
+        let conn = ServerConnection::new(Arc::clone(&self.config))
             .map_err(|e| AtlsError::Tls(e.to_string()))?;
-        let builder = if self.client_validators.is_empty() {
-            builder.with_no_client_auth()
-        } else {
-            let nonce = Nonce::random()?;
-            builder.with_client_cert_verifier(Arc::new(PeerVerifier::of_client(
-                nonce,
-                self.client_validators.clone(),
-                Arc::clone(&self.provider),
-                Arc::clone(&state),
-            )))
-        };
-        let mut config = builder.with_cert_resolver(resolver);
-        config.alpn_protocols = vec![ALPN.to_vec()];
-        config.session_storage = Arc::new(NoServerSessionStorage {});
-        config.send_tls13_tickets = 0;
-        config.max_early_data_size = 0;
-        let conn =
-            ServerConnection::new(Arc::new(config)).map_err(|e| AtlsError::Tls(e.to_string()))?;
-        Ok(ServerHandshake { conn, state })
+        Ok(ServerHandshake {
+            conn,
+            issuer: self.issuer.clone(),
+            client_validators: self.client_validators.clone(),
+        })
     }
 
-    /// Runs the server handshake on `sock`, bounded by `timeout`; returns
-    /// the stream and what the client attested to.
+    /// Runs the server handshake and the attestation exchange on `sock`,
+    /// bounded by `timeout`; returns the stream and what the client
+    /// attested to.
     pub fn accept<T: Transport>(
         &self,
         sock: T,
@@ -187,11 +165,31 @@ impl AtlsServer {
     }
 }
 
+/// The one `ServerConfig` of a server.
+fn server_config(
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> Result<Arc<ServerConfig>, AtlsError> {
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| AtlsError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    config.session_storage = Arc::new(NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
+    config.max_early_data_size = 0;
+    Ok(Arc::new(config))
+}
+
 impl ServerHandshake {
-    /// Runs this handshake on `sock`, all of it within `timeout` (an
-    /// absolute bound: every read and write of the socket ends by then).
-    /// Afterwards the socket's read and write timeouts are `timeout` each,
-    /// until a deadline is set on the stream.
+    /// Runs this handshake and the attestation exchange on `sock`, all of
+    /// it within `timeout` (an absolute bound: every read and write of the
+    /// socket ends by then): reads the client's attestation message, checks
+    /// it when clients must attest (a refused client gets a
+    /// `PERMISSION_DENIED` trailer and nothing else), then sends this
+    /// server's. Afterwards the socket's read and write timeouts are
+    /// `timeout` each, until a deadline is set on the stream.
     pub fn complete<T: Transport>(
         mut self,
         sock: T,
@@ -199,14 +197,59 @@ impl ServerHandshake {
     ) -> Result<Accepted<T>, AtlsError> {
         let deadline = Instant::now() + timeout;
         let mut sock = DeadlineSocket::new(sock);
-        drive(&mut self.conn, &mut sock, deadline, &self.state)?;
+        drive(&mut self.conn, &mut sock, deadline)?;
         check_alpn(self.conn.alpn_protocol())?;
-        reset_timeouts(&mut sock, timeout)?;
-        let peer = self.state.take_peer();
+        let mut stream = StreamOwned::new(self.conn, sock);
+        let checked = message::read(&mut stream).and_then(|theirs| {
+            attestation::check(&stream.conn, Role::Client, &theirs, &self.client_validators)
+        });
+        let checked = match checked {
+            Ok(c) => c,
+            Err(e @ (AtlsError::Io(_) | AtlsError::Timeout)) => return Err(e),
+            Err(e) => {
+                // The typed reason stays here; the client is told it was
+                // refused, and nothing else moves.
+                let _ = message::write_refusal(&mut stream);
+                stream.conn.send_close_notify();
+                let _ = stream.conn.write_tls(&mut stream.sock);
+                linger(&mut stream.sock, deadline);
+                return Err(e);
+            }
+        };
+        let own = attestation::own_message(&stream.conn, Role::Server, self.issuer.as_ref(), None)?;
+        message::write(&mut stream, &own)?;
+        reset_timeouts(&mut stream.sock, timeout)?;
         Ok(Accepted {
-            stream: StreamOwned::new(self.conn, sock),
-            peer,
+            stream,
+            peer: checked.peer,
+            peer_sealing_key: checked.sealing_key,
         })
+    }
+}
+
+/// How long a refused connection is read (and what is read dropped)
+/// before it is closed, at most.
+const LINGER: Duration = Duration::from_millis(200);
+/// How much of it, at most.
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// Reads and drops what the peer still sends, until it closes, for at most
+/// [`LINGER`] (and the connection's deadline) and [`LINGER_BYTES`]: closing
+/// a socket with unread bytes resets the connection, and a reset can
+/// destroy the refusal before the peer reads it (a client that sent a call
+/// right after its attestation, not waiting for the answer).
+fn linger<T: Transport>(sock: &mut DeadlineSocket<T>, deadline: Instant) {
+    let until = deadline.min(Instant::now() + LINGER);
+    if sock.set_read_deadline(Some(until)).is_err() {
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    let mut read = 0;
+    while read < LINGER_BYTES {
+        match std::io::Read::read(sock, &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => read += n,
+        }
     }
 }
 

@@ -4,18 +4,21 @@
 //! Every node is a real swtpm with the vTPM issuer; validators are vTPM
 //! validators pinning the node's attestation key.
 //!
-//! Peers that misbehave (replayed certificate, evidence for another key,
-//! missing/unknown/critical extension, expired certificate) are built here
-//! with rustls directly, using the crate's certificate pieces.
+//! Peers that misbehave (an attestation replayed from another connection,
+//! relayed from another session, reflected back to its sender, a sealing
+//! key swapped, a message missing or malformed) are built here with rustls
+//! directly and the crate's message and binding pieces.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer, Nonce, cert};
+use confboot_atls::binding::{self, Role};
+use confboot_atls::message::{self, AttestationMessage};
+use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer};
 use confboot_attest::{
     AttestationError, Attested, Issuer, MeasurementPolicy, SwappableValidator, Validator, Variant,
 };
@@ -23,12 +26,9 @@ use confboot_net::{PoolConfig, ServerHandle};
 use confboot_proto::Method;
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_tests::relay;
 use confboot_tests::tls::AnyServer;
-use confboot_wire::{Code, Router, ServerLimits};
-use rustls::SignatureScheme;
-use rustls::pki_types::ServerName;
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
+use confboot_wire::{Router, ServerLimits};
 
 use fixture::Node;
 
@@ -156,7 +156,7 @@ fn client_attests_and_the_handler_sees_who_called() {
 }
 
 #[test]
-fn mutual_attestation_in_one_handshake() {
+fn mutual_attestation_on_one_connection() {
     let server_node = Node::new();
     let joining = Node::new();
     let server = serve(
@@ -189,7 +189,7 @@ fn mutual_attestation_in_one_handshake() {
 }
 
 #[test]
-fn a_validator_is_picked_by_the_oid_in_the_certificate() {
+fn a_validator_is_picked_by_the_variant_of_the_evidence() {
     let server_node = Node::new();
     let server = serve(
         Arc::new(AtomicUsize::new(0)),
@@ -218,184 +218,132 @@ impl Validator for Refuses {
     }
 }
 
-// -------------------------------------------- the server's certificate is refused
+// -------------------------------------------- the server's attestation is refused
 
-/// A TLS 1.3 server with ALPN `confboot/1` whose certificate comes from
-/// `make(nonce from SNI)`; it serves `n` handshakes and ends.
-fn evil_server<F>(n: usize, make: F) -> (SocketAddr, JoinHandle<()>)
+/// A server that speaks aTLS' handshake and then answers the client's
+/// message with `answer(session)`; it serves `n` connections and ends.
+fn evil_server<F>(n: usize, answer: F) -> (SocketAddr, JoinHandle<()>)
 where
-    F: Fn(Nonce) -> Arc<CertifiedKey> + Send + Sync + 'static,
+    F: Fn(&relay::ToClient) -> AttestationMessage + Send + 'static,
 {
-    struct Resolve<F>(F);
-    impl<F: Fn(Nonce) -> Arc<CertifiedKey> + Send + Sync> ResolvesServerCert for Resolve<F> {
-        fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-            let nonce = Nonce::from_server_name(hello.server_name()?).ok()?;
-            Some((self.0)(nonce))
-        }
-    }
-    impl<F> std::fmt::Debug for Resolve<F> {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("Resolve")
-        }
-    }
-    let mut config = rustls::ServerConfig::builder_with_provider(atls::provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Resolve(make)));
-    config.alpn_protocols = vec![atls::ALPN.to_vec()];
-    let config = Arc::new(config);
     let l = listener();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
         for _ in 0..n {
-            let (mut sock, _) = l.accept().unwrap();
-            sock.set_read_timeout(Some(T)).unwrap();
-            let mut conn = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
-            while conn.is_handshaking() {
-                if conn.complete_io(&mut sock).is_err() {
-                    break;
-                }
-            }
+            let (sock, _) = l.accept().unwrap();
+            let mut s = relay::tls_server(sock).unwrap();
+            let _ = message::read(&mut s);
+            let m = answer(&s);
+            let _ = message::write(&mut s, &m);
+            // Wait for the client to hang up.
+            let _ = std::io::Read::read(&mut s, &mut [0u8; 1]);
         }
     });
     (addr, h)
 }
 
-fn connect_to(
-    addr: SocketAddr,
-    validators: Vec<Arc<dyn Validator>>,
-) -> Result<Attested, AtlsError> {
-    let sock = TcpStream::connect(addr).unwrap();
-    AtlsClient::new(validators, None)
-        .connect(sock, T)
-        .map(|c| c.peer.unwrap())
-}
-
-/// One handshake with an [`evil_server`] whose certificate is `make(nonce)`,
-/// by a client that checks `node`'s evidence against its good policy.
-fn handshake_with<F>(node: &Node, make: F) -> Result<Attested, AtlsError>
+/// What a client requiring `node`'s good policy makes of one connection to
+/// an [`evil_server`] answering `answer(session)`.
+fn client_of<F>(node: &Node, answer: F) -> Result<Option<Attested>, AtlsError>
 where
-    F: Fn(Nonce) -> Arc<CertifiedKey> + Send + Sync + 'static,
+    F: Fn(&relay::ToClient) -> AttestationMessage + Send + 'static,
 {
-    let (addr, h) = evil_server(1, make);
-    let verdict = connect_to(addr, v(node.validator(node.good_policy())));
+    let (addr, h) = evil_server(1, answer);
+    let r = AtlsClient::new(v(node.validator(node.good_policy())), None)
+        .connect(TcpStream::connect(addr).unwrap(), T)
+        .map(|c| c.peer);
     h.join().unwrap();
-    verdict
+    r
 }
 
-fn certified(new: cert::NewCertificate) -> Arc<CertifiedKey> {
-    new.into_certified_key(&atls::provider()).unwrap()
-}
-
-#[test]
-fn a_replayed_server_certificate_is_refused_as_stale() {
-    let node = Node::new();
-    let issuer = node.issuer();
-    let c: Mutex<Option<Arc<CertifiedKey>>> = Mutex::default();
-    // First handshake: a genuine certificate for that nonce, kept (with its
-    // key). Second: the same certificate again, for a new nonce.
-    let (addr, h) = evil_server(2, move |nonce| {
-        let mut c = c.lock().unwrap();
-        c.get_or_insert_with(|| certified(cert::attested(issuer.as_ref(), &nonce).unwrap()))
-            .clone()
-    });
-    let good = v(node.validator(node.good_policy()));
-    connect_to(addr, good.clone()).expect("the first handshake is genuine");
-    let err = connect_to(addr, good).unwrap_err();
-    assert!(
-        matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
-        "{err:?}"
-    );
-    h.join().unwrap();
-}
-
-#[test]
-fn evidence_bound_to_another_key_is_refused() {
-    let node = Node::new();
-    let issuer = node.issuer();
-    let err = handshake_with(&node, move |nonce| {
-        let presented = cert::new_key().unwrap();
-        let other = cert::new_key().unwrap();
-        let other_spki = rcgen::PublicKeyData::subject_public_key_info(&other);
-        let evidence = issuer
-            .issue(&atls::nonce::extra_data(&other_spki, &nonce))
-            .unwrap();
-        certified(cert::self_signed(&presented, Some((issuer.variant(), evidence))).unwrap())
-    })
-    .unwrap_err();
-    assert!(
-        matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
-        "{err:?}"
-    );
-}
-
-#[test]
-fn a_server_that_does_not_hold_the_certificate_key_fails_the_handshake_signature() {
-    // Genuine evidence for this nonce and this certificate's key, but the
-    // server signs the handshake with another key: only rustls' signature
-    // check (delegated to `verify_tls13_signature`) can catch it.
-    let node = Node::new();
-    let issuer = node.issuer();
-    let err = handshake_with(&node, move |nonce| {
-        let genuine = cert::attested(issuer.as_ref(), &nonce).unwrap();
-        let other = cert::self_signed(&cert::new_key().unwrap(), None).unwrap();
-        let wrong_key = atls::provider()
-            .key_provider
-            .load_private_key(other.key.into())
-            .unwrap();
-        Arc::new(CertifiedKey::new(vec![genuine.cert], wrong_key))
-    })
-    .unwrap_err();
-    match &err {
-        AtlsError::Tls(m) => assert!(m.to_lowercase().contains("signature"), "{m}"),
-        other => panic!("{other:?}"),
+/// `issuer`'s evidence over `extra`, as a message.
+fn evidence(issuer: &dyn Issuer, extra: &[u8; 32], key: Option<[u8; 32]>) -> AttestationMessage {
+    AttestationMessage {
+        evidence: Some((issuer.variant(), issuer.issue(extra).unwrap())),
+        sealing_key: key,
     }
 }
 
-/// Builds a certificate for `nonce` with genuine evidence, letting `edit`
-/// change the parameters before signing.
-fn crafted(
-    issuer: &dyn Issuer,
-    nonce: &Nonce,
-    edit: impl FnOnce(&mut rcgen::CertificateParams, Vec<u8>),
-) -> Arc<CertifiedKey> {
-    let key = cert::new_key().unwrap();
-    let spki = rcgen::PublicKeyData::subject_public_key_info(&key);
-    let evidence = issuer
-        .issue(&atls::nonce::extra_data(&spki, nonce))
-        .unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    let now = SystemTime::now();
-    params.not_before = (now - Duration::from_secs(3600)).into();
-    params.not_after = (now + Duration::from_secs(3600)).into();
-    edit(&mut params, evidence);
-    let cert = params.self_signed(&key).unwrap();
-    certified(cert::NewCertificate::from_parts(
-        cert.der().clone(),
-        key.serialize_der().into(),
-    ))
-}
-
-fn ext(oid: &[u64], evidence: Vec<u8>, critical: bool) -> rcgen::CustomExtension {
-    let mut e = rcgen::CustomExtension::from_oid_content(oid, evidence);
-    e.set_criticality(critical);
-    e
+#[test]
+fn a_server_attesting_for_its_own_session_is_accepted() {
+    // The control for the refusals below: the same construction, nothing
+    // wrong, passes; so each refusal is due to the one thing changed.
+    let node = Node::new();
+    let issuer = node.issuer();
+    let peer = client_of(&node, move |s| {
+        let extra = binding::extra_data(&s.conn, Role::Server, None).unwrap();
+        evidence(issuer.as_ref(), &extra, None)
+    });
+    assert_eq!(peer.unwrap().unwrap().variant, node.variant());
 }
 
 #[test]
-fn a_certificate_without_evidence_is_refused() {
+fn a_server_attestation_replayed_from_another_connection_is_refused() {
     let node = Node::new();
-    let err = handshake_with(&node, |_| {
-        certified(cert::self_signed(&cert::new_key().unwrap(), None).unwrap())
+    let issuer = node.issuer();
+    let recorded = std::sync::Mutex::new(None::<AttestationMessage>);
+    let (addr, h) = evil_server(2, move |s| {
+        let extra = binding::extra_data(&s.conn, Role::Server, None).unwrap();
+        recorded
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| evidence(issuer.as_ref(), &extra, None))
+            .clone()
+    });
+    let client = AtlsClient::new(v(node.validator(node.good_policy())), None);
+    let first = client.connect(TcpStream::connect(addr).unwrap(), T);
+    assert!(first.is_ok(), "the first connection is genuine");
+    drop(first);
+    let err = client
+        .connect(TcpStream::connect(addr).unwrap(), T)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
+        "{err:?}"
+    );
+    h.join().unwrap();
+}
+
+#[test]
+fn a_client_attestation_reflected_back_as_the_servers_is_refused() {
+    // Both ends derive the same exporter; the role in its context tells
+    // the client's evidence from the server's.
+    let node = Node::new();
+    let issuer = node.issuer();
+    let err = client_of(&node, move |s| {
+        let extra = binding::extra_data(&s.conn, Role::Client, None).unwrap();
+        evidence(issuer.as_ref(), &extra, None)
     })
     .unwrap_err();
-    assert_eq!(err, AtlsError::MissingEvidence);
+    assert!(
+        matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_sealing_key_the_evidence_does_not_bind_is_refused() {
+    let node = Node::new();
+    let issuer = node.issuer();
+    let err = client_of(&node, move |s| {
+        // Evidence for the session without a key, a key put next to it.
+        let extra = binding::extra_data(&s.conn, Role::Server, None).unwrap();
+        evidence(issuer.as_ref(), &extra, Some([0x42; 32]))
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn an_unattested_server_is_refused_by_a_client_that_requires_attestation() {
     let node = Node::new();
+    let err = client_of(&node, |_| AttestationMessage::none()).unwrap_err();
+    assert_eq!(err, AtlsError::MissingEvidence);
+    // aTLS' own server without an issuer: the same.
     let server = serve(Arc::new(AtomicUsize::new(0)), None, &[]);
     let err = atls::connect(
         server.local_addr(),
@@ -410,101 +358,25 @@ fn an_unattested_server_is_refused_by_a_client_that_requires_attestation() {
 }
 
 #[test]
-fn evidence_under_an_unknown_oid_is_refused() {
+fn evidence_of_a_variant_not_accepted_is_refused() {
     let node = Node::new();
     let issuer = node.issuer();
-    let round = AtomicUsize::new(0);
-    let (addr, h) = evil_server(2, move |nonce| {
-        crafted(issuer.as_ref(), &nonce, |p, ev| {
-            // Genuine evidence, under an OID no validator here accepts: first
-            // one no variant has, then SEV-SNP's (no SNP validator given).
-            let oid: &[u64] = if round.fetch_add(1, Ordering::SeqCst) == 0 {
-                &[1, 3, 9900, 5, 99]
-            } else {
-                Variant::SevSnp.oid_arcs()
-            };
-            p.custom_extensions.push(ext(oid, ev, false));
-        })
+    let (addr, h) = evil_server(1, move |s| {
+        let extra = binding::extra_data(&s.conn, Role::Server, None).unwrap();
+        evidence(issuer.as_ref(), &extra, None)
     });
-    let good = v(node.validator(node.good_policy()));
+    let err = AtlsClient::new(vec![Arc::new(Refuses(Variant::SevSnp))], None)
+        .connect(TcpStream::connect(addr).unwrap(), T)
+        .err()
+        .unwrap();
     assert_eq!(
-        connect_to(addr, good.clone()).unwrap_err(),
-        AtlsError::UnknownVariant {
-            oid: "1.3.9900.5.99".into()
-        }
-    );
-    // A variant this build knows but the client does not accept: its own
-    // typed error, naming what is accepted.
-    assert_eq!(
-        connect_to(addr, good).unwrap_err(),
+        err,
         AtlsError::VariantNotAccepted {
-            variant: Variant::SevSnp,
-            accepted: vec![node.variant()],
+            variant: Variant::QemuVtpm,
+            accepted: vec![Variant::SevSnp],
         }
     );
     h.join().unwrap();
-}
-
-#[test]
-fn a_critical_evidence_extension_is_refused() {
-    let node = Node::new();
-    let issuer = node.issuer();
-    let variant = node.variant();
-    let verdict = handshake_with(&node, move |nonce| {
-        crafted(issuer.as_ref(), &nonce, |p, ev| {
-            p.custom_extensions.push(ext(variant.oid_arcs(), ev, true))
-        })
-    });
-    assert_eq!(
-        verdict.unwrap_err(),
-        AtlsError::CriticalExtension {
-            oid: variant.oid().into()
-        }
-    );
-}
-
-#[test]
-fn an_expired_or_not_yet_valid_certificate_is_refused() {
-    let node = Node::new();
-    let issuer = node.issuer();
-    let variant = node.variant();
-    let round = AtomicUsize::new(0);
-    let (addr, h) = evil_server(2, move |nonce| {
-        crafted(issuer.as_ref(), &nonce, |p, ev| {
-            let now = SystemTime::now();
-            let hour = Duration::from_secs(3600);
-            if round.fetch_add(1, Ordering::SeqCst) == 0 {
-                p.not_before = (now - 3 * hour).into();
-                p.not_after = (now - hour).into();
-            } else {
-                p.not_before = (now + hour).into();
-                p.not_after = (now + 3 * hour).into();
-            }
-            p.custom_extensions.push(ext(variant.oid_arcs(), ev, false));
-        })
-    });
-    let good = v(node.validator(node.good_policy()));
-    for _ in 0..2 {
-        let err = connect_to(addr, good.clone()).unwrap_err();
-        assert!(matches!(err, AtlsError::OutsideValidity { .. }), "{err:?}");
-    }
-    h.join().unwrap();
-}
-
-#[test]
-fn a_crafted_certificate_with_genuine_evidence_is_accepted() {
-    // The control for the crafted-certificate tests above: with nothing
-    // wrong, the same construction passes, so each refusal is due to the
-    // one thing changed.
-    let node = Node::new();
-    let issuer = node.issuer();
-    let variant = node.variant();
-    handshake_with(&node, move |nonce| {
-        crafted(issuer.as_ref(), &nonce, |p, ev| {
-            p.custom_extensions.push(ext(variant.oid_arcs(), ev, false))
-        })
-    })
-    .unwrap();
 }
 
 #[test]
@@ -528,7 +400,7 @@ fn a_server_with_the_wrong_pcr_is_refused_by_policy() {
     server.stop();
 }
 
-// -------------------------------------------- the client's certificate is refused
+// -------------------------------------------- the client's attestation is refused
 
 /// Runs `AtlsServer::accept` for one connection in a thread.
 fn accept_one(server: AtlsServer) -> (SocketAddr, JoinHandle<Result<Option<Attested>, AtlsError>>) {
@@ -548,23 +420,14 @@ fn a_joining_node_with_the_wrong_pcr_is_refused_by_policy() {
     let (addr, h) = accept_one(server);
     let sock = TcpStream::connect(addr).unwrap();
     let connected = AtlsClient::new(vec![], Some(joining.issuer())).connect(sock, T);
-    // TLS 1.3: the client may finish before the server has judged it; the
-    // server's verdict is what counts.
-    let mut stream = match connected {
-        Ok(c) => Some(c.stream),
-        Err(_) => None,
-    };
     match h.join().unwrap() {
         Err(AtlsError::Attestation(AttestationError::Measurement { index, .. })) => {
             assert_eq!(index, fixture::PCR)
         }
         other => panic!("{other:?}"),
     }
-    // And the client learns of it on its first read.
-    if let Some(s) = stream.as_mut() {
-        let mut buf = [0u8; 1];
-        assert!(std::io::Read::read(s, &mut buf).is_err());
-    }
+    // And the client learns of it before anything else.
+    assert!(matches!(connected, Err(AtlsError::Refused(_))));
 }
 
 #[test]
@@ -580,100 +443,83 @@ fn a_joining_node_passing_policy_is_reported_to_the_server() {
     assert_eq!(&peer.measurements, joining.measurements());
 }
 
-/// A TLS 1.3 client with ALPN `confboot/1` that takes any server certificate
-/// and answers a certificate request with `make(nonce from the hint)`.
-fn evil_client_config<F>(make: Option<F>) -> Arc<rustls::ClientConfig>
-where
-    F: Fn(Nonce) -> Arc<CertifiedKey> + Send + Sync + 'static,
-{
-    struct Resolve<F>(F);
-    impl<F> std::fmt::Debug for Resolve<F> {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("Resolve")
-        }
-    }
-    impl<F: Fn(Nonce) -> Arc<CertifiedKey> + Send + Sync> rustls::client::ResolvesClientCert
-        for Resolve<F>
-    {
-        fn resolve(&self, hints: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-            Some((self.0)(
-                Nonce::from_distinguished_name(hints.first()?).ok()?,
-            ))
-        }
-        fn has_certs(&self) -> bool {
-            true
-        }
-    }
-    let b = rustls::ClientConfig::builder_with_provider(atls::provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer::new(atls::provider())));
-    let mut config = match make {
-        Some(f) => b.with_client_cert_resolver(Arc::new(Resolve(f))),
-        None => b.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![atls::ALPN.to_vec()];
-    Arc::new(config)
-}
-
-/// Connects with a hand-made rustls client config and drives the handshake
-/// as far as it goes (errors ignored: the server's verdict is asserted).
-fn evil_connect(
+/// One connection to `addr` on the attacker's own client session: sends
+/// `make(session)`, returns what the server answered.
+fn evil_client(
     addr: SocketAddr,
-    config: Arc<rustls::ClientConfig>,
-) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    let mut sock = TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(T)).unwrap();
-    let name = ServerName::try_from(Nonce::for_server_name().unwrap().to_server_name()).unwrap();
-    let mut conn = rustls::ClientConnection::new(config, name).unwrap();
-    while conn.is_handshaking() {
-        if conn.complete_io(&mut sock).is_err() {
-            break;
-        }
-    }
-    let _ = conn.complete_io(&mut sock);
-    rustls::StreamOwned::new(conn, sock)
+    make: impl FnOnce(&relay::ToServer) -> AttestationMessage,
+) -> Result<AttestationMessage, AtlsError> {
+    let mut s = relay::tls_client(TcpStream::connect(addr).unwrap()).unwrap();
+    let m = make(&s);
+    message::write(&mut s, &m)?;
+    message::read(&mut s)
 }
 
 #[test]
-fn a_replayed_client_certificate_is_refused_as_stale() {
+fn a_client_attestation_replayed_from_another_connection_is_refused() {
     let joining = Node::new();
-    let issuer = joining.issuer();
-    let c: Mutex<Option<Arc<CertifiedKey>>> = Mutex::default();
-    let config = evil_client_config(Some(move |nonce: Nonce| {
-        let mut c = c.lock().unwrap();
-        c.get_or_insert_with(|| certified(cert::attested(issuer.as_ref(), &nonce).unwrap()))
-            .clone()
-    }));
     let validators = v(joining.validator(joining.good_policy()));
+    let mut recorded = None;
     for round in 0..2 {
         let server = AtlsServer::new(None, validators.clone()).unwrap();
         let (addr, h) = accept_one(server);
-        let _s = evil_connect(addr, Arc::clone(&config));
+        let answer = evil_client(addr, |s| {
+            recorded
+                .get_or_insert_with(|| {
+                    relay::own_attestation(s, joining.issuer().as_ref()).unwrap()
+                })
+                .clone()
+        });
         let verdict = h.join().unwrap();
         if round == 0 {
-            verdict.expect("the first handshake is genuine");
+            verdict.expect("the first connection is genuine");
+            answer.expect("and answered");
         } else {
             let err = verdict.unwrap_err();
             assert!(
                 matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
                 "{err:?}"
             );
+            assert!(matches!(answer, Err(AtlsError::Refused(_))), "{answer:?}");
         }
     }
 }
 
 #[test]
-fn a_client_certificate_without_evidence_is_refused() {
+fn a_genuine_clients_attestation_relayed_to_the_server_is_refused() {
+    // The relay terminates the genuine node's TLS and opens its own
+    // session with the server: the node's evidence carries the exporter of
+    // its session with the relay, not of the relay's with the server.
     let joining = Node::new();
-    let config = evil_client_config(Some(|_: Nonce| {
-        certified(cert::self_signed(&cert::new_key().unwrap(), None).unwrap())
-    }));
+    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let (target, h) = accept_one(server);
+    let relay_listener = listener();
+    let at = relay_listener.local_addr().unwrap();
+    let issuer = joining.issuer();
+    let node = std::thread::spawn(move || {
+        AtlsClient::new(vec![], Some(issuer))
+            .connect(TcpStream::connect(at).unwrap(), T)
+            .map(|c| c.peer)
+    });
+    let relayed = relay::relay_one(&relay_listener, target, |_, m| m).unwrap();
+    assert!(relayed.from_client.unwrap().evidence.is_some());
+    assert!(matches!(relayed.from_target, Err(AtlsError::Refused(_))));
+    let err = h.join().unwrap().unwrap_err();
+    assert!(
+        matches!(err, AtlsError::Attestation(AttestationError::Binding(_))),
+        "{err:?}"
+    );
+    assert!(matches!(node.join().unwrap(), Err(AtlsError::Refused(_))));
+}
+
+#[test]
+fn a_client_message_that_does_not_attest_is_refused() {
+    let joining = Node::new();
     let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
     let (addr, h) = accept_one(server);
-    let _s = evil_connect(addr, config);
+    let answer = evil_client(addr, |_| AttestationMessage::none());
     assert_eq!(h.join().unwrap().unwrap_err(), AtlsError::MissingEvidence);
+    assert!(matches!(answer, Err(AtlsError::Refused(_))));
 }
 
 #[test]
@@ -686,24 +532,20 @@ fn a_plain_tls_client_cannot_call_a_server_that_requires_client_attestation() {
         &v(joining.validator(joining.good_policy())),
     );
 
-    // A plain rustls client without a client certificate.
-    let stream = evil_connect(
-        server.local_addr(),
-        evil_client_config(None::<fn(Nonce) -> Arc<CertifiedKey>>),
-    );
+    // A plain rustls client that sends a call instead of an attestation.
+    let stream = relay::tls_client(TcpStream::connect(server.local_addr()).unwrap()).unwrap();
     let mut client = confboot_wire::Client::new(stream);
     let err = client
         .unary::<_, HealthCheckResponse>(CHECK, &HealthCheckRequest::default(), T)
         .unwrap_err();
-    assert!(
-        matches!(err.code, Code::Unavailable | Code::Internal),
-        "{err:?}"
-    );
+    assert_eq!(err.code, confboot_wire::Code::PermissionDenied, "{err:?}");
 
-    // aTLS' own client without an issuer: refused the same way.
-    let (mut client, _) = atls::connect(server.local_addr(), T, &[], None)
-        .expect("the client's side of the handshake completes");
-    assert!(health(&mut client).is_err());
+    // aTLS' own client without an issuer: refused before any call.
+    let err = atls::connect(server.local_addr(), T, &[], None)
+        .err()
+        .unwrap();
+    assert!(matches!(err, AtlsError::Refused(_)), "{err:?}");
+    assert_eq!(err.status().code, confboot_wire::Code::PermissionDenied);
 
     // An attested client gets through: the refusals above were about attestation.
     let (mut client, _) =
@@ -720,7 +562,7 @@ fn a_plain_tls_client_cannot_call_a_server_that_requires_client_attestation() {
 // -------------------------------------------------------------- policy swap
 
 #[test]
-fn a_policy_swap_takes_effect_at_the_next_handshake() {
+fn a_policy_swap_takes_effect_at_the_next_connection() {
     let server_node = Node::new();
     let joining = Node::new();
     // The server's policy for joining nodes, swapped at run time.
@@ -745,11 +587,11 @@ fn a_policy_swap_takes_effect_at_the_next_handshake() {
     let (mut before, _) = connect().unwrap();
     assert_eq!(health(&mut before).unwrap(), 1);
 
-    // The server's policy changes: the next joining handshake is refused,
+    // The server's policy changes: the next joining connection is refused,
     // while the connection established before keeps working.
     join_policy.swap(joining.validator(joining.wrong_policy()));
-    let (mut refused, _) = connect().expect("client side completes; server refuses");
-    assert!(health(&mut refused).is_err());
+    // The client learns of it before any call.
+    assert!(matches!(connect(), Err(AtlsError::Refused(_))));
     assert_eq!(health(&mut before).unwrap(), 1);
 
     // Swapped back: accepted again.
@@ -757,7 +599,7 @@ fn a_policy_swap_takes_effect_at_the_next_handshake() {
     let (mut again, _) = connect().unwrap();
     assert_eq!(health(&mut again).unwrap(), 1);
 
-    // The client's policy for the server changes: the next handshake fails
+    // The client's policy for the server changes: the next connection fails
     // on the client with the policy's reason.
     server_policy.swap(server_node.validator(server_node.wrong_policy()));
     match connect().err().unwrap() {
@@ -772,25 +614,6 @@ fn a_policy_swap_takes_effect_at_the_next_handshake() {
 }
 
 // ------------------------------------------------------------ protocol edges
-
-#[test]
-fn a_server_that_attests_refuses_a_client_hello_without_a_nonce() {
-    let node = Node::new();
-    let server = AtlsServer::new(Some(node.issuer()), vec![]).unwrap();
-    let (addr, h) = accept_one(server);
-    let mut sock = TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(T)).unwrap();
-    let config = evil_client_config(None::<fn(Nonce) -> Arc<CertifiedKey>>);
-    let mut conn =
-        rustls::ClientConnection::new(config, ServerName::try_from("example.com").unwrap())
-            .unwrap();
-    while conn.is_handshaking() {
-        if conn.complete_io(&mut sock).is_err() {
-            break;
-        }
-    }
-    assert!(matches!(h.join().unwrap(), Err(AtlsError::Nonce(_))));
-}
 
 #[test]
 fn a_silent_peer_runs_into_the_handshake_bound() {
@@ -808,13 +631,52 @@ fn a_silent_peer_runs_into_the_handshake_bound() {
 }
 
 #[test]
+fn a_peer_silent_after_the_handshake_runs_into_the_same_bound() {
+    // The attestation exchange shares the handshake's deadline.
+    let server = AtlsServer::new(None, vec![]).unwrap();
+    let l = listener();
+    let addr = l.local_addr().unwrap();
+    let h = std::thread::spawn(move || {
+        let (sock, _) = l.accept().unwrap();
+        server
+            .accept(sock, Duration::from_millis(500))
+            .map(|a| a.peer)
+    });
+    let _s = relay::tls_client(TcpStream::connect(addr).unwrap()).unwrap();
+    assert_eq!(h.join().unwrap().unwrap_err(), AtlsError::Timeout);
+}
+
+#[test]
+fn an_oversized_attestation_message_is_refused_before_it_is_read() {
+    let joining = Node::new();
+    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let (addr, h) = accept_one(server);
+    let mut s = relay::tls_client(TcpStream::connect(addr).unwrap()).unwrap();
+    // A frame header announcing 4 GiB − 1 bytes, and nothing after it.
+    std::io::Write::write_all(&mut s, &[0x00, 0xff, 0xff, 0xff, 0xff]).unwrap();
+    std::io::Write::flush(&mut s).unwrap();
+    let err = h.join().unwrap().unwrap_err();
+    assert!(
+        matches!(&err, AtlsError::Message(m) if m.contains("4294967295")),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn only_tls13_with_the_confboot_alpn_is_spoken() {
     let server = AtlsServer::new(None, vec![]).unwrap();
     // A client offering another ALPN protocol.
     let (addr, h) = accept_one(server);
-    let mut config = (*evil_client_config(None::<fn(Nonce) -> Arc<CertifiedKey>>)).clone();
+    let mut config = relay::client_config();
     config.alpn_protocols = vec![b"h2".to_vec()];
-    let _s = evil_connect(addr, Arc::new(config));
+    let _s = plain_connect(addr, config);
+    assert!(matches!(h.join().unwrap(), Err(AtlsError::Tls(_))));
+    // A client offering the in-handshake scheme's ALPN, which is gone.
+    let server = AtlsServer::new(None, vec![]).unwrap();
+    let (addr, h) = accept_one(server);
+    let mut config = relay::client_config();
+    config.alpn_protocols = vec![b"confboot/1".to_vec()];
+    let _s = plain_connect(addr, config);
     assert!(matches!(h.join().unwrap(), Err(AtlsError::Tls(_))));
     // A TLS 1.2-only client.
     let server = AtlsServer::new(None, vec![]).unwrap();
@@ -827,46 +689,38 @@ fn only_tls13_with_the_confboot_alpn_is_spoken() {
         .with_custom_certificate_verifier(Arc::new(AnyServer::new(atls::provider())))
         .with_no_client_auth();
     config.alpn_protocols = vec![atls::ALPN.to_vec()];
-    let _s = evil_connect(addr, Arc::new(config));
+    let _s = plain_connect(addr, config);
     assert!(matches!(h.join().unwrap(), Err(AtlsError::Tls(_))));
 }
 
+/// Drives a handshake with `config` as far as it goes (errors ignored: the
+/// server's verdict is asserted).
+fn plain_connect(addr: SocketAddr, config: rustls::ClientConfig) -> Option<relay::ToServer> {
+    let mut sock = TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    let mut conn = rustls::ClientConnection::new(
+        Arc::new(config),
+        rustls::pki_types::ServerName::try_from(atls::SERVER_NAME).unwrap(),
+    )
+    .unwrap();
+    while conn.is_handshaking() {
+        if conn.complete_io(&mut sock).is_err() {
+            return None;
+        }
+    }
+    Some(rustls::StreamOwned::new(conn, sock))
+}
+
 #[test]
-fn the_attested_certificate_has_the_documented_shape() {
+fn the_servers_certificate_is_fresh_in_every_attested_handshake() {
     let node = Node::new();
-    let nonce = Nonce::random().unwrap();
-    let new = cert::attested(node.issuer().as_ref(), &nonce).unwrap();
-    use x509_parser::prelude::{FromDer, X509Certificate};
-    let (_, c) = X509Certificate::from_der(&new.cert).unwrap();
-    let evidence: Vec<_> = c
-        .extensions()
-        .iter()
-        .filter(|e| e.oid.to_id_string() == node.variant().oid())
-        .collect();
-    assert_eq!(evidence.len(), 1);
-    assert!(!evidence[0].critical);
-    let span = c.validity().not_after.timestamp() - c.validity().not_before.timestamp();
-    assert_eq!(span, 4 * 3600);
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    assert!(
-        c.validity().not_before.timestamp() <= now && now <= c.validity().not_after.timestamp()
-    );
-    assert_eq!(
-        c.public_key().algorithm.algorithm.to_id_string(),
-        "1.2.840.10045.2.1",
-        "EC key"
-    );
-    // And it verifies for its nonce only.
-    let good = v(node.validator(node.good_policy()));
-    let t = now as u64;
-    assert!(cert::verify(&new.cert, &nonce, &good, t).is_ok());
-    assert!(matches!(
-        cert::verify(&new.cert, &Nonce::random().unwrap(), &good, t),
-        Err(AtlsError::Attestation(AttestationError::Binding(_)))
-    ));
+    let server = serve(Arc::new(AtomicUsize::new(0)), Some(node.issuer()), &[]);
+    let cert = || {
+        let (client, _) = atls::connect(server.local_addr(), T, &[], None).unwrap();
+        client.get_ref().conn.peer_certificates().unwrap()[0].to_vec()
+    };
+    assert_ne!(cert(), cert());
+    server.stop();
 }
 
 /// The attesting nodes of these tests: each a real swtpm of its own with

@@ -45,6 +45,12 @@ pub mod health {
     include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
 }
 
+/// `confboot.atls`: the attestation message each side of an aTLS
+/// connection sends first, after the handshake.
+pub mod atls {
+    include!(concat!(env!("OUT_DIR"), "/confboot.atls.rs"));
+}
+
 /// `confboot.vtpm`: evidence of the vTPM attestation variant.
 pub mod vtpm {
     include!(concat!(env!("OUT_DIR"), "/confboot.vtpm.rs"));

@@ -10,10 +10,9 @@
 //!   ([`request_target`], [`parse_request_target`]);
 //! - **binding**: the evidence's `extra_data` is
 //!   SHA-256(`"confboot verify service v1\0"` ‖ nonce) ([`extra_data`]). The
-//!   label keeps the service from being an oracle for aTLS: aTLS binds
-//!   SHA-256(SHA-256(SPKI) ‖ nonce), 64 bytes hashed, where this hashes 59,
-//!   so no nonce a caller picks makes the node sign a quote that an aTLS
-//!   certificate of the caller's key could carry;
+//!   service is no oracle for aTLS: aTLS binds evidence to a TLS session's
+//!   exporter (`confboot_atls::binding`), and no nonce a caller picks makes
+//!   this hash equal to an exporter value without a SHA-256 preimage;
 //! - **answer**: a JSON [`AttestationDocument`] `{"variant": "qemu-vtpm",
 //!   "attestation": "<base64 evidence>"}`, at most [`MAX_DOCUMENT_BYTES`].
 //!
@@ -295,15 +294,16 @@ mod tests {
     }
 
     #[test]
-    fn the_binding_is_not_the_atls_binding_for_any_key() {
-        // aTLS would need SHA-256(SHA-256(spki) ‖ nonce); the label makes
-        // the hashed input 59 bytes, so equal outputs need a collision.
+    fn the_binding_is_a_labelled_hash_of_the_nonce_never_the_nonce_itself() {
+        // aTLS binds a session's exporter: a caller choosing the nonce gets
+        // SHA-256(label ‖ nonce), never a value of its choice, so matching
+        // an exporter value needs a SHA-256 preimage.
         let nonce = [9u8; VERIFY_NONCE_LEN];
         let ours = extra_data(&nonce);
-        let atls_nonce = confboot_atls::Nonce(nonce);
-        for spki in [&b"any key"[..], BINDING_LABEL, &[]] {
-            assert_ne!(ours, confboot_atls::nonce::extra_data(spki, &atls_nonce));
-        }
+        let mut input = BINDING_LABEL.to_vec();
+        input.extend_from_slice(&nonce);
+        assert_eq!(&ours[..], digest(&SHA256, &input).as_ref());
+        assert_ne!(&ours[..], &nonce[..]);
         assert_ne!(extra_data(&nonce), extra_data(&[8u8; VERIFY_NONCE_LEN]));
     }
 
