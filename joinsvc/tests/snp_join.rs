@@ -219,19 +219,29 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
 #[test]
 fn an_snp_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
     use confboot_attest::tpm::swtpm::Swtpm;
-    // joinsvc attests with its TPM (qemu-vtpm); the node accepts only
-    // sev-snp join services.
+    // joinsvc attests with its TPM (qemu-vtpm) and would take the node
+    // (it accepts sev-snp nodes: the client speaks first, so a joinsvc
+    // that refused the node would end the exchange before the node saw
+    // its variant); the node accepts only sev-snp join services.
     let cp_tpm = Swtpm::start().unwrap();
     let tpm_arg = cp_tpm.addr().to_string();
     let vtpm_node = Node::start("vtpm-node", b"kernel");
+    let dir = TempDir::new("snp-node-side");
+    let policy = snp_policy(dir.path()).display().to_string();
     let joinsvc = Joinsvc::start_with(
         &joinsvc_bin(),
         &vtpm_node.policy(),
         &[&vtpm_node],
-        &["--tpm", &tpm_arg],
+        &[
+            "--tpm",
+            &tpm_arg,
+            "--variants",
+            "qemu-vtpm,sev-snp",
+            "--snp-policy",
+            &policy,
+        ],
     );
     joinsvc.process.wait_for_line("attesting with the TPM", 100);
-    let dir = TempDir::new("snp-node-side");
     let accepted: Arc<dyn Validator> =
         Arc::new(SnpValidator::new(SnpPolicy::load(&snp_policy(dir.path())).unwrap()).unwrap());
     let node = snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
