@@ -735,8 +735,9 @@ pub fn measurement_policy(data: &[u8]) {
 }
 
 /// The SEV-SNP policy JSON: what parses pins the image (or says
-/// `insecureAnyImage`), names VMPL 0 to 3 and a 48-byte measurement, and
-/// cannot ask for KDS fetching in a build without it.
+/// `insecureAnyImage`), names VMPL 0 to 3 and a 48-byte measurement,
+/// cannot ask for KDS fetching in a build without it, and pins chips with a
+/// list of 1 to `MAX_ALLOWED_CHIP_IDS` distinct ids, none all zero.
 pub fn snp_policy(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -749,6 +750,12 @@ pub fn snp_policy(data: &[u8]) {
     let entries: Vec<_> = p.measurement.entries().iter().collect();
     assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
     assert!(!p.kds_fetch);
+    if let Some(ids) = &p.allowed_chip_ids {
+        assert!(!ids.is_empty() && ids.len() <= confboot_attest::snp::MAX_ALLOWED_CHIP_IDS);
+        assert!(ids.iter().all(|id| id.iter().any(|b| *b != 0)));
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+    }
 }
 
 /// A node's kubelet CSR as the join service checks it: what passes names a

@@ -469,6 +469,28 @@ fn snp_policy() -> Vec<Seed> {
             ),
         ),
         seed(
+            "allowed-chip-ids",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}"}}, "allowedChipIds": ["{}", "{}"]}}"#,
+                "a1".repeat(64),
+                "b2".repeat(64)
+            ),
+        ),
+        seed(
+            "allowed-chip-ids-repeated",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}"}}, "allowedChipIds": ["{a}", "{a}"]}}"#,
+                a = "a1".repeat(64)
+            ),
+        ),
+        seed(
+            "allowed-chip-ids-masked",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}"}}, "allowedChipIds": ["{}"]}}"#,
+                "00".repeat(64)
+            ),
+        ),
+        seed(
             "warn-only-insecure",
             format!(
                 r#"{{"measurement": {{"expected": "{m}", "warnOnly": true}}, "insecureAnyImage": true}}"#
