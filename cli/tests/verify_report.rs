@@ -150,6 +150,69 @@ fn failing_checks_exit_1() {
     assert_eq!(run(&["--report", &report]), 1);
 }
 
+/// A policy that pins chips adds one line: ✓ when the report's chip is
+/// listed (exit 0), ✗ naming the chip when it is not (exit 1). Run as the
+/// `confboot` binary to see what it prints.
+#[test]
+fn a_policy_that_pins_chips_prints_one_more_line() {
+    let report = fixture("test-report.bin");
+    let vcek = fixture("test-vcek.der");
+    let r = std::fs::read(&report).unwrap();
+    let own_chip = confboot_util::hex::encode(&r[0x1A0..0x1E0]);
+    let policy = |name: &str, chip: &str| {
+        temp_file(
+            name,
+            format!(
+                r#"{{"measurement": {{"expected": "{}"}}, "allowedChipIds": ["{chip}"]}}"#,
+                confboot_util::hex::encode(&r[0x90..0xC0])
+            )
+            .as_bytes(),
+        )
+    };
+    let verify_with = |policy: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_confboot"))
+            .args(["verify-report", "--report", &report, "--vcek", &vcek])
+            .args(["--policy", policy, "-v", "0"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<String> = stdout
+            .lines()
+            .filter(|l| l.contains("allowed chip"))
+            .map(str::to_string)
+            .collect();
+        (out.status.code(), lines)
+    };
+    let (status, lines) = verify_with(&policy("own-chip.json", &own_chip));
+    assert_eq!(status, Some(0));
+    assert_eq!(
+        lines,
+        [format!(
+            "✓ allowed chip: {}… is listed (1 allowed)",
+            &own_chip[..16]
+        )]
+    );
+    let (status, lines) = verify_with(&policy("other-chip.json", &"5a".repeat(64)));
+    assert_eq!(status, Some(1));
+    assert_eq!(
+        lines,
+        [format!(
+            "✗ allowed chip: policy violated: chip id not allowed: {}…",
+            &own_chip[..16]
+        )]
+    );
+    // Without the key, no such line.
+    let (status, lines) = verify_with(&temp_file(
+        "any-chip.json",
+        format!(
+            r#"{{"measurement": {{"expected": "{}"}}}}"#,
+            confboot_util::hex::encode(&r[0x90..0xC0])
+        )
+        .as_bytes(),
+    ));
+    assert_eq!((status, lines.len()), (Some(0), 0));
+}
+
 #[test]
 fn unusable_input_exits_2() {
     let report = fixture("test-report.bin");

@@ -112,6 +112,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("vpn_own_record", vpn_own_record),
     ("netlink_reply", netlink_reply),
     ("cluster_handoff", cluster_handoff),
+    ("registry_configmap", registry_configmap),
+    ("registry_ledger", registry_ledger),
 ];
 
 // ---- RPC ----
@@ -713,8 +715,9 @@ pub fn measurement_policy(data: &[u8]) {
 }
 
 /// The SEV-SNP policy JSON: what parses pins the image (or says
-/// `insecureAnyImage`), names VMPL 0 to 3 and a 48-byte measurement, and
-/// cannot ask for KDS fetching in a build without it.
+/// `insecureAnyImage`), names VMPL 0 to 3 and a 48-byte measurement,
+/// cannot ask for KDS fetching in a build without it, and pins chips with a
+/// list of 1 to `MAX_ALLOWED_CHIP_IDS` distinct ids, none all zero.
 pub fn snp_policy(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -727,6 +730,12 @@ pub fn snp_policy(data: &[u8]) {
     let entries: Vec<_> = p.measurement.entries().iter().collect();
     assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
     assert!(!p.kds_fetch);
+    if let Some(ids) = &p.allowed_chip_ids {
+        assert!(!ids.is_empty() && ids.len() <= confboot_attest::snp::MAX_ALLOWED_CHIP_IDS);
+        assert!(ids.iter().all(|id| id.iter().any(|b| *b != 0)));
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+    }
 }
 
 // ---- TDX ----
@@ -1678,4 +1687,92 @@ pub fn cluster_handoff(data: &[u8]) {
         assert!(data.len() as u64 <= MAX_STEP_FILE_BYTES);
         assert_eq!(StepDocument::parse(&doc.to_json()), Ok(doc));
     }
+}
+
+// ---- joinsvc's registry ConfigMap ----
+
+/// The VPN range the registry targets check peers against.
+pub const REGISTRY_NETWORK: &str = "10.118.0.0/16";
+
+/// joinsvc's registry ConfigMap as the API server returns it (any writer
+/// with access to the object may have written it): what parses is bounded
+/// (peers, removed disks, pending joins, generations), every disk is a
+/// UUID, every bound or pending name is a peer's, and what joinsvc writes
+/// for it reads back the same. Without a VPN range, a registry that holds
+/// peers is refused.
+pub fn registry_configmap(data: &[u8]) {
+    use joinsvc::configmap::{MAX_REMOVED_DISKS, Written, data_json, parse_stored};
+    use joinsvc::ledger::{MAX_DISK_GENERATIONS, MAX_PENDING_JOINS};
+    let Ok(body) = std::str::from_utf8(data) else {
+        return;
+    };
+    let network: confboot_vpn::VpnNetwork = REGISTRY_NETWORK.parse().unwrap();
+    if let Ok(stored) = parse_stored(body, None) {
+        assert!(stored.peers.peers().is_empty());
+    }
+    let Ok(stored) = parse_stored(body, Some(&network)) else {
+        return;
+    };
+    assert!(stored.peers.peers().len() <= confboot_vpn::MAX_PEERS);
+    assert!(stored.removed.len() <= MAX_REMOVED_DISKS);
+    assert!(stored.ledger.pending.len() <= MAX_PENDING_JOINS);
+    assert!(stored.ledger.generations.len() <= MAX_DISK_GENERATIONS);
+    let disks = stored
+        .disks
+        .values()
+        .chain(&stored.removed)
+        .chain(stored.ledger.pending.keys())
+        .chain(stored.ledger.generations.keys());
+    for disk in disks {
+        assert!(confboot_kms::is_uuid(disk), "{disk:?}");
+    }
+    for name in stored.disks.keys().chain(stored.pending_peers.keys()) {
+        assert!(stored.peers.get(name).is_some(), "{name:?}");
+    }
+    let written = Written {
+        list: &stored.peers,
+        disks: &stored.disks,
+        removed: &stored.removed,
+        pending_peers: &stored.pending_peers,
+        ledger: &stored.ledger,
+    };
+    let again = serde_json::json!({
+        "metadata": {"resourceVersion": stored.resource_version},
+        "data": data_json(stored.version, &written),
+    })
+    .to_string();
+    assert_eq!(parse_stored(&again, Some(&network)).unwrap(), stored);
+}
+
+/// The ledger's part of the registry ConfigMap's `data` (pending joins,
+/// disk generations, the filter of issued tickets): what parses is
+/// bounded, its disks are UUIDs, its filter is empty or exactly its size,
+/// and what joinsvc writes for it reads back the same.
+pub fn registry_ledger(data: &[u8]) {
+    use joinsvc::configmap::{MAX_CONFIGMAP_BYTES, Written, data_json, parse_ledger};
+    use joinsvc::ledger::{FILTER_BITS, MAX_DISK_GENERATIONS, MAX_PENDING_JOINS};
+    if data.len() as u64 > MAX_CONFIGMAP_BYTES {
+        return;
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let Ok(ledger) = parse_ledger(&value) else {
+        return;
+    };
+    assert!(ledger.pending.len() <= MAX_PENDING_JOINS);
+    assert!(ledger.generations.len() <= MAX_DISK_GENERATIONS);
+    for disk in ledger.pending.keys().chain(ledger.generations.keys()) {
+        assert!(confboot_kms::is_uuid(disk), "{disk:?}");
+    }
+    let bits = ledger.issued.bits().len();
+    assert!(bits == 0 || bits == FILTER_BITS / 8, "{bits}");
+    let written = Written {
+        list: &confboot_vpn::PeerList::default(),
+        disks: &Default::default(),
+        removed: &[],
+        pending_peers: &Default::default(),
+        ledger: &ledger,
+    };
+    assert_eq!(parse_ledger(&data_json(0, &written)).unwrap(), ledger);
 }

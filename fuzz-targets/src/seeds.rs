@@ -528,6 +528,28 @@ fn snp_policy() -> Vec<Seed> {
             ),
         ),
         seed(
+            "allowed-chip-ids",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}"}}, "allowedChipIds": ["{}", "{}"]}}"#,
+                "a1".repeat(64),
+                "b2".repeat(64)
+            ),
+        ),
+        seed(
+            "allowed-chip-ids-repeated",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}"}}, "allowedChipIds": ["{a}", "{a}"]}}"#,
+                a = "a1".repeat(64)
+            ),
+        ),
+        seed(
+            "allowed-chip-ids-masked",
+            format!(
+                r#"{{"measurement": {{"expected": "{m}"}}, "allowedChipIds": ["{}"]}}"#,
+                "00".repeat(64)
+            ),
+        ),
+        seed(
             "warn-only-insecure",
             format!(
                 r#"{{"measurement": {{"expected": "{m}", "warnOnly": true}}, "insecureAnyImage": true}}"#
@@ -1094,6 +1116,138 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "vpn_own_record" => vpn_own_record(),
         "netlink_reply" => netlink_reply(),
         "cluster_handoff" => cluster_handoff(),
+        "registry_configmap" => registry_configmap(),
+        "registry_ledger" => registry_ledger(),
         _ => Vec::new(),
     }
+}
+
+/// The ledger joinsvc keeps in its registry ConfigMap: two joins whose
+/// first boot runs, two disks' generations and, with `filter`, a filter
+/// of issued tickets with a few bits set.
+fn registry_ledger_value(filter: bool) -> joinsvc::ledger::Ledger {
+    use joinsvc::ledger::{DiskGeneration, FILTER_BITS, IssuedFilter, Ledger};
+    let mut ledger = Ledger::default();
+    ledger.pending.insert(registry_disk(1), 1_700_000_000);
+    ledger.pending.insert(registry_disk(2), 1_700_000_100);
+    for (i, generation) in [(3, 4), (4, 1)] {
+        let at = 1_700_000_200;
+        ledger
+            .generations
+            .insert(registry_disk(i), DiskGeneration { generation, at });
+    }
+    if filter {
+        let mut bits = vec![0u8; FILTER_BITS / 8];
+        for i in 0..64 {
+            bits[i * 997] = 1 << (i % 8);
+        }
+        ledger.issued = IssuedFilter::from_parts(bits, 8).expect("the filter's size");
+    }
+    ledger
+}
+
+/// The state disk UUID of test node `i`.
+fn registry_disk(i: u8) -> String {
+    format!("2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e{i:02x}")
+}
+
+/// The registry ConfigMap's `data` as joinsvc writes it: `peers` nodes
+/// (each bound to its disk, the last still waiting for its own record),
+/// one removed disk and the ledger.
+fn registry_data(peers: u8, filter: bool) -> serde_json::Value {
+    use confboot_proto::vpn::Peer;
+    use joinsvc::configmap::{Written, data_json};
+    let network: confboot_vpn::VpnNetwork = crate::REGISTRY_NETWORK.parse().expect("range");
+    let wire: Vec<Peer> = (1..=peers)
+        .map(|i| Peer {
+            name: format!("node-{i}"),
+            public_endpoint: format!("192.0.2.{i}:51820"),
+            vpn_ip: format!("10.118.0.{i}"),
+            vpn_pub_key: vec![i; 32],
+        })
+        .collect();
+    let list = confboot_vpn::PeerList::from_update(&wire, &network).expect("a valid list");
+    let disks = (1..=peers)
+        .map(|i| (format!("node-{i}"), registry_disk(0x10 + i)))
+        .collect();
+    let pending_peers = (peers > 0)
+        .then(|| (format!("node-{peers}"), 1_700_000_300))
+        .into_iter()
+        .collect();
+    let ledger = registry_ledger_value(filter);
+    let written = Written {
+        list: &list,
+        disks: &disks,
+        removed: &[registry_disk(0x20)],
+        pending_peers: &pending_peers,
+        ledger: &ledger,
+    };
+    data_json(7, &written)
+}
+
+/// The object as the API server returns it.
+fn registry_object(data: serde_json::Value) -> Vec<u8> {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "confboot-vpn-peers", "namespace": "kube-system", "resourceVersion": "4711"},
+        "data": data,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// joinsvc's registry ConfigMap: as written (empty, with peers, with the
+/// filter, from before the ledger), and spoilt.
+fn registry_configmap() -> Vec<Seed> {
+    let mut outside = registry_data(2, false);
+    outside["peers.json"] = serde_json::json!(
+        outside["peers.json"]
+            .as_str()
+            .expect("a string")
+            .replace("10.118.0.2", "10.119.0.2")
+    );
+    let mut removed = registry_data(1, false);
+    removed["removed.json"] = serde_json::json!(r#"["not-a-uuid"]"#);
+    let mut short_filter = registry_data(1, false);
+    short_filter["issued-filter"] = serde_json::json!("AAAA");
+    short_filter["issued-count"] = serde_json::json!("1");
+    vec![
+        seed("empty", registry_object(registry_data(0, false))),
+        seed("three-peers", registry_object(registry_data(3, false))),
+        seed("with-filter", registry_object(registry_data(2, true))),
+        seed(
+            "before-the-ledger",
+            registry_object(serde_json::json!({"version": "3", "peers.json": "[]"})),
+        ),
+        seed("peer-outside-range", registry_object(outside)),
+        seed("removed-not-a-uuid", registry_object(removed)),
+        seed("filter-of-the-wrong-size", registry_object(short_filter)),
+    ]
+}
+
+/// The ledger's part of the registry's `data`: as written, and spoilt.
+fn registry_ledger() -> Vec<Seed> {
+    let ledger_only = |filter: bool| {
+        let mut data = registry_data(0, filter);
+        let object = data.as_object_mut().expect("an object");
+        object.retain(|k, _| !matches!(k.as_str(), "version" | "peers.json" | "removed.json"));
+        data.to_string().into_bytes()
+    };
+    vec![
+        seed("empty", "{}"),
+        seed("pending-and-generations", ledger_only(false)),
+        seed("with-filter", ledger_only(true)),
+        seed(
+            "generation-not-a-pair",
+            format!(
+                r#"{{"generations.json": "{{\"{}\": [1]}}"}}"#,
+                registry_disk(1)
+            ),
+        ),
+        seed(
+            "pending-not-a-uuid",
+            r#"{"pending-joins.json": "{\"disk\": 1}"}"#,
+        ),
+    ]
 }

@@ -92,8 +92,8 @@ impl LaunchId {
         Some(LaunchId(id))
     }
 
-    /// A launch id from its 32 bytes (tests).
-    #[cfg(test)]
+    /// A launch id from its 32 bytes (tests; the service makes launch ids
+    /// only from verified evidence, with [`LaunchId::of`]).
     pub fn from_bytes(bytes: [u8; 32]) -> LaunchId {
         LaunchId(bytes)
     }

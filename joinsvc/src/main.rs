@@ -6,7 +6,6 @@
 mod config;
 mod http;
 mod kube_api;
-mod ledger;
 mod metrics;
 mod options;
 mod server;
@@ -14,6 +13,8 @@ mod ticket;
 mod token;
 mod vpn;
 mod watcher;
+
+use joinsvc::{configmap, ledger};
 
 use std::net::TcpListener;
 use std::sync::Arc;

@@ -21,6 +21,9 @@
 //! peers outside the range, refuses every change and update (fail closed)
 //! rather than serving or extending a list the API server's other writers
 //! may have spoilt.
+//! The object's stored form, written and read back with its bounds, is
+//! [`crate::configmap`] (in joinsvc's library target, where the fuzz
+//! targets `registry_configmap` and `registry_ledger` reach it).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -31,18 +34,13 @@ use confboot_util::backoff::Backoff;
 
 use confboot_proto::vpn::{GetUpdateResponse, Peer as WirePeer};
 use confboot_vpn::{MAX_PEERS, Peer, PeerList, VpnError, VpnNetwork, VpnPublicKey};
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::configmap::{Corrupt, MAX_CONFIGMAP_BYTES, Stored, Written, data_json, parse_stored};
+pub use crate::configmap::{MAX_REMOVED_DISKS, PEERS_CONFIGMAP};
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
-use crate::ledger::{
-    Caller, DiskGeneration, FILTER_BITS, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger,
-    MAX_DISK_GENERATIONS, MAX_PENDING_JOINS, Refusal, TicketKind, decide, record,
-};
+use crate::ledger::{Caller, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide, record};
 
-/// The ConfigMap (in kube-system) that holds the peer registry.
-pub const PEERS_CONFIGMAP: &str = "confboot-vpn-peers";
-/// The largest registry read: the API server's limit for one object.
-const MAX_CONFIGMAP_BYTES: u64 = 1 << 20;
 /// Compare-and-swap attempts before a change is given up as contended.
 const CAS_ATTEMPTS: usize = 16;
 /// The first wait after a lost compare-and-swap (with jitter, doubling).
@@ -55,12 +53,6 @@ const CAS_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// reaches this replica's answers at most this much later; this replica's
 /// own changes at once.
 pub const UPDATE_CACHE_TTL: Duration = Duration::from_secs(1);
-/// How many removed nodes' state disks the registry remembers (the
-/// oldest is forgotten first): a removed node that still runs cannot put
-/// itself back through its own record.
-pub const MAX_REMOVED_DISKS: usize = 4096;
-/// The longest `resourceVersion` taken from the API server.
-const MAX_RESOURCE_VERSION_CHARS: usize = 64;
 
 /// Why the registry could not be read or changed.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -135,6 +127,12 @@ pub enum RegistryError {
     Admission(Refusal),
 }
 
+impl From<Corrupt> for RegistryError {
+    fn from(e: Corrupt) -> RegistryError {
+        RegistryError::Corrupt(e.0)
+    }
+}
+
 impl From<KubeApiError> for RegistryError {
     fn from(e: KubeApiError) -> RegistryError {
         RegistryError::Api(e)
@@ -152,26 +150,6 @@ pub struct PeerRequest {
     pub vpn_pub_key: VpnPublicKey,
     /// The node's state disk UUID, which the name is bound to.
     pub disk_uuid: String,
-}
-
-/// The registry as read: the version and list, and the object's
-/// `resourceVersion` a write must name (`None`: no object yet).
-#[derive(Debug)]
-struct Stored {
-    resource_version: Option<String>,
-    version: u64,
-    peers: PeerList,
-    /// The state disk each name is bound to (none for a peer registered
-    /// before names were bound).
-    disks: BTreeMap<String, String>,
-    /// The state disks of removed nodes, oldest first (at most
-    /// [`MAX_REMOVED_DISKS`]).
-    removed: Vec<String>,
-    /// Names registered by a join whose node has not sent its own record
-    /// yet → since when (Unix seconds).
-    pending_peers: BTreeMap<String, u64>,
-    /// What each launch and disk was given.
-    ledger: Ledger,
 }
 
 /// What one change edits: the peers, the names' disks, the removed disks,
@@ -519,7 +497,7 @@ impl KubeApiPeerRegistry {
     fn read(&self) -> Result<Stored, RegistryError> {
         let answer = self.api.get(&self.object_uri, MAX_CONFIGMAP_BYTES)?;
         match answer.status {
-            200 => parse_stored(&answer.body, self.network.as_ref()),
+            200 => Ok(parse_stored(&answer.body, self.network.as_ref())?),
             404 => Ok(Stored {
                 resource_version: None,
                 version: 0,
@@ -544,26 +522,7 @@ impl KubeApiPeerRegistry {
         // does not make every node fetch the list again.
         let peers_changed = stored.peers != *written.list || stored.disks != *written.disks;
         let version = stored.version + u64::from(peers_changed);
-        let mut data = json!({
-            "version": version.to_string(),
-            "peers.json": peers_json(written).to_string(),
-            "removed.json": json!(written.removed).to_string(),
-            "pending-joins.json": json!(written.ledger.pending).to_string(),
-        });
-        if !written.ledger.generations.is_empty() {
-            let generations: serde_json::Map<String, Value> = written
-                .ledger
-                .generations
-                .iter()
-                .map(|(disk, g)| (disk.clone(), json!([g.generation, g.at])))
-                .collect();
-            data["generations.json"] = json!(Value::Object(generations).to_string());
-        }
-        let issued = &written.ledger.issued;
-        if !issued.bits().is_empty() {
-            data["issued-filter"] = json!(confboot_util::base64::encode(issued.bits()));
-            data["issued-count"] = json!(issued.count().to_string());
-        }
+        let data = data_json(version, written);
         let body = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -584,15 +543,6 @@ impl KubeApiPeerRegistry {
             _ => Err(api_error(&answer)),
         }
     }
-}
-
-/// What a write stores.
-struct Written<'a> {
-    list: &'a PeerList,
-    disks: &'a BTreeMap<String, String>,
-    removed: &'a [String],
-    pending_peers: &'a BTreeMap<String, u64>,
-    ledger: &'a Ledger,
 }
 
 /// A join's peer: added and bound, or its key and endpoint updated when
@@ -689,208 +639,6 @@ fn api_error(answer: &ApiAnswer) -> RegistryError {
             reason: answer.status_field("reason"),
         }
     }
-}
-
-/// The peers as the ConfigMap's `peers.json`: public values, the key in
-/// base64 as `wg` shows it, the state disk UUID a name is bound to, and
-/// since when a join's peer waits for its node's own record.
-fn peers_json(written: &Written<'_>) -> Value {
-    let (list, disks) = (written.list, written.disks);
-    Value::Array(
-        list.peers()
-            .iter()
-            .map(|p| {
-                let mut entry = json!({
-                    "name": p.name,
-                    "publicEndpoint": p.public_endpoint.to_string(),
-                    "vpnIP": p.vpn_ip.to_string(),
-                    "vpnPubKey": p.vpn_pub_key.to_string(),
-                });
-                if let Some(disk) = disks.get(&p.name) {
-                    entry["diskUUID"] = json!(disk);
-                }
-                if let Some(since) = written.pending_peers.get(&p.name) {
-                    entry["pendingSince"] = json!(since);
-                }
-                entry
-            })
-            .collect(),
-    )
-}
-
-/// Reads a stored ConfigMap, as strictly as a node reads an update.
-fn parse_stored(body: &str, network: Option<&VpnNetwork>) -> Result<Stored, RegistryError> {
-    let corrupt = |m: &str| RegistryError::Corrupt(m.to_string());
-    let object: Value = serde_json::from_str(body).map_err(|_| corrupt("not JSON"))?;
-    let resource_version = object["metadata"]["resourceVersion"]
-        .as_str()
-        .filter(|rv| !rv.is_empty() && rv.len() <= MAX_RESOURCE_VERSION_CHARS)
-        .ok_or_else(|| corrupt("no metadata.resourceVersion"))?
-        .to_string();
-    let data = &object["data"];
-    let version_text = data["version"]
-        .as_str()
-        .ok_or_else(|| corrupt("no data.version"))?;
-    if version_text.is_empty() || !version_text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(corrupt("data.version is not a number"));
-    }
-    let version: u64 = version_text
-        .parse()
-        .map_err(|_| corrupt("data.version is not a number"))?;
-    let peers: Value = serde_json::from_str(
-        data["peers.json"]
-            .as_str()
-            .ok_or_else(|| corrupt("no data.peers.json"))?,
-    )
-    .map_err(|_| corrupt("peers.json is not JSON"))?;
-    let entries = peers
-        .as_array()
-        .ok_or_else(|| corrupt("peers.json is not a list"))?;
-    if entries.len() > MAX_PEERS {
-        return Err(RegistryError::Corrupt(
-            VpnError::TooManyPeers(entries.len()).to_string(),
-        ));
-    }
-    let field = |e: &Value, name: &str| -> Result<String, RegistryError> {
-        e[name]
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| RegistryError::Corrupt(format!("a peer without {name}")))
-    };
-    let mut wire = Vec::with_capacity(entries.len());
-    let mut disks = BTreeMap::new();
-    let mut pending_peers = BTreeMap::new();
-    for e in entries {
-        if let Some(since) = e.get("pendingSince") {
-            let since = since
-                .as_u64()
-                .ok_or_else(|| corrupt("a peer's pendingSince is not a number"))?;
-            pending_peers.insert(field(e, "name")?, since);
-        }
-        if let Some(disk) = e.get("diskUUID") {
-            let disk = disk
-                .as_str()
-                .filter(|d| confboot_kms::is_uuid(d))
-                .ok_or_else(|| corrupt("a peer's diskUUID is not a UUID"))?;
-            disks.insert(field(e, "name")?, disk.to_string());
-        }
-        let key = confboot_util::base64::decode(&field(e, "vpnPubKey")?)
-            .map_err(|_| corrupt("a peer's vpnPubKey is not base64"))?;
-        wire.push(WirePeer {
-            name: field(e, "name")?,
-            public_endpoint: field(e, "publicEndpoint")?,
-            vpn_ip: field(e, "vpnIP")?,
-            vpn_pub_key: key,
-        });
-    }
-    let peers = match network {
-        Some(network) => PeerList::from_update(&wire, network)
-            .map_err(|e| RegistryError::Corrupt(e.to_string()))?,
-        None if wire.is_empty() => PeerList::default(),
-        None => {
-            return Err(corrupt(
-                "it holds VPN peers and this joinsvc has no --vpn-cidr",
-            ));
-        }
-    };
-    // Absent in a registry written before removals were remembered.
-    let removed = match data.get("removed.json") {
-        None => Vec::new(),
-        Some(text) => {
-            let list: Value = serde_json::from_str(
-                text.as_str()
-                    .ok_or_else(|| corrupt("removed.json is not a string"))?,
-            )
-            .map_err(|_| corrupt("removed.json is not JSON"))?;
-            let list = list
-                .as_array()
-                .filter(|l| l.len() <= MAX_REMOVED_DISKS)
-                .ok_or_else(|| corrupt("removed.json is not a list of at most 4096 disks"))?;
-            list.iter()
-                .map(|d| {
-                    d.as_str()
-                        .filter(|d| confboot_kms::is_uuid(d))
-                        .map(str::to_string)
-                        .ok_or_else(|| corrupt("removed.json holds a value that is not a UUID"))
-                })
-                .collect::<Result<Vec<String>, RegistryError>>()?
-        }
-    };
-    Ok(Stored {
-        resource_version: Some(resource_version),
-        version,
-        peers,
-        disks,
-        removed,
-        pending_peers,
-        ledger: parse_ledger(data)?,
-    })
-}
-
-/// The ledger's part of the ConfigMap's data (absent in a registry
-/// written before the ledger: empty).
-fn parse_ledger(data: &Value) -> Result<Ledger, RegistryError> {
-    let corrupt = |m: &str| RegistryError::Corrupt(m.to_string());
-    let mut ledger = Ledger::default();
-    if let Some(text) = data.get("pending-joins.json") {
-        let map: Value = serde_json::from_str(
-            text.as_str()
-                .ok_or_else(|| corrupt("pending-joins.json is not a string"))?,
-        )
-        .map_err(|_| corrupt("pending-joins.json is not JSON"))?;
-        let map = map
-            .as_object()
-            .filter(|m| m.len() <= MAX_PENDING_JOINS)
-            .ok_or_else(|| corrupt("pending-joins.json is not a map of at most 1024 disks"))?;
-        for (disk, at) in map {
-            let at = at
-                .as_u64()
-                .filter(|_| confboot_kms::is_uuid(disk))
-                .ok_or_else(|| corrupt("pending-joins.json holds a disk that is not a UUID"))?;
-            ledger.pending.insert(disk.clone(), at);
-        }
-    }
-    if let Some(text) = data.get("generations.json") {
-        let map: Value = serde_json::from_str(
-            text.as_str()
-                .ok_or_else(|| corrupt("generations.json is not a string"))?,
-        )
-        .map_err(|_| corrupt("generations.json is not JSON"))?;
-        let map = map
-            .as_object()
-            .filter(|m| m.len() <= MAX_DISK_GENERATIONS)
-            .ok_or_else(|| corrupt("generations.json is not a map of at most 4096 disks"))?;
-        for (disk, entry) in map {
-            let pair = entry
-                .as_array()
-                .filter(|p| p.len() == 2 && confboot_kms::is_uuid(disk))
-                .and_then(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
-                .ok_or_else(|| {
-                    corrupt("generations.json holds an entry that is not a disk's [generation, at]")
-                })?;
-            ledger.generations.insert(
-                disk.clone(),
-                DiskGeneration {
-                    generation: pair.0,
-                    at: pair.1,
-                },
-            );
-        }
-    }
-    if let Some(bits) = data.get("issued-filter") {
-        let bits = bits
-            .as_str()
-            .filter(|b| b.len() <= FILTER_BITS / 6 + 4)
-            .and_then(|b| confboot_util::base64::decode(b).ok())
-            .ok_or_else(|| corrupt("issued-filter is not base64"))?;
-        let count = data["issued-count"]
-            .as_str()
-            .and_then(|c| c.parse::<u64>().ok())
-            .ok_or_else(|| corrupt("issued-count is not a number"))?;
-        ledger.issued = IssuedFilter::from_parts(bits, count)
-            .ok_or_else(|| corrupt("issued-filter has the wrong size"))?;
-    }
-    Ok(ledger)
 }
 
 #[cfg(test)]
@@ -1325,7 +1073,7 @@ mod tests {
             });
             assert!(
                 matches!(
-                    parse_stored(&body.to_string(), Some(&network)),
+                    parse_stored(&body.to_string(), Some(&network)).map_err(RegistryError::from),
                     Err(RegistryError::Corrupt(_))
                 ),
                 "{bad}"
@@ -1350,7 +1098,7 @@ mod tests {
         });
         let network: VpnNetwork = "10.118.0.0/16".parse().unwrap();
         assert!(matches!(
-            parse_stored(&body.to_string(), Some(&network)),
+            parse_stored(&body.to_string(), Some(&network)).map_err(RegistryError::from),
             Err(RegistryError::Corrupt(_))
         ));
         let too_many: Vec<String> = (0..=MAX_REMOVED_DISKS as u32)
@@ -1358,7 +1106,7 @@ mod tests {
             .collect();
         body["data"]["removed.json"] = serde_json::json!(serde_json::json!(too_many).to_string());
         assert!(matches!(
-            parse_stored(&body.to_string(), Some(&network)),
+            parse_stored(&body.to_string(), Some(&network)).map_err(RegistryError::from),
             Err(RegistryError::Corrupt(_))
         ));
     }

@@ -45,12 +45,17 @@ fn guest() -> Guest {
 
 /// An SNP policy file expecting `GOOD`, rooted in the test ARK only.
 fn snp_policy(dir: &Path) -> PathBuf {
+    snp_policy_with(dir, "")
+}
+
+/// [`snp_policy`] with `more` keys (`, "key": value...`).
+fn snp_policy_with(dir: &Path, more: &str) -> PathBuf {
     std::fs::write(dir.join("test-ark.pem"), amd().root_bundle_pem()).unwrap();
     let file = dir.join("snp.json");
     std::fs::write(
         &file,
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["test-ark.pem"]}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["test-ark.pem"]{more}}}"#,
             confboot_util::hex::encode(&GOOD)
         ),
     )
@@ -61,7 +66,11 @@ fn snp_policy(dir: &Path) -> PathBuf {
 /// A joinsvc accepting `variants`; `vtpm` is the vTPM node it trusts (with
 /// its policy) when `qemu-vtpm` is accepted.
 fn joinsvc(variants: &str, vtpm: Option<&Node>, dir: &TempDir) -> Joinsvc {
-    let policy = snp_policy(dir.path());
+    joinsvc_with_policy(variants, vtpm, &snp_policy(dir.path()))
+}
+
+/// [`joinsvc`] with the SNP policy file `policy`.
+fn joinsvc_with_policy(variants: &str, vtpm: Option<&Node>, policy: &Path) -> Joinsvc {
     let policy = policy.display().to_string();
     let extra = ["--variants", variants, "--snp-policy", &policy];
     match vtpm {
@@ -142,6 +151,38 @@ fn a_report_signed_by_another_chip_is_refused() {
         &joinsvc,
         &snp_issuer(other_chip),
         "is not the report's chip id",
+    );
+}
+
+/// A policy that pins chips (`allowedChipIds`): a genuine node on a listed
+/// chip joins; the same image on another chip, whose report and VCEK are
+/// genuine, gets no ticket, and joinsvc names the chip it refused.
+#[test]
+fn a_node_on_a_chip_the_policy_does_not_list_is_refused() {
+    let dir = TempDir::new("snp-allowed-chips");
+    let (listed, unlisted) = (chip(1), chip(3));
+    let policy = snp_policy_with(
+        dir.path(),
+        &format!(
+            r#", "allowedChipIds": ["{}", "{}"]"#,
+            confboot_util::hex::encode(&listed.chip_id),
+            confboot_util::hex::encode(&[0x02; 64])
+        ),
+    );
+    let joinsvc = joinsvc_with_policy("sev-snp", None, &policy);
+    let ticket = join(
+        &joinsvc,
+        &snp_issuer(TestReportSource::honest(amd(), listed, guest())),
+    )
+    .expect("a node on a listed chip is admitted");
+    assert_eq!(
+        ticket.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK).expose()
+    );
+    assert_refused(
+        &joinsvc,
+        &snp_issuer(TestReportSource::honest(amd(), unlisted, guest())),
+        "chip id not allowed: 0303030303030303…",
     );
 }
 

@@ -614,6 +614,80 @@ fn debug_bit_host_data_and_id_key_are_checked() {
     verify(&f, &f.evidence(), policy, TrustRoots::builtin()).unwrap();
 }
 
+/// `allowedChipIds` pins the machines: each real report is admitted when
+/// its chip id is listed and refused, with the check named, when it is not;
+/// the VLEK report, whose chip id is masked, is refused while the policy
+/// pins chips (it names no machine) and admitted when it pins none.
+#[test]
+fn only_the_chips_a_policy_allows_are_admitted() {
+    let chip_of = |f: &Fixture| -> [u8; 64] { f.parsed().chip_id().try_into().unwrap() };
+    let (milan_chip, trustee_chip) = (chip_of(&milan()), chip_of(&trustee()));
+    assert_ne!(milan_chip, trustee_chip, "two machines");
+    let pinned = |f: &Fixture, allowed: Vec<[u8; 64]>| SnpPolicy {
+        allowed_chip_ids: Some(allowed),
+        ..f.policy()
+    };
+    for (f, own, other) in [
+        (milan(), milan_chip, trustee_chip),
+        (trustee(), trustee_chip, milan_chip),
+    ] {
+        // Listed (alone, or among others): admitted, one check more.
+        for allowed in [vec![own], vec![other, own]] {
+            let v = validator(pinned(&f, allowed.clone()), TrustRoots::builtin());
+            let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
+            assert_eq!(checks.len(), 21);
+            assert_eq!(
+                outcome(&checks, check::ALLOWED_CHIP),
+                &CheckOutcome::Passed(format!(
+                    "{}… is listed ({} allowed)",
+                    hex::encode(&own[..8]),
+                    allowed.len()
+                ))
+            );
+            v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
+        }
+        // Not listed: refused, with the chip named.
+        let v = validator(pinned(&f, vec![other]), TrustRoots::builtin());
+        let why =
+            AttestationError::Policy(format!("chip id not allowed: {}…", hex::encode(&own[..8])));
+        assert_eq!(
+            v.verify(&f.evidence(), &f.exact_report_data()),
+            Err(why.clone())
+        );
+        let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
+        let failed: Vec<&CheckResult> = checks
+            .iter()
+            .filter(|c| matches!(c.outcome, CheckOutcome::Failed(_)))
+            .collect();
+        assert_eq!(failed.len(), 1, "{checks:?}");
+        assert_eq!(
+            failed[0].to_string(),
+            format!(
+                "✗ allowed chip: policy violated: chip id not allowed: {}…",
+                hex::encode(&own[..8])
+            )
+        );
+    }
+    // The masked VLEK report: refused while chips are pinned, whatever the list.
+    let f = vlek();
+    assert!(f.parsed().chip_id_masked());
+    let v = validator(
+        pinned(&f, vec![milan_chip, trustee_chip]),
+        roots_with_milan_asvk(),
+    );
+    match v.verify(&f.evidence(), &f.exact_report_data()) {
+        Err(AttestationError::Policy(m)) => {
+            assert!(m.starts_with("chip id not allowed: masked"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A policy without the key: any chip, and no line about it.
+    let checks = validator(f.policy(), roots_with_milan_asvk())
+        .verify_report_detailed(&f.evidence(), &f.exact_report_data());
+    assert!(checks.iter().all(|c| c.name != check::ALLOWED_CHIP));
+    assert_eq!(first_failure(&checks), None);
+}
+
 #[test]
 fn chip_id_must_match_the_vcek() {
     // The Milan report with trustee's VCEK: another chip (and another key).

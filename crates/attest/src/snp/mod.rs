@@ -18,7 +18,8 @@
 //!   chip id (unless masked); the VEK's TCB extensions against
 //!   `REPORTED_TCB`; the `REPORT_DATA` binding; the DEBUG bit; the VMPL;
 //!   reported and launch TCB against the minimums; the measurement; and
-//!   optionally `HOST_DATA` and `ID_KEY_DIGEST` ([`SnpPolicy`]).
+//!   optionally `HOST_DATA`, `ID_KEY_DIGEST` and the chip id against the
+//!   chips the policy allows ([`SnpPolicy`]).
 //! - [`SnpValidator::verify_report_detailed`] returns every check with its
 //!   outcome, for `confboot verify-report`.
 //!
@@ -51,7 +52,7 @@ pub use evidence::{
 pub use issuer::{ConfigfsTsmSource, RawReport, SnpIssuer, SnpReportSource, TSM_REPORT_DIR};
 #[cfg(feature = "kds")]
 pub use kds::{KDS_TIMEOUT, fetch_certificate};
-pub use policy::{MinimumTcb, SnpPolicy};
+pub use policy::{CHIP_ID_LEN, MAX_ALLOWED_CHIP_IDS, MinimumTcb, SnpPolicy};
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
 pub use vek_lookup::{KDS_BASE_URL, kds_vcek_url, vcek_cache_path};
 /// The index under which [`SnpValidator`] passes on the identity of the

@@ -8,6 +8,7 @@
 //!   "allowDebug": false,
 //!   "hostData": "<64 hex digits>",
 //!   "idKeyDigests": ["<96 hex digits>"],
+//!   "allowedChipIds": ["<128 hex digits>"],
 //!   "rootBundles": ["milan_ask_ark_asvk.pem"],
 //!   "vcekCacheDir": "/var/lib/confboot/vcek",
 //!   "kdsFetch": false,
@@ -40,6 +41,17 @@
 //! - `hostData` (optional): if present, `HOST_DATA` must equal it (32 bytes).
 //! - `idKeyDigests` (optional): if present and non-empty, `ID_KEY_DIGEST`
 //!   must be one of them (48 bytes each).
+//! - `allowedChipIds` (optional): if present, only reports whose `CHIP_ID`
+//!   is one of these (64 bytes each, 128 hex digits) are admitted: the
+//!   cluster runs on these machines and no others. The list is strict: at
+//!   least one and at most [`MAX_ALLOWED_CHIP_IDS`] entries, no two equal,
+//!   none all zero. A report whose chip id is masked (all zero: the guest
+//!   was launched with `MASK_CHIP_ID`, as VLEK-signed reports may be) is
+//!   refused while the list is present, since it names no machine. The id
+//!   of a VLEK-signed report is the firmware's, signed by it, but not
+//!   certified by the VLEK, which the cloud provider holds for many chips:
+//!   that the firmware is genuine is what the signature shows, which chip
+//!   it runs on the firmware says. Absent: any chip (as before).
 //! - `rootBundles` (optional): PEM files, each with one product's ARK and
 //!   optionally its ASK and ASVK; when present they replace the built-in
 //!   Milan/Genoa/Turin roots. Relative paths are relative to the policy file.
@@ -78,6 +90,12 @@ use crate::measurements::{
 
 /// Length of the SEV-SNP launch measurement (SHA-384).
 pub const MEASUREMENT_LEN: usize = 48;
+
+/// Length of an SEV-SNP `CHIP_ID`.
+pub const CHIP_ID_LEN: usize = 64;
+
+/// The most chip ids an `allowedChipIds` list may name.
+pub const MAX_ALLOWED_CHIP_IDS: usize = 1024;
 
 /// Per-component minimum SVNs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,6 +176,10 @@ pub struct SnpPolicy {
     pub host_data: Option<[u8; 32]>,
     /// Accepted `ID_KEY_DIGEST`s; empty means any.
     pub id_key_digests: Vec<[u8; 48]>,
+    /// The chips whose reports are admitted (`allowedChipIds`); `None`:
+    /// any chip. A list is never empty when read from a policy file, and a
+    /// masked (all-zero) chip id never matches it.
+    pub allowed_chip_ids: Option<Vec<[u8; CHIP_ID_LEN]>>,
     /// PEM bundles replacing the built-in roots (resolved paths).
     pub root_bundles: Vec<PathBuf>,
     /// Directory of cached VCEKs.
@@ -201,6 +223,49 @@ fn hex_field<const N: usize>(v: &Value, what: &str) -> Result<[u8; N], PolicyErr
         .map_err(|_| format_err(format!("{what} has {} bytes, want {N}", bytes.len())))
 }
 
+/// A list of hardware identities, each `N` bytes in hex: at least one, at
+/// most `max`, no two equal, none all zero (the value a masked identity
+/// reads as). SEV-SNP's `allowedChipIds` is one; a TDX policy pins its
+/// platforms the same way (a key such as `allowedPlatformIds`, read here,
+/// compared in its own named check).
+fn parse_hardware_ids<const N: usize>(
+    v: &Value,
+    what: &str,
+    max: usize,
+) -> Result<Vec<[u8; N]>, PolicyError> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| format_err(format!("{what} must be a list of {}-hex-digit ids", 2 * N)))?;
+    if arr.is_empty() {
+        return Err(format_err(format!(
+            "{what} is empty: it would admit no machine (leave the key out to admit any)"
+        )));
+    }
+    if arr.len() > max {
+        return Err(format_err(format!(
+            "{what} names {} ids, at most {max}",
+            arr.len()
+        )));
+    }
+    let mut ids: Vec<[u8; N]> = Vec::with_capacity(arr.len());
+    for (i, entry) in arr.iter().enumerate() {
+        let id: [u8; N] = hex_field(entry, &format!("{what}[{i}]"))?;
+        if id.iter().all(|b| *b == 0) {
+            return Err(format_err(format!(
+                "{what}[{i}] is all zero, the id a masked report carries: it names no machine"
+            )));
+        }
+        if ids.contains(&id) {
+            return Err(format_err(format!(
+                "{what}[{i}] repeats an earlier id ({}…)",
+                confboot_util::hex::encode(&id[..8])
+            )));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
 fn path_list(v: &Value, what: &str, base: Option<&Path>) -> Result<Vec<PathBuf>, PolicyError> {
     let arr = v
         .as_array()
@@ -236,6 +301,7 @@ impl Default for SnpPolicy {
             minimum_abi: (0, 0),
             host_data: None,
             id_key_digests: Vec::new(),
+            allowed_chip_ids: None,
             root_bundles: Vec::new(),
             vcek_cache_dir: None,
             kds_fetch: false,
@@ -305,6 +371,13 @@ impl SnpPolicy {
                         .iter()
                         .map(|v| hex_field(v, "idKeyDigests entry"))
                         .collect::<Result<_, _>>()?;
+                }
+                "allowedChipIds" => {
+                    policy.allowed_chip_ids = Some(parse_hardware_ids::<CHIP_ID_LEN>(
+                        value,
+                        "allowedChipIds",
+                        MAX_ALLOWED_CHIP_IDS,
+                    )?);
                 }
                 "rootBundles" => policy.root_bundles = path_list(value, "rootBundles", base)?,
                 "vcekCacheDir" => {
@@ -519,6 +592,61 @@ mod tests {
         assert!(matches!(
             SnpPolicy::from_json(&format!(r#"{{{warn}, "insecureAnyImage": "yes"}}"#)),
             Err(PolicyError::Format(_))
+        ));
+    }
+
+    #[test]
+    fn allowed_chip_ids_are_read_strictly() {
+        let m = format!(r#""measurement": {{"expected": "{M}"}}"#);
+        let (a, b) = ("a1".repeat(64), "b2".repeat(64));
+        let p =
+            SnpPolicy::from_json(&format!(r#"{{{m}, "allowedChipIds": ["{a}", "{b}"]}}"#)).unwrap();
+        assert_eq!(p.allowed_chip_ids, Some(vec![[0xa1; 64], [0xb2; 64]]));
+        // Without the key: any chip, as before.
+        let p = SnpPolicy::from_json(&format!("{{{m}}}")).unwrap();
+        assert_eq!(p.allowed_chip_ids, None);
+
+        let too_many = vec![String::new(); MAX_ALLOWED_CHIP_IDS + 1]
+            .iter()
+            .enumerate()
+            .map(|(i, _)| format!("\"{:0128x}\"", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        for (list, why) in [
+            ("[]".to_string(), "is empty"),
+            (format!(r#""{a}""#), "must be a list"),
+            (
+                format!(r#"["{a}", "{a}"]"#),
+                "repeats an earlier id (a1a1a1a1a1a1a1a1…)",
+            ),
+            (format!(r#"["{}"]"#, "zz".repeat(64)), "allowedChipIds[0]"),
+            (
+                format!(r#"["{}"]"#, "a1".repeat(63)),
+                "has 63 bytes, want 64",
+            ),
+            (
+                format!(r#"["{}"]"#, "a1".repeat(65)),
+                "has 65 bytes, want 64",
+            ),
+            (
+                format!(r#"["{a}", 7]"#),
+                "allowedChipIds[1] must be a hex string",
+            ),
+            (format!(r#"["{}"]"#, "00".repeat(64)), "is all zero"),
+            (format!("[{too_many}]"), "names 1025 ids, at most 1024"),
+        ] {
+            let text = format!(r#"{{{m}, "allowedChipIds": {list}}}"#);
+            match SnpPolicy::from_json(&text) {
+                Err(PolicyError::Format(e)) => assert!(e.contains(why), "{why}: {e}"),
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+        // Named twice: refused like any repeated key.
+        assert!(matches!(
+            SnpPolicy::from_json(&format!(
+                r#"{{{m}, "allowedChipIds": ["{a}"], "allowedChipIds": ["{b}"]}}"#
+            )),
+            Err(PolicyError::DuplicateKey(_))
         ));
     }
 

@@ -73,6 +73,9 @@ pub mod check {
     pub const PRODUCT: &str = "product";
     /// The VCEK's hwID is the report's chip id.
     pub const CHIP_ID: &str = "chip id";
+    /// The report's chip id is one the policy allows (run only when the
+    /// policy names `allowedChipIds`).
+    pub const ALLOWED_CHIP: &str = "allowed chip";
     /// The VEK's TCB extensions are the report's `REPORTED_TCB`.
     pub const REPORTED_TCB: &str = "reported TCB";
     /// `REPORT_DATA` binding.
@@ -100,7 +103,7 @@ pub mod check {
 }
 
 /// Runs every check on `evidence` at time `now` (Unix seconds), in the order
-/// of [`check`]. Checks that depend on the endorsement key still run on an
+/// of [`check`] ([`check::ALLOWED_CHIP`] only when the policy pins chips). Checks that depend on the endorsement key still run on an
 /// untrusted one (their text then says so); the overall verdict comes from
 /// [`first_failure`].
 pub fn run_checks(
@@ -126,6 +129,7 @@ pub fn run_checks(
         (check::SIGNING_KEY, check_signing_key(report, vek.as_ref())),
         (check::PRODUCT, check_product(report, chain, product)),
         (check::CHIP_ID, check_chip_id(report, vek.as_ref())),
+        (check::ALLOWED_CHIP, check_allowed_chip(report, policy)),
         (
             check::REPORTED_TCB,
             check_reported_tcb(report, vek.as_ref(), product),
@@ -152,6 +156,7 @@ pub fn run_checks(
         (check::ID_KEY, check_id_key(report, policy)),
     ]
     .into_iter()
+    .filter(|(name, _)| *name != check::ALLOWED_CHIP || policy.allowed_chip_ids.is_some())
     .map(|(name, outcome)| CheckResult { name, outcome })
     .collect()
 }
@@ -386,6 +391,37 @@ fn check_chip_id(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
             "the VCEK's hwID {} is not the report's chip id {}",
             hex::encode(hw_id),
             hex::encode(chip_id)
+        )))
+    }
+}
+
+/// [`check::ALLOWED_CHIP`]: the report's chip id is one the policy lists
+/// (passed when it lists none). A masked chip id (all zero) names no chip
+/// and is refused while the policy pins chips. What proves the chip id
+/// genuine is the report's signature ([`check::SIGNATURE`]) and, for a
+/// VCEK, its hwID ([`check::CHIP_ID`]); this check only compares.
+fn check_allowed_chip(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
+    let Some(allowed) = &policy.allowed_chip_ids else {
+        return CheckOutcome::Passed("any chip (the policy pins none)".into());
+    };
+    let chip_id = report.chip_id();
+    if report.chip_id_masked() {
+        return CheckOutcome::Failed(AttestationError::Policy(
+            "chip id not allowed: masked by the host (all zero), and the policy admits only \
+             the chips it lists"
+                .into(),
+        ));
+    }
+    if allowed.iter().any(|id| id.as_slice() == chip_id) {
+        CheckOutcome::Passed(format!(
+            "{}… is listed ({} allowed)",
+            hex::encode(&chip_id[..8]),
+            allowed.len()
+        ))
+    } else {
+        CheckOutcome::Failed(AttestationError::Policy(format!(
+            "chip id not allowed: {}…",
+            hex::encode(&chip_id[..8])
         )))
     }
 }
