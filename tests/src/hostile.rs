@@ -540,6 +540,13 @@ fn atls_from(
     let sock = c.connect(src, target.addr)?;
     match AtlsClient::new(Vec::new(), issuer).connect(sock, Duration::from_secs(20)) {
         Ok(conn) => Some(conn.stream),
+        // The server read the attestation and said no (PERMISSION_DENIED):
+        // an answer, and the end of the connection.
+        Err(AtlsError::Refused(_)) => {
+            Counters::add(&c.answered, 1);
+            Counters::add(&c.closed_by_server, 1);
+            None
+        }
         Err(_) => {
             Counters::add(&c.closed_by_server, 1);
             None
