@@ -1,11 +1,14 @@
 //! `confboot`: the admin's command line. Each command is a module with a
 //! `run(args) -> exit code` function; this file only dispatches.
 
+mod check_reference_values;
 mod common;
 mod hash_init_secret;
 mod init;
+mod keygen;
 mod measure;
 mod recover;
+mod sign;
 mod verify;
 mod verify_quote;
 mod verify_report;
@@ -55,6 +58,21 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "measure",
         about: "Predict a QEMU/OVMF boot's PCRs from kernel, initrd and command line",
         run: measure::run,
+    },
+    Subcommand {
+        name: "keygen",
+        about: "Generate a release key (P-256) for signing reference values",
+        run: keygen::run,
+    },
+    Subcommand {
+        name: "sign",
+        about: "Sign an image's reference values (measure --reference-values-out) with a release key",
+        run: sign::run,
+    },
+    Subcommand {
+        name: "check-reference-values",
+        about: "Read reference values as a relying party does: signature, shape and validity window",
+        run: check_reference_values::run,
     },
     Subcommand {
         name: "verity",

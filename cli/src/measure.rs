@@ -1,7 +1,8 @@
 //! `confboot measure`: predicts the PCRs of a QEMU direct-kernel boot
 //! under OVMF from the kernel, the initrd and the command line, without
 //! booting (`confboot_attest::measure`), and writes the measurement policy and
-//! the predicted event log. Same inputs, same bytes.
+//! the predicted event log (same inputs, same bytes), and on request the
+//! image's reference values as an unsigned CoRIM (`confboot_attest::reference`).
 
 use std::path::PathBuf;
 
@@ -9,7 +10,9 @@ use confboot_attest::measure::{
     DEFAULT_MEMORY_MIB, DirectBoot, InitrdDigest, MAX_KERNEL_LEN, PREDICTED_ENFORCED,
     predicted_policy,
 };
+use confboot_attest::reference::{ReferenceSet, VariantReference};
 use confboot_attest::tpm::event_log::EventList;
+use confboot_attest::{MeasurementPolicy, Variant};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 const KERNEL: Opt = Opt::value(
@@ -41,6 +44,33 @@ const POLICY_OUT: Opt = Opt::value(
 .default("measurements.json");
 const EVENTS_OUT: Opt = Opt::value("events-out", "FILE", "Where the predicted event log goes")
     .default("measurements.events.json");
+const REFERENCE_VALUES_OUT: Opt = Opt::value(
+    "reference-values-out",
+    "FILE",
+    "Also write the image's reference values here: an unsigned CoRIM (see the README), for `confboot sign`",
+);
+const NAME: Opt = Opt::value(
+    "name",
+    "NAME",
+    "The image's name in the reference values (with --reference-values-out)",
+);
+const VERSION: Opt = Opt::value(
+    "version",
+    "VERSION",
+    "The image's version in the reference values (with --reference-values-out)",
+);
+const NOT_BEFORE: Opt = Opt::value(
+    "not-before",
+    "TIME",
+    "Start of the reference values' window: RFC 3339 UTC (2026-01-01T00:00:00Z), a date or Unix seconds; default now",
+);
+const NOT_AFTER: Opt = Opt::value(
+    "not-after",
+    "TIME",
+    "End of the reference values' window (inclusive), as --not-before; default 365 days after it",
+);
+/// The window a set gets when no end is named.
+const DEFAULT_VALIDITY_SECS: i64 = 365 * 86_400;
 
 /// The command's options and help.
 pub const CMD: Command = Command {
@@ -53,10 +83,23 @@ its variables, not the image, and are not predicted. Writes the measurement poli
 and an all-zero 15 enforced; 3, 5, 6 warnOnly) and the predicted event log (JSON, one entry per \
 event: PCR, type, SHA-256, what it measures), which validators use to name the event behind a \
 differing PCR. Exit status: 0 written, 2 bad arguments, unreadable input or a kernel this does \
-not predict, 1 an output cannot be written.",
-    usage: "confboot measure --kernel FILE --initrd FILE --cmdline TEXT [--memory-mib N] [--policy-out FILE] [--events-out FILE]",
+not predict, 1 an output cannot be written. With --reference-values-out, also writes the \
+image's reference values (every predicted PCR with its events, NAME, VERSION and a validity \
+window) as an unsigned CoRIM, which `confboot sign` signs with a release key.",
+    usage: "confboot measure --kernel FILE --initrd FILE --cmdline TEXT [--memory-mib N] [--policy-out FILE] [--events-out FILE] [--reference-values-out FILE --name NAME --version VERSION [--not-before TIME] [--not-after TIME]]",
     opts: &[
-        KERNEL, INITRD, CMDLINE, MEMORY_MIB, POLICY_OUT, EVENTS_OUT, VERBOSITY,
+        KERNEL,
+        INITRD,
+        CMDLINE,
+        MEMORY_MIB,
+        POLICY_OUT,
+        EVENTS_OUT,
+        REFERENCE_VALUES_OUT,
+        NAME,
+        VERSION,
+        NOT_BEFORE,
+        NOT_AFTER,
+        VERBOSITY,
     ],
 };
 
@@ -75,6 +118,81 @@ struct Config {
     policy_out: PathBuf,
     /// Where the predicted event log goes.
     events_out: PathBuf,
+    /// The reference values to write, if asked for.
+    reference_values: Option<ReferenceValuesOut>,
+}
+
+/// Where the reference values go, and what they say of the image.
+#[derive(Debug, PartialEq, Eq)]
+struct ReferenceValuesOut {
+    /// The file.
+    path: PathBuf,
+    /// The image's name.
+    name: String,
+    /// The image's version.
+    version: String,
+    /// The window's start, Unix seconds.
+    not_before: i64,
+    /// The window's end, Unix seconds.
+    not_after: i64,
+}
+
+impl ReferenceValuesOut {
+    /// Reads the reference-value options; `now` is the default start.
+    fn from_matches(m: &Matches, now: i64) -> Result<Option<ReferenceValuesOut>, String> {
+        let instant = |opt: &Opt| {
+            m.value(opt)
+                .map(|v| {
+                    confboot_util::time::parse_instant(v)
+                        .map_err(|e| format!("--{}: {e}", opt.long))
+                })
+                .transpose()
+        };
+        let (name, version) = (m.value(&NAME), m.value(&VERSION));
+        let (not_before, not_after) = (instant(&NOT_BEFORE)?, instant(&NOT_AFTER)?);
+        let Some(path) = m.value(&REFERENCE_VALUES_OUT) else {
+            if let Some(opt) = [&NAME, &VERSION, &NOT_BEFORE, &NOT_AFTER]
+                .into_iter()
+                .find(|o| m.value(o).is_some())
+            {
+                return Err(format!(
+                    "--{} goes with --{}",
+                    opt.long, REFERENCE_VALUES_OUT.long
+                ));
+            }
+            return Ok(None);
+        };
+        let required = |v: Option<&str>, opt: &Opt| {
+            v.map(str::to_string)
+                .ok_or_else(|| format!("--{} needs --{}", REFERENCE_VALUES_OUT.long, opt.long))
+        };
+        let not_before = not_before.unwrap_or(now);
+        Ok(Some(ReferenceValuesOut {
+            path: PathBuf::from(path),
+            name: required(name, &NAME)?,
+            version: required(version, &VERSION)?,
+            not_before,
+            not_after: not_after.unwrap_or(not_before.saturating_add(DEFAULT_VALIDITY_SECS)),
+        }))
+    }
+
+    /// The set for a predicted boot, in bytes (refused as a reader would
+    /// refuse it: a name too long, a window that ends before it starts).
+    fn encode(&self, policy: &MeasurementPolicy, events: &EventList) -> Result<Vec<u8>, String> {
+        ReferenceSet {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            not_before: self.not_before,
+            not_after: self.not_after,
+            variants: vec![VariantReference {
+                variant: Variant::QemuVtpm,
+                policy: policy.clone(),
+                events: events.clone(),
+            }],
+        }
+        .encode()
+        .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_OUT.long))
+    }
 }
 
 impl Config {
@@ -86,6 +204,7 @@ impl Config {
         let memory_mib = m.parsed::<u64>(&MEMORY_MIB);
         let policy_out = PathBuf::from(m.value(&POLICY_OUT).expect("has a default"));
         let events_out = PathBuf::from(m.value(&EVENTS_OUT).expect("has a default"));
+        let reference_values = ReferenceValuesOut::from_matches(m, confboot_util::time::unix_now());
         Ok(Config {
             kernel: kernel.map_err(|e| e.to_string())?,
             initrd: match initrd.map_err(|e| e.to_string())?.as_str() {
@@ -98,6 +217,7 @@ impl Config {
                 .unwrap_or(DEFAULT_MEMORY_MIB),
             policy_out,
             events_out,
+            reference_values: reference_values?,
         })
     }
 }
@@ -121,12 +241,21 @@ pub fn run(args: Vec<String>) -> i32 {
         }
     };
     let policy = predicted_policy(&events);
-    let (policy_out, events_out) = (config.policy_out.display(), config.events_out.display());
-    for (path, text) in [
-        (&config.policy_out, policy.to_json()),
-        (&config.events_out, events.to_json()),
-    ] {
-        if let Err(e) = std::fs::write(path, text) {
+    let mut outputs = vec![
+        (&config.policy_out, policy.to_json().into_bytes()),
+        (&config.events_out, events.to_json().into_bytes()),
+    ];
+    if let Some(reference) = &config.reference_values {
+        match reference.encode(&policy, &events) {
+            Ok(bytes) => outputs.push((&reference.path, bytes)),
+            Err(e) => {
+                eprintln!("confboot measure: {e}");
+                return 2;
+            }
+        }
+    }
+    for (path, bytes) in &outputs {
+        if let Err(e) = std::fs::write(path, bytes) {
             eprintln!("confboot measure: cannot write {}: {e}", path.display());
             return 1;
         }
@@ -146,9 +275,26 @@ pub fn run(args: Vec<String>) -> i32 {
         "0".repeat(64)
     );
     println!(
-        "wrote {policy_out} and {events_out} ({} events)",
+        "wrote {} and {} ({} events)",
+        config.policy_out.display(),
+        config.events_out.display(),
         events.events.len()
     );
+    if let Some(r) = &config.reference_values {
+        let at = |t: i64| {
+            confboot_util::time::rfc3339(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64),
+            )
+        };
+        println!(
+            "wrote {} (unsigned reference values of {} {}, valid {} to {})",
+            r.path.display(),
+            r.name,
+            r.version,
+            at(r.not_before),
+            at(r.not_after)
+        );
+    }
     0
 }
 
@@ -185,5 +331,19 @@ mod tests {
         assert_eq!(c.initrd, None);
         assert_eq!(c.memory_mib, 1024);
         assert_eq!(c.policy_out, std::path::Path::new("measurements.json"));
+        assert_eq!(c.reference_values, None);
+        let mut with = args.to_vec();
+        with.extend(["--reference-values-out", "r.corim", "--name", "n"]);
+        with.extend(["--version", "1", "--not-before", "2026-01-01"]);
+        let m = CMD.parse(with.iter().map(|s| s.to_string())).unwrap();
+        let r = Config::from_matches(&m).unwrap().reference_values.unwrap();
+        assert_eq!((r.not_before, r.not_after), (1_767_225_600, 1_798_761_600));
+        // The image's name is required, and the window's ends go with a file.
+        let m = CMD.parse(with[..8].iter().map(|s| s.to_string())).unwrap();
+        assert!(Config::from_matches(&m).unwrap_err().contains("--name"));
+        let mut stray = args.to_vec();
+        stray.extend(["--not-after", "2027-01-01"]);
+        let m = CMD.parse(stray.iter().map(|s| s.to_string())).unwrap();
+        assert!(Config::from_matches(&m).is_err());
     }
 }

@@ -493,3 +493,77 @@ pub const TDX_CRLS: [&[u8]; 2] = [
     include_bytes!("../../crates/attest/testdata/tdx/pck_platform_crl.der"),
     include_bytes!("../../crates/attest/testdata/tdx/root_crl.der"),
 ];
+
+/// The release key the signed reference-value seeds carry: P-256 PKCS#8
+/// as `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`
+/// writes it. A published test key.
+pub const REFERENCE_RELEASE_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgYuo1K7CxIIC3ynL3
+5xhCcutXNt7PoytzNd1GafJ/mWGhRANCAAT8mSPKNDG2Q9eG9gOUzgc0+V2Yr3fK
+ISEfkv0CEXelWLN/mToCDk4smvyVe0wm8OGKYPWMJEiGSLFMTO2OtAKR
+-----END PRIVATE KEY-----
+";
+
+/// The fixture release key.
+pub fn reference_signing_key() -> confboot_attest::reference::SigningKey {
+    confboot_attest::reference::SigningKey::from_pem(REFERENCE_RELEASE_KEY.as_bytes())
+        .expect("the fixture release key")
+}
+
+/// A reference-value set of the shape `confboot measure` predicts (kernel
+/// and action in PCR 4, separators in 3 to 6, command line and initrd in
+/// 9, exit actions in 5), for the image `version`, valid from
+/// `not_before` to `not_after`.
+pub fn reference_set(
+    version: &str,
+    not_before: i64,
+    not_after: i64,
+) -> confboot_attest::reference::ReferenceSet {
+    use confboot_attest::tpm::event_log::{EventList, EventSummary};
+    let event = |pcr: u32, event_type: &str, what: &str| EventSummary {
+        pcr,
+        event_type: event_type.into(),
+        sha256: ring::digest::digest(&ring::digest::SHA256, what.as_bytes())
+            .as_ref()
+            .try_into()
+            .expect("32 bytes"),
+        description: what.into(),
+    };
+    let kernel = format!("the kernel of {version}");
+    let mut events = vec![
+        event(4, "EV_EFI_BOOT_SERVICES_APPLICATION", &kernel),
+        event(
+            4,
+            "EV_EFI_ACTION",
+            "Calling EFI Application from Boot Option",
+        ),
+    ];
+    for pcr in 3..=6 {
+        events.push(event(pcr, "EV_SEPARATOR", "separator"));
+    }
+    events.push(event(9, "EV_EVENT_TAG", "LOADED_IMAGE::LoadOptions"));
+    events.push(event(9, "EV_EVENT_TAG", "Linux initrd"));
+    events.push(event(5, "EV_EFI_ACTION", "Exit Boot Services Invocation"));
+    let events = EventList { events };
+    confboot_attest::reference::ReferenceSet {
+        name: "confboot-node".into(),
+        version: version.into(),
+        not_before,
+        not_after,
+        variants: vec![confboot_attest::reference::VariantReference {
+            variant: Variant::QemuVtpm,
+            policy: confboot_attest::measure::predicted_policy(&events),
+            events,
+        }],
+    }
+}
+
+/// The reference-value sets the seeds sign with the fixture key: version
+/// 1 valid around [`NOW`], version 2 expired before it.
+pub fn reference_sets() -> [confboot_attest::reference::ReferenceSet; 2] {
+    let now = NOW as i64;
+    [
+        reference_set("1", now - 86_400, now + 86_400),
+        reference_set("2", now - 2 * 86_400, now - 86_400),
+    ]
+}

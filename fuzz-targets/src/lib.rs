@@ -87,6 +87,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("snp_report", snp_report),
     ("snp_certs", snp_certs),
     ("measurement_policy", measurement_policy),
+    ("reference_corim", reference_corim),
+    ("reference_cose", reference_cose),
     ("snp_policy", snp_policy),
     ("tdx_quote", tdx_quote),
     ("tdx_tcb_info", tdx_tcb_info),
@@ -712,6 +714,72 @@ pub fn measurement_policy(data: &[u8]) {
         .map(|(i, e)| (*i, e.value.clone()))
         .collect();
     assert!(p.check(&own).is_ok());
+}
+
+/// An unsigned reference-value set (CoRIM): what reads is the one encoding
+/// of what it says (it writes back to the same bytes), each variant's
+/// policy pins the image and its events replay to its PCRs; read where no
+/// release key is configured, it is the same set.
+pub fn reference_corim(data: &[u8]) {
+    use confboot_attest::reference::{ReferenceSet, open};
+    let Ok(set) = ReferenceSet::from_cbor(data) else {
+        return;
+    };
+    assert_eq!(
+        set.to_cbor(),
+        data,
+        "a set read from bytes it does not write"
+    );
+    assert_eq!(set.encode().ok().as_deref(), Some(data));
+    for v in &set.variants {
+        assert!(v.policy.check_pins_image().is_ok());
+        for (pcr, value) in v.events.replay() {
+            assert_eq!(v.policy.entries()[&pcr].value, value, "PCR {pcr}");
+        }
+    }
+    assert!(set.not_before < set.not_after);
+    if let Ok(opened) = open(data, &[], set.not_before) {
+        assert_eq!((opened.set, opened.signer), (set, None));
+    }
+}
+
+/// A signed reference-value set, read with the fixture's release key: a
+/// signature verifies only over a payload that key signed (the fixture's
+/// sets), a set opens only then and within its window, and with no key
+/// configured a signed set never opens.
+pub fn reference_cose(data: &[u8]) {
+    use confboot_attest::reference::{ReleaseKey, open, verify_signature};
+    static KEY: OnceLock<ReleaseKey> = OnceLock::new();
+    static SIGNED: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    let key = KEY.get_or_init(|| fixtures::reference_signing_key().release_key().clone());
+    let signed = SIGNED.get_or_init(|| {
+        fixtures::reference_sets()
+            .iter()
+            .map(|s| s.to_cbor())
+            .collect()
+    });
+    let keys = std::slice::from_ref(key);
+    if let Ok((payload, kid)) = verify_signature(data, keys) {
+        assert_eq!(kid, key.kid());
+        assert!(
+            signed.contains(&payload),
+            "a signature verified over a payload the release key never signed"
+        );
+    }
+    let now = fixtures::NOW as i64;
+    if let Ok(opened) = open(data, keys, now) {
+        assert_eq!(opened.signer, Some(key.kid()));
+        assert!(signed.contains(&opened.set.to_cbor()));
+        assert!(opened.set.check_time(now).is_ok());
+    }
+    if let Ok(opened) = open(data, &[], now) {
+        assert_eq!(opened.signer, None);
+        assert_eq!(
+            opened.set.to_cbor(),
+            data,
+            "a signed set opened without a key"
+        );
+    }
 }
 
 /// The SEV-SNP policy JSON: what parses pins the image (or says

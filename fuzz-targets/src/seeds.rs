@@ -1077,6 +1077,45 @@ fn cluster_handoff() -> Vec<Seed> {
     ]
 }
 
+/// Unsigned reference-value sets: a valid one, an expired one (it reads:
+/// the window is checked by whoever opens it), one whose policy does not
+/// pin the image, one cut short and one with a byte changed.
+fn reference_corim() -> Vec<Seed> {
+    let [valid, expired] = fixtures::reference_sets();
+    let mut loose = valid.clone();
+    let pcr9 = loose.variants[0].policy.entries()[&9].value.clone();
+    loose.variants[0].policy.set(9, pcr9, true);
+    let bytes = valid.to_cbor();
+    let mut flipped = bytes.clone();
+    flipped[bytes.len() / 2] ^= 0x01;
+    vec![
+        seed("valid", bytes.clone()),
+        seed("expired", expired.to_cbor()),
+        seed("pcr9-warn-only", loose.to_cbor()),
+        seed("truncated", &bytes[..bytes.len() - 1]),
+        seed("flipped", flipped),
+    ]
+}
+
+/// Signed reference-value sets: signed by the fixture's release key (valid,
+/// and expired), by another key, unsigned, and with a byte of the payload
+/// changed.
+fn reference_cose() -> Vec<Seed> {
+    let key = fixtures::reference_signing_key();
+    let [valid, expired] = fixtures::reference_sets();
+    let signed = valid.sign(&key).expect("the fixture set signs");
+    let (other, _) = confboot_attest::reference::SigningKey::generate().expect("a key");
+    let mut forged = signed.clone();
+    forged[signed.len() / 2] ^= 0x01;
+    vec![
+        seed("signed", signed),
+        seed("signed-expired", expired.sign(&key).expect("signs")),
+        seed("other-key", valid.sign(&other).expect("signs")),
+        seed("unsigned", valid.to_cbor()),
+        seed("forged", forged),
+    ]
+}
+
 /// The seeds of the target `name` (none for a name that is no target).
 pub fn seeds(name: &str) -> Vec<Seed> {
     match name {
@@ -1091,6 +1130,8 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "snp_report" => snp_report(),
         "snp_certs" => snp_certs(),
         "measurement_policy" => measurement_policy(),
+        "reference_corim" => reference_corim(),
+        "reference_cose" => reference_cose(),
         "snp_policy" => snp_policy(),
         "tdx_quote" => tdx_quote(),
         "tdx_tcb_info" => tdx_tcb_info(),

@@ -10,6 +10,7 @@ pub mod config;
 pub mod join_service;
 pub mod measure;
 pub mod measurements;
+pub mod reference;
 pub mod snp;
 pub mod tdx;
 pub mod tpm;
