@@ -27,6 +27,7 @@ pub mod os;
 pub mod qemu;
 pub mod snp;
 pub mod storm;
+pub mod tdx;
 pub mod tls;
 pub mod vm_hub;
 pub mod wireguard_probe;
