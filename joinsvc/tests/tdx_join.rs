@@ -263,7 +263,7 @@ fn forged_quotes_and_foreign_or_revoked_platforms_are_refused() {
             TestQuoteSource::honest(Arc::new(other_intel.platform(1)), td(&log)),
             &log,
         ),
-        "does not verify with the key of \"Test SGX Root CA\"",
+        "does not verify with the key of Test SGX Root CA",
     );
     assert_refused(
         &joinsvc,
