@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_attest::AttestationError;
+use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_attest::snp::{CheckOutcome, CheckResult, ReportDataCheck};
 use confboot_attest::tdx::{
     CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity,

@@ -923,6 +923,54 @@ mod tests {
     }
 
     #[test]
+    fn tdx_needs_its_policy_and_gets_its_validator() {
+        assert_eq!(
+            parse_variants("tdx,qemu-vtpm"),
+            Ok(vec![Variant::Tdx, Variant::QemuVtpm])
+        );
+        assert_eq!(parse_attestation_variant("tdx"), Ok(Variant::Tdx));
+        let e = AttestationSettings::new(vec![Variant::Tdx], GivenSettings::default()).unwrap_err();
+        assert!(matches!(e, ConfigError::TdxPolicyRequired), "{e:?}");
+        assert_eq!(
+            e.describe(&name),
+            "<Variants> accepts tdx, which needs <TdxPolicy> (the TDX policy)"
+        );
+        let tmp = confboot_tests::TempDir::new("tdx-settings");
+        let policy = tmp.path().join("tdx.json");
+        std::fs::write(&policy, format!(r#"{{"mrtd": "{}"}}"#, "ab".repeat(48))).unwrap();
+        let settings = AttestationSettings::new(
+            vec![Variant::Tdx],
+            GivenSettings {
+                tdx_policy: Some(policy.clone()),
+                ..GivenSettings::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (settings.vtpm.as_ref(), settings.snp_policy.as_ref()),
+            (None, None)
+        );
+        let validators = settings.load().unwrap().validators().unwrap();
+        assert_eq!(validators.len(), 1);
+        assert_eq!(validators[0].variant(), Variant::Tdx);
+        // A collateral file the policy names must load.
+        std::fs::write(
+            &policy,
+            format!(
+                r#"{{"mrtd": "{}", "collateral": {{"tcbInfo": "missing.json"}}}}"#,
+                "ab".repeat(48)
+            ),
+        )
+        .unwrap();
+        let e = settings.load().unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::TdxPolicy { path, .. } if path == &policy),
+            "{e}"
+        );
+        assert_eq!(e.setting(), Setting::TdxPolicy);
+    }
+
+    #[test]
     fn variant_lists_are_checked_and_each_variant_gets_its_validator() {
         assert_eq!(parse_variants("qemu-vtpm"), Ok(vec![Variant::QemuVtpm]));
         assert_eq!(
