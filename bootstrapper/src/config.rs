@@ -16,16 +16,17 @@ use confboot_disk::luks2::KdfChoice;
 use confboot_kms::init_secret::InitSecretHash;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
 use nodeagent::options::{
-    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_VARIANTS,
-    JoinServiceOptions,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY,
+    JOINSVC_VARIANTS, JoinServiceOptions,
 };
 
 use crate::join;
 
 /// The help of the option that says how a node attests.
-const ATTESTATION_HELP: &str = "How this node attests itself: qemu-vtpm (a quote of its TPM) or \
-     sev-snp (an SEV-SNP report through the kernel's configfs-tsm, /sys/kernel/config/tsm/report; \
-     the TPM still holds the cluster mark)";
+const ATTESTATION_HELP: &str = "How this node attests itself: qemu-vtpm (a quote of its TPM), \
+     sev-snp (an SEV-SNP report through the kernel's configfs-tsm, /sys/kernel/config/tsm/report) \
+     or tdx (an Intel TDX quote through configfs-tsm, with the firmware's CCEL event log); the TPM \
+     still holds the cluster mark";
 
 const TPM: Opt = Opt::value(
     "tpm",
@@ -191,6 +192,7 @@ pub const CMD: Command = Command {
         JOINSVC_AK_TRUST,
         JOINSVC_VARIANTS,
         JOINSVC_SNP_POLICY,
+        JOINSVC_TDX_POLICY,
         INSECURE_ANY_JOIN_SERVICE,
         CONTROL_PLANE,
         VPN,
@@ -685,7 +687,7 @@ mod tests {
                 .starts_with("--attestation: ")
         );
         assert!(
-            config(&["--state-disk=d", "--joinsvc-variants=tdx"])
+            config(&["--state-disk=d", "--joinsvc-variants=sgx"])
                 .unwrap_err()
                 .starts_with("--joinsvc-variants: ")
         );

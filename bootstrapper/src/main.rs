@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::snp::SnpIssuer;
+use confboot_attest::tdx::TdxIssuer;
 use confboot_attest::tpm::Tpm;
 use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, Validator, Variant};
@@ -316,6 +317,9 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
         Variant::QemuVtpm => Arc::clone(&issuer) as Arc<dyn Issuer>,
         Variant::SevSnp => {
             Arc::new(SnpIssuer::open_default().map_err(|e| format!("--attestation sev-snp: {e}"))?)
+        }
+        Variant::Tdx => {
+            Arc::new(TdxIssuer::open_default().map_err(|e| format!("--attestation tdx: {e}"))?)
         }
     };
     log::info!("this node attests with {}", attesting.variant());

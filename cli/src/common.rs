@@ -23,7 +23,7 @@ use confboot_attest::config::{
     InsecureAnyAk, Setting, parse_variants,
 };
 use confboot_util::args::{ArgsError, Command, Matches, Opt};
-use nodeagent::options::{SNP_POLICY_HELP, VARIANTS_HELP};
+use nodeagent::options::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
 /// Parses `args` for `cmd`, sets up logging, reads the command's
 /// configuration with `read`, runs `f` with it, and turns the result into
@@ -72,6 +72,10 @@ pub const VARIANTS: Opt = Opt::value("variants", "LIST", VARIANTS_HELP).default(
 /// `--snp-policy FILE`: the SEV-SNP policy, for `sev-snp`.
 pub const SNP_POLICY: Opt = Opt::value("snp-policy", "FILE", SNP_POLICY_HELP);
 
+/// `--tdx-policy FILE`: the TDX policy (and through it the collateral
+/// files), for `tdx`.
+pub const TDX_POLICY: Opt = Opt::value("tdx-policy", "FILE", TDX_POLICY_HELP);
+
 /// How the admin's commands check a node, from their options.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeCheck {
@@ -83,14 +87,19 @@ pub struct NodeCheck {
 
 impl NodeCheck {
     /// Reads [`MEASUREMENTS`], [`AK_TRUST`], [`EXPECTED_EVENTS`],
-    /// [`VARIANTS`] and [`SNP_POLICY`] (the measurements and AK trust are
-    /// needed only when `qemu-vtpm` is accepted, the SNP policy only when
-    /// `sev-snp` is); `insecure-any-ak` is warned about.
+    /// [`VARIANTS`], [`SNP_POLICY`] and [`TDX_POLICY`] (the measurements
+    /// and AK trust are needed only when `qemu-vtpm` is accepted, the SNP
+    /// policy only when `sev-snp` is, the TDX policy only when `tdx` is);
+    /// `insecure-any-ak` is warned about.
     pub fn read(m: &Matches) -> Result<NodeCheck, String> {
         let variants = m.value(&VARIANTS).expect("has a default");
         let measurements = m.value(&MEASUREMENTS);
         let snp_policy = m.value(&SNP_POLICY);
-        let files: Vec<&str> = [measurements, snp_policy].into_iter().flatten().collect();
+        let tdx_policy = m.value(&TDX_POLICY);
+        let files: Vec<&str> = [measurements, snp_policy, tdx_policy]
+            .into_iter()
+            .flatten()
+            .collect();
         let given = GivenSettings {
             measurements: measurements.map(PathBuf::from),
             measurements_required: true,
@@ -98,6 +107,7 @@ impl NodeCheck {
             insecure_any_ak: InsecureAnyAk::Accepted,
             expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
             snp_policy: snp_policy.map(PathBuf::from),
+            tdx_policy: tdx_policy.map(PathBuf::from),
         };
         let variants = parse_variants(variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
         Ok(NodeCheck {
@@ -132,6 +142,7 @@ fn option(setting: Setting) -> Option<&'static Opt> {
         Setting::AkTrust => Some(&AK_TRUST),
         Setting::ExpectedEvents => Some(&EXPECTED_EVENTS),
         Setting::SnpPolicy => Some(&SNP_POLICY),
+        Setting::TdxPolicy => Some(&TDX_POLICY),
         // insecure-any-ak is taken with a warning: never asked for.
         Setting::InsecureAnyAkConfirmation => None,
     }
@@ -228,6 +239,7 @@ mod tests {
             EXPECTED_EVENTS,
             VARIANTS,
             SNP_POLICY,
+            TDX_POLICY,
             VERBOSITY,
         ],
     };

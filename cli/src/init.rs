@@ -80,6 +80,7 @@ const CMD: Command = Command {
         common::EXPECTED_EVENTS,
         common::VARIANTS,
         common::SNP_POLICY,
+        common::TDX_POLICY,
         INIT_SECRET_FILE,
         MASTER_SECRET,
         MASTER_SECRET_OUT,

@@ -55,6 +55,7 @@ const CMD: Command = Command {
         common::EXPECTED_EVENTS,
         common::VARIANTS,
         common::SNP_POLICY,
+        common::TDX_POLICY,
         VERBOSITY,
     ],
 };

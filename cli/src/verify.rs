@@ -76,6 +76,7 @@ const CMD: Command = Command {
         common::EXPECTED_EVENTS,
         common::VARIANTS,
         common::SNP_POLICY,
+        common::TDX_POLICY,
         CLUSTER_ID,
         CLUSTER_FILE,
         OUTPUT,

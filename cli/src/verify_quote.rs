@@ -6,11 +6,12 @@
 
 use std::path::Path;
 
+use confboot_attest::AttestationError;
 use confboot_attest::measurements::MAX_POLICY_BYTES;
-use confboot_attest::snp::{CheckOutcome, ReportDataCheck};
+use confboot_attest::snp::{CheckOutcome, CheckResult, ReportDataCheck};
 use confboot_attest::tdx::{
-    Collateral, Crl, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity, Quote, TcbInfo,
-    TdxPolicy, TdxValidator, td_attributes,
+    CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity,
+    Quote, TcbInfo, TdxPolicy, TdxValidator, td_attributes,
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
@@ -46,6 +47,12 @@ const TCB_SIGNING_CHAIN: Opt = Opt::value(
     "The PCS TCB-Info-Issuer-Chain header (PEM, URL-encoded or not) naming the TCB signing \
      certificate; without it the built-in 2018 certificate is tried",
 );
+const EVENT_LOG: Opt = Opt::value(
+    "event-log",
+    "FILE",
+    "The TD's CCEL log area (/sys/firmware/acpi/tables/data/CCEL): replayed, it must give the \
+     quoted RTMRs; its events are printed",
+);
 const POLICY: Opt = Opt::value(
     "policy",
     "FILE",
@@ -76,10 +83,12 @@ pub const CMD: Command = Command {
 given, the QE report and its binding of the attestation key, the quote signature, TCB info and \
 QE identity (Intel's PCS answers as served) with the TCB status by Intel's algorithm, then the \
 policy. Without --policy nothing is pinned (the measurements are shown), debug is refused and \
-only the UpToDate TCB status is accepted. Nothing is fetched. \
+only the UpToDate TCB status is accepted. Collateral files the policy names are used unless \
+an option names that piece. With --event-log the CCEL log is replayed and compared with the \
+quoted RTMRs. Nothing is fetched. \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-quote --quote FILE [--tcb-info FILE] [--qe-identity FILE] \
-[--pck-crl FILE] [--root-crl FILE] [--policy FILE] [--at RFC3339] [OPTIONS]",
+[--pck-crl FILE] [--root-crl FILE] [--event-log FILE] [--policy FILE] [--at RFC3339] [OPTIONS]",
     opts: &[
         QUOTE,
         TCB_INFO,
@@ -87,6 +96,7 @@ Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadabl
         PCK_CRL,
         ROOT_CRL,
         TCB_SIGNING_CHAIN,
+        EVENT_LOG,
         POLICY,
         EXTRA_DATA,
         REPORT_DATA,
@@ -104,6 +114,7 @@ struct Config {
     pck_crl: Option<String>,
     root_crl: Option<String>,
     tcb_signing_chain: Option<String>,
+    event_log: Option<String>,
     policy: Option<String>,
     at: Option<i64>,
     report_data: ReportDataCheck,
@@ -119,6 +130,7 @@ impl Config {
         let pck_crl = given(&PCK_CRL);
         let root_crl = given(&ROOT_CRL);
         let tcb_signing_chain = given(&TCB_SIGNING_CHAIN);
+        let event_log = given(&EVENT_LOG);
         let policy = given(&POLICY);
         let at = given(&AT);
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
@@ -144,6 +156,7 @@ impl Config {
             pck_crl,
             root_crl,
             tcb_signing_chain,
+            event_log,
             policy,
             at,
             report_data,
@@ -181,7 +194,19 @@ fn read(path: &str, what: &str, limit: usize) -> Result<Vec<u8>, String> {
 fn verify_quote(config: &Config) -> Result<i32, String> {
     let quote = Quote::parse(&read(&config.quote, "quote", MAX_QUOTE_LEN)?)
         .map_err(|e| format!("{}: {e}", config.quote))?;
-    let mut collateral = Collateral::default();
+    let policy = match &config.policy {
+        Some(path) => {
+            let path = Path::new(path);
+            let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
+            TdxPolicy::from_json_at(&text, path.parent())
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => TdxPolicy::default(),
+    };
+    let validator = TdxValidator::new(policy).map_err(|e| e.to_string())?;
+    // The policy's collateral files, each replaced by the option that
+    // names that piece.
+    let mut collateral = validator.collateral().clone();
     if let Some(path) = &config.tcb_info {
         let bytes = read(path, "TCB info", MAX_COLLATERAL_LEN)?;
         collateral.tcb_info = Some(TcbInfo::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
@@ -205,18 +230,14 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
             .add_tcb_signing_chain(&bytes)
             .map_err(|e| format!("{path}: {e}"))?;
     }
-    let policy = match &config.policy {
-        Some(path) => {
-            let path = Path::new(path);
-            let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
-            TdxPolicy::from_json_at(&text, path.parent())
-                .map_err(|e| format!("{}: {e}", path.display()))?
-        }
-        None => TdxPolicy::default(),
+    let validator = validator.with_collateral(collateral);
+    let event_log = match &config.event_log {
+        Some(path) => Some(
+            CcelLog::parse(&read(path, "event log", MAX_CCEL_AREA_LEN)?)
+                .map_err(|e| format!("{path}: {e}"))?,
+        ),
+        None => None,
     };
-    let validator = TdxValidator::new(policy)
-        .map_err(|e| e.to_string())?
-        .with_collateral(collateral);
     let validator = match config.at {
         Some(at) => validator.as_of(at),
         None => validator,
@@ -237,7 +258,23 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
             quote.trailing_len()
         );
     }
-    let checks = validator.verify_quote_detailed(&quote, &config.report_data);
+    let mut checks = Vec::new();
+    if let Some(log) = &event_log {
+        for line in log.lines() {
+            println!("  event {line}");
+        }
+        checks.push(CheckResult {
+            name: "event log",
+            outcome: match log.check_replay(&quote.report.rtmr) {
+                Ok(()) => CheckOutcome::Passed(format!(
+                    "{} events replay to the quoted RTMRs",
+                    log.events().len()
+                )),
+                Err(e) => CheckOutcome::Failed(AttestationError::EventLog(e.to_string())),
+            },
+        });
+    }
+    checks.extend(validator.verify_quote_detailed(&quote, &config.report_data));
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for c in &checks {
         println!("{c}");

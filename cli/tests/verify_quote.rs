@@ -132,3 +132,50 @@ fn help_names_every_option() {
         assert!(help.contains(&format!("--{}", o.long)), "{help}");
     }
 }
+
+#[test]
+fn an_event_log_must_replay_to_the_quoted_rtmrs() {
+    use confboot_attest::tdx::{CcelLog, synthetic_ccel_log};
+    use confboot_tests::tdx::{Td, TestIntel, TestQuoteSource};
+    use std::sync::Arc;
+    // A quote of a test platform whose RTMRs are a log's; the policy pins
+    // the test root and names the test Intel's collateral.
+    let intel = TestIntel::new();
+    let area = synthetic_ccel_log(&[(1, 0x8000_0007, b"firmware"), (3, 6, b"initrd")], 128);
+    let log = CcelLog::parse(&area).unwrap();
+    let td = Td {
+        mr_td: [0x7d; 48],
+        rtmrs: log.replay(),
+        debug: false,
+    };
+    let source = TestQuoteSource::honest(Arc::new(intel.platform(1)), td);
+    let quote = temp_file("minted.dat", &source.make_quote([0; 64]));
+    temp_file("minted-root.pem", intel.root_pem().as_bytes());
+    temp_file("minted-tcb.json", intel.tcb_info().as_bytes());
+    temp_file("minted-qe.json", intel.qe_identity().as_bytes());
+    temp_file("minted-chain.pem", intel.tcb_info_issuer_chain().as_bytes());
+    let policy = temp_file(
+        "minted.json",
+        format!(
+            r#"{{"mrtd": "{}", "tdAttributes": ["SEPT_VE_DISABLE"],
+                "rootCertificates": ["minted-root.pem"],
+                "collateral": {{"tcbInfo": "minted-tcb.json", "qeIdentity": "minted-qe.json",
+                    "tcbInfoIssuerChain": "minted-chain.pem"}}}}"#,
+            "7d".repeat(48)
+        )
+        .as_bytes(),
+    );
+    let good = temp_file("ccel.bin", &area);
+    let args = ["--quote", &quote, "--policy", &policy];
+    assert_eq!(run(&args), 0);
+    assert_eq!(run(&[&args[..], &["--event-log", &good]].concat()), 0);
+    // Another log: it does not replay to the quoted RTMRs.
+    let other = temp_file(
+        "other-ccel.bin",
+        &synthetic_ccel_log(&[(1, 0x8000_0007, b"firmware"), (3, 6, b"evil")], 0),
+    );
+    assert_eq!(run(&[&args[..], &["--event-log", &other]].concat()), 1);
+    // Not a log at all: bad input.
+    let junk = temp_file("junk-ccel.bin", b"not a log");
+    assert_eq!(run(&[&args[..], &["--event-log", &junk]].concat()), 2);
+}

@@ -420,6 +420,7 @@ pub fn snp() -> &'static [SnpFixture; 3] {
 pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
     static VTPM: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
     static SNP: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
+    static TDX: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
     match variant {
         Variant::QemuVtpm => VTPM.get_or_init(|| vec![Arc::new(vtpm().pinned.clone())]),
         Variant::SevSnp => SNP.get_or_init(|| {
@@ -429,6 +430,17 @@ pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
             let v = SnpValidator::with_roots(f.validator.policy().clone(), TrustRoots::new(roots))
                 .as_of(NOW as i64);
             vec![Arc::new(v)]
+        }),
+        Variant::Tdx => TDX.get_or_init(|| {
+            use confboot_attest::tdx::{TdxPolicy, TdxRoots, TdxValidator};
+            let policy = TdxPolicy {
+                insecure_any_image: true,
+                ..TdxPolicy::default()
+            };
+            vec![Arc::new(TdxValidator::with_roots(
+                policy,
+                TdxRoots::intel(),
+            ))]
         }),
     }
 }

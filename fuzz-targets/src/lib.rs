@@ -94,6 +94,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tdx_tcb_info", tdx_tcb_info),
     ("tdx_qe_identity", tdx_qe_identity),
     ("tdx_certs", tdx_certs),
+    ("tdx_ccel", tdx_ccel),
+    ("tdx_evidence", tdx_evidence),
     ("kms_uri", kms_uri),
     ("dhcp_reply", dhcp_reply),
     ("init_secret_hash", init_secret_hash),
@@ -862,6 +864,51 @@ pub fn tdx_quote(data: &[u8]) {
             "a quote verified whose signed part no genuine quote has"
         );
     }
+}
+
+/// The CCEL: bytes that begin with `CCEL` as the ACPI table, others as a
+/// log area. A log that parses re-parses from the bytes it keeps to the
+/// same log, replays to registers it then checks against, and explains no
+/// difference with itself.
+pub fn tdx_ccel(data: &[u8]) {
+    use confboot_attest::tdx::{CcelLog, CcelTable};
+    if data.starts_with(b"CCEL") {
+        if let Ok(table) = CcelTable::parse(data) {
+            assert_eq!(CcelTable::parse(&table.encode()), Ok(table));
+        }
+        return;
+    }
+    let Ok(log) = CcelLog::parse(data) else {
+        return;
+    };
+    assert_eq!(CcelLog::parse(log.as_bytes()).as_ref(), Ok(&log));
+    let rtmrs = log.replay();
+    assert_eq!(log.check_replay(&rtmrs), Ok(()));
+    for rtmr in 0..4 {
+        assert_eq!(log.explain(rtmr, &log), None);
+    }
+    let _ = log.lines();
+}
+
+/// TDX evidence (the quote and the CCEL log) through the production
+/// validator with a test policy: whatever the bytes, no panic, and never
+/// admitted (no genuine quote is bound to the fuzzer's extra data).
+pub fn tdx_evidence(data: &[u8]) {
+    use confboot_attest::Validator;
+    use confboot_attest::tdx::{TdxEvidence, TdxPolicy, TdxRoots, TdxValidator};
+    let Ok(evidence) = TdxEvidence::decode(data) else {
+        return;
+    };
+    assert_eq!(
+        TdxEvidence::decode(&evidence.encode().expect("decoded evidence encodes")).as_ref(),
+        Ok(&evidence)
+    );
+    let policy = TdxPolicy {
+        insecure_any_image: true,
+        ..TdxPolicy::default()
+    };
+    let validator = TdxValidator::with_roots(policy, TdxRoots::intel());
+    assert!(validator.validate(data, &[0x5a; 32]).is_err());
 }
 
 /// Intel's TCB info JSON: parsed (bounded, no panic); its signature checked

@@ -418,6 +418,71 @@ fn tdx_quote() -> Vec<Seed> {
     seeds
 }
 
+/// A CCEL log of a direct-kernel boot's shape (firmware, kernel, initrd,
+/// command line), with and without OVMF's padding; the table; near misses.
+fn tdx_ccel_log() -> Vec<u8> {
+    use confboot_attest::tdx::synthetic_ccel_log;
+    let tag = |text: &str| {
+        let mut d = 0x8a35_ff10u32.to_le_bytes().to_vec();
+        d.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        d.extend_from_slice(text.as_bytes());
+        d
+    };
+    let (kernel, initrd) = (tag("Linux kernel"), tag("Linux initrd"));
+    synthetic_ccel_log(
+        &[
+            (1, 0x8000_000a, b"TdxTable"),
+            (1, 0x8000_0001, b"SecureBoot"),
+            (1, 0x4, &[0; 4]),
+            (2, 0x8000_0003, &kernel),
+            (3, 0x6, &initrd),
+            (3, 0x3, b"no action"),
+            (4, 0x8000_0007, b"runtime"),
+        ],
+        0,
+    )
+}
+
+fn tdx_ccel() -> Vec<Seed> {
+    use confboot_attest::tdx::{CC_TYPE_TDX, CcelTable};
+    let log = tdx_ccel_log();
+    let mut padded = log.clone();
+    padded.extend(std::iter::repeat_n(0xff, 512));
+    let mut flipped = log.clone();
+    flipped[70] ^= 0x40;
+    let table = CcelTable {
+        cc_type: CC_TYPE_TDX,
+        cc_subtype: 0,
+        log_area_len: 0x10000,
+        log_area_start: 0x7fbd_0000,
+    }
+    .encode();
+    vec![
+        seed("log", log.clone()),
+        seed("log-padded", padded),
+        seed("log-flipped", flipped),
+        seed("log-cut", &log[..log.len() - 7]),
+        seed("table", table),
+    ]
+}
+
+fn tdx_evidence() -> Vec<Seed> {
+    use confboot_attest::tdx::TdxEvidence;
+    let quote = fixtures::TDX_QUOTES[0].quote.to_vec();
+    let with_log = TdxEvidence {
+        quote: quote.clone(),
+        ccel_log: tdx_ccel_log(),
+    };
+    let without = TdxEvidence {
+        quote,
+        ccel_log: Vec::new(),
+    };
+    vec![
+        seed("quote-and-log", with_log.encode().expect("seed evidence")),
+        seed("quote-only", without.encode().expect("seed evidence")),
+    ]
+}
+
 fn tdx_tcb_info() -> Vec<Seed> {
     let mut seeds: Vec<Seed> = fixtures::TDX_TCB_INFOS
         .iter()
@@ -1137,6 +1202,8 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "tdx_tcb_info" => tdx_tcb_info(),
         "tdx_qe_identity" => tdx_qe_identity(),
         "tdx_certs" => tdx_certs(),
+        "tdx_ccel" => tdx_ccel(),
+        "tdx_evidence" => tdx_evidence(),
         "kms_uri" => kms_uri_seeds(),
         "dhcp_reply" => dhcp_reply_seeds(),
         "init_secret_hash" => init_secret_hash(),

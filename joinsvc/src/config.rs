@@ -26,8 +26,8 @@ use crate::options::{
     AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
     INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
-    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, QUEUE, REMOVE_VPN_PEER, SNP_POLICY, TPM,
-    VARIANTS, VPN_CIDR, WORKERS,
+    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, QUEUE, REMOVE_VPN_PEER, SNP_POLICY,
+    TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
 };
 use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenIssuer};
@@ -169,6 +169,7 @@ impl Config {
             },
             expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
             snp_policy: m.value(&SNP_POLICY).map(PathBuf::from),
+            tdx_policy: m.value(&TDX_POLICY).map(PathBuf::from),
         };
         let tpm = given(&TPM);
         let event_log = given(&EVENT_LOG);
@@ -277,6 +278,7 @@ fn option(setting: Setting) -> &'static Opt {
         Setting::InsecureAnyAkConfirmation => &INSECURE_ANY_AK_CONFIRMATION,
         Setting::ExpectedEvents => &EXPECTED_EVENTS,
         Setting::SnpPolicy => &SNP_POLICY,
+        Setting::TdxPolicy => &TDX_POLICY,
     }
 }
 
@@ -311,8 +313,9 @@ pub struct VtpmCheck {
 pub enum NodeCheck {
     /// A vTPM quote, under the watched measurement policy.
     Vtpm(VtpmCheck),
-    /// An SEV-SNP report, under the SNP policy read at start-up.
-    Snp(Arc<dyn Validator>),
+    /// An SEV-SNP report or a TDX quote, under the policy (and, for TDX,
+    /// the collateral files) read at start-up.
+    Fixed(Arc<dyn Validator>),
 }
 
 /// Everything joinsvc serves with: the files read, its TPM opened, the
@@ -373,8 +376,11 @@ impl Service {
                             .announce_insecure_with(announce_insecure_any_ak),
                     })
                 }
-                Variant::SevSnp => NodeCheck::Snp(Arc::new(
+                Variant::SevSnp => NodeCheck::Fixed(Arc::new(
                     attestation.snp.clone().expect("loaded with its variant"),
+                )),
+                Variant::Tdx => NodeCheck::Fixed(Arc::new(
+                    attestation.tdx.clone().expect("loaded with its variant"),
                 )),
             });
         }
@@ -596,7 +602,7 @@ mod tests {
         assert_eq!(e, "--kubelet-cert-validity: want 1 to 3650 days");
         let e = serve_config(&[]).unwrap_err();
         assert_eq!(e, "option --ak-trust is required");
-        let e = serve_config(&["--variants", "tdx"]).unwrap_err();
+        let e = serve_config(&["--variants", "sgx"]).unwrap_err();
         assert!(e.starts_with("--variants: unknown variant"), "{e}");
         let e = serve_config(&["--variants", "sev-snp"]).unwrap_err();
         assert_eq!(

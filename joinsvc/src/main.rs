@@ -112,7 +112,7 @@ fn run(config: &ServeConfig) -> Result<(), String> {
                 );
                 validators.push(Arc::new(validator));
             }
-            config::NodeCheck::Snp(snp) => validators.push(Arc::clone(snp)),
+            config::NodeCheck::Fixed(validator) => validators.push(Arc::clone(validator)),
         }
     }
 

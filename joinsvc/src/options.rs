@@ -23,13 +23,20 @@ use confboot_util::args::{CONFIG, Command, Opt, VERBOSITY};
 
 /// The help of `--variants`.
 const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
-     checked with the measurements and AK-trust options) and/or sev-snp (an SEV-SNP report, checked \
-     with the SNP policy option). Evidence of another variant is refused in the handshake";
+     checked with the measurements and AK-trust options), sev-snp (an SEV-SNP report, checked \
+     with the SNP policy option) and/or tdx (an Intel TDX quote, checked with the TDX policy option). \
+     Evidence of another variant is refused in the handshake";
 
 /// The help of `--snp-policy`.
 const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
      allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
      required when sev-snp is accepted";
+
+/// The help of `--tdx-policy`.
+const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd (required), rtmrs, allowDebug, tdAttributes, xfam, \
+     minimumTeeTcbSvn, acceptedTcbStatuses, rootCertificates, collateral (the files of Intel's TCB \
+     info, QE identity and CRLs, checked as of now), expectedEventLog, ...; required when tdx is \
+     accepted";
 
 /// The help of `--expected-events`.
 const EXPECTED_EVENTS_HELP: &str = "The predicted event log of the expected measurements (`confboot measure --events-out`): a PCR that differs is explained by the first event that differs, when the node sends its log";
@@ -92,6 +99,9 @@ pub const VARIANTS: Opt = Opt::value("variants", "LIST", VARIANTS_HELP)
 /// `--snp-policy`.
 pub const SNP_POLICY: Opt =
     Opt::value("snp-policy", "FILE", SNP_POLICY_HELP).env("JOINSVC_SNP_POLICY");
+/// `--tdx-policy`.
+pub const TDX_POLICY: Opt =
+    Opt::value("tdx-policy", "FILE", TDX_POLICY_HELP).env("JOINSVC_TDX_POLICY");
 /// `--tpm`.
 pub const TPM: Opt = Opt::value(
     "tpm",
@@ -216,6 +226,7 @@ pub const CMD: Command = Command {
         INSECURE_ANY_AK_CONFIRMATION,
         VARIANTS,
         SNP_POLICY,
+        TDX_POLICY,
         TPM,
         EVENT_LOG,
         EXPECTED_EVENTS,

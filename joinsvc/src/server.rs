@@ -89,14 +89,22 @@ pub enum CallerCheck {
     Member,
 }
 
+/// Where a TDX caller's `RTMR3` is in its attested measurements (the CCEL
+/// register index: 1 + 3). Firmware and boot loader extend `RTMR0` to
+/// `RTMR2`; `RTMR3` is the TD's own, all zero until the TD extends it, as
+/// PCR 15 is a vTPM node's.
+pub const TDX_MARK_INDEX: u32 = 4;
+
 /// Checks an attested caller for a method, and says who it is. The
 /// handshake checks the measurement policy but not PCR 15, which differs
 /// between a joining node and a member; each method says which it serves.
 /// Only vTPM evidence quotes PCR 15. An SEV-SNP caller has no register
 /// that could show it bootstrapped: it is served as a launch
 /// ([`Caller::Launch`], its chip id and `REPORT_ID`), which the ledger
-/// serves once ([`crate::ledger`]), and never as a member. Evidence of
-/// another variant, or SNP evidence without a launch identity, is refused.
+/// serves once ([`crate::ledger`]), and never as a member. A TDX caller
+/// shows it is not bootstrapped by an all-zero `RTMR3` ([`TDX_MARK_INDEX`])
+/// and is never served as a member either. Evidence of another variant, or
+/// SNP evidence without a launch identity, is refused.
 pub fn caller_check(
     peer: &Attested,
     check: CallerCheck,
@@ -123,6 +131,15 @@ pub fn caller_check(
             )),
         },
         (CallerCheck::Member, Variant::SevSnp) => Err(Status::permission_denied(
+            "peer updates need vTPM evidence (PCR 15 holds the cluster mark)",
+        )),
+        (CallerCheck::Unmarked, Variant::Tdx) => match peer.measurements.get(&TDX_MARK_INDEX) {
+            Some(v) if v.len() == 48 && v.iter().all(|b| *b == 0) => Ok(Caller::Unbootstrapped),
+            _ => Err(Status::permission_denied(
+                "the caller is already bootstrapped (RTMR3 is not all zero)",
+            )),
+        },
+        (CallerCheck::Member, Variant::Tdx) => Err(Status::permission_denied(
             "peer updates need vTPM evidence (PCR 15 holds the cluster mark)",
         )),
     }

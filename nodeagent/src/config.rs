@@ -14,8 +14,8 @@ use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
 use confboot_vpn::VpnNetwork;
 
 use crate::options::{
-    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_VARIANTS,
-    JoinServiceOptions,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY,
+    JOINSVC_VARIANTS, JoinServiceOptions,
 };
 use crate::vpn;
 
@@ -128,6 +128,7 @@ pub const CMD: Command = Command {
         JOINSVC_AK_TRUST,
         JOINSVC_VARIANTS,
         JOINSVC_SNP_POLICY,
+        JOINSVC_TDX_POLICY,
         VERBOSITY,
     ],
 };
@@ -324,7 +325,7 @@ mod tests {
             Err(ConfigError::Unusable(e)) if e.starts_with("--vpn-cidr: ")
         ));
         assert!(matches!(
-            vpn(&["--joinsvc-variants", "tdx"]),
+            vpn(&["--joinsvc-variants", "sgx"]),
             Err(ConfigError::Unusable(e)) if e.starts_with("--joinsvc-variants: ")
         ));
     }

@@ -30,13 +30,20 @@ pub const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
 
 /// The help of an accepted-variants option.
 pub const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
-     checked with the measurements and AK-trust options) and/or sev-snp (an SEV-SNP report, checked \
-     with the SNP policy option). Evidence of another variant is refused in the handshake";
+     checked with the measurements and AK-trust options), sev-snp (an SEV-SNP report, checked \
+     with the SNP policy option) and/or tdx (an Intel TDX quote, checked with the TDX policy option). \
+     Evidence of another variant is refused in the handshake";
 
 /// The help of an SEV-SNP policy option.
 pub const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
      allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
      required when sev-snp is accepted";
+
+/// The help of a TDX policy option.
+pub const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd (required), rtmrs, allowDebug, tdAttributes, xfam, \
+     minimumTeeTcbSvn, acceptedTcbStatuses, rootCertificates, collateral (the files of Intel's TCB \
+     info, QE identity and CRLs, checked as of now), expectedEventLog, ...; required when tdx is \
+     accepted";
 
 /// The help of `--event-log`, the node binaries' (the bootstrapper's and
 /// the node agent's).
@@ -65,6 +72,9 @@ pub const JOINSVC_VARIANTS: Opt =
 /// `--joinsvc-snp-policy`.
 pub const JOINSVC_SNP_POLICY: Opt = Opt::value("joinsvc-snp-policy", "FILE", SNP_POLICY_HELP);
 
+/// `--joinsvc-tdx-policy`.
+pub const JOINSVC_TDX_POLICY: Opt = Opt::value("joinsvc-tdx-policy", "FILE", TDX_POLICY_HELP);
+
 /// The `--joinsvc-*` options as given, before they are checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinServiceOptions {
@@ -73,9 +83,9 @@ pub struct JoinServiceOptions {
 }
 
 impl JoinServiceOptions {
-    /// Reads the `--joinsvc-*` options (the command must declare all four:
+    /// Reads the `--joinsvc-*` options (the command must declare all five:
     /// [`JOINSVC_MEASUREMENTS`], [`JOINSVC_AK_TRUST`], [`JOINSVC_VARIANTS`],
-    /// [`JOINSVC_SNP_POLICY`]).
+    /// [`JOINSVC_SNP_POLICY`], [`JOINSVC_TDX_POLICY`]).
     pub fn read(m: &Matches) -> JoinServiceOptions {
         JoinServiceOptions {
             variants: m
@@ -90,6 +100,7 @@ impl JoinServiceOptions {
                 insecure_any_ak: InsecureAnyAk::Accepted,
                 expected_events: None,
                 snp_policy: m.value(&JOINSVC_SNP_POLICY).map(PathBuf::from),
+                tdx_policy: m.value(&JOINSVC_TDX_POLICY).map(PathBuf::from),
             },
         }
     }
@@ -110,6 +121,7 @@ fn option(setting: Setting) -> Option<&'static Opt> {
         Setting::Measurements => Some(&JOINSVC_MEASUREMENTS),
         Setting::AkTrust => Some(&JOINSVC_AK_TRUST),
         Setting::SnpPolicy => Some(&JOINSVC_SNP_POLICY),
+        Setting::TdxPolicy => Some(&JOINSVC_TDX_POLICY),
         // Join services are never checked with these: insecure-any-ak is
         // taken with a warning, and no expected event log is read.
         Setting::InsecureAnyAkConfirmation | Setting::ExpectedEvents => None,
@@ -159,6 +171,7 @@ mod tests {
             JOINSVC_AK_TRUST,
             JOINSVC_VARIANTS,
             JOINSVC_SNP_POLICY,
+            JOINSVC_TDX_POLICY,
             VERBOSITY,
         ],
     };

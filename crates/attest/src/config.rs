@@ -1,7 +1,8 @@
 //! Typed attestation configuration: which variants a verifier accepts from
 //! its peer, how it checks vTPM evidence (a measurement policy, the trust
-//! in attestation keys, an expected event log) and SEV-SNP evidence (an SNP
-//! policy), and the validators built from it.
+//! in attestation keys, an expected event log), SEV-SNP evidence (an SNP
+//! policy) and TDX evidence (a TDX policy naming its collateral files), and
+//! the validators built from it.
 //!
 //! A binary reads its options into [`GivenSettings`] (paths and specs as
 //! given, nothing read yet) and checks them against the accepted variants
@@ -24,7 +25,8 @@
 //! Files are read bounded: the measurement policy through
 //! [`confboot_util::fs::read_bounded_text`] (at most [`MAX_POLICY_BYTES`]),
 //! the expected event log at most [`MAX_EVENT_LIST_BYTES`]; the AK-trust
-//! syntax is [`AkTrust::parse`]'s, the SNP policy's [`SnpPolicy::load`]'s.
+//! syntax is [`AkTrust::parse`]'s, the SNP policy's [`SnpPolicy::load`]'s,
+//! the TDX policy's [`TdxPolicy::load`](crate::tdx::TdxPolicy::load)'s.
 //!
 //! A verifier told nothing accepts [`DEFAULT_VARIANTS`] (`qemu-vtpm`, as
 //! before variants were configurable). In the handshake the validator is
@@ -37,6 +39,7 @@ use std::sync::Arc;
 
 use crate::measurements::MAX_POLICY_BYTES;
 use crate::snp::{SnpPolicy, SnpValidator};
+use crate::tdx::TdxValidator;
 use crate::tpm::event_log::{EventList, EventListError};
 use crate::vtpm::{AkTrust, VtpmValidator};
 use crate::{AttestationError, MeasurementPolicy, PolicyError, Validator, Variant};
@@ -129,6 +132,8 @@ pub enum Setting {
     ExpectedEvents,
     /// The SEV-SNP policy file.
     SnpPolicy,
+    /// The TDX policy file.
+    TdxPolicy,
 }
 
 impl fmt::Display for Setting {
@@ -140,6 +145,7 @@ impl fmt::Display for Setting {
             Setting::InsecureAnyAkConfirmation => "the confirmation of insecure-any-ak",
             Setting::ExpectedEvents => "the expected event log",
             Setting::SnpPolicy => "the SEV-SNP policy",
+            Setting::TdxPolicy => "the TDX policy",
         })
     }
 }
@@ -164,6 +170,8 @@ pub enum ConfigError {
     Variants(VariantsError),
     /// `sev-snp` is accepted but no SNP policy is given.
     SnpPolicyRequired,
+    /// `tdx` is accepted but no TDX policy is given.
+    TdxPolicyRequired,
     /// The measurement-policy file could not be read (or is too large).
     MeasurementsFile(FileError),
     /// The measurement-policy file is not a valid policy.
@@ -198,6 +206,14 @@ pub enum ConfigError {
         /// Why.
         error: PolicyError,
     },
+    /// The TDX policy file is unusable (unreadable, malformed, a root
+    /// certificate, collateral file or expected log it names does not load).
+    TdxPolicy {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: PolicyError,
+    },
 }
 
 impl ConfigError {
@@ -205,7 +221,9 @@ impl ConfigError {
     pub fn setting(&self) -> Setting {
         match self {
             ConfigError::Missing(setting) => *setting,
-            ConfigError::Variants(_) | ConfigError::SnpPolicyRequired => Setting::Variants,
+            ConfigError::Variants(_)
+            | ConfigError::SnpPolicyRequired
+            | ConfigError::TdxPolicyRequired => Setting::Variants,
             ConfigError::MeasurementsFile(_)
             | ConfigError::Measurements { .. }
             | ConfigError::Policy(_) => Setting::Measurements,
@@ -214,6 +232,7 @@ impl ConfigError {
                 Setting::ExpectedEvents
             }
             ConfigError::SnpPolicy { .. } => Setting::SnpPolicy,
+            ConfigError::TdxPolicy { .. } => Setting::TdxPolicy,
         }
     }
 
@@ -229,10 +248,16 @@ impl ConfigError {
                 "{named} accepts sev-snp, which needs {} (the SEV-SNP policy)",
                 name(Setting::SnpPolicy)
             ),
+            ConfigError::TdxPolicyRequired => format!(
+                "{named} accepts tdx, which needs {} (the TDX policy)",
+                name(Setting::TdxPolicy)
+            ),
             ConfigError::MeasurementsFile(e) | ConfigError::ExpectedEventsFile(e) => {
                 format!("{named}: {e}")
             }
-            ConfigError::Measurements { path, error } | ConfigError::SnpPolicy { path, error } => {
+            ConfigError::Measurements { path, error }
+            | ConfigError::SnpPolicy { path, error }
+            | ConfigError::TdxPolicy { path, error } => {
                 format!("{named} {}: {error}", path.display())
             }
             ConfigError::ExpectedEvents { path, error } => {
@@ -260,14 +285,15 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Variants(e) => Some(e),
             ConfigError::MeasurementsFile(e) | ConfigError::ExpectedEventsFile(e) => Some(e),
-            ConfigError::Measurements { error, .. } | ConfigError::SnpPolicy { error, .. } => {
-                Some(error)
-            }
+            ConfigError::Measurements { error, .. }
+            | ConfigError::SnpPolicy { error, .. }
+            | ConfigError::TdxPolicy { error, .. } => Some(error),
             ConfigError::ExpectedEvents { error, .. } => Some(error),
             ConfigError::AkTrust(e) => Some(e),
             ConfigError::Policy(e) => Some(e),
             ConfigError::Missing(_)
             | ConfigError::SnpPolicyRequired
+            | ConfigError::TdxPolicyRequired
             | ConfigError::InsecureAnyAkNotConfirmed => None,
         }
     }
@@ -294,6 +320,8 @@ pub struct GivenSettings {
     pub expected_events: Option<PathBuf>,
     /// The SEV-SNP policy file.
     pub snp_policy: Option<PathBuf>,
+    /// The TDX policy file.
+    pub tdx_policy: Option<PathBuf>,
 }
 
 /// How vTPM evidence is checked, as configured (nothing read yet).
@@ -322,16 +350,19 @@ pub struct AttestationSettings {
     pub vtpm: Option<VtpmSettings>,
     /// The SEV-SNP policy file; `Some` exactly when `sev-snp` is accepted.
     pub snp_policy: Option<PathBuf>,
+    /// The TDX policy file; `Some` exactly when `tdx` is accepted.
+    pub tdx_policy: Option<PathBuf>,
 }
 
 impl AttestationSettings {
     /// Checks `given` against `variants`, in the order they are named:
     /// `qemu-vtpm` needs the AK trust (and the measurement-policy file when
-    /// [`GivenSettings::measurements_required`]), `sev-snp` the SNP policy.
-    /// Settings of a variant that is not accepted are left out.
+    /// [`GivenSettings::measurements_required`]), `sev-snp` the SNP policy,
+    /// `tdx` the TDX policy. Settings of a variant that is not accepted are left out.
     pub fn new(variants: Vec<Variant>, given: GivenSettings) -> Result<Self, ConfigError> {
         let mut vtpm = None;
         let mut snp_policy = None;
+        let mut tdx_policy = None;
         for variant in &variants {
             match variant {
                 Variant::QemuVtpm => {
@@ -357,12 +388,21 @@ impl AttestationSettings {
                             .ok_or(ConfigError::SnpPolicyRequired)?,
                     );
                 }
+                Variant::Tdx => {
+                    tdx_policy = Some(
+                        given
+                            .tdx_policy
+                            .clone()
+                            .ok_or(ConfigError::TdxPolicyRequired)?,
+                    );
+                }
             }
         }
         Ok(AttestationSettings {
             variants,
             vtpm,
             snp_policy,
+            tdx_policy,
         })
     }
 
@@ -373,10 +413,12 @@ impl AttestationSettings {
 
     /// Reads every file, in the order the variants are named: the
     /// measurement policy (which must be named here), the AK trust and
-    /// the expected event log of `qemu-vtpm`, the SNP policy of `sev-snp`.
+    /// the expected event log of `qemu-vtpm`, the SNP policy of `sev-snp`,
+    /// the TDX policy (and the files it names) of `tdx`.
     pub fn load(&self) -> Result<AttestationConfig, ConfigError> {
         let mut vtpm = None;
         let mut snp = None;
+        let mut tdx = None;
         for variant in &self.variants {
             match variant {
                 Variant::QemuVtpm => {
@@ -395,12 +437,17 @@ impl AttestationSettings {
                     let path = self.snp_policy.as_deref().expect("settings checked by new");
                     snp = Some(load_snp_validator(path)?);
                 }
+                Variant::Tdx => {
+                    let path = self.tdx_policy.as_deref().expect("settings checked by new");
+                    tdx = Some(load_tdx_validator(path)?);
+                }
             }
         }
         Ok(AttestationConfig {
             variants: self.variants.clone(),
             vtpm,
             snp,
+            tdx,
         })
     }
 }
@@ -430,6 +477,8 @@ pub struct AttestationConfig {
     pub vtpm: Option<VtpmConfig>,
     /// The SEV-SNP validator; `Some` exactly when `sev-snp` is accepted.
     pub snp: Option<SnpValidator>,
+    /// The TDX validator; `Some` exactly when `tdx` is accepted.
+    pub tdx: Option<TdxValidator>,
 }
 
 /// How vTPM evidence is checked: the measurement policy in force and the
@@ -466,6 +515,10 @@ impl AttestationConfig {
                 Variant::SevSnp => {
                     let snp = self.snp.as_ref().expect("loaded with its variant");
                     Ok(Arc::new(snp.clone()) as Arc<dyn Validator>)
+                }
+                Variant::Tdx => {
+                    let tdx = self.tdx.as_ref().expect("loaded with its variant");
+                    Ok(Arc::new(tdx.clone()) as Arc<dyn Validator>)
                 }
             })
             .collect()
@@ -505,6 +558,15 @@ pub fn load_snp_validator(path: &Path) -> Result<SnpValidator, ConfigError> {
     };
     let policy = SnpPolicy::load(path).map_err(error)?;
     SnpValidator::new(policy).map_err(error)
+}
+
+/// The TDX validator of the TDX policy file at `path`, with the roots,
+/// collateral files and expected event log it names.
+pub fn load_tdx_validator(path: &Path) -> Result<TdxValidator, ConfigError> {
+    TdxValidator::load(path).map_err(|error| ConfigError::TdxPolicy {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 /// Builds vTPM validators under one AK trust, one for each policy in force
@@ -861,6 +923,54 @@ mod tests {
     }
 
     #[test]
+    fn tdx_needs_its_policy_and_gets_its_validator() {
+        assert_eq!(
+            parse_variants("tdx,qemu-vtpm"),
+            Ok(vec![Variant::Tdx, Variant::QemuVtpm])
+        );
+        assert_eq!(parse_attestation_variant("tdx"), Ok(Variant::Tdx));
+        let e = AttestationSettings::new(vec![Variant::Tdx], GivenSettings::default()).unwrap_err();
+        assert!(matches!(e, ConfigError::TdxPolicyRequired), "{e:?}");
+        assert_eq!(
+            e.describe(&name),
+            "<Variants> accepts tdx, which needs <TdxPolicy> (the TDX policy)"
+        );
+        let tmp = confboot_tests::TempDir::new("tdx-settings");
+        let policy = tmp.path().join("tdx.json");
+        std::fs::write(&policy, format!(r#"{{"mrtd": "{}"}}"#, "ab".repeat(48))).unwrap();
+        let settings = AttestationSettings::new(
+            vec![Variant::Tdx],
+            GivenSettings {
+                tdx_policy: Some(policy.clone()),
+                ..GivenSettings::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (settings.vtpm.as_ref(), settings.snp_policy.as_ref()),
+            (None, None)
+        );
+        let validators = settings.load().unwrap().validators().unwrap();
+        assert_eq!(validators.len(), 1);
+        assert_eq!(validators[0].variant(), Variant::Tdx);
+        // A collateral file the policy names must load.
+        std::fs::write(
+            &policy,
+            format!(
+                r#"{{"mrtd": "{}", "collateral": {{"tcbInfo": "missing.json"}}}}"#,
+                "ab".repeat(48)
+            ),
+        )
+        .unwrap();
+        let e = settings.load().unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::TdxPolicy { path, .. } if path == &policy),
+            "{e}"
+        );
+        assert_eq!(e.setting(), Setting::TdxPolicy);
+    }
+
+    #[test]
     fn variant_lists_are_checked_and_each_variant_gets_its_validator() {
         assert_eq!(parse_variants("qemu-vtpm"), Ok(vec![Variant::QemuVtpm]));
         assert_eq!(
@@ -871,7 +981,7 @@ mod tests {
             parse_variants("sev-snp, qemu-vtpm"),
             Ok(vec![Variant::SevSnp, Variant::QemuVtpm])
         );
-        for bad in ["", "tdx", "sev-snp,sev-snp", "qemu-vtpm,", &"x".repeat(300)] {
+        for bad in ["", "sgx", "sev-snp,sev-snp", "qemu-vtpm,", &"x".repeat(300)] {
             assert!(parse_variants(bad).is_err(), "{bad}");
         }
         let e = ConfigError::Variants(parse_variants("tpm").unwrap_err());

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::config::{
     AttestationSettings, ConfigError, Setting, load_measurement_policy, load_snp_validator,
+    load_tdx_validator,
 };
 use crate::tpm::{CLUSTER_ID_PCR, IMA_PCR, TpmError};
 use crate::vtpm::{VtpmIssuer, quoted_pcrs};
@@ -102,6 +103,13 @@ pub fn join_service_validators(
                     .as_deref()
                     .expect("settings have their variants'");
                 Arc::new(load_snp_validator(path).map_err(JoinServiceError::Config)?)
+            }
+            Variant::Tdx => {
+                let path = settings
+                    .tdx_policy
+                    .as_deref()
+                    .expect("settings have their variants'");
+                Arc::new(load_tdx_validator(path).map_err(JoinServiceError::Config)?)
             }
         });
     }

@@ -2,7 +2,7 @@
 //! `extra_data`; a [`Validator`] checks such evidence and the measurement
 //! policy, and reports what it established.
 //!
-//! Variants (vTPM, SEV-SNP) implement both traits in their own modules. A
+//! Variants (vTPM, SEV-SNP, TDX) implement both traits in their own modules. A
 //! validator is built from a policy; [`SwappableValidator`] lets a service
 //! replace it at run time while every check sees one consistent policy.
 
@@ -33,17 +33,22 @@ pub enum Variant {
     QemuVtpm,
     /// A bare AMD SEV-SNP attestation report (OID 1.3.9900.5.3, confboot's own).
     SevSnp,
+    /// An Intel TDX quote with the TD's CCEL event log (OID 1.3.9900.5.4,
+    /// confboot's own arc as for SEV-SNP: Constellation's `qemu-tdx`,
+    /// 1.3.9900.5.99, carries another encoding).
+    Tdx,
 }
 
 impl Variant {
     /// Every variant this build knows.
-    pub const ALL: [Variant; 2] = [Variant::QemuVtpm, Variant::SevSnp];
+    pub const ALL: [Variant; 3] = [Variant::QemuVtpm, Variant::SevSnp, Variant::Tdx];
 
     /// Short name, as used in configuration files and logs.
     pub fn name(self) -> &'static str {
         match self {
             Variant::QemuVtpm => "qemu-vtpm",
             Variant::SevSnp => "sev-snp",
+            Variant::Tdx => "tdx",
         }
     }
 
@@ -52,6 +57,7 @@ impl Variant {
         match self {
             Variant::QemuVtpm => "1.3.9900.5.1",
             Variant::SevSnp => "1.3.9900.5.3",
+            Variant::Tdx => "1.3.9900.5.4",
         }
     }
 
@@ -60,6 +66,7 @@ impl Variant {
         match self {
             Variant::QemuVtpm => &[1, 3, 9900, 5, 1],
             Variant::SevSnp => &[1, 3, 9900, 5, 3],
+            Variant::Tdx => &[1, 3, 9900, 5, 4],
         }
     }
 
@@ -88,7 +95,9 @@ pub struct Attested {
     /// Measured values by index: for vTPM, PCR number → SHA-256 digest; for
     /// SEV-SNP, 0 → the 48-byte launch measurement, and
     /// [`snp::LAUNCH_IDENTITY_INDEX`] → the launch's identity (chip id and
-    /// `REPORT_ID`, not a measurement: no policy compares it).
+    /// `REPORT_ID`, not a measurement: no policy compares it); for TDX, the
+    /// CCEL's measurement-register indexes: 0 → `MRTD`, 1 to 4 → `RTMR0`
+    /// to `RTMR3` (48 bytes each).
     pub measurements: BTreeMap<u32, Vec<u8>>,
 }
 

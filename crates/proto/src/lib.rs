@@ -61,6 +61,11 @@ pub mod snp {
     include!(concat!(env!("OUT_DIR"), "/confboot.snp.rs"));
 }
 
+/// `confboot.tdx`: evidence of the Intel TDX attestation variant.
+pub mod tdx {
+    include!(concat!(env!("OUT_DIR"), "/confboot.tdx.rs"));
+}
+
 pub use prost::Message;
 
 /// The messages that carry secrets zeroize them when dropped. (Decoding and

@@ -337,8 +337,8 @@ mod tests {
             assert!(err.to_string().contains(want), "{text}: {err}");
         }
         assert_eq!(
-            AttestationDocument::from_json(br#"{"variant":"tdx","attestation":""}"#),
-            Err(DocumentError::UnknownVariant("tdx".into()))
+            AttestationDocument::from_json(br#"{"variant":"sgx","attestation":""}"#),
+            Err(DocumentError::UnknownVariant("sgx".into()))
         );
         assert!(matches!(
             AttestationDocument::from_json(br#"{"variant":"qemu-vtpm","attestation":"*"}"#),

@@ -111,7 +111,7 @@ pub fn check_node(
     let attested = validator.validate(&doc.evidence, &extra_data(nonce))?;
     let node_events = match doc.variant {
         Variant::QemuVtpm => carried_event_list(&doc.evidence)?,
-        Variant::SevSnp => None,
+        Variant::SevSnp | Variant::Tdx => None,
     };
     let explain = |pcr: u32| {
         expected_events

@@ -1,5 +1,18 @@
 //! Intel TDX quotes (DCAP quote versions 4 and 5, ECDSA P-256 attestation
-//! key), verified offline against Intel's chain and collateral.
+//! key), verified offline against Intel's chain and collateral: the `tdx`
+//! variant ([`Variant::Tdx`], aTLS OID 1.3.9900.5.4).
+//!
+//! - Evidence ([`TdxEvidence`], prost `confboot.tdx.Evidence`) is the raw
+//!   quote, whose `REPORTDATA` is `extra_data` zero-padded to 64 bytes,
+//!   and the TD's CCEL event log ([`CcelLog`]) when it has one.
+//! - [`TdxIssuer`] gets quotes through the kernel's configfs-tsm
+//!   ([`ConfigfsTsmQuoteSource`]) and sends the CCEL log read at start.
+//! - [`TdxValidator`] implements [`Validator`]: the quote's checks below;
+//!   a CCEL log sent along must replay to the quoted RTMRs
+//!   ([`CcelLog::check_replay`]); an RTMR that differs from the policy is
+//!   named with its first differing event when the policy names an
+//!   expected log. It passes on `MRTD` (index 0) and `RTMR0`–`RTMR3`
+//!   (indexes 1 to 4, the CCEL's register indexes).
 //!
 //! - [`Quote`] reads a quote with bounded, panic-free parsing: header, TD
 //!   report body (TD 1.0, and TD 1.5 with `TEE_TCB_SVN_2` and
@@ -24,12 +37,20 @@
 //! built in ([`INTEL_SGX_TCB_SIGNING_2018_DER`]); either counts only under
 //! a pinned root.
 
+mod ccel;
 mod certs;
 mod collateral;
+mod evidence;
+mod issuer;
 mod policy;
 mod quote;
 mod verify;
 
+pub use ccel::{
+    CC_TYPE_TDX, CCEL_TABLE_LEN, CcelError, CcelEvent, CcelLog, CcelTable, MAX_CCEL_AREA_LEN,
+    MAX_CCEL_EVENTS, MAX_CCEL_LOG_LEN, MAX_CCEL_TABLE_LEN, RTMR_LEN, TPM_ALG_SHA384, extend,
+    synthetic_ccel_log,
+};
 pub use certs::{
     CertError, Crl, INTEL_SGX_ROOT_CA_DER, INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert,
     MAX_CERTIFICATE_LEN, MAX_CHAIN_CERTIFICATES, MAX_CRL_LEN, OID_SGX_EXTENSIONS, PckChain,
@@ -39,7 +60,12 @@ pub use collateral::{
     CollateralError, IsvLevel, MAX_COLLATERAL_LEN, MAX_MODULE_IDENTITIES, MAX_TCB_LEVELS,
     QeIdentity, TcbInfo, TcbLevel, TcbMatch, TcbStatus, TdxModuleIdentity,
 };
-pub use policy::TdxPolicy;
+pub use evidence::{MAX_EVIDENCE_LEN, TdxEvidence};
+pub use issuer::{
+    CCEL_DATA_PATH, CCEL_TABLE_PATH, ConfigfsTsmQuoteSource, TDX_PROVIDER, TSM_REPORT_DIR,
+    TdxIssuer, TdxQuoteSource, read_ccel_log,
+};
+pub use policy::{CollateralFiles, TdxPolicy};
 pub use quote::{
     ATTESTATION_KEY_ECDSA_P256, BodyType, CERT_DATA_PCK_CHAIN, CERT_DATA_QE_REPORT, HEADER_LEN,
     Header, INTEL_QE_VENDOR_ID, MAX_QUOTE_LEN, QE_REPORT_LEN, QeReport, Quote, QuoteError,
@@ -47,8 +73,11 @@ pub use quote::{
 };
 pub use verify::{Collateral, check, run_checks};
 
-use crate::snp::{CheckResult, ReportDataCheck, first_failure};
-use crate::{AttestationError, PolicyError};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::snp::{CheckOutcome, CheckResult, ReportDataCheck, first_failure};
+use crate::{AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant};
 
 /// Verifies TDX quotes against a policy, pinned roots and collateral.
 #[derive(Clone, Debug)]
@@ -56,13 +85,16 @@ pub struct TdxValidator {
     policy: TdxPolicy,
     roots: TdxRoots,
     collateral: Collateral,
+    /// The policy's expected CCEL log, explaining an RTMR that differs.
+    expected_log: Option<CcelLog>,
     /// Verify as of this time (Unix seconds) instead of now.
     as_of: Option<i64>,
 }
 
 impl TdxValidator {
     /// A validator for `policy`, with the roots it names
-    /// (`rootCertificates`), else Intel's; no collateral yet.
+    /// (`rootCertificates`), else Intel's; the collateral files and the
+    /// expected event log it names are read (bounded) and parsed.
     pub fn new(policy: TdxPolicy) -> Result<TdxValidator, PolicyError> {
         let roots = if policy.root_certificates.is_empty() {
             TdxRoots::intel()
@@ -74,7 +106,24 @@ impl TdxValidator {
             TdxRoots::new(&certs)
                 .map_err(|e| PolicyError::Format(format!("rootCertificates: {e}")))?
         };
-        Ok(TdxValidator::with_roots(policy, roots))
+        let collateral = load_collateral(&policy.collateral)?;
+        let expected_log = match &policy.expected_event_log {
+            None => None,
+            Some(path) => {
+                let bytes = read_file(path, MAX_CCEL_AREA_LEN)?;
+                Some(CcelLog::parse(&bytes).map_err(|e| {
+                    PolicyError::Format(format!("expectedEventLog {}: {e}", path.display()))
+                })?)
+            }
+        };
+        let mut validator = TdxValidator::with_roots(policy, roots).with_collateral(collateral);
+        validator.expected_log = expected_log;
+        Ok(validator)
+    }
+
+    /// The policy file at `path`, its roots, collateral and expected log.
+    pub fn load(path: &Path) -> Result<TdxValidator, PolicyError> {
+        TdxValidator::new(TdxPolicy::load(path)?)
     }
 
     /// A validator with explicit roots (the policy's `rootCertificates`
@@ -84,6 +133,7 @@ impl TdxValidator {
             policy,
             roots,
             collateral: Collateral::default(),
+            expected_log: None,
             as_of: None,
         }
     }
@@ -92,6 +142,11 @@ impl TdxValidator {
     pub fn with_collateral(mut self, collateral: Collateral) -> TdxValidator {
         self.collateral = collateral;
         self
+    }
+
+    /// The collateral in use.
+    pub fn collateral(&self) -> &Collateral {
+        &self.collateral
     }
 
     /// Checks validity and currency as of `unix_secs` instead of now.
@@ -141,5 +196,137 @@ impl TdxValidator {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// Reads a file a policy names, at most `limit` bytes.
+fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, PolicyError> {
+    confboot_util::fs::read_bounded(path, limit as u64)
+        .map(|mut b| std::mem::take(&mut *b))
+        .map_err(|e| PolicyError::Format(e.to_string()))
+}
+
+/// Reads and parses the collateral files a policy names.
+pub fn load_collateral(files: &CollateralFiles) -> Result<Collateral, PolicyError> {
+    let bad = |key: &str, path: &Path, e: &dyn std::fmt::Display| {
+        PolicyError::Format(format!("collateral.{key} {}: {e}", path.display()))
+    };
+    let mut c = Collateral::default();
+    if let Some(path) = &files.tcb_info {
+        let bytes = read_file(path, MAX_COLLATERAL_LEN)?;
+        c.tcb_info = Some(TcbInfo::parse(&bytes).map_err(|e| bad("tcbInfo", path, &e))?);
+    }
+    if let Some(path) = &files.qe_identity {
+        let bytes = read_file(path, MAX_COLLATERAL_LEN)?;
+        c.qe_identity = Some(QeIdentity::parse(&bytes).map_err(|e| bad("qeIdentity", path, &e))?);
+    }
+    if let Some(path) = &files.pck_crl {
+        let bytes = read_file(path, MAX_CRL_LEN)?;
+        c.pck_crl = Some(Crl::parse(&bytes).map_err(|e| bad("pckCrl", path, &e))?);
+    }
+    if let Some(path) = &files.root_crl {
+        let bytes = read_file(path, MAX_CRL_LEN)?;
+        c.root_crl = Some(Crl::parse(&bytes).map_err(|e| bad("rootCrl", path, &e))?);
+    }
+    if let Some(path) = &files.tcb_info_issuer_chain {
+        let bytes = read_file(path, MAX_COLLATERAL_LEN)?;
+        c.add_tcb_signing_chain(&bytes)
+            .map_err(|e| bad("tcbInfoIssuerChain", path, &e))?;
+    }
+    Ok(c)
+}
+
+impl TdxValidator {
+    /// Validates decoded evidence bound to `report_data`: the CCEL log, when
+    /// sent, must replay to the quoted RTMRs; then every check of the quote
+    /// must pass. A differing `MRTD` or RTMR is a
+    /// [`AttestationError::Measurement`] (index 0, or 1 to 4), the RTMR's
+    /// first differing event named when the policy has an expected log.
+    pub fn validate_evidence(
+        &self,
+        evidence: &TdxEvidence,
+        report_data: &ReportDataCheck,
+    ) -> Result<Attested, AttestationError> {
+        let quote = Quote::parse(&evidence.quote)
+            .map_err(|e| AttestationError::Decode(format!("TDX quote: {e}")))?;
+        let log = if evidence.ccel_log.is_empty() {
+            None
+        } else {
+            let log = CcelLog::parse(&evidence.ccel_log)
+                .map_err(|e| AttestationError::EventLog(e.to_string()))?;
+            log.check_replay(&quote.report.rtmr)
+                .map_err(|e| AttestationError::EventLog(e.to_string()))?;
+            Some(log)
+        };
+        let checks = self.verify_quote_detailed(&quote, report_data);
+        if let Some(e) = first_failure(&checks) {
+            return Err(self
+                .measurement_error(&checks, &quote, log.as_ref())
+                .unwrap_or(e));
+        }
+        let r = &quote.report;
+        let mut measurements = BTreeMap::from([(0, r.mr_td.to_vec())]);
+        for (i, rtmr) in r.rtmr.iter().enumerate() {
+            measurements.insert(1 + i as u32, rtmr.to_vec());
+        }
+        Ok(Attested {
+            variant: Variant::Tdx,
+            measurements,
+        })
+    }
+
+    /// The first failed check as a measurement error, when it is `MRTD` or
+    /// an RTMR.
+    fn measurement_error(
+        &self,
+        checks: &[CheckResult],
+        quote: &Quote,
+        log: Option<&CcelLog>,
+    ) -> Option<AttestationError> {
+        let failed = checks
+            .iter()
+            .find(|c| matches!(c.outcome, CheckOutcome::Failed(_)))?;
+        let hex = confboot_util::hex::encode;
+        if failed.name == check::MRTD {
+            return Some(AttestationError::Measurement {
+                index: 0,
+                expected: hex(self.policy.mr_td.as_ref()?),
+                actual: hex(&quote.report.mr_td),
+                event: None,
+            });
+        }
+        let rtmr = check::RTMR.iter().position(|n| *n == failed.name)?;
+        let event = match (&self.expected_log, log) {
+            (Some(expected), Some(actual)) => expected.explain(rtmr, actual),
+            (Some(_), None) => Some("the TD sent no event log".into()),
+            _ => None,
+        };
+        Some(AttestationError::Measurement {
+            index: 1 + rtmr as u32,
+            expected: hex(self.policy.rtmrs[rtmr].as_ref()?),
+            actual: hex(&quote.report.rtmr[rtmr]),
+            event,
+        })
+    }
+}
+
+impl Validator for TdxValidator {
+    fn variant(&self) -> Variant {
+        Variant::Tdx
+    }
+
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        let evidence = TdxEvidence::decode(evidence)?;
+        let attested =
+            self.validate_evidence(&evidence, &ReportDataCheck::ExtraData(*extra_data))?;
+        log::debug!(
+            "TDX evidence verified: MRTD {}",
+            confboot_util::hex::encode(&attested.measurements[&0])
+        );
+        Ok(attested)
     }
 }

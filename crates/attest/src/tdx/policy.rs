@@ -13,6 +13,14 @@
 //!   "minimumTeeTcbSvn": "<32 hex digits>",
 //!   "acceptedTcbStatuses": ["UpToDate"],
 //!   "rootCertificates": ["test_root.pem"],
+//!   "collateral": {
+//!     "tcbInfo": "tcb_info.json",
+//!     "qeIdentity": "qe_identity.json",
+//!     "pckCrl": "pck_crl.der",
+//!     "rootCrl": "root_crl.der",
+//!     "tcbInfoIssuerChain": "tcb_info_issuer_chain.pem"
+//!   },
+//!   "expectedEventLog": "ccel.bin",
 //!   "insecureAnyImage": false
 //! }
 //! ```
@@ -38,6 +46,17 @@
 //! - `rootCertificates` (optional): PEM or DER files whose self-signed
 //!   certificates replace the pinned Intel SGX Root CA (a test chain).
 //!   Relative paths are relative to the policy file.
+//! - `collateral` (optional): Intel's collateral as files, for a verifier
+//!   that runs unattended (joinsvc; the CLI's options name them too and
+//!   take precedence): `tcbInfo` and `qeIdentity` (Intel's PCS answers as
+//!   served, signature included; a validator needs both), `pckCrl` and
+//!   `rootCrl` (DER or PEM, checked when given), `tcbInfoIssuerChain` (the
+//!   PCS's `TCB-Info-Issuer-Chain` header, PEM). Each is checked as of the
+//!   time of the check: collateral past its `nextUpdate` refuses every
+//!   quote until fresh files are in place and the verifier restarted.
+//! - `expectedEventLog` (optional): a raw CCEL log area of the expected
+//!   image (from a reference boot); an RTMR that differs from `rtmrs` is
+//!   then explained by the first of its events that differs.
 //! - `insecureAnyImage` (optional, default false): accept a policy without
 //!   `mrtd`, which admits any TD on a genuine platform. Logged as a warning.
 //!
@@ -76,8 +95,27 @@ pub struct TdxPolicy {
     pub accepted_tcb_statuses: Vec<TcbStatus>,
     /// Root certificates replacing Intel's (resolved paths).
     pub root_certificates: Vec<PathBuf>,
+    /// Collateral files (resolved paths).
+    pub collateral: CollateralFiles,
+    /// The expected CCEL log area (resolved path).
+    pub expected_event_log: Option<PathBuf>,
     /// Whether the policy said `"insecureAnyImage": true`.
     pub insecure_any_image: bool,
+}
+
+/// The collateral files a policy names (`collateral`), each optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CollateralFiles {
+    /// Intel's TCB info answer.
+    pub tcb_info: Option<PathBuf>,
+    /// Intel's TD QE identity answer.
+    pub qe_identity: Option<PathBuf>,
+    /// The PCK CA's CRL.
+    pub pck_crl: Option<PathBuf>,
+    /// The root CA's CRL.
+    pub root_crl: Option<PathBuf>,
+    /// The TCB info's issuer chain (PEM).
+    pub tcb_info_issuer_chain: Option<PathBuf>,
 }
 
 impl Default for TdxPolicy {
@@ -95,6 +133,8 @@ impl Default for TdxPolicy {
             minimum_tee_tcb_svn: None,
             accepted_tcb_statuses: vec![TcbStatus::UpToDate],
             root_certificates: Vec::new(),
+            collateral: CollateralFiles::default(),
+            expected_event_log: None,
             insecure_any_image: false,
         }
     }
@@ -228,6 +268,15 @@ impl TdxPolicy {
                         })
                         .collect::<Result<_, _>>()?;
                 }
+                "collateral" => p.collateral = collateral_files(value, base)?,
+                "expectedEventLog" => {
+                    p.expected_event_log = Some(
+                        value
+                            .as_str()
+                            .map(|s| resolve(s, base))
+                            .ok_or_else(|| format_err("expectedEventLog must be a path"))?,
+                    )
+                }
                 "insecureAnyImage" => p.insecure_any_image = boolean(value, "insecureAnyImage")?,
                 other => return Err(format_err(format!("unknown key {other:?}"))),
             }
@@ -250,6 +299,30 @@ impl TdxPolicy {
         let text = read_bounded(path, MAX_POLICY_BYTES)?;
         Self::from_json_at(&text, path.parent())
     }
+}
+
+/// The `collateral` object: known keys only, each a path.
+fn collateral_files(value: &Value, base: Option<&Path>) -> Result<CollateralFiles, PolicyError> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| format_err("collateral must be an object"))?;
+    let mut files = CollateralFiles::default();
+    for (key, v) in obj {
+        let slot = match key.as_str() {
+            "tcbInfo" => &mut files.tcb_info,
+            "qeIdentity" => &mut files.qe_identity,
+            "pckCrl" => &mut files.pck_crl,
+            "rootCrl" => &mut files.root_crl,
+            "tcbInfoIssuerChain" => &mut files.tcb_info_issuer_chain,
+            other => return Err(format_err(format!("collateral: unknown key {other:?}"))),
+        };
+        *slot = Some(
+            v.as_str()
+                .map(|s| resolve(s, base))
+                .ok_or_else(|| format_err(format!("collateral.{key} must be a path")))?,
+        );
+    }
+    Ok(files)
 }
 
 fn resolve(path: &str, base: Option<&Path>) -> PathBuf {
@@ -276,7 +349,10 @@ mod tests {
                 "allowDebug": true, "tdAttributes": ["SEPT_VE_DISABLE", "PKS"],
                 "xfam": "e702060000000000", "minimumTeeTcbSvn": "{svn}",
                 "acceptedTcbStatuses": ["UpToDate", "SWHardeningNeeded"],
-                "rootCertificates": ["root.pem"]}}"#,
+                "rootCertificates": ["root.pem"],
+                "collateral": {{"tcbInfo": "t.json", "qeIdentity": "/q.json",
+                    "pckCrl": "p.der", "rootCrl": "r.der", "tcbInfoIssuerChain": "c.pem"}},
+                "expectedEventLog": "ccel.bin"}}"#,
             m = h(1, 48),
             r0 = h(2, 48),
             r3 = h(3, 48),
@@ -304,6 +380,17 @@ mod tests {
             vec![TcbStatus::UpToDate, TcbStatus::SWHardeningNeeded]
         );
         assert_eq!(p.root_certificates, vec![PathBuf::from("/etc/cb/root.pem")]);
+        assert_eq!(
+            p.collateral,
+            CollateralFiles {
+                tcb_info: Some("/etc/cb/t.json".into()),
+                qe_identity: Some("/q.json".into()),
+                pck_crl: Some("/etc/cb/p.der".into()),
+                root_crl: Some("/etc/cb/r.der".into()),
+                tcb_info_issuer_chain: Some("/etc/cb/c.pem".into()),
+            }
+        );
+        assert_eq!(p.expected_event_log, Some("/etc/cb/ccel.bin".into()));
     }
 
     #[test]
@@ -332,6 +419,10 @@ mod tests {
             format!(r#"{{{m}, "acceptedTcbStatuses": ["uptodate"]}}"#),
             format!(r#"{{{m}, "rootCertificates": []}}"#),
             format!(r#"{{{m}, "mrtD": "{}"}}"#, h(1, 48)),
+            format!(r#"{{{m}, "collateral": {{"tcbinfo": "t.json"}}}}"#),
+            format!(r#"{{{m}, "collateral": {{"tcbInfo": 1}}}}"#),
+            format!(r#"{{{m}, "collateral": []}}"#),
+            format!(r#"{{{m}, "expectedEventLog": false}}"#),
         ] {
             assert!(
                 matches!(TdxPolicy::from_json(&bad), Err(PolicyError::Format(_))),

@@ -35,11 +35,11 @@ pub const EV_NO_ACTION: u32 = 0x3;
 /// `EV_EVENT_TAG`: a `TCG_PCClientTaggedEvent` (id, size, data).
 pub const EV_EVENT_TAG: u32 = 0x6;
 /// Signature of the first event of a crypto-agile log.
-const SPEC_ID_SIGNATURE: &[u8; 16] = b"Spec ID Event03\0";
+pub(crate) const SPEC_ID_SIGNATURE: &[u8; 16] = b"Spec ID Event03\0";
 /// Signature of the `EV_NO_ACTION` event that records the startup locality.
 const STARTUP_LOCALITY_SIGNATURE: &[u8; 16] = b"StartupLocality\0";
 /// Size of the legacy (SHA-1 format) header event before its data.
-const LEGACY_HEADER_LEN: usize = 4 + 4 + 20 + 4;
+pub(crate) const LEGACY_HEADER_LEN: usize = 4 + 4 + 20 + 4;
 
 /// Why bytes are not an event log confboot can use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,30 +133,36 @@ impl Event {
     /// Linux's and OVMF's tags are), else the event type's name. At most 64
     /// characters, control characters replaced.
     pub fn description(&self) -> String {
-        // A tagged event (Linux's EFI stub uses them for the initrd and
-        // the command line): id, size, then its text.
-        let data = match self.data.as_slice() {
-            [_, _, _, _, s0, s1, s2, s3, rest @ ..]
-                if self.event_type == EV_EVENT_TAG
-                    && u32::from_le_bytes([*s0, *s1, *s2, *s3]) as usize == rest.len() =>
-            {
-                rest
-            }
-            data => data,
-        };
-        let text = data.strip_suffix(&[0]).unwrap_or(data);
-        let printable = !text.is_empty()
-            && text.len() <= 256
-            && text.iter().all(|b| (0x20..0x7f).contains(b) || *b == b'\n');
-        if printable {
-            String::from_utf8_lossy(text)
-                .chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .take(64)
-                .collect()
-        } else {
-            self.type_name().to_string()
+        describe_event(self.event_type, &self.data)
+    }
+}
+
+/// [`Event::description`] of an event of type `event_type` with `data`
+/// (the CCEL's events are described alike).
+pub(crate) fn describe_event(event_type: u32, data: &[u8]) -> String {
+    // A tagged event (Linux's EFI stub uses them for the initrd and
+    // the command line): id, size, then its text.
+    let data = match data {
+        [_, _, _, _, s0, s1, s2, s3, rest @ ..]
+            if event_type == EV_EVENT_TAG
+                && u32::from_le_bytes([*s0, *s1, *s2, *s3]) as usize == rest.len() =>
+        {
+            rest
         }
+        data => data,
+    };
+    let text = data.strip_suffix(&[0]).unwrap_or(data);
+    let printable = !text.is_empty()
+        && text.len() <= 256
+        && text.iter().all(|b| (0x20..0x7f).contains(b) || *b == b'\n');
+    if printable {
+        String::from_utf8_lossy(text)
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(64)
+            .collect()
+    } else {
+        event_type_name(event_type).to_string()
     }
 }
 
@@ -209,13 +215,13 @@ pub struct EventLog {
 }
 
 /// A bounds-checked little-endian reader over the log.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], EventLogError> {
+    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], EventLogError> {
         let end = self
             .at
             .checked_add(n)
@@ -229,17 +235,17 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
-    fn u16(&mut self, what: &'static str) -> Result<u16, EventLogError> {
+    pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16, EventLogError> {
         let b = self.take(2, what)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
 
-    fn u32(&mut self, what: &'static str) -> Result<u32, EventLogError> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, EventLogError> {
         let b = self.take(4, what)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.at == self.bytes.len()
     }
 }
@@ -584,12 +590,12 @@ impl EventLog {
     }
 }
 
-fn le32(b: &[u8]) -> u32 {
+pub(crate) fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
 /// The `(algorithm, digest size)` table of a `TCG_EfiSpecIDEvent`.
-fn spec_id_digest_sizes(spec: &[u8]) -> Result<Vec<(u16, u16)>, EventLogError> {
+pub(crate) fn spec_id_digest_sizes(spec: &[u8]) -> Result<Vec<(u16, u16)>, EventLogError> {
     let mut c = Cursor { bytes: spec, at: 0 };
     if c.take(16, "the Spec ID signature")? != SPEC_ID_SIGNATURE {
         return Err(EventLogError::NotCryptoAgile);
