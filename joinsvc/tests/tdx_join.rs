@@ -330,19 +330,29 @@ fn a_tdx_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
     use confboot_attest::tdx::TdxValidator;
     use confboot_attest::tpm::swtpm::Swtpm;
     use confboot_attest::{Validator, Variant};
-    // joinsvc attests with its TPM (qemu-vtpm); the node accepts only tdx
-    // join services.
+    // joinsvc attests with its TPM (qemu-vtpm) and would take the node
+    // (it accepts tdx nodes: the client speaks first, so a joinsvc that
+    // refused the node would end the exchange before the node saw its
+    // variant); the node accepts only tdx join services.
     let cp_tpm = Swtpm::start().unwrap();
     let tpm_arg = cp_tpm.addr().to_string();
     let vtpm_node = Node::start("vtpm-node", b"kernel");
+    let dir = TempDir::new("tdx-node-side");
+    let policy = tdx_policy(dir.path()).display().to_string();
     let joinsvc = Joinsvc::start_with(
         &joinsvc_bin(),
         &vtpm_node.policy(),
         &[&vtpm_node],
-        &["--tpm", &tpm_arg],
+        &[
+            "--tpm",
+            &tpm_arg,
+            "--variants",
+            "qemu-vtpm,tdx",
+            "--tdx-policy",
+            &policy,
+        ],
     );
     joinsvc.process.wait_for_line("attesting with the TPM", 100);
-    let dir = TempDir::new("tdx-node-side");
     let accepted: Arc<dyn Validator> =
         Arc::new(TdxValidator::load(&tdx_policy(dir.path())).unwrap());
     let err = atls::connect(

@@ -244,8 +244,8 @@ mod tests {
             assert!(e.to_string().contains(what), "{what}: {e}");
         }
         assert_eq!(
-            AttestationMessage::decode(&raw("tdx", vec![1], vec![])),
-            Err(AtlsError::UnknownVariant { name: "tdx".into() })
+            AttestationMessage::decode(&raw("sgx", vec![1], vec![])),
+            Err(AtlsError::UnknownVariant { name: "sgx".into() })
         );
     }
 
