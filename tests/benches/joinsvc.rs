@@ -33,6 +33,7 @@ use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::load::{cpu_seconds, process_cpu_seconds, status_kib};
+use confboot_tests::tickets::SealedClient;
 use confboot_wire::{Client, Router, ServerLimits, serve_connection};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
@@ -256,7 +257,8 @@ fn p256_verification_ms() -> f64 {
 }
 
 /// One node's ticket, as a client thread `i` asks for it: an aTLS
-/// connection with node `i`'s vTPM, then a rejoin or a join call.
+/// connection with node `i`'s vTPM and a fresh sealing key, then a rejoin
+/// or a join call, and the ticket's sealed secrets opened.
 fn ticket_op(
     addr: std::net::SocketAddr,
     issuers: &Arc<Vec<Arc<dyn Issuer>>>,
@@ -265,23 +267,19 @@ fn ticket_op(
     const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
     let issuers = issuers.clone();
     move |i| {
-        let (mut c, _) =
-            atls::connect(addr, Duration::from_secs(20), &[], Some(issuers[i].clone())).unwrap();
+        let mut c =
+            SealedClient::connect(addr, Duration::from_secs(20), &[], issuers[i].clone()).unwrap();
         if rejoin {
             let req = confboot_proto::join::IssueRejoinTicketRequest {
                 disk_uuid: DISK.into(),
             };
-            let _: confboot_proto::join::IssueRejoinTicketResponse = c
-                .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
-                .unwrap();
+            c.rejoin(&req, Duration::from_secs(20)).unwrap();
         } else {
             let req = confboot_proto::join::IssueJoinTicketRequest {
                 disk_uuid: DISK.into(),
                 ..Default::default()
             };
-            let _: confboot_proto::join::IssueJoinTicketResponse = c
-                .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
-                .unwrap();
+            c.join(&req, Duration::from_secs(20)).unwrap();
         }
     }
 }

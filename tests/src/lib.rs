@@ -28,6 +28,7 @@ pub mod qemu;
 pub mod relay;
 pub mod snp;
 pub mod storm;
+pub mod tickets;
 pub mod tls;
 pub mod vm_hub;
 pub mod wireguard_probe;

@@ -102,8 +102,8 @@ pub use client::{AtlsClient, Connected};
 pub use error::AtlsError;
 pub use handshake::{ALPN, SERVER_NAME, provider};
 pub use message::AttestationMessage;
-pub use net::{AtlsRpcClient, connect, serve};
+pub use net::{AtlsRpcClient, connect, connect_sealing, serve};
 pub use server::{
-    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, ServerHandshake,
-    client_hello_gate, client_hello_opening,
+    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, SealingKey,
+    ServerHandshake, client_hello_gate, client_hello_opening,
 };
