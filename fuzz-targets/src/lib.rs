@@ -41,12 +41,12 @@ use confboot_cluster::ticket::{
     STATE_DISK_KEY_LEN, TicketError, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
     open_join_ticket, open_rejoin_ticket,
 };
-use confboot_kms::seal::{SealedKind, SealingKeyPair, seal};
 use confboot_disk::cryptsetup::{
     BOOTSTRAPPED_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE, parse_luks_uuid,
 };
 use confboot_disk::{DiskBackend, DiskError, DiskState, MEASUREMENT_SALT_LEN, StateDisk};
 use confboot_kms::init_secret::{InitSecretHash, MAX_ITERATIONS, MIN_ITERATIONS};
+use confboot_kms::seal::{SealedKind, SealingKeyPair, seal};
 use confboot_kms::{
     MIN_MASTER_SECRET_LEN, MIN_SALT_LEN, MasterSecret, SecretBytes, StorageUri, derive_cluster_id,
     is_uuid,
@@ -390,7 +390,9 @@ pub fn sealed_ticket(data: &[u8]) {
     };
     let Ok(sealed) = seal(&key.public_key(), kind, rest) else {
         // Only a plaintext over the bound is not sealed.
-        assert!(rest.len() > confboot_kms::seal::MAX_SEALED_LEN - confboot_kms::seal::MIN_SEALED_LEN);
+        assert!(
+            rest.len() > confboot_kms::seal::MAX_SEALED_LEN - confboot_kms::seal::MIN_SEALED_LEN
+        );
         return;
     };
     let decoded = TicketSecrets::decode(rest).ok();

@@ -263,9 +263,15 @@ fn sealed_ticket() -> Vec<Seed> {
         seed("rejoin-sealed", with(1, rejoin.encode_to_vec())),
         seed("join-cut-short", with(0, cut.encode_to_vec())),
         seed("join-key-in-the-clear", with(0, beside.encode_to_vec())),
-        seed("join-secrets", with(2, secrets("abcdef.0123456789abcdef", 2).encode_to_vec())),
+        seed(
+            "join-secrets",
+            with(2, secrets("abcdef.0123456789abcdef", 2).encode_to_vec()),
+        ),
         seed("rejoin-secrets", with(3, secrets("", 0).encode_to_vec())),
-        seed("rejoin-secrets-with-token", with(3, secrets("a token", 0).encode_to_vec())),
+        seed(
+            "rejoin-secrets-with-token",
+            with(3, secrets("a token", 0).encode_to_vec()),
+        ),
         seed("secrets-not-protobuf", with(2, vec![0xff; 12])),
     ]
 }

@@ -138,7 +138,8 @@ fn run(config: &ServeConfig) -> Result<(), String> {
                 Ok(accepted) => {
                     // The caller's attestation and the sealing key it bound.
                     let (mut stream, peers) = accepted.into_parts();
-                    let end = serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
+                    let end =
+                        serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
                     log::debug!("connection from {peer_addr:?} ended: {end:?}");
                     stream.conn.send_close_notify();
                     let _ = stream.conn.write_tls(&mut stream.sock);

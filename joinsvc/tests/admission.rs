@@ -24,8 +24,9 @@ fn an_attested_connection_carries_one_ticket() {
     let ask = |disk: &str| IssueRejoinTicketRequest {
         disk_uuid: disk.into(),
     };
-    let first: IssueRejoinTicketResponse =
-        client.rejoin(&ask(DISK_A), Duration::from_secs(20)).unwrap();
+    let first: IssueRejoinTicketResponse = client
+        .rejoin(&ask(DISK_A), Duration::from_secs(20))
+        .unwrap();
     assert_eq!(first.state_disk_key.len(), 32);
     // The same connection asks again, for another disk: nothing.
     let second: Result<IssueRejoinTicketResponse, _> =

@@ -169,7 +169,10 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
 
     // And the honest node, through the node's own client, joins.
     let ticket = node.join(joinsvc.rpc_addr, DISK_A).unwrap();
-    assert_eq!(ticket.state_disk_key, joinsvc.master_secret.state_disk_key(DISK_A).expose());
+    assert_eq!(
+        ticket.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK_A).expose()
+    );
 }
 
 #[test]

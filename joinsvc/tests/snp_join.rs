@@ -16,8 +16,8 @@ use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
-use confboot_tests::tickets::SealedClient;
 use confboot_tests::snp::{Guest, ReplayingIssuer, Tcb, TestAmd, TestChip, TestReportSource};
+use confboot_tests::tickets::SealedClient;
 
 const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 /// The launch measurement the policy expects.

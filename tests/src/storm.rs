@@ -273,13 +273,9 @@ fn attempt(
     node: &StormNode,
     endpoint: std::net::SocketAddr,
 ) -> Result<IssueJoinTicketResponse, String> {
-    let mut client = SealedClient::connect(
-        endpoint,
-        ATTEMPT_TIMEOUT,
-        &[],
-        Arc::clone(&node.issuer),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut client =
+        SealedClient::connect(endpoint, ATTEMPT_TIMEOUT, &[], Arc::clone(&node.issuer))
+            .map_err(|e| e.to_string())?;
     let req = IssueJoinTicketRequest {
         disk_uuid: node.disk_uuid.clone(),
         ..Default::default()

@@ -2007,10 +2007,8 @@ fn a_generation_file_the_host_spoilt_is_refused_and_nothing_is_confirmed() {
 /// terminal) as one bounded line of plain characters.
 #[test]
 fn the_cluster_steps_output_is_logged_printable_and_bounded() {
-    let cluster = kubeadm().with_log_lines([
-        "ok\u{1b}[2K\rforged\nline".to_string(),
-        "x".repeat(1 << 16),
-    ]);
+    let cluster =
+        kubeadm().with_log_lines(["ok\u{1b}[2K\rforged\nline".to_string(), "x".repeat(1 << 16)]);
     let rig = Rig::with(FakeDisk::blank(), cluster, FakeMarker::default());
     let mut lines = Vec::new();
     rig.node
@@ -2024,7 +2022,9 @@ fn the_cluster_steps_output_is_logged_printable_and_bounded() {
     assert!(long.len() <= MAX_LOGGED_LINE + 16, "{}", long.len());
     assert!(long.ends_with("…(65536 bytes)"), "{long}");
     assert!(
-        lines.iter().all(|l| l.bytes().all(|b| (0x20..0x7f).contains(&b) || b >= 0x80)),
+        lines
+            .iter()
+            .all(|l| l.bytes().all(|b| (0x20..0x7f).contains(&b) || b >= 0x80)),
         "{lines:?}"
     );
 }

@@ -106,6 +106,6 @@ pub use handshake::{ALPN, SERVER_NAME, provider};
 pub use message::AttestationMessage;
 pub use net::{AtlsRpcClient, connect, connect_sealing, serve};
 pub use server::{
-    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, SealingKey,
-    ServerHandshake, client_hello_gate, client_hello_opening,
+    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, SealingKey, ServerHandshake,
+    client_hello_gate, client_hello_opening,
 };

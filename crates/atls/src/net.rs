@@ -51,7 +51,8 @@ pub fn serve(
         match atls.accept(sock, limits.io_timeout) {
             Ok(accepted) => {
                 let (mut stream, peers) = accepted.into_parts();
-                let end = rpc::serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
+                let end =
+                    rpc::serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
                 log::debug!("aTLS connection from {peer_addr:?} ended: {end:?}");
                 // Its own bound: the last deadline may be long past (an
                 // idle connection).

@@ -14,9 +14,7 @@
 use prost::Message;
 
 use confboot_kms::seal::{SEALING_KEY_LEN, SealError, SealedKind, SealingKeyPair, seal};
-use confboot_proto::join::{
-    IssueJoinTicketResponse, IssueRejoinTicketResponse, TicketSecrets,
-};
+use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse, TicketSecrets};
 use zeroize::Zeroizing;
 
 use confboot_attest::Attested;
@@ -338,9 +336,17 @@ mod tests {
         seal_join_ticket(&mut t, &node.public_key()).unwrap();
         assert!(t.state_disk_key.is_empty() && t.measurement_secret.is_empty());
         assert!(t.token.is_empty() && t.control_plane_files.is_empty());
-        assert_eq!(t.api_server_endpoint, "10.0.0.1:6443", "what is public stays");
+        assert_eq!(
+            t.api_server_endpoint, "10.0.0.1:6443",
+            "what is public stays"
+        );
         let wire = t.encode_to_vec();
-        for secret in [&[3u8; 32][..], &[1; 32], b"abcdef.0123456789abcdef", b"BEGIN EC"] {
+        for secret in [
+            &[3u8; 32][..],
+            &[1; 32],
+            b"abcdef.0123456789abcdef",
+            b"BEGIN EC",
+        ] {
             assert!(
                 !wire.windows(secret.len()).any(|w| w == secret),
                 "a secret shows in the sealed ticket"

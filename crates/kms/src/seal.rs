@@ -187,14 +187,15 @@ pub fn seal(
     }
     let recipient = <X25519HkdfSha256 as Kem>::PublicKey::from_bytes(recipient)
         .map_err(|e| SealError::Recipient(e.to_string()))?;
-    let (enc, ciphertext) = hpke::single_shot_seal::<ChaCha20Poly1305, HkdfSha256, X25519HkdfSha256>(
-        &OpModeS::Base,
-        &recipient,
-        &kind.info(),
-        plaintext,
-        &[],
-    )
-    .map_err(|e| SealError::Recipient(e.to_string()))?;
+    let (enc, ciphertext) =
+        hpke::single_shot_seal::<ChaCha20Poly1305, HkdfSha256, X25519HkdfSha256>(
+            &OpModeS::Base,
+            &recipient,
+            &kind.info(),
+            plaintext,
+            &[],
+        )
+        .map_err(|e| SealError::Recipient(e.to_string()))?;
     let mut sealed = Vec::with_capacity(ENCAPSULATED_KEY_LEN + ciphertext.len());
     sealed.extend_from_slice(&enc.to_bytes());
     sealed.extend_from_slice(&ciphertext);
@@ -295,8 +296,14 @@ mod tests {
     #[test]
     fn derived_key_pairs_are_fixed_and_redacted() {
         let a = SealingKeyPair::derive(&[7; 32]);
-        assert_eq!(a.public_key(), SealingKeyPair::derive(&[7; 32]).public_key());
-        assert_ne!(a.public_key(), SealingKeyPair::derive(&[8; 32]).public_key());
+        assert_eq!(
+            a.public_key(),
+            SealingKeyPair::derive(&[7; 32]).public_key()
+        );
+        assert_ne!(
+            a.public_key(),
+            SealingKeyPair::derive(&[8; 32]).public_key()
+        );
         let shown = format!("{a:?}");
         assert!(shown.starts_with("SealingKeyPair { public:"), "{shown}");
     }
