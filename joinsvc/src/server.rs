@@ -175,7 +175,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                         return Err(s);
                     }
                 };
-            let key = sealing_key(&ctx).inspect_err(|_| join_metrics.refused("unsealed"))?;
+            let key = sealing_key(ctx).inspect_err(|_| join_metrics.refused("unsealed"))?;
             // One line per ticket at the production verbosity (its outcome,
             // below); the request itself at debug.
             log::debug!(
@@ -270,7 +270,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     return Err(s);
                 }
             };
-            let key = sealing_key(&ctx).inspect_err(|_| metrics.refused("unsealed"))?;
+            let key = sealing_key(ctx).inspect_err(|_| metrics.refused("unsealed"))?;
             log::info!(
                 "rejoin ticket requested for disk {}",
                 disk_for_log(&req.disk_uuid)
