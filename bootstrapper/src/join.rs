@@ -2,12 +2,20 @@
 //! (the node attests; joinsvc too when a validator for it is configured),
 //! and retries with exponential backoff and jitter until it has a ticket or
 //! is told to stop.
+//!
+//! Every attempt makes a fresh X25519 key pair, offers its public key next
+//! to the node's evidence (which binds it), and opens the ticket's sealed
+//! secrets with the private key, which never leaves this process and is
+//! zeroized with the attempt. A ticket whose secrets are not sealed, or do
+//! not open, is thrown away like one from an untrusted service.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::{Issuer, Validator};
+use confboot_cluster::ticket::{TicketError, open_join_ticket, open_rejoin_ticket};
+use confboot_kms::seal::SealingKeyPair;
 use confboot_proto::join::{
     ConfirmGenerationRequest, IssueJoinTicketRequest, IssueRejoinTicketRequest,
 };
@@ -166,6 +174,9 @@ pub enum AttemptError {
     JoinServiceUntrusted(String),
     /// The call failed (refused, unreachable, ...).
     Call(Status),
+    /// The ticket's secrets were not sealed to this attempt's key, or did
+    /// not open with it.
+    Unsealed(TicketError),
 }
 
 /// Asks join services for a ticket.
@@ -200,11 +211,14 @@ impl JoinClient {
         request: &TicketRequest,
     ) -> Result<IssuedTicket, AttemptError> {
         let deadline = Instant::now() + self.attempt_timeout;
-        let (mut client, service) = atls::connect(
+        // This attempt's own key: what joinsvc seals the ticket's secrets to.
+        let sealing = SealingKeyPair::generate();
+        let (mut client, service) = atls::connect_sealing(
             endpoint,
             self.attempt_timeout,
             &self.joinsvc_validators,
             Some(Arc::clone(&self.issuer)),
+            Some(sealing.public_key()),
         )
         .map_err(|e| match e {
             atls::AtlsError::Attestation(a) => AttemptError::JoinServiceUntrusted(a.to_string()),
@@ -228,19 +242,21 @@ impl JoinClient {
                     node_public_endpoint: vpn.public_endpoint,
                     ..Default::default()
                 };
-                client
+                let mut ticket = client
                     .unary(confboot_proto::JOIN, &req, left)
-                    .map(Ticket::Join)
-                    .map_err(AttemptError::Call)
+                    .map_err(AttemptError::Call)?;
+                open_join_ticket(&mut ticket, &sealing).map_err(AttemptError::Unsealed)?;
+                Ok(Ticket::Join(ticket))
             }
             TicketRequest::Rejoin { disk_uuid } => {
                 let req = IssueRejoinTicketRequest {
                     disk_uuid: disk_uuid.clone(),
                 };
-                client
+                let mut ticket = client
                     .unary(confboot_proto::REJOIN, &req, left)
-                    .map(Ticket::Rejoin)
-                    .map_err(AttemptError::Call)
+                    .map_err(AttemptError::Call)?;
+                open_rejoin_ticket(&mut ticket, &sealing).map_err(AttemptError::Unsealed)?;
+                Ok(Ticket::Rejoin(ticket))
             }
         }?;
         Ok(IssuedTicket { ticket, service })
@@ -326,6 +342,9 @@ impl JoinClient {
                     }
                     Err(AttemptError::JoinServiceUntrusted(why)) => {
                         log::warn!("join: not trusting the join service at {endpoint}: {why}")
+                    }
+                    Err(AttemptError::Unsealed(why)) => {
+                        log::warn!("join: ticket from {endpoint} thrown away: {why}")
                     }
                     Err(AttemptError::Call(s)) if s.code == Code::PermissionDenied => {
                         log::warn!("join: {endpoint} refused this node: {}", s.message)
@@ -453,6 +472,113 @@ mod tests {
         }
         finished.send(()).unwrap();
         service.join().unwrap();
+    }
+
+    /// Takes the evidence [`NeverAsked`] makes: its extra_data, for the
+    /// session it was made on.
+    struct EchoValidator;
+
+    impl Validator for EchoValidator {
+        fn variant(&self) -> confboot_attest::Variant {
+            confboot_attest::Variant::QemuVtpm
+        }
+        fn validate(
+            &self,
+            evidence: &[u8],
+            extra: &[u8; confboot_attest::EXTRA_DATA_LEN],
+        ) -> Result<confboot_attest::Attested, confboot_attest::AttestationError> {
+            if evidence != extra {
+                return Err(confboot_attest::AttestationError::Binding(
+                    "another session".into(),
+                ));
+            }
+            Ok(confboot_attest::Attested {
+                variant: confboot_attest::Variant::QemuVtpm,
+                measurements: Default::default(),
+            })
+        }
+    }
+
+    /// A join service that answers a rejoin ticket with its secrets in the
+    /// clear, sealed to a key of its own, or sealed to the key the node
+    /// offered: the node keeps only the last.
+    #[test]
+    fn a_ticket_not_sealed_to_this_attempts_key_is_thrown_away() {
+        use confboot_atls::SealingKey;
+        use confboot_cluster::ticket::seal_rejoin_ticket;
+        use confboot_proto::join::IssueRejoinTicketResponse;
+        use std::sync::atomic::{AtomicU8, Ordering};
+
+        const CLEAR: u8 = 0;
+        const OTHER_KEY: u8 = 1;
+        const NODE_KEY: u8 = 2;
+        let mode = Arc::new(AtomicU8::new(CLEAR));
+        let served = Arc::clone(&mode);
+        let router = confboot_wire::Router::new().unary(confboot_proto::REJOIN, move |ctx, _| {
+            let mut ticket = IssueRejoinTicketResponse {
+                state_disk_key: vec![3; 32],
+                measurement_secret: vec![1; 32],
+                generation: 0,
+                measurement_salt: vec![2; 32],
+                sealed_secrets: Vec::new(),
+            };
+            let to = match served.load(Ordering::SeqCst) {
+                CLEAR => return Ok(ticket),
+                OTHER_KEY => SealingKeyPair::generate().public_key(),
+                _ => ctx.peer::<SealingKey>().expect("the node offered a key").0,
+            };
+            seal_rejoin_ticket(&mut ticket, &to).map_err(|e| Status::internal(e.to_string()))?;
+            Ok(ticket)
+        });
+        let server = atls::serve(
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            confboot_net::PoolConfig::default(),
+            confboot_wire::ServerLimits::default(),
+            router,
+            None,
+            &[Arc::new(EchoValidator) as Arc<dyn Validator>],
+        )
+        .unwrap();
+        let client = JoinClient {
+            sources: EndpointSources::default(),
+            issuer: Arc::new(NeverAsked),
+            joinsvc_validators: vec![],
+            attempt_timeout: Duration::from_secs(20),
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+            kubelet_csr: vec![],
+            vpn: None,
+        };
+        let endpoint = server.local_addr().to_string();
+        let rejoin = TicketRequest::Rejoin {
+            disk_uuid: "00000000-0000-0000-0000-000000000000".into(),
+        };
+        match client.try_endpoint(&endpoint, &rejoin) {
+            Err(AttemptError::Unsealed(TicketError::NotSealed(why))) => {
+                assert_eq!(why, "secrets sent in the clear")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a ticket in the clear was taken"),
+        }
+        mode.store(OTHER_KEY, Ordering::SeqCst);
+        match client.try_endpoint(&endpoint, &rejoin) {
+            Err(AttemptError::Unsealed(TicketError::Sealed(_))) => {}
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a ticket sealed to another key was taken"),
+        }
+        mode.store(NODE_KEY, Ordering::SeqCst);
+        match client.try_endpoint(&endpoint, &rejoin) {
+            Ok(IssuedTicket {
+                ticket: Ticket::Rejoin(t),
+                ..
+            }) => {
+                assert_eq!(t.state_disk_key, vec![3; 32]);
+                assert_eq!(t.measurement_secret, vec![1; 32]);
+            }
+            Ok(_) => panic!("a join ticket for a rejoin"),
+            Err(e) => panic!("{e:?}"),
+        }
+        server.stop();
     }
 
     #[test]

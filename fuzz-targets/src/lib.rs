@@ -38,13 +38,15 @@ use confboot_attest::tpm::event_log::{EventList, EventLog, MAX_EVENTS};
 use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_cluster::ticket::{
-    STATE_DISK_KEY_LEN, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
+    STATE_DISK_KEY_LEN, TicketError, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
+    open_join_ticket, open_rejoin_ticket,
 };
 use confboot_disk::cryptsetup::{
     BOOTSTRAPPED_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE, parse_luks_uuid,
 };
 use confboot_disk::{DiskBackend, DiskError, DiskState, MEASUREMENT_SALT_LEN, StateDisk};
 use confboot_kms::init_secret::{InitSecretHash, MAX_ITERATIONS, MIN_ITERATIONS};
+use confboot_kms::seal::{SealedKind, SealingKeyPair, seal};
 use confboot_kms::{
     MIN_MASTER_SECRET_LEN, MIN_SALT_LEN, MasterSecret, SecretBytes, StorageUri, derive_cluster_id,
     is_uuid,
@@ -57,7 +59,7 @@ use confboot_proto::init::{
 };
 use confboot_proto::join::{
     ConfirmGenerationRequest, ConfirmGenerationResponse, IssueJoinTicketRequest,
-    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse,
+    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse, TicketSecrets,
 };
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_proto::vtpm::QuoteEvidence;
@@ -80,6 +82,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rpc_server", rpc_server),
     ("rpc_client", rpc_client),
     ("join_ticket", join_ticket),
+    ("sealed_ticket", sealed_ticket),
     ("atls_attestation", atls_attestation),
     ("vtpm_evidence", vtpm_evidence),
     ("snp_evidence", snp_evidence),
@@ -339,6 +342,107 @@ pub const TICKET_SECRET: [u8; 32] = [0x42; 32];
 /// Its measurement salt (a join ticket's; also what a rejoining node's disk
 /// header keeps).
 pub const TICKET_SALT: [u8; 32] = [0x24; 32];
+
+/// The node's key pair of the sealed-ticket target (fixed, so that seeds
+/// sealed to it open).
+pub fn sealed_ticket_key() -> &'static SealingKeyPair {
+    static KEY: OnceLock<SealingKeyPair> = OnceLock::new();
+    KEY.get_or_init(|| SealingKeyPair::derive(&[0x5e; 32]))
+}
+
+/// A node opening the sealed secrets of a ticket with its key
+/// ([`sealed_ticket_key`]). `data[0]` bit 0 picks the kind (join or
+/// rejoin); bit 1 what the rest is:
+///
+/// - clear: the ticket as it arrives (a prost `IssueJoinTicketResponse` or
+///   `IssueRejoinTicketResponse`, sealed secrets inside). Opened, its
+///   secrets are in their fields and nothing sealed is left; a rejoin
+///   ticket's carry no token and no files.
+/// - set: the plaintext of genuine sealed secrets, sealed here to the key
+///   as that kind, so the `TicketSecrets` decoder and the opener's checks
+///   see any bytes: it opens exactly when the plaintext decodes (and, for
+///   a rejoin, has no token and no files), to what it decodes to; sealed
+///   as one kind it never opens as the other.
+pub fn sealed_ticket(data: &[u8]) {
+    let Some((&scenario, rest)) = data.split_first() else {
+        return;
+    };
+    let rejoin = scenario & 1 == 1;
+    let key = sealed_ticket_key();
+    if scenario & 2 == 0 {
+        if rejoin {
+            let Ok(mut t) = IssueRejoinTicketResponse::decode(rest) else {
+                return;
+            };
+            if open_rejoin_ticket(&mut t, key).is_ok() {
+                assert!(t.sealed_secrets.is_empty());
+            }
+        } else {
+            let Ok(mut t) = IssueJoinTicketResponse::decode(rest) else {
+                return;
+            };
+            if open_join_ticket(&mut t, key).is_ok() {
+                assert!(t.sealed_secrets.is_empty());
+            }
+        }
+        return;
+    }
+    let (kind, other) = if rejoin {
+        (SealedKind::RejoinTicket, SealedKind::JoinTicket)
+    } else {
+        (SealedKind::JoinTicket, SealedKind::RejoinTicket)
+    };
+    let Ok(sealed) = seal(&key.public_key(), kind, rest) else {
+        // Only a plaintext over the bound is not sealed.
+        assert!(
+            rest.len() > confboot_kms::seal::MAX_SEALED_LEN - confboot_kms::seal::MIN_SEALED_LEN
+        );
+        return;
+    };
+    let decoded = TicketSecrets::decode(rest).ok();
+    if rejoin {
+        let mut t = IssueRejoinTicketResponse::default();
+        t.sealed_secrets = sealed.clone();
+        let opened = open_rejoin_ticket(&mut t, key);
+        let expected = decoded.filter(|d| d.token.is_empty() && d.control_plane_files.is_empty());
+        match (opened, expected) {
+            (Ok(()), Some(d)) => {
+                assert_eq!(t.state_disk_key, d.state_disk_key);
+                assert_eq!(t.measurement_secret, d.measurement_secret);
+            }
+            (Err(TicketError::Unusable(_)), None) => {}
+            (opened, expected) => panic!(
+                "rejoin secrets: opened {:?}, decodable {}",
+                opened,
+                expected.is_some()
+            ),
+        }
+        let mut as_join = IssueJoinTicketResponse::default();
+        as_join.sealed_secrets = sealed;
+        assert!(open_join_ticket(&mut as_join, key).is_err(), "{other}");
+    } else {
+        let mut t = IssueJoinTicketResponse::default();
+        t.sealed_secrets = sealed.clone();
+        let opened = open_join_ticket(&mut t, key);
+        match (opened, decoded) {
+            (Ok(()), Some(d)) => {
+                assert_eq!(t.state_disk_key, d.state_disk_key);
+                assert_eq!(t.measurement_secret, d.measurement_secret);
+                assert_eq!(t.token, d.token);
+                assert_eq!(t.control_plane_files, d.control_plane_files);
+            }
+            (Err(TicketError::Unusable(_)), None) => {}
+            (opened, decoded) => panic!(
+                "join secrets: opened {:?}, decodable {}",
+                opened,
+                decoded.is_some()
+            ),
+        }
+        let mut as_rejoin = IssueRejoinTicketResponse::default();
+        as_rejoin.sealed_secrets = sealed;
+        assert!(open_rejoin_ticket(&mut as_rejoin, key).is_err(), "{other}");
+    }
+}
 
 /// A node's join client reading a join service's answer (`data[1..]`, after
 /// the piece byte) and the checks the node applies to the ticket. `data[0]`

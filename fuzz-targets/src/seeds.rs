@@ -15,8 +15,8 @@ use confboot_proto::init::{
     init_response,
 };
 use confboot_proto::join::{
-    ConfirmGenerationRequest, IssueJoinTicketRequest, IssueJoinTicketResponse,
-    IssueRejoinTicketRequest, IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, ControlPlaneCertOrKey, IssueJoinTicketRequest,
+    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse, TicketSecrets,
 };
 use confboot_proto::recover::RecoverMessage;
 use confboot_proto::rpc::{CallHeader, Status};
@@ -225,6 +225,57 @@ fn rpc_client() -> Vec<Seed> {
     ]
 }
 
+/// Sealed-ticket seeds: tickets as they arrive, sealed to the target's
+/// key (whole, cut short, beside a secret in the clear) and plaintexts of
+/// sealed secrets (a join's, a rejoin's, a rejoin's with a token).
+fn sealed_ticket() -> Vec<Seed> {
+    use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
+    let node = crate::sealed_ticket_key().public_key();
+    let secrets = |token: &str, files: usize| TicketSecrets {
+        state_disk_key: vec![1; 32],
+        measurement_secret: TICKET_SECRET.to_vec(),
+        token: token.into(),
+        control_plane_files: (0..files)
+            .map(|i| ControlPlaneCertOrKey {
+                name: format!("file-{i}"),
+                data: vec![i as u8; 64],
+            })
+            .collect(),
+    };
+    let with = |scenario: u8, bytes: Vec<u8>| [vec![scenario], bytes].concat();
+    let mut join = join_response(&TICKET_SECRET, &TICKET_SALT, 32);
+    join.token = "abcdef.0123456789abcdef".into();
+    seal_join_ticket(&mut join, &node).expect("sealed");
+    let mut rejoin = IssueRejoinTicketResponse {
+        state_disk_key: vec![1; 32],
+        measurement_secret: TICKET_SECRET.to_vec(),
+        generation: 3,
+        measurement_salt: TICKET_SALT.to_vec(),
+        sealed_secrets: Vec::new(),
+    };
+    seal_rejoin_ticket(&mut rejoin, &node).expect("sealed");
+    let mut cut = join.clone();
+    cut.sealed_secrets.truncate(40);
+    let mut beside = join.clone();
+    beside.state_disk_key = vec![9; 32];
+    vec![
+        seed("join-sealed", with(0, join.encode_to_vec())),
+        seed("rejoin-sealed", with(1, rejoin.encode_to_vec())),
+        seed("join-cut-short", with(0, cut.encode_to_vec())),
+        seed("join-key-in-the-clear", with(0, beside.encode_to_vec())),
+        seed(
+            "join-secrets",
+            with(2, secrets("abcdef.0123456789abcdef", 2).encode_to_vec()),
+        ),
+        seed("rejoin-secrets", with(3, secrets("", 0).encode_to_vec())),
+        seed(
+            "rejoin-secrets-with-token",
+            with(3, secrets("a token", 0).encode_to_vec()),
+        ),
+        seed("secrets-not-protobuf", with(2, vec![0xff; 12])),
+    ]
+}
+
 fn join_ticket() -> Vec<Seed> {
     let member = 0b100u8; // bits 1-2 = 2: the service is marked for the cluster
     let good = join_response(&TICKET_SECRET, &TICKET_SALT, 32);
@@ -233,6 +284,7 @@ fn join_ticket() -> Vec<Seed> {
         measurement_secret: TICKET_SECRET.to_vec(),
         generation: 0,
         measurement_salt: TICKET_SALT.to_vec(),
+        sealed_secrets: Vec::new(),
     };
     let answer = |m: Vec<u8>| [m, trailer(0, "")].concat();
     vec![
@@ -1188,6 +1240,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "rpc_server" => rpc_server(),
         "rpc_client" => rpc_client(),
         "join_ticket" => join_ticket(),
+        "sealed_ticket" => sealed_ticket(),
         "atls_attestation" => atls_attestation(),
         "vtpm_evidence" => vtpm_evidence(),
         "snp_evidence" => snp_evidence(),

@@ -20,12 +20,12 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use confboot_atls::{Accepted, AtlsServer};
+use confboot_atls::AtlsServer;
 use confboot_attest::{SwappableValidator, Validator};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;
 use confboot_util::args::start_daemon;
-use confboot_wire::{ServerLimits, serve_connection_as};
+use confboot_wire::{ServerLimits, serve_connection_with_peers};
 
 use crate::config::{Config, OptionsError, RemoveVpnPeerConfig, ServeConfig, Service};
 use crate::metrics::Metrics;
@@ -135,11 +135,11 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         listener::spawn(rpc_listener, cfg.pool, move |sock, stop| {
             let peer_addr = sock.peer_addr().ok();
             match atls.accept(sock, limits.io_timeout) {
-                Ok(Accepted {
-                    mut stream, peer, ..
-                }) => {
-                    let peer = peer.map(|p| Arc::new(p) as confboot_wire::PeerIdentity);
-                    let end = serve_connection_as(&mut stream, &router, &limits, stop, peer);
+                Ok(accepted) => {
+                    // The caller's attestation and the sealing key it bound.
+                    let (mut stream, peers) = accepted.into_parts();
+                    let end =
+                        serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
                     log::debug!("connection from {peer_addr:?} ended: {end:?}");
                     stream.conn.send_close_notify();
                     let _ = stream.conn.write_tls(&mut stream.sock);

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use confboot_atls::AtlsError;
+use confboot_atls::{AtlsError, SealingKey};
 use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::{AttestationError, Attested, Variant};
+use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
+use confboot_kms::seal::SealError;
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
 use confboot_proto::{CONFIRM_GENERATION, GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 use confboot_wire::{Code, Router, Status};
@@ -75,6 +77,24 @@ fn disk_for_log(raw: &str) -> &str {
     } else {
         "(not a UUID)"
     }
+}
+
+/// The key a ticket's secrets are sealed to: the one the caller's evidence
+/// bound on this connection. A caller that offered none gets no ticket
+/// (checked before anything is issued, so a refusal costs it nothing).
+fn sealing_key(ctx: &confboot_wire::CallContext) -> Result<SealingKey, Status> {
+    ctx.peer::<SealingKey>().copied().ok_or_else(|| {
+        Status::new(
+            Code::FailedPrecondition,
+            "the caller offered no sealing key: a ticket's secrets are sent only sealed to the attested VM",
+        )
+    })
+}
+
+/// The status of a ticket that could not be sealed to the caller's key
+/// (one no secret can be sealed to, such as a low-order point).
+fn sealing_status(e: &SealError) -> Status {
+    Status::invalid_argument(format!("cannot seal the ticket to the caller's key: {e}"))
 }
 
 /// What a method asks of its caller.
@@ -172,6 +192,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                         return Err(s);
                     }
                 };
+            let key = sealing_key(ctx).inspect_err(|_| join_metrics.refused("unsealed"))?;
             // One line per ticket at the production verbosity (its outcome,
             // below); the request itself at debug.
             log::debug!(
@@ -183,7 +204,12 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             let result = join_tickets.issue_join_ticket(&caller, &req);
             join_metrics.observe_latency(started.elapsed());
             match result {
-                Ok(ticket) => {
+                Ok(mut ticket) => {
+                    if let Err(e) = seal_join_ticket(&mut ticket, &key.0) {
+                        join_metrics.refused("unsealed");
+                        log::warn!("join ticket for disk {} not sealed: {e}", req.disk_uuid);
+                        return Err(sealing_status(&e));
+                    }
                     join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
                     log::info!("join ticket issued for disk {}", req.disk_uuid);
                     Ok(ticket)
@@ -261,6 +287,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     return Err(s);
                 }
             };
+            let key = sealing_key(ctx).inspect_err(|_| metrics.refused("unsealed"))?;
             log::info!(
                 "rejoin ticket requested for disk {}",
                 disk_for_log(&req.disk_uuid)
@@ -268,7 +295,15 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             let result = tickets.issue_rejoin_ticket(&caller, &req);
             metrics.observe_latency(started.elapsed());
             match result {
-                Ok(ticket) => {
+                Ok(mut ticket) => {
+                    if let Err(e) = seal_rejoin_ticket(&mut ticket, &key.0) {
+                        metrics.refused("unsealed");
+                        log::warn!(
+                            "rejoin ticket for disk {} not sealed: {e}",
+                            disk_for_log(&req.disk_uuid)
+                        );
+                        return Err(sealing_status(&e));
+                    }
                     metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
                     Ok(ticket)
                 }

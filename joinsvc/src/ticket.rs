@@ -225,6 +225,8 @@ impl TicketService {
             control_plane_files,
             kubernetes_version: self.config.kubernetes_version.clone(),
             node_vpn_ip: node_vpn_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+            // Sealed to the caller's key by the handler that serves it.
+            sealed_secrets: Vec::new(),
         })
     }
 
@@ -324,6 +326,7 @@ impl TicketService {
             measurement_secret: self.measurement_secret.expose().to_vec(),
             generation,
             measurement_salt: self.config.measurement_salt.clone(),
+            sealed_secrets: Vec::new(),
         })
     }
 

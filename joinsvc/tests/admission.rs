@@ -3,10 +3,8 @@
 //! A node admitted before a policy change cannot keep pulling tickets (any
 //! disk's key) on the connection it already has.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_attest::Issuer;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_wire::Code;
@@ -22,27 +20,17 @@ fn an_attested_connection_carries_one_ticket() {
         &node.policy(),
         &[&node],
     );
-    let issuer: Arc<dyn Issuer> = node.issuer.clone();
-    let (mut client, _) =
-        confboot_atls::connect(joinsvc.rpc_addr, Duration::from_secs(20), &[], Some(issuer))
-            .unwrap();
+    let mut client = node.connect(joinsvc.rpc_addr).unwrap();
     let ask = |disk: &str| IssueRejoinTicketRequest {
         disk_uuid: disk.into(),
     };
     let first: IssueRejoinTicketResponse = client
-        .unary(
-            confboot_proto::REJOIN,
-            &ask(DISK_A),
-            Duration::from_secs(20),
-        )
+        .rejoin(&ask(DISK_A), Duration::from_secs(20))
         .unwrap();
     assert_eq!(first.state_disk_key.len(), 32);
     // The same connection asks again, for another disk: nothing.
-    let second: Result<IssueRejoinTicketResponse, _> = client.unary(
-        confboot_proto::REJOIN,
-        &ask(DISK_B),
-        Duration::from_secs(20),
-    );
+    let second: Result<IssueRejoinTicketResponse, _> =
+        client.rejoin(&ask(DISK_B), Duration::from_secs(20));
     let err = second.unwrap_err();
     assert_eq!(err.code, Code::Unavailable, "{err}");
     // A new connection is attested again, and served.

@@ -17,6 +17,7 @@ use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::snp::{Guest, ReplayingIssuer, Tcb, TestAmd, TestChip, TestReportSource};
+use confboot_tests::tickets::SealedClient;
 
 const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 /// The launch measurement the policy expects.
@@ -85,11 +86,11 @@ fn snp_issuer(source: TestReportSource) -> Arc<dyn Issuer> {
 
 /// Asks for a join ticket, attesting with `issuer`.
 fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketResponse, String> {
-    let (mut client, _) = atls::connect(
+    let mut client = SealedClient::connect(
         joinsvc.rpc_addr,
         Duration::from_secs(20),
         &[],
-        Some(Arc::clone(issuer)),
+        Arc::clone(issuer),
     )
     .map_err(|e| e.to_string())?;
     let req = IssueJoinTicketRequest {
@@ -97,7 +98,7 @@ fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketRe
         ..Default::default()
     };
     client
-        .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
+        .join(&req, Duration::from_secs(20))
         .map_err(|e| e.to_string())
 }
 
@@ -318,16 +319,15 @@ fn an_snp_launch_gets_one_ticket_and_a_compromised_member_nothing_more() {
     let launch = snp_issuer(source());
     join(&joinsvc, &launch).expect("the launch's first ticket");
     let rejoin = |issuer: &Arc<dyn Issuer>, disk: &str| {
-        let (mut client, _) = atls::connect(
+        let mut client = SealedClient::connect(
             joinsvc.rpc_addr,
             Duration::from_secs(20),
             &[],
-            Some(Arc::clone(issuer)),
+            Arc::clone(issuer),
         )
         .map_err(|e| e.to_string())?;
         client
-            .unary::<_, confboot_proto::join::IssueRejoinTicketResponse>(
-                confboot_proto::REJOIN,
+            .rejoin(
                 &IssueRejoinTicketRequest {
                     disk_uuid: disk.into(),
                 },

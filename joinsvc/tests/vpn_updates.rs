@@ -27,9 +27,9 @@ fn joinsvc_binary() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_BIN_EXE_joinsvc"))
 }
 
+/// An aTLS client in which `node` attests and offers a sealing key.
 fn client(node: &Node, addr: SocketAddr) -> atls::AtlsRpcClient {
-    let issuer: Arc<dyn Issuer> = node.issuer.clone();
-    atls::connect(addr, CALL, &[], Some(issuer)).unwrap().0
+    node.connect(addr).unwrap().rpc
 }
 
 /// The state disk UUID of the node `name`: each node its own.
@@ -52,7 +52,7 @@ fn join(node: &Node, addr: SocketAddr, name: &str, key: u8) -> String {
         node_public_endpoint: format!("192.0.2.{key}:51820"),
         ..Default::default()
     };
-    let ticket = client(node, addr).unary(JOIN, &req, CALL).unwrap();
+    let ticket = node.connect(addr).unwrap().join(&req, CALL).unwrap();
     ticket.node_vpn_ip.clone()
 }
 

@@ -233,12 +233,8 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
         node_public_endpoint: "192.0.2.2:51820".into(),
         ..Default::default()
     };
-    let issuer: Arc<dyn Issuer> = joining.issuer.clone();
-    let mut client = atls::connect(joinsvc.rpc_addr, CALL, &[], Some(issuer))
-        .unwrap()
-        .0;
-    let ticket: confboot_proto::join::IssueJoinTicketResponse =
-        client.unary(confboot_proto::JOIN, &join, CALL).unwrap();
+    let mut client = joining.connect(joinsvc.rpc_addr).unwrap();
+    let ticket = client.join(&join, CALL).unwrap();
     assert_eq!(ticket.node_vpn_ip, "10.118.0.2");
     let took = wait_for_names(
         &agent.peers_path(),
@@ -254,10 +250,7 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     // joinsvc restarts (its registry is in the Kubernetes API) and a node
     // joins meanwhile: the agent converges.
     joinsvc.restart();
-    let issuer: Arc<dyn Issuer> = joining.issuer.clone();
-    let mut client = atls::connect(joinsvc.rpc_addr, CALL, &[], Some(issuer))
-        .unwrap()
-        .0;
+    let mut client = joining.connect(joinsvc.rpc_addr).unwrap();
     let join3 = IssueJoinTicketRequest {
         node_name: "worker-3".into(),
         node_vpn_pub_key: vec![3; 32],
@@ -265,8 +258,7 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
         disk_uuid: "7f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f".into(),
         ..join
     };
-    let _: confboot_proto::join::IssueJoinTicketResponse =
-        client.unary(confboot_proto::JOIN, &join3, CALL).unwrap();
+    client.join(&join3, CALL).unwrap();
     wait_for_names(
         &agent.peers_path(),
         &["worker-1", "worker-3"],

@@ -8,7 +8,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_atls as atls;
 use confboot_attest::tpm::swtpm::Swtpm;
 use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, MeasurementPolicy};
@@ -21,6 +20,7 @@ use confboot_wire::Status;
 
 pub use crate::TempDir;
 use crate::kube_double::KubeApiDouble;
+use crate::tickets::SealedClient;
 use crate::{ChildProcess, addr_after};
 
 /// A vTPM issuer over `swtpm` after `kernel` was measured into PCR 4 (as
@@ -85,21 +85,23 @@ impl Node {
 
     /// Asks joinsvc at `addr` for a join ticket, first checking that joinsvc
     /// attests to `joinsvc_validator`'s policy (an unattested or differently
-    /// measured join service is refused before anything is sent).
+    /// measured join service is refused before anything is sent). The
+    /// ticket's secrets come sealed to this connection's key, and are
+    /// opened.
     pub fn join_verifying(
         &self,
         addr: SocketAddr,
         disk_uuid: &str,
         joinsvc_validator: Arc<dyn confboot_attest::Validator>,
     ) -> Result<IssueJoinTicketResponse, confboot_atls::AtlsError> {
-        let (mut client, attested) = atls::connect(
+        let mut client = SealedClient::connect(
             addr,
             Duration::from_secs(20),
             &[joinsvc_validator],
-            Some(self.issuer.clone() as Arc<dyn Issuer>),
+            self.issuer.clone() as Arc<dyn Issuer>,
         )?;
         assert!(
-            attested.is_some(),
+            client.service.is_some(),
             "a validator was given, so joinsvc must have attested"
         );
         let req = IssueJoinTicketRequest {
@@ -107,19 +109,19 @@ impl Node {
             ..Default::default()
         };
         client
-            .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
+            .join(&req, Duration::from_secs(20))
             .map_err(|s| confboot_atls::AtlsError::Io(s.to_string()))
     }
 
-    /// An aTLS RPC client to `addr` in which this node attests.
-    fn connect(&self, addr: SocketAddr) -> Result<atls::AtlsRpcClient, Status> {
-        let issuer = Some(self.issuer.clone() as Arc<dyn Issuer>);
-        let (client, _) =
-            atls::connect(addr, Duration::from_secs(20), &[], issuer).map_err(|e| e.status())?;
-        Ok(client)
+    /// An aTLS RPC client to `addr` in which this node attests and offers
+    /// a fresh sealing key.
+    pub fn connect(&self, addr: SocketAddr) -> Result<SealedClient, Status> {
+        let issuer = self.issuer.clone() as Arc<dyn Issuer>;
+        SealedClient::connect(addr, Duration::from_secs(20), &[], issuer).map_err(|e| e.status())
     }
 
-    /// Asks joinsvc at `addr` for a join ticket for disk `disk_uuid`.
+    /// Asks joinsvc at `addr` for a join ticket for disk `disk_uuid`
+    /// (its sealed secrets opened).
     pub fn join(
         &self,
         addr: SocketAddr,
@@ -129,11 +131,11 @@ impl Node {
             disk_uuid: disk_uuid.into(),
             ..Default::default()
         };
-        self.connect(addr)?
-            .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
+        self.connect(addr)?.join(&req, Duration::from_secs(20))
     }
 
-    /// Asks joinsvc at `addr` for a rejoin ticket.
+    /// Asks joinsvc at `addr` for a rejoin ticket (its sealed secrets
+    /// opened).
     pub fn rejoin(
         &self,
         addr: SocketAddr,
@@ -142,8 +144,7 @@ impl Node {
         let req = IssueRejoinTicketRequest {
             disk_uuid: disk_uuid.into(),
         };
-        self.connect(addr)?
-            .unary(confboot_proto::REJOIN, &req, Duration::from_secs(20))
+        self.connect(addr)?.rejoin(&req, Duration::from_secs(20))
     }
 }
 

@@ -31,6 +31,7 @@ pub fn answer() -> Vec<u8> {
         measurement_secret: vec![],
         generation: 0,
         measurement_salt: vec![],
+        sealed_secrets: Vec::new(),
     };
     let mut bytes = Vec::new();
     frame::write_frame(&mut bytes, FrameKind::Message, &response.encode_to_vec()).unwrap();

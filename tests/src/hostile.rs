@@ -27,6 +27,7 @@ use crate::relay;
 use confboot_atls::message::{self as atls_message, AttestationMessage};
 use confboot_atls::{AtlsClient, AtlsError};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use confboot_kms::seal::SealingKeyPair;
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_wire::{self as rpc, Code, DeadlineSocket, Status};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
@@ -530,7 +531,8 @@ fn trickle_hello(target: &Target, plan: &Plan, c: &Counters, stop: &AtomicBool, 
 type AtlsStream = StreamOwned<ClientConnection, DeadlineSocket<TcpStream>>;
 
 /// An aTLS connection from `src` (attesting with the target's insider, if
-/// any), as an RPC client.
+/// any, and offering a sealing key as a node does, so that only the
+/// attestation decides), as an RPC client.
 fn atls_from(
     target: &Target,
     issuer: Option<Arc<dyn Issuer>>,
@@ -538,7 +540,12 @@ fn atls_from(
     src: Ipv4Addr,
 ) -> Option<AtlsStream> {
     let sock = c.connect(src, target.addr)?;
-    match AtlsClient::new(Vec::new(), issuer).connect(sock, Duration::from_secs(20)) {
+    let key = SealingKeyPair::generate().public_key();
+    match AtlsClient::new(Vec::new(), issuer).connect_sealing(
+        sock,
+        Duration::from_secs(20),
+        Some(key),
+    ) {
         Ok(conn) => Some(conn.stream),
         // The server read the attestation and said no (PERMISSION_DENIED):
         // an answer, and the end of the connection.

@@ -29,6 +29,7 @@ pub mod relay;
 pub mod snp;
 pub mod storm;
 pub mod tdx;
+pub mod tickets;
 pub mod tls;
 pub mod vm_hub;
 pub mod wireguard_probe;

@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use confboot_atls as atls;
 use confboot_attest::Issuer;
 use confboot_kms::MasterSecret;
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
@@ -29,6 +28,7 @@ use ring::rand::SecureRandom;
 
 use crate::cluster::{Joinsvc, JoinsvcSetup, Node};
 use crate::load::{process_cpu_seconds, status_kib};
+use crate::tickets::SealedClient;
 
 /// The bootstrapper's first retry delay.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
@@ -266,25 +266,22 @@ pub fn shuffled(n: usize) -> Vec<usize> {
     order
 }
 
-/// One attempt: an aTLS connection in which the node attests, and the
-/// join call.
+/// One attempt: an aTLS connection in which the node attests and offers
+/// a fresh sealing key, and the join call (the ticket's sealed secrets
+/// opened, as a node does).
 fn attempt(
     node: &StormNode,
     endpoint: std::net::SocketAddr,
 ) -> Result<IssueJoinTicketResponse, String> {
-    let (mut client, _) = atls::connect(
-        endpoint,
-        ATTEMPT_TIMEOUT,
-        &[],
-        Some(Arc::clone(&node.issuer)),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut client =
+        SealedClient::connect(endpoint, ATTEMPT_TIMEOUT, &[], Arc::clone(&node.issuer))
+            .map_err(|e| e.to_string())?;
     let req = IssueJoinTicketRequest {
         disk_uuid: node.disk_uuid.clone(),
         ..Default::default()
     };
     client
-        .unary(confboot_proto::JOIN, &req, ATTEMPT_TIMEOUT)
+        .join(&req, ATTEMPT_TIMEOUT)
         .map_err(|s| s.to_string())
 }
 

@@ -891,6 +891,10 @@ fn ticket_error(e: TicketError) -> NodeError {
     match e {
         TicketError::Unusable(m) => NodeError::BadTicket(m),
         TicketError::NotMember(m) => NodeError::JoinServiceNotMember(m),
+        // The join client opens a ticket before the node sees it.
+        e @ (TicketError::NotSealed(_) | TicketError::Sealed(_)) => {
+            NodeError::BadTicket(e.to_string())
+        }
     }
 }
 

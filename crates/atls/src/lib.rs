@@ -15,7 +15,9 @@
 //!   the client answers with a `PERMISSION_DENIED` trailer and closes; a
 //!   client that refuses the server returns an error before any call. The
 //!   handlers of the connection see what the client's evidence established
-//!   as [`confboot_wire::CallContext::peer`].
+//!   as [`confboot_wire::CallContext::peer`]: its [`confboot_attest::Attested`],
+//!   and the [`SealingKey`] it offered, if any, which a server seals
+//!   secrets to (a join ticket's, with `confboot_kms::seal`).
 //! - **Why after the handshake**: evidence bound to a session's exporter is
 //!   worthless on any other session, so an attacker who terminates TLS on
 //!   both sides and relays every message of a genuine attester is refused;
@@ -102,8 +104,8 @@ pub use client::{AtlsClient, Connected};
 pub use error::AtlsError;
 pub use handshake::{ALPN, SERVER_NAME, provider};
 pub use message::AttestationMessage;
-pub use net::{AtlsRpcClient, connect, serve};
+pub use net::{AtlsRpcClient, connect, connect_sealing, serve};
 pub use server::{
-    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, ServerHandshake,
+    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, SealingKey, ServerHandshake,
     client_hello_gate, client_hello_opening,
 };

@@ -11,17 +11,18 @@ use rustls::{ClientConnection, StreamOwned};
 use super::client::{AtlsClient, Connected};
 use super::error::AtlsError;
 use super::handshake::reset_timeouts;
-use super::server::{Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT};
+use super::message::SEALING_KEY_LEN;
+use super::server::{AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::{PoolConfig, ServerHandle, listener as pool_listener};
-use confboot_wire::{self as rpc, DeadlineSocket, PeerIdentity, Router, ServerLimits, Transport};
+use confboot_wire::{self as rpc, DeadlineSocket, Router, ServerLimits, Transport};
 
 /// Serves `router` over aTLS on `listener` with a bounded worker pool.
 ///
 /// With `server_issuer`, the server attests in every handshake; with
 /// `client_validators` non-empty, every client must attest, and handlers see
 /// what its evidence established as [`confboot_wire::CallContext::peer`]
-/// (type [`Attested`]). Each
+/// (type [`Attested`], and [`super::SealingKey`] when it offered one). Each
 /// handshake is bounded by `limits.io_timeout`. Refused handshakes are
 /// logged and closed. Without a gate in `pool`, the ClientHello gate
 /// ([`super::client_hello_gate`] with its defaults) keeps connections that
@@ -48,11 +49,10 @@ pub fn serve(
     pool_listener::spawn(listener, pool, move |sock, stop| {
         let peer_addr = sock.peer_addr().ok();
         match atls.accept(sock, limits.io_timeout) {
-            Ok(Accepted {
-                mut stream, peer, ..
-            }) => {
-                let peer = peer.map(|p| Arc::new(p) as PeerIdentity);
-                let end = rpc::serve_connection_as(&mut stream, &router, &limits, stop, peer);
+            Ok(accepted) => {
+                let (mut stream, peers) = accepted.into_parts();
+                let end =
+                    rpc::serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
                 log::debug!("aTLS connection from {peer_addr:?} ended: {end:?}");
                 // Its own bound: the last deadline may be long past (an
                 // idle connection).
@@ -89,11 +89,27 @@ pub fn connect(
     server_validators: &[Arc<dyn Validator>],
     client_issuer: Option<Arc<dyn Issuer>>,
 ) -> Result<(AtlsRpcClient, Option<Attested>), AtlsError> {
+    connect_sealing(addr, timeout, server_validators, client_issuer, None)
+}
+
+/// As [`connect`], offering `sealing_key` (an X25519 public key whose
+/// private key the caller keeps for this connection) next to the client's
+/// evidence, which binds it ([`AtlsClient::connect_sealing`]).
+pub fn connect_sealing(
+    addr: impl ToSocketAddrs,
+    timeout: Duration,
+    server_validators: &[Arc<dyn Validator>],
+    client_issuer: Option<Arc<dyn Issuer>>,
+    sealing_key: Option<[u8; SEALING_KEY_LEN]>,
+) -> Result<(AtlsRpcClient, Option<Attested>), AtlsError> {
     let deadline = Instant::now() + timeout;
     let sock = tcp_connect(addr, deadline)?;
     let client = AtlsClient::new(server_validators.to_vec(), client_issuer);
-    let Connected { mut stream, peer } =
-        client.connect(sock, deadline.saturating_duration_since(Instant::now()))?;
+    let Connected { mut stream, peer } = client.connect_sealing(
+        sock,
+        deadline.saturating_duration_since(Instant::now()),
+        sealing_key,
+    )?;
     reset_timeouts(&mut stream.sock, timeout)?;
     Ok((rpc::Client::new(stream), peer))
 }

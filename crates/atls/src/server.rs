@@ -19,7 +19,7 @@ use super::handshake::{ALPN, FreshCertificate, check_alpn, drive, provider, rese
 use super::message::{self, SEALING_KEY_LEN};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::listener::{Gate, Opening};
-use confboot_wire::{DeadlineSocket, Transport};
+use confboot_wire::{DeadlineSocket, PeerIdentity, Transport};
 
 /// Largest TLS plaintext record (RFC 8446, 5.1), and its header.
 const MAX_RECORD: usize = 1 << 14;
@@ -113,6 +113,35 @@ pub struct Accepted<T: Transport> {
     /// by its evidence (only when client attestation is required and the
     /// client offered one): what the server may seal secrets to.
     pub peer_sealing_key: Option<[u8; SEALING_KEY_LEN]>,
+}
+
+/// The sealing key a client's evidence bound on its connection, as the
+/// connection's handlers see it: `ctx.peer::<SealingKey>()` (next to
+/// `ctx.peer::<Attested>()`). Only a client whose evidence was checked has
+/// one: what is sealed to it opens only where that evidence was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealingKey(pub [u8; SEALING_KEY_LEN]);
+
+impl<T: Transport> Accepted<T> {
+    /// The stream, and what the connection established about the client
+    /// for its handlers ([`confboot_wire::serve_connection_with_peers`]):
+    /// its [`Attested`] and its [`SealingKey`], each when there is one.
+    pub fn into_parts(
+        self,
+    ) -> (
+        StreamOwned<ServerConnection, DeadlineSocket<T>>,
+        Vec<PeerIdentity>,
+    ) {
+        let mut peers: Vec<PeerIdentity> = Vec::with_capacity(2);
+        if let Some(attested) = self.peer {
+            peers.push(Arc::new(attested));
+            // A key is bound only by evidence that was checked.
+            if let Some(key) = self.peer_sealing_key {
+                peers.push(Arc::new(SealingKey(key)));
+            }
+        }
+        (self.stream, peers)
+    }
 }
 
 impl AtlsServer {

@@ -62,6 +62,7 @@ fn router(calls: Arc<AtomicUsize>) -> Router {
                 measurement_secret: Vec::new(),
                 generation: 0,
                 measurement_salt: vec![],
+                sealed_secrets: Vec::new(),
             })
         })
 }

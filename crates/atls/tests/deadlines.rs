@@ -254,6 +254,7 @@ fn an_answer_the_client_does_not_read_is_cut_off_at_its_deadline() {
                     measurement_secret: vec![],
                     generation: 0,
                     measurement_salt: vec![],
+                    sealed_secrets: Vec::new(),
                 })
             })
         };

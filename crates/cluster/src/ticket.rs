@@ -1,12 +1,21 @@
 //! What a node checks in a join service's answer before it commits to it:
 //! the shape of a join or rejoin ticket, and that the service that sent it
-//! proved membership of the ticket's cluster.
+//! proved membership of the ticket's cluster. And the sealing of a
+//! ticket's secrets to the node's key: the join service seals them
+//! ([`seal_join_ticket`], [`seal_rejoin_ticket`]) to the X25519 key the
+//! node's evidence bound, the node opens them with its private key
+//! ([`open_join_ticket`], [`open_rejoin_ticket`]), so an answer read
+//! anywhere but inside the attested VM carries no usable secret.
 //!
 //! The bootstrapper's node applies these checks to every ticket it gets
 //! (`Node::check_ticket`); they are plain functions of the ticket and the
 //! service's attestation, so they are tested and fuzzed without a node.
 
-use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
+use prost::Message;
+
+use confboot_kms::seal::{SEALING_KEY_LEN, SealError, SealedKind, SealingKeyPair, seal};
+use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse, TicketSecrets};
+use zeroize::Zeroizing;
 
 use confboot_attest::Attested;
 use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
@@ -25,6 +34,118 @@ pub enum TicketError {
     /// The service that sent it did not prove membership of its cluster.
     #[error("the join service is no member: {0}")]
     NotMember(String),
+    /// Its secrets are not sealed to this node: none sealed, or some sent
+    /// in the clear.
+    #[error("the ticket's secrets are not sealed to this node: {0}")]
+    NotSealed(&'static str),
+    /// Its sealed secrets do not open with this node's key, as this kind.
+    #[error("the ticket's sealed secrets: {0}")]
+    Sealed(#[from] SealError),
+}
+
+/// Seals the secrets of a join ticket (state disk key, measurement secret,
+/// token, control-plane files) to `recipient` into its `sealed_secrets`,
+/// and empties their plaintext fields. What stays in the clear is what the
+/// host may see: the salt, the kubelet certificate, endpoints, versions,
+/// the CA hash, the VPN address.
+pub fn seal_join_ticket(
+    ticket: &mut IssueJoinTicketResponse,
+    recipient: &[u8; SEALING_KEY_LEN],
+) -> Result<(), SealError> {
+    let secrets = TicketSecrets {
+        state_disk_key: std::mem::take(&mut ticket.state_disk_key),
+        measurement_secret: std::mem::take(&mut ticket.measurement_secret),
+        token: std::mem::take(&mut ticket.token),
+        control_plane_files: std::mem::take(&mut ticket.control_plane_files),
+    };
+    ticket.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::JoinTicket)?;
+    Ok(())
+}
+
+/// Seals the secrets of a rejoin ticket (state disk key, measurement
+/// secret) to `recipient` into its `sealed_secrets`, and empties their
+/// plaintext fields.
+pub fn seal_rejoin_ticket(
+    ticket: &mut IssueRejoinTicketResponse,
+    recipient: &[u8; SEALING_KEY_LEN],
+) -> Result<(), SealError> {
+    let secrets = TicketSecrets {
+        state_disk_key: std::mem::take(&mut ticket.state_disk_key),
+        measurement_secret: std::mem::take(&mut ticket.measurement_secret),
+        token: String::new(),
+        control_plane_files: Vec::new(),
+    };
+    ticket.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::RejoinTicket)?;
+    Ok(())
+}
+
+fn seal_secrets(
+    secrets: &TicketSecrets,
+    recipient: &[u8; SEALING_KEY_LEN],
+    kind: SealedKind,
+) -> Result<Vec<u8>, SealError> {
+    seal(recipient, kind, &Zeroizing::new(secrets.encode_to_vec()))
+}
+
+/// Opens the sealed secrets of a join ticket with `key` (the node's, for
+/// this connection) and puts them in their fields. Refuses a ticket with
+/// no sealed secrets, with any secret in the clear, or whose sealed
+/// secrets do not open as a join ticket's or do not decode.
+pub fn open_join_ticket(
+    ticket: &mut IssueJoinTicketResponse,
+    key: &SealingKeyPair,
+) -> Result<(), TicketError> {
+    if !ticket.state_disk_key.is_empty()
+        || !ticket.measurement_secret.is_empty()
+        || !ticket.token.is_empty()
+        || !ticket.control_plane_files.is_empty()
+    {
+        return Err(TicketError::NotSealed("secrets sent in the clear"));
+    }
+    let mut secrets = open_secrets(&ticket.sealed_secrets, key, SealedKind::JoinTicket)?;
+    ticket.state_disk_key = std::mem::take(&mut secrets.state_disk_key);
+    ticket.measurement_secret = std::mem::take(&mut secrets.measurement_secret);
+    ticket.token = std::mem::take(&mut secrets.token);
+    ticket.control_plane_files = std::mem::take(&mut secrets.control_plane_files);
+    ticket.sealed_secrets = Vec::new();
+    Ok(())
+}
+
+/// Opens the sealed secrets of a rejoin ticket with `key` and puts them in
+/// their fields. Refuses as [`open_join_ticket`] does, and sealed secrets
+/// that carry a join ticket's token or files.
+pub fn open_rejoin_ticket(
+    ticket: &mut IssueRejoinTicketResponse,
+    key: &SealingKeyPair,
+) -> Result<(), TicketError> {
+    if !ticket.state_disk_key.is_empty() || !ticket.measurement_secret.is_empty() {
+        return Err(TicketError::NotSealed("secrets sent in the clear"));
+    }
+    let mut secrets = open_secrets(&ticket.sealed_secrets, key, SealedKind::RejoinTicket)?;
+    if !secrets.token.is_empty() || !secrets.control_plane_files.is_empty() {
+        return Err(TicketError::Unusable(
+            "a rejoin ticket's sealed secrets carry a token or files".into(),
+        ));
+    }
+    ticket.state_disk_key = std::mem::take(&mut secrets.state_disk_key);
+    ticket.measurement_secret = std::mem::take(&mut secrets.measurement_secret);
+    ticket.sealed_secrets = Vec::new();
+    Ok(())
+}
+
+/// Opens and decodes sealed ticket secrets (the plaintext is zeroized
+/// once decoded; the decoded message zeroizes its own).
+fn open_secrets(
+    sealed: &[u8],
+    key: &SealingKeyPair,
+    kind: SealedKind,
+) -> Result<TicketSecrets, TicketError> {
+    if sealed.is_empty() {
+        return Err(TicketError::NotSealed("no sealed secrets"));
+    }
+    let plain = key.open(kind, sealed)?;
+    TicketSecrets::decode(plain.expose())
+        .map_err(|e| TicketError::Unusable(format!("the sealed secrets do not decode: {e}")))
 }
 
 fn check_key(state_disk_key: &[u8]) -> Result<(), TicketError> {
@@ -153,6 +274,7 @@ mod tests {
             state_disk_key: key.to_vec(),
             generation: 0,
             measurement_salt: salt.to_vec(),
+            sealed_secrets: Vec::new(),
         };
         assert_eq!(
             check_rejoin_ticket(&rejoin(&[1], &[2; 32], &[3; 32])),
@@ -194,5 +316,136 @@ mod tests {
                 Err(TicketError::NotMember(_))
             ));
         }
+    }
+
+    fn full_join_ticket() -> IssueJoinTicketResponse {
+        let mut t = join(&[1; 32], &[2; 32], &[3; 32]);
+        t.token = "abcdef.0123456789abcdef".into();
+        t.control_plane_files = vec![confboot_proto::join::ControlPlaneCertOrKey {
+            name: "ca.key".into(),
+            data: b"-----BEGIN EC PRIVATE KEY-----".to_vec(),
+        }];
+        t.api_server_endpoint = "10.0.0.1:6443".into();
+        t
+    }
+
+    #[test]
+    fn sealed_join_tickets_carry_no_secret_in_the_clear_and_open_whole() {
+        let node = SealingKeyPair::generate();
+        let mut t = full_join_ticket();
+        seal_join_ticket(&mut t, &node.public_key()).unwrap();
+        assert!(t.state_disk_key.is_empty() && t.measurement_secret.is_empty());
+        assert!(t.token.is_empty() && t.control_plane_files.is_empty());
+        assert_eq!(
+            t.api_server_endpoint, "10.0.0.1:6443",
+            "what is public stays"
+        );
+        let wire = t.encode_to_vec();
+        for secret in [
+            &[3u8; 32][..],
+            &[1; 32],
+            b"abcdef.0123456789abcdef",
+            b"BEGIN EC",
+        ] {
+            assert!(
+                !wire.windows(secret.len()).any(|w| w == secret),
+                "a secret shows in the sealed ticket"
+            );
+        }
+        let mut opened = IssueJoinTicketResponse::decode(&wire[..]).unwrap();
+        open_join_ticket(&mut opened, &node).unwrap();
+        assert_eq!(opened, full_join_ticket());
+    }
+
+    #[test]
+    fn tickets_not_sealed_to_this_node_are_refused() {
+        let node = SealingKeyPair::generate();
+        let other = SealingKeyPair::generate();
+        // Nothing sealed.
+        let mut plain = full_join_ticket();
+        assert_eq!(
+            open_join_ticket(&mut plain, &node),
+            Err(TicketError::NotSealed("secrets sent in the clear"))
+        );
+        let mut empty = IssueJoinTicketResponse::default();
+        assert_eq!(
+            open_join_ticket(&mut empty, &node),
+            Err(TicketError::NotSealed("no sealed secrets"))
+        );
+        // Sealed, with a secret in the clear beside.
+        let mut beside = full_join_ticket();
+        seal_join_ticket(&mut beside, &node.public_key()).unwrap();
+        beside.token = "a host's token".into();
+        assert_eq!(
+            open_join_ticket(&mut beside, &node),
+            Err(TicketError::NotSealed("secrets sent in the clear"))
+        );
+        // Sealed to another key.
+        let mut theirs = full_join_ticket();
+        seal_join_ticket(&mut theirs, &other.public_key()).unwrap();
+        assert_eq!(
+            open_join_ticket(&mut theirs, &node),
+            Err(TicketError::Sealed(SealError::DoesNotOpen(
+                SealedKind::JoinTicket
+            )))
+        );
+        // A rejoin ticket's sealed secrets in a join ticket, and back.
+        let mut rejoin = IssueRejoinTicketResponse {
+            state_disk_key: vec![3; 32],
+            measurement_secret: vec![1; 32],
+            generation: 4,
+            measurement_salt: vec![2; 32],
+            sealed_secrets: Vec::new(),
+        };
+        seal_rejoin_ticket(&mut rejoin, &node.public_key()).unwrap();
+        let mut swapped = IssueJoinTicketResponse::default();
+        swapped.sealed_secrets = rejoin.sealed_secrets.clone();
+        assert_eq!(
+            open_join_ticket(&mut swapped, &node),
+            Err(TicketError::Sealed(SealError::DoesNotOpen(
+                SealedKind::JoinTicket
+            )))
+        );
+        let mut joined = full_join_ticket();
+        seal_join_ticket(&mut joined, &node.public_key()).unwrap();
+        let mut as_rejoin = IssueRejoinTicketResponse::default();
+        as_rejoin.sealed_secrets = joined.sealed_secrets.clone();
+        assert_eq!(
+            open_rejoin_ticket(&mut as_rejoin, &node),
+            Err(TicketError::Sealed(SealError::DoesNotOpen(
+                SealedKind::RejoinTicket
+            )))
+        );
+        // Truncated.
+        let mut cut = IssueRejoinTicketResponse::default();
+        cut.sealed_secrets = rejoin.sealed_secrets[..rejoin.sealed_secrets.len() - 1].to_vec();
+        assert!(matches!(
+            open_rejoin_ticket(&mut cut, &node),
+            Err(TicketError::Sealed(SealError::DoesNotOpen(_)))
+        ));
+        // The genuine one opens.
+        open_rejoin_ticket(&mut rejoin, &node).unwrap();
+        assert_eq!(rejoin.state_disk_key, vec![3; 32]);
+        assert_eq!(rejoin.measurement_secret, vec![1; 32]);
+        assert_eq!(rejoin.generation, 4);
+        assert!(rejoin.sealed_secrets.is_empty());
+    }
+
+    #[test]
+    fn a_rejoin_tickets_sealed_secrets_carry_no_join_fields() {
+        let node = SealingKeyPair::generate();
+        let secrets = TicketSecrets {
+            state_disk_key: vec![3; 32],
+            measurement_secret: vec![1; 32],
+            token: "abcdef.0123456789abcdef".into(),
+            control_plane_files: Vec::new(),
+        };
+        let mut t = IssueRejoinTicketResponse::default();
+        t.sealed_secrets =
+            seal_secrets(&secrets, &node.public_key(), SealedKind::RejoinTicket).unwrap();
+        assert!(matches!(
+            open_rejoin_ticket(&mut t, &node),
+            Err(TicketError::Unusable(_))
+        ));
     }
 }

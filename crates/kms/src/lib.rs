@@ -15,6 +15,7 @@ use std::fmt;
 
 pub mod init_secret;
 pub mod master_secret_file;
+pub mod seal;
 
 pub use master_secret_file::{MAX_MASTER_SECRET_FILE_BYTES, MasterSecretFileError};
 

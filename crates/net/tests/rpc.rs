@@ -39,6 +39,7 @@ fn router() -> Router {
                 measurement_secret: vec![],
                 generation: 0,
                 measurement_salt: vec![],
+                sealed_secrets: Vec::new(),
             })
         })
         .unary(SLOW, |_ctx, req: IssueRejoinTicketRequest| {
@@ -449,6 +450,7 @@ fn a_protocol_that_never_mentions_waiting_is_preempted_while_it_waits_never_whil
             measurement_secret: vec![],
             generation: 0,
             measurement_salt: vec![],
+            sealed_secrets: Vec::new(),
         })
     });
     let config = PoolConfig {
@@ -639,6 +641,7 @@ fn a_connections_last_answer_leaves_with_its_close_notify_in_one_write() {
                 measurement_secret: vec![],
                 generation: 0,
                 measurement_salt: vec![],
+                sealed_secrets: Vec::new(),
             })
         })
     };

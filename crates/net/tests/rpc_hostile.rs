@@ -33,6 +33,7 @@ fn router() -> Router {
             measurement_secret: vec![],
             generation: 0,
             measurement_salt: vec![],
+            sealed_secrets: Vec::new(),
         })
     })
 }

@@ -88,6 +88,7 @@ mod zeroize_secrets {
         crate::join::IssueJoinTicketResponse => state_disk_key, measurement_secret, token;
         crate::join::ControlPlaneCertOrKey => data;
         crate::join::IssueRejoinTicketResponse => state_disk_key, measurement_secret;
+        crate::join::TicketSecrets => state_disk_key, measurement_secret, token;
         crate::init::InitRequest => kms_uri, init_secret;
         crate::init::InitSuccessResponse => kubeconfig;
         crate::recover::RecoverMessage => kms_uri, init_secret;

@@ -60,7 +60,7 @@ pub use client::Client;
 pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
 pub use server::{
     CallContext, ConnectionEnd, PeerIdentity, ReadBefore, ResponseSink, Router, ServerLimits,
-    serve_connection, serve_connection_as,
+    serve_connection, serve_connection_as, serve_connection_with_peers,
 };
 pub use status::{Code, Status};
 pub use transport::{DeadlineSocket, Transport};

@@ -67,8 +67,13 @@ impl Default for ServerLimits {
 
 /// What the connection's security layer established about its peer, for
 /// handlers to read back by type ([`CallContext::peer`]): attested TLS puts
-/// the peer's attested measurements here. The wire does not look inside.
+/// the peer's attested measurements here, and the sealing key its evidence
+/// bound. The wire does not look inside.
 pub type PeerIdentity = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
+/// Every identity a connection established about its peer, each of its own
+/// type (a few at most; shared by the connection's calls).
+type PeerIdentities = std::sync::Arc<[PeerIdentity]>;
 
 /// What a handler knows about the call it serves.
 #[derive(Clone)]
@@ -76,7 +81,7 @@ pub struct CallContext {
     method: String,
     deadline: Instant,
     stop: Stop,
-    peer: Option<PeerIdentity>,
+    peer: PeerIdentities,
 }
 
 impl std::fmt::Debug for CallContext {
@@ -84,7 +89,7 @@ impl std::fmt::Debug for CallContext {
         f.debug_struct("CallContext")
             .field("method", &self.method)
             .field("deadline", &self.deadline)
-            .field("peer", &self.peer.is_some())
+            .field("peer", &self.peer.len())
             .finish_non_exhaustive()
     }
 }
@@ -117,10 +122,11 @@ impl CallContext {
 
     /// What the connection's handshake established about the caller, as
     /// type `T` (for aTLS with client attestation, the caller's attested
-    /// measurements); `None` when the connection did not establish one of
-    /// that type.
+    /// measurements, or the sealing key its evidence bound); `None` when
+    /// the connection did not establish one of that type. With several of
+    /// one type, the first.
     pub fn peer<T: std::any::Any>(&self) -> Option<&T> {
-        self.peer.as_deref().and_then(|p| p.downcast_ref::<T>())
+        self.peer.iter().find_map(|p| p.downcast_ref::<T>())
     }
 }
 
@@ -264,6 +270,20 @@ pub fn serve_connection_as<T: Transport + ?Sized>(
     stop: &Stop,
     peer: Option<PeerIdentity>,
 ) -> ConnectionEnd {
+    serve_connection_with_peers(stream, router, limits, stop, peer.into_iter().collect())
+}
+
+/// Like [`serve_connection`], for a connection whose handshake established
+/// `peers`, each of its own type; every handler sees each of them as
+/// [`CallContext::peer`] of its type.
+pub fn serve_connection_with_peers<T: Transport + ?Sized>(
+    stream: &mut T,
+    router: &Router,
+    limits: &ServerLimits,
+    stop: &Stop,
+    peers: Vec<PeerIdentity>,
+) -> ConnectionEnd {
+    let peer: PeerIdentities = peers.into();
     let opened = Instant::now();
     let mut calls: u32 = 0;
     loop {
@@ -432,7 +452,7 @@ fn serve_call<T: Transport + ?Sized>(
     router: &Router,
     limits: &ServerLimits,
     stop: &Stop,
-    peer: &Option<PeerIdentity>,
+    peer: &PeerIdentities,
     last: bool,
 ) -> Result<(), ConnectionEnd> {
     let io_err = |e: io::Error| ConnectionEnd::Io(e.to_string());
