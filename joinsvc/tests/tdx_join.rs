@@ -21,6 +21,7 @@ use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::snp::ReplayingIssuer;
 use confboot_tests::tdx::{Forgery, Td, TestIntel, TestPlatform, TestQuoteSource};
+use confboot_tests::tickets::SealedClient;
 
 const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
 /// The MRTD the policy expects.
@@ -139,11 +140,13 @@ fn honest_issuer() -> Arc<dyn Issuer> {
 
 /// Asks for a join ticket, attesting with `issuer`.
 fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketResponse, String> {
-    let (mut client, _) = atls::connect(
+    // The node's sealing key goes with its evidence: joinsvc seals the
+    // ticket's secrets to it.
+    let mut client = SealedClient::connect(
         joinsvc.rpc_addr,
         Duration::from_secs(20),
         &[],
-        Some(Arc::clone(issuer)),
+        Arc::clone(issuer),
     )
     .map_err(|e| e.to_string())?;
     let req = IssueJoinTicketRequest {
@@ -151,7 +154,7 @@ fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketRe
         ..Default::default()
     };
     client
-        .unary(confboot_proto::JOIN, &req, Duration::from_secs(20))
+        .join(&req, Duration::from_secs(20))
         .map_err(|e| e.to_string())
 }
 
