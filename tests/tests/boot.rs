@@ -367,10 +367,12 @@ fn golden_measurements_match_a_probe_boot() {
 
 /// The production image's compressed size (zstd -19 as `initramfs/build.sh`
 /// makes it, before padding) may not pass this: 2,338,220 bytes when it
-/// was set (the bootstrapper, which is also the node agent, the kernel
-/// modules with `wireguard`, no C in user space; BENCHMARKS.md, "The
-/// initramfs"), plus a margin of about 3 %.
-const PRODUCTION_IMAGE_BUDGET: u64 = 2_410_000;
+/// was first set (the bootstrapper, which is also the node agent, the
+/// kernel modules with `wireguard`, no C in user space; BENCHMARKS.md, "The
+/// initramfs"), plus a margin of about 3 %. Raised from 2,410,000 when the
+/// bootstrapper took the TDX variant (its verifier and issuer: the image
+/// went from 2,366,257 to 2,428,835 bytes) and sealed tickets (HPKE).
+const PRODUCTION_IMAGE_BUDGET: u64 = 2_530_000;
 
 /// The production image (only `--bootstrapper` and `--nodeagent builtin`): no
 /// shell, no busybox, no `/test`, no cryptsetup, `/init` is the

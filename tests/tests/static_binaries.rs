@@ -38,8 +38,13 @@ use std::path::Path;
 /// bootstrapper carried the node agent (started as `nodeagent`, the
 /// initramfs's `/usr/bin/nodeagent` a link to it; about 90 KB, since the
 /// agent's aTLS client, TPM and HTTP code are the bootstrapper's own)
-/// instead of the image shipping a second 2.33 MB binary.
-const BUDGET: u64 = 3_500_000;
+/// instead of the image shipping a second 2.33 MB binary. 3.5 MB until
+/// the bootstrapper attested as, and checked join services of, a third
+/// variant, Intel TDX (the quote, its PCK chain and CRLs to the pinned
+/// Intel root, TCB info and QE identity, the CCEL log, the configfs-tsm
+/// issuer; about 172 KB) and opened tickets sealed to its attested key
+/// (HPKE with X25519 and ChaCha20Poly1305; about 61 KB): 3.53 MB.
+const BUDGET: u64 = 3_650_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");
