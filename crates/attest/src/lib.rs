@@ -14,6 +14,7 @@ pub mod reference;
 pub mod snp;
 pub mod tdx;
 pub mod tpm;
+pub mod tsm;
 pub mod vtpm;
 
 use std::collections::BTreeMap;

@@ -18,13 +18,12 @@
 //! The cost: kernels before 6.7 have no configfs-tsm, and configfs must be
 //! mounted (`mount -t configfs none /sys/kernel/config`).
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use super::cert_table;
 use super::evidence::{CertEntry, SnpEvidence};
 use super::report::{REPORT_LEN, SnpReport};
+use crate::tsm::{TsmReports, TsmRequest};
 use crate::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 
 /// Where a source gets a report: for given `REPORT_DATA` at a VMPL, with
@@ -99,17 +98,14 @@ impl<S: SnpReportSource> Issuer for SnpIssuer<S> {
     }
 }
 
-/// The default configfs-tsm report directory.
-pub const TSM_REPORT_DIR: &str = "/sys/kernel/config/tsm/report";
+pub use crate::tsm::TSM_REPORT_DIR;
 
 /// Largest `outblob` read (a report is [`REPORT_LEN`] bytes).
 const MAX_OUTBLOB_LEN: u64 = 4096;
 
-/// Reports through the kernel's configfs-tsm interface: one directory per
-/// request under [`TSM_REPORT_DIR`] (`inblob` ← report data, `privlevel` ←
-/// VMPL, then `outblob` → report and `auxblob` → certificate table; the
-/// `generation` counter, read before and after, must show only this
-/// request's writes).
+/// Reports through the kernel's configfs-tsm interface
+/// ([`crate::tsm`]): `inblob` ← report data, `privlevel` ← VMPL, then
+/// `outblob` → report and `auxblob` → certificate table.
 ///
 /// This is the thin hardware adapter: it needs an SEV-SNP guest and is not
 /// exercised by the tests here (the build machines have no SNP hardware);
@@ -117,8 +113,7 @@ const MAX_OUTBLOB_LEN: u64 = 4096;
 /// on other sources.
 #[derive(Debug)]
 pub struct ConfigfsTsmSource {
-    root: PathBuf,
-    counter: AtomicU64,
+    reports: TsmReports,
 }
 
 impl ConfigfsTsmSource {
@@ -129,99 +124,30 @@ impl ConfigfsTsmSource {
 
     /// The source at `root` (a configfs-tsm report directory).
     pub fn open(root: &Path) -> Result<ConfigfsTsmSource, AttestationError> {
-        if !root.is_dir() {
-            return Err(AttestationError::Issue(format!(
-                "{} is missing: configfs-tsm needs Linux 6.7 or later, an SEV-SNP guest and \
-                 configfs mounted at /sys/kernel/config",
-                root.display()
-            )));
-        }
         Ok(ConfigfsTsmSource {
-            root: root.to_path_buf(),
-            counter: AtomicU64::new(0),
+            reports: TsmReports::open(root, "sev_guest", "an SEV-SNP guest")?,
         })
-    }
-
-    fn request(
-        &self,
-        dir: &Path,
-        report_data: [u8; 64],
-        vmpl: u32,
-    ) -> Result<RawReport, AttestationError> {
-        let io = |what: &str, e: std::io::Error| {
-            AttestationError::Issue(format!("configfs-tsm {what}: {e}"))
-        };
-        let read = |name: &str, limit: u64| {
-            confboot_util::fs::read_bounded(&dir.join(name), limit)
-                .map(|b| b.to_vec())
-                .map_err(|e| AttestationError::Issue(format!("configfs-tsm: {e}")))
-        };
-        let provider = read("provider", 64)?;
-        if provider.trim_ascii() != b"sev_guest" {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm provider is {:?}, not sev_guest",
-                String::from_utf8_lossy(provider.trim_ascii())
-            )));
-        }
-        let mut writes = 0u64;
-        if vmpl != 0 {
-            std::fs::write(dir.join("privlevel"), vmpl.to_string())
-                .map_err(|e| io("privlevel", e))?;
-            writes += 1;
-        }
-        std::fs::File::create(dir.join("inblob"))
-            .and_then(|mut f| f.write_all(&report_data))
-            .map_err(|e| io("inblob", e))?;
-        writes += 1;
-        let generation = |what| -> Result<u64, AttestationError> {
-            let text = read("generation", 32)?;
-            std::str::from_utf8(&text)
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .ok_or_else(|| AttestationError::Issue(format!("configfs-tsm {what} generation")))
-        };
-        let before = generation("first")?;
-        let report = read("outblob", MAX_OUTBLOB_LEN)?;
-        let cert_table = match read("auxblob", cert_table::MAX_TABLE_LEN as u64) {
-            Ok(t) => t,
-            // A provider or host without certificates: an empty table.
-            Err(_) if !dir.join("auxblob").exists() => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let after = generation("second")?;
-        if before != writes || after != writes {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm report written by someone else too (generation {before}/{after}, \
-                 {writes} writes of ours)"
-            )));
-        }
-        if report.len() != REPORT_LEN {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm outblob has {} bytes, want {REPORT_LEN}",
-                report.len()
-            )));
-        }
-        Ok(RawReport { report, cert_table })
     }
 }
 
 impl SnpReportSource for ConfigfsTsmSource {
     fn report(&self, report_data: [u8; 64], vmpl: u32) -> Result<RawReport, AttestationError> {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let dir = self
-            .root
-            .join(format!("confboot-{}-{n}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| {
-            AttestationError::Issue(format!(
-                "configfs-tsm: cannot create {}: {e}",
-                dir.display()
-            ))
+        let answer = self.reports.request(&TsmRequest {
+            report_data,
+            privlevel: Some(vmpl),
+            outblob_limit: MAX_OUTBLOB_LEN,
+            auxblob_limit: Some(cert_table::MAX_TABLE_LEN as u64),
         })?;
-        let result = self.request(&dir, report_data, vmpl);
-        if let Err(e) = std::fs::remove_dir(&dir) {
-            log::warn!("configfs-tsm: cannot remove {}: {e}", dir.display());
+        if answer.outblob.len() != REPORT_LEN {
+            return Err(AttestationError::Issue(format!(
+                "configfs-tsm outblob has {} bytes, want {REPORT_LEN}",
+                answer.outblob.len()
+            )));
         }
-        result
+        Ok(RawReport {
+            report: answer.outblob,
+            cert_table: answer.auxblob,
+        })
     }
 }
 

@@ -10,17 +10,15 @@
 //! them, bounded, and the verifier checks every signature. The CCEL log is
 //! read once, when the issuer is made ([`read_ccel_log`]).
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use super::ccel::{CcelLog, CcelTable};
 use super::evidence::TdxEvidence;
 use super::quote::{MAX_QUOTE_LEN, Quote};
+use crate::tsm::{TsmReports, TsmRequest};
 use crate::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 
-/// The default configfs-tsm report directory.
-pub const TSM_REPORT_DIR: &str = "/sys/kernel/config/tsm/report";
+pub use crate::tsm::TSM_REPORT_DIR;
 /// The configfs-tsm provider of a TD.
 pub const TDX_PROVIDER: &str = "tdx_guest";
 /// Where Linux exposes the ACPI CCEL table.
@@ -110,32 +108,30 @@ impl<S: TdxQuoteSource> Issuer for TdxIssuer<S> {
     }
 }
 
-/// Quotes through the kernel's configfs-tsm interface: one directory per
-/// request under the report directory (the kernel fills it at `mkdir`):
+/// Quotes through the kernel's configfs-tsm interface ([`crate::tsm`]):
 /// `provider` must say `tdx_guest`; `inblob` ← report data; `outblob` →
-/// the quote (read bounded); the `generation` counter, read before and
-/// after, must show only this request's one write.
+/// the quote (read bounded).
 #[derive(Debug)]
 pub struct ConfigfsTsmQuoteSource {
-    root: PathBuf,
-    counter: AtomicU64,
+    reports: TsmReports,
 }
 
 impl ConfigfsTsmQuoteSource {
     /// The source at `root` (a configfs-tsm report directory; in a TD
     /// [`TSM_REPORT_DIR`]); fails unless it exists.
     pub fn open(root: &Path) -> Result<ConfigfsTsmQuoteSource, AttestationError> {
-        if !root.is_dir() {
-            return Err(AttestationError::Issue(format!(
-                "{} is missing: configfs-tsm needs Linux 6.7 or later, a TDX guest and configfs \
-                 mounted at /sys/kernel/config",
-                root.display()
-            )));
-        }
         Ok(ConfigfsTsmQuoteSource {
-            root: root.to_path_buf(),
-            counter: AtomicU64::new(0),
+            reports: TsmReports::open(root, TDX_PROVIDER, "a TDX guest")?,
         })
+    }
+
+    fn request(report_data: [u8; 64]) -> TsmRequest {
+        TsmRequest {
+            report_data,
+            privlevel: None,
+            outblob_limit: MAX_QUOTE_LEN as u64,
+            auxblob_limit: None,
+        }
     }
 
     /// One request in `dir`, a report directory as the kernel makes it at
@@ -145,70 +141,24 @@ impl ConfigfsTsmQuoteSource {
         dir: &Path,
         report_data: [u8; 64],
     ) -> Result<Vec<u8>, AttestationError> {
-        let read = |name: &str, limit: u64| {
-            confboot_util::fs::read_bounded(&dir.join(name), limit)
-                .map(|b| b.to_vec())
-                .map_err(|e| AttestationError::Issue(format!("configfs-tsm: {e}")))
-        };
-        let provider = read("provider", 64)?;
-        if provider.trim_ascii() != TDX_PROVIDER.as_bytes() {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm provider is {}, not {TDX_PROVIDER}",
-                confboot_util::text::printable(provider.trim_ascii(), 64)
-            )));
-        }
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.join("inblob"))
-            .and_then(|mut f| f.write_all(&report_data))
-            .map_err(|e| AttestationError::Issue(format!("configfs-tsm inblob: {e}")))?;
-        let writes = 1u64;
-        let generation = |what| -> Result<u64, AttestationError> {
-            let text = read("generation", 32)?;
-            std::str::from_utf8(&text)
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .ok_or_else(|| AttestationError::Issue(format!("configfs-tsm {what} generation")))
-        };
-        let before = generation("first")?;
-        let quote = read("outblob", MAX_QUOTE_LEN as u64)?;
-        let after = generation("second")?;
-        if before != writes || after != writes {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm report written by someone else too (generation {before}/{after}, \
-                 {writes} write of ours)"
-            )));
-        }
-        Ok(quote)
+        Ok(self
+            .reports
+            .request_in(dir, &Self::request(report_data))?
+            .outblob)
     }
 }
 
 impl TdxQuoteSource for ConfigfsTsmQuoteSource {
     fn quote(&self, report_data: [u8; 64]) -> Result<Vec<u8>, AttestationError> {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let dir = self
-            .root
-            .join(format!("confboot-tdx-{}-{n}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| {
-            AttestationError::Issue(format!(
-                "configfs-tsm: cannot create {}: {e}",
-                dir.display()
-            ))
-        })?;
-        let result = self.request_in(&dir, report_data);
-        if let Err(e) = std::fs::remove_dir(&dir) {
-            log::warn!("configfs-tsm: cannot remove {}: {e}", dir.display());
-        }
-        result
+        Ok(self.reports.request(&Self::request(report_data))?.outblob)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
+    use std::path::PathBuf;
 
     /// A configfs-tsm report directory as the kernel makes it, in a temp
     /// directory: `provider`, `generation` (the count of writes the kernel
