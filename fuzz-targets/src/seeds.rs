@@ -1343,7 +1343,14 @@ fn registry_data(peers: u8, filter: bool) -> serde_json::Value {
         pending_peers: &pending_peers,
         ledger: &ledger,
     };
-    data_json(7, &written)
+    let mut data = data_json(7, &written);
+    // The filter as a joinsvc from before it had an object of its own kept
+    // it: beside the peers (the same keys as in its own object).
+    let filter = joinsvc::configmap::filter_data_json(&ledger.issued);
+    for (key, value) in filter.as_object().expect("an object") {
+        data[key] = value.clone();
+    }
+    data
 }
 
 /// The object as the API server returns it.

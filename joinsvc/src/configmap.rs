@@ -1,6 +1,10 @@
-//! The registry ConfigMap's stored form: what joinsvc writes to and reads
+//! The registry ConfigMaps' stored form: what joinsvc writes to and reads
 //! back from [`PEERS_CONFIGMAP`] (the VPN peers, the names' disks, the
-//! removed disks, the names waiting for their node, and the [`Ledger`]).
+//! removed disks, the names waiting for their node, and the [`Ledger`]'s
+//! pending joins and generations) and from [`ISSUED_FILTER_CONFIGMAP`]
+//! (the ledger's filter of served launches and joined disks, some 175 KB
+//! of base64 once anything is in it, in an object of its own so that the
+//! reads most tickets and every update make do not carry it).
 //!
 //! Every writer with access to the object (another replica, an admin, a
 //! compromised control plane's credentials) can put anything there, so
@@ -24,6 +28,9 @@ use crate::ledger::{
 
 /// The ConfigMap (in kube-system) that holds the peer registry.
 pub const PEERS_CONFIGMAP: &str = "confboot-vpn-peers";
+/// The ConfigMap (in kube-system) that holds the ledger's filter of served
+/// launches and joined disks.
+pub const ISSUED_FILTER_CONFIGMAP: &str = "confboot-issued-filter";
 /// The largest registry read: the API server's limit for one object.
 pub const MAX_CONFIGMAP_BYTES: u64 = 1 << 20;
 /// How many removed nodes' state disks the registry remembers (the
@@ -57,8 +64,23 @@ pub struct Stored {
     /// Names registered by a join whose node has not sent its own record
     /// yet → since when (Unix seconds).
     pub pending_peers: BTreeMap<String, u64>,
-    /// What each launch and disk was given.
+    /// What each launch and disk was given, its filter aside (in
+    /// [`ISSUED_FILTER_CONFIGMAP`]): `ledger.issued` is empty.
     pub ledger: Ledger,
+    /// A filter stored in this object by a joinsvc from before the filter
+    /// had an object of its own (empty: none). The first change moves it
+    /// into [`ISSUED_FILTER_CONFIGMAP`], and writes this object without it.
+    pub legacy_filter: IssuedFilter,
+}
+
+/// The filter as read from [`ISSUED_FILTER_CONFIGMAP`], and the object's
+/// `resourceVersion` a write must name (`None`: no object yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredFilter {
+    /// The object's `resourceVersion` (`None`: no object yet).
+    pub resource_version: Option<String>,
+    /// The filter.
+    pub filter: IssuedFilter,
 }
 
 /// What a write stores.
@@ -74,7 +96,8 @@ pub struct Written<'a> {
     /// Names waiting for their node's own record → since when (names
     /// not in `list` are not written).
     pub pending_peers: &'a BTreeMap<String, u64>,
-    /// What each launch and disk was given.
+    /// What each launch and disk was given (its filter is not written
+    /// here: [`filter_data_json`]).
     pub ledger: &'a Ledger,
 }
 
@@ -123,12 +146,60 @@ pub fn data_json(version: u64, written: &Written<'_>) -> Value {
             .collect();
         data["generations.json"] = json!(Value::Object(generations).to_string());
     }
-    let issued = &written.ledger.issued;
-    if !issued.bits().is_empty() {
-        data["issued-filter"] = json!(confboot_util::base64::encode(issued.bits()));
-        data["issued-count"] = json!(issued.count().to_string());
+    data
+}
+
+/// The `data` of [`ISSUED_FILTER_CONFIGMAP`] for `filter`: what
+/// [`parse_filter_data`] reads back.
+pub fn filter_data_json(filter: &IssuedFilter) -> Value {
+    let mut data = json!({});
+    if !filter.bits().is_empty() {
+        data["issued-filter"] = json!(confboot_util::base64::encode(filter.bits()));
+        data["issued-count"] = json!(filter.count().to_string());
     }
     data
+}
+
+/// Reads [`ISSUED_FILTER_CONFIGMAP`] (the API server's JSON of the object,
+/// at most [`MAX_CONFIGMAP_BYTES`]).
+pub fn parse_stored_filter(body: &str) -> Result<StoredFilter, Corrupt> {
+    let corrupt = |m: &str| Corrupt(m.to_string());
+    if body.len() as u64 > MAX_CONFIGMAP_BYTES {
+        return Err(corrupt("larger than the API server's limit for one object"));
+    }
+    let object: Value = serde_json::from_str(body).map_err(|_| corrupt("not JSON"))?;
+    let resource_version = object["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|rv| !rv.is_empty() && rv.len() <= MAX_RESOURCE_VERSION_CHARS)
+        .ok_or_else(|| corrupt("no metadata.resourceVersion"))?
+        .to_string();
+    Ok(StoredFilter {
+        resource_version: Some(resource_version),
+        filter: parse_filter_data(&object["data"])?,
+    })
+}
+
+/// The filter in a ConfigMap's `data` object (none: empty): exactly
+/// [`FILTER_BITS`] bits in base64 and their count, or nothing.
+pub fn parse_filter_data(data: &Value) -> Result<IssuedFilter, Corrupt> {
+    let corrupt = |m: &str| Corrupt(m.to_string());
+    let Some(bits) = data.get("issued-filter") else {
+        return Ok(IssuedFilter::default());
+    };
+    let bits = bits
+        .as_str()
+        .filter(|b| b.len() <= FILTER_BITS / 6 + 4)
+        .and_then(|b| confboot_util::base64::decode(b).ok())
+        .ok_or_else(|| corrupt("issued-filter is not base64"))?;
+    let count = data["issued-count"]
+        .as_str()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| corrupt("issued-count is not a number"))?;
+    // A writer stores the filter only once something is in it.
+    if bits.len() != FILTER_BITS / 8 {
+        return Err(corrupt("issued-filter has the wrong size"));
+    }
+    IssuedFilter::from_parts(bits, count).ok_or_else(|| corrupt("issued-filter has the wrong size"))
 }
 
 /// Reads a stored ConfigMap (the API server's JSON of the object, at most
@@ -242,11 +313,12 @@ pub fn parse_stored(body: &str, network: Option<&VpnNetwork>) -> Result<Stored, 
         removed,
         pending_peers,
         ledger: parse_ledger(data)?,
+        legacy_filter: parse_filter_data(data)?,
     })
 }
 
-/// The ledger's part of the ConfigMap's `data` object (absent in a
-/// registry written before the ledger: empty).
+/// The ledger's part of the ConfigMap's `data` object, its filter aside
+/// (absent in a registry written before the ledger: empty).
 pub fn parse_ledger(data: &Value) -> Result<Ledger, Corrupt> {
     let corrupt = |m: &str| Corrupt(m.to_string());
     let mut ledger = Ledger::default();
@@ -295,23 +367,6 @@ pub fn parse_ledger(data: &Value) -> Result<Ledger, Corrupt> {
             );
         }
     }
-    if let Some(bits) = data.get("issued-filter") {
-        let bits = bits
-            .as_str()
-            .filter(|b| b.len() <= FILTER_BITS / 6 + 4)
-            .and_then(|b| confboot_util::base64::decode(b).ok())
-            .ok_or_else(|| corrupt("issued-filter is not base64"))?;
-        let count = data["issued-count"]
-            .as_str()
-            .and_then(|c| c.parse::<u64>().ok())
-            .ok_or_else(|| corrupt("issued-count is not a number"))?;
-        // A writer stores the filter only once something is in it.
-        if bits.len() != FILTER_BITS / 8 {
-            return Err(corrupt("issued-filter has the wrong size"));
-        }
-        ledger.issued = IssuedFilter::from_parts(bits, count)
-            .ok_or_else(|| corrupt("issued-filter has the wrong size"))?;
-    }
     Ok(ledger)
 }
 
@@ -332,7 +387,7 @@ mod tests {
 
     /// Two peers (one bound, one still waiting), a removed disk and a
     /// ledger with every part, as joinsvc writes them.
-    fn written_data(filter: Vec<u8>) -> (Value, Stored) {
+    fn written_data() -> (Value, Stored) {
         let wire: Vec<WirePeer> = (1..=2u8)
             .map(|i| WirePeer {
                 name: format!("node-{i}"),
@@ -353,8 +408,6 @@ mod tests {
                 at: 1_700_000_002,
             },
         );
-        let count = if filter.is_empty() { 0 } else { 2 };
-        ledger.issued = IssuedFilter::from_parts(filter, count).unwrap();
         let removed = vec![DISK.replace('6', "7")];
         let data = data_json(
             5,
@@ -374,18 +427,29 @@ mod tests {
             removed,
             pending_peers,
             ledger,
+            legacy_filter: IssuedFilter::default(),
         };
         (data, stored)
     }
 
     #[test]
     fn what_joinsvc_writes_reads_back_the_same() {
-        for filter in [Vec::new(), vec![0x5a; FILTER_BITS / 8]] {
-            let (data, stored) = written_data(filter);
-            assert_eq!(parse_stored(&object(data), Some(&network())), Ok(stored));
+        let (data, stored) = written_data();
+        assert_eq!(parse_stored(&object(data), Some(&network())), Ok(stored));
+        // The filter, in its own object.
+        for bits in [Vec::new(), vec![0x5a; FILTER_BITS / 8]] {
+            let count = if bits.is_empty() { 0 } else { 2 };
+            let filter = IssuedFilter::from_parts(bits, count).unwrap();
+            assert_eq!(
+                parse_stored_filter(&object(filter_data_json(&filter))),
+                Ok(StoredFilter {
+                    resource_version: Some("9".into()),
+                    filter
+                })
+            );
         }
         // Without a VPN range, only a registry without peers is read.
-        let (data, _) = written_data(Vec::new());
+        let (data, _) = written_data();
         assert_eq!(
             parse_stored(&object(data), None),
             Err(Corrupt(
@@ -398,7 +462,7 @@ mod tests {
     fn a_stored_registry_is_bounded_and_its_filter_is_whole() {
         // Larger than the API server keeps for one object: refused before
         // it is parsed.
-        let (data, _) = written_data(Vec::new());
+        let (data, _) = written_data();
         let mut body = object(data);
         body.extend(std::iter::repeat_n(
             ' ',
@@ -413,17 +477,36 @@ mod tests {
         body.pop();
         assert!(parse_stored(&body, Some(&network())).is_ok());
         // A filter of any other size than its own, empty included, is
-        // refused (a writer stores it only once something is in it).
+        // refused (a writer stores it only once something is in it), in
+        // its own object and where a joinsvc from before stored it.
         for bits in [Vec::new(), vec![0xff; 3], vec![0; FILTER_BITS / 8 - 1]] {
-            let (mut data, _) = written_data(Vec::new());
+            let (mut data, _) = written_data();
             data["issued-filter"] = json!(confboot_util::base64::encode(&bits));
             data["issued-count"] = json!("1");
+            let wrong = Corrupt("issued-filter has the wrong size".into());
             assert_eq!(
-                parse_stored(&object(data), Some(&network())),
-                Err(Corrupt("issued-filter has the wrong size".into())),
-                "{} bytes",
-                bits.len()
+                parse_stored(&object(data.clone()), Some(&network())),
+                Err(wrong.clone())
             );
+            assert_eq!(parse_stored_filter(&object(data)), Err(wrong));
         }
+        let mut body = object(json!({}));
+        body.extend(std::iter::repeat_n(' ', MAX_CONFIGMAP_BYTES as usize));
+        assert_eq!(
+            parse_stored_filter(&body),
+            Err(Corrupt(
+                "larger than the API server's limit for one object".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_filter_stored_beside_the_peers_by_an_older_joinsvc_is_read_as_legacy() {
+        let (mut data, mut stored) = written_data();
+        let legacy = IssuedFilter::from_parts(vec![0x0f; FILTER_BITS / 8], 7).unwrap();
+        data["issued-filter"] = json!(confboot_util::base64::encode(legacy.bits()));
+        data["issued-count"] = json!("7");
+        stored.legacy_filter = legacy;
+        assert_eq!(parse_stored(&object(data), Some(&network())), Ok(stored));
     }
 }

@@ -48,11 +48,15 @@
 //! joins whose first boot is still running are kept exactly, at most
 //! [`MAX_PENDING_JOINS`]: when full, the oldest is taken as complete (it
 //! moves into the filter), which makes the rule stricter, never looser.
+//! The filter is stored apart from the rest (`crate::configmap`) and read
+//! only when a decision consults it, so that its size costs the tickets
+//! that need it and no others.
 //! Times are joinsvc's clock: a clock the host runs fast ends windows
 //! early (stricter); one it runs slow keeps an unfinished first boot open
 //! for longer, which lets the same disk's genuine image finish it, nothing
 //! more.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -167,19 +171,69 @@ impl Refusal {
 
 /// A Bloom filter of fixed size: what was put in is always found; what
 /// was not is found by chance only (see the module documentation).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// The registry keeps it in an object of its own, read only by the
+/// changes that consult it; a change starts with a stand-in
+/// ([`IssuedFilter::unread`]) that remembers being consulted, and is run
+/// again on the read filter when it was. Two filters are equal when they
+/// hold the same bits and count.
+#[derive(Clone, Debug, Default)]
 pub struct IssuedFilter {
     /// [`FILTER_BITS`] bits, or empty while nothing was put in.
     bits: Vec<u8>,
     /// How many entries were put in.
     count: u64,
+    /// `Some` for the stand-in of a filter not read: whether it was
+    /// consulted (it answers "seen" and takes nothing in).
+    unread: Option<Cell<bool>>,
+    /// Keys this change put in the stored filter on an earlier attempt of
+    /// its own: not "seen" for it (a launch it claimed stays its own).
+    claimed: Vec<[u8; 32]>,
+    /// Keys put in since the filter was read.
+    added: Vec<[u8; 32]>,
 }
+
+impl PartialEq for IssuedFilter {
+    fn eq(&self, other: &IssuedFilter) -> bool {
+        self.bits == other.bits
+            && self.count == other.count
+            && self.unread.is_some() == other.unread.is_some()
+    }
+}
+
+impl Eq for IssuedFilter {}
 
 impl IssuedFilter {
     /// The filter from its stored bits (exactly [`FILTER_BITS`] / 8 bytes,
     /// or none) and count.
     pub fn from_parts(bits: Vec<u8>, count: u64) -> Option<IssuedFilter> {
-        (bits.is_empty() || bits.len() == FILTER_BITS / 8).then_some(IssuedFilter { bits, count })
+        (bits.is_empty() || bits.len() == FILTER_BITS / 8).then_some(IssuedFilter {
+            bits,
+            count,
+            ..IssuedFilter::default()
+        })
+    }
+
+    /// The stand-in for a filter not read yet: a decision that consults it
+    /// is refused (everything "seen"), nothing goes in, and
+    /// [`IssuedFilter::consulted`] says so, so that the change is made
+    /// again on the filter read.
+    pub fn unread() -> IssuedFilter {
+        IssuedFilter {
+            unread: Some(Cell::new(false)),
+            ..IssuedFilter::default()
+        }
+    }
+
+    /// Whether this is the stand-in of [`IssuedFilter::unread`] and a
+    /// decision consulted it.
+    pub fn consulted(&self) -> bool {
+        self.unread.as_ref().is_some_and(Cell::get)
+    }
+
+    /// Whether this is the stand-in of [`IssuedFilter::unread`].
+    pub fn is_unread(&self) -> bool {
+        self.unread.is_some()
     }
 
     /// The stored bits (empty while nothing was put in).
@@ -192,6 +246,44 @@ impl IssuedFilter {
         self.count
     }
 
+    /// The keys put in since the filter was read.
+    pub fn added(&self) -> &[[u8; 32]] {
+        &self.added
+    }
+
+    /// This filter, for a change that put `claimed` in the stored filter
+    /// itself on an earlier attempt: those are not "seen" for it.
+    pub fn with_claimed(mut self, claimed: &[[u8; 32]]) -> IssuedFilter {
+        self.claimed = claimed.to_vec();
+        self
+    }
+
+    /// Everything `other` holds put in this filter too (the counts add:
+    /// an upper bound).
+    pub fn absorb(&mut self, other: &IssuedFilter) {
+        if other.bits.is_empty() {
+            return;
+        }
+        if self.bits.is_empty() {
+            self.bits = vec![0; FILTER_BITS / 8];
+        }
+        for (mine, theirs) in self.bits.iter_mut().zip(&other.bits) {
+            *mine |= theirs;
+        }
+        self.count = self.count.saturating_add(other.count);
+    }
+
+    /// Whether every bit `other` has set is set here.
+    pub fn holds(&self, other: &IssuedFilter) -> bool {
+        other.bits.is_empty()
+            || (!self.bits.is_empty()
+                && self
+                    .bits
+                    .iter()
+                    .zip(&other.bits)
+                    .all(|(mine, theirs)| mine & theirs == *theirs))
+    }
+
     fn positions(key: &[u8; 32]) -> impl Iterator<Item = usize> + '_ {
         (0..FILTER_HASHES).map(move |i| {
             let word = u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().expect("4 bytes"));
@@ -199,13 +291,25 @@ impl IssuedFilter {
         })
     }
 
-    fn contains(&self, key: &[u8; 32]) -> bool {
+    fn has_bits(&self, key: &[u8; 32]) -> bool {
         !self.bits.is_empty()
             && Self::positions(key).all(|p| self.bits[p / 8] & (1 << (p % 8)) != 0)
     }
 
+    fn contains(&self, key: &[u8; 32]) -> bool {
+        if let Some(consulted) = &self.unread {
+            consulted.set(true);
+            return true;
+        }
+        !self.claimed.contains(key) && self.has_bits(key)
+    }
+
     fn insert(&mut self, key: &[u8; 32]) {
-        if self.contains(key) {
+        if let Some(consulted) = &self.unread {
+            consulted.set(true);
+            return;
+        }
+        if self.has_bits(key) {
             return;
         }
         if self.bits.is_empty() {
@@ -215,6 +319,7 @@ impl IssuedFilter {
             self.bits[p / 8] |= 1 << (p % 8);
         }
         self.count += 1;
+        self.added.push(*key);
     }
 }
 

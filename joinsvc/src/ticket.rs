@@ -311,14 +311,10 @@ impl TicketService {
         req: &IssueRejoinTicketRequest,
     ) -> Result<IssueRejoinTicketResponse, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
-        self.config
-            .registry
-            .admit(caller, TicketKind::Rejoin, &uuid, None)
-            .map_err(IssueError::Vpn)?;
         let generation = self
             .config
             .registry
-            .last_generation(&uuid)
+            .admit_rejoin(caller, &uuid)
             .map_err(IssueError::Vpn)?;
         let m = &self.config.master_secret;
         Ok(IssueRejoinTicketResponse {

@@ -14,7 +14,12 @@
 //!
 //! The same object keeps joinsvc's [`Ledger`] (what each SEV-SNP launch
 //! and each disk was given: [`crate::ledger`]), with or without a VPN, so
-//! a restarted or another replica refuses what this one would.
+//! a restarted or another replica refuses what this one would; the
+//! ledger's filter of served launches and joined disks (128 KiB of bits)
+//! has an object of its own, [`ISSUED_FILTER_CONFIGMAP`], read only by
+//! the changes that consult it (joins, SEV-SNP launches, a disk's first
+//! boot ending): a vTPM node's rejoin and a member's periodic record read
+//! the small object alone.
 //!
 //! What is read back is checked as strictly as what a node receives
 //! ([`PeerList::from_update`]): a registry that does not parse, or holds
@@ -36,10 +41,15 @@ use confboot_proto::vpn::{GetUpdateResponse, Peer as WirePeer};
 use confboot_vpn::{MAX_PEERS, Peer, PeerList, VpnError, VpnNetwork, VpnPublicKey};
 use serde_json::json;
 
-use crate::configmap::{Corrupt, MAX_CONFIGMAP_BYTES, Stored, Written, data_json, parse_stored};
-pub use crate::configmap::{MAX_REMOVED_DISKS, PEERS_CONFIGMAP};
+use crate::configmap::{
+    Corrupt, MAX_CONFIGMAP_BYTES, Stored, StoredFilter, Written, data_json, filter_data_json,
+    parse_stored, parse_stored_filter,
+};
+pub use crate::configmap::{ISSUED_FILTER_CONFIGMAP, MAX_REMOVED_DISKS, PEERS_CONFIGMAP};
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
-use crate::ledger::{Caller, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide, record};
+use crate::ledger::{
+    Caller, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide, record,
+};
 
 /// Compare-and-swap attempts before a change is given up as contended.
 const CAS_ATTEMPTS: usize = 16;
@@ -190,6 +200,7 @@ pub struct KubeApiPeerRegistry {
     update_cache_ttl: Duration,
     collection_uri: ureq::http::Uri,
     object_uri: ureq::http::Uri,
+    filter_uri: ureq::http::Uri,
 }
 
 impl KubeApiPeerRegistry {
@@ -211,6 +222,7 @@ impl KubeApiPeerRegistry {
         Ok(KubeApiPeerRegistry {
             collection_uri: api.uri(collection)?,
             object_uri: api.uri(&format!("{collection}/{PEERS_CONFIGMAP}"))?,
+            filter_uri: api.uri(&format!("{collection}/{ISSUED_FILTER_CONFIGMAP}"))?,
             api,
             network,
             clock: Box::new(unix_now),
@@ -280,8 +292,22 @@ impl KubeApiPeerRegistry {
         })
     }
 
+    /// Admits `caller`'s rejoin ticket for `disk` and records it, as
+    /// [`KubeApiPeerRegistry::admit`] does; the generation the cluster last
+    /// confirmed for the disk (0: none), from the same read.
+    pub fn admit_rejoin(&self, caller: &Caller, disk: &str) -> Result<u64, RegistryError> {
+        self.change(|e| {
+            decide(e.ledger, e.removed, caller, TicketKind::Rejoin, disk)
+                .map_err(RegistryError::Admission)?;
+            let changed = record(e.ledger, caller, TicketKind::Rejoin, disk, e.now);
+            Ok((e.ledger.generation(disk), changed))
+        })
+    }
+
     /// The generation the cluster last confirmed for `disk` (0: none), as
-    /// the registry holds it now.
+    /// the registry holds it now (tests; a rejoin reads it with its
+    /// admission, [`KubeApiPeerRegistry::admit_rejoin`]).
+    #[cfg(test)]
     pub fn last_generation(&self, disk: &str) -> Result<u64, RegistryError> {
         Ok(self.read()?.ledger.generation(disk))
     }
@@ -354,7 +380,11 @@ impl KubeApiPeerRegistry {
                 }
             };
             let waited = e.pending_peers.remove(&request.name).is_some();
-            let completed = e.ledger.complete(&request.disk_uuid);
+            // A disk bound to its name and not pending completed its first
+            // boot when it was bound or when its join ended (both put it in
+            // the filter): its periodic records need not consult the filter.
+            let completed = (!bound || e.ledger.is_pending(&request.disk_uuid))
+                && e.ledger.complete(&request.disk_uuid);
             let (ip, changed) = upsert(network, e.peers, request, !bound)?;
             Ok((ip, changed || waited || completed))
         })
@@ -434,47 +464,99 @@ impl KubeApiPeerRegistry {
     /// waiting with backoff and jitter after each write another replica
     /// made first. `edit` returns its result and whether it changed the
     /// list.
+    ///
+    /// The ledger's filter ([`ISSUED_FILTER_CONFIGMAP`]) is read only when
+    /// `edit` consults it: `edit` runs first with a stand-in
+    /// ([`IssuedFilter::unread`]) and, if it asked, again on the same read
+    /// with the filter. A changed filter is written before the peers'
+    /// object, so that whoever sees a disk's first boot over there finds
+    /// the disk in the filter; the filter's compare-and-swap is where a
+    /// launch is claimed. A launch this change claimed before its second
+    /// write lost stays its own on the next attempt.
     fn change<T>(
         &self,
         mut edit: impl FnMut(Edit<'_>) -> Result<(T, bool), RegistryError>,
     ) -> Result<T, RegistryError> {
         let _one_at_a_time = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let mut backoff = Backoff::new(CAS_BACKOFF_INITIAL, CAS_BACKOFF_MAX);
+        let mut claimed: Vec<[u8; 32]> = Vec::new();
         for attempt in 0..CAS_ATTEMPTS {
             if attempt > 0 {
                 std::thread::sleep(backoff.next_delay());
             }
             let stored = self.read()?;
-            let now = (self.clock)();
-            let mut peers = stored.peers.peers().to_vec();
-            let mut disks = stored.disks.clone();
-            let mut removed = stored.removed.clone();
-            let mut pending_peers = stored.pending_peers.clone();
-            let mut ledger = stored.ledger.clone();
-            // Joins whose first boot did not complete in time: their disk
-            // joined for good, their name and address are free again.
-            ledger.expire(now);
-            let window = JOIN_COMPLETION_WINDOW.as_secs();
-            pending_peers.retain(|name, since| {
-                let live = now.saturating_sub(*since) < window;
-                if !live {
-                    peers.retain(|p| p.name != *name);
-                    disks.remove(name);
+            // A filter left beside the peers by an older joinsvc is moved
+            // into its own object by this change, so the filter is read.
+            let mut filter = if stored.legacy_filter.bits().is_empty() {
+                None
+            } else {
+                Some(self.read_filter()?)
+            };
+            let (result, changed, peers, disks, removed, pending_peers, ledger) = loop {
+                let now = (self.clock)();
+                let mut peers = stored.peers.peers().to_vec();
+                let mut disks = stored.disks.clone();
+                let mut removed = stored.removed.clone();
+                let mut pending_peers = stored.pending_peers.clone();
+                let mut ledger = stored.ledger.clone();
+                ledger.issued = match &filter {
+                    Some(read) => {
+                        let mut issued = read.filter.clone().with_claimed(&claimed);
+                        issued.absorb(&stored.legacy_filter);
+                        issued
+                    }
+                    None => IssuedFilter::unread(),
+                };
+                // Joins whose first boot did not complete in time: their disk
+                // joined for good, their name and address are free again.
+                ledger.expire(now);
+                let window = JOIN_COMPLETION_WINDOW.as_secs();
+                pending_peers.retain(|name, since| {
+                    let live = now.saturating_sub(*since) < window;
+                    if !live {
+                        peers.retain(|p| p.name != *name);
+                        disks.remove(name);
+                    }
+                    live
+                });
+                let outcome = edit(Edit {
+                    peers: &mut peers,
+                    disks: &mut disks,
+                    removed: &mut removed,
+                    pending_peers: &mut pending_peers,
+                    ledger: &mut ledger,
+                    now,
+                });
+                if ledger.issued.consulted() {
+                    filter = Some(self.read_filter()?);
+                    continue;
                 }
-                live
-            });
-            let (result, changed) = edit(Edit {
-                peers: &mut peers,
-                disks: &mut disks,
-                removed: &mut removed,
-                pending_peers: &mut pending_peers,
-                ledger: &mut ledger,
-                now,
-            })?;
+                let (result, changed) = outcome?;
+                break (
+                    result,
+                    changed,
+                    peers,
+                    disks,
+                    removed,
+                    pending_peers,
+                    ledger,
+                );
+            };
             if !changed {
                 return Ok(result);
             }
             let list = PeerList::new(peers).map_err(RegistryError::Refused)?;
+            if let Some(read) = &filter
+                && (ledger.issued.bits() != read.filter.bits())
+            {
+                if !self.write_filter(read, &ledger.issued)? {
+                    log::debug!("ledger filter changed under this write; reading it again");
+                    continue;
+                }
+                claimed.extend_from_slice(ledger.issued.added());
+            }
+            let mut disks = disks;
+            let mut pending_peers = pending_peers;
             disks.retain(|name, _| list.get(name).is_some());
             pending_peers.retain(|name, _| list.get(name).is_some());
             let written = Written {
@@ -494,6 +576,48 @@ impl KubeApiPeerRegistry {
         Err(RegistryError::Contended)
     }
 
+    /// The ledger's filter as stored (empty when there is no object yet).
+    fn read_filter(&self) -> Result<StoredFilter, RegistryError> {
+        let answer = self.api.get(&self.filter_uri, MAX_CONFIGMAP_BYTES)?;
+        match answer.status {
+            200 => Ok(parse_stored_filter(&answer.body)?),
+            404 => Ok(StoredFilter::default()),
+            _ => Err(api_error(&answer)),
+        }
+    }
+
+    /// Writes `filter` over `read`; `false` if another writer was first
+    /// (409).
+    fn write_filter(
+        &self,
+        read: &StoredFilter,
+        filter: &IssuedFilter,
+    ) -> Result<bool, RegistryError> {
+        let mut metadata = json!({"name": ISSUED_FILTER_CONFIGMAP, "namespace": "kube-system"});
+        if let Some(rv) = &read.resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": filter_data_json(filter),
+        })
+        .to_string();
+        let (method, uri) = match read.resource_version {
+            None => (SendMethod::Post, &self.collection_uri),
+            Some(_) => (SendMethod::Put, &self.filter_uri),
+        };
+        let answer = self
+            .api
+            .send_json(method, uri, body.as_bytes(), MAX_CONFIGMAP_BYTES)?;
+        match answer.status {
+            200 | 201 => Ok(true),
+            409 => Ok(false),
+            _ => Err(api_error(&answer)),
+        }
+    }
+
     fn read(&self) -> Result<Stored, RegistryError> {
         let answer = self.api.get(&self.object_uri, MAX_CONFIGMAP_BYTES)?;
         match answer.status {
@@ -506,6 +630,7 @@ impl KubeApiPeerRegistry {
                 removed: Vec::new(),
                 pending_peers: BTreeMap::new(),
                 ledger: Ledger::default(),
+                legacy_filter: IssuedFilter::default(),
             }),
             _ => Err(api_error(&answer)),
         }
@@ -1132,6 +1257,117 @@ mod tests {
         let update = replicas[0].update(0).unwrap();
         assert_eq!(update.peers.len(), nodes as usize);
         assert_eq!(update.resource_version, u64::from(nodes));
+    }
+
+    #[test]
+    fn the_filter_is_read_only_by_the_changes_that_consult_it() {
+        use crate::configmap::ISSUED_FILTER_CONFIGMAP;
+        use crate::ledger::LaunchId;
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        let filter_requests = || double.configmap_requests(ISSUED_FILTER_CONFIGMAP);
+        // A join (its disk's filter entry consulted), then the node's first
+        // record ends its first boot: the disk goes into the filter.
+        r.register(&request(0)).unwrap();
+        r.refresh_own(&request(0)).unwrap();
+        let stored = double.configmap(ISSUED_FILTER_CONFIGMAP).unwrap();
+        assert!(stored["data"]["issued-filter"].as_str().unwrap().len() > 100_000);
+        assert!(
+            double.configmap(PEERS_CONFIGMAP).unwrap()["data"]
+                .get("issued-filter")
+                .is_none()
+        );
+        // The node's later records, a vTPM node's rejoins and their
+        // generations consult nothing the filter holds: it is not read.
+        let before = filter_requests();
+        for _ in 0..3 {
+            r.refresh_own(&request(0)).unwrap();
+            r.admit_rejoin(&Caller::Unbootstrapped, &request(0).disk_uuid)
+                .unwrap();
+            r.confirm_generation(&request(0).disk_uuid, 0, 1).ok();
+        }
+        assert_eq!(filter_requests(), before);
+        // A join and an SEV-SNP launch consult it.
+        assert_eq!(
+            r.register(&request(0)),
+            Err(RegistryError::Admission(Refusal::DiskJoined {
+                disk: request(0).disk_uuid
+            }))
+        );
+        assert_eq!(filter_requests(), before + 1);
+        let launch = Caller::Launch(LaunchId::from_bytes([6; 32]));
+        r.admit_rejoin(&launch, &request(0).disk_uuid).unwrap();
+        assert_eq!(filter_requests(), before + 3, "a read and a write");
+        assert_eq!(
+            r.admit_rejoin(&launch, &request(0).disk_uuid),
+            Err(RegistryError::Admission(Refusal::LaunchServed))
+        );
+    }
+
+    #[test]
+    fn a_filter_an_older_joinsvc_kept_beside_the_peers_moves_into_its_own_object() {
+        use crate::configmap::ISSUED_FILTER_CONFIGMAP;
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let r = registry(&double, "10.118.0.0/24");
+        r.register(&request(0)).unwrap();
+        r.refresh_own(&request(0)).unwrap();
+        // As an older joinsvc stored it: the filter beside the peers, and
+        // no object of its own.
+        let filter = double.configmap(ISSUED_FILTER_CONFIGMAP).unwrap()["data"].clone();
+        let mut data = double.configmap(PEERS_CONFIGMAP).unwrap()["data"].clone();
+        data["issued-filter"] = filter["issued-filter"].clone();
+        data["issued-count"] = filter["issued-count"].clone();
+        double.put_configmap_data(PEERS_CONFIGMAP, data);
+        double.put_configmap_data(ISSUED_FILTER_CONFIGMAP, json!({}));
+        let refused = Err(RegistryError::Admission(Refusal::DiskJoined {
+            disk: request(0).disk_uuid,
+        }));
+        // Its disk is still refused a join, before and after the first
+        // change moved the filter.
+        assert_eq!(r.register(&request(0)), refused);
+        r.register(&request(1)).unwrap();
+        let peers = double.configmap(PEERS_CONFIGMAP).unwrap();
+        assert!(peers["data"].get("issued-filter").is_none());
+        assert_eq!(
+            double.configmap(ISSUED_FILTER_CONFIGMAP).unwrap()["data"]["issued-filter"],
+            filter["issued-filter"]
+        );
+        assert_eq!(r.register(&request(0)), refused);
+    }
+
+    #[test]
+    fn concurrent_launches_at_several_replicas_are_each_served_once() {
+        use crate::ledger::LaunchId;
+        let double = KubeApiDouble::start(SA_TOKEN);
+        let replicas: Vec<Arc<KubeApiPeerRegistry>> = (0..3)
+            .map(|_| Arc::new(registry(&double, "10.118.0.0/16")))
+            .collect();
+        // Each launch asks at two replicas at once: the filter's
+        // compare-and-swap gives it one ticket, and a launch whose second
+        // write lost to another launch's keeps the one it claimed.
+        let launches = 12u8;
+        let served: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2 * u32::from(launches))
+                .map(|i| {
+                    let r = Arc::clone(&replicas[i as usize % 3]);
+                    let launch = Caller::Launch(LaunchId::from_bytes([(i / 2) as u8; 32]));
+                    let disk = request(i / 2).disk_uuid;
+                    s.spawn(move || match r.admit_rejoin(&launch, &disk) {
+                        Ok(_) => true,
+                        Err(RegistryError::Admission(Refusal::LaunchServed)) => false,
+                        Err(e) => panic!("{e}"),
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (launch, pair) in served.chunks(2).enumerate() {
+            assert_eq!(
+                pair.iter().filter(|s| **s).count(),
+                1,
+                "launch {launch}: {pair:?}"
+            );
+        }
     }
 
     #[test]

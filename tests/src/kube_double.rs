@@ -65,7 +65,8 @@ pub const JOINSVC_ROLE_NAMESPACE: &str = "kube-system";
 /// the double enforces by default (`tests/tests/deploy_manifests.rs` holds
 /// the manifest to them): creating Secrets (bootstrap tokens) and ConfigMaps
 /// (the VPN peer registry, once) in kube-system, and reading and replacing
-/// the one ConfigMap `confboot-vpn-peers`; nothing else.
+/// the two ConfigMaps `confboot-vpn-peers` and `confboot-issued-filter`;
+/// nothing else.
 pub const JOINSVC_ROLE_RULES: &[PolicyRule] = &[
     PolicyRule {
         api_groups: &[""],
@@ -83,7 +84,7 @@ pub const JOINSVC_ROLE_RULES: &[PolicyRule] = &[
         api_groups: &[""],
         resources: &["configmaps"],
         verbs: &["get", "update"],
-        resource_names: &["confboot-vpn-peers"],
+        resource_names: &["confboot-vpn-peers", "confboot-issued-filter"],
     },
 ];
 
@@ -237,6 +238,8 @@ pub struct CreatedToken {
 #[derive(Default)]
 struct State {
     failures: VecDeque<Failure>,
+    /// Requests received per path (the query aside).
+    by_path: std::collections::BTreeMap<String, usize>,
     created: Vec<CreatedToken>,
     /// The ids in `created`, looked up by key as the API server's store does.
     ids: HashSet<String>,
@@ -357,6 +360,14 @@ impl KubeApiDouble {
         self.state.lock().unwrap().requests
     }
 
+    /// Requests for the ConfigMap `name` in kube-system (reads and
+    /// replacements) received so far, whatever their outcome.
+    pub fn configmap_requests(&self, name: &str) -> usize {
+        let path = format!("{CONFIGMAPS_PATH}/{name}");
+        let st = self.state.lock().unwrap();
+        st.by_path.get(&path).copied().unwrap_or(0)
+    }
+
     /// Requests for Secrets (bootstrap tokens) received so far, whatever
     /// their outcome; the registry's ConfigMap requests are not counted.
     pub fn secret_requests(&self) -> usize {
@@ -429,6 +440,13 @@ fn serve(
         let failure = {
             let mut st = state.lock().unwrap();
             st.requests += 1;
+            let path = request
+                .path
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            *st.by_path.entry(path).or_default() += 1;
             if request.path.contains("/secrets") {
                 st.secret_requests += 1;
                 st.failures.pop_front()
@@ -851,9 +869,12 @@ mod tests {
     fn joinsvc_role_allows_creating_secrets_and_the_peer_registry_only() {
         assert_eq!(authorize("POST", SECRETS_PATH), Ok(()));
         let registry = format!("{CONFIGMAPS_PATH}/confboot-vpn-peers");
+        let filter = format!("{CONFIGMAPS_PATH}/confboot-issued-filter");
         assert_eq!(authorize("POST", CONFIGMAPS_PATH), Ok(()));
-        assert_eq!(authorize("GET", &registry), Ok(()));
-        assert_eq!(authorize("PUT", &registry), Ok(()));
+        for object in [&registry, &filter] {
+            assert_eq!(authorize("GET", object), Ok(()));
+            assert_eq!(authorize("PUT", object), Ok(()));
+        }
         // Other ConfigMaps, and other verbs on the registry, are refused:
         // the names limit only get and update.
         for (method, target, verb) in [
