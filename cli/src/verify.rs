@@ -61,8 +61,8 @@ const CMD: Command = Command {
             8080: TLS 1.3, ALPN confboot/2; this side does not attest) and checks the vTPM quote\n\
             the node sends, bound to this TLS session's exporter (a fresh value per connection: a\n\
             relay or a recorded answer is refused), the quote's signature, the attestation key\n\
-            against --ak-trust, the event log the node\n\
-            sends (it must replay to the quoted PCRs), every PCR of --measurements, and PCR 15\n\
+            against --ak-trust, the event log the node sends (it must replay to the quoted\n\
+            PCRs), every PCR of --measurements, and PCR 15\n\
             against the mark of the cluster id (--cluster-id, or the cluster file `confboot init`\n\
             wrote; it replaces a PCR 15 entry of the policy, which describes unbootstrapped\n\
             nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
