@@ -1,6 +1,8 @@
-//! `confboot verify`: asks a running node's verify service (the node
-//! agent, `GET /?nonce=`) for a fresh quote and checks it: the signature
-//! and the nonce, the AK trust, the carried event log's replay, every PCR of
+//! `confboot verify`: connects to a running node's verify service (the
+//! node agent, over aTLS without attesting) and checks the quote the node
+//! sends, bound to that TLS session's exporter: the signature and the
+//! binding (evidence made for another session, a relay's or a recorded
+//! one, is refused), the AK trust, the carried event log's replay, every PCR of
 //! the policy, and PCR 15 against the cluster's mark. Prints one row per
 //! PCR (or JSON with `-o json`). With `--variants` accepting `sev-snp`,
 //! an SEV-SNP document is checked against `--snp-policy` instead, every
@@ -16,15 +18,14 @@ use std::time::Duration;
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
+use confboot_attest::EXTRA_DATA_LEN;
 use confboot_attest::config::VtpmConfig;
 use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
 use confboot_attest::tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_proto::DEFAULT_VERIFY_PORT;
-use nodeagent::verify::http::fetch_document;
-use nodeagent::verify::{
-    AttestationDocument, NodeReport, VERIFY_NONCE_LEN, check_node, extra_data, new_nonce,
-};
+use nodeagent::verify::service::{SessionEvidence, fetch_document};
+use nodeagent::verify::{AttestationDocument, NodeReport, check_node};
 
 use crate::common;
 
@@ -50,16 +51,18 @@ const OUTPUT: Opt = Opt::value("output", "FORMAT", "table, or json for machines"
 const TIMEOUT: Opt = Opt::value(
     "timeout",
     "SECONDS",
-    "Bound on connecting, asking and reading the answer",
+    "Bound on connecting, the handshake and reading the node's evidence, all of it",
 )
 .default("30");
 
 const CMD: Command = Command {
     name: "confboot verify",
-    about: "Verify a running node: asks its verify service (the node agent, HTTP GET /?nonce= on\n\
-            port 8080) for a vTPM quote bound to a fresh random nonce, and checks the quote's\n\
-            signature and nonce, the attestation key against --ak-trust, the event log the node\n\
-            sends (it must replay to the quoted PCRs), every PCR of --measurements, and PCR 15\n\
+    about: "Verify a running node: connects to its verify service (the node agent, aTLS on port\n\
+            8080: TLS 1.3, ALPN confboot/2; this side does not attest) and checks the vTPM quote\n\
+            the node sends, bound to this TLS session's exporter (a fresh value per connection: a\n\
+            relay or a recorded answer is refused), the quote's signature, the attestation key\n\
+            against --ak-trust, the event log the node sends (it must replay to the quoted\n\
+            PCRs), every PCR of --measurements, and PCR 15\n\
             against the mark of the cluster id (--cluster-id, or the cluster file `confboot init`\n\
             wrote; it replaces a PCR 15 entry of the policy, which describes unbootstrapped\n\
             nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
@@ -95,7 +98,7 @@ struct Config {
     node: String,
     /// JSON output (`-o json`) instead of the table.
     json: bool,
-    /// Bound on connecting, asking and reading the answer.
+    /// Bound on connecting, the handshake and reading the node's evidence.
     timeout: Duration,
     /// How the node is checked.
     check: common::NodeCheck,
@@ -213,11 +216,13 @@ fn verify(config: &Config) -> Result<i32, String> {
     };
     let snp = attestation.snp.as_ref();
 
-    let nonce = new_nonce().map_err(|e| e.to_string())?;
-    let doc = fetch_document(node, &nonce, config.timeout)
+    let SessionEvidence {
+        document: doc,
+        extra_data,
+    } = fetch_document(node, config.timeout)
         .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
     if let (Variant::SevSnp, Some(snp)) = (doc.variant, snp) {
-        return Ok(snp_verdict(node, &doc, &nonce, snp, json));
+        return Ok(snp_verdict(node, &doc, &extra_data, snp, json));
     }
     let Some(vtpm) = vtpm.filter(|_| doc.variant == Variant::QemuVtpm) else {
         let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();
@@ -231,7 +236,7 @@ fn verify(config: &Config) -> Result<i32, String> {
     };
     let report = match check_node(
         &doc,
-        &nonce,
+        &extra_data,
         vtpm.validator.as_ref(),
         &vtpm.policy,
         vtpm.events.as_ref(),
@@ -291,12 +296,12 @@ fn print_refused(node: &str, why: &str, json: bool) {
 }
 
 /// Checks SEV-SNP evidence with every check of `snp` (report data bound to
-/// `nonce`) and prints each; the exit code. An SEV-SNP report carries no
+/// `extra_data`, the session's) and prints each; the exit code. An SEV-SNP report carries no
 /// cluster mark, so membership is not checked (and the output says so).
 fn snp_verdict(
     node: &str,
     doc: &AttestationDocument,
-    nonce: &[u8; VERIFY_NONCE_LEN],
+    extra_data: &[u8; EXTRA_DATA_LEN],
     snp: &SnpValidator,
     json: bool,
 ) -> i32 {
@@ -307,8 +312,7 @@ fn snp_verdict(
             return 1;
         }
     };
-    let checks =
-        snp.verify_report_detailed(&evidence, &ReportDataCheck::ExtraData(extra_data(nonce)));
+    let checks = snp.verify_report_detailed(&evidence, &ReportDataCheck::ExtraData(*extra_data));
     let failure = first_failure(&checks);
     let membership = "cluster membership not checked: an SEV-SNP report carries no cluster mark";
     if json {
@@ -325,7 +329,10 @@ fn snp_verdict(
         }
         println!("{out:#}");
     } else {
-        println!("node {node}: {} evidence for a fresh nonce", doc.variant);
+        println!(
+            "node {node}: {} evidence for a fresh nonce (this TLS session's exporter)",
+            doc.variant
+        );
         for c in &checks {
             println!("  {c}");
         }
@@ -341,7 +348,7 @@ fn snp_verdict(
 /// The report as the table `confboot verify` prints.
 fn render_table(node: &str, report: &NodeReport) -> String {
     let mut out = format!(
-        "node {node}: {} evidence for a fresh nonce; signature, nonce and attestation key verified{}\n",
+        "node {node}: {} evidence for a fresh nonce (this TLS session's exporter); signature, binding and attestation key verified{}\n",
         report.variant,
         if report.has_event_log {
             "; its event log replays to the quote"

@@ -126,8 +126,8 @@ pub struct Vtpm {
     /// Trusts AKs certified by the fixture CA.
     pub ca_trusted: VtpmValidator,
     /// Every `TPMS_ATTEST` the fixture AK signs, ever: the quotes over each
-    /// [`PcrSet`] for [`EXTRA`], for the aTLS session's extra data (with and
-    /// without a sealing key) and for [`verify_extra`].
+    /// [`PcrSet`] for [`EXTRA`] and for the aTLS session's extra data (with
+    /// and without a sealing key; the verify service's too).
     pub signed_attests: Vec<Vec<u8>>,
 }
 
@@ -179,7 +179,7 @@ impl Vtpm {
         let pinned = VtpmValidator::new(AkTrust::Pinned(vec![ak_point.clone()]), policy.clone());
         let ca_trusted = VtpmValidator::new(AkTrust::CertificateRoots(vec![ca_der]), policy);
 
-        let signed_attests = [EXTRA, SESSION_EXTRA, SEALED_SESSION_EXTRA, verify_extra()]
+        let signed_attests = [EXTRA, SESSION_EXTRA, SEALED_SESSION_EXTRA]
             .iter()
             .flat_map(|extra| {
                 PcrSet::ALL
@@ -199,8 +199,8 @@ impl Vtpm {
     }
 
     /// Evidence the fixture AK signs: a quote over `set` bound to `extra`
-    /// (one of [`EXTRA`], [`SESSION_EXTRA`], [`SEALED_SESSION_EXTRA`] and
-    /// [`verify_extra`]), with the AK certificate
+    /// (one of [`EXTRA`], [`SESSION_EXTRA`] and [`SEALED_SESSION_EXTRA`]),
+    /// with the AK certificate
     /// when `with_certificate`, and [`event_log`] for [`PcrSet::Logged`].
     pub fn evidence(&self, extra: &[u8; 32], set: PcrSet, with_certificate: bool) -> Vec<u8> {
         let values = set.values();
@@ -235,15 +235,6 @@ impl Vtpm {
             &log,
         )
     }
-}
-
-/// The nonce of the verify-service fixtures: a quote bound to it
-/// ([`verify_extra`]) is one the fixture AK signs.
-pub const VERIFY_NONCE: [u8; nodeagent::verify::VERIFY_NONCE_LEN] = [0x7e; 32];
-
-/// The `extra_data` a verify answer for [`VERIFY_NONCE`] carries.
-pub fn verify_extra() -> [u8; 32] {
-    nodeagent::verify::extra_data(&VERIFY_NONCE)
 }
 
 /// A crypto-agile TCG event log (SHA-1 and SHA-256 banks) as OVMF writes

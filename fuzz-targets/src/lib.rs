@@ -111,7 +111,6 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tpm_event_log", tpm_event_log),
     ("tpm_event_list", tpm_event_list),
     ("kernel_image", kernel_image),
-    ("verify_request", verify_request),
     ("verify_document", verify_document),
     ("ssh_users_config", ssh_users_config),
     ("kubelet_csr", kubelet_csr),
@@ -1763,84 +1762,15 @@ pub fn kernel_image(data: &[u8]) {
 
 // ---- The verify service ----
 
-/// Evidence that is the `extra_data` it was asked for, so the target sees
-/// what a request bound.
-struct EchoIssuer;
-
-impl confboot_attest::Issuer for EchoIssuer {
-    fn variant(&self) -> Variant {
-        Variant::QemuVtpm
-    }
-    fn issue(&self, extra: &[u8; 32]) -> Result<Vec<u8>, confboot_attest::AttestationError> {
-        Ok(extra.to_vec())
-    }
-}
-
-/// What a client sends the node agent's verify service: the request head
-/// parsers, and for a whole head the service itself (over an in-memory
-/// pipe). It answers exactly one HTTP response of a known status, and
-/// evidence only for a request whose target carries a nonce, bound to
-/// that nonce.
-pub fn verify_request(data: &[u8]) {
-    use confboot_net::http::{HttpLimits, parse_request_head, parse_response};
-    use nodeagent::verify::http::{Served, serve_connection};
-    use nodeagent::verify::{AttestationDocument, extra_data, parse_request_target};
-    use std::io::{Read, Write};
-
-    let nonce = std::str::from_utf8(data)
-        .ok()
-        .and_then(|t| parse_request_target(t).ok());
-    if let Some(n) = nonce {
-        let again = nodeagent::verify::request_target(&n);
-        assert_eq!(parse_request_target(&again), Ok(n));
-    }
-    let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
-        let _ = parse_request_head(data);
-        return;
-    };
-    let head_nonce = parse_request_head(&data[..end])
-        .ok()
-        .and_then(|(method, target)| (method == "GET").then_some(target))
-        .and_then(|target| parse_request_target(target).ok());
-    let (mut client, mut server) = confboot_wire::pipe::pair();
-    client.write_all(data).expect("the pipe takes the request");
-    let served = serve_connection(
-        &mut server,
-        &EchoIssuer,
-        &HttpLimits::default(),
-        &Stop::new(),
-    );
-    drop(server);
-    let mut answer = Vec::new();
-    let _ = client.read_to_end(&mut answer);
-    let Served::Answered(status) = served else {
-        panic!("a whole head must be answered: {served:?}");
-    };
-    let (parsed, body) = parse_response(&answer, nodeagent::verify::MAX_DOCUMENT_BYTES)
-        .expect("the service answers valid HTTP");
-    assert_eq!(parsed, status);
-    match head_nonce {
-        Some(n) if status == 200 => {
-            let doc = AttestationDocument::from_json(body).expect("a 200 answer is a document");
-            assert_eq!(
-                doc.evidence,
-                extra_data(&n),
-                "evidence bound to another nonce"
-            );
-        }
-        Some(_) => panic!("a GET with a nonce answered {status}"),
-        None => assert_ne!(status, 200, "evidence for a request without a nonce"),
-    }
-}
-
-/// What a verify service answers the admin's client: the HTTP answer, the
-/// attestation document and the check against the fixture AK (pinned), a
-/// policy and a cluster id. A report comes only for a quote the fixture AK
-/// signed for the request's nonce; documents round-trip.
+/// What a verify service sends `confboot verify` after the handshake (the
+/// node's attestation frame, read as the admin's client reads it), and
+/// `confboot verify`'s check of it against the fixture AK (pinned), a
+/// policy, an expected event list and a cluster id. A report comes only
+/// for a quote the fixture AK signed, bound to the session's
+/// `extra_data`; every report has the cluster's mark as its PCR 15 row.
 pub fn verify_document(data: &[u8]) {
     use confboot_attest::vtpm::{AkTrust, VtpmValidator};
-    use confboot_net::http::parse_response;
-    use nodeagent::verify::{AttestationDocument, MAX_DOCUMENT_BYTES, check_node};
+    use nodeagent::verify::{AttestationDocument, check_node};
 
     let f = fixtures::vtpm();
     static CHECK: OnceLock<(VtpmValidator, MeasurementPolicy, EventList)> = OnceLock::new();
@@ -1858,19 +1788,17 @@ pub fn verify_document(data: &[u8]) {
         .require_unmarked(false);
         (validator, policy, events)
     });
-    let Ok((_, body)) = parse_response(data, MAX_DOCUMENT_BYTES) else {
+    let Ok(message) = confboot_atls::message::read(&mut &data[..]) else {
         return;
     };
-    let Ok(doc) = AttestationDocument::from_json(body) else {
+    let extra = fixtures::session_extra(message.sealing_key.as_ref());
+    let Some((variant, evidence)) = message.evidence else {
         return;
     };
-    assert_eq!(
-        AttestationDocument::from_json(doc.to_json().as_bytes()).as_ref(),
-        Ok(&doc)
-    );
+    let doc = AttestationDocument { variant, evidence };
     let Ok(report) = check_node(
         &doc,
-        &fixtures::VERIFY_NONCE,
+        &extra,
         validator,
         policy,
         Some(events),
@@ -1883,10 +1811,9 @@ pub fn verify_document(data: &[u8]) {
         f.signed_attests.contains(&e.attest),
         "a report for a quote the AK never signed"
     );
-    let extra = fixtures::verify_extra();
     assert!(
         e.attest.windows(32).any(|w| w == extra),
-        "a report for a quote bound to another nonce"
+        "a report for a quote bound to another session"
     );
     let pcr15 = report
         .rows

@@ -1060,44 +1060,42 @@ fn kernel_image() -> Vec<Seed> {
     ]
 }
 
-fn verify_request() -> Vec<Seed> {
-    let target = nodeagent::verify::request_target(&fixtures::VERIFY_NONCE);
-    vec![
-        seed(
-            "get",
-            format!("GET {target} HTTP/1.1\r\nHost: node\r\nAccept: application/json\r\n\r\n"),
-        ),
-        seed("post", format!("POST {target} HTTP/1.1\r\n\r\n")),
-        seed("no-nonce", "GET /?x=1 HTTP/1.0\r\n\r\n"),
-        seed("unfinished", format!("GET {target} HTTP/1.1\r\nHost: n")),
-    ]
-}
-
+/// What a node sends `confboot verify` after the handshake: its
+/// attestation frame bound to the session (marked, with its event log),
+/// one bound to another value (a relayed or recorded answer), one with a
+/// sealing key, the empty message, and a refusal instead.
 fn verify_document() -> Vec<Seed> {
     let v = fixtures::vtpm();
-    let answer = |evidence: Vec<u8>| {
-        let body = nodeagent::verify::AttestationDocument {
-            variant: Variant::QemuVtpm,
-            evidence,
-        }
-        .to_json();
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
+    let answer = |extra: &[u8; 32], set: PcrSet, key: Option<[u8; 32]>| {
+        let m = AttestationMessage {
+            evidence: Some((Variant::QemuVtpm, v.evidence(extra, set, false))),
+            sealing_key: key,
+        };
+        frame(FrameKind::Message, &m.encode())
     };
-    let extra = fixtures::verify_extra();
     vec![
-        seed("marked", answer(v.evidence(&extra, PcrSet::Marked, false))),
-        seed("logged", answer(v.evidence(&extra, PcrSet::Logged, true))),
         seed(
-            "other-nonce",
-            answer(v.evidence(&EXTRA, PcrSet::Marked, false)),
+            "marked",
+            answer(&fixtures::SESSION_EXTRA, PcrSet::Marked, None),
         ),
         seed(
-            "not-found",
-            "HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n",
+            "logged",
+            answer(&fixtures::SESSION_EXTRA, PcrSet::Logged, None),
         ),
+        seed("other-session", answer(&EXTRA, PcrSet::Marked, None)),
+        seed(
+            "sealing-key",
+            answer(
+                &fixtures::SEALED_SESSION_EXTRA,
+                PcrSet::Marked,
+                Some([0x42; 32]),
+            ),
+        ),
+        seed(
+            "not-attested",
+            frame(FrameKind::Message, &AttestationMessage::none().encode()),
+        ),
+        seed("refused", trailer(7, "the server refused this client")),
     ]
 }
 
@@ -1269,7 +1267,6 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "tpm_event_log" => tpm_event_log(),
         "tpm_event_list" => tpm_event_list(),
         "kernel_image" => kernel_image(),
-        "verify_request" => verify_request(),
         "verify_document" => verify_document(),
         "ssh_users_config" => ssh_users_config(),
         "kubelet_csr" => kubelet_csr(),

@@ -1,8 +1,9 @@
 //! vTPM attestation latency on a real swtpm: quote and verify.
 //!
 //! `cargo bench -p nodeagent --bench vtpm [-- RUNS]` (default 200 runs each).
-//! Also the verify service's round trip (the node agent's HTTP server and
-//! the admin's client, in process) and `confboot verify`'s check.
+//! Also the verify service's round trip (the node agent's aTLS server and
+//! the admin's client, in process: a handshake and a quote) and `confboot
+//! verify`'s check.
 //! Prints median, p90 and min per operation, and each median as a ratio to
 //! a baseline measured in the same run (these machines are noisy): TPM
 //! operations against one TPM2_PCR_Read round trip, verification against
@@ -16,11 +17,10 @@ use std::time::{Duration, Instant};
 use confboot_attest::tpm::swtpm::Swtpm;
 use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator, issue_ak_certificate};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator};
-use confboot_net::http::HttpLimits;
-use confboot_net::listener::{self, PoolConfig};
+use confboot_net::listener::PoolConfig;
 use confboot_proto::Message as _;
 use nodeagent::verify::check_node;
-use nodeagent::verify::http::{fetch_document, serve_connection};
+use nodeagent::verify::service::{fetch_document, serve};
 
 struct Stats {
     median: Duration,
@@ -123,26 +123,18 @@ fn main() {
     // client over loopback, then the admin's check of the answer.
     let service = {
         let issuer: Arc<dyn Issuer> = issuer.clone();
-        let limits = HttpLimits::default();
         let pool = PoolConfig {
-            gate: Some(confboot_net::http::gate(16, Duration::from_secs(5))),
+            gate: Some(confboot_atls::client_hello_gate(16, Duration::from_secs(5))),
             ..PoolConfig::default()
         };
-        listener::spawn(
-            TcpListener::bind("127.0.0.1:0").unwrap(),
-            pool,
-            move |mut s, stop| {
-                serve_connection(&mut s, issuer.as_ref(), &limits, stop);
-            },
-        )
-        .unwrap()
+        serve(TcpListener::bind("127.0.0.1:0").unwrap(), pool, issuer).unwrap()
     };
     let addr = service.local_addr().to_string();
-    let nonce = [7u8; 32];
     let fetch = measure(runs, || {
-        fetch_document(&addr, &nonce, Duration::from_secs(10)).unwrap();
+        fetch_document(&addr, Duration::from_secs(10)).unwrap();
     });
-    let doc = fetch_document(&addr, &nonce, Duration::from_secs(10)).unwrap();
+    let fetched = fetch_document(&addr, Duration::from_secs(10)).unwrap();
+    let (doc, extra) = (fetched.document, fetched.extra_data);
     let any_pcrs = VtpmValidator::new(
         AkTrust::Pinned(vec![issuer.ak_public_key()]),
         MeasurementPolicy::new(BTreeMap::new()),
@@ -155,7 +147,7 @@ fn main() {
     let check = measure(runs, || {
         check_node(
             &doc,
-            &nonce,
+            &extra,
             &any_pcrs,
             &node_policy,
             None,
@@ -175,7 +167,7 @@ fn main() {
         ("baseline: ECDSA P-256 verify", ecdsa, cpu_base),
         ("validate, pinned AK", verify_pinned, cpu_base),
         ("validate, AK certificate", verify_cert, cpu_base),
-        ("verify service: HTTP GET, quote", fetch, tpm_base),
+        ("verify service: aTLS, quote", fetch, tpm_base),
         ("confboot verify's check, 24 PCRs", check, cpu_base),
     ];
     println!(

@@ -32,7 +32,7 @@ const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_HELP);
 const VERIFY_LISTEN: Opt = Opt::value(
     "verify-listen",
     "ADDR",
-    "Address of the verify service (plain HTTP)",
+    "Address of the verify service (aTLS, ALPN confboot/2)",
 )
 .default(DEFAULT_VERIFY_LISTEN)
 .env("NODEAGENT_VERIFY_LISTEN");
@@ -99,11 +99,12 @@ pub const CMD: Command = Command {
     name: "nodeagent",
     about: "nodeagent: runs on every confboot node after the bootstrapper has stopped (a systemd\n\
             service on a node's OS, or started by the initramfs' /init). It serves the verify\n\
-            service on --verify-listen: plain HTTP `GET /?nonce=<base64url of 32 random bytes>`\n\
-            answers a JSON attestation document {\"variant\", \"attestation\"} whose vTPM quote\n\
-            (with the firmware's event log) is bound to that nonce; `confboot verify --node HOST`\n\
-            asks and checks it. Requests are bounded (8 KiB head, 5 s to send it, a few at a time,\n\
-            per client address too); nothing it answers is secret. SIGTERM or SIGINT stop it.\n\
+            service on --verify-listen: aTLS (TLS 1.3, ALPN confboot/2, a certificate made for\n\
+            each handshake; the caller does not attest), then the node's vTPM quote (with the\n\
+            firmware's event log) bound to that TLS session's exporter, as on the join path;\n\
+            `confboot verify --node HOST` connects and checks it. Connections are bounded (5 s to\n\
+            send the ClientHello, 10 s for the handshake and the quote, a few at a time, per client\n\
+            address too); nothing it answers is secret. SIGTERM or SIGINT stop it.\n\
             With --vpn-cidr it polls the control planes (vpn.API/GetUpdate over aTLS: this node\n\
             attests with its vTPM, each control plane must pass the --joinsvc-* checks and carry\n\
             the cluster's mark in PCR 15) every --vpn-poll-interval seconds (with jitter; backoff\n\

@@ -1,9 +1,10 @@
 //! nodeagent: the one small daemon that keeps running on a confboot node
-//! once the bootstrapper has stopped. Today it serves the verify service:
-//! anyone who can reach the node asks `GET /?nonce=<base64url>` and gets a
-//! fresh quote of the node's TPM bound to that nonce
-//! ([`crate::verify`]), so an admin can check at any time what the node
-//! runs and that it is marked with the cluster's id (`confboot verify`).
+//! once the bootstrapper has stopped. It serves the verify service: anyone
+//! who can reach the node opens an aTLS connection (ALPN `confboot/2`,
+//! without attesting) and gets a fresh quote of the node's TPM bound to
+//! that TLS session's exporter ([`crate::verify`]), so an admin can check
+//! at any time what the node runs and that it is marked with the cluster's
+//! id (`confboot verify`).
 //!
 //! With `--vpn-cidr` it also polls the control planes for the cluster's
 //! VPN peer list (`vpn.API/GetUpdate` over aTLS, both sides attesting;
@@ -27,12 +28,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{CMD, Config, ConfigError};
-use crate::verify::http::{Served, serve_connection};
 use confboot_attest::Issuer;
 use confboot_attest::tpm::Tpm;
 use confboot_attest::vtpm::VtpmIssuer;
-use confboot_net::http::HttpLimits;
-use confboot_net::listener::{self, PoolConfig};
+use confboot_net::listener::PoolConfig;
 use confboot_sys::signals::TerminationSignals;
 use confboot_util::args::{exit_usage, start_daemon};
 
@@ -86,21 +85,18 @@ fn run(config: &Config) -> Result<(), String> {
         queue: workers * 4,
         socket_timeout: Duration::from_secs(10),
         max_per_peer: per_client,
-        // Silent or trickling clients wait at the gate, not on a worker.
-        gate: Some(confboot_net::http::gate(256, Duration::from_secs(5))),
+        // Silent or trickling clients wait at the gate, not on a worker;
+        // a connection reaches a worker with its ClientHello.
+        gate: Some(confboot_atls::client_hello_gate(
+            256,
+            Duration::from_secs(5),
+        )),
         ..PoolConfig::default()
     };
-    let limits = HttpLimits::default();
-    let server = listener::spawn(socket, pool, move |mut sock, stop| {
-        let peer = sock.peer_addr().ok();
-        match serve_connection(&mut sock, issuer.as_ref(), &limits, stop) {
-            Served::Answered(status) => log::info!("verify request from {peer:?}: {status}"),
-            other => log::debug!("verify connection from {peer:?}: {other:?}"),
-        }
-    })
-    .map_err(|e| format!("verify service: {e}"))?;
+    let server =
+        verify::service::serve(socket, pool, issuer).map_err(|e| format!("verify service: {e}"))?;
     log::info!(
-        "verify service listening on {} (GET /?nonce=)",
+        "verify service listening on {} (aTLS, evidence bound to the session)",
         server.local_addr()
     );
 

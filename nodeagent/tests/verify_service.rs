@@ -1,22 +1,27 @@
 //! The verify service end to end, as processes: the real `nodeagent` over
 //! a swtpm whose PCRs an event log reproduces, and the real `confboot
-//! verify`; then hosts that lie: another cluster's mark, another image,
-//! an untrusted key, a replayed answer, answers that are not documents.
+//! verify` (aTLS, the node's evidence bound to the session's exporter);
+//! then hosts that lie: another cluster's mark, another image, an
+//! untrusted key, a relay of the genuine node, a replayed answer, answers
+//! that are not evidence.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
 
-use confboot_attest::MeasurementPolicy;
 use confboot_attest::tpm::event_log::{EventLog, synthetic_log};
 use confboot_attest::tpm::swtpm::Swtpm;
 use confboot_attest::vtpm::VtpmIssuer;
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, MeasurementPolicy, Variant};
+use confboot_net::{PoolConfig, ServerHandle};
 use confboot_tests::cluster::workspace_binary;
 use confboot_tests::hostile::connect_from;
 use confboot_tests::{ChildProcess, TempDir, addr_after};
-use nodeagent::verify::http::fetch_document;
-use nodeagent::verify::{AttestationDocument, VERIFY_NONCE_LEN};
+use nodeagent::verify::AttestationDocument;
+use nodeagent::verify::service::fetch_document;
 
 const EV_EFI_BOOT_SERVICES_APPLICATION: u32 = 0x8000_0003;
 const EV_IPL: u32 = 0xd;
@@ -230,51 +235,80 @@ fn a_marked_node_verifies_and_every_lie_is_caught() {
         text(&out)
     );
 
-    // A host that replays an answer the node gave for another nonce.
-    let recorded = fetch_document(
-        &node.addr.to_string(),
-        &[3u8; VERIFY_NONCE_LEN],
-        std::time::Duration::from_secs(30),
-    )
-    .unwrap();
-    let replay = fake_node(Answer::Document(recorded));
-    let out = verify(&node, replay, &policy, &["--cluster-id", &cluster]);
+    // A relay that terminates TLS towards the CLI and forwards, for each
+    // connection, what the genuine node attests on the relay's own session
+    // with it: refused, with the reason named, in the table and in JSON.
+    let relay = fake_node(Arc::new(Relay(node.addr)));
+    let out = verify(
+        &node,
+        relay.local_addr(),
+        &policy,
+        &["--cluster-id", &cluster],
+    );
+    let shown = text(&out);
+    println!("{shown}");
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("its evidence is refused: evidence not bound to this handshake"),
+        "{shown}"
+    );
+    assert!(!shown.contains('✓'), "{shown}");
+    let out = verify(
+        &node,
+        relay.local_addr(),
+        &policy,
+        &["--cluster-id", &cluster, "-o", "json"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["verified"], false);
+    assert!(
+        json["error"]
+            .as_str()
+            .unwrap()
+            .contains("not bound to this handshake"),
+        "{json}"
+    );
+    relay.stop();
+
+    // A host that replays an answer the node gave on an earlier session:
+    // the evidence is bound to that session's exporter, not to this one.
+    let recorded = fetch_document(&node.addr.to_string(), Duration::from_secs(30))
+        .unwrap()
+        .document;
+    let replay = fake_node(Arc::new(Recorded(recorded)));
+    let out = verify(
+        &node,
+        replay.local_addr(),
+        &policy,
+        &["--cluster-id", &cluster],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("not bound to this handshake"),
         "{}",
         text(&out)
     );
+    replay.stop();
 
-    // Answers that are not attestation documents, and no answer at all.
+    // Answers that are not evidence, and no answer at all.
     for (answer, want) in [
         (
             Answer::Raw(b"SSH-2.0-OpenSSH\r\n".to_vec()),
-            "not an HTTP answer",
+            "TLS handshake failed",
         ),
         (
-            Answer::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 104857600\r\n\r\n".to_vec()),
-            "larger than an attestation document",
+            Answer::Attesting(Arc::new(Recorded(AttestationDocument {
+                variant: Variant::QemuVtpm,
+                evidence: vec![0x41; 70 * 1024],
+            }))),
+            "malformed attestation message",
         ),
-        (
-            Answer::Raw(oversized_body()),
-            "larger than an attestation document",
-        ),
-        (
-            Answer::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_vec()),
-            "\"variant\" must be a string",
-        ),
-        (
-            Answer::Raw(b"HTTP/1.1 503 Busy\r\nContent-Length: 5\r\n\r\nbusy\n".to_vec()),
-            "HTTP 503: busy",
-        ),
+        (Answer::NotAttesting, "the node did not attest"),
+        (Answer::Refusing, "the server refused this client"),
     ] {
-        let out = verify(
-            &node,
-            fake_node(answer),
-            &policy,
-            &["--cluster-id", &cluster],
-        );
+        let host = fake_host(answer);
+        let out = verify(&node, host, &policy, &["--cluster-id", &cluster]);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         assert!(text(&out).contains(want), "want {want:?}: {}", text(&out));
     }
@@ -286,14 +320,15 @@ fn a_marked_node_verifies_and_every_lie_is_caught() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("cannot connect"), "{}", text(&out));
 
-    // The agent refuses bad requests and keeps serving; SIGTERM stops it.
+    // The agent refuses what is not a ClientHello (the old plain-HTTP
+    // request among it: one scheme) without a byte of evidence, and keeps
+    // serving; SIGTERM stops it.
     let mut raw = TcpStream::connect(node.addr).unwrap();
     raw.write_all(b"GET /?nonce=c2hvcnQ HTTP/1.1\r\n\r\n")
         .unwrap();
-    let mut answer = String::new();
-    raw.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
-    assert!(answer.ends_with("nonce has 5 bytes, want 32\n"), "{answer}");
+    let mut answer = Vec::new();
+    let _ = raw.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
     // Clients that connect and say nothing (from other addresses) hold no
     // worker: the admin is still answered while they wait.
     let silent: Vec<TcpStream> = (0..100u8)
@@ -382,67 +417,95 @@ fn bad_arguments_exit_2_before_asking() {
     }
 }
 
-/// What a fake node answers.
+/// Evidence recorded once (a genuine node's, on another session), sent
+/// whatever the session: a host that replays it.
+struct Recorded(AttestationDocument);
+
+impl Issuer for Recorded {
+    fn variant(&self) -> Variant {
+        self.0.variant
+    }
+    fn issue(&self, _: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
+        Ok(self.0.evidence.clone())
+    }
+}
+
+/// A relay: it terminates TLS towards the admin's CLI and, for each
+/// connection, opens its own session with the genuine node and forwards
+/// the node's evidence as its own. It cannot have the node bind the CLI's
+/// session: the node binds the exporter of the session it is on (the
+/// relay's), and the verify service takes no value from its caller.
+///
+/// Against the scheme this replaced (plain HTTP, evidence bound to a nonce
+/// the caller picks) the same relay passed: it forwarded the CLI's nonce
+/// to the genuine node and its answer back, and the CLI accepted it,
+/// though what it spoke to was the relay.
+struct Relay(SocketAddr);
+
+impl Issuer for Relay {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+    fn issue(&self, _: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
+        fetch_document(&self.0.to_string(), Duration::from_secs(30))
+            .map(|got| got.document.evidence)
+            .map_err(|e| AttestationError::Issue(format!("the genuine node: {e}")))
+    }
+}
+
+/// A host serving aTLS on loopback that attests with `issuer`, as the
+/// node agent's verify service does.
+fn fake_node(issuer: Arc<dyn Issuer>) -> ServerHandle {
+    nodeagent::verify::service::serve(
+        TcpListener::bind("127.0.0.1:0").unwrap(),
+        PoolConfig::default(),
+        issuer,
+    )
+    .unwrap()
+}
+
+/// What a fake host answers.
 enum Answer {
-    Document(AttestationDocument),
+    /// These bytes, whatever was sent.
     Raw(Vec<u8>),
+    /// aTLS, attesting with this issuer.
+    Attesting(Arc<dyn Issuer>),
+    /// aTLS, without attesting (the empty message).
+    NotAttesting,
+    /// aTLS, requiring its callers to attest: the CLI, which does not, is
+    /// refused.
+    Refusing,
 }
 
-/// A 200 answer whose body runs past any document's size, without a length.
-fn oversized_body() -> Vec<u8> {
-    let mut bytes = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
-    bytes.resize(
-        bytes.len() + nodeagent::verify::MAX_DOCUMENT_BYTES + 16 * 1024,
-        b'A',
-    );
-    bytes
-}
-
-/// A host that answers one request with `answer`, whatever was asked.
-fn fake_node(answer: Answer) -> SocketAddr {
+/// A host that answers one connection with `answer`.
+fn fake_host(answer: Answer) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    let server = match answer {
+        Answer::Raw(bytes) => {
+            std::thread::spawn(move || {
+                let (mut sock, _) = listener.accept().unwrap();
+                let _ = sock.write_all(&bytes);
+            });
+            return addr;
+        }
+        Answer::Attesting(issuer) => confboot_atls::AtlsServer::new(Some(issuer), Vec::new()),
+        Answer::NotAttesting => confboot_atls::AtlsServer::new(None, Vec::new()),
+        Answer::Refusing => {
+            let any: Arc<dyn confboot_attest::Validator> =
+                Arc::new(confboot_attest::vtpm::VtpmValidator::new(
+                    confboot_attest::vtpm::AkTrust::Pinned(Vec::new()),
+                    MeasurementPolicy::default(),
+                ));
+            confboot_atls::AtlsServer::new(None, vec![any])
+        }
+    }
+    .unwrap();
     std::thread::spawn(move || {
-        let (mut sock, _) = listener.accept().unwrap();
-        let mut head = [0u8; 1024];
-        let _ = sock.read(&mut head);
-        let bytes = match answer {
-            Answer::Document(doc) => {
-                let body = doc.to_json();
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                )
-                .into_bytes()
-            }
-            Answer::Raw(bytes) => bytes,
-        };
-        let _ = sock.write_all(&bytes);
-    });
-    addr
-}
-
-/// A host that answers `issuers.len()` requests, the i-th with evidence
-/// from `issuers[i]` bound to the nonce the request carries.
-fn fake_attesting_node(issuers: Vec<std::sync::Arc<dyn confboot_attest::Issuer>>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for issuer in issuers {
-            let (mut sock, _) = listener.accept().unwrap();
-            let mut head = [0u8; 1024];
-            let n = sock.read(&mut head).unwrap();
-            let head = String::from_utf8_lossy(&head[..n]).to_string();
-            let target = head.split(' ').nth(1).unwrap_or("");
-            let nonce = nodeagent::verify::parse_request_target(target).unwrap();
-            let body = AttestationDocument::issue(issuer.as_ref(), &nonce)
-                .unwrap()
-                .to_json();
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(answer.as_bytes());
+        let (sock, _) = listener.accept().unwrap();
+        if let Ok(mut accepted) = server.accept(sock, Duration::from_secs(30)) {
+            // The caller reads the message and closes.
+            let _ = accepted.stream.read_to_end(&mut Vec::new());
         }
     });
     addr
@@ -452,7 +515,6 @@ fn fake_attesting_node(issuers: Vec<std::sync::Arc<dyn confboot_attest::Issuer>>
 fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_refused() {
     use confboot_attest::snp::SnpIssuer;
     use confboot_tests::snp::{Guest, Tcb, TestAmd, TestReportSource};
-    use std::sync::Arc;
 
     let amd = TestAmd::new();
     let chip = Arc::new(amd.chip([7; 64], Tcb::CURRENT));
@@ -475,10 +537,10 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
             0,
         ))
     };
-    let node = fake_attesting_node(vec![snp_node(false), snp_node(true), snp_node(false)]);
-    let run = |args: &[&str]| {
+    let run = |node: Arc<dyn confboot_attest::Issuer>, args: &[&str]| {
+        let node = fake_node(node);
         Command::new(workspace_binary("confboot"))
-            .args(["verify", "--node", &node.to_string()])
+            .args(["verify", "--node", &node.local_addr().to_string()])
             .args(args)
             .current_dir(admin.path())
             .output()
@@ -486,7 +548,7 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
     };
     let snp_args = ["--variants", "sev-snp", "--snp-policy", "snp.json"];
 
-    let out = run(&snp_args);
+    let out = run(snp_node(false), &snp_args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     for want in [
         "sev-snp evidence for a fresh nonce",
@@ -498,7 +560,7 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
         assert!(text(&out).contains(want), "want {want:?}: {}", text(&out));
     }
 
-    let out = run(&snp_args);
+    let out = run(snp_node(true), &snp_args);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("✗ debug") && text(&out).contains("NOT verified"),
@@ -507,14 +569,17 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
     );
 
     // The default accepts qemu-vtpm only: the SNP node is refused.
-    let out = run(&[
-        "--measurements",
-        "m.json",
-        "--ak-trust",
-        "insecure-any-ak",
-        "--cluster-id",
-        "ab",
-    ]);
+    let out = run(
+        snp_node(false),
+        &[
+            "--measurements",
+            "m.json",
+            "--ak-trust",
+            "insecure-any-ak",
+            "--cluster-id",
+            "ab",
+        ],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out)

@@ -22,9 +22,9 @@
 //!   its own key next to genuine evidence.
 //!
 //! The exporter hashes its context, so the two context lengths cannot be
-//! confused. The verify service's binding (SHA-256 of its own label and a
-//! caller's nonce) cannot give an exporter's value without a SHA-256
-//! preimage, so it is no oracle for this one.
+//! confused. The node agent's verify service binds its evidence the same
+//! way (the server's role, no sealing key): it takes no value from its
+//! caller, so it is no oracle for any other session.
 
 use std::ops::Deref;
 

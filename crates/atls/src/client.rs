@@ -11,13 +11,13 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::attestation;
-use super::binding::Role;
+use super::binding::{self, Role};
 use super::error::AtlsError;
 use super::handshake::{
     ALPN, AnyServerCertificate, SERVER_NAME, check_alpn, drive, provider, reset_timeouts,
 };
-use super::message::{self, SEALING_KEY_LEN};
-use confboot_attest::{Attested, Issuer, Validator};
+use super::message::{self, AttestationMessage, SEALING_KEY_LEN};
+use confboot_attest::{Attested, EXTRA_DATA_LEN, Issuer, Validator};
 use confboot_wire::{DeadlineSocket, Transport};
 
 /// The client end of aTLS: which server evidence it accepts, and what it
@@ -40,6 +40,26 @@ pub struct Connected<T: Transport> {
     /// What the server's evidence established; `None` when no server
     /// validators were given (server attestation not required).
     pub peer: Option<Attested>,
+}
+
+/// An aTLS client connection whose server evidence was read but not yet
+/// checked ([`AtlsClient::connect_unverified`]): for a caller that reports
+/// every check of the evidence itself (`confboot verify`) rather than
+/// stopping at the first that fails. Nothing on the stream is to be
+/// trusted before `server_message`'s evidence has been checked against
+/// `expected_extra_data`.
+pub struct Unverified<T: Transport> {
+    /// The TLS stream, handshake and attestation exchange done (this
+    /// client sent the empty message: it does not attest).
+    pub stream: StreamOwned<ClientConnection, DeadlineSocket<T>>,
+    /// The server's attestation message, decoded and within its bounds,
+    /// its evidence not checked.
+    pub server_message: AttestationMessage,
+    /// The `extra_data` the server's evidence must carry on this session:
+    /// this session's exporter for the server's role and the sealing key
+    /// its message offers ([`super::binding::extra_data`]). Evidence made
+    /// for any other session (relayed, recorded) carries another value.
+    pub expected_extra_data: [u8; EXTRA_DATA_LEN],
 }
 
 impl AtlsClient {
@@ -107,6 +127,43 @@ impl AtlsClient {
         Ok(Connected {
             stream,
             peer: checked.peer,
+        })
+    }
+}
+
+impl AtlsClient {
+    /// Runs the client handshake and the attestation exchange on `sock` as
+    /// [`AtlsClient::connect`] does, within `timeout` (absolute), without
+    /// attesting and without checking the server's evidence: returns it
+    /// with the `extra_data` it must carry on this session, for the caller
+    /// to check with every detail it reports. This client's validators are
+    /// not used.
+    pub fn connect_unverified<T: Transport>(
+        &self,
+        sock: T,
+        timeout: Duration,
+    ) -> Result<Unverified<T>, AtlsError> {
+        let deadline = Instant::now() + timeout;
+        let mut sock = DeadlineSocket::new(sock);
+        let name = ServerName::try_from(SERVER_NAME)
+            .map_err(|e| AtlsError::Tls(format!("the server name: {e}")))?;
+        let mut conn = ClientConnection::new(Arc::clone(&self.config), name)
+            .map_err(|e| AtlsError::Tls(e.to_string()))?;
+        drive(&mut conn, &mut sock, deadline)?;
+        check_alpn(conn.alpn_protocol())?;
+        let mut stream = StreamOwned::new(conn, sock);
+        message::write(&mut stream, &AttestationMessage::none())?;
+        let server_message = message::read(&mut stream)?;
+        let expected_extra_data = binding::extra_data(
+            &stream.conn,
+            Role::Server,
+            server_message.sealing_key.as_ref(),
+        )?;
+        reset_timeouts(&mut stream.sock, timeout)?;
+        Ok(Unverified {
+            stream,
+            server_message,
+            expected_extra_data,
         })
     }
 }

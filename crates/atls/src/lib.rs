@@ -100,7 +100,7 @@ mod net;
 mod server;
 
 pub use binding::Role;
-pub use client::{AtlsClient, Connected};
+pub use client::{AtlsClient, Connected, Unverified};
 pub use error::AtlsError;
 pub use handshake::{ALPN, SERVER_NAME, provider};
 pub use message::AttestationMessage;

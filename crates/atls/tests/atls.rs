@@ -279,6 +279,41 @@ fn a_server_attesting_for_its_own_session_is_accepted() {
 }
 
 #[test]
+fn an_unverified_connection_gives_the_servers_message_and_the_value_it_must_carry() {
+    // connect_unverified leaves the check to its caller (confboot verify):
+    // what it returns must be exactly what the server sent, and the value
+    // this session binds for the server's role and the key it offers.
+    let node = Node::new();
+    let issuer = node.issuer();
+    let key = [0x42; 32];
+    let (addr, h) = evil_server(2, move |s| {
+        let extra = binding::extra_data(&s.conn, Role::Server, Some(&key)).unwrap();
+        evidence(issuer.as_ref(), &extra, Some(key))
+    });
+    let client = AtlsClient::new(Vec::new(), None);
+    let got = client
+        .connect_unverified(TcpStream::connect(addr).unwrap(), T)
+        .unwrap();
+    assert_eq!(got.server_message.sealing_key, Some(key));
+    let (variant, ev) = got.server_message.evidence.clone().unwrap();
+    assert_eq!(variant, node.variant());
+    let validator = node.validator(node.good_policy());
+    assert!(validator.validate(&ev, &got.expected_extra_data).is_ok());
+    drop(got);
+    // Another session's value refuses the same evidence.
+    let other = client
+        .connect_unverified(TcpStream::connect(addr).unwrap(), T)
+        .unwrap();
+    assert_ne!(other.expected_extra_data, [0u8; 32]);
+    assert!(matches!(
+        validator.validate(&ev, &other.expected_extra_data),
+        Err(AttestationError::Binding(_))
+    ));
+    drop(other);
+    h.join().unwrap();
+}
+
+#[test]
 fn a_server_attestation_replayed_from_another_connection_is_refused() {
     let node = Node::new();
     let issuer = node.issuer();

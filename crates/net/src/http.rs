@@ -1,8 +1,7 @@
 //! Plain HTTP/1.1 of the smallest useful kind, bounded on both sides: one
 //! request per connection (`GET`-style: a head, no body), one answer with
-//! `Content-Length`, then the connection closes. The node agent's verify
-//! service and joinsvc's health and metrics endpoints serve with it; the
-//! admin's `confboot verify` and the bootstrapper's metadata lookup ask
+//! `Content-Length`, then the connection closes. joinsvc's health and
+//! metrics endpoints serve with it; the bootstrapper's metadata lookup asks
 //! with [`get`], which reads answers with [`parse_response`].
 //!
 //! A request head is read whole before a deadline and within
@@ -51,7 +50,7 @@ impl Default for HttpLimits {
 pub struct Request {
     /// The method, e.g. `GET`.
     pub method: String,
-    /// The request target, e.g. `/?nonce=...`.
+    /// The request target, e.g. `/metrics`.
     pub target: String,
 }
 

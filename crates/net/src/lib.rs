@@ -3,8 +3,7 @@
 //! has spoken, and serves them on a bounded worker pool that preempts the
 //! connection waiting longest for its peer; the stream a handler serves on
 //! ([`PeerStream`], whose blocking reads are what "waiting for the peer"
-//! means); and bounded plain HTTP ([`http`]) for health, metrics and the
-//! verify service.
+//! means); and bounded plain HTTP ([`http`]) for health and metrics.
 
 mod admission;
 mod gate;

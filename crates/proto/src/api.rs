@@ -93,7 +93,7 @@ pub const JOIN_NODE_PORT: u16 = 30090;
 pub const DEFAULT_JOINSVC_HEALTH_PORT: u16 = 9091;
 /// The bootstrapper's recovery API.
 pub const DEFAULT_RECOVER_PORT: u16 = 9999;
-/// The node agent's verify service (plain HTTP `GET /?nonce=`), as
+/// The node agent's verify service (aTLS: evidence bound to the session), as
 /// Constellation's verification service.
 pub const DEFAULT_VERIFY_PORT: u16 = 8080;
 

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttestationDocument, VERIFY_NONCE_LEN, extra_data};
+use super::AttestationDocument;
 use confboot_attest::tpm::event_log::EventList;
 use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_attest::vtpm::carried_event_list;
-use confboot_attest::{AttestationError, MeasurementPolicy, Validator, Variant};
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
 
 /// One PCR of a node: what the policy (or the cluster's mark) expects,
 /// what the node's quote says, and why they differ when they do.
@@ -79,10 +79,12 @@ impl NodeReport {
     }
 }
 
-/// Checks a verify service's `doc` for the request's `nonce`.
+/// Checks a verify service's `doc` against `extra_data`, the value the
+/// session it came on binds (its exporter for the server's role:
+/// [`super::service::SessionEvidence::extra_data`]).
 ///
 /// `validator` checks what a node's evidence must always pass (the
-/// signature, the binding to this nonce, the trust in the signing key, the
+/// signature, the binding to that session, the trust in the signing key, the
 /// carried event log's replay) and should hold no measurement policy of its
 /// own (an empty one, PCR 15 not required all-zero), so that every PCR can
 /// be reported rather than the first that differs: those are compared
@@ -91,12 +93,13 @@ impl NodeReport {
 /// marked). A differing PCR is explained by the first differing event when
 /// `expected_events` is given and the node sent its log.
 ///
-/// An `Err` is evidence that fails those checks (forged, replayed, of an
+/// An `Err` is evidence that fails those checks (forged, made for another
+/// session (relayed or replayed), of an
 /// untrusted key, of another variant); a report that did not pass is a
 /// node whose measurements differ.
 pub fn check_node(
     doc: &AttestationDocument,
-    nonce: &[u8; VERIFY_NONCE_LEN],
+    extra_data: &[u8; EXTRA_DATA_LEN],
     validator: &dyn Validator,
     policy: &MeasurementPolicy,
     expected_events: Option<&EventList>,
@@ -108,7 +111,7 @@ pub fn check_node(
             actual: doc.variant.name().to_string(),
         });
     }
-    let attested = validator.validate(&doc.evidence, &extra_data(nonce))?;
+    let attested = validator.validate(&doc.evidence, extra_data)?;
     let node_events = match doc.variant {
         Variant::QemuVtpm => carried_event_list(&doc.evidence)?,
         Variant::SevSnp | Variant::Tdx => None,
