@@ -29,9 +29,10 @@
 //! # How our checks map to the trust vector
 //!
 //! Each check of a verifier counts for one claim. A claim is affirmed
-//! when at least one of its checks passed and none failed; a failed check
-//! sets the value the table names (the last failure of a claim wins); a
-//! skipped check leaves its claim alone. Claims no check speaks for stay
+//! when its checks all ran and passed; a failed check sets the value the
+//! table names (the last failure of a claim wins); a skipped check (no
+//! expected value given) keeps its claim from being affirmed, so a
+//! report whose measurement nobody pinned makes no claim on executables. Claims no check speaks for stay
 //! "no claim" (absent from the JSON): `file-system`, `storage-opaque` and
 //! `sourced-data` always, `hardware` and `runtime-opaque` for a vTPM (a
 //! QEMU vTPM quote says nothing of the machine or its memory).
@@ -460,6 +461,7 @@ pub struct Verdict {
 #[derive(Default)]
 struct Tally {
     passed: Vec<Claim>,
+    skipped: Vec<Claim>,
     failed: Vec<Mapping>,
 }
 
@@ -468,13 +470,13 @@ impl Tally {
         match outcome {
             CheckOutcome::Passed(_) => self.passed.push(mapping.0),
             CheckOutcome::Failed(_) => self.failed.push(mapping),
-            CheckOutcome::Skipped(_) => {}
+            CheckOutcome::Skipped(_) => self.skipped.push(mapping.0),
         }
     }
 
     fn vector(&self) -> TrustVector {
         let mut v = TrustVector::default();
-        for claim in &self.passed {
+        for claim in self.passed.iter().filter(|c| !self.skipped.contains(c)) {
             match claim {
                 Claim::InstanceIdentity => v.instance_identity = InstanceIdentity::Recognized,
                 Claim::Configuration => v.configuration = Configuration::Approved,

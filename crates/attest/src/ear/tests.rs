@@ -232,16 +232,20 @@ fn a_failed_debug_check_makes_memory_visible() {
 }
 
 #[test]
-fn skipped_checks_leave_their_claim_alone() {
+fn skipped_checks_keep_their_claim_from_being_affirmed() {
+    let skipped = |name| CheckResult {
+        name,
+        outcome: CheckOutcome::Skipped("no expected value".into()),
+    };
     let checks = vec![
         passed(snp::SIGNATURE),
-        CheckResult {
-            name: snp::MEASUREMENT,
-            outcome: CheckOutcome::Skipped("no policy".into()),
-        },
+        skipped(snp::MEASUREMENT),
+        passed(snp::VMPL),
+        skipped(snp::HOST_DATA),
     ];
     let v = TrustVector::of_snp_checks(&checks, REFUSED);
     assert_eq!(v.executables, Executables::NoClaim);
+    assert_eq!(v.configuration, Configuration::NoClaim);
     assert_eq!(v.instance_identity, InstanceIdentity::Recognized);
 }
 
