@@ -3,6 +3,7 @@
 
 mod check_reference_values;
 mod common;
+mod ear_output;
 mod hash_init_secret;
 mod init;
 mod keygen;

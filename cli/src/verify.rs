@@ -4,7 +4,8 @@
 //! binding (evidence made for another session, a relay's or a recorded
 //! one, is refused), the AK trust, the carried event log's replay, every PCR of
 //! the policy, and PCR 15 against the cluster's mark. Prints one row per
-//! PCR (or JSON with `-o json`). With `--variants` accepting `sev-snp`,
+//! PCR (or JSON with `-o json`, or with `-o ear --ear-key KEY.pem` the
+//! verdict as a signed attestation result, [`crate::ear_output`]). With `--variants` accepting `sev-snp`,
 //! an SEV-SNP document is checked against `--snp-policy` instead, every
 //! check printed (its report carries no cluster mark); a document of a
 //! variant not accepted is refused (exit 1). Exit status: 0 verified, 1 a check
@@ -28,6 +29,9 @@ use nodeagent::verify::service::{SessionEvidence, fetch_document};
 use nodeagent::verify::{AttestationDocument, NodeReport, check_node};
 
 use crate::common;
+use crate::ear_output::{EAR_KEY, EarSigner};
+use confboot_attest::AttestationError;
+use confboot_attest::ear::{TrustVector, Verdict};
 
 const NODE: Opt = Opt::value(
     "node",
@@ -45,9 +49,13 @@ const CLUSTER_FILE: Opt = Opt::value(
     "Where to read the cluster id when --cluster-id is not given (confboot init's clusterId)",
 )
 .default(common::DEFAULT_CLUSTER_FILE);
-const OUTPUT: Opt = Opt::value("output", "FORMAT", "table, or json for machines")
-    .short('o')
-    .default("table");
+const OUTPUT: Opt = Opt::value(
+    "output",
+    "FORMAT",
+    "table, json for machines, or ear: a signed attestation result (needs --ear-key)",
+)
+.short('o')
+.default("table");
 const TIMEOUT: Opt = Opt::value(
     "timeout",
     "SECONDS",
@@ -69,9 +77,11 @@ const CMD: Command = Command {
             a differing PCR the first event of the node's log that differs from --expected-events.\n\
             An SEV-SNP node (--variants sev-snp) is checked against --snp-policy instead, one line per\n\
             check (its report carries no cluster mark); a variant --variants does not accept is refused.\n\
+            With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one\n\
+            JWT signed with --ear-key (ES256).\n\
             Exit status: 0 verified, 1 a check failed, 2 bad arguments, unreachable node or an\n\
             answer that is not an attestation document.",
-    usage: "confboot verify --node HOST[:PORT] --measurements FILE --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json]",
+    usage: "confboot verify --node HOST[:PORT] --measurements FILE --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json|ear --ear-key KEY.pem]",
     opts: &[
         NODE,
         common::MEASUREMENTS,
@@ -83,6 +93,7 @@ const CMD: Command = Command {
         CLUSTER_ID,
         CLUSTER_FILE,
         OUTPUT,
+        EAR_KEY,
         TIMEOUT,
         VERBOSITY,
     ],
@@ -98,6 +109,8 @@ struct Config {
     node: String,
     /// JSON output (`-o json`) instead of the table.
     json: bool,
+    /// `-o ear`: the key that signs the result.
+    ear_key: Option<PathBuf>,
     /// Bound on connecting, the handshake and reading the node's evidence.
     timeout: Duration,
     /// How the node is checked.
@@ -125,14 +138,25 @@ impl Config {
         let check = common::NodeCheck::read(m);
         let cluster_id = m.value(&CLUSTER_ID);
         let cluster_file = m.value(&CLUSTER_FILE).expect("has a default");
+        let ear_key = m.value(&EAR_KEY).map(PathBuf::from);
         if let Some(extra) = m.positional().first() {
             return Err(format!("unexpected argument {extra:?}"));
         }
         let node = common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_VERIFY_PORT);
-        let json = match output {
-            "table" => false,
-            "json" => true,
-            other => return Err(format!("--{} {other:?}: want table or json", OUTPUT.long)),
+        let (json, ear_key) = match (output, ear_key) {
+            ("table", None) => (false, None),
+            ("json", None) => (true, None),
+            ("ear", Some(key)) => (false, Some(key)),
+            ("ear", None) => return Err(format!("-o ear needs --{}", EAR_KEY.long)),
+            ("table" | "json", Some(_)) => {
+                return Err(format!("--{} goes with -o ear", EAR_KEY.long));
+            }
+            (other, _) => {
+                return Err(format!(
+                    "--{} {other:?}: want table, json or ear",
+                    OUTPUT.long
+                ));
+            }
         };
         let timeout = match timeout.parse::<u64>() {
             Ok(s) if (1..=3600).contains(&s) => Duration::from_secs(s),
@@ -155,6 +179,7 @@ impl Config {
         Ok(Config {
             node,
             json,
+            ear_key,
             timeout,
             check,
             cluster_id,
@@ -215,6 +240,18 @@ fn verify(config: &Config) -> Result<i32, String> {
         None => None,
     };
     let snp = attestation.snp.as_ref();
+    let ear = match &config.ear_key {
+        Some(path) => {
+            let settings = &config.check.settings;
+            let policy = match &settings.vtpm {
+                Some(vtpm) => vtpm.measurements.as_deref(),
+                None => settings.snp_policy.as_deref(),
+            };
+            let id = crate::ear_output::policy_id(policy)?;
+            Some(EarSigner::load(path, "confboot verify", id)?)
+        }
+        None => None,
+    };
 
     let SessionEvidence {
         document: doc,
@@ -222,7 +259,7 @@ fn verify(config: &Config) -> Result<i32, String> {
     } = fetch_document(node, config.timeout)
         .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
     if let (Variant::SevSnp, Some(snp)) = (doc.variant, snp) {
-        return Ok(snp_verdict(node, &doc, &extra_data, snp, json));
+        return Ok(snp_verdict(node, &doc, &extra_data, snp, json, ear.as_ref()));
     }
     let Some(vtpm) = vtpm.filter(|_| doc.variant == Variant::QemuVtpm) else {
         let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();
@@ -231,6 +268,14 @@ fn verify(config: &Config) -> Result<i32, String> {
             doc.variant,
             names.join(", ")
         );
+        if let Some(ear) = &ear {
+            let wrong = AttestationError::WrongVariant {
+                expected: accepted[0],
+                actual: doc.variant.name().into(),
+            };
+            let vector = TrustVector::of_refusal(&wrong);
+            return Ok(ear.print(doc.variant, &doc.evidence, false, vector));
+        }
         print_refused(node, &why, json);
         return Ok(1);
     };
@@ -244,10 +289,25 @@ fn verify(config: &Config) -> Result<i32, String> {
     ) {
         Ok(report) => report,
         Err(e) => {
+            if let Some(ear) = &ear {
+                let vector = TrustVector::of_refusal(&e);
+                return Ok(ear.print(doc.variant, &doc.evidence, false, vector));
+            }
             print_refused(node, &format!("its evidence is refused: {e}"), json);
             return Ok(1);
         }
     };
+    if let Some(ear) = &ear {
+        let enforced = |mark: bool| {
+            report
+                .rows
+                .iter()
+                .filter(|r| r.enforced && (r.source == "cluster id") == mark)
+                .all(|r| r.matches())
+        };
+        let vector = TrustVector::of_vtpm(enforced(false), enforced(true));
+        return Ok(ear.print(doc.variant, &doc.evidence, report.passed(), vector));
+    }
     if json {
         let mut out = report.to_json();
         out["node"] = node.into();
@@ -304,16 +364,29 @@ fn snp_verdict(
     extra_data: &[u8; EXTRA_DATA_LEN],
     snp: &SnpValidator,
     json: bool,
+    ear: Option<&EarSigner>,
 ) -> i32 {
     let evidence = match SnpEvidence::decode(&doc.evidence) {
         Ok(e) => e,
         Err(e) => {
+            if let Some(ear) = ear {
+                let vector = TrustVector::of_refusal(&e);
+                return ear.print(doc.variant, &doc.evidence, false, vector);
+            }
             print_refused(node, &format!("its evidence is refused: {e}"), json);
             return 1;
         }
     };
     let checks = snp.verify_report_detailed(&evidence, &ReportDataCheck::ExtraData(*extra_data));
     let failure = first_failure(&checks);
+    if let Some(ear) = ear {
+        let verdict = Verdict {
+            passed: failure.is_none(),
+            debuggable: evidence.report.debug_allowed(),
+        };
+        let vector = TrustVector::of_snp_checks(&checks, verdict);
+        return ear.print(doc.variant, &doc.evidence, verdict.passed, vector);
+    }
     let membership = "cluster membership not checked: an SEV-SNP report carries no cluster mark";
     if json {
         let list: Vec<String> = checks.iter().map(|c| c.to_string()).collect();

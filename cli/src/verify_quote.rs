@@ -2,7 +2,8 @@
 //! each check (✓ passed, ✗ failed, - skipped), one line each. Exits 0 when
 //! no check failed, 1 when one did, 2 on bad arguments or unreadable
 //! inputs. The checks live in the library (`TdxValidator`); this only reads
-//! files and prints.
+//! files and prints. With `-o ear --ear-key KEY.pem` it prints the verdict
+//! as a signed attestation result instead ([`crate::ear_output`]).
 
 use std::path::Path;
 
@@ -15,6 +16,9 @@ use confboot_attest::tdx::{
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
+
+use crate::ear_output::{self, EAR_KEY, EarSigner, OUTPUT};
+use confboot_attest::ear::{TDX_EVENT_LOG_CHECK, TrustVector, Verdict};
 
 const QUOTE: Opt = Opt::value(
     "quote",
@@ -85,7 +89,8 @@ QE identity (Intel's PCS answers as served) with the TCB status by Intel's algor
 policy. Without --policy nothing is pinned (the measurements are shown), debug is refused and \
 only the UpToDate TCB status is accepted. Collateral files the policy names are used unless \
 an option names that piece. With --event-log the CCEL log is replayed and compared with the \
-quoted RTMRs. Nothing is fetched. \
+quoted RTMRs. Nothing is fetched. With -o ear, prints the verdict as an EAT attestation result \
+(draft-ietf-rats-ear): one JWT signed with --ear-key (ES256). \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-quote --quote FILE [--tcb-info FILE] [--qe-identity FILE] \
 [--pck-crl FILE] [--root-crl FILE] [--event-log FILE] [--policy FILE] [--at RFC3339] [OPTIONS]",
@@ -101,6 +106,8 @@ Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadabl
         EXTRA_DATA,
         REPORT_DATA,
         AT,
+        OUTPUT,
+        EAR_KEY,
         VERBOSITY,
     ],
 };
@@ -118,6 +125,8 @@ struct Config {
     policy: Option<String>,
     at: Option<i64>,
     report_data: ReportDataCheck,
+    /// `-o ear`: the key that signs the result.
+    ear_key: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -134,6 +143,7 @@ impl Config {
         let policy = given(&POLICY);
         let at = given(&AT);
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
+        let ear_key = ear_output::ear_key(m);
         if !m.positional().is_empty() {
             return Err(format!("unexpected argument {:?}", m.positional()[0]));
         }
@@ -149,6 +159,7 @@ impl Config {
             (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
             (None, None) => ReportDataCheck::NotChecked,
         };
+        let ear_key = ear_key?;
         Ok(Config {
             quote,
             tcb_info,
@@ -160,6 +171,7 @@ impl Config {
             policy,
             at,
             report_data,
+            ear_key,
         })
     }
 }
@@ -192,8 +204,15 @@ fn read(path: &str, what: &str, limit: usize) -> Result<Vec<u8>, String> {
 }
 
 fn verify_quote(config: &Config) -> Result<i32, String> {
-    let quote = Quote::parse(&read(&config.quote, "quote", MAX_QUOTE_LEN)?)
-        .map_err(|e| format!("{}: {e}", config.quote))?;
+    let ear = match &config.ear_key {
+        Some(key) => {
+            let id = ear_output::policy_id(config.policy.as_deref().map(Path::new))?;
+            Some(EarSigner::load(key, "confboot verify-quote", id)?)
+        }
+        None => None,
+    };
+    let raw_quote = read(&config.quote, "quote", MAX_QUOTE_LEN)?;
+    let quote = Quote::parse(&raw_quote).map_err(|e| format!("{}: {e}", config.quote))?;
     let policy = match &config.policy {
         Some(path) => {
             let path = Path::new(path);
@@ -244,6 +263,28 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
     };
 
     let r = &quote.report;
+    if let Some(ear) = &ear {
+        let mut checks = Vec::new();
+        if let Some(log) = &event_log {
+            checks.push(event_log_check(log, &quote));
+        }
+        checks.extend(validator.verify_quote_detailed(&quote, &config.report_data));
+        let verdict = Verdict {
+            // The command's verdict: no check failed (a skipped one was
+            // not asked for).
+            passed: !checks
+                .iter()
+                .any(|c| matches!(c.outcome, CheckOutcome::Failed(_))),
+            debuggable: r.debug(),
+        };
+        let vector = TrustVector::of_tdx_checks(&checks, verdict);
+        return Ok(ear.print(
+            confboot_attest::Variant::Tdx,
+            &raw_quote,
+            verdict.passed,
+            vector,
+        ));
+    }
     println!(
         "TDX quote: version {}, {} body, MRTD {}, TD attributes {:#018x} ({})",
         quote.header.version,
@@ -263,16 +304,7 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
         for line in log.lines() {
             println!("  event {line}");
         }
-        checks.push(CheckResult {
-            name: "event log",
-            outcome: match log.check_replay(&quote.report.rtmr) {
-                Ok(()) => CheckOutcome::Passed(format!(
-                    "{} events replay to the quoted RTMRs",
-                    log.events().len()
-                )),
-                Err(e) => CheckOutcome::Failed(AttestationError::EventLog(e.to_string())),
-            },
-        });
+        checks.push(event_log_check(log, &quote));
     }
     checks.extend(validator.verify_quote_detailed(&quote, &config.report_data));
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
@@ -290,6 +322,20 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
     } else {
         println!("FAILED: {failed} of {} checks failed", checks.len());
         Ok(1)
+    }
+}
+
+/// The replay of the CCEL log against the quoted RTMRs, as a check.
+fn event_log_check(log: &CcelLog, quote: &Quote) -> CheckResult {
+    CheckResult {
+        name: TDX_EVENT_LOG_CHECK,
+        outcome: match log.check_replay(&quote.report.rtmr) {
+            Ok(()) => CheckOutcome::Passed(format!(
+                "{} events replay to the quoted RTMRs",
+                log.events().len()
+            )),
+            Err(e) => CheckOutcome::Failed(AttestationError::EventLog(e.to_string())),
+        },
     }
 }
 

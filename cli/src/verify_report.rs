@@ -1,7 +1,8 @@
 //! `confboot verify-report`: verifies an AMD SEV-SNP attestation report
 //! offline and prints each check (✓ passed, ✗ failed, - skipped), one line
 //! each. Exits 0 when no check failed, 1 when one did, 2 on bad arguments
-//! or unreadable inputs. The checks themselves live in the library
+//! or unreadable inputs. With `-o ear --ear-key KEY.pem` it prints the
+//! verdict as a signed attestation result instead ([`crate::ear_output`]). The checks themselves live in the library
 //! (`SnpValidator::verify_report_detailed`); this only reads files and prints.
 
 use std::path::Path;
@@ -15,6 +16,9 @@ use confboot_attest::snp::{
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
+
+use crate::ear_output::{self, EAR_KEY, EarSigner, OUTPUT};
+use confboot_attest::ear::{TrustVector, Verdict};
 
 const REPORT: Opt = Opt::value(
     "report",
@@ -83,6 +87,8 @@ prints every check on its own line (✓ passed, ✗ failed, - skipped). The repo
 comes from --vcek, --certs, the evidence, or a VCEK cache; the AMD root (ARK) is pinned: the \
 Milan, Genoa and Turin roots built in, or --roots / the policy's rootBundles. Without --policy \
 the measurement is not checked, VMPL 0 is required, debug is refused and the safe default minimum TCB applies (Milan: bootloader 3, TEE 0, SNP 8, microcode 115; other products need a policy that names one). \
+With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one JWT \
+signed with --ear-key (ES256). \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-report --report FILE [--vcek FILE | --certs DIR] [--chain FILE] [--policy FILE] [OPTIONS]",
     opts: &[
@@ -98,6 +104,8 @@ Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadabl
         VMPL,
         AT,
         VCEK_CACHE,
+        OUTPUT,
+        EAR_KEY,
         VERBOSITY,
     ],
 };
@@ -134,6 +142,8 @@ struct Config {
     at: Option<i64>,
     /// What the report data must hold.
     report_data: ReportDataCheck,
+    /// `-o ear`: the key that signs the result.
+    ear_key: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -150,6 +160,7 @@ impl Config {
         let vcek_cache = given(&VCEK_CACHE);
         let at = given(&AT);
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
+        let ear_key = ear_output::ear_key(m);
         if !m.positional().is_empty() {
             return Err(format!("unexpected argument {:?}", m.positional()[0]));
         }
@@ -176,6 +187,7 @@ impl Config {
             (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
             (None, None) => ReportDataCheck::NotChecked,
         };
+        let ear_key = ear_key?;
         Ok(Config {
             report,
             vcek,
@@ -187,6 +199,7 @@ impl Config {
             vcek_cache,
             at,
             report_data,
+            ear_key,
         })
     }
 }
@@ -238,16 +251,24 @@ fn certs_from_file(path: &str, what: &str) -> Result<Vec<CertEntry>, String> {
 }
 
 fn verify_report(config: &Config) -> Result<i32, String> {
-    let mut evidence = match &config.report {
-        ReportFile::Raw(path) => {
-            let bytes = read(path, "report")?;
-            SnpEvidence {
-                report: SnpReport::from_bytes(&bytes).map_err(|e| format!("{path}: {e}"))?,
-                certificates: Vec::new(),
-            }
+    let ear = match &config.ear_key {
+        Some(key) => {
+            let id = ear_output::policy_id(config.policy.as_deref().map(Path::new))?;
+            Some(EarSigner::load(key, "confboot verify-report", id)?)
         }
+        None => None,
+    };
+    let input = match &config.report {
+        ReportFile::Raw(path) => read(path, "report")?,
+        ReportFile::Evidence(path) => read(path, "evidence")?,
+    };
+    let mut evidence = match &config.report {
+        ReportFile::Raw(path) => SnpEvidence {
+            report: SnpReport::from_bytes(&input).map_err(|e| format!("{path}: {e}"))?,
+            certificates: Vec::new(),
+        },
         ReportFile::Evidence(path) => {
-            SnpEvidence::decode(&read(path, "evidence")?).map_err(|e| format!("{path}: {e}"))?
+            SnpEvidence::decode(&input).map_err(|e| format!("{path}: {e}"))?
         }
     };
 
@@ -313,13 +334,30 @@ fn verify_report(config: &Config) -> Result<i32, String> {
     let report_data = config.report_data;
 
     let report = &evidence.report;
+    let checks = validator.verify_report_detailed(&evidence, &report_data);
+    if let Some(ear) = &ear {
+        let verdict = Verdict {
+            // The command's verdict: no check failed (a skipped one was
+            // not asked for).
+            passed: !checks
+                .iter()
+                .any(|c| matches!(c.outcome, CheckOutcome::Failed(_))),
+            debuggable: report.debug_allowed(),
+        };
+        let vector = TrustVector::of_snp_checks(&checks, verdict);
+        return Ok(ear.print(
+            confboot_attest::Variant::SevSnp,
+            &input,
+            verdict.passed,
+            vector,
+        ));
+    }
     println!(
         "SEV-SNP report: version {}, VMPL {}, measurement {}",
         report.version(),
         report.vmpl(),
         confboot_util::hex::encode(report.measurement())
     );
-    let checks = validator.verify_report_detailed(&evidence, &report_data);
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for c in &checks {
         println!("{c}");

@@ -3,6 +3,8 @@
 //! the input was unusable (2). `cli/src/main.rs` wires the command to the
 //! same `run`.
 
+#[path = "../src/ear_output.rs"]
+mod ear_output;
 #[path = "../src/verify_quote.rs"]
 mod verify_quote;
 

@@ -2,6 +2,8 @@
 //! says whether every check passed (0), one failed (1), or the input was
 //! unusable (2). `cli/src/main.rs` wires the command to the same `run`.
 
+#[path = "../src/ear_output.rs"]
+mod ear_output;
 #[path = "../src/verify_report.rs"]
 mod verify_report;
 

@@ -513,6 +513,31 @@ pub fn reference_signing_key() -> confboot_attest::reference::SigningKey {
         .expect("the fixture release key")
 }
 
+/// The key that signs the fixture attestation results (the fixture
+/// release key: any P-256 PKCS#8 key signs EARs).
+pub fn ear_signing_key() -> confboot_attest::ear::EarSigningKey {
+    confboot_attest::ear::EarSigningKey::from_pem(REFERENCE_RELEASE_KEY.as_bytes())
+        .expect("the fixture release key")
+}
+
+/// An attestation result of `status` for SEV-SNP evidence, issued at
+/// [`NOW`].
+pub fn ear_result(status: confboot_attest::ear::Status) -> confboot_attest::ear::AttestationResult {
+    use confboot_attest::ear::{AttestationResult, EvidenceDigest, TrustVector, VerifierId};
+    AttestationResult {
+        status,
+        trust_vector: TrustVector::of_vtpm(
+            true,
+            status != confboot_attest::ear::Status::Contraindicated,
+        ),
+        attester: "sev-snp".into(),
+        policy_id: "confboot-node 1.2.0".into(),
+        evidence_digest: EvidenceDigest::sha384(b"fixture evidence"),
+        verifier: VerifierId::confboot("fuzz"),
+        issued_at: NOW as i64,
+    }
+}
+
 /// A reference-value set of the shape `confboot measure` predicts (kernel
 /// and action in PCR 4, separators in 3 to 6, command line and initrd in
 /// 9, exit actions in 5), for the image `version`, valid from

@@ -92,6 +92,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("measurement_policy", measurement_policy),
     ("reference_corim", reference_corim),
     ("reference_cose", reference_cose),
+    ("ear_token", ear_token),
     ("snp_policy", snp_policy),
     ("tdx_quote", tdx_quote),
     ("tdx_tcb_info", tdx_tcb_info),
@@ -885,6 +886,40 @@ pub fn reference_cose(data: &[u8]) {
             "a signed set opened without a key"
         );
     }
+}
+
+/// A signed attestation result (EAR, an ES256 JWT) from anyone: what
+/// reads was signed by the fixture key over exactly the claims the result
+/// writes, is consistent, and signs again into a token that reads the same.
+pub fn ear_token(data: &[u8]) {
+    use confboot_attest::ear::{EarVerifyingKey, read};
+    static KEY: OnceLock<confboot_attest::ear::EarSigningKey> = OnceLock::new();
+    let key = KEY.get_or_init(fixtures::ear_signing_key);
+    let keys: &[EarVerifyingKey] = std::slice::from_ref(key.verifying_key());
+    let now = fixtures::NOW as i64;
+    let Ok(result) = read(data, keys, now, i64::MAX) else {
+        return;
+    };
+    result.check().expect("a result read is consistent");
+    let payload = std::str::from_utf8(data)
+        .expect("a token read is text")
+        .trim_end_matches('\n')
+        .split('.')
+        .nth(1)
+        .expect("a token read has a payload")
+        .to_string();
+    let claims = serde_json::to_vec(&result.to_claims()).expect("claims serialize");
+    assert_eq!(
+        confboot_util::base64::decode_url(&payload).expect("base64url"),
+        claims,
+        "a result read does not write the claims it was read from"
+    );
+    let again = result.sign(key).expect("a result read signs");
+    assert_eq!(read(again.as_bytes(), keys, now, i64::MAX), Ok(result));
+    assert!(
+        read(data, &[], now, i64::MAX).is_err(),
+        "read without a key"
+    );
 }
 
 /// The SEV-SNP policy JSON: what parses pins the image (or says

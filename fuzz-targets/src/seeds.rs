@@ -1231,6 +1231,55 @@ fn reference_cose() -> Vec<Seed> {
     ]
 }
 
+/// Attestation results: affirming and contraindicated ones signed by the
+/// fixture key, one by another key, one with its claims changed, one with
+/// `alg` none, and one with a duplicate claim.
+fn ear_token() -> Vec<Seed> {
+    use confboot_attest::ear::{EarSigningKey, Status};
+    let key = fixtures::ear_signing_key();
+    let affirming = fixtures::ear_result(Status::Affirming);
+    let signed = affirming.sign(&key).expect("signs");
+    let parts: Vec<&str> = signed.split('.').collect();
+    let other = EarSigningKey::generate().expect("a key");
+    let b64 = |b: &[u8]| {
+        confboot_util::base64::encode_url(b)
+            .trim_end_matches('=')
+            .to_string()
+    };
+    let mut changed = affirming.to_claims();
+    changed["iat"] = 0.into();
+    let changed = format!(
+        "{}.{}.{}",
+        parts[0],
+        b64(&serde_json::to_vec(&changed).expect("JSON")),
+        parts[2]
+    );
+    let none = format!("{}.{}.", b64(br#"{"alg":"none"}"#), parts[1]);
+    let payload = String::from_utf8(serde_json::to_vec(&affirming.to_claims()).expect("JSON"))
+        .expect("UTF-8");
+    let duplicate = format!(
+        "{}.{}.{}",
+        parts[0],
+        b64(payload
+            .replacen(r#""iat":"#, r#""iat":1,"iat":"#, 1)
+            .as_bytes()),
+        parts[2]
+    );
+    vec![
+        seed("affirming", signed.clone()),
+        seed(
+            "contraindicated",
+            fixtures::ear_result(Status::Contraindicated)
+                .sign(&key)
+                .expect("signs"),
+        ),
+        seed("other-key", affirming.sign(&other).expect("signs")),
+        seed("changed-claims", changed),
+        seed("alg-none", none),
+        seed("duplicate-claim", duplicate),
+    ]
+}
+
 /// The seeds of the target `name` (none for a name that is no target).
 pub fn seeds(name: &str) -> Vec<Seed> {
     match name {
@@ -1248,6 +1297,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "measurement_policy" => measurement_policy(),
         "reference_corim" => reference_corim(),
         "reference_cose" => reference_cose(),
+        "ear_token" => ear_token(),
         "snp_policy" => snp_policy(),
         "tdx_quote" => tdx_quote(),
         "tdx_tcb_info" => tdx_tcb_info(),

@@ -147,7 +147,7 @@ fn run(config: &ServeConfig) -> Result<(), String> {
                 Err(e) => {
                     metrics.handshake_failures.fetch_add(1, Ordering::Relaxed);
                     metrics.refused(server::handshake_reason(&e));
-                    log::warn!("refused {peer_addr:?}: {e}");
+                    server::handshake_refused(&metrics, &e, &format!("refused {peer_addr:?}: {e}"));
                 }
             }
         })

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use confboot_attest::ear::Status;
 use confboot_net::ServerStats;
 
 /// Upper bounds (seconds) of the ticket latency histogram's buckets.
@@ -25,6 +26,7 @@ pub struct Metrics {
     pub handshake_failures: AtomicU64,
     latency: Mutex<Histogram>,
     rpc: Mutex<Option<Arc<ServerStats>>>,
+    admissions: Mutex<BTreeMap<Status, u64>>,
 }
 
 #[derive(Default)]
@@ -42,6 +44,16 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Counts an admission decision by its attestation-result status.
+    pub fn admission(&self, status: Status) {
+        *self
+            .admissions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(status)
             .or_default() += 1;
     }
 
@@ -99,6 +111,21 @@ impl Metrics {
             .iter()
         {
             let _ = writeln!(out, "{refused}{{reason=\"{reason}\"}} {n}");
+        }
+        let admissions = "confboot_joinsvc_admissions_total";
+        let _ = write!(
+            out,
+            "# HELP {admissions} Admission decisions, by attestation-result status (EAR).\n\
+             # TYPE {admissions} counter\n"
+        );
+        let counted = self
+            .admissions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for status in Status::ALL {
+            let n = counted.get(&status).copied().unwrap_or(0);
+            let _ = writeln!(out, "{admissions}{{status=\"{status}\"}} {n}");
         }
         counter(
             &mut out,
@@ -173,6 +200,9 @@ mod tests {
         m.refused("invalid_request");
         m.observe_latency(Duration::from_millis(3));
         m.observe_latency(Duration::from_secs(7));
+        m.admission(Status::Affirming);
+        m.admission(Status::Affirming);
+        m.admission(Status::Contraindicated);
         let text = m.render();
         for line in [
             "joinsvc_tickets_issued_total{kind=\"join\"} 2",
@@ -185,6 +215,10 @@ mod tests {
             "joinsvc_ticket_duration_seconds_bucket{le=\"+Inf\"} 2",
             "joinsvc_ticket_duration_seconds_count 2",
             "joinsvc_handshake_failures_total 0",
+            "confboot_joinsvc_admissions_total{status=\"affirming\"} 2",
+            "confboot_joinsvc_admissions_total{status=\"warning\"} 0",
+            "confboot_joinsvc_admissions_total{status=\"contraindicated\"} 1",
+            "confboot_joinsvc_admissions_total{status=\"none\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

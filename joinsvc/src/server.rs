@@ -1,12 +1,16 @@
 //! The join API's RPC wiring: the methods of the wire contract routed to the
 //! ticket service, each refusal mapped to the gRPC status a caller sees and
 //! counted in the metrics. The decisions themselves are in [`crate::ticket`].
+//! Each admission decision (a join or rejoin ticket issued or refused, an
+//! attested handshake refused) is one log line and one count by its
+//! attestation-result status ([`admission_result`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use confboot_atls::{AtlsError, SealingKey};
+use confboot_attest::ear::Status as EarStatus;
 use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::{AttestationError, Attested, Variant};
 use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
@@ -69,6 +73,21 @@ pub fn handshake_reason(e: &AtlsError) -> &'static str {
     }
 }
 
+/// Logs a refused handshake: an attestation refused is an admission
+/// decision (contraindicated, counted); a connection that failed for other
+/// reasons (timeout, protocol) is only logged.
+pub fn handshake_refused(metrics: &Metrics, e: &AtlsError, line: &str) {
+    match handshake_reason(e) {
+        "connection" | "handshake" => log::warn!("{line}"),
+        _ => admission_result(
+            metrics,
+            EarStatus::Contraindicated,
+            &admission_policy(None),
+            line,
+        ),
+    }
+}
+
 /// A request's disk UUID as logs may show it: only once it is known to be
 /// a UUID (a caller's arbitrary bytes, of any length, never reach a log).
 fn disk_for_log(raw: &str) -> &str {
@@ -95,6 +114,44 @@ fn sealing_key(ctx: &confboot_wire::CallContext) -> Result<SealingKey, Status> {
 /// (one no secret can be sealed to, such as a low-order point).
 fn sealing_status(e: &SealError) -> Status {
     Status::invalid_argument(format!("cannot seal the ticket to the caller's key: {e}"))
+}
+
+/// The attestation-result status of a refused ticket request:
+/// contraindicated when the caller was refused for what it is or what it
+/// proved (`PERMISSION_DENIED`); none when the request failed otherwise
+/// (a malformed request, the control plane not ready, the API server not
+/// answering), which concludes nothing about the caller.
+pub fn refusal_status(s: &Status) -> EarStatus {
+    if s.code == Code::PermissionDenied {
+        EarStatus::Contraindicated
+    } else {
+        EarStatus::None
+    }
+}
+
+/// The reference-value set or policy a caller was appraised against, as
+/// admission lines name it: its variant's policy (`unknown` when the
+/// variant is not known, as for a handshake refused before it).
+pub fn admission_policy(variant: Option<Variant>) -> String {
+    match variant {
+        Some(v) => format!("{} policy", v.name()),
+        None => "unknown".into(),
+    }
+}
+
+/// Records one admission decision: one log line saying `decision`, its
+/// attestation-result `status` and the set or `policy` the caller was
+/// appraised against, and one count by status
+/// (`confboot_joinsvc_admissions_total{status=...}`). Tickets issued are
+/// affirming, refusals contraindicated or none ([`refusal_status`]); a
+/// caller admitted with a reservation is warning.
+pub fn admission_result(metrics: &Metrics, status: EarStatus, policy: &str, decision: &str) {
+    metrics.admission(status);
+    let line = format!("{decision} (attestation result {status}, policy {policy})");
+    match status {
+        EarStatus::Affirming => log::info!("{line}"),
+        _ => log::warn!("{line}"),
+    }
 }
 
 /// What a method asks of its caller.
@@ -165,6 +222,18 @@ pub fn caller_check(
     }
 }
 
+/// A ticket request (`what`: join or rejoin) refused before the ticket
+/// service saw it, as an admission decision.
+fn refuse_admission(metrics: &Metrics, variant: Option<Variant>, what: &str, s: &Status) {
+    let decision = format!("{what} ticket refused: {}", s.message);
+    admission_result(
+        metrics,
+        refusal_status(s),
+        &admission_policy(variant),
+        &decision,
+    );
+}
+
 /// The join API: health check, join and rejoin tickets. Ticket methods
 /// serve only callers that attested in the handshake.
 pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
@@ -182,17 +251,24 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             // The handshake required attestation; fail closed all the same.
             let Some(peer) = ctx.peer::<Attested>() else {
                 join_metrics.refused("unattested");
-                return Err(Status::permission_denied("the caller did not attest"));
+                let s = Status::permission_denied("the caller did not attest");
+                refuse_admission(&join_metrics, None, "join", &s);
+                return Err(s);
             };
+            let policy = admission_policy(Some(peer.variant));
             let caller =
                 match caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
                     Ok(caller) => caller,
                     Err(s) => {
                         join_metrics.refused("marked");
+                        refuse_admission(&join_metrics, Some(peer.variant), "join", &s);
                         return Err(s);
                     }
                 };
-            let key = sealing_key(ctx).inspect_err(|_| join_metrics.refused("unsealed"))?;
+            let key = sealing_key(ctx).inspect_err(|s| {
+                join_metrics.refused("unsealed");
+                refuse_admission(&join_metrics, Some(peer.variant), "join", s);
+            })?;
             // One line per ticket at the production verbosity (its outcome,
             // below); the request itself at debug.
             log::debug!(
@@ -207,20 +283,28 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 Ok(mut ticket) => {
                     if let Err(e) = seal_join_ticket(&mut ticket, &key.0) {
                         join_metrics.refused("unsealed");
-                        log::warn!("join ticket for disk {} not sealed: {e}", req.disk_uuid);
-                        return Err(sealing_status(&e));
+                        let s = sealing_status(&e);
+                        let decision = format!(
+                            "join ticket for disk {} not sealed: {e}",
+                            disk_for_log(&req.disk_uuid)
+                        );
+                        admission_result(&join_metrics, refusal_status(&s), &policy, &decision);
+                        return Err(s);
                     }
                     join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
-                    log::info!("join ticket issued for disk {}", req.disk_uuid);
+                    let decision = format!("join ticket issued for disk {}", req.disk_uuid);
+                    admission_result(&join_metrics, EarStatus::Affirming, &policy, &decision);
                     Ok(ticket)
                 }
                 Err(e) => {
                     join_metrics.refused(e.reason());
-                    log::warn!(
+                    let s = issue_status(&e);
+                    let decision = format!(
                         "join ticket for disk {} refused: {e}",
                         disk_for_log(&req.disk_uuid)
                     );
-                    Err(issue_status(&e))
+                    admission_result(&join_metrics, refusal_status(&s), &policy, &decision);
+                    Err(s)
                 }
             }
         })
@@ -278,16 +362,23 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             let started = Instant::now();
             let Some(peer) = ctx.peer::<Attested>() else {
                 metrics.refused("unattested");
-                return Err(Status::permission_denied("the caller did not attest"));
+                let s = Status::permission_denied("the caller did not attest");
+                refuse_admission(&metrics, None, "rejoin", &s);
+                return Err(s);
             };
+            let policy = admission_policy(Some(peer.variant));
             let caller = match caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
                 Ok(caller) => caller,
                 Err(s) => {
                     metrics.refused("marked");
+                    refuse_admission(&metrics, Some(peer.variant), "rejoin", &s);
                     return Err(s);
                 }
             };
-            let key = sealing_key(ctx).inspect_err(|_| metrics.refused("unsealed"))?;
+            let key = sealing_key(ctx).inspect_err(|s| {
+                metrics.refused("unsealed");
+                refuse_admission(&metrics, Some(peer.variant), "rejoin", s);
+            })?;
             log::info!(
                 "rejoin ticket requested for disk {}",
                 disk_for_log(&req.disk_uuid)
@@ -298,22 +389,31 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 Ok(mut ticket) => {
                     if let Err(e) = seal_rejoin_ticket(&mut ticket, &key.0) {
                         metrics.refused("unsealed");
-                        log::warn!(
+                        let s = sealing_status(&e);
+                        let decision = format!(
                             "rejoin ticket for disk {} not sealed: {e}",
                             disk_for_log(&req.disk_uuid)
                         );
-                        return Err(sealing_status(&e));
+                        admission_result(&metrics, refusal_status(&s), &policy, &decision);
+                        return Err(s);
                     }
                     metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
+                    let decision = format!(
+                        "rejoin ticket issued for disk {}",
+                        disk_for_log(&req.disk_uuid)
+                    );
+                    admission_result(&metrics, EarStatus::Affirming, &policy, &decision);
                     Ok(ticket)
                 }
                 Err(e) => {
                     metrics.refused(e.reason());
-                    log::warn!(
+                    let s = issue_status(&e);
+                    let decision = format!(
                         "rejoin ticket for disk {} refused: {e}",
                         disk_for_log(&req.disk_uuid)
                     );
-                    Err(issue_status(&e))
+                    admission_result(&metrics, refusal_status(&s), &policy, &decision);
+                    Err(s)
                 }
             }
         })
@@ -425,6 +525,26 @@ mod tests {
                 GET_UPDATE.path()
             ]
         );
+    }
+
+    #[test]
+    fn refusals_for_what_the_caller_is_are_contraindicated() {
+        let denied = Status::permission_denied("PCR 15 is marked");
+        assert_eq!(refusal_status(&denied), EarStatus::Contraindicated);
+        for code in [Code::Unavailable, Code::InvalidArgument, Code::Internal] {
+            assert_eq!(refusal_status(&Status::new(code, "x")), EarStatus::None);
+        }
+        let metrics = Metrics::default();
+        refuse_admission(&metrics, Some(Variant::SevSnp), "join", &denied);
+        admission_result(&metrics, EarStatus::Warning, "confboot-node 1.2.0", "x");
+        let text = metrics.render();
+        for line in [
+            "confboot_joinsvc_admissions_total{status=\"contraindicated\"} 1",
+            "confboot_joinsvc_admissions_total{status=\"warning\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert_eq!(admission_policy(Some(Variant::Tdx)), "tdx policy");
     }
 
     fn router_for_test() -> Router {

@@ -98,12 +98,24 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
         "joinsvc_tickets_refused_total{reason=\"measurement\"} 2",
         "joinsvc_handshake_failures_total 2",
         "joinsvc_ticket_duration_seconds_count 3",
+        // Each admission decision counted by its attestation result.
+        "confboot_joinsvc_admissions_total{status=\"affirming\"} 3",
+        "confboot_joinsvc_admissions_total{status=\"contraindicated\"} 2",
+        "confboot_joinsvc_admissions_total{status=\"warning\"} 0",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
             "missing {line:?} in\n{metrics}"
         );
     }
+    // And logged with it and the policy the caller was appraised against.
+    joinsvc.process.wait_for_line(
+        &format!("join ticket issued for disk {DISK_A} (attestation result affirming, policy qemu-vtpm policy)"),
+        100,
+    );
+    joinsvc
+        .process
+        .wait_for_line("(attestation result contraindicated, policy unknown)", 100);
     assert_eq!(joinsvc.http_get("/healthz"), (200, "ok\n".into()));
     assert_eq!(joinsvc.http_get("/readyz"), (200, "ready\n".into()));
     assert_eq!(joinsvc.http_get("/nope").0, 404);

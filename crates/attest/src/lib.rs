@@ -7,6 +7,7 @@
 //! replace it at run time while every check sees one consistent policy.
 
 pub mod config;
+pub mod ear;
 pub mod join_service;
 pub mod measure;
 pub mod measurements;

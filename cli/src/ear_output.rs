@@ -1,0 +1,138 @@
+//! `-o ear`: the verdict of `confboot verify`, `verify-report` and
+//! `verify-quote` as a signed attestation result (EAR, an ES256 JWT, one
+//! line on stdout) for relying parties. The result itself, the mapping of
+//! each check to its trust claim and the signature live in
+//! [`confboot_attest::ear`]; this loads the key and prints.
+
+use std::path::{Path, PathBuf};
+
+use confboot_attest::Variant;
+use confboot_attest::ear::{
+    AttestationResult, EarSigningKey, EvidenceDigest, Status, TrustVector, VerifierId,
+};
+use confboot_util::args::{Matches, Opt};
+use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded};
+
+/// `--ear-key KEY.pem`: the key that signs the result.
+pub const EAR_KEY: Opt = Opt::value(
+    "ear-key",
+    "KEY.pem",
+    "With -o ear: the P-256 key (PKCS#8 PEM, as confboot keygen writes) that signs the result",
+);
+
+/// `-o text|ear` of the offline commands (`verify-report`, `verify-quote`).
+pub const OUTPUT: Opt = Opt::value(
+    "output",
+    "FORMAT",
+    "text (every check), or ear: the verdict as a signed attestation result (needs --ear-key)",
+)
+.short('o')
+.default("text");
+
+/// The key of `-o ear` from [`OUTPUT`] and [`EAR_KEY`] (`None`: text).
+pub fn ear_key(m: &Matches) -> Result<Option<PathBuf>, String> {
+    let output = m.value(&OUTPUT).expect("has a default");
+    let key = m.value(&EAR_KEY).map(PathBuf::from);
+    match (output, key) {
+        ("text", None) => Ok(None),
+        ("ear", Some(key)) => Ok(Some(key)),
+        ("ear", None) => Err(format!("-o ear needs --{}", EAR_KEY.long)),
+        ("text", Some(_)) => Err(format!("--{} goes with -o ear", EAR_KEY.long)),
+        (other, _) => Err(format!("--{} {other:?}: want text or ear", OUTPUT.long)),
+    }
+}
+
+/// What signs and names the results of one run.
+pub struct EarSigner {
+    key: EarSigningKey,
+    /// The program, for `ear.verifier-id`.
+    program: &'static str,
+    /// What the evidence is appraised against, for `ear.appraisal-policy-id`.
+    policy_id: String,
+}
+
+/// The appraisal policy id of a policy file: its name and the SHA-256 of
+/// its bytes (what a relying party can compare), or `default` without one.
+pub fn policy_id(path: Option<&Path>) -> Result<String, String> {
+    let Some(path) = path else {
+        return Ok("default".into());
+    };
+    let bytes = read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| e.to_string())?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(format!(
+        "{name} sha-256:{}",
+        confboot_util::hex::encode(digest.as_ref())
+    ))
+}
+
+impl EarSigner {
+    /// Reads the key at `path` (bounded; the PEM is zeroized once parsed).
+    pub fn load(
+        path: &Path,
+        program: &'static str,
+        policy_id: String,
+    ) -> Result<EarSigner, String> {
+        let pem = read_bounded(path, MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| format!("--{}: {e}", EAR_KEY.long))?;
+        let key = EarSigningKey::from_pem(&pem)
+            .map_err(|e| format!("--{} {}: {e}", EAR_KEY.long, path.display()))?;
+        Ok(EarSigner {
+            key,
+            program,
+            policy_id,
+        })
+    }
+
+    /// The result of appraising `evidence` of `variant`, signed.
+    pub fn sign(
+        &self,
+        variant: Variant,
+        evidence: &[u8],
+        status: Status,
+        trust_vector: TrustVector,
+    ) -> Result<String, String> {
+        AttestationResult {
+            status,
+            trust_vector,
+            attester: variant.name().into(),
+            policy_id: self.policy_id.clone(),
+            evidence_digest: EvidenceDigest::of_variant(variant, evidence),
+            verifier: VerifierId::confboot(self.program),
+            issued_at: confboot_util::time::unix_now(),
+        }
+        .sign(&self.key)
+        .map_err(|e| format!("cannot sign the attestation result: {e}"))
+    }
+
+    /// Prints the signed result of a verdict; the exit code stays the
+    /// verdict's (0 passed, 1 refused), 2 if it cannot be signed. The
+    /// status is the verdict's: affirming or contraindicated.
+    pub fn print(
+        &self,
+        variant: Variant,
+        evidence: &[u8],
+        passed: bool,
+        trust_vector: TrustVector,
+    ) -> i32 {
+        // Evidence that passed while no check could affirm anything (every
+        // one skipped) gets no status rather than an affirming one.
+        let status = match Status::of_verdict(passed) {
+            Status::Affirming if trust_vector.worst() == Status::None => Status::None,
+            status => status,
+        };
+        match self.sign(variant, evidence, status, trust_vector) {
+            Ok(token) => {
+                println!("{token}");
+                i32::from(!passed)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                2
+            }
+        }
+    }
+}
