@@ -399,7 +399,7 @@ fn bad_arguments_exit_2_before_asking() {
         ),
         (
             [&base[..], &["--cluster-id", "ab", "-o", "yaml"]].concat(),
-            "want table or json",
+            "want table, json or ear",
         ),
     ] {
         let out = Command::new(&cli)
