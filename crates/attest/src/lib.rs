@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod join_service;
+pub mod mark;
 pub mod measure;
 pub mod measurements;
 pub mod reference;

@@ -44,6 +44,7 @@ mod evidence;
 mod issuer;
 mod policy;
 mod quote;
+mod rtmr;
 mod verify;
 
 pub use ccel::{
@@ -71,6 +72,7 @@ pub use quote::{
     Header, INTEL_QE_VENDOR_ID, MAX_QUOTE_LEN, QE_REPORT_LEN, QeReport, Quote, QuoteError,
     TD10_BODY_LEN, TD15_BODY_LEN, TEE_TYPE_TDX, TdReport, td_attributes,
 };
+pub use rtmr::{RTMR3_SYSFS_PATH, Rtmr3Marker, RtmrError};
 pub use verify::{Collateral, check, run_checks};
 
 use std::collections::BTreeMap;
