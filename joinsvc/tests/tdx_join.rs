@@ -175,7 +175,6 @@ fn rejoin(
     .map_err(|e| e.to_string())?;
     let req = IssueRejoinTicketRequest {
         disk_uuid: DISK.into(),
-        ..Default::default()
     };
     client
         .rejoin(&req, Duration::from_secs(20))
