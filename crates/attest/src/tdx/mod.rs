@@ -31,8 +31,9 @@
 //! - Checks run as of a given time ([`TdxValidator::as_of`]) so that
 //!   recorded collateral stays testable after its next update.
 //!
-//! Nothing is fetched: collateral comes from files (Intel's PCS answers as
-//! served). The TCB signing certificate comes from Intel's issuer-chain
+//! Nothing is fetched by default: collateral comes from files (Intel's PCS
+//! answers as served); the cargo feature `pcs` fetches them into a cache
+//! directory, kept and loaded as those files ([`pcs`](PcsRequest)). The TCB signing certificate comes from Intel's issuer-chain
 //! header when given ([`Collateral::add_tcb_signing_chain`]), else the one
 //! built in ([`INTEL_SGX_TCB_SIGNING_2018_DER`]); either counts only under
 //! a pinned root.
@@ -42,6 +43,7 @@ mod certs;
 mod collateral;
 mod evidence;
 mod issuer;
+mod pcs;
 mod policy;
 mod quote;
 mod rtmr;
@@ -66,6 +68,12 @@ pub use issuer::{
     CCEL_DATA_PATH, CCEL_TABLE_PATH, ConfigfsTsmQuoteSource, TDX_PROVIDER, TSM_REPORT_DIR,
     TdxIssuer, TdxQuoteSource, read_ccel_log,
 };
+pub use pcs::{
+    MAX_ISSUER_CHAIN_LEN, PCS_BASE_URL, PCS_TIMEOUT, PckCa, PcsAnswer, PcsError, PcsRequest,
+    pcs_requests, store_answers,
+};
+#[cfg(feature = "pcs")]
+pub use pcs::{fetch, fetch_collateral};
 pub use policy::{CollateralFiles, TdxPolicy};
 pub use quote::{
     ATTESTATION_KEY_ECDSA_P256, BodyType, CERT_DATA_PCK_CHAIN, CERT_DATA_QE_REPORT, HEADER_LEN,
