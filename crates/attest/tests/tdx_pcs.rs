@@ -215,6 +215,33 @@ fn malformed_oversized_or_chainless_answers_are_not_kept() {
     assert!(matches!(err, PcsError::Refused(_)), "{err}");
 }
 
+#[test]
+fn a_policy_asks_for_pcs_fetching_only_with_a_cache_and_the_feature() {
+    let mrtd = "7d".repeat(48);
+    let err =
+        TdxPolicy::from_json(&format!(r#"{{"mrtd": "{mrtd}", "pcsFetch": true}}"#)).unwrap_err();
+    assert!(err.to_string().contains("collateralCache"), "{err}");
+    let err = TdxPolicy::from_json(&format!(
+        r#"{{"mrtd": "{mrtd}", "pcsFetch": true, "collateralCache": "/tmp/c", "pcsBaseUrl": "ftp://x"}}"#
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("pcsBaseUrl"), "{err}");
+    let policy = TdxPolicy::from_json(&format!(
+        r#"{{"mrtd": "{mrtd}", "pcsFetch": true, "collateralCache": "/var/cache/tdx",
+            "pcsBaseUrl": "https://pcs.example"}}"#
+    ))
+    .unwrap();
+    assert!(policy.pcs_fetch);
+    assert_eq!(policy.pcs_base_url.as_deref(), Some("https://pcs.example"));
+    let built = TdxValidator::new(policy);
+    if cfg!(feature = "pcs") {
+        assert!(built.is_ok());
+    } else {
+        let err = built.unwrap_err();
+        assert!(err.to_string().contains("cargo feature `pcs`"), "{err}");
+    }
+}
+
 #[cfg(feature = "pcs")]
 mod fetch {
     use super::*;
@@ -354,5 +381,54 @@ mod fetch {
         assert!(matches!(err, PcsError::Request { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
         drop(listener);
+    }
+
+    #[test]
+    fn a_validator_with_pcs_fetch_fills_in_its_collateral_once() {
+        let (base, asked) = pcs_double(intel_replies(), 3);
+        let dir = cache_dir("validator");
+        let q = v4();
+        let policy = TdxPolicy {
+            mr_td: Some(q.report.mr_td),
+            pcs_fetch: true,
+            pcs_base_url: Some(base),
+            collateral_cache: Some(dir.clone()),
+            ..TdxPolicy::default()
+        };
+        let v = TdxValidator::with_roots(policy, TdxRoots::intel()).as_of(AT_V4);
+        let failed = |v: &TdxValidator| -> Vec<&'static str> {
+            v.verify_quote_detailed(&q, &ReportDataCheck::Exact(q.report.report_data))
+                .into_iter()
+                .filter(|c| matches!(c.outcome, CheckOutcome::Failed(_)))
+                .map(|c| c.name)
+                .collect()
+        };
+        // The verdict the same answers give as files; fetched once, then
+        // reused while current.
+        assert_eq!(failed(&v), as_files());
+        assert_eq!(failed(&v), as_files());
+        assert_eq!(asked.lock().unwrap().len(), 3);
+        assert!(dir.join("tcb_info-50806f000000.json").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_validator_whose_fetch_fails_refuses_as_without_collateral() {
+        let (base, _) = pcs_double(BTreeMap::new(), 1);
+        let dir = cache_dir("validator-404");
+        let q = v4();
+        let policy = TdxPolicy {
+            mr_td: Some(q.report.mr_td),
+            pcs_fetch: true,
+            pcs_base_url: Some(base),
+            collateral_cache: Some(dir.clone()),
+            ..TdxPolicy::default()
+        };
+        let v = TdxValidator::with_roots(policy, TdxRoots::intel()).as_of(AT_V4);
+        assert!(
+            v.verify(&q, &ReportDataCheck::Exact(q.report.report_data))
+                .is_err()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -19,6 +19,11 @@
 //! an answer that does not load is removed again. Signatures, the chain to
 //! the pinned root, the FMSPC and the dates are checked when a quote is
 //! verified, as for collateral an operator copied in by hand.
+//!
+//! A [`super::TdxValidator`] whose policy says `pcsFetch` fetches, during a
+//! check, what its policy's collateral files lack or what is past its
+//! `nextUpdate`, and reuses it while current. The root CA's CRL is not
+//! fetched (the policy's `rootCrl` file supplies it).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
