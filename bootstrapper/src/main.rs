@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::snp::SnpIssuer;
-use confboot_attest::tdx::TdxIssuer;
+use confboot_attest::tdx::{Rtmr3Marker, TdxIssuer};
 use confboot_attest::tpm::Tpm;
 use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, Validator, Variant};
@@ -45,15 +45,15 @@ use crate::config::{
 use crate::join::{EndpointSources, JoinClient, JoinClientConfirmer};
 use crate::node::vpn::NodeVpnSetup;
 use crate::node::{
-    AdminApi, GenerationSetup, JoinServiceCheck, NixStateMount, Node, NodeConfig, SshUsersSetup,
-    holder,
+    AdminApi, GenerationSetup, JoinServiceCheck, Markers, NixStateMount, Node, NodeConfig,
+    NodeMarker, SshUsersSetup, holder,
 };
 use crate::server::FlowResult;
 use confboot_util::backoff::Backoff;
 
 /// The node as the bootstrapper runs it: the state disk's backend
 /// (`--disk-backend`), the cluster step (`--cluster-step`), the vTPM.
-type RealNode = Node<Box<dyn DiskBackend>, NodeCluster, Arc<VtpmIssuer>>;
+type RealNode = Node<Box<dyn DiskBackend>, NodeCluster, Arc<dyn NodeMarker>>;
 
 /// Who runs the cluster step (`--cluster-step`).
 enum NodeCluster {
@@ -160,7 +160,7 @@ fn kubelet_request(config: &Config) -> Result<Option<KubeletCertRequest>, String
 
 fn build_node(
     config: &Config,
-    issuer: Arc<VtpmIssuer>,
+    marker: Arc<dyn NodeMarker>,
     join_service_check: JoinServiceCheck,
     join_endpoints: &[String],
     confirm_client: Arc<JoinClient>,
@@ -219,7 +219,7 @@ fn build_node(
     // The generation lives on the state file system: without one (no
     // mapped device, or no file system made) there is nowhere to keep it.
     let has_state_fs = config.disk.mode.is_mapped() && mkfs.is_some();
-    let node = Node::new(StateDisk::new(backend), mkfs, cluster, issuer, node_config);
+    let node = Node::new(StateDisk::new(backend), mkfs, cluster, marker, node_config);
     let node = match ssh_users_setup(config) {
         Some(setup) => node.with_ssh_users(setup),
         None => node,
@@ -301,6 +301,23 @@ fn ssh_users_setup(config: &Config) -> Option<SshUsersSetup> {
     })
 }
 
+/// What marks this node bootstrapped: PCR 15 always (the TPM's evidence,
+/// the node agent's, shows it); for a TD first `RTMR3`, which its TDX
+/// evidence shows (the register must be there before any ticket is asked
+/// for: a TD that could not mark itself would stay unmarked for join
+/// services).
+fn node_marker(variant: Variant, issuer: &Arc<VtpmIssuer>) -> Result<Arc<dyn NodeMarker>, String> {
+    let tpm = Arc::clone(issuer) as Arc<dyn NodeMarker>;
+    match variant {
+        Variant::QemuVtpm | Variant::SevSnp => Ok(tpm),
+        Variant::Tdx => {
+            let rtmr3 =
+                Rtmr3Marker::open_default().map_err(|e| format!("--attestation tdx: {e}"))?;
+            Ok(Arc::new(Markers(vec![Arc::new(rtmr3), tpm])))
+        }
+    }
+}
+
 fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
     let spec = config.tpm.as_str();
     let tpm = Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))?;
@@ -323,6 +340,7 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
         }
     };
     log::info!("this node attests with {}", attesting.variant());
+    let marker = node_marker(config.attestation, &issuer)?;
     let (join_service_check, joinsvc_validators) = joinsvc_check(&config.join_services, &issuer)?;
     let configured = configured_join_endpoints(config);
     let join_client_for = |kubelet_csr: Vec<u8>, vpn| JoinClient {
@@ -341,7 +359,7 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
     let confirm_client = Arc::new(join_client_for(Vec::new(), None));
     let node = Arc::new(build_node(
         config,
-        Arc::clone(&issuer),
+        marker,
         join_service_check,
         &configured,
         confirm_client,

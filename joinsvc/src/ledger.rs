@@ -106,12 +106,14 @@ impl LaunchId {
 /// Who asks for a ticket, as the handshake and PCR 15 established it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
-    /// A vTPM node whose PCR 15 is all zero: not bootstrapped since it
-    /// booted, so it asks once per boot by construction.
+    /// A vTPM node whose PCR 15, or a TD whose `RTMR3`, is all zero: not
+    /// bootstrapped since it booted, so it asks once per boot by
+    /// construction.
     Unbootstrapped,
     /// An SEV-SNP launch, served once.
     Launch(LaunchId),
-    /// A member of this cluster (vTPM, PCR 15 marked): peer updates only.
+    /// A member of this cluster (vTPM PCR 15 or TDX `RTMR3` holding its
+    /// mark): peer updates only.
     Member,
 }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use confboot_atls::{AtlsError, SealingKey};
 use confboot_attest::ear::Status as EarStatus;
-use confboot_attest::tpm::CLUSTER_ID_PCR;
+use confboot_attest::mark::{ClusterMarks, MarkState};
 use confboot_attest::{AttestationError, Attested, Variant};
 use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
 use confboot_kms::seal::SealError;
@@ -158,67 +158,71 @@ pub fn admission_result(metrics: &Metrics, status: EarStatus, policy: &str, deci
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallerCheck {
     /// A node that is not bootstrapped yet (join, rejoin): for vTPM, PCR 15
-    /// all-zero; for SEV-SNP, a launch identity the ledger then admits
-    /// once.
+    /// all-zero; for TDX, `RTMR3` all-zero; for SEV-SNP, a launch identity
+    /// the ledger then admits once.
     Unmarked,
-    /// A member of this cluster (GetUpdate): PCR 15 holds the mark of the
-    /// cluster id this service derives.
+    /// A member of this cluster (GetUpdate): PCR 15 (vTPM) or `RTMR3`
+    /// (TDX) holds the mark of the cluster id this service derives.
     Member,
 }
 
-/// Where a TDX caller's `RTMR3` is in its attested measurements (the CCEL
-/// register index: 1 + 3). Firmware and boot loader extend `RTMR0` to
-/// `RTMR2`; `RTMR3` is the TD's own, all zero until the TD extends it, as
-/// PCR 15 is a vTPM node's.
-pub const TDX_MARK_INDEX: u32 = 4;
-
 /// Checks an attested caller for a method, and says who it is. The
-/// handshake checks the measurement policy but not PCR 15, which differs
-/// between a joining node and a member; each method says which it serves.
-/// Only vTPM evidence quotes PCR 15. An SEV-SNP caller has no register
+/// handshake checks the measurement policy but not the mark register,
+/// which differs between a joining node and a member; each method says
+/// which it serves. A vTPM caller shows it in PCR 15, a TDX caller in
+/// `RTMR3` ([`TDX_MARK_INDEX`](confboot_attest::mark::TDX_MARK_INDEX)), read against this cluster's marks
+/// ([`ClusterMarks`]): all zero is a node not bootstrapped since it booted,
+/// this cluster's mark a member (peer updates, never a ticket), anything
+/// else (another cluster's mark, a register extended twice, a register
+/// missing) refused with its reason. An SEV-SNP caller has no register
 /// that could show it bootstrapped: it is served as a launch
 /// ([`Caller::Launch`], its chip id and `REPORT_ID`), which the ledger
-/// serves once ([`crate::ledger`]), and never as a member. A TDX caller
-/// shows it is not bootstrapped by an all-zero `RTMR3` ([`TDX_MARK_INDEX`])
-/// and is never served as a member either. Evidence of another variant, or
-/// SNP evidence without a launch identity, is refused.
+/// serves once ([`crate::ledger`]), and never as a member; SNP evidence
+/// without a launch identity is refused.
 pub fn caller_check(
     peer: &Attested,
     check: CallerCheck,
-    cluster_mark: &[u8; 32],
+    marks: &ClusterMarks,
 ) -> Result<Caller, Status> {
-    let pcr15 = peer.measurements.get(&CLUSTER_ID_PCR);
-    match (check, peer.variant) {
-        (CallerCheck::Unmarked, Variant::QemuVtpm) => match pcr15 {
-            Some(v) if v.iter().all(|b| *b == 0) => Ok(Caller::Unbootstrapped),
-            _ => Err(Status::permission_denied(
-                "the caller is already bootstrapped (PCR 15 is marked)",
+    let denied = |message: &str| Status::permission_denied(message);
+    if peer.variant == Variant::SevSnp {
+        return match check {
+            CallerCheck::Unmarked => match LaunchId::of(peer) {
+                Some(launch) => Ok(Caller::Launch(launch)),
+                None => Err(denied(
+                    "the caller's SEV-SNP evidence names no launch (chip id and REPORT_ID)",
+                )),
+            },
+            CallerCheck::Member => Err(denied(
+                "peer updates need vTPM or TDX evidence (PCR 15 or RTMR3 holds the cluster mark)",
             )),
-        },
-        (CallerCheck::Unmarked, Variant::SevSnp) => match LaunchId::of(peer) {
-            Some(launch) => Ok(Caller::Launch(launch)),
-            None => Err(Status::permission_denied(
-                "the caller's SEV-SNP evidence names no launch (chip id and REPORT_ID)",
-            )),
-        },
-        (CallerCheck::Member, Variant::QemuVtpm) => match pcr15 {
-            Some(v) if v.as_slice() == cluster_mark => Ok(Caller::Member),
-            _ => Err(Status::permission_denied(
-                "the caller is not a member of this cluster (PCR 15 is not its mark)",
-            )),
-        },
-        (CallerCheck::Member, Variant::SevSnp) => Err(Status::permission_denied(
-            "peer updates need vTPM evidence (PCR 15 holds the cluster mark)",
-        )),
-        (CallerCheck::Unmarked, Variant::Tdx) => match peer.measurements.get(&TDX_MARK_INDEX) {
-            Some(v) if v.len() == 48 && v.iter().all(|b| *b == 0) => Ok(Caller::Unbootstrapped),
-            _ => Err(Status::permission_denied(
-                "the caller is already bootstrapped (RTMR3 is not all zero)",
-            )),
-        },
-        (CallerCheck::Member, Variant::Tdx) => Err(Status::permission_denied(
-            "peer updates need vTPM evidence (PCR 15 holds the cluster mark)",
-        )),
+        };
+    }
+    let register = match peer.variant {
+        Variant::Tdx => "RTMR3",
+        _ => "PCR 15",
+    };
+    let state = marks
+        .state_of(peer)
+        .map_err(|e| denied(&format!("the caller's mark cannot be read: {e}")))?;
+    match (check, state) {
+        (CallerCheck::Unmarked, MarkState::Unmarked) => Ok(Caller::Unbootstrapped),
+        (CallerCheck::Unmarked, MarkState::Member) => Err(denied(&format!(
+            "the caller is already bootstrapped ({register} is not all zero: it holds this \
+             cluster's mark; a member asks for peer updates, never a ticket)"
+        ))),
+        (CallerCheck::Unmarked, MarkState::Foreign) => Err(denied(&format!(
+            "the caller is already bootstrapped ({register} is not all zero, and not this \
+             cluster's mark either)"
+        ))),
+        (CallerCheck::Member, MarkState::Member) => Ok(Caller::Member),
+        (CallerCheck::Member, MarkState::Unmarked) => Err(denied(&format!(
+            "the caller is not a member of this cluster ({register} is all zero: not \
+             bootstrapped)"
+        ))),
+        (CallerCheck::Member, MarkState::Foreign) => Err(denied(&format!(
+            "the caller is not a member of this cluster ({register} is not its mark)"
+        ))),
     }
 }
 
@@ -423,6 +427,8 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
 mod tests {
     use super::*;
     use crate::token::TokenError;
+    use confboot_attest::mark::TDX_MARK_INDEX;
+    use confboot_attest::tpm::CLUSTER_ID_PCR;
     use confboot_cluster::kubelet_cert::KubeletCertError;
 
     #[test]
@@ -459,7 +465,8 @@ mod tests {
     fn an_snp_caller_is_a_launch_and_a_vtpm_caller_shows_pcr_15() {
         use confboot_attest::snp::LAUNCH_IDENTITY_INDEX;
         use std::collections::BTreeMap;
-        let mark = [9u8; 32];
+        let marks = ClusterMarks::of(b"cluster-1");
+        let mark = marks.pcr15;
         let snp = |launch: Option<Vec<u8>>| {
             let mut measurements = BTreeMap::from([(0, vec![0x5e; 48])]);
             if let Some(l) = launch {
@@ -475,41 +482,91 @@ mod tests {
             measurements: BTreeMap::from([(CLUSTER_ID_PCR, pcr15.to_vec())]),
         };
         // Two launches on one chip are two callers; the same launch is one.
-        let a = caller_check(&snp(Some(vec![1; 96])), CallerCheck::Unmarked, &mark).unwrap();
+        let a = caller_check(&snp(Some(vec![1; 96])), CallerCheck::Unmarked, &marks).unwrap();
         let b = caller_check(
             &snp(Some([vec![1; 64], vec![2; 32]].concat())),
             CallerCheck::Unmarked,
-            &mark,
+            &marks,
         )
         .unwrap();
         assert!(matches!(a, Caller::Launch(_)));
         assert_ne!(a, b);
         assert_eq!(
-            caller_check(&snp(Some(vec![1; 96])), CallerCheck::Unmarked, &mark).unwrap(),
+            caller_check(&snp(Some(vec![1; 96])), CallerCheck::Unmarked, &marks).unwrap(),
             a
         );
         // SNP evidence without a launch identity, or a spoilt one: refused.
         for launch in [None, Some(vec![1; 95])] {
-            let e = caller_check(&snp(launch), CallerCheck::Unmarked, &mark).unwrap_err();
+            let e = caller_check(&snp(launch), CallerCheck::Unmarked, &marks).unwrap_err();
             assert_eq!(e.code, Code::PermissionDenied);
         }
         // Never a member.
-        assert!(caller_check(&snp(Some(vec![1; 96])), CallerCheck::Member, &mark).is_err());
+        assert!(caller_check(&snp(Some(vec![1; 96])), CallerCheck::Member, &marks).is_err());
         assert_eq!(
-            caller_check(&vtpm([0; 32]), CallerCheck::Unmarked, &mark),
+            caller_check(&vtpm([0; 32]), CallerCheck::Unmarked, &marks),
             Ok(Caller::Unbootstrapped)
         );
-        assert!(caller_check(&vtpm(mark), CallerCheck::Unmarked, &mark).is_err());
+        assert!(caller_check(&vtpm(mark), CallerCheck::Unmarked, &marks).is_err());
         assert_eq!(
-            caller_check(&vtpm(mark), CallerCheck::Member, &mark),
+            caller_check(&vtpm(mark), CallerCheck::Member, &marks),
             Ok(Caller::Member)
         );
+        // A foreign mark is neither.
+        let foreign = ClusterMarks::of(b"cluster-2").pcr15;
+        for check in [CallerCheck::Unmarked, CallerCheck::Member] {
+            assert!(caller_check(&vtpm(foreign), check, &marks).is_err());
+        }
         // The ledger's refusals reach the caller as PERMISSION_DENIED.
         let refused = IssueError::Vpn(RegistryError::Admission(
             crate::ledger::Refusal::LaunchServed,
         ));
         assert_eq!(issue_status(&refused).code, Code::PermissionDenied);
         assert_eq!(refused.reason(), "launch_served");
+    }
+
+    #[test]
+    fn a_tdx_caller_shows_rtmr3_unmarked_a_member_or_refused() {
+        use std::collections::BTreeMap;
+        let marks = ClusterMarks::of(b"cluster-1");
+        let td = |rtmr3: Vec<u8>| Attested {
+            variant: Variant::Tdx,
+            measurements: BTreeMap::from([(0, vec![0x7d; 48]), (TDX_MARK_INDEX, rtmr3)]),
+        };
+        let refused = |rtmr3: Vec<u8>, check| {
+            let s = caller_check(&td(rtmr3), check, &marks).unwrap_err();
+            assert_eq!(s.code, Code::PermissionDenied);
+            s.message
+        };
+        assert_eq!(
+            caller_check(&td(vec![0; 48]), CallerCheck::Unmarked, &marks),
+            Ok(Caller::Unbootstrapped)
+        );
+        assert_eq!(
+            caller_check(&td(marks.rtmr3.to_vec()), CallerCheck::Member, &marks),
+            Ok(Caller::Member)
+        );
+        // A member asks for no ticket; a node not bootstrapped gets no
+        // peer updates; another cluster's mark gets neither.
+        let m = refused(marks.rtmr3.to_vec(), CallerCheck::Unmarked);
+        assert!(
+            m.contains("RTMR3 is not all zero: it holds this cluster's mark"),
+            "{m}"
+        );
+        let m = refused(vec![0; 48], CallerCheck::Member);
+        assert!(m.contains("RTMR3 is all zero"), "{m}");
+        let foreign = ClusterMarks::of(b"cluster-2").rtmr3.to_vec();
+        let m = refused(foreign.clone(), CallerCheck::Unmarked);
+        assert!(m.contains("not this cluster's mark either"), "{m}");
+        let m = refused(foreign, CallerCheck::Member);
+        assert!(m.contains("RTMR3 is not its mark"), "{m}");
+        // A TD's register is never read as PCR 15's, nor missing as zero.
+        let m = refused(marks.pcr15.to_vec(), CallerCheck::Member);
+        assert!(m.contains("no RTMR3 of 48 bytes"), "{m}");
+        let bare = Attested {
+            variant: Variant::Tdx,
+            measurements: BTreeMap::from([(0, vec![0x7d; 48])]),
+        };
+        assert!(caller_check(&bare, CallerCheck::Unmarked, &marks).is_err());
     }
 
     #[test]

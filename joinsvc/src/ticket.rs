@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use confboot_attest::mark::ClusterMarks;
 use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
 use confboot_kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
@@ -123,8 +124,9 @@ pub struct TicketService {
     /// The measurement secret, derived once from the master secret (the
     /// same for every ticket).
     measurement_secret: SecretBytes,
-    /// PCR 15 of a member of this cluster: marked with its cluster id.
-    cluster_mark: [u8; 32],
+    /// The mark register of a member of this cluster (PCR 15, RTMR3):
+    /// marked with its cluster id.
+    cluster_mark: ClusterMarks,
     tokens: Arc<dyn TokenIssuer>,
 }
 
@@ -142,7 +144,7 @@ impl TicketService {
         let cluster_id =
             confboot_kms::derive_cluster_id(measurement_secret.expose(), &config.measurement_salt);
         TicketService {
-            cluster_mark: confboot_attest::tpm::marked_pcr15(&cluster_id),
+            cluster_mark: ClusterMarks::of(&cluster_id),
             measurement_secret,
             config,
             tokens,
@@ -230,9 +232,10 @@ impl TicketService {
         })
     }
 
-    /// What PCR 15 of a member of this cluster holds (the mark of the
-    /// cluster id this service's secrets derive).
-    pub fn cluster_mark(&self) -> &[u8; 32] {
+    /// What the mark register of a member of this cluster holds (PCR 15
+    /// for vTPM, RTMR3 for TDX: the mark of the cluster id this service's
+    /// secrets derive).
+    pub fn cluster_mark(&self) -> &ClusterMarks {
         &self.cluster_mark
     }
 

@@ -16,7 +16,10 @@ use std::time::Duration;
 use confboot_atls as atls;
 use confboot_attest::tdx::{CcelLog, TdxIssuer, synthetic_ccel_log};
 use confboot_attest::{Issuer, MeasurementPolicy};
-use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_proto::join::{
+    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
+    IssueRejoinTicketResponse,
+};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::snp::ReplayingIssuer;
@@ -155,6 +158,26 @@ fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketRe
     };
     client
         .join(&req, Duration::from_secs(20))
+        .map_err(|e| e.to_string())
+}
+
+/// Asks for a rejoin ticket, attesting with `issuer`.
+fn rejoin(
+    joinsvc: &Joinsvc,
+    issuer: &Arc<dyn Issuer>,
+) -> Result<IssueRejoinTicketResponse, String> {
+    let mut client = SealedClient::connect(
+        joinsvc.rpc_addr,
+        Duration::from_secs(20),
+        &[],
+        Arc::clone(issuer),
+    )
+    .map_err(|e| e.to_string())?;
+    let req = IssueRejoinTicketRequest {
+        disk_uuid: DISK.into(),
+    };
+    client
+        .rejoin(&req, Duration::from_secs(20))
         .map_err(|e| e.to_string())
 }
 
@@ -298,6 +321,30 @@ fn a_bootstrapped_td_is_refused_a_join_ticket() {
     let issuer = tdx_issuer(TestQuoteSource::honest(platform(1), td(&log)), &log);
     let err = join(&joinsvc, &issuer).expect_err("a marked TD");
     assert!(err.contains("RTMR3 is not all zero"), "{err}");
+}
+
+#[test]
+fn a_td_marked_with_this_clusters_mark_gets_no_join_or_rejoin_ticket() {
+    let dir = TempDir::new("tdx-member");
+    let joinsvc = joinsvc("tdx", None, &dir);
+    let cluster_id = confboot_kms::derive_cluster_id(
+        joinsvc.master_secret.measurement_secret().expose(),
+        &joinsvc.measurement_salt,
+    );
+    // A bootstrapped member: the firmware's log as at boot, RTMR3
+    // extended at run time with this cluster's mark (no log event for it).
+    let log = good_log();
+    let mut member = td(&log);
+    member.rtmrs[3] = confboot_attest::mark::marked_rtmr3(&cluster_id);
+    let member = tdx_issuer(TestQuoteSource::honest(platform(1), member), &log);
+    let why = "RTMR3 is not all zero: it holds this cluster's mark";
+    let err = join(&joinsvc, &member).expect_err("a member asks for no join ticket");
+    assert!(err.contains(why), "{err}");
+    let err = rejoin(&joinsvc, &member).expect_err("a member asks for no rejoin ticket");
+    assert!(err.contains(why), "{err}");
+    // The same TD before it marked itself gets both.
+    join(&joinsvc, &honest_issuer()).expect("an unmarked TD joins");
+    rejoin(&joinsvc, &honest_issuer()).expect("an unmarked TD rejoins");
 }
 
 #[test]

@@ -34,6 +34,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::nodelock::{LockToken, NodeLock};
+use confboot_attest::tdx::Rtmr3Marker;
 use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{AttestationError, Attested};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
@@ -88,8 +89,9 @@ fn check_measurement_salt(salt: &[u8]) -> Result<(), NodeError> {
     })
 }
 
-/// Marks a node as bootstrapped: PCR 15 ← cluster id. A node's own
-/// attestation shows the mark from then on; a join service checks it.
+/// Marks a node as bootstrapped: PCR 15 (vTPM) or `RTMR3` (TDX) ← cluster
+/// id. A node's own attestation shows the mark from then on; a join
+/// service checks it ([`confboot_attest::mark`]).
 pub trait NodeMarker: Send + Sync {
     /// Extends the mark with `cluster_id`.
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError>;
@@ -98,6 +100,24 @@ pub trait NodeMarker: Send + Sync {
 impl NodeMarker for VtpmIssuer {
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
         self.mark_node(cluster_id)
+    }
+}
+
+impl NodeMarker for Rtmr3Marker {
+    fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
+        self.mark_node(cluster_id)
+            .map_err(|e| AttestationError::Issue(e.to_string()))
+    }
+}
+
+/// Marks with each marker in turn, the first failure ending it: a TD marks
+/// `RTMR3` (what its TDX evidence shows) and then PCR 15 (what its vTPM
+/// evidence, the node agent's, shows).
+pub struct Markers(pub Vec<Arc<dyn NodeMarker>>);
+
+impl NodeMarker for Markers {
+    fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
+        self.0.iter().try_for_each(|m| m.mark(cluster_id))
     }
 }
 

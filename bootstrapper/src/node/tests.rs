@@ -2028,3 +2028,25 @@ fn the_cluster_steps_output_is_logged_printable_and_bounded() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn markers_mark_in_turn_and_the_first_failure_ends_it() {
+    let (rtmr3, pcr15) = (FakeMarker::default(), FakeMarker::default());
+    Markers(vec![Arc::new(rtmr3.clone()), Arc::new(pcr15.clone())])
+        .mark(b"cluster")
+        .unwrap();
+    for m in [&rtmr3, &pcr15] {
+        assert_eq!(*m.marks.lock().unwrap(), vec![b"cluster".to_vec()]);
+    }
+    // A TD that cannot extend RTMR3 is not marked half: PCR 15 is left.
+    let failing = FakeMarker {
+        fail: true,
+        ..FakeMarker::default()
+    };
+    let after = FakeMarker::default();
+    let err = Markers(vec![Arc::new(failing), Arc::new(after.clone())])
+        .mark(b"cluster")
+        .unwrap_err();
+    assert_eq!(err, AttestationError::Issue("injected TPM fault".into()));
+    assert!(after.marks.lock().unwrap().is_empty());
+}

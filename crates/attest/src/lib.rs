@@ -9,6 +9,7 @@
 pub mod config;
 pub mod ear;
 pub mod join_service;
+pub mod mark;
 pub mod measure;
 pub mod measurements;
 pub mod reference;

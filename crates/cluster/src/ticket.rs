@@ -18,7 +18,6 @@ use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse, T
 use zeroize::Zeroizing;
 
 use confboot_attest::Attested;
-use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_disk::MEASUREMENT_SALT_LEN;
 use confboot_kms::derive_cluster_id;
 
@@ -192,7 +191,8 @@ fn check_salt(salt: &[u8]) -> Result<(), TicketError> {
 }
 
 /// The join service must prove membership of the ticket's cluster: its
-/// attested PCR 15 (`service`, `None` if it did not attest) holds the mark
+/// attested mark register (PCR 15, `RTMR3`; `service`, `None` if it did
+/// not attest) holds the mark
 /// of the cluster id that `measurement_secret` gives with
 /// `measurement_salt` (the ticket's, for a join and a rejoin alike). A host's own service has the node's image at best, never that
 /// mark.
@@ -207,19 +207,22 @@ pub fn check_cluster_mark(
     )
 }
 
-/// Whether an attested service's PCR 15 holds the mark of `cluster_id`
-/// (it is a bootstrapped member of that cluster).
+/// Whether an attested service's mark register holds the mark of
+/// `cluster_id` (it is a bootstrapped member of that cluster): PCR 15 for
+/// a vTPM service, `RTMR3` for a TDX one
+/// ([`ClusterMarks`](confboot_attest::mark::ClusterMarks)); an SEV-SNP
+/// service has no such register and is never believed.
 pub fn check_member_mark(cluster_id: &[u8], service: Option<&Attested>) -> Result<(), TicketError> {
+    use confboot_attest::mark::{ClusterMarks, MarkState, mark_register};
     let Some(service) = service else {
         return Err(TicketError::NotMember("it did not attest".into()));
     };
-    match service.measurements.get(&CLUSTER_ID_PCR) {
-        None => Err(TicketError::NotMember(format!(
-            "its attestation has no PCR {CLUSTER_ID_PCR}"
-        ))),
-        Some(v) if v[..] == marked_pcr15(cluster_id)[..] => Ok(()),
-        Some(_) => Err(TicketError::NotMember(format!(
-            "its PCR {CLUSTER_ID_PCR} is not the mark of the ticket's cluster"
+    let register = mark_register(service.variant).map_or("mark register", |(name, _, _)| name);
+    match ClusterMarks::of(cluster_id).state_of(service) {
+        Err(e) => Err(TicketError::NotMember(e.to_string())),
+        Ok(MarkState::Member) => Ok(()),
+        Ok(MarkState::Unmarked | MarkState::Foreign) => Err(TicketError::NotMember(format!(
+            "its {register} is not the mark of the ticket's cluster"
         ))),
     }
 }
@@ -230,6 +233,7 @@ mod tests {
 
     use super::*;
     use confboot_attest::Variant;
+    use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
 
     fn join(secret: &[u8], salt: &[u8], key: &[u8]) -> IssueJoinTicketResponse {
         let mut t = IssueJoinTicketResponse::default();
@@ -315,6 +319,44 @@ mod tests {
                 check_cluster_mark(&[1; 32], &[2; 32], s.as_ref()),
                 Err(TicketError::NotMember(_))
             ));
+        }
+    }
+
+    #[test]
+    fn a_tdx_join_service_proves_membership_with_rtmr3() {
+        use confboot_attest::mark::{TDX_MARK_INDEX, marked_rtmr3};
+        let td = |index: u32, rtmr3: Vec<u8>| Attested {
+            variant: Variant::Tdx,
+            measurements: BTreeMap::from([(0, vec![0x7d; 48]), (index, rtmr3)]),
+        };
+        let id = derive_cluster_id(&[1; 32], &[2; 32]);
+        assert_eq!(
+            check_cluster_mark(
+                &[1; 32],
+                &[2; 32],
+                Some(&td(TDX_MARK_INDEX, marked_rtmr3(&id).to_vec()))
+            ),
+            Ok(())
+        );
+        let other = marked_rtmr3(&derive_cluster_id(&[1; 32], &[9; 32])).to_vec();
+        for (s, why) in [
+            (td(TDX_MARK_INDEX, vec![0; 48]), "its RTMR3 is not the mark"),
+            (td(TDX_MARK_INDEX, other), "its RTMR3 is not the mark"),
+            // The vTPM form of the mark, or in PCR 15's place, is not RTMR3's.
+            (
+                td(TDX_MARK_INDEX, marked_pcr15(&id).to_vec()),
+                "no RTMR3 of 48 bytes",
+            ),
+            (
+                td(CLUSTER_ID_PCR, marked_rtmr3(&id).to_vec()),
+                "no RTMR3 of 48 bytes",
+            ),
+        ] {
+            let e = check_cluster_mark(&[1; 32], &[2; 32], Some(&s)).unwrap_err();
+            assert!(
+                matches!(&e, TicketError::NotMember(m) if m.contains(why)),
+                "{e}"
+            );
         }
     }
 

@@ -344,10 +344,19 @@ impl CcelLog {
         rtmrs
     }
 
-    /// Checks that the log replays to the quoted RTMRs, all four.
+    /// Checks that the log replays to the quoted RTMRs: `RTMR0` to `RTMR2`
+    /// always, `RTMR3` when the log has events for it. `RTMR3` is the TD's
+    /// own register, which a bootstrapped TD extends at run time with the
+    /// cluster mark ([`crate::mark`]) and no firmware log records, as a
+    /// vTPM event log does not record PCR 15; a join service reads it as a
+    /// mark, and a policy may still pin it.
     pub fn check_replay(&self, quoted: &[[u8; RTMR_LEN]; 4]) -> Result<(), CcelError> {
         let replayed = self.replay();
+        let logs_rtmr3 = self.events.iter().any(|e| e.rtmr() == Some(3));
         for (rtmr, (r, q)) in replayed.iter().zip(quoted).enumerate() {
+            if rtmr == 3 && !logs_rtmr3 {
+                continue;
+            }
             if r != q {
                 return Err(CcelError::Replay {
                     rtmr,
@@ -551,6 +560,26 @@ mod tests {
             Err(CcelError::Replay { rtmr: 1, .. })
         ));
         assert_eq!(log.events()[1].description(), "Linux kernel");
+        // RTMR3 extended at run time (the cluster mark) with no event for
+        // it in the firmware's log: the other RTMRs are still checked.
+        let mut marked = rtmrs;
+        marked[3] = crate::mark::marked_rtmr3(b"cluster");
+        log.check_replay(&marked).unwrap();
+        marked[2][0] ^= 1;
+        assert!(matches!(
+            log.check_replay(&marked),
+            Err(CcelError::Replay { rtmr: 2, .. })
+        ));
+        // A log that records RTMR3 events must replay to it.
+        let with_rtmr3 =
+            CcelLog::parse(&synthetic_ccel_log(&[(4, EV_EVENT_TAG, b"tag")], 0)).unwrap();
+        let mut replayed = with_rtmr3.replay();
+        with_rtmr3.check_replay(&replayed).unwrap();
+        replayed[3] = crate::mark::marked_rtmr3(b"cluster");
+        assert!(matches!(
+            with_rtmr3.check_replay(&replayed),
+            Err(CcelError::Replay { rtmr: 3, .. })
+        ));
     }
 
     #[test]

@@ -31,8 +31,9 @@
 //! - Checks run as of a given time ([`TdxValidator::as_of`]) so that
 //!   recorded collateral stays testable after its next update.
 //!
-//! Nothing is fetched: collateral comes from files (Intel's PCS answers as
-//! served). The TCB signing certificate comes from Intel's issuer-chain
+//! Nothing is fetched by default: collateral comes from files (Intel's PCS
+//! answers as served); the cargo feature `pcs` fetches them into a cache
+//! directory, kept and loaded as those files ([`pcs`](PcsRequest)). The TCB signing certificate comes from Intel's issuer-chain
 //! header when given ([`Collateral::add_tcb_signing_chain`]), else the one
 //! built in ([`INTEL_SGX_TCB_SIGNING_2018_DER`]); either counts only under
 //! a pinned root.
@@ -42,8 +43,10 @@ mod certs;
 mod collateral;
 mod evidence;
 mod issuer;
+mod pcs;
 mod policy;
 mod quote;
+mod rtmr;
 mod verify;
 
 pub use ccel::{
@@ -65,16 +68,24 @@ pub use issuer::{
     CCEL_DATA_PATH, CCEL_TABLE_PATH, ConfigfsTsmQuoteSource, TDX_PROVIDER, TSM_REPORT_DIR,
     TdxIssuer, TdxQuoteSource, read_ccel_log,
 };
+pub use pcs::{
+    MAX_ISSUER_CHAIN_LEN, PCS_BASE_URL, PCS_TIMEOUT, PckCa, PcsAnswer, PcsError, PcsRequest,
+    pcs_requests, store_answers,
+};
+#[cfg(feature = "pcs")]
+pub use pcs::{fetch, fetch_collateral};
 pub use policy::{CollateralFiles, TdxPolicy};
 pub use quote::{
     ATTESTATION_KEY_ECDSA_P256, BodyType, CERT_DATA_PCK_CHAIN, CERT_DATA_QE_REPORT, HEADER_LEN,
     Header, INTEL_QE_VENDOR_ID, MAX_QUOTE_LEN, QE_REPORT_LEN, QeReport, Quote, QuoteError,
     TD10_BODY_LEN, TD15_BODY_LEN, TEE_TYPE_TDX, TdReport, td_attributes,
 };
+pub use rtmr::{RTMR3_SYSFS_PATH, Rtmr3Marker, RtmrError};
 pub use verify::{Collateral, check, run_checks};
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use crate::snp::{CheckOutcome, CheckResult, ReportDataCheck, first_failure};
 use crate::{AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant};
@@ -89,6 +100,9 @@ pub struct TdxValidator {
     expected_log: Option<CcelLog>,
     /// Verify as of this time (Unix seconds) instead of now.
     as_of: Option<i64>,
+    /// Collateral fetched from the PCS (policy `pcsFetch`), reused while
+    /// current for the platform asked about.
+    fetched: Arc<Mutex<Option<Collateral>>>,
 }
 
 impl TdxValidator {
@@ -96,6 +110,11 @@ impl TdxValidator {
     /// (`rootCertificates`), else Intel's; the collateral files and the
     /// expected event log it names are read (bounded) and parsed.
     pub fn new(policy: TdxPolicy) -> Result<TdxValidator, PolicyError> {
+        if policy.pcs_fetch && !cfg!(feature = "pcs") {
+            return Err(PolicyError::Format(
+                "pcsFetch: confboot was built without the cargo feature `pcs`".into(),
+            ));
+        }
         let roots = if policy.root_certificates.is_empty() {
             TdxRoots::intel()
         } else {
@@ -135,6 +154,7 @@ impl TdxValidator {
             collateral: Collateral::default(),
             expected_log: None,
             as_of: None,
+            fetched: Arc::default(),
         }
     }
 
@@ -175,14 +195,76 @@ impl TdxValidator {
         quote: &Quote,
         report_data: &ReportDataCheck,
     ) -> Vec<CheckResult> {
+        let fetched = self.fetched_collateral(quote);
         run_checks(
             quote,
             report_data,
             &self.policy,
             &self.roots,
-            &self.collateral,
+            fetched.as_ref().unwrap_or(&self.collateral),
             self.now(),
         )
+    }
+
+    /// With policy `pcsFetch`, collateral for `quote` when the policy's own
+    /// lacks a piece or is past its `nextUpdate`: the last fetched while it
+    /// is current, else fetched now (the policy's root CRL and TCB signing
+    /// certificates kept). `None`: the policy's collateral, as it is (a
+    /// fetch that failed is logged, and the checks then fail as without
+    /// it).
+    fn fetched_collateral(&self, quote: &Quote) -> Option<Collateral> {
+        if !self.policy.pcs_fetch {
+            return None;
+        }
+        let fmspc = match pcs_requests(quote, &self.roots) {
+            Ok([PcsRequest::TcbInfo { fmspc }, ..]) => fmspc,
+            _ => return None,
+        };
+        let now = self.now();
+        let current = |c: &Collateral| {
+            c.tcb_info
+                .as_ref()
+                .is_some_and(|t| t.fmspc == fmspc && now <= t.next_update)
+                && c.qe_identity.as_ref().is_some_and(|q| now <= q.next_update)
+                && c.pck_crl.is_some()
+        };
+        if current(&self.collateral) {
+            return None;
+        }
+        let mut held = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = held.as_ref().filter(|c| current(c)) {
+            return Some(c.clone());
+        }
+        let fetched = self.fetch_collateral(quote)?;
+        let mut tcb_signing = self.collateral.tcb_signing.clone();
+        tcb_signing.extend(fetched.tcb_signing.iter().cloned());
+        let merged = Collateral {
+            root_crl: self.collateral.root_crl.clone(),
+            tcb_signing,
+            ..fetched
+        };
+        *held = Some(merged.clone());
+        Some(merged)
+    }
+
+    #[cfg(feature = "pcs")]
+    fn fetch_collateral(&self, quote: &Quote) -> Option<Collateral> {
+        let base = self.policy.pcs_base_url.as_deref().unwrap_or(PCS_BASE_URL);
+        let cache = self.policy.collateral_cache.as_deref()?;
+        // Three requests, each within PCS_TIMEOUT, all within this.
+        let deadline = std::time::Instant::now() + 3 * PCS_TIMEOUT;
+        match fetch_collateral(base, quote, &self.roots, cache, deadline) {
+            Ok((_, collateral)) => Some(collateral),
+            Err(e) => {
+                log::warn!("TDX collateral could not be fetched: {e}");
+                None
+            }
+        }
+    }
+
+    #[cfg(not(feature = "pcs"))]
+    fn fetch_collateral(&self, _quote: &Quote) -> Option<Collateral> {
+        None
     }
 
     /// Verifies a quote: every check must pass (a skipped one fails, so

@@ -57,6 +57,17 @@
 //! - `expectedEventLog` (optional): a raw CCEL log area of the expected
 //!   image (from a reference boot); an RTMR that differs from `rtmrs` is
 //!   then explained by the first of its events that differs.
+//! - `pcsFetch` (optional, default false): fetch the TCB info, QE identity
+//!   and PCK CRL that `collateral` lacks, or that are past their
+//!   `nextUpdate`, from Intel's PCS for the quote's platform, into
+//!   `collateralCache` (required with it); they are kept as collateral
+//!   files and loaded as those are, and checked as any collateral is. The
+//!   root CRL is not fetched: name it in `collateral`. Needs confboot built
+//!   with the cargo feature `pcs`; refused otherwise.
+//! - `pcsBaseUrl` (optional): the PCS or a caching proxy to fetch from
+//!   (default `https://api.trustedservices.intel.com`).
+//! - `collateralCache` (optional): the directory fetched collateral is
+//!   kept in.
 //! - `insecureAnyImage` (optional, default false): accept a policy without
 //!   `mrtd`, which admits any TD on a genuine platform. Logged as a warning.
 //!
@@ -101,6 +112,14 @@ pub struct TdxPolicy {
     pub expected_event_log: Option<PathBuf>,
     /// Whether the policy said `"insecureAnyImage": true`.
     pub insecure_any_image: bool,
+    /// Whether TCB info, QE identity and PCK CRL that the collateral files
+    /// lack (or that are past their `nextUpdate`) are fetched from Intel's
+    /// PCS (`pcsFetch`; needs the cargo feature `pcs`).
+    pub pcs_fetch: bool,
+    /// The PCS or a caching proxy to fetch from (`pcsBaseUrl`).
+    pub pcs_base_url: Option<String>,
+    /// Where fetched collateral is kept (`collateralCache`, resolved path).
+    pub collateral_cache: Option<PathBuf>,
 }
 
 /// The collateral files a policy names (`collateral`), each optional.
@@ -136,6 +155,9 @@ impl Default for TdxPolicy {
             collateral: CollateralFiles::default(),
             expected_event_log: None,
             insecure_any_image: false,
+            pcs_fetch: false,
+            pcs_base_url: None,
+            collateral_cache: None,
         }
     }
 }
@@ -278,8 +300,29 @@ impl TdxPolicy {
                     )
                 }
                 "insecureAnyImage" => p.insecure_any_image = boolean(value, "insecureAnyImage")?,
+                "pcsFetch" => p.pcs_fetch = boolean(value, "pcsFetch")?,
+                "pcsBaseUrl" => {
+                    let url = value
+                        .as_str()
+                        .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+                        .ok_or_else(|| format_err("pcsBaseUrl must be an http(s) URL"))?;
+                    p.pcs_base_url = Some(url.to_string());
+                }
+                "collateralCache" => {
+                    p.collateral_cache = Some(
+                        value
+                            .as_str()
+                            .map(|s| resolve(s, base))
+                            .ok_or_else(|| format_err("collateralCache must be a path"))?,
+                    )
+                }
                 other => return Err(format_err(format!("unknown key {other:?}"))),
             }
+        }
+        if p.pcs_fetch && p.collateral_cache.is_none() {
+            return Err(format_err(
+                "pcsFetch needs collateralCache (where fetched collateral is kept)",
+            ));
         }
         if p.mr_td.is_none() {
             if !p.insecure_any_image {

@@ -654,12 +654,9 @@ pub fn pcr_digest<'a>(pcr_values: impl IntoIterator<Item = &'a [u8]>) -> [u8; SH
         .expect("SHA-256 is 32 bytes")
 }
 
-/// What PCR 15 holds after [`mark_node`] on a fresh boot:
-/// SHA-256(0³² ‖ SHA-256(cluster_id)).
-pub fn marked_pcr15(cluster_id: &[u8]) -> [u8; 32] {
-    let event = ring::digest::digest(&ring::digest::SHA256, cluster_id);
-    pcr_digest([&[0u8; 32][..], event.as_ref()])
-}
+/// What PCR 15 holds after [`mark_node`] on a fresh boot (defined with
+/// the TDX form of the mark in [`crate::mark`]).
+pub use crate::mark::marked_pcr15;
 
 /// Marks this node as bootstrapped: extends PCR 15's SHA-256 bank with
 /// SHA-256(cluster_id), as Constellation does after init or join. From then
