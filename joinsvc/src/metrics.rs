@@ -13,6 +13,10 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// Most (status, set) pairs counted apart in `joinsvc_admissions_total`;
+/// later ones are counted under the set `other`.
+pub const MAX_ADMISSION_LABELS: usize = 256;
+
 /// Everything joinsvc counts.
 #[derive(Default)]
 pub struct Metrics {
@@ -24,6 +28,7 @@ pub struct Metrics {
     /// TLS handshakes that failed (attestation refused, protocol errors).
     pub handshake_failures: AtomicU64,
     latency: Mutex<Histogram>,
+    admissions: Mutex<BTreeMap<(&'static str, String), u64>>,
     rpc: Mutex<Option<Arc<ServerStats>>>,
 }
 
@@ -43,6 +48,17 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry(reason)
             .or_default() += 1;
+    }
+
+    /// Counts a node admitted by the reference-value set `set` with
+    /// `status` (`affirming` or `warning`).
+    pub fn admitted(&self, status: &'static str, set: &str) {
+        let mut admissions = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut key = (status, set.to_string());
+        if !admissions.contains_key(&key) && admissions.len() >= MAX_ADMISSION_LABELS {
+            key.1 = "other".into();
+        }
+        *admissions.entry(key).or_default() += 1;
     }
 
     /// Records how long issuing a ticket took.
@@ -100,6 +116,19 @@ impl Metrics {
         {
             let _ = writeln!(out, "{refused}{{reason=\"{reason}\"}} {n}");
         }
+        let admissions = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
+        if !admissions.is_empty() {
+            let name = "joinsvc_admissions_total";
+            let _ = write!(
+                out,
+                "# HELP {name} Nodes admitted by a reference-value set, by status and set.\n# TYPE {name} counter\n"
+            );
+            for ((status, set), n) in admissions.iter() {
+                let set = set.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "{name}{{status=\"{status}\",set=\"{set}\"}} {n}");
+            }
+        }
+        drop(admissions);
         counter(
             &mut out,
             "joinsvc_handshake_failures_total",
@@ -173,6 +202,9 @@ mod tests {
         m.refused("invalid_request");
         m.observe_latency(Duration::from_millis(3));
         m.observe_latency(Duration::from_secs(7));
+        m.admitted("affirming", "node 1");
+        m.admitted("affirming", "node 1");
+        m.admitted("warning", "node \"2\"");
         let text = m.render();
         for line in [
             "joinsvc_tickets_issued_total{kind=\"join\"} 2",
@@ -185,6 +217,8 @@ mod tests {
             "joinsvc_ticket_duration_seconds_bucket{le=\"+Inf\"} 2",
             "joinsvc_ticket_duration_seconds_count 2",
             "joinsvc_handshake_failures_total 0",
+            "joinsvc_admissions_total{status=\"warning\",set=\"node \\\"2\\\"\"} 1",
+            "joinsvc_admissions_total{status=\"affirming\",set=\"node 1\"} 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -11,6 +11,9 @@
 //! | `--ak-trust` | AK trust; `insecure-any-ak` refused without `--i-understand-insecure-any-ak` |
 //! | `--expected-events` | expected event log, to explain a differing PCR |
 //! | `--snp-policy` | SEV-SNP policy, for `sev-snp` (read at start-up) |
+//! | `--reference-values-dir` | signed reference-value sets, for `qemu-vtpm`, in place of `--measurements`; read again every `--reference-values-reload` |
+//! | `--release-key` | a release key whose signed sets are accepted (repeatable) |
+//! | `--reference-values-warning` | days before a set's not-after from which its nodes are admitted with a warning |
 //!
 //! The help of the attestation options is the same in every binary that
 //! has them (the bootstrapper's `--joinsvc-*` in the node agent's crate,
@@ -76,6 +79,40 @@ pub const MEASUREMENTS: Opt = Opt::value(
 .env("JOINSVC_MEASUREMENTS")
 .aliases(&["policy"])
 .env_aliases(&["JOINSVC_POLICY"]);
+/// `--reference-values-dir`.
+pub const REFERENCE_VALUES_DIR: Opt = Opt::value(
+    "reference-values-dir",
+    "DIR",
+    "Signed reference-value sets of joining vTPM nodes (`confboot measure --reference-values-out`, \
+     then `confboot sign`), one per file, in place of --measurements (give one of the two): a node \
+     is admitted when it matches any live set, that is, any file signed by a --release-key whose \
+     window holds now. Read again every --reference-values-reload: a file added is accepted, a file \
+     removed or past its not-after is retired (its nodes are refused with its name and retirement \
+     time), a bad file is refused and logged and the others kept",
+)
+.env("JOINSVC_REFERENCE_VALUES_DIR");
+/// `--release-key`.
+pub const RELEASE_KEY: Opt = Opt::value(
+    "release-key",
+    "PEM",
+    "A release public key (`confboot keygen`) whose signed sets in --reference-values-dir are \
+     accepted; repeatable",
+);
+/// `--reference-values-warning`.
+pub const REFERENCE_VALUES_WARNING: Opt = Opt::value(
+    "reference-values-warning",
+    "DAYS",
+    "A node matching a set that ends within this many days is admitted with a warning (logged, \
+     counted in joinsvc_admissions_total{status=\"warning\"})",
+)
+.default("7");
+/// `--reference-values-reload`.
+pub const REFERENCE_VALUES_RELOAD: Opt = Opt::value(
+    "reference-values-reload",
+    "SECONDS",
+    "How often --reference-values-dir is read again (1 to 3600)",
+)
+.default("10");
 /// `--ak-trust`.
 pub const AK_TRUST: Opt = Opt::value(
     "ak-trust",
@@ -222,6 +259,10 @@ pub const CMD: Command = Command {
         MASTER_SECRET,
         MEASUREMENT_SALT,
         MEASUREMENTS,
+        REFERENCE_VALUES_DIR,
+        RELEASE_KEY,
+        REFERENCE_VALUES_WARNING,
+        REFERENCE_VALUES_RELOAD,
         AK_TRUST,
         INSECURE_ANY_AK_CONFIRMATION,
         VARIANTS,

@@ -158,12 +158,14 @@ pub enum SetsError {
     #[error("reference-value directory {} holds more than {MAX_SET_FILES} files", .0.display())]
     TooManyFiles(PathBuf),
     /// No file of the directory is a live set.
-    #[error("reference-value directory {} holds no live set for {variant}", .dir.display())]
+    #[error("reference-value directory {} holds no live set for {variant}{}", .dir.display(), refusals(.refused))]
     NoLiveSet {
         /// The directory.
         dir: PathBuf,
         /// The variant.
         variant: Variant,
+        /// Each file refused, and why.
+        refused: Vec<String>,
     },
     /// No release key is configured: sets are read only signed.
     #[error("reference-value sets need at least one release key")]
@@ -224,6 +226,10 @@ pub enum SetsRefusal {
         /// Each live set, with its first difference.
         differences: Vec<(SetName, AttestationError)>,
     },
+}
+
+fn refusals(refused: &[String]) -> String {
+    refused.iter().map(|r| format!("; {r}")).collect()
 }
 
 fn list(differences: &[(SetName, AttestationError)]) -> String {
@@ -293,6 +299,11 @@ impl ReferenceSets {
             return Err(SetsError::NoLiveSet {
                 dir: self.dir.clone(),
                 variant: self.variant,
+                refused: report
+                    .refused
+                    .iter()
+                    .map(|(file, why)| format!("{}: {why}", file.display()))
+                    .collect(),
             });
         }
         for set in &live {
