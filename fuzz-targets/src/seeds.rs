@@ -333,6 +333,7 @@ fn atls_attestation() -> Vec<Seed> {
         AttestationMessage {
             evidence,
             sealing_key,
+            reference_values: None,
         }
         .encode()
     };

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
 use confboot_attest::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
     Setting, ValidatorBuilder, parse_variants,
@@ -28,9 +29,9 @@ use crate::options::{
     AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
     INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
-    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, QUEUE, REFERENCE_VALUES_DIR,
-    REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY, REMOVE_VPN_PEER, SNP_POLICY,
-    TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
+    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, PRESENT_REFERENCE_VALUES, QUEUE,
+    REFERENCE_VALUES_DIR, REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY,
+    REMOVE_VPN_PEER, SNP_POLICY, TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
 };
 use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenIssuer};
@@ -68,6 +69,9 @@ pub struct ServeConfig {
     pub reference_sets: Option<ReferenceSetsConfig>,
     /// joinsvc's own TPM, with `--tpm` (`None`: joinsvc does not attest).
     pub tpm: Option<OwnTpm>,
+    /// The signed set of joinsvc's own image, presented with its evidence
+    /// (`--present-reference-values`; needs `--tpm`).
+    pub present_reference_values: Option<PathBuf>,
     /// The cluster CA certificate.
     pub kubernetes_ca: PathBuf,
     /// The Kubernetes PKI directory.
@@ -202,6 +206,7 @@ impl Config {
             tdx_policy: m.value(&TDX_POLICY).map(PathBuf::from),
         };
         let tpm = given(&TPM);
+        let present_reference_values = m.value(&PRESENT_REFERENCE_VALUES).map(PathBuf::from);
         let event_log = given(&EVENT_LOG);
         let kubernetes_ca = PathBuf::from(default(&KUBERNETES_CA));
         let pki_dir = PathBuf::from(default(&PKI_DIR));
@@ -278,6 +283,12 @@ impl Config {
             }
         };
         let vpn_network = vpn_network(vpn_cidr)?;
+        if present_reference_values.is_some() && tpm.is_none() {
+            return Err(format!(
+                "--{} needs --{} (the set goes with joinsvc's evidence)",
+                PRESENT_REFERENCE_VALUES.long, TPM.long
+            ));
+        }
         Ok(Config::Serve(Box::new(ServeConfig {
             listen,
             health_listen,
@@ -285,6 +296,7 @@ impl Config {
             measurement_salt,
             attestation,
             reference_sets,
+            present_reference_values,
             tpm: tpm.map(|spec| OwnTpm {
                 event_log: EventLogSource::new(event_log.as_deref(), Tpm::is_device_spec(&spec)),
                 spec,
@@ -445,6 +457,8 @@ pub struct Service {
     pub checks: Vec<NodeCheck>,
     /// joinsvc's own attestation, with `--tpm`.
     pub issuer: Option<Arc<dyn Issuer>>,
+    /// The signed set presented with joinsvc's evidence.
+    pub presented_set: Option<Vec<u8>>,
     /// What tickets are made from.
     pub ticket_config: TicketConfig,
     /// Where bootstrap tokens come from.
@@ -556,6 +570,11 @@ impl Service {
             }
         };
 
+        let presented_set = match &config.present_reference_values {
+            None => None,
+            Some(path) => Some(load_presented_set(path, config.reference_sets.as_ref())?),
+        };
+
         let ca_path = config.kubernetes_ca.as_path();
         let ca = read_file(&KUBERNETES_CA, ca_path)?;
         let discovery_token_ca_cert_hash = discovery_token_ca_cert_hash(&ca)
@@ -593,6 +612,7 @@ impl Service {
             pool,
             checks,
             issuer,
+            presented_set,
             ticket_config: TicketConfig {
                 master_secret,
                 measurement_salt: config.measurement_salt.clone(),
@@ -608,11 +628,31 @@ impl Service {
     }
 }
 
-/// The release keys and the first reading of the set directory: at least
-/// one live set, or joinsvc does not start.
-fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, String> {
+/// The set `--present-reference-values` names: at most
+/// [`MAX_REFERENCE_VALUES_LEN`] bytes, and, with `--release-key`, a set
+/// they signed that is valid now (a node checks it again in any case).
+fn load_presented_set(path: &Path, sets: Option<&ReferenceSetsConfig>) -> Result<Vec<u8>, String> {
+    let option = PRESENT_REFERENCE_VALUES.long;
+    let bytes = read_bounded(path, MAX_REFERENCE_VALUES_LEN as u64)
+        .map_err(|e| format!("--{option}: {e}"))?;
+    if let Some(sets) = sets {
+        let keys = read_release_keys(&sets.release_keys)?;
+        let opened =
+            confboot_attest::reference::open(&bytes, &keys, confboot_util::time::unix_now())
+                .map_err(|e| format!("--{option} {}: {e}", path.display()))?;
+        log::info!(
+            "presenting reference-value set {} {} with joinsvc's evidence",
+            opened.set.name,
+            opened.set.version
+        );
+    }
+    Ok(bytes.to_vec())
+}
+
+/// The `--release-key` files, read (bounded) and parsed.
+fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, String> {
     let mut keys = Vec::new();
-    for path in &config.release_keys {
+    for path in paths {
         let pem = read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
             .map_err(|e| format!("--{}: {e}", RELEASE_KEY.long))?;
         keys.push(
@@ -620,6 +660,13 @@ fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, St
                 .map_err(|e| format!("--{} {}: {e}", RELEASE_KEY.long, path.display()))?,
         );
     }
+    Ok(keys)
+}
+
+/// The release keys and the first reading of the set directory: at least
+/// one live set, or joinsvc does not start.
+fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, String> {
+    let keys = read_release_keys(&config.release_keys)?;
     let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys)
         .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_DIR.long))?;
     let first = sets

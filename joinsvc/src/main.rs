@@ -163,8 +163,13 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         max_calls_per_connection: Some(1),
         ..ServerLimits::default()
     };
-    let atls =
+    let mut atls =
         AtlsServer::new(cfg.issuer, validators).map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    if let Some(set) = cfg.presented_set {
+        atls = atls
+            .presenting(set)
+            .map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    }
     let rpc_listener = TcpListener::bind(&config.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let rpc = {

@@ -145,6 +145,16 @@ pub const TPM: Opt = Opt::value(
     "DEVICE|HOST:PORT",
     "Attest joinsvc itself with this TPM (a device or a swtpm socket)",
 );
+/// `--present-reference-values`.
+pub const PRESENT_REFERENCE_VALUES: Opt = Opt::value(
+    "present-reference-values",
+    "FILE",
+    "The signed reference-value set of joinsvc's own image (`confboot sign`'s output, at most \
+     16 KiB), presented with its evidence (--tpm) in every handshake: a node of another image that \
+     pins the release key (--joinsvc-release-key) accepts this join service when its evidence \
+     matches the set. Checked with --release-key when given",
+)
+.env("JOINSVC_PRESENT_REFERENCE_VALUES");
 /// `--event-log`.
 pub const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_HELP);
 /// `--expected-events`.
@@ -269,6 +279,7 @@ pub const CMD: Command = Command {
         SNP_POLICY,
         TDX_POLICY,
         TPM,
+        PRESENT_REFERENCE_VALUES,
         EVENT_LOG,
         EXPECTED_EVENTS,
         API_SERVER_ENDPOINT,

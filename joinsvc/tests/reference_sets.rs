@@ -208,3 +208,140 @@ fn joinsvc_refuses_to_start_without_a_live_signed_set() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A node of another image accepts a join service that presents a set
+/// signed by the release key the node pins, and that its evidence
+/// matches; nothing presented, an unsigned set, a set signed by another
+/// key, or a genuine set of another image is refused before the node asks
+/// for anything.
+#[test]
+fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
+    use confboot_atls::AtlsError;
+    use confboot_attest::join_service::PresentedSetValidator;
+    use confboot_attest::tpm::swtpm::Swtpm;
+    use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot_attest::{MeasurementPolicy, Validator};
+    use std::sync::Arc;
+
+    // The control plane's own TPM (joinsvc attests with it) and image.
+    let cp_tpm = Swtpm::start().unwrap();
+    let (cp_ak, cp_policy) = {
+        let issuer = VtpmIssuer::new(cp_tpm.connect().unwrap()).unwrap();
+        let pcrs = issuer.with_tpm(|t| t.pcr_read_all()).unwrap();
+        let mut policy = MeasurementPolicy::default();
+        for (i, v) in pcrs.into_iter().filter(|(i, _)| *i <= 9) {
+            policy.set(i, v.to_vec(), false);
+        }
+        (issuer.ak_public_key(), policy)
+    };
+    let now = confboot_util::time::unix_now();
+    let cp_set = |version: &str, policy: &MeasurementPolicy| ReferenceSet {
+        name: "confboot-node".into(),
+        version: version.into(),
+        not_before: now - DAY,
+        not_after: now + 30 * DAY,
+        variants: vec![VariantReference {
+            variant: Variant::QemuVtpm,
+            policy: policy.clone(),
+            events: EventList::default(),
+        }],
+    };
+    // The joining node runs another image (v2): its own-image policy does
+    // not admit the control plane.
+    let node = Node::start("v2", b"kernel v2");
+    let mut node_own = cp_policy.clone();
+    node_own.set(4, node.policy().entries()[&4].value.clone(), false);
+    let release = SigningKey::generate().unwrap().0;
+    let other = SigningKey::generate().unwrap().0;
+    let validator = |keys: Vec<confboot_attest::reference::ReleaseKey>| -> Arc<dyn Validator> {
+        let trust = AkTrust::Pinned(vec![cp_ak.clone()]);
+        let own: Arc<dyn Validator> =
+            Arc::new(VtpmValidator::new(trust.clone(), node_own.clone()).require_unmarked(false));
+        if keys.is_empty() {
+            return own;
+        }
+        let evidence: Arc<dyn Validator> = Arc::new(
+            VtpmValidator::new(trust, MeasurementPolicy::default()).require_unmarked(false),
+        );
+        Arc::new(PresentedSetValidator::new(own, evidence, keys))
+    };
+    let pinned = || vec![release.release_key().clone()];
+
+    let dir = std::env::temp_dir().join(format!("confboot-sets-present-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tpm_arg = cp_tpm.addr().to_string();
+    let joinsvc_presenting = |file: &str, bytes: &[u8]| {
+        let path = dir.join(file);
+        std::fs::write(&path, bytes).unwrap();
+        let joinsvc = Joinsvc::start_with(
+            Path::new(env!("CARGO_BIN_EXE_joinsvc")),
+            &node.policy(),
+            &[&node],
+            &[
+                "--tpm",
+                &tpm_arg,
+                "--present-reference-values",
+                path.to_str().unwrap(),
+            ],
+        );
+        joinsvc.process.wait_for_line("attesting with the TPM", 100);
+        joinsvc
+    };
+
+    // The control plane's v1 set, signed by the pinned key: accepted.
+    let joinsvc = joinsvc_presenting("v1.cbor", &cp_set("1", &cp_policy).sign(&release).unwrap());
+    let ticket = node
+        .join_verifying(joinsvc.rpc_addr, DISK, validator(pinned()))
+        .expect("the signed set of the join service's image admits it");
+    assert_eq!(
+        ticket.state_disk_key,
+        joinsvc.master_secret.state_disk_key(DISK).expose()
+    );
+    // A node that pins no release key, or another one, refuses it.
+    for keys in [vec![], vec![other.release_key().clone()]] {
+        let err = node
+            .join_verifying(joinsvc.rpc_addr, DISK, validator(keys))
+            .unwrap_err();
+        assert!(matches!(err, AtlsError::Attestation(_)), "{err}");
+    }
+    assert_eq!(
+        joinsvc.kube.created().len(),
+        1,
+        "refusing nodes asked for nothing"
+    );
+    drop(joinsvc);
+
+    // What a host could present instead: refused, each with its reason.
+    let mut another_image = cp_policy.clone();
+    another_image.set(9, vec![0x99; 32], false);
+    for (file, bytes, why) in [
+        (
+            "unsigned.cbor",
+            cp_set("1", &cp_policy).encode().unwrap(),
+            "unsigned",
+        ),
+        (
+            "foreign.cbor",
+            cp_set("1", &cp_policy).sign(&other).unwrap(),
+            "not a configured release key",
+        ),
+        (
+            "another-image.cbor",
+            cp_set("9", &another_image).sign(&release).unwrap(),
+            "measurement 9 differs",
+        ),
+    ] {
+        let joinsvc = joinsvc_presenting(file, &bytes);
+        let err = node
+            .join_verifying(joinsvc.rpc_addr, DISK, validator(pinned()))
+            .unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.contains("nor the set it presents") && shown.contains(why),
+            "{file}: {shown}"
+        );
+        assert!(joinsvc.kube.created().is_empty(), "{file}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
