@@ -378,6 +378,17 @@ fn atls_attestation() -> Vec<Seed> {
                 None,
             ),
         ),
+        // A presented reference-value set (bytes a validator that pins no
+        // release key ignores).
+        seed(
+            "vtpm-reference-values",
+            AttestationMessage {
+                evidence: vtpm(&fixtures::SESSION_EXTRA, PcrSet::All, false),
+                sealing_key: None,
+                reference_values: Some(vec![0xd2; 64]),
+            }
+            .encode(),
+        ),
     ]
 }
 
