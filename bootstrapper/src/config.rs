@@ -579,6 +579,31 @@ mod tests {
     }
 
     #[test]
+    fn join_service_release_keys_are_read_repeatably() {
+        let c = config(&["--state-disk", "d"]).unwrap();
+        assert!(
+            c.joinsvc_release_keys.is_empty(),
+            "default: only this node's image"
+        );
+        let c = config(&[
+            "--state-disk",
+            "d",
+            "--joinsvc-release-key",
+            "/etc/confboot/release-1.pem",
+            "--joinsvc-release-key",
+            "/etc/confboot/release-2.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.joinsvc_release_keys,
+            [
+                PathBuf::from("/etc/confboot/release-1.pem"),
+                PathBuf::from("/etc/confboot/release-2.pem")
+            ]
+        );
+    }
+
+    #[test]
     fn every_option_the_config_reads_is_declared() {
         // Config::from_matches reads every option whatever the others say:
         // one parse reads them all (an undeclared one panics).
