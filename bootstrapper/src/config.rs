@@ -16,8 +16,8 @@ use confboot_disk::luks2::KdfChoice;
 use confboot_kms::init_secret::InitSecretHash;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
 use nodeagent::options::{
-    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY,
-    JOINSVC_VARIANTS, JoinServiceOptions,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,
+    JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS, JoinServiceOptions,
 };
 
 use crate::join;
@@ -193,6 +193,7 @@ pub const CMD: Command = Command {
         JOINSVC_VARIANTS,
         JOINSVC_SNP_POLICY,
         JOINSVC_TDX_POLICY,
+        JOINSVC_RELEASE_KEY,
         INSECURE_ANY_JOIN_SERVICE,
         CONTROL_PLANE,
         VPN,
@@ -245,6 +246,10 @@ pub struct Config {
     pub metadata_url: Option<String>,
     /// How join services are checked.
     pub join_services: JoinServices,
+    /// The release keys (`--joinsvc-release-key`, files of the measured
+    /// initramfs) whose signed sets a join service may present instead of
+    /// running this node's image.
+    pub joinsvc_release_keys: Vec<PathBuf>,
     /// Whether the node joins as a control-plane node.
     pub control_plane: bool,
     /// The node's VPN (`None`: the node is not in the VPN).
@@ -409,6 +414,7 @@ impl Config {
         let cmdline = path(&CMDLINE);
         let metadata_url = m.value(&METADATA_URL).map(str::to_string);
         let join_service_options = JoinServiceOptions::read(m);
+        let joinsvc_release_keys = join_service_options.release_keys();
         let insecure_any_join_service = m.flag(&INSECURE_ANY_JOIN_SERVICE);
         let control_plane = m.flag(&CONTROL_PLANE);
         let vpn = m.flag(&VPN);
@@ -508,6 +514,7 @@ impl Config {
             cmdline,
             metadata_url,
             join_services,
+            joinsvc_release_keys,
             control_plane,
             vpn,
             node_ip,
@@ -569,6 +576,31 @@ mod tests {
     fn config(args: &[&str]) -> Result<Config, String> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
         Config::from_matches(&m)
+    }
+
+    #[test]
+    fn join_service_release_keys_are_read_repeatably() {
+        let c = config(&["--state-disk", "d"]).unwrap();
+        assert!(
+            c.joinsvc_release_keys.is_empty(),
+            "default: only this node's image"
+        );
+        let c = config(&[
+            "--state-disk",
+            "d",
+            "--joinsvc-release-key",
+            "/etc/confboot/release-1.pem",
+            "--joinsvc-release-key",
+            "/etc/confboot/release-2.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.joinsvc_release_keys,
+            [
+                PathBuf::from("/etc/confboot/release-1.pem"),
+                PathBuf::from("/etc/confboot/release-2.pem")
+            ]
+        );
     }
 
     #[test]

@@ -126,9 +126,12 @@ fn started_as_node_agent() -> bool {
 /// own image (its PCRs, PCR 15 and IMA's PCR 10 aside) with an AK that `--joinsvc-ak-trust`
 /// trusts, and the node then checks their PCR 15 against each ticket's
 /// cluster; `--joinsvc-measurements` names other measurements (a rolling
-/// upgrade); `--insecure-any-join-service` turns every check off.
+/// upgrade), and `--joinsvc-release-key` accepts too a join service that
+/// presents a set signed by a pinned release key and matches it;
+/// `--insecure-any-join-service` turns every check off.
 fn joinsvc_check(
     join_services: &JoinServices,
+    release_keys: &[std::path::PathBuf],
     issuer: &VtpmIssuer,
 ) -> Result<(JoinServiceCheck, Vec<Arc<dyn Validator>>), String> {
     match join_services {
@@ -140,7 +143,7 @@ fn joinsvc_check(
             Ok((JoinServiceCheck::InsecureNone, Vec::new()))
         }
         JoinServices::Attested(settings) => {
-            let validators = nodeagent::options::validators(settings, issuer)?;
+            let validators = nodeagent::options::validators(settings, release_keys, issuer)?;
             Ok((JoinServiceCheck::ClusterMark, validators))
         }
     }
@@ -341,7 +344,8 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
     };
     log::info!("this node attests with {}", attesting.variant());
     let marker = node_marker(config.attestation, &issuer)?;
-    let (join_service_check, joinsvc_validators) = joinsvc_check(&config.join_services, &issuer)?;
+    let (join_service_check, joinsvc_validators) =
+        joinsvc_check(&config.join_services, &config.joinsvc_release_keys, &issuer)?;
     let configured = configured_join_endpoints(config);
     let join_client_for = |kubelet_csr: Vec<u8>, vpn| JoinClient {
         sources: EndpointSources {

@@ -333,6 +333,7 @@ fn atls_attestation() -> Vec<Seed> {
         AttestationMessage {
             evidence,
             sealing_key,
+            reference_values: None,
         }
         .encode()
     };
@@ -376,6 +377,17 @@ fn atls_attestation() -> Vec<Seed> {
                 Some((Variant::SevSnp, snp_evidence_of(&fixtures::snp()[1]))),
                 None,
             ),
+        ),
+        // A presented reference-value set (bytes a validator that pins no
+        // release key ignores).
+        seed(
+            "vtpm-reference-values",
+            AttestationMessage {
+                evidence: vtpm(&fixtures::SESSION_EXTRA, PcrSet::All, false),
+                sealing_key: None,
+                reference_values: Some(vec![0xd2; 64]),
+            }
+            .encode(),
         ),
     ]
 }

@@ -51,6 +51,7 @@ fn fixture_attestation_messages_verify_for_vtpm_and_bind_nothing_for_snp() {
             v.evidence(&fixtures::SESSION_EXTRA, PcrSet::All, false),
         )),
         sealing_key: None,
+        reference_values: None,
     };
     let vtpm = fixtures::atls_validators(Variant::QemuVtpm);
     let session = |key: Option<&[u8; 32]>| Ok(fixtures::session_extra(key));
@@ -63,6 +64,7 @@ fn fixture_attestation_messages_verify_for_vtpm_and_bind_nothing_for_snp() {
     // A sealing key the evidence does not bind.
     let swapped = AttestationMessage {
         sealing_key: Some([0x42; 32]),
+        reference_values: None,
         ..message.clone()
     };
     assert!(swapped.verify(vtpm, session).is_err());
@@ -71,6 +73,7 @@ fn fixture_attestation_messages_verify_for_vtpm_and_bind_nothing_for_snp() {
     let message = AttestationMessage {
         evidence: Some((Variant::SevSnp, snp.evidence().encode().unwrap())),
         sealing_key: None,
+        reference_values: None,
     };
     let err = message
         .verify(fixtures::atls_validators(Variant::SevSnp), session)

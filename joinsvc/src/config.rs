@@ -4,13 +4,16 @@
 //! and makes the Kubernetes API client.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
 use confboot_attest::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
     Setting, ValidatorBuilder, parse_variants,
 };
+use confboot_attest::reference::sets::ReferenceSets;
+use confboot_attest::reference::{ReleaseKey, cose};
 use confboot_attest::tpm::Tpm;
 use confboot_attest::vtpm::{EventLogSource, VtpmIssuer};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
@@ -26,8 +29,9 @@ use crate::options::{
     AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
     INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
-    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, QUEUE, REMOVE_VPN_PEER, SNP_POLICY,
-    TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
+    MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, PRESENT_REFERENCE_VALUES, QUEUE,
+    REFERENCE_VALUES_DIR, REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY,
+    REMOVE_VPN_PEER, SNP_POLICY, TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
 };
 use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenIssuer};
@@ -60,8 +64,14 @@ pub struct ServeConfig {
     pub measurement_salt: Vec<u8>,
     /// How joining nodes are checked.
     pub attestation: AttestationSettings,
+    /// The signed reference-value sets of vTPM nodes, in place of the
+    /// measurement-policy file (`--reference-values-dir`).
+    pub reference_sets: Option<ReferenceSetsConfig>,
     /// joinsvc's own TPM, with `--tpm` (`None`: joinsvc does not attest).
     pub tpm: Option<OwnTpm>,
+    /// The signed set of joinsvc's own image, presented with its evidence
+    /// (`--present-reference-values`; needs `--tpm`).
+    pub present_reference_values: Option<PathBuf>,
     /// The cluster CA certificate.
     pub kubernetes_ca: PathBuf,
     /// The Kubernetes PKI directory.
@@ -82,6 +92,21 @@ pub struct ServeConfig {
     pub queue: usize,
     /// Connections that may wait for their ClientHello (at least 1).
     pub pending: usize,
+}
+
+/// Where the signed reference-value sets of vTPM nodes are, and how they
+/// are read (nothing read yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReferenceSetsConfig {
+    /// The directory of signed sets.
+    pub dir: PathBuf,
+    /// The release-key files (at least one).
+    pub release_keys: Vec<PathBuf>,
+    /// How close to a set's not-after its nodes are admitted with a
+    /// warning.
+    pub warning: Duration,
+    /// How often the directory is read again.
+    pub reload: Duration,
 }
 
 /// joinsvc's own TPM (`--tpm`, `--event-log`).
@@ -156,9 +181,18 @@ impl Config {
         let master_secret = m.required(&MASTER_SECRET).map(PathBuf::from);
         let measurement_salt = m.required(&MEASUREMENT_SALT).map(str::to_string);
         let variants = default(&VARIANTS);
+        let reference_values_dir = m.value(&REFERENCE_VALUES_DIR).map(PathBuf::from);
+        let release_keys: Vec<PathBuf> = m
+            .values(&RELEASE_KEY)
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        let reference_values_warning = m.parsed::<u64>(&REFERENCE_VALUES_WARNING);
+        let reference_values_reload = m.parsed::<u64>(&REFERENCE_VALUES_RELOAD);
         let attestation = GivenSettings {
             measurements: m.value(&MEASUREMENTS).map(PathBuf::from),
-            measurements_required: true,
+            // The sets take the policy file's place.
+            measurements_required: reference_values_dir.is_none(),
             ak_trust: given(&AK_TRUST),
             // joinsvc hands out disk keys: insecure-any-ak needs its
             // confirmation.
@@ -172,6 +206,7 @@ impl Config {
             tdx_policy: m.value(&TDX_POLICY).map(PathBuf::from),
         };
         let tpm = given(&TPM);
+        let present_reference_values = m.value(&PRESENT_REFERENCE_VALUES).map(PathBuf::from);
         let event_log = given(&EVENT_LOG);
         let kubernetes_ca = PathBuf::from(default(&KUBERNETES_CA));
         let pki_dir = PathBuf::from(default(&PKI_DIR));
@@ -227,8 +262,17 @@ impl Config {
         }
         let variants =
             parse_variants(&variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        let given_measurements = attestation.measurements.is_some();
         let attestation =
             AttestationSettings::new(variants, attestation).map_err(|e| describe(&e))?;
+        let reference_sets = reference_sets_config(
+            reference_values_dir,
+            release_keys,
+            given_measurements,
+            attestation.accepts(Variant::QemuVtpm),
+            reference_values_warning.map_err(args)?,
+            reference_values_reload.map_err(args)?,
+        )?;
         let kubelet_cert_validity_days = match kubelet_cert_validity.map_err(args)? {
             Some(days @ 1..=3650) => days,
             _ => {
@@ -239,12 +283,20 @@ impl Config {
             }
         };
         let vpn_network = vpn_network(vpn_cidr)?;
+        if present_reference_values.is_some() && tpm.is_none() {
+            return Err(format!(
+                "--{} needs --{} (the set goes with joinsvc's evidence)",
+                PRESENT_REFERENCE_VALUES.long, TPM.long
+            ));
+        }
         Ok(Config::Serve(Box::new(ServeConfig {
             listen,
             health_listen,
             master_secret,
             measurement_salt,
             attestation,
+            reference_sets,
+            present_reference_values,
             tpm: tpm.map(|spec| OwnTpm {
                 event_log: EventLogSource::new(event_log.as_deref(), Tpm::is_device_spec(&spec)),
                 spec,
@@ -261,6 +313,68 @@ impl Config {
             kubernetes_version,
         })))
     }
+}
+
+/// The reference-value sets' configuration, when `--reference-values-dir`
+/// is given: with at least one release key, for the `qemu-vtpm` variant,
+/// and in place of `--measurements` (not beside it: one source of truth).
+fn reference_sets_config(
+    dir: Option<PathBuf>,
+    release_keys: Vec<PathBuf>,
+    given_measurements: bool,
+    accepts_vtpm: bool,
+    warning_days: Option<u64>,
+    reload_seconds: Option<u64>,
+) -> Result<Option<ReferenceSetsConfig>, String> {
+    let Some(dir) = dir else {
+        if !release_keys.is_empty() {
+            return Err(format!(
+                "--{} is given without --{}",
+                RELEASE_KEY.long, REFERENCE_VALUES_DIR.long
+            ));
+        }
+        return Ok(None);
+    };
+    let (sets, policy) = (REFERENCE_VALUES_DIR.long, MEASUREMENTS.long);
+    if given_measurements {
+        return Err(format!("--{sets} replaces --{policy}: give one of the two"));
+    }
+    if !accepts_vtpm {
+        return Err(format!(
+            "--{sets} holds reference values of qemu-vtpm nodes, which --{} does not accept",
+            VARIANTS.long
+        ));
+    }
+    if release_keys.is_empty() {
+        return Err(format!(
+            "--{sets} needs --{} (sets are accepted only signed)",
+            RELEASE_KEY.long
+        ));
+    }
+    let warning = match warning_days {
+        Some(days @ 0..=3650) => Duration::from_secs(days * 24 * 3600),
+        _ => {
+            return Err(format!(
+                "--{}: want 0 to 3650 days",
+                REFERENCE_VALUES_WARNING.long
+            ));
+        }
+    };
+    let reload = match reload_seconds {
+        Some(seconds @ 1..=3600) => Duration::from_secs(seconds),
+        _ => {
+            return Err(format!(
+                "--{}: want 1 to 3600 seconds",
+                REFERENCE_VALUES_RELOAD.long
+            ));
+        }
+    };
+    Ok(Some(ReferenceSetsConfig {
+        dir,
+        release_keys,
+        warning,
+        reload,
+    }))
 }
 
 /// A count option (each has a default).
@@ -308,11 +422,27 @@ pub struct VtpmCheck {
     pub validators: ValidatorBuilder,
 }
 
+/// How vTPM nodes are checked against signed reference-value sets.
+pub struct VtpmSetsCheck {
+    /// The sets, read at start-up (at least one live) and read again by
+    /// the sets watcher.
+    pub sets: Arc<RwLock<ReferenceSets>>,
+    /// What the validator of joining nodes is built from (the evidence is
+    /// checked by it; the PCRs against the sets).
+    pub validators: ValidatorBuilder,
+    /// How close to a set's not-after its nodes get a warning.
+    pub warning: Duration,
+    /// How often the directory is read again.
+    pub reload: Duration,
+}
+
 /// How joining nodes are checked: one entry per accepted variant, in the
 /// order `--variants` names them.
 pub enum NodeCheck {
     /// A vTPM quote, under the watched measurement policy.
     Vtpm(VtpmCheck),
+    /// A vTPM quote, under the live signed reference-value sets.
+    VtpmSets(VtpmSetsCheck),
     /// An SEV-SNP report or a TDX quote, under the policy (and, for TDX,
     /// the collateral files) read at start-up.
     Fixed(Arc<dyn Validator>),
@@ -327,6 +457,8 @@ pub struct Service {
     pub checks: Vec<NodeCheck>,
     /// joinsvc's own attestation, with `--tpm`.
     pub issuer: Option<Arc<dyn Issuer>>,
+    /// The signed set presented with joinsvc's evidence.
+    pub presented_set: Option<Vec<u8>>,
     /// What tickets are made from.
     pub ticket_config: TicketConfig,
     /// Where bootstrap tokens come from.
@@ -357,10 +489,36 @@ impl Service {
     /// the error names the option.
     pub fn load(config: &ServeConfig) -> Result<Service, String> {
         let master_secret = load_master_secret(&config.master_secret)?;
-        let attestation = config.attestation.load().map_err(|e| describe(&e))?;
+        // With reference-value sets, the vTPM variant has no policy file:
+        // the other variants are loaded as ever, the vTPM one from its sets.
+        let attestation = match &config.reference_sets {
+            None => config.attestation.load(),
+            Some(_) => {
+                let mut others = config.attestation.clone();
+                others.variants.retain(|v| *v != Variant::QemuVtpm);
+                others.vtpm = None;
+                others.load()
+            }
+        }
+        .map_err(|e| describe(&e))?;
         let mut checks = Vec::new();
-        for variant in &attestation.variants {
+        for variant in &config.attestation.variants {
             checks.push(match variant {
+                Variant::QemuVtpm if config.reference_sets.is_some() => {
+                    let sets_config = config.reference_sets.as_ref().expect("matched");
+                    let settings = config.attestation.vtpm.as_ref().expect("checked");
+                    let validators = settings
+                        .validator_builder()
+                        .map_err(|e| describe(&e))?
+                        .require_unmarked(false)
+                        .announce_insecure_with(announce_insecure_any_ak);
+                    NodeCheck::VtpmSets(VtpmSetsCheck {
+                        sets: Arc::new(RwLock::new(load_reference_sets(sets_config)?)),
+                        validators,
+                        warning: sets_config.warning,
+                        reload: sets_config.reload,
+                    })
+                }
                 Variant::QemuVtpm => {
                     let vtpm = attestation.vtpm.clone().expect("loaded with its variant");
                     let settings = config.attestation.vtpm.as_ref().expect("checked");
@@ -384,7 +542,12 @@ impl Service {
                 )),
             });
         }
-        let names: Vec<&str> = attestation.variants.iter().map(|v| v.name()).collect();
+        let names: Vec<&str> = config
+            .attestation
+            .variants
+            .iter()
+            .map(|v| v.name())
+            .collect();
         log::info!("joining nodes may attest with: {}", names.join(", "));
 
         let issuer: Option<Arc<dyn Issuer>> = match &config.tpm {
@@ -405,6 +568,11 @@ impl Service {
                         .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
                 ))
             }
+        };
+
+        let presented_set = match &config.present_reference_values {
+            None => None,
+            Some(path) => Some(load_presented_set(path, config.reference_sets.as_ref())?),
         };
 
         let ca_path = config.kubernetes_ca.as_path();
@@ -444,6 +612,7 @@ impl Service {
             pool,
             checks,
             issuer,
+            presented_set,
             ticket_config: TicketConfig {
                 master_secret,
                 measurement_salt: config.measurement_salt.clone(),
@@ -457,6 +626,54 @@ impl Service {
             token_issuer,
         })
     }
+}
+
+/// The set `--present-reference-values` names: at most
+/// [`MAX_REFERENCE_VALUES_LEN`] bytes, and, with `--release-key`, a set
+/// they signed that is valid now (a node checks it again in any case).
+fn load_presented_set(path: &Path, sets: Option<&ReferenceSetsConfig>) -> Result<Vec<u8>, String> {
+    let option = PRESENT_REFERENCE_VALUES.long;
+    let bytes = read_bounded(path, MAX_REFERENCE_VALUES_LEN as u64)
+        .map_err(|e| format!("--{option}: {e}"))?;
+    if let Some(sets) = sets {
+        let keys = read_release_keys(&sets.release_keys)?;
+        let opened =
+            confboot_attest::reference::open(&bytes, &keys, confboot_util::time::unix_now())
+                .map_err(|e| format!("--{option} {}: {e}", path.display()))?;
+        log::info!(
+            "presenting reference-value set {} {} with joinsvc's evidence",
+            opened.set.name,
+            opened.set.version
+        );
+    }
+    Ok(bytes.to_vec())
+}
+
+/// The `--release-key` files, read (bounded) and parsed.
+fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, String> {
+    let mut keys = Vec::new();
+    for path in paths {
+        let pem = read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
+            .map_err(|e| format!("--{}: {e}", RELEASE_KEY.long))?;
+        keys.push(
+            ReleaseKey::from_pem(&pem)
+                .map_err(|e| format!("--{} {}: {e}", RELEASE_KEY.long, path.display()))?,
+        );
+    }
+    Ok(keys)
+}
+
+/// The release keys and the first reading of the set directory: at least
+/// one live set, or joinsvc does not start.
+fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, String> {
+    let keys = read_release_keys(&config.release_keys)?;
+    let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys)
+        .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_DIR.long))?;
+    let first = sets
+        .refresh(confboot_util::time::unix_now())
+        .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_DIR.long))?;
+    crate::watcher::log_refresh(&first);
+    Ok(sets)
 }
 
 /// The Kubernetes API client: `--kube-api` with its CA and token files, or
@@ -615,6 +832,69 @@ mod tests {
         assert_eq!(e, "option --kube-api-ca is required");
         let e = config(&["--remove-vpn-peer", "n", "--vpn-cidr", "x"]).unwrap_err();
         assert!(e.starts_with("(remove) --vpn-cidr: "), "{e}");
+    }
+
+    #[test]
+    fn reference_value_sets_replace_the_policy_file_and_need_a_release_key() {
+        // Without --measurements: the sets take its place.
+        let args = |extra: &[&str]| {
+            let mut all: Vec<&str> = NEEDED
+                .iter()
+                .copied()
+                .filter(|a| *a != "--measurements" && *a != "measurements.json")
+                .collect();
+            all.extend_from_slice(&["--ak-trust", "insecure-any-ak"]);
+            all.extend_from_slice(extra);
+            config(&all).map(|c| match c {
+                Config::Serve(c) => *c,
+                other => panic!("{other:?}"),
+            })
+        };
+        let c = args(&["--reference-values-dir", "sets", "--release-key", "a.pem"]).unwrap();
+        let sets = c.reference_sets.unwrap();
+        assert_eq!(sets.release_keys, vec![PathBuf::from("a.pem")]);
+        assert_eq!(sets.warning, Duration::from_secs(7 * 86_400));
+        assert_eq!(sets.reload, Duration::from_secs(10));
+        let c = args(&[
+            "--reference-values-dir",
+            "sets",
+            "--release-key",
+            "a.pem",
+            "--release-key",
+            "b.pem",
+        ])
+        .unwrap();
+        assert_eq!(c.reference_sets.unwrap().release_keys.len(), 2);
+        let e = args(&["--reference-values-dir", "sets"]).unwrap_err();
+        assert_eq!(
+            e,
+            "--reference-values-dir needs --release-key (sets are accepted only signed)"
+        );
+        let e = args(&["--release-key", "a.pem"]).unwrap_err();
+        assert_eq!(e, "option --measurements is required");
+        let e = serve_config(&[
+            "--ak-trust",
+            "x",
+            "--reference-values-dir",
+            "sets",
+            "--release-key",
+            "a.pem",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "--reference-values-dir replaces --measurements: give one of the two"
+        );
+        let e = args(&[
+            "--reference-values-dir",
+            "sets",
+            "--release-key",
+            "a.pem",
+            "--reference-values-reload",
+            "0",
+        ])
+        .unwrap_err();
+        assert_eq!(e, "--reference-values-reload: want 1 to 3600 seconds");
     }
 
     #[test]

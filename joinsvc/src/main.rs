@@ -21,6 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use confboot_atls::AtlsServer;
+use confboot_attest::reference::sets::{SetsValidator, Verdict, VerdictObserver};
+use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::{SwappableValidator, Validator};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;
@@ -86,16 +88,52 @@ fn remove_vpn_peer(config: &RemoveVpnPeerConfig) -> i32 {
     }
 }
 
+/// What joinsvc does with each admission by a reference-value set: a
+/// warning is logged with its reasons; each is counted by status and set.
+fn admission_observer(metrics: Arc<Metrics>) -> VerdictObserver {
+    Arc::new(move |verdict: &Verdict| {
+        let set = verdict.set.to_string();
+        if verdict.is_warning() {
+            log::warn!(
+                "node admitted by reference-value set {set} with a warning: {}",
+                verdict.warnings.join("; ")
+            );
+            metrics.admitted("warning", &set);
+        } else {
+            log::info!("node admitted by reference-value set {set}");
+            metrics.admitted("affirming", &set);
+        }
+    })
+}
+
 fn run(config: &ServeConfig) -> Result<(), String> {
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     let cfg = Service::load(config)?;
 
     // One validator per accepted variant; the vTPM one follows its
     // measurement-policy file.
+    let metrics = Arc::new(Metrics::default());
     let mut validators: Vec<Arc<dyn Validator>> = Vec::new();
     let mut watcher = None;
+    let mut sets_watcher = None;
     for check in &cfg.checks {
         match check {
+            config::NodeCheck::VtpmSets(vtpm) => {
+                let warning = i64::try_from(vtpm.warning.as_secs()).unwrap_or(i64::MAX);
+                let validator = SetsValidator::new(
+                    vtpm.validators.build_evidence_only(),
+                    Arc::clone(&vtpm.sets),
+                    warning,
+                    // PCR 15 is checked per call (crate::server::caller_check).
+                    vec![CLUSTER_ID_PCR],
+                )
+                .observed_by(admission_observer(Arc::clone(&metrics)));
+                sets_watcher = Some(
+                    watcher::SetsWatcher::spawn(Arc::clone(&vtpm.sets), vtpm.reload)
+                        .map_err(|e| format!("cannot read the reference-value sets: {e}"))?,
+                );
+                validators.push(Arc::new(validator));
+            }
             config::NodeCheck::Vtpm(vtpm) => {
                 let first = vtpm
                     .validators
@@ -116,7 +154,6 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         }
     }
 
-    let metrics = Arc::new(Metrics::default());
     let tickets = Arc::new(TicketService::new(cfg.ticket_config, cfg.token_issuer));
     let router = Arc::new(server::router(tickets, Arc::clone(&metrics)));
     // One ticket per attested connection: every admission is checked
@@ -126,8 +163,13 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         max_calls_per_connection: Some(1),
         ..ServerLimits::default()
     };
-    let atls =
+    let mut atls =
         AtlsServer::new(cfg.issuer, validators).map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    if let Some(set) = cfg.presented_set {
+        atls = atls
+            .presenting(set)
+            .map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    }
     let rpc_listener = TcpListener::bind(&config.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let rpc = {
@@ -169,6 +211,9 @@ fn run(config: &ServeConfig) -> Result<(), String> {
     log::info!("{sig} received: stopping (in-flight calls finish)");
     rpc.stop();
     if let Some(watcher) = watcher {
+        watcher.stop();
+    }
+    if let Some(watcher) = sets_watcher {
         watcher.stop();
     }
     health.stop();

@@ -14,6 +14,10 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// Most (status, set) pairs counted apart in `joinsvc_admissions_total`;
+/// later ones are counted under the set `other`.
+pub const MAX_ADMISSION_LABELS: usize = 256;
+
 /// Everything joinsvc counts.
 #[derive(Default)]
 pub struct Metrics {
@@ -25,6 +29,7 @@ pub struct Metrics {
     /// TLS handshakes that failed (attestation refused, protocol errors).
     pub handshake_failures: AtomicU64,
     latency: Mutex<Histogram>,
+    set_admissions: Mutex<BTreeMap<(&'static str, String), u64>>,
     rpc: Mutex<Option<Arc<ServerStats>>>,
     admissions: Mutex<BTreeMap<Status, u64>>,
 }
@@ -55,6 +60,17 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry(status)
             .or_default() += 1;
+    }
+
+    /// Counts a node admitted by the reference-value set `set` with
+    /// `status` (`affirming` or `warning`).
+    pub fn admitted(&self, status: &'static str, set: &str) {
+        let mut admissions = self.set_admissions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut key = (status, set.to_string());
+        if !admissions.contains_key(&key) && admissions.len() >= MAX_ADMISSION_LABELS {
+            key.1 = "other".into();
+        }
+        *admissions.entry(key).or_default() += 1;
     }
 
     /// Records how long issuing a ticket took.
@@ -127,6 +143,19 @@ impl Metrics {
             let n = counted.get(&status).copied().unwrap_or(0);
             let _ = writeln!(out, "{admissions}{{status=\"{status}\"}} {n}");
         }
+        let by_set = self.set_admissions.lock().unwrap_or_else(|p| p.into_inner());
+        if !by_set.is_empty() {
+            let name = "joinsvc_set_admissions_total";
+            let _ = write!(
+                out,
+                "# HELP {name} Nodes admitted by a reference-value set, by status and set.\n# TYPE {name} counter\n"
+            );
+            for ((status, set), n) in by_set.iter() {
+                let set = set.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "{name}{{status=\"{status}\",set=\"{set}\"}} {n}");
+            }
+        }
+        drop(by_set);
         counter(
             &mut out,
             "joinsvc_handshake_failures_total",
@@ -203,6 +232,9 @@ mod tests {
         m.admission(Status::Affirming);
         m.admission(Status::Affirming);
         m.admission(Status::Contraindicated);
+        m.admitted("affirming", "node 1");
+        m.admitted("affirming", "node 1");
+        m.admitted("warning", "node \"2\"");
         let text = m.render();
         for line in [
             "joinsvc_tickets_issued_total{kind=\"join\"} 2",
@@ -219,6 +251,8 @@ mod tests {
             "confboot_joinsvc_admissions_total{status=\"warning\"} 0",
             "confboot_joinsvc_admissions_total{status=\"contraindicated\"} 1",
             "confboot_joinsvc_admissions_total{status=\"none\"} 0",
+            "joinsvc_set_admissions_total{status=\"warning\",set=\"node \\\"2\\\"\"} 1",
+            "joinsvc_set_admissions_total{status=\"affirming\",set=\"node 1\"} 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -11,6 +11,9 @@
 //! | `--ak-trust` | AK trust; `insecure-any-ak` refused without `--i-understand-insecure-any-ak` |
 //! | `--expected-events` | expected event log, to explain a differing PCR |
 //! | `--snp-policy` | SEV-SNP policy, for `sev-snp` (read at start-up) |
+//! | `--reference-values-dir` | signed reference-value sets, for `qemu-vtpm`, in place of `--measurements`; read again every `--reference-values-reload` |
+//! | `--release-key` | a release key whose signed sets are accepted (repeatable) |
+//! | `--reference-values-warning` | days before a set's not-after from which its nodes are admitted with a warning |
 //!
 //! The help of the attestation options is the same in every binary that
 //! has them (the bootstrapper's `--joinsvc-*` in the node agent's crate,
@@ -76,6 +79,40 @@ pub const MEASUREMENTS: Opt = Opt::value(
 .env("JOINSVC_MEASUREMENTS")
 .aliases(&["policy"])
 .env_aliases(&["JOINSVC_POLICY"]);
+/// `--reference-values-dir`.
+pub const REFERENCE_VALUES_DIR: Opt = Opt::value(
+    "reference-values-dir",
+    "DIR",
+    "Signed reference-value sets of joining vTPM nodes (`confboot measure --reference-values-out`, \
+     then `confboot sign`), one per file, in place of --measurements (give one of the two): a node \
+     is admitted when it matches any live set, that is, any file signed by a --release-key whose \
+     window holds now. Read again every --reference-values-reload: a file added is accepted, a file \
+     removed or past its not-after is retired (its nodes are refused with its name and retirement \
+     time), a bad file is refused and logged and the others kept",
+)
+.env("JOINSVC_REFERENCE_VALUES_DIR");
+/// `--release-key`.
+pub const RELEASE_KEY: Opt = Opt::value(
+    "release-key",
+    "PEM",
+    "A release public key (`confboot keygen`) whose signed sets in --reference-values-dir are \
+     accepted; repeatable",
+);
+/// `--reference-values-warning`.
+pub const REFERENCE_VALUES_WARNING: Opt = Opt::value(
+    "reference-values-warning",
+    "DAYS",
+    "A node matching a set that ends within this many days is admitted with a warning (logged, \
+     counted in joinsvc_set_admissions_total{status=\"warning\"})",
+)
+.default("7");
+/// `--reference-values-reload`.
+pub const REFERENCE_VALUES_RELOAD: Opt = Opt::value(
+    "reference-values-reload",
+    "SECONDS",
+    "How often --reference-values-dir is read again (1 to 3600)",
+)
+.default("10");
 /// `--ak-trust`.
 pub const AK_TRUST: Opt = Opt::value(
     "ak-trust",
@@ -108,6 +145,16 @@ pub const TPM: Opt = Opt::value(
     "DEVICE|HOST:PORT",
     "Attest joinsvc itself with this TPM (a device or a swtpm socket)",
 );
+/// `--present-reference-values`.
+pub const PRESENT_REFERENCE_VALUES: Opt = Opt::value(
+    "present-reference-values",
+    "FILE",
+    "The signed reference-value set of joinsvc's own image (`confboot sign`'s output, at most \
+     16 KiB), presented with its evidence (--tpm) in every handshake: a node of another image that \
+     pins the release key (--joinsvc-release-key) accepts this join service when its evidence \
+     matches the set. Checked with --release-key when given",
+)
+.env("JOINSVC_PRESENT_REFERENCE_VALUES");
 /// `--event-log`.
 pub const EVENT_LOG: Opt = Opt::value("event-log", "FILE|none", EVENT_LOG_HELP);
 /// `--expected-events`.
@@ -222,12 +269,17 @@ pub const CMD: Command = Command {
         MASTER_SECRET,
         MEASUREMENT_SALT,
         MEASUREMENTS,
+        REFERENCE_VALUES_DIR,
+        RELEASE_KEY,
+        REFERENCE_VALUES_WARNING,
+        REFERENCE_VALUES_RELOAD,
         AK_TRUST,
         INSECURE_ANY_AK_CONFIRMATION,
         VARIANTS,
         SNP_POLICY,
         TDX_POLICY,
         TPM,
+        PRESENT_REFERENCE_VALUES,
         EVENT_LOG,
         EXPECTED_EVENTS,
         API_SERVER_ENDPOINT,

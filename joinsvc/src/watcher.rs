@@ -10,14 +10,20 @@
 //! replaced: written in place, renamed over, deleted then created, and the
 //! symlink swap Kubernetes uses to update a mounted ConfigMap
 //! (`..data` → a new timestamped directory).
+//!
+//! The signed reference-value sets (`--reference-values-dir`) are read
+//! again every reload period instead ([`SetsWatcher`]): a set's window
+//! ends with no file changing, so time alone must retire it.
 
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use confboot_attest::MeasurementPolicy;
 use confboot_attest::measurements::MAX_POLICY_BYTES;
+use confboot_attest::reference::sets::{ReferenceSets, Refresh};
 use confboot_util::fs::read_bounded;
 use confboot_util::stop::Stop;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -89,6 +95,95 @@ impl PolicyWatcher {
 }
 
 impl Drop for PolicyWatcher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Logs what a reading of the set directory did: each set added or
+/// retired, each file refused.
+pub fn log_refresh(refresh: &Refresh) {
+    for name in &refresh.added {
+        log::info!("reference-value set {name} accepted");
+    }
+    for (name, reason) in &refresh.retired {
+        log::warn!("reference-value set {name} retired: {reason}");
+    }
+    for (file, why) in &refresh.refused {
+        log::error!("reference-value set file {} refused: {why}", file.display());
+    }
+}
+
+/// A running reader of the set directory; [`SetsWatcher::stop`] ends it.
+pub struct SetsWatcher {
+    stop: Stop,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SetsWatcher {
+    /// Reads `sets`' directory again every `period`; a reading that fails
+    /// changes nothing (the last good sets stay) and is logged. A file
+    /// refused is logged when the refusals change, not at every reading.
+    pub fn spawn(
+        sets: Arc<RwLock<ReferenceSets>>,
+        period: Duration,
+    ) -> std::io::Result<SetsWatcher> {
+        let stop = Stop::new();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("sets-watcher".into())
+                .spawn(move || {
+                    let mut last_refused: Vec<String> = Vec::new();
+                    let mut last_error: Option<String> = None;
+                    while !stop.sleep(period) {
+                        let mut copy = sets.read().unwrap_or_else(|e| e.into_inner()).clone();
+                        match copy.refresh(confboot_util::time::unix_now()) {
+                            Ok(mut refresh) => {
+                                let refused: Vec<String> = refresh
+                                    .refused
+                                    .iter()
+                                    .map(|(f, e)| format!("{}: {e}", f.display()))
+                                    .collect();
+                                if refused == last_refused {
+                                    refresh.refused.clear();
+                                }
+                                last_refused = refused;
+                                last_error = None;
+                                log_refresh(&refresh);
+                                *sets.write().unwrap_or_else(|e| e.into_inner()) = copy;
+                            }
+                            Err(e) => {
+                                let e = e.to_string();
+                                if last_error.as_ref() != Some(&e) {
+                                    log::error!("{e}; keeping the previous sets");
+                                }
+                                last_error = Some(e);
+                            }
+                        }
+                    }
+                })?
+        };
+        Ok(SetsWatcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops reading and waits for the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.raise();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SetsWatcher {
     fn drop(&mut self) {
         self.shutdown();
     }

@@ -14,8 +14,8 @@ use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
 use confboot_vpn::VpnNetwork;
 
 use crate::options::{
-    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY,
-    JOINSVC_VARIANTS, JoinServiceOptions,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,
+    JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS, JoinServiceOptions,
 };
 use crate::vpn;
 
@@ -130,6 +130,7 @@ pub const CMD: Command = Command {
         JOINSVC_VARIANTS,
         JOINSVC_SNP_POLICY,
         JOINSVC_TDX_POLICY,
+        JOINSVC_RELEASE_KEY,
         VERBOSITY,
     ],
 };
@@ -177,6 +178,9 @@ pub struct VpnConfig {
     pub peers_file: PathBuf,
     /// How the control planes are checked.
     pub join_services: AttestationSettings,
+    /// The release keys whose signed sets a control plane may present
+    /// instead of running this node's image.
+    pub join_service_release_keys: Vec<PathBuf>,
 }
 
 impl Config {
@@ -230,6 +234,7 @@ impl Config {
                     control_planes: vpn_control_planes.into_iter().map(str::to_string).collect(),
                     interface,
                     peers_file: PathBuf::from(vpn_peers_file),
+                    join_service_release_keys: join_services.release_keys(),
                     join_services: join_services.settings().map_err(unusable)?,
                 })
             }

@@ -9,11 +9,12 @@
 //! | `--joinsvc-measurements` (formerly `--joinsvc-policy`) | measurement policy | this node's own image |
 //! | `--joinsvc-ak-trust` | AK trust (`insecure-any-ak` warned) | [`DEFAULT_JOINSVC_AK_TRUST`] |
 //! | `--joinsvc-snp-policy` | SEV-SNP policy, for `sev-snp` | — |
+//! | `--joinsvc-release-key` | release keys whose signed sets a join service may present instead of running this image | none |
 //!
 //! The vTPM options are needed only when `qemu-vtpm` is accepted, the SNP
 //! policy only when `sev-snp` is ([`AttestationSettings::new`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use confboot_attest::Validator;
@@ -22,6 +23,7 @@ use confboot_attest::config::{
     InsecureAnyAk, Setting, parse_variants,
 };
 use confboot_attest::join_service::join_service_validators;
+use confboot_attest::reference::{ReleaseKey, cose};
 use confboot_attest::vtpm::VtpmIssuer;
 use confboot_util::args::{ArgsError, Matches, Opt};
 
@@ -57,6 +59,16 @@ pub const JOINSVC_MEASUREMENTS: Opt = Opt::value(
 )
 .aliases(&["joinsvc-policy"]);
 
+/// `--joinsvc-release-key`.
+pub const JOINSVC_RELEASE_KEY: Opt = Opt::value(
+    "joinsvc-release-key",
+    "PEM",
+    "A release public key (`confboot keygen`) pinned in this node's measured configuration: a join \
+     service that does not run this node's image is accepted when it presents a reference-value set \
+     signed by it, valid now, that its evidence matches (a rolling upgrade); repeatable [default: \
+     only this node's image]",
+);
+
 /// `--joinsvc-ak-trust`.
 pub const JOINSVC_AK_TRUST: Opt = Opt::value(
     "joinsvc-ak-trust",
@@ -80,12 +92,14 @@ pub const JOINSVC_TDX_POLICY: Opt = Opt::value("joinsvc-tdx-policy", "FILE", TDX
 pub struct JoinServiceOptions {
     variants: String,
     given: GivenSettings,
+    release_keys: Vec<PathBuf>,
 }
 
 impl JoinServiceOptions {
-    /// Reads the `--joinsvc-*` options (the command must declare all five:
+    /// Reads the `--joinsvc-*` options (the command must declare all six:
     /// [`JOINSVC_MEASUREMENTS`], [`JOINSVC_AK_TRUST`], [`JOINSVC_VARIANTS`],
-    /// [`JOINSVC_SNP_POLICY`], [`JOINSVC_TDX_POLICY`]).
+    /// [`JOINSVC_SNP_POLICY`], [`JOINSVC_TDX_POLICY`],
+    /// [`JOINSVC_RELEASE_KEY`]).
     pub fn read(m: &Matches) -> JoinServiceOptions {
         JoinServiceOptions {
             variants: m
@@ -102,7 +116,17 @@ impl JoinServiceOptions {
                 snp_policy: m.value(&JOINSVC_SNP_POLICY).map(PathBuf::from),
                 tdx_policy: m.value(&JOINSVC_TDX_POLICY).map(PathBuf::from),
             },
+            release_keys: m
+                .values(&JOINSVC_RELEASE_KEY)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
         }
+    }
+
+    /// The files of `--joinsvc-release-key`, as given.
+    pub fn release_keys(&self) -> Vec<PathBuf> {
+        self.release_keys.clone()
     }
 
     /// The settings join services are checked with; the error names the
@@ -147,13 +171,28 @@ fn announce_insecure_any_ak() {
 }
 
 /// One validator per variant the settings accept; `issuer` is this node's
-/// vTPM (its own image is the default policy). The error names the option.
+/// vTPM (its own image is the default policy), and a join service may
+/// present a set signed by one of the keys in `release_keys` instead. The
+/// error names the option.
 pub fn validators(
     settings: &AttestationSettings,
+    release_keys: &[PathBuf],
     issuer: &VtpmIssuer,
 ) -> Result<Vec<Arc<dyn Validator>>, String> {
-    join_service_validators(settings, issuer, announce_insecure_any_ak)
+    let keys = release_keys
+        .iter()
+        .map(|path| read_release_key(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    join_service_validators(settings, issuer, announce_insecure_any_ak, &keys)
         .map_err(|e| e.describe(&name))
+}
+
+/// A `--joinsvc-release-key` file, read (bounded) and parsed.
+fn read_release_key(path: &Path) -> Result<ReleaseKey, String> {
+    let option = JOINSVC_RELEASE_KEY.long;
+    let pem = confboot_util::fs::read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
+        .map_err(|e| format!("--{option}: {e}"))?;
+    ReleaseKey::from_pem(&pem).map_err(|e| format!("--{option} {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -172,6 +211,7 @@ mod tests {
             JOINSVC_VARIANTS,
             JOINSVC_SNP_POLICY,
             JOINSVC_TDX_POLICY,
+            JOINSVC_RELEASE_KEY,
             VERBOSITY,
         ],
     };

@@ -50,7 +50,11 @@ pub fn start(config: &VpnConfig, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, St
     if control_planes.is_empty() {
         control_planes = file.control_planes.clone();
     }
-    let validators = crate::options::validators(&config.join_services, vtpm)?;
+    let validators = crate::options::validators(
+        &config.join_services,
+        &config.join_service_release_keys,
+        vtpm,
+    )?;
     let own = file.own_record_key.record(
         &file.name,
         &file.public_endpoint.to_string(),

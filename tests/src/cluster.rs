@@ -158,7 +158,8 @@ pub struct JoinsvcSetup {
     pub pinned_aks: Vec<Vec<u8>>,
     /// `--listen` (default `127.0.0.1:0`).
     pub listen: String,
-    /// More command-line arguments.
+    /// More command-line arguments (with `--reference-values-dir`, no
+    /// `--policy` is given).
     pub extra: Vec<String>,
 }
 
@@ -320,7 +321,10 @@ impl Joinsvc {
             "--measurement-salt",
             &confboot_util::hex::encode(&measurement_salt),
         );
-        arg("--policy", &p("policy.json"));
+        // Signed reference-value sets take the policy file's place.
+        if !extra.iter().any(|a| a == "--reference-values-dir") {
+            arg("--policy", &p("policy.json"));
+        }
         arg(
             "--ak-trust",
             &format!("pinned:{}", p("pinned-aks").display()),

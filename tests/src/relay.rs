@@ -95,6 +95,7 @@ pub fn own_attestation(
     Ok(AttestationMessage {
         evidence: Some((issuer.variant(), evidence)),
         sealing_key: None,
+        reference_values: None,
     })
 }
 

@@ -278,6 +278,7 @@ fn main() {
     let message = AttestationMessage {
         evidence: Some((server_issuer.variant(), evidence.clone())),
         sealing_key: None,
+        reference_values: None,
     }
     .encode();
     let verify = time(&mut || {

@@ -24,12 +24,14 @@ pub(crate) struct Checked {
 
 /// This side's message for the session of `conn`: evidence bound to it as
 /// `role` (with `sealing_key`, if any) when there is an issuer, else the
-/// empty message.
+/// empty message. `reference_values`, a signed set of this side's image,
+/// goes with the evidence.
 pub(crate) fn own_message<C, D>(
     conn: &C,
     role: Role,
     issuer: Option<&Arc<dyn Issuer>>,
     sealing_key: Option<[u8; SEALING_KEY_LEN]>,
+    reference_values: Option<&[u8]>,
 ) -> Result<AttestationMessage, AtlsError>
 where
     C: Deref<Target = ConnectionCommon<D>>,
@@ -42,6 +44,7 @@ where
     Ok(AttestationMessage {
         evidence: Some((issuer.variant(), evidence)),
         sealing_key,
+        reference_values: reference_values.map(<[u8]>::to_vec),
     })
 }
 

@@ -118,6 +118,7 @@ impl AtlsClient {
             Role::Client,
             self.issuer.as_ref(),
             sealing_key,
+            None,
         )?;
         message::write(&mut stream, &own)?;
         let theirs = message::read(&mut stream)?;

@@ -13,7 +13,9 @@
 //! is refused before anything is allocated), evidence of at most
 //! [`MAX_EVIDENCE_LEN`] bytes (the largest any variant's decoder accepts),
 //! a variant name of at most [`MAX_VARIANT_NAME_LEN`] bytes, a sealing key
-//! of exactly [`SEALING_KEY_LEN`] bytes or none.
+//! of exactly [`SEALING_KEY_LEN`] bytes or none, a presented
+//! reference-value set of at most [`MAX_REFERENCE_VALUES_LEN`] bytes or
+//! none.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -33,9 +35,12 @@ pub const MAX_EVIDENCE_LEN: usize = 64 * 1024;
 pub const MAX_VARIANT_NAME_LEN: usize = 32;
 /// Length of a sealing key (an X25519 public key).
 pub const SEALING_KEY_LEN: usize = 32;
+/// The largest signed reference-value set a message may present (a set
+/// of one image's PCRs and events is under 4 KiB).
+pub const MAX_REFERENCE_VALUES_LEN: usize = 16 * 1024;
 /// The largest attestation frame payload read: the evidence, the name,
-/// the key and their field headers.
-pub const MAX_MESSAGE_LEN: usize = MAX_EVIDENCE_LEN + 256;
+/// the key, the presented set and their field headers.
+pub const MAX_MESSAGE_LEN: usize = MAX_EVIDENCE_LEN + MAX_REFERENCE_VALUES_LEN + 256;
 
 /// What one side sent: its evidence and the sealing key it offers, or
 /// nothing (it does not attest).
@@ -46,6 +51,9 @@ pub struct AttestationMessage {
     /// The X25519 public key the sender offers for sealing to it on this
     /// connection; only with evidence (the evidence binds it).
     pub sealing_key: Option<[u8; SEALING_KEY_LEN]>,
+    /// A signed reference-value set of the sender's image, presented for
+    /// a verifier that pins its release key; only with evidence.
+    pub reference_values: Option<Vec<u8>>,
 }
 
 impl AttestationMessage {
@@ -64,6 +72,7 @@ impl AttestationMessage {
             variant,
             evidence,
             sealing_key: self.sealing_key.map(|k| k.to_vec()).unwrap_or_default(),
+            reference_values: self.reference_values.clone().unwrap_or_default(),
         }
         .encode_to_vec()
     }
@@ -114,9 +123,22 @@ impl AttestationMessage {
             SEALING_KEY_LEN => return Err(bad("a sealing key without evidence".into())),
             n => return Err(bad(format!("a sealing key of {n} bytes, not 32"))),
         };
+        let reference_values = match m.reference_values.len() {
+            0 => None,
+            n if n > MAX_REFERENCE_VALUES_LEN => {
+                return Err(bad(format!(
+                    "a reference-value set of {n} bytes, over {MAX_REFERENCE_VALUES_LEN}"
+                )));
+            }
+            _ if evidence.is_none() => {
+                return Err(bad("a reference-value set without evidence".into()));
+            }
+            _ => Some(m.reference_values),
+        };
         Ok(AttestationMessage {
             evidence,
             sealing_key,
+            reference_values,
         })
     }
 }
@@ -145,7 +167,7 @@ impl AttestationMessage {
             })?;
         let extra = bind(self.sealing_key.as_ref())?;
         validator
-            .validate(evidence, &extra)
+            .validate_presented(evidence, &extra, self.reference_values.as_deref())
             .map_err(AtlsError::Attestation)
     }
 }
@@ -203,10 +225,17 @@ mod tests {
             AttestationMessage {
                 evidence: Some((Variant::QemuVtpm, vec![1, 2, 3])),
                 sealing_key: None,
+                reference_values: None,
             },
             AttestationMessage {
                 evidence: Some((Variant::SevSnp, vec![4; MAX_EVIDENCE_LEN])),
                 sealing_key: Some([9; SEALING_KEY_LEN]),
+                reference_values: None,
+            },
+            AttestationMessage {
+                evidence: Some((Variant::QemuVtpm, vec![3; 10])),
+                sealing_key: None,
+                reference_values: Some(vec![5; MAX_REFERENCE_VALUES_LEN]),
             },
         ] {
             assert_eq!(AttestationMessage::decode(&m.encode()).unwrap(), m);
@@ -216,6 +245,7 @@ mod tests {
                 variant: variant.into(),
                 evidence,
                 sealing_key: key,
+                reference_values: Vec::new(),
             }
             .encode_to_vec()
         };
@@ -239,6 +269,28 @@ mod tests {
             ),
             (raw(&"x".repeat(33), vec![1], vec![]), "variant name of 33"),
             (vec![0xff; 8], "not a message"),
+        ] {
+            let e = AttestationMessage::decode(&bytes).unwrap_err();
+            assert!(e.to_string().contains(what), "{what}: {e}");
+        }
+        let with_set = |evidence: Vec<u8>, set: Vec<u8>| {
+            Attestation {
+                variant: if evidence.is_empty() { "" } else { "qemu-vtpm" }.into(),
+                evidence,
+                sealing_key: Vec::new(),
+                reference_values: set,
+            }
+            .encode_to_vec()
+        };
+        for (bytes, what) in [
+            (
+                with_set(vec![], vec![1]),
+                "a reference-value set without evidence",
+            ),
+            (
+                with_set(vec![1], vec![1; MAX_REFERENCE_VALUES_LEN + 1]),
+                "a reference-value set of 16385 bytes",
+            ),
         ] {
             let e = AttestationMessage::decode(&bytes).unwrap_err();
             assert!(e.to_string().contains(what), "{what}: {e}");

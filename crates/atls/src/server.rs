@@ -91,6 +91,7 @@ pub struct AtlsServer {
     config: Arc<ServerConfig>,
     issuer: Option<Arc<dyn Issuer>>,
     client_validators: Vec<Arc<dyn Validator>>,
+    reference_values: Option<Arc<[u8]>>,
 }
 
 /// A server handshake prepared for one connection.
@@ -98,6 +99,7 @@ pub struct ServerHandshake {
     conn: ServerConnection,
     issuer: Option<Arc<dyn Issuer>>,
     client_validators: Vec<Arc<dyn Validator>>,
+    reference_values: Option<Arc<[u8]>>,
 }
 
 /// An accepted aTLS connection.
@@ -162,7 +164,24 @@ impl AtlsServer {
             config: server_config(provider, resolver)?,
             issuer,
             client_validators,
+            reference_values: None,
         })
+    }
+
+    /// Presents `set`, a signed reference-value set of this server's image
+    /// (public), with its evidence in every exchange, for clients that pin
+    /// its release key rather than run the same image (a rolling upgrade).
+    /// At most [`super::message::MAX_REFERENCE_VALUES_LEN`] bytes.
+    pub fn presenting(mut self, set: Vec<u8>) -> Result<AtlsServer, AtlsError> {
+        if set.len() > super::message::MAX_REFERENCE_VALUES_LEN {
+            return Err(AtlsError::Message(format!(
+                "a reference-value set of {} bytes, over {}",
+                set.len(),
+                super::message::MAX_REFERENCE_VALUES_LEN
+            )));
+        }
+        self.reference_values = Some(set.into());
+        Ok(self)
     }
 
     /// Whether clients must attest.
@@ -179,6 +198,7 @@ impl AtlsServer {
             conn,
             issuer: self.issuer.clone(),
             client_validators: self.client_validators.clone(),
+            reference_values: self.reference_values.clone(),
         })
     }
 
@@ -245,7 +265,13 @@ impl ServerHandshake {
                 return Err(e);
             }
         };
-        let own = attestation::own_message(&stream.conn, Role::Server, self.issuer.as_ref(), None)?;
+        let own = attestation::own_message(
+            &stream.conn,
+            Role::Server,
+            self.issuer.as_ref(),
+            None,
+            self.reference_values.as_deref(),
+        )?;
         message::write(&mut stream, &own)?;
         reset_timeouts(&mut stream.sock, timeout)?;
         Ok(Accepted {

@@ -262,6 +262,7 @@ fn evidence(issuer: &dyn Issuer, extra: &[u8; 32], key: Option<[u8; 32]>) -> Att
     AttestationMessage {
         evidence: Some((issuer.variant(), issuer.issue(extra).unwrap())),
         sealing_key: key,
+        reference_values: None,
     }
 }
 

@@ -672,6 +672,15 @@ impl ValidatorBuilder {
         Ok(self.validator(MeasurementPolicy::default()))
     }
 
+    /// A validator that checks the evidence (the AK, the quote, the event
+    /// log) and no measurement, for a caller that compares the PCRs with
+    /// reference-value sets itself
+    /// ([`crate::reference::sets::SetsValidator`], whose sets each pin the
+    /// image: [`crate::reference::open`] reads no other).
+    pub fn build_evidence_only(&self) -> Arc<dyn Validator> {
+        self.validator(MeasurementPolicy::default())
+    }
+
     /// `policy` without the entries a validator of this builder drops,
     /// if what is left pins the image.
     fn policy_in_force(

@@ -8,6 +8,16 @@
 //! upgrade). PCR 15 is left to the caller: the bootstrapper checks it
 //! against each ticket's cluster, the node agent against the cluster it is
 //! a member of.
+//!
+//! During a rolling upgrade a node and its join service may run different
+//! images. With release keys pinned in the node's measured configuration
+//! (`--joinsvc-release-key`, a file of the initramfs, so PCR 9 covers
+//! it), a join service that does not run the node's image is accepted
+//! when it presents, in its attestation message, a reference-value set
+//! signed by one of those keys, valid now, whose PCRs its evidence matches
+//! ([`PresentedSetValidator`]). The set is public; what a host could
+//! present instead (nothing, an unsigned set, a set signed by another key,
+//! an expired or forged one) is refused.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,9 +26,10 @@ use crate::config::{
     AttestationSettings, ConfigError, Setting, load_measurement_policy, load_snp_validator,
     load_tdx_validator,
 };
+use crate::reference::{ReleaseKey, open};
 use crate::tpm::{CLUSTER_ID_PCR, IMA_PCR, TpmError};
 use crate::vtpm::{VtpmIssuer, quoted_pcrs};
-use crate::{MeasurementPolicy, Validator, Variant};
+use crate::{AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
 
 /// Why the validators of join services could not be built.
 #[derive(Debug)]
@@ -67,10 +78,14 @@ impl std::error::Error for JoinServiceError {
 /// no measurement-policy file). A vTPM validator built with
 /// `insecure-any-ak` is announced by `announce_insecure`
 /// ([`ValidatorBuilder::announce_insecure_with`](crate::config::ValidatorBuilder::announce_insecure_with)).
+/// With `release_keys`, the vTPM validator also accepts a join service
+/// that presents a set they signed and matches it
+/// ([`PresentedSetValidator`]).
 pub fn join_service_validators(
     settings: &AttestationSettings,
     issuer: &VtpmIssuer,
     announce_insecure: fn(),
+    release_keys: &[ReleaseKey],
 ) -> Result<Vec<Arc<dyn Validator>>, JoinServiceError> {
     let mut validators = Vec::new();
     for variant in &settings.variants {
@@ -91,11 +106,21 @@ pub fn join_service_validators(
                     .map_err(JoinServiceError::AkTrust)?;
                 // A running join service is a bootstrapped node: its PCR 15
                 // is marked, and the caller checks the mark.
-                builder
+                let builder = builder
                     .announce_insecure_with(announce_insecure)
-                    .require_unmarked(false)
+                    .require_unmarked(false);
+                let own = builder
                     .build(policy)
-                    .map_err(|e| JoinServiceError::Config(ConfigError::Policy(e)))?
+                    .map_err(|e| JoinServiceError::Config(ConfigError::Policy(e)))?;
+                if release_keys.is_empty() {
+                    own
+                } else {
+                    Arc::new(PresentedSetValidator::new(
+                        own,
+                        builder.build_evidence_only(),
+                        release_keys.to_vec(),
+                    ))
+                }
             }
             Variant::SevSnp => {
                 let path = settings
@@ -136,4 +161,99 @@ pub fn own_image_policy(issuer: &VtpmIssuer) -> Result<MeasurementPolicy, TpmErr
         policy.entries().len()
     );
     Ok(policy)
+}
+
+/// A join service's validator that also accepts the image of a signed
+/// reference-value set the join service presents: its evidence is first
+/// checked under the node's own policy (`own`); when that refuses it, and
+/// a set was presented, the set is read with the pinned `release_keys`
+/// ([`open`]: signed by one of them, well formed, valid now) and the
+/// evidence, checked by `evidence` (its AK, quote and binding), must match
+/// the set's `qemu-vtpm` PCRs, PCR 15 (the cluster mark, which the caller
+/// checks) and PCR 10 (IMA, run time) aside.
+pub struct PresentedSetValidator {
+    own: Arc<dyn Validator>,
+    evidence: Arc<dyn Validator>,
+    release_keys: Vec<ReleaseKey>,
+}
+
+impl PresentedSetValidator {
+    /// `own` first, then a presented set signed by `release_keys`.
+    pub fn new(
+        own: Arc<dyn Validator>,
+        evidence: Arc<dyn Validator>,
+        release_keys: Vec<ReleaseKey>,
+    ) -> PresentedSetValidator {
+        PresentedSetValidator {
+            own,
+            evidence,
+            release_keys,
+        }
+    }
+
+    fn by_set(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+        presented: &[u8],
+    ) -> Result<Attested, AttestationError> {
+        let refused =
+            |why: String| AttestationError::Policy(format!("the join service's set: {why}"));
+        let opened = open(
+            presented,
+            &self.release_keys,
+            confboot_util::time::unix_now(),
+        )
+        .map_err(|e| refused(e.to_string()))?;
+        let set = opened.set;
+        let reference = set.variant(Variant::QemuVtpm).ok_or_else(|| {
+            refused(format!(
+                "{} {} has no qemu-vtpm values",
+                set.name, set.version
+            ))
+        })?;
+        let mut policy = reference.policy.clone();
+        policy.remove(CLUSTER_ID_PCR);
+        policy.remove(IMA_PCR);
+        let attested = self.evidence.validate(evidence, extra_data)?;
+        policy.check(&attested.measurements)?;
+        log::info!(
+            "the join service runs {} {}, signed by a pinned release key",
+            set.name,
+            set.version
+        );
+        Ok(attested)
+    }
+}
+
+impl Validator for PresentedSetValidator {
+    fn variant(&self) -> Variant {
+        self.own.variant()
+    }
+
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        self.own.validate(evidence, extra_data)
+    }
+
+    fn validate_presented(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+        presented: Option<&[u8]>,
+    ) -> Result<Attested, AttestationError> {
+        let own = self.own.validate(evidence, extra_data);
+        match (own, presented) {
+            (Ok(attested), _) => Ok(attested),
+            (Err(e), None) => Err(e),
+            (Err(own), Some(set)) => self.by_set(evidence, extra_data, set).map_err(|e| {
+                AttestationError::Policy(format!(
+                    "not this node's image ({own}), nor the set it presents ({e})"
+                ))
+            }),
+        }
+    }
 }

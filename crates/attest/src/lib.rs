@@ -179,6 +179,21 @@ pub trait Validator: Send + Sync {
         evidence: &[u8],
         extra_data: &[u8; EXTRA_DATA_LEN],
     ) -> Result<Attested, AttestationError>;
+
+    /// Validates `evidence` as [`Validator::validate`] does, given the
+    /// signed reference-value set its sender presented beside it (public:
+    /// it proves nothing until a release key the validator pins verifies
+    /// it, see [`join_service::PresentedSetValidator`]). By default the set
+    /// is ignored, so only the validator's own policy admits.
+    fn validate_presented(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+        presented: Option<&[u8]>,
+    ) -> Result<Attested, AttestationError> {
+        let _ = presented;
+        self.validate(evidence, extra_data)
+    }
 }
 
 /// A validator that can be replaced at run time without restarting a server.
@@ -227,6 +242,16 @@ impl Validator for SwappableValidator {
         extra_data: &[u8; EXTRA_DATA_LEN],
     ) -> Result<Attested, AttestationError> {
         self.current().validate(evidence, extra_data)
+    }
+
+    fn validate_presented(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+        presented: Option<&[u8]>,
+    ) -> Result<Attested, AttestationError> {
+        self.current()
+            .validate_presented(evidence, extra_data, presented)
     }
 }
 

@@ -1143,3 +1143,30 @@ fn without_a_minimum_tcb_in_the_policy_the_milan_default_applies() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_tcb_within_the_warning_margin_of_the_minimum_is_admitted_with_a_warning() {
+    let f = trustee();
+    let mut policy = f.policy();
+    // The genuine report sits exactly at the Milan default (3/0/8/115).
+    policy.tcb_warning_margin = 1;
+    let checks = validator(policy.clone(), TrustRoots::builtin())
+        .verify_report_detailed(&f.evidence(), &f.exact_report_data());
+    for check in [check::MIN_REPORTED_TCB, check::MIN_LAUNCH_TCB] {
+        match outcome(&checks, check) {
+            CheckOutcome::Passed(text) => assert!(
+                text.contains("warning") && text.contains("microcode 115 (minimum 115)"),
+                "{check}: {text}"
+            ),
+            other => panic!("{check}: {other:?}"),
+        }
+    }
+    // Without a margin, no warning.
+    policy.tcb_warning_margin = 0;
+    let checks = validator(policy, TrustRoots::builtin())
+        .verify_report_detailed(&f.evidence(), &f.exact_report_data());
+    match outcome(&checks, check::MIN_REPORTED_TCB) {
+        CheckOutcome::Passed(text) => assert!(!text.contains("warning"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+}

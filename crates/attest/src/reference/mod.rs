@@ -50,9 +50,14 @@
 //! its PCR values. With release keys configured, only a set signed by one
 //! of them is read (an unsigned one is refused); with none, only an
 //! unsigned one. The window is checked as of a given time.
+//!
+//! Several sets in force at once (a rolling upgrade), read from a
+//! directory and retired as their files go or their windows end, are
+//! [`sets`].
 
 mod cbor;
 pub mod cose;
+pub mod sets;
 
 use std::collections::BTreeMap;
 

@@ -23,11 +23,16 @@
 //! - `minimumTcb` (optional; given, each field defaults to 0): the least SVN
 //!   per component that both the report's `REPORTED_TCB` and `LAUNCH_TCB`
 //!   must reach. `fmc` applies only to products with an FMC (Turin).
-//!   Without it the safe default applies ([`MinimumTcb::default_for`]):
-//!   Milan bootloader 3, TEE 0, SNP 8, microcode 115 (the TCB of SNP
-//!   firmware 1.52, also Constellation's default for Milan); for Genoa and
-//!   Turin no default is known here, so their reports are refused until the
-//!   policy names a minimum (fails closed).
+//!   Without it the product's default applies ([`MinimumTcb::default_for`],
+//!   where each figure's source is given): Milan bootloader 3, TEE 0, SNP
+//!   8, microcode 115; Genoa bootloader 7, TEE 0, SNP 14, microcode 72;
+//!   Turin FMC 1, bootloader 1, TEE 1, SNP 4, microcode 82. A product
+//!   without a default would be refused until the policy names a minimum
+//!   (fails closed).
+//! - `tcbWarningMargin` (optional, default 0: off): a TCB component fewer
+//!   than this many SVNs above its minimum is admitted with a warning
+//!   (logged at WARN, and in the check's text), so a rising minimum is
+//!   seen coming rather than met as a refusal.
 //! - `vmpl` (optional, default 0): the VMPL the report must have been
 //!   requested at (0..=3).
 //! - `allowDebug` (optional, default false): whether a guest policy with the
@@ -113,9 +118,21 @@ pub struct MinimumTcb {
 }
 
 impl MinimumTcb {
-    /// The safe default minimum for `product` when a policy names none:
-    /// Milan 3/0/8/115 (bootloader/TEE/SNP/microcode); `None` for products
-    /// without a known default, whose reports are then refused.
+    /// The default minimum for `product` when a policy names none
+    /// (`None` for a product without one, whose reports are then
+    /// refused). The figures, and where they come from:
+    ///
+    /// | product | FMC | bootloader | TEE | SNP | microcode | source |
+    /// |---|---|---|---|---|---|---|
+    /// | Milan | — | 3 | 0 | 8 | 115 | the TCB of SNP firmware 1.52; Constellation's default for Milan |
+    /// | Genoa | — | 7 | 0 | 14 | 72 | the floors of Tinfoil's verifier (`tinfoil-go`, `verifier/attestation/sev.go`), with firmware ABI 1.55 |
+    /// | Turin | 1 | 1 | 1 | 4 | 82 | the same verifier's Turin floors, with firmware ABI 1.58; SNP SVN 4 is also where Linux (`drivers/crypto/ccp/sev-dev.c`) places the Turin fix of AMD-SB-3023 |
+    ///
+    /// These are floors, not the newest TCB: after AMD-SB-3019 (2025) CCF
+    /// raised its Milan minimum to bootloader 4, TEE 0, SNP 24, microcode
+    /// 219 (its TCB version `db18000000000004`), and a cluster on current
+    /// firmware should name its own `minimumTcb`, with a
+    /// `tcbWarningMargin` to see the next raise coming.
     pub fn default_for(product: Product) -> Option<MinimumTcb> {
         match product {
             Product::Milan => Some(MinimumTcb {
@@ -125,8 +142,41 @@ impl MinimumTcb {
                 microcode: 115,
                 fmc: 0,
             }),
-            _ => None,
+            Product::Genoa => Some(MinimumTcb {
+                bootloader: 7,
+                tee: 0,
+                snp: 14,
+                microcode: 72,
+                fmc: 0,
+            }),
+            Product::Turin => Some(MinimumTcb {
+                bootloader: 1,
+                tee: 1,
+                snp: 4,
+                microcode: 82,
+                fmc: 1,
+            }),
         }
+    }
+
+    /// The components of `tcb` that reach their minimum by fewer than
+    /// `margin` SVNs, as `name actual (minimum M)`: admitted, with a
+    /// warning. A margin of 0 warns of nothing.
+    pub fn near(&self, tcb: &TcbVersion, margin: u8) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cmp = |name: &str, actual: u8, min: u8| {
+            if actual >= min && u16::from(actual) < u16::from(min) + u16::from(margin) {
+                out.push(format!("{name} {actual} (minimum {min})"));
+            }
+        };
+        if let Some(fmc) = tcb.fmc {
+            cmp("fmc", fmc, self.fmc);
+        }
+        cmp("bootloader", tcb.bootloader, self.bootloader);
+        cmp("tee", tcb.tee, self.tee);
+        cmp("snp", tcb.snp, self.snp);
+        cmp("microcode", tcb.microcode, self.microcode);
+        out
     }
 
     /// The components of `tcb` below their minimum, as `name actual < minimum`.
@@ -172,6 +222,9 @@ pub struct SnpPolicy {
     /// The least firmware ABI version, `(major, minor)` (`minimumAbi`:
     /// `"1.51"`; default `0.0`, any).
     pub minimum_abi: (u8, u8),
+    /// How close (in SVNs) to its minimum a TCB component is admitted
+    /// with a warning (`tcbWarningMargin`; 0: no warning).
+    pub tcb_warning_margin: u8,
     /// Required `HOST_DATA`, if any.
     pub host_data: Option<[u8; 32]>,
     /// Accepted `ID_KEY_DIGEST`s; empty means any.
@@ -299,6 +352,7 @@ impl Default for SnpPolicy {
             allow_smt: true,
             allow_migration_agent: false,
             minimum_abi: (0, 0),
+            tcb_warning_margin: 0,
             host_data: None,
             id_key_digests: Vec::new(),
             allowed_chip_ids: None,
@@ -362,6 +416,13 @@ impl SnpPolicy {
                         .ok_or_else(|| format_err("allowMigrationAgent must be true or false"))?;
                 }
                 "minimumAbi" => policy.minimum_abi = parse_abi(value)?,
+                "tcbWarningMargin" => {
+                    policy.tcb_warning_margin =
+                        value
+                            .as_u64()
+                            .and_then(|m| u8::try_from(m).ok())
+                            .ok_or_else(|| format_err("tcbWarningMargin must be 0..=255"))?;
+                }
                 "hostData" => policy.host_data = Some(hex_field(value, "hostData")?),
                 "idKeyDigests" => {
                     let arr = value
@@ -524,12 +585,62 @@ mod tests {
             (milan.bootloader, milan.tee, milan.snp, milan.microcode),
             (3, 0, 8, 115)
         );
+        // Every product has a documented default (a product without one
+        // would fail closed, see check_minimum_tcb).
+        let genoa = MinimumTcb::default_for(Product::Genoa).unwrap();
         assert_eq!(
-            MinimumTcb::default_for(Product::Genoa),
-            None,
-            "fails closed"
+            (genoa.bootloader, genoa.tee, genoa.snp, genoa.microcode),
+            (7, 0, 14, 72)
         );
+        let turin = MinimumTcb::default_for(Product::Turin).unwrap();
+        assert_eq!(
+            (
+                turin.fmc,
+                turin.bootloader,
+                turin.tee,
+                turin.snp,
+                turin.microcode
+            ),
+            (1, 1, 1, 4, 82)
+        );
+        assert_eq!(p.tcb_warning_margin, 0);
         assert!(p.host_data.is_none() && p.id_key_digests.is_empty());
+    }
+
+    #[test]
+    fn a_tcb_near_its_minimum_is_named_for_a_warning() {
+        let p = SnpPolicy::from_json(&format!(
+            r#"{{"measurement": {{"expected": "{M}"}}, "tcbWarningMargin": 2}}"#
+        ))
+        .unwrap();
+        assert_eq!(p.tcb_warning_margin, 2);
+        let milan = MinimumTcb::default_for(Product::Milan).unwrap();
+        let tcb = |snp: u8, microcode: u8| TcbVersion {
+            fmc: None,
+            bootloader: 9,
+            tee: 5,
+            snp,
+            microcode,
+        };
+        // SNP 9 is one above 8, microcode 115 at its minimum: both named.
+        assert_eq!(
+            milan.near(&tcb(9, 115), 2),
+            ["snp 9 (minimum 8)", "microcode 115 (minimum 115)"]
+        );
+        assert!(milan.near(&tcb(10, 117), 2).is_empty(), "two or more above");
+        assert!(
+            milan.near(&tcb(8, 115), 0).is_empty(),
+            "a margin of 0 is off"
+        );
+        assert!(
+            milan.near(&tcb(7, 115), 2).len() == 1,
+            "below is a shortfall, not a warning"
+        );
+        for bad in ["256", "-1", "\"2\""] {
+            let text =
+                format!(r#"{{"measurement": {{"expected": "{M}"}}, "tcbWarningMargin": {bad}}}"#);
+            assert!(SnpPolicy::from_json(&text).is_err(), "{bad}");
+        }
     }
 
     #[test]

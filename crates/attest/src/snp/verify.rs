@@ -583,7 +583,17 @@ fn check_minimum_tcb(
     };
     let short = minimum.shortfalls(&tcb);
     if short.is_empty() {
-        CheckOutcome::Passed(format!("{tcb}"))
+        let near = minimum.near(&tcb, policy.tcb_warning_margin);
+        if near.is_empty() {
+            return CheckOutcome::Passed(format!("{tcb}"));
+        }
+        let warning = format!(
+            "{which} TCB within {} SVNs of the minimum: {}",
+            policy.tcb_warning_margin,
+            near.join(", ")
+        );
+        log::warn!("SEV-SNP report admitted with a warning: {warning}");
+        CheckOutcome::Passed(format!("{tcb}; warning: {warning}"))
     } else {
         CheckOutcome::Failed(AttestationError::Policy(format!(
             "{which} TCB below the minimum: {}",
