@@ -1082,6 +1082,7 @@ fn verify_document() -> Vec<Seed> {
         let m = AttestationMessage {
             evidence: Some((Variant::QemuVtpm, v.evidence(extra, set, false))),
             sealing_key: key,
+            reference_values: None,
         };
         frame(FrameKind::Message, &m.encode())
     };
