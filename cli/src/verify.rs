@@ -259,7 +259,14 @@ fn verify(config: &Config) -> Result<i32, String> {
     } = fetch_document(node, config.timeout)
         .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
     if let (Variant::SevSnp, Some(snp)) = (doc.variant, snp) {
-        return Ok(snp_verdict(node, &doc, &extra_data, snp, json, ear.as_ref()));
+        return Ok(snp_verdict(
+            node,
+            &doc,
+            &extra_data,
+            snp,
+            json,
+            ear.as_ref(),
+        ));
     }
     let Some(vtpm) = vtpm.filter(|_| doc.variant == Variant::QemuVtpm) else {
         let names: Vec<&str> = accepted.iter().map(|v| v.name()).collect();

@@ -65,7 +65,10 @@ impl Metrics {
     /// Counts a node admitted by the reference-value set `set` with
     /// `status` (`affirming` or `warning`).
     pub fn admitted(&self, status: &'static str, set: &str) {
-        let mut admissions = self.set_admissions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut admissions = self
+            .set_admissions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut key = (status, set.to_string());
         if !admissions.contains_key(&key) && admissions.len() >= MAX_ADMISSION_LABELS {
             key.1 = "other".into();
@@ -143,7 +146,10 @@ impl Metrics {
             let n = counted.get(&status).copied().unwrap_or(0);
             let _ = writeln!(out, "{admissions}{{status=\"{status}\"}} {n}");
         }
-        let by_set = self.set_admissions.lock().unwrap_or_else(|p| p.into_inner());
+        let by_set = self
+            .set_admissions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if !by_set.is_empty() {
             let name = "joinsvc_set_admissions_total";
             let _ = write!(

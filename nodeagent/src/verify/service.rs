@@ -242,7 +242,7 @@ mod tests {
         let huge = service(Arc::new(Recorded(vec![1; 70 * 1024])));
         let got = fetch_document(&huge.local_addr().to_string(), Duration::from_secs(10));
         assert!(
-            matches!(&got, Err(FetchError::Atls(AtlsError::Message(m))) if m.contains("exceeds the limit")),
+            matches!(&got, Err(FetchError::Atls(AtlsError::Message(m))) if m.starts_with("evidence of 71680 bytes, over")),
             "{got:?}"
         );
         huge.stop();
