@@ -108,6 +108,13 @@ impl EarSigner {
         .map_err(|e| format!("cannot sign the attestation result: {e}"))
     }
 
+    /// Names `policy_id` as what the evidence was appraised against, in
+    /// place of the one given to [`EarSigner::load`] (a signed set, known
+    /// once the evidence matched it).
+    pub fn set_policy_id(&mut self, policy_id: String) {
+        self.policy_id = policy_id;
+    }
+
     /// Prints the signed result of a verdict; the exit code stays the
     /// verdict's (0 passed, 1 refused), 2 if it cannot be signed. The
     /// status is the verdict's: affirming or contraindicated.
@@ -118,10 +125,26 @@ impl EarSigner {
         passed: bool,
         trust_vector: TrustVector,
     ) -> i32 {
+        self.print_appraised(variant, evidence, passed, false, trust_vector)
+    }
+
+    /// As [`EarSigner::print`], for a verdict that passed with a
+    /// reservation when `warned` (a reference-value set near its
+    /// not-after): its status is warning, not affirming; the exit code
+    /// stays 0.
+    pub fn print_appraised(
+        &self,
+        variant: Variant,
+        evidence: &[u8],
+        passed: bool,
+        warned: bool,
+        trust_vector: TrustVector,
+    ) -> i32 {
         // Evidence that passed while no check could affirm anything (every
         // one skipped) gets no status rather than an affirming one.
         let status = match Status::of_verdict(passed) {
             Status::Affirming if trust_vector.worst() == Status::None => Status::None,
+            Status::Affirming if warned => Status::Warning,
             status => status,
         };
         match self.sign(variant, evidence, status, trust_vector) {
