@@ -25,8 +25,8 @@ use confboot_attest::reference::sets::{
     ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
 };
 use confboot_attest::reference::{ReferenceError, ReleaseKey, cose};
-use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
+use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_proto::DEFAULT_VERIFY_PORT;
@@ -351,7 +351,7 @@ fn verify(config: &Config) -> Result<i32, String> {
         _ => None,
     };
     let snp = attestation.snp.as_ref();
-    let mut ear = match &config.ear_key {
+    let ear = match &config.ear_key {
         Some(path) => {
             let policy = match &settings.vtpm {
                 Some(vtpm) => vtpm.measurements.as_deref(),
@@ -405,12 +405,16 @@ fn verify(config: &Config) -> Result<i32, String> {
         VtpmReference::Sets(sets) => match sets.appraise(&doc, &extra_data, &vtpm) {
             Ok(matched) => Some(matched),
             Err(refusal) => {
-                if let Some(ear) = &mut ear {
-                    if let Some(policy) = refusal.policy_id {
-                        ear.set_policy_id(policy);
-                    }
+                if let Some(ear) = &ear {
                     let vector = TrustVector::of_refusal(&refusal.error);
-                    return Ok(ear.print(doc.variant, &doc.evidence, false, vector));
+                    return Ok(ear.print_appraised(
+                        doc.variant,
+                        &doc.evidence,
+                        false,
+                        false,
+                        refusal.policy_id.as_deref(),
+                        vector,
+                    ));
                 }
                 print_refused(node, &refusal.why, json);
                 return Ok(1);
@@ -446,10 +450,7 @@ fn verify(config: &Config) -> Result<i32, String> {
         }
     };
     let warned = matched.as_ref().is_some_and(|m| m.verdict.is_warning());
-    if let Some(ear) = &mut ear {
-        if let Some(set) = &matched {
-            ear.set_policy_id(set.policy_id());
-        }
+    if let Some(ear) = &ear {
         let enforced = |mark: bool| {
             report
                 .rows
@@ -463,6 +464,7 @@ fn verify(config: &Config) -> Result<i32, String> {
             &doc.evidence,
             report.passed(),
             warned,
+            matched.as_ref().map(MatchedSet::policy_id).as_deref(),
             vector,
         ));
     }
@@ -637,52 +639,55 @@ impl SignedSets {
         doc: &AttestationDocument,
         extra_data: &[u8; EXTRA_DATA_LEN],
         vtpm: &VtpmCheck,
-    ) -> Result<MatchedSet, SetsRefused> {
+    ) -> Result<MatchedSet, Box<SetsRefused>> {
         let attested = vtpm
             .validator
             .validate(&doc.evidence, extra_data)
-            .map_err(|e| SetsRefused {
-                why: format!("its evidence is refused: {e}"),
-                error: e,
-                policy_id: None,
+            .map_err(|e| {
+                Box::new(SetsRefused {
+                    why: format!("its evidence is refused: {e}"),
+                    error: e,
+                    policy_id: None,
+                })
             })?;
         let ignored = [CLUSTER_ID_PCR];
-        let refusal = match self
-            .sets
-            .check(&attested.measurements, self.now, self.warning, &ignored)
-        {
-            Ok(verdict) => {
-                let set = self
-                    .sets
-                    .live()
-                    .iter()
-                    .filter(|s| s.name == verdict.set)
-                    .max_by_key(|s| s.not_after)
-                    .expect("the verdict names a live set");
-                return Ok(MatchedSet {
-                    file: set.file.clone(),
-                    digest: set.digest,
-                    policy: set.policy.clone(),
-                    events: set.events.clone(),
-                    verdict,
-                });
-            }
-            Err(SetsRefusal::NoMatch { differences }) => {
-                match self.expired.iter().find(|s| {
-                    let mut policy = s.policy.clone();
-                    policy.remove(CLUSTER_ID_PCR);
-                    policy.check(&attested.measurements).is_ok()
-                }) {
-                    Some(set) => SetsRefusal::Retired {
-                        name: set.name.clone(),
-                        retired_at: set.not_after,
-                        reason: Retirement::Expired,
-                    },
-                    None => SetsRefusal::NoMatch { differences },
+        let refusal =
+            match self
+                .sets
+                .check(&attested.measurements, self.now, self.warning, &ignored)
+            {
+                Ok(verdict) => {
+                    let set = self
+                        .sets
+                        .live()
+                        .iter()
+                        .filter(|s| s.name == verdict.set)
+                        .max_by_key(|s| s.not_after)
+                        .expect("the verdict names a live set");
+                    return Ok(MatchedSet {
+                        file: set.file.clone(),
+                        digest: set.digest,
+                        policy: set.policy.clone(),
+                        events: set.events.clone(),
+                        verdict,
+                    });
                 }
-            }
-            Err(other) => other,
-        };
+                Err(SetsRefusal::NoMatch { differences }) => {
+                    match self.expired.iter().find(|s| {
+                        let mut policy = s.policy.clone();
+                        policy.remove(CLUSTER_ID_PCR);
+                        policy.check(&attested.measurements).is_ok()
+                    }) {
+                        Some(set) => SetsRefusal::Retired {
+                            name: set.name.clone(),
+                            retired_at: set.not_after,
+                            reason: Retirement::Expired,
+                        },
+                        None => SetsRefusal::NoMatch { differences },
+                    }
+                }
+                Err(other) => other,
+            };
         let policy_id = match &refusal {
             SetsRefusal::Retired { name, .. } => Some(format!("reference-value set {name}")),
             SetsRefusal::NoMatch { .. } => None,
@@ -695,11 +700,11 @@ impl SignedSets {
             }
             other => AttestationError::Policy(other.to_string()),
         };
-        Err(SetsRefused {
+        Err(Box::new(SetsRefused {
             why: format!("its measurements are refused: {refusal}"),
             error,
             policy_id,
-        })
+        }))
     }
 }
 
@@ -902,5 +907,40 @@ mod tests {
             "p.json",
         ];
         assert!(config(&[&snp[..], &["--cluster-id", "zz"]].concat()).is_ok());
+    }
+
+    #[test]
+    fn signed_sets_replace_the_measurements_and_need_a_release_key() {
+        let base = ["--node", "n", "--ak-trust", "x"];
+        let sets = ["--reference-values-dir", "sets"];
+        let c = config(&[&base[..], &sets[..], &["--release-key", "a.pem"]].concat()).unwrap();
+        assert_eq!(
+            c.sets,
+            Some(SetsConfig {
+                dir: "sets".into(),
+                release_keys: vec!["a.pem".into()],
+                warning: 7 * 86_400,
+            })
+        );
+        let e = config(&[&base[..], &sets[..]].concat()).unwrap_err();
+        assert_eq!(
+            e,
+            "--reference-values-dir needs --release-key (sets are accepted only signed)"
+        );
+        let both = [
+            &base[..],
+            &sets[..],
+            &["--release-key", "a", "--measurements", "m"],
+        ]
+        .concat();
+        assert_eq!(
+            config(&both).unwrap_err(),
+            "--reference-values-dir replaces --measurements: give one of the two"
+        );
+        let e = config(&[&base[..], &["--measurements", "m", "--release-key", "a"]].concat());
+        assert_eq!(
+            e.unwrap_err(),
+            "--release-key goes with --reference-values-dir"
+        );
     }
 }
