@@ -92,6 +92,13 @@ impl NodeCheck {
     /// policy only when `sev-snp` is, the TDX policy only when `tdx` is);
     /// `insecure-any-ak` is warned about.
     pub fn read(m: &Matches) -> Result<NodeCheck, String> {
+        NodeCheck::read_with(m, true)
+    }
+
+    /// As [`NodeCheck::read`], with `measurements_required` false when the
+    /// vTPM reference values come from elsewhere (signed sets): then
+    /// `--measurements` may be left out.
+    pub fn read_with(m: &Matches, measurements_required: bool) -> Result<NodeCheck, String> {
         let variants = m.value(&VARIANTS).expect("has a default");
         let measurements = m.value(&MEASUREMENTS);
         let snp_policy = m.value(&SNP_POLICY);
@@ -102,7 +109,7 @@ impl NodeCheck {
             .collect();
         let given = GivenSettings {
             measurements: measurements.map(PathBuf::from),
-            measurements_required: true,
+            measurements_required,
             ak_trust: m.value(&AK_TRUST).map(str::to_string),
             insecure_any_ak: InsecureAnyAk::Accepted,
             expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),

@@ -87,19 +87,21 @@ impl EarSigner {
         })
     }
 
-    /// The result of appraising `evidence` of `variant`, signed.
+    /// The result of appraising `evidence` of `variant` against
+    /// `policy_id`, signed.
     pub fn sign(
         &self,
         variant: Variant,
         evidence: &[u8],
         status: Status,
+        policy_id: &str,
         trust_vector: TrustVector,
     ) -> Result<String, String> {
         AttestationResult {
             status,
             trust_vector,
             attester: variant.name().into(),
-            policy_id: self.policy_id.clone(),
+            policy_id: policy_id.into(),
             evidence_digest: EvidenceDigest::of_variant(variant, evidence),
             verifier: VerifierId::confboot(self.program),
             issued_at: confboot_util::time::unix_now(),
@@ -118,13 +120,33 @@ impl EarSigner {
         passed: bool,
         trust_vector: TrustVector,
     ) -> i32 {
+        self.print_appraised(variant, evidence, passed, false, None, trust_vector)
+    }
+
+    /// As [`EarSigner::print`], for a verdict that passed with a
+    /// reservation when `warned` (a reference-value set near its
+    /// not-after): its status is warning, not affirming; the exit code
+    /// stays 0. `policy_id`, when given, names what the evidence was
+    /// appraised against in place of the one given to [`EarSigner::load`]
+    /// (a signed set, known once the evidence matched it).
+    pub fn print_appraised(
+        &self,
+        variant: Variant,
+        evidence: &[u8],
+        passed: bool,
+        warned: bool,
+        policy_id: Option<&str>,
+        trust_vector: TrustVector,
+    ) -> i32 {
         // Evidence that passed while no check could affirm anything (every
         // one skipped) gets no status rather than an affirming one.
         let status = match Status::of_verdict(passed) {
             Status::Affirming if trust_vector.worst() == Status::None => Status::None,
+            Status::Affirming if warned => Status::Warning,
             status => status,
         };
-        match self.sign(variant, evidence, status, trust_vector) {
+        let policy_id = policy_id.unwrap_or(&self.policy_id);
+        match self.sign(variant, evidence, status, policy_id, trust_vector) {
             Ok(token) => {
                 println!("{token}");
                 i32::from(!passed)

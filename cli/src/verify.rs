@@ -20,8 +20,13 @@ use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
 use confboot_attest::EXTRA_DATA_LEN;
-use confboot_attest::config::VtpmConfig;
+use confboot_attest::config::{VtpmConfig, VtpmSettings};
+use confboot_attest::reference::sets::{
+    ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
+};
+use confboot_attest::reference::{ReferenceError, ReleaseKey, cose};
 use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
+use confboot_attest::tpm::CLUSTER_ID_PCR;
 use confboot_attest::tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_proto::DEFAULT_VERIFY_PORT;
@@ -62,6 +67,32 @@ const TIMEOUT: Opt = Opt::value(
     "Bound on connecting, the handshake and reading the node's evidence, all of it",
 )
 .default("30");
+const REFERENCE_VALUES_DIR: Opt = Opt::value(
+    "reference-values-dir",
+    "DIR",
+    "Signed reference-value sets (`confboot measure --reference-values-out`, then `confboot sign`), \
+     one per file, in place of --measurements (give one of the two): the node verifies when its \
+     PCRs match a live set, that is, a file signed by a --release-key whose window holds now; the \
+     set matched is named in the output. A file that is unsigned, signed by another key, malformed \
+     or outside its window is ignored and said so on stderr; a node matching only an expired set is \
+     refused naming the set and when it expired",
+);
+const RELEASE_KEY: Opt = Opt::value(
+    "release-key",
+    "PEM",
+    "A release public key (`confboot keygen`) whose signed sets in --reference-values-dir are \
+     accepted; repeatable",
+);
+const REFERENCE_VALUES_WARNING: Opt = Opt::value(
+    "reference-values-warning",
+    "DAYS",
+    "A node matching a set that ends within this many days verifies with a warning (printed; \
+     -o ear: status warning)",
+)
+.default("7");
+
+/// Most days of `--reference-values-warning` (ten years).
+const MAX_WARNING_DAYS: u64 = 3650;
 
 const CMD: Command = Command {
     name: "confboot verify",
@@ -70,7 +101,8 @@ const CMD: Command = Command {
             the node sends, bound to this TLS session's exporter (a fresh value per connection: a\n\
             relay or a recorded answer is refused), the quote's signature, the attestation key\n\
             against --ak-trust, the event log the node sends (it must replay to the quoted\n\
-            PCRs), every PCR of --measurements, and PCR 15\n\
+            PCRs), every PCR of --measurements (or of the signed reference-value set it matches in\n\
+            --reference-values-dir, checked with --release-key; the set is named), and PCR 15\n\
             against the mark of the cluster id (--cluster-id, or the cluster file `confboot init`\n\
             wrote; it replaces a PCR 15 entry of the policy, which describes unbootstrapped\n\
             nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
@@ -81,10 +113,13 @@ const CMD: Command = Command {
             JWT signed with --ear-key (ES256).\n\
             Exit status: 0 verified, 1 a check failed, 2 bad arguments, unreachable node or an\n\
             answer that is not an attestation document.",
-    usage: "confboot verify --node HOST[:PORT] --measurements FILE --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json|ear --ear-key KEY.pem]",
+    usage: "confboot verify --node HOST[:PORT] (--measurements FILE | --reference-values-dir DIR --release-key PEM...) --ak-trust MODE [--cluster-id HEX | --cluster-file FILE] [-o table|json|ear --ear-key KEY.pem]",
     opts: &[
         NODE,
         common::MEASUREMENTS,
+        REFERENCE_VALUES_DIR,
+        RELEASE_KEY,
+        REFERENCE_VALUES_WARNING,
         common::AK_TRUST,
         common::EXPECTED_EVENTS,
         common::VARIANTS,
@@ -117,6 +152,20 @@ struct Config {
     check: common::NodeCheck,
     /// Where the cluster id comes from (needed for vTPM nodes only).
     cluster_id: ClusterId,
+    /// `--reference-values-dir`: vTPM nodes are checked against signed
+    /// sets instead of `--measurements`.
+    sets: Option<SetsConfig>,
+}
+
+/// Where the signed reference-value sets are and how they are read.
+#[derive(Debug, PartialEq, Eq)]
+struct SetsConfig {
+    /// The directory of signed sets.
+    dir: PathBuf,
+    /// The release-key files (at least one).
+    release_keys: Vec<PathBuf>,
+    /// How close to a set's not-after, in seconds, a match is a warning.
+    warning: i64,
 }
 
 /// Where the cluster id the node must be marked with comes from.
@@ -135,7 +184,15 @@ impl Config {
         let node = m.required(&NODE).map(str::to_string);
         let output = m.value(&OUTPUT).expect("has a default");
         let timeout = m.value(&TIMEOUT).expect("has a default");
-        let check = common::NodeCheck::read(m);
+        let reference_values_dir = m.value(&REFERENCE_VALUES_DIR).map(PathBuf::from);
+        let release_keys: Vec<PathBuf> = m
+            .values(&RELEASE_KEY)
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        let warning_days = m.parsed::<u64>(&REFERENCE_VALUES_WARNING);
+        let measurements_given = m.value(&common::MEASUREMENTS).is_some();
+        let check = common::NodeCheck::read_with(m, reference_values_dir.is_none());
         let cluster_id = m.value(&CLUSTER_ID);
         let cluster_file = m.value(&CLUSTER_FILE).expect("has a default");
         let ear_key = m.value(&EAR_KEY).map(PathBuf::from);
@@ -167,7 +224,51 @@ impl Config {
                 ));
             }
         };
+        if reference_values_dir.is_some() && measurements_given {
+            return Err(format!(
+                "--{} replaces --{}: give one of the two",
+                REFERENCE_VALUES_DIR.long,
+                common::MEASUREMENTS.long
+            ));
+        }
         let check = check?;
+        let warning_days = warning_days.map_err(|e| e.to_string())?;
+        let sets = match reference_values_dir {
+            None if release_keys.is_empty() => None,
+            None => {
+                return Err(format!(
+                    "--{} goes with --{}",
+                    RELEASE_KEY.long, REFERENCE_VALUES_DIR.long
+                ));
+            }
+            Some(_) if release_keys.is_empty() => {
+                return Err(format!(
+                    "--{} needs --{} (sets are accepted only signed)",
+                    REFERENCE_VALUES_DIR.long, RELEASE_KEY.long
+                ));
+            }
+            Some(_) if !check.settings.accepts(Variant::QemuVtpm) => {
+                return Err(format!(
+                    "--{} holds reference values of qemu-vtpm nodes, which --{} does not accept",
+                    REFERENCE_VALUES_DIR.long,
+                    common::VARIANTS.long
+                ));
+            }
+            Some(dir) => {
+                let days = warning_days.expect("has a default");
+                if days > MAX_WARNING_DAYS {
+                    return Err(format!(
+                        "--{}: want 0 to {MAX_WARNING_DAYS} days",
+                        REFERENCE_VALUES_WARNING.long
+                    ));
+                }
+                Some(SetsConfig {
+                    dir,
+                    release_keys,
+                    warning: i64::try_from(days * 86_400).expect("bounded"),
+                })
+            }
+        };
         // The cluster id is read for vTPM nodes only (an SEV-SNP report
         // carries no mark).
         let cluster_id = match cluster_id {
@@ -183,6 +284,7 @@ impl Config {
             timeout,
             check,
             cluster_id,
+            sets,
         })
     }
 }
@@ -228,26 +330,37 @@ fn cluster_id(source: &ClusterId) -> Result<Vec<u8>, String> {
 
 fn verify(config: &Config) -> Result<i32, String> {
     let (node, json) = (config.node.as_str(), config.json);
+    let settings = &config.check.settings;
     // Every file is read before the node is asked: a bad one is exit 2.
-    let attestation = config
-        .check
-        .settings
-        .load()
-        .map_err(|e| common::describe(&e))?;
-    let accepted = &attestation.variants;
-    let vtpm = match &attestation.vtpm {
-        Some(vtpm) => Some(vtpm_check(vtpm, &config.cluster_id)?),
-        None => None,
+    // With signed sets, the vTPM variant has no policy file: the other
+    // variants are loaded as ever, the vTPM one from its sets.
+    let attestation = match &config.sets {
+        None => settings.load(),
+        Some(_) => {
+            let mut others = settings.clone();
+            others.variants.retain(|v| *v != Variant::QemuVtpm);
+            others.vtpm = None;
+            others.load()
+        }
+    }
+    .map_err(|e| common::describe(&e))?;
+    let accepted = &settings.variants;
+    let vtpm = match (&config.sets, &attestation.vtpm, &settings.vtpm) {
+        (Some(sets), _, Some(vtpm)) => Some(sets_check(vtpm, sets, &config.cluster_id)?),
+        (None, Some(vtpm), _) => Some(vtpm_check(vtpm, &config.cluster_id)?),
+        _ => None,
     };
     let snp = attestation.snp.as_ref();
     let ear = match &config.ear_key {
         Some(path) => {
-            let settings = &config.check.settings;
             let policy = match &settings.vtpm {
                 Some(vtpm) => vtpm.measurements.as_deref(),
                 None => settings.snp_policy.as_deref(),
             };
-            let id = crate::ear_output::policy_id(policy)?;
+            let id = match &config.sets {
+                Some(sets) => format!("reference-value sets in {}", sets.dir.display()),
+                None => crate::ear_output::policy_id(policy)?,
+            };
             Some(EarSigner::load(path, "confboot verify", id)?)
         }
         None => None,
@@ -286,12 +399,44 @@ fn verify(config: &Config) -> Result<i32, String> {
         print_refused(node, &why, json);
         return Ok(1);
     };
+    // The policy compared: --measurements, or the signed set matched.
+    let matched = match &vtpm.reference {
+        VtpmReference::Measurements(_) => None,
+        VtpmReference::Sets(sets) => match sets.appraise(&doc, &extra_data, &vtpm) {
+            Ok(matched) => Some(matched),
+            Err(refusal) => {
+                if let Some(ear) = &ear {
+                    let vector = TrustVector::of_refusal(&refusal.error);
+                    return Ok(ear.print_appraised(
+                        doc.variant,
+                        &doc.evidence,
+                        false,
+                        false,
+                        refusal.policy_id.as_deref(),
+                        vector,
+                    ));
+                }
+                print_refused(node, &refusal.why, json);
+                return Ok(1);
+            }
+        },
+    };
+    let (policy, events) = match (&vtpm.reference, &matched) {
+        (VtpmReference::Measurements(policy), _) => (policy, vtpm.events.as_ref()),
+        (_, Some(set)) => (
+            &set.policy,
+            vtpm.events
+                .as_ref()
+                .or(Some(&set.events).filter(|e| !e.events.is_empty())),
+        ),
+        (VtpmReference::Sets(_), None) => unreachable!("a set was matched or the node refused"),
+    };
     let report = match check_node(
         &doc,
         &extra_data,
         vtpm.validator.as_ref(),
-        &vtpm.policy,
-        vtpm.events.as_ref(),
+        policy,
+        events,
         &vtpm.cluster_id,
     ) {
         Ok(report) => report,
@@ -304,6 +449,7 @@ fn verify(config: &Config) -> Result<i32, String> {
             return Ok(1);
         }
     };
+    let warned = matched.as_ref().is_some_and(|m| m.verdict.is_warning());
     if let Some(ear) = &ear {
         let enforced = |mark: bool| {
             report
@@ -313,25 +459,51 @@ fn verify(config: &Config) -> Result<i32, String> {
                 .all(|r| r.matches())
         };
         let vector = TrustVector::of_vtpm(enforced(false), enforced(true));
-        return Ok(ear.print(doc.variant, &doc.evidence, report.passed(), vector));
+        return Ok(ear.print_appraised(
+            doc.variant,
+            &doc.evidence,
+            report.passed(),
+            warned,
+            matched.as_ref().map(MatchedSet::policy_id).as_deref(),
+            vector,
+        ));
     }
     if json {
         let mut out = report.to_json();
         out["node"] = node.into();
+        if let Some(set) = &matched {
+            out["referenceValueSet"] = serde_json::json!({
+                "name": set.verdict.set.name,
+                "version": set.verdict.set.version,
+                "file": set.file.display().to_string(),
+            });
+            out["warnings"] = set.verdict.warnings.clone().into();
+        }
         println!("{out:#}");
     } else {
+        if let Some(set) = &matched {
+            print!("{}", render_set(set));
+        }
         print!("{}", render_table(node, &report));
     }
     Ok(if report.passed() { 0 } else { 1 })
 }
 
-/// What a vTPM node is checked against: `--measurements`, `--ak-trust`,
-/// `--expected-events` and the cluster id.
+/// What a vTPM node is checked against: `--measurements` or the signed
+/// sets, `--ak-trust`, `--expected-events` and the cluster id.
 struct VtpmCheck {
-    policy: MeasurementPolicy,
+    reference: VtpmReference,
     events: Option<EventList>,
     validator: Arc<dyn Validator>,
     cluster_id: Vec<u8>,
+}
+
+/// Where a vTPM node's reference values come from.
+enum VtpmReference {
+    /// `--measurements`.
+    Measurements(MeasurementPolicy),
+    /// `--reference-values-dir`.
+    Sets(SignedSets),
 }
 
 fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, String> {
@@ -346,11 +518,225 @@ fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, Strin
         .build_comparing_later(vtpm.policy.clone())
         .map_err(|e| format!("--measurements: {e}"))?;
     Ok(VtpmCheck {
-        policy: vtpm.policy.clone(),
+        reference: VtpmReference::Measurements(vtpm.policy.clone()),
         events: vtpm.validators.expected_events().cloned(),
         validator,
         cluster_id: cluster_id(cluster)?,
     })
+}
+
+/// The vTPM check of `--reference-values-dir`: the sets read once, now;
+/// each file ignored is said so on stderr.
+fn sets_check(
+    vtpm: &VtpmSettings,
+    config: &SetsConfig,
+    cluster: &ClusterId,
+) -> Result<VtpmCheck, String> {
+    let builder = vtpm
+        .validator_builder()
+        .map_err(|e| common::describe(&e))?
+        .announce_insecure_with(common::announce_insecure_any_ak)
+        .require_unmarked(false);
+    let sets = SignedSets::read(config, confboot_util::time::unix_now())?;
+    Ok(VtpmCheck {
+        reference: VtpmReference::Sets(sets),
+        events: builder.expected_events().cloned(),
+        // The set's PCRs are compared afterwards (every one reported); the
+        // sets were read as pinning the image.
+        validator: builder.build_evidence_only(),
+        cluster_id: cluster_id(cluster)?,
+    })
+}
+
+/// The `--release-key` files, read (bounded) and parsed.
+fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, String> {
+    paths
+        .iter()
+        .map(|path| {
+            let pem = confboot_util::fs::read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
+                .map_err(|e| format!("--{}: {e}", RELEASE_KEY.long))?;
+            ReleaseKey::from_pem(&pem)
+                .map_err(|e| format!("--{} {}: {e}", RELEASE_KEY.long, path.display()))
+        })
+        .collect()
+}
+
+/// The signed sets of `--reference-values-dir`, read once: the live ones,
+/// and those signed by a release key whose window has ended (to name the
+/// set a node matches only an expired one of).
+struct SignedSets {
+    sets: ReferenceSets,
+    expired: Vec<ExpiredSet>,
+    now: i64,
+    warning: i64,
+}
+
+/// A set whose signature verifies but whose window has ended.
+struct ExpiredSet {
+    name: SetName,
+    not_after: i64,
+    policy: MeasurementPolicy,
+}
+
+/// A node refused by the signed sets: what is printed, the error its
+/// trust vector is made of, and the set it names, if any.
+struct SetsRefused {
+    why: String,
+    error: AttestationError,
+    policy_id: Option<String>,
+}
+
+/// The set a node's PCRs match, and the verdict.
+struct MatchedSet {
+    verdict: SetVerdict,
+    file: PathBuf,
+    digest: [u8; 32],
+    policy: MeasurementPolicy,
+    events: EventList,
+}
+
+impl MatchedSet {
+    /// The appraisal policy id of the set: its name, version and the
+    /// SHA-256 of its signed file.
+    fn policy_id(&self) -> String {
+        format!(
+            "reference-value set {} sha-256:{}",
+            self.verdict.set,
+            confboot_util::hex::encode(&self.digest)
+        )
+    }
+}
+
+impl SignedSets {
+    fn read(config: &SetsConfig, now: i64) -> Result<SignedSets, String> {
+        let option = format!("--{}", REFERENCE_VALUES_DIR.long);
+        let keys = read_release_keys(&config.release_keys)?;
+        let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys.clone())
+            .map_err(|e| format!("{option}: {e}"))?;
+        let refresh = sets.refresh(now).map_err(|e| format!("{option}: {e}"))?;
+        let mut expired = Vec::new();
+        for (file, why) in &refresh.refused {
+            eprintln!(
+                "confboot verify: {option}: {} ignored: {why}",
+                file.display()
+            );
+            if let RefusedFile::Set(ReferenceError::Expired { not_after, .. }) = why {
+                expired.extend(expired_set(file, &keys, *not_after));
+            }
+        }
+        Ok(SignedSets {
+            sets,
+            expired,
+            now,
+            warning: config.warning,
+        })
+    }
+
+    /// Validates the node's evidence (no PCR compared) and finds the live
+    /// set its PCRs match (PCR 15 aside: it holds the cluster's mark).
+    fn appraise(
+        &self,
+        doc: &AttestationDocument,
+        extra_data: &[u8; EXTRA_DATA_LEN],
+        vtpm: &VtpmCheck,
+    ) -> Result<MatchedSet, Box<SetsRefused>> {
+        let attested = vtpm
+            .validator
+            .validate(&doc.evidence, extra_data)
+            .map_err(|e| {
+                Box::new(SetsRefused {
+                    why: format!("its evidence is refused: {e}"),
+                    error: e,
+                    policy_id: None,
+                })
+            })?;
+        let ignored = [CLUSTER_ID_PCR];
+        let refusal =
+            match self
+                .sets
+                .check(&attested.measurements, self.now, self.warning, &ignored)
+            {
+                Ok(verdict) => {
+                    let set = self
+                        .sets
+                        .live()
+                        .iter()
+                        .filter(|s| s.name == verdict.set)
+                        .max_by_key(|s| s.not_after)
+                        .expect("the verdict names a live set");
+                    return Ok(MatchedSet {
+                        file: set.file.clone(),
+                        digest: set.digest,
+                        policy: set.policy.clone(),
+                        events: set.events.clone(),
+                        verdict,
+                    });
+                }
+                Err(SetsRefusal::NoMatch { differences }) => {
+                    match self.expired.iter().find(|s| {
+                        let mut policy = s.policy.clone();
+                        policy.remove(CLUSTER_ID_PCR);
+                        policy.check(&attested.measurements).is_ok()
+                    }) {
+                        Some(set) => SetsRefusal::Retired {
+                            name: set.name.clone(),
+                            retired_at: set.not_after,
+                            reason: Retirement::Expired,
+                        },
+                        None => SetsRefusal::NoMatch { differences },
+                    }
+                }
+                Err(other) => other,
+            };
+        let policy_id = match &refusal {
+            SetsRefusal::Retired { name, .. } => Some(format!("reference-value set {name}")),
+            SetsRefusal::NoMatch { .. } => None,
+        };
+        // As joinsvc's validator: one live set's difference is a
+        // measurement refusal, anything else a policy one.
+        let error = match &refusal {
+            SetsRefusal::NoMatch { differences } if differences.len() == 1 => {
+                differences[0].1.clone()
+            }
+            other => AttestationError::Policy(other.to_string()),
+        };
+        Err(Box::new(SetsRefused {
+            why: format!("its measurements are refused: {refusal}"),
+            error,
+            policy_id,
+        }))
+    }
+}
+
+/// The set of `file`, expired at `not_after`, if its signature verifies
+/// with `keys` and it holds vTPM reference values (read as of the last
+/// second of its window).
+fn expired_set(file: &std::path::Path, keys: &[ReleaseKey], not_after: i64) -> Option<ExpiredSet> {
+    use confboot_attest::reference::{MAX_SET_BYTES, open};
+    let bytes = confboot_util::fs::read_bounded(file, MAX_SET_BYTES as u64).ok()?;
+    let set = open(&bytes, keys, not_after).ok()?.set;
+    let reference = set.variant(Variant::QemuVtpm)?;
+    Some(ExpiredSet {
+        name: SetName {
+            name: set.name.clone(),
+            version: set.version.clone(),
+        },
+        not_after,
+        policy: reference.policy.clone(),
+    })
+}
+
+/// The lines naming the set a node matched, and its warnings.
+fn render_set(set: &MatchedSet) -> String {
+    let mut out = format!(
+        "reference-value set {} ({}) matched\n",
+        set.verdict.set,
+        set.file.display()
+    );
+    for warning in &set.verdict.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    out
 }
 
 fn print_refused(node: &str, why: &str, json: bool) {
@@ -521,5 +907,40 @@ mod tests {
             "p.json",
         ];
         assert!(config(&[&snp[..], &["--cluster-id", "zz"]].concat()).is_ok());
+    }
+
+    #[test]
+    fn signed_sets_replace_the_measurements_and_need_a_release_key() {
+        let base = ["--node", "n", "--ak-trust", "x"];
+        let sets = ["--reference-values-dir", "sets"];
+        let c = config(&[&base[..], &sets[..], &["--release-key", "a.pem"]].concat()).unwrap();
+        assert_eq!(
+            c.sets,
+            Some(SetsConfig {
+                dir: "sets".into(),
+                release_keys: vec!["a.pem".into()],
+                warning: 7 * 86_400,
+            })
+        );
+        let e = config(&[&base[..], &sets[..]].concat()).unwrap_err();
+        assert_eq!(
+            e,
+            "--reference-values-dir needs --release-key (sets are accepted only signed)"
+        );
+        let both = [
+            &base[..],
+            &sets[..],
+            &["--release-key", "a", "--measurements", "m"],
+        ]
+        .concat();
+        assert_eq!(
+            config(&both).unwrap_err(),
+            "--reference-values-dir replaces --measurements: give one of the two"
+        );
+        let e = config(&[&base[..], &["--measurements", "m", "--release-key", "a"]].concat());
+        assert_eq!(
+            e.unwrap_err(),
+            "--release-key goes with --reference-values-dir"
+        );
     }
 }

@@ -16,6 +16,7 @@ mod watcher;
 
 use joinsvc::{configmap, ledger};
 
+use std::cell::RefCell;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,10 +24,11 @@ use std::sync::atomic::Ordering;
 use confboot_atls::AtlsServer;
 use confboot_attest::reference::sets::{SetsValidator, Verdict, VerdictObserver};
 use confboot_attest::tpm::CLUSTER_ID_PCR;
-use confboot_attest::{SwappableValidator, Validator};
+use confboot_attest::{Attested, SwappableValidator, Validator, Variant};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;
 use confboot_util::args::start_daemon;
+use confboot_wire::PeerIdentity;
 use confboot_wire::{ServerLimits, serve_connection_with_peers};
 
 use crate::config::{Config, OptionsError, RemoveVpnPeerConfig, ServeConfig, Service};
@@ -88,10 +90,20 @@ fn remove_vpn_peer(config: &RemoveVpnPeerConfig) -> i32 {
     }
 }
 
+thread_local! {
+    /// The verdict of the reference-value sets on the connection this
+    /// thread is accepting: the validator runs inside the handshake, on the
+    /// thread that then serves the connection, which takes it from here
+    /// into the connection's [`server::Appraisal`].
+    static SET_VERDICT: RefCell<Option<Verdict>> = const { RefCell::new(None) };
+}
+
 /// What joinsvc does with each admission by a reference-value set: a
-/// warning is logged with its reasons; each is counted by status and set.
+/// warning is logged with its reasons; each is counted by status and set;
+/// the verdict is kept for the connection ([`SET_VERDICT`]).
 fn admission_observer(metrics: Arc<Metrics>) -> VerdictObserver {
     Arc::new(move |verdict: &Verdict| {
+        SET_VERDICT.with(|v| *v.borrow_mut() = Some(verdict.clone()));
         let set = verdict.set.to_string();
         if verdict.is_warning() {
             log::warn!(
@@ -104,6 +116,21 @@ fn admission_observer(metrics: Arc<Metrics>) -> VerdictObserver {
             metrics.admitted("affirming", &set);
         }
     })
+}
+
+/// What an attested vTPM caller was appraised against: the set its
+/// verdict names (a warning when the verdict is one); `None` without a
+/// verdict (a measurement-policy file, another variant: named by the
+/// variant's policy, [`server::admission_policy`]).
+fn appraisal(peers: &[PeerIdentity], verdict: Option<Verdict>) -> Option<server::Appraisal> {
+    let attested = peers.iter().find_map(|p| p.downcast_ref::<Attested>())?;
+    match (verdict, attested.variant) {
+        (Some(verdict), Variant::QemuVtpm) => Some(server::Appraisal {
+            policy: format!("reference-value set {}", verdict.set),
+            warning: verdict.is_warning(),
+        }),
+        _ => None,
+    }
 }
 
 fn run(config: &ServeConfig) -> Result<(), String> {
@@ -176,10 +203,18 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         let metrics = Arc::clone(&metrics);
         listener::spawn(rpc_listener, cfg.pool, move |sock, stop| {
             let peer_addr = sock.peer_addr().ok();
-            match atls.accept(sock, limits.io_timeout) {
+            // No verdict of an earlier connection is taken for this one.
+            SET_VERDICT.take();
+            let accepted = atls.accept(sock, limits.io_timeout);
+            let verdict = SET_VERDICT.take();
+            match accepted {
                 Ok(accepted) => {
-                    // The caller's attestation and the sealing key it bound.
-                    let (mut stream, peers) = accepted.into_parts();
+                    // The caller's attestation and the sealing key it bound,
+                    // and what it was appraised against.
+                    let (mut stream, mut peers) = accepted.into_parts();
+                    if let Some(appraisal) = appraisal(&peers, verdict) {
+                        peers.push(Arc::new(appraisal));
+                    }
                     let end =
                         serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
                     log::debug!("connection from {peer_addr:?} ended: {end:?}");

@@ -139,6 +139,41 @@ pub fn admission_policy(variant: Option<Variant>) -> String {
     }
 }
 
+/// What a caller's evidence was appraised against on its connection, as
+/// its handlers see it (`ctx.peer::<Appraisal>()`, next to its
+/// [`Attested`]): the reference-value set it matched or the
+/// measurement-policy file, and whether it was admitted with a warning (a
+/// set near its not-after). A connection without one is named by its
+/// variant's policy ([`admission_policy`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Appraisal {
+    /// The set (`reference-value set NAME VERSION`) or policy file named.
+    pub policy: String,
+    /// Whether the caller was admitted with a warning.
+    pub warning: bool,
+}
+
+impl Appraisal {
+    /// The status of an admission made on it: warning or affirming.
+    pub fn status(&self) -> EarStatus {
+        if self.warning {
+            EarStatus::Warning
+        } else {
+            EarStatus::Affirming
+        }
+    }
+}
+
+/// The policy a connection's caller was appraised against, and the status
+/// of a ticket issued to it ([`Appraisal`], or its variant's policy and
+/// affirming).
+fn appraised(ctx: &confboot_wire::CallContext, variant: Variant) -> (String, EarStatus) {
+    match ctx.peer::<Appraisal>() {
+        Some(a) => (a.policy.clone(), a.status()),
+        None => (admission_policy(Some(variant)), EarStatus::Affirming),
+    }
+}
+
 /// Records one admission decision: one log line saying `decision`, its
 /// attestation-result `status` and the set or `policy` the caller was
 /// appraised against, and one count by status
@@ -259,7 +294,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 refuse_admission(&join_metrics, None, "join", &s);
                 return Err(s);
             };
-            let policy = admission_policy(Some(peer.variant));
+            let (policy, admitted) = appraised(ctx, peer.variant);
             let caller =
                 match caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
                     Ok(caller) => caller,
@@ -297,7 +332,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                     }
                     join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
                     let decision = format!("join ticket issued for disk {}", req.disk_uuid);
-                    admission_result(&join_metrics, EarStatus::Affirming, &policy, &decision);
+                    admission_result(&join_metrics, admitted, &policy, &decision);
                     Ok(ticket)
                 }
                 Err(e) => {
@@ -370,7 +405,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                 refuse_admission(&metrics, None, "rejoin", &s);
                 return Err(s);
             };
-            let policy = admission_policy(Some(peer.variant));
+            let (policy, admitted) = appraised(ctx, peer.variant);
             let caller = match caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
                 Ok(caller) => caller,
                 Err(s) => {
@@ -406,7 +441,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
                         "rejoin ticket issued for disk {}",
                         disk_for_log(&req.disk_uuid)
                     );
-                    admission_result(&metrics, EarStatus::Affirming, &policy, &decision);
+                    admission_result(&metrics, admitted, &policy, &decision);
                     Ok(ticket)
                 }
                 Err(e) => {

@@ -1,7 +1,8 @@
 //! joinsvc admitting vTPM nodes by signed reference-value sets
 //! (`--reference-values-dir`, `--release-key`), as a real process: a set
 //! added while it runs is accepted without a restart, a set near its
-//! not-after admits with a warning that is logged and counted, forged,
+//! not-after admits with a warning that is logged and counted (its ticket
+//! an attestation result of status warning naming the set), forged,
 //! unsigned and foreign sets are refused while the others stay, a removed
 //! set's node is refused with the set's name and retirement time, and the
 //! removed set put back is refused as replayed.
@@ -102,6 +103,11 @@ fn sets_are_added_warned_about_refused_and_retired_while_joinsvc_runs() {
         500,
     );
     assert!(warned.contains("expires at"), "{warned}");
+    // The ticket is a warning admission, naming the set it matched.
+    joinsvc.process.wait_for_line(
+        "join ticket issued for disk 0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f (attestation result warning, policy reference-value set confboot-node 2)",
+        500,
+    );
 
     // Forged, unsigned and foreign sets are refused; the others stay.
     let mut forged = set_of(&v2, "3", 30).sign(&release).unwrap();
@@ -150,6 +156,9 @@ fn sets_are_added_warned_about_refused_and_retired_while_joinsvc_runs() {
     for line in [
         "joinsvc_set_admissions_total{status=\"affirming\",set=\"confboot-node 1\"} 2",
         "joinsvc_set_admissions_total{status=\"warning\",set=\"confboot-node 2\"} 2",
+        // The tickets of those admissions, by attestation-result status.
+        "confboot_joinsvc_admissions_total{status=\"affirming\"} 2",
+        "confboot_joinsvc_admissions_total{status=\"warning\"} 2",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
