@@ -593,29 +593,12 @@ impl KubeApiPeerRegistry {
         read: &StoredFilter,
         filter: &IssuedFilter,
     ) -> Result<bool, RegistryError> {
-        let mut metadata = json!({"name": ISSUED_FILTER_CONFIGMAP, "namespace": "kube-system"});
-        if let Some(rv) = &read.resource_version {
-            metadata["resourceVersion"] = json!(rv);
-        }
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": metadata,
-            "data": filter_data_json(filter),
-        })
-        .to_string();
-        let (method, uri) = match read.resource_version {
-            None => (SendMethod::Post, &self.collection_uri),
-            Some(_) => (SendMethod::Put, &self.filter_uri),
-        };
-        let answer = self
-            .api
-            .send_json(method, uri, body.as_bytes(), MAX_CONFIGMAP_BYTES)?;
-        match answer.status {
-            200 | 201 => Ok(true),
-            409 => Ok(false),
-            _ => Err(api_error(&answer)),
-        }
+        self.replace(
+            ISSUED_FILTER_CONFIGMAP,
+            &self.filter_uri,
+            read.resource_version.as_deref(),
+            filter_data_json(filter),
+        )
     }
 
     fn read(&self) -> Result<Stored, RegistryError> {
@@ -639,15 +622,32 @@ impl KubeApiPeerRegistry {
     /// Writes `list` as the version after `stored`'s; `false` if another
     /// writer was first (409).
     fn write(&self, stored: &Stored, written: &Written<'_>) -> Result<bool, RegistryError> {
-        let mut metadata = json!({"name": PEERS_CONFIGMAP, "namespace": "kube-system"});
-        if let Some(rv) = &stored.resource_version {
-            metadata["resourceVersion"] = json!(rv);
-        }
         // The version is the peer list's: a change of the ledger alone
         // does not make every node fetch the list again.
         let peers_changed = stored.peers != *written.list || stored.disks != *written.disks;
         let version = stored.version + u64::from(peers_changed);
-        let data = data_json(version, written);
+        self.replace(
+            PEERS_CONFIGMAP,
+            &self.object_uri,
+            stored.resource_version.as_deref(),
+            data_json(version, written),
+        )
+    }
+
+    /// Writes the ConfigMap `name` (at `uri`) with `data`: replaced with
+    /// compare-and-swap on `resource_version` as read, or created when
+    /// there was none. `false` if another writer was first (409).
+    fn replace(
+        &self,
+        name: &str,
+        uri: &ureq::http::Uri,
+        resource_version: Option<&str>,
+        data: serde_json::Value,
+    ) -> Result<bool, RegistryError> {
+        let mut metadata = json!({"name": name, "namespace": "kube-system"});
+        if let Some(rv) = resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
         let body = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -655,9 +655,9 @@ impl KubeApiPeerRegistry {
             "data": data,
         })
         .to_string();
-        let (method, uri) = match stored.resource_version {
+        let (method, uri) = match resource_version {
             None => (SendMethod::Post, &self.collection_uri),
-            Some(_) => (SendMethod::Put, &self.object_uri),
+            Some(_) => (SendMethod::Put, uri),
         };
         let answer = self
             .api

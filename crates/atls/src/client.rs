@@ -103,15 +103,7 @@ impl AtlsClient {
         timeout: Duration,
         sealing_key: Option<[u8; SEALING_KEY_LEN]>,
     ) -> Result<Connected<T>, AtlsError> {
-        let deadline = Instant::now() + timeout;
-        let mut sock = DeadlineSocket::new(sock);
-        let name = ServerName::try_from(SERVER_NAME)
-            .map_err(|e| AtlsError::Tls(format!("the server name: {e}")))?;
-        let mut conn = ClientConnection::new(Arc::clone(&self.config), name)
-            .map_err(|e| AtlsError::Tls(e.to_string()))?;
-        drive(&mut conn, &mut sock, deadline)?;
-        check_alpn(conn.alpn_protocol())?;
-        let mut stream = StreamOwned::new(conn, sock);
+        let mut stream = self.handshake(sock, timeout)?;
         let sealing_key = sealing_key.filter(|_| self.issuer.is_some());
         let own = attestation::own_message(
             &stream.conn,
@@ -133,6 +125,24 @@ impl AtlsClient {
 }
 
 impl AtlsClient {
+    /// The TLS handshake on `sock` within `timeout` (absolute), its ALPN
+    /// checked: the stream the attestation exchange then runs on.
+    fn handshake<T: Transport>(
+        &self,
+        sock: T,
+        timeout: Duration,
+    ) -> Result<StreamOwned<ClientConnection, DeadlineSocket<T>>, AtlsError> {
+        let deadline = Instant::now() + timeout;
+        let mut sock = DeadlineSocket::new(sock);
+        let name = ServerName::try_from(SERVER_NAME)
+            .map_err(|e| AtlsError::Tls(format!("the server name: {e}")))?;
+        let mut conn = ClientConnection::new(Arc::clone(&self.config), name)
+            .map_err(|e| AtlsError::Tls(e.to_string()))?;
+        drive(&mut conn, &mut sock, deadline)?;
+        check_alpn(conn.alpn_protocol())?;
+        Ok(StreamOwned::new(conn, sock))
+    }
+
     /// Runs the client handshake and the attestation exchange on `sock` as
     /// [`AtlsClient::connect`] does, within `timeout` (absolute), without
     /// attesting and without checking the server's evidence: returns it
@@ -144,15 +154,7 @@ impl AtlsClient {
         sock: T,
         timeout: Duration,
     ) -> Result<Unverified<T>, AtlsError> {
-        let deadline = Instant::now() + timeout;
-        let mut sock = DeadlineSocket::new(sock);
-        let name = ServerName::try_from(SERVER_NAME)
-            .map_err(|e| AtlsError::Tls(format!("the server name: {e}")))?;
-        let mut conn = ClientConnection::new(Arc::clone(&self.config), name)
-            .map_err(|e| AtlsError::Tls(e.to_string()))?;
-        drive(&mut conn, &mut sock, deadline)?;
-        check_alpn(conn.alpn_protocol())?;
-        let mut stream = StreamOwned::new(conn, sock);
+        let mut stream = self.handshake(sock, timeout)?;
         message::write(&mut stream, &AttestationMessage::none())?;
         let server_message = message::read(&mut stream)?;
         let expected_extra_data = binding::extra_data(

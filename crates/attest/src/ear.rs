@@ -1036,35 +1036,8 @@ const P256_SPKI_PREFIX: [u8; 26] = [
 
 /// The one PEM block labelled `label` in `pem`, decoded; zeroized on drop.
 fn pem_block(pem: &[u8], label: &str) -> Result<Zeroizing<Vec<u8>>, EarError> {
-    if pem.len() > MAX_KEY_PEM_LEN {
-        return Err(EarError::Key(format!(
-            "PEM text of {} bytes is larger than {MAX_KEY_PEM_LEN}",
-            pem.len()
-        )));
-    }
-    let text =
-        std::str::from_utf8(pem).map_err(|_| EarError::Key("PEM text is not UTF-8".into()))?;
-    let (begin, end) = (
-        format!("-----BEGIN {label}-----"),
-        format!("-----END {label}-----"),
-    );
-    let mut found = text.match_indices(&begin);
-    let (Some((start, _)), None) = (found.next(), found.next()) else {
-        return Err(EarError::Key(format!("not exactly one {label} block")));
-    };
-    let body = &text[start + begin.len()..];
-    let stop = body
-        .find(&end)
-        .ok_or_else(|| EarError::Key(format!("{label} block has no END line")))?;
-    let b64: Zeroizing<String> = Zeroizing::new(
-        body[..stop]
-            .chars()
-            .filter(|c| !c.is_ascii_whitespace())
-            .collect(),
-    );
-    confboot_util::base64::decode(&b64)
-        .map(Zeroizing::new)
-        .map_err(|e| EarError::Key(format!("{label} block: {e}")))
+    confboot_util::base64::pem_block(pem, label, MAX_KEY_PEM_LEN)
+        .map_err(|e| EarError::Key(e.to_string()))
 }
 
 /// A key whose signatures on results a relying party accepts (P-256).

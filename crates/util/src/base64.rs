@@ -87,6 +87,95 @@ pub fn pem(label: &str, der: &[u8]) -> String {
     out
 }
 
+/// Why a PEM block could not be read ([`pem_block`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PemError {
+    /// The text is larger than the caller allows.
+    #[error("PEM text of {len} bytes is larger than {max}")]
+    TooLarge {
+        /// The text's length.
+        len: usize,
+        /// The caller's bound.
+        max: usize,
+    },
+    /// The text is not UTF-8.
+    #[error("PEM text is not UTF-8")]
+    NotUtf8,
+    /// No block with the label; the hint says what was found instead.
+    #[error("no {label} block{hint}")]
+    NoBlock {
+        /// The label asked for.
+        label: String,
+        /// A hint for a near miss (empty: none).
+        hint: &'static str,
+    },
+    /// More than one block with the label.
+    #[error("more than one {0} block")]
+    MoreThanOne(String),
+    /// The block does not end.
+    #[error("{0} block has no END line")]
+    NoEnd(String),
+    /// The block's body is not base64.
+    #[error("{label} block: {error}")]
+    Base64 {
+        /// The label.
+        label: String,
+        /// What is wrong with the body.
+        error: Base64Error,
+    },
+}
+
+/// The one PEM block labelled `label` in `pem` (at most `max` bytes of
+/// text), decoded and zeroized on drop: exactly one such block, whatever
+/// else the text holds. An SEC1 `EC PRIVATE KEY` where a PKCS#8 `PRIVATE
+/// KEY` is asked for is named, with the command that converts it.
+pub fn pem_block(
+    pem: &[u8],
+    label: &str,
+    max: usize,
+) -> Result<zeroize::Zeroizing<Vec<u8>>, PemError> {
+    if pem.len() > max {
+        return Err(PemError::TooLarge {
+            len: pem.len(),
+            max,
+        });
+    }
+    let text = std::str::from_utf8(pem).map_err(|_| PemError::NotUtf8)?;
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let mut found = text.match_indices(&begin);
+    let Some((start, _)) = found.next() else {
+        let hint = if label == "PRIVATE KEY" && text.contains("-----BEGIN EC PRIVATE KEY-----") {
+            " (an SEC1 EC PRIVATE KEY: convert it with `openssl pkcs8 -topk8 -nocrypt`)"
+        } else {
+            ""
+        };
+        return Err(PemError::NoBlock {
+            label: label.into(),
+            hint,
+        });
+    };
+    if found.next().is_some() {
+        return Err(PemError::MoreThanOne(label.into()));
+    }
+    let body = &text[start + begin.len()..];
+    let stop = body
+        .find(&end)
+        .ok_or_else(|| PemError::NoEnd(label.into()))?;
+    let b64: zeroize::Zeroizing<String> = zeroize::Zeroizing::new(
+        body[..stop]
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect(),
+    );
+    decode(&b64)
+        .map(zeroize::Zeroizing::new)
+        .map_err(|error| PemError::Base64 {
+            label: label.into(),
+            error,
+        })
+}
+
 /// Decodes the standard alphabet, padded or not.
 pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
     decode_with(STD, text)
@@ -105,6 +194,33 @@ pub fn decode_url(text: &str) -> Result<Vec<u8>, Base64Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_pem_block_is_read_and_anything_else_named() {
+        let block = pem("PRIVATE KEY", b"key bytes");
+        let read = pem_block(format!("junk\n{block}").as_bytes(), "PRIVATE KEY", 4096);
+        assert_eq!(read.unwrap().as_slice(), b"key bytes");
+        let two = format!("{block}{block}");
+        assert_eq!(
+            pem_block(two.as_bytes(), "PRIVATE KEY", 4096),
+            Err(PemError::MoreThanOne("PRIVATE KEY".into()))
+        );
+        let sec1 = pem("EC PRIVATE KEY", b"k");
+        let err = pem_block(sec1.as_bytes(), "PRIVATE KEY", 4096).unwrap_err();
+        assert!(err.to_string().contains("openssl pkcs8 -topk8"), "{err}");
+        assert_eq!(
+            pem_block(block.as_bytes(), "PRIVATE KEY", 10),
+            Err(PemError::TooLarge {
+                len: block.len(),
+                max: 10
+            })
+        );
+        let cut = &block[..block.len() - 10];
+        assert_eq!(
+            pem_block(cut.as_bytes(), "PRIVATE KEY", 4096),
+            Err(PemError::NoEnd("PRIVATE KEY".into()))
+        );
+    }
 
     #[test]
     fn rfc4648_vectors() {

@@ -71,41 +71,8 @@ impl std::fmt::Debug for SigningKey {
 
 /// The one PEM block labelled `label` in `pem`, decoded; zeroized on drop.
 fn pem_block(pem: &[u8], label: &str) -> Result<Zeroizing<Vec<u8>>, ReferenceError> {
-    if pem.len() > MAX_KEY_PEM_BYTES {
-        return Err(ReferenceError::Key(format!(
-            "PEM text of {} bytes is larger than {MAX_KEY_PEM_BYTES}",
-            pem.len()
-        )));
-    }
-    let text = std::str::from_utf8(pem)
-        .map_err(|_| ReferenceError::Key("PEM text is not UTF-8".into()))?;
-    let begin = format!("-----BEGIN {label}-----");
-    let end = format!("-----END {label}-----");
-    let mut found = text.match_indices(&begin);
-    let Some((start, _)) = found.next() else {
-        let hint = if text.contains("-----BEGIN EC PRIVATE KEY-----") {
-            " (an SEC1 EC PRIVATE KEY: convert it with `openssl pkcs8 -topk8 -nocrypt`)"
-        } else {
-            ""
-        };
-        return Err(ReferenceError::Key(format!("no {label} block{hint}")));
-    };
-    if found.next().is_some() {
-        return Err(ReferenceError::Key(format!("more than one {label} block")));
-    }
-    let body = &text[start + begin.len()..];
-    let stop = body
-        .find(&end)
-        .ok_or_else(|| ReferenceError::Key(format!("{label} block has no END line")))?;
-    let b64: Zeroizing<String> = Zeroizing::new(
-        body[..stop]
-            .chars()
-            .filter(|c| !c.is_ascii_whitespace())
-            .collect(),
-    );
-    confboot_util::base64::decode(&b64)
-        .map(Zeroizing::new)
-        .map_err(|e| ReferenceError::Key(format!("{label} block: {e}")))
+    confboot_util::base64::pem_block(pem, label, MAX_KEY_PEM_BYTES)
+        .map_err(|e| ReferenceError::Key(e.to_string()))
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
