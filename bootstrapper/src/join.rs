@@ -493,6 +493,7 @@ mod tests {
                 ));
             }
             Ok(confboot_attest::Attested {
+                warnings: Vec::new(),
                 variant: confboot_attest::Variant::QemuVtpm,
                 measurements: Default::default(),
             })

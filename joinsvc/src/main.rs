@@ -118,19 +118,37 @@ fn admission_observer(metrics: Arc<Metrics>) -> VerdictObserver {
     })
 }
 
-/// What an attested vTPM caller was appraised against: the set its
-/// verdict names (a warning when the verdict is one); `None` without a
-/// verdict (a measurement-policy file, another variant: named by the
-/// variant's policy, [`server::admission_policy`]).
+/// What an attested caller was appraised against: for vTPM, the set its
+/// verdict names (a warning when the verdict is one); for any variant
+/// whose validator admitted it with warnings (an SEV-SNP TCB within the
+/// policy's margin of its minimum), its variant's policy with a warning,
+/// logged with the reasons. `None` otherwise (a measurement-policy file,
+/// another variant: named by the variant's policy,
+/// [`server::admission_policy`]).
 fn appraisal(peers: &[PeerIdentity], verdict: Option<Verdict>) -> Option<server::Appraisal> {
     let attested = peers.iter().find_map(|p| p.downcast_ref::<Attested>())?;
-    match (verdict, attested.variant) {
+    let set = match (verdict, attested.variant) {
         (Some(verdict), Variant::QemuVtpm) => Some(server::Appraisal {
             policy: format!("reference-value set {}", verdict.set),
             warning: verdict.is_warning(),
         }),
         _ => None,
+    };
+    if attested.warnings.is_empty() {
+        return set;
     }
+    log::warn!(
+        "{} evidence admitted with a warning: {}",
+        attested.variant,
+        attested.warnings.join("; ")
+    );
+    Some(server::Appraisal {
+        policy: set.map_or_else(
+            || server::admission_policy(Some(attested.variant)),
+            |s| s.policy,
+        ),
+        warning: true,
+    })
 }
 
 fn run(config: &ServeConfig) -> Result<(), String> {
@@ -254,4 +272,36 @@ fn run(config: &ServeConfig) -> Result<(), String> {
     health.stop();
     log::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn peers(variant: Variant, warnings: &[&str]) -> Vec<PeerIdentity> {
+        vec![Arc::new(Attested {
+            variant,
+            measurements: BTreeMap::new(),
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+        })]
+    }
+
+    #[test]
+    fn a_validators_warnings_make_the_admission_a_warning_under_its_policy() {
+        // Admitted without reservation: named by the variant's policy.
+        assert_eq!(appraisal(&peers(Variant::SevSnp, &[]), None), None);
+        // An SEV-SNP TCB near its minimum: a warning, whatever the set.
+        let warned = peers(Variant::SevSnp, &["minimum reported TCB: microcode 115"]);
+        assert_eq!(
+            appraisal(&warned, None),
+            Some(server::Appraisal {
+                policy: "sev-snp policy".into(),
+                warning: true,
+            })
+        );
+        // No caller, no appraisal.
+        assert_eq!(appraisal(&[], None), None);
+    }
 }

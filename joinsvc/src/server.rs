@@ -508,11 +508,13 @@ mod tests {
                 measurements.insert(LAUNCH_IDENTITY_INDEX, l);
             }
             Attested {
+                warnings: Vec::new(),
                 variant: Variant::SevSnp,
                 measurements,
             }
         };
         let vtpm = |pcr15: [u8; 32]| Attested {
+            warnings: Vec::new(),
             variant: Variant::QemuVtpm,
             measurements: BTreeMap::from([(CLUSTER_ID_PCR, pcr15.to_vec())]),
         };
@@ -564,6 +566,7 @@ mod tests {
         use std::collections::BTreeMap;
         let marks = ClusterMarks::of(b"cluster-1");
         let td = |rtmr3: Vec<u8>| Attested {
+            warnings: Vec::new(),
             variant: Variant::Tdx,
             measurements: BTreeMap::from([(0, vec![0x7d; 48]), (TDX_MARK_INDEX, rtmr3)]),
         };
@@ -598,6 +601,7 @@ mod tests {
         let m = refused(marks.pcr15.to_vec(), CallerCheck::Member);
         assert!(m.contains("no RTMR3 of 48 bytes"), "{m}");
         let bare = Attested {
+            warnings: Vec::new(),
             variant: Variant::Tdx,
             measurements: BTreeMap::from([(0, vec![0x7d; 48])]),
         };

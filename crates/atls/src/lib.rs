@@ -60,7 +60,7 @@
 //!     fn variant(&self) -> Variant { Variant::QemuVtpm }
 //!     fn validate(&self, ev: &[u8], extra: &[u8; 32]) -> Result<Attested, AttestationError> {
 //!         if ev != extra { return Err(AttestationError::Binding("other handshake".into())); }
-//!         Ok(Attested { variant: Variant::QemuVtpm, measurements: Default::default() })
+//!         Ok(Attested { variant: Variant::QemuVtpm, measurements: Default::default(), warnings: Vec::new() })
 //!     }
 //! }
 //!

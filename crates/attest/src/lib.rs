@@ -102,6 +102,11 @@ pub struct Attested {
     /// CCEL's measurement-register indexes: 0 → `MRTD`, 1 to 4 → `RTMR0`
     /// to `RTMR3` (48 bytes each).
     pub measurements: BTreeMap<u32, Vec<u8>>,
+    /// Why the evidence was admitted with a warning rather than without
+    /// reservation (empty: none), e.g. an SEV-SNP platform TCB within the
+    /// policy's margin of its minimum: a verifier reports it (joinsvc logs
+    /// and counts it as an attestation result of status warning).
+    pub warnings: Vec<String>,
 }
 
 /// Why evidence could not be issued or was refused.
@@ -267,6 +272,7 @@ mod tests {
         }
         fn validate(&self, _: &[u8], _: &[u8; 32]) -> Result<Attested, AttestationError> {
             self.0.clone().map(|i| Attested {
+                warnings: Vec::new(),
                 variant: Variant::QemuVtpm,
                 measurements: BTreeMap::from([(i, vec![0; 32])]),
             })
@@ -325,6 +331,7 @@ mod tests {
                 return Err(AttestationError::Policy("validated alone".into()));
             }
             Ok(Attested {
+                warnings: Vec::new(),
                 variant: Variant::QemuVtpm,
                 measurements: BTreeMap::new(),
             })

@@ -143,6 +143,7 @@ mod tests {
 
     fn peer(variant: Variant, index: u32, value: Vec<u8>) -> Attested {
         Attested {
+            warnings: Vec::new(),
             variant,
             measurements: BTreeMap::from([(index, value)]),
         }

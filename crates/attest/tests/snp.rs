@@ -1161,12 +1161,29 @@ fn a_tcb_within_the_warning_margin_of_the_minimum_is_admitted_with_a_warning() {
             other => panic!("{check}: {other:?}"),
         }
     }
+    // The validator's verdict carries the warnings (joinsvc counts them).
+    let attested = validator(policy.clone(), TrustRoots::builtin())
+        .verify(&f.evidence(), &f.exact_report_data())
+        .unwrap();
+    assert_eq!(attested.warnings.len(), 2, "{:?}", attested.warnings);
+    assert!(
+        attested
+            .warnings
+            .iter()
+            .all(|w| w.contains("microcode 115 (minimum 115)")),
+        "{:?}",
+        attested.warnings
+    );
     // Without a margin, no warning.
     policy.tcb_warning_margin = 0;
-    let checks = validator(policy, TrustRoots::builtin())
+    let checks = validator(policy.clone(), TrustRoots::builtin())
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     match outcome(&checks, check::MIN_REPORTED_TCB) {
         CheckOutcome::Passed(text) => assert!(!text.contains("warning"), "{text}"),
         other => panic!("{other:?}"),
     }
+    let attested = validator(policy, TrustRoots::builtin())
+        .verify(&f.evidence(), &f.exact_report_data())
+        .unwrap();
+    assert!(attested.warnings.is_empty(), "{:?}", attested.warnings);
 }

@@ -293,6 +293,7 @@ mod tests {
                 return Err(AttestationError::Binding("another session".into()));
             }
             Ok(confboot_attest::Attested {
+                warnings: Vec::new(),
                 variant: Variant::QemuVtpm,
                 measurements: Default::default(),
             })

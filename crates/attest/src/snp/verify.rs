@@ -28,13 +28,18 @@ pub enum ReportDataCheck {
 /// The outcome of one check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CheckOutcome {
-    /// The check passed; the text says what was established.
+    /// The check passed; the text says what was established, and ends in
+    /// [`WARNING_MARK`] and the reason when it passed with a warning
+    /// ([`CheckResult::warning`]).
     Passed(String),
     /// The check failed.
     Failed(AttestationError),
     /// The check could not run (an input or a prerequisite is missing).
     Skipped(String),
 }
+
+/// What separates a passed check's text from the warning it passed with.
+pub const WARNING_MARK: &str = "warning: ";
 
 /// One named check and its outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +48,19 @@ pub struct CheckResult {
     pub name: &'static str,
     /// What happened.
     pub outcome: CheckOutcome,
+}
+
+impl CheckResult {
+    /// The warning a passed check passed with (a TCB within the policy's
+    /// margin of its minimum, a measurement the policy warns about).
+    pub fn warning(&self) -> Option<&str> {
+        match &self.outcome {
+            CheckOutcome::Passed(text) => text
+                .find(WARNING_MARK)
+                .map(|at| &text[at + WARNING_MARK.len()..]),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for CheckResult {
@@ -593,7 +611,7 @@ fn check_minimum_tcb(
             near.join(", ")
         );
         log::warn!("SEV-SNP report admitted with a warning: {warning}");
-        CheckOutcome::Passed(format!("{tcb}; warning: {warning}"))
+        CheckOutcome::Passed(format!("{tcb}; {WARNING_MARK}{warning}"))
     } else {
         CheckOutcome::Failed(AttestationError::Policy(format!(
             "{which} TCB below the minimum: {}",
@@ -614,7 +632,7 @@ fn check_measurement(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     let measured = BTreeMap::from([(0u32, report.measurement().to_vec())]);
     match policy.measurement.check(&measured) {
         Ok(w) if w.is_empty() => CheckOutcome::Passed(hex::encode(report.measurement())),
-        Ok(w) => CheckOutcome::Passed(format!("warning: {}", w.join("; "))),
+        Ok(w) => CheckOutcome::Passed(format!("{WARNING_MARK}{}", w.join("; "))),
         Err(e) => CheckOutcome::Failed(e),
     }
 }
@@ -696,6 +714,10 @@ pub fn verify(
     let report = &evidence.report;
     let launch = [report.chip_id(), report.report_id()].concat();
     Ok(Attested {
+        warnings: checks
+            .iter()
+            .filter_map(|c| Some(format!("{}: {}", c.name, c.warning()?)))
+            .collect(),
         variant: Variant::SevSnp,
         measurements: BTreeMap::from([
             (0, report.measurement().to_vec()),
