@@ -36,8 +36,7 @@ const SETTLE: Duration = Duration::from_millis(20);
 
 /// A running watcher; [`PolicyWatcher::stop`] ends it.
 pub struct PolicyWatcher {
-    stop: Stop,
-    thread: Option<JoinHandle<()>>,
+    thread: WatcherThread,
 }
 
 impl PolicyWatcher {
@@ -76,27 +75,16 @@ impl PolicyWatcher {
         };
         log::info!("watching {} for measurement policy changes", path.display());
         Ok(PolicyWatcher {
-            stop,
-            thread: Some(thread),
+            thread: WatcherThread {
+                stop,
+                thread: Some(thread),
+            },
         })
     }
 
     /// Stops watching and waits for the thread.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.raise();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for PolicyWatcher {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.thread.shutdown();
     }
 }
 
@@ -116,8 +104,7 @@ pub fn log_refresh(refresh: &Refresh) {
 
 /// A running reader of the set directory; [`SetsWatcher::stop`] ends it.
 pub struct SetsWatcher {
-    stop: Stop,
-    thread: Option<JoinHandle<()>>,
+    thread: WatcherThread,
 }
 
 impl SetsWatcher {
@@ -165,16 +152,26 @@ impl SetsWatcher {
                 })?
         };
         Ok(SetsWatcher {
-            stop,
-            thread: Some(thread),
+            thread: WatcherThread {
+                stop,
+                thread: Some(thread),
+            },
         })
     }
 
     /// Stops reading and waits for the thread.
     pub fn stop(mut self) {
-        self.shutdown();
+        self.thread.shutdown();
     }
+}
 
+/// A watcher's thread: stopped and joined on `shutdown` or when dropped.
+struct WatcherThread {
+    stop: Stop,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WatcherThread {
     fn shutdown(&mut self) {
         self.stop.raise();
         if let Some(t) = self.thread.take() {
@@ -183,7 +180,7 @@ impl SetsWatcher {
     }
 }
 
-impl Drop for SetsWatcher {
+impl Drop for WatcherThread {
     fn drop(&mut self) {
         self.shutdown();
     }
