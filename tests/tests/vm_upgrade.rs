@@ -42,7 +42,7 @@ use confboot_tests::qemu::{
     BASE_CMDLINE, Image, JOIN_PORT, JoinsvcTpm, NODEAGENT_BUILTIN, NodeFiles, Vm, VmConfig,
     args_param, golden_boot, node_args,
 };
-use confboot_tests::{free_port, musl_binary};
+use confboot_tests::{ChildProcess, free_port, musl_binary};
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores, up to
 /// three VMs at once).
@@ -162,6 +162,24 @@ fn copy_into(dir: &Path, file: &str, from: &Path) {
     std::fs::rename(&aside, dir.join(file)).unwrap();
 }
 
+/// Waits (at most [`BOOT_BOUND`]) for a console line containing `want`;
+/// panics with the console as soon as a line containing one of `fail`
+/// shows first.
+fn wait_unless(vm: &mut Vm, want: &str, fail: &[&str]) {
+    let deadline = Instant::now() + BOOT_BOUND;
+    while Instant::now() < deadline {
+        let serial = vm.serial();
+        if let Some(line) = serial.lines().find(|l| fail.iter().any(|f| l.contains(f))) {
+            panic!("before {want:?}: {line}\n{}", vm.failure_report());
+        }
+        if serial.contains(want) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    vm.wait_for_line(want, EXIT_BOUND);
+}
+
 /// Boots `config` (which reaches joinsvc), waits for `bootstrapped
 /// (<outcome>)`, the bootstrapper's exit 0, the after-step's write and the
 /// node agent, then powers it off; returns the console. Runs on its own
@@ -169,6 +187,13 @@ fn copy_into(dir: &Path, file: &str, from: &Path) {
 fn bootstrap_boot(config: VmConfig, outcome: &str) -> String {
     let name = config.name.clone();
     let mut vm = Vm::boot(config);
+    // A node that distrusts joinsvc, or that joinsvc refuses, retries
+    // until its bound: fail at once instead.
+    wait_unless(
+        &mut vm,
+        "ticket received",
+        &["not trusting the join service", "refused this node"],
+    );
     vm.wait_for_line(&format!("bootstrapped ({outcome})"), BOOT_BOUND);
     vm.wait_for_line("CONFBOOT-BOOTSTRAPPER-EXIT 0", EXIT_BOUND);
     vm.wait_for_line("CONFBOOT-STATE-WRITTEN", EXIT_BOUND);
@@ -188,7 +213,11 @@ fn bootstrap_boot(config: VmConfig, outcome: &str) -> String {
 fn refused_boot(config: VmConfig) -> String {
     let name = config.name.clone();
     let mut vm = Vm::boot(config);
-    vm.wait_for_line("refused this node", BOOT_BOUND);
+    wait_unless(
+        &mut vm,
+        "refused this node",
+        &["ticket received", "not trusting the join service"],
+    );
     println!("[{name}] refused after {}", secs(vm.elapsed()));
     vm.power_off()
 }
@@ -231,13 +260,23 @@ fn metric(metrics: &str, series: &str) -> u64 {
         .sum()
 }
 
-/// How many lines of joinsvc's log contain `needle`.
-fn count_lines(log: &[String], needle: &str) -> usize {
-    log.iter().filter(|l| l.contains(needle)).count()
+/// Waits (at most [`RELOAD_TRIES`] × 10 ms) until `at_least` lines of
+/// `process`'s log contain `needle`; returns the log, or panics with it.
+fn wait_for_lines(process: &ChildProcess, needle: &str, at_least: usize) -> Vec<String> {
+    for _ in 0..RELOAD_TRIES {
+        let log = process.log();
+        if log.iter().filter(|l| l.contains(needle)).count() >= at_least {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!(
+        "fewer than {at_least} lines with {needle:?}:\n{}",
+        process.log().join("\n")
+    );
 }
 
 #[test]
-#[ignore = "not yet run in a VM"]
 fn vm_rolling_upgrade_v1_to_v2_with_signed_reference_values() {
     let t0 = Instant::now();
     let bootstrapper = musl_binary("bootstrapper");
@@ -546,17 +585,13 @@ fn vm_rolling_upgrade_v1_to_v2_with_signed_reference_values() {
     print_guest_lines("node1-v1", &serial1);
     print_guest_lines("node4-v1", &serial4);
     let retired = format!("match only the reference-value set {SET_NAME} 1.0.0, retired at");
-    joinsvc.process.wait_for_line(&retired, RELOAD_TRIES);
-    let log = joinsvc.process.log();
+    // Both refusals, as joinsvc's log is read (its reader may lag behind
+    // the nodes' consoles).
+    let log = wait_for_lines(&joinsvc.process, &retired, 2);
     let refusals: Vec<&String> = log.iter().filter(|l| l.contains(&retired)).collect();
     for l in &refusals {
         println!("joinsvc: {}", l.trim());
     }
-    assert!(
-        count_lines(&log, &retired) >= 2,
-        "joinsvc refuses both v1 nodes naming the retired set\n{}",
-        log.join("\n")
-    );
     assert!(
         refusals.iter().all(|l| l.contains("its file was removed")),
         "joinsvc says why the set was retired\n{}",
