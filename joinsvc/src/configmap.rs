@@ -160,9 +160,9 @@ pub fn filter_data_json(filter: &IssuedFilter) -> Value {
     data
 }
 
-/// Reads [`ISSUED_FILTER_CONFIGMAP`] (the API server's JSON of the object,
-/// at most [`MAX_CONFIGMAP_BYTES`]).
-pub fn parse_stored_filter(body: &str) -> Result<StoredFilter, Corrupt> {
+/// A ConfigMap as the API server returns it (at most
+/// [`MAX_CONFIGMAP_BYTES`] of JSON), and its `resourceVersion`.
+fn parse_object(body: &str) -> Result<(Value, String), Corrupt> {
     let corrupt = |m: &str| Corrupt(m.to_string());
     if body.len() as u64 > MAX_CONFIGMAP_BYTES {
         return Err(corrupt("larger than the API server's limit for one object"));
@@ -173,6 +173,13 @@ pub fn parse_stored_filter(body: &str) -> Result<StoredFilter, Corrupt> {
         .filter(|rv| !rv.is_empty() && rv.len() <= MAX_RESOURCE_VERSION_CHARS)
         .ok_or_else(|| corrupt("no metadata.resourceVersion"))?
         .to_string();
+    Ok((object, resource_version))
+}
+
+/// Reads [`ISSUED_FILTER_CONFIGMAP`] (the API server's JSON of the object,
+/// at most [`MAX_CONFIGMAP_BYTES`]).
+pub fn parse_stored_filter(body: &str) -> Result<StoredFilter, Corrupt> {
+    let (object, resource_version) = parse_object(body)?;
     Ok(StoredFilter {
         resource_version: Some(resource_version),
         filter: parse_filter_data(&object["data"])?,
@@ -208,15 +215,7 @@ pub fn parse_filter_data(data: &Value) -> Result<IssuedFilter, Corrupt> {
 /// none).
 pub fn parse_stored(body: &str, network: Option<&VpnNetwork>) -> Result<Stored, Corrupt> {
     let corrupt = |m: &str| Corrupt(m.to_string());
-    if body.len() as u64 > MAX_CONFIGMAP_BYTES {
-        return Err(corrupt("larger than the API server's limit for one object"));
-    }
-    let object: Value = serde_json::from_str(body).map_err(|_| corrupt("not JSON"))?;
-    let resource_version = object["metadata"]["resourceVersion"]
-        .as_str()
-        .filter(|rv| !rv.is_empty() && rv.len() <= MAX_RESOURCE_VERSION_CHARS)
-        .ok_or_else(|| corrupt("no metadata.resourceVersion"))?
-        .to_string();
+    let (object, resource_version) = parse_object(body)?;
     let data = &object["data"];
     let version_text = data["version"]
         .as_str()
