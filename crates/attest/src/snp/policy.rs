@@ -159,42 +159,42 @@ impl MinimumTcb {
         }
     }
 
+    /// Each component of `tcb` with its minimum, as `(name, actual,
+    /// minimum)` (FMC only where the product has one).
+    fn components(&self, tcb: &TcbVersion) -> Vec<(&'static str, u8, u8)> {
+        let mut out = Vec::with_capacity(5);
+        if let Some(fmc) = tcb.fmc {
+            out.push(("fmc", fmc, self.fmc));
+        }
+        out.extend([
+            ("bootloader", tcb.bootloader, self.bootloader),
+            ("tee", tcb.tee, self.tee),
+            ("snp", tcb.snp, self.snp),
+            ("microcode", tcb.microcode, self.microcode),
+        ]);
+        out
+    }
+
     /// The components of `tcb` that reach their minimum by fewer than
     /// `margin` SVNs, as `name actual (minimum M)`: admitted, with a
     /// warning. A margin of 0 warns of nothing.
     pub fn near(&self, tcb: &TcbVersion, margin: u8) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut cmp = |name: &str, actual: u8, min: u8| {
-            if actual >= min && u16::from(actual) < u16::from(min) + u16::from(margin) {
-                out.push(format!("{name} {actual} (minimum {min})"));
-            }
-        };
-        if let Some(fmc) = tcb.fmc {
-            cmp("fmc", fmc, self.fmc);
-        }
-        cmp("bootloader", tcb.bootloader, self.bootloader);
-        cmp("tee", tcb.tee, self.tee);
-        cmp("snp", tcb.snp, self.snp);
-        cmp("microcode", tcb.microcode, self.microcode);
-        out
+        self.components(tcb)
+            .into_iter()
+            .filter(|&(_, actual, min)| {
+                actual >= min && u16::from(actual) < u16::from(min) + u16::from(margin)
+            })
+            .map(|(name, actual, min)| format!("{name} {actual} (minimum {min})"))
+            .collect()
     }
 
     /// The components of `tcb` below their minimum, as `name actual < minimum`.
     pub fn shortfalls(&self, tcb: &TcbVersion) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut cmp = |name: &str, actual: u8, min: u8| {
-            if actual < min {
-                out.push(format!("{name} {actual} < {min}"));
-            }
-        };
-        if let Some(fmc) = tcb.fmc {
-            cmp("fmc", fmc, self.fmc);
-        }
-        cmp("bootloader", tcb.bootloader, self.bootloader);
-        cmp("tee", tcb.tee, self.tee);
-        cmp("snp", tcb.snp, self.snp);
-        cmp("microcode", tcb.microcode, self.microcode);
-        out
+        self.components(tcb)
+            .into_iter()
+            .filter(|&(_, actual, min)| actual < min)
+            .map(|(name, actual, min)| format!("{name} {actual} < {min}"))
+            .collect()
     }
 }
 
