@@ -13,15 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot_attest::tpm::event_log::{EventLog, synthetic_log};
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, MeasurementPolicy, Variant};
 use confboot_net::{PoolConfig, ServerHandle};
+use confboot_tests::TempDir;
 use confboot_tests::cluster::workspace_binary;
 use confboot_tests::hostile::connect_from;
-use confboot_tests::{ChildProcess, TempDir, addr_after};
 use nodeagent::verify::AttestationDocument;
 use nodeagent::verify::service::fetch_document;
+
+mod common;
+use common::AgentNode;
 
 const EV_EFI_BOOT_SERVICES_APPLICATION: u32 = 0x8000_0003;
 const EV_IPL: u32 = 0xd;
@@ -37,51 +38,7 @@ fn boot_log(cmdline: &[u8]) -> Vec<u8> {
     ])
 }
 
-/// A running node: its swtpm measured by `log` and marked, its agent.
-struct AgentNode {
-    dir: TempDir,
-    ak_public: Vec<u8>,
-    agent: ChildProcess,
-    addr: SocketAddr,
-    _swtpm: Swtpm,
-}
-
 impl AgentNode {
-    fn start(log: &[u8], mark: Option<&[u8]>) -> AgentNode {
-        let dir = TempDir::new("nodeagent");
-        let swtpm = Swtpm::start().expect("swtpm starts");
-        let ak_public = {
-            let issuer = VtpmIssuer::new(swtpm.connect().unwrap()).unwrap();
-            issuer
-                .with_tpm(|tpm| {
-                    EventLog::parse(log).unwrap().extend_into(tpm)?;
-                    match mark {
-                        Some(id) => confboot_attest::tpm::mark_node(tpm, id),
-                        None => Ok(()),
-                    }
-                })
-                .unwrap();
-            issuer.ak_public_key()
-        };
-        let log_file = dir.path().join("binary_bios_measurements");
-        std::fs::write(&log_file, log).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodeagent"));
-        cmd.args(["--tpm", &swtpm.addr().to_string()])
-            .arg("--event-log")
-            .arg(&log_file)
-            .args(["--verify-listen", "127.0.0.1:0", "-v", "3"]);
-        let agent = ChildProcess::spawn("nodeagent", cmd);
-        let line = agent.wait_for_line("verify service listening on", 3000);
-        let addr = addr_after(&line, "listening on ");
-        AgentNode {
-            dir,
-            ak_public,
-            agent,
-            addr,
-            _swtpm: swtpm,
-        }
-    }
-
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -130,7 +87,7 @@ fn text(out: &Output) -> String {
 #[test]
 fn a_marked_node_verifies_and_every_lie_is_caught() {
     let log = boot_log(b"console=ttyS0 confboot.args=a");
-    let node = AgentNode::start(&log, Some(CLUSTER_ID));
+    let node = AgentNode::start("nodeagent", &log, Some(CLUSTER_ID));
     let (policy, events) = admin_files(node.dir.path(), &log);
     let events_arg = events.to_str().unwrap();
     let cluster = confboot_util::hex::encode(CLUSTER_ID);
@@ -357,7 +314,7 @@ fn a_marked_node_verifies_and_every_lie_is_caught() {
 #[test]
 fn an_unbootstrapped_node_is_not_verified() {
     let log = boot_log(b"console=ttyS0");
-    let node = AgentNode::start(&log, None);
+    let node = AgentNode::start("nodeagent", &log, None);
     let (policy, _) = admin_files(node.dir.path(), &log);
     let out = verify(&node, node.addr, &policy, &["--cluster-id", "abcd"]);
     let shown = text(&out);

@@ -12,11 +12,11 @@ use std::process::{Command, Output};
 
 use confboot_attest::reference::{ReferenceSet, SigningKey, VariantReference};
 use confboot_attest::tpm::event_log::{EventList, EventLog, synthetic_log};
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::vtpm::VtpmIssuer;
 use confboot_attest::{MeasurementPolicy, Variant};
 use confboot_tests::cluster::workspace_binary;
-use confboot_tests::{ChildProcess, TempDir, addr_after};
+
+mod common;
+use common::AgentNode;
 
 const EV_EFI_BOOT_SERVICES_APPLICATION: u32 = 0x8000_0003;
 const EV_IPL: u32 = 0xd;
@@ -57,48 +57,7 @@ fn set_of(log: &[u8], version: &str, from: i64, to: i64) -> ReferenceSet {
     }
 }
 
-/// A running, marked node: its agent over a swtpm measured by `log`.
-struct AgentNode {
-    dir: TempDir,
-    ak_public: Vec<u8>,
-    _agent: ChildProcess,
-    addr: std::net::SocketAddr,
-    _swtpm: Swtpm,
-}
-
 impl AgentNode {
-    fn start(log: &[u8]) -> AgentNode {
-        let dir = TempDir::new("nodeagent-sets");
-        let swtpm = Swtpm::start().expect("swtpm starts");
-        let ak_public = {
-            let issuer = VtpmIssuer::new(swtpm.connect().unwrap()).unwrap();
-            issuer
-                .with_tpm(|tpm| {
-                    EventLog::parse(log).unwrap().extend_into(tpm)?;
-                    confboot_attest::tpm::mark_node(tpm, CLUSTER_ID)
-                })
-                .unwrap();
-            issuer.ak_public_key()
-        };
-        let log_file = dir.path().join("binary_bios_measurements");
-        std::fs::write(&log_file, log).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodeagent"));
-        cmd.args(["--tpm", &swtpm.addr().to_string()])
-            .arg("--event-log")
-            .arg(&log_file)
-            .args(["--verify-listen", "127.0.0.1:0", "-v", "3"]);
-        let agent = ChildProcess::spawn("nodeagent", cmd);
-        let line = agent.wait_for_line("verify service listening on", 3000);
-        let addr = addr_after(&line, "listening on ");
-        AgentNode {
-            dir,
-            ak_public,
-            _agent: agent,
-            addr,
-            _swtpm: swtpm,
-        }
-    }
-
     /// A fresh directory of sets: `files` (name, bytes).
     fn sets_dir(&self, name: &str, files: &[(&str, Vec<u8>)]) -> PathBuf {
         let dir = self.dir.path().join(name);
@@ -140,7 +99,7 @@ fn text(out: &Output) -> String {
 fn a_node_verifies_by_the_signed_set_it_matches_and_only_by_a_live_signed_one() {
     let log = boot_log(b"kernel v1");
     let other = boot_log(b"kernel v2");
-    let node = AgentNode::start(&log);
+    let node = AgentNode::start("nodeagent-sets", &log, Some(CLUSTER_ID));
     let release = SigningKey::generate().unwrap().0;
     let key = node.dir.path().join("release.pem");
     std::fs::write(&key, release.release_key().to_pem()).unwrap();
