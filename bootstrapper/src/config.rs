@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_attest::Variant;
-use confboot_attest::config::{AttestationSettings, DEFAULT_VARIANTS, parse_attestation_variant};
-use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::EventLogSource;
+use confboot_verifier::config::{AttestationSettings, DEFAULT_VARIANTS, parse_attestation_variant};
+use confboot_tpm::Tpm;
+use confboot_vtpm::EventLogSource;
 use confboot_cluster::kubelet_cert::check_node_name;
 use confboot_disk::Pbkdf;
 use confboot_disk::luks2::KdfChoice;
@@ -218,7 +218,7 @@ pub const CMD: Command = Command {
 /// Everything the bootstrapper runs with.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The node's TPM ([`confboot_attest::tpm::Tpm::open`]'s syntax).
+    /// The node's TPM ([`confboot_tpm::Tpm::open`]'s syntax).
     pub tpm: String,
     /// The firmware event log sent with vTPM evidence.
     pub event_log: EventLogSource,

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
-use confboot_attest::snp::SnpIssuer;
-use confboot_attest::tdx::{Rtmr3Marker, TdxIssuer};
-use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_snp::SnpIssuer;
+use confboot_tdx::{Rtmr3Marker, TdxIssuer};
+use confboot_tpm::Tpm;
+use confboot_vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_cluster::{

@@ -213,7 +213,7 @@ fn init_join_refuse_restart_and_recover() {
     .unwrap();
     let salt = confboot_util::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
     // Every bootstrapped node carries the cluster id in PCR 15.
-    let marked = confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
+    let marked = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
         master.measurement_secret().expose(),
         &salt,
     ));

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use confboot_attest::Validator;
-use confboot_attest::config::{
+use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, parse_variants,
 };
@@ -230,8 +230,8 @@ mod tests {
     use super::*;
     use confboot_attest::Variant;
     use confboot_attest::measurements::MAX_POLICY_BYTES;
-    use confboot_attest::tpm::event_log::EventList;
-    use confboot_attest::vtpm::AkTrust;
+    use confboot_tpm::event_log::EventList;
+    use confboot_vtpm::AkTrust;
     use confboot_util::args::VERBOSITY;
     use std::path::Path;
 
@@ -257,7 +257,7 @@ mod tests {
     }
 
     /// The validator builder of a node check's vTPM settings.
-    fn builder(args: &[&str]) -> Result<confboot_attest::config::ValidatorBuilder, String> {
+    fn builder(args: &[&str]) -> Result<confboot_verifier::config::ValidatorBuilder, String> {
         let vtpm = check(args)?.settings.vtpm.expect("qemu-vtpm is accepted");
         vtpm.validator_builder().map_err(|e| describe(&e))
     }

@@ -2,12 +2,12 @@
 //! `verify-quote` as a signed attestation result (EAR, an ES256 JWT, one
 //! line on stdout) for relying parties. The result itself, the mapping of
 //! each check to its trust claim and the signature live in
-//! [`confboot_attest::ear`]; this loads the key and prints.
+//! [`confboot_appraisal::ear`]; this loads the key and prints.
 
 use std::path::{Path, PathBuf};
 
 use confboot_attest::Variant;
-use confboot_attest::ear::{
+use confboot_appraisal::ear::{
     AttestationResult, EarSigningKey, EvidenceDigest, Status, TrustVector, VerifierId,
 };
 use confboot_util::args::{Matches, Opt};

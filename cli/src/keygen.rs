@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use confboot_attest::reference::SigningKey;
+use confboot_appraisal::reference::SigningKey;
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 const OUT: Opt = Opt::value(

@@ -1,17 +1,17 @@
 //! `confboot measure`: predicts the PCRs of a QEMU direct-kernel boot
 //! under OVMF from the kernel, the initrd and the command line, without
-//! booting (`confboot_attest::measure`), and writes the measurement policy and
+//! booting (`confboot_measure`), and writes the measurement policy and
 //! the predicted event log (same inputs, same bytes), and on request the
-//! image's reference values as an unsigned CoRIM (`confboot_attest::reference`).
+//! image's reference values as an unsigned CoRIM (`confboot_appraisal::reference`).
 
 use std::path::PathBuf;
 
-use confboot_attest::measure::{
+use confboot_measure::{
     DEFAULT_MEMORY_MIB, DirectBoot, InitrdDigest, MAX_KERNEL_LEN, PREDICTED_ENFORCED,
     predicted_policy,
 };
-use confboot_attest::reference::{ReferenceSet, VariantReference};
-use confboot_attest::tpm::event_log::EventList;
+use confboot_appraisal::reference::{ReferenceSet, VariantReference};
+use confboot_tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Variant};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 

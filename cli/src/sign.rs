@@ -1,11 +1,11 @@
 //! `confboot sign`: signs an image's reference values (the unsigned CoRIM
 //! `confboot measure --reference-values-out` writes) with a release key, as
-//! COSE_Sign1 with ES256 (`confboot_attest::reference`).
+//! COSE_Sign1 with ES256 (`confboot_appraisal::reference`).
 
 use std::path::PathBuf;
 
-use confboot_attest::reference::cose::MAX_KEY_PEM_BYTES;
-use confboot_attest::reference::{MAX_SET_BYTES, ReferenceSet, SigningKey, sign_unsigned};
+use confboot_appraisal::reference::cose::MAX_KEY_PEM_BYTES;
+use confboot_appraisal::reference::{MAX_SET_BYTES, ReferenceSet, SigningKey, sign_unsigned};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 const KEY: Opt = Opt::value(

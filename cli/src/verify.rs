@@ -10,7 +10,7 @@
 //! check printed (its report carries no cluster mark); a document of a
 //! variant not accepted is refused (exit 1). Exit status: 0 verified, 1 a check
 //! failed, 2 bad arguments, an unreachable node or an answer that is not an
-//! attestation document. The checks live in [`nodeagent::verify`]; this
+//! attestation document. The checks live in [`confboot_verifier::verify`]; this
 //! reads files, asks and prints.
 
 use std::path::PathBuf;
@@ -20,23 +20,23 @@ use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
 use confboot_attest::EXTRA_DATA_LEN;
-use confboot_attest::config::{VtpmConfig, VtpmSettings};
-use confboot_attest::reference::sets::{
+use confboot_verifier::config::{VtpmConfig, VtpmSettings};
+use confboot_appraisal::reference::sets::{
     ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
 };
-use confboot_attest::reference::{ReferenceError, ReleaseKey, cose};
-use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
-use confboot_attest::tpm::CLUSTER_ID_PCR;
-use confboot_attest::tpm::event_log::EventList;
+use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
+use confboot_snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
+use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_proto::DEFAULT_VERIFY_PORT;
-use nodeagent::verify::service::{SessionEvidence, fetch_document};
-use nodeagent::verify::{AttestationDocument, NodeReport, check_node};
+use confboot_verifier::verify::service::{SessionEvidence, fetch_document};
+use confboot_verifier::verify::{AttestationDocument, NodeReport, check_node};
 
 use crate::common;
 use crate::ear_output::{EAR_KEY, EarSigner};
 use confboot_attest::AttestationError;
-use confboot_attest::ear::{TrustVector, Verdict};
+use confboot_appraisal::ear::{TrustVector, Verdict};
 
 const NODE: Opt = Opt::value(
     "node",
@@ -712,7 +712,7 @@ impl SignedSets {
 /// with `keys` and it holds vTPM reference values (read as of the last
 /// second of its window).
 fn expired_set(file: &std::path::Path, keys: &[ReleaseKey], not_after: i64) -> Option<ExpiredSet> {
-    use confboot_attest::reference::{MAX_SET_BYTES, open};
+    use confboot_appraisal::reference::{MAX_SET_BYTES, open};
     let bytes = confboot_util::fs::read_bounded(file, MAX_SET_BYTES as u64).ok()?;
     let set = open(&bytes, keys, not_after).ok()?.set;
     let reference = set.variant(Variant::QemuVtpm)?;

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use confboot_attest::AttestationError;
 use confboot_attest::measurements::MAX_POLICY_BYTES;
-use confboot_attest::snp::{CheckOutcome, CheckResult, ReportDataCheck};
-use confboot_attest::tdx::{
+use confboot_snp::{CheckOutcome, CheckResult, ReportDataCheck};
+use confboot_tdx::{
     CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity,
     Quote, TcbInfo, TdxPolicy, TdxValidator, td_attributes,
 };
@@ -18,7 +18,7 @@ use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
 
 use crate::ear_output::{self, EAR_KEY, EarSigner, OUTPUT};
-use confboot_attest::ear::{TDX_EVENT_LOG_CHECK, TrustVector, Verdict};
+use confboot_appraisal::ear::{TDX_EVENT_LOG_CHECK, TrustVector, Verdict};
 
 const QUOTE: Opt = Opt::value(
     "quote",

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use confboot_attest::AttestationError;
 use confboot_attest::measurements::MAX_POLICY_BYTES;
-use confboot_attest::snp::{
+use confboot_snp::{
     AmdCert, CertEntry, CertKind, CertRole, CheckOutcome, KDS_BASE_URL, Product, ProductRoot,
     ReportDataCheck, SnpEvidence, SnpPolicy, SnpReport, SnpValidator, TrustRoots,
     certificates_from_pem_or_der, check, kds_vcek_url,
@@ -18,7 +18,7 @@ use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 
 use crate::ear_output::{self, EAR_KEY, EarSigner, OUTPUT};
-use confboot_attest::ear::{TrustVector, Verdict};
+use confboot_appraisal::ear::{TrustVector, Verdict};
 
 const REPORT: Opt = Opt::value(
     "report",

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use confboot_attest::ear::{EarError, EarVerifyingKey, Status, read};
+use confboot_appraisal::ear::{EarError, EarVerifyingKey, Status, read};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {

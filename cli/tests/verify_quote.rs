@@ -137,7 +137,7 @@ fn help_names_every_option() {
 
 #[test]
 fn an_event_log_must_replay_to_the_quoted_rtmrs() {
-    use confboot_attest::tdx::{CcelLog, synthetic_ccel_log};
+    use confboot_tdx::{CcelLog, synthetic_ccel_log};
     use confboot_tests::tdx::{Td, TestIntel, TestQuoteSource};
     use std::sync::Arc;
     // A quote of a test platform whose RTMRs are a log's; the policy pins

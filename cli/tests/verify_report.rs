@@ -245,7 +245,7 @@ fn unusable_input_exits_2() {
 
 #[test]
 fn evidence_files_are_read_too() {
-    use confboot_attest::snp::{CertEntry, CertKind, SnpEvidence, SnpReport};
+    use confboot_snp::{CertEntry, CertKind, SnpEvidence, SnpReport};
     let report = std::fs::read(fixture("test-report.bin")).unwrap();
     let ev = SnpEvidence {
         report: SnpReport::from_bytes(&report).unwrap(),

@@ -15,20 +15,20 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use confboot_attest::snp::{
+use confboot_snp::{
     CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
     TrustRoots,
 };
-use confboot_attest::tpm::event_log::EventLog;
-use confboot_attest::tpm::structures::{
+use confboot_tpm::event_log::EventLog;
+use confboot_tpm::structures::{
     PCR_COUNT, TPM_ALG_ECC, TPM_ALG_ECDSA, TPM_ALG_NULL, TPM_ALG_SHA256, TPM_ECC_NIST_P256,
     TPM_GENERATED_VALUE, TPM_ST_ATTEST_QUOTE, Writer, ecdsa_signature_bytes, object_attributes,
     pcr_bitmap,
 };
-use confboot_attest::tpm::{
+use confboot_tpm::{
     CLUSTER_ID_PCR, Quote, TPM_RH_OWNER, pcr_digest, primary_qualified_name,
 };
-use confboot_attest::vtpm::{
+use confboot_vtpm::{
     AkTrust, VtpmValidator, encode_evidence_with_log, issue_ak_certificate,
 };
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
@@ -102,7 +102,7 @@ impl PcrSet {
         let value = |i: u32| match replayed.get(&i) {
             Some(v) if self == PcrSet::Logged => *v,
             _ if i != CLUSTER_ID_PCR => [i as u8; 32],
-            _ if self == PcrSet::Marked => confboot_attest::tpm::marked_pcr15(b"fixture cluster"),
+            _ if self == PcrSet::Marked => confboot_cluster::mark::marked_pcr15(b"fixture cluster"),
             _ => [0; 32],
         };
         let indices: Vec<u32> = match self {
@@ -423,7 +423,7 @@ pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
             vec![Arc::new(v)]
         }),
         Variant::Tdx => TDX.get_or_init(|| {
-            use confboot_attest::tdx::{TdxPolicy, TdxRoots, TdxValidator};
+            use confboot_tdx::{TdxPolicy, TdxRoots, TdxValidator};
             let policy = TdxPolicy {
                 insecure_any_image: true,
                 ..TdxPolicy::default()
@@ -508,27 +508,27 @@ ISEfkv0CEXelWLN/mToCDk4smvyVe0wm8OGKYPWMJEiGSLFMTO2OtAKR
 ";
 
 /// The fixture release key.
-pub fn reference_signing_key() -> confboot_attest::reference::SigningKey {
-    confboot_attest::reference::SigningKey::from_pem(REFERENCE_RELEASE_KEY.as_bytes())
+pub fn reference_signing_key() -> confboot_appraisal::reference::SigningKey {
+    confboot_appraisal::reference::SigningKey::from_pem(REFERENCE_RELEASE_KEY.as_bytes())
         .expect("the fixture release key")
 }
 
 /// The key that signs the fixture attestation results (the fixture
 /// release key: any P-256 PKCS#8 key signs EARs).
-pub fn ear_signing_key() -> confboot_attest::ear::EarSigningKey {
-    confboot_attest::ear::EarSigningKey::from_pem(REFERENCE_RELEASE_KEY.as_bytes())
+pub fn ear_signing_key() -> confboot_appraisal::ear::EarSigningKey {
+    confboot_appraisal::ear::EarSigningKey::from_pem(REFERENCE_RELEASE_KEY.as_bytes())
         .expect("the fixture release key")
 }
 
 /// An attestation result of `status` for SEV-SNP evidence, issued at
 /// [`NOW`].
-pub fn ear_result(status: confboot_attest::ear::Status) -> confboot_attest::ear::AttestationResult {
-    use confboot_attest::ear::{AttestationResult, EvidenceDigest, TrustVector, VerifierId};
+pub fn ear_result(status: confboot_appraisal::ear::Status) -> confboot_appraisal::ear::AttestationResult {
+    use confboot_appraisal::ear::{AttestationResult, EvidenceDigest, TrustVector, VerifierId};
     AttestationResult {
         status,
         trust_vector: TrustVector::of_vtpm(
             true,
-            status != confboot_attest::ear::Status::Contraindicated,
+            status != confboot_appraisal::ear::Status::Contraindicated,
         ),
         attester: "sev-snp".into(),
         policy_id: "confboot-node 1.2.0".into(),
@@ -546,8 +546,8 @@ pub fn reference_set(
     version: &str,
     not_before: i64,
     not_after: i64,
-) -> confboot_attest::reference::ReferenceSet {
-    use confboot_attest::tpm::event_log::{EventList, EventSummary};
+) -> confboot_appraisal::reference::ReferenceSet {
+    use confboot_tpm::event_log::{EventList, EventSummary};
     let event = |pcr: u32, event_type: &str, what: &str| EventSummary {
         pcr,
         event_type: event_type.into(),
@@ -573,14 +573,14 @@ pub fn reference_set(
     events.push(event(9, "EV_EVENT_TAG", "Linux initrd"));
     events.push(event(5, "EV_EFI_ACTION", "Exit Boot Services Invocation"));
     let events = EventList { events };
-    confboot_attest::reference::ReferenceSet {
+    confboot_appraisal::reference::ReferenceSet {
         name: "confboot-node".into(),
         version: version.into(),
         not_before,
         not_after,
-        variants: vec![confboot_attest::reference::VariantReference {
+        variants: vec![confboot_appraisal::reference::VariantReference {
             variant: Variant::QemuVtpm,
-            policy: confboot_attest::measure::predicted_policy(&events),
+            policy: confboot_measure::predicted_policy(&events),
             events,
         }],
     }
@@ -588,7 +588,7 @@ pub fn reference_set(
 
 /// The reference-value sets the seeds sign with the fixture key: version
 /// 1 valid around [`NOW`], version 2 expired before it.
-pub fn reference_sets() -> [confboot_attest::reference::ReferenceSet; 2] {
+pub fn reference_sets() -> [confboot_appraisal::reference::ReferenceSet; 2] {
     let now = NOW as i64;
     [
         reference_set("1", now - 86_400, now + 86_400),

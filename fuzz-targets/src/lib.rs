@@ -29,13 +29,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use confboot_atls::AttestationMessage;
-use confboot_attest::snp::{
+use confboot_snp::{
     AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, ReportDataCheck, SnpEvidence, SnpPolicy,
     SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url,
     vcek_cache_path, verify_signature,
 };
-use confboot_attest::tpm::event_log::{EventList, EventLog, MAX_EVENTS};
-use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_tpm::event_log::{EventList, EventLog, MAX_EVENTS};
+use confboot_tpm::{CLUSTER_ID_PCR, marked_pcr15};
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_cluster::ticket::{
     STATE_DISK_KEY_LEN, TicketError, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
@@ -632,7 +632,7 @@ pub fn snp_evidence(data: &[u8]) {
 /// (`auxblob`): parsing never panics, keeps every bound, and what it reads
 /// lays out again to a table that reads the same.
 pub fn snp_cert_table(data: &[u8]) {
-    use confboot_attest::snp::{MAX_CERTIFICATE_LEN, cert_table};
+    use confboot_snp::{MAX_CERTIFICATE_LEN, cert_table};
     let Ok(certs) = cert_table::parse(data) else {
         return;
     };
@@ -828,7 +828,7 @@ pub fn measurement_policy(data: &[u8]) {
 /// policy pins the image and its events replay to its PCRs; read where no
 /// release key is configured, it is the same set.
 pub fn reference_corim(data: &[u8]) {
-    use confboot_attest::reference::{ReferenceSet, open};
+    use confboot_appraisal::reference::{ReferenceSet, open};
     let Ok(set) = ReferenceSet::from_cbor(data) else {
         return;
     };
@@ -855,7 +855,7 @@ pub fn reference_corim(data: &[u8]) {
 /// sets), a set opens only then and within its window, and with no key
 /// configured a signed set never opens.
 pub fn reference_cose(data: &[u8]) {
-    use confboot_attest::reference::{ReleaseKey, open, verify_signature};
+    use confboot_appraisal::reference::{ReleaseKey, open, verify_signature};
     static KEY: OnceLock<ReleaseKey> = OnceLock::new();
     static SIGNED: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     let key = KEY.get_or_init(|| fixtures::reference_signing_key().release_key().clone());
@@ -893,8 +893,8 @@ pub fn reference_cose(data: &[u8]) {
 /// reads was signed by the fixture key over exactly the claims the result
 /// writes, is consistent, and signs again into a token that reads the same.
 pub fn ear_token(data: &[u8]) {
-    use confboot_attest::ear::{EarVerifyingKey, read};
-    static KEY: OnceLock<confboot_attest::ear::EarSigningKey> = OnceLock::new();
+    use confboot_appraisal::ear::{EarVerifyingKey, read};
+    static KEY: OnceLock<confboot_appraisal::ear::EarSigningKey> = OnceLock::new();
     let key = KEY.get_or_init(fixtures::ear_signing_key);
     let keys: &[EarVerifyingKey] = std::slice::from_ref(key.verifying_key());
     let now = fixtures::NOW as i64;
@@ -940,7 +940,7 @@ pub fn snp_policy(data: &[u8]) {
     assert!(matches!(entries[..], [(0, e)] if e.value.len() == 48));
     assert!(!p.kds_fetch);
     if let Some(ids) = &p.allowed_chip_ids {
-        assert!(!ids.is_empty() && ids.len() <= confboot_attest::snp::MAX_ALLOWED_CHIP_IDS);
+        assert!(!ids.is_empty() && ids.len() <= confboot_snp::MAX_ALLOWED_CHIP_IDS);
         assert!(ids.iter().all(|id| id.iter().any(|b| *b != 0)));
         let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
         assert_eq!(distinct.len(), ids.len());
@@ -956,7 +956,7 @@ pub fn snp_policy(data: &[u8]) {
 /// signed part is a genuine quote's (Intel signed the QE report that
 /// binds the attestation key, and that key signed only those bytes).
 pub fn tdx_quote(data: &[u8]) {
-    use confboot_attest::tdx::{Quote, TdxPolicy, TdxRoots, TdxValidator, check};
+    use confboot_tdx::{Quote, TdxPolicy, TdxRoots, TdxValidator, check};
     let Ok(q) = Quote::parse(data) else {
         return;
     };
@@ -986,7 +986,7 @@ pub fn tdx_quote(data: &[u8]) {
         .verify_quote_detailed(&q, &ReportDataCheck::NotChecked);
     let passed = |name: &str| {
         checks.iter().any(|c| {
-            c.name == name && matches!(c.outcome, confboot_attest::snp::CheckOutcome::Passed(_))
+            c.name == name && matches!(c.outcome, confboot_snp::CheckOutcome::Passed(_))
         })
     };
     if [
@@ -1010,7 +1010,7 @@ pub fn tdx_quote(data: &[u8]) {
 /// same log, replays to registers it then checks against, and explains no
 /// difference with itself.
 pub fn tdx_ccel(data: &[u8]) {
-    use confboot_attest::tdx::{CcelLog, CcelTable};
+    use confboot_tdx::{CcelLog, CcelTable};
     if data.starts_with(b"CCEL") {
         if let Ok(table) = CcelTable::parse(data) {
             assert_eq!(CcelTable::parse(&table.encode()), Ok(table));
@@ -1034,7 +1034,7 @@ pub fn tdx_ccel(data: &[u8]) {
 /// admitted (no genuine quote is bound to the fuzzer's extra data).
 pub fn tdx_evidence(data: &[u8]) {
     use confboot_attest::Validator;
-    use confboot_attest::tdx::{TdxEvidence, TdxPolicy, TdxRoots, TdxValidator};
+    use confboot_tdx::{TdxEvidence, TdxPolicy, TdxRoots, TdxValidator};
     let Ok(evidence) = TdxEvidence::decode(data) else {
         return;
     };
@@ -1055,7 +1055,7 @@ pub fn tdx_evidence(data: &[u8]) {
 /// documents as they are; the TCB status computed for each genuine
 /// quote's platform.
 pub fn tdx_tcb_info(data: &[u8]) {
-    use confboot_attest::tdx::{
+    use confboot_tdx::{
         INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, TcbInfo, TdxRoots,
     };
     let Ok(info) = TcbInfo::parse(data) else {
@@ -1087,7 +1087,7 @@ pub fn tdx_tcb_info(data: &[u8]) {
 /// checked with the built-in TCB signing certificate (only Intel's
 /// document verifies); compared with each genuine quote's QE report.
 pub fn tdx_qe_identity(data: &[u8]) {
-    use confboot_attest::tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote};
+    use confboot_tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote};
     let Ok(identity) = QeIdentity::parse(data) else {
         return;
     };
@@ -1110,7 +1110,7 @@ pub fn tdx_qe_identity(data: &[u8]) {
 /// each read from the same bytes: no panic; a CRL that verifies under the
 /// genuine PCK Platform CA or root is Intel's own.
 pub fn tdx_certs(data: &[u8]) {
-    use confboot_attest::tdx::{
+    use confboot_tdx::{
         Crl, IntelCert, Quote, SgxExtensions, TdxRoots, certificates_from_pem_or_der,
     };
     let _ = SgxExtensions::parse(data);
@@ -1710,7 +1710,7 @@ pub fn tpm_event_log(data: &[u8]) {
     };
     assert!(log.events().len() <= MAX_EVENTS);
     for e in log.events() {
-        assert!((e.pcr as usize) < confboot_attest::tpm::structures::PCR_COUNT);
+        assert!((e.pcr as usize) < confboot_tpm::structures::PCR_COUNT);
         let d = e.description();
         assert!(
             d.chars().count() <= 64 && !d.chars().any(char::is_control),
@@ -1751,7 +1751,7 @@ pub fn tpm_event_list(data: &[u8]) {
     );
     let empty = EventList::default();
     for pcr in list.replay().keys() {
-        assert!((*pcr as usize) < confboot_attest::tpm::structures::PCR_COUNT);
+        assert!((*pcr as usize) < confboot_tpm::structures::PCR_COUNT);
         assert_eq!(list.explain(*pcr, &list), None);
         assert!(list.explain(*pcr, &empty).is_some());
         assert!(empty.explain(*pcr, &list).is_some());
@@ -1765,8 +1765,8 @@ pub fn tpm_event_list(data: &[u8]) {
 /// digest never panic, and the same bytes predict the same events, PCRs 3,
 /// 4, 5, 6 and 9 each, the initrd last in PCR 9.
 pub fn kernel_image(data: &[u8]) {
-    use confboot_attest::measure::authenticode::authenticode_sha256;
-    use confboot_attest::measure::{DirectBoot, InitrdDigest};
+    use confboot_measure::authenticode::authenticode_sha256;
+    use confboot_measure::{DirectBoot, InitrdDigest};
     let first = authenticode_sha256(data);
     assert_eq!(
         first,
@@ -1805,8 +1805,8 @@ pub fn kernel_image(data: &[u8]) {
 /// for a quote the fixture AK signed, bound to the session's
 /// `extra_data`; every report has the cluster's mark as its PCR 15 row.
 pub fn verify_document(data: &[u8]) {
-    use confboot_attest::vtpm::{AkTrust, VtpmValidator};
-    use nodeagent::verify::{AttestationDocument, check_node};
+    use confboot_vtpm::{AkTrust, VtpmValidator};
+    use confboot_verifier::verify::{AttestationDocument, check_node};
 
     let f = fixtures::vtpm();
     static CHECK: OnceLock<(VtpmValidator, MeasurementPolicy, EventList)> = OnceLock::new();

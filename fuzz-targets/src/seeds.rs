@@ -5,7 +5,7 @@
 
 use confboot_atls::AttestationMessage;
 use confboot_attest::Variant;
-use confboot_attest::snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
+use confboot_snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
 use confboot_kms::MasterSecret;
 use confboot_kms::init_secret::{MIN_ITERATIONS, hash};
 use confboot_proto::Message;
@@ -411,7 +411,7 @@ fn vtpm_evidence() -> Vec<Seed> {
 }
 
 fn snp_cert_table() -> Vec<Seed> {
-    use confboot_attest::snp::cert_table;
+    use confboot_snp::cert_table;
     let f = &fixtures::snp()[0];
     let mut certs: Vec<CertEntry> = f.evidence().certificates;
     let bundle = certificates_from_pem_or_der(MILAN_ASK_ARK_ASVK).expect("bundle");
@@ -485,7 +485,7 @@ fn tdx_quote() -> Vec<Seed> {
 /// A CCEL log of a direct-kernel boot's shape (firmware, kernel, initrd,
 /// command line), with and without OVMF's padding; the table; near misses.
 fn tdx_ccel_log() -> Vec<u8> {
-    use confboot_attest::tdx::synthetic_ccel_log;
+    use confboot_tdx::synthetic_ccel_log;
     let tag = |text: &str| {
         let mut d = 0x8a35_ff10u32.to_le_bytes().to_vec();
         d.extend_from_slice(&(text.len() as u32).to_le_bytes());
@@ -508,7 +508,7 @@ fn tdx_ccel_log() -> Vec<u8> {
 }
 
 fn tdx_ccel() -> Vec<Seed> {
-    use confboot_attest::tdx::{CC_TYPE_TDX, CcelTable};
+    use confboot_tdx::{CC_TYPE_TDX, CcelTable};
     let log = tdx_ccel_log();
     let mut padded = log.clone();
     padded.extend(std::iter::repeat_n(0xff, 512));
@@ -531,7 +531,7 @@ fn tdx_ccel() -> Vec<Seed> {
 }
 
 fn tdx_evidence() -> Vec<Seed> {
-    use confboot_attest::tdx::TdxEvidence;
+    use confboot_tdx::TdxEvidence;
     let quote = fixtures::TDX_QUOTES[0].quote.to_vec();
     let with_log = TdxEvidence {
         quote: quote.clone(),
@@ -573,7 +573,7 @@ fn tdx_qe_identity() -> Vec<Seed> {
 }
 
 fn tdx_certs() -> Vec<Seed> {
-    use confboot_attest::tdx::{OID_SGX_EXTENSIONS, Quote, certificates_from_pem_or_der};
+    use confboot_tdx::{OID_SGX_EXTENSIONS, Quote, certificates_from_pem_or_der};
     let q = Quote::parse(fixtures::TDX_QUOTES[0].quote).expect("fixture quote");
     let ders = certificates_from_pem_or_der(&q.pck_chain_pem).expect("fixture chain");
     let (_, leaf) = X509Certificate::from_der(&ders[0]).expect("fixture PCK certificate");
@@ -1024,7 +1024,7 @@ fn tpm_event_log() -> Vec<Seed> {
 }
 
 fn tpm_event_list() -> Vec<Seed> {
-    let list = confboot_attest::tpm::event_log::EventLog::parse(&fixtures::event_log())
+    let list = confboot_tpm::event_log::EventLog::parse(&fixtures::event_log())
         .expect("fixture event log")
         .to_event_list();
     vec![
@@ -1232,7 +1232,7 @@ fn reference_cose() -> Vec<Seed> {
     let key = fixtures::reference_signing_key();
     let [valid, expired] = fixtures::reference_sets();
     let signed = valid.sign(&key).expect("the fixture set signs");
-    let (other, _) = confboot_attest::reference::SigningKey::generate().expect("a key");
+    let (other, _) = confboot_appraisal::reference::SigningKey::generate().expect("a key");
     let mut forged = signed.clone();
     forged[signed.len() / 2] ^= 0x01;
     vec![
@@ -1248,7 +1248,7 @@ fn reference_cose() -> Vec<Seed> {
 /// fixture key, one by another key, one with its claims changed, one with
 /// `alg` none, and one with a duplicate claim.
 fn ear_token() -> Vec<Seed> {
-    use confboot_attest::ear::{EarSigningKey, Status};
+    use confboot_appraisal::ear::{EarSigningKey, Status};
     let key = fixtures::ear_signing_key();
     let affirming = fixtures::ear_result(Status::Affirming);
     let signed = affirming.sign(&key).expect("signs");

@@ -3,7 +3,7 @@
 //! changed signed byte is refused.
 
 use confboot_atls::AttestationMessage;
-use confboot_attest::snp::{ReportDataCheck, SnpEvidence};
+use confboot_snp::{ReportDataCheck, SnpEvidence};
 use confboot_attest::{AttestationError, Validator, Variant};
 use confboot_cluster::ticket::{check_cluster_mark, check_join_ticket};
 use confboot_fuzz_targets::fixtures::{self, EXTRA, PcrSet};
@@ -90,7 +90,7 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
         let mut report = f.report.to_vec();
         report[0x20] ^= 1; // IMAGE_ID, signed
         let changed = SnpEvidence {
-            report: confboot_attest::snp::SnpReport::from_bytes(&report).unwrap(),
+            report: confboot_snp::SnpReport::from_bytes(&report).unwrap(),
             certificates: f.evidence().certificates,
         };
         assert!(matches!(
@@ -102,14 +102,14 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
 
 #[test]
 fn the_ticket_targets_cluster_is_the_members() {
-    let member = confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
+    let member = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
         &TICKET_SECRET,
         &TICKET_SALT,
     ));
     let service = confboot_attest::Attested {
         warnings: Vec::new(),
         variant: Variant::QemuVtpm,
-        measurements: [(confboot_attest::tpm::CLUSTER_ID_PCR, member.to_vec())].into(),
+        measurements: [(confboot_tpm::CLUSTER_ID_PCR, member.to_vec())].into(),
     };
     let mut t = confboot_proto::join::IssueJoinTicketResponse::default();
     t.state_disk_key = vec![1; 32];
@@ -154,8 +154,8 @@ fn the_luks2_header_seeds_reach_the_unlock() {
 
 #[test]
 fn fixture_tdx_quotes_and_collateral_reach_the_oracles() {
-    use confboot_attest::snp::CheckOutcome;
-    use confboot_attest::tdx::{
+    use confboot_snp::CheckOutcome;
+    use confboot_tdx::{
         INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote, TcbInfo, TdxPolicy, TdxRoots,
         TdxValidator, check,
     };

@@ -8,14 +8,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
-use confboot_attest::config::{
+use confboot_verifier::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
     Setting, ValidatorBuilder, parse_variants,
 };
-use confboot_attest::reference::sets::ReferenceSets;
-use confboot_attest::reference::{ReleaseKey, cose};
-use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::{EventLogSource, VtpmIssuer};
+use confboot_appraisal::reference::sets::ReferenceSets;
+use confboot_appraisal::reference::{ReleaseKey, cose};
+use confboot_tpm::Tpm;
+use confboot_vtpm::{EventLogSource, VtpmIssuer};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertSigner;
 use confboot_kms::MasterSecret;
@@ -638,7 +638,7 @@ fn load_presented_set(path: &Path, sets: Option<&ReferenceSetsConfig>) -> Result
     if let Some(sets) = sets {
         let keys = read_release_keys(&sets.release_keys)?;
         let opened =
-            confboot_attest::reference::open(&bytes, &keys, confboot_util::time::unix_now())
+            confboot_appraisal::reference::open(&bytes, &keys, confboot_util::time::unix_now())
                 .map_err(|e| format!("--{option} {}: {e}", path.display()))?;
         log::info!(
             "presenting reference-value set {} {} with joinsvc's evidence",
@@ -741,7 +741,7 @@ fn kubelet_cert_signer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_attest::vtpm::AkTrust;
+    use confboot_vtpm::AkTrust;
 
     use crate::options::CMD;
 

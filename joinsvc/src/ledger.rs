@@ -60,7 +60,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use confboot_attest::snp::{LAUNCH_IDENTITY_INDEX, LAUNCH_IDENTITY_LEN};
+use confboot_snp::{LAUNCH_IDENTITY_INDEX, LAUNCH_IDENTITY_LEN};
 use confboot_attest::{Attested, Variant};
 use confboot_cluster::generation::{RolledBack, check_generation};
 use ring::digest::{SHA256, digest};

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use confboot_atls::AtlsServer;
-use confboot_attest::reference::sets::{SetsValidator, Verdict, VerdictObserver};
-use confboot_attest::tpm::CLUSTER_ID_PCR;
+use confboot_appraisal::reference::sets::{SetsValidator, Verdict, VerdictObserver};
+use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_attest::{Attested, SwappableValidator, Validator, Variant};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;

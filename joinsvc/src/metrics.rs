@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use confboot_attest::ear::Status;
+use confboot_appraisal::ear::Status;
 use confboot_net::ServerStats;
 
 /// Upper bounds (seconds) of the ticket latency histogram's buckets.

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use confboot_attest::MeasurementPolicy;
 use confboot_attest::measurements::MAX_POLICY_BYTES;
-use confboot_attest::reference::sets::{ReferenceSets, Refresh};
+use confboot_appraisal::reference::sets::{ReferenceSets, Refresh};
 use confboot_util::fs::read_bounded;
 use confboot_util::stop::Stop;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};

@@ -338,8 +338,8 @@ fn old_option_names_still_work() {
 #[test]
 fn nodes_can_require_joinsvc_to_attest() {
     use confboot_atls::AtlsError;
-    use confboot_attest::tpm::swtpm::Swtpm;
-    use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot_tpm::swtpm::Swtpm;
+    use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
     use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
     use std::sync::Arc;
 

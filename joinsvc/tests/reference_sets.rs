@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use confboot_attest::Variant;
-use confboot_attest::reference::{ReferenceSet, SigningKey, VariantReference};
-use confboot_attest::tpm::event_log::EventList;
+use confboot_appraisal::reference::{ReferenceSet, SigningKey, VariantReference};
+use confboot_tpm::event_log::EventList;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_wire::Code;
 
@@ -226,9 +226,9 @@ fn joinsvc_refuses_to_start_without_a_live_signed_set() {
 #[test]
 fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
     use confboot_atls::AtlsError;
-    use confboot_attest::join_service::PresentedSetValidator;
-    use confboot_attest::tpm::swtpm::Swtpm;
-    use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot_verifier::join_service::PresentedSetValidator;
+    use confboot_tpm::swtpm::Swtpm;
+    use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
     use confboot_attest::{MeasurementPolicy, Validator};
     use std::sync::Arc;
 
@@ -262,7 +262,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
     node_own.set(4, node.policy().entries()[&4].value.clone(), false);
     let release = SigningKey::generate().unwrap().0;
     let other = SigningKey::generate().unwrap().0;
-    let validator = |keys: Vec<confboot_attest::reference::ReleaseKey>| -> Arc<dyn Validator> {
+    let validator = |keys: Vec<confboot_appraisal::reference::ReleaseKey>| -> Arc<dyn Validator> {
         let trust = AkTrust::Pinned(vec![cp_ak.clone()]);
         let own: Arc<dyn Validator> =
             Arc::new(VtpmValidator::new(trust.clone(), node_own.clone()).require_unmarked(false));

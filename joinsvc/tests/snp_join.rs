@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use confboot_atls::{self as atls, AtlsError};
-use confboot_attest::snp::{SnpIssuer, SnpPolicy, SnpValidator};
+use confboot_snp::{SnpIssuer, SnpPolicy, SnpValidator};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use confboot_tests::TempDir;
@@ -260,7 +260,7 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
 
 #[test]
 fn an_snp_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
-    use confboot_attest::tpm::swtpm::Swtpm;
+    use confboot_tpm::swtpm::Swtpm;
     // joinsvc attests with its TPM (qemu-vtpm) and would take the node
     // (it accepts sev-snp nodes: the client speaks first, so a joinsvc
     // that refused the node would end the exchange before the node saw

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_attest::tdx::{CcelLog, TdxIssuer, synthetic_ccel_log};
+use confboot_tdx::{CcelLog, TdxIssuer, synthetic_ccel_log};
 use confboot_attest::{Issuer, MeasurementPolicy};
 use confboot_proto::join::{
     IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
@@ -335,7 +335,7 @@ fn a_td_marked_with_this_clusters_mark_gets_no_join_or_rejoin_ticket() {
     // extended at run time with this cluster's mark (no log event for it).
     let log = good_log();
     let mut member = td(&log);
-    member.rtmrs[3] = confboot_attest::mark::marked_rtmr3(&cluster_id);
+    member.rtmrs[3] = confboot_cluster::mark::marked_rtmr3(&cluster_id);
     let member = tdx_issuer(TestQuoteSource::honest(platform(1), member), &log);
     let why = "RTMR3 is not all zero: it holds this cluster's mark";
     let err = join(&joinsvc, &member).expect_err("a member asks for no join ticket");
@@ -377,8 +377,8 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
 #[test]
 fn a_tdx_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
     use confboot_atls::AtlsError;
-    use confboot_attest::tdx::TdxValidator;
-    use confboot_attest::tpm::swtpm::Swtpm;
+    use confboot_tdx::TdxValidator;
+    use confboot_tpm::swtpm::Swtpm;
     use confboot_attest::{Validator, Variant};
     // joinsvc attests with its TPM (qemu-vtpm) and would take the node
     // (it accepts tdx nodes: the client speaks first, so a joinsvc that

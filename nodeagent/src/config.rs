@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use confboot_attest::config::AttestationSettings;
-use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::EventLogSource;
+use confboot_verifier::config::AttestationSettings;
+use confboot_tpm::Tpm;
+use confboot_vtpm::EventLogSource;
 use confboot_proto::DEFAULT_VERIFY_LISTEN;
 use confboot_sys::netlink::check_interface_name;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
@@ -147,7 +147,7 @@ pub enum ConfigError {
 /// Everything the node agent runs with.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The node's TPM ([`confboot_attest::tpm::Tpm::open`]'s syntax).
+    /// The node's TPM ([`confboot_tpm::Tpm::open`]'s syntax).
     pub tpm: String,
     /// The firmware event log sent with the evidence.
     pub event_log: EventLogSource,

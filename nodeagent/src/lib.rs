@@ -2,7 +2,7 @@
 //! once the bootstrapper has stopped. It serves the verify service: anyone
 //! who can reach the node opens an aTLS connection (ALPN `confboot/2`,
 //! without attesting) and gets a fresh quote of the node's TPM bound to
-//! that TLS session's exporter ([`crate::verify`]), so an admin can check
+//! that TLS session's exporter ([`confboot_verifier::verify`]), so an admin can check
 //! at any time what the node runs and that it is marked with the cluster's
 //! id (`confboot verify`).
 //!
@@ -20,7 +20,7 @@
 pub mod cluster_step;
 mod config;
 pub mod options;
-pub mod verify;
+
 mod vpn;
 
 use std::net::TcpListener;
@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use crate::config::{CMD, Config, ConfigError};
 use confboot_attest::Issuer;
-use confboot_attest::tpm::Tpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_tpm::Tpm;
+use confboot_vtpm::VtpmIssuer;
 use confboot_net::listener::PoolConfig;
 use confboot_sys::signals::TerminationSignals;
 use confboot_util::args::{exit_usage, start_daemon};
@@ -94,7 +94,7 @@ fn run(config: &Config) -> Result<(), String> {
         ..PoolConfig::default()
     };
     let server =
-        verify::service::serve(socket, pool, issuer).map_err(|e| format!("verify service: {e}"))?;
+        confboot_verifier::verify::service::serve(socket, pool, issuer).map_err(|e| format!("verify service: {e}"))?;
     log::info!(
         "verify service listening on {} (aTLS, evidence bound to the session)",
         server.local_addr()

@@ -18,34 +18,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use confboot_attest::Validator;
-use confboot_attest::config::{
+use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, parse_variants,
 };
-use confboot_attest::join_service::join_service_validators;
-use confboot_attest::reference::{ReleaseKey, cose};
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_verifier::join_service::join_service_validators;
+use confboot_appraisal::reference::{ReleaseKey, cose};
+use confboot_vtpm::VtpmIssuer;
 use confboot_util::args::{ArgsError, Matches, Opt};
+use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
 /// Where a node image keeps the CA of its platform's attestation keys.
 pub const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
-
-/// The help of an accepted-variants option.
-pub const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
-     checked with the measurements and AK-trust options), sev-snp (an SEV-SNP report, checked \
-     with the SNP policy option) and/or tdx (an Intel TDX quote, checked with the TDX policy option). \
-     Evidence of another variant is refused in the handshake";
-
-/// The help of an SEV-SNP policy option.
-pub const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
-     allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
-     required when sev-snp is accepted";
-
-/// The help of a TDX policy option.
-pub const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd (required), rtmrs, allowDebug, tdAttributes, xfam, \
-     minimumTeeTcbSvn, acceptedTcbStatuses, rootCertificates, collateral (the files of Intel's TCB \
-     info, QE identity and CRLs, checked as of now), expectedEventLog, ...; required when tdx is \
-     accepted";
 
 /// The help of `--event-log`, the node binaries' (the bootstrapper's and
 /// the node agent's).

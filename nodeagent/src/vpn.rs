@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::config::VpnConfig;
 use confboot_attest::Issuer;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_vtpm::VtpmIssuer;
 use confboot_sys::netlink::NetlinkError;
 use confboot_util::stop::Stop;
 use confboot_vpn::WireGuardInterface;

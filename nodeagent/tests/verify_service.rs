@@ -12,14 +12,14 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_attest::tpm::event_log::{EventLog, synthetic_log};
+use confboot_tpm::event_log::{EventLog, synthetic_log};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, MeasurementPolicy, Variant};
 use confboot_net::{PoolConfig, ServerHandle};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::workspace_binary;
 use confboot_tests::hostile::connect_from;
-use nodeagent::verify::AttestationDocument;
-use nodeagent::verify::service::fetch_document;
+use confboot_verifier::verify::AttestationDocument;
+use confboot_verifier::verify::service::fetch_document;
 
 mod common;
 use common::AgentNode;
@@ -413,7 +413,7 @@ impl Issuer for Relay {
 /// A host serving aTLS on loopback that attests with `issuer`, as the
 /// node agent's verify service does.
 fn fake_node(issuer: Arc<dyn Issuer>) -> ServerHandle {
-    nodeagent::verify::service::serve(
+    confboot_verifier::verify::service::serve(
         TcpListener::bind("127.0.0.1:0").unwrap(),
         PoolConfig::default(),
         issuer,
@@ -450,8 +450,8 @@ fn fake_host(answer: Answer) -> SocketAddr {
         Answer::NotAttesting => confboot_atls::AtlsServer::new(None, Vec::new()),
         Answer::Refusing => {
             let any: Arc<dyn confboot_attest::Validator> =
-                Arc::new(confboot_attest::vtpm::VtpmValidator::new(
-                    confboot_attest::vtpm::AkTrust::Pinned(Vec::new()),
+                Arc::new(confboot_vtpm::VtpmValidator::new(
+                    confboot_vtpm::AkTrust::Pinned(Vec::new()),
                     MeasurementPolicy::default(),
                 ));
             confboot_atls::AtlsServer::new(None, vec![any])
@@ -470,7 +470,7 @@ fn fake_host(answer: Answer) -> SocketAddr {
 
 #[test]
 fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_refused() {
-    use confboot_attest::snp::SnpIssuer;
+    use confboot_snp::SnpIssuer;
     use confboot_tests::snp::{Guest, Tcb, TestAmd, TestReportSource};
 
     let amd = TestAmd::new();

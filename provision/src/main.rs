@@ -133,7 +133,7 @@ impl Config {
     }
 }
 
-/// The AK template: the same as confboot's own (`confboot_attest::tpm::structures::ak_template`),
+/// The AK template: the same as confboot's own (`confboot_tpm::structures::ak_template`),
 /// so both stacks derive the same primary key from the owner seed.
 fn ak_public_template() -> Result<Public> {
     let attributes = ObjectAttributesBuilder::new()
@@ -297,7 +297,7 @@ fn write_certificate(context: &mut Context, nv_index: u32, der: &[u8], force: bo
     }
     let size = u16::try_from(der.len())
         .ok()
-        .filter(|n| (*n as usize) <= confboot_attest::vtpm::MAX_AK_CERT_LEN)
+        .filter(|n| (*n as usize) <= confboot_vtpm::MAX_AK_CERT_LEN)
         .ok_or_else(|| format!("certificate of {} bytes is too large", der.len()))?;
     let attributes = NvIndexAttributesBuilder::new()
         .with_owner_write(true)
@@ -348,7 +348,7 @@ fn run() -> Result<()> {
 
     let public = provision_ak(&mut context, ak_handle, force)?;
     let point = ak_point(&public)?;
-    let der = confboot_attest::vtpm::issue_ak_certificate(&point, &config.subject, &ca)
+    let der = confboot_vtpm::issue_ak_certificate(&point, &config.subject, &ca)
         .map_err(|e| e.to_string())?;
     write_certificate(&mut context, nv_index, &der, force)?;
     write_file(&out_dir.join("ak-cert.der"), &der, false)?;

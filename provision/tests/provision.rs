@@ -4,9 +4,9 @@
 use std::process::{Command, Output};
 use std::str::FromStr;
 
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
-use confboot_attest::vtpm::{
+use confboot_tpm::swtpm::Swtpm;
+use confboot_tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
+use confboot_vtpm::{
     AkTrust, VtpmIssuer, VtpmValidator, encode_evidence, load_ca_certificates,
 };
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator};
@@ -75,7 +75,7 @@ fn provisioned_ak_and_certificate_are_read_by_confboot_and_verify() {
     let mut tpm = swtpm.connect().unwrap();
     let ak = tpm.load_ak(DEFAULT_AK_HANDLE).unwrap();
     assert!(!ak.transient);
-    let point = confboot_attest::tpm::structures::parse_ecc_public(&ak.public_area)
+    let point = confboot_tpm::structures::parse_ecc_public(&ak.public_area)
         .unwrap()
         .point;
     assert_eq!(confboot_util::hex::encode(&point), printed);
@@ -227,7 +227,7 @@ fn tss_esapi_quote_verifies_with_confboot_validator() {
         .collect();
     drop(context);
 
-    let quote = confboot_attest::tpm::Quote {
+    let quote = confboot_tpm::Quote {
         attest: attest.marshall().unwrap(),
         signature: signature.marshall().unwrap(),
     };

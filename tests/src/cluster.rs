@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_tpm::swtpm::Swtpm;
+use confboot_vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, MeasurementPolicy};
 use confboot_kms::MasterSecret;
 use confboot_proto::join::{
@@ -488,7 +488,7 @@ impl NodeTpm {
     /// connection, so call it when no process holds the TPM.
     pub fn mark(&self, cluster_id: &[u8]) {
         let mut tpm = self.swtpm.connect().expect("connect to swtpm");
-        confboot_attest::tpm::mark_node(&mut tpm, cluster_id).expect("extend PCR 15");
+        confboot_cluster::mark::mark_node(&mut tpm, cluster_id).expect("extend PCR 15");
     }
 
     /// `--tpm` for the bootstrapper.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::Validator;
-use confboot_attest::vtpm::{AkTrust, VtpmValidator};
+use confboot_vtpm::{AkTrust, VtpmValidator};
 use confboot_kms::MasterSecret;
 use confboot_kms::init_secret;
 use confboot_proto::init::InitRequest;

@@ -23,10 +23,10 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use confboot_attest::MeasurementPolicy;
-use confboot_attest::measure::{DirectBoot, InitrdDigest};
-use confboot_attest::tpm::event_log::{EventList, EventLog};
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_measure::{DirectBoot, InitrdDigest};
+use confboot_tpm::event_log::{EventList, EventLog};
+use confboot_tpm::swtpm::Swtpm;
+use confboot_vtpm::VtpmIssuer;
 
 use crate::ChildProcess;
 use crate::cluster::TempDir;
@@ -958,7 +958,7 @@ impl NodeFiles {
 /// PCRs a golden-measurement policy enforces, those a predicted one does:
 /// the kernel (4), the initrd and command line (9), and 15 (all-zero until
 /// the node is bootstrapped).
-pub const GOLDEN_ENFORCED: [u32; 3] = confboot_attest::measure::PREDICTED_ENFORCED;
+pub const GOLDEN_ENFORCED: [u32; 3] = confboot_measure::PREDICTED_ENFORCED;
 /// PCRs a golden-measurement policy only warns on: firmware and its
 /// configuration (they change with the OVMF build and VARS).
 pub const GOLDEN_WARN_ONLY: [u32; 7] = [0, 1, 2, 3, 5, 6, 7];
@@ -1034,7 +1034,7 @@ impl GoldenBoot {
             let pcrs = t.pcr_read_all().expect("read PCRs");
             for (i, v) in pcrs
                 .into_iter()
-                .filter(|(i, _)| *i != confboot_attest::tpm::IMA_PCR)
+                .filter(|(i, _)| *i != confboot_tpm::IMA_PCR)
             {
                 assert_eq!(
                     self.pcrs[&i],
@@ -1042,7 +1042,7 @@ impl GoldenBoot {
                     "PCR {i}: joinsvc's TPM after the replay differs from the golden boot"
                 );
             }
-            confboot_attest::tpm::mark_node(&mut t, &setup.cluster_id())
+            confboot_cluster::mark::mark_node(&mut t, &setup.cluster_id())
                 .expect("mark joinsvc's TPM");
         }
         let mut extra = vec![

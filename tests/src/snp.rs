@@ -19,7 +19,7 @@
 
 use std::sync::Mutex;
 
-use confboot_attest::snp::{
+use confboot_snp::{
     CertEntry, CertKind, OID_HW_ID, OID_PRODUCT_NAME, OID_TCB_BOOTLOADER, OID_TCB_MICROCODE,
     OID_TCB_SNP, OID_TCB_TEE, REPORT_LEN, RawReport, SIGNED_LEN, SnpReportSource, cert_table,
     offset,

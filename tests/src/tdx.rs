@@ -6,14 +6,14 @@
 //! signed by the PCK key binds.
 //!
 //! A quote source ([`TestQuoteSource`]) answers the production
-//! [`TdxIssuer`](confboot_attest::tdx::TdxIssuer) as configfs-tsm would,
+//! [`TdxIssuer`](confboot_tdx::TdxIssuer) as configfs-tsm would,
 //! with knobs for each lie a host or a forged platform could tell.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use confboot_attest::AttestationError;
-use confboot_attest::tdx::{INTEL_QE_VENDOR_ID, QE_REPORT_LEN, TdxQuoteSource, td_attributes};
+use confboot_tdx::{INTEL_QE_VENDOR_ID, QE_REPORT_LEN, TdxQuoteSource, td_attributes};
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateRevocationListParams, CustomExtension, DnType,
     IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, RevokedCertParams,

@@ -1,14 +1,14 @@
 //! Interoperability of signed reference values: a set written and signed by
-//! `confboot_attest::reference` is read back by an independent decoder, the
+//! `confboot_appraisal::reference` is read back by an independent decoder, the
 //! `corim` crate (its own CBOR, CoRIM and COSE_Sign1 types), and its
 //! signature is verified with ring from the Sig_structure that crate builds
 //! and the public key as x509-parser reads it from the PEM. Nothing of
 //! confboot's own reader is used on the way back.
 
 use confboot_attest::Variant;
-use confboot_attest::measure::predicted_policy;
-use confboot_attest::reference::{PROFILE, ReferenceSet, SigningKey, VENDOR, VariantReference};
-use confboot_attest::tpm::event_log::{EventList, EventSummary};
+use confboot_measure::predicted_policy;
+use confboot_appraisal::reference::{PROFILE, ReferenceSet, SigningKey, VENDOR, VariantReference};
+use confboot_tpm::event_log::{EventList, EventSummary};
 use corim::types::common::{MeasuredElement, TagIdChoice};
 use corim::types::corim::{ConciseTagChoice, CorimId, ProfileChoice};
 use corim::types::signed::decode_signed_corim;

@@ -27,7 +27,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_tpm::swtpm::Swtpm;
 use confboot_kms::MasterSecret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
@@ -165,7 +165,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
         {
             let mut tpm = swtpm.connect().expect("connect to swtpm");
             log.extend_into(&mut tpm).expect("replay the event log");
-            confboot_attest::tpm::mark_node(&mut tpm, &setup.cluster_id()).expect("mark");
+            confboot_cluster::mark::mark_node(&mut tpm, &setup.cluster_id()).expect("mark");
         }
         service = Some(Service {
             joinsvc: Joinsvc::launch(&joinsvc_bin, &policy, setup),

@@ -30,8 +30,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot_attest::tpm::IMA_PCR;
-use confboot_attest::tpm::swtpm::Swtpm;
+use confboot_tpm::IMA_PCR;
+use confboot_tpm::swtpm::Swtpm;
 use confboot_kms::init_secret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir, read_master_secret};
 use confboot_tests::qemu::{
@@ -262,7 +262,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != IMA_PCR) {
             assert_eq!(booted[&i], v.to_vec(), "PCR {i} after the replay");
         }
-        confboot_attest::tpm::mark_node(&mut tpm, &setup.cluster_id()).expect("mark joinsvc's TPM");
+        confboot_cluster::mark::mark_node(&mut tpm, &setup.cluster_id()).expect("mark joinsvc's TPM");
     }
     let mut joinsvc = Joinsvc::launch(
         &joinsvc_bin,

@@ -34,8 +34,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::nodelock::{LockToken, NodeLock};
-use confboot_attest::tdx::Rtmr3Marker;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_cluster::mark;
+use confboot_tdx::Rtmr3Marker;
+use confboot_vtpm::VtpmIssuer;
 use confboot_attest::{AttestationError, Attested};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_cluster::ticket::{self as checks, TicketError};
@@ -91,7 +92,7 @@ fn check_measurement_salt(salt: &[u8]) -> Result<(), NodeError> {
 
 /// Marks a node as bootstrapped: PCR 15 (vTPM) or `RTMR3` (TDX) ← cluster
 /// id. A node's own attestation shows the mark from then on; a join
-/// service checks it ([`confboot_attest::mark`]).
+/// service checks it ([`confboot_cluster::mark`]).
 pub trait NodeMarker: Send + Sync {
     /// Extends the mark with `cluster_id`.
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError>;
@@ -99,14 +100,14 @@ pub trait NodeMarker: Send + Sync {
 
 impl NodeMarker for VtpmIssuer {
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
-        self.mark_node(cluster_id)
+        self.with_tpm(|tpm| mark::mark_node(tpm, cluster_id))
+            .map_err(|e| AttestationError::Issue(e.to_string()))
     }
 }
 
 impl NodeMarker for Rtmr3Marker {
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
-        self.mark_node(cluster_id)
-            .map_err(|e| AttestationError::Issue(e.to_string()))
+        mark::mark_td(self, cluster_id).map_err(|e| AttestationError::Issue(e.to_string()))
     }
 }
 

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use confboot_attest::AttestationError;
-use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_cluster::mark::marked_pcr15;
+use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_cluster::{ClusterError, RecordedCall, RecordingBackend};
 use confboot_disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot_kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};

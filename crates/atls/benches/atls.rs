@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls::{self as atls, AtlsClient, AtlsServer, AttestationMessage, cert};
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+use confboot_tpm::swtpm::Swtpm;
+use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 

@@ -764,8 +764,8 @@ fn the_servers_certificate_is_fresh_in_every_attested_handshake() {
 /// the vTPM issuer, and vTPM validators pinning its attestation key.
 mod fixture {
     use super::*;
-    use confboot_attest::tpm::swtpm::Swtpm;
-    use confboot_attest::vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
+    use confboot_tpm::swtpm::Swtpm;
+    use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
     use ring::rand::{SecureRandom, SystemRandom};
 
     /// The PCR the policies of these tests differ in (OVMF measures the

@@ -1,23 +1,42 @@
-//! Attestation: an [`Issuer`] produces evidence bound to 32 bytes of
-//! `extra_data`; a [`Validator`] checks such evidence and the measurement
-//! policy, and reports what it established.
+//! The evidence contract of confboot's attestation: what every variant
+//! implements and every consumer relies on, and nothing that carries a
+//! variant's own dependencies.
 //!
-//! Variants (vTPM, SEV-SNP, TDX) implement both traits in their own modules. A
-//! validator is built from a policy; [`SwappableValidator`] lets a service
-//! replace it at run time while every check sees one consistent policy.
+//! An [`Issuer`] produces evidence of what its machine runs, bound to
+//! [`EXTRA_DATA_LEN`] bytes of `extra_data` (in aTLS, the TLS session's
+//! exporter, so that evidence cannot be replayed into another handshake).
+//! A [`Validator`] checks such evidence (its signatures, its binding to
+//! `extra_data`, the trust in its signing key and the measurement policy),
+//! fails closed with an [`AttestationError`], and reports what it
+//! established as [`Attested`]: the [`Variant`] and its measurements by
+//! index. A validator is built from a policy; [`SwappableValidator`] lets a
+//! service replace it at run time while every check sees one consistent
+//! policy. Beside the traits: [`check`], the vocabulary of a verifier that
+//! runs named checks one by one (what a command prints, what an
+//! attestation result maps to trust claims); [`measurements`], the
+//! measurement policy file ([`MeasurementPolicy`]) that the vTPM and TDX
+//! policies and the reference values share; and [`tsm`], the kernel's
+//! configfs-tsm report interface that both the SEV-SNP and the TDX issuer
+//! use (it lives here, not in one variant, so that no variant depends on
+//! another).
+//!
+//! The crates around it: `confboot-tpm` is the TPM 2.0 driver and the TCG
+//! event log, and knows nothing of evidence. Each variant is a crate of its
+//! own that depends on this one and on no other variant: `confboot-vtpm`
+//! (a TPM quote, over `confboot-tpm`), `confboot-snp` (an AMD SEV-SNP
+//! report; AMD's KDS behind the `kds` feature) and `confboot-tdx` (an Intel
+//! TDX quote with its CCEL log; Intel's PCS behind the `pcs` feature).
+//! `confboot-appraisal` holds the signed documents about evidence:
+//! reference-value sets in (CoRIM/COSE), attestation results out (EAR).
+//! `confboot-verifier` chooses the variants and policies a service accepts
+//! and how a node checks its control plane; `confboot-measure` predicts
+//! what an image will measure. aTLS (`confboot-atls`) carries evidence in a
+//! certificate extension named by [`Variant::oid`], and the cluster mark
+//! (`confboot-cluster`) reads a member's mark from [`Attested`].
 
-pub mod config;
-pub mod ear;
-pub mod join_service;
-pub mod mark;
-pub mod measure;
+pub mod check;
 pub mod measurements;
-pub mod reference;
-pub mod snp;
-pub mod tdx;
-pub mod tpm;
 pub mod tsm;
-pub mod vtpm;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -97,7 +116,7 @@ pub struct Attested {
     pub variant: Variant,
     /// Measured values by index: for vTPM, PCR number → SHA-256 digest; for
     /// SEV-SNP, 0 → the 48-byte launch measurement, and
-    /// [`snp::LAUNCH_IDENTITY_INDEX`] → the launch's identity (chip id and
+    /// `confboot_snp::LAUNCH_IDENTITY_INDEX` → the launch's identity (chip id and
     /// `REPORT_ID`, not a measurement: no policy compares it); for TDX, the
     /// CCEL's measurement-register indexes: 0 → `MRTD`, 1 to 4 → `RTMR0`
     /// to `RTMR3` (48 bytes each).
@@ -135,7 +154,7 @@ pub enum AttestationError {
         /// Actual value, lowercase hex.
         actual: String,
         /// The first event of the node's event log that differs from the
-        /// expected log ([`EventList::explain`](crate::tpm::event_log::EventList::explain)),
+        /// expected log (`confboot_tpm::event_log::EventList::explain`),
         /// when both logs are known.
         event: Option<String>,
     },
@@ -188,7 +207,7 @@ pub trait Validator: Send + Sync {
     /// Validates `evidence` as [`Validator::validate`] does, given the
     /// signed reference-value set its sender presented beside it (public:
     /// it proves nothing until a release key the validator pins verifies
-    /// it, see [`join_service::PresentedSetValidator`]). By default the set
+    /// it, see `confboot_verifier::join_service::PresentedSetValidator`). By default the set
     /// is ignored, so only the validator's own policy admits.
     fn validate_presented(
         &self,

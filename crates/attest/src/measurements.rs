@@ -191,7 +191,7 @@ fn parse_index(key: &str) -> Result<u32, PolicyError> {
 /// Parses one entry (`{"expected": "<hex>", "warnOnly": false}`) whose value
 /// must be `digest_len` bytes. Shared with the SEV-SNP policy, whose launch
 /// measurement has the same entry shape.
-pub(crate) fn parse_entry(
+pub fn parse_entry(
     index: u32,
     entry: &Value,
     digest_len: usize,
@@ -235,7 +235,7 @@ pub(crate) fn parse_entry(
 /// keeps the last of two equal keys without a word, so the text is walked
 /// once more: every object's keys (as decoded strings, so `"4"` and
 /// `"\u0034"` are the same key) must differ.
-pub(crate) fn parse_json_unique_keys(text: &str) -> Result<Value, PolicyError> {
+pub fn parse_json_unique_keys(text: &str) -> Result<Value, PolicyError> {
     let root: Value = serde_json::from_str(text).map_err(|e| PolicyError::Format(e.to_string()))?;
     // The text is valid JSON now: strings are closed and brackets balanced.
     // One set of keys per open container (`None` for an array).
@@ -287,7 +287,7 @@ pub(crate) fn parse_json_unique_keys(text: &str) -> Result<Value, PolicyError> {
 /// Reads a policy file of at most `limit` bytes; a larger one is refused
 /// from its size before it is read, and a file that grows (or a device that
 /// reports no size) is cut off one byte past the limit and refused.
-pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<String, PolicyError> {
+pub fn read_bounded(path: &Path, limit: u64) -> Result<String, PolicyError> {
     let file = std::fs::File::open(path).map_err(PolicyError::Io)?;
     let len = file.metadata().map_err(PolicyError::Io)?.len();
     if len > limit {

@@ -33,6 +33,7 @@ pub mod generation;
 pub mod handoff;
 pub mod kubeadm;
 pub mod kubelet_cert;
+pub mod mark;
 pub mod ticket;
 
 pub use handoff::HandoffBackend;

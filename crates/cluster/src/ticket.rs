@@ -210,10 +210,10 @@ pub fn check_cluster_mark(
 /// Whether an attested service's mark register holds the mark of
 /// `cluster_id` (it is a bootstrapped member of that cluster): PCR 15 for
 /// a vTPM service, `RTMR3` for a TDX one
-/// ([`ClusterMarks`](confboot_attest::mark::ClusterMarks)); an SEV-SNP
+/// ([`ClusterMarks`](crate::mark::ClusterMarks)); an SEV-SNP
 /// service has no such register and is never believed.
 pub fn check_member_mark(cluster_id: &[u8], service: Option<&Attested>) -> Result<(), TicketError> {
-    use confboot_attest::mark::{ClusterMarks, MarkState, mark_register};
+    use crate::mark::{ClusterMarks, MarkState, mark_register};
     let Some(service) = service else {
         return Err(TicketError::NotMember("it did not attest".into()));
     };
@@ -233,7 +233,8 @@ mod tests {
 
     use super::*;
     use confboot_attest::Variant;
-    use confboot_attest::tpm::{CLUSTER_ID_PCR, marked_pcr15};
+    use crate::mark::marked_pcr15;
+    use confboot_tpm::CLUSTER_ID_PCR;
 
     fn join(secret: &[u8], salt: &[u8], key: &[u8]) -> IssueJoinTicketResponse {
         let mut t = IssueJoinTicketResponse::default();
@@ -326,7 +327,7 @@ mod tests {
 
     #[test]
     fn a_tdx_join_service_proves_membership_with_rtmr3() {
-        use confboot_attest::mark::{TDX_MARK_INDEX, marked_rtmr3};
+        use crate::mark::{TDX_MARK_INDEX, marked_rtmr3};
         let td = |index: u32, rtmr3: Vec<u8>| Attested {
             warnings: Vec::new(),
             variant: Variant::Tdx,

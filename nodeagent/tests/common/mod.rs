@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::process::Command;
 
-use confboot_attest::tpm::event_log::EventLog;
-use confboot_attest::tpm::swtpm::Swtpm;
-use confboot_attest::vtpm::VtpmIssuer;
+use confboot_tpm::event_log::EventLog;
+use confboot_tpm::swtpm::Swtpm;
+use confboot_vtpm::VtpmIssuer;
 use confboot_tests::{ChildProcess, TempDir, addr_after};
 
 /// A running node: its swtpm measured by `log` and marked (or not), its
@@ -37,7 +37,7 @@ impl AgentNode {
                 .with_tpm(|tpm| {
                     EventLog::parse(log).unwrap().extend_into(tpm)?;
                     match mark {
-                        Some(id) => confboot_attest::tpm::mark_node(tpm, id),
+                        Some(id) => confboot_cluster::mark::mark_node(tpm, id),
                         None => Ok(()),
                     }
                 })

@@ -1642,13 +1642,13 @@ impl HostActor {
             .admin_salts
             .iter()
             .map(|s| {
-                confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
+                confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
                     self.master.measurement_secret().expose(),
                     s,
                 ))
             })
             .collect();
-        let host_mark = confboot_attest::tpm::marked_pcr15(&confboot_kms::derive_cluster_id(
+        let host_mark = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
             self.host_master.measurement_secret().expose(),
             &HOST_CLUSTER_SALT,
         ));

@@ -1,0 +1,20 @@
+//! The help texts of the options that name the verifier's settings (the
+//! accepted variants and the policy files of SEV-SNP and TDX), one text
+//! each for every binary that takes them.
+
+/// The help of an accepted-variants option.
+pub const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
+     checked with the measurements and AK-trust options), sev-snp (an SEV-SNP report, checked \
+     with the SNP policy option) and/or tdx (an Intel TDX quote, checked with the TDX policy option). \
+     Evidence of another variant is refused in the handshake";
+
+/// The help of an SEV-SNP policy option.
+pub const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
+     allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
+     required when sev-snp is accepted";
+
+/// The help of a TDX policy option.
+pub const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd (required), rtmrs, allowDebug, tdAttributes, xfam, \
+     minimumTeeTcbSvn, acceptedTcbStatuses, rootCertificates, collateral (the files of Intel's TCB \
+     info, QE identity and CRLs, checked as of now), expectedEventLog, ...; required when tdx is \
+     accepted";
