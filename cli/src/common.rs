@@ -23,7 +23,7 @@ use confboot_verifier::config::{
     InsecureAnyAk, Setting, parse_variants,
 };
 use confboot_util::args::{ArgsError, Command, Matches, Opt};
-use nodeagent::options::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
+use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
 /// Parses `args` for `cmd`, sets up logging, reads the command's
 /// configuration with `read`, runs `f` with it, and turns the result into

@@ -25,7 +25,8 @@ use confboot_appraisal::reference::sets::{
     ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
 };
 use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
-use confboot_snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
+use confboot_snp::{SnpEvidence, SnpValidator};
+use confboot_attest::check::{ReportDataCheck, first_failure};
 use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 fn fixture(name: &str) -> String {
     format!(
-        "{}/../crates/attest/testdata/snp/{name}",
+        "{}/../crates/snp/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     )
 }

@@ -10,7 +10,7 @@ mod verify_quote;
 
 fn fixture(name: &str) -> String {
     format!(
-        "{}/../crates/attest/testdata/tdx/{name}",
+        "{}/../crates/tdx/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     )
 }

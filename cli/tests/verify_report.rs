@@ -9,7 +9,7 @@ mod verify_report;
 
 fn fixture(name: &str) -> String {
     format!(
-        "{}/../crates/attest/testdata/snp/{name}",
+        "{}/../crates/snp/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     )
 }

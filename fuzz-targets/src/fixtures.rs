@@ -6,7 +6,7 @@
 //!   P-256 keys below. They are **test keys, published here**: nothing may
 //!   trust them. The AK signs a few quotes ([`Vtpm::signed_attests`]); a
 //!   fuzzed evidence may only validate if its quote is one of them.
-//! - SEV-SNP: the genuine AMD-signed reports in `lib/testdata/snp/` with
+//! - SEV-SNP: the genuine AMD-signed reports in `crates/snp/testdata/` with
 //!   their VCEK/VLEK; a fuzzed evidence may only validate if its signed part
 //!   is byte for byte one of theirs.
 //! - aTLS: a fixed certificate key and nonce, and a fixed time inside both
@@ -351,7 +351,7 @@ impl SnpFixture {
 
 /// The Milan ASK, ARK and ASVK bundle (the VLEK report needs the ASVK).
 pub const MILAN_ASK_ARK_ASVK: &[u8] =
-    include_bytes!("../../crates/attest/testdata/snp/milan_ask_ark_asvk.pem");
+    include_bytes!("../../crates/snp/testdata/milan_ask_ark_asvk.pem");
 
 /// The SEV-SNP fixtures: a Milan VCEK report, another Milan VCEK report
 /// whose `REPORT_DATA` is 32 bytes and zeros (the aTLS form), and a VLEK
@@ -381,23 +381,23 @@ pub fn snp() -> &'static [SnpFixture; 3] {
             };
         [
             fixture(
-                include_bytes!("../../crates/attest/testdata/snp/report_milan.bin"),
+                include_bytes!("../../crates/snp/testdata/report_milan.bin"),
                 CertKind::Vcek,
-                include_bytes!("../../crates/attest/testdata/snp/vcek_milan.der"),
+                include_bytes!("../../crates/snp/testdata/vcek_milan.der"),
                 0,
                 &builtin,
             ),
             fixture(
-                include_bytes!("../../crates/attest/testdata/snp/test-report.bin"),
+                include_bytes!("../../crates/snp/testdata/test-report.bin"),
                 CertKind::Vcek,
-                include_bytes!("../../crates/attest/testdata/snp/test-vcek.der"),
+                include_bytes!("../../crates/snp/testdata/test-vcek.der"),
                 0,
                 &builtin,
             ),
             fixture(
-                include_bytes!("../../crates/attest/testdata/snp/test-vlek-report.bin"),
+                include_bytes!("../../crates/snp/testdata/test-vlek-report.bin"),
                 CertKind::Vlek,
-                include_bytes!("../../crates/attest/testdata/snp/test-vlek.der"),
+                include_bytes!("../../crates/snp/testdata/test-vlek.der"),
                 1,
                 &with_asvk,
             ),
@@ -467,34 +467,34 @@ pub struct TdxQuoteFixture {
     pub at: i64,
 }
 
-/// The TDX fixtures (`crates/attest/testdata/tdx/`): a version-4 quote
+/// The TDX fixtures (`crates/tdx/testdata/`): a version-4 quote
 /// (its collateral current at its time) and a version-5 quote.
 pub const TDX_QUOTES: [TdxQuoteFixture; 2] = [
     TdxQuoteFixture {
-        quote: include_bytes!("../../crates/attest/testdata/tdx/quote_v4_spr_e4.dat"),
+        quote: include_bytes!("../../crates/tdx/testdata/quote_v4_spr_e4.dat"),
         at: 1_687_392_000,
     },
     TdxQuoteFixture {
-        quote: include_bytes!("../../crates/attest/testdata/tdx/quote_v5.dat"),
+        quote: include_bytes!("../../crates/tdx/testdata/quote_v5.dat"),
         at: 1_770_681_600,
     },
 ];
 
 /// Intel's TCB info answers for the two quotes' FMSPCs.
 pub const TDX_TCB_INFOS: [&[u8]; 2] = [
-    include_bytes!("../../crates/attest/testdata/tdx/tcb_info_50806f000000.json"),
-    include_bytes!("../../crates/attest/testdata/tdx/tcb_info_90c06f000000.json"),
+    include_bytes!("../../crates/tdx/testdata/tcb_info_50806f000000.json"),
+    include_bytes!("../../crates/tdx/testdata/tcb_info_90c06f000000.json"),
 ];
 
 /// Intel's TD QE identity answer.
 pub const TDX_QE_IDENTITY: &[u8] =
-    include_bytes!("../../crates/attest/testdata/tdx/qe_identity.json");
+    include_bytes!("../../crates/tdx/testdata/qe_identity.json");
 
 /// Intel's CRLs for the version-4 quote: the PCK Platform CA's and the
 /// root's.
 pub const TDX_CRLS: [&[u8]; 2] = [
-    include_bytes!("../../crates/attest/testdata/tdx/pck_platform_crl.der"),
-    include_bytes!("../../crates/attest/testdata/tdx/root_crl.der"),
+    include_bytes!("../../crates/tdx/testdata/pck_platform_crl.der"),
+    include_bytes!("../../crates/tdx/testdata/root_crl.der"),
 ];
 
 /// The release key the signed reference-value seeds carry: P-256 PKCS#8

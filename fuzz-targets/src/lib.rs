@@ -29,13 +29,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use confboot_atls::AttestationMessage;
-use confboot_snp::{
-    AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, ReportDataCheck, SnpEvidence, SnpPolicy,
-    SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url,
-    vcek_cache_path, verify_signature,
-};
+use confboot_snp::{AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, SnpEvidence, SnpPolicy, SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url, vcek_cache_path, verify_signature};
+use confboot_attest::check::{ReportDataCheck};
 use confboot_tpm::event_log::{EventList, EventLog, MAX_EVENTS};
-use confboot_tpm::{CLUSTER_ID_PCR, marked_pcr15};
+use confboot_cluster::mark::marked_pcr15;
+use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_cluster::ticket::{
     STATE_DISK_KEY_LEN, TicketError, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
@@ -986,7 +984,7 @@ pub fn tdx_quote(data: &[u8]) {
         .verify_quote_detailed(&q, &ReportDataCheck::NotChecked);
     let passed = |name: &str| {
         checks.iter().any(|c| {
-            c.name == name && matches!(c.outcome, confboot_snp::CheckOutcome::Passed(_))
+            c.name == name && matches!(c.outcome, confboot_attest::check::CheckOutcome::Passed(_))
         })
     };
     if [

@@ -3,7 +3,8 @@
 //! changed signed byte is refused.
 
 use confboot_atls::AttestationMessage;
-use confboot_snp::{ReportDataCheck, SnpEvidence};
+use confboot_snp::{SnpEvidence};
+use confboot_attest::check::{ReportDataCheck};
 use confboot_attest::{AttestationError, Validator, Variant};
 use confboot_cluster::ticket::{check_cluster_mark, check_join_ticket};
 use confboot_fuzz_targets::fixtures::{self, EXTRA, PcrSet};
@@ -154,7 +155,7 @@ fn the_luks2_header_seeds_reach_the_unlock() {
 
 #[test]
 fn fixture_tdx_quotes_and_collateral_reach_the_oracles() {
-    use confboot_snp::CheckOutcome;
+    use confboot_attest::check::CheckOutcome;
     use confboot_tdx::{
         INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote, TcbInfo, TdxPolicy, TdxRoots,
         TdxValidator, check,

@@ -73,7 +73,7 @@ use ring::signature::{
 use serde_json::{Map, Value, json};
 use zeroize::Zeroizing;
 
-use confboot_snp::{CheckOutcome, CheckResult};
+use confboot_attest::check::{CheckOutcome, CheckResult};
 use confboot_attest::{AttestationError, Variant};
 
 /// The EAT profile of every result written and the only one read.

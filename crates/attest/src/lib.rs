@@ -129,8 +129,11 @@ pub struct Attested {
 }
 
 /// Why evidence could not be issued or was refused.
+///
+/// Exhaustive on purpose: an attestation result maps every refusal to the
+/// trust claim it is about (`confboot_appraisal::ear`), so a new kind of
+/// refusal must be mapped where it is matched.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum AttestationError {
     /// The evidence cannot be decoded: truncated, oversized, fields missing.
     #[error("malformed evidence: {0}")]

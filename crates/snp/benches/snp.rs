@@ -8,12 +8,13 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use confboot_attest::check::*;
 use confboot_snp::*;
 use confboot_attest::{MeasurementPolicy, Validator};
 
 fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(format!(
-        "{}/testdata/snp/{name}",
+        "{}/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()

@@ -154,7 +154,7 @@ impl SnpReportSource for ConfigfsTsmSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_attest::{CertKind, REPORT_LEN};
+    use crate::{CertKind, REPORT_LEN};
     use std::sync::Mutex;
 
     /// Answers with a fixed report (report data and VMPL patched in as

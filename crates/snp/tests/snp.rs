@@ -1,4 +1,4 @@
-//! The SEV-SNP variant against real AMD-signed reports (`testdata/snp/`,
+//! The SEV-SNP variant against real AMD-signed reports (`testdata/`,
 //! provenance in its README): genuine reports verify with their own
 //! certificates, and every kind of tampering or policy breach is refused
 //! with a precise error.
@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use confboot_attest::check::*;
 use confboot_snp::*;
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_util::hex;
 
 fn testdata(name: &str) -> Vec<u8> {
-    let path = format!("{}/testdata/snp/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -773,7 +774,7 @@ fn vcek_comes_from_the_cache_when_the_evidence_has_none() {
 #[test]
 fn policy_file_roots_replace_the_builtin_ones() {
     let f = vlek();
-    let dir = format!("{}/testdata/snp", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!("{}/testdata", env!("CARGO_MANIFEST_DIR"));
     let text = format!(
         r#"{{"measurement": {{"expected": "{}"}}, "vmpl": 1,
             "minimumTcb": {{"bootloader": 4, "snp": 24, "microcode": 217}},

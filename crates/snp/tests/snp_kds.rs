@@ -8,12 +8,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::thread;
 
+use confboot_attest::check::*;
 use confboot_snp::*;
 use confboot_attest::{AttestationError, MeasurementPolicy};
 
 fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(format!(
-        "{}/testdata/snp/{name}",
+        "{}/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()

@@ -4,13 +4,14 @@
 //! xorshift generator drives them (fixed seeds: every run tests the same
 //! inputs).
 
+use confboot_attest::check::*;
 use confboot_snp::*;
 use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
 use confboot_tests::XorShift;
 
 fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(format!(
-        "{}/testdata/snp/{name}",
+        "{}/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()

@@ -10,12 +10,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use confboot_snp::ReportDataCheck;
+use confboot_attest::check::ReportDataCheck;
 use confboot_tdx::*;
 
 fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(format!(
-        "{}/testdata/tdx/{name}",
+        "{}/testdata/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()

@@ -220,7 +220,7 @@ mod tests {
     /// A quote-shaped answer: the real v4 quote with `report_data` patched
     /// in (its signature then fails, which is the verifier's business).
     fn quote_for(report_data: &[u8]) -> Vec<u8> {
-        let mut q = include_bytes!("../../testdata/tdx/quote_v4_spr_e4.dat").to_vec();
+        let mut q = include_bytes!("../testdata/quote_v4_spr_e4.dat").to_vec();
         q[48 + 520..48 + 584].copy_from_slice(report_data);
         q
     }

@@ -1,16 +1,16 @@
 //! The TDX verifier against real quotes and Intel's collateral
-//! (`testdata/tdx/`, provenance in its README): genuine quotes verify with
+//! (`testdata/`, provenance in its README): genuine quotes verify with
 //! their chain and collateral as of a time inside the collateral's window,
 //! any flipped byte of the signed part fails, and every kind of tampering,
 //! stale collateral, foreign root or policy breach is refused.
 
-use confboot_snp::{CheckOutcome, CheckResult, ReportDataCheck};
+use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck};
 use confboot_tdx::*;
 use confboot_attest::{AttestationError, PolicyError};
 use confboot_util::hex;
 
 fn testdata(name: &str) -> Vec<u8> {
-    let path = format!("{}/testdata/tdx/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 

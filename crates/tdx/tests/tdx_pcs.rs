@@ -1,16 +1,16 @@
 //! Collateral from Intel's PCS: the v4 requests a quote's platform needs,
 //! and answers kept as the files a policy names and loaded exactly as
-//! those are (real Intel answers from `testdata/tdx/` give the real quote
+//! those are (real Intel answers from `testdata/` give the real quote
 //! the verdict the same files give it; an edited one is kept but then
 //! fails verification, a malformed one is not kept). With the feature `pcs`, the fetch itself runs against
 //! a local HTTP double: the issuer chain in its header, URL-encoded; bounds,
 //! refusals and deadlines. No test reaches the network.
 
-use confboot_snp::{CheckOutcome, ReportDataCheck};
+use confboot_attest::check::{CheckOutcome, ReportDataCheck};
 use confboot_tdx::*;
 
 fn testdata(name: &str) -> Vec<u8> {
-    let path = format!("{}/testdata/tdx/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
