@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_attest::Variant;
-use confboot_verifier::config::{AttestationSettings, DEFAULT_VARIANTS, parse_attestation_variant};
-use confboot_tpm::Tpm;
-use confboot_vtpm::EventLogSource;
 use confboot_cluster::kubelet_cert::check_node_name;
 use confboot_disk::Pbkdf;
 use confboot_disk::luks2::KdfChoice;
 use confboot_kms::init_secret::InitSecretHash;
+use confboot_tpm::Tpm;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
+use confboot_verifier::config::{AttestationSettings, DEFAULT_VARIANTS, parse_attestation_variant};
+use confboot_vtpm::EventLogSource;
 use nodeagent::options::{
     EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,
     JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS, JoinServiceOptions,

@@ -18,10 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
-use confboot_snp::SnpIssuer;
-use confboot_tdx::{Rtmr3Marker, TdxIssuer};
-use confboot_tpm::Tpm;
-use confboot_vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_cluster::{
@@ -33,8 +29,12 @@ use confboot_disk::{
     CryptsetupBackend, DiskBackend, FilesystemMaker, Mkfs, NativeExt4, StateDisk, new_disk_uuid,
 };
 use confboot_net::listener::PoolConfig;
+use confboot_snp::SnpIssuer;
+use confboot_tdx::{Rtmr3Marker, TdxIssuer};
+use confboot_tpm::Tpm;
 use confboot_util::args::start_daemon;
 use confboot_util::stop::Stop;
+use confboot_vtpm::VtpmIssuer;
 use confboot_wire::ServerLimits;
 use crossbeam_channel::bounded;
 

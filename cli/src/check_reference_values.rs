@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use confboot_attest::Variant;
 use confboot_appraisal::reference::cose::MAX_KEY_PEM_BYTES;
 use confboot_appraisal::reference::{MAX_SET_BYTES, ReleaseKey, open};
+use confboot_attest::Variant;
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 const IN: Opt = Opt::value(

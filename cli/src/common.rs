@@ -18,11 +18,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use confboot_attest::Validator;
+use confboot_util::args::{ArgsError, Command, Matches, Opt};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, parse_variants,
 };
-use confboot_util::args::{ArgsError, Command, Matches, Opt};
 use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
 /// Parses `args` for `cmd`, sets up logging, reads the command's
@@ -231,8 +231,8 @@ mod tests {
     use confboot_attest::Variant;
     use confboot_attest::measurements::MAX_POLICY_BYTES;
     use confboot_tpm::event_log::EventList;
-    use confboot_vtpm::AkTrust;
     use confboot_util::args::VERBOSITY;
+    use confboot_vtpm::AkTrust;
     use std::path::Path;
 
     /// A command with the options `init`, `recover` and `verify` share.

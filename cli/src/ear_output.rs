@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use confboot_attest::Variant;
 use confboot_appraisal::ear::{
     AttestationResult, EarSigningKey, EvidenceDigest, Status, TrustVector, VerifierId,
 };
+use confboot_attest::Variant;
 use confboot_util::args::{Matches, Opt};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded};
 

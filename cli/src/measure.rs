@@ -6,13 +6,13 @@
 
 use std::path::PathBuf;
 
+use confboot_appraisal::reference::{ReferenceSet, VariantReference};
+use confboot_attest::{MeasurementPolicy, Variant};
 use confboot_measure::{
     DEFAULT_MEMORY_MIB, DirectBoot, InitrdDigest, MAX_KERNEL_LEN, PREDICTED_ENFORCED,
     predicted_policy,
 };
-use confboot_appraisal::reference::{ReferenceSet, VariantReference};
 use confboot_tpm::event_log::EventList;
-use confboot_attest::{MeasurementPolicy, Variant};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 const KERNEL: Opt = Opt::value(

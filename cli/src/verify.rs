@@ -19,25 +19,25 @@ use std::time::Duration;
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
-use confboot_attest::EXTRA_DATA_LEN;
-use confboot_verifier::config::{VtpmConfig, VtpmSettings};
 use confboot_appraisal::reference::sets::{
     ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
 };
 use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
-use confboot_snp::{SnpEvidence, SnpValidator};
+use confboot_attest::EXTRA_DATA_LEN;
 use confboot_attest::check::{ReportDataCheck, first_failure};
-use confboot_tpm::CLUSTER_ID_PCR;
-use confboot_tpm::event_log::EventList;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_proto::DEFAULT_VERIFY_PORT;
+use confboot_snp::{SnpEvidence, SnpValidator};
+use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_tpm::event_log::EventList;
+use confboot_verifier::config::{VtpmConfig, VtpmSettings};
 use confboot_verifier::verify::service::{SessionEvidence, fetch_document};
 use confboot_verifier::verify::{AttestationDocument, NodeReport, check_node};
 
 use crate::common;
 use crate::ear_output::{EAR_KEY, EarSigner};
-use confboot_attest::AttestationError;
 use confboot_appraisal::ear::{TrustVector, Verdict};
+use confboot_attest::AttestationError;
 
 const NODE: Opt = Opt::value(
     "node",

@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use confboot_attest::AttestationError;
-use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck};
+use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_tdx::{
     CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity,
     Quote, TcbInfo, TdxPolicy, TdxValidator, td_attributes,

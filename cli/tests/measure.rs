@@ -55,10 +55,9 @@ fn measure_writes_the_same_policy_and_log_for_the_same_inputs() {
         confboot_attest::MeasurementPolicy::from_json(&String::from_utf8(read("p1.json")).unwrap())
             .expect("a valid policy");
     assert!(!policy.entries()[&4].warn_only && !policy.entries()[&9].warn_only);
-    let events = confboot_tpm::event_log::EventList::from_json(
-        &String::from_utf8(read("e1.json")).unwrap(),
-    )
-    .expect("a valid event list");
+    let events =
+        confboot_tpm::event_log::EventList::from_json(&String::from_utf8(read("e1.json")).unwrap())
+            .expect("a valid event list");
     assert_eq!(events.replay()[&9].to_vec(), policy.entries()[&9].value);
 }
 

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_snp::{
     CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
     TrustRoots,
@@ -25,13 +26,8 @@ use confboot_tpm::structures::{
     TPM_GENERATED_VALUE, TPM_ST_ATTEST_QUOTE, Writer, ecdsa_signature_bytes, object_attributes,
     pcr_bitmap,
 };
-use confboot_tpm::{
-    CLUSTER_ID_PCR, Quote, TPM_RH_OWNER, pcr_digest, primary_qualified_name,
-};
-use confboot_vtpm::{
-    AkTrust, VtpmValidator, encode_evidence_with_log, issue_ak_certificate,
-};
-use confboot_attest::{MeasurementPolicy, Validator, Variant};
+use confboot_tpm::{CLUSTER_ID_PCR, Quote, TPM_RH_OWNER, pcr_digest, primary_qualified_name};
+use confboot_vtpm::{AkTrust, VtpmValidator, encode_evidence_with_log, issue_ak_certificate};
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 
@@ -487,8 +483,7 @@ pub const TDX_TCB_INFOS: [&[u8]; 2] = [
 ];
 
 /// Intel's TD QE identity answer.
-pub const TDX_QE_IDENTITY: &[u8] =
-    include_bytes!("../../crates/tdx/testdata/qe_identity.json");
+pub const TDX_QE_IDENTITY: &[u8] = include_bytes!("../../crates/tdx/testdata/qe_identity.json");
 
 /// Intel's CRLs for the version-4 quote: the PCK Platform CA's and the
 /// root's.
@@ -522,7 +517,9 @@ pub fn ear_signing_key() -> confboot_appraisal::ear::EarSigningKey {
 
 /// An attestation result of `status` for SEV-SNP evidence, issued at
 /// [`NOW`].
-pub fn ear_result(status: confboot_appraisal::ear::Status) -> confboot_appraisal::ear::AttestationResult {
+pub fn ear_result(
+    status: confboot_appraisal::ear::Status,
+) -> confboot_appraisal::ear::AttestationResult {
     use confboot_appraisal::ear::{AttestationResult, EvidenceDigest, TrustVector, VerifierId};
     AttestationResult {
         status,

@@ -29,12 +29,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use confboot_atls::AttestationMessage;
-use confboot_snp::{AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, SnpEvidence, SnpPolicy, SnpReport, TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url, vcek_cache_path, verify_signature};
-use confboot_attest::check::{ReportDataCheck};
-use confboot_tpm::event_log::{EventList, EventLog, MAX_EVENTS};
-use confboot_cluster::mark::marked_pcr15;
-use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_attest::check::ReportDataCheck;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
+use confboot_cluster::mark::marked_pcr15;
 use confboot_cluster::ticket::{
     STATE_DISK_KEY_LEN, TicketError, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
     open_join_ticket, open_rejoin_ticket,
@@ -62,6 +59,13 @@ use confboot_proto::join::{
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_proto::vtpm::QuoteEvidence;
 use confboot_proto::{CONFIRM_GENERATION, HEALTH_CHECK, INIT, JOIN, RECOVER, REJOIN};
+use confboot_snp::{
+    AmdCert, CertRole, KDS_BASE_URL, Product, ProductRoot, SnpEvidence, SnpPolicy, SnpReport,
+    TcbVersion, TrustRoots, VekInfo, certificates_from_pem_or_der, kds_vcek_url, vcek_cache_path,
+    verify_signature,
+};
+use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_tpm::event_log::{EventList, EventLog, MAX_EVENTS};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameError, FrameKind};
 use confboot_wire::{Client, Router, ServerLimits, Status, serve_connection};
@@ -1053,9 +1057,7 @@ pub fn tdx_evidence(data: &[u8]) {
 /// documents as they are; the TCB status computed for each genuine
 /// quote's platform.
 pub fn tdx_tcb_info(data: &[u8]) {
-    use confboot_tdx::{
-        INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, TcbInfo, TdxRoots,
-    };
+    use confboot_tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, TcbInfo, TdxRoots};
     let Ok(info) = TcbInfo::parse(data) else {
         return;
     };
@@ -1803,8 +1805,8 @@ pub fn kernel_image(data: &[u8]) {
 /// for a quote the fixture AK signed, bound to the session's
 /// `extra_data`; every report has the cluster's mark as its PCR 15 row.
 pub fn verify_document(data: &[u8]) {
-    use confboot_vtpm::{AkTrust, VtpmValidator};
     use confboot_verifier::verify::{AttestationDocument, check_node};
+    use confboot_vtpm::{AkTrust, VtpmValidator};
 
     let f = fixtures::vtpm();
     static CHECK: OnceLock<(VtpmValidator, MeasurementPolicy, EventList)> = OnceLock::new();

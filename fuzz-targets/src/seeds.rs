@@ -5,7 +5,6 @@
 
 use confboot_atls::AttestationMessage;
 use confboot_attest::Variant;
-use confboot_snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
 use confboot_kms::MasterSecret;
 use confboot_kms::init_secret::{MIN_ITERATIONS, hash};
 use confboot_proto::Message;
@@ -20,6 +19,7 @@ use confboot_proto::join::{
 };
 use confboot_proto::recover::RecoverMessage;
 use confboot_proto::rpc::{CallHeader, Status};
+use confboot_snp::{CertEntry, CertKind, SnpEvidence, certificates_from_pem_or_der};
 use confboot_wire::frame::{FrameKind, write_frame};
 
 use x509_parser::prelude::{FromDer, X509Certificate};

@@ -3,14 +3,14 @@
 //! changed signed byte is refused.
 
 use confboot_atls::AttestationMessage;
-use confboot_snp::{SnpEvidence};
-use confboot_attest::check::{ReportDataCheck};
+use confboot_attest::check::ReportDataCheck;
 use confboot_attest::{AttestationError, Validator, Variant};
 use confboot_cluster::ticket::{check_cluster_mark, check_join_ticket};
 use confboot_fuzz_targets::fixtures::{self, EXTRA, PcrSet};
 use confboot_fuzz_targets::{TICKET_SALT, TICKET_SECRET};
 use confboot_proto::Message;
 use confboot_proto::vtpm::QuoteEvidence;
+use confboot_snp::SnpEvidence;
 
 #[test]
 fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_not() {

@@ -7,21 +7,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
-use confboot_verifier::config::{
-    AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
-    Setting, ValidatorBuilder, parse_variants,
-};
 use confboot_appraisal::reference::sets::ReferenceSets;
 use confboot_appraisal::reference::{ReleaseKey, cose};
-use confboot_tpm::Tpm;
-use confboot_vtpm::{EventLogSource, VtpmIssuer};
+use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertSigner;
 use confboot_kms::MasterSecret;
 use confboot_net::listener::PoolConfig;
+use confboot_tpm::Tpm;
 use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
+use confboot_verifier::config::{
+    AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
+    Setting, ValidatorBuilder, parse_variants,
+};
+use confboot_vtpm::{EventLogSource, VtpmIssuer};
 use zeroize::Zeroizing;
 
 use crate::kube_api::KubeApi;

@@ -60,9 +60,9 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use confboot_snp::{LAUNCH_IDENTITY_INDEX, LAUNCH_IDENTITY_LEN};
 use confboot_attest::{Attested, Variant};
 use confboot_cluster::generation::{RolledBack, check_generation};
+use confboot_snp::{LAUNCH_IDENTITY_INDEX, LAUNCH_IDENTITY_LEN};
 use ring::digest::{SHA256, digest};
 
 /// How long a disk's first boot may take: until then a join for the same

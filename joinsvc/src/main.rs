@@ -21,12 +21,12 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use confboot_atls::AtlsServer;
 use confboot_appraisal::reference::sets::{SetsValidator, Verdict, VerdictObserver};
-use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_atls::AtlsServer;
 use confboot_attest::{Attested, SwappableValidator, Validator, Variant};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;
+use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_util::args::start_daemon;
 use confboot_wire::PeerIdentity;
 use confboot_wire::{ServerLimits, serve_connection_with_peers};

@@ -20,9 +20,9 @@
 //! `confboot`'s own); joinsvc depends on no other binary's crate, so it
 //! keeps its copy here.
 
-use confboot_verifier::config::DEFAULT_VARIANTS;
 use confboot_proto::{DEFAULT_JOIN_LISTEN, DEFAULT_JOINSVC_HEALTH_LISTEN};
 use confboot_util::args::{CONFIG, Command, Opt, VERBOSITY};
+use confboot_verifier::config::DEFAULT_VARIANTS;
 
 /// The help of `--variants`.
 const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use confboot_atls::{AtlsError, SealingKey};
 use confboot_appraisal::ear::Status as EarStatus;
-use confboot_cluster::mark::{ClusterMarks, MarkState};
+use confboot_atls::{AtlsError, SealingKey};
 use confboot_attest::{AttestationError, Attested, Variant};
+use confboot_cluster::mark::{ClusterMarks, MarkState};
 use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
 use confboot_kms::seal::SealError;
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
@@ -462,9 +462,9 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
 mod tests {
     use super::*;
     use crate::token::TokenError;
+    use confboot_cluster::kubelet_cert::KubeletCertError;
     use confboot_cluster::mark::TDX_MARK_INDEX;
     use confboot_tpm::CLUSTER_ID_PCR;
-    use confboot_cluster::kubelet_cert::KubeletCertError;
 
     #[test]
     fn each_refusal_has_its_grpc_code() {

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use confboot_cluster::mark::ClusterMarks;
 use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
+use confboot_cluster::mark::ClusterMarks;
 use confboot_kms::{MasterSecret, SecretBytes, is_uuid};
 use confboot_proto::join::{
     ConfirmGenerationRequest, ConfirmGenerationResponse, ControlPlaneCertOrKey,

@@ -21,9 +21,9 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use confboot_appraisal::reference::sets::{ReferenceSets, Refresh};
 use confboot_attest::MeasurementPolicy;
 use confboot_attest::measurements::MAX_POLICY_BYTES;
-use confboot_appraisal::reference::sets::{ReferenceSets, Refresh};
 use confboot_util::fs::read_bounded;
 use confboot_util::stop::Stop;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};

@@ -338,9 +338,9 @@ fn old_option_names_still_work() {
 #[test]
 fn nodes_can_require_joinsvc_to_attest() {
     use confboot_atls::AtlsError;
+    use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
     use confboot_tpm::swtpm::Swtpm;
     use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-    use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
     use std::sync::Arc;
 
     // The control-plane node's own TPM, which joinsvc attests with.

@@ -10,10 +10,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use confboot_attest::Variant;
 use confboot_appraisal::reference::{ReferenceSet, SigningKey, VariantReference};
-use confboot_tpm::event_log::EventList;
+use confboot_attest::Variant;
 use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tpm::event_log::EventList;
 use confboot_wire::Code;
 
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
@@ -226,10 +226,10 @@ fn joinsvc_refuses_to_start_without_a_live_signed_set() {
 #[test]
 fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
     use confboot_atls::AtlsError;
-    use confboot_verifier::join_service::PresentedSetValidator;
-    use confboot_tpm::swtpm::Swtpm;
-    use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
     use confboot_attest::{MeasurementPolicy, Validator};
+    use confboot_tpm::swtpm::Swtpm;
+    use confboot_verifier::join_service::PresentedSetValidator;
+    use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
     use std::sync::Arc;
 
     // The control plane's own TPM (joinsvc attests with it) and image.

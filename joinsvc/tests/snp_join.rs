@@ -11,9 +11,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use confboot_atls::{self as atls, AtlsError};
-use confboot_snp::{SnpIssuer, SnpPolicy, SnpValidator};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_snp::{SnpIssuer, SnpPolicy, SnpValidator};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::snp::{Guest, ReplayingIssuer, Tcb, TestAmd, TestChip, TestReportSource};

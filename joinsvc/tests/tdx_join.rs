@@ -14,12 +14,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_tdx::{CcelLog, TdxIssuer, synthetic_ccel_log};
 use confboot_attest::{Issuer, MeasurementPolicy};
 use confboot_proto::join::{
     IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
     IssueRejoinTicketResponse,
 };
+use confboot_tdx::{CcelLog, TdxIssuer, synthetic_ccel_log};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::snp::ReplayingIssuer;
@@ -377,9 +377,9 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
 #[test]
 fn a_tdx_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
     use confboot_atls::AtlsError;
+    use confboot_attest::{Validator, Variant};
     use confboot_tdx::TdxValidator;
     use confboot_tpm::swtpm::Swtpm;
-    use confboot_attest::{Validator, Variant};
     // joinsvc attests with its TPM (qemu-vtpm) and would take the node
     // (it accepts tdx nodes: the client speaks first, so a joinsvc that
     // refused the node would end the exchange before the node saw its

@@ -68,7 +68,9 @@ fn update(node: &Node, addr: SocketAddr, known: u64) -> GetUpdateResponse {
 /// with the cluster's id, as a bootstrapped node is.
 fn member(name: &str, kernel: &[u8], cluster_id: &[u8]) -> Node {
     let node = Node::start(name, kernel);
-    node.issuer.with_tpm(|t| confboot_cluster::mark::mark_node(t, cluster_id)).unwrap();
+    node.issuer
+        .with_tpm(|t| confboot_cluster::mark::mark_node(t, cluster_id))
+        .unwrap();
     node
 }
 

@@ -14,13 +14,13 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use confboot_tpm::swtpm::Swtpm;
-use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator, issue_ak_certificate};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator};
 use confboot_net::listener::PoolConfig;
 use confboot_proto::Message as _;
+use confboot_tpm::swtpm::Swtpm;
 use confboot_verifier::verify::check_node;
 use confboot_verifier::verify::service::{fetch_document, serve};
+use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator, issue_ak_certificate};
 
 struct Stats {
     median: Duration,
@@ -105,8 +105,7 @@ fn main() {
 
     let point = issuer.ak_public_key();
     let attest = with_cert.attest.clone();
-    let signature =
-        confboot_tpm::structures::parse_ecdsa_signature(&with_cert.signature).unwrap();
+    let signature = confboot_tpm::structures::parse_ecdsa_signature(&with_cert.signature).unwrap();
     let ecdsa = measure(runs, || {
         ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &point)
             .verify(&attest, &signature.r_s)

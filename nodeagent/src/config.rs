@@ -5,13 +5,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use confboot_verifier::config::AttestationSettings;
-use confboot_tpm::Tpm;
-use confboot_vtpm::EventLogSource;
 use confboot_proto::DEFAULT_VERIFY_LISTEN;
 use confboot_sys::netlink::check_interface_name;
+use confboot_tpm::Tpm;
 use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
+use confboot_verifier::config::AttestationSettings;
 use confboot_vpn::VpnNetwork;
+use confboot_vtpm::EventLogSource;
 
 use crate::options::{
     EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,

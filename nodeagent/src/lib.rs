@@ -29,11 +29,11 @@ use std::time::Duration;
 
 use crate::config::{CMD, Config, ConfigError};
 use confboot_attest::Issuer;
-use confboot_tpm::Tpm;
-use confboot_vtpm::VtpmIssuer;
 use confboot_net::listener::PoolConfig;
 use confboot_sys::signals::TerminationSignals;
+use confboot_tpm::Tpm;
 use confboot_util::args::{exit_usage, start_daemon};
+use confboot_vtpm::VtpmIssuer;
 
 /// The node agent's whole life, from `std::env::args()`: the `nodeagent`
 /// binary's `main`, and the bootstrapper's when it is started under the
@@ -93,8 +93,8 @@ fn run(config: &Config) -> Result<(), String> {
         )),
         ..PoolConfig::default()
     };
-    let server =
-        confboot_verifier::verify::service::serve(socket, pool, issuer).map_err(|e| format!("verify service: {e}"))?;
+    let server = confboot_verifier::verify::service::serve(socket, pool, issuer)
+        .map_err(|e| format!("verify service: {e}"))?;
     log::info!(
         "verify service listening on {} (aTLS, evidence bound to the session)",
         server.local_addr()

@@ -17,16 +17,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use confboot_appraisal::reference::{ReleaseKey, cose};
 use confboot_attest::Validator;
+use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, parse_variants,
 };
-use confboot_verifier::join_service::join_service_validators;
-use confboot_appraisal::reference::{ReleaseKey, cose};
-use confboot_vtpm::VtpmIssuer;
-use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
+use confboot_verifier::join_service::join_service_validators;
+use confboot_vtpm::VtpmIssuer;
 
 /// Where a node image keeps the CA of its platform's attestation keys.
 pub const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";

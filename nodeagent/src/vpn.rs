@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::config::VpnConfig;
 use confboot_attest::Issuer;
-use confboot_vtpm::VtpmIssuer;
 use confboot_sys::netlink::NetlinkError;
 use confboot_util::stop::Stop;
 use confboot_vpn::WireGuardInterface;
@@ -17,6 +16,7 @@ use confboot_vpn::{
     ControlPlaneSource, NodeVpnFile, PeerList, PeerListFile, PeerListFileError, PeerSink,
     PeerUpdates, PollOutcome, PollTimer, VpnNetwork, VpnPrivateKey, poll_once,
 };
+use confboot_vtpm::VtpmIssuer;
 
 /// Where the bootstrapper leaves the node's VPN file (a tmpfs).
 pub const DEFAULT_VPN_FILE: &str = "/run/confboot/vpn.json";

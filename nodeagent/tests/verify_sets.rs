@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use confboot_appraisal::reference::{ReferenceSet, SigningKey, VariantReference};
-use confboot_tpm::event_log::{EventList, EventLog, synthetic_log};
 use confboot_attest::{MeasurementPolicy, Variant};
 use confboot_tests::cluster::workspace_binary;
+use confboot_tpm::event_log::{EventList, EventLog, synthetic_log};
 
 mod common;
 use common::AgentNode;

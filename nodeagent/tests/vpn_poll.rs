@@ -17,15 +17,15 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::Issuer;
-use confboot_tpm::swtpm::Swtpm;
-use confboot_vtpm::VtpmIssuer;
 use confboot_net::listener::PoolConfig;
 use confboot_proto::GET_UPDATE;
 use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_proto::vpn::{GetUpdateResponse, Peer};
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, Node, workspace_binary};
 use confboot_tests::{ChildProcess, TempDir};
+use confboot_tpm::swtpm::Swtpm;
 use confboot_vpn::{MAX_PEERS, NodeVpnFile, OwnRecordKey, VpnPrivateKey};
+use confboot_vtpm::VtpmIssuer;
 use confboot_wire::ServerLimits;
 use confboot_wire::{Router, Status};
 
@@ -45,7 +45,9 @@ fn measured_tpm(mark: Option<&[u8]>) -> (Swtpm, Vec<u8>) {
         .unwrap();
     issuer.with_tpm(|t| t.pcr_extend(4, &digest)).unwrap();
     if let Some(id) = mark {
-        issuer.with_tpm(|t| confboot_cluster::mark::mark_node(t, id)).unwrap();
+        issuer
+            .with_tpm(|t| confboot_cluster::mark::mark_node(t, id))
+            .unwrap();
     }
     let ak = issuer.ak_public_key();
     // The connection closes here: swtpm serves one client at a time.
@@ -350,7 +352,10 @@ fn updates_from_hostile_control_planes_are_refused_and_the_last_good_list_kept()
     // A genuine control plane of the cluster (its image, its mark) that
     // sends what the script says.
     let genuine = Node::start("cp", KERNEL);
-    genuine.issuer.with_tpm(|t| confboot_cluster::mark::mark_node(t, &cluster_id)).unwrap();
+    genuine
+        .issuer
+        .with_tpm(|t| confboot_cluster::mark::mark_node(t, &cluster_id))
+        .unwrap();
     let script = Arc::new(Mutex::new(VecDeque::from([answer(
         1,
         vec![peer(0, 8), peer(1, 8)],
@@ -396,7 +401,10 @@ fn updates_from_hostile_control_planes_are_refused_and_the_last_good_list_kept()
     let script = Arc::new(Mutex::new(VecDeque::from([answer(9, vec![peer(3, 8)])])));
     let unattested = scripted_control_plane(None, Arc::clone(&script));
     let stranger = Node::start("stranger", KERNEL);
-    stranger.issuer.with_tpm(|t| confboot_cluster::mark::mark_node(t, &[0x22; 32])).unwrap();
+    stranger
+        .issuer
+        .with_tpm(|t| confboot_cluster::mark::mark_node(t, &[0x22; 32]))
+        .unwrap();
     let issuer: Arc<dyn Issuer> = stranger.issuer.clone();
     let foreign = scripted_control_plane(Some(issuer), script);
     let (agent_tpm, _) = measured_tpm(Some(&cluster_id));

@@ -4,13 +4,11 @@
 use std::process::{Command, Output};
 use std::str::FromStr;
 
-use confboot_tpm::swtpm::Swtpm;
-use confboot_tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
-use confboot_vtpm::{
-    AkTrust, VtpmIssuer, VtpmValidator, encode_evidence, load_ca_certificates,
-};
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator};
 use confboot_tests::TempDir;
+use confboot_tpm::swtpm::Swtpm;
+use confboot_tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
+use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator, encode_evidence, load_ca_certificates};
 use tss_esapi::traits::Marshall;
 use tss_esapi::{
     Context, TctiNameConf,

@@ -8,14 +8,14 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_tpm::swtpm::Swtpm;
-use confboot_vtpm::VtpmIssuer;
 use confboot_attest::{Issuer, MeasurementPolicy};
 use confboot_kms::MasterSecret;
 use confboot_proto::join::{
     IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
     IssueRejoinTicketResponse,
 };
+use confboot_tpm::swtpm::Swtpm;
+use confboot_vtpm::VtpmIssuer;
 use confboot_wire::Status;
 
 pub use crate::TempDir;

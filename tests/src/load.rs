@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::Validator;
-use confboot_vtpm::{AkTrust, VtpmValidator};
 use confboot_kms::MasterSecret;
 use confboot_kms::init_secret;
 use confboot_proto::init::InitRequest;
 use confboot_proto::recover::RecoverMessage;
+use confboot_vtpm::{AkTrust, VtpmValidator};
 use confboot_wire::{Code, Status};
 
 use crate::cluster::{NodeAwaitingInit, NodeDir, NodeTpm};

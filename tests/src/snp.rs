@@ -19,12 +19,12 @@
 
 use std::sync::Mutex;
 
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use confboot_snp::{
     CertEntry, CertKind, OID_HW_ID, OID_PRODUCT_NAME, OID_TCB_BOOTLOADER, OID_TCB_MICROCODE,
     OID_TCB_SNP, OID_TCB_TEE, REPORT_LEN, RawReport, SIGNED_LEN, SnpReportSource, cert_table,
     offset,
 };
-use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P384_SHA384_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use rsa::signature::{RandomizedSigner, SignatureEncoding};

@@ -5,9 +5,9 @@
 //! and the public key as x509-parser reads it from the PEM. Nothing of
 //! confboot's own reader is used on the way back.
 
+use confboot_appraisal::reference::{PROFILE, ReferenceSet, SigningKey, VENDOR, VariantReference};
 use confboot_attest::Variant;
 use confboot_measure::predicted_policy;
-use confboot_appraisal::reference::{PROFILE, ReferenceSet, SigningKey, VENDOR, VariantReference};
 use confboot_tpm::event_log::{EventList, EventSummary};
 use corim::types::common::{MeasuredElement, TagIdChoice};
 use corim::types::corim::{ConciseTagChoice, CorimId, ProfileChoice};

@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot_atls::{AtlsClient, AtlsError};
-use confboot_tpm::swtpm::Swtpm;
-use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator};
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_tests::relay;
+use confboot_tpm::swtpm::Swtpm;
+use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 
 const T: Duration = Duration::from_secs(20);
 

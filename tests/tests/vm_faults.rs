@@ -27,7 +27,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot_tpm::swtpm::Swtpm;
 use confboot_kms::MasterSecret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir};
 use confboot_tests::qemu::{
@@ -35,6 +34,7 @@ use confboot_tests::qemu::{
     measure_image, node_args,
 };
 use confboot_tests::{free_port, musl_binary};
+use confboot_tpm::swtpm::Swtpm;
 
 /// Guard for a VM to reach a line (OVMF under TCG on 2 shared cores): a
 /// boot takes tens of seconds; this only keeps a broken one from hanging.

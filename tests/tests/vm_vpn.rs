@@ -30,8 +30,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use confboot_tpm::IMA_PCR;
-use confboot_tpm::swtpm::Swtpm;
 use confboot_kms::init_secret;
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, TempDir, read_master_secret};
 use confboot_tests::qemu::{
@@ -40,6 +38,8 @@ use confboot_tests::qemu::{
 };
 use confboot_tests::vm_hub::VmHub;
 use confboot_tests::{free_port, musl_binary};
+use confboot_tpm::IMA_PCR;
+use confboot_tpm::swtpm::Swtpm;
 
 /// Bound for a VM to reach a line (OVMF under TCG, 2 shared cores).
 const BOOT_BOUND: Duration = Duration::from_secs(420);
@@ -262,7 +262,8 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         for (i, v) in pcrs.into_iter().filter(|(i, _)| *i != IMA_PCR) {
             assert_eq!(booted[&i], v.to_vec(), "PCR {i} after the replay");
         }
-        confboot_cluster::mark::mark_node(&mut tpm, &setup.cluster_id()).expect("mark joinsvc's TPM");
+        confboot_cluster::mark::mark_node(&mut tpm, &setup.cluster_id())
+            .expect("mark joinsvc's TPM");
     }
     let mut joinsvc = Joinsvc::launch(
         &joinsvc_bin,

@@ -34,11 +34,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::nodelock::{LockToken, NodeLock};
-use confboot_cluster::mark;
-use confboot_tdx::Rtmr3Marker;
-use confboot_vtpm::VtpmIssuer;
 use confboot_attest::{AttestationError, Attested};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
+use confboot_cluster::mark;
 use confboot_cluster::ticket::{self as checks, TicketError};
 use confboot_cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
 use confboot_disk::{DiskAction, DiskBackend, DiskError, DiskState, FilesystemMaker, StateDisk};
@@ -51,6 +49,8 @@ use confboot_sys::ssh_users::{
     ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
     validate_ssh_users,
 };
+use confboot_tdx::Rtmr3Marker;
+use confboot_vtpm::VtpmIssuer;
 
 pub use error::NodeError;
 pub use plan::{AdminApi, IssuedTicket, JoinServiceCheck, Plan, Ticket, TicketRequest, plan_for};

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use confboot_attest::AttestationError;
 use confboot_cluster::mark::marked_pcr15;
-use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_cluster::{ClusterError, RecordedCall, RecordingBackend};
 use confboot_disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot_kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};
@@ -19,6 +18,7 @@ use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
 use confboot_sys::process::{CommandOutput, CommandRunner, ProcessError, Stream};
 use confboot_tests::TempDir;
+use confboot_tpm::CLUSTER_ID_PCR;
 
 use super::*;
 

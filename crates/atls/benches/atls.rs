@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls::{self as atls, AtlsClient, AtlsServer, AttestationMessage, cert};
+use confboot_attest::{Issuer, MeasurementPolicy, Validator};
 use confboot_tpm::swtpm::Swtpm;
 use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
-use confboot_attest::{Issuer, MeasurementPolicy, Validator};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 const T: Duration = Duration::from_secs(30);

@@ -191,11 +191,7 @@ fn parse_index(key: &str) -> Result<u32, PolicyError> {
 /// Parses one entry (`{"expected": "<hex>", "warnOnly": false}`) whose value
 /// must be `digest_len` bytes. Shared with the SEV-SNP policy, whose launch
 /// measurement has the same entry shape.
-pub fn parse_entry(
-    index: u32,
-    entry: &Value,
-    digest_len: usize,
-) -> Result<Expected, PolicyError> {
+pub fn parse_entry(index: u32, entry: &Value, digest_len: usize) -> Result<Expected, PolicyError> {
     let fields = entry
         .as_object()
         .ok_or_else(|| PolicyError::Format(format!("entry {index} must be an object")))?;

@@ -232,8 +232,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use confboot_attest::Variant;
     use crate::mark::marked_pcr15;
+    use confboot_attest::Variant;
     use confboot_tpm::CLUSTER_ID_PCR;
 
     fn join(secret: &[u8], salt: &[u8], key: &[u8]) -> IssueJoinTicketResponse {

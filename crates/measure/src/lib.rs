@@ -32,10 +32,10 @@ pub mod authenticode;
 
 use std::io::Read;
 
+use authenticode::{PeError, authenticode_sha256};
 use confboot_attest::MeasurementPolicy;
 use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_tpm::event_log::{EventList, EventSummary};
-use authenticode::{PeError, authenticode_sha256};
 
 /// The memory QEMU gives a VM when none is named (`-m`), in MiB; also what
 /// the test VMs use.

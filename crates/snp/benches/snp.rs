@@ -9,15 +9,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use confboot_attest::check::*;
-use confboot_snp::*;
 use confboot_attest::{MeasurementPolicy, Validator};
+use confboot_snp::*;
 
 fn testdata(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    std::fs::read(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 fn median(mut runs: Vec<Duration>) -> Duration {

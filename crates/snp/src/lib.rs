@@ -71,7 +71,9 @@ pub const LAUNCH_IDENTITY_LEN: usize = 64 + 32;
 pub use verify::{check, run_checks, verify_signature};
 
 use confboot_attest::check::{CheckResult, ReportDataCheck};
-use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant};
+use confboot_attest::{
+    AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant,
+};
 
 /// Validates `sev-snp` evidence against a policy and pinned roots.
 #[derive(Clone, Debug)]

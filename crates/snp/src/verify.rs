@@ -10,7 +10,9 @@ use super::evidence::{CertKind, SnpEvidence};
 use super::policy::{MinimumTcb, SnpPolicy};
 use super::report::{Product, SigningKey, SnpReport, TcbVersion};
 use super::vek_lookup::find_vek;
-use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck, WARNING_MARK, first_failure};
+use confboot_attest::check::{
+    CheckOutcome, CheckResult, ReportDataCheck, WARNING_MARK, first_failure,
+};
 use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, Variant};
 use confboot_util::hex;
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use confboot_attest::check::*;
-use confboot_snp::*;
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_snp::*;
 use confboot_util::hex;
 
 fn testdata(name: &str) -> Vec<u8> {
@@ -1112,10 +1112,7 @@ fn smt_migration_agent_and_minimum_abi_are_checked_against_the_policy() {
     );
     for bad in [r#""1""#, r#""1.x""#, r#""256.0""#, "151"] {
         let text = format!(r#"{{"minimumAbi": {bad}, "insecureAnyImage": true}}"#);
-        assert!(
-            confboot_snp::SnpPolicy::from_json(&text).is_err(),
-            "{text}"
-        );
+        assert!(confboot_snp::SnpPolicy::from_json(&text).is_err(), "{text}");
     }
 }
 

@@ -9,15 +9,11 @@ use std::net::TcpListener;
 use std::thread;
 
 use confboot_attest::check::*;
-use confboot_snp::*;
 use confboot_attest::{AttestationError, MeasurementPolicy};
+use confboot_snp::*;
 
 fn testdata(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    std::fs::read(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 /// Serves `count` requests: `(status, body)` for each; returns the base

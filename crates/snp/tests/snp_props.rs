@@ -5,16 +5,12 @@
 //! inputs).
 
 use confboot_attest::check::*;
-use confboot_snp::*;
 use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
+use confboot_snp::*;
 use confboot_tests::XorShift;
 
 fn testdata(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    std::fs::read(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 fn validator_for(report: &[u8]) -> SnpValidator {

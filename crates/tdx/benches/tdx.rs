@@ -14,11 +14,7 @@ use confboot_attest::check::ReportDataCheck;
 use confboot_tdx::*;
 
 fn testdata(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/testdata/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    std::fs::read(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 fn median(mut runs: Vec<Duration>) -> Duration {

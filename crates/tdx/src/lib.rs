@@ -88,7 +88,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck, first_failure};
-use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant};
+use confboot_attest::{
+    AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant,
+};
 
 /// Verifies TDX quotes against a policy, pinned roots and collateral.
 #[derive(Clone, Debug)]

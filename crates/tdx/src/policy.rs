@@ -79,7 +79,9 @@ use serde_json::Value;
 
 use super::collateral::TcbStatus;
 use super::quote::td_attributes;
-use confboot_attest::measurements::{MAX_POLICY_BYTES, PolicyError, parse_json_unique_keys, read_bounded};
+use confboot_attest::measurements::{
+    MAX_POLICY_BYTES, PolicyError, parse_json_unique_keys, read_bounded,
+};
 
 /// What a TDX quote must satisfy beyond its signatures and chain.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -242,10 +242,7 @@ mod tests {
         let after = marker.extend(&digest_of(b"cluster-1")).unwrap();
         assert_eq!(fake.written(), digest_of(b"cluster-1").to_vec());
         // What the register then holds is the extend of zero by the digest.
-        assert_eq!(
-            extends(&[0; 48], &digest_of(b"cluster-1")),
-            after.to_vec()
-        );
+        assert_eq!(extends(&[0; 48], &digest_of(b"cluster-1")), after.to_vec());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! stale collateral, foreign root or policy breach is refused.
 
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck};
-use confboot_tdx::*;
 use confboot_attest::{AttestationError, PolicyError};
+use confboot_tdx::*;
 use confboot_util::hex;
 
 fn testdata(name: &str) -> Vec<u8> {

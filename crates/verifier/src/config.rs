@@ -38,12 +38,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use confboot_attest::measurements::MAX_POLICY_BYTES;
+use confboot_attest::{AttestationError, MeasurementPolicy, PolicyError, Validator, Variant};
 use confboot_snp::{SnpPolicy, SnpValidator};
 use confboot_tdx::TdxValidator;
 use confboot_tpm::event_log::{EventList, EventListError};
-use confboot_vtpm::{AkTrust, VtpmValidator};
-use confboot_attest::{AttestationError, MeasurementPolicy, PolicyError, Validator, Variant};
 use confboot_util::fs::{FileError, read_bounded_text};
+use confboot_vtpm::{AkTrust, VtpmValidator};
 
 /// The variants a verifier accepts when it is told nothing, in
 /// [`parse_variants`]' syntax.

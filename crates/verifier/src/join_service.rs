@@ -27,9 +27,11 @@ use crate::config::{
     load_tdx_validator,
 };
 use confboot_appraisal::reference::{ReleaseKey, open};
+use confboot_attest::{
+    AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
+};
 use confboot_tpm::{CLUSTER_ID_PCR, IMA_PCR, TpmError};
 use confboot_vtpm::{VtpmIssuer, quoted_pcrs};
-use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
 
 /// Why the validators of join services could not be built.
 #[derive(Debug)]

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use super::validator::{MAX_EVIDENCE_EVENT_LOG_LEN, encode_evidence_with_log};
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 use confboot_tpm::event_log::EventLog;
 use confboot_tpm::structures::{self, PCR_COUNT};
 use confboot_tpm::{self as tpm, AK_CERT_NV_INDEX, AttestationKey, DEFAULT_AK_HANDLE, Tpm};
-use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
 
 /// Where Linux exposes the firmware's TCG event log (securityfs mounted).
 pub const FIRMWARE_EVENT_LOG_PATH: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";

@@ -7,13 +7,15 @@ use confboot_proto::Message as _;
 use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
 
 use super::ak_trust::AkTrust;
+use confboot_attest::{
+    AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
+};
 use confboot_tpm::event_log::{EventList, EventLog};
 use confboot_tpm::structures::{
     self, EccPublic, EcdsaSignature, MAX_ATTEST_LEN, MAX_PUBLIC_LEN, MAX_SIGNATURE_LEN, PCR_COUNT,
     QuoteInfo, SHA256_LEN, TPM_ALG_SHA256,
 };
 use confboot_tpm::{self as tpm, CLUSTER_ID_PCR};
-use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
 use confboot_util::hex;
 
 /// Largest event log carried in evidence (OVMF's for a direct-kernel boot

@@ -5,19 +5,19 @@
 
 use std::collections::BTreeMap;
 
+use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_cluster::mark::marked_pcr15;
+use confboot_proto::Message as _;
+use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
 use confboot_tpm::event_log::synthetic_log;
+use confboot_tpm::pcr_digest;
 use confboot_tpm::structures::{self, Writer};
 use confboot_tpm::swtpm::Swtpm;
-use confboot_cluster::mark::marked_pcr15;
-use confboot_tpm::pcr_digest;
+use confboot_util::hex;
 use confboot_vtpm::{
     AkTrust, MAX_AK_CERT_LEN, MAX_EVIDENCE_LEN, VtpmIssuer, VtpmValidator, encode_evidence,
     issue_ak_certificate, quoted_pcrs,
 };
-use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
-use confboot_proto::Message as _;
-use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
-use confboot_util::hex;
 
 const EXTRA: [u8; 32] = [0x11; 32];
 
@@ -223,7 +223,9 @@ fn marked_node_is_refused_at_join_and_accepted_when_allowed() {
     pinned(&issuer)
         .validate(&issuer.issue(&EXTRA).unwrap(), &EXTRA)
         .unwrap();
-    issuer.with_tpm(|t| confboot_cluster::mark::mark_node(t, b"cluster-id-1")).unwrap();
+    issuer
+        .with_tpm(|t| confboot_cluster::mark::mark_node(t, b"cluster-id-1"))
+        .unwrap();
     let evidence = issuer.issue(&EXTRA).unwrap();
     let err = message(pinned(&issuer).validate(&evidence, &EXTRA));
     assert_eq!(
@@ -843,4 +845,31 @@ fn an_enforced_pcr_that_differs_is_explained_by_the_first_event_that_differs() {
             ..
         }
     ));
+}
+
+#[test]
+fn an_issuer_reconnects_to_a_tpm_that_restarted_under_it() {
+    let mut swtpm = Swtpm::start().unwrap();
+    let addr = swtpm.addr();
+    let reopen = move || confboot_tpm::Tpm::connect_tcp(addr);
+    let issuer = VtpmIssuer::new(reopen().unwrap())
+        .unwrap()
+        .reconnecting(Box::new(reopen));
+    let ak = issuer.ak_public_key();
+    issuer.issue(&[1; 32]).unwrap();
+    // Restarted with its state (PCRs and all), then reset (PCRs cleared,
+    // the transient AK gone): both times the next quote is served, with
+    // the same key, on a new connection.
+    for keep in [true, false] {
+        issuer
+            .with_tpm(|t| confboot_cluster::mark::mark_node(t, b"cluster"))
+            .unwrap();
+        swtpm.stop(keep).unwrap();
+        assert!(issuer.issue(&[2; 32]).is_err(), "the TPM is away");
+        swtpm.start_again().unwrap();
+        issuer.issue(&[3; 32]).unwrap();
+        assert_eq!(issuer.ak_public_key(), ak);
+        let pcr15 = issuer.with_tpm(|t| t.pcr_read(&[15])).unwrap()[0].1;
+        assert_eq!(pcr15 != [0; 32], keep, "PCR 15 kept: {keep}");
+    }
 }

@@ -4,10 +4,10 @@
 use std::net::SocketAddr;
 use std::process::Command;
 
+use confboot_tests::{ChildProcess, TempDir, addr_after};
 use confboot_tpm::event_log::EventLog;
 use confboot_tpm::swtpm::Swtpm;
 use confboot_vtpm::VtpmIssuer;
-use confboot_tests::{ChildProcess, TempDir, addr_after};
 
 /// A running node: its swtpm measured by `log` and marked (or not), its
 /// agent; both end when it is dropped.

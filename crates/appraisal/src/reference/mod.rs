@@ -64,9 +64,9 @@ use std::collections::BTreeMap;
 pub use cbor::{CborError, CborProblem};
 pub use cose::{ReleaseKey, SigningKey};
 
-use confboot_tpm::event_log::{EventList, EventSummary, MAX_DESCRIPTION_LEN, MAX_EVENTS};
-use confboot_attest::{MeasurementPolicy, PolicyError, Variant};
 use cbor::Value;
+use confboot_attest::{MeasurementPolicy, PolicyError, Variant};
+use confboot_tpm::event_log::{EventList, EventSummary, MAX_DESCRIPTION_LEN, MAX_EVENTS};
 
 /// Largest set read, signed or not, in bytes (a set of one image with its
 /// events is under 4 KiB; a full log of [`MAX_EVENTS`] events fits).
@@ -659,7 +659,9 @@ fn read_triple(triple: &Value) -> Result<(VariantReference, String, String), Ref
                 let what = "an event's measurement-values-map";
                 let values = Fields::of(values, what, &[2, 11, EVENT_PCR_KEY, EVENT_TYPE_KEY])?;
                 let pcr = match values.required(EVENT_PCR_KEY)? {
-                    Value::Uint(p) if *p <= u64::from(confboot_attest::measurements::MAX_INDEX) => *p as u32,
+                    Value::Uint(p) if *p <= u64::from(confboot_attest::measurements::MAX_INDEX) => {
+                        *p as u32
+                    }
                     _ => return Err(format_error("an event's PCR is not 0 to 23")),
                 };
                 events.push(EventSummary {

@@ -46,8 +46,8 @@ use std::sync::{Arc, RwLock};
 
 use super::{ReferenceError, ReleaseKey, instant, open};
 use confboot_attest::measurements::MeasurementPolicy;
-use confboot_tpm::event_log::EventList;
 use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, Validator, Variant};
+use confboot_tpm::event_log::EventList;
 
 /// Most files read from a set directory.
 pub const MAX_SET_FILES: usize = 64;

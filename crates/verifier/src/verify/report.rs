@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use super::AttestationDocument;
-use confboot_tpm::event_log::EventList;
+use confboot_attest::{AttestationError, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::mark::marked_pcr15;
 use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_tpm::event_log::EventList;
 use confboot_vtpm::carried_event_list;
-use confboot_attest::{AttestationError, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant};
 
 /// One PCR of a node: what the policy (or the cluster's mark) expects,
 /// what the node's quote says, and why they differ when they do.

@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use confboot_measure::predicted_policy;
 use crate::reference::{ReferenceSet, SigningKey, VariantReference};
+use confboot_measure::predicted_policy;
 use confboot_tpm::event_log::EventSummary;
 
 const NOW: i64 = 1_800_000_000;
