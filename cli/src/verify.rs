@@ -22,7 +22,7 @@ use std::sync::Arc;
 use confboot_attest::EXTRA_DATA_LEN;
 use confboot_attest::config::{VtpmConfig, VtpmSettings};
 use confboot_attest::reference::sets::{
-    ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
+    ReferenceSets, RefusedFile, Retirement, SetName, SetVerdict, SetsRefusal,
 };
 use confboot_attest::reference::{ReferenceError, ReleaseKey, cose};
 use confboot_attest::snp::{ReportDataCheck, SnpEvidence, SnpValidator, first_failure};
