@@ -435,7 +435,7 @@ mod tests {
         let service = std::thread::spawn(move || {
             let (sock, _) = l.accept().unwrap();
             std::thread::sleep(Duration::from_millis(700));
-            let stream = atls::AtlsServer::new(None, vec![])
+            let stream = atls::AtlsServer::new(None)
                 .unwrap()
                 .accept(sock, Duration::from_secs(20));
             let _ = wait.recv();
@@ -493,6 +493,7 @@ mod tests {
                 ));
             }
             Ok(confboot_attest::Attested {
+                set_verdict: None,
                 warnings: Vec::new(),
                 variant: confboot_attest::Variant::QemuVtpm,
                 measurements: Default::default(),
@@ -505,7 +506,7 @@ mod tests {
     /// offered: the node keeps only the last.
     #[test]
     fn a_ticket_not_sealed_to_this_attempts_key_is_thrown_away() {
-        use confboot_atls::SealingKey;
+        use confboot_atls::{AtlsServer, AttestedPeer};
         use confboot_cluster::ticket::seal_rejoin_ticket;
         use confboot_proto::join::IssueRejoinTicketResponse;
         use std::sync::atomic::{AtomicU8, Ordering};
@@ -515,29 +516,36 @@ mod tests {
         const NODE_KEY: u8 = 2;
         let mode = Arc::new(AtomicU8::new(CLEAR));
         let served = Arc::clone(&mode);
-        let router = confboot_wire::Router::new().unary(confboot_proto::REJOIN, move |ctx, _| {
-            let mut ticket = IssueRejoinTicketResponse {
-                state_disk_key: vec![3; 32],
-                measurement_secret: vec![1; 32],
-                generation: 0,
-                measurement_salt: vec![2; 32],
-                sealed_secrets: Vec::new(),
-            };
-            let to = match served.load(Ordering::SeqCst) {
-                CLEAR => return Ok(ticket),
-                OTHER_KEY => SealingKeyPair::generate().public_key(),
-                _ => ctx.peer::<SealingKey>().expect("the node offered a key").0,
-            };
-            seal_rejoin_ticket(&mut ticket, &to).map_err(|e| Status::internal(e.to_string()))?;
-            Ok(ticket)
-        });
+        let router = confboot_wire::Router::<AttestedPeer>::new().unary(
+            confboot_proto::REJOIN,
+            move |ctx, _| {
+                let mut ticket = IssueRejoinTicketResponse {
+                    state_disk_key: vec![3; 32],
+                    measurement_secret: vec![1; 32],
+                    generation: 0,
+                    measurement_salt: vec![2; 32],
+                    sealed_secrets: Vec::new(),
+                };
+                let to = match served.load(Ordering::SeqCst) {
+                    CLEAR => return Ok(ticket),
+                    OTHER_KEY => SealingKeyPair::generate().public_key(),
+                    _ => ctx.peer().sealing_key().expect("the node offered a key").0,
+                };
+                seal_rejoin_ticket(&mut ticket, &to)
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                Ok(ticket)
+            },
+        );
         let server = atls::serve(
             std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
             confboot_net::PoolConfig::default(),
             confboot_wire::ServerLimits::default(),
             router,
-            None,
-            &[Arc::new(EchoValidator) as Arc<dyn Validator>],
+            AtlsServer::requiring_clients(
+                None,
+                vec![Arc::new(EchoValidator) as Arc<dyn Validator>],
+            )
+            .unwrap(),
         )
         .unwrap();
         let client = JoinClient {

@@ -413,7 +413,10 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
         );
     }
     let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let server = atls::serve(listener, pool, limits, router, Some(attesting), &[])
+    // The CLI does not attest: the admin API's handlers see no peer.
+    let server = atls::AtlsServer::new(Some(attesting))
+        .map_err(std::io::Error::other)
+        .and_then(|atls_server| atls::serve(listener, pool, limits, router, atls_server))
         .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;
     log::info!(
         "{} API listening on {}",

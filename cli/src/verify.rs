@@ -20,7 +20,7 @@ use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use std::sync::Arc;
 
 use confboot_appraisal::reference::sets::{
-    ReferenceSets, RefusedFile, Retirement, SetName, SetsRefusal, Verdict as SetVerdict,
+    ReferenceSets, RefusedFile, Retirement, SetName, SetVerdict, SetsRefusal,
 };
 use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
 use confboot_attest::EXTRA_DATA_LEN;

@@ -465,6 +465,7 @@ pub fn join_ticket(data: &[u8]) {
         _ => Some(vec![(CLUSTER_ID_PCR, vec![0; 32])]),
     }
     .map(|m| confboot_attest::Attested {
+        set_verdict: None,
         warnings: Vec::new(),
         variant: Variant::QemuVtpm,
         measurements: m.into_iter().collect(),

@@ -108,6 +108,7 @@ fn the_ticket_targets_cluster_is_the_members() {
         &TICKET_SALT,
     ));
     let service = confboot_attest::Attested {
+        set_verdict: None,
         warnings: Vec::new(),
         variant: Variant::QemuVtpm,
         measurements: [(confboot_tpm::CLUSTER_ID_PCR, member.to_vec())].into(),

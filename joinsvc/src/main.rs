@@ -16,20 +16,18 @@ mod watcher;
 
 use joinsvc::{configmap, ledger};
 
-use std::cell::RefCell;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use confboot_appraisal::reference::sets::{SetsValidator, Verdict, VerdictObserver};
-use confboot_atls::AtlsServer;
-use confboot_attest::{Attested, SwappableValidator, Validator, Variant};
+use confboot_appraisal::reference::sets::SetsValidator;
+use confboot_atls::{Accepted, AtlsServer};
+use confboot_attest::{Attested, SwappableValidator, Validator};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;
 use confboot_tpm::CLUSTER_ID_PCR;
 use confboot_util::args::start_daemon;
-use confboot_wire::PeerIdentity;
-use confboot_wire::{ServerLimits, serve_connection_with_peers};
+use confboot_wire::{ServerLimits, serve_connection_as};
 
 use crate::config::{Config, OptionsError, RemoveVpnPeerConfig, ServeConfig, Service};
 use crate::metrics::Metrics;
@@ -90,20 +88,14 @@ fn remove_vpn_peer(config: &RemoveVpnPeerConfig) -> i32 {
     }
 }
 
-thread_local! {
-    /// The verdict of the reference-value sets on the connection this
-    /// thread is accepting: the validator runs inside the handshake, on the
-    /// thread that then serves the connection, which takes it from here
-    /// into the connection's [`server::Appraisal`].
-    static SET_VERDICT: RefCell<Option<Verdict>> = const { RefCell::new(None) };
-}
-
-/// What joinsvc does with each admission by a reference-value set: a
-/// warning is logged with its reasons; each is counted by status and set;
-/// the verdict is kept for the connection ([`SET_VERDICT`]).
-fn admission_observer(metrics: Arc<Metrics>) -> VerdictObserver {
-    Arc::new(move |verdict: &Verdict| {
-        SET_VERDICT.with(|v| *v.borrow_mut() = Some(verdict.clone()));
+/// What joinsvc tells of each admitted caller, from what its validator
+/// appraised ([`Attested::set_verdict`], [`Attested::warnings`]): an
+/// admission by a reference-value set is logged (a warning with its
+/// reasons) and counted by status and set; a validator's warnings (an
+/// SEV-SNP TCB within the policy's margin of its minimum) are logged with
+/// their reasons.
+fn admitted(metrics: &Metrics, attested: &Attested) {
+    if let Some(verdict) = &attested.set_verdict {
         let set = verdict.set.to_string();
         if verdict.is_warning() {
             log::warn!(
@@ -115,40 +107,14 @@ fn admission_observer(metrics: Arc<Metrics>) -> VerdictObserver {
             log::info!("node admitted by reference-value set {set}");
             metrics.admitted("affirming", &set);
         }
-    })
-}
-
-/// What an attested caller was appraised against: for vTPM, the set its
-/// verdict names (a warning when the verdict is one); for any variant
-/// whose validator admitted it with warnings (an SEV-SNP TCB within the
-/// policy's margin of its minimum), its variant's policy with a warning,
-/// logged with the reasons. `None` otherwise (a measurement-policy file,
-/// another variant: named by the variant's policy,
-/// [`server::admission_policy`]).
-fn appraisal(peers: &[PeerIdentity], verdict: Option<Verdict>) -> Option<server::Appraisal> {
-    let attested = peers.iter().find_map(|p| p.downcast_ref::<Attested>())?;
-    let set = match (verdict, attested.variant) {
-        (Some(verdict), Variant::QemuVtpm) => Some(server::Appraisal {
-            policy: format!("reference-value set {}", verdict.set),
-            warning: verdict.is_warning(),
-        }),
-        _ => None,
-    };
-    if attested.warnings.is_empty() {
-        return set;
     }
-    log::warn!(
-        "{} evidence admitted with a warning: {}",
-        attested.variant,
-        attested.warnings.join("; ")
-    );
-    Some(server::Appraisal {
-        policy: set.map_or_else(
-            || server::admission_policy(Some(attested.variant)),
-            |s| s.policy,
-        ),
-        warning: true,
-    })
+    if !attested.warnings.is_empty() {
+        log::warn!(
+            "{} evidence admitted with a warning: {}",
+            attested.variant,
+            attested.warnings.join("; ")
+        );
+    }
 }
 
 fn run(config: &ServeConfig) -> Result<(), String> {
@@ -171,8 +137,7 @@ fn run(config: &ServeConfig) -> Result<(), String> {
                     warning,
                     // PCR 15 is checked per call (crate::server::caller_check).
                     vec![CLUSTER_ID_PCR],
-                )
-                .observed_by(admission_observer(Arc::clone(&metrics)));
+                );
                 sets_watcher = Some(
                     watcher::SetsWatcher::spawn(Arc::clone(&vtpm.sets), vtpm.reload)
                         .map_err(|e| format!("cannot read the reference-value sets: {e}"))?,
@@ -208,8 +173,8 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         max_calls_per_connection: Some(1),
         ..ServerLimits::default()
     };
-    let mut atls =
-        AtlsServer::new(cfg.issuer, validators).map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    let mut atls = AtlsServer::requiring_clients(cfg.issuer, validators)
+        .map_err(|e| format!("cannot set up aTLS: {e}"))?;
     if let Some(set) = cfg.presented_set {
         atls = atls
             .presenting(set)
@@ -221,20 +186,12 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         let metrics = Arc::clone(&metrics);
         listener::spawn(rpc_listener, cfg.pool, move |sock, stop| {
             let peer_addr = sock.peer_addr().ok();
-            // No verdict of an earlier connection is taken for this one.
-            SET_VERDICT.take();
-            let accepted = atls.accept(sock, limits.io_timeout);
-            let verdict = SET_VERDICT.take();
-            match accepted {
-                Ok(accepted) => {
-                    // The caller's attestation and the sealing key it bound,
-                    // and what it was appraised against.
-                    let (mut stream, mut peers) = accepted.into_parts();
-                    if let Some(appraisal) = appraisal(&peers, verdict) {
-                        peers.push(Arc::new(appraisal));
-                    }
-                    let end =
-                        serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
+            match atls.accept(sock, limits.io_timeout) {
+                Ok(Accepted { mut stream, peer }) => {
+                    // The caller's attestation, with what its validator
+                    // appraised, and the sealing key it bound.
+                    admitted(&metrics, peer.attested());
+                    let end = serve_connection_as(&mut stream, &router, &limits, stop, &peer);
                     log::debug!("connection from {peer_addr:?} ended: {end:?}");
                     stream.conn.send_close_notify();
                     let _ = stream.conn.write_tls(&mut stream.sock);
@@ -272,36 +229,4 @@ fn run(config: &ServeConfig) -> Result<(), String> {
     health.stop();
     log::info!("stopped");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    fn peers(variant: Variant, warnings: &[&str]) -> Vec<PeerIdentity> {
-        vec![Arc::new(Attested {
-            variant,
-            measurements: BTreeMap::new(),
-            warnings: warnings.iter().map(|w| w.to_string()).collect(),
-        })]
-    }
-
-    #[test]
-    fn a_validators_warnings_make_the_admission_a_warning_under_its_policy() {
-        // Admitted without reservation: named by the variant's policy.
-        assert_eq!(appraisal(&peers(Variant::SevSnp, &[]), None), None);
-        // An SEV-SNP TCB near its minimum: a warning, whatever the set.
-        let warned = peers(Variant::SevSnp, &["minimum reported TCB: microcode 115"]);
-        assert_eq!(
-            appraisal(&warned, None),
-            Some(server::Appraisal {
-                policy: "sev-snp policy".into(),
-                warning: true,
-            })
-        );
-        // No caller, no appraisal.
-        assert_eq!(appraisal(&[], None), None);
-    }
 }

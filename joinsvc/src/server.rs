@@ -10,14 +10,14 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use confboot_appraisal::ear::Status as EarStatus;
-use confboot_atls::{AtlsError, SealingKey};
+use confboot_atls::{AtlsError, AttestedPeer, SealingKey};
 use confboot_attest::{AttestationError, Attested, Variant};
 use confboot_cluster::mark::{ClusterMarks, MarkState};
 use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
 use confboot_kms::seal::SealError;
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
 use confboot_proto::{CONFIRM_GENERATION, GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
-use confboot_wire::{Code, Router, Status};
+use confboot_wire::{CallContext, Code, Router, Status};
 
 use crate::ledger::{Caller, LaunchId};
 use crate::metrics::Metrics;
@@ -101,8 +101,8 @@ fn disk_for_log(raw: &str) -> &str {
 /// The key a ticket's secrets are sealed to: the one the caller's evidence
 /// bound on this connection. A caller that offered none gets no ticket
 /// (checked before anything is issued, so a refusal costs it nothing).
-fn sealing_key(ctx: &confboot_wire::CallContext) -> Result<SealingKey, Status> {
-    ctx.peer::<SealingKey>().copied().ok_or_else(|| {
+fn sealing_key(ctx: &CallContext<'_, AttestedPeer>) -> Result<SealingKey, Status> {
+    ctx.peer().sealing_key().ok_or_else(|| {
         Status::new(
             Code::FailedPrecondition,
             "the caller offered no sealing key: a ticket's secrets are sent only sealed to the attested VM",
@@ -139,21 +139,40 @@ pub fn admission_policy(variant: Option<Variant>) -> String {
     }
 }
 
-/// What a caller's evidence was appraised against on its connection, as
-/// its handlers see it (`ctx.peer::<Appraisal>()`, next to its
-/// [`Attested`]): the reference-value set it matched or the
-/// measurement-policy file, and whether it was admitted with a warning (a
-/// set near its not-after). A connection without one is named by its
-/// variant's policy ([`admission_policy`]).
+/// What a caller's evidence was appraised against, as its validator said
+/// it ([`Attested::set_verdict`], [`Attested::warnings`]): the
+/// reference-value set it matched, and whether it was admitted with a
+/// warning (a set near its not-after, an SEV-SNP TCB near its minimum). A
+/// caller without one is named by its variant's policy
+/// ([`admission_policy`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Appraisal {
-    /// The set (`reference-value set NAME VERSION`) or policy file named.
+    /// The set (`reference-value set NAME VERSION`) or policy named.
     pub policy: String,
     /// Whether the caller was admitted with a warning.
     pub warning: bool,
 }
 
 impl Appraisal {
+    /// What `attested` was appraised against: the set its verdict names
+    /// (a warning when the verdict is one); for evidence its validator
+    /// admitted with warnings, its variant's policy (or its set) with a
+    /// warning. `None` otherwise (a measurement-policy file, another
+    /// variant: named by the variant's policy, [`admission_policy`]).
+    pub fn of(attested: &Attested) -> Option<Appraisal> {
+        let set = attested.set_verdict.as_ref().map(|verdict| Appraisal {
+            policy: format!("reference-value set {}", verdict.set),
+            warning: verdict.is_warning(),
+        });
+        if attested.warnings.is_empty() {
+            return set;
+        }
+        Some(Appraisal {
+            policy: set.map_or_else(|| admission_policy(Some(attested.variant)), |s| s.policy),
+            warning: true,
+        })
+    }
+
     /// The status of an admission made on it: warning or affirming.
     pub fn status(&self) -> EarStatus {
         if self.warning {
@@ -164,13 +183,15 @@ impl Appraisal {
     }
 }
 
-/// The policy a connection's caller was appraised against, and the status
-/// of a ticket issued to it ([`Appraisal`], or its variant's policy and
-/// affirming).
-fn appraised(ctx: &confboot_wire::CallContext, variant: Variant) -> (String, EarStatus) {
-    match ctx.peer::<Appraisal>() {
-        Some(a) => (a.policy.clone(), a.status()),
-        None => (admission_policy(Some(variant)), EarStatus::Affirming),
+/// The policy a caller was appraised against, and the status of a ticket
+/// issued to it ([`Appraisal`], or its variant's policy and affirming).
+fn appraised(peer: &Attested) -> (String, EarStatus) {
+    match Appraisal::of(peer) {
+        Some(a) => {
+            let status = a.status();
+            (a.policy, status)
+        }
+        None => (admission_policy(Some(peer.variant)), EarStatus::Affirming),
     }
 }
 
@@ -273,13 +294,13 @@ fn refuse_admission(metrics: &Metrics, variant: Option<Variant>, what: &str, s: 
     );
 }
 
-/// The join API: health check, join and rejoin tickets. Ticket methods
-/// serve only callers that attested in the handshake.
-pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
+/// The join API: health check, join and rejoin tickets, for callers that
+/// attested in the handshake (each an [`AttestedPeer`]).
+pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router<AttestedPeer> {
     let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     let (vpn_tickets, vpn_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     let (generation_tickets, generation_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
-    Router::new()
+    Router::<AttestedPeer>::new()
         .unary(HEALTH_CHECK, |_ctx, _req| {
             Ok(HealthCheckResponse {
                 status: health_check_response::ServingStatus::Serving as i32,
@@ -288,13 +309,8 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         .unary(JOIN, move |ctx, req| {
             let started = Instant::now();
             // The handshake required attestation; fail closed all the same.
-            let Some(peer) = ctx.peer::<Attested>() else {
-                join_metrics.refused("unattested");
-                let s = Status::permission_denied("the caller did not attest");
-                refuse_admission(&join_metrics, None, "join", &s);
-                return Err(s);
-            };
-            let (policy, admitted) = appraised(ctx, peer.variant);
+            let peer = ctx.peer().attested();
+            let (policy, admitted) = appraised(peer);
             let caller =
                 match caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
                     Ok(caller) => caller,
@@ -349,10 +365,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         })
         .unary(GET_UPDATE, move |ctx, req| {
             // Peer lists go to attested members only (their agents poll).
-            let Some(peer) = ctx.peer::<Attested>() else {
-                vpn_metrics.refused("unattested");
-                return Err(Status::permission_denied("the caller did not attest"));
-            };
+            let peer = ctx.peer().attested();
             if let Err(s) = caller_check(peer, CallerCheck::Member, vpn_tickets.cluster_mark()) {
                 vpn_metrics.refused("not_member");
                 log::warn!("VPN update refused: {}", s.message);
@@ -368,10 +381,7 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
             // From a rejoining node past its disk's opening: attested and
             // not marked yet, like the rejoin it follows. The proof with
             // the disk key says it holds that disk.
-            let Some(peer) = ctx.peer::<Attested>() else {
-                generation_metrics.refused("unattested");
-                return Err(Status::permission_denied("the caller did not attest"));
-            };
+            let peer = ctx.peer().attested();
             if let Err(s) = caller_check(
                 peer,
                 CallerCheck::Unmarked,
@@ -399,13 +409,8 @@ pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router {
         })
         .unary(REJOIN, move |ctx, req| {
             let started = Instant::now();
-            let Some(peer) = ctx.peer::<Attested>() else {
-                metrics.refused("unattested");
-                let s = Status::permission_denied("the caller did not attest");
-                refuse_admission(&metrics, None, "rejoin", &s);
-                return Err(s);
-            };
-            let (policy, admitted) = appraised(ctx, peer.variant);
+            let peer = ctx.peer().attested();
+            let (policy, admitted) = appraised(peer);
             let caller = match caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
                 Ok(caller) => caller,
                 Err(s) => {
@@ -508,12 +513,14 @@ mod tests {
                 measurements.insert(LAUNCH_IDENTITY_INDEX, l);
             }
             Attested {
+                set_verdict: None,
                 warnings: Vec::new(),
                 variant: Variant::SevSnp,
                 measurements,
             }
         };
         let vtpm = |pcr15: [u8; 32]| Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::QemuVtpm,
             measurements: BTreeMap::from([(CLUSTER_ID_PCR, pcr15.to_vec())]),
@@ -566,6 +573,7 @@ mod tests {
         use std::collections::BTreeMap;
         let marks = ClusterMarks::of(b"cluster-1");
         let td = |rtmr3: Vec<u8>| Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::Tdx,
             measurements: BTreeMap::from([(0, vec![0x7d; 48]), (TDX_MARK_INDEX, rtmr3)]),
@@ -601,11 +609,72 @@ mod tests {
         let m = refused(marks.pcr15.to_vec(), CallerCheck::Member);
         assert!(m.contains("no RTMR3 of 48 bytes"), "{m}");
         let bare = Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::Tdx,
             measurements: BTreeMap::from([(0, vec![0x7d; 48])]),
         };
         assert!(caller_check(&bare, CallerCheck::Unmarked, &marks).is_err());
+    }
+
+    fn attested(variant: Variant, warnings: &[&str]) -> Attested {
+        Attested {
+            variant,
+            measurements: std::collections::BTreeMap::new(),
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+            set_verdict: None,
+        }
+    }
+
+    #[test]
+    fn a_validators_warnings_make_the_admission_a_warning_under_its_policy() {
+        // Admitted without reservation: named by the variant's policy.
+        assert_eq!(Appraisal::of(&attested(Variant::SevSnp, &[])), None);
+        // An SEV-SNP TCB near its minimum: a warning, whatever the set.
+        let warned = attested(Variant::SevSnp, &["minimum reported TCB: microcode 115"]);
+        assert_eq!(
+            Appraisal::of(&warned),
+            Some(Appraisal {
+                policy: "sev-snp policy".into(),
+                warning: true,
+            })
+        );
+        // No caller, no appraisal: there is no caller without attestation
+        // to ask about, a handler of the join API sees an `AttestedPeer`.
+    }
+
+    #[test]
+    fn the_set_verdict_the_validator_made_names_the_admission() {
+        use confboot_attest::{SetName, SetVerdict};
+        let admitted_by = |warnings: &[&str]| Attested {
+            set_verdict: Some(SetVerdict {
+                set: SetName {
+                    name: "confboot-node".into(),
+                    version: "2".into(),
+                },
+                warnings: warnings.iter().map(|w| w.to_string()).collect(),
+            }),
+            ..attested(Variant::QemuVtpm, &[])
+        };
+        assert_eq!(
+            appraised(&admitted_by(&[])),
+            (
+                "reference-value set confboot-node 2".into(),
+                EarStatus::Affirming
+            )
+        );
+        assert_eq!(
+            appraised(&admitted_by(&["expires at 2027-01-01T00:00:00Z"])),
+            (
+                "reference-value set confboot-node 2".into(),
+                EarStatus::Warning
+            )
+        );
+        // Without a set: the variant's policy, affirming.
+        assert_eq!(
+            appraised(&attested(Variant::QemuVtpm, &[])),
+            ("qemu-vtpm policy".into(), EarStatus::Affirming)
+        );
     }
 
     #[test]
@@ -643,7 +712,7 @@ mod tests {
         assert_eq!(admission_policy(Some(Variant::Tdx)), "tdx policy");
     }
 
-    fn router_for_test() -> Router {
+    fn router_for_test() -> Router<AttestedPeer> {
         use crate::ticket::TicketConfig;
         use crate::token::{BootstrapToken, TokenIssuer};
         struct NoTokens;

@@ -12,12 +12,12 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
+use confboot_tpm::event_log::{EventLog, synthetic_log};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, MeasurementPolicy, Variant};
 use confboot_net::{PoolConfig, ServerHandle};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::workspace_binary;
 use confboot_tests::hostile::connect_from;
-use confboot_tpm::event_log::{EventLog, synthetic_log};
 use confboot_verifier::verify::AttestationDocument;
 use confboot_verifier::verify::service::fetch_document;
 
@@ -434,30 +434,11 @@ enum Answer {
     Refusing,
 }
 
-/// A host that answers one connection with `answer`.
-fn fake_host(answer: Answer) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = match answer {
-        Answer::Raw(bytes) => {
-            std::thread::spawn(move || {
-                let (mut sock, _) = listener.accept().unwrap();
-                let _ = sock.write_all(&bytes);
-            });
-            return addr;
-        }
-        Answer::Attesting(issuer) => confboot_atls::AtlsServer::new(Some(issuer), Vec::new()),
-        Answer::NotAttesting => confboot_atls::AtlsServer::new(None, Vec::new()),
-        Answer::Refusing => {
-            let any: Arc<dyn confboot_attest::Validator> =
-                Arc::new(confboot_vtpm::VtpmValidator::new(
-                    confboot_vtpm::AkTrust::Pinned(Vec::new()),
-                    MeasurementPolicy::default(),
-                ));
-            confboot_atls::AtlsServer::new(None, vec![any])
-        }
-    }
-    .unwrap();
+/// Answers one connection on `listener` as `server` does.
+fn answer_one<P: confboot_atls::ClientPeer>(
+    listener: TcpListener,
+    server: confboot_atls::AtlsServer<P>,
+) {
     std::thread::spawn(move || {
         let (sock, _) = listener.accept().unwrap();
         if let Ok(mut accepted) = server.accept(sock, Duration::from_secs(30)) {
@@ -465,6 +446,36 @@ fn fake_host(answer: Answer) -> SocketAddr {
             let _ = accepted.stream.read_to_end(&mut Vec::new());
         }
     });
+}
+
+/// A host that answers one connection with `answer`.
+fn fake_host(answer: Answer) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    match answer {
+        Answer::Raw(bytes) => {
+            std::thread::spawn(move || {
+                let (mut sock, _) = listener.accept().unwrap();
+                let _ = sock.write_all(&bytes);
+            });
+        }
+        Answer::Attesting(issuer) => answer_one(
+            listener,
+            confboot_atls::AtlsServer::new(Some(issuer)).unwrap(),
+        ),
+        Answer::NotAttesting => answer_one(listener, confboot_atls::AtlsServer::new(None).unwrap()),
+        Answer::Refusing => {
+            let any: Arc<dyn confboot_attest::Validator> =
+                Arc::new(confboot_vtpm::VtpmValidator::new(
+                    confboot_vtpm::AkTrust::Pinned(Vec::new()),
+                    MeasurementPolicy::default(),
+                ));
+            answer_one(
+                listener,
+                confboot_atls::AtlsServer::requiring_clients(None, vec![any]).unwrap(),
+            )
+        }
+    }
     addr
 }
 

@@ -312,8 +312,7 @@ fn scripted_control_plane(
         PoolConfig::default(),
         ServerLimits::default(),
         router,
-        issuer,
-        &[],
+        atls::AtlsServer::new(issuer).unwrap(),
     )
     .unwrap()
 }

@@ -427,6 +427,7 @@ fn issued_with_pcr15(ticket: &Ticket, pcr15: Option<Vec<u8>>) -> IssuedTicket {
     IssuedTicket {
         ticket: ticket.clone(),
         service: Some(Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: confboot_attest::Variant::QemuVtpm,
             measurements,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls::{self as atls, AtlsClient, AtlsServer, AttestationMessage, cert};
-use confboot_attest::{Issuer, MeasurementPolicy, Validator};
+use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_tpm::swtpm::Swtpm;
 use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -163,7 +163,7 @@ fn main() {
     let server_issuer: Arc<dyn Issuer> = server_node.issuer.clone();
     let client_issuer: Arc<dyn Issuer> = client_node.issuer.clone();
 
-    let one_way = Arc::new(AtlsServer::new(Some(Arc::clone(&server_issuer)), vec![]).unwrap());
+    let one_way = Arc::new(AtlsServer::new(Some(Arc::clone(&server_issuer))).unwrap());
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let one_way_addr = l.local_addr().unwrap();
     let srv = Arc::clone(&one_way);
@@ -177,7 +177,7 @@ fn main() {
 
     // aTLS: both attest.
     let mutual = Arc::new(
-        AtlsServer::new(
+        AtlsServer::requiring_clients(
             Some(Arc::clone(&server_issuer)),
             vec![Arc::clone(&client_validator)],
         )
@@ -188,7 +188,7 @@ fn main() {
     let srv = Arc::clone(&mutual);
     server_loop(l, move |sock| {
         let a = srv.accept(sock, T).unwrap();
-        assert!(a.peer.is_some());
+        assert_eq!(a.peer.attested().variant, Variant::QemuVtpm);
         Box::new(a.stream)
     });
     let mutual_client = AtlsClient::new(

@@ -63,6 +63,10 @@ pub enum AtlsError {
     /// Our own issuer could not produce evidence.
     #[error("aTLS: cannot attest: {0}")]
     Issue(AttestationError),
+    /// A server that requires client attestation was given no validator
+    /// to check it with ([`AtlsServer::requiring_clients`](super::AtlsServer::requiring_clients)).
+    #[error("aTLS: a server that requires client attestation needs at least one validator")]
+    NoClientValidators,
     /// The server refused this client's attestation (it answered the
     /// client's attestation message with a status instead of its own).
     #[error("aTLS: the server refused this client: {0}")]

@@ -15,9 +15,13 @@
 //!   the client answers with a `PERMISSION_DENIED` trailer and closes; a
 //!   client that refuses the server returns an error before any call. The
 //!   handlers of the connection see what the client's evidence established
-//!   as [`confboot_wire::CallContext::peer`]: its [`confboot_attest::Attested`],
-//!   and the [`SealingKey`] it offered, if any, which a server seals
-//!   secrets to (a join ticket's, with `confboot_kms::seal`).
+//!   as [`confboot_wire::CallContext::peer`], typed by the server
+//!   ([`AtlsServer<P>`]): for a server that requires client attestation an
+//!   [`AttestedPeer`], its [`confboot_attest::Attested`] (with the
+//!   validator's appraisal) and the [`SealingKey`] it offered, if any, which
+//!   a server seals secrets to (a join ticket's, with `confboot_kms::seal`);
+//!   `()` for a server whose clients do not attest, whose handlers cannot
+//!   ask about a caller at all.
 //! - **Why after the handshake**: evidence bound to a session's exporter is
 //!   worthless on any other session, so an attacker who terminates TLS on
 //!   both sides and relays every message of a genuine attester is refused;
@@ -60,20 +64,25 @@
 //!     fn variant(&self) -> Variant { Variant::QemuVtpm }
 //!     fn validate(&self, ev: &[u8], extra: &[u8; 32]) -> Result<Attested, AttestationError> {
 //!         if ev != extra { return Err(AttestationError::Binding("other handshake".into())); }
-//!         Ok(Attested { variant: Variant::QemuVtpm, measurements: Default::default(), warnings: Vec::new() })
+//!         Ok(Attested { variant: Variant::QemuVtpm, measurements: Default::default(), warnings: Vec::new(), set_verdict: None })
 //!     }
 //! }
 //!
-//! let router = Router::new().unary(confboot_proto::HEALTH_CHECK, |ctx, _: HealthCheckRequest| {
-//!     // The server required client attestation, so the caller is known here.
-//!     assert!(ctx.peer::<Attested>().is_some());
-//!     Ok(HealthCheckResponse { status: 1 })
-//! });
+//! // The server requires client attestation, so the caller is known here.
+//! let router = Router::<atls::AttestedPeer>::new().unary(
+//!     confboot_proto::HEALTH_CHECK,
+//!     |ctx, _: HealthCheckRequest| {
+//!         assert_eq!(ctx.peer().attested().variant, Variant::QemuVtpm);
+//!         Ok(HealthCheckResponse { status: 1 })
+//!     },
+//! );
 //! let listener = TcpListener::bind("127.0.0.1:0").unwrap();
 //! let server = atls::serve(
 //!     listener, PoolConfig::default(), ServerLimits::default(), router,
-//!     Some(Arc::new(Echo)),                 // the server attests
-//!     &[Arc::new(Echo) as Arc<dyn Validator>], // and requires the client to
+//!     atls::AtlsServer::requiring_clients(
+//!         Some(Arc::new(Echo)),                     // the server attests
+//!         vec![Arc::new(Echo) as Arc<dyn Validator>], // and requires the client to
+//!     ).unwrap(),
 //! ).unwrap();
 //!
 //! let (mut client, server_attested) = atls::connect(
@@ -106,6 +115,6 @@ pub use handshake::{ALPN, SERVER_NAME, provider};
 pub use message::AttestationMessage;
 pub use net::{AtlsRpcClient, connect, connect_sealing, serve};
 pub use server::{
-    Accepted, AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT, SealingKey, ServerHandshake,
-    client_hello_gate, client_hello_opening,
+    Accepted, AtlsServer, AttestedPeer, ClientPeer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT,
+    SealingKey, ServerHandshake, client_hello_gate, client_hello_opening,
 };

@@ -12,32 +12,35 @@ use super::client::{AtlsClient, Connected};
 use super::error::AtlsError;
 use super::handshake::reset_timeouts;
 use super::message::SEALING_KEY_LEN;
-use super::server::{AtlsServer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT};
+use super::server::{
+    Accepted, AtlsServer, ClientPeer, DEFAULT_GATE_CAPACITY, DEFAULT_GATE_TIMEOUT,
+};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::{PoolConfig, ServerHandle, listener as pool_listener};
 use confboot_wire::{self as rpc, DeadlineSocket, Router, ServerLimits, Transport};
 
-/// Serves `router` over aTLS on `listener` with a bounded worker pool.
+/// Serves `router` over aTLS on `listener` with a bounded worker pool,
+/// each connection accepted by `atls`.
 ///
-/// With `server_issuer`, the server attests in every handshake; with
-/// `client_validators` non-empty, every client must attest, and handlers see
-/// what its evidence established as [`confboot_wire::CallContext::peer`]
-/// (type [`Attested`], and [`super::SealingKey`] when it offered one). Each
-/// handshake is bounded by `limits.io_timeout`. Refused handshakes are
-/// logged and closed. Without a gate in `pool`, the ClientHello gate
-/// ([`super::client_hello_gate`] with its defaults) keeps connections that
-/// have not sent a ClientHello away from the workers, and the process's
-/// open-file limit is raised to fit it (or the gate made smaller).
-pub fn serve(
+/// A server with an issuer attests in every handshake; one that requires
+/// client attestation ([`AtlsServer::requiring_clients`]) admits only
+/// clients that attest, and its router's handlers see what each client's
+/// evidence established as [`confboot_wire::CallContext::peer`] (an
+/// [`AttestedPeer`](super::AttestedPeer)); the router's peer type is the
+/// server's, so a router that reads a peer is served only where clients
+/// attest. Each handshake is bounded by `limits.io_timeout`. Refused
+/// handshakes are logged and closed. Without a gate in `pool`, the
+/// ClientHello gate ([`super::client_hello_gate`] with its defaults) keeps
+/// connections that have not sent a ClientHello away from the workers,
+/// and the process's open-file limit is raised to fit it (or the gate made
+/// smaller).
+pub fn serve<P: ClientPeer>(
     listener: TcpListener,
     mut pool: PoolConfig,
     limits: ServerLimits,
-    router: Router,
-    server_issuer: Option<Arc<dyn Issuer>>,
-    client_validators: &[Arc<dyn Validator>],
+    router: Router<P>,
+    atls: AtlsServer<P>,
 ) -> io::Result<ServerHandle> {
-    let atls =
-        AtlsServer::new(server_issuer, client_validators.to_vec()).map_err(io::Error::other)?;
     if pool.gate.is_none() {
         pool.gate = Some(super::client_hello_gate(
             DEFAULT_GATE_CAPACITY,
@@ -50,9 +53,8 @@ pub fn serve(
         let peer_addr = sock.peer_addr().ok();
         match atls.accept(sock, limits.io_timeout) {
             Ok(accepted) => {
-                let (mut stream, peers) = accepted.into_parts();
-                let end =
-                    rpc::serve_connection_with_peers(&mut stream, &router, &limits, stop, peers);
+                let Accepted { mut stream, peer } = accepted;
+                let end = rpc::serve_connection_as(&mut stream, &router, &limits, stop, &peer);
                 log::debug!("aTLS connection from {peer_addr:?} ended: {end:?}");
                 // Its own bound: the last deadline may be long past (an
                 // idle connection).

@@ -3,6 +3,7 @@
 //! certificate, then the client's attestation message checked and this
 //! server's sent ([`super::message`] says in which order).
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use super::handshake::{ALPN, FreshCertificate, check_alpn, drive, provider, rese
 use super::message::{self, SEALING_KEY_LEN};
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::listener::{Gate, Opening};
-use confboot_wire::{DeadlineSocket, PeerIdentity, Transport};
+use confboot_wire::{DeadlineSocket, Transport};
 
 /// Largest TLS plaintext record (RFC 8446, 5.1), and its header.
 const MAX_RECORD: usize = 1 << 14;
@@ -85,74 +86,148 @@ pub fn client_hello_gate(capacity: usize, timeout: Duration) -> Gate {
 }
 
 /// The server end of aTLS: what it attests with, and what it requires of
-/// clients. Cheap to share between threads; one rustls `ServerConfig`
-/// serves every handshake.
-pub struct AtlsServer {
+/// clients, which its type says: an `AtlsServer<()>` ([`AtlsServer::new`])
+/// asks nothing of its clients, an `AtlsServer<AttestedPeer>`
+/// ([`AtlsServer::requiring_clients`]) admits only clients whose evidence
+/// one of its validators accepts, and hands each connection the
+/// [`AttestedPeer`] it established. Cheap to share between threads; one
+/// rustls `ServerConfig` serves every handshake.
+pub struct AtlsServer<P: ClientPeer = ()> {
     config: Arc<ServerConfig>,
     issuer: Option<Arc<dyn Issuer>>,
     client_validators: Vec<Arc<dyn Validator>>,
     reference_values: Option<Arc<[u8]>>,
+    peer: PhantomData<fn() -> P>,
 }
 
 /// A server handshake prepared for one connection.
-pub struct ServerHandshake {
+pub struct ServerHandshake<P: ClientPeer = ()> {
     conn: ServerConnection,
     issuer: Option<Arc<dyn Issuer>>,
     client_validators: Vec<Arc<dyn Validator>>,
     reference_values: Option<Arc<[u8]>>,
+    peer: PhantomData<fn() -> P>,
 }
 
 /// An accepted aTLS connection.
-pub struct Accepted<T: Transport> {
+pub struct Accepted<T: Transport, P: ClientPeer = ()> {
     /// The TLS stream, handshake and attestation exchange done, over a
     /// socket that holds deadlines: a deadline set on the stream bounds
     /// every read and write of the socket (the RPC server sets one for each
     /// frame and each answer).
     pub stream: StreamOwned<ServerConnection, DeadlineSocket<T>>,
-    /// What the client's evidence established, when client attestation is required.
-    pub peer: Option<Attested>,
-    /// The X25519 public key the client offered for this connection, bound
-    /// by its evidence (only when client attestation is required and the
-    /// client offered one): what the server may seal secrets to.
-    pub peer_sealing_key: Option<[u8; SEALING_KEY_LEN]>,
+    /// What the connection established about the client, for its handlers
+    /// ([`confboot_wire::serve_connection_as`]): `()`, or the
+    /// [`AttestedPeer`] of a server that requires client attestation.
+    pub peer: P,
 }
 
 /// The sealing key a client's evidence bound on its connection, as the
-/// connection's handlers see it: `ctx.peer::<SealingKey>()` (next to
-/// `ctx.peer::<Attested>()`). Only a client whose evidence was checked has
-/// one: what is sealed to it opens only where that evidence was made.
+/// connection's handlers see it: [`AttestedPeer::sealing_key`]. Only a
+/// client whose evidence was checked has one: what is sealed to it opens
+/// only where that evidence was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SealingKey(pub [u8; SEALING_KEY_LEN]);
 
-impl<T: Transport> Accepted<T> {
-    /// The stream, and what the connection established about the client
-    /// for its handlers ([`confboot_wire::serve_connection_with_peers`]):
-    /// its [`Attested`] and its [`SealingKey`], each when there is one.
-    pub fn into_parts(
-        self,
-    ) -> (
-        StreamOwned<ServerConnection, DeadlineSocket<T>>,
-        Vec<PeerIdentity>,
-    ) {
-        let mut peers: Vec<PeerIdentity> = Vec::with_capacity(2);
-        if let Some(attested) = self.peer {
-            peers.push(Arc::new(attested));
-            // A key is bound only by evidence that was checked.
-            if let Some(key) = self.peer_sealing_key {
-                peers.push(Arc::new(SealingKey(key)));
-            }
+/// A client whose evidence the server checked, as its connection's
+/// handlers see it ([`confboot_wire::CallContext::peer`] of a router served
+/// by an `AtlsServer<AttestedPeer>`): what its evidence established,
+/// appraisal included ([`Attested::set_verdict`]), and the sealing key it
+/// bound, if it offered one. Only the server makes one, from evidence one
+/// of its validators accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttestedPeer {
+    attested: Attested,
+    sealing_key: Option<SealingKey>,
+}
+
+impl AttestedPeer {
+    /// What the client's evidence established, as the validator that
+    /// accepted it said.
+    pub fn attested(&self) -> &Attested {
+        &self.attested
+    }
+
+    /// The X25519 public key the client offered for this connection, bound
+    /// by its evidence: what the server may seal secrets to (`None`: it
+    /// offered none).
+    pub fn sealing_key(&self) -> Option<SealingKey> {
+        self.sealing_key
+    }
+}
+
+/// What an aTLS server establishes about each client, of which its type
+/// ([`AtlsServer<P>`]) says the kind: `()` (nothing: its clients do not
+/// attest) or [`AttestedPeer`]. Sealed: these two are all there are.
+pub trait ClientPeer: sealed::FromExchange + Send + Sync + 'static {}
+
+impl ClientPeer for () {}
+impl ClientPeer for AttestedPeer {}
+
+mod sealed {
+    use super::{AtlsError, Attested, SealingKey};
+
+    /// The peer a server's attestation exchange established.
+    pub trait FromExchange: Sized {
+        /// From what the client's evidence established (`None`: the server
+        /// required nothing) and the sealing key it bound.
+        fn from_exchange(
+            attested: Option<Attested>,
+            sealing_key: Option<SealingKey>,
+        ) -> Result<Self, AtlsError>;
+    }
+
+    impl FromExchange for () {
+        fn from_exchange(_: Option<Attested>, _: Option<SealingKey>) -> Result<(), AtlsError> {
+            Ok(())
         }
-        (self.stream, peers)
+    }
+
+    impl FromExchange for super::AttestedPeer {
+        fn from_exchange(
+            attested: Option<Attested>,
+            sealing_key: Option<SealingKey>,
+        ) -> Result<Self, AtlsError> {
+            // A server that requires attestation has validators, whose
+            // check establishes this; fail closed all the same.
+            let attested = attested.ok_or(AtlsError::MissingEvidence)?;
+            Ok(super::AttestedPeer {
+                attested,
+                sealing_key,
+            })
+        }
     }
 }
 
 impl AtlsServer {
-    /// A server that attests with `issuer` (if any) and requires clients to
-    /// attest to one of `client_validators` (if not empty).
-    pub fn new(
+    /// A server that attests with `issuer` (if any) and asks nothing of
+    /// its clients.
+    pub fn new(issuer: Option<Arc<dyn Issuer>>) -> Result<AtlsServer, AtlsError> {
+        AtlsServer::with_validators(issuer, Vec::new())
+    }
+}
+
+impl AtlsServer<AttestedPeer> {
+    /// A server that attests with `issuer` (if any) and requires every
+    /// client to attest to one of `client_validators`: its connections'
+    /// handlers see each client as an [`AttestedPeer`]. Refused without a
+    /// validator ([`AtlsError::NoClientValidators`]).
+    pub fn requiring_clients(
         issuer: Option<Arc<dyn Issuer>>,
         client_validators: Vec<Arc<dyn Validator>>,
-    ) -> Result<AtlsServer, AtlsError> {
+    ) -> Result<AtlsServer<AttestedPeer>, AtlsError> {
+        if client_validators.is_empty() {
+            return Err(AtlsError::NoClientValidators);
+        }
+        AtlsServer::with_validators(issuer, client_validators)
+    }
+}
+
+impl<P: ClientPeer> AtlsServer<P> {
+    fn with_validators(
+        issuer: Option<Arc<dyn Issuer>>,
+        client_validators: Vec<Arc<dyn Validator>>,
+    ) -> Result<AtlsServer<P>, AtlsError> {
         let provider = provider();
         let resolver: Arc<dyn ResolvesServerCert> = match issuer {
             Some(_) => Arc::new(FreshCertificate {
@@ -165,6 +240,7 @@ impl AtlsServer {
             issuer,
             client_validators,
             reference_values: None,
+            peer: PhantomData,
         })
     }
 
@@ -172,7 +248,7 @@ impl AtlsServer {
     /// (public), with its evidence in every exchange, for clients that pin
     /// its release key rather than run the same image (a rolling upgrade).
     /// At most [`super::message::MAX_REFERENCE_VALUES_LEN`] bytes.
-    pub fn presenting(mut self, set: Vec<u8>) -> Result<AtlsServer, AtlsError> {
+    pub fn presenting(mut self, set: Vec<u8>) -> Result<AtlsServer<P>, AtlsError> {
         if set.len() > super::message::MAX_REFERENCE_VALUES_LEN {
             return Err(AtlsError::Message(format!(
                 "a reference-value set of {} bytes, over {}",
@@ -191,7 +267,7 @@ impl AtlsServer {
 
     /// Prepares one handshake. TLS 1.3 only, ALPN [`ALPN`], no client
     /// certificate, no session resumption, no tickets, no 0-RTT.
-    pub fn start(&self) -> Result<ServerHandshake, AtlsError> {
+    pub fn start(&self) -> Result<ServerHandshake<P>, AtlsError> {
         let conn = ServerConnection::new(Arc::clone(&self.config))
             .map_err(|e| AtlsError::Tls(e.to_string()))?;
         Ok(ServerHandshake {
@@ -199,6 +275,7 @@ impl AtlsServer {
             issuer: self.issuer.clone(),
             client_validators: self.client_validators.clone(),
             reference_values: self.reference_values.clone(),
+            peer: PhantomData,
         })
     }
 
@@ -209,7 +286,7 @@ impl AtlsServer {
         &self,
         sock: T,
         timeout: Duration,
-    ) -> Result<Accepted<T>, AtlsError> {
+    ) -> Result<Accepted<T, P>, AtlsError> {
         self.start()?.complete(sock, timeout)
     }
 }
@@ -231,7 +308,7 @@ fn server_config(
     Ok(Arc::new(config))
 }
 
-impl ServerHandshake {
+impl<P: ClientPeer> ServerHandshake<P> {
     /// Runs this handshake and the attestation exchange on `sock`, all of
     /// it within `timeout` (an absolute bound: every read and write of the
     /// socket ends by then): reads the client's attestation message, checks
@@ -243,16 +320,21 @@ impl ServerHandshake {
         mut self,
         sock: T,
         timeout: Duration,
-    ) -> Result<Accepted<T>, AtlsError> {
+    ) -> Result<Accepted<T, P>, AtlsError> {
         let deadline = Instant::now() + timeout;
         let mut sock = DeadlineSocket::new(sock);
         drive(&mut self.conn, &mut sock, deadline)?;
         check_alpn(self.conn.alpn_protocol())?;
         let mut stream = StreamOwned::new(self.conn, sock);
-        let checked = message::read(&mut stream).and_then(|theirs| {
-            attestation::check(&stream.conn, Role::Client, &theirs, &self.client_validators)
-        });
-        let checked = match checked {
+        let peer = message::read(&mut stream)
+            .and_then(|theirs| {
+                attestation::check(&stream.conn, Role::Client, &theirs, &self.client_validators)
+            })
+            .and_then(|checked| {
+                // A key is bound only by evidence that was checked.
+                P::from_exchange(checked.peer, checked.sealing_key.map(SealingKey))
+            });
+        let peer = match peer {
             Ok(c) => c,
             Err(e @ (AtlsError::Io(_) | AtlsError::Timeout)) => return Err(e),
             Err(e) => {
@@ -274,11 +356,7 @@ impl ServerHandshake {
         )?;
         message::write(&mut stream, &own)?;
         reset_timeouts(&mut stream.sock, timeout)?;
-        Ok(Accepted {
-            stream,
-            peer: checked.peer,
-            peer_sealing_key: checked.sealing_key,
-        })
+        Ok(Accepted { stream, peer })
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use confboot_atls::binding::{self, Role};
 use confboot_atls::message::{self, AttestationMessage};
-use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer};
+use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer, AttestedPeer, ClientPeer};
 use confboot_attest::{
     AttestationError, Attested, Issuer, MeasurementPolicy, SwappableValidator, Validator, Variant,
 };
@@ -41,12 +41,30 @@ fn v(x: Arc<dyn Validator>) -> Vec<Arc<dyn Validator>> {
     vec![x]
 }
 
+/// What the tests read of a server's peer, for either kind of server: the
+/// caller's attestation, or none (a server whose clients do not attest).
+trait Seen: ClientPeer {
+    fn seen(&self) -> Option<&Attested>;
+}
+
+impl Seen for () {
+    fn seen(&self) -> Option<&Attested> {
+        None
+    }
+}
+
+impl Seen for AttestedPeer {
+    fn seen(&self) -> Option<&Attested> {
+        Some(self.attested())
+    }
+}
+
 /// A router with a health check and `WHO`, which answers with the caller's
 /// attested PCR `fixture::PCR` (empty when the caller did not attest); both
 /// count their calls.
-fn router(calls: Arc<AtomicUsize>) -> Router {
+fn router<P: Seen>(calls: Arc<AtomicUsize>) -> Router<P> {
     let c2 = Arc::clone(&calls);
-    Router::new()
+    Router::<P>::new()
         .unary(CHECK, move |_, _: HealthCheckRequest| {
             calls.fetch_add(1, Ordering::SeqCst);
             Ok(HealthCheckResponse { status: 1 })
@@ -54,7 +72,8 @@ fn router(calls: Arc<AtomicUsize>) -> Router {
         .unary(WHO, move |ctx, _: IssueRejoinTicketRequest| {
             c2.fetch_add(1, Ordering::SeqCst);
             let pcr = ctx
-                .peer::<Attested>()
+                .peer()
+                .seen()
                 .and_then(|p| p.measurements.get(&fixture::PCR).cloned())
                 .unwrap_or_default();
             Ok(IssueRejoinTicketResponse {
@@ -79,14 +98,23 @@ fn serve(
     issuer: Option<Arc<dyn Issuer>>,
     validators: &[Arc<dyn Validator>],
 ) -> ServerHandle {
-    atls::serve(
-        listener(),
-        PoolConfig::default(),
-        ServerLimits::default(),
-        router(calls),
-        issuer,
-        validators,
-    )
+    if validators.is_empty() {
+        atls::serve(
+            listener(),
+            PoolConfig::default(),
+            ServerLimits::default(),
+            router::<()>(calls),
+            AtlsServer::new(issuer).unwrap(),
+        )
+    } else {
+        atls::serve(
+            listener(),
+            PoolConfig::default(),
+            ServerLimits::default(),
+            router::<AttestedPeer>(calls),
+            AtlsServer::requiring_clients(issuer, validators.to_vec()).unwrap(),
+        )
+    }
     .unwrap()
 }
 
@@ -440,12 +468,14 @@ fn a_server_with_the_wrong_pcr_is_refused_by_policy() {
 // -------------------------------------------- the client's attestation is refused
 
 /// Runs `AtlsServer::accept` for one connection in a thread.
-fn accept_one(server: AtlsServer) -> (SocketAddr, JoinHandle<Result<Option<Attested>, AtlsError>>) {
+fn accept_one<P: Seen>(
+    server: AtlsServer<P>,
+) -> (SocketAddr, JoinHandle<Result<Option<Attested>, AtlsError>>) {
     let l = listener();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
         let (sock, _) = l.accept().unwrap();
-        server.accept(sock, T).map(|a| a.peer)
+        server.accept(sock, T).map(|a| a.peer.seen().cloned())
     });
     (addr, h)
 }
@@ -453,7 +483,8 @@ fn accept_one(server: AtlsServer) -> (SocketAddr, JoinHandle<Result<Option<Attes
 #[test]
 fn a_joining_node_with_the_wrong_pcr_is_refused_by_policy() {
     let joining = Node::new();
-    let server = AtlsServer::new(None, v(joining.validator(joining.wrong_policy()))).unwrap();
+    let server =
+        AtlsServer::requiring_clients(None, v(joining.validator(joining.wrong_policy()))).unwrap();
     let (addr, h) = accept_one(server);
     let sock = TcpStream::connect(addr).unwrap();
     let connected = AtlsClient::new(vec![], Some(joining.issuer())).connect(sock, T);
@@ -470,7 +501,8 @@ fn a_joining_node_with_the_wrong_pcr_is_refused_by_policy() {
 #[test]
 fn a_joining_node_passing_policy_is_reported_to_the_server() {
     let joining = Node::new();
-    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let server =
+        AtlsServer::requiring_clients(None, v(joining.validator(joining.good_policy()))).unwrap();
     let (addr, h) = accept_one(server);
     let sock = TcpStream::connect(addr).unwrap();
     let _c = AtlsClient::new(vec![], Some(joining.issuer()))
@@ -498,7 +530,7 @@ fn a_client_attestation_replayed_from_another_connection_is_refused() {
     let validators = v(joining.validator(joining.good_policy()));
     let mut recorded = None;
     for round in 0..2 {
-        let server = AtlsServer::new(None, validators.clone()).unwrap();
+        let server = AtlsServer::requiring_clients(None, validators.clone()).unwrap();
         let (addr, h) = accept_one(server);
         let answer = evil_client(addr, |s| {
             recorded
@@ -528,7 +560,8 @@ fn a_genuine_clients_attestation_relayed_to_the_server_is_refused() {
     // session with the server: the node's evidence carries the exporter of
     // its session with the relay, not of the relay's with the server.
     let joining = Node::new();
-    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let server =
+        AtlsServer::requiring_clients(None, v(joining.validator(joining.good_policy()))).unwrap();
     let (target, h) = accept_one(server);
     let relay_listener = listener();
     let at = relay_listener.local_addr().unwrap();
@@ -552,7 +585,8 @@ fn a_genuine_clients_attestation_relayed_to_the_server_is_refused() {
 #[test]
 fn a_client_message_that_does_not_attest_is_refused() {
     let joining = Node::new();
-    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let server =
+        AtlsServer::requiring_clients(None, v(joining.validator(joining.good_policy()))).unwrap();
     let (addr, h) = accept_one(server);
     let answer = evil_client(addr, |_| AttestationMessage::none());
     assert_eq!(h.join().unwrap().unwrap_err(), AtlsError::MissingEvidence);
@@ -654,7 +688,7 @@ fn a_policy_swap_takes_effect_at_the_next_connection() {
 
 #[test]
 fn a_silent_peer_runs_into_the_handshake_bound() {
-    let server = AtlsServer::new(None, vec![]).unwrap();
+    let server = AtlsServer::new(None).unwrap();
     let l = listener();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
@@ -670,7 +704,7 @@ fn a_silent_peer_runs_into_the_handshake_bound() {
 #[test]
 fn a_peer_silent_after_the_handshake_runs_into_the_same_bound() {
     // The attestation exchange shares the handshake's deadline.
-    let server = AtlsServer::new(None, vec![]).unwrap();
+    let server = AtlsServer::new(None).unwrap();
     let l = listener();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
@@ -686,7 +720,8 @@ fn a_peer_silent_after_the_handshake_runs_into_the_same_bound() {
 #[test]
 fn an_oversized_attestation_message_is_refused_before_it_is_read() {
     let joining = Node::new();
-    let server = AtlsServer::new(None, v(joining.validator(joining.good_policy()))).unwrap();
+    let server =
+        AtlsServer::requiring_clients(None, v(joining.validator(joining.good_policy()))).unwrap();
     let (addr, h) = accept_one(server);
     let mut s = relay::tls_client(TcpStream::connect(addr).unwrap()).unwrap();
     // A frame header announcing 4 GiB − 1 bytes, and nothing after it.
@@ -701,7 +736,7 @@ fn an_oversized_attestation_message_is_refused_before_it_is_read() {
 
 #[test]
 fn only_tls13_with_the_confboot_alpn_is_spoken() {
-    let server = AtlsServer::new(None, vec![]).unwrap();
+    let server = AtlsServer::new(None).unwrap();
     // A client offering another ALPN protocol.
     let (addr, h) = accept_one(server);
     let mut config = relay::client_config();
@@ -709,14 +744,14 @@ fn only_tls13_with_the_confboot_alpn_is_spoken() {
     let _s = plain_connect(addr, config);
     assert!(matches!(h.join().unwrap(), Err(AtlsError::Tls(_))));
     // A client offering the in-handshake scheme's ALPN, which is gone.
-    let server = AtlsServer::new(None, vec![]).unwrap();
+    let server = AtlsServer::new(None).unwrap();
     let (addr, h) = accept_one(server);
     let mut config = relay::client_config();
     config.alpn_protocols = vec![b"confboot/1".to_vec()];
     let _s = plain_connect(addr, config);
     assert!(matches!(h.join().unwrap(), Err(AtlsError::Tls(_))));
     // A TLS 1.2-only client.
-    let server = AtlsServer::new(None, vec![]).unwrap();
+    let server = AtlsServer::new(None).unwrap();
     let (addr, h) = accept_one(server);
     let tls12 = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(tls12)

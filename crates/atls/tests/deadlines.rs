@@ -36,7 +36,7 @@ fn listener() -> (TcpListener, SocketAddr) {
 /// A server without attestation on either side: what is tested is the
 /// stream, not the evidence.
 fn plain_server() -> AtlsServer {
-    AtlsServer::new(None, vec![]).unwrap()
+    AtlsServer::new(None).unwrap()
 }
 
 /// Sends `bytes` one at a time, `every` apart, until they are all sent,

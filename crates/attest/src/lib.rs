@@ -126,6 +126,44 @@ pub struct Attested {
     /// policy's margin of its minimum: a verifier reports it (joinsvc logs
     /// and counts it as an attestation result of status warning).
     pub warnings: Vec<String>,
+    /// The signed reference-value set the measurements matched, as the
+    /// validator that appraised them against the live sets says it
+    /// ([`reference::sets::SetsValidator`]); `None` when no set appraised
+    /// them (a measurement policy, or another variant's policy, did).
+    pub set_verdict: Option<SetVerdict>,
+}
+
+/// A signed reference-value set's name and version, as messages and
+/// metrics show it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SetName {
+    /// The image's name.
+    pub name: String,
+    /// The image's version.
+    pub version: String,
+}
+
+impl fmt::Display for SetName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.name, self.version)
+    }
+}
+
+/// An admission by a signed reference-value set: the set matched, and the
+/// warnings, if any (a set near its not-after).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetVerdict {
+    /// The set the measurements match.
+    pub set: SetName,
+    /// Why the admission is a warning (empty: affirming).
+    pub warnings: Vec<String>,
+}
+
+impl SetVerdict {
+    /// Whether the admission comes with a warning.
+    pub fn is_warning(&self) -> bool {
+        !self.warnings.is_empty()
+    }
 }
 
 /// Why evidence could not be issued or was refused.
@@ -294,6 +332,7 @@ mod tests {
         }
         fn validate(&self, _: &[u8], _: &[u8; 32]) -> Result<Attested, AttestationError> {
             self.0.clone().map(|i| Attested {
+                set_verdict: None,
                 warnings: Vec::new(),
                 variant: Variant::QemuVtpm,
                 measurements: BTreeMap::from([(i, vec![0; 32])]),
@@ -353,6 +392,7 @@ mod tests {
                 return Err(AttestationError::Policy("validated alone".into()));
             }
             Ok(Attested {
+                set_verdict: None,
                 warnings: Vec::new(),
                 variant: Variant::QemuVtpm,
                 measurements: BTreeMap::new(),

@@ -177,6 +177,7 @@ mod tests {
 
     fn peer(variant: Variant, index: u32, value: Vec<u8>) -> Attested {
         Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant,
             measurements: BTreeMap::from([(index, value)]),

@@ -246,6 +246,7 @@ mod tests {
 
     fn service(pcr15: Option<Vec<u8>>) -> Attested {
         Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::QemuVtpm,
             measurements: pcr15.into_iter().map(|v| (CLUSTER_ID_PCR, v)).collect(),
@@ -313,6 +314,7 @@ mod tests {
             Some(service(Some(vec![0; 32]))),
             Some(service(Some(other))),
             Some(Attested {
+                set_verdict: None,
                 warnings: Vec::new(),
                 variant: Variant::SevSnp,
                 measurements: BTreeMap::from([(0, mark)]),
@@ -329,6 +331,7 @@ mod tests {
     fn a_tdx_join_service_proves_membership_with_rtmr3() {
         use crate::mark::{TDX_MARK_INDEX, marked_rtmr3};
         let td = |index: u32, rtmr3: Vec<u8>| Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::Tdx,
             measurements: BTreeMap::from([(0, vec![0x7d; 48]), (index, rtmr3)]),

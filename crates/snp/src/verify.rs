@@ -639,6 +639,7 @@ pub fn verify(
     let report = &evidence.report;
     let launch = [report.chip_id(), report.report_id()].concat();
     Ok(Attested {
+        set_verdict: None,
         warnings: checks
             .iter()
             .filter_map(|c| Some(format!("{}: {}", c.name, c.warning()?)))

@@ -354,6 +354,7 @@ impl TdxValidator {
             measurements.insert(1 + i as u32, rtmr.to_vec());
         }
         Ok(Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::Tdx,
             measurements,

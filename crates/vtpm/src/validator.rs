@@ -487,6 +487,7 @@ impl Validator for VtpmValidator {
         }
         self.check_policy(&measurements, events.as_ref())?;
         Ok(Attested {
+            set_verdict: None,
             warnings: Vec::new(),
             variant: Variant::QemuVtpm,
             measurements,

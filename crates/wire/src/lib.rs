@@ -59,8 +59,8 @@ mod transport;
 pub use client::Client;
 pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
 pub use server::{
-    CallContext, ConnectionEnd, PeerIdentity, ReadBefore, ResponseSink, Router, ServerLimits,
-    serve_connection, serve_connection_as, serve_connection_with_peers,
+    CallContext, ConnectionEnd, ReadBefore, ResponseSink, Router, ServerLimits, serve_connection,
+    serve_connection_as,
 };
 pub use status::{Code, Status};
 pub use transport::{DeadlineSocket, Transport};

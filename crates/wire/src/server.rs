@@ -65,36 +65,43 @@ impl Default for ServerLimits {
     }
 }
 
-/// What the connection's security layer established about its peer, for
-/// handlers to read back by type ([`CallContext::peer`]): attested TLS puts
-/// the peer's attested measurements here, and the sealing key its evidence
-/// bound. The wire does not look inside.
-pub type PeerIdentity = std::sync::Arc<dyn std::any::Any + Send + Sync>;
-
-/// Every identity a connection established about its peer, each of its own
-/// type (a few at most; shared by the connection's calls).
-type PeerIdentities = std::sync::Arc<[PeerIdentity]>;
-
-/// What a handler knows about the call it serves.
-#[derive(Clone)]
-pub struct CallContext {
+/// What a handler knows about the call it serves, and about the caller:
+/// `peer`, of the type `P` the connection's security layer establishes
+/// (the router's, [`Router<P>`]): `()` when it establishes nothing (plain
+/// streams, a server whose clients do not attest); for aTLS with client
+/// attestation, the caller's attested measurements and the sealing key its
+/// evidence bound. A handler asks for a fact its connections do not
+/// establish only by naming a field its peer type does not have, which
+/// does not compile:
+///
+/// ```compile_fail
+/// use confboot_wire::Router;
+/// use confboot_proto::health::HealthCheckResponse;
+///
+/// // A router for connections that establish nothing about the caller.
+/// let router: Router<()> = Router::new().unary(confboot_proto::HEALTH_CHECK, |ctx, _req| {
+///     let _measurements = &ctx.peer().measurements; // `()` has no such field
+///     Ok(HealthCheckResponse { status: 1 })
+/// });
+/// ```
+pub struct CallContext<'p, P> {
     method: String,
     deadline: Instant,
     stop: Stop,
-    peer: PeerIdentities,
+    peer: &'p P,
 }
 
-impl std::fmt::Debug for CallContext {
+impl<P> std::fmt::Debug for CallContext<'_, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallContext")
             .field("method", &self.method)
             .field("deadline", &self.deadline)
-            .field("peer", &self.peer.len())
+            .field("peer", &std::any::type_name::<P>())
             .finish_non_exhaustive()
     }
 }
 
-impl CallContext {
+impl<P> CallContext<'_, P> {
     /// The method path, e.g. `/join.API/IssueJoinTicket`.
     pub fn method(&self) -> &str {
         &self.method
@@ -120,13 +127,10 @@ impl CallContext {
         self.stop.is_raised()
     }
 
-    /// What the connection's handshake established about the caller, as
-    /// type `T` (for aTLS with client attestation, the caller's attested
-    /// measurements, or the sealing key its evidence bound); `None` when
-    /// the connection did not establish one of that type. With several of
-    /// one type, the first.
-    pub fn peer<T: std::any::Any>(&self) -> Option<&T> {
-        self.peer.iter().find_map(|p| p.downcast_ref::<T>())
+    /// What the connection's handshake established about the caller
+    /// (shared by the connection's calls).
+    pub fn peer(&self) -> &P {
+        self.peer
     }
 }
 
@@ -147,9 +151,9 @@ impl<Resp: Message> ResponseSink<'_, Resp> {
 /// A method's handler: takes the call and its encoded request, sends any
 /// streamed messages through the sink, and returns a unary call's response
 /// (encoded) for the server to send with the trailer.
-type Handler = Box<
+type Handler<P> = Box<
     dyn Fn(
-            &CallContext,
+            &CallContext<'_, P>,
             &[u8],
             &mut dyn FnMut(&[u8]) -> io::Result<()>,
         ) -> Result<Option<Zeroizing<Vec<u8>>>, Status>
@@ -157,28 +161,37 @@ type Handler = Box<
         + Sync,
 >;
 
-/// Dispatches calls by method path to typed handlers.
-#[derive(Default)]
-pub struct Router {
-    routes: HashMap<String, Handler>,
+/// Dispatches calls by method path to typed handlers, on connections
+/// whose security layer establishes a peer of type `P` about each caller
+/// ([`CallContext::peer`]; `()`: nothing).
+pub struct Router<P = ()> {
+    routes: HashMap<String, Handler<P>>,
+}
+
+impl<P> Default for Router<P> {
+    fn default() -> Self {
+        Router {
+            routes: HashMap::new(),
+        }
+    }
 }
 
 fn decode<Req: Message + Default>(bytes: &[u8]) -> Result<Req, Status> {
     Req::decode(bytes).map_err(|e| Status::invalid_argument(format!("cannot decode request: {e}")))
 }
 
-impl Router {
+impl<P: 'static> Router<P> {
     /// A router with no methods.
-    pub fn new() -> Router {
+    pub fn new() -> Router<P> {
         Router::default()
     }
 
     /// Adds a unary method: one request, one response.
-    pub fn unary<Req, Resp, F>(mut self, method: Method<Req, Resp>, handler: F) -> Router
+    pub fn unary<Req, Resp, F>(mut self, method: Method<Req, Resp>, handler: F) -> Router<P>
     where
         Req: Message + Default,
         Resp: Message,
-        F: Fn(&CallContext, Req) -> Result<Resp, Status> + Send + Sync + 'static,
+        F: Fn(&CallContext<'_, P>, Req) -> Result<Resp, Status> + Send + Sync + 'static,
     {
         self.routes.insert(
             method.path().to_string(),
@@ -198,11 +211,15 @@ impl Router {
     }
 
     /// Adds a server-streaming method: one request, any number of responses.
-    pub fn server_streaming<Req, Resp, F>(mut self, method: Method<Req, Resp>, handler: F) -> Router
+    pub fn server_streaming<Req, Resp, F>(
+        mut self,
+        method: Method<Req, Resp>,
+        handler: F,
+    ) -> Router<P>
     where
         Req: Message + Default,
         Resp: Message,
-        F: Fn(&CallContext, Req, &mut ResponseSink<'_, Resp>) -> Result<(), Status>
+        F: Fn(&CallContext<'_, P>, Req, &mut ResponseSink<'_, Resp>) -> Result<(), Status>
             + Send
             + Sync
             + 'static,
@@ -258,32 +275,18 @@ pub fn serve_connection<T: Transport + ?Sized>(
     limits: &ServerLimits,
     stop: &Stop,
 ) -> ConnectionEnd {
-    serve_connection_as(stream, router, limits, stop, None)
+    serve_connection_as(stream, router, limits, stop, &())
 }
 
 /// Like [`serve_connection`], for a connection whose handshake established
-/// `peer`; every handler sees it as [`CallContext::peer`].
-pub fn serve_connection_as<T: Transport + ?Sized>(
+/// `peer` about the caller; every handler sees it as [`CallContext::peer`].
+pub fn serve_connection_as<T: Transport + ?Sized, P>(
     stream: &mut T,
-    router: &Router,
+    router: &Router<P>,
     limits: &ServerLimits,
     stop: &Stop,
-    peer: Option<PeerIdentity>,
+    peer: &P,
 ) -> ConnectionEnd {
-    serve_connection_with_peers(stream, router, limits, stop, peer.into_iter().collect())
-}
-
-/// Like [`serve_connection`], for a connection whose handshake established
-/// `peers`, each of its own type; every handler sees each of them as
-/// [`CallContext::peer`] of its type.
-pub fn serve_connection_with_peers<T: Transport + ?Sized>(
-    stream: &mut T,
-    router: &Router,
-    limits: &ServerLimits,
-    stop: &Stop,
-    peers: Vec<PeerIdentity>,
-) -> ConnectionEnd {
-    let peer: PeerIdentities = peers.into();
     let opened = Instant::now();
     let mut calls: u32 = 0;
     loop {
@@ -295,7 +298,7 @@ pub fn serve_connection_with_peers<T: Transport + ?Sized>(
         let last = limits
             .max_calls_per_connection
             .is_some_and(|max| calls.saturating_add(1) >= max);
-        match serve_call(stream, first, router, limits, stop, &peer, last) {
+        match serve_call(stream, first, router, limits, stop, peer, last) {
             Ok(()) => {}
             Err(end) => return end,
         }
@@ -446,13 +449,13 @@ fn refuse<T: Transport + ?Sized>(
     }
 }
 
-fn serve_call<T: Transport + ?Sized>(
+fn serve_call<T: Transport + ?Sized, P>(
     stream: &mut T,
     first: u8,
-    router: &Router,
+    router: &Router<P>,
     limits: &ServerLimits,
     stop: &Stop,
-    peer: &PeerIdentities,
+    peer: &P,
     last: bool,
 ) -> Result<(), ConnectionEnd> {
     let io_err = |e: io::Error| ConnectionEnd::Io(e.to_string());
@@ -495,7 +498,7 @@ fn serve_call<T: Transport + ?Sized>(
         method: header.method,
         deadline: Instant::now() + timeout,
         stop: stop.clone(),
-        peer: peer.clone(),
+        peer,
     };
 
     let request = frame::read_frame(

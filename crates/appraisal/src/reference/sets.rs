@@ -37,7 +37,7 @@
 //! # Warnings
 //!
 //! A set within the warning window of its not-after admits with a
-//! *warning* ([`Verdict::warnings`]): admitted, and the reason said, so a
+//! *warning* ([`SetVerdict::warnings`]): admitted, and the reason said, so a
 //! retirement is seen coming rather than met as a cliff.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -47,6 +47,7 @@ use std::sync::{Arc, RwLock};
 use super::{ReferenceError, ReleaseKey, instant, open};
 use confboot_attest::measurements::MeasurementPolicy;
 use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, Validator, Variant};
+pub use confboot_attest::{SetName, SetVerdict};
 use confboot_tpm::event_log::EventList;
 
 /// Most files read from a set directory.
@@ -54,21 +55,6 @@ pub const MAX_SET_FILES: usize = 64;
 /// Most retired sets remembered (for a refused node's message, and
 /// against a set put back).
 pub const MAX_RETIRED: usize = 256;
-
-/// A set's name and version, as messages and metrics show it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SetName {
-    /// The image's name.
-    pub name: String,
-    /// The image's version.
-    pub version: String,
-}
-
-impl std::fmt::Display for SetName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.name, self.version)
-    }
-}
 
 /// A live set: what one signed file says for the variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,22 +173,6 @@ impl Refresh {
     /// Whether the live sets changed.
     pub fn changed(&self) -> bool {
         !self.added.is_empty() || !self.retired.is_empty()
-    }
-}
-
-/// An admission: the set matched, and the warnings, if any.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// The set the measurements match.
-    pub set: SetName,
-    /// Why the admission is a warning (empty: affirming).
-    pub warnings: Vec<String>,
-}
-
-impl Verdict {
-    /// Whether the admission comes with a warning.
-    pub fn is_warning(&self) -> bool {
-        !self.warnings.is_empty()
     }
 }
 
@@ -414,7 +384,7 @@ impl ReferenceSets {
         now: i64,
         warn_window: i64,
         ignored: &[u32],
-    ) -> Result<Verdict, SetsRefusal> {
+    ) -> Result<SetVerdict, SetsRefusal> {
         let matches = |set: &LiveSet| {
             let mut policy = set.policy.clone();
             for pcr in ignored {
@@ -452,7 +422,7 @@ impl ReferenceSets {
                     ),
                 );
             }
-            return Ok(Verdict {
+            return Ok(SetVerdict {
                 set: set.name.clone(),
                 warnings,
             });
@@ -482,19 +452,16 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
         .expect("SHA-256 is 32 bytes")
 }
 
-/// What a [`SetsValidator`] tells of each admission (for logs and
-/// metrics).
-pub type VerdictObserver = Arc<dyn Fn(&Verdict) + Send + Sync>;
-
 /// A validator of vTPM evidence against the live sets: the evidence
 /// checked by `evidence` (its AK, quote, binding and event log, no
-/// measurement), then its PCRs by [`ReferenceSets::check`].
+/// measurement), then its PCRs by [`ReferenceSets::check`]. What it admits
+/// carries the verdict ([`Attested::set_verdict`]): the set matched, and
+/// its warnings.
 pub struct SetsValidator {
     evidence: Arc<dyn Validator>,
     sets: Arc<RwLock<ReferenceSets>>,
     warn_window: i64,
     ignored: Vec<u32>,
-    observer: Option<VerdictObserver>,
 }
 
 impl SetsValidator {
@@ -512,37 +479,7 @@ impl SetsValidator {
             sets,
             warn_window,
             ignored,
-            observer: None,
         }
-    }
-
-    /// Tells `observer` of every admission.
-    pub fn observed_by(mut self, observer: VerdictObserver) -> SetsValidator {
-        self.observer = Some(observer);
-        self
-    }
-
-    /// The verdict on evidence, as [`Validator::validate`] but with it.
-    pub fn verdict(
-        &self,
-        evidence: &[u8],
-        extra_data: &[u8; EXTRA_DATA_LEN],
-    ) -> Result<(Attested, Verdict), AttestationError> {
-        let attested = self.evidence.validate(evidence, extra_data)?;
-        let now = confboot_util::time::unix_now();
-        let sets = self.sets.read().unwrap_or_else(|e| e.into_inner());
-        let verdict = sets
-            .check(&attested.measurements, now, self.warn_window, &self.ignored)
-            .map_err(|e| match e {
-                SetsRefusal::NoMatch { mut differences } if differences.len() == 1 => {
-                    differences.remove(0).1
-                }
-                other => AttestationError::Policy(other.to_string()),
-            })?;
-        if let Some(observer) = &self.observer {
-            observer(&verdict);
-        }
-        Ok((attested, verdict))
     }
 }
 
@@ -556,7 +493,21 @@ impl Validator for SetsValidator {
         evidence: &[u8],
         extra_data: &[u8; EXTRA_DATA_LEN],
     ) -> Result<Attested, AttestationError> {
-        self.verdict(evidence, extra_data).map(|(a, _)| a)
+        let attested = self.evidence.validate(evidence, extra_data)?;
+        let now = confboot_util::time::unix_now();
+        let sets = self.sets.read().unwrap_or_else(|e| e.into_inner());
+        let verdict = sets
+            .check(&attested.measurements, now, self.warn_window, &self.ignored)
+            .map_err(|e| match e {
+                SetsRefusal::NoMatch { mut differences } if differences.len() == 1 => {
+                    differences.remove(0).1
+                }
+                other => AttestationError::Policy(other.to_string()),
+            })?;
+        Ok(Attested {
+            set_verdict: Some(verdict),
+            ..attested
+        })
     }
 }
 

@@ -55,7 +55,8 @@ pub fn serve(
     pool: PoolConfig,
     issuer: Arc<dyn Issuer>,
 ) -> io::Result<ServerHandle> {
-    confboot_atls::serve(listener, pool, limits(), Router::new(), Some(issuer), &[])
+    let atls = confboot_atls::AtlsServer::new(Some(issuer)).map_err(io::Error::other)?;
+    confboot_atls::serve(listener, pool, limits(), Router::new(), atls)
 }
 
 /// What the admin's client read: the node's evidence, and the
@@ -230,8 +231,7 @@ mod tests {
             PoolConfig::default(),
             limits(),
             Router::new(),
-            None,
-            &[],
+            AtlsServer::new(None).unwrap(),
         )
         .unwrap();
         let got = fetch_document(&silent.local_addr().to_string(), Duration::from_secs(10));
@@ -248,7 +248,8 @@ mod tests {
         huge.stop();
 
         // A server that wants its callers to attest refuses this one.
-        let picky = AtlsServer::new(Some(Arc::new(Echo)), vec![Arc::new(EchoCheck)]).unwrap();
+        let picky =
+            AtlsServer::requiring_clients(Some(Arc::new(Echo)), vec![Arc::new(EchoCheck)]).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
@@ -293,6 +294,7 @@ mod tests {
                 return Err(AttestationError::Binding("another session".into()));
             }
             Ok(confboot_attest::Attested {
+                set_verdict: None,
                 warnings: Vec::new(),
                 variant: Variant::QemuVtpm,
                 measurements: Default::default(),

@@ -80,7 +80,7 @@ impl Fixture {
         self.write(file, &set.sign(&self.key).unwrap());
     }
 
-    fn check(&self, version: &str, now: i64) -> Result<Verdict, SetsRefusal> {
+    fn check(&self, version: &str, now: i64) -> Result<SetVerdict, SetsRefusal> {
         self.sets.check(&node(version), now, DAY, &[])
     }
 }
