@@ -52,6 +52,11 @@ const NEVER: &[(&str, &str, &str)] = &[
         "confboot-attest",
         "the disk takes keys, not evidence",
     ),
+    (
+        "confboot-cluster",
+        "confboot-disk",
+        "a ticket's checks need the measurement salt's bounds, which kms keeps, not the disk",
+    ),
 ];
 
 /// The workspace's crates and their normal dependencies on other
