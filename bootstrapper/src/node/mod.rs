@@ -176,7 +176,7 @@ enum CheckedKind {
     /// A first join, for the disk of this UUID.
     Join {
         disk_uuid: String,
-        ticket: CheckedJoinTicket,
+        ticket: Box<CheckedJoinTicket>,
     },
     /// A rejoin.
     Rejoin(CheckedRejoinTicket),
@@ -517,7 +517,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 self.check_join_service(ticket.cluster_id(), service)?;
                 CheckedKind::Join {
                     disk_uuid: disk_uuid.clone(),
-                    ticket,
+                    ticket: Box::new(ticket),
                 }
             }
             (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {

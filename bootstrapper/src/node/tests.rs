@@ -1523,7 +1523,7 @@ fn rejoin(rig: &Rig) {
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     assert_eq!(
         rig.node
-            .apply_ticket(&token, &checked(&rig, &request, &ticket))
+            .apply_ticket(&token, &checked(rig, &request, &ticket))
             .unwrap(),
         Outcome::Rejoined
     );
@@ -1938,7 +1938,7 @@ fn rejoin_with(rig: &Rig, cluster: &ClusterGenerations) -> Result<Outcome, NodeE
     rig.node.check_ticket(&request, &from_member(&ticket))?;
     let token = rig.node.take_lock(holder::JOIN)?;
     rig.node
-        .apply_ticket(&token, &checked(&rig, &request, &ticket))
+        .apply_ticket(&token, &checked(rig, &request, &ticket))
 }
 
 fn kept_generation(rig: &Rig) -> u64 {
