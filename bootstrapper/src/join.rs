@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::{Issuer, Validator};
-use confboot_cluster::ticket::{TicketError, open_join_ticket, open_rejoin_ticket};
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket, TicketError};
 use confboot_kms::seal::SealingKeyPair;
 use confboot_proto::join::{
     ConfirmGenerationRequest, IssueJoinTicketRequest, IssueRejoinTicketRequest,
@@ -242,20 +242,20 @@ impl JoinClient {
                     node_public_endpoint: vpn.public_endpoint,
                     ..Default::default()
                 };
-                let mut ticket = client
+                let wire = client
                     .unary(confboot_proto::JOIN, &req, left)
                     .map_err(AttemptError::Call)?;
-                open_join_ticket(&mut ticket, &sealing).map_err(AttemptError::Unsealed)?;
+                let ticket = JoinTicket::open(&wire, &sealing).map_err(AttemptError::Unsealed)?;
                 Ok(Ticket::Join(ticket))
             }
             TicketRequest::Rejoin { disk_uuid } => {
                 let req = IssueRejoinTicketRequest {
                     disk_uuid: disk_uuid.clone(),
                 };
-                let mut ticket = client
+                let wire = client
                     .unary(confboot_proto::REJOIN, &req, left)
                     .map_err(AttemptError::Call)?;
-                open_rejoin_ticket(&mut ticket, &sealing).map_err(AttemptError::Unsealed)?;
+                let ticket = RejoinTicket::open(&wire, &sealing).map_err(AttemptError::Unsealed)?;
                 Ok(Ticket::Rejoin(ticket))
             }
         }?;
@@ -506,8 +506,9 @@ mod tests {
     /// offered: the node keeps only the last.
     #[test]
     fn a_ticket_not_sealed_to_this_attempts_key_is_thrown_away() {
-        use confboot_atls::{AtlsServer, AttestedPeer};
-        use confboot_cluster::ticket::seal_rejoin_ticket;
+        use confboot_atls::AttestedPeer;
+        use confboot_cluster::ticket::RejoinTicket;
+        use confboot_kms::SecretBytes;
         use confboot_proto::join::IssueRejoinTicketResponse;
         use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -519,21 +520,28 @@ mod tests {
         let router = confboot_wire::Router::<AttestedPeer>::new().unary(
             confboot_proto::REJOIN,
             move |ctx, _| {
-                let mut ticket = IssueRejoinTicketResponse {
-                    state_disk_key: vec![3; 32],
-                    measurement_secret: vec![1; 32],
-                    generation: 0,
-                    measurement_salt: vec![2; 32],
-                    sealed_secrets: Vec::new(),
-                };
                 let to = match served.load(Ordering::SeqCst) {
-                    CLEAR => return Ok(ticket),
+                    CLEAR => {
+                        return Ok(IssueRejoinTicketResponse {
+                            state_disk_key: vec![3; 32],
+                            measurement_secret: vec![1; 32],
+                            generation: 0,
+                            measurement_salt: vec![2; 32],
+                            sealed_secrets: Vec::new(),
+                        });
+                    }
                     OTHER_KEY => SealingKeyPair::generate().public_key(),
                     _ => ctx.peer().sealing_key().expect("the node offered a key").0,
                 };
-                seal_rejoin_ticket(&mut ticket, &to)
-                    .map_err(|e| Status::internal(e.to_string()))?;
-                Ok(ticket)
+                let ticket = RejoinTicket {
+                    state_disk_key: SecretBytes::new(vec![3; 32]),
+                    measurement_secret: SecretBytes::new(vec![1; 32]),
+                    generation: 0,
+                    measurement_salt: vec![2; 32],
+                };
+                ticket
+                    .seal(&to)
+                    .map_err(|e| Status::internal(e.to_string()))
             },
         );
         let server = atls::serve(
@@ -581,8 +589,8 @@ mod tests {
                 ticket: Ticket::Rejoin(t),
                 ..
             }) => {
-                assert_eq!(t.state_disk_key, vec![3; 32]);
-                assert_eq!(t.measurement_secret, vec![1; 32]);
+                assert_eq!(t.state_disk_key.expose(), vec![3; 32]);
+                assert_eq!(t.measurement_secret.expose(), vec![1; 32]);
             }
             Ok(_) => panic!("a join ticket for a rejoin"),
             Err(e) => panic!("{e:?}"),

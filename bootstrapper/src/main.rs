@@ -473,11 +473,14 @@ fn join_flow(
     let mut thrown_away = Backoff::new(join_client.initial_backoff, join_client.max_backoff);
     loop {
         let issued = join_client.run(request, stop)?;
-        if let Err(e) = node.check_ticket(request, &issued) {
-            log::warn!("join: ticket thrown away: {e}");
-            stop.sleep(thrown_away.next_delay());
-            continue;
-        }
+        let checked = match node.check_ticket(request, &issued) {
+            Ok(checked) => checked,
+            Err(e) => {
+                log::warn!("join: ticket thrown away: {e}");
+                stop.sleep(thrown_away.next_delay());
+                continue;
+            }
+        };
         let token = match node.take_lock(holder::JOIN) {
             Ok(token) => token,
             Err(e) => {
@@ -489,6 +492,6 @@ fn join_flow(
             "join: nodelock taken ({:.1} s after start)",
             started.elapsed().as_secs_f64()
         );
-        return Some(node.apply_ticket(&token, request, &issued.ticket));
+        return Some(node.apply_ticket(&token, &checked));
     }
 }

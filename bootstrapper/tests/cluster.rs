@@ -212,6 +212,7 @@ fn init_join_refuse_restart_and_recover() {
     )
     .unwrap();
     let salt = confboot_util::hex::decode(cluster["measurementSalt"].as_str().unwrap()).unwrap();
+    let salt = confboot_kms::MeasurementSalt::new(salt).unwrap();
     // Every bootstrapped node carries the cluster id in PCR 15.
     let marked = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
         master.measurement_secret().expose(),
@@ -231,7 +232,7 @@ fn init_join_refuse_restart_and_recover() {
     let join_port = free_port();
     let setup = |master: &MasterSecret| JoinsvcSetup {
         master_secret: master.clone(),
-        measurement_salt: salt.clone(),
+        measurement_salt: salt.to_vec(),
         pinned_aks: vec![
             tpm2.ak_public.clone(),
             tpm3.ak_public.clone(),

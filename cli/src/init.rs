@@ -9,7 +9,6 @@ use confboot_kms::{MasterSecret, init_secret};
 use confboot_proto::DEFAULT_INIT_PORT;
 use confboot_proto::init::{InitRequest, InitResponse, SshUserKey, init_response};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
-use ring::rand::SecureRandom;
 
 use crate::common;
 use confboot_util::text::{printable, printable_str};
@@ -211,10 +210,8 @@ fn init(config: &Config) -> Result<(), String> {
             )
         }
     };
-    let mut measurement_salt = vec![0u8; 32];
-    ring::rand::SystemRandom::new()
-        .fill(&mut measurement_salt)
-        .map_err(|_| "no randomness".to_string())?;
+    let measurement_salt =
+        confboot_kms::MeasurementSalt::generate().map_err(|_| "no randomness".to_string())?;
 
     let started = std::time::Instant::now();
     let measurements = &config.check.policy_files;
@@ -241,7 +238,7 @@ fn init(config: &Config) -> Result<(), String> {
     let mut request = InitRequest::default();
     request.kms_uri = master.to_kms_uri().to_string();
     request.storage_uri = "storage://no-store".into();
-    request.measurement_salt = measurement_salt.clone();
+    request.measurement_salt = measurement_salt.to_vec();
     request.kubernetes_version = config.kubernetes_version.clone();
     request.init_secret = init_secret.to_vec();
     request.cluster_name = config.cluster_name.clone();
@@ -280,7 +277,7 @@ fn init(config: &Config) -> Result<(), String> {
         "node": node,
         "clusterId": confboot_util::hex::encode(&success.cluster_id),
         "ownerId": confboot_util::hex::encode(&success.owner_id),
-        "measurementSalt": confboot_util::hex::encode(&measurement_salt),
+        "measurementSalt": confboot_util::hex::encode(measurement_salt.as_bytes()),
     });
     common::write_secret_file(state_out, format!("{state:#}\n").as_bytes())?;
     println!(

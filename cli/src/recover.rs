@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_kms::{MIN_MEASUREMENT_SALT_LEN, MasterSecret, init_secret};
+use confboot_kms::{MasterSecret, MeasurementSalt, init_secret};
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
@@ -111,13 +111,8 @@ fn recover(config: &Config) -> Result<(), String> {
     let master = MasterSecret::read_file(&config.master_secret).map_err(|e| e.to_string())?;
     let measurement_salt = common::cluster_file_field(&config.cluster_file, "measurementSalt")
         .map_err(|e| format!("--{}: {e}", CLUSTER_FILE.long))?;
-    if measurement_salt.len() < MIN_MEASUREMENT_SALT_LEN {
-        return Err(format!(
-            "--{}: the measurement salt has {} bytes, want at least {MIN_MEASUREMENT_SALT_LEN}",
-            CLUSTER_FILE.long,
-            measurement_salt.len()
-        ));
-    }
+    let measurement_salt = MeasurementSalt::new(measurement_salt)
+        .map_err(|e| format!("--{}: {e}", CLUSTER_FILE.long))?;
     let validators = config.check.validators()?;
     let measurements = &config.check.policy_files;
     let (mut client, _) = atls::connect(node, Duration::from_secs(30), &validators, None)
@@ -127,7 +122,7 @@ fn recover(config: &Config) -> Result<(), String> {
         kms_uri: master.to_kms_uri().to_string(),
         storage_uri: "storage://no-store".into(),
         init_secret: init_secret.to_vec(),
-        measurement_salt,
+        measurement_salt: measurement_salt.to_vec(),
     };
     let _: RecoverResponse = client
         .unary(confboot_proto::RECOVER, &msg, Duration::from_secs(120))

@@ -33,18 +33,17 @@ use confboot_attest::check::ReportDataCheck;
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_cluster::mark::marked_pcr15;
 use confboot_cluster::ticket::{
-    STATE_DISK_KEY_LEN, TicketError, check_cluster_mark, check_join_ticket, check_rejoin_ticket,
-    open_join_ticket, open_rejoin_ticket,
+    JoinTicket, RejoinTicket, STATE_DISK_KEY_LEN, TicketError, check_member_mark,
 };
 use confboot_disk::cryptsetup::{
     BOOTSTRAPPED_TOKEN_TYPE, HeaderMetadata, SALT_TOKEN_TYPE, parse_luks_uuid,
 };
-use confboot_disk::{DiskBackend, DiskError, DiskState, MEASUREMENT_SALT_LEN, StateDisk};
+use confboot_disk::{DiskBackend, DiskError, DiskState, StateDisk};
 use confboot_kms::init_secret::{InitSecretHash, MAX_ITERATIONS, MIN_ITERATIONS};
 use confboot_kms::seal::{SealedKind, SealingKeyPair, seal};
 use confboot_kms::{
-    MIN_MASTER_SECRET_LEN, MIN_SALT_LEN, MasterSecret, SecretBytes, StorageUri, derive_cluster_id,
-    is_uuid,
+    MEASUREMENT_SALT_LEN, MIN_MASTER_SECRET_LEN, MIN_SALT_LEN, MasterSecret, MeasurementSalt,
+    SecretBytes, StorageUri, is_uuid,
 };
 use confboot_proto::Message;
 use confboot_proto::health::HealthCheckResponse;
@@ -373,18 +372,20 @@ pub fn sealed_ticket(data: &[u8]) {
     let key = sealed_ticket_key();
     if scenario & 2 == 0 {
         if rejoin {
-            let Ok(mut t) = IssueRejoinTicketResponse::decode(rest) else {
+            let Ok(t) = IssueRejoinTicketResponse::decode(rest) else {
                 return;
             };
-            if open_rejoin_ticket(&mut t, key).is_ok() {
-                assert!(t.sealed_secrets.is_empty());
+            if let Ok(opened) = RejoinTicket::open(&t, key) {
+                assert!(!t.sealed_secrets.is_empty() && t.state_disk_key.is_empty());
+                assert_eq!(opened.measurement_salt, t.measurement_salt);
             }
         } else {
-            let Ok(mut t) = IssueJoinTicketResponse::decode(rest) else {
+            let Ok(t) = IssueJoinTicketResponse::decode(rest) else {
                 return;
             };
-            if open_join_ticket(&mut t, key).is_ok() {
-                assert!(t.sealed_secrets.is_empty());
+            if let Ok(opened) = JoinTicket::open(&t, key) {
+                assert!(!t.sealed_secrets.is_empty() && t.token.is_empty());
+                assert_eq!(opened.measurement_salt, t.measurement_salt);
             }
         }
         return;
@@ -403,14 +404,14 @@ pub fn sealed_ticket(data: &[u8]) {
     };
     let decoded = TicketSecrets::decode(rest).ok();
     if rejoin {
-        let mut t = IssueRejoinTicketResponse::default();
-        t.sealed_secrets = sealed.clone();
-        let opened = open_rejoin_ticket(&mut t, key);
+        let mut wire = IssueRejoinTicketResponse::default();
+        wire.sealed_secrets = sealed.clone();
+        let opened = RejoinTicket::open(&wire, key);
         let expected = decoded.filter(|d| d.token.is_empty() && d.control_plane_files.is_empty());
         match (opened, expected) {
-            (Ok(()), Some(d)) => {
-                assert_eq!(t.state_disk_key, d.state_disk_key);
-                assert_eq!(t.measurement_secret, d.measurement_secret);
+            (Ok(t), Some(d)) => {
+                assert_eq!(t.state_disk_key.expose(), d.state_disk_key);
+                assert_eq!(t.measurement_secret.expose(), d.measurement_secret);
             }
             (Err(TicketError::Unusable(_)), None) => {}
             (opened, expected) => panic!(
@@ -421,17 +422,27 @@ pub fn sealed_ticket(data: &[u8]) {
         }
         let mut as_join = IssueJoinTicketResponse::default();
         as_join.sealed_secrets = sealed;
-        assert!(open_join_ticket(&mut as_join, key).is_err(), "{other}");
+        assert!(JoinTicket::open(&as_join, key).is_err(), "{other}");
     } else {
-        let mut t = IssueJoinTicketResponse::default();
-        t.sealed_secrets = sealed.clone();
-        let opened = open_join_ticket(&mut t, key);
+        let mut wire = IssueJoinTicketResponse::default();
+        wire.sealed_secrets = sealed.clone();
+        let opened = JoinTicket::open(&wire, key);
         match (opened, decoded) {
-            (Ok(()), Some(d)) => {
-                assert_eq!(t.state_disk_key, d.state_disk_key);
-                assert_eq!(t.measurement_secret, d.measurement_secret);
-                assert_eq!(t.token, d.token);
-                assert_eq!(t.control_plane_files, d.control_plane_files);
+            (Ok(t), Some(d)) => {
+                assert_eq!(t.state_disk_key.expose(), d.state_disk_key);
+                assert_eq!(t.measurement_secret.expose(), d.measurement_secret);
+                assert_eq!(*t.token, d.token);
+                let files: Vec<(&str, &[u8])> = t
+                    .control_plane_files
+                    .iter()
+                    .map(|f| (f.name.as_str(), f.data.expose()))
+                    .collect();
+                let sent: Vec<(&str, &[u8])> = d
+                    .control_plane_files
+                    .iter()
+                    .map(|f| (f.name.as_str(), &f.data[..]))
+                    .collect();
+                assert_eq!(files, sent);
             }
             (Err(TicketError::Unusable(_)), None) => {}
             (opened, decoded) => panic!(
@@ -442,7 +453,7 @@ pub fn sealed_ticket(data: &[u8]) {
         }
         let mut as_rejoin = IssueRejoinTicketResponse::default();
         as_rejoin.sealed_secrets = sealed;
-        assert!(open_rejoin_ticket(&mut as_rejoin, key).is_err(), "{other}");
+        assert!(RejoinTicket::open(&as_rejoin, key).is_err(), "{other}");
     }
 }
 
@@ -453,6 +464,10 @@ pub fn sealed_ticket(data: &[u8]) {
 /// cluster, an unmarked PCR 15). A ticket is taken only with a usable key
 /// and secret and only from a service marked for the ticket's cluster.
 pub fn join_ticket(data: &[u8]) {
+    let derive_cluster_id = |secret: &[u8], salt: &[u8]| {
+        let salt = MeasurementSalt::try_from(salt).expect("a taken ticket's salt is checked");
+        confboot_kms::derive_cluster_id(secret, &salt)
+    };
     let Some((&scenario, answer)) = data.split_first() else {
         return;
     };
@@ -470,6 +485,20 @@ pub fn join_ticket(data: &[u8]) {
         variant: Variant::QemuVtpm,
         measurements: m.into_iter().collect(),
     });
+    // The node's checks of a ticket's fields (its secrets as they would
+    // have opened: the wire's plaintext fields carry them here) and of the
+    // service's mark, once.
+    let checks = |secret: &[u8], salt: &[u8], key: &[u8]| {
+        let ticket = RejoinTicket {
+            state_disk_key: SecretBytes::new(key.to_vec()),
+            measurement_secret: SecretBytes::new(secret.to_vec()),
+            measurement_salt: salt.to_vec(),
+            generation: 0,
+        };
+        ticket
+            .check()
+            .and_then(|t| check_member_mark(t.cluster_id(), service.as_ref()).map(|()| t))
+    };
     let mut client = Client::new(Scripted::new(answer));
     let timeout = Duration::from_secs(60);
     let uuid = "0a1b2c3d-0000-4000-8000-000000000001".to_string();
@@ -477,11 +506,16 @@ pub fn join_ticket(data: &[u8]) {
     let taken: Option<(Vec<u8>, Vec<u8>, Vec<u8>)> = if rejoin {
         let req = IssueRejoinTicketRequest { disk_uuid: uuid };
         client.unary(REJOIN, &req, timeout).ok().and_then(|t| {
-            let ok = check_rejoin_ticket(&t).and_then(|()| {
-                check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service.as_ref())
-            });
-            ok.is_ok().then(|| {
-                assert!(MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()));
+            let ok = checks(
+                &t.measurement_secret,
+                &t.measurement_salt,
+                &t.state_disk_key,
+            );
+            ok.ok().map(|checked| {
+                assert!(
+                    MEASUREMENT_SALT_LEN.contains(&checked.measurement_salt().as_bytes().len())
+                );
+                assert_eq!(checked.state_disk_key().expose(), t.state_disk_key);
                 (
                     t.measurement_secret.clone(),
                     t.measurement_salt.clone(),
@@ -496,11 +530,19 @@ pub fn join_ticket(data: &[u8]) {
             ..Default::default()
         };
         client.unary(JOIN, &req, timeout).ok().and_then(|t| {
-            let ok = check_join_ticket(&t).and_then(|()| {
-                check_cluster_mark(&t.measurement_secret, &t.measurement_salt, service.as_ref())
+            let ticket = JoinTicket {
+                state_disk_key: SecretBytes::new(t.state_disk_key.clone()),
+                measurement_secret: SecretBytes::new(t.measurement_secret.clone()),
+                measurement_salt: t.measurement_salt.clone(),
+                ..Default::default()
+            };
+            let ok = ticket.check().and_then(|checked| {
+                check_member_mark(checked.cluster_id(), service.as_ref()).map(|()| checked)
             });
-            ok.is_ok().then(|| {
-                assert!(MEASUREMENT_SALT_LEN.contains(&t.measurement_salt.len()));
+            ok.ok().map(|checked| {
+                assert!(
+                    MEASUREMENT_SALT_LEN.contains(&checked.measurement_salt().as_bytes().len())
+                );
                 (
                     t.measurement_secret.clone(),
                     t.measurement_salt.clone(),
@@ -1441,14 +1483,14 @@ pub fn luks2_metadata(data: &[u8]) {
     };
     let disk = StateDisk::new(MetadataDisk(meta.clone()));
     if let Ok(salt) = disk.measurement_salt() {
-        assert!(MEASUREMENT_SALT_LEN.contains(&salt.len()));
+        assert!(MEASUREMENT_SALT_LEN.contains(&salt.as_bytes().len()));
         let (_, token) = meta
             .token(SALT_TOKEN_TYPE)
             .ok()
             .flatten()
             .expect("a salt from no token");
         let hex = token["salt"].as_str().expect("a salt that is no string");
-        assert_eq!(confboot_util::hex::decode(hex).ok(), Some(salt));
+        assert_eq!(confboot_util::hex::decode(hex).ok(), Some(salt.to_vec()));
     }
     if disk.bootstrapped() == Ok(true) {
         let (_, token) = meta

@@ -229,7 +229,8 @@ fn rpc_client() -> Vec<Seed> {
 /// key (whole, cut short, beside a secret in the clear) and plaintexts of
 /// sealed secrets (a join's, a rejoin's, a rejoin's with a token).
 fn sealed_ticket() -> Vec<Seed> {
-    use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
+    use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
+    use confboot_kms::SecretBytes;
     let node = crate::sealed_ticket_key().public_key();
     let secrets = |token: &str, files: usize| TicketSecrets {
         state_disk_key: vec![1; 32],
@@ -243,17 +244,24 @@ fn sealed_ticket() -> Vec<Seed> {
             .collect(),
     };
     let with = |scenario: u8, bytes: Vec<u8>| [vec![scenario], bytes].concat();
-    let mut join = join_response(&TICKET_SECRET, &TICKET_SALT, 32);
-    join.token = "abcdef.0123456789abcdef".into();
-    seal_join_ticket(&mut join, &node).expect("sealed");
-    let mut rejoin = IssueRejoinTicketResponse {
-        state_disk_key: vec![1; 32],
-        measurement_secret: TICKET_SECRET.to_vec(),
+    let join = JoinTicket {
+        state_disk_key: SecretBytes::new(vec![1; 32]),
+        measurement_secret: SecretBytes::new(TICKET_SECRET.to_vec()),
+        measurement_salt: TICKET_SALT.to_vec(),
+        api_server_endpoint: "10.0.0.1:6443".into(),
+        token: "abcdef.0123456789abcdef".to_string().into(),
+        ..Default::default()
+    }
+    .seal(&node)
+    .expect("sealed");
+    let rejoin = RejoinTicket {
+        state_disk_key: SecretBytes::new(vec![1; 32]),
+        measurement_secret: SecretBytes::new(TICKET_SECRET.to_vec()),
         generation: 3,
         measurement_salt: TICKET_SALT.to_vec(),
-        sealed_secrets: Vec::new(),
-    };
-    seal_rejoin_ticket(&mut rejoin, &node).expect("sealed");
+    }
+    .seal(&node)
+    .expect("sealed");
     let mut cut = join.clone();
     cut.sealed_secrets.truncate(40);
     let mut beside = join.clone();

@@ -5,7 +5,7 @@
 use confboot_atls::AttestationMessage;
 use confboot_attest::check::ReportDataCheck;
 use confboot_attest::{AttestationError, Validator, Variant};
-use confboot_cluster::ticket::{check_cluster_mark, check_join_ticket};
+use confboot_cluster::ticket::{JoinTicket, check_cluster_mark, check_member_mark};
 use confboot_fuzz_targets::fixtures::{self, EXTRA, PcrSet};
 use confboot_fuzz_targets::{TICKET_SALT, TICKET_SECRET};
 use confboot_proto::Message;
@@ -103,22 +103,24 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
 
 #[test]
 fn the_ticket_targets_cluster_is_the_members() {
-    let member = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
-        &TICKET_SECRET,
-        &TICKET_SALT,
-    ));
+    let salt = confboot_kms::MeasurementSalt::try_from(&TICKET_SALT[..]).unwrap();
+    let member =
+        confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(&TICKET_SECRET, &salt));
     let service = confboot_attest::Attested {
         set_verdict: None,
         warnings: Vec::new(),
         variant: Variant::QemuVtpm,
         measurements: [(confboot_tpm::CLUSTER_ID_PCR, member.to_vec())].into(),
     };
-    let mut t = confboot_proto::join::IssueJoinTicketResponse::default();
-    t.state_disk_key = vec![1; 32];
-    t.measurement_secret = TICKET_SECRET.to_vec();
-    t.measurement_salt = TICKET_SALT.to_vec();
-    check_join_ticket(&t).unwrap();
-    check_cluster_mark(&TICKET_SECRET, &TICKET_SALT, Some(&service)).unwrap();
+    let t = JoinTicket {
+        state_disk_key: confboot_kms::SecretBytes::new(vec![1; 32]),
+        measurement_secret: confboot_kms::SecretBytes::new(TICKET_SECRET.to_vec()),
+        measurement_salt: TICKET_SALT.to_vec(),
+        ..Default::default()
+    };
+    let checked = t.check().unwrap();
+    check_member_mark(checked.cluster_id(), Some(&service)).unwrap();
+    check_cluster_mark(&TICKET_SECRET, &salt, Some(&service)).unwrap();
 }
 
 /// The luks2_header seeds reach the unlock (their key-slot areas are not

@@ -13,6 +13,7 @@ use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::kubelet_cert::KubeletCertSigner;
 use confboot_kms::MasterSecret;
+use confboot_kms::{MEASUREMENT_SALT_LEN, MeasurementSalt};
 use confboot_net::listener::PoolConfig;
 use confboot_tpm::Tpm;
 use confboot_util::args::{ArgsError, Matches, Opt};
@@ -60,8 +61,8 @@ pub struct ServeConfig {
     pub health_listen: String,
     /// The master-secret file.
     pub master_secret: PathBuf,
-    /// The cluster's measurement salt (at least 32 bytes).
-    pub measurement_salt: Vec<u8>,
+    /// The cluster's measurement salt.
+    pub measurement_salt: MeasurementSalt,
     /// How joining nodes are checked.
     pub attestation: AttestationSettings,
     /// The signed reference-value sets of vTPM nodes, in place of the
@@ -253,13 +254,14 @@ impl Config {
         let master_secret = master_secret.map_err(args)?;
         let measurement_salt = confboot_util::hex::decode(&measurement_salt.map_err(args)?)
             .map_err(|e| format!("--{}: {e}", MEASUREMENT_SALT.long))?;
-        if measurement_salt.len() < confboot_kms::MIN_MEASUREMENT_SALT_LEN {
-            return Err(format!(
-                "--{} must be at least {} bytes",
-                MEASUREMENT_SALT.long,
-                confboot_kms::MIN_MEASUREMENT_SALT_LEN
-            ));
-        }
+        let measurement_salt = MeasurementSalt::new(measurement_salt).map_err(|e| {
+            let (least, most) = (MEASUREMENT_SALT_LEN.start(), MEASUREMENT_SALT_LEN.end());
+            if e.len < *least {
+                format!("--{} must be at least {least} bytes", MEASUREMENT_SALT.long)
+            } else {
+                format!("--{} must be at most {most} bytes", MEASUREMENT_SALT.long)
+            }
+        })?;
         let variants =
             parse_variants(&variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
         let given_measurements = attestation.measurements.is_some();

@@ -9,13 +9,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use confboot_appraisal::ear::Status as EarStatus;
 use confboot_atls::{AtlsError, AttestedPeer, SealingKey};
-use confboot_attest::{AttestationError, Attested, Variant};
+use confboot_appraisal::ear::Status as EarStatus;
 use confboot_cluster::mark::{ClusterMarks, MarkState};
-use confboot_cluster::ticket::{seal_join_ticket, seal_rejoin_ticket};
+use confboot_attest::{AttestationError, Attested, Variant};
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_kms::seal::SealError;
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
+use confboot_proto::join::{
+    ConfirmGenerationRequest, ConfirmGenerationResponse, IssueJoinTicketRequest,
+    IssueJoinTicketResponse, IssueRejoinTicketRequest, IssueRejoinTicketResponse,
+};
+use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
 use confboot_proto::{CONFIRM_GENERATION, GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 use confboot_wire::{CallContext, Code, Router, Status};
 
@@ -226,7 +231,7 @@ pub enum CallerCheck {
 /// handshake checks the measurement policy but not the mark register,
 /// which differs between a joining node and a member; each method says
 /// which it serves. A vTPM caller shows it in PCR 15, a TDX caller in
-/// `RTMR3` ([`TDX_MARK_INDEX`](confboot_cluster::mark::TDX_MARK_INDEX)), read against this cluster's marks
+/// `RTMR3` ([`TDX_MARK_INDEX`](confboot_attest::mark::TDX_MARK_INDEX)), read against this cluster's marks
 /// ([`ClusterMarks`]): all zero is a node not bootstrapped since it booted,
 /// this cluster's mark a member (peer updates, never a ticket), anything
 /// else (another cluster's mark, a register extended twice, a register
@@ -294,182 +299,271 @@ fn refuse_admission(metrics: &Metrics, variant: Option<Variant>, what: &str, s: 
     );
 }
 
-/// The join API: health check, join and rejoin tickets, for callers that
-/// attested in the handshake (each an [`AttestedPeer`]).
+/// What differs between the two ticket methods (JOIN, REJOIN): their
+/// messages, what they issue and seal, their count, their request's log
+/// line. Everything else, one path: [`serve_ticket`].
+trait TicketMethod {
+    /// The request message.
+    type Request;
+    /// The ticket value the ticket service issues.
+    type Ticket;
+    /// The wire message: the ticket, its secrets sealed.
+    type Response;
+    /// `join` or `rejoin`, as log lines and admission decisions name it.
+    const WHAT: &'static str;
+    /// The disk UUID the request names (raw: see [`disk_for_log`]).
+    fn disk_uuid(req: &Self::Request) -> &str;
+    /// Logs the request (after its caller passed every check).
+    fn log_request(req: &Self::Request, peer: &Attested);
+    /// Issues the ticket (or the refusal).
+    fn issue(
+        tickets: &TicketService,
+        caller: &Caller,
+        req: &Self::Request,
+    ) -> Result<Self::Ticket, IssueError>;
+    /// Seals the ticket to the caller's key.
+    fn seal(ticket: &Self::Ticket, key: &SealingKey) -> Result<Self::Response, SealError>;
+    /// Counts one ticket issued.
+    fn count(metrics: &Metrics);
+}
+
+/// `JOIN`: a join ticket.
+struct JoinMethod;
+
+impl TicketMethod for JoinMethod {
+    type Request = IssueJoinTicketRequest;
+    type Ticket = JoinTicket;
+    type Response = IssueJoinTicketResponse;
+    const WHAT: &'static str = "join";
+
+    fn disk_uuid(req: &IssueJoinTicketRequest) -> &str {
+        &req.disk_uuid
+    }
+
+    fn log_request(req: &IssueJoinTicketRequest, peer: &Attested) {
+        // One line per ticket at the production verbosity (its outcome,
+        // below); the request itself at debug.
+        log::debug!(
+            "join ticket requested for disk {} (control plane: {})",
+            disk_for_log(&req.disk_uuid),
+            req.is_control_plane
+        );
+        log::trace!("caller's measurements: {:?}", peer.measurements);
+    }
+
+    fn issue(
+        tickets: &TicketService,
+        caller: &Caller,
+        req: &IssueJoinTicketRequest,
+    ) -> Result<JoinTicket, IssueError> {
+        tickets.issue_join_ticket(caller, req)
+    }
+
+    fn seal(ticket: &JoinTicket, key: &SealingKey) -> Result<IssueJoinTicketResponse, SealError> {
+        ticket.seal(&key.0)
+    }
+
+    fn count(metrics: &Metrics) {
+        metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `REJOIN`: a rejoin ticket.
+struct RejoinMethod;
+
+impl TicketMethod for RejoinMethod {
+    type Request = IssueRejoinTicketRequest;
+    type Ticket = RejoinTicket;
+    type Response = IssueRejoinTicketResponse;
+    const WHAT: &'static str = "rejoin";
+
+    fn disk_uuid(req: &IssueRejoinTicketRequest) -> &str {
+        &req.disk_uuid
+    }
+
+    fn log_request(req: &IssueRejoinTicketRequest, _peer: &Attested) {
+        log::info!(
+            "rejoin ticket requested for disk {}",
+            disk_for_log(&req.disk_uuid)
+        );
+    }
+
+    fn issue(
+        tickets: &TicketService,
+        caller: &Caller,
+        req: &IssueRejoinTicketRequest,
+    ) -> Result<RejoinTicket, IssueError> {
+        tickets.issue_rejoin_ticket(caller, req)
+    }
+
+    fn seal(
+        ticket: &RejoinTicket,
+        key: &SealingKey,
+    ) -> Result<IssueRejoinTicketResponse, SealError> {
+        ticket.seal(&key.0)
+    }
+
+    fn count(metrics: &Metrics) {
+        metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves one ticket request (join or rejoin, `M`): the caller attested,
+/// is not bootstrapped (or is a launch the ledger admits), offered a
+/// sealing key; the ticket is issued, sealed to that key and counted.
+/// Each outcome is one admission decision ([`admission_result`]).
+fn serve_ticket<M: TicketMethod>(
+    tickets: &TicketService,
+    metrics: &Metrics,
+    ctx: &CallContext<'_, AttestedPeer>,
+    req: &M::Request,
+) -> Result<M::Response, Status> {
+    let what = M::WHAT;
+    let started = Instant::now();
+    // The handshake required attestation; fail closed all the same.
+    let peer = ctx.peer().attested();
+    let (policy, admitted) = appraised(peer);
+    let caller = match caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
+        Ok(caller) => caller,
+        Err(s) => {
+            metrics.refused("marked");
+            refuse_admission(metrics, Some(peer.variant), what, &s);
+            return Err(s);
+        }
+    };
+    let key = sealing_key(ctx).inspect_err(|s| {
+        metrics.refused("unsealed");
+        refuse_admission(metrics, Some(peer.variant), what, s);
+    })?;
+    M::log_request(req, peer);
+    let result = M::issue(tickets, &caller, req);
+    metrics.observe_latency(started.elapsed());
+    let disk = disk_for_log(M::disk_uuid(req));
+    match result {
+        Ok(ticket) => match M::seal(&ticket, &key) {
+            Ok(sealed) => {
+                M::count(metrics);
+                let decision = format!("{what} ticket issued for disk {disk}");
+                admission_result(metrics, admitted, &policy, &decision);
+                Ok(sealed)
+            }
+            Err(e) => {
+                metrics.refused("unsealed");
+                let s = sealing_status(&e);
+                let decision = format!("{what} ticket for disk {disk} not sealed: {e}");
+                admission_result(metrics, refusal_status(&s), &policy, &decision);
+                Err(s)
+            }
+        },
+        Err(e) => {
+            metrics.refused(e.reason());
+            let s = issue_status(&e);
+            let decision = format!("{what} ticket for disk {disk} refused: {e}");
+            admission_result(metrics, refusal_status(&s), &policy, &decision);
+            Err(s)
+        }
+    }
+}
+
+/// Serves a member's `GetUpdate`: peer lists go to attested members only
+/// (their agents poll).
+fn serve_vpn_update(
+    tickets: &TicketService,
+    metrics: &Metrics,
+    ctx: &CallContext<'_, AttestedPeer>,
+    req: &GetUpdateRequest,
+) -> Result<GetUpdateResponse, Status> {
+    let peer = ctx.peer().attested();
+    if let Err(s) = caller_check(peer, CallerCheck::Member, tickets.cluster_mark()) {
+        metrics.refused("not_member");
+        log::warn!("VPN update refused: {}", s.message);
+        return Err(s);
+    }
+    tickets.vpn_update(req).map_err(|e| {
+        metrics.refused(e.reason());
+        log::warn!("VPN update refused: {e}");
+        issue_status(&e)
+    })
+}
+
+/// Serves a rejoining node's `ConfirmGeneration`, sent past its disk's
+/// opening: attested and not marked yet, like the rejoin it follows. The
+/// proof with the disk key says it holds that disk.
+fn serve_confirm_generation(
+    tickets: &TicketService,
+    metrics: &Metrics,
+    ctx: &CallContext<'_, AttestedPeer>,
+    req: &ConfirmGenerationRequest,
+) -> Result<ConfirmGenerationResponse, Status> {
+    let peer = ctx.peer().attested();
+    if let Err(s) = caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
+        metrics.refused("marked");
+        return Err(s);
+    }
+    let disk = disk_for_log(&req.disk_uuid);
+    match tickets.confirm_generation(req) {
+        Ok(answer) => {
+            log::info!(
+                "state disk {disk}: generation {} found, {} written",
+                req.found_generation,
+                req.written_generation
+            );
+            Ok(answer)
+        }
+        Err(e) => {
+            metrics.refused(e.reason());
+            log::warn!("state disk {disk} refused: {e}");
+            Err(issue_status(&e))
+        }
+    }
+}
+
+/// The join API: health check, join and rejoin tickets, generation
+/// confirmations and VPN updates, each method wired to its handler.
+/// Every method serves only callers that attested in the handshake (each an
+/// [`AttestedPeer`]).
 pub fn router(tickets: Arc<TicketService>, metrics: Arc<Metrics>) -> Router<AttestedPeer> {
-    let (join_tickets, join_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
-    let (vpn_tickets, vpn_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
-    let (generation_tickets, generation_metrics) = (Arc::clone(&tickets), Arc::clone(&metrics));
     Router::<AttestedPeer>::new()
         .unary(HEALTH_CHECK, |_ctx, _req| {
             Ok(HealthCheckResponse {
                 status: health_check_response::ServingStatus::Serving as i32,
             })
         })
-        .unary(JOIN, move |ctx, req| {
-            let started = Instant::now();
-            // The handshake required attestation; fail closed all the same.
-            let peer = ctx.peer().attested();
-            let (policy, admitted) = appraised(peer);
-            let caller =
-                match caller_check(peer, CallerCheck::Unmarked, join_tickets.cluster_mark()) {
-                    Ok(caller) => caller,
-                    Err(s) => {
-                        join_metrics.refused("marked");
-                        refuse_admission(&join_metrics, Some(peer.variant), "join", &s);
-                        return Err(s);
-                    }
-                };
-            let key = sealing_key(ctx).inspect_err(|s| {
-                join_metrics.refused("unsealed");
-                refuse_admission(&join_metrics, Some(peer.variant), "join", s);
-            })?;
-            // One line per ticket at the production verbosity (its outcome,
-            // below); the request itself at debug.
-            log::debug!(
-                "join ticket requested for disk {} (control plane: {})",
-                disk_for_log(&req.disk_uuid),
-                req.is_control_plane
-            );
-            log::trace!("caller's measurements: {:?}", peer.measurements);
-            let result = join_tickets.issue_join_ticket(&caller, &req);
-            join_metrics.observe_latency(started.elapsed());
-            match result {
-                Ok(mut ticket) => {
-                    if let Err(e) = seal_join_ticket(&mut ticket, &key.0) {
-                        join_metrics.refused("unsealed");
-                        let s = sealing_status(&e);
-                        let decision = format!(
-                            "join ticket for disk {} not sealed: {e}",
-                            disk_for_log(&req.disk_uuid)
-                        );
-                        admission_result(&join_metrics, refusal_status(&s), &policy, &decision);
-                        return Err(s);
-                    }
-                    join_metrics.join_tickets.fetch_add(1, Ordering::Relaxed);
-                    let decision = format!("join ticket issued for disk {}", req.disk_uuid);
-                    admission_result(&join_metrics, admitted, &policy, &decision);
-                    Ok(ticket)
-                }
-                Err(e) => {
-                    join_metrics.refused(e.reason());
-                    let s = issue_status(&e);
-                    let decision = format!(
-                        "join ticket for disk {} refused: {e}",
-                        disk_for_log(&req.disk_uuid)
-                    );
-                    admission_result(&join_metrics, refusal_status(&s), &policy, &decision);
-                    Err(s)
-                }
-            }
-        })
-        .unary(GET_UPDATE, move |ctx, req| {
-            // Peer lists go to attested members only (their agents poll).
-            let peer = ctx.peer().attested();
-            if let Err(s) = caller_check(peer, CallerCheck::Member, vpn_tickets.cluster_mark()) {
-                vpn_metrics.refused("not_member");
-                log::warn!("VPN update refused: {}", s.message);
-                return Err(s);
-            }
-            vpn_tickets.vpn_update(&req).map_err(|e| {
-                vpn_metrics.refused(e.reason());
-                log::warn!("VPN update refused: {e}");
-                issue_status(&e)
-            })
-        })
-        .unary(CONFIRM_GENERATION, move |ctx, req| {
-            // From a rejoining node past its disk's opening: attested and
-            // not marked yet, like the rejoin it follows. The proof with
-            // the disk key says it holds that disk.
-            let peer = ctx.peer().attested();
-            if let Err(s) = caller_check(
-                peer,
-                CallerCheck::Unmarked,
-                generation_tickets.cluster_mark(),
-            ) {
-                generation_metrics.refused("marked");
-                return Err(s);
-            }
-            let disk = disk_for_log(&req.disk_uuid);
-            match generation_tickets.confirm_generation(&req) {
-                Ok(answer) => {
-                    log::info!(
-                        "state disk {disk}: generation {} found, {} written",
-                        req.found_generation,
-                        req.written_generation
-                    );
-                    Ok(answer)
-                }
-                Err(e) => {
-                    generation_metrics.refused(e.reason());
-                    log::warn!("state disk {disk} refused: {e}");
-                    Err(issue_status(&e))
-                }
-            }
-        })
-        .unary(REJOIN, move |ctx, req| {
-            let started = Instant::now();
-            let peer = ctx.peer().attested();
-            let (policy, admitted) = appraised(peer);
-            let caller = match caller_check(peer, CallerCheck::Unmarked, tickets.cluster_mark()) {
-                Ok(caller) => caller,
-                Err(s) => {
-                    metrics.refused("marked");
-                    refuse_admission(&metrics, Some(peer.variant), "rejoin", &s);
-                    return Err(s);
-                }
-            };
-            let key = sealing_key(ctx).inspect_err(|s| {
-                metrics.refused("unsealed");
-                refuse_admission(&metrics, Some(peer.variant), "rejoin", s);
-            })?;
-            log::info!(
-                "rejoin ticket requested for disk {}",
-                disk_for_log(&req.disk_uuid)
-            );
-            let result = tickets.issue_rejoin_ticket(&caller, &req);
-            metrics.observe_latency(started.elapsed());
-            match result {
-                Ok(mut ticket) => {
-                    if let Err(e) = seal_rejoin_ticket(&mut ticket, &key.0) {
-                        metrics.refused("unsealed");
-                        let s = sealing_status(&e);
-                        let decision = format!(
-                            "rejoin ticket for disk {} not sealed: {e}",
-                            disk_for_log(&req.disk_uuid)
-                        );
-                        admission_result(&metrics, refusal_status(&s), &policy, &decision);
-                        return Err(s);
-                    }
-                    metrics.rejoin_tickets.fetch_add(1, Ordering::Relaxed);
-                    let decision = format!(
-                        "rejoin ticket issued for disk {}",
-                        disk_for_log(&req.disk_uuid)
-                    );
-                    admission_result(&metrics, admitted, &policy, &decision);
-                    Ok(ticket)
-                }
-                Err(e) => {
-                    metrics.refused(e.reason());
-                    let s = issue_status(&e);
-                    let decision = format!(
-                        "rejoin ticket for disk {} refused: {e}",
-                        disk_for_log(&req.disk_uuid)
-                    );
-                    admission_result(&metrics, refusal_status(&s), &policy, &decision);
-                    Err(s)
-                }
-            }
-        })
+        .unary(JOIN, wired(&tickets, &metrics, serve_ticket::<JoinMethod>))
+        .unary(GET_UPDATE, wired(&tickets, &metrics, serve_vpn_update))
+        .unary(
+            CONFIRM_GENERATION,
+            wired(&tickets, &metrics, serve_confirm_generation),
+        )
+        .unary(
+            REJOIN,
+            wired(&tickets, &metrics, serve_ticket::<RejoinMethod>),
+        )
+}
+
+/// A handler of the join API: the ticket service, the metrics, the call
+/// and its request in; the answer or the status out.
+type Handler<Req, Resp> =
+    fn(&TicketService, &Metrics, &CallContext<'_, AttestedPeer>, &Req) -> Result<Resp, Status>;
+
+/// `handler` as the router takes it, with its own handles on the ticket
+/// service and the metrics.
+fn wired<Req: 'static, Resp: 'static>(
+    tickets: &Arc<TicketService>,
+    metrics: &Arc<Metrics>,
+    handler: Handler<Req, Resp>,
+) -> impl Fn(&CallContext<'_, AttestedPeer>, Req) -> Result<Resp, Status> + Send + Sync + 'static {
+    let (tickets, metrics) = (Arc::clone(tickets), Arc::clone(metrics));
+    move |ctx, req| handler(&tickets, &metrics, ctx, &req)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::token::TokenError;
-    use confboot_cluster::kubelet_cert::KubeletCertError;
     use confboot_cluster::mark::TDX_MARK_INDEX;
     use confboot_tpm::CLUSTER_ID_PCR;
+    use confboot_cluster::kubelet_cert::KubeletCertError;
 
     #[test]
     fn each_refusal_has_its_grpc_code() {
@@ -503,7 +597,7 @@ mod tests {
 
     #[test]
     fn an_snp_caller_is_a_launch_and_a_vtpm_caller_shows_pcr_15() {
-        use confboot_snp::LAUNCH_IDENTITY_INDEX;
+        use confboot_attest::snp::LAUNCH_IDENTITY_INDEX;
         use std::collections::BTreeMap;
         let marks = ClusterMarks::of(b"cluster-1");
         let mark = marks.pcr15;
@@ -723,7 +817,7 @@ mod tests {
         }
         let config = TicketConfig {
             master_secret: confboot_kms::MasterSecret::new(vec![1; 32], vec![2; 32]).unwrap(),
-            measurement_salt: vec![3; 32],
+            measurement_salt: confboot_kms::MeasurementSalt::new(vec![3; 32]).unwrap(),
             api_server_endpoint: "10.0.0.1:6443".into(),
             discovery_token_ca_cert_hash: "sha256:00".into(),
             kubernetes_version: "v1.31.1".into(),

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
 use confboot_cluster::mark::ClusterMarks;
-use confboot_kms::{MasterSecret, SecretBytes, is_uuid};
+use confboot_cluster::ticket::{ControlPlaneFile, JoinTicket, RejoinTicket};
+use confboot_kms::{MasterSecret, MeasurementSalt, SecretBytes, is_uuid};
 use confboot_proto::join::{
-    ConfirmGenerationRequest, ConfirmGenerationResponse, ControlPlaneCertOrKey,
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ConfirmGenerationRequest, ConfirmGenerationResponse, IssueJoinTicketRequest,
+    IssueRejoinTicketRequest,
 };
 use confboot_util::fs::read_bounded;
+use zeroize::Zeroizing;
 
 use crate::ledger::{Caller, TicketKind};
 use crate::token::{TokenError, TokenIssuer};
@@ -46,7 +47,7 @@ pub struct TicketConfig {
     /// The cluster's master secret (root of every disk key).
     pub master_secret: MasterSecret,
     /// The cluster's measurement salt.
-    pub measurement_salt: Vec<u8>,
+    pub measurement_salt: MeasurementSalt,
     /// `host:port` of the Kubernetes API server.
     pub api_server_endpoint: String,
     /// kubeadm's `sha256:<hex>` pin of the cluster CA.
@@ -153,12 +154,13 @@ impl TicketService {
 
     /// A join ticket for an attested `caller`: admitted by the ledger
     /// (a launch asks once, a disk joins once, a removed disk never) and
-    /// recorded before anything is made.
+    /// recorded before anything is made. The handler that serves it seals
+    /// its secrets to the caller's key ([`JoinTicket::seal`]).
     pub fn issue_join_ticket(
         &self,
         caller: &Caller,
         req: &IssueJoinTicketRequest,
-    ) -> Result<IssueJoinTicketResponse, IssueError> {
+    ) -> Result<JoinTicket, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
         if req.certificate_request.len() > MAX_CSR_BYTES {
             return Err(IssueError::InvalidRequest(format!(
@@ -216,19 +218,17 @@ impl TicketService {
             .map_err(IssueError::Token)?;
         log::debug!("bootstrap token {} created for disk {uuid}", token.id());
         let m = &self.config.master_secret;
-        Ok(IssueJoinTicketResponse {
-            state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
-            measurement_salt: self.config.measurement_salt.clone(),
-            measurement_secret: self.measurement_secret.expose().to_vec(),
+        Ok(JoinTicket {
+            state_disk_key: m.state_disk_key(&uuid),
+            measurement_salt: self.config.measurement_salt.to_vec(),
+            measurement_secret: self.measurement_secret.clone(),
             kubelet_cert,
             api_server_endpoint: self.config.api_server_endpoint.clone(),
-            token: token.to_token_string().to_string(),
+            token: Zeroizing::new(token.to_token_string().to_string()),
             discovery_token_ca_cert_hash: self.config.discovery_token_ca_cert_hash.clone(),
             control_plane_files,
             kubernetes_version: self.config.kubernetes_version.clone(),
             node_vpn_ip: node_vpn_ip.map(|ip| ip.to_string()).unwrap_or_default(),
-            // Sealed to the caller's key by the handler that serves it.
-            sealed_secrets: Vec::new(),
         })
     }
 
@@ -307,12 +307,13 @@ impl TicketService {
     /// A rejoin ticket for an attested `caller`: only the disk key, the
     /// measurement secret and salt and the disk's last confirmed generation, for a
     /// disk the admin did not remove, to a caller the ledger admits (an
-    /// SEV-SNP launch asks once).
+    /// SEV-SNP launch asks once). Sealed by the handler that serves it
+    /// ([`RejoinTicket::seal`]).
     pub fn issue_rejoin_ticket(
         &self,
         caller: &Caller,
         req: &IssueRejoinTicketRequest,
-    ) -> Result<IssueRejoinTicketResponse, IssueError> {
+    ) -> Result<RejoinTicket, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
         let generation = self
             .config
@@ -320,12 +321,11 @@ impl TicketService {
             .admit_rejoin(caller, &uuid)
             .map_err(IssueError::Vpn)?;
         let m = &self.config.master_secret;
-        Ok(IssueRejoinTicketResponse {
-            state_disk_key: m.state_disk_key(&uuid).expose().to_vec(),
-            measurement_secret: self.measurement_secret.expose().to_vec(),
+        Ok(RejoinTicket {
+            state_disk_key: m.state_disk_key(&uuid),
+            measurement_secret: self.measurement_secret.clone(),
             generation,
-            measurement_salt: self.config.measurement_salt.clone(),
-            sealed_secrets: Vec::new(),
+            measurement_salt: self.config.measurement_salt.to_vec(),
         })
     }
 
@@ -363,15 +363,15 @@ impl TicketService {
     }
 }
 
-fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneCertOrKey>, IssueError> {
+fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneFile>, IssueError> {
     CONTROL_PLANE_FILES
         .iter()
         .map(|name| {
             let mut data = read_bounded(&pki_dir.join(name), MAX_CONTROL_PLANE_FILE_BYTES)
                 .map_err(|e| IssueError::ControlPlaneFiles(e.to_string()))?;
-            Ok(ControlPlaneCertOrKey {
+            Ok(ControlPlaneFile {
                 name: name.to_string(),
-                data: std::mem::take(&mut *data),
+                data: SecretBytes::new(std::mem::take(&mut *data)),
             })
         })
         .collect()
@@ -472,7 +472,7 @@ pub(crate) mod tests {
         });
         let config = TicketConfig {
             master_secret: MasterSecret::new((0..32).collect(), (100..132).collect()).unwrap(),
-            measurement_salt: vec![7; 32],
+            measurement_salt: MeasurementSalt::new(vec![7; 32]).unwrap(),
             api_server_endpoint: "10.0.0.1:6443".into(),
             discovery_token_ca_cert_hash: "sha256:00".into(),
             kubernetes_version: "v1.31.1".into(),
@@ -771,11 +771,11 @@ pub(crate) mod tests {
             .unwrap();
         // The same vectors as lib's kms tests (UUID lowercased, as the node's disk reports it).
         assert_eq!(
-            confboot_util::hex::encode(&t.state_disk_key),
+            confboot_util::hex::encode(t.state_disk_key.expose()),
             "86124f93eb5e9e23523430ecc102bb5a52a7b254ee939b3c0a5ece14b62f36b6"
         );
         assert_eq!(
-            confboot_util::hex::encode(&t.measurement_secret),
+            confboot_util::hex::encode(t.measurement_secret.expose()),
             "c30c200260ed90ce250e5f3b324fa1b1b91f3a6caaa882fb5a536161fb5c31f2"
         );
         assert_eq!(t.measurement_salt, vec![7; 32]);
@@ -806,7 +806,7 @@ pub(crate) mod tests {
         // The cluster's salt, from joinsvc's configuration: the node never
         // takes it from its disk's header.
         assert_eq!(t.measurement_salt, j.measurement_salt);
-        assert_eq!(t.measurement_salt, s.config.measurement_salt);
+        assert_eq!(t.measurement_salt, s.config.measurement_salt.to_vec());
         assert_eq!(*tokens.calls.lock().unwrap(), 0);
     }
 
@@ -941,7 +941,10 @@ pub(crate) mod tests {
             .map(|f| f.name.as_str())
             .collect();
         assert_eq!(names, CONTROL_PLANE_FILES);
-        assert_eq!(t.control_plane_files[6].data, b"contents of etcd/ca.crt");
+        assert_eq!(
+            t.control_plane_files[6].data.expose(),
+            b"contents of etcd/ca.crt"
+        );
         // An oversized file is refused rather than sent.
         std::fs::write(
             dir.join("sa.key"),

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
+use confboot_cluster::ticket::RejoinTicket;
+use confboot_proto::join::IssueRejoinTicketRequest;
 use confboot_tests::cluster::{Joinsvc, Node};
 use confboot_wire::Code;
 
@@ -24,13 +25,12 @@ fn an_attested_connection_carries_one_ticket() {
     let ask = |disk: &str| IssueRejoinTicketRequest {
         disk_uuid: disk.into(),
     };
-    let first: IssueRejoinTicketResponse = client
+    let first: RejoinTicket = client
         .rejoin(&ask(DISK_A), Duration::from_secs(20))
         .unwrap();
-    assert_eq!(first.state_disk_key.len(), 32);
+    assert_eq!(first.state_disk_key.expose().len(), 32);
     // The same connection asks again, for another disk: nothing.
-    let second: Result<IssueRejoinTicketResponse, _> =
-        client.rejoin(&ask(DISK_B), Duration::from_secs(20));
+    let second: Result<RejoinTicket, _> = client.rejoin(&ask(DISK_B), Duration::from_secs(20));
     let err = second.unwrap_err();
     assert_eq!(err.code, Code::Unavailable, "{err}");
     // A new connection is attested again, and served.

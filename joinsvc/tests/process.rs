@@ -41,11 +41,11 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
         .join(joinsvc.rpc_addr, DISK_A)
         .expect("the good node gets a ticket");
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK_A).expose()
     );
     assert_eq!(
-        ticket.measurement_secret,
+        ticket.measurement_secret.expose(),
         joinsvc.master_secret.measurement_secret().expose()
     );
     assert_eq!(ticket.measurement_salt, joinsvc.measurement_salt);
@@ -54,7 +54,7 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
     let created = joinsvc.kube.created();
     assert_eq!(created.len(), 1);
     assert_eq!(
-        ticket.token,
+        *ticket.token,
         format!("{}.{}", created[0].id, created[0].secret)
     );
 
@@ -82,7 +82,7 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
     // A rejoin ticket carries the same disk key, and no token is made for it.
     let rejoin = tampered.rejoin(joinsvc.rpc_addr, DISK_B).unwrap();
     assert_eq!(
-        rejoin.state_disk_key,
+        rejoin.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK_B).expose()
     );
 
@@ -122,9 +122,9 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
 
     // Secrets never reach the log.
     let log = joinsvc.process.log().join("\n");
-    let key_hex = confboot_util::hex::encode(&ticket.state_disk_key);
+    let key_hex = confboot_util::hex::encode(ticket.state_disk_key.expose());
     assert!(
-        !log.contains(&key_hex) && !log.contains(&ticket.token),
+        !log.contains(&key_hex) && !log.contains(ticket.token.as_str()),
         "a secret was logged"
     );
 
@@ -374,7 +374,7 @@ fn nodes_can_require_joinsvc_to_attest() {
         .join_verifying(joinsvc.rpc_addr, DISK_A, trusting)
         .expect("both sides attest");
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK_A).expose()
     );
 

@@ -304,7 +304,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         .join_verifying(joinsvc.rpc_addr, DISK, validator(pinned()))
         .expect("the signed set of the join service's image admits it");
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK).expose()
     );
     // A node that pins no release key, or another one, refuses it.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls::AtlsClient;
 use confboot_attest::Issuer;
-use confboot_cluster::ticket::{TicketError, open_join_ticket, open_rejoin_ticket};
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket, TicketError};
 use confboot_kms::seal::{SealError, SealedKind, SealingKeyPair};
 use confboot_proto::join::{
     IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
@@ -113,8 +113,7 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
         disk_uuid: DISK_A.into(),
         ..Default::default()
     };
-    let mut ticket: IssueJoinTicketResponse =
-        session.unary(confboot_proto::JOIN, &req, CALL).unwrap();
+    let ticket: IssueJoinTicketResponse = session.unary(confboot_proto::JOIN, &req, CALL).unwrap();
     let recorded = session.get_ref().read.clone();
     let created = joinsvc.kube.created();
     assert_eq!(created.len(), 1, "a token was made for the ticket");
@@ -136,21 +135,24 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
     assert!(ticket.state_disk_key.is_empty() && ticket.token.is_empty());
     // The recorder's key opens nothing.
     assert_eq!(
-        open_join_ticket(&mut ticket.clone(), &recorder_key),
+        JoinTicket::open(&ticket, &recorder_key),
         Err(TicketError::Sealed(SealError::DoesNotOpen(
             SealedKind::JoinTicket
         )))
     );
     // The node opens it.
-    open_join_ticket(&mut ticket, &node_key).unwrap();
-    assert_eq!(ticket.state_disk_key, disk_key.expose());
-    assert_eq!(ticket.measurement_secret, measurement_secret.expose());
-    assert_eq!(ticket.token, token);
+    let ticket = JoinTicket::open(&ticket, &node_key).unwrap();
+    assert_eq!(ticket.state_disk_key.expose(), disk_key.expose());
+    assert_eq!(
+        ticket.measurement_secret.expose(),
+        measurement_secret.expose()
+    );
+    assert_eq!(*ticket.token, token);
 
     // A rejoin likewise.
     let node_key = SealingKeyPair::generate();
     let mut session = recorded_session(&node, &joinsvc, Some(node_key.public_key()));
-    let mut rejoin: IssueRejoinTicketResponse = session
+    let rejoin: IssueRejoinTicketResponse = session
         .unary(
             confboot_proto::REJOIN,
             &IssueRejoinTicketRequest {
@@ -163,14 +165,14 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
     let disk_key = joinsvc.master_secret.state_disk_key(DISK_B);
     assert!(!contains(&recorded, disk_key.expose()));
     assert!(!contains(&recorded, measurement_secret.expose()));
-    assert!(open_rejoin_ticket(&mut rejoin.clone(), &recorder_key).is_err());
-    open_rejoin_ticket(&mut rejoin, &node_key).unwrap();
-    assert_eq!(rejoin.state_disk_key, disk_key.expose());
+    assert!(RejoinTicket::open(&rejoin, &recorder_key).is_err());
+    let rejoin = RejoinTicket::open(&rejoin, &node_key).unwrap();
+    assert_eq!(rejoin.state_disk_key.expose(), disk_key.expose());
 
     // And the honest node, through the node's own client, joins.
     let ticket = node.join(joinsvc.rpc_addr, DISK_A).unwrap();
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK_A).expose()
     );
 }

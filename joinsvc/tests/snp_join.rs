@@ -6,13 +6,14 @@
 //! Each refusal is seen twice: the node gets no ticket, and joinsvc's log
 //! names the check that refused it.
 
+use confboot_cluster::ticket::JoinTicket;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use confboot_atls::{self as atls, AtlsError};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
-use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_snp::{SnpIssuer, SnpPolicy, SnpValidator};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
@@ -85,7 +86,7 @@ fn snp_issuer(source: TestReportSource) -> Arc<dyn Issuer> {
 }
 
 /// Asks for a join ticket, attesting with `issuer`.
-fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketResponse, String> {
+fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<JoinTicket, String> {
     let mut client = SealedClient::connect(
         joinsvc.rpc_addr,
         Duration::from_secs(20),
@@ -117,7 +118,7 @@ fn an_snp_node_joins_over_atls_and_gets_its_ticket() {
     let issuer = snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
     let ticket = join(&joinsvc, &issuer).expect("an honest SNP node is admitted");
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK).expose()
     );
     assert!(!ticket.token.is_empty());
@@ -177,7 +178,7 @@ fn a_node_on_a_chip_the_policy_does_not_list_is_refused() {
     )
     .expect("a node on a listed chip is admitted");
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK).expose()
     );
     assert_refused(
@@ -254,7 +255,7 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
     let disk_key = both.master_secret.state_disk_key(DISK);
     for issuer in [&vtpm_issuer, &snp_node] {
         let ticket = join(&both, issuer).expect("both variants are admitted");
-        assert_eq!(ticket.state_disk_key, disk_key.expose());
+        assert_eq!(ticket.state_disk_key.expose(), disk_key.expose());
     }
 }
 
@@ -347,7 +348,7 @@ fn an_snp_launch_gets_one_ticket_and_a_compromised_member_nothing_more() {
     // The node rebooted: a new launch, served.
     let key = rejoin(&snp_issuer(source()), OTHER_DISK).expect("a new launch");
     assert_eq!(
-        key.state_disk_key,
+        key.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(OTHER_DISK).expose()
     );
     let (_, metrics) = joinsvc.http_get("/metrics");

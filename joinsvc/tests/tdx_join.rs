@@ -9,16 +9,14 @@
 //! Each refusal is seen twice: the node gets no ticket, and joinsvc's log
 //! names the check that refused it.
 
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use confboot_atls as atls;
 use confboot_attest::{Issuer, MeasurementPolicy};
-use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
-};
+use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use confboot_tdx::{CcelLog, TdxIssuer, synthetic_ccel_log};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::{Joinsvc, Node};
@@ -142,7 +140,7 @@ fn honest_issuer() -> Arc<dyn Issuer> {
 }
 
 /// Asks for a join ticket, attesting with `issuer`.
-fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketResponse, String> {
+fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<JoinTicket, String> {
     // The node's sealing key goes with its evidence: joinsvc seals the
     // ticket's secrets to it.
     let mut client = SealedClient::connect(
@@ -162,10 +160,7 @@ fn join(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<IssueJoinTicketRe
 }
 
 /// Asks for a rejoin ticket, attesting with `issuer`.
-fn rejoin(
-    joinsvc: &Joinsvc,
-    issuer: &Arc<dyn Issuer>,
-) -> Result<IssueRejoinTicketResponse, String> {
+fn rejoin(joinsvc: &Joinsvc, issuer: &Arc<dyn Issuer>) -> Result<RejoinTicket, String> {
     let mut client = SealedClient::connect(
         joinsvc.rpc_addr,
         Duration::from_secs(20),
@@ -195,7 +190,7 @@ fn a_tdx_node_joins_over_atls_and_gets_its_ticket() {
     let joinsvc = joinsvc("tdx", None, &dir);
     let ticket = join(&joinsvc, &honest_issuer()).expect("an honest TD is admitted");
     assert_eq!(
-        ticket.state_disk_key,
+        ticket.state_disk_key.expose(),
         joinsvc.master_secret.state_disk_key(DISK).expose()
     );
     assert!(!ticket.token.is_empty());
@@ -329,7 +324,7 @@ fn a_td_marked_with_this_clusters_mark_gets_no_join_or_rejoin_ticket() {
     let joinsvc = joinsvc("tdx", None, &dir);
     let cluster_id = confboot_kms::derive_cluster_id(
         joinsvc.master_secret.measurement_secret().expose(),
-        &joinsvc.measurement_salt,
+        &confboot_kms::MeasurementSalt::new(joinsvc.measurement_salt.clone()).unwrap(),
     );
     // A bootstrapped member: the firmware's log as at boot, RTMR3
     // extended at run time with this cluster's mark (no log event for it).
@@ -370,7 +365,7 @@ fn a_join_service_admits_only_the_variants_it_is_configured_for() {
     let disk_key = both.master_secret.state_disk_key(DISK);
     for issuer in [&vtpm_issuer, &tdx_node] {
         let ticket = join(&both, issuer).expect("both variants are admitted");
-        assert_eq!(ticket.state_disk_key, disk_key.expose());
+        assert_eq!(ticket.state_disk_key.expose(), disk_key.expose());
     }
 }
 

@@ -9,11 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use confboot_attest::{Issuer, MeasurementPolicy};
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_kms::MasterSecret;
-use confboot_proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
-};
+use confboot_proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
 use confboot_tpm::swtpm::Swtpm;
 use confboot_vtpm::VtpmIssuer;
 use confboot_wire::Status;
@@ -93,7 +91,7 @@ impl Node {
         addr: SocketAddr,
         disk_uuid: &str,
         joinsvc_validator: Arc<dyn confboot_attest::Validator>,
-    ) -> Result<IssueJoinTicketResponse, confboot_atls::AtlsError> {
+    ) -> Result<JoinTicket, confboot_atls::AtlsError> {
         let mut client = SealedClient::connect(
             addr,
             Duration::from_secs(20),
@@ -122,11 +120,7 @@ impl Node {
 
     /// Asks joinsvc at `addr` for a join ticket for disk `disk_uuid`
     /// (its sealed secrets opened).
-    pub fn join(
-        &self,
-        addr: SocketAddr,
-        disk_uuid: &str,
-    ) -> Result<IssueJoinTicketResponse, Status> {
+    pub fn join(&self, addr: SocketAddr, disk_uuid: &str) -> Result<JoinTicket, Status> {
         let req = IssueJoinTicketRequest {
             disk_uuid: disk_uuid.into(),
             ..Default::default()
@@ -136,11 +130,7 @@ impl Node {
 
     /// Asks joinsvc at `addr` for a rejoin ticket (its sealed secrets
     /// opened).
-    pub fn rejoin(
-        &self,
-        addr: SocketAddr,
-        disk_uuid: &str,
-    ) -> Result<IssueRejoinTicketResponse, Status> {
+    pub fn rejoin(&self, addr: SocketAddr, disk_uuid: &str) -> Result<RejoinTicket, Status> {
         let req = IssueRejoinTicketRequest {
             disk_uuid: disk_uuid.into(),
         };
@@ -180,11 +170,10 @@ impl JoinsvcSetup {
     /// The id of the cluster this joinsvc admits to: what PCR 15 of a
     /// member (joinsvc's own TPM too) is marked with.
     pub fn cluster_id(&self) -> Vec<u8> {
-        confboot_kms::derive_cluster_id(
-            self.master_secret.measurement_secret().expose(),
-            &self.measurement_salt,
-        )
-        .to_vec()
+        let salt = confboot_kms::MeasurementSalt::new(self.measurement_salt.clone())
+            .expect("the setup's measurement salt is of a valid length");
+        confboot_kms::derive_cluster_id(self.master_secret.measurement_secret().expose(), &salt)
+            .to_vec()
     }
 }
 

@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use confboot_attest::Issuer;
+use confboot_cluster::ticket::JoinTicket;
 use confboot_kms::MasterSecret;
-use confboot_proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
+use confboot_proto::join::IssueJoinTicketRequest;
 use confboot_util::backoff::Backoff;
 use ring::rand::SecureRandom;
 
@@ -269,10 +270,7 @@ pub fn shuffled(n: usize) -> Vec<usize> {
 /// One attempt: an aTLS connection in which the node attests and offers
 /// a fresh sealing key, and the join call (the ticket's sealed secrets
 /// opened, as a node does).
-fn attempt(
-    node: &StormNode,
-    endpoint: std::net::SocketAddr,
-) -> Result<IssueJoinTicketResponse, String> {
+fn attempt(node: &StormNode, endpoint: std::net::SocketAddr) -> Result<JoinTicket, String> {
     let mut client =
         SealedClient::connect(endpoint, ATTEMPT_TIMEOUT, &[], Arc::clone(&node.issuer))
             .map_err(|e| e.to_string())?;
@@ -303,7 +301,7 @@ pub fn join_node(
         for &e in &node.order {
             attempts += 1;
             match attempt(node, endpoints[e]) {
-                Ok(t) if t.state_disk_key == node.expected_key && !t.token.is_empty() => {
+                Ok(t) if t.state_disk_key.expose() == node.expected_key && !t.token.is_empty() => {
                     return NodeOutcome {
                         served_by: Some(e),
                         latency: start.elapsed(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use confboot_atls::{self as atls, AtlsError, AtlsRpcClient};
 use confboot_attest::{Attested, Issuer, Validator};
-use confboot_cluster::ticket::{open_join_ticket, open_rejoin_ticket};
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_kms::seal::SealingKeyPair;
 use confboot_proto::join::{
     IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
@@ -54,12 +54,9 @@ impl SealedClient {
         &mut self,
         req: &IssueJoinTicketRequest,
         timeout: Duration,
-    ) -> Result<IssueJoinTicketResponse, Status> {
-        let mut ticket: IssueJoinTicketResponse =
-            self.rpc.unary(confboot_proto::JOIN, req, timeout)?;
-        open_join_ticket(&mut ticket, &self.key)
-            .map_err(|e| Status::new(Code::DataLoss, e.to_string()))?;
-        Ok(ticket)
+    ) -> Result<JoinTicket, Status> {
+        let wire: IssueJoinTicketResponse = self.rpc.unary(confboot_proto::JOIN, req, timeout)?;
+        JoinTicket::open(&wire, &self.key).map_err(|e| Status::new(Code::DataLoss, e.to_string()))
     }
 
     /// Asks for a rejoin ticket and opens its sealed secrets.
@@ -67,11 +64,9 @@ impl SealedClient {
         &mut self,
         req: &IssueRejoinTicketRequest,
         timeout: Duration,
-    ) -> Result<IssueRejoinTicketResponse, Status> {
-        let mut ticket: IssueRejoinTicketResponse =
+    ) -> Result<RejoinTicket, Status> {
+        let wire: IssueRejoinTicketResponse =
             self.rpc.unary(confboot_proto::REJOIN, req, timeout)?;
-        open_rejoin_ticket(&mut ticket, &self.key)
-            .map_err(|e| Status::new(Code::DataLoss, e.to_string()))?;
-        Ok(ticket)
+        RejoinTicket::open(&wire, &self.key).map_err(|e| Status::new(Code::DataLoss, e.to_string()))
     }
 }

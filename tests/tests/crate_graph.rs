@@ -99,6 +99,11 @@ const NEVER: &[(&str, &str, &str)] = &[
         "nodeagent",
         "the admin's command links no daemon: its verify check is confboot-verifier's",
     ),
+    (
+        "confboot-cluster",
+        "confboot-disk",
+        "a ticket's checks need the measurement salt's bounds, which kms keeps, not the disk",
+    ),
 ];
 
 /// The workspace's crates and their normal dependencies on other

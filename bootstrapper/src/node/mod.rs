@@ -37,13 +37,17 @@ use crate::nodelock::{LockToken, NodeLock};
 use confboot_attest::{AttestationError, Attested};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_cluster::mark;
-use confboot_cluster::ticket::{self as checks, TicketError};
+use confboot_cluster::ticket::{
+    self as checks, CheckedJoinTicket, CheckedRejoinTicket, TicketError,
+};
 use confboot_cluster::{ClusterBackend, InitClusterParams, JoinClusterParams, KubeletCert};
 use confboot_disk::{DiskAction, DiskBackend, DiskError, DiskState, FilesystemMaker, StateDisk};
 use confboot_kms::init_secret::InitSecretHash;
-use confboot_kms::{MasterSecret, SecretBytes, StorageUri, derive_cluster_id, owner_id};
+use confboot_kms::{
+    MEASUREMENT_SALT_LEN, MasterSecret, MeasurementSalt, SecretBytes, StorageUri,
+    derive_cluster_id, owner_id,
+};
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
-use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
 use confboot_sys::ssh_users::{
     ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
@@ -66,26 +70,23 @@ pub mod holder {
     pub const RECOVER: &str = "recover";
 }
 
-use confboot_kms::MAX_SECRET_LEN;
 use confboot_util::text::printable_str;
 
 /// The most characters of one line of the cluster step's output logged:
 /// that output quotes others (the API server, kubeadm's peers), so each
 /// line is made printable and bounded.
 const MAX_LOGGED_LINE: usize = 1024;
-pub use confboot_kms::MIN_MEASUREMENT_SALT_LEN;
 
-/// A measurement salt from an Init or a Recover: between
-/// [`MIN_MEASUREMENT_SALT_LEN`] and [`MAX_SECRET_LEN`] bytes.
-fn check_measurement_salt(salt: &[u8]) -> Result<(), NodeError> {
-    if (MIN_MEASUREMENT_SALT_LEN..=MAX_SECRET_LEN).contains(&salt.len()) {
-        return Ok(());
-    }
-    Err(NodeError::InvalidArgument {
+/// A measurement salt from an Init or a Recover, checked
+/// ([`MEASUREMENT_SALT_LEN`]).
+fn check_measurement_salt(salt: &[u8]) -> Result<MeasurementSalt, NodeError> {
+    MeasurementSalt::try_from(salt).map_err(|e| NodeError::InvalidArgument {
         field: "measurement_salt",
         reason: format!(
-            "{} bytes, want {MIN_MEASUREMENT_SALT_LEN} to {MAX_SECRET_LEN}",
-            salt.len()
+            "{} bytes, want {} to {}",
+            e.len,
+            MEASUREMENT_SALT_LEN.start(),
+            MEASUREMENT_SALT_LEN.end()
         ),
     })
 }
@@ -161,7 +162,25 @@ pub struct NodeConfig {
 /// An Init whose fields were checked; nothing has changed yet.
 pub struct CheckedInit {
     master: MasterSecret,
+    measurement_salt: MeasurementSalt,
     ssh_users: Vec<SshUser>,
+}
+
+/// A join service's ticket that passed every check of
+/// [`Node::check_ticket`], for the request it answers: the only thing
+/// [`Node::apply_ticket`] takes.
+#[derive(Debug)]
+pub struct CheckedTicket(CheckedKind);
+
+#[derive(Debug)]
+enum CheckedKind {
+    /// A first join, for the disk of this UUID.
+    Join {
+        disk_uuid: String,
+        ticket: Box<CheckedJoinTicket>,
+    },
+    /// A rejoin.
+    Rejoin(CheckedRejoinTicket),
 }
 
 /// Where a node keeps its SSH users and where it creates them.
@@ -375,9 +394,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         let master = master_secret(&req.kms_uri)?;
         check_storage_uri(&req.storage_uri)?;
-        check_measurement_salt(&req.measurement_salt)?;
+        let measurement_salt = check_measurement_salt(&req.measurement_salt)?;
         let ssh_users = self.check_ssh_users(req)?;
-        Ok(CheckedInit { master, ssh_users })
+        Ok(CheckedInit {
+            master,
+            measurement_salt,
+            ssh_users,
+        })
     }
 
     /// The Init's SSH users, each valid, bounded in number, and a place to
@@ -426,12 +449,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         log: &mut dyn FnMut(&str),
     ) -> Result<InitSuccessResponse, NodeError> {
         let master = &checked.master;
+        let salt = &checked.measurement_salt;
         let uuid = confboot_disk::new_disk_uuid();
         let action = self.set_up_disk(
             token,
             &uuid,
             |uuid| Ok(master.state_disk_key(uuid)),
-            Some(&req.measurement_salt),
+            Some(salt),
         )?;
         log(&describe(&action));
         if !checked.ssh_users.is_empty() {
@@ -442,7 +466,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             self.forget_kept_ssh_users(token, log)?;
         }
         let measurement_secret = master.measurement_secret();
-        let cluster_id = derive_cluster_id(measurement_secret.expose(), &req.measurement_salt);
+        let cluster_id = derive_cluster_id(measurement_secret.expose(), salt);
         self.set_up_vpn(
             token,
             action.uuid(),
@@ -466,60 +490,76 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         self.record_bootstrapped(token)?;
         Ok(InitSuccessResponse {
             kubeconfig: out.kubeconfig.expose().to_vec(),
-            owner_id: owner_id(measurement_secret.expose(), &req.measurement_salt).to_vec(),
+            owner_id: owner_id(measurement_secret.expose(), salt).to_vec(),
             cluster_id: cluster_id.to_vec(),
         })
     }
 
     // ---- Join and rejoin ----
 
-    /// Checks a join service's answer to `request` before the node commits
-    /// to it: the kind of ticket matches the request, its fields are usable
-    /// ([`confboot_cluster::ticket`]), and the service is a member of the ticket's
-    /// cluster. A ticket that fails is thrown away.
+    /// Checks a join service's answer to `request` once, before the node
+    /// commits to it, into the [`CheckedTicket`] that
+    /// [`Node::apply_ticket`] takes: the kind of ticket matches the
+    /// request, its fields are usable ([`confboot_cluster::ticket`]), a
+    /// join ticket's kubelet certificate is the one asked for, and the
+    /// service is a member of the ticket's cluster. A ticket that fails is
+    /// thrown away.
     pub fn check_ticket(
         &self,
         request: &TicketRequest,
         issued: &IssuedTicket,
-    ) -> Result<(), NodeError> {
-        let ticket = &issued.ticket;
-        match (request, ticket) {
-            (TicketRequest::Join { .. }, Ticket::Join(t)) => {
-                checks::check_join_ticket(t).and_then(|()| self.check_kubelet_cert(t))
+    ) -> Result<CheckedTicket, NodeError> {
+        let service = issued.service.as_ref();
+        let checked = match (request, &issued.ticket) {
+            (TicketRequest::Join { disk_uuid, .. }, Ticket::Join(t)) => {
+                let ticket = t.clone().check().map_err(ticket_error)?;
+                self.check_kubelet_cert(ticket.kubelet_cert())
+                    .map_err(ticket_error)?;
+                self.check_join_service(ticket.cluster_id(), service)?;
+                CheckedKind::Join {
+                    disk_uuid: disk_uuid.clone(),
+                    ticket: Box::new(ticket),
+                }
             }
-            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => checks::check_rejoin_ticket(t),
+            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
+                let ticket = t.clone().check().map_err(ticket_error)?;
+                self.check_join_service(ticket.cluster_id(), service)?;
+                CheckedKind::Rejoin(ticket)
+            }
             _ => {
                 return Err(NodeError::BadTicket(
                     "the join service answered another kind of ticket".into(),
                 ));
             }
-        }
-        .map_err(ticket_error)?;
-        self.check_join_service(ticket, issued.service.as_ref())
+        };
+        Ok(CheckedTicket(checked))
     }
 
     /// The kubelet certificate of a join ticket must be the one asked for
     /// (a node that asked for none takes none).
-    fn check_kubelet_cert(&self, t: &IssueJoinTicketResponse) -> Result<(), TicketError> {
+    fn check_kubelet_cert(&self, cert: &[u8]) -> Result<(), TicketError> {
         match &self.config.kubelet_request {
-            None if t.kubelet_cert.is_empty() => Ok(()),
+            None if cert.is_empty() => Ok(()),
             None => Err(TicketError::Unusable(
                 "a kubelet certificate the node did not ask for".into(),
             )),
-            Some(_) if t.kubelet_cert.is_empty() => Err(TicketError::Unusable(
+            Some(_) if cert.is_empty() => Err(TicketError::Unusable(
                 "no kubelet certificate (the join service signed none)".into(),
             )),
-            Some(r) => confboot_cluster::kubelet_cert::check_kubelet_cert(&t.kubelet_cert, r)
+            Some(r) => confboot_cluster::kubelet_cert::check_kubelet_cert(cert, r)
                 .map_err(|e| TicketError::Unusable(e.to_string())),
         }
     }
 
     /// The join service must prove membership of the ticket's cluster
-    /// ([`checks::check_cluster_mark`]), with the ticket's measurement salt
-    /// for a join and the disk header's for a rejoin.
+    /// ([`checks::check_member_mark`]): `cluster_id` is the one the
+    /// ticket's measurement secret and salt give, for a join and a rejoin
+    /// alike (the salt comes with the ticket, which the service's cluster
+    /// mark proves; the one the disk's header keeps is the host's to
+    /// rewrite).
     fn check_join_service(
         &self,
-        ticket: &Ticket,
+        cluster_id: &[u8],
         service: Option<&Attested>,
     ) -> Result<(), NodeError> {
         if self.config.join_service_check == JoinServiceCheck::InsecureNone {
@@ -532,34 +572,24 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         if service.is_none() {
             return Err(NodeError::JoinServiceNotMember("it did not attest".into()));
         }
-        // The salt comes with the ticket, which the service's cluster mark
-        // proves; the one the disk's header keeps is the host's to rewrite.
-        let (secret, salt) = match ticket {
-            Ticket::Join(t) => (&t.measurement_secret, &t.measurement_salt),
-            Ticket::Rejoin(t) => (&t.measurement_secret, &t.measurement_salt),
-        };
-        checks::check_cluster_mark(secret, salt, service).map_err(ticket_error)
+        checks::check_member_mark(cluster_id, service).map_err(ticket_error)
     }
 
     /// Applies a checked ticket past the nodelock (taken by the join client).
     pub fn apply_ticket(
         &self,
         token: &LockToken,
-        request: &TicketRequest,
-        ticket: &Ticket,
+        ticket: &CheckedTicket,
     ) -> Result<Outcome, NodeError> {
-        match (request, ticket) {
-            (TicketRequest::Join { disk_uuid, .. }, Ticket::Join(t)) => {
-                self.apply_join_ticket(token, disk_uuid, t)?;
+        match &ticket.0 {
+            CheckedKind::Join { disk_uuid, ticket } => {
+                self.apply_join_ticket(token, disk_uuid, ticket)?;
                 Ok(Outcome::Joined)
             }
-            (TicketRequest::Rejoin { .. }, Ticket::Rejoin(t)) => {
-                self.apply_rejoin_ticket(token, t)?;
+            CheckedKind::Rejoin(ticket) => {
+                self.apply_rejoin_ticket(token, ticket)?;
                 Ok(Outcome::Rejoined)
             }
-            _ => Err(NodeError::BadTicket(
-                "the join service answered another kind of ticket".into(),
-            )),
         }
     }
 
@@ -567,9 +597,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         &self,
         token: &LockToken,
         disk_uuid: &str,
-        t: &IssueJoinTicketResponse,
+        t: &CheckedJoinTicket,
     ) -> Result<(), NodeError> {
-        let key = SecretBytes::new(t.state_disk_key.clone());
+        let key = t.state_disk_key().clone();
         let action = self.set_up_disk(
             token,
             disk_uuid,
@@ -582,25 +612,30 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                     )))
                 }
             },
-            Some(&t.measurement_salt),
+            Some(t.measurement_salt()),
         )?;
         log::info!("{}", describe(&action));
-        let cluster_id = derive_cluster_id(&t.measurement_secret, &t.measurement_salt);
-        self.set_up_vpn(token, action.uuid(), &t.state_disk_key, &cluster_id)?;
-        self.mark(token, &cluster_id)?;
+        let cluster_id = t.cluster_id();
+        self.set_up_vpn(
+            token,
+            action.uuid(),
+            t.state_disk_key().expose(),
+            cluster_id,
+        )?;
+        self.mark(token, cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
         let params = JoinClusterParams {
-            api_server_endpoint: t.api_server_endpoint.clone(),
-            token: SecretBytes::new(t.token.clone().into_bytes()),
-            discovery_token_ca_cert_hash: t.discovery_token_ca_cert_hash.clone(),
+            api_server_endpoint: t.api_server_endpoint().to_string(),
+            token: SecretBytes::new(t.token().as_bytes().to_vec()),
+            discovery_token_ca_cert_hash: t.discovery_token_ca_cert_hash().to_string(),
             is_control_plane: self.config.is_control_plane,
             control_plane_files: t
-                .control_plane_files
+                .control_plane_files()
                 .iter()
-                .map(|f| (f.name.clone(), SecretBytes::new(f.data.clone())))
+                .map(|f| (f.name.clone(), f.data.clone()))
                 .collect(),
             node_ip: self.config.node_ip.clone(),
-            kubernetes_version: t.kubernetes_version.clone(),
+            kubernetes_version: t.kubernetes_version().to_string(),
             node_name: self
                 .config
                 .kubelet_request
@@ -608,7 +643,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 .map(|r| r.node_name.clone())
                 .unwrap_or_default(),
             kubelet_cert: self.config.kubelet_request.as_ref().map(|r| KubeletCert {
-                cert_der: t.kubelet_cert.clone(),
+                cert_der: t.kubelet_cert().to_vec(),
                 key_pem: SecretBytes::new(r.key_pem.as_bytes().to_vec()),
             }),
         };
@@ -627,28 +662,33 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     fn apply_rejoin_ticket(
         &self,
         token: &LockToken,
-        t: &IssueRejoinTicketResponse,
+        t: &CheckedRejoinTicket,
     ) -> Result<(), NodeError> {
-        // The ticket's salt (checked with the ticket), never the header's:
-        // the host can rewrite a header, and a salt of its choosing would
-        // mark the node for a cluster the admin never made.
-        let salt = &t.measurement_salt;
-        let key = SecretBytes::new(t.state_disk_key.clone());
+        // The ticket's salt (checked with the ticket, and in its cluster
+        // id), never the header's: the host can rewrite a header, and a
+        // salt of its choosing would mark the node for a cluster the admin
+        // never made.
+        let key = t.state_disk_key().clone();
         let action = self.set_up_disk(token, "", |_| Ok(key.clone()), None)?;
         log::info!("{}", describe(&action));
-        let cluster_id = derive_cluster_id(&t.measurement_secret, salt);
+        let cluster_id = t.cluster_id();
         // Before anything the disk keeps is used: a disk older than the
         // cluster last saw it creates no users and gets no mark.
         self.advance_generation(
             token,
             action.uuid(),
-            &t.state_disk_key,
-            t.generation,
-            &cluster_id,
+            t.state_disk_key().expose(),
+            t.generation(),
+            cluster_id,
         )?;
         self.apply_kept_ssh_users(token);
-        self.set_up_vpn(token, action.uuid(), &t.state_disk_key, &cluster_id)?;
-        self.mark(token, &cluster_id)?;
+        self.set_up_vpn(
+            token,
+            action.uuid(),
+            t.state_disk_key().expose(),
+            cluster_id,
+        )?;
+        self.mark(token, cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
         Ok(())
     }
@@ -682,7 +722,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         }
         let master = master_secret(&req.kms_uri)?;
         check_storage_uri(&req.storage_uri)?;
-        check_measurement_salt(&req.measurement_salt)?;
+        let measurement_salt = check_measurement_salt(&req.measurement_salt)?;
         {
             let disk = self.disk();
             if !matches!(
@@ -698,8 +738,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
         log::info!("recovered: {}", describe(&action));
         self.apply_kept_ssh_users(&token);
-        let cluster_id =
-            derive_cluster_id(master.measurement_secret().expose(), &req.measurement_salt);
+        let cluster_id = derive_cluster_id(master.measurement_secret().expose(), &measurement_salt);
         self.set_up_vpn(
             &token,
             action.uuid(),
@@ -721,7 +760,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         _token: &LockToken,
         blank_uuid: &str,
         key_for: impl FnOnce(&str) -> Result<SecretBytes, DiskError>,
-        measurement_salt: Option<&[u8]>,
+        measurement_salt: Option<&MeasurementSalt>,
     ) -> Result<DiskAction, NodeError> {
         let mut disk = self.disk();
         let action = disk

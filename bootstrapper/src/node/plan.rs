@@ -2,8 +2,8 @@
 //! node runs for the admin and which ticket its join client asks for.
 
 use confboot_attest::Attested;
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_disk::DiskState;
-use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 
 use super::NodeError;
 
@@ -44,13 +44,14 @@ pub enum TicketRequest {
     },
 }
 
-/// What a join service answered.
-#[derive(Clone)]
+/// What a join service answered, its secrets opened (not checked yet:
+/// [`Node::check_ticket`](super::Node::check_ticket)).
+#[derive(Clone, Debug)]
 pub enum Ticket {
     /// For a first join.
-    Join(IssueJoinTicketResponse),
+    Join(JoinTicket),
     /// For a rejoin.
-    Rejoin(IssueRejoinTicketResponse),
+    Rejoin(RejoinTicket),
 }
 
 /// A ticket as it arrived: what the join service answered and what it

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use confboot_attest::AttestationError;
 use confboot_cluster::mark::marked_pcr15;
+use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_cluster::{ClusterError, RecordedCall, RecordingBackend};
 use confboot_disk::{DiskBackend, DiskError, DiskState, Mkfs, StateDisk};
 use confboot_kms::init_secret::{InitSecretHash, MIN_ITERATIONS, hash};
-use confboot_kms::{MasterSecret, SecretBytes, derive_cluster_id};
+use confboot_kms::{MasterSecret, MeasurementSalt, SecretBytes};
 use confboot_proto::init::InitRequest;
-use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse};
 use confboot_proto::recover::RecoverMessage;
 use confboot_sys::process::{CommandOutput, CommandRunner, ProcessError, Stream};
 use confboot_tests::TempDir;
@@ -382,16 +382,17 @@ fn join_request() -> TicketRequest {
     }
 }
 
-fn join_response() -> IssueJoinTicketResponse {
-    let mut t = IssueJoinTicketResponse::default();
-    t.state_disk_key = vec![0x42; 32];
-    t.measurement_salt = vec![5; 32];
-    t.measurement_secret = vec![6; 32];
-    t.api_server_endpoint = "10.0.2.15:6443".into();
-    t.token = "abcdef.0123456789abcdef".into();
-    t.discovery_token_ca_cert_hash = "sha256:00".into();
-    t.kubernetes_version = "v1.30.4".into();
-    t
+fn join_response() -> JoinTicket {
+    JoinTicket {
+        state_disk_key: SecretBytes::new(vec![0x42; 32]),
+        measurement_salt: vec![5; 32],
+        measurement_secret: SecretBytes::new(vec![6; 32]),
+        api_server_endpoint: "10.0.2.15:6443".into(),
+        token: zeroize::Zeroizing::new("abcdef.0123456789abcdef".into()),
+        discovery_token_ca_cert_hash: "sha256:00".into(),
+        kubernetes_version: "v1.30.4".into(),
+        ..Default::default()
+    }
 }
 
 fn join_ticket() -> Ticket {
@@ -399,11 +400,25 @@ fn join_ticket() -> Ticket {
 }
 
 fn rejoin_ticket(key: &[u8]) -> Ticket {
-    let mut t = IssueRejoinTicketResponse::default();
-    t.state_disk_key = key.to_vec();
-    t.measurement_secret = vec![6; 32];
-    t.measurement_salt = vec![5; 32];
-    Ticket::Rejoin(t)
+    Ticket::Rejoin(RejoinTicket {
+        state_disk_key: SecretBytes::new(key.to_vec()),
+        measurement_secret: SecretBytes::new(vec![6; 32]),
+        measurement_salt: vec![5; 32],
+        generation: 0,
+    })
+}
+
+/// The cluster id of `secret` and the salt `salt` (of a valid length).
+fn derive_cluster_id(secret: &[u8], salt: &[u8]) -> [u8; 32] {
+    confboot_kms::derive_cluster_id(secret, &MeasurementSalt::try_from(salt).unwrap())
+}
+
+/// `ticket`, from a member of its cluster, as `rig`'s node checks it for
+/// `request` (it passes).
+fn checked(rig: &Rig, request: &TicketRequest, ticket: &Ticket) -> CheckedTicket {
+    rig.node
+        .check_ticket(request, &from_member(ticket))
+        .unwrap()
 }
 
 /// `ticket` as a member of its cluster issues it: attested, PCR 15 holding
@@ -512,7 +527,10 @@ fn blank_then_init_formats_marks_and_initializes_the_cluster() {
     assert_eq!(ok.cluster_id, cluster_id);
     assert_eq!(
         ok.owner_id,
-        owner_id(master().measurement_secret().expose(), &[3; 32])
+        confboot_kms::owner_id(
+            master().measurement_secret().expose(),
+            &MeasurementSalt::new(vec![3; 32]).unwrap()
+        )
     );
     assert_eq!(ok.kubeconfig, b"kind: Config");
     match &rig.node.cluster().calls()[..] {
@@ -675,7 +693,10 @@ fn blank_then_join_formats_with_the_ticket_key_and_joins() {
         .check_ticket(&request, &from_member(&ticket))
         .unwrap();
     let token = rig.node.take_lock(holder::JOIN).unwrap();
-    let outcome = rig.node.apply_ticket(&token, &request, &ticket).unwrap();
+    let outcome = rig
+        .node
+        .apply_ticket(&token, &checked(&rig, &request, &ticket))
+        .unwrap();
     assert_eq!(outcome, Outcome::Joined);
     assert_eq!(
         rig.disk.state().luks,
@@ -715,7 +736,7 @@ fn an_interrupted_first_boot_is_finished_not_rejoined() {
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     let outcome = rig
         .node
-        .apply_ticket(&token, &plan.request, &join_ticket())
+        .apply_ticket(&token, &checked(&rig, &plan.request, &join_ticket()))
         .unwrap();
     assert_eq!(outcome, Outcome::Joined);
     let s = rig.disk.state();
@@ -793,7 +814,7 @@ fn a_join_takes_only_the_kubelet_certificate_it_asked_for() {
         .unwrap();
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     rig.node
-        .apply_ticket(&token, &join_request(), &ticket)
+        .apply_ticket(&token, &checked(&rig, &join_request(), &ticket))
         .unwrap();
     match &rig.node.cluster().calls()[..] {
         [RecordedCall::Join(p)] => {
@@ -810,7 +831,7 @@ fn a_join_takes_only_the_kubelet_certificate_it_asked_for() {
 fn unusable_tickets_are_thrown_away_before_the_nodelock() {
     let rig = Rig::new(FakeDisk::blank());
     let mut short_key = join_response();
-    short_key.state_disk_key = vec![1; 16];
+    short_key.state_disk_key = SecretBytes::new(vec![1; 16]);
     let mut short_salt = join_response();
     short_salt.measurement_salt = vec![1; 4];
     let (short_key, short_salt) = (Ticket::Join(short_key), Ticket::Join(short_salt));
@@ -849,7 +870,7 @@ fn a_join_ticket_for_another_disk_opens_nothing() {
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     let err = rig
         .node
-        .apply_ticket(&token, &join_request(), &join_ticket())
+        .apply_ticket(&token, &checked(&rig, &join_request(), &join_ticket()))
         .unwrap_err();
     assert!(
         matches!(err, NodeError::Disk(DiskError::KeyUnavailable(_))),
@@ -876,7 +897,9 @@ fn luks_then_rejoin_opens_and_marks_with_the_ticket_salt() {
         .unwrap();
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     assert_eq!(
-        rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
+        rig.node
+            .apply_ticket(&token, &checked(&rig, &request, &ticket))
+            .unwrap(),
         Outcome::Rejoined
     );
     assert!(rig.disk.state().opened);
@@ -910,7 +933,9 @@ fn a_salt_rewritten_between_the_check_and_the_mark_is_not_used() {
     rig.disk.state().salt = Some(vec![9; 32]);
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     assert_eq!(
-        rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
+        rig.node
+            .apply_ticket(&token, &checked(&rig, &request, &ticket))
+            .unwrap(),
         Outcome::Rejoined
     );
     assert_eq!(
@@ -929,7 +954,10 @@ fn a_rejoin_ticket_with_a_wrong_key_never_formats() {
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     let err = rig
         .node
-        .apply_ticket(&token, &request, &rejoin_ticket(&[0x13; 32]))
+        .apply_ticket(
+            &token,
+            &checked(&rig, &request, &rejoin_ticket(&[0x13; 32])),
+        )
         .unwrap_err();
     assert_eq!(err, NodeError::Disk(DiskError::WrongKey));
     assert!(err.is_final() && err.is_wrong_key());
@@ -967,7 +995,9 @@ fn a_rejoin_ticket_without_a_salt_is_thrown_away() {
         .check_ticket(&request, &from_member(&ticket))
         .unwrap();
     let token = rig.node.take_lock(holder::JOIN).unwrap();
-    rig.node.apply_ticket(&token, &request, &ticket).unwrap();
+    rig.node
+        .apply_ticket(&token, &checked(&rig, &request, &ticket))
+        .unwrap();
     assert!(rig.disk.state().opened);
 }
 
@@ -1354,7 +1384,8 @@ fn init_and_join_race_with_exactly_one_winner() {
                 }
                 rig.node.check_ticket(&request, &from_member(&ticket))?;
                 let token = rig.node.take_lock(holder::JOIN)?;
-                rig.node.apply_ticket(&token, &request, &ticket)
+                rig.node
+                    .apply_ticket(&token, &checked(&rig, &request, &ticket))
             });
             (init.join().unwrap(), join.join().unwrap())
         });
@@ -1493,7 +1524,9 @@ fn rejoin(rig: &Rig) {
     let ticket = rejoin_ticket(master().state_disk_key(&uuid).expose());
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     assert_eq!(
-        rig.node.apply_ticket(&token, &request, &ticket).unwrap(),
+        rig.node
+            .apply_ticket(&token, &checked(rig, &request, &ticket))
+            .unwrap(),
         Outcome::Rejoined
     );
 }
@@ -1756,7 +1789,7 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     assert_eq!(fields.public_key, first.public_key().as_bytes().to_vec());
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     rig.node
-        .apply_ticket(&token, &join_request(), &join_ticket())
+        .apply_ticket(&token, &checked(&rig, &join_request(), &join_ticket()))
         .unwrap();
     let kept = rig.state_fs.dir.path().join(vpn::STORED_VPN_KEY_FILE);
     let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
@@ -1783,7 +1816,7 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     };
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     rig.node
-        .apply_ticket(&token, &rejoin, &rejoin_ticket(&[0x42; 32]))
+        .apply_ticket(&token, &checked(&rig, &rejoin, &rejoin_ticket(&[0x42; 32])))
         .unwrap();
     let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), first.expose());
@@ -1795,7 +1828,7 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
     let (rig, third) = rig.reboot(fresh_root()).with_vpn(&file);
     let token = rig.node.take_lock(holder::JOIN).unwrap();
     rig.node
-        .apply_ticket(&token, &rejoin, &rejoin_ticket(&[0x42; 32]))
+        .apply_ticket(&token, &checked(&rig, &rejoin, &rejoin_ticket(&[0x42; 32])))
         .unwrap();
     let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), third.expose());
@@ -1898,15 +1931,16 @@ fn rejoin_with(rig: &Rig, cluster: &ClusterGenerations) -> Result<Outcome, NodeE
     let request = TicketRequest::Rejoin {
         disk_uuid: UUID.into(),
     };
-    let mut ticket = IssueRejoinTicketResponse::default();
-    ticket.state_disk_key = vec![0x42; 32];
-    ticket.measurement_secret = vec![6; 32];
-    ticket.measurement_salt = vec![5; 32];
-    ticket.generation = cluster.last();
-    let ticket = Ticket::Rejoin(ticket);
+    let ticket = Ticket::Rejoin(RejoinTicket {
+        state_disk_key: SecretBytes::new(vec![0x42; 32]),
+        measurement_secret: SecretBytes::new(vec![6; 32]),
+        measurement_salt: vec![5; 32],
+        generation: cluster.last(),
+    });
     rig.node.check_ticket(&request, &from_member(&ticket))?;
     let token = rig.node.take_lock(holder::JOIN)?;
-    rig.node.apply_ticket(&token, &request, &ticket)
+    rig.node
+        .apply_ticket(&token, &checked(rig, &request, &ticket))
 }
 
 fn kept_generation(rig: &Rig) -> u64 {

@@ -1,25 +1,35 @@
-//! What a node checks in a join service's answer before it commits to it:
-//! the shape of a join or rejoin ticket, and that the service that sent it
-//! proved membership of the ticket's cluster. And the sealing of a
-//! ticket's secrets to the node's key: the join service seals them
-//! ([`seal_join_ticket`], [`seal_rejoin_ticket`]) to the X25519 key the
-//! node's evidence bound, the node opens them with its private key
-//! ([`open_join_ticket`], [`open_rejoin_ticket`]), so an answer read
-//! anywhere but inside the attested VM carries no usable secret.
+//! The join ticket, one contract for both ends: what a join service makes
+//! ([`JoinTicket`], [`RejoinTicket`]: the secrets in zeroizing types), how
+//! it goes on the wire (its secrets only sealed, [`JoinTicket::seal`],
+//! [`RejoinTicket::seal`]), how the node opens it ([`JoinTicket::open`],
+//! [`RejoinTicket::open`]) and what the node checks before it commits to
+//! it ([`JoinTicket::check`], [`RejoinTicket::check`], which give the
+//! checked values [`CheckedJoinTicket`] and [`CheckedRejoinTicket`], and
+//! [`check_member_mark`]: the service that sent it proved membership of
+//! the ticket's cluster).
+//!
+//! The join service seals the secrets to the X25519 key the node's
+//! evidence bound; the node opens them with its private key, so an answer
+//! read anywhere but inside the attested VM carries no usable secret. The
+//! plaintext secret fields of the wire messages are never filled by a
+//! join service: a node refuses a ticket that fills them.
 //!
 //! The bootstrapper's node applies these checks to every ticket it gets
 //! (`Node::check_ticket`); they are plain functions of the ticket and the
 //! service's attestation, so they are tested and fuzzed without a node.
 
+use std::fmt;
+
 use prost::Message;
 
 use confboot_kms::seal::{SEALING_KEY_LEN, SealError, SealedKind, SealingKeyPair, seal};
-use confboot_proto::join::{IssueJoinTicketResponse, IssueRejoinTicketResponse, TicketSecrets};
+use confboot_kms::{DERIVED_KEY_LEN, MeasurementSalt, SecretBytes, derive_cluster_id};
+use confboot_proto::join::{
+    ControlPlaneCertOrKey, IssueJoinTicketResponse, IssueRejoinTicketResponse, TicketSecrets,
+};
 use zeroize::Zeroizing;
 
 use confboot_attest::Attested;
-use confboot_disk::MEASUREMENT_SALT_LEN;
-use confboot_kms::derive_cluster_id;
 
 /// Length of a state-disk key in a ticket.
 pub const STATE_DISK_KEY_LEN: usize = 32;
@@ -42,40 +52,345 @@ pub enum TicketError {
     Sealed(#[from] SealError),
 }
 
-/// Seals the secrets of a join ticket (state disk key, measurement secret,
-/// token, control-plane files) to `recipient` into its `sealed_secrets`,
-/// and empties their plaintext fields. What stays in the clear is what the
-/// host may see: the salt, the kubelet certificate, endpoints, versions,
-/// the CA hash, the VPN address.
-pub fn seal_join_ticket(
-    ticket: &mut IssueJoinTicketResponse,
-    recipient: &[u8; SEALING_KEY_LEN],
-) -> Result<(), SealError> {
-    let secrets = TicketSecrets {
-        state_disk_key: std::mem::take(&mut ticket.state_disk_key),
-        measurement_secret: std::mem::take(&mut ticket.measurement_secret),
-        token: std::mem::take(&mut ticket.token),
-        control_plane_files: std::mem::take(&mut ticket.control_plane_files),
-    };
-    ticket.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::JoinTicket)?;
-    Ok(())
+/// A file a new control-plane node needs (kubeadm's PKI), as a join ticket
+/// carries it: its name below the PKI directory and its secret contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlPlaneFile {
+    /// The path below the Kubernetes PKI directory (`ca.key`, `etcd/ca.crt`).
+    pub name: String,
+    /// The contents.
+    pub data: SecretBytes,
 }
 
-/// Seals the secrets of a rejoin ticket (state disk key, measurement
-/// secret) to `recipient` into its `sealed_secrets`, and empties their
-/// plaintext fields.
-pub fn seal_rejoin_ticket(
-    ticket: &mut IssueRejoinTicketResponse,
-    recipient: &[u8; SEALING_KEY_LEN],
-) -> Result<(), SealError> {
-    let secrets = TicketSecrets {
-        state_disk_key: std::mem::take(&mut ticket.state_disk_key),
-        measurement_secret: std::mem::take(&mut ticket.measurement_secret),
-        token: String::new(),
-        control_plane_files: Vec::new(),
-    };
-    ticket.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::RejoinTicket)?;
-    Ok(())
+/// A join ticket: what a join service gives a node for its first join, and
+/// what the node opens from the wire. The secrets (state disk key,
+/// measurement secret, token, control-plane files) are zeroized when it
+/// is dropped and never shown by `Debug`; on the wire they exist only
+/// sealed ([`JoinTicket::seal`]). Unchecked: the node makes a
+/// [`CheckedJoinTicket`] of it ([`JoinTicket::check`]).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct JoinTicket {
+    /// The key of the node's state disk.
+    pub state_disk_key: SecretBytes,
+    /// The cluster's measurement secret.
+    pub measurement_secret: SecretBytes,
+    /// The kubeadm bootstrap token.
+    pub token: Zeroizing<String>,
+    /// The files a control-plane node needs (empty for a worker).
+    pub control_plane_files: Vec<ControlPlaneFile>,
+    /// The cluster's measurement salt, as sent (checked by [`JoinTicket::check`]).
+    pub measurement_salt: Vec<u8>,
+    /// The kubelet's certificate, DER (empty: none asked for).
+    pub kubelet_cert: Vec<u8>,
+    /// `host:port` of the Kubernetes API server.
+    pub api_server_endpoint: String,
+    /// kubeadm's `sha256:<hex>` pin of the cluster CA.
+    pub discovery_token_ca_cert_hash: String,
+    /// The Kubernetes version the node installs.
+    pub kubernetes_version: String,
+    /// The node's VPN address (empty: the node sent no VPN key).
+    pub node_vpn_ip: String,
+}
+
+/// A rejoin ticket: a rebooted node's state disk key, the measurement
+/// secret and salt, and the disk's last confirmed generation. The secrets
+/// are zeroized when it is dropped and exist on the wire only sealed
+/// ([`RejoinTicket::seal`]). Unchecked: the node makes a
+/// [`CheckedRejoinTicket`] of it ([`RejoinTicket::check`]).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct RejoinTicket {
+    /// The key of the node's state disk.
+    pub state_disk_key: SecretBytes,
+    /// The cluster's measurement secret.
+    pub measurement_secret: SecretBytes,
+    /// The cluster's measurement salt, as sent (checked by [`RejoinTicket::check`]).
+    pub measurement_salt: Vec<u8>,
+    /// The state disk's generation the cluster last confirmed (0: none).
+    pub generation: u64,
+}
+
+impl fmt::Debug for JoinTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinTicket")
+            .field("measurement_salt", &self.measurement_salt)
+            .field("api_server_endpoint", &self.api_server_endpoint)
+            .field("kubernetes_version", &self.kubernetes_version)
+            .field("node_vpn_ip", &self.node_vpn_ip)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for RejoinTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RejoinTicket")
+            .field("measurement_salt", &self.measurement_salt)
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JoinTicket {
+    /// The wire message of this ticket for the node whose sealing key is
+    /// `recipient`: the secrets sealed into `sealed_secrets` (as a join
+    /// ticket's), their plaintext fields empty. What stays in the clear is
+    /// what the host may see: the salt, the kubelet certificate, endpoints,
+    /// versions, the CA hash, the VPN address.
+    pub fn seal(
+        &self,
+        recipient: &[u8; SEALING_KEY_LEN],
+    ) -> Result<IssueJoinTicketResponse, SealError> {
+        let secrets = TicketSecrets {
+            state_disk_key: self.state_disk_key.expose().to_vec(),
+            measurement_secret: self.measurement_secret.expose().to_vec(),
+            token: self.token.to_string(),
+            control_plane_files: self
+                .control_plane_files
+                .iter()
+                .map(|f| ControlPlaneCertOrKey {
+                    name: f.name.clone(),
+                    data: f.data.expose().to_vec(),
+                })
+                .collect(),
+        };
+        // The message zeroizes its secrets when dropped (so it is filled in
+        // place); the plaintext secret fields stay empty.
+        let mut wire = IssueJoinTicketResponse::default();
+        wire.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::JoinTicket)?;
+        wire.measurement_salt = self.measurement_salt.clone();
+        wire.kubelet_cert = self.kubelet_cert.clone();
+        wire.api_server_endpoint = self.api_server_endpoint.clone();
+        wire.discovery_token_ca_cert_hash = self.discovery_token_ca_cert_hash.clone();
+        wire.kubernetes_version = self.kubernetes_version.clone();
+        wire.node_vpn_ip = self.node_vpn_ip.clone();
+        Ok(wire)
+    }
+
+    /// Opens a join ticket's wire message with `key` (the node's, for this
+    /// connection). Refuses a message with no sealed secrets, with any
+    /// secret in the clear, or whose sealed secrets do not open as a join
+    /// ticket's or do not decode.
+    pub fn open(
+        wire: &IssueJoinTicketResponse,
+        key: &SealingKeyPair,
+    ) -> Result<JoinTicket, TicketError> {
+        if !wire.state_disk_key.is_empty()
+            || !wire.measurement_secret.is_empty()
+            || !wire.token.is_empty()
+            || !wire.control_plane_files.is_empty()
+        {
+            return Err(TicketError::NotSealed("secrets sent in the clear"));
+        }
+        let mut secrets = open_secrets(&wire.sealed_secrets, key, SealedKind::JoinTicket)?;
+        Ok(JoinTicket {
+            state_disk_key: SecretBytes::new(std::mem::take(&mut secrets.state_disk_key)),
+            measurement_secret: SecretBytes::new(std::mem::take(&mut secrets.measurement_secret)),
+            token: Zeroizing::new(std::mem::take(&mut secrets.token)),
+            control_plane_files: std::mem::take(&mut secrets.control_plane_files)
+                .into_iter()
+                .map(|mut f| ControlPlaneFile {
+                    name: std::mem::take(&mut f.name),
+                    data: SecretBytes::new(std::mem::take(&mut f.data)),
+                })
+                .collect(),
+            measurement_salt: wire.measurement_salt.clone(),
+            kubelet_cert: wire.kubelet_cert.clone(),
+            api_server_endpoint: wire.api_server_endpoint.clone(),
+            discovery_token_ca_cert_hash: wire.discovery_token_ca_cert_hash.clone(),
+            kubernetes_version: wire.kubernetes_version.clone(),
+            node_vpn_ip: wire.node_vpn_ip.clone(),
+        })
+    }
+
+    /// Checks the ticket's fields, once, into a [`CheckedJoinTicket`]: a
+    /// measurement secret, a measurement salt ([`MeasurementSalt`]), a
+    /// state-disk key of [`STATE_DISK_KEY_LEN`] bytes.
+    pub fn check(self) -> Result<CheckedJoinTicket, TicketError> {
+        let (measurement_salt, state_disk_key) = check_fields(
+            &self.measurement_secret,
+            &self.measurement_salt,
+            &self.state_disk_key,
+        )?;
+        Ok(CheckedJoinTicket {
+            cluster_id: derive_cluster_id(self.measurement_secret.expose(), &measurement_salt),
+            measurement_salt,
+            state_disk_key,
+            ticket: self,
+        })
+    }
+}
+
+impl RejoinTicket {
+    /// The wire message of this ticket for the node whose sealing key is
+    /// `recipient`: the state disk key and measurement secret sealed into
+    /// `sealed_secrets` (as a rejoin ticket's), their plaintext fields
+    /// empty.
+    pub fn seal(
+        &self,
+        recipient: &[u8; SEALING_KEY_LEN],
+    ) -> Result<IssueRejoinTicketResponse, SealError> {
+        let secrets = TicketSecrets {
+            state_disk_key: self.state_disk_key.expose().to_vec(),
+            measurement_secret: self.measurement_secret.expose().to_vec(),
+            token: String::new(),
+            control_plane_files: Vec::new(),
+        };
+        let mut wire = IssueRejoinTicketResponse::default();
+        wire.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::RejoinTicket)?;
+        wire.generation = self.generation;
+        wire.measurement_salt = self.measurement_salt.clone();
+        Ok(wire)
+    }
+
+    /// Opens a rejoin ticket's wire message with `key`. Refuses as
+    /// [`JoinTicket::open`] does, and sealed secrets that carry a join
+    /// ticket's token or files.
+    pub fn open(
+        wire: &IssueRejoinTicketResponse,
+        key: &SealingKeyPair,
+    ) -> Result<RejoinTicket, TicketError> {
+        if !wire.state_disk_key.is_empty() || !wire.measurement_secret.is_empty() {
+            return Err(TicketError::NotSealed("secrets sent in the clear"));
+        }
+        let mut secrets = open_secrets(&wire.sealed_secrets, key, SealedKind::RejoinTicket)?;
+        if !secrets.token.is_empty() || !secrets.control_plane_files.is_empty() {
+            return Err(TicketError::Unusable(
+                "a rejoin ticket's sealed secrets carry a token or files".into(),
+            ));
+        }
+        Ok(RejoinTicket {
+            state_disk_key: SecretBytes::new(std::mem::take(&mut secrets.state_disk_key)),
+            measurement_secret: SecretBytes::new(std::mem::take(&mut secrets.measurement_secret)),
+            measurement_salt: wire.measurement_salt.clone(),
+            generation: wire.generation,
+        })
+    }
+
+    /// Checks the ticket's fields, once, into a [`CheckedRejoinTicket`]: a
+    /// measurement secret, a measurement salt ([`MeasurementSalt`]: the
+    /// node marks itself with the ticket's salt, never its disk header's)
+    /// and a state-disk key of [`STATE_DISK_KEY_LEN`] bytes.
+    pub fn check(self) -> Result<CheckedRejoinTicket, TicketError> {
+        let (measurement_salt, state_disk_key) = check_fields(
+            &self.measurement_secret,
+            &self.measurement_salt,
+            &self.state_disk_key,
+        )?;
+        Ok(CheckedRejoinTicket {
+            cluster_id: derive_cluster_id(self.measurement_secret.expose(), &measurement_salt),
+            measurement_salt,
+            state_disk_key,
+            generation: self.generation,
+        })
+    }
+}
+
+/// A join ticket whose fields were checked ([`JoinTicket::check`]): its
+/// state disk key has [`STATE_DISK_KEY_LEN`] bytes, its salt is a
+/// [`MeasurementSalt`], its measurement secret is not empty.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CheckedJoinTicket {
+    ticket: JoinTicket,
+    measurement_salt: MeasurementSalt,
+    state_disk_key: SecretBytes,
+    cluster_id: [u8; DERIVED_KEY_LEN],
+}
+
+impl CheckedJoinTicket {
+    /// The state disk's key ([`STATE_DISK_KEY_LEN`] bytes).
+    pub fn state_disk_key(&self) -> &SecretBytes {
+        &self.state_disk_key
+    }
+
+    /// The cluster's measurement salt.
+    pub fn measurement_salt(&self) -> &MeasurementSalt {
+        &self.measurement_salt
+    }
+
+    /// The id of the ticket's cluster (of its measurement secret and salt):
+    /// what the node marks itself with, and what its join service's mark
+    /// must show ([`check_member_mark`]).
+    pub fn cluster_id(&self) -> &[u8; DERIVED_KEY_LEN] {
+        &self.cluster_id
+    }
+
+    /// The kubeadm bootstrap token.
+    pub fn token(&self) -> &str {
+        &self.ticket.token
+    }
+
+    /// The files a control-plane node needs.
+    pub fn control_plane_files(&self) -> &[ControlPlaneFile] {
+        &self.ticket.control_plane_files
+    }
+
+    /// The kubelet's certificate, DER (empty: none).
+    pub fn kubelet_cert(&self) -> &[u8] {
+        &self.ticket.kubelet_cert
+    }
+
+    /// `host:port` of the Kubernetes API server.
+    pub fn api_server_endpoint(&self) -> &str {
+        &self.ticket.api_server_endpoint
+    }
+
+    /// kubeadm's `sha256:<hex>` pin of the cluster CA.
+    pub fn discovery_token_ca_cert_hash(&self) -> &str {
+        &self.ticket.discovery_token_ca_cert_hash
+    }
+
+    /// The Kubernetes version the node installs.
+    pub fn kubernetes_version(&self) -> &str {
+        &self.ticket.kubernetes_version
+    }
+}
+
+impl fmt::Debug for CheckedJoinTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CheckedJoinTicket")
+            .field(&self.ticket)
+            .finish()
+    }
+}
+
+/// A rejoin ticket whose fields were checked ([`RejoinTicket::check`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CheckedRejoinTicket {
+    measurement_salt: MeasurementSalt,
+    state_disk_key: SecretBytes,
+    cluster_id: [u8; DERIVED_KEY_LEN],
+    generation: u64,
+}
+
+impl CheckedRejoinTicket {
+    /// The state disk's key ([`STATE_DISK_KEY_LEN`] bytes).
+    pub fn state_disk_key(&self) -> &SecretBytes {
+        &self.state_disk_key
+    }
+
+    /// The cluster's measurement salt (the node marks itself with it,
+    /// never with its disk header's).
+    pub fn measurement_salt(&self) -> &MeasurementSalt {
+        &self.measurement_salt
+    }
+
+    /// The id of the ticket's cluster (see [`CheckedJoinTicket::cluster_id`]).
+    pub fn cluster_id(&self) -> &[u8; DERIVED_KEY_LEN] {
+        &self.cluster_id
+    }
+
+    /// The state disk's generation the cluster last confirmed (0: none).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+impl fmt::Debug for CheckedRejoinTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckedRejoinTicket")
+            .field("measurement_salt", &self.measurement_salt)
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
 }
 
 fn seal_secrets(
@@ -84,52 +399,6 @@ fn seal_secrets(
     kind: SealedKind,
 ) -> Result<Vec<u8>, SealError> {
     seal(recipient, kind, &Zeroizing::new(secrets.encode_to_vec()))
-}
-
-/// Opens the sealed secrets of a join ticket with `key` (the node's, for
-/// this connection) and puts them in their fields. Refuses a ticket with
-/// no sealed secrets, with any secret in the clear, or whose sealed
-/// secrets do not open as a join ticket's or do not decode.
-pub fn open_join_ticket(
-    ticket: &mut IssueJoinTicketResponse,
-    key: &SealingKeyPair,
-) -> Result<(), TicketError> {
-    if !ticket.state_disk_key.is_empty()
-        || !ticket.measurement_secret.is_empty()
-        || !ticket.token.is_empty()
-        || !ticket.control_plane_files.is_empty()
-    {
-        return Err(TicketError::NotSealed("secrets sent in the clear"));
-    }
-    let mut secrets = open_secrets(&ticket.sealed_secrets, key, SealedKind::JoinTicket)?;
-    ticket.state_disk_key = std::mem::take(&mut secrets.state_disk_key);
-    ticket.measurement_secret = std::mem::take(&mut secrets.measurement_secret);
-    ticket.token = std::mem::take(&mut secrets.token);
-    ticket.control_plane_files = std::mem::take(&mut secrets.control_plane_files);
-    ticket.sealed_secrets = Vec::new();
-    Ok(())
-}
-
-/// Opens the sealed secrets of a rejoin ticket with `key` and puts them in
-/// their fields. Refuses as [`open_join_ticket`] does, and sealed secrets
-/// that carry a join ticket's token or files.
-pub fn open_rejoin_ticket(
-    ticket: &mut IssueRejoinTicketResponse,
-    key: &SealingKeyPair,
-) -> Result<(), TicketError> {
-    if !ticket.state_disk_key.is_empty() || !ticket.measurement_secret.is_empty() {
-        return Err(TicketError::NotSealed("secrets sent in the clear"));
-    }
-    let mut secrets = open_secrets(&ticket.sealed_secrets, key, SealedKind::RejoinTicket)?;
-    if !secrets.token.is_empty() || !secrets.control_plane_files.is_empty() {
-        return Err(TicketError::Unusable(
-            "a rejoin ticket's sealed secrets carry a token or files".into(),
-        ));
-    }
-    ticket.state_disk_key = std::mem::take(&mut secrets.state_disk_key);
-    ticket.measurement_secret = std::mem::take(&mut secrets.measurement_secret);
-    ticket.sealed_secrets = Vec::new();
-    Ok(())
 }
 
 /// Opens and decodes sealed ticket secrets (the plaintext is zeroized
@@ -147,58 +416,36 @@ fn open_secrets(
         .map_err(|e| TicketError::Unusable(format!("the sealed secrets do not decode: {e}")))
 }
 
-fn check_key(state_disk_key: &[u8]) -> Result<(), TicketError> {
-    let key_len = state_disk_key.len();
+/// The checks a join and a rejoin ticket share, in their order: a
+/// measurement secret, a salt, a key of [`STATE_DISK_KEY_LEN`] bytes.
+fn check_fields(
+    measurement_secret: &SecretBytes,
+    salt: &[u8],
+    state_disk_key: &SecretBytes,
+) -> Result<(MeasurementSalt, SecretBytes), TicketError> {
+    if measurement_secret.expose().is_empty() {
+        return Err(TicketError::Unusable("no measurement secret".into()));
+    }
+    let salt = MeasurementSalt::try_from(salt)
+        .map_err(|e| TicketError::Unusable(format!("a measurement salt of {} bytes", e.len)))?;
+    let key_len = state_disk_key.expose().len();
     if key_len != STATE_DISK_KEY_LEN {
         return Err(TicketError::Unusable(format!(
             "the state disk key is {key_len} bytes, not {STATE_DISK_KEY_LEN}"
         )));
     }
-    Ok(())
-}
-
-/// Checks a join ticket's fields: a measurement secret, a measurement salt
-/// of a length a disk header keeps ([`MEASUREMENT_SALT_LEN`]), a state-disk
-/// key of [`STATE_DISK_KEY_LEN`] bytes.
-pub fn check_join_ticket(t: &IssueJoinTicketResponse) -> Result<(), TicketError> {
-    if t.measurement_secret.is_empty() {
-        return Err(TicketError::Unusable("no measurement secret".into()));
-    }
-    check_salt(&t.measurement_salt)?;
-    check_key(&t.state_disk_key)
-}
-
-/// Checks a rejoin ticket's fields: a measurement secret, a measurement
-/// salt of a length in [`MEASUREMENT_SALT_LEN`] (the node marks itself with
-/// the ticket's salt, never its disk header's) and a state-disk key of
-/// [`STATE_DISK_KEY_LEN`] bytes.
-pub fn check_rejoin_ticket(t: &IssueRejoinTicketResponse) -> Result<(), TicketError> {
-    if t.measurement_secret.is_empty() {
-        return Err(TicketError::Unusable("no measurement secret".into()));
-    }
-    check_salt(&t.measurement_salt)?;
-    check_key(&t.state_disk_key)
-}
-
-fn check_salt(salt: &[u8]) -> Result<(), TicketError> {
-    if !MEASUREMENT_SALT_LEN.contains(&salt.len()) {
-        return Err(TicketError::Unusable(format!(
-            "a measurement salt of {} bytes",
-            salt.len()
-        )));
-    }
-    Ok(())
+    Ok((salt, state_disk_key.clone()))
 }
 
 /// The join service must prove membership of the ticket's cluster: its
 /// attested mark register (PCR 15, `RTMR3`; `service`, `None` if it did
-/// not attest) holds the mark
-/// of the cluster id that `measurement_secret` gives with
-/// `measurement_salt` (the ticket's, for a join and a rejoin alike). A host's own service has the node's image at best, never that
+/// not attest) holds the mark of the cluster id that `measurement_secret`
+/// gives with `measurement_salt` (the ticket's, for a join and a rejoin
+/// alike). A host's own service has the node's image at best, never that
 /// mark.
 pub fn check_cluster_mark(
     measurement_secret: &[u8],
-    measurement_salt: &[u8],
+    measurement_salt: &MeasurementSalt,
     service: Option<&Attested>,
 ) -> Result<(), TicketError> {
     check_member_mark(
@@ -236,12 +483,17 @@ mod tests {
     use confboot_attest::Variant;
     use confboot_tpm::CLUSTER_ID_PCR;
 
-    fn join(secret: &[u8], salt: &[u8], key: &[u8]) -> IssueJoinTicketResponse {
-        let mut t = IssueJoinTicketResponse::default();
-        t.measurement_secret = secret.to_vec();
-        t.measurement_salt = salt.to_vec();
-        t.state_disk_key = key.to_vec();
-        t
+    fn join(secret: &[u8], salt: &[u8], key: &[u8]) -> JoinTicket {
+        JoinTicket {
+            measurement_secret: SecretBytes::new(secret.to_vec()),
+            measurement_salt: salt.to_vec(),
+            state_disk_key: SecretBytes::new(key.to_vec()),
+            ..Default::default()
+        }
+    }
+
+    fn salt(bytes: &[u8]) -> MeasurementSalt {
+        MeasurementSalt::try_from(bytes).unwrap()
     }
 
     fn service(pcr15: Option<Vec<u8>>) -> Attested {
@@ -255,7 +507,13 @@ mod tests {
 
     #[test]
     fn ticket_fields_are_checked() {
-        assert_eq!(check_join_ticket(&join(&[1], &[2; 32], &[3; 32])), Ok(()));
+        let checked = join(&[1], &[2; 32], &[3; 32]).check().unwrap();
+        assert_eq!(checked.state_disk_key().expose(), [3; 32]);
+        assert_eq!(checked.measurement_salt().as_bytes(), [2; 32]);
+        assert_eq!(
+            checked.cluster_id(),
+            &derive_cluster_id(&[1], &salt(&[2; 32]))
+        );
         for (t, why) in [
             (join(&[], &[2; 32], &[3; 32]), "no measurement secret"),
             (
@@ -271,27 +529,20 @@ mod tests {
                 "the state disk key is 31 bytes, not 32",
             ),
         ] {
-            assert_eq!(
-                check_join_ticket(&t),
-                Err(TicketError::Unusable(why.into()))
-            );
+            assert_eq!(t.check(), Err(TicketError::Unusable(why.into())));
         }
-        let rejoin = |secret: &[u8], salt: &[u8], key: &[u8]| IssueRejoinTicketResponse {
-            measurement_secret: secret.to_vec(),
-            state_disk_key: key.to_vec(),
+        let rejoin = |secret: &[u8], salt: &[u8], key: &[u8]| RejoinTicket {
+            measurement_secret: SecretBytes::new(secret.to_vec()),
+            state_disk_key: SecretBytes::new(key.to_vec()),
             generation: 0,
             measurement_salt: salt.to_vec(),
-            sealed_secrets: Vec::new(),
         };
-        assert_eq!(
-            check_rejoin_ticket(&rejoin(&[1], &[2; 32], &[3; 32])),
-            Ok(())
-        );
-        assert!(check_rejoin_ticket(&rejoin(&[], &[2; 32], &[3; 32])).is_err());
-        assert!(check_rejoin_ticket(&rejoin(&[1], &[2; 32], &[3; 33])).is_err());
+        assert!(rejoin(&[1], &[2; 32], &[3; 32]).check().is_ok());
+        assert!(rejoin(&[], &[2; 32], &[3; 32]).check().is_err());
+        assert!(rejoin(&[1], &[2; 32], &[3; 33]).check().is_err());
         for salt in [&[][..], &[2; 15], &[2; 257]] {
             assert_eq!(
-                check_rejoin_ticket(&rejoin(&[1], salt, &[3; 32])),
+                rejoin(&[1], salt, &[3; 32]).check(),
                 Err(TicketError::Unusable(format!(
                     "a measurement salt of {} bytes",
                     salt.len()
@@ -302,12 +553,16 @@ mod tests {
 
     #[test]
     fn only_a_member_of_the_tickets_cluster_is_believed() {
-        let mark = marked_pcr15(&derive_cluster_id(&[1; 32], &[2; 32])).to_vec();
+        let mark = marked_pcr15(&derive_cluster_id(&[1; 32], &salt(&[2; 32]))).to_vec();
         assert_eq!(
-            check_cluster_mark(&[1; 32], &[2; 32], Some(&service(Some(mark.clone())))),
+            check_cluster_mark(
+                &[1; 32],
+                &salt(&[2; 32]),
+                Some(&service(Some(mark.clone())))
+            ),
             Ok(())
         );
-        let other = marked_pcr15(&derive_cluster_id(&[1; 32], &[9; 32])).to_vec();
+        let other = marked_pcr15(&derive_cluster_id(&[1; 32], &salt(&[9; 32]))).to_vec();
         for s in [
             None,
             Some(service(None)),
@@ -321,7 +576,7 @@ mod tests {
             }),
         ] {
             assert!(matches!(
-                check_cluster_mark(&[1; 32], &[2; 32], s.as_ref()),
+                check_cluster_mark(&[1; 32], &salt(&[2; 32]), s.as_ref()),
                 Err(TicketError::NotMember(_))
             ));
         }
@@ -336,16 +591,16 @@ mod tests {
             variant: Variant::Tdx,
             measurements: BTreeMap::from([(0, vec![0x7d; 48]), (index, rtmr3)]),
         };
-        let id = derive_cluster_id(&[1; 32], &[2; 32]);
+        let id = derive_cluster_id(&[1; 32], &salt(&[2; 32]));
         assert_eq!(
             check_cluster_mark(
                 &[1; 32],
-                &[2; 32],
+                &salt(&[2; 32]),
                 Some(&td(TDX_MARK_INDEX, marked_rtmr3(&id).to_vec()))
             ),
             Ok(())
         );
-        let other = marked_rtmr3(&derive_cluster_id(&[1; 32], &[9; 32])).to_vec();
+        let other = marked_rtmr3(&derive_cluster_id(&[1; 32], &salt(&[9; 32]))).to_vec();
         for (s, why) in [
             (td(TDX_MARK_INDEX, vec![0; 48]), "its RTMR3 is not the mark"),
             (td(TDX_MARK_INDEX, other), "its RTMR3 is not the mark"),
@@ -359,7 +614,7 @@ mod tests {
                 "no RTMR3 of 48 bytes",
             ),
         ] {
-            let e = check_cluster_mark(&[1; 32], &[2; 32], Some(&s)).unwrap_err();
+            let e = check_cluster_mark(&[1; 32], &salt(&[2; 32]), Some(&s)).unwrap_err();
             assert!(
                 matches!(&e, TicketError::NotMember(m) if m.contains(why)),
                 "{e}"
@@ -367,22 +622,47 @@ mod tests {
         }
     }
 
-    fn full_join_ticket() -> IssueJoinTicketResponse {
+    fn full_join_ticket() -> JoinTicket {
         let mut t = join(&[1; 32], &[2; 32], &[3; 32]);
-        t.token = "abcdef.0123456789abcdef".into();
-        t.control_plane_files = vec![confboot_proto::join::ControlPlaneCertOrKey {
+        t.token = Zeroizing::new("abcdef.0123456789abcdef".into());
+        t.control_plane_files = vec![ControlPlaneFile {
             name: "ca.key".into(),
-            data: b"-----BEGIN EC PRIVATE KEY-----".to_vec(),
+            data: SecretBytes::new(b"-----BEGIN EC PRIVATE KEY-----".to_vec()),
         }];
         t.api_server_endpoint = "10.0.0.1:6443".into();
+        t
+    }
+
+    /// A join ticket's wire message with its secrets in the clear, as no
+    /// join service sends one.
+    fn in_the_clear() -> IssueJoinTicketResponse {
+        let mut t = IssueJoinTicketResponse::default();
+        t.state_disk_key = vec![3; 32];
+        t.measurement_salt = vec![2; 32];
+        t.measurement_secret = vec![1; 32];
+        t.token = "abcdef.0123456789abcdef".into();
+        t.api_server_endpoint = "10.0.0.1:6443".into();
+        t
+    }
+
+    /// A join ticket's wire message with only these sealed secrets.
+    fn join_sealed(sealed: &[u8]) -> IssueJoinTicketResponse {
+        let mut t = IssueJoinTicketResponse::default();
+        t.sealed_secrets = sealed.to_vec();
+        t
+    }
+
+    /// A rejoin ticket's wire message with only these sealed secrets.
+    fn rejoin_sealed(sealed: &[u8]) -> IssueRejoinTicketResponse {
+        let mut t = IssueRejoinTicketResponse::default();
+        t.sealed_secrets = sealed.to_vec();
         t
     }
 
     #[test]
     fn sealed_join_tickets_carry_no_secret_in_the_clear_and_open_whole() {
         let node = SealingKeyPair::generate();
-        let mut t = full_join_ticket();
-        seal_join_ticket(&mut t, &node.public_key()).unwrap();
+        let t = full_join_ticket().seal(&node.public_key()).unwrap();
         assert!(t.state_disk_key.is_empty() && t.measurement_secret.is_empty());
         assert!(t.token.is_empty() && t.control_plane_files.is_empty());
         assert_eq!(
@@ -401,9 +681,12 @@ mod tests {
                 "a secret shows in the sealed ticket"
             );
         }
-        let mut opened = IssueJoinTicketResponse::decode(&wire[..]).unwrap();
-        open_join_ticket(&mut opened, &node).unwrap();
+        let decoded = IssueJoinTicketResponse::decode(&wire[..]).unwrap();
+        let opened = JoinTicket::open(&decoded, &node).unwrap();
         assert_eq!(opened, full_join_ticket());
+        // Its Debug shows no secret either.
+        let shown = format!("{opened:?}");
+        assert!(!shown.contains("abcdef"), "{shown}");
     }
 
     #[test]
@@ -411,73 +694,73 @@ mod tests {
         let node = SealingKeyPair::generate();
         let other = SealingKeyPair::generate();
         // Nothing sealed.
-        let mut plain = full_join_ticket();
         assert_eq!(
-            open_join_ticket(&mut plain, &node),
+            JoinTicket::open(&in_the_clear(), &node),
             Err(TicketError::NotSealed("secrets sent in the clear"))
         );
-        let mut empty = IssueJoinTicketResponse::default();
         assert_eq!(
-            open_join_ticket(&mut empty, &node),
+            JoinTicket::open(&IssueJoinTicketResponse::default(), &node),
             Err(TicketError::NotSealed("no sealed secrets"))
         );
         // Sealed, with a secret in the clear beside.
-        let mut beside = full_join_ticket();
-        seal_join_ticket(&mut beside, &node.public_key()).unwrap();
+        let mut beside = full_join_ticket().seal(&node.public_key()).unwrap();
         beside.token = "a host's token".into();
         assert_eq!(
-            open_join_ticket(&mut beside, &node),
+            JoinTicket::open(&beside, &node),
             Err(TicketError::NotSealed("secrets sent in the clear"))
         );
         // Sealed to another key.
-        let mut theirs = full_join_ticket();
-        seal_join_ticket(&mut theirs, &other.public_key()).unwrap();
+        let theirs = full_join_ticket().seal(&other.public_key()).unwrap();
         assert_eq!(
-            open_join_ticket(&mut theirs, &node),
+            JoinTicket::open(&theirs, &node),
             Err(TicketError::Sealed(SealError::DoesNotOpen(
                 SealedKind::JoinTicket
             )))
         );
         // A rejoin ticket's sealed secrets in a join ticket, and back.
-        let mut rejoin = IssueRejoinTicketResponse {
-            state_disk_key: vec![3; 32],
-            measurement_secret: vec![1; 32],
+        let rejoin = RejoinTicket {
+            state_disk_key: SecretBytes::new(vec![3; 32]),
+            measurement_secret: SecretBytes::new(vec![1; 32]),
             generation: 4,
             measurement_salt: vec![2; 32],
-            sealed_secrets: Vec::new(),
-        };
-        seal_rejoin_ticket(&mut rejoin, &node.public_key()).unwrap();
-        let mut swapped = IssueJoinTicketResponse::default();
-        swapped.sealed_secrets = rejoin.sealed_secrets.clone();
+        }
+        .seal(&node.public_key())
+        .unwrap();
+        let swapped = join_sealed(&rejoin.sealed_secrets);
         assert_eq!(
-            open_join_ticket(&mut swapped, &node),
+            JoinTicket::open(&swapped, &node),
             Err(TicketError::Sealed(SealError::DoesNotOpen(
                 SealedKind::JoinTicket
             )))
         );
-        let mut joined = full_join_ticket();
-        seal_join_ticket(&mut joined, &node.public_key()).unwrap();
-        let mut as_rejoin = IssueRejoinTicketResponse::default();
-        as_rejoin.sealed_secrets = joined.sealed_secrets.clone();
+        let joined = full_join_ticket().seal(&node.public_key()).unwrap();
+        let as_rejoin = rejoin_sealed(&joined.sealed_secrets);
         assert_eq!(
-            open_rejoin_ticket(&mut as_rejoin, &node),
+            RejoinTicket::open(&as_rejoin, &node),
             Err(TicketError::Sealed(SealError::DoesNotOpen(
                 SealedKind::RejoinTicket
             )))
         );
         // Truncated.
-        let mut cut = IssueRejoinTicketResponse::default();
-        cut.sealed_secrets = rejoin.sealed_secrets[..rejoin.sealed_secrets.len() - 1].to_vec();
+        let cut = rejoin_sealed(&rejoin.sealed_secrets[..rejoin.sealed_secrets.len() - 1]);
         assert!(matches!(
-            open_rejoin_ticket(&mut cut, &node),
+            RejoinTicket::open(&cut, &node),
             Err(TicketError::Sealed(SealError::DoesNotOpen(_)))
         ));
+        // A rejoin ticket with its secrets in the clear.
+        let mut clear = rejoin.clone();
+        clear.state_disk_key = vec![3; 32];
+        assert_eq!(
+            RejoinTicket::open(&clear, &node),
+            Err(TicketError::NotSealed("secrets sent in the clear"))
+        );
         // The genuine one opens.
-        open_rejoin_ticket(&mut rejoin, &node).unwrap();
-        assert_eq!(rejoin.state_disk_key, vec![3; 32]);
-        assert_eq!(rejoin.measurement_secret, vec![1; 32]);
-        assert_eq!(rejoin.generation, 4);
-        assert!(rejoin.sealed_secrets.is_empty());
+        assert!(rejoin.state_disk_key.is_empty() && rejoin.measurement_secret.is_empty());
+        let opened = RejoinTicket::open(&rejoin, &node).unwrap();
+        assert_eq!(opened.state_disk_key.expose(), vec![3; 32]);
+        assert_eq!(opened.measurement_secret.expose(), vec![1; 32]);
+        assert_eq!(opened.generation, 4);
+        assert_eq!(opened.measurement_salt, vec![2; 32]);
     }
 
     #[test]
@@ -489,11 +772,11 @@ mod tests {
             token: "abcdef.0123456789abcdef".into(),
             control_plane_files: Vec::new(),
         };
-        let mut t = IssueRejoinTicketResponse::default();
-        t.sealed_secrets =
-            seal_secrets(&secrets, &node.public_key(), SealedKind::RejoinTicket).unwrap();
+        let t = rejoin_sealed(
+            &seal_secrets(&secrets, &node.public_key(), SealedKind::RejoinTicket).unwrap(),
+        );
         assert!(matches!(
-            open_rejoin_ticket(&mut t, &node),
+            RejoinTicket::open(&t, &node),
             Err(TicketError::Unusable(_))
         ));
     }

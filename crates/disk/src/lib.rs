@@ -47,7 +47,7 @@
 
 use std::sync::OnceLock;
 
-use confboot_kms::{SecretBytes, is_uuid};
+use confboot_kms::{MeasurementSalt, SecretBytes, is_uuid};
 
 pub mod cryptsetup;
 pub mod dm;
@@ -262,20 +262,11 @@ impl<B: DiskBackend + ?Sized> DiskBackend for Box<B> {
     }
 }
 
-/// Bounds on a measurement salt kept in a header (Constellation's is 32 bytes).
-pub const MEASUREMENT_SALT_LEN: std::ops::RangeInclusive<usize> = 16..=256;
-
-fn check_salt(salt: &[u8]) -> Result<(), DiskError> {
-    if MEASUREMENT_SALT_LEN.contains(&salt.len()) {
-        Ok(())
-    } else {
-        Err(DiskError::Metadata(format!(
-            "a measurement salt of {} bytes (want {} to {})",
-            salt.len(),
-            MEASUREMENT_SALT_LEN.start(),
-            MEASUREMENT_SALT_LEN.end()
-        )))
-    }
+/// A measurement salt read from a header, checked: its length in
+/// [`MEASUREMENT_SALT_LEN`](confboot_kms::MEASUREMENT_SALT_LEN) (the host
+/// can write anything there).
+fn checked_salt(salt: Vec<u8>) -> Result<MeasurementSalt, DiskError> {
+    MeasurementSalt::new(salt).map_err(|e| DiskError::Metadata(e.to_string()))
 }
 
 /// A node's state disk and the format-or-open decision.
@@ -284,7 +275,7 @@ pub struct StateDisk<B: DiskBackend> {
     format_unrecognized: bool,
     /// The measurement salt as first read from the header, or as last
     /// stored: the header is read for it once ([`StateDisk::measurement_salt`]).
-    salt: OnceLock<Vec<u8>>,
+    salt: OnceLock<MeasurementSalt>,
 }
 
 impl<B: DiskBackend> StateDisk<B> {
@@ -378,15 +369,14 @@ impl<B: DiskBackend> StateDisk<B> {
         self.backend.mapped_device()
     }
 
-    /// See [`DiskBackend::store_measurement_salt`]; the salt's length must be
-    /// in [`MEASUREMENT_SALT_LEN`].
+    /// See [`DiskBackend::store_measurement_salt`] (the salt's length was
+    /// checked when it was made).
     /// From then on [`measurement_salt`](Self::measurement_salt) is `salt`.
-    pub fn store_measurement_salt(&mut self, salt: &[u8]) -> Result<(), DiskError> {
-        check_salt(salt)?;
+    pub fn store_measurement_salt(&mut self, salt: &MeasurementSalt) -> Result<(), DiskError> {
         // Until the write is known to have landed, the header is read again.
         self.salt = OnceLock::new();
-        self.backend.store_measurement_salt(salt)?;
-        self.salt = OnceLock::from(salt.to_vec());
+        self.backend.store_measurement_salt(salt.as_bytes())?;
+        self.salt = OnceLock::from(salt.clone());
         Ok(())
     }
 
@@ -489,7 +479,7 @@ impl<B: DiskBackend> StateDisk<B> {
     /// checks the salt (a rejoin's join service proving membership of the
     /// cluster it marks) and the step that uses it (the mark) get one value,
     /// whatever the header says in between.
-    pub fn measurement_salt(&self) -> Result<Vec<u8>, DiskError> {
+    pub fn measurement_salt(&self) -> Result<MeasurementSalt, DiskError> {
         if let Some(salt) = self.salt.get() {
             return Ok(salt.clone());
         }
@@ -497,7 +487,7 @@ impl<B: DiskBackend> StateDisk<B> {
             .backend
             .measurement_salt()?
             .ok_or_else(|| DiskError::Metadata("the header keeps no measurement salt".into()))?;
-        check_salt(&salt)?;
+        let salt = checked_salt(salt)?;
         Ok(self.salt.get_or_init(|| salt).clone())
     }
 
@@ -594,8 +584,8 @@ mod tests {
             stored: None,
         });
         // A check and a use, with the header rewritten in between: one value.
-        assert_eq!(disk.measurement_salt().unwrap(), vec![0; 32]);
-        assert_eq!(disk.measurement_salt().unwrap(), vec![0; 32]);
+        assert_eq!(disk.measurement_salt().unwrap().as_bytes(), [0; 32]);
+        assert_eq!(disk.measurement_salt().unwrap().as_bytes(), [0; 32]);
         assert_eq!(
             disk.backend()
                 .reads
@@ -603,8 +593,9 @@ mod tests {
             1
         );
         // What the node stores is what it uses from then on.
-        disk.store_measurement_salt(&[7; 32]).unwrap();
-        assert_eq!(disk.measurement_salt().unwrap(), vec![7; 32]);
+        disk.store_measurement_salt(&MeasurementSalt::new(vec![7; 32]).unwrap())
+            .unwrap();
+        assert_eq!(disk.measurement_salt().unwrap().as_bytes(), [7; 32]);
         assert_eq!(disk.backend().stored, Some(vec![7; 32]));
         assert_eq!(
             disk.backend()

@@ -12,7 +12,7 @@ use confboot_disk::{
     CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, MappingSource, StateDisk,
     new_disk_uuid,
 };
-use confboot_kms::SecretBytes;
+use confboot_kms::{MeasurementSalt, MeasurementSaltError, SecretBytes};
 use confboot_tests::TempDir;
 
 const IMAGE_SIZE: u64 = 32 << 20;
@@ -622,15 +622,21 @@ fn the_measurement_salt_is_kept_in_the_header_and_replaced_in_place() {
         ),
         0
     );
-    disk.store_measurement_salt(&[0xa5; 32]).unwrap();
+    disk.store_measurement_salt(&salt(&[0xa5; 32])).unwrap();
     // A reboot reads it back, without any key.
     let rebooted = StateDisk::new(backend(&image));
-    assert_eq!(rebooted.measurement_salt().unwrap(), vec![0xa5; 32]);
+    assert_eq!(
+        rebooted.measurement_salt().unwrap().to_vec(),
+        vec![0xa5; 32]
+    );
     // A second store replaces the first (one salt token, not two), as the
     // next reboot reads it (a running node reads its salt once).
-    disk.store_measurement_salt(&[0x5a; 48]).unwrap();
+    disk.store_measurement_salt(&salt(&[0x5a; 48])).unwrap();
     let rebooted = StateDisk::new(backend(&image));
-    assert_eq!(rebooted.measurement_salt().unwrap(), vec![0x5a; 48]);
+    assert_eq!(
+        rebooted.measurement_salt().unwrap().to_vec(),
+        vec![0x5a; 48]
+    );
     let dump = std::process::Command::new(real_cryptsetup())
         .args(["luksDump", "--dump-json-metadata", image.to_str().unwrap()])
         .output()
@@ -652,13 +658,14 @@ fn bad_measurement_salts_are_refused() {
     let image = blank_image(&dir, "disk.img");
     let mut disk = StateDisk::new(backend(&image));
     // A blank disk has no header to keep a salt in.
-    assert!(disk.store_measurement_salt(&[1; 32]).is_err());
+    assert!(disk.store_measurement_salt(&salt(&[1; 32])).is_err());
     disk.format_or_open(&new_disk_uuid(), |_| Ok(key(2)))
         .unwrap();
+    // A salt of a length no header keeps is not even made.
     for bad in [&[][..], &[1; 15][..], &[1; 257][..]] {
         assert!(matches!(
-            disk.store_measurement_salt(bad),
-            Err(DiskError::Metadata(_))
+            MeasurementSalt::try_from(bad),
+            Err(MeasurementSaltError { len }) if len == bad.len()
         ));
     }
     assert_eq!(backend(&image).measurement_salt().unwrap(), None);
@@ -740,4 +747,9 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
         other => panic!("{other:?}"),
     }
     stopper.join().unwrap();
+}
+
+/// `bytes` as a measurement salt (of a length a header keeps).
+fn salt(bytes: &[u8]) -> MeasurementSalt {
+    MeasurementSalt::try_from(bytes).unwrap()
 }

@@ -20,7 +20,7 @@ use confboot_disk::luks2::{
 use confboot_disk::{
     CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, Pbkdf, StateDisk,
 };
-use confboot_kms::SecretBytes;
+use confboot_kms::{MeasurementSalt, SecretBytes};
 use confboot_tests::TempDir;
 use serde_json::{Value, json};
 
@@ -649,7 +649,8 @@ fn state_disk_backends_open_what_the_other_wrote() {
     assert_eq!(disk.state().unwrap(), DiskState::Blank);
     let action = disk.format_or_open(uuid, |_| k()).unwrap();
     assert_eq!(action, DiskAction::Formatted { uuid: uuid.into() });
-    disk.store_measurement_salt(&salt).unwrap();
+    disk.store_measurement_salt(&MeasurementSalt::new(salt.clone()).unwrap())
+        .unwrap();
     disk.record_bootstrapped().unwrap();
     let theirs = CryptsetupBackend::header_only(&image);
     theirs.check_key(&key).unwrap();
@@ -671,7 +672,8 @@ fn state_disk_backends_open_what_the_other_wrote() {
     let image = blank_image(&dir, "theirs.img");
     let mut disk = StateDisk::new(CryptsetupBackend::header_only(&image));
     disk.format_or_open(uuid, |_| k()).unwrap();
-    disk.store_measurement_salt(&salt).unwrap();
+    disk.store_measurement_salt(&MeasurementSalt::new(salt.clone()).unwrap())
+        .unwrap();
     let mut backend = disk.into_backend();
     backend.record_filesystem("ext4").unwrap();
     let mut ours = StateDisk::new(Luks2Backend::header_only(&image));
@@ -679,12 +681,13 @@ fn state_disk_backends_open_what_the_other_wrote() {
         ours.format_or_open(uuid, |_| k()).unwrap(),
         DiskAction::Opened { uuid: uuid.into() }
     );
-    assert_eq!(ours.measurement_salt().unwrap(), salt);
+    assert_eq!(ours.measurement_salt().unwrap().to_vec(), salt);
     assert_eq!(
         ours.backend().filesystem().unwrap().as_deref(),
         Some("ext4")
     );
-    ours.store_measurement_salt(&[0x6b; 32]).unwrap();
+    ours.store_measurement_salt(&MeasurementSalt::new(vec![0x6b; 32]).unwrap())
+        .unwrap();
     assert_eq!(
         CryptsetupBackend::header_only(&image)
             .measurement_salt()

@@ -26,10 +26,10 @@ pub const MIN_ITERATIONS: u32 = 10_000;
 /// Most iterations [`InitSecretHash::verify`] accepts (bounds the work a bad config can cause).
 pub const MAX_ITERATIONS: u32 = 10_000_000;
 /// Longest init secret accepted.
-pub const MAX_SECRET_LEN: usize = 1024;
+pub const MAX_INIT_SECRET_LEN: usize = 1024;
 /// Largest init-secret file read: the longest secret, with room for
 /// surrounding white space.
-pub const MAX_SECRET_FILE_BYTES: u64 = 4 * MAX_SECRET_LEN as u64;
+pub const MAX_SECRET_FILE_BYTES: u64 = 4 * MAX_INIT_SECRET_LEN as u64;
 /// Fewest bytes an init secret may have ([`check_strength`]).
 pub const MIN_SECRET_LEN: usize = 16;
 /// Fewest bits [`estimated_bits`] must give an init secret ([`check_strength`]).
@@ -191,7 +191,7 @@ impl InitSecretHash {
 
     /// Whether `secret` matches (constant-time comparison).
     pub fn verify(&self, secret: &[u8]) -> bool {
-        secret.len() <= MAX_SECRET_LEN
+        secret.len() <= MAX_INIT_SECRET_LEN
             && pbkdf2::verify(
                 pbkdf2::PBKDF2_HMAC_SHA256,
                 self.iterations,

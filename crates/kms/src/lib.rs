@@ -15,7 +15,10 @@ use std::fmt;
 
 pub mod init_secret;
 pub mod master_secret_file;
+mod measurement_salt;
 pub mod seal;
+
+pub use measurement_salt::{MEASUREMENT_SALT_LEN, MeasurementSalt, MeasurementSaltError};
 
 pub use master_secret_file::{MAX_MASTER_SECRET_FILE_BYTES, MasterSecretFileError};
 
@@ -38,14 +41,12 @@ pub const MIN_MASTER_SECRET_LEN: usize = 16;
 pub const DEFAULT_MASTER_SECRET_LEN: usize = 32;
 /// Shortest salt accepted.
 pub const MIN_SALT_LEN: usize = 32;
-/// Longest secret or salt accepted (bounds input from the network).
-pub const MAX_SECRET_LEN: usize = 256;
-/// Shortest measurement salt accepted (the salt of the cluster id, which
-/// the admin's Init draws and joinsvc, tickets and Recover carry).
-pub const MIN_MEASUREMENT_SALT_LEN: usize = 32;
+/// Longest master secret or master salt accepted (bounds input from the
+/// network).
+pub const MAX_MASTER_SECRET_LEN: usize = 256;
 
 /// Secret bytes: zeroized on drop, redacted in `Debug`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct SecretBytes(Zeroizing<Vec<u8>>);
 
 impl SecretBytes {
@@ -76,7 +77,7 @@ pub enum KmsError {
     #[error("malformed URI: {0}")]
     MalformedUri(String),
     /// The master secret or salt is too short or too long.
-    #[error("{what} has {len} bytes, want {min} to {}", MAX_SECRET_LEN)]
+    #[error("{what} has {len} bytes, want {min} to {}", MAX_MASTER_SECRET_LEN)]
     BadLength {
         /// `key` or `salt`.
         what: &'static str,
@@ -118,7 +119,7 @@ impl MasterSecret {
     /// A master secret from its parts, checking their lengths.
     pub fn new(key: Vec<u8>, salt: Vec<u8>) -> Result<MasterSecret, KmsError> {
         let check = |what, len: usize, min| {
-            if (min..=MAX_SECRET_LEN).contains(&len) {
+            if (min..=MAX_MASTER_SECRET_LEN).contains(&len) {
                 Ok(())
             } else {
                 Err(KmsError::BadLength { what, len, min })
@@ -229,15 +230,22 @@ impl MasterSecret {
 /// The cluster id: HKDF(measurement secret, measurement salt, "key-clusterID").
 pub fn derive_cluster_id(
     measurement_secret: &[u8],
-    measurement_salt: &[u8],
+    measurement_salt: &MeasurementSalt,
 ) -> [u8; DERIVED_KEY_LEN] {
-    measurement_id(measurement_secret, measurement_salt, CLUSTER_ID_ID)
+    measurement_id(
+        measurement_secret,
+        measurement_salt.as_bytes(),
+        CLUSTER_ID_ID,
+    )
 }
 
 /// The owner id the admin's Init gets back: HKDF(measurement secret,
 /// measurement salt, "key-ownerID"), as Constellation derives it.
-pub fn owner_id(measurement_secret: &[u8], measurement_salt: &[u8]) -> [u8; DERIVED_KEY_LEN] {
-    measurement_id(measurement_secret, measurement_salt, OWNER_ID_ID)
+pub fn owner_id(
+    measurement_secret: &[u8],
+    measurement_salt: &MeasurementSalt,
+) -> [u8; DERIVED_KEY_LEN] {
+    measurement_id(measurement_secret, measurement_salt.as_bytes(), OWNER_ID_ID)
 }
 
 /// An id derived from the measurement secret: info = `"key-" ‖ id`.
@@ -344,11 +352,17 @@ mod tests {
             "c30c200260ed90ce250e5f3b324fa1b1b91f3a6caaa882fb5a536161fb5c31f2"
         );
         assert_eq!(
-            hex::encode(&derive_cluster_id(ms.expose(), &[7; 32])),
+            hex::encode(&derive_cluster_id(
+                ms.expose(),
+                &MeasurementSalt::new(vec![7; 32]).unwrap()
+            )),
             "5b102afc210960244fbc6f4c24b8368f2c4db0ce2cacd9b29196413e9e7c2107"
         );
         assert_eq!(
-            hex::encode(&owner_id(ms.expose(), &[7; 32])),
+            hex::encode(&owner_id(
+                ms.expose(),
+                &MeasurementSalt::new(vec![7; 32]).unwrap()
+            )),
             "2fba11dc53645bd039142ef7fdd9be085ca2e94061cac56ceb5b12a6a2e39e08"
         );
     }

@@ -1644,13 +1644,13 @@ impl HostActor {
             .map(|s| {
                 confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
                     self.master.measurement_secret().expose(),
-                    s,
+                    &confboot_kms::MeasurementSalt::try_from(&s[..]).expect("a valid salt"),
                 ))
             })
             .collect();
         let host_mark = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
             self.host_master.measurement_secret().expose(),
-            &HOST_CLUSTER_SALT,
+            &confboot_kms::MeasurementSalt::try_from(&HOST_CLUSTER_SALT[..]).expect("a valid salt"),
         ));
         for end in ends {
             if end.pcr15 != [0; 32] && !marks.contains(&end.pcr15) {
