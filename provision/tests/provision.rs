@@ -10,7 +10,7 @@ use confboot_attest::vtpm::{
     AkTrust, VtpmIssuer, VtpmValidator, encode_evidence, load_ca_certificates,
 };
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator};
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 use tss_esapi::traits::Marshall;
 use tss_esapi::{
     Context, TctiNameConf,

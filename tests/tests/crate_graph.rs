@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("confboot-util", 0),
     ("confboot-sys", 1),
     ("confboot-kms", 1),
+    ("confboot-testkit", 1),
     ("confboot-wire", 2),
     ("confboot-attest", 2),
     ("confboot-net", 3),
@@ -37,6 +38,11 @@ const LAYERS: &[(&str, u8)] = &[
 /// Dependencies that would fit the layers but are wrong for what the
 /// crates are: `(from, to, why)`.
 const NEVER: &[(&str, &str, &str)] = &[
+    (
+        "confboot-testkit",
+        "confboot-proto",
+        "the test kit depends on no confboot crate but util, so a crate's tests build no other",
+    ),
     (
         "confboot-wire",
         "confboot-attest",
