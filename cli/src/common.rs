@@ -275,9 +275,9 @@ mod tests {
 
     #[test]
     fn both_options_make_a_validator_and_errors_name_the_option() {
-        let tmp = confboot_tests::TempDir::new("validator");
+        let tmp = confboot_testkit::TempDir::new("validator");
         let dir = tmp.path();
-        let policy = confboot_tests::write_image_policy(dir);
+        let policy = confboot_testkit::write_image_policy(dir);
         let policy_arg = policy.display().to_string();
         let key = format!("pinned:04{}", "ab".repeat(64));
         let c = check(&["--measurements", &policy_arg, "--ak-trust", &key]).unwrap();
@@ -320,9 +320,9 @@ mod tests {
 
     #[test]
     fn an_oversized_policy_file_is_refused_naming_the_option_the_file_and_the_limit() {
-        let tmp = confboot_tests::TempDir::new("oversized");
+        let tmp = confboot_testkit::TempDir::new("oversized");
         let dir = tmp.path();
-        let policy = confboot_tests::write_image_policy(dir);
+        let policy = confboot_testkit::write_image_policy(dir);
         let mut text = std::fs::read_to_string(&policy).unwrap();
         text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
         std::fs::write(&policy, text).unwrap();
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn the_expected_event_log_is_read_and_its_errors_name_the_option() {
-        let tmp = confboot_tests::TempDir::new("events");
+        let tmp = confboot_testkit::TempDir::new("events");
         let dir = tmp.path();
         let good = dir.join("good.json");
         std::fs::write(&good, EventList::default().to_json()).unwrap();
@@ -378,7 +378,7 @@ mod tests {
             check(&["--variants", "sev-snp"]).unwrap_err(),
             "--variants accepts sev-snp, which needs --snp-policy (the SEV-SNP policy)"
         );
-        let tmp = confboot_tests::TempDir::new("variants");
+        let tmp = confboot_testkit::TempDir::new("variants");
         let dir = tmp.path();
         let snp = dir.join("snp.json");
         std::fs::write(&snp, "{}").unwrap();

@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn a_weak_init_secret_is_refused_and_a_random_one_hashed() {
-        let dir = confboot_tests::TempDir::new("hash-init-secret");
+        let dir = confboot_testkit::TempDir::new("hash-init-secret");
         let file = dir.path().join("init-secret");
         let config = Config {
             init_secret_file: file.clone(),

@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_weak_init_secret_is_refused_before_the_node_is_asked() {
-        let dir = confboot_tests::TempDir::new("cli-init-weak");
+        let dir = confboot_testkit::TempDir::new("cli-init-weak");
         let secret = dir.path().join("init-secret");
         std::fs::write(&secret, "s3cret\n").unwrap();
         // No node listens there, and the policy file does not exist: the

@@ -252,7 +252,7 @@ mod tests {
             NodeVpnSinkError::Netlink(refused.clone()).to_string(),
             format!("WireGuard interface: {refused}")
         );
-        let dir = confboot_tests::TempDir::new("vpn-sink-error");
+        let dir = confboot_testkit::TempDir::new("vpn-sink-error");
         let unwritable = dir.path().join("missing-dir").join("peers.json");
         let file_error = PeerListFile::new(unwritable)
             .apply(&list(None))

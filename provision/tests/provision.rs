@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::str::FromStr;
 
 use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator};
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 use confboot_tpm::swtpm::Swtpm;
 use confboot_tpm::{AK_CERT_NV_INDEX, DEFAULT_AK_HANDLE};
 use confboot_vtpm::{AkTrust, VtpmIssuer, VtpmValidator, encode_evidence, load_ca_certificates};

@@ -13,9 +13,9 @@
 //!   signed with ECDSA P-384 SHA-384 over bytes `0..0x2A0`, R and S stored
 //!   as 72-byte little-endian numbers at `0x2A0`.
 //!
-//! The certificates are written with a small DER writer (below): no crate
-//! at hand writes RSASSA-PSS-signed certificates with ring, and the DER
-//! needed is a few lines.
+//! The roots, the DER writer and the keys are the test kit's
+//! (`confboot_testkit::snp`, bytes and keys only); the VCEK's extensions and
+//! the report's layout, confboot-attest's contract, are made here.
 
 use std::sync::Mutex;
 
@@ -25,119 +25,11 @@ use confboot_snp::{
     OID_TCB_SNP, OID_TCB_TEE, REPORT_LEN, RawReport, SIGNED_LEN, SnpReportSource, cert_table,
     offset,
 };
+use confboot_testkit::snp::{AmdRoots, P384Key, der};
 use ring::rand::{SecureRandom, SystemRandom};
-use ring::signature::{ECDSA_P384_SHA384_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
-use rsa::signature::{RandomizedSigner, SignatureEncoding};
-use rsa::traits::PublicKeyParts;
-use rsa::{RsaPrivateKey, pss};
 
-/// The DER writer: tag-length-value and the few types certificates need.
-mod der {
-    /// One TLV.
-    pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag];
-        let n = content.len();
-        if n < 0x80 {
-            out.push(n as u8);
-        } else {
-            let be = (n as u64).to_be_bytes();
-            let skip = be.iter().take_while(|b| **b == 0).count();
-            out.push(0x80 | (8 - skip) as u8);
-            out.extend_from_slice(&be[skip..]);
-        }
-        out.extend_from_slice(content);
-        out
-    }
-
-    /// A SEQUENCE of already encoded parts.
-    pub fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
-        tlv(0x30, &parts.concat())
-    }
-
-    /// An OBJECT IDENTIFIER from its dotted form.
-    pub fn oid(dotted: &str) -> Vec<u8> {
-        let arcs: Vec<u64> = dotted.split('.').map(|a| a.parse().unwrap()).collect();
-        let mut body = vec![(arcs[0] * 40 + arcs[1]) as u8];
-        for &arc in &arcs[2..] {
-            let mut chunk = vec![(arc & 0x7f) as u8];
-            let mut rest = arc >> 7;
-            while rest > 0 {
-                chunk.push(0x80 | (rest & 0x7f) as u8);
-                rest >>= 7;
-            }
-            chunk.reverse();
-            body.extend(chunk);
-        }
-        tlv(0x06, &body)
-    }
-
-    /// A non-negative INTEGER from big-endian bytes.
-    pub fn uint(be: &[u8]) -> Vec<u8> {
-        let skip = be.iter().take_while(|b| **b == 0).count().min(be.len() - 1);
-        let mut body = be[skip..].to_vec();
-        if body[0] & 0x80 != 0 {
-            body.insert(0, 0);
-        }
-        tlv(0x02, &body)
-    }
-
-    /// A BIT STRING with no unused bits.
-    pub fn bits(bytes: &[u8]) -> Vec<u8> {
-        let mut body = vec![0];
-        body.extend_from_slice(bytes);
-        tlv(0x03, &body)
-    }
-
-    /// A Name with one common name.
-    pub fn name(cn: &str) -> Vec<u8> {
-        seq(&[tlv(0x31, &seq(&[oid("2.5.4.3"), tlv(0x0c, cn.as_bytes())]))])
-    }
-}
-
-const OID_SHA384: &str = "2.16.840.1.101.3.4.2.2";
 /// AMD's `structVersion` extension of a VCEK.
 const OID_STRUCT_VERSION: &str = "1.3.6.1.4.1.3704.1.1";
-
-/// RSASSA-PSS with SHA-384, MGF1 SHA-384, salt 48: AMD's signature algorithm.
-fn pss_sha384() -> Vec<u8> {
-    use der::*;
-    seq(&[
-        oid("1.2.840.113549.1.1.10"),
-        seq(&[
-            tlv(0xa0, &seq(&[oid(OID_SHA384)])),
-            tlv(
-                0xa1,
-                &seq(&[oid("1.2.840.113549.1.1.8"), seq(&[oid(OID_SHA384)])]),
-            ),
-            tlv(0xa2, &uint(&[48])),
-        ]),
-    ])
-}
-
-/// ring's randomness for the rsa crate.
-struct RingRng(SystemRandom);
-
-impl rsa::rand_core::RngCore for RingRng {
-    fn next_u32(&mut self) -> u32 {
-        let mut b = [0; 4];
-        self.fill_bytes(&mut b);
-        u32::from_le_bytes(b)
-    }
-    fn next_u64(&mut self) -> u64 {
-        let mut b = [0; 8];
-        self.fill_bytes(&mut b);
-        u64::from_le_bytes(b)
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.0.fill(dest).expect("system randomness");
-    }
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rsa::rand_core::Error> {
-        self.fill_bytes(dest);
-        Ok(())
-    }
-}
-
-impl rsa::rand_core::CryptoRng for RingRng {}
 
 /// The TCB a chip reports and its VCEK certifies (Milan layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,113 +68,38 @@ impl Tcb {
     }
 }
 
-/// A test AMD: the ARK and ASK of product Milan, minted at start.
+/// A test AMD: the ARK and ASK of product Milan ([`AmdRoots`], from the
+/// test kit), minted at start, and chips with VCEKs in AMD's format.
 pub struct TestAmd {
     /// The ARK certificate, DER.
     pub ark_der: Vec<u8>,
     /// The ASK certificate, DER.
     pub ask_der: Vec<u8>,
-    ask_key: RsaPrivateKey,
-}
-
-/// A certificate signed with `key` (RSASSA-PSS SHA-384).
-fn rsa_signed(
-    key: &RsaPrivateKey,
-    serial: u8,
-    issuer: &str,
-    subject: &str,
-    spki: Vec<u8>,
-    extensions: &[(&str, Vec<u8>)],
-) -> Vec<u8> {
-    use der::*;
-    let mut tbs = vec![
-        tlv(0xa0, &uint(&[2])),
-        uint(&[serial]),
-        pss_sha384(),
-        name(issuer),
-        seq(&[tlv(0x17, b"240101000000Z"), tlv(0x17, b"490101000000Z")]),
-        name(subject),
-        spki,
-    ];
-    if !extensions.is_empty() {
-        let exts: Vec<Vec<u8>> = extensions
-            .iter()
-            .map(|(o, v)| seq(&[oid(o), tlv(0x04, v)]))
-            .collect();
-        tbs.push(tlv(0xa3, &seq(&exts)));
-    }
-    let tbs = seq(&tbs);
-    let signer = pss::SigningKey::<sha2::Sha384>::new(key.clone());
-    let signature = signer
-        .sign_with_rng(&mut RingRng(SystemRandom::new()), &tbs)
-        .to_vec();
-    seq(&[tbs, pss_sha384(), bits(&signature)])
-}
-
-fn rsa_spki(key: &RsaPrivateKey) -> Vec<u8> {
-    use der::*;
-    let public = seq(&[uint(&key.n().to_bytes_be()), uint(&key.e().to_bytes_be())]);
-    seq(&[
-        seq(&[oid("1.2.840.113549.1.1.1"), tlv(0x05, &[])]),
-        bits(&public),
-    ])
-}
-
-fn pem(der: &[u8]) -> String {
-    confboot_util::base64::pem("CERTIFICATE", der)
+    roots: AmdRoots,
 }
 
 impl TestAmd {
     /// Mints an ARK (self-signed) and an ASK (signed by the ARK).
     pub fn new() -> TestAmd {
-        let mut rng = RingRng(SystemRandom::new());
-        let ark_key = RsaPrivateKey::new(&mut rng, 2048).expect("RSA key");
-        let ask_key = RsaPrivateKey::new(&mut rng, 2048).expect("RSA key");
-        let ark_der = rsa_signed(
-            &ark_key,
-            1,
-            "ARK-Milan",
-            "ARK-Milan",
-            rsa_spki(&ark_key),
-            &[],
-        );
-        let ask_der = rsa_signed(
-            &ark_key,
-            2,
-            "ARK-Milan",
-            "SEV-Milan",
-            rsa_spki(&ask_key),
-            &[],
-        );
+        let roots = AmdRoots::new();
         TestAmd {
-            ark_der,
-            ask_der,
-            ask_key,
+            ark_der: roots.ark_der.clone(),
+            ask_der: roots.ask_der.clone(),
+            roots,
         }
     }
 
     /// The ARK and ASK as the PEM bundle an SNP policy's `rootBundles` names.
     pub fn root_bundle_pem(&self) -> String {
-        pem(&self.ark_der) + &pem(&self.ask_der)
+        self.roots.root_bundle_pem()
     }
 
     /// A chip with a fresh VCEK (signed by the ASK) for `chip_id` at `tcb`.
     pub fn chip(&self, chip_id: [u8; 64], tcb: Tcb) -> TestChip {
         use der::*;
-        let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &rng).unwrap();
-        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-            .unwrap();
-        let spki = seq(&[
-            seq(&[oid("1.2.840.10045.2.1"), oid("1.3.132.0.34")]),
-            bits(key.public_key().as_ref()),
-        ]);
-        let vcek_der = rsa_signed(
-            &self.ask_key,
-            3,
-            "SEV-Milan",
-            "SEV-VCEK",
-            spki,
+        let key = P384Key::generate();
+        let vcek_der = self.roots.sign_vcek(
+            key.spki(),
             &[
                 (OID_STRUCT_VERSION, uint(&[1])),
                 (OID_PRODUCT_NAME, tlv(0x16, b"Milan-B0")),
@@ -316,18 +133,14 @@ pub struct TestChip {
     pub tcb: Tcb,
     /// The VCEK, DER.
     pub vcek_der: Vec<u8>,
-    key: EcdsaKeyPair,
+    key: P384Key,
 }
 
 impl TestChip {
     /// Signs `report` in place: ECDSA P-384 SHA-384 over its signed part,
     /// R and S little-endian at `0x2A0` and `0x2E8`.
     pub fn sign(&self, report: &mut [u8]) {
-        let sig = self
-            .key
-            .sign(&SystemRandom::new(), &report[..SIGNED_LEN])
-            .unwrap();
-        let sig = sig.as_ref();
+        let sig = self.key.sign(&report[..SIGNED_LEN]);
         report[offset::SIGNATURE..].fill(0);
         for (i, half) in sig.chunks(48).enumerate() {
             let at = offset::SIGNATURE + 72 * i;

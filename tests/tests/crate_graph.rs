@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("confboot-sys", 1),
     ("confboot-kms", 1),
     ("confboot-tpm", 1),
+    ("confboot-testkit", 1),
     ("confboot-wire", 2),
     ("confboot-attest", 2),
     ("confboot-net", 3),
@@ -44,6 +45,11 @@ const LAYERS: &[(&str, u8)] = &[
 /// Dependencies that would fit the layers but are wrong for what the
 /// crates are: `(from, to, why)`.
 const NEVER: &[(&str, &str, &str)] = &[
+    (
+        "confboot-testkit",
+        "confboot-proto",
+        "the test kit depends on no confboot crate but util, so a crate's tests build no other",
+    ),
     (
         "confboot-wire",
         "confboot-attest",
@@ -213,5 +219,62 @@ fn an_upward_dependency_is_found() {
         bad.iter()
             .any(|l| l.starts_with("confboot-net depends on confboot-attest: never")),
         "{bad:?}"
+    );
+}
+
+/// Library crates whose tests still take the end-to-end suite
+/// (`confboot-tests`) as a dev-dependency, until they move onto the test
+/// kit. The list only shrinks.
+const STILL_ON_THE_SUITE: &[&str] = &["confboot-attest"];
+
+/// The library crates (under `crates/`) that take `confboot-tests` as a
+/// dev-dependency, from `cargo metadata`.
+fn libraries_testing_with_the_suite() -> Vec<String> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success());
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|p| {
+            p["manifest_path"]
+                .as_str()
+                .is_some_and(|m| m.contains("/crates/"))
+        })
+        .filter(|p| {
+            p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .any(|d| d["name"] == "confboot-tests" && d["kind"] == "dev")
+        })
+        .map(|p| p["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+#[test]
+fn library_crates_test_with_the_kit_not_the_end_to_end_suite() {
+    // `cargo test -p <library crate>` builds that crate, its dependencies
+    // and confboot-testkit only: a unit test sees one copy of its crate.
+    let on_the_suite = libraries_testing_with_the_suite();
+    let new: Vec<&String> = on_the_suite
+        .iter()
+        .filter(|c| !STILL_ON_THE_SUITE.contains(&c.as_str()))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "{new:?} take confboot-tests as a dev-dependency: take confboot-testkit \
+         (or move the end-to-end tests to tests/tests/)"
     );
 }

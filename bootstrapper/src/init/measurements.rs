@@ -48,7 +48,7 @@ fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_tests::TempDir;
+    use confboot_testkit::TempDir;
 
     #[test]
     fn the_pcr_line_is_what_the_tests_parse() {

@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn every_virtio_nic_is_found_in_name_order() {
-        let dir = confboot_tests::TempDir::new("init-nics");
+        let dir = confboot_testkit::TempDir::new("init-nics");
         let nic = |name: &str, driver: &str| {
             let drv = dir.path().join("drivers").join(driver);
             std::fs::create_dir_all(&drv).unwrap();

@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn the_generation_file_round_trips_and_a_spoilt_one_is_an_error() {
-        let dir = confboot_tests::TempDir::new("generation");
+        let dir = confboot_testkit::TempDir::new("generation");
         assert_eq!(read_generation(dir.path()), Ok(0));
         write_generation(dir.path(), 41).unwrap();
         assert_eq!(read_generation(dir.path()), Ok(41));

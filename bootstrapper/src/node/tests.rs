@@ -17,7 +17,7 @@ use confboot_kms::{MasterSecret, MeasurementSalt, SecretBytes};
 use confboot_proto::init::InitRequest;
 use confboot_proto::recover::RecoverMessage;
 use confboot_sys::process::{CommandOutput, CommandRunner, ProcessError, Stream};
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 use confboot_tpm::CLUSTER_ID_PCR;
 
 use super::*;

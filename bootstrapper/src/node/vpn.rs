@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn a_kept_key_wins_a_missing_or_spoilt_one_is_replaced_by_the_candidate() {
-        let dir = confboot_tests::TempDir::new("vpn-key");
+        let dir = confboot_testkit::TempDir::new("vpn-key");
         let first = VpnPrivateKey::generate().unwrap();
         let (key, source) = load_or_keep_key(dir.path(), &first).unwrap();
         assert_eq!((key.expose(), source), (first.expose(), KeySource::New));

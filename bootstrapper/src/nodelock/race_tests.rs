@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 
-use confboot_tests::XorShift;
+use confboot_testkit::XorShift;
 
 use super::NodeLock;
 

@@ -19,10 +19,15 @@ use std::time::{Duration, Instant};
 use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer};
 use confboot_proto::Message;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
-use confboot_tests::deadlines::{CALL, DEADLINE, SLACK, answer, assert_call_ends_at_the_deadline};
+use confboot_testkit::deadlines::{DEADLINE, SLACK};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
 use confboot_wire::{ConnectionEnd, Router, ServerLimits, serve_connection};
+use slow_call::{CALL, answer, assert_call_ends_at_the_deadline};
+
+/// The slow call of wire's deadline tests, shared: one home for both.
+#[path = "../../wire/tests/slow_call/mod.rs"]
+mod slow_call;
 
 /// Bound on what is not under test (the other side's handshake).
 const LONG: Duration = Duration::from_secs(20);

@@ -766,7 +766,7 @@ fn random_serial() -> Result<SerialNumber, ClusterError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_tests::TempDir;
+    use confboot_testkit::TempDir;
     use std::os::unix::fs::MetadataExt;
     use x509_parser::prelude::{FromDer, X509Certificate};
 

@@ -12,7 +12,7 @@ use confboot_cluster::{
 };
 use confboot_kms::SecretBytes;
 use confboot_sys::process::{CommandOutput, CommandRunner, ProcessError, ProcessRunner, Stream};
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 use serde_json::Value;
 
 const TOKEN: &str = "abcdef.0123456789abcdef";

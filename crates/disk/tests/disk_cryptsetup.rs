@@ -13,7 +13,7 @@ use confboot_disk::{
     new_disk_uuid,
 };
 use confboot_kms::{MeasurementSalt, MeasurementSaltError, SecretBytes};
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 
 const IMAGE_SIZE: u64 = 32 << 20;
 

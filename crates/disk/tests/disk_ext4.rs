@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use confboot_disk::ext4::{self, Ext4Error};
 use confboot_disk::filesystem::LABEL;
-use confboot_tests::{TempDir, installed_program};
+use confboot_testkit::{TempDir, installed_program};
 
 /// A sparse image file of `bytes`.
 fn image(dir: &Path, name: &str, bytes: u64) -> PathBuf {

@@ -13,7 +13,7 @@ use confboot_disk::{
     NativeExt4, StateDisk, new_disk_uuid,
 };
 use confboot_kms::SecretBytes;
-use confboot_tests::{TempDir, installed_program};
+use confboot_testkit::{TempDir, installed_program};
 
 const IMAGE_SIZE: u64 = 64 << 20;
 /// Just over two block groups of the native formatter's layout.

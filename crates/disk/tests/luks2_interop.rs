@@ -21,7 +21,7 @@ use confboot_disk::{
     CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, Pbkdf, StateDisk,
 };
 use confboot_kms::{MeasurementSalt, SecretBytes};
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 use serde_json::{Value, json};
 
 const IMAGE_SIZE: u64 = 32 << 20;

@@ -143,7 +143,7 @@ fn secret_from_json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_tests::TempDir;
+    use confboot_testkit::TempDir;
 
     #[test]
     fn written_files_read_back_and_are_never_overwritten() {

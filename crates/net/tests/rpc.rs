@@ -13,7 +13,7 @@ use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::init::{InitResponse, LogResponseType, init_response};
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use confboot_proto::{Message, Method};
-use confboot_tests::{XorShift, wait_for_count};
+use confboot_testkit::{XorShift, wait_for_count};
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
 use confboot_wire::{

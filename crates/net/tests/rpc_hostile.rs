@@ -15,7 +15,7 @@ use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::Message;
 use confboot_proto::Method;
 use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
-use confboot_tests::wait_for_count;
+use confboot_testkit::wait_for_count;
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
 use confboot_wire::{Client, ConnectionEnd, Router, ServerLimits, pipe, serve_connection};

@@ -131,7 +131,7 @@ pub fn write_new_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_tests::TempDir;
+    use confboot_testkit::TempDir;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

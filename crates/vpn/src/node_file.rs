@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn the_file_round_trips_is_private_and_replaced_whole() {
-        let dir = confboot_tests::TempDir::new("node-vpn-file");
+        let dir = confboot_testkit::TempDir::new("node-vpn-file");
         let path = dir.path().join("vpn.json");
         let file = sample();
         file.write(&path).unwrap();

@@ -12,9 +12,12 @@ use std::thread;
 use std::time::Duration;
 
 use confboot_proto::join::IssueRejoinTicketRequest;
-use confboot_tests::deadlines::{CALL, DEADLINE, answer, assert_call_ends_at_the_deadline};
+use confboot_testkit::deadlines::DEADLINE;
 use confboot_wire::Client;
 use confboot_wire::frame;
+use slow_call::{CALL, answer, assert_call_ends_at_the_deadline};
+
+mod slow_call;
 
 /// How long the trickling server waits between two bytes: well under the
 /// deadline, so that every read of the client gets a byte before a timeout

@@ -1,7 +1,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use confboot_tests::TempDir;
+use confboot_testkit::TempDir;
 
 use super::*;
 

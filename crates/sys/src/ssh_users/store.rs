@@ -101,7 +101,7 @@ pub fn read_stored_ssh_users(dir: &Path) -> Result<Option<Vec<SshUser>>, SshUser
 mod tests {
     use super::*;
     use crate::ssh_users::tests::key;
-    use confboot_tests::TempDir;
+    use confboot_testkit::TempDir;
 
     fn users() -> Vec<SshUser> {
         vec![
