@@ -12,6 +12,7 @@ cargo fmt --all -- --check
 
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo clippy --locked -p confboot-attest --all-targets --features kds,pcs -- -D warnings
 
 step "static release builds (x86_64-unknown-linux-musl)"
 cargo build --locked --release --target x86_64-unknown-linux-musl \
