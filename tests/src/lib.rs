@@ -31,6 +31,7 @@ pub mod storm;
 pub mod tdx;
 pub mod tickets;
 pub mod tls;
+pub mod usage;
 pub mod vm_hub;
 pub mod wireguard_probe;
 
