@@ -159,11 +159,13 @@ pub const CMD: Command = Command {
     about: "bootstrapper: runs on every confboot node, from the initramfs at VM boot.\n\
             On a blank state disk it races an InitServer (the admin's `confboot init`, on --init-listen)\n\
             against a JoinClient (asks the join services for a ticket, attesting as --attestation says:\n\
-            the node's vTPM, or an SEV-SNP report; join services must attest with --joinsvc-variants).\n\
+            qemu-vtpm, the node's vTPM; sev-snp, an SEV-SNP report; or tdx, an Intel TDX quote; join\n\
+            services must attest with one of --joinsvc-variants, from the same three).\n\
             The winner takes the nodelock, formats the state disk (LUKS2) with the derived key, marks\n\
             the node (PCR 15 <- cluster id) and hands over to kubeadm. On an initialized disk it asks\n\
             for a rejoin ticket and serves Recover (--recover-listen) for when no join service answers.\n\
-            Exits 0 once the node is bootstrapped, 1 with the reason when it cannot go on.\n\
+            Exits 0 once the node is bootstrapped, 2 on options it cannot use, 1 with the reason\n\
+            when it cannot go on.\n\
             Join endpoints come from --join-endpoint, `confboot.join=` on the kernel command line,\n\
             and --metadata-url.",
     usage: "bootstrapper --state-disk PATH [OPTIONS]",

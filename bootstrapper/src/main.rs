@@ -32,7 +32,7 @@ use confboot_net::listener::PoolConfig;
 use confboot_snp::SnpIssuer;
 use confboot_tdx::{Rtmr3Marker, TdxIssuer};
 use confboot_tpm::Tpm;
-use confboot_util::args::start_daemon;
+use confboot_util::args::{exit_usage, start_daemon};
 use confboot_util::stop::Stop;
 use confboot_vtpm::VtpmIssuer;
 use confboot_wire::ServerLimits;
@@ -98,8 +98,10 @@ fn main() {
     let m = start_daemon(&CMD, "bootstrapper");
     let started = Instant::now();
     log::info!("bootstrapper {} starting", env!("CARGO_PKG_VERSION"));
-    let outcome = Config::from_matches(&m).and_then(|config| run(&config, started));
-    match outcome {
+    // Options that cannot be used are a usage error (exit 2); what fails
+    // once they are read is the node's (exit 1).
+    let config = Config::from_matches(&m).unwrap_or_else(|e| exit_usage(&CMD, &e));
+    match run(&config, started) {
         Ok(outcome) => {
             log::info!(
                 "bootstrapped ({outcome:?}) in {:.1} s",

@@ -26,8 +26,9 @@ use confboot_verifier::config::{
 use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
 /// Parses `args` for `cmd`, sets up logging, reads the command's
-/// configuration with `read`, runs `f` with it, and turns the result into
-/// an exit code (0, or 1 with the error on stderr).
+/// configuration with `read` (an error there is a usage error: exit 2),
+/// runs `f` with it, and turns the result into an exit code (0, or 1 with
+/// the error on stderr).
 pub fn run_command<C>(
     cmd: &Command,
     args: Vec<String>,
@@ -36,7 +37,8 @@ pub fn run_command<C>(
 ) -> i32 {
     let m = confboot_util::args::parse_or_exit(cmd, args);
     confboot_util::logging::init("confboot", m.verbosity().unwrap_or(2));
-    match read(&m).and_then(|config| f(&config)) {
+    let config = read(&m).unwrap_or_else(|e| confboot_util::args::exit_usage(cmd, &e));
+    match f(&config) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("{}: {e}", cmd.name);

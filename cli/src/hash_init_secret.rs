@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use confboot_kms::init_secret;
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, exit_usage, parse_or_exit};
 
 const INIT_SECRET_FILE: Opt = Opt::value(
     "init-secret-file",
@@ -59,7 +59,8 @@ impl Config {
 /// Runs `confboot hash-init-secret`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
     let m = parse_or_exit(&CMD, args);
-    match Config::from_matches(&m).and_then(|config| hash_secret(&config)) {
+    let config = Config::from_matches(&m).unwrap_or_else(|e| exit_usage(&CMD, &e));
+    match hash_secret(&config) {
         Ok(h) => {
             println!("{h}");
             0

@@ -59,9 +59,10 @@ const TIMEOUT: Opt = Opt::value("timeout", "SECONDS", "How long Init may take").
 
 const CMD: Command = Command {
     name: "confboot init",
-    about: "Initialize a new cluster on its first node. Verifies the node over attested TLS against\n\
-            --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
-            --variants accepts (default qemu-vtpm; another variant is refused), generates the\n\
+    about: "Initialize a new cluster on its first node. Verifies the node over attested TLS as\n\
+            --variants accepts (another variant is refused): qemu-vtpm (the default: a vTPM node,\n\
+            against --measurements and --ak-trust), sev-snp (an SEV-SNP node, against --snp-policy)\n\
+            or tdx (an Intel TDX node, against --tdx-policy); generates the\n\
             master secret (or takes --master-secret), writes it to --master-secret-out (mode 0600)\n\
             before Init is sent, sends Init with the init secret, prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
             ids and measurement salt (--state-out).\n\

@@ -15,7 +15,7 @@ mod verify_quote;
 mod verify_report;
 mod verity;
 
-use confboot_util::args::{Command, VERBOSITY, parse_or_exit};
+use confboot_util::args::{ArgsError, Command, VERBOSITY, nearest, parse_or_exit};
 
 /// A subcommand: its name, one line of help, and its entry point.
 struct Subcommand {
@@ -110,7 +110,11 @@ fn main() {
         Some(name) => match SUBCOMMANDS.iter().find(|c| c.name == name) {
             Some(c) => (c.run)(args.collect()),
             None => {
-                eprintln!("confboot: unknown command {name:?}\n\n{}", usage());
+                let e = ArgsError::UnknownCommand {
+                    given: name.to_string(),
+                    nearest: nearest(name, SUBCOMMANDS.iter().map(|c| c.name)),
+                };
+                eprintln!("confboot: {e}\n\n{}", usage());
                 2
             }
         },

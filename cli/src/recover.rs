@@ -36,8 +36,9 @@ const CLUSTER_FILE: Opt = Opt::value(
 const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
-            against --measurements and --ak-trust (a vTPM node) or --snp-policy (an SEV-SNP node), as\n\
-            --variants accepts (default qemu-vtpm; another variant is refused), then sends it the init secret,\n\
+            as --variants accepts (another variant is refused): qemu-vtpm (the default: a vTPM node,\n\
+            against --measurements and --ak-trust), sev-snp (an SEV-SNP node, against --snp-policy)\n\
+            or tdx (an Intel TDX node, against --tdx-policy); then sends it the init secret,\n\
             the master secret (inside the kms:// URI) and the cluster's measurement salt (from --cluster-file).\n\
             The node checks the init secret against the hash on its command line before it reads its disk, then\n\
             derives its state-disk key, opens its disk and marks PCR 15 with the cluster id of the admin's salt\n\

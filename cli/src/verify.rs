@@ -98,7 +98,8 @@ const MAX_WARNING_DAYS: u64 = 3650;
 const CMD: Command = Command {
     name: "confboot verify",
     about: "Verify a running node: connects to its verify service (the node agent, aTLS on port\n\
-            8080: TLS 1.3, ALPN confboot/2; this side does not attest) and checks the vTPM quote\n\
+            8080: TLS 1.3, ALPN confboot/2; this side does not attest) and checks (qemu-vtpm, the\n\
+            default of --variants) the vTPM quote\n\
             the node sends, bound to this TLS session's exporter (a fresh value per connection: a\n\
             relay or a recorded answer is refused), the quote's signature, the attestation key\n\
             against --ak-trust, the event log the node sends (it must replay to the quoted\n\
@@ -109,7 +110,8 @@ const CMD: Command = Command {
             nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
             a differing PCR the first event of the node's log that differs from --expected-events.\n\
             An SEV-SNP node (--variants sev-snp) is checked against --snp-policy instead, one line per\n\
-            check (its report carries no cluster mark); a variant --variants does not accept is refused.\n\
+            check (its report carries no cluster mark), a TDX node (--variants tdx) against --tdx-policy;\n\
+            a variant --variants does not accept is refused.\n\
             With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one\n\
             JWT signed with --ear-key (ES256).\n\
             Exit status: 0 verified, 1 a check failed, 2 bad arguments, unreachable node or an\n\

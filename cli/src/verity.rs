@@ -281,7 +281,11 @@ pub fn run(args: Vec<String>) -> i32 {
             0
         }
         Some(other) => {
-            eprintln!("confboot verity: unknown command {other:?}\n\n{USAGE}");
+            let e = ArgsError::UnknownCommand {
+                given: other.to_string(),
+                nearest: confboot_util::args::nearest(other, ["format"]),
+            };
+            eprintln!("confboot verity: {e}\n\n{USAGE}");
             2
         }
     }

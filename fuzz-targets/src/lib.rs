@@ -1678,7 +1678,8 @@ pub fn luks2_header_outcome(
     }
     let json = m.to_text();
     if json.len() < h.binary.hdr_size as usize - binary::BINARY_SIZE {
-        let area = binary::serialize(&h.binary, json.as_bytes(), &[0; 64], HeaderCopy::Primary, 0);
+        let area = binary::serialize(&h.binary, json.as_bytes(), &[0; 64], HeaderCopy::Primary, 0)
+            .expect("a parsed header's size is held");
         let again = binary::parse(&area, HeaderCopy::Primary, 0).expect("our copy parses");
         assert_eq!(again, h.binary);
         let meta = metadata::Metadata::parse(

@@ -155,7 +155,7 @@ pub struct RemoveVpnPeerConfig {
 /// the mode the options ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OptionsError {
-    /// Options of the join API (joinsvc exits 1).
+    /// Options of the join API (joinsvc exits 2, a usage error).
     Serve(String),
     /// Options of `--remove-vpn-peer` (which exits 2 on every error).
     RemoveVpnPeer(String),

@@ -48,9 +48,10 @@ fn main() {
             log::error!("{e}");
             std::process::exit(2);
         }
+        // Options that cannot be used are a usage error in both modes.
         Err(OptionsError::Serve(e)) => {
             log::error!("{e}");
-            std::process::exit(1);
+            std::process::exit(2);
         }
     }
 }

@@ -249,8 +249,9 @@ pub const CMD: Command = Command {
     name: "joinsvc",
     about: "joinsvc: the join service of a confboot cluster. Runs on every control-plane node.\n\
             A joining node connects over attested TLS and proves what it runs inside the handshake:\n\
-            a vTPM quote (checked against --ak-trust and --measurements) or an SEV-SNP report\n\
-            (checked against --snp-policy), as --variants accepts; other variants are refused.\n\
+            as --variants accepts (other variants are refused): qemu-vtpm, a vTPM quote (checked\n\
+            against --ak-trust and --measurements); sev-snp, an SEV-SNP report (checked against\n\
+            --snp-policy); or tdx, an Intel TDX quote (checked against --tdx-policy).\n\
             joinsvc then derives the node's state-disk key from the master secret, creates a\n\
             Kubernetes bootstrap token and returns the join ticket. The measurements file is watched\n\
             and reloaded without a restart (the SNP policy is read at start-up). With --tpm, joinsvc\n\

@@ -188,8 +188,9 @@ fn joinsvc_refuses_bad_configuration_with_clear_errors() {
         "{err}"
     );
 
+    // A missing option is a usage error: exit 2, as an unknown one.
     let out = Command::new(joinsvc_bin()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--master-secret is required"), "{err}");
 

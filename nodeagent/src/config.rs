@@ -106,7 +106,8 @@ pub const CMD: Command = Command {
             send the ClientHello, 10 s for the handshake and the quote, a few at a time, per client\n\
             address too); nothing it answers is secret. SIGTERM or SIGINT stop it.\n\
             With --vpn-cidr it polls the control planes (vpn.API/GetUpdate over aTLS: this node\n\
-            attests with its vTPM, each control plane must pass the --joinsvc-* checks and carry\n\
+            attests with its vTPM, each control plane must pass the --joinsvc-* checks, as a\n\
+            qemu-vtpm, sev-snp or tdx node as --joinsvc-variants accepts, and carry\n\
             the cluster's mark in PCR 15) every --vpn-poll-interval seconds (with jitter; backoff\n\
             after failures), sends this node's own peer record from --vpn-file, and applies each\n\
             new checked list to the WireGuard interface --vpn-interface and --vpn-peers-file; a\n\

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY, exit_usage, parse_or_exit};
 use tss_esapi::{
     Context, TctiNameConf,
     attributes::{NvIndexAttributesBuilder, ObjectAttributesBuilder},
@@ -332,9 +332,11 @@ fn write_certificate(context: &mut Context, nv_index: u32, der: &[u8], force: bo
 
 fn run() -> Result<()> {
     let m = parse_or_exit(&CMD, std::env::args().skip(1));
-    let verbosity = m.verbosity().map_err(|e| e.to_string())?;
+    // Options that cannot be used are a usage error (exit 2); a TPM or a
+    // file that fails is a failure (exit 1).
+    let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&CMD, &e));
     confboot_util::logging::init("confboot-tpm-provision", verbosity);
-    let config = Config::from_matches(&m)?;
+    let config = Config::from_matches(&m).unwrap_or_else(|e| exit_usage(&CMD, &e));
     let (out_dir, force) = (&config.out_dir, config.force);
     let (ak_handle, nv_index) = (config.ak_handle, config.nv_index);
     let tcti = config.tcti.as_str();

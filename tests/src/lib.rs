@@ -30,6 +30,7 @@ pub mod storm;
 pub mod tdx;
 pub mod tickets;
 pub use confboot_testkit::tls;
+pub mod usage;
 pub mod vm_hub;
 pub mod wireguard_probe;
 

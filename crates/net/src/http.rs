@@ -8,6 +8,15 @@
 //! [`MAX_REQUEST_HEAD_BYTES`]: a client that trickles, never ends its
 //! head, or sends an endless header line is cut off without holding more
 //! than that.
+// Every length and offset here comes from the host (a disk, a datagram,
+// a socket): a cast that could truncate, wrap or drop a sign is refused
+// at compile time, so each conversion is checked where it happens.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};

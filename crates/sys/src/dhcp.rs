@@ -5,6 +5,15 @@
 //! checked against the datagram, options are walked with bounds, and only
 //! the few options the client uses are kept. The socket and the retries
 //! live with the caller (the bootstrapper's `init` module).
+// Every length and offset here comes from the host (a disk, a datagram,
+// a socket): a cast that could truncate, wrap or drop a sign is refused
+// at compile time, so each conversion is checked where it happens.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 
 use std::net::Ipv4Addr;
 
@@ -297,7 +306,8 @@ fn set_once<T>(slot: &mut Option<T>, value: T, code: u8) -> Result<(), DhcpParse
 pub fn prefix_len(netmask: Ipv4Addr) -> Option<u8> {
     let m = u32::from(netmask);
     let ones = m.leading_ones();
-    (m.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
+    let prefix = u8::try_from(ones).ok()?;
+    (m.checked_shl(ones).unwrap_or(0) == 0).then_some(prefix)
 }
 
 #[cfg(test)]
@@ -346,7 +356,7 @@ mod tests {
     #[test]
     fn a_host_name_is_kept_when_it_is_one_label() {
         let named = |name: &[u8]| {
-            let mut o = vec![12, name.len() as u8];
+            let mut o = vec![12, u8::try_from(name.len()).unwrap()];
             o.extend_from_slice(name);
             DhcpReply::parse(&reply(5, 1, &o)).map(|r| r.host_name)
         };

@@ -154,9 +154,30 @@ pub enum ArgsError {
     /// `--help` or `-h` was given: print [`Command::help`] and exit 0.
     #[error("help requested")]
     HelpRequested,
-    /// An option that the command does not have.
+    /// An option that the command does not have, and none is near it.
     #[error("unknown option {0}")]
     Unknown(String),
+    /// An option that the command does not have, a few letters away from
+    /// one it has ([`nearest`]).
+    #[error("unknown option {given}; did you mean --{nearest}?")]
+    Misspelt {
+        /// The option as given (`--measurments`).
+        given: String,
+        /// The long name of the nearest option the command has.
+        nearest: &'static str,
+    },
+    /// A command (a word where a subcommand is expected) that does not
+    /// exist, with the nearest one when one is near ([`nearest`]).
+    #[error("unknown command {given:?}{}", nearest.map_or_else(String::new, |n| format!("; did you mean {n}?")))]
+    UnknownCommand {
+        /// The word as given.
+        given: String,
+        /// The nearest command there is.
+        nearest: Option<&'static str>,
+    },
+    /// An argument where the command takes none but options.
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
     /// An option that needs a value was last.
     #[error("option --{0} needs a value")]
     MissingValue(String),
@@ -223,7 +244,17 @@ impl Command {
                     None => (rest, None),
                 };
                 let opt = self.opts.iter().find(|o| o.is_named(name));
-                (opt.ok_or_else(|| ArgsError::Unknown(arg.clone()))?, inline)
+                let unknown = || {
+                    let longs = self.opts.iter().map(|o| o.long).chain(["help"]);
+                    match nearest(name, longs) {
+                        Some(nearest) => ArgsError::Misspelt {
+                            given: format!("--{name}"),
+                            nearest,
+                        },
+                        None => ArgsError::Unknown(arg.clone()),
+                    }
+                };
+                (opt.ok_or_else(unknown)?, inline)
             } else if arg.len() >= 2
                 && arg.starts_with('-')
                 && !arg[1..].starts_with(|c: char| c.is_ascii_digit())
@@ -471,10 +502,60 @@ impl Matches {
     pub fn positional(&self) -> &[String] {
         &self.positional
     }
+
+    /// Refuses an argument that is not an option, for a command that
+    /// takes none ([`ArgsError::Unexpected`] names the first).
+    pub fn no_positional(&self) -> Result<(), ArgsError> {
+        match self.positional.first() {
+            Some(extra) => Err(ArgsError::Unexpected(extra.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The name in `known` nearest to `given` (a misspelt option or command),
+/// when one is near enough to be what was meant: at most a third of
+/// `given`'s letters (and at least one) away, counting an insertion, a
+/// deletion, a substitution or a swap of two neighbours as one edit. Ties
+/// go to the first in `known`.
+pub fn nearest<'a>(given: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (given.chars().count() / 3).max(1);
+    known
+        .into_iter()
+        .map(|name| (edit_distance(given, name), name))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name)
+}
+
+/// The optimal-string-alignment distance between `a` and `b`, by
+/// characters: Levenshtein's edits plus the swap of two neighbours.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // rows[i][j]: the distance between a[..i] and b[..j]; three rows kept.
+    let mut before: Vec<usize> = Vec::new();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut current = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (previous[j] + 1)
+                .min(current[j - 1] + 1)
+                .min(previous[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            current[j] = d;
+        }
+        before = std::mem::replace(&mut previous, current);
+    }
+    previous[b.len()]
 }
 
 /// Parses `std::env::args()` for a binary: prints help and exits 0 on
-/// `--help`, prints the error and a hint and exits 2 on bad arguments.
+/// `--help`, prints the error and a hint and exits 2 on bad arguments
+/// (a misspelt option names the nearest one).
 pub fn parse_or_exit(cmd: &Command, args: impl IntoIterator<Item = String>) -> Matches {
     match cmd.parse(args) {
         Ok(m) => m,
@@ -498,10 +579,14 @@ pub fn exit_usage(cmd: &Command, error: &dyn std::fmt::Display) -> ! {
 /// Starts a daemon (the bootstrapper, joinsvc, the node agent): parses
 /// `std::env::args()` as [`parse_or_exit`] does, reads the [`CONFIG`] JSON
 /// file when one is named (flags win over it), and installs logging at the
-/// `-v` level under `component`. A bad file or level exits 2. `cmd` must
-/// declare [`CONFIG`] and [`VERBOSITY`].
+/// `-v` level under `component`. A bad file or level, or an argument that
+/// is not an option, exits 2. `cmd` must declare [`CONFIG`] and
+/// [`VERBOSITY`].
 pub fn start_daemon(cmd: &Command, component: &'static str) -> Matches {
     let mut m = parse_or_exit(cmd, std::env::args().skip(1));
+    if let Err(e) = m.no_positional() {
+        exit_usage(cmd, &e);
+    }
     if let Some(path) = m.value(&CONFIG).map(std::path::PathBuf::from)
         && let Err(e) = m.load_config_file(&path)
     {
@@ -714,6 +799,63 @@ mod tests {
         let m = parse(&[]).unwrap();
         assert!(CMD.declares(&LISTEN) && !CMD.declares(&OTHER_LISTEN));
         let _ = m.value(&OTHER_LISTEN);
+    }
+
+    #[test]
+    fn a_misspelt_option_names_the_nearest_one() {
+        let e = parse(&["--measurments", "m.json"]).unwrap_err();
+        assert_eq!(
+            e,
+            ArgsError::Misspelt {
+                given: "--measurments".into(),
+                nearest: "measurements"
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "unknown option --measurments; did you mean --measurements?"
+        );
+        // A swap of two letters, a letter too many, one missing.
+        for (given, want) in [
+            ("--lsiten", "listen"),
+            ("--insecuure", "insecure"),
+            ("--endpont=a", "endpoint"),
+            ("--hlep", "help"),
+        ] {
+            match parse(&[given]).unwrap_err() {
+                ArgsError::Misspelt { nearest, .. } => assert_eq!(nearest, want, "{given}"),
+                other => panic!("{given}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            parse(&["--zzzzzz"]).unwrap_err(),
+            ArgsError::Unknown("--zzzzzz".into())
+        );
+    }
+
+    #[test]
+    fn nearest_is_near_or_nothing() {
+        let known = ["init", "recover", "verify", "verify-report", "verify-quote"];
+        assert_eq!(nearest("veirfy", known), Some("verify"));
+        assert_eq!(nearest("verify-reprot", known), Some("verify-report"));
+        assert_eq!(nearest("recovr", known), Some("recover"));
+        assert_eq!(nearest("int", known), Some("init"));
+        assert_eq!(nearest("deploy", known), None);
+        assert_eq!(nearest("", known), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        let e = ArgsError::UnknownCommand {
+            given: "veirfy".into(),
+            nearest: nearest("veirfy", known),
+        };
+        assert_eq!(
+            e.to_string(),
+            "unknown command \"veirfy\"; did you mean verify?"
+        );
+        let m = parse(&["x"]).unwrap();
+        assert_eq!(m.no_positional(), Err(ArgsError::Unexpected("x".into())));
+        assert_eq!(parse(&[]).unwrap().no_positional(), Ok(()));
     }
 
     #[test]

@@ -3,6 +3,15 @@
 //! [`read_frame`] checks the length against the limit before it allocates,
 //! and grows its buffer only as bytes arrive, so a peer that announces a
 //! large frame and sends nothing costs nothing.
+// Every length and offset here comes from the host (a disk, a datagram,
+// a socket): a cast that could truncate, wrap or drop a sign is refused
+// at compile time, so each conversion is checked where it happens.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 
 use std::io::{self, Read, Write};
 use zeroize::{Zeroize, Zeroizing};

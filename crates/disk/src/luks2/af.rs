@@ -11,9 +11,9 @@ use super::secret::Secret;
 /// The diffuse function, in place.
 fn diffuse(block: &mut [u8], hash: Hash) {
     let ds = hash.digest().output_len();
-    for (i, piece) in block.chunks_mut(ds).enumerate() {
+    for (i, piece) in (0u32..).zip(block.chunks_mut(ds)) {
         let mut ctx = ring::digest::Context::new(hash.digest());
-        ctx.update(&(i as u32).to_be_bytes());
+        ctx.update(&i.to_be_bytes());
         ctx.update(piece);
         let out = ctx.finish();
         let n = piece.len();
@@ -66,7 +66,9 @@ mod tests {
     #[test]
     fn split_then_merge_gives_the_key_and_every_stripe_matters() {
         let key: Vec<u8> = (0..64).collect();
-        let random: Vec<u8> = (0..63 * 64).map(|i| (i * 7 % 251) as u8).collect();
+        let random: Vec<u8> = (0..63 * 64u32)
+            .map(|i| u8::try_from(i * 7 % 251).unwrap())
+            .collect();
         let s = split(&key, 64, Hash::Sha256, &random);
         assert_eq!(merge(s.expose(), 64, 64, Hash::Sha256).expose(), &key[..]);
         let mut bad = s.expose().to_vec();

@@ -164,15 +164,18 @@ fn put_text(field: &mut [u8], s: &str) {
 
 /// Writes one copy's header area (`hdr_size` bytes) from the binary fields,
 /// the JSON text and a 64-byte salt, for `copy` at `offset`, checksummed.
-/// The JSON must fit the area with its terminating NUL (checked by the caller).
+/// The JSON must fit the area with its terminating NUL (checked by the
+/// caller); a `hdr_size` this machine cannot hold in memory is refused.
 pub fn serialize(
     header: &BinaryHeader,
     json: &[u8],
     salt: &[u8; 64],
     copy: HeaderCopy,
     offset: u64,
-) -> Vec<u8> {
-    let mut area = vec![0u8; header.hdr_size as usize];
+) -> Result<Vec<u8>, BinaryFault> {
+    let len =
+        usize::try_from(header.hdr_size).map_err(|_| BinaryFault::HeaderSize(header.hdr_size))?;
+    let mut area = vec![0u8; len];
     area[..6].copy_from_slice(match copy {
         HeaderCopy::Primary => &MAGIC_PRIMARY,
         HeaderCopy::Secondary => &MAGIC_SECONDARY,
@@ -189,7 +192,7 @@ pub fn serialize(
     area[BINARY_SIZE..BINARY_SIZE + json.len()].copy_from_slice(json);
     let sum = checksum(&area);
     area[CSUM.start..CSUM.start + 32].copy_from_slice(&sum);
-    area
+    Ok(area)
 }
 
 #[cfg(test)]
@@ -209,7 +212,7 @@ mod tests {
     #[test]
     fn a_written_copy_reads_back_and_each_fault_is_named() {
         let h = header();
-        let area = serialize(&h, b"{}", &[9; 64], HeaderCopy::Secondary, 16 << 10);
+        let area = serialize(&h, b"{}", &[9; 64], HeaderCopy::Secondary, 16 << 10).unwrap();
         assert_eq!(parse(&area, HeaderCopy::Secondary, 16 << 10), Ok(h.clone()));
         assert_eq!(
             parse(&area, HeaderCopy::Primary, 16 << 10),

@@ -78,7 +78,10 @@ fn read_copy(
         Ok(s) => s,
         Err(f) => return Ok(Err(HeaderFault::Binary(f))),
     };
-    let Some(area) = read_at(dev, offset, hdr_size as usize, size)? else {
+    let Ok(hdr_len) = usize::try_from(hdr_size) else {
+        return Ok(Err(HeaderFault::Binary(BinaryFault::HeaderSize(hdr_size))));
+    };
+    let Some(area) = read_at(dev, offset, hdr_len, size)? else {
         return Ok(Err(HeaderFault::Absent));
     };
     let bin = match binary::parse(&area, copy, offset) {
@@ -168,18 +171,21 @@ pub fn read(dev: &mut (impl Read + Seek)) -> Result<(Header, Health), Luks2Error
 pub fn write(dev: &mut (impl Write + Seek), header: &Header) -> Result<(), Luks2Error> {
     let json = header.metadata.to_text();
     let hdr_size = header.binary.hdr_size;
-    if json.len() + 1 > hdr_size as usize - BINARY_SIZE {
+    let json_area = usize::try_from(hdr_size)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(BINARY_SIZE);
+    if json.len() + 1 > json_area {
         return Err(Luks2Error::TokenSpace(format!(
-            "{} bytes of JSON do not fit the {}-byte JSON area",
+            "{} bytes of JSON do not fit the {json_area}-byte JSON area",
             json.len(),
-            hdr_size as usize - BINARY_SIZE
         )));
     }
     for (copy, offset) in [(HeaderCopy::Secondary, hdr_size), (HeaderCopy::Primary, 0)] {
         let salt = super::secret::random(64)?;
         let mut s = [0u8; 64];
         s.copy_from_slice(salt.expose());
-        let area = binary::serialize(&header.binary, json.as_bytes(), &s, copy, offset);
+        let area = binary::serialize(&header.binary, json.as_bytes(), &s, copy, offset)
+            .map_err(|fault| Luks2Error::TokenSpace(fault.to_string()))?;
         dev.seek(SeekFrom::Start(offset))?;
         dev.write_all(&area)?;
     }

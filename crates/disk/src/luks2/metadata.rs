@@ -138,19 +138,19 @@ fn string<'a>(m: &'a Map<String, Value>, key: &str, field: &str) -> Result<&'a s
 }
 
 /// A JSON integer in `range`.
-fn int(
+fn int<T: TryFrom<u64>>(
     m: &Map<String, Value>,
     key: &str,
     field: &str,
     range: std::ops::RangeInclusive<u64>,
-) -> Result<u64, Luks2Error> {
+) -> Result<T, Luks2Error> {
     let v = get(m, key, field)?
         .as_u64()
         .ok_or_else(|| meta(format!("{field}.{key}"), P::Type))?;
     if !range.contains(&v) {
         return Err(meta(format!("{field}.{key}"), P::Range));
     }
-    Ok(v)
+    T::try_from(v).map_err(|_| meta(format!("{field}.{key}"), P::Range))
 }
 
 /// A `u64` written as a decimal string (LUKS2's offsets and sizes).
@@ -182,7 +182,8 @@ fn base64(
 /// An object id: `"0"` to `"31"`, no leading zero.
 pub fn parse_id(s: &str) -> Option<u32> {
     let n = parse_u64(s)?;
-    (n < MAX_ENTRIES as u64 && n.to_string() == s).then_some(n as u32)
+    let n = u32::try_from(n).ok()?;
+    (usize::try_from(n).is_ok_and(|i| i < MAX_ENTRIES) && n.to_string() == s).then_some(n)
 }
 
 /// An entry of an id-keyed object: its id and its object.
@@ -232,11 +233,11 @@ fn clip(s: &str) -> String {
 fn parse_kdf(m: &Map<String, Value>, field: &str) -> Result<Kdf, Luks2Error> {
     let salt = base64(m, "salt", field, 256)?;
     let kind = string(m, "type", field)?;
-    let u32max = u32::MAX as u64;
+    let u32max = u64::from(u32::MAX);
     Ok(match kind {
         "pbkdf2" => Kdf::Pbkdf2 {
             hash: Hash::from_name(string(m, "hash", field)?, &format!("{field}.hash"))?,
-            iterations: int(m, "iterations", field, 1..=u32max)? as u32,
+            iterations: int::<u32>(m, "iterations", field, 1..=u32max)?,
             salt,
         },
         "argon2i" | "argon2id" => Kdf::Argon2 {
@@ -245,9 +246,9 @@ fn parse_kdf(m: &Map<String, Value>, field: &str) -> Result<Kdf, Luks2Error> {
             } else {
                 Argon2Variant::Argon2id
             },
-            time: int(m, "time", field, 1..=u32max)? as u32,
-            memory_kib: int(m, "memory", field, 1..=u32max)? as u32,
-            cpus: int(m, "cpus", field, 1..=u32max)? as u32,
+            time: int::<u32>(m, "time", field, 1..=u32max)?,
+            memory_kib: int::<u32>(m, "memory", field, 1..=u32max)?,
+            cpus: int::<u32>(m, "cpus", field, 1..=u32max)?,
             salt,
         },
         other => {
@@ -265,7 +266,7 @@ fn parse_keyslot(id: u32, m: &Map<String, Value>) -> Result<Option<Keyslot>, Luk
         // Another kind (a reencryption slot): kept, never unlocked.
         return Ok(None);
     }
-    let key_size = int(m, "key_size", &field, 1..=512)? as usize;
+    let key_size = int::<usize>(m, "key_size", &field, 1..=512)?;
     let priority = match m.get("priority") {
         None => Priority::Normal,
         Some(v) => match v.as_u64() {
@@ -283,7 +284,7 @@ fn parse_keyslot(id: u32, m: &Map<String, Value>) -> Result<Option<Keyslot>, Luk
             value: clip(string(af, "type", &af_field)?),
         });
     }
-    if int(af, "stripes", &af_field, 1..=u32::MAX as u64)? != AF_STRIPES as u64 {
+    if int::<u64>(af, "stripes", &af_field, 1..=u64::from(u32::MAX))? != u64::from(AF_STRIPES) {
         return Err(meta(format!("{af_field}.stripes"), P::Range));
     }
     let af_hash = Hash::from_name(string(af, "hash", &af_field)?, &format!("{af_field}.hash"))?;
@@ -295,7 +296,7 @@ fn parse_keyslot(id: u32, m: &Map<String, Value>) -> Result<Option<Keyslot>, Luk
             value: clip(string(ar, "type", &area_field)?),
         });
     }
-    let area_key_size = int(ar, "key_size", &area_field, 1..=512)? as usize;
+    let area_key_size = int::<usize>(ar, "key_size", &area_field, 1..=512)?;
     area::check(
         string(ar, "encryption", &area_field)?,
         area_key_size,
@@ -335,12 +336,12 @@ fn parse_segment(id: u32, m: &Map<String, Value>) -> Result<Segment, Luks2Error>
         "dynamic" => None,
         s => Some(parse_u64(s).ok_or_else(|| meta(format!("{field}.size"), P::Range))?),
     };
-    let sector_size = int(m, "sector_size", &field, 512..=4096)? as u32;
+    let sector_size = int::<u32>(m, "sector_size", &field, 512..=4096)?;
     if !sector_size.is_power_of_two() {
         return Err(meta(format!("{field}.sector_size"), P::Range));
     }
     let offset = u64_string(m, "offset", &field)?;
-    if !offset.is_multiple_of(sector_size as u64) {
+    if !offset.is_multiple_of(u64::from(sector_size)) {
         return Err(meta(format!("{field}.offset"), P::Alignment));
     }
     Ok(Segment {
@@ -372,7 +373,7 @@ fn parse_digest(id: u32, m: &Map<String, Value>) -> Result<Digest, Luks2Error> {
         keyslots: id_list(m, "keyslots", &field)?,
         segments: id_list(m, "segments", &field)?,
         hash,
-        iterations: int(m, "iterations", &field, 1..=u32::MAX as u64)? as u32,
+        iterations: int::<u32>(m, "iterations", &field, 1..=u64::from(u32::MAX))?,
         salt: base64(m, "salt", &field, 256)?,
         digest,
     })

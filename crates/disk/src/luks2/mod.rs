@@ -51,7 +51,15 @@
 //! # Ok(())
 //! # }
 //! ```
-
+// Every length and offset here comes from the host (a disk, a datagram,
+// a socket): a cast that could truncate, wrap or drop a sign is refused
+// at compile time, so each conversion is checked where it happens.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 #![forbid(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
@@ -137,7 +145,7 @@ impl Luks2 {
         let zeros = vec![0u8; 1 << 20];
         let mut left = format::DATA_OFFSET;
         while left > 0 {
-            let n = left.min(zeros.len() as u64) as usize;
+            let n = usize::try_from(left).map_or(zeros.len(), |left| left.min(zeros.len()));
             dev.write_all(&zeros[..n])?;
             left -= n as u64;
         }
@@ -229,9 +237,10 @@ impl Luks2 {
         }
         let mut tokens = self.token_map();
         let id = match id {
-            Some(id) if id < metadata::MAX_ENTRIES as u32 => id,
+            Some(id) if usize::try_from(id).is_ok_and(|i| i < metadata::MAX_ENTRIES) => id,
             Some(id) => return Err(Luks2Error::TokenSpace(format!("token id {id}"))),
-            None => (0..metadata::MAX_ENTRIES as u32)
+            None => (0u32..)
+                .take(metadata::MAX_ENTRIES)
                 .find(|i| !tokens.contains_key(&i.to_string()))
                 .ok_or_else(|| Luks2Error::TokenSpace("no free token id".into()))?,
         };

@@ -44,7 +44,7 @@ pub fn probe(path: &Path) -> Result<DiskState, DiskError> {
     let io = |e: std::io::Error| DiskError::Io(format!("reading {}: {e}", path.display()));
     let mut file = File::open(path).map_err(io)?;
     let size = file.seek(SeekFrom::End(0)).map_err(io)?;
-    let mut first = vec![0u8; BINARY_SIZE.min(size as usize)];
+    let mut first = vec![0u8; usize::try_from(size).map_or(BINARY_SIZE, |s| s.min(BINARY_SIZE))];
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     file.read_exact(&mut first).map_err(io)?;
     if let Some(uuid) = luks1_uuid(&first) {

@@ -51,6 +51,15 @@
 //!
 //! [`format()`] builds a tree equal, byte for byte, to `veritysetup format`'s
 //! (tested against it), reading the data one block at a time.
+// Every length and offset here comes from the host (a disk, a datagram,
+// a socket): a cast that could truncate, wrap or drop a sign is refused
+// at compile time, so each conversion is checked where it happens.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -150,7 +150,12 @@ impl Superblock {
             .copy_from_slice(&self.hash_block_size.to_le_bytes());
         b[OFF_DATA_BLOCKS..OFF_DATA_BLOCKS + 8].copy_from_slice(&self.data_blocks.to_le_bytes());
         b[OFF_SALT_SIZE..OFF_SALT_SIZE + 2]
-            .copy_from_slice(&(self.salt.len() as u16).to_le_bytes());
+            // At most MAX_SALT_LEN (asserted above): always a u16.
+            .copy_from_slice(
+                &u16::try_from(self.salt.len())
+                    .unwrap_or(u16::MAX)
+                    .to_le_bytes(),
+            );
         b[OFF_SALT..OFF_SALT + self.salt.len()].copy_from_slice(&self.salt);
         b
     }

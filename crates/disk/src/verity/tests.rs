@@ -8,7 +8,9 @@ use super::*;
 /// `len` bytes of a fixed pattern (the oracle vectors below were made by
 /// veritysetup 2.6.1 from the same bytes).
 fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i * 7 + i / 4096) % 251) as u8).collect()
+    (0..len)
+        .map(|i| u8::try_from((i * 7 + i / 4096) % 251).unwrap())
+        .collect()
 }
 
 fn write(dir: &TempDir, name: &str, bytes: &[u8]) -> PathBuf {

@@ -45,7 +45,7 @@ pub const MAX_ATTRIBUTES: usize = 4096;
 pub fn message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
     let len = HEADER_LEN + align(body.len());
     let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
+    m.extend_from_slice(&header_len::<u32>(len).to_ne_bytes());
     m.extend_from_slice(&kind.to_ne_bytes());
     m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&seq.to_ne_bytes());
@@ -62,7 +62,7 @@ pub fn align(n: usize) -> usize {
 
 /// Appends an attribute, padded to 4 bytes.
 pub fn put_attribute(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    out.extend_from_slice(&((ATTRIBUTE_HEADER_LEN + value.len()) as u16).to_ne_bytes());
+    out.extend_from_slice(&header_len::<u16>(ATTRIBUTE_HEADER_LEN + value.len()).to_ne_bytes());
     out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(value);
     pad(out);
@@ -78,8 +78,31 @@ pub fn begin_nest(out: &mut Vec<u8>, kind: u16) -> usize {
 
 /// Ends the nest begun at `start`.
 pub fn end_nest(out: &mut [u8], start: usize) {
-    let len = (out.len() - start) as u16;
+    let len = header_len::<u16>(out.len() - start);
     out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// A length as a header field of type `T` (a message's `u32`, an
+/// attribute's `u16`). What is built here (names, keys, addresses, a
+/// device's peers) stays far below either; a length past the field's
+/// maximum is written as that maximum, which the kernel refuses as a
+/// length that does not match, instead of a wrapped one that might.
+fn header_len<T: TryFrom<usize> + Bounded>(n: usize) -> T {
+    T::try_from(n).unwrap_or(T::MAX)
+}
+
+/// An integer type's largest value.
+trait Bounded {
+    /// The largest value.
+    const MAX: Self;
+}
+
+impl Bounded for u16 {
+    const MAX: u16 = u16::MAX;
+}
+
+impl Bounded for u32 {
+    const MAX: u32 = u32::MAX;
 }
 
 fn pad(out: &mut Vec<u8>) {

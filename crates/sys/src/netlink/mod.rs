@@ -11,6 +11,15 @@
 //! number and sender (the kernel, port 0), and each read waits at most
 //! [`RECEIVE_TIMEOUT`]. The kernel's refusals come back as their errno
 //! ([`NetlinkError::Refused`]).
+// Every length and offset here comes from the host (a disk, a datagram,
+// a socket): a cast that could truncate, wrap or drop a sign is refused
+// at compile time, so each conversion is checked where it happens.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 
 pub mod generic;
 pub mod message;

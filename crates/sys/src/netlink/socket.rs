@@ -33,7 +33,11 @@ impl NetlinkSocket {
             protocol,
         )
         .map_err(NetlinkError::Socket)?;
-        let timeout = TimeVal::new(RECEIVE_TIMEOUT.as_secs() as _, 0);
+        let seconds = RECEIVE_TIMEOUT
+            .as_secs()
+            .try_into()
+            .unwrap_or(nix::libc::time_t::MAX);
+        let timeout = TimeVal::new(seconds, 0);
         setsockopt(&fd, sockopt::ReceiveTimeout, &timeout).map_err(NetlinkError::Socket)?;
         bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(NetlinkError::Socket)?;
         Ok(NetlinkSocket { fd, seq: 0 })
