@@ -23,7 +23,8 @@
 //!   both sides and relays every message of a genuine attester is refused;
 //!   the scheme this replaced bound evidence to the certificate's key and a
 //!   nonce inside the handshake, which holds only as long as no key of an
-//!   attested machine ever leaks (SECURITY.md tells the whole comparison).
+//!   attested machine ever leaks. No binding tells two genuine instances
+//!   with the same measurements apart (SECURITY.md, "Not covered").
 //!
 //! The exporter's label is [`binding::EXPORTER_LABEL`]
 //! (`EXPORTER-confboot-attestation`, RFC 8446 §7.5). The message is
