@@ -161,7 +161,11 @@ fn only_a_test_counts_as_a_named_test() {
     assert_eq!(is_test(source, "indented"), Some(true));
     assert_eq!(is_test(source, "a_helper"), Some(false));
     assert_eq!(is_test(source, "absent"), None);
-    assert_eq!(is_test(source, "test"), None, "a suffix of another name is not the name");
+    assert_eq!(
+        is_test(source, "test"),
+        None,
+        "a suffix of another name is not the name"
+    );
 }
 
 #[test]
