@@ -8,7 +8,8 @@
 # joinsvc, the real CLI), each (move, step) judged REFUSED, CONVERGED,
 # STOPPED or FAILURE. The tables, with the commit they were measured on,
 # go to target/host-actor/<commit>.md; a whole campaign's also to
-# tests/host_actor_results.md (committed; RELIABILITY.md sums it up).
+# target/host-actor/results.md (a run log, never committed: RELIABILITY.md
+# keeps the summary table).
 #
 # Usage: scripts/host_actor.sh [--short]   (--short: the suite's selection)
 set -euo pipefail
@@ -47,7 +48,7 @@ CONFBOOT_HOST_ACTOR="$mode" CONFBOOT_HOST_ACTOR_REPORT="$PWD/$tables" \
     "$mode" $((SECONDS - start))
   cat "$tables" 2>/dev/null || echo "(no tables: the run failed before the end; see $log)"
 } >"$out"
-[ "$mode" = all ] && cp "$out" tests/host_actor_results.md
+[ "$mode" = all ] && cp "$out" target/host-actor/results.md
 printf '\n== tables: %s\n' "$out"
 head -20 "$out"
 exit "$status"

@@ -27,7 +27,42 @@
 //!   both sides and relays every message of a genuine attester is refused;
 //!   the scheme this replaced bound evidence to the certificate's key and a
 //!   nonce inside the handshake, which holds only as long as no key of an
-//!   attested machine ever leaks (SECURITY.md tells the whole comparison).
+//!   attested machine ever leaks. No binding tells two genuine instances
+//!   with the same measurements apart (SECURITY.md, "Not covered").
+//!
+//! The exporter's label is [`binding::EXPORTER_LABEL`]
+//! (`EXPORTER-confboot-attestation`, RFC 8446 §7.5). The message is
+//! `confboot.atls.Attestation` (`confboot_proto::atls`): the variant's
+//! name, its evidence, and the X25519 sealing key the sender offers, if
+//! any; its evidence is at most [`message::MAX_EVIDENCE_LEN`] (64 KiB).
+//! There is one scheme: every binary that speaks aTLS is released
+//! together, and a peer that offers the old in-handshake ALPN
+//! (`confboot/1`) fails the handshake.
+//!
+//! # Tickets sealed to the attested VM
+//!
+//! A node's join client makes a fresh X25519 key pair for every attempt
+//! and offers its public key in its attestation message, so its evidence
+//! binds it. joinsvc's handlers find it beside the caller's attestation
+//! (the [`SealingKey`] above) and seal the ticket's secrets (state disk key,
+//! measurement secret, bootstrap token, control-plane files) into the
+//! ticket's `sealed_secrets` (`confboot_kms::seal`), leaving their plain
+//! fields empty; a caller that offered no key gets no ticket. The node
+//! opens them with its private key and refuses a ticket that is not
+//! sealed or does not open, so whoever reads the answer outside the VM
+//! reads no secret.
+//!
+//! # Evidence without a call: the verify service
+//!
+//! The node agent's verify service (port 8080) is an aTLS server that
+//! attests and requires nothing of its client; no call follows, the
+//! attestation message is the answer. A verifier that must show every
+//! check, as `confboot verify` does, connects with
+//! [`AtlsClient::connect_unverified`], which returns the server's message
+//! unchecked together with the value its evidence must bind (this
+//! session's exporter for the server's role); evidence made on any other
+//! session (a relay's, a recorded answer) fails that check as "evidence not
+//! bound to this handshake".
 //!
 //! Every failure comes back as an [`AtlsError`] that says which check
 //! failed. The handshake and the exchange share one absolute deadline.

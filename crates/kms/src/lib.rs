@@ -10,6 +10,13 @@
 //! URI; `storage://no-store` is the only storage backend. The admin keeps it
 //! in the master-secret file ([`master_secret_file`]). Secrets are zeroized
 //! when dropped and never printed (their `Debug` is redacted).
+//!
+//! Sealing ([`seal`]): secrets for one recipient, sealed with HPKE (RFC 9180,
+//! mode base, DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20Poly1305) to
+//! an X25519 key the recipient made for one use, with an `info` that names
+//! what is sealed (a join or a rejoin ticket's secrets). joinsvc seals a
+//! ticket's secrets to the key the node's attestation bound, so only that
+//! VM opens them.
 
 use std::fmt;
 

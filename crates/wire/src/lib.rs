@@ -9,7 +9,9 @@
 //! ```
 //!
 //! - [`frame`]: reading and writing frames, with the size limit checked
-//!   before anything is allocated.
+//!   before anything is allocated (at most [`DEFAULT_MAX_FRAME_LEN`], 4 MiB,
+//!   unless configured in [`ServerLimits`]; a server reads a call header of
+//!   at most 4 KiB).
 //! - [`Client`]: unary and server-streaming calls with a deadline.
 //! - [`Router`] and [`serve_connection`]: dispatch by method path on one
 //!   connection, call after call.
