@@ -39,6 +39,20 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 if command -v rustup >/dev/null 2>&1; then
+  # rust-toolchain.toml pins a release: where that release is installed
+  # only under another name (a "stable" that is the same version), name it
+  # so, instead of having rustup fetch it again.
+  pinned="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")"
+  if [ -n "$pinned" ] && ! rustup toolchain list | grep -q "^$pinned-"; then
+    for t in $(rustup toolchain list | awk '{print $1}'); do
+      if rustc "+$t" --version 2>/dev/null | grep -q "^rustc $pinned "; then
+        echo "setup: using toolchain $t as $pinned"
+        ln -s "$(rustc "+$t" --print sysroot)" \
+          "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$pinned-$(rustc "+$t" -vV | sed -n 's/^host: //p')"
+        break
+      fi
+    done
+  fi
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done

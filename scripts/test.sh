@@ -21,7 +21,7 @@ cargo fmt --all -- --check
 
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
-cargo clippy --locked -p confboot-attest --all-targets --features kds,pcs -- -D warnings
+cargo clippy --locked -p confboot-snp -p confboot-tdx --all-targets --features confboot-snp/kds,confboot-tdx/pcs -- -D warnings
 
 if ! $quick; then
 step "static release builds (x86_64-unknown-linux-musl)"

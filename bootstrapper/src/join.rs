@@ -506,7 +506,7 @@ mod tests {
     /// offered: the node keeps only the last.
     #[test]
     fn a_ticket_not_sealed_to_this_attempts_key_is_thrown_away() {
-        use confboot_atls::AttestedPeer;
+        use confboot_atls::{AtlsServer, AttestedPeer};
         use confboot_cluster::ticket::RejoinTicket;
         use confboot_kms::SecretBytes;
         use confboot_proto::join::IssueRejoinTicketResponse;

@@ -104,8 +104,10 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
 #[test]
 fn the_ticket_targets_cluster_is_the_members() {
     let salt = confboot_kms::MeasurementSalt::try_from(&TICKET_SALT[..]).unwrap();
-    let member =
-        confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(&TICKET_SECRET, &salt));
+    let member = confboot_cluster::mark::marked_pcr15(&confboot_kms::derive_cluster_id(
+        &TICKET_SECRET,
+        &salt,
+    ));
     let service = confboot_attest::Attested {
         set_verdict: None,
         warnings: Vec::new(),

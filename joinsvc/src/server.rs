@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use confboot_atls::{AtlsError, AttestedPeer, SealingKey};
 use confboot_appraisal::ear::Status as EarStatus;
-use confboot_cluster::mark::{ClusterMarks, MarkState};
+use confboot_atls::{AtlsError, AttestedPeer, SealingKey};
 use confboot_attest::{AttestationError, Attested, Variant};
+use confboot_cluster::mark::{ClusterMarks, MarkState};
 use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_kms::seal::SealError;
 use confboot_proto::health::{HealthCheckResponse, health_check_response};
@@ -231,7 +231,7 @@ pub enum CallerCheck {
 /// handshake checks the measurement policy but not the mark register,
 /// which differs between a joining node and a member; each method says
 /// which it serves. A vTPM caller shows it in PCR 15, a TDX caller in
-/// `RTMR3` ([`TDX_MARK_INDEX`](confboot_attest::mark::TDX_MARK_INDEX)), read against this cluster's marks
+/// `RTMR3` ([`TDX_MARK_INDEX`](confboot_cluster::mark::TDX_MARK_INDEX)), read against this cluster's marks
 /// ([`ClusterMarks`]): all zero is a node not bootstrapped since it booted,
 /// this cluster's mark a member (peer updates, never a ticket), anything
 /// else (another cluster's mark, a register extended twice, a register
@@ -561,9 +561,9 @@ fn wired<Req: 'static, Resp: 'static>(
 mod tests {
     use super::*;
     use crate::token::TokenError;
+    use confboot_cluster::kubelet_cert::KubeletCertError;
     use confboot_cluster::mark::TDX_MARK_INDEX;
     use confboot_tpm::CLUSTER_ID_PCR;
-    use confboot_cluster::kubelet_cert::KubeletCertError;
 
     #[test]
     fn each_refusal_has_its_grpc_code() {
@@ -597,7 +597,7 @@ mod tests {
 
     #[test]
     fn an_snp_caller_is_a_launch_and_a_vtpm_caller_shows_pcr_15() {
-        use confboot_attest::snp::LAUNCH_IDENTITY_INDEX;
+        use confboot_snp::LAUNCH_IDENTITY_INDEX;
         use std::collections::BTreeMap;
         let marks = ClusterMarks::of(b"cluster-1");
         let mark = marks.pcr15;

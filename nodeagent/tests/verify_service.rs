@@ -12,12 +12,12 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use confboot_tpm::event_log::{EventLog, synthetic_log};
 use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, MeasurementPolicy, Variant};
 use confboot_net::{PoolConfig, ServerHandle};
 use confboot_tests::TempDir;
 use confboot_tests::cluster::workspace_binary;
 use confboot_tests::hostile::connect_from;
+use confboot_tpm::event_log::{EventLog, synthetic_log};
 use confboot_verifier::verify::AttestationDocument;
 use confboot_verifier::verify::service::fetch_document;
 

@@ -1,7 +1,7 @@
 //! The provisioning tool's command line: usage errors exit 2 (a misspelt
 //! option names the nearest one).
 
-use confboot_tests::usage::assert_usage_errors;
+use confboot_testkit::usage::assert_usage_errors;
 
 const BIN: &str = env!("CARGO_BIN_EXE_confboot-tpm-provision");
 

@@ -26,6 +26,7 @@ pub mod snp;
 pub mod tdx;
 #[cfg(feature = "tls")]
 pub mod tls;
+pub mod usage;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
