@@ -225,7 +225,7 @@ fn an_upward_dependency_is_found() {
 /// Library crates whose tests still take the end-to-end suite
 /// (`confboot-tests`) as a dev-dependency, until they move onto the test
 /// kit. The list only shrinks.
-const STILL_ON_THE_SUITE: &[&str] = &["confboot-attest"];
+const STILL_ON_THE_SUITE: &[&str] = &[];
 
 /// The library crates (under `crates/`) that take `confboot-tests` as a
 /// dev-dependency, from `cargo metadata`.

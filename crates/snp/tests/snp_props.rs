@@ -7,7 +7,7 @@
 use confboot_attest::check::*;
 use confboot_attest::{AttestationError, MeasurementPolicy, Validator};
 use confboot_snp::*;
-use confboot_tests::XorShift;
+use confboot_testkit::XorShift;
 
 fn testdata(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()

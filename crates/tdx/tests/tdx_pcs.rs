@@ -143,7 +143,7 @@ fn the_requests_follow_the_v4_api() {
 
 #[test]
 fn a_quote_whose_chain_is_not_the_pinned_roots_names_no_platform() {
-    let test_root = confboot_tests::tdx::TestIntel::new().root_pem();
+    let test_root = confboot_testkit::tdx::TestIntel::new().root_pem();
     let roots =
         TdxRoots::new(&certificates_from_pem_or_der(test_root.as_bytes()).unwrap()).unwrap();
     assert!(matches!(

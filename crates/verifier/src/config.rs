@@ -774,9 +774,9 @@ mod tests {
         fn announce() {
             ANNOUNCED.fetch_add(1, Ordering::SeqCst);
         }
-        let tmp = confboot_tests::TempDir::new("announce");
+        let tmp = confboot_testkit::TempDir::new("announce");
         let dir = tmp.path();
-        let policy = load_measurement_policy(&confboot_tests::write_image_policy(dir)).unwrap();
+        let policy = load_measurement_policy(&confboot_testkit::write_image_policy(dir)).unwrap();
         let insecure = ValidatorBuilder::new(AkTrust::InsecureAnyAk, InsecureAnyAk::Accepted)
             .unwrap()
             .announce_insecure_with(announce);
@@ -793,9 +793,9 @@ mod tests {
 
     #[test]
     fn settings_make_validators_and_errors_name_the_setting() {
-        let tmp = confboot_tests::TempDir::new("validator");
+        let tmp = confboot_testkit::TempDir::new("validator");
         let dir = tmp.path();
-        let policy = confboot_tests::write_image_policy(dir);
+        let policy = confboot_testkit::write_image_policy(dir);
         let settings = AttestationSettings::new(
             vec![Variant::QemuVtpm],
             GivenSettings {
@@ -873,9 +873,9 @@ mod tests {
 
     #[test]
     fn an_oversized_policy_file_is_refused_naming_the_file_and_the_limit() {
-        let tmp = confboot_tests::TempDir::new("oversized");
+        let tmp = confboot_testkit::TempDir::new("oversized");
         let dir = tmp.path();
-        let policy = confboot_tests::write_image_policy(dir);
+        let policy = confboot_testkit::write_image_policy(dir);
         let mut text = std::fs::read_to_string(&policy).unwrap();
         text.push_str(&" ".repeat(MAX_POLICY_BYTES as usize));
         std::fs::write(&policy, text).unwrap();
@@ -901,9 +901,9 @@ mod tests {
 
     #[test]
     fn the_expected_event_log_is_read_bounded_and_strictly() {
-        let tmp = confboot_tests::TempDir::new("events");
+        let tmp = confboot_testkit::TempDir::new("events");
         let dir = tmp.path();
-        let policy = confboot_tests::write_image_policy(dir);
+        let policy = confboot_testkit::write_image_policy(dir);
         let good = dir.join("good.json");
         std::fs::write(&good, EventList::default().to_json()).unwrap();
         let with_events = VtpmSettings {
@@ -944,7 +944,7 @@ mod tests {
             e.describe(&name),
             "<Variants> accepts tdx, which needs <TdxPolicy> (the TDX policy)"
         );
-        let tmp = confboot_tests::TempDir::new("tdx-settings");
+        let tmp = confboot_testkit::TempDir::new("tdx-settings");
         let policy = tmp.path().join("tdx.json");
         std::fs::write(&policy, format!(r#"{{"mrtd": "{}"}}"#, "ab".repeat(48))).unwrap();
         let settings = AttestationSettings::new(
@@ -1016,7 +1016,7 @@ mod tests {
             e.describe(&name),
             "<Variants> accepts sev-snp, which needs <SnpPolicy> (the SEV-SNP policy)"
         );
-        let tmp = confboot_tests::TempDir::new("variants");
+        let tmp = confboot_testkit::TempDir::new("variants");
         let dir = tmp.path();
         let snp = snp_policy_file(dir);
         let only_snp = AttestationSettings::new(
@@ -1029,7 +1029,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(only_snp.vtpm, None, "qemu-vtpm is not accepted");
-        let policy = confboot_tests::write_image_policy(dir);
+        let policy = confboot_testkit::write_image_policy(dir);
         let both = AttestationSettings::new(
             vec![Variant::SevSnp, Variant::QemuVtpm],
             GivenSettings {
@@ -1125,7 +1125,7 @@ mod tests {
 
     #[test]
     fn a_policy_file_that_does_not_pin_the_image_is_refused_at_load() {
-        let tmp = confboot_tests::TempDir::new("unpinned");
+        let tmp = confboot_testkit::TempDir::new("unpinned");
         let dir = tmp.path();
         let file = dir.join("policy.json");
         let (zeros, ab) = ("00".repeat(32), "ab".repeat(32));
@@ -1155,7 +1155,7 @@ mod tests {
                 "{text}: {e:?}"
             );
         }
-        let mut good = load_measurement_policy(&confboot_tests::write_image_policy(dir)).unwrap();
+        let mut good = load_measurement_policy(&confboot_testkit::write_image_policy(dir)).unwrap();
         good.set(15, vec![0; 32], false);
         std::fs::write(&file, good.to_json()).unwrap();
         assert_eq!(load_measurement_policy(&file).unwrap(), good);
