@@ -653,18 +653,56 @@ impl AttestationConfig {
     }
 }
 
-/// Reads the measurement-policy file at `path` (also the same file again
-/// when it changed): parsed strictly, and refused unless it pins the image
-/// ([`MeasurementPolicy::check_pins_image`]; the PCR 15 entry a validator
-/// of marked attesters drops never counts toward that).
-pub fn load_measurement_policy(path: &Path) -> Result<MeasurementPolicy, ConfigError> {
-    let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(ConfigError::MeasurementsFile)?;
-    MeasurementPolicy::from_json(&text)
-        .and_then(|policy| policy.check_pins_image().map(|()| policy))
-        .map_err(|error| ConfigError::Measurements {
-            path: path.to_path_buf(),
-            error,
+/// A measurement-policy file as read once: the policy it holds and its
+/// text (a watcher compares the text to tell a change from a touch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeasurementPolicyFile {
+    text: String,
+    policy: MeasurementPolicy,
+}
+
+impl MeasurementPolicyFile {
+    /// Reads the measurement-policy file at `path` (at start-up, and the
+    /// same file again when it changed): read once, bounded
+    /// ([`confboot_util::fs::read_bounded_text`], at most
+    /// [`MAX_POLICY_BYTES`]), parsed strictly, and refused unless it pins
+    /// the image ([`MeasurementPolicy::check_pins_image`]; the PCR 15 entry
+    /// a validator of marked attesters drops never counts toward that).
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            read_bounded_text(path, MAX_POLICY_BYTES).map_err(ConfigError::MeasurementsFile)?;
+        let policy = MeasurementPolicy::from_json(&text)
+            .and_then(|policy| policy.check_pins_image().map(|()| policy))
+            .map_err(|error| ConfigError::Measurements {
+                path: path.to_path_buf(),
+                error,
+            })?;
+        Ok(MeasurementPolicyFile {
+            text: text.to_string(),
+            policy,
         })
+    }
+
+    /// The file's text, as read.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The policy the file holds.
+    pub fn policy(&self) -> &MeasurementPolicy {
+        &self.policy
+    }
+
+    /// The policy, taken.
+    pub fn into_policy(self) -> MeasurementPolicy {
+        self.policy
+    }
+}
+
+/// The policy of the measurement-policy file at `path`
+/// ([`MeasurementPolicyFile::read`]).
+pub fn load_measurement_policy(path: &Path) -> Result<MeasurementPolicy, ConfigError> {
+    MeasurementPolicyFile::read(path).map(MeasurementPolicyFile::into_policy)
 }
 
 /// Reads the expected event log at `path` (`confboot measure
