@@ -486,6 +486,10 @@ pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
 
 /// An accepted variant on its way to its check: read from its files, or
 /// (the vTPM variant with reference-value sets) its sets still to read.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "at most three, held only while the service starts"
+)]
 enum Pending<'a> {
     /// The vTPM settings and the sets that stand in for its policy file.
     Sets(&'a VtpmSettings, &'a ReferenceSetsConfig),
@@ -539,7 +543,7 @@ impl Service {
                         .announce_insecure_with(announce_insecure_any_ak),
                 }),
                 Pending::Read(VariantConfig::SevSnp(snp)) => NodeCheck::Fixed(Arc::new(snp)),
-                Pending::Read(VariantConfig::Tdx(tdx)) => NodeCheck::Fixed(Arc::new(tdx)),
+                Pending::Read(VariantConfig::Tdx(tdx)) => NodeCheck::Fixed(Arc::new(*tdx)),
             });
         }
         let names: Vec<&str> = config

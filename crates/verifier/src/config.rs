@@ -386,7 +386,9 @@ impl VariantSettings {
         Ok(match self {
             VariantSettings::QemuVtpm(vtpm) => VariantConfig::QemuVtpm(vtpm.load()?),
             VariantSettings::SevSnp(snp) => VariantConfig::SevSnp(load_snp_validator(&snp.policy)?),
-            VariantSettings::Tdx(tdx) => VariantConfig::Tdx(load_tdx_validator(&tdx.policy)?),
+            VariantSettings::Tdx(tdx) => {
+                VariantConfig::Tdx(Box::new(load_tdx_validator(&tdx.policy)?))
+            }
         })
     }
 }
@@ -549,8 +551,9 @@ pub enum VariantConfig {
     QemuVtpm(VtpmConfig),
     /// `sev-snp`: the validator of the SNP policy.
     SevSnp(SnpValidator),
-    /// `tdx`: the validator of the TDX policy and its collateral.
-    Tdx(TdxValidator),
+    /// `tdx`: the validator of the TDX policy and its collateral (boxed:
+    /// the collateral makes it several times the size of the others).
+    Tdx(Box<TdxValidator>),
 }
 
 impl VariantConfig {
@@ -575,7 +578,7 @@ impl VariantConfig {
                 .build(vtpm.policy.clone())
                 .map_err(ConfigError::Policy),
             VariantConfig::SevSnp(snp) => Ok(Arc::new(snp.clone())),
-            VariantConfig::Tdx(tdx) => Ok(Arc::new(tdx.clone())),
+            VariantConfig::Tdx(tdx) => Ok(Arc::new(TdxValidator::clone(tdx))),
         }
     }
 }
@@ -642,7 +645,7 @@ impl AttestationConfig {
     /// The TDX validator, when `tdx` was read.
     pub fn tdx(&self) -> Option<&TdxValidator> {
         self.variants.iter().find_map(|c| match c {
-            VariantConfig::Tdx(tdx) => Some(tdx),
+            VariantConfig::Tdx(tdx) => Some(&**tdx),
             _ => None,
         })
     }
