@@ -133,7 +133,7 @@ impl NodeCheck {
     /// accepted variant (vTPM: PCR 15 all-zero).
     pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, String> {
         let mut config = self.settings.load().map_err(|e| describe(&e))?;
-        if let Some(vtpm) = config.vtpm.as_mut() {
+        if let Some(vtpm) = config.vtpm_mut() {
             vtpm.validators = vtpm
                 .validators
                 .clone()
@@ -260,7 +260,11 @@ mod tests {
 
     /// The validator builder of a node check's vTPM settings.
     fn builder(args: &[&str]) -> Result<confboot_verifier::config::ValidatorBuilder, String> {
-        let vtpm = check(args)?.settings.vtpm.expect("qemu-vtpm is accepted");
+        let vtpm = check(args)?
+            .settings
+            .vtpm()
+            .cloned()
+            .expect("qemu-vtpm is accepted");
         vtpm.validator_builder().map_err(|e| describe(&e))
     }
 
@@ -286,7 +290,7 @@ mod tests {
         assert_eq!(c.validators().unwrap().len(), 1);
         let loaded = c.settings.load().unwrap();
         assert_eq!(
-            loaded.vtpm.unwrap().policy.entries()[&4].value,
+            loaded.vtpm().unwrap().policy.entries()[&4].value,
             vec![0xab; 32]
         );
         assert_eq!(c.policy_files, policy_arg);
@@ -370,7 +374,7 @@ mod tests {
             check(&["--measurements", "m", "--ak-trust", "x"])
                 .unwrap()
                 .settings
-                .variants,
+                .variants(),
             vec![Variant::QemuVtpm]
         );
         let e = check(&["--variants", "tpm"]).unwrap_err();

@@ -339,26 +339,21 @@ fn verify(config: &Config) -> Result<i32, String> {
     // variants are loaded as ever, the vTPM one from its sets.
     let attestation = match &config.sets {
         None => settings.load(),
-        Some(_) => {
-            let mut others = settings.clone();
-            others.variants.retain(|v| *v != Variant::QemuVtpm);
-            others.vtpm = None;
-            others.load()
-        }
+        Some(_) => settings.load_without(Variant::QemuVtpm),
     }
     .map_err(|e| common::describe(&e))?;
-    let accepted = &settings.variants;
-    let vtpm = match (&config.sets, &attestation.vtpm, &settings.vtpm) {
+    let accepted = settings.variants();
+    let vtpm = match (&config.sets, attestation.vtpm(), settings.vtpm()) {
         (Some(sets), _, Some(vtpm)) => Some(sets_check(vtpm, sets, &config.cluster_id)?),
         (None, Some(vtpm), _) => Some(vtpm_check(vtpm, &config.cluster_id)?),
         _ => None,
     };
-    let snp = attestation.snp.as_ref();
+    let snp = attestation.snp();
     let ear = match &config.ear_key {
         Some(path) => {
-            let policy = match &settings.vtpm {
+            let policy = match settings.vtpm() {
                 Some(vtpm) => vtpm.measurements.as_deref(),
-                None => settings.snp_policy.as_deref(),
+                None => settings.snp().map(|snp| snp.policy.as_path()),
             };
             let id = match &config.sets {
                 Some(sets) => format!("reference-value sets in {}", sets.dir.display()),

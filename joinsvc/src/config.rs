@@ -20,7 +20,7 @@ use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
-    Setting, ValidatorBuilder, parse_variants,
+    Setting, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings, parse_variants,
 };
 use confboot_vtpm::{EventLogSource, VtpmIssuer};
 use zeroize::Zeroizing;
@@ -486,29 +486,41 @@ pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
     MasterSecret::read_file(path).map_err(|e| format!("--{}: {e}", MASTER_SECRET.long))
 }
 
+/// An accepted variant on its way to its check: read from its files, or
+/// (the vTPM variant with reference-value sets) its sets still to read.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "at most three, held only while the service starts"
+)]
+enum Pending<'a> {
+    /// The vTPM settings and the sets that stand in for its policy file.
+    Sets(&'a VtpmSettings, &'a ReferenceSetsConfig),
+    /// A variant read from its files.
+    Read(VariantConfig),
+}
+
 impl Service {
     /// Reads what `config` names, in the order its options are checked;
     /// the error names the option.
     pub fn load(config: &ServeConfig) -> Result<Service, String> {
         let master_secret = load_master_secret(&config.master_secret)?;
         // With reference-value sets, the vTPM variant has no policy file:
-        // the other variants are loaded as ever, the vTPM one from its sets.
-        let attestation = match &config.reference_sets {
-            None => config.attestation.load(),
-            Some(_) => {
-                let mut others = config.attestation.clone();
-                others.variants.retain(|v| *v != Variant::QemuVtpm);
-                others.vtpm = None;
-                others.load()
-            }
-        }
-        .map_err(|e| describe(&e))?;
+        // the other variants are read first, as ever, the vTPM one then
+        // from its sets.
+        let pending = config
+            .attestation
+            .settings()
+            .iter()
+            .map(|variant| match (variant, &config.reference_sets) {
+                (VariantSettings::QemuVtpm(vtpm), Some(sets)) => Ok(Pending::Sets(vtpm, sets)),
+                (variant, _) => variant.load().map(Pending::Read),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| describe(&e))?;
         let mut checks = Vec::new();
-        for variant in &config.attestation.variants {
+        for variant in pending {
             checks.push(match variant {
-                Variant::QemuVtpm if config.reference_sets.is_some() => {
-                    let sets_config = config.reference_sets.as_ref().expect("matched");
-                    let settings = config.attestation.vtpm.as_ref().expect("checked");
+                Pending::Sets(settings, sets_config) => {
                     let validators = settings
                         .validator_builder()
                         .map_err(|e| describe(&e))?
@@ -521,32 +533,24 @@ impl Service {
                         reload: sets_config.reload,
                     })
                 }
-                Variant::QemuVtpm => {
-                    let vtpm = attestation.vtpm.clone().expect("loaded with its variant");
-                    let settings = config.attestation.vtpm.as_ref().expect("checked");
-                    NodeCheck::Vtpm(VtpmCheck {
-                        policy_path: settings.measurements.clone().expect("required"),
-                        initial_policy: vtpm.policy,
-                        // PCR 15 is checked per call (crate::server::caller_check):
-                        // zero for a join or rejoin, this cluster's mark for
-                        // GetUpdate.
-                        validators: vtpm
-                            .validators
-                            .require_unmarked(false)
-                            .announce_insecure_with(announce_insecure_any_ak),
-                    })
-                }
-                Variant::SevSnp => NodeCheck::Fixed(Arc::new(
-                    attestation.snp.clone().expect("loaded with its variant"),
-                )),
-                Variant::Tdx => NodeCheck::Fixed(Arc::new(
-                    attestation.tdx.clone().expect("loaded with its variant"),
-                )),
+                Pending::Read(VariantConfig::QemuVtpm(vtpm)) => NodeCheck::Vtpm(VtpmCheck {
+                    policy_path: vtpm.policy_path,
+                    initial_policy: vtpm.policy,
+                    // PCR 15 is checked per call (crate::server::caller_check):
+                    // zero for a join or rejoin, this cluster's mark for
+                    // GetUpdate.
+                    validators: vtpm
+                        .validators
+                        .require_unmarked(false)
+                        .announce_insecure_with(announce_insecure_any_ak),
+                }),
+                Pending::Read(VariantConfig::SevSnp(snp)) => NodeCheck::Fixed(Arc::new(snp)),
+                Pending::Read(VariantConfig::Tdx(tdx)) => NodeCheck::Fixed(Arc::new(*tdx)),
             });
         }
         let names: Vec<&str> = config
             .attestation
-            .variants
+            .variants()
             .iter()
             .map(|v| v.name())
             .collect();
@@ -785,7 +789,7 @@ mod tests {
         let config = serve_config(args)?;
         config
             .attestation
-            .vtpm
+            .vtpm()
             .expect("qemu-vtpm is accepted")
             .validator_builder()
             .map(|b| b.ak_trust().clone())
@@ -797,7 +801,7 @@ mod tests {
         // Config::from_matches reads every option whatever the others say:
         // one parse reads them all (an undeclared one panics).
         let c = serve_config(&["--ak-trust", "insecure-any-ak"]).unwrap();
-        assert_eq!(c.attestation.variants, vec![Variant::QemuVtpm]);
+        assert_eq!(c.attestation.variants(), vec![Variant::QemuVtpm]);
         assert_eq!((c.workers, c.queue, c.pending), (16, 64, 1024));
         assert_eq!(c.kubelet_cert_validity_days, 365);
         assert_eq!(c.kube_api.endpoint, None);
@@ -829,7 +833,11 @@ mod tests {
             "--variants accepts sev-snp, which needs --snp-policy (the SEV-SNP policy)"
         );
         let c = serve_config(&["--variants", "sev-snp", "--snp-policy", "snp.json"]).unwrap();
-        assert_eq!(c.attestation.vtpm, None, "the vTPM options are not needed");
+        assert_eq!(
+            c.attestation.vtpm(),
+            None,
+            "the vTPM options are not needed"
+        );
         let e = serve_config(&["--ak-trust", "x", "--kube-api", "https://k"]).unwrap_err();
         assert_eq!(e, "option --kube-api-ca is required");
         let e = config(&["--remove-vpn-peer", "n", "--vpn-cidr", "x"]).unwrap_err();

@@ -1,8 +1,8 @@
 //! Hot reload of the measurement policy: the policy file's directory is
-//! watched with inotify, and on any change the file is read again. A valid
-//! new policy that pins the image (as at start-up:
-//! `MeasurementPolicy::check_pins_image`, PCRs 4 and 9 enforced, PCR 15
-//! never counting) is handed to `apply` (which swaps the validator, and
+//! watched with inotify, and on any change the file is read again by the
+//! loader start-up uses (`MeasurementPolicyFile::read`). A valid new policy
+//! that pins the image (`MeasurementPolicy::check_pins_image`, PCRs 4 and
+//! 9 enforced, PCR 15 never counting) is handed to `apply` (which swaps the validator, and
 //! checks the rule again on what it keeps); a broken or missing file, or
 //! one that would admit any image, keeps the previous policy and logs why.
 //!
@@ -23,9 +23,8 @@ use std::time::Duration;
 
 use confboot_appraisal::reference::sets::{ReferenceSets, Refresh};
 use confboot_attest::MeasurementPolicy;
-use confboot_attest::measurements::MAX_POLICY_BYTES;
-use confboot_util::fs::read_bounded;
 use confboot_util::stop::Stop;
+use confboot_verifier::config::{ConfigError, MeasurementPolicyFile};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
@@ -65,7 +64,9 @@ impl PolicyWatcher {
             .add_watch(&dir, mask)
             .map_err(std::io::Error::from)?;
         // What is in force now, read before returning so no change is missed.
-        let current = read_policy_file(path).ok();
+        let current = MeasurementPolicyFile::read(path)
+            .ok()
+            .map(|f| f.text().to_string());
         let stop = Stop::new();
         let thread = {
             let (stop, path) = (stop.clone(), path.to_path_buf());
@@ -196,15 +197,10 @@ fn drain(inotify: &Inotify) {
     while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
 }
 
-/// The policy file's bytes, bounded as at start-up.
-fn read_policy_file(path: &Path) -> Result<Vec<u8>, confboot_util::fs::FileError> {
-    read_bounded(path, MAX_POLICY_BYTES).map(|mut bytes| std::mem::take(&mut *bytes))
-}
-
 fn watch(
     inotify: Inotify,
     path: &Path,
-    mut current: Option<Vec<u8>>,
+    mut current: Option<String>,
     stop: &Stop,
     apply: &dyn Fn(MeasurementPolicy) -> Result<(), String>,
 ) {
@@ -219,27 +215,26 @@ fn watch(
                 break;
             }
         }
-        let bytes = match read_policy_file(path) {
-            Ok(b) => b,
-            Err(e) => {
+        let file = match MeasurementPolicyFile::read(path) {
+            Ok(file) => Ok(file),
+            Err(ConfigError::MeasurementsFile(e)) => {
                 log::warn!("measurement policy unreadable ({e}); keeping the previous policy");
                 continue;
             }
+            Err(ConfigError::Measurements { error, .. }) => Err(error.to_string()),
+            Err(e) => Err(e.to_string()),
         };
-        if current.as_deref() == Some(&bytes[..]) {
+        if let Ok(file) = &file
+            && current.as_deref() == Some(file.text())
+        {
             continue;
         }
-        let parsed = std::str::from_utf8(&bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|t| {
-                MeasurementPolicy::from_json(t)
-                    .and_then(|policy| policy.check_pins_image().map(|()| policy))
-                    .map_err(|e| e.to_string())
-            });
+        let text = file.as_ref().map(|f| f.text().to_string()).ok();
+        let parsed = file.map(MeasurementPolicyFile::into_policy);
         match parsed.and_then(apply) {
             Ok(()) => {
                 log::info!("measurement policy reloaded from {}", path.display());
-                current = Some(bytes);
+                current = text;
             }
             Err(e) => log::error!(
                 "measurement policy {} refused ({e}); keeping the previous policy",

@@ -208,13 +208,13 @@ mod tests {
     #[test]
     fn join_services_are_checked_as_the_options_say_and_errors_name_them() {
         let s = settings(&[]).unwrap();
-        assert_eq!(s.variants, vec![Variant::QemuVtpm]);
-        let vtpm = s.vtpm.unwrap();
+        assert_eq!(s.variants(), vec![Variant::QemuVtpm]);
+        let vtpm = s.vtpm().unwrap();
         assert_eq!(vtpm.measurements, None, "default: this node's own image");
         assert_eq!(vtpm.ak_trust, DEFAULT_JOINSVC_AK_TRUST);
         let s = settings(&["--joinsvc-policy", "p.json"]).unwrap();
         assert_eq!(
-            s.vtpm.unwrap().measurements,
+            s.vtpm().unwrap().measurements,
             Some(PathBuf::from("p.json")),
             "the old name still works"
         );
@@ -232,7 +232,10 @@ mod tests {
             "snp.json",
         ])
         .unwrap();
-        assert_eq!(s.vtpm, None, "qemu-vtpm is not accepted");
-        assert_eq!(s.snp_policy, Some(PathBuf::from("snp.json")));
+        assert_eq!(s.vtpm(), None, "qemu-vtpm is not accepted");
+        assert_eq!(
+            s.snp().map(|snp| snp.policy.clone()),
+            Some(PathBuf::from("snp.json"))
+        );
     }
 }

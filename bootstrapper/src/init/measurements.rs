@@ -2,16 +2,20 @@
 //! and the firmware's TCG event log (public values, printed on every boot
 //! so golden measurements come from the production command line).
 
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
+
+use confboot_util::fs::read_bounded;
 
 /// The PCR bank's directory in sysfs.
 pub const PCR_DIR: &str = "/sys/class/tpm/tpm0/pcr-sha256";
 /// The firmware's event log in securityfs.
 pub const EVENT_LOG: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
-/// Largest event log printed (a firmware's is tens of KiB).
+/// Largest event log printed (a firmware's is tens of KiB); a larger one
+/// is refused, not cut.
 pub const MAX_EVENT_LOG_LEN: u64 = 4 << 20;
+/// Most bytes read of one PCR file: sysfs reports a page as the size of
+/// every attribute, whatever it holds (64 hex digits and a newline here).
+const MAX_PCR_FILE_LEN: u64 = 4096;
 
 /// `CONFBOOT-PCRS {"0":"<hex>",...,"23":"<hex>"}` (lowercase hex; a PCR
 /// that cannot be read is an empty string), or `CONFBOOT-PCRS-ERROR ...`
@@ -22,7 +26,7 @@ pub fn pcr_line(dir: &Path) -> String {
     }
     let values: Vec<String> = (0..24)
         .map(|i| {
-            let v = read_bounded(&dir.join(i.to_string()), 256)
+            let v = read_bounded(&dir.join(i.to_string()), MAX_PCR_FILE_LEN)
                 .map(|b| String::from_utf8_lossy(&b).trim().to_ascii_lowercase())
                 .unwrap_or_default();
             format!("\"{i}\":\"{v}\"")
@@ -37,12 +41,6 @@ pub fn event_log_line(path: &Path) -> String {
         Ok(log) => format!("CONFBOOT-EVENTLOG {}", confboot_util::base64::encode(&log)),
         Err(e) => format!("CONFBOOT-EVENTLOG-ERROR no {}: {e}", path.display()),
     }
-}
-
-fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    File::open(path)?.take(max).read_to_end(&mut out)?;
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -40,12 +40,12 @@
 //! from the running image) and are not held to these rules.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::AttestationError;
+use confboot_util::fs::{FileError, read_bounded_text};
 use confboot_util::hex::HexError;
 
 /// Largest policy file read, in bytes. A full policy (24 SHA-256 entries) is
@@ -280,23 +280,32 @@ pub fn parse_json_unique_keys(text: &str) -> Result<Value, PolicyError> {
     Ok(root)
 }
 
-/// Reads a policy file of at most `limit` bytes; a larger one is refused
-/// from its size before it is read, and a file that grows (or a device that
-/// reports no size) is cut off one byte past the limit and refused.
-pub fn read_bounded(path: &Path, limit: u64) -> Result<String, PolicyError> {
-    let file = std::fs::File::open(path).map_err(PolicyError::Io)?;
-    let len = file.metadata().map_err(PolicyError::Io)?.len();
-    if len > limit {
-        return Err(PolicyError::TooLarge(len));
+/// Reads a policy file (a measurement, SNP or TDX policy) of at most
+/// [`MAX_POLICY_BYTES`] through [`confboot_util::fs::read_bounded_text`]: a
+/// larger one is refused from its size before it is read, and a file that
+/// grows (or a device that reports no size) is cut off one byte past the
+/// limit and refused. The reader's errors become this module's: a file too
+/// large names its size (or one past the limit when it reports none), and
+/// an unreadable or non-UTF-8 one is [`PolicyError::Io`].
+pub fn read_policy_text(path: &Path) -> Result<String, PolicyError> {
+    read_bounded_text(path, MAX_POLICY_BYTES)
+        .map(|mut text| std::mem::take(&mut *text))
+        .map_err(policy_file_error)
+}
+
+/// [`read_policy_text`]'s error of a [`FileError`].
+fn policy_file_error(error: FileError) -> PolicyError {
+    match error {
+        FileError::Read { error, .. } | FileError::Write { error, .. } => PolicyError::Io(error),
+        FileError::TooLarge { path, limit } => {
+            let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+            PolicyError::TooLarge(size.max(limit.saturating_add(1)))
+        }
+        FileError::NotText { .. } => PolicyError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )),
     }
-    let mut text = String::new();
-    file.take(limit + 1)
-        .read_to_string(&mut text)
-        .map_err(PolicyError::Io)?;
-    if text.len() as u64 > limit {
-        return Err(PolicyError::TooLarge(text.len() as u64));
-    }
-    Ok(text)
 }
 
 impl MeasurementPolicy {
@@ -365,12 +374,6 @@ impl MeasurementPolicy {
             return Err(PolicyError::NothingEnforced);
         }
         Ok(policy)
-    }
-
-    /// Reads a policy file (at most [`MAX_POLICY_BYTES`]) and parses it as
-    /// [`MeasurementPolicy::from_json`] does.
-    pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        Self::from_json(&read_bounded(path, MAX_POLICY_BYTES)?)
     }
 
     /// The policy as JSON text, in the same format [`MeasurementPolicy::from_json`] reads.
@@ -713,6 +716,12 @@ mod tests {
         );
     }
 
+    /// A policy file read as the verifier's loader reads it: bounded, then
+    /// strictly.
+    fn load(path: &Path) -> Result<MeasurementPolicy, PolicyError> {
+        MeasurementPolicy::from_json(&read_policy_text(path)?)
+    }
+
     #[test]
     fn load_reads_the_strict_way_and_bounds_the_file() {
         let dir = std::env::temp_dir().join(format!("confboot-policy-load-{}", std::process::id()));
@@ -721,14 +730,11 @@ mod tests {
         let good = format!(r#"{{"4": {{"expected": "{A}"}}}}"#);
         std::fs::write(&file, &good).unwrap();
         assert_eq!(
-            MeasurementPolicy::load(&file).unwrap(),
+            load(&file).unwrap(),
             MeasurementPolicy::from_json(&good).unwrap()
         );
         std::fs::write(&file, "{}").unwrap();
-        assert!(matches!(
-            MeasurementPolicy::load(&file),
-            Err(PolicyError::Empty)
-        ));
+        assert!(matches!(load(&file), Err(PolicyError::Empty)));
         // Over the bound: refused from its size, before it is read (the
         // error names the whole size, not where a read would stop).
         let mut big = good.clone().into_bytes();
@@ -736,21 +742,21 @@ mod tests {
             big.resize(over as usize, b' ');
             std::fs::write(&file, &big).unwrap();
             assert!(matches!(
-                MeasurementPolicy::load(&file),
+                load(&file),
                 Err(PolicyError::TooLarge(n)) if n == over
             ));
         }
         // Exactly at the bound (padding is JSON whitespace): read.
         big.truncate(MAX_POLICY_BYTES as usize);
         std::fs::write(&file, &big).unwrap();
-        assert!(MeasurementPolicy::load(&file).is_ok());
+        assert!(load(&file).is_ok());
         // A device that reports no size is cut off after the bound.
         assert!(matches!(
-            read_bounded(Path::new("/dev/zero"), MAX_POLICY_BYTES),
+            read_policy_text(Path::new("/dev/zero")),
             Err(PolicyError::TooLarge(n)) if n == MAX_POLICY_BYTES + 1
         ));
         assert!(matches!(
-            MeasurementPolicy::load(&dir.join("missing.json")),
+            load(&dir.join("missing.json")),
             Err(PolicyError::Io(_))
         ));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -89,8 +89,7 @@ use serde_json::Value;
 
 use super::report::{Product, TcbVersion};
 use confboot_attest::measurements::{
-    MAX_POLICY_BYTES, MeasurementPolicy, PolicyError, parse_entry, parse_json_unique_keys,
-    read_bounded,
+    MeasurementPolicy, PolicyError, parse_entry, parse_json_unique_keys, read_policy_text,
 };
 
 /// Length of the SEV-SNP launch measurement (SHA-384).
@@ -494,10 +493,12 @@ impl SnpPolicy {
         self.measurement.enforces_something() || !self.id_key_digests.is_empty()
     }
 
-    /// Reads a policy file (at most [`MAX_POLICY_BYTES`]); relative paths in
+    /// Reads a policy file (at most
+    /// [`MAX_POLICY_BYTES`](confboot_attest::measurements::MAX_POLICY_BYTES),
+    /// through [`read_policy_text`]); relative paths in
     /// it are resolved against the file's directory.
     pub fn load(path: &Path) -> Result<SnpPolicy, PolicyError> {
-        let text = read_bounded(path, MAX_POLICY_BYTES)?;
+        let text = read_policy_text(path)?;
         Self::from_json_at(&text, path.parent())
     }
 }
@@ -532,6 +533,7 @@ fn parse_minimum_tcb(value: &Value) -> Result<MinimumTcb, PolicyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use confboot_attest::measurements::MAX_POLICY_BYTES;
 
     const M: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 

@@ -11,6 +11,7 @@ use super::evidence::{CertKind, MAX_CERTIFICATE_LEN, SnpEvidence};
 use super::policy::SnpPolicy;
 use super::report::{Product, SigningKey, SnpReport};
 use confboot_attest::AttestationError;
+use confboot_util::fs::{FileError, read_bounded};
 use confboot_util::hex;
 
 /// AMD KDS's base address.
@@ -89,7 +90,7 @@ pub(super) fn find_vek(
         None => "no VCEK cache is configured".to_string(),
         Some(dir) => {
             let path = vcek_cache_path(dir, report);
-            match read_bounded(&path) {
+            match read_bounded(&path, MAX_CERTIFICATE_LEN as u64) {
                 Ok(der) => {
                     let cert = AmdCert::from_der(&der)?;
                     if cert.role() != CertRole::Vcek {
@@ -100,7 +101,7 @@ pub(super) fn find_vek(
                     }
                     return Ok((cert, format!("the cache ({})", path.display())));
                 }
-                Err(e) => format!("none is cached at {}: {e}", path.display()),
+                Err(e) => format!("none is cached at {}: {}", path.display(), cache_error(&e)),
             }
         }
     };
@@ -174,17 +175,14 @@ pub fn vcek_cache_path(dir: &Path, report: &SnpReport) -> PathBuf {
         .join(format!("{}.der", hex::encode(&report.reported_tcb_raw())))
 }
 
-/// Reads a cached certificate, at most [`MAX_CERTIFICATE_LEN`] bytes.
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_CERTIFICATE_LEN as u64 + 1)
-        .read_to_end(&mut buf)?;
-    if buf.len() > MAX_CERTIFICATE_LEN {
-        return Err(std::io::Error::other("certificate too large"));
+/// Why a cached certificate could not be read, as the refusal says it:
+/// what the system said, or that the file is over [`MAX_CERTIFICATE_LEN`].
+fn cache_error(error: &FileError) -> String {
+    match error {
+        FileError::Read { error, .. } => error.to_string(),
+        FileError::TooLarge { .. } => "certificate too large".into(),
+        other => other.to_string(),
     }
-    Ok(buf)
 }
 
 #[cfg(test)]

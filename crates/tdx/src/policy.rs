@@ -79,9 +79,7 @@ use serde_json::Value;
 
 use super::collateral::TcbStatus;
 use super::quote::td_attributes;
-use confboot_attest::measurements::{
-    MAX_POLICY_BYTES, PolicyError, parse_json_unique_keys, read_bounded,
-};
+use confboot_attest::measurements::{PolicyError, parse_json_unique_keys, read_policy_text};
 
 /// What a TDX quote must satisfy beyond its signatures and chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -338,10 +336,12 @@ impl TdxPolicy {
         Ok(p)
     }
 
-    /// Reads a policy file (at most [`MAX_POLICY_BYTES`]); relative paths in
+    /// Reads a policy file (at most
+    /// [`MAX_POLICY_BYTES`](confboot_attest::measurements::MAX_POLICY_BYTES),
+    /// through [`read_policy_text`]); relative paths in
     /// it are resolved against the file's directory.
     pub fn load(path: &Path) -> Result<TdxPolicy, PolicyError> {
-        let text = read_bounded(path, MAX_POLICY_BYTES)?;
+        let text = read_policy_text(path)?;
         Self::from_json_at(&text, path.parent())
     }
 }

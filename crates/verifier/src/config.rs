@@ -6,11 +6,11 @@
 //!
 //! A binary reads its options into [`GivenSettings`] (paths and specs as
 //! given, nothing read yet) and checks them against the accepted variants
-//! into [`AttestationSettings`], where a variant's settings are there
-//! exactly when the variant is accepted ([`AttestationSettings::new`]).
-//! [`AttestationSettings::load`] then reads the files into an
-//! [`AttestationConfig`], whose [`AttestationConfig::validators`] a server
-//! or client uses. Errors are typed ([`ConfigError`]) and say which
+//! into [`AttestationSettings`], a non-empty list of [`VariantSettings`]
+//! without repeats, each accepted variant with its own settings
+//! ([`AttestationSettings::new`]). [`AttestationSettings::load`] then reads
+//! the files into an [`AttestationConfig`], one [`VariantConfig`] per
+//! variant, whose [`AttestationConfig::validators`] a server or client uses. Errors are typed ([`ConfigError`]) and say which
 //! [`Setting`] they are about; the binary names each setting after its own
 //! option ([`ConfigError::describe`]). This crate knows no option.
 //!
@@ -71,6 +71,8 @@ pub enum VariantsError {
     Twice(Variant),
     /// A node attests with one variant, and the list names several.
     NotOne,
+    /// The list names no variant.
+    Empty,
 }
 
 impl fmt::Display for VariantsError {
@@ -83,6 +85,7 @@ impl fmt::Display for VariantsError {
             }
             VariantsError::Twice(variant) => write!(f, "{variant} is named twice"),
             VariantsError::NotOne => f.write_str("a node attests with exactly one variant"),
+            VariantsError::Empty => f.write_str("no variant is named"),
         }
     }
 }
@@ -338,33 +341,82 @@ pub struct VtpmSettings {
     pub expected_events: Option<PathBuf>,
 }
 
+/// How SEV-SNP evidence is checked, as configured (nothing read yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnpSettings {
+    /// The SNP policy file.
+    pub policy: PathBuf,
+}
+
+/// How TDX evidence is checked, as configured (nothing read yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TdxSettings {
+    /// The TDX policy file (which names the collateral files).
+    pub policy: PathBuf,
+}
+
+/// The settings of one accepted variant: each variant carries exactly
+/// what checking its evidence needs, so no stage asks whether a setting
+/// of an accepted variant is there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VariantSettings {
+    /// `qemu-vtpm`.
+    QemuVtpm(VtpmSettings),
+    /// `sev-snp`.
+    SevSnp(SnpSettings),
+    /// `tdx`.
+    Tdx(TdxSettings),
+}
+
+impl VariantSettings {
+    /// The variant these settings are of.
+    pub fn variant(&self) -> Variant {
+        match self {
+            VariantSettings::QemuVtpm(_) => Variant::QemuVtpm,
+            VariantSettings::SevSnp(_) => Variant::SevSnp,
+            VariantSettings::Tdx(_) => Variant::Tdx,
+        }
+    }
+
+    /// Reads the files of this variant: the measurement policy (which
+    /// must be named here), the AK trust and the expected event log of
+    /// `qemu-vtpm`; the SNP policy of `sev-snp`; the TDX policy (and the
+    /// files it names) of `tdx`.
+    pub fn load(&self) -> Result<VariantConfig, ConfigError> {
+        Ok(match self {
+            VariantSettings::QemuVtpm(vtpm) => VariantConfig::QemuVtpm(vtpm.load()?),
+            VariantSettings::SevSnp(snp) => VariantConfig::SevSnp(load_snp_validator(&snp.policy)?),
+            VariantSettings::Tdx(tdx) => {
+                VariantConfig::Tdx(Box::new(load_tdx_validator(&tdx.policy)?))
+            }
+        })
+    }
+}
+
 /// What a verifier accepts from its peer, as configured (nothing read
-/// yet): the variants, and the settings of each, there exactly when the
-/// variant is accepted.
+/// yet): the settings of each accepted variant, in the order given, at
+/// least one and each variant once ([`AttestationSettings::new`] checks).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttestationSettings {
-    /// The accepted variants, in the order given (each once, at least one).
-    pub variants: Vec<Variant>,
-    /// How vTPM evidence is checked; `Some` exactly when `qemu-vtpm` is
-    /// accepted.
-    pub vtpm: Option<VtpmSettings>,
-    /// The SEV-SNP policy file; `Some` exactly when `sev-snp` is accepted.
-    pub snp_policy: Option<PathBuf>,
-    /// The TDX policy file; `Some` exactly when `tdx` is accepted.
-    pub tdx_policy: Option<PathBuf>,
+    variants: Vec<VariantSettings>,
 }
 
 impl AttestationSettings {
     /// Checks `given` against `variants`, in the order they are named:
     /// `qemu-vtpm` needs the AK trust (and the measurement-policy file when
     /// [`GivenSettings::measurements_required`]), `sev-snp` the SNP policy,
-    /// `tdx` the TDX policy. Settings of a variant that is not accepted are left out.
+    /// `tdx` the TDX policy. Settings of a variant that is not accepted are
+    /// left out. An empty list, or one naming a variant twice, is refused.
     pub fn new(variants: Vec<Variant>, given: GivenSettings) -> Result<Self, ConfigError> {
-        let mut vtpm = None;
-        let mut snp_policy = None;
-        let mut tdx_policy = None;
-        for variant in &variants {
-            match variant {
+        if variants.is_empty() {
+            return Err(ConfigError::Variants(VariantsError::Empty));
+        }
+        let mut out: Vec<VariantSettings> = Vec::with_capacity(variants.len());
+        for variant in variants {
+            if out.iter().any(|s| s.variant() == variant) {
+                return Err(ConfigError::Variants(VariantsError::Twice(variant)));
+            }
+            out.push(match variant {
                 Variant::QemuVtpm => {
                     if given.measurements_required && given.measurements.is_none() {
                         return Err(ConfigError::Missing(Setting::Measurements));
@@ -373,82 +425,93 @@ impl AttestationSettings {
                         .ak_trust
                         .clone()
                         .ok_or(ConfigError::Missing(Setting::AkTrust))?;
-                    vtpm = Some(VtpmSettings {
+                    VariantSettings::QemuVtpm(VtpmSettings {
                         measurements: given.measurements.clone(),
                         ak_trust,
                         insecure_any_ak: given.insecure_any_ak,
                         expected_events: given.expected_events.clone(),
-                    });
+                    })
                 }
-                Variant::SevSnp => {
-                    snp_policy = Some(
-                        given
-                            .snp_policy
-                            .clone()
-                            .ok_or(ConfigError::SnpPolicyRequired)?,
-                    );
-                }
-                Variant::Tdx => {
-                    tdx_policy = Some(
-                        given
-                            .tdx_policy
-                            .clone()
-                            .ok_or(ConfigError::TdxPolicyRequired)?,
-                    );
-                }
-            }
+                Variant::SevSnp => VariantSettings::SevSnp(SnpSettings {
+                    policy: given
+                        .snp_policy
+                        .clone()
+                        .ok_or(ConfigError::SnpPolicyRequired)?,
+                }),
+                Variant::Tdx => VariantSettings::Tdx(TdxSettings {
+                    policy: given
+                        .tdx_policy
+                        .clone()
+                        .ok_or(ConfigError::TdxPolicyRequired)?,
+                }),
+            });
         }
-        Ok(AttestationSettings {
-            variants,
-            vtpm,
-            snp_policy,
-            tdx_policy,
-        })
+        Ok(AttestationSettings { variants: out })
+    }
+
+    /// The settings of each accepted variant, in order.
+    pub fn settings(&self) -> &[VariantSettings] {
+        &self.variants
+    }
+
+    /// The accepted variants, in order.
+    pub fn variants(&self) -> Vec<Variant> {
+        self.variants.iter().map(VariantSettings::variant).collect()
     }
 
     /// Whether `variant` is accepted.
     pub fn accepts(&self, variant: Variant) -> bool {
-        self.variants.contains(&variant)
+        self.variants.iter().any(|s| s.variant() == variant)
     }
 
-    /// Reads every file, in the order the variants are named: the
-    /// measurement policy (which must be named here), the AK trust and
-    /// the expected event log of `qemu-vtpm`, the SNP policy of `sev-snp`,
-    /// the TDX policy (and the files it names) of `tdx`.
-    pub fn load(&self) -> Result<AttestationConfig, ConfigError> {
-        let mut vtpm = None;
-        let mut snp = None;
-        let mut tdx = None;
-        for variant in &self.variants {
-            match variant {
-                Variant::QemuVtpm => {
-                    let settings = self.vtpm.as_ref().expect("settings checked by new");
-                    let path = settings
-                        .measurements
-                        .as_deref()
-                        .ok_or(ConfigError::Missing(Setting::Measurements))?;
-                    let policy = load_measurement_policy(path)?;
-                    vtpm = Some(VtpmConfig {
-                        policy,
-                        validators: settings.validator_builder()?,
-                    });
-                }
-                Variant::SevSnp => {
-                    let path = self.snp_policy.as_deref().expect("settings checked by new");
-                    snp = Some(load_snp_validator(path)?);
-                }
-                Variant::Tdx => {
-                    let path = self.tdx_policy.as_deref().expect("settings checked by new");
-                    tdx = Some(load_tdx_validator(path)?);
-                }
-            }
-        }
-        Ok(AttestationConfig {
-            variants: self.variants.clone(),
-            vtpm,
-            snp,
-            tdx,
+    /// The vTPM settings, when `qemu-vtpm` is accepted.
+    pub fn vtpm(&self) -> Option<&VtpmSettings> {
+        self.variants.iter().find_map(|s| match s {
+            VariantSettings::QemuVtpm(vtpm) => Some(vtpm),
+            _ => None,
         })
+    }
+
+    /// The SEV-SNP settings, when `sev-snp` is accepted.
+    pub fn snp(&self) -> Option<&SnpSettings> {
+        self.variants.iter().find_map(|s| match s {
+            VariantSettings::SevSnp(snp) => Some(snp),
+            _ => None,
+        })
+    }
+
+    /// The TDX settings, when `tdx` is accepted.
+    pub fn tdx(&self) -> Option<&TdxSettings> {
+        self.variants.iter().find_map(|s| match s {
+            VariantSettings::Tdx(tdx) => Some(tdx),
+            _ => None,
+        })
+    }
+
+    /// Reads every file, in the order the variants are named
+    /// ([`VariantSettings::load`]).
+    pub fn load(&self) -> Result<AttestationConfig, ConfigError> {
+        self.load_where(|_| true)
+    }
+
+    /// As [`AttestationSettings::load`], for every accepted variant but
+    /// `skipped`, whose reference values the caller reads from elsewhere
+    /// (signed reference-value sets for `qemu-vtpm`).
+    pub fn load_without(&self, skipped: Variant) -> Result<AttestationConfig, ConfigError> {
+        self.load_where(|settings| settings.variant() != skipped)
+    }
+
+    fn load_where(
+        &self,
+        wanted: impl Fn(&VariantSettings) -> bool,
+    ) -> Result<AttestationConfig, ConfigError> {
+        let variants = self
+            .variants
+            .iter()
+            .filter(|settings| wanted(settings))
+            .map(VariantSettings::load)
+            .collect::<Result<_, _>>()?;
+        Ok(AttestationConfig { variants })
     }
 }
 
@@ -464,27 +527,75 @@ impl VtpmSettings {
             None => builder,
         })
     }
+
+    /// Reads the measurement policy (which must be named here), then the
+    /// AK trust and the expected event log.
+    pub fn load(&self) -> Result<VtpmConfig, ConfigError> {
+        let path = self
+            .measurements
+            .as_deref()
+            .ok_or(ConfigError::Missing(Setting::Measurements))?;
+        let policy = load_measurement_policy(path)?;
+        Ok(VtpmConfig {
+            policy_path: path.to_path_buf(),
+            policy,
+            validators: self.validator_builder()?,
+        })
+    }
 }
 
-/// What a verifier accepts, read: the variants, the vTPM policy and
-/// validator builder, the SEV-SNP validator.
+/// One accepted variant, its files read: what checks its evidence.
+#[derive(Clone, Debug)]
+pub enum VariantConfig {
+    /// `qemu-vtpm`: the measurement policy and the validator builder.
+    QemuVtpm(VtpmConfig),
+    /// `sev-snp`: the validator of the SNP policy.
+    SevSnp(SnpValidator),
+    /// `tdx`: the validator of the TDX policy and its collateral (boxed:
+    /// the collateral makes it several times the size of the others).
+    Tdx(Box<TdxValidator>),
+}
+
+impl VariantConfig {
+    /// The variant this is the configuration of.
+    pub fn variant(&self) -> Variant {
+        match self {
+            VariantConfig::QemuVtpm(_) => Variant::QemuVtpm,
+            VariantConfig::SevSnp(_) => Variant::SevSnp,
+            VariantConfig::Tdx(_) => Variant::Tdx,
+        }
+    }
+
+    /// The validator of this variant: vTPM evidence under the measurement
+    /// policy (the attester's PCR 15 as the builder requires; a policy that
+    /// does not pin the image once the builder dropped what it drops is
+    /// refused, [`ValidatorBuilder::build`]), SEV-SNP and TDX evidence
+    /// under their policies.
+    pub fn validator(&self) -> Result<Arc<dyn Validator>, ConfigError> {
+        match self {
+            VariantConfig::QemuVtpm(vtpm) => vtpm
+                .validators
+                .build(vtpm.policy.clone())
+                .map_err(ConfigError::Policy),
+            VariantConfig::SevSnp(snp) => Ok(Arc::new(snp.clone())),
+            VariantConfig::Tdx(tdx) => Ok(Arc::new(TdxValidator::clone(tdx))),
+        }
+    }
+}
+
+/// What a verifier accepts, read: one [`VariantConfig`] per variant read
+/// ([`AttestationSettings::load`]), in order, each variant once.
 #[derive(Clone, Debug)]
 pub struct AttestationConfig {
-    /// The accepted variants, in order.
-    pub variants: Vec<Variant>,
-    /// How vTPM evidence is checked; `Some` exactly when `qemu-vtpm` is
-    /// accepted.
-    pub vtpm: Option<VtpmConfig>,
-    /// The SEV-SNP validator; `Some` exactly when `sev-snp` is accepted.
-    pub snp: Option<SnpValidator>,
-    /// The TDX validator; `Some` exactly when `tdx` is accepted.
-    pub tdx: Option<TdxValidator>,
+    variants: Vec<VariantConfig>,
 }
 
-/// How vTPM evidence is checked: the measurement policy in force and the
-/// builder of its validators.
+/// How vTPM evidence is checked: the measurement policy in force, the
+/// file it was read from, and the builder of its validators.
 #[derive(Clone, Debug)]
 pub struct VtpmConfig {
+    /// The measurement-policy file the policy was read from.
+    pub policy_path: PathBuf,
     /// The measurement policy read.
     pub policy: MeasurementPolicy,
     /// Builds validators for this policy (or a later one).
@@ -492,51 +603,109 @@ pub struct VtpmConfig {
 }
 
 impl AttestationConfig {
-    /// Whether `variant` is accepted.
-    pub fn accepts(&self, variant: Variant) -> bool {
-        self.variants.contains(&variant)
+    /// The configuration of each variant read, in order.
+    pub fn configs(&self) -> &[VariantConfig] {
+        &self.variants
     }
 
-    /// One validator per accepted variant, in order: vTPM evidence under
-    /// the measurement policy (the attester's PCR 15 as the builder
-    /// requires), SEV-SNP evidence under the SNP policy. A vTPM policy that
-    /// does not pin the image once the builder dropped what it drops is
-    /// refused ([`ValidatorBuilder::build`]).
-    pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, ConfigError> {
+    /// The configuration of each variant read, in order, taken.
+    pub fn into_configs(self) -> Vec<VariantConfig> {
         self.variants
-            .iter()
-            .map(|variant| match variant {
-                Variant::QemuVtpm => {
-                    let vtpm = self.vtpm.as_ref().expect("loaded with its variant");
-                    vtpm.validators
-                        .build(vtpm.policy.clone())
-                        .map_err(ConfigError::Policy)
-                }
-                Variant::SevSnp => {
-                    let snp = self.snp.as_ref().expect("loaded with its variant");
-                    Ok(Arc::new(snp.clone()) as Arc<dyn Validator>)
-                }
-                Variant::Tdx => {
-                    let tdx = self.tdx.as_ref().expect("loaded with its variant");
-                    Ok(Arc::new(tdx.clone()) as Arc<dyn Validator>)
-                }
-            })
-            .collect()
+    }
+
+    /// Whether `variant` was read.
+    pub fn accepts(&self, variant: Variant) -> bool {
+        self.variants.iter().any(|c| c.variant() == variant)
+    }
+
+    /// The vTPM configuration, when `qemu-vtpm` was read.
+    pub fn vtpm(&self) -> Option<&VtpmConfig> {
+        self.variants.iter().find_map(|c| match c {
+            VariantConfig::QemuVtpm(vtpm) => Some(vtpm),
+            _ => None,
+        })
+    }
+
+    /// The vTPM configuration, to change, when `qemu-vtpm` was read.
+    pub fn vtpm_mut(&mut self) -> Option<&mut VtpmConfig> {
+        self.variants.iter_mut().find_map(|c| match c {
+            VariantConfig::QemuVtpm(vtpm) => Some(vtpm),
+            _ => None,
+        })
+    }
+
+    /// The SEV-SNP validator, when `sev-snp` was read.
+    pub fn snp(&self) -> Option<&SnpValidator> {
+        self.variants.iter().find_map(|c| match c {
+            VariantConfig::SevSnp(snp) => Some(snp),
+            _ => None,
+        })
+    }
+
+    /// The TDX validator, when `tdx` was read.
+    pub fn tdx(&self) -> Option<&TdxValidator> {
+        self.variants.iter().find_map(|c| match c {
+            VariantConfig::Tdx(tdx) => Some(&**tdx),
+            _ => None,
+        })
+    }
+
+    /// One validator per variant read, in order ([`VariantConfig::validator`]).
+    pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, ConfigError> {
+        self.variants.iter().map(VariantConfig::validator).collect()
     }
 }
 
-/// Reads the measurement-policy file at `path` (also the same file again
-/// when it changed): parsed strictly, and refused unless it pins the image
-/// ([`MeasurementPolicy::check_pins_image`]; the PCR 15 entry a validator
-/// of marked attesters drops never counts toward that).
-pub fn load_measurement_policy(path: &Path) -> Result<MeasurementPolicy, ConfigError> {
-    let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(ConfigError::MeasurementsFile)?;
-    MeasurementPolicy::from_json(&text)
-        .and_then(|policy| policy.check_pins_image().map(|()| policy))
-        .map_err(|error| ConfigError::Measurements {
-            path: path.to_path_buf(),
-            error,
+/// A measurement-policy file as read once: the policy it holds and its
+/// text (a watcher compares the text to tell a change from a touch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeasurementPolicyFile {
+    text: String,
+    policy: MeasurementPolicy,
+}
+
+impl MeasurementPolicyFile {
+    /// Reads the measurement-policy file at `path` (at start-up, and the
+    /// same file again when it changed): read once, bounded
+    /// ([`confboot_util::fs::read_bounded_text`], at most
+    /// [`MAX_POLICY_BYTES`]), parsed strictly, and refused unless it pins
+    /// the image ([`MeasurementPolicy::check_pins_image`]; the PCR 15 entry
+    /// a validator of marked attesters drops never counts toward that).
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            read_bounded_text(path, MAX_POLICY_BYTES).map_err(ConfigError::MeasurementsFile)?;
+        let policy = MeasurementPolicy::from_json(&text)
+            .and_then(|policy| policy.check_pins_image().map(|()| policy))
+            .map_err(|error| ConfigError::Measurements {
+                path: path.to_path_buf(),
+                error,
+            })?;
+        Ok(MeasurementPolicyFile {
+            text: text.to_string(),
+            policy,
         })
+    }
+
+    /// The file's text, as read.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The policy the file holds.
+    pub fn policy(&self) -> &MeasurementPolicy {
+        &self.policy
+    }
+
+    /// The policy, taken.
+    pub fn into_policy(self) -> MeasurementPolicy {
+        self.policy
+    }
+}
+
+/// The policy of the measurement-policy file at `path`
+/// ([`MeasurementPolicyFile::read`]).
+pub fn load_measurement_policy(path: &Path) -> Result<MeasurementPolicy, ConfigError> {
+    MeasurementPolicyFile::read(path).map(MeasurementPolicyFile::into_policy)
 }
 
 /// Reads the expected event log at `path` (`confboot measure
@@ -808,7 +977,7 @@ mod tests {
         .unwrap();
         let config = settings.load().unwrap();
         assert_eq!(
-            config.vtpm.as_ref().unwrap().policy.entries()[&4].value,
+            config.vtpm().unwrap().policy.entries()[&4].value,
             vec![0xab; 32]
         );
         assert_eq!(config.validators().unwrap().len(), 1);
@@ -844,7 +1013,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(own.vtpm.as_ref().unwrap().measurements, None);
+        assert_eq!(own.vtpm().unwrap().measurements, None);
 
         let e = vtpm_settings(&policy, "trust-me")
             .validator_builder()
@@ -956,7 +1125,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (settings.vtpm.as_ref(), settings.snp_policy.as_ref()),
+            (settings.vtpm(), settings.snp().map(|s| &s.policy)),
             (None, None)
         );
         let validators = settings.load().unwrap().validators().unwrap();
@@ -1008,6 +1177,22 @@ mod tests {
             Err(VariantsError::NotOne)
         );
 
+        // The settings hold each variant once, and at least one.
+        let e = AttestationSettings::new(vec![], GivenSettings::default()).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Variants(VariantsError::Empty)),
+            "{e:?}"
+        );
+        let tdx_twice = GivenSettings {
+            tdx_policy: Some(PathBuf::from("tdx.json")),
+            ..GivenSettings::default()
+        };
+        let e = AttestationSettings::new(vec![Variant::Tdx, Variant::Tdx], tdx_twice).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Variants(VariantsError::Twice(Variant::Tdx))),
+            "{e:?}"
+        );
+
         // sev-snp needs its policy; the vTPM settings are not asked for.
         let e =
             AttestationSettings::new(vec![Variant::SevSnp], GivenSettings::default()).unwrap_err();
@@ -1028,7 +1213,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(only_snp.vtpm, None, "qemu-vtpm is not accepted");
+        assert_eq!(only_snp.vtpm(), None, "qemu-vtpm is not accepted");
         let policy = confboot_testkit::write_image_policy(dir);
         let both = AttestationSettings::new(
             vec![Variant::SevSnp, Variant::QemuVtpm],

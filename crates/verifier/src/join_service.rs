@@ -23,8 +23,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::config::{
-    AttestationSettings, ConfigError, Setting, load_measurement_policy, load_snp_validator,
-    load_tdx_validator,
+    AttestationSettings, ConfigError, Setting, VariantSettings, load_measurement_policy,
+    load_snp_validator, load_tdx_validator,
 };
 use confboot_appraisal::reference::{ReleaseKey, open};
 use confboot_attest::{
@@ -90,13 +90,9 @@ pub fn join_service_validators(
     release_keys: &[ReleaseKey],
 ) -> Result<Vec<Arc<dyn Validator>>, JoinServiceError> {
     let mut validators = Vec::new();
-    for variant in &settings.variants {
+    for variant in settings.settings() {
         validators.push(match variant {
-            Variant::QemuVtpm => {
-                let vtpm = settings
-                    .vtpm
-                    .as_ref()
-                    .expect("settings have their variants'");
+            VariantSettings::QemuVtpm(vtpm) => {
                 let policy = match &vtpm.measurements {
                     Some(path) => {
                         load_measurement_policy(path).map_err(JoinServiceError::Config)?
@@ -124,19 +120,11 @@ pub fn join_service_validators(
                     ))
                 }
             }
-            Variant::SevSnp => {
-                let path = settings
-                    .snp_policy
-                    .as_deref()
-                    .expect("settings have their variants'");
-                Arc::new(load_snp_validator(path).map_err(JoinServiceError::Config)?)
+            VariantSettings::SevSnp(snp) => {
+                Arc::new(load_snp_validator(&snp.policy).map_err(JoinServiceError::Config)?)
             }
-            Variant::Tdx => {
-                let path = settings
-                    .tdx_policy
-                    .as_deref()
-                    .expect("settings have their variants'");
-                Arc::new(load_tdx_validator(path).map_err(JoinServiceError::Config)?)
+            VariantSettings::Tdx(tdx) => {
+                Arc::new(load_tdx_validator(&tdx.policy).map_err(JoinServiceError::Config)?)
             }
         });
     }
