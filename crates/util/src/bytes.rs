@@ -206,6 +206,24 @@ mod tests {
     }
 
     #[test]
+    fn a_take_gives_exactly_what_it_was_asked_for() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        for n in [0, 1, 8, 9, 64, 255, 256] {
+            let mut r = Reader::new(&bytes);
+            assert_eq!(r.take(n), Ok(&bytes[..n]), "{n}");
+            assert_eq!((r.offset(), r.remaining()), (n, 256 - n));
+            assert_eq!(r.consumed(), &bytes[..n]);
+        }
+        let mut r = Reader::new(&bytes);
+        assert_eq!(
+            r.array::<48>().map(|a| a.to_vec()),
+            Ok(bytes[..48].to_vec())
+        );
+        assert!(r.take(209).is_err());
+        assert_eq!(r.take(208), Ok(&bytes[48..]));
+    }
+
+    #[test]
     fn a_huge_length_is_short_not_an_overflow() {
         let mut r = Reader::new(&[0; 4]);
         r.skip(1).unwrap();
