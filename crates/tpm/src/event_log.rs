@@ -485,10 +485,7 @@ impl EventLog {
     /// PCRs without an event are absent.
     pub fn replay(&self) -> BTreeMap<u32, [u8; SHA256_LEN]> {
         let mut pcrs = BTreeMap::new();
-        for e in self.events.iter().filter(|e| e.extends()) {
-            let digest = e
-                .sha256
-                .expect("parse requires SHA-256 on extending events");
+        for (e, digest) in self.extended() {
             let value = pcrs.entry(e.pcr).or_insert_with(|| {
                 let mut reset = [0u8; SHA256_LEN];
                 if e.pcr == 0 {
@@ -506,13 +503,19 @@ impl EventLog {
     /// held. Used to give a join service's TPM the measurements of a node
     /// of the same image.
     pub fn extend_into(&self, tpm: &mut Tpm) -> Result<(), TpmError> {
-        for e in self.events.iter().filter(|e| e.extends()) {
-            let digest = e
-                .sha256
-                .expect("parse requires SHA-256 on extending events");
+        for (e, digest) in self.extended() {
             tpm.pcr_extend(e.pcr, &digest)?;
         }
         Ok(())
+    }
+
+    /// The extending events with their SHA-256 digests (which
+    /// [`parse`](Self::parse) requires of every one of them).
+    fn extended(&self) -> impl Iterator<Item = (&Event, [u8; SHA256_LEN])> {
+        self.events
+            .iter()
+            .filter(|e| e.extends())
+            .filter_map(|e| e.sha256.map(|d| (e, d)))
     }
 }
 
@@ -712,15 +715,11 @@ impl EventLog {
     pub fn to_event_list(&self) -> EventList {
         EventList {
             events: self
-                .events
-                .iter()
-                .filter(|e| e.extends())
-                .map(|e| EventSummary {
+                .extended()
+                .map(|(e, sha256)| EventSummary {
                     pcr: e.pcr,
                     event_type: e.type_name().to_string(),
-                    sha256: e
-                        .sha256
-                        .expect("parse requires SHA-256 on extending events"),
+                    sha256,
                     description: e.description(),
                 })
                 .collect(),
