@@ -11,8 +11,8 @@ use confboot_attest::AttestationError;
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck};
 use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_tdx::{
-    CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, QeIdentity,
-    Quote, TcbInfo, TdxPolicy, TdxValidator, td_attributes,
+    CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, Quote,
+    SignedQeIdentity, SignedTcbInfo, TdxPolicy, TdxValidator, td_attributes,
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
@@ -228,12 +228,13 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
     let mut collateral = validator.collateral().clone();
     if let Some(path) = &config.tcb_info {
         let bytes = read(path, "TCB info", MAX_COLLATERAL_LEN)?;
-        collateral.tcb_info = Some(TcbInfo::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+        collateral.tcb_info =
+            Some(SignedTcbInfo::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
     }
     if let Some(path) = &config.qe_identity {
         let bytes = read(path, "QE identity", MAX_COLLATERAL_LEN)?;
         collateral.qe_identity =
-            Some(QeIdentity::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+            Some(SignedQeIdentity::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
     }
     if let Some(path) = &config.pck_crl {
         let bytes = read(path, "PCK CRL", MAX_CRL_LEN)?;

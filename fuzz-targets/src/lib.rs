@@ -1100,19 +1100,21 @@ pub fn tdx_evidence(data: &[u8]) {
 /// documents as they are; the TCB status computed for each genuine
 /// quote's platform.
 pub fn tdx_tcb_info(data: &[u8]) {
-    use confboot_tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, TcbInfo, TdxRoots};
-    let Ok(info) = TcbInfo::parse(data) else {
+    use confboot_tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, SignedTcbInfo, TdxRoots};
+    let Ok(signed) = SignedTcbInfo::parse(data) else {
         return;
     };
     let signer = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).expect("built-in signer");
-    if info.verify_signature(&signer).is_ok() {
-        assert!(
-            fixtures::TDX_TCB_INFOS
-                .iter()
-                .any(|g| TcbInfo::parse(g).ok().as_ref() == Some(&info)),
-            "a TCB info verified that Intel never signed"
-        );
-    }
+    // Only a checked TCB info has a TCB status.
+    let Ok(info) = signed.verify(&signer) else {
+        return;
+    };
+    assert!(
+        fixtures::TDX_TCB_INFOS
+            .iter()
+            .any(|g| SignedTcbInfo::parse(g).ok().as_ref() == Some(&signed)),
+        "a TCB info verified that Intel never signed"
+    );
     for f in fixtures::TDX_QUOTES {
         let q = Quote::parse(f.quote).expect("fixture quote");
         let chain = TdxRoots::intel()
@@ -1130,18 +1132,22 @@ pub fn tdx_tcb_info(data: &[u8]) {
 /// checked with the built-in TCB signing certificate (only Intel's
 /// document verifies); compared with each genuine quote's QE report.
 pub fn tdx_qe_identity(data: &[u8]) {
-    use confboot_tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote};
-    let Ok(identity) = QeIdentity::parse(data) else {
+    use confboot_tdx::{INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, SignedQeIdentity};
+    let Ok(signed) = SignedQeIdentity::parse(data) else {
         return;
     };
     let signer = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).expect("built-in signer");
-    if identity.verify_signature(&signer).is_ok() {
-        assert_eq!(
-            QeIdentity::parse(fixtures::TDX_QE_IDENTITY).ok().as_ref(),
-            Some(&identity),
-            "a QE identity verified that Intel never signed"
-        );
-    }
+    // Only a checked QE identity is compared with a QE report.
+    let Ok(identity) = signed.verify(&signer) else {
+        return;
+    };
+    assert_eq!(
+        SignedQeIdentity::parse(fixtures::TDX_QE_IDENTITY)
+            .ok()
+            .as_ref(),
+        Some(&signed),
+        "a QE identity verified that Intel never signed"
+    );
     for f in fixtures::TDX_QUOTES {
         let q = Quote::parse(f.quote).expect("fixture quote");
         let _ = identity.mismatches(&q.qe_report);

@@ -162,8 +162,8 @@ fn the_luks2_header_seeds_reach_the_unlock() {
 fn fixture_tdx_quotes_and_collateral_reach_the_oracles() {
     use confboot_attest::check::CheckOutcome;
     use confboot_tdx::{
-        INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, QeIdentity, Quote, TcbInfo, TdxPolicy, TdxRoots,
-        TdxValidator, check,
+        INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, Quote, SignedQeIdentity, SignedTcbInfo,
+        TdxPolicy, TdxRoots, TdxValidator, check,
     };
     // Each genuine quote passes the four checks the tdx_quote oracle
     // requires, at its time; one flipped signed byte does not.
@@ -200,13 +200,10 @@ fn fixture_tdx_quotes_and_collateral_reach_the_oracles() {
     // The collateral verifies with the built-in signer.
     let signer = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).unwrap();
     for t in fixtures::TDX_TCB_INFOS {
-        TcbInfo::parse(t)
-            .unwrap()
-            .verify_signature(&signer)
-            .unwrap();
+        SignedTcbInfo::parse(t).unwrap().verify(&signer).unwrap();
     }
-    QeIdentity::parse(fixtures::TDX_QE_IDENTITY)
+    SignedQeIdentity::parse(fixtures::TDX_QE_IDENTITY)
         .unwrap()
-        .verify_signature(&signer)
+        .verify(&signer)
         .unwrap();
 }

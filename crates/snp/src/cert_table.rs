@@ -16,6 +16,14 @@
 //! not use are skipped; what is kept is checked again like any evidence by
 //! the verifier (the table decides nothing by itself).
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
+use confboot_util::bytes;
+
 use super::evidence::{CertEntry, CertKind, MAX_CERTIFICATE_LEN};
 
 /// Largest certificate table accepted (the kernel's buffer is 16 KiB).
@@ -115,21 +123,20 @@ pub fn parse(table: &[u8]) -> Result<Vec<CertEntry>, CertTableError> {
         return Ok(Vec::new());
     }
     let mut out: Vec<CertEntry> = Vec::new();
+    let mut entries = bytes::Reader::new(table);
     for index in 0..=MAX_TABLE_ENTRIES {
-        let at = index * ENTRY_LEN;
-        let entry = table
-            .get(at..at + ENTRY_LEN)
-            .ok_or(CertTableError::Unterminated)?;
-        let (guid, rest) = entry.split_at(16);
-        let offset = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
-        let length = u32::from_le_bytes(rest[4..].try_into().expect("4 bytes"));
-        if entry.iter().all(|b| *b == 0) {
+        // GUID, offset, length (ENTRY_LEN bytes).
+        let entry = (entries.array::<16>(), entries.u32_le(), entries.u32_le());
+        let (Ok(guid), Ok(offset), Ok(length)) = entry else {
+            return Err(CertTableError::Unterminated);
+        };
+        if guid == [0; 16] && offset == 0 && length == 0 {
             return Ok(out);
         }
         if index == MAX_TABLE_ENTRIES {
             return Err(CertTableError::TooManyEntries);
         }
-        let Some(kind) = kind_of(guid) else {
+        let Some(kind) = kind_of(&guid) else {
             continue;
         };
         let bad = CertTableError::BadEntry {
@@ -137,8 +144,8 @@ pub fn parse(table: &[u8]) -> Result<Vec<CertEntry>, CertTableError> {
             offset,
             length,
         };
-        let start = offset as usize;
-        let len = length as usize;
+        let start = bytes::len_of(offset);
+        let len = bytes::len_of(length);
         if len == 0 || len > MAX_CERTIFICATE_LEN {
             return Err(bad);
         }
@@ -169,8 +176,8 @@ pub fn encode(certs: &[CertEntry]) -> Vec<u8> {
     let mut out = Vec::new();
     for (c, g) in &kept {
         out.extend_from_slice(g);
-        out.extend_from_slice(&(offset as u32).to_le_bytes());
-        out.extend_from_slice(&(c.der.len() as u32).to_le_bytes());
+        out.extend_from_slice(&u32::try_from(offset).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&u32::try_from(c.der.len()).unwrap_or(u32::MAX).to_le_bytes());
         offset += c.der.len();
     }
     out.extend_from_slice(&[0; ENTRY_LEN]);
@@ -246,7 +253,7 @@ mod tests {
         // Entries of unknown GUIDs still count towards the entry bound.
         let mut many = Vec::new();
         for i in 0..=MAX_TABLE_ENTRIES {
-            many.extend_from_slice(&[i as u8 + 1; 16]);
+            many.extend_from_slice(&[u8::try_from(i).unwrap() + 1; 16]);
             many.extend_from_slice(&[0; 8]);
         }
         many.extend_from_slice(&[0; ENTRY_LEN]);

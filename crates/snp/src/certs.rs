@@ -8,6 +8,12 @@
 //! intermediate (from configuration or evidence) counts only once it
 //! verifies under one of them.
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::fmt;
 use std::sync::{Arc, Mutex};
 

@@ -8,6 +8,12 @@
 //! (`MaskedChipId`), and its API is announced to change. Parsing here only
 //! checks the length; it never panics, whatever the input.
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::fmt;
 
 use confboot_attest::AttestationError;
@@ -342,11 +348,13 @@ impl SnpReport {
 
     /// The key that signed the report (`KEY_INFO` bits 4:2).
     pub fn signing_key(&self) -> SigningKey {
-        match (self.key_info() >> 2) & 0x7 {
+        // Bits 4:2 lie in the lowest byte.
+        let [low, ..] = self.key_info().to_le_bytes();
+        match (low >> 2) & 0x7 {
             0 => SigningKey::Vcek,
             1 => SigningKey::Vlek,
             7 => SigningKey::None,
-            v => SigningKey::Reserved(v as u8),
+            v => SigningKey::Reserved(v),
         }
     }
 

@@ -70,8 +70,8 @@ fn main() {
         black_box(bare.verify_quote_detailed(&q, &report_data));
     });
     let collateral = || Collateral {
-        tcb_info: Some(TcbInfo::parse(&tcb_info).unwrap()),
-        qe_identity: Some(QeIdentity::parse(&qe_identity).unwrap()),
+        tcb_info: Some(SignedTcbInfo::parse(&tcb_info).unwrap()),
+        qe_identity: Some(SignedQeIdentity::parse(&qe_identity).unwrap()),
         pck_crl: Some(Crl::parse(&pck_crl).unwrap()),
         root_crl: Some(Crl::parse(&root_crl).unwrap()),
         tcb_signing: Vec::new(),

@@ -13,18 +13,29 @@
 //! says what was measured. A policy RTMR that differs is explained by the
 //! first event that differs from an expected log ([`CcelLog::explain`]).
 //!
-//! The log-area parser is the TPM event log's ([`confboot_tpm::event_log`]):
-//! the same header (`Spec ID Event03`), reader and bounds, with the SHA-384
-//! bank. Bounded: the table ([`CCEL_TABLE_LEN`] to [`MAX_CCEL_TABLE_LEN`]
-//! bytes), the log ([`MAX_CCEL_LOG_LEN`] bytes once its padding is cut,
-//! [`MAX_CCEL_EVENTS`] events, [`MAX_ALGORITHMS`] digests per event).
+//! The log-area parser is the TPM event log's
+//! ([`AgileLogReader`], generic over the digest bank): the same header
+//! (`Spec ID Event03`), reader and bounds, with the SHA-384 bank
+//! ([`SHA384_BANK`]) and this log's format ([`CCEL_LOG`]). Bounded: the
+//! table ([`CCEL_TABLE_LEN`] to [`MAX_CCEL_TABLE_LEN`] bytes), the log
+//! ([`MAX_CCEL_LOG_LEN`] bytes once its padding is cut, [`MAX_CCEL_EVENTS`]
+//! events, [`MAX_ALGORITHMS`] digests per event).
+//!
+//! [`MAX_ALGORITHMS`]: confboot_tpm::event_log::MAX_ALGORITHMS
+
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 use ring::digest::{SHA384, digest};
 
 use confboot_tpm::event_log::{
-    Cursor, EV_NO_ACTION, EventLogError, LEGACY_HEADER_LEN, MAX_ALGORITHMS, describe_event,
-    event_type_name, le32, spec_id_digest_sizes,
+    AgileLogReader, DigestBank, EV_NO_ACTION, EventLogError, LogFormat, describe_event,
+    event_type_name,
 };
+use confboot_util::bytes;
 
 /// Length of the CCEL table (ACPI header, CC type and subtype, reserved,
 /// LAML and LASA).
@@ -100,9 +111,25 @@ pub enum CcelError {
 
 impl From<EventLogError> for CcelError {
     fn from(e: EventLogError) -> Self {
-        CcelError::Log(e)
+        match e {
+            // The shared reader stops at the format's bound, this log's.
+            EventLogError::TooManyEvents => CcelError::TooManyEvents,
+            e => CcelError::Log(e),
+        }
     }
 }
+
+/// The SHA-384 bank, whose digests the RTMRs are extended with.
+pub const SHA384_BANK: DigestBank<RTMR_LEN> = DigestBank::new(TPM_ALG_SHA384);
+
+/// The CCEL's format: the header's register index is not checked (the
+/// firmware's tables differ), at most [`MAX_CCEL_EVENTS`] events, and the
+/// area after the last one is `0xff` (as OVMF fills it) or zero.
+pub const CCEL_LOG: LogFormat = LogFormat {
+    header_index_zero: false,
+    max_events: MAX_CCEL_EVENTS,
+    padding: &[0xff, 0],
+};
 
 /// The ACPI CCEL table: where the firmware put its log, and how large the
 /// area is.
@@ -130,10 +157,13 @@ impl CcelTable {
                 bytes.len()
             )));
         }
-        if &bytes[0..4] != b"CCEL" {
+        // The bytes are CCEL_TABLE_LEN at least, so no read below is short.
+        let short = |_| bad(format!("{} bytes, want {CCEL_TABLE_LEN}", bytes.len()));
+        let mut r = bytes::Reader::new(bytes);
+        if r.take(4).map_err(short)? != b"CCEL" {
             return Err(bad("signature is not CCEL".into()));
         }
-        let length = le32(&bytes[4..8]) as usize;
+        let length = bytes::len_of(r.u32_le().map_err(short)?);
         if length != bytes.len() {
             return Err(bad(format!(
                 "header length {length}, the table has {} bytes",
@@ -143,16 +173,17 @@ impl CcelTable {
         if bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)) != 0 {
             return Err(bad("checksum does not sum to zero".into()));
         }
-        let u64_at = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_le_bytes(b)
-        };
+        // Revision, checksum, OEM id, OEM table id, OEM revision, creator
+        // id and revision: the rest of the ACPI header.
+        r.skip(36 - 8).map_err(short)?;
+        let cc_type = r.u8().map_err(short)?;
+        let cc_subtype = r.u8().map_err(short)?;
+        r.skip(2).map_err(short)?;
         let table = CcelTable {
-            cc_type: bytes[36],
-            cc_subtype: bytes[37],
-            log_area_len: u64_at(40),
-            log_area_start: u64_at(48),
+            cc_type,
+            cc_subtype,
+            log_area_len: r.u64_le().map_err(short)?,
+            log_area_start: r.u64_le().map_err(short)?,
         };
         if table.cc_type != CC_TYPE_TDX {
             return Err(bad(format!(
@@ -160,7 +191,11 @@ impl CcelTable {
                 table.cc_type
             )));
         }
-        if table.log_area_len == 0 || table.log_area_len > MAX_CCEL_AREA_LEN as u64 {
+        if table.log_area_len == 0
+            || usize::try_from(table.log_area_len)
+                .ok()
+                .is_none_or(|n| n > MAX_CCEL_AREA_LEN)
+        {
             return Err(bad(format!(
                 "log area of {} bytes, want 1 to {MAX_CCEL_AREA_LEN}",
                 table.log_area_len
@@ -173,7 +208,7 @@ impl CcelTable {
     pub fn encode(&self) -> Vec<u8> {
         let mut t = Vec::with_capacity(CCEL_TABLE_LEN);
         t.extend_from_slice(b"CCEL");
-        t.extend_from_slice(&(CCEL_TABLE_LEN as u32).to_le_bytes());
+        t.extend_from_slice(&bytes::len_u32(CCEL_TABLE_LEN).to_le_bytes());
         t.push(1); // revision
         t.push(0); // checksum, below
         t.extend_from_slice(b"CNFBT ");
@@ -242,60 +277,22 @@ impl CcelLog {
                 max: MAX_CCEL_AREA_LEN,
             });
         }
-        let mut c = Cursor::new(bytes);
-        let header = c.take(LEGACY_HEADER_LEN, "the header event")?;
-        if le32(&header[4..8]) != EV_NO_ACTION {
-            return Err(CcelError::Log(EventLogError::NotCryptoAgile));
-        }
-        let spec = c.take(le32(&header[28..32]) as usize, "the Spec ID event")?;
-        let digest_sizes = spec_id_digest_sizes(spec)?;
-        if !digest_sizes
+        let mut log = AgileLogReader::open(bytes, SHA384_BANK, CCEL_LOG)?;
+        if !log
+            .digest_sizes()
             .iter()
-            .any(|(alg, size)| *alg == TPM_ALG_SHA384 && *size as usize == RTMR_LEN)
+            .any(|(alg, size)| *alg == TPM_ALG_SHA384 && usize::from(*size) == RTMR_LEN)
         {
             return Err(CcelError::NoSha384Bank);
         }
         let mut events = Vec::new();
-        while !c.done() {
-            let rest = c.rest();
-            if rest.iter().all(|b| *b == 0xff) || rest.iter().all(|b| *b == 0) {
-                break;
-            }
-            if events.len() == MAX_CCEL_EVENTS {
-                return Err(CcelError::TooManyEvents);
-            }
+        while let Some(e) = log.next_event(|_, _| Ok::<(), CcelError>(()))? {
             let index = events.len() + 1;
-            let mr_index = c.u32("an event's register index")?;
-            let event_type = c.u32("an event's type")?;
-            let count = c.u32("an event's digest count")?;
-            if count as usize > MAX_ALGORITHMS {
-                return Err(CcelError::Log(EventLogError::TooManyAlgorithms { count }));
-            }
-            let mut sha384 = None;
-            for _ in 0..count {
-                let alg = c.u16("a digest's algorithm")?;
-                let size = digest_sizes
-                    .iter()
-                    .find(|(a, _)| *a == alg)
-                    .map(|(_, s)| *s as usize)
-                    .ok_or(CcelError::Log(EventLogError::UndeclaredAlgorithm {
-                        event: index,
-                        alg,
-                    }))?;
-                let digest = c.take(size, "a digest")?;
-                if alg == TPM_ALG_SHA384 {
-                    let mut d = [0u8; RTMR_LEN];
-                    d.copy_from_slice(digest);
-                    sha384 = Some(d);
-                }
-            }
-            let size = c.u32("an event's data size")? as usize;
-            let data = c.take(size, "an event's data")?.to_vec();
             let event = CcelEvent {
-                mr_index,
-                event_type,
-                sha384,
-                data,
+                mr_index: e.index,
+                event_type: e.event_type,
+                sha384: e.digest,
+                data: e.data.to_vec(),
             };
             if event.extends() {
                 if event.sha384.is_none() {
@@ -304,21 +301,21 @@ impl CcelLog {
                 if event.rtmr().is_none() {
                     return Err(CcelError::RegisterOutOfRange {
                         event: index,
-                        index: mr_index,
+                        index: e.index,
                     });
                 }
             }
             events.push(event);
         }
-        if c.offset() > MAX_CCEL_LOG_LEN {
+        if log.offset() > MAX_CCEL_LOG_LEN {
             return Err(CcelError::TooLarge {
-                len: c.offset(),
+                len: log.offset(),
                 max: MAX_CCEL_LOG_LEN,
             });
         }
         Ok(CcelLog {
             events,
-            used: bytes[..c.offset()].to_vec(),
+            used: log.consumed().to_vec(),
         })
     }
 
@@ -460,13 +457,13 @@ pub fn synthetic_ccel_log(events: &[(u32, u32, &[u8])], padding: usize) -> Vec<u
     spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
     spec.extend_from_slice(&1u32.to_le_bytes());
     spec.extend_from_slice(&TPM_ALG_SHA384.to_le_bytes());
-    spec.extend_from_slice(&(RTMR_LEN as u16).to_le_bytes());
+    spec.extend_from_slice(&u16::try_from(RTMR_LEN).unwrap_or(u16::MAX).to_le_bytes());
     spec.push(0);
     let mut out = Vec::new();
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
     out.extend_from_slice(&[0; 20]);
-    out.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    out.extend_from_slice(&bytes::len_u32(spec.len()).to_le_bytes());
     out.extend_from_slice(&spec);
     for (index, ty, data) in events {
         out.extend_from_slice(&index.to_le_bytes());
@@ -474,7 +471,7 @@ pub fn synthetic_ccel_log(events: &[(u32, u32, &[u8])], padding: usize) -> Vec<u
         out.extend_from_slice(&1u32.to_le_bytes());
         out.extend_from_slice(&TPM_ALG_SHA384.to_le_bytes());
         out.extend_from_slice(digest(&SHA384, data).as_ref());
-        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&bytes::len_u32(data.len()).to_le_bytes());
         out.extend_from_slice(data);
     }
     out.extend(std::iter::repeat_n(0xff, padding));
@@ -490,7 +487,7 @@ mod tests {
 
     fn tagged(text: &str) -> Vec<u8> {
         let mut d = 0x1234u32.to_le_bytes().to_vec();
-        d.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        d.extend_from_slice(&bytes::len_u32(text.len()).to_le_bytes());
         d.extend_from_slice(text.as_bytes());
         d
     }
@@ -660,5 +657,39 @@ mod tests {
             CcelLog::parse(&vec![0xff; MAX_CCEL_AREA_LEN + 1]),
             Err(CcelError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn a_sha384_bank_declared_twice_is_refused_not_a_panic() {
+        // The header declares SHA-384 first with 32 bytes, then with 48: the
+        // bank check finds the second, an event's digest is read by the
+        // first. The event's 32-byte "SHA-384" is refused.
+        let good = synthetic_ccel_log(&[(1, EV_EFI_ACTION, b"x")], 0);
+        let mut spec = confboot_tpm::event_log::SPEC_ID_SIGNATURE.to_vec();
+        spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
+        spec.extend_from_slice(&2u32.to_le_bytes());
+        for size in [32u16, 48] {
+            spec.extend_from_slice(&TPM_ALG_SHA384.to_le_bytes());
+            spec.extend_from_slice(&size.to_le_bytes());
+        }
+        spec.push(0);
+        let mut log = Vec::new();
+        log.extend_from_slice(&0u32.to_le_bytes());
+        log.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
+        log.extend_from_slice(&[0; 20]);
+        log.extend_from_slice(&u32::try_from(spec.len()).unwrap().to_le_bytes());
+        log.extend_from_slice(&spec);
+        let header = synthetic_ccel_log(&[], 0).len();
+        // The event: register 1, its type, one digest of 32 bytes, no data.
+        log.extend_from_slice(&good[header..header + 14]);
+        log.extend_from_slice(&[0; 32]);
+        log.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(
+            CcelLog::parse(&log),
+            Err(CcelError::Log(EventLogError::UndeclaredAlgorithm {
+                event: 1,
+                alg: TPM_ALG_SHA384
+            }))
+        );
     }
 }

@@ -9,6 +9,12 @@
 //! [`TdxRoots`] anchors a chain, and a certificate counts only once it
 //! verifies under it.
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use ring::signature::{ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
 use x509_parser::prelude::{FromDer, X509Certificate};
 use x509_parser::revocation_list::CertificateRevocationList;

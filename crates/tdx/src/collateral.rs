@@ -19,6 +19,12 @@
 //! module's SVN and version, skipped when the module's minor version is
 //! not 0: a TDX module identity then decides them).
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -201,59 +207,55 @@ impl TdxModuleIdentity {
     }
 }
 
-/// TDX TCB info (`tcbInfo`, id `TDX`, version 3), with its signature.
+/// TDX TCB info (`tcbInfo`, id `TDX`, version 3) whose signature was
+/// checked: only [`SignedTcbInfo::verify`] makes one, so unchecked
+/// collateral cannot reach a verdict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcbInfo {
-    /// `version`.
-    pub version: u64,
-    /// `issueDate`, Unix seconds.
-    pub issue_date: i64,
-    /// `nextUpdate`, Unix seconds.
-    pub next_update: i64,
-    /// `fmspc`.
-    pub fmspc: [u8; 6],
-    /// `pceId`.
-    pub pce_id: [u8; 2],
-    /// `tcbEvaluationDataNumber`.
-    pub tcb_evaluation_data_number: u64,
-    /// `tdxModule`.
-    pub tdx_module: Option<TdxModuleIdentity>,
-    /// `tdxModuleIdentities`.
-    pub tdx_module_identities: Vec<TdxModuleIdentity>,
-    /// `tcbLevels`, in Intel's order.
-    pub tcb_levels: Vec<TcbLevel>,
+    version: u64,
+    issue_date: i64,
+    next_update: i64,
+    fmspc: [u8; 6],
+    pce_id: [u8; 2],
+    tcb_evaluation_data_number: u64,
+    tdx_module: Option<TdxModuleIdentity>,
+    tdx_module_identities: Vec<TdxModuleIdentity>,
+    tcb_levels: Vec<TcbLevel>,
+}
+
+/// A TCB info document as Intel's PCS serves it, parsed but its signature
+/// not checked: [`SignedTcbInfo::verify`] turns it into a [`TcbInfo`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedTcbInfo {
+    info: TcbInfo,
     signed: Vec<u8>,
     signature: [u8; 64],
 }
 
-/// The QE identity (`enclaveIdentity`, id `TD_QE`, version 2), with its
-/// signature.
+/// The QE identity (`enclaveIdentity`, id `TD_QE`, version 2) whose
+/// signature was checked: only [`SignedQeIdentity::verify`] makes one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QeIdentity {
-    /// `id`.
-    pub id: String,
-    /// `version`.
-    pub version: u64,
-    /// `issueDate`, Unix seconds.
-    pub issue_date: i64,
-    /// `nextUpdate`, Unix seconds.
-    pub next_update: i64,
-    /// `tcbEvaluationDataNumber`.
-    pub tcb_evaluation_data_number: u64,
-    /// `miscselect`.
-    pub misc_select: u32,
-    /// `miscselectMask`.
-    pub misc_select_mask: u32,
-    /// `attributes`.
-    pub attributes: [u8; 16],
-    /// `attributesMask`.
-    pub attributes_mask: [u8; 16],
-    /// `mrsigner`.
-    pub mr_signer: [u8; 32],
-    /// `isvprodid`.
-    pub isv_prod_id: u16,
-    /// `tcbLevels`, in Intel's order.
-    pub tcb_levels: Vec<IsvLevel>,
+    id: String,
+    version: u64,
+    issue_date: i64,
+    next_update: i64,
+    tcb_evaluation_data_number: u64,
+    misc_select: u32,
+    misc_select_mask: u32,
+    attributes: [u8; 16],
+    attributes_mask: [u8; 16],
+    mr_signer: [u8; 32],
+    isv_prod_id: u16,
+    tcb_levels: Vec<IsvLevel>,
+}
+
+/// A QE identity document as Intel's PCS serves it, parsed but its
+/// signature not checked: [`SignedQeIdentity::verify`] turns it into a
+/// [`QeIdentity`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedQeIdentity {
+    identity: QeIdentity,
     signed: Vec<u8>,
     signature: [u8; 64],
 }
@@ -377,6 +379,17 @@ fn uint(what: &'static str, name: &str, v: &Value, max: u64) -> Result<u64, Coll
         .ok_or_else(|| field(what, name, format!("not an integer 0..={max}")))
 }
 
+/// [`uint`] into the member's type, whose largest value is `max`.
+fn uint_to<T: TryFrom<u64> + Into<u64> + Copy>(
+    what: &'static str,
+    name: &str,
+    v: &Value,
+    max: T,
+) -> Result<T, CollateralError> {
+    let n = uint(what, name, v, max.into())?;
+    T::try_from(n).map_err(|_| field(what, name, format!("not an integer 0..={}", max.into())))
+}
+
 fn string(what: &'static str, name: &str, v: &Value) -> Result<String, CollateralError> {
     v.as_str()
         .map(str::to_string)
@@ -453,7 +466,7 @@ fn isv_levels(what: &'static str, v: &Value) -> Result<Vec<IsvLevel>, Collateral
             let level = object(what, "tcbLevels[]", level)?;
             let tcb = object(what, "tcb", get(what, level, "tcb")?)?;
             Ok(IsvLevel {
-                isv_svn: uint(what, "tcb.isvsvn", get(what, tcb, "isvsvn")?, 0xffff)? as u16,
+                isv_svn: uint_to(what, "tcb.isvsvn", get(what, tcb, "isvsvn")?, u16::MAX)?,
                 tcb_date: string(what, "tcbDate", get(what, level, "tcbDate")?)?,
                 status: status(what, "tcbStatus", get(what, level, "tcbStatus")?)?,
                 advisory_ids: advisories(what, level)?,
@@ -474,7 +487,7 @@ fn components(what: &'static str, name: &str, v: &Value) -> Result<[u8; 16], Col
     let mut out = [0u8; 16];
     for (slot, c) in out.iter_mut().zip(list) {
         let c = object(what, name, c)?;
-        *slot = uint(what, name, get(what, c, "svn")?, 255)? as u8;
+        *slot = uint_to(what, name, get(what, c, "svn")?, u8::MAX)?;
     }
     Ok(out)
 }
@@ -515,9 +528,9 @@ pub struct TcbMatch {
 const TCB_INFO: &str = "TCB info";
 const QE_IDENTITY: &str = "QE identity";
 
-impl TcbInfo {
+impl SignedTcbInfo {
     /// Parses a PCS TCB info answer (signature not yet checked).
-    pub fn parse(bytes: &[u8]) -> Result<TcbInfo, CollateralError> {
+    pub fn parse(bytes: &[u8]) -> Result<SignedTcbInfo, CollateralError> {
         let what = TCB_INFO;
         let (raw, info, signature) = signed_document(what, "tcbInfo", bytes)?;
         let id = string(what, "id", get(what, &info, "id")?)?;
@@ -555,7 +568,7 @@ impl TcbInfo {
                     "sgxtcbcomponents",
                     get(what, tcb, "sgxtcbcomponents")?,
                 )?,
-                pce_svn: uint(what, "pcesvn", get(what, tcb, "pcesvn")?, 0xffff)? as u16,
+                pce_svn: uint_to(what, "pcesvn", get(what, tcb, "pcesvn")?, u16::MAX)?,
                 tdx_components: components(
                     what,
                     "tdxtcbcomponents",
@@ -567,7 +580,7 @@ impl TcbInfo {
             })
         })
         .collect::<Result<Vec<_>, CollateralError>>()?;
-        Ok(TcbInfo {
+        let info = TcbInfo {
             version,
             issue_date: date(what, "issueDate", get(what, &info, "issueDate")?)?,
             next_update: date(what, "nextUpdate", get(what, &info, "nextUpdate")?)?,
@@ -582,15 +595,78 @@ impl TcbInfo {
             tdx_module,
             tdx_module_identities,
             tcb_levels,
+        };
+        Ok(SignedTcbInfo {
+            info,
             signed: raw.as_bytes().to_vec(),
             signature,
         })
     }
 
     /// Verifies the signature with the TCB signing certificate `signer`
-    /// (whose own chain the caller checks).
-    pub fn verify_signature(&self, signer: &IntelCert) -> Result<(), CertError> {
-        signer.verify_fixed("the TCB info", &self.signed, &self.signature)
+    /// (whose own chain the caller checks): the checked TCB info.
+    pub fn verify(&self, signer: &IntelCert) -> Result<TcbInfo, CertError> {
+        signer.verify_fixed("the TCB info", &self.signed, &self.signature)?;
+        Ok(self.info.clone())
+    }
+
+    /// The FMSPC the document claims (unchecked: for choosing and caching
+    /// documents, never for a verdict).
+    pub fn claimed_fmspc(&self) -> [u8; 6] {
+        self.info.fmspc
+    }
+
+    /// When the document claims it is due for update, Unix seconds
+    /// (unchecked, as [`claimed_fmspc`](Self::claimed_fmspc)).
+    pub fn claimed_next_update(&self) -> i64 {
+        self.info.next_update
+    }
+}
+
+impl TcbInfo {
+    /// `version`.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// `issueDate`, Unix seconds.
+    pub fn issue_date(&self) -> i64 {
+        self.issue_date
+    }
+
+    /// `nextUpdate`, Unix seconds.
+    pub fn next_update(&self) -> i64 {
+        self.next_update
+    }
+
+    /// `fmspc`.
+    pub fn fmspc(&self) -> [u8; 6] {
+        self.fmspc
+    }
+
+    /// `pceId`.
+    pub fn pce_id(&self) -> [u8; 2] {
+        self.pce_id
+    }
+
+    /// `tcbEvaluationDataNumber`.
+    pub fn tcb_evaluation_data_number(&self) -> u64 {
+        self.tcb_evaluation_data_number
+    }
+
+    /// `tdxModule`.
+    pub fn tdx_module(&self) -> Option<&TdxModuleIdentity> {
+        self.tdx_module.as_ref()
+    }
+
+    /// `tdxModuleIdentities`.
+    pub fn tdx_module_identities(&self) -> &[TdxModuleIdentity] {
+        &self.tdx_module_identities
+    }
+
+    /// `tcbLevels`, in Intel's order.
+    pub fn tcb_levels(&self) -> &[TcbLevel] {
+        &self.tcb_levels
     }
 
     /// The platform's TCB status by Intel's algorithm (see the module
@@ -676,9 +752,9 @@ impl TcbInfo {
     }
 }
 
-impl QeIdentity {
+impl SignedQeIdentity {
     /// Parses a PCS QE identity answer (signature not yet checked).
-    pub fn parse(bytes: &[u8]) -> Result<QeIdentity, CollateralError> {
+    pub fn parse(bytes: &[u8]) -> Result<SignedQeIdentity, CollateralError> {
         let what = QE_IDENTITY;
         let (raw, e, signature) = signed_document(what, "enclaveIdentity", bytes)?;
         let id = string(what, "id", get(what, &e, "id")?)?;
@@ -696,7 +772,7 @@ impl QeIdentity {
                 get(what, &e, name)?,
             )?))
         };
-        Ok(QeIdentity {
+        let identity = QeIdentity {
             id,
             version,
             issue_date: date(what, "issueDate", get(what, &e, "issueDate")?)?,
@@ -712,16 +788,89 @@ impl QeIdentity {
             attributes: hex_array(what, "attributes", get(what, &e, "attributes")?)?,
             attributes_mask: hex_array(what, "attributesMask", get(what, &e, "attributesMask")?)?,
             mr_signer: hex_array(what, "mrsigner", get(what, &e, "mrsigner")?)?,
-            isv_prod_id: uint(what, "isvprodid", get(what, &e, "isvprodid")?, 0xffff)? as u16,
+            isv_prod_id: uint_to(what, "isvprodid", get(what, &e, "isvprodid")?, u16::MAX)?,
             tcb_levels: isv_levels(what, get(what, &e, "tcbLevels")?)?,
+        };
+        Ok(SignedQeIdentity {
+            identity,
             signed: raw.as_bytes().to_vec(),
             signature,
         })
     }
 
-    /// Verifies the signature with the TCB signing certificate `signer`.
-    pub fn verify_signature(&self, signer: &IntelCert) -> Result<(), CertError> {
-        signer.verify_fixed("the QE identity", &self.signed, &self.signature)
+    /// Verifies the signature with the TCB signing certificate `signer`:
+    /// the checked QE identity.
+    pub fn verify(&self, signer: &IntelCert) -> Result<QeIdentity, CertError> {
+        signer.verify_fixed("the QE identity", &self.signed, &self.signature)?;
+        Ok(self.identity.clone())
+    }
+
+    /// When the document claims it is due for update, Unix seconds
+    /// (unchecked: for caching documents, never for a verdict).
+    pub fn claimed_next_update(&self) -> i64 {
+        self.identity.next_update
+    }
+}
+
+impl QeIdentity {
+    /// `id`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `version`.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// `issueDate`, Unix seconds.
+    pub fn issue_date(&self) -> i64 {
+        self.issue_date
+    }
+
+    /// `nextUpdate`, Unix seconds.
+    pub fn next_update(&self) -> i64 {
+        self.next_update
+    }
+
+    /// `tcbEvaluationDataNumber`.
+    pub fn tcb_evaluation_data_number(&self) -> u64 {
+        self.tcb_evaluation_data_number
+    }
+
+    /// `miscselect`.
+    pub fn misc_select(&self) -> u32 {
+        self.misc_select
+    }
+
+    /// `miscselectMask`.
+    pub fn misc_select_mask(&self) -> u32 {
+        self.misc_select_mask
+    }
+
+    /// `attributes`.
+    pub fn attributes(&self) -> [u8; 16] {
+        self.attributes
+    }
+
+    /// `attributesMask`.
+    pub fn attributes_mask(&self) -> [u8; 16] {
+        self.attributes_mask
+    }
+
+    /// `mrsigner`.
+    pub fn mr_signer(&self) -> [u8; 32] {
+        self.mr_signer
+    }
+
+    /// `isvprodid`.
+    pub fn isv_prod_id(&self) -> u16 {
+        self.isv_prod_id
+    }
+
+    /// `tcbLevels`, in Intel's order.
+    pub fn tcb_levels(&self) -> &[IsvLevel] {
+        &self.tcb_levels
     }
 
     /// The differences between the QE report and this identity
@@ -823,12 +972,12 @@ mod tests {
     fn a_second_signed_member_is_refused() {
         let doc = br#"{"tcbInfo":{"id":"TDX"},"tcbInfo":{"id":"TDX"},"signature":"00"}"#;
         assert!(matches!(
-            TcbInfo::parse(doc),
+            SignedTcbInfo::parse(doc),
             Err(CollateralError::Json { .. })
         ));
         let doc = br#"{"tcbInfo":{"id":"TDX"},"extra":1,"signature":"00"}"#;
         assert!(matches!(
-            TcbInfo::parse(doc),
+            SignedTcbInfo::parse(doc),
             Err(CollateralError::Field { .. })
         ));
     }

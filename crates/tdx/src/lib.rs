@@ -61,7 +61,8 @@ pub use certs::{
 };
 pub use collateral::{
     CollateralError, IsvLevel, MAX_COLLATERAL_LEN, MAX_MODULE_IDENTITIES, MAX_TCB_LEVELS,
-    QeIdentity, TcbInfo, TcbLevel, TcbMatch, TcbStatus, TdxModuleIdentity,
+    QeIdentity, SignedQeIdentity, SignedTcbInfo, TcbInfo, TcbLevel, TcbMatch, TcbStatus,
+    TdxModuleIdentity,
 };
 pub use evidence::{MAX_EVIDENCE_LEN, TdxEvidence};
 pub use issuer::{
@@ -226,8 +227,10 @@ impl TdxValidator {
         let current = |c: &Collateral| {
             c.tcb_info
                 .as_ref()
-                .is_some_and(|t| t.fmspc == fmspc && now <= t.next_update)
-                && c.qe_identity.as_ref().is_some_and(|q| now <= q.next_update)
+                .is_some_and(|t| t.claimed_fmspc() == fmspc && now <= t.claimed_next_update())
+                && c.qe_identity
+                    .as_ref()
+                    .is_some_and(|q| now <= q.claimed_next_update())
                 && c.pck_crl.is_some()
         };
         if current(&self.collateral) {
@@ -298,11 +301,12 @@ pub fn load_collateral(files: &CollateralFiles) -> Result<Collateral, PolicyErro
     let mut c = Collateral::default();
     if let Some(path) = &files.tcb_info {
         let bytes = read_file(path, MAX_COLLATERAL_LEN)?;
-        c.tcb_info = Some(TcbInfo::parse(&bytes).map_err(|e| bad("tcbInfo", path, &e))?);
+        c.tcb_info = Some(SignedTcbInfo::parse(&bytes).map_err(|e| bad("tcbInfo", path, &e))?);
     }
     if let Some(path) = &files.qe_identity {
         let bytes = read_file(path, MAX_COLLATERAL_LEN)?;
-        c.qe_identity = Some(QeIdentity::parse(&bytes).map_err(|e| bad("qeIdentity", path, &e))?);
+        c.qe_identity =
+            Some(SignedQeIdentity::parse(&bytes).map_err(|e| bad("qeIdentity", path, &e))?);
     }
     if let Some(path) = &files.pck_crl {
         let bytes = read_file(path, MAX_CRL_LEN)?;

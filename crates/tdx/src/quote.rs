@@ -15,7 +15,15 @@
 //! signature data (quote generators pad their buffer) are not signed; they
 //! are counted ([`Quote::trailing_len`]) and never read.
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::fmt;
+
+use confboot_util::bytes;
 
 /// The largest quote read (a real one is about 5 KB, most of it the PCK
 /// chain; a generator's buffer may be padded to 8 KB).
@@ -236,27 +244,24 @@ impl TdReport {
     fn parse(body_type: BodyType, b: &[u8]) -> TdReport {
         let mut r = Reader::new(b);
         // The caller checked the length: every read below is in bounds.
-        let mut next = |n: usize| r.take("TD report", n).unwrap_or(&[]);
-        let tee_tcb_svn = array(next(16));
-        let mr_seam = array(next(48));
-        let mr_signer_seam = array(next(48));
-        let seam_attributes = array(next(8));
-        let td_attributes = array(next(8));
-        let xfam = array(next(8));
-        let mr_td = array(next(48));
-        let mr_config_id = array(next(48));
-        let mr_owner = array(next(48));
-        let mr_owner_config = array(next(48));
-        let rtmr = [
-            array(next(48)),
-            array(next(48)),
-            array(next(48)),
-            array(next(48)),
-        ];
-        let report_data = array(next(64));
+        fn next<const N: usize>(r: &mut Reader<'_>) -> [u8; N] {
+            r.array("TD report").unwrap_or([0; N])
+        }
+        let tee_tcb_svn = next(&mut r);
+        let mr_seam = next(&mut r);
+        let mr_signer_seam = next(&mut r);
+        let seam_attributes = next(&mut r);
+        let td_attributes = next(&mut r);
+        let xfam = next(&mut r);
+        let mr_td = next(&mut r);
+        let mr_config_id = next(&mut r);
+        let mr_owner = next(&mut r);
+        let mr_owner_config = next(&mut r);
+        let rtmr = [next(&mut r), next(&mut r), next(&mut r), next(&mut r)];
+        let report_data = next(&mut r);
         let (tee_tcb_svn_2, mr_service_td) = match body_type {
             BodyType::Td10 => (None, None),
-            BodyType::Td15 => (Some(array(next(16))), Some(array(next(48)))),
+            BodyType::Td15 => (Some(next(&mut r)), Some(next(&mut r))),
         };
         TdReport {
             body_type,
@@ -365,39 +370,54 @@ pub struct Quote {
     trailing_len: usize,
 }
 
-/// A bounded cursor over bytes.
+/// The shared bounded reader ([`bytes::Reader`]) with each field's name in
+/// the quote's error.
 struct Reader<'a> {
-    bytes: &'a [u8],
+    inner: bytes::Reader<'a>,
 }
 
 impl<'a> Reader<'a> {
     fn new(bytes: &'a [u8]) -> Reader<'a> {
-        Reader { bytes }
+        Reader {
+            inner: bytes::Reader::new(bytes),
+        }
+    }
+
+    fn truncated(field: &'static str, e: bytes::ReadError) -> QuoteError {
+        match e {
+            bytes::ReadError::Short {
+                needed, remaining, ..
+            } => QuoteError::Truncated {
+                field,
+                need: needed,
+                have: remaining,
+            },
+            bytes::ReadError::Trailing { trailing, .. } => QuoteError::Truncated {
+                field,
+                need: 0,
+                have: trailing,
+            },
+        }
     }
 
     fn take(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], QuoteError> {
-        if n > self.bytes.len() {
-            return Err(QuoteError::Truncated {
-                field,
-                need: n,
-                have: self.bytes.len(),
-            });
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
+        self.inner.take(n).map_err(|e| Self::truncated(field, e))
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], QuoteError> {
+        self.inner.array().map_err(|e| Self::truncated(field, e))
     }
 
     fn u16(&mut self, field: &'static str) -> Result<u16, QuoteError> {
-        Ok(u16::from_le_bytes(array(self.take(field, 2)?)))
+        self.inner.u16_le().map_err(|e| Self::truncated(field, e))
     }
 
     fn u32(&mut self, field: &'static str) -> Result<u32, QuoteError> {
-        Ok(u32::from_le_bytes(array(self.take(field, 4)?)))
+        self.inner.u32_le().map_err(|e| Self::truncated(field, e))
     }
 
     fn left(&self) -> usize {
-        self.bytes.len()
+        self.inner.remaining()
     }
 }
 
@@ -423,8 +443,8 @@ impl Quote {
         let attestation_key_type = h.u16("attestation key type")?;
         let tee_type = h.u32("TEE type")?;
         h.take("reserved", 4)?;
-        let qe_vendor_id = array(h.take("QE vendor id", 16)?);
-        let user_data = array(h.take("user data", 20)?);
+        let qe_vendor_id = h.array("QE vendor id")?;
+        let user_data = h.array("user data")?;
         if version != 4 && version != 5 {
             return Err(QuoteError::Version(version));
         }
@@ -442,7 +462,7 @@ impl Quote {
                 3 => BodyType::Td15,
                 other => return Err(QuoteError::BodyType(other)),
             };
-            if size as usize != kind.len() {
+            if bytes::len_of(size) != kind.len() {
                 return Err(QuoteError::BodySize {
                     body_type,
                     size,
@@ -457,13 +477,13 @@ impl Quote {
         let signed_len = bytes.len() - r.left();
         let report = TdReport::parse(body_type, body);
 
-        let sig_len = r.u32("signature data length")? as usize;
+        let sig_len = bytes::len_of(r.u32("signature data length")?);
         let sig_data = r.take("signature data", sig_len)?;
         let trailing_len = r.left();
 
         let mut s = Reader::new(sig_data);
-        let signature = array(s.take("quote signature", 64)?);
-        let attestation_key = array(s.take("attestation key", 64)?);
+        let signature = s.array("quote signature")?;
+        let attestation_key = s.array("attestation key")?;
         let cert_type = s.u16("certification data type")?;
         if cert_type != CERT_DATA_QE_REPORT {
             return Err(QuoteError::CertificationDataType {
@@ -471,7 +491,7 @@ impl Quote {
                 actual: cert_type,
             });
         }
-        let cert_len = s.u32("certification data length")? as usize;
+        let cert_len = bytes::len_of(s.u32("certification data length")?);
         let cert_data = s.take("certification data", cert_len)?;
         if s.left() != 0 {
             return Err(QuoteError::SignatureDataTrailing(s.left()));
@@ -479,10 +499,10 @@ impl Quote {
 
         let mut c = Reader::new(cert_data);
         let qe_report = QeReport {
-            raw: array(c.take("QE report", QE_REPORT_LEN)?),
+            raw: c.array("QE report")?,
         };
-        let qe_report_signature = array(c.take("QE report signature", 64)?);
-        let auth_len = c.u16("QE authentication data length")? as usize;
+        let qe_report_signature = c.array("QE report signature")?;
+        let auth_len = usize::from(c.u16("QE authentication data length")?);
         let qe_auth_data = c.take("QE authentication data", auth_len)?.to_vec();
         let inner_type = c.u16("PCK certification data type")?;
         if inner_type != CERT_DATA_PCK_CHAIN {
@@ -491,7 +511,7 @@ impl Quote {
                 actual: inner_type,
             });
         }
-        let inner_len = c.u32("PCK certification data length")? as usize;
+        let inner_len = bytes::len_of(c.u32("PCK certification data length")?);
         let pck_chain_pem = c.take("PCK certificate chain", inner_len)?.to_vec();
         if c.left() != 0 {
             return Err(QuoteError::SignatureDataTrailing(c.left()));

@@ -7,7 +7,9 @@ use super::certs::{
     CertError, Crl, INTEL_SGX_TCB_SIGNING_2018_DER, IntelCert, PckChain, SgxExtensions, TdxRoots,
     certificates_from_pem_or_der,
 };
-use super::collateral::{CollateralError, QeIdentity, TcbInfo, TcbStatus};
+use super::collateral::{
+    CollateralError, QeIdentity, SignedQeIdentity, SignedTcbInfo, TcbInfo, TcbStatus,
+};
 use super::policy::TdxPolicy;
 use super::quote::{INTEL_QE_VENDOR_ID, Quote, TdReport, td_attributes};
 use confboot_attest::AttestationError;
@@ -73,10 +75,11 @@ pub mod check {
 /// makes its checks skipped, which a validator counts as a failure).
 #[derive(Clone, Debug, Default)]
 pub struct Collateral {
-    /// TCB info for the platform's FMSPC.
-    pub tcb_info: Option<TcbInfo>,
-    /// The TD QE identity.
-    pub qe_identity: Option<QeIdentity>,
+    /// TCB info for the platform's FMSPC (its signature is checked with
+    /// the quote).
+    pub tcb_info: Option<SignedTcbInfo>,
+    /// The TD QE identity (its signature is checked with the quote).
+    pub qe_identity: Option<SignedQeIdentity>,
     /// The CRL of the PCK CA that issued the PCK certificate.
     pub pck_crl: Option<Crl>,
     /// The root CA's CRL.
@@ -176,15 +179,18 @@ pub fn run_checks(
         (check::QE_REPORT_DATA, check_qe_report_data(quote)),
         (check::QUOTE_SIGNATURE, check_quote_signature(quote)),
         (check::TCB_INFO, tcb_info_outcome),
-        (check::TDX_MODULE, check_tdx_module(report, tcb_info)),
+        (
+            check::TDX_MODULE,
+            check_tdx_module(report, tcb_info.as_ref()),
+        ),
         (
             check::TCB_STATUS,
-            check_tcb_status(report, tcb_info, &chain, policy),
+            check_tcb_status(report, tcb_info.as_ref(), &chain, policy),
         ),
         (check::QE_IDENTITY, qe_identity_outcome),
         (
             check::QE_TCB_STATUS,
-            check_qe_tcb_status(quote, qe_identity, policy),
+            check_qe_tcb_status(quote, qe_identity.as_ref(), policy),
         ),
         (check::REPORT_DATA, check_report_data(report, report_data)),
         (check::DEBUG, check_debug(report, policy)),
@@ -400,13 +406,14 @@ fn check_quote_signature(quote: &Quote) -> CheckOutcome {
 
 /// The TCB signing certificate that verifies a collateral document:
 /// issued by a pinned root, valid at `at`, not on the root CRL, and its
-/// key verifies `verify`'s signature. Returns its description.
-fn collateral_signer(
+/// key verifies `verify`'s signature. Returns its description and what
+/// `verify` made of the document (the checked value).
+fn collateral_signer<T>(
     collateral: &Collateral,
     roots: &TdxRoots,
     at: i64,
-    verify: impl Fn(&IntelCert) -> Result<(), CertError>,
-) -> Result<String, CertError> {
+    verify: impl Fn(&IntelCert) -> Result<T, CertError>,
+) -> Result<(String, T), CertError> {
     let builtin = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER)?;
     let mut last = None;
     for cert in collateral.tcb_signing.iter().chain([&builtin]) {
@@ -419,12 +426,13 @@ fn collateral_signer(
             verify(cert)
         });
         match outcome {
-            Ok(()) => {
-                return Ok(format!(
+            Ok(checked) => {
+                let signer = format!(
                     "{:?} (serial {})",
                     cert.common_name(),
                     hex::encode(cert.serial())
-                ));
+                );
+                return Ok((signer, checked));
             }
             // A signature failure tells more than a failure to chain.
             Err(e) => {
@@ -448,40 +456,41 @@ fn check_dates(what: &str, issue: i64, next: i64, at: i64) -> Result<(), Attesta
 }
 
 /// [`check::TCB_INFO`]; the TCB info when it passed.
-fn check_tcb_info<'c>(
-    collateral: &'c Collateral,
+fn check_tcb_info(
+    collateral: &Collateral,
     chain: &Chain,
     roots: &TdxRoots,
     at: i64,
-) -> (CheckOutcome, Option<&'c TcbInfo>) {
-    let Some(info) = &collateral.tcb_info else {
+) -> (CheckOutcome, Option<TcbInfo>) {
+    let Some(signed) = &collateral.tcb_info else {
         return (skipped("no TCB info given"), None);
     };
     let outcome = (|| {
-        let signer = collateral_signer(collateral, roots, at, |c| info.verify_signature(c))
-            .map_err(trust)?;
-        check_dates("TCB info", info.issue_date, info.next_update, at)?;
+        let (signer, info) =
+            collateral_signer(collateral, roots, at, |c| signed.verify(c)).map_err(trust)?;
+        check_dates("TCB info", info.issue_date(), info.next_update(), at)?;
         let sgx = chain
             .sgx
             .as_ref()
             .ok_or_else(|| AttestationError::Trust("no PCK certificate to compare".into()))?;
-        if sgx.fmspc != info.fmspc || sgx.pce_id != info.pce_id {
+        if sgx.fmspc != info.fmspc() || sgx.pce_id != info.pce_id() {
             return Err(AttestationError::Trust(format!(
                 "the TCB info is for FMSPC {} PCE id {}, the PCK certificate's are {} and {}",
-                hex::encode(&info.fmspc),
-                hex::encode(&info.pce_id),
+                hex::encode(&info.fmspc()),
+                hex::encode(&info.pce_id()),
                 hex::encode(&sgx.fmspc),
                 hex::encode(&sgx.pce_id)
             )));
         }
-        Ok(format!(
+        let text = format!(
             "FMSPC {}, evaluation data {}, signed by {signer}",
-            hex::encode(&info.fmspc),
-            info.tcb_evaluation_data_number
-        ))
+            hex::encode(&info.fmspc()),
+            info.tcb_evaluation_data_number()
+        );
+        Ok((text, info))
     })();
     match outcome {
-        Ok(text) => (CheckOutcome::Passed(text), Some(info)),
+        Ok((text, info)) => (CheckOutcome::Passed(text), Some(info)),
         Err(e) => (CheckOutcome::Failed(e), None),
     }
 }
@@ -563,19 +572,24 @@ fn check_tcb_status(
 }
 
 /// [`check::QE_IDENTITY`]; the QE identity when it passed.
-fn check_qe_identity<'c>(
+fn check_qe_identity(
     quote: &Quote,
-    collateral: &'c Collateral,
+    collateral: &Collateral,
     roots: &TdxRoots,
     at: i64,
-) -> (CheckOutcome, Option<&'c QeIdentity>) {
-    let Some(identity) = &collateral.qe_identity else {
+) -> (CheckOutcome, Option<QeIdentity>) {
+    let Some(signed) = &collateral.qe_identity else {
         return (skipped("no QE identity given"), None);
     };
     let outcome = (|| {
-        let signer = collateral_signer(collateral, roots, at, |c| identity.verify_signature(c))
-            .map_err(trust)?;
-        check_dates("QE identity", identity.issue_date, identity.next_update, at)?;
+        let (signer, identity) =
+            collateral_signer(collateral, roots, at, |c| signed.verify(c)).map_err(trust)?;
+        check_dates(
+            "QE identity",
+            identity.issue_date(),
+            identity.next_update(),
+            at,
+        )?;
         let wrong = identity.mismatches(&quote.qe_report);
         if !wrong.is_empty() {
             return Err(AttestationError::Trust(format!(
@@ -583,14 +597,15 @@ fn check_qe_identity<'c>(
                 wrong.join("; ")
             )));
         }
-        Ok(format!(
+        let text = format!(
             "{}, MRSIGNER {}…, signed by {signer}",
-            identity.id,
-            hex::encode(&identity.mr_signer[..8])
-        ))
+            identity.id(),
+            hex::encode(&identity.mr_signer()[..8])
+        );
+        Ok((text, identity))
     })();
     match outcome {
-        Ok(text) => (CheckOutcome::Passed(text), Some(identity)),
+        Ok((text, identity)) => (CheckOutcome::Passed(text), Some(identity)),
         Err(e) => (CheckOutcome::Failed(e), None),
     }
 }

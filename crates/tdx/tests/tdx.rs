@@ -28,8 +28,8 @@ fn v4() -> Quote {
 
 fn collateral_v4() -> Collateral {
     Collateral {
-        tcb_info: Some(TcbInfo::parse(&testdata("tcb_info_50806f000000.json")).unwrap()),
-        qe_identity: Some(QeIdentity::parse(&testdata("qe_identity.json")).unwrap()),
+        tcb_info: Some(SignedTcbInfo::parse(&testdata("tcb_info_50806f000000.json")).unwrap()),
+        qe_identity: Some(SignedQeIdentity::parse(&testdata("qe_identity.json")).unwrap()),
         pck_crl: Some(Crl::parse(&testdata("pck_platform_crl.der")).unwrap()),
         root_crl: Some(Crl::parse(&testdata("root_crl.der")).unwrap()),
         tcb_signing: Vec::new(),
@@ -175,11 +175,11 @@ fn the_v5_tcb_info_is_signed_by_a_certificate_that_had_expired() {
     // time inside its own window; the TCB status is still computed the same
     // way when its signer is valid.
     let q = Quote::parse(&testdata("quote_v5.dat")).unwrap();
-    let info = TcbInfo::parse(&testdata("tcb_info_90c06f000000.json")).unwrap();
+    let signed = SignedTcbInfo::parse(&testdata("tcb_info_90c06f000000.json")).unwrap();
     let signing = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).unwrap();
-    info.verify_signature(&signing).unwrap();
+    let info = signed.verify(&signing).unwrap();
     let collateral = Collateral {
-        tcb_info: Some(info.clone()),
+        tcb_info: Some(signed.clone()),
         ..Collateral::default()
     };
     let v = validator(policy_for(&q, &[TcbStatus::UpToDate]), collateral, AT_V5);
@@ -192,7 +192,7 @@ fn the_v5_tcb_info_is_signed_by_a_certificate_that_had_expired() {
         .verify_pck_chain(&q.pck_chain_pem)
         .unwrap();
     let sgx = chain.leaf.sgx_extensions().unwrap();
-    assert_eq!(sgx.fmspc, info.fmspc);
+    assert_eq!(sgx.fmspc, info.fmspc());
     // TDX module 1.x (TEE_TCB_SVN byte 1 is 1) with SVN 11: the module
     // identity TDX_01 decides the module (its level from SVN 6), the
     // platform level the rest; both are UpToDate.
@@ -313,7 +313,7 @@ fn tampered_collateral_is_refused() {
     let forged = text.replacen("\"OutOfDate\"", "\"UpToDate\"", 1);
     assert_ne!(forged, text);
     let mut c = collateral_v4();
-    c.tcb_info = Some(TcbInfo::parse(forged.as_bytes()).unwrap());
+    c.tcb_info = Some(SignedTcbInfo::parse(forged.as_bytes()).unwrap());
     let checks = validator(policy.clone(), c, AT_V4).verify_quote_detailed(&q, &report_data(&q));
     assert!(matches!(
         outcome(&checks, check::TCB_INFO),
@@ -327,14 +327,14 @@ fn tampered_collateral_is_refused() {
     let text = String::from_utf8(testdata("qe_identity.json")).unwrap();
     let forged = text.replacen("\"isvprodid\":2", "\"isvprodid\":3", 1);
     let mut c = collateral_v4();
-    c.qe_identity = Some(QeIdentity::parse(forged.as_bytes()).unwrap());
+    c.qe_identity = Some(SignedQeIdentity::parse(forged.as_bytes()).unwrap());
     let checks = validator(policy.clone(), c, AT_V4).verify_quote_detailed(&q, &report_data(&q));
     assert!(matches!(
         outcome(&checks, check::QE_IDENTITY),
         CheckOutcome::Failed(AttestationError::Signature(_))
     ));
     // TCB info for another platform (its FMSPC) is refused even when signed.
-    let other = TcbInfo::parse(&testdata("tcb_info_90c06f000000.json")).unwrap();
+    let other = SignedTcbInfo::parse(&testdata("tcb_info_90c06f000000.json")).unwrap();
     let mut c = collateral_v4();
     c.tcb_info = Some(other);
     let checks = validator(policy, c, AT_V4).verify_quote_detailed(&q, &report_data(&q));
@@ -374,7 +374,11 @@ fn crls_revoke_and_must_be_signed_by_their_issuer() {
 #[test]
 fn the_tcb_status_follows_intels_algorithm() {
     let q = v4();
-    let info = TcbInfo::parse(&testdata("tcb_info_50806f000000.json")).unwrap();
+    let signing = IntelCert::from_der(INTEL_SGX_TCB_SIGNING_2018_DER).unwrap();
+    let info = SignedTcbInfo::parse(&testdata("tcb_info_50806f000000.json"))
+        .unwrap()
+        .verify(&signing)
+        .unwrap();
     let chain = TdxRoots::intel()
         .verify_pck_chain(&q.pck_chain_pem)
         .unwrap();

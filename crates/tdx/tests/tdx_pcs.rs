@@ -88,8 +88,8 @@ fn failures(collateral: Collateral) -> Vec<&'static str> {
 /// of its TCB info, as `tests/tdx.rs` shows).
 fn as_files() -> Vec<&'static str> {
     let mut c = Collateral {
-        tcb_info: Some(TcbInfo::parse(&testdata("tcb_info_50806f000000.json")).unwrap()),
-        qe_identity: Some(QeIdentity::parse(&testdata("qe_identity.json")).unwrap()),
+        tcb_info: Some(SignedTcbInfo::parse(&testdata("tcb_info_50806f000000.json")).unwrap()),
+        qe_identity: Some(SignedQeIdentity::parse(&testdata("qe_identity.json")).unwrap()),
         pck_crl: Some(Crl::parse(&testdata("pck_platform_crl.der")).unwrap()),
         ..Collateral::default()
     };

@@ -17,7 +17,15 @@
 //! assert!(matches!(EventLog::parse(&[0u8; 8]), Err(EventLogError::Truncated { .. })));
 //! ```
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::collections::BTreeMap;
+
+use confboot_util::bytes;
 
 use super::structures::{PCR_COUNT, SHA256_LEN, TPM_ALG_SHA256};
 use super::{Tpm, TpmError, pcr_digest};
@@ -214,60 +222,203 @@ pub struct EventLog {
     startup_locality: u8,
 }
 
-/// A bounds-checked little-endian reader over a log (the TCG log's and
-/// the TDX CCEL's).
-pub struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
+/// A digest bank of a crypto-agile log: the TCG algorithm id of its hash,
+/// its digest length `N` in the type. The TCG log's PCRs are replayed from
+/// [`SHA256_BANK`]; TDX's CCEL replays its RTMRs from the SHA-384 bank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DigestBank<const N: usize> {
+    alg: u16,
 }
 
-impl<'a> Cursor<'a> {
-    /// A reader at the start of `bytes`.
-    pub fn new(bytes: &'a [u8]) -> Cursor<'a> {
-        Cursor { bytes, at: 0 }
+impl<const N: usize> DigestBank<N> {
+    /// The bank of algorithm `alg` (`TPM_ALG_*`), whose digests are `N` bytes.
+    pub const fn new(alg: u16) -> DigestBank<N> {
+        DigestBank { alg }
     }
 
-    /// How many bytes were read so far.
+    /// Its algorithm id.
+    pub fn alg(&self) -> u16 {
+        self.alg
+    }
+}
+
+/// The SHA-256 bank (the PCRs confboot replays).
+pub const SHA256_BANK: DigestBank<SHA256_LEN> = DigestBank::new(TPM_ALG_SHA256);
+
+/// What differs between the logs in the crypto-agile format: whether the
+/// header event must name register 0, how many events are read, and which
+/// bytes pad the area after the last event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogFormat {
+    /// The header event must name register (PCR) 0.
+    pub header_index_zero: bool,
+    /// Most events read; one more is [`EventLogError::TooManyEvents`].
+    pub max_events: usize,
+    /// The log ends where all that is left is one of these bytes, repeated.
+    pub padding: &'static [u8],
+}
+
+/// The TCG log's format (`binary_bios_measurements`).
+pub const TCG_LOG: LogFormat = LogFormat {
+    header_index_zero: true,
+    max_events: MAX_EVENTS,
+    padding: &[0],
+};
+
+/// One event as the crypto-agile format frames it, with its digest of the
+/// reader's bank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgileEvent<'a, const N: usize> {
+    /// Its register index (a PCR, or a TDX measurement register).
+    pub index: u32,
+    /// Its TCG event type (`EV_*`).
+    pub event_type: u32,
+    /// The digest of the bank, if the event carries one.
+    pub digest: Option<[u8; N]>,
+    /// The event data.
+    pub data: &'a [u8],
+}
+
+/// One reader of the TCG crypto-agile event-log format (TCG PC Client
+/// Platform Firmware Profile, 10.2), generic over the digest bank it keeps:
+/// the header event and its Spec ID, then events of a register index, a
+/// type, one digest per declared algorithm and the data. Every length is
+/// bounded by the bytes left; the callers add their register bounds.
+#[derive(Clone, Debug)]
+pub struct AgileLogReader<'a, const N: usize> {
+    reader: bytes::Reader<'a>,
+    bank: DigestBank<N>,
+    format: LogFormat,
+    digest_sizes: Vec<(u16, u16)>,
+    read: usize,
+}
+
+impl<'a, const N: usize> AgileLogReader<'a, N> {
+    /// Reads the header: a legacy (SHA-1 format) `EV_NO_ACTION` event whose
+    /// data is the `Spec ID Event03` listing the banks and digest sizes.
+    pub fn open(
+        bytes: &'a [u8],
+        bank: DigestBank<N>,
+        format: LogFormat,
+    ) -> Result<AgileLogReader<'a, N>, EventLogError> {
+        let mut reader = bytes::Reader::new(bytes);
+        let header = take(&mut reader, LEGACY_HEADER_LEN, "the header event")?;
+        let mut h = bytes::Reader::new(header);
+        // Register index, type, a SHA-1 digest, the data's size.
+        let fields = (h.u32_le(), h.u32_le(), h.skip(20), h.u32_le());
+        let (Ok(index), Ok(event_type), Ok(()), Ok(data_len)) = fields else {
+            return Err(EventLogError::NotCryptoAgile);
+        };
+        if (format.header_index_zero && index != 0) || event_type != EV_NO_ACTION {
+            return Err(EventLogError::NotCryptoAgile);
+        }
+        let data_len = bytes::len_of(data_len);
+        let spec = take(&mut reader, data_len, "the Spec ID event")?;
+        let digest_sizes = spec_id_digest_sizes(spec)?;
+        Ok(AgileLogReader {
+            reader,
+            bank,
+            format,
+            digest_sizes,
+            read: 0,
+        })
+    }
+
+    /// The `(algorithm, digest size)` table the header declares.
+    pub fn digest_sizes(&self) -> &[(u16, u16)] {
+        &self.digest_sizes
+    }
+
+    /// The next event; `None` once the log is read or only padding is left.
+    /// `check_index` sees each event's number (1 is the first after the
+    /// header) and register index as soon as it is read.
+    pub fn next_event<E: From<EventLogError>>(
+        &mut self,
+        check_index: impl FnOnce(usize, u32) -> Result<(), E>,
+    ) -> Result<Option<AgileEvent<'a, N>>, E> {
+        let rest = self.reader.rest();
+        if rest.is_empty()
+            || self
+                .format
+                .padding
+                .iter()
+                .any(|p| rest.iter().all(|b| b == p))
+        {
+            return Ok(None);
+        }
+        if self.read == self.format.max_events {
+            return Err(EventLogError::TooManyEvents.into());
+        }
+        self.read += 1;
+        let number = self.read;
+        let index = u32_le(&mut self.reader, "an event's register index")?;
+        check_index(number, index)?;
+        let event_type = u32_le(&mut self.reader, "an event's type")?;
+        let count = u32_le(&mut self.reader, "an event's digest count")?;
+        if bytes::len_of(count) > MAX_ALGORITHMS {
+            return Err(EventLogError::TooManyAlgorithms { count }.into());
+        }
+        let mut digest = None;
+        for _ in 0..count {
+            let alg = u16_le(&mut self.reader, "a digest's algorithm")?;
+            let undeclared = EventLogError::UndeclaredAlgorithm { event: number, alg };
+            let size = self
+                .digest_sizes
+                .iter()
+                .find(|(a, _)| *a == alg)
+                .map(|(_, s)| usize::from(*s))
+                .ok_or(undeclared.clone())?;
+            let bytes = take(&mut self.reader, size, "a digest")?;
+            if alg == self.bank.alg {
+                digest = Some(<[u8; N]>::try_from(bytes).map_err(|_| undeclared)?);
+            }
+        }
+        let size = bytes::len_of(u32_le(&mut self.reader, "an event's data size")?);
+        let data = take(&mut self.reader, size, "an event's data")?;
+        Ok(Some(AgileEvent {
+            index,
+            event_type,
+            digest,
+            data,
+        }))
+    }
+
+    /// How many bytes were read (the header and the events so far).
     pub fn offset(&self) -> usize {
-        self.at
+        self.reader.offset()
     }
 
-    /// The bytes not read yet.
-    pub fn rest(&self) -> &'a [u8] {
-        &self.bytes[self.at..]
+    /// The bytes read so far: the log without its padding once
+    /// [`next_event`](Self::next_event) gave `None`.
+    pub fn consumed(&self) -> &'a [u8] {
+        self.reader.consumed()
     }
+}
 
-    /// The next `n` bytes (`what` names them in the error when fewer are left).
-    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], EventLogError> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or(EventLogError::Truncated {
-                offset: self.at,
-                what,
-            })?;
-        let out = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(out)
-    }
+/// The shared reader's shortfall as the log's error.
+fn truncated(e: bytes::ReadError, what: &'static str) -> EventLogError {
+    let offset = match e {
+        bytes::ReadError::Short { offset, .. } | bytes::ReadError::Trailing { offset, .. } => {
+            offset
+        }
+    };
+    EventLogError::Truncated { offset, what }
+}
 
-    /// The next little-endian `u16`.
-    pub fn u16(&mut self, what: &'static str) -> Result<u16, EventLogError> {
-        let b = self.take(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
+fn take<'a>(
+    r: &mut bytes::Reader<'a>,
+    n: usize,
+    what: &'static str,
+) -> Result<&'a [u8], EventLogError> {
+    r.take(n).map_err(|e| truncated(e, what))
+}
 
-    /// The next little-endian `u32`.
-    pub fn u32(&mut self, what: &'static str) -> Result<u32, EventLogError> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
+fn u16_le(r: &mut bytes::Reader<'_>, what: &'static str) -> Result<u16, EventLogError> {
+    r.u16_le().map_err(|e| truncated(e, what))
+}
 
-    /// Whether every byte was read.
-    pub fn done(&self) -> bool {
-        self.at == self.bytes.len()
-    }
+fn u32_le(r: &mut bytes::Reader<'_>, what: &'static str) -> Result<u32, EventLogError> {
+    r.u32_le().map_err(|e| truncated(e, what))
 }
 
 impl EventLog {
@@ -277,73 +428,39 @@ impl EventLog {
         if bytes.len() > MAX_EVENT_LOG_LEN {
             return Err(EventLogError::TooLarge { len: bytes.len() });
         }
-        let mut c = Cursor::new(bytes);
-        // The header: a legacy event (SHA-1 format) whose data is the
-        // Spec ID event listing the banks and their digest sizes.
-        let header = c.take(LEGACY_HEADER_LEN, "the header event")?;
-        let (pcr, event_type) = (le32(&header[0..4]), le32(&header[4..8]));
-        if pcr != 0 || event_type != EV_NO_ACTION {
-            return Err(EventLogError::NotCryptoAgile);
-        }
-        let data_len = le32(&header[28..32]) as usize;
-        let spec = c.take(data_len, "the Spec ID event")?;
-        let digest_sizes = spec_id_digest_sizes(spec)?;
-        if !digest_sizes.iter().any(|(alg, _)| *alg == TPM_ALG_SHA256) {
+        let mut log = AgileLogReader::open(bytes, SHA256_BANK, TCG_LOG)?;
+        if !log
+            .digest_sizes()
+            .iter()
+            .any(|(alg, _)| *alg == TPM_ALG_SHA256)
+        {
             return Err(EventLogError::NoSha256Bank);
         }
 
         let mut events = Vec::new();
         let mut startup_locality = 0;
-        while !c.done() {
-            if c.bytes[c.at..].iter().all(|b| *b == 0) {
-                break;
-            }
-            let index = events.len() + 1;
-            if events.len() == MAX_EVENTS {
-                return Err(EventLogError::TooManyEvents);
-            }
-            let pcr = c.u32("an event's PCR index")?;
-            if pcr as usize >= PCR_COUNT {
-                return Err(EventLogError::PcrOutOfRange { event: index, pcr });
-            }
-            let event_type = c.u32("an event's type")?;
-            let count = c.u32("an event's digest count")?;
-            if count as usize > MAX_ALGORITHMS {
-                return Err(EventLogError::TooManyAlgorithms { count });
-            }
-            let mut sha256 = None;
-            for _ in 0..count {
-                let alg = c.u16("a digest's algorithm")?;
-                let size = digest_sizes
-                    .iter()
-                    .find(|(a, _)| *a == alg)
-                    .map(|(_, s)| *s as usize)
-                    .ok_or(EventLogError::UndeclaredAlgorithm { event: index, alg })?;
-                let digest = c.take(size, "a digest")?;
-                if alg == TPM_ALG_SHA256 {
-                    sha256 =
-                        Some(digest.try_into().map_err(|_| {
-                            EventLogError::UndeclaredAlgorithm { event: index, alg }
-                        })?);
-                }
-            }
-            let size = c.u32("an event's data size")? as usize;
-            let data = c.take(size, "an event's data")?.to_vec();
+        let in_range = |event: usize, pcr: u32| match usize::try_from(pcr) {
+            Ok(p) if p < PCR_COUNT => Ok(()),
+            _ => Err(EventLogError::PcrOutOfRange { event, pcr }),
+        };
+        while let Some(e) = log.next_event(in_range)? {
             let event = Event {
-                pcr,
-                event_type,
-                sha256,
-                data,
+                pcr: e.index,
+                event_type: e.event_type,
+                sha256: e.digest,
+                data: e.data.to_vec(),
             };
             if event.extends() && event.sha256.is_none() {
-                return Err(EventLogError::MissingSha256 { event: index });
+                return Err(EventLogError::MissingSha256 {
+                    event: events.len() + 1,
+                });
             }
-            if !event.extends()
-                && pcr == 0
-                && event.data.len() == 17
-                && event.data.starts_with(STARTUP_LOCALITY_SIGNATURE)
+            if let [sig @ .., locality] = event.data.as_slice()
+                && !event.extends()
+                && event.pcr == 0
+                && sig == STARTUP_LOCALITY_SIGNATURE
             {
-                startup_locality = event.data[16];
+                startup_locality = *locality;
             }
             events.push(event);
         }
@@ -368,10 +485,7 @@ impl EventLog {
     /// PCRs without an event are absent.
     pub fn replay(&self) -> BTreeMap<u32, [u8; SHA256_LEN]> {
         let mut pcrs = BTreeMap::new();
-        for e in self.events.iter().filter(|e| e.extends()) {
-            let digest = e
-                .sha256
-                .expect("parse requires SHA-256 on extending events");
+        for (e, digest) in self.extended() {
             let value = pcrs.entry(e.pcr).or_insert_with(|| {
                 let mut reset = [0u8; SHA256_LEN];
                 if e.pcr == 0 {
@@ -389,13 +503,19 @@ impl EventLog {
     /// held. Used to give a join service's TPM the measurements of a node
     /// of the same image.
     pub fn extend_into(&self, tpm: &mut Tpm) -> Result<(), TpmError> {
-        for e in self.events.iter().filter(|e| e.extends()) {
-            let digest = e
-                .sha256
-                .expect("parse requires SHA-256 on extending events");
+        for (e, digest) in self.extended() {
             tpm.pcr_extend(e.pcr, &digest)?;
         }
         Ok(())
+    }
+
+    /// The extending events with their SHA-256 digests (which
+    /// [`parse`](Self::parse) requires of every one of them).
+    fn extended(&self) -> impl Iterator<Item = (&Event, [u8; SHA256_LEN])> {
+        self.events
+            .iter()
+            .filter(|e| e.extends())
+            .filter_map(|e| e.sha256.map(|d| (e, d)))
     }
 }
 
@@ -497,8 +617,9 @@ impl EventList {
             let pcr = e
                 .get("pcr")
                 .and_then(|v| v.as_u64())
-                .filter(|p| (*p as usize) < PCR_COUNT)
-                .ok_or_else(|| at("\"pcr\" must be 0 to 23"))? as u32;
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|p| usize::try_from(*p).is_ok_and(|p| p < PCR_COUNT))
+                .ok_or_else(|| at("\"pcr\" must be 0 to 23"))?;
             let text = |key: &str| -> Result<String, EventListError> {
                 let v = e
                     .get(key)
@@ -594,15 +715,11 @@ impl EventLog {
     pub fn to_event_list(&self) -> EventList {
         EventList {
             events: self
-                .events
-                .iter()
-                .filter(|e| e.extends())
-                .map(|e| EventSummary {
+                .extended()
+                .map(|(e, sha256)| EventSummary {
                     pcr: e.pcr,
                     event_type: e.type_name().to_string(),
-                    sha256: e
-                        .sha256
-                        .expect("parse requires SHA-256 on extending events"),
+                    sha256,
                     description: e.description(),
                 })
                 .collect(),
@@ -610,28 +727,24 @@ impl EventLog {
     }
 }
 
-/// The little-endian `u32` at the start of `b` (at least 4 bytes).
-pub fn le32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-
 /// The `(algorithm, digest size)` table of a `TCG_EfiSpecIDEvent`.
 pub fn spec_id_digest_sizes(spec: &[u8]) -> Result<Vec<(u16, u16)>, EventLogError> {
-    let mut c = Cursor::new(spec);
-    if c.take(16, "the Spec ID signature")? != SPEC_ID_SIGNATURE {
+    let mut c = bytes::Reader::new(spec);
+    if take(&mut c, 16, "the Spec ID signature")? != SPEC_ID_SIGNATURE {
         return Err(EventLogError::NotCryptoAgile);
     }
     // platformClass u32, specVersionMinor, specVersionMajor, specErrata,
     // uintnSize (u8 each).
-    c.take(8, "the Spec ID versions")?;
-    let count = c.u32("the algorithm count")?;
-    if count as usize > MAX_ALGORITHMS {
+    take(&mut c, 8, "the Spec ID versions")?;
+    let count = u32_le(&mut c, "the algorithm count")?;
+    let n = bytes::len_of(count);
+    if n > MAX_ALGORITHMS {
         return Err(EventLogError::TooManyAlgorithms { count });
     }
-    let mut sizes = Vec::with_capacity(count as usize);
+    let mut sizes = Vec::with_capacity(n);
     for _ in 0..count {
-        let alg = c.u16("an algorithm id")?;
-        let size = c.u16("a digest size")?;
+        let alg = u16_le(&mut c, "an algorithm id")?;
+        let size = u16_le(&mut c, "a digest size")?;
         sizes.push((alg, size));
     }
     Ok(sizes)
@@ -655,7 +768,7 @@ pub fn synthetic_log(events: &[(u32, u32, &[u8])]) -> Vec<u8> {
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
     out.extend_from_slice(&[0; 20]);
-    out.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    out.extend_from_slice(&bytes::len_u32(spec.len()).to_le_bytes());
     out.extend_from_slice(&spec);
     for (pcr, ty, data) in events {
         out.extend_from_slice(&pcr.to_le_bytes());
@@ -665,7 +778,7 @@ pub fn synthetic_log(events: &[(u32, u32, &[u8])]) -> Vec<u8> {
         out.extend_from_slice(&[0x11; 20]);
         out.extend_from_slice(&TPM_ALG_SHA256.to_le_bytes());
         out.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, data).as_ref());
-        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&bytes::len_u32(data.len()).to_le_bytes());
         out.extend_from_slice(data);
     }
     out

@@ -3,6 +3,14 @@
 //! attestation-key template. All big-endian; every length is checked against
 //! the bytes that remain before it is used, and trailing bytes are refused.
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
+use confboot_util::bytes;
+
 /// `TPM_GENERATED_VALUE`, the magic at the start of every `TPMS_ATTEST`.
 pub const TPM_GENERATED_VALUE: u32 = 0xff54_4347;
 /// `TPM_ST_ATTEST_QUOTE`.
@@ -55,10 +63,10 @@ pub mod object_attributes {
 #[error("{0}")]
 pub struct ParseError(pub String);
 
-/// A bounded big-endian reader over a byte slice.
+/// A bounded big-endian reader over a TPM structure: the shared byte reader
+/// ([`confboot_util::bytes::Reader`]) with the structure's name in errors.
 pub struct Reader<'a> {
-    bytes: &'a [u8],
-    offset: usize,
+    inner: bytes::Reader<'a>,
     what: &'static str,
 }
 
@@ -66,53 +74,58 @@ impl<'a> Reader<'a> {
     /// A reader over `bytes`; `what` names the structure in errors.
     pub fn new(bytes: &'a [u8], what: &'static str) -> Self {
         Reader {
-            bytes,
-            offset: 0,
+            inner: bytes::Reader::new(bytes),
             what,
         }
     }
 
     fn err(&self, msg: String) -> ParseError {
-        ParseError(format!("{} at offset {}: {msg}", self.what, self.offset))
+        ParseError(format!(
+            "{} at offset {}: {msg}",
+            self.what,
+            self.inner.offset()
+        ))
+    }
+
+    fn read_err(&self, e: bytes::ReadError) -> ParseError {
+        match e {
+            bytes::ReadError::Short {
+                needed, remaining, ..
+            } => self.err(format!("needs {needed} bytes, {remaining} remain")),
+            bytes::ReadError::Trailing { trailing, .. } => {
+                self.err(format!("{trailing} trailing bytes"))
+            }
+        }
     }
 
     /// Takes the next `n` bytes.
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
-        let remaining = self.bytes.len() - self.offset;
-        if n > remaining {
-            return Err(self.err(format!("needs {n} bytes, {remaining} remain")));
-        }
-        let s = &self.bytes[self.offset..self.offset + n];
-        self.offset += n;
-        Ok(s)
+        self.inner.take(n).map_err(|e| self.read_err(e))
     }
 
     /// Reads a `u8`.
     pub fn u8(&mut self) -> Result<u8, ParseError> {
-        Ok(self.take(1)?[0])
+        self.inner.u8().map_err(|e| self.read_err(e))
     }
 
     /// Reads a big-endian `u16`.
     pub fn u16(&mut self) -> Result<u16, ParseError> {
-        let b = self.take(2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
+        self.inner.u16_be().map_err(|e| self.read_err(e))
     }
 
     /// Reads a big-endian `u32`.
     pub fn u32(&mut self) -> Result<u32, ParseError> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        self.inner.u32_be().map_err(|e| self.read_err(e))
     }
 
     /// Reads a big-endian `u64`.
     pub fn u64(&mut self) -> Result<u64, ParseError> {
-        let b = self.take(8)?;
-        Ok(u64::from_be_bytes(b.try_into().expect("8 bytes taken")))
+        self.inner.u64_be().map_err(|e| self.read_err(e))
     }
 
     /// Reads a `TPM2B` (u16 size, then that many bytes) of at most `max` bytes.
     pub fn tpm2b(&mut self, max: usize, field: &str) -> Result<&'a [u8], ParseError> {
-        let n = self.u16()? as usize;
+        let n = usize::from(self.u16()?);
         if n > max {
             return Err(self.err(format!("{field} has {n} bytes, at most {max} allowed")));
         }
@@ -121,16 +134,12 @@ impl<'a> Reader<'a> {
 
     /// Fails unless every byte was consumed.
     pub fn finish(&self) -> Result<(), ParseError> {
-        let rest = self.bytes.len() - self.offset;
-        if rest != 0 {
-            return Err(self.err(format!("{rest} trailing bytes")));
-        }
-        Ok(())
+        self.inner.finish().map_err(|e| self.read_err(e))
     }
 
     /// Bytes not consumed yet.
     pub fn remaining(&self) -> usize {
-        self.bytes.len() - self.offset
+        self.inner.remaining()
     }
 }
 
@@ -261,7 +270,7 @@ pub fn parse_quote_attest(attest: &[u8]) -> Result<QuoteInfo, ParseError> {
         let bitmap = r.take(size)?;
         let pcr_indices = (0..size * 8)
             .filter(|i| bitmap[i / 8] & (1 << (i % 8)) != 0)
-            .map(|i| i as u32)
+            .filter_map(|i| u32::try_from(i).ok())
             .collect();
         pcr_selections.push(PcrSelection {
             hash_alg,

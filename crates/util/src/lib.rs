@@ -1,4 +1,5 @@
 //! Small pieces every confboot crate shares: encodings ([`hex`], [`base64`]),
+//! the bounded byte reader of the binary formats ([`bytes`]),
 //! bounded file reads and private writes ([`fs`]), wall-clock instants
 //! ([`time`]), the stop signal every loop watches ([`stop`]), retry delays
 //! ([`backoff`]), the binaries' option parser ([`args`]), logging setup
@@ -8,6 +9,7 @@
 pub mod args;
 pub mod backoff;
 pub mod base64;
+pub mod bytes;
 pub mod fs;
 pub mod hex;
 pub mod logging;

@@ -12,6 +12,14 @@
 //! that are left, nesting stops at [`Limits::max_depth`] and the items of
 //! one document at [`Limits::max_items`].
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
+use confboot_util::bytes;
+
 /// A CBOR data item of the subset above.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Value {
@@ -41,10 +49,11 @@ impl Value {
 
     /// An integer item (negative numbers as major type 1).
     pub(crate) fn int(n: i64) -> Value {
+        // `-1 - n` of a negative `n` is 0 to `i64::MAX`: no overflow.
         if n >= 0 {
-            Value::Uint(n as u64)
+            Value::Uint(n.unsigned_abs())
         } else {
-            Value::Nint((-1 - n) as u64)
+            Value::Nint((-1 - n).unsigned_abs())
         }
     }
 
@@ -131,16 +140,18 @@ pub enum CborProblem {
 
 fn head(out: &mut Vec<u8>, major: u8, n: u64) {
     let m = major << 5;
-    if n < 24 {
-        out.push(m | n as u8);
-    } else if n <= 0xff {
-        out.extend([m | 24, n as u8]);
-    } else if n <= 0xffff {
+    if let Ok(small) = u8::try_from(n)
+        && small < 24
+    {
+        out.push(m | small);
+    } else if let Ok(byte) = u8::try_from(n) {
+        out.extend([m | 24, byte]);
+    } else if let Ok(short) = u16::try_from(n) {
         out.push(m | 25);
-        out.extend((n as u16).to_be_bytes());
-    } else if n <= 0xffff_ffff {
+        out.extend(short.to_be_bytes());
+    } else if let Ok(word) = u32::try_from(n) {
         out.push(m | 26);
-        out.extend((n as u32).to_be_bytes());
+        out.extend(word.to_be_bytes());
     } else {
         out.push(m | 27);
         out.extend(n.to_be_bytes());
@@ -204,49 +215,55 @@ pub(crate) fn decode(bytes: &[u8], limits: Limits) -> Result<Value, CborError> {
         });
     }
     let mut reader = Reader {
-        bytes,
-        at: 0,
+        bytes: bytes::Reader::new(bytes),
         items_left: limits.max_items,
         max_depth: limits.max_depth,
     };
     let value = reader.item(0)?;
-    if reader.at != bytes.len() {
+    if !reader.bytes.is_done() {
         return Err(reader.error(CborProblem::Trailing));
     }
     Ok(value)
 }
 
+/// The shared bounded reader ([`bytes::Reader`]) with the document's limits.
 struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+    bytes: bytes::Reader<'a>,
     items_left: usize,
     max_depth: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn error(&self, problem: CborProblem) -> CborError {
         CborError {
-            offset: self.at,
+            offset: self.bytes.offset(),
             problem,
         }
     }
 
     fn left(&self) -> usize {
-        self.bytes.len() - self.at
+        self.bytes.remaining()
     }
 
     fn take(&mut self, n: usize) -> Result<&[u8], CborError> {
-        if n > self.left() {
-            return Err(self.error(CborProblem::Truncated));
-        }
-        let start = self.at;
-        self.at += n;
-        Ok(&self.bytes[start..self.at])
+        let truncated = self.error(CborProblem::Truncated);
+        self.bytes.take(n).map_err(|_| truncated)
+    }
+
+    /// An argument of the head, read by `read` (one of the big-endian
+    /// integers).
+    fn argument<T: Into<u64>>(
+        &mut self,
+        read: fn(&mut bytes::Reader<'a>) -> Result<T, bytes::ReadError>,
+    ) -> Result<u64, CborError> {
+        let truncated = self.error(CborProblem::Truncated);
+        read(&mut self.bytes).map(Into::into).map_err(|_| truncated)
     }
 
     /// The initial byte's major type and its argument, in shortest form.
     fn head(&mut self) -> Result<(u8, u8, u64), CborError> {
-        let initial = self.take(1)?[0];
+        let truncated = self.error(CborProblem::Truncated);
+        let initial = self.bytes.u8().map_err(|_| truncated)?;
         let (major, info) = (initial >> 5, initial & 0x1f);
         if major == 7 {
             return match info {
@@ -256,19 +273,10 @@ impl Reader<'_> {
         }
         let (n, min) = match info {
             0..=23 => return Ok((major, info, u64::from(info))),
-            24 => (u64::from(self.take(1)?[0]), 24),
-            25 => (
-                u64::from(u16::from_be_bytes(self.take(2)?.try_into().expect("2"))),
-                0x100,
-            ),
-            26 => (
-                u64::from(u32::from_be_bytes(self.take(4)?.try_into().expect("4"))),
-                0x1_0000,
-            ),
-            27 => (
-                u64::from_be_bytes(self.take(8)?.try_into().expect("8")),
-                0x1_0000_0000,
-            ),
+            24 => (self.argument(bytes::Reader::u8)?, 24),
+            25 => (self.argument(bytes::Reader::u16_be)?, 0x100),
+            26 => (self.argument(bytes::Reader::u32_be)?, 0x1_0000),
+            27 => (self.argument(bytes::Reader::u64_be)?, 0x1_0000_0000),
             _ => return Err(self.error(CborProblem::Unsupported { major, info })),
         };
         if n < min {
@@ -296,7 +304,7 @@ impl Reader<'_> {
 
     fn item(&mut self, depth: usize) -> Result<Value, CborError> {
         self.count_item()?;
-        let start = self.at;
+        let start = self.bytes.offset();
         let (major, info, n) = self.head()?;
         let nested = |r: &Self| {
             if depth >= r.max_depth {
@@ -341,11 +349,12 @@ impl Reader<'_> {
                 let mut entries = Vec::with_capacity(len);
                 let mut previous: Option<(usize, usize)> = None;
                 for _ in 0..len {
-                    let key_start = self.at;
+                    let key_start = self.bytes.offset();
                     let key = self.item(depth)?;
-                    let key_end = self.at;
+                    let key_end = self.bytes.offset();
+                    let seen = self.bytes.consumed();
                     if let Some((s, e)) = previous
-                        && self.bytes[s..e] >= self.bytes[key_start..key_end]
+                        && seen.get(s..e) >= seen.get(key_start..key_end)
                     {
                         return Err(CborError {
                             offset: key_start,

@@ -18,6 +18,12 @@
 //! algorithm, an unprotected header, a detached payload or a key that is
 //! not configured is refused, whatever the rest says.
 
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use ring::rand::SystemRandom;
 use ring::signature::{
     ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair,
