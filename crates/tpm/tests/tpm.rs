@@ -1,6 +1,5 @@
 //! The TPM layer against a real swtpm: PCR read/extend, AK create/load, quote, NV.
 
-use confboot_cluster::mark::{mark_node, marked_pcr15};
 use confboot_tpm::structures::{parse_ecc_public, parse_ecdsa_signature, parse_quote_attest};
 use confboot_tpm::swtpm::Swtpm;
 use confboot_tpm::{DEFAULT_AK_HANDLE, TpmError, pcr_digest};
@@ -15,9 +14,10 @@ fn reads_all_24_pcrs_and_extends_one() {
         (0..24).collect::<Vec<u32>>()
     );
     assert_eq!(before[15].1, [0; 32]);
-    mark_node(&mut tpm, b"cluster-1").unwrap();
+    tpm.pcr_extend(15, &[7; 32]).unwrap();
     let after = tpm.pcr_read_all().unwrap();
-    assert_eq!(after[15].1, marked_pcr15(b"cluster-1"));
+    // An extend hashes the old value with the digest: SHA-256(0³² ‖ 7³²).
+    assert_eq!(after[15].1, pcr_digest([&[0u8; 32][..], &[7u8; 32][..]]));
     for i in (0..24).filter(|i| *i != 15) {
         assert_eq!(before[i], after[i], "PCR {i} changed");
     }
@@ -86,8 +86,8 @@ fn swtpm_helper_isolates_instances_and_cleans_up() {
         a.tcti(),
         format!("swtpm:host=127.0.0.1,port={}", a.addr().port())
     );
-    // Separate TPMs: marking one leaves the other's PCR 15 alone.
-    mark_node(&mut a.connect().unwrap(), b"a").unwrap();
+    // Separate TPMs: extending one leaves the other's PCR 15 alone.
+    a.connect().unwrap().pcr_extend(15, &[1; 32]).unwrap();
     assert_eq!(b.connect().unwrap().pcr_read(&[15]).unwrap()[0].1, [0; 32]);
     let (dir, pid, addr) = (a.state_dir().to_path_buf(), a.pid(), a.addr());
     assert!(dir.exists());
