@@ -44,12 +44,7 @@ impl Node {
             fail = p("fail"),
         );
         let kubeadm = dir.path().join("kubeadm");
-        std::fs::write(&kubeadm, script).unwrap();
-        std::fs::set_permissions(
-            &kubeadm,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        confboot_testkit::write_executable(&kubeadm, &script);
         Node { dir }
     }
 

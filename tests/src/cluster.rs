@@ -539,12 +539,7 @@ impl NodeDir {
             kubelet = dir.path().join("kubelet/pki").display(),
         );
         let kubeadm = dir.path().join("kubeadm");
-        std::fs::write(&kubeadm, script).unwrap();
-        std::fs::set_permissions(
-            &kubeadm,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        confboot_testkit::write_executable(&kubeadm, &script);
         NodeDir {
             dir,
             bootstrapper: bootstrapper.to_path_buf(),

@@ -564,7 +564,7 @@ fn real_process_runner_with_a_standin_kubeadm() {
     let dir = TempDir::new("proc");
     let script = dir.path().join("kubeadm");
     let argv_log = dir.path().join("argv");
-    fs::write(
+    confboot_testkit::write_executable(
         &script,
         format!(
             "#!/bin/sh\nprintf '%s\\n' \"$@\" >> {argv}\necho \"[$1] starting\"\n\
@@ -574,9 +574,7 @@ fn real_process_runner_with_a_standin_kubeadm() {
             argv = argv_log.display(),
             admin = dir.path().join("admin.conf").display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let mut b = KubeadmBackend::new(Box::new(ProcessRunner::default()));
     b.kubeadm = script;
     b.config_dir = dir.path().join("run");

@@ -4,7 +4,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use confboot_disk::dm::wire::TableTarget;
@@ -265,7 +264,7 @@ fn the_key_reaches_cryptsetup_only_on_stdin() {
     // A cryptsetup that records its argv, environment and stdin per call,
     // then runs the real one with the same arguments and stdin.
     let script = dir.path().join("cryptsetup");
-    fs::write(
+    confboot_testkit::write_executable(
         &script,
         format!(
             "#!/bin/sh\nd={log}\nn=$$\nprintf '%s\\n' \"$@\" > $d/$n.argv\nenv > $d/$n.env\n\
@@ -273,9 +272,7 @@ fn the_key_reaches_cryptsetup_only_on_stdin() {
             log = log.display(),
             real = real_cryptsetup().display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
 
     let secret = key(42);
     let uuid = new_disk_uuid();
@@ -385,7 +382,7 @@ fn a_header_that_does_not_carry_the_requested_uuid_is_an_error() {
     let image = blank_image(&dir, "disk.img");
     // A cryptsetup that drops `--uuid X` (so the header gets a random UUID).
     let script = dir.path().join("cryptsetup");
-    fs::write(
+    confboot_testkit::write_executable(
         &script,
         format!(
             "#!/bin/sh\nskip=0\nfor a in \"$@\"; do shift\n\
@@ -394,9 +391,7 @@ fn a_header_that_does_not_carry_the_requested_uuid_is_an_error() {
              set -- \"$@\" \"$a\"; done\nexec {} \"$@\"\n",
             real_cryptsetup().display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let uuid = new_disk_uuid();
     let mut disk = StateDisk::new(CryptsetupBackend::header_only(&image).with_program(&script));
     let got = disk.format_or_open(&uuid, |_| Ok(key(1)));
@@ -424,7 +419,7 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
         .unwrap();
     let status_file = dir.path().join("open-status");
     let script = dir.path().join("cryptsetup");
-    fs::write(
+    confboot_testkit::write_executable(
         &script,
         format!(
             "#!/bin/sh\nif [ \"$1\" = open ]; then\n\
@@ -434,9 +429,7 @@ fn map_mode_runs_open_with_the_mapper_name_and_maps_exit_statuses() {
             status = status_file.display(),
             real = real_cryptsetup().display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     // What the kernel would report for the mapping cryptsetup makes of a
     // block device 254:16 of the image's size (the key in the keyring).
     let size = fs::metadata(&image).unwrap().len();
@@ -526,7 +519,7 @@ fn a_mapping_unlike_the_nodes_is_removed_and_refused_by_name() {
         .format_or_open(&uuid, |_| Ok(key(1)))
         .unwrap();
     let script = dir.path().join("cryptsetup");
-    fs::write(
+    confboot_testkit::write_executable(
         &script,
         format!(
             "#!/bin/sh\ncase \"$1\" in\nopen) cat > /dev/null; exit 0;;\n\
@@ -534,9 +527,7 @@ fn a_mapping_unlike_the_nodes_is_removed_and_refused_by_name() {
             d = dir.path().display(),
             real = real_cryptsetup().display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let size = fs::metadata(&image).unwrap().len();
     let length = (size - (16 << 20)) / 512;
     let good = "aes-xts-plain64 :64:logon:cryptsetup:x-d0 0 254:16 32768 1 sector_size:4096";
@@ -724,8 +715,7 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
     let dir = TempDir::new("hang");
     let image = blank_image(&dir, "disk.img");
     let script = dir.path().join("cryptsetup");
-    fs::write(&script, "#!/bin/sh\nexec sleep 1000\n").unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    confboot_testkit::write_executable(&script, "#!/bin/sh\nexec sleep 1000\n");
     let mut hanging = CryptsetupBackend::header_only(&image).with_program(&script);
     hanging.runner = confboot_sys::process::ProcessRunner::new(
         Some(std::time::Duration::from_millis(300)),

@@ -273,6 +273,34 @@ impl Drop for TempDir {
     }
 }
 
+/// Writes an executable script (mode 0755) at `path` holding `contents`.
+///
+/// The file is written by a child `sh`, never opened for writing in this
+/// process: a test binary runs its tests on threads, and a file this
+/// process held open for writing would be inherited by another thread's
+/// child between its fork and its exec, so executing the script could fail
+/// with `ETXTBSY` ("Text file busy").
+pub fn write_executable(path: &Path, contents: impl AsRef<[u8]>) {
+    let mut child = Command::new("sh")
+        .args(["-c", "cat > \"$0\" && chmod 755 \"$0\""])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start sh to write {}: {e}", path.display()));
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(contents.as_ref())
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    let status = child.wait().expect("wait for sh");
+    assert!(
+        status.success(),
+        "writing {} failed: {status}",
+        path.display()
+    );
+}
+
 /// Writes `measurements.json` into `dir`: a measurement policy (the
 /// Constellation format) that pins an image, enforcing PCR 4 (the boot
 /// chain) = `ab` × 32 and PCR 9 (the initrd and command line) = `cd` × 32
