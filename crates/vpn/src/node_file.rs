@@ -275,7 +275,13 @@ mod tests {
                 "{field} missing accepted"
             );
         }
-        for bad in [json!("51820"), json!(-1), json!(null), json!(["x"]), json!(51820.0)] {
+        for bad in [
+            json!("51820"),
+            json!(-1),
+            json!(null),
+            json!(["x"]),
+            json!(51820.0),
+        ] {
             let mut v = good.clone();
             v["listenPort"] = bad.clone();
             assert!(
