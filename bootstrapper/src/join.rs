@@ -8,6 +8,11 @@
 //! secrets with the private key, which never leaves this process and is
 //! zeroized with the attempt. A ticket whose secrets are not sealed, or do
 //! not open, is thrown away like one from an untrusted service.
+//!
+//! The metadata server's reply is read as a JSON value, not with a serde
+//! derive: it is the cloud's document, with members the node does not know, and
+//! a derive would add code to the bootstrapper, within a few KB of its size
+//! budget.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

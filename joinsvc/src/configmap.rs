@@ -15,6 +15,11 @@
 //! generations, every disk a UUID, the filter of issued tickets exactly its
 //! size. Anything else is [`Corrupt`], and the registry refuses every
 //! change and update (fail closed). Fuzz target `registry_configmap`.
+//!
+//! The object is read as a JSON value, not with a serde derive: it is the API
+//! server's, and around the data it carries members joinsvc does not own
+//! (`metadata`, `managedFields`), which a derive would either refuse (unknown
+//! members denied) or skip unread.
 
 use std::collections::BTreeMap;
 

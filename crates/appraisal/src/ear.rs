@@ -62,6 +62,10 @@
 //! claims and other encodings are refused); and the result must be issued
 //! no later than `now` plus [`MAX_CLOCK_SKEW_SECS`] and no earlier than
 //! `now` minus the caller's maximum age.
+//!
+//! The claims are read as a JSON value, not with a serde derive: that they
+//! re-encode to the very bytes signed already refuses repeated keys, other
+//! members and other encodings.
 
 use std::fmt;
 

@@ -57,7 +57,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SerialNumber,
 };
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use zeroize::Zeroizing;
 
 use super::kubeadm::{
@@ -70,6 +71,7 @@ use super::{
 };
 use confboot_kms::SecretBytes;
 use confboot_util::fs::{FileError, read_bounded};
+use confboot_util::json::{JsonError, Object};
 
 /// Where PID 1 makes the handoff directory (a tmpfs that survives `switch_root`).
 pub const DEFAULT_HANDOFF_DIR: &str = "/run/confboot";
@@ -143,6 +145,9 @@ pub enum HandoffError {
     /// [`STEP_FILE`] is not what this format says.
     #[error("{STEP_FILE}: {0}")]
     Malformed(String),
+    /// A member of [`STEP_FILE`] appears twice in one object.
+    #[error("{STEP_FILE}: the member {0:?} is repeated")]
+    RepeatedKey(String),
     /// [`STEP_FILE`] names a kind of step other than `init` and `join`.
     #[error("{STEP_FILE}: unknown kind {0:?}")]
     UnknownKind(String),
@@ -152,7 +157,8 @@ pub enum HandoffError {
 }
 
 /// The non-secret part of a join ([`STEP_FILE`] of kind `join`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JoinStep {
     /// The API server, `host:port`.
     pub api_server_endpoint: String,
@@ -186,8 +192,10 @@ pub enum StepDocument {
 impl StepDocument {
     /// Parses and checks [`STEP_FILE`]'s bytes: at most
     /// [`MAX_STEP_FILE_BYTES`], a JSON object of format
-    /// [`STEP_FORMAT_VERSION`] and kind `init` or `join`, parameters that
-    /// pass the kubeadm backend's checks.
+    /// [`STEP_FORMAT_VERSION`] and kind `init` or `join` with the parameters
+    /// of that kind only, every member once and no other (a serde derive,
+    /// [`confboot_util::json::object`]), parameters that pass the kubeadm
+    /// backend's checks.
     pub fn parse(bytes: &[u8]) -> Result<StepDocument, HandoffError> {
         let malformed = |m: &str| HandoffError::Malformed(m.to_string());
         if bytes.len() as u64 > MAX_STEP_FILE_BYTES {
@@ -196,46 +204,50 @@ impl StepDocument {
                 limit: MAX_STEP_FILE_BYTES,
             });
         }
-        let root: Value = serde_json::from_slice(bytes).map_err(|e| {
-            HandoffError::Malformed(format!("not JSON: line {} column {}", e.line(), e.column()))
-        })?;
-        let root = Fields::of(&root, "the document")?;
-        if root.u64("version")? != STEP_FORMAT_VERSION {
+        let root: DocumentJson =
+            confboot_util::json::object(bytes).map_err(|error| match error {
+                JsonError::Syntax { line, column } => {
+                    HandoffError::Malformed(format!("not JSON: line {line} column {column}"))
+                }
+                JsonError::NotObject => malformed("the document is not an object"),
+                JsonError::DuplicateKey { key } => HandoffError::RepeatedKey(key),
+                JsonError::Data { description } => HandoffError::Malformed(description),
+            })?;
+        if root.version != STEP_FORMAT_VERSION {
             return Err(malformed("an unknown format version"));
         }
-        match root.string("kind")?.as_str() {
-            "init" => {
-                let p = Fields::of(root.get("init")?, "init")?;
+        match (root.kind.as_str(), root.init, root.join) {
+            ("init", Some(Object(p)), None) => {
+                at_most(
+                    &p.api_server_cert_sans,
+                    "api_server_cert_sans",
+                    MAX_CERT_SANS,
+                )?;
                 let params = InitClusterParams {
-                    cluster_name: p.string("cluster_name")?,
-                    kubernetes_version: p.string("kubernetes_version")?,
-                    node_ip: p.string("node_ip")?,
-                    api_server_cert_sans: p.strings("api_server_cert_sans", MAX_CERT_SANS)?,
-                    service_cidr: p.string("service_cidr")?,
-                    pod_cidr: p.string("pod_cidr")?,
-                    conformance_mode: p.bool("conformance_mode")?,
+                    cluster_name: p.cluster_name,
+                    kubernetes_version: p.kubernetes_version,
+                    node_ip: p.node_ip,
+                    api_server_cert_sans: p.api_server_cert_sans,
+                    service_cidr: p.service_cidr,
+                    pod_cidr: p.pod_cidr,
+                    conformance_mode: p.conformance_mode,
                 };
                 check_init(&params)?;
                 Ok(StepDocument::Init(params))
             }
-            "join" => {
-                let p = Fields::of(root.get("join")?, "join")?;
-                let step = JoinStep {
-                    api_server_endpoint: p.string("api_server_endpoint")?,
-                    discovery_token_ca_cert_hash: p.string("discovery_token_ca_cert_hash")?,
-                    is_control_plane: p.bool("is_control_plane")?,
-                    control_plane_files: p
-                        .strings("control_plane_files", MAX_CONTROL_PLANE_FILES)?,
-                    node_ip: p.string("node_ip")?,
-                    kubernetes_version: p.string("kubernetes_version")?,
-                    node_name: p.string("node_name")?,
-                    kubelet_cert: p.bool("kubelet_cert")?,
-                    token_valid_until: p.u64("token_valid_until")?,
-                };
+            ("join", None, Some(Object(step))) => {
+                at_most(
+                    &step.control_plane_files,
+                    "control_plane_files",
+                    MAX_CONTROL_PLANE_FILES,
+                )?;
                 check_join_step(&step)?;
                 Ok(StepDocument::Join(step))
             }
-            other => Err(HandoffError::UnknownKind(
+            ("init", None, _) => Err(malformed("no \"init\"")),
+            ("join", _, None) => Err(malformed("no \"join\"")),
+            ("init" | "join", _, _) => Err(malformed("the parameters of another kind")),
+            (other, _, _) => Err(HandoffError::UnknownKind(
                 other.chars().take(32).collect::<String>(),
             )),
         }
@@ -279,64 +291,37 @@ impl StepDocument {
     }
 }
 
-/// The fields of one JSON object, read with their types checked.
-struct Fields<'a>(&'a Map<String, Value>);
+/// [`STEP_FILE`] as written, before its parameters are checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DocumentJson {
+    version: u64,
+    kind: String,
+    init: Option<Object<InitJson>>,
+    join: Option<Object<JoinStep>>,
+}
 
-impl<'a> Fields<'a> {
-    fn of(v: &'a Value, what: &str) -> Result<Fields<'a>, HandoffError> {
-        v.as_object()
-            .map(Fields)
-            .ok_or_else(|| HandoffError::Malformed(format!("{what} is not an object")))
-    }
+/// The `init` member of [`STEP_FILE`] ([`InitClusterParams`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InitJson {
+    cluster_name: String,
+    kubernetes_version: String,
+    node_ip: String,
+    api_server_cert_sans: Vec<String>,
+    service_cidr: String,
+    pod_cidr: String,
+    conformance_mode: bool,
+}
 
-    fn get(&self, key: &str) -> Result<&'a Value, HandoffError> {
-        self.0
-            .get(key)
-            .ok_or_else(|| HandoffError::Malformed(format!("no {key:?}")))
+/// Refuses a list `key` of more than `max` entries.
+fn at_most(items: &[String], key: &str, max: usize) -> Result<(), HandoffError> {
+    if items.len() > max {
+        return Err(HandoffError::Malformed(format!(
+            "{key:?} has more than {max} entries"
+        )));
     }
-
-    fn wrong(key: &str, want: &str) -> HandoffError {
-        HandoffError::Malformed(format!("{key:?} is not {want}"))
-    }
-
-    fn string(&self, key: &str) -> Result<String, HandoffError> {
-        self.get(key)?
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| Self::wrong(key, "a string"))
-    }
-
-    fn bool(&self, key: &str) -> Result<bool, HandoffError> {
-        self.get(key)?
-            .as_bool()
-            .ok_or_else(|| Self::wrong(key, "true or false"))
-    }
-
-    fn u64(&self, key: &str) -> Result<u64, HandoffError> {
-        self.get(key)?
-            .as_u64()
-            .ok_or_else(|| Self::wrong(key, "a whole number"))
-    }
-
-    fn strings(&self, key: &str, max: usize) -> Result<Vec<String>, HandoffError> {
-        let items = self
-            .get(key)?
-            .as_array()
-            .ok_or_else(|| Self::wrong(key, "a list"))?;
-        if items.len() > max {
-            return Err(HandoffError::Malformed(format!(
-                "{key:?} has more than {max} entries"
-            )));
-        }
-        items
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Self::wrong(key, "a list of strings"))
-            })
-            .collect()
-    }
+    Ok(())
 }
 
 /// The kubeadm backend's checks of init parameters; the node's IP.
@@ -1103,6 +1088,49 @@ mod tests {
             .unwrap();
         assert!(!is_done(&dir));
         assert!(matches!(Handoff::read(&dir), Ok(Handoff::Init(_))));
+    }
+
+    #[test]
+    fn the_step_document_is_one_object_of_known_members_each_once() {
+        let good = String::from_utf8(StepDocument::Init(init_params()).to_json()).unwrap();
+        assert!(StepDocument::parse(good.as_bytes()).is_ok());
+        let malformed = |text: &str| {
+            assert_ne!(text, good, "the change applies");
+            let Err(e) = StepDocument::parse(text.as_bytes()) else {
+                panic!("{text} accepted")
+            };
+            assert!(matches!(e, HandoffError::Malformed(_)), "{text}: {e:?}");
+        };
+        malformed(&good.replace("\"pod_cidr\"", "\"pod_cidrs\""));
+        malformed(&good.replace("\"kind\"", "\"other\": 1, \"kind\""));
+        malformed(&good.replace("\"conformance_mode\": false", "\"conformance_mode\": 0"));
+        malformed(&good.replace("\"version\": 1", "\"version\": 1.0"));
+        malformed(&good.replace(",\n  \"version\": 1", ""));
+        malformed(&good.replace("\"init\":", "\"join\": {}, \"init\":"));
+        malformed(&good.replace("\"kind\": \"init\"", "\"kind\": \"join\""));
+        malformed(&good.replace(
+            "\"api_server_cert_sans\": [",
+            &format!(
+                "\"api_server_cert_sans\": [{}",
+                "\"a\", ".repeat(MAX_CERT_SANS)
+            ),
+        ));
+        malformed(r#"["init", 1]"#);
+        malformed(r#"{"version": 1, "kind": "init", "init": ["confboot", "v1.31.1"]}"#);
+        assert_eq!(
+            StepDocument::parse(
+                good.replace("\"kind\"", "\"\\u006bind\": \"x\", \"kind\"")
+                    .as_bytes()
+            ),
+            Err(HandoffError::RepeatedKey("kind".into()))
+        );
+        assert_eq!(
+            StepDocument::parse(
+                good.replace("\"node_ip\"", "\"node_ip\": \"10.0.0.9\", \"node_ip\"")
+                    .as_bytes()
+            ),
+            Err(HandoffError::RepeatedKey("node_ip".into()))
+        );
     }
 
     #[test]

@@ -34,6 +34,11 @@
 //!
 //! cryptsetup runs with `LC_ALL=C` so its messages are stable, on the
 //! project's process runner (time-bounded, stoppable, output bounded).
+//!
+//! The header metadata ([`HeaderMetadata`]) is read as a JSON value, not with a
+//! serde derive: it is cryptsetup's, with members this crate does not read,
+//! which a derive would either refuse (unknown members denied) or skip unread;
+//! the LUKS2 metadata is kept as a value (see `luks2::metadata`).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

@@ -2,13 +2,20 @@
 //! `{"key": "<base64>", "salt": "<base64>"}`. `confboot init` writes it
 //! (a new file, mode 0600); `confboot recover` and joinsvc read it (bounded
 //! in size). Errors name the file and the field, never the secret.
+//!
+//! The file is read with a serde derive ([`confboot_util::json::object`]):
+//! exactly the members `key` and `salt`, each once; each member is read
+//! whatever its type, so that a member that is not a base64 string is
+//! named in [`MasterSecretFileError::Field`].
 
 use std::path::{Path, PathBuf};
 
-use zeroize::{Zeroize, Zeroizing};
+use serde::Deserialize;
+use zeroize::Zeroizing;
 
 use super::{KmsError, MasterSecret};
 use confboot_util::fs::{FileError, read_bounded, write_new_private};
+use confboot_util::json::{JsonError, MaybeText};
 
 /// The largest master-secret file read. A key and a salt of the longest
 /// accepted length take under 1 KiB in base64; the rest is room for
@@ -44,6 +51,23 @@ pub enum MasterSecretFileError {
         /// `key` or `salt`.
         field: &'static str,
     },
+    /// A member appears twice (`key` or `salt`).
+    #[error("{}: the member {key:?} is repeated", path.display())]
+    RepeatedKey {
+        /// The file.
+        path: PathBuf,
+        /// The repeated member.
+        key: String,
+    },
+    /// The file holds a member other than `key` and `salt`.
+    #[error("{}: not a master-secret file ({error})", path.display())]
+    Unknown {
+        /// The file.
+        path: PathBuf,
+        /// Where, without the member's name.
+        #[source]
+        error: JsonError,
+    },
     /// The key or salt has a length out of bounds.
     #[error("{}: {error}", path.display())]
     Secret {
@@ -77,22 +101,45 @@ impl MasterSecret {
         bytes: &[u8],
         path: &Path,
     ) -> Result<MasterSecret, MasterSecretFileError> {
-        let mut json: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| MasterSecretFileError::NotJson {
-                path: path.to_path_buf(),
-                line: e.line(),
-                column: e.column(),
-            })?;
-        let result = secret_from_json(&json, path);
-        // The parsed strings hold the secret in base64: wipe them too.
-        if let serde_json::Value::Object(fields) = &mut json {
-            for value in fields.values_mut() {
-                if let serde_json::Value::String(s) = value {
-                    s.zeroize();
-                }
+        let path_buf = || path.to_path_buf();
+        let file: FileJson = confboot_util::json::object(bytes).map_err(|error| match error {
+            JsonError::Syntax { line, column } => MasterSecretFileError::NotJson {
+                path: path_buf(),
+                line,
+                column,
+            },
+            JsonError::NotObject => MasterSecretFileError::NotJson {
+                path: path_buf(),
+                line: 0,
+                column: 0,
+            },
+            JsonError::DuplicateKey { key } => MasterSecretFileError::RepeatedKey {
+                path: path_buf(),
+                key,
+            },
+            error @ JsonError::Data { .. } => MasterSecretFileError::Unknown {
+                path: path_buf(),
+                error,
+            },
+        })?;
+        let field = |value: &Option<MaybeText>,
+                     field: &'static str|
+         -> Result<Vec<u8>, MasterSecretFileError> {
+            value
+                .as_ref()
+                .and_then(MaybeText::text)
+                .and_then(|text| confboot_util::base64::decode(text).ok())
+                .ok_or_else(|| MasterSecretFileError::Field {
+                    path: path_buf(),
+                    field,
+                })
+        };
+        MasterSecret::new(field(&file.key, "key")?, field(&file.salt, "salt")?).map_err(|error| {
+            MasterSecretFileError::Secret {
+                path: path_buf(),
+                error,
             }
-        }
-        result
+        })
     }
 
     /// The master-secret file's contents (a secret itself).
@@ -112,32 +159,13 @@ impl MasterSecret {
     }
 }
 
-fn secret_from_json(
-    json: &serde_json::Value,
-    path: &Path,
-) -> Result<MasterSecret, MasterSecretFileError> {
-    if !json.is_object() {
-        return Err(MasterSecretFileError::NotJson {
-            path: path.to_path_buf(),
-            line: 0,
-            column: 0,
-        });
-    }
-    let field = |field: &'static str| -> Result<Vec<u8>, MasterSecretFileError> {
-        json[field]
-            .as_str()
-            .and_then(|text| confboot_util::base64::decode(text).ok())
-            .ok_or_else(|| MasterSecretFileError::Field {
-                path: path.to_path_buf(),
-                field,
-            })
-    };
-    MasterSecret::new(field("key")?, field("salt")?).map_err(|error| {
-        MasterSecretFileError::Secret {
-            path: path.to_path_buf(),
-            error,
-        }
-    })
+/// The file's members, each read whatever its type (the base64 text
+/// zeroized on drop).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileJson {
+    key: Option<MaybeText>,
+    salt: Option<MaybeText>,
 }
 
 #[cfg(test)]
@@ -213,6 +241,28 @@ mod tests {
             (format!(r#"["{key}"]"#), |e| {
                 matches!(e, MasterSecretFileError::NotJson { line: 0, .. })
             }),
+            (
+                format!(r#"{{"key": "{key}", "salt": "{salt}", "\u006bey": "{key}"}}"#),
+                |e| matches!(e, MasterSecretFileError::RepeatedKey { key, .. } if key == "key"),
+            ),
+            (
+                format!(r#"{{"key": "{key}", "salt": "{salt}", "{key}": 1}}"#),
+                |e| matches!(e, MasterSecretFileError::Unknown { .. }),
+            ),
+            (
+                format!(r#"{{"key": "{key}", "salt": "{salt}", "{{": "x"}}"#),
+                |e| matches!(e, MasterSecretFileError::Unknown { .. }),
+            ),
+            (format!(r#"{{"key": "{key}", "salt": ["{salt}", 1"#), |e| {
+                matches!(e, MasterSecretFileError::NotJson { line: 1, .. })
+            }),
+            (format!(r#"{{"key": null, "salt": "{salt}"}}"#), |e| {
+                matches!(e, MasterSecretFileError::Field { field: "key", .. })
+            }),
+            (
+                format!(r#"{{"key": {{"k": "{key}"}}, "salt": "{salt}"}}"#),
+                |e| matches!(e, MasterSecretFileError::Field { field: "key", .. }),
+            ),
         ] {
             let e = MasterSecret::from_file_bytes(text.as_bytes(), p).unwrap_err();
             assert!(check(&e), "{text}: {e:?}");

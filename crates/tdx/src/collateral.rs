@@ -18,6 +18,10 @@
 //! components the quote's `TEE_TCB_SVN` reaches (indexes 0 and 1, the TDX
 //! module's SVN and version, skipped when the module's minor version is
 //! not 0: a TDX module identity then decides them).
+//!
+//! Read by hand, not with a serde derive: a derive skips the members it ignores
+//! unread, so a repeated key inside an ignored member of Intel's collateral
+//! would go unrefused.
 
 #![deny(
     clippy::cast_possible_truncation,

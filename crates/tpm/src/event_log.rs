@@ -16,6 +16,11 @@
 //! use confboot_tpm::event_log::{EventLog, EventLogError};
 //! assert!(matches!(EventLog::parse(&[0u8; 8]), Err(EventLogError::Truncated { .. })));
 //! ```
+//!
+//! The expected event list's JSON form ([`EventList::from_json`]) is read by
+//! hand, not with a serde derive: the bootstrapper reaches it (the settings of
+//! the join services it checks), and a derive would add code to a binary within
+//! a few KB of its size budget.
 
 #![deny(
     clippy::cast_possible_truncation,

@@ -12,6 +12,7 @@ pub mod base64;
 pub mod bytes;
 pub mod fs;
 pub mod hex;
+pub mod json;
 pub mod logging;
 pub mod stop;
 pub mod text;

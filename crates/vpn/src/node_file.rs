@@ -10,15 +10,21 @@
 //!  "diskUUID": "…", "publicEndpoint": "192.0.2.10:51820", "listenPort": 51820,
 //!  "controlPlanes": ["10.0.2.100:9090"], "clusterId": "<hex>"}
 //! ```
+//!
+//! It is read with a serde derive ([`confboot_util::json::object`]): every
+//! member above exactly once and no other; the two keys are read into
+//! zeroized strings.
 
 use std::net::SocketAddr;
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::{OwnRecordKey, VpnError, VpnPrivateKey, check_peer_name, parse_public_endpoint};
 use confboot_util::fs::FileError;
+use confboot_util::json::{JsonError, SecretText};
 
 /// The largest node VPN file read.
 pub const MAX_NODE_VPN_FILE_BYTES: u64 = 64 * 1024;
@@ -36,6 +42,9 @@ pub enum NodeVpnFileError {
     /// The file is not the JSON object described above.
     #[error("node VPN file: {0}")]
     Format(String),
+    /// A member appears twice.
+    #[error("node VPN file: the member {0:?} is repeated")]
+    RepeatedKey(String),
     /// A value in it is refused.
     #[error("node VPN file: {0}")]
     Value(VpnError),
@@ -65,77 +74,63 @@ pub struct NodeVpnFile {
 impl NodeVpnFile {
     /// Reads and checks the file at `path`.
     pub fn read(path: &Path) -> Result<NodeVpnFile, NodeVpnFileError> {
-        let text = confboot_util::fs::read_bounded_text(path, MAX_NODE_VPN_FILE_BYTES)
-            .map_err(NodeVpnFileError::File)?;
+        let text = Zeroizing::new(
+            confboot_util::fs::read_bounded_text(path, MAX_NODE_VPN_FILE_BYTES)
+                .map_err(NodeVpnFileError::File)?,
+        );
         NodeVpnFile::parse(&text)
     }
 
     /// Parses and checks the file's text.
     pub fn parse(text: &str) -> Result<NodeVpnFile, NodeVpnFileError> {
         let format = |m: &str| NodeVpnFileError::Format(m.to_string());
-        let mut value: Value = serde_json::from_str(text).map_err(|_| format("not JSON"))?;
-        // The secrets leave the parsed value first, into zeroized strings.
-        let private_text = take_secret(&mut value, "privateKey");
-        let own_key_text = take_secret(&mut value, "ownRecordKey");
-        let secret = |text: &Option<Zeroizing<String>>,
-                      name: &str|
-         -> Result<Zeroizing<String>, NodeVpnFileError> {
-            text.clone()
-                .ok_or_else(|| NodeVpnFileError::Format(format!("no string {name:?}")))
-        };
-        let string = |name: &str| -> Result<&str, NodeVpnFileError> {
-            value[name]
-                .as_str()
-                .ok_or_else(|| NodeVpnFileError::Format(format!("no string {name:?}")))
-        };
-        let name = string("name")?.to_string();
-        check_peer_name(&name).map_err(NodeVpnFileError::Value)?;
-        let private_key = VpnPrivateKey::from_base64(&secret(&private_text, "privateKey")?)
+        let file: FileJson =
+            confboot_util::json::object(text.as_bytes()).map_err(|error| match error {
+                JsonError::Syntax { .. } => format("not JSON"),
+                JsonError::NotObject => format("not a JSON object"),
+                JsonError::DuplicateKey { key } => NodeVpnFileError::RepeatedKey(key),
+                JsonError::Data { description } => NodeVpnFileError::Format(description),
+            })?;
+        check_peer_name(&file.name).map_err(NodeVpnFileError::Value)?;
+        let private_key = VpnPrivateKey::from_base64(file.private_key.expose())
             .map_err(NodeVpnFileError::Value)?;
         let own_key_bytes = Zeroizing::new(
-            confboot_util::base64::decode(&secret(&own_key_text, "ownRecordKey")?)
+            confboot_util::base64::decode(file.own_record_key.expose())
                 .map_err(|_| format("ownRecordKey is not base64"))?,
         );
         let own_record_key =
             OwnRecordKey::from_bytes(&own_key_bytes).map_err(NodeVpnFileError::Value)?;
-        let disk_uuid = string("diskUUID")?.to_ascii_lowercase();
+        let disk_uuid = file.disk_uuid.to_ascii_lowercase();
         if !confboot_kms::is_uuid(&disk_uuid) {
             return Err(format("diskUUID is not a UUID"));
         }
         let public_endpoint =
-            parse_public_endpoint(string("publicEndpoint")?).map_err(NodeVpnFileError::Value)?;
-        let listen_port = value["listenPort"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format("listenPort is not a port"))?;
-        let list = value["controlPlanes"]
-            .as_array()
-            .ok_or_else(|| format("no list \"controlPlanes\""))?;
+            parse_public_endpoint(&file.public_endpoint).map_err(NodeVpnFileError::Value)?;
+        if file.listen_port == 0 {
+            return Err(format("listenPort is not a port"));
+        }
+        let list = file.control_planes;
         if list.is_empty() || list.len() > MAX_CONTROL_PLANES {
             return Err(format("controlPlanes: want 1 to 64 endpoints"));
         }
-        let control_planes = list
+        if !list
             .iter()
-            .map(|e| {
-                e.as_str()
-                    .filter(|e| !e.is_empty() && e.len() <= MAX_ENDPOINT_CHARS && e.contains(':'))
-                    .map(str::to_string)
-                    .ok_or_else(|| format("controlPlanes: an entry is not host:port"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let cluster_id = confboot_util::hex::decode(string("clusterId")?)
+            .all(|e| !e.is_empty() && e.len() <= MAX_ENDPOINT_CHARS && e.contains(':'))
+        {
+            return Err(format("controlPlanes: an entry is not host:port"));
+        }
+        let cluster_id = confboot_util::hex::decode(&file.cluster_id)
             .ok()
             .filter(|id| id.len() == 32)
             .ok_or_else(|| format("clusterId is not 32 bytes of hex"))?;
         Ok(NodeVpnFile {
-            name,
+            name: file.name,
             private_key,
             own_record_key,
             disk_uuid,
             public_endpoint,
-            listen_port,
-            control_planes,
+            listen_port: file.listen_port,
+            control_planes: list,
             cluster_id,
         })
     }
@@ -163,6 +158,21 @@ impl NodeVpnFile {
     pub fn write(&self, path: &Path) -> Result<(), NodeVpnFileError> {
         write_private_atomically(path, self.to_text().as_bytes()).map_err(NodeVpnFileError::File)
     }
+}
+
+/// The file as written, before its values are checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FileJson {
+    name: String,
+    private_key: SecretText,
+    own_record_key: SecretText,
+    #[serde(rename = "diskUUID")]
+    disk_uuid: String,
+    public_endpoint: String,
+    listen_port: u16,
+    control_planes: Vec<String>,
+    cluster_id: String,
 }
 
 /// Takes the string `name` out of `value` into a zeroized string.
@@ -254,6 +264,58 @@ mod tests {
                 "{field} = {bad} accepted"
             );
         }
+        for field in ["name", "privateKey", "listenPort", "controlPlanes"] {
+            let mut v = good.clone();
+            v.as_object_mut().unwrap().remove(field);
+            assert!(
+                matches!(
+                    NodeVpnFile::parse(&v.to_string()),
+                    Err(NodeVpnFileError::Format(_))
+                ),
+                "{field} missing accepted"
+            );
+        }
+        for bad in [
+            json!("51820"),
+            json!(-1),
+            json!(null),
+            json!(["x"]),
+            json!(51820.0),
+        ] {
+            let mut v = good.clone();
+            v["listenPort"] = bad.clone();
+            assert!(
+                NodeVpnFile::parse(&v.to_string()).is_err(),
+                "{bad} accepted"
+            );
+        }
+        // Another member, or a member twice (after unescaping), is refused;
+        // no error quotes the private key.
+        let key = good["privateKey"].as_str().unwrap().to_string();
+        let mut v = good.clone();
+        v["extra"] = json!(1);
+        assert!(matches!(
+            NodeVpnFile::parse(&v.to_string()),
+            Err(NodeVpnFileError::Format(_))
+        ));
+        let text = good.to_string();
+        let twice = format!(
+            "{}, \"\\u006eame\": \"worker-2\"}}",
+            &text[..text.len() - 1]
+        );
+        assert!(matches!(
+            NodeVpnFile::parse(&twice),
+            Err(NodeVpnFileError::RepeatedKey(k)) if k == "name"
+        ));
+        let mut v = good.clone();
+        v["privateKey"] = json!(5);
+        v["listenPort"] = json!(key.clone());
+        let e = NodeVpnFile::parse(&v.to_string()).unwrap_err();
+        assert!(!e.to_string().contains(&key), "{e}");
+        assert!(matches!(
+            NodeVpnFile::parse(&format!("[\"worker-1\", \"{key}\"]")),
+            Err(NodeVpnFileError::Format(_))
+        ));
         assert!(NodeVpnFile::parse("{").is_err());
         assert!(NodeVpnFile::parse(&good.to_string()).is_ok());
     }

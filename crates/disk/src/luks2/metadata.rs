@@ -10,6 +10,10 @@
 //! overlapping each other or the headers; the data segment after the
 //! key-slot region; `config.json_size` equal to the JSON area's size.
 //! KDF costs are bounded when they are used ([`super::kdf::KdfLimits`]).
+//!
+//! Read as a JSON value, not with a serde derive: the metadata is kept as a
+//! value so that it is written back as cryptsetup wrote it, members this crate
+//! does not know included.
 
 use serde_json::{Map, Value};
 

@@ -27,6 +27,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The configuration is read by hand, not with a serde derive: the bootstrapper
+//! reads the stored list with [`parse_ssh_users_config`] at every boot, and a
+//! derive would add code to a binary within a few KB of its size budget.
 
 mod accounts;
 mod authorized_key;
