@@ -7,6 +7,9 @@ use confboot_cluster::ClusterError;
 use confboot_cluster::generation::RolledBack;
 use confboot_disk::DiskError;
 
+use super::generation::GenerationError;
+use super::vpn::VpnSetupError;
+
 /// Why an Init, a ticket or a Recover was not applied.
 ///
 /// The variants above [`NodeError::Disk`] are refusals: nothing was changed
@@ -81,14 +84,14 @@ pub enum NodeError {
     /// Keeping the VPN key or writing the node agent's VPN file failed
     /// past the nodelock.
     #[error("VPN: {0}")]
-    Vpn(String),
+    Vpn(VpnSetupError),
     /// The state disk is older than the cluster last saw it (restored from
     /// an old copy): it is refused.
     #[error("{0}")]
     RolledBack(RolledBack),
     /// The state disk's generation could not be read, kept or confirmed.
     #[error("state disk generation: {0}")]
-    Generation(String),
+    Generation(GenerationError),
     /// The cluster backend failed.
     #[error("cluster {action} failed: {error}")]
     Cluster {
@@ -211,14 +214,17 @@ mod tests {
                 "cannot mark the node: malformed evidence: no PCR 15",
             ),
             (NodeError::SshUsers("no home".into()), "SSH users: no home"),
-            (NodeError::Vpn("no key".into()), "VPN: no key"),
+            (
+                NodeError::Vpn(VpnSetupError::KeepKey("no key".into())),
+                "VPN: no key",
+            ),
             (
                 NodeError::RolledBack(RolledBack { found: 1, last: 2 }),
                 "state disk rolled back: generation 1, the cluster last issued 2",
             ),
             (
-                NodeError::Generation("not confirmed".into()),
-                "state disk generation: not confirmed",
+                NodeError::Generation(GenerationError::NotAGeneration),
+                "state disk generation: state-generation does not hold a generation",
             ),
             (
                 NodeError::Cluster {

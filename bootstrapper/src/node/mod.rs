@@ -293,11 +293,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(setup) = self.vpn.as_ref() else {
             return Ok(());
         };
-        let device = self.disk().mapped_device().ok_or_else(|| {
-            NodeError::Vpn(
-                "no decrypted state device to keep the key on (--disk-mode header-only)".into(),
-            )
-        })?;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(NodeError::Vpn(vpn::VpnSetupError::NoDevice))?;
         setup
             .set_up(&device, disk_uuid, disk_key, cluster_id)
             .map_err(NodeError::Vpn)
@@ -792,19 +791,20 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(setup) = self.generation.as_ref() else {
             return Ok(());
         };
-        let failed = |m: String| NodeError::Generation(m);
-        let device = self.disk().mapped_device().ok_or_else(|| {
-            failed("no decrypted state device to keep it on (--disk-mode header-only)".into())
-        })?;
+        let failed = NodeError::Generation;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(failed(generation::GenerationError::NoDevice))?;
         let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
             let found = generation::read_generation(dir)?;
             let step = generation::step(found, last);
             if let Step::Write(next) = step {
                 generation::write_generation(dir, next)?;
             }
-            Ok::<_, String>((found, step))
+            Ok((found, step))
         })
-        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
         .map_err(failed)?;
         match step {
             Step::Refuse(rolled_back) => {
@@ -819,7 +819,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 setup
                     .confirmer
                     .confirm(&confirmation, cluster_id)
-                    .map_err(|e| failed(format!("generation {next} not confirmed: {e}")))?;
+                    .map_err(|error| {
+                        failed(generation::GenerationError::NotConfirmed { next, error })
+                    })?;
                 log::info!("state disk: generation {found} found, {next} written and confirmed");
                 Ok(())
             }
