@@ -38,7 +38,8 @@ use crate::options::{
 use crate::ticket::{CaCertError, TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenError, TokenIssuer};
 use crate::vpn::{KubeApiPeerRegistry, RegistryError};
-use confboot_vpn::VpnNetwork;
+use confboot_util::hex::HexError;
+use confboot_vpn::{VpnError, VpnNetwork};
 
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -152,14 +153,60 @@ pub struct RemoveVpnPeerConfig {
     pub vpn_network: Option<VpnNetwork>,
 }
 
-/// Why the options cannot be used: the message, naming the option, under
-/// the mode the options ask for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why the options cannot be used, under the mode the options ask for.
+#[derive(Debug)]
 pub enum OptionsError {
     /// Options of the join API (joinsvc exits 2, a usage error).
-    Serve(String),
+    Serve(ReadError),
     /// Options of `--remove-vpn-peer` (which exits 2 on every error).
-    RemoveVpnPeer(String),
+    RemoveVpnPeer(ReadError),
+}
+
+/// Why an option cannot be used; the message names it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// An option is missing or its value is not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// `--vpn-cidr` is not a VPN range.
+    #[error("--{option}: {0}", option = VPN_CIDR.long)]
+    VpnCidr(VpnError),
+    /// `--measurement-salt` is not hex.
+    #[error("--{option}: {0}", option = MEASUREMENT_SALT.long)]
+    SaltNotHex(HexError),
+    /// `--measurement-salt` is shorter than its least length.
+    #[error("--{option} must be at least {least} bytes", option = MEASUREMENT_SALT.long, least = MEASUREMENT_SALT_LEN.start())]
+    SaltTooShort,
+    /// `--measurement-salt` is longer than its most length.
+    #[error("--{option} must be at most {most} bytes", option = MEASUREMENT_SALT.long, most = MEASUREMENT_SALT_LEN.end())]
+    SaltTooLong,
+    /// The attestation options are not usable.
+    #[error("{}", describe(.0))]
+    Attestation(ConfigError),
+    /// `--release-key` without `--reference-values-dir`.
+    #[error("--{} is given without --{}", RELEASE_KEY.long, REFERENCE_VALUES_DIR.long)]
+    ReleaseKeyWithoutSets,
+    /// `--reference-values-dir` beside `--measurements`.
+    #[error("--{} replaces --{}: give one of the two", REFERENCE_VALUES_DIR.long, MEASUREMENTS.long)]
+    SetsBesideMeasurements,
+    /// `--reference-values-dir` while `qemu-vtpm` is not accepted.
+    #[error("--{} holds reference values of qemu-vtpm nodes, which --{} does not accept", REFERENCE_VALUES_DIR.long, VARIANTS.long)]
+    SetsWithoutVtpm,
+    /// `--reference-values-dir` without a release key.
+    #[error("--{} needs --{} (sets are accepted only signed)", REFERENCE_VALUES_DIR.long, RELEASE_KEY.long)]
+    SetsWithoutReleaseKey,
+    /// `--reference-values-warning` out of its range.
+    #[error("--{}: want 0 to 3650 days", REFERENCE_VALUES_WARNING.long)]
+    SetsWarning,
+    /// `--reference-values-reload` out of its range.
+    #[error("--{}: want 1 to 3600 seconds", REFERENCE_VALUES_RELOAD.long)]
+    SetsReload,
+    /// `--kubelet-cert-validity` out of its range.
+    #[error("--{}: want 1 to 3650 days", KUBELET_CERT_VALIDITY.long)]
+    KubeletCertValidity,
+    /// `--present-reference-values` without `--tpm`.
+    #[error("--{} needs --{} (the set goes with joinsvc's evidence)", PRESENT_REFERENCE_VALUES.long, TPM.long)]
+    PresentWithoutTpm,
 }
 
 impl Config {
@@ -175,7 +222,7 @@ impl Config {
     }
 
     /// Reads the options but `--remove-vpn-peer` (given as `remove_vpn_peer`).
-    fn read(m: &Matches, remove_vpn_peer: Option<String>) -> Result<Config, String> {
+    fn read(m: &Matches, remove_vpn_peer: Option<String>) -> Result<Config, ReadError> {
         let given = |opt: &Opt| m.value(opt).map(str::to_string);
         let default = |opt: &Opt| m.value(opt).expect("has a default").to_string();
         let listen = default(&LISTEN);
@@ -223,26 +270,22 @@ impl Config {
         let api_server_endpoint = m.required(&API_SERVER_ENDPOINT).map(str::to_string);
         let kubernetes_version = default(&KUBERNETES_VERSION);
 
-        let args = |e: ArgsError| e.to_string();
         // The Kubernetes API is reached by both modes, with a connection
         // for each worker.
         let kube_api = KubeApiConfig {
-            connections: workers.clone().map_err(args)?,
+            connections: workers.clone()?,
             endpoint: match kube_api {
                 None => None,
                 Some(url) => Some(KubeApiEndpoint {
                     url,
-                    ca: kube_api_ca.map_err(args)?,
-                    token_file: kube_api_token_file.map_err(args)?,
+                    ca: kube_api_ca?,
+                    token_file: kube_api_token_file?,
                 }),
             },
         };
         let vpn_network = |cidr: Option<String>| {
-            cidr.map(|cidr| {
-                cidr.parse()
-                    .map_err(|e| format!("--{}: {e}", VPN_CIDR.long))
-            })
-            .transpose()
+            cidr.map(|cidr| cidr.parse().map_err(ReadError::VpnCidr))
+                .transpose()
         };
         if let Some(name) = remove_vpn_peer {
             return Ok(Config::RemoveVpnPeer(RemoveVpnPeerConfig {
@@ -252,45 +295,36 @@ impl Config {
             }));
         }
 
-        let master_secret = master_secret.map_err(args)?;
-        let measurement_salt = confboot_util::hex::decode(&measurement_salt.map_err(args)?)
-            .map_err(|e| format!("--{}: {e}", MEASUREMENT_SALT.long))?;
+        let master_secret = master_secret?;
+        let measurement_salt =
+            confboot_util::hex::decode(&measurement_salt?).map_err(ReadError::SaltNotHex)?;
         let measurement_salt = MeasurementSalt::new(measurement_salt).map_err(|e| {
-            let (least, most) = (MEASUREMENT_SALT_LEN.start(), MEASUREMENT_SALT_LEN.end());
-            if e.len < *least {
-                format!("--{} must be at least {least} bytes", MEASUREMENT_SALT.long)
+            if e.len < *MEASUREMENT_SALT_LEN.start() {
+                ReadError::SaltTooShort
             } else {
-                format!("--{} must be at most {most} bytes", MEASUREMENT_SALT.long)
+                ReadError::SaltTooLong
             }
         })?;
-        let variants =
-            parse_variants(&variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        let variants = parse_variants(&variants)
+            .map_err(|e| ReadError::Attestation(ConfigError::Variants(e)))?;
         let given_measurements = attestation.measurements.is_some();
         let attestation =
-            AttestationSettings::new(variants, attestation).map_err(|e| describe(&e))?;
+            AttestationSettings::new(variants, attestation).map_err(ReadError::Attestation)?;
         let reference_sets = reference_sets_config(
             reference_values_dir,
             release_keys,
             given_measurements,
             attestation.accepts(Variant::QemuVtpm),
-            reference_values_warning.map_err(args)?,
-            reference_values_reload.map_err(args)?,
+            reference_values_warning?,
+            reference_values_reload?,
         )?;
-        let kubelet_cert_validity_days = match kubelet_cert_validity.map_err(args)? {
+        let kubelet_cert_validity_days = match kubelet_cert_validity? {
             Some(days @ 1..=3650) => days,
-            _ => {
-                return Err(format!(
-                    "--{}: want 1 to 3650 days",
-                    KUBELET_CERT_VALIDITY.long
-                ));
-            }
+            _ => return Err(ReadError::KubeletCertValidity),
         };
         let vpn_network = vpn_network(vpn_cidr)?;
         if present_reference_values.is_some() && tpm.is_none() {
-            return Err(format!(
-                "--{} needs --{} (the set goes with joinsvc's evidence)",
-                PRESENT_REFERENCE_VALUES.long, TPM.long
-            ));
+            return Err(ReadError::PresentWithoutTpm);
         }
         Ok(Config::Serve(Box::new(ServeConfig {
             listen,
@@ -309,10 +343,10 @@ impl Config {
             kubelet_cert_validity_days,
             kube_api,
             vpn_network,
-            workers: workers.map_err(args)?,
-            queue: queue.map_err(args)?,
-            pending: pending.map_err(args)?.max(1),
-            api_server_endpoint: api_server_endpoint.map_err(args)?,
+            workers: workers?,
+            queue: queue?,
+            pending: pending?.max(1),
+            api_server_endpoint: api_server_endpoint?,
             kubernetes_version,
         })))
     }
@@ -328,49 +362,29 @@ fn reference_sets_config(
     accepts_vtpm: bool,
     warning_days: Option<u64>,
     reload_seconds: Option<u64>,
-) -> Result<Option<ReferenceSetsConfig>, String> {
+) -> Result<Option<ReferenceSetsConfig>, ReadError> {
     let Some(dir) = dir else {
         if !release_keys.is_empty() {
-            return Err(format!(
-                "--{} is given without --{}",
-                RELEASE_KEY.long, REFERENCE_VALUES_DIR.long
-            ));
+            return Err(ReadError::ReleaseKeyWithoutSets);
         }
         return Ok(None);
     };
-    let (sets, policy) = (REFERENCE_VALUES_DIR.long, MEASUREMENTS.long);
     if given_measurements {
-        return Err(format!("--{sets} replaces --{policy}: give one of the two"));
+        return Err(ReadError::SetsBesideMeasurements);
     }
     if !accepts_vtpm {
-        return Err(format!(
-            "--{sets} holds reference values of qemu-vtpm nodes, which --{} does not accept",
-            VARIANTS.long
-        ));
+        return Err(ReadError::SetsWithoutVtpm);
     }
     if release_keys.is_empty() {
-        return Err(format!(
-            "--{sets} needs --{} (sets are accepted only signed)",
-            RELEASE_KEY.long
-        ));
+        return Err(ReadError::SetsWithoutReleaseKey);
     }
     let warning = match warning_days {
         Some(days @ 0..=3650) => Duration::from_secs(days * 24 * 3600),
-        _ => {
-            return Err(format!(
-                "--{}: want 0 to 3650 days",
-                REFERENCE_VALUES_WARNING.long
-            ));
-        }
+        _ => return Err(ReadError::SetsWarning),
     };
     let reload = match reload_seconds {
         Some(seconds @ 1..=3600) => Duration::from_secs(seconds),
-        _ => {
-            return Err(format!(
-                "--{}: want 1 to 3600 seconds",
-                REFERENCE_VALUES_RELOAD.long
-            ));
-        }
+        _ => return Err(ReadError::SetsReload),
     };
     Ok(Some(ReferenceSetsConfig {
         dir,
@@ -883,7 +897,7 @@ mod tests {
     fn config(args: &[&str]) -> Result<Config, String> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
         Config::from_matches(&m).map_err(|e| match e {
-            OptionsError::Serve(e) => e,
+            OptionsError::Serve(e) => e.to_string(),
             OptionsError::RemoveVpnPeer(e) => format!("(remove) {e}"),
         })
     }
