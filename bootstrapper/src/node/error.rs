@@ -8,6 +8,7 @@ use confboot_cluster::generation::RolledBack;
 use confboot_disk::DiskError;
 
 use super::generation::GenerationError;
+use super::state_fs::StateFsError;
 use super::vpn::VpnSetupError;
 
 /// Why an Init, a ticket or a Recover was not applied.
@@ -80,7 +81,7 @@ pub enum NodeError {
     Mark(AttestationError),
     /// Keeping or creating the Init's SSH users failed past the nodelock.
     #[error("SSH users: {0}")]
-    SshUsers(String),
+    SshUsers(SshUsersError),
     /// Keeping the VPN key or writing the node agent's VPN file failed
     /// past the nodelock.
     #[error("VPN: {0}")]
@@ -100,6 +101,30 @@ pub enum NodeError {
         /// What the backend said.
         error: ClusterError,
     },
+}
+
+/// Why an Init's SSH users were not kept, created or cleared (past the
+/// nodelock: final).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SshUsersError {
+    /// This node keeps no SSH users.
+    #[error("this node takes no SSH users")]
+    NotTaken,
+    /// No decrypted state device is mapped to keep them on.
+    #[error("no decrypted state device to keep them on (--disk-mode header-only)")]
+    NoDevice,
+    /// The state file system could not be mounted or unmounted.
+    #[error("{0}")]
+    StateFs(StateFsError),
+    /// The users could not be kept on the state file system.
+    #[error("keeping them: {0}")]
+    Keep(String),
+    /// The users could not be created in the OS.
+    #[error("creating them: {0}")]
+    Create(String),
+    /// The users an earlier Init kept could not be cleared.
+    #[error("clearing them: {0}")]
+    Clear(String),
 }
 
 impl NodeError {
@@ -213,7 +238,10 @@ mod tests {
                 NodeError::Mark(AttestationError::Decode("no PCR 15".into())),
                 "cannot mark the node: malformed evidence: no PCR 15",
             ),
-            (NodeError::SshUsers("no home".into()), "SSH users: no home"),
+            (
+                NodeError::SshUsers(SshUsersError::Create("no home".into())),
+                "SSH users: creating them: no home",
+            ),
             (
                 NodeError::Vpn(VpnSetupError::KeepKey("no key".into())),
                 "VPN: no key",
