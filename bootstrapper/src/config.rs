@@ -7,17 +7,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_attest::Variant;
-use confboot_cluster::kubelet_cert::check_node_name;
+use confboot_cluster::kubelet_cert::{KubeletCertError, check_node_name};
 use confboot_disk::Pbkdf;
+use confboot_disk::cryptsetup::PbkdfSpecError;
 use confboot_disk::luks2::KdfChoice;
-use confboot_kms::init_secret::InitSecretHash;
+use confboot_kms::init_secret::{HashFormatError, InitSecretHash};
 use confboot_tpm::Tpm;
-use confboot_util::args::{CONFIG, Command, Matches, Opt, VERBOSITY};
-use confboot_verifier::config::{AttestationSettings, DEFAULT_VARIANTS, parse_attestation_variant};
+use confboot_util::args::{ArgsError, CONFIG, Command, Matches, Opt, VERBOSITY};
+use confboot_verifier::config::{
+    AttestationSettings, DEFAULT_VARIANTS, VariantsError, parse_attestation_variant,
+};
 use confboot_vtpm::EventLogSource;
 use nodeagent::options::{
     EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,
     JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS, JoinServiceOptions,
+    JoinServiceOptionsError,
 };
 
 use crate::join;
@@ -385,11 +389,59 @@ pub struct ClusterConfig {
     pub kubelet_cert_dir: PathBuf,
 }
 
+/// Why the options cannot be used (a usage error, exit 2); the message
+/// names the option.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// An option is missing or its value is not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// An option's value is not one of its choices.
+    #[error("--{option} {value}: want {want}")]
+    Choice {
+        /// The option.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// The choices.
+        want: &'static str,
+    },
+    /// `--attestation` names no single known variant.
+    #[error("--{option}: {0}", option = ATTESTATION.long)]
+    Attestation(VariantsError),
+    /// `--init-secret-hash` is not a hash of the init secret.
+    #[error("--init-secret-hash: {0}")]
+    InitSecretHash(HashFormatError),
+    /// `--node-name` is not a node name.
+    #[error("--node-name: {0}")]
+    NodeName(KubeletCertError),
+    /// `--node-ip` is not an IP address.
+    #[error("--node-ip {0:?} is not an IP address")]
+    NodeIp(String),
+    /// `--vpn` without a state file system to keep its key on.
+    #[error(
+        "--vpn needs a state file system to keep the key on (--disk-mode luks, --state-fs ext4)"
+    )]
+    VpnWithoutStateFs,
+    /// `--vpn` without the node's name.
+    #[error("--vpn needs the node's name (--node-name, or a valid host name)")]
+    VpnWithoutName,
+    /// `--vpn-listen-port` is not a port.
+    #[error("--vpn-listen-port: want 1 to 65535")]
+    VpnListenPort,
+    /// `--state-disk-pbkdf` is not a key-slot hashing.
+    #[error("--{option} {0}", option = STATE_DISK_PBKDF.long)]
+    Pbkdf(PbkdfSpecError),
+    /// The `--joinsvc-*` options are not usable.
+    #[error(transparent)]
+    JoinServices(#[from] JoinServiceOptionsError),
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say) and checks
     /// it; the error names the option. The node's name falls back on the
     /// host name, read once here.
-    pub fn from_matches(m: &Matches) -> Result<Config, String> {
+    pub fn from_matches(m: &Matches) -> Result<Config, ConfigError> {
         let default = |opt: &Opt| m.value(opt).expect("has a default").to_string();
         let path = |opt: &Opt| PathBuf::from(m.value(opt).expect("has a default"));
         let tpm = default(&TPM);
@@ -432,7 +484,13 @@ impl Config {
             step: match cluster_step.as_str() {
                 "kubeadm" => ClusterStep::Kubeadm,
                 "handoff" => ClusterStep::Handoff(handoff_dir),
-                other => return Err(format!("--cluster-step {other}: want kubeadm or handoff")),
+                other => {
+                    return Err(ConfigError::Choice {
+                        option: CLUSTER_STEP.long,
+                        value: other.to_string(),
+                        want: "kubeadm or handoff",
+                    });
+                }
             },
             kubeadm: path(&KUBEADM),
             config_dir: path(&KUBEADM_CONFIG_DIR),
@@ -442,14 +500,20 @@ impl Config {
         };
         let retry_max = m.parsed::<u64>(&RETRY_MAX);
 
-        let attestation = parse_attestation_variant(&attestation)
-            .map_err(|e| format!("--{}: {e}", ATTESTATION.long))?;
+        let attestation =
+            parse_attestation_variant(&attestation).map_err(ConfigError::Attestation)?;
         let disk = DiskConfig {
-            path: state_disk.map_err(|e| e.to_string())?,
+            path: state_disk?,
             mode: match disk_mode.as_str() {
                 "luks" => DiskMode::Luks { mapper_name },
                 "header-only" => DiskMode::HeaderOnly,
-                other => return Err(format!("--disk-mode {other}: want luks or header-only")),
+                other => {
+                    return Err(ConfigError::Choice {
+                        option: DISK_MODE.long,
+                        value: other.to_string(),
+                        want: "luks or header-only",
+                    });
+                }
             },
             backend: disk_backend_choice(&disk_backend, &pbkdf, cryptsetup)?,
         };
@@ -459,28 +523,32 @@ impl Config {
                 program => MkfsChoice::Program(PathBuf::from(program)),
             }),
             "none" => StateFs::None,
-            other => return Err(format!("--state-fs {other}: want ext4 or none")),
+            other => {
+                return Err(ConfigError::Choice {
+                    option: STATE_FS.long,
+                    value: other.to_string(),
+                    want: "ext4 or none",
+                });
+            }
         };
         let init_secret_hash = init_secret_hash
             .map(InitSecretHash::parse)
             .transpose()
-            .map_err(|e| format!("--init-secret-hash: {e}"))?;
+            .map_err(ConfigError::InitSecretHash)?;
         let node_name = resolve_node_name(node_name)?;
         let node_ip: IpAddr = node_ip
             .parse()
-            .map_err(|_| format!("--node-ip {node_ip:?} is not an IP address"))?;
+            .map_err(|_| ConfigError::NodeIp(node_ip.clone()))?;
         let vpn = if vpn {
             if !disk.mode.is_mapped() || state_fs == StateFs::None {
-                return Err("--vpn needs a state file system to keep the key on (--disk-mode luks, --state-fs ext4)".into());
+                return Err(ConfigError::VpnWithoutStateFs);
             }
-            let name = node_name
-                .clone()
-                .ok_or("--vpn needs the node's name (--node-name, or a valid host name)")?;
+            let name = node_name.clone().ok_or(ConfigError::VpnWithoutName)?;
             let listen_port: u16 = vpn_listen_port
                 .parse()
                 .ok()
                 .filter(|p| *p != 0)
-                .ok_or("--vpn-listen-port: want 1 to 65535")?;
+                .ok_or(ConfigError::VpnListenPort)?;
             Some(VpnConfig {
                 name,
                 interface: vpn_interface,
@@ -522,7 +590,7 @@ impl Config {
             node_ip,
             node_name,
             cluster,
-            retry_max: Duration::from_secs(retry_max.map_err(|e| e.to_string())?.unwrap_or(30)),
+            retry_max: Duration::from_secs(retry_max?.unwrap_or(30)),
         })
     }
 }
@@ -533,26 +601,28 @@ fn disk_backend_choice(
     backend: &str,
     pbkdf: &str,
     cryptsetup: PathBuf,
-) -> Result<DiskBackendChoice, String> {
-    let pbkdf: Pbkdf = pbkdf
-        .parse()
-        .map_err(|e| format!("--{} {e}", STATE_DISK_PBKDF.long))?;
+) -> Result<DiskBackendChoice, ConfigError> {
+    let pbkdf: Pbkdf = pbkdf.parse().map_err(ConfigError::Pbkdf)?;
     match backend {
         "native" => Ok(DiskBackendChoice::Native(pbkdf.kdf_choice())),
         "cryptsetup" => Ok(DiskBackendChoice::Cryptsetup {
             program: cryptsetup,
             pbkdf,
         }),
-        other => Err(format!("--disk-backend {other}: want native or cryptsetup")),
+        other => Err(ConfigError::Choice {
+            option: DISK_BACKEND.long,
+            value: other.to_string(),
+            want: "native or cryptsetup",
+        }),
     }
 }
 
 /// The node's name: `--node-name`, or the host name when it is a valid
 /// node name (`None`: neither).
-fn resolve_node_name(given: Option<&str>) -> Result<Option<String>, String> {
+fn resolve_node_name(given: Option<&str>) -> Result<Option<String>, ConfigError> {
     match given {
         Some(name) => {
-            check_node_name(name).map_err(|e| format!("--node-name: {e}"))?;
+            check_node_name(name).map_err(ConfigError::NodeName)?;
             Ok(Some(name.to_string()))
         }
         None => {
@@ -575,7 +645,7 @@ fn resolve_node_name(given: Option<&str>) -> Result<Option<String>, String> {
 mod tests {
     use super::*;
 
-    fn config(args: &[&str]) -> Result<Config, String> {
+    fn config(args: &[&str]) -> Result<Config, ConfigError> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
         Config::from_matches(&m)
     }
@@ -641,8 +711,19 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.cluster.step, ClusterStep::Handoff("/run/x".into()));
+        let e = config(&["--state-disk=d", "--cluster-step=helm"]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::Choice {
+                    option: "cluster-step",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(
-            config(&["--state-disk=d", "--cluster-step=helm"]).unwrap_err(),
+            e.to_string(),
             "--cluster-step helm: want kubeadm or handoff"
         );
     }
@@ -713,23 +794,17 @@ mod tests {
                 vec!["--state-disk=d"]
             };
             given.extend_from_slice(args);
-            assert_eq!(config(&given).unwrap_err(), error, "{args:?}");
+            assert_eq!(config(&given).unwrap_err().to_string(), error, "{args:?}");
         }
-        assert!(
-            config(&["--state-disk=d", "--attestation=sev-snp,qemu-vtpm"])
-                .unwrap_err()
-                .starts_with("--attestation: ")
-        );
-        assert!(
-            config(&["--state-disk=d", "--joinsvc-variants=sgx"])
-                .unwrap_err()
-                .starts_with("--joinsvc-variants: ")
-        );
-        assert!(
-            config(&["--state-disk=d", "--node-name=Not_A_Name"])
-                .unwrap_err()
-                .starts_with("--node-name: ")
-        );
+        let e = config(&["--state-disk=d", "--attestation=sev-snp,qemu-vtpm"]).unwrap_err();
+        assert!(matches!(e, ConfigError::Attestation(_)), "{e:?}");
+        assert!(e.to_string().starts_with("--attestation: "), "{e}");
+        let e = config(&["--state-disk=d", "--joinsvc-variants=sgx"]).unwrap_err();
+        assert!(matches!(e, ConfigError::JoinServices(_)), "{e:?}");
+        assert!(e.to_string().starts_with("--joinsvc-variants: "), "{e}");
+        let e = config(&["--state-disk=d", "--node-name=Not_A_Name"]).unwrap_err();
+        assert!(matches!(e, ConfigError::NodeName(_)), "{e:?}");
+        assert!(e.to_string().starts_with("--node-name: "), "{e}");
     }
 
     #[test]

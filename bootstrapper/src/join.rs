@@ -28,7 +28,7 @@ use confboot_util::backoff::Backoff;
 use confboot_util::stop::Stop;
 use confboot_wire::{Code, Status};
 
-use crate::node::generation::GenerationConfirmer;
+use crate::node::generation::{ConfirmError, GenerationConfirmer};
 use crate::node::vpn::VpnJoinFields;
 use crate::node::{IssuedTicket, JoinServiceCheck, Ticket, TicketRequest};
 
@@ -99,12 +99,51 @@ pub fn endpoints_from_cmdline(cmdline: &str) -> Vec<String> {
     )
 }
 
+/// Why a metadata server gave no join endpoints (logged; the round goes
+/// on with the others).
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    /// The URL is unusable or the request failed.
+    #[error("metadata {url}: {error}")]
+    Get {
+        /// The metadata URL.
+        url: String,
+        /// Why.
+        error: confboot_net::http::GetError,
+    },
+    /// The server answered with another status than 200.
+    #[error("metadata {url}: HTTP status {status}")]
+    Status {
+        /// The metadata URL.
+        url: String,
+        /// The status.
+        status: u16,
+    },
+    /// The answer is not JSON.
+    #[error("metadata {url}: {error}")]
+    Json {
+        /// The metadata URL.
+        url: String,
+        /// Why it is not JSON.
+        error: serde_json::Error,
+    },
+    /// The answer has no `joinEndpoints` array.
+    #[error("metadata {url}: no \"joinEndpoints\" array")]
+    NoEndpoints {
+        /// The metadata URL.
+        url: String,
+    },
+}
+
 /// Join endpoints from a metadata HTTP endpoint answering
 /// `{"joinEndpoints": ["host:port", ...]}` (bounded size and time).
-pub fn endpoints_from_metadata(url: &str, timeout: Duration) -> Result<Vec<String>, String> {
+pub fn endpoints_from_metadata(url: &str, timeout: Duration) -> Result<Vec<String>, MetadataError> {
     use confboot_net::http;
-    let failed = |e: &dyn std::fmt::Display| format!("metadata {url}: {e}");
-    let (addr, host, target) = http::split_http_url(url).map_err(|e| failed(&e))?;
+    let failed = |error| MetadataError::Get {
+        url: url.to_string(),
+        error,
+    };
+    let (addr, host, target) = http::split_http_url(url).map_err(failed)?;
     let (status, body) = http::get(
         &addr,
         host,
@@ -113,14 +152,23 @@ pub fn endpoints_from_metadata(url: &str, timeout: Duration) -> Result<Vec<Strin
         MAX_METADATA_BYTES,
         timeout,
     )
-    .map_err(|e| failed(&e))?;
+    .map_err(failed)?;
     if status != 200 {
-        return Err(failed(&format!("HTTP status {status}")));
+        return Err(MetadataError::Status {
+            url: url.to_string(),
+            status,
+        });
     }
-    let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| failed(&e))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|error| MetadataError::Json {
+            url: url.to_string(),
+            error,
+        })?;
     let list = v["joinEndpoints"]
         .as_array()
-        .ok_or_else(|| format!("metadata {url}: no \"joinEndpoints\" array"))?;
+        .ok_or_else(|| MetadataError::NoEndpoints {
+            url: url.to_string(),
+        })?;
     Ok(valid_endpoints(
         "the metadata server",
         list.iter().map(|e| e.as_str().unwrap_or("")),
@@ -166,7 +214,11 @@ pub struct JoinClientConfirmer {
 }
 
 impl GenerationConfirmer for JoinClientConfirmer {
-    fn confirm(&self, request: &ConfirmGenerationRequest, cluster_id: &[u8]) -> Result<(), String> {
+    fn confirm(
+        &self,
+        request: &ConfirmGenerationRequest,
+        cluster_id: &[u8],
+    ) -> Result<(), ConfirmError> {
         self.client
             .confirm_generation(request, cluster_id, self.check)
     }
@@ -279,9 +331,13 @@ impl JoinClient {
         request: &ConfirmGenerationRequest,
         cluster_id: &[u8],
         check: JoinServiceCheck,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConfirmError> {
         let mut backoff = Backoff::new(self.initial_backoff, self.max_backoff);
-        let mut last = "no join service known".to_string();
+        let mut last = ConfirmError::NoJoinService;
+        let unreachable = |endpoint: &str, reason: String| ConfirmError::Unreachable {
+            endpoint: endpoint.to_string(),
+            reason,
+        };
         for round in 0..CONFIRM_ROUNDS {
             if round > 0 {
                 std::thread::sleep(backoff.next_delay());
@@ -298,10 +354,13 @@ impl JoinClient {
                     // The service refused this node's attestation, as a
                     // PERMISSION_DENIED answer would.
                     Err(e @ atls::AtlsError::Refused(_)) => {
-                        return Err(format!("{endpoint} refused it: {e}"));
+                        return Err(ConfirmError::Refused {
+                            endpoint,
+                            reason: e.to_string(),
+                        });
                     }
                     Err(e) => {
-                        last = format!("{endpoint}: {e}");
+                        last = unreachable(&endpoint, e.to_string());
                         continue;
                     }
                 };
@@ -309,16 +368,19 @@ impl JoinClient {
                     && let Err(e) =
                         confboot_cluster::ticket::check_member_mark(cluster_id, service.as_ref())
                 {
-                    last = format!("{endpoint}: {e}");
+                    last = unreachable(&endpoint, e.to_string());
                     continue;
                 }
                 let left = deadline.saturating_duration_since(Instant::now());
                 match client.unary(confboot_proto::CONFIRM_GENERATION, request, left) {
                     Ok(_) => return Ok(()),
                     Err(s) if matches!(s.code, Code::PermissionDenied | Code::InvalidArgument) => {
-                        return Err(format!("{endpoint} refused it: {}", s.message));
+                        return Err(ConfirmError::Refused {
+                            endpoint,
+                            reason: s.message,
+                        });
                     }
-                    Err(s) => last = format!("{endpoint}: {s}"),
+                    Err(s) => last = unreachable(&endpoint, s.to_string()),
                 }
             }
         }
@@ -624,11 +686,9 @@ mod tests {
             endpoints_from_metadata(&url, Duration::from_secs(10)).unwrap(),
             vec!["10.0.0.1:9090", "10.0.0.2:9090"]
         );
-        assert!(
-            endpoints_from_metadata(&url, Duration::from_secs(10))
-                .unwrap_err()
-                .contains("joinEndpoints")
-        );
+        let e = endpoints_from_metadata(&url, Duration::from_secs(10)).unwrap_err();
+        assert!(matches!(e, MetadataError::NoEndpoints { .. }), "{e:?}");
+        assert!(e.to_string().contains("joinEndpoints"), "{e}");
         t.join().unwrap();
     }
 }

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
-use confboot_attest::{Issuer, Validator, Variant};
-use confboot_cluster::kubelet_cert::KubeletCertRequest;
+use confboot_attest::{AttestationError, Issuer, Validator, Variant};
+use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertRequest};
 use confboot_cluster::{
     ClusterBackend, ClusterError, HandoffBackend, InitClusterOutput, InitClusterParams,
     JoinClusterParams, KubeadmBackend,
@@ -30,13 +30,15 @@ use confboot_disk::{
 };
 use confboot_net::listener::PoolConfig;
 use confboot_snp::SnpIssuer;
-use confboot_tdx::{Rtmr3Marker, TdxIssuer};
-use confboot_tpm::Tpm;
+use confboot_tdx::{Rtmr3Marker, RtmrError, TdxIssuer};
+use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{exit_usage, start_daemon};
 use confboot_util::stop::Stop;
+use confboot_vpn::VpnError;
 use confboot_vtpm::VtpmIssuer;
 use confboot_wire::ServerLimits;
 use crossbeam_channel::bounded;
+use nodeagent::options::JoinServiceOptionsError;
 
 use crate::config::{
     CMD, ClusterStep, Config, DiskBackendChoice, DiskMode, JoinServices, MkfsChoice, StateFs,
@@ -46,7 +48,7 @@ use crate::join::{EndpointSources, JoinClient, JoinClientConfirmer};
 use crate::node::vpn::NodeVpnSetup;
 use crate::node::{
     AdminApi, GenerationSetup, JoinServiceCheck, Markers, NixStateMount, Node, NodeConfig,
-    NodeMarker, SshUsersSetup, holder,
+    NodeError, NodeMarker, SshUsersSetup, holder,
 };
 use crate::server::FlowResult;
 use confboot_util::backoff::Backoff;
@@ -135,7 +137,7 @@ fn joinsvc_check(
     join_services: &JoinServices,
     release_keys: &[std::path::PathBuf],
     issuer: &VtpmIssuer,
-) -> Result<(JoinServiceCheck, Vec<Arc<dyn Validator>>), String> {
+) -> Result<(JoinServiceCheck, Vec<Arc<dyn Validator>>), RunError> {
     match join_services {
         JoinServices::Unattested => {
             log::warn!(
@@ -153,14 +155,14 @@ fn joinsvc_check(
 
 /// The kubelet key and CSR a joining node sends: for the node's name and
 /// IP; none without a name.
-fn kubelet_request(config: &Config) -> Result<Option<KubeletCertRequest>, String> {
+fn kubelet_request(config: &Config) -> Result<Option<KubeletCertRequest>, RunError> {
     let Some(node_name) = &config.node_name else {
         log::warn!("no kubelet certificate will be asked for (no node name)");
         return Ok(None);
     };
     KubeletCertRequest::new(node_name, &[config.node_ip])
         .map(Some)
-        .map_err(|e| e.to_string())
+        .map_err(RunError::KubeletRequest)
 }
 
 fn build_node(
@@ -169,7 +171,7 @@ fn build_node(
     join_service_check: JoinServiceCheck,
     join_endpoints: &[String],
     confirm_client: Arc<JoinClient>,
-) -> Result<RealNode, String> {
+) -> Result<RealNode, RunError> {
     let disk = &config.disk;
     let path = &disk.path;
     let backend: Box<dyn DiskBackend> = match (&disk.backend, &disk.mode) {
@@ -255,23 +257,23 @@ fn vpn_setup(
     vpn: &VpnConfig,
     config: &Config,
     join_endpoints: &[String],
-) -> Result<NodeVpnSetup, String> {
+) -> Result<NodeVpnSetup, RunError> {
     let ip: std::net::IpAddr = match &vpn.interface {
         Some(interface) => interface_ipv4(interface)?.into(),
         None => config.node_ip,
     };
     let public_endpoint = std::net::SocketAddr::new(ip, vpn.listen_port);
     confboot_vpn::parse_public_endpoint(&public_endpoint.to_string())
-        .map_err(|e| format!("the VPN public endpoint: {e}"))?;
+        .map_err(RunError::VpnEndpoint)?;
     let mut control_planes = vpn.control_planes.clone();
     if control_planes.is_empty() {
         control_planes = join_endpoints.to_vec();
     }
     if control_planes.is_empty() {
-        return Err("--vpn needs a control plane for the node agent (--vpn-control-plane or a join endpoint)".into());
+        return Err(RunError::VpnWithoutControlPlane);
     }
     control_planes.truncate(confboot_vpn::MAX_CONTROL_PLANES);
-    let candidate = confboot_vpn::VpnPrivateKey::generate().map_err(|e| e.to_string())?;
+    let candidate = confboot_vpn::VpnPrivateKey::generate().map_err(RunError::VpnKey)?;
     log::info!("VPN: node {}, public endpoint {public_endpoint}", vpn.name);
     Ok(NodeVpnSetup {
         mount: Box::new(NixStateMount::new(&config.state_mount)),
@@ -285,12 +287,12 @@ fn vpn_setup(
 }
 
 /// The first IPv4 address of the interface `name`.
-fn interface_ipv4(name: &str) -> Result<std::net::Ipv4Addr, String> {
-    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("--vpn-interface: {e}"))?;
+fn interface_ipv4(name: &str) -> Result<std::net::Ipv4Addr, RunError> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(RunError::VpnInterface)?;
     addrs
         .filter(|a| a.interface_name == name)
         .find_map(|a| a.address.and_then(|s| s.as_sockaddr_in().map(|v4| v4.ip())))
-        .ok_or_else(|| format!("--vpn-interface {name}: no IPv4 address"))
+        .ok_or_else(|| RunError::VpnInterfaceWithoutIpv4(name.to_string()))
 }
 
 /// `--state-mount`, `--ssh-users-root`: where SSH users are kept and
@@ -311,38 +313,116 @@ fn ssh_users_setup(config: &Config) -> Option<SshUsersSetup> {
 /// evidence shows (the register must be there before any ticket is asked
 /// for: a TD that could not mark itself would stay unmarked for join
 /// services).
-fn node_marker(variant: Variant, issuer: &Arc<VtpmIssuer>) -> Result<Arc<dyn NodeMarker>, String> {
+fn node_marker(
+    variant: Variant,
+    issuer: &Arc<VtpmIssuer>,
+) -> Result<Arc<dyn NodeMarker>, RunError> {
     let tpm = Arc::clone(issuer) as Arc<dyn NodeMarker>;
     match variant {
         Variant::QemuVtpm | Variant::SevSnp => Ok(tpm),
         Variant::Tdx => {
-            let rtmr3 =
-                Rtmr3Marker::open_default().map_err(|e| format!("--attestation tdx: {e}"))?;
+            let rtmr3 = Rtmr3Marker::open_default().map_err(RunError::Rtmr3)?;
             Ok(Arc::new(Markers(vec![Arc::new(rtmr3), tpm])))
         }
     }
 }
 
-fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
+/// Why the bootstrapper cannot go on (exit 1); the message names the
+/// option or the step.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    /// The `--tpm` cannot be opened.
+    #[error("--tpm {spec}: {error}")]
+    Tpm {
+        /// The `--tpm` value.
+        spec: String,
+        /// Why it did not open.
+        error: TpmError,
+    },
+    /// The TPM's attestation key is not usable.
+    #[error("attestation key: {0}")]
+    AttestationKey(AttestationError),
+    /// The `--event-log` is not usable.
+    #[error("--event-log: {0}")]
+    EventLog(AttestationError),
+    /// The SEV-SNP issuer cannot be opened.
+    #[error("--attestation sev-snp: {0}")]
+    SnpIssuer(AttestationError),
+    /// The TDX issuer cannot be opened.
+    #[error("--attestation tdx: {0}")]
+    TdxIssuer(AttestationError),
+    /// The TD's RTMR3 cannot be opened.
+    #[error("--attestation tdx: {0}")]
+    Rtmr3(RtmrError),
+    /// The `--joinsvc-*` options give no validators.
+    #[error(transparent)]
+    JoinServices(#[from] JoinServiceOptionsError),
+    /// The kubelet key and CSR cannot be made.
+    #[error("{0}")]
+    KubeletRequest(KubeletCertError),
+    /// The interfaces' addresses cannot be read.
+    #[error("--vpn-interface: {0}")]
+    VpnInterface(nix::Error),
+    /// The `--vpn-interface` has no IPv4 address.
+    #[error("--vpn-interface {0}: no IPv4 address")]
+    VpnInterfaceWithoutIpv4(String),
+    /// The VPN public endpoint is not usable.
+    #[error("the VPN public endpoint: {0}")]
+    VpnEndpoint(VpnError),
+    /// `--vpn` without a control plane to poll.
+    #[error(
+        "--vpn needs a control plane for the node agent (--vpn-control-plane or a join endpoint)"
+    )]
+    VpnWithoutControlPlane,
+    /// This boot's candidate VPN key cannot be made.
+    #[error("{0}")]
+    VpnKey(VpnError),
+    /// The node's plan or a flow failed.
+    #[error("{0}")]
+    Node(#[from] NodeError),
+    /// The admin API's address cannot be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why it cannot be bound.
+        error: std::io::Error,
+    },
+    /// The admin API's server did not start.
+    #[error("{api} server: {error}")]
+    Server {
+        /// `init` or `recovery`.
+        api: &'static str,
+        /// Why it did not start.
+        error: std::io::Error,
+    },
+    /// The join client's thread cannot be started.
+    #[error("cannot start the join client: {0}")]
+    JoinClient(std::io::Error),
+    /// Every flow ended and none gave an outcome.
+    #[error("every flow ended without an outcome")]
+    NoOutcome,
+}
+
+fn run(config: &Config, started: Instant) -> Result<node::Outcome, RunError> {
     let spec = config.tpm.as_str();
-    let tpm = Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))?;
+    let tpm = Tpm::open(spec).map_err(|error| RunError::Tpm {
+        spec: spec.to_string(),
+        error,
+    })?;
     log::info!("TPM: {}", tpm.describe());
     let issuer = Arc::new(
         VtpmIssuer::new(tpm)
-            .map_err(|e| format!("attestation key: {e}"))?
+            .map_err(RunError::AttestationKey)?
             .with_event_log_from(&config.event_log)
-            .map_err(|e| format!("--event-log: {e}"))?,
+            .map_err(RunError::EventLog)?,
     );
     // The TPM keeps the cluster mark whatever the node attests with; the
     // node attests (join client, Init/Recover servers) with one variant.
     let attesting: Arc<dyn Issuer> = match config.attestation {
         Variant::QemuVtpm => Arc::clone(&issuer) as Arc<dyn Issuer>,
-        Variant::SevSnp => {
-            Arc::new(SnpIssuer::open_default().map_err(|e| format!("--attestation sev-snp: {e}"))?)
-        }
-        Variant::Tdx => {
-            Arc::new(TdxIssuer::open_default().map_err(|e| format!("--attestation tdx: {e}"))?)
-        }
+        Variant::SevSnp => Arc::new(SnpIssuer::open_default().map_err(RunError::SnpIssuer)?),
+        Variant::Tdx => Arc::new(TdxIssuer::open_default().map_err(RunError::TdxIssuer)?),
     };
     log::info!("this node attests with {}", attesting.variant());
     let marker = node_marker(config.attestation, &issuer)?;
@@ -370,7 +450,7 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
         &configured,
         confirm_client,
     )?);
-    let plan = node.plan(new_disk_uuid).map_err(|e| e.to_string())?;
+    let plan = node.plan(new_disk_uuid)?;
     log::info!(
         "plan: the {} API and a {} ticket ({:.0} ms after start)",
         plan.admin_api.name(),
@@ -414,12 +494,18 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
             plan.admin_api.name()
         );
     }
-    let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let listener = TcpListener::bind(addr).map_err(|error| RunError::Listen {
+        addr: addr.clone(),
+        error,
+    })?;
     // The CLI does not attest: the admin API's handlers see no peer.
     let server = atls::AtlsServer::new(Some(attesting))
         .map_err(std::io::Error::other)
         .and_then(|atls_server| atls::serve(listener, pool, limits, router, atls_server))
-        .map_err(|e| format!("{} server: {e}", plan.admin_api.name()))?;
+        .map_err(|error| RunError::Server {
+            api: plan.admin_api.name(),
+            error,
+        })?;
     log::info!(
         "{} API listening on {}",
         plan.admin_api.name(),
@@ -437,17 +523,15 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, String> {
                     let _ = flows.send(result);
                 }
             })
-            .map_err(|e| format!("cannot start the join client: {e}"))?
+            .map_err(RunError::JoinClient)?
     };
     drop(flows_tx);
 
-    let result = flows
-        .recv()
-        .map_err(|_| "every flow ended without an outcome".to_string())?;
+    let result = flows.recv().map_err(|_| RunError::NoOutcome)?;
     join_stop.raise();
     server.stop();
     let _ = joiner.join();
-    result.map_err(|e| e.to_string())
+    Ok(result?)
 }
 
 /// The join endpoints of `--join-endpoint` and the kernel command line.

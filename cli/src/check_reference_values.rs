@@ -64,18 +64,38 @@ struct Config {
     events_out: Option<PathBuf>,
 }
 
+/// Why the options cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// An option is missing.
+    #[error(transparent)]
+    Args(#[from] confboot_util::args::ArgsError),
+    /// `--at` is not an instant.
+    #[error("--{option}: {0}", option = AT.long)]
+    At(confboot_util::time::InstantError),
+}
+
+/// Why a `--release-key` file gives no release key (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum KeyError {
+    /// It cannot be read.
+    #[error("{0}")]
+    Read(confboot_util::fs::FileError),
+    /// It is no release key.
+    #[error("{0}")]
+    Refused(confboot_appraisal::reference::ReferenceError),
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
         let input = m.required(&IN).map(PathBuf::from);
         let at = m
             .value(&AT)
-            .map(|v| {
-                confboot_util::time::parse_instant(v).map_err(|e| format!("--{}: {e}", AT.long))
-            })
+            .map(|v| confboot_util::time::parse_instant(v).map_err(OptionsError::At))
             .transpose();
         Ok(Config {
-            input: input.map_err(|e| e.to_string())?,
+            input: input?,
             release_keys: m
                 .values(&RELEASE_KEY)
                 .into_iter()
@@ -109,8 +129,8 @@ pub fn run(args: Vec<String>) -> i32 {
     let mut keys = Vec::new();
     for path in &config.release_keys {
         let key = confboot_util::fs::read_bounded(path, MAX_KEY_PEM_BYTES as u64)
-            .map_err(|e| e.to_string())
-            .and_then(|pem| ReleaseKey::from_pem(&pem).map_err(|e| e.to_string()));
+            .map_err(KeyError::Read)
+            .and_then(|pem| ReleaseKey::from_pem(&pem).map_err(KeyError::Refused));
         match key {
             Ok(key) => keys.push(key),
             Err(e) => {

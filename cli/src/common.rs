@@ -29,11 +29,11 @@ use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 /// configuration with `read` (an error there is a usage error: exit 2),
 /// runs `f` with it, and turns the result into an exit code (0, or 1 with
 /// the error on stderr).
-pub fn run_command<C>(
+pub fn run_command<C, R: std::fmt::Display, E: std::fmt::Display>(
     cmd: &Command,
     args: Vec<String>,
-    read: fn(&Matches) -> Result<C, String>,
-    f: impl FnOnce(&C) -> Result<(), String>,
+    read: fn(&Matches) -> Result<C, R>,
+    f: impl FnOnce(&C) -> Result<(), E>,
 ) -> i32 {
     let m = confboot_util::args::parse_or_exit(cmd, args);
     confboot_util::logging::init("confboot", m.verbosity().unwrap_or(2));
@@ -93,14 +93,17 @@ impl NodeCheck {
     /// and AK trust are needed only when `qemu-vtpm` is accepted, the SNP
     /// policy only when `sev-snp` is, the TDX policy only when `tdx` is);
     /// `insecure-any-ak` is warned about.
-    pub fn read(m: &Matches) -> Result<NodeCheck, String> {
+    pub fn read(m: &Matches) -> Result<NodeCheck, NodeCheckError> {
         NodeCheck::read_with(m, true)
     }
 
     /// As [`NodeCheck::read`], with `measurements_required` false when the
     /// vTPM reference values come from elsewhere (signed sets): then
     /// `--measurements` may be left out.
-    pub fn read_with(m: &Matches, measurements_required: bool) -> Result<NodeCheck, String> {
+    pub fn read_with(
+        m: &Matches,
+        measurements_required: bool,
+    ) -> Result<NodeCheck, NodeCheckError> {
         let variants = m.value(&VARIANTS).expect("has a default");
         let measurements = m.value(&MEASUREMENTS);
         let snp_policy = m.value(&SNP_POLICY);
@@ -118,9 +121,10 @@ impl NodeCheck {
             snp_policy: snp_policy.map(PathBuf::from),
             tdx_policy: tdx_policy.map(PathBuf::from),
         };
-        let variants = parse_variants(variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        let variants =
+            parse_variants(variants).map_err(|e| NodeCheckError(ConfigError::Variants(e)))?;
         Ok(NodeCheck {
-            settings: AttestationSettings::new(variants, given).map_err(|e| describe(&e))?,
+            settings: AttestationSettings::new(variants, given).map_err(NodeCheckError)?,
             policy_files: if files.is_empty() {
                 "the policy".into()
             } else {
@@ -131,16 +135,56 @@ impl NodeCheck {
 
     /// The validators for a node that is not bootstrapped yet, one per
     /// accepted variant (vTPM: PCR 15 all-zero).
-    pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, String> {
-        let mut config = self.settings.load().map_err(|e| describe(&e))?;
+    pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, NodeCheckError> {
+        let mut config = self.settings.load().map_err(NodeCheckError)?;
         if let Some(vtpm) = config.vtpm_mut() {
             vtpm.validators = vtpm
                 .validators
                 .clone()
                 .announce_insecure_with(announce_insecure_any_ak);
         }
-        config.validators().map_err(|e| describe(&e))
+        config.validators().map_err(NodeCheckError)
     }
+}
+
+/// Why the attestation options check no node: the settings, their files or
+/// the validators; the message names the option.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", describe(.0))]
+pub struct NodeCheckError(pub ConfigError);
+
+/// Why a cluster file gives no field.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterFileError {
+    /// The file cannot be read.
+    #[error("the cluster file cannot be read: {0}")]
+    Read(confboot_util::fs::FileError),
+    /// The file is not JSON.
+    #[error("cluster file {}: not JSON: {error}", path.display())]
+    NotJson {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: serde_json::Error,
+    },
+    /// The file has no such string field.
+    #[error("cluster file {}: no \"{field}\" string", path.display())]
+    NoField {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+    },
+    /// The field is not hex.
+    #[error("cluster file {}: {field}: {error}", path.display())]
+    NotHex {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// Why.
+        error: confboot_util::hex::HexError,
+    },
 }
 
 /// The option that gives a setting of a node's attestation.
@@ -191,23 +235,38 @@ pub const DEFAULT_CLUSTER_FILE: &str = "confboot-cluster.json";
 
 /// One hex field of a cluster file (`clusterId`, `measurementSalt`), read
 /// from a bounded file; the error names the file and the field.
-pub fn cluster_file_field(path: &std::path::Path, field: &str) -> Result<Vec<u8>, String> {
+pub fn cluster_file_field(
+    path: &std::path::Path,
+    field: &str,
+) -> Result<Vec<u8>, ClusterFileError> {
     use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded_text};
-    let text = read_bounded_text(path, MAX_CONFIG_FILE_BYTES)
-        .map_err(|e| format!("the cluster file cannot be read: {e}"))?;
-    let shown = path.display();
+    let text = read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(ClusterFileError::Read)?;
     let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("cluster file {shown}: not JSON: {e}"))?;
-    let hex = value
-        .get(field)
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| format!("cluster file {shown}: no \"{field}\" string"))?;
-    confboot_util::hex::decode(hex).map_err(|e| format!("cluster file {shown}: {field}: {e}"))
+        serde_json::from_str(&text).map_err(|error| ClusterFileError::NotJson {
+            path: path.to_path_buf(),
+            error,
+        })?;
+    let hex =
+        value
+            .get(field)
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| ClusterFileError::NoField {
+                path: path.to_path_buf(),
+                field: field.to_string(),
+            })?;
+    confboot_util::hex::decode(hex).map_err(|error| ClusterFileError::NotHex {
+        path: path.to_path_buf(),
+        field: field.to_string(),
+        error,
+    })
 }
 
 /// Writes a new file with mode 0600; refuses to overwrite an existing one.
-pub fn write_secret_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
-    confboot_util::fs::write_new_private(path, bytes).map_err(|e| e.to_string())
+pub fn write_secret_file(
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> Result<(), confboot_util::fs::FileError> {
+    confboot_util::fs::write_new_private(path, bytes)
 }
 
 /// Explains an aTLS failure to the admin.
@@ -255,7 +314,7 @@ mod tests {
 
     fn check(args: &[&str]) -> Result<NodeCheck, String> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
-        NodeCheck::read(&m)
+        NodeCheck::read(&m).map_err(|e| e.to_string())
     }
 
     /// The validator builder of a node check's vTPM settings.
@@ -307,7 +366,7 @@ mod tests {
         assert!(e.starts_with("--ak-trust: "), "{e}");
 
         std::fs::write(&policy, "{ broken").unwrap();
-        let e = c.validators().err().unwrap();
+        let e = c.validators().err().unwrap().to_string();
         assert!(
             e.starts_with(&format!("--measurements {policy_arg}: ")),
             "{e}"
@@ -317,7 +376,8 @@ mod tests {
             .unwrap()
             .validators()
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             e.starts_with("--measurements: ") && e.contains(&missing),
             "{e}"
@@ -337,7 +397,8 @@ mod tests {
             .unwrap()
             .validators()
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             e.starts_with("--measurements: ")
                 && e.contains(&arg)
@@ -391,7 +452,7 @@ mod tests {
         let arg = snp.display().to_string();
         let c = check(&["--variants", "sev-snp", "--snp-policy", &arg]).unwrap();
         assert_eq!(c.policy_files, arg);
-        let e = c.validators().err().unwrap();
+        let e = c.validators().err().unwrap().to_string();
         assert!(e.starts_with(&format!("--snp-policy {arg}: ")), "{e}");
     }
 }

@@ -7,11 +7,47 @@
 use std::path::{Path, PathBuf};
 
 use confboot_appraisal::ear::{
-    AttestationResult, EarSigningKey, EvidenceDigest, Status, TrustVector, VerifierId,
+    AttestationResult, EarError, EarSigningKey, EvidenceDigest, Status, TrustVector, VerifierId,
 };
 use confboot_attest::Variant;
 use confboot_util::args::{Matches, Opt};
-use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded};
+use confboot_util::fs::{FileError, MAX_CONFIG_FILE_BYTES, read_bounded};
+
+/// Why `-o` and `--ear-key` do not go together (a usage error).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OutputError {
+    /// `-o ear` without `--ear-key`.
+    #[error("-o ear needs --{option}", option = EAR_KEY.long)]
+    NoKey,
+    /// `--ear-key` without `-o ear`.
+    #[error("--{option} goes with -o ear", option = EAR_KEY.long)]
+    KeyWithoutEar,
+    /// `-o` names no output.
+    #[error("--{option} {0:?}: want {1}", option = OUTPUT.long)]
+    Unknown(String, &'static str),
+}
+
+/// Why no attestation result can be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum EarOutputError {
+    /// The policy file cannot be read for its id.
+    #[error("{0}")]
+    Policy(FileError),
+    /// The `--ear-key` file cannot be read.
+    #[error("--{option}: {0}", option = EAR_KEY.long)]
+    ReadKey(FileError),
+    /// The `--ear-key` file is no P-256 key.
+    #[error("--{option} {}: {error}", path.display(), option = EAR_KEY.long)]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: EarError,
+    },
+    /// The result cannot be signed.
+    #[error("cannot sign the attestation result: {0}")]
+    Sign(EarError),
+}
 
 /// `--ear-key KEY.pem`: the key that signs the result.
 pub const EAR_KEY: Opt = Opt::value(
@@ -30,15 +66,15 @@ pub const OUTPUT: Opt = Opt::value(
 .default("text");
 
 /// The key of `-o ear` from [`OUTPUT`] and [`EAR_KEY`] (`None`: text).
-pub fn ear_key(m: &Matches) -> Result<Option<PathBuf>, String> {
+pub fn ear_key(m: &Matches) -> Result<Option<PathBuf>, OutputError> {
     let output = m.value(&OUTPUT).expect("has a default");
     let key = m.value(&EAR_KEY).map(PathBuf::from);
     match (output, key) {
         ("text", None) => Ok(None),
         ("ear", Some(key)) => Ok(Some(key)),
-        ("ear", None) => Err(format!("-o ear needs --{}", EAR_KEY.long)),
-        ("text", Some(_)) => Err(format!("--{} goes with -o ear", EAR_KEY.long)),
-        (other, _) => Err(format!("--{} {other:?}: want text or ear", OUTPUT.long)),
+        ("ear", None) => Err(OutputError::NoKey),
+        ("text", Some(_)) => Err(OutputError::KeyWithoutEar),
+        (other, _) => Err(OutputError::Unknown(other.to_string(), "text or ear")),
     }
 }
 
@@ -53,11 +89,11 @@ pub struct EarSigner {
 
 /// The appraisal policy id of a policy file: its name and the SHA-256 of
 /// its bytes (what a relying party can compare), or `default` without one.
-pub fn policy_id(path: Option<&Path>) -> Result<String, String> {
+pub fn policy_id(path: Option<&Path>) -> Result<String, EarOutputError> {
     let Some(path) = path else {
         return Ok("default".into());
     };
-    let bytes = read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| e.to_string())?;
+    let bytes = read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(EarOutputError::Policy)?;
     let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
     let name = path
         .file_name()
@@ -75,11 +111,12 @@ impl EarSigner {
         path: &Path,
         program: &'static str,
         policy_id: String,
-    ) -> Result<EarSigner, String> {
-        let pem = read_bounded(path, MAX_CONFIG_FILE_BYTES)
-            .map_err(|e| format!("--{}: {e}", EAR_KEY.long))?;
-        let key = EarSigningKey::from_pem(&pem)
-            .map_err(|e| format!("--{} {}: {e}", EAR_KEY.long, path.display()))?;
+    ) -> Result<EarSigner, EarOutputError> {
+        let pem = read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(EarOutputError::ReadKey)?;
+        let key = EarSigningKey::from_pem(&pem).map_err(|error| EarOutputError::Key {
+            path: path.to_path_buf(),
+            error,
+        })?;
         Ok(EarSigner {
             key,
             program,
@@ -96,7 +133,7 @@ impl EarSigner {
         status: Status,
         policy_id: &str,
         trust_vector: TrustVector,
-    ) -> Result<String, String> {
+    ) -> Result<String, EarOutputError> {
         AttestationResult {
             status,
             trust_vector,
@@ -107,7 +144,7 @@ impl EarSigner {
             issued_at: confboot_util::time::unix_now(),
         }
         .sign(&self.key)
-        .map_err(|e| format!("cannot sign the attestation result: {e}"))
+        .map_err(EarOutputError::Sign)
     }
 
     /// Prints the signed result of a verdict; the exit code stays the

@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-use confboot_kms::init_secret;
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY, exit_usage, parse_or_exit};
+use confboot_kms::init_secret::{self, WeakSecretError};
+use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY, exit_usage, parse_or_exit};
+use confboot_util::fs::FileError;
 
 const INIT_SECRET_FILE: Opt = Opt::value(
     "init-secret-file",
@@ -35,19 +36,37 @@ struct Config {
     iterations: u32,
 }
 
+/// Why the options cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// An option is missing or not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// `--iterations` below the least count.
+    #[error("--{} must be at least {}", ITERATIONS.long, init_secret::MIN_ITERATIONS)]
+    TooFewIterations,
+}
+
+/// Why no hash was printed (exit 1).
+#[derive(Debug, thiserror::Error)]
+enum HashError {
+    /// The init secret cannot be read.
+    #[error("--{option}: {0}", option = INIT_SECRET_FILE.long)]
+    Read(FileError),
+    /// The init secret is weak.
+    #[error("--{option}: {0}", option = INIT_SECRET_FILE.long)]
+    Weak(WeakSecretError),
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
         let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let iterations = m.parsed::<u32>(&ITERATIONS);
-        let init_secret_file = init_secret_file.map_err(|e| e.to_string())?;
-        let iterations = iterations.map_err(|e| e.to_string())?.unwrap_or(600_000);
+        let init_secret_file = init_secret_file?;
+        let iterations = iterations?.unwrap_or(600_000);
         if iterations < init_secret::MIN_ITERATIONS {
-            return Err(format!(
-                "--{} must be at least {}",
-                ITERATIONS.long,
-                init_secret::MIN_ITERATIONS
-            ));
+            return Err(OptionsError::TooFewIterations);
         }
         Ok(Config {
             init_secret_file,
@@ -73,11 +92,9 @@ pub fn run(args: Vec<String>) -> i32 {
 }
 
 /// The hash of the secret in the file, unless the secret is weak.
-fn hash_secret(config: &Config) -> Result<String, String> {
-    let secret = init_secret::read_file(&config.init_secret_file)
-        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
-    init_secret::check_strength(&secret)
-        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+fn hash_secret(config: &Config) -> Result<String, HashError> {
+    let secret = init_secret::read_file(&config.init_secret_file).map_err(HashError::Read)?;
+    init_secret::check_strength(&secret).map_err(HashError::Weak)?;
     Ok(init_secret::hash(&secret, config.iterations))
 }
 
@@ -99,11 +116,11 @@ mod tests {
                     .map(String::from),
             )
             .unwrap();
-        assert!(
-            Config::from_matches(&m)
-                .unwrap_err()
-                .starts_with("--iterations must be at least"),
-        );
+        assert!(matches!(
+            Config::from_matches(&m),
+            Err(e @ OptionsError::TooFewIterations)
+                if e.to_string().starts_with("--iterations must be at least")
+        ),);
     }
 
     #[test]
@@ -116,6 +133,8 @@ mod tests {
         };
         std::fs::write(&file, "s3cret\n").unwrap();
         let e = hash_secret(&config).unwrap_err();
+        assert!(matches!(e, HashError::Weak(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with("--init-secret-file: the init secret is too weak: 6 bytes")
                 && e.contains("want at least 16 bytes and 80 bits"),

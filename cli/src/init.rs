@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_kms::{MasterSecret, init_secret};
+use confboot_kms::init_secret::WeakSecretError;
+use confboot_kms::{KmsError, MasterSecret, MasterSecretFileError, init_secret};
 use confboot_proto::DEFAULT_INIT_PORT;
 use confboot_proto::init::{InitRequest, InitResponse, SshUserKey, init_response};
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
+use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY};
+use confboot_util::fs::FileError;
+use confboot_wire::Status;
 
 use crate::common;
 use confboot_util::text::{printable, printable_str};
@@ -101,6 +104,93 @@ const MAX_NODE_LOG_LINE: usize = 1024;
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_INIT_PORT == 9000);
 
+/// Why the options cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// An option is missing or not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The attestation options check no node.
+    #[error(transparent)]
+    Check(#[from] common::NodeCheckError),
+}
+
+/// Why the cluster was not initialized (exit 1).
+#[derive(Debug, thiserror::Error)]
+enum InitError {
+    /// The init secret cannot be read.
+    #[error("--{option}: {0}", option = INIT_SECRET_FILE.long)]
+    InitSecret(FileError),
+    /// The init secret is weak.
+    #[error("--{option}: {0}", option = INIT_SECRET_FILE.long)]
+    WeakInitSecret(WeakSecretError),
+    /// The node's validators cannot be made.
+    #[error(transparent)]
+    Check(#[from] common::NodeCheckError),
+    /// The SSH users file is not usable.
+    #[error(transparent)]
+    SshUsers(#[from] SshUsersError),
+    /// An output file exists already.
+    #[error("{} exists already; move it away or choose another path", .0.display())]
+    OutputExists(PathBuf),
+    /// The new master secret's file exists already.
+    #[error(
+        "{} exists already; reuse it with --master-secret or choose another --master-secret-out",
+        .0.display()
+    )]
+    MasterSecretOutExists(PathBuf),
+    /// The master secret cannot be read or written.
+    #[error("{0}")]
+    MasterSecretFile(MasterSecretFileError),
+    /// No master secret can be made.
+    #[error("{0}")]
+    MasterSecret(KmsError),
+    /// No measurement salt can be made.
+    #[error("no randomness")]
+    NoRandomness,
+    /// The node cannot be reached or failed verification.
+    #[error("{}", common::explain_connect_error(node, error, measurements))]
+    Connect {
+        /// The node.
+        node: String,
+        /// Why.
+        error: Box<atls::AtlsError>,
+        /// The policy files it was checked against.
+        measurements: String,
+    },
+    /// The node did not attest.
+    #[error("the node did not attest")]
+    NotAttested,
+    /// The node refused Init with its reason (printable, bounded).
+    #[error("the node refused Init: {0}")]
+    Refused(String),
+    /// The call failed.
+    #[error("Init failed: {0}")]
+    Failed(Status),
+    /// The node answered without a result.
+    #[error("the node answered without a result")]
+    NoResult,
+    /// An output file cannot be written.
+    #[error("{0}")]
+    Write(FileError),
+}
+
+/// Why the SSH users file is not usable.
+#[derive(Debug, thiserror::Error)]
+enum SshUsersError {
+    /// It cannot be read.
+    #[error("--{option}: {0}", option = SSH_USERS.long)]
+    Read(FileError),
+    /// It is not an SSH users configuration.
+    #[error("--{option} {}: {error}", path.display(), option = SSH_USERS.long)]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: confboot_sys::ssh_users::SshUserError,
+    },
+}
+
 /// What `confboot init` runs with.
 #[derive(Debug)]
 struct Config {
@@ -130,7 +220,7 @@ struct Config {
 
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
         let path = |opt: &Opt| PathBuf::from(m.value(opt).expect("has a default"));
         let text = |opt: &Opt| m.value(opt).expect("has a default").to_string();
         let node = m.required(&NODE).map(str::to_string);
@@ -145,9 +235,9 @@ impl Config {
         let kubernetes_version = text(&KUBERNETES_VERSION);
         let timeout = m.parsed::<u64>(&TIMEOUT);
         Ok(Config {
-            node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_INIT_PORT),
+            node: common::with_port(&node?, DEFAULT_INIT_PORT),
             check: check?,
-            init_secret_file: init_secret_file.map_err(|e| e.to_string())?,
+            init_secret_file: init_secret_file?,
             master_secret,
             master_secret_out,
             kubeconfig_out,
@@ -155,7 +245,7 @@ impl Config {
             ssh_users,
             cluster_name,
             kubernetes_version,
-            timeout: Duration::from_secs(timeout.map_err(|e| e.to_string())?.unwrap_or(900)),
+            timeout: Duration::from_secs(timeout?.unwrap_or(900)),
         })
     }
 }
@@ -165,14 +255,13 @@ pub fn run(args: Vec<String>) -> i32 {
     common::run_command(&CMD, args, Config::from_matches, init)
 }
 
-fn init(config: &Config) -> Result<(), String> {
+fn init(config: &Config) -> Result<(), InitError> {
     let node = config.node.clone();
-    let init_secret = init_secret::read_file(&config.init_secret_file)
-        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    let init_secret =
+        init_secret::read_file(&config.init_secret_file).map_err(InitError::InitSecret)?;
     // The hash on the node's command line is the host's to read: a weak
     // secret is refused before anything else.
-    init_secret::check_strength(&init_secret)
-        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
+    init_secret::check_strength(&init_secret).map_err(InitError::WeakInitSecret)?;
     let validators = config.check.validators()?;
     let ssh_users = match &config.ssh_users {
         Some(path) => read_ssh_users(path)?,
@@ -183,10 +272,7 @@ fn init(config: &Config) -> Result<(), String> {
     let state_out = config.state_out.as_path();
     for out in [kubeconfig_out, state_out] {
         if out.exists() {
-            return Err(format!(
-                "{} exists already; move it away or choose another path",
-                out.display()
-            ));
+            return Err(InitError::OutputExists(out.to_path_buf()));
         }
     }
 
@@ -194,32 +280,32 @@ fn init(config: &Config) -> Result<(), String> {
     // before Init is sent: nothing is lost if Init fails half-way.
     let (master, master_out) = match &config.master_secret {
         Some(path) => (
-            MasterSecret::read_file(path).map_err(|e| e.to_string())?,
+            MasterSecret::read_file(path).map_err(InitError::MasterSecretFile)?,
             None,
         ),
         None => {
             let out = config.master_secret_out.as_path();
             if out.exists() {
-                return Err(format!(
-                    "{} exists already; reuse it with --master-secret or choose another --master-secret-out",
-                    out.display()
-                ));
+                return Err(InitError::MasterSecretOutExists(out.to_path_buf()));
             }
             (
-                MasterSecret::generate().map_err(|e| e.to_string())?,
+                MasterSecret::generate().map_err(InitError::MasterSecret)?,
                 Some(out),
             )
         }
     };
     let measurement_salt =
-        confboot_kms::MeasurementSalt::generate().map_err(|_| "no randomness".to_string())?;
+        confboot_kms::MeasurementSalt::generate().map_err(|_| InitError::NoRandomness)?;
 
     let started = std::time::Instant::now();
     let measurements = &config.check.policy_files;
-    let (mut client, attested) =
-        atls::connect(&node, Duration::from_secs(30), &validators, None)
-            .map_err(|e| common::explain_connect_error(&node, &e, measurements))?;
-    let attested = attested.ok_or("the node did not attest")?;
+    let (mut client, attested) = atls::connect(&node, Duration::from_secs(30), &validators, None)
+        .map_err(|error| InitError::Connect {
+        node: node.clone(),
+        error: Box::new(error),
+        measurements: measurements.clone(),
+    })?;
+    let attested = attested.ok_or(InitError::NotAttested)?;
     println!(
         "node {node} attested ({}, {} measurements match {measurements}) in {:.1} s",
         attested.variant,
@@ -228,7 +314,9 @@ fn init(config: &Config) -> Result<(), String> {
     );
 
     if let Some(out) = master_out {
-        master.write_file(out).map_err(|e| e.to_string())?;
+        master
+            .write_file(out)
+            .map_err(InitError::MasterSecretFile)?;
         println!(
             "master secret written to {} (keep it: it recovers the cluster)",
             out.display()
@@ -266,21 +354,22 @@ fn init(config: &Config) -> Result<(), String> {
     );
     if let Some(error) = failure {
         let error = printable_str(&error, MAX_NODE_LOG_LINE);
-        return Err(format!("the node refused Init: {error}"));
+        return Err(InitError::Refused(error.to_string()));
     }
     result.map_err(|s| match s.code {
-        confboot_wire::Code::PermissionDenied => format!("the node refused Init: {}", s.message),
-        _ => format!("Init failed: {s}"),
+        confboot_wire::Code::PermissionDenied => InitError::Refused(s.message),
+        _ => InitError::Failed(s),
     })?;
-    let success = success.ok_or("the node answered without a result")?;
-    common::write_secret_file(kubeconfig_out, &success.kubeconfig)?;
+    let success = success.ok_or(InitError::NoResult)?;
+    common::write_secret_file(kubeconfig_out, &success.kubeconfig).map_err(InitError::Write)?;
     let state = serde_json::json!({
         "node": node,
         "clusterId": confboot_util::hex::encode(&success.cluster_id),
         "ownerId": confboot_util::hex::encode(&success.owner_id),
         "measurementSalt": confboot_util::hex::encode(measurement_salt.as_bytes()),
     });
-    common::write_secret_file(state_out, format!("{state:#}\n").as_bytes())?;
+    common::write_secret_file(state_out, format!("{state:#}\n").as_bytes())
+        .map_err(InitError::Write)?;
     println!(
         "cluster initialized in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -299,12 +388,14 @@ fn init(config: &Config) -> Result<(), String> {
 
 /// The admin's SSH users file (`--ssh-users`), checked whole: bounded in
 /// size, the configuration's shape, every name and key valid.
-fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, String> {
+fn read_ssh_users(path: &Path) -> Result<Vec<SshUserKey>, SshUsersError> {
     use confboot_sys::ssh_users::{MAX_SSH_USERS_CONFIG_BYTES, parse_ssh_users_config};
     let bytes = confboot_util::fs::read_bounded(path, MAX_SSH_USERS_CONFIG_BYTES as u64)
-        .map_err(|e| format!("--{}: {e}", SSH_USERS.long))?;
-    let users = parse_ssh_users_config(&bytes)
-        .map_err(|e| format!("--{} {}: {e}", SSH_USERS.long, path.display()))?;
+        .map_err(SshUsersError::Read)?;
+    let users = parse_ssh_users_config(&bytes).map_err(|error| SshUsersError::Invalid {
+        path: path.to_path_buf(),
+        error,
+    })?;
     Ok(users
         .iter()
         .map(|u| SshUserKey {
@@ -367,13 +458,15 @@ mod tests {
         assert_eq!(users[0].public_key, key_line());
 
         let missing = read_ssh_users(&dir.join("nope.json")).unwrap_err();
+        assert!(matches!(missing, SshUsersError::Read(_)), "{missing:?}");
+        let missing = missing.to_string();
         assert!(
             missing.starts_with("--ssh-users: ") && missing.contains("nope.json"),
             "{missing}"
         );
         let limit = confboot_sys::ssh_users::MAX_SSH_USERS_CONFIG_BYTES;
         std::fs::write(&file, vec![b' '; limit + 1]).unwrap();
-        let big = read_ssh_users(&file).unwrap_err();
+        let big = read_ssh_users(&file).unwrap_err().to_string();
         assert!(big.contains(&format!("limit of {limit} bytes")), "{big}");
         std::fs::write(
             &file,
@@ -381,6 +474,8 @@ mod tests {
         )
         .unwrap();
         let bad = read_ssh_users(&file).unwrap_err();
+        assert!(matches!(bad, SshUsersError::Invalid { .. }), "{bad:?}");
+        let bad = bad.to_string();
         assert!(bad.contains("invalid user name \"root\""), "{bad}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -402,6 +497,8 @@ mod tests {
             )
             .unwrap();
         let e = init(&Config::from_matches(&m).unwrap()).unwrap_err();
+        assert!(matches!(e, InitError::WeakInitSecret(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with("--init-secret-file: the init secret is too weak"),
             "{e}"

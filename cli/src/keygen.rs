@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use confboot_appraisal::reference::SigningKey;
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
 const OUT: Opt = Opt::value(
     "out",
@@ -37,10 +37,21 @@ struct Config {
     public_out: PathBuf,
 }
 
+/// Why the options cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// An option is missing.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The private and the public key would go to one file.
+    #[error("--{} and --{} name one file", OUT.long, PUBLIC_OUT.long)]
+    OneFile,
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
-        let out = PathBuf::from(m.required(&OUT).map_err(|e| e.to_string())?);
+    fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
+        let out = PathBuf::from(m.required(&OUT)?);
         let public_out = match m.value(&PUBLIC_OUT) {
             Some(p) => PathBuf::from(p),
             None => {
@@ -50,10 +61,7 @@ impl Config {
             }
         };
         if public_out == out {
-            return Err(format!(
-                "--{} and --{} name one file",
-                OUT.long, PUBLIC_OUT.long
-            ));
+            return Err(OptionsError::OneFile);
         }
         Ok(Config { out, public_out })
     }

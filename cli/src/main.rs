@@ -5,6 +5,7 @@ mod check_reference_values;
 mod common;
 mod ear_output;
 mod hash_init_secret;
+mod hex_option;
 mod init;
 mod keygen;
 mod measure;

@@ -137,14 +137,61 @@ struct ReferenceValuesOut {
     not_after: i64,
 }
 
+/// Why `confboot measure` predicted nothing (exit 2): an option, a file
+/// it names, or a set a reader would refuse.
+#[derive(Debug, thiserror::Error)]
+enum MeasureCommandError {
+    /// An option is missing or not of its type.
+    #[error(transparent)]
+    Args(#[from] confboot_util::args::ArgsError),
+    /// An instant option is not an instant.
+    #[error("--{option}: {error}")]
+    Instant {
+        /// The option.
+        option: &'static str,
+        /// Why.
+        error: confboot_util::time::InstantError,
+    },
+    /// A reference-value option without `--reference-values-out`.
+    #[error("--{0} goes with --{out}", out = REFERENCE_VALUES_OUT.long)]
+    WithoutOut(&'static str),
+    /// `--reference-values-out` without an option it needs.
+    #[error("--{out} needs --{0}", out = REFERENCE_VALUES_OUT.long)]
+    OutNeeds(&'static str),
+    /// The set would be refused by a reader.
+    #[error("--{out}: {0}", out = REFERENCE_VALUES_OUT.long)]
+    Encode(confboot_appraisal::reference::ReferenceError),
+    /// The kernel cannot be read.
+    #[error("--{option}: {0}", option = KERNEL.long)]
+    Kernel(confboot_util::fs::FileError),
+    /// The initrd cannot be read.
+    #[error("--{option} {}: {error}", path.display(), option = INITRD.long)]
+    Initrd {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The boot cannot be predicted.
+    #[error("{0}")]
+    Predict(confboot_measure::MeasureError),
+}
+
 impl ReferenceValuesOut {
     /// Reads the reference-value options; `now` is the default start.
-    fn from_matches(m: &Matches, now: i64) -> Result<Option<ReferenceValuesOut>, String> {
+    fn from_matches(
+        m: &Matches,
+        now: i64,
+    ) -> Result<Option<ReferenceValuesOut>, MeasureCommandError> {
         let instant = |opt: &Opt| {
             m.value(opt)
                 .map(|v| {
-                    confboot_util::time::parse_instant(v)
-                        .map_err(|e| format!("--{}: {e}", opt.long))
+                    confboot_util::time::parse_instant(v).map_err(|error| {
+                        MeasureCommandError::Instant {
+                            option: opt.long,
+                            error,
+                        }
+                    })
                 })
                 .transpose()
         };
@@ -155,16 +202,13 @@ impl ReferenceValuesOut {
                 .into_iter()
                 .find(|o| m.value(o).is_some())
             {
-                return Err(format!(
-                    "--{} goes with --{}",
-                    opt.long, REFERENCE_VALUES_OUT.long
-                ));
+                return Err(MeasureCommandError::WithoutOut(opt.long));
             }
             return Ok(None);
         };
         let required = |v: Option<&str>, opt: &Opt| {
             v.map(str::to_string)
-                .ok_or_else(|| format!("--{} needs --{}", REFERENCE_VALUES_OUT.long, opt.long))
+                .ok_or(MeasureCommandError::OutNeeds(opt.long))
         };
         let not_before = not_before.unwrap_or(now);
         Ok(Some(ReferenceValuesOut {
@@ -178,7 +222,11 @@ impl ReferenceValuesOut {
 
     /// The set for a predicted boot, in bytes (refused as a reader would
     /// refuse it: a name too long, a window that ends before it starts).
-    fn encode(&self, policy: &MeasurementPolicy, events: &EventList) -> Result<Vec<u8>, String> {
+    fn encode(
+        &self,
+        policy: &MeasurementPolicy,
+        events: &EventList,
+    ) -> Result<Vec<u8>, MeasureCommandError> {
         ReferenceSet {
             name: self.name.clone(),
             version: self.version.clone(),
@@ -191,13 +239,13 @@ impl ReferenceValuesOut {
             }],
         }
         .encode()
-        .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_OUT.long))
+        .map_err(MeasureCommandError::Encode)
     }
 }
 
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, MeasureCommandError> {
         let kernel = m.required(&KERNEL).map(PathBuf::from);
         let initrd = m.required(&INITRD).map(str::to_string);
         let cmdline = m.required(&CMDLINE).map(str::to_string);
@@ -206,15 +254,13 @@ impl Config {
         let events_out = PathBuf::from(m.value(&EVENTS_OUT).expect("has a default"));
         let reference_values = ReferenceValuesOut::from_matches(m, confboot_util::time::unix_now());
         Ok(Config {
-            kernel: kernel.map_err(|e| e.to_string())?,
-            initrd: match initrd.map_err(|e| e.to_string())?.as_str() {
+            kernel: kernel?,
+            initrd: match initrd?.as_str() {
                 "none" => None,
                 path => Some(PathBuf::from(path)),
             },
-            cmdline: cmdline.map_err(|e| e.to_string())?,
-            memory_mib: memory_mib
-                .map_err(|e| e.to_string())?
-                .unwrap_or(DEFAULT_MEMORY_MIB),
+            cmdline: cmdline?,
+            memory_mib: memory_mib?.unwrap_or(DEFAULT_MEMORY_MIB),
             policy_out,
             events_out,
             reference_values: reference_values?,
@@ -298,15 +344,18 @@ pub fn run(args: Vec<String>) -> i32 {
     0
 }
 
-fn predict(config: &Config) -> Result<EventList, String> {
+fn predict(config: &Config) -> Result<EventList, MeasureCommandError> {
     let kernel = confboot_util::fs::read_bounded(&config.kernel, MAX_KERNEL_LEN)
-        .map_err(|e| format!("--{}: {e}", KERNEL.long))?;
+        .map_err(MeasureCommandError::Kernel)?;
     let initrd = match &config.initrd {
         None => None,
         Some(path) => Some(
             std::fs::File::open(path)
                 .and_then(InitrdDigest::read)
-                .map_err(|e| format!("--{} {}: {e}", INITRD.long, path.display()))?,
+                .map_err(|error| MeasureCommandError::Initrd {
+                    path: path.clone(),
+                    error,
+                })?,
         ),
     };
     DirectBoot {
@@ -316,7 +365,7 @@ fn predict(config: &Config) -> Result<EventList, String> {
         memory_mib: config.memory_mib,
     }
     .predict()
-    .map_err(|e| e.to_string())
+    .map_err(MeasureCommandError::Predict)
 }
 
 #[cfg(test)]
@@ -340,10 +389,15 @@ mod tests {
         assert_eq!((r.not_before, r.not_after), (1_767_225_600, 1_798_761_600));
         // The image's name is required, and the window's ends go with a file.
         let m = CMD.parse(with[..8].iter().map(|s| s.to_string())).unwrap();
-        assert!(Config::from_matches(&m).unwrap_err().contains("--name"));
+        let e = Config::from_matches(&m).unwrap_err();
+        assert!(matches!(e, MeasureCommandError::OutNeeds("name")), "{e:?}");
+        assert!(e.to_string().contains("--name"), "{e}");
         let mut stray = args.to_vec();
         stray.extend(["--not-after", "2027-01-01"]);
         let m = CMD.parse(stray.iter().map(|s| s.to_string())).unwrap();
-        assert!(Config::from_matches(&m).is_err());
+        assert!(matches!(
+            Config::from_matches(&m),
+            Err(MeasureCommandError::WithoutOut("not-after"))
+        ));
     }
 }

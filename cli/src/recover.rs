@@ -6,10 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use confboot_atls as atls;
-use confboot_kms::{MasterSecret, MeasurementSalt, init_secret};
+use confboot_kms::{
+    MasterSecret, MasterSecretFileError, MeasurementSalt, MeasurementSaltError, init_secret,
+};
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
+use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY};
+use confboot_util::fs::FileError;
+use confboot_wire::Status;
 
 use crate::common;
 
@@ -64,6 +68,53 @@ const CMD: Command = Command {
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_RECOVER_PORT == 9999);
 
+/// Why the options cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// An option is missing or not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The attestation options check no node.
+    #[error(transparent)]
+    Check(#[from] common::NodeCheckError),
+}
+
+/// Why the node was not recovered (exit 1).
+#[derive(Debug, thiserror::Error)]
+enum RecoverError {
+    /// The init secret cannot be read.
+    #[error("--{option}: {0}", option = INIT_SECRET_FILE.long)]
+    InitSecret(FileError),
+    /// The master secret cannot be read.
+    #[error("{0}")]
+    MasterSecret(MasterSecretFileError),
+    /// The cluster file gives no measurement salt.
+    #[error("--{option}: {0}", option = CLUSTER_FILE.long)]
+    ClusterFile(common::ClusterFileError),
+    /// The cluster file's measurement salt is out of bounds.
+    #[error("--{option}: {0}", option = CLUSTER_FILE.long)]
+    Salt(MeasurementSaltError),
+    /// The node's validators cannot be made.
+    #[error(transparent)]
+    Check(#[from] common::NodeCheckError),
+    /// The node cannot be reached or failed verification.
+    #[error("{}", common::explain_connect_error(node, error, measurements))]
+    Connect {
+        /// The node.
+        node: String,
+        /// Why.
+        error: Box<atls::AtlsError>,
+        /// The policy files it was checked against.
+        measurements: String,
+    },
+    /// The node serves another Recover.
+    #[error("the node is busy with another Recover; try again in a moment: {0}")]
+    Busy(Status),
+    /// The node refused the Recover.
+    #[error("the node refused recovery: {0}")]
+    Refused(Status),
+}
+
 /// What `confboot recover` runs with.
 #[derive(Debug)]
 struct Config {
@@ -81,15 +132,15 @@ struct Config {
 
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
         let node = m.required(&NODE).map(str::to_string);
         let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let master_secret = PathBuf::from(m.value(&MASTER_SECRET).expect("has a default"));
         let cluster_file = PathBuf::from(m.value(&CLUSTER_FILE).expect("has a default"));
         let check = common::NodeCheck::read(m);
         Ok(Config {
-            node: common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_RECOVER_PORT),
-            init_secret_file: init_secret_file.map_err(|e| e.to_string())?,
+            node: common::with_port(&node?, DEFAULT_RECOVER_PORT),
+            init_secret_file: init_secret_file?,
             master_secret,
             cluster_file,
             check: check?,
@@ -102,22 +153,28 @@ pub fn run(args: Vec<String>) -> i32 {
     common::run_command(&CMD, args, Config::from_matches, recover)
 }
 
-fn recover(config: &Config) -> Result<(), String> {
+fn recover(config: &Config) -> Result<(), RecoverError> {
     let node = &config.node;
     // Not checked for strength: the node knows the hash of the secret it
     // was booted with, whatever it is (init and hash-init-secret refuse
     // weak ones).
-    let init_secret = init_secret::read_file(&config.init_secret_file)
-        .map_err(|e| format!("--{}: {e}", INIT_SECRET_FILE.long))?;
-    let master = MasterSecret::read_file(&config.master_secret).map_err(|e| e.to_string())?;
+    let init_secret =
+        init_secret::read_file(&config.init_secret_file).map_err(RecoverError::InitSecret)?;
+    let master =
+        MasterSecret::read_file(&config.master_secret).map_err(RecoverError::MasterSecret)?;
     let measurement_salt = common::cluster_file_field(&config.cluster_file, "measurementSalt")
-        .map_err(|e| format!("--{}: {e}", CLUSTER_FILE.long))?;
-    let measurement_salt = MeasurementSalt::new(measurement_salt)
-        .map_err(|e| format!("--{}: {e}", CLUSTER_FILE.long))?;
+        .map_err(RecoverError::ClusterFile)?;
+    let measurement_salt = MeasurementSalt::new(measurement_salt).map_err(RecoverError::Salt)?;
     let validators = config.check.validators()?;
     let measurements = &config.check.policy_files;
-    let (mut client, _) = atls::connect(node, Duration::from_secs(30), &validators, None)
-        .map_err(|e| common::explain_connect_error(node, &e, measurements))?;
+    let (mut client, _) =
+        atls::connect(node, Duration::from_secs(30), &validators, None).map_err(|error| {
+            RecoverError::Connect {
+                node: node.clone(),
+                error: Box::new(error),
+                measurements: measurements.clone(),
+            }
+        })?;
     println!("node {node} attested");
     let msg = RecoverMessage {
         kms_uri: master.to_kms_uri().to_string(),
@@ -128,10 +185,8 @@ fn recover(config: &Config) -> Result<(), String> {
     let _: RecoverResponse = client
         .unary(confboot_proto::RECOVER, &msg, Duration::from_secs(120))
         .map_err(|s| match s.code {
-            confboot_wire::Code::Unavailable => {
-                format!("the node is busy with another Recover; try again in a moment: {s}")
-            }
-            _ => format!("the node refused recovery: {s}"),
+            confboot_wire::Code::Unavailable => RecoverError::Busy(s),
+            _ => RecoverError::Refused(s),
         })?;
     println!("node {node} recovered: it opened its state disk");
     Ok(())
@@ -169,6 +224,7 @@ mod tests {
         let args = ["--node", "n", "--variants", "sev-snp", "--snp-policy", "p"];
         let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
         let e = Config::from_matches(&m).unwrap_err();
-        assert!(e.contains("--init-secret-file"), "{e}");
+        assert!(matches!(e, OptionsError::Args(_)), "{e:?}");
+        assert!(e.to_string().contains("--init-secret-file"), "{e}");
     }
 }

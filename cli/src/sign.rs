@@ -5,8 +5,36 @@
 use std::path::PathBuf;
 
 use confboot_appraisal::reference::cose::MAX_KEY_PEM_BYTES;
-use confboot_appraisal::reference::{MAX_SET_BYTES, ReferenceSet, SigningKey, sign_unsigned};
-use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_appraisal::reference::{
+    MAX_SET_BYTES, ReferenceError, ReferenceSet, SigningKey, sign_unsigned,
+};
+use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY, parse_or_exit};
+use confboot_util::fs::FileError;
+
+/// Why nothing was signed (exit 2): the key or the input cannot be read,
+/// or a reader would refuse them.
+#[derive(Debug, thiserror::Error)]
+enum SignError {
+    /// A file cannot be read.
+    #[error("--{option}: {error}")]
+    Read {
+        /// The option that names it.
+        option: &'static str,
+        /// Why.
+        error: FileError,
+    },
+    /// The key or the set is refused.
+    #[error("--{option}: {error}")]
+    Refused {
+        /// The option that names it.
+        option: &'static str,
+        /// Why.
+        error: ReferenceError,
+    },
+    /// The set cannot be signed.
+    #[error("{0}")]
+    Sign(ReferenceError),
+}
 
 const KEY: Opt = Opt::value(
     "key",
@@ -40,14 +68,14 @@ struct Config {
 
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, ArgsError> {
         let key = m.required(&KEY).map(PathBuf::from);
         let input = m.required(&IN).map(PathBuf::from);
         let output = m.required(&OUT).map(PathBuf::from);
         Ok(Config {
-            key: key.map_err(|e| e.to_string())?,
-            input: input.map_err(|e| e.to_string())?,
-            output: output.map_err(|e| e.to_string())?,
+            key: key?,
+            input: input?,
+            output: output?,
         })
     }
 }
@@ -87,13 +115,15 @@ pub fn run(args: Vec<String>) -> i32 {
     0
 }
 
-fn sign(config: &Config) -> Result<(Vec<u8>, ReferenceSet, SigningKey), String> {
+fn sign(config: &Config) -> Result<(Vec<u8>, ReferenceSet, SigningKey), SignError> {
+    let read = |option: &'static str| move |error| SignError::Read { option, error };
+    let refused = |option: &'static str| move |error| SignError::Refused { option, error };
     let pem = confboot_util::fs::read_bounded(&config.key, MAX_KEY_PEM_BYTES as u64)
-        .map_err(|e| format!("--{}: {e}", KEY.long))?;
-    let key = SigningKey::from_pem(&pem).map_err(|e| format!("--{}: {e}", KEY.long))?;
+        .map_err(read(KEY.long))?;
+    let key = SigningKey::from_pem(&pem).map_err(refused(KEY.long))?;
     let unsigned = confboot_util::fs::read_bounded(&config.input, MAX_SET_BYTES as u64)
-        .map_err(|e| format!("--{}: {e}", IN.long))?;
-    let set = ReferenceSet::from_cbor(&unsigned).map_err(|e| format!("--{}: {e}", IN.long))?;
-    let signed = sign_unsigned(&unsigned, &key).map_err(|e| e.to_string())?;
+        .map_err(read(IN.long))?;
+    let set = ReferenceSet::from_cbor(&unsigned).map_err(refused(IN.long))?;
+    let signed = sign_unsigned(&unsigned, &key).map_err(SignError::Sign)?;
     Ok((signed, set, key))
 }

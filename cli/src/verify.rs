@@ -35,9 +35,15 @@ use confboot_verifier::verify::service::{SessionEvidence, fetch_document};
 use confboot_verifier::verify::{AttestationDocument, NodeReport, check_node};
 
 use crate::common;
-use crate::ear_output::{EAR_KEY, EarSigner};
+use crate::ear_output::{EAR_KEY, EarOutputError, EarSigner, OutputError};
+use crate::hex_option::HexOptionError;
 use confboot_appraisal::ear::{TrustVector, Verdict};
+use confboot_appraisal::reference::sets::SetsError;
 use confboot_attest::AttestationError;
+use confboot_attest::PolicyError;
+use confboot_util::args::ArgsError;
+use confboot_util::fs::FileError;
+use confboot_verifier::verify::service::FetchError;
 
 const NODE: Opt = Opt::value(
     "node",
@@ -180,10 +186,80 @@ enum ClusterId {
     File(PathBuf),
 }
 
+/// Why `confboot verify` gave no verdict (exit 2): an option, a file it
+/// names, or a node that sent no evidence.
+#[derive(Debug, thiserror::Error)]
+enum VerifyError {
+    /// A positional argument.
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
+    /// An option is missing or not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// `-o` and `--ear-key` do not go together.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// `--timeout` out of its range.
+    #[error("--{option}: want whole seconds from 1 to 3600", option = TIMEOUT.long)]
+    Timeout,
+    /// `--reference-values-dir` beside `--measurements`.
+    #[error("--{} replaces --{}: give one of the two", REFERENCE_VALUES_DIR.long, common::MEASUREMENTS.long)]
+    SetsBesideMeasurements,
+    /// The attestation options or their files check no node.
+    #[error(transparent)]
+    Check(#[from] common::NodeCheckError),
+    /// `--release-key` without `--reference-values-dir`.
+    #[error("--{} goes with --{}", RELEASE_KEY.long, REFERENCE_VALUES_DIR.long)]
+    ReleaseKeyWithoutSets,
+    /// `--reference-values-dir` without a release key.
+    #[error("--{} needs --{} (sets are accepted only signed)", REFERENCE_VALUES_DIR.long, RELEASE_KEY.long)]
+    SetsWithoutReleaseKey,
+    /// `--reference-values-dir` while `qemu-vtpm` is not accepted.
+    #[error("--{} holds reference values of qemu-vtpm nodes, which --{} does not accept", REFERENCE_VALUES_DIR.long, common::VARIANTS.long)]
+    SetsWithoutVtpm,
+    /// `--reference-values-warning` out of its range.
+    #[error("--{option}: want 0 to {MAX_WARNING_DAYS} days", option = REFERENCE_VALUES_WARNING.long)]
+    SetsWarning,
+    /// `--cluster-id` is not 1 to 64 bytes of hex.
+    #[error(transparent)]
+    ClusterIdOption(#[from] HexOptionError),
+    /// No `--cluster-id`, and the cluster file gives none.
+    #[error("no --{option}, and {0}", option = CLUSTER_ID.long)]
+    ClusterFile(common::ClusterFileError),
+    /// The attestation result cannot be signed.
+    #[error(transparent)]
+    Ear(#[from] EarOutputError),
+    /// The node sent no attestation document.
+    #[error("node {node}: no attestation document: {error}")]
+    NoDocument {
+        /// The node.
+        node: String,
+        /// Why.
+        error: FetchError,
+    },
+    /// The measurement policy does not make a validator.
+    #[error("--measurements: {0}")]
+    Measurements(PolicyError),
+    /// A `--release-key` file cannot be read.
+    #[error("--{option}: {0}", option = RELEASE_KEY.long)]
+    ReadReleaseKey(FileError),
+    /// A `--release-key` file is no release key.
+    #[error("--{option} {}: {error}", path.display(), option = RELEASE_KEY.long)]
+    ReleaseKey {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: ReferenceError,
+    },
+    /// The `--reference-values-dir` cannot be read.
+    #[error("--{option}: {0}", option = REFERENCE_VALUES_DIR.long)]
+    Sets(SetsError),
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say); every
     /// one is checked before the node is asked, a bad one is exit 2.
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, VerifyError> {
         let node = m.required(&NODE).map(str::to_string);
         let output = m.value(&OUTPUT).expect("has a default");
         let timeout = m.value(&TIMEOUT).expect("has a default");
@@ -200,70 +276,39 @@ impl Config {
         let cluster_file = m.value(&CLUSTER_FILE).expect("has a default");
         let ear_key = m.value(&EAR_KEY).map(PathBuf::from);
         if let Some(extra) = m.positional().first() {
-            return Err(format!("unexpected argument {extra:?}"));
+            return Err(VerifyError::Unexpected(extra.to_string()));
         }
-        let node = common::with_port(&node.map_err(|e| e.to_string())?, DEFAULT_VERIFY_PORT);
+        let node = common::with_port(&node?, DEFAULT_VERIFY_PORT);
         let (json, ear_key) = match (output, ear_key) {
             ("table", None) => (false, None),
             ("json", None) => (true, None),
             ("ear", Some(key)) => (false, Some(key)),
-            ("ear", None) => return Err(format!("-o ear needs --{}", EAR_KEY.long)),
-            ("table" | "json", Some(_)) => {
-                return Err(format!("--{} goes with -o ear", EAR_KEY.long));
-            }
+            ("ear", None) => return Err(OutputError::NoKey.into()),
+            ("table" | "json", Some(_)) => return Err(OutputError::KeyWithoutEar.into()),
             (other, _) => {
-                return Err(format!(
-                    "--{} {other:?}: want table, json or ear",
-                    OUTPUT.long
-                ));
+                return Err(OutputError::Unknown(other.to_string(), "table, json or ear").into());
             }
         };
         let timeout = match timeout.parse::<u64>() {
             Ok(s) if (1..=3600).contains(&s) => Duration::from_secs(s),
-            _ => {
-                return Err(format!(
-                    "--{}: want whole seconds from 1 to 3600",
-                    TIMEOUT.long
-                ));
-            }
+            _ => return Err(VerifyError::Timeout),
         };
         if reference_values_dir.is_some() && measurements_given {
-            return Err(format!(
-                "--{} replaces --{}: give one of the two",
-                REFERENCE_VALUES_DIR.long,
-                common::MEASUREMENTS.long
-            ));
+            return Err(VerifyError::SetsBesideMeasurements);
         }
         let check = check?;
-        let warning_days = warning_days.map_err(|e| e.to_string())?;
+        let warning_days = warning_days?;
         let sets = match reference_values_dir {
             None if release_keys.is_empty() => None,
-            None => {
-                return Err(format!(
-                    "--{} goes with --{}",
-                    RELEASE_KEY.long, REFERENCE_VALUES_DIR.long
-                ));
-            }
-            Some(_) if release_keys.is_empty() => {
-                return Err(format!(
-                    "--{} needs --{} (sets are accepted only signed)",
-                    REFERENCE_VALUES_DIR.long, RELEASE_KEY.long
-                ));
-            }
+            None => return Err(VerifyError::ReleaseKeyWithoutSets),
+            Some(_) if release_keys.is_empty() => return Err(VerifyError::SetsWithoutReleaseKey),
             Some(_) if !check.settings.accepts(Variant::QemuVtpm) => {
-                return Err(format!(
-                    "--{} holds reference values of qemu-vtpm nodes, which --{} does not accept",
-                    REFERENCE_VALUES_DIR.long,
-                    common::VARIANTS.long
-                ));
+                return Err(VerifyError::SetsWithoutVtpm);
             }
             Some(dir) => {
                 let days = warning_days.expect("has a default");
                 if days > MAX_WARNING_DAYS {
-                    return Err(format!(
-                        "--{}: want 0 to {MAX_WARNING_DAYS} days",
-                        REFERENCE_VALUES_WARNING.long
-                    ));
+                    return Err(VerifyError::SetsWarning);
                 }
                 Some(SetsConfig {
                     dir,
@@ -302,7 +347,7 @@ pub fn run(args: Vec<String>) -> i32 {
     confboot_util::logging::init("verify", verbosity);
     match Config::from_matches(&m).and_then(|config| verify(&config)) {
         Ok(code) => code,
-        Err(e) => usage_error(&e),
+        Err(e) => usage_error(&e.to_string()),
     }
 }
 
@@ -312,26 +357,20 @@ fn usage_error(msg: &str) -> i32 {
 }
 
 /// A `--cluster-id`: 1 to 64 bytes of hex.
-fn parse_cluster_id(hex: &str) -> Result<Vec<u8>, String> {
-    confboot_util::hex::decode(hex)
-        .map_err(|e| format!("--{}: not hex: {e}", CLUSTER_ID.long))
-        .and_then(|id| match id.len() {
-            1..=64 => Ok(id),
-            n => Err(format!("--{}: {n} bytes, want 1 to 64", CLUSTER_ID.long)),
-        })
+fn parse_cluster_id(hex: &str) -> Result<Vec<u8>, HexOptionError> {
+    crate::hex_option::hex_bytes(hex, &format!("--{}", CLUSTER_ID.long), 1..=64)
 }
 
 /// The cluster id: `--cluster-id`, or the cluster file's `clusterId`.
-fn cluster_id(source: &ClusterId) -> Result<Vec<u8>, String> {
+fn cluster_id(source: &ClusterId) -> Result<Vec<u8>, VerifyError> {
     let file = match source {
         ClusterId::Given(id) => return Ok(id.clone()),
         ClusterId::File(file) => file,
     };
-    common::cluster_file_field(file, "clusterId")
-        .map_err(|e| format!("no --{}, and {e}", CLUSTER_ID.long))
+    common::cluster_file_field(file, "clusterId").map_err(VerifyError::ClusterFile)
 }
 
-fn verify(config: &Config) -> Result<i32, String> {
+fn verify(config: &Config) -> Result<i32, VerifyError> {
     let (node, json) = (config.node.as_str(), config.json);
     let settings = &config.check.settings;
     // Every file is read before the node is asked: a bad one is exit 2.
@@ -341,7 +380,7 @@ fn verify(config: &Config) -> Result<i32, String> {
         None => settings.load(),
         Some(_) => settings.load_without(Variant::QemuVtpm),
     }
-    .map_err(|e| common::describe(&e))?;
+    .map_err(common::NodeCheckError)?;
     let accepted = settings.variants();
     let vtpm = match (&config.sets, attestation.vtpm(), settings.vtpm()) {
         (Some(sets), _, Some(vtpm)) => Some(sets_check(vtpm, sets, &config.cluster_id)?),
@@ -367,8 +406,10 @@ fn verify(config: &Config) -> Result<i32, String> {
     let SessionEvidence {
         document: doc,
         extra_data,
-    } = fetch_document(node, config.timeout)
-        .map_err(|e| format!("node {node}: no attestation document: {e}"))?;
+    } = fetch_document(node, config.timeout).map_err(|error| VerifyError::NoDocument {
+        node: node.to_string(),
+        error,
+    })?;
     if let (Variant::SevSnp, Some(snp)) = (doc.variant, snp) {
         return Ok(snp_verdict(
             node,
@@ -504,7 +545,7 @@ enum VtpmReference {
     Sets(SignedSets),
 }
 
-fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, String> {
+fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, VerifyError> {
     // Every PCR is compared afterwards, so the validator holds no policy:
     // it checks what evidence must always pass (the policy compared
     // against must pin the image all the same).
@@ -514,7 +555,7 @@ fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, Strin
         .announce_insecure_with(common::announce_insecure_any_ak)
         .require_unmarked(false)
         .build_comparing_later(vtpm.policy.clone())
-        .map_err(|e| format!("--measurements: {e}"))?;
+        .map_err(VerifyError::Measurements)?;
     Ok(VtpmCheck {
         reference: VtpmReference::Measurements(vtpm.policy.clone()),
         events: vtpm.validators.expected_events().cloned(),
@@ -529,10 +570,10 @@ fn sets_check(
     vtpm: &VtpmSettings,
     config: &SetsConfig,
     cluster: &ClusterId,
-) -> Result<VtpmCheck, String> {
+) -> Result<VtpmCheck, VerifyError> {
     let builder = vtpm
         .validator_builder()
-        .map_err(|e| common::describe(&e))?
+        .map_err(common::NodeCheckError)?
         .announce_insecure_with(common::announce_insecure_any_ak)
         .require_unmarked(false);
     let sets = SignedSets::read(config, confboot_util::time::unix_now())?;
@@ -547,14 +588,16 @@ fn sets_check(
 }
 
 /// The `--release-key` files, read (bounded) and parsed.
-fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, String> {
+fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, VerifyError> {
     paths
         .iter()
         .map(|path| {
             let pem = confboot_util::fs::read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
-                .map_err(|e| format!("--{}: {e}", RELEASE_KEY.long))?;
-            ReleaseKey::from_pem(&pem)
-                .map_err(|e| format!("--{} {}: {e}", RELEASE_KEY.long, path.display()))
+                .map_err(VerifyError::ReadReleaseKey)?;
+            ReleaseKey::from_pem(&pem).map_err(|error| VerifyError::ReleaseKey {
+                path: path.clone(),
+                error,
+            })
         })
         .collect()
 }
@@ -606,12 +649,12 @@ impl MatchedSet {
 }
 
 impl SignedSets {
-    fn read(config: &SetsConfig, now: i64) -> Result<SignedSets, String> {
+    fn read(config: &SetsConfig, now: i64) -> Result<SignedSets, VerifyError> {
         let option = format!("--{}", REFERENCE_VALUES_DIR.long);
         let keys = read_release_keys(&config.release_keys)?;
         let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys.clone())
-            .map_err(|e| format!("{option}: {e}"))?;
-        let refresh = sets.refresh(now).map_err(|e| format!("{option}: {e}"))?;
+            .map_err(VerifyError::Sets)?;
+        let refresh = sets.refresh(now).map_err(VerifyError::Sets)?;
         let mut expired = Vec::new();
         for (file, why) in &refresh.refused {
             eprintln!(
@@ -872,7 +915,7 @@ mod tests {
 
     fn config(args: &[&str]) -> Result<Config, String> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
-        Config::from_matches(&m)
+        Config::from_matches(&m).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -896,6 +939,18 @@ mod tests {
         assert_eq!(c.cluster_id, ClusterId::Given(vec![0xab]));
         let e = config(&[&vtpm[..], &["--cluster-id", "zz"]].concat()).unwrap_err();
         assert!(e.starts_with("--cluster-id: not hex"), "{e}");
+        let m = CMD
+            .parse(
+                [&vtpm[..], &["--cluster-id", "zz"]]
+                    .concat()
+                    .iter()
+                    .map(|s| s.to_string()),
+            )
+            .unwrap();
+        assert!(matches!(
+            Config::from_matches(&m),
+            Err(VerifyError::ClusterIdOption(HexOptionError::NotHex { .. }))
+        ));
         let snp = [
             "--node",
             "n",

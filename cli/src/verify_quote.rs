@@ -17,8 +17,10 @@ use confboot_tdx::{
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
 
-use crate::ear_output::{self, EAR_KEY, EarSigner, OUTPUT};
+use crate::ear_output::{self, EAR_KEY, EarOutputError, EarSigner, OUTPUT, OutputError};
+use crate::hex_option::{HexOptionError, hex_array};
 use confboot_appraisal::ear::{TDX_EVENT_LOG_CHECK, TrustVector, Verdict};
+use confboot_util::fs::FileError;
 
 const QUOTE: Opt = Opt::value(
     "quote",
@@ -129,9 +131,64 @@ struct Config {
     ear_key: Option<std::path::PathBuf>,
 }
 
+/// A TDX parser's error: the crate does not name its types, so it is held
+/// whole behind the error trait.
+type TdxParseError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why `verify-quote` gave no verdict (exit 2): an option, or a file it
+/// names.
+#[derive(Debug, thiserror::Error)]
+enum VerifyQuoteError {
+    /// A positional argument.
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
+    /// No `--quote`.
+    #[error("--quote FILE is required")]
+    QuoteRequired,
+    /// `--at` is not an instant.
+    #[error("--{option} {0}", option = AT.long)]
+    At(confboot_util::time::InstantError),
+    /// Both report-data options.
+    #[error("give --extra-data or --report-data, not both")]
+    BothReportData,
+    /// A hex option is not the hex it wants.
+    #[error(transparent)]
+    Hex(#[from] HexOptionError),
+    /// `-o` and `--ear-key` do not go together.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// The attestation result cannot be signed.
+    #[error(transparent)]
+    Ear(#[from] EarOutputError),
+    /// An input file cannot be read.
+    #[error("{what} {path}: {error}")]
+    Read {
+        /// What the file holds (`quote`, `TCB info`).
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        error: FileError,
+    },
+    /// The `--policy` file cannot be read.
+    #[error("{0}")]
+    PolicyFile(FileError),
+    /// A file is not what it should hold, or the policy is not usable.
+    #[error("{path}: {error}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Why.
+        error: TdxParseError,
+    },
+    /// The policy gives no validator.
+    #[error("{0}")]
+    Validator(TdxParseError),
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, VerifyQuoteError> {
         let given = |opt: &Opt| m.value(opt).map(str::to_string);
         let quote = given(&QUOTE);
         let tcb_info = given(&TCB_INFO);
@@ -145,16 +202,14 @@ impl Config {
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
         let ear_key = ear_output::ear_key(m);
         if !m.positional().is_empty() {
-            return Err(format!("unexpected argument {:?}", m.positional()[0]));
+            return Err(VerifyQuoteError::Unexpected(m.positional()[0].clone()));
         }
-        let quote = quote.ok_or("--quote FILE is required")?;
+        let quote = quote.ok_or(VerifyQuoteError::QuoteRequired)?;
         let at = at
-            .map(|at| {
-                confboot_util::time::parse_instant(&at).map_err(|e| format!("--{} {e}", AT.long))
-            })
+            .map(|at| confboot_util::time::parse_instant(&at).map_err(VerifyQuoteError::At))
             .transpose()?;
         let report_data = match (extra_data, report_data) {
-            (Some(_), Some(_)) => return Err("give --extra-data or --report-data, not both".into()),
+            (Some(_), Some(_)) => return Err(VerifyQuoteError::BothReportData),
             (Some(h), None) => ReportDataCheck::ExtraData(hex_array(&h, "--extra-data")?),
             (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
             (None, None) => ReportDataCheck::NotChecked,
@@ -187,7 +242,7 @@ pub fn run(args: Vec<String>) -> i32 {
     confboot_util::logging::init("verify-quote", verbosity);
     match Config::from_matches(&m).and_then(|config| verify_quote(&config)) {
         Ok(status) => status,
-        Err(e) => usage_error(&e),
+        Err(e) => usage_error(&e.to_string()),
     }
 }
 
@@ -197,13 +252,28 @@ fn usage_error(msg: &str) -> i32 {
 }
 
 /// Reads an input file of at most `limit` bytes.
-fn read(path: &str, what: &str, limit: usize) -> Result<Vec<u8>, String> {
+fn read(path: &str, what: &'static str, limit: usize) -> Result<Vec<u8>, VerifyQuoteError> {
     read_bounded(Path::new(path), limit as u64)
         .map(|mut bytes| std::mem::take(&mut *bytes))
-        .map_err(|e| format!("{what} {path}: {e}"))
+        .map_err(|error| VerifyQuoteError::Read {
+            what,
+            path: path.to_string(),
+            error,
+        })
 }
 
-fn verify_quote(config: &Config) -> Result<i32, String> {
+/// `path: ERROR` for a file a TDX parser refused.
+fn refused<E: std::error::Error + Send + Sync + 'static>(
+    path: &str,
+) -> impl FnOnce(E) -> VerifyQuoteError {
+    let path = path.to_string();
+    move |error| VerifyQuoteError::Parse {
+        path,
+        error: Box::new(error),
+    }
+}
+
+fn verify_quote(config: &Config) -> Result<i32, VerifyQuoteError> {
     let ear = match &config.ear_key {
         Some(key) => {
             let id = ear_output::policy_id(config.policy.as_deref().map(Path::new))?;
@@ -212,49 +282,48 @@ fn verify_quote(config: &Config) -> Result<i32, String> {
         None => None,
     };
     let raw_quote = read(&config.quote, "quote", MAX_QUOTE_LEN)?;
-    let quote = Quote::parse(&raw_quote).map_err(|e| format!("{}: {e}", config.quote))?;
+    let quote = Quote::parse(&raw_quote).map_err(refused(&config.quote))?;
     let policy = match &config.policy {
         Some(path) => {
             let path = Path::new(path);
-            let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
+            let text =
+                read_bounded_text(path, MAX_POLICY_BYTES).map_err(VerifyQuoteError::PolicyFile)?;
             TdxPolicy::from_json_at(&text, path.parent())
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(refused(&path.display().to_string()))?
         }
         None => TdxPolicy::default(),
     };
-    let validator = TdxValidator::new(policy).map_err(|e| e.to_string())?;
+    let validator =
+        TdxValidator::new(policy).map_err(|e| VerifyQuoteError::Validator(Box::new(e)))?;
     // The policy's collateral files, each replaced by the option that
     // names that piece.
     let mut collateral = validator.collateral().clone();
     if let Some(path) = &config.tcb_info {
         let bytes = read(path, "TCB info", MAX_COLLATERAL_LEN)?;
-        collateral.tcb_info =
-            Some(SignedTcbInfo::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+        collateral.tcb_info = Some(SignedTcbInfo::parse(&bytes).map_err(refused(path))?);
     }
     if let Some(path) = &config.qe_identity {
         let bytes = read(path, "QE identity", MAX_COLLATERAL_LEN)?;
-        collateral.qe_identity =
-            Some(SignedQeIdentity::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+        collateral.qe_identity = Some(SignedQeIdentity::parse(&bytes).map_err(refused(path))?);
     }
     if let Some(path) = &config.pck_crl {
         let bytes = read(path, "PCK CRL", MAX_CRL_LEN)?;
-        collateral.pck_crl = Some(Crl::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+        collateral.pck_crl = Some(Crl::parse(&bytes).map_err(refused(path))?);
     }
     if let Some(path) = &config.root_crl {
         let bytes = read(path, "root CRL", MAX_CRL_LEN)?;
-        collateral.root_crl = Some(Crl::parse(&bytes).map_err(|e| format!("{path}: {e}"))?);
+        collateral.root_crl = Some(Crl::parse(&bytes).map_err(refused(path))?);
     }
     if let Some(path) = &config.tcb_signing_chain {
         let bytes = read(path, "TCB signing chain", MAX_COLLATERAL_LEN)?;
         collateral
             .add_tcb_signing_chain(&bytes)
-            .map_err(|e| format!("{path}: {e}"))?;
+            .map_err(refused(path))?;
     }
     let validator = validator.with_collateral(collateral);
     let event_log = match &config.event_log {
         Some(path) => Some(
-            CcelLog::parse(&read(path, "event log", MAX_CCEL_AREA_LEN)?)
-                .map_err(|e| format!("{path}: {e}"))?,
+            CcelLog::parse(&read(path, "event log", MAX_CCEL_AREA_LEN)?).map_err(refused(path))?,
         ),
         None => None,
     };
@@ -338,14 +407,6 @@ fn event_log_check(log: &CcelLog, quote: &Quote) -> CheckResult {
             Err(e) => CheckOutcome::Failed(AttestationError::EventLog(e.to_string())),
         },
     }
-}
-
-fn hex_array<const N: usize>(text: &str, what: &str) -> Result<[u8; N], String> {
-    let bytes = confboot_util::hex::decode(text).map_err(|e| format!("{what}: {e}"))?;
-    bytes
-        .as_slice()
-        .try_into()
-        .map_err(|_| format!("{what}: {} bytes, want {N}", bytes.len()))
 }
 
 #[cfg(test)]

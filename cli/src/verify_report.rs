@@ -18,8 +18,11 @@ use confboot_snp::{
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 
-use crate::ear_output::{self, EAR_KEY, EarSigner, OUTPUT};
+use crate::ear_output::{self, EAR_KEY, EarOutputError, EarSigner, OUTPUT, OutputError};
+use crate::hex_option::{HexOptionError, hex_array};
 use confboot_appraisal::ear::{TrustVector, Verdict};
+use confboot_util::args::ArgsError;
+use confboot_util::fs::FileError;
 
 const REPORT: Opt = Opt::value(
     "report",
@@ -147,9 +150,94 @@ struct Config {
     ear_key: Option<std::path::PathBuf>,
 }
 
+/// An SEV-SNP parser's error, held whole behind the error trait.
+type SnpParseError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why `verify-report` gave no verdict (exit 2): an option, or a file it
+/// names.
+#[derive(Debug, thiserror::Error)]
+enum VerifyReportError {
+    /// A positional argument.
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
+    /// Both `--report` and `--evidence`.
+    #[error("give --report or --evidence, not both")]
+    BothReports,
+    /// Neither `--report` nor `--evidence`.
+    #[error("--report FILE (or --evidence FILE) is required")]
+    ReportRequired,
+    /// An option is not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// `--vmpl` above 3.
+    #[error("--{option} {0}: VMPL is 0 to 3", option = VMPL.long)]
+    Vmpl(u32),
+    /// `--at` is not an instant.
+    #[error("--{option} {0}", option = AT.long)]
+    At(confboot_util::time::InstantError),
+    /// Both report-data options.
+    #[error("give --extra-data or --report-data, not both")]
+    BothReportData,
+    /// A hex option is not the hex it wants.
+    #[error(transparent)]
+    Hex(#[from] HexOptionError),
+    /// `-o` and `--ear-key` do not go together.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// The attestation result cannot be signed.
+    #[error(transparent)]
+    Ear(#[from] EarOutputError),
+    /// An input file cannot be read.
+    #[error("{what}: {error}")]
+    Read {
+        /// What the file holds (`report`, `VCEK`).
+        what: &'static str,
+        /// Why.
+        error: FileError,
+    },
+    /// A certificate file holds no certificate of AMD's.
+    #[error("{what} {path}: {error}")]
+    Certificate {
+        /// What the file holds.
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        error: SnpParseError,
+    },
+    /// `--certs` holds no certificate.
+    #[error("no certificates (vcek.der, vlek.pem, ...) in {0}")]
+    NoCertificates(String),
+    /// The `--policy` file cannot be read.
+    #[error("{0}")]
+    PolicyFile(FileError),
+    /// A file is not what it should hold.
+    #[error("{path}: {error}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Why.
+        error: SnpParseError,
+    },
+    /// The policy gives no validator.
+    #[error("{0}")]
+    Validator(SnpParseError),
+}
+
+/// `path: ERROR` for a file an SEV-SNP parser refused.
+fn refused<E: std::error::Error + Send + Sync + 'static>(
+    path: &str,
+) -> impl FnOnce(E) -> VerifyReportError {
+    let path = path.to_string();
+    move |error| VerifyReportError::Parse {
+        path,
+        error: Box::new(error),
+    }
+}
+
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, VerifyReportError> {
         let given = |opt: &Opt| m.value(opt).map(str::to_string);
         let (report, evidence) = (given(&REPORT), given(&EVIDENCE));
         let vcek = given(&VCEK);
@@ -163,27 +251,23 @@ impl Config {
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
         let ear_key = ear_output::ear_key(m);
         if !m.positional().is_empty() {
-            return Err(format!("unexpected argument {:?}", m.positional()[0]));
+            return Err(VerifyReportError::Unexpected(m.positional()[0].clone()));
         }
         let report = match (report, evidence) {
-            (Some(_), Some(_)) => return Err("give --report or --evidence, not both".into()),
-            (None, None) => return Err("--report FILE (or --evidence FILE) is required".into()),
+            (Some(_), Some(_)) => return Err(VerifyReportError::BothReports),
+            (None, None) => return Err(VerifyReportError::ReportRequired),
             (Some(path), None) => ReportFile::Raw(path),
             (None, Some(path)) => ReportFile::Evidence(path),
         };
-        let vmpl = match vmpl.map_err(|e| e.to_string())? {
-            Some(v) if v > 3 => return Err(format!("--{} {v}: VMPL is 0 to 3", VMPL.long)),
+        let vmpl = match vmpl? {
+            Some(v) if v > 3 => return Err(VerifyReportError::Vmpl(v)),
             v => v,
         };
         let at = at
-            .map(|at| {
-                confboot_util::time::parse_instant(&at).map_err(|e| format!("--{} {e}", AT.long))
-            })
+            .map(|at| confboot_util::time::parse_instant(&at).map_err(VerifyReportError::At))
             .transpose()?;
         let report_data = match (extra_data, report_data) {
-            (Some(_), Some(_)) => {
-                return Err("give --extra-data or --report-data, not both".into());
-            }
+            (Some(_), Some(_)) => return Err(VerifyReportError::BothReportData),
             (Some(h), None) => ReportDataCheck::ExtraData(hex_array(&h, "--extra-data")?),
             (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
             (None, None) => ReportDataCheck::NotChecked,
@@ -216,7 +300,7 @@ pub fn run(args: Vec<String>) -> i32 {
     confboot_util::logging::init("verify-report", verbosity);
     match Config::from_matches(&m).and_then(|config| verify_report(&config)) {
         Ok(status) => status,
-        Err(e) => usage_error(&e),
+        Err(e) => usage_error(&e.to_string()),
     }
 }
 
@@ -226,19 +310,24 @@ fn usage_error(msg: &str) -> i32 {
 }
 
 /// Reads an input file (at most [`MAX_CONFIG_FILE_BYTES`]).
-fn read(path: &str, what: &str) -> Result<Vec<u8>, String> {
+fn read(path: &str, what: &'static str) -> Result<Vec<u8>, VerifyReportError> {
     read_bounded(Path::new(path), MAX_CONFIG_FILE_BYTES)
         .map(|mut bytes| std::mem::take(&mut *bytes))
-        .map_err(|e| format!("{what}: {e}"))
+        .map_err(|error| VerifyReportError::Read { what, error })
 }
 
 /// Certificates from a file (DER or PEM), each with the kind its subject names.
-fn certs_from_file(path: &str, what: &str) -> Result<Vec<CertEntry>, String> {
+fn certs_from_file(path: &str, what: &'static str) -> Result<Vec<CertEntry>, VerifyReportError> {
     let bytes = read(path, what)?;
-    let ders = certificates_from_pem_or_der(&bytes).map_err(|e| format!("{what} {path}: {e}"))?;
+    let refused = |error: SnpParseError| VerifyReportError::Certificate {
+        what,
+        path: path.to_string(),
+        error,
+    };
+    let ders = certificates_from_pem_or_der(&bytes).map_err(|e| refused(Box::new(e)))?;
     ders.into_iter()
         .map(|der| {
-            let cert = AmdCert::from_der(&der).map_err(|e| format!("{what} {path}: {e}"))?;
+            let cert = AmdCert::from_der(&der).map_err(|e| refused(Box::new(e)))?;
             let kind = match cert.role() {
                 CertRole::Vcek => CertKind::Vcek,
                 CertRole::Vlek => CertKind::Vlek,
@@ -251,7 +340,7 @@ fn certs_from_file(path: &str, what: &str) -> Result<Vec<CertEntry>, String> {
         .collect()
 }
 
-fn verify_report(config: &Config) -> Result<i32, String> {
+fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
     let ear = match &config.ear_key {
         Some(key) => {
             let id = ear_output::policy_id(config.policy.as_deref().map(Path::new))?;
@@ -265,12 +354,10 @@ fn verify_report(config: &Config) -> Result<i32, String> {
     };
     let mut evidence = match &config.report {
         ReportFile::Raw(path) => SnpEvidence {
-            report: SnpReport::from_bytes(&input).map_err(|e| format!("{path}: {e}"))?,
+            report: SnpReport::from_bytes(&input).map_err(refused(path))?,
             certificates: Vec::new(),
         },
-        ReportFile::Evidence(path) => {
-            SnpEvidence::decode(&input).map_err(|e| format!("{path}: {e}"))?
-        }
+        ReportFile::Evidence(path) => SnpEvidence::decode(&input).map_err(refused(path))?,
     };
 
     // Certificates given on the command line come first, so they are the
@@ -291,9 +378,7 @@ fn verify_report(config: &Config) -> Result<i32, String> {
             }
         }
         if found == 0 {
-            return Err(format!(
-                "no certificates (vcek.der, vlek.pem, ...) in {dir}"
-            ));
+            return Err(VerifyReportError::NoCertificates(dir.clone()));
         }
     }
     if let Some(path) = &config.chain {
@@ -305,10 +390,11 @@ fn verify_report(config: &Config) -> Result<i32, String> {
     let mut policy = match &config.policy {
         Some(path) => {
             let path = Path::new(path);
-            let text = read_bounded_text(path, MAX_POLICY_BYTES).map_err(|e| e.to_string())?;
+            let text =
+                read_bounded_text(path, MAX_POLICY_BYTES).map_err(VerifyReportError::PolicyFile)?;
             // Relative paths in the policy are relative to its file.
             SnpPolicy::from_json_at(&text, path.parent())
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(refused(&path.display().to_string()))?
         }
         None => SnpPolicy::default(),
     };
@@ -319,12 +405,12 @@ fn verify_report(config: &Config) -> Result<i32, String> {
         policy.vcek_cache_dir = Some(dir.into());
     }
     let validator = if config.roots.is_empty() {
-        SnpValidator::new(policy).map_err(|e| e.to_string())?
+        SnpValidator::new(policy).map_err(|e| VerifyReportError::Validator(Box::new(e)))?
     } else {
         let mut roots = Vec::new();
         for path in &config.roots {
             let pem = read(path, "roots")?;
-            roots.push(ProductRoot::from_pem_bundle(&pem).map_err(|e| format!("{path}: {e}"))?);
+            roots.push(ProductRoot::from_pem_bundle(&pem).map_err(refused(path))?);
         }
         SnpValidator::with_roots(policy, TrustRoots::new(roots))
     };
@@ -397,14 +483,6 @@ fn print_kds_hint(report: &SnpReport) {
             println!("hint: if this is a {p} chip, its VCEK is at {url} (pass it with --vcek)");
         }
     }
-}
-
-fn hex_array<const N: usize>(text: &str, what: &str) -> Result<[u8; N], String> {
-    let bytes = confboot_util::hex::decode(text).map_err(|e| format!("{what}: {e}"))?;
-    bytes
-        .as_slice()
-        .try_into()
-        .map_err(|_| format!("{what}: {} bytes, want {N}", bytes.len()))
 }
 
 #[cfg(test)]

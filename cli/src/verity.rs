@@ -106,21 +106,28 @@ struct Config {
     root_hash_device: Option<PathBuf>,
 }
 
-fn invalid(opt: &Opt, value: &str, reason: impl Into<String>) -> String {
+/// Why the options and arguments cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// An option is not of its type or out of its range.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// Not the two arguments DATA and HASH.
+    #[error("want two arguments, DATA and HASH (got {0})")]
+    Arguments(usize),
+}
+
+fn invalid(opt: &Opt, value: &str, reason: impl Into<String>) -> ArgsError {
     ArgsError::Invalid {
         option: opt.long.into(),
         value: value.into(),
         reason: reason.into(),
     }
-    .to_string()
 }
 
-fn block_size(m: &Matches, opt: &Opt) -> Result<u32, String> {
+fn block_size(m: &Matches, opt: &Opt) -> Result<u32, ArgsError> {
     let value = m.value(opt).expect("has a default");
-    let size = m
-        .parsed::<u32>(opt)
-        .map_err(|e| e.to_string())?
-        .expect("has a default");
+    let size = m.parsed::<u32>(opt)?.expect("has a default");
     verity::check_block_size(opt.long, size).map_err(|_| {
         invalid(
             opt,
@@ -137,15 +144,10 @@ fn block_size(m: &Matches, opt: &Opt) -> Result<u32, String> {
 
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config, String> {
+    fn from_matches(m: &Matches) -> Result<Config, OptionsError> {
         let (data, hash) = match m.positional() {
             [data, hash] => (PathBuf::from(data), PathBuf::from(hash)),
-            other => {
-                return Err(format!(
-                    "want two arguments, DATA and HASH (got {})",
-                    other.len()
-                ));
-            }
+            other => return Err(OptionsError::Arguments(other.len())),
         };
         let salt = match m.value(&SALT) {
             None => FormatOptions::default().salt,
@@ -158,23 +160,21 @@ impl Config {
                         &SALT,
                         hex,
                         format!("want 1 to {MAX_SALT_LEN} bytes, or - for none"),
-                    ));
+                    )
+                    .into());
                 }
                 salt
             }
         };
         let data_block_size = block_size(m, &DATA_BLOCK_SIZE)?;
         let hash_block_size = block_size(m, &HASH_BLOCK_SIZE)?;
-        let hash_offset = m
-            .parsed::<u64>(&HASH_OFFSET)
-            .map_err(|e| e.to_string())?
-            .expect("has a default");
-        let data_blocks = m.parsed::<u64>(&DATA_BLOCKS).map_err(|e| e.to_string())?;
+        let hash_offset = m.parsed::<u64>(&HASH_OFFSET)?.expect("has a default");
+        let data_blocks = m.parsed::<u64>(&DATA_BLOCKS)?;
         let uuid = match m.value(&UUID) {
             None => None,
             Some(text) => {
                 if !confboot_kms::is_uuid(text) {
-                    return Err(invalid(&UUID, text, "want 8-4-4-4-12 hex digits"));
+                    return Err(invalid(&UUID, text, "want 8-4-4-4-12 hex digits").into());
                 }
                 let bytes = confboot_util::hex::decode(&text.replace('-', ""))
                     .map_err(|e| invalid(&UUID, text, e.to_string()))?;
@@ -329,7 +329,7 @@ mod tests {
         let m = FORMAT_CMD
             .parse(args.iter().map(|s| s.to_string()))
             .map_err(|e| e.to_string())?;
-        Config::from_matches(&m)
+        Config::from_matches(&m).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -386,6 +386,11 @@ mod tests {
     fn bad_input_is_named() {
         let refused = |args: &[&str]| parse(args).unwrap_err();
         assert!(refused(&["d"]).contains("two arguments"));
+        let m = FORMAT_CMD.parse(["d".to_string()]).unwrap();
+        assert!(matches!(
+            Config::from_matches(&m),
+            Err(OptionsError::Arguments(1))
+        ));
         assert!(refused(&["d", "h", "x"]).contains("two arguments"));
         assert!(refused(&["d", "h", "--salt", "xyz"]).contains("not hex"));
         assert!(refused(&["d", "h", "--salt", ""]).contains("1 to 256 bytes"));

@@ -5,6 +5,8 @@
 
 #[path = "../src/ear_output.rs"]
 mod ear_output;
+#[path = "../src/hex_option.rs"]
+mod hex_option;
 #[path = "../src/verify_quote.rs"]
 mod verify_quote;
 

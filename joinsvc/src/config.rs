@@ -7,17 +7,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use confboot_appraisal::reference::sets::ReferenceSets;
-use confboot_appraisal::reference::{ReleaseKey, cose};
+use confboot_appraisal::reference::sets::{ReferenceSets, SetsError};
+use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
 use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
-use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
-use confboot_cluster::kubelet_cert::KubeletCertSigner;
+use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner};
 use confboot_kms::MasterSecret;
+use confboot_kms::master_secret_file::MasterSecretFileError;
 use confboot_kms::{MEASUREMENT_SALT_LEN, MeasurementSalt};
 use confboot_net::listener::PoolConfig;
-use confboot_tpm::Tpm;
+use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{ArgsError, Matches, Opt};
-use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
+use confboot_util::fs::{FileError, MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
     Setting, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings, parse_variants,
@@ -25,7 +26,7 @@ use confboot_verifier::config::{
 use confboot_vtpm::{EventLogSource, VtpmIssuer};
 use zeroize::Zeroizing;
 
-use crate::kube_api::KubeApi;
+use crate::kube_api::{KubeApi, KubeApiError};
 use crate::options::{
     AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
     INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
@@ -34,10 +35,11 @@ use crate::options::{
     REFERENCE_VALUES_DIR, REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY,
     REMOVE_VPN_PEER, SNP_POLICY, TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
 };
-use crate::ticket::{TicketConfig, discovery_token_ca_cert_hash};
-use crate::token::{KubeApiTokenIssuer, TokenIssuer};
-use crate::vpn::KubeApiPeerRegistry;
-use confboot_vpn::VpnNetwork;
+use crate::ticket::{CaCertError, TicketConfig, discovery_token_ca_cert_hash};
+use crate::token::{KubeApiTokenIssuer, TokenError, TokenIssuer};
+use crate::vpn::{KubeApiPeerRegistry, RegistryError};
+use confboot_util::hex::HexError;
+use confboot_vpn::{VpnError, VpnNetwork};
 
 /// Timeout of each Kubernetes API request.
 const KUBE_API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -151,14 +153,60 @@ pub struct RemoveVpnPeerConfig {
     pub vpn_network: Option<VpnNetwork>,
 }
 
-/// Why the options cannot be used: the message, naming the option, under
-/// the mode the options ask for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why the options cannot be used, under the mode the options ask for.
+#[derive(Debug)]
 pub enum OptionsError {
     /// Options of the join API (joinsvc exits 2, a usage error).
-    Serve(String),
+    Serve(ReadError),
     /// Options of `--remove-vpn-peer` (which exits 2 on every error).
-    RemoveVpnPeer(String),
+    RemoveVpnPeer(ReadError),
+}
+
+/// Why an option cannot be used; the message names it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// An option is missing or its value is not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// `--vpn-cidr` is not a VPN range.
+    #[error("--{option}: {0}", option = VPN_CIDR.long)]
+    VpnCidr(VpnError),
+    /// `--measurement-salt` is not hex.
+    #[error("--{option}: {0}", option = MEASUREMENT_SALT.long)]
+    SaltNotHex(HexError),
+    /// `--measurement-salt` is shorter than its least length.
+    #[error("--{option} must be at least {least} bytes", option = MEASUREMENT_SALT.long, least = MEASUREMENT_SALT_LEN.start())]
+    SaltTooShort,
+    /// `--measurement-salt` is longer than its most length.
+    #[error("--{option} must be at most {most} bytes", option = MEASUREMENT_SALT.long, most = MEASUREMENT_SALT_LEN.end())]
+    SaltTooLong,
+    /// The attestation options are not usable.
+    #[error("{}", describe(.0))]
+    Attestation(ConfigError),
+    /// `--release-key` without `--reference-values-dir`.
+    #[error("--{} is given without --{}", RELEASE_KEY.long, REFERENCE_VALUES_DIR.long)]
+    ReleaseKeyWithoutSets,
+    /// `--reference-values-dir` beside `--measurements`.
+    #[error("--{} replaces --{}: give one of the two", REFERENCE_VALUES_DIR.long, MEASUREMENTS.long)]
+    SetsBesideMeasurements,
+    /// `--reference-values-dir` while `qemu-vtpm` is not accepted.
+    #[error("--{} holds reference values of qemu-vtpm nodes, which --{} does not accept", REFERENCE_VALUES_DIR.long, VARIANTS.long)]
+    SetsWithoutVtpm,
+    /// `--reference-values-dir` without a release key.
+    #[error("--{} needs --{} (sets are accepted only signed)", REFERENCE_VALUES_DIR.long, RELEASE_KEY.long)]
+    SetsWithoutReleaseKey,
+    /// `--reference-values-warning` out of its range.
+    #[error("--{}: want 0 to 3650 days", REFERENCE_VALUES_WARNING.long)]
+    SetsWarning,
+    /// `--reference-values-reload` out of its range.
+    #[error("--{}: want 1 to 3600 seconds", REFERENCE_VALUES_RELOAD.long)]
+    SetsReload,
+    /// `--kubelet-cert-validity` out of its range.
+    #[error("--{}: want 1 to 3650 days", KUBELET_CERT_VALIDITY.long)]
+    KubeletCertValidity,
+    /// `--present-reference-values` without `--tpm`.
+    #[error("--{} needs --{} (the set goes with joinsvc's evidence)", PRESENT_REFERENCE_VALUES.long, TPM.long)]
+    PresentWithoutTpm,
 }
 
 impl Config {
@@ -174,7 +222,7 @@ impl Config {
     }
 
     /// Reads the options but `--remove-vpn-peer` (given as `remove_vpn_peer`).
-    fn read(m: &Matches, remove_vpn_peer: Option<String>) -> Result<Config, String> {
+    fn read(m: &Matches, remove_vpn_peer: Option<String>) -> Result<Config, ReadError> {
         let given = |opt: &Opt| m.value(opt).map(str::to_string);
         let default = |opt: &Opt| m.value(opt).expect("has a default").to_string();
         let listen = default(&LISTEN);
@@ -222,26 +270,22 @@ impl Config {
         let api_server_endpoint = m.required(&API_SERVER_ENDPOINT).map(str::to_string);
         let kubernetes_version = default(&KUBERNETES_VERSION);
 
-        let args = |e: ArgsError| e.to_string();
         // The Kubernetes API is reached by both modes, with a connection
         // for each worker.
         let kube_api = KubeApiConfig {
-            connections: workers.clone().map_err(args)?,
+            connections: workers.clone()?,
             endpoint: match kube_api {
                 None => None,
                 Some(url) => Some(KubeApiEndpoint {
                     url,
-                    ca: kube_api_ca.map_err(args)?,
-                    token_file: kube_api_token_file.map_err(args)?,
+                    ca: kube_api_ca?,
+                    token_file: kube_api_token_file?,
                 }),
             },
         };
         let vpn_network = |cidr: Option<String>| {
-            cidr.map(|cidr| {
-                cidr.parse()
-                    .map_err(|e| format!("--{}: {e}", VPN_CIDR.long))
-            })
-            .transpose()
+            cidr.map(|cidr| cidr.parse().map_err(ReadError::VpnCidr))
+                .transpose()
         };
         if let Some(name) = remove_vpn_peer {
             return Ok(Config::RemoveVpnPeer(RemoveVpnPeerConfig {
@@ -251,45 +295,36 @@ impl Config {
             }));
         }
 
-        let master_secret = master_secret.map_err(args)?;
-        let measurement_salt = confboot_util::hex::decode(&measurement_salt.map_err(args)?)
-            .map_err(|e| format!("--{}: {e}", MEASUREMENT_SALT.long))?;
+        let master_secret = master_secret?;
+        let measurement_salt =
+            confboot_util::hex::decode(&measurement_salt?).map_err(ReadError::SaltNotHex)?;
         let measurement_salt = MeasurementSalt::new(measurement_salt).map_err(|e| {
-            let (least, most) = (MEASUREMENT_SALT_LEN.start(), MEASUREMENT_SALT_LEN.end());
-            if e.len < *least {
-                format!("--{} must be at least {least} bytes", MEASUREMENT_SALT.long)
+            if e.len < *MEASUREMENT_SALT_LEN.start() {
+                ReadError::SaltTooShort
             } else {
-                format!("--{} must be at most {most} bytes", MEASUREMENT_SALT.long)
+                ReadError::SaltTooLong
             }
         })?;
-        let variants =
-            parse_variants(&variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
+        let variants = parse_variants(&variants)
+            .map_err(|e| ReadError::Attestation(ConfigError::Variants(e)))?;
         let given_measurements = attestation.measurements.is_some();
         let attestation =
-            AttestationSettings::new(variants, attestation).map_err(|e| describe(&e))?;
+            AttestationSettings::new(variants, attestation).map_err(ReadError::Attestation)?;
         let reference_sets = reference_sets_config(
             reference_values_dir,
             release_keys,
             given_measurements,
             attestation.accepts(Variant::QemuVtpm),
-            reference_values_warning.map_err(args)?,
-            reference_values_reload.map_err(args)?,
+            reference_values_warning?,
+            reference_values_reload?,
         )?;
-        let kubelet_cert_validity_days = match kubelet_cert_validity.map_err(args)? {
+        let kubelet_cert_validity_days = match kubelet_cert_validity? {
             Some(days @ 1..=3650) => days,
-            _ => {
-                return Err(format!(
-                    "--{}: want 1 to 3650 days",
-                    KUBELET_CERT_VALIDITY.long
-                ));
-            }
+            _ => return Err(ReadError::KubeletCertValidity),
         };
         let vpn_network = vpn_network(vpn_cidr)?;
         if present_reference_values.is_some() && tpm.is_none() {
-            return Err(format!(
-                "--{} needs --{} (the set goes with joinsvc's evidence)",
-                PRESENT_REFERENCE_VALUES.long, TPM.long
-            ));
+            return Err(ReadError::PresentWithoutTpm);
         }
         Ok(Config::Serve(Box::new(ServeConfig {
             listen,
@@ -308,10 +343,10 @@ impl Config {
             kubelet_cert_validity_days,
             kube_api,
             vpn_network,
-            workers: workers.map_err(args)?,
-            queue: queue.map_err(args)?,
-            pending: pending.map_err(args)?.max(1),
-            api_server_endpoint: api_server_endpoint.map_err(args)?,
+            workers: workers?,
+            queue: queue?,
+            pending: pending?.max(1),
+            api_server_endpoint: api_server_endpoint?,
             kubernetes_version,
         })))
     }
@@ -327,49 +362,29 @@ fn reference_sets_config(
     accepts_vtpm: bool,
     warning_days: Option<u64>,
     reload_seconds: Option<u64>,
-) -> Result<Option<ReferenceSetsConfig>, String> {
+) -> Result<Option<ReferenceSetsConfig>, ReadError> {
     let Some(dir) = dir else {
         if !release_keys.is_empty() {
-            return Err(format!(
-                "--{} is given without --{}",
-                RELEASE_KEY.long, REFERENCE_VALUES_DIR.long
-            ));
+            return Err(ReadError::ReleaseKeyWithoutSets);
         }
         return Ok(None);
     };
-    let (sets, policy) = (REFERENCE_VALUES_DIR.long, MEASUREMENTS.long);
     if given_measurements {
-        return Err(format!("--{sets} replaces --{policy}: give one of the two"));
+        return Err(ReadError::SetsBesideMeasurements);
     }
     if !accepts_vtpm {
-        return Err(format!(
-            "--{sets} holds reference values of qemu-vtpm nodes, which --{} does not accept",
-            VARIANTS.long
-        ));
+        return Err(ReadError::SetsWithoutVtpm);
     }
     if release_keys.is_empty() {
-        return Err(format!(
-            "--{sets} needs --{} (sets are accepted only signed)",
-            RELEASE_KEY.long
-        ));
+        return Err(ReadError::SetsWithoutReleaseKey);
     }
     let warning = match warning_days {
         Some(days @ 0..=3650) => Duration::from_secs(days * 24 * 3600),
-        _ => {
-            return Err(format!(
-                "--{}: want 0 to 3650 days",
-                REFERENCE_VALUES_WARNING.long
-            ));
-        }
+        _ => return Err(ReadError::SetsWarning),
     };
     let reload = match reload_seconds {
         Some(seconds @ 1..=3600) => Duration::from_secs(seconds),
-        _ => {
-            return Err(format!(
-                "--{}: want 1 to 3600 seconds",
-                REFERENCE_VALUES_RELOAD.long
-            ));
-        }
+        _ => return Err(ReadError::SetsReload),
     };
     Ok(Some(ReferenceSetsConfig {
         dir,
@@ -471,19 +486,110 @@ pub struct Service {
 /// policy watcher, the TPM, the Kubernetes API, logs), with room to spare.
 const OTHER_DESCRIPTORS: u64 = 64;
 
+/// Why what the options name cannot be read or opened (joinsvc exits 1);
+/// the message names the option or the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file an option names cannot be read.
+    #[error("--{option}: {error}")]
+    File {
+        /// The option.
+        option: &'static str,
+        /// Why.
+        error: FileError,
+    },
+    /// The `--master-secret` file is not a master secret.
+    #[error("--{option}: {0}", option = MASTER_SECRET.long)]
+    MasterSecret(MasterSecretFileError),
+    /// An accepted variant's settings or files are not usable.
+    #[error("{}", describe(.0))]
+    Attestation(ConfigError),
+    /// The `--tpm` cannot be opened or its attestation key used.
+    #[error("--{option} {spec}: {error}", option = TPM.long)]
+    Tpm {
+        /// The `--tpm` value.
+        spec: String,
+        /// Why.
+        error: TpmOpenError,
+    },
+    /// The `--event-log` is not usable.
+    #[error("--{option}: {0}", option = EVENT_LOG.long)]
+    EventLog(AttestationError),
+    /// A file the reference-value options name is not a signed set or key.
+    #[error("--{option} {}: {error}", path.display())]
+    Reference {
+        /// The option.
+        option: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: ReferenceError,
+    },
+    /// The `--reference-values-dir` cannot be read or holds no live set.
+    #[error("--{option}: {0}", option = REFERENCE_VALUES_DIR.long)]
+    Sets(SetsError),
+    /// The `--kubernetes-ca` gives no kubeadm CA pin.
+    #[error("--{option} {}: {error}", path.display(), option = KUBERNETES_CA.long)]
+    CaCert {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: CaCertError,
+    },
+    /// The `--kubernetes-ca` is not PEM text.
+    #[error("--kubernetes-ca {}: not PEM", .0.display())]
+    CaNotPem(PathBuf),
+    /// The kubelet certificate signer cannot be made from the CA and its key.
+    #[error("{} with {}: {error}", ca.display(), key.display())]
+    KubeletSigner {
+        /// The CA certificate file.
+        ca: PathBuf,
+        /// The CA key file.
+        key: PathBuf,
+        /// Why.
+        error: KubeletCertError,
+    },
+    /// The Kubernetes API client cannot be made.
+    #[error("{0}")]
+    KubeApi(KubeApiError),
+    /// The VPN peer registry cannot be made.
+    #[error("{0}")]
+    Registry(RegistryError),
+    /// The bootstrap token issuer cannot be made.
+    #[error("{0}")]
+    TokenIssuer(TokenError),
+}
+
+/// Why the `--tpm` did not give an issuer.
+#[derive(Debug, thiserror::Error)]
+pub enum TpmOpenError {
+    /// The TPM did not open.
+    #[error("{0}")]
+    Open(TpmError),
+    /// Its attestation key is not usable.
+    #[error("{0}")]
+    AttestationKey(AttestationError),
+}
+
 /// Reads a file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
-fn read_file(option: &Opt, path: &Path) -> Result<Zeroizing<Vec<u8>>, String> {
-    read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{}: {e}", option.long))
+fn read_file(option: &Opt, path: &Path) -> Result<Zeroizing<Vec<u8>>, LoadError> {
+    read_bounded(path, MAX_CONFIG_FILE_BYTES).map_err(|error| LoadError::File {
+        option: option.long,
+        error,
+    })
 }
 
 /// Reads a text file an option names (at most [`MAX_CONFIG_FILE_BYTES`]).
-fn read_text_file(option: &Opt, path: &Path) -> Result<Zeroizing<String>, String> {
-    read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(|e| format!("--{}: {e}", option.long))
+fn read_text_file(option: &Opt, path: &Path) -> Result<Zeroizing<String>, LoadError> {
+    read_bounded_text(path, MAX_CONFIG_FILE_BYTES).map_err(|error| LoadError::File {
+        option: option.long,
+        error,
+    })
 }
 
 /// Reads the master-secret file `--master-secret` names.
-pub fn load_master_secret(path: &Path) -> Result<MasterSecret, String> {
-    MasterSecret::read_file(path).map_err(|e| format!("--{}: {e}", MASTER_SECRET.long))
+pub fn load_master_secret(path: &Path) -> Result<MasterSecret, LoadError> {
+    MasterSecret::read_file(path).map_err(LoadError::MasterSecret)
 }
 
 /// An accepted variant on its way to its check: read from its files, or
@@ -502,7 +608,7 @@ enum Pending<'a> {
 impl Service {
     /// Reads what `config` names, in the order its options are checked;
     /// the error names the option.
-    pub fn load(config: &ServeConfig) -> Result<Service, String> {
+    pub fn load(config: &ServeConfig) -> Result<Service, LoadError> {
         let master_secret = load_master_secret(&config.master_secret)?;
         // With reference-value sets, the vTPM variant has no policy file:
         // the other variants are read first, as ever, the vTPM one then
@@ -516,14 +622,14 @@ impl Service {
                 (variant, _) => variant.load().map(Pending::Read),
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| describe(&e))?;
+            .map_err(LoadError::Attestation)?;
         let mut checks = Vec::new();
         for variant in pending {
             checks.push(match variant {
                 Pending::Sets(settings, sets_config) => {
                     let validators = settings
                         .validator_builder()
-                        .map_err(|e| describe(&e))?
+                        .map_err(LoadError::Attestation)?
                         .require_unmarked(false)
                         .announce_insecure_with(announce_insecure_any_ak);
                     NodeCheck::VtpmSets(VtpmSetsCheck {
@@ -560,7 +666,11 @@ impl Service {
             None => None,
             Some(own) => {
                 let spec = own.spec.as_str();
-                let tpm = Tpm::open(spec).map_err(|e| format!("--{} {spec}: {e}", TPM.long))?;
+                let tpm_error = |error| LoadError::Tpm {
+                    spec: spec.to_string(),
+                    error,
+                };
+                let tpm = Tpm::open(spec).map_err(|e| tpm_error(TpmOpenError::Open(e)))?;
                 log::info!("attesting with the TPM at {}", tpm.describe());
                 // joinsvc quotes on every handshake for as long as it runs:
                 // a TPM that restarts under it (its connection broken, a
@@ -568,9 +678,9 @@ impl Service {
                 let reopen_spec = spec.to_string();
                 Some(Arc::new(
                     VtpmIssuer::new(tpm)
-                        .map_err(|e| format!("--{} {spec}: {e}", TPM.long))?
+                        .map_err(|e| tpm_error(TpmOpenError::AttestationKey(e)))?
                         .with_event_log_from(&own.event_log)
-                        .map_err(|e| format!("--{}: {e}", EVENT_LOG.long))?
+                        .map_err(LoadError::EventLog)?
                         .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
                 ))
             }
@@ -583,8 +693,11 @@ impl Service {
 
         let ca_path = config.kubernetes_ca.as_path();
         let ca = read_file(&KUBERNETES_CA, ca_path)?;
-        let discovery_token_ca_cert_hash = discovery_token_ca_cert_hash(&ca)
-            .map_err(|e| format!("--{} {}: {e}", KUBERNETES_CA.long, ca_path.display()))?;
+        let discovery_token_ca_cert_hash =
+            discovery_token_ca_cert_hash(&ca).map_err(|error| LoadError::CaCert {
+                path: ca_path.to_path_buf(),
+                error,
+            })?;
         let kubelet_cert_signer = kubelet_cert_signer(
             &ca,
             ca_path,
@@ -596,11 +709,11 @@ impl Service {
         let registry = match vpn_registry(config.vpn_network, &kube_api)? {
             Some(registry) => registry,
             None => Arc::new(
-                KubeApiPeerRegistry::without_vpn(kube_api.clone()).map_err(|e| e.to_string())?,
+                KubeApiPeerRegistry::without_vpn(kube_api.clone()).map_err(LoadError::Registry)?,
             ),
         };
         let token_issuer: Arc<dyn TokenIssuer> =
-            Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(|e| e.to_string())?);
+            Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(LoadError::TokenIssuer)?);
 
         let mut pool = PoolConfig {
             workers: config.workers,
@@ -637,15 +750,22 @@ impl Service {
 /// The set `--present-reference-values` names: at most
 /// [`MAX_REFERENCE_VALUES_LEN`] bytes, and, with `--release-key`, a set
 /// they signed that is valid now (a node checks it again in any case).
-fn load_presented_set(path: &Path, sets: Option<&ReferenceSetsConfig>) -> Result<Vec<u8>, String> {
+fn load_presented_set(
+    path: &Path,
+    sets: Option<&ReferenceSetsConfig>,
+) -> Result<Vec<u8>, LoadError> {
     let option = PRESENT_REFERENCE_VALUES.long;
     let bytes = read_bounded(path, MAX_REFERENCE_VALUES_LEN as u64)
-        .map_err(|e| format!("--{option}: {e}"))?;
+        .map_err(|error| LoadError::File { option, error })?;
     if let Some(sets) = sets {
         let keys = read_release_keys(&sets.release_keys)?;
         let opened =
             confboot_appraisal::reference::open(&bytes, &keys, confboot_util::time::unix_now())
-                .map_err(|e| format!("--{option} {}: {e}", path.display()))?;
+                .map_err(|error| LoadError::Reference {
+                    option,
+                    path: path.to_path_buf(),
+                    error,
+                })?;
         log::info!(
             "presenting reference-value set {} {} with joinsvc's evidence",
             opened.set.name,
@@ -656,14 +776,21 @@ fn load_presented_set(path: &Path, sets: Option<&ReferenceSetsConfig>) -> Result
 }
 
 /// The `--release-key` files, read (bounded) and parsed.
-fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, String> {
+fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, LoadError> {
     let mut keys = Vec::new();
     for path in paths {
-        let pem = read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
-            .map_err(|e| format!("--{}: {e}", RELEASE_KEY.long))?;
+        let pem = read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64).map_err(|error| {
+            LoadError::File {
+                option: RELEASE_KEY.long,
+                error,
+            }
+        })?;
         keys.push(
-            ReleaseKey::from_pem(&pem)
-                .map_err(|e| format!("--{} {}: {e}", RELEASE_KEY.long, path.display()))?,
+            ReleaseKey::from_pem(&pem).map_err(|error| LoadError::Reference {
+                option: RELEASE_KEY.long,
+                path: path.clone(),
+                error,
+            })?,
         );
     }
     Ok(keys)
@@ -671,13 +798,13 @@ fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, String> {
 
 /// The release keys and the first reading of the set directory: at least
 /// one live set, or joinsvc does not start.
-fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, String> {
+fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, LoadError> {
     let keys = read_release_keys(&config.release_keys)?;
-    let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys)
-        .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_DIR.long))?;
+    let mut sets =
+        ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys).map_err(LoadError::Sets)?;
     let first = sets
         .refresh(confboot_util::time::unix_now())
-        .map_err(|e| format!("--{}: {e}", REFERENCE_VALUES_DIR.long))?;
+        .map_err(LoadError::Sets)?;
     crate::watcher::log_refresh(&first);
     Ok(sets)
 }
@@ -685,10 +812,10 @@ fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, St
 /// The Kubernetes API client: `--kube-api` with its CA and token files, or
 /// the in-cluster service account; it keeps a connection open for each of
 /// the `--workers` that may call it at once.
-pub fn kube_api(config: &KubeApiConfig) -> Result<KubeApi, String> {
+pub fn kube_api(config: &KubeApiConfig) -> Result<KubeApi, LoadError> {
     let connections = config.connections;
     match &config.endpoint {
-        None => KubeApi::in_cluster(KUBE_API_TIMEOUT, connections).map_err(|e| e.to_string()),
+        None => KubeApi::in_cluster(KUBE_API_TIMEOUT, connections).map_err(LoadError::KubeApi),
         Some(endpoint) => {
             let ca = read_text_file(&KUBE_API_CA, &endpoint.ca)?;
             let token = read_text_file(&KUBE_API_TOKEN_FILE, &endpoint.token_file)?;
@@ -699,7 +826,7 @@ pub fn kube_api(config: &KubeApiConfig) -> Result<KubeApi, String> {
                 KUBE_API_TIMEOUT,
                 connections,
             )
-            .map_err(|e| e.to_string())
+            .map_err(LoadError::KubeApi)
         }
     }
 }
@@ -708,12 +835,12 @@ pub fn kube_api(config: &KubeApiConfig) -> Result<KubeApi, String> {
 pub fn vpn_registry(
     network: Option<VpnNetwork>,
     kube_api: &KubeApi,
-) -> Result<Option<Arc<KubeApiPeerRegistry>>, String> {
+) -> Result<Option<Arc<KubeApiPeerRegistry>>, LoadError> {
     let Some(network) = network else {
         return Ok(None);
     };
     let registry =
-        KubeApiPeerRegistry::new(kube_api.clone(), network).map_err(|e| e.to_string())?;
+        KubeApiPeerRegistry::new(kube_api.clone(), network).map_err(LoadError::Registry)?;
     Ok(Some(Arc::new(registry)))
 }
 
@@ -725,7 +852,7 @@ fn kubelet_cert_signer(
     ca_path: &Path,
     pki_dir: &Path,
     validity_days: u64,
-) -> Result<Option<KubeletCertSigner>, String> {
+) -> Result<Option<KubeletCertSigner>, LoadError> {
     let key_path = pki_dir.join("ca.key");
     let key = match read_bounded_text(&key_path, MAX_CONFIG_FILE_BYTES) {
         Ok(key) => key,
@@ -736,12 +863,16 @@ fn kubelet_cert_signer(
             return Ok(None);
         }
     };
-    let cert = std::str::from_utf8(ca_cert)
-        .map_err(|_| format!("--kubernetes-ca {}: not PEM", ca_path.display()))?;
+    let cert =
+        std::str::from_utf8(ca_cert).map_err(|_| LoadError::CaNotPem(ca_path.to_path_buf()))?;
     let validity = std::time::Duration::from_secs(validity_days * 24 * 3600);
     KubeletCertSigner::new(cert, &key, validity)
         .map(Some)
-        .map_err(|e| format!("{} with {}: {e}", ca_path.display(), key_path.display()))
+        .map_err(|error| LoadError::KubeletSigner {
+            ca: ca_path.to_path_buf(),
+            key: key_path.clone(),
+            error,
+        })
 }
 
 #[cfg(test)]
@@ -766,7 +897,7 @@ mod tests {
     fn config(args: &[&str]) -> Result<Config, String> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
         Config::from_matches(&m).map_err(|e| match e {
-            OptionsError::Serve(e) => e,
+            OptionsError::Serve(e) => e.to_string(),
             OptionsError::RemoveVpnPeer(e) => format!("(remove) {e}"),
         })
     }
@@ -924,6 +1055,8 @@ mod tests {
         ] {
             std::fs::write(&f, &bad).unwrap();
             let e = load_master_secret(&f).unwrap_err();
+            assert!(matches!(e, LoadError::MasterSecret(_)), "{e:?}");
+            let e = e.to_string();
             assert!(e.starts_with("--master-secret"), "{e}");
             assert!(!e.contains(&key), "an error must not echo the secret: {e}");
         }

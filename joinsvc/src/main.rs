@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use confboot_appraisal::reference::sets::SetsValidator;
-use confboot_atls::{Accepted, AtlsServer};
-use confboot_attest::{Attested, SwappableValidator, Validator};
+use confboot_atls::{Accepted, AtlsError, AtlsServer};
+use confboot_attest::{Attested, PolicyError, SwappableValidator, Validator};
 use confboot_net::listener;
 use confboot_sys::signals::TerminationSignals;
 use confboot_tpm::CLUSTER_ID_PCR;
@@ -118,8 +118,56 @@ fn admitted(metrics: &Metrics, attested: &Attested) {
     }
 }
 
-fn run(config: &ServeConfig) -> Result<(), String> {
-    let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+/// Why joinsvc cannot serve (exit 1); the message names the option, the
+/// file or the step.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    /// The termination signals cannot be blocked.
+    #[error("cannot block signals: {0}")]
+    BlockSignals(std::io::Error),
+    /// What the options name cannot be read or opened.
+    #[error(transparent)]
+    Load(#[from] config::LoadError),
+    /// The reference-value sets cannot be watched.
+    #[error("cannot read the reference-value sets: {0}")]
+    Sets(std::io::Error),
+    /// The first measurement policy is refused.
+    #[error("{}: {error}", path.display())]
+    Policy {
+        /// The policy file.
+        path: std::path::PathBuf,
+        /// Why it is refused.
+        error: PolicyError,
+    },
+    /// The measurement policy file cannot be watched.
+    #[error("cannot watch {}: {error}", path.display())]
+    Watch {
+        /// The policy file.
+        path: std::path::PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The aTLS server cannot be set up.
+    #[error("cannot set up aTLS: {0}")]
+    Atls(AtlsError),
+    /// An address cannot be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The join API's listener did not start.
+    #[error("cannot start the join API: {0}")]
+    JoinApi(std::io::Error),
+    /// Waiting for a termination signal failed.
+    #[error("waiting for signals failed: {0}")]
+    WaitSignals(std::io::Error),
+}
+
+fn run(config: &ServeConfig) -> Result<(), RunError> {
+    let signals = TerminationSignals::block().map_err(RunError::BlockSignals)?;
     let cfg = Service::load(config)?;
 
     // One validator per accepted variant; the vTPM one follows its
@@ -141,23 +189,29 @@ fn run(config: &ServeConfig) -> Result<(), String> {
                 );
                 sets_watcher = Some(
                     watcher::SetsWatcher::spawn(Arc::clone(&vtpm.sets), vtpm.reload)
-                        .map_err(|e| format!("cannot read the reference-value sets: {e}"))?,
+                        .map_err(RunError::Sets)?,
                 );
                 validators.push(Arc::new(validator));
             }
             config::NodeCheck::Vtpm(vtpm) => {
-                let first = vtpm
-                    .validators
-                    .build(vtpm.initial_policy.clone())
-                    .map_err(|e| format!("{}: {e}", vtpm.policy_path.display()))?;
+                let first =
+                    vtpm.validators
+                        .build(vtpm.initial_policy.clone())
+                        .map_err(|error| RunError::Policy {
+                            path: vtpm.policy_path.clone(),
+                            error,
+                        })?;
                 let validator = SwappableValidator::new(first);
                 let (builder, swapped) = (vtpm.validators.clone(), validator.clone());
                 watcher = Some(
                     watcher::PolicyWatcher::spawn(&vtpm.policy_path, move |policy| {
-                        swapped.swap(builder.build(policy).map_err(|e| e.to_string())?);
+                        swapped.swap(builder.build(policy)?);
                         Ok(())
                     })
-                    .map_err(|e| format!("cannot watch {}: {e}", vtpm.policy_path.display()))?,
+                    .map_err(|error| RunError::Watch {
+                        path: vtpm.policy_path.clone(),
+                        error,
+                    })?,
                 );
                 validators.push(Arc::new(validator));
             }
@@ -174,15 +228,14 @@ fn run(config: &ServeConfig) -> Result<(), String> {
         max_calls_per_connection: Some(1),
         ..ServerLimits::default()
     };
-    let mut atls = AtlsServer::requiring_clients(cfg.issuer, validators)
-        .map_err(|e| format!("cannot set up aTLS: {e}"))?;
+    let mut atls = AtlsServer::requiring_clients(cfg.issuer, validators).map_err(RunError::Atls)?;
     if let Some(set) = cfg.presented_set {
-        atls = atls
-            .presenting(set)
-            .map_err(|e| format!("cannot set up aTLS: {e}"))?;
+        atls = atls.presenting(set).map_err(RunError::Atls)?;
     }
-    let rpc_listener = TcpListener::bind(&config.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let rpc_listener = TcpListener::bind(&config.listen).map_err(|error| RunError::Listen {
+        addr: config.listen.clone(),
+        error,
+    })?;
     let rpc = {
         let metrics = Arc::clone(&metrics);
         listener::spawn(rpc_listener, cfg.pool, move |sock, stop| {
@@ -204,21 +257,23 @@ fn run(config: &ServeConfig) -> Result<(), String> {
                 }
             }
         })
-        .map_err(|e| format!("cannot start the join API: {e}"))?
+        .map_err(RunError::JoinApi)?
     };
     log::info!("join API listening on {}", rpc.local_addr());
 
     metrics.attach_rpc_stats(rpc.stats_handle());
-    let health = http::HealthServer::start(&config.health_listen, Arc::clone(&metrics))
-        .map_err(|e| format!("cannot listen on {}: {e}", config.health_listen))?;
+    let health = http::HealthServer::start(&config.health_listen, Arc::clone(&metrics)).map_err(
+        |error| RunError::Listen {
+            addr: config.health_listen.clone(),
+            error,
+        },
+    )?;
     log::info!(
         "health and metrics listening on http://{}",
         health.local_addr()
     );
 
-    let sig = signals
-        .wait()
-        .map_err(|e| format!("waiting for signals failed: {e}"))?;
+    let sig = signals.wait().map_err(RunError::WaitSignals)?;
     log::info!("{sig} received: stopping (in-flight calls finish)");
     rpc.stop();
     if let Some(watcher) = watcher {

@@ -377,18 +377,27 @@ fn read_control_plane_files(pki_dir: &Path) -> Result<Vec<ControlPlaneFile>, Iss
         .collect()
 }
 
+/// Why the Kubernetes CA certificate gives no kubeadm CA pin.
+#[derive(Debug, thiserror::Error)]
+pub enum CaCertError {
+    /// The certificate starts as PEM but is no PEM block.
+    #[error("CA certificate PEM: {0}")]
+    Pem(x509_parser::nom::Err<x509_parser::error::PEMError>),
+    /// The certificate is no X.509 certificate.
+    #[error("CA certificate: {0}")]
+    Certificate(x509_parser::nom::Err<x509_parser::error::X509Error>),
+}
+
 /// kubeadm's CA pin: `sha256:` + hex of SHA-256 over the CA certificate's
 /// SubjectPublicKeyInfo (DER). Takes the certificate as PEM or DER.
-pub fn discovery_token_ca_cert_hash(ca_cert: &[u8]) -> Result<String, String> {
+pub fn discovery_token_ca_cert_hash(ca_cert: &[u8]) -> Result<String, CaCertError> {
     let der = if ca_cert.starts_with(b"-----BEGIN") {
-        let (_, pem) = x509_parser::pem::parse_x509_pem(ca_cert)
-            .map_err(|e| format!("CA certificate PEM: {e}"))?;
+        let (_, pem) = x509_parser::pem::parse_x509_pem(ca_cert).map_err(CaCertError::Pem)?;
         pem.contents
     } else {
         ca_cert.to_vec()
     };
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(&der).map_err(|e| format!("CA certificate: {e}"))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(CaCertError::Certificate)?;
     let spki = cert.tbs_certificate.subject_pki.raw;
     Ok(format!(
         "sha256:{}",
@@ -982,6 +991,9 @@ pub(crate) mod tests {
             want
         );
         assert_eq!(discovery_token_ca_cert_hash(ca.der()).unwrap(), want);
-        assert!(discovery_token_ca_cert_hash(b"not a certificate").is_err());
+        assert!(matches!(
+            discovery_token_ca_cert_hash(b"not a certificate"),
+            Err(CaCertError::Certificate(_))
+        ));
     }
 }

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use confboot_appraisal::reference::sets::{ReferenceSets, Refresh};
-use confboot_attest::MeasurementPolicy;
+use confboot_attest::{MeasurementPolicy, PolicyError};
 use confboot_util::stop::Stop;
 use confboot_verifier::config::{ConfigError, MeasurementPolicyFile};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -44,7 +44,7 @@ impl PolicyWatcher {
     /// must already be in force; only changes are applied.
     pub fn spawn<F>(path: &Path, apply: F) -> std::io::Result<PolicyWatcher>
     where
-        F: Fn(MeasurementPolicy) -> Result<(), String> + Send + 'static,
+        F: Fn(MeasurementPolicy) -> Result<(), PolicyError> + Send + 'static,
     {
         let dir = path
             .parent()
@@ -197,12 +197,23 @@ fn drain(inotify: &Inotify) {
     while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
 }
 
+/// Why a changed policy file was refused (the previous policy stays).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// The policy is refused (by its reader or by the validator's builder).
+    #[error("{0}")]
+    Policy(PolicyError),
+    /// The file is not a policy file.
+    #[error("{0}")]
+    File(ConfigError),
+}
+
 fn watch(
     inotify: Inotify,
     path: &Path,
     mut current: Option<String>,
     stop: &Stop,
-    apply: &dyn Fn(MeasurementPolicy) -> Result<(), String>,
+    apply: &dyn Fn(MeasurementPolicy) -> Result<(), PolicyError>,
 ) {
     while !stop.is_raised() {
         if !wait_readable(&inotify, STOP_POLL) {
@@ -221,8 +232,8 @@ fn watch(
                 log::warn!("measurement policy unreadable ({e}); keeping the previous policy");
                 continue;
             }
-            Err(ConfigError::Measurements { error, .. }) => Err(error.to_string()),
-            Err(e) => Err(e.to_string()),
+            Err(ConfigError::Measurements { error, .. }) => Err(Refused::Policy(error)),
+            Err(e) => Err(Refused::File(e)),
         };
         if let Ok(file) = &file
             && current.as_deref() == Some(file.text())
@@ -231,7 +242,7 @@ fn watch(
         }
         let text = file.as_ref().map(|f| f.text().to_string()).ok();
         let parsed = file.map(MeasurementPolicyFile::into_policy);
-        match parsed.and_then(apply) {
+        match parsed.and_then(|policy| apply(policy).map_err(Refused::Policy)) {
             Ok(()) => {
                 log::info!("measurement policy reloaded from {}", path.display());
                 current = text;
@@ -473,7 +484,7 @@ mod tests {
             let b = expected_byte(&p);
             tx.send(b).unwrap();
             if b == 0x11 {
-                Err("validator refused".into())
+                Err(PolicyError::Empty)
             } else {
                 Ok(())
             }

@@ -28,10 +28,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{CMD, Config, ConfigError};
-use confboot_attest::Issuer;
+use confboot_attest::{AttestationError, Issuer};
 use confboot_net::listener::PoolConfig;
 use confboot_sys::signals::TerminationSignals;
-use confboot_tpm::Tpm;
+use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{exit_usage, start_daemon};
 use confboot_vtpm::VtpmIssuer;
 
@@ -49,6 +49,10 @@ pub fn main() {
             log::error!("cannot go on: {e}");
             std::process::exit(1);
         }
+        Err(ConfigError::JoinServices(e)) => {
+            log::error!("cannot go on: {e}");
+            std::process::exit(1);
+        }
     };
     if let Err(e) = run(&config) {
         log::error!("cannot go on: {e}");
@@ -56,11 +60,54 @@ pub fn main() {
     }
 }
 
-fn run(config: &Config) -> Result<(), String> {
-    let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+/// Why the node agent cannot go on; the message names the option or the
+/// step.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    /// The termination signals cannot be blocked.
+    #[error("cannot block signals: {0}")]
+    BlockSignals(std::io::Error),
+    /// The `--tpm` cannot be opened.
+    #[error("--tpm {spec}: {error}")]
+    Tpm {
+        /// The `--tpm` value.
+        spec: String,
+        /// Why it did not open.
+        error: TpmError,
+    },
+    /// The TPM's attestation key is not usable.
+    #[error("attestation key: {0}")]
+    AttestationKey(AttestationError),
+    /// The `--event-log` is not usable.
+    #[error("--event-log: {0}")]
+    EventLog(AttestationError),
+    /// The VPN poller did not start.
+    #[error(transparent)]
+    Vpn(#[from] vpn::VpnStartError),
+    /// The `--verify-listen` address cannot be bound.
+    #[error("--verify-listen {addr}: {error}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why it cannot be bound.
+        error: std::io::Error,
+    },
+    /// The verify service did not start.
+    #[error("verify service: {0}")]
+    VerifyService(std::io::Error),
+    /// Waiting for a termination signal failed.
+    #[error("waiting for signals failed: {0}")]
+    WaitSignals(std::io::Error),
+}
+
+fn run(config: &Config) -> Result<(), RunError> {
+    let signals = TerminationSignals::block().map_err(RunError::BlockSignals)?;
     let (workers, per_client) = (config.verify_workers, config.verify_per_client);
     let spec = config.tpm.as_str();
-    let tpm = Tpm::open(spec).map_err(|e| format!("--tpm {spec}: {e}"))?;
+    let tpm = Tpm::open(spec).map_err(|error| RunError::Tpm {
+        spec: spec.to_string(),
+        error,
+    })?;
     log::info!(
         "nodeagent {} starting; TPM: {}",
         env!("CARGO_PKG_VERSION"),
@@ -68,9 +115,9 @@ fn run(config: &Config) -> Result<(), String> {
     );
     let vtpm = Arc::new(
         VtpmIssuer::new(tpm)
-            .map_err(|e| format!("attestation key: {e}"))?
+            .map_err(RunError::AttestationKey)?
             .with_event_log_from(&config.event_log)
-            .map_err(|e| format!("--event-log: {e}"))?,
+            .map_err(RunError::EventLog)?,
     );
     let issuer: Arc<dyn Issuer> = Arc::clone(&vtpm) as Arc<dyn Issuer>;
     let vpn_poller = match &config.vpn {
@@ -79,7 +126,10 @@ fn run(config: &Config) -> Result<(), String> {
     };
 
     let addr = config.verify_listen.as_str();
-    let socket = TcpListener::bind(addr).map_err(|e| format!("--verify-listen {addr}: {e}"))?;
+    let socket = TcpListener::bind(addr).map_err(|error| RunError::Listen {
+        addr: addr.to_string(),
+        error,
+    })?;
     let pool = PoolConfig {
         workers,
         queue: workers * 4,
@@ -94,15 +144,13 @@ fn run(config: &Config) -> Result<(), String> {
         ..PoolConfig::default()
     };
     let server = confboot_verifier::verify::service::serve(socket, pool, issuer)
-        .map_err(|e| format!("verify service: {e}"))?;
+        .map_err(RunError::VerifyService)?;
     log::info!(
         "verify service listening on {} (aTLS, evidence bound to the session)",
         server.local_addr()
     );
 
-    let sig = signals
-        .wait()
-        .map_err(|e| format!("waiting for signals failed: {e}"))?;
+    let sig = signals.wait().map_err(RunError::WaitSignals)?;
     log::info!("{sig} received: stopping");
     server.stop();
     if let Some(poller) = vpn_poller {

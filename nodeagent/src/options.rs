@@ -17,15 +17,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use confboot_appraisal::reference::{ReleaseKey, cose};
+use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
 use confboot_attest::Validator;
 use confboot_util::args::{ArgsError, Matches, Opt};
+use confboot_util::fs::FileError;
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, parse_variants,
 };
 use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
-use confboot_verifier::join_service::join_service_validators;
+use confboot_verifier::join_service::{JoinServiceError, join_service_validators};
 use confboot_vtpm::VtpmIssuer;
 
 /// Where a node image keeps the CA of its platform's attestation keys.
@@ -115,11 +116,34 @@ impl JoinServiceOptions {
 
     /// The settings join services are checked with; the error names the
     /// option.
-    pub fn settings(self) -> Result<AttestationSettings, String> {
-        let variants =
-            parse_variants(&self.variants).map_err(|e| describe(&ConfigError::Variants(e)))?;
-        AttestationSettings::new(variants, self.given).map_err(|e| describe(&e))
+    pub fn settings(self) -> Result<AttestationSettings, JoinServiceOptionsError> {
+        let variants = parse_variants(&self.variants)
+            .map_err(|e| JoinServiceOptionsError::Settings(ConfigError::Variants(e)))?;
+        AttestationSettings::new(variants, self.given).map_err(JoinServiceOptionsError::Settings)
     }
+}
+
+/// Why the `--joinsvc-*` options give no settings or no validators; each
+/// message names the option it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinServiceOptionsError {
+    /// The settings are not usable (an unknown variant, a missing file).
+    #[error("{}", describe(.0))]
+    Settings(ConfigError),
+    /// A `--joinsvc-release-key` file cannot be read.
+    #[error("--{option}: {0}", option = JOINSVC_RELEASE_KEY.long)]
+    ReadReleaseKey(FileError),
+    /// A `--joinsvc-release-key` file is not a release key.
+    #[error("--{option} {}: {error}", path.display(), option = JOINSVC_RELEASE_KEY.long)]
+    ReleaseKey {
+        /// The file.
+        path: PathBuf,
+        /// Why it is no release key.
+        error: ReferenceError,
+    },
+    /// The validators cannot be built from the settings.
+    #[error("{}", .0.describe(&name))]
+    Validators(JoinServiceError),
 }
 
 /// The option that gives a setting of join services' attestation.
@@ -162,21 +186,23 @@ pub fn validators(
     settings: &AttestationSettings,
     release_keys: &[PathBuf],
     issuer: &VtpmIssuer,
-) -> Result<Vec<Arc<dyn Validator>>, String> {
+) -> Result<Vec<Arc<dyn Validator>>, JoinServiceOptionsError> {
     let keys = release_keys
         .iter()
         .map(|path| read_release_key(path))
         .collect::<Result<Vec<_>, _>>()?;
     join_service_validators(settings, issuer, announce_insecure_any_ak, &keys)
-        .map_err(|e| e.describe(&name))
+        .map_err(JoinServiceOptionsError::Validators)
 }
 
 /// A `--joinsvc-release-key` file, read (bounded) and parsed.
-fn read_release_key(path: &Path) -> Result<ReleaseKey, String> {
-    let option = JOINSVC_RELEASE_KEY.long;
+fn read_release_key(path: &Path) -> Result<ReleaseKey, JoinServiceOptionsError> {
     let pem = confboot_util::fs::read_bounded(path, cose::MAX_KEY_PEM_BYTES as u64)
-        .map_err(|e| format!("--{option}: {e}"))?;
-    ReleaseKey::from_pem(&pem).map_err(|e| format!("--{option} {}: {e}", path.display()))
+        .map_err(JoinServiceOptionsError::ReadReleaseKey)?;
+    ReleaseKey::from_pem(&pem).map_err(|error| JoinServiceOptionsError::ReleaseKey {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 #[cfg(test)]
@@ -200,7 +226,7 @@ mod tests {
         ],
     };
 
-    fn settings(args: &[&str]) -> Result<AttestationSettings, String> {
+    fn settings(args: &[&str]) -> Result<AttestationSettings, JoinServiceOptionsError> {
         let m = CMD.parse(args.iter().map(|s| s.to_string())).unwrap();
         JoinServiceOptions::read(&m).settings()
     }
@@ -219,10 +245,25 @@ mod tests {
             "the old name still works"
         );
         let e = settings(&["--joinsvc-variants", "tpm"]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                JoinServiceOptionsError::Settings(ConfigError::Variants(_))
+            ),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(e.starts_with("--joinsvc-variants: unknown variant"), "{e}");
         let e = settings(&["--joinsvc-variants", "sev-snp"]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                JoinServiceOptionsError::Settings(ConfigError::SnpPolicyRequired)
+            ),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
+            e.to_string(),
             "--joinsvc-variants accepts sev-snp, which needs --joinsvc-snp-policy (the SEV-SNP policy)"
         );
         let s = settings(&[

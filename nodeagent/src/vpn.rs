@@ -8,13 +8,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::VpnConfig;
+use crate::options::JoinServiceOptionsError;
 use confboot_attest::Issuer;
 use confboot_sys::netlink::NetlinkError;
 use confboot_util::stop::Stop;
 use confboot_vpn::WireGuardInterface;
 use confboot_vpn::{
-    ControlPlaneSource, NodeVpnFile, PeerList, PeerListFile, PeerListFileError, PeerSink,
-    PeerUpdates, PollOutcome, PollTimer, VpnNetwork, VpnPrivateKey, poll_once,
+    ControlPlaneSource, NodeVpnFile, NodeVpnFileError, PeerList, PeerListFile, PeerListFileError,
+    PeerSink, PeerUpdates, PollOutcome, PollTimer, VpnNetwork, VpnPrivateKey, poll_once,
 };
 use confboot_vtpm::VtpmIssuer;
 
@@ -40,12 +41,26 @@ impl VpnPoller {
     }
 }
 
+/// Why the VPN poller did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum VpnStartError {
+    /// The node's VPN file cannot be read.
+    #[error("--vpn-file: {0}")]
+    File(NodeVpnFileError),
+    /// The `--joinsvc-*` options give no validators.
+    #[error(transparent)]
+    JoinServices(#[from] JoinServiceOptionsError),
+    /// The poller's thread cannot be started.
+    #[error("cannot start the VPN poller: {0}")]
+    Thread(std::io::Error),
+}
+
 /// Starts polling as `config` says (the `--vpn-*` and `--joinsvc-*`
 /// options).
-pub fn start(config: &VpnConfig, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, String> {
+pub fn start(config: &VpnConfig, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, VpnStartError> {
     let network = config.network;
     let interval = config.poll_interval;
-    let file = NodeVpnFile::read(&config.file).map_err(|e| format!("--vpn-file: {e}"))?;
+    let file = NodeVpnFile::read(&config.file).map_err(VpnStartError::File)?;
     let mut control_planes = config.control_planes.clone();
     if control_planes.is_empty() {
         control_planes = file.control_planes.clone();
@@ -103,7 +118,7 @@ pub fn start(config: &VpnConfig, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, St
                     stop.sleep(timer.next_wait(&outcome));
                 }
             })
-            .map_err(|e| format!("cannot start the VPN poller: {e}"))?
+            .map_err(VpnStartError::Thread)?
     };
     Ok(VpnPoller { stop, thread })
 }

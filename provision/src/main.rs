@@ -73,15 +73,128 @@ and writes the certificate (DER) to an NV index. Talks to the TPM through tss-es
     ],
 };
 
-type Result<T> = std::result::Result<T, String>;
-
-fn tss<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
-    move |e| format!("{what}: {e}")
+/// Why the options cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    /// A positional argument.
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
+    /// An option is missing.
+    #[error(transparent)]
+    Args(#[from] confboot_util::args::ArgsError),
+    /// A handle option is not hex.
+    #[error("--{option} {text:?}: {error}")]
+    Handle {
+        /// The option.
+        option: &'static str,
+        /// Its value.
+        text: String,
+        /// Why.
+        error: std::num::ParseIntError,
+    },
 }
 
-fn parse_hex_u32(option: &Opt, text: &str) -> Result<u32> {
-    u32::from_str_radix(text.trim_start_matches("0x").trim_start_matches("0X"), 16)
-        .map_err(|e| format!("--{} {text:?}: {e}", option.long))
+/// Why the TPM was not provisioned (exit 1).
+#[derive(Debug, thiserror::Error)]
+enum ProvisionError {
+    /// A TPM call or structure failed.
+    #[error("{what}: {error}")]
+    Tss {
+        /// The step.
+        what: &'static str,
+        /// What tss-esapi said.
+        error: tss_esapi::Error,
+    },
+    /// The CA could not be generated.
+    #[error("{what}: {error}")]
+    Ca {
+        /// The step.
+        what: &'static str,
+        /// What rcgen said.
+        error: rcgen::Error,
+    },
+    /// The created AK is not an ECC key.
+    #[error("the created AK is not an ECC key")]
+    NotEcc,
+    /// The AK's point is longer than P-256's.
+    #[error("AK point coordinates longer than 32 bytes")]
+    PointTooLong,
+    /// Only one of the CA's files is given.
+    #[error("give both --ca-cert and --ca-key, or neither")]
+    CaHalf,
+    /// A file cannot be read.
+    #[error("read {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The CA key file is not a PEM private key.
+    #[error("{}: not a PEM private key: {error}", path.display())]
+    CaKey {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: rcgen::Error,
+    },
+    /// The CA certificate file is not a PEM CA certificate.
+    #[error("{}: not a PEM CA certificate: {error}", path.display())]
+    CaCert {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: rcgen::Error,
+    },
+    /// A file cannot be written.
+    #[error("write {}: {error}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The output directory cannot be created.
+    #[error("create {}: {error}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// An AK exists at the handle and `--force` is not given.
+    #[error("an object already exists at {0:#010x}; use --force to replace it")]
+    AkExists(u32),
+    /// The NV index exists and `--force` is not given.
+    #[error("NV index {0:#010x} already exists; use --force to replace it")]
+    NvIndexExists(u32),
+    /// The certificate does not fit the NV index.
+    #[error("certificate of {0} bytes is too large")]
+    CertificateTooLarge(usize),
+    /// The AK certificate cannot be issued (the attestation library's
+    /// error, held whole: this crate does not link the library itself).
+    #[error("{0}")]
+    Certificate(Box<dyn std::error::Error + Send + Sync>),
+}
+
+type Result<T> = std::result::Result<T, ProvisionError>;
+
+fn tss(what: &'static str) -> impl Fn(tss_esapi::Error) -> ProvisionError {
+    move |error| ProvisionError::Tss { what, error }
+}
+
+fn ca(what: &'static str) -> impl Fn(rcgen::Error) -> ProvisionError {
+    move |error| ProvisionError::Ca { what, error }
+}
+
+fn parse_hex_u32(option: &Opt, text: &str) -> std::result::Result<u32, OptionsError> {
+    u32::from_str_radix(text.trim_start_matches("0x").trim_start_matches("0X"), 16).map_err(
+        |error| OptionsError::Handle {
+            option: option.long,
+            text: text.to_string(),
+            error,
+        },
+    )
 }
 
 /// What the provisioning runs with: every option read once.
@@ -108,7 +221,7 @@ struct Config {
 
 impl Config {
     /// Reads every option (each once, whatever the others say).
-    fn from_matches(m: &Matches) -> Result<Config> {
+    fn from_matches(m: &Matches) -> std::result::Result<Config, OptionsError> {
         let tcti = m.required(&TCTI).map(str::to_string);
         let out_dir = m.required(&OUT_DIR).map(PathBuf::from);
         let ak_handle = m.value(&AK_HANDLE).unwrap_or_default();
@@ -118,11 +231,11 @@ impl Config {
         let ca_key = m.value(&CA_KEY).map(str::to_string);
         let subject = m.value(&SUBJECT).unwrap_or("confboot vTPM AK").to_string();
         if let Some(extra) = m.positional().first() {
-            return Err(format!("unexpected argument {extra:?}"));
+            return Err(OptionsError::Unexpected(extra.to_string()));
         }
         Ok(Config {
-            tcti: tcti.map_err(|e| e.to_string())?,
-            out_dir: out_dir.map_err(|e| e.to_string())?,
+            tcti: tcti?,
+            out_dir: out_dir?,
             ak_handle: parse_hex_u32(&AK_HANDLE, ak_handle)?,
             nv_index: parse_hex_u32(&NV_INDEX, nv_index)?,
             force,
@@ -164,11 +277,11 @@ fn ak_public_template() -> Result<Public> {
 /// The AK's public key as a SEC1 uncompressed point.
 fn ak_point(public: &Public) -> Result<Vec<u8>> {
     let Public::Ecc { unique, .. } = public else {
-        return Err("the created AK is not an ECC key".into());
+        return Err(ProvisionError::NotEcc);
     };
     let (x, y) = (unique.x().value(), unique.y().value());
     if x.len() > 32 || y.len() > 32 {
-        return Err("AK point coordinates longer than 32 bytes".into());
+        return Err(ProvisionError::PointTooLong);
     }
     let mut point = vec![0u8; 65];
     point[0] = 4;
@@ -189,7 +302,7 @@ fn load_or_generate_ca(
             let c = out_dir.join("ca.pem");
             let k = out_dir.join("ca-key.pem");
             if !c.exists() {
-                let key = rcgen::KeyPair::generate().map_err(tss("generate CA key"))?;
+                let key = rcgen::KeyPair::generate().map_err(ca("generate CA key"))?;
                 let mut params = rcgen::CertificateParams::default();
                 params
                     .distinguished_name
@@ -199,7 +312,7 @@ fn load_or_generate_ca(
                     rcgen::KeyUsagePurpose::KeyCertSign,
                     rcgen::KeyUsagePurpose::CrlSign,
                 ];
-                let cert = params.self_signed(&key).map_err(tss("self-sign CA"))?;
+                let cert = params.self_signed(&key).map_err(ca("self-sign CA"))?;
                 write_file(&k, key.serialize_pem().as_bytes(), true)?;
                 write_file(&c, cert.pem().as_bytes(), false)?;
                 log::info!("generated a CA: {}", c.display());
@@ -208,16 +321,24 @@ fn load_or_generate_ca(
             }
             (c, k)
         }
-        _ => return Err("give both --ca-cert and --ca-key, or neither".into()),
+        _ => return Err(ProvisionError::CaHalf),
     };
-    let cert_pem = std::fs::read_to_string(&cert_path)
-        .map_err(|e| format!("read {}: {e}", cert_path.display()))?;
-    let key_pem = std::fs::read_to_string(&key_path)
-        .map_err(|e| format!("read {}: {e}", key_path.display()))?;
-    let key = rcgen::KeyPair::from_pem(&key_pem)
-        .map_err(|e| format!("{}: not a PEM private key: {e}", key_path.display()))?;
-    rcgen::Issuer::from_ca_cert_pem(&cert_pem, key)
-        .map_err(|e| format!("{}: not a PEM CA certificate: {e}", cert_path.display()))
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|error| ProvisionError::Read {
+            path: path.to_path_buf(),
+            error,
+        })
+    };
+    let cert_pem = read(&cert_path)?;
+    let key_pem = read(&key_path)?;
+    let key = rcgen::KeyPair::from_pem(&key_pem).map_err(|error| ProvisionError::CaKey {
+        path: key_path.clone(),
+        error,
+    })?;
+    rcgen::Issuer::from_ca_cert_pem(&cert_pem, key).map_err(|error| ProvisionError::CaCert {
+        path: cert_path.clone(),
+        error,
+    })
 }
 
 fn write_file(path: &Path, bytes: &[u8], secret: bool) -> Result<()> {
@@ -231,7 +352,10 @@ fn write_file(path: &Path, bytes: &[u8], secret: bool) -> Result<()> {
     options
         .open(path)
         .and_then(|mut f| f.write_all(bytes))
-        .map_err(|e| format!("write {}: {e}", path.display()))
+        .map_err(|error| ProvisionError::Write {
+            path: path.to_path_buf(),
+            error,
+        })
 }
 
 /// Looks up an object by TPM handle. Without sessions: tpm2-tss 3.2's
@@ -245,9 +369,7 @@ fn provision_ak(context: &mut Context, ak_handle: u32, force: bool) -> Result<Pu
     let persistent = PersistentTpmHandle::new(ak_handle).map_err(tss("--ak-handle"))?;
     if let Ok(existing) = find_object(context, TpmHandle::Persistent(persistent)) {
         if !force {
-            return Err(format!(
-                "an object already exists at {ak_handle:#010x}; use --force to replace it"
-            ));
+            return Err(ProvisionError::AkExists(ak_handle));
         }
         context
             .evict_control(
@@ -287,9 +409,7 @@ fn write_certificate(context: &mut Context, nv_index: u32, der: &[u8], force: bo
     let index = NvIndexTpmHandle::new(nv_index).map_err(tss("--nv-index"))?;
     if let Ok(existing) = find_object(context, TpmHandle::NvIndex(index)) {
         if !force {
-            return Err(format!(
-                "NV index {nv_index:#010x} already exists; use --force to replace it"
-            ));
+            return Err(ProvisionError::NvIndexExists(nv_index));
         }
         context
             .nv_undefine_space(Provision::Owner, existing.into())
@@ -298,7 +418,7 @@ fn write_certificate(context: &mut Context, nv_index: u32, der: &[u8], force: bo
     let size = u16::try_from(der.len())
         .ok()
         .filter(|n| (*n as usize) <= confboot_vtpm::MAX_AK_CERT_LEN)
-        .ok_or_else(|| format!("certificate of {} bytes is too large", der.len()))?;
+        .ok_or(ProvisionError::CertificateTooLarge(der.len()))?;
     let attributes = NvIndexAttributesBuilder::new()
         .with_owner_write(true)
         .with_owner_read(true)
@@ -340,7 +460,10 @@ fn run() -> Result<()> {
     let (out_dir, force) = (&config.out_dir, config.force);
     let (ak_handle, nv_index) = (config.ak_handle, config.nv_index);
     let tcti = config.tcti.as_str();
-    std::fs::create_dir_all(out_dir).map_err(|e| format!("create {}: {e}", out_dir.display()))?;
+    std::fs::create_dir_all(out_dir).map_err(|error| ProvisionError::CreateDir {
+        path: out_dir.clone(),
+        error,
+    })?;
     log::info!("provisioning the TPM at {tcti}");
 
     let ca = load_or_generate_ca(config.ca_cert.as_deref(), config.ca_key.as_deref(), out_dir)?;
@@ -351,7 +474,7 @@ fn run() -> Result<()> {
     let public = provision_ak(&mut context, ak_handle, force)?;
     let point = ak_point(&public)?;
     let der = confboot_vtpm::issue_ak_certificate(&point, &config.subject, &ca)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ProvisionError::Certificate(Box::new(e)))?;
     write_certificate(&mut context, nv_index, &der, force)?;
     write_file(&out_dir.join("ak-cert.der"), &der, false)?;
     let point_hex = confboot_util::hex::encode(&point);
@@ -395,10 +518,17 @@ mod tests {
                     .map(String::from),
             )
             .unwrap();
+        let e = Config::from_matches(&m).unwrap_err();
         assert!(
-            Config::from_matches(&m)
-                .unwrap_err()
-                .starts_with("--ak-handle \"zz\": "),
+            matches!(
+                e,
+                OptionsError::Handle {
+                    option: "ak-handle",
+                    ..
+                }
+            ),
+            "{e:?}"
         );
+        assert!(e.to_string().starts_with("--ak-handle \"zz\": "), "{e}");
     }
 }

@@ -337,21 +337,33 @@ fn write_agent_env(args: &[std::ffi::OsString]) -> Result<(), HandoverError> {
         .map_err(|e| HandoverError::new(format!("write {}", path.display()), e))
 }
 
+/// Why a `confboot.agentargs` argument cannot go into the node agent's
+/// environment file.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AgentArgError {
+    /// The argument is not UTF-8.
+    #[error("{0:?} is not UTF-8")]
+    NotUtf8(std::ffi::OsString),
+    /// The argument is empty or holds a character the file cannot carry.
+    #[error(
+        "{0:?}: an empty argument, or one with white space, a quote, a backslash or a dollar sign"
+    )]
+    Unsafe(String),
+}
+
 /// `NODEAGENT_ARGS=a b c\n`, or why an argument cannot go there.
-pub fn agent_env_line(args: &[std::ffi::OsString]) -> Result<String, String> {
+pub fn agent_env_line(args: &[std::ffi::OsString]) -> Result<String, AgentArgError> {
     let mut words = Vec::with_capacity(args.len());
     for arg in args {
         let Some(word) = arg.to_str() else {
-            return Err(format!("{arg:?} is not UTF-8"));
+            return Err(AgentArgError::NotUtf8(arg.clone()));
         };
         if word.is_empty()
             || word.chars().any(|c| {
                 c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\' | '$')
             })
         {
-            return Err(format!(
-                "{word:?}: an empty argument, or one with white space, a quote, a backslash or a dollar sign"
-            ));
+            return Err(AgentArgError::Unsafe(word.to_string()));
         }
         words.push(word);
     }
@@ -412,8 +424,9 @@ mod tests {
         );
         assert_eq!(agent_env_line(&[]).unwrap(), "NODEAGENT_ARGS=\n");
         for bad in ["a b", "a\"b", "a'b", "a\\b", "$X", "", "a\nb"] {
-            assert!(
-                agent_env_line(&[OsString::from(bad)]).is_err(),
+            assert_eq!(
+                agent_env_line(&[OsString::from(bad)]),
+                Err(AgentArgError::Unsafe(bad.to_string())),
                 "{bad:?} must be refused"
             );
         }

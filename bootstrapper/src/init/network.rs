@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use confboot_sys::dhcp::{self, DhcpMessageType, DhcpReply, DhcpRequest};
-use confboot_sys::netlink::Rtnetlink;
+use confboot_sys::netlink::{NetlinkError, Rtnetlink};
 use confboot_util::backoff::Backoff;
 use nix::net::if_::if_nametoindex;
 use nix::sys::socket::{setsockopt, sockopt};
@@ -104,30 +104,104 @@ pub fn virtio_nics(class_net: &Path) -> Vec<OsString> {
 /// The most NICs PID 1 configures.
 const MAX_NICS: usize = 4;
 
+/// Why a NIC was not configured (PID 1 prints it and goes on).
+#[derive(Debug, thiserror::Error)]
+enum NicError {
+    /// The NIC has no interface index.
+    #[error("no index: {0}")]
+    Index(nix::Error),
+    /// The link could not be brought up.
+    #[error("link up: {0}")]
+    LinkUp(NetlinkError),
+    /// The NIC's MAC address could not be read.
+    #[error("no MAC address: {0}")]
+    MacUnreadable(std::io::Error),
+    /// The NIC's MAC address is not six hex bytes.
+    #[error("bad MAC address {0:?}")]
+    BadMac(String),
+    /// The leased address could not be set.
+    #[error("address {address}/{prefix}: {error}")]
+    Address {
+        /// The address.
+        address: Ipv4Addr,
+        /// Its prefix length.
+        prefix: u8,
+        /// What the kernel said.
+        error: NetlinkError,
+    },
+    /// The default route could not be set.
+    #[error("default route via {router}: {error}")]
+    DefaultRoute {
+        /// The router.
+        router: Ipv4Addr,
+        /// What the kernel said.
+        error: NetlinkError,
+    },
+    /// DHCP gave no lease.
+    #[error(transparent)]
+    Dhcp(#[from] DhcpError),
+}
+
+/// Why DHCP gave no lease.
+#[derive(Debug, thiserror::Error)]
+enum DhcpError {
+    /// The client socket could not be opened.
+    #[error("DHCP socket: {0}")]
+    Socket(std::io::Error),
+    /// The socket could not be bound to the NIC.
+    #[error("bind to device: {0}")]
+    BindToDevice(nix::Error),
+    /// The socket could not broadcast.
+    #[error("broadcast: {0}")]
+    Broadcast(std::io::Error),
+    /// An offer named no server.
+    #[error("an offer without a server id")]
+    OfferWithoutServer,
+    /// The netmask is not a prefix.
+    #[error("bad netmask {0}")]
+    BadNetmask(Ipv4Addr),
+    /// The server answered NAK twice.
+    #[error("DHCP server refused twice (NAK)")]
+    RefusedTwice,
+    /// A message could not be sent.
+    #[error("DHCP send: {0}")]
+    Send(std::io::Error),
+    /// The read timeout could not be set.
+    #[error("DHCP timeout: {0}")]
+    Timeout(std::io::Error),
+    /// No reply of the kind waited for came.
+    #[error("no DHCP {0:?} after {DHCP_ATTEMPTS} attempts")]
+    NoReply(DhcpMessageType),
+}
+
 /// Configures `name` by DHCP: its address, and the default route through
 /// its router when `default_route`.
 fn configure_nic(
     nl: &mut Rtnetlink,
     name: &OsString,
     default_route: bool,
-) -> Result<Lease, String> {
-    let index = if_nametoindex(name.as_os_str()).map_err(|e| format!("no index: {e}"))?;
-    nl.link_up(index).map_err(|e| format!("link up: {e}"))?;
+) -> Result<Lease, NicError> {
+    let index = if_nametoindex(name.as_os_str()).map_err(NicError::Index)?;
+    nl.link_up(index).map_err(NicError::LinkUp)?;
     let mac = read_mac(&Path::new("/sys/class/net").join(name).join("address"))?;
     let lease = dhcp_lease(name, mac)?;
     nl.add_address(index, lease.address, lease.prefix)
-        .map_err(|e| format!("address {}/{}: {e}", lease.address, lease.prefix))?;
+        .map_err(|error| NicError::Address {
+            address: lease.address,
+            prefix: lease.prefix,
+            error,
+        })?;
     if let Some(router) = lease.router.filter(|_| default_route) {
         nl.add_default_route(index, router)
-            .map_err(|e| format!("default route via {router}: {e}"))?;
+            .map_err(|error| NicError::DefaultRoute { router, error })?;
     }
     Ok(lease)
 }
 
 /// `52:54:00:12:34:56` from sysfs.
-fn read_mac(path: &Path) -> Result<[u8; 6], String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("no MAC address: {e}"))?;
-    parse_mac(text.trim()).ok_or_else(|| format!("bad MAC address {:?}", text.trim()))
+fn read_mac(path: &Path) -> Result<[u8; 6], NicError> {
+    let text = std::fs::read_to_string(path).map_err(NicError::MacUnreadable)?;
+    parse_mac(text.trim()).ok_or_else(|| NicError::BadMac(text.trim().to_string()))
 }
 
 fn parse_mac(text: &str) -> Option<[u8; 6]> {
@@ -147,13 +221,11 @@ fn parse_mac(text: &str) -> Option<[u8; 6]> {
 /// (broadcast from 0.0.0.0; the server broadcasts its answers). Bounded:
 /// [`DHCP_ATTEMPTS`] per step, each wait with backoff; a NAK starts over
 /// once.
-fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
+fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, DhcpError> {
     let socket = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, dhcp::CLIENT_PORT))
-        .map_err(|e| format!("DHCP socket: {e}"))?;
-    setsockopt(&socket, sockopt::BindToDevice, name).map_err(|e| format!("bind to device: {e}"))?;
-    socket
-        .set_broadcast(true)
-        .map_err(|e| format!("broadcast: {e}"))?;
+        .map_err(DhcpError::Socket)?;
+    setsockopt(&socket, sockopt::BindToDevice, name).map_err(DhcpError::BindToDevice)?;
+    socket.set_broadcast(true).map_err(DhcpError::Broadcast)?;
     let mut xid = random_u32();
     for _round in 0..2 {
         let discover = DhcpRequest {
@@ -163,7 +235,7 @@ fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
             selected: None,
         };
         let offer = exchange(&socket, &discover, DhcpMessageType::Offer)?;
-        let server = offer.server.ok_or("an offer without a server id")?;
+        let server = offer.server.ok_or(DhcpError::OfferWithoutServer)?;
         let request = DhcpRequest {
             kind: DhcpMessageType::Request,
             xid,
@@ -177,7 +249,7 @@ fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
         }
         let netmask = ack.netmask.or(offer.netmask);
         let prefix = match netmask {
-            Some(m) => dhcp::prefix_len(m).ok_or_else(|| format!("bad netmask {m}"))?,
+            Some(m) => dhcp::prefix_len(m).ok_or(DhcpError::BadNetmask(m))?,
             None => 24,
         };
         return Ok(Lease {
@@ -187,7 +259,7 @@ fn dhcp_lease(name: &OsString, mac: [u8; 6]) -> Result<Lease, String> {
             host_name: ack.host_name.or(offer.host_name),
         });
     }
-    Err("DHCP server refused twice (NAK)".to_string())
+    Err(DhcpError::RefusedTwice)
 }
 
 /// Sends `message` and waits for a reply of kind `want` (or a NAK when
@@ -196,15 +268,13 @@ fn exchange(
     socket: &UdpSocket,
     message: &DhcpRequest,
     want: DhcpMessageType,
-) -> Result<DhcpReply, String> {
+) -> Result<DhcpReply, DhcpError> {
     let bytes = message.encode();
     let server = SocketAddrV4::new(Ipv4Addr::BROADCAST, dhcp::SERVER_PORT);
     let mut backoff = Backoff::new(DHCP_FIRST_WAIT, DHCP_MAX_WAIT);
     let mut buf = vec![0u8; dhcp::MAX_MESSAGE_LEN];
     for _ in 0..DHCP_ATTEMPTS {
-        socket
-            .send_to(&bytes, server)
-            .map_err(|e| format!("DHCP send: {e}"))?;
+        socket.send_to(&bytes, server).map_err(DhcpError::Send)?;
         let deadline = Instant::now() + backoff.next_delay();
         for _ in 0..MAX_DATAGRAMS_PER_WAIT {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -213,7 +283,7 @@ fn exchange(
             }
             socket
                 .set_read_timeout(Some(left))
-                .map_err(|e| format!("DHCP timeout: {e}"))?;
+                .map_err(DhcpError::Timeout)?;
             let Ok(n) = socket.recv(&mut buf) else {
                 break;
             };
@@ -229,7 +299,7 @@ fn exchange(
             }
         }
     }
-    Err(format!("no DHCP {want:?} after {DHCP_ATTEMPTS} attempts"))
+    Err(DhcpError::NoReply(want))
 }
 
 fn random_u32() -> u32 {

@@ -7,6 +7,10 @@ use confboot_cluster::ClusterError;
 use confboot_cluster::generation::RolledBack;
 use confboot_disk::DiskError;
 
+use super::generation::GenerationError;
+use super::state_fs::StateFsError;
+use super::vpn::VpnSetupError;
+
 /// Why an Init, a ticket or a Recover was not applied.
 ///
 /// The variants above [`NodeError::Disk`] are refusals: nothing was changed
@@ -77,18 +81,18 @@ pub enum NodeError {
     Mark(AttestationError),
     /// Keeping or creating the Init's SSH users failed past the nodelock.
     #[error("SSH users: {0}")]
-    SshUsers(String),
+    SshUsers(SshUsersError),
     /// Keeping the VPN key or writing the node agent's VPN file failed
     /// past the nodelock.
     #[error("VPN: {0}")]
-    Vpn(String),
+    Vpn(VpnSetupError),
     /// The state disk is older than the cluster last saw it (restored from
     /// an old copy): it is refused.
     #[error("{0}")]
     RolledBack(RolledBack),
     /// The state disk's generation could not be read, kept or confirmed.
     #[error("state disk generation: {0}")]
-    Generation(String),
+    Generation(GenerationError),
     /// The cluster backend failed.
     #[error("cluster {action} failed: {error}")]
     Cluster {
@@ -97,6 +101,30 @@ pub enum NodeError {
         /// What the backend said.
         error: ClusterError,
     },
+}
+
+/// Why an Init's SSH users were not kept, created or cleared (past the
+/// nodelock: final).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SshUsersError {
+    /// This node keeps no SSH users.
+    #[error("this node takes no SSH users")]
+    NotTaken,
+    /// No decrypted state device is mapped to keep them on.
+    #[error("no decrypted state device to keep them on (--disk-mode header-only)")]
+    NoDevice,
+    /// The state file system could not be mounted or unmounted.
+    #[error("{0}")]
+    StateFs(StateFsError),
+    /// The users could not be kept on the state file system.
+    #[error("keeping them: {0}")]
+    Keep(String),
+    /// The users could not be created in the OS.
+    #[error("creating them: {0}")]
+    Create(String),
+    /// The users an earlier Init kept could not be cleared.
+    #[error("clearing them: {0}")]
+    Clear(String),
 }
 
 impl NodeError {
@@ -210,15 +238,21 @@ mod tests {
                 NodeError::Mark(AttestationError::Decode("no PCR 15".into())),
                 "cannot mark the node: malformed evidence: no PCR 15",
             ),
-            (NodeError::SshUsers("no home".into()), "SSH users: no home"),
-            (NodeError::Vpn("no key".into()), "VPN: no key"),
+            (
+                NodeError::SshUsers(SshUsersError::Create("no home".into())),
+                "SSH users: creating them: no home",
+            ),
+            (
+                NodeError::Vpn(VpnSetupError::KeepKey("no key".into())),
+                "VPN: no key",
+            ),
             (
                 NodeError::RolledBack(RolledBack { found: 1, last: 2 }),
                 "state disk rolled back: generation 1, the cluster last issued 2",
             ),
             (
-                NodeError::Generation("not confirmed".into()),
-                "state disk generation: not confirmed",
+                NodeError::Generation(GenerationError::NotAGeneration),
+                "state disk generation: state-generation does not hold a generation",
             ),
             (
                 NodeError::Cluster {

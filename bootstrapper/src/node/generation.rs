@@ -9,46 +9,102 @@ use std::path::Path;
 use confboot_cluster::generation::{RolledBack, check_generation, generation_proof};
 use confboot_proto::join::ConfirmGenerationRequest;
 
+use super::state_fs::StateFsError;
+
 /// Where the generation is kept on the state file system.
 pub const GENERATION_FILE: &str = "state-generation";
 /// The largest generation file read (20 digits and a newline).
 const MAX_GENERATION_FILE_BYTES: u64 = 32;
+
+/// Why no join service took a generation confirmation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmError {
+    /// No join service endpoint is known.
+    #[error("no join service known")]
+    NoJoinService,
+    /// A join service refused the confirmation (final: no other is asked).
+    #[error("{endpoint} refused it: {reason}")]
+    Refused {
+        /// The join service.
+        endpoint: String,
+        /// What it said.
+        reason: String,
+    },
+    /// The last join service tried could not be reached or checked.
+    #[error("{endpoint}: {reason}")]
+    Unreachable {
+        /// The join service.
+        endpoint: String,
+        /// Why the attempt failed.
+        reason: String,
+    },
+}
+
+/// Why the state disk's generation could not be read, kept or confirmed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GenerationError {
+    /// No decrypted state device is mapped to keep it on.
+    #[error("no decrypted state device to keep it on (--disk-mode header-only)")]
+    NoDevice,
+    /// The state file system could not be mounted or unmounted.
+    #[error("{0}")]
+    StateFs(StateFsError),
+    /// The generation file could not be read.
+    #[error("{0}")]
+    Read(String),
+    /// The generation file does not hold a generation (the host changed it).
+    #[error("{GENERATION_FILE} does not hold a generation")]
+    NotAGeneration,
+    /// The generation file could not be written.
+    #[error("{0}")]
+    Write(String),
+    /// The cluster did not take the written generation.
+    #[error("generation {next} not confirmed: {error}")]
+    NotConfirmed {
+        /// The generation written.
+        next: u64,
+        /// Why it was not confirmed.
+        error: ConfirmError,
+    },
+}
 
 /// Sends a rejoined node's generation confirmation to a join service of
 /// its cluster (`join.API/ConfirmGeneration`).
 pub trait GenerationConfirmer: Send + Sync {
     /// Sends `request` to a member of the cluster `cluster_id`; an error
     /// says why the cluster did not take it.
-    fn confirm(&self, request: &ConfirmGenerationRequest, cluster_id: &[u8]) -> Result<(), String>;
+    fn confirm(
+        &self,
+        request: &ConfirmGenerationRequest,
+        cluster_id: &[u8],
+    ) -> Result<(), ConfirmError>;
 }
 
 /// The generation the state file system in `dir` keeps (0: none). A file
 /// that does not read as a number is an error: only the node writes it,
 /// so anything else is a disk the host changed.
-pub fn read_generation(dir: &Path) -> Result<u64, String> {
+pub fn read_generation(dir: &Path) -> Result<u64, GenerationError> {
     let path = dir.join(GENERATION_FILE);
     if !path.exists() {
         return Ok(0);
     }
     let text = confboot_util::fs::read_bounded_text(&path, MAX_GENERATION_FILE_BYTES)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| GenerationError::Read(e.to_string()))?;
     let digits = text.trim_end_matches('\n');
     if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{GENERATION_FILE} does not hold a generation"));
+        return Err(GenerationError::NotAGeneration);
     }
-    digits
-        .parse()
-        .map_err(|_| format!("{GENERATION_FILE} does not hold a generation"))
+    digits.parse().map_err(|_| GenerationError::NotAGeneration)
 }
 
 /// Keeps `generation` on the state file system in `dir` (synced, replaced
 /// whole).
-pub fn write_generation(dir: &Path, generation: u64) -> Result<(), String> {
+pub fn write_generation(dir: &Path, generation: u64) -> Result<(), GenerationError> {
     confboot_vpn::write_private_atomically(
         &dir.join(GENERATION_FILE),
         format!("{generation}\n").as_bytes(),
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| GenerationError::Write(e.to_string()))
 }
 
 /// What the node does with the generation its disk holds: refuse it (and

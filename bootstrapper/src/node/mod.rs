@@ -56,7 +56,7 @@ use confboot_sys::ssh_users::{
 use confboot_tdx::Rtmr3Marker;
 use confboot_vtpm::VtpmIssuer;
 
-pub use error::NodeError;
+pub use error::{NodeError, SshUsersError};
 pub use plan::{AdminApi, IssuedTicket, JoinServiceCheck, Plan, Ticket, TicketRequest, plan_for};
 pub use state_fs::{NixStateMount, StateFsMount};
 
@@ -293,11 +293,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(setup) = self.vpn.as_ref() else {
             return Ok(());
         };
-        let device = self.disk().mapped_device().ok_or_else(|| {
-            NodeError::Vpn(
-                "no decrypted state device to keep the key on (--disk-mode header-only)".into(),
-            )
-        })?;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(NodeError::Vpn(vpn::VpnSetupError::NoDevice))?;
         setup
             .set_up(&device, disk_uuid, disk_key, cluster_id)
             .map_err(NodeError::Vpn)
@@ -792,19 +791,20 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(setup) = self.generation.as_ref() else {
             return Ok(());
         };
-        let failed = |m: String| NodeError::Generation(m);
-        let device = self.disk().mapped_device().ok_or_else(|| {
-            failed("no decrypted state device to keep it on (--disk-mode header-only)".into())
-        })?;
+        let failed = NodeError::Generation;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(failed(generation::GenerationError::NoDevice))?;
         let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
             let found = generation::read_generation(dir)?;
             let step = generation::step(found, last);
             if let Step::Write(next) = step {
                 generation::write_generation(dir, next)?;
             }
-            Ok::<_, String>((found, step))
+            Ok((found, step))
         })
-        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
         .map_err(failed)?;
         match step {
             Step::Refuse(rolled_back) => {
@@ -819,7 +819,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 setup
                     .confirmer
                     .confirm(&confirmation, cluster_id)
-                    .map_err(|e| failed(format!("generation {next} not confirmed: {e}")))?;
+                    .map_err(|error| {
+                        failed(generation::GenerationError::NotConfirmed { next, error })
+                    })?;
                 log::info!("state disk: generation {found} found, {next} written and confirmed");
                 Ok(())
             }
@@ -843,25 +845,26 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         users: &[SshUser],
         log: &mut dyn FnMut(&str),
     ) -> Result<(), NodeError> {
-        let failed = |m: String| NodeError::SshUsers(m);
+        let failed = NodeError::SshUsers;
         let setup = self
             .ssh_users
             .as_ref()
-            .ok_or_else(|| failed("this node takes no SSH users".into()))?;
-        let device = self.disk().mapped_device().ok_or_else(|| {
-            failed("no decrypted state device to keep them on (--disk-mode header-only)".into())
-        })?;
+            .ok_or(failed(SshUsersError::NotTaken))?;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(failed(SshUsersError::NoDevice))?;
         state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
             store_ssh_users(dir, users)
         })
-        .map_err(|e| failed(e.to_string()))?
-        .map_err(|e| failed(format!("keeping them: {e}")))?;
+        .map_err(|e| failed(SshUsersError::StateFs(e)))?
+        .map_err(|e| failed(SshUsersError::Keep(e.to_string())))?;
         log(&format!(
             "SSH users: {} kept on the state disk",
             users.len()
         ));
         let report = apply_ssh_users(&setup.target_root, users)
-            .map_err(|e| failed(format!("creating them: {e}")))?;
+            .map_err(|e| failed(SshUsersError::Create(e.to_string())))?;
         for (level, line) in describe_ssh_users(&report) {
             log::log!(level, "{line}");
             log(&line);
@@ -881,7 +884,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         else {
             return Ok(());
         };
-        let failed = |m: String| NodeError::SshUsers(m);
+        let failed = NodeError::SshUsers;
         let cleared = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
             // A list that does not read back is cleared too.
             let kept = match read_stored_ssh_users(dir) {
@@ -892,8 +895,8 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             };
             store_ssh_users(dir, &[]).map(|_| Some(kept))
         })
-        .map_err(|e| failed(e.to_string()))?
-        .map_err(|e| failed(format!("clearing them: {e}")))?;
+        .map_err(|e| failed(SshUsersError::StateFs(e)))?
+        .map_err(|e| failed(SshUsersError::Clear(e.to_string())))?;
         if let Some(kept) = cleared {
             log(&format!(
                 "SSH users: this Init has none; what an earlier, unfinished Init kept ({kept}) is cleared"

@@ -1892,10 +1892,10 @@ impl generation::GenerationConfirmer for ClusterGenerations {
         &self,
         r: &confboot_proto::join::ConfirmGenerationRequest,
         cluster_id: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), generation::ConfirmError> {
         assert_eq!(cluster_id, derive_cluster_id(&[6; 32], &[5; 32]));
         if *self.unreachable.lock().unwrap() {
-            return Err("no join service answered".into());
+            return Err(generation::ConfirmError::NoJoinService);
         }
         let (found, written) = (r.found_generation, r.written_generation);
         assert!(confboot_cluster::generation::verify_generation_proof(
@@ -1907,7 +1907,12 @@ impl generation::GenerationConfirmer for ClusterGenerations {
         ));
         self.reports.lock().unwrap().push((found, written));
         let mut last = self.last.lock().unwrap();
-        confboot_cluster::generation::check_generation(found, *last).map_err(|e| e.to_string())?;
+        confboot_cluster::generation::check_generation(found, *last).map_err(|e| {
+            generation::ConfirmError::Refused {
+                endpoint: "the cluster".into(),
+                reason: e.to_string(),
+            }
+        })?;
         *last = (*last).max(written);
         Ok(())
     }
@@ -2006,7 +2011,16 @@ fn a_crash_between_the_write_and_its_confirmation_loses_no_node() {
     cluster.set_unreachable(true);
     let second = with_generations(first.reboot(fresh_root()), &cluster);
     let err = rejoin_with(&second, &cluster).unwrap_err();
-    assert!(matches!(err, NodeError::Generation(_)), "{err}");
+    assert!(
+        matches!(
+            err,
+            NodeError::Generation(generation::GenerationError::NotConfirmed {
+                next: 2,
+                error: generation::ConfirmError::NoJoinService
+            })
+        ),
+        "{err}"
+    );
     assert!(err.is_final());
     assert!(second.marks().is_empty());
     assert_eq!((kept_generation(&second), cluster.last()), (2, 1));
@@ -2034,7 +2048,11 @@ fn a_generation_file_the_host_spoilt_is_refused_and_nothing_is_confirmed() {
     );
     std::fs::write(rig.state_fs.dir.path().join(GENERATION_FILE), "\x1b[2J9\n").unwrap();
     let err = rejoin_with(&rig, &cluster).unwrap_err();
-    assert!(matches!(err, NodeError::Generation(_)), "{err}");
+    assert_eq!(
+        err,
+        NodeError::Generation(generation::GenerationError::NotAGeneration),
+        "{err}"
+    );
     assert!(rig.marks().is_empty());
     assert!(cluster.reports().is_empty());
 }

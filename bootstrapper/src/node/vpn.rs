@@ -14,7 +14,38 @@ use std::path::{Path, PathBuf};
 
 use confboot_vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey, write_private_atomically};
 
-use super::state_fs::{StateFsMount, with_mounted};
+use confboot_vpn::VpnError;
+
+use super::state_fs::{StateFsError, StateFsMount, with_mounted};
+
+/// Why the node's VPN key was not kept or the node agent's file not
+/// written (past the nodelock: final).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VpnSetupError {
+    /// No decrypted state device is mapped to keep the key on.
+    #[error("no decrypted state device to keep the key on (--disk-mode header-only)")]
+    NoDevice,
+    /// The state file system could not be mounted or unmounted.
+    #[error("{0}")]
+    StateFs(StateFsError),
+    /// The candidate key is not a key.
+    #[error("{0}")]
+    Key(VpnError),
+    /// The key could not be kept on the state file system.
+    #[error("{0}")]
+    KeepKey(String),
+    /// The directory of the node agent's file could not be created.
+    #[error("creating {}: {reason}", dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What the system said.
+        reason: String,
+    },
+    /// The node agent's file could not be written.
+    #[error("{0}")]
+    WriteFile(String),
+}
 
 /// Where the key is kept on the state file system.
 pub const STORED_VPN_KEY_FILE: &str = "vpn-private-key";
@@ -69,7 +100,7 @@ pub enum KeySource {
 pub fn load_or_keep_key(
     dir: &Path,
     candidate: &VpnPrivateKey,
-) -> Result<(VpnPrivateKey, KeySource), String> {
+) -> Result<(VpnPrivateKey, KeySource), VpnSetupError> {
     let path = dir.join(STORED_VPN_KEY_FILE);
     if path.exists() {
         match confboot_util::fs::read_bounded_text(&path, MAX_VPN_KEY_FILE_BYTES)
@@ -80,10 +111,11 @@ pub fn load_or_keep_key(
             Err(e) => log::warn!("VPN: the kept key is unusable ({e}); a new one replaces it"),
         }
     }
-    let key = VpnPrivateKey::from_bytes(candidate.expose()).map_err(|e| e.to_string())?;
+    let key = VpnPrivateKey::from_bytes(candidate.expose()).map_err(VpnSetupError::Key)?;
     let mut text = key.to_base64();
     text.push('\n');
-    write_private_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+    write_private_atomically(&path, text.as_bytes())
+        .map_err(|e| VpnSetupError::KeepKey(e.to_string()))?;
     Ok((key, KeySource::New))
 }
 
@@ -98,11 +130,11 @@ impl NodeVpnSetup {
         disk_uuid: &str,
         disk_key: &[u8],
         cluster_id: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), VpnSetupError> {
         let (key, source) = with_mounted(self.mount.as_ref(), device, |dir| {
             load_or_keep_key(dir, &self.candidate)
         })
-        .map_err(|e| e.to_string())??;
+        .map_err(VpnSetupError::StateFs)??;
         log::info!(
             "VPN: node {} has the public key {} ({})",
             self.name,
@@ -113,8 +145,10 @@ impl NodeVpnSetup {
             }
         );
         if let Some(parent) = self.file.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(|e| VpnSetupError::CreateDir {
+                dir: parent.to_path_buf(),
+                reason: e.to_string(),
+            })?;
         }
         NodeVpnFile {
             name: self.name.clone(),
@@ -127,7 +161,7 @@ impl NodeVpnSetup {
             cluster_id: cluster_id.to_vec(),
         }
         .write(&self.file)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| VpnSetupError::WriteFile(e.to_string()))?;
         log::info!("VPN: the node agent's file is {}", self.file.display());
         Ok(())
     }
