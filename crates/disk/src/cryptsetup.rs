@@ -50,6 +50,7 @@ use crate::luks2::format::{DATA_OFFSET, VOLUME_KEY_LEN};
 use crate::luks2::{ExpectedHeader, ExpectedKdf, FormatOptions, KdfChoice, Luks2};
 use confboot_kms::{SecretBytes, is_uuid};
 use confboot_sys::process::{CommandRunner, ProcessRunner, Stream};
+use confboot_util::IoFailure;
 use confboot_util::stop::Stop;
 
 /// How much of the disk's start must be zero for it to count as blank: the
@@ -578,7 +579,10 @@ impl CryptsetupBackend {
                     }
                 },
             )
-            .map_err(|e| DiskError::Io(format!("cryptsetup {action}: {e}")))?;
+            .map_err(|error| DiskError::Run {
+                action: action.to_string(),
+                error,
+            })?;
         Ok(RunOutput {
             status: out.status,
             stdout,
@@ -642,7 +646,8 @@ pub struct NotBlank {
 /// Whether the device reads as zeros in its first [`BLANK_PROBE_HEAD`] and
 /// last [`BLANK_PROBE_TAIL`] bytes; if not, where it does not.
 pub fn is_blank(device: &Path) -> Result<Result<(), NotBlank>, DiskError> {
-    let io = |e: io::Error| DiskError::Io(format!("reading {}: {e}", device.display()));
+    let io =
+        |e: io::Error| DiskError::Io(IoFailure::new(format!("reading {}", device.display()), e));
     let mut file = File::open(device).map_err(io)?;
     let size = file.seek(SeekFrom::End(0)).map_err(io)?;
     let head = BLANK_PROBE_HEAD.min(size);

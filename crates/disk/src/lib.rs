@@ -45,9 +45,12 @@
 //! # }
 //! ```
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use confboot_kms::{MeasurementSalt, SecretBytes, is_uuid};
+use confboot_sys::process::ProcessError;
+use confboot_util::IoFailure;
 
 pub mod cryptsetup;
 pub mod dm;
@@ -105,9 +108,32 @@ impl DiskAction {
 /// Why a state disk operation failed. No variant carries key material.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DiskError {
-    /// Reading the device or starting cryptsetup failed.
+    /// Reading or writing the device failed.
     #[error("state disk I/O: {0}")]
-    Io(String),
+    Io(#[source] IoFailure),
+    /// cryptsetup could not be run to its end: not started, killed after
+    /// its time, or stopped.
+    #[error("state disk I/O: cryptsetup {action}: {error}")]
+    Run {
+        /// The cryptsetup action (`luksFormat`, `open`, ...).
+        action: String,
+        /// Why it did not run to its end.
+        #[source]
+        error: ProcessError,
+    },
+    /// The device's LUKS header could not be read for what it holds.
+    #[error("state disk I/O: {}: {error}", device.display())]
+    Unreadable {
+        /// The device.
+        device: PathBuf,
+        /// Why its header could not be read.
+        #[source]
+        error: luks2::Luks2Error,
+    },
+    /// The LUKS header is not one the node reads: another version, a field
+    /// not as the node writes it, a bound broken.
+    #[error("state disk header metadata: {0}")]
+    Header(#[source] luks2::Luks2Error),
     /// cryptsetup failed for another reason than a wrong key.
     #[error("cryptsetup {action} {}: {stderr}", how_it_ended(*status))]
     Cryptsetup {

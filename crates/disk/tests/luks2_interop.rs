@@ -1004,13 +1004,7 @@ fn host_edits() -> Vec<HostEdit> {
 /// Whether `result` is a refusal that names `field`; what it is instead.
 fn refusal_of(result: Result<impl std::fmt::Debug, DiskError>, field: &str) -> Result<(), String> {
     match &result {
-        Err(DiskError::Metadata(m))
-            if m.contains(&format!("LUKS2 {field} is "))
-                && m.contains("not the node's")
-                && m.contains("the header is not trusted to choose it") =>
-        {
-            Ok(())
-        }
+        Err(DiskError::Header(Luks2Error::NotAsWritten { field: f, .. })) if f == field => Ok(()),
         other => Err(format!("{other:?}, not a refusal of {field}")),
     }
 }

@@ -32,6 +32,17 @@ impl IoFailure {
         IoFailure::new(String::new(), source)
     }
 
+    /// This failure inside `outer` (a path, an action): its text becomes
+    /// `OUTER: ` followed by its own.
+    pub fn within(self, outer: impl Into<String>) -> IoFailure {
+        let outer = outer.into();
+        let op = match self.op.is_empty() {
+            true => outer,
+            false => format!("{outer}: {}", self.op),
+        };
+        IoFailure { op, ..self }
+    }
+
     /// What was being done (empty: not said).
     pub fn op(&self) -> &str {
         &self.op
@@ -91,5 +102,7 @@ mod tests {
         assert_eq!(bare.op(), "");
         assert_eq!(e.clone(), e);
         assert_ne!(e, bare);
+        assert_eq!(e.clone().within("/dev/vdb").op(), "/dev/vdb: reading /x");
+        assert_eq!(bare.within("/dev/vdb").to_string(), "/dev/vdb: boom");
     }
 }

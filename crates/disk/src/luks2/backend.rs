@@ -29,6 +29,7 @@ use crate::dm::crypt::{CryptLayout, CryptTable};
 use crate::dm::{self, DeviceMapper, DmError};
 use crate::{DiskBackend, DiskError, DiskState};
 use confboot_kms::{SecretBytes, is_uuid};
+use confboot_util::IoFailure;
 
 /// The state-disk backend on the pure-Rust LUKS2 and device-mapper.
 #[derive(Clone, Debug)]
@@ -254,7 +255,7 @@ pub fn data_segment_table(
 
 /// The device number and size of the block device at `path`.
 pub(crate) fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
-    let io = |e: std::io::Error| DiskError::Io(format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| DiskError::Io(IoFailure::new(path.display().to_string(), e));
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.file_type().is_block_device() {
         return Err(DiskError::Config(format!(
@@ -279,7 +280,7 @@ fn dm_error(action: &'static str) -> impl Fn(DmError) -> DiskError {
 }
 
 /// The state disk's error for a LUKS2 one (a header of another LUKS version
-/// is [`DiskError::Metadata`] naming it: the disk is LUKS, just not a
+/// is [`DiskError::Header`] naming it: the disk is LUKS, just not a
 /// header the node writes).
 pub fn to_disk_error(e: Luks2Error) -> DiskError {
     match e {
@@ -288,7 +289,7 @@ pub fn to_disk_error(e: Luks2Error) -> DiskError {
         Luks2Error::Io(m) => DiskError::Io(m),
         Luks2Error::InvalidOption(m) => DiskError::Config(m),
         Luks2Error::NoValidHeader { .. } => DiskError::NotLuks,
-        other => DiskError::Metadata(other.to_string()),
+        other => DiskError::Header(other),
     }
 }
 
