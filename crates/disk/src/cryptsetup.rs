@@ -445,7 +445,7 @@ impl CryptsetupBackend {
         let name = &self.mapper_name;
         let by_dm = match self.mapping_source {
             MappingSource::Kernel => DeviceMapper::open_default().and_then(|dm| dm.remove(name)),
-            MappingSource::Given { .. } => Err(DmError::Io("the mapping was given".into())),
+            MappingSource::Given { .. } => Err(DmError::MappingGiven),
         };
         let Err(dm_failed) = by_dm else {
             return;

@@ -188,6 +188,16 @@ pub enum DiskError {
     /// The backend's configuration is invalid (e.g. a mapper name with `/`).
     #[error("state disk configuration: {0}")]
     Config(String),
+    /// The device-mapper backend was given a device that is not a block
+    /// device (an image file is for the header-only backend).
+    #[error(
+        "state disk configuration: {} is not a block device (device-mapper maps block devices; use header-only for image files)",
+        device.display()
+    )]
+    NotABlockDevice {
+        /// The device.
+        device: PathBuf,
+    },
     /// The header's metadata (the measurement salt token) is missing where it
     /// must be, or malformed.
     #[error("state disk header metadata: {0}")]

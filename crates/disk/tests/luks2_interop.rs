@@ -821,7 +821,7 @@ fn the_mapping_backend_unlocks_first_and_maps_only_block_devices() {
     );
     let refused = backend.open(&key);
     assert!(
-        matches!(&refused, Err(DiskError::Config(m)) if m.contains("not a block device")),
+        matches!(&refused, Err(DiskError::NotABlockDevice { .. })),
         "{refused:?}"
     );
     assert_eq!(backend.mapped_device(), None);

@@ -258,10 +258,9 @@ pub(crate) fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
     let io = |e: std::io::Error| DiskError::Io(IoFailure::new(path.display().to_string(), e));
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.file_type().is_block_device() {
-        return Err(DiskError::Config(format!(
-            "{} is not a block device (device-mapper maps block devices; use header-only for image files)",
-            path.display()
-        )));
+        return Err(DiskError::NotABlockDevice {
+            device: path.to_path_buf(),
+        });
     }
     let mut file = File::open(path).map_err(io)?;
     let size = super::header::device_size(&mut file).map_err(to_disk_error)?;
