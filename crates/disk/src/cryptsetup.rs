@@ -41,7 +41,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{DiskBackend, DiskError, DiskState};
+use super::{DiskBackend, DiskError, DiskState, MetadataFault};
 use crate::dm::crypt::{CryptLayout, check_live_table};
 use crate::dm::wire::TableTarget;
 use crate::dm::{DeviceMapper, DmError};
@@ -797,13 +797,10 @@ impl HeaderMetadata {
     /// Parses the metadata: JSON of at most 4 MiB (LUKS2's largest JSON area).
     pub fn parse(bytes: &[u8]) -> Result<HeaderMetadata, DiskError> {
         if bytes.len() > MAX_METADATA {
-            return Err(DiskError::Metadata(format!(
-                "{} bytes of header metadata",
-                bytes.len()
-            )));
+            return Err(DiskError::Metadata(MetadataFault::TooLarge(bytes.len())));
         }
         let json = serde_json::from_slice(bytes)
-            .map_err(|e| DiskError::Metadata(format!("the header's JSON: {e}")))?;
+            .map_err(|e| DiskError::Metadata(MetadataFault::Json(e.to_string())))?;
         Ok(HeaderMetadata { json })
     }
 
@@ -818,8 +815,8 @@ impl HeaderMetadata {
             return Ok(None);
         };
         if found.next().is_some() {
-            return Err(DiskError::Metadata(format!(
-                "more than one {token_type} token"
+            return Err(DiskError::Metadata(MetadataFault::DuplicateToken(
+                token_type.to_string(),
             )));
         }
         Ok(Some((id.as_str(), token)))
@@ -835,7 +832,7 @@ impl HeaderMetadata {
             .as_str()
             .and_then(|h| confboot_util::hex::decode(h).ok())
             .map(Some)
-            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))
+            .ok_or_else(|| DiskError::Metadata(MetadataFault::SaltNotHex(id.to_string())))
     }
 
     /// The file system its [`FILESYSTEM_TOKEN_TYPE`] token records, if it
@@ -847,7 +844,7 @@ impl HeaderMetadata {
         token["fs"]
             .as_str()
             .map(|fs| Some(fs.to_string()))
-            .ok_or_else(|| DiskError::Metadata(format!("token {id}: no file system named")))
+            .ok_or_else(|| DiskError::Metadata(MetadataFault::NoFilesystem(id.to_string())))
     }
 
     /// Whether its [`BOOTSTRAPPED_TOKEN_TYPE`] token records a completed
@@ -937,7 +934,7 @@ mod tests {
         // Two tokens of a type, a salt that is not hex, no file system named.
         let twice = meta(&format!("{salt}, {}", salt.replace("\"0\"", "\"5\"")));
         assert!(
-            matches!(twice.measurement_salt(), Err(DiskError::Metadata(m)) if m.contains("more than one"))
+            matches!(twice.measurement_salt(), Err(DiskError::Metadata(MetadataFault::DuplicateToken(t))) if t == SALT_TOKEN_TYPE)
         );
         let not_hex = meta(r#""0": {"type": "confboot-measurement-salt", "salt": "zz"}"#);
         assert!(matches!(
@@ -952,7 +949,7 @@ mod tests {
         ));
         assert!(matches!(
             HeaderMetadata::parse(&vec![b' '; MAX_METADATA + 1]),
-            Err(DiskError::Metadata(m)) if m.contains("bytes of header metadata")
+            Err(DiskError::Metadata(MetadataFault::TooLarge(n))) if n == MAX_METADATA + 1
         ));
     }
 

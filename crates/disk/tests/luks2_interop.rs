@@ -18,7 +18,8 @@ use confboot_disk::luks2::{
     FormatOptions, HeaderCopy, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
 };
 use confboot_disk::{
-    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, Pbkdf, StateDisk,
+    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, MetadataFault, Pbkdf,
+    StateDisk,
 };
 use confboot_kms::{MeasurementSalt, SecretBytes};
 use confboot_testkit::TempDir;
@@ -875,14 +876,15 @@ fn the_header_cannot_choose_the_data_cipher() {
         let disk = Luks2::read(&image).unwrap();
         let vk = disk.unlock(&key).unwrap();
         let err = data_segment_table(disk.header(), vk.expose(), device).unwrap_err();
-        let DiskError::Metadata(message) = &err else {
+        let DiskError::Metadata(MetadataFault::Cipher { cipher, .. }) = &err else {
             panic!("{hostile}: {err:?}")
         };
+        assert_eq!(cipher, hostile, "{hostile}: {err}");
         assert!(
-            message.contains(&format!(
+            err.to_string().contains(&format!(
                 "cipher {hostile:?} is not the node's aes-xts-plain64"
             )),
-            "{hostile}: {message}"
+            "{hostile}: {err}"
         );
     }
 }
