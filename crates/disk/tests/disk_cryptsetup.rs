@@ -241,7 +241,13 @@ fn bad_uuids_and_missing_programs_are_errors() {
     assert_eq!(disk.state().unwrap(), DiskState::Blank);
     let missing =
         CryptsetupBackend::header_only(&image).with_program(dir.path().join("no-such-cryptsetup"));
-    assert!(matches!(missing.inspect(), Err(DiskError::Io(_))));
+    assert!(matches!(
+        missing.inspect(),
+        Err(DiskError::Run {
+            error: ProcessError::Io(_),
+            ..
+        })
+    ));
     // A device that does not exist: cryptsetup's own error, with its message.
     let gone = backend(&dir.path().join("gone.img"));
     match gone.inspect() {
