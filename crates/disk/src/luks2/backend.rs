@@ -283,6 +283,7 @@ pub fn to_disk_error(e: Luks2Error) -> DiskError {
         Luks2Error::WrongPassphrase => DiskError::WrongKey,
         Luks2Error::AlreadyLuks { uuid } => DiskError::AlreadyFormatted { uuid },
         Luks2Error::Io(m) => DiskError::Io(m),
+        Luks2Error::Probe(e) => *e,
         Luks2Error::InvalidOption(m) => DiskError::Config(m),
         Luks2Error::NoValidHeader { .. } => DiskError::NotLuks,
         other => DiskError::Header(other),
