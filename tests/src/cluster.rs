@@ -106,9 +106,11 @@ impl Node {
             disk_uuid: disk_uuid.into(),
             ..Default::default()
         };
-        client
-            .join(&req, Duration::from_secs(20))
-            .map_err(|s| confboot_atls::AtlsError::Io(s.to_string()))
+        client.join(&req, Duration::from_secs(20)).map_err(|s| {
+            confboot_atls::AtlsError::Io(confboot_atls::AtlsIo::Socket(
+                confboot_util::IoFailure::bare(std::io::Error::other(s.to_string())),
+            ))
+        })
     }
 
     /// An aTLS RPC client to `addr` in which this node attests and offers

@@ -227,11 +227,15 @@ mod tests {
                 "the key does not open the state disk",
             ),
             (
-                NodeError::DiskRead(DiskError::Io("short read".into())),
+                NodeError::DiskRead(DiskError::Io(confboot_util::IoFailure::bare(
+                    std::io::Error::other("short read"),
+                ))),
                 "state disk: state disk I/O: short read",
             ),
             (
-                NodeError::Disk(DiskError::Io("short write".into())),
+                NodeError::Disk(DiskError::Io(confboot_util::IoFailure::bare(
+                    std::io::Error::other("short write"),
+                ))),
                 "state disk: state disk I/O: short write",
             ),
             (

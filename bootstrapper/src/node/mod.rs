@@ -953,7 +953,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
 fn ticket_error(e: TicketError) -> NodeError {
     match e {
         TicketError::Unusable(m) => NodeError::BadTicket(m),
-        TicketError::NotMember(m) => NodeError::JoinServiceNotMember(m),
+        TicketError::NotMember(m) => NodeError::JoinServiceNotMember(m.to_string()),
         // The join client opens a ticket before the node sees it.
         e @ (TicketError::NotSealed(_) | TicketError::Sealed(_)) => {
             NodeError::BadTicket(e.to_string())

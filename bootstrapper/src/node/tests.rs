@@ -93,7 +93,9 @@ impl FakeDisk {
 }
 
 fn io_fault(step: &str) -> DiskError {
-    DiskError::Io(format!("injected {step} fault"))
+    DiskError::Io(confboot_util::IoFailure::bare(std::io::Error::other(
+        format!("injected {step} fault"),
+    )))
 }
 
 impl DiskBackend for FakeDisk {

@@ -4,7 +4,13 @@
 use std::io;
 
 use confboot_attest::{AttestationError, Variant};
+use confboot_proto::DecodeError;
+use confboot_util::IoFailure;
 use confboot_wire::{Code, Status};
+
+use crate::message::{
+    MAX_EVIDENCE_LEN, MAX_MESSAGE_LEN, MAX_REFERENCE_VALUES_LEN, MAX_VARIANT_NAME_LEN,
+};
 
 /// Why an aTLS connection failed: its handshake, or the attestation
 /// exchange right after it. Each check that can refuse a peer has its own
@@ -14,7 +20,7 @@ use confboot_wire::{Code, Status};
 pub enum AtlsError {
     /// Connecting or reading/writing the socket failed.
     #[error("aTLS: I/O error: {0}")]
-    Io(String),
+    Io(AtlsIo),
     /// The handshake or the attestation exchange did not finish in time.
     #[error("aTLS: timed out")]
     Timeout,
@@ -31,7 +37,7 @@ pub enum AtlsError {
     /// The peer's attestation message is malformed: not a message, over
     /// its bounds, fields that contradict each other.
     #[error("aTLS: malformed attestation message: {0}")]
-    Message(String),
+    Message(MessageFault),
     /// The peer did not attest where this side requires it.
     #[error("aTLS: the peer did not attest")]
     MissingEvidence,
@@ -79,6 +85,84 @@ fn names(variants: &[Variant]) -> String {
     names.join(", ")
 }
 
+/// How connecting or the socket failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AtlsIo {
+    /// The socket failed (connecting, reading, writing, its options).
+    #[error("{0}")]
+    Socket(#[source] IoFailure),
+    /// The address does not resolve.
+    #[error("cannot resolve the address: {0}")]
+    Resolve(#[source] IoFailure),
+    /// The address resolves to no socket address.
+    #[error("the address resolved to nothing")]
+    ResolvedToNothing,
+    /// The peer closed the connection before its attestation message.
+    #[error("the peer closed the connection before attesting")]
+    ClosedBeforeAttesting,
+}
+
+/// What is wrong with a peer's attestation message (or with the frame that
+/// should carry it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MessageFault {
+    /// The message is over [`MAX_MESSAGE_LEN`] (its length).
+    #[error("{0} bytes, over {MAX_MESSAGE_LEN}")]
+    TooLarge(usize),
+    /// The bytes are not an attestation message.
+    #[error("not a message: {0}")]
+    NotAMessage(DecodeError),
+    /// The variant name is over [`MAX_VARIANT_NAME_LEN`] (its length).
+    #[error("variant name of {0} bytes, over {MAX_VARIANT_NAME_LEN}")]
+    VariantNameTooLong(usize),
+    /// The evidence is over [`MAX_EVIDENCE_LEN`] (its length).
+    #[error("evidence of {0} bytes, over {MAX_EVIDENCE_LEN}")]
+    EvidenceTooLarge(usize),
+    /// Evidence comes without a variant.
+    #[error("evidence without a variant")]
+    EvidenceWithoutVariant,
+    /// A variant comes without evidence.
+    #[error("a variant without evidence")]
+    VariantWithoutEvidence,
+    /// A sealing key comes without evidence.
+    #[error("a sealing key without evidence")]
+    SealingKeyWithoutEvidence,
+    /// A sealing key that is not 32 bytes (its length).
+    #[error("a sealing key of {0} bytes, not 32")]
+    SealingKeyLength(usize),
+    /// A reference-value set over [`MAX_REFERENCE_VALUES_LEN`] (its length).
+    #[error("a reference-value set of {0} bytes, over {MAX_REFERENCE_VALUES_LEN}")]
+    ReferenceValuesTooLarge(usize),
+    /// A reference-value set comes without evidence.
+    #[error("a reference-value set without evidence")]
+    ReferenceValuesWithoutEvidence,
+    /// The frame announces more than the limit; it was not read.
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
+    FrameTooLarge {
+        /// Announced length.
+        len: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// The stream ended inside the frame.
+    #[error("connection closed inside a frame ({got} of {wanted} bytes)")]
+    FrameTruncated {
+        /// Bytes the frame needed.
+        wanted: usize,
+        /// Bytes that came.
+        got: usize,
+    },
+    /// The frame's flags byte is neither message nor trailer.
+    #[error("invalid frame flags 0x{0:02x}")]
+    FrameFlags(u8),
+    /// A trailer came that is not a status.
+    #[error("a trailer that is not a status: {0}")]
+    TrailerNotStatus(DecodeError),
+    /// A status other than a refusal came instead of an attestation.
+    #[error("a {} status instead of an attestation", .0.name())]
+    UnexpectedStatus(Code),
+}
+
 impl AtlsError {
     /// The aTLS error behind a rustls error.
     pub fn from_rustls(e: &rustls::Error) -> AtlsError {
@@ -93,7 +177,7 @@ impl AtlsError {
         }
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => AtlsError::Timeout,
-            _ => AtlsError::Io(e.to_string()),
+            _ => AtlsError::Io(AtlsIo::Socket(IoFailure::bare(e))),
         }
     }
 

@@ -145,7 +145,7 @@ mod server;
 
 pub use binding::Role;
 pub use client::{AtlsClient, Connected, Unverified};
-pub use error::AtlsError;
+pub use error::{AtlsError, AtlsIo, MessageFault};
 pub use handshake::{ALPN, SERVER_NAME, provider};
 pub use message::AttestationMessage;
 pub use net::{AtlsRpcClient, connect, connect_sealing, serve};

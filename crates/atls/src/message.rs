@@ -26,7 +26,7 @@ use confboot_proto::atls::Attestation;
 use confboot_wire::frame::{self, FrameError, FrameKind};
 use confboot_wire::{Code, Status};
 
-use super::error::AtlsError;
+use super::error::{AtlsError, AtlsIo, MessageFault};
 
 /// The largest evidence a message may carry: the larger of the variants'
 /// bounds (SEV-SNP's 64 KiB with its certificates; vTPM's is 48 KiB).
@@ -81,25 +81,16 @@ impl AttestationMessage {
     /// bound; a variant comes with evidence and evidence with a variant
     /// this build knows; a sealing key is 32 bytes and comes with evidence.
     pub fn decode(bytes: &[u8]) -> Result<AttestationMessage, AtlsError> {
-        let bad = |why: String| AtlsError::Message(why);
+        let bad = AtlsError::Message;
         if bytes.len() > MAX_MESSAGE_LEN {
-            return Err(bad(format!(
-                "{} bytes, over {MAX_MESSAGE_LEN}",
-                bytes.len()
-            )));
+            return Err(bad(MessageFault::TooLarge(bytes.len())));
         }
-        let m = Attestation::decode(bytes).map_err(|e| bad(format!("not a message: {e}")))?;
+        let m = Attestation::decode(bytes).map_err(|e| bad(MessageFault::NotAMessage(e)))?;
         if m.variant.len() > MAX_VARIANT_NAME_LEN {
-            return Err(bad(format!(
-                "variant name of {} bytes, over {MAX_VARIANT_NAME_LEN}",
-                m.variant.len()
-            )));
+            return Err(bad(MessageFault::VariantNameTooLong(m.variant.len())));
         }
         if m.evidence.len() > MAX_EVIDENCE_LEN {
-            return Err(bad(format!(
-                "evidence of {} bytes, over {MAX_EVIDENCE_LEN}",
-                m.evidence.len()
-            )));
+            return Err(bad(MessageFault::EvidenceTooLarge(m.evidence.len())));
         }
         let evidence = match (m.variant.is_empty(), m.evidence.is_empty()) {
             (true, true) => None,
@@ -110,8 +101,8 @@ impl AttestationMessage {
                     })?;
                 Some((variant, m.evidence))
             }
-            (true, false) => return Err(bad("evidence without a variant".into())),
-            (false, true) => return Err(bad("a variant without evidence".into())),
+            (true, false) => return Err(bad(MessageFault::EvidenceWithoutVariant)),
+            (false, true) => return Err(bad(MessageFault::VariantWithoutEvidence)),
         };
         let sealing_key = match m.sealing_key.len() {
             0 => None,
@@ -120,18 +111,16 @@ impl AttestationMessage {
                 k.copy_from_slice(&m.sealing_key);
                 Some(k)
             }
-            SEALING_KEY_LEN => return Err(bad("a sealing key without evidence".into())),
-            n => return Err(bad(format!("a sealing key of {n} bytes, not 32"))),
+            SEALING_KEY_LEN => return Err(bad(MessageFault::SealingKeyWithoutEvidence)),
+            n => return Err(bad(MessageFault::SealingKeyLength(n))),
         };
         let reference_values = match m.reference_values.len() {
             0 => None,
             n if n > MAX_REFERENCE_VALUES_LEN => {
-                return Err(bad(format!(
-                    "a reference-value set of {n} bytes, over {MAX_REFERENCE_VALUES_LEN}"
-                )));
+                return Err(bad(MessageFault::ReferenceValuesTooLarge(n)));
             }
             _ if evidence.is_none() => {
-                return Err(bad("a reference-value set without evidence".into()));
+                return Err(bad(MessageFault::ReferenceValuesWithoutEvidence));
             }
             _ => Some(m.reference_values),
         };
@@ -194,21 +183,24 @@ pub fn read<R: Read + ?Sized>(r: &mut R) -> Result<AttestationMessage, AtlsError
     let f = frame::read_frame(r, MAX_MESSAGE_LEN as u32).map_err(|e| match e {
         FrameError::Timeout => AtlsError::Timeout,
         FrameError::Io(e) => AtlsError::from_io(e),
-        FrameError::Eof => AtlsError::Io("the peer closed the connection before attesting".into()),
-        other => AtlsError::Message(other.to_string()),
+        FrameError::Eof => AtlsError::Io(AtlsIo::ClosedBeforeAttesting),
+        FrameError::TooLarge { len, max } => {
+            AtlsError::Message(MessageFault::FrameTooLarge { len, max })
+        }
+        FrameError::Truncated { wanted, got } => {
+            AtlsError::Message(MessageFault::FrameTruncated { wanted, got })
+        }
+        FrameError::BadFlags(b) => AtlsError::Message(MessageFault::FrameFlags(b)),
     })?;
     match f.kind {
         FrameKind::Message => AttestationMessage::decode(&f.payload),
         FrameKind::Trailer => {
             let status = confboot_proto::rpc::Status::decode(f.payload.as_slice())
                 .map(Status::from_proto)
-                .map_err(|e| AtlsError::Message(format!("a trailer that is not a status: {e}")))?;
+                .map_err(|e| AtlsError::Message(MessageFault::TrailerNotStatus(e)))?;
             match status.code {
                 Code::PermissionDenied => Err(AtlsError::Refused(status.message)),
-                code => Err(AtlsError::Message(format!(
-                    "a {} status instead of an attestation",
-                    code.name()
-                ))),
+                code => Err(AtlsError::Message(MessageFault::UnexpectedStatus(code))),
             }
         }
     }
@@ -312,7 +304,10 @@ mod tests {
         let huge = [0x00, 0x00, 0x02, 0x00, 0x00]; // 128 KiB announced
         assert!(matches!(
             read(&mut &huge[..]),
-            Err(AtlsError::Message(m)) if m.contains("131072")
+            Err(AtlsError::Message(MessageFault::FrameTooLarge {
+                len: 131072,
+                ..
+            }))
         ));
         let mut buf = Vec::new();
         write(&mut buf, &AttestationMessage::none()).unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rustls::{ClientConnection, StreamOwned};
 
 use super::client::{AtlsClient, Connected};
-use super::error::AtlsError;
+use super::error::{AtlsError, AtlsIo};
 use super::handshake::reset_timeouts;
 use super::message::SEALING_KEY_LEN;
 use super::server::{
@@ -17,6 +17,7 @@ use super::server::{
 };
 use confboot_attest::{Attested, Issuer, Validator};
 use confboot_net::{PoolConfig, ServerHandle, listener as pool_listener};
+use confboot_util::IoFailure;
 use confboot_wire::{self as rpc, DeadlineSocket, Router, ServerLimits, Transport};
 
 /// Serves `router` over aTLS on `listener` with a bounded worker pool,
@@ -121,9 +122,9 @@ pub fn connect_sealing(
 fn tcp_connect(addr: impl ToSocketAddrs, deadline: Instant) -> Result<TcpStream, AtlsError> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
-        .map_err(|e| AtlsError::Io(format!("cannot resolve the address: {e}")))?
+        .map_err(|e| AtlsError::Io(AtlsIo::Resolve(IoFailure::bare(e))))?
         .collect();
-    let mut last = AtlsError::Io("the address resolved to nothing".into());
+    let mut last = AtlsError::Io(AtlsIo::ResolvedToNothing);
     for a in addrs {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -137,7 +138,7 @@ fn tcp_connect(addr: impl ToSocketAddrs, deadline: Instant) -> Result<TcpStream,
                 s.set_nodelay(true)
                     .and_then(|_| s.set_read_timeout(Some(left)))
                     .and_then(|_| s.set_write_timeout(Some(left)))
-                    .map_err(|e| AtlsError::Io(e.to_string()))?;
+                    .map_err(|e| AtlsError::Io(AtlsIo::Socket(IoFailure::bare(e))))?;
                 return Ok(s);
             }
             Err(e) => last = AtlsError::from_io(e),

@@ -250,11 +250,9 @@ impl<P: ClientPeer> AtlsServer<P> {
     /// At most [`super::message::MAX_REFERENCE_VALUES_LEN`] bytes.
     pub fn presenting(mut self, set: Vec<u8>) -> Result<AtlsServer<P>, AtlsError> {
         if set.len() > super::message::MAX_REFERENCE_VALUES_LEN {
-            return Err(AtlsError::Message(format!(
-                "a reference-value set of {} bytes, over {}",
-                set.len(),
-                super::message::MAX_REFERENCE_VALUES_LEN
-            )));
+            return Err(AtlsError::Message(
+                crate::MessageFault::ReferenceValuesTooLarge(set.len()),
+            ));
         }
         self.reference_values = Some(set.into());
         Ok(self)

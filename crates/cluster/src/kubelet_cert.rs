@@ -71,13 +71,13 @@ pub enum KubeletCertError {
         prefix = NODE_COMMON_NAME_PREFIX,
         organization = NODES_ORGANIZATION
     )]
-    WrongSubject(String),
+    WrongSubject(SubjectFault),
     /// A subject alternative name other than an IP address.
     #[error("kubelet CSR: only IP addresses may be subject alternative names")]
     NonIpName,
     /// No IP address, too many, a repeated one, or one no node can have.
     #[error("kubelet CSR: {0}")]
-    BadIpAddresses(String),
+    BadIpAddresses(IpFault),
     /// An extension other than subject alternative names is requested.
     #[error("kubelet CSR: the {0} extension may not be requested")]
     UnexpectedExtension(&'static str),
@@ -92,7 +92,74 @@ pub enum KubeletCertError {
     Install(String),
     /// The certificate a join service sent is not the one asked for.
     #[error("the kubelet certificate received is not the one asked for: {0}")]
-    WrongCertificate(String),
+    WrongCertificate(CertificateFault),
+}
+
+/// What is wrong with a kubelet CSR's subject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectFault {
+    /// A name is neither a UTF-8 nor a printable string.
+    #[error("a name is not a UTF-8 or printable string")]
+    NotText,
+    /// A name other than the common name and the organization.
+    #[error("a name other than CN and O")]
+    OtherName,
+    /// A name given twice.
+    #[error("a repeated name")]
+    Repeated,
+    /// The organization is not the nodes' group.
+    #[error("the organization differs")]
+    Organization,
+    /// The common name is not a node's.
+    #[error("the common name differs")]
+    CommonName,
+}
+
+/// What is wrong with a kubelet CSR's IP addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IpFault {
+    /// None.
+    #[error("no IP address")]
+    None,
+    /// More than [`MAX_KUBELET_CERT_IPS`].
+    #[error("more than {MAX_KUBELET_CERT_IPS} IP addresses")]
+    TooMany,
+    /// Unspecified, multicast, or given twice.
+    #[error("{0} cannot be a node's address, or is repeated")]
+    UnusableOrRepeated(IpAddr),
+    /// The IPv4 broadcast address.
+    #[error("{0} cannot be a node's address")]
+    Broadcast(IpAddr),
+}
+
+/// How a kubelet certificate a join service sent differs from the one
+/// asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CertificateFault {
+    /// It does not parse.
+    #[error("it does not parse")]
+    Unparsable,
+    /// Bytes follow it.
+    #[error("bytes after the certificate")]
+    TrailingBytes,
+    /// It certifies another key.
+    #[error("it is for another key")]
+    OtherKey,
+    /// Its subject is not the request's.
+    #[error("its subject differs from the request's")]
+    Subject,
+    /// It has no subject alternative names.
+    #[error("no subject alternative names")]
+    NoAlternativeNames,
+    /// Its IP addresses are not the request's.
+    #[error("its IP addresses differ from the request's")]
+    IpAddresses,
+    /// It is a CA certificate.
+    #[error("it is a CA")]
+    Ca,
+    /// It is not for server authentication.
+    #[error("it is not for server authentication")]
+    NotServerAuth,
 }
 
 /// Checks a Kubernetes node name: a DNS-1123 subdomain (lowercase letters,
@@ -119,21 +186,21 @@ pub fn check_node_name(name: &str) -> Result<(), KubeletCertError> {
 }
 
 fn check_ips(ips: &[IpAddr]) -> Result<(), KubeletCertError> {
-    let bad = |m: String| Err(KubeletCertError::BadIpAddresses(m));
+    let bad = |f: IpFault| Err(KubeletCertError::BadIpAddresses(f));
     if ips.is_empty() {
-        return bad("no IP address".into());
+        return bad(IpFault::None);
     }
     if ips.len() > MAX_KUBELET_CERT_IPS {
-        return bad(format!("more than {MAX_KUBELET_CERT_IPS} IP addresses"));
+        return bad(IpFault::TooMany);
     }
     for (i, ip) in ips.iter().enumerate() {
         if ip.is_unspecified() || ip.is_multicast() || ips[..i].contains(ip) {
-            return bad(format!("{ip} cannot be a node's address, or is repeated"));
+            return bad(IpFault::UnusableOrRepeated(*ip));
         }
         if let IpAddr::V4(v4) = ip
             && v4.is_broadcast()
         {
-            return bad(format!("{ip} cannot be a node's address"));
+            return bad(IpFault::Broadcast(*ip));
         }
     }
     Ok(())
@@ -241,31 +308,31 @@ impl KubeletCsr {
             .iter()
             .map(|(t, v)| (t.clone(), text(v)))
             .collect();
-        let wrong = |m: &str| Err(KubeletCertError::WrongSubject(m.to_string()));
+        let wrong = |f: SubjectFault| Err(KubeletCertError::WrongSubject(f));
         let mut common_name = None;
         let mut organization = None;
         for (t, v) in entries {
             let Some(v) = v else {
-                return wrong("a name is not a UTF-8 or printable string");
+                return wrong(SubjectFault::NotText);
             };
             let slot = match t {
                 DnType::CommonName => &mut common_name,
                 DnType::OrganizationName => &mut organization,
-                _ => return wrong("a name other than CN and O"),
+                _ => return wrong(SubjectFault::OtherName),
             };
             if slot.replace(v).is_some() {
-                return wrong("a repeated name");
+                return wrong(SubjectFault::Repeated);
             }
         }
         if organization.as_deref() != Some(NODES_ORGANIZATION) {
-            return wrong("the organization differs");
+            return wrong(SubjectFault::Organization);
         }
         let node_name = common_name
             .as_deref()
             .and_then(|cn| cn.strip_prefix(NODE_COMMON_NAME_PREFIX))
             .map(str::to_string);
         let Some(node_name) = node_name else {
-            return wrong("the common name differs");
+            return wrong(SubjectFault::CommonName);
         };
         check_node_name(&node_name)?;
         let mut ips = Vec::new();
@@ -353,15 +420,15 @@ pub fn check_kubelet_cert(
     request: &KubeletCertRequest,
 ) -> Result<(), KubeletCertError> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-    let wrong = |m: &str| Err(KubeletCertError::WrongCertificate(m.to_string()));
+    let wrong = |f: CertificateFault| Err(KubeletCertError::WrongCertificate(f));
     let Ok((rest, cert)) = X509Certificate::from_der(cert_der) else {
-        return wrong("it does not parse");
+        return wrong(CertificateFault::Unparsable);
     };
     if !rest.is_empty() {
-        return wrong("bytes after the certificate");
+        return wrong(CertificateFault::TrailingBytes);
     }
     if cert.public_key().subject_public_key.data.as_ref() != request.public_key.as_slice() {
-        return wrong("it is for another key");
+        return wrong(CertificateFault::OtherKey);
     }
     let names: Vec<String> = cert
         .subject()
@@ -373,7 +440,7 @@ pub fn check_kubelet_cert(
         NODES_ORGANIZATION.to_string(),
     ];
     if names != expected {
-        return wrong("its subject differs from the request's");
+        return wrong(CertificateFault::Subject);
     }
     let ips: Vec<IpAddr> = match cert.subject_alternative_name() {
         Ok(Some(san)) => san
@@ -389,17 +456,17 @@ pub fn check_kubelet_cert(
                 _ => None,
             })
             .collect(),
-        _ => return wrong("no subject alternative names"),
+        _ => return wrong(CertificateFault::NoAlternativeNames),
     };
     if ips != request.ips {
-        return wrong("its IP addresses differ from the request's");
+        return wrong(CertificateFault::IpAddresses);
     }
     if cert.is_ca() {
-        return wrong("it is a CA");
+        return wrong(CertificateFault::Ca);
     }
     match cert.extended_key_usage() {
         Ok(Some(eku)) if eku.value.server_auth => Ok(()),
-        _ => wrong("it is not for server authentication"),
+        _ => wrong(CertificateFault::NotServerAuth),
     }
 }
 
@@ -590,7 +657,7 @@ mod tests {
             ),
             (
                 with(&|p| p.subject_alt_names.clear()),
-                KubeletCertError::BadIpAddresses("no IP address".into()),
+                KubeletCertError::BadIpAddresses(IpFault::None),
             ),
             (
                 with(&|p| {
@@ -598,15 +665,15 @@ mod tests {
                         .map(|i| SanType::IpAddress(format!("10.0.0.{i}").parse().unwrap()))
                         .collect()
                 }),
-                KubeletCertError::BadIpAddresses("more than 8 IP addresses".into()),
+                KubeletCertError::BadIpAddresses(IpFault::TooMany),
             ),
             (
                 with(&|p| {
                     p.subject_alt_names = vec![SanType::IpAddress("0.0.0.0".parse().unwrap())]
                 }),
-                KubeletCertError::BadIpAddresses(
-                    "0.0.0.0 cannot be a node's address, or is repeated".into(),
-                ),
+                KubeletCertError::BadIpAddresses(IpFault::UnusableOrRepeated(IpAddr::from([
+                    0, 0, 0, 0,
+                ]))),
             ),
             (
                 with(&|p| p.distinguished_name = subject("Worker_1")),
@@ -619,7 +686,7 @@ mod tests {
                     dn.push(DnType::OrganizationName, "system:masters");
                     p.distinguished_name = dn;
                 }),
-                KubeletCertError::WrongSubject("the organization differs".into()),
+                KubeletCertError::WrongSubject(SubjectFault::Organization),
             ),
             (
                 with(&|p| {
@@ -628,14 +695,14 @@ mod tests {
                     dn.push(DnType::OrganizationName, NODES_ORGANIZATION);
                     p.distinguished_name = dn;
                 }),
-                KubeletCertError::WrongSubject("the common name differs".into()),
+                KubeletCertError::WrongSubject(SubjectFault::CommonName),
             ),
             (
                 with(&|p| {
                     p.distinguished_name
                         .push(DnType::OrganizationalUnitName, "x")
                 }),
-                KubeletCertError::WrongSubject("a name other than CN and O".into()),
+                KubeletCertError::WrongSubject(SubjectFault::OtherName),
             ),
             (
                 vec![0x30; MAX_KUBELET_CSR_BYTES + 1],
@@ -682,7 +749,7 @@ mod tests {
         assert_eq!(
             check_kubelet_cert(&other, &request),
             Err(KubeletCertError::WrongCertificate(
-                "it is for another key".into()
+                CertificateFault::OtherKey
             ))
         );
         assert!(check_kubelet_cert(b"junk", &request).is_err());
@@ -696,7 +763,7 @@ mod tests {
         assert_eq!(
             check_kubelet_cert(&cert, &request),
             Err(KubeletCertError::WrongCertificate(
-                "its subject differs from the request's".into()
+                CertificateFault::Subject
             ))
         );
         let readdressed = KubeletCsr {
@@ -707,7 +774,7 @@ mod tests {
         assert_eq!(
             check_kubelet_cert(&cert, &request),
             Err(KubeletCertError::WrongCertificate(
-                "its IP addresses differ from the request's".into()
+                CertificateFault::IpAddresses
             ))
         );
     }

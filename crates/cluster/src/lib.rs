@@ -141,7 +141,7 @@ impl From<confboot_sys::process::ProcessError> for ClusterError {
     fn from(e: confboot_sys::process::ProcessError) -> Self {
         use confboot_sys::process::ProcessError;
         match e {
-            ProcessError::Io(m) => ClusterError::Io(m),
+            ProcessError::Io(m) => ClusterError::Io(m.to_string()),
             ProcessError::TimedOut { program, after } => ClusterError::TimedOut { program, after },
             ProcessError::Stopped => ClusterError::Stopped,
         }

@@ -42,7 +42,7 @@ pub enum TicketError {
     Unusable(String),
     /// The service that sent it did not prove membership of its cluster.
     #[error("the join service is no member: {0}")]
-    NotMember(String),
+    NotMember(NotMember),
     /// Its secrets are not sealed to this node: none sealed, or some sent
     /// in the clear.
     #[error("the ticket's secrets are not sealed to this node: {0}")]
@@ -50,6 +50,26 @@ pub enum TicketError {
     /// Its sealed secrets do not open with this node's key, as this kind.
     #[error("the ticket's sealed secrets: {0}")]
     Sealed(#[from] SealError),
+}
+
+/// Why a join service is not believed to be a member of the ticket's
+/// cluster.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotMember {
+    /// It did not attest.
+    #[error("it did not attest")]
+    NotAttested,
+    /// Its mark register cannot be read (none in its variant, or not
+    /// among its attested measurements).
+    #[error("{0}")]
+    Mark(#[from] crate::mark::MarkError),
+    /// Its mark register (`PCR 15`, `RTMR3`) holds no mark, or another
+    /// cluster's.
+    #[error("its {register} is not the mark of the ticket's cluster")]
+    NotTheMark {
+        /// The register.
+        register: &'static str,
+    },
 }
 
 /// A file a new control-plane node needs (kubeadm's PKI), as a join ticket
@@ -462,15 +482,15 @@ pub fn check_cluster_mark(
 pub fn check_member_mark(cluster_id: &[u8], service: Option<&Attested>) -> Result<(), TicketError> {
     use crate::mark::{ClusterMarks, MarkState, mark_register};
     let Some(service) = service else {
-        return Err(TicketError::NotMember("it did not attest".into()));
+        return Err(TicketError::NotMember(NotMember::NotAttested));
     };
     let register = mark_register(service.variant).map_or("mark register", |(name, _, _)| name);
     match ClusterMarks::of(cluster_id).state_of(service) {
-        Err(e) => Err(TicketError::NotMember(e.to_string())),
+        Err(e) => Err(TicketError::NotMember(NotMember::Mark(e))),
         Ok(MarkState::Member) => Ok(()),
-        Ok(MarkState::Unmarked | MarkState::Foreign) => Err(TicketError::NotMember(format!(
-            "its {register} is not the mark of the ticket's cluster"
-        ))),
+        Ok(MarkState::Unmarked | MarkState::Foreign) => {
+            Err(TicketError::NotMember(NotMember::NotTheMark { register }))
+        }
     }
 }
 
@@ -601,24 +621,20 @@ mod tests {
             Ok(())
         );
         let other = marked_rtmr3(&derive_cluster_id(&[1; 32], &salt(&[9; 32]))).to_vec();
+        let not_the_mark = NotMember::NotTheMark { register: "RTMR3" };
+        let no_rtmr3 = NotMember::Mark(crate::mark::MarkError::Missing {
+            register: "RTMR3",
+            len: 48,
+        });
         for (s, why) in [
-            (td(TDX_MARK_INDEX, vec![0; 48]), "its RTMR3 is not the mark"),
-            (td(TDX_MARK_INDEX, other), "its RTMR3 is not the mark"),
+            (td(TDX_MARK_INDEX, vec![0; 48]), &not_the_mark),
+            (td(TDX_MARK_INDEX, other), &not_the_mark),
             // The vTPM form of the mark, or in PCR 15's place, is not RTMR3's.
-            (
-                td(TDX_MARK_INDEX, marked_pcr15(&id).to_vec()),
-                "no RTMR3 of 48 bytes",
-            ),
-            (
-                td(CLUSTER_ID_PCR, marked_rtmr3(&id).to_vec()),
-                "no RTMR3 of 48 bytes",
-            ),
+            (td(TDX_MARK_INDEX, marked_pcr15(&id).to_vec()), &no_rtmr3),
+            (td(CLUSTER_ID_PCR, marked_rtmr3(&id).to_vec()), &no_rtmr3),
         ] {
             let e = check_cluster_mark(&[1; 32], &salt(&[2; 32]), Some(&s)).unwrap_err();
-            assert!(
-                matches!(&e, TicketError::NotMember(m) if m.contains(why)),
-                "{e}"
-            );
+            assert_eq!(e, TicketError::NotMember(why.clone()), "{e}");
         }
     }
 

@@ -46,7 +46,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{DiskBackend, DiskError, DiskState};
+use super::{DiskBackend, DiskError, DiskState, MetadataFault};
 use crate::dm::crypt::{CryptLayout, check_live_table};
 use crate::dm::wire::TableTarget;
 use crate::dm::{DeviceMapper, DmError};
@@ -55,6 +55,7 @@ use crate::luks2::format::{DATA_OFFSET, VOLUME_KEY_LEN};
 use crate::luks2::{ExpectedHeader, ExpectedKdf, FormatOptions, KdfChoice, Luks2};
 use confboot_kms::{SecretBytes, is_uuid};
 use confboot_sys::process::{CommandRunner, ProcessRunner, Stream};
+use confboot_util::IoFailure;
 use confboot_util::stop::Stop;
 
 /// How much of the disk's start must be zero for it to count as blank: the
@@ -449,7 +450,7 @@ impl CryptsetupBackend {
         let name = &self.mapper_name;
         let by_dm = match self.mapping_source {
             MappingSource::Kernel => DeviceMapper::open_default().and_then(|dm| dm.remove(name)),
-            MappingSource::Given { .. } => Err(DmError::Io("the mapping was given".into())),
+            MappingSource::Given { .. } => Err(DmError::MappingGiven),
         };
         let Err(dm_failed) = by_dm else {
             return;
@@ -583,7 +584,10 @@ impl CryptsetupBackend {
                     }
                 },
             )
-            .map_err(|e| DiskError::Io(format!("cryptsetup {action}: {e}")))?;
+            .map_err(|error| DiskError::Run {
+                action: action.to_string(),
+                error,
+            })?;
         Ok(RunOutput {
             status: out.status,
             stdout,
@@ -647,7 +651,8 @@ pub struct NotBlank {
 /// Whether the device reads as zeros in its first [`BLANK_PROBE_HEAD`] and
 /// last [`BLANK_PROBE_TAIL`] bytes; if not, where it does not.
 pub fn is_blank(device: &Path) -> Result<Result<(), NotBlank>, DiskError> {
-    let io = |e: io::Error| DiskError::Io(format!("reading {}: {e}", device.display()));
+    let io =
+        |e: io::Error| DiskError::Io(IoFailure::new(format!("reading {}", device.display()), e));
     let mut file = File::open(device).map_err(io)?;
     let size = file.seek(SeekFrom::End(0)).map_err(io)?;
     let head = BLANK_PROBE_HEAD.min(size);
@@ -797,13 +802,10 @@ impl HeaderMetadata {
     /// Parses the metadata: JSON of at most 4 MiB (LUKS2's largest JSON area).
     pub fn parse(bytes: &[u8]) -> Result<HeaderMetadata, DiskError> {
         if bytes.len() > MAX_METADATA {
-            return Err(DiskError::Metadata(format!(
-                "{} bytes of header metadata",
-                bytes.len()
-            )));
+            return Err(DiskError::Metadata(MetadataFault::TooLarge(bytes.len())));
         }
         let json = serde_json::from_slice(bytes)
-            .map_err(|e| DiskError::Metadata(format!("the header's JSON: {e}")))?;
+            .map_err(|e| DiskError::Metadata(MetadataFault::Json(e.to_string())))?;
         Ok(HeaderMetadata { json })
     }
 
@@ -818,8 +820,8 @@ impl HeaderMetadata {
             return Ok(None);
         };
         if found.next().is_some() {
-            return Err(DiskError::Metadata(format!(
-                "more than one {token_type} token"
+            return Err(DiskError::Metadata(MetadataFault::DuplicateToken(
+                token_type.to_string(),
             )));
         }
         Ok(Some((id.as_str(), token)))
@@ -835,7 +837,7 @@ impl HeaderMetadata {
             .as_str()
             .and_then(|h| confboot_util::hex::decode(h).ok())
             .map(Some)
-            .ok_or_else(|| DiskError::Metadata(format!("token {id}: the salt is not hex")))
+            .ok_or_else(|| DiskError::Metadata(MetadataFault::SaltNotHex(id.to_string())))
     }
 
     /// The file system its [`FILESYSTEM_TOKEN_TYPE`] token records, if it
@@ -847,7 +849,7 @@ impl HeaderMetadata {
         token["fs"]
             .as_str()
             .map(|fs| Some(fs.to_string()))
-            .ok_or_else(|| DiskError::Metadata(format!("token {id}: no file system named")))
+            .ok_or_else(|| DiskError::Metadata(MetadataFault::NoFilesystem(id.to_string())))
     }
 
     /// Whether its [`BOOTSTRAPPED_TOKEN_TYPE`] token records a completed
@@ -937,7 +939,7 @@ mod tests {
         // Two tokens of a type, a salt that is not hex, no file system named.
         let twice = meta(&format!("{salt}, {}", salt.replace("\"0\"", "\"5\"")));
         assert!(
-            matches!(twice.measurement_salt(), Err(DiskError::Metadata(m)) if m.contains("more than one"))
+            matches!(twice.measurement_salt(), Err(DiskError::Metadata(MetadataFault::DuplicateToken(t))) if t == SALT_TOKEN_TYPE)
         );
         let not_hex = meta(r#""0": {"type": "confboot-measurement-salt", "salt": "zz"}"#);
         assert!(matches!(
@@ -952,7 +954,7 @@ mod tests {
         ));
         assert!(matches!(
             HeaderMetadata::parse(&vec![b' '; MAX_METADATA + 1]),
-            Err(DiskError::Metadata(m)) if m.contains("bytes of header metadata")
+            Err(DiskError::Metadata(MetadataFault::TooLarge(n))) if n == MAX_METADATA + 1
         ));
     }
 

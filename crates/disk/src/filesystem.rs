@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::DiskError;
 use confboot_sys::process::{CommandRunner, ProcessRunner, Stream};
+use confboot_util::IoFailure;
 
 /// The file system made: ext4.
 pub const FS_TYPE: &str = "ext4";
@@ -92,7 +93,7 @@ pub fn probe(device: &Path) -> Result<Option<&'static str>, DiskError> {
     let mut head = Vec::with_capacity(PROBE_BYTES);
     std::fs::File::open(device)
         .and_then(|f| f.take(PROBE_BYTES as u64).read_to_end(&mut head))
-        .map_err(|e| DiskError::Io(format!("probing {}: {e}", device.display())))?;
+        .map_err(|e| DiskError::Io(IoFailure::new(format!("probing {}", device.display()), e)))?;
     let at = |offset: usize, magic: &[u8]| head.get(offset..offset + magic.len()) == Some(magic);
     Ok(if at(1024 + 56, &[0x53, 0xef]) {
         Some("ext4")
@@ -136,7 +137,9 @@ fn sparse_super_groups(groups: u64) -> Vec<u64> {
 /// its copies (repairable with `e2fsck -b`). Reads at most a few KiB.
 pub fn ext4_superblock_copy(device: &Path) -> Result<Option<u64>, DiskError> {
     use std::io::{Read, Seek, SeekFrom};
-    let io = |e: std::io::Error| DiskError::Io(format!("probing {}: {e}", device.display()));
+    let io = |e: std::io::Error| {
+        DiskError::Io(IoFailure::new(format!("probing {}", device.display()), e))
+    };
     let mut f = std::fs::File::open(device).map_err(io)?;
     let size = f.seek(SeekFrom::End(0)).map_err(io)?;
     let mut read_at = |offset: u64| -> Result<Option<[u8; 96]>, DiskError> {

@@ -45,9 +45,12 @@
 //! # }
 //! ```
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use confboot_kms::{MeasurementSalt, SecretBytes, is_uuid};
+use confboot_sys::process::ProcessError;
+use confboot_util::IoFailure;
 
 pub mod cryptsetup;
 pub mod dm;
@@ -102,12 +105,117 @@ impl DiskAction {
     }
 }
 
+/// What is wrong with a header's metadata where the node reads it: its
+/// tokens (the measurement salt, the file system) and its data segment.
+/// The header is the host's to write; nothing here quotes key material.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataFault {
+    /// The metadata is larger than LUKS2's largest JSON area (its length).
+    #[error("{0} bytes of header metadata")]
+    TooLarge(usize),
+    /// The metadata is not JSON (the parser's message).
+    #[error("the header's JSON: {0}")]
+    Json(String),
+    /// More than one token of a type (which one is meant is unknown).
+    #[error("more than one {0} token")]
+    DuplicateToken(String),
+    /// A token's id is not a number.
+    #[error("token id {0:?}")]
+    TokenId(String),
+    /// The salt token's salt is not hex (the token's id).
+    #[error("token {0}: the salt is not hex")]
+    SaltNotHex(String),
+    /// The file-system token names none (the token's id).
+    #[error("token {0}: no file system named")]
+    NoFilesystem(String),
+    /// The header keeps no measurement salt where it must.
+    #[error("the header keeps no measurement salt")]
+    NoSalt,
+    /// The kept salt's length is out of bounds.
+    #[error("{0}")]
+    Salt(#[source] confboot_kms::MeasurementSaltError),
+    /// The header has no data segment.
+    #[error("the header has no crypt segment")]
+    NoSegment,
+    /// The segment's cipher is not the node's (it is quoted escaped).
+    #[error(
+        "segment {segment}: cipher {cipher:?} is not the node's {} (the header is not trusted to choose it)",
+        luks2::backend::DATA_CIPHER
+    )]
+    Cipher {
+        /// The segment's id.
+        segment: u32,
+        /// Its cipher, escaped.
+        cipher: String,
+    },
+    /// The volume key is not of the node's length.
+    #[error(
+        "segment {segment}: a {len}-byte volume key, not the node's {}",
+        luks2::format::VOLUME_KEY_LEN
+    )]
+    VolumeKeyLength {
+        /// The segment's id.
+        segment: u32,
+        /// The key's length.
+        len: usize,
+    },
+    /// The segment's IV tweak is not 0.
+    #[error("segment {segment}: iv_tweak {iv_tweak} (only 0 is mapped)")]
+    IvTweak {
+        /// The segment's id.
+        segment: u32,
+        /// Its IV tweak.
+        iv_tweak: u64,
+    },
+    /// The segment does not fit the device.
+    #[error(
+        "segment {segment} ({} bytes from {offset}) does not fit the {device_size}-byte device",
+        size.map_or("dynamic".into(), |s| s.to_string())
+    )]
+    DoesNotFit {
+        /// The segment's id.
+        segment: u32,
+        /// Its size (`None`: dynamic).
+        size: Option<u64>,
+        /// Its offset.
+        offset: u64,
+        /// The device's size.
+        device_size: u64,
+    },
+    /// The segment's table is refused.
+    #[error("{0}")]
+    Table(#[source] dm::DmError),
+}
+
 /// Why a state disk operation failed. No variant carries key material.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DiskError {
-    /// Reading the device or starting cryptsetup failed.
+    /// Reading or writing the device failed.
     #[error("state disk I/O: {0}")]
-    Io(String),
+    Io(#[source] IoFailure),
+    /// cryptsetup could not be run to its end: not started, killed after
+    /// its time, or stopped.
+    #[error("state disk I/O: cryptsetup {action}: {error}")]
+    Run {
+        /// The cryptsetup action (`luksFormat`, `open`, ...).
+        action: String,
+        /// Why it did not run to its end.
+        #[source]
+        error: ProcessError,
+    },
+    /// The device's LUKS header could not be read for what it holds.
+    #[error("state disk I/O: {}: {error}", device.display())]
+    Unreadable {
+        /// The device.
+        device: PathBuf,
+        /// Why its header could not be read.
+        #[source]
+        error: luks2::Luks2Error,
+    },
+    /// The LUKS header is not one the node reads: another version, a field
+    /// not as the node writes it, a bound broken.
+    #[error("state disk header metadata: {0}")]
+    Header(#[source] luks2::Luks2Error),
     /// cryptsetup failed for another reason than a wrong key.
     #[error("cryptsetup {action} {}: {stderr}", how_it_ended(*status))]
     Cryptsetup {
@@ -162,10 +270,20 @@ pub enum DiskError {
     /// The backend's configuration is invalid (e.g. a mapper name with `/`).
     #[error("state disk configuration: {0}")]
     Config(String),
+    /// The device-mapper backend was given a device that is not a block
+    /// device (an image file is for the header-only backend).
+    #[error(
+        "state disk configuration: {} is not a block device (device-mapper maps block devices; use header-only for image files)",
+        device.display()
+    )]
+    NotABlockDevice {
+        /// The device.
+        device: PathBuf,
+    },
     /// The header's metadata (the measurement salt token) is missing where it
     /// must be, or malformed.
     #[error("state disk header metadata: {0}")]
-    Metadata(String),
+    Metadata(MetadataFault),
     /// Making the file system on the opened disk failed.
     #[error("state file system: {0}")]
     Filesystem(String),
@@ -266,7 +384,7 @@ impl<B: DiskBackend + ?Sized> DiskBackend for Box<B> {
 /// [`MEASUREMENT_SALT_LEN`](confboot_kms::MEASUREMENT_SALT_LEN) (the host
 /// can write anything there).
 fn checked_salt(salt: Vec<u8>) -> Result<MeasurementSalt, DiskError> {
-    MeasurementSalt::new(salt).map_err(|e| DiskError::Metadata(e.to_string()))
+    MeasurementSalt::new(salt).map_err(|e| DiskError::Metadata(MetadataFault::Salt(e)))
 }
 
 /// A node's state disk and the format-or-open decision.
@@ -486,7 +604,7 @@ impl<B: DiskBackend> StateDisk<B> {
         let salt = self
             .backend
             .measurement_salt()?
-            .ok_or_else(|| DiskError::Metadata("the header keeps no measurement salt".into()))?;
+            .ok_or(DiskError::Metadata(MetadataFault::NoSalt))?;
         let salt = checked_salt(salt)?;
         Ok(self.salt.get_or_init(|| salt).clone())
     }

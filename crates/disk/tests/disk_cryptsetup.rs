@@ -7,11 +7,13 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use confboot_disk::dm::wire::TableTarget;
+use confboot_disk::luks2::Luks2Error;
 use confboot_disk::{
     CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, MappingSource, StateDisk,
     new_disk_uuid,
 };
 use confboot_kms::{MeasurementSalt, MeasurementSaltError, SecretBytes};
+use confboot_sys::process::ProcessError;
 use confboot_testkit::TempDir;
 
 const IMAGE_SIZE: u64 = 32 << 20;
@@ -238,7 +240,13 @@ fn bad_uuids_and_missing_programs_are_errors() {
     assert_eq!(disk.state().unwrap(), DiskState::Blank);
     let missing =
         CryptsetupBackend::header_only(&image).with_program(dir.path().join("no-such-cryptsetup"));
-    assert!(matches!(missing.inspect(), Err(DiskError::Io(_))));
+    assert!(matches!(
+        missing.inspect(),
+        Err(DiskError::Run {
+            error: ProcessError::Io(_),
+            ..
+        })
+    ));
     // A device that does not exist: cryptsetup's own error, with its message.
     let gone = backend(&dir.path().join("gone.img"));
     match gone.inspect() {
@@ -370,7 +378,7 @@ fn a_luks1_disk_is_recognized_and_never_formatted() {
         Ok(key(1))
     });
     assert!(
-        matches!(&got, Err(DiskError::Metadata(m)) if m.contains("LUKS version 1, not 2")),
+        matches!(&got, Err(DiskError::Header(Luks2Error::Version(1)))),
         "{got:?}"
     );
     assert!(fs::read(&image).unwrap() == before);
@@ -722,7 +730,10 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
         confboot_util::stop::Stop::new(),
     );
     match hanging.inspect() {
-        Err(DiskError::Io(m)) => assert!(m.contains("did not finish within"), "{m}"),
+        Err(DiskError::Run {
+            error: ProcessError::TimedOut { .. },
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     // The stop signal ends it too (a bootstrapper that is shutting down).
@@ -733,7 +744,10 @@ fn a_cryptsetup_that_hangs_is_killed_and_reported() {
         stop.raise();
     });
     match hanging.inspect() {
-        Err(DiskError::Io(m)) => assert!(m.contains("stopped"), "{m}"),
+        Err(DiskError::Run {
+            error: ProcessError::Stopped,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     stopper.join().unwrap();

@@ -18,7 +18,8 @@ use confboot_disk::luks2::{
     FormatOptions, HeaderCopy, Health, KdfChoice, KdfLimits, Luks2, Luks2Backend, Luks2Error, probe,
 };
 use confboot_disk::{
-    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, Pbkdf, StateDisk,
+    CryptsetupBackend, DiskAction, DiskBackend, DiskError, DiskState, MetadataFault, Pbkdf,
+    StateDisk,
 };
 use confboot_kms::{MeasurementSalt, SecretBytes};
 use confboot_testkit::TempDir;
@@ -821,7 +822,7 @@ fn the_mapping_backend_unlocks_first_and_maps_only_block_devices() {
     );
     let refused = backend.open(&key);
     assert!(
-        matches!(&refused, Err(DiskError::Config(m)) if m.contains("not a block device")),
+        matches!(&refused, Err(DiskError::NotABlockDevice { .. })),
         "{refused:?}"
     );
     assert_eq!(backend.mapped_device(), None);
@@ -875,14 +876,15 @@ fn the_header_cannot_choose_the_data_cipher() {
         let disk = Luks2::read(&image).unwrap();
         let vk = disk.unlock(&key).unwrap();
         let err = data_segment_table(disk.header(), vk.expose(), device).unwrap_err();
-        let DiskError::Metadata(message) = &err else {
+        let DiskError::Metadata(MetadataFault::Cipher { cipher, .. }) = &err else {
             panic!("{hostile}: {err:?}")
         };
+        assert_eq!(cipher, hostile, "{hostile}: {err}");
         assert!(
-            message.contains(&format!(
+            err.to_string().contains(&format!(
                 "cipher {hostile:?} is not the node's aes-xts-plain64"
             )),
-            "{hostile}: {message}"
+            "{hostile}: {err}"
         );
     }
 }
@@ -1004,13 +1006,7 @@ fn host_edits() -> Vec<HostEdit> {
 /// Whether `result` is a refusal that names `field`; what it is instead.
 fn refusal_of(result: Result<impl std::fmt::Debug, DiskError>, field: &str) -> Result<(), String> {
     match &result {
-        Err(DiskError::Metadata(m))
-            if m.contains(&format!("LUKS2 {field} is "))
-                && m.contains("not the node's")
-                && m.contains("the header is not trusted to choose it") =>
-        {
-            Ok(())
-        }
+        Err(DiskError::Header(Luks2Error::NotAsWritten { field: f, .. })) if f == field => Ok(()),
         other => Err(format!("{other:?}, not a refusal of {field}")),
     }
 }

@@ -23,6 +23,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::listener::{Gate, Opening};
+use confboot_util::IoFailure;
 use confboot_util::stop::Stop;
 use confboot_wire::{ReadBefore, Transport};
 
@@ -73,10 +74,13 @@ pub enum RequestError {
     /// ASCII (answer 400).
     #[error("malformed request")]
     Malformed,
-    /// No whole head came before the deadline, the client closed, or the
-    /// server is stopping (nothing to answer).
+    /// No whole head came before the deadline, or the server is stopping
+    /// (nothing to answer).
     #[error("no whole request: {0}")]
-    Io(String),
+    Io(#[source] IoFailure),
+    /// The client closed before a whole head (nothing to answer).
+    #[error("no whole request: closed before a whole head")]
+    Closed,
 }
 
 /// Reads a request head (everything before the blank line) into its method
@@ -163,9 +167,9 @@ pub fn read_request<T: Transport + ?Sized>(
             return Err(RequestError::TooLarge);
         }
         match reader.read(&mut chunk) {
-            Ok(0) => return Err(RequestError::Io("closed before a whole head".into())),
+            Ok(0) => return Err(RequestError::Closed),
             Ok(n) => head.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(RequestError::Io(e.to_string())),
+            Err(e) => return Err(RequestError::Io(IoFailure::bare(e))),
         }
     };
     let (method, target) = parse_request_head(&head[..end])?;
@@ -229,7 +233,7 @@ pub fn respond_to_error<T: Transport + ?Sized>(
     let status = match error {
         RequestError::TooLarge => 431,
         RequestError::Malformed => 400,
-        RequestError::Io(_) => return None,
+        RequestError::Io(_) | RequestError::Closed => return None,
     };
     let body = format!("{error}\n");
     respond(stream, limits, status, "text/plain", body.as_bytes())
@@ -307,13 +311,16 @@ pub enum GetError {
     Url(String),
     /// The address does not resolve, or no address accepted a connection.
     #[error("cannot connect: {0}")]
-    Connect(String),
+    Connect(#[source] IoFailure),
+    /// The address resolves to no socket address.
+    #[error("cannot connect: {0} resolves to no address")]
+    NoAddress(String),
     /// No whole answer came before the deadline.
     #[error("no whole answer before the timeout")]
     Timeout,
     /// Reading or writing failed.
     #[error("connection failed: {0}")]
-    Io(String),
+    Io(#[source] IoFailure),
     /// The answer's body is larger than the caller allows.
     #[error("the answer is larger than {0} bytes")]
     TooLarge(usize),
@@ -407,16 +414,16 @@ fn timeout_or_io(e: std::io::Error) -> GetError {
     ) {
         GetError::Timeout
     } else {
-        GetError::Io(e.to_string())
+        GetError::Io(IoFailure::bare(e))
     }
 }
 
 fn connect_before(addr: &str, deadline: Instant) -> Result<TcpStream, GetError> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
-        .map_err(|e| GetError::Connect(format!("{addr}: {e}")))?
+        .map_err(|e| GetError::Connect(IoFailure::new(addr, e)))?
         .collect();
-    let mut last = format!("{addr} resolves to no address");
+    let mut last = GetError::NoAddress(addr.to_string());
     for a in addrs {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -424,10 +431,10 @@ fn connect_before(addr: &str, deadline: Instant) -> Result<TcpStream, GetError> 
         }
         match TcpStream::connect_timeout(&a, left) {
             Ok(s) => return Ok(s),
-            Err(e) => last = format!("{a}: {e}"),
+            Err(e) => last = GetError::Connect(IoFailure::new(a.to_string(), e)),
         }
     }
-    Err(GetError::Connect(last))
+    Err(last)
 }
 
 #[cfg(test)]

@@ -18,7 +18,10 @@ use confboot_proto::join::{IssueRejoinTicketRequest, IssueRejoinTicketResponse};
 use confboot_testkit::wait_for_count;
 use confboot_util::stop::Stop;
 use confboot_wire::frame::{self, FrameKind};
-use confboot_wire::{Client, ConnectionEnd, Router, ServerLimits, pipe, serve_connection};
+use confboot_wire::{
+    CallPart, Client, ConnectionEnd, FrameError, Router, ServerLimits, StreamFailure, Violation,
+    pipe, serve_connection,
+};
 
 const ECHO: Method<IssueRejoinTicketRequest, IssueRejoinTicketResponse> =
     Method::new("/test.API/Echo");
@@ -85,7 +88,13 @@ fn a_call_header_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     let sent = trickle(&mut client_end, &[0x0a; 100]);
     let end = server.join().unwrap();
     assert!(
-        matches!(&end, ConnectionEnd::Io(m) if m.contains("call header") && m.contains("timed out")),
+        matches!(
+            &end,
+            ConnectionEnd::Io(StreamFailure::Frame {
+                part: CallPart::Header,
+                error: FrameError::Timeout
+            })
+        ),
         "{end:?}"
     );
     assert!(sent < 100, "the whole frame got through: {end:?}");
@@ -108,7 +117,13 @@ fn a_request_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     let sent = trickle(&mut client_end, &[0x0a; 100]);
     let end = server.join().unwrap();
     assert!(
-        matches!(&end, ConnectionEnd::Io(m) if m.contains("request") && m.contains("timed out")),
+        matches!(
+            &end,
+            ConnectionEnd::Io(StreamFailure::Frame {
+                part: CallPart::Request,
+                error: FrameError::Timeout
+            })
+        ),
         "{end:?}"
     );
     assert!(sent < 100, "the whole frame got through: {end:?}");
@@ -131,7 +146,13 @@ fn a_call_header_over_four_kib_is_refused_from_its_length() {
     let _ = client_end.write_all(&vec![0x0a; 5000]);
     let end = server.join().unwrap();
     assert!(
-        matches!(&end, ConnectionEnd::ProtocolError(m) if m.contains("exceeds the limit of 4096")),
+        matches!(
+            &end,
+            ConnectionEnd::ProtocolError(Violation::Frame {
+                part: CallPart::Header,
+                error: FrameError::TooLarge { max: 4096, .. }
+            })
+        ),
         "{end:?}"
     );
 }

@@ -73,7 +73,7 @@ pub mod tdx {
     include!(concat!(env!("OUT_DIR"), "/confboot.tdx.rs"));
 }
 
-pub use prost::Message;
+pub use prost::{DecodeError, Message};
 
 /// The messages that carry secrets zeroize them when dropped. (Decoding and
 /// encoding buffers are the RPC layer's; it zeroizes those.)

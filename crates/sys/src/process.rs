@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use zeroize::Zeroizing;
 
+use confboot_util::IoFailure;
 use confboot_util::stop::Stop;
 
 /// Why a program could not be run to its end. (How it ended, when it did,
@@ -17,7 +18,7 @@ use confboot_util::stop::Stop;
 pub enum ProcessError {
     /// Starting or waiting for the program failed.
     #[error("{0}")]
-    Io(String),
+    Io(#[source] IoFailure),
     /// The program ran longer than allowed and was killed.
     #[error("{program} did not finish within {after:?}")]
     TimedOut {
@@ -198,7 +199,9 @@ impl CommandRunner for ProcessRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| ProcessError::Io(format!("starting {}: {e}", program.display())))?;
+            .map_err(|e| {
+                ProcessError::Io(IoFailure::new(format!("starting {}", program.display()), e))
+            })?;
         if let (Some(mut pipe), Some(data)) = (child.stdin.take(), stdin) {
             let data = Zeroizing::new(data.to_vec());
             std::thread::spawn(move || {
@@ -260,7 +263,10 @@ impl CommandRunner for ProcessRunner {
             Some((_, status)) => status,
             None => loop {
                 if let Some(status) = child.try_wait().map_err(|e| {
-                    ProcessError::Io(format!("waiting for {}: {e}", program.display()))
+                    ProcessError::Io(IoFailure::new(
+                        format!("waiting for {}", program.display()),
+                        e,
+                    ))
                 })? {
                     break status;
                 }

@@ -89,6 +89,9 @@ pub enum TpmError {
     /// The device or socket failed (open, read, write).
     #[error("TPM transport: {0}")]
     Transport(String),
+    /// The device or socket failed on an I/O operation (the error kept).
+    #[error("TPM transport: {0}")]
+    Io(#[source] confboot_util::IoFailure),
     /// The TPM answered with an error code.
     #[error("TPM2_{command} failed with response code {rc:#x}")]
     ResponseCode {

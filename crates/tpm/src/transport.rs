@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::TpmError;
+use confboot_util::IoFailure;
 
 /// Size of a TPM command/response header: tag (2), size (4), code (4).
 pub const HEADER_LEN: usize = 10;
@@ -56,7 +57,7 @@ impl DeviceTransport {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| TpmError::Transport(format!("open {}: {e}", path.display())))?;
+            .map_err(|e| TpmError::Io(IoFailure::new(format!("open {}", path.display()), e)))?;
         Ok(DeviceTransport {
             file,
             path: path.to_path_buf(),
@@ -81,7 +82,8 @@ impl DeviceTransport {
 
 impl Transport for DeviceTransport {
     fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError> {
-        let io = |e: std::io::Error| TpmError::Transport(format!("{}: {e}", self.path.display()));
+        let io =
+            |e: std::io::Error| TpmError::Io(IoFailure::new(self.path.display().to_string(), e));
         self.file.write_all(command).map_err(io)?;
         let mut buf = vec![0u8; MAX_RESPONSE_LEN];
         let n = self.file.read(&mut buf).map_err(io)?;
@@ -117,12 +119,12 @@ impl TcpTransport {
     /// Connects to swtpm's data port.
     pub fn connect(addr: SocketAddr) -> Result<Self, TpmError> {
         let stream = TcpStream::connect_timeout(&addr, TCP_TIMEOUT)
-            .map_err(|e| TpmError::Transport(format!("connect {addr}: {e}")))?;
+            .map_err(|e| TpmError::Io(IoFailure::new(format!("connect {addr}"), e)))?;
         let _ = stream.set_nodelay(true);
         stream
             .set_read_timeout(Some(TCP_TIMEOUT))
             .and_then(|_| stream.set_write_timeout(Some(TCP_TIMEOUT)))
-            .map_err(|e| TpmError::Transport(format!("{addr}: {e}")))?;
+            .map_err(|e| TpmError::Io(IoFailure::new(addr.to_string(), e)))?;
         Ok(TcpTransport { stream, addr })
     }
 }
@@ -130,7 +132,7 @@ impl TcpTransport {
 impl Transport for TcpTransport {
     fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError> {
         let addr = self.addr;
-        let io = |e: std::io::Error| TpmError::Transport(format!("{addr}: {e}"));
+        let io = |e: std::io::Error| TpmError::Io(IoFailure::new(addr.to_string(), e));
         self.stream.write_all(command).map_err(io)?;
         let mut header = [0u8; HEADER_LEN];
         self.stream.read_exact(&mut header).map_err(io)?;
@@ -193,7 +195,9 @@ mod tests {
         let mut short = vec![0x80, 0x01, 0, 0, 0, 20, 0, 0, 0, 0];
         short.extend_from_slice(&[1, 2]);
         let mut t = TcpTransport::connect(fake_tpm(short)).unwrap();
-        assert!(matches!(t.transact(&command), Err(TpmError::Transport(_))));
+        assert!(
+            matches!(t.transact(&command), Err(TpmError::Io(f)) if f.kind() == std::io::ErrorKind::UnexpectedEof)
+        );
         // A whole response comes back as sent.
         let ok = vec![0x80, 0x01, 0, 0, 0, 12, 0, 0, 0, 0, 7, 7];
         let mut t = TcpTransport::connect(fake_tpm(ok.clone())).unwrap();

@@ -12,8 +12,11 @@ pub mod base64;
 pub mod bytes;
 pub mod fs;
 pub mod hex;
+pub mod io_failure;
 pub mod json;
 pub mod logging;
 pub mod stop;
 pub mod text;
 pub mod time;
+
+pub use io_failure::IoFailure;

@@ -61,8 +61,8 @@ mod transport;
 pub use client::Client;
 pub use frame::{DEFAULT_MAX_FRAME_LEN, FrameError};
 pub use server::{
-    CallContext, ConnectionEnd, ReadBefore, ResponseSink, Router, ServerLimits, serve_connection,
-    serve_connection_as,
+    CallContext, CallPart, ConnectionEnd, ReadBefore, ResponseSink, Router, ServerLimits,
+    StreamFailure, Violation, serve_connection, serve_connection_as,
 };
 pub use status::{Code, Status};
 pub use transport::{DeadlineSocket, Transport};

@@ -262,10 +262,66 @@ pub enum ConnectionEnd {
     /// The connection served its last call ([`ServerLimits::max_calls_per_connection`]
     /// or [`ServerLimits::max_connection_age`]).
     Spent,
-    /// The peer broke the protocol; it was told why when possible.
-    ProtocolError(String),
+    /// The peer broke the protocol; it was told why (a status of this
+    /// violation's text) when possible.
+    ProtocolError(Violation),
     /// Reading or writing failed.
-    Io(String),
+    Io(StreamFailure),
+}
+
+/// Which frame of a call was being read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallPart {
+    /// The call header (method and deadline).
+    Header,
+    /// The request message.
+    Request,
+}
+
+impl std::fmt::Display for CallPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CallPart::Header => "call header",
+            CallPart::Request => "request",
+        })
+    }
+}
+
+/// How the peer broke the protocol (the text is the status it was sent).
+#[derive(Debug, thiserror::Error)]
+pub enum Violation {
+    /// A frame of a call was refused from its header: too large, or flags
+    /// that are neither message nor trailer.
+    #[error("{part}: {error}")]
+    Frame {
+        /// The frame.
+        part: CallPart,
+        /// What is wrong with it.
+        error: FrameError,
+    },
+    /// The call header is not a header naming a method path.
+    #[error("malformed call header")]
+    MalformedCallHeader,
+    /// The request is a trailer, not a message frame.
+    #[error("request must be a message frame")]
+    RequestNotAMessage,
+}
+
+/// How reading or writing a connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamFailure {
+    /// A frame of a call did not come whole: cut short, past its deadline,
+    /// or the stream failed.
+    #[error("{part}: {error}")]
+    Frame {
+        /// The frame.
+        part: CallPart,
+        /// Why it did not come.
+        error: FrameError,
+    },
+    /// Waiting for a call, setting the timeouts or sending the answer failed.
+    #[error("{0}")]
+    Stream(#[source] io::Error),
 }
 
 /// Serves calls on one connection until it ends. Returns why it ended.
@@ -388,7 +444,7 @@ fn wait_for_call<T: Transport + ?Sized>(
         Ok(_) => Ok(byte[0]),
         Err(_) if stop.is_raised() => Err(ConnectionEnd::Stopped),
         Err(e) if frame::is_timeout(&e) => Err(ConnectionEnd::Idle),
-        Err(e) => Err(ConnectionEnd::Io(e.to_string())),
+        Err(e) => Err(ConnectionEnd::Io(StreamFailure::Stream(e))),
     }
 }
 
@@ -427,26 +483,34 @@ fn send_trailer<T: Transport + ?Sized>(
 /// Tells the peer what it did wrong (best effort) and ends the connection.
 fn refuse<T: Transport + ?Sized>(
     stream: &mut T,
-    err: FrameError,
-    what: &str,
+    error: FrameError,
+    part: CallPart,
     limits: &ServerLimits,
 ) -> ConnectionEnd {
-    let status = match &err {
-        FrameError::TooLarge { .. } => Some(Status::new(
-            Code::ResourceExhausted,
-            format!("{what}: {err}"),
-        )),
-        FrameError::BadFlags(_) => Some(Status::invalid_argument(format!("{what}: {err}"))),
-        _ => None,
+    log::debug!("rpc: ending connection: {part}: {error}");
+    let code = match &error {
+        FrameError::TooLarge { .. } => Code::ResourceExhausted,
+        FrameError::BadFlags(_) => Code::InvalidArgument,
+        _ => return ConnectionEnd::Io(StreamFailure::Frame { part, error }),
     };
-    log::debug!("rpc: ending connection: {what}: {err}");
-    match status {
-        Some(s) => {
-            let _ = send_trailer(stream, &s, limits);
-            ConnectionEnd::ProtocolError(s.message)
-        }
-        None => ConnectionEnd::Io(format!("{what}: {err}")),
-    }
+    let violation = Violation::Frame { part, error };
+    let _ = send_trailer(stream, &Status::new(code, violation.to_string()), limits);
+    ConnectionEnd::ProtocolError(violation)
+}
+
+/// Tells the peer how it broke the protocol (best effort) and ends the
+/// connection.
+fn refuse_call<T: Transport + ?Sized>(
+    stream: &mut T,
+    violation: Violation,
+    limits: &ServerLimits,
+) -> ConnectionEnd {
+    let _ = send_trailer(
+        stream,
+        &Status::invalid_argument(violation.to_string()),
+        limits,
+    );
+    ConnectionEnd::ProtocolError(violation)
 }
 
 fn serve_call<T: Transport + ?Sized, P>(
@@ -458,7 +522,7 @@ fn serve_call<T: Transport + ?Sized, P>(
     peer: &P,
     last: bool,
 ) -> Result<(), ConnectionEnd> {
-    let io_err = |e: io::Error| ConnectionEnd::Io(e.to_string());
+    let io_err = |e: io::Error| ConnectionEnd::Io(StreamFailure::Stream(e));
     stream
         .set_read_timeout(Some(limits.io_timeout))
         .map_err(io_err)?;
@@ -478,7 +542,7 @@ fn serve_call<T: Transport + ?Sized, P>(
         first,
         MAX_CALL_HEADER_LEN.min(limits.max_frame_len),
     )
-    .map_err(|e| refuse(stream, e, "call header", limits))?;
+    .map_err(|e| refuse(stream, e, CallPart::Header, limits))?;
     let header = match header_frame.kind {
         FrameKind::Message => {
             confboot_proto::rpc::CallHeader::decode(&header_frame.payload[..]).ok()
@@ -486,9 +550,7 @@ fn serve_call<T: Transport + ?Sized, P>(
         FrameKind::Trailer => None,
     };
     let Some(header) = header.filter(|h| h.method.starts_with('/') && h.method.len() <= 256) else {
-        let s = Status::invalid_argument("malformed call header");
-        let _ = send_trailer(stream, &s, limits);
-        return Err(ConnectionEnd::ProtocolError(s.message));
+        return Err(refuse_call(stream, Violation::MalformedCallHeader, limits));
     };
     let timeout = match header.timeout_ms {
         0 => limits.default_call_timeout,
@@ -511,11 +573,9 @@ fn serve_call<T: Transport + ?Sized, P>(
         },
         limits.max_frame_len,
     )
-    .map_err(|e| refuse(stream, e, "request", limits))?;
+    .map_err(|e| refuse(stream, e, CallPart::Request, limits))?;
     if request.kind != FrameKind::Message {
-        let s = Status::invalid_argument("request must be a message frame");
-        let _ = send_trailer(stream, &s, limits);
-        return Err(ConnectionEnd::ProtocolError(s.message));
+        return Err(refuse_call(stream, Violation::RequestNotAMessage, limits));
     }
 
     let started = Instant::now();

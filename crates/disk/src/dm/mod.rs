@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use confboot_util::IoFailure;
 use nix::errno::Errno;
 
 pub mod crypt;
@@ -40,7 +41,19 @@ pub const DEV_DIR: &str = "/dev/mapper";
 pub enum DmError {
     /// Opening the control device, or making or removing a node, failed.
     #[error("device-mapper: {0}")]
-    Io(String),
+    Io(#[source] IoFailure),
+    /// Making a device node failed.
+    #[error("device-mapper: mknod {}: {}", node.display(), errno.desc())]
+    Mknod {
+        /// The node.
+        node: PathBuf,
+        /// The errno.
+        errno: Errno,
+    },
+    /// The mapping was given, not made through device-mapper, so it is not
+    /// removed through it.
+    #[error("device-mapper: the mapping was given")]
+    MappingGiven,
     /// The kernel refused an ioctl.
     #[error("device-mapper {command} on {name:?}: {}", errno.desc())]
     Ioctl {
@@ -87,7 +100,9 @@ impl DeviceMapper {
             .read(true)
             .write(true)
             .open(control)
-            .map_err(|e| DmError::Io(format!("opening {}: {e}", control.display())))?;
+            .map_err(|e| {
+                DmError::Io(IoFailure::new(format!("opening {}", control.display()), e))
+            })?;
         let mut dm = DeviceMapper {
             control: file,
             dev_dir: dev_dir.to_path_buf(),
@@ -176,13 +191,22 @@ impl DeviceMapper {
         if dev == 0 {
             return Err(DmError::Reply(format!("no device number for {name}")));
         }
-        std::fs::create_dir_all(&self.dev_dir)
-            .map_err(|e| DmError::Io(format!("creating {}: {e}", self.dev_dir.display())))?;
+        std::fs::create_dir_all(&self.dev_dir).map_err(|e| {
+            DmError::Io(IoFailure::new(
+                format!("creating {}", self.dev_dir.display()),
+                e,
+            ))
+        })?;
         let node = self.node(name);
         match std::fs::remove_file(&node) {
             Ok(()) => log::warn!("replaced a stale {}", node.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(DmError::Io(format!("removing {}: {e}", node.display()))),
+            Err(e) => {
+                return Err(DmError::Io(IoFailure::new(
+                    format!("removing {}", node.display()),
+                    e,
+                )));
+            }
         }
         mknod(
             &node,
@@ -190,7 +214,10 @@ impl DeviceMapper {
             Mode::from_bits_truncate(0o600),
             dev as nix::libc::dev_t,
         )
-        .map_err(|e| DmError::Io(format!("mknod {}: {}", node.display(), e.desc())))?;
+        .map_err(|errno| DmError::Mknod {
+            node: node.clone(),
+            errno,
+        })?;
         Ok(node)
     }
 
@@ -203,9 +230,10 @@ impl DeviceMapper {
         self.call(Command::DevRemove, name, &mut req)?;
         let node = self.node(name);
         match std::fs::remove_file(&node) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(DmError::Io(format!("removing {}: {e}", node.display())))
-            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(DmError::Io(IoFailure::new(
+                format!("removing {}", node.display()),
+                e,
+            ))),
             _ => Ok(()),
         }
     }
@@ -271,6 +299,10 @@ mod tests {
     fn no_control_device_is_an_io_error() {
         let e =
             DeviceMapper::open(Path::new("/nonexistent/control"), Path::new("/tmp")).unwrap_err();
-        assert!(matches!(e, DmError::Io(m) if m.contains("/nonexistent/control")));
+        assert!(
+            matches!(&e, DmError::Io(f) if f.op() == "opening /nonexistent/control"
+                && f.kind() == std::io::ErrorKind::NotFound),
+            "{e}"
+        );
     }
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use super::wire::Target;
 use super::{DeviceMapper, DmError};
 use crate::verity::{HASH_ALGORITHM, VerityParams};
+use confboot_util::IoFailure;
 
 /// The longest device name (path or `MAJOR:MINOR`) put in a table.
 pub const MAX_DEVICE_LEN: usize = 255;
@@ -143,8 +144,8 @@ pub fn device_number(dev: u64) -> String {
 
 /// The `dev_t` of the block device at `path`.
 fn block_device(path: &Path) -> Result<u64, DmError> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| DmError::Io(format!("{}: {e}", path.display())))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| DmError::Io(IoFailure::new(path.display().to_string(), e)))?;
     if !meta.file_type().is_block_device() {
         return Err(DmError::Invalid(format!(
             "{} is not a block device",

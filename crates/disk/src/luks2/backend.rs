@@ -27,8 +27,9 @@ use crate::cryptsetup::{
 };
 use crate::dm::crypt::{CryptLayout, CryptTable};
 use crate::dm::{self, DeviceMapper, DmError};
-use crate::{DiskBackend, DiskError, DiskState};
+use crate::{DiskBackend, DiskError, DiskState, MetadataFault};
 use confboot_kms::{SecretBytes, is_uuid};
+use confboot_util::IoFailure;
 
 /// The state-disk backend on the pure-Rust LUKS2 and device-mapper.
 #[derive(Clone, Debug)]
@@ -165,7 +166,7 @@ impl Luks2Backend {
         let existing = match meta.token(token_type)? {
             Some((id, _)) => Some(
                 id.parse::<u32>()
-                    .map_err(|_| DiskError::Metadata(format!("token id {id:?}")))?,
+                    .map_err(|_| DiskError::Metadata(MetadataFault::TokenId(id.to_string())))?,
             ),
             None => None,
         };
@@ -204,27 +205,24 @@ pub fn data_segment_table(
         .metadata
         .segments
         .first()
-        .ok_or_else(|| DiskError::Metadata("the header has no crypt segment".into()))?;
+        .ok_or(DiskError::Metadata(MetadataFault::NoSegment))?;
     if segment.encryption != DATA_CIPHER {
-        return Err(DiskError::Metadata(format!(
-            "segment {}: cipher {:?} is not the node's {DATA_CIPHER} (the header is not trusted to choose it)",
-            segment.id,
-            segment.encryption.escape_debug().to_string()
-        )));
+        return Err(DiskError::Metadata(MetadataFault::Cipher {
+            segment: segment.id,
+            cipher: segment.encryption.escape_debug().to_string(),
+        }));
     }
     if volume_key.len() != super::format::VOLUME_KEY_LEN {
-        return Err(DiskError::Metadata(format!(
-            "segment {}: a {}-byte volume key, not the node's {}",
-            segment.id,
-            volume_key.len(),
-            super::format::VOLUME_KEY_LEN
-        )));
+        return Err(DiskError::Metadata(MetadataFault::VolumeKeyLength {
+            segment: segment.id,
+            len: volume_key.len(),
+        }));
     }
     if segment.iv_tweak != 0 {
-        return Err(DiskError::Metadata(format!(
-            "segment {}: iv_tweak {} (only 0 is mapped)",
-            segment.id, segment.iv_tweak
-        )));
+        return Err(DiskError::Metadata(MetadataFault::IvTweak {
+            segment: segment.id,
+            iv_tweak: segment.iv_tweak,
+        }));
     }
     let end = match segment.size {
         Some(len) => segment.offset.checked_add(len),
@@ -233,12 +231,12 @@ pub fn data_segment_table(
     let length = match end {
         Some(end) if end <= size && end > segment.offset => end - segment.offset,
         _ => {
-            return Err(DiskError::Metadata(format!(
-                "segment {} ({} bytes from {}) does not fit the {size}-byte device",
-                segment.id,
-                segment.size.map_or("dynamic".into(), |s| s.to_string()),
-                segment.offset
-            )));
+            return Err(DiskError::Metadata(MetadataFault::DoesNotFit {
+                segment: segment.id,
+                size: segment.size,
+                offset: segment.offset,
+                device_size: size,
+            }));
         }
     };
     let layout = CryptLayout {
@@ -249,18 +247,17 @@ pub fn data_segment_table(
         length,
         sector_size: segment.sector_size,
     };
-    CryptTable::new(&layout, volume_key).map_err(|e| DiskError::Metadata(e.to_string()))
+    CryptTable::new(&layout, volume_key).map_err(|e| DiskError::Metadata(MetadataFault::Table(e)))
 }
 
 /// The device number and size of the block device at `path`.
 pub(crate) fn block_device(path: &Path) -> Result<(u64, u64), DiskError> {
-    let io = |e: std::io::Error| DiskError::Io(format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| DiskError::Io(IoFailure::new(path.display().to_string(), e));
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.file_type().is_block_device() {
-        return Err(DiskError::Config(format!(
-            "{} is not a block device (device-mapper maps block devices; use header-only for image files)",
-            path.display()
-        )));
+        return Err(DiskError::NotABlockDevice {
+            device: path.to_path_buf(),
+        });
     }
     let mut file = File::open(path).map_err(io)?;
     let size = super::header::device_size(&mut file).map_err(to_disk_error)?;
@@ -279,16 +276,17 @@ fn dm_error(action: &'static str) -> impl Fn(DmError) -> DiskError {
 }
 
 /// The state disk's error for a LUKS2 one (a header of another LUKS version
-/// is [`DiskError::Metadata`] naming it: the disk is LUKS, just not a
+/// is [`DiskError::Header`] naming it: the disk is LUKS, just not a
 /// header the node writes).
 pub fn to_disk_error(e: Luks2Error) -> DiskError {
     match e {
         Luks2Error::WrongPassphrase => DiskError::WrongKey,
         Luks2Error::AlreadyLuks { uuid } => DiskError::AlreadyFormatted { uuid },
         Luks2Error::Io(m) => DiskError::Io(m),
+        Luks2Error::Probe(e) => *e,
         Luks2Error::InvalidOption(m) => DiskError::Config(m),
         Luks2Error::NoValidHeader { .. } => DiskError::NotLuks,
-        other => DiskError::Metadata(other.to_string()),
+        other => DiskError::Header(other),
     }
 }
 

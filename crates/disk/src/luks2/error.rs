@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use confboot_util::IoFailure;
+
 /// Which of the two binary header copies a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeaderCopy {
@@ -55,7 +57,10 @@ pub enum BinaryFault {
 pub enum Luks2Error {
     /// Reading or writing the device failed (the I/O error's kind and text).
     #[error("LUKS2 I/O: {0}")]
-    Io(String),
+    Io(#[source] IoFailure),
+    /// What the device holds could not be found out before formatting it.
+    #[error("LUKS2 I/O: {0}")]
+    Probe(#[source] Box<crate::DiskError>),
     /// The device is smaller than what the header says lives on it.
     #[error("device of {size} bytes, the header needs {needed}")]
     DeviceTooSmall {
@@ -197,7 +202,7 @@ pub enum MetadataProblem {
 
 impl From<std::io::Error> for Luks2Error {
     fn from(e: std::io::Error) -> Self {
-        Luks2Error::Io(e.to_string())
+        Luks2Error::Io(IoFailure::bare(e))
     }
 }
 

@@ -136,7 +136,7 @@ impl Luks2 {
                 return Err(Luks2Error::AlreadyLuks { uuid });
             }
             Ok(_) => {}
-            Err(e) => return Err(Luks2Error::Io(e.to_string())),
+            Err(e) => return Err(Luks2Error::Probe(Box::new(e))),
         }
         let mut dev = OpenOptions::new().read(true).write(true).open(path)?;
         let size = header::device_size(&mut dev)?;

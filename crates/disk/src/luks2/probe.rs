@@ -16,6 +16,7 @@ use super::header;
 use crate::cryptsetup::is_blank;
 use crate::{DiskError, DiskState};
 use confboot_kms::is_uuid;
+use confboot_util::IoFailure;
 
 /// Where a LUKS1 header keeps its UUID (the same place as LUKS2's).
 const LUKS1_UUID: std::ops::Range<usize> = 168..208;
@@ -41,7 +42,8 @@ pub fn luks1_uuid(first: &[u8]) -> Option<Result<String, DiskError>> {
 
 /// What the device at `path` holds.
 pub fn probe(path: &Path) -> Result<DiskState, DiskError> {
-    let io = |e: std::io::Error| DiskError::Io(format!("reading {}: {e}", path.display()));
+    let io =
+        |e: std::io::Error| DiskError::Io(IoFailure::new(format!("reading {}", path.display()), e));
     let mut file = File::open(path).map_err(io)?;
     let size = file.seek(SeekFrom::End(0)).map_err(io)?;
     let mut first = vec![0u8; usize::try_from(size).map_or(BINARY_SIZE, |s| s.min(BINARY_SIZE))];
@@ -60,8 +62,13 @@ pub fn probe(path: &Path) -> Result<DiskState, DiskError> {
             "a LUKS2 header with no valid copy (primary: {primary}; secondary: {secondary})"
         )),
         Err(Luks2Error::Version(v)) => Some(format!("a LUKS header of version {v}")),
-        Err(Luks2Error::Io(m)) => return Err(DiskError::Io(format!("{}: {m}", path.display()))),
-        Err(e) => return Err(DiskError::Io(format!("{}: {e}", path.display()))),
+        Err(Luks2Error::Io(m)) => return Err(DiskError::Io(m.within(path.display().to_string()))),
+        Err(error) => {
+            return Err(DiskError::Unreadable {
+                device: path.to_path_buf(),
+                error,
+            });
+        }
     };
     Ok(match is_blank(path)? {
         Ok(()) => DiskState::Blank,

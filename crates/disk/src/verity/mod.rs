@@ -110,7 +110,7 @@ pub enum VerityError {
         /// The hash device.
         device: String,
         /// What differs.
-        what: String,
+        what: superblock::Disagreements,
     },
     /// The tree's top level does not hash to the root hash.
     #[error(

@@ -162,33 +162,82 @@ impl Superblock {
 
     /// `Ok` if it says what `params` say (block sizes, data blocks, salt);
     /// else what differs.
-    pub fn agrees_with(&self, params: &VerityParams) -> Result<(), String> {
+    pub fn agrees_with(&self, params: &VerityParams) -> Result<(), Disagreements> {
         let mut differ = Vec::new();
         if self.data_block_size != params.data_block_size {
-            differ.push(format!(
-                "data block size {} (want {})",
-                self.data_block_size, params.data_block_size
-            ));
+            differ.push(Disagreement::DataBlockSize {
+                found: self.data_block_size,
+                want: params.data_block_size,
+            });
         }
         if self.hash_block_size != params.hash_block_size {
-            differ.push(format!(
-                "hash block size {} (want {})",
-                self.hash_block_size, params.hash_block_size
-            ));
+            differ.push(Disagreement::HashBlockSize {
+                found: self.hash_block_size,
+                want: params.hash_block_size,
+            });
         }
         if self.data_blocks != params.data_blocks {
-            differ.push(format!(
-                "data blocks {} (want {})",
-                self.data_blocks, params.data_blocks
-            ));
+            differ.push(Disagreement::DataBlocks {
+                found: self.data_blocks,
+                want: params.data_blocks,
+            });
         }
         if self.salt != params.salt {
-            differ.push("the salt".into());
+            differ.push(Disagreement::Salt);
         }
         if differ.is_empty() {
             Ok(())
         } else {
-            Err(differ.join(", "))
+            Err(Disagreements(differ))
         }
+    }
+}
+
+/// A field in which a superblock disagrees with the parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Disagreement {
+    /// The data block size (the superblock's, the parameters').
+    #[error("data block size {found} (want {want})")]
+    DataBlockSize {
+        /// The superblock's.
+        found: u32,
+        /// The parameters'.
+        want: u32,
+    },
+    /// The hash block size.
+    #[error("hash block size {found} (want {want})")]
+    HashBlockSize {
+        /// The superblock's.
+        found: u32,
+        /// The parameters'.
+        want: u32,
+    },
+    /// The number of data blocks.
+    #[error("data blocks {found} (want {want})")]
+    DataBlocks {
+        /// The superblock's.
+        found: u64,
+        /// The parameters'.
+        want: u64,
+    },
+    /// The salt (not quoted).
+    #[error("the salt")]
+    Salt,
+}
+
+/// Every field in which a superblock disagrees with the parameters (at
+/// least one), in the superblock's order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreements(pub Vec<Disagreement>);
+
+impl std::fmt::Display for Disagreements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, d) in self.0.iter().enumerate() {
+            if n > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
     }
 }

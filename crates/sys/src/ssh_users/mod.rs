@@ -238,8 +238,22 @@ pub enum SshUserError {
         /// The file.
         path: std::path::PathBuf,
         /// Why.
-        reason: String,
+        reason: StoredRefusal,
     },
+}
+
+/// Why the SSH users kept on the state disk are refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StoredRefusal {
+    /// The path is not a regular file (a symbolic link, say).
+    #[error("not a regular file")]
+    NotARegularFile,
+    /// The file cannot be read, or is larger than the bound.
+    #[error("{0}")]
+    Read(#[source] confboot_util::fs::FileError),
+    /// The file is not the configuration's shape, or holds an invalid user.
+    #[error("{0}")]
+    Invalid(#[source] Box<SshUserError>),
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{MAX_SSH_USERS_CONFIG_BYTES, SshUser, SshUserError, parse_ssh_users_config};
+use super::{
+    MAX_SSH_USERS_CONFIG_BYTES, SshUser, SshUserError, StoredRefusal, parse_ssh_users_config,
+};
 
 /// The file's name in the state file system's root.
 pub const STORED_SSH_USERS_FILE: &str = "ssh-users.json";
@@ -77,7 +79,7 @@ pub fn read_stored_ssh_users(dir: &Path) -> Result<Option<Vec<SshUser>>, SshUser
         Ok(meta) if !meta.file_type().is_file() => {
             return Err(SshUserError::StoredFile {
                 path,
-                reason: "not a regular file".into(),
+                reason: StoredRefusal::NotARegularFile,
             });
         }
         Ok(_) => {}
@@ -86,14 +88,14 @@ pub fn read_stored_ssh_users(dir: &Path) -> Result<Option<Vec<SshUser>>, SshUser
         confboot_util::fs::read_bounded(&path, MAX_SSH_USERS_CONFIG_BYTES as u64).map_err(|e| {
             SshUserError::StoredFile {
                 path: path.clone(),
-                reason: e.to_string(),
+                reason: StoredRefusal::Read(e),
             }
         })?;
     parse_ssh_users_config(&bytes)
         .map(Some)
         .map_err(|e| SshUserError::StoredFile {
             path,
-            reason: e.to_string(),
+            reason: StoredRefusal::Invalid(Box::new(e)),
         })
 }
 
@@ -134,8 +136,17 @@ mod tests {
     fn a_corrupt_or_oversized_kept_file_is_refused_whole() {
         let dir = TempDir::new("ssh-store-corrupt");
         let path = dir.path().join(STORED_SSH_USERS_FILE);
-        for (bytes, what) in [
-            (b"{\"sshUsers\": [".to_vec(), "EOF"),
+        let not_json = |r: &StoredRefusal| matches!(r, StoredRefusal::Invalid(e) if matches!(**e, SshUserError::Config(_)));
+        let invalid_name = |r: &StoredRefusal| matches!(r, StoredRefusal::Invalid(e) if matches!(**e, SshUserError::InvalidName { .. }));
+        let too_large = |r: &StoredRefusal| {
+            matches!(
+                r,
+                StoredRefusal::Read(confboot_util::fs::FileError::TooLarge { .. })
+            )
+        };
+        type Is = fn(&StoredRefusal) -> bool;
+        for (bytes, what, is) in [
+            (b"{\"sshUsers\": [".to_vec(), "EOF", not_json as Is),
             (
                 format!(
                     r#"{{"sshUsers": [{{"username": "root", "publicKey": "{}"}}]}}"#,
@@ -143,13 +154,22 @@ mod tests {
                 )
                 .into_bytes(),
                 "system account",
+                invalid_name,
             ),
-            (vec![b' '; MAX_SSH_USERS_CONFIG_BYTES + 1], "limit"),
+            (
+                vec![b' '; MAX_SSH_USERS_CONFIG_BYTES + 1],
+                "limit",
+                too_large,
+            ),
         ] {
             fs::write(&path, &bytes).unwrap();
             match read_stored_ssh_users(dir.path()) {
                 Err(e @ SshUserError::StoredFile { .. }) => {
-                    assert!(e.to_string().contains(what), "{e}")
+                    assert!(e.to_string().contains(what), "{e}");
+                    let SshUserError::StoredFile { reason, .. } = &e else {
+                        unreachable!()
+                    };
+                    assert!(is(reason), "{e:?}");
                 }
                 other => panic!("{other:?}"),
             }

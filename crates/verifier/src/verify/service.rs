@@ -242,7 +242,12 @@ mod tests {
         let huge = service(Arc::new(Recorded(vec![1; 70 * 1024])));
         let got = fetch_document(&huge.local_addr().to_string(), Duration::from_secs(10));
         assert!(
-            matches!(&got, Err(FetchError::Atls(AtlsError::Message(m))) if m.starts_with("evidence of 71680 bytes, over")),
+            matches!(
+                got,
+                Err(FetchError::Atls(AtlsError::Message(
+                    confboot_atls::MessageFault::EvidenceTooLarge(71680)
+                )))
+            ),
             "{got:?}"
         );
         huge.stop();
