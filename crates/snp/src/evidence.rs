@@ -232,7 +232,9 @@ mod tests {
     fn bounds_are_enforced() {
         let mut e = sample();
         e.certificates = vec![e.certificates[0].clone(); MAX_CERTIFICATES + 1];
-        assert!(matches!(e.encode(), Err(AttestationError::Issue(_))));
+        assert!(
+            matches!(e.encode(), Err(e @ AttestationError::Issue(_)) if e.is(&SnpRefusal::Evidence))
+        );
         let msg = pb::Evidence {
             report: vec![0; REPORT_LEN],
             certificates: vec![
@@ -245,9 +247,12 @@ mod tests {
         };
         assert_eq!(
             SnpEvidence::decode(&msg.encode_to_vec()),
-            Err(AttestationError::Decode(format!(
-                "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
-                MAX_CERTIFICATES + 1
+            Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
+                    MAX_CERTIFICATES + 1
+                )
             )))
         );
         let big = pb::Evidence {
@@ -259,11 +264,12 @@ mod tests {
         };
         assert!(matches!(
             SnpEvidence::decode(&big.encode_to_vec()),
-            Err(AttestationError::Decode(m)) if m.contains("VCEK certificate has 8193 bytes")
+            Err(AttestationError::Decode(d))
+                if d.is(&SnpRefusal::Evidence) && d.text().contains("VCEK certificate has 8193 bytes")
         ));
         assert!(matches!(
             SnpEvidence::decode(&vec![0; MAX_EVIDENCE_LEN + 1]),
-            Err(AttestationError::Decode(m)) if m.contains("exceeds")
+            Err(AttestationError::Decode(d)) if d.is(&SnpRefusal::Evidence) && d.text().contains("exceeds")
         ));
         let unknown = pb::Evidence {
             report: vec![0; REPORT_LEN],
@@ -274,7 +280,8 @@ mod tests {
         };
         assert!(matches!(
             SnpEvidence::decode(&unknown.encode_to_vec()),
-            Err(AttestationError::Decode(m)) if m.contains("unknown kind 99")
+            Err(AttestationError::Decode(d))
+                if d.is(&SnpRefusal::Evidence) && d.text().contains("unknown kind 99")
         ));
     }
 }

@@ -228,7 +228,8 @@ mod tests {
         table[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
         let err = SnpIssuer::new(fixed(table), 0).issue(&[1; 32]).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("entry 0")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&SnpRefusal::HostCertificates) && d.text().contains("entry 0")),
             "{err}"
         );
         let mut source = fixed(Vec::new());
@@ -236,7 +237,10 @@ mod tests {
         let err = SnpIssuer::new(source, 0).issue(&[1; 32]).unwrap_err();
         assert_eq!(
             err,
-            AttestationError::Issue("the SNP device returned a report for VMPL 1, not 0".into())
+            AttestationError::Issue(Detail::with(
+                &SnpRefusal::DeviceVmpl,
+                "the SNP device returned a report for VMPL 1, not 0"
+            ))
         );
     }
 
@@ -244,7 +248,8 @@ mod tests {
     fn configfs_tsm_is_refused_where_it_is_missing() {
         let err = ConfigfsTsmSource::open(Path::new("/nonexistent/tsm/report")).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("6.7")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&confboot_attest::AttestRefusal::TsmMissing) && d.text().contains("6.7")),
             "{err}"
         );
     }
