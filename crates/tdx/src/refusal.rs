@@ -94,4 +94,6 @@ pub enum TdxRefusal {
     Ccel,
     /// The evidence to send breaks a bound the decoder enforces (`Issue`).
     EvidenceBounds,
+    /// Extending RTMR3 with the cluster mark failed (`Issue`).
+    Rtmr3,
 }
