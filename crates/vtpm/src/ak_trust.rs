@@ -596,15 +596,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        for bad in [
-            "pinned:04ab",
-            "pinned:zz",
-            &format!("pinned:05{}", "ab".repeat(64)),
-            "ca:/nonexistent/ca.pem",
-            "any",
+        for (bad, reason) in [
+            ("pinned:04ab", VtpmRefusal::AkTrustSpec),
+            ("pinned:zz", VtpmRefusal::AkTrustSpec),
+            (
+                &format!("pinned:05{}", "ab".repeat(64)),
+                VtpmRefusal::AkTrustSpec,
+            ),
+            ("ca:/nonexistent/ca.pem", VtpmRefusal::CaFile),
+            ("any", VtpmRefusal::AkTrustSpec),
         ] {
             assert!(
-                matches!(AkTrust::parse(bad), Err(e) if e.is(&VtpmRefusal::AkTrustSpec)),
+                matches!(AkTrust::parse(bad), Err(e @ AttestationError::Policy(_)) if e.is(&reason)),
                 "{bad}"
             );
         }

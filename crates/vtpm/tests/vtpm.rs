@@ -819,7 +819,7 @@ fn an_event_log_is_accepted_only_when_it_replays_to_the_quoted_pcrs() {
     let extra = synthetic_log(&[BOOT[0], BOOT[1], BOOT[2], (7, 0x4, b"sep")]);
     assert!(matches!(
         message(v.validate(&modified(&evidence, |e| e.event_log = extra), &EXTRA)),
-        e @ AttestationError::EventLog(_) if e.is(&VtpmRefusal::EventLogCoverage)
+        e @ AttestationError::EventLog(_) if e.is(&VtpmRefusal::EventLogReplay)
     ));
     // Garbage and oversized logs are refused with the reason.
     let err = message(v.validate(&modified(&evidence, |e| e.event_log = vec![1; 100]), &EXTRA));
