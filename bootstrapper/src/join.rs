@@ -556,7 +556,10 @@ mod tests {
         ) -> Result<confboot_attest::Attested, confboot_attest::AttestationError> {
             if evidence != extra {
                 return Err(confboot_attest::AttestationError::Binding(
-                    "another session".into(),
+                    confboot_attest::Detail::with(
+                        &confboot_vtpm::VtpmRefusal::Binding,
+                        "another session",
+                    ),
                 ));
             }
             Ok(confboot_attest::Attested {

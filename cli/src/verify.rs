@@ -735,12 +735,7 @@ impl SignedSets {
         };
         // As joinsvc's validator: one live set's difference is a
         // measurement refusal, anything else a policy one.
-        let error = match &refusal {
-            SetsRefusal::NoMatch { differences } if differences.len() == 1 => {
-                differences[0].1.clone()
-            }
-            other => AttestationError::Policy(other.to_string()),
-        };
+        let error = refusal.clone().into_error();
         Err(Box::new(SetsRefused {
             why: format!("its measurements are refused: {refusal}"),
             error,

@@ -7,12 +7,12 @@
 
 use std::path::Path;
 
-use confboot_attest::AttestationError;
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck};
 use confboot_attest::measurements::MAX_POLICY_BYTES;
+use confboot_attest::{AttestationError, Detail};
 use confboot_tdx::{
     CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, Quote,
-    SignedQeIdentity, SignedTcbInfo, TdxPolicy, TdxValidator, td_attributes,
+    SignedQeIdentity, SignedTcbInfo, TdxPolicy, TdxRefusal, TdxValidator, td_attributes,
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
@@ -404,7 +404,10 @@ fn event_log_check(log: &CcelLog, quote: &Quote) -> CheckResult {
                 "{} events replay to the quoted RTMRs",
                 log.events().len()
             )),
-            Err(e) => CheckOutcome::Failed(AttestationError::EventLog(e.to_string())),
+            Err(e) => CheckOutcome::Failed(AttestationError::EventLog(Detail::with(
+                &TdxRefusal::EventLog,
+                e.to_string(),
+            ))),
         },
     }
 }

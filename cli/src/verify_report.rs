@@ -7,13 +7,12 @@
 
 use std::path::Path;
 
-use confboot_attest::AttestationError;
 use confboot_attest::check::{CheckOutcome, ReportDataCheck};
 use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_snp::{
     AmdCert, CertEntry, CertKind, CertRole, KDS_BASE_URL, Product, ProductRoot, SnpEvidence,
-    SnpPolicy, SnpReport, SnpValidator, TrustRoots, certificates_from_pem_or_der, check,
-    kds_vcek_url,
+    SnpPolicy, SnpRefusal, SnpReport, SnpValidator, TrustRoots, certificates_from_pem_or_der,
+    check, kds_vcek_url,
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
@@ -456,7 +455,7 @@ fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
     }
     let vek_missing = checks.iter().any(|c| {
         c.name == check::VEK
-            && matches!(&c.outcome, CheckOutcome::Failed(AttestationError::Trust(m)) if m.contains("no VCEK or VLEK"))
+            && matches!(&c.outcome, CheckOutcome::Failed(e) if e.is(&SnpRefusal::NoVek))
     });
     if vek_missing {
         print_kds_hint(report);

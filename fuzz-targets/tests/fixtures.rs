@@ -11,6 +11,7 @@ use confboot_fuzz_targets::{TICKET_SALT, TICKET_SECRET};
 use confboot_proto::Message;
 use confboot_proto::vtpm::QuoteEvidence;
 use confboot_snp::SnpEvidence;
+use confboot_vtpm::VtpmRefusal;
 
 #[test]
 fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_not() {
@@ -25,7 +26,7 @@ fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_no
         let changed = q.encode_to_vec();
         assert!(matches!(
             v.pinned.validate(&changed, &EXTRA),
-            Err(AttestationError::Signature(_))
+            Err(e @ AttestationError::Signature(_)) if e.is(&VtpmRefusal::PcrDigest)
         ));
     }
     // Without a certificate only the pinned trust passes.
@@ -33,13 +34,13 @@ fn fixture_vtpm_evidence_validates_with_either_trust_and_a_changed_quote_does_no
     v.pinned.validate(&e, &EXTRA).unwrap();
     assert!(matches!(
         v.ca_trusted.validate(&e, &EXTRA),
-        Err(AttestationError::Trust(_))
+        Err(e @ AttestationError::Trust(_)) if e.is(&VtpmRefusal::NoAkCertificate)
     ));
     // A marked node is refused at join time.
     let e = v.evidence(&EXTRA, PcrSet::Marked, false);
     assert!(matches!(
         v.pinned.validate(&e, &EXTRA),
-        Err(AttestationError::Policy(_))
+        Err(e @ AttestationError::Policy(_)) if e.is(&VtpmRefusal::ClusterMarked)
     ));
 }
 
@@ -96,7 +97,7 @@ fn fixture_snp_reports_verify_and_a_changed_signed_byte_does_not() {
         };
         assert!(matches!(
             f.validator.verify(&changed, &exact),
-            Err(AttestationError::Signature(_))
+            Err(e @ AttestationError::Signature(_)) if e.is(&confboot_snp::SnpRefusal::ReportSignature)
         ));
     }
 }

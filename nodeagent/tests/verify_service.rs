@@ -399,6 +399,10 @@ impl Issuer for Recorded {
 /// though what it spoke to was the relay.
 struct Relay(SocketAddr);
 
+/// Why [`Relay`] cannot issue.
+#[derive(PartialEq)]
+struct RelayFailed;
+
 impl Issuer for Relay {
     fn variant(&self) -> Variant {
         Variant::QemuVtpm
@@ -406,7 +410,12 @@ impl Issuer for Relay {
     fn issue(&self, _: &[u8; EXTRA_DATA_LEN]) -> Result<Vec<u8>, AttestationError> {
         fetch_document(&self.0.to_string(), Duration::from_secs(30))
             .map(|got| got.document.evidence)
-            .map_err(|e| AttestationError::Issue(format!("the genuine node: {e}")))
+            .map_err(|e| {
+                AttestationError::Issue(confboot_attest::Detail::with(
+                    &RelayFailed,
+                    format!("the genuine node: {e}"),
+                ))
+            })
     }
 }
 

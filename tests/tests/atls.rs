@@ -20,7 +20,8 @@ use confboot_atls::binding::{self, Role};
 use confboot_atls::message::{self, AttestationMessage};
 use confboot_atls::{self as atls, AtlsClient, AtlsError, AtlsServer, AttestedPeer, ClientPeer};
 use confboot_attest::{
-    AttestationError, Attested, Issuer, MeasurementPolicy, SwappableValidator, Validator, Variant,
+    AttestationError, Attested, Detail, Issuer, MeasurementPolicy, SwappableValidator, Validator,
+    Variant,
 };
 use confboot_net::{PoolConfig, ServerHandle};
 use confboot_proto::Method;
@@ -238,12 +239,19 @@ fn a_validator_is_picked_by_the_variant_of_the_evidence() {
 /// Refuses everything; stands for a validator of another variant.
 struct Refuses(Variant);
 
+/// The reason [`Refuses`] gives.
+#[derive(PartialEq)]
+struct RefusesAll;
+
 impl Validator for Refuses {
     fn variant(&self) -> Variant {
         self.0
     }
     fn validate(&self, _: &[u8], _: &[u8; 32]) -> Result<Attested, AttestationError> {
-        Err(AttestationError::Policy("this validator refuses".into()))
+        Err(AttestationError::Policy(Detail::with(
+            &RefusesAll,
+            "this validator refuses",
+        )))
     }
 }
 

@@ -239,7 +239,10 @@ mod tests {
                 "state disk: state disk I/O: short write",
             ),
             (
-                NodeError::Mark(AttestationError::Decode("no PCR 15".into())),
+                NodeError::Mark(AttestationError::Decode(confboot_attest::Detail::with(
+                    &confboot_vtpm::VtpmRefusal::Evidence,
+                    "no PCR 15",
+                ))),
                 "cannot mark the node: malformed evidence: no PCR 15",
             ),
             (

@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::nodelock::{LockToken, NodeLock};
-use confboot_attest::{AttestationError, Attested};
+use confboot_attest::{AttestationError, Attested, Detail};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_cluster::mark;
 use confboot_cluster::ticket::{
@@ -53,8 +53,8 @@ use confboot_sys::ssh_users::{
     ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
     validate_ssh_users,
 };
-use confboot_tdx::Rtmr3Marker;
-use confboot_vtpm::VtpmIssuer;
+use confboot_tdx::{Rtmr3Marker, TdxRefusal};
+use confboot_vtpm::{VtpmIssuer, VtpmRefusal};
 
 pub use error::{NodeError, SshUsersError};
 pub use plan::{AdminApi, IssuedTicket, JoinServiceCheck, Plan, Ticket, TicketRequest, plan_for};
@@ -102,13 +102,14 @@ pub trait NodeMarker: Send + Sync {
 impl NodeMarker for VtpmIssuer {
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
         self.with_tpm(|tpm| mark::mark_node(tpm, cluster_id))
-            .map_err(|e| AttestationError::Issue(e.to_string()))
+            .map_err(|e| AttestationError::Issue(Detail::with(&VtpmRefusal::Tpm, e.to_string())))
     }
 }
 
 impl NodeMarker for Rtmr3Marker {
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
-        mark::mark_td(self, cluster_id).map_err(|e| AttestationError::Issue(e.to_string()))
+        mark::mark_td(self, cluster_id)
+            .map_err(|e| AttestationError::Issue(Detail::with(&TdxRefusal::Rtmr3, e.to_string())))
     }
 }
 

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use confboot_attest::AttestationError;
+use confboot_attest::{AttestationError, Detail};
 use confboot_cluster::mark::marked_pcr15;
 use confboot_cluster::ticket::{JoinTicket, RejoinTicket};
 use confboot_cluster::{ClusterError, RecordedCall, RecordingBackend};
@@ -19,6 +19,7 @@ use confboot_proto::recover::RecoverMessage;
 use confboot_sys::process::{CommandOutput, CommandRunner, ProcessError, Stream};
 use confboot_testkit::TempDir;
 use confboot_tpm::CLUSTER_ID_PCR;
+use confboot_vtpm::VtpmRefusal;
 
 use super::*;
 
@@ -218,7 +219,10 @@ struct FakeMarker {
 impl NodeMarker for FakeMarker {
     fn mark(&self, cluster_id: &[u8]) -> Result<(), AttestationError> {
         if self.fail {
-            return Err(AttestationError::Issue("injected TPM fault".into()));
+            return Err(AttestationError::Issue(Detail::with(
+                &VtpmRefusal::Tpm,
+                "injected TPM fault",
+            )));
         }
         self.marks.lock().unwrap().push(cluster_id.to_vec());
         Ok(())
@@ -1218,7 +1222,10 @@ fn only_errors_past_the_nodelock_are_final() {
     assert!(refusals.iter().all(|e| !e.is_final()));
     let finals = [
         NodeError::Disk(DiskError::WrongKey),
-        NodeError::Mark(AttestationError::Issue("x".into())),
+        NodeError::Mark(AttestationError::Issue(Detail::with(
+            &VtpmRefusal::Tpm,
+            "x",
+        ))),
         NodeError::Cluster {
             action: "join",
             error: ClusterError::Stopped,
@@ -2104,6 +2111,9 @@ fn markers_mark_in_turn_and_the_first_failure_ends_it() {
     let err = Markers(vec![Arc::new(failing), Arc::new(after.clone())])
         .mark(b"cluster")
         .unwrap_err();
-    assert_eq!(err, AttestationError::Issue("injected TPM fault".into()));
+    assert_eq!(
+        err,
+        AttestationError::Issue(Detail::with(&VtpmRefusal::Tpm, "injected TPM fault"))
+    );
     assert!(after.marks.lock().unwrap().is_empty());
 }

@@ -18,3 +18,16 @@
 
 pub mod ear;
 pub mod reference;
+
+/// The typed reason of the refusals this crate makes, carried in the
+/// [`AttestationError`](confboot_attest::AttestationError)'s
+/// [`Detail`](confboot_attest::Detail) (both are `Policy` refusals).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppraisalRefusal {
+    /// The measurements match only a retired reference-value set
+    /// ([`reference::sets::SetsRefusal::Retired`]).
+    SetRetired,
+    /// The measurements match none of the reference-value sets
+    /// ([`reference::sets::SetsRefusal::NoMatch`]).
+    NoSetMatches,
+}

@@ -82,7 +82,7 @@
 //! use std::time::Duration;
 //!
 //! use confboot_atls as atls;
-//! use confboot_attest::{Attested, AttestationError, Issuer, Validator, Variant};
+//! use confboot_attest::{Attested, AttestationError, Detail, Issuer, Validator, Variant};
 //! use confboot_net::PoolConfig;
 //! use confboot_wire::{Router, ServerLimits, Status};
 //! use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
@@ -91,6 +91,8 @@
 //! // just the extra_data (the session's exporter), which is NOT secure and
 //! // only shows the wiring.
 //! struct Echo;
+//! #[derive(PartialEq)]
+//! struct OtherHandshake;
 //! impl Issuer for Echo {
 //!     fn variant(&self) -> Variant { Variant::QemuVtpm }
 //!     fn issue(&self, extra: &[u8; 32]) -> Result<Vec<u8>, AttestationError> { Ok(extra.to_vec()) }
@@ -98,7 +100,9 @@
 //! impl Validator for Echo {
 //!     fn variant(&self) -> Variant { Variant::QemuVtpm }
 //!     fn validate(&self, ev: &[u8], extra: &[u8; 32]) -> Result<Attested, AttestationError> {
-//!         if ev != extra { return Err(AttestationError::Binding("other handshake".into())); }
+//!         if ev != extra {
+//!             return Err(AttestationError::Binding(Detail::with(&OtherHandshake, "other handshake")));
+//!         }
 //!         Ok(Attested { variant: Variant::QemuVtpm, measurements: Default::default(), warnings: Vec::new(), set_verdict: None })
 //!     }
 //! }

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::{AttestationError, EXTRA_DATA_LEN};
+use crate::{AttestRefusal, AttestationError, Detail, EXTRA_DATA_LEN};
 
 /// What `REPORT_DATA` must hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,9 +77,9 @@ pub fn first_failure(checks: &[CheckResult]) -> Option<AttestationError> {
         return Some(e);
     }
     checks.iter().find_map(|c| match &c.outcome {
-        CheckOutcome::Skipped(why) => Some(AttestationError::Policy(format!(
-            "check {:?} was not performed: {why}",
-            c.name
+        CheckOutcome::Skipped(why) => Some(AttestationError::Policy(Detail::with(
+            &AttestRefusal::CheckNotPerformed,
+            format!("check {:?} was not performed: {why}", c.name),
         ))),
         _ => None,
     })

@@ -38,6 +38,7 @@ pub mod check;
 pub mod measurements;
 pub mod tsm;
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, RwLock};
@@ -168,6 +169,11 @@ impl SetVerdict {
 
 /// Why evidence could not be issued or was refused.
 ///
+/// Each category but the two structured ones carries a [`Detail`]: the
+/// refusing crate's typed reason (which check refused) and the text a user
+/// reads. Callers branch on the category, or ask the detail for the
+/// reason ([`Detail::reason`], [`Detail::is`]); the text is for people.
+///
 /// Exhaustive on purpose: an attestation result maps every refusal to the
 /// trust claim it is about (`confboot_appraisal::ear`), so a new kind of
 /// refusal must be mapped where it is matched.
@@ -175,16 +181,16 @@ impl SetVerdict {
 pub enum AttestationError {
     /// The evidence cannot be decoded: truncated, oversized, fields missing.
     #[error("malformed evidence: {0}")]
-    Decode(String),
+    Decode(Detail),
     /// A signature over the evidence (quote, report, certificate) does not verify.
     #[error("signature check failed: {0}")]
-    Signature(String),
+    Signature(Detail),
     /// The evidence is not bound to this handshake's `extra_data` (stale or replayed).
     #[error("evidence not bound to this handshake: {0}")]
-    Binding(String),
+    Binding(Detail),
     /// The signing key is not trusted (AK not pinned, certificate chain broken).
     #[error("untrusted signing key: {0}")]
-    Trust(String),
+    Trust(Detail),
     /// An enforced measurement differs from the policy.
     #[error("measurement {index} differs: expected {expected}, actual {actual}{}", first_difference(event.as_deref()))]
     Measurement {
@@ -202,10 +208,10 @@ pub enum AttestationError {
     /// The evidence's event log is malformed or does not replay to the
     /// quoted PCRs.
     #[error("event log refused: {0}")]
-    EventLog(String),
+    EventLog(Detail),
     /// Another policy rule was violated (debug enabled, VMPL, TCB below minimum, ...).
     #[error("policy violated: {0}")]
-    Policy(String),
+    Policy(Detail),
     /// The evidence is of another variant than the validator's.
     #[error("evidence variant {actual} where {expected} is required")]
     WrongVariant {
@@ -216,7 +222,135 @@ pub enum AttestationError {
     },
     /// The issuer could not produce evidence (device missing, TPM error).
     #[error("cannot issue evidence: {0}")]
-    Issue(String),
+    Issue(Detail),
+}
+
+/// Which check refused, as the refusing crate names it: a type of its own,
+/// usually a fieldless enum with one variant per check
+/// (`confboot_vtpm::VtpmRefusal`, `confboot_snp::SnpRefusal`, ...).
+///
+/// Every `'static` type with equality is one (a blanket implementation);
+/// the trait only lets a [`Detail`] compare two reasons of unknown types.
+pub trait Reason: Any + Send + Sync {
+    /// Whether `other` is this very reason (same type, equal value).
+    fn same(&self, other: &dyn Reason) -> bool;
+}
+
+impl<T: Any + PartialEq + Send + Sync> Reason for T {
+    fn same(&self, other: &dyn Reason) -> bool {
+        (other as &dyn Any).downcast_ref::<T>() == Some(self)
+    }
+}
+
+/// The detail of an [`AttestationError`]: the typed [`Reason`] of the crate
+/// that refused, and the human text, built once at the refusal.
+///
+/// The reason is held as `&'static dyn Reason` and read back by its type
+/// ([`Detail::reason`], an [`Any`] downcast). A neutral enum here that
+/// wrapped every crate's reason would have to name them, and this crate
+/// sits below the variants, which depend on it and never on each other;
+/// with a downcast each variant keeps its reasons to itself, a new variant
+/// needs no change here, and a reason costs one pointer and no allocation
+/// (reasons are fieldless, so a `&'static` of one is a constant).
+///
+/// Two details are equal when their reasons and their texts are.
+#[derive(Clone)]
+pub struct Detail {
+    reason: &'static dyn Reason,
+    text: String,
+}
+
+impl Detail {
+    /// A detail of `reason` with the text a user reads.
+    pub fn with<R: Reason>(reason: &'static R, text: impl Into<String>) -> Detail {
+        Detail {
+            reason,
+            text: text.into(),
+        }
+    }
+
+    /// The reason, if it is an `R`.
+    pub fn reason<R: Reason>(&self) -> Option<&'static R> {
+        let reason: &'static dyn Any = self.reason;
+        reason.downcast_ref::<R>()
+    }
+
+    /// Whether the reason is `reason`.
+    pub fn is<R: Reason>(&self, reason: &R) -> bool {
+        reason.same(self.reason)
+    }
+
+    /// The text a user reads (what the error's message shows).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl PartialEq for Detail {
+    fn eq(&self, other: &Detail) -> bool {
+        self.text == other.text && self.reason.same(other.reason)
+    }
+}
+
+impl Eq for Detail {}
+
+impl fmt::Display for Detail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Detail {
+    /// The text only: the reason's type is erased, and a `Debug` bound on
+    /// every reason would put its names into every binary that links a
+    /// validator.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Detail").field(&self.text).finish()
+    }
+}
+
+/// The refusals this crate makes itself: the shared check vocabulary's and
+/// the configfs-tsm transport's (every one an [`AttestationError::Issue`]
+/// but [`AttestRefusal::CheckNotPerformed`], a policy refusal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttestRefusal {
+    /// A check of a list was skipped, so the list does not admit
+    /// ([`check::first_failure`]).
+    CheckNotPerformed,
+    /// The configfs-tsm report directory is missing (no kernel support, no
+    /// guest driver, configfs not mounted).
+    TsmMissing,
+    /// A configfs-tsm request could not be made or read (a directory, an
+    /// attribute file, a blob).
+    TsmIo,
+    /// The configfs-tsm provider is another one than the issuer's.
+    TsmProvider,
+    /// The configfs-tsm generation counter cannot be read.
+    TsmGeneration,
+    /// Someone else wrote the same configfs-tsm report during the request.
+    TsmRace,
+}
+
+impl AttestationError {
+    /// The detail, for every category that carries one.
+    pub fn detail(&self) -> Option<&Detail> {
+        match self {
+            AttestationError::Decode(d)
+            | AttestationError::Signature(d)
+            | AttestationError::Binding(d)
+            | AttestationError::Trust(d)
+            | AttestationError::EventLog(d)
+            | AttestationError::Policy(d)
+            | AttestationError::Issue(d) => Some(d),
+            AttestationError::Measurement { .. } | AttestationError::WrongVariant { .. } => None,
+        }
+    }
+
+    /// Whether the detail's reason is `reason` (never, for the categories
+    /// without a detail).
+    pub fn is<R: Reason>(&self, reason: &R) -> bool {
+        self.detail().is_some_and(|d| d.is(reason))
+    }
 }
 
 /// The end of a [`AttestationError::Measurement`] message: `; ` and the
@@ -326,6 +460,35 @@ mod tests {
 
     struct Fixed(Result<u32, AttestationError>);
 
+    #[derive(PartialEq)]
+    enum TestRefusal {
+        No,
+        Alone,
+        Other,
+    }
+
+    #[test]
+    fn a_detail_gives_its_reason_back_by_type() {
+        let e = AttestationError::Policy(Detail::with(&TestRefusal::No, "no"));
+        let d = e.detail().unwrap();
+        assert!(d.reason::<TestRefusal>() == Some(&TestRefusal::No));
+        assert!(d.reason::<AttestRefusal>().is_none());
+        assert!(e.is(&TestRefusal::No) && !e.is(&TestRefusal::Other));
+        assert_eq!(e.to_string(), "policy violated: no");
+        assert_ne!(
+            e,
+            AttestationError::Policy(Detail::with(&TestRefusal::Other, "no"))
+        );
+        assert_ne!(
+            e,
+            AttestationError::Policy(Detail::with(&AttestRefusal::TsmRace, "no"))
+        );
+        assert_ne!(
+            e,
+            AttestationError::Policy(Detail::with(&TestRefusal::No, "yes"))
+        );
+    }
+
     impl Validator for Fixed {
         fn variant(&self) -> Variant {
             Variant::QemuVtpm
@@ -356,11 +519,9 @@ mod tests {
         let s = SwappableValidator::new(Arc::new(Fixed(Ok(1))));
         let held = s.current();
         assert!(s.validate(b"", &[0; 32]).is_ok());
-        s.swap(Arc::new(Fixed(Err(AttestationError::Policy("no".into())))));
-        assert_eq!(
-            s.validate(b"", &[0; 32]),
-            Err(AttestationError::Policy("no".into()))
-        );
+        let no = || AttestationError::Policy(Detail::with(&TestRefusal::No, "no"));
+        s.swap(Arc::new(Fixed(Err(no()))));
+        assert_eq!(s.validate(b"", &[0; 32]), Err(no()));
         // A validator taken before the swap stays whole.
         assert!(held.validate(b"", &[0; 32]).is_ok());
     }
@@ -389,7 +550,10 @@ mod tests {
                 })
                 .unwrap();
             if *inside < self.peers {
-                return Err(AttestationError::Policy("validated alone".into()));
+                return Err(AttestationError::Policy(Detail::with(
+                    &TestRefusal::Alone,
+                    "validated alone",
+                )));
             }
             Ok(Attested {
                 set_verdict: None,

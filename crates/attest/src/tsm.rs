@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::AttestationError;
+use crate::{AttestRefusal, AttestationError, Detail};
 
 /// The default configfs-tsm report directory.
 pub const TSM_REPORT_DIR: &str = "/sys/kernel/config/tsm/report";
@@ -57,10 +57,13 @@ impl TsmReports {
         guest: &str,
     ) -> Result<TsmReports, AttestationError> {
         if !root.is_dir() {
-            return Err(AttestationError::Issue(format!(
-                "{} is missing: configfs-tsm needs Linux 6.7 or later, {guest} and configfs \
+            return Err(AttestationError::Issue(Detail::with(
+                &AttestRefusal::TsmMissing,
+                format!(
+                    "{} is missing: configfs-tsm needs Linux 6.7 or later, {guest} and configfs \
                  mounted at /sys/kernel/config",
-                root.display()
+                    root.display()
+                ),
             )));
         }
         Ok(TsmReports {
@@ -79,9 +82,9 @@ impl TsmReports {
             std::process::id()
         ));
         std::fs::create_dir(&dir).map_err(|e| {
-            AttestationError::Issue(format!(
-                "configfs-tsm: cannot create {}: {e}",
-                dir.display()
+            AttestationError::Issue(Detail::with(
+                &AttestRefusal::TsmIo,
+                format!("configfs-tsm: cannot create {}: {e}", dir.display()),
             ))
         })?;
         let result = self.request_in(&dir, req);
@@ -95,19 +98,30 @@ impl TsmReports {
     /// `mkdir` (a test double prepares one the same way).
     pub fn request_in(&self, dir: &Path, req: &TsmRequest) -> Result<TsmAnswer, AttestationError> {
         let io = |what: &str, e: std::io::Error| {
-            AttestationError::Issue(format!("configfs-tsm {what}: {e}"))
+            AttestationError::Issue(Detail::with(
+                &AttestRefusal::TsmIo,
+                format!("configfs-tsm {what}: {e}"),
+            ))
         };
         let read = |name: &str, limit: u64| {
             confboot_util::fs::read_bounded(&dir.join(name), limit)
                 .map(|b| b.to_vec())
-                .map_err(|e| AttestationError::Issue(format!("configfs-tsm: {e}")))
+                .map_err(|e| {
+                    AttestationError::Issue(Detail::with(
+                        &AttestRefusal::TsmIo,
+                        format!("configfs-tsm: {e}"),
+                    ))
+                })
         };
         let provider = read("provider", 64)?;
         if provider.trim_ascii() != self.provider.as_bytes() {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm provider is {}, not {}",
-                confboot_util::text::printable(provider.trim_ascii(), 64),
-                self.provider
+            return Err(AttestationError::Issue(Detail::with(
+                &AttestRefusal::TsmProvider,
+                format!(
+                    "configfs-tsm provider is {}, not {}",
+                    confboot_util::text::printable(provider.trim_ascii(), 64),
+                    self.provider
+                ),
             )));
         }
         let mut writes = 0u64;
@@ -129,7 +143,12 @@ impl TsmReports {
             std::str::from_utf8(&text)
                 .ok()
                 .and_then(|t| t.trim().parse().ok())
-                .ok_or_else(|| AttestationError::Issue(format!("configfs-tsm {what} generation")))
+                .ok_or_else(|| {
+                    AttestationError::Issue(Detail::with(
+                        &AttestRefusal::TsmGeneration,
+                        format!("configfs-tsm {what} generation"),
+                    ))
+                })
         };
         let before = generation("first")?;
         let outblob = read("outblob", req.outblob_limit)?;
@@ -144,9 +163,12 @@ impl TsmReports {
         };
         let after = generation("second")?;
         if before != writes || after != writes {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm report written by someone else too (generation {before}/{after}, \
+            return Err(AttestationError::Issue(Detail::with(
+                &AttestRefusal::TsmRace,
+                format!(
+                    "configfs-tsm report written by someone else too (generation {before}/{after}, \
                  {writes} writes of ours)"
+                ),
             )));
         }
         Ok(TsmAnswer { outblob, auxblob })

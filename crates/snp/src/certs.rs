@@ -21,7 +21,8 @@ use sev::certs::snp::{Certificate as SevCertificate, Verifiable};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::report::{Product, TcbVersion};
-use confboot_attest::AttestationError;
+use crate::SnpRefusal;
+use confboot_attest::{AttestationError, Detail};
 
 /// OID of the VCEK's hardware-id extension (the chip id it belongs to).
 pub const OID_HW_ID: &str = "1.3.6.1.4.1.3704.1.4";
@@ -108,12 +109,16 @@ pub struct AmdCert {
 impl AmdCert {
     /// Parses a DER certificate; its subject common name must name an AMD role.
     pub fn from_der(der: &[u8]) -> Result<AmdCert, AttestationError> {
-        let (rest, x509) = X509Certificate::from_der(der)
-            .map_err(|e| AttestationError::Decode(format!("certificate: {e}")))?;
+        let (rest, x509) = X509Certificate::from_der(der).map_err(|e| {
+            AttestationError::Decode(Detail::with(
+                &SnpRefusal::Certificate,
+                format!("certificate: {e}"),
+            ))
+        })?;
         if !rest.is_empty() {
-            return Err(AttestationError::Decode(format!(
-                "certificate: {} trailing bytes after the DER",
-                rest.len()
+            return Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Certificate,
+                format!("certificate: {} trailing bytes after the DER", rest.len()),
             )));
         }
         let common_name = x509
@@ -131,12 +136,17 @@ impl AmdCert {
             .unwrap_or("")
             .to_string();
         let (role, product) = CertRole::from_common_name(&common_name).ok_or_else(|| {
-            AttestationError::Trust(format!(
-                "certificate subject CN {common_name:?} is not an AMD SEV-SNP certificate"
+            AttestationError::Trust(Detail::with(
+                &SnpRefusal::CertificateName,
+                format!("certificate subject CN {common_name:?} is not an AMD SEV-SNP certificate"),
             ))
         })?;
-        let sev = SevCertificate::from_der(der)
-            .map_err(|e| AttestationError::Decode(format!("certificate: {e}")))?;
+        let sev = SevCertificate::from_der(der).map_err(|e| {
+            AttestationError::Decode(Detail::with(
+                &SnpRefusal::Certificate,
+                format!("certificate: {e}"),
+            ))
+        })?;
         Ok(AmdCert {
             der: der.to_vec(),
             sev,
@@ -211,8 +221,12 @@ pub struct VekInfo {
 impl VekInfo {
     /// Reads the extensions of a VCEK or VLEK.
     pub fn from_der(der: &[u8]) -> Result<VekInfo, AttestationError> {
-        let (_, x509) = X509Certificate::from_der(der)
-            .map_err(|e| AttestationError::Decode(format!("VEK certificate: {e}")))?;
+        let (_, x509) = X509Certificate::from_der(der).map_err(|e| {
+            AttestationError::Decode(Detail::with(
+                &SnpRefusal::VekCertificate,
+                format!("VEK certificate: {e}"),
+            ))
+        })?;
         let mut info = VekInfo {
             public_key: x509.public_key().subject_public_key.data.to_vec(),
             hw_id: None,
@@ -254,8 +268,9 @@ impl VekInfo {
                 return Err(duplicate(&oid));
             }
             *slot = Some(der_small_integer(ext.value).ok_or_else(|| {
-                AttestationError::Decode(format!(
-                    "VEK certificate: extension {oid} is not an INTEGER 0..=255"
+                AttestationError::Decode(Detail::with(
+                    &SnpRefusal::VekCertificate,
+                    format!("VEK certificate: extension {oid} is not an INTEGER 0..=255"),
                 ))
             })?);
         }
@@ -285,7 +300,10 @@ impl VekInfo {
 }
 
 fn duplicate(oid: &str) -> AttestationError {
-    AttestationError::Decode(format!("VEK certificate: extension {oid} appears twice"))
+    AttestationError::Decode(Detail::with(
+        &SnpRefusal::VekCertificate,
+        format!("VEK certificate: extension {oid} appears twice"),
+    ))
 }
 
 /// Decodes a DER INTEGER holding 0..=255 (one byte, or two with a leading zero).
@@ -530,8 +548,9 @@ impl TrustRoots {
             CertRole::Vcek => CertRole::Ask,
             CertRole::Vlek => CertRole::Asvk,
             other => {
-                return Err(AttestationError::Trust(format!(
-                    "the report's signing certificate is an {other}, not a VCEK or VLEK"
+                return Err(AttestationError::Trust(Detail::with(
+                    &SnpRefusal::ChainRole,
+                    format!("the report's signing certificate is an {other}, not a VCEK or VLEK"),
                 )));
             }
         };
@@ -571,17 +590,23 @@ impl TrustRoots {
         }
         let products: Vec<&str> = self.roots.iter().map(|r| r.product.name()).collect();
         if tried.is_empty() {
-            return Err(AttestationError::Trust(format!(
-                "no {wanted} to verify the {} under the pinned ARKs ({}): configure one or send it in the evidence",
-                vek.role(),
-                products.join(", ")
+            return Err(AttestationError::Trust(Detail::with(
+                &SnpRefusal::ChainIntermediate,
+                format!(
+                    "no {wanted} to verify the {} under the pinned ARKs ({}): configure one or send it in the evidence",
+                    vek.role(),
+                    products.join(", ")
+                ),
             )));
         }
         tried.dedup();
-        Err(AttestationError::Trust(format!(
-            "the {} does not chain to a pinned ARK (tried {})",
-            vek.role(),
-            tried.join(", ")
+        Err(AttestationError::Trust(Detail::with(
+            &SnpRefusal::Chain,
+            format!(
+                "the {} does not chain to a pinned ARK (tried {})",
+                vek.role(),
+                tried.join(", ")
+            ),
         )))
     }
 }

@@ -12,7 +12,8 @@ use confboot_proto::Message;
 use confboot_proto::snp as pb;
 
 use super::report::{REPORT_LEN, SnpReport};
-use confboot_attest::AttestationError;
+use crate::SnpRefusal;
+use confboot_attest::{AttestationError, Detail};
 
 /// Largest encoded evidence accepted.
 pub const MAX_EVIDENCE_LEN: usize = 64 * 1024;
@@ -113,9 +114,12 @@ impl SnpEvidence {
         };
         let bytes = msg.encode_to_vec();
         if bytes.len() > MAX_EVIDENCE_LEN {
-            return Err(AttestationError::Issue(format!(
-                "SNP evidence of {} bytes exceeds {MAX_EVIDENCE_LEN}",
-                bytes.len()
+            return Err(AttestationError::Issue(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP evidence of {} bytes exceeds {MAX_EVIDENCE_LEN}",
+                    bytes.len()
+                ),
             )));
         }
         Ok(bytes)
@@ -125,32 +129,45 @@ impl SnpEvidence {
     /// unspecified or unknown kind are refused.
     pub fn decode(bytes: &[u8]) -> Result<SnpEvidence, AttestationError> {
         if bytes.len() > MAX_EVIDENCE_LEN {
-            return Err(AttestationError::Decode(format!(
-                "SNP evidence of {} bytes exceeds {MAX_EVIDENCE_LEN}",
-                bytes.len()
+            return Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP evidence of {} bytes exceeds {MAX_EVIDENCE_LEN}",
+                    bytes.len()
+                ),
             )));
         }
-        let msg = pb::Evidence::decode(bytes)
-            .map_err(|e| AttestationError::Decode(format!("SNP evidence: {e}")))?;
+        let msg = pb::Evidence::decode(bytes).map_err(|e| {
+            AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!("SNP evidence: {e}"),
+            ))
+        })?;
         if msg.report.len() != REPORT_LEN {
-            return Err(AttestationError::Decode(format!(
-                "SNP report has {} bytes, want exactly {REPORT_LEN}",
-                msg.report.len()
+            return Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP report has {} bytes, want exactly {REPORT_LEN}",
+                    msg.report.len()
+                ),
             )));
         }
         let report = SnpReport::from_bytes(&msg.report)?;
         if msg.certificates.len() > MAX_CERTIFICATES {
-            return Err(AttestationError::Decode(format!(
-                "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
-                msg.certificates.len()
+            return Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
+                    msg.certificates.len()
+                ),
             )));
         }
         let mut certificates = Vec::with_capacity(msg.certificates.len());
         for (i, c) in msg.certificates.into_iter().enumerate() {
             let kind = CertKind::from_proto(c.kind).ok_or_else(|| {
-                AttestationError::Decode(format!(
-                    "SNP evidence certificate {i} has unknown kind {}",
-                    c.kind
+                AttestationError::Decode(Detail::with(
+                    &SnpRefusal::Evidence,
+                    format!("SNP evidence certificate {i} has unknown kind {}", c.kind),
                 ))
             })?;
             certificates.push(CertEntry { kind, der: c.der });
@@ -168,17 +185,23 @@ impl SnpEvidence {
 
 fn check_certificate_bounds(certs: &[CertEntry]) -> Result<(), AttestationError> {
     if certs.len() > MAX_CERTIFICATES {
-        return Err(AttestationError::Issue(format!(
-            "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
-            certs.len()
+        return Err(AttestationError::Issue(Detail::with(
+            &SnpRefusal::Evidence,
+            format!(
+                "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
+                certs.len()
+            ),
         )));
     }
     for c in certs {
         if c.der.is_empty() || c.der.len() > MAX_CERTIFICATE_LEN {
-            return Err(AttestationError::Issue(format!(
-                "SNP evidence {} certificate has {} bytes, want 1 to {MAX_CERTIFICATE_LEN}",
-                c.kind.name(),
-                c.der.len()
+            return Err(AttestationError::Issue(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP evidence {} certificate has {} bytes, want 1 to {MAX_CERTIFICATE_LEN}",
+                    c.kind.name(),
+                    c.der.len()
+                ),
             )));
         }
     }
@@ -209,7 +232,9 @@ mod tests {
     fn bounds_are_enforced() {
         let mut e = sample();
         e.certificates = vec![e.certificates[0].clone(); MAX_CERTIFICATES + 1];
-        assert!(matches!(e.encode(), Err(AttestationError::Issue(_))));
+        assert!(
+            matches!(e.encode(), Err(e @ AttestationError::Issue(_)) if e.is(&SnpRefusal::Evidence))
+        );
         let msg = pb::Evidence {
             report: vec![0; REPORT_LEN],
             certificates: vec![
@@ -222,9 +247,12 @@ mod tests {
         };
         assert_eq!(
             SnpEvidence::decode(&msg.encode_to_vec()),
-            Err(AttestationError::Decode(format!(
-                "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
-                MAX_CERTIFICATES + 1
+            Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!(
+                    "SNP evidence carries {} certificates, at most {MAX_CERTIFICATES} allowed",
+                    MAX_CERTIFICATES + 1
+                )
             )))
         );
         let big = pb::Evidence {
@@ -236,11 +264,12 @@ mod tests {
         };
         assert!(matches!(
             SnpEvidence::decode(&big.encode_to_vec()),
-            Err(AttestationError::Decode(m)) if m.contains("VCEK certificate has 8193 bytes")
+            Err(AttestationError::Decode(d))
+                if d.is(&SnpRefusal::Evidence) && d.text().contains("VCEK certificate has 8193 bytes")
         ));
         assert!(matches!(
             SnpEvidence::decode(&vec![0; MAX_EVIDENCE_LEN + 1]),
-            Err(AttestationError::Decode(m)) if m.contains("exceeds")
+            Err(AttestationError::Decode(d)) if d.is(&SnpRefusal::Evidence) && d.text().contains("exceeds")
         ));
         let unknown = pb::Evidence {
             report: vec![0; REPORT_LEN],
@@ -251,7 +280,8 @@ mod tests {
         };
         assert!(matches!(
             SnpEvidence::decode(&unknown.encode_to_vec()),
-            Err(AttestationError::Decode(m)) if m.contains("unknown kind 99")
+            Err(AttestationError::Decode(d))
+                if d.is(&SnpRefusal::Evidence) && d.text().contains("unknown kind 99")
         ));
     }
 }

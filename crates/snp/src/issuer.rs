@@ -23,8 +23,9 @@ use std::path::Path;
 use super::cert_table;
 use super::evidence::{CertEntry, SnpEvidence};
 use super::report::{REPORT_LEN, SnpReport};
+use crate::SnpRefusal;
 use confboot_attest::tsm::{TsmReports, TsmRequest};
-use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use confboot_attest::{AttestationError, Detail, EXTRA_DATA_LEN, Issuer, Variant};
 
 /// Where a source gets a report: for given `REPORT_DATA` at a VMPL, with
 /// the host's certificate table (possibly empty).
@@ -74,22 +75,34 @@ impl<S: SnpReportSource> Issuer for SnpIssuer<S> {
         let mut report_data = [0u8; 64];
         report_data[..EXTRA_DATA_LEN].copy_from_slice(extra_data);
         let raw = self.source.report(report_data, self.vmpl)?;
-        let report = SnpReport::from_bytes(&raw.report)
-            .map_err(|e| AttestationError::Issue(format!("the SNP device answered: {e}")))?;
+        let report = SnpReport::from_bytes(&raw.report).map_err(|e| {
+            AttestationError::Issue(Detail::with(
+                &SnpRefusal::Device,
+                format!("the SNP device answered: {e}"),
+            ))
+        })?;
         if report.report_data() != report_data.as_slice() {
-            return Err(AttestationError::Issue(
-                "the SNP device returned a report for other report data".into(),
-            ));
-        }
-        if report.vmpl() != self.vmpl {
-            return Err(AttestationError::Issue(format!(
-                "the SNP device returned a report for VMPL {}, not {}",
-                report.vmpl(),
-                self.vmpl
+            return Err(AttestationError::Issue(Detail::with(
+                &SnpRefusal::DeviceReportData,
+                "the SNP device returned a report for other report data",
             )));
         }
-        let certificates: Vec<CertEntry> = cert_table::parse(&raw.cert_table)
-            .map_err(|e| AttestationError::Issue(format!("the host's {e}")))?;
+        if report.vmpl() != self.vmpl {
+            return Err(AttestationError::Issue(Detail::with(
+                &SnpRefusal::DeviceVmpl,
+                format!(
+                    "the SNP device returned a report for VMPL {}, not {}",
+                    report.vmpl(),
+                    self.vmpl
+                ),
+            )));
+        }
+        let certificates: Vec<CertEntry> = cert_table::parse(&raw.cert_table).map_err(|e| {
+            AttestationError::Issue(Detail::with(
+                &SnpRefusal::HostCertificates,
+                format!("the host's {e}"),
+            ))
+        })?;
         SnpEvidence {
             report,
             certificates,
@@ -139,9 +152,12 @@ impl SnpReportSource for ConfigfsTsmSource {
             auxblob_limit: Some(cert_table::MAX_TABLE_LEN as u64),
         })?;
         if answer.outblob.len() != REPORT_LEN {
-            return Err(AttestationError::Issue(format!(
-                "configfs-tsm outblob has {} bytes, want {REPORT_LEN}",
-                answer.outblob.len()
+            return Err(AttestationError::Issue(Detail::with(
+                &SnpRefusal::Device,
+                format!(
+                    "configfs-tsm outblob has {} bytes, want {REPORT_LEN}",
+                    answer.outblob.len()
+                ),
             )));
         }
         Ok(RawReport {
@@ -212,7 +228,8 @@ mod tests {
         table[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
         let err = SnpIssuer::new(fixed(table), 0).issue(&[1; 32]).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("entry 0")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&SnpRefusal::HostCertificates) && d.text().contains("entry 0")),
             "{err}"
         );
         let mut source = fixed(Vec::new());
@@ -220,7 +237,10 @@ mod tests {
         let err = SnpIssuer::new(source, 0).issue(&[1; 32]).unwrap_err();
         assert_eq!(
             err,
-            AttestationError::Issue("the SNP device returned a report for VMPL 1, not 0".into())
+            AttestationError::Issue(Detail::with(
+                &SnpRefusal::DeviceVmpl,
+                "the SNP device returned a report for VMPL 1, not 0"
+            ))
         );
     }
 
@@ -228,7 +248,8 @@ mod tests {
     fn configfs_tsm_is_refused_where_it_is_missing() {
         let err = ConfigfsTsmSource::open(Path::new("/nonexistent/tsm/report")).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("6.7")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&confboot_attest::AttestRefusal::TsmMissing) && d.text().contains("6.7")),
             "{err}"
         );
     }

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use super::evidence::MAX_CERTIFICATE_LEN;
-use confboot_attest::AttestationError;
+use crate::SnpRefusal;
+use confboot_attest::{AttestationError, Detail};
 
 /// How long one KDS request may take, in all.
 pub const KDS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,14 +22,21 @@ pub fn fetch_certificate(url: &str) -> Result<Vec<u8>, AttestationError> {
         .max_redirects(0)
         .build()
         .into();
-    let mut response = agent
-        .get(url)
-        .call()
-        .map_err(|e| AttestationError::Trust(format!("KDS request {url}: {e}")))?;
+    let mut response = agent.get(url).call().map_err(|e| {
+        AttestationError::Trust(Detail::with(
+            &SnpRefusal::Kds,
+            format!("KDS request {url}: {e}"),
+        ))
+    })?;
     response
         .body_mut()
         .with_config()
         .limit(MAX_CERTIFICATE_LEN as u64)
         .read_to_vec()
-        .map_err(|e| AttestationError::Trust(format!("KDS response from {url}: {e}")))
+        .map_err(|e| {
+            AttestationError::Trust(Detail::with(
+                &SnpRefusal::Kds,
+                format!("KDS response from {url}: {e}"),
+            ))
+        })
 }

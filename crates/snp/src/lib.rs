@@ -37,6 +37,7 @@ mod issuer;
 #[cfg(feature = "kds")]
 mod kds;
 mod policy;
+mod refusal;
 mod report;
 mod vek_lookup;
 mod verify;
@@ -53,6 +54,7 @@ pub use issuer::{ConfigfsTsmSource, RawReport, SnpIssuer, SnpReportSource, TSM_R
 #[cfg(feature = "kds")]
 pub use kds::{KDS_TIMEOUT, fetch_certificate};
 pub use policy::{CHIP_ID_LEN, MAX_ALLOWED_CHIP_IDS, MinimumTcb, SnpPolicy};
+pub use refusal::SnpRefusal;
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
 pub use vek_lookup::{KDS_BASE_URL, kds_vcek_url, vcek_cache_path};
 /// The index under which [`SnpValidator`] passes on the identity of the

@@ -16,7 +16,8 @@
 
 use std::fmt;
 
-use confboot_attest::AttestationError;
+use crate::SnpRefusal;
+use confboot_attest::{AttestationError, Detail};
 
 /// Length of an attestation report.
 pub const REPORT_LEN: usize = 0x4A0;
@@ -246,9 +247,12 @@ impl SnpReport {
     /// Takes the raw report; only its length is checked here.
     pub fn from_bytes(bytes: &[u8]) -> Result<SnpReport, AttestationError> {
         let raw: [u8; REPORT_LEN] = bytes.try_into().map_err(|_| {
-            AttestationError::Decode(format!(
-                "SNP report has {} bytes, want exactly {REPORT_LEN}",
-                bytes.len()
+            AttestationError::Decode(Detail::with(
+                &SnpRefusal::Report,
+                format!(
+                    "SNP report has {} bytes, want exactly {REPORT_LEN}",
+                    bytes.len()
+                ),
             ))
         })?;
         Ok(SnpReport { raw: Box::new(raw) })
@@ -458,8 +462,9 @@ impl SnpReport {
             let start = offset::SIGNATURE + 72 * i;
             let le = &self.raw[start..start + 72];
             if le[48..].iter().any(|b| *b != 0) {
-                return Err(AttestationError::Signature(format!(
-                    "report signature: component {name} exceeds 384 bits"
+                return Err(AttestationError::Signature(Detail::with(
+                    &SnpRefusal::ReportSignature,
+                    format!("report signature: component {name} exceeds 384 bits"),
                 )));
             }
             for (j, b) in le[..48].iter().rev().enumerate() {
@@ -509,8 +514,9 @@ mod tests {
             let err = SnpReport::from_bytes(&vec![0; len]).unwrap_err();
             assert_eq!(
                 err,
-                AttestationError::Decode(format!(
-                    "SNP report has {len} bytes, want exactly {REPORT_LEN}"
+                AttestationError::Decode(Detail::with(
+                    &SnpRefusal::Report,
+                    format!("SNP report has {len} bytes, want exactly {REPORT_LEN}")
                 ))
             );
         }

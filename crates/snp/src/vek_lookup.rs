@@ -10,7 +10,8 @@ use super::certs::{AmdCert, CertRole, TrustRoots};
 use super::evidence::{CertKind, MAX_CERTIFICATE_LEN, SnpEvidence};
 use super::policy::SnpPolicy;
 use super::report::{Product, SigningKey, SnpReport};
-use confboot_attest::AttestationError;
+use crate::SnpRefusal;
+use confboot_attest::{AttestationError, Detail};
 use confboot_util::fs::{FileError, read_bounded};
 use confboot_util::hex;
 
@@ -71,20 +72,23 @@ pub(super) fn find_vek(
     if let Some(der) = chosen {
         let cert = AmdCert::from_der(der)?;
         if !matches!(cert.role(), CertRole::Vcek | CertRole::Vlek) {
-            return Err(AttestationError::Trust(format!(
-                "the evidence's endorsement key is an {} ({:?})",
-                cert.role(),
-                cert.common_name()
+            return Err(AttestationError::Trust(Detail::with(
+                &SnpRefusal::VekRole,
+                format!(
+                    "the evidence's endorsement key is an {} ({:?})",
+                    cert.role(),
+                    cert.common_name()
+                ),
             )));
         }
         return Ok((cert, "the evidence".into()));
     }
     let report = &evidence.report;
     if report.chip_id_masked() {
-        return Err(AttestationError::Trust(
-            "the evidence carries no VCEK or VLEK, and the masked chip id cannot find a VCEK"
-                .into(),
-        ));
+        return Err(AttestationError::Trust(Detail::with(
+            &SnpRefusal::NoVek,
+            "the evidence carries no VCEK or VLEK, and the masked chip id cannot find a VCEK",
+        )));
     }
     let not_cached = match policy.vcek_cache_dir.as_deref() {
         None => "no VCEK cache is configured".to_string(),
@@ -94,9 +98,9 @@ pub(super) fn find_vek(
                 Ok(der) => {
                     let cert = AmdCert::from_der(&der)?;
                     if cert.role() != CertRole::Vcek {
-                        return Err(AttestationError::Trust(format!(
-                            "cached certificate {} is not a VCEK",
-                            path.display()
+                        return Err(AttestationError::Trust(Detail::with(
+                            &SnpRefusal::VekRole,
+                            format!("cached certificate {} is not a VCEK", path.display()),
                         )));
                     }
                     return Ok((cert, format!("the cache ({})", path.display())));
@@ -108,8 +112,9 @@ pub(super) fn find_vek(
     if policy.kds_fetch {
         return fetch_vek(report, policy, roots);
     }
-    Err(AttestationError::Trust(format!(
-        "the evidence carries no VCEK or VLEK and {not_cached}"
+    Err(AttestationError::Trust(Detail::with(
+        &SnpRefusal::NoVek,
+        format!("the evidence carries no VCEK or VLEK and {not_cached}"),
     )))
 }
 
@@ -152,9 +157,12 @@ fn fetch_vek(
             Err(e) => errors.push(e.to_string()),
         }
     }
-    Err(AttestationError::Trust(format!(
-        "the evidence carries no VCEK or VLEK, none is cached, and the KDS gave none: {}",
-        errors.join("; ")
+    Err(AttestationError::Trust(Detail::with(
+        &SnpRefusal::NoVek,
+        format!(
+            "the evidence carries no VCEK or VLEK, none is cached, and the KDS gave none: {}",
+            errors.join("; ")
+        ),
     )))
 }
 
@@ -164,9 +172,10 @@ fn fetch_vek(
     _policy: &SnpPolicy,
     _roots: &TrustRoots,
 ) -> Result<(AmdCert, String), AttestationError> {
-    Err(AttestationError::Trust(
-        "the policy asks for KDS fetching but confboot was built without the `kds` feature".into(),
-    ))
+    Err(AttestationError::Trust(Detail::with(
+        &SnpRefusal::KdsNotBuilt,
+        "the policy asks for KDS fetching but confboot was built without the `kds` feature",
+    )))
 }
 
 /// Where the VCEK for a report is cached: `<dir>/<chip_id hex>/<reported_tcb hex>.der`.

@@ -10,10 +10,11 @@ use super::evidence::{CertKind, SnpEvidence};
 use super::policy::{MinimumTcb, SnpPolicy};
 use super::report::{Product, SigningKey, SnpReport, TcbVersion};
 use super::vek_lookup::find_vek;
+use crate::SnpRefusal;
 use confboot_attest::check::{
     CheckOutcome, CheckResult, ReportDataCheck, WARNING_MARK, first_failure,
 };
-use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, Variant};
+use confboot_attest::{AttestationError, Attested, Detail, EXTRA_DATA_LEN, Variant};
 use confboot_util::hex;
 
 /// Names of the checks, in the order they run.
@@ -106,11 +107,23 @@ pub fn run_checks(
         (check::MIN_ABI, check_minimum_abi(report, policy)),
         (
             check::MIN_REPORTED_TCB,
-            check_minimum_tcb("reported", product, |p| report.reported_tcb(p), policy),
+            check_minimum_tcb(
+                &SnpRefusal::MinimumReportedTcb,
+                "reported",
+                product,
+                |p| report.reported_tcb(p),
+                policy,
+            ),
         ),
         (
             check::MIN_LAUNCH_TCB,
-            check_minimum_tcb("launch", product, |p| report.launch_tcb(p), policy),
+            check_minimum_tcb(
+                &SnpRefusal::MinimumLaunchTcb,
+                "launch",
+                product,
+                |p| report.launch_tcb(p),
+                policy,
+            ),
         ),
         (check::MEASUREMENT, check_measurement(report, policy)),
         (check::HOST_DATA, check_host_data(report, policy)),
@@ -219,9 +232,12 @@ fn check_validity(chain: Option<VerifiedChain>, now: i64) -> CheckOutcome {
     match chain {
         None => CheckOutcome::Skipped("no verified chain".into()),
         Some(c) if now < c.not_before || now > c.not_after => {
-            CheckOutcome::Failed(AttestationError::Trust(format!(
-                "the chain is valid from {} to {} (Unix seconds), not at {now}",
-                c.not_before, c.not_after
+            CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+                &SnpRefusal::Validity,
+                format!(
+                    "the chain is valid from {} to {} (Unix seconds), not at {now}",
+                    c.not_before, c.not_after
+                ),
             )))
         }
         Some(c) => CheckOutcome::Passed(format!(
@@ -256,8 +272,9 @@ fn check_version(report: &SnpReport) -> CheckOutcome {
     if (2..=5).contains(&version) {
         CheckOutcome::Passed(format!("{version}"))
     } else {
-        CheckOutcome::Failed(AttestationError::Decode(format!(
-            "unsupported SNP report version {version} (2 to 5 are read)"
+        CheckOutcome::Failed(AttestationError::Decode(Detail::with(
+            &SnpRefusal::Version,
+            format!("unsupported SNP report version {version} (2 to 5 are read)"),
         )))
     }
 }
@@ -275,9 +292,12 @@ fn check_signing_key(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
     if matches {
         CheckOutcome::Passed(format!("{said}"))
     } else {
-        CheckOutcome::Failed(AttestationError::Trust(format!(
-            "the report says it was signed by {said}, the certificate is a {}",
-            vek.cert.role()
+        CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &SnpRefusal::SigningKey,
+            format!(
+                "the report says it was signed by {said}, the certificate is a {}",
+                vek.cert.role()
+            ),
         )))
     }
 }
@@ -292,14 +312,22 @@ fn check_product(
     let cpuid_product = report.product_from_cpuid();
     match (chain, report.cpuid(), cpuid_product) {
         (Some(c), Some(_), Some(p)) if p != c.product => {
-            CheckOutcome::Failed(AttestationError::Trust(format!(
-                "the report's CPUID names {p}, the certificate chain {}",
-                c.product
+            CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+                &SnpRefusal::Product,
+                format!(
+                    "the report's CPUID names {p}, the certificate chain {}",
+                    c.product
+                ),
             )))
         }
-        (_, Some((fam, model)), None) => CheckOutcome::Failed(AttestationError::Decode(format!(
-            "the report's CPUID family {fam:#04x} model {model:#04x} is not a known SEV-SNP product"
-        ))),
+        (_, Some((fam, model)), None) => {
+            CheckOutcome::Failed(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Product,
+                format!(
+                    "the report's CPUID family {fam:#04x} model {model:#04x} is not a known SEV-SNP product"
+                ),
+            )))
+        }
         (Some(c), _, _) => CheckOutcome::Passed(format!(
             "{}{}",
             c.product,
@@ -331,9 +359,10 @@ fn check_chip_id(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
         return CheckOutcome::Passed("masked by the host (all zero); not compared".into());
     }
     let Some(hw_id) = &info.hw_id else {
-        return CheckOutcome::Failed(AttestationError::Trust(
-            "the VCEK has no hwID extension".into(),
-        ));
+        return CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &SnpRefusal::ChipId,
+            "the VCEK has no hwID extension",
+        )));
     };
     let chip_id = report.chip_id();
     // Before Turin the hwID is the full 64-byte chip id; from Turin on it is
@@ -348,10 +377,13 @@ fn check_chip_id(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
             hex::encode(&chip_id[..8])
         ))
     } else {
-        CheckOutcome::Failed(AttestationError::Trust(format!(
-            "the VCEK's hwID {} is not the report's chip id {}",
-            hex::encode(hw_id),
-            hex::encode(chip_id)
+        CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &SnpRefusal::ChipId,
+            format!(
+                "the VCEK's hwID {} is not the report's chip id {}",
+                hex::encode(hw_id),
+                hex::encode(chip_id)
+            ),
         )))
     }
 }
@@ -367,11 +399,11 @@ fn check_allowed_chip(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     };
     let chip_id = report.chip_id();
     if report.chip_id_masked() {
-        return CheckOutcome::Failed(AttestationError::Policy(
+        return CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::AllowedChip,
             "chip id not allowed: masked by the host (all zero), and the policy admits only \
-             the chips it lists"
-                .into(),
-        ));
+             the chips it lists",
+        )));
     }
     if allowed.iter().any(|id| id.as_slice() == chip_id) {
         CheckOutcome::Passed(format!(
@@ -380,9 +412,9 @@ fn check_allowed_chip(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
             allowed.len()
         ))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "chip id not allowed: {}…",
-            hex::encode(&chip_id[..8])
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::AllowedChip,
+            format!("chip id not allowed: {}…", hex::encode(&chip_id[..8])),
         )))
     }
 }
@@ -405,10 +437,13 @@ fn check_reported_tcb(
     if diffs.is_empty() {
         CheckOutcome::Passed(format!("{reported} (matches the {})", vek.cert.role()))
     } else {
-        CheckOutcome::Failed(AttestationError::Trust(format!(
-            "the {}'s TCB differs from the report's reported TCB: {}",
-            vek.cert.role(),
-            diffs.join(", ")
+        CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &SnpRefusal::ReportedTcb,
+            format!(
+                "the {}'s TCB differs from the report's reported TCB: {}",
+                vek.cert.role(),
+                diffs.join(", ")
+            ),
         )))
     }
 }
@@ -423,15 +458,21 @@ fn check_report_data(report: &SnpReport, want: &ReportDataCheck) -> CheckOutcome
         )),
         ReportDataCheck::ExtraData(extra) => {
             if got[..EXTRA_DATA_LEN] != extra[..] {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data starts with {}, expected extra data {}",
-                    hex::encode(&got[..EXTRA_DATA_LEN]),
-                    hex::encode(extra)
+                CheckOutcome::Failed(AttestationError::Binding(Detail::with(
+                    &SnpRefusal::ReportData,
+                    format!(
+                        "report data starts with {}, expected extra data {}",
+                        hex::encode(&got[..EXTRA_DATA_LEN]),
+                        hex::encode(extra)
+                    ),
                 )))
             } else if got[EXTRA_DATA_LEN..].iter().any(|b| *b != 0) {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data bytes 32..64 are not zero: {}",
-                    hex::encode(&got[EXTRA_DATA_LEN..])
+                CheckOutcome::Failed(AttestationError::Binding(Detail::with(
+                    &SnpRefusal::ReportData,
+                    format!(
+                        "report data bytes 32..64 are not zero: {}",
+                        hex::encode(&got[EXTRA_DATA_LEN..])
+                    ),
                 )))
             } else {
                 CheckOutcome::Passed("extra data, zero-padded".into())
@@ -441,10 +482,13 @@ fn check_report_data(report: &SnpReport, want: &ReportDataCheck) -> CheckOutcome
             if got == bytes.as_slice() {
                 CheckOutcome::Passed("equals the expected 64 bytes".into())
             } else {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data {}, expected {}",
-                    hex::encode(got),
-                    hex::encode(bytes)
+                CheckOutcome::Failed(AttestationError::Binding(Detail::with(
+                    &SnpRefusal::ReportData,
+                    format!(
+                        "report data {}, expected {}",
+                        hex::encode(got),
+                        hex::encode(bytes)
+                    ),
                 )))
             }
         }
@@ -455,9 +499,12 @@ fn check_report_data(report: &SnpReport, want: &ReportDataCheck) -> CheckOutcome
 /// permits it.
 fn check_debug(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     if report.debug_allowed() && !policy.allow_debug {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "the guest policy {:#x} allows debugging",
-            report.guest_policy()
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::Debug,
+            format!(
+                "the guest policy {:#x} allows debugging",
+                report.guest_policy()
+            ),
         )))
     } else if report.debug_allowed() {
         CheckOutcome::Passed("debugging allowed (the policy permits it)".into())
@@ -470,9 +517,12 @@ fn check_debug(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
 /// accepts it.
 fn check_smt(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     match (report.smt_allowed(), policy.allow_smt) {
-        (true, false) => CheckOutcome::Failed(AttestationError::Policy(format!(
-            "the guest policy {:#x} allows SMT, the policy requires it off",
-            report.guest_policy()
+        (true, false) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::Smt,
+            format!(
+                "the guest policy {:#x} allows SMT, the policy requires it off",
+                report.guest_policy()
+            ),
         ))),
         (true, true) => CheckOutcome::Passed("SMT allowed (the policy permits it)".into()),
         (false, _) => CheckOutcome::Passed("SMT disallowed".into()),
@@ -483,9 +533,12 @@ fn check_smt(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
 /// the policy accepts it.
 fn check_migration_agent(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     match (report.migrate_ma_allowed(), policy.allow_migration_agent) {
-        (true, false) => CheckOutcome::Failed(AttestationError::Policy(format!(
-            "the guest policy {:#x} allows a migration agent",
-            report.guest_policy()
+        (true, false) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::MigrationAgent,
+            format!(
+                "the guest policy {:#x} allows a migration agent",
+                report.guest_policy()
+            ),
         ))),
         (true, true) => {
             CheckOutcome::Passed("migration agent allowed (the policy permits it)".into())
@@ -501,8 +554,9 @@ fn check_minimum_abi(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     if (major, minor) >= (min_major, min_minor) {
         CheckOutcome::Passed(format!("{major}.{minor}"))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "firmware ABI {major}.{minor} is below the minimum {min_major}.{min_minor}"
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::MinimumAbi,
+            format!("firmware ABI {major}.{minor} is below the minimum {min_major}.{min_minor}"),
         )))
     }
 }
@@ -512,10 +566,13 @@ fn check_vmpl(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     if report.vmpl() == policy.vmpl {
         CheckOutcome::Passed(format!("{}", report.vmpl()))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "report VMPL {}, policy requires {}",
-            report.vmpl(),
-            policy.vmpl
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::Vmpl,
+            format!(
+                "report VMPL {}, policy requires {}",
+                report.vmpl(),
+                policy.vmpl
+            ),
         )))
     }
 }
@@ -525,6 +582,7 @@ fn check_vmpl(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
 /// the policy's minimum, or the product's safe default when the policy names
 /// none (refused when there is no default for the product).
 fn check_minimum_tcb(
+    reason: &'static SnpRefusal,
     which: &str,
     product: Option<Product>,
     tcb_of: impl Fn(Product) -> TcbVersion,
@@ -538,8 +596,11 @@ fn check_minimum_tcb(
         .minimum_tcb
         .or_else(|| MinimumTcb::default_for(product))
     else {
-        return CheckOutcome::Failed(AttestationError::Policy(format!(
-            "no minimum TCB is known for {product:?}: the policy must name one (minimumTcb)"
+        return CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            reason,
+            format!(
+                "no minimum TCB is known for {product:?}: the policy must name one (minimumTcb)"
+            ),
         )));
     };
     let short = minimum.shortfalls(&tcb);
@@ -556,9 +617,9 @@ fn check_minimum_tcb(
         log::warn!("SEV-SNP report admitted with a warning: {warning}");
         CheckOutcome::Passed(format!("{tcb}; {WARNING_MARK}{warning}"))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "{which} TCB below the minimum: {}",
-            short.join(", ")
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            reason,
+            format!("{which} TCB below the minimum: {}", short.join(", ")),
         )))
     }
 }
@@ -590,10 +651,13 @@ fn check_host_data(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
         Some(want) if want.as_slice() == report.host_data() => {
             CheckOutcome::Passed(hex::encode(report.host_data()))
         }
-        Some(want) => CheckOutcome::Failed(AttestationError::Policy(format!(
-            "host data {}, policy requires {}",
-            hex::encode(report.host_data()),
-            hex::encode(want)
+        Some(want) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::HostData,
+            format!(
+                "host data {}, policy requires {}",
+                hex::encode(report.host_data()),
+                hex::encode(want)
+            ),
         ))),
     }
 }
@@ -610,9 +674,12 @@ fn check_id_key(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
     } else if policy.id_key_digests.iter().any(|d| d.as_slice() == digest) {
         CheckOutcome::Passed(hex::encode(digest))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "ID key digest {} is not one the policy accepts",
-            hex::encode(digest)
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::IdKey,
+            format!(
+                "ID key digest {} is not one the policy accepts",
+                hex::encode(digest)
+            ),
         )))
     }
 }
@@ -657,16 +724,18 @@ pub fn verify(
 pub fn verify_signature(report: &SnpReport, public_key: &[u8]) -> Result<(), AttestationError> {
     let algo = report.signature_algo();
     if algo != 1 {
-        return Err(AttestationError::Signature(format!(
-            "report signature: algorithm {algo} is not ECDSA P-384 with SHA-384 (1)"
+        return Err(AttestationError::Signature(Detail::with(
+            &SnpRefusal::ReportSignature,
+            format!("report signature: algorithm {algo} is not ECDSA P-384 with SHA-384 (1)"),
         )));
     }
     let sig = report.signature_fixed()?;
     UnparsedPublicKey::new(&ECDSA_P384_SHA384_FIXED, public_key)
         .verify(report.signed_bytes(), &sig)
         .map_err(|_| {
-            AttestationError::Signature(
-                "report signature does not verify with the endorsement key".into(),
-            )
+            AttestationError::Signature(Detail::with(
+                &SnpRefusal::ReportSignature,
+                "report signature does not verify with the endorsement key",
+            ))
         })
 }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use confboot_attest::check::*;
-use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_attest::{
+    AttestRefusal, AttestationError, Detail, Issuer, MeasurementPolicy, Validator, Variant,
+};
 use confboot_snp::*;
 use confboot_util::hex;
 
@@ -179,10 +181,13 @@ fn validator_binds_extra_data_through_the_trait() {
     other[31] ^= 1;
     assert_eq!(
         v.validate(&bytes, &other),
-        Err(AttestationError::Binding(format!(
-            "report data starts with {}, expected extra data {}",
-            hex::encode(&extra),
-            hex::encode(&other)
+        Err(AttestationError::Binding(Detail::with(
+            &SnpRefusal::ReportData,
+            format!(
+                "report data starts with {}, expected extra data {}",
+                hex::encode(&extra),
+                hex::encode(&other)
+            )
         )))
     );
 }
@@ -201,9 +206,12 @@ fn report_data_not_matching_is_refused() {
         .unwrap_err();
     assert_eq!(
         err,
-        AttestationError::Binding(format!(
-            "report data bytes 32..64 are not zero: {}",
-            hex::encode(&rd[32..])
+        AttestationError::Binding(Detail::with(
+            &SnpRefusal::ReportData,
+            format!(
+                "report data bytes 32..64 are not zero: {}",
+                hex::encode(&rd[32..])
+            )
         ))
     );
     // An exact expectation that differs in one byte.
@@ -213,7 +221,8 @@ fn report_data_not_matching_is_refused() {
         .verify(&f.evidence(), &ReportDataCheck::Exact(want))
         .unwrap_err();
     assert!(
-        matches!(&err, AttestationError::Binding(m) if m.starts_with("report data ")),
+        matches!(&err, AttestationError::Binding(d)
+            if d.is(&SnpRefusal::ReportData) && d.text().starts_with("report data ")),
         "{err}"
     );
 }
@@ -230,7 +239,8 @@ fn one_changed_byte_in_the_signed_part_is_refused() {
             bad[pos] ^= 0x01;
             let err = verify_signature(&SnpReport::from_bytes(&bad).unwrap(), &key).unwrap_err();
             assert!(
-                matches!(&err, AttestationError::Signature(m) if m.starts_with("report signature")),
+                matches!(&err, AttestationError::Signature(d)
+                    if d.is(&SnpRefusal::ReportSignature) && d.text().starts_with("report signature")),
                 "byte {pos:#x}: {err}"
             );
         }
@@ -275,7 +285,7 @@ fn one_changed_byte_in_the_signed_part_is_refused() {
             // looked at: it is not the handshake's.
             if (offset::REPORT_DATA..offset::REPORT_DATA + 64).contains(&pos) {
                 assert!(
-                    matches!(err, AttestationError::Binding(_)),
+                    matches!(&err, AttestationError::Binding(d) if d.is(&SnpRefusal::ReportData)),
                     "byte {pos:#x}: {err:?}"
                 );
                 continue;
@@ -288,7 +298,11 @@ fn one_changed_byte_in_the_signed_part_is_refused() {
             } else {
                 "report signature does not verify with the endorsement key".into()
             };
-            assert_eq!(err, AttestationError::Signature(want), "byte {pos:#x}");
+            assert_eq!(
+                err,
+                AttestationError::Signature(Detail::with(&SnpRefusal::ReportSignature, want)),
+                "byte {pos:#x}"
+            );
         }
     }
     // The signature itself: R, S, and their must-be-zero upper bytes.
@@ -316,7 +330,7 @@ fn one_changed_byte_in_the_signed_part_is_refused() {
         let err = verify(&f, &f.evidence_of(&bad), f.policy(), TrustRoots::builtin()).unwrap_err();
         assert_eq!(
             err,
-            AttestationError::Signature(want.into()),
+            AttestationError::Signature(Detail::with(&SnpRefusal::ReportSignature, want)),
             "byte {pos:#x}"
         );
     }
@@ -329,7 +343,10 @@ fn milan_vcek_under_genoa_roots_is_refused() {
     let err = verify(&f, &f.evidence(), f.policy(), genoa_only()).unwrap_err();
     assert_eq!(
         err,
-        AttestationError::Trust("the VCEK does not chain to a pinned ARK (tried Genoa ASK)".into())
+        AttestationError::Trust(Detail::with(
+            &SnpRefusal::Chain,
+            "the VCEK does not chain to a pinned ARK (tried Genoa ASK)"
+        ))
     );
     // Sending the Milan ASK and ARK along does not help: the ARK is pinned.
     let mut ev = f.evidence();
@@ -354,23 +371,25 @@ fn invalid_legacy_vcek_is_refused() {
     let err = v.verify(&f.evidence(), &f.exact_report_data()).unwrap_err();
     assert_eq!(
         err,
-        AttestationError::Trust(
+        AttestationError::Trust(Detail::with(
+            &SnpRefusal::Chain,
             "the VCEK does not chain to a pinned ARK (tried Milan ASK, Genoa ASK, Turin ASK)"
-                .into()
-        )
+        ))
     );
     // Every later check that reads the certificate also objects.
     let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert!(matches!(
         outcome(&checks, check::SIGNATURE),
-        CheckOutcome::Failed(AttestationError::Signature(_))
+        CheckOutcome::Failed(e @ AttestationError::Signature(_)) if e.is(&SnpRefusal::ReportSignature)
     ));
     assert!(
-        matches!(outcome(&checks, check::CHIP_ID), CheckOutcome::Failed(AttestationError::Trust(m)) if m.contains("hwID 000102"))
+        matches!(outcome(&checks, check::CHIP_ID), CheckOutcome::Failed(AttestationError::Trust(d))
+            if d.is(&SnpRefusal::ChipId) && d.text().contains("hwID 000102"))
     );
     assert!(
-        matches!(outcome(&checks, check::REPORTED_TCB), CheckOutcome::Failed(AttestationError::Trust(m))
-        if m.contains("snp: certificate 10, report 8") && m.contains("microcode: certificate 169, report 115"))
+        matches!(outcome(&checks, check::REPORTED_TCB), CheckOutcome::Failed(AttestationError::Trust(d))
+        if d.is(&SnpRefusal::ReportedTcb) && d.text().contains("snp: certificate 10, report 8")
+            && d.text().contains("microcode: certificate 169, report 115"))
     );
 }
 
@@ -380,10 +399,10 @@ fn vlek_report_needs_the_asvk() {
     let err = verify(&f, &f.evidence(), f.policy(), TrustRoots::builtin()).unwrap_err();
     assert_eq!(
         err,
-        AttestationError::Trust(
+        AttestationError::Trust(Detail::with(
+            &SnpRefusal::ChainIntermediate,
             "no ASVK to verify the VLEK under the pinned ARKs (Milan, Genoa, Turin): configure one or send it in the evidence"
-                .into()
-        )
+        ))
     );
     // With the ASVK configured it verifies ...
     verify(&f, &f.evidence(), f.policy(), roots_with_milan_asvk()).unwrap();
@@ -410,9 +429,10 @@ fn vlek_report_needs_the_asvk() {
     });
     assert_eq!(
         verify(&f, &ev, f.policy(), TrustRoots::builtin()),
-        Err(AttestationError::Trust(
-            "the VLEK does not chain to a pinned ARK (tried Genoa ASVK)".into()
-        ))
+        Err(AttestationError::Trust(Detail::with(
+            &SnpRefusal::Chain,
+            "the VLEK does not chain to a pinned ARK (tried Genoa ASVK)"
+        )))
     );
     // The same bundle's ASK still serves VCEK-signed reports.
     let t = trustee();
@@ -457,15 +477,17 @@ fn tcb_below_a_minimum_is_refused() {
         let v = validator(policy, TrustRoots::builtin());
         assert_eq!(
             v.verify(&f.evidence(), &f.exact_report_data()),
-            Err(AttestationError::Policy(format!(
-                "reported TCB below the minimum: {want}"
+            Err(AttestationError::Policy(Detail::with(
+                &SnpRefusal::MinimumReportedTcb,
+                format!("reported TCB below the minimum: {want}")
             )))
         );
         let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
         assert_eq!(
             outcome(&checks, check::MIN_LAUNCH_TCB),
-            &CheckOutcome::Failed(AttestationError::Policy(format!(
-                "launch TCB below the minimum: {want}"
+            &CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+                &SnpRefusal::MinimumLaunchTcb,
+                format!("launch TCB below the minimum: {want}")
             )))
         );
     }
@@ -490,9 +512,10 @@ fn tcb_below_a_minimum_is_refused() {
         .verify_report_detailed(&f.evidence(), &f.exact_report_data());
     assert_eq!(
         outcome(&checks, check::MIN_REPORTED_TCB),
-        &CheckOutcome::Failed(AttestationError::Policy(
-            "reported TCB below the minimum: microcode 217 < 218".into()
-        ))
+        &CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::MinimumReportedTcb,
+            "reported TCB below the minimum: microcode 217 < 218"
+        )))
     );
     assert!(matches!(
         outcome(&checks, check::MIN_LAUNCH_TCB),
@@ -534,7 +557,8 @@ fn measurement_not_in_the_policy_is_refused() {
     };
     assert!(matches!(
         verify(&f, &f.evidence(), policy, TrustRoots::builtin()),
-        Err(AttestationError::Policy(m)) if m.starts_with("check \"measurement\" was not performed")
+        Err(AttestationError::Policy(d)) if d.is(&AttestRefusal::CheckNotPerformed)
+            && d.text().starts_with("check \"measurement\" was not performed")
     ));
 }
 
@@ -545,18 +569,20 @@ fn vmpl_mismatch_is_refused() {
     policy.vmpl = 1;
     assert_eq!(
         verify(&f, &f.evidence(), policy, TrustRoots::builtin()),
-        Err(AttestationError::Policy(
-            "report VMPL 0, policy requires 1".into()
-        ))
+        Err(AttestationError::Policy(Detail::with(
+            &SnpRefusal::Vmpl,
+            "report VMPL 0, policy requires 1"
+        )))
     );
     let f = vlek();
     let mut policy = f.policy();
     policy.vmpl = 0;
     assert_eq!(
         verify(&f, &f.evidence(), policy, roots_with_milan_asvk()),
-        Err(AttestationError::Policy(
-            "report VMPL 1, policy requires 0".into()
-        ))
+        Err(AttestationError::Policy(Detail::with(
+            &SnpRefusal::Vmpl,
+            "report VMPL 1, policy requires 0"
+        )))
     );
 }
 
@@ -571,7 +597,8 @@ fn debug_bit_host_data_and_id_key_are_checked() {
     let checks = validator(f.policy(), TrustRoots::builtin())
         .verify_report_detailed(&ev, &f.exact_report_data());
     assert!(
-        matches!(outcome(&checks, check::DEBUG), CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("allows debugging"))
+        matches!(outcome(&checks, check::DEBUG), CheckOutcome::Failed(AttestationError::Policy(d))
+            if d.is(&SnpRefusal::Debug) && d.text().contains("allows debugging"))
     );
     assert!(matches!(
         outcome(&checks, check::SIGNATURE),
@@ -591,10 +618,13 @@ fn debug_bit_host_data_and_id_key_are_checked() {
     policy.host_data = Some([0x11; 32]);
     assert_eq!(
         verify(&f, &f.evidence(), policy.clone(), TrustRoots::builtin()),
-        Err(AttestationError::Policy(format!(
-            "host data {}, policy requires {}",
-            "00".repeat(32),
-            "11".repeat(32)
+        Err(AttestationError::Policy(Detail::with(
+            &SnpRefusal::HostData,
+            format!(
+                "host data {}, policy requires {}",
+                "00".repeat(32),
+                "11".repeat(32)
+            )
         )))
     );
     policy.host_data = Some([0; 32]);
@@ -606,9 +636,12 @@ fn debug_bit_host_data_and_id_key_are_checked() {
     policy.id_key_digests = vec![[0x22; 48]];
     assert_eq!(
         verify(&f, &f.evidence(), policy.clone(), TrustRoots::builtin()),
-        Err(AttestationError::Policy(format!(
-            "ID key digest {} is not one the policy accepts",
-            hex::encode(&digest)
+        Err(AttestationError::Policy(Detail::with(
+            &SnpRefusal::IdKey,
+            format!(
+                "ID key digest {} is not one the policy accepts",
+                hex::encode(&digest)
+            )
         )))
     );
     policy.id_key_digests.push(digest);
@@ -649,8 +682,10 @@ fn only_the_chips_a_policy_allows_are_admitted() {
         }
         // Not listed: refused, with the chip named.
         let v = validator(pinned(&f, vec![other]), TrustRoots::builtin());
-        let why =
-            AttestationError::Policy(format!("chip id not allowed: {}…", hex::encode(&own[..8])));
+        let why = AttestationError::Policy(Detail::with(
+            &SnpRefusal::AllowedChip,
+            format!("chip id not allowed: {}…", hex::encode(&own[..8])),
+        ));
         assert_eq!(
             v.verify(&f.evidence(), &f.exact_report_data()),
             Err(why.clone())
@@ -677,9 +712,10 @@ fn only_the_chips_a_policy_allows_are_admitted() {
         roots_with_milan_asvk(),
     );
     match v.verify(&f.evidence(), &f.exact_report_data()) {
-        Err(AttestationError::Policy(m)) => {
-            assert!(m.starts_with("chip id not allowed: masked"), "{m}")
-        }
+        Err(AttestationError::Policy(d)) => assert!(
+            d.is(&SnpRefusal::AllowedChip) && d.text().starts_with("chip id not allowed: masked"),
+            "{d}"
+        ),
         other => panic!("{other:?}"),
     }
     // A policy without the key: any chip, and no line about it.
@@ -702,13 +738,15 @@ fn chip_id_must_match_the_vcek() {
     ));
     assert!(matches!(
         outcome(&checks, check::CHIP_ID),
-        CheckOutcome::Failed(AttestationError::Trust(m)) if m.starts_with("the VCEK's hwID c38427a3")
+        CheckOutcome::Failed(AttestationError::Trust(d))
+            if d.is(&SnpRefusal::ChipId) && d.text().starts_with("the VCEK's hwID c38427a3")
     ));
     assert_eq!(
         first_failure(&checks),
-        Some(AttestationError::Signature(
-            "report signature does not verify with the endorsement key".into()
-        ))
+        Some(AttestationError::Signature(Detail::with(
+            &SnpRefusal::ReportSignature,
+            "report signature does not verify with the endorsement key"
+        )))
     );
 }
 
@@ -729,8 +767,9 @@ fn truncated_or_oversized_reports_are_refused() {
         use confboot_proto::Message;
         assert_eq!(
             v.validate(&msg.encode_to_vec(), &[0; 32]),
-            Err(AttestationError::Decode(format!(
-                "SNP report has {len} bytes, want exactly {REPORT_LEN}"
+            Err(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Evidence,
+                format!("SNP report has {len} bytes, want exactly {REPORT_LEN}")
             ))),
         );
     }
@@ -746,9 +785,10 @@ fn vcek_comes_from_the_cache_when_the_evidence_has_none() {
     let v = validator(f.policy(), TrustRoots::builtin());
     assert_eq!(
         v.verify(&ev, &f.exact_report_data()),
-        Err(AttestationError::Trust(
-            "the evidence carries no VCEK or VLEK and no VCEK cache is configured".into()
-        ))
+        Err(AttestationError::Trust(Detail::with(
+            &SnpRefusal::NoVek,
+            "the evidence carries no VCEK or VLEK and no VCEK cache is configured"
+        )))
     );
     let dir = std::env::temp_dir().join(format!("confboot-snp-cache-{}", std::process::id()));
     let mut policy = f.policy();
@@ -757,7 +797,7 @@ fn vcek_comes_from_the_cache_when_the_evidence_has_none() {
     let v = validator(policy, TrustRoots::builtin());
     assert!(matches!(
         v.verify(&ev, &f.exact_report_data()),
-        Err(AttestationError::Trust(m)) if m.contains("none is cached at")
+        Err(AttestationError::Trust(d)) if d.is(&SnpRefusal::NoVek) && d.text().contains("none is cached at")
     ));
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, &f.vek).unwrap();
@@ -834,9 +874,10 @@ fn issuer_pads_extra_data_and_carries_the_certificate_table() {
     other[0] ^= 1;
     assert_eq!(
         issuer.issue(&other),
-        Err(AttestationError::Issue(
-            "the SNP device returned a report for other report data".into()
-        ))
+        Err(AttestationError::Issue(Detail::with(
+            &SnpRefusal::DeviceReportData,
+            "the SNP device returned a report for other report data"
+        )))
     );
     let mut padded = [0u8; 64];
     padded[..32].copy_from_slice(&other);
@@ -859,8 +900,9 @@ fn tampered_fields_fail_their_own_checks_too() {
         let checks = detailed(&f, &bad, TrustRoots::builtin());
         assert_eq!(
             outcome(&checks, check::VERSION),
-            &CheckOutcome::Failed(AttestationError::Decode(format!(
-                "unsupported SNP report version {version} (2 to 5 are read)"
+            &CheckOutcome::Failed(AttestationError::Decode(Detail::with(
+                &SnpRefusal::Version,
+                format!("unsupported SNP report version {version} (2 to 5 are read)")
             )))
         );
     }
@@ -870,9 +912,10 @@ fn tampered_fields_fail_their_own_checks_too() {
     let checks = detailed(&f, &bad, TrustRoots::builtin());
     assert_eq!(
         outcome(&checks, check::SIGNING_KEY),
-        &CheckOutcome::Failed(AttestationError::Trust(
-            "the report says it was signed by VLEK, the certificate is a VCEK".into()
-        ))
+        &CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &SnpRefusal::SigningKey,
+            "the report says it was signed by VLEK, the certificate is a VCEK"
+        )))
     );
     // The VLEK report's CPUID (version 3) naming another product, or none.
     let f = vlek();
@@ -881,18 +924,20 @@ fn tampered_fields_fail_their_own_checks_too() {
     let checks = detailed(&f, &bad, roots_with_milan_asvk());
     assert_eq!(
         outcome(&checks, check::PRODUCT),
-        &CheckOutcome::Failed(AttestationError::Trust(
-            "the report's CPUID names Genoa, the certificate chain Milan".into()
-        ))
+        &CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &SnpRefusal::Product,
+            "the report's CPUID names Genoa, the certificate chain Milan"
+        )))
     );
     let mut bad = f.report.clone();
     bad[offset::CPUID_FAM_ID] = 0x17;
     let checks = detailed(&f, &bad, roots_with_milan_asvk());
     assert_eq!(
         outcome(&checks, check::PRODUCT),
-        &CheckOutcome::Failed(AttestationError::Decode(
-            "the report's CPUID family 0x17 model 0x01 is not a known SEV-SNP product".into()
-        ))
+        &CheckOutcome::Failed(AttestationError::Decode(Detail::with(
+            &SnpRefusal::Product,
+            "the report's CPUID family 0x17 model 0x01 is not a known SEV-SNP product"
+        )))
     );
     // An ASK presented as the endorsement key.
     let mut f = trustee();
@@ -906,7 +951,10 @@ fn tampered_fields_fail_their_own_checks_too() {
         .unwrap_err();
     assert_eq!(
         err,
-        AttestationError::Trust("the evidence's endorsement key is an ASK (\"SEV-Milan\")".into())
+        AttestationError::Trust(Detail::with(
+            &SnpRefusal::VekRole,
+            "the evidence's endorsement key is an ASK (\"SEV-Milan\")"
+        ))
     );
 }
 
@@ -1023,10 +1071,12 @@ fn certificates_are_used_only_inside_their_validity_window() {
     for at in [until + 1, crate_time("2026-11-22"), from - 1] {
         let (o, verdict) = checked_at(at);
         assert!(
-            matches!(o, CheckOutcome::Failed(AttestationError::Trust(_))),
+            matches!(&o, CheckOutcome::Failed(e @ AttestationError::Trust(_)) if e.is(&SnpRefusal::Validity)),
             "{at}: {o:?}"
         );
-        assert!(matches!(verdict, Err(AttestationError::Trust(_))));
+        assert!(
+            matches!(&verdict, Err(e @ AttestationError::Trust(_)) if e.is(&SnpRefusal::Validity))
+        );
     }
     // And at the current time, as a validator without `as_of` checks it.
     let now = SnpValidator::with_roots(f.policy(), roots_with_milan_asvk());
@@ -1059,7 +1109,8 @@ fn smt_migration_agent_and_minimum_abi_are_checked_against_the_policy() {
     if report.smt_allowed() {
         assert!(matches!(
             outcome(&detailed(no_smt.clone(), &f.report), check::SMT),
-            CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("allows SMT")
+            CheckOutcome::Failed(AttestationError::Policy(d))
+                if d.is(&SnpRefusal::Smt) && d.text().contains("allows SMT")
         ));
     }
     assert!(matches!(
@@ -1072,7 +1123,8 @@ fn smt_migration_agent_and_minimum_abi_are_checked_against_the_policy() {
         .copy_from_slice(&(policy_bits | (1 << 18)).to_le_bytes());
     assert!(matches!(
         outcome(&detailed(f.policy(), &with_ma), check::MIGRATION_AGENT),
-        CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("migration agent")
+        CheckOutcome::Failed(AttestationError::Policy(d))
+            if d.is(&SnpRefusal::MigrationAgent) && d.text().contains("migration agent")
     ));
     let mut accepts_ma = f.policy();
     accepts_ma.allow_migration_agent = true;
@@ -1086,7 +1138,8 @@ fn smt_migration_agent_and_minimum_abi_are_checked_against_the_policy() {
     above.minimum_abi = (major.saturating_add(1), 0);
     assert!(matches!(
         outcome(&detailed(above, &f.report), check::MIN_ABI),
-        CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("below the minimum")
+        CheckOutcome::Failed(AttestationError::Policy(d))
+            if d.is(&SnpRefusal::MinimumAbi) && d.text().contains("below the minimum")
     ));
     let mut at = f.policy();
     at.minimum_abi = (major, minor);
@@ -1135,9 +1188,10 @@ fn without_a_minimum_tcb_in_the_policy_the_milan_default_applies() {
     let checks = validator(policy, TrustRoots::builtin())
         .verify_report_detailed(&f.evidence_of(&bad), &f.exact_report_data());
     match outcome(&checks, check::MIN_REPORTED_TCB) {
-        CheckOutcome::Failed(AttestationError::Policy(m)) => {
-            assert!(m.contains("microcode 114 < 115"), "{m}")
-        }
+        CheckOutcome::Failed(AttestationError::Policy(d)) => assert!(
+            d.is(&SnpRefusal::MinimumReportedTcb) && d.text().contains("microcode 114 < 115"),
+            "{d}"
+        ),
         other => panic!("{other:?}"),
     }
 }

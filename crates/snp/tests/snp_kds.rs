@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::thread;
 
 use confboot_attest::check::*;
-use confboot_attest::{AttestationError, MeasurementPolicy};
+use confboot_attest::{AttestationError, Detail, MeasurementPolicy};
 use confboot_snp::*;
 
 fn testdata(name: &str) -> Vec<u8> {
@@ -106,7 +106,9 @@ fn kds_errors_and_wrong_certificates_are_refused() {
     let err = v.verify(&evidence, &want).unwrap_err();
     assert_eq!(server.join().unwrap().len(), 3);
     assert!(
-        matches!(&err, AttestationError::Trust(m) if m.starts_with("the evidence carries no VCEK or VLEK, none is cached, and the KDS gave none:") && m.contains("404")),
+        matches!(&err, AttestationError::Trust(d) if d.is(&SnpRefusal::NoVek)
+            && d.text().starts_with("the evidence carries no VCEK or VLEK, none is cached, and the KDS gave none:")
+            && d.text().contains("404")),
         "{err}"
     );
     let (base, server) = serve(vec![(200, testdata("vcek_milan.der"))]);
@@ -115,8 +117,9 @@ fn kds_errors_and_wrong_certificates_are_refused() {
     server.join().unwrap();
     assert_eq!(
         err,
-        AttestationError::Signature(
-            "report signature does not verify with the endorsement key".into()
-        )
+        AttestationError::Signature(Detail::with(
+            &SnpRefusal::ReportSignature,
+            "report signature does not verify with the endorsement key"
+        ))
     );
 }

@@ -14,7 +14,8 @@ use confboot_proto::tdx as pb;
 
 use super::ccel::MAX_CCEL_LOG_LEN;
 use super::quote::MAX_QUOTE_LEN;
-use confboot_attest::AttestationError;
+use crate::TdxRefusal;
+use confboot_attest::{AttestationError, Detail};
 
 /// Largest encoded evidence accepted: it travels in a TLS certificate,
 /// which must stay below TLS's 64 KiB handshake message (a real quote is
@@ -49,7 +50,8 @@ fn check_bounds(quote: &[u8], ccel_log: &[u8]) -> Result<(), String> {
 impl TdxEvidence {
     /// Encodes the evidence. Fails if it would break a bound the decoder enforces.
     pub fn encode(&self) -> Result<Vec<u8>, AttestationError> {
-        check_bounds(&self.quote, &self.ccel_log).map_err(AttestationError::Issue)?;
+        check_bounds(&self.quote, &self.ccel_log)
+            .map_err(|m| AttestationError::Issue(Detail::with(&TdxRefusal::EvidenceBounds, m)))?;
         Ok(pb::Evidence {
             quote: self.quote.clone(),
             ccel_log: self.ccel_log.clone(),
@@ -60,14 +62,22 @@ impl TdxEvidence {
     /// Decodes evidence, enforcing every bound.
     pub fn decode(bytes: &[u8]) -> Result<TdxEvidence, AttestationError> {
         if bytes.len() > MAX_EVIDENCE_LEN {
-            return Err(AttestationError::Decode(format!(
-                "TDX evidence of {} bytes exceeds {MAX_EVIDENCE_LEN}",
-                bytes.len()
+            return Err(AttestationError::Decode(Detail::with(
+                &TdxRefusal::Evidence,
+                format!(
+                    "TDX evidence of {} bytes exceeds {MAX_EVIDENCE_LEN}",
+                    bytes.len()
+                ),
             )));
         }
-        let msg = pb::Evidence::decode(bytes)
-            .map_err(|e| AttestationError::Decode(format!("TDX evidence: {e}")))?;
-        check_bounds(&msg.quote, &msg.ccel_log).map_err(AttestationError::Decode)?;
+        let msg = pb::Evidence::decode(bytes).map_err(|e| {
+            AttestationError::Decode(Detail::with(
+                &TdxRefusal::Evidence,
+                format!("TDX evidence: {e}"),
+            ))
+        })?;
+        check_bounds(&msg.quote, &msg.ccel_log)
+            .map_err(|m| AttestationError::Decode(Detail::with(&TdxRefusal::Evidence, m)))?;
         Ok(TdxEvidence {
             quote: msg.quote,
             ccel_log: msg.ccel_log,
@@ -95,7 +105,9 @@ mod tests {
                 quote: quote.clone(),
                 ccel_log: log.clone(),
             };
-            assert!(matches!(bad.encode(), Err(AttestationError::Issue(_))));
+            assert!(
+                matches!(bad.encode(), Err(e @ AttestationError::Issue(_)) if e.is(&TdxRefusal::EvidenceBounds))
+            );
             let raw = pb::Evidence {
                 quote,
                 ccel_log: log,
@@ -103,12 +115,12 @@ mod tests {
             .encode_to_vec();
             assert!(matches!(
                 TdxEvidence::decode(&raw),
-                Err(AttestationError::Decode(_))
+                Err(e @ AttestationError::Decode(_)) if e.is(&TdxRefusal::Evidence)
             ));
         }
         assert!(matches!(
             TdxEvidence::decode(&vec![0; MAX_EVIDENCE_LEN + 1]),
-            Err(AttestationError::Decode(m)) if m.contains("exceeds")
+            Err(AttestationError::Decode(d)) if d.is(&TdxRefusal::Evidence) && d.text().contains("exceeds")
         ));
         assert!(TdxEvidence::decode(b"\xff\xff").is_err());
     }

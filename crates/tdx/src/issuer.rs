@@ -15,8 +15,9 @@ use std::path::Path;
 use super::ccel::{CcelLog, CcelTable};
 use super::evidence::TdxEvidence;
 use super::quote::{MAX_QUOTE_LEN, Quote};
+use crate::TdxRefusal;
 use confboot_attest::tsm::{TsmReports, TsmRequest};
-use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use confboot_attest::{AttestationError, Detail, EXTRA_DATA_LEN, Issuer, Variant};
 
 pub use confboot_attest::tsm::TSM_REPORT_DIR;
 /// The configfs-tsm provider of a TD.
@@ -74,7 +75,7 @@ impl TdxIssuer<ConfigfsTsmQuoteSource> {
 /// Reads the CCEL table at `table` and the log area at `data`: the area is
 /// read bounded by the table's length (itself bounded) and parsed.
 pub fn read_ccel_log(table: &Path, data: &Path) -> Result<CcelLog, AttestationError> {
-    let issue = |e: String| AttestationError::Issue(e);
+    let issue = |e: String| AttestationError::Issue(Detail::with(&TdxRefusal::Ccel, e));
     let table_bytes =
         confboot_util::fs::read_bounded(table, super::ccel::MAX_CCEL_TABLE_LEN as u64)
             .map_err(|e| issue(e.to_string()))?;
@@ -93,12 +94,17 @@ impl<S: TdxQuoteSource> Issuer for TdxIssuer<S> {
         let mut report_data = [0u8; 64];
         report_data[..EXTRA_DATA_LEN].copy_from_slice(extra_data);
         let raw = self.source.quote(report_data)?;
-        let quote = Quote::parse(&raw)
-            .map_err(|e| AttestationError::Issue(format!("the TDX quote source answered: {e}")))?;
+        let quote = Quote::parse(&raw).map_err(|e| {
+            AttestationError::Issue(Detail::with(
+                &TdxRefusal::QuoteSource,
+                format!("the TDX quote source answered: {e}"),
+            ))
+        })?;
         if quote.report.report_data != report_data {
-            return Err(AttestationError::Issue(
-                "the TDX quote source returned a quote for other report data".into(),
-            ));
+            return Err(AttestationError::Issue(Detail::with(
+                &TdxRefusal::QuoteSource,
+                "the TDX quote source returned a quote for other report data",
+            )));
         }
         TdxEvidence {
             quote: raw,
@@ -157,6 +163,7 @@ impl TdxQuoteSource for ConfigfsTsmQuoteSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use confboot_attest::AttestRefusal;
     use std::io::{Read, Write};
     use std::path::PathBuf;
 
@@ -247,14 +254,15 @@ mod tests {
         let fake = FakeConfigfsTsm::new("generation", "tdx_guest", 2, quote_for);
         let err = source().request_in(&fake.dir, [1; 64]).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("someone else")),
+            matches!(&err, AttestationError::Issue(d) if d.is(&AttestRefusal::TsmRace)),
             "{err}"
         );
         drop(fake.inblob());
         let fake = FakeConfigfsTsm::new("provider", "sev_guest", 1, quote_for);
         let err = source().request_in(&fake.dir, [1; 64]).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("not tdx_guest")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&AttestRefusal::TsmProvider) && d.text().contains("not tdx_guest")),
             "{err}"
         );
         // The provider is read first: nothing was written, the FIFO's
@@ -263,7 +271,8 @@ mod tests {
         let fake = FakeConfigfsTsm::new("huge", "tdx_guest", 1, |_| vec![0; MAX_QUOTE_LEN + 1]);
         let err = source().request_in(&fake.dir, [1; 64]).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("outblob")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&AttestRefusal::TsmIo) && d.text().contains("outblob")),
             "{err}"
         );
         drop(fake.inblob());
@@ -284,15 +293,17 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            AttestationError::Issue(
-                "the TDX quote source returned a quote for other report data".into()
-            )
+            AttestationError::Issue(Detail::with(
+                &TdxRefusal::QuoteSource,
+                "the TDX quote source returned a quote for other report data"
+            ))
         );
         let err = TdxIssuer::new(Fixed(vec![0; 10]))
             .issue(&[1; 32])
             .unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("answered")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&TdxRefusal::QuoteSource) && d.text().contains("answered")),
             "{err}"
         );
         let mut want = [0u8; 64];
@@ -310,7 +321,8 @@ mod tests {
     fn configfs_tsm_is_refused_where_it_is_missing_and_the_ccel_is_read_bounded() {
         let err = ConfigfsTsmQuoteSource::open(Path::new("/nonexistent/tsm/report")).unwrap_err();
         assert!(
-            matches!(&err, AttestationError::Issue(m) if m.contains("6.7")),
+            matches!(&err, AttestationError::Issue(d)
+                if d.is(&AttestRefusal::TsmMissing) && d.text().contains("6.7")),
             "{err}"
         );
         let dir = std::env::temp_dir().join(format!("confboot-ccel-{}", std::process::id()));

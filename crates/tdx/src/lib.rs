@@ -46,6 +46,7 @@ mod issuer;
 mod pcs;
 mod policy;
 mod quote;
+mod refusal;
 mod rtmr;
 mod verify;
 
@@ -81,6 +82,7 @@ pub use quote::{
     Header, INTEL_QE_VENDOR_ID, MAX_QUOTE_LEN, QE_REPORT_LEN, QeReport, Quote, QuoteError,
     TD10_BODY_LEN, TD15_BODY_LEN, TEE_TYPE_TDX, TdReport, td_attributes,
 };
+pub use refusal::TdxRefusal;
 pub use rtmr::{RTMR3_SYSFS_PATH, Rtmr3Marker, RtmrError};
 pub use verify::{Collateral, check, run_checks};
 
@@ -90,7 +92,7 @@ use std::sync::{Arc, Mutex};
 
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck, first_failure};
 use confboot_attest::{
-    AttestationError, Attested, EXTRA_DATA_LEN, PolicyError, Validator, Variant,
+    AttestationError, Attested, Detail, EXTRA_DATA_LEN, PolicyError, Validator, Variant,
 };
 
 /// Verifies TDX quotes against a policy, pinned roots and collateral.
@@ -335,15 +337,18 @@ impl TdxValidator {
         evidence: &TdxEvidence,
         report_data: &ReportDataCheck,
     ) -> Result<Attested, AttestationError> {
-        let quote = Quote::parse(&evidence.quote)
-            .map_err(|e| AttestationError::Decode(format!("TDX quote: {e}")))?;
+        let quote = Quote::parse(&evidence.quote).map_err(|e| {
+            AttestationError::Decode(Detail::with(&TdxRefusal::Quote, format!("TDX quote: {e}")))
+        })?;
         let log = if evidence.ccel_log.is_empty() {
             None
         } else {
-            let log = CcelLog::parse(&evidence.ccel_log)
-                .map_err(|e| AttestationError::EventLog(e.to_string()))?;
-            log.check_replay(&quote.report.rtmr)
-                .map_err(|e| AttestationError::EventLog(e.to_string()))?;
+            let log = CcelLog::parse(&evidence.ccel_log).map_err(|e| {
+                AttestationError::EventLog(Detail::with(&TdxRefusal::EventLog, e.to_string()))
+            })?;
+            log.check_replay(&quote.report.rtmr).map_err(|e| {
+                AttestationError::EventLog(Detail::with(&TdxRefusal::EventLog, e.to_string()))
+            })?;
             Some(log)
         };
         let checks = self.verify_quote_detailed(&quote, report_data);

@@ -12,8 +12,9 @@ use super::collateral::{
 };
 use super::policy::TdxPolicy;
 use super::quote::{INTEL_QE_VENDOR_ID, Quote, TdReport, td_attributes};
-use confboot_attest::AttestationError;
+use crate::TdxRefusal;
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck};
+use confboot_attest::{AttestationError, Detail};
 use confboot_util::hex;
 
 /// Names of the checks, in the order they run.
@@ -124,20 +125,26 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-fn trust(e: CertError) -> AttestationError {
-    match e {
-        CertError::Signature { .. } => AttestationError::Signature(e.to_string()),
-        CertError::Malformed { .. } | CertError::TooLarge { .. } => {
-            AttestationError::Decode(e.to_string())
+/// A certificate refusal of the check `reason`: a bad signature, a
+/// malformed certificate or any other trust failure.
+fn trust(reason: &'static TdxRefusal) -> impl Fn(CertError) -> AttestationError {
+    move |e| {
+        let detail = Detail::with(reason, e.to_string());
+        match e {
+            CertError::Signature { .. } => AttestationError::Signature(detail),
+            CertError::Malformed { .. } | CertError::TooLarge { .. } => {
+                AttestationError::Decode(detail)
+            }
+            _ => AttestationError::Trust(detail),
         }
-        e => AttestationError::Trust(e.to_string()),
     }
 }
 
-fn collateral_err(e: CollateralError) -> AttestationError {
+fn collateral_err(reason: &'static TdxRefusal, e: CollateralError) -> AttestationError {
+    let detail = Detail::with(reason, e.to_string());
     match e {
-        CollateralError::NoMatchingLevel { .. } => AttestationError::Policy(e.to_string()),
-        e => AttestationError::Decode(e.to_string()),
+        CollateralError::NoMatchingLevel { .. } => AttestationError::Policy(detail),
+        _ => AttestationError::Decode(detail),
     }
 }
 
@@ -200,6 +207,7 @@ pub fn run_checks(
         (
             check::MRTD,
             check_value(
+                &TdxRefusal::Mrtd,
                 &report.mr_td,
                 policy.mr_td.as_ref(),
                 !policy.insecure_any_image,
@@ -209,21 +217,37 @@ pub fn run_checks(
     for (i, name) in check::RTMR.iter().enumerate() {
         checks.push((
             name,
-            check_value(&report.rtmr[i], policy.rtmrs[i].as_ref(), false),
+            check_value(
+                &TdxRefusal::Rtmr,
+                &report.rtmr[i],
+                policy.rtmrs[i].as_ref(),
+                false,
+            ),
         ));
     }
     checks.extend([
         (
             check::MRCONFIGID,
-            check_value(&report.mr_config_id, policy.mr_config_id.as_ref(), false),
+            check_value(
+                &TdxRefusal::MrConfigId,
+                &report.mr_config_id,
+                policy.mr_config_id.as_ref(),
+                false,
+            ),
         ),
         (
             check::MROWNER,
-            check_value(&report.mr_owner, policy.mr_owner.as_ref(), false),
+            check_value(
+                &TdxRefusal::MrOwner,
+                &report.mr_owner,
+                policy.mr_owner.as_ref(),
+                false,
+            ),
         ),
         (
             check::MROWNERCONFIG,
             check_value(
+                &TdxRefusal::MrOwnerConfig,
                 &report.mr_owner_config,
                 policy.mr_owner_config.as_ref(),
                 false,
@@ -241,9 +265,12 @@ fn check_qe_vendor(quote: &Quote) -> CheckOutcome {
     if quote.header.qe_vendor_id == INTEL_QE_VENDOR_ID {
         CheckOutcome::Passed("Intel".into())
     } else {
-        CheckOutcome::Failed(AttestationError::Trust(format!(
-            "QE vendor id {} is not Intel's",
-            hex::encode(&quote.header.qe_vendor_id)
+        CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &TdxRefusal::QeVendor,
+            format!(
+                "QE vendor id {} is not Intel's",
+                hex::encode(&quote.header.qe_vendor_id)
+            ),
         )))
     }
 }
@@ -264,7 +291,7 @@ fn check_pck_chain(quote: &Quote, roots: &TdxRoots) -> (CheckOutcome, Chain) {
                     chain.root.common_name(),
                     hex::encode(&sgx.fmspc)
                 )),
-                Err(e) => CheckOutcome::Failed(trust(e)),
+                Err(e) => CheckOutcome::Failed(trust(&TdxRefusal::PckChain)(e)),
             };
             let verified = matches!(outcome, CheckOutcome::Passed(_)).then_some(chain);
             (
@@ -277,7 +304,7 @@ fn check_pck_chain(quote: &Quote, roots: &TdxRoots) -> (CheckOutcome, Chain) {
             )
         }
         Err(e) => (
-            CheckOutcome::Failed(trust(e)),
+            CheckOutcome::Failed(trust(&TdxRefusal::PckChain)(e)),
             Chain {
                 verified: None,
                 leaf,
@@ -297,7 +324,7 @@ fn check_validity(chain: &Chain, at: i64) -> CheckOutcome {
             "valid for {} more days",
             (c.not_after() - at) / 86_400
         )),
-        Err(e) => CheckOutcome::Failed(trust(e)),
+        Err(e) => CheckOutcome::Failed(trust(&TdxRefusal::Validity)(e)),
     }
 }
 
@@ -318,7 +345,7 @@ fn check_root_crl(chain: &Chain, collateral: &Collateral, at: i64) -> CheckOutco
             c.intermediate.common_name(),
             crl.revoked_count()
         )),
-        Err(e) => CheckOutcome::Failed(trust(e)),
+        Err(e) => CheckOutcome::Failed(trust(&TdxRefusal::RootCrl)(e)),
     }
 }
 
@@ -338,7 +365,7 @@ fn check_pck_crl(chain: &Chain, collateral: &Collateral, at: i64) -> CheckOutcom
             "PCK certificate not revoked ({} revoked certificates listed)",
             crl.revoked_count()
         )),
-        Err(e) => CheckOutcome::Failed(trust(e)),
+        Err(e) => CheckOutcome::Failed(trust(&TdxRefusal::PckCrl)(e)),
     }
 }
 
@@ -365,7 +392,7 @@ fn check_qe_report_signature(quote: &Quote, chain: &Chain) -> CheckOutcome {
                 " (an untrusted key)"
             }
         )),
-        Err(e) => CheckOutcome::Failed(trust(e)),
+        Err(e) => CheckOutcome::Failed(trust(&TdxRefusal::QeReportSignature)(e)),
     }
 }
 
@@ -379,11 +406,14 @@ fn check_qe_report_data(quote: &Quote) -> CheckOutcome {
     if data[..32] == *hash.as_ref() && data[32..].iter().all(|b| *b == 0) {
         CheckOutcome::Passed("binds the attestation key and QE authentication data".into())
     } else {
-        CheckOutcome::Failed(AttestationError::Binding(format!(
-            "QE report data {} is not SHA-256(attestation key ‖ QE authentication data) {} \
+        CheckOutcome::Failed(AttestationError::Binding(Detail::with(
+            &TdxRefusal::QeReportData,
+            format!(
+                "QE report data {} is not SHA-256(attestation key ‖ QE authentication data) {} \
              followed by zeros",
-            hex::encode(&data),
-            hex::encode(hash.as_ref())
+                hex::encode(&data),
+                hex::encode(hash.as_ref())
+            ),
         )))
     }
 }
@@ -398,9 +428,10 @@ fn check_quote_signature(quote: &Quote) -> CheckOutcome {
             "ECDSA P-256 by the attestation key over {} bytes",
             quote.signed_bytes().len()
         )),
-        Err(_) => CheckOutcome::Failed(AttestationError::Signature(
-            "the quote signature does not verify with the attestation key".into(),
-        )),
+        Err(_) => CheckOutcome::Failed(AttestationError::Signature(Detail::with(
+            &TdxRefusal::QuoteSignature,
+            "the quote signature does not verify with the attestation key",
+        ))),
     }
 }
 
@@ -445,11 +476,20 @@ fn collateral_signer<T>(
     Err(last.unwrap_or(CertError::UnknownRoot(String::new())))
 }
 
-fn check_dates(what: &str, issue: i64, next: i64, at: i64) -> Result<(), AttestationError> {
+fn check_dates(
+    reason: &'static TdxRefusal,
+    what: &str,
+    issue: i64,
+    next: i64,
+    at: i64,
+) -> Result<(), AttestationError> {
     if at < issue || at > next {
-        return Err(AttestationError::Trust(format!(
-            "the {what} was issued at {issue} and is due for update at {next} (Unix \
+        return Err(AttestationError::Trust(Detail::with(
+            reason,
+            format!(
+                "the {what} was issued at {issue} and is due for update at {next} (Unix \
              seconds), not current at {at}"
+            ),
         )));
     }
     Ok(())
@@ -466,20 +506,31 @@ fn check_tcb_info(
         return (skipped("no TCB info given"), None);
     };
     let outcome = (|| {
-        let (signer, info) =
-            collateral_signer(collateral, roots, at, |c| signed.verify(c)).map_err(trust)?;
-        check_dates("TCB info", info.issue_date(), info.next_update(), at)?;
-        let sgx = chain
-            .sgx
-            .as_ref()
-            .ok_or_else(|| AttestationError::Trust("no PCK certificate to compare".into()))?;
+        let (signer, info) = collateral_signer(collateral, roots, at, |c| signed.verify(c))
+            .map_err(trust(&TdxRefusal::TcbInfo))?;
+        check_dates(
+            &TdxRefusal::TcbInfo,
+            "TCB info",
+            info.issue_date(),
+            info.next_update(),
+            at,
+        )?;
+        let sgx = chain.sgx.as_ref().ok_or_else(|| {
+            AttestationError::Trust(Detail::with(
+                &TdxRefusal::TcbInfo,
+                "no PCK certificate to compare",
+            ))
+        })?;
         if sgx.fmspc != info.fmspc() || sgx.pce_id != info.pce_id() {
-            return Err(AttestationError::Trust(format!(
-                "the TCB info is for FMSPC {} PCE id {}, the PCK certificate's are {} and {}",
-                hex::encode(&info.fmspc()),
-                hex::encode(&info.pce_id()),
-                hex::encode(&sgx.fmspc),
-                hex::encode(&sgx.pce_id)
+            return Err(AttestationError::Trust(Detail::with(
+                &TdxRefusal::TcbInfo,
+                format!(
+                    "the TCB info is for FMSPC {} PCE id {}, the PCK certificate's are {} and {}",
+                    hex::encode(&info.fmspc()),
+                    hex::encode(&info.pce_id()),
+                    hex::encode(&sgx.fmspc),
+                    hex::encode(&sgx.pce_id)
+                ),
             )));
         }
         let text = format!(
@@ -501,9 +552,10 @@ fn check_tdx_module(report: &TdReport, info: Option<&TcbInfo>) -> CheckOutcome {
         return skipped("no verified TCB info");
     };
     let Some(module) = info.module_for(&report.tee_tcb_svn) else {
-        return CheckOutcome::Failed(AttestationError::Trust(
-            "the TCB info names no TDX module".into(),
-        ));
+        return CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &TdxRefusal::TdxModule,
+            "the TCB info names no TDX module",
+        )));
     };
     if module.matches(&report.mr_signer_seam, &report.seam_attributes) {
         CheckOutcome::Passed(format!(
@@ -515,15 +567,19 @@ fn check_tdx_module(report: &TdReport, info: Option<&TcbInfo>) -> CheckOutcome {
             }
         ))
     } else {
-        CheckOutcome::Failed(AttestationError::Trust(format!(
-            "MRSIGNERSEAM {} / SEAMATTRIBUTES {} are not the TDX module's the TCB info names",
-            hex::encode(&report.mr_signer_seam),
-            hex::encode(&report.seam_attributes)
+        CheckOutcome::Failed(AttestationError::Trust(Detail::with(
+            &TdxRefusal::TdxModule,
+            format!(
+                "MRSIGNERSEAM {} / SEAMATTRIBUTES {} are not the TDX module's the TCB info names",
+                hex::encode(&report.mr_signer_seam),
+                hex::encode(&report.seam_attributes)
+            ),
         )))
     }
 }
 
 fn accepted(
+    reason: &'static TdxRefusal,
     status: TcbStatus,
     policy: &TdxPolicy,
     what: &str,
@@ -537,14 +593,17 @@ fn accepted(
     if policy.accepted_tcb_statuses.contains(&status) {
         CheckOutcome::Passed(format!("{status}{advice}"))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "{what} TCB status {status}{advice} is not accepted (the policy accepts {})",
-            policy
-                .accepted_tcb_statuses
-                .iter()
-                .map(|s| s.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            reason,
+            format!(
+                "{what} TCB status {status}{advice} is not accepted (the policy accepts {})",
+                policy
+                    .accepted_tcb_statuses
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         )))
     }
 }
@@ -565,9 +624,15 @@ fn check_tcb_status(
             if let Some(module) = &m.module {
                 advisories.extend(module.advisory_ids.iter().cloned());
             }
-            accepted(m.status, policy, "the platform's", &advisories)
+            accepted(
+                &TdxRefusal::TcbStatus,
+                m.status,
+                policy,
+                "the platform's",
+                &advisories,
+            )
         }
-        Err(e) => CheckOutcome::Failed(collateral_err(e)),
+        Err(e) => CheckOutcome::Failed(collateral_err(&TdxRefusal::TcbStatus, e)),
     }
 }
 
@@ -582,9 +647,10 @@ fn check_qe_identity(
         return (skipped("no QE identity given"), None);
     };
     let outcome = (|| {
-        let (signer, identity) =
-            collateral_signer(collateral, roots, at, |c| signed.verify(c)).map_err(trust)?;
+        let (signer, identity) = collateral_signer(collateral, roots, at, |c| signed.verify(c))
+            .map_err(trust(&TdxRefusal::QeIdentity))?;
         check_dates(
+            &TdxRefusal::QeIdentity,
             "QE identity",
             identity.issue_date(),
             identity.next_update(),
@@ -592,9 +658,12 @@ fn check_qe_identity(
         )?;
         let wrong = identity.mismatches(&quote.qe_report);
         if !wrong.is_empty() {
-            return Err(AttestationError::Trust(format!(
-                "the QE report is not the QE identity's: {}",
-                wrong.join("; ")
+            return Err(AttestationError::Trust(Detail::with(
+                &TdxRefusal::QeIdentity,
+                format!(
+                    "the QE report is not the QE identity's: {}",
+                    wrong.join("; ")
+                ),
             )));
         }
         let text = format!(
@@ -620,8 +689,14 @@ fn check_qe_tcb_status(
         return skipped("no verified QE identity");
     };
     match identity.tcb_level(quote.qe_report.isv_svn()) {
-        Ok(level) => accepted(level.status, policy, "the QE's", &level.advisory_ids),
-        Err(e) => CheckOutcome::Failed(collateral_err(e)),
+        Ok(level) => accepted(
+            &TdxRefusal::QeTcbStatus,
+            level.status,
+            policy,
+            "the QE's",
+            &level.advisory_ids,
+        ),
+        Err(e) => CheckOutcome::Failed(collateral_err(&TdxRefusal::QeTcbStatus, e)),
     }
 }
 
@@ -637,10 +712,13 @@ fn check_report_data(report: &TdReport, want: &ReportDataCheck) -> CheckOutcome 
             if got[..extra.len()] == extra[..] && got[extra.len()..].iter().all(|b| *b == 0) {
                 CheckOutcome::Passed("extra data, zero-padded".into())
             } else {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data {}, expected extra data {} then zeros",
-                    hex::encode(got),
-                    hex::encode(extra)
+                CheckOutcome::Failed(AttestationError::Binding(Detail::with(
+                    &TdxRefusal::ReportData,
+                    format!(
+                        "report data {}, expected extra data {} then zeros",
+                        hex::encode(got),
+                        hex::encode(extra)
+                    ),
                 )))
             }
         }
@@ -648,10 +726,13 @@ fn check_report_data(report: &TdReport, want: &ReportDataCheck) -> CheckOutcome 
             if got == bytes {
                 CheckOutcome::Passed("equals the expected 64 bytes".into())
             } else {
-                CheckOutcome::Failed(AttestationError::Binding(format!(
-                    "report data {}, expected {}",
-                    hex::encode(got),
-                    hex::encode(bytes)
+                CheckOutcome::Failed(AttestationError::Binding(Detail::with(
+                    &TdxRefusal::ReportData,
+                    format!(
+                        "report data {}, expected {}",
+                        hex::encode(got),
+                        hex::encode(bytes)
+                    ),
                 )))
             }
         }
@@ -661,9 +742,10 @@ fn check_report_data(report: &TdReport, want: &ReportDataCheck) -> CheckOutcome 
 /// [`check::DEBUG`].
 fn check_debug(report: &TdReport, policy: &TdxPolicy) -> CheckOutcome {
     match (report.debug(), policy.allow_debug) {
-        (true, false) => CheckOutcome::Failed(AttestationError::Policy(
-            "the TD is debuggable (TDATTRIBUTES.DEBUG): the host can read and change it".into(),
-        )),
+        (true, false) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &TdxRefusal::Debug,
+            "the TD is debuggable (TDATTRIBUTES.DEBUG): the host can read and change it",
+        ))),
         (true, true) => CheckOutcome::Passed("debuggable (the policy permits it)".into()),
         (false, _) => CheckOutcome::Passed("not debuggable".into()),
     }
@@ -685,10 +767,13 @@ fn check_td_attributes(report: &TdReport, policy: &TdxPolicy) -> CheckOutcome {
     match policy.td_attributes {
         None => CheckOutcome::Passed(format!("{} (not constrained by the policy)", names(have))),
         Some(want) if want == have => CheckOutcome::Passed(names(have)),
-        Some(want) => CheckOutcome::Failed(AttestationError::Policy(format!(
-            "TD attributes {}; the policy requires {}",
-            names(have),
-            names(want)
+        Some(want) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &TdxRefusal::TdAttributes,
+            format!(
+                "TD attributes {}; the policy requires {}",
+                names(have),
+                names(want)
+            ),
         ))),
     }
 }
@@ -701,10 +786,13 @@ fn check_xfam(report: &TdReport, policy: &TdxPolicy) -> CheckOutcome {
             hex::encode(&report.xfam)
         )),
         Some(want) if want == report.xfam => CheckOutcome::Passed(hex::encode(&want)),
-        Some(want) => CheckOutcome::Failed(AttestationError::Policy(format!(
-            "XFAM {}, the policy requires {}",
-            hex::encode(&report.xfam),
-            hex::encode(&want)
+        Some(want) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &TdxRefusal::Xfam,
+            format!(
+                "XFAM {}, the policy requires {}",
+                hex::encode(&report.xfam),
+                hex::encode(&want)
+            ),
         ))),
     }
 }
@@ -725,11 +813,14 @@ fn check_minimum_svn(report: &TdReport, policy: &TdxPolicy) -> CheckOutcome {
     if short.is_empty() {
         CheckOutcome::Passed(hex::encode(have))
     } else {
-        CheckOutcome::Failed(AttestationError::Policy(format!(
-            "TEE TCB SVN {} below the minimum {}: {}",
-            hex::encode(have),
-            hex::encode(min),
-            short.join(", ")
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &TdxRefusal::MinimumTeeTcbSvn,
+            format!(
+                "TEE TCB SVN {} below the minimum {}: {}",
+                hex::encode(have),
+                hex::encode(min),
+                short.join(", ")
+            ),
         )))
     }
 }
@@ -737,7 +828,12 @@ fn check_minimum_svn(report: &TdReport, policy: &TdxPolicy) -> CheckOutcome {
 /// A measurement register against the policy's value. Without one it
 /// passes, except `MRTD` (`required`), which is skipped: a validator then
 /// refuses, unless the policy says `insecureAnyImage` (its value is shown).
-fn check_value(have: &[u8; 48], want: Option<&[u8; 48]>, required: bool) -> CheckOutcome {
+fn check_value(
+    reason: &'static TdxRefusal,
+    have: &[u8; 48],
+    want: Option<&[u8; 48]>,
+    required: bool,
+) -> CheckOutcome {
     match want {
         None if required => skipped(&format!(
             "no expected value in the policy (actual {})",
@@ -748,10 +844,13 @@ fn check_value(have: &[u8; 48], want: Option<&[u8; 48]>, required: bool) -> Chec
             hex::encode(have)
         )),
         Some(w) if w == have => CheckOutcome::Passed(hex::encode(have)),
-        Some(w) => CheckOutcome::Failed(AttestationError::Policy(format!(
-            "{}, the policy requires {}",
-            hex::encode(have),
-            hex::encode(w)
+        Some(w) => CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            reason,
+            format!(
+                "{}, the policy requires {}",
+                hex::encode(have),
+                hex::encode(w)
+            ),
         ))),
     }
 }

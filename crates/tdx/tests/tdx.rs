@@ -124,7 +124,8 @@ fn the_v4_quote_verifies_with_all_its_collateral() {
         );
     }
     assert!(
-        matches!(outcome(&checks, check::TCB_STATUS), CheckOutcome::Failed(AttestationError::Policy(m)) if m.contains("no TCB level")),
+        matches!(outcome(&checks, check::TCB_STATUS), CheckOutcome::Failed(AttestationError::Policy(d))
+            if d.is(&TdxRefusal::TcbStatus) && d.text().contains("no TCB level")),
         "{checks:#?}"
     );
     assert!(
@@ -133,7 +134,7 @@ fn the_v4_quote_verifies_with_all_its_collateral() {
     // The validator's verdict is that failure.
     assert!(matches!(
         v.verify(&q, &report_data(&q)),
-        Err(AttestationError::Policy(_))
+        Err(e @ AttestationError::Policy(_)) if e.is(&TdxRefusal::TcbStatus)
     ));
 }
 
@@ -185,7 +186,8 @@ fn the_v5_tcb_info_is_signed_by_a_certificate_that_had_expired() {
     let v = validator(policy_for(&q, &[TcbStatus::UpToDate]), collateral, AT_V5);
     let checks = v.verify_quote_detailed(&q, &report_data(&q));
     assert!(
-        matches!(outcome(&checks, check::TCB_INFO), CheckOutcome::Failed(AttestationError::Trust(m)) if m.contains("Intel SGX TCB Signing")),
+        matches!(outcome(&checks, check::TCB_INFO), CheckOutcome::Failed(AttestationError::Trust(d))
+            if d.is(&TdxRefusal::TcbInfo) && d.text().contains("Intel SGX TCB Signing")),
         "{checks:#?}"
     );
     let chain = TdxRoots::intel()
@@ -263,7 +265,8 @@ fn another_root_is_refused_and_configured_roots_replace_intels() {
     assert!(
         matches!(
             outcome(&checks, check::PCK_CHAIN),
-            CheckOutcome::Failed(AttestationError::Trust(_) | AttestationError::Signature(_))
+            CheckOutcome::Failed(e @ (AttestationError::Trust(_) | AttestationError::Signature(_)))
+                if e.is(&TdxRefusal::PckChain)
         ),
         "{checks:#?}"
     );
@@ -300,7 +303,8 @@ fn collateral_is_refused_outside_its_window() {
     let checks = validator(policy, collateral_v4(), 1_750_000_000)
         .verify_quote_detailed(&q, &report_data(&q));
     assert!(
-        matches!(outcome(&checks, check::TCB_INFO), CheckOutcome::Failed(AttestationError::Trust(m)) if m.contains("TCB Signing"))
+        matches!(outcome(&checks, check::TCB_INFO), CheckOutcome::Failed(AttestationError::Trust(d))
+            if d.is(&TdxRefusal::TcbInfo) && d.text().contains("TCB Signing"))
     );
 }
 
@@ -317,7 +321,7 @@ fn tampered_collateral_is_refused() {
     let checks = validator(policy.clone(), c, AT_V4).verify_quote_detailed(&q, &report_data(&q));
     assert!(matches!(
         outcome(&checks, check::TCB_INFO),
-        CheckOutcome::Failed(AttestationError::Signature(_))
+        CheckOutcome::Failed(e @ AttestationError::Signature(_)) if e.is(&TdxRefusal::TcbInfo)
     ));
     assert!(matches!(
         outcome(&checks, check::TCB_STATUS),
@@ -331,7 +335,7 @@ fn tampered_collateral_is_refused() {
     let checks = validator(policy.clone(), c, AT_V4).verify_quote_detailed(&q, &report_data(&q));
     assert!(matches!(
         outcome(&checks, check::QE_IDENTITY),
-        CheckOutcome::Failed(AttestationError::Signature(_))
+        CheckOutcome::Failed(e @ AttestationError::Signature(_)) if e.is(&TdxRefusal::QeIdentity)
     ));
     // TCB info for another platform (its FMSPC) is refused even when signed.
     let other = SignedTcbInfo::parse(&testdata("tcb_info_90c06f000000.json")).unwrap();
@@ -486,7 +490,7 @@ fn the_policy_decides_statuses_and_measurements() {
     let checks = v.verify_quote_detailed(&q, &ReportDataCheck::ExtraData([0; 32]));
     assert!(matches!(
         outcome(&checks, check::REPORT_DATA),
-        CheckOutcome::Failed(AttestationError::Binding(_))
+        CheckOutcome::Failed(e @ AttestationError::Binding(_)) if e.is(&TdxRefusal::ReportData)
     ));
     // No MRTD pinned: the MRTD check is skipped, and a validator refuses.
     let mut policy = policy_for(&q, &[TcbStatus::UpToDate]);
@@ -516,7 +520,7 @@ fn a_debuggable_td_is_refused_unless_allowed() {
         .verify_quote_detailed(&q, &report_data(&q));
     assert!(matches!(
         outcome(&checks, check::DEBUG),
-        CheckOutcome::Failed(AttestationError::Policy(_))
+        CheckOutcome::Failed(e @ AttestationError::Policy(_)) if e.is(&TdxRefusal::Debug)
     ));
     let allowed = TdxPolicy {
         allow_debug: true,

@@ -22,13 +22,14 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::VerifierRefusal;
 use crate::config::{
     AttestationSettings, ConfigError, Setting, VariantSettings, load_measurement_policy,
     load_snp_validator, load_tdx_validator,
 };
 use confboot_appraisal::reference::{ReleaseKey, open};
 use confboot_attest::{
-    AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
+    AttestationError, Attested, Detail, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
 };
 use confboot_tpm::{CLUSTER_ID_PCR, IMA_PCR, TpmError};
 use confboot_vtpm::{VtpmIssuer, quoted_pcrs};
@@ -187,8 +188,12 @@ impl PresentedSetValidator {
         extra_data: &[u8; EXTRA_DATA_LEN],
         presented: &[u8],
     ) -> Result<Attested, AttestationError> {
-        let refused =
-            |why: String| AttestationError::Policy(format!("the join service's set: {why}"));
+        let refused = |why: String| {
+            AttestationError::Policy(Detail::with(
+                &VerifierRefusal::PresentedSet,
+                format!("the join service's set: {why}"),
+            ))
+        };
         let opened = open(
             presented,
             &self.release_keys,
@@ -240,8 +245,9 @@ impl Validator for PresentedSetValidator {
             (Ok(attested), _) => Ok(attested),
             (Err(e), None) => Err(e),
             (Err(own), Some(set)) => self.by_set(evidence, extra_data, set).map_err(|e| {
-                AttestationError::Policy(format!(
-                    "not this node's image ({own}), nor the set it presents ({e})"
+                AttestationError::Policy(Detail::with(
+                    &VerifierRefusal::NotOwnImageNorPresentedSet,
+                    format!("not this node's image ({own}), nor the set it presents ({e})"),
                 ))
             }),
         }

@@ -16,3 +16,17 @@ pub mod config;
 pub mod help;
 pub mod join_service;
 pub mod verify;
+
+/// The typed reason of the refusals this crate makes itself, carried in
+/// the [`AttestationError`](confboot_attest::AttestationError)'s
+/// [`Detail`](confboot_attest::Detail) (both are `Policy` refusals).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifierRefusal {
+    /// The reference-value set a join service presents is not signed by a
+    /// pinned release key, not current, or has no vTPM values
+    /// ([`join_service::PresentedSetValidator`]).
+    PresentedSet,
+    /// The join service is neither this node's image nor the image of the
+    /// set it presents ([`join_service::PresentedSetValidator`]).
+    NotOwnImageNorPresentedSet,
+}

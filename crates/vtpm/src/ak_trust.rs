@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
-use confboot_attest::AttestationError;
+use confboot_attest::{AttestationError, Detail};
+
+use crate::VtpmRefusal;
 use confboot_util::hex::{self, HexError};
 
 /// Largest `ca:FILE` file read (a bundle of a few dozen certificates).
@@ -59,9 +61,12 @@ impl AkTrust {
             Some(text) => pinned_keys(text, base),
             None => Err(AkTrustError::UnknownForm),
         };
-        pinned
-            .map(AkTrust::Pinned)
-            .map_err(|e| AttestationError::Policy(format!("AK trust {spec:?}: {e}")))
+        pinned.map(AkTrust::Pinned).map_err(|e| {
+            AttestationError::Policy(Detail::with(
+                &VtpmRefusal::AkTrustSpec,
+                format!("AK trust {spec:?}: {e}"),
+            ))
+        })
     }
 
     /// Checks that the AK (`ak_point`, a SEC1 uncompressed P-256 point) is
@@ -71,7 +76,9 @@ impl AkTrust {
         ak_point: &[u8],
         ak_certificate: &[u8],
     ) -> Result<(), AttestationError> {
-        let trust = |m: String| AttestationError::Trust(m);
+        let trust = |reason: &'static VtpmRefusal, m: String| {
+            AttestationError::Trust(Detail::with(reason, m))
+        };
         match self {
             AkTrust::InsecureAnyAk => {
                 log::warn!(
@@ -84,46 +91,61 @@ impl AkTrust {
                 if keys.iter().any(|k| k.as_slice() == ak_point) {
                     Ok(())
                 } else {
-                    Err(trust(format!(
-                        "AK {} is not among the {} pinned AK keys",
-                        hex::encode(ak_point),
-                        keys.len()
-                    )))
+                    Err(trust(
+                        &VtpmRefusal::AkNotPinned,
+                        format!(
+                            "AK {} is not among the {} pinned AK keys",
+                            hex::encode(ak_point),
+                            keys.len()
+                        ),
+                    ))
                 }
             }
             AkTrust::CertificateRoots(roots) => {
                 if ak_certificate.is_empty() {
                     return Err(trust(
+                        &VtpmRefusal::NoAkCertificate,
                         "evidence carries no AK certificate, and the policy requires one".into(),
                     ));
                 }
-                let (rest, cert) = X509Certificate::from_der(ak_certificate)
-                    .map_err(|e| AttestationError::Decode(format!("AK certificate: {e}")))?;
+                let (rest, cert) = X509Certificate::from_der(ak_certificate).map_err(|e| {
+                    AttestationError::Decode(Detail::with(
+                        &VtpmRefusal::AkCertificateFormat,
+                        format!("AK certificate: {e}"),
+                    ))
+                })?;
                 if !rest.is_empty() {
-                    return Err(AttestationError::Decode(format!(
-                        "AK certificate: {} trailing bytes",
-                        rest.len()
+                    return Err(AttestationError::Decode(Detail::with(
+                        &VtpmRefusal::AkCertificateFormat,
+                        format!("AK certificate: {} trailing bytes", rest.len()),
                     )));
                 }
                 let configured: Vec<X509Certificate<'_>> = roots
                     .iter()
                     .filter_map(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c))
                     .collect();
-                chain_to_root(&cert, &configured).map_err(|e| trust(e.to_string()))?;
+                chain_to_root(&cert, &configured)
+                    .map_err(|e| trust(&VtpmRefusal::AkChain, e.to_string()))?;
                 if !cert.validity().is_valid() {
-                    return Err(trust(format!(
-                        "AK certificate is outside its validity period ({} to {})",
-                        cert.validity().not_before,
-                        cert.validity().not_after
-                    )));
+                    return Err(trust(
+                        &VtpmRefusal::AkCertificateValidity,
+                        format!(
+                            "AK certificate is outside its validity period ({} to {})",
+                            cert.validity().not_before,
+                            cert.validity().not_after
+                        ),
+                    ));
                 }
                 let cert_key = &cert.public_key().subject_public_key.data;
                 if cert_key.as_ref() != ak_point {
-                    return Err(trust(format!(
-                        "AK certificate is for another key: certificate key {}, AK {}",
-                        hex::encode(cert_key),
-                        hex::encode(ak_point)
-                    )));
+                    return Err(trust(
+                        &VtpmRefusal::AkCertificateKey,
+                        format!(
+                            "AK certificate is for another key: certificate key {}, AK {}",
+                            hex::encode(cert_key),
+                            hex::encode(ak_point)
+                        ),
+                    ));
                 }
                 Ok(())
             }
@@ -428,12 +450,15 @@ fn ak_key(text: &str) -> Result<Vec<u8>, AkKeyError> {
 /// or one DER certificate. Each must parse.
 pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationError> {
     let bytes = confboot_util::fs::read_bounded(path, MAX_CA_FILE_LEN)
-        .map_err(|e| AttestationError::Policy(e.to_string()))?;
+        .map_err(|e| AttestationError::Policy(Detail::with(&VtpmRefusal::CaFile, e.to_string())))?;
     let ders: Vec<Vec<u8>> = if bytes.starts_with(b"-----BEGIN") {
         let mut ders = Vec::new();
         for pem in x509_parser::pem::Pem::iter_from_buffer(&bytes) {
             let pem = pem.map_err(|e| {
-                AttestationError::Policy(format!("{}: bad PEM: {e}", path.display()))
+                AttestationError::Policy(Detail::with(
+                    &VtpmRefusal::CaFile,
+                    format!("{}: bad PEM: {e}", path.display()),
+                ))
             })?;
             if pem.label == "CERTIFICATE" {
                 ders.push(pem.contents);
@@ -444,14 +469,17 @@ pub fn load_ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, AttestationErro
         vec![bytes.to_vec()]
     };
     if ders.is_empty() {
-        return Err(AttestationError::Policy(format!(
-            "{}: no certificate",
-            path.display()
+        return Err(AttestationError::Policy(Detail::with(
+            &VtpmRefusal::CaFile,
+            format!("{}: no certificate", path.display()),
         )));
     }
     for der in &ders {
         X509Certificate::from_der(der).map_err(|e| {
-            AttestationError::Policy(format!("{}: bad certificate: {e}", path.display()))
+            AttestationError::Policy(Detail::with(
+                &VtpmRefusal::CaFile,
+                format!("{}: bad certificate: {e}", path.display()),
+            ))
         })?;
     }
     Ok(ders)
@@ -522,9 +550,12 @@ pub fn issue_ak_certificate(
     ca: &rcgen::Issuer<'_, impl rcgen::SigningKey>,
 ) -> Result<Vec<u8>, AttestationError> {
     if ak_public_key.len() != 65 || ak_public_key[0] != 4 {
-        return Err(AttestationError::Issue(format!(
-            "AK public key of {} bytes is not an uncompressed P-256 point",
-            ak_public_key.len()
+        return Err(AttestationError::Issue(Detail::with(
+            &VtpmRefusal::AkCertificateIssue,
+            format!(
+                "AK public key of {} bytes is not an uncompressed P-256 point",
+                ak_public_key.len()
+            ),
         )));
     }
     let mut params = rcgen::CertificateParams::default();
@@ -536,7 +567,12 @@ pub fn issue_ak_certificate(
     params
         .signed_by(&AkSubjectKey(ak_public_key), ca)
         .map(|c| c.der().to_vec())
-        .map_err(|e| AttestationError::Issue(format!("cannot issue the AK certificate: {e}")))
+        .map_err(|e| {
+            AttestationError::Issue(Detail::with(
+                &VtpmRefusal::AkCertificateIssue,
+                format!("cannot issue the AK certificate: {e}"),
+            ))
+        })
 }
 
 #[cfg(test)]
@@ -560,15 +596,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        for bad in [
-            "pinned:04ab",
-            "pinned:zz",
-            &format!("pinned:05{}", "ab".repeat(64)),
-            "ca:/nonexistent/ca.pem",
-            "any",
+        for (bad, reason) in [
+            ("pinned:04ab", VtpmRefusal::AkTrustSpec),
+            ("pinned:zz", VtpmRefusal::AkTrustSpec),
+            (
+                &format!("pinned:05{}", "ab".repeat(64)),
+                VtpmRefusal::AkTrustSpec,
+            ),
+            ("ca:/nonexistent/ca.pem", VtpmRefusal::CaFile),
+            ("any", VtpmRefusal::AkTrustSpec),
         ] {
             assert!(
-                matches!(AkTrust::parse(bad), Err(AttestationError::Policy(_))),
+                matches!(AkTrust::parse(bad), Err(e @ AttestationError::Policy(_)) if e.is(&reason)),
                 "{bad}"
             );
         }
@@ -599,7 +638,7 @@ mod tests {
         ));
         assert!(matches!(
             load_ca_certificates(&junk),
-            Err(AttestationError::Policy(_))
+            Err(e @ AttestationError::Policy(_)) if e.is(&VtpmRefusal::CaFile)
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -645,7 +684,8 @@ mod tests {
         );
         assert!(matches!(
             AkTrust::parse("pinned:Cargo.toml"),
-            Err(AttestationError::Policy(m)) if m.contains("Cargo.toml line 1")
+            Err(AttestationError::Policy(d))
+                if d.is(&VtpmRefusal::AkTrustSpec) && d.text().contains("Cargo.toml line 1")
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -664,9 +704,12 @@ mod tests {
             })
         );
         match AkTrust::parse_in("pinned:aks.txt", &dir) {
-            Err(AttestationError::Policy(m)) => assert_eq!(
-                m,
-                "AK trust \"pinned:aks.txt\": no such file, and not hex keys: key 1: hex string has an odd length (7)"
+            Err(e) => assert_eq!(
+                e,
+                AttestationError::Policy(Detail::with(
+                    &VtpmRefusal::AkTrustSpec,
+                    "AK trust \"pinned:aks.txt\": no such file, and not hex keys: key 1: hex string has an odd length (7)"
+                ))
             ),
             other => panic!("{other:?}"),
         }

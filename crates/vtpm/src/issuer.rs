@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use super::validator::{MAX_EVIDENCE_EVENT_LOG_LEN, encode_evidence_with_log};
-use confboot_attest::{AttestationError, EXTRA_DATA_LEN, Issuer, Variant};
+use confboot_attest::{AttestationError, Detail, EXTRA_DATA_LEN, Issuer, Variant};
+
+use crate::VtpmRefusal;
 use confboot_tpm::event_log::EventLog;
 use confboot_tpm::structures::{self, PCR_COUNT};
 use confboot_tpm::{self as tpm, AK_CERT_NV_INDEX, AttestationKey, DEFAULT_AK_HANDLE, Tpm};
@@ -50,7 +52,7 @@ impl EventLogSource {
 }
 
 fn issue_err(e: tpm::TpmError) -> AttestationError {
-    AttestationError::Issue(e.to_string())
+    AttestationError::Issue(Detail::with(&VtpmRefusal::Tpm, e.to_string()))
 }
 
 /// PCR values by index, as [`Tpm::pcr_read`] returns them.
@@ -163,13 +165,21 @@ impl VtpmIssuer {
     /// Checks that `log` can travel in evidence and keeps it.
     fn attach_event_log(&mut self, log: Vec<u8>) -> Result<(), AttestationError> {
         if log.len() > MAX_EVIDENCE_EVENT_LOG_LEN {
-            return Err(AttestationError::Issue(format!(
-                "the event log has {} bytes, evidence carries at most {MAX_EVIDENCE_EVENT_LOG_LEN}",
-                log.len()
+            return Err(AttestationError::Issue(Detail::with(
+                &VtpmRefusal::IssuerEventLog,
+                format!(
+                    "the event log has {} bytes, evidence carries at most {MAX_EVIDENCE_EVENT_LOG_LEN}",
+                    log.len()
+                ),
             )));
         }
         let events = EventLog::parse(&log)
-            .map_err(|e| AttestationError::Issue(format!("the event log: {e}")))?
+            .map_err(|e| {
+                AttestationError::Issue(Detail::with(
+                    &VtpmRefusal::IssuerEventLog,
+                    format!("the event log: {e}"),
+                ))
+            })?
             .events()
             .len();
         log::info!(
@@ -191,7 +201,12 @@ impl VtpmIssuer {
         let read = |path: &Path| {
             confboot_util::fs::read_bounded(path, MAX_EVIDENCE_EVENT_LOG_LEN as u64)
                 .map(|bytes| bytes.to_vec())
-                .map_err(|e| AttestationError::Issue(format!("the event log: {e}")))
+                .map_err(|e| {
+                    AttestationError::Issue(Detail::with(
+                        &VtpmRefusal::IssuerEventLog,
+                        format!("the event log: {e}"),
+                    ))
+                })
         };
         let firmware = Path::new(FIRMWARE_EVENT_LOG_PATH);
         match source {
@@ -243,19 +258,26 @@ impl VtpmIssuer {
         if session.generation != failed {
             return Ok(());
         }
-        let mut tpm = reopen()
-            .map_err(|e| AttestationError::Issue(format!("reconnecting to the TPM failed: {e}")))?;
+        let mut tpm = reopen().map_err(|e| {
+            AttestationError::Issue(Detail::with(
+                &VtpmRefusal::Reconnect,
+                format!("reconnecting to the TPM failed: {e}"),
+            ))
+        })?;
         let ak = tpm.load_or_create_ak(self.ak_handle).map_err(|e| {
-            AttestationError::Issue(format!("loading the AK after reconnecting: {e}"))
+            AttestationError::Issue(Detail::with(
+                &VtpmRefusal::Reconnect,
+                format!("loading the AK after reconnecting: {e}"),
+            ))
         })?;
         if ak.public_area != self.ak_public_area {
             if ak.transient {
                 let _ = tpm.flush(ak.handle);
             }
-            return Err(AttestationError::Issue(
-                "the TPM's attestation key changed (TPM cleared?): not quoting with another key"
-                    .into(),
-            ));
+            return Err(AttestationError::Issue(Detail::with(
+                &VtpmRefusal::AkChanged,
+                "the TPM's attestation key changed (TPM cleared?): not quoting with another key",
+            )));
         }
         log::info!(
             "reconnected to the TPM at {}: AK at {:#010x} ({}), the same key",
@@ -334,7 +356,7 @@ impl VtpmIssuer {
                 .quote(ak, extra_data, &self.pcr_indices)
                 .map_err(issue_err)?;
             let info = structures::parse_quote_attest(&quote.attest)
-                .map_err(|e| AttestationError::Issue(e.0))?;
+                .map_err(|e| AttestationError::Issue(Detail::with(&VtpmRefusal::Tpm, e.0)))?;
             let digest_of =
                 |values: &[(u32, [u8; 32])]| tpm::pcr_digest(values.iter().map(|(_, v)| &v[..]));
             let mut last = self
@@ -364,8 +386,9 @@ impl VtpmIssuer {
                 "a PCR changed between quote and PCR read (attempt {attempt}); quoting again"
             );
         }
-        Err(AttestationError::Issue(format!(
-            "PCRs kept changing during {ISSUE_ATTEMPTS} quote attempts"
+        Err(AttestationError::Issue(Detail::with(
+            &VtpmRefusal::PcrsChanging,
+            format!("PCRs kept changing during {ISSUE_ATTEMPTS} quote attempts"),
         )))
     }
 }

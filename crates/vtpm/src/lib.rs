@@ -29,6 +29,7 @@
 
 mod ak_trust;
 mod issuer;
+mod refusal;
 mod validator;
 
 pub use ak_trust::{
@@ -38,6 +39,7 @@ pub use ak_trust::{
 pub use issuer::{
     EventLogSource, FIRMWARE_EVENT_LOG_PATH, ISSUE_ATTEMPTS, VtpmIssuer, quoted_pcrs,
 };
+pub use refusal::VtpmRefusal;
 pub use validator::{
     MAX_AK_CERT_LEN, MAX_EVIDENCE_EVENT_LOG_LEN, MAX_EVIDENCE_LEN, VtpmValidator,
     carried_event_list, encode_evidence, encode_evidence_with_log,

@@ -7,8 +7,9 @@ use confboot_proto::Message as _;
 use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
 
 use super::ak_trust::AkTrust;
+use crate::VtpmRefusal;
 use confboot_attest::{
-    AttestationError, Attested, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
+    AttestationError, Attested, Detail, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
 };
 use confboot_tpm::event_log::{EventList, EventLog};
 use confboot_tpm::structures::{
@@ -86,7 +87,11 @@ struct Decoded {
 }
 
 fn decode_err(m: impl Into<String>) -> AttestationError {
-    AttestationError::Decode(m.into())
+    decode_as(&VtpmRefusal::Evidence, m)
+}
+
+fn decode_as(reason: &'static VtpmRefusal, m: impl Into<String>) -> AttestationError {
+    AttestationError::Decode(Detail::with(reason, m))
 }
 
 fn check_len(field: &str, bytes: &[u8], max: usize) -> Result<(), AttestationError> {
@@ -176,7 +181,9 @@ pub fn carried_event_list(evidence: &[u8]) -> Result<Option<EventList>, Attestat
     }
     EventLog::parse(&e.event_log)
         .map(|log| Some(log.to_event_list()))
-        .map_err(|e| AttestationError::EventLog(e.to_string()))
+        .map_err(|e| {
+            AttestationError::EventLog(Detail::with(&VtpmRefusal::EventLogFormat, e.to_string()))
+        })
 }
 
 impl VtpmValidator {
@@ -224,20 +231,26 @@ fn replayed_event_log(
     bytes: &[u8],
     quoted: &BTreeMap<u32, Vec<u8>>,
 ) -> Result<EventList, AttestationError> {
-    let log = EventLog::parse(bytes).map_err(|e| AttestationError::EventLog(e.to_string()))?;
+    let log = EventLog::parse(bytes).map_err(|e| {
+        AttestationError::EventLog(Detail::with(&VtpmRefusal::EventLogFormat, e.to_string()))
+    })?;
     for (pcr, replayed) in log.replay() {
         match quoted.get(&pcr) {
             Some(q) if q.as_slice() == replayed.as_slice() => {}
             Some(q) => {
-                return Err(AttestationError::EventLog(format!(
-                    "replaying it gives PCR {pcr} = {}, the quote says {}",
-                    hex::encode(&replayed),
-                    hex::encode(q)
+                return Err(AttestationError::EventLog(Detail::with(
+                    &VtpmRefusal::EventLogReplay,
+                    format!(
+                        "replaying it gives PCR {pcr} = {}, the quote says {}",
+                        hex::encode(&replayed),
+                        hex::encode(q)
+                    ),
                 )));
             }
             None => {
-                return Err(AttestationError::EventLog(format!(
-                    "it extends PCR {pcr}, which the quote does not cover"
+                return Err(AttestationError::EventLog(Detail::with(
+                    &VtpmRefusal::EventLogCoverage,
+                    format!("it extends PCR {pcr}, which the quote does not cover"),
                 )));
             }
         }
@@ -264,11 +277,12 @@ struct ParsedEvidence {
 /// [`AttestationError::Decode`].
 fn parse_evidence(evidence: &[u8]) -> Result<ParsedEvidence, AttestationError> {
     let decoded = decode_evidence(evidence)?;
-    let quote = structures::parse_quote_attest(&decoded.attest).map_err(|p| decode_err(p.0))?;
+    let quote = structures::parse_quote_attest(&decoded.attest)
+        .map_err(|p| decode_as(&VtpmRefusal::Quote, p.0))?;
     let ak = structures::parse_ecc_public(&decoded.ak_public)
-        .map_err(|p| decode_err(format!("AK public area: {}", p.0)))?;
-    let signature =
-        structures::parse_ecdsa_signature(&decoded.signature).map_err(|p| decode_err(p.0))?;
+        .map_err(|p| decode_as(&VtpmRefusal::AkPublic, format!("AK public area: {}", p.0)))?;
+    let signature = structures::parse_ecdsa_signature(&decoded.signature)
+        .map_err(|p| decode_as(&VtpmRefusal::SignatureFormat, p.0))?;
     Ok(ParsedEvidence {
         decoded,
         quote,
@@ -285,10 +299,13 @@ fn check_binding(
     extra_data: &[u8; EXTRA_DATA_LEN],
 ) -> Result<(), AttestationError> {
     if quote.extra_data.as_slice() != extra_data.as_slice() {
-        return Err(AttestationError::Binding(format!(
-            "quote qualifying data {} differs from the expected extra_data {}",
-            hex::encode(&quote.extra_data),
-            hex::encode(extra_data)
+        return Err(AttestationError::Binding(Detail::with(
+            &VtpmRefusal::Binding,
+            format!(
+                "quote qualifying data {} differs from the expected extra_data {}",
+                hex::encode(&quote.extra_data),
+                hex::encode(extra_data)
+            ),
         )));
     }
     Ok(())
@@ -306,17 +323,23 @@ fn check_quoted_pcrs(
     match quote.pcr_selections.as_slice() {
         [sel] if sel.hash_alg == TPM_ALG_SHA256 && sel.pcr_indices == carried => {}
         other => {
-            return Err(AttestationError::Signature(format!(
-                "the quote covers {other:?}, but the evidence carries SHA-256 PCRs {carried:?}"
+            return Err(AttestationError::Signature(Detail::with(
+                &VtpmRefusal::PcrSelection,
+                format!(
+                    "the quote covers {other:?}, but the evidence carries SHA-256 PCRs {carried:?}"
+                ),
             )));
         }
     }
     let digest = tpm::pcr_digest(pcr_values.iter().map(|(_, v)| v.as_slice()));
     if quote.pcr_digest.as_slice() != digest.as_slice() {
-        return Err(AttestationError::Signature(format!(
-            "the PCR values do not match the quoted PCR digest: quoted {}, computed {}",
-            hex::encode(&quote.pcr_digest),
-            hex::encode(&digest)
+        return Err(AttestationError::Signature(Detail::with(
+            &VtpmRefusal::PcrDigest,
+            format!(
+                "the PCR values do not match the quoted PCR digest: quoted {}, computed {}",
+                hex::encode(&quote.pcr_digest),
+                hex::encode(&digest)
+            ),
         )));
     }
     Ok(())
@@ -328,9 +351,12 @@ fn check_quoted_pcrs(
 fn check_ak_attributes(ak: &EccPublic) -> Result<(), AttestationError> {
     let required = structures::object_attributes::REQUIRED_FOR_AK;
     if ak.object_attributes & required != required {
-        return Err(AttestationError::Trust(format!(
-            "the AK's attributes {:#010x} lack {required:#010x} (restricted signing key created in the TPM)",
-            ak.object_attributes
+        return Err(AttestationError::Trust(Detail::with(
+            &VtpmRefusal::AkAttributes,
+            format!(
+                "the AK's attributes {:#010x} lack {required:#010x} (restricted signing key created in the TPM)",
+                ak.object_attributes
+            ),
         )));
     }
     Ok(())
@@ -345,10 +371,13 @@ fn check_signer_is_ak(quote: &QuoteInfo, ak_public: &[u8]) -> Result<(), Attesta
         .iter()
         .any(|&h| quote.qualified_signer == tpm::primary_qualified_name(h, ak_public));
     if !signer_is_this_ak {
-        return Err(AttestationError::Signature(format!(
-            "the quote's qualifiedSigner {} is not the Qualified Name of the AK in the evidence \
+        return Err(AttestationError::Signature(Detail::with(
+            &VtpmRefusal::Signer,
+            format!(
+                "the quote's qualifiedSigner {} is not the Qualified Name of the AK in the evidence \
              (a primary key of the owner or endorsement hierarchy)",
-            hex::encode(&quote.qualified_signer)
+                hex::encode(&quote.qualified_signer)
+            ),
         )));
     }
     Ok(())
@@ -374,17 +403,21 @@ fn check_quote_signature(
     ak: &EccPublic,
 ) -> Result<(), AttestationError> {
     if signature.hash_alg != TPM_ALG_SHA256 {
-        return Err(AttestationError::Signature(format!(
-            "quote signed with hash {:#06x}, want SHA-256",
-            signature.hash_alg
+        return Err(AttestationError::Signature(Detail::with(
+            &VtpmRefusal::SignatureHash,
+            format!(
+                "quote signed with hash {:#06x}, want SHA-256",
+                signature.hash_alg
+            ),
         )));
     }
     ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &ak.point)
         .verify(attest, &signature.r_s)
         .map_err(|_| {
-            AttestationError::Signature(
-                "the quote's ECDSA signature does not verify with the AK in the evidence".into(),
-            )
+            AttestationError::Signature(Detail::with(
+                &VtpmRefusal::QuoteSignature,
+                "the quote's ECDSA signature does not verify with the AK in the evidence",
+            ))
         })
 }
 
@@ -408,12 +441,18 @@ fn check_unmarked(measurements: &BTreeMap<u32, Vec<u8>>) -> Result<(), Attestati
     let zero = [0u8; SHA256_LEN];
     match measurements.get(&CLUSTER_ID_PCR) {
         Some(v) if v.as_slice() == zero => Ok(()),
-        Some(v) => Err(AttestationError::Policy(format!(
-            "PCR {CLUSTER_ID_PCR} is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
-            hex::encode(v)
+        Some(v) => Err(AttestationError::Policy(Detail::with(
+            &VtpmRefusal::ClusterMarked,
+            format!(
+                "PCR {CLUSTER_ID_PCR} is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
+                hex::encode(v)
+            ),
         ))),
-        None => Err(AttestationError::Policy(format!(
-            "PCR {CLUSTER_ID_PCR} is not quoted; it must be, and all-zero, for an unbootstrapped node"
+        None => Err(AttestationError::Policy(Detail::with(
+            &VtpmRefusal::ClusterMarkNotQuoted,
+            format!(
+                "PCR {CLUSTER_ID_PCR} is not quoted; it must be, and all-zero, for an unbootstrapped node"
+            ),
         ))),
     }
 }

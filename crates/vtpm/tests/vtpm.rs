@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use confboot_attest::{AttestationError, Issuer, MeasurementPolicy, Validator, Variant};
+use confboot_attest::{AttestationError, Detail, Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_cluster::mark::marked_pcr15;
 use confboot_proto::Message as _;
 use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
@@ -15,8 +15,8 @@ use confboot_tpm::structures::{self, Writer};
 use confboot_tpm::swtpm::Swtpm;
 use confboot_util::hex;
 use confboot_vtpm::{
-    AkTrust, MAX_AK_CERT_LEN, MAX_EVIDENCE_LEN, VtpmIssuer, VtpmValidator, encode_evidence,
-    issue_ak_certificate, quoted_pcrs,
+    AkTrust, MAX_AK_CERT_LEN, MAX_EVIDENCE_LEN, VtpmIssuer, VtpmRefusal, VtpmValidator,
+    encode_evidence, issue_ak_certificate, quoted_pcrs,
 };
 
 const EXTRA: [u8; 32] = [0x11; 32];
@@ -140,10 +140,13 @@ fn wrong_extra_data_is_refused() {
     let err = message(pinned(&issuer).validate(&evidence, &[0x22; 32]));
     assert_eq!(
         err,
-        AttestationError::Binding(format!(
-            "quote qualifying data {} differs from the expected extra_data {}",
-            "11".repeat(32),
-            "22".repeat(32)
+        AttestationError::Binding(Detail::with(
+            &VtpmRefusal::Binding,
+            format!(
+                "quote qualifying data {} differs from the expected extra_data {}",
+                "11".repeat(32),
+                "22".repeat(32)
+            )
         ))
     );
 }
@@ -159,12 +162,12 @@ fn misbound_quote_is_refused_before_its_signature_is_verified() {
     let forged = modified(&evidence, |e| e.signature[sig_len - 1] ^= 0x80);
     assert!(matches!(
         message(pinned(&issuer).validate(&forged, &[0x22; 32])),
-        AttestationError::Binding(_)
+        e @ AttestationError::Binding(_) if e.is(&VtpmRefusal::Binding)
     ));
     // Bound right, the broken signature is what refuses it.
     assert!(matches!(
         message(pinned(&issuer).validate(&forged, &EXTRA)),
-        AttestationError::Signature(_)
+        e @ AttestationError::Signature(_) if e.is(&VtpmRefusal::QuoteSignature)
     ));
 }
 
@@ -187,13 +190,11 @@ fn pcr_extended_after_the_quote_is_refused() {
     assert_ne!(before[10], after[10]);
     let stale = encode_evidence(&quote, &after, &ak.public_area, None);
     let err = message(validator.validate(&stale, &EXTRA));
-    let AttestationError::Signature(m) = &err else {
+    let AttestationError::Signature(d) = &err else {
         panic!("wrong variant: {err:?}")
     };
-    assert!(
-        m.starts_with("the PCR values do not match the quoted PCR digest"),
-        "{m}"
-    );
+    assert!(d.is(&VtpmRefusal::PcrDigest), "{d}");
+    let m = d.text();
     assert!(
         m.contains(&hex::encode(&pcr_digest(
             before.iter().map(|(_, v)| &v[..])
@@ -210,10 +211,10 @@ fn evidence_carrying_fewer_pcrs_than_quoted_is_refused() {
         e.pcrs.pop();
     });
     let err = message(pinned(&issuer).validate(&fewer, &EXTRA));
-    let AttestationError::Signature(m) = &err else {
+    let AttestationError::Signature(d) = &err else {
         panic!("wrong variant: {err:?}")
     };
-    assert!(m.starts_with("the quote covers"), "{m}");
+    assert!(d.is(&VtpmRefusal::PcrSelection), "{d}");
 }
 
 #[test]
@@ -230,9 +231,12 @@ fn marked_node_is_refused_at_join_and_accepted_when_allowed() {
     let err = message(pinned(&issuer).validate(&evidence, &EXTRA));
     assert_eq!(
         err,
-        AttestationError::Policy(format!(
-            "PCR 15 is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
-            hex::encode(&marked_pcr15(b"cluster-id-1"))
+        AttestationError::Policy(Detail::with(
+            &VtpmRefusal::ClusterMarked,
+            format!(
+                "PCR 15 is {}, not all-zero: the node is already bootstrapped (marked with a cluster id)",
+                hex::encode(&marked_pcr15(b"cluster-id-1"))
+            )
         ))
     );
     // Verifying a running node (not a join) may allow it.
@@ -264,15 +268,17 @@ fn flipped_byte_in_tpms_attest_is_refused() {
     let bad = modified(&evidence, |e| e.attest[76] ^= 0x01);
     assert_eq!(
         message(validator.validate(&bad, &EXTRA)),
-        AttestationError::Signature(
-            "the quote's ECDSA signature does not verify with the AK in the evidence".into()
-        )
+        AttestationError::Signature(Detail::with(
+            &VtpmRefusal::QuoteSignature,
+            "the quote's ECDSA signature does not verify with the AK in the evidence"
+        ))
     );
     // A flip in the magic is found by the parser.
     let bad = modified(&evidence, |e| e.attest[0] ^= 0x01);
     let err = message(validator.validate(&bad, &EXTRA));
     assert!(
-        matches!(&err, AttestationError::Decode(m) if m.contains("magic 0xfe544347")),
+        matches!(&err, AttestationError::Decode(d)
+            if d.is(&VtpmRefusal::Quote) && d.text().contains("magic 0xfe544347")),
         "{err:?}"
     );
 }
@@ -286,9 +292,10 @@ fn flipped_signature_byte_is_refused() {
     let bad = modified(&evidence, |e| e.signature[sig_len - 1] ^= 0x80);
     assert_eq!(
         message(pinned(&issuer).validate(&bad, &EXTRA)),
-        AttestationError::Signature(
-            "the quote's ECDSA signature does not verify with the AK in the evidence".into()
-        )
+        AttestationError::Signature(Detail::with(
+            &VtpmRefusal::QuoteSignature,
+            "the quote's ECDSA signature does not verify with the AK in the evidence"
+        ))
     );
 }
 
@@ -301,9 +308,12 @@ fn ak_outside_the_pinned_list_is_refused() {
     let validator = VtpmValidator::new(AkTrust::Pinned(vec![other.ak_public_key()]), no_policy());
     assert_eq!(
         message(validator.validate(&evidence, &EXTRA)),
-        AttestationError::Trust(format!(
-            "AK {} is not among the 1 pinned AK keys",
-            hex::encode(&issuer.ak_public_key())
+        AttestationError::Trust(Detail::with(
+            &VtpmRefusal::AkNotPinned,
+            format!(
+                "AK {} is not among the 1 pinned AK keys",
+                hex::encode(&issuer.ak_public_key())
+            )
         ))
     );
 }
@@ -334,10 +344,10 @@ fn ak_certificate_from_another_ca_is_refused() {
     let bad = modified(&evidence, |e| e.ak_certificate = cert);
     assert_eq!(
         message(validator.validate(&bad, &EXTRA)),
-        AttestationError::Trust(
+        AttestationError::Trust(Detail::with(
+            &VtpmRefusal::AkChain,
             "AK certificate (issuer \"CN=Other AK CA\") is not signed by any of the 1 configured CAs"
-                .into()
-        )
+        ))
     );
 
     // Another CA that copies the trusted CA's name: the signature decides.
@@ -347,18 +357,19 @@ fn ak_certificate_from_another_ca_is_refused() {
     let bad = modified(&evidence, |e| e.ak_certificate = cert);
     assert_eq!(
         message(validator.validate(&bad, &EXTRA)),
-        AttestationError::Trust(
+        AttestationError::Trust(Detail::with(
+            &VtpmRefusal::AkChain,
             "AK certificate (issuer \"CN=Trusted AK CA\") is not signed by any of the 1 configured CAs (CN=Trusted AK CA: signature does not verify)"
-                .into()
-        )
+        ))
     );
 
     // No certificate at all.
     assert_eq!(
         message(validator.validate(&evidence, &EXTRA)),
-        AttestationError::Trust(
-            "evidence carries no AK certificate, and the policy requires one".into()
-        )
+        AttestationError::Trust(Detail::with(
+            &VtpmRefusal::NoAkCertificate,
+            "evidence carries no AK certificate, and the policy requires one"
+        ))
     );
 }
 
@@ -373,10 +384,13 @@ fn ak_certificate_for_another_key_is_refused() {
         VtpmValidator::new(AkTrust::CertificateRoots(vec![ca.der.clone()]), no_policy());
     assert_eq!(
         message(validator.validate(&evidence, &EXTRA)),
-        AttestationError::Trust(format!(
-            "AK certificate is for another key: certificate key {}, AK {}",
-            hex::encode(&other.ak_public_key()),
-            hex::encode(&issuer.ak_public_key())
+        AttestationError::Trust(Detail::with(
+            &VtpmRefusal::AkCertificateKey,
+            format!(
+                "AK certificate is for another key: certificate key {}, AK {}",
+                hex::encode(&other.ak_public_key()),
+                hex::encode(&issuer.ak_public_key())
+            )
         ))
     );
 }
@@ -445,8 +459,11 @@ fn software_signed_quote_from_unrestricted_key_is_refused() {
     );
     assert_eq!(
         message(any.validate(&forged, &EXTRA)),
-        AttestationError::Trust(format!(
-            "the AK's attributes {sign_only:#010x} lack 0x00050022 (restricted signing key created in the TPM)"
+        AttestationError::Trust(Detail::with(
+            &VtpmRefusal::AkAttributes,
+            format!(
+                "the AK's attributes {sign_only:#010x} lack 0x00050022 (restricted signing key created in the TPM)"
+            )
         ))
     );
     // The same forgery claiming AK attributes passes insecure-any-ak (that is
@@ -466,7 +483,7 @@ fn software_signed_quote_from_unrestricted_key_is_refused() {
     let pinned = VtpmValidator::new(AkTrust::Pinned(vec![other_point]), no_policy());
     assert!(matches!(
         pinned.validate(&claimed, &EXTRA),
-        Err(AttestationError::Trust(_))
+        Err(e @ AttestationError::Trust(_)) if e.is(&VtpmRefusal::AkNotPinned)
     ));
 }
 
@@ -476,7 +493,7 @@ fn missing_or_oversized_fields_are_refused() {
     let evidence = issuer.issue(&EXTRA).unwrap();
     let validator = pinned(&issuer);
     let decode = |bad: Vec<u8>| match validator.validate(&bad, &EXTRA) {
-        Err(AttestationError::Decode(m)) => m,
+        Err(AttestationError::Decode(d)) => d,
         other => panic!("want a Decode error, got {other:?}"),
     };
     let cases: Vec<(Vec<u8>, &str)> = vec![
@@ -541,14 +558,20 @@ fn missing_or_oversized_fields_are_refused() {
         ),
     ];
     for (bad, want) in cases {
-        assert_eq!(decode(bad), want);
+        assert_eq!(decode(bad), Detail::with(&VtpmRefusal::Evidence, want));
     }
     // Trailing bytes after the TPMS_ATTEST are refused by the parser.
-    let m = decode(modified(&evidence, |e| e.attest.push(0)));
-    assert!(m.contains("trailing"), "{m}");
+    let d = decode(modified(&evidence, |e| e.attest.push(0)));
+    assert!(
+        d.is(&VtpmRefusal::Quote) && d.text().contains("trailing"),
+        "{d}"
+    );
     // Not a protobuf message at all.
-    let m = decode(vec![0xff; 10]);
-    assert!(m.starts_with("not a vTPM QuoteEvidence message"), "{m}");
+    let d = decode(vec![0xff; 10]);
+    assert!(
+        d.is(&VtpmRefusal::Evidence) && d.text().starts_with("not a vTPM QuoteEvidence message"),
+        "{d}"
+    );
 }
 
 /// A small deterministic PRNG (xorshift64*), so failures reproduce.
@@ -678,7 +701,7 @@ fn an_ak_public_area_that_is_not_the_quotes_signer_is_refused() {
         e.ak_public[4..8].copy_from_slice(&attributes.to_be_bytes());
     });
     match validator.validate(&altered, &EXTRA) {
-        Err(AttestationError::Signature(m)) => assert!(m.contains("qualifiedSigner"), "{m}"),
+        Err(e @ AttestationError::Signature(_)) => assert!(e.is(&VtpmRefusal::Signer), "{e}"),
         other => panic!("{other:?}"),
     }
 }
@@ -702,9 +725,11 @@ fn an_ak_certificate_chains_through_intermediates_to_a_root_that_signs_certifica
         .unwrap();
     // The intermediate alone is no root: nothing it signs is trusted.
     match trusting(vec![intermediate.der.clone()]).validate(&with_cert, &EXTRA) {
-        Err(AttestationError::Trust(m)) => {
-            assert!(m.contains("intermediate CA \"CN=AK Issuing CA 01\""), "{m}")
-        }
+        Err(AttestationError::Trust(d)) => assert!(
+            d.is(&VtpmRefusal::AkChain)
+                && d.text().contains("intermediate CA \"CN=AK Issuing CA 01\""),
+            "{d}"
+        ),
         other => panic!("{other:?}"),
     }
     // A CA certificate without keyCertSign issues nothing.
@@ -713,7 +738,10 @@ fn an_ak_certificate_chains_through_intermediates_to_a_root_that_signs_certifica
         issue_ak_certificate(&issuer.ak_public_key(), "node-1 AK", &signer_only.issuer).unwrap();
     let bad = modified(&evidence, |e| e.ak_certificate = cert);
     match trusting(vec![root.der.clone(), signer_only.der.clone()]).validate(&bad, &EXTRA) {
-        Err(AttestationError::Trust(m)) => assert!(m.contains("keyCertSign"), "{m}"),
+        Err(AttestationError::Trust(d)) => assert!(
+            d.is(&VtpmRefusal::AkChain) && d.text().contains("keyCertSign"),
+            "{d}"
+        ),
         other => panic!("{other:?}"),
     }
     // Nor does a root that is not a CA with keyCertSign.
@@ -727,7 +755,10 @@ fn an_ak_certificate_chains_through_intermediates_to_a_root_that_signs_certifica
     let cert = issue_ak_certificate(&issuer.ak_public_key(), "node-1 AK", &plain.issuer).unwrap();
     let bad = modified(&evidence, |e| e.ak_certificate = cert);
     match trusting(vec![plain.der.clone()]).validate(&bad, &EXTRA) {
-        Err(AttestationError::Trust(m)) => assert!(m.contains("keyCertSign"), "{m}"),
+        Err(AttestationError::Trust(d)) => assert!(
+            d.is(&VtpmRefusal::AkChain) && d.text().contains("keyCertSign"),
+            "{d}"
+        ),
         other => panic!("{other:?}"),
     }
 }
@@ -775,30 +806,32 @@ fn an_event_log_is_accepted_only_when_it_replays_to_the_quoted_pcrs() {
     let other = synthetic_log(&[BOOT[0], BOOT[1], (9, 0x6, b"another initrd\0")]);
     let err = message(v.validate(&modified(&evidence, |e| e.event_log = other), &EXTRA));
     assert!(
-        matches!(&err, AttestationError::EventLog(m) if m.contains("PCR 9")),
+        matches!(&err, AttestationError::EventLog(d)
+            if d.is(&VtpmRefusal::EventLogReplay) && d.text().contains("PCR 9")),
         "{err}"
     );
     // A log that leaves an event out, or adds one, does not replay either.
     let short = synthetic_log(&BOOT[..2]);
     assert!(matches!(
         message(v.validate(&modified(&evidence, |e| e.event_log = short), &EXTRA)),
-        AttestationError::EventLog(_)
+        e @ AttestationError::EventLog(_) if e.is(&VtpmRefusal::EventLogReplay)
     ));
     let extra = synthetic_log(&[BOOT[0], BOOT[1], BOOT[2], (7, 0x4, b"sep")]);
     assert!(matches!(
         message(v.validate(&modified(&evidence, |e| e.event_log = extra), &EXTRA)),
-        AttestationError::EventLog(_)
+        e @ AttestationError::EventLog(_) if e.is(&VtpmRefusal::EventLogReplay)
     ));
     // Garbage and oversized logs are refused with the reason.
     let err = message(v.validate(&modified(&evidence, |e| e.event_log = vec![1; 100]), &EXTRA));
     assert!(
-        matches!(&err, AttestationError::EventLog(m) if m.contains("crypto-agile")),
+        matches!(&err, AttestationError::EventLog(d)
+            if d.is(&VtpmRefusal::EventLogFormat) && d.text().contains("crypto-agile")),
         "{err}"
     );
     let huge = vec![0; confboot_vtpm::MAX_EVIDENCE_EVENT_LOG_LEN + 1];
     assert!(matches!(
         message(v.validate(&modified(&evidence, |e| e.event_log = huge), &EXTRA)),
-        AttestationError::Decode(m) if m.contains("event log")
+        AttestationError::Decode(d) if d.is(&VtpmRefusal::Evidence) && d.text().contains("event log")
     ));
     // Without a log the quote still verifies: the log only explains.
     v.validate(&modified(&evidence, |e| e.event_log.clear()), &EXTRA)

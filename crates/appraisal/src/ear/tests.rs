@@ -1,4 +1,9 @@
 use super::*;
+use confboot_attest::Detail;
+
+/// The reason of the refusals these tests make up.
+#[derive(PartialEq)]
+struct Made;
 use confboot_snp::check as snp;
 use confboot_tdx::check as tdx;
 
@@ -15,7 +20,7 @@ fn passed(name: &'static str) -> CheckResult {
 fn failed(name: &'static str) -> CheckResult {
     CheckResult {
         name,
-        outcome: CheckOutcome::Failed(AttestationError::Policy("no".into())),
+        outcome: CheckOutcome::Failed(AttestationError::Policy(Detail::with(&Made, "no"))),
     }
 }
 
@@ -264,18 +269,30 @@ fn vtpm_and_refusal_vectors() {
     );
     let cases = [
         (
-            AttestationError::Signature("x".into()),
+            AttestationError::Signature(Detail::with(&Made, "x")),
             "instance-identity",
             99,
         ),
         (
-            AttestationError::Binding("x".into()),
+            AttestationError::Binding(Detail::with(&Made, "x")),
             "instance-identity",
             99,
         ),
-        (AttestationError::Trust("x".into()), "instance-identity", 97),
-        (AttestationError::EventLog("x".into()), "executables", 96),
-        (AttestationError::Policy("x".into()), "configuration", 96),
+        (
+            AttestationError::Trust(Detail::with(&Made, "x")),
+            "instance-identity",
+            97,
+        ),
+        (
+            AttestationError::EventLog(Detail::with(&Made, "x")),
+            "executables",
+            96,
+        ),
+        (
+            AttestationError::Policy(Detail::with(&Made, "x")),
+            "configuration",
+            96,
+        ),
         (
             AttestationError::Measurement {
                 index: 4,

@@ -45,8 +45,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use super::{ReferenceError, ReleaseKey, instant, open};
+use crate::AppraisalRefusal;
 use confboot_attest::measurements::MeasurementPolicy;
-use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, Validator, Variant};
+use confboot_attest::{AttestationError, Attested, Detail, EXTRA_DATA_LEN, Validator, Variant};
 pub use confboot_attest::{SetName, SetVerdict};
 use confboot_tpm::event_log::EventList;
 
@@ -196,6 +197,28 @@ pub enum SetsRefusal {
         /// Each live set, with its first difference.
         differences: Vec<(SetName, AttestationError)>,
     },
+}
+
+impl SetsRefusal {
+    /// The typed reason of this refusal.
+    pub fn reason(&self) -> &'static AppraisalRefusal {
+        match self {
+            SetsRefusal::Retired { .. } => &AppraisalRefusal::SetRetired,
+            SetsRefusal::NoMatch { .. } => &AppraisalRefusal::NoSetMatches,
+        }
+    }
+
+    /// This refusal as a validator reports it: one live set's difference
+    /// is that set's refusal (a measurement), anything else a policy
+    /// refusal with this reason and text.
+    pub fn into_error(self) -> AttestationError {
+        match self {
+            SetsRefusal::NoMatch { mut differences } if differences.len() == 1 => {
+                differences.remove(0).1
+            }
+            other => AttestationError::Policy(Detail::with(other.reason(), other.to_string())),
+        }
+    }
 }
 
 fn refusals(refused: &[String]) -> String {
@@ -498,12 +521,7 @@ impl Validator for SetsValidator {
         let sets = self.sets.read().unwrap_or_else(|e| e.into_inner());
         let verdict = sets
             .check(&attested.measurements, now, self.warn_window, &self.ignored)
-            .map_err(|e| match e {
-                SetsRefusal::NoMatch { mut differences } if differences.len() == 1 => {
-                    differences.remove(0).1
-                }
-                other => AttestationError::Policy(other.to_string()),
-            })?;
+            .map_err(SetsRefusal::into_error)?;
         Ok(Attested {
             set_verdict: Some(verdict),
             ..attested

@@ -284,6 +284,10 @@ mod tests {
         server.join().unwrap();
     }
 
+    /// The reason [`EchoCheck`] refuses with.
+    #[derive(PartialEq)]
+    struct OtherSession;
+
     /// Accepts evidence that is its extra_data.
     struct EchoCheck;
     impl Validator for EchoCheck {
@@ -296,7 +300,10 @@ mod tests {
             extra: &[u8; EXTRA_DATA_LEN],
         ) -> Result<confboot_attest::Attested, AttestationError> {
             if evidence != extra {
-                return Err(AttestationError::Binding("another session".into()));
+                return Err(AttestationError::Binding(confboot_attest::Detail::with(
+                    &OtherSession,
+                    "another session",
+                )));
             }
             Ok(confboot_attest::Attested {
                 set_verdict: None,
