@@ -278,3 +278,83 @@ fn library_crates_test_with_the_kit_not_the_end_to_end_suite() {
          (or move the end-to-end tests to tests/tests/)"
     );
 }
+
+/// Each library crate's dev-dependencies among the workspace's crates,
+/// from `cargo metadata`.
+fn library_dev_dependencies() -> BTreeMap<String, Vec<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success());
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let packages = meta["packages"].as_array().expect("packages");
+    packages
+        .iter()
+        .filter(|p| {
+            p["manifest_path"]
+                .as_str()
+                .is_some_and(|m| m.contains("/crates/"))
+        })
+        .map(|p| {
+            let dev = p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .filter(|d| d["kind"] == "dev")
+                .filter_map(|d| d["name"].as_str())
+                .filter(|d| LAYERS.iter().any(|(n, _)| n == d))
+                .map(str::to_string)
+                .collect();
+            (p["name"].as_str().expect("name").to_string(), dev)
+        })
+        .collect()
+}
+
+/// The dev-dependencies that reach a crate above (or beside) the one they
+/// test, as lines; the test kit is every crate's.
+fn upward_dev_dependencies(dev: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (from, deps) in dev {
+        for to in deps.iter().filter(|d| *d != "confboot-testkit") {
+            if layer(to) >= layer(from) {
+                found.push(format!(
+                    "{from} (layer {}) tests with {to} (layer {})",
+                    layer(from),
+                    layer(to)
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn library_tests_build_no_crate_above_their_own() {
+    // `cargo test -p <library crate>` builds what the crate depends on and
+    // the test kit: a dev-dependency on a crate above it would build that
+    // crate (and a second copy of this one) too.
+    let dev = library_dev_dependencies();
+    assert!(dev.contains_key("confboot-tpm"), "{dev:?}");
+    let bad = upward_dev_dependencies(&dev);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // The check itself: an upward dev-dependency is found.
+    let mut made_up = dev.clone();
+    made_up
+        .entry("confboot-util".into())
+        .or_default()
+        .push("confboot-disk".into());
+    assert!(
+        upward_dev_dependencies(&made_up)
+            .iter()
+            .any(|l| l.starts_with("confboot-util (layer 0) tests with confboot-disk")),
+        "{made_up:?}"
+    );
+}

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use confboot_attest::{AttestationError, Detail, Issuer, MeasurementPolicy, Validator, Variant};
-use confboot_cluster::mark::marked_pcr15;
 use confboot_proto::Message as _;
 use confboot_proto::vtpm::{PcrValue, QuoteEvidence};
 use confboot_tpm::event_log::synthetic_log;
@@ -18,6 +17,25 @@ use confboot_vtpm::{
     AkTrust, MAX_AK_CERT_LEN, MAX_EVIDENCE_LEN, VtpmIssuer, VtpmRefusal, VtpmValidator,
     encode_evidence, issue_ak_certificate, quoted_pcrs,
 };
+
+/// The digest a bootstrapped node extends PCR 15 with: SHA-256 of its
+/// cluster id (the mark of `confboot_cluster::mark`, which sits above this
+/// crate and is tested there).
+fn mark_digest(cluster_id: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, cluster_id).as_ref());
+    out
+}
+
+/// Marks the TPM as a bootstrapped node of `cluster_id` does.
+fn mark(tpm: &mut confboot_tpm::Tpm, cluster_id: &[u8]) -> Result<(), confboot_tpm::TpmError> {
+    tpm.pcr_extend(15, &mark_digest(cluster_id))
+}
+
+/// PCR 15 of a node marked once on a fresh boot.
+fn marked_pcr15(cluster_id: &[u8]) -> [u8; 32] {
+    pcr_digest([&[0u8; 32][..], &mark_digest(cluster_id)[..]])
+}
 
 const EXTRA: [u8; 32] = [0x11; 32];
 
@@ -224,9 +242,7 @@ fn marked_node_is_refused_at_join_and_accepted_when_allowed() {
     pinned(&issuer)
         .validate(&issuer.issue(&EXTRA).unwrap(), &EXTRA)
         .unwrap();
-    issuer
-        .with_tpm(|t| confboot_cluster::mark::mark_node(t, b"cluster-id-1"))
-        .unwrap();
+    issuer.with_tpm(|t| mark(t, b"cluster-id-1")).unwrap();
     let evidence = issuer.issue(&EXTRA).unwrap();
     let err = message(pinned(&issuer).validate(&evidence, &EXTRA));
     assert_eq!(
@@ -894,9 +910,7 @@ fn an_issuer_reconnects_to_a_tpm_that_restarted_under_it() {
     // the transient AK gone): both times the next quote is served, with
     // the same key, on a new connection.
     for keep in [true, false] {
-        issuer
-            .with_tpm(|t| confboot_cluster::mark::mark_node(t, b"cluster"))
-            .unwrap();
+        issuer.with_tpm(|t| mark(t, b"cluster")).unwrap();
         swtpm.stop(keep).unwrap();
         assert!(issuer.issue(&[2; 32]).is_err(), "the TPM is away");
         swtpm.start_again().unwrap();
