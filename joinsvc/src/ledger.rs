@@ -1,6 +1,6 @@
 //! What joinsvc has handed out, so that a member cannot ask twice and a
 //! revocation sticks. Plain decisions over plain data: the registry
-//! ([`crate::vpn`]) keeps the [`Ledger`] in its ConfigMap beside the peers
+//! (`vpn`) keeps the [`Ledger`] in its ConfigMap beside the peers
 //! and the removed disks, and applies [`decide`] and [`record`] inside the
 //! same compare-and-swap that registers a peer, so every replica and every
 //! restart sees the same memory.

@@ -44,7 +44,11 @@ use std::path::Path;
 /// Intel root, TCB info and QE identity, the CCEL log, the configfs-tsm
 /// issuer; about 172 KB) and opened tickets sealed to its attested key
 /// (HPKE with X25519 and ChaCha20Poly1305; about 61 KB): 3.53 MB.
-const BUDGET: u64 = 3_650_000;
+/// 3.65 MB until the formats the node agent reads (its VPN file, the
+/// handoff step document) were read with serde derives (about 12 KB) and
+/// the errors became typed: a reason per attestation check, I/O errors
+/// that keep their source (about 16 KB): 3.67 MB.
+const BUDGET: u64 = 3_700_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");

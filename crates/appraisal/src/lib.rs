@@ -1,7 +1,7 @@
 //! Signed documents about evidence, as a verifier takes them in and gives
 //! them out; the evidence itself and its checks are the variants' crates'.
 //!
-//! - In: [`reference`], reference values as signed documents. A release
+//! - In: [`reference`](mod@reference), reference values as signed documents. A release
 //!   key signs a CoRIM set of an image's predicted measurements and events
 //!   (COSE_Sign1 over deterministic CBOR); a verifier that pins the key
 //!   admits a node whose evidence one of the sets it holds admits, and a

@@ -129,7 +129,7 @@ pub struct Attested {
     pub warnings: Vec<String>,
     /// The signed reference-value set the measurements matched, as the
     /// validator that appraised them against the live sets says it
-    /// ([`reference::sets::SetsValidator`]); `None` when no set appraised
+    /// (`confboot_appraisal::reference::sets::SetsValidator`); `None` when no set appraised
     /// them (a measurement policy, or another variant's policy, did).
     pub set_verdict: Option<SetVerdict>,
 }

@@ -206,7 +206,7 @@ fn send_queued_records<T: Transport>(
 /// transport.
 ///
 /// Setting the inner timeout costs a system call, so it is not set before
-/// every read: it is set to what is left minus [`SLACK`] (50 ms), and
+/// every read: it is set to what is left minus `SLACK` (50 ms), and
 /// stands for the reads that start within `SLACK` of that, which
 /// therefore still end by the deadline. A read that timed out before the
 /// deadline (by up to `SLACK`) is tried again with exactly what is left (a

@@ -132,7 +132,7 @@ impl HostProxy {
     }
 
     /// Every byte that crossed the proxy (both directions, the last
-    /// [`MAX_SEEN`]), and forgets them.
+    /// `MAX_SEEN`), and forgets them.
     pub fn take_seen(&self) -> Vec<u8> {
         std::mem::take(&mut *self.state.seen.lock().unwrap())
     }
