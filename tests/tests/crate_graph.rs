@@ -112,9 +112,9 @@ const NEVER: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The workspace's crates and their normal dependencies on other
-/// workspace crates, from `cargo metadata`.
-fn workspace_graph() -> BTreeMap<String, Vec<String>> {
+/// The workspace's packages as `cargo metadata` describes them (no
+/// dependencies resolved, offline).
+fn workspace_metadata() -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -131,7 +131,13 @@ fn workspace_graph() -> BTreeMap<String, Vec<String>> {
         "cargo metadata: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    serde_json::from_slice(&out.stdout).expect("metadata is JSON")
+}
+
+/// The workspace's crates and their normal dependencies on other
+/// workspace crates, from `cargo metadata`.
+fn workspace_graph() -> BTreeMap<String, Vec<String>> {
+    let meta = workspace_metadata();
     let packages = meta["packages"].as_array().expect("packages");
     let names: Vec<String> = packages
         .iter()
@@ -230,19 +236,7 @@ const STILL_ON_THE_SUITE: &[&str] = &[];
 /// The library crates (under `crates/`) that take `confboot-tests` as a
 /// dev-dependency, from `cargo metadata`.
 fn libraries_testing_with_the_suite() -> Vec<String> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(out.status.success());
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let meta = workspace_metadata();
     meta["packages"]
         .as_array()
         .expect("packages")
@@ -282,19 +276,7 @@ fn library_crates_test_with_the_kit_not_the_end_to_end_suite() {
 /// Each library crate's dev-dependencies among the workspace's crates,
 /// from `cargo metadata`.
 fn library_dev_dependencies() -> BTreeMap<String, Vec<String>> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(out.status.success());
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let meta = workspace_metadata();
     let packages = meta["packages"].as_array().expect("packages");
     packages
         .iter()
