@@ -31,14 +31,13 @@ use confboot_disk::{
 use confboot_net::listener::PoolConfig;
 use confboot_snp::SnpIssuer;
 use confboot_tdx::{Rtmr3Marker, RtmrError, TdxIssuer};
-use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{exit_usage, start_daemon};
 use confboot_util::stop::Stop;
 use confboot_vpn::VpnError;
 use confboot_vtpm::VtpmIssuer;
 use confboot_wire::ServerLimits;
 use crossbeam_channel::bounded;
-use nodeagent::options::JoinServiceOptionsError;
+use nodeagent::options::{JoinServiceOptionsError, VtpmIssuerError};
 
 use crate::config::{
     CMD, ClusterStep, Config, DiskBackendChoice, DiskMode, JoinServices, MkfsChoice, StateFs,
@@ -331,20 +330,9 @@ fn node_marker(
 /// option or the step.
 #[derive(Debug, thiserror::Error)]
 enum RunError {
-    /// The `--tpm` cannot be opened.
-    #[error("--tpm {spec}: {error}")]
-    Tpm {
-        /// The `--tpm` value.
-        spec: String,
-        /// Why it did not open.
-        error: TpmError,
-    },
-    /// The TPM's attestation key is not usable.
-    #[error("attestation key: {0}")]
-    AttestationKey(AttestationError),
-    /// The `--event-log` is not usable.
-    #[error("--event-log: {0}")]
-    EventLog(AttestationError),
+    /// The vTPM issuer (`--tpm`, its key, `--event-log`) did not open.
+    #[error(transparent)]
+    Vtpm(#[from] VtpmIssuerError),
     /// The SEV-SNP issuer cannot be opened.
     #[error("--attestation sev-snp: {0}")]
     SnpIssuer(AttestationError),
@@ -405,18 +393,11 @@ enum RunError {
 }
 
 fn run(config: &Config, started: Instant) -> Result<node::Outcome, RunError> {
-    let spec = config.tpm.as_str();
-    let tpm = Tpm::open(spec).map_err(|error| RunError::Tpm {
-        spec: spec.to_string(),
-        error,
-    })?;
-    log::info!("TPM: {}", tpm.describe());
-    let issuer = Arc::new(
-        VtpmIssuer::new(tpm)
-            .map_err(RunError::AttestationKey)?
-            .with_event_log_from(&config.event_log)
-            .map_err(RunError::EventLog)?,
-    );
+    let issuer = Arc::new(nodeagent::options::open_vtpm_issuer(
+        &config.tpm,
+        &config.event_log,
+        |tpm| log::info!("TPM: {}", tpm.describe()),
+    )?);
     // The TPM keeps the cluster mark whatever the node attests with; the
     // node attests (join client, Init/Recover servers) with one variant.
     let attesting: Arc<dyn Issuer> = match config.attestation {

@@ -147,6 +147,18 @@ impl NodeCheck {
     }
 }
 
+/// Why the options of a command that attests a node (`init`, `recover`)
+/// cannot be used (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    /// An option is missing or not of its type.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The attestation options check no node.
+    #[error(transparent)]
+    Check(#[from] NodeCheckError),
+}
+
 /// Why the attestation options check no node: the settings, their files or
 /// the validators; the message names the option.
 #[derive(Debug, thiserror::Error)]

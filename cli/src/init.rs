@@ -9,11 +9,11 @@ use confboot_kms::init_secret::WeakSecretError;
 use confboot_kms::{KmsError, MasterSecret, MasterSecretFileError, init_secret};
 use confboot_proto::DEFAULT_INIT_PORT;
 use confboot_proto::init::{InitRequest, InitResponse, SshUserKey, init_response};
-use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
 use confboot_util::fs::FileError;
 use confboot_wire::Status;
 
-use crate::common;
+use crate::common::{self, OptionsError};
 use confboot_util::text::{printable, printable_str};
 
 const NODE: Opt = Opt::value(
@@ -103,17 +103,6 @@ const MAX_NODE_LOG_LINE: usize = 1024;
 
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_INIT_PORT == 9000);
-
-/// Why the options cannot be used (exit 2).
-#[derive(Debug, thiserror::Error)]
-enum OptionsError {
-    /// An option is missing or not of its type.
-    #[error(transparent)]
-    Args(#[from] ArgsError),
-    /// The attestation options check no node.
-    #[error(transparent)]
-    Check(#[from] common::NodeCheckError),
-}
 
 /// Why the cluster was not initialized (exit 1).
 #[derive(Debug, thiserror::Error)]

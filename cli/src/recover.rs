@@ -11,11 +11,11 @@ use confboot_kms::{
 };
 use confboot_proto::DEFAULT_RECOVER_PORT;
 use confboot_proto::recover::{RecoverMessage, RecoverResponse};
-use confboot_util::args::{ArgsError, Command, Matches, Opt, VERBOSITY};
+use confboot_util::args::{Command, Matches, Opt, VERBOSITY};
 use confboot_util::fs::FileError;
 use confboot_wire::Status;
 
-use crate::common;
+use crate::common::{self, OptionsError};
 
 const NODE: Opt = Opt::value(
     "node",
@@ -67,17 +67,6 @@ const CMD: Command = Command {
 
 // The help text above names the default port.
 const _: () = assert!(DEFAULT_RECOVER_PORT == 9999);
-
-/// Why the options cannot be used (exit 2).
-#[derive(Debug, thiserror::Error)]
-enum OptionsError {
-    /// An option is missing or not of its type.
-    #[error(transparent)]
-    Args(#[from] ArgsError),
-    /// The attestation options check no node.
-    #[error(transparent)]
-    Check(#[from] common::NodeCheckError),
-}
 
 /// Why the node was not recovered (exit 1).
 #[derive(Debug, thiserror::Error)]

@@ -28,12 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{CMD, Config, ConfigError};
-use confboot_attest::{AttestationError, Issuer};
+use crate::options::VtpmIssuerError;
+use confboot_attest::Issuer;
 use confboot_net::listener::PoolConfig;
 use confboot_sys::signals::TerminationSignals;
-use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{exit_usage, start_daemon};
-use confboot_vtpm::VtpmIssuer;
 
 /// The node agent's whole life, from `std::env::args()`: the `nodeagent`
 /// binary's `main`, and the bootstrapper's when it is started under the
@@ -67,20 +66,9 @@ enum RunError {
     /// The termination signals cannot be blocked.
     #[error("cannot block signals: {0}")]
     BlockSignals(std::io::Error),
-    /// The `--tpm` cannot be opened.
-    #[error("--tpm {spec}: {error}")]
-    Tpm {
-        /// The `--tpm` value.
-        spec: String,
-        /// Why it did not open.
-        error: TpmError,
-    },
-    /// The TPM's attestation key is not usable.
-    #[error("attestation key: {0}")]
-    AttestationKey(AttestationError),
-    /// The `--event-log` is not usable.
-    #[error("--event-log: {0}")]
-    EventLog(AttestationError),
+    /// The vTPM issuer (`--tpm`, its key, `--event-log`) did not open.
+    #[error(transparent)]
+    Vtpm(#[from] VtpmIssuerError),
     /// The VPN poller did not start.
     #[error(transparent)]
     Vpn(#[from] vpn::VpnStartError),
@@ -103,22 +91,17 @@ enum RunError {
 fn run(config: &Config) -> Result<(), RunError> {
     let signals = TerminationSignals::block().map_err(RunError::BlockSignals)?;
     let (workers, per_client) = (config.verify_workers, config.verify_per_client);
-    let spec = config.tpm.as_str();
-    let tpm = Tpm::open(spec).map_err(|error| RunError::Tpm {
-        spec: spec.to_string(),
-        error,
-    })?;
-    log::info!(
-        "nodeagent {} starting; TPM: {}",
-        env!("CARGO_PKG_VERSION"),
-        tpm.describe()
-    );
-    let vtpm = Arc::new(
-        VtpmIssuer::new(tpm)
-            .map_err(RunError::AttestationKey)?
-            .with_event_log_from(&config.event_log)
-            .map_err(RunError::EventLog)?,
-    );
+    let vtpm = Arc::new(options::open_vtpm_issuer(
+        &config.tpm,
+        &config.event_log,
+        |tpm| {
+            log::info!(
+                "nodeagent {} starting; TPM: {}",
+                env!("CARGO_PKG_VERSION"),
+                tpm.describe()
+            );
+        },
+    )?);
     let issuer: Arc<dyn Issuer> = Arc::clone(&vtpm) as Arc<dyn Issuer>;
     let vpn_poller = match &config.vpn {
         Some(vpn) => Some(vpn::start(vpn, &vtpm)?),

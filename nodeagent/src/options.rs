@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
+use confboot_attest::AttestationError;
 use confboot_attest::Validator;
+use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_util::fs::FileError;
 use confboot_verifier::config::{
@@ -27,7 +29,7 @@ use confboot_verifier::config::{
 };
 use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 use confboot_verifier::join_service::{JoinServiceError, join_service_validators};
-use confboot_vtpm::VtpmIssuer;
+use confboot_vtpm::{EventLogSource, VtpmIssuer};
 
 /// Where a node image keeps the CA of its platform's attestation keys.
 pub const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
@@ -35,6 +37,46 @@ pub const DEFAULT_JOINSVC_AK_TRUST: &str = "ca:/etc/confboot/ak-ca.pem";
 /// The help of `--event-log`, the node binaries' (the bootstrapper's and
 /// the node agent's).
 pub const EVENT_LOG_HELP: &str = "The firmware's TCG event log sent with this node's evidence, for verifiers to replay and explain: a file, or `none` (default: the kernel's /sys/kernel/security/tpm0/binary_bios_measurements when --tpm is the device)";
+
+/// Why a node binary's vTPM issuer did not open; each message names the
+/// option it comes from.
+#[derive(Debug, thiserror::Error)]
+pub enum VtpmIssuerError {
+    /// The `--tpm` cannot be opened.
+    #[error("--tpm {spec}: {error}")]
+    Tpm {
+        /// The `--tpm` value.
+        spec: String,
+        /// Why it did not open.
+        error: TpmError,
+    },
+    /// The TPM's attestation key is not usable.
+    #[error("attestation key: {0}")]
+    AttestationKey(AttestationError),
+    /// The `--event-log` is not usable.
+    #[error("--event-log: {0}")]
+    EventLog(AttestationError),
+}
+
+/// Opens the TPM at `spec` (`--tpm`) and its attestation key, with the
+/// event log of `event_log` (`--event-log`): the vTPM issuer of the
+/// bootstrapper and of the node agent. `opened` sees the TPM before the
+/// key is loaded (each binary logs what it opened its own way).
+pub fn open_vtpm_issuer(
+    spec: &str,
+    event_log: &EventLogSource,
+    opened: impl FnOnce(&Tpm),
+) -> Result<VtpmIssuer, VtpmIssuerError> {
+    let tpm = Tpm::open(spec).map_err(|error| VtpmIssuerError::Tpm {
+        spec: spec.to_string(),
+        error,
+    })?;
+    opened(&tpm);
+    VtpmIssuer::new(tpm)
+        .map_err(VtpmIssuerError::AttestationKey)?
+        .with_event_log_from(event_log)
+        .map_err(VtpmIssuerError::EventLog)
+}
 
 /// `--joinsvc-measurements`.
 pub const JOINSVC_MEASUREMENTS: Opt = Opt::value(
