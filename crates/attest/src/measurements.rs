@@ -167,13 +167,23 @@ pub enum PolicyError {
          to accept that deliberately"
     )]
     ImageNotPinned,
-    /// A TDX policy that pins no image: it names no `mrtd`, yet it is not
-    /// marked `insecureAnyImage`.
+    /// A TDX policy that does not pin the image: it lacks an expected value
+    /// for `MRTD` (the firmware), `RTMR0` (its configuration and the host's
+    /// ACPI tables), `RTMR1` (the kernel) or `RTMR2` (the command line and
+    /// initrd), yet it is not marked `insecureAnyImage`.
     #[error(
-        "TDX policy pins no image (it names no mrtd): it would admit any TD; set \
-         \"insecureAnyImage\": true to accept that deliberately"
+        "TDX policy does not pin the image: no expected value for {} (mrtd, and rtmrs 0, \
+         the firmware's configuration and the host's ACPI tables, 1, the kernel, and 2, the \
+         command line and initrd, are required; 3, the cluster mark, never counts): it would \
+         admit a TD with any of them, refused; set \"insecureAnyImage\": true to accept that \
+         deliberately",
+        missing.join(", ")
     )]
-    TdxImageNotPinned,
+    TdxImageNotPinned {
+        /// The registers without an expected value (`MRTD`, `RTMR0`,
+        /// `RTMR1`, `RTMR2`).
+        missing: Vec<&'static str>,
+    },
 }
 
 /// A key as quoted in an error: at most [`MAX_QUOTED_KEY`] characters.

@@ -12,7 +12,12 @@
 //!   ([`CcelLog::check_replay`]); an RTMR that differs from the policy is
 //!   named with its first differing event when the policy names an
 //!   expected log. It passes on `MRTD` (index 0) and `RTMR0`–`RTMR3`
-//!   (indexes 1 to 4, the CCEL's register indexes).
+//!   (indexes 1 to 4, the CCEL's register indexes). Its policy must pin
+//!   the image: `MRTD`, `RTMR0`, `RTMR1` and `RTMR2`
+//!   ([`TdxPolicy::check_pins_image`]). For the admin's Init and Recover
+//!   it also requires `RTMR3`, the cluster mark, all zero
+//!   ([`TdxValidator::require_unmarked`]): a TD already bootstrapped is
+//!   refused before it receives a secret.
 //!
 //! - [`Quote`] reads a quote with bounded, panic-free parsing: header, TD
 //!   report body (TD 1.0, and TD 1.5 with `TEE_TCB_SVN_2` and
@@ -76,7 +81,7 @@ pub use pcs::{
 };
 #[cfg(feature = "pcs")]
 pub use pcs::{fetch, fetch_collateral};
-pub use policy::{CollateralFiles, TdxPolicy};
+pub use policy::{CollateralFiles, TDX_IMAGE_REGISTERS, TdxPolicy};
 pub use quote::{
     ATTESTATION_KEY_ECDSA_P256, BodyType, CERT_DATA_PCK_CHAIN, CERT_DATA_QE_REPORT, HEADER_LEN,
     Header, INTEL_QE_VENDOR_ID, MAX_QUOTE_LEN, QE_REPORT_LEN, QeReport, Quote, QuoteError,
@@ -108,13 +113,20 @@ pub struct TdxValidator {
     /// Collateral fetched from the PCS (policy `pcsFetch`), reused while
     /// current for the platform asked about.
     fetched: Arc<Mutex<Option<Collateral>>>,
+    /// Whether `RTMR3`, the cluster mark, must be all zero (a TD not
+    /// bootstrapped since it booted).
+    require_unmarked: bool,
 }
 
 impl TdxValidator {
     /// A validator for `policy`, with the roots it names
     /// (`rootCertificates`), else Intel's; the collateral files and the
-    /// expected event log it names are read (bounded) and parsed.
+    /// expected event log it names are read (bounded) and parsed. A policy
+    /// that does not pin the image is refused
+    /// ([`TdxPolicy::check_pins_image`]), whether it was read or built in
+    /// code.
     pub fn new(policy: TdxPolicy) -> Result<TdxValidator, PolicyError> {
+        policy.check_pins_image()?;
         if policy.pcs_fetch && !cfg!(feature = "pcs") {
             return Err(PolicyError::Format(
                 "pcsFetch: confboot was built without the cargo feature `pcs`".into(),
@@ -160,7 +172,24 @@ impl TdxValidator {
             expected_log: None,
             as_of: None,
             fetched: Arc::default(),
+            require_unmarked: false,
         }
+    }
+
+    /// Whether the TD's `RTMR3` must be all zero: a TD that has not been
+    /// bootstrapped since it booted, as the admin's Init and Recover need
+    /// (a bootstrapped TD extends `RTMR3` with the cluster mark,
+    /// `confboot_cluster::mark`). Off by default: a join service checks
+    /// the mark itself, per call.
+    pub fn require_unmarked(mut self, required: bool) -> TdxValidator {
+        self.require_unmarked = required;
+        self
+    }
+
+    /// Whether this validator requires an all-zero `RTMR3`
+    /// ([`TdxValidator::require_unmarked`]).
+    pub fn requires_unmarked(&self) -> bool {
+        self.require_unmarked
     }
 
     /// Uses this collateral.
@@ -358,6 +387,9 @@ impl TdxValidator {
                 .unwrap_or(e));
         }
         let r = &quote.report;
+        if self.require_unmarked {
+            verify::check_unmarked(r)?;
+        }
         let mut measurements = BTreeMap::from([(0, r.mr_td.to_vec())]);
         for (i, rtmr) in r.rtmr.iter().enumerate() {
             measurements.insert(1 + i as u32, rtmr.to_vec());

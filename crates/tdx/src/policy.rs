@@ -27,7 +27,9 @@
 //!
 //! - `mrtd` (required unless `insecureAnyImage`): the TD's initial
 //!   contents (its firmware image), 48 bytes.
-//! - `rtmrs` (optional): expected RTMR values by index `"0"` to `"3"`.
+//! - `rtmrs` (`"0"`, `"1"` and `"2"` required unless `insecureAnyImage`;
+//!   `"3"` optional): expected RTMR values by index `"0"` to `"3"`, 48
+//!   bytes each (see [Pinning the image](#pinning-the-image)).
 //! - `mrConfigId`, `mrOwner`, `mrOwnerConfig` (optional): if present the
 //!   field must equal it. The host sets them when it creates the TD, so
 //!   they identify a configuration, never an image.
@@ -68,10 +70,40 @@
 //!   (default `https://api.trustedservices.intel.com`).
 //! - `collateralCache` (optional): the directory fetched collateral is
 //!   kept in.
-//! - `insecureAnyImage` (optional, default false): accept a policy without
-//!   `mrtd`, which admits any TD on a genuine platform. Logged as a warning.
+//! - `insecureAnyImage` (optional, default false): accept a policy that
+//!   does not pin the image (any of `mrtd`, RTMR0, RTMR1 and RTMR2 left
+//!   out), which admits any TD, or any kernel, initrd or command line, on a
+//!   genuine platform. Logged as a warning.
 //!
 //! Unknown keys are refused, so is a key named twice.
+//!
+//! # Pinning the image
+//!
+//! A TD's image is measured in four registers, and a policy must pin all
+//! four ([`TdxPolicy::check_pins_image`]; [`TDX_IMAGE_REGISTERS`]):
+//!
+//! | register | measured by | what it covers |
+//! |---|---|---|
+//! | `MRTD` | the TDX module, at build time | the firmware (TDVF) image the host loaded |
+//! | `RTMR0` | the firmware | its configuration: the TD HOB, the firmware volume's configuration, and the ACPI tables the host supplies (code the kernel runs, AML) |
+//! | `RTMR1` | the firmware | the kernel (or boot loader) image it starts |
+//! | `RTMR2` | the firmware or boot loader | the kernel command line and the initrd |
+//! | `RTMR3` | the TD itself, at run time | the cluster mark (`confboot_cluster::mark`): all zero until the node is bootstrapped |
+//!
+//! A policy of `mrtd` alone admits any kernel, initrd and command line
+//! under genuine firmware: the host boots a TD of its own and it passes.
+//! So `mrtd` and `rtmrs` `"0"`, `"1"` and `"2"` are required, and a policy
+//! without one of them is refused ([`PolicyError::TdxImageNotPinned`],
+//! naming what is missing) wherever it is read: the parser applies the
+//! rule, so every binary that loads a TDX policy refuses it at start (the
+//! bootstrapper, the node agent, joinsvc and the CLI read it through
+//! [`TdxPolicy::load`] or [`TdxPolicy::from_json_at`]), and
+//! [`TdxValidator::new`](crate::TdxValidator::new) applies it again to a
+//! policy built in code. The checks themselves fail closed too: a register
+//! of the four without an expected value is a skipped check, which a
+//! validator counts as a failure. `RTMR3` never counts: it is the cluster
+//! mark, which a bootstrapped TD extends at will. Only `insecureAnyImage`
+//! lifts the rule, for all four at once.
 //!
 //! Read by hand, not with a serde derive: the bootstrapper links this parser,
 //! and derives for the three policies (measurement, SNP, TDX) grew it by some
@@ -84,6 +116,12 @@ use serde_json::Value;
 use super::collateral::TcbStatus;
 use super::quote::td_attributes;
 use confboot_attest::measurements::{PolicyError, parse_json_unique_keys, read_policy_text};
+
+/// The registers a TDX policy must pin ([`TdxPolicy::check_pins_image`]):
+/// `MRTD` (the firmware), `RTMR0` (its configuration, the host's ACPI
+/// tables included), `RTMR1` (the kernel) and `RTMR2` (the command line
+/// and the initrd). `RTMR3`, the cluster mark, never counts.
+pub const TDX_IMAGE_REGISTERS: [&str; 4] = ["MRTD", "RTMR0", "RTMR1", "RTMR2"];
 
 /// What a TDX quote must satisfy beyond its signatures and chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,16 +366,45 @@ impl TdxPolicy {
                 "pcsFetch needs collateralCache (where fetched collateral is kept)",
             ));
         }
-        if p.mr_td.is_none() {
-            if !p.insecure_any_image {
-                return Err(PolicyError::TdxImageNotPinned);
-            }
+        p.check_pins_image()?;
+        if p.insecure_any_image && !p.unpinned().is_empty() {
             log::warn!(
-                "TDX policy names no mrtd and says insecureAnyImage: ANY TD on a genuine \
-                 platform is admitted"
+                "TDX policy does not pin {} and says insecureAnyImage: ANY TD (firmware, \
+                 kernel, initrd, command line) on a genuine platform is admitted",
+                p.unpinned().join(", ")
             );
         }
         Ok(p)
+    }
+
+    /// The registers of [`TDX_IMAGE_REGISTERS`] this policy gives no
+    /// expected value for, in that order.
+    pub fn unpinned(&self) -> Vec<&'static str> {
+        let pinned = [
+            self.mr_td.is_some(),
+            self.rtmrs[0].is_some(),
+            self.rtmrs[1].is_some(),
+            self.rtmrs[2].is_some(),
+        ];
+        TDX_IMAGE_REGISTERS
+            .into_iter()
+            .zip(pinned)
+            .filter(|(_, pinned)| !pinned)
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// Whether the policy pins the image (see [Pinning the
+    /// image](self#pinning-the-image)): an expected value for each register
+    /// of [`TDX_IMAGE_REGISTERS`], unless it says `insecureAnyImage`;
+    /// otherwise [`PolicyError::TdxImageNotPinned`] names those missing.
+    pub fn check_pins_image(&self) -> Result<(), PolicyError> {
+        let missing = self.unpinned();
+        if missing.is_empty() || self.insecure_any_image {
+            Ok(())
+        } else {
+            Err(PolicyError::TdxImageNotPinned { missing })
+        }
     }
 
     /// Reads a policy file (at most
@@ -393,7 +460,7 @@ mod tests {
     #[test]
     fn parses_every_field() {
         let text = format!(
-            r#"{{"mrtd": "{m}", "rtmrs": {{"0": "{r0}", "3": "{r3}"}},
+            r#"{{"mrtd": "{m}", "rtmrs": {{"0": "{r0}", "1": "{r0}", "2": "{r0}", "3": "{r3}"}},
                 "mrConfigId": "{c}", "mrOwner": "{o}", "mrOwnerConfig": "{oc}",
                 "allowDebug": true, "tdAttributes": ["SEPT_VE_DISABLE", "PKS"],
                 "xfam": "e702060000000000", "minimumTeeTcbSvn": "{svn}",
@@ -412,7 +479,10 @@ mod tests {
         );
         let p = TdxPolicy::from_json_at(&text, Some(Path::new("/etc/cb"))).unwrap();
         assert_eq!(p.mr_td, Some([1; 48]));
-        assert_eq!(p.rtmrs, [Some([2; 48]), None, None, Some([3; 48])]);
+        assert_eq!(
+            p.rtmrs,
+            [Some([2; 48]), Some([2; 48]), Some([2; 48]), Some([3; 48])]
+        );
         assert_eq!(
             (p.mr_config_id, p.mr_owner, p.mr_owner_config),
             (Some([4; 48]), Some([5; 48]), Some([6; 48]))
@@ -442,9 +512,18 @@ mod tests {
         assert_eq!(p.expected_event_log, Some("/etc/cb/ccel.bin".into()));
     }
 
+    /// `"mrtd"` and `"rtmrs"` 0 to 2, each of byte `b`: a policy that pins
+    /// the image.
+    fn pins(b: u8) -> String {
+        format!(
+            r#""mrtd": "{m}", "rtmrs": {{"0": "{m}", "1": "{m}", "2": "{m}"}}"#,
+            m = h(b, 48)
+        )
+    }
+
     #[test]
     fn defaults_are_strict() {
-        let p = TdxPolicy::from_json(&format!(r#"{{"mrtd": "{}"}}"#, h(1, 48))).unwrap();
+        let p = TdxPolicy::from_json(&format!("{{{}}}", pins(1))).unwrap();
         assert!(!p.allow_debug);
         assert_eq!(p.accepted_tcb_statuses, vec![TcbStatus::UpToDate]);
         assert!(p.root_certificates.is_empty() && p.td_attributes.is_none());
@@ -482,21 +561,77 @@ mod tests {
 
     #[test]
     fn a_policy_that_pins_no_image_is_refused_unless_marked() {
+        let all = vec!["MRTD", "RTMR0", "RTMR1", "RTMR2"];
         for text in [
             "{}".to_string(),
-            format!(r#"{{"rtmrs": {{"0": "{}"}}}}"#, h(0, 48)),
             r#"{"insecureAnyImage": false}"#.to_string(),
         ] {
             assert!(
                 matches!(
                     TdxPolicy::from_json(&text),
-                    Err(PolicyError::TdxImageNotPinned)
+                    Err(PolicyError::TdxImageNotPinned { missing }) if missing == all
                 ),
                 "{text}"
             );
         }
         let p = TdxPolicy::from_json(r#"{"insecureAnyImage": true}"#).unwrap();
         assert!(p.insecure_any_image && p.mr_td.is_none());
+        assert_eq!(p.unpinned(), all);
+    }
+
+    #[test]
+    fn a_policy_must_pin_mrtd_and_rtmrs_0_to_2() {
+        let r = h(2, 48);
+        let m = format!(r#""mrtd": "{}""#, h(1, 48));
+        for (text, want) in [
+            // MRTD alone: any kernel, initrd and command line.
+            (format!("{{{m}}}"), vec!["RTMR0", "RTMR1", "RTMR2"]),
+            // The module's old example: RTMR0 and RTMR1, any command line.
+            (
+                format!(r#"{{{m}, "rtmrs": {{"0": "{r}", "1": "{r}"}}}}"#),
+                vec!["RTMR2"],
+            ),
+            (
+                format!(r#"{{{m}, "rtmrs": {{"1": "{r}", "2": "{r}"}}}}"#),
+                vec!["RTMR0"],
+            ),
+            (
+                format!(r#"{{{m}, "rtmrs": {{"0": "{r}", "2": "{r}"}}}}"#),
+                vec!["RTMR1"],
+            ),
+            (
+                format!(r#"{{"rtmrs": {{"0": "{r}", "1": "{r}", "2": "{r}"}}}}"#),
+                vec!["MRTD"],
+            ),
+            // RTMR3, the cluster mark, never counts.
+            (
+                format!(r#"{{{m}, "rtmrs": {{"3": "{r}"}}}}"#),
+                vec!["RTMR0", "RTMR1", "RTMR2"],
+            ),
+        ] {
+            let e = TdxPolicy::from_json(&text).unwrap_err();
+            assert!(
+                matches!(&e, PolicyError::TdxImageNotPinned { missing } if *missing == want),
+                "{text}: {e:?}"
+            );
+            assert!(e.to_string().contains(&want.join(", ")), "{e}");
+            // insecureAnyImage keeps its meaning: accepted, warned.
+            let insecure = format!(r#"{}, "insecureAnyImage": true}}"#, &text[..text.len() - 1]);
+            let p = TdxPolicy::from_json(&insecure).unwrap();
+            assert_eq!(p.unpinned(), want, "{insecure}");
+            assert!(p.check_pins_image().is_ok());
+        }
+        let p = TdxPolicy::from_json(&format!("{{{}}}", pins(1))).unwrap();
+        assert!(p.unpinned().is_empty() && p.check_pins_image().is_ok());
+        // A policy built in code is held to the rule by its check.
+        let code = TdxPolicy {
+            mr_td: Some([1; 48]),
+            ..TdxPolicy::default()
+        };
+        assert!(matches!(
+            code.check_pins_image(),
+            Err(PolicyError::TdxImageNotPinned { missing }) if missing == ["RTMR0", "RTMR1", "RTMR2"]
+        ));
     }
 
     #[test]

@@ -96,4 +96,8 @@ pub enum TdxRefusal {
     EvidenceBounds,
     /// Extending RTMR3 with the cluster mark failed (`Issue`).
     Rtmr3,
+    /// `RTMR3` is not all zero where a TD not yet bootstrapped is required
+    /// ([`TdxValidator::require_unmarked`](crate::TdxValidator::require_unmarked);
+    /// `Policy`).
+    ClusterMarked,
 }

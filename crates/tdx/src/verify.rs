@@ -221,7 +221,7 @@ pub fn run_checks(
                 &TdxRefusal::Rtmr,
                 &report.rtmr[i],
                 policy.rtmrs[i].as_ref(),
-                false,
+                i < IMAGE_RTMRS && !policy.insecure_any_image,
             ),
         ));
     }
@@ -825,8 +825,31 @@ fn check_minimum_svn(report: &TdReport, policy: &TdxPolicy) -> CheckOutcome {
     }
 }
 
+/// `RTMR3` all zero: the TD has not extended the cluster mark since it
+/// booted, so it is not bootstrapped (for a validator that
+/// [requires it](crate::TdxValidator::require_unmarked)).
+pub(crate) fn check_unmarked(report: &TdReport) -> Result<(), AttestationError> {
+    let rtmr3 = &report.rtmr[3];
+    if rtmr3.iter().all(|b| *b == 0) {
+        return Ok(());
+    }
+    Err(AttestationError::Policy(Detail::with(
+        &TdxRefusal::ClusterMarked,
+        format!(
+            "RTMR3 is {}, not all zero: the TD is already bootstrapped (marked with a cluster id)",
+            hex::encode(rtmr3)
+        ),
+    )))
+}
+
+/// How many RTMRs, from `RTMR0`, measure the image (firmware configuration,
+/// kernel, command line and initrd) and must be pinned; `RTMR3` is the
+/// cluster mark.
+const IMAGE_RTMRS: usize = 3;
+
 /// A measurement register against the policy's value. Without one it
-/// passes, except `MRTD` (`required`), which is skipped: a validator then
+/// passes, except the registers that measure the image (`required`:
+/// `MRTD`, `RTMR0` to `RTMR2`), which are skipped: a validator then
 /// refuses, unless the policy says `insecureAnyImage` (its value is shown).
 fn check_value(
     reason: &'static TdxRefusal,
@@ -858,6 +881,24 @@ fn check_value(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marked_rtmr3_is_a_bootstrapped_td() {
+        let raw = include_bytes!("../testdata/quote_v4_spr_e4.dat");
+        let mut q = Quote::parse(raw).unwrap();
+        assert_eq!(q.report.rtmr[3], [0; 48], "the fixture's TD is unmarked");
+        assert!(check_unmarked(&q.report).is_ok());
+        for byte in [0, 47] {
+            q.report.rtmr[3] = [0; 48];
+            q.report.rtmr[3][byte] = 1;
+            let e = check_unmarked(&q.report).unwrap_err();
+            assert!(
+                matches!(&e, AttestationError::Policy(d) if d.is(&TdxRefusal::ClusterMarked)),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("already bootstrapped"), "{e}");
+        }
+    }
 
     #[test]
     fn percent_decoding() {

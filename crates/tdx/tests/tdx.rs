@@ -584,17 +584,109 @@ fn malformed_quotes_are_refused_at_every_length() {
 fn policy_files_load() {
     let q = v4();
     let text = format!(
-        r#"{{"mrtd": "{}", "rtmrs": {{"0": "{}"}}, "acceptedTcbStatuses": ["UpToDate"]}}"#,
+        r#"{{"mrtd": "{}", "rtmrs": {{"0": "{}", "1": "{}", "2": "{}"}},
+            "acceptedTcbStatuses": ["UpToDate"]}}"#,
         hex::encode(&q.report.mr_td),
-        hex::encode(&q.report.rtmr[0])
+        hex::encode(&q.report.rtmr[0]),
+        hex::encode(&q.report.rtmr[1]),
+        hex::encode(&q.report.rtmr[2])
     );
     let p = TdxPolicy::from_json(&text).unwrap();
     let checks = validator(p, collateral_v4(), AT_V4).verify_quote_detailed(&q, &report_data(&q));
     assert_eq!(failures(&checks), V4_FAILS);
     assert!(matches!(
         TdxPolicy::from_json("{}"),
-        Err(PolicyError::TdxImageNotPinned)
+        Err(PolicyError::TdxImageNotPinned { .. })
     ));
+}
+
+/// The registers that measure the image are `MRTD`, `RTMR0` (the
+/// firmware's configuration, the host's ACPI tables included), `RTMR1` (the
+/// kernel) and `RTMR2` (the command line and initrd): a policy that leaves
+/// one out is refused when it is read or becomes a validator, and the
+/// check of a register it leaves out fails closed (skipped), so that a TD
+/// with genuine firmware and the host's own kernel, initrd or command line
+/// is not admitted.
+#[test]
+fn a_policy_that_pins_only_mrtd_admits_no_td() {
+    let q = v4();
+    let rd = report_data(&q);
+    let hex48 = |b: &[u8; 48]| hex::encode(b);
+    // Read from a file, as every binary reads it: refused, naming the
+    // registers.
+    let dir = confboot_testkit::TempDir::new("tdx-mrtd-only");
+    let file = dir.path().join("tdx.json");
+    std::fs::write(
+        &file,
+        format!(r#"{{"mrtd": "{}"}}"#, hex48(&q.report.mr_td)),
+    )
+    .unwrap();
+    let e = TdxValidator::load(&file).unwrap_err();
+    assert!(
+        matches!(&e, PolicyError::TdxImageNotPinned { missing } if *missing == ["RTMR0", "RTMR1", "RTMR2"]),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("RTMR0, RTMR1, RTMR2"), "{e}");
+    // Built in code: refused by the validator too.
+    let mrtd_only = TdxPolicy {
+        mr_td: Some(q.report.mr_td),
+        ..TdxPolicy::default()
+    };
+    assert!(matches!(
+        TdxValidator::new(mrtd_only.clone()),
+        Err(PolicyError::TdxImageNotPinned { .. })
+    ));
+    // And where a policy skips the rule (a validator with explicit
+    // roots), each register it leaves out is a skipped check, which
+    // refuses.
+    for left_out in 0..3 {
+        let mut policy = policy_for(&q, &[TcbStatus::UpToDate]);
+        policy.rtmrs[left_out] = None;
+        let v = validator(policy, collateral_v4(), AT_V4);
+        let checks = v.verify_quote_detailed(&q, &rd);
+        assert!(
+            matches!(outcome(&checks, check::RTMR[left_out]), CheckOutcome::Skipped(_)),
+            "{checks:#?}"
+        );
+        assert!(v.verify(&q, &rd).is_err());
+    }
+    let checks = validator(
+        TdxPolicy {
+            accepted_tcb_statuses: vec![TcbStatus::UpToDate],
+            ..mrtd_only.clone()
+        },
+        collateral_v4(),
+        AT_V4,
+    )
+    .verify_quote_detailed(&q, &rd);
+    for i in 0..3 {
+        assert!(matches!(
+            outcome(&checks, check::RTMR[i]),
+            CheckOutcome::Skipped(_)
+        ));
+    }
+    // RTMR3, the cluster mark, is not the image's: left out, it passes.
+    let mut policy = policy_for(&q, &[TcbStatus::UpToDate]);
+    policy.rtmrs[3] = None;
+    let checks = validator(policy, collateral_v4(), AT_V4).verify_quote_detailed(&q, &rd);
+    assert_eq!(failures(&checks), V4_FAILS);
+    assert!(matches!(
+        outcome(&checks, check::RTMR[3]),
+        CheckOutcome::Passed(_)
+    ));
+    // insecureAnyImage keeps its meaning: the registers pass unconstrained.
+    let insecure = TdxPolicy {
+        insecure_any_image: true,
+        ..mrtd_only
+    };
+    assert!(TdxValidator::new(insecure.clone()).is_ok());
+    let checks = validator(insecure, collateral_v4(), AT_V4).verify_quote_detailed(&q, &rd);
+    assert_eq!(failures(&checks), V4_FAILS);
+    assert!(
+        checks
+            .iter()
+            .all(|c| !matches!(c.outcome, CheckOutcome::Skipped(_)))
+    );
 }
 
 #[test]

@@ -71,6 +71,7 @@ fn failures(collateral: Collateral) -> Vec<&'static str> {
     let q = v4();
     let policy = TdxPolicy {
         mr_td: Some(q.report.mr_td),
+        rtmrs: q.report.rtmr.map(Some),
         ..TdxPolicy::default()
     };
     TdxValidator::with_roots(policy, TdxRoots::intel())
@@ -217,17 +218,18 @@ fn malformed_oversized_or_chainless_answers_are_not_kept() {
 
 #[test]
 fn a_policy_asks_for_pcs_fetching_only_with_a_cache_and_the_feature() {
-    let mrtd = "7d".repeat(48);
+    let m = "7d".repeat(48);
+    let pins = format!(r#""mrtd": "{m}", "rtmrs": {{"0": "{m}", "1": "{m}", "2": "{m}"}}"#);
     let err =
-        TdxPolicy::from_json(&format!(r#"{{"mrtd": "{mrtd}", "pcsFetch": true}}"#)).unwrap_err();
+        TdxPolicy::from_json(&format!(r#"{{{pins}, "pcsFetch": true}}"#)).unwrap_err();
     assert!(err.to_string().contains("collateralCache"), "{err}");
     let err = TdxPolicy::from_json(&format!(
-        r#"{{"mrtd": "{mrtd}", "pcsFetch": true, "collateralCache": "/tmp/c", "pcsBaseUrl": "ftp://x"}}"#
+        r#"{{{pins}, "pcsFetch": true, "collateralCache": "/tmp/c", "pcsBaseUrl": "ftp://x"}}"#
     ))
     .unwrap_err();
     assert!(err.to_string().contains("pcsBaseUrl"), "{err}");
     let policy = TdxPolicy::from_json(&format!(
-        r#"{{"mrtd": "{mrtd}", "pcsFetch": true, "collateralCache": "/var/cache/tdx",
+        r#"{{{pins}, "pcsFetch": true, "collateralCache": "/var/cache/tdx",
             "pcsBaseUrl": "https://pcs.example"}}"#
     ))
     .unwrap();
@@ -390,6 +392,7 @@ mod fetch {
         let q = v4();
         let policy = TdxPolicy {
             mr_td: Some(q.report.mr_td),
+            rtmrs: q.report.rtmr.map(Some),
             pcs_fetch: true,
             pcs_base_url: Some(base),
             collateral_cache: Some(dir.clone()),
@@ -419,6 +422,7 @@ mod fetch {
         let q = v4();
         let policy = TdxPolicy {
             mr_td: Some(q.report.mr_td),
+            rtmrs: q.report.rtmr.map(Some),
             pcs_fetch: true,
             pcs_base_url: Some(base),
             collateral_cache: Some(dir.clone()),
