@@ -13,15 +13,39 @@
 //!
 //! The help of `--variants` and `--snp-policy` is the node binaries' (the
 //! node agent's crate, which this one uses for the verify service too).
+//!
+//! # The admin's secrets go only to a node not yet bootstrapped
+//!
+//! `init` and `recover` send the master secret and the init secret, which
+//! only a node that has not been bootstrapped since it booted needs: a
+//! bootstrapped member (compromised, or one the host diverts the admin's
+//! call to) must not receive them. Each variant proves it in a register
+//! its evidence covers and its software cannot set back
+//! ([`NodeCheck::read_unbootstrapped`], [`NodeCheck::validators`]):
+//!
+//! | variant | proof the node is not bootstrapped |
+//! |---|---|
+//! | `qemu-vtpm` | PCR 15 (the cluster mark) all zero, quoted |
+//! | `tdx` | `RTMR3` (the cluster mark) all zero, quoted |
+//! | `sev-snp` | none: refused |
+//!
+//! SEV-SNP has no register the guest extends at run time: the report's
+//! measurement is fixed at launch, `REPORT_DATA` is whatever the guest asks
+//! for, and `HOST_DATA` is the host's. A bootstrapped SNP member produces
+//! the same report as a node that has not been bootstrapped, so nothing in
+//! its evidence tells the two apart; `init` and `recover` refuse
+//! `--variants` naming `sev-snp`
+//! ([`OptionsError::SnpCannotProveUnbootstrapped`]) until a variant with
+//! such a register (an SVSM vTPM's PCR 15) is added.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use confboot_attest::Validator;
+use confboot_attest::{Validator, Variant};
 use confboot_util::args::{ArgsError, Command, Matches, Opt};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
-    InsecureAnyAk, Setting, parse_variants,
+    InsecureAnyAk, Setting, VariantConfig, parse_variants,
 };
 use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
@@ -133,8 +157,24 @@ impl NodeCheck {
         })
     }
 
+    /// As [`NodeCheck::read`], for a command that sends the admin's
+    /// secrets (`init`, `recover`): `sev-snp` is refused, since its
+    /// evidence cannot show that a node is not bootstrapped (see the
+    /// module documentation).
+    pub fn read_unbootstrapped(m: &Matches) -> Result<NodeCheck, OptionsError> {
+        let check = NodeCheck::read(m)?;
+        if check.settings.accepts(Variant::SevSnp) {
+            return Err(OptionsError::SnpCannotProveUnbootstrapped);
+        }
+        Ok(check)
+    }
+
     /// The validators for a node that is not bootstrapped yet, one per
-    /// accepted variant (vTPM: PCR 15 all-zero).
+    /// accepted variant that can show it: vTPM with PCR 15 all zero, TDX
+    /// with `RTMR3` all zero ([`TdxValidator::require_unmarked`](confboot_tdx::TdxValidator::require_unmarked)). SEV-SNP,
+    /// which cannot, gets no validator, so an SNP node is refused (as a
+    /// variant not accepted) even where [`NodeCheck::read_unbootstrapped`]
+    /// was not the reader.
     pub fn validators(&self) -> Result<Vec<Arc<dyn Validator>>, NodeCheckError> {
         let mut config = self.settings.load().map_err(NodeCheckError)?;
         if let Some(vtpm) = config.vtpm_mut() {
@@ -143,7 +183,21 @@ impl NodeCheck {
                 .clone()
                 .announce_insecure_with(announce_insecure_any_ak);
         }
-        config.validators().map_err(NodeCheckError)
+        let mut validators = Vec::new();
+        for variant in config.into_configs() {
+            match variant {
+                VariantConfig::SevSnp(_) => {
+                    log::warn!("{}", OptionsError::SnpCannotProveUnbootstrapped);
+                }
+                VariantConfig::Tdx(tdx) => {
+                    validators.push(Arc::new((*tdx).require_unmarked(true)) as Arc<dyn Validator>)
+                }
+                vtpm @ VariantConfig::QemuVtpm(_) => {
+                    validators.push(vtpm.validator().map_err(NodeCheckError)?)
+                }
+            }
+        }
+        Ok(validators)
     }
 }
 
@@ -157,6 +211,16 @@ pub enum OptionsError {
     /// The attestation options check no node.
     #[error(transparent)]
     Check(#[from] NodeCheckError),
+    /// The accepted variants include `sev-snp`, whose evidence cannot show
+    /// that a node is not bootstrapped, for a command that sends the
+    /// admin's secrets.
+    #[error(
+        "--variants accepts sev-snp, but an SEV-SNP node cannot prove it is not bootstrapped \
+         (SEV-SNP has no register the guest extends at run time, so a bootstrapped member \
+         attests exactly as a fresh node does): the master secret and the init secret are not \
+         sent to one; refused"
+    )]
+    SnpCannotProveUnbootstrapped,
 }
 
 /// Why the attestation options check no node: the settings, their files or
@@ -301,12 +365,11 @@ pub fn explain_connect_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_attest::Variant;
     use confboot_attest::measurements::MAX_POLICY_BYTES;
     use confboot_tpm::event_log::EventList;
     use confboot_util::args::VERBOSITY;
     use confboot_vtpm::AkTrust;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
 
     /// A command with the options `init`, `recover` and `verify` share.
     const CMD: Command = Command {
@@ -439,6 +502,108 @@ mod tests {
         std::fs::write(&bad, r#"{"events": [], "extra": 1}"#).unwrap();
         let e = with(&bad).unwrap_err();
         assert!(e.starts_with("--expected-events "), "{e}");
+    }
+
+    /// Writes the test Intel's root and collateral and a TDX policy naming
+    /// them into `dir`, pinning `td`'s MRTD and RTMRs 0 to 2 (or, with
+    /// `mrtd_only`, its MRTD alone); returns the policy file.
+    fn tdx_policy(
+        dir: &Path,
+        intel: &confboot_tests::tdx::TestIntel,
+        td: &confboot_tests::tdx::Td,
+        mrtd_only: bool,
+    ) -> PathBuf {
+        let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
+        write("root.pem", intel.root_pem().as_bytes());
+        write("tcb_info.json", intel.tcb_info().as_bytes());
+        write("qe_identity.json", intel.qe_identity().as_bytes());
+        write("tcb_chain.pem", intel.tcb_info_issuer_chain().as_bytes());
+        let hex = confboot_util::hex::encode;
+        let rtmrs = if mrtd_only {
+            String::new()
+        } else {
+            format!(
+                r#", "rtmrs": {{"0": "{}", "1": "{}", "2": "{}"}}"#,
+                hex(&td.rtmrs[0]),
+                hex(&td.rtmrs[1]),
+                hex(&td.rtmrs[2])
+            )
+        };
+        let file = dir.join("tdx.json");
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"mrtd": "{}"{rtmrs}, "rootCertificates": ["root.pem"],
+                    "collateral": {{"tcbInfo": "tcb_info.json", "qeIdentity": "qe_identity.json",
+                        "tcbInfoIssuerChain": "tcb_chain.pem"}}}}"#,
+                hex(&td.mr_td)
+            ),
+        )
+        .unwrap();
+        file
+    }
+
+    #[test]
+    fn init_and_recover_refuse_a_bootstrapped_td() {
+        use confboot_attest::{AttestationError, Issuer};
+        use confboot_tdx::{TdxIssuer, TdxRefusal};
+        use confboot_tests::tdx::{Td, TestIntel, TestQuoteSource};
+        let intel = TestIntel::new();
+        let platform = Arc::new(intel.platform(1));
+        let fresh = Td {
+            mr_td: [0x7d; 48],
+            rtmrs: [[1; 48], [2; 48], [3; 48], [0; 48]],
+            debug: false,
+        };
+        let tmp = confboot_testkit::TempDir::new("cli-tdx-unmarked");
+        let policy = tdx_policy(tmp.path(), &intel, &fresh, false);
+        let arg = policy.display().to_string();
+        let c = check(&["--variants", "tdx", "--tdx-policy", &arg]).unwrap();
+        let validators = c.validators().unwrap();
+        assert_eq!(validators.len(), 1);
+        let extra = [0x5a; 32];
+        let evidence = |td: &Td| {
+            TdxIssuer::new(TestQuoteSource::honest(platform.clone(), td.clone()))
+                .issue(&extra)
+                .unwrap()
+        };
+        // A TD that has not been bootstrapped since it booted: RTMR3 zero.
+        let attested = validators[0].validate(&evidence(&fresh), &extra).unwrap();
+        assert_eq!(attested.measurements[&4], vec![0; 48]);
+        // A bootstrapped member (RTMR3 holds a cluster mark), genuine
+        // evidence and the same image: refused before any secret is sent.
+        let mut member = fresh.clone();
+        member.rtmrs[3] = confboot_tdx::extend(&[0; 48], &[0x42; 48]);
+        let e = validators[0].validate(&evidence(&member), &extra).unwrap_err();
+        assert!(
+            matches!(&e, AttestationError::Policy(d) if d.is(&TdxRefusal::ClusterMarked)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("already bootstrapped"), "{e}");
+    }
+
+    #[test]
+    fn a_tdx_policy_that_pins_only_mrtd_is_refused() {
+        let intel = confboot_tests::tdx::TestIntel::new();
+        let td = confboot_tests::tdx::Td {
+            mr_td: [0x7d; 48],
+            rtmrs: [[1; 48], [2; 48], [3; 48], [0; 48]],
+            debug: false,
+        };
+        let tmp = confboot_testkit::TempDir::new("cli-tdx-mrtd-only");
+        let policy = tdx_policy(tmp.path(), &intel, &td, true);
+        let arg = policy.display().to_string();
+        let e = check(&["--variants", "tdx", "--tdx-policy", &arg])
+            .unwrap()
+            .validators()
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("--tdx-policy {arg}: TDX policy does not pin the image"))
+                && e.contains("RTMR0, RTMR1, RTMR2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -64,8 +64,10 @@ const CMD: Command = Command {
     name: "confboot init",
     about: "Initialize a new cluster on its first node. Verifies the node over attested TLS as\n\
             --variants accepts (another variant is refused): qemu-vtpm (the default: a vTPM node,\n\
-            against --measurements and --ak-trust), sev-snp (an SEV-SNP node, against --snp-policy)\n\
-            or tdx (an Intel TDX node, against --tdx-policy); generates the\n\
+            against --measurements and --ak-trust) or tdx (an Intel TDX node, against --tdx-policy);\n\
+            the node must not be bootstrapped yet: PCR 15 (vTPM) or RTMR3 (TDX), the cluster mark, all zero.\n\
+            sev-snp is refused: an SEV-SNP node has no register that shows it is not bootstrapped;\n\
+            generates the\n\
             master secret (or takes --master-secret), writes it to --master-secret-out (mode 0600)\n\
             before Init is sent, sends Init with the init secret, prints the node's progress, and writes the admin kubeconfig (mode 0600) and the cluster's\n\
             ids and measurement salt (--state-out).\n\
@@ -75,7 +77,7 @@ const CMD: Command = Command {
             (ed25519, ECDSA, security keys, RSA of 2048 bits or more), at most 32 users. The file is\n\
             checked before anything is sent.",
     usage: "confboot init --node HOST[:PORT] --measurements FILE --ak-trust MODE --init-secret-file FILE [OPTIONS]\n       \
-            confboot init --node HOST[:PORT] --variants sev-snp --snp-policy FILE --init-secret-file FILE [OPTIONS]",
+            confboot init --node HOST[:PORT] --variants tdx --tdx-policy FILE --init-secret-file FILE [OPTIONS]",
     opts: &[
         NODE,
         common::MEASUREMENTS,
@@ -213,7 +215,7 @@ impl Config {
         let path = |opt: &Opt| PathBuf::from(m.value(opt).expect("has a default"));
         let text = |opt: &Opt| m.value(opt).expect("has a default").to_string();
         let node = m.required(&NODE).map(str::to_string);
-        let check = common::NodeCheck::read(m);
+        let check = common::NodeCheck::read_unbootstrapped(m);
         let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let master_secret = m.value(&MASTER_SECRET).map(PathBuf::from);
         let master_secret_out = path(&MASTER_SECRET_OUT);

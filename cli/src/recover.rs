@@ -41,15 +41,17 @@ const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
             as --variants accepts (another variant is refused): qemu-vtpm (the default: a vTPM node,\n\
-            against --measurements and --ak-trust), sev-snp (an SEV-SNP node, against --snp-policy)\n\
-            or tdx (an Intel TDX node, against --tdx-policy); then sends it the init secret,\n\
+            against --measurements and --ak-trust) or tdx (an Intel TDX node, against --tdx-policy);\n\
+            the node must not be bootstrapped yet: PCR 15 (vTPM) or RTMR3 (TDX), the cluster mark, all zero.\n\
+            sev-snp is refused: an SEV-SNP node has no register that shows it is not bootstrapped;\n\
+            then sends it the init secret,\n\
             the master secret (inside the kms:// URI) and the cluster's measurement salt (from --cluster-file).\n\
             The node checks the init secret against the hash on its command line before it reads its disk, then\n\
             derives its state-disk key, opens its disk and marks PCR 15 with the cluster id of the admin's salt\n\
             (never a salt read from its disk's header, which the host can rewrite).\n\
             One Recover at a time: a node busy with another answers UNAVAILABLE (try again).",
     usage: "confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --measurements FILE --ak-trust MODE\n       \
-            confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --variants sev-snp --snp-policy FILE",
+            confboot recover --node HOST[:PORT] --init-secret-file FILE --master-secret FILE --variants tdx --tdx-policy FILE",
     opts: &[
         NODE,
         INIT_SECRET_FILE,
@@ -126,7 +128,7 @@ impl Config {
         let init_secret_file = m.required(&INIT_SECRET_FILE).map(PathBuf::from);
         let master_secret = PathBuf::from(m.value(&MASTER_SECRET).expect("has a default"));
         let cluster_file = PathBuf::from(m.value(&CLUSTER_FILE).expect("has a default"));
-        let check = common::NodeCheck::read(m);
+        let check = common::NodeCheck::read_unbootstrapped(m);
         Ok(Config {
             node: common::with_port(&node?, DEFAULT_RECOVER_PORT),
             init_secret_file: init_secret_file?,
@@ -195,8 +197,8 @@ mod tests {
             "--init-secret-file",
             "s",
             "--variants",
-            "sev-snp",
-            "--snp-policy",
+            "tdx",
+            "--tdx-policy",
             "p.json",
         ];
         let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
@@ -209,8 +211,35 @@ mod tests {
     }
 
     #[test]
+    fn sev_snp_is_refused_since_it_cannot_prove_a_node_is_not_bootstrapped() {
+        for variants in ["sev-snp", "qemu-vtpm,sev-snp"] {
+            let args = [
+                "--node",
+                "n",
+                "--init-secret-file",
+                "s",
+                "--variants",
+                variants,
+                "--snp-policy",
+                "p.json",
+                "--measurements",
+                "m.json",
+                "--ak-trust",
+                "insecure-any-ak",
+            ];
+            let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
+            let e = Config::from_matches(&m).unwrap_err();
+            assert!(
+                matches!(e, OptionsError::SnpCannotProveUnbootstrapped),
+                "{variants}: {e:?}"
+            );
+            assert!(e.to_string().contains("cannot prove it is not bootstrapped"), "{e}");
+        }
+    }
+
+    #[test]
     fn the_init_secret_is_required() {
-        let args = ["--node", "n", "--variants", "sev-snp", "--snp-policy", "p"];
+        let args = ["--node", "n", "--variants", "tdx", "--tdx-policy", "p"];
         let m = CMD.parse(args.into_iter().map(String::from)).unwrap();
         let e = Config::from_matches(&m).unwrap_err();
         assert!(matches!(e, OptionsError::Args(_)), "{e:?}");

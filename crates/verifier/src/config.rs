@@ -1115,7 +1115,31 @@ mod tests {
         );
         let tmp = confboot_testkit::TempDir::new("tdx-settings");
         let policy = tmp.path().join("tdx.json");
+        let pins = format!(
+            r#""mrtd": "{m}", "rtmrs": {{"0": "{m}", "1": "{m}", "2": "{m}"}}"#,
+            m = "ab".repeat(48)
+        );
+        // MRTD alone admits any kernel, initrd and command line: refused.
         std::fs::write(&policy, format!(r#"{{"mrtd": "{}"}}"#, "ab".repeat(48))).unwrap();
+        let mrtd_only = AttestationSettings::new(
+            vec![Variant::Tdx],
+            GivenSettings {
+                tdx_policy: Some(policy.clone()),
+                ..GivenSettings::default()
+            },
+        )
+        .unwrap()
+        .load()
+        .unwrap_err();
+        assert!(
+            matches!(
+                &mrtd_only,
+                ConfigError::TdxPolicy { error: PolicyError::TdxImageNotPinned { missing }, .. }
+                    if *missing == ["RTMR0", "RTMR1", "RTMR2"]
+            ),
+            "{mrtd_only:?}"
+        );
+        std::fs::write(&policy, format!("{{{pins}}}")).unwrap();
         let settings = AttestationSettings::new(
             vec![Variant::Tdx],
             GivenSettings {
@@ -1134,10 +1158,7 @@ mod tests {
         // A collateral file the policy names must load.
         std::fs::write(
             &policy,
-            format!(
-                r#"{{"mrtd": "{}", "collateral": {{"tcbInfo": "missing.json"}}}}"#,
-                "ab".repeat(48)
-            ),
+            format!(r#"{{{pins}, "collateral": {{"tcbInfo": "missing.json"}}}}"#),
         )
         .unwrap();
         let e = settings.load().unwrap_err();
