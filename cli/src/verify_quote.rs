@@ -12,7 +12,7 @@ use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_attest::{AttestationError, Detail};
 use confboot_tdx::{
     CcelLog, Crl, MAX_CCEL_AREA_LEN, MAX_COLLATERAL_LEN, MAX_CRL_LEN, MAX_QUOTE_LEN, Quote,
-    SignedQeIdentity, SignedTcbInfo, TdxPolicy, TdxRefusal, TdxValidator, td_attributes,
+    SignedQeIdentity, SignedTcbInfo, TdxPolicy, TdxRefusal, TdxRoots, TdxValidator, td_attributes,
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{read_bounded, read_bounded_text};
@@ -283,18 +283,21 @@ fn verify_quote(config: &Config) -> Result<i32, VerifyQuoteError> {
     };
     let raw_quote = read(&config.quote, "quote", MAX_QUOTE_LEN)?;
     let quote = Quote::parse(&raw_quote).map_err(refused(&config.quote))?;
-    let policy = match &config.policy {
+    let validator = match &config.policy {
         Some(path) => {
             let path = Path::new(path);
             let text =
                 read_bounded_text(path, MAX_POLICY_BYTES).map_err(VerifyQuoteError::PolicyFile)?;
-            TdxPolicy::from_json_at(&text, path.parent())
-                .map_err(refused(&path.display().to_string()))?
+            // A policy must pin the image (MRTD, RTMR0 to RTMR2), as
+            // everywhere a TDX policy is read.
+            let policy = TdxPolicy::from_json_at(&text, path.parent())
+                .map_err(refused(&path.display().to_string()))?;
+            TdxValidator::new(policy).map_err(|e| VerifyQuoteError::Validator(Box::new(e)))?
         }
-        None => TdxPolicy::default(),
+        // No policy: the measurement registers' checks are skipped (shown,
+        // not asked for), under Intel's root.
+        None => TdxValidator::with_roots(TdxPolicy::default(), TdxRoots::intel()),
     };
-    let validator =
-        TdxValidator::new(policy).map_err(|e| VerifyQuoteError::Validator(Box::new(e)))?;
     // The policy's collateral files, each replaced by the option that
     // names that piece.
     let mut collateral = validator.collateral().clone();

@@ -113,15 +113,34 @@ fn a_policy_pins_the_measurements() {
     let q = fixture("quote_v5.dat");
     let raw = std::fs::read(&q).unwrap();
     let body = 54;
-    let mrtd = confboot_util::hex::encode(&raw[body + 136..body + 184]);
-    let good = temp_file("good.json", format!(r#"{{"mrtd": "{mrtd}"}}"#).as_bytes());
+    let field = |at: usize| confboot_util::hex::encode(&raw[body + at..body + at + 48]);
+    let mrtd = field(136);
+    let rtmrs = format!(
+        r#""rtmrs": {{"0": "{}", "1": "{}", "2": "{}"}}"#,
+        field(328),
+        field(376),
+        field(424)
+    );
+    let good = temp_file(
+        "good.json",
+        format!(r#"{{"mrtd": "{mrtd}", {rtmrs}}}"#).as_bytes(),
+    );
     assert_eq!(
         run(&["--quote", &q, "--at", "2026-02-10", "--policy", &good]),
         0
     );
+    // MRTD alone admits any kernel, initrd and command line: refused.
+    let mrtd_only = temp_file(
+        "mrtd-only.json",
+        format!(r#"{{"mrtd": "{mrtd}"}}"#).as_bytes(),
+    );
+    assert_eq!(
+        run(&["--quote", &q, "--at", "2026-02-10", "--policy", &mrtd_only]),
+        2
+    );
     let other = temp_file(
         "other.json",
-        format!(r#"{{"mrtd": "{}"}}"#, "00".repeat(48)).as_bytes(),
+        format!(r#"{{"mrtd": "{}", {rtmrs}}}"#, "00".repeat(48)).as_bytes(),
     );
     assert_eq!(
         run(&["--quote", &q, "--at", "2026-02-10", "--policy", &other]),
@@ -161,11 +180,15 @@ fn an_event_log_must_replay_to_the_quoted_rtmrs() {
     let policy = temp_file(
         "minted.json",
         format!(
-            r#"{{"mrtd": "{}", "tdAttributes": ["SEPT_VE_DISABLE"],
+            r#"{{"mrtd": "{}", "rtmrs": {{"0": "{}", "1": "{}", "2": "{}"}},
+                "tdAttributes": ["SEPT_VE_DISABLE"],
                 "rootCertificates": ["minted-root.pem"],
                 "collateral": {{"tcbInfo": "minted-tcb.json", "qeIdentity": "minted-qe.json",
                     "tcbInfoIssuerChain": "minted-chain.pem"}}}}"#,
-            "7d".repeat(48)
+            "7d".repeat(48),
+            confboot_util::hex::encode(&log.replay()[0]),
+            confboot_util::hex::encode(&log.replay()[1]),
+            confboot_util::hex::encode(&log.replay()[2])
         )
         .as_bytes(),
     );

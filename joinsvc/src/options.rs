@@ -36,7 +36,7 @@ const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), min
      required when sev-snp is accepted";
 
 /// The help of `--tdx-policy`.
-const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd (required), rtmrs, allowDebug, tdAttributes, xfam, \
+const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd and rtmrs 0, 1 and 2 (required: firmware, its configuration and ACPI tables, kernel, command line and initrd), allowDebug, tdAttributes, xfam, \
      minimumTeeTcbSvn, acceptedTcbStatuses, rootCertificates, collateral (the files of Intel's TCB \
      info, QE identity and CRLs, checked as of now), expectedEventLog, ...; required when tdx is \
      accepted";

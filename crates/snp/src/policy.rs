@@ -83,6 +83,27 @@
 //! ID key admits any guest image AMD's firmware runs; it is refused
 //! ([`PolicyError::ImageNotPinned`]) unless it says `"insecureAnyImage": true`.
 //!
+//! # What the launch measurement pins, and under which launch
+//!
+//! `MEASUREMENT` is the digest the AMD firmware computes while the host
+//! launches the guest: the pages it adds (the guest firmware, its
+//! metadata's secrets, CPUID and zero pages), and one VMSA per vCPU (so the
+//! vCPU count and type). It covers nothing loaded after launch. Whether it
+//! pins the kernel, the initrd and the command line depends on the launch:
+//!
+//! | launch | what `MEASUREMENT` pins |
+//! |---|---|
+//! | measured direct boot: a firmware with an `SNP_KERNEL_HASHES` section (edk2's `OvmfPkg/AmdSev` build), whose hashes page the host fills with the SHA-256 of the kernel, initrd and command line | firmware, vCPUs, and the kernel, initrd and command line (the firmware refuses to boot others than the hashes name) |
+//! | any other (a firmware without that section, a boot from a disk or a boot loader) | firmware and vCPUs only: any kernel, initrd and command line pass |
+//!
+//! So a policy pins the image only when its `measurement` is that of a
+//! measured direct boot of the image, with the kernel hashes table, for
+//! the firmware, vCPU count and type the cluster runs. Every SEV-SNP
+//! variant here assumes that launch; a measurement taken of any other
+//! launch pins the firmware alone and admits any guest the host boots under
+//! it. An ID key (`idKeyDigests`) pins what its owner signed, which is
+//! again only the launch measurement.
+//!
 //! Read by hand, not with a serde derive: the bootstrapper links this parser,
 //! and derives for the three policies (measurement, SNP, TDX) grew it by some
 //! 12 KB, past its size budget.
