@@ -518,6 +518,8 @@ mod tests {
         write("tcb_info.json", intel.tcb_info().as_bytes());
         write("qe_identity.json", intel.qe_identity().as_bytes());
         write("tcb_chain.pem", intel.tcb_info_issuer_chain().as_bytes());
+        write("pck_crl.der", &intel.pck_crl(&[]));
+        write("root_crl.der", &intel.root_crl());
         let hex = confboot_util::hex::encode;
         let rtmrs = if mrtd_only {
             String::new()
@@ -535,6 +537,7 @@ mod tests {
             format!(
                 r#"{{"mrtd": "{}"{rtmrs}, "rootCertificates": ["root.pem"],
                     "collateral": {{"tcbInfo": "tcb_info.json", "qeIdentity": "qe_identity.json",
+                        "pckCrl": "pck_crl.der", "rootCrl": "root_crl.der",
                         "tcbInfoIssuerChain": "tcb_chain.pem"}}}}"#,
                 hex(&td.mr_td)
             ),
