@@ -577,7 +577,9 @@ mod tests {
         // evidence and the same image: refused before any secret is sent.
         let mut member = fresh.clone();
         member.rtmrs[3] = confboot_tdx::extend(&[0; 48], &[0x42; 48]);
-        let e = validators[0].validate(&evidence(&member), &extra).unwrap_err();
+        let e = validators[0]
+            .validate(&evidence(&member), &extra)
+            .unwrap_err();
         assert!(
             matches!(&e, AttestationError::Policy(d) if d.is(&TdxRefusal::ClusterMarked)),
             "{e:?}"
@@ -603,8 +605,9 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.starts_with(&format!("--tdx-policy {arg}: TDX policy does not pin the image"))
-                && e.contains("RTMR0, RTMR1, RTMR2"),
+            e.starts_with(&format!(
+                "--tdx-policy {arg}: TDX policy does not pin the image"
+            )) && e.contains("RTMR0, RTMR1, RTMR2"),
             "{e}"
         );
     }

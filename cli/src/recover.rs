@@ -233,7 +233,11 @@ mod tests {
                 matches!(e, OptionsError::SnpCannotProveUnbootstrapped),
                 "{variants}: {e:?}"
             );
-            assert!(e.to_string().contains("cannot prove it is not bootstrapped"), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("cannot prove it is not bootstrapped"),
+                "{e}"
+            );
         }
     }
 

@@ -645,7 +645,10 @@ fn a_policy_that_pins_only_mrtd_admits_no_td() {
         let v = validator(policy, collateral_v4(), AT_V4);
         let checks = v.verify_quote_detailed(&q, &rd);
         assert!(
-            matches!(outcome(&checks, check::RTMR[left_out]), CheckOutcome::Skipped(_)),
+            matches!(
+                outcome(&checks, check::RTMR[left_out]),
+                CheckOutcome::Skipped(_)
+            ),
             "{checks:#?}"
         );
         assert!(v.verify(&q, &rd).is_err());

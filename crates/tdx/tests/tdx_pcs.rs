@@ -220,8 +220,7 @@ fn malformed_oversized_or_chainless_answers_are_not_kept() {
 fn a_policy_asks_for_pcs_fetching_only_with_a_cache_and_the_feature() {
     let m = "7d".repeat(48);
     let pins = format!(r#""mrtd": "{m}", "rtmrs": {{"0": "{m}", "1": "{m}", "2": "{m}"}}"#);
-    let err =
-        TdxPolicy::from_json(&format!(r#"{{{pins}, "pcsFetch": true}}"#)).unwrap_err();
+    let err = TdxPolicy::from_json(&format!(r#"{{{pins}, "pcsFetch": true}}"#)).unwrap_err();
     assert!(err.to_string().contains("collateralCache"), "{err}");
     let err = TdxPolicy::from_json(&format!(
         r#"{{{pins}, "pcsFetch": true, "collateralCache": "/tmp/c", "pcsBaseUrl": "ftp://x"}}"#
