@@ -394,9 +394,10 @@ impl TdxPolicy {
             .collect()
     }
 
-    /// Whether the policy pins the image (see [Pinning the
-    /// image](self#pinning-the-image)): an expected value for each register
-    /// of [`TDX_IMAGE_REGISTERS`], unless it says `insecureAnyImage`;
+    /// Whether the policy pins the image: an expected value for each
+    /// register of [`TDX_IMAGE_REGISTERS`] (the firmware, its configuration
+    /// and the host's ACPI tables, the kernel, the command line and
+    /// initrd), unless it says `insecureAnyImage`;
     /// otherwise [`PolicyError::TdxImageNotPinned`] names those missing.
     pub fn check_pins_image(&self) -> Result<(), PolicyError> {
         let missing = self.unpinned();
