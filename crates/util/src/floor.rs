@@ -107,9 +107,7 @@ impl TimeFloor {
                 path: path.to_path_buf(),
                 problem,
             })?,
-            Err(FileError::Read { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
-                0
-            }
+            Err(FileError::Read { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(FloorError::File(e)),
         };
         Ok(TimeFloor {
@@ -224,7 +222,14 @@ mod tests {
     fn a_file_that_is_not_a_floor_is_refused() {
         let dir = TempDir::new("floor-bad");
         let path = dir.path().join("time-floor");
-        for bad in [&b""[..], b"-5\n", b"12a", b"1 2", b"99999999999999999999\n", b"1\n\n"] {
+        for bad in [
+            &b""[..],
+            b"-5\n",
+            b"12a",
+            b"1 2",
+            b"99999999999999999999\n",
+            b"1\n\n",
+        ] {
             std::fs::write(&path, bad).unwrap();
             assert!(
                 matches!(TimeFloor::load(&path), Err(FloorError::Format { .. })),
