@@ -448,5 +448,25 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         );
         assert!(joinsvc.kube.created().is_empty(), "{file}");
     }
+
+    // The release signs v1 again, from half a day later; a node that has
+    // seen that signing refuses the older one when a host presents it.
+    let node_validator = validator(pinned());
+    let mut newer = cp_set("1", &cp_policy);
+    newer.not_before = now - DAY / 2;
+    let joinsvc = joinsvc_presenting("v1-newer.cbor", &newer.sign(&release).unwrap());
+    node.join_verifying(joinsvc.rpc_addr, DISK, Arc::clone(&node_validator))
+        .expect("the newer signing admits");
+    drop(joinsvc);
+    let joinsvc = joinsvc_presenting(
+        "v1-older.cbor",
+        &cp_set("1", &cp_policy).sign(&release).unwrap(),
+    );
+    let shown = node
+        .join_verifying(joinsvc.rpc_addr, DISK, Arc::clone(&node_validator))
+        .unwrap_err()
+        .to_string();
+    assert!(shown.contains("is superseded by its signing"), "{shown}");
+    assert!(joinsvc.kube.created().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
