@@ -542,7 +542,7 @@ enum VtpmReference {
     /// `--measurements`.
     Measurements(MeasurementPolicy),
     /// `--reference-values-dir`.
-    Sets(SignedSets),
+    Sets(Box<SignedSets>),
 }
 
 fn vtpm_check(vtpm: &VtpmConfig, cluster: &ClusterId) -> Result<VtpmCheck, VerifyError> {
@@ -578,7 +578,7 @@ fn sets_check(
         .require_unmarked(false);
     let sets = SignedSets::read(config, confboot_util::time::unix_now())?;
     Ok(VtpmCheck {
-        reference: VtpmReference::Sets(sets),
+        reference: VtpmReference::Sets(Box::new(sets)),
         events: builder.expected_events().cloned(),
         // The set's PCRs are compared afterwards (every one reported); the
         // sets were read as pinning the image.

@@ -93,6 +93,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("measurement_policy", measurement_policy),
     ("reference_corim", reference_corim),
     ("reference_cose", reference_cose),
+    ("reference_history", reference_history),
     ("ear_token", ear_token),
     ("snp_policy", snp_policy),
     ("tdx_quote", tdx_quote),
@@ -892,6 +893,24 @@ pub fn reference_corim(data: &[u8]) {
     assert!(set.not_before < set.not_after);
     if let Ok(opened) = open(data, &[], set.not_before) {
         assert_eq!((opened.set, opened.signer), (set, None));
+    }
+}
+
+/// A reader's durable state: the history of retired sets (JSON) and the
+/// time floor (decimal seconds). What reads writes back to what reads the
+/// same; the bounds hold.
+pub fn reference_history(data: &[u8]) {
+    use confboot_appraisal::reference::history::{MAX_RETIRED, SetHistory};
+    use confboot_util::floor::parse_floor;
+    if let Ok(history) = SetHistory::from_json(data) {
+        assert!(history.retired().count() <= MAX_RETIRED);
+        let again = SetHistory::from_json(history.to_json().as_bytes())
+            .expect("a history reads back what it writes");
+        assert_eq!(again, history);
+    }
+    if let Ok(t) = parse_floor(data) {
+        assert!(t >= 0);
+        assert_eq!(parse_floor(format!("{t}\n").as_bytes()), Ok(t));
     }
 }
 

@@ -1233,6 +1233,32 @@ fn reference_corim() -> Vec<Seed> {
     ]
 }
 
+/// A history with a retirement and a signing, an empty one, one with a
+/// bad digest, and time floors (one with, one without its newline, one
+/// negative).
+fn reference_history() -> Vec<Seed> {
+    let digest = "ab".repeat(32);
+    let full = format!(
+        r#"{{"retired":[{{"digest":"{digest}","name":"confboot-node","version":"1","notAfter":1800000000,"retiredAt":1790000000,"reason":"removed"}}],"signings":[{{"name":"confboot-node","version":"2","notBefore":1790000000}}]}}"#
+    );
+    vec![
+        seed("history", full.clone()),
+        seed("history-empty", r#"{"retired":[],"signings":[]}"#),
+        seed("history-bad-digest", full.replace(&digest, "ab")),
+        seed(
+            "floor",
+            "1800000000
+",
+        ),
+        seed("floor-bare", "1800000000"),
+        seed(
+            "floor-negative",
+            "-1
+",
+        ),
+    ]
+}
+
 /// Signed reference-value sets: signed by the fixture's release key (valid,
 /// and expired), by another key, unsigned, and with a byte of the payload
 /// changed.
@@ -1318,6 +1344,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "measurement_policy" => measurement_policy(),
         "reference_corim" => reference_corim(),
         "reference_cose" => reference_cose(),
+        "reference_history" => reference_history(),
         "ear_token" => ear_token(),
         "snp_policy" => snp_policy(),
         "tdx_quote" => tdx_quote(),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use confboot_appraisal::reference::history::{HistoryError, SetHistory};
 use confboot_appraisal::reference::sets::{ReferenceSets, SetsError};
 use confboot_appraisal::reference::{ReferenceError, ReleaseKey, cose};
 use confboot_atls::message::MAX_REFERENCE_VALUES_LEN;
@@ -18,12 +19,14 @@ use confboot_kms::{MEASUREMENT_SALT_LEN, MeasurementSalt};
 use confboot_net::listener::PoolConfig;
 use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{ArgsError, Matches, Opt};
+use confboot_util::floor::{FloorError, TimeFloor};
 use confboot_util::fs::{FileError, MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
     Setting, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings, parse_variants,
 };
 use confboot_vtpm::{EventLogSource, VtpmIssuer};
+use std::os::unix::fs::DirBuilderExt;
 use zeroize::Zeroizing;
 
 use crate::kube_api::{KubeApi, KubeApiError};
@@ -33,7 +36,7 @@ use crate::options::{
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
     MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, PRESENT_REFERENCE_VALUES, QUEUE,
     REFERENCE_VALUES_DIR, REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY,
-    REMOVE_VPN_PEER, SNP_POLICY, TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
+    REMOVE_VPN_PEER, SNP_POLICY, STATE_DIR, TDX_POLICY, TPM, VARIANTS, VPN_CIDR, WORKERS,
 };
 use crate::ticket::{CaCertError, TicketConfig, discovery_token_ca_cert_hash};
 use crate::token::{KubeApiTokenIssuer, TokenError, TokenIssuer};
@@ -110,6 +113,9 @@ pub struct ReferenceSetsConfig {
     pub warning: Duration,
     /// How often the directory is read again.
     pub reload: Duration,
+    /// Where the history of retired sets and the time floor are kept
+    /// (`--state-dir`).
+    pub state_dir: PathBuf,
 }
 
 /// joinsvc's own TPM (`--tpm`, `--event-log`).
@@ -238,6 +244,7 @@ impl Config {
             .collect();
         let reference_values_warning = m.parsed::<u64>(&REFERENCE_VALUES_WARNING);
         let reference_values_reload = m.parsed::<u64>(&REFERENCE_VALUES_RELOAD);
+        let state_dir = PathBuf::from(default(&STATE_DIR));
         let attestation = GivenSettings {
             measurements: m.value(&MEASUREMENTS).map(PathBuf::from),
             // The sets take the policy file's place.
@@ -317,6 +324,7 @@ impl Config {
             attestation.accepts(Variant::QemuVtpm),
             reference_values_warning?,
             reference_values_reload?,
+            state_dir,
         )?;
         let kubelet_cert_validity_days = match kubelet_cert_validity? {
             Some(days @ 1..=3650) => days,
@@ -362,6 +370,7 @@ fn reference_sets_config(
     accepts_vtpm: bool,
     warning_days: Option<u64>,
     reload_seconds: Option<u64>,
+    state_dir: PathBuf,
 ) -> Result<Option<ReferenceSetsConfig>, ReadError> {
     let Some(dir) = dir else {
         if !release_keys.is_empty() {
@@ -391,6 +400,7 @@ fn reference_sets_config(
         release_keys,
         warning,
         reload,
+        state_dir,
     }))
 }
 
@@ -451,6 +461,8 @@ pub struct VtpmSetsCheck {
     pub warning: Duration,
     /// How often the directory is read again.
     pub reload: Duration,
+    /// The time floor the sets are read and checked by.
+    pub floor: Arc<TimeFloor>,
 }
 
 /// How joining nodes are checked: one entry per accepted variant, in the
@@ -528,6 +540,20 @@ pub enum LoadError {
     /// The `--reference-values-dir` cannot be read or holds no live set.
     #[error("--{option}: {0}", option = REFERENCE_VALUES_DIR.long)]
     Sets(SetsError),
+    /// The `--state-dir` cannot be created.
+    #[error("--{option} {}: {error}", path.display(), option = STATE_DIR.long)]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The history of retired sets in `--state-dir` does not read.
+    #[error("--{option}: {0}", option = STATE_DIR.long)]
+    History(HistoryError),
+    /// The time floor in `--state-dir` does not read.
+    #[error("--{option}: {0}", option = STATE_DIR.long)]
+    TimeFloor(FloorError),
     /// The `--kubernetes-ca` gives no kubeadm CA pin.
     #[error("--{option} {}: {error}", path.display(), option = KUBERNETES_CA.long)]
     CaCert {
@@ -632,8 +658,10 @@ impl Service {
                         .map_err(LoadError::Attestation)?
                         .require_unmarked(false)
                         .announce_insecure_with(announce_insecure_any_ak);
+                    let (sets, floor) = load_reference_sets(sets_config)?;
                     NodeCheck::VtpmSets(VtpmSetsCheck {
-                        sets: Arc::new(RwLock::new(load_reference_sets(sets_config)?)),
+                        sets: Arc::new(RwLock::new(sets)),
+                        floor,
                         validators,
                         warning: sets_config.warning,
                         reload: sets_config.reload,
@@ -796,17 +824,38 @@ fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, LoadError> {
     Ok(keys)
 }
 
-/// The release keys and the first reading of the set directory: at least
-/// one live set, or joinsvc does not start.
-fn load_reference_sets(config: &ReferenceSetsConfig) -> Result<ReferenceSets, LoadError> {
+/// The history of retired sets in `--state-dir`.
+pub const HISTORY_FILE: &str = "reference-values-history.json";
+/// The time floor in `--state-dir`.
+pub const TIME_FLOOR_FILE: &str = "time-floor";
+
+/// The release keys, the history and time floor of `--state-dir` (created
+/// if missing; a file there that does not read stops joinsvc: it fails
+/// closed) and the first reading of the set directory: at least one live
+/// set, or joinsvc does not start.
+fn load_reference_sets(
+    config: &ReferenceSetsConfig,
+) -> Result<(ReferenceSets, Arc<TimeFloor>), LoadError> {
     let keys = read_release_keys(&config.release_keys)?;
-    let mut sets =
-        ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys).map_err(LoadError::Sets)?;
-    let first = sets
-        .refresh(confboot_util::time::unix_now())
-        .map_err(LoadError::Sets)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.state_dir)
+        .map_err(|error| LoadError::StateDir {
+            path: config.state_dir.clone(),
+            error,
+        })?;
+    let history =
+        SetHistory::load(&config.state_dir.join(HISTORY_FILE)).map_err(LoadError::History)?;
+    let floor = Arc::new(
+        TimeFloor::load(&config.state_dir.join(TIME_FLOOR_FILE)).map_err(LoadError::TimeFloor)?,
+    );
+    let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys)
+        .map_err(LoadError::Sets)?
+        .with_history(history);
+    let first = sets.refresh(floor.now()).map_err(LoadError::Sets)?;
     crate::watcher::log_refresh(&first);
-    Ok(sets)
+    Ok((sets, floor))
 }
 
 /// The Kubernetes API client: `--kube-api` with its CA and token files, or

@@ -186,10 +186,15 @@ fn run(config: &ServeConfig) -> Result<(), RunError> {
                     warning,
                     // PCR 15 is checked per call (crate::server::caller_check).
                     vec![CLUSTER_ID_PCR],
-                );
+                )
+                .with_time_floor(Arc::clone(&vtpm.floor));
                 sets_watcher = Some(
-                    watcher::SetsWatcher::spawn(Arc::clone(&vtpm.sets), vtpm.reload)
-                        .map_err(RunError::Sets)?,
+                    watcher::SetsWatcher::spawn(
+                        Arc::clone(&vtpm.sets),
+                        vtpm.reload,
+                        Arc::clone(&vtpm.floor),
+                    )
+                    .map_err(RunError::Sets)?,
                 );
                 validators.push(Arc::new(validator));
             }

@@ -14,6 +14,7 @@
 //! | `--reference-values-dir` | signed reference-value sets, for `qemu-vtpm`, in place of `--measurements`; read again every `--reference-values-reload` |
 //! | `--release-key` | a release key whose signed sets are accepted (repeatable) |
 //! | `--reference-values-warning` | days before a set's not-after from which its nodes are admitted with a warning |
+//! | `--state-dir` | the retired sets and the time floor, kept across restarts |
 //!
 //! The help of the attestation options is the same in every binary that
 //! has them (the bootstrapper's `--joinsvc-*` in the node agent's crate,
@@ -113,6 +114,17 @@ pub const REFERENCE_VALUES_RELOAD: Opt = Opt::value(
     "How often --reference-values-dir is read again (1 to 3600)",
 )
 .default("10");
+/// `--state-dir`.
+pub const STATE_DIR: Opt = Opt::value(
+    "state-dir",
+    "DIR",
+    "Where joinsvc keeps what must outlive a restart, with --reference-values-dir: the sets it \
+     retired, by what was signed, and the newest signing of each (reference-values-history.json), \
+     so a retired set put back in any envelope stays retired; and the time floor (time-floor), the \
+     latest time seen, so a clock set back does not reopen an ended window. Created if missing",
+)
+.default("/var/lib/confboot/joinsvc")
+.env("JOINSVC_STATE_DIR");
 /// `--ak-trust`.
 pub const AK_TRUST: Opt = Opt::value(
     "ak-trust",
@@ -274,6 +286,7 @@ pub const CMD: Command = Command {
         RELEASE_KEY,
         REFERENCE_VALUES_WARNING,
         REFERENCE_VALUES_RELOAD,
+        STATE_DIR,
         AK_TRUST,
         INSECURE_ANY_AK_CONFIRMATION,
         VARIANTS,

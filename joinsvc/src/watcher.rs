@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use confboot_appraisal::reference::sets::{ReferenceSets, Refresh};
 use confboot_attest::{MeasurementPolicy, PolicyError};
+use confboot_util::floor::TimeFloor;
 use confboot_util::stop::Stop;
 use confboot_verifier::config::{ConfigError, MeasurementPolicyFile};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -101,6 +102,9 @@ pub fn log_refresh(refresh: &Refresh) {
     for (file, why) in &refresh.refused {
         log::error!("reference-value set file {} refused: {why}", file.display());
     }
+    if let Some(e) = &refresh.history_error {
+        log::error!("{e}; the retirement holds until joinsvc restarts");
+    }
 }
 
 /// A running reader of the set directory; [`SetsWatcher::stop`] ends it.
@@ -112,9 +116,12 @@ impl SetsWatcher {
     /// Reads `sets`' directory again every `period`; a reading that fails
     /// changes nothing (the last good sets stay) and is logged. A file
     /// refused is logged when the refusals change, not at every reading.
+    /// Each reading is as of `floor` (the latest time seen, never the
+    /// wall clock alone).
     pub fn spawn(
         sets: Arc<RwLock<ReferenceSets>>,
         period: Duration,
+        floor: Arc<TimeFloor>,
     ) -> std::io::Result<SetsWatcher> {
         let stop = Stop::new();
         let thread = {
@@ -126,7 +133,7 @@ impl SetsWatcher {
                     let mut last_error: Option<String> = None;
                     while !stop.sleep(period) {
                         let mut copy = sets.read().unwrap_or_else(|e| e.into_inner()).clone();
-                        match copy.refresh(confboot_util::time::unix_now()) {
+                        match copy.refresh(floor.now()) {
                             Ok(mut refresh) => {
                                 let refused: Vec<String> = refresh
                                     .refused

@@ -5,7 +5,8 @@
 //! an attestation result of status warning naming the set), forged,
 //! unsigned and foreign sets are refused while the others stay, a removed
 //! set's node is refused with the set's name and retirement time, and the
-//! removed set put back is refused as replayed.
+//! removed set put back is refused as replayed, in another envelope too
+//! and after a restart.
 
 use std::path::Path;
 use std::time::Duration;
@@ -165,6 +166,101 @@ fn sets_are_added_warned_about_refused_and_retired_while_joinsvc_runs() {
             "missing {line:?} in\n{metrics}"
         );
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The order of P-256's group, big-endian.
+const P256_N: [u8; 32] = [
+    0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+];
+
+/// The signed set with its signature's `s` (its last 32 bytes) replaced by
+/// `n - s`: another envelope whose signature verifies too.
+fn negate_s(signed: &[u8]) -> Vec<u8> {
+    let mut out = signed.to_vec();
+    let n = out.len();
+    let s = &mut out[n - 32..];
+    let mut borrow = 0i16;
+    for i in (0..32).rev() {
+        let d = i16::from(P256_N[i]) - i16::from(s[i]) - borrow;
+        borrow = i16::from(d < 0);
+        s[i] = d.rem_euclid(256) as u8;
+    }
+    out
+}
+
+#[test]
+fn a_retired_set_stays_retired_in_another_envelope_and_across_a_restart() {
+    let v1 = Node::start("r1", b"kernel r1");
+    let v2 = Node::start("r2", b"kernel r2");
+    let release = SigningKey::generate().unwrap().0;
+    let dir = std::env::temp_dir().join(format!("confboot-sets-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sets = dir.join("sets");
+    std::fs::create_dir_all(&sets).unwrap();
+    let state = dir.join("state");
+    let key_file = dir.join("release.pem");
+    std::fs::write(&key_file, release.release_key().to_pem()).unwrap();
+    let v1_signed = set_of(&v1, "1", 30).sign(&release).unwrap();
+    write(&sets, "v1.cbor", &v1_signed);
+    write(
+        &sets,
+        "v2.cbor",
+        &set_of(&v2, "2", 30).sign(&release).unwrap(),
+    );
+    let start = || {
+        Joinsvc::start_with(
+            Path::new(env!("CARGO_BIN_EXE_joinsvc")),
+            &v1.policy(),
+            &[&v1, &v2],
+            &[
+                "--reference-values-dir",
+                sets.to_str().unwrap(),
+                "--release-key",
+                key_file.to_str().unwrap(),
+                "--reference-values-reload",
+                "1",
+                "--state-dir",
+                state.to_str().unwrap(),
+            ],
+        )
+    };
+    let joinsvc = start();
+    joinsvc
+        .process
+        .wait_for_line("reference-value set confboot-node 1 accepted", 500);
+    assert!(v1.join(joinsvc.rpc_addr, DISK).is_ok());
+    std::fs::remove_file(sets.join("v1.cbor")).unwrap();
+    joinsvc
+        .process
+        .wait_for_line("reference-value set confboot-node 1 retired", 500);
+    // The host puts v1 back as (r, n - s): other bytes, a valid signature.
+    write(&sets, "v1.cbor", &negate_s(&v1_signed));
+    joinsvc
+        .process
+        .wait_for_line("v1.cbor refused: the set confboot-node 1 was retired", 500);
+    assert_eq!(
+        v1.join(joinsvc.rpc_addr, DISK).unwrap_err().code,
+        Code::PermissionDenied
+    );
+    drop(joinsvc);
+
+    // joinsvc restarts with its state directory: v1, back in its first
+    // envelope, is still retired; v2 admits.
+    write(&sets, "v1.cbor", &v1_signed);
+    let joinsvc = start();
+    joinsvc
+        .process
+        .wait_for_line("v1.cbor refused: the set confboot-node 1 was retired", 500);
+    assert_eq!(
+        v1.join(joinsvc.rpc_addr, DISK).unwrap_err().code,
+        Code::PermissionDenied
+    );
+    assert!(v2.join(joinsvc.rpc_addr, DISK).is_ok());
+    assert!(state.join("reference-values-history.json").is_file());
+    assert!(state.join("time-floor").is_file());
+    drop(joinsvc);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -352,5 +448,25 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         );
         assert!(joinsvc.kube.created().is_empty(), "{file}");
     }
+
+    // The release signs v1 again, from half a day later; a node that has
+    // seen that signing refuses the older one when a host presents it.
+    let node_validator = validator(pinned());
+    let mut newer = cp_set("1", &cp_policy);
+    newer.not_before = now - DAY / 2;
+    let joinsvc = joinsvc_presenting("v1-newer.cbor", &newer.sign(&release).unwrap());
+    node.join_verifying(joinsvc.rpc_addr, DISK, Arc::clone(&node_validator))
+        .expect("the newer signing admits");
+    drop(joinsvc);
+    let joinsvc = joinsvc_presenting(
+        "v1-older.cbor",
+        &cp_set("1", &cp_policy).sign(&release).unwrap(),
+    );
+    let shown = node
+        .join_verifying(joinsvc.rpc_addr, DISK, Arc::clone(&node_validator))
+        .unwrap_err()
+        .to_string();
+    assert!(shown.contains("is superseded by its signing"), "{shown}");
+    assert!(joinsvc.kube.created().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }

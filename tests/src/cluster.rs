@@ -326,6 +326,10 @@ impl Joinsvc {
         arg("--kube-api", &kube.url());
         arg("--kube-api-ca", &p("kube-ca.crt"));
         arg("--kube-api-token-file", &p("kube-token"));
+        // Its durable state in the test's directory, not the machine's.
+        if !extra.iter().any(|a| a == "--state-dir") {
+            arg("--state-dir", &p("state"));
+        }
         arg("-v", &"4");
         args.extend(extra.into_iter().map(Into::into));
         let (process, rpc_addr, http_addr) = Joinsvc::spawn(binary, &args);

@@ -19,6 +19,20 @@
 //! module's SVN and version, skipped when the module's minor version is
 //! not 0: a TDX module identity then decides them).
 //!
+//! # Freshness, and which clock it reads
+//!
+//! TCB info and the QE identity are current from their `issueDate` to
+//! their `nextUpdate` (checked with the quote, `check::TCB_INFO` and
+//! `check::QE_IDENTITY`), the CRLs from `thisUpdate` to `nextUpdate`, the
+//! certificates within their validity. None of them reads the clock here:
+//! each compares with the time [`crate::TdxValidator`] gives, which is its
+//! time floor (`confboot_util::floor::TimeFloor`): the guest's wall clock,
+//! which the host sets, raised to the latest time seen and to the
+//! `issueDate` of every TCB info and QE identity that verified, so a clock
+//! set back does not make stale collateral current again. The floor lasts
+//! as long as the validator unless it is given one kept in a file
+//! ([`crate::TdxValidator::with_time_floor`]).
+//!
 //! Read by hand, not with a serde derive: a derive skips the members it ignores
 //! unread, so a repeated key inside an ignored member of Intel's collateral
 //! would go unrefused.
@@ -625,6 +639,12 @@ impl SignedTcbInfo {
     pub fn claimed_next_update(&self) -> i64 {
         self.info.next_update
     }
+
+    /// The `issueDate` it claims, before its signature is checked (a time
+    /// floor takes it only once the signature verified).
+    pub fn claimed_issue_date(&self) -> i64 {
+        self.info.issue_date
+    }
 }
 
 impl TcbInfo {
@@ -813,6 +833,12 @@ impl SignedQeIdentity {
     /// (unchecked: for caching documents, never for a verdict).
     pub fn claimed_next_update(&self) -> i64 {
         self.identity.next_update
+    }
+
+    /// The `issueDate` it claims, before its signature is checked (a time
+    /// floor takes it only once the signature verified).
+    pub fn claimed_issue_date(&self) -> i64 {
+        self.identity.issue_date
     }
 }
 

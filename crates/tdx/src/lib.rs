@@ -95,6 +95,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use confboot_util::floor::TimeFloor;
+
 use confboot_attest::check::{CheckOutcome, CheckResult, ReportDataCheck, first_failure};
 use confboot_attest::{
     AttestationError, Attested, Detail, EXTRA_DATA_LEN, PolicyError, Validator, Variant,
@@ -110,6 +112,8 @@ pub struct TdxValidator {
     expected_log: Option<CcelLog>,
     /// Verify as of this time (Unix seconds) instead of now.
     as_of: Option<i64>,
+    /// The latest time seen: the checks read it, not the clock alone.
+    floor: Arc<TimeFloor>,
     /// Collateral fetched from the PCS (policy `pcsFetch`), reused while
     /// current for the platform asked about.
     fetched: Arc<Mutex<Option<Collateral>>>,
@@ -171,6 +175,7 @@ impl TdxValidator {
             collateral: Collateral::default(),
             expected_log: None,
             as_of: None,
+            floor: Arc::new(TimeFloor::in_memory(0)),
             fetched: Arc::default(),
             require_unmarked: false,
         }
@@ -209,8 +214,53 @@ impl TdxValidator {
         self
     }
 
+    /// Reads the time from `floor` (by default a floor of its own, for
+    /// as long as the validator lives): every check of a window (the PCK
+    /// chain's certificates, the CRLs, the TCB info and QE identity's
+    /// `issueDate`..`nextUpdate`) compares with the latest time seen, not
+    /// with the guest's clock alone, which the host sets. A TCB info or
+    /// QE identity that verified raises the floor to its `issueDate`
+    /// (Intel signed that it was issued then).
+    pub fn with_time_floor(mut self, floor: Arc<TimeFloor>) -> TdxValidator {
+        self.floor = floor;
+        self
+    }
+
+    /// The time the checks read: the floor, raised to the wall clock (or
+    /// to [`TdxValidator::as_of`]).
     fn now(&self) -> i64 {
-        self.as_of.unwrap_or_else(confboot_util::time::unix_now)
+        let wall = self.as_of.unwrap_or_else(confboot_util::time::unix_now);
+        self.floor.observe(wall)
+    }
+
+    /// Raises the floor to the `issueDate` of collateral whose check
+    /// passed (its signature verified).
+    fn advance_floor(&self, collateral: &Collateral, checks: &[CheckResult]) {
+        let passed = |name: &str| {
+            checks
+                .iter()
+                .any(|c| c.name == name && matches!(c.outcome, CheckOutcome::Passed(_)))
+        };
+        let mut seen = Vec::new();
+        if let Some(info) = collateral
+            .tcb_info
+            .as_ref()
+            .filter(|_| passed(check::TCB_INFO))
+        {
+            seen.push(info.claimed_issue_date());
+        }
+        if let Some(qe) = collateral
+            .qe_identity
+            .as_ref()
+            .filter(|_| passed(check::QE_IDENTITY))
+        {
+            seen.push(qe.claimed_issue_date());
+        }
+        if let Some(t) = seen.into_iter().max()
+            && let Err(e) = self.floor.advance(t)
+        {
+            log::error!("{e}; the floor holds for this run only");
+        }
     }
 
     /// The policy in force.
@@ -230,14 +280,17 @@ impl TdxValidator {
         report_data: &ReportDataCheck,
     ) -> Vec<CheckResult> {
         let fetched = self.fetched_collateral(quote);
-        run_checks(
+        let collateral = fetched.as_ref().unwrap_or(&self.collateral);
+        let checks = run_checks(
             quote,
             report_data,
             &self.policy,
             &self.roots,
-            fetched.as_ref().unwrap_or(&self.collateral),
+            collateral,
             self.now(),
-        )
+        );
+        self.advance_floor(collateral, &checks);
+        checks
     }
 
     /// With policy `pcsFetch`, collateral for `quote` when the policy's own

@@ -309,6 +309,33 @@ fn collateral_is_refused_outside_its_window() {
 }
 
 #[test]
+fn a_clock_set_back_does_not_make_stale_collateral_current() {
+    use confboot_util::floor::TimeFloor;
+    use std::sync::Arc;
+    let q = v4();
+    let policy = policy_for(&q, &[TcbStatus::UpToDate]);
+    let floor = Arc::new(TimeFloor::in_memory(0));
+    let stale = vec![check::PCK_CRL, check::TCB_INFO, check::QE_IDENTITY];
+    // Read a month after AT_V4: TCB info, QE identity and PCK CRL are due.
+    let later = AT_V4 + 31 * 86_400;
+    let checks = validator(policy.clone(), collateral_v4(), later)
+        .with_time_floor(Arc::clone(&floor))
+        .verify_quote_detailed(&q, &report_data(&q));
+    assert_eq!(failures(&checks), stale, "{checks:#?}");
+    // The host sets the clock back into the collateral's window: the floor
+    // holds, the collateral stays stale.
+    let checks = validator(policy.clone(), collateral_v4(), AT_V4)
+        .with_time_floor(Arc::clone(&floor))
+        .verify_quote_detailed(&q, &report_data(&q));
+    assert_eq!(failures(&checks), stale, "{checks:#?}");
+    assert_eq!(floor.get(), later);
+    // A validator that has seen no later time finds it current.
+    let checks =
+        validator(policy, collateral_v4(), AT_V4).verify_quote_detailed(&q, &report_data(&q));
+    assert_eq!(failures(&checks), V4_FAILS, "{checks:#?}");
+}
+
+#[test]
 fn tampered_collateral_is_refused() {
     let q = v4();
     let policy = policy_for(&q, &[TcbStatus::UpToDate]);

@@ -128,6 +128,45 @@ pub fn write_new_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
         .map_err(write_error)
 }
 
+/// Replaces the file at `path` with `bytes`, all or nothing: written to a
+/// new temporary file beside it (mode 0600), synced, renamed over `path`,
+/// and the directory synced, so a crash leaves the old file or the new
+/// one, never a torn one. Durable state (a time floor, retired sets) is
+/// written this way.
+pub fn replace_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let write_error = |error| FileError::Write {
+        path: path.to_path_buf(),
+        error,
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| write_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .and_then(|()| std::fs::File::open(dir)?.sync_all());
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(write_error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +226,24 @@ mod tests {
         let e = read_bounded_text(&binary, 10).unwrap_err();
         assert!(matches!(e, FileError::NotText { .. }), "{e:?}");
         assert!(e.to_string().contains("bin"), "{e}");
+    }
+
+    #[test]
+    fn a_replaced_file_holds_the_new_bytes_owner_only_and_no_temporary_is_left() {
+        let dir = TempDir::new("fs-replace");
+        let f = dir.path().join("state");
+        replace_private(&f, b"one").unwrap();
+        replace_private(&f, b"two").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"two");
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("state")]);
+        let e = replace_private(&dir.path().join("no-such-dir/state"), b"x").unwrap_err();
+        assert!(matches!(e, FileError::Write { .. }), "{e}");
     }
 
     #[test]

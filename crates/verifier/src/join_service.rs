@@ -18,20 +18,36 @@
 //! ([`PresentedSetValidator`]). The set is public; what a host could
 //! present instead (nothing, an unsigned set, a set signed by another key,
 //! an expired or forged one) is refused.
+//!
+//! A node applies the rule joinsvc applies to its directory
+//! (`confboot_appraisal::reference::history`): a presented set it has
+//! retired, whatever its envelope, or an older signing of a set name and
+//! version of which it has seen a newer one (the release re-signs a set
+//! with a later not-before to end it sooner) is refused. A node never
+//! sees a set's file removed, so what retires a set for it is a newer
+//! signing. The window is read against a time floor, the latest time
+//! this validator has seen, not the guest's clock alone (which the host
+//! sets). Both last as long as the validator (one boot of the
+//! bootstrapper, one run of the node agent) unless it is given a history
+//! file and a floor file ([`PresentedSetValidator::with_history`],
+//! [`PresentedSetValidator::with_time_floor`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::VerifierRefusal;
 use crate::config::{
     AttestationSettings, ConfigError, Setting, VariantSettings, load_measurement_policy,
     load_snp_validator, load_tdx_validator,
 };
+use confboot_appraisal::reference::history::SetHistory;
 use confboot_appraisal::reference::{ReleaseKey, open};
+use confboot_attest::SetName;
 use confboot_attest::{
     AttestationError, Attested, Detail, EXTRA_DATA_LEN, MeasurementPolicy, Validator, Variant,
 };
 use confboot_tpm::{CLUSTER_ID_PCR, IMA_PCR, TpmError};
+use confboot_util::floor::TimeFloor;
 use confboot_vtpm::{VtpmIssuer, quoted_pcrs};
 
 /// Why the validators of join services could not be built.
@@ -166,6 +182,8 @@ pub struct PresentedSetValidator {
     own: Arc<dyn Validator>,
     evidence: Arc<dyn Validator>,
     release_keys: Vec<ReleaseKey>,
+    history: Mutex<SetHistory>,
+    floor: Arc<TimeFloor>,
 }
 
 impl PresentedSetValidator {
@@ -179,7 +197,22 @@ impl PresentedSetValidator {
             own,
             evidence,
             release_keys,
+            history: Mutex::new(SetHistory::in_memory()),
+            floor: Arc::new(TimeFloor::in_memory(0)),
         }
+    }
+
+    /// Keeps the signings it sees in `history` (by default, for as long
+    /// as the validator lives).
+    pub fn with_history(mut self, history: SetHistory) -> PresentedSetValidator {
+        self.history = Mutex::new(history);
+        self
+    }
+
+    /// Reads the time from `floor` (by default a floor of its own).
+    pub fn with_time_floor(mut self, floor: Arc<TimeFloor>) -> PresentedSetValidator {
+        self.floor = floor;
+        self
     }
 
     fn by_set(
@@ -194,13 +227,22 @@ impl PresentedSetValidator {
                 format!("the join service's set: {why}"),
             ))
         };
-        let opened = open(
-            presented,
-            &self.release_keys,
-            confboot_util::time::unix_now(),
-        )
-        .map_err(|e| refused(e.to_string()))?;
+        let opened = open(presented, &self.release_keys, self.floor.now())
+            .map_err(|e| refused(e.to_string()))?;
         let set = opened.set;
+        let name = SetName {
+            name: set.name.clone(),
+            version: set.version.clone(),
+        };
+        {
+            let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            history
+                .check(&opened.digest, &name, set.not_before)
+                .map_err(|e| refused(e.to_string()))?;
+            if let Err(e) = history.seen(&name, set.not_before) {
+                log::error!("{e}; the signing is remembered for this run only");
+            }
+        }
         let reference = set.variant(Variant::QemuVtpm).ok_or_else(|| {
             refused(format!(
                 "{} {} has no qemu-vtpm values",

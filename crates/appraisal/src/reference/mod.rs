@@ -53,10 +53,22 @@
 //!
 //! Several sets in force at once (a rolling upgrade), read from a
 //! directory and retired as their files go or their windows end, are
-//! [`sets`].
+//! [`sets`]; what a reader remembers of the sets it retired and the
+//! signings it saw, by what was signed and across restarts, is
+//! [`history`].
+//!
+//! # Clocks
+//!
+//! [`open`] and [`ReferenceSet::check_time`] compare the window with the
+//! time their caller gives. The binaries give the time floor
+//! (`confboot_util::floor::TimeFloor::now`): the latest of the guest's
+//! wall clock, which the host sets, and every time seen before, kept on
+//! disk where the binary has a state file, so a clock set back does not
+//! reopen a window that has ended.
 
 mod cbor;
 pub mod cose;
+pub mod history;
 pub mod sets;
 
 use std::collections::BTreeMap;
@@ -141,6 +153,12 @@ pub struct OpenedSet {
     /// The kid of the release key that signed it (`None`: read unsigned,
     /// as no release key is configured).
     pub signer: Option<[u8; cose::KID_LEN]>,
+    /// The SHA-256 of what was signed: the unsigned CoRIM, whose one
+    /// encoding the format allows. It identifies the set whatever its
+    /// envelope (another signature of the same payload, or the same
+    /// signature re-encoded as `(r, n - s)`), and is what a reader retires
+    /// ([`history`]).
+    pub digest: [u8; 32],
 }
 
 /// Why a reference-value set is refused.
@@ -422,7 +440,15 @@ pub fn open(bytes: &[u8], keys: &[ReleaseKey], now: i64) -> Result<OpenedSet, Re
     };
     let set = ReferenceSet::from_cbor(&payload)?;
     set.check_time(now)?;
-    Ok(OpenedSet { set, signer })
+    let digest = ring::digest::digest(&ring::digest::SHA256, &payload)
+        .as_ref()
+        .try_into()
+        .expect("SHA-256 is 32 bytes");
+    Ok(OpenedSet {
+        set,
+        signer,
+        digest,
+    })
 }
 
 // ---- reading ----

@@ -23,16 +23,26 @@
 //!
 //! # Replay
 //!
-//! A replayed set is a set's file put back after it was retired (by the
-//! host, which may write any byte of a disk, or by mistake). What stops
-//! it: its not-after, which is signed, so a set past it is refused on
-//! every read by every reader; and, for as long as the reader runs, the
-//! retirement list: the SHA-256 of every retired set's file, so that a
-//! set retired early, by removal, stays retired even while its window is
-//! open ([`RefusedFile::Replayed`]). A reader that restarts has no
-//! retirement list: until its not-after, a set removed early is accepted
-//! again if its file comes back, which is why a release signs short
-//! windows and signs again to extend one.
+//! A replayed set is a set put back after it was retired (by the host,
+//! which may write any byte of a disk, or by mistake), in its old file or
+//! in another envelope: the same payload signed again, or its signature
+//! re-encoded (`s` as `n - s`). What stops it: its not-after, which is
+//! signed, so a set past it is refused on every read by every reader (as
+//! of the time floor, see below); and the history ([`SetHistory`]): the
+//! SHA-256 of every retired set's *signed payload*, so that a set retired
+//! early, by removal, stays retired even while its window is open
+//! ([`RefusedFile::Replayed`]), whatever its envelope, and, with a history
+//! file ([`ReferenceSets::with_history`]), across restarts. A set of which
+//! a newer signing (same name and version, later not-before) is seen is
+//! superseded: refused from then on ([`RefusedFile::Superseded`]).
+//!
+//! # Clocks
+//!
+//! Every `now` here is the caller's: joinsvc gives its time floor
+//! (`confboot_util::floor::TimeFloor`), the latest of the guest's wall
+//! clock (which the host sets) and every time seen, kept on disk, so that
+//! a clock set back does not reopen an ended window. [`SetsValidator`]
+//! reads the floor it is given ([`SetsValidator::with_time_floor`]).
 //!
 //! # Warnings
 //!
@@ -44,18 +54,18 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use super::history::{HistoryError, HistoryRefusal, RetiredRecord, SetHistory};
+pub use super::history::{MAX_RETIRED, Retirement};
 use super::{ReferenceError, ReleaseKey, instant, open};
 use crate::AppraisalRefusal;
 use confboot_attest::measurements::MeasurementPolicy;
 use confboot_attest::{AttestationError, Attested, Detail, EXTRA_DATA_LEN, Validator, Variant};
 pub use confboot_attest::{SetName, SetVerdict};
 use confboot_tpm::event_log::EventList;
+use confboot_util::floor::TimeFloor;
 
 /// Most files read from a set directory.
 pub const MAX_SET_FILES: usize = 64;
-/// Most retired sets remembered (for a refused node's message, and
-/// against a set put back).
-pub const MAX_RETIRED: usize = 256;
 
 /// A live set: what one signed file says for the variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +74,8 @@ pub struct LiveSet {
     pub name: SetName,
     /// The file it was read from.
     pub file: PathBuf,
-    /// The SHA-256 of the file's bytes.
+    /// The SHA-256 of its signed payload ([`super::OpenedSet::digest`]),
+    /// not of the file's bytes.
     pub digest: [u8; 32],
     /// The start of its window, Unix seconds.
     pub not_before: i64,
@@ -74,24 +85,6 @@ pub struct LiveSet {
     pub policy: MeasurementPolicy,
     /// The variant's predicted events.
     pub events: EventList,
-}
-
-/// Why a set was retired.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Retirement {
-    /// Its file was removed from the directory.
-    Removed,
-    /// Its not-after passed.
-    Expired,
-}
-
-impl std::fmt::Display for Retirement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Retirement::Removed => "its file was removed",
-            Retirement::Expired => "its window ended",
-        })
-    }
 }
 
 /// A retired set, remembered for the message of a node that matches it.
@@ -126,6 +119,16 @@ pub enum RefusedFile {
         retired_at: i64,
         /// Why.
         reason: Retirement,
+    },
+    /// A newer signing of the set was seen.
+    #[error("the set {name} valid from {} is superseded by its signing valid from {}", instant(*.not_before), instant(*.newest))]
+    Superseded {
+        /// The set.
+        name: SetName,
+        /// Its not-before.
+        not_before: i64,
+        /// The not-before of the newest signing seen.
+        newest: i64,
     },
 }
 
@@ -168,6 +171,8 @@ pub struct Refresh {
     pub retired: Vec<(SetName, Retirement)>,
     /// Files refused, and why.
     pub refused: Vec<(PathBuf, RefusedFile)>,
+    /// The history could not be written (it holds for this run).
+    pub history_error: Option<HistoryError>,
 }
 
 impl Refresh {
@@ -240,6 +245,7 @@ pub struct ReferenceSets {
     keys: Vec<ReleaseKey>,
     live: Vec<LiveSet>,
     retired: VecDeque<RetiredSet>,
+    history: SetHistory,
 }
 
 impl ReferenceSets {
@@ -258,7 +264,21 @@ impl ReferenceSets {
             keys,
             live: Vec::new(),
             retired: VecDeque::new(),
+            history: SetHistory::in_memory(),
         })
+    }
+
+    /// Keeps what it retires and the signings it sees in `history` (a
+    /// file, with [`SetHistory::load`]: retired sets stay retired across
+    /// restarts). Without it the history lasts for this run.
+    pub fn with_history(mut self, history: SetHistory) -> ReferenceSets {
+        self.history = history;
+        self
+    }
+
+    /// The history.
+    pub fn history(&self) -> &SetHistory {
+        &self.history
     }
 
     /// The directory read.
@@ -281,11 +301,33 @@ impl ReferenceSets {
     pub fn refresh(&mut self, now: i64) -> Result<Refresh, SetsError> {
         let files = self.list()?;
         let mut report = Refresh::default();
-        let mut live = Vec::new();
+        let mut read = Vec::new();
         for file in files {
             match self.read(&file, now) {
-                Ok(set) => live.push(set),
+                Ok(set) => read.push(set),
                 Err(e) => report.refused.push((file, e)),
+            }
+        }
+        // The newest signing of each name read: an older one is superseded.
+        let mut newest: BTreeMap<SetName, i64> = BTreeMap::new();
+        for set in &read {
+            let t = newest.entry(set.name.clone()).or_insert(set.not_before);
+            *t = (*t).max(set.not_before);
+        }
+        let mut live = Vec::new();
+        for set in read {
+            let latest = newest[&set.name];
+            if set.not_before < latest {
+                report.refused.push((
+                    set.file.clone(),
+                    RefusedFile::Superseded {
+                        name: set.name,
+                        not_before: set.not_before,
+                        newest: latest,
+                    },
+                ));
+            } else {
+                live.push(set);
             }
         }
         if live.is_empty() {
@@ -303,6 +345,9 @@ impl ReferenceSets {
             if !self.live.iter().any(|s| s.digest == set.digest) {
                 report.added.push(set.name.clone());
             }
+            if let Err(e) = self.history.seen(&set.name, set.not_before) {
+                report.history_error = Some(e);
+            }
         }
         for old in std::mem::take(&mut self.live) {
             if live.iter().any(|s| s.digest == old.digest) {
@@ -310,11 +355,15 @@ impl ReferenceSets {
             }
             let reason = if now > old.not_after {
                 Retirement::Expired
+            } else if newest.get(&old.name).is_some_and(|&t| t > old.not_before) {
+                Retirement::Superseded
             } else {
                 Retirement::Removed
             };
             report.retired.push((old.name.clone(), reason));
-            self.retire(old, now, reason);
+            if let Err(e) = self.retire(old, now, reason) {
+                report.history_error = Some(e);
+            }
         }
         self.live = live;
         Ok(report)
@@ -350,20 +399,35 @@ impl ReferenceSets {
     fn read(&self, file: &Path, now: i64) -> Result<LiveSet, RefusedFile> {
         let bytes = confboot_util::fs::read_bounded(file, super::MAX_SET_BYTES as u64)
             .map_err(RefusedFile::Unreadable)?;
-        let digest = sha256(&bytes);
-        if let Some(r) = self.retired.iter().find(|r| r.set.digest == digest) {
-            return Err(RefusedFile::Replayed {
-                name: r.set.name.clone(),
-                retired_at: r.retired_at,
-                reason: r.reason,
-            });
-        }
         let opened = open(&bytes, &self.keys, now).map_err(RefusedFile::Set)?;
+        let digest = opened.digest;
         let set = opened.set;
         let name = SetName {
             name: set.name.clone(),
             version: set.version.clone(),
         };
+        self.history
+            .check(&digest, &name, set.not_before)
+            .map_err(|refusal| match refusal {
+                HistoryRefusal::Retired {
+                    name,
+                    retired_at,
+                    reason,
+                } => RefusedFile::Replayed {
+                    name,
+                    retired_at,
+                    reason,
+                },
+                HistoryRefusal::Superseded {
+                    name,
+                    not_before,
+                    newest,
+                } => RefusedFile::Superseded {
+                    name,
+                    not_before,
+                    newest,
+                },
+            })?;
         let reference = set
             .variant(self.variant)
             .ok_or_else(|| RefusedFile::NoVariant(name.clone(), self.variant))?;
@@ -378,19 +442,27 @@ impl ReferenceSets {
         })
     }
 
-    fn retire(&mut self, set: LiveSet, now: i64, reason: Retirement) {
+    fn retire(&mut self, set: LiveSet, now: i64, reason: Retirement) -> Result<(), HistoryError> {
         if self.retired.len() == MAX_RETIRED {
             self.retired.pop_front();
         }
         let retired_at = match reason {
             Retirement::Expired => set.not_after,
-            Retirement::Removed => now,
+            Retirement::Removed | Retirement::Superseded => now,
+        };
+        let record = RetiredRecord {
+            digest: set.digest,
+            name: set.name.clone(),
+            not_after: set.not_after,
+            retired_at,
+            reason,
         };
         self.retired.push_back(RetiredSet {
             set,
             retired_at,
             reason,
         });
+        self.history.retire(record, now)
     }
 
     /// The verdict on `measurements` at `now`: admitted by the live set
@@ -468,6 +540,7 @@ impl ReferenceSets {
     }
 }
 
+#[cfg(test)]
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     ring::digest::digest(&ring::digest::SHA256, bytes)
         .as_ref()
@@ -485,6 +558,7 @@ pub struct SetsValidator {
     sets: Arc<RwLock<ReferenceSets>>,
     warn_window: i64,
     ignored: Vec<u32>,
+    floor: Arc<TimeFloor>,
 }
 
 impl SetsValidator {
@@ -502,7 +576,15 @@ impl SetsValidator {
             sets,
             warn_window,
             ignored,
+            floor: Arc::new(TimeFloor::in_memory(0)),
         }
+    }
+
+    /// Reads the time from `floor` (by default a floor of its own, for
+    /// this run).
+    pub fn with_time_floor(mut self, floor: Arc<TimeFloor>) -> SetsValidator {
+        self.floor = floor;
+        self
     }
 }
 
@@ -517,7 +599,7 @@ impl Validator for SetsValidator {
         extra_data: &[u8; EXTRA_DATA_LEN],
     ) -> Result<Attested, AttestationError> {
         let attested = self.evidence.validate(evidence, extra_data)?;
-        let now = confboot_util::time::unix_now();
+        let now = self.floor.now();
         let sets = self.sets.read().unwrap_or_else(|e| e.into_inner());
         let verdict = sets
             .check(&attested.measurements, now, self.warn_window, &self.ignored)

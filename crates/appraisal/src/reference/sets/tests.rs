@@ -303,3 +303,176 @@ fn ignored_pcrs_are_left_out_and_dot_files_are_not_read() {
     assert!(f.sets.check(&marked, NOW, 0, &[]).is_err());
     assert!(f.sets.check(&marked, NOW, 0, &[15]).is_ok());
 }
+
+/// The order of P-256's group, big-endian.
+const P256_N: [u8; 32] = [
+    0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+];
+
+/// The same signed set with its signature's `s` replaced by `n - s`: a
+/// signature that verifies too, in an envelope of other bytes.
+fn negate_s(signed: &[u8]) -> Vec<u8> {
+    let mut out = signed.to_vec();
+    // The signature (r || s, 64 bytes) ends the COSE_Sign1.
+    let n = out.len();
+    let s = &mut out[n - 32..];
+    let mut borrow = 0i16;
+    for i in (0..32).rev() {
+        let d = i16::from(P256_N[i]) - i16::from(s[i]) - borrow;
+        borrow = i16::from(d < 0);
+        s[i] = d.rem_euclid(256) as u8;
+    }
+    assert_eq!(borrow, 0);
+    out
+}
+
+#[test]
+fn a_retired_set_with_its_signature_re_encoded_as_n_minus_s_stays_retired() {
+    let mut f = Fixture::new("n-minus-s");
+    let v1 = set("1", NOW + 30 * DAY).sign(&f.key).unwrap();
+    f.write("v1.cbor", &v1);
+    f.add("v2.cbor", &set("2", NOW + 60 * DAY));
+    f.sets.refresh(NOW).unwrap();
+    std::fs::remove_file(f.dir.join("v1.cbor")).unwrap();
+    f.sets.refresh(NOW + 10).unwrap();
+    // The host puts v1 back with (r, n - s): other bytes, a valid signature.
+    let re_encoded = negate_s(&v1);
+    assert_ne!(re_encoded, v1);
+    let keys = [f.key.release_key().clone()];
+    assert!(crate::reference::open(&re_encoded, &keys, NOW).is_ok());
+    f.write("v1.cbor", &re_encoded);
+    // And the release's own payload signed again (a new random signature).
+    f.write(
+        "v1-again.cbor",
+        &set("1", NOW + 30 * DAY).sign(&f.key).unwrap(),
+    );
+    let r = f.sets.refresh(NOW + 20).unwrap();
+    assert!(!r.changed(), "{:?}", r.added);
+    assert_eq!(r.refused.len(), 2, "{:?}", refused_reasons(&r));
+    assert!(
+        r.refused
+            .iter()
+            .all(|(_, e)| matches!(e, RefusedFile::Replayed { retired_at, .. } if *retired_at == NOW + 10)),
+        "{:?}",
+        refused_reasons(&r)
+    );
+    assert!(matches!(
+        f.check("1", NOW + 30),
+        Err(SetsRefusal::Retired { .. })
+    ));
+}
+
+#[test]
+fn a_retired_set_stays_retired_across_a_restart() {
+    let f = Fixture::new("restart");
+    let state = f.dir.with_extension("history.json");
+    let _ = std::fs::remove_file(&state);
+    let keys = vec![f.key.release_key().clone()];
+    let reader = || {
+        ReferenceSets::new(&f.dir, Variant::QemuVtpm, keys.clone())
+            .unwrap()
+            .with_history(SetHistory::load(&state).unwrap())
+    };
+    let v1 = set("1", NOW + 30 * DAY).sign(&f.key).unwrap();
+    f.write("v1.cbor", &v1);
+    f.add("v2.cbor", &set("2", NOW + 60 * DAY));
+    let mut first = reader();
+    first.refresh(NOW).unwrap();
+    std::fs::remove_file(f.dir.join("v1.cbor")).unwrap();
+    let r = first.refresh(NOW + 10).unwrap();
+    assert!(r.history_error.is_none());
+    drop(first);
+    // A restart, and the same bytes come back.
+    f.write("v1.cbor", &v1);
+    let mut second = reader();
+    let r = second.refresh(NOW + 20).unwrap();
+    assert_eq!(
+        r.added
+            .iter()
+            .map(|n| n.version.as_str())
+            .collect::<Vec<_>>(),
+        ["2"]
+    );
+    assert!(
+        matches!(r.refused[..], [(_, RefusedFile::Replayed { retired_at, reason: Retirement::Removed, .. })] if retired_at == NOW + 10),
+        "{:?}",
+        refused_reasons(&r)
+    );
+    assert!(second.check(&node("1"), NOW + 30, DAY, &[]).is_err());
+    assert!(second.check(&node("2"), NOW + 30, DAY, &[]).is_ok());
+    let _ = std::fs::remove_file(&state);
+}
+
+#[test]
+fn a_newer_signing_of_a_set_supersedes_the_older_ones() {
+    let mut f = Fixture::new("superseded");
+    let mut old = set("1", NOW + 30 * DAY);
+    old.not_before = NOW - 2 * DAY;
+    f.add("v1-old.cbor", &old);
+    f.add("v2.cbor", &set("2", NOW + 60 * DAY));
+    f.sets.refresh(NOW).unwrap();
+    assert!(f.check("1", NOW).is_ok());
+    // The release signs v1 again, from a day later, to end it sooner.
+    f.add("v1-new.cbor", &set("1", NOW + DAY));
+    let r = f.sets.refresh(NOW + 10).unwrap();
+    assert_eq!(r.retired[..], [(old_name(), Retirement::Superseded)]);
+    assert!(matches!(
+        r.refused[..],
+        [(_, RefusedFile::Superseded { not_before, newest, .. })] if not_before == NOW - 2 * DAY && newest == NOW - DAY
+    ));
+    // The newer signing removed: the older one, retired, is not live again.
+    std::fs::remove_file(f.dir.join("v1-new.cbor")).unwrap();
+    let r = f.sets.refresh(NOW + 20).unwrap();
+    assert!(
+        matches!(
+            r.refused[..],
+            [(
+                _,
+                RefusedFile::Replayed {
+                    reason: Retirement::Superseded,
+                    ..
+                }
+            )]
+        ),
+        "{:?}",
+        refused_reasons(&r)
+    );
+    assert!(f.check("1", NOW + 30).is_err());
+}
+
+fn old_name() -> SetName {
+    SetName {
+        name: "confboot-node".into(),
+        version: "1".into(),
+    }
+}
+
+#[test]
+fn a_clock_set_back_does_not_revive_an_expired_set_across_a_restart() {
+    let mut f = Fixture::new("clock-back");
+    let floor_file = f.dir.with_extension("time-floor");
+    let _ = std::fs::remove_file(&floor_file);
+    f.add("v1.cbor", &set("1", NOW + 10));
+    f.add("v2.cbor", &set("2", NOW + 60 * DAY));
+    let floor = TimeFloor::load(&floor_file).unwrap();
+    f.sets.refresh(floor.observe(NOW)).unwrap();
+    f.sets.refresh(floor.observe(NOW + DAY)).unwrap();
+    drop(floor);
+    // joinsvc restarts (no history file) and the host has set the
+    // guest's clock back a day: the floor kept on disk holds.
+    let mut again =
+        ReferenceSets::new(&f.dir, Variant::QemuVtpm, vec![f.key.release_key().clone()]).unwrap();
+    let now = TimeFloor::load(&floor_file).unwrap().observe(NOW - DAY);
+    assert_eq!(now, NOW + DAY);
+    let r = again.refresh(now).unwrap();
+    assert_eq!(
+        r.added
+            .iter()
+            .map(|n| n.version.as_str())
+            .collect::<Vec<_>>(),
+        ["2"]
+    );
+    assert!(again.check(&node("1"), now, DAY, &[]).is_err());
+    let _ = std::fs::remove_file(&floor_file);
+}
