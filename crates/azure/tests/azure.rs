@@ -517,6 +517,10 @@ fn a_tdx_sample_changed_is_refused_by_name() {
         check::CLAIMS_BINDING,
         &AzureRefusal::ClaimsBinding,
     );
+    // The TDREPORT's REPORTDATA in the HCL report.
+    let mut e = s.clone();
+    e.hcl_report[0x20 + 128] ^= 1;
+    assert_refused_by(&run(&e), check::TD_REPORT, &AzureRefusal::TdReport);
     // The TDREPORT's MRTD in the HCL report.
     let mut e = s.clone();
     e.hcl_report[0x20 + 528] ^= 1;
