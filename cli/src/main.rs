@@ -12,6 +12,7 @@ mod measure;
 mod recover;
 mod sign;
 mod verify;
+mod verify_azure;
 mod verify_quote;
 mod verify_report;
 mod verity;
@@ -55,6 +56,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "verify-quote",
         about: "Verify an Intel TDX quote offline with Intel's collateral, check by check",
         run: verify_quote::run,
+    },
+    Subcommand {
+        name: "verify-azure",
+        about: "Verify an Azure confidential VM's evidence (HCL report, vTPM quote) offline, check by check",
+        run: verify_azure::run,
     },
     Subcommand {
         name: "measure",

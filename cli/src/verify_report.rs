@@ -10,9 +10,9 @@ use std::path::Path;
 use confboot_attest::check::{CheckOutcome, ReportDataCheck};
 use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_snp::{
-    AmdCert, CertEntry, CertKind, CertRole, KDS_BASE_URL, Product, ProductRoot, SnpEvidence,
-    SnpPolicy, SnpRefusal, SnpReport, SnpValidator, TrustRoots, certificates_from_pem_or_der,
-    check, kds_vcek_url,
+    AmdCert, CertEntry, CertKind, CertRole, KDS_BASE_URL, Product, ProductRoot, SigningKey,
+    SnpEvidence, SnpPolicy, SnpRefusal, SnpReport, SnpValidator, TrustRoots,
+    certificates_from_pem_or_der, check, kds_vcek_url,
 };
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
@@ -89,7 +89,7 @@ pub const CMD: Command = Command {
 prints every check on its own line (✓ passed, ✗ failed, - skipped). The report's VCEK or VLEK \
 comes from --vcek, --certs, the evidence, or a VCEK cache; the AMD root (ARK) is pinned: the \
 Milan, Genoa and Turin roots built in, or --roots / the policy's rootBundles. Without --policy \
-the measurement is not checked, VMPL 0 is required, debug is refused and the safe default minimum TCB applies (Milan: bootloader 3, TEE 0, SNP 8, microcode 115; other products need a policy that names one). \
+the measurement is not checked, a VCEK or a VLEK may sign, VMPL 0 is required, debug is refused and the safe default minimum TCB applies (Milan: bootloader 3, TEE 0, SNP 8, microcode 115; other products need a policy that names one). \
 With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one JWT \
 signed with --ear-key (ES256). \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
@@ -395,7 +395,12 @@ fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
             SnpPolicy::from_json_at(&text, path.parent())
                 .map_err(refused(&path.display().to_string()))?
         }
-        None => SnpPolicy::default(),
+        // An offline look without a policy pins nothing: a report signed
+        // by either kind of key is examined (a policy file names its own).
+        None => SnpPolicy {
+            signing_keys: vec![SigningKey::Vcek, SigningKey::Vlek],
+            ..SnpPolicy::default()
+        },
     };
     if let Some(v) = config.vmpl {
         policy.vmpl = v;

@@ -17,8 +17,8 @@ use std::sync::{Arc, OnceLock};
 
 use confboot_attest::{MeasurementPolicy, Validator, Variant};
 use confboot_snp::{
-    CertEntry, CertKind, ProductRoot, SIGNED_LEN, SnpEvidence, SnpPolicy, SnpReport, SnpValidator,
-    TrustRoots,
+    CertEntry, CertKind, ProductRoot, SIGNED_LEN, SigningKey, SnpEvidence, SnpPolicy, SnpReport,
+    SnpValidator, TrustRoots,
 };
 use confboot_tpm::event_log::EventLog;
 use confboot_tpm::structures::{
@@ -366,6 +366,7 @@ pub fn snp() -> &'static [SnpFixture; 3] {
                 let policy = SnpPolicy {
                     measurement,
                     vmpl,
+                    signing_keys: vec![SigningKey::Vcek, SigningKey::Vlek],
                     ..SnpPolicy::default()
                 };
                 SnpFixture {

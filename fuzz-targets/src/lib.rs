@@ -123,6 +123,9 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("cluster_handoff", cluster_handoff),
     ("registry_configmap", registry_configmap),
     ("registry_ledger", registry_ledger),
+    ("azure_hcl_report", azure_hcl_report),
+    ("azure_runtime_claims", azure_runtime_claims),
+    ("azure_evidence", azure_evidence),
 ];
 
 // ---- RPC ----
@@ -2042,4 +2045,123 @@ pub fn registry_ledger(data: &[u8]) {
         ledger: &ledger,
     };
     assert_eq!(parse_ledger(&data_json(0, &written)).unwrap(), ledger);
+}
+
+// ---- Azure ----
+
+/// The recorded Azure SEV-SNP sample (HCL report, vTPM quote, VCEK chain).
+const AZURE_HCL_REPORT: &[u8] =
+    include_bytes!("../../crates/azure/testdata/azure-snp/hcl-report.bin");
+const AZURE_TPM_QUOTE: &[u8] =
+    include_bytes!("../../crates/azure/testdata/azure-snp/tpm-quote-v1.json");
+const AZURE_VCEK: &[u8] = include_bytes!("../../crates/azure/testdata/azure-snp/vcek.pem");
+
+/// A validator of the recorded sample: its measurement, PCRs 4 and 9, the
+/// built-in AMD roots, at 2026-12-01; and the sample's quote and VCEK chain.
+fn azure_fixture() -> &'static (
+    confboot_azure::AzureValidator,
+    confboot_azure::AzureEvidence,
+) {
+    static F: OnceLock<(
+        confboot_azure::AzureValidator,
+        confboot_azure::AzureEvidence,
+    )> = OnceLock::new();
+    F.get_or_init(|| {
+        let quote = confboot_azure::TpmQuote::from_json(AZURE_TPM_QUOTE).expect("recorded quote");
+        let mut pcrs = MeasurementPolicy::default();
+        for i in [4u32, 9] {
+            pcrs.set(i, quote.pcrs[i as usize].to_vec(), false);
+        }
+        let mut policy = SnpPolicy::default();
+        policy.measurement.set(
+            0,
+            AZURE_HCL_REPORT[0x20 + 0x90..0x20 + 0xC0].to_vec(),
+            false,
+        );
+        let snp = confboot_snp::SnpValidator::with_roots(policy, TrustRoots::builtin())
+            .as_of(1_796_083_200);
+        let validator = confboot_azure::AzureValidator::new(
+            confboot_azure::Hardware::SevSnp(Box::new(snp)),
+            pcrs,
+        );
+        let evidence = confboot_azure::AzureEvidence {
+            hcl_report: AZURE_HCL_REPORT.to_vec(),
+            tpm_quote: quote,
+            vcek_chain: certificates_from_pem_or_der(AZURE_VCEK).expect("recorded chain"),
+            td_quote: None,
+        };
+        (validator, evidence)
+    })
+}
+
+/// An HCL report: its layout parsed (every size within the bytes), its
+/// runtime claims and attestation key read, and, with the recorded
+/// sample's quote and VCEK, verified: admitted only if its signed SNP
+/// report and its runtime claims are the recorded ones.
+pub fn azure_hcl_report(data: &[u8]) {
+    let Ok(r) = confboot_azure::HclReport::parse(data) else {
+        return;
+    };
+    assert!(data.len() <= confboot_azure::MAX_HCL_REPORT_LEN);
+    assert!(r.runtime_claims.len() <= data.len() - confboot_azure::VARIABLE_DATA_OFFSET);
+    let _ = r.claims_digest();
+    if let Ok(c) = confboot_azure::RuntimeClaims::parse(r.runtime_claims) {
+        let _ = c.attestation_key();
+    }
+    if r.kind != confboot_azure::HardwareKind::SevSnp {
+        return;
+    }
+    let (validator, genuine) = azure_fixture();
+    let evidence = confboot_azure::AzureEvidence {
+        hcl_report: data.to_vec(),
+        ..genuine.clone()
+    };
+    let nonce = confboot_azure::Nonce::Expected(b"challenge".to_vec());
+    if validator.verify(&evidence, &nonce).is_ok() {
+        let g = confboot_azure::HclReport::parse(AZURE_HCL_REPORT).expect("recorded report");
+        assert_eq!(
+            &r.hardware_report[..confboot_snp::SIGNED_LEN],
+            &g.hardware_report[..confboot_snp::SIGNED_LEN]
+        );
+        assert_eq!(r.runtime_claims, g.runtime_claims);
+    }
+}
+
+/// Runtime claims JSON: strictly read, and its attestation key, when there
+/// is one, an RSA key within the bounds.
+pub fn azure_runtime_claims(data: &[u8]) {
+    let Ok(c) = confboot_azure::RuntimeClaims::parse(data) else {
+        return;
+    };
+    assert!(data.len() <= confboot_azure::MAX_CLAIMS_LEN);
+    assert!(c.keys.len() <= confboot_azure::MAX_KEYS);
+    if let Ok(k) = c.attestation_key() {
+        assert!(k.n.len() >= confboot_azure::MIN_RSA_MODULUS_LEN);
+        assert!(k.n.len() <= confboot_azure::MAX_RSA_MODULUS_LEN);
+        assert!((1..=4).contains(&k.e.len()));
+    }
+}
+
+/// Recorded Azure evidence: the evidence JSON, the quote JSON and the
+/// length-prefixed quote readers, each output within its bounds.
+pub fn azure_evidence(data: &[u8]) {
+    let bounded = |q: &confboot_azure::TpmQuote| {
+        assert!(q.message.len() <= confboot_azure::MAX_QUOTE_PART_LEN);
+        assert!(q.signature.len() <= confboot_azure::MAX_QUOTE_PART_LEN);
+        assert!(q.pcrs.len() <= confboot_azure::MAX_PCRS);
+    };
+    if let Ok(e) = confboot_azure::read_evidence_json(data) {
+        bounded(&e.tpm_quote);
+        assert!(e.hcl_report.len() <= confboot_azure::MAX_HCL_REPORT_LEN);
+        assert!(
+            e.td_quote
+                .is_none_or(|q| q.len() <= confboot_azure::MAX_BLOB_LEN)
+        );
+    }
+    if let Ok(q) = confboot_azure::TpmQuote::from_json(data) {
+        bounded(&q);
+    }
+    if let Ok(q) = confboot_azure::TpmQuote::from_length_prefixed(data) {
+        bounded(&q);
+    }
 }

@@ -1374,6 +1374,9 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "cluster_handoff" => cluster_handoff(),
         "registry_configmap" => registry_configmap(),
         "registry_ledger" => registry_ledger(),
+        "azure_hcl_report" => azure_hcl_report(),
+        "azure_runtime_claims" => azure_runtime_claims(),
+        "azure_evidence" => azure_evidence(),
         _ => Vec::new(),
     }
 }
@@ -1511,6 +1514,65 @@ fn registry_ledger() -> Vec<Seed> {
         seed(
             "pending-not-a-uuid",
             r#"{"pending-joins.json": "{\"disk\": 1}"}"#,
+        ),
+    ]
+}
+
+const AZURE_SNP_HCL: &[u8] = include_bytes!("../../crates/azure/testdata/azure-snp/hcl-report.bin");
+const AZURE_TDX_HCL: &[u8] = include_bytes!("../../crates/azure/testdata/azure-tdx/hcl-report.bin");
+
+/// The recorded SEV-SNP and TDX HCL reports, the SNP one with a changed
+/// runtime-claims byte, and one cut short.
+fn azure_hcl_report() -> Vec<Seed> {
+    let mut changed = AZURE_SNP_HCL.to_vec();
+    changed[0x4d4 + 200] ^= 1;
+    vec![
+        seed("snp", AZURE_SNP_HCL),
+        seed("tdx", AZURE_TDX_HCL),
+        seed("snp-claims-changed", changed),
+        seed("snp-short", &AZURE_SNP_HCL[..0x600]),
+    ]
+}
+
+/// The runtime claims of the recorded HCL reports, and one with its
+/// attestation key named twice.
+fn azure_runtime_claims() -> Vec<Seed> {
+    let claims = |hcl: &[u8]| {
+        confboot_azure::HclReport::parse(hcl)
+            .expect("recorded report")
+            .runtime_claims
+            .to_vec()
+    };
+    let snp = claims(AZURE_SNP_HCL);
+    let text = String::from_utf8(snp.clone()).expect("JSON text");
+    let first = text.find("{\"kid\"").expect("a key");
+    let end = first + text[first..].find('}').expect("its end") + 1;
+    let twice = text.replacen(&text[first..end], &format!("{0},{0}", &text[first..end]), 1);
+    vec![
+        seed("snp", snp),
+        seed("tdx", claims(AZURE_TDX_HCL)),
+        seed("ak-twice", twice.into_bytes()),
+    ]
+}
+
+/// The recorded quote in both encodings and two evidence files.
+fn azure_evidence() -> Vec<Seed> {
+    vec![
+        seed(
+            "quote-json",
+            &include_bytes!("../../crates/azure/testdata/azure-snp/tpm-quote-v1.json")[..],
+        ),
+        seed(
+            "quote-bin",
+            &include_bytes!("../../crates/azure/testdata/azure-snp/quote.bin")[..],
+        ),
+        seed(
+            "snp-evidence-v2",
+            &include_bytes!("../../crates/azure/testdata/azure-snp/evidence-v2.json")[..],
+        ),
+        seed(
+            "tdx-evidence-v1",
+            &include_bytes!("../../crates/azure/testdata/azure-tdx/evidence-v1.json")[..],
         ),
     ]
 }

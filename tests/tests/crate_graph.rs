@@ -28,6 +28,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("confboot-snp", 3),
     ("confboot-tdx", 3),
     ("confboot-measure", 3),
+    // A cloud variant builds on the hardware variant its reports come from.
+    ("confboot-azure", 4),
     ("confboot-atls", 4),
     ("confboot-cluster", 4),
     ("confboot-appraisal", 4),

@@ -14,7 +14,8 @@
 //!   chain inside its validity window (now, or [`SnpValidator::as_of`]);
 //!   the report signature over
 //!   its raw signed bytes; the report version; `KEY_INFO` against the key
-//!   kind; CPUID against the chain's product; the VCEK's hwID against the
+//!   kind, and that kind against those the policy accepts (`signingKeys`:
+//!   VCEK by default, VLEK for AWS); CPUID against the chain's product; the VCEK's hwID against the
 //!   chip id (unless masked); the VEK's TCB extensions against
 //!   `REPORTED_TCB`; the `REPORT_DATA` binding; the DEBUG bit; the VMPL;
 //!   reported and launch TCB against the minimums; the measurement; and

@@ -57,6 +57,13 @@
 //!   certified by the VLEK, which the cloud provider holds for many chips:
 //!   that the firmware is genuine is what the signature shows, which chip
 //!   it runs on the firmware says. Absent: any chip (as before).
+//! - `signingKeys` (optional, default `["VCEK"]`): the kinds of
+//!   endorsement key whose reports are admitted, `"VCEK"` (the chip's key,
+//!   AMD-derived) and/or `"VLEK"` (a key the cloud provider loads, as on
+//!   AWS: chip id zero, chained VLEK → ASVK → ARK). The report's
+//!   `KEY_INFO` names the kind and the chain must be of that kind; this
+//!   list decides whether that kind is trusted at all, so a report cannot
+//!   pick a trust root the policy did not choose.
 //! - `rootBundles` (optional): PEM files, each with one product's ARK and
 //!   optionally its ASK and ASVK; when present they replace the built-in
 //!   Milan/Genoa/Turin roots. Relative paths are relative to the policy file.
@@ -112,7 +119,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::report::{Product, TcbVersion};
+use super::report::{Product, SigningKey, TcbVersion};
 use confboot_attest::measurements::{
     MeasurementPolicy, PolicyError, parse_entry, parse_json_unique_keys, read_policy_text,
 };
@@ -257,6 +264,9 @@ pub struct SnpPolicy {
     /// any chip. A list is never empty when read from a policy file, and a
     /// masked (all-zero) chip id never matches it.
     pub allowed_chip_ids: Option<Vec<[u8; CHIP_ID_LEN]>>,
+    /// The kinds of endorsement key whose reports are admitted
+    /// (`signingKeys`; default VCEK only).
+    pub signing_keys: Vec<SigningKey>,
     /// PEM bundles replacing the built-in roots (resolved paths).
     pub root_bundles: Vec<PathBuf>,
     /// Directory of cached VCEKs.
@@ -380,6 +390,7 @@ impl Default for SnpPolicy {
             host_data: None,
             id_key_digests: Vec::new(),
             allowed_chip_ids: None,
+            signing_keys: vec![SigningKey::Vcek],
             root_bundles: Vec::new(),
             vcek_cache_dir: None,
             kds_fetch: false,
@@ -464,6 +475,7 @@ impl SnpPolicy {
                         MAX_ALLOWED_CHIP_IDS,
                     )?);
                 }
+                "signingKeys" => policy.signing_keys = parse_signing_keys(value)?,
                 "rootBundles" => policy.root_bundles = path_list(value, "rootBundles", base)?,
                 "vcekCacheDir" => {
                     let s = value
@@ -526,6 +538,25 @@ impl SnpPolicy {
         let text = read_policy_text(path)?;
         Self::from_json_at(&text, path.parent())
     }
+}
+
+/// `["VCEK"]`, `["VLEK"]` or both: not empty, none twice.
+fn parse_signing_keys(value: &Value) -> Result<Vec<SigningKey>, PolicyError> {
+    let bad = || format_err("signingKeys must list \"VCEK\" and/or \"VLEK\", each once");
+    let arr = value.as_array().filter(|a| !a.is_empty()).ok_or_else(bad)?;
+    let mut keys = Vec::with_capacity(2);
+    for v in arr {
+        let key = match v.as_str() {
+            Some("VCEK") => SigningKey::Vcek,
+            Some("VLEK") => SigningKey::Vlek,
+            _ => return Err(bad()),
+        };
+        if keys.contains(&key) {
+            return Err(bad());
+        }
+        keys.push(key);
+    }
+    Ok(keys)
 }
 
 fn parse_minimum_tcb(value: &Value) -> Result<MinimumTcb, PolicyError> {

@@ -56,6 +56,10 @@ pub enum SnpRefusal {
     /// [`check::SIGNING_KEY`](crate::check::SIGNING_KEY): the report names
     /// another kind of signing key than the one that signed it (`Trust`).
     SigningKey,
+    /// [`check::ACCEPTED_SIGNING_KEY`](crate::check::ACCEPTED_SIGNING_KEY):
+    /// the report is signed by a kind of key (VCEK, VLEK) the policy does
+    /// not accept (`Policy`).
+    SigningKeyNotAccepted,
     /// [`check::PRODUCT`](crate::check::PRODUCT): the report's product is
     /// not the endorsement key's, or unknown (`Trust`, `Decode`).
     Product,

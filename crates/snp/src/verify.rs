@@ -31,6 +31,9 @@ pub mod check {
     pub const VERSION: &str = "report version";
     /// `KEY_INFO` names the kind of key that signed.
     pub const SIGNING_KEY: &str = "signing key";
+    /// The kind of key `KEY_INFO` names is one the policy accepts
+    /// (`signingKeys`).
+    pub const ACCEPTED_SIGNING_KEY: &str = "accepted signing key";
     /// The report's CPUID names the chain's product.
     pub const PRODUCT: &str = "product";
     /// The VCEK's hwID is the report's chip id.
@@ -89,6 +92,10 @@ pub fn run_checks(
         ),
         (check::VERSION, check_version(report)),
         (check::SIGNING_KEY, check_signing_key(report, vek.as_ref())),
+        (
+            check::ACCEPTED_SIGNING_KEY,
+            check_accepted_signing_key(report, policy),
+        ),
         (check::PRODUCT, check_product(report, chain, product)),
         (check::CHIP_ID, check_chip_id(report, vek.as_ref())),
         (check::ALLOWED_CHIP, check_allowed_chip(report, policy)),
@@ -297,6 +304,24 @@ fn check_signing_key(report: &SnpReport, vek: Option<&Vek>) -> CheckOutcome {
             format!(
                 "the report says it was signed by {said}, the certificate is a {}",
                 vek.cert.role()
+            ),
+        )))
+    }
+}
+
+/// [`check::ACCEPTED_SIGNING_KEY`]: the policy accepts the kind of key
+/// the report names (whether that key signed is [`check::SIGNING_KEY`]'s).
+fn check_accepted_signing_key(report: &SnpReport, policy: &SnpPolicy) -> CheckOutcome {
+    let said = report.signing_key();
+    if policy.signing_keys.contains(&said) {
+        CheckOutcome::Passed(format!("{said} (the policy accepts it)"))
+    } else {
+        let accepted: Vec<String> = policy.signing_keys.iter().map(|k| k.to_string()).collect();
+        CheckOutcome::Failed(AttestationError::Policy(Detail::with(
+            &SnpRefusal::SigningKeyNotAccepted,
+            format!(
+                "the report is signed by a {said}, the policy accepts {}",
+                accepted.join(" and ")
             ),
         )))
     }

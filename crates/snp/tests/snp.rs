@@ -76,9 +76,14 @@ impl Fixture {
     fn policy(&self) -> SnpPolicy {
         let mut measurement = MeasurementPolicy::default();
         measurement.set(0, self.parsed().measurement().to_vec(), false);
+        let signing_keys = match self.vek_kind {
+            CertKind::Vlek => vec![SigningKey::Vlek],
+            _ => vec![SigningKey::Vcek],
+        };
         SnpPolicy {
             measurement,
             vmpl: self.vmpl,
+            signing_keys,
             ..SnpPolicy::default()
         }
     }
@@ -138,7 +143,7 @@ fn genuine_reports_verify_with_their_own_certificates() {
         for c in &checks {
             assert!(matches!(c.outcome, CheckOutcome::Passed(_)), "{c}");
         }
-        assert_eq!(checks.len(), 20);
+        assert_eq!(checks.len(), 21);
         let attested = v.verify(&f.evidence(), &f.exact_report_data()).unwrap();
         assert_eq!(attested.variant, Variant::SevSnp);
         let report = f.parsed();
@@ -669,7 +674,7 @@ fn only_the_chips_a_policy_allows_are_admitted() {
         for allowed in [vec![own], vec![other, own]] {
             let v = validator(pinned(&f, allowed.clone()), TrustRoots::builtin());
             let checks = v.verify_report_detailed(&f.evidence(), &f.exact_report_data());
-            assert_eq!(checks.len(), 21);
+            assert_eq!(checks.len(), 22);
             assert_eq!(
                 outcome(&checks, check::ALLOWED_CHIP),
                 &CheckOutcome::Passed(format!(
@@ -818,7 +823,7 @@ fn policy_file_roots_replace_the_builtin_ones() {
     let text = format!(
         r#"{{"measurement": {{"expected": "{}"}}, "vmpl": 1,
             "minimumTcb": {{"bootloader": 4, "snp": 24, "microcode": 217}},
-            "rootBundles": ["milan_ask_ark_asvk.pem"]}}"#,
+            "rootBundles": ["milan_ask_ark_asvk.pem"], "signingKeys": ["VLEK"]}}"#,
         hex::encode(f.parsed().measurement())
     );
     let policy = SnpPolicy::from_json_at(&text, Some(std::path::Path::new(&dir))).unwrap();
@@ -1238,4 +1243,83 @@ fn a_tcb_within_the_warning_margin_of_the_minimum_is_admitted_with_a_warning() {
         .verify(&f.evidence(), &f.exact_report_data())
         .unwrap();
     assert!(attested.warnings.is_empty(), "{:?}", attested.warnings);
+}
+
+/// The policy says which kind of endorsement key it trusts: a VLEK report
+/// (AWS: chip id zero, VLEK → ASVK → ARK) is refused by a policy that
+/// names only the VCEK (the default), and a VCEK report by one that names
+/// only the VLEK, though each verifies.
+#[test]
+fn the_policy_names_the_signing_keys_it_accepts() {
+    let f = vlek();
+    let default_keys = SnpPolicy {
+        signing_keys: SnpPolicy::default().signing_keys,
+        ..f.policy()
+    };
+    assert_eq!(default_keys.signing_keys, [SigningKey::Vcek]);
+    let checks = validator(default_keys.clone(), roots_with_milan_asvk())
+        .verify_report_detailed(&f.evidence(), &f.exact_report_data());
+    assert!(matches!(
+        outcome(&checks, check::SIGNATURE),
+        CheckOutcome::Passed(_)
+    ));
+    match outcome(&checks, check::ACCEPTED_SIGNING_KEY) {
+        CheckOutcome::Failed(AttestationError::Policy(d)) => {
+            assert!(d.is(&SnpRefusal::SigningKeyNotAccepted), "{d}");
+            assert_eq!(
+                d.text(),
+                "the report is signed by a VLEK, the policy accepts VCEK"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(verify(&f, &f.evidence(), default_keys, roots_with_milan_asvk()).is_err());
+
+    let m = trustee();
+    let vlek_only = SnpPolicy {
+        signing_keys: vec![SigningKey::Vlek],
+        ..m.policy()
+    };
+    let checks = validator(vlek_only, TrustRoots::builtin())
+        .verify_report_detailed(&m.evidence(), &m.exact_report_data());
+    match outcome(&checks, check::ACCEPTED_SIGNING_KEY) {
+        CheckOutcome::Failed(AttestationError::Policy(d)) => {
+            assert!(d.is(&SnpRefusal::SigningKeyNotAccepted), "{d}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let both = SnpPolicy {
+        signing_keys: vec![SigningKey::Vcek, SigningKey::Vlek],
+        ..f.policy()
+    };
+    verify(&f, &f.evidence(), both, roots_with_milan_asvk()).unwrap();
+}
+
+#[test]
+fn signing_keys_are_read_strictly() {
+    let m = hex::encode(vlek().parsed().measurement());
+    let with = |keys: &str| {
+        SnpPolicy::from_json(&format!(
+            r#"{{"measurement": {{"expected": "{m}"}}, "signingKeys": {keys}}}"#
+        ))
+    };
+    assert_eq!(
+        with(r#"["VLEK"]"#).unwrap().signing_keys,
+        [SigningKey::Vlek]
+    );
+    assert_eq!(
+        with(r#"["VCEK", "VLEK"]"#).unwrap().signing_keys,
+        [SigningKey::Vcek, SigningKey::Vlek]
+    );
+    for bad in [
+        r#"[]"#,
+        r#"["VLEK", "VLEK"]"#,
+        r#"["ASK"]"#,
+        r#""VLEK""#,
+        r#"[1]"#,
+    ] {
+        assert!(with(bad).is_err(), "{bad}");
+    }
+    let default = SnpPolicy::from_json(&format!(r#"{{"measurement": {{"expected": "{m}"}}}}"#));
+    assert_eq!(default.unwrap().signing_keys, [SigningKey::Vcek]);
 }

@@ -1,0 +1,132 @@
+//! The Azure confidential-VM variants, SEV-SNP and TDX: a hardware report
+//! vouches for the paravisor's vTPM, whose quote carries the image's
+//! measurements.
+//!
+//! On an Azure confidential VM the paravisor (the HCL) leaves an HCL report
+//! in the vTPM's NV index [`HCL_REPORT_NV_INDEX`] ([`HclReport`]): the
+//! hardware report (an SEV-SNP report signed by the VCEK, or a TDREPORT
+//! that the TD quote signs), whose `REPORT_DATA` is SHA-256 of the runtime
+//! claims ([`RuntimeClaims`], JSON), which carry the vTPM's attestation
+//! key `HCLAkPub`. The vTPM quote signed by that key carries the PCRs and
+//! the nonce. [`AzureValidator`] checks, failing closed, one function per
+//! check ([`check`]; refusals name an [`AzureRefusal`]):
+//!
+//! 1. the HCL report parses and carries the variant's hardware report;
+//! 2. the hardware report's own checks, by the SEV-SNP crate (VCEK → ASK →
+//!    ARK pinned, validity at the caller's time, signature, chip id, TCB,
+//!    VMPL, debug, measurement or ID key…) or the TDX crate (PCK chain to
+//!    the pinned Intel root, QE report, quote signature, TCB info and QE
+//!    identity from Intel's collateral, MRTD…), less their report-data
+//!    check, which the next replaces;
+//! 3. `REPORT_DATA` = SHA-256(runtime claims) ‖ 32 zero bytes; for TDX
+//!    also the HCL report's TDREPORT names the TD quote's `REPORTDATA`
+//!    and `MRTD`;
+//! 4. `HCLAkPub` is one RSA signing key of 2048 to 4096 bits;
+//! 5. the vTPM quote is a `TPMS_ATTEST` over one SHA-256 bank, signed
+//!    RSASSA-PKCS1-v1_5/SHA-256 by `HCLAkPub`;
+//! 6. its `extraData` is the session's nonce;
+//! 7. SHA-256 of the PCR values is its `pcrDigest`;
+//! 8. the PCRs match the policy.
+//!
+//! What cannot be checked offline: for TDX, the TCB status needs Intel's
+//! collateral (TCB info and QE identity for the platform's FMSPC, signed
+//! by Intel's TCB signing key, and the root and PCK CRLs); without it those
+//! checks are skipped, and a skipped check refuses: the recorded TDX sample
+//! comes with none, so its verdict is a refusal that names them. Neither variant consults AMD's or Intel's
+//! revocation lists unless given. The vTPM's AK certificate (NV
+//! `0x01C101D0`) is not used: the AK is trusted only through the hardware
+//! report's binding of the runtime claims.
+//!
+//! ## Verdicts of the recorded samples
+//!
+//! The samples in `testdata/` (from the Confidential Containers verifier,
+//! byte for byte, with their `PROVENANCE.md`), as `tests/azure.rs` checks
+//! them, each with a policy that pins its launch measurement (SEV-SNP) or
+//! MRTD (TDX) and its PCRs 4 and 9, at 2026-12-01:
+//!
+//! | sample | hardware | nonce | verdict |
+//! |---|---|---|---|
+//! | `azure-snp/hcl-report.bin` + `tpm-quote-v1.json` + `vcek.pem` | Milan, TCB 3/0/8/115 | `challenge` | admitted |
+//! | `azure-snp/hcl-report.bin` + `quote.bin` + `vcek.pem` | the same, other quote encoding | `challenge` | admitted |
+//! | `azure-snp/evidence-v0.json` | Milan, TCB 4/0/24/219 | `challenge` | admitted |
+//! | `azure-snp/evidence-v1.json` | the same VM, DER VCEK | `challenge` | admitted |
+//! | `azure-snp/evidence-v2.json` | Milan, TCB 4/0/24/219 | 48 bytes `982f5c6e…` | admitted |
+//! | `azure-snp/evidence-genoa.json` | Genoa, TCB 10/0/23/84 | 48 bytes `0218488b…` | admitted |
+//! | `azure-tdx/hcl-report.bin` + `td-quote.bin` + `tpm-quote-v1.json` | TDX, FMSPC `00806f050000` | `challenge` | every signature, chain and binding check passes; refused: `root CRL`, `PCK CRL`, `TCB info`, `TDX module`, `TCB status`, `QE identity`, `QE TCB status` not performed (no Intel collateral recorded) |
+//! | `azure-tdx/evidence-v0.json`, `evidence-v1.json` | the same report and quote | `challenge` | as above |
+//!
+//! Each admitted sample is refused, by the check named, with one byte
+//! flipped in the SNP report (`report signature`), in the runtime claims
+//! (`runtime claims binding`), in the quote message (`vTPM quote
+//! signature`), in a PCR value (`PCR digest`); with another sample's VCEK
+//! (`chip id` or `report signature`), a chain under another ARK
+//! (`certificate chain`), the Genoa sample's quote (`vTPM quote
+//! signature`: another AK), another session's nonce (`nonce`) and a PCR
+//! policy of another image (`PCRs`).
+
+mod claims;
+mod evidence;
+mod hcl;
+mod refusal;
+mod verify;
+
+pub use claims::{
+    AK_KID, ClaimsError, Jwk, MAX_CLAIMS_LEN, MAX_KEYS, MAX_RSA_MODULUS_LEN, MIN_RSA_MODULUS_LEN,
+    RsaPublicKey, RuntimeClaims, VmConfiguration,
+};
+pub use evidence::{
+    AzureEvidence, EvidenceError, MAX_BLOB_LEN, MAX_EVIDENCE_JSON_LEN, MAX_PCRS,
+    MAX_QUOTE_PART_LEN, TpmQuote, read_evidence_json,
+};
+pub use hcl::{
+    HARDWARE_REPORT_AREA, HARDWARE_REPORT_OFFSET, HASH_TYPE_SHA256, HCL_MAGIC, HCL_REPORT_NV_INDEX,
+    HardwareKind, HclError, HclReport, IGVM_HEADER_LEN, IGVM_HEADER_OFFSET, MAX_HCL_REPORT_LEN,
+    REPORT_TYPE_SNP, REPORT_TYPE_TDX, TD_REPORT_LEN, VARIABLE_DATA_OFFSET, td_report,
+};
+pub use refusal::AzureRefusal;
+pub use verify::{Hardware, Nonce, check, run_checks};
+
+use confboot_attest::AttestationError;
+use confboot_attest::check::{CheckResult, first_failure};
+use confboot_attest::measurements::MeasurementPolicy;
+
+/// Verifies Azure confidential-VM evidence: the hardware report by its
+/// variant's validator, the vTPM quote by the attestation key the report
+/// binds, the PCRs by a policy.
+#[derive(Clone, Debug)]
+pub struct AzureValidator {
+    hardware: Hardware,
+    pcrs: MeasurementPolicy,
+}
+
+impl AzureValidator {
+    /// A validator of `hardware`'s kind with the expected PCRs `pcrs`.
+    /// The time certificates are checked at is the hardware validator's
+    /// (`as_of` on it, for recorded evidence).
+    pub fn new(hardware: Hardware, pcrs: MeasurementPolicy) -> AzureValidator {
+        AzureValidator { hardware, pcrs }
+    }
+
+    /// The hardware report's validator.
+    pub fn hardware(&self) -> &Hardware {
+        &self.hardware
+    }
+
+    /// The expected PCRs.
+    pub fn pcrs(&self) -> &MeasurementPolicy {
+        &self.pcrs
+    }
+
+    /// Every check with its outcome ([`run_checks`]).
+    pub fn verify_detailed(&self, evidence: &AzureEvidence, nonce: &Nonce) -> Vec<CheckResult> {
+        run_checks(evidence, &self.hardware, nonce, &self.pcrs)
+    }
+
+    /// The verdict: every check must pass (a skipped one refuses).
+    pub fn verify(&self, evidence: &AzureEvidence, nonce: &Nonce) -> Result<(), AttestationError> {
+        match first_failure(&self.verify_detailed(evidence, nonce)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
