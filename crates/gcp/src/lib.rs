@@ -1,0 +1,1 @@
+//! The GCP vTPM attestation variant.
