@@ -173,6 +173,15 @@ fn tampered_quote_data_is_refused() {
     assert_eq!(refused(&e, &nonce(), AT), AwsRefusal::QuoteSignature);
 }
 
+#[test]
+fn a_quote_for_another_nonce_is_refused() {
+    // The quote's extraData alone differs (its signature breaks too).
+    let mut e = evidence();
+    flip_in(&mut e.attest, &nonce());
+    assert_eq!(refused(&e, &nonce(), AT), AwsRefusal::QuoteSignature);
+    assert!(failing(&e, &nonce(), AT).contains(&AwsRefusal::Nonce));
+}
+
 fn sha256_bank() -> PcrBank {
     PcrBank {
         alg: TPM_ALG_SHA256,
@@ -216,6 +225,8 @@ fn a_byte_flipped_in_the_signed_document_is_refused() {
     let mut e = evidence();
     flip_in(&mut e.document, &nonce());
     assert_eq!(refused(&e, &nonce(), AT), AwsRefusal::DocumentSignature);
+    // The nonce check sees the document's nonce alone differ.
+    assert!(failing(&e, &nonce(), AT).contains(&AwsRefusal::Nonce));
     // In the COSE signature itself (the document's last byte).
     let mut e = evidence();
     let last = e.document.len() - 1;
