@@ -235,6 +235,26 @@ fn a_byte_flipped_in_the_signed_document_is_refused() {
 }
 
 #[test]
+fn a_document_signed_outside_its_chains_window_is_refused() {
+    // The timestamp (1770113522437 ms) moved back by 2^24 ms, before the
+    // leaf's start: the signature breaks, and the time is refused too.
+    let mut e = evidence();
+    let ts = [0x1b, 0, 0, 0x01, 0x9c, 0x22, 0xfc, 0xdb, 0x05];
+    let at = e.document.windows(9).position(|w| w == ts).unwrap();
+    e.document[at + 5] = 0x21;
+    assert!(document(&e).timestamp_ms < 1_770_113_519_000);
+    assert!(failing(&e, &nonce(), AT).contains(&AwsRefusal::DocumentTime));
+}
+
+#[test]
+fn a_document_of_another_algorithm_is_refused() {
+    // Protected header {1: -36} (ES512) instead of {1: -35}.
+    let mut e = evidence();
+    flip_in(&mut e.document, &[0x44, 0xa1, 0x01, 0x38, 0x22]);
+    assert_eq!(refused(&e, &nonce(), AT), AwsRefusal::Algorithm);
+}
+
+#[test]
 fn a_byte_flipped_in_a_certificate_is_refused() {
     let mut e = evidence();
     let leaf = document(&e).certificate;
