@@ -12,6 +12,8 @@ mod measure;
 mod recover;
 mod sign;
 mod verify;
+mod verify_gcp;
+mod verify_nitro;
 mod verify_quote;
 mod verify_report;
 mod verity;
@@ -55,6 +57,16 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "verify-quote",
         about: "Verify an Intel TDX quote offline with Intel's collateral, check by check",
         run: verify_quote::run,
+    },
+    Subcommand {
+        name: "verify-nitro",
+        about: "Verify AWS NitroTPM evidence (NSM document, TPM quote) offline, check by check",
+        run: verify_nitro::run,
+    },
+    Subcommand {
+        name: "verify-gcp",
+        about: "Verify a GCE vTPM attestation (AK certificate, quotes, event log) offline, check by check",
+        run: verify_gcp::run,
     },
     Subcommand {
         name: "measure",

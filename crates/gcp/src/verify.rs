@@ -112,6 +112,11 @@ impl GcpRoots {
     pub fn add_root(&mut self, root: Cert) {
         self.roots.push(root);
     }
+
+    /// Adds an intermediate.
+    pub fn add_intermediate(&mut self, intermediate: Cert) {
+        self.intermediates.push(intermediate);
+    }
 }
 
 /// What a verified GCP vTPM attestation establishes.
