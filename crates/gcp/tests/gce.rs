@@ -239,7 +239,9 @@ fn an_ak_certificate_of_another_key_or_none_is_refused() {
     });
     assert_eq!(refused(&other, &[]), GcpRefusal::AkCertificate);
     let none = edited(NO_NONCE, |a| a.ak_certificate.clear());
-    assert_eq!(refused(&none, &[]), GcpRefusal::AkCertificate);
+    let e = verify(&none, &[], &GcpRoots::google(), AT).unwrap_err();
+    assert_eq!(reason(&e), GcpRefusal::AkCertificate);
+    assert!(e.to_string().contains("carries no AK certificate"), "{e}");
     let mut flipped = edited(NO_NONCE, |_| {});
     let cert = GcpAttestation::decode(NO_NONCE).unwrap().ak_certificate;
     let at = flipped.windows(cert.len()).position(|w| w == cert).unwrap();
