@@ -13,6 +13,8 @@ mod recover;
 mod sign;
 mod verify;
 mod verify_azure;
+mod verify_gcp;
+mod verify_nitro;
 mod verify_quote;
 mod verify_report;
 mod verity;
@@ -61,6 +63,14 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "verify-azure",
         about: "Verify an Azure confidential VM's evidence (HCL report, vTPM quote) offline, check by check",
         run: verify_azure::run,
+        name: "verify-nitro",
+        about: "Verify AWS NitroTPM evidence (NSM document, TPM quote) offline, check by check",
+        run: verify_nitro::run,
+    },
+    Subcommand {
+        name: "verify-gcp",
+        about: "Verify a GCE vTPM attestation (AK certificate, quotes, event log) offline, check by check",
+        run: verify_gcp::run,
     },
     Subcommand {
         name: "measure",

@@ -126,6 +126,9 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("azure_hcl_report", azure_hcl_report),
     ("azure_runtime_claims", azure_runtime_claims),
     ("azure_evidence", azure_evidence),
+    ("aws_document", aws_document),
+    ("aws_nitro_evidence", aws_nitro_evidence),
+    ("gcp_attestation", gcp_attestation),
 ];
 
 // ---- RPC ----
@@ -2163,5 +2166,93 @@ pub fn azure_evidence(data: &[u8]) {
     }
     if let Ok(q) = confboot_azure::TpmQuote::from_length_prefixed(data) {
         bounded(&q);
+// ---- cloud variants ----
+
+/// The recorded NitroTPM evidence (JSON).
+pub const NITRO_EVIDENCE: &str = include_str!("../../crates/aws/testdata/test-nitro-fixture.json");
+/// A time inside the recorded NitroTPM chain's window (2026-02-03T11:00:00Z).
+pub const NITRO_AT: i64 = 1_770_116_400;
+/// The recorded GCE attestations (nonce `9009`, and none).
+pub const GCP_ATTESTATIONS: [&[u8]; 2] = [
+    include_bytes!("../../crates/gcp/testdata/gce-cos-85-nonce9009.pb"),
+    include_bytes!("../../crates/gcp/testdata/gce-cos-85-no-nonce.pb"),
+];
+/// A time inside the recorded GCE chain's window.
+pub const GCP_AT: i64 = 1_780_000_000;
+
+/// The NSM attestation document's envelope and payload (COSE_Sign1 and
+/// CBOR): decoded within bounds or refused; a decoded envelope's
+/// `Sig_structure` is a four-element array.
+pub fn aws_document(data: &[u8]) {
+    use confboot_aws::{CoseSign1, NsmDocument};
+    let limits = confboot_aws::cbor::Limits {
+        max_bytes: 1 << 16,
+        max_depth: 8,
+        max_items: 1024,
+    };
+    let _ = confboot_aws::cbor::decode(data, limits);
+    let Ok(cose) = CoseSign1::parse(data) else {
+        return;
+    };
+    assert_eq!(cose.sig_structure().first(), Some(&0x84));
+    if let Ok(doc) = NsmDocument::parse(cose.payload) {
+        assert!(doc.cabundle.len() <= confboot_aws::document::MAX_CABUNDLE);
+        assert!(doc.pcrs.len() <= confboot_aws::document::MAX_PCRS);
+    }
+}
+
+/// NitroTPM evidence (JSON) through every check at a time the recorded
+/// chain is valid, with the nonce it records: verified only if the signed
+/// parts are the recorded ones (the document's payload and the quote).
+pub fn aws_nitro_evidence(data: &[u8]) {
+    use confboot_aws::{CoseSign1, NitroEvidence, NitroRoots};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(evidence) = NitroEvidence::from_json(text) else {
+        return;
+    };
+    let roots = NitroRoots::aws();
+    let _ = confboot_aws::run_checks(&evidence, None, &roots, NITRO_AT);
+    if confboot_aws::verify::verify(&evidence, &evidence.nonce, &roots, NITRO_AT).is_ok() {
+        let genuine = NitroEvidence::from_json(NITRO_EVIDENCE).expect("the fixture reads");
+        let payload = |e: &NitroEvidence| {
+            CoseSign1::parse(&e.document)
+                .map(|c| c.payload.to_vec())
+                .ok()
+        };
+        assert_eq!(
+            payload(&evidence),
+            payload(&genuine),
+            "verified another payload"
+        );
+        assert_eq!(evidence.attest, genuine.attest, "verified another quote");
+    }
+}
+
+/// A GCE vTPM attestation (protobuf) through every check, with the
+/// recorded nonces: verified only if every quote is one of the recorded
+/// ones.
+pub fn gcp_attestation(data: &[u8]) {
+    use confboot_gcp::{GcpAttestation, GcpRoots};
+    let roots = GcpRoots::google();
+    let _ = confboot_gcp::run_checks(data, None, &roots, GCP_AT);
+    for nonce in [&[0x90, 0x09][..], &[][..]] {
+        if confboot_gcp::verify::verify(data, nonce, &roots, GCP_AT).is_ok() {
+            let att = GcpAttestation::decode(data).expect("verified, so decoded");
+            let genuine: Vec<Vec<u8>> = GCP_ATTESTATIONS
+                .iter()
+                .flat_map(|a| {
+                    GcpAttestation::decode(a)
+                        .expect("the fixture decodes")
+                        .quotes
+                })
+                .map(|q| q.attest)
+                .collect();
+            assert!(
+                att.quotes.iter().all(|q| genuine.contains(&q.attest)),
+                "verified another quote"
+            );
+        }
     }
 }

@@ -1377,6 +1377,9 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "azure_hcl_report" => azure_hcl_report(),
         "azure_runtime_claims" => azure_runtime_claims(),
         "azure_evidence" => azure_evidence(),
+        "aws_document" => aws_document(),
+        "aws_nitro_evidence" => aws_nitro_evidence(),
+        "gcp_attestation" => gcp_attestation(),
         _ => Vec::new(),
     }
 }
@@ -1574,5 +1577,44 @@ fn azure_evidence() -> Vec<Seed> {
             "tdx-evidence-v1",
             &include_bytes!("../../crates/azure/testdata/azure-tdx/evidence-v1.json")[..],
         ),
+/// The recorded NitroTPM evidence.
+fn nitro() -> confboot_aws::NitroEvidence {
+    confboot_aws::NitroEvidence::from_json(crate::NITRO_EVIDENCE).expect("the fixture reads")
+}
+
+/// The recorded NSM document; cut, with a flipped signature byte, and a
+/// tagged envelope.
+fn aws_document() -> Vec<Seed> {
+    let doc = nitro().document;
+    let mut flipped = doc.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let tagged = [&[0xd2][..], &doc].concat();
+    vec![
+        seed("recorded", doc.clone()),
+        seed("cut", &doc[..2000]),
+        seed("flipped-signature", flipped),
+        seed("tagged", tagged),
+    ]
+}
+
+/// The recorded NitroTPM evidence, and with another nonce and another bank.
+fn aws_nitro_evidence() -> Vec<Seed> {
+    let text = crate::NITRO_EVIDENCE;
+    let nonce = "230af3f7c0ec43ccf99a4cab47ac61469a36ea74b1e79740fdf8ccfc8f56161a";
+    vec![
+        seed("recorded", text),
+        seed("other-nonce", text.replacen(nonce, &"00".repeat(32), 1)),
+        seed("sha256-bank", text.replacen("\"sha384\"", "\"sha256\"", 1)),
+    ]
+}
+
+/// The recorded GCE attestations, and one cut inside its event log.
+fn gcp_attestation() -> Vec<Seed> {
+    let [with, without] = crate::GCP_ATTESTATIONS;
+    vec![
+        seed("nonce9009", with),
+        seed("no-nonce", without),
+        seed("cut", &without[..20_000]),
     ]
 }
