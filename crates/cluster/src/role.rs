@@ -97,7 +97,8 @@ impl ControlPlaneKey {
             32,
         );
         ControlPlaneKey(
-            Ed25519KeyPair::from_seed_unchecked(seed.expose()).expect("an Ed25519 seed of 32 bytes"),
+            Ed25519KeyPair::from_seed_unchecked(seed.expose())
+                .expect("an Ed25519 seed of 32 bytes"),
         )
     }
 
@@ -217,7 +218,9 @@ mod tests {
         assert_ne!(ControlPlaneKey::derive(&master(2)).public_key(), public);
         // No disk key is the role key's seed.
         assert_ne!(
-            master(1).derive_key("confboot control-plane role key v1").expose(),
+            master(1)
+                .derive_key("confboot control-plane role key v1")
+                .expose(),
             &hkdf_sha256(&[1; 32], &[7; 32], ROLE_KEY_INFO, 32).expose()[..]
         );
         let session = [5u8; SESSION_BINDING_LEN];

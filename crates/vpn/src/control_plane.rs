@@ -125,8 +125,8 @@ impl ControlPlaneSource {
         .map_err(AttemptError::Handshake)?;
         confboot_cluster::ticket::check_member_mark(&self.cluster_id, service.as_ref())
             .map_err(AttemptError::NotMember)?;
-        let session =
-            atls::binding::session_binding(&client.get_ref().conn).map_err(AttemptError::Handshake)?;
+        let session = atls::binding::session_binding(&client.get_ref().conn)
+            .map_err(AttemptError::Handshake)?;
         let mut client = client.with_max_frame_len(MAX_UPDATE_BYTES as u32);
         let answer = client
             .unary(
