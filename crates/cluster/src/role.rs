@@ -221,7 +221,7 @@ mod tests {
             master(1)
                 .derive_key("confboot control-plane role key v1")
                 .expose(),
-            &hkdf_sha256(&[1; 32], &[7; 32], ROLE_KEY_INFO, 32).expose()[..]
+            hkdf_sha256(&[1; 32], &[7; 32], ROLE_KEY_INFO, 32).expose()
         );
         let session = [5u8; SESSION_BINDING_LEN];
         let request = GetUpdateRequest {
