@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::{Issuer, Validator};
+use confboot_cluster::role::ControlPlanePublicKey;
 use confboot_cluster::ticket::{JoinTicket, RejoinTicket, TicketError};
 use confboot_kms::seal::SealingKeyPair;
 use confboot_proto::join::{
@@ -218,9 +219,10 @@ impl GenerationConfirmer for JoinClientConfirmer {
         &self,
         request: &ConfirmGenerationRequest,
         cluster_id: &[u8],
+        control_plane_key: &ControlPlanePublicKey,
     ) -> Result<(), ConfirmError> {
         self.client
-            .confirm_generation(request, cluster_id, self.check)
+            .confirm_generation(request, cluster_id, control_plane_key, self.check)
     }
 }
 
@@ -321,15 +323,20 @@ impl JoinClient {
 
     /// Confirms a rejoined node's state disk generation to a join service
     /// that proves membership of the node's cluster (`cluster_id`, unless
-    /// `check` is [`JoinServiceCheck::InsecureNone`]): a service that is
-    /// no member could answer "confirmed" and leave the cluster with the
-    /// old generation. Tries every endpoint for at most
-    /// [`CONFIRM_ROUNDS`] rounds; a refusal (PERMISSION_DENIED, INVALID_ARGUMENT)
-    /// is final.
+    /// `check` is [`JoinServiceCheck::InsecureNone`]) and that it is a
+    /// control plane: its answer carries the signature of the cluster's
+    /// role key (`control_plane_key`, from the rejoin ticket) for this
+    /// session, whatever `check` says. A service that is no member, or a
+    /// member that is no control plane (a compromised worker), could
+    /// answer "confirmed" without recording it and leave the cluster with
+    /// the old generation; an unsigned answer counts as no answer. Tries
+    /// every endpoint for at most [`CONFIRM_ROUNDS`] rounds; a refusal
+    /// (PERMISSION_DENIED, INVALID_ARGUMENT) is final.
     pub fn confirm_generation(
         &self,
         request: &ConfirmGenerationRequest,
         cluster_id: &[u8],
+        control_plane_key: &ControlPlanePublicKey,
         check: JoinServiceCheck,
     ) -> Result<(), ConfirmError> {
         let mut backoff = Backoff::new(self.initial_backoff, self.max_backoff);
@@ -371,9 +378,24 @@ impl JoinClient {
                     last = unreachable(&endpoint, e.to_string());
                     continue;
                 }
+                let session = match atls::binding::session_binding(&client.get_ref().conn) {
+                    Ok(session) => session,
+                    Err(e) => {
+                        last = unreachable(&endpoint, e.to_string());
+                        continue;
+                    }
+                };
                 let left = deadline.saturating_duration_since(Instant::now());
                 match client.unary(confboot_proto::CONFIRM_GENERATION, request, left) {
-                    Ok(_) => return Ok(()),
+                    Ok(answer) => match control_plane_key.verify_answer(
+                        confboot_proto::CONFIRM_GENERATION,
+                        &session,
+                        request,
+                        &answer,
+                    ) {
+                        Ok(()) => return Ok(()),
+                        Err(e) => last = unreachable(&endpoint, e.to_string()),
+                    },
                     Err(s) if matches!(s.code, Code::PermissionDenied | Code::InvalidArgument) => {
                         return Err(ConfirmError::Refused {
                             endpoint,
@@ -608,6 +630,7 @@ mod tests {
                     measurement_secret: SecretBytes::new(vec![1; 32]),
                     generation: 0,
                     measurement_salt: vec![2; 32],
+                    control_plane_key: vec![4; 32],
                 };
                 ticket
                     .seal(&to)
@@ -664,6 +687,124 @@ mod tests {
             }
             Ok(_) => panic!("a join ticket for a rejoin"),
             Err(e) => panic!("{e:?}"),
+        }
+        server.stop();
+    }
+
+    /// G3: a join service that is a member but no control plane answers
+    /// `ConfirmGeneration` without the role key (unsigned, or signed with
+    /// a key of its own), or replays a control plane's signed answer from
+    /// another session: the confirmation is not taken. The control plane's
+    /// own answer, signed for the session, is.
+    #[test]
+    fn a_confirmation_not_signed_by_the_role_key_for_this_session_is_not_taken() {
+        use confboot_atls::{AtlsServer, AttestedPeer};
+        use confboot_cluster::role::ControlPlaneKey;
+        use confboot_kms::MasterSecret;
+        use confboot_proto::join::ConfirmGenerationResponse;
+        use std::sync::Mutex;
+
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mode {
+            Unsigned,
+            OtherKey,
+            Replay,
+            Genuine,
+        }
+        let key =
+            |b: u8| ControlPlaneKey::derive(&MasterSecret::new(vec![b; 32], vec![b; 32]).unwrap());
+        let role = Arc::new(key(1));
+        let mode = Arc::new(Mutex::new(Mode::Genuine));
+        let recorded = Arc::new(Mutex::new(None::<ConfirmGenerationResponse>));
+        let (served, role_served, seen) =
+            (Arc::clone(&mode), Arc::clone(&role), Arc::clone(&recorded));
+        let router = confboot_wire::Router::<AttestedPeer>::new().unary(
+            confboot_proto::CONFIRM_GENERATION,
+            move |ctx, req: ConfirmGenerationRequest| {
+                let session = ctx.peer().session_binding();
+                let mut answer = ConfirmGenerationResponse::default();
+                match *served.lock().unwrap() {
+                    Mode::Unsigned => {}
+                    Mode::OtherKey => key(2).sign_answer(
+                        confboot_proto::CONFIRM_GENERATION,
+                        session,
+                        &req,
+                        &mut answer,
+                    ),
+                    Mode::Replay => {
+                        return Ok(seen.lock().unwrap().clone().expect("a recorded answer"));
+                    }
+                    Mode::Genuine => {
+                        role_served.sign_answer(
+                            confboot_proto::CONFIRM_GENERATION,
+                            session,
+                            &req,
+                            &mut answer,
+                        );
+                        *seen.lock().unwrap() = Some(answer.clone());
+                    }
+                }
+                Ok(answer)
+            },
+        );
+        let server = atls::serve(
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            confboot_net::PoolConfig::default(),
+            confboot_wire::ServerLimits::default(),
+            router,
+            AtlsServer::requiring_clients(
+                None,
+                vec![Arc::new(EchoValidator) as Arc<dyn Validator>],
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let client = JoinClient {
+            sources: EndpointSources {
+                configured: vec![server.local_addr().to_string()],
+                metadata_url: None,
+            },
+            issuer: Arc::new(NeverAsked),
+            joinsvc_validators: vec![],
+            attempt_timeout: Duration::from_secs(20),
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+            kubelet_csr: vec![],
+            vpn: None,
+        };
+        let request = crate::node::generation::confirmation(
+            &[3; 32],
+            "00000000-0000-0000-0000-000000000000",
+            4,
+            5,
+        );
+        let confirm = || {
+            client.confirm_generation(
+                &request,
+                &[9; 32],
+                &role.public_key(),
+                JoinServiceCheck::InsecureNone,
+            )
+        };
+        assert_eq!(confirm(), Ok(()));
+        for (m, why) in [
+            (Mode::Unsigned, "is not signed by a control plane"),
+            (
+                Mode::OtherKey,
+                "is not signed by a control plane for this session",
+            ),
+            (
+                Mode::Replay,
+                "is not signed by a control plane for this session",
+            ),
+        ] {
+            *mode.lock().unwrap() = m;
+            match confirm() {
+                Err(ConfirmError::Unreachable { reason, .. }) => {
+                    assert!(reason.ends_with(why), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
         }
         server.stop();
     }

@@ -243,7 +243,7 @@ fn router() -> &'static Router {
                             "written_generation is neither 0 nor found_generation + 1",
                         ));
                     }
-                    Ok(ConfirmGenerationResponse {})
+                    Ok(ConfirmGenerationResponse::default())
                 },
             )
             .unary(RECOVER, move |_, req: RecoverMessage| {
@@ -501,6 +501,8 @@ pub fn join_ticket(data: &[u8]) {
             measurement_secret: SecretBytes::new(secret.to_vec()),
             measurement_salt: salt.to_vec(),
             generation: 0,
+            // Sealed in a real ticket: a valid one, so the other checks run.
+            control_plane_key: vec![4; 32],
         };
         ticket
             .check()
@@ -541,6 +543,7 @@ pub fn join_ticket(data: &[u8]) {
                 state_disk_key: SecretBytes::new(t.state_disk_key.clone()),
                 measurement_secret: SecretBytes::new(t.measurement_secret.clone()),
                 measurement_salt: t.measurement_salt.clone(),
+                control_plane_key: vec![4; 32],
                 ..Default::default()
             };
             let ok = ticket.check().and_then(|checked| {
@@ -1307,18 +1310,48 @@ pub fn vpn_own_record(data: &[u8]) {
 /// The VPN range the `vpn_update` target checks peers against.
 pub const VPN_UPDATE_NETWORK: &str = "10.118.0.0/16";
 
+/// The master secret of the control-plane role key the `vpn_update`
+/// target checks signatures with (its salt is the same bytes).
+pub const VPN_UPDATE_MASTER_SECRET: [u8; 32] = [0x5a; 32];
+
+/// The session binding and request the `vpn_update` target checks
+/// signatures for: a session of these bytes, a request from version 1.
+pub const VPN_UPDATE_SESSION: [u8; 32] = [0x3c; 32];
+
 /// A control plane's peer update as a node checks it (`vpn.API/GetUpdate`
-/// response): over a node that already holds a good list, an answer is
-/// either taken whole (bounded, every peer valid and inside the range, no
-/// two sharing a name, address or key, and the list written back reads the
-/// same) or refused; checking leaves the node's version and list as they
-/// were.
+/// response): its signature verifies with the role key for the session
+/// and request exactly when it is the signature the role key makes
+/// (Ed25519 signs deterministically); over a node that already holds a
+/// good list, an answer is either taken whole (bounded, every peer valid
+/// and inside the range, no two sharing a name, address or key, and the
+/// list written back reads the same) or refused; checking leaves the
+/// node's version and list as they were.
 pub fn vpn_update(data: &[u8]) {
-    use confboot_proto::vpn::{GetUpdateResponse, Peer};
+    use confboot_cluster::role::ControlPlaneKey;
+    use confboot_proto::GET_UPDATE;
+    use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, Peer};
     use confboot_vpn::{MAX_PEERS, PeerList, PeerUpdates, VpnNetwork};
     let Ok(response) = GetUpdateResponse::decode(data) else {
         return;
     };
+    let role = ControlPlaneKey::derive(
+        &confboot_kms::MasterSecret::new(
+            VPN_UPDATE_MASTER_SECRET.to_vec(),
+            VPN_UPDATE_MASTER_SECRET.to_vec(),
+        )
+        .unwrap(),
+    );
+    let request = GetUpdateRequest {
+        resource_version: 1,
+        own: None,
+    };
+    let verified = role
+        .public_key()
+        .verify_answer(GET_UPDATE, &VPN_UPDATE_SESSION, &request, &response)
+        .is_ok();
+    let mut signed = response.clone();
+    role.sign_answer(GET_UPDATE, &VPN_UPDATE_SESSION, &request, &mut signed);
+    assert_eq!(verified, signed.signature == response.signature);
     let network: VpnNetwork = VPN_UPDATE_NETWORK.parse().unwrap();
     let mut updates = PeerUpdates::new(network);
     let good = GetUpdateResponse {
@@ -1329,6 +1362,7 @@ pub fn vpn_update(data: &[u8]) {
             vpn_ip: "10.118.0.1".into(),
             vpn_pub_key: vec![1; 32],
         }],
+        signature: Vec::new(),
     };
     let first = updates.check(&good).unwrap().unwrap();
     updates.commit(good.resource_version, first);

@@ -242,6 +242,7 @@ fn sealed_ticket() -> Vec<Seed> {
                 data: vec![i as u8; 64],
             })
             .collect(),
+        control_plane_key: vec![4; 32],
     };
     let with = |scenario: u8, bytes: Vec<u8>| [vec![scenario], bytes].concat();
     let join = JoinTicket {
@@ -250,6 +251,7 @@ fn sealed_ticket() -> Vec<Seed> {
         measurement_salt: TICKET_SALT.to_vec(),
         api_server_endpoint: "10.0.0.1:6443".into(),
         token: "abcdef.0123456789abcdef".to_string().into(),
+        control_plane_key: vec![4; 32],
         ..Default::default()
     }
     .seal(&node)
@@ -259,6 +261,7 @@ fn sealed_ticket() -> Vec<Seed> {
         measurement_secret: SecretBytes::new(TICKET_SECRET.to_vec()),
         generation: 3,
         measurement_salt: TICKET_SALT.to_vec(),
+        control_plane_key: vec![4; 32],
     }
     .seal(&node)
     .expect("sealed");
@@ -858,8 +861,37 @@ fn vpn_update() -> Vec<Seed> {
         GetUpdateResponse {
             resource_version: version,
             peers,
+            signature: Vec::new(),
         }
         .encode_to_vec()
+    };
+    // Signed with the target's role key for its session and request.
+    let signed = {
+        use crate::{VPN_UPDATE_MASTER_SECRET, VPN_UPDATE_SESSION};
+        use confboot_cluster::role::ControlPlaneKey;
+        let role = ControlPlaneKey::derive(
+            &confboot_kms::MasterSecret::new(
+                VPN_UPDATE_MASTER_SECRET.to_vec(),
+                VPN_UPDATE_MASTER_SECRET.to_vec(),
+            )
+            .unwrap(),
+        );
+        let mut answer = GetUpdateResponse {
+            resource_version: 2,
+            peers: vec![peer(1), peer(2)],
+            signature: Vec::new(),
+        };
+        let request = confboot_proto::vpn::GetUpdateRequest {
+            resource_version: 1,
+            own: None,
+        };
+        role.sign_answer(
+            confboot_proto::GET_UPDATE,
+            &VPN_UPDATE_SESSION,
+            &request,
+            &mut answer,
+        );
+        answer.encode_to_vec()
     };
     let mut outside = peer(3);
     outside.vpn_ip = "10.119.0.3".into();
@@ -872,6 +904,7 @@ fn vpn_update() -> Vec<Seed> {
         seed("ipv6-endpoint", response(4, vec![peer(2), ipv6])),
         seed("outside-range", response(5, vec![peer(2), outside])),
         seed("duplicate-name", response(6, vec![peer(2), peer(2)])),
+        seed("signed", signed),
     ]
 }
 

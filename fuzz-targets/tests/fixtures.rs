@@ -119,6 +119,7 @@ fn the_ticket_targets_cluster_is_the_members() {
         state_disk_key: confboot_kms::SecretBytes::new(vec![1; 32]),
         measurement_secret: confboot_kms::SecretBytes::new(TICKET_SECRET.to_vec()),
         measurement_salt: TICKET_SALT.to_vec(),
+        control_plane_key: vec![4; 32],
         ..Default::default()
     };
     let checked = t.check().unwrap();

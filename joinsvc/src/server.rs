@@ -479,11 +479,16 @@ fn serve_vpn_update(
         log::warn!("VPN update refused: {}", s.message);
         return Err(s);
     }
-    tickets.vpn_update(req).map_err(|e| {
+    let mut answer = tickets.vpn_update(req).map_err(|e| {
         metrics.refused(e.reason());
         log::warn!("VPN update refused: {e}");
         issue_status(&e)
-    })
+    })?;
+    // Only a control plane answers a poll: signed for this session.
+    tickets
+        .role_key()
+        .sign_answer(GET_UPDATE, ctx.peer().session_binding(), req, &mut answer);
+    Ok(answer)
 }
 
 /// Serves a rejoining node's `ConfirmGeneration`, sent past its disk's
@@ -502,7 +507,14 @@ fn serve_confirm_generation(
     }
     let disk = disk_for_log(&req.disk_uuid);
     match tickets.confirm_generation(req) {
-        Ok(answer) => {
+        Ok(mut answer) => {
+            // Only a control plane confirms: signed for this session.
+            tickets.role_key().sign_answer(
+                CONFIRM_GENERATION,
+                ctx.peer().session_binding(),
+                req,
+                &mut answer,
+            );
             log::info!(
                 "state disk {disk}: generation {} found, {} written",
                 req.found_generation,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertSigner, KubeletCsr};
 use confboot_cluster::mark::ClusterMarks;
+use confboot_cluster::role::ControlPlaneKey;
 use confboot_cluster::ticket::{ControlPlaneFile, JoinTicket, RejoinTicket};
 use confboot_kms::{MasterSecret, MeasurementSalt, SecretBytes, is_uuid};
 use confboot_proto::join::{
@@ -128,6 +129,9 @@ pub struct TicketService {
     /// The mark register of a member of this cluster (PCR 15, RTMR3):
     /// marked with its cluster id.
     cluster_mark: ClusterMarks,
+    /// The control-plane role key, derived once from the master secret:
+    /// what the answers only a control plane may give are signed with.
+    role_key: ControlPlaneKey,
     tokens: Arc<dyn TokenIssuer>,
 }
 
@@ -146,6 +150,7 @@ impl TicketService {
             confboot_kms::derive_cluster_id(measurement_secret.expose(), &config.measurement_salt);
         TicketService {
             cluster_mark: ClusterMarks::of(&cluster_id),
+            role_key: ControlPlaneKey::derive(&config.master_secret),
             measurement_secret,
             config,
             tokens,
@@ -229,7 +234,15 @@ impl TicketService {
             control_plane_files,
             kubernetes_version: self.config.kubernetes_version.clone(),
             node_vpn_ip: node_vpn_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+            control_plane_key: self.role_key.public_key().as_bytes().to_vec(),
         })
+    }
+
+    /// The control-plane role key ([`confboot_cluster::role`]): the server
+    /// signs with it what only a control plane may answer (peer lists,
+    /// generation confirmations), for the caller's session.
+    pub fn role_key(&self) -> &ControlPlaneKey {
+        &self.role_key
     }
 
     /// What the mark register of a member of this cluster holds (PCR 15
@@ -326,6 +339,7 @@ impl TicketService {
             measurement_secret: self.measurement_secret.clone(),
             generation,
             measurement_salt: self.config.measurement_salt.to_vec(),
+            control_plane_key: self.role_key.public_key().as_bytes().to_vec(),
         })
     }
 
@@ -359,7 +373,8 @@ impl TicketService {
             .registry
             .confirm_generation(&uuid, found, written)
             .map_err(IssueError::Vpn)?;
-        Ok(ConfirmGenerationResponse {})
+        // Unsigned: the server signs it for the caller's session.
+        Ok(ConfirmGenerationResponse::default())
     }
 }
 

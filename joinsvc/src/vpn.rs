@@ -442,6 +442,7 @@ impl KubeApiPeerRegistry {
         Ok(GetUpdateResponse {
             resource_version: version,
             peers,
+            signature: Vec::new(),
         })
     }
 

@@ -112,7 +112,11 @@ fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart(
 
     // The registry is in the Kubernetes API: a restarted joinsvc has it.
     joinsvc.restart();
-    assert_eq!(update(&member, addr, 0), full);
+    let again = update(&member, addr, 0);
+    // Signed for its own session: the same list under another signature.
+    assert_ne!(again.signature, full.signature);
+    let unsigned = |r: &GetUpdateResponse| (r.resource_version, r.peers.clone());
+    assert_eq!(unsigned(&again), unsigned(&full));
     assert_eq!(join(node, addr, "worker-1", 1), "10.118.0.1");
     assert_eq!(join(node, addr, "worker-3", 3), "10.118.0.3");
     assert_eq!(update(&member, addr, 2).peers.len(), 3);

@@ -91,6 +91,7 @@ pub fn start(config: &VpnConfig, vtpm: &Arc<VtpmIssuer>) -> Result<VpnPoller, Vp
         validators,
         issuer,
         file.cluster_id.clone(),
+        file.control_plane_key,
         Some(own),
         ATTEMPT_TIMEOUT,
     );

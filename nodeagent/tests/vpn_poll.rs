@@ -4,9 +4,13 @@
 //! a node that joins later reaches its list within two poll intervals, a
 //! removed one leaves it; a restarted joinsvc and a restarted agent
 //! converge. Then hostile control planes: one that does not attest, one
-//! marked for another cluster, and one that is genuine but sends an
-//! oversized list, a malformed key or an address outside the range: each
-//! refused, the last good list kept.
+//! marked for another cluster, and one that is genuine (it holds the
+//! cluster's control-plane role key) but sends an oversized list, a
+//! malformed key or an address outside the range: each refused, the last
+//! good list kept. Last, members that are no control plane: a marked
+//! worker (genuine evidence, no role key), one that signs with a key of its
+//! own, and one that replays an answer a control plane signed for another
+//! session: refused.
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpListener};
@@ -16,11 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
-use confboot_attest::Issuer;
+use confboot_atls::AttestedPeer;
+use confboot_attest::{AttestationError, Attested, EXTRA_DATA_LEN, Issuer, Validator, Variant};
+use confboot_cluster::role::{ControlPlaneKey, ControlPlanePublicKey};
+use confboot_kms::MasterSecret;
 use confboot_net::listener::PoolConfig;
 use confboot_proto::GET_UPDATE;
 use confboot_proto::join::IssueJoinTicketRequest;
-use confboot_proto::vpn::{GetUpdateResponse, Peer};
+use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, Peer};
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, Node, workspace_binary};
 use confboot_tests::{ChildProcess, TempDir};
 use confboot_tpm::swtpm::Swtpm;
@@ -65,10 +72,11 @@ struct Agent {
 impl Agent {
     /// Writes the node's VPN file (as the bootstrapper does) and starts
     /// the agent on `swtpm`, polling `control_planes` every second and
-    /// trusting the control plane's AK `cp_ak`.
+    /// trusting the control plane's AK `cp_ak` and role key `role`.
     fn start(
         swtpm: Swtpm,
         cluster_id: &[u8],
+        role: ControlPlanePublicKey,
         disk_key: &[u8],
         control_planes: &[SocketAddr],
         cp_ak: &[u8],
@@ -85,6 +93,7 @@ impl Agent {
             listen_port: 51820,
             control_planes: control_planes.iter().map(|a| a.to_string()).collect(),
             cluster_id: cluster_id.to_vec(),
+            control_plane_key: role,
         }
         .write(&dir.path().join("vpn.json"))
         .unwrap();
@@ -192,6 +201,7 @@ fn remove_peer(joinsvc: &Joinsvc, name: &str) {
 fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     let setup = JoinsvcSetup::new();
     let cluster_id = setup.cluster_id();
+    let role = ControlPlaneKey::derive(&setup.master_secret).public_key();
     let (cp_tpm, cp_ak) = measured_tpm(Some(&cluster_id));
     let joining = Node::start("joining", KERNEL);
     let disk_key = setup.master_secret.state_disk_key(DISK);
@@ -218,6 +228,7 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     let mut agent = Agent::start(
         agent_tpm,
         &cluster_id,
+        role,
         disk_key.expose(),
         &[joinsvc.rpc_addr],
         &cp_ak,
@@ -291,30 +302,87 @@ fn the_agent_follows_the_control_plane_through_joins_removals_and_restarts() {
     );
 }
 
+/// How a scripted control plane signs its answers.
+#[derive(Clone)]
+enum Signing {
+    /// With this role key, for each session (a control plane).
+    Role(Arc<ControlPlaneKey>),
+    /// Not at all (a member that holds no role key).
+    Unsigned,
+    /// With this role key for its first session; every later session
+    /// gets that first signed answer again (a replay).
+    ReplayFirst(Arc<ControlPlaneKey>, Arc<Mutex<Option<GetUpdateResponse>>>),
+}
+
+/// Takes any client (the test's control planes check nobody; they
+/// require attestation to see the session's binding).
+struct AnyClient;
+
+impl Validator for AnyClient {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+    fn validate(
+        &self,
+        _evidence: &[u8],
+        _extra: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        Ok(Attested {
+            set_verdict: None,
+            warnings: Vec::new(),
+            variant: Variant::QemuVtpm,
+            measurements: Default::default(),
+        })
+    }
+}
+
 /// A control plane that answers `GetUpdate` from a script, attesting with
-/// `issuer` (none: it does not attest).
+/// `issuer` (none: it does not attest) and signing as `signing` says.
 fn scripted_control_plane(
     issuer: Option<Arc<dyn Issuer>>,
     answers: Arc<Mutex<VecDeque<GetUpdateResponse>>>,
+    signing: Signing,
 ) -> confboot_net::listener::ServerHandle {
-    let router = Router::new().unary(GET_UPDATE, move |_ctx, _req| {
-        let mut answers = answers.lock().unwrap();
-        // The last answer stays: every later poll gets it again.
-        let answer = if answers.len() > 1 {
-            answers.pop_front()
-        } else {
-            answers.front().cloned()
-        };
-        answer.ok_or_else(|| Status::unavailable("no answer scripted"))
-    });
+    let router =
+        Router::<AttestedPeer>::new().unary(GET_UPDATE, move |ctx, req: GetUpdateRequest| {
+            let mut answers = answers.lock().unwrap();
+            // The last answer stays: every later poll gets it again.
+            let answer = if answers.len() > 1 {
+                answers.pop_front()
+            } else {
+                answers.front().cloned()
+            };
+            let mut answer = answer.ok_or_else(|| Status::unavailable("no answer scripted"))?;
+            let session = ctx.peer().session_binding();
+            match &signing {
+                Signing::Role(key) => key.sign_answer(GET_UPDATE, session, &req, &mut answer),
+                Signing::Unsigned => {}
+                Signing::ReplayFirst(key, first) => {
+                    let mut first = first.lock().unwrap();
+                    if let Some(recorded) = first.as_ref() {
+                        return Ok(recorded.clone());
+                    }
+                    key.sign_answer(GET_UPDATE, session, &req, &mut answer);
+                    *first = Some(answer.clone());
+                }
+            }
+            Ok(answer)
+        });
     atls::serve(
         TcpListener::bind("127.0.0.1:0").unwrap(),
         PoolConfig::default(),
         ServerLimits::default(),
         router,
-        atls::AtlsServer::new(issuer).unwrap(),
+        atls::AtlsServer::requiring_clients(issuer, vec![Arc::new(AnyClient)]).unwrap(),
     )
     .unwrap()
+}
+
+/// A cluster's control-plane role key (of a master secret of `byte`s).
+fn role_key(byte: u8) -> Arc<ControlPlaneKey> {
+    Arc::new(ControlPlaneKey::derive(
+        &MasterSecret::new(vec![byte; 32], vec![byte; 32]).unwrap(),
+    ))
 }
 
 fn peer(i: u32, name_len: usize) -> Peer {
@@ -336,6 +404,7 @@ fn answer(version: u64, peers: Vec<Peer>) -> GetUpdateResponse {
     GetUpdateResponse {
         resource_version: version,
         peers,
+        signature: Vec::new(),
     }
 }
 
@@ -361,10 +430,16 @@ fn updates_from_hostile_control_planes_are_refused_and_the_last_good_list_kept()
     )])));
     let genuine_ak = genuine.issuer.ak_public_key();
     let issuer: Arc<dyn Issuer> = genuine.issuer.clone();
-    let server = scripted_control_plane(Some(issuer), Arc::clone(&script));
+    let role = role_key(0x33);
+    let server = scripted_control_plane(
+        Some(issuer),
+        Arc::clone(&script),
+        Signing::Role(Arc::clone(&role)),
+    );
     let agent = Agent::start(
         agent_tpm,
         &cluster_id,
+        role.public_key(),
         &[5; 32],
         &[server.local_addr()],
         &genuine_ak,
@@ -398,18 +473,20 @@ fn updates_from_hostile_control_planes_are_refused_and_the_last_good_list_kept()
     // A control plane that does not attest, and one marked for another
     // cluster: not asked at all.
     let script = Arc::new(Mutex::new(VecDeque::from([answer(9, vec![peer(3, 8)])])));
-    let unattested = scripted_control_plane(None, Arc::clone(&script));
+    let unattested =
+        scripted_control_plane(None, Arc::clone(&script), Signing::Role(Arc::clone(&role)));
     let stranger = Node::start("stranger", KERNEL);
     stranger
         .issuer
         .with_tpm(|t| confboot_cluster::mark::mark_node(t, &[0x22; 32]))
         .unwrap();
     let issuer: Arc<dyn Issuer> = stranger.issuer.clone();
-    let foreign = scripted_control_plane(Some(issuer), script);
+    let foreign = scripted_control_plane(Some(issuer), script, Signing::Role(Arc::clone(&role)));
     let (agent_tpm, _) = measured_tpm(Some(&cluster_id));
     let agent2 = Agent::start(
         agent_tpm,
         &cluster_id,
+        role.public_key(),
         &[5; 32],
         &[unattested.local_addr(), foreign.local_addr()],
         &stranger.issuer.ak_public_key(),
@@ -419,4 +496,78 @@ fn updates_from_hostile_control_planes_are_refused_and_the_last_good_list_kept()
     assert!(log.contains("not trusted or not reached"), "{log}");
     std::thread::sleep(Duration::from_secs(2));
     assert!(applied(&agent2.peers_path()).is_empty());
+}
+
+/// G3: membership is not the control-plane role. A marked worker of the
+/// cluster (the same image, the cluster's mark, genuine evidence) that
+/// holds no role key answers unsigned or with a key of its own, and one
+/// replays a control plane's signed answer from another session (to the
+/// very same request: the agent restarted and asks from version 0 again):
+/// the agent applies none of them.
+#[test]
+fn a_marked_worker_without_the_role_key_and_a_replayed_answer_are_refused() {
+    let cluster_id = vec![0x11; 32];
+    let role = role_key(0x33);
+    let worker = Node::start("worker", KERNEL);
+    worker
+        .issuer
+        .with_tpm(|t| confboot_cluster::mark::mark_node(t, &cluster_id))
+        .unwrap();
+    let worker_ak = worker.issuer.ak_public_key();
+    let issuer: Arc<dyn Issuer> = worker.issuer.clone();
+    let script = || Arc::new(Mutex::new(VecDeque::from([answer(7, vec![peer(0, 8)])])));
+    for (signing, logged) in [
+        (
+            Signing::Unsigned,
+            "the answer to /vpn.API/GetUpdate is not signed by a control plane",
+        ),
+        (
+            Signing::Role(role_key(0x44)),
+            "the answer to /vpn.API/GetUpdate is not signed by a control plane for this session",
+        ),
+    ] {
+        let server = scripted_control_plane(Some(Arc::clone(&issuer)), script(), signing);
+        let (agent_tpm, _) = measured_tpm(Some(&cluster_id));
+        let agent = Agent::start(
+            agent_tpm,
+            &cluster_id,
+            role.public_key(),
+            &[5; 32],
+            &[server.local_addr()],
+            &worker_ak,
+        );
+        wait_for_log(&agent, logged);
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(applied(&agent.peers_path()).is_empty(), "{logged}");
+        server.stop();
+    }
+
+    // A replay: the first session's answer is genuine and applied; after
+    // the agent restarts (the same request as its first), that signed
+    // answer comes again on a new session and is refused.
+    let first = Arc::new(Mutex::new(None));
+    let server = scripted_control_plane(
+        Some(issuer),
+        script(),
+        Signing::ReplayFirst(Arc::clone(&role), Arc::clone(&first)),
+    );
+    let (agent_tpm, _) = measured_tpm(Some(&cluster_id));
+    let mut agent = Agent::start(
+        agent_tpm,
+        &cluster_id,
+        role.public_key(),
+        &[5; 32],
+        &[server.local_addr()],
+        &worker_ak,
+    );
+    wait_for_names(&agent.peers_path(), &["n0-xxxxx"], Duration::from_secs(30));
+    std::fs::remove_file(agent.peers_path()).unwrap();
+    agent.restart();
+    wait_for_log(
+        &agent,
+        "the answer to /vpn.API/GetUpdate is not signed by a control plane for this session",
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(applied(&agent.peers_path()).is_empty());
+    assert!(first.lock().unwrap().is_some());
 }

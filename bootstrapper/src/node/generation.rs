@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use confboot_cluster::generation::{RolledBack, check_generation, generation_proof};
+use confboot_cluster::role::ControlPlanePublicKey;
 use confboot_proto::join::ConfirmGenerationRequest;
 
 use super::state_fs::StateFsError;
@@ -71,12 +72,14 @@ pub enum GenerationError {
 /// Sends a rejoined node's generation confirmation to a join service of
 /// its cluster (`join.API/ConfirmGeneration`).
 pub trait GenerationConfirmer: Send + Sync {
-    /// Sends `request` to a member of the cluster `cluster_id`; an error
-    /// says why the cluster did not take it.
+    /// Sends `request` to a control plane of the cluster `cluster_id`: a
+    /// member whose answer the role key `control_plane_key` signed for the
+    /// session; an error says why the cluster did not take it.
     fn confirm(
         &self,
         request: &ConfirmGenerationRequest,
         cluster_id: &[u8],
+        control_plane_key: &ControlPlanePublicKey,
     ) -> Result<(), ConfirmError>;
 }
 

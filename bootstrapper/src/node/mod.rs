@@ -37,6 +37,7 @@ use crate::nodelock::{LockToken, NodeLock};
 use confboot_attest::{AttestationError, Attested, Detail};
 use confboot_cluster::kubelet_cert::KubeletCertRequest;
 use confboot_cluster::mark;
+use confboot_cluster::role::{ControlPlaneKey, ControlPlanePublicKey};
 use confboot_cluster::ticket::{
     self as checks, CheckedJoinTicket, CheckedRejoinTicket, TicketError,
 };
@@ -290,6 +291,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         disk_uuid: &str,
         disk_key: &[u8],
         cluster_id: &[u8],
+        control_plane_key: &ControlPlanePublicKey,
     ) -> Result<(), NodeError> {
         let Some(setup) = self.vpn.as_ref() else {
             return Ok(());
@@ -299,7 +301,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             .mapped_device()
             .ok_or(NodeError::Vpn(vpn::VpnSetupError::NoDevice))?;
         setup
-            .set_up(&device, disk_uuid, disk_key, cluster_id)
+            .set_up(&device, disk_uuid, disk_key, cluster_id, control_plane_key)
             .map_err(NodeError::Vpn)
     }
 
@@ -472,6 +474,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             action.uuid(),
             master.state_disk_key(action.uuid()).expose(),
             &cluster_id,
+            &ControlPlaneKey::derive(master).public_key(),
         )?;
         self.mark(token, &cluster_id)?;
         log("node marked: PCR 15 extended with the cluster id");
@@ -621,6 +624,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             action.uuid(),
             t.state_disk_key().expose(),
             cluster_id,
+            t.control_plane_key(),
         )?;
         self.mark(token, cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
@@ -680,6 +684,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             t.state_disk_key().expose(),
             t.generation(),
             cluster_id,
+            t.control_plane_key(),
         )?;
         self.apply_kept_ssh_users(token);
         self.set_up_vpn(
@@ -687,6 +692,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             action.uuid(),
             t.state_disk_key().expose(),
             cluster_id,
+            t.control_plane_key(),
         )?;
         self.mark(token, cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
@@ -744,6 +750,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             action.uuid(),
             master.state_disk_key(action.uuid()).expose(),
             &cluster_id,
+            &ControlPlaneKey::derive(&master).public_key(),
         )?;
         self.mark(&token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
@@ -787,6 +794,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         disk_key: &[u8],
         last: u64,
         cluster_id: &[u8],
+        control_plane_key: &ControlPlanePublicKey,
     ) -> Result<(), NodeError> {
         use generation::Step;
         let Some(setup) = self.generation.as_ref() else {
@@ -810,7 +818,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         match step {
             Step::Refuse(rolled_back) => {
                 let report = generation::confirmation(disk_key, disk_uuid, found, 0);
-                if let Err(e) = setup.confirmer.confirm(&report, cluster_id) {
+                if let Err(e) = setup
+                    .confirmer
+                    .confirm(&report, cluster_id, control_plane_key)
+                {
                     log::warn!("state disk generation: the report was not taken: {e}");
                 }
                 Err(NodeError::RolledBack(rolled_back))
@@ -819,7 +830,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 let confirmation = generation::confirmation(disk_key, disk_uuid, found, next);
                 setup
                     .confirmer
-                    .confirm(&confirmation, cluster_id)
+                    .confirm(&confirmation, cluster_id, control_plane_key)
                     .map_err(|error| {
                         failed(generation::GenerationError::NotConfirmed { next, error })
                     })?;

@@ -397,6 +397,7 @@ fn join_response() -> JoinTicket {
         token: zeroize::Zeroizing::new("abcdef.0123456789abcdef".into()),
         discovery_token_ca_cert_hash: "sha256:00".into(),
         kubernetes_version: "v1.30.4".into(),
+        control_plane_key: vec![7; 32],
         ..Default::default()
     }
 }
@@ -411,6 +412,7 @@ fn rejoin_ticket(key: &[u8]) -> Ticket {
         measurement_secret: SecretBytes::new(vec![6; 32]),
         measurement_salt: vec![5; 32],
         generation: 0,
+        control_plane_key: vec![7; 32],
     })
 }
 
@@ -1901,8 +1903,10 @@ impl generation::GenerationConfirmer for ClusterGenerations {
         &self,
         r: &confboot_proto::join::ConfirmGenerationRequest,
         cluster_id: &[u8],
+        control_plane_key: &confboot_cluster::role::ControlPlanePublicKey,
     ) -> Result<(), generation::ConfirmError> {
         assert_eq!(cluster_id, derive_cluster_id(&[6; 32], &[5; 32]));
+        assert_eq!(control_plane_key.as_bytes(), &[7; 32]);
         if *self.unreachable.lock().unwrap() {
             return Err(generation::ConfirmError::NoJoinService);
         }
@@ -1950,6 +1954,7 @@ fn rejoin_with(rig: &Rig, cluster: &ClusterGenerations) -> Result<Outcome, NodeE
         measurement_secret: SecretBytes::new(vec![6; 32]),
         measurement_salt: vec![5; 32],
         generation: cluster.last(),
+        control_plane_key: vec![7; 32],
     });
     rig.node.check_ticket(&request, &from_member(&ticket))?;
     let token = rig.node.take_lock(holder::JOIN)?;

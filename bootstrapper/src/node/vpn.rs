@@ -12,6 +12,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use confboot_cluster::role::ControlPlanePublicKey;
 use confboot_vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey, write_private_atomically};
 
 use confboot_vpn::VpnError;
@@ -123,13 +124,15 @@ impl NodeVpnSetup {
     /// Takes the key in use from the state file system on `device` (or
     /// keeps the candidate there) and writes the node agent's file for
     /// the disk `disk_uuid` whose key is `disk_key`, in the cluster
-    /// `cluster_id`.
+    /// `cluster_id` whose control planes sign with the private half of
+    /// `control_plane_key`.
     pub fn set_up(
         &self,
         device: &Path,
         disk_uuid: &str,
         disk_key: &[u8],
         cluster_id: &[u8],
+        control_plane_key: &ControlPlanePublicKey,
     ) -> Result<(), VpnSetupError> {
         let (key, source) = with_mounted(self.mount.as_ref(), device, |dir| {
             load_or_keep_key(dir, &self.candidate)
@@ -159,6 +162,7 @@ impl NodeVpnSetup {
             listen_port: self.listen_port,
             control_planes: self.control_planes.clone(),
             cluster_id: cluster_id.to_vec(),
+            control_plane_key: *control_plane_key,
         }
         .write(&self.file)
         .map_err(|e| VpnSetupError::WriteFile(e.to_string()))?;

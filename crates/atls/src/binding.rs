@@ -37,6 +37,13 @@ use confboot_attest::EXTRA_DATA_LEN;
 /// The exporter label of confboot's attestation binding.
 pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-confboot-attestation";
 
+/// The exporter label of [`session_binding`]: another label than the
+/// evidence's, so neither value can stand for the other.
+pub const SESSION_BINDING_LABEL: &[u8] = b"EXPORTER-confboot-signed-answer";
+
+/// Length of [`session_binding`]'s value.
+pub const SESSION_BINDING_LEN: usize = 32;
+
 /// Which end of the connection produced the evidence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -91,4 +98,17 @@ where
         Some(&context(role, sealing_key)),
     )
     .map_err(|e| AtlsError::Tls(format!("cannot derive the session's exporter: {e}")))
+}
+
+/// A value of the session of `conn` that its two ends derive and nobody
+/// else: what a signature over an answer binds to, so that it verifies on
+/// this session only (a signed answer recorded on another session, or
+/// relayed from one, carries another). Fails before the handshake is
+/// complete.
+pub fn session_binding<C, D>(conn: &C) -> Result<[u8; SESSION_BINDING_LEN], AtlsError>
+where
+    C: Deref<Target = ConnectionCommon<D>>,
+{
+    conn.export_keying_material([0u8; SESSION_BINDING_LEN], SESSION_BINDING_LABEL, None)
+        .map_err(|e| AtlsError::Tls(format!("cannot derive the session's exporter: {e}")))
 }

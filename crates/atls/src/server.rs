@@ -13,7 +13,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::attestation;
-use super::binding::Role;
+use super::binding::{Role, SESSION_BINDING_LEN};
 use super::cert;
 use super::error::AtlsError;
 use super::handshake::{ALPN, FreshCertificate, check_alpn, drive, provider, reset_timeouts};
@@ -139,6 +139,7 @@ pub struct SealingKey(pub [u8; SEALING_KEY_LEN]);
 pub struct AttestedPeer {
     attested: Attested,
     sealing_key: Option<SealingKey>,
+    session: [u8; SESSION_BINDING_LEN],
 }
 
 impl AttestedPeer {
@@ -154,6 +155,13 @@ impl AttestedPeer {
     pub fn sealing_key(&self) -> Option<SealingKey> {
         self.sealing_key
     }
+
+    /// The connection's [`session_binding`](super::binding::session_binding):
+    /// what the server's signature over an answer binds to, so that it
+    /// verifies on this connection only.
+    pub fn session_binding(&self) -> &[u8; SESSION_BINDING_LEN] {
+        &self.session
+    }
 }
 
 /// What an aTLS server establishes about each client, of which its type
@@ -165,20 +173,26 @@ impl ClientPeer for () {}
 impl ClientPeer for AttestedPeer {}
 
 mod sealed {
-    use super::{AtlsError, Attested, SealingKey};
+    use super::{AtlsError, Attested, SESSION_BINDING_LEN, SealingKey};
 
     /// The peer a server's attestation exchange established.
     pub trait FromExchange: Sized {
         /// From what the client's evidence established (`None`: the server
-        /// required nothing) and the sealing key it bound.
+        /// required nothing), the sealing key it bound and the session's
+        /// binding.
         fn from_exchange(
             attested: Option<Attested>,
             sealing_key: Option<SealingKey>,
+            session: [u8; SESSION_BINDING_LEN],
         ) -> Result<Self, AtlsError>;
     }
 
     impl FromExchange for () {
-        fn from_exchange(_: Option<Attested>, _: Option<SealingKey>) -> Result<(), AtlsError> {
+        fn from_exchange(
+            _: Option<Attested>,
+            _: Option<SealingKey>,
+            _: [u8; SESSION_BINDING_LEN],
+        ) -> Result<(), AtlsError> {
             Ok(())
         }
     }
@@ -187,6 +201,7 @@ mod sealed {
         fn from_exchange(
             attested: Option<Attested>,
             sealing_key: Option<SealingKey>,
+            session: [u8; SESSION_BINDING_LEN],
         ) -> Result<Self, AtlsError> {
             // A server that requires attestation has validators, whose
             // check establishes this; fail closed all the same.
@@ -194,6 +209,7 @@ mod sealed {
             Ok(super::AttestedPeer {
                 attested,
                 sealing_key,
+                session,
             })
         }
     }
@@ -330,7 +346,8 @@ impl<P: ClientPeer> ServerHandshake<P> {
             })
             .and_then(|checked| {
                 // A key is bound only by evidence that was checked.
-                P::from_exchange(checked.peer, checked.sealing_key.map(SealingKey))
+                let session = super::binding::session_binding(&stream.conn)?;
+                P::from_exchange(checked.peer, checked.sealing_key.map(SealingKey), session)
             });
         let peer = match peer {
             Ok(c) => c,

@@ -34,6 +34,7 @@ pub mod handoff;
 pub mod kubeadm;
 pub mod kubelet_cert;
 pub mod mark;
+pub mod role;
 pub mod ticket;
 
 pub use handoff::HandoffBackend;

@@ -31,6 +31,8 @@ use zeroize::Zeroizing;
 
 use confboot_attest::Attested;
 
+use crate::role::ControlPlanePublicKey;
+
 /// Length of a state-disk key in a ticket.
 pub const STATE_DISK_KEY_LEN: usize = 32;
 
@@ -110,6 +112,9 @@ pub struct JoinTicket {
     pub kubernetes_version: String,
     /// The node's VPN address (empty: the node sent no VPN key).
     pub node_vpn_ip: String,
+    /// The public half of the control-plane role key
+    /// ([`crate::role`]), as sent (checked by [`JoinTicket::check`]).
+    pub control_plane_key: Vec<u8>,
 }
 
 /// A rejoin ticket: a rebooted node's state disk key, the measurement
@@ -127,6 +132,9 @@ pub struct RejoinTicket {
     pub measurement_salt: Vec<u8>,
     /// The state disk's generation the cluster last confirmed (0: none).
     pub generation: u64,
+    /// The public half of the control-plane role key
+    /// ([`crate::role`]), as sent (checked by [`RejoinTicket::check`]).
+    pub control_plane_key: Vec<u8>,
 }
 
 impl fmt::Debug for JoinTicket {
@@ -171,6 +179,7 @@ impl JoinTicket {
                     data: f.data.expose().to_vec(),
                 })
                 .collect(),
+            control_plane_key: self.control_plane_key.clone(),
         };
         // The message zeroizes its secrets when dropped (so it is filled in
         // place); the plaintext secret fields stay empty.
@@ -218,6 +227,7 @@ impl JoinTicket {
             discovery_token_ca_cert_hash: wire.discovery_token_ca_cert_hash.clone(),
             kubernetes_version: wire.kubernetes_version.clone(),
             node_vpn_ip: wire.node_vpn_ip.clone(),
+            control_plane_key: std::mem::take(&mut secrets.control_plane_key),
         })
     }
 
@@ -225,15 +235,17 @@ impl JoinTicket {
     /// measurement secret, a measurement salt ([`MeasurementSalt`]), a
     /// state-disk key of [`STATE_DISK_KEY_LEN`] bytes.
     pub fn check(self) -> Result<CheckedJoinTicket, TicketError> {
-        let (measurement_salt, state_disk_key) = check_fields(
+        let (measurement_salt, state_disk_key, control_plane_key) = check_fields(
             &self.measurement_secret,
             &self.measurement_salt,
             &self.state_disk_key,
+            &self.control_plane_key,
         )?;
         Ok(CheckedJoinTicket {
             cluster_id: derive_cluster_id(self.measurement_secret.expose(), &measurement_salt),
             measurement_salt,
             state_disk_key,
+            control_plane_key,
             ticket: self,
         })
     }
@@ -253,6 +265,7 @@ impl RejoinTicket {
             measurement_secret: self.measurement_secret.expose().to_vec(),
             token: String::new(),
             control_plane_files: Vec::new(),
+            control_plane_key: self.control_plane_key.clone(),
         };
         let mut wire = IssueRejoinTicketResponse::default();
         wire.sealed_secrets = seal_secrets(&secrets, recipient, SealedKind::RejoinTicket)?;
@@ -282,6 +295,7 @@ impl RejoinTicket {
             measurement_secret: SecretBytes::new(std::mem::take(&mut secrets.measurement_secret)),
             measurement_salt: wire.measurement_salt.clone(),
             generation: wire.generation,
+            control_plane_key: std::mem::take(&mut secrets.control_plane_key),
         })
     }
 
@@ -290,15 +304,17 @@ impl RejoinTicket {
     /// node marks itself with the ticket's salt, never its disk header's)
     /// and a state-disk key of [`STATE_DISK_KEY_LEN`] bytes.
     pub fn check(self) -> Result<CheckedRejoinTicket, TicketError> {
-        let (measurement_salt, state_disk_key) = check_fields(
+        let (measurement_salt, state_disk_key, control_plane_key) = check_fields(
             &self.measurement_secret,
             &self.measurement_salt,
             &self.state_disk_key,
+            &self.control_plane_key,
         )?;
         Ok(CheckedRejoinTicket {
             cluster_id: derive_cluster_id(self.measurement_secret.expose(), &measurement_salt),
             measurement_salt,
             state_disk_key,
+            control_plane_key,
             generation: self.generation,
         })
     }
@@ -312,6 +328,7 @@ pub struct CheckedJoinTicket {
     ticket: JoinTicket,
     measurement_salt: MeasurementSalt,
     state_disk_key: SecretBytes,
+    control_plane_key: ControlPlanePublicKey,
     cluster_id: [u8; DERIVED_KEY_LEN],
 }
 
@@ -331,6 +348,12 @@ impl CheckedJoinTicket {
     /// must show ([`check_member_mark`]).
     pub fn cluster_id(&self) -> &[u8; DERIVED_KEY_LEN] {
         &self.cluster_id
+    }
+
+    /// The public half of the control-plane role key: what the answers
+    /// only a control plane may give are checked with ([`crate::role`]).
+    pub fn control_plane_key(&self) -> &ControlPlanePublicKey {
+        &self.control_plane_key
     }
 
     /// The kubeadm bootstrap token.
@@ -377,6 +400,7 @@ impl fmt::Debug for CheckedJoinTicket {
 pub struct CheckedRejoinTicket {
     measurement_salt: MeasurementSalt,
     state_disk_key: SecretBytes,
+    control_plane_key: ControlPlanePublicKey,
     cluster_id: [u8; DERIVED_KEY_LEN],
     generation: u64,
 }
@@ -396,6 +420,12 @@ impl CheckedRejoinTicket {
     /// The id of the ticket's cluster (see [`CheckedJoinTicket::cluster_id`]).
     pub fn cluster_id(&self) -> &[u8; DERIVED_KEY_LEN] {
         &self.cluster_id
+    }
+
+    /// The public half of the control-plane role key: what the answers
+    /// only a control plane may give are checked with ([`crate::role`]).
+    pub fn control_plane_key(&self) -> &ControlPlanePublicKey {
+        &self.control_plane_key
     }
 
     /// The state disk's generation the cluster last confirmed (0: none).
@@ -437,12 +467,16 @@ fn open_secrets(
 }
 
 /// The checks a join and a rejoin ticket share, in their order: a
-/// measurement secret, a salt, a key of [`STATE_DISK_KEY_LEN`] bytes.
+/// measurement secret, a salt, a key of [`STATE_DISK_KEY_LEN`] bytes, a
+/// control-plane role key ([`ControlPlanePublicKey::from_bytes`]: a ticket
+/// without one leaves the node no way to tell a control plane from a
+/// member).
 fn check_fields(
     measurement_secret: &SecretBytes,
     salt: &[u8],
     state_disk_key: &SecretBytes,
-) -> Result<(MeasurementSalt, SecretBytes), TicketError> {
+    control_plane_key: &[u8],
+) -> Result<(MeasurementSalt, SecretBytes, ControlPlanePublicKey), TicketError> {
     if measurement_secret.expose().is_empty() {
         return Err(TicketError::Unusable("no measurement secret".into()));
     }
@@ -454,7 +488,9 @@ fn check_fields(
             "the state disk key is {key_len} bytes, not {STATE_DISK_KEY_LEN}"
         )));
     }
-    Ok((salt, state_disk_key.clone()))
+    let control_plane_key = ControlPlanePublicKey::from_bytes(control_plane_key)
+        .map_err(|e| TicketError::Unusable(e.to_string()))?;
+    Ok((salt, state_disk_key.clone(), control_plane_key))
 }
 
 /// The join service must prove membership of the ticket's cluster: its
@@ -508,6 +544,7 @@ mod tests {
             measurement_secret: SecretBytes::new(secret.to_vec()),
             measurement_salt: salt.to_vec(),
             state_disk_key: SecretBytes::new(key.to_vec()),
+            control_plane_key: vec![4; 32],
             ..Default::default()
         }
     }
@@ -548,6 +585,15 @@ mod tests {
                 join(&[1], &[2; 32], &[3; 31]),
                 "the state disk key is 31 bytes, not 32",
             ),
+            // A ticket without the control-plane role key leaves the node
+            // no way to tell a control plane from a member.
+            (
+                JoinTicket {
+                    control_plane_key: Vec::new(),
+                    ..join(&[1], &[2; 32], &[3; 32])
+                },
+                "a control-plane key of 0 bytes (want 32, not all zeros)",
+            ),
         ] {
             assert_eq!(t.check(), Err(TicketError::Unusable(why.into())));
         }
@@ -556,8 +602,15 @@ mod tests {
             state_disk_key: SecretBytes::new(key.to_vec()),
             generation: 0,
             measurement_salt: salt.to_vec(),
+            control_plane_key: vec![4; 32],
         };
-        assert!(rejoin(&[1], &[2; 32], &[3; 32]).check().is_ok());
+        let checked = rejoin(&[1], &[2; 32], &[3; 32]).check().unwrap();
+        assert_eq!(checked.control_plane_key().as_bytes(), &[4; 32]);
+        let no_key = RejoinTicket {
+            control_plane_key: vec![0; 32],
+            ..rejoin(&[1], &[2; 32], &[3; 32])
+        };
+        assert!(no_key.check().is_err());
         assert!(rejoin(&[], &[2; 32], &[3; 32]).check().is_err());
         assert!(rejoin(&[1], &[2; 32], &[3; 33]).check().is_err());
         for salt in [&[][..], &[2; 15], &[2; 257]] {
@@ -739,6 +792,7 @@ mod tests {
             measurement_secret: SecretBytes::new(vec![1; 32]),
             generation: 4,
             measurement_salt: vec![2; 32],
+            control_plane_key: vec![4; 32],
         }
         .seal(&node.public_key())
         .unwrap();
@@ -777,6 +831,7 @@ mod tests {
         assert_eq!(opened.measurement_secret.expose(), vec![1; 32]);
         assert_eq!(opened.generation, 4);
         assert_eq!(opened.measurement_salt, vec![2; 32]);
+        assert_eq!(opened.control_plane_key, vec![4; 32]);
     }
 
     #[test]
@@ -787,6 +842,7 @@ mod tests {
             measurement_secret: vec![1; 32],
             token: "abcdef.0123456789abcdef".into(),
             control_plane_files: Vec::new(),
+            control_plane_key: vec![4; 32],
         };
         let t = rejoin_sealed(
             &seal_secrets(&secrets, &node.public_key(), SealedKind::RejoinTicket).unwrap(),

@@ -3,7 +3,10 @@
 //! control plane serves members only), the control plane to the node's
 //! join-service validators and with PCR 15 marked with the node's cluster
 //! id. A control plane that fails either check is not asked; its answer is
-//! bounded to [`MAX_UPDATE_BYTES`].
+//! bounded to [`MAX_UPDATE_BYTES`] and taken only when the cluster's
+//! control-plane role key signed it for this session
+//! ([`confboot_cluster::role`]): a member that is no control plane (a
+//! compromised worker) passes the first two checks, never the third.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +17,7 @@ use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse, OwnRecord};
 use super::{MAX_UPDATE_BYTES, UpdateSource};
 use confboot_atls::{self as atls, AtlsError};
 use confboot_attest::{Issuer, Validator};
+use confboot_cluster::role::{ControlPlanePublicKey, RoleError};
 use confboot_cluster::ticket::TicketError;
 use confboot_wire::Status;
 
@@ -42,6 +46,10 @@ pub enum AttemptError {
     /// The call failed (its status).
     #[error("{0}")]
     Call(#[source] Status),
+    /// The answer is not signed with the control-plane role key for this
+    /// session: a member that is no control plane, or a replay.
+    #[error("{0}")]
+    NotControlPlane(#[source] RoleError),
 }
 
 /// `ENDPOINT: WHY` for each attempt, `; `-separated, or `no control plane
@@ -63,6 +71,7 @@ pub struct ControlPlaneSource {
     validators: Vec<Arc<dyn Validator>>,
     issuer: Arc<dyn Issuer>,
     cluster_id: Vec<u8>,
+    control_plane_key: ControlPlanePublicKey,
     own: Option<OwnRecord>,
     timeout: Duration,
     /// The endpoint that answered last: asked first next time.
@@ -70,15 +79,17 @@ pub struct ControlPlaneSource {
 }
 
 impl ControlPlaneSource {
-    /// Asks `endpoints` in turn; each must attest to one of `validators`
-    /// and be marked with `cluster_id`; the node attests with `issuer`,
-    /// sends `own` with every request, and bounds each attempt (connect,
+    /// Asks `endpoints` in turn; each must attest to one of `validators`,
+    /// be marked with `cluster_id` and sign its answer with the private
+    /// half of `control_plane_key`; the node attests with `issuer`, sends
+    /// `own` with every request, and bounds each attempt (connect,
     /// handshake and call, all together) by `timeout`.
     pub fn new(
         endpoints: Vec<String>,
         validators: Vec<Arc<dyn Validator>>,
         issuer: Arc<dyn Issuer>,
         cluster_id: Vec<u8>,
+        control_plane_key: ControlPlanePublicKey,
         own: Option<OwnRecord>,
         timeout: Duration,
     ) -> ControlPlaneSource {
@@ -87,6 +98,7 @@ impl ControlPlaneSource {
             validators,
             issuer,
             cluster_id,
+            control_plane_key,
             own,
             timeout,
             next: 0,
@@ -113,14 +125,20 @@ impl ControlPlaneSource {
         .map_err(AttemptError::Handshake)?;
         confboot_cluster::ticket::check_member_mark(&self.cluster_id, service.as_ref())
             .map_err(AttemptError::NotMember)?;
+        let session = atls::binding::session_binding(&client.get_ref().conn)
+            .map_err(AttemptError::Handshake)?;
         let mut client = client.with_max_frame_len(MAX_UPDATE_BYTES as u32);
-        client
+        let answer = client
             .unary(
                 GET_UPDATE,
                 request,
                 deadline.saturating_duration_since(Instant::now()),
             )
-            .map_err(AttemptError::Call)
+            .map_err(AttemptError::Call)?;
+        self.control_plane_key
+            .verify_answer(GET_UPDATE, &session, request, &answer)
+            .map_err(AttemptError::NotControlPlane)?;
+        Ok(answer)
     }
 }
 

@@ -28,6 +28,7 @@
 //!         vpn_ip: "10.118.0.2".into(),
 //!         vpn_pub_key: vec![7; 32],
 //!     }],
+//!     signature: Vec::new(),
 //! };
 //! // Checked, then (once the interface has it) recorded.
 //! let list = updates.check(&response)?.expect("a new version");
@@ -35,7 +36,7 @@
 //! updates.commit(response.resource_version, list);
 //! assert_eq!(updates.request().resource_version, 7);
 //! // The same version again changes nothing.
-//! let same = GetUpdateResponse { resource_version: 7, peers: vec![] };
+//! let same = GetUpdateResponse { resource_version: 7, ..Default::default() };
 //! assert!(updates.check(&same)?.is_none());
 //! # Ok(())
 //! # }

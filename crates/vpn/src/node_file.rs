@@ -8,7 +8,8 @@
 //! ```json
 //! {"name": "worker-1", "privateKey": "<base64>", "ownRecordKey": "<base64>",
 //!  "diskUUID": "…", "publicEndpoint": "192.0.2.10:51820", "listenPort": 51820,
-//!  "controlPlanes": ["10.0.2.100:9090"], "clusterId": "<hex>"}
+//!  "controlPlanes": ["10.0.2.100:9090"], "clusterId": "<hex>",
+//!  "controlPlaneKey": "<hex>"}
 //! ```
 //!
 //! It is read with a serde derive ([`confboot_util::json::object`]): every
@@ -21,6 +22,8 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
+
+use confboot_cluster::role::ControlPlanePublicKey;
 
 use super::{OwnRecordKey, VpnError, VpnPrivateKey, check_peer_name, parse_public_endpoint};
 use confboot_util::fs::FileError;
@@ -69,6 +72,9 @@ pub struct NodeVpnFile {
     pub control_planes: Vec<String>,
     /// The cluster id: a control plane's PCR 15 must hold its mark.
     pub cluster_id: Vec<u8>,
+    /// The public half of the control-plane role key: a control plane's
+    /// answers must carry its signature ([`confboot_cluster::role`]).
+    pub control_plane_key: ControlPlanePublicKey,
 }
 
 impl NodeVpnFile {
@@ -123,6 +129,10 @@ impl NodeVpnFile {
             .ok()
             .filter(|id| id.len() == 32)
             .ok_or_else(|| format("clusterId is not 32 bytes of hex"))?;
+        let control_plane_key = confboot_util::hex::decode(&file.control_plane_key)
+            .ok()
+            .and_then(|key| ControlPlanePublicKey::from_bytes(&key).ok())
+            .ok_or_else(|| format("controlPlaneKey is not a control-plane key in hex"))?;
         Ok(NodeVpnFile {
             name: file.name,
             private_key,
@@ -132,6 +142,7 @@ impl NodeVpnFile {
             listen_port: file.listen_port,
             control_planes: list,
             cluster_id,
+            control_plane_key,
         })
     }
 
@@ -146,6 +157,7 @@ impl NodeVpnFile {
             "listenPort": self.listen_port,
             "controlPlanes": self.control_planes,
             "clusterId": confboot_util::hex::encode(&self.cluster_id),
+            "controlPlaneKey": confboot_util::hex::encode(self.control_plane_key.as_bytes()),
         });
         let text = Zeroizing::new(value.to_string());
         take_secret(&mut value, "privateKey");
@@ -173,6 +185,7 @@ struct FileJson {
     listen_port: u16,
     control_planes: Vec<String>,
     cluster_id: String,
+    control_plane_key: String,
 }
 
 /// Takes the string `name` out of `value` into a zeroized string.
@@ -215,6 +228,7 @@ mod tests {
             listen_port: 51820,
             control_planes: vec!["10.0.2.100:9090".into()],
             cluster_id: vec![9; 32],
+            control_plane_key: ControlPlanePublicKey::from_bytes(&[5; 32]).unwrap(),
         }
     }
 
@@ -231,6 +245,7 @@ mod tests {
         assert_eq!(again.own_record_key.expose(), file.own_record_key.expose());
         assert_eq!(again.control_planes, file.control_planes);
         assert_eq!(again.cluster_id, file.cluster_id);
+        assert_eq!(again.control_plane_key, file.control_plane_key);
         // A second write replaces it (a later boot's).
         let second = NodeVpnFile {
             listen_port: 51821,
@@ -256,6 +271,8 @@ mod tests {
             ("controlPlanes", json!(["no-port"])),
             ("controlPlanes", json!(vec!["a:1"; 65])),
             ("clusterId", json!("00")),
+            ("controlPlaneKey", json!("05")),
+            ("controlPlaneKey", json!("0".repeat(64))),
         ] {
             let mut v = good.clone();
             v[field] = bad.clone();
@@ -264,7 +281,13 @@ mod tests {
                 "{field} = {bad} accepted"
             );
         }
-        for field in ["name", "privateKey", "listenPort", "controlPlanes"] {
+        for field in [
+            "name",
+            "privateKey",
+            "listenPort",
+            "controlPlanes",
+            "controlPlaneKey",
+        ] {
             let mut v = good.clone();
             v.as_object_mut().unwrap().remove(field);
             assert!(

@@ -13,8 +13,8 @@ pub const MAX_PEERS: usize = 1024;
 
 /// The largest encoded `GetUpdateResponse` a node reads: [`MAX_PEERS`]
 /// peers of the longest name (253), endpoint (47) and address (15), a key,
-/// and field overhead.
-pub const MAX_UPDATE_BYTES: usize = MAX_PEERS * 384 + 16;
+/// the control plane's signature (64 bytes) and field overhead.
+pub const MAX_UPDATE_BYTES: usize = MAX_PEERS * 384 + 16 + 66;
 
 /// Checks a peer's name: a Kubernetes node name.
 pub fn check_peer_name(name: &str) -> Result<(), VpnError> {
@@ -257,6 +257,7 @@ pub(super) mod tests {
                     vpn_pub_key: vec![1; 32],
                 })
                 .collect(),
+            signature: vec![1; 64],
         });
         assert!(
             encoded <= MAX_UPDATE_BYTES,

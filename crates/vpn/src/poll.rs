@@ -200,6 +200,7 @@ mod tests {
         Some(GetUpdateResponse {
             resource_version: version,
             peers: peers.iter().map(|i| wire_peer(*i)).collect(),
+            signature: Vec::new(),
         })
     }
 

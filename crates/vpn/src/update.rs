@@ -92,6 +92,7 @@ mod tests {
         let v1 = GetUpdateResponse {
             resource_version: 1,
             peers: vec![wire_peer(1), wire_peer(2)],
+            signature: Vec::new(),
         };
         assert_eq!(apply(&mut u, &v1).unwrap(), Some(2));
         assert_eq!(u.request().resource_version, 1);
@@ -100,6 +101,7 @@ mod tests {
         let same_empty = GetUpdateResponse {
             resource_version: 1,
             peers: vec![],
+            signature: Vec::new(),
         };
         assert_eq!(apply(&mut u, &same_empty).unwrap(), None);
         assert_eq!(u.peers().peers().len(), 2);
@@ -107,12 +109,14 @@ mod tests {
         let v2 = GetUpdateResponse {
             resource_version: 2,
             peers: vec![wire_peer(2)],
+            signature: Vec::new(),
         };
         assert_eq!(apply(&mut u, &v2).unwrap(), Some(1));
         // Every node removed is a valid list too.
         let v3 = GetUpdateResponse {
             resource_version: 3,
             peers: vec![],
+            signature: Vec::new(),
         };
         assert_eq!(apply(&mut u, &v3).unwrap(), Some(0));
     }
@@ -123,6 +127,7 @@ mod tests {
         let good = GetUpdateResponse {
             resource_version: 5,
             peers: vec![wire_peer(1)],
+            signature: Vec::new(),
         };
         apply(&mut u, &good).unwrap();
         let mut outside = wire_peer(2);
@@ -130,6 +135,7 @@ mod tests {
         let bad = GetUpdateResponse {
             resource_version: 6,
             peers: vec![wire_peer(1), outside],
+            signature: Vec::new(),
         };
         assert!(matches!(
             apply(&mut u, &bad),
@@ -141,6 +147,7 @@ mod tests {
         let fixed = GetUpdateResponse {
             resource_version: 7,
             peers: vec![wire_peer(1), wire_peer(2)],
+            signature: Vec::new(),
         };
         assert_eq!(apply(&mut u, &fixed).unwrap(), Some(2));
     }
