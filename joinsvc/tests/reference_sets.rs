@@ -315,7 +315,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         assert!(matches!(err, AtlsError::Attestation(_)), "{err}");
     }
     assert_eq!(
-        joinsvc.kube.created().len(),
+        joinsvc.kube().created().len(),
         1,
         "refusing nodes asked for nothing"
     );
@@ -350,7 +350,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
             shown.contains("nor the set it presents") && shown.contains(why),
             "{file}: {shown}"
         );
-        assert!(joinsvc.kube.created().is_empty(), "{file}");
+        assert!(joinsvc.kube().created().is_empty(), "{file}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
