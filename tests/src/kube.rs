@@ -128,6 +128,20 @@ impl ControlPlane {
             );
         }
 
+        // kubeadm points the components' kubeconfigs at the local API
+        // endpoint (the host's address): here they use loopback.
+        for conf in ["super-admin.conf", "controller-manager.conf"] {
+            let text = std::fs::read_to_string(path(conf)).unwrap();
+            let text: String = text
+                .lines()
+                .map(|l| match l.trim_start().strip_prefix("server: ") {
+                    Some(_) => format!("    server: https://127.0.0.1:{port}\n"),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            std::fs::write(path(conf), text).unwrap();
+        }
+
         let (client, peer) = (free_port(), free_port());
         let mut etcd = Command::new(part("etcd"));
         etcd.arg("--name=harness")
@@ -385,7 +399,11 @@ fn kubeadm_config(dir: &Path, port: u16) -> String {
     let init = json!({
         "apiVersion": "kubeadm.k8s.io/v1beta4",
         "kind": "InitConfiguration",
-        "localAPIEndpoint": {"advertiseAddress": "127.0.0.1", "bindPort": port},
+        // No advertise address: kubeadm takes loopback as a selector of a
+        // global address on `lo`, and picks the host's own otherwise (only
+        // the serving certificate's names carry it); every client here
+        // uses the control-plane endpoint on loopback.
+        "localAPIEndpoint": {"bindPort": port},
         "nodeRegistration": {"name": "harness-control-plane"},
     });
     let cluster = json!({
