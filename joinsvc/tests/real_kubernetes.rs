@@ -62,7 +62,11 @@ fn kubeadm_join_dry_run(endpoint: &str, token: &str, ca_hash: &str) -> (bool, St
     let out = Command::new(part("kubeadm"))
         .args(["join", endpoint, "--token", token])
         .args(["--discovery-token-ca-cert-hash", ca_hash])
-        .args(["--dry-run", "--ignore-preflight-errors=all", "--node-name=dry-run-node"])
+        .args([
+            "--dry-run",
+            "--ignore-preflight-errors=all",
+            "--node-name=dry-run-node",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -74,22 +78,45 @@ fn kubeadm_join_dry_run(endpoint: &str, token: &str, ca_hash: &str) -> (bool, St
     (out.status.success(), text)
 }
 
+/// Waits until the API server no longer authenticates `token` (its Secret
+/// deleted: the authenticator reads Secrets through an informer, which
+/// learns of the deletion within moments).
+fn wait_token_gone(plane: &ControlPlane, token: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while plane.whoami(token).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "a deleted token still authenticates"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn the_parts_carry_the_pinned_release() {
     let short = Command::new(part("kubeadm"))
         .args(["version", "-o", "short"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&short.stdout).trim(), KUBERNETES_VERSION);
+    assert_eq!(
+        String::from_utf8_lossy(&short.stdout).trim(),
+        KUBERNETES_VERSION
+    );
     for program in ["kube-apiserver", "kube-controller-manager", "kubelet"] {
-        let out = Command::new(part(program)).arg("--version").output().unwrap();
+        let out = Command::new(part(program))
+            .arg("--version")
+            .output()
+            .unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!("Kubernetes {KUBERNETES_VERSION}"),
             "{program} --version"
         );
     }
-    let etcd = Command::new(part("etcd")).arg("--version").output().unwrap();
+    let etcd = Command::new(part("etcd"))
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(
         String::from_utf8_lossy(&etcd.stdout).contains("etcd Version: 3.7.3"),
         "{}",
@@ -114,14 +141,27 @@ fn a_ticket_is_what_a_real_kubeadm_join_needs() {
     let (id, _) = ticket.token.split_once('.').expect("id.secret");
 
     // The Secret is in kube-system, as the bootstrap authenticator reads it.
-    let secret = plane.kubectl_json(&["get", "secret", &format!("bootstrap-token-{id}"), "-n", "kube-system"]);
+    let secret = plane.kubectl_json(&[
+        "get",
+        "secret",
+        &format!("bootstrap-token-{id}"),
+        "-n",
+        "kube-system",
+    ]);
     assert_eq!(secret["type"], "bootstrap.kubernetes.io/token");
 
-    let (user, groups) = plane.whoami(&ticket.token).expect("the API server authenticates the token");
+    let (user, groups) = plane
+        .whoami(&ticket.token)
+        .expect("the API server authenticates the token");
     assert_eq!(user, format!("system:bootstrap:{id}"));
-    assert!(groups.iter().any(|g| g == "system:bootstrappers"), "{groups:?}");
     assert!(
-        groups.iter().any(|g| g == "system:bootstrappers:kubeadm:default-node-token"),
+        groups.iter().any(|g| g == "system:bootstrappers"),
+        "{groups:?}"
+    );
+    assert!(
+        groups
+            .iter()
+            .any(|g| g == "system:bootstrappers:kubeadm:default-node-token"),
         "the group kubeadm's RBAC binds: {groups:?}"
     );
 
@@ -130,15 +170,27 @@ fn a_ticket_is_what_a_real_kubeadm_join_needs() {
         &ticket.token,
         &ticket.discovery_token_ca_cert_hash,
     );
-    assert!(ok, "kubeadm join discovers the cluster with the ticket:\n{out}");
+    assert!(
+        ok,
+        "kubeadm join discovers the cluster with the ticket:\n{out}"
+    );
 
     let wrong = format!("sha256:{}", "ab".repeat(32));
     let (ok, out) = kubeadm_join_dry_run(&ticket.api_server_endpoint, &ticket.token, &wrong);
     assert!(!ok, "a wrong CA hash must be refused:\n{out}");
-    assert!(out.contains("none of the public keys") || out.contains("pinned"), "{out}");
+    assert!(
+        out.contains("none of the public keys") || out.contains("pinned"),
+        "{out}"
+    );
 
-    plane.kubectl(&["delete", "secret", &format!("bootstrap-token-{id}"), "-n", "kube-system"]);
-    assert!(plane.whoami(&ticket.token).is_err(), "a deleted token authenticates no one");
+    plane.kubectl(&[
+        "delete",
+        "secret",
+        &format!("bootstrap-token-{id}"),
+        "-n",
+        "kube-system",
+    ]);
+    wait_token_gone(&plane, &ticket.token);
     let (ok, out) = kubeadm_join_dry_run(
         &ticket.api_server_endpoint,
         &ticket.token,
@@ -189,14 +241,20 @@ fn the_shipped_role_is_exactly_enough() {
         match node.join(joinsvc.rpc_addr, DISK_C) {
             Err(e) => break e,
             Ok(_) => {
-                assert!(Instant::now() < deadline, "the narrowed Role never took effect");
+                assert!(
+                    Instant::now() < deadline,
+                    "the narrowed Role never took effect"
+                );
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
     };
     assert_ne!(err.code, Code::Ok);
     let log = joinsvc.process.log().join("\n");
-    assert!(log.contains("403") || log.to_lowercase().contains("forbidden"), "{log}");
+    assert!(
+        log.contains("403") || log.to_lowercase().contains("forbidden"),
+        "{log}"
+    );
 }
 
 /// A kubeconfig for the TLS bootstrap with a ticket's endpoint and token,
@@ -222,10 +280,16 @@ fn hollow_kubelet(dir: &Path, name: &str, bootstrap: &Path) -> confboot_tests::C
     let mut c = Command::new(part("kubemark"));
     c.args(["--morph=kubelet", &format!("--name={name}")])
         .arg(format!("--bootstrap-kubeconfig={}", bootstrap.display()))
-        .arg(format!("--kubeconfig={}", dir.join("kubelet.conf").display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            dir.join("kubelet.conf").display()
+        ))
         .arg(format!("--cert-dir={}/", dir.join("pki").display()))
         .arg(format!("--kubelet-port={}", confboot_tests::free_port()))
-        .arg(format!("--kubelet-read-only-port={}", confboot_tests::free_port()))
+        .arg(format!(
+            "--kubelet-read-only-port={}",
+            confboot_tests::free_port()
+        ))
         .arg("--use-host-image-service=false")
         .arg("--kube-api-content-type=application/json")
         .stdout(Stdio::null());
@@ -264,12 +328,21 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
 
     let dir = confboot_tests::TempDir::new("hollow-kubelet");
     let bootstrap = dir.path().join("bootstrap-kubelet.conf");
-    bootstrap_kubeconfig(&bootstrap, &ticket.api_server_endpoint, &plane.ca_pem(), &ticket.token);
+    bootstrap_kubeconfig(
+        &bootstrap,
+        &ticket.api_server_endpoint,
+        &plane.ca_pem(),
+        &ticket.token,
+    );
     let begin = Instant::now();
     let kubelet = hollow_kubelet(dir.path(), "worker-1", &bootstrap);
     let deadline = begin + Duration::from_secs(240);
     while node_ready(&plane, "worker-1").as_deref() != Some("True") {
-        assert!(kubelet.exited().is_none(), "the kubelet exited:\n{}", kubelet.log().join("\n"));
+        assert!(
+            kubelet.exited().is_none(),
+            "the kubelet exited:\n{}",
+            kubelet.log().join("\n")
+        );
         assert!(
             Instant::now() < deadline,
             "worker-1 never became Ready:\n{}",
@@ -277,25 +350,48 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    eprintln!("worker-1 Ready {:.1} s after its kubelet started", begin.elapsed().as_secs_f64());
+    eprintln!(
+        "worker-1 Ready {:.1} s after its kubelet started",
+        begin.elapsed().as_secs_f64()
+    );
     let csrs = plane.kubectl_json(&["get", "csr"]);
     let csr = csrs["items"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["spec"]["username"].as_str().is_some_and(|u| u.starts_with("system:bootstrap:")))
+        .find(|c| {
+            c["spec"]["username"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("system:bootstrap:"))
+        })
         .expect("the kubelet's CSR, made as the bootstrap token");
-    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(
+        csr["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
     assert!(csr["status"]["certificate"].is_string(), "signed: {csr}");
     drop(kubelet);
 
     // The token deleted: a kubelet bootstrapping with it gets nowhere.
     let (id, _) = ticket.token.split_once('.').unwrap();
-    plane.kubectl(&["delete", "secret", &format!("bootstrap-token-{id}"), "-n", "kube-system"]);
+    plane.kubectl(&[
+        "delete",
+        "secret",
+        &format!("bootstrap-token-{id}"),
+        "-n",
+        "kube-system",
+    ]);
+    wait_token_gone(&plane, &ticket.token);
     let dir2 = confboot_tests::TempDir::new("hollow-kubelet");
     let kubelet = hollow_kubelet(dir2.path(), "worker-2", &bootstrap);
     std::thread::sleep(Duration::from_secs(20));
-    assert!(node_ready(&plane, "worker-2").is_none(), "no Node for a deleted token");
-    assert!(!dir2.path().join("kubelet.conf").exists(), "no credentials for a deleted token");
+    assert!(
+        node_ready(&plane, "worker-2").is_none(),
+        "no Node for a deleted token"
+    );
+    assert!(
+        !dir2.path().join("kubelet.conf").exists(),
+        "no credentials for a deleted token"
+    );
     drop(kubelet);
 }

@@ -124,7 +124,9 @@ impl ControlPlane {
         for conf in ["super-admin", "controller-manager"] {
             run(
                 "kubeadm init phase kubeconfig",
-                kubeadm(&["kubeconfig", conf]).arg("--kubeconfig-dir").arg(dir.path()),
+                kubeadm(&["kubeconfig", conf])
+                    .arg("--kubeconfig-dir")
+                    .arg(dir.path()),
             );
         }
 
@@ -149,14 +151,22 @@ impl ControlPlane {
             .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
             .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+            ))
             .arg(format!("--initial-cluster=harness=http://127.0.0.1:{peer}"))
             .arg("--unsafe-no-fsync")
             .arg("--log-level=warn");
         etcd.stdout(Stdio::null());
         let etcd = ChildProcess::spawn("etcd", etcd);
 
-        let pki = |name: &str| path("pki").join(name).into_os_string().into_string().unwrap();
+        let pki = |name: &str| {
+            path("pki")
+                .join(name)
+                .into_os_string()
+                .into_string()
+                .unwrap()
+        };
         let mut api = Command::new(part("kube-apiserver"));
         api.arg("--advertise-address=127.0.0.1")
             .arg("--bind-address=127.0.0.1")
@@ -169,19 +179,37 @@ impl ControlPlane {
             .arg(format!("--client-ca-file={}", pki("ca.crt")))
             .arg(format!("--tls-cert-file={}", pki("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", pki("apiserver.key")))
-            .arg(format!("--kubelet-client-certificate={}", pki("apiserver-kubelet-client.crt")))
-            .arg(format!("--kubelet-client-key={}", pki("apiserver-kubelet-client.key")))
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                pki("apiserver-kubelet-client.crt")
+            ))
+            .arg(format!(
+                "--kubelet-client-key={}",
+                pki("apiserver-kubelet-client.key")
+            ))
             .arg("--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname")
-            .arg(format!("--proxy-client-cert-file={}", pki("front-proxy-client.crt")))
-            .arg(format!("--proxy-client-key-file={}", pki("front-proxy-client.key")))
-            .arg(format!("--requestheader-client-ca-file={}", pki("front-proxy-ca.crt")))
+            .arg(format!(
+                "--proxy-client-cert-file={}",
+                pki("front-proxy-client.crt")
+            ))
+            .arg(format!(
+                "--proxy-client-key-file={}",
+                pki("front-proxy-client.key")
+            ))
+            .arg(format!(
+                "--requestheader-client-ca-file={}",
+                pki("front-proxy-ca.crt")
+            ))
             .arg("--requestheader-allowed-names=front-proxy-client")
             .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
             .arg("--requestheader-group-headers=X-Remote-Group")
             .arg("--requestheader-username-headers=X-Remote-User")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg(format!("--service-account-key-file={}", pki("sa.pub")))
-            .arg(format!("--service-account-signing-key-file={}", pki("sa.key")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                pki("sa.key")
+            ))
             .arg("--service-cluster-ip-range=10.96.0.0/12")
             .arg("--endpoint-reconciler-type=none")
             .arg("-v=1");
@@ -196,12 +224,18 @@ impl ControlPlane {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={}", free_port()))
             .arg(format!("--client-ca-file={}", pki("ca.crt")))
-            .arg(format!("--requestheader-client-ca-file={}", pki("front-proxy-ca.crt")))
+            .arg(format!(
+                "--requestheader-client-ca-file={}",
+                pki("front-proxy-ca.crt")
+            ))
             .arg("--cluster-name=confboot-test")
             .arg(format!("--cluster-signing-cert-file={}", pki("ca.crt")))
             .arg(format!("--cluster-signing-key-file={}", pki("ca.key")))
             .arg(format!("--root-ca-file={}", pki("ca.crt")))
-            .arg(format!("--service-account-private-key-file={}", pki("sa.key")))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                pki("sa.key")
+            ))
             .arg("--use-service-account-credentials=true")
             .arg("--leader-elect=false")
             .arg(
@@ -225,7 +259,10 @@ impl ControlPlane {
         };
         plane.wait_ready(begin + START_DEADLINE);
         let admin = plane.admin_kubeconfig();
-        for phase in [&["upload-config", "all"][..], &["bootstrap-token", "--skip-token-print"]] {
+        for phase in [
+            &["upload-config", "all"][..],
+            &["bootstrap-token", "--skip-token-print"],
+        ] {
             let mut c = Command::new(part("kubeadm"));
             c.args(["init", "phase"]).args(phase);
             c.arg("--config").arg(plane.dir.path().join("kubeadm.yaml"));
@@ -249,7 +286,10 @@ impl ControlPlane {
                 }
             }
             if TcpStream::connect_timeout(&self.endpoint, Duration::from_millis(200)).is_ok() {
-                let out = self.kubectl_command(&["get", "--raw=/readyz"]).output().unwrap();
+                let out = self
+                    .kubectl_command(&["get", "--raw=/readyz"])
+                    .output()
+                    .unwrap();
                 if out.status.success() {
                     return;
                 }
@@ -267,7 +307,8 @@ impl ControlPlane {
     /// `cluster-info` with the token kubeadm made, as discovery needs.
     fn wait_cluster_info_signed(&self, deadline: Instant) {
         loop {
-            let info = self.kubectl_json(&["get", "configmap", "cluster-info", "-n", "kube-public"]);
+            let info =
+                self.kubectl_json(&["get", "configmap", "cluster-info", "-n", "kube-public"]);
             if info["data"]
                 .as_object()
                 .is_some_and(|d| d.keys().any(|k| k.starts_with("jws-kubeconfig-")))
@@ -362,7 +403,10 @@ impl ControlPlane {
     pub fn whoami(&self, token: &str) -> Result<(String, Vec<String>), String> {
         let mut c = Command::new(part("kubectl"));
         c.arg(format!("--server={}", self.url()))
-            .arg(format!("--certificate-authority={}", self.ca_cert_path().display()))
+            .arg(format!(
+                "--certificate-authority={}",
+                self.ca_cert_path().display()
+            ))
             .arg(format!("--token={token}"))
             .args(["--request-timeout=30s", "auth", "whoami", "-o", "json"])
             .stdin(Stdio::null());
@@ -376,7 +420,11 @@ impl ControlPlane {
             info["username"].as_str().unwrap_or_default().to_string(),
             info["groups"]
                 .as_array()
-                .map(|g| g.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default(),
         ))
     }

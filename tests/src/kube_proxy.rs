@@ -162,7 +162,9 @@ fn rustls_pemfile_certs(pem: &str) -> Vec<CertificateDer<'static>> {
     let mut rest = pem;
     while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
         let body = &rest[start + 27..];
-        let end = body.find("-----END CERTIFICATE-----").expect("a closed PEM block");
+        let end = body
+            .find("-----END CERTIFICATE-----")
+            .expect("a closed PEM block");
         let b64: String = body[..end].split_whitespace().collect();
         out.push(CertificateDer::from(
             confboot_util::base64::decode(&b64).expect("PEM base64"),
@@ -195,7 +197,8 @@ impl Message {
     fn encode(&self) -> Vec<u8> {
         let mut out = format!("{}\r\n", self.start.trim_end());
         for (k, v) in &self.headers {
-            if k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")
+            if k.eq_ignore_ascii_case("content-length")
+                || k.eq_ignore_ascii_case("transfer-encoding")
             {
                 continue;
             }
@@ -421,7 +424,12 @@ fn serve(sock: PeerStream, tls: Arc<rustls::ServerConfig>, shared: &Shared, stop
             },
         };
         let stream = reader.get_mut();
-        if stream.write_all(&answer).and_then(|_| stream.flush()).is_err() || close {
+        if stream
+            .write_all(&answer)
+            .and_then(|_| stream.flush())
+            .is_err()
+            || close
+        {
             break;
         }
     }

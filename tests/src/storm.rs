@@ -163,8 +163,11 @@ impl Storm {
             .iter()
             .map(|r| r.kube().created().len())
             .collect();
-        let connections_before: Vec<u64> =
-            self.replicas.iter().map(|r| r.kube().connections()).collect();
+        let connections_before: Vec<u64> = self
+            .replicas
+            .iter()
+            .map(|r| r.kube().connections())
+            .collect();
         let cpu_before: Vec<f64> = self
             .replicas
             .iter()

@@ -365,7 +365,11 @@ fn der_tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     if len < 0x80 {
         out.push(len as u8);
     } else {
-        let bytes: Vec<u8> = len.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
         out.push(0x80 | bytes.len() as u8);
         out.extend(bytes);
     }
@@ -442,8 +446,8 @@ impl KubeletCertSigner {
             return Err(KubeletCertError::Ca("validity under a day".into()));
         }
         let pkcs8 = ca_key_pkcs8(ca_key_pem)?;
-        let key = KeyPair::try_from(pkcs8.as_slice())
-            .map_err(|e| KubeletCertError::Ca(e.to_string()))?;
+        let key =
+            KeyPair::try_from(pkcs8.as_slice()).map_err(|e| KubeletCertError::Ca(e.to_string()))?;
         let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, key)
             .map_err(|e| KubeletCertError::Ca(e.to_string()))?;
         Ok(KubeletCertSigner { issuer, validity })
@@ -636,7 +640,17 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("confboot-ca-forms-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let forms: [(&str, &[&str]); 2] = [
-            ("ec.key", &["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out"]),
+            (
+                "ec.key",
+                &[
+                    "ecparam",
+                    "-name",
+                    "prime256v1",
+                    "-genkey",
+                    "-noout",
+                    "-out",
+                ],
+            ),
             ("rsa.key", &["genrsa", "-traditional", "-out"]),
         ];
         for (name, args) in forms {
@@ -649,11 +663,17 @@ mod tests {
             let (ok, out) = openssl(&all);
             assert!(ok, "{out}");
             let key_pem = std::fs::read_to_string(&path).unwrap();
-            let label = if name == "ec.key" { "EC PRIVATE KEY" } else { "RSA PRIVATE KEY" };
+            let label = if name == "ec.key" {
+                "EC PRIVATE KEY"
+            } else {
+                "RSA PRIVATE KEY"
+            };
             assert!(key_pem.contains(label), "{key_pem}");
             let key = KeyPair::try_from(ca_key_pkcs8(&key_pem).unwrap().as_slice()).unwrap();
             let mut params = CertificateParams::default();
-            params.distinguished_name.push(DnType::CommonName, "kubernetes");
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "kubernetes");
             params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
             let ca_pem = params.self_signed(&key).unwrap().pem();
             let signer = KubeletCertSigner::new(&ca_pem, &key_pem, DEFAULT_KUBELET_CERT_VALIDITY)
