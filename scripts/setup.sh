@@ -76,3 +76,15 @@ if ! "$VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KUBERNETE
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
+
+# The Kubernetes parts (kube-apiserver, kube-controller-manager, kubeadm,
+# kubelet, kubemark, kubectl, etcd), built from their Go modules at the
+# pinned release into a cache keyed by the versions: skipped when cached.
+if ! bash "$ROOT/scripts/kubernetes.sh" --print >/dev/null 2>&1; then
+  command -v go >/dev/null 2>&1 || {
+    echo "setup: Go is needed to build the Kubernetes parts (install Go 1.26 or later)" >&2
+    exit 1
+  }
+  echo "setup: building the Kubernetes parts (scripts/kubernetes.sh; tens of minutes on a cold machine)"
+  bash "$ROOT/scripts/kubernetes.sh" >/dev/null
+fi

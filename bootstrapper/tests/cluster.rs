@@ -242,6 +242,7 @@ fn init_join_refuse_restart_and_recover() {
         // joinsvc runs on the control plane: node 1's TPM, measured as
         // every node of this image and marked with the cluster id.
         extra: vec!["--tpm".into(), tpm1.tpm_arg()],
+        real_api: None,
     };
     let joinsvc_bin = workspace_binary("joinsvc");
     let joinsvc = Joinsvc::launch(&joinsvc_bin, &tpm2.policy(), setup(&master));
@@ -777,7 +778,7 @@ fn a_node_takes_tickets_only_from_a_marked_member_running_the_expected_image() {
     drop(b);
     assert!(n.luks_uuid().is_none());
     assert!(
-        joinsvc.kube.created().is_empty(),
+        joinsvc.kube().created().is_empty(),
         "the node asked for nothing"
     );
 
@@ -919,7 +920,7 @@ fn a_node_refuses_a_join_service_whose_variant_it_does_not_accept() {
     drop(b);
     assert!(n.luks_uuid().is_none(), "nothing was formatted");
     assert!(
-        joinsvc.kube.created().is_empty(),
+        joinsvc.kube().created().is_empty(),
         "the node asked for nothing"
     );
 }

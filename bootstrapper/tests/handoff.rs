@@ -127,6 +127,7 @@ fn init_and_join_hand_the_cluster_step_over_and_run_no_kubeadm() {
             pinned_aks: vec![tpm2.ak_public.clone()],
             listen: format!("127.0.0.1:{}", free_port()),
             extra: vec!["--tpm".into(), tpm1.tpm_arg()],
+            real_api: None,
         },
     );
     let handoff2 = n2.p("run/confboot");

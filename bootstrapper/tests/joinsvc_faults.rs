@@ -335,8 +335,8 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
         let disk = std::fs::File::create(n.p("disk.img")).unwrap();
         disk.set_len(32 << 20).unwrap();
         let _ = std::fs::remove_file(n.p("token-ids"));
-        let tokens_before = joinsvc.kube.created().len();
-        let requests_before = joinsvc.kube.requests();
+        let tokens_before = joinsvc.kube().created().len();
+        let requests_before = joinsvc.kube().requests();
         let proxy = match scenario {
             Scenario::KillAfterServerFlight => Some(HandshakePoint::ServerFlight),
             Scenario::KillAfterClientFlight => Some(HandshakePoint::ClientFlight),
@@ -348,22 +348,22 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             .map_or(joinsvc.rpc_addr, |p| p.addr)
             .to_string();
         match scenario {
-            Scenario::KillWhileApiCall => joinsvc.kube.fail_next(&[Failure::NoAnswer]),
+            Scenario::KillWhileApiCall => joinsvc.kube().fail_next(&[Failure::NoAnswer]),
             Scenario::KillAfterTokenCreated => joinsvc
-                .kube
+                .kube()
                 .fail_next(&[Failure::Slow(Duration::from_secs(600))]),
-            Scenario::ApiInternalError => joinsvc.kube.fail_next(&[Failure::InternalError; 3]),
-            Scenario::ApiThrottledAndTimingOut => joinsvc.kube.fail_next(&[
+            Scenario::ApiInternalError => joinsvc.kube().fail_next(&[Failure::InternalError; 3]),
+            Scenario::ApiThrottledAndTimingOut => joinsvc.kube().fail_next(&[
                 Failure::TooManyRequests,
                 Failure::TooManyRequests,
                 Failure::ServerTimeout,
             ]),
-            Scenario::ApiNoAnswer => joinsvc.kube.fail_next(&[Failure::NoAnswer]),
+            Scenario::ApiNoAnswer => joinsvc.kube().fail_next(&[Failure::NoAnswer]),
             Scenario::ApiSlow => joinsvc
-                .kube
+                .kube()
                 .fail_next(&[Failure::Slow(Duration::from_secs(2))]),
             Scenario::ApiSlowerThanTimeout => joinsvc
-                .kube
+                .kube()
                 .fail_next(&[Failure::Slow(KUBE_API_TIMEOUT + Duration::from_secs(2))]),
             Scenario::TpmRestart => cp_tpm.swtpm.stop(true).expect("stop joinsvc's swtpm"),
             Scenario::TpmReset => {
@@ -391,14 +391,14 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             }
             Scenario::KillWhileApiCall => {
                 wait_until(&node, "the API request", || {
-                    joinsvc.kube.requests() > requests_before
+                    joinsvc.kube().requests() > requests_before
                 });
                 joinsvc.process.kill();
                 true
             }
             Scenario::KillAfterTokenCreated => {
                 wait_until(&node, "the token's Secret", || {
-                    joinsvc.kube.created().len() > tokens_before
+                    joinsvc.kube().created().len() > tokens_before
                 });
                 joinsvc.process.kill();
                 true
@@ -475,7 +475,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             .map(str::to_string)
             .collect();
         assert_eq!(used.len(), 1, "one kubeadm join\n{}", all_log());
-        let created = joinsvc.kube.created();
+        let created = joinsvc.kube().created();
         let made: Vec<&str> = created[tokens_before..]
             .iter()
             .map(|t| t.id.as_str())

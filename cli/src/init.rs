@@ -56,8 +56,8 @@ const SSH_USERS: Opt = Opt::value(
 );
 const CLUSTER_NAME: Opt =
     Opt::value("cluster-name", "NAME", "Name of the cluster").default("confboot");
-const KUBERNETES_VERSION: Opt =
-    Opt::value("kubernetes-version", "VERSION", "Kubernetes version").default("v1.31.1");
+const KUBERNETES_VERSION: Opt = Opt::value("kubernetes-version", "VERSION", "Kubernetes version")
+    .default(confboot_proto::api::PINNED_KUBERNETES_VERSION);
 const TIMEOUT: Opt = Opt::value("timeout", "SECONDS", "How long Init may take").default("900");
 
 const CMD: Command = Command {

@@ -184,7 +184,7 @@ pub const KUBERNETES_VERSION: Opt = Opt::value(
     "VERSION",
     "Kubernetes version nodes install",
 )
-.default("v1.31.1");
+.default(confboot_proto::api::PINNED_KUBERNETES_VERSION);
 /// `--kubernetes-ca`.
 pub const KUBERNETES_CA: Opt = Opt::value(
     "kubernetes-ca",

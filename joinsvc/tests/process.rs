@@ -51,7 +51,7 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
     assert_eq!(ticket.measurement_salt, joinsvc.measurement_salt);
     assert_eq!(ticket.api_server_endpoint, "10.0.0.1:6443");
     assert!(ticket.discovery_token_ca_cert_hash.starts_with("sha256:"));
-    let created = joinsvc.kube.created();
+    let created = joinsvc.kube().created();
     assert_eq!(created.len(), 1);
     assert_eq!(
         *ticket.token,
@@ -62,7 +62,7 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
     let err = tampered.join(joinsvc.rpc_addr, DISK_B).unwrap_err();
     assert_eq!(err.code, Code::PermissionDenied, "{err}");
     assert_eq!(
-        joinsvc.kube.created().len(),
+        joinsvc.kube().created().len(),
         1,
         "no token for a refused node"
     );
@@ -87,8 +87,8 @@ fn attested_nodes_get_tickets_and_policy_reloads_without_restart() {
     );
 
     // The token double saw exactly one token request per issued join ticket.
-    assert_eq!(joinsvc.kube.created().len(), 2);
-    assert_eq!(joinsvc.kube.secret_requests(), 2);
+    assert_eq!(joinsvc.kube().created().len(), 2);
+    assert_eq!(joinsvc.kube().secret_requests(), 2);
 
     let (code, metrics) = joinsvc.http_get("/metrics");
     assert_eq!(code, 200);
@@ -175,7 +175,7 @@ fn unattested_clients_cannot_call_and_untrusted_aks_are_refused() {
     );
     assert!(r.is_err());
     assert!(node.join(joinsvc.rpc_addr, DISK_A).is_ok());
-    assert!(joinsvc.kube.created().len() == 1);
+    assert!(joinsvc.kube().created().len() == 1);
 }
 
 #[test]
@@ -396,7 +396,7 @@ fn nodes_can_require_joinsvc_to_attest() {
         "{err}"
     );
     assert_eq!(
-        joinsvc.kube.created().len(),
+        joinsvc.kube().created().len(),
         1,
         "the refusing node asked for nothing"
     );

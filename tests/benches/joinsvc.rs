@@ -431,7 +431,7 @@ fn main() {
         .collect();
     let issuers = Arc::new(issuers);
     populate_the_ledger(addr, issuers[0].clone());
-    let filter = joinsvc.kube.configmap("confboot-issued-filter").unwrap();
+    let filter = joinsvc.kube().configmap("confboot-issued-filter").unwrap();
     println!(
         "ledger: the filter of issued disks holds {} entries ({} bytes of base64), in its own \
          ConfigMap",
@@ -449,8 +449,8 @@ fn main() {
     );
     println!(
         "  (tokens created through the API double: {}, over {} connections)",
-        joinsvc.kube.created().len(),
-        joinsvc.kube.connections()
+        joinsvc.kube().created().len(),
+        joinsvc.kube().connections()
     );
     let join_ms = cpu.report_since(pid, tickets * t0.elapsed().as_secs_f64());
     let (cpu, t0) = (CpuUse::now(pid), Instant::now());

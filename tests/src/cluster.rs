@@ -153,6 +153,25 @@ pub struct JoinsvcSetup {
     /// More command-line arguments (with `--reference-values-dir`, no
     /// `--policy` is given).
     pub extra: Vec<String>,
+    /// The real Kubernetes API it talks to (none: a double of its own).
+    pub real_api: Option<RealApi>,
+}
+
+/// How a joinsvc reaches a real API server ([`crate::kube::ControlPlane`]):
+/// as a pod of `deploy/kubernetes/joinsvc.yaml` does, with its
+/// ServiceAccount's token, and with the cluster's PKI directory.
+#[derive(Clone)]
+pub struct RealApi {
+    /// The API server's URL.
+    pub url: String,
+    /// The CA bundle (PEM) that serves it.
+    pub ca_pem: String,
+    /// The bearer token (a ServiceAccount token).
+    pub token: String,
+    /// kubeadm's PKI directory of the cluster (`ca.crt`, `ca.key`).
+    pub pki_dir: PathBuf,
+    /// The endpoint a ticket names for `kubeadm join`.
+    pub endpoint: String,
 }
 
 impl JoinsvcSetup {
@@ -164,6 +183,7 @@ impl JoinsvcSetup {
             pinned_aks: Vec::new(),
             listen: "127.0.0.1:0".into(),
             extra: Vec::new(),
+            real_api: None,
         }
     }
 }
@@ -194,8 +214,11 @@ pub struct Joinsvc {
     pub master_secret: MasterSecret,
     /// The measurement salt it hands out.
     pub measurement_salt: Vec<u8>,
-    /// The Kubernetes API double it creates tokens through.
-    pub kube: KubeApiDouble,
+    /// The Kubernetes API double it creates tokens through (none: it talks
+    /// to a real API server, [`JoinsvcSetup::real_api`]).
+    double: Option<KubeApiDouble>,
+    /// How it reaches its Kubernetes API (the double's, or a real one's).
+    api: RealApi,
     /// The process.
     pub process: ChildProcess,
     /// The join API's address.
@@ -211,6 +234,14 @@ pub struct Joinsvc {
 }
 
 impl Joinsvc {
+    /// The Kubernetes API double this joinsvc talks to; panics for one
+    /// that talks to a real API server.
+    pub fn kube(&self) -> &KubeApiDouble {
+        self.double
+            .as_ref()
+            .expect("this joinsvc talks to a real API server, not a double")
+    }
+
     /// The admin's `binary --remove-vpn-peer NAME --vpn-cidr CIDR` against
     /// this joinsvc's Kubernetes API (its CA and token written into `dir`),
     /// ready to run.
@@ -222,12 +253,12 @@ impl Joinsvc {
         dir: &Path,
     ) -> Command {
         let (ca, token) = (dir.join("kube-ca.crt"), dir.join("kube-token"));
-        std::fs::write(&ca, self.kube.ca_pem()).unwrap();
-        std::fs::write(&token, KUBE_TOKEN).unwrap();
+        std::fs::write(&ca, &self.api.ca_pem).unwrap();
+        std::fs::write(&token, &self.api.token).unwrap();
         let mut command = Command::new(binary);
         command
             .args(["--remove-vpn-peer", name, "--vpn-cidr", cidr])
-            .args(["--kube-api", &self.kube.url()])
+            .args(["--kube-api", &self.api.url])
             .arg("--kube-api-ca")
             .arg(ca)
             .arg("--kube-api-token-file")
@@ -266,6 +297,7 @@ impl Joinsvc {
             pinned_aks,
             listen,
             extra,
+            real_api,
         } = setup;
         std::fs::write(
             p("master-secret.json"),
@@ -284,21 +316,36 @@ impl Joinsvc {
         std::fs::write(p("pinned-aks"), pinned.join("\n")).unwrap();
         // The cluster CA: its certificate for the discovery hash, its key
         // (in the PKI directory, as on a control plane) for kubelet
-        // certificates.
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca = rcgen::CertificateParams::default();
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "kubernetes");
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        std::fs::write(p("ca.crt"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
-        std::fs::write(p("ca.key"), ca_key.serialize_pem()).unwrap();
-        let kube = KubeApiDouble::start(KUBE_TOKEN);
-        std::fs::write(p("kube-ca.crt"), kube.ca_pem()).unwrap();
-        std::fs::write(p("kube-token"), KUBE_TOKEN).unwrap();
+        // certificates; the real cluster's, or one made here beside the
+        // double.
+        let (double, api) = match real_api {
+            Some(api) => (None, api),
+            None => {
+                let ca_key = rcgen::KeyPair::generate().unwrap();
+                let mut ca = rcgen::CertificateParams::default();
+                ca.distinguished_name
+                    .push(rcgen::DnType::CommonName, "kubernetes");
+                ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+                ca.key_usages = vec![
+                    rcgen::KeyUsagePurpose::KeyCertSign,
+                    rcgen::KeyUsagePurpose::DigitalSignature,
+                ];
+                std::fs::write(p("ca.crt"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
+                std::fs::write(p("ca.key"), ca_key.serialize_pem()).unwrap();
+                let double = KubeApiDouble::start(KUBE_TOKEN);
+                let api = RealApi {
+                    url: double.url(),
+                    ca_pem: double.ca_pem(),
+                    token: KUBE_TOKEN.to_string(),
+                    pki_dir: dir.path().to_path_buf(),
+                    endpoint: "10.0.0.1:6443".to_string(),
+                };
+                (Some(double), api)
+            }
+        };
+        std::fs::write(p("kube-ca.crt"), &api.ca_pem).unwrap();
+        std::fs::write(p("kube-token"), &api.token).unwrap();
+        let ca_cert_path = api.pki_dir.join("ca.crt");
 
         let mut args: Vec<std::ffi::OsString> = Vec::new();
         let mut arg = |name: &str, value: &dyn AsRef<std::ffi::OsStr>| {
@@ -320,10 +367,10 @@ impl Joinsvc {
             "--ak-trust",
             &format!("pinned:{}", p("pinned-aks").display()),
         );
-        arg("--api-server-endpoint", &"10.0.0.1:6443");
-        arg("--kubernetes-ca", &p("ca.crt"));
-        arg("--pki-dir", &dir.path());
-        arg("--kube-api", &kube.url());
+        arg("--api-server-endpoint", &api.endpoint);
+        arg("--kubernetes-ca", &ca_cert_path);
+        arg("--pki-dir", &api.pki_dir);
+        arg("--kube-api", &api.url);
         arg("--kube-api-ca", &p("kube-ca.crt"));
         arg("--kube-api-token-file", &p("kube-token"));
         // Its durable state in the test's directory, not the machine's.
@@ -336,11 +383,12 @@ impl Joinsvc {
         Joinsvc {
             master_secret,
             measurement_salt,
-            kube,
+            double,
+            api,
             process,
             rpc_addr,
             http_addr,
-            ca_cert_path: p("ca.crt"),
+            ca_cert_path,
             policy_path: p("policy.json"),
             command: (binary.to_path_buf(), args),
             dir,

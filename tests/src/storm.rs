@@ -161,10 +161,13 @@ impl Storm {
         let tokens_before: Vec<usize> = self
             .replicas
             .iter()
-            .map(|r| r.kube.created().len())
+            .map(|r| r.kube().created().len())
             .collect();
-        let connections_before: Vec<u64> =
-            self.replicas.iter().map(|r| r.kube.connections()).collect();
+        let connections_before: Vec<u64> = self
+            .replicas
+            .iter()
+            .map(|r| r.kube().connections())
+            .collect();
         let cpu_before: Vec<f64> = self
             .replicas
             .iter()
@@ -210,9 +213,9 @@ impl Storm {
             .enumerate()
             .map(|(r, replica)| ReplicaFigures {
                 tickets: outcomes.iter().filter(|o| o.served_by == Some(r)).count(),
-                tokens: replica.kube.created().len() - tokens_before[r],
+                tokens: replica.kube().created().len() - tokens_before[r],
                 cpu_seconds: process_cpu_seconds(replica.process.id()) - cpu_before[r],
-                api_connections: replica.kube.connections() - connections_before[r],
+                api_connections: replica.kube().connections() - connections_before[r],
                 peak_rss_kib: status_kib(replica.process.id(), "VmHWM"),
             })
             .collect();

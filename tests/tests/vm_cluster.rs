@@ -417,6 +417,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         pinned_aks: vec![n1.ak.clone(), n2.ak.clone(), n3.ak.clone(), bad.ak.clone()],
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
+        real_api: None,
     };
     // joinsvc's TPM, freshly started, gets the golden boot's event log
     // replayed: its PCRs are then a node's of this image (checked: all but
@@ -628,7 +629,7 @@ fn vm_cluster_init_join_refuse_rejoin_and_recover() {
         "{metrics}"
     );
     assert!(
-        joinsvc.kube.created().len() >= 2,
+        joinsvc.kube().created().len() >= 2,
         "join tokens were created"
     );
     drop(joinsvc);

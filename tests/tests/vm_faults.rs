@@ -161,6 +161,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
             pinned_aks: vec![node.ak.clone()],
             listen: format!("127.0.0.1:{joinsvc_port}"),
             extra: vec!["--tpm".into(), swtpm.addr().to_string()],
+            real_api: None,
         };
         {
             let mut tpm = swtpm.connect().expect("connect to swtpm");
@@ -342,7 +343,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
     }
     let created = service
         .as_ref()
-        .map_or(0, |s| s.joinsvc.kube.created().len());
+        .map_or(0, |s| s.joinsvc.kube().created().len());
     println!(
         "bootstrap tokens created: {created}; whole test {:.1} s",
         t0.elapsed().as_secs_f64()

@@ -282,6 +282,7 @@ fn vm_os_init_join_reboot_and_refused_roots() {
         ],
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
+        real_api: None,
     };
     let (joinsvc, _joinsvc_swtpm) = measured.joinsvc_as_node(
         &joinsvc_bin,

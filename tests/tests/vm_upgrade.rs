@@ -440,6 +440,7 @@ fn vm_rolling_upgrade_v1_to_v2_with_signed_reference_values() {
             "--present-reference-values".to_string(),
             v1_signed.display().to_string(),
         ],
+        real_api: None,
     };
     let (joinsvc, _joinsvc_swtpm) = measured.joinsvc_as_node(
         &joinsvc_bin,

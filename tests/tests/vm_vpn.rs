@@ -250,6 +250,7 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         pinned_aks: nodes.iter().map(|n| n.ak.clone()).collect(),
         listen: format!("127.0.0.1:{joinsvc_port}"),
         extra: vec![],
+        real_api: None,
     };
     let joinsvc_swtpm = Swtpm::start_in(&joinsvc_tpm.dir).expect("swtpm starts");
     {

@@ -28,7 +28,7 @@ use rcgen::{
     SanType, SerialNumber,
 };
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer};
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 /// The largest CSR accepted (a P-256 CSR with eight IPs is under 600 bytes).
 pub const MAX_KUBELET_CSR_BYTES: usize = 4 * 1024;
@@ -358,6 +358,82 @@ pub struct KubeletCertSigner {
     validity: Duration,
 }
 
+/// A DER TLV: `tag`, the length (short or long form), `content`.
+fn der_tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let len = content.len();
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// The DER of OID 1.2.840.10045.2.1 (`id-ecPublicKey`).
+const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+/// The DER of OID 1.2.840.113549.1.1.1 (`rsaEncryption`).
+const OID_RSA_ENCRYPTION: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+
+/// A PKCS#8 `PrivateKeyInfo` of `algorithm` (its DER) around `key`.
+fn pkcs8_info(algorithm: &[u8], key: &[u8]) -> Zeroizing<Vec<u8>> {
+    let mut content = der_tlv(0x02, &[0]);
+    content.extend(der_tlv(0x30, algorithm));
+    let octets = Zeroizing::new(der_tlv(0x04, key));
+    content.extend_from_slice(&octets);
+    let info = Zeroizing::new(der_tlv(0x30, &content));
+    content.zeroize();
+    info
+}
+
+/// The cluster CA's private key as PKCS#8 DER, from the PEM forms a
+/// control plane has it in: `PRIVATE KEY` (PKCS#8), `EC PRIVATE KEY`
+/// (SEC1: what kubeadm writes for ECDSA keys) and `RSA PRIVATE KEY`
+/// (PKCS#1: kubeadm's default RSA keys).
+fn ca_key_pkcs8(pem: &str) -> Result<Zeroizing<Vec<u8>>, KubeletCertError> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+    let bad = |what: &str| KubeletCertError::Ca(format!("the CA key is not {what}"));
+    let key = PrivateKeyDer::from_pem_slice(pem.as_bytes())
+        .map_err(|_| bad("a PEM private key (PKCS#8, SEC1 or PKCS#1)"))?;
+    match key {
+        PrivateKeyDer::Pkcs8(der) => Ok(Zeroizing::new(der.secret_pkcs8_der().to_vec())),
+        PrivateKeyDer::Pkcs1(der) => {
+            let mut algorithm = der_tlv(0x06, OID_RSA_ENCRYPTION);
+            algorithm.extend(der_tlv(0x05, &[]));
+            Ok(pkcs8_info(&algorithm, der.secret_pkcs1_der()))
+        }
+        PrivateKeyDer::Sec1(der) => {
+            use sec1::der::{Decode, Encode};
+            let ec = sec1::EcPrivateKey::from_der(der.secret_sec1_der())
+                .map_err(|_| bad("a SEC1 EC private key"))?;
+            let curve = ec
+                .parameters
+                .and_then(|p| p.named_curve())
+                .ok_or_else(|| bad("a SEC1 EC private key naming its curve"))?;
+            // PKCS#8 names the curve in the algorithm; the key inside
+            // goes without it (RFC 5915).
+            let inner = sec1::EcPrivateKey {
+                private_key: ec.private_key,
+                parameters: None,
+                public_key: ec.public_key,
+            };
+            let inner = Zeroizing::new(inner.to_der().map_err(|_| bad("a SEC1 EC private key"))?);
+            let mut algorithm = der_tlv(0x06, OID_EC_PUBLIC_KEY);
+            algorithm.extend(der_tlv(0x06, curve.as_bytes()));
+            Ok(pkcs8_info(&algorithm, &inner))
+        }
+        _ => Err(bad("a private key of a known form")),
+    }
+}
+
 impl KubeletCertSigner {
     /// A signer from the CA's PEM certificate and PEM private key, giving
     /// certificates `validity` (at least a day).
@@ -369,7 +445,9 @@ impl KubeletCertSigner {
         if validity < Duration::from_secs(24 * 3600) {
             return Err(KubeletCertError::Ca("validity under a day".into()));
         }
-        let key = KeyPair::from_pem(ca_key_pem).map_err(|e| KubeletCertError::Ca(e.to_string()))?;
+        let pkcs8 = ca_key_pkcs8(ca_key_pem)?;
+        let key =
+            KeyPair::try_from(pkcs8.as_slice()).map_err(|e| KubeletCertError::Ca(e.to_string()))?;
         let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, key)
             .map_err(|e| KubeletCertError::Ca(e.to_string()))?;
         Ok(KubeletCertSigner { issuer, validity })
@@ -552,6 +630,60 @@ mod tests {
     fn csr_of(params: CertificateParams) -> Vec<u8> {
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
         params.serialize_request(&key).unwrap().der().to_vec()
+    }
+
+    /// The cluster CA's key as a real control plane has it: kubeadm writes
+    /// ECDSA keys as SEC1 (`EC PRIVATE KEY`, with the curve named) and RSA
+    /// keys as PKCS#1 (`RSA PRIVATE KEY`); openssl makes both here.
+    #[test]
+    fn a_ca_key_in_kubeadms_forms_signs() {
+        let dir = std::env::temp_dir().join(format!("confboot-ca-forms-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let forms: [(&str, &[&str]); 2] = [
+            (
+                "ec.key",
+                &[
+                    "ecparam",
+                    "-name",
+                    "prime256v1",
+                    "-genkey",
+                    "-noout",
+                    "-out",
+                ],
+            ),
+            ("rsa.key", &["genrsa", "-traditional", "-out"]),
+        ];
+        for (name, args) in forms {
+            let path = dir.join(name);
+            let mut all = args.to_vec();
+            all.push(path.to_str().unwrap());
+            if name == "rsa.key" {
+                all.push("2048");
+            }
+            let (ok, out) = openssl(&all);
+            assert!(ok, "{out}");
+            let key_pem = std::fs::read_to_string(&path).unwrap();
+            let label = if name == "ec.key" {
+                "EC PRIVATE KEY"
+            } else {
+                "RSA PRIVATE KEY"
+            };
+            assert!(key_pem.contains(label), "{key_pem}");
+            let key = KeyPair::try_from(ca_key_pkcs8(&key_pem).unwrap().as_slice()).unwrap();
+            let mut params = CertificateParams::default();
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "kubernetes");
+            params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let ca_pem = params.self_signed(&key).unwrap().pem();
+            let signer = KubeletCertSigner::new(&ca_pem, &key_pem, DEFAULT_KUBELET_CERT_VALIDITY)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let request = KubeletCertRequest::new("worker-1", &ips(&["10.0.2.15"])).unwrap();
+            let cert = signer.sign(&request.csr_der, SystemTime::now()).unwrap();
+            check_kubelet_cert(&cert, &request).unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(ca_key_pkcs8("not a key").is_err());
     }
 
     #[test]

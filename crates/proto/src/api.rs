@@ -59,6 +59,11 @@ impl<Req, Resp> fmt::Display for Method<Req, Resp> {
     }
 }
 
+/// The Kubernetes release an `InitRequest` and a join ticket name when
+/// the admin names none (`kubernetes_version`): the release confboot is
+/// built and tested with (`scripts/kubernetes.sh` builds its parts).
+pub const PINNED_KUBERNETES_VERSION: &str = "v1.37.2";
+
 /// `init.API/Init`: the admin's Init of the first node; the node answers
 /// with log lines and then success or failure (server-streaming).
 pub const INIT: Method<InitRequest, InitResponse> = Method::new("/init.API/Init");

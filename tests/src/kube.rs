@@ -1,0 +1,473 @@
+//! A real Kubernetes control plane as processes on loopback: etcd,
+//! kube-apiserver and kube-controller-manager, built from their Go modules
+//! at the pinned release by `scripts/kubernetes.sh`, configured the way
+//! `kubeadm init` configures them.
+//!
+//! [`ControlPlane::start`] runs, in a directory of its own:
+//! - real `kubeadm init phase certs all` and `kubeadm init phase kubeconfig`
+//!   for the cluster's PKI (ECDSA P-256) and the components' kubeconfigs;
+//! - etcd on loopback (plain HTTP, no fsync: a test's data);
+//! - kube-apiserver with kubeadm's flags: client certificates from the
+//!   cluster CA, bootstrap-token authentication, `Node,RBAC`
+//!   authorization, `NodeRestriction`, real service-account signing keys;
+//! - kube-controller-manager with the bootstrap signer, the token cleaner
+//!   and the CSR signer and approver, signing with the cluster CA;
+//! - real `kubeadm init phase upload-config all` and `kubeadm init phase
+//!   bootstrap-token`, which leave what `kubeadm join` reads: the
+//!   `kubeadm-config` and `kubelet-config` ConfigMaps, the `cluster-info`
+//!   ConfigMap in kube-public, and the RBAC that lets bootstrap tokens
+//!   read them, post CSRs and have them approved.
+//!
+//! The admin talks to it with the real kubectl ([`ControlPlane::kubectl`])
+//! as `system:masters` (kubeadm's super-admin kubeconfig). A test that
+//! needs the parts and runs where they are not built stops with the line
+//! that says what to run ([`crate::stop_for_missing_setup`]).
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{ChildProcess, TempDir, free_port, stop_for_missing_setup};
+
+/// The Kubernetes release the parts are built at (`scripts/kubernetes.sh`).
+pub const KUBERNETES_VERSION: &str = "v1.37.2";
+
+/// How long the control plane may take to answer `/readyz` once started
+/// (etcd and the API server on a loaded two-core machine).
+const START_DEADLINE: Duration = Duration::from_secs(180);
+
+/// The directory holding the built Kubernetes parts (`kube-apiserver`,
+/// `kube-controller-manager`, `kubeadm`, `kubelet`, `kubemark`, `kubectl`,
+/// `etcd`): `$CONFBOOT_KUBE_BIN`, else what `scripts/kubernetes.sh --print`
+/// names. Stops the test process with what to run when they are absent.
+pub fn parts_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("CONFBOOT_KUBE_BIN") {
+            return PathBuf::from(dir);
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kubernetes.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("--print")
+            .stderr(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if !out.status.success() || !dir.join("kube-apiserver").is_file() {
+            stop_for_missing_setup(
+                "the Kubernetes parts are not built: run scripts/setup.sh (or scripts/kubernetes.sh) first",
+            );
+        }
+        dir
+    })
+}
+
+/// One of the built Kubernetes programs.
+pub fn part(name: &str) -> PathBuf {
+    let path = parts_dir().join(name);
+    assert!(path.is_file(), "{} is not built", path.display());
+    path
+}
+
+/// Runs a command to its end; panics with its output if it fails.
+fn run(what: &str, command: &mut Command) -> Output {
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A real control plane on loopback (see the module documentation); its
+/// processes are ended when it is dropped.
+pub struct ControlPlane {
+    endpoint: SocketAddr,
+    started_in: Duration,
+    // Dropped in this order: the controller manager, the API server, etcd.
+    controller_manager: ChildProcess,
+    api_server: ChildProcess,
+    etcd: ChildProcess,
+    dir: TempDir,
+}
+
+impl ControlPlane {
+    /// Starts etcd, the API server and the controller manager, and has
+    /// kubeadm upload what a join needs; returns once the API server is
+    /// ready and the bootstrap signer has signed `cluster-info`.
+    pub fn start() -> ControlPlane {
+        let begin = Instant::now();
+        let dir = TempDir::new("control-plane");
+        let path = |name: &str| dir.path().join(name);
+        let port = free_port();
+        let endpoint = SocketAddr::from(([127, 0, 0, 1], port));
+        std::fs::write(path("kubeadm.yaml"), kubeadm_config(dir.path(), port)).unwrap();
+        let kubeadm = |args: &[&str]| {
+            let mut c = Command::new(part("kubeadm"));
+            c.args(["init", "phase"]).args(args);
+            c.arg("--config").arg(path("kubeadm.yaml"));
+            c
+        };
+        run("kubeadm init phase certs", &mut kubeadm(&["certs", "all"]));
+        for conf in ["super-admin", "controller-manager"] {
+            run(
+                "kubeadm init phase kubeconfig",
+                kubeadm(&["kubeconfig", conf])
+                    .arg("--kubeconfig-dir")
+                    .arg(dir.path()),
+            );
+        }
+
+        // kubeadm points the components' kubeconfigs at the local API
+        // endpoint (the host's address): here they use loopback.
+        for conf in ["super-admin.conf", "controller-manager.conf"] {
+            let text = std::fs::read_to_string(path(conf)).unwrap();
+            let text: String = text
+                .lines()
+                .map(|l| match l.trim_start().strip_prefix("server: ") {
+                    Some(_) => format!("    server: https://127.0.0.1:{port}\n"),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            std::fs::write(path(conf), text).unwrap();
+        }
+
+        let (client, peer) = (free_port(), free_port());
+        let mut etcd = Command::new(part("etcd"));
+        etcd.arg("--name=harness")
+            .arg(format!("--data-dir={}", path("etcd").display()))
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+            ))
+            .arg(format!("--initial-cluster=harness=http://127.0.0.1:{peer}"))
+            .arg("--unsafe-no-fsync")
+            .arg("--log-level=warn");
+        etcd.stdout(Stdio::null());
+        let etcd = ChildProcess::spawn("etcd", etcd);
+
+        let pki = |name: &str| {
+            path("pki")
+                .join(name)
+                .into_os_string()
+                .into_string()
+                .unwrap()
+        };
+        let mut api = Command::new(part("kube-apiserver"));
+        api.arg("--advertise-address=127.0.0.1")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!("--etcd-servers=http://127.0.0.1:{client}"))
+            .arg("--allow-privileged=true")
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--enable-admission-plugins=NodeRestriction")
+            .arg("--enable-bootstrap-token-auth=true")
+            .arg(format!("--client-ca-file={}", pki("ca.crt")))
+            .arg(format!("--tls-cert-file={}", pki("apiserver.crt")))
+            .arg(format!("--tls-private-key-file={}", pki("apiserver.key")))
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                pki("apiserver-kubelet-client.crt")
+            ))
+            .arg(format!(
+                "--kubelet-client-key={}",
+                pki("apiserver-kubelet-client.key")
+            ))
+            .arg("--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname")
+            .arg(format!(
+                "--proxy-client-cert-file={}",
+                pki("front-proxy-client.crt")
+            ))
+            .arg(format!(
+                "--proxy-client-key-file={}",
+                pki("front-proxy-client.key")
+            ))
+            .arg(format!(
+                "--requestheader-client-ca-file={}",
+                pki("front-proxy-ca.crt")
+            ))
+            .arg("--requestheader-allowed-names=front-proxy-client")
+            .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
+            .arg("--requestheader-group-headers=X-Remote-Group")
+            .arg("--requestheader-username-headers=X-Remote-User")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", pki("sa.pub")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                pki("sa.key")
+            ))
+            .arg("--service-cluster-ip-range=10.96.0.0/12")
+            .arg("--endpoint-reconciler-type=none")
+            .arg("-v=1");
+        api.stdout(Stdio::null());
+        let api_server = ChildProcess::spawn("kube-apiserver", api);
+
+        let mut kcm = Command::new(part("kube-controller-manager"));
+        let conf = path("controller-manager.conf");
+        kcm.arg(format!("--kubeconfig={}", conf.display()))
+            .arg(format!("--authentication-kubeconfig={}", conf.display()))
+            .arg(format!("--authorization-kubeconfig={}", conf.display()))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_port()))
+            .arg(format!("--client-ca-file={}", pki("ca.crt")))
+            .arg(format!(
+                "--requestheader-client-ca-file={}",
+                pki("front-proxy-ca.crt")
+            ))
+            .arg("--cluster-name=confboot-test")
+            .arg(format!("--cluster-signing-cert-file={}", pki("ca.crt")))
+            .arg(format!("--cluster-signing-key-file={}", pki("ca.key")))
+            .arg(format!("--root-ca-file={}", pki("ca.crt")))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                pki("sa.key")
+            ))
+            .arg("--use-service-account-credentials=true")
+            .arg("--leader-elect=false")
+            .arg(
+                "--controllers=bootstrap-signer-controller,token-cleaner-controller,\
+                 certificatesigningrequest-signing-controller,\
+                 certificatesigningrequest-approving-controller,\
+                 certificatesigningrequest-cleaner-controller,\
+                 serviceaccount-token-controller,serviceaccount-controller,\
+                 root-ca-certificate-publisher-controller",
+            )
+            .arg("-v=1")
+            .stdout(Stdio::null());
+
+        let mut plane = ControlPlane {
+            endpoint,
+            started_in: Duration::ZERO,
+            controller_manager: ChildProcess::spawn("kube-controller-manager", kcm),
+            api_server,
+            etcd,
+            dir,
+        };
+        plane.wait_ready(begin + START_DEADLINE);
+        let admin = plane.admin_kubeconfig();
+        for phase in [
+            &["upload-config", "all"][..],
+            &["bootstrap-token", "--skip-token-print"],
+        ] {
+            let mut c = Command::new(part("kubeadm"));
+            c.args(["init", "phase"]).args(phase);
+            c.arg("--config").arg(plane.dir.path().join("kubeadm.yaml"));
+            c.arg("--kubeconfig").arg(&admin);
+            run("kubeadm init phase (upload)", &mut c);
+        }
+        plane.wait_cluster_info_signed(begin + START_DEADLINE);
+        plane.started_in = begin.elapsed();
+        plane
+    }
+
+    fn wait_ready(&self, deadline: Instant) {
+        loop {
+            for (name, p) in [
+                ("etcd", &self.etcd),
+                ("kube-apiserver", &self.api_server),
+                ("kube-controller-manager", &self.controller_manager),
+            ] {
+                if let Some(status) = p.exited() {
+                    panic!("{name} exited ({status}):\n{}", p.log().join("\n"));
+                }
+            }
+            if TcpStream::connect_timeout(&self.endpoint, Duration::from_millis(200)).is_ok() {
+                let out = self
+                    .kubectl_command(&["get", "--raw=/readyz"])
+                    .output()
+                    .unwrap();
+                if out.status.success() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the API server was not ready by its deadline:\n{}",
+                self.api_server.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits for the bootstrap signer (in the controller manager) to sign
+    /// `cluster-info` with the token kubeadm made, as discovery needs.
+    fn wait_cluster_info_signed(&self, deadline: Instant) {
+        loop {
+            let info =
+                self.kubectl_json(&["get", "configmap", "cluster-info", "-n", "kube-public"]);
+            if info["data"]
+                .as_object()
+                .is_some_and(|d| d.keys().any(|k| k.starts_with("jws-kubeconfig-")))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the bootstrap signer never signed cluster-info:\n{}",
+                self.controller_manager.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// How long [`ControlPlane::start`] took, from nothing to a signed
+    /// `cluster-info`.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// The API server's address (`127.0.0.1:port`).
+    pub fn endpoint(&self) -> SocketAddr {
+        self.endpoint
+    }
+
+    /// The API server's URL.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.endpoint)
+    }
+
+    /// kubeadm's PKI directory of this cluster (`ca.crt`, `ca.key`, ...).
+    pub fn pki_dir(&self) -> PathBuf {
+        self.dir.path().join("pki")
+    }
+
+    /// The cluster CA certificate's file.
+    pub fn ca_cert_path(&self) -> PathBuf {
+        self.pki_dir().join("ca.crt")
+    }
+
+    /// The cluster CA certificate (PEM), which also serves the API server.
+    pub fn ca_pem(&self) -> String {
+        std::fs::read_to_string(self.ca_cert_path()).unwrap()
+    }
+
+    /// kubeadm's super-admin kubeconfig (`system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("super-admin.conf")
+    }
+
+    /// The real kubectl as the cluster's admin, ready to run with `args`.
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(part("kubectl"));
+        c.arg("--kubeconfig").arg(self.admin_kubeconfig());
+        c.arg("--request-timeout=30s");
+        c.args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Runs kubectl as the admin; panics with its output if it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = run("kubectl", &mut self.kubectl_command(args));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `kubectl ... -o json`, parsed.
+    pub fn kubectl_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&all)).unwrap()
+    }
+
+    /// Applies a manifest file (server-side validation, as `kubectl apply`
+    /// does against a real cluster).
+    pub fn apply(&self, manifest: &Path) {
+        self.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    }
+
+    /// A token of the ServiceAccount `namespace/name` from the TokenRequest
+    /// API (as the kubelet mounts into a pod).
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.kubectl(&["create", "token", name, "-n", namespace, "--duration=2h"])
+            .trim()
+            .to_string()
+    }
+
+    /// The identity the API server gives the bearer `token`
+    /// (a SelfSubjectReview): `(username, groups)`, or the HTTP error
+    /// kubectl reports (an unauthenticated token).
+    pub fn whoami(&self, token: &str) -> Result<(String, Vec<String>), String> {
+        let mut c = Command::new(part("kubectl"));
+        c.arg(format!("--server={}", self.url()))
+            .arg(format!(
+                "--certificate-authority={}",
+                self.ca_cert_path().display()
+            ))
+            .arg(format!("--token={token}"))
+            .args(["--request-timeout=30s", "auth", "whoami", "-o", "json"])
+            .stdin(Stdio::null());
+        let out = c.output().unwrap();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let info = &v["status"]["userInfo"];
+        Ok((
+            info["username"].as_str().unwrap_or_default().to_string(),
+            info["groups"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// The logs of etcd, the API server and the controller manager.
+    pub fn logs(&self) -> String {
+        format!(
+            "== etcd\n{}\n== kube-apiserver\n{}\n== kube-controller-manager\n{}",
+            self.etcd.log().join("\n"),
+            self.api_server.log().join("\n"),
+            self.controller_manager.log().join("\n")
+        )
+    }
+}
+
+/// kubeadm's configuration of the harness's cluster (JSON documents, which
+/// kubeadm reads as YAML): the pinned release, ECDSA keys, the API server
+/// on `127.0.0.1:port`, the PKI under `dir`.
+fn kubeadm_config(dir: &Path, port: u16) -> String {
+    let init = json!({
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "InitConfiguration",
+        // No advertise address: kubeadm takes loopback as a selector of a
+        // global address on `lo`, and picks the host's own otherwise (only
+        // the serving certificate's names carry it); every client here
+        // uses the control-plane endpoint on loopback.
+        "localAPIEndpoint": {"bindPort": port},
+        "nodeRegistration": {"name": "harness-control-plane"},
+    });
+    let cluster = json!({
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "ClusterConfiguration",
+        "kubernetesVersion": KUBERNETES_VERSION,
+        "clusterName": "confboot-test",
+        "certificatesDir": dir.join("pki"),
+        "controlPlaneEndpoint": format!("127.0.0.1:{port}"),
+        "encryptionAlgorithm": "ECDSA-P256",
+        "networking": {
+            "serviceSubnet": "10.96.0.0/12",
+            "podSubnet": "10.244.0.0/16",
+            "dnsDomain": "cluster.local",
+        },
+        "apiServer": {"certSANs": ["127.0.0.1", "localhost"]},
+    });
+    format!("{init}\n---\n{cluster}\n")
+}
