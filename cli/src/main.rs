@@ -63,6 +63,8 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "verify-azure",
         about: "Verify an Azure confidential VM's evidence (HCL report, vTPM quote) offline, check by check",
         run: verify_azure::run,
+    },
+    Subcommand {
         name: "verify-nitro",
         about: "Verify AWS NitroTPM evidence (NSM document, TPM quote) offline, check by check",
         run: verify_nitro::run,

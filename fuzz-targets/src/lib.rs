@@ -2200,6 +2200,9 @@ pub fn azure_evidence(data: &[u8]) {
     }
     if let Ok(q) = confboot_azure::TpmQuote::from_length_prefixed(data) {
         bounded(&q);
+    }
+}
+
 // ---- cloud variants ----
 
 /// The recorded NitroTPM evidence (JSON).

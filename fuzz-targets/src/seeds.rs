@@ -1610,6 +1610,9 @@ fn azure_evidence() -> Vec<Seed> {
             "tdx-evidence-v1",
             &include_bytes!("../../crates/azure/testdata/azure-tdx/evidence-v1.json")[..],
         ),
+    ]
+}
+
 /// The recorded NitroTPM evidence.
 fn nitro() -> confboot_aws::NitroEvidence {
     confboot_aws::NitroEvidence::from_json(crate::NITRO_EVIDENCE).expect("the fixture reads")

@@ -467,6 +467,6 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         .unwrap_err()
         .to_string();
     assert!(shown.contains("is superseded by its signing"), "{shown}");
-    assert!(joinsvc.kube.created().is_empty());
+    assert!(joinsvc.kube().created().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
