@@ -14,7 +14,7 @@ use confboot_azure::{
     MAX_EVIDENCE_JSON_LEN, MAX_HCL_REPORT_LEN, Nonce, TpmQuote, read_evidence_json,
 };
 use confboot_snp::{SnpPolicy, SnpValidator};
-use confboot_tdx::{TdxPolicy, TdxValidator};
+use confboot_tdx::{TdxPolicy, TdxRoots, TdxValidator};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 use confboot_util::fs::{FileError, read_bounded, read_bounded_text};
 
@@ -373,14 +373,17 @@ fn hardware(config: &Config, evidence: &AzureEvidence) -> Result<Hardware, Verif
             }))
         }
         HardwareKind::Tdx => {
-            let policy = match &config.hardware {
-                HardwarePolicy::Tdx(path) => {
+            // With a policy, it must pin the image; without one this is an
+            // offline look, as in verify-quote: the image checks are
+            // skipped, and say so.
+            let v = match &config.hardware {
+                HardwarePolicy::Tdx(path) => TdxValidator::new(
                     TdxPolicy::from_json_at(&policy_text(path)?, Path::new(path).parent())
-                        .map_err(policy_error(path))?
-                }
-                _ => TdxPolicy::default(),
+                        .map_err(policy_error(path))?,
+                )
+                .map_err(policy_error(path))?,
+                _ => TdxValidator::with_roots(TdxPolicy::default(), TdxRoots::intel()),
             };
-            let v = TdxValidator::new(policy).map_err(policy_error("--tdx-policy"))?;
             Hardware::Tdx(Box::new(match config.at {
                 Some(at) => v.as_of(at),
                 None => v,

@@ -148,7 +148,11 @@ fn recorded_evidence_files_are_read() {
     // The TDX sample under a policy with another MRTD.
     let policy = temp_file(
         "tdx-policy.json",
-        format!(r#"{{"mrtd": "{}"}}"#, "00".repeat(48)).as_bytes(),
+        format!(
+            r#"{{"mrtd": "{0}", "rtmrs": {{"0": "{0}", "1": "{0}", "2": "{0}"}}}}"#,
+            "00".repeat(48)
+        )
+        .as_bytes(),
     );
     let e = fixture("azure-tdx/evidence-v1.json");
     assert_eq!(

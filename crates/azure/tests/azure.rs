@@ -450,8 +450,12 @@ fn tdx_samples() -> Vec<(&'static str, AzureEvidence)> {
 }
 
 fn tdx_validator(evidence: &AzureEvidence) -> AzureValidator {
+    // A TDX policy pins MRTD and RTMR0-2. Under Azure's paravisor the
+    // TD's RTMRs stay zero (the image is measured into the vTPM's PCRs,
+    // which the PCR policy pins): the recorded TD quote's values.
     let policy = TdxPolicy {
         mr_td: Some(hex::decode(MRTD).unwrap().try_into().unwrap()),
+        rtmrs: [Some([0; 48]), Some([0; 48]), Some([0; 48]), None],
         ..TdxPolicy::default()
     };
     let hardware = Hardware::Tdx(Box::new(
