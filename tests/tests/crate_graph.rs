@@ -28,6 +28,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("confboot-snp", 3),
     ("confboot-tdx", 3),
     ("confboot-measure", 3),
+    // The cloud variants whose evidence is a vTPM's alone (with the
+    // cloud's own signed document or certificate).
+    ("confboot-aws", 3),
+    ("confboot-gcp", 3),
     // A cloud variant builds on the hardware variant its reports come from.
     ("confboot-azure", 4),
     ("confboot-atls", 4),
