@@ -34,6 +34,51 @@ fn names(dir: &Path, ext: Option<&str>) -> BTreeSet<String> {
         .collect()
 }
 
+/// The `[[bin]]` tables of a cargo-fuzz manifest, name to path. A table
+/// with a key twice (two fused tables, which cargo refuses to read), one
+/// without a name or a path, or a name used twice is an error.
+fn manifest_bins(manifest: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut bins = std::collections::BTreeMap::new();
+    let mut table: Option<(Option<String>, Option<String>)> = None;
+    let mut finish = |table: Option<(Option<String>, Option<String>)>| -> Result<(), String> {
+        let Some((name, path)) = table else {
+            return Ok(());
+        };
+        let name = name.ok_or("a [[bin]] without a name")?;
+        let path = path.ok_or_else(|| format!("[[bin]] {name} without a path"))?;
+        match bins.insert(name.clone(), path) {
+            Some(_) => Err(format!("[[bin]] {name} twice")),
+            None => Ok(()),
+        }
+    };
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            finish(table.take())?;
+            if line == "[[bin]]" {
+                table = Some((None, None));
+            }
+            continue;
+        }
+        let Some((fields, (key, value))) = table
+            .as_mut()
+            .zip(line.split_once('=').map(|(k, v)| (k.trim(), v.trim())))
+        else {
+            continue;
+        };
+        let slot = match key {
+            "name" => &mut fields.0,
+            "path" => &mut fields.1,
+            _ => continue,
+        };
+        let value = value.trim_matches('"').to_string();
+        if let Some(before) = slot.replace(value) {
+            return Err(format!("a [[bin]] sets {key} twice (first {before:?})"));
+        }
+    }
+    finish(table.take())?;
+    Ok(bins)
+}
+
 /// Runs `target` on `data`; the panic message if it panics.
 fn run(target: Target, data: &[u8]) -> Result<(), String> {
     catch_unwind(AssertUnwindSafe(|| target(data))).map_err(|p| {
@@ -103,16 +148,25 @@ fn targets_fuzz_files_and_corpora_name_each_other() {
         regressions.difference(&targets).collect::<Vec<_>>()
     );
     let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("fuzz/Cargo.toml");
+    let bins = manifest_bins(&manifest).unwrap_or_else(|why| panic!("fuzz/Cargo.toml: {why}"));
+    assert_eq!(
+        bins.keys().cloned().collect::<BTreeSet<_>>(),
+        targets,
+        "fuzz/Cargo.toml's [[bin]] targets and TARGETS differ"
+    );
+    for (name, path) in &bins {
+        assert_eq!(
+            path,
+            &format!("fuzz_targets/{name}.rs"),
+            "fuzz/Cargo.toml: [[bin]] {name} builds another file"
+        );
+    }
     for name in &targets {
         let source = std::fs::read_to_string(dir.join(format!("fuzz_targets/{name}.rs")))
             .expect("fuzz target file");
         assert!(
             source.contains(&format!("confboot_fuzz_targets::{name}(")),
             "fuzz/fuzz_targets/{name}.rs does not call its target"
-        );
-        assert!(
-            manifest.contains(&format!("name = \"{name}\"")),
-            "fuzz/Cargo.toml has no [[bin]] {name}"
         );
     }
 }
