@@ -96,6 +96,9 @@ fn run(what: &str, command: &mut Command) -> Output {
 pub struct ControlPlane {
     endpoint: SocketAddr,
     started_in: Duration,
+    /// The shared plane's watchdog ([`ControlPlane::shared`]): it ends the
+    /// processes once the test process has exited.
+    _watchdog: Option<std::process::Child>,
     // Dropped in this order: the controller manager, the API server, etcd.
     controller_manager: ChildProcess,
     api_server: ChildProcess,
@@ -252,6 +255,7 @@ impl ControlPlane {
         let mut plane = ControlPlane {
             endpoint,
             started_in: Duration::ZERO,
+            _watchdog: None,
             controller_manager: ChildProcess::spawn("kube-controller-manager", kcm),
             api_server,
             etcd,
@@ -282,7 +286,7 @@ impl ControlPlane {
     pub fn shared() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
         SHARED.get_or_init(|| {
-            let plane = ControlPlane::start();
+            let mut plane = ControlPlane::start();
             plane.watch_over(std::process::id());
             eprintln!(
                 "shared control plane ready in {:.1} s",
@@ -294,7 +298,7 @@ impl ControlPlane {
 
     /// Starts a watchdog that kills this plane's processes and removes its
     /// directory once the process `owner` is gone.
-    fn watch_over(&self, owner: u32) {
+    fn watch_over(&mut self, owner: u32) {
         let pids: Vec<String> = [&self.controller_manager, &self.api_server, &self.etcd]
             .iter()
             .map(|p| p.id().to_string())
@@ -314,7 +318,7 @@ impl ControlPlane {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         // Never waited for: it outlives this process by design.
-        c.spawn().expect("start the control plane's watchdog");
+        self._watchdog = Some(c.spawn().expect("start the control plane's watchdog"));
     }
 
     /// A fresh namespace named `<prefix>-<n>` (unique in this process and
