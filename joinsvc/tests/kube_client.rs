@@ -27,8 +27,8 @@ fn plane() -> (&'static ControlPlane, &'static str) {
     (plane, token)
 }
 
-/// Tests that count the bootstrap-token Secrets in kube-system run one at
-/// a time (they share the plane's kube-system).
+/// Tests that make bootstrap-token Secrets in kube-system run one at a
+/// time (those that count them share the plane's kube-system).
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
@@ -79,6 +79,7 @@ fn decoded(secret: &Value, key: &str) -> String {
 
 #[test]
 fn creates_a_secret_the_api_server_accepts_and_authenticates() {
+    let _one = one_at_a_time();
     let (plane, sa) = plane();
     let proxy = proxy(plane);
     let token = issuer(&proxy, sa, Duration::from_secs(30))
@@ -104,10 +105,21 @@ fn creates_a_secret_the_api_server_accepts_and_authenticates() {
     let now = rfc3339(SystemTime::now());
     let expiration = decoded(&secret, "expiration");
     assert!(expiration > now, "expiration {expiration} after {now}");
-    // The real bootstrap authenticator takes it, in kubeadm's node group.
-    let (user, groups) = plane
-        .whoami(&token.to_token_string())
-        .expect("the API server authenticates the token");
+    // The real bootstrap authenticator takes it, in kubeadm's node group
+    // (once its informer has seen the Secret: within moments).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (user, groups) = loop {
+        match plane.whoami(&token.to_token_string()) {
+            Ok(identity) => break identity,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the API server never authenticated the token: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
     assert_eq!(user, format!("system:bootstrap:{}", token.id()));
     assert!(
         groups
@@ -119,6 +131,7 @@ fn creates_a_secret_the_api_server_accepts_and_authenticates() {
 
 #[test]
 fn tokens_reuse_one_kept_alive_connection() {
+    let _one = one_at_a_time();
     let (plane, sa) = plane();
     let proxy = proxy(plane);
     let issuer = issuer(&proxy, sa, Duration::from_secs(30));
@@ -131,6 +144,7 @@ fn tokens_reuse_one_kept_alive_connection() {
 
 #[test]
 fn callers_at_once_each_keep_their_connection() {
+    let _one = one_at_a_time();
     // Eight workers issue tokens at the same moments, five rounds: each
     // call finds its connection kept from the round before (a pool
     // smaller than the workers closes the surplus after every round, and
