@@ -69,6 +69,10 @@ impl Env {
     /// The admin (or any writer with access) replaces the ConfigMap's data.
     fn put_configmap_data(&self, name: &str, data: Value) {
         let patch = json!([{"op": "replace", "path": "/data", "value": data}]).to_string();
+        // In a file: the filter alone is some 175 KB.
+        let dir = confboot_tests::TempDir::new("configmap-patch");
+        let file = dir.path().join("patch.json");
+        std::fs::write(&file, patch).unwrap();
         self.plane.kubectl(&[
             "patch",
             "configmap",
@@ -76,7 +80,7 @@ impl Env {
             "-n",
             &self.ns,
             "--type=json",
-            &format!("-p={patch}"),
+            &format!("--patch-file={}", file.display()),
         ]);
     }
 
@@ -705,7 +709,19 @@ fn an_exhausted_range_and_a_missing_role_are_named() {
     let r = registry(&env, "10.118.0.0/24");
     match r.register(&request(0)) {
         Err(e @ RegistryError::Forbidden { .. }) => {
-            assert!(e.to_string().contains("configmaps is forbidden"), "{e}")
+            {
+                // The real API server names the object it refused.
+                let m = e.to_string();
+                assert!(
+                    m.contains(&format!(
+                        "configmaps \"{PEERS_CONFIGMAP}\" is forbidden: User \
+                     \"system:serviceaccount:{}:confboot-joinsvc\" cannot get resource \
+                     \"configmaps\"",
+                        env.ns
+                    )),
+                    "{m}"
+                )
+            }
         }
         other => panic!("{other:?}"),
     }
