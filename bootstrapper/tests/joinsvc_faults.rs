@@ -1,8 +1,11 @@
 //! Faults on the join service's side while a node joins: joinsvc (the
 //! real binary) killed with SIGKILL mid-handshake and mid-call, then
-//! started again as its supervisor would; the Kubernetes API (its named
-//! double, failing as the API server fails) answering 500, never
-//! answering, answering slowly; joinsvc's TPM (swtpm) restarting under it.
+//! started again as its supervisor would; the Kubernetes API (a real
+//! control plane, `confboot_tests::kube::ControlPlane`, with joinsvc as the
+//! ServiceAccount of `deploy/kubernetes/joinsvc.yaml`; the fault proxy in
+//! front of it, `confboot_tests::kube_proxy`, failing as an API server
+//! fails) answering 500, never answering, answering slowly; joinsvc's TPM
+//! (swtpm) restarting under it.
 //! The node is a real bootstrapper with its swtpm and a real LUKS2 header
 //! on its disk image. Every scenario must end with the node joined, its
 //! disk formatted exactly once with the key the master secret gives for
@@ -22,8 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use confboot_tests::ChildProcess;
-use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, NodeTpm, workspace_binary};
-use confboot_tests::kube_double::Failure;
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, NodeDir, NodeTpm, RealApi, workspace_binary};
+use confboot_tests::kube::ControlPlane;
+use confboot_tests::kube_proxy::{Fault, FaultProxy};
 
 const IMAGE: &[u8] = b"node image v1";
 
@@ -250,6 +254,24 @@ fn relay(
     let _ = upstream.join();
 }
 
+/// The ids of the bootstrap tokens the API server holds.
+fn bootstrap_token_ids(plane: &ControlPlane) -> Vec<String> {
+    let list = plane.kubectl_json(&[
+        "get",
+        "secrets",
+        "-n",
+        "kube-system",
+        "--field-selector=type=bootstrap.kubernetes.io/token",
+    ]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["metadata"]["name"].as_str())
+        .filter_map(|n| n.strip_prefix("bootstrap-token-").map(String::from))
+        .collect()
+}
+
 /// Waits (polling) until `cond` holds; panics with `what` and the node's
 /// log after [`GUARD`].
 fn wait_until(node: &ChildProcess, what: &str, mut cond: impl FnMut() -> bool) {
@@ -308,9 +330,21 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
     )
     .unwrap();
     let node_tpm = n.boot_tpm(IMAGE);
+    // The real API server, joinsvc's account as its manifest ships it, and
+    // the fault proxy joinsvc reaches the server through.
+    let plane = ControlPlane::start();
+    let token = plane.joinsvc_account("kube-system", &[]);
+    let api = FaultProxy::start(plane.endpoint(), &plane.ca_pem());
     let setup = JoinsvcSetup {
         pinned_aks: vec![node_tpm.ak_public.clone()],
         extra: vec!["--tpm".into(), cp_tpm.tpm_arg()],
+        real_api: Some(RealApi {
+            url: api.url(),
+            ca_pem: api.ca_pem().to_string(),
+            token,
+            pki_dir: plane.pki_dir(),
+            endpoint: plane.endpoint().to_string(),
+        }),
         ..JoinsvcSetup::new()
     };
     let cluster_id = setup.cluster_id();
@@ -335,8 +369,8 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
         let disk = std::fs::File::create(n.p("disk.img")).unwrap();
         disk.set_len(32 << 20).unwrap();
         let _ = std::fs::remove_file(n.p("token-ids"));
-        let tokens_before = joinsvc.kube().created().len();
-        let requests_before = joinsvc.kube().requests();
+        let tokens_before = bootstrap_token_ids(&plane);
+        let requests_before = api.secret_requests();
         let proxy = match scenario {
             Scenario::KillAfterServerFlight => Some(HandshakePoint::ServerFlight),
             Scenario::KillAfterClientFlight => Some(HandshakePoint::ClientFlight),
@@ -348,23 +382,21 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             .map_or(joinsvc.rpc_addr, |p| p.addr)
             .to_string();
         match scenario {
-            Scenario::KillWhileApiCall => joinsvc.kube().fail_next(&[Failure::NoAnswer]),
-            Scenario::KillAfterTokenCreated => joinsvc
-                .kube()
-                .fail_next(&[Failure::Slow(Duration::from_secs(600))]),
-            Scenario::ApiInternalError => joinsvc.kube().fail_next(&[Failure::InternalError; 3]),
-            Scenario::ApiThrottledAndTimingOut => joinsvc.kube().fail_next(&[
-                Failure::TooManyRequests,
-                Failure::TooManyRequests,
-                Failure::ServerTimeout,
+            Scenario::KillWhileApiCall => api.fail_next(&[Fault::NoAnswer]),
+            Scenario::KillAfterTokenCreated => {
+                api.fail_next(&[Fault::Slow(Duration::from_secs(600))])
+            }
+            Scenario::ApiInternalError => api.fail_next(&[Fault::InternalError; 3]),
+            Scenario::ApiThrottledAndTimingOut => api.fail_next(&[
+                Fault::TooManyRequests,
+                Fault::TooManyRequests,
+                Fault::ServerTimeout,
             ]),
-            Scenario::ApiNoAnswer => joinsvc.kube().fail_next(&[Failure::NoAnswer]),
-            Scenario::ApiSlow => joinsvc
-                .kube()
-                .fail_next(&[Failure::Slow(Duration::from_secs(2))]),
-            Scenario::ApiSlowerThanTimeout => joinsvc
-                .kube()
-                .fail_next(&[Failure::Slow(KUBE_API_TIMEOUT + Duration::from_secs(2))]),
+            Scenario::ApiNoAnswer => api.fail_next(&[Fault::NoAnswer]),
+            Scenario::ApiSlow => api.fail_next(&[Fault::Slow(Duration::from_secs(2))]),
+            Scenario::ApiSlowerThanTimeout => {
+                api.fail_next(&[Fault::Slow(KUBE_API_TIMEOUT + Duration::from_secs(2))])
+            }
             Scenario::TpmRestart => cp_tpm.swtpm.stop(true).expect("stop joinsvc's swtpm"),
             Scenario::TpmReset => {
                 cp_tpm.swtpm.stop(false).expect("stop joinsvc's swtpm");
@@ -391,14 +423,14 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             }
             Scenario::KillWhileApiCall => {
                 wait_until(&node, "the API request", || {
-                    joinsvc.kube().requests() > requests_before
+                    api.secret_requests() > requests_before
                 });
                 joinsvc.process.kill();
                 true
             }
             Scenario::KillAfterTokenCreated => {
                 wait_until(&node, "the token's Secret", || {
-                    joinsvc.kube().created().len() > tokens_before
+                    bootstrap_token_ids(&plane).len() > tokens_before.len()
                 });
                 joinsvc.process.kill();
                 true
@@ -475,10 +507,11 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             .map(str::to_string)
             .collect();
         assert_eq!(used.len(), 1, "one kubeadm join\n{}", all_log());
-        let created = joinsvc.kube().created();
-        let made: Vec<&str> = created[tokens_before..]
+        let created = bootstrap_token_ids(&plane);
+        let made: Vec<&str> = created
             .iter()
-            .map(|t| t.id.as_str())
+            .filter(|id| !tokens_before.contains(id))
+            .map(String::as_str)
             .collect();
         assert!(
             made.contains(&used[0].as_str()),

@@ -2,7 +2,11 @@
 //! cluster's CA bundle, authenticated with the pod's service-account token
 //! (or files given on the command line), one kept-alive connection reused
 //! between calls. Callers ([`crate::token`], [`crate::vpn`]) get the status
-//! and the bounded body of each answer and decide what it means.
+//! and the bounded body of each answer and decide what it means, except for
+//! the two answers no retry can change: 401 (the credentials are not
+//! accepted) and 403 (joinsvc's Role does not allow the call) come back at
+//! once as [`KubeApiError::Unauthorized`] and [`KubeApiError::Forbidden`].
+//! A 409 conflict, a 429, a 5xx and a timeout are the caller's to retry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +21,25 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// log and the node's error), control characters dropped.
 const MAX_STATUS_MESSAGE_CHARS: usize = 256;
 
-/// Why the API could not be asked at all (an HTTP error status is an
-/// [`ApiAnswer`], not this).
+/// Why the API could not be asked at all, or refused joinsvc itself (any
+/// other HTTP error status is an [`ApiAnswer`], not this).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KubeApiError {
+    /// The API server did not accept joinsvc's bearer token (401): not
+    /// transient, no retry can change it.
+    #[error("Kubernetes API answered 401: {message} (the service-account token is not accepted)")]
+    Unauthorized {
+        /// The API server's message (bounded).
+        message: String,
+    },
+    /// The API server authenticated joinsvc but its RBAC refused the call
+    /// (403): not transient, only a changed Role can change it.
+    #[error("Kubernetes API answered 403: {message}")]
+    Forbidden {
+        /// The API server's message (bounded), which names the user and
+        /// the verb it may not use.
+        message: String,
+    },
     /// The API server could not be reached or did not answer in time.
     #[error("Kubernetes API unreachable: {0}")]
     Unreachable(String),
@@ -59,7 +78,7 @@ impl ApiAnswer {
 
 /// Each kept connection's input and output buffer, and the most response
 /// headers an answer may carry.
-const API_BUFFER_BYTES: usize = 16 * 1024;
+pub const API_BUFFER_BYTES: usize = 16 * 1024;
 
 /// A client of one API server (clones share its connections).
 #[derive(Clone)]
@@ -168,7 +187,7 @@ impl KubeApi {
             .header("Accept", "application/json")
             .call()
             .map_err(|e| KubeApiError::Unreachable(e.to_string()))?;
-        Ok(read_answer(resp, max_body))
+        refused(read_answer(resp, max_body))
     }
 
     /// `POST` (create) or `PUT` (replace) a JSON object at `uri`; the
@@ -190,7 +209,7 @@ impl KubeApi {
             .header("Accept", "application/json")
             .send(json)
             .map_err(|e| KubeApiError::Unreachable(e.to_string()))?;
-        Ok(read_answer(resp, max_body))
+        refused(read_answer(resp, max_body))
     }
 }
 
@@ -216,6 +235,20 @@ fn read_answer(mut resp: ureq::http::Response<ureq::Body>, max_body: u64) -> Api
             .unwrap_or_default(),
     );
     ApiAnswer { status, body }
+}
+
+/// A 401 or 403 answer as its error (returned at once: no retry changes
+/// it); any other answer as it is.
+fn refused(answer: ApiAnswer) -> Result<ApiAnswer, KubeApiError> {
+    match answer.status {
+        401 => Err(KubeApiError::Unauthorized {
+            message: answer.status_field("message"),
+        }),
+        403 => Err(KubeApiError::Forbidden {
+            message: answer.status_field("message"),
+        }),
+        _ => Ok(answer),
+    }
 }
 
 /// Resolves an IP-literal host (the in-cluster API server address is one,
@@ -303,32 +336,5 @@ mod tests {
         }
         let uri: ureq::http::Uri = "https://localhost:6443/".parse().unwrap();
         assert!(!resolver.resolve(&uri, &config, timeout).unwrap().is_empty());
-    }
-
-    #[test]
-    fn an_answer_larger_than_the_buffers_is_read_whole_and_bounded() {
-        use confboot_tests::kube_double::{CONFIGMAPS_PATH, KubeApiDouble};
-        let double = KubeApiDouble::start("sa-token");
-        let filler = "a".repeat(8 * API_BUFFER_BYTES);
-        double.put_configmap_data("confboot-vpn-peers", serde_json::json!({ "x": filler }));
-        let api = KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            Zeroizing::new("sa-token".into()),
-            Duration::from_secs(10),
-            1,
-        )
-        .unwrap();
-        let uri = api
-            .uri(&format!("{CONFIGMAPS_PATH}/confboot-vpn-peers"))
-            .unwrap();
-        let whole = api.get(&uri, 1 << 20).unwrap();
-        assert_eq!(whole.status, 200);
-        let object: serde_json::Value = serde_json::from_str(&whole.body).unwrap();
-        assert_eq!(object["data"]["x"].as_str(), Some(filler.as_str()));
-        // The caller's bound still holds: over it, no body at all.
-        let cut = api.get(&uri, 4 * API_BUFFER_BYTES as u64).unwrap();
-        assert_eq!(cut.status, 200);
-        assert!(cut.body.is_empty());
     }
 }

@@ -5,16 +5,13 @@
 
 mod config;
 mod http;
-mod kube_api;
 mod metrics;
 mod options;
 mod server;
 mod ticket;
-mod token;
-mod vpn;
 mod watcher;
 
-use joinsvc::{configmap, ledger};
+use joinsvc::{kube_api, ledger, token, vpn};
 
 use std::net::TcpListener;
 use std::sync::Arc;

@@ -482,7 +482,7 @@ pub(crate) mod tests {
                     reason: "InternalError".into(),
                 })
             } else {
-                Ok(crate::token::tests_support::generate())
+                Ok(crate::token::BootstrapToken::generate().unwrap())
             }
         }
     }
@@ -544,7 +544,7 @@ pub(crate) mod tests {
             Err(IssueError::VpnUnavailable)
         ));
 
-        let (_double, registry) = registry_on_a_double();
+        let registry = registry_in_a_namespace();
         let (mut s, tokens) = service(PathBuf::from("/nonexistent"), false);
         s.config.registry = Arc::new(registry);
         let ip = |r: &IssueJoinTicketRequest| {
@@ -601,40 +601,42 @@ pub(crate) mod tests {
         assert!(s.vpn_update(&update_request(2)).unwrap().peers.is_empty());
     }
 
-    /// A registry without a VPN on a Kubernetes API double of its own
-    /// (kept running for the test binary's life).
-    pub(crate) fn registry_without_vpn() -> KubeApiPeerRegistry {
-        let double = Box::leak(Box::new(confboot_tests::kube_double::KubeApiDouble::start(
-            "sa-token",
-        )));
+    /// A client of this test binary's real control plane as joinsvc's
+    /// ServiceAccount, with the Role `deploy/kubernetes/joinsvc.yaml` ships,
+    /// in a namespace of its own; and the namespace.
+    fn account_in_a_namespace() -> (crate::kube_api::KubeApi, String) {
+        let plane = confboot_tests::kube::ControlPlane::shared();
+        let ns = plane.namespace("ticket");
+        let token = plane.joinsvc_account(&ns, &[]);
         let api = crate::kube_api::KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            zeroize::Zeroizing::new("sa-token".into()),
-            std::time::Duration::from_secs(10),
+            &plane.url(),
+            &plane.ca_pem(),
+            zeroize::Zeroizing::new(token),
+            std::time::Duration::from_secs(30),
             1,
         )
         .unwrap();
-        KubeApiPeerRegistry::without_vpn(api).unwrap()
+        (api, ns)
     }
 
-    /// A VPN peer registry in 10.118.0.0/24 on a Kubernetes API double
-    /// (kept alive by the returned handle).
-    fn registry_on_a_double() -> (
-        confboot_tests::kube_double::KubeApiDouble,
-        KubeApiPeerRegistry,
-    ) {
-        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
-        let api = crate::kube_api::KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            zeroize::Zeroizing::new("sa-token".into()),
-            std::time::Duration::from_secs(10),
-            1,
-        )
-        .unwrap();
-        let registry = KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap()).unwrap();
-        (double, registry)
+    /// A registry without a VPN, in a namespace of its own on the real
+    /// control plane.
+    pub(crate) fn registry_without_vpn() -> KubeApiPeerRegistry {
+        let (api, ns) = account_in_a_namespace();
+        KubeApiPeerRegistry::without_vpn(api)
+            .unwrap()
+            .in_namespace(&ns)
+            .unwrap()
+    }
+
+    /// A VPN peer registry in 10.118.0.0/24, in a namespace of its own on
+    /// the real control plane.
+    fn registry_in_a_namespace() -> KubeApiPeerRegistry {
+        let (api, ns) = account_in_a_namespace();
+        KubeApiPeerRegistry::new(api, "10.118.0.0/24".parse().unwrap())
+            .unwrap()
+            .in_namespace(&ns)
+            .unwrap()
     }
 
     fn update_request(known: u64) -> GetUpdateRequest {
@@ -646,7 +648,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_members_own_record_is_registered_only_with_its_disks_proof_and_never_takes_a_name() {
-        let (_double, registry) = registry_on_a_double();
+        let registry = registry_in_a_namespace();
         let (mut s, _) = service(PathBuf::from("/nonexistent"), false);
         s.config.registry = Arc::new(registry);
         let other_disk = "9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";

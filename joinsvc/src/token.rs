@@ -42,7 +42,8 @@ impl BootstrapToken {
         Zeroizing::new(format!("{}.{}", self.id, *self.secret))
     }
 
-    fn generate() -> Result<BootstrapToken, TokenError> {
+    /// A fresh random token (not yet known to any API server).
+    pub fn generate() -> Result<BootstrapToken, TokenError> {
         const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
         let rng = ring::rand::SystemRandom::new();
         // Random bytes are drawn a block at a time (one getrandom call gives
@@ -101,6 +102,14 @@ pub enum TokenError {
         /// the verb it may not use.
         message: String,
     },
+    /// The API server did not accept joinsvc's service-account token (401).
+    #[error(
+        "Kubernetes API answered 401: {message} (joinsvc's service-account token is not accepted)"
+    )]
+    Unauthorized {
+        /// The API server's message (bounded).
+        message: String,
+    },
     /// The API server could not be reached or did not answer in time.
     #[error("Kubernetes API unreachable: {0}")]
     Unreachable(String),
@@ -139,6 +148,8 @@ impl From<KubeApiError> for TokenError {
         match e {
             KubeApiError::Unreachable(m) => TokenError::Unreachable(m),
             KubeApiError::Config(m) => TokenError::Config(m),
+            KubeApiError::Unauthorized { message } => TokenError::Unauthorized { message },
+            KubeApiError::Forbidden { message } => TokenError::Forbidden { message },
         }
     }
 }
@@ -166,7 +177,8 @@ impl TokenIssuer for KubeApiTokenIssuer {
                 })
                 .to_string(),
             );
-            // The body echoes the Secret: the answer is zeroized.
+            // The body echoes the Secret: the answer is zeroized. A 401 or
+            // 403 ends the call at once (`?`): no other id changes it.
             let answer = self.api.send_json(
                 SendMethod::Post,
                 &self.secrets_uri,
@@ -177,15 +189,9 @@ impl TokenIssuer for KubeApiTokenIssuer {
             if status == 201 || status == 200 {
                 return Ok(token);
             }
-            let field = |name: &str| answer.status_field(name);
-            if status == 403 {
-                return Err(TokenError::Forbidden {
-                    message: field("message"),
-                });
-            }
             let err = TokenError::Api {
                 status,
-                reason: field("reason"),
+                reason: answer.status_field("reason"),
             };
             if status != 409 {
                 return Err(err);
@@ -197,20 +203,9 @@ impl TokenIssuer for KubeApiTokenIssuer {
     }
 }
 
-/// Token generation for other modules' tests.
-#[cfg(test)]
-pub(crate) mod tests_support {
-    /// A fresh random token.
-    pub fn generate() -> super::BootstrapToken {
-        super::BootstrapToken::generate().unwrap()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use confboot_tests::kube_double::{Failure, KubeApiDouble};
-    use std::sync::Arc;
 
     #[test]
     fn each_error_prints_its_message() {
@@ -231,6 +226,14 @@ mod tests {
                     .to_string(),
             ),
             (
+                TokenError::Unauthorized {
+                    message: "Unauthorized".into(),
+                },
+                "Kubernetes API answered 401: Unauthorized (joinsvc's service-account token is \
+                 not accepted)"
+                    .to_string(),
+            ),
+            (
                 TokenError::Unreachable("refused".into()),
                 "Kubernetes API unreachable: refused".to_string(),
             ),
@@ -243,20 +246,6 @@ mod tests {
         for (error, message) in cases {
             assert_eq!(error.to_string(), message, "{error:?}");
         }
-    }
-
-    const SA_TOKEN: &str = "service-account-token";
-
-    fn issuer(double: &KubeApiDouble, token: &str, timeout: Duration) -> KubeApiTokenIssuer {
-        let api = KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            Zeroizing::new(token.into()),
-            timeout,
-            1,
-        )
-        .unwrap();
-        KubeApiTokenIssuer::new(api).unwrap()
     }
 
     #[test]
@@ -272,224 +261,6 @@ mod tests {
         );
         assert!(!format!("{t:?}").contains(secret));
         assert_ne!(BootstrapToken::generate().unwrap().id, t.id);
-    }
-
-    #[test]
-    fn creates_a_secret_the_api_server_accepts() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let token = issuer(&double, SA_TOKEN, Duration::from_secs(10))
-            .create_bootstrap_token()
-            .unwrap();
-        let created = double.created();
-        assert_eq!(created.len(), 1);
-        assert_eq!(created[0].id, token.id());
-        assert_eq!(
-            format!("{}.{}", created[0].id, created[0].secret),
-            *token.to_token_string()
-        );
-        let now = rfc3339(SystemTime::now());
-        assert!(
-            created[0].expiration > now,
-            "expiration {} after {now}",
-            created[0].expiration
-        );
-    }
-
-    #[test]
-    fn tokens_reuse_one_kept_alive_connection() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let issuer = issuer(&double, SA_TOKEN, Duration::from_secs(10));
-        for _ in 0..5 {
-            issuer.create_bootstrap_token().unwrap();
-        }
-        assert_eq!(double.created().len(), 5);
-        assert_eq!(
-            double.connections(),
-            1,
-            "one TLS connection for five tokens"
-        );
-    }
-
-    #[test]
-    fn callers_at_once_each_keep_their_connection() {
-        // Eight workers issue tokens at the same moments, ten rounds: each
-        // call finds its connection kept from the round before (a pool
-        // smaller than the workers closes the surplus after every round,
-        // and the next round pays a TLS handshake for each).
-        const WORKERS: usize = 8;
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let api = KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            Zeroizing::new(SA_TOKEN.into()),
-            Duration::from_secs(10),
-            WORKERS,
-        )
-        .unwrap();
-        let issuer = Arc::new(KubeApiTokenIssuer::new(api).unwrap());
-        let round = Arc::new(std::sync::Barrier::new(WORKERS));
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let (issuer, round) = (issuer.clone(), round.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..10 {
-                        round.wait();
-                        issuer.create_bootstrap_token().unwrap();
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
-        assert_eq!(double.created().len(), WORKERS * 10);
-        assert!(
-            double.connections() <= WORKERS as u64,
-            "{} connections for {WORKERS} workers",
-            double.connections()
-        );
-    }
-
-    #[test]
-    fn wrong_bearer_token_is_refused() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let err = issuer(&double, "stolen", Duration::from_secs(10))
-            .create_bootstrap_token()
-            .unwrap_err();
-        assert_eq!(
-            err,
-            TokenError::Api {
-                status: 401,
-                reason: "Unauthorized".into()
-            }
-        );
-        assert!(double.created().is_empty());
-    }
-
-    #[test]
-    fn a_role_without_create_on_secrets_is_named_in_the_error() {
-        // The ServiceAccount authenticates, but its RoleBinding is missing.
-        let double = KubeApiDouble::start_with_role(SA_TOKEN, &[]);
-        let err = issuer(&double, SA_TOKEN, Duration::from_secs(10))
-            .create_bootstrap_token()
-            .unwrap_err();
-        let TokenError::Forbidden { message } = &err else {
-            panic!("{err:?}");
-        };
-        assert!(
-            message.starts_with("secrets is forbidden: User \"system:serviceaccount:kube-system:confboot-joinsvc\" cannot create resource \"secrets\""),
-            "{message}"
-        );
-        assert!(
-            err.to_string().contains("deploy/kubernetes/joinsvc.yaml"),
-            "{err}"
-        );
-        assert!(double.created().is_empty());
-        // With joinsvc's Role, the same request is served.
-        let double = KubeApiDouble::start(SA_TOKEN);
-        issuer(&double, SA_TOKEN, Duration::from_secs(10))
-            .create_bootstrap_token()
-            .unwrap();
-        assert_eq!(double.created().len(), 1);
-    }
-
-    #[test]
-    fn untrusted_api_server_certificate_is_refused() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let other = KubeApiDouble::start(SA_TOKEN);
-        let api = KubeApi::new(
-            &double.url(),
-            &other.ca_pem(),
-            Zeroizing::new(SA_TOKEN.into()),
-            Duration::from_secs(10),
-            1,
-        )
-        .unwrap();
-        let issuer = KubeApiTokenIssuer::new(api).unwrap();
-        assert!(matches!(
-            issuer.create_bootstrap_token(),
-            Err(TokenError::Unreachable(_))
-        ));
-        assert_eq!(
-            double.requests(),
-            0,
-            "no request may reach an untrusted server"
-        );
-    }
-
-    #[test]
-    fn server_errors_conflicts_and_timeouts() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        double.fail_next(&[Failure::InternalError]);
-        let i = issuer(&double, SA_TOKEN, Duration::from_secs(10));
-        assert_eq!(
-            i.create_bootstrap_token().unwrap_err(),
-            TokenError::Api {
-                status: 500,
-                reason: "InternalError".into()
-            }
-        );
-        // A conflict is retried with a fresh id.
-        double.fail_next(&[Failure::Conflict]);
-        i.create_bootstrap_token().unwrap();
-        assert_eq!(double.created().len(), 1);
-        // Conflicts every time give up after a bounded number of attempts.
-        double.fail_next(&[Failure::Conflict; 3]);
-        assert_eq!(
-            i.create_bootstrap_token().unwrap_err(),
-            TokenError::Api {
-                status: 409,
-                reason: "AlreadyExists".into()
-            }
-        );
-        // An API server that never answers runs into the client's timeout.
-        double.fail_next(&[Failure::NoAnswer]);
-        let quick = issuer(&double, SA_TOKEN, Duration::from_millis(300));
-        assert!(matches!(
-            quick.create_bootstrap_token(),
-            Err(TokenError::Unreachable(_))
-        ));
-        assert_eq!(double.requests(), 1 + 2 + 3 + 1);
-    }
-
-    #[test]
-    fn throttling_and_the_servers_own_timeout_are_api_errors() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let i = issuer(&double, SA_TOKEN, Duration::from_secs(10));
-        double.fail_next(&[Failure::TooManyRequests, Failure::ServerTimeout]);
-        for (status, reason) in [(429, "TooManyRequests"), (504, "Timeout")] {
-            assert_eq!(
-                i.create_bootstrap_token().unwrap_err(),
-                TokenError::Api {
-                    status,
-                    reason: reason.into()
-                }
-            );
-        }
-        assert!(double.created().is_empty());
-        i.create_bootstrap_token().unwrap();
-    }
-
-    #[test]
-    fn slow_answers_within_and_beyond_the_timeout() {
-        let double = KubeApiDouble::start(SA_TOKEN);
-        let i = issuer(&double, SA_TOKEN, Duration::from_millis(1500));
-        // Slow but within the timeout: the token is the one stored.
-        double.fail_next(&[Failure::Slow(Duration::from_millis(300))]);
-        let token = i.create_bootstrap_token().unwrap();
-        assert_eq!(double.created()[0].id, token.id());
-        // Slower than the timeout: the call ends at the timeout, and the
-        // Secret the API stored is left behind (it expires with its TTL).
-        // (Had it waited for the answer, the call would have succeeded.)
-        double.fail_next(&[Failure::Slow(Duration::from_secs(5))]);
-        assert!(matches!(
-            i.create_bootstrap_token(),
-            Err(TokenError::Unreachable(_))
-        ));
-        assert_eq!(double.created().len(), 2);
-        // The next call is served (a fresh connection).
-        i.create_bootstrap_token().unwrap();
-        assert_eq!(double.created().len(), 3);
     }
 
     #[test]

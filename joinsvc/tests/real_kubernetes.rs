@@ -203,12 +203,18 @@ fn a_ticket_is_what_a_real_kubeadm_join_needs() {
 /// API server: a bootstrap-token Secret per node, the VPN peer registry
 /// created and then replaced under the API server's optimistic
 /// concurrency. With one verb taken from the Role, the real authorizer
-/// refuses joinsvc and the node gets no ticket.
+/// refuses joinsvc at once (a 403 is not retried) and the node gets no
+/// ticket.
 #[test]
 fn the_shipped_role_is_exactly_enough() {
+    let begin = Instant::now();
     let (plane, api) = control_plane_with_joinsvc();
     let node = Node::start("node", b"kernel");
     let joinsvc = start_joinsvc(&node, &api);
+    eprintln!(
+        "joinsvc up {:.1} s after the test began",
+        begin.elapsed().as_secs_f64()
+    );
 
     for disk in [DISK_A, DISK_B] {
         node.join(joinsvc.rpc_addr, disk)
@@ -236,9 +242,18 @@ fn the_shipped_role_is_exactly_enough() {
         "--type=json",
         r#"-p=[{"op":"remove","path":"/rules/0"}]"#,
     ]);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let narrowed = Instant::now();
+    let deadline = narrowed + Duration::from_secs(60);
     let err = loop {
-        match node.join(joinsvc.rpc_addr, DISK_C) {
+        let attempt = Instant::now();
+        let result = node.join(joinsvc.rpc_addr, DISK_C);
+        eprintln!(
+            "a join {:.1} s after the Role was narrowed took {:.1} s: {}",
+            attempt.duration_since(narrowed).as_secs_f64(),
+            attempt.elapsed().as_secs_f64(),
+            if result.is_ok() { "served" } else { "refused" }
+        );
+        match result {
             Err(e) => break e,
             Ok(_) => {
                 assert!(
@@ -250,11 +265,16 @@ fn the_shipped_role_is_exactly_enough() {
         }
     };
     assert_ne!(err.code, Code::Ok);
+    assert!(
+        err.message.contains("403") && err.message.contains("forbidden"),
+        "the node is told the API server's refusal: {err:?}"
+    );
     let log = joinsvc.process.log().join("\n");
     assert!(
         log.contains("403") || log.to_lowercase().contains("forbidden"),
         "{log}"
     );
+    eprintln!("the role test took {:.1} s", begin.elapsed().as_secs_f64());
 }
 
 /// A kubeconfig for the TLS bootstrap with a ticket's endpoint and token,

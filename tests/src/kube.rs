@@ -96,6 +96,9 @@ fn run(what: &str, command: &mut Command) -> Output {
 pub struct ControlPlane {
     endpoint: SocketAddr,
     started_in: Duration,
+    /// The shared plane's watchdog ([`ControlPlane::shared`]): it ends the
+    /// processes once the test process has exited.
+    _watchdog: Option<std::process::Child>,
     // Dropped in this order: the controller manager, the API server, etcd.
     controller_manager: ChildProcess,
     api_server: ChildProcess,
@@ -252,6 +255,7 @@ impl ControlPlane {
         let mut plane = ControlPlane {
             endpoint,
             started_in: Duration::ZERO,
+            _watchdog: None,
             controller_manager: ChildProcess::spawn("kube-controller-manager", kcm),
             api_server,
             etcd,
@@ -272,6 +276,101 @@ impl ControlPlane {
         plane.wait_cluster_info_signed(begin + START_DEADLINE);
         plane.started_in = begin.elapsed();
         plane
+    }
+
+    /// The control plane this test process shares: started by the first
+    /// test that asks, and ended (its processes killed, its directory
+    /// removed) by a watchdog once the test process has exited, since a
+    /// static is never dropped. Tests that share it keep apart by their
+    /// own namespace ([`ControlPlane::namespace`]) or object names.
+    pub fn shared() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut plane = ControlPlane::start();
+            plane.watch_over(std::process::id());
+            eprintln!(
+                "shared control plane ready in {:.1} s",
+                plane.started_in().as_secs_f64()
+            );
+            plane
+        })
+    }
+
+    /// Starts a watchdog that kills this plane's processes and removes its
+    /// directory once the process `owner` is gone.
+    fn watch_over(&mut self, owner: u32) {
+        let pids: Vec<String> = [&self.controller_manager, &self.api_server, &self.etcd]
+            .iter()
+            .map(|p| p.id().to_string())
+            .collect();
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(
+                "owner=$1; dir=$2; shift 2; \
+                 while kill -0 \"$owner\" 2>/dev/null; do sleep 1; done; \
+                 kill -9 \"$@\" 2>/dev/null; sleep 1; rm -rf \"$dir\"",
+            )
+            .arg("control-plane-watchdog")
+            .arg(owner.to_string())
+            .arg(self.dir.path())
+            .args(&pids)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Never waited for: it outlives this process by design.
+        self._watchdog = Some(c.spawn().expect("start the control plane's watchdog"));
+    }
+
+    /// A fresh namespace named `<prefix>-<n>` (unique in this process and
+    /// across processes sharing nothing: each has its own plane).
+    pub fn namespace(&self, prefix: &str) -> String {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{prefix}-{n}");
+        self.kubectl(&["create", "namespace", &name]);
+        name
+    }
+
+    /// joinsvc's ServiceAccount, Role and RoleBinding exactly as
+    /// `deploy/kubernetes/joinsvc.yaml` ships them, but in `namespace`
+    /// (kube-system itself when it is that), applied with the real
+    /// kubectl; returns a token of the ServiceAccount. The Role's rules at
+    /// the indices `drop_rules` are left out.
+    pub fn joinsvc_account(&self, namespace: &str, drop_rules: &[usize]) -> String {
+        let text = std::fs::read_to_string(joinsvc_manifest()).unwrap();
+        let dir = TempDir::new("joinsvc-account");
+        let mut names = Vec::new();
+        for (i, doc) in text.split("\n---\n").enumerate() {
+            let kind = doc
+                .lines()
+                .find_map(|l| l.strip_prefix("kind: "))
+                .unwrap_or_default();
+            if !matches!(kind, "ServiceAccount" | "Role" | "RoleBinding") {
+                continue;
+            }
+            let doc = doc.replace("namespace: kube-system", &format!("namespace: {namespace}"));
+            let file = dir.path().join(format!("{i}.yaml"));
+            std::fs::write(&file, doc).unwrap();
+            names.push(file);
+        }
+        assert_eq!(names.len(), 3, "the manifest's account, Role and binding");
+        for file in &names {
+            self.apply(file);
+        }
+        let mut drop_rules = drop_rules.to_vec();
+        drop_rules.sort_unstable();
+        for rule in drop_rules.into_iter().rev() {
+            self.kubectl(&[
+                "patch",
+                "role",
+                "confboot-joinsvc",
+                "-n",
+                namespace,
+                "--type=json",
+                &format!(r#"-p=[{{"op":"remove","path":"/rules/{rule}"}}]"#),
+            ]);
+        }
+        self.service_account_token(namespace, "confboot-joinsvc")
     }
 
     fn wait_ready(&self, deadline: Instant) {
@@ -438,6 +537,11 @@ impl ControlPlane {
             self.controller_manager.log().join("\n")
         )
     }
+}
+
+/// joinsvc's manifest (`deploy/kubernetes/joinsvc.yaml`).
+pub fn joinsvc_manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/joinsvc.yaml")
 }
 
 /// kubeadm's configuration of the harness's cluster (JSON documents, which

@@ -4,7 +4,7 @@
 //! server (over TLS, trusting the cluster CA) and its answer back, and
 //! when told to, answers the next requests to Secrets itself as an
 //! overloaded or failing API server does (500, 429 with `Retry-After`,
-//! 504 with their `Status` objects), holds one without an answer (a black
+//! 504, and 409 for a name taken, with their `Status` objects), holds one without an answer (a black
 //! hole: the client's deadline must end the call), or relays it and holds
 //! the answer back (a slow etcd: the object is stored, the answer comes
 //! late). Everything else, authentication and authorization included, is
@@ -26,6 +26,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 pub enum Fault {
     /// 500 InternalError, not relayed.
     InternalError,
+    /// 409 AlreadyExists, not relayed (the answer to a create whose name
+    /// is taken).
+    AlreadyExists,
     /// 429 TooManyRequests with `Retry-After: 1`, not relayed.
     TooManyRequests,
     /// 504 Timeout, not relayed (the API server's answer when etcd did not
@@ -45,6 +48,8 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const MAX_LINE: u64 = 16 * 1024;
 const MAX_HEADERS: usize = 100;
+/// How many request paths are kept for [`FaultProxy::requests_to`].
+const MAX_PATHS_KEPT: usize = 100_000;
 /// The API server's own request limit (3 MiB), and a bound on answers.
 const MAX_BODY: usize = 8 * 1024 * 1024;
 
@@ -52,6 +57,9 @@ struct Shared {
     faults: Mutex<VecDeque<Fault>>,
     requests: AtomicU64,
     secret_requests: AtomicU64,
+    connections: AtomicU64,
+    /// The path of every request so far (bounded: a test's requests).
+    paths: Mutex<Vec<String>>,
     upstream: SocketAddr,
     upstream_tls: Arc<rustls::ClientConfig>,
 }
@@ -97,6 +105,8 @@ impl FaultProxy {
             faults: Mutex::new(VecDeque::new()),
             requests: AtomicU64::new(0),
             secret_requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            paths: Mutex::new(Vec::new()),
             upstream,
             upstream_tls,
         });
@@ -145,6 +155,18 @@ impl FaultProxy {
     /// Requests to Secrets seen so far.
     pub fn secret_requests(&self) -> u64 {
         self.shared.secret_requests.load(Ordering::SeqCst)
+    }
+
+    /// Requests so far whose path contains `part` (e.g. an object's name).
+    pub fn requests_to(&self, part: &str) -> u64 {
+        let paths = self.shared.paths.lock().unwrap();
+        paths.iter().filter(|p| p.contains(part)).count() as u64
+    }
+
+    /// Client connections whose TLS handshake completed so far (a client
+    /// that keeps its connection alive makes one for many requests).
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
     }
 }
 
@@ -360,6 +382,15 @@ fn serve(sock: PeerStream, tls: Arc<rustls::ServerConfig>, shared: &Shared, stop
         return;
     };
     let mut reader = BufReader::new(rustls::StreamOwned::new(conn, sock));
+    {
+        let stream = reader.get_mut();
+        while stream.conn.is_handshaking() {
+            if stream.conn.complete_io(&mut stream.sock).is_err() {
+                return;
+            }
+        }
+    }
+    shared.connections.fetch_add(1, Ordering::SeqCst);
     let mut upstream = None;
     while wait_for_request(&mut reader, stop) {
         let Some(request) = read_message(&mut reader, false) else {
@@ -367,6 +398,12 @@ fn serve(sock: PeerStream, tls: Arc<rustls::ServerConfig>, shared: &Shared, stop
         };
         shared.requests.fetch_add(1, Ordering::SeqCst);
         let path = request.start.split_whitespace().nth(1).unwrap_or_default();
+        {
+            let mut paths = shared.paths.lock().unwrap();
+            if paths.len() < MAX_PATHS_KEPT {
+                paths.push(path.to_string());
+            }
+        }
         let fault = if path.contains("/secrets") {
             shared.secret_requests.fetch_add(1, Ordering::SeqCst);
             shared.faults.lock().unwrap().pop_front()
@@ -388,6 +425,13 @@ fn serve(sock: PeerStream, tls: Arc<rustls::ServerConfig>, shared: &Shared, stop
                 "Internal Server Error",
                 "InternalError",
                 "an error on the server has prevented the request from succeeding",
+                close,
+            ),
+            Some(Fault::AlreadyExists) => status_answer(
+                409,
+                "Conflict",
+                "AlreadyExists",
+                "object already exists",
                 close,
             ),
             Some(Fault::TooManyRequests) => status_answer(

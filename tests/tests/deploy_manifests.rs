@@ -4,16 +4,15 @@
 //! variable is one joinsvc's `--help` lists, the ports and probes are
 //! joinsvc's, the measurement policy is a directory mount (the watcher
 //! follows the kubelet's symlink swap, which `subPath` would not see), and
-//! the Role is exactly what the Kubernetes API double authorizes
-//! ([`kube_double::JOINSVC_ROLE_RULES`]): what it would not allow, the
-//! double refuses with 403.
+//! the Role, applied to a real API server
+//! (`confboot_tests::kube::ControlPlane`), lets joinsvc's ServiceAccount
+//! do exactly what joinsvc does and the real RBAC authorizer refuses the
+//! rest.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use confboot_tests::kube_double::{
-    JOINSVC_ROLE_NAMESPACE, JOINSVC_ROLE_RULES, JOINSVC_SERVICE_ACCOUNT,
-};
+use confboot_tests::kube::ControlPlane;
 use confboot_tests::{TempDir, musl_binary, stop_for_missing_setup, target_dir};
 use serde_json::Value;
 
@@ -129,30 +128,78 @@ fn manifests_are_valid_against_the_kubernetes_schemas() {
     }
 }
 
-#[test]
-fn the_role_is_what_the_api_double_enforces() {
-    let docs = all_documents();
-    let role = find(&docs, "Role");
-    assert_eq!(role["metadata"]["namespace"], JOINSVC_ROLE_NAMESPACE);
-    let rules = role["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), JOINSVC_ROLE_RULES.len(), "{role}");
-    for (rule, enforced) in rules.iter().zip(JOINSVC_ROLE_RULES) {
-        assert_eq!(strings(&rule["apiGroups"]), enforced.api_groups, "{rule}");
-        assert_eq!(strings(&rule["resources"]), enforced.resources, "{rule}");
-        assert_eq!(strings(&rule["verbs"]), enforced.verbs, "{rule}");
-        match rule.get("resourceNames") {
-            None => assert!(enforced.resource_names.is_empty(), "{rule}"),
-            Some(names) => assert_eq!(strings(names), enforced.resource_names, "{rule}"),
-        }
+/// The user joinsvc's pods authenticate as.
+const JOINSVC_SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:confboot-joinsvc";
+
+/// Whether the real authorizer lets joinsvc's ServiceAccount `verb`
+/// `resource` (`kind` or `kind/name`) in `namespace`.
+fn joinsvc_can(plane: &ControlPlane, verb: &str, resource: &str, namespace: &str) -> bool {
+    let out = plane
+        .kubectl_command(&["auth", "can-i", verb, resource, "-n", namespace])
+        .arg(format!("--as={JOINSVC_SERVICE_ACCOUNT}"))
+        .output()
+        .unwrap();
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "yes" => true,
+        "no" => false,
+        other => panic!(
+            "kubectl auth can-i {verb} {resource}: {other} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
+}
+
+#[test]
+fn the_role_allows_exactly_what_joinsvc_does_on_a_real_api_server() {
+    let plane = ControlPlane::start();
+    plane.apply(&manifest_dir().join("joinsvc.yaml"));
+    let allowed = [
+        ("create", "secrets", "kube-system"),
+        ("create", "configmaps", "kube-system"),
+        ("get", "configmaps/confboot-vpn-peers", "kube-system"),
+        ("update", "configmaps/confboot-vpn-peers", "kube-system"),
+        ("get", "configmaps/confboot-issued-filter", "kube-system"),
+        ("update", "configmaps/confboot-issued-filter", "kube-system"),
+    ];
+    let refused = [
+        ("get", "secrets/bootstrap-token-abcdef", "kube-system"),
+        ("list", "secrets", "kube-system"),
+        ("watch", "secrets", "kube-system"),
+        ("delete", "secrets/bootstrap-token-abcdef", "kube-system"),
+        ("update", "secrets/bootstrap-token-abcdef", "kube-system"),
+        ("get", "configmaps/kubeadm-config", "kube-system"),
+        ("update", "configmaps/kubeadm-config", "kube-system"),
+        ("list", "configmaps", "kube-system"),
+        ("watch", "configmaps", "kube-system"),
+        ("patch", "configmaps/confboot-vpn-peers", "kube-system"),
+        ("delete", "configmaps/confboot-vpn-peers", "kube-system"),
+        ("create", "secrets", "default"),
+        ("create", "configmaps", "kube-public"),
+        ("get", "configmaps/confboot-vpn-peers", "default"),
+        ("create", "pods", "kube-system"),
+        ("create", "roles.rbac.authorization.k8s.io", "kube-system"),
+        ("get", "nodes", "kube-system"),
+    ];
+    for (verb, resource, ns) in allowed {
+        assert!(
+            joinsvc_can(&plane, verb, resource, ns),
+            "{verb} {resource} in {ns} must be allowed"
+        );
+    }
+    for (verb, resource, ns) in refused {
+        assert!(
+            !joinsvc_can(&plane, verb, resource, ns),
+            "{verb} {resource} in {ns} must be refused"
+        );
+    }
+
+    let docs = all_documents();
     assert!(
         docs.iter()
             .all(|d| d["kind"] != "ClusterRole" && d["kind"] != "ClusterRoleBinding"),
         "joinsvc needs no cluster-wide permission"
     );
-
-    // The binding gives that Role to the ServiceAccount the pods run as,
-    // which is the user the double authorizes.
+    // The binding gives the Role to the ServiceAccount the pods run as.
     let account = find(&docs, "ServiceAccount");
     let (namespace, name) = (
         account["metadata"]["namespace"].as_str().unwrap(),
@@ -162,15 +209,6 @@ fn the_role_is_what_the_api_double_enforces() {
         format!("system:serviceaccount:{namespace}:{name}"),
         JOINSVC_SERVICE_ACCOUNT
     );
-    let binding = find(&docs, "RoleBinding");
-    assert_eq!(binding["metadata"]["namespace"], JOINSVC_ROLE_NAMESPACE);
-    assert_eq!(binding["roleRef"]["kind"], "Role");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    let subjects = binding["subjects"].as_array().unwrap();
-    assert_eq!(subjects.len(), 1);
-    assert_eq!(subjects[0]["kind"], "ServiceAccount");
-    assert_eq!(subjects[0]["name"], name);
-    assert_eq!(subjects[0]["namespace"], namespace);
     let pod = &find(&docs, "DaemonSet")["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], name);
 }
