@@ -123,6 +123,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("cluster_handoff", cluster_handoff),
     ("registry_configmap", registry_configmap),
     ("registry_ledger", registry_ledger),
+    ("ledger_anchor", ledger_anchor),
     ("azure_hcl_report", azure_hcl_report),
     ("azure_runtime_claims", azure_runtime_claims),
     ("azure_evidence", azure_evidence),
@@ -2292,4 +2293,25 @@ pub fn gcp_attestation(data: &[u8]) {
             );
         }
     }
+}
+
+// ---- The ledger's anchor in joinsvc's --state-dir ----
+
+/// joinsvc's ledger anchor file (`--state-dir/ledger-anchor.json`), which
+/// a host that restores old sectors of the disk may have spoilt: bounded,
+/// and what reads writes back the same.
+pub fn ledger_anchor(data: &[u8]) {
+    use joinsvc::ledger::{LedgerAnchor, MAX_ANCHOR_BYTES, MAX_DISK_GENERATIONS};
+    let Ok(anchor) = LedgerAnchor::from_json(data) else {
+        return;
+    };
+    assert!(data.len() <= MAX_ANCHOR_BYTES);
+    assert!(anchor.generations.len() <= 2 * MAX_DISK_GENERATIONS);
+    assert!(
+        anchor
+            .generations
+            .keys()
+            .all(|d| !d.is_empty() && d.len() <= 64)
+    );
+    assert_eq!(LedgerAnchor::from_json(&anchor.to_json()).unwrap(), anchor);
 }
