@@ -249,7 +249,7 @@ fn router() -> &'static Router {
             )
             .unary(RECOVER, move |_, req: RecoverMessage| {
                 uri_checks(&req.kms_uri, &req.storage_uri)?;
-                Ok(RecoverResponse {})
+                Ok(RecoverResponse::default())
             })
             .server_streaming(INIT, move |_, req: InitRequest, sink| {
                 sink.send(&InitResponse {
