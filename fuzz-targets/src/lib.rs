@@ -124,6 +124,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("registry_configmap", registry_configmap),
     ("registry_ledger", registry_ledger),
     ("ledger_anchor", ledger_anchor),
+    ("admin_generations", admin_generations),
     ("azure_hcl_report", azure_hcl_report),
     ("azure_runtime_claims", azure_runtime_claims),
     ("azure_evidence", azure_evidence),
@@ -2314,4 +2315,22 @@ pub fn ledger_anchor(data: &[u8]) {
             .all(|d| !d.is_empty() && d.len() <= 64)
     );
     assert_eq!(LedgerAnchor::from_json(&anchor.to_json()).unwrap(), anchor);
+}
+
+/// The admin's `confboot recover --generations-file` (seeded from the
+/// ledger's ConfigMap): bounded, UUID keys, and what reads writes back
+/// the same.
+pub fn admin_generations(data: &[u8]) {
+    use confboot_cluster::generation::{
+        MAX_ADMIN_GENERATIONS, admin_generations_json, parse_admin_generations,
+    };
+    let Ok(generations) = parse_admin_generations(data) else {
+        return;
+    };
+    assert!(generations.len() <= MAX_ADMIN_GENERATIONS);
+    assert!(generations.keys().all(|d| confboot_kms::is_uuid(d)));
+    assert_eq!(
+        parse_admin_generations(admin_generations_json(&generations).as_bytes()).unwrap(),
+        generations
+    );
 }

@@ -1408,6 +1408,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "registry_configmap" => registry_configmap(),
         "registry_ledger" => registry_ledger(),
         "ledger_anchor" => ledger_anchor(),
+        "admin_generations" => admin_generations(),
         "azure_hcl_report" => azure_hcl_report(),
         "azure_runtime_claims" => azure_runtime_claims(),
         "azure_evidence" => azure_evidence(),
@@ -1675,6 +1676,22 @@ fn ledger_anchor() -> Vec<Seed> {
         seed(
             "version-a-string",
             r#"{"registry":"5","filter":null,"filterCount":0,"generations":{}}"#,
+        ),
+    ]
+}
+
+/// The admin's generations file: its own form, the ledger's, spoilt ones.
+fn admin_generations() -> Vec<Seed> {
+    vec![
+        seed("empty", r#"{}"#),
+        seed(
+            "own-and-ledger-form",
+            r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": 3, "9F3C6C1E-2B5D-4E8A-9C7F-1A2B3C4D5E6F": [5, 1700000000]}"#,
+        ),
+        seed("not-a-uuid", r#"{"disk": 1}"#),
+        seed(
+            "negative",
+            r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": -1}"#,
         ),
     ]
 }
