@@ -402,4 +402,32 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn renders_the_first_ticket_rate_and_the_ledgers_fill_with_their_alarms() {
+        use crate::ledger::{FIRST_TICKET_ALARM, FIRST_TICKET_BURST};
+        let m = Metrics::default();
+        let class = SourceClass::Join("qemu-vtpm");
+        for _ in 0..FIRST_TICKET_BURST - FIRST_TICKET_ALARM {
+            m.first_tickets.check(class).unwrap();
+            m.first_tickets.take(class);
+        }
+        m.first_tickets.check(SourceClass::Launch).unwrap();
+        m.first_tickets.take(SourceClass::Launch);
+        let text = m.render();
+        let spent = FIRST_TICKET_BURST - FIRST_TICKET_ALARM;
+        for line in [
+            format!("joinsvc_first_tickets_total{{class=\"join/qemu-vtpm\"}} {spent}"),
+            format!("joinsvc_first_tickets_left{{class=\"join/qemu-vtpm\"}} {FIRST_TICKET_ALARM}"),
+            "joinsvc_first_tickets_alarm{class=\"join/qemu-vtpm\"} 1".into(),
+            "joinsvc_first_tickets_alarm{class=\"launch/sev-snp\"} 0".into(),
+            "joinsvc_first_tickets_rate_limited_total{class=\"join/qemu-vtpm\"} 0".into(),
+            "# TYPE joinsvc_ledger_generations gauge".into(),
+            "# TYPE joinsvc_ledger_filter_entries gauge".into(),
+            "joinsvc_ledger_alarm{part=\"generations\"} ".into(),
+            "joinsvc_ledger_alarm{part=\"filter\"} ".into(),
+        ] {
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+    }
 }
