@@ -506,6 +506,7 @@ impl Ledger {
                 at: now,
             },
         );
+        fill::observe(self);
         Ok(true)
     }
 
@@ -618,17 +619,29 @@ pub mod fill {
     static GENERATIONS_ALARMED: AtomicBool = AtomicBool::new(false);
     static FILTER_ALARMED: AtomicBool = AtomicBool::new(false);
 
-    /// Whether the generations' alarm is up (generations and running
-    /// joins at or past [`GENERATIONS_ALARM`]).
-    pub fn generations_alarm() -> bool {
-        GENERATIONS.load(Ordering::Relaxed) + PENDING.load(Ordering::Relaxed)
-            >= GENERATIONS_ALARM as u64
+    /// Whether the generations' alarm is up for `generations` kept and
+    /// `pending` joins running: together at or past [`GENERATIONS_ALARM`].
+    pub fn generations_alarm_at(generations: u64, pending: u64) -> bool {
+        generations.saturating_add(pending) >= GENERATIONS_ALARM as u64
     }
 
-    /// Whether the filter's alarm is up (at or past
-    /// [`FILTER_ALARM_ENTRIES`]).
+    /// Whether the filter's alarm is up for `entries`: at or past
+    /// [`FILTER_ALARM_ENTRIES`].
+    pub fn filter_alarm_at(entries: u64) -> bool {
+        entries >= FILTER_ALARM_ENTRIES
+    }
+
+    /// Whether the generations' alarm is up at the last fill seen.
+    pub fn generations_alarm() -> bool {
+        generations_alarm_at(
+            GENERATIONS.load(Ordering::Relaxed),
+            PENDING.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether the filter's alarm is up at the last fill seen.
     pub fn filter_alarm() -> bool {
-        FILTER_ENTRIES.load(Ordering::Relaxed) >= FILTER_ALARM_ENTRIES
+        filter_alarm_at(FILTER_ENTRIES.load(Ordering::Relaxed))
     }
 
     /// Notes `ledger`'s fill; warns when a part crosses its alarm.
@@ -638,7 +651,8 @@ pub mod fill {
         if !ledger.issued.is_unread() {
             FILTER_ENTRIES.store(ledger.issued.count(), Ordering::Relaxed);
         }
-        let generations = generations_alarm();
+        let generations =
+            generations_alarm_at(ledger.generations.len() as u64, ledger.pending.len() as u64);
         if generations && !GENERATIONS_ALARMED.swap(true, Ordering::Relaxed) {
             log::warn!(
                 "ALARM ledger generations: {} disks kept and {} first boots running, of at most \
@@ -650,7 +664,7 @@ pub mod fill {
         } else if !generations {
             GENERATIONS_ALARMED.store(false, Ordering::Relaxed);
         }
-        let filter = filter_alarm();
+        let filter = !ledger.issued.is_unread() && filter_alarm_at(ledger.issued.count());
         if filter && !FILTER_ALARMED.swap(true, Ordering::Relaxed) {
             log::warn!(
                 "ALARM ledger filter: {} entries of at most {}: at the bound new launches and new \
@@ -1352,7 +1366,8 @@ mod tests {
             l.confirm_generation(&disk_n(i), 0, 5, NOW + i as u64)
                 .unwrap();
         }
-        assert!(fill::generations_alarm() || l.generations.len() >= GENERATIONS_ALARM);
+        assert!(fill::generations_alarm_at(GENERATIONS_ALARM as u64 - 1, 1));
+        assert!(!fill::generations_alarm_at(GENERATIONS_ALARM as u64 - 2, 1));
         // Host-driven churn: a new disk's first confirmation is refused,
         // never paid for with the entry of the disk silent longest.
         let full = Refusal::LedgerFull {
@@ -1450,7 +1465,8 @@ mod tests {
         );
         assert!(at_alarm < 2e-6, "{at_alarm} at the alarm");
         assert!(at_bound < 1.5e-4, "{at_bound} at the bound");
-        assert!(fill::filter_alarm());
+        assert!(fill::filter_alarm_at(FILTER_ALARM_ENTRIES));
+        assert!(!fill::filter_alarm_at(FILTER_ALARM_ENTRIES - 1));
         // Full: no new launch, no new disk; what is in stays found.
         for caller in [launch(9), Caller::Unbootstrapped] {
             assert!(

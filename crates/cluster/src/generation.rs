@@ -16,6 +16,17 @@
 //!   ConfigMap, written by compare-and-swap, so every replica and restart
 //!   has it). The host does not reach etcd.
 //!
+//! - **With the admin, for Recover**: no join service answers a node
+//!   that waits for Recover, so the admin's CLI keeps the last generation
+//!   it saw per disk (`confboot recover --generations-file`, seeded from
+//!   the ledger's `generations.json` with [`parse_admin_generations`]) and
+//!   sends it with every Recover; the node refuses a disk below it
+//!   ([`check_generation`] with the admin's value as `last`) and writes the
+//!   next one. The file is on the admin's machine, out of the host's reach.
+//! - **The ledger itself** is anchored by each joinsvc (its memory and
+//!   `--state-dir`): a ledger object gone or gone back is an error, not an
+//!   empty ledger (joinsvc's `ledger::LedgerAnchor`).
+//!
 //! No MAC over the stored counter is needed: dm-crypt keeps the host from
 //! writing a chosen value, and the ledger is the reference a restored copy
 //! is compared with. What the host can do is replay an entire old disk,
