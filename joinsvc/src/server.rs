@@ -915,4 +915,47 @@ mod tests {
         );
         assert!(r.confirm_generation(DISK, 0, 1).is_err());
     }
+
+    /// G4 across a restart: joinsvc restarted with its `--state-dir` after
+    /// the ledger's object was deleted refuses, as the running one would.
+    #[test]
+    fn a_ledger_object_deleted_while_joinsvc_was_down_is_refused_after_its_restart() {
+        use crate::ledger::{ANCHOR_FILE, AnchorStore, Caller, Refusal, Regressed};
+        use crate::vpn::{KubeApiPeerRegistry, RegistryError};
+        const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
+        let state = confboot_testkit::TempDir::new("joinsvc-anchor-restart");
+        let start = || {
+            let api = crate::kube_api::KubeApi::new(
+                &double.url(),
+                &double.ca_pem(),
+                zeroize::Zeroizing::new("sa-token".into()),
+                std::time::Duration::from_secs(10),
+                1,
+            )
+            .unwrap();
+            let anchor = AnchorStore::load(&state.path().join(ANCHOR_FILE)).unwrap();
+            KubeApiPeerRegistry::without_vpn(api)
+                .unwrap()
+                .with_anchor(Arc::new(anchor))
+        };
+        let node = Caller::Unbootstrapped;
+        let r = start();
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 0);
+        r.confirm_generation(DISK, 0, 1).unwrap();
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 1);
+        drop(r);
+        double.delete_configmap(joinsvc::configmap::PEERS_CONFIGMAP);
+        let r = start();
+        let refused = r.admit_rejoin(&node, DISK);
+        assert!(
+            matches!(
+                refused,
+                Err(RegistryError::Admission(Refusal::Regressed(
+                    Regressed::Gone { .. }
+                )))
+            ),
+            "{refused:?}"
+        );
+    }
 }
