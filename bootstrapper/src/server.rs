@@ -103,9 +103,13 @@ where
         move |_ctx, req: RecoverMessage| -> Result<RecoverResponse, Status> {
             log::info!("Recover received");
             match node.recover(&req) {
-                Ok(()) => {
+                Ok(disk) => {
                     let _ = flows.send(Ok(Outcome::Recovered));
-                    Ok(RecoverResponse {})
+                    Ok(RecoverResponse {
+                        disk_uuid: disk.disk_uuid,
+                        found_generation: disk.found,
+                        written_generation: disk.written,
+                    })
                 }
                 Err(e) => {
                     log::warn!("Recover refused: {e}");

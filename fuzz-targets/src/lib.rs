@@ -123,6 +123,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("cluster_handoff", cluster_handoff),
     ("registry_configmap", registry_configmap),
     ("registry_ledger", registry_ledger),
+    ("ledger_anchor", ledger_anchor),
+    ("admin_generations", admin_generations),
     ("azure_hcl_report", azure_hcl_report),
     ("azure_runtime_claims", azure_runtime_claims),
     ("azure_evidence", azure_evidence),
@@ -248,7 +250,7 @@ fn router() -> &'static Router {
             )
             .unary(RECOVER, move |_, req: RecoverMessage| {
                 uri_checks(&req.kms_uri, &req.storage_uri)?;
-                Ok(RecoverResponse {})
+                Ok(RecoverResponse::default())
             })
             .server_streaming(INIT, move |_, req: InitRequest, sink| {
                 sink.send(&InitResponse {
@@ -2292,4 +2294,43 @@ pub fn gcp_attestation(data: &[u8]) {
             );
         }
     }
+}
+
+// ---- The ledger's anchor in joinsvc's --state-dir ----
+
+/// joinsvc's ledger anchor file (`--state-dir/ledger-anchor.json`), which
+/// a host that restores old sectors of the disk may have spoilt: bounded,
+/// and what reads writes back the same.
+pub fn ledger_anchor(data: &[u8]) {
+    use joinsvc::ledger::{LedgerAnchor, MAX_ANCHOR_BYTES, MAX_DISK_GENERATIONS};
+    let Ok(anchor) = LedgerAnchor::from_json(data) else {
+        return;
+    };
+    assert!(data.len() <= MAX_ANCHOR_BYTES);
+    assert!(anchor.generations.len() <= 2 * MAX_DISK_GENERATIONS);
+    assert!(
+        anchor
+            .generations
+            .keys()
+            .all(|d| !d.is_empty() && d.len() <= 64)
+    );
+    assert_eq!(LedgerAnchor::from_json(&anchor.to_json()).unwrap(), anchor);
+}
+
+/// The admin's `confboot recover --generations-file` (seeded from the
+/// ledger's ConfigMap): bounded, UUID keys, and what reads writes back
+/// the same.
+pub fn admin_generations(data: &[u8]) {
+    use confboot_cluster::generation::{
+        MAX_ADMIN_GENERATIONS, admin_generations_json, parse_admin_generations,
+    };
+    let Ok(generations) = parse_admin_generations(data) else {
+        return;
+    };
+    assert!(generations.len() <= MAX_ADMIN_GENERATIONS);
+    assert!(generations.keys().all(|d| confboot_kms::is_uuid(d)));
+    assert_eq!(
+        parse_admin_generations(admin_generations_json(&generations).as_bytes()).unwrap(),
+        generations
+    );
 }

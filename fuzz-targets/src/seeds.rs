@@ -1407,6 +1407,8 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "cluster_handoff" => cluster_handoff(),
         "registry_configmap" => registry_configmap(),
         "registry_ledger" => registry_ledger(),
+        "ledger_anchor" => ledger_anchor(),
+        "admin_generations" => admin_generations(),
         "azure_hcl_report" => azure_hcl_report(),
         "azure_runtime_claims" => azure_runtime_claims(),
         "azure_evidence" => azure_evidence(),
@@ -1652,5 +1654,44 @@ fn gcp_attestation() -> Vec<Seed> {
         seed("nonce9009", with),
         seed("no-nonce", without),
         seed("cut", &without[..20_000]),
+    ]
+}
+
+/// joinsvc's ledger anchor file: new, seen, and spoilt ones.
+fn ledger_anchor() -> Vec<Seed> {
+    vec![
+        seed(
+            "generation-negative",
+            r#"{"registry":1,"filter":1,"filterCount":0,"generations":{"d":-1}}"#,
+        ),
+        seed(
+            "new",
+            r#"{"registry":null,"filter":null,"filterCount":0,"generations":{}}"#,
+        ),
+        seed("not-an-object", r#"[1,2,3]"#),
+        seed(
+            "seen",
+            r#"{"registry":120,"filter":121,"filterCount":42,"generations":{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f":7,"9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f":1}}"#,
+        ),
+        seed(
+            "version-a-string",
+            r#"{"registry":"5","filter":null,"filterCount":0,"generations":{}}"#,
+        ),
+    ]
+}
+
+/// The admin's generations file: its own form, the ledger's, spoilt ones.
+fn admin_generations() -> Vec<Seed> {
+    vec![
+        seed("empty", r#"{}"#),
+        seed(
+            "own-and-ledger-form",
+            r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": 3, "9F3C6C1E-2B5D-4E8A-9C7F-1A2B3C4D5E6F": [5, 1700000000]}"#,
+        ),
+        seed("not-a-uuid", r#"{"disk": 1}"#),
+        seed(
+            "negative",
+            r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": -1}"#,
+        ),
     ]
 }

@@ -75,6 +75,10 @@ pub struct ServeConfig {
     pub reference_sets: Option<ReferenceSetsConfig>,
     /// joinsvc's own TPM, with `--tpm` (`None`: joinsvc does not attest).
     pub tpm: Option<OwnTpm>,
+    /// Where joinsvc keeps its durable state (`--state-dir`): the ledger's
+    /// anchor ([`crate::ledger::ANCHOR_FILE`]), and with reference sets
+    /// their history and the time floor.
+    pub state_dir: PathBuf,
     /// The signed set of joinsvc's own image, presented with its evidence
     /// (`--present-reference-values`; needs `--tpm`).
     pub present_reference_values: Option<PathBuf>,
@@ -317,6 +321,7 @@ impl Config {
         let given_measurements = attestation.measurements.is_some();
         let attestation =
             AttestationSettings::new(variants, attestation).map_err(ReadError::Attestation)?;
+        let ledger_state_dir = state_dir.clone();
         let reference_sets = reference_sets_config(
             reference_values_dir,
             release_keys,
@@ -342,6 +347,7 @@ impl Config {
             attestation,
             reference_sets,
             present_reference_values,
+            state_dir: ledger_state_dir,
             tpm: tpm.map(|spec| OwnTpm {
                 event_log: EventLogSource::new(event_log.as_deref(), Tpm::is_device_spec(&spec)),
                 spec,
@@ -554,6 +560,9 @@ pub enum LoadError {
     /// The time floor in `--state-dir` does not read.
     #[error("--{option}: {0}", option = STATE_DIR.long)]
     TimeFloor(FloorError),
+    /// The ledger's anchor in `--state-dir` does not read.
+    #[error("--{option}: {0}", option = STATE_DIR.long)]
+    LedgerAnchor(crate::ledger::AnchorError),
     /// The `--kubernetes-ca` gives no kubeadm CA pin.
     #[error("--{option} {}: {error}", path.display(), option = KUBERNETES_CA.long)]
     CaCert {
@@ -734,12 +743,12 @@ impl Service {
         )?;
 
         let kube_api = kube_api(&config.kube_api)?;
-        let registry = match vpn_registry(config.vpn_network, &kube_api)? {
-            Some(registry) => registry,
-            None => Arc::new(
-                KubeApiPeerRegistry::without_vpn(kube_api.clone()).map_err(LoadError::Registry)?,
-            ),
-        };
+        let registry = match config.vpn_network {
+            Some(network) => KubeApiPeerRegistry::new(kube_api.clone(), network),
+            None => KubeApiPeerRegistry::without_vpn(kube_api.clone()),
+        }
+        .map_err(LoadError::Registry)?;
+        let registry = Arc::new(registry.with_anchor(ledger_anchor(&config.state_dir)?));
         let token_issuer: Arc<dyn TokenIssuer> =
             Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(LoadError::TokenIssuer)?);
 
@@ -891,6 +900,23 @@ pub fn vpn_registry(
     let registry =
         KubeApiPeerRegistry::new(kube_api.clone(), network).map_err(LoadError::Registry)?;
     Ok(Some(Arc::new(registry)))
+}
+
+/// The ledger's anchor in `state_dir` (made 0700 when missing): what this
+/// joinsvc saw the ledger hold, across restarts. A file there that does
+/// not read stops joinsvc.
+fn ledger_anchor(state_dir: &Path) -> Result<Arc<crate::ledger::AnchorStore>, LoadError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .map_err(|error| LoadError::StateDir {
+            path: state_dir.to_path_buf(),
+            error,
+        })?;
+    crate::ledger::AnchorStore::load(&state_dir.join(crate::ledger::ANCHOR_FILE))
+        .map(Arc::new)
+        .map_err(LoadError::LedgerAnchor)
 }
 
 /// The signer of kubelet certificates: the `--kubernetes-ca` certificate

@@ -32,9 +32,17 @@
 //!   forge a generation: `confboot_cluster::generation`). A rejoin ticket
 //!   carries it; a confirmation of an older one is refused
 //!   ([`Refusal::RolledBack`]), a newer one recorded. At most
-//!   [`MAX_DISK_GENERATIONS`] disks are kept: when full, the disk confirmed
-//!   longest ago is forgotten (its next rejoin takes any generation, as a
-//!   disk's first rejoin does). A removed disk's entry goes with it.
+//!   [`MAX_DISK_GENERATIONS`] disks are kept, and no entry is ever pushed
+//!   out: when full, a *new* disk is refused ([`Refusal::LedgerFull`]: its
+//!   join, and its first confirmation), every disk already kept keeps its
+//!   entry. An alarm (log line and metric) fires from
+//!   [`GENERATIONS_ALARM`] entries on. A removed disk's entry goes with it.
+//! - **What the ledger held does not go back.** A [`LedgerAnchor`] that
+//!   joinsvc holds (in memory, and in its `--state-dir`) remembers that
+//!   each ledger object existed, its highest `resourceVersion`, the filter's
+//!   count and every disk's generation seen; a read that shows an object
+//!   gone (404), a version, a count or a generation lower is an error
+//!   ([`Regressed`]), never an empty ledger.
 //!
 //! How the memory stays bounded without being forgotten: launches that
 //! were served, and disks whose first boot is over, go into a Bloom filter
@@ -43,7 +51,14 @@
 //! old launch never regains the right to ask. Its price is a false "seen"
 //! that grows with the number of entries: a new launch or a new disk
 //! refused by chance, below one in a million up to 25,000 entries and one
-//! in ten thousand at 50,000. A refused launch reboots (a new launch has a
+//! in ten thousand at 50,000. So the filter takes at most
+//! [`FILTER_MAX_ENTRIES`] entries (a false "seen" of at most 1.1 in
+//! 10,000, measured by `the_filter_refuses_entries_past_its_bound_and_says_its_false_positive_rate`):
+//! past it, a ticket that would put a new entry in is refused
+//! ([`Refusal::LedgerFull`]), never taken with a weaker filter; an alarm
+//! fires from [`FILTER_ALARM_ENTRIES`] on (below 1 in a million). What fills
+//! it, first tickets and SEV-SNP launches, is rate-limited per source class
+//! ([`FirstTicketRate`]). A refused launch reboots (a new launch has a
 //! new `REPORT_ID`); a refused new disk is wiped (it gets a new UUID). Only
 //! joins whose first boot is still running are kept exactly, at most
 //! [`MAX_PENDING_JOINS`]: when full, the oldest is taken as complete (it
@@ -75,8 +90,20 @@ pub const MAX_PENDING_JOINS: usize = 1024;
 pub const FILTER_BITS: usize = 1 << 20;
 /// The bits each entry sets in the filter.
 pub const FILTER_HASHES: usize = 8;
-/// The most disks whose generation is kept.
+/// The most disks whose generation is kept: past it a new disk is
+/// refused, no kept disk is forgotten.
 pub const MAX_DISK_GENERATIONS: usize = 4096;
+/// The number of kept generations from which the alarm fires (75 % of
+/// [`MAX_DISK_GENERATIONS`]).
+pub const GENERATIONS_ALARM: usize = MAX_DISK_GENERATIONS / 4 * 3;
+/// The most entries the filter takes: at this fill a key never put in is
+/// found by chance with a probability of about 1.0 in 10,000
+/// (`(1 - e^(-k n / m))^k` for `m` = [`FILTER_BITS`], `k` =
+/// [`FILTER_HASHES`]); past it nothing more goes in.
+pub const FILTER_MAX_ENTRIES: u64 = 50_000;
+/// The filter's fill from which the alarm fires: about 8 in 10 million
+/// falsely seen.
+pub const FILTER_ALARM_ENTRIES: u64 = 25_000;
 
 /// The identity of one SEV-SNP launch: SHA-256 over its chip id and
 /// `REPORT_ID`, as the validator passed them on.
@@ -156,6 +183,26 @@ pub enum Refusal {
     /// The disk is older than the cluster last saw it.
     #[error("{0}")]
     RolledBack(RolledBack),
+    /// A bound of the ledger is reached: nothing new goes in, nothing kept
+    /// goes out.
+    #[error(
+        "the ledger's {what} is full ({held} of {bound}): new entries are refused so that none \
+         kept is lost; the admin must act (see SECURITY.md, G5/G6)"
+    )]
+    LedgerFull {
+        /// Which part: `generations` or `filter`.
+        what: &'static str,
+        /// How many it holds.
+        held: u64,
+        /// Its bound.
+        bound: u64,
+    },
+    /// A ledger object read went back from what this joinsvc saw.
+    #[error("{0}")]
+    Regressed(Regressed),
+    /// Too many first tickets from one source class lately.
+    #[error("{0}")]
+    RateLimited(RateLimited),
 }
 
 impl Refusal {
@@ -167,6 +214,9 @@ impl Refusal {
             Refusal::DiskRemoved { .. } => "disk_removed",
             Refusal::NotUnbootstrapped => "marked",
             Refusal::RolledBack(_) => "rolled_back",
+            Refusal::LedgerFull { .. } => "ledger_full",
+            Refusal::Regressed(_) => "ledger_regressed",
+            Refusal::RateLimited(_) => "rate_limited",
         }
     }
 }
@@ -306,6 +356,30 @@ impl IssuedFilter {
         !self.claimed.contains(key) && self.has_bits(key)
     }
 
+    /// Whether `new` more entries fit under [`FILTER_MAX_ENTRIES`], room
+    /// kept for `reserved` (joins whose first boot runs: each goes in once
+    /// it completes, and that entry must never be left out, or the disk
+    /// could join again). The stand-in of a filter not read answers
+    /// "consulted".
+    fn room_for(&self, new: u64, reserved: u64) -> Result<(), Refusal> {
+        if let Some(consulted) = &self.unread {
+            consulted.set(true);
+            return Ok(());
+        }
+        let held = self.count.saturating_add(reserved);
+        if held.saturating_add(new) <= FILTER_MAX_ENTRIES {
+            return Ok(());
+        }
+        Err(Refusal::LedgerFull {
+            what: "filter",
+            held,
+            bound: FILTER_MAX_ENTRIES,
+        })
+    }
+
+    /// Puts `key` in. [`decide`] keeps the count under
+    /// [`FILTER_MAX_ENTRIES`]: a ticket whose entry would not fit is
+    /// refused, and a join whose first boot runs has its room kept.
     fn insert(&mut self, key: &[u8; 32]) {
         if let Some(consulted) = &self.unread {
             consulted.set(true);
@@ -403,8 +477,9 @@ impl Ledger {
     /// and wrote `written` (0: none, it refused the disk): refused when
     /// `found` is older than the last confirmed; otherwise `written` is
     /// recorded (never lowering what is kept). When
-    /// [`MAX_DISK_GENERATIONS`] disks are kept, the one confirmed longest
-    /// ago is forgotten. Whether the ledger changed.
+    /// [`MAX_DISK_GENERATIONS`] disks are kept, a disk not kept yet is
+    /// refused ([`Refusal::LedgerFull`]); no kept disk is forgotten.
+    /// Whether the ledger changed.
     pub fn confirm_generation(
         &mut self,
         disk: &str,
@@ -418,14 +493,11 @@ impl Ledger {
             return Ok(false);
         }
         if !self.generations.contains_key(disk) && self.generations.len() >= MAX_DISK_GENERATIONS {
-            let oldest = self
-                .generations
-                .iter()
-                .min_by_key(|(_, g)| g.at)
-                .map(|(d, _)| d.clone());
-            if let Some(oldest) = oldest {
-                self.generations.remove(&oldest);
-            }
+            return Err(Refusal::LedgerFull {
+                what: "generations",
+                held: self.generations.len() as u64,
+                bound: MAX_DISK_GENERATIONS as u64,
+            });
         }
         self.generations.insert(
             disk.to_string(),
@@ -434,6 +506,7 @@ impl Ledger {
                 at: now,
             },
         );
+        fill::observe(self);
         Ok(true)
     }
 
@@ -463,13 +536,33 @@ pub fn decide(
     if removed.iter().any(|d| d == disk) {
         return Err(Refusal::DiskRemoved { disk: disk.into() });
     }
-    match kind {
-        TicketKind::Join if ledger.is_pending(disk) => Ok(()),
+    let new_disk = match kind {
+        TicketKind::Join if ledger.is_pending(disk) => false,
         TicketKind::Join if ledger.issued.contains(&disk_key(disk)) => {
-            Err(Refusal::DiskJoined { disk: disk.into() })
+            return Err(Refusal::DiskJoined { disk: disk.into() });
         }
-        TicketKind::Join | TicketKind::Rejoin => Ok(()),
+        TicketKind::Join => true,
+        TicketKind::Rejoin => false,
+    };
+    // Bounds refuse what is new; nothing kept is pushed out.
+    let new_entries = u64::from(matches!(caller, Caller::Launch(_))) + u64::from(new_disk);
+    if new_entries > 0 {
+        ledger
+            .issued
+            .room_for(new_entries, ledger.pending.len() as u64)?;
     }
+    // A new disk will want a generation entry at its first rejoin, as
+    // will every join whose first boot runs.
+    let generations = ledger.generations.len() + ledger.pending.len();
+    if new_disk && generations >= MAX_DISK_GENERATIONS {
+        return Err(Refusal::LedgerFull {
+            what: "generations",
+            held: generations as u64,
+            bound: MAX_DISK_GENERATIONS as u64,
+        });
+    }
+    fill::observe(ledger);
+    Ok(())
 }
 
 /// Records a ticket [`decide`] allowed; whether the ledger changed. A
@@ -507,6 +600,545 @@ pub fn record(
         TicketKind::Rejoin => changed |= ledger.is_pending(disk) && ledger.complete(disk),
     }
     changed
+}
+
+/// How full the ledger is, for the metrics and the alarm: the last fill
+/// this process saw, and a warning logged each time a part crosses its
+/// alarm level from below.
+pub mod fill {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use super::{FILTER_ALARM_ENTRIES, GENERATIONS_ALARM, Ledger};
+
+    /// Generations kept, at the last decision.
+    pub static GENERATIONS: AtomicU64 = AtomicU64::new(0);
+    /// Joins whose first boot runs, at the last decision.
+    pub static PENDING: AtomicU64 = AtomicU64::new(0);
+    /// Entries in the filter, at the last decision that read it.
+    pub static FILTER_ENTRIES: AtomicU64 = AtomicU64::new(0);
+    static GENERATIONS_ALARMED: AtomicBool = AtomicBool::new(false);
+    static FILTER_ALARMED: AtomicBool = AtomicBool::new(false);
+
+    /// Whether the generations' alarm is up for `generations` kept and
+    /// `pending` joins running: together at or past [`GENERATIONS_ALARM`].
+    pub fn generations_alarm_at(generations: u64, pending: u64) -> bool {
+        generations.saturating_add(pending) >= GENERATIONS_ALARM as u64
+    }
+
+    /// Whether the filter's alarm is up for `entries`: at or past
+    /// [`FILTER_ALARM_ENTRIES`].
+    pub fn filter_alarm_at(entries: u64) -> bool {
+        entries >= FILTER_ALARM_ENTRIES
+    }
+
+    /// Whether the generations' alarm is up at the last fill seen.
+    pub fn generations_alarm() -> bool {
+        generations_alarm_at(
+            GENERATIONS.load(Ordering::Relaxed),
+            PENDING.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether the filter's alarm is up at the last fill seen.
+    pub fn filter_alarm() -> bool {
+        filter_alarm_at(FILTER_ENTRIES.load(Ordering::Relaxed))
+    }
+
+    /// Notes `ledger`'s fill; warns when a part crosses its alarm.
+    pub fn observe(ledger: &Ledger) {
+        GENERATIONS.store(ledger.generations.len() as u64, Ordering::Relaxed);
+        PENDING.store(ledger.pending.len() as u64, Ordering::Relaxed);
+        if !ledger.issued.is_unread() {
+            FILTER_ENTRIES.store(ledger.issued.count(), Ordering::Relaxed);
+        }
+        let generations =
+            generations_alarm_at(ledger.generations.len() as u64, ledger.pending.len() as u64);
+        if generations && !GENERATIONS_ALARMED.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "ALARM ledger generations: {} disks kept and {} first boots running, of at most \
+                 {}: at the bound new disks are refused",
+                ledger.generations.len(),
+                ledger.pending.len(),
+                super::MAX_DISK_GENERATIONS
+            );
+        } else if !generations {
+            GENERATIONS_ALARMED.store(false, Ordering::Relaxed);
+        }
+        let filter = !ledger.issued.is_unread() && filter_alarm_at(ledger.issued.count());
+        if filter && !FILTER_ALARMED.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "ALARM ledger filter: {} entries of at most {}: at the bound new launches and new \
+                 disks are refused",
+                ledger.issued.count(),
+                super::FILTER_MAX_ENTRIES
+            );
+        } else if !filter && !ledger.issued.is_unread() {
+            FILTER_ALARMED.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+// ---- The anchor: what this joinsvc saw the ledger hold ----
+
+/// The ConfigMap holding the registry and the ledger (but its filter).
+pub const REGISTRY_OBJECT: &str = "registry";
+/// The ConfigMap holding the ledger's filter.
+pub const FILTER_OBJECT: &str = "filter";
+/// The anchor's file in `--state-dir`.
+pub const ANCHOR_FILE: &str = "ledger-anchor.json";
+/// The largest anchor file read.
+pub const MAX_ANCHOR_BYTES: usize = 1 << 20;
+
+/// A ledger object read that went back from what this joinsvc saw: the
+/// API server answers from an older etcd (a control plane's disk rolled
+/// back) or someone deleted or rewrote the object. Fails closed: no ticket,
+/// no confirmation, until the admin looks.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Regressed {
+    /// The object existed and is gone.
+    #[error(
+        "ledger {object} ConfigMap existed and is gone (404): refused rather than read as empty \
+         (an etcd rolled back or the object deleted)"
+    )]
+    Gone {
+        /// [`REGISTRY_OBJECT`] or [`FILTER_OBJECT`].
+        object: &'static str,
+    },
+    /// Its `resourceVersion` is lower than one seen.
+    #[error("ledger {object} ConfigMap went back: resourceVersion {found} after {seen}")]
+    VersionWentBack {
+        /// [`REGISTRY_OBJECT`] or [`FILTER_OBJECT`].
+        object: &'static str,
+        /// The version read.
+        found: u64,
+        /// The highest version seen.
+        seen: u64,
+    },
+    /// Its `resourceVersion` is not a number (etcd's always are), so its
+    /// order cannot be checked.
+    #[error("ledger {object} ConfigMap has a resourceVersion that is not a number")]
+    OpaqueVersion {
+        /// [`REGISTRY_OBJECT`] or [`FILTER_OBJECT`].
+        object: &'static str,
+    },
+    /// The filter holds fewer entries than seen.
+    #[error("ledger filter went back: {found} entries after {seen}")]
+    FilterShrank {
+        /// The count read.
+        found: u64,
+        /// The highest count seen.
+        seen: u64,
+    },
+    /// A disk's generation is lower than seen (or gone while the disk was
+    /// not removed).
+    #[error("ledger went back for state disk {disk}: generation {found} after {seen}")]
+    GenerationWentBack {
+        /// The disk UUID.
+        disk: String,
+        /// The generation read (0: none).
+        found: u64,
+        /// The generation seen.
+        seen: u64,
+    },
+}
+
+/// What one joinsvc saw the ledger's objects hold: that each existed, the
+/// highest `resourceVersion` of each, the filter's count and each disk's
+/// highest generation. A read lower than that is [`Regressed`]. Bounded:
+/// one entry per disk the ledger keeps ([`MAX_DISK_GENERATIONS`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerAnchor {
+    /// The registry object's highest version, once it was seen.
+    pub registry: Option<u64>,
+    /// The filter object's highest version, once it was seen.
+    pub filter: Option<u64>,
+    /// The filter's highest count seen.
+    pub filter_count: u64,
+    /// Per disk, the highest generation seen.
+    pub generations: BTreeMap<String, u64>,
+}
+
+fn version_of(object: &'static str, version: &str) -> Result<u64, Regressed> {
+    version
+        .parse::<u64>()
+        .map_err(|_| Regressed::OpaqueVersion { object })
+}
+
+fn check_version(
+    object: &'static str,
+    seen: Option<u64>,
+    version: Option<&str>,
+) -> Result<Option<u64>, Regressed> {
+    match (seen, version) {
+        (Some(_), None) => Err(Regressed::Gone { object }),
+        (None, None) => Ok(None),
+        (seen, Some(version)) => {
+            let found = version_of(object, version)?;
+            match seen {
+                Some(seen) if found < seen => Err(Regressed::VersionWentBack {
+                    object,
+                    found,
+                    seen,
+                }),
+                _ => Ok(Some(found.max(seen.unwrap_or(0)))),
+            }
+        }
+    }
+}
+
+impl LedgerAnchor {
+    /// Checks a read of the registry object (`version`: its
+    /// `resourceVersion`, `None` for a 404) holding `ledger` and the
+    /// `removed` disks against what was seen, and takes it in. A disk's
+    /// generation may go only when the disk was removed. Whether the
+    /// anchor changed; nothing changes on an error.
+    pub fn observe_registry(
+        &mut self,
+        version: Option<&str>,
+        ledger: &Ledger,
+        removed: &[String],
+    ) -> Result<bool, Regressed> {
+        let registry = check_version(REGISTRY_OBJECT, self.registry, version)?;
+        for (disk, seen) in &self.generations {
+            let found = ledger.generation(disk);
+            if found < *seen && !removed.iter().any(|d| d == disk) {
+                return Err(Regressed::GenerationWentBack {
+                    disk: disk.clone(),
+                    found,
+                    seen: *seen,
+                });
+            }
+        }
+        let before = (self.registry, self.generations.len());
+        let mut changed = before.0 != registry;
+        self.registry = registry;
+        self.generations
+            .retain(|disk, _| !removed.iter().any(|d| d == disk));
+        changed |= before.1 != self.generations.len();
+        for (disk, g) in &ledger.generations {
+            let kept = self.generations.entry(disk.clone()).or_default();
+            if g.generation > *kept {
+                *kept = g.generation;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Checks a read of the filter object (`version`: its
+    /// `resourceVersion`, `None` for a 404) holding `filter` and takes it
+    /// in. Whether the anchor changed; nothing changes on an error.
+    pub fn observe_filter(
+        &mut self,
+        version: Option<&str>,
+        filter: &IssuedFilter,
+    ) -> Result<bool, Regressed> {
+        let seen = check_version(FILTER_OBJECT, self.filter, version)?;
+        if filter.count() < self.filter_count {
+            return Err(Regressed::FilterShrank {
+                found: filter.count(),
+                seen: self.filter_count,
+            });
+        }
+        let changed = seen != self.filter || filter.count() != self.filter_count;
+        self.filter = seen;
+        self.filter_count = filter.count();
+        Ok(changed)
+    }
+
+    /// The anchor as JSON (its file's content).
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::json!({
+            "registry": self.registry,
+            "filter": self.filter,
+            "filterCount": self.filter_count,
+            "generations": self.generations,
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    /// An anchor from its file's content: at most [`MAX_ANCHOR_BYTES`],
+    /// at most [`MAX_DISK_GENERATIONS`] disks (and as many removed since:
+    /// twice that), each UUID at most 64 bytes.
+    pub fn from_json(bytes: &[u8]) -> Result<LedgerAnchor, AnchorError> {
+        let bad = |why: &str| AnchorError::Corrupt(why.to_string());
+        if bytes.len() > MAX_ANCHOR_BYTES {
+            return Err(bad("too large"));
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|_| bad("not JSON"))?;
+        let version = |key: &str| -> Result<Option<u64>, AnchorError> {
+            match &value[key] {
+                serde_json::Value::Null => Ok(None),
+                v => v.as_u64().map(Some).ok_or_else(|| bad(key)),
+            }
+        };
+        let registry = version("registry")?;
+        let filter = version("filter")?;
+        let filter_count = value["filterCount"]
+            .as_u64()
+            .ok_or_else(|| bad("filterCount"))?;
+        let entries = value["generations"]
+            .as_object()
+            .ok_or_else(|| bad("generations"))?;
+        if entries.len() > 2 * MAX_DISK_GENERATIONS {
+            return Err(bad("too many generations"));
+        }
+        let mut generations = BTreeMap::new();
+        for (disk, g) in entries {
+            if disk.is_empty() || disk.len() > 64 {
+                return Err(bad("a disk UUID"));
+            }
+            generations.insert(disk.clone(), g.as_u64().ok_or_else(|| bad("a generation"))?);
+        }
+        Ok(LedgerAnchor {
+            registry,
+            filter,
+            filter_count,
+            generations,
+        })
+    }
+}
+
+/// The anchor could not be read or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum AnchorError {
+    /// Its file does not read as an anchor.
+    #[error("ledger anchor file is not an anchor: {0}")]
+    Corrupt(String),
+    /// Its file could not be read or written.
+    #[error("ledger anchor file: {0}")]
+    File(#[from] confboot_util::fs::FileError),
+}
+
+/// The anchor joinsvc holds: in memory, and (with `--state-dir`) in
+/// [`ANCHOR_FILE`], replaced atomically whenever it moves, read at start.
+/// A file that does not read stops joinsvc, as the reference-set history
+/// does.
+#[derive(Debug, Default)]
+pub struct AnchorStore {
+    anchor: std::sync::Mutex<LedgerAnchor>,
+    path: Option<std::path::PathBuf>,
+}
+
+impl AnchorStore {
+    /// An anchor held in memory only (tests, and `--remove-vpn-peer`).
+    pub fn in_memory() -> AnchorStore {
+        AnchorStore::default()
+    }
+
+    /// The anchor kept at `path`: read when the file exists, empty when it
+    /// does not (a new control plane).
+    pub fn load(path: &std::path::Path) -> Result<AnchorStore, AnchorError> {
+        let anchor = if path.exists() {
+            LedgerAnchor::from_json(&confboot_util::fs::read_bounded(
+                path,
+                MAX_ANCHOR_BYTES as u64,
+            )?)?
+        } else {
+            LedgerAnchor::default()
+        };
+        Ok(AnchorStore {
+            anchor: std::sync::Mutex::new(anchor),
+            path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// What the anchor holds now.
+    pub fn anchor(&self) -> LedgerAnchor {
+        self.anchor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn observe(
+        &self,
+        apply: impl FnOnce(&mut LedgerAnchor) -> Result<bool, Regressed>,
+    ) -> Result<(), Refusal> {
+        let mut anchor = self.anchor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = anchor.clone();
+        let changed = apply(&mut next).map_err(|e| {
+            log::error!("ALARM {e}");
+            Refusal::Regressed(e)
+        })?;
+        if changed {
+            if let Some(path) = &self.path {
+                // Kept before it is used: a restart never sees less.
+                confboot_util::fs::replace_private(path, &next.to_json()).map_err(|e| {
+                    log::error!("ledger anchor not kept: {e}");
+                    Refusal::Regressed(Regressed::Gone {
+                        object: "anchor file",
+                    })
+                })?;
+            }
+            *anchor = next;
+        }
+        Ok(())
+    }
+
+    /// [`LedgerAnchor::observe_registry`] on the anchor held, kept when it
+    /// moved. A regression is [`Refusal::Regressed`] (and an alarm).
+    pub fn registry(
+        &self,
+        version: Option<&str>,
+        ledger: &Ledger,
+        removed: &[String],
+    ) -> Result<(), Refusal> {
+        self.observe(|a| a.observe_registry(version, ledger, removed))
+    }
+
+    /// [`LedgerAnchor::observe_filter`] on the anchor held, kept when it
+    /// moved.
+    pub fn filter(&self, version: Option<&str>, filter: &IssuedFilter) -> Result<(), Refusal> {
+        self.observe(|a| a.observe_filter(version, filter))
+    }
+}
+
+// ---- First tickets, per source class ----
+
+/// The most first tickets a source class may take at once.
+pub const FIRST_TICKET_BURST: u64 = 512;
+/// One more first ticket per source class each this often.
+pub const FIRST_TICKET_REFILL: Duration = Duration::from_secs(10);
+/// The alarm fires when a class has this few first tickets left (half
+/// its burst spent): well before any is refused.
+pub const FIRST_TICKET_ALARM: u64 = FIRST_TICKET_BURST / 2;
+
+/// Who a first ticket goes to, for its rate: a join (a new disk) of a
+/// variant, or an SEV-SNP launch (each puts an entry in the filter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceClass {
+    /// A join ticket for a node of this variant (its name).
+    Join(&'static str),
+    /// Any ticket to an SEV-SNP launch.
+    Launch,
+}
+
+impl SourceClass {
+    /// The class of a `kind` ticket to `caller` of `variant`, if it is a
+    /// first ticket (one that adds to the ledger: a join, an SEV-SNP
+    /// launch); a vTPM or TDX rejoin is not one.
+    pub fn of(variant: Variant, caller: &Caller, kind: TicketKind) -> Option<SourceClass> {
+        match (caller, kind) {
+            (Caller::Launch(_), _) => Some(SourceClass::Launch),
+            (_, TicketKind::Join) => Some(SourceClass::Join(variant.name())),
+            _ => None,
+        }
+    }
+
+    /// Its metrics label.
+    pub fn label(&self) -> String {
+        match self {
+            SourceClass::Join(variant) => format!("join/{variant}"),
+            SourceClass::Launch => "launch/sev-snp".to_string(),
+        }
+    }
+}
+
+/// A first ticket refused by its class's rate.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "too many first tickets for {class} lately (at most {FIRST_TICKET_BURST} at once, one more \
+     every {refill}s): retry later",
+    refill = FIRST_TICKET_REFILL.as_secs()
+)]
+pub struct RateLimited {
+    /// The class's label.
+    pub class: String,
+}
+
+/// One class's bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// First tickets left.
+    pub left: u64,
+    /// When the next one is added (seconds on the rate's clock).
+    refill_at: u64,
+    /// First tickets taken.
+    pub taken: u64,
+    /// First tickets refused.
+    pub refused: u64,
+}
+
+impl Bucket {
+    /// Whether the class's alarm is up: at most [`FIRST_TICKET_ALARM`]
+    /// left.
+    pub fn alarm(&self) -> bool {
+        self.left <= FIRST_TICKET_ALARM
+    }
+}
+
+/// The rate of first tickets per source class: a bucket of
+/// [`FIRST_TICKET_BURST`] per class, one more each
+/// [`FIRST_TICKET_REFILL`]. Classes are a fixed, small set (variants and
+/// SEV-SNP launches), so the table cannot grow with what the host sends.
+/// Sans-IO: the caller passes the time (seconds of a monotonic clock).
+#[derive(Clone, Debug, Default)]
+pub struct FirstTicketRate {
+    buckets: BTreeMap<SourceClass, Bucket>,
+}
+
+impl FirstTicketRate {
+    fn bucket(&mut self, class: SourceClass, now: u64) -> &mut Bucket {
+        let refill = FIRST_TICKET_REFILL.as_secs().max(1);
+        let bucket = self.buckets.entry(class).or_insert(Bucket {
+            left: FIRST_TICKET_BURST,
+            refill_at: now + refill,
+            taken: 0,
+            refused: 0,
+        });
+        if now >= bucket.refill_at {
+            let added = (now - bucket.refill_at) / refill + 1;
+            bucket.left = bucket.left.saturating_add(added).min(FIRST_TICKET_BURST);
+            bucket.refill_at = bucket
+                .refill_at
+                .saturating_add(added.saturating_mul(refill));
+        }
+        bucket
+    }
+
+    /// Whether `class` may have a first ticket at `now`: [`RateLimited`]
+    /// (counted) when its bucket is empty. Check before issuing, take once
+    /// issued ([`FirstTicketRate::take`]), so that refused requests spend
+    /// nothing.
+    pub fn check(&mut self, class: SourceClass, now: u64) -> Result<(), RateLimited> {
+        let bucket = self.bucket(class, now);
+        if bucket.left == 0 {
+            bucket.refused += 1;
+            return Err(RateLimited {
+                class: class.label(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts a first ticket issued to `class` at `now`; its bucket after.
+    /// The alarm (a warning, and [`Bucket::alarm`]) is up from
+    /// [`FIRST_TICKET_ALARM`] left down.
+    pub fn take(&mut self, class: SourceClass, now: u64) -> Bucket {
+        let bucket = self.bucket(class, now);
+        bucket.left = bucket.left.saturating_sub(1);
+        bucket.taken += 1;
+        let bucket = *bucket;
+        if bucket.left == FIRST_TICKET_ALARM {
+            log::warn!(
+                "ALARM first tickets for {}: {} taken lately, {} left before refusals (one more \
+                 every {}s)",
+                class.label(),
+                FIRST_TICKET_BURST - bucket.left,
+                bucket.left,
+                FIRST_TICKET_REFILL.as_secs()
+            );
+        }
+        bucket
+    }
+
+    /// Every class seen, with its bucket.
+    pub fn buckets(&self) -> impl Iterator<Item = (&SourceClass, &Bucket)> {
+        self.buckets.iter()
+    }
 }
 
 #[cfg(test)]
@@ -723,22 +1355,337 @@ mod tests {
         );
     }
 
+    fn disk_n(i: usize) -> String {
+        format!("00000000-0000-4000-8000-{i:012x}")
+    }
+
     #[test]
-    fn the_generations_kept_are_bounded_and_the_longest_silent_disk_goes_first() {
+    fn a_full_generation_table_refuses_new_disks_and_no_kept_disk_loses_its_entry() {
         let mut l = Ledger::default();
-        let disk = |i: usize| format!("00000000-0000-4000-8000-{i:012x}");
         for i in 0..MAX_DISK_GENERATIONS {
-            l.confirm_generation(&disk(i), 0, 5, NOW + i as u64)
+            l.confirm_generation(&disk_n(i), 0, 5, NOW + i as u64)
                 .unwrap();
         }
-        // Disk 0 confirms again: disk 1 is now the longest silent.
-        l.confirm_generation(&disk(0), 5, 6, NOW + 10_000).unwrap();
-        l.confirm_generation(&disk(MAX_DISK_GENERATIONS), 0, 1, NOW + 10_001)
-            .unwrap();
+        assert!(fill::generations_alarm_at(GENERATIONS_ALARM as u64 - 1, 1));
+        assert!(!fill::generations_alarm_at(GENERATIONS_ALARM as u64 - 2, 1));
+        // Host-driven churn: a new disk's first confirmation is refused,
+        // never paid for with the entry of the disk silent longest.
+        let full = Refusal::LedgerFull {
+            what: "generations",
+            held: MAX_DISK_GENERATIONS as u64,
+            bound: MAX_DISK_GENERATIONS as u64,
+        };
+        for j in 0..3 * MAX_DISK_GENERATIONS {
+            let new = disk_n(MAX_DISK_GENERATIONS + j);
+            assert_eq!(
+                l.confirm_generation(&new, 0, 1, NOW + 10_000 + j as u64),
+                Err(full.clone())
+            );
+        }
+        assert_eq!(full.reason(), "ledger_full");
         assert_eq!(l.generations.len(), MAX_DISK_GENERATIONS);
-        assert_eq!(l.generation(&disk(1)), 0);
-        assert_eq!(l.generation(&disk(0)), 6);
-        assert_eq!(l.generation(&disk(2)), 5);
+        for i in 0..MAX_DISK_GENERATIONS {
+            assert_eq!(l.generation(&disk_n(i)), 5, "disk {i} kept");
+        }
+        // A kept disk still advances, and its rollback is still found.
+        assert_eq!(
+            l.confirm_generation(&disk_n(0), 5, 6, NOW + 20_000),
+            Ok(true)
+        );
+        assert!(
+            l.confirm_generation(&disk_n(1), 4, 5, NOW + 20_001)
+                .is_err()
+        );
+        // The join of a new disk is refused up front; a kept disk rejoins.
+        let new = disk_n(2 * MAX_DISK_GENERATIONS);
+        assert!(matches!(
+            decide(&l, &[], &Caller::Unbootstrapped, TicketKind::Join, &new),
+            Err(Refusal::LedgerFull {
+                what: "generations",
+                ..
+            })
+        ));
+        assert_eq!(
+            decide(
+                &l,
+                &[],
+                &Caller::Unbootstrapped,
+                TicketKind::Rejoin,
+                &disk_n(7)
+            ),
+            Ok(())
+        );
+        // The room of joins whose first boot runs is kept for them.
+        let mut l = Ledger::default();
+        for i in 0..MAX_DISK_GENERATIONS - 1 {
+            l.confirm_generation(&disk_n(i), 0, 1, NOW).unwrap();
+        }
+        ask(&mut l, &Caller::Unbootstrapped, TicketKind::Join, &new, NOW).unwrap();
+        assert!(matches!(
+            ask(
+                &mut l,
+                &Caller::Unbootstrapped,
+                TicketKind::Join,
+                &disk_n(9_999),
+                NOW
+            ),
+            Err(Refusal::LedgerFull {
+                what: "generations",
+                ..
+            })
+        ));
+        assert_eq!(l.confirm_generation(&new, 0, 1, NOW + 1), Ok(true));
+    }
+
+    /// The fraction of `probes` keys never put in that `f` finds.
+    fn false_positive_rate(f: &IssuedFilter, probes: u32) -> f64 {
+        let seen = (0..probes)
+            .filter(|i| f.has_bits(&filter_key(b"probe\0", &i.to_le_bytes())))
+            .count();
+        seen as f64 / f64::from(probes)
+    }
+
+    #[test]
+    fn the_filter_refuses_entries_past_its_bound_and_says_its_false_positive_rate() {
+        let mut l = Ledger::default();
+        for i in 0..FILTER_ALARM_ENTRIES as u32 {
+            l.issued.insert(&filter_key(b"test\0", &i.to_le_bytes()));
+        }
+        let at_alarm = false_positive_rate(&l.issued, 1_000_000);
+        for i in FILTER_ALARM_ENTRIES as u32..FILTER_MAX_ENTRIES as u32 - 1 {
+            l.issued.insert(&filter_key(b"test\0", &i.to_le_bytes()));
+        }
+        // A join whose first boot runs: its disk's entry has room kept.
+        ask(&mut l, &Caller::Unbootstrapped, TicketKind::Join, DISK, NOW).unwrap();
+        let at_bound = false_positive_rate(&l.issued, 1_000_000);
+        eprintln!(
+            "filter false positives: {at_alarm:.2e} at {FILTER_ALARM_ENTRIES} entries (alarm), \
+             {at_bound:.2e} at {} (bound)",
+            FILTER_MAX_ENTRIES - 1
+        );
+        assert!(at_alarm < 2e-6, "{at_alarm} at the alarm");
+        assert!(at_bound < 1.5e-4, "{at_bound} at the bound");
+        assert!(fill::filter_alarm_at(FILTER_ALARM_ENTRIES));
+        assert!(!fill::filter_alarm_at(FILTER_ALARM_ENTRIES - 1));
+        // Full: no new launch, no new disk; what is in stays found.
+        for caller in [launch(9), Caller::Unbootstrapped] {
+            assert!(
+                matches!(
+                    ask(&mut l, &caller, TicketKind::Join, OTHER, NOW),
+                    Err(Refusal::LedgerFull { what: "filter", .. })
+                ),
+                "{caller:?}"
+            );
+        }
+        assert!(matches!(
+            ask(&mut l, &launch(9), TicketKind::Rejoin, OTHER, NOW),
+            Err(Refusal::LedgerFull { what: "filter", .. })
+        ));
+        // A vTPM rejoin adds nothing and is served; it completes the
+        // running join, whose entry goes in past nothing.
+        ask(
+            &mut l,
+            &Caller::Unbootstrapped,
+            TicketKind::Rejoin,
+            DISK,
+            NOW + 1,
+        )
+        .unwrap();
+        assert_eq!(l.issued.count(), FILTER_MAX_ENTRIES);
+        assert_eq!(
+            decide(&l, &[], &Caller::Unbootstrapped, TicketKind::Join, DISK),
+            Err(Refusal::DiskJoined { disk: DISK.into() })
+        );
+        assert!(
+            (0..FILTER_MAX_ENTRIES as u32 - 1)
+                .all(|i| l.issued.contains(&filter_key(b"test\0", &i.to_le_bytes())))
+        );
+    }
+
+    #[test]
+    fn first_tickets_are_rate_limited_per_source_class_with_an_alarm_first() {
+        let mut r = FirstTicketRate::default();
+        let vtpm =
+            SourceClass::of(Variant::QemuVtpm, &Caller::Unbootstrapped, TicketKind::Join).unwrap();
+        let snp = SourceClass::of(Variant::SevSnp, &launch(1), TicketKind::Rejoin).unwrap();
+        assert_eq!(snp, SourceClass::Launch);
+        // A vTPM rejoin is no first ticket.
+        assert_eq!(
+            SourceClass::of(
+                Variant::QemuVtpm,
+                &Caller::Unbootstrapped,
+                TicketKind::Rejoin
+            ),
+            None
+        );
+        let mut alarm_at = None;
+        for i in 0..FIRST_TICKET_BURST {
+            r.check(vtpm, 0).unwrap();
+            let b = r.take(vtpm, 0);
+            if b.alarm() && alarm_at.is_none() {
+                alarm_at = Some(i + 1);
+            }
+        }
+        // The alarm is up after half the burst, long before a refusal.
+        assert_eq!(alarm_at, Some(FIRST_TICKET_BURST - FIRST_TICKET_ALARM));
+        assert_eq!(
+            r.check(vtpm, 0),
+            Err(RateLimited {
+                class: "join/qemu-vtpm".into()
+            })
+        );
+        // Another class has its own bucket.
+        r.check(snp, 0).unwrap();
+        // One more each refill, never more than the burst.
+        let refill = FIRST_TICKET_REFILL.as_secs();
+        assert!(r.check(vtpm, refill - 1).is_err());
+        r.check(vtpm, refill).unwrap();
+        r.take(vtpm, refill);
+        assert!(r.check(vtpm, refill).is_err());
+        r.check(vtpm, refill * 100_000).unwrap();
+        let b = r.take(vtpm, refill * 100_000);
+        assert_eq!(b.left, FIRST_TICKET_BURST - 1);
+        assert_eq!(b.refused, 3);
+        assert_eq!(r.buckets().count(), 2);
+    }
+
+    // ---- The anchor ----
+
+    fn with_generation(disk: &str, generation: u64) -> Ledger {
+        let mut l = Ledger::default();
+        l.generations.insert(
+            disk.into(),
+            DiskGeneration {
+                generation,
+                at: NOW,
+            },
+        );
+        l
+    }
+
+    #[test]
+    fn a_ledger_object_that_existed_and_is_gone_is_an_error_not_an_empty_ledger() {
+        let mut a = LedgerAnchor::default();
+        // Never seen: a new cluster has no objects yet.
+        assert_eq!(a.observe_registry(None, &Ledger::default(), &[]), Ok(false));
+        assert_eq!(a.observe_filter(None, &IssuedFilter::default()), Ok(false));
+        assert_eq!(
+            a.observe_registry(Some("7"), &with_generation(DISK, 3), &[]),
+            Ok(true)
+        );
+        let filter = IssuedFilter::from_parts(vec![1; FILTER_BITS / 8], 10).unwrap();
+        assert_eq!(a.observe_filter(Some("8"), &filter), Ok(true));
+        let before = a.clone();
+        assert_eq!(
+            a.observe_registry(None, &Ledger::default(), &[]),
+            Err(Regressed::Gone {
+                object: REGISTRY_OBJECT
+            })
+        );
+        assert_eq!(
+            a.observe_filter(None, &IssuedFilter::default()),
+            Err(Regressed::Gone {
+                object: FILTER_OBJECT
+            })
+        );
+        assert_eq!(a, before, "nothing taken in from a refused read");
+    }
+
+    #[test]
+    fn a_ledger_that_moved_backwards_is_an_error() {
+        let mut a = LedgerAnchor::default();
+        a.observe_registry(Some("20"), &with_generation(DISK, 5), &[])
+            .unwrap();
+        let filter = IssuedFilter::from_parts(vec![1; FILTER_BITS / 8], 10).unwrap();
+        a.observe_filter(Some("21"), &filter).unwrap();
+        // An older resourceVersion: an etcd restored from a snapshot.
+        assert_eq!(
+            a.observe_registry(Some("19"), &with_generation(DISK, 5), &[]),
+            Err(Regressed::VersionWentBack {
+                object: REGISTRY_OBJECT,
+                found: 19,
+                seen: 20
+            })
+        );
+        // A newer version with older content: rewritten.
+        assert_eq!(
+            a.observe_registry(Some("30"), &with_generation(DISK, 4), &[]),
+            Err(Regressed::GenerationWentBack {
+                disk: DISK.into(),
+                found: 4,
+                seen: 5
+            })
+        );
+        assert!(matches!(
+            a.observe_registry(Some("30"), &Ledger::default(), &[]),
+            Err(Regressed::GenerationWentBack { found: 0, .. })
+        ));
+        let fewer = IssuedFilter::from_parts(vec![1; FILTER_BITS / 8], 9).unwrap();
+        assert_eq!(
+            a.observe_filter(Some("40"), &fewer),
+            Err(Regressed::FilterShrank { found: 9, seen: 10 })
+        );
+        assert_eq!(
+            a.observe_filter(Some("x"), &filter),
+            Err(Regressed::OpaqueVersion {
+                object: FILTER_OBJECT
+            })
+        );
+        // Forward is fine; a removed disk may leave the ledger.
+        a.observe_registry(Some("30"), &with_generation(DISK, 6), &[])
+            .unwrap();
+        assert_eq!(
+            a.observe_registry(Some("31"), &Ledger::default(), &[DISK.to_string()]),
+            Ok(true)
+        );
+        assert!(a.generations.is_empty());
+        let refusal = Refusal::Regressed(Regressed::Gone {
+            object: REGISTRY_OBJECT,
+        });
+        assert_eq!(refusal.reason(), "ledger_regressed");
+    }
+
+    #[test]
+    fn the_anchor_survives_a_restart_in_the_state_dir_and_a_spoilt_file_is_refused() {
+        let dir = std::env::temp_dir().join(format!("confboot-anchor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(ANCHOR_FILE);
+        let store = AnchorStore::load(&path).unwrap();
+        store
+            .registry(Some("5"), &with_generation(DISK, 2), &[])
+            .unwrap();
+        store
+            .filter(
+                Some("6"),
+                &IssuedFilter::from_parts(vec![0; FILTER_BITS / 8], 3).unwrap(),
+            )
+            .unwrap();
+        drop(store);
+        // A restart: the objects gone, or older, are still refused.
+        let store = AnchorStore::load(&path).unwrap();
+        assert_eq!(store.anchor().generations.get(DISK), Some(&2));
+        assert!(matches!(
+            store.registry(None, &Ledger::default(), &[]),
+            Err(Refusal::Regressed(Regressed::Gone { .. }))
+        ));
+        assert!(matches!(
+            store.filter(Some("6"), &IssuedFilter::default()),
+            Err(Refusal::Regressed(Regressed::FilterShrank { .. }))
+        ));
+        assert_eq!(
+            LedgerAnchor::from_json(&store.anchor().to_json()).unwrap(),
+            store.anchor()
+        );
+        for spoilt in [
+            &b"{"[..],
+            b"[]",
+            br#"{"registry":"5","filterCount":0,"generations":{}}"#,
+        ] {
+            std::fs::write(&path, spoilt).unwrap();
+            assert!(AnchorStore::load(&path).is_err());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

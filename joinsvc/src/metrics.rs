@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::ledger::{Bucket, FirstTicketRate, RateLimited, SourceClass, fill};
 
 use confboot_appraisal::ear::Status;
 use confboot_net::ServerStats;
@@ -32,6 +34,62 @@ pub struct Metrics {
     set_admissions: Mutex<BTreeMap<(&'static str, String), u64>>,
     rpc: Mutex<Option<Arc<ServerStats>>>,
     admissions: Mutex<BTreeMap<Status, u64>>,
+    /// The rate of first tickets per source class
+    /// ([`crate::ledger::FirstTicketRate`]), on this process's monotonic
+    /// clock.
+    pub first_tickets: FirstTickets,
+}
+
+/// The first-ticket rate of this process: the buckets and the monotonic
+/// clock they run on (the guest's monotonic clock: a host that runs it
+/// fast refills sooner, at most at the rate the clock runs).
+pub struct FirstTickets {
+    rate: Mutex<FirstTicketRate>,
+    started: Instant,
+}
+
+impl Default for FirstTickets {
+    fn default() -> FirstTickets {
+        FirstTickets {
+            rate: Mutex::new(FirstTicketRate::default()),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl FirstTickets {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// Whether `class` may have a first ticket now
+    /// ([`FirstTicketRate::check`]).
+    pub fn check(&self, class: SourceClass) -> Result<(), RateLimited> {
+        let now = self.now();
+        self.rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(class, now)
+    }
+
+    /// Counts a first ticket issued to `class` ([`FirstTicketRate::take`]).
+    pub fn take(&self, class: SourceClass) {
+        let now = self.now();
+        self.rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(class, now);
+    }
+
+    /// Every class's label and bucket.
+    fn buckets(&self) -> Vec<(String, Bucket)> {
+        self.rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .buckets()
+            .map(|(c, b)| (c.label(), *b))
+            .collect()
+    }
 }
 
 #[derive(Default)]
@@ -218,7 +276,85 @@ impl Metrics {
                 counter(&mut out, name, help, v.load(Ordering::Relaxed));
             }
         }
+        self.render_ledger(&mut out);
         out
+    }
+
+    /// The first-ticket rate per source class and the ledger's fill, with
+    /// their alarms.
+    fn render_ledger(&self, out: &mut String) {
+        let buckets = self.first_tickets.buckets();
+        for (name, help, kind, value) in [
+            (
+                "joinsvc_first_tickets_total",
+                "First tickets (joins, SEV-SNP launches) issued, by source class.",
+                "counter",
+                (|b: &Bucket| b.taken) as fn(&Bucket) -> u64,
+            ),
+            (
+                "joinsvc_first_tickets_rate_limited_total",
+                "First tickets refused by their source class's rate, by source class.",
+                "counter",
+                |b: &Bucket| b.refused,
+            ),
+            (
+                "joinsvc_first_tickets_left",
+                "First tickets a source class may take before its rate refuses.",
+                "gauge",
+                |b: &Bucket| b.left,
+            ),
+            (
+                "joinsvc_first_tickets_alarm",
+                "1 when a source class spent half its first-ticket burst (before any refusal).",
+                "gauge",
+                |b: &Bucket| u64::from(b.alarm()),
+            ),
+        ] {
+            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+            for (class, bucket) in &buckets {
+                let _ = writeln!(out, "{name}{{class=\"{class}\"}} {}", value(bucket));
+            }
+        }
+        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            );
+        };
+        gauge(
+            out,
+            "joinsvc_ledger_generations",
+            "Disks whose generation the ledger keeps (new disks are refused at 4096).",
+            fill::GENERATIONS.load(Ordering::Relaxed),
+        );
+        gauge(
+            out,
+            "joinsvc_ledger_pending_joins",
+            "Joins whose first boot runs.",
+            fill::PENDING.load(Ordering::Relaxed),
+        );
+        gauge(
+            out,
+            "joinsvc_ledger_filter_entries",
+            "Entries in the filter of served launches and joined disks (new ones are refused at \
+             50000).",
+            fill::FILTER_ENTRIES.load(Ordering::Relaxed),
+        );
+        let alarm = "joinsvc_ledger_alarm";
+        let _ = write!(
+            out,
+            "# HELP {alarm} 1 when a part of the ledger nears its bound.\n# TYPE {alarm} gauge\n"
+        );
+        let _ = writeln!(
+            out,
+            "{alarm}{{part=\"generations\"}} {}",
+            u64::from(fill::generations_alarm())
+        );
+        let _ = writeln!(
+            out,
+            "{alarm}{{part=\"filter\"}} {}",
+            u64::from(fill::filter_alarm())
+        );
     }
 }
 
@@ -264,6 +400,34 @@ mod tests {
                 text.lines().any(|l| l == line),
                 "missing {line:?} in\n{text}"
             );
+        }
+    }
+
+    #[test]
+    fn renders_the_first_ticket_rate_and_the_ledgers_fill_with_their_alarms() {
+        use crate::ledger::{FIRST_TICKET_ALARM, FIRST_TICKET_BURST};
+        let m = Metrics::default();
+        let class = SourceClass::Join("qemu-vtpm");
+        for _ in 0..FIRST_TICKET_BURST - FIRST_TICKET_ALARM {
+            m.first_tickets.check(class).unwrap();
+            m.first_tickets.take(class);
+        }
+        m.first_tickets.check(SourceClass::Launch).unwrap();
+        m.first_tickets.take(SourceClass::Launch);
+        let text = m.render();
+        let spent = FIRST_TICKET_BURST - FIRST_TICKET_ALARM;
+        for line in [
+            format!("joinsvc_first_tickets_total{{class=\"join/qemu-vtpm\"}} {spent}"),
+            format!("joinsvc_first_tickets_left{{class=\"join/qemu-vtpm\"}} {FIRST_TICKET_ALARM}"),
+            "joinsvc_first_tickets_alarm{class=\"join/qemu-vtpm\"} 1".into(),
+            "joinsvc_first_tickets_alarm{class=\"launch/sev-snp\"} 0".into(),
+            "joinsvc_first_tickets_rate_limited_total{class=\"join/qemu-vtpm\"} 0".into(),
+            "# TYPE joinsvc_ledger_generations gauge".into(),
+            "# TYPE joinsvc_ledger_filter_entries gauge".into(),
+            "joinsvc_ledger_alarm{part=\"generations\"} ".into(),
+            "joinsvc_ledger_alarm{part=\"filter\"} ".into(),
+        ] {
+            assert!(text.contains(&line), "{line} in\n{text}");
         }
     }
 }

@@ -24,7 +24,7 @@ use confboot_proto::vpn::{GetUpdateRequest, GetUpdateResponse};
 use confboot_proto::{CONFIRM_GENERATION, GET_UPDATE, HEALTH_CHECK, JOIN, REJOIN};
 use confboot_wire::{CallContext, Code, Router, Status};
 
-use crate::ledger::{Caller, LaunchId};
+use crate::ledger::{Caller, LaunchId, SourceClass, TicketKind};
 use crate::metrics::Metrics;
 use crate::ticket::{IssueError, TicketService};
 use crate::vpn::RegistryError;
@@ -311,6 +311,8 @@ trait TicketMethod {
     type Response;
     /// `join` or `rejoin`, as log lines and admission decisions name it.
     const WHAT: &'static str;
+    /// The ledger's kind of the ticket.
+    const KIND: TicketKind;
     /// The disk UUID the request names (raw: see [`disk_for_log`]).
     fn disk_uuid(req: &Self::Request) -> &str;
     /// Logs the request (after its caller passed every check).
@@ -335,6 +337,7 @@ impl TicketMethod for JoinMethod {
     type Ticket = JoinTicket;
     type Response = IssueJoinTicketResponse;
     const WHAT: &'static str = "join";
+    const KIND: TicketKind = TicketKind::Join;
 
     fn disk_uuid(req: &IssueJoinTicketRequest) -> &str {
         &req.disk_uuid
@@ -376,6 +379,7 @@ impl TicketMethod for RejoinMethod {
     type Ticket = RejoinTicket;
     type Response = IssueRejoinTicketResponse;
     const WHAT: &'static str = "rejoin";
+    const KIND: TicketKind = TicketKind::Rejoin;
 
     fn disk_uuid(req: &IssueRejoinTicketRequest) -> &str {
         &req.disk_uuid
@@ -436,7 +440,21 @@ fn serve_ticket<M: TicketMethod>(
         refuse_admission(metrics, Some(peer.variant), what, s);
     })?;
     M::log_request(req, peer);
+    // First tickets (joins, SEV-SNP launches) are rate-limited per source
+    // class: checked before, spent once issued, so refusals cost nothing.
+    let class = SourceClass::of(peer.variant, &caller, M::KIND);
+    if let Some(class) = class
+        && let Err(limited) = metrics.first_tickets.check(class)
+    {
+        metrics.refused("rate_limited");
+        let s = Status::new(Code::ResourceExhausted, limited.to_string());
+        refuse_admission(metrics, Some(peer.variant), what, &s);
+        return Err(s);
+    }
     let result = M::issue(tickets, &caller, req);
+    if let (Some(class), Ok(_)) = (class, &result) {
+        metrics.first_tickets.take(class);
+    }
     metrics.observe_latency(started.elapsed());
     let disk = disk_for_log(M::disk_uuid(req));
     match result {
@@ -841,5 +859,103 @@ mod tests {
             Arc::new(TicketService::new(config, Arc::new(NoTokens))),
             Arc::new(Metrics::default()),
         )
+    }
+
+    /// Through the registry on a Kubernetes API double: the ledger's
+    /// object deleted, or put back as an etcd snapshot held it, refuses
+    /// the rejoin instead of reading as an empty ledger.
+    #[test]
+    fn a_registry_whose_ledger_object_is_deleted_or_restored_refuses_tickets() {
+        use crate::ledger::{Caller, Refusal, Regressed};
+        use crate::vpn::{KubeApiPeerRegistry, RegistryError};
+        const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
+        let api = crate::kube_api::KubeApi::new(
+            &double.url(),
+            &double.ca_pem(),
+            zeroize::Zeroizing::new("sa-token".into()),
+            std::time::Duration::from_secs(10),
+            1,
+        )
+        .unwrap();
+        let r = KubeApiPeerRegistry::without_vpn(api).unwrap();
+        let node = Caller::Unbootstrapped;
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 0);
+        r.confirm_generation(DISK, 0, 1).unwrap();
+        let old = double
+            .configmap(joinsvc::configmap::PEERS_CONFIGMAP)
+            .unwrap();
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 1);
+        r.confirm_generation(DISK, 1, 2).unwrap();
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 2);
+        // An etcd rolled back to when the disk was at generation 1.
+        double.restore_configmap(joinsvc::configmap::PEERS_CONFIGMAP, old);
+        let refused = r.admit_rejoin(&node, DISK);
+        assert!(
+            matches!(
+                refused,
+                Err(RegistryError::Admission(Refusal::Regressed(
+                    Regressed::VersionWentBack { .. }
+                )))
+            ),
+            "{refused:?}"
+        );
+        // The object gone: not an empty ledger whose rejoin takes any
+        // generation.
+        double.delete_configmap(joinsvc::configmap::PEERS_CONFIGMAP);
+        let refused = r.admit_rejoin(&node, DISK);
+        assert!(
+            matches!(
+                refused,
+                Err(RegistryError::Admission(Refusal::Regressed(
+                    Regressed::Gone { .. }
+                )))
+            ),
+            "{refused:?}"
+        );
+        assert!(r.confirm_generation(DISK, 0, 1).is_err());
+    }
+
+    /// G4 across a restart: joinsvc restarted with its `--state-dir` after
+    /// the ledger's object was deleted refuses, as the running one would.
+    #[test]
+    fn a_ledger_object_deleted_while_joinsvc_was_down_is_refused_after_its_restart() {
+        use crate::ledger::{ANCHOR_FILE, AnchorStore, Caller, Refusal, Regressed};
+        use crate::vpn::{KubeApiPeerRegistry, RegistryError};
+        const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
+        let state = confboot_testkit::TempDir::new("joinsvc-anchor-restart");
+        let start = || {
+            let api = crate::kube_api::KubeApi::new(
+                &double.url(),
+                &double.ca_pem(),
+                zeroize::Zeroizing::new("sa-token".into()),
+                std::time::Duration::from_secs(10),
+                1,
+            )
+            .unwrap();
+            let anchor = AnchorStore::load(&state.path().join(ANCHOR_FILE)).unwrap();
+            KubeApiPeerRegistry::without_vpn(api)
+                .unwrap()
+                .with_anchor(Arc::new(anchor))
+        };
+        let node = Caller::Unbootstrapped;
+        let r = start();
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 0);
+        r.confirm_generation(DISK, 0, 1).unwrap();
+        assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 1);
+        drop(r);
+        double.delete_configmap(joinsvc::configmap::PEERS_CONFIGMAP);
+        let r = start();
+        let refused = r.admit_rejoin(&node, DISK);
+        assert!(
+            matches!(
+                refused,
+                Err(RegistryError::Admission(Refusal::Regressed(
+                    Regressed::Gone { .. }
+                )))
+            ),
+            "{refused:?}"
+        );
     }
 }

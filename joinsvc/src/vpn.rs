@@ -48,7 +48,8 @@ use crate::configmap::{
 pub use crate::configmap::{ISSUED_FILTER_CONFIGMAP, MAX_REMOVED_DISKS, PEERS_CONFIGMAP};
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
 use crate::ledger::{
-    Caller, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide, record,
+    AnchorStore, Caller, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide,
+    record,
 };
 
 /// Compare-and-swap attempts before a change is given up as contended.
@@ -206,6 +207,9 @@ pub struct KubeApiPeerRegistry {
     collection_uri: ureq::http::Uri,
     object_uri: ureq::http::Uri,
     filter_uri: ureq::http::Uri,
+    /// What this joinsvc saw the ledger's objects hold: a read that went
+    /// back is refused ([`crate::ledger::AnchorStore`]).
+    anchor: Arc<AnchorStore>,
 }
 
 impl KubeApiPeerRegistry {
@@ -234,6 +238,7 @@ impl KubeApiPeerRegistry {
             changing: Mutex::new(()),
             latest: Mutex::new(None),
             update_cache_ttl: UPDATE_CACHE_TTL,
+            anchor: Arc::new(AnchorStore::in_memory()),
         };
         registry.set_namespace("kube-system")?;
         Ok(registry)
@@ -256,6 +261,13 @@ impl KubeApiPeerRegistry {
             .uri(&format!("{collection}/{ISSUED_FILTER_CONFIGMAP}"))?;
         self.namespace = namespace.to_string();
         Ok(())
+    }
+
+    /// This registry with `anchor` (kept in `--state-dir`) in place of one
+    /// in memory only.
+    pub fn with_anchor(mut self, anchor: Arc<AnchorStore>) -> KubeApiPeerRegistry {
+        self.anchor = anchor;
+        self
     }
 
     /// Whether this cluster has a VPN (`--vpn-cidr`).
@@ -602,11 +614,15 @@ impl KubeApiPeerRegistry {
     /// The ledger's filter as stored (empty when there is no object yet).
     fn read_filter(&self) -> Result<StoredFilter, RegistryError> {
         let answer = self.api.get(&self.filter_uri, MAX_CONFIGMAP_BYTES)?;
-        match answer.status {
-            200 => Ok(parse_stored_filter(&answer.body)?),
-            404 => Ok(StoredFilter::default()),
-            _ => Err(api_error(&answer)),
-        }
+        let read = match answer.status {
+            200 => parse_stored_filter(&answer.body)?,
+            404 => StoredFilter::default(),
+            _ => return Err(api_error(&answer)),
+        };
+        self.anchor
+            .filter(read.resource_version.as_deref(), &read.filter)
+            .map_err(RegistryError::Admission)?;
+        Ok(read)
     }
 
     /// Writes `filter` over `read`; `false` if another writer was first
@@ -626,9 +642,9 @@ impl KubeApiPeerRegistry {
 
     fn read(&self) -> Result<Stored, RegistryError> {
         let answer = self.api.get(&self.object_uri, MAX_CONFIGMAP_BYTES)?;
-        match answer.status {
-            200 => Ok(parse_stored(&answer.body, self.network.as_ref())?),
-            404 => Ok(Stored {
+        let stored = match answer.status {
+            200 => parse_stored(&answer.body, self.network.as_ref())?,
+            404 => Stored {
                 resource_version: None,
                 version: 0,
                 peers: PeerList::default(),
@@ -637,9 +653,19 @@ impl KubeApiPeerRegistry {
                 pending_peers: BTreeMap::new(),
                 ledger: Ledger::default(),
                 legacy_filter: IssuedFilter::default(),
-            }),
-            _ => Err(api_error(&answer)),
-        }
+            },
+            _ => return Err(api_error(&answer)),
+        };
+        // A 404 after the object was seen, or a read that went back, is an
+        // error, never an empty ledger.
+        self.anchor
+            .registry(
+                stored.resource_version.as_deref(),
+                &stored.ledger,
+                &stored.removed,
+            )
+            .map_err(RegistryError::Admission)?;
+        Ok(stored)
     }
 
     /// Writes `list` as the version after `stored`'s; `false` if another

@@ -393,6 +393,23 @@ impl KubeApiDouble {
         });
         st.configmaps.insert(name.to_string(), object);
     }
+
+    /// Deletes the ConfigMap `name` of kube-system, as an etcd restored
+    /// from before it existed, or an admin's `kubectl delete`, would.
+    pub fn delete_configmap(&self, name: &str) {
+        self.state.lock().unwrap().configmaps.remove(name);
+    }
+
+    /// Puts `object` (an earlier [`KubeApiDouble::configmap`]) back as the
+    /// ConfigMap `name`, its `resourceVersion` as it was: what an etcd
+    /// restored from an old snapshot serves.
+    pub fn restore_configmap(&self, name: &str, object: Value) {
+        self.state
+            .lock()
+            .unwrap()
+            .configmaps
+            .insert(name.to_string(), object);
+    }
 }
 
 impl Drop for KubeApiDouble {

@@ -314,6 +314,7 @@ impl AdminNodes {
             storage_uri: "storage://no-store".into(),
             init_secret: INIT_SECRET.to_vec(),
             measurement_salt: vec![5; 32],
+            min_generations: Default::default(),
         };
         match client.unary(confboot_proto::RECOVER, &req, ADMIN_TIMEOUT) {
             Err(s) if s.code == Code::PermissionDenied && s.message.contains("does not open") => {

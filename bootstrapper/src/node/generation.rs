@@ -110,6 +110,24 @@ pub fn write_generation(dir: &Path, generation: u64) -> Result<(), GenerationErr
     .map_err(|e| GenerationError::Write(e.to_string()))
 }
 
+/// The most disks' minimum generations a Recover may name.
+pub const MAX_MIN_GENERATIONS: usize = 4096;
+
+/// The lowest generation the admin accepts for `disk_uuid` in a Recover's
+/// `min_generations` (UUIDs compared in lower case; 0: none named).
+pub fn min_generation(
+    min_generations: &std::collections::HashMap<String, u64>,
+    disk_uuid: &str,
+) -> u64 {
+    let disk = disk_uuid.to_ascii_lowercase();
+    min_generations
+        .iter()
+        .filter(|(uuid, _)| uuid.to_ascii_lowercase() == disk)
+        .map(|(_, g)| *g)
+        .max()
+        .unwrap_or(0)
+}
+
 /// What the node does with the generation its disk holds: refuse it (and
 /// tell the cluster what it found), or write the next one.
 #[derive(Debug, PartialEq, Eq)]

@@ -217,6 +217,18 @@ pub struct Node<B: DiskBackend, C: ClusterBackend, M: NodeMarker> {
     generation: Option<GenerationSetup>,
 }
 
+/// What a Recover found on the disk it opened: its UUID, the generation
+/// it held and the one written (0 and 0: the node keeps none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveredDisk {
+    /// The state disk's UUID.
+    pub disk_uuid: String,
+    /// The generation found.
+    pub found: u64,
+    /// The generation written.
+    pub written: u64,
+}
+
 /// Where a node keeps its state disk's generation and how it confirms it
 /// to its cluster ([`generation`]).
 pub struct GenerationSetup {
@@ -711,7 +723,14 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     /// then is the disk trusted: the nodelock taken, the disk opened and the
     /// node marked again, with the cluster id of the admin's measurement
     /// salt (never the header's: the host can rewrite a header).
-    pub fn recover(&self, req: &RecoverMessage) -> Result<(), NodeError> {
+    ///
+    /// The disk's generation is checked against the lowest the admin
+    /// accepts for its UUID (`min_generations`, from the CLI's record of
+    /// the last generation it saw): an older disk is refused before it is
+    /// used ([`NodeError::RolledBack`]); otherwise the next generation is
+    /// written, so that any copy taken before this Recover is older. A node
+    /// that keeps no generation is refused when the admin names one for it.
+    pub fn recover(&self, req: &RecoverMessage) -> Result<RecoveredDisk, NodeError> {
         let Some(hash) = &self.config.init_secret_hash else {
             return Err(NodeError::RecoverNotConfigured);
         };
@@ -729,6 +748,12 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let master = master_secret(&req.kms_uri)?;
         check_storage_uri(&req.storage_uri)?;
         let measurement_salt = check_measurement_salt(&req.measurement_salt)?;
+        if req.min_generations.len() > generation::MAX_MIN_GENERATIONS {
+            return Err(NodeError::InvalidArgument {
+                field: "min_generations",
+                reason: format!("more than {} disks named", generation::MAX_MIN_GENERATIONS),
+            });
+        }
         {
             let disk = self.disk();
             if !matches!(
@@ -743,6 +768,9 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let token = self.take_lock(holder::RECOVER)?;
         let action = self.set_up_disk(&token, "", |uuid| Ok(master.state_disk_key(uuid)), None)?;
         log::info!("recovered: {}", describe(&action));
+        // Before anything the disk keeps is used.
+        let min = generation::min_generation(&req.min_generations, action.uuid());
+        let (found, written) = self.recover_generation(&token, min)?;
         self.apply_kept_ssh_users(&token);
         let cluster_id = derive_cluster_id(master.measurement_secret().expose(), &measurement_salt);
         self.set_up_vpn(
@@ -754,7 +782,50 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         )?;
         self.mark(&token, &cluster_id)?;
         log::info!("node marked: PCR 15 extended with the cluster id");
-        Ok(())
+        Ok(RecoveredDisk {
+            disk_uuid: action.uuid().to_string(),
+            found,
+            written,
+        })
+    }
+
+    /// Checks the generation the state file system keeps against `min`
+    /// (the admin's, 0: none) and writes the next one; what it found and
+    /// wrote. A node that keeps no generation finds 0. Past the nodelock:
+    /// an error is final.
+    fn recover_generation(&self, _token: &LockToken, min: u64) -> Result<(u64, u64), NodeError> {
+        use generation::Step;
+        let Some(setup) = self.generation.as_ref() else {
+            return match generation::step(0, min) {
+                Step::Refuse(rolled_back) => Err(NodeError::RolledBack(rolled_back)),
+                Step::Write(_) => Ok((0, 0)),
+            };
+        };
+        let failed = NodeError::Generation;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(failed(generation::GenerationError::NoDevice))?;
+        let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            let found = generation::read_generation(dir)?;
+            let step = generation::step(found, min);
+            if let Step::Write(next) = step {
+                generation::write_generation(dir, next)?;
+            }
+            Ok((found, step))
+        })
+        .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
+        .map_err(failed)?;
+        match step {
+            Step::Refuse(rolled_back) => Err(NodeError::RolledBack(rolled_back)),
+            Step::Write(next) => {
+                log::info!(
+                    "state disk: generation {found} found (the admin accepts {min} or newer), \
+                     {next} written"
+                );
+                Ok((found, next))
+            }
+        }
     }
 
     // ---- The irreversible steps: each needs the nodelock's token ----

@@ -2122,3 +2122,79 @@ fn markers_mark_in_turn_and_the_first_failure_ends_it() {
     );
     assert!(after.marks.lock().unwrap().is_empty());
 }
+
+/// G4 on Recover: the admin's Recover names the lowest generation it
+/// accepts for the disk (the last it saw); a disk restored from an older
+/// copy is refused before anything on it is used, and a node that keeps
+/// no generation is refused when the admin names one.
+#[test]
+fn a_recovered_disk_older_than_the_admin_last_saw_is_refused() {
+    let cluster = ClusterGenerations::default();
+    let (rig, m) = recoverable_rig();
+    let first = with_generations(rig, &cluster);
+    let recovered = first.node.recover(&recover_request(&m)).unwrap();
+    assert_eq!(
+        recovered,
+        RecoveredDisk {
+            disk_uuid: UUID.into(),
+            found: 0,
+            written: 1
+        }
+    );
+    // The host copies the disk now (generation 1, with a user) ...
+    let dir = first.state_fs.dir.path().to_path_buf();
+    let users = validate_ssh_users([("mallory", ssh_key(3).as_str())]).unwrap();
+    store_ssh_users(&dir, &users).unwrap();
+    let kept = [GENERATION_FILE, STORED_SSH_USERS_FILE];
+    let copy: Vec<Vec<u8>> = kept
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    store_ssh_users(&dir, &[]).unwrap();
+    // ... the admin recovers again, naming what it saw (any case).
+    let second = with_generations(first.reboot(fresh_root()), &cluster);
+    let mut req = recover_request(&m);
+    req.min_generations.insert(UUID.to_ascii_uppercase(), 1);
+    let recovered = second.node.recover(&req).unwrap();
+    assert_eq!((recovered.found, recovered.written), (1, 2));
+    // The host restores its copy; the admin's next Recover names 2.
+    for (f, bytes) in kept.iter().zip(&copy) {
+        std::fs::write(dir.join(f), bytes).unwrap();
+    }
+    let third = with_generations(second.reboot(fresh_root()), &cluster);
+    let mut req = recover_request(&m);
+    req.min_generations.insert(UUID.into(), 2);
+    req.min_generations.insert("another-disk".into(), 90);
+    let err = third.node.recover(&req).unwrap_err();
+    assert_eq!(
+        err,
+        NodeError::RolledBack(confboot_cluster::generation::RolledBack { found: 1, last: 2 })
+    );
+    assert!(err.is_final(), "the node stops");
+    assert!(third.marks().is_empty());
+    assert!(!has_user(third.root.path(), "mallory", &ssh_key(3)));
+    assert_eq!(kept_generation(&third), 1, "nothing written");
+    assert!(cluster.reports().is_empty(), "a Recover confirms nothing");
+    // A node that keeps no generation cannot show one: refused.
+    let (rig, m) = recoverable_rig();
+    let mut req = recover_request(&m);
+    req.min_generations.insert(UUID.into(), 1);
+    assert_eq!(
+        rig.node.recover(&req).unwrap_err(),
+        NodeError::RolledBack(confboot_cluster::generation::RolledBack { found: 0, last: 1 })
+    );
+    // More minimums than a node reads: refused before the disk is read.
+    let (rig, m) = recoverable_rig();
+    let mut req = recover_request(&m);
+    for i in 0..=generation::MAX_MIN_GENERATIONS {
+        req.min_generations.insert(format!("disk-{i}"), 1);
+    }
+    assert!(matches!(
+        rig.node.recover(&req).unwrap_err(),
+        NodeError::InvalidArgument {
+            field: "min_generations",
+            ..
+        }
+    ));
+    assert_eq!(rig.disk.state().reads, 0);
+}

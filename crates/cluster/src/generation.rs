@@ -16,6 +16,17 @@
 //!   ConfigMap, written by compare-and-swap, so every replica and restart
 //!   has it). The host does not reach etcd.
 //!
+//! - **With the admin, for Recover**: no join service answers a node
+//!   that waits for Recover, so the admin's CLI keeps the last generation
+//!   it saw per disk (`confboot recover --generations-file`, seeded from
+//!   the ledger's `generations.json` with [`parse_admin_generations`]) and
+//!   sends it with every Recover; the node refuses a disk below it
+//!   ([`check_generation`] with the admin's value as `last`) and writes the
+//!   next one. The file is on the admin's machine, out of the host's reach.
+//! - **The ledger itself** is anchored by each joinsvc (its memory and
+//!   `--state-dir`): a ledger object gone or gone back is an error, not an
+//!   empty ledger (joinsvc's `ledger::LedgerAnchor`).
+//!
 //! No MAC over the stored counter is needed: dm-crypt keeps the host from
 //! writing a chosen value, and the ledger is the reference a restored copy
 //! is compared with. What the host can do is replay an entire old disk,
@@ -97,6 +108,56 @@ pub fn verify_generation_proof(
     proof.len() == want.len() && want.iter().zip(proof).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
 }
 
+/// The most disks an admin's generations file keeps (as many as the
+/// ledger: `MAX_DISK_GENERATIONS` in joinsvc).
+pub const MAX_ADMIN_GENERATIONS: usize = 4096;
+/// The largest admin's generations file read.
+pub const MAX_ADMIN_GENERATIONS_BYTES: usize = 1 << 20;
+
+/// The admin's generations file does not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a generations file: {0}")]
+pub struct GenerationsFileError(pub String);
+
+/// The admin's record of the last generation seen per state disk (the
+/// CLI's `--generations-file`): a JSON object from disk UUID (lower case)
+/// to a generation, or to `[generation, unix seconds]` as joinsvc's
+/// ledger writes `generations.json` (so the file can be seeded from the
+/// ConfigMap). At most [`MAX_ADMIN_GENERATIONS_BYTES`] and
+/// [`MAX_ADMIN_GENERATIONS`] disks, each a UUID.
+pub fn parse_admin_generations(
+    bytes: &[u8],
+) -> Result<std::collections::BTreeMap<String, u64>, GenerationsFileError> {
+    let bad = |why: &str| GenerationsFileError(why.to_string());
+    if bytes.len() > MAX_ADMIN_GENERATIONS_BYTES {
+        return Err(bad("too large"));
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| bad("not JSON"))?;
+    let object = value.as_object().ok_or_else(|| bad("not an object"))?;
+    if object.len() > MAX_ADMIN_GENERATIONS {
+        return Err(bad("too many disks"));
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for (disk, g) in object {
+        if !confboot_kms::is_uuid(disk) {
+            return Err(bad("a key is not a disk UUID"));
+        }
+        let generation = match g {
+            serde_json::Value::Array(pair) if pair.len() == 2 => pair[0].as_u64(),
+            g => g.as_u64(),
+        }
+        .ok_or_else(|| bad("a generation is not a number"))?;
+        let kept = out.entry(disk.to_ascii_lowercase()).or_insert(0);
+        *kept = generation.max(*kept);
+    }
+    Ok(out)
+}
+
+/// The admin's generations file's content for `generations`.
+pub fn admin_generations_json(generations: &std::collections::BTreeMap<String, u64>) -> String {
+    serde_json::to_string_pretty(generations).expect("a map of numbers") + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +204,28 @@ mod tests {
         assert!(!verify_generation_proof(&key, UUID, 3, 5, &proof));
         assert!(!verify_generation_proof(&key, UUID, 3, 4, &proof[..31]));
         assert!(!verify_generation_proof(&key, UUID, 3, 4, &[]));
+    }
+
+    #[test]
+    fn an_admins_generations_file_reads_its_own_and_the_ledgers_form() {
+        let disk = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+        let upper = disk.to_ascii_uppercase();
+        let read = parse_admin_generations(
+            format!(r#"{{"{disk}": 3, "{upper}": [5, 1700000000]}}"#).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(read.get(disk), Some(&5));
+        assert_eq!(
+            parse_admin_generations(admin_generations_json(&read).as_bytes()).unwrap(),
+            read
+        );
+        for bad in [
+            &b"[]"[..],
+            br#"{"not-a-uuid": 1}"#,
+            br#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": -1}"#,
+            br#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": [1]}"#,
+        ] {
+            assert!(parse_admin_generations(bad).is_err());
+        }
     }
 }
