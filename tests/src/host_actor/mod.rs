@@ -2000,9 +2000,14 @@ impl Judge<'_> {
                 Some(_) => return None,
             }
         }
-        // The node wrote a header (on a blank disk, or under its own
-        // format): the cluster's key for its UUID must open it.
+        // The node wrote key slots (on a blank disk, or under its own
+        // format): the cluster's key for its UUID must open them. A
+        // header written back without key slots (onto a disk the host
+        // blanked under it) holds no key: nothing was formatted.
         let uuid = now.uuid?;
+        if now.keyslots == left.keyslots {
+            return None;
+        }
         (!crate::key_opens_disk(self.disk, self.master.state_disk_key(&uuid).expose())).then(|| {
             format!("the node formatted disk {uuid} under a key the cluster did not derive")
         })
@@ -2561,7 +2566,8 @@ mod tests {
         c.confirmed_disk(UUID_A);
         let left = DiskState::read(&c.disk());
         assert_eq!(c.judge(&left, stopped()).verdict(), "STOPPED");
-        let cases: [(&str, &dyn Fn(&Crafted)); 4] = [
+        type Change<'a> = &'a dyn Fn(&Crafted);
+        let cases: [(&str, Change); 4] = [
             ("reformatted", &|c| {
                 let marker = c.data[UUID_A].marker.clone();
                 c.format(UUID_B, &c.cluster_key(UUID_B));
