@@ -30,10 +30,24 @@
 //!
 //! and anything else is a **FAILURE**: a known secret (master secret, init
 //! secret, a disk key or volume key) in what crossed the proxies, in the
-//! node's log (the host reads the console) or in the disk image's bytes;
-//! data lost (a disk that held data reformatted, its key slots or marker
-//! changed by the node); PCR 15 marked for a cluster the admin did not
-//! make; or a node that says it bootstrapped without all of the above.
+//! node's log (the host reads the console; also with its line breaks
+//! taken out, as a wrapping console splits lines) or in the disk image's
+//! bytes, raw, as hex in either case or as base64 in either alphabet,
+//! padded or not, alone or inside a longer value (a `kms://` URI carries
+//! the master secret as base64url); data lost (a disk that held data
+//! reformatted, its key slots or marker changed by the node); PCR 15
+//! marked for a cluster the admin did not make; or a node that says it
+//! bootstrapped without all of the above.
+//!
+//! Whatever the outcome (REFUSED and STOPPED too), the judge compares the
+//! disk with the one the host's last move left: a header the host left
+//! that the node reformatted, destroyed or whose key slots it rewrote, a
+//! marker lost, or a header the node wrote that the key the cluster
+//! derives for its UUID does not open (a format under a foreign key) is a
+//! FAILURE. A node that bootstrapped is judged by the disk it then used:
+//! another node's disk, or its own older than the cluster last confirmed
+//! (without the data written after its first boot), is a FAILURE; no flow
+//! lets the cluster accept either knowingly, so none is excused.
 
 pub mod header;
 pub mod proxy;
@@ -590,24 +604,38 @@ impl Secrets {
         }
     }
 
-    /// The first secret found in `bytes`, raw or as text (hex, base64).
-    /// Runs of zeros (most of a sparse disk image) are skipped whole.
+    /// The first secret found in `bytes`, raw or in any encoding it
+    /// travels in ([`encodings`]). Runs of zeros (most of a sparse disk
+    /// image) are skipped whole.
     fn found_in(&self, what: &str, bytes: &[u8]) -> Option<String> {
         const CHUNK: usize = 64 << 10;
         const OVERLAP: usize = 256;
         let zeros = [0u8; CHUNK];
+        // The search runs in std's string search (fast in a debug build
+        // too): the text forms in the window read as text (every ASCII
+        // byte stays itself), the raw bytes as hex in the window's hex.
+        let needles: Vec<(&str, String, Vec<String>)> = self
+            .0
+            .iter()
+            .map(|(name, secret)| {
+                let text = encodings(secret)
+                    .into_iter()
+                    .filter(|e| e.is_ascii())
+                    .map(|e| String::from_utf8(e).expect("ASCII"))
+                    .collect();
+                (name.as_str(), confboot_util::hex::encode(secret), text)
+            })
+            .collect();
         let mut start = 0;
         while start < bytes.len() {
             let end = (start + CHUNK).min(bytes.len());
             if bytes[start..end] != zeros[..end - start] {
                 let window = &bytes[start..(end + OVERLAP).min(bytes.len())];
-                for (name, secret) in &self.0 {
-                    let encodings = [
-                        secret.clone(),
-                        confboot_util::hex::encode(secret).into_bytes(),
-                        confboot_util::base64::encode(secret).into_bytes(),
-                    ];
-                    if encodings.iter().any(|e| contains(window, e)) {
+                let text = String::from_utf8_lossy(window);
+                let hexed = confboot_util::hex::encode(window);
+                for (name, raw, encoded) in &needles {
+                    let raw_found = hexed.match_indices(raw.as_str()).any(|(i, _)| i % 2 == 0);
+                    if raw_found || encoded.iter().any(|e| text.contains(e.as_str())) {
                         return Some(format!("{name} found in {what}"));
                     }
                 }
@@ -616,11 +644,58 @@ impl Secrets {
         }
         None
     }
+
+    /// [`Secrets::found_in`] for text the host reads as lines (a console
+    /// log): also with every line break taken out, as a log that wraps
+    /// long lines splits a secret across them.
+    fn found_in_text(&self, what: &str, text: &str) -> Option<String> {
+        self.found_in(what, text.as_bytes()).or_else(|| {
+            let joined: Vec<u8> = text
+                .bytes()
+                .filter(|b| !matches!(b, b'\n' | b'\r'))
+                .collect();
+            self.found_in(&format!("{what} (across a line break)"), &joined)
+        })
+    }
 }
 
-/// Whether `needle` occurs in `hay`.
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+/// Every form `secret` can travel in, each a byte string that occurs in
+/// any text carrying it: the raw bytes; hex in lower and upper case;
+/// base64 in the standard and the URL-safe alphabet, padded and not, on
+/// its own or inside a longer encoded value (the secret starting at any
+/// of the three byte offsets of a base64 group: for each, the characters
+/// of the groups the secret fills alone, which every such encoding holds
+/// whatever stands before or after it). A `kms://cluster-kms?key=...`
+/// URI carries the master secret as base64url.
+fn encodings(secret: &[u8]) -> Vec<Vec<u8>> {
+    use confboot_util::base64;
+    let hex = confboot_util::hex::encode(secret);
+    let std = base64::encode(secret);
+    let url = base64::encode_url(secret);
+    let mut out = vec![
+        secret.to_vec(),
+        hex.clone().into_bytes(),
+        hex.to_ascii_uppercase().into_bytes(),
+        std.clone().into_bytes(),
+        std.trim_end_matches('=').as_bytes().to_vec(),
+        url.clone().into_bytes(),
+        url.trim_end_matches('=').as_bytes().to_vec(),
+    ];
+    // Groups the secret fills alone: at least 12 bytes' worth (96 bits)
+    // of the secret, so a short secret is not matched by chance.
+    for skip in 0..3 {
+        let whole = secret.len().saturating_sub(skip) / 3 * 3;
+        if whole < 12 {
+            continue;
+        }
+        let inner = &secret[skip..skip + whole];
+        for e in [base64::encode(inner), base64::encode_url(inner)] {
+            out.push(e.into_bytes());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Data a member's OS wrote on its disk after its first boot.
@@ -773,6 +848,10 @@ pub struct HostActor {
     dead_endpoint: String,
     /// Whether an Init of the admin succeeded in this case.
     admin_inited: bool,
+    /// The subject's disk as the host's last move of this case left it.
+    host_left: Option<DiskState>,
+    /// The other nodes' disks (UUID, whose).
+    others: BTreeMap<String, String>,
 }
 
 impl HostActor {
@@ -893,6 +972,8 @@ impl HostActor {
             cli_seen: 0,
             dead_endpoint,
             admin_inited: false,
+            host_left: None,
+            others: BTreeMap::new(),
         };
         actor.admin_salts.push(actor.salt.clone());
 
@@ -908,6 +989,8 @@ impl HostActor {
         actor.honest_join(&actor.other, None);
         actor.record_data(&actor.other.p("disk.img"), 2);
         std::fs::copy(actor.other.p("disk.img"), &actor.golden_other).unwrap();
+        let other_uuid = header::read_uuid(&actor.golden_other).expect("the other's disk");
+        actor.others.insert(other_uuid, "actor-other".into());
         blank(&host_node.p("disk.img"));
         {
             let tpm = host_node.boot_tpm(IMAGE);
@@ -922,6 +1005,8 @@ impl HostActor {
             );
         }
         std::fs::copy(host_node.p("disk.img"), &actor.host_disk).unwrap();
+        let host_uuid = header::read_uuid(&actor.host_disk).expect("the host's disk");
+        actor.others.insert(host_uuid, "the host's node".into());
         actor
     }
 
@@ -1171,6 +1256,8 @@ impl HostActor {
         if expected.is_none() {
             expected = self.expected_disk(&disk);
         }
+        // The disk as the host left it (until a move at a step).
+        self.host_left = Some(DiskState::read(&disk));
 
         let mut ends = Vec::new();
         let pause_move = host_move.filter(|m| matches!(m, Move::Kill | Move::Disk(_)));
@@ -1197,6 +1284,10 @@ impl HostActor {
         {
             self.record_data(&disk, 100 + self.data.len() as u64);
             expected = self.expected_disk(&disk);
+            // The OS's marker is the honest side's write.
+            if let Some(left) = &mut self.host_left {
+                left.marker = DiskState::read(&disk).marker;
+            }
         }
         ends.push(end);
         if again {
@@ -1461,6 +1552,9 @@ impl HostActor {
                                 self.expected_disk(&self.subject.p("disk.img"))
                             };
                             data_since = expected.is_some().then_some(log.len());
+                            let mut left = DiskState::read(&self.subject.p("disk.img"));
+                            left.under_a_format = under_a_format;
+                            self.host_left = Some(left);
                         }
                         Err(e) => move_error = Some(format!("nothing to move: {e}")),
                     }
@@ -1601,22 +1695,17 @@ impl HostActor {
         }
     }
 
-    /// The judge.
+    /// The judge: what crossed the proxies and the disk the host left go
+    /// to [`Judge::judge`].
     fn judge(&mut self, flow: Flow, ends: &[BootEnd], expected: Option<&ExpectedDisk>) -> Outcome {
         let disk = self.subject.p("disk.img");
-        if !ends[0].moved {
-            return Outcome::NotMade("the step never came".into());
-        }
-        if let Some(e) = &ends[0].move_error {
-            return Outcome::NotMade(e.clone());
-        }
         // Secrets: the disk keys of every disk the node formatted count too.
         if let Ok(uuid) = header::read_uuid(&disk) {
             let key = self.master.state_disk_key(&uuid);
             self.secrets
                 .add(format!("the disk key of {uuid}"), key.expose());
         }
-        for (what, bytes) in [
+        let seen = [
             (
                 "what crossed the node's join path",
                 self.join_proxy.take_seen(),
@@ -1625,15 +1714,104 @@ impl HostActor {
                 "what crossed the admin's path",
                 self.admin_proxy.take_seen(),
             ),
-            ("the disk image", std::fs::read(&disk).unwrap_or_default()),
-        ] {
-            if let Some(found) = self.secrets.found_in(what, &bytes) {
+        ];
+        let host_left = self
+            .host_left
+            .clone()
+            .unwrap_or_else(|| DiskState::read(&disk));
+        Judge {
+            master: &self.master,
+            host_master: &self.host_master,
+            secrets: &self.secrets,
+            admin_salts: &self.admin_salts,
+            data: &self.data,
+            golden: &self.golden,
+            others: &self.others,
+            disk: &disk,
+            host_left: &host_left,
+        }
+        .judge(flow, ends, expected, &seen)
+    }
+}
+
+/// The disk's bytes that say what the node did to it: its header and key
+/// slots, its UUID, and where the marker lives.
+#[derive(Clone, Debug, PartialEq)]
+struct DiskState {
+    /// Bytes 0 to the end of the key-slot area (both header copies).
+    head: Vec<u8>,
+    /// The key-slot area.
+    keyslots: Vec<u8>,
+    /// Where the marker lives.
+    marker: Vec<u8>,
+    /// The LUKS2 UUID, if the disk has a header.
+    uuid: Option<String>,
+    /// The host put it under a format the node had already begun: the
+    /// node decided nothing on its header.
+    under_a_format: bool,
+}
+
+impl DiskState {
+    fn read(disk: &Path) -> DiskState {
+        DiskState {
+            head: read_range(disk, 0..KEYSLOTS.end),
+            keyslots: read_range(disk, KEYSLOTS),
+            marker: read_range(disk, DATA_OFFSET..DATA_OFFSET + MARKER_LEN as u64),
+            uuid: header::read_uuid(disk).ok(),
+            under_a_format: false,
+        }
+    }
+}
+
+/// What the judge knows: the cluster's secrets, what the cluster last
+/// confirmed of each disk, the other nodes' disks, the disk the host
+/// left (after its last move) and the disk as the case ended.
+struct Judge<'a> {
+    master: &'a MasterSecret,
+    host_master: &'a MasterSecret,
+    secrets: &'a Secrets,
+    admin_salts: &'a [Vec<u8>],
+    /// What the cluster last confirmed of each of its disks (by UUID).
+    data: &'a BTreeMap<String, DataRecord>,
+    /// The subject's disk as the node writes it (its header's shape).
+    golden: &'a Path,
+    /// Disks of other nodes (UUID, whose).
+    others: &'a BTreeMap<String, String>,
+    disk: &'a Path,
+    host_left: &'a DiskState,
+}
+
+impl Judge<'_> {
+    /// How the case ended: the node's boots (`ends`), the disk the host
+    /// left if it held data (`expected`), and what the host saw on the
+    /// network (`seen`).
+    fn judge(
+        &self,
+        flow: Flow,
+        ends: &[BootEnd],
+        expected: Option<&ExpectedDisk>,
+        seen: &[(&str, Vec<u8>)],
+    ) -> Outcome {
+        let disk = self.disk;
+        if !ends[0].moved {
+            return Outcome::NotMade("the step never came".into());
+        }
+        if let Some(e) = &ends[0].move_error {
+            return Outcome::NotMade(e.clone());
+        }
+        let image = std::fs::read(disk).unwrap_or_default();
+        for (what, bytes) in seen
+            .iter()
+            .map(|(w, b)| (*w, &b[..]))
+            .chain([("the disk image", &image[..])])
+        {
+            if let Some(found) = self.secrets.found_in(what, bytes) {
                 return Outcome::Failure(found);
             }
         }
         for end in ends {
             let log = end.log.join("\n");
-            if let Some(found) = self.secrets.found_in("the node's log", log.as_bytes()) {
+            if let Some(found) = self.secrets.found_in_text("the node's log", &log) {
                 return Outcome::Failure(found);
             }
         }
@@ -1678,12 +1856,12 @@ impl HostActor {
         let formatted = ends.iter().any(|e| e.formatted_data);
         if let Some(exp) = expected {
             let record = &self.data[&exp.uuid];
-            let uuid_now = header::read_uuid(&disk).ok();
+            let uuid_now = header::read_uuid(disk).ok();
             let lost = if uuid_now.as_deref() != Some(exp.uuid.as_str()) {
                 Some("the disk's UUID changed")
-            } else if read_range(&disk, KEYSLOTS) != record.keyslots {
+            } else if read_range(disk, KEYSLOTS) != record.keyslots {
                 Some("its key slots were rewritten")
-            } else if read_range(&disk, DATA_OFFSET..DATA_OFFSET + MARKER_LEN as u64)
+            } else if read_range(disk, DATA_OFFSET..DATA_OFFSET + MARKER_LEN as u64)
                 != record.marker
             {
                 Some("its marker is gone")
@@ -1695,6 +1873,11 @@ impl HostActor {
             if let Some(why) = lost {
                 return Outcome::Failure(format!("data lost: {why} (disk {})", exp.uuid));
             }
+        }
+        // Whatever the outcome: what the node changed on the disk the host
+        // left.
+        if let Some(why) = self.disk_changes() {
+            return Outcome::Failure(why);
         }
         let converged = last.status.is_some_and(|s| s.success()) && bootstrapped(&last.log);
         let how = last
@@ -1711,14 +1894,13 @@ impl HostActor {
             if !marks.contains(&last.pcr15) {
                 return Outcome::Failure("bootstrapped, but PCR 15 is not marked".into());
             }
-            let Ok(uuid) = header::read_uuid(&disk) else {
+            let Ok(uuid) = header::read_uuid(disk) else {
                 return Outcome::Failure("bootstrapped without a LUKS2 disk".into());
             };
             // The node must run on exactly the header it writes: one the
             // host chose decides how its data is encrypted.
-            let written =
-                header_shape(&header::read_json(&self.golden).expect("the golden header"));
-            let now = header::read_json(&disk).map(|j| header_shape(&j));
+            let written = header_shape(&header::read_json(self.golden).expect("the golden header"));
+            let now = header::read_json(disk).map(|j| header_shape(&j));
             if let Some(diff) = now
                 .as_ref()
                 .map(|n| first_difference(&written, n, ""))
@@ -1729,24 +1911,36 @@ impl HostActor {
                     short(&diff)
                 ));
             }
-            if !crate::key_opens_disk(&disk, self.master.state_disk_key(&uuid).expose()) {
+            if !crate::key_opens_disk(disk, self.master.state_disk_key(&uuid).expose()) {
                 return Outcome::Failure(
                     "bootstrapped, but the cluster's key does not open its disk".into(),
                 );
             }
-            let older = flow.starts_with_data() && expected.is_none();
+            // What the node then used: its own disk as the cluster last
+            // confirmed it. No flow lets the cluster accept an older disk
+            // or another node's knowingly, so either is the host's win.
+            if let Some(whose) = self.others.get(&uuid) {
+                return Outcome::Failure(format!(
+                    "bootstrapped on another node's disk ({whose}'s, {uuid})"
+                ));
+            }
+            if let Some(record) = self.data.get(&uuid)
+                && (read_range(disk, KEYSLOTS) != record.keyslots
+                    || read_range(disk, DATA_OFFSET..DATA_OFFSET + MARKER_LEN as u64)
+                        != record.marker)
+            {
+                return Outcome::Failure(format!(
+                    "bootstrapped on a disk older than the cluster last confirmed \
+                     (disk {uuid} without the data written after its first boot)"
+                ));
+            }
             return Outcome::Converged(format!(
-                "{how}{}{}",
+                "{how}{}",
                 if ends.len() > 1 {
                     " after a reboot"
                 } else {
                     ""
                 },
-                if older {
-                    "; the disk the host left held no data of this cluster"
-                } else {
-                    ""
-                }
             ));
         }
         let last_error = last
@@ -1769,6 +1963,54 @@ impl HostActor {
                 format!("waiting; {last_error}")
             }),
         }
+    }
+
+    /// What the node did to the disk the host left, if it is the host's
+    /// win: a header the host left reformatted or its key slots
+    /// rewritten, the marker lost, a header the node wrote that the key
+    /// the cluster derives for its UUID does not open.
+    fn disk_changes(&self) -> Option<String> {
+        let left = self.host_left;
+        let now = DiskState::read(self.disk);
+        if now.head == left.head && now.marker == left.marker {
+            return None;
+        }
+        if left.marker.iter().any(|&b| b != 0) && now.marker != left.marker {
+            return Some("the node lost the marker of the disk the host left".into());
+        }
+        let header_left = left.uuid.as_ref().filter(|_| !left.under_a_format);
+        if let Some(uuid) = header_left {
+            match &now.uuid {
+                None => {
+                    return Some(format!(
+                        "the node destroyed the header of the disk the host left ({uuid})"
+                    ));
+                }
+                Some(u) if u != uuid => {
+                    return Some(format!(
+                        "the node reformatted the disk the host left ({uuid}, now {u})"
+                    ));
+                }
+                Some(_) if now.keyslots != left.keyslots => {
+                    return Some(format!(
+                        "the node rewrote the key slots of the disk the host left ({uuid})"
+                    ));
+                }
+                // Only its tokens changed: the key slots are the host's.
+                Some(_) => return None,
+            }
+        }
+        // The node wrote key slots (on a blank disk, or under its own
+        // format): the cluster's key for its UUID must open them. A
+        // header written back without key slots (onto a disk the host
+        // blanked under it) holds no key: nothing was formatted.
+        let uuid = now.uuid?;
+        if now.keyslots == left.keyslots {
+            return None;
+        }
+        (!crate::key_opens_disk(self.disk, self.master.state_disk_key(&uuid).expose())).then(|| {
+            format!("the node formatted disk {uuid} under a key the cluster did not derive")
+        })
     }
 }
 
@@ -2052,18 +2294,332 @@ mod tests {
             secrets.found_in("the image", &image).as_deref(),
             Some("a key found in the image")
         );
-        for text in [
-            confboot_util::hex::encode(&secret),
-            confboot_util::base64::encode(&secret),
-        ] {
-            let line = format!("INFO bootstrapper: oops {text} logged");
+        let other = crate::XorShift::new(8).bytes(32);
+        assert_eq!(secrets.found_in("a log", &other), None);
+    }
+
+    /// Every text form of `secret` a secret travels in, by name.
+    fn planted(secret: &[u8]) -> Vec<(String, String)> {
+        use confboot_util::base64;
+        let hex = confboot_util::hex::encode(secret);
+        let std = base64::encode(secret);
+        let url = base64::encode_url(secret);
+        let mut forms = vec![
+            ("hex".to_string(), hex.clone()),
+            ("HEX".into(), hex.to_ascii_uppercase()),
+            ("base64".into(), std.clone()),
+            ("base64 unpadded".into(), std.trim_end_matches('=').into()),
+            ("base64url".into(), url.clone()),
+            (
+                "base64url unpadded".into(),
+                url.trim_end_matches('=').into(),
+            ),
+        ];
+        // Inside a longer encoded value, at each offset of a base64 group.
+        for before in 1..3 {
+            let mut blob = vec![0xa5u8; before];
+            blob.extend_from_slice(secret);
+            blob.extend_from_slice(b"and more after it");
+            forms.push((
+                format!("base64 of a value, at +{before}"),
+                base64::encode(&blob),
+            ));
+            forms.push((
+                format!("base64url of a value, at +{before}"),
+                base64::encode_url(&blob).trim_end_matches('=').into(),
+            ));
+        }
+        forms
+    }
+
+    #[test]
+    fn secrets_are_found_in_every_encoding_they_travel_in() {
+        // Seeds whose secrets' base64 holds '+' and '/' (where the two
+        // alphabets differ) and lengths of each remainder mod 3.
+        for (seed, len) in [(7, 32), (11, 32), (13, 33), (17, 34), (19, 45)] {
+            let secret = crate::XorShift::new(seed).bytes(len);
+            let secrets = Secrets(vec![("a key".into(), secret.clone())]);
+            for (form, text) in planted(&secret) {
+                let line = format!("T INFO bootstrapper: oops {text} logged");
+                assert!(
+                    secrets.found_in("a log", line.as_bytes()).is_some(),
+                    "{form} of a {len}-byte secret: {line}"
+                );
+                // A console that wraps lines at 80 columns.
+                let wrapped: String = line
+                    .chars()
+                    .collect::<Vec<_>>()
+                    .chunks(20)
+                    .map(|c| c.iter().collect::<String>())
+                    .collect::<Vec<_>>()
+                    .join("\r\n");
+                assert!(
+                    secrets.found_in_text("a log", &wrapped).is_some(),
+                    "{form}, wrapped: {wrapped}"
+                );
+            }
+            let other = crate::XorShift::new(seed + 1000).bytes(len);
+            for (form, text) in planted(&other) {
+                assert_eq!(
+                    secrets.found_in_text("a log", &text),
+                    None,
+                    "{form} of another secret"
+                );
+            }
+        }
+        // The master secret inside its kms URI, padded (as `to_kms_uri`
+        // writes it) and not.
+        let master = MasterSecret::generate().unwrap();
+        let secrets = Secrets(vec![
+            ("the master key".into(), master.key().expose().to_vec()),
+            ("the master salt".into(), master.salt().expose().to_vec()),
+        ]);
+        let unpadded = format!(
+            "kms://cluster-kms?key={}&salt={}",
+            confboot_util::base64::encode_url(master.key().expose()).trim_end_matches('='),
+            confboot_util::base64::encode_url(master.salt().expose()).trim_end_matches('=')
+        );
+        for uri in [master.to_kms_uri().to_string(), unpadded] {
+            let line = format!("T WARN bootstrapper: using {uri}");
             assert!(
-                secrets.found_in("a log", line.as_bytes()).is_some(),
+                secrets
+                    .found_in_text("a log", &line)
+                    .is_some_and(|f| f.starts_with("the master key")),
                 "{line}"
             );
         }
-        let other = crate::XorShift::new(8).bytes(32);
-        assert_eq!(secrets.found_in("a log", &other), None);
+    }
+
+    /// A crafted case for the judge: the admin's cluster, a disk image,
+    /// what the cluster confirmed of it.
+    struct Crafted {
+        dir: TempDir,
+        master: MasterSecret,
+        host_master: MasterSecret,
+        secrets: Secrets,
+        salts: Vec<Vec<u8>>,
+        data: BTreeMap<String, DataRecord>,
+        others: BTreeMap<String, String>,
+    }
+
+    const UUID_A: &str = "0a0a0a0a-0000-4000-8000-00000000000a";
+    const UUID_B: &str = "0b0b0b0b-0000-4000-8000-00000000000b";
+
+    impl Crafted {
+        fn new() -> Crafted {
+            crate::require_program("cryptsetup", "cryptsetup-bin");
+            let master = MasterSecret::generate().unwrap();
+            let mut secrets = Secrets(Vec::new());
+            secrets.add("the master secret's key", master.key().expose());
+            let c = Crafted {
+                dir: TempDir::new("judge-crafted"),
+                master,
+                host_master: MasterSecret::generate().unwrap(),
+                secrets,
+                salts: vec![vec![7; 32]],
+                data: BTreeMap::new(),
+                others: BTreeMap::new(),
+            };
+            blank(&c.disk());
+            c
+        }
+
+        fn disk(&self) -> PathBuf {
+            self.dir.path().join("disk.img")
+        }
+
+        fn golden(&self) -> PathBuf {
+            self.dir.path().join("golden.img")
+        }
+
+        /// Formats the disk (cryptsetup, as a node would) with `key`.
+        fn format(&self, uuid: &str, key: &[u8]) {
+            use std::io::Write;
+            blank(&self.disk());
+            let mut format = Command::new("cryptsetup")
+                .args(["luksFormat", "--type", "luks2", "--batch-mode"])
+                .args(["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"])
+                .args(["--uuid", uuid, "--key-file", "-"])
+                .arg(self.disk())
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap();
+            format.stdin.take().unwrap().write_all(key).unwrap();
+            assert!(format.wait().unwrap().success());
+        }
+
+        fn cluster_key(&self, uuid: &str) -> Vec<u8> {
+            self.master.state_disk_key(uuid).expose().to_vec()
+        }
+
+        /// The disk formatted for the cluster, its marker written, kept
+        /// as what the cluster last confirmed of it.
+        fn confirmed_disk(&mut self, uuid: &str) {
+            self.format(uuid, &self.cluster_key(uuid));
+            let marker = crate::XorShift::new(3).bytes(MARKER_LEN);
+            write_at(&self.disk(), DATA_OFFSET, &marker);
+            std::fs::copy(self.disk(), self.golden()).unwrap();
+            self.data.insert(
+                uuid.into(),
+                DataRecord {
+                    keyslots: read_range(&self.disk(), KEYSLOTS),
+                    marker,
+                },
+            );
+        }
+
+        fn judge(&self, host_left: &DiskState, end: BootEnd) -> Outcome {
+            let (disk, golden) = (self.disk(), self.golden());
+            Judge {
+                master: &self.master,
+                host_master: &self.host_master,
+                secrets: &self.secrets,
+                admin_salts: &self.salts,
+                data: &self.data,
+                golden: &golden,
+                others: &self.others,
+                disk: &disk,
+                host_left,
+            }
+            .judge(Flow::Rejoin, &[end], None, &[])
+        }
+
+        /// A boot that bootstrapped for the admin's cluster.
+        fn converged(&self) -> BootEnd {
+            let id = confboot_kms::derive_cluster_id(
+                self.master.measurement_secret().expose(),
+                &confboot_kms::MeasurementSalt::try_from(&self.salts[0][..]).unwrap(),
+            );
+            BootEnd {
+                status: Some(std::os::unix::process::ExitStatusExt::from_raw(0)),
+                log: vec!["T INFO bootstrapper: bootstrapped (Rejoined) in 0.4 s".into()],
+                pcr15: confboot_cluster::mark::marked_pcr15(&id),
+                ..stopped()
+            }
+        }
+    }
+
+    /// A boot that exited non-zero (STOPPED), PCR 15 unmarked.
+    fn stopped() -> BootEnd {
+        BootEnd {
+            status: Some(std::os::unix::process::ExitStatusExt::from_raw(1 << 8)),
+            log: vec!["T ERROR bootstrapper: stopping: the disk is not usable".into()],
+            pcr15: [0; 32],
+            admin_succeeded: false,
+            host_succeeded: false,
+            killed: false,
+            moved: true,
+            formatted_data: false,
+            move_error: None,
+        }
+    }
+
+    /// A boot still waiting when its time was up (REFUSED).
+    fn waiting() -> BootEnd {
+        BootEnd {
+            status: None,
+            log: vec!["T INFO bootstrapper: no join service known yet".into()],
+            ..stopped()
+        }
+    }
+
+    #[test]
+    fn a_kms_uri_in_the_nodes_log_is_a_failure() {
+        let c = Crafted::new();
+        let left = DiskState::read(&c.disk());
+        assert_eq!(c.judge(&left, stopped()).verdict(), "STOPPED");
+        let mut end = stopped();
+        end.log.push(format!(
+            "T INFO bootstrapper: master secret at {}",
+            c.master.to_kms_uri().as_str()
+        ));
+        let outcome = c.judge(&left, end);
+        assert_eq!(outcome.verdict(), "FAILURE", "{outcome:?}");
+        assert!(outcome.detail().contains("the node's log"), "{outcome:?}");
+    }
+
+    #[test]
+    fn a_node_that_formats_under_a_foreign_key_then_stops_or_waits_is_a_failure() {
+        let c = Crafted::new();
+        let left = DiskState::read(&c.disk());
+        // Formatted under the key the cluster derives: the node's own.
+        c.format(UUID_A, &c.cluster_key(UUID_A));
+        assert_eq!(c.judge(&left, stopped()).verdict(), "STOPPED");
+        assert_eq!(c.judge(&left, waiting()).verdict(), "REFUSED");
+        // Under any other key.
+        c.format(UUID_A, b"a key the cluster did not derive");
+        for end in [stopped(), waiting()] {
+            let outcome = c.judge(&left, end);
+            assert_eq!(outcome.verdict(), "FAILURE", "{outcome:?}");
+            assert!(
+                outcome
+                    .detail()
+                    .contains("under a key the cluster did not derive"),
+                "{outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_that_changes_the_disk_the_host_left_then_stops_is_a_failure() {
+        let mut c = Crafted::new();
+        c.confirmed_disk(UUID_A);
+        let left = DiskState::read(&c.disk());
+        assert_eq!(c.judge(&left, stopped()).verdict(), "STOPPED");
+        type Change<'a> = &'a dyn Fn(&Crafted);
+        let cases: [(&str, Change); 4] = [
+            ("reformatted", &|c| {
+                let marker = c.data[UUID_A].marker.clone();
+                c.format(UUID_B, &c.cluster_key(UUID_B));
+                write_at(&c.disk(), DATA_OFFSET, &marker);
+            }),
+            ("rewrote the key slots", &|c| {
+                write_at(&c.disk(), KEYSLOTS.start + 4096, &[0x55; 64])
+            }),
+            ("lost the marker", &|c| {
+                write_at(&c.disk(), DATA_OFFSET, &[0; MARKER_LEN])
+            }),
+            ("destroyed the header", &|c| {
+                write_at(&c.disk(), 0, &[0; 4096])
+            }),
+        ];
+        for (what, change) in cases {
+            std::fs::copy(c.golden(), c.disk()).unwrap();
+            change(&c);
+            let outcome = c.judge(&left, stopped());
+            assert_eq!(outcome.verdict(), "FAILURE", "{what}: {outcome:?}");
+            assert!(outcome.detail().contains(what), "{what}: {outcome:?}");
+        }
+    }
+
+    #[test]
+    fn a_swap_or_a_rollback_the_node_bootstrapped_on_is_a_failure() {
+        let mut c = Crafted::new();
+        c.confirmed_disk(UUID_A);
+        let left = DiskState::read(&c.disk());
+        let outcome = c.judge(&left, c.converged());
+        assert_eq!(outcome.verdict(), "CONVERGED", "{outcome:?}");
+        // Another node's disk, intact.
+        c.others.insert(UUID_A.into(), "actor-other".into());
+        let outcome = c.judge(&left, c.converged());
+        assert_eq!(outcome.verdict(), "FAILURE", "{outcome:?}");
+        assert!(
+            outcome.detail().contains("another node's disk"),
+            "{outcome:?}"
+        );
+        c.others.clear();
+        // Its own disk as it was before its first boot completed (the
+        // host left it so: nothing the node changed).
+        write_at(&c.disk(), DATA_OFFSET, &[0; MARKER_LEN]);
+        let left = DiskState::read(&c.disk());
+        let outcome = c.judge(&left, c.converged());
+        assert_eq!(outcome.verdict(), "FAILURE", "{outcome:?}");
+        assert!(
+            outcome
+                .detail()
+                .contains("older than the cluster last confirmed"),
+            "{outcome:?}"
+        );
     }
 
     #[test]
