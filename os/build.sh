@@ -5,7 +5,7 @@
 # them, so attestation covers the root).
 #
 #   os/build.sh --nodeagent PATH [--out DIR] [--add SRC:DEST]... [--unit FILE]...
-#               [--verity-tool PATH]
+#               [--verity-tool PATH] [--production [--kube-bin DIR] [--pause PATH]]
 #
 #   --nodeagent PATH   the static node agent, /usr/bin/nodeagent (the cluster
 #                      step and the agent's services run it)
@@ -20,9 +20,22 @@
 #   --verity-tool PATH the `confboot` CLI that builds the hash tree
 #                      (`confboot verity format`; default: the static release
 #                      build in target/, else `confboot` on PATH)
+#   --production       the production node image: also Kubernetes' node parts,
+#                      kubelet and kubeadm, the container runtime (containerd,
+#                      its runc shim and ctr from --kube-bin; Debian's runc and
+#                      containernetworking-plugins), the pause image (built
+#                      here from --pause, imported into containerd at boot),
+#                      and the units of os/production/ that start containerd
+#                      and the kubelet. Without it: the test image, which has
+#                      none of these (tests add their doubles and test units).
+#   --kube-bin DIR     where kubelet, kubeadm, containerd, containerd-shim-runc-v2
+#                      and ctr are (default: `scripts/kubernetes.sh --print`)
+#   --pause PATH       the static pause program (default: the static release
+#                      build of os/pause in target/)
 #
 # Inputs: Debian bookworm's packages (mmdebstrap, variant essential, plus
-# systemd, systemd-sysv, openssh-server), this script, the repository's
+# systemd, systemd-sysv, openssh-server; with --production also runc,
+# containernetworking-plugins, mount), this script, the repository's
 # units, the node agent and every --add/--unit file. The base system is
 # cached as a tarball in .cache/os/ (named by the hash of the package
 # selection), and its package versions go to OUT/packages.txt: the same
@@ -45,6 +58,9 @@ NODEAGENT=""
 VERITY_TOOL=""
 ADDS=()
 UNITS=()
+PRODUCTION=0
+KUBE_BIN=""
+PAUSE=""
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-0}"
 
 while [ $# -gt 0 ]; do
@@ -54,6 +70,9 @@ while [ $# -gt 0 ]; do
         --add) ADDS+=("${2:?}"); shift 2 ;;
         --unit) UNITS+=("${2:?}"); shift 2 ;;
         --verity-tool) VERITY_TOOL="${2:?}"; shift 2 ;;
+        --production) PRODUCTION=1; shift ;;
+        --kube-bin) KUBE_BIN="${2:?}"; shift 2 ;;
+        --pause) PAUSE="${2:?}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -70,10 +89,33 @@ for tool in mmdebstrap mksquashfs; do
     command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh installs it)"
 done
 [ "$(id -u)" -eq 0 ] || die "run as root (mmdebstrap --mode=root keeps the image's owners)"
+KUBE_COMMANDS=(kubelet kubeadm containerd containerd-shim-runc-v2 ctr)
+if [ "$PRODUCTION" -eq 1 ]; then
+    if [ -z "$KUBE_BIN" ]; then
+        KUBE_BIN="$(bash "$REPO/scripts/kubernetes.sh" --print)" ||
+            die "no Kubernetes parts built (run scripts/kubernetes.sh or pass --kube-bin)"
+    fi
+    for c in "${KUBE_COMMANDS[@]}"; do
+        [ -f "$KUBE_BIN/$c" ] || die "no $c in $KUBE_BIN (--kube-bin)"
+        file -L "$KUBE_BIN/$c" | grep -q 'static' || die "$KUBE_BIN/$c is not statically linked"
+    done
+    [ -n "$PAUSE" ] || PAUSE="$REPO/target/x86_64-unknown-linux-musl/release/pause"
+    [ -f "$PAUSE" ] || die "no pause program at $PAUSE (cargo build --release --target x86_64-unknown-linux-musl -p confboot-pause, or --pause)"
+    # The production image's kubeadm is the real one, never a double.
+    for add in "${ADDS[@]}"; do
+        case "${add#*:}" in
+            /usr/bin/kubeadm|/usr/bin/kubelet) die "--production installs the real ${add#*:}; do not --add one" ;;
+        esac
+    done
+elif [ -n "$KUBE_BIN$PAUSE" ]; then
+    die "--kube-bin and --pause go with --production"
+fi
 
 # --- the Debian base system (cached) ---
 SUITE=bookworm
 INCLUDE=systemd,systemd-sysv,openssh-server
+# runc and the CNI plugins are Debian's; kubeadm's preflight wants mount and losetup.
+[ "$PRODUCTION" -eq 1 ] && INCLUDE+=,runc,containernetworking-plugins,mount
 MMDEBSTRAP=(mmdebstrap --mode=root --format=tar --variant=essential --include="$INCLUDE"
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*'
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*'
@@ -121,6 +163,33 @@ done
 for add in "${ADDS[@]}"; do
     install_file "${add%%:*}" "${add#*:}"
 done
+
+# --- the production image: Kubernetes' node parts ---
+if [ "$PRODUCTION" -eq 1 ]; then
+    for c in "${KUBE_COMMANDS[@]}"; do
+        install_file "$KUBE_BIN/$c" "/usr/bin/$c"
+    done
+    # The pause image under the name kubeadm expects for its release.
+    kube_version="$("$KUBE_BIN/kubeadm" version -o short)"
+    pause_image="$("$KUBE_BIN/kubeadm" config images list --kubernetes-version "$kube_version" 2>/dev/null |
+        grep -m1 '/pause:')" || die "kubeadm $kube_version names no pause image"
+    bash "$REPO/os/pause-image.sh" --pause "$PAUSE" --name "$pause_image" \
+        --out "$ROOT/usr/lib/confboot/images/pause.tar"
+    chmod 0644 "$ROOT/usr/lib/confboot/images/pause.tar"
+    install -d -m 0755 "$ROOT/etc/containerd" "$ROOT/etc/cni/net.d"
+    sed "s|@PAUSE_IMAGE@|$pause_image|" "$REPO/os/production/containerd/config.toml" \
+        >"$ROOT/etc/containerd/config.toml"
+    grep -q "sandbox = '$pause_image'" "$ROOT/etc/containerd/config.toml" || die "containerd's config names no pause image"
+    for unit in "$REPO"/os/production/units/*.service; do
+        enable_unit "$unit"
+    done
+    install -D -m 0644 "$REPO/os/production/cluster-step.d/10-kubernetes.conf" \
+        "$ROOT/etc/systemd/system/confboot-cluster-step.service.d/10-kubernetes.conf"
+    install -D -m 0644 "$REPO/os/production/sysctl.d/kubernetes.conf" "$ROOT/etc/sysctl.d/90-kubernetes.conf"
+    [ -x "$ROOT/usr/sbin/runc" ] || die "Debian's runc is not at /usr/sbin/runc"
+    [ -x "$ROOT/usr/lib/cni/bridge" ] || die "Debian's CNI plugins are not in /usr/lib/cni"
+    echo "os/build.sh: production: kubelet, kubeadm $kube_version, $("$KUBE_BIN/containerd" --version | cut -d' ' -f1,3), runc $(chroot "$ROOT" dpkg-query -W -f '${Version}' runc), $pause_image"
+fi
 
 # The node agent's TPM group, and the device's mode without udev.
 chroot "$ROOT" groupadd --system tss

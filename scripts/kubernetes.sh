@@ -2,8 +2,10 @@
 # Builds the Kubernetes parts confboot's tests and node image use, from their
 # Go modules at pinned versions: kube-apiserver, kube-controller-manager,
 # kubeadm, kubelet and kubemark (k8s.io/kubernetes with every k8s.io/*
-# staging module replaced by its matching release), and etcd
-# (go.etcd.io/etcd/server/v3). Nothing is fetched but Go modules.
+# staging module replaced by its matching release), etcd
+# (go.etcd.io/etcd/server/v3) and the container runtime the node's kubelet
+# talks to: containerd, its runc shim and ctr
+# (github.com/containerd/containerd/v2). Nothing is fetched but Go modules.
 #
 # The binaries go into a cache directory keyed by the pinned versions
 # ($CONFBOOT_KUBE_CACHE, by default ~/.cache/confboot/kubernetes/<key>/bin);
@@ -16,15 +18,17 @@ set -euo pipefail
 KUBERNETES_VERSION=v1.37.2
 STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.7.3
-KEY="k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-2"
+CONTAINERD_VERSION=v2.4.2
+KEY="k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-3"
 CACHE="${CONFBOOT_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confboot/kubernetes}/$KEY"
 BIN="$CACHE/bin"
 COMMANDS=(kube-apiserver kube-controller-manager kubeadm kubelet kubemark kubectl)
+CONTAINERD_COMMANDS=(containerd containerd-shim-runc-v2 ctr)
 
 case "${1:-}" in
   "") ;;
   --print) [ -f "$CACHE/complete" ] && { echo "$BIN"; exit 0; } || exit 1 ;;
-  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: scripts/kubernetes.sh [--print]" >&2; exit 2 ;;
 esac
 
@@ -35,7 +39,7 @@ if [ -f "$CACHE/complete" ]; then
 fi
 command -v go >/dev/null || { echo "kubernetes: no go toolchain on PATH" >&2; exit 1; }
 
-mkdir -p "$CACHE/src/kubernetes" "$CACHE/src/etcd" "$BIN.partial"
+mkdir -p "$CACHE/src/kubernetes" "$CACHE/src/etcd" "$CACHE/src/containerd" "$BIN.partial"
 start=$(date +%s)
 log() { echo "kubernetes: [$(( $(date +%s) - start ))s] $*" >&2; }
 # go build -v names each package it compiles: count them as progress, and
@@ -94,8 +98,32 @@ GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || GOFLAGS=-mod=mod go mod tidy
 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -v -trimpath -ldflags "-s -w" -o "$BIN.partial/etcd" go.etcd.io/etcd/server/v3 2>&1 | progress etcd
 log "built etcd"
 
+# containerd: the daemon, the runc shim and ctr (which imports the node's
+# images), as containerd's `make STATIC=1` builds them but without cgo: the
+# btrfs snapshotter is the one plugin that needs it, and it is left out
+# (no_btrfs); the node uses the overlayfs snapshotter.
+cd "$CACHE/src/containerd"
+printf 'module confboot.local/containerd-build\n\ngo 1.26\n\nrequire github.com/containerd/containerd/v2 %s\n' "$CONTAINERD_VERSION" > go.mod
+printf '//go:build tools\n\npackage tools\n\nimport (\n' > tools.go
+for c in "${CONTAINERD_COMMANDS[@]}"; do printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "$c" >> tools.go; done
+printf ')\n' >> tools.go
+GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || GOFLAGS=-mod=mod go mod tidy
+cpkg=github.com/containerd/containerd/v2
+cldflags="-s -w -X $cpkg/version.Version=$CONTAINERD_VERSION -X $cpkg/version.Package=$cpkg"
+ctags="urfave_cli_no_docs osusergo netgo static_build no_btrfs"
+CGO_ENABLED=0 GOFLAGS=-mod=mod go build -v -trimpath -tags "$ctags" -ldflags "$cldflags" -o "$BIN.partial/" \
+  "$cpkg/cmd/containerd" "$cpkg/cmd/ctr" 2>&1 | progress containerd
+CGO_ENABLED=0 GOFLAGS=-mod=mod go build -v -trimpath -tags "$ctags no_grpc" -ldflags "$cldflags" \
+  -o "$BIN.partial/containerd-shim-runc-v2" "$cpkg/cmd/containerd-shim-runc-v2" 2>&1 | progress containerd
+log "built ${CONTAINERD_COMMANDS[*]}"
+
 "$BIN.partial/kubeadm" version -o short | grep -qx "$KUBERNETES_VERSION" \
   || { echo "kubernetes: kubeadm does not report $KUBERNETES_VERSION" >&2; exit 1; }
+"$BIN.partial/containerd" --version | grep -q " $CONTAINERD_VERSION\( \|$\)" \
+  || { echo "kubernetes: containerd does not report $CONTAINERD_VERSION" >&2; exit 1; }
+for b in "$BIN.partial"/*; do
+  file -L "$b" | grep -q 'statically linked' || { echo "kubernetes: $b is not statically linked" >&2; exit 1; }
+done
 rm -rf "$BIN" && mv "$BIN.partial" "$BIN"
 du -b "$BIN"/* | awk '{ n=$2; sub(".*/", "", n); printf "%s %d\n", n, $1 }' > "$CACHE/sizes"
 echo "$(( $(date +%s) - start ))" > "$CACHE/build-seconds"

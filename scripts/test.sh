@@ -26,7 +26,7 @@ cargo clippy --locked -p confboot-snp -p confboot-tdx --all-targets --features c
 if ! $quick; then
 step "static release builds (x86_64-unknown-linux-musl)"
 cargo build --locked --release --target x86_64-unknown-linux-musl \
-  -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli \
+  -p bootstrapper -p joinsvc -p nodeagent -p confboot-cli -p confboot-pause \
   -p confboot-tests --bins
 fi
 

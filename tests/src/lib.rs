@@ -60,7 +60,7 @@ pub const MUSL_RELEASE_DIR: &str = "x86_64-unknown-linux-musl/release";
 /// QEMU, the musl target, ...) and then this build.
 pub const BUILD_STATIC_BINARIES: &str = "run `bash scripts/test.sh` first (it runs scripts/setup.sh, \
      then `cargo build --release --target x86_64-unknown-linux-musl -p bootstrapper -p joinsvc \
-     -p nodeagent -p confboot-cli -p confboot-tests --bins`)";
+     -p nodeagent -p confboot-cli -p confboot-pause -p confboot-tests --bins`)";
 
 /// A static musl release binary of the workspace, as `scripts/test.sh`
 /// builds them. When it is missing (a fresh checkout), the test process

@@ -1,6 +1,9 @@
-//! The node's OS image for the VM tests: `os/build.sh` (Debian packages,
-//! squashfs, dm-verity) with the node agent, the repository's units, the
-//! kubeadm double and the test units that report on the console.
+//! The node's OS images of the tests: `os/build.sh` (Debian packages,
+//! squashfs, dm-verity). The test image has the node agent, the
+//! repository's units, the kubeadm double and the test units that report on
+//! the console; the production image (`--production`) has Kubernetes' node
+//! parts instead (kubelet, kubeadm, containerd, runc, the CNI plugins, the
+//! pause image) and no test unit.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,7 +43,7 @@ impl OsImage {
     /// `/usr/bin/kubeadm`, the test units, and each `(source, destination)`
     /// of `add` (another root: another root hash).
     pub fn build_test(label: &str, add: &[(&Path, &str)]) -> Result<OsImage, String> {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let repo = repo();
         let out = crate::target_dir().join("os").join(label);
         std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
         // Incompressible and the same on every build (a fixed seed).
@@ -48,15 +51,8 @@ impl OsImage {
         let boot_read_bytes: Vec<u8> = (0..64 * 1024).map(|_| rng.next_u64() as u8).collect();
         let boot_read = out.join("boot-read");
         std::fs::write(&boot_read, &boot_read_bytes).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("bash");
-        cmd.arg(repo.join("os/build.sh"))
-            .arg("--out")
-            .arg(&out)
-            .arg("--nodeagent")
-            .arg(crate::musl_binary("nodeagent"))
-            .arg("--verity-tool")
-            .arg(crate::musl_binary("confboot"))
-            .arg("--add")
+        let mut cmd = build_command(&out);
+        cmd.arg("--add")
             .arg(format!(
                 "{}:/usr/bin/kubeadm",
                 repo.join("initramfs/test/kubeadm-double").display()
@@ -69,35 +65,78 @@ impl OsImage {
         for unit in TEST_UNITS {
             cmd.arg("--unit").arg(repo.join("os/test").join(unit));
         }
-        let output = cmd
-            .output()
-            .map_err(|e| format!("cannot run os/build.sh: {e}"))?;
-        let log = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        if !output.status.success() {
-            return Err(format!("os/build.sh failed ({}):\n{log}", output.status));
-        }
-        let cmdline = std::fs::read_to_string(out.join("root.cmdline"))
-            .map_err(|e| format!("root.cmdline: {e}"))?
-            .trim()
-            .to_string();
-        let root_hash = cmdline
-            .split(' ')
-            .find_map(|w| w.strip_prefix("confboot.root.hash="))
-            .ok_or_else(|| format!("no confboot.root.hash in {cmdline:?}"))?
-            .to_string();
-        Ok(OsImage {
-            root: out.join("root.img"),
-            cmdline,
-            root_hash,
-            boot_read_bytes,
-            build_log: log,
-        })
+        finish(cmd, &out, boot_read_bytes)
     }
 
+    /// The PRODUCTION OS image into `target/os/<label>` (`os/build.sh
+    /// --production`): the node agent, the repository's units, kubelet,
+    /// kubeadm and containerd from `kube_bin` (what `scripts/kubernetes.sh`
+    /// built), Debian's runc and CNI plugins, the pause image packed from
+    /// the static release build of `os/pause`, and no double, no test unit.
+    /// Its `boot_read_bytes` is empty (the file is a test image's).
+    pub fn build_production(label: &str, kube_bin: &Path) -> Result<OsImage, String> {
+        let out = crate::target_dir().join("os").join(label);
+        std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+        let mut cmd = build_command(&out);
+        cmd.arg("--production")
+            .arg("--kube-bin")
+            .arg(kube_bin)
+            .arg("--pause")
+            .arg(crate::musl_binary("pause"));
+        finish(cmd, &out, Vec::new())
+    }
+}
+
+/// The repository's top directory.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `os/build.sh --out OUT` with the release build's node agent and CLI.
+fn build_command(out: &Path) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo().join("os/build.sh"))
+        .arg("--out")
+        .arg(out)
+        .arg("--nodeagent")
+        .arg(crate::musl_binary("nodeagent"))
+        .arg("--verity-tool")
+        .arg(crate::musl_binary("confboot"));
+    cmd
+}
+
+/// Runs os/build.sh and reads what it wrote to `out`.
+fn finish(mut cmd: Command, out: &Path, boot_read_bytes: Vec<u8>) -> Result<OsImage, String> {
+    let output = cmd
+        .output()
+        .map_err(|e| format!("cannot run os/build.sh: {e}"))?;
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if !output.status.success() {
+        return Err(format!("os/build.sh failed ({}):\n{log}", output.status));
+    }
+    let cmdline = std::fs::read_to_string(out.join("root.cmdline"))
+        .map_err(|e| format!("root.cmdline: {e}"))?
+        .trim()
+        .to_string();
+    let root_hash = cmdline
+        .split(' ')
+        .find_map(|w| w.strip_prefix("confboot.root.hash="))
+        .ok_or_else(|| format!("no confboot.root.hash in {cmdline:?}"))?
+        .to_string();
+    Ok(OsImage {
+        root: out.join("root.img"),
+        cmdline,
+        root_hash,
+        boot_read_bytes,
+        build_log: log,
+    })
+}
+
+impl OsImage {
     /// The same root with its hash tree built by `veritysetup format` (the
     /// oracle) from the image's squashfs, salt and superblock UUID, at
     /// `path`; panics when veritysetup fails.

@@ -43,6 +43,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("bootstrapper", 7),
     ("joinsvc", 7),
     ("confboot-cli", 7),
+    // The pod sandboxes' pause program of the node image (os/pause): a
+    // binary that depends on no workspace crate.
+    ("confboot-pause", 7),
     ("confboot-tpm-provision", 7),
     ("confboot-tests", 8),
     ("confboot-fuzz-targets", 8),
