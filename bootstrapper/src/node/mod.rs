@@ -789,6 +789,31 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         })
     }
 
+    /// Reads the generation the mapped state disk keeps and, unless it is
+    /// older than `floor`, writes the next one: what was found and the step
+    /// taken ([`generation::step`]).
+    fn step_generation(
+        &self,
+        setup: &GenerationSetup,
+        floor: u64,
+    ) -> Result<(u64, generation::Step), NodeError> {
+        let failed = NodeError::Generation;
+        let device = self
+            .disk()
+            .mapped_device()
+            .ok_or(failed(generation::GenerationError::NoDevice))?;
+        state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            let found = generation::read_generation(dir)?;
+            let step = generation::step(found, floor);
+            if let generation::Step::Write(next) = step {
+                generation::write_generation(dir, next)?;
+            }
+            Ok((found, step))
+        })
+        .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
+        .map_err(failed)
+    }
+
     /// Checks the generation the state file system keeps against `min`
     /// (the admin's, 0: none) and writes the next one; what it found and
     /// wrote. A node that keeps no generation finds 0. Past the nodelock:
@@ -801,21 +826,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 Step::Write(_) => Ok((0, 0)),
             };
         };
-        let failed = NodeError::Generation;
-        let device = self
-            .disk()
-            .mapped_device()
-            .ok_or(failed(generation::GenerationError::NoDevice))?;
-        let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
-            let found = generation::read_generation(dir)?;
-            let step = generation::step(found, min);
-            if let Step::Write(next) = step {
-                generation::write_generation(dir, next)?;
-            }
-            Ok((found, step))
-        })
-        .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
-        .map_err(failed)?;
+        let (found, step) = self.step_generation(setup, min)?;
         match step {
             Step::Refuse(rolled_back) => Err(NodeError::RolledBack(rolled_back)),
             Step::Write(next) => {
@@ -871,21 +882,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(setup) = self.generation.as_ref() else {
             return Ok(());
         };
-        let failed = NodeError::Generation;
-        let device = self
-            .disk()
-            .mapped_device()
-            .ok_or(failed(generation::GenerationError::NoDevice))?;
-        let (found, step) = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
-            let found = generation::read_generation(dir)?;
-            let step = generation::step(found, last);
-            if let Step::Write(next) = step {
-                generation::write_generation(dir, next)?;
-            }
-            Ok((found, step))
-        })
-        .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
-        .map_err(failed)?;
+        let (found, step) = self.step_generation(setup, last)?;
         match step {
             Step::Refuse(rolled_back) => {
                 let report = generation::confirmation(disk_key, disk_uuid, found, 0);
@@ -903,7 +900,10 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                     .confirmer
                     .confirm(&confirmation, cluster_id, control_plane_key)
                     .map_err(|error| {
-                        failed(generation::GenerationError::NotConfirmed { next, error })
+                        NodeError::Generation(generation::GenerationError::NotConfirmed {
+                            next,
+                            error,
+                        })
                     })?;
                 log::info!("state disk: generation {found} found, {next} written and confirmed");
                 Ok(())
