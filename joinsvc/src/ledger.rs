@@ -998,8 +998,11 @@ impl AnchorStore {
 
 // ---- First tickets, per source class ----
 
-/// The most first tickets a source class may take at once.
-pub const FIRST_TICKET_BURST: u64 = 512;
+/// The most first tickets a source class may take at once: as many disks
+/// as the generation table holds ([`MAX_DISK_GENERATIONS`]), so that no
+/// honest build-up of a whole cluster (nor a node retrying its join) is
+/// refused; the refill is what bounds a host's long run.
+pub const FIRST_TICKET_BURST: u64 = MAX_DISK_GENERATIONS as u64;
 /// One more first ticket per source class each this often.
 pub const FIRST_TICKET_REFILL: Duration = Duration::from_secs(10);
 /// The alarm fires when a class has this few first tickets left (half
