@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
 # Installs everything confboot needs on a Debian 12 machine: Debian packages,
-# the Rust musl target. Idempotent, and quick when everything is already there.
+# the Rust musl target, the Kubernetes parts. Idempotent, and quick when
+# everything is already there.
+#
+#   scripts/setup.sh                       everything
+#   scripts/setup.sh --without-kubernetes  everything but the Kubernetes parts
+#                                          (scripts/test.sh builds them beside
+#                                          its Rust builds)
 set -euo pipefail
+kubernetes=true
+case "${1:-}" in
+  "") ;;
+  --without-kubernetes) kubernetes=false ;;
+  -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: scripts/setup.sh [--without-kubernetes]" >&2; exit 2 ;;
+esac
 
 # Debian packages: protoc for prost, musl-gcc for static builds of ring,
 # libtss2 for the TPM provisioning tool, swtpm as the TPM in tests, curl for
@@ -80,7 +93,7 @@ fi
 # The Kubernetes parts (kube-apiserver, kube-controller-manager, kubeadm,
 # kubelet, kubemark, kubectl, etcd), built from their Go modules at the
 # pinned release into a cache keyed by the versions: skipped when cached.
-if ! bash "$ROOT/scripts/kubernetes.sh" --print >/dev/null 2>&1; then
+if $kubernetes && ! bash "$ROOT/scripts/kubernetes.sh" --print >/dev/null 2>&1; then
   command -v go >/dev/null 2>&1 || {
     echo "setup: Go is needed to build the Kubernetes parts (install Go 1.26 or later)" >&2
     exit 1
