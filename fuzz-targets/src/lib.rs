@@ -125,6 +125,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("registry_ledger", registry_ledger),
     ("ledger_anchor", ledger_anchor),
     ("admin_generations", admin_generations),
+    ("state_mac_file", state_mac_file),
     ("azure_hcl_report", azure_hcl_report),
     ("azure_runtime_claims", azure_runtime_claims),
     ("azure_evidence", azure_evidence),
@@ -2333,4 +2334,21 @@ pub fn admin_generations(data: &[u8]) {
         parse_admin_generations(admin_generations_json(&generations).as_bytes()).unwrap(),
         generations
     );
+}
+
+/// A state file the node trusts, MAC trailer and all
+/// ([`confboot_kms::state_mac`]): never opened unless its bytes are what
+/// the disk's key sealed, and what opens seals back to the same bytes.
+pub fn state_mac_file(data: &[u8]) {
+    use confboot_kms::state_mac::{StateMacKey, TRAILER_LEN, split};
+    let Ok((body, generation, _)) = split(data) else {
+        return;
+    };
+    assert_eq!(body.len() + TRAILER_LEN, data.len());
+    let key = StateMacKey::derive(&[0x42; 32]);
+    for name in ["ssh-users.json", "vpn-private-key", "state-generation"] {
+        if let Ok((opened, at)) = key.open(name, data, generation..=generation.saturating_add(1)) {
+            assert_eq!(key.seal(name, at, opened), data);
+        }
+    }
 }

@@ -1409,6 +1409,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "registry_ledger" => registry_ledger(),
         "ledger_anchor" => ledger_anchor(),
         "admin_generations" => admin_generations(),
+        "state_mac_file" => state_mac_file(),
         "azure_hcl_report" => azure_hcl_report(),
         "azure_runtime_claims" => azure_runtime_claims(),
         "azure_evidence" => azure_evidence(),
@@ -1693,5 +1694,22 @@ fn admin_generations() -> Vec<Seed> {
             "negative",
             r#"{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f": -1}"#,
         ),
+    ]
+}
+
+/// State files as the node seals them (the fuzz target's key), and near
+/// misses: no trailer, a spoilt MAC.
+fn state_mac_file() -> Vec<Seed> {
+    use confboot_kms::state_mac::StateMacKey;
+    let key = StateMacKey::derive(&[0x42; 32]);
+    let users = key.seal("ssh-users.json", 3, b"{\"sshUsers\": []}\n");
+    let mut spoilt = users.clone();
+    let last = spoilt.len() - 2;
+    spoilt[last] ^= 1;
+    vec![
+        seed("ssh-users", users),
+        seed("generation", key.seal("state-generation", 7, b"7\n")),
+        seed("unsealed", "4\n"),
+        seed("spoilt-mac", spoilt),
     ]
 }

@@ -76,8 +76,9 @@ pub struct ServeConfig {
     /// joinsvc's own TPM, with `--tpm` (`None`: joinsvc does not attest).
     pub tpm: Option<OwnTpm>,
     /// Where joinsvc keeps its durable state (`--state-dir`): the ledger's
-    /// anchor ([`crate::ledger::ANCHOR_FILE`]), and with reference sets
-    /// their history and the time floor.
+    /// anchor ([`crate::ledger::ANCHOR_FILE`]), the time floor the
+    /// reference sets and the TDX collateral are checked by
+    /// ([`TIME_FLOOR_FILE`]), and with reference sets their history.
     pub state_dir: PathBuf,
     /// The signed set of joinsvc's own image, presented with its evidence
     /// (`--present-reference-values`; needs `--tpm`).
@@ -658,6 +659,9 @@ impl Service {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(LoadError::Attestation)?;
+        // One floor, one home: the sets' windows and the TDX collateral
+        // read the same latest time seen, kept across restarts.
+        let floor = time_floor(&config.state_dir)?;
         let mut checks = Vec::new();
         for variant in pending {
             checks.push(match variant {
@@ -667,10 +671,10 @@ impl Service {
                         .map_err(LoadError::Attestation)?
                         .require_unmarked(false)
                         .announce_insecure_with(announce_insecure_any_ak);
-                    let (sets, floor) = load_reference_sets(sets_config)?;
+                    let sets = load_reference_sets(sets_config, &floor)?;
                     NodeCheck::VtpmSets(VtpmSetsCheck {
                         sets: Arc::new(RwLock::new(sets)),
-                        floor,
+                        floor: Arc::clone(&floor),
                         validators,
                         warning: sets_config.warning,
                         reload: sets_config.reload,
@@ -688,7 +692,9 @@ impl Service {
                         .announce_insecure_with(announce_insecure_any_ak),
                 }),
                 Pending::Read(VariantConfig::SevSnp(snp)) => NodeCheck::Fixed(Arc::new(snp)),
-                Pending::Read(VariantConfig::Tdx(tdx)) => NodeCheck::Fixed(Arc::new(*tdx)),
+                Pending::Read(VariantConfig::Tdx(tdx)) => {
+                    NodeCheck::Fixed(Arc::new(tdx.with_time_floor(Arc::clone(&floor))))
+                }
             });
         }
         let names: Vec<&str> = config
@@ -838,13 +844,14 @@ pub const HISTORY_FILE: &str = "reference-values-history.json";
 /// The time floor in `--state-dir`.
 pub const TIME_FLOOR_FILE: &str = "time-floor";
 
-/// The release keys, the history and time floor of `--state-dir` (created
-/// if missing; a file there that does not read stops joinsvc: it fails
-/// closed) and the first reading of the set directory: at least one live
+/// The release keys, the history of `--state-dir` (created if missing; a
+/// file there that does not read stops joinsvc: it fails closed) and the
+/// first reading of the set directory as of `floor`: at least one live
 /// set, or joinsvc does not start.
 fn load_reference_sets(
     config: &ReferenceSetsConfig,
-) -> Result<(ReferenceSets, Arc<TimeFloor>), LoadError> {
+    floor: &TimeFloor,
+) -> Result<ReferenceSets, LoadError> {
     let keys = read_release_keys(&config.release_keys)?;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -856,15 +863,33 @@ fn load_reference_sets(
         })?;
     let history =
         SetHistory::load(&config.state_dir.join(HISTORY_FILE)).map_err(LoadError::History)?;
-    let floor = Arc::new(
-        TimeFloor::load(&config.state_dir.join(TIME_FLOOR_FILE)).map_err(LoadError::TimeFloor)?,
-    );
     let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys)
         .map_err(LoadError::Sets)?
         .with_history(history);
     let first = sets.refresh(floor.now()).map_err(LoadError::Sets)?;
     crate::watcher::log_refresh(&first);
-    Ok((sets, floor))
+    Ok(sets)
+}
+
+/// The time floor in `state_dir` (made 0700 when missing): the latest
+/// time this joinsvc saw, across restarts. A file there that does not read
+/// stops joinsvc.
+fn time_floor(state_dir: &Path) -> Result<Arc<TimeFloor>, LoadError> {
+    make_state_dir(state_dir)?;
+    TimeFloor::load(&state_dir.join(TIME_FLOOR_FILE))
+        .map(Arc::new)
+        .map_err(LoadError::TimeFloor)
+}
+
+fn make_state_dir(state_dir: &Path) -> Result<(), LoadError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .map_err(|error| LoadError::StateDir {
+            path: state_dir.to_path_buf(),
+            error,
+        })
 }
 
 /// The Kubernetes API client: `--kube-api` with its CA and token files, or
@@ -906,14 +931,7 @@ pub fn vpn_registry(
 /// joinsvc saw the ledger hold, across restarts. A file there that does
 /// not read stops joinsvc.
 fn ledger_anchor(state_dir: &Path) -> Result<Arc<crate::ledger::AnchorStore>, LoadError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(state_dir)
-        .map_err(|error| LoadError::StateDir {
-            path: state_dir.to_path_buf(),
-            error,
-        })?;
+    make_state_dir(state_dir)?;
     crate::ledger::AnchorStore::load(&state_dir.join(crate::ledger::ANCHOR_FILE))
         .map(Arc::new)
         .map_err(LoadError::LedgerAnchor)

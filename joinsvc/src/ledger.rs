@@ -536,16 +536,15 @@ pub fn decide(
     if removed.iter().any(|d| d == disk) {
         return Err(Refusal::DiskRemoved { disk: disk.into() });
     }
-    let new_disk = match kind {
-        TicketKind::Join if ledger.is_pending(disk) => false,
-        TicketKind::Join if ledger.issued.contains(&disk_key(disk)) => {
-            return Err(Refusal::DiskJoined { disk: disk.into() });
-        }
-        TicketKind::Join => true,
-        TicketKind::Rejoin => false,
-    };
+    if kind == TicketKind::Join
+        && !ledger.is_pending(disk)
+        && ledger.issued.contains(&disk_key(disk))
+    {
+        return Err(Refusal::DiskJoined { disk: disk.into() });
+    }
+    let new_disk = kind == TicketKind::Join && !ledger.is_pending(disk);
     // Bounds refuse what is new; nothing kept is pushed out.
-    let new_entries = u64::from(matches!(caller, Caller::Launch(_))) + u64::from(new_disk);
+    let new_entries = new_entries(ledger, caller, kind, disk);
     if new_entries > 0 {
         ledger
             .issued
@@ -563,6 +562,16 @@ pub fn decide(
     }
     fill::observe(ledger);
     Ok(())
+}
+
+/// How many entries a `kind` ticket to `caller` for `disk` adds to the
+/// ledger: one for an SEV-SNP launch (it is remembered as served), one for
+/// a join of a disk whose first boot is not running (a retried join of a
+/// pending disk adds none), none for a vTPM or TDX rejoin. Only a ticket
+/// that adds one spends its class's first-ticket rate ([`FirstTicketRate`]).
+pub fn new_entries(ledger: &Ledger, caller: &Caller, kind: TicketKind, disk: &str) -> u64 {
+    let new_disk = kind == TicketKind::Join && !ledger.is_pending(disk);
+    u64::from(matches!(caller, Caller::Launch(_))) + u64::from(new_disk)
 }
 
 /// Records a ticket [`decide`] allowed; whether the ledger changed. A

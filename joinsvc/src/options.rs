@@ -120,10 +120,11 @@ pub const STATE_DIR: Opt = Opt::value(
     "DIR",
     "Where joinsvc keeps what must outlive a restart, with --reference-values-dir: the sets it \
      retired, by what was signed, and the newest signing of each (reference-values-history.json), \
-     so a retired set put back in any envelope stays retired; and the time floor (time-floor), the \
-     latest time seen, so a clock set back does not reopen an ended window. Always: the ledger's \
-     anchor (ledger-anchor.json), what this joinsvc saw the ledger hold, so that a ledger \
-     ConfigMap gone or rolled back is refused after a restart too. Created if missing",
+     so a retired set put back in any envelope stays retired. Always: the time floor \
+     (time-floor), the latest time seen, so a clock set back does not reopen an ended set window \
+     or make stale TDX collateral current; the ledger's anchor (ledger-anchor.json), what this \
+     joinsvc saw the ledger hold, so that a ledger ConfigMap gone or rolled back is refused after \
+     a restart too. Created if missing",
 )
 .default("/var/lib/confboot/joinsvc")
 .env("JOINSVC_STATE_DIR");

@@ -50,6 +50,7 @@ pub fn issue_status(e: &IssueError) -> Status {
 fn registry_code(e: &RegistryError) -> Code {
     match e {
         RegistryError::Refused(_) => Code::FailedPrecondition,
+        RegistryError::RateLimited(_) => Code::ResourceExhausted,
         RegistryError::NameTaken { .. }
         | RegistryError::Removed { .. }
         | RegistryError::DiskHasName { .. }
@@ -322,6 +323,7 @@ trait TicketMethod {
         tickets: &TicketService,
         caller: &Caller,
         req: &Self::Request,
+        gate: crate::vpn::FirstTicketGate<'_>,
     ) -> Result<Self::Ticket, IssueError>;
     /// Seals the ticket to the caller's key.
     fn seal(ticket: &Self::Ticket, key: &SealingKey) -> Result<Self::Response, SealError>;
@@ -358,8 +360,9 @@ impl TicketMethod for JoinMethod {
         tickets: &TicketService,
         caller: &Caller,
         req: &IssueJoinTicketRequest,
+        gate: crate::vpn::FirstTicketGate<'_>,
     ) -> Result<JoinTicket, IssueError> {
-        tickets.issue_join_ticket(caller, req)
+        tickets.issue_join_ticket_gated(caller, req, gate)
     }
 
     fn seal(ticket: &JoinTicket, key: &SealingKey) -> Result<IssueJoinTicketResponse, SealError> {
@@ -396,8 +399,9 @@ impl TicketMethod for RejoinMethod {
         tickets: &TicketService,
         caller: &Caller,
         req: &IssueRejoinTicketRequest,
+        gate: crate::vpn::FirstTicketGate<'_>,
     ) -> Result<RejoinTicket, IssueError> {
-        tickets.issue_rejoin_ticket(caller, req)
+        tickets.issue_rejoin_ticket_gated(caller, req, gate)
     }
 
     fn seal(
@@ -441,18 +445,20 @@ fn serve_ticket<M: TicketMethod>(
     })?;
     M::log_request(req, peer);
     // First tickets (joins, SEV-SNP launches) are rate-limited per source
-    // class: checked before, spent once issued, so refusals cost nothing.
+    // class, and only a ticket that adds an entry to the ledger counts (a
+    // retried join of a disk whose first boot runs adds none): checked in
+    // the admission, spent once issued, so refusals cost nothing.
     let class = SourceClass::of(peer.variant, &caller, M::KIND);
-    if let Some(class) = class
-        && let Err(limited) = metrics.first_tickets.check(class)
-    {
-        metrics.refused("rate_limited");
-        let s = Status::new(Code::ResourceExhausted, limited.to_string());
-        refuse_admission(metrics, Some(peer.variant), what, &s);
-        return Err(s);
-    }
-    let result = M::issue(tickets, &caller, req);
-    if let (Some(class), Ok(_)) = (class, &result) {
+    let adds = std::cell::Cell::new(false);
+    let gate = |entries: u64| {
+        adds.set(entries > 0);
+        match class {
+            Some(class) if entries > 0 => metrics.first_tickets.check(class),
+            _ => Ok(()),
+        }
+    };
+    let result = M::issue(tickets, &caller, req, &gate);
+    if let (Some(class), Ok(_), true) = (class, &result, adds.get()) {
         metrics.first_tickets.take(class);
     }
     metrics.observe_latency(started.elapsed());

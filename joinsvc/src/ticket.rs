@@ -113,6 +113,7 @@ impl IssueError {
             IssueError::KubeletCertUnavailable => "kubelet_cert",
             IssueError::KubeletCertSigning(_) => "kubelet_cert_signing",
             IssueError::Vpn(RegistryError::Admission(refusal)) => refusal.reason(),
+            IssueError::Vpn(RegistryError::RateLimited(_)) => "rate_limited",
             IssueError::VpnUnavailable | IssueError::Vpn(_) => "vpn",
             IssueError::OwnRecordUnproven => "vpn_own_record",
             IssueError::GenerationUnproven => "generation_proof",
@@ -161,10 +162,23 @@ impl TicketService {
     /// (a launch asks once, a disk joins once, a removed disk never) and
     /// recorded before anything is made. The handler that serves it seals
     /// its secrets to the caller's key ([`JoinTicket::seal`]).
+    #[cfg(test)]
     pub fn issue_join_ticket(
         &self,
         caller: &Caller,
         req: &IssueJoinTicketRequest,
+    ) -> Result<JoinTicket, IssueError> {
+        self.issue_join_ticket_gated(caller, req, &|_| Ok(()))
+    }
+
+    /// [`TicketService::issue_join_ticket`], the admission asking `gate`
+    /// how many entries the ticket adds to the ledger (the first-ticket
+    /// rate: [`crate::vpn::KubeApiPeerRegistry::admit_gated`]).
+    pub fn issue_join_ticket_gated(
+        &self,
+        caller: &Caller,
+        req: &IssueJoinTicketRequest,
+        gate: crate::vpn::FirstTicketGate<'_>,
     ) -> Result<JoinTicket, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
         if req.certificate_request.len() > MAX_CSR_BYTES {
@@ -212,7 +226,7 @@ impl TicketService {
         let node_vpn_ip = self
             .config
             .registry
-            .admit(caller, TicketKind::Join, &uuid, peer.as_ref())
+            .admit_gated(caller, TicketKind::Join, &uuid, peer.as_ref(), gate)
             .map_err(IssueError::Vpn)?;
         if let Some(ip) = node_vpn_ip {
             log::debug!("node {} has VPN address {ip}", req.node_name);
@@ -322,16 +336,28 @@ impl TicketService {
     /// disk the admin did not remove, to a caller the ledger admits (an
     /// SEV-SNP launch asks once). Sealed by the handler that serves it
     /// ([`RejoinTicket::seal`]).
+    #[cfg(test)]
     pub fn issue_rejoin_ticket(
         &self,
         caller: &Caller,
         req: &IssueRejoinTicketRequest,
     ) -> Result<RejoinTicket, IssueError> {
+        self.issue_rejoin_ticket_gated(caller, req, &|_| Ok(()))
+    }
+
+    /// [`TicketService::issue_rejoin_ticket`], the admission asking `gate`
+    /// ([`TicketService::issue_join_ticket_gated`]).
+    pub fn issue_rejoin_ticket_gated(
+        &self,
+        caller: &Caller,
+        req: &IssueRejoinTicketRequest,
+        gate: crate::vpn::FirstTicketGate<'_>,
+    ) -> Result<RejoinTicket, IssueError> {
         let uuid = disk_uuid(&req.disk_uuid)?;
         let generation = self
             .config
             .registry
-            .admit_rejoin(caller, &uuid)
+            .admit_rejoin_gated(caller, &uuid, gate)
             .map_err(IssueError::Vpn)?;
         let m = &self.config.master_secret;
         Ok(RejoinTicket {
@@ -810,6 +836,54 @@ pub(crate) mod tests {
         assert_eq!(t.token.len(), 23);
         assert!(t.control_plane_files.is_empty());
         assert_eq!(*tokens.calls.lock().unwrap(), 1);
+    }
+
+    /// Item 5: only a ticket that adds an entry to the ledger meets the
+    /// first-ticket rate. A retried join of a disk whose first boot runs
+    /// adds none: served with its class's bucket empty, spending nothing.
+    #[test]
+    fn only_a_ticket_that_adds_to_the_ledger_meets_the_first_ticket_rate() {
+        use crate::ledger::RateLimited;
+        let (s, _) = service(PathBuf::from("/nonexistent"), false);
+        let asked = Mutex::new(Vec::new());
+        let empty_bucket = |entries: u64| {
+            asked.lock().unwrap().push(entries);
+            match entries {
+                0 => Ok(()),
+                _ => Err(RateLimited {
+                    class: "join/qemu-vtpm".into(),
+                }),
+            }
+        };
+        let room = |entries: u64| {
+            asked.lock().unwrap().push(entries);
+            Ok(())
+        };
+        let join = request(UUID, false);
+        let err = s
+            .issue_join_ticket_gated(&Caller::Unbootstrapped, &join, &empty_bucket)
+            .unwrap_err();
+        assert_eq!(err.reason(), "rate_limited");
+        assert_eq!(
+            crate::server::issue_status(&err).code,
+            confboot_wire::Code::ResourceExhausted
+        );
+        // Nothing was recorded: the same join with room is a new disk.
+        s.issue_join_ticket_gated(&Caller::Unbootstrapped, &join, &room)
+            .unwrap();
+        // Its retry (the first boot runs) adds nothing: served.
+        s.issue_join_ticket_gated(&Caller::Unbootstrapped, &join, &empty_bucket)
+            .unwrap();
+        // A vTPM rejoin adds nothing either.
+        let rejoin = IssueRejoinTicketRequest {
+            disk_uuid: UUID.into(),
+        };
+        s.issue_rejoin_ticket_gated(&Caller::Unbootstrapped, &rejoin, &empty_bucket)
+            .unwrap();
+        // (A change may be tried more than once: the gate is asked each time.)
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked[..3], [1, 1, 0], "{asked:?}");
+        assert!(asked.len() > 3 && asked[3..].iter().all(|&n| n == 0), "{asked:?}");
     }
 
     #[test]

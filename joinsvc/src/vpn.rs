@@ -49,7 +49,7 @@ pub use crate::configmap::{ISSUED_FILTER_CONFIGMAP, MAX_REMOVED_DISKS, PEERS_CON
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
 use crate::ledger::{
     AnchorStore, Caller, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide,
-    record,
+    new_entries, record,
 };
 
 /// Compare-and-swap attempts before a change is given up as contended.
@@ -136,7 +136,16 @@ pub enum RegistryError {
     /// removed).
     #[error("{0}")]
     Admission(Refusal),
+    /// A ticket that would add to the ledger is refused by its source
+    /// class's first-ticket rate.
+    #[error("{0}")]
+    RateLimited(crate::ledger::RateLimited),
 }
+
+/// Asked with the number of entries a ticket would add to the ledger
+/// ([`crate::ledger::new_entries`]), inside the admission: refuses it by a
+/// first-ticket rate (none: no rate).
+pub type FirstTicketGate<'a> = &'a dyn Fn(u64) -> Result<(), crate::ledger::RateLimited>;
 
 impl From<Corrupt> for RegistryError {
     fn from(e: Corrupt) -> RegistryError {
@@ -305,6 +314,19 @@ impl KubeApiPeerRegistry {
         disk: &str,
         peer: Option<&PeerRequest>,
     ) -> Result<Option<Ipv4Addr>, RegistryError> {
+        self.admit_gated(caller, kind, disk, peer, &|_| Ok(()))
+    }
+
+    /// [`KubeApiPeerRegistry::admit`], with `gate` asked, after the ledger
+    /// admitted it, how many entries the ticket adds.
+    pub fn admit_gated(
+        &self,
+        caller: &Caller,
+        kind: TicketKind,
+        disk: &str,
+        peer: Option<&PeerRequest>,
+        gate: FirstTicketGate<'_>,
+    ) -> Result<Option<Ipv4Addr>, RegistryError> {
         let network = match (peer, &self.network) {
             (Some(_), None) => {
                 return Err(RegistryError::Refused(VpnError::InvalidName(
@@ -315,6 +337,7 @@ impl KubeApiPeerRegistry {
         };
         self.change(|mut e| {
             decide(e.ledger, e.removed, caller, kind, disk).map_err(RegistryError::Admission)?;
+            gate(new_entries(e.ledger, caller, kind, disk)).map_err(RegistryError::RateLimited)?;
             let mut changed = false;
             let ip = match (peer, network) {
                 (Some(request), Some(network)) => {
@@ -333,9 +356,22 @@ impl KubeApiPeerRegistry {
     /// [`KubeApiPeerRegistry::admit`] does; the generation the cluster last
     /// confirmed for the disk (0: none), from the same read.
     pub fn admit_rejoin(&self, caller: &Caller, disk: &str) -> Result<u64, RegistryError> {
+        self.admit_rejoin_gated(caller, disk, &|_| Ok(()))
+    }
+
+    /// [`KubeApiPeerRegistry::admit_rejoin`], with `gate` asked how many
+    /// entries the ticket adds ([`KubeApiPeerRegistry::admit_gated`]).
+    pub fn admit_rejoin_gated(
+        &self,
+        caller: &Caller,
+        disk: &str,
+        gate: FirstTicketGate<'_>,
+    ) -> Result<u64, RegistryError> {
         self.change(|e| {
             decide(e.ledger, e.removed, caller, TicketKind::Rejoin, disk)
                 .map_err(RegistryError::Admission)?;
+            gate(new_entries(e.ledger, caller, TicketKind::Rejoin, disk))
+                .map_err(RegistryError::RateLimited)?;
             let changed = record(e.ledger, caller, TicketKind::Rejoin, disk, e.now);
             Ok((e.ledger.generation(disk), changed))
         })

@@ -416,3 +416,47 @@ fn a_tdx_node_refuses_a_join_service_of_a_variant_it_does_not_accept() {
         }
     );
 }
+
+/// G8 across a restart: joinsvc keeps the TDX validator's time floor in
+/// `--state-dir/time-floor`, the sets' file. A joinsvc that ran 40 days on
+/// (its floor there) and is restarted with the clock back at today finds
+/// the test Intel's collateral (next update in 30 days) stale, as it was
+/// when it last ran; the TD is refused.
+#[test]
+fn a_restart_at_a_clock_set_back_keeps_stale_collateral_refused() {
+    let dir = TempDir::new("tdx-floor");
+    let state = dir.path().join("joinsvc-state");
+    let policy = tdx_policy(dir.path());
+    let (policy, state_arg) = (policy.display().to_string(), state.display().to_string());
+    let extra = [
+        "--variants",
+        "tdx",
+        "--tdx-policy",
+        &policy,
+        "--state-dir",
+        &state_arg,
+    ];
+    let mut joinsvc =
+        Joinsvc::start_with(&joinsvc_bin(), &MeasurementPolicy::default(), &[], &extra);
+    join(&joinsvc, &honest_issuer()).expect("current collateral: admitted");
+    let floor_file = state.join("time-floor");
+    let kept: i64 = std::fs::read_to_string(&floor_file)
+        .expect("the TDX check keeps its floor in the state directory")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(kept >= confboot_util::time::unix_now() - 120, "{kept}");
+    // What the file holds after joinsvc ran 40 days on.
+    let later = confboot_util::time::unix_now() + 40 * 86_400;
+    std::fs::write(&floor_file, format!("{later}\n")).unwrap();
+    joinsvc.restart();
+    let err = join(&joinsvc, &honest_issuer()).expect_err("stale as of the floor");
+    assert!(!err.is_empty());
+    let line = joinsvc.process.wait_for_line("TCB info", 500);
+    assert!(line.contains("refused"), "{line}");
+    // The floor did not move back.
+    assert_eq!(
+        std::fs::read_to_string(&floor_file).unwrap(),
+        format!("{later}\n")
+    );
+}

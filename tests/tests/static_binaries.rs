@@ -48,7 +48,13 @@ use std::path::Path;
 /// handoff step document) were read with serde derives (about 12 KB) and
 /// the errors became typed: a reason per attestation check, I/O errors
 /// that keep their source (about 16 KB): 3.67 MB.
-const BUDGET: u64 = 3_700_000;
+/// 3,700,000 until the files the node trusts on its state disk (the SSH
+/// users, the VPN key, the generation file) carried a MAC bound to the
+/// disk's generation, so a partial restore of old sectors is refused (the
+/// trailer's parser, the derived key, stepping and sealing every file
+/// again, the typed errors naming the file): 8,192 bytes, two pages, on a
+/// bootstrapper that was 504 bytes under; +10,000.
+const BUDGET: u64 = 3_710_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");

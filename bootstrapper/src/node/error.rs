@@ -9,6 +9,7 @@ use confboot_disk::DiskError;
 
 use super::generation::GenerationError;
 use super::state_fs::StateFsError;
+use super::trusted::StateFileError;
 use super::vpn::VpnSetupError;
 
 /// Why an Init, a ticket or a Recover was not applied.
@@ -116,15 +117,13 @@ pub enum SshUsersError {
     /// The state file system could not be mounted or unmounted.
     #[error("{0}")]
     StateFs(StateFsError),
-    /// The users could not be kept on the state file system.
-    #[error("keeping them: {0}")]
-    Keep(String),
+    /// The kept list was refused (its MAC), or could not be kept or
+    /// cleared.
+    #[error("{0}")]
+    StateFile(StateFileError),
     /// The users could not be created in the OS.
     #[error("creating them: {0}")]
     Create(String),
-    /// The users an earlier Init kept could not be cleared.
-    #[error("clearing them: {0}")]
-    Clear(String),
 }
 
 impl NodeError {
@@ -250,15 +249,19 @@ mod tests {
                 "SSH users: creating them: no home",
             ),
             (
-                NodeError::Vpn(VpnSetupError::KeepKey("no key".into())),
-                "VPN: no key",
+                NodeError::Vpn(VpnSetupError::StateFile(
+                    super::super::trusted::StateFileError::NotAGeneration,
+                )),
+                "VPN: state-generation does not hold a generation",
             ),
             (
                 NodeError::RolledBack(RolledBack { found: 1, last: 2 }),
                 "state disk rolled back: generation 1, the cluster last issued 2",
             ),
             (
-                NodeError::Generation(GenerationError::NotAGeneration),
+                NodeError::Generation(GenerationError::StateFile(
+                    super::super::trusted::StateFileError::NotAGeneration,
+                )),
                 "state disk generation: state-generation does not hold a generation",
             ),
             (

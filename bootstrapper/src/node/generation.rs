@@ -4,18 +4,16 @@
 //! this detects a disk restored from an old copy, and why the host cannot
 //! forge the counter: `confboot_cluster::generation`.
 
-use std::path::Path;
-
 use confboot_cluster::generation::{RolledBack, check_generation, generation_proof};
 use confboot_cluster::role::ControlPlanePublicKey;
 use confboot_proto::join::ConfirmGenerationRequest;
 
 use super::state_fs::StateFsError;
+use super::trusted::StateFileError;
 
-/// Where the generation is kept on the state file system.
+/// Where the generation is kept on the state file system (sealed:
+/// [`super::trusted`]).
 pub const GENERATION_FILE: &str = "state-generation";
-/// The largest generation file read (20 digits and a newline).
-const MAX_GENERATION_FILE_BYTES: u64 = 32;
 
 /// Why no join service took a generation confirmation.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -50,15 +48,10 @@ pub enum GenerationError {
     /// The state file system could not be mounted or unmounted.
     #[error("{0}")]
     StateFs(StateFsError),
-    /// The generation file could not be read.
+    /// The generation file or a trusted file was refused, or could not be
+    /// read or written.
     #[error("{0}")]
-    Read(String),
-    /// The generation file does not hold a generation (the host changed it).
-    #[error("{GENERATION_FILE} does not hold a generation")]
-    NotAGeneration,
-    /// The generation file could not be written.
-    #[error("{0}")]
-    Write(String),
+    StateFile(StateFileError),
     /// The cluster did not take the written generation.
     #[error("generation {next} not confirmed: {error}")]
     NotConfirmed {
@@ -83,31 +76,32 @@ pub trait GenerationConfirmer: Send + Sync {
     ) -> Result<(), ConfirmError>;
 }
 
-/// The generation the state file system in `dir` keeps (0: none). A file
-/// that does not read as a number is an error: only the node writes it,
-/// so anything else is a disk the host changed.
-pub fn read_generation(dir: &Path) -> Result<u64, GenerationError> {
-    let path = dir.join(GENERATION_FILE);
-    if !path.exists() {
-        return Ok(0);
+/// The generation a generation file's body holds (its MAC is
+/// [`super::trusted::StateFiles::open`]'s). Anything but digits and a
+/// newline is an error: only the node writes it, so anything else is a
+/// disk the host changed.
+pub fn parse_generation(body: &[u8]) -> Result<u64, StateFileError> {
+    let digits = body.strip_suffix(b"\n").unwrap_or(body);
+    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(StateFileError::NotAGeneration);
     }
-    let text = confboot_util::fs::read_bounded_text(&path, MAX_GENERATION_FILE_BYTES)
-        .map_err(|e| GenerationError::Read(e.to_string()))?;
-    let digits = text.trim_end_matches('\n');
-    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(GenerationError::NotAGeneration);
-    }
-    digits.parse().map_err(|_| GenerationError::NotAGeneration)
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .ok_or(StateFileError::NotAGeneration)
 }
 
-/// Keeps `generation` on the state file system in `dir` (synced, replaced
-/// whole).
-pub fn write_generation(dir: &Path, generation: u64) -> Result<(), GenerationError> {
-    confboot_vpn::write_private_atomically(
-        &dir.join(GENERATION_FILE),
-        format!("{generation}\n").as_bytes(),
-    )
-    .map_err(|e| GenerationError::Write(e.to_string()))
+/// The generation the state file system in `dir` keeps (0: none), its MAC
+/// not checked.
+#[cfg(test)]
+pub fn read_generation(dir: &std::path::Path) -> Result<u64, StateFileError> {
+    let Ok(bytes) = std::fs::read(dir.join(GENERATION_FILE)) else {
+        return Ok(0);
+    };
+    match confboot_kms::state_mac::split(&bytes) {
+        Ok((body, _, _)) => parse_generation(body),
+        Err(_) => parse_generation(&bytes),
+    }
 }
 
 /// The most disks' minimum generations a Recover may name.
@@ -169,14 +163,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_generation_file_round_trips_and_a_spoilt_one_is_an_error() {
-        let dir = confboot_testkit::TempDir::new("generation");
-        assert_eq!(read_generation(dir.path()), Ok(0));
-        write_generation(dir.path(), 41).unwrap();
-        assert_eq!(read_generation(dir.path()), Ok(41));
-        write_generation(dir.path(), u64::MAX).unwrap();
-        assert_eq!(read_generation(dir.path()), Ok(u64::MAX));
-        let path = dir.path().join(GENERATION_FILE);
+    fn a_generation_body_parses_and_a_spoilt_one_is_an_error() {
+        assert_eq!(parse_generation(b"41\n"), Ok(41));
+        assert_eq!(parse_generation(b"18446744073709551615\n"), Ok(u64::MAX));
         for bad in [
             &b""[..],
             b"\n",
@@ -186,8 +175,7 @@ mod tests {
             b"99999999999999999999\n",
             &[b'7'; 40],
         ] {
-            std::fs::write(&path, bad).unwrap();
-            assert!(read_generation(dir.path()).is_err(), "{bad:?}");
+            assert!(parse_generation(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -28,6 +28,7 @@ mod plan;
 pub mod state_fs;
 #[cfg(test)]
 mod tests;
+pub mod trusted;
 pub mod vpn;
 
 use std::path::PathBuf;
@@ -51,8 +52,8 @@ use confboot_kms::{
 use confboot_proto::init::{InitRequest, InitSuccessResponse};
 use confboot_proto::recover::RecoverMessage;
 use confboot_sys::ssh_users::{
-    ApplyReport, SshUser, apply_ssh_users, read_stored_ssh_users, store_ssh_users,
-    validate_ssh_users,
+    ApplyReport, STORED_SSH_USERS_FILE, SshUser, apply_ssh_users, parse_ssh_users_config,
+    ssh_users_config, validate_ssh_users,
 };
 use confboot_tdx::{Rtmr3Marker, TdxRefusal};
 use confboot_vtpm::{VtpmIssuer, VtpmRefusal};
@@ -472,12 +473,13 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             Some(salt),
         )?;
         log(&describe(&action));
+        let disk_key = master.state_disk_key(action.uuid());
         if !checked.ssh_users.is_empty() {
-            self.keep_ssh_users(token, &checked.ssh_users, log)?;
+            self.keep_ssh_users(token, &checked.ssh_users, disk_key.expose(), log)?;
         } else if matches!(action, DiskAction::Opened { .. }) {
             // The disk is from an earlier Init that did not finish: what it
             // kept is not this Init's, and later boots must not create it.
-            self.forget_kept_ssh_users(token, log)?;
+            self.forget_kept_ssh_users(token, disk_key.expose(), log)?;
         }
         let measurement_secret = master.measurement_secret();
         let cluster_id = derive_cluster_id(measurement_secret.expose(), salt);
@@ -698,7 +700,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             cluster_id,
             t.control_plane_key(),
         )?;
-        self.apply_kept_ssh_users(token);
+        self.apply_kept_ssh_users(token, t.state_disk_key().expose())?;
         self.set_up_vpn(
             token,
             action.uuid(),
@@ -770,13 +772,14 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         log::info!("recovered: {}", describe(&action));
         // Before anything the disk keeps is used.
         let min = generation::min_generation(&req.min_generations, action.uuid());
-        let (found, written) = self.recover_generation(&token, min)?;
-        self.apply_kept_ssh_users(&token);
+        let disk_key = master.state_disk_key(action.uuid());
+        let (found, written) = self.recover_generation(&token, min, disk_key.expose())?;
+        self.apply_kept_ssh_users(&token, disk_key.expose())?;
         let cluster_id = derive_cluster_id(master.measurement_secret().expose(), &measurement_salt);
         self.set_up_vpn(
             &token,
             action.uuid(),
-            master.state_disk_key(action.uuid()).expose(),
+            disk_key.expose(),
             &cluster_id,
             &ControlPlaneKey::derive(&master).public_key(),
         )?;
@@ -790,12 +793,14 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     }
 
     /// Reads the generation the mapped state disk keeps and, unless it is
-    /// older than `floor`, writes the next one: what was found and the step
-    /// taken ([`generation::step`]).
+    /// older than `floor`, writes the next one, every trusted file sealed
+    /// again at it first ([`trusted::StateFiles::step`]): what was found
+    /// and the step taken ([`generation::step`]).
     fn step_generation(
         &self,
         setup: &GenerationSetup,
         floor: u64,
+        disk_key: &[u8],
     ) -> Result<(u64, generation::Step), NodeError> {
         let failed = NodeError::Generation;
         let device = self
@@ -803,22 +808,28 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             .mapped_device()
             .ok_or(failed(generation::GenerationError::NoDevice))?;
         state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
-            let found = generation::read_generation(dir)?;
+            let mut files = trusted::StateFiles::open(dir, disk_key)?;
+            let found = files.generation();
             let step = generation::step(found, floor);
             if let generation::Step::Write(next) = step {
-                generation::write_generation(dir, next)?;
+                files.step(next, found == floor)?;
             }
             Ok((found, step))
         })
         .map_err(|e| failed(generation::GenerationError::StateFs(e)))?
-        .map_err(failed)
+        .map_err(|e| failed(generation::GenerationError::StateFile(e)))
     }
 
     /// Checks the generation the state file system keeps against `min`
     /// (the admin's, 0: none) and writes the next one; what it found and
     /// wrote. A node that keeps no generation finds 0. Past the nodelock:
     /// an error is final.
-    fn recover_generation(&self, _token: &LockToken, min: u64) -> Result<(u64, u64), NodeError> {
+    fn recover_generation(
+        &self,
+        _token: &LockToken,
+        min: u64,
+        disk_key: &[u8],
+    ) -> Result<(u64, u64), NodeError> {
         use generation::Step;
         let Some(setup) = self.generation.as_ref() else {
             return match generation::step(0, min) {
@@ -826,7 +837,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
                 Step::Write(_) => Ok((0, 0)),
             };
         };
-        let (found, step) = self.step_generation(setup, min)?;
+        let (found, step) = self.step_generation(setup, min, disk_key)?;
         match step {
             Step::Refuse(rolled_back) => Err(NodeError::RolledBack(rolled_back)),
             Step::Write(next) => {
@@ -882,7 +893,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         let Some(setup) = self.generation.as_ref() else {
             return Ok(());
         };
-        let (found, step) = self.step_generation(setup, last)?;
+        let (found, step) = self.step_generation(setup, last, disk_key)?;
         match step {
             Step::Refuse(rolled_back) => {
                 let report = generation::confirmation(disk_key, disk_uuid, found, 0);
@@ -926,6 +937,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         &self,
         _token: &LockToken,
         users: &[SshUser],
+        disk_key: &[u8],
         log: &mut dyn FnMut(&str),
     ) -> Result<(), NodeError> {
         let failed = NodeError::SshUsers;
@@ -938,10 +950,11 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
             .mapped_device()
             .ok_or(failed(SshUsersError::NoDevice))?;
         state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
-            store_ssh_users(dir, users)
+            trusted::StateFiles::open(dir, disk_key)?
+                .write(STORED_SSH_USERS_FILE, ssh_users_config(users).as_bytes())
         })
         .map_err(|e| failed(SshUsersError::StateFs(e)))?
-        .map_err(|e| failed(SshUsersError::Keep(e.to_string())))?;
+        .map_err(|e| failed(SshUsersError::StateFile(e)))?;
         log(&format!(
             "SSH users: {} kept on the state disk",
             users.len()
@@ -961,6 +974,7 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     fn forget_kept_ssh_users(
         &self,
         _token: &LockToken,
+        disk_key: &[u8],
         log: &mut dyn FnMut(&str),
     ) -> Result<(), NodeError> {
         let (Some(setup), Some(device)) = (self.ssh_users.as_ref(), self.disk().mapped_device())
@@ -969,17 +983,22 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
         };
         let failed = NodeError::SshUsers;
         let cleared = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            let mut files = trusted::StateFiles::open(dir, disk_key)?;
             // A list that does not read back is cleared too.
-            let kept = match read_stored_ssh_users(dir) {
-                Ok(None) => return Ok(None),
-                Ok(Some(users)) if users.is_empty() => return Ok(None),
-                Ok(Some(users)) => users.len().to_string(),
-                Err(_) => "unreadable list".to_string(),
+            let kept = match files
+                .read(STORED_SSH_USERS_FILE)
+                .map(|body| body.map(|b| parse_ssh_users_config(&b).map(|users| users.len())))
+            {
+                Ok(None) | Ok(Some(Ok(0))) => return Ok(None),
+                Ok(Some(Ok(n))) => n.to_string(),
+                _ => "unreadable list".to_string(),
             };
-            store_ssh_users(dir, &[]).map(|_| Some(kept))
+            files
+                .write(STORED_SSH_USERS_FILE, ssh_users_config(&[]).as_bytes())
+                .map(|()| Some(kept))
         })
         .map_err(|e| failed(SshUsersError::StateFs(e)))?
-        .map_err(|e| failed(SshUsersError::Clear(e.to_string())))?;
+        .map_err(|e| failed(SshUsersError::StateFile(e)))?;
         if let Some(kept) = cleared {
             log(&format!(
                 "SSH users: this Init has none; what an earlier, unfinished Init kept ({kept}) is cleared"
@@ -989,40 +1008,44 @@ impl<B: DiskBackend, C: ClusterBackend, M: NodeMarker> Node<B, C, M> {
     }
 
     /// Creates the SSH users the state file system keeps (a later boot of
-    /// the first control plane). Never fails the boot: a file that cannot
-    /// be read or is corrupt is logged and nothing is created (the users
-    /// of the last boot's root are gone with it; the node boots without
-    /// SSH access), conflicts are logged and left as they are.
-    fn apply_kept_ssh_users(&self, _token: &LockToken) -> Option<ApplyReport> {
-        let setup = self.ssh_users.as_ref()?;
-        let device = self.disk().mapped_device()?;
-        let users = match state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
-            read_stored_ssh_users(dir)
-        }) {
-            Ok(Ok(Some(users))) => users,
+    /// the first control plane). A kept file that does not read back with
+    /// this disk's MAC at its generation (an older copy put back, changed
+    /// bytes) is refused: final. A state file system that cannot be mounted
+    /// or users that cannot be created are logged and nothing is created
+    /// (the node boots without SSH access); conflicts are logged and left
+    /// as they are.
+    fn apply_kept_ssh_users(
+        &self,
+        _token: &LockToken,
+        disk_key: &[u8],
+    ) -> Result<Option<ApplyReport>, NodeError> {
+        let (Some(setup), Some(device)) = (self.ssh_users.as_ref(), self.disk().mapped_device())
+        else {
+            return Ok(None);
+        };
+        let kept = state_fs::with_mounted(setup.mount.as_ref(), &device, |dir| {
+            trusted::StateFiles::open(dir, disk_key)?.read(STORED_SSH_USERS_FILE)
+        });
+        let users = match kept {
+            Ok(Ok(Some(body))) => parse_ssh_users_config(&body).map_err(|e| e.to_string()),
             Ok(Ok(None)) => {
                 log::info!("SSH users: none kept on the state disk");
-                return None;
+                return Ok(None);
             }
-            Ok(Err(e)) => {
-                log::error!("SSH users: none created: {e}");
-                return None;
-            }
-            Err(e) => {
-                log::error!("SSH users: none created: the state file system: {e}");
-                return None;
-            }
-        };
-        match apply_ssh_users(&setup.target_root, &users) {
+            Ok(Err(e)) => return Err(NodeError::SshUsers(SshUsersError::StateFile(e))),
+            Err(e) => Err(format!("the state file system: {e}")),
+        }
+        .and_then(|users| apply_ssh_users(&setup.target_root, &users).map_err(|e| e.to_string()));
+        match users {
             Ok(report) => {
                 for (level, line) in describe_ssh_users(&report) {
                     log::log!(level, "{line}");
                 }
-                Some(report)
+                Ok(Some(report))
             }
             Err(e) => {
                 log::error!("SSH users: none created: {e}");
-                None
+                Ok(None)
             }
         }
     }

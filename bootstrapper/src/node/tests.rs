@@ -1088,7 +1088,7 @@ fn a_recover_without_the_admins_init_secret_reads_nothing_from_the_hosts_disk() 
     let hosts_state_fs = || {
         let dir = TempDir::new("hosts-state-fs");
         let mallory = validate_ssh_users([("mallory", ssh_key(9).as_str())]).unwrap();
-        store_ssh_users(dir.path(), &mallory).unwrap();
+        keep_users(dir.path(), host.state_disk_key(UUID).expose(), &mallory);
         Arc::new(dir)
     };
     let boot = || {
@@ -1526,6 +1526,33 @@ fn has_user(root: &Path, name: &str, key: &str) -> bool {
     entry && keys.is_ok_and(|k| k == format!("{key}\n"))
 }
 
+/// The key of `rig`'s disk (formatted by an Init with master()).
+fn disk_key(rig: &Rig) -> Vec<u8> {
+    let uuid = rig.disk.state().luks.clone().unwrap().0;
+    master().state_disk_key(&uuid).expose().to_vec()
+}
+
+/// The SSH users the state file system in `dir` keeps, read as the node
+/// reads them (their MAC checked) for the disk key `key`.
+fn kept_users(dir: &Path, key: &[u8]) -> Option<Vec<SshUser>> {
+    trusted::StateFiles::open(dir, key)
+        .unwrap()
+        .read(STORED_SSH_USERS_FILE)
+        .unwrap()
+        .map(|body| confboot_sys::ssh_users::parse_ssh_users_config(&body).unwrap())
+}
+
+/// Keeps `users` in `dir` as the node does (sealed, the generation stepped).
+fn keep_users(dir: &Path, key: &[u8], users: &[SshUser]) {
+    trusted::StateFiles::open(dir, key)
+        .unwrap()
+        .write(
+            STORED_SSH_USERS_FILE,
+            confboot_sys::ssh_users::ssh_users_config(users).as_bytes(),
+        )
+        .unwrap();
+}
+
 /// Rejoins `rig`'s node (its disk was formatted by an Init with master()).
 fn rejoin(rig: &Rig) {
     let uuid = rig.disk.state().luks.clone().unwrap().0;
@@ -1554,9 +1581,7 @@ fn init_keeps_its_ssh_users_on_the_state_disk_and_creates_them() {
     // Kept inside the encrypted file system (mounted from the decrypted
     // device, then unmounted), not in the header.
     assert_eq!(rig.mounts(), ["mount /dev/mapper/double", "unmount"]);
-    let kept = confboot_sys::ssh_users::read_stored_ssh_users(rig.state_fs.dir.path())
-        .unwrap()
-        .unwrap();
+    let kept = kept_users(rig.state_fs.dir.path(), &disk_key(&rig)).unwrap();
     let names: Vec<_> = kept.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["alice", "bob"]);
     assert!(
@@ -1582,7 +1607,8 @@ fn an_init_without_users_clears_what_an_unfinished_init_kept() {
         .node
         .init(&alice_and_bob(), &mut no_log())
         .unwrap_err();
-    let kept = |dir: &Path| confboot_sys::ssh_users::read_stored_ssh_users(dir).unwrap();
+    let key = disk_key(&first);
+    let kept = |dir: &Path| kept_users(dir, &key);
     assert_eq!(kept(state_fs.path()).unwrap().len(), 2);
     // Next boot: the admin's Init (the same master secret) has no users.
     let second = Rig::booting(
@@ -1705,7 +1731,11 @@ fn an_unmodified_second_boot_changes_nothing() {
     let third = first.reboot(Arc::clone(&root));
     let token = third.node.take_lock(holder::JOIN).unwrap();
     third.disk.state().opened = true;
-    let report = third.node.apply_kept_ssh_users(&token).unwrap();
+    let report = third
+        .node
+        .apply_kept_ssh_users(&token, &disk_key(&third))
+        .unwrap()
+        .unwrap();
     assert!(
         report.created.is_empty() && report.conflicts.is_empty(),
         "{report:?}"
@@ -1740,27 +1770,52 @@ fn a_user_that_exists_otherwise_is_reported_not_overwritten() {
 }
 
 #[test]
-fn a_corrupt_kept_file_creates_no_user_and_the_node_still_boots() {
+fn a_corrupt_kept_file_is_refused_and_the_node_stops() {
     let first = Rig::new(FakeDisk::blank());
     first.node.init(&alice_and_bob(), &mut no_log()).unwrap();
-    let kept = first
-        .state_fs
-        .dir
-        .path()
-        .join(confboot_sys::ssh_users::STORED_SSH_USERS_FILE);
+    let kept = first.state_fs.dir.path().join(STORED_SSH_USERS_FILE);
+    let sealed = std::fs::read(&kept).unwrap();
+    let mut flipped = sealed.clone();
+    flipped[3] ^= 1;
     for corrupt in [
         b"{\"sshUsers\": [{\"username\": \"alice\"".to_vec(),
-        vec![b' '; confboot_sys::ssh_users::MAX_SSH_USERS_CONFIG_BYTES + 1],
+        flipped,
+        vec![b' '; confboot_sys::ssh_users::MAX_SSH_USERS_CONFIG_BYTES + 200],
     ] {
         std::fs::write(&kept, corrupt).unwrap();
         let next = first.reboot(fresh_root());
-        rejoin(&next);
+        let uuid = next.disk.state().luks.clone().unwrap().0;
+        let request = TicketRequest::Rejoin {
+            disk_uuid: uuid.clone(),
+        };
+        let ticket = rejoin_ticket(master().state_disk_key(&uuid).expose());
+        let token = next.node.take_lock(holder::JOIN).unwrap();
+        let err = next
+            .node
+            .apply_ticket(&token, &checked(&next, &request, &ticket))
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                NodeError::SshUsers(SshUsersError::StateFile(
+                    trusted::StateFileError::Refused {
+                        file: STORED_SSH_USERS_FILE,
+                        ..
+                    } | trusted::StateFileError::Io {
+                        file: STORED_SSH_USERS_FILE,
+                        ..
+                    }
+                ))
+            ),
+            "{err}"
+        );
+        assert!(err.is_final());
         assert_eq!(
             std::fs::read_to_string(next.root.path().join("etc/passwd")).unwrap(),
             "root:x:0:0:root:/:/bin/sh\n"
         );
         assert_eq!(next.mounts(), ["mount /dev/mapper/double", "unmount"]);
-        assert_eq!(next.marks().len(), 1, "the node is marked: it boots");
+        assert!(next.marks().is_empty(), "the node is not marked");
     }
 }
 
@@ -1843,8 +1898,13 @@ fn the_vpn_key_is_made_at_the_first_boot_kept_later_and_made_again_when_lost() {
         .unwrap();
     let agent = confboot_vpn::NodeVpnFile::read(&file).unwrap();
     assert_eq!(agent.private_key.expose(), third.expose());
+    let body = trusted::StateFiles::open(rig.state_fs.dir.path(), &[0x42; 32])
+        .unwrap()
+        .read(vpn::STORED_VPN_KEY_FILE)
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        confboot_vpn::VpnPrivateKey::from_base64(&std::fs::read_to_string(&kept).unwrap())
+        confboot_vpn::VpnPrivateKey::from_base64(std::str::from_utf8(&body).unwrap())
             .unwrap()
             .expose(),
         third.expose()
@@ -1979,18 +2039,19 @@ fn a_disk_restored_from_an_old_copy_is_refused_at_rejoin() {
     // A user the admin later removes is kept on the disk now ...
     let users = validate_ssh_users([("mallory", ssh_key(3).as_str())]).unwrap();
     let dir = first.state_fs.dir.path().to_path_buf();
-    store_ssh_users(&dir, &users).unwrap();
+    keep_users(&dir, &[0x42; 32], &users);
     // ... and the host copies the disk (here: its file system's files).
     let kept = [GENERATION_FILE, STORED_SSH_USERS_FILE];
     let copy: Vec<Vec<u8>> = kept
         .iter()
         .map(|f| std::fs::read(dir.join(f)).unwrap())
         .collect();
-    store_ssh_users(&dir, &[]).unwrap();
-    // The node reboots and rejoins: generation 2.
+    keep_users(&dir, &[0x42; 32], &[]);
+    // The node reboots and rejoins: generation 4 (each write of the users
+    // stepped it).
     let second = with_generations(first.reboot(fresh_root()), &cluster);
     assert_eq!(rejoin_with(&second, &cluster), Ok(Outcome::Rejoined));
-    assert_eq!((kept_generation(&second), cluster.last()), (2, 2));
+    assert_eq!((kept_generation(&second), cluster.last()), (4, 4));
     // The host restores its copy and reboots the node.
     for (f, bytes) in kept.iter().zip(&copy) {
         std::fs::write(dir.join(f), bytes).unwrap();
@@ -1999,16 +2060,16 @@ fn a_disk_restored_from_an_old_copy_is_refused_at_rejoin() {
     let err = rejoin_with(&third, &cluster).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "state disk rolled back: generation 1, the cluster last issued 2"
+        "state disk rolled back: generation 2, the cluster last issued 4"
     );
     assert!(err.is_final(), "the node stops");
     // Nothing from the old disk was used: no mark, no users, nothing
     // written; the cluster was told what was found.
     assert!(third.marks().is_empty());
     assert!(!has_user(third.root.path(), "mallory", &ssh_key(3)));
-    assert_eq!(kept_generation(&third), 1);
-    assert_eq!(cluster.reports().last(), Some(&(1, 0)));
-    assert_eq!(cluster.last(), 2);
+    assert_eq!(kept_generation(&third), 2);
+    assert_eq!(cluster.reports().last(), Some(&(2, 0)));
+    assert_eq!(cluster.last(), 4);
 }
 
 #[test]
@@ -2064,7 +2125,9 @@ fn a_generation_file_the_host_spoilt_is_refused_and_nothing_is_confirmed() {
     let err = rejoin_with(&rig, &cluster).unwrap_err();
     assert_eq!(
         err,
-        NodeError::Generation(generation::GenerationError::NotAGeneration),
+        NodeError::Generation(generation::GenerationError::StateFile(
+            trusted::StateFileError::NotAGeneration
+        )),
         "{err}"
     );
     assert!(rig.marks().is_empty());
@@ -2141,39 +2204,39 @@ fn a_recovered_disk_older_than_the_admin_last_saw_is_refused() {
             written: 1
         }
     );
-    // The host copies the disk now (generation 1, with a user) ...
+    // The host copies the disk now (generation 2: keeping a user steps it) ...
     let dir = first.state_fs.dir.path().to_path_buf();
     let users = validate_ssh_users([("mallory", ssh_key(3).as_str())]).unwrap();
-    store_ssh_users(&dir, &users).unwrap();
+    keep_users(&dir, m.state_disk_key(UUID).expose(), &users);
     let kept = [GENERATION_FILE, STORED_SSH_USERS_FILE];
     let copy: Vec<Vec<u8>> = kept
         .iter()
         .map(|f| std::fs::read(dir.join(f)).unwrap())
         .collect();
-    store_ssh_users(&dir, &[]).unwrap();
+    keep_users(&dir, m.state_disk_key(UUID).expose(), &[]);
     // ... the admin recovers again, naming what it saw (any case).
     let second = with_generations(first.reboot(fresh_root()), &cluster);
     let mut req = recover_request(&m);
     req.min_generations.insert(UUID.to_ascii_uppercase(), 1);
     let recovered = second.node.recover(&req).unwrap();
-    assert_eq!((recovered.found, recovered.written), (1, 2));
-    // The host restores its copy; the admin's next Recover names 2.
+    assert_eq!((recovered.found, recovered.written), (3, 4));
+    // The host restores its copy; the admin's next Recover names 4.
     for (f, bytes) in kept.iter().zip(&copy) {
         std::fs::write(dir.join(f), bytes).unwrap();
     }
     let third = with_generations(second.reboot(fresh_root()), &cluster);
     let mut req = recover_request(&m);
-    req.min_generations.insert(UUID.into(), 2);
+    req.min_generations.insert(UUID.into(), 4);
     req.min_generations.insert("another-disk".into(), 90);
     let err = third.node.recover(&req).unwrap_err();
     assert_eq!(
         err,
-        NodeError::RolledBack(confboot_cluster::generation::RolledBack { found: 1, last: 2 })
+        NodeError::RolledBack(confboot_cluster::generation::RolledBack { found: 2, last: 4 })
     );
     assert!(err.is_final(), "the node stops");
     assert!(third.marks().is_empty());
     assert!(!has_user(third.root.path(), "mallory", &ssh_key(3)));
-    assert_eq!(kept_generation(&third), 1, "nothing written");
+    assert_eq!(kept_generation(&third), 2, "nothing written");
     assert!(cluster.reports().is_empty(), "a Recover confirms nothing");
     // A node that keeps no generation cannot show one: refused.
     let (rig, m) = recoverable_rig();
@@ -2197,4 +2260,184 @@ fn a_recovered_disk_older_than_the_admin_last_saw_is_refused() {
         }
     ));
     assert_eq!(rig.disk.state().reads, 0);
+}
+
+// ---- Item 6: what the node trusts on its disk is bound to its generation ----
+
+/// A node with SSH users and the VPN that keeps its generation, rejoined
+/// once (generation 1 on disk, 1 confirmed).
+fn trusted_rig(cluster: &ClusterGenerations, run: &Path) -> (Rig, PathBuf) {
+    let (rig, _) =
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))).with_vpn(&run.join("vpn.json"));
+    let rig = with_generations(rig, cluster);
+    assert_eq!(rejoin_with(&rig, cluster), Ok(Outcome::Rejoined));
+    let dir = rig.state_fs.dir.path().to_path_buf();
+    (rig, dir)
+}
+
+/// The next boot of `rig` with the VPN, keeping its generation.
+fn next_boot(rig: Rig, cluster: &ClusterGenerations, run: &Path) -> Rig {
+    with_generations(
+        rig.reboot(fresh_root()).with_vpn(&run.join("vpn.json")).0,
+        cluster,
+    )
+}
+
+#[test]
+fn an_old_copy_of_the_ssh_users_put_back_alone_is_refused() {
+    let cluster = ClusterGenerations::default();
+    let run = TempDir::new("run");
+    let (first, dir) = trusted_rig(&cluster, run.path());
+    // A user the admin later removes is kept; the host copies that file.
+    let mallory = validate_ssh_users([("mallory", ssh_key(3).as_str())]).unwrap();
+    keep_users(&dir, &[0x42; 32], &mallory);
+    let old = std::fs::read(dir.join(STORED_SSH_USERS_FILE)).unwrap();
+    keep_users(&dir, &[0x42; 32], &[]);
+    let second = next_boot(first, &cluster, run.path());
+    assert_eq!(rejoin_with(&second, &cluster), Ok(Outcome::Rejoined));
+    let generation = kept_generation(&second);
+    let sealed_at = confboot_kms::state_mac::split(&old).unwrap().1;
+    // The host puts back the old users only: the generation file is the
+    // current one, so the generation check alone passes.
+    std::fs::write(dir.join(STORED_SSH_USERS_FILE), &old).unwrap();
+    let third = next_boot(second, &cluster, run.path());
+    let err = rejoin_with(&third, &cluster).unwrap_err();
+    assert_eq!(
+        err,
+        NodeError::Generation(generation::GenerationError::StateFile(
+            trusted::StateFileError::Refused {
+                file: STORED_SSH_USERS_FILE,
+                reason: confboot_kms::state_mac::StateMacError::OtherGeneration {
+                    found: sealed_at,
+                    current: generation
+                }
+            }
+        ))
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "state disk generation: ssh-users.json refused: its MAC is for generation {sealed_at}, \
+             the disk is at generation {generation}"
+        )
+    );
+    assert!(err.is_final(), "the node stops");
+    assert!(third.marks().is_empty());
+    assert!(!has_user(third.root.path(), "mallory", &ssh_key(3)));
+    assert_eq!(kept_generation(&third), generation, "nothing written");
+}
+
+#[test]
+fn the_vpn_key_swapped_for_an_older_one_is_refused() {
+    let cluster = ClusterGenerations::default();
+    let run = TempDir::new("run");
+    let (first, dir) = trusted_rig(&cluster, run.path());
+    let old = std::fs::read(dir.join(vpn::STORED_VPN_KEY_FILE)).unwrap();
+    // The key is lost and replaced (a new one kept at a later generation).
+    std::fs::remove_file(dir.join(vpn::STORED_VPN_KEY_FILE)).unwrap();
+    let second = next_boot(first, &cluster, run.path());
+    assert_eq!(rejoin_with(&second, &cluster), Ok(Outcome::Rejoined));
+    assert_ne!(
+        std::fs::read(dir.join(vpn::STORED_VPN_KEY_FILE)).unwrap(),
+        old
+    );
+    std::fs::write(dir.join(vpn::STORED_VPN_KEY_FILE), &old).unwrap();
+    let third = next_boot(second, &cluster, run.path());
+    let err = rejoin_with(&third, &cluster).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            NodeError::Generation(generation::GenerationError::StateFile(
+                trusted::StateFileError::Refused {
+                    file: vpn::STORED_VPN_KEY_FILE,
+                    reason: confboot_kms::state_mac::StateMacError::OtherGeneration { .. }
+                }
+            ))
+        ),
+        "{err}"
+    );
+    assert!(err.is_final());
+    assert!(third.marks().is_empty());
+}
+
+#[test]
+fn a_mac_for_another_generation_or_of_another_disk_is_refused() {
+    use confboot_kms::state_mac::{StateMacError, StateMacKey};
+    let cluster = ClusterGenerations::default();
+    let run = TempDir::new("run");
+    let (first, dir) = trusted_rig(&cluster, run.path());
+    let generation = kept_generation(&first);
+    let body = ssh_users_config(&[]);
+    for (key, at, reason) in [
+        (
+            [0x42; 32],
+            generation + 2,
+            StateMacError::OtherGeneration {
+                found: generation + 2,
+                current: generation,
+            },
+        ),
+        (
+            [0x42; 32],
+            generation - 1,
+            StateMacError::OtherGeneration {
+                found: generation - 1,
+                current: generation,
+            },
+        ),
+        ([0x43; 32], generation, StateMacError::Mismatch),
+    ] {
+        let sealed = StateMacKey::derive(&key).seal(STORED_SSH_USERS_FILE, at, body.as_bytes());
+        std::fs::write(dir.join(STORED_SSH_USERS_FILE), sealed).unwrap();
+        let next = with_generations(first.reboot(fresh_root()), &cluster);
+        assert_eq!(
+            rejoin_with(&next, &cluster),
+            Err(NodeError::Generation(
+                generation::GenerationError::StateFile(trusted::StateFileError::Refused {
+                    file: STORED_SSH_USERS_FILE,
+                    reason
+                })
+            ))
+        );
+        assert!(next.marks().is_empty());
+    }
+}
+
+/// A disk written before the MACs: its generation file and users carry
+/// none. The first rejoin whose generation is exactly the cluster's seals
+/// them; any other is refused, and once sealed an unsealed file is refused.
+#[test]
+fn a_disk_without_macs_is_sealed_only_at_a_generation_the_cluster_confirmed() {
+    let cluster = ClusterGenerations::default();
+    let rig = with_generations(
+        Rig::new(FakeDisk::luks(UUID, &[0x42; 32], Some(&[5; 32]))),
+        &cluster,
+    );
+    let dir = rig.state_fs.dir.path().to_path_buf();
+    let alice = validate_ssh_users([("alice", ssh_key(1).as_str())]).unwrap();
+    let legacy = ssh_users_config(&alice);
+    std::fs::write(dir.join(GENERATION_FILE), "3\n").unwrap();
+    std::fs::write(dir.join(STORED_SSH_USERS_FILE), &legacy).unwrap();
+    // The cluster last confirmed 2: the disk's 3 is not known fresh.
+    *cluster.last.lock().unwrap() = 2;
+    let unsealed = Err(NodeError::Generation(
+        generation::GenerationError::StateFile(trusted::StateFileError::Refused {
+            file: STORED_SSH_USERS_FILE,
+            reason: confboot_kms::state_mac::StateMacError::Unsealed,
+        }),
+    ));
+    assert_eq!(rejoin_with(&rig, &cluster), unsealed);
+    assert!(rig.marks().is_empty());
+    // Confirmed 3: sealed at 4, the users created.
+    *cluster.last.lock().unwrap() = 3;
+    let next = with_generations(rig.reboot(fresh_root()), &cluster);
+    assert_eq!(rejoin_with(&next, &cluster), Ok(Outcome::Rejoined));
+    assert!(has_user(next.root.path(), "alice", &ssh_key(1)));
+    assert_eq!((kept_generation(&next), cluster.last()), (4, 4));
+    assert_eq!(kept_users(&dir, &[0x42; 32]), Some(alice));
+    // Sealed now: the unsealed copy put back is refused even at a fresh
+    // generation.
+    std::fs::write(dir.join(STORED_SSH_USERS_FILE), &legacy).unwrap();
+    let last = with_generations(next.reboot(fresh_root()), &cluster);
+    assert_eq!(rejoin_with(&last, &cluster), unsealed);
 }

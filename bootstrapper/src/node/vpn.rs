@@ -13,11 +13,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use confboot_cluster::role::ControlPlanePublicKey;
-use confboot_vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey, write_private_atomically};
+use confboot_vpn::{NodeVpnFile, OwnRecordKey, VpnPrivateKey};
 
 use confboot_vpn::VpnError;
 
 use super::state_fs::{StateFsError, StateFsMount, with_mounted};
+use super::trusted::{StateFileError, StateFiles};
 
 /// Why the node's VPN key was not kept or the node agent's file not
 /// written (past the nodelock: final).
@@ -32,9 +33,9 @@ pub enum VpnSetupError {
     /// The candidate key is not a key.
     #[error("{0}")]
     Key(VpnError),
-    /// The key could not be kept on the state file system.
+    /// The kept key was refused (its MAC), or could not be kept.
     #[error("{0}")]
-    KeepKey(String),
+    StateFile(StateFileError),
     /// The directory of the node agent's file could not be created.
     #[error("creating {}: {reason}", dir.display())]
     CreateDir {
@@ -50,8 +51,6 @@ pub enum VpnSetupError {
 
 /// Where the key is kept on the state file system.
 pub const STORED_VPN_KEY_FILE: &str = "vpn-private-key";
-/// The largest key file read (44 base64 characters and a newline).
-const MAX_VPN_KEY_FILE_BYTES: u64 = 128;
 
 /// What the node needs for the VPN at boot.
 pub struct NodeVpnSetup {
@@ -96,17 +95,20 @@ pub enum KeySource {
     New,
 }
 
-/// The key kept in `dir`, or `candidate` kept there (0600, atomically)
-/// when there is none or it does not read back.
+/// The key kept in `files`, or `candidate` kept there (0600, atomically,
+/// sealed) when there is none or it is not a key. A kept file whose MAC is
+/// not this disk's at its generation (an older key put back) is refused.
 pub fn load_or_keep_key(
-    dir: &Path,
+    files: &mut StateFiles,
     candidate: &VpnPrivateKey,
 ) -> Result<(VpnPrivateKey, KeySource), VpnSetupError> {
-    let path = dir.join(STORED_VPN_KEY_FILE);
-    if path.exists() {
-        match confboot_util::fs::read_bounded_text(&path, MAX_VPN_KEY_FILE_BYTES)
+    if let Some(body) = files
+        .read(STORED_VPN_KEY_FILE)
+        .map_err(VpnSetupError::StateFile)?
+    {
+        match std::str::from_utf8(&body)
             .map_err(|e| e.to_string())
-            .and_then(|text| VpnPrivateKey::from_base64(&text).map_err(|e| e.to_string()))
+            .and_then(|text| VpnPrivateKey::from_base64(text).map_err(|e| e.to_string()))
         {
             Ok(key) => return Ok((key, KeySource::Kept)),
             Err(e) => log::warn!("VPN: the kept key is unusable ({e}); a new one replaces it"),
@@ -115,8 +117,9 @@ pub fn load_or_keep_key(
     let key = VpnPrivateKey::from_bytes(candidate.expose()).map_err(VpnSetupError::Key)?;
     let mut text = key.to_base64();
     text.push('\n');
-    write_private_atomically(&path, text.as_bytes())
-        .map_err(|e| VpnSetupError::KeepKey(e.to_string()))?;
+    files
+        .write(STORED_VPN_KEY_FILE, text.as_bytes())
+        .map_err(VpnSetupError::StateFile)?;
     Ok((key, KeySource::New))
 }
 
@@ -135,7 +138,8 @@ impl NodeVpnSetup {
         control_plane_key: &ControlPlanePublicKey,
     ) -> Result<(), VpnSetupError> {
         let (key, source) = with_mounted(self.mount.as_ref(), device, |dir| {
-            load_or_keep_key(dir, &self.candidate)
+            let mut files = StateFiles::open(dir, disk_key).map_err(VpnSetupError::StateFile)?;
+            load_or_keep_key(&mut files, &self.candidate)
         })
         .map_err(VpnSetupError::StateFs)??;
         log::info!(
@@ -178,10 +182,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_kept_key_wins_a_missing_or_spoilt_one_is_replaced_by_the_candidate() {
+    fn a_kept_key_wins_a_missing_one_is_replaced_and_an_old_one_refused() {
         let dir = confboot_testkit::TempDir::new("vpn-key");
+        let files = || StateFiles::open(dir.path(), &[0x42; 32]).unwrap();
         let first = VpnPrivateKey::generate().unwrap();
-        let (key, source) = load_or_keep_key(dir.path(), &first).unwrap();
+        let (key, source) = load_or_keep_key(&mut files(), &first).unwrap();
         assert_eq!((key.expose(), source), (first.expose(), KeySource::New));
         let path = dir.path().join(STORED_VPN_KEY_FILE);
         assert_eq!(
@@ -190,17 +195,22 @@ mod tests {
         );
         // A later boot's candidate loses to the kept key.
         let second = VpnPrivateKey::generate().unwrap();
-        let (key, source) = load_or_keep_key(dir.path(), &second).unwrap();
+        let (key, source) = load_or_keep_key(&mut files(), &second).unwrap();
         assert_eq!((key.expose(), source), (first.expose(), KeySource::Kept));
-        // A spoilt file: the candidate replaces it.
-        std::fs::write(&path, "not a key").unwrap();
-        let (key, source) = load_or_keep_key(dir.path(), &second).unwrap();
+        // The generation steps; the key of generation 0 put back is refused.
+        let old = std::fs::read(&path).unwrap();
+        files().step(2, false).unwrap();
+        std::fs::write(&path, &old).unwrap();
+        assert!(matches!(
+            load_or_keep_key(&mut files(), &second),
+            Err(VpnSetupError::StateFile(StateFileError::Refused {
+                file: STORED_VPN_KEY_FILE,
+                ..
+            }))
+        ));
+        // A lost key: the candidate replaces it.
+        std::fs::remove_file(&path).unwrap();
+        let (key, source) = load_or_keep_key(&mut files(), &second).unwrap();
         assert_eq!((key.expose(), source), (second.expose(), KeySource::New));
-        assert_eq!(
-            VpnPrivateKey::from_base64(&std::fs::read_to_string(&path).unwrap())
-                .unwrap()
-                .expose(),
-            second.expose()
-        );
     }
 }

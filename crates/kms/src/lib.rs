@@ -24,6 +24,7 @@ pub mod init_secret;
 pub mod master_secret_file;
 mod measurement_salt;
 pub mod seal;
+pub mod state_mac;
 
 pub use measurement_salt::{MEASUREMENT_SALT_LEN, MeasurementSalt, MeasurementSaltError};
 
