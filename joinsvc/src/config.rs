@@ -31,7 +31,7 @@ use zeroize::Zeroizing;
 
 use crate::kube_api::{KubeApi, KubeApiError};
 use crate::options::{
-    AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
+    AK_TRUST, API_SERVER_ENDPOINT, AZURE_POLICY, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
     INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
     MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, PRESENT_REFERENCE_VALUES, QUEUE,
@@ -264,6 +264,7 @@ impl Config {
             expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
             snp_policy: m.value(&SNP_POLICY).map(PathBuf::from),
             tdx_policy: m.value(&TDX_POLICY).map(PathBuf::from),
+            azure_policy: m.value(&AZURE_POLICY).map(PathBuf::from),
         };
         let tpm = given(&TPM);
         let present_reference_values = m.value(&PRESENT_REFERENCE_VALUES).map(PathBuf::from);
@@ -426,6 +427,7 @@ fn option(setting: Setting) -> &'static Opt {
         Setting::ExpectedEvents => &EXPECTED_EVENTS,
         Setting::SnpPolicy => &SNP_POLICY,
         Setting::TdxPolicy => &TDX_POLICY,
+        Setting::AzurePolicy => &AZURE_POLICY,
     }
 }
 
@@ -689,6 +691,9 @@ impl Service {
                 }),
                 Pending::Read(VariantConfig::SevSnp(snp)) => NodeCheck::Fixed(Arc::new(snp)),
                 Pending::Read(VariantConfig::Tdx(tdx)) => NodeCheck::Fixed(Arc::new(*tdx)),
+                Pending::Read(VariantConfig::AzureSevSnp(azure)) => {
+                    NodeCheck::Fixed(Arc::new(*azure))
+                }
             });
         }
         let names: Vec<&str> = config
