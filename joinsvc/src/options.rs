@@ -162,6 +162,16 @@ pub const AZURE_POLICY: Opt = Opt::value(
     confboot_verifier::help::AZURE_POLICY_HELP,
 )
 .env("JOINSVC_AZURE_POLICY");
+/// `--attest-as`.
+pub const ATTEST_AS: Opt = Opt::value(
+    "attest-as",
+    "VARIANT",
+    "How joinsvc attests itself with --tpm: qemu-vtpm (a quote by the TPM's own AK) or \
+     azure-sev-snp (on an Azure confidential VM: the paravisor's HCL report in NV 0x01400001 and \
+     a quote by the key it names)",
+)
+.default("qemu-vtpm")
+.env("JOINSVC_ATTEST_AS");
 /// `--tpm`.
 pub const TPM: Opt = Opt::value(
     "tpm",
@@ -306,6 +316,7 @@ pub const CMD: Command = Command {
         TDX_POLICY,
         AZURE_POLICY,
         TPM,
+        ATTEST_AS,
         PRESENT_REFERENCE_VALUES,
         EVENT_LOG,
         EXPECTED_EVENTS,

@@ -180,3 +180,118 @@ fn a_replayed_azure_evidence_is_refused() {
     join(&joinsvc, &issuer).expect("the recorded handshake itself is admitted");
     assert_refused(&joinsvc, &issuer, "made for another session");
 }
+
+/// A node's validators of `azure-sev-snp` join services, as the
+/// bootstrapper and the node agent build them (`--joinsvc-variants
+/// azure-sev-snp --joinsvc-azure-policy FILE`).
+fn join_service_validators(policy: &Path) -> Vec<Arc<dyn confboot_attest::Validator>> {
+    use confboot_verifier::config::{AttestationSettings, GivenSettings};
+    let settings = AttestationSettings::new(
+        vec![confboot_attest::Variant::AzureSevSnp],
+        GivenSettings {
+            azure_policy: Some(policy.to_path_buf()),
+            ..GivenSettings::default()
+        },
+    )
+    .unwrap();
+    // The node's own vTPM: its image is the default policy of vTPM join
+    // services only, unused here.
+    let own = confboot_tpm::swtpm::Swtpm::start().unwrap();
+    let own = confboot_vtpm::VtpmIssuer::new(own.connect().unwrap()).unwrap();
+    confboot_verifier::join_service::join_service_validators(&settings, &own, || {}, &[]).unwrap()
+}
+
+/// The test VCEK where an SNP policy's `vcekCacheDir` looks for it (a
+/// join service's issuer sends no chain: the node has it cached).
+fn cache_vcek(dir: &Path, vm: &AzureVm) {
+    let at = confboot_azure::HARDWARE_REPORT_OFFSET;
+    let report =
+        confboot_snp::SnpReport::from_bytes(&vm.hcl_report[at..at + confboot_snp::REPORT_LEN])
+            .unwrap();
+    let path = confboot_snp::vcek_cache_path(&dir.join("vcek"), &report);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, &chip().vcek_der).unwrap();
+}
+
+/// `policy` with the VCEK cache beside it.
+fn policy_with_cache(dir: &Path, pcrs: &str) -> PathBuf {
+    let file = policy(dir, pcrs);
+    let text = std::fs::read_to_string(&file).unwrap().replace(
+        r#""rootBundles": ["test-ark.pem"]"#,
+        r#""rootBundles": ["test-ark.pem"], "vcekCacheDir": "vcek""#,
+    );
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// A join service that attests as `azure-sev-snp` (`--attest-as`, its
+/// vTPM the paravisor's, marked with its cluster id) is checked by a node
+/// that accepts `azure-sev-snp` join services: admitted under a policy of
+/// its image, its PCR 15 read as the cluster's mark; refused under a
+/// policy of another image.
+#[test]
+fn a_node_checks_an_azure_join_service() {
+    let dir = TempDir::new("azure-node-side");
+    let cp = vm(spec((KERNEL, INITRD)));
+    cache_vcek(dir.path(), &cp);
+    {
+        let mut tpm = cp.swtpm.connect().unwrap();
+        confboot_cluster::mark::mark_node(&mut tpm, b"the cluster").unwrap();
+    }
+    let tpm = cp.swtpm.addr().to_string();
+    let joinsvc = Joinsvc::start_with(
+        &joinsvc_bin(),
+        &MeasurementPolicy::default(),
+        &[],
+        &[
+            "--variants",
+            "azure-sev-snp",
+            "--azure-policy",
+            &policy(dir.path(), &cp.image_pcrs_json())
+                .display()
+                .to_string(),
+            "--tpm",
+            &tpm,
+            "--attest-as",
+            "azure-sev-snp",
+        ],
+    );
+    joinsvc
+        .process
+        .wait_for_line("attesting as azure-sev-snp", 100);
+
+    // The node attests too (joinsvc takes no unattested client), as an
+    // Azure node of the same image.
+    let node = vm(spec((KERNEL, INITRD)));
+    let node: Arc<dyn Issuer> = node.issuer().unwrap();
+    let good = join_service_validators(&policy_with_cache(dir.path(), &cp.image_pcrs_json()));
+    let (_, peer) = confboot_atls::connect(
+        joinsvc.rpc_addr,
+        Duration::from_secs(20),
+        &good,
+        Some(Arc::clone(&node)),
+    )
+    .expect("the node admits the Azure join service");
+    let peer = peer.expect("the join service attested");
+    assert_eq!(peer.variant, confboot_attest::Variant::AzureSevSnp);
+    confboot_cluster::ticket::check_member_mark(b"the cluster", Some(&peer))
+        .expect("its PCR 15 holds the cluster's mark");
+    assert!(confboot_cluster::ticket::check_member_mark(b"another cluster", Some(&peer)).is_err());
+
+    let other = vm(spec((KERNEL, b"another command line")));
+    let other_dir = TempDir::new("azure-node-side-other");
+    cache_vcek(other_dir.path(), &cp);
+    let wrong = join_service_validators(&policy_with_cache(
+        other_dir.path(),
+        &other.image_pcrs_json(),
+    ));
+    let err = confboot_atls::connect(
+        joinsvc.rpc_addr,
+        Duration::from_secs(20),
+        &wrong,
+        Some(node),
+    )
+    .err()
+    .expect("a join service of another image is refused");
+    assert!(err.to_string().contains("measurement 9 differs"), "{err}");
+}
