@@ -295,3 +295,40 @@ fn a_node_checks_an_azure_join_service() {
     .expect("a join service of another image is refused");
     assert!(err.to_string().contains("measurement 9 differs"), "{err}");
 }
+
+/// joinsvc refuses to start on an `azure-sev-snp` policy that leaves the
+/// initrd and command line (PCR 9) unpinned, and names the file and the PCR.
+#[test]
+fn joinsvc_refuses_an_azure_policy_that_does_not_pin_the_image() {
+    let dir = TempDir::new("azure-unpinned");
+    let node = vm(spec((KERNEL, INITRD)));
+    let pcr4_only = node
+        .image_pcrs_json()
+        .split(", ")
+        .next()
+        .unwrap()
+        .to_string()
+        + "}";
+    let policy = policy(dir.path(), &pcr4_only);
+    let master = dir.path().join("master-secret.json");
+    confboot_kms::MasterSecret::generate()
+        .unwrap()
+        .write_file(&master)
+        .unwrap();
+    let out = std::process::Command::new(joinsvc_bin())
+        .args(["--master-secret", &master.display().to_string()])
+        .args(["--measurement-salt", &"5a".repeat(32)])
+        .args(["--variants", "azure-sev-snp"])
+        .args(["--azure-policy", &policy.display().to_string()])
+        .args(["--api-server-endpoint", "10.0.0.1:6443"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--azure-policy")
+            && err.contains("azure-sev-snp policy does not pin the image: PCR 9 not enforced"),
+        "{err}"
+    );
+    assert!(!err.contains("listening"), "{err}");
+}

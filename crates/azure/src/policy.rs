@@ -126,3 +126,93 @@ impl AzureSnpPolicy {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNP: &str = r#"{"measurement": {"expected": "7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a"}}"#;
+
+    fn pcr(i: u32, warn_only: bool) -> String {
+        format!(
+            r#""{i}": {{"expected": "{}", "warnOnly": {warn_only}}}"#,
+            "ab".repeat(32)
+        )
+    }
+
+    fn policy(pcrs: &[String]) -> Result<AzureSnpPolicy, PolicyError> {
+        AzureSnpPolicy::from_json_at(
+            &format!(r#"{{"snp": {SNP}, "pcrs": {{{}}}}}"#, pcrs.join(", ")),
+            None,
+        )
+    }
+
+    fn missing(e: PolicyError) -> String {
+        match e {
+            PolicyError::CloudImageNotPinned { missing, .. } => missing,
+            other => panic!("not an image-pin refusal: {other}"),
+        }
+    }
+
+    #[test]
+    fn the_kernel_initrd_and_command_line_must_be_pinned() {
+        let p = policy(&[pcr(4, false), pcr(9, false), pcr(15, false)]).unwrap();
+        assert!(p.pcrs.entries().contains_key(&4) && !p.pcrs.entries().contains_key(&15));
+        assert_eq!(missing(policy(&[pcr(4, false)]).unwrap_err()), "PCR 9");
+        assert_eq!(missing(policy(&[pcr(9, false)]).unwrap_err()), "PCR 4");
+        assert_eq!(
+            missing(policy(&[pcr(4, false), pcr(9, true)]).unwrap_err()),
+            "PCR 9"
+        );
+        // The cluster mark and the firmware alone pin no image.
+        assert_eq!(
+            missing(policy(&[pcr(0, false), pcr(15, false)]).unwrap_err()),
+            "PCR 4, PCR 9"
+        );
+        let e = policy(&[pcr(15, false)]).unwrap_err().to_string();
+        assert!(
+            e.contains("azure-sev-snp policy does not pin the image"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_policy_is_read_strictly() {
+        let pins = format!("{{{}, {}}}", pcr(4, false), pcr(9, false));
+        let refused = |text: String| AzureSnpPolicy::from_json_at(&text, None).unwrap_err();
+        assert!(matches!(
+            refused(format!(r#"{{"snp": {SNP}, "pcrs": {pins}, "tdx": {{}}}}"#)),
+            PolicyError::Format(_)
+        ));
+        assert!(matches!(
+            refused(format!(r#"{{"pcrs": {pins}}}"#)),
+            PolicyError::Format(_)
+        ));
+        assert!(matches!(
+            refused(format!(r#"{{"snp": {SNP}, "snp": {SNP}, "pcrs": {pins}}}"#)),
+            PolicyError::DuplicateKey(_)
+        ));
+        // The SNP part keeps its own rule: a paravisor launch it pins.
+        assert!(matches!(
+            refused(format!(
+                r#"{{"snp": {{"measurement": {{"expected": "{}", "warnOnly": true}}}}, "pcrs": {pins}}}"#,
+                "7a".repeat(48)
+            )),
+            PolicyError::ImageNotPinned
+        ));
+    }
+
+    #[test]
+    fn a_policy_file_is_held_to_the_rule_when_it_is_loaded() {
+        let dir = std::env::temp_dir().join(format!("azure-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("azure.json");
+        std::fs::write(
+            &file,
+            format!(r#"{{"snp": {SNP}, "pcrs": {{{}}}}}"#, pcr(4, false)),
+        )
+        .unwrap();
+        assert_eq!(missing(AzureSnpPolicy::load(&file).unwrap_err()), "PCR 9");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
