@@ -47,8 +47,12 @@ use std::path::Path;
 /// 3.65 MB until the formats the node agent reads (its VPN file, the
 /// handoff step document) were read with serde derives (about 12 KB) and
 /// the errors became typed: a reason per attestation check, I/O errors
-/// that keep their source (about 16 KB): 3.67 MB.
-const BUDGET: u64 = 3_700_000;
+/// that keep their source (about 16 KB): 3.67 MB. 3.7 MB until the
+/// bootstrapper attested as, and checked join services of, an Azure
+/// SEV-SNP confidential VM (`azure-sev-snp`: the HCL report, its runtime
+/// claims and the evidence read as JSON, the RSA quote by `HCLAkPub`, the
+/// Azure policy; about 78 KB): 3.78 MB.
+const BUDGET: u64 = 3_800_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");
