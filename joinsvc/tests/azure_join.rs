@@ -332,3 +332,20 @@ fn joinsvc_refuses_an_azure_policy_that_does_not_pin_the_image() {
     );
     assert!(!err.contains("listening"), "{err}");
 }
+
+/// On an Azure VM the paravisor's RSA attestation key holds the handle
+/// where confboot keeps its own AK (0x81000003): the node's vTPM issuer
+/// (the cluster mark, its own image) creates its ECC AK beside it, and the
+/// Azure issuer still quotes with the paravisor's key.
+#[test]
+fn the_vtpm_issuer_opens_beside_the_paravisor_key() {
+    let dir = TempDir::new("azure-own-ak");
+    let node = vm(spec((KERNEL, INITRD)));
+    let own = confboot_vtpm::VtpmIssuer::new(node.swtpm.connect().unwrap())
+        .expect("an ECC AK beside the paravisor's RSA key");
+    assert!(!own.ak_public_key().is_empty());
+    drop(own);
+    let joinsvc = joinsvc(&policy(dir.path(), &node.image_pcrs_json()));
+    let issuer: Arc<dyn Issuer> = node.issuer().unwrap();
+    join(&joinsvc, &issuer).expect("the paravisor's key still signs");
+}

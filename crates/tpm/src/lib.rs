@@ -149,6 +149,8 @@ pub struct Quote {
 
 /// `TPM_ALG_RSASSA`.
 pub const TPM_ALG_RSASSA: u16 = 0x0014;
+/// `TPM_ALG_RSA`.
+const TPM_ALG_RSA: u16 = 0x0001;
 /// The longest RSA signature [`Tpm::quote_rsassa`] takes (RSA-4096).
 pub const MAX_RSA_SIGNATURE_LEN: usize = 512;
 
@@ -516,6 +518,19 @@ impl Tpm {
         &mut self,
         persistent_handle: u32,
     ) -> Result<AttestationKey, TpmError> {
+        match self.read_public(persistent_handle) {
+            // Azure's paravisor persists its RSA attestation key here (the
+            // key its HCL report names, which `azure-sev-snp` evidence
+            // quotes with): confboot's own ECC AK is created beside it.
+            Ok(public) if public.starts_with(&TPM_ALG_RSA.to_be_bytes()) => {
+                log::info!(
+                    "the key at {persistent_handle:#010x} is an RSA key (a paravisor's); creating \
+                     an ECC AK in the owner hierarchy"
+                );
+                return self.create_ak();
+            }
+            _ => {}
+        }
         match self.load_ak(persistent_handle) {
             Ok(ak) => Ok(ak),
             Err(e) if e.is_handle_missing() => {
