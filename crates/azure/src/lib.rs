@@ -64,6 +64,20 @@
 //! signature`: another AK), another session's nonce (`nonce`) and a PCR
 //! policy of another image (`PCRs`).
 
+//! ## On the join path
+//!
+//! `azure-sev-snp` (`confboot_attest::Variant::AzureSevSnp`, Constellation's
+//! name and OID 1.3.9900.4.1): [`AzureIssuer`] reads the HCL report from
+//! the vTPM's NV index and quotes every SHA-256 PCR with the key at
+//! [`AZURE_AK_HANDLE`], the session's `extra_data` as the nonce, and
+//! encodes the evidence as [`encode_evidence`] says; [`AzureSnpValidator`]
+//! runs every check above on it with `extra_data` as the nonce, under an
+//! [`AzureSnpPolicy`] (the paravisor's SEV-SNP launch, and PCRs 4 and 9,
+//! which pin the image), and reports the PCRs, whose PCR 15 is the cluster
+//! mark the caller reads. These are verified end to end only by evidence
+//! made for the tests (a test ARK, a swtpm that holds the indices); the
+//! recorded samples are the oracle of the checks themselves.
+
 mod claims;
 mod evidence;
 mod hcl;
