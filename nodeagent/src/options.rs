@@ -268,6 +268,7 @@ mod tests {
             JOINSVC_VARIANTS,
             JOINSVC_SNP_POLICY,
             JOINSVC_TDX_POLICY,
+            JOINSVC_AZURE_POLICY,
             JOINSVC_RELEASE_KEY,
             VERBOSITY,
         ],
