@@ -19,9 +19,9 @@ use confboot_verifier::config::{
 };
 use confboot_vtpm::EventLogSource;
 use nodeagent::options::{
-    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,
-    JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS, JoinServiceOptions,
-    JoinServiceOptionsError,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_AZURE_POLICY, JOINSVC_MEASUREMENTS,
+    JOINSVC_RELEASE_KEY, JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS,
+    JoinServiceOptions, JoinServiceOptionsError,
 };
 
 use crate::join;
@@ -29,7 +29,9 @@ use crate::join;
 /// The help of the option that says how a node attests.
 const ATTESTATION_HELP: &str = "How this node attests itself: qemu-vtpm (a quote of its TPM), \
      sev-snp (an SEV-SNP report through the kernel's configfs-tsm, /sys/kernel/config/tsm/report) \
-     or tdx (an Intel TDX quote through configfs-tsm, with the firmware's CCEL event log); the TPM \
+     tdx (an Intel TDX quote through configfs-tsm, with the firmware's CCEL event log) or \
+     azure-sev-snp (an Azure confidential VM: the HCL report in its vTPM's NV index 0x01400001 and \
+     a quote by the key it names); the TPM \
      still holds the cluster mark";
 
 const TPM: Opt = Opt::value(
@@ -163,8 +165,9 @@ pub const CMD: Command = Command {
     about: "bootstrapper: runs on every confboot node, from the initramfs at VM boot.\n\
             On a blank state disk it races an InitServer (the admin's `confboot init`, on --init-listen)\n\
             against a JoinClient (asks the join services for a ticket, attesting as --attestation says:\n\
-            qemu-vtpm, the node's vTPM; sev-snp, an SEV-SNP report; or tdx, an Intel TDX quote; join\n\
-            services must attest with one of --joinsvc-variants, from the same three).\n\
+            qemu-vtpm, the node's vTPM; sev-snp, an SEV-SNP report; tdx, an Intel TDX quote; or\n\
+            azure-sev-snp, an Azure confidential VM's HCL report and vTPM quote; join services must\n\
+            attest with one of --joinsvc-variants, from the same four).\n\
             The winner takes the nodelock, formats the state disk (LUKS2) with the derived key, marks\n\
             the node (PCR 15 <- cluster id) and hands over to kubeadm. On an initialized disk it asks\n\
             for a rejoin ticket and serves Recover (--recover-listen) for when no join service answers.\n\
@@ -199,6 +202,7 @@ pub const CMD: Command = Command {
         JOINSVC_VARIANTS,
         JOINSVC_SNP_POLICY,
         JOINSVC_TDX_POLICY,
+        JOINSVC_AZURE_POLICY,
         JOINSVC_RELEASE_KEY,
         INSECURE_ANY_JOIN_SERVICE,
         CONTROL_PLANE,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use confboot_atls as atls;
 use confboot_attest::{AttestationError, Issuer, Validator, Variant};
+use confboot_azure::{AzureIssuer, TpmAccess};
 use confboot_cluster::kubelet_cert::{KubeletCertError, KubeletCertRequest};
 use confboot_cluster::{
     ClusterBackend, ClusterError, HandoffBackend, InitClusterOutput, InitClusterParams,
@@ -307,6 +308,18 @@ fn ssh_users_setup(config: &Config) -> Option<SshUsersSetup> {
     })
 }
 
+/// The vTPM issuer's TPM connection, lent to the Azure issuer.
+struct SharedTpm(Arc<VtpmIssuer>);
+
+impl TpmAccess for SharedTpm {
+    fn with_tpm(
+        &self,
+        f: &mut dyn FnMut(&mut confboot_tpm::Tpm) -> Result<(), confboot_tpm::TpmError>,
+    ) -> Result<(), confboot_tpm::TpmError> {
+        self.0.with_tpm(f)
+    }
+}
+
 /// What marks this node bootstrapped: PCR 15 always (the TPM's evidence,
 /// the node agent's, shows it); for a TD first `RTMR3`, which its TDX
 /// evidence shows (the register must be there before any ticket is asked
@@ -318,7 +331,7 @@ fn node_marker(
 ) -> Result<Arc<dyn NodeMarker>, RunError> {
     let tpm = Arc::clone(issuer) as Arc<dyn NodeMarker>;
     match variant {
-        Variant::QemuVtpm | Variant::SevSnp => Ok(tpm),
+        Variant::QemuVtpm | Variant::SevSnp | Variant::AzureSevSnp => Ok(tpm),
         Variant::Tdx => {
             let rtmr3 = Rtmr3Marker::open_default().map_err(RunError::Rtmr3)?;
             Ok(Arc::new(Markers(vec![Arc::new(rtmr3), tpm])))
@@ -404,6 +417,9 @@ fn run(config: &Config, started: Instant) -> Result<node::Outcome, RunError> {
         Variant::QemuVtpm => Arc::clone(&issuer) as Arc<dyn Issuer>,
         Variant::SevSnp => Arc::new(SnpIssuer::open_default().map_err(RunError::SnpIssuer)?),
         Variant::Tdx => Arc::new(TdxIssuer::open_default().map_err(RunError::TdxIssuer)?),
+        // The paravisor's vTPM is the node's TPM: the Azure issuer quotes
+        // through the vTPM issuer's connection (a swtpm socket takes one).
+        Variant::AzureSevSnp => Arc::new(AzureIssuer::new(SharedTpm(Arc::clone(&issuer)))),
     };
     log::info!("this node attests with {}", attesting.variant());
     let marker = node_marker(config.attestation, &issuer)?;

@@ -47,7 +47,7 @@ use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, VariantConfig, parse_variants,
 };
-use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
+use confboot_verifier::help::{AZURE_POLICY_HELP, SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 
 /// Parses `args` for `cmd`, sets up logging, reads the command's
 /// configuration with `read` (an error there is a usage error: exit 2),
@@ -102,6 +102,9 @@ pub const SNP_POLICY: Opt = Opt::value("snp-policy", "FILE", SNP_POLICY_HELP);
 /// files), for `tdx`.
 pub const TDX_POLICY: Opt = Opt::value("tdx-policy", "FILE", TDX_POLICY_HELP);
 
+/// `--azure-policy FILE`: the `azure-sev-snp` policy.
+pub const AZURE_POLICY: Opt = Opt::value("azure-policy", "FILE", AZURE_POLICY_HELP);
+
 /// How the admin's commands check a node, from their options.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeCheck {
@@ -132,7 +135,8 @@ impl NodeCheck {
         let measurements = m.value(&MEASUREMENTS);
         let snp_policy = m.value(&SNP_POLICY);
         let tdx_policy = m.value(&TDX_POLICY);
-        let files: Vec<&str> = [measurements, snp_policy, tdx_policy]
+        let azure_policy = m.value(&AZURE_POLICY);
+        let files: Vec<&str> = [measurements, snp_policy, tdx_policy, azure_policy]
             .into_iter()
             .flatten()
             .collect();
@@ -144,6 +148,7 @@ impl NodeCheck {
             expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
             snp_policy: snp_policy.map(PathBuf::from),
             tdx_policy: tdx_policy.map(PathBuf::from),
+            azure_policy: azure_policy.map(PathBuf::from),
         };
         let variants =
             parse_variants(variants).map_err(|e| NodeCheckError(ConfigError::Variants(e)))?;
@@ -191,6 +196,9 @@ impl NodeCheck {
                 }
                 VariantConfig::Tdx(tdx) => {
                     validators.push(Arc::new((*tdx).require_unmarked(true)) as Arc<dyn Validator>)
+                }
+                VariantConfig::AzureSevSnp(azure) => {
+                    validators.push(Arc::new((*azure).require_unmarked(true)) as Arc<dyn Validator>)
                 }
                 vtpm @ VariantConfig::QemuVtpm(_) => {
                     validators.push(vtpm.validator().map_err(NodeCheckError)?)
@@ -272,6 +280,7 @@ fn option(setting: Setting) -> Option<&'static Opt> {
         Setting::ExpectedEvents => Some(&EXPECTED_EVENTS),
         Setting::SnpPolicy => Some(&SNP_POLICY),
         Setting::TdxPolicy => Some(&TDX_POLICY),
+        Setting::AzurePolicy => Some(&AZURE_POLICY),
         // insecure-any-ak is taken with a warning: never asked for.
         Setting::InsecureAnyAkConfirmation => None,
     }

@@ -64,8 +64,10 @@ const CMD: Command = Command {
     name: "confboot init",
     about: "Initialize a new cluster on its first node. Verifies the node over attested TLS as\n\
             --variants accepts (another variant is refused): qemu-vtpm (the default: a vTPM node,\n\
-            against --measurements and --ak-trust) or tdx (an Intel TDX node, against --tdx-policy);\n\
-            the node must not be bootstrapped yet: PCR 15 (vTPM) or RTMR3 (TDX), the cluster mark, all zero.\n\
+            against --measurements and --ak-trust), tdx (an Intel TDX node, against --tdx-policy) or\n\
+            azure-sev-snp (an Azure SEV-SNP confidential VM, against --azure-policy);\n\
+            the node must not be bootstrapped yet: PCR 15 (vTPM, Azure's vTPM) or RTMR3 (TDX), the cluster\n\
+            mark, all zero.\n\
             sev-snp is refused: an SEV-SNP node has no register that shows it is not bootstrapped;\n\
             generates the\n\
             master secret (or takes --master-secret), writes it to --master-secret-out (mode 0600)\n\
@@ -86,6 +88,7 @@ const CMD: Command = Command {
         common::VARIANTS,
         common::SNP_POLICY,
         common::TDX_POLICY,
+        common::AZURE_POLICY,
         INIT_SECRET_FILE,
         MASTER_SECRET,
         MASTER_SECRET_OUT,

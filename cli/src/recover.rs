@@ -53,8 +53,10 @@ const CMD: Command = Command {
     name: "confboot recover",
     about: "Recover a node that cannot reach a join service: verifies the node over attested TLS\n\
             as --variants accepts (another variant is refused): qemu-vtpm (the default: a vTPM node,\n\
-            against --measurements and --ak-trust) or tdx (an Intel TDX node, against --tdx-policy);\n\
-            the node must not be bootstrapped yet: PCR 15 (vTPM) or RTMR3 (TDX), the cluster mark, all zero.\n\
+            against --measurements and --ak-trust), tdx (an Intel TDX node, against --tdx-policy) or\n\
+            azure-sev-snp (an Azure SEV-SNP confidential VM, against --azure-policy);\n\
+            the node must not be bootstrapped yet: PCR 15 (vTPM, Azure's vTPM) or RTMR3 (TDX), the cluster\n\
+            mark, all zero.\n\
             sev-snp is refused: an SEV-SNP node has no register that shows it is not bootstrapped;\n\
             then sends it the init secret,\n\
             the master secret (inside the kms:// URI) and the cluster's measurement salt (from --cluster-file).\n\
@@ -78,6 +80,7 @@ const CMD: Command = Command {
         common::VARIANTS,
         common::SNP_POLICY,
         common::TDX_POLICY,
+        common::AZURE_POLICY,
         VERBOSITY,
     ],
 };

@@ -116,7 +116,8 @@ const CMD: Command = Command {
             nodes). Prints one row per PCR: expected, actual, enforced or warnOnly, ✓ or ✗, and under\n\
             a differing PCR the first event of the node's log that differs from --expected-events.\n\
             An SEV-SNP node (--variants sev-snp) is checked against --snp-policy instead, one line per\n\
-            check (its report carries no cluster mark), a TDX node (--variants tdx) against --tdx-policy;\n\
+            check (its report carries no cluster mark), a TDX node (--variants tdx) against --tdx-policy,\n\
+            an Azure SEV-SNP node (--variants azure-sev-snp) against --azure-policy;\n\
             a variant --variants does not accept is refused.\n\
             With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one\n\
             JWT signed with --ear-key (ES256).\n\
@@ -134,6 +135,7 @@ const CMD: Command = Command {
         common::VARIANTS,
         common::SNP_POLICY,
         common::TDX_POLICY,
+        common::AZURE_POLICY,
         CLUSTER_ID,
         CLUSTER_FILE,
         OUTPUT,

@@ -409,6 +409,7 @@ pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
     static VTPM: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
     static SNP: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
     static TDX: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
+    static AZURE: OnceLock<Vec<Arc<dyn Validator>>> = OnceLock::new();
     match variant {
         Variant::QemuVtpm => VTPM.get_or_init(|| vec![Arc::new(vtpm().pinned.clone())]),
         Variant::SevSnp => SNP.get_or_init(|| {
@@ -428,6 +429,17 @@ pub fn atls_validators(variant: Variant) -> &'static [Arc<dyn Validator>] {
             vec![Arc::new(TdxValidator::with_roots(
                 policy,
                 TdxRoots::intel(),
+            ))]
+        }),
+        Variant::AzureSevSnp => AZURE.get_or_init(|| {
+            let policy = confboot_snp::SnpPolicy {
+                insecure_any_image: true,
+                ..confboot_snp::SnpPolicy::default()
+            };
+            let snp = SnpValidator::with_roots(policy, TrustRoots::builtin()).as_of(NOW as i64);
+            vec![Arc::new(confboot_azure::AzureSnpValidator::with_snp(
+                snp,
+                confboot_attest::MeasurementPolicy::default(),
             ))]
         }),
     }

@@ -129,6 +129,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("azure_hcl_report", azure_hcl_report),
     ("azure_runtime_claims", azure_runtime_claims),
     ("azure_evidence", azure_evidence),
+    ("azure_policy", azure_policy),
     ("aws_document", aws_document),
     ("aws_nitro_evidence", aws_nitro_evidence),
     ("gcp_attestation", gcp_attestation),
@@ -997,6 +998,25 @@ pub fn ear_token(data: &[u8]) {
         read(data, &[], now, i64::MAX).is_err(),
         "read without a key"
     );
+}
+
+/// An `azure-sev-snp` policy's text: whatever the bytes, no panic; a
+/// policy read pins the image twice over, the paravisor's launch (its SNP
+/// part) and the kernel, initrd and command line (PCRs 4 and 9 enforced),
+/// and never holds the cluster mark's PCR 15.
+pub fn azure_policy(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(p) = confboot_azure::AzureSnpPolicy::from_json_at(text, None) else {
+        return;
+    };
+    assert!(p.snp.pins_image() || p.snp.insecure_any_image);
+    for pcr in confboot_azure::AZURE_IMAGE_PCRS {
+        assert!(p.pcrs.entries().get(&pcr).is_some_and(|e| !e.warn_only));
+    }
+    assert!(!p.pcrs.entries().contains_key(&confboot_tpm::CLUSTER_ID_PCR));
+    assert!(p.check_pins_image().is_ok());
 }
 
 /// The SEV-SNP policy JSON: what parses pins the image (or says

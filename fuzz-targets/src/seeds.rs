@@ -647,6 +647,55 @@ fn measurement_policy() -> Vec<Seed> {
     ]
 }
 
+fn azure_policy() -> Vec<Seed> {
+    let launch = "7a".repeat(48);
+    let pcr = |i: u32, warn: bool| {
+        format!(
+            r#""{i}": {{"expected": "{}", "warnOnly": {warn}}}"#,
+            "ab".repeat(32)
+        )
+    };
+    let policy = |snp: String, pcrs: &[String]| {
+        format!(r#"{{"snp": {snp}, "pcrs": {{{}}}}}"#, pcrs.join(", "))
+    };
+    let snp = format!(r#"{{"measurement": {{"expected": "{launch}"}}}}"#);
+    let id_key = format!(
+        r#"{{"measurement": {{"expected": "{launch}", "warnOnly": true}}, "idKeyDigests": ["{}"], "minimumTcb": {{"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115}}}}"#,
+        "cd".repeat(48)
+    );
+    vec![
+        seed(
+            "minimal",
+            policy(snp.clone(), &[pcr(4, false), pcr(9, false)]),
+        ),
+        seed(
+            "id-key-and-firmware",
+            policy(
+                id_key,
+                &[
+                    pcr(0, true),
+                    pcr(4, false),
+                    pcr(7, false),
+                    pcr(9, false),
+                    pcr(15, false),
+                ],
+            ),
+        ),
+        seed(
+            "initrd-unpinned",
+            policy(snp.clone(), &[pcr(4, false), pcr(9, true)]),
+        ),
+        seed("mark-only", policy(snp.clone(), &[pcr(15, false)])),
+        seed(
+            "unknown-member",
+            format!(
+                r#"{{"snp": {snp}, "pcrs": {{{}}}, "tdx": {{}}}}"#,
+                pcr(4, false)
+            ),
+        ),
+    ]
+}
+
 fn snp_policy() -> Vec<Seed> {
     let m = confboot_util::hex::encode(fixtures::snp()[0].measurement());
     vec![
@@ -1413,6 +1462,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "azure_hcl_report" => azure_hcl_report(),
         "azure_runtime_claims" => azure_runtime_claims(),
         "azure_evidence" => azure_evidence(),
+        "azure_policy" => azure_policy(),
         "aws_document" => aws_document(),
         "aws_nitro_evidence" => aws_nitro_evidence(),
         "gcp_attestation" => gcp_attestation(),

@@ -23,7 +23,8 @@ use confboot_util::floor::{FloorError, TimeFloor};
 use confboot_util::fs::{FileError, MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
-    Setting, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings, parse_variants,
+    Setting, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings,
+    parse_attestation_variant, parse_variants,
 };
 use confboot_vtpm::{EventLogSource, VtpmIssuer};
 use std::os::unix::fs::DirBuilderExt;
@@ -31,8 +32,8 @@ use zeroize::Zeroizing;
 
 use crate::kube_api::{KubeApi, KubeApiError};
 use crate::options::{
-    AK_TRUST, API_SERVER_ENDPOINT, EVENT_LOG, EXPECTED_EVENTS, HEALTH_LISTEN,
-    INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
+    AK_TRUST, API_SERVER_ENDPOINT, ATTEST_AS, AZURE_POLICY, EVENT_LOG, EXPECTED_EVENTS,
+    HEALTH_LISTEN, INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
     MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, PRESENT_REFERENCE_VALUES, QUEUE,
     REFERENCE_VALUES_DIR, REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY,
@@ -130,6 +131,9 @@ pub struct OwnTpm {
     pub spec: String,
     /// The firmware event log sent with the evidence.
     pub event_log: EventLogSource,
+    /// How joinsvc attests with it (`--attest-as`): `qemu-vtpm` or
+    /// `azure-sev-snp`.
+    pub variant: Variant,
 }
 
 /// How the Kubernetes API is reached.
@@ -265,6 +269,7 @@ impl Config {
             expected_events: m.value(&EXPECTED_EVENTS).map(PathBuf::from),
             snp_policy: m.value(&SNP_POLICY).map(PathBuf::from),
             tdx_policy: m.value(&TDX_POLICY).map(PathBuf::from),
+            azure_policy: m.value(&AZURE_POLICY).map(PathBuf::from),
         };
         let tpm = given(&TPM);
         let present_reference_values = m.value(&PRESENT_REFERENCE_VALUES).map(PathBuf::from);
@@ -340,6 +345,7 @@ impl Config {
         if present_reference_values.is_some() && tpm.is_none() {
             return Err(ReadError::PresentWithoutTpm);
         }
+        let attest_as = own_variant(&default(&ATTEST_AS))?;
         Ok(Config::Serve(Box::new(ServeConfig {
             listen,
             health_listen,
@@ -352,6 +358,7 @@ impl Config {
             tpm: tpm.map(|spec| OwnTpm {
                 event_log: EventLogSource::new(event_log.as_deref(), Tpm::is_device_spec(&spec)),
                 spec,
+                variant: attest_as,
             }),
             kubernetes_ca,
             pki_dir,
@@ -417,6 +424,19 @@ fn number(m: &Matches, opt: &Opt) -> Result<usize, ArgsError> {
         .ok_or_else(|| ArgsError::Required(opt.long.into()))
 }
 
+/// `--attest-as`: how joinsvc attests itself with its TPM.
+fn own_variant(text: &str) -> Result<Variant, ReadError> {
+    match parse_attestation_variant(text) {
+        Ok(v @ (Variant::QemuVtpm | Variant::AzureSevSnp)) => Ok(v),
+        Ok(other) => Err(ReadError::Args(ArgsError::Invalid {
+            option: ATTEST_AS.long.into(),
+            value: other.name().into(),
+            reason: "joinsvc attests with its TPM: qemu-vtpm or azure-sev-snp".into(),
+        })),
+        Err(e) => Err(ReadError::Attestation(ConfigError::Variants(e))),
+    }
+}
+
 /// The option that gives a setting of joining nodes' attestation.
 fn option(setting: Setting) -> &'static Opt {
     match setting {
@@ -427,6 +447,7 @@ fn option(setting: Setting) -> &'static Opt {
         Setting::ExpectedEvents => &EXPECTED_EVENTS,
         Setting::SnpPolicy => &SNP_POLICY,
         Setting::TdxPolicy => &TDX_POLICY,
+        Setting::AzurePolicy => &AZURE_POLICY,
     }
 }
 
@@ -693,7 +714,10 @@ impl Service {
                 }),
                 Pending::Read(VariantConfig::SevSnp(snp)) => NodeCheck::Fixed(Arc::new(snp)),
                 Pending::Read(VariantConfig::Tdx(tdx)) => {
-                    NodeCheck::Fixed(Arc::new(tdx.with_time_floor(Arc::clone(&floor))))
+                    NodeCheck::Fixed(Arc::new((*tdx).with_time_floor(Arc::clone(&floor))))
+                }
+                Pending::Read(VariantConfig::AzureSevSnp(azure)) => {
+                    NodeCheck::Fixed(Arc::new(*azure))
                 }
             });
         }
@@ -719,13 +743,21 @@ impl Service {
                 // a TPM that restarts under it (its connection broken, a
                 // transient AK gone) is reconnected to on the next quote.
                 let reopen_spec = spec.to_string();
-                Some(Arc::new(
-                    VtpmIssuer::new(tpm)
-                        .map_err(|e| tpm_error(TpmOpenError::AttestationKey(e)))?
-                        .with_event_log_from(&own.event_log)
-                        .map_err(LoadError::EventLog)?
-                        .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
-                ))
+                if own.variant == Variant::AzureSevSnp {
+                    log::info!("attesting as azure-sev-snp (the paravisor's HCL report)");
+                    Some(
+                        Arc::new(confboot_azure::AzureIssuer::new(std::sync::Mutex::new(tpm)))
+                            as Arc<dyn Issuer>,
+                    )
+                } else {
+                    Some(Arc::new(
+                        VtpmIssuer::new(tpm)
+                            .map_err(|e| tpm_error(TpmOpenError::AttestationKey(e)))?
+                            .with_event_log_from(&own.event_log)
+                            .map_err(LoadError::EventLog)?
+                            .reconnecting(Box::new(move || Tpm::open(&reopen_spec))),
+                    ))
+                }
             }
         };
 

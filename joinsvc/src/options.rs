@@ -28,7 +28,9 @@ use confboot_verifier::config::DEFAULT_VARIANTS;
 /// The help of `--variants`.
 const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qemu-vtpm (a vTPM quote, \
      checked with the measurements and AK-trust options), sev-snp (an SEV-SNP report, checked \
-     with the SNP policy option) and/or tdx (an Intel TDX quote, checked with the TDX policy option). \
+     with the SNP policy option), tdx (an Intel TDX quote, checked with the TDX policy option) \
+     and/or azure-sev-snp (an Azure confidential VM's HCL report and vTPM quote, checked with the \
+     Azure policy option). \
      Evidence of another variant is refused in the handshake";
 
 /// The help of `--snp-policy`.
@@ -154,6 +156,23 @@ pub const SNP_POLICY: Opt =
 /// `--tdx-policy`.
 pub const TDX_POLICY: Opt =
     Opt::value("tdx-policy", "FILE", TDX_POLICY_HELP).env("JOINSVC_TDX_POLICY");
+/// `--azure-policy`.
+pub const AZURE_POLICY: Opt = Opt::value(
+    "azure-policy",
+    "FILE",
+    confboot_verifier::help::AZURE_POLICY_HELP,
+)
+.env("JOINSVC_AZURE_POLICY");
+/// `--attest-as`.
+pub const ATTEST_AS: Opt = Opt::value(
+    "attest-as",
+    "VARIANT",
+    "How joinsvc attests itself with --tpm: qemu-vtpm (a quote by the TPM's own AK) or \
+     azure-sev-snp (on an Azure confidential VM: the paravisor's HCL report in NV 0x01400001 and \
+     a quote by the key it names)",
+)
+.default("qemu-vtpm")
+.env("JOINSVC_ATTEST_AS");
 /// `--tpm`.
 pub const TPM: Opt = Opt::value(
     "tpm",
@@ -266,7 +285,8 @@ pub const CMD: Command = Command {
             A joining node connects over attested TLS and proves what it runs inside the handshake:\n\
             as --variants accepts (other variants are refused): qemu-vtpm, a vTPM quote (checked\n\
             against --ak-trust and --measurements); sev-snp, an SEV-SNP report (checked against\n\
-            --snp-policy); or tdx, an Intel TDX quote (checked against --tdx-policy).\n\
+            --snp-policy); tdx, an Intel TDX quote (checked against --tdx-policy); or azure-sev-snp,\n\
+            an Azure confidential VM's HCL report and vTPM quote (checked against --azure-policy).\n\
             joinsvc then derives the node's state-disk key from the master secret, creates a\n\
             Kubernetes bootstrap token and returns the join ticket. The measurements file is watched\n\
             and reloaded without a restart (the SNP policy is read at start-up). With --tpm, joinsvc\n\
@@ -295,7 +315,9 @@ pub const CMD: Command = Command {
         VARIANTS,
         SNP_POLICY,
         TDX_POLICY,
+        AZURE_POLICY,
         TPM,
+        ATTEST_AS,
         PRESENT_REFERENCE_VALUES,
         EVENT_LOG,
         EXPECTED_EVENTS,

@@ -14,8 +14,9 @@ use confboot_vpn::VpnNetwork;
 use confboot_vtpm::EventLogSource;
 
 use crate::options::{
-    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_MEASUREMENTS, JOINSVC_RELEASE_KEY,
-    JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS, JoinServiceOptions,
+    EVENT_LOG_HELP, JOINSVC_AK_TRUST, JOINSVC_AZURE_POLICY, JOINSVC_MEASUREMENTS,
+    JOINSVC_RELEASE_KEY, JOINSVC_SNP_POLICY, JOINSVC_TDX_POLICY, JOINSVC_VARIANTS,
+    JoinServiceOptions,
 };
 use crate::vpn;
 
@@ -107,7 +108,7 @@ pub const CMD: Command = Command {
             address too); nothing it answers is secret. SIGTERM or SIGINT stop it.\n\
             With --vpn-cidr it polls the control planes (vpn.API/GetUpdate over aTLS: this node\n\
             attests with its vTPM, each control plane must pass the --joinsvc-* checks, as a\n\
-            qemu-vtpm, sev-snp or tdx node as --joinsvc-variants accepts, and carry\n\
+            qemu-vtpm, sev-snp, tdx or azure-sev-snp node as --joinsvc-variants accepts, and carry\n\
             the cluster's mark in PCR 15) every --vpn-poll-interval seconds (with jitter; backoff\n\
             after failures), sends this node's own peer record from --vpn-file, and applies each\n\
             new checked list to the WireGuard interface --vpn-interface and --vpn-peers-file; a\n\
@@ -131,6 +132,7 @@ pub const CMD: Command = Command {
         JOINSVC_VARIANTS,
         JOINSVC_SNP_POLICY,
         JOINSVC_TDX_POLICY,
+        JOINSVC_AZURE_POLICY,
         JOINSVC_RELEASE_KEY,
         VERBOSITY,
     ],

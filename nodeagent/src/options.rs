@@ -27,7 +27,7 @@ use confboot_verifier::config::{
     AttestationSettings, ConfigError, DEFAULT_VARIANTS, GivenSettings, INSECURE_ANY_AK_WARNING,
     InsecureAnyAk, Setting, parse_variants,
 };
-use confboot_verifier::help::{SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
+use confboot_verifier::help::{AZURE_POLICY_HELP, SNP_POLICY_HELP, TDX_POLICY_HELP, VARIANTS_HELP};
 use confboot_verifier::join_service::{JoinServiceError, join_service_validators};
 use confboot_vtpm::{EventLogSource, VtpmIssuer};
 
@@ -114,6 +114,9 @@ pub const JOINSVC_SNP_POLICY: Opt = Opt::value("joinsvc-snp-policy", "FILE", SNP
 /// `--joinsvc-tdx-policy`.
 pub const JOINSVC_TDX_POLICY: Opt = Opt::value("joinsvc-tdx-policy", "FILE", TDX_POLICY_HELP);
 
+/// `--joinsvc-azure-policy`.
+pub const JOINSVC_AZURE_POLICY: Opt = Opt::value("joinsvc-azure-policy", "FILE", AZURE_POLICY_HELP);
+
 /// The `--joinsvc-*` options as given, before they are checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinServiceOptions {
@@ -125,7 +128,7 @@ pub struct JoinServiceOptions {
 impl JoinServiceOptions {
     /// Reads the `--joinsvc-*` options (the command must declare all six:
     /// [`JOINSVC_MEASUREMENTS`], [`JOINSVC_AK_TRUST`], [`JOINSVC_VARIANTS`],
-    /// [`JOINSVC_SNP_POLICY`], [`JOINSVC_TDX_POLICY`],
+    /// [`JOINSVC_SNP_POLICY`], [`JOINSVC_TDX_POLICY`], [`JOINSVC_AZURE_POLICY`],
     /// [`JOINSVC_RELEASE_KEY`]).
     pub fn read(m: &Matches) -> JoinServiceOptions {
         JoinServiceOptions {
@@ -142,6 +145,7 @@ impl JoinServiceOptions {
                 expected_events: None,
                 snp_policy: m.value(&JOINSVC_SNP_POLICY).map(PathBuf::from),
                 tdx_policy: m.value(&JOINSVC_TDX_POLICY).map(PathBuf::from),
+                azure_policy: m.value(&JOINSVC_AZURE_POLICY).map(PathBuf::from),
             },
             release_keys: m
                 .values(&JOINSVC_RELEASE_KEY)
@@ -196,6 +200,7 @@ fn option(setting: Setting) -> Option<&'static Opt> {
         Setting::AkTrust => Some(&JOINSVC_AK_TRUST),
         Setting::SnpPolicy => Some(&JOINSVC_SNP_POLICY),
         Setting::TdxPolicy => Some(&JOINSVC_TDX_POLICY),
+        Setting::AzurePolicy => Some(&JOINSVC_AZURE_POLICY),
         // Join services are never checked with these: insecure-any-ak is
         // taken with a warning, and no expected event log is read.
         Setting::InsecureAnyAkConfirmation | Setting::ExpectedEvents => None,
@@ -263,6 +268,7 @@ mod tests {
             JOINSVC_VARIANTS,
             JOINSVC_SNP_POLICY,
             JOINSVC_TDX_POLICY,
+            JOINSVC_AZURE_POLICY,
             JOINSVC_RELEASE_KEY,
             VERBOSITY,
         ],

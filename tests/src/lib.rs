@@ -16,6 +16,7 @@
 //! ([`stop_for_missing_setup`]), instead of every test panicking alike.
 
 pub mod admin;
+pub mod azure;
 pub mod cluster;
 pub mod elf;
 pub mod host_actor;

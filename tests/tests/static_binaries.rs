@@ -47,14 +47,16 @@ use std::path::Path;
 /// 3.65 MB until the formats the node agent reads (its VPN file, the
 /// handoff step document) were read with serde derives (about 12 KB) and
 /// the errors became typed: a reason per attestation check, I/O errors
-/// that keep their source (about 16 KB): 3.67 MB.
-/// 3,700,000 until the files the node trusts on its state disk (the SSH
-/// users, the VPN key, the generation file) carried a MAC bound to the
-/// disk's generation, so a partial restore of old sectors is refused (the
-/// trailer's parser, the derived key, stepping and sealing every file
-/// again, the typed errors naming the file): 8,192 bytes, two pages, on a
-/// bootstrapper that was 504 bytes under; +10,000.
-const BUDGET: u64 = 3_710_000;
+/// that keep their source (about 16 KB): 3.67 MB. 3.7 MB until the
+/// bootstrapper attested as, and checked join services of, an Azure
+/// SEV-SNP confidential VM (`azure-sev-snp`: the HCL report, its runtime
+/// claims and the evidence read as JSON, the RSA quote by `HCLAkPub`, the
+/// Azure policy; about 78 KB), and the files the node trusts on its state
+/// disk (the SSH users, the VPN key, the generation file) carried a MAC
+/// bound to the disk's generation, so a partial restore of old sectors is
+/// refused (the trailer's parser, the derived key, sealing every file
+/// again, the typed errors naming the file; 8 KB): 3.79 MB.
+const BUDGET: u64 = 3_800_000;
 const BINARIES: [&str; 4] = ["bootstrapper", "joinsvc", "nodeagent", "confboot"];
 /// The recorded size of each release binary: `{"<binary>": {"bytes": N}}`.
 const SIZES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/binary_sizes.json");

@@ -689,10 +689,11 @@ impl EvidenceDigest {
     }
 
     /// The digest a variant's evidence gets: SHA-256 for a vTPM quote,
-    /// SHA-384 for SEV-SNP and TDX (the hash their reports sign with).
+    /// SHA-384 for SEV-SNP and TDX (the hash their reports sign with);
+    /// SHA-256 for Azure's (its quote's hash).
     pub fn of_variant(variant: Variant, evidence: &[u8]) -> EvidenceDigest {
         match variant {
-            Variant::QemuVtpm => EvidenceDigest::sha256(evidence),
+            Variant::QemuVtpm | Variant::AzureSevSnp => EvidenceDigest::sha256(evidence),
             Variant::SevSnp | Variant::Tdx => EvidenceDigest::sha384(evidence),
         }
     }

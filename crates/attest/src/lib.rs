@@ -60,11 +60,22 @@ pub enum Variant {
     /// confboot's own arc as for SEV-SNP: Constellation's `qemu-tdx`,
     /// 1.3.9900.5.99, carries another encoding).
     Tdx,
+    /// An Azure confidential VM on SEV-SNP (Constellation's
+    /// `azure-sev-snp`, OID 1.3.9900.4.1): the HCL report in the paravisor
+    /// vTPM's NV index `0x01400001` (an SEV-SNP report whose `REPORT_DATA`
+    /// binds the runtime claims and their `HCLAkPub`), and a quote by that
+    /// key over the vTPM's PCRs (`confboot-azure`).
+    AzureSevSnp,
 }
 
 impl Variant {
     /// Every variant this build knows.
-    pub const ALL: [Variant; 3] = [Variant::QemuVtpm, Variant::SevSnp, Variant::Tdx];
+    pub const ALL: [Variant; 4] = [
+        Variant::QemuVtpm,
+        Variant::SevSnp,
+        Variant::Tdx,
+        Variant::AzureSevSnp,
+    ];
 
     /// Short name, as used in configuration files and logs.
     pub fn name(self) -> &'static str {
@@ -72,6 +83,7 @@ impl Variant {
             Variant::QemuVtpm => "qemu-vtpm",
             Variant::SevSnp => "sev-snp",
             Variant::Tdx => "tdx",
+            Variant::AzureSevSnp => "azure-sev-snp",
         }
     }
 
@@ -81,6 +93,7 @@ impl Variant {
             Variant::QemuVtpm => "1.3.9900.5.1",
             Variant::SevSnp => "1.3.9900.5.3",
             Variant::Tdx => "1.3.9900.5.4",
+            Variant::AzureSevSnp => "1.3.9900.4.1",
         }
     }
 
@@ -90,6 +103,7 @@ impl Variant {
             Variant::QemuVtpm => &[1, 3, 9900, 5, 1],
             Variant::SevSnp => &[1, 3, 9900, 5, 3],
             Variant::Tdx => &[1, 3, 9900, 5, 4],
+            Variant::AzureSevSnp => &[1, 3, 9900, 4, 1],
         }
     }
 
@@ -115,7 +129,8 @@ impl fmt::Display for Variant {
 pub struct Attested {
     /// The variant of the evidence.
     pub variant: Variant,
-    /// Measured values by index: for vTPM, PCR number → SHA-256 digest; for
+    /// Measured values by index: for vTPM and Azure SEV-SNP (its paravisor's
+    /// vTPM), PCR number → SHA-256 digest; for
     /// SEV-SNP, 0 → the 48-byte launch measurement, and
     /// `confboot_snp::LAUNCH_IDENTITY_INDEX` → the launch's identity (chip id and
     /// `REPORT_ID`, not a measurement: no policy compares it); for TDX, the
@@ -511,7 +526,15 @@ mod tests {
             let dotted: Vec<String> = v.oid_arcs().iter().map(|a| a.to_string()).collect();
             assert_eq!(dotted.join("."), v.oid());
         }
-        assert_eq!(Variant::from_name("azure-sev-snp"), None);
+        assert_eq!(
+            Variant::from_name("azure-sev-snp"),
+            Some(Variant::AzureSevSnp)
+        );
+        assert_eq!(
+            Variant::from_oid("1.3.9900.4.1"),
+            Some(Variant::AzureSevSnp)
+        );
+        assert_eq!(Variant::from_name("azure-tdx"), None);
     }
 
     #[test]

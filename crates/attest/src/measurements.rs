@@ -158,6 +158,21 @@ pub enum PolicyError {
         /// The PCRs of [`IMAGE_PCRS`] the policy does not enforce.
         missing: Vec<u32>,
     },
+    /// A cloud variant's policy that does not enforce the PCRs where that
+    /// cloud's firmware measures the kernel, the initrd and the command
+    /// line (each variant's crate names them and says why).
+    #[error(
+        "{variant} policy does not pin the image: {missing} not enforced ({why}): it would \
+         admit any image, refused"
+    )]
+    CloudImageNotPinned {
+        /// The variant (`azure-sev-snp`, ...).
+        variant: &'static str,
+        /// The registers not enforced, as the variant names them.
+        missing: String,
+        /// What those registers measure on that cloud.
+        why: &'static str,
+    },
     /// An SEV-SNP policy that pins no image: its launch measurement is
     /// `warnOnly` and it names no ID key, yet it is not marked
     /// `insecureAnyImage`.

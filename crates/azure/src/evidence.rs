@@ -294,6 +294,39 @@ pub fn read_evidence_json(bytes: &[u8]) -> Result<AzureEvidence, EvidenceError> 
     })
 }
 
+/// Encodes evidence as [`read_evidence_json`] reads it back: version 1,
+/// the quote's parts in hex, the HCL report in base64url, the VCEK and
+/// its chain as PEM (the form `azure-sev-snp` evidence takes in aTLS).
+pub fn encode_evidence(evidence: &AzureEvidence) -> Vec<u8> {
+    use confboot_util::{base64, hex};
+    let pcrs: Vec<String> = evidence
+        .tpm_quote
+        .pcrs
+        .iter()
+        .map(|p| format!("\"{}\"", hex::encode(p)))
+        .collect();
+    let mut out = format!(
+        r#"{{"version":1,"tpm_quote":{{"signature":"{}","message":"{}","pcrs":[{}]}},"hcl_report":"{}""#,
+        hex::encode(&evidence.tpm_quote.signature),
+        hex::encode(&evidence.tpm_quote.message),
+        pcrs.join(","),
+        base64::encode_url(&evidence.hcl_report),
+    );
+    if !evidence.vcek_chain.is_empty() {
+        let pem: String = evidence
+            .vcek_chain
+            .iter()
+            .map(|der| base64::pem("CERTIFICATE", der))
+            .collect();
+        out.push_str(&format!(r#","vcek":"{}""#, pem.replace('\n', "\\n")));
+    }
+    if let Some(td) = &evidence.td_quote {
+        out.push_str(&format!(r#","td_quote":"{}""#, base64::encode_url(td)));
+    }
+    out.push('}');
+    out.into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +357,20 @@ mod tests {
         assert_eq!(
             TpmQuote::from_length_prefixed(&huge),
             Err(EvidenceError::Encoding("length out of bounds"))
+        );
+    }
+
+    #[test]
+    fn encoded_evidence_reads_back() {
+        let evidence = AzureEvidence {
+            hcl_report: vec![1, 2, 3],
+            tpm_quote: TpmQuote::new(vec![4; 10], vec![5; 256], vec![vec![6; 32]; 24]).unwrap(),
+            vcek_chain: vec![vec![0x30, 3, 2, 1, 7], vec![0x30, 3, 2, 1, 8]],
+            td_quote: None,
+        };
+        assert_eq!(
+            read_evidence_json(&encode_evidence(&evidence)),
+            Ok(evidence)
         );
     }
 

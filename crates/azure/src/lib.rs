@@ -64,9 +64,25 @@
 //! signature`: another AK), another session's nonce (`nonce`) and a PCR
 //! policy of another image (`PCRs`).
 
+//! ## On the join path
+//!
+//! `azure-sev-snp` (`confboot_attest::Variant::AzureSevSnp`, Constellation's
+//! name and OID 1.3.9900.4.1): [`AzureIssuer`] reads the HCL report from
+//! the vTPM's NV index and quotes every SHA-256 PCR with the key at
+//! [`AZURE_AK_HANDLE`], the session's `extra_data` as the nonce, and
+//! encodes the evidence as [`encode_evidence`] says; [`AzureSnpValidator`]
+//! runs every check above on it with `extra_data` as the nonce, under an
+//! [`AzureSnpPolicy`] (the paravisor's SEV-SNP launch, and PCRs 4 and 9,
+//! which pin the image), and reports the PCRs, whose PCR 15 is the cluster
+//! mark the caller reads. These are verified end to end only by evidence
+//! made for the tests (a test ARK, a swtpm that holds the indices); the
+//! recorded samples are the oracle of the checks themselves.
+
 mod claims;
 mod evidence;
 mod hcl;
+mod issuer;
+mod policy;
 mod refusal;
 mod verify;
 
@@ -76,19 +92,22 @@ pub use claims::{
 };
 pub use evidence::{
     AzureEvidence, EvidenceError, MAX_BLOB_LEN, MAX_EVIDENCE_JSON_LEN, MAX_PCRS,
-    MAX_QUOTE_PART_LEN, TpmQuote, read_evidence_json,
+    MAX_QUOTE_PART_LEN, TpmQuote, encode_evidence, read_evidence_json,
 };
 pub use hcl::{
     HARDWARE_REPORT_AREA, HARDWARE_REPORT_OFFSET, HASH_TYPE_SHA256, HCL_MAGIC, HCL_REPORT_NV_INDEX,
     HardwareKind, HclError, HclReport, IGVM_HEADER_LEN, IGVM_HEADER_OFFSET, MAX_HCL_REPORT_LEN,
     REPORT_TYPE_SNP, REPORT_TYPE_TDX, TD_REPORT_LEN, VARIABLE_DATA_OFFSET, td_report,
 };
+pub use issuer::{AZURE_AK_HANDLE, AzureIssuer, TpmAccess};
+pub use policy::{AZURE_IMAGE_PCRS, AzureSnpPolicy};
 pub use refusal::AzureRefusal;
 pub use verify::{Hardware, Nonce, check, run_checks};
 
-use confboot_attest::AttestationError;
 use confboot_attest::check::{CheckResult, first_failure};
 use confboot_attest::measurements::MeasurementPolicy;
+use confboot_attest::{AttestationError, Attested, Detail, EXTRA_DATA_LEN, Validator, Variant};
+use confboot_snp::SnpValidator;
 
 /// Verifies Azure confidential-VM evidence: the hardware report by its
 /// variant's validator, the vTPM quote by the attestation key the report
@@ -128,5 +147,107 @@ impl AzureValidator {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// The `azure-sev-snp` validator of the join path: the evidence as
+/// [`AzureIssuer`] encodes it, every check of [`AzureValidator`] with the
+/// session's `extra_data` as the quote's nonce, and the PCRs of an
+/// [`AzureSnpPolicy`] (PCR 15 left to the caller, which reads the
+/// cluster mark from the attested PCRs).
+#[derive(Clone, Debug)]
+pub struct AzureSnpValidator {
+    inner: AzureValidator,
+    require_unmarked: bool,
+}
+
+impl AzureSnpValidator {
+    /// A validator of `policy`, with the roots its SNP part names (its
+    /// `rootBundles`, else AMD's built-in roots).
+    pub fn new(policy: AzureSnpPolicy) -> Result<AzureSnpValidator, confboot_attest::PolicyError> {
+        let snp = SnpValidator::new(policy.snp)?;
+        Ok(AzureSnpValidator::with_snp(snp, policy.pcrs))
+    }
+
+    /// A validator of an SEV-SNP validator (its policy, roots and time)
+    /// and the expected PCRs `pcrs` (PCR 15 dropped).
+    pub fn with_snp(snp: SnpValidator, mut pcrs: MeasurementPolicy) -> AzureSnpValidator {
+        pcrs.remove(confboot_tpm::CLUSTER_ID_PCR);
+        AzureSnpValidator {
+            inner: AzureValidator::new(Hardware::SevSnp(Box::new(snp)), pcrs),
+            require_unmarked: false,
+        }
+    }
+
+    /// Whether PCR 15 must be all zero (a node not bootstrapped since it
+    /// booted, for a command that sends it the admin's secrets); by
+    /// default the caller reads the mark from the attested PCRs.
+    pub fn require_unmarked(mut self, required: bool) -> AzureSnpValidator {
+        self.require_unmarked = required;
+        self
+    }
+
+    /// The validator of every check.
+    pub fn checks(&self) -> &AzureValidator {
+        &self.inner
+    }
+}
+
+fn decode(e: impl std::fmt::Display) -> AttestationError {
+    AttestationError::Decode(Detail::with(&AzureRefusal::Evidence, e.to_string()))
+}
+
+impl Validator for AzureSnpValidator {
+    fn variant(&self) -> Variant {
+        Variant::AzureSevSnp
+    }
+
+    fn validate(
+        &self,
+        evidence: &[u8],
+        extra_data: &[u8; EXTRA_DATA_LEN],
+    ) -> Result<Attested, AttestationError> {
+        let evidence = read_evidence_json(evidence).map_err(decode)?;
+        if evidence.td_quote.is_some() {
+            return Err(decode("azure-sev-snp evidence carries no TD quote"));
+        }
+        // A quote made for another session is refused before any
+        // certificate or signature is verified (every check must pass:
+        // the verdict is the same, for the price of a comparison).
+        let info = confboot_tpm::structures::parse_quote_attest(&evidence.tpm_quote.message)
+            .map_err(|e| {
+                AttestationError::Decode(Detail::with(&AzureRefusal::Quote, e.to_string()))
+            })?;
+        if info.extra_data != extra_data {
+            return Err(AttestationError::Binding(Detail::with(
+                &AzureRefusal::Nonce,
+                "the vTPM quote was made for another session (its extraData is not this \
+                 handshake's)",
+            )));
+        }
+        let checks = self
+            .inner
+            .verify_detailed(&evidence, &Nonce::Expected(extra_data.to_vec()));
+        if let Some(e) = first_failure(&checks) {
+            return Err(e);
+        }
+        let measurements = verify::pcr_map(&info, &evidence.tpm_quote);
+        if self.require_unmarked
+            && measurements.get(&confboot_tpm::CLUSTER_ID_PCR) != Some(&vec![0u8; 32])
+        {
+            return Err(AttestationError::Policy(Detail::with(
+                &AzureRefusal::Marked,
+                "PCR 15 is not all zero: the node was bootstrapped since it booted",
+            )));
+        }
+        Ok(Attested {
+            variant: Variant::AzureSevSnp,
+            measurements,
+            warnings: checks
+                .iter()
+                .filter_map(|c| Some(format!("{}: {}", c.name, c.warning()?)))
+                .collect(),
+            set_verdict: None,
+        })
     }
 }

@@ -47,4 +47,10 @@ pub enum AzureRefusal {
     /// A policy that leaves the image unpinned, or names PCRs outside the
     /// quote (`Policy`).
     Policy,
+    /// PCR 15 is not all zero where the validator requires an unmarked
+    /// node (`Policy`).
+    Marked,
+    /// The issuer could not read the HCL report or quote with the vTPM
+    /// (`Issue`).
+    Issue,
 }

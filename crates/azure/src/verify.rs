@@ -20,7 +20,7 @@ use confboot_util::hex;
 /// Names of the checks this crate adds, in the order they run; the
 /// hardware report's checks (named by `confboot_snp::check` or
 /// `confboot_tdx::check`, less their report-data check, which
-/// [`CLAIMS_BINDING`] replaces) run after [`HARDWARE_REPORT`].
+/// [`CLAIMS_BINDING`](check::CLAIMS_BINDING) replaces) run after [`HARDWARE_REPORT`](check::HARDWARE_REPORT).
 pub mod check {
     /// The HCL report parses and carries the variant's hardware report.
     pub const HCL_REPORT: &str = "HCL report";

@@ -4,7 +4,8 @@
 //! of its cluster (the register holding that cluster's mark).
 //!
 //! - A vTPM node extends PCR 15 ([`CLUSTER_ID_PCR`]) with SHA-256 of the
-//!   cluster id: PCR 15 then holds [`marked_pcr15`].
+//!   cluster id: PCR 15 then holds [`marked_pcr15`]. An Azure SEV-SNP node
+//!   does the same in its paravisor's vTPM, whose quote its evidence carries.
 //! - A TD extends `RTMR3` ([`TDX_MARK_INDEX`] in its attested
 //!   measurements) with SHA-384 of the cluster id ([`rtmr3_mark_digest`]):
 //!   `RTMR3` then holds [`marked_rtmr3`]. Firmware and boot loader extend
@@ -121,7 +122,7 @@ pub enum MarkError {
 /// attested measurements and length; `None` for SEV-SNP.
 pub fn mark_register(variant: Variant) -> Option<(&'static str, u32, usize)> {
     match variant {
-        Variant::QemuVtpm => Some(("PCR 15", CLUSTER_ID_PCR, 32)),
+        Variant::QemuVtpm | Variant::AzureSevSnp => Some(("PCR 15", CLUSTER_ID_PCR, 32)),
         Variant::Tdx => Some(("RTMR3", TDX_MARK_INDEX, RTMR_LEN)),
         Variant::SevSnp => None,
     }
@@ -139,7 +140,7 @@ impl ClusterMarks {
     /// This cluster's mark for `variant`, `None` where it has no register.
     pub fn for_variant(&self, variant: Variant) -> Option<&[u8]> {
         match variant {
-            Variant::QemuVtpm => Some(&self.pcr15),
+            Variant::QemuVtpm | Variant::AzureSevSnp => Some(&self.pcr15),
             Variant::Tdx => Some(&self.rtmr3),
             Variant::SevSnp => None,
         }

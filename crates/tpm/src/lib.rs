@@ -147,6 +147,13 @@ pub struct Quote {
     pub signature: Vec<u8>,
 }
 
+/// `TPM_ALG_RSASSA`.
+pub const TPM_ALG_RSASSA: u16 = 0x0014;
+/// `TPM_ALG_RSA`.
+const TPM_ALG_RSA: u16 = 0x0001;
+/// The longest RSA signature [`Tpm::quote_rsassa`] takes (RSA-4096).
+pub const MAX_RSA_SIGNATURE_LEN: usize = 512;
+
 /// One persistent connection to a TPM.
 pub struct Tpm {
     transport: Box<dyn Transport>,
@@ -511,6 +518,19 @@ impl Tpm {
         &mut self,
         persistent_handle: u32,
     ) -> Result<AttestationKey, TpmError> {
+        match self.read_public(persistent_handle) {
+            // Azure's paravisor persists its RSA attestation key here (the
+            // key its HCL report names, which `azure-sev-snp` evidence
+            // quotes with): confboot's own ECC AK is created beside it.
+            Ok(public) if public.starts_with(&TPM_ALG_RSA.to_be_bytes()) => {
+                log::info!(
+                    "the key at {persistent_handle:#010x} is an RSA key (a paravisor's); creating \
+                     an ECC AK in the owner hierarchy"
+                );
+                return self.create_ak();
+            }
+            _ => {}
+        }
         match self.load_ak(persistent_handle) {
             Ok(ak) => Ok(ak),
             Err(e) if e.is_handle_missing() => {
@@ -562,6 +582,46 @@ impl Tpm {
         let attest = p.tpm2b(structures::MAX_ATTEST_LEN, "quoted")?.to_vec();
         let signature = p.take(p.remaining())?.to_vec();
         structures::parse_ecdsa_signature(&signature)?;
+        Ok(Quote { attest, signature })
+    }
+
+    /// Quotes the SHA-256 PCRs `pcr_indices` with the RSA signing key at
+    /// `key_handle` (RSASSA-PKCS1-v1_5 with SHA-256, as the attestation key
+    /// of Azure's paravisor vTPM signs), qualifying data =
+    /// `qualifying_data` (at most 64 bytes). The quote's `signature` is the
+    /// raw RSA signature, not a `TPMT_SIGNATURE`.
+    pub fn quote_rsassa(
+        &mut self,
+        key_handle: u32,
+        qualifying_data: &[u8],
+        pcr_indices: &[u32],
+    ) -> Result<Quote, TpmError> {
+        let command = TpmQuoteCommand {
+            handles: [TpmHandle::new(key_handle)],
+            qualifying_data: Tpm2bData::try_from(qualifying_data).map_err(wire("Quote"))?,
+            in_scheme: TpmtSigScheme {
+                scheme: TpmAlgId::Rsassa,
+                details: TpmuSigScheme::Hash(TpmsSchemeHash {
+                    hash_alg: TpmAlgId::Sha256,
+                }),
+            },
+            pcr_select: sha256_selection(pcr_indices)?,
+        };
+        let response = self.send(&command, &[password_session()], "Quote")?;
+        let mut r = Reader::new(&response[transport::HEADER_LEN..], "Quote response");
+        let param_size = r.u32()? as usize;
+        let params = r.take(param_size)?;
+        let mut p = Reader::new(params, "Quote parameters");
+        let attest = p.tpm2b(structures::MAX_ATTEST_LEN, "quoted")?.to_vec();
+        // TPMT_SIGNATURE { sigAlg = RSASSA, hash = SHA-256, TPM2B sig }.
+        let (alg, hash) = (p.u16()?, p.u16()?);
+        if alg != TPM_ALG_RSASSA || hash != TPM_ALG_SHA256 {
+            return Err(TpmError::Malformed(format!(
+                "Quote: signature scheme {alg:#06x}/{hash:#06x}, want RSASSA/SHA-256"
+            )));
+        }
+        let signature = p.tpm2b(MAX_RSA_SIGNATURE_LEN, "signature")?.to_vec();
+        p.finish()?;
         Ok(Quote { attest, signature })
     }
 

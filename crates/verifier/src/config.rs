@@ -39,6 +39,7 @@ use std::sync::Arc;
 
 use confboot_attest::measurements::MAX_POLICY_BYTES;
 use confboot_attest::{AttestationError, MeasurementPolicy, PolicyError, Validator, Variant};
+use confboot_azure::{AzureSnpPolicy, AzureSnpValidator};
 use confboot_snp::{SnpPolicy, SnpValidator};
 use confboot_tdx::TdxValidator;
 use confboot_tpm::event_log::{EventList, EventListError};
@@ -137,6 +138,8 @@ pub enum Setting {
     SnpPolicy,
     /// The TDX policy file.
     TdxPolicy,
+    /// The `azure-sev-snp` policy file.
+    AzurePolicy,
 }
 
 impl fmt::Display for Setting {
@@ -149,6 +152,7 @@ impl fmt::Display for Setting {
             Setting::ExpectedEvents => "the expected event log",
             Setting::SnpPolicy => "the SEV-SNP policy",
             Setting::TdxPolicy => "the TDX policy",
+            Setting::AzurePolicy => "the azure-sev-snp policy",
         })
     }
 }
@@ -175,6 +179,8 @@ pub enum ConfigError {
     SnpPolicyRequired,
     /// `tdx` is accepted but no TDX policy is given.
     TdxPolicyRequired,
+    /// `azure-sev-snp` is accepted but no Azure policy is given.
+    AzurePolicyRequired,
     /// The measurement-policy file could not be read (or is too large).
     MeasurementsFile(FileError),
     /// The measurement-policy file is not a valid policy.
@@ -217,6 +223,14 @@ pub enum ConfigError {
         /// Why.
         error: PolicyError,
     },
+    /// The `azure-sev-snp` policy file is unusable (unreadable, malformed,
+    /// a root bundle it names does not load, the image not pinned).
+    AzurePolicy {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: PolicyError,
+    },
 }
 
 impl ConfigError {
@@ -226,7 +240,8 @@ impl ConfigError {
             ConfigError::Missing(setting) => *setting,
             ConfigError::Variants(_)
             | ConfigError::SnpPolicyRequired
-            | ConfigError::TdxPolicyRequired => Setting::Variants,
+            | ConfigError::TdxPolicyRequired
+            | ConfigError::AzurePolicyRequired => Setting::Variants,
             ConfigError::MeasurementsFile(_)
             | ConfigError::Measurements { .. }
             | ConfigError::Policy(_) => Setting::Measurements,
@@ -236,6 +251,7 @@ impl ConfigError {
             }
             ConfigError::SnpPolicy { .. } => Setting::SnpPolicy,
             ConfigError::TdxPolicy { .. } => Setting::TdxPolicy,
+            ConfigError::AzurePolicy { .. } => Setting::AzurePolicy,
         }
     }
 
@@ -255,12 +271,17 @@ impl ConfigError {
                 "{named} accepts tdx, which needs {} (the TDX policy)",
                 name(Setting::TdxPolicy)
             ),
+            ConfigError::AzurePolicyRequired => format!(
+                "{named} accepts azure-sev-snp, which needs {} (the azure-sev-snp policy)",
+                name(Setting::AzurePolicy)
+            ),
             ConfigError::MeasurementsFile(e) | ConfigError::ExpectedEventsFile(e) => {
                 format!("{named}: {e}")
             }
             ConfigError::Measurements { path, error }
             | ConfigError::SnpPolicy { path, error }
-            | ConfigError::TdxPolicy { path, error } => {
+            | ConfigError::TdxPolicy { path, error }
+            | ConfigError::AzurePolicy { path, error } => {
                 format!("{named} {}: {error}", path.display())
             }
             ConfigError::ExpectedEvents { path, error } => {
@@ -290,13 +311,15 @@ impl std::error::Error for ConfigError {
             ConfigError::MeasurementsFile(e) | ConfigError::ExpectedEventsFile(e) => Some(e),
             ConfigError::Measurements { error, .. }
             | ConfigError::SnpPolicy { error, .. }
-            | ConfigError::TdxPolicy { error, .. } => Some(error),
+            | ConfigError::TdxPolicy { error, .. }
+            | ConfigError::AzurePolicy { error, .. } => Some(error),
             ConfigError::ExpectedEvents { error, .. } => Some(error),
             ConfigError::AkTrust(e) => Some(e),
             ConfigError::Policy(e) => Some(e),
             ConfigError::Missing(_)
             | ConfigError::SnpPolicyRequired
             | ConfigError::TdxPolicyRequired
+            | ConfigError::AzurePolicyRequired
             | ConfigError::InsecureAnyAkNotConfirmed => None,
         }
     }
@@ -325,6 +348,8 @@ pub struct GivenSettings {
     pub snp_policy: Option<PathBuf>,
     /// The TDX policy file.
     pub tdx_policy: Option<PathBuf>,
+    /// The `azure-sev-snp` policy file.
+    pub azure_policy: Option<PathBuf>,
 }
 
 /// How vTPM evidence is checked, as configured (nothing read yet).
@@ -355,6 +380,13 @@ pub struct TdxSettings {
     pub policy: PathBuf,
 }
 
+/// How `azure-sev-snp` evidence is checked, as configured (nothing read yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AzureSettings {
+    /// The `azure-sev-snp` policy file ([`AzureSnpPolicy`]).
+    pub policy: PathBuf,
+}
+
 /// The settings of one accepted variant: each variant carries exactly
 /// what checking its evidence needs, so no stage asks whether a setting
 /// of an accepted variant is there.
@@ -366,6 +398,8 @@ pub enum VariantSettings {
     SevSnp(SnpSettings),
     /// `tdx`.
     Tdx(TdxSettings),
+    /// `azure-sev-snp`.
+    AzureSevSnp(AzureSettings),
 }
 
 impl VariantSettings {
@@ -375,6 +409,7 @@ impl VariantSettings {
             VariantSettings::QemuVtpm(_) => Variant::QemuVtpm,
             VariantSettings::SevSnp(_) => Variant::SevSnp,
             VariantSettings::Tdx(_) => Variant::Tdx,
+            VariantSettings::AzureSevSnp(_) => Variant::AzureSevSnp,
         }
     }
 
@@ -388,6 +423,9 @@ impl VariantSettings {
             VariantSettings::SevSnp(snp) => VariantConfig::SevSnp(load_snp_validator(&snp.policy)?),
             VariantSettings::Tdx(tdx) => {
                 VariantConfig::Tdx(Box::new(load_tdx_validator(&tdx.policy)?))
+            }
+            VariantSettings::AzureSevSnp(azure) => {
+                VariantConfig::AzureSevSnp(Box::new(load_azure_validator(&azure.policy)?))
             }
         })
     }
@@ -443,6 +481,12 @@ impl AttestationSettings {
                         .tdx_policy
                         .clone()
                         .ok_or(ConfigError::TdxPolicyRequired)?,
+                }),
+                Variant::AzureSevSnp => VariantSettings::AzureSevSnp(AzureSettings {
+                    policy: given
+                        .azure_policy
+                        .clone()
+                        .ok_or(ConfigError::AzurePolicyRequired)?,
                 }),
             });
         }
@@ -554,6 +598,8 @@ pub enum VariantConfig {
     /// `tdx`: the validator of the TDX policy and its collateral (boxed:
     /// the collateral makes it several times the size of the others).
     Tdx(Box<TdxValidator>),
+    /// `azure-sev-snp`: the validator of the Azure policy (boxed, as TDX's).
+    AzureSevSnp(Box<AzureSnpValidator>),
 }
 
 impl VariantConfig {
@@ -563,6 +609,7 @@ impl VariantConfig {
             VariantConfig::QemuVtpm(_) => Variant::QemuVtpm,
             VariantConfig::SevSnp(_) => Variant::SevSnp,
             VariantConfig::Tdx(_) => Variant::Tdx,
+            VariantConfig::AzureSevSnp(_) => Variant::AzureSevSnp,
         }
     }
 
@@ -579,6 +626,7 @@ impl VariantConfig {
                 .map_err(ConfigError::Policy),
             VariantConfig::SevSnp(snp) => Ok(Arc::new(snp.clone())),
             VariantConfig::Tdx(tdx) => Ok(Arc::new(TdxValidator::clone(tdx))),
+            VariantConfig::AzureSevSnp(azure) => Ok(Arc::new(AzureSnpValidator::clone(azure))),
         }
     }
 }
@@ -736,6 +784,18 @@ pub fn load_tdx_validator(path: &Path) -> Result<TdxValidator, ConfigError> {
         path: path.to_path_buf(),
         error,
     })
+}
+
+/// The `azure-sev-snp` validator of the policy file at `path`
+/// ([`AzureSnpPolicy::load`]: its SNP part's roots read, the image pinned).
+pub fn load_azure_validator(path: &Path) -> Result<AzureSnpValidator, ConfigError> {
+    let error = |error| ConfigError::AzurePolicy {
+        path: path.to_path_buf(),
+        error,
+    };
+    AzureSnpPolicy::load(path)
+        .and_then(AzureSnpValidator::new)
+        .map_err(error)
 }
 
 /// Builds vTPM validators under one AK trust, one for each policy in force

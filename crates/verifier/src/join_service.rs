@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::VerifierRefusal;
 use crate::config::{
-    AttestationSettings, ConfigError, Setting, VariantSettings, load_measurement_policy,
-    load_snp_validator, load_tdx_validator,
+    AttestationSettings, ConfigError, Setting, VariantSettings, load_azure_validator,
+    load_measurement_policy, load_snp_validator, load_tdx_validator,
 };
 use confboot_appraisal::reference::history::SetHistory;
 use confboot_appraisal::reference::{ReleaseKey, open};
@@ -142,6 +142,11 @@ pub fn join_service_validators(
             }
             VariantSettings::Tdx(tdx) => {
                 Arc::new(load_tdx_validator(&tdx.policy).map_err(JoinServiceError::Config)?)
+            }
+            // The policy drops PCR 15: the caller checks the mark, as for
+            // a vTPM join service.
+            VariantSettings::AzureSevSnp(azure) => {
+                Arc::new(load_azure_validator(&azure.policy).map_err(JoinServiceError::Config)?)
             }
         });
     }

@@ -32,8 +32,11 @@
 //!                                                   ; N = 0, 1, ... in log order
 //! ```
 //!
-//! `VARIANT` is a variant's name; the one whose reference values are PCRs,
-//! `qemu-vtpm`, is the only one read so far. Keys -1 to -3 of a
+//! `VARIANT` is a variant's name; those whose reference values are the
+//! SHA-256 PCRs of a vTPM ([`PCR_VARIANTS`]: `qemu-vtpm`, and
+//! `azure-sev-snp`, whose paravisor's vTPM measures the image into PCRs 4
+//! and 9 as OVMF and the kernel's EFI stub do) are read; SEV-SNP's launch
+//! digest and TDX's registers (SHA-384) are not carried yet. Keys -1 to -3 of a
 //! `measurement-values-map` are this profile's extensions (negative keys
 //! are reserved for profiles). Digest algorithm 1 is SHA-256 in the IANA
 //! Named Information Hash Algorithm registry. A signed set wraps the
@@ -101,6 +104,10 @@ pub const COMID_TAG: u64 = 506;
 pub const PROFILE: &str = "urn:confboot:reference-values:1";
 /// The environment's class vendor.
 pub const VENDOR: &str = "confboot";
+/// The variants whose reference values a set carries: SHA-256 PCRs, held
+/// to [`MeasurementPolicy::check_pins_image`] (PCRs 4 and 9, the same on
+/// Azure: `confboot_azure::AZURE_IMAGE_PCRS`).
+pub const PCR_VARIANTS: [Variant; 2] = [Variant::QemuVtpm, Variant::AzureSevSnp];
 
 const URI_TAG: u64 = 32;
 const EPOCH_TIME_TAG: u64 = 1;
@@ -633,7 +640,7 @@ fn read_triple(triple: &Value) -> Result<(VariantReference, String, String), Ref
     }
     let model = text(class.required(2)?, "the environment's model", MAX_NAME_LEN)?;
     let variant = Variant::from_name(model)
-        .filter(|v| *v == Variant::QemuVtpm)
+        .filter(|v| PCR_VARIANTS.contains(v))
         .ok_or_else(|| ReferenceError::UnsupportedVariant(model.to_string()))?;
     let measurements = array(measurements, "measurements")?;
     if measurements.len() > 1 + confboot_attest::measurements::MAX_INDEX as usize + 1 + MAX_EVENTS {

@@ -336,3 +336,47 @@ fn oversized_and_deeply_nested_input_is_refused_before_it_is_read() {
     long.name = "n".repeat(MAX_NAME_LEN + 1);
     assert!(matches!(long.encode(), Err(ReferenceError::Format(_))));
 }
+
+/// An image's values for each vTPM variant, one set: `qemu-vtpm` and
+/// `azure-sev-snp` (the paravisor's vTPM, PCRs 4 and 9 pinned, no event
+/// log), signed and read back; an Azure part that leaves PCR 9 unpinned
+/// is refused when signed and when read.
+#[test]
+fn a_set_carries_the_values_of_each_pcr_variant() {
+    let key = new_key();
+    let mut set = set("kernel");
+    let mut azure = MeasurementPolicy::default();
+    azure.set(4, sha(b"azure kernel").to_vec(), false);
+    azure.set(9, sha(b"azure initrd and command line").to_vec(), false);
+    azure.set(0, sha(b"hyper-v firmware").to_vec(), true);
+    set.variants.push(VariantReference {
+        variant: Variant::AzureSevSnp,
+        policy: azure.clone(),
+        events: EventList { events: Vec::new() },
+    });
+    let signed = set.sign(&key).unwrap();
+    let opened = open(&signed, &[key.release_key().clone()], NOW).unwrap();
+    assert_eq!(opened.set, set);
+    assert_eq!(
+        opened.set.variant(Variant::AzureSevSnp).unwrap().policy,
+        azure
+    );
+    assert!(opened.set.variant(Variant::QemuVtpm).is_some());
+
+    let mut unpinned = set.clone();
+    unpinned.variants[1].policy.remove(9);
+    assert!(matches!(
+        unpinned.sign(&key),
+        Err(ReferenceError::Policy {
+            variant: Variant::AzureSevSnp,
+            ..
+        })
+    ));
+    assert!(matches!(
+        ReferenceSet::from_cbor(&unpinned.to_cbor()),
+        Err(ReferenceError::Policy {
+            variant: Variant::AzureSevSnp,
+            ..
+        })
+    ));
+}

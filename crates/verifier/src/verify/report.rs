@@ -115,7 +115,7 @@ pub fn check_node(
     let attested = validator.validate(&doc.evidence, extra_data)?;
     let node_events = match doc.variant {
         Variant::QemuVtpm => carried_event_list(&doc.evidence)?,
-        Variant::SevSnp | Variant::Tdx => None,
+        Variant::SevSnp | Variant::Tdx | Variant::AzureSevSnp => None,
     };
     let explain = |pcr: u32| {
         expected_events
