@@ -51,6 +51,7 @@
 
 pub mod header;
 pub mod proxy;
+pub mod variants;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -117,6 +118,9 @@ pub enum Flow {
     Rejoin,
     /// A joined node that reaches no join service, recovered by the admin.
     Recover,
+    /// A TDX or SEV-SNP guest the host plays in the test process
+    /// ([`variants`]).
+    Guest(variants::GuestFlow),
 }
 
 impl Flow {
@@ -130,6 +134,7 @@ impl Flow {
             Flow::Join => "join",
             Flow::Rejoin => "rejoin",
             Flow::Recover => "recover",
+            Flow::Guest(g) => g.name(),
         }
     }
 
@@ -429,6 +434,8 @@ pub enum Move {
     HostCall,
     /// The node told another member's name (as a spoofed DHCP reply does).
     SpoofName,
+    /// What the host's TDX or SEV-SNP guest is ([`variants`]).
+    Guest(variants::GuestMove),
 }
 
 /// What the host does to the exchange's first connection.
@@ -474,6 +481,7 @@ impl Move {
             .into(),
             Move::HostCall => "host's own Init/Recover".into(),
             Move::SpoofName => "spoofed node name".into(),
+            Move::Guest(g) => g.name().into(),
         }
     }
 
@@ -520,6 +528,11 @@ impl Move {
 
     /// Whether the move applies at `step` of `flow`.
     pub fn applies(&self, flow: Flow, step: &Step) -> bool {
+        match (self, flow) {
+            (Move::Guest(g), Flow::Guest(f)) => return g.applies(f, step),
+            (Move::Guest(_), _) | (_, Flow::Guest(_)) => return false,
+            _ => {}
+        }
         match (self, step) {
             (Move::Kill, Step::Line { .. }) => true,
             (Move::Disk(DiskMove::HostFormatted), Step::Start) => true,
@@ -852,6 +865,8 @@ pub struct HostActor {
     host_left: Option<DiskState>,
     /// The other nodes' disks (UUID, whose).
     others: BTreeMap<String, String>,
+    /// The host's TDX and SEV-SNP guests, set up on first use.
+    guests: Option<variants::GuestActor>,
 }
 
 impl HostActor {
@@ -974,6 +989,7 @@ impl HostActor {
             admin_inited: false,
             host_left: None,
             others: BTreeMap::new(),
+            guests: None,
         };
         actor.admin_salts.push(actor.salt.clone());
 
@@ -1094,6 +1110,19 @@ impl HostActor {
     /// Runs `flow` with `host_move` at `step` and judges how it ends.
     pub fn case(&mut self, flow: Flow, step: &Step, host_move: &Move) -> CaseResult {
         let t = Instant::now();
+        if let (Flow::Guest(f), Move::Guest(m)) = (flow, host_move) {
+            let outcome = self
+                .guests
+                .get_or_insert_with(variants::GuestActor::start)
+                .case(f, step, *m);
+            return CaseResult {
+                flow,
+                step: step.clone(),
+                host_move: host_move.clone(),
+                outcome,
+                seconds: t.elapsed().as_secs_f64(),
+            };
+        }
         // The secrets of this case's disks are searched in this case only
         // (the search's cost grows with their number).
         let secrets_before = self.secrets.0.len();
@@ -1127,7 +1156,7 @@ impl HostActor {
     fn starting_disk(&self, flow: Flow) {
         let disk = self.subject.p("disk.img");
         match flow {
-            Flow::Init | Flow::Join => blank(&disk),
+            Flow::Init | Flow::Join | Flow::Guest(_) => blank(&disk),
             Flow::Rejoin | Flow::Recover => {
                 std::fs::copy(&self.golden, &disk).unwrap();
             }
@@ -1139,7 +1168,7 @@ impl HostActor {
         let hash = std::fs::read_to_string(self.admin.path().join("init-secret-hash")).unwrap();
         let mut args = vec!["--init-secret-hash".to_string(), hash];
         match flow {
-            Flow::Init => {}
+            Flow::Init | Flow::Guest(_) => {}
             Flow::Join | Flow::Rejoin => {
                 args.extend(["--join-endpoint".into(), self.join_proxy.addr.to_string()]);
             }
@@ -1223,7 +1252,7 @@ impl HostActor {
                 (Move::Net(n), Step::Exchange) => {
                     let proxy = match flow {
                         Flow::Join | Flow::Rejoin => &self.join_proxy,
-                        Flow::Init | Flow::Recover => &self.admin_proxy,
+                        Flow::Init | Flow::Recover | Flow::Guest(_) => &self.admin_proxy,
                     };
                     let tamper = match n {
                         NetMove::Drop => Tamper::Drop,
@@ -1326,7 +1355,7 @@ impl HostActor {
     fn start_other(&self, flow: Flow) -> (std::net::SocketAddr, (ChildProcess, NodeTpm)) {
         let disk = self.other.p("disk.img");
         match flow {
-            Flow::Init | Flow::Join => blank(&disk),
+            Flow::Init | Flow::Join | Flow::Guest(_) => blank(&disk),
             Flow::Rejoin | Flow::Recover => {
                 std::fs::copy(&self.golden_other, &disk).unwrap();
             }
@@ -2147,10 +2176,18 @@ pub fn cases(actor: &mut HostActor, short: bool) -> Vec<(Flow, Step, Move)> {
             }
         }
     }
+    // The host's TDX and SEV-SNP guests: every pair in both campaigns
+    // (each takes a second or two, in the test process).
+    let guests = variants::guest_cases()
+        .into_iter()
+        .map(|(f, s, m)| (Flow::Guest(f), s, Move::Guest(m)));
     if !short {
+        all.extend(guests);
         return all;
     }
-    short_selection(all)
+    let mut chosen = short_selection(all);
+    chosen.extend(guests);
+    chosen
 }
 
 /// The short campaign: every move at least once and every flow at least
@@ -2232,7 +2269,12 @@ pub fn report(results: &[CaseResult]) -> String {
             .iter()
             .filter(|r| r.outcome.verdict() != "NOT MADE")
             .count(),
-        Flow::ALL.len(),
+        {
+            let mut flows: Vec<Flow> = results.iter().map(|r| r.flow).collect();
+            flows.sort();
+            flows.dedup();
+            flows.len()
+        },
         verdicts
             .iter()
             .map(|v| format!("{} {v}", count(v, &mut results.iter())))
