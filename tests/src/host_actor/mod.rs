@@ -436,7 +436,33 @@ pub enum Move {
     SpoofName,
     /// What the host's TDX or SEV-SNP guest is ([`variants`]).
     Guest(variants::GuestMove),
+    /// A change of joinsvc's ledger objects (what a host that restores a
+    /// control plane's etcd, or drives its API, does).
+    Ledger(LedgerMove),
 }
+
+/// What the host does to joinsvc's ledger objects (the ConfigMaps of
+/// `joinsvc/src/configmap.rs`) between two steps of a boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerMove {
+    /// The registry (`confboot-vpn-peers`: names, addresses, generations)
+    /// deleted.
+    DeleteRegistry,
+    /// The registry as it was after the subject's first join, before
+    /// the other member joined (an etcd restored from an old snapshot:
+    /// its `resourceVersion` as it was then).
+    RestoreOldRegistry,
+    /// The served-launch filter (`confboot-issued-filter`) deleted.
+    DeleteFilter,
+    /// Both objects rewritten three times with their own content (new
+    /// `resourceVersion`s, nothing else changed).
+    Churn,
+}
+
+/// The registry's ConfigMap.
+const REGISTRY: &str = "confboot-vpn-peers";
+/// The served-launch filter's ConfigMap.
+const FILTER: &str = "confboot-issued-filter";
 
 /// What the host does to the exchange's first connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -482,6 +508,13 @@ impl Move {
             Move::HostCall => "host's own Init/Recover".into(),
             Move::SpoofName => "spoofed node name".into(),
             Move::Guest(g) => g.name().into(),
+            Move::Ledger(l) => match l {
+                LedgerMove::DeleteRegistry => "ledger: registry deleted",
+                LedgerMove::RestoreOldRegistry => "ledger: old registry restored",
+                LedgerMove::DeleteFilter => "ledger: filter deleted",
+                LedgerMove::Churn => "ledger: objects churned",
+            }
+            .into(),
         }
     }
 
@@ -523,6 +556,16 @@ impl Move {
         );
         moves.push(Move::HostCall);
         moves.push(Move::SpoofName);
+        moves.extend(
+            [
+                LedgerMove::DeleteRegistry,
+                LedgerMove::RestoreOldRegistry,
+                LedgerMove::DeleteFilter,
+                LedgerMove::Churn,
+            ]
+            .into_iter()
+            .map(Move::Ledger),
+        );
         moves
     }
 
@@ -546,6 +589,13 @@ impl Move {
             (Move::Disk(_), Step::Start | Step::Line { .. }) => true,
             (Move::Net(_) | Move::HostCall, Step::Exchange) => true,
             (Move::SpoofName, Step::Start) => matches!(flow, Flow::Join | Flow::Rejoin),
+            // The flows that reach joinsvc. The served-launch filter is
+            // SEV-SNP's (no vTPM admission reads it): its moves are the
+            // SNP guests' ([`variants::GuestMove::FilterDeleted`]).
+            (Move::Ledger(LedgerMove::DeleteFilter), _) => false,
+            (Move::Ledger(_), Step::Start | Step::Line { .. }) => {
+                matches!(flow, Flow::Join | Flow::Rejoin)
+            }
             _ => false,
         }
     }
@@ -867,6 +917,11 @@ pub struct HostActor {
     others: BTreeMap<String, String>,
     /// The host's TDX and SEV-SNP guests, set up on first use.
     guests: Option<variants::GuestActor>,
+    /// The registry as it was after the subject's first join.
+    ledger_old: Option<Value>,
+    /// The ledger objects as the host's ledger move found them (put back
+    /// after the case), and joinsvc's log length then.
+    ledger_moved: Option<(Vec<(&'static str, Option<Value>)>, usize)>,
 }
 
 impl HostActor {
@@ -990,6 +1045,8 @@ impl HostActor {
             host_left: None,
             others: BTreeMap::new(),
             guests: None,
+            ledger_old: None,
+            ledger_moved: None,
         };
         actor.admin_salts.push(actor.salt.clone());
 
@@ -1001,6 +1058,7 @@ impl HostActor {
         actor.references.insert(Flow::Join, log);
         actor.record_data(&actor.subject.p("disk.img"), 1);
         std::fs::copy(actor.subject.p("disk.img"), &actor.golden).unwrap();
+        actor.ledger_old = actor.joinsvc.kube().configmap(REGISTRY);
         blank(&actor.other.p("disk.img"));
         actor.honest_join(&actor.other, None);
         actor.record_data(&actor.other.p("disk.img"), 2);
@@ -1126,8 +1184,61 @@ impl HostActor {
         // The secrets of this case's disks are searched in this case only
         // (the search's cost grows with their number).
         let secrets_before = self.secrets.0.len();
+        self.ledger_moved = None;
+        // A ledger object that does not exist cannot be moved.
+        let missing = match host_move {
+            Move::Ledger(LedgerMove::DeleteFilter) => Some(FILTER),
+            Move::Ledger(LedgerMove::DeleteRegistry | LedgerMove::RestoreOldRegistry) => {
+                Some(REGISTRY)
+            }
+            _ => None,
+        }
+        .filter(|name| self.joinsvc.kube().configmap(name).is_none());
+        if let Some(name) = missing {
+            return CaseResult {
+                flow,
+                step: step.clone(),
+                host_move: host_move.clone(),
+                outcome: Outcome::NotMade(format!("no {name} ConfigMap to move")),
+                seconds: t.elapsed().as_secs_f64(),
+            };
+        }
         let (ends, expected) = self.run_flow(flow, Some(host_move), step);
-        let outcome = self.judge(flow, &ends, expected.as_ref());
+        let mut outcome = self.judge(flow, &ends, expected.as_ref());
+        if let Some((before, log_at)) = self.ledger_moved.take() {
+            if let Move::Ledger(l) = host_move
+                && *l != LedgerMove::Churn
+                && !matches!(outcome, Outcome::Failure(_) | Outcome::NotMade(_))
+                && let Some(line) = self
+                    .joinsvc
+                    .process
+                    .log()
+                    .into_iter()
+                    .skip(log_at)
+                    .find(|l| l.contains(" ticket issued for disk "))
+            {
+                outcome = Outcome::Failure(format!(
+                    "admitted on a ledger the host {}: {}",
+                    if *l == LedgerMove::RestoreOldRegistry {
+                        "rolled back"
+                    } else {
+                        "deleted"
+                    },
+                    short(line.split_once("joinsvc").map_or(&line[..], |(_, r)| r))
+                ));
+            }
+            // The ledger as the move found it, for the next case (a churn
+            // moved it forward: it stays so).
+            if !matches!(host_move, Move::Ledger(LedgerMove::Churn)) {
+                let kube = self.joinsvc.kube();
+                for (name, object) in before {
+                    match object {
+                        Some(o) => kube.restore_configmap(name, o),
+                        None => kube.delete_configmap(name),
+                    }
+                }
+            }
+        }
         self.secrets.0.truncate(secrets_before);
         if std::env::var_os("CONFBOOT_HOST_ACTOR_DEBUG").is_some() {
             for (i, end) in ends.iter().enumerate() {
@@ -1180,6 +1291,40 @@ impl HostActor {
             args.extend(["--node-name".into(), "actor-other".into()]);
         }
         args
+    }
+
+    /// Applies a ledger move (the node paused or not started); keeps the
+    /// objects as it found them and joinsvc's log length.
+    fn apply_ledger_move(&mut self, m: LedgerMove) -> Result<(), String> {
+        let kube = self.joinsvc.kube();
+        let before: Vec<(&'static str, Option<Value>)> = [REGISTRY, FILTER]
+            .into_iter()
+            .map(|n| (n, kube.configmap(n)))
+            .collect();
+        let exists = |n: &str| before.iter().any(|(b, o)| *b == n && o.is_some());
+        match m {
+            LedgerMove::DeleteRegistry | LedgerMove::RestoreOldRegistry if !exists(REGISTRY) => {
+                return Err("no registry yet".into());
+            }
+            LedgerMove::DeleteFilter if !exists(FILTER) => return Err("no filter yet".into()),
+            LedgerMove::DeleteRegistry => kube.delete_configmap(REGISTRY),
+            LedgerMove::DeleteFilter => kube.delete_configmap(FILTER),
+            LedgerMove::RestoreOldRegistry => {
+                let old = self.ledger_old.clone().ok_or("no old registry")?;
+                kube.restore_configmap(REGISTRY, old);
+            }
+            LedgerMove::Churn => {
+                for _ in 0..3 {
+                    for (name, object) in &before {
+                        if let Some(o) = object {
+                            kube.put_configmap_data(name, o["data"].clone());
+                        }
+                    }
+                }
+            }
+        }
+        self.ledger_moved = Some((before, self.joinsvc.process.log().len()));
+        Ok(())
     }
 
     /// Applies a disk move to the subject's disk (the node paused or not
@@ -1247,6 +1392,11 @@ impl HostActor {
                     }
                     host_calls = matches!(d, DiskMove::HostFormatted);
                 }
+                (Move::Ledger(l), Step::Start) => {
+                    if let Err(e) = self.apply_ledger_move(*l) {
+                        panic!("the host's move {} failed: {e}", m.name());
+                    }
+                }
                 (Move::SpoofName, _) => spoof = true,
                 (Move::HostCall, _) => host_calls = true,
                 (Move::Net(n), Step::Exchange) => {
@@ -1289,7 +1439,8 @@ impl HostActor {
         self.host_left = Some(DiskState::read(&disk));
 
         let mut ends = Vec::new();
-        let pause_move = host_move.filter(|m| matches!(m, Move::Kill | Move::Disk(_)));
+        let pause_move =
+            host_move.filter(|m| matches!(m, Move::Kill | Move::Disk(_) | Move::Ledger(_)));
         let line_step = match step {
             Step::Line { needle, nth } => Some((needle.clone(), *nth)),
             _ => None,
@@ -1565,6 +1716,11 @@ impl HostActor {
                 }
                 let _ = killpg(pgid, Signal::SIGSTOP);
                 self.harvest_salt(&self.subject.p("disk.img"));
+                if let Move::Ledger(l) = m
+                    && let Err(e) = self.apply_ledger_move(*l)
+                {
+                    move_error = Some(format!("nothing to move: {e}"));
+                }
                 if let Move::Disk(d) = m {
                     match self.apply_disk_move(d, flow, boot_start) {
                         Ok(()) => {
@@ -2237,6 +2393,13 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
         (Flow::Recover, "host's own Init/Recover", "(the exchange)"),
         (Flow::Join, "spoofed node name", "(before start)"),
         (Flow::Init, "kill", "node marked"),
+        (Flow::Join, "ledger: registry deleted", "(before start)"),
+        (
+            Flow::Rejoin,
+            "ledger: old registry restored",
+            "(before start)",
+        ),
+        (Flow::Join, "ledger: objects churned", "state disk (#3)"),
     ];
     let mut chosen = Vec::new();
     for (flow, m, s) in wanted {

@@ -51,6 +51,8 @@ use crate::snp::{Guest, Tcb, TestAmd, TestChip, TestReportSource};
 use crate::tdx::{Td, TestIntel, TestPlatform, TestQuoteSource};
 use crate::tickets::SealedClient;
 
+/// joinsvc's served-launch filter.
+const FILTER: &str = "confboot-issued-filter";
 /// `EV_EVENT_TAG` and `EV_EFI_ACTION`.
 const EV_EVENT_TAG: u32 = 0x6;
 const EV_EFI_ACTION: u32 = 0x8000_0007;
@@ -158,6 +160,12 @@ pub enum GuestMove {
     /// A bootstrapped member of the cluster (TDX: RTMR3 holds the
     /// cluster's mark; SEV-SNP: a launch that already got its ticket).
     Member,
+    /// An SEV-SNP launch that got its ticket asks again after the host
+    /// deleted joinsvc's served-launch filter (`confboot-issued-filter`).
+    FilterDeleted,
+    /// The same after the host put back the filter as it was before that
+    /// launch was served (an etcd restored from an old snapshot).
+    FilterRestoredOld,
     /// The join service started with a policy that pins too little (TDX:
     /// `mrtd` alone; SEV-SNP: the launch digest of a launch without the
     /// kernel hashes table), then the host's guest with its own initrd
@@ -167,13 +175,15 @@ pub enum GuestMove {
 
 impl GuestMove {
     /// Every move.
-    pub const ALL: [GuestMove; 7] = [
+    pub const ALL: [GuestMove; 9] = [
         GuestMove::Honest,
         GuestMove::OwnAcpi,
         GuestMove::OwnKernel,
         GuestMove::OwnInitrd,
         GuestMove::OwnCmdline,
         GuestMove::Member,
+        GuestMove::FilterDeleted,
+        GuestMove::FilterRestoredOld,
         GuestMove::WeakPolicy,
     ];
 
@@ -186,6 +196,8 @@ impl GuestMove {
             GuestMove::OwnInitrd => "guest: host's initrd",
             GuestMove::OwnCmdline => "guest: host's command line",
             GuestMove::Member => "guest: a bootstrapped member",
+            GuestMove::FilterDeleted => "ledger: filter deleted + a served launch",
+            GuestMove::FilterRestoredOld => "ledger: old filter restored + a served launch",
             GuestMove::WeakPolicy => "policy pins too little + host's guest",
         }
     }
@@ -217,7 +229,10 @@ impl GuestMove {
                 kernel: "the host's kernel",
                 ..GENUINE
             },
-            GuestMove::Honest | GuestMove::Member => GENUINE,
+            GuestMove::Honest
+            | GuestMove::Member
+            | GuestMove::FilterDeleted
+            | GuestMove::FilterRestoredOld => GENUINE,
         }
     }
 
@@ -229,6 +244,10 @@ impl GuestMove {
                 flow == GuestFlow::TdxJoin || flow == GuestFlow::SnpJoin
             }
             (GuestMove::WeakPolicy, _) => false,
+            (GuestMove::FilterDeleted | GuestMove::FilterRestoredOld, Step::Exchange) => {
+                flow == GuestFlow::SnpJoin
+            }
+            (GuestMove::FilterDeleted | GuestMove::FilterRestoredOld, _) => false,
             (_, Step::Exchange) => match flow {
                 // SEV-SNP has no ACPI register; the CLI refuses SEV-SNP
                 // whatever the guest, so one guest shows it.
@@ -524,17 +543,38 @@ impl GuestActor {
             first
         };
         let secrets = self.secrets(joinsvc, &[&disk, &second]);
+        let mut restore_filter = None;
         let issuer: Arc<dyn Issuer> = if flow.tdx() {
             self.td_issuer(flow, m)
         } else {
             let source = self.snp_source(flow, m);
-            if m == GuestMove::Member {
+            let served = matches!(
+                m,
+                GuestMove::Member | GuestMove::FilterDeleted | GuestMove::FilterRestoredOld
+            );
+            let kube = joinsvc.kube();
+            let old_filter = kube.configmap(FILTER);
+            if served {
                 // The member's launch got its ticket when it joined.
                 let first = Arc::new(SnpIssuer::new(same_launch(&source), 0));
                 if let Err(e) = join(joinsvc, &(first as Arc<dyn Issuer>), &disk) {
                     return Outcome::NotMade(format!("the member's own join failed: {e}"));
                 }
             }
+            let current = kube.configmap(FILTER);
+            match (m, &current) {
+                (GuestMove::FilterDeleted, Some(_)) => kube.delete_configmap(FILTER),
+                (GuestMove::FilterRestoredOld, Some(_)) => match old_filter {
+                    Some(old) => kube.restore_configmap(FILTER, old),
+                    None => kube.delete_configmap(FILTER),
+                },
+                (GuestMove::FilterDeleted | GuestMove::FilterRestoredOld, None) => {
+                    return Outcome::NotMade("no filter ConfigMap to move".into());
+                }
+                _ => {}
+            }
+            restore_filter = current
+                .filter(|_| matches!(m, GuestMove::FilterDeleted | GuestMove::FilterRestoredOld));
             Arc::new(SnpIssuer::new(source, 0))
         };
         let log_from = joinsvc.process.log().len();
@@ -546,8 +586,12 @@ impl GuestActor {
                 )
             })
         } else {
-            // A second ticket for a member: another disk of its own.
-            let disk = if m == GuestMove::Member && !flow.tdx() {
+            // A second ticket for a served launch: another disk of its own.
+            let disk = if !flow.tdx()
+                && matches!(
+                    m,
+                    GuestMove::Member | GuestMove::FilterDeleted | GuestMove::FilterRestoredOld
+                ) {
                 second
             } else {
                 disk.clone()
@@ -559,6 +603,10 @@ impl GuestActor {
                 )
             })
         };
+        // The filter as the move found it, for the next case.
+        if let Some(filter) = restore_filter {
+            joinsvc.kube().restore_configmap(FILTER, filter);
+        }
         // joinsvc's log: the host reads its console too.
         let log = joinsvc.process.log().join("\n");
         if let Some(found) = secrets.found_in_text("joinsvc's log", &log) {
