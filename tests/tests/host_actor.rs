@@ -1,6 +1,7 @@
 //! The host as a test actor (`confboot_tests::host_actor`): the host's
 //! moves applied to the boot flows of a real bootstrapper process (init,
-//! join, rejoin, recover), each (move, step) judged. The normal suite runs
+//! join, rejoin, recover), and to the host's own TDX and SEV-SNP guests
+//! (`host_actor::variants`), each (move, step) judged. The normal suite runs
 //! a short selection (every move at least once, every flow at least once);
 //! `CONFBOOT_HOST_ACTOR=all` runs every (move, step) pair
 //! (`scripts/host_actor.sh`, figures in RELIABILITY.md). Any FAILURE (a
@@ -26,6 +27,12 @@ const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
         "an SEV-SNP policy pinning the launch digest of a launch without the kernel hashes \
          table admits the host's kernel: nothing declares or checks the launch (issue 41, \
          item 1)",
+    ),
+    (
+        &["snp join"],
+        "ledger: filter deleted + a served launch",
+        "the served-launch filter deleted after joinsvc's first write of it reads as empty: the \
+         ledger anchor never took in the object its own write created (issue 41, items 4 and 5)",
     ),
     (
         &["snp join"],

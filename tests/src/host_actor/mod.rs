@@ -14,6 +14,11 @@
 //! elsewhere, the host's own join service answering first, the host's own
 //! Init or Recover with its own secrets, another node's name.
 //!
+//! It also changes joinsvc's ledger objects between two steps
+//! ([`LedgerMove`]: the registry deleted or restored from an old copy,
+//! both churned), and plays TDX and SEV-SNP guests of its own
+//! ([`variants`]) against a join service and the admin's CLI.
+//!
 //! The steps are the lines a node logs in an honest run of the flow, read
 //! from a reference run ([`HostActor::reference`]), plus two of the host's
 //! own: before the node starts ([`Step::Start`]) and the network exchange
@@ -458,6 +463,9 @@ pub enum LedgerMove {
     /// `resourceVersion`s, nothing else changed).
     Churn,
 }
+
+/// joinsvc's ledger objects by name, as read (`None`: none).
+type LedgerObjects = Vec<(&'static str, Option<Value>)>;
 
 /// The registry's ConfigMap.
 const REGISTRY: &str = "confboot-vpn-peers";
@@ -921,7 +929,7 @@ pub struct HostActor {
     ledger_old: Option<Value>,
     /// The ledger objects as the host's ledger move found them (put back
     /// after the case), and joinsvc's log length then.
-    ledger_moved: Option<(Vec<(&'static str, Option<Value>)>, usize)>,
+    ledger_moved: Option<(LedgerObjects, usize)>,
 }
 
 impl HostActor {
@@ -1297,7 +1305,7 @@ impl HostActor {
     /// objects as it found them and joinsvc's log length.
     fn apply_ledger_move(&mut self, m: LedgerMove) -> Result<(), String> {
         let kube = self.joinsvc.kube();
-        let before: Vec<(&'static str, Option<Value>)> = [REGISTRY, FILTER]
+        let before: LedgerObjects = [REGISTRY, FILTER]
             .into_iter()
             .map(|n| (n, kube.configmap(n)))
             .collect();

@@ -161,7 +161,8 @@ pub enum GuestMove {
     /// cluster's mark; SEV-SNP: a launch that already got its ticket).
     Member,
     /// An SEV-SNP launch that got its ticket asks again after the host
-    /// deleted joinsvc's served-launch filter (`confboot-issued-filter`).
+    /// deleted joinsvc's served-launch filter (`confboot-issued-filter`),
+    /// on a join service whose one write of the filter was that launch's.
     FilterDeleted,
     /// The same after the host put back the filter as it was before that
     /// launch was served (an etcd restored from an old snapshot).
@@ -533,6 +534,12 @@ impl GuestActor {
                         ));
                     }
                 }
+            }
+            // A join service whose only write of its filter is the served
+            // launch's (as on a new cluster's first SEV-SNP join).
+            (GuestMove::FilterDeleted, _) => {
+                weak = joinsvc(self.dir.path(), "sev-snp", "--snp-policy", "snp.json");
+                &weak
             }
             _ if flow.tdx() => &self.tdx_joinsvc,
             _ => &self.snp_joinsvc,
