@@ -2,10 +2,13 @@
 # The host as a test actor (tests/tests/host_actor.rs): the host's moves
 # (header fields and tokens edited, disks rolled back or swapped, the node
 # killed, connections dropped, delayed, trickled, replayed, reordered or
-# relayed, the host's own join service, Init and Recover, a spoofed name)
+# relayed, the host's own join service, Init and Recover, a spoofed name,
+# joinsvc's ledger objects deleted, restored from an old copy or churned)
 # applied at every step of the init, join, rejoin and recover flows of
 # real bootstrapper processes (swtpm, LUKS2 disk image files, a real
-# joinsvc, the real CLI), each (move, step) judged REFUSED, CONVERGED,
+# joinsvc, the real CLI), and the host's own TDX and SEV-SNP guests (the
+# test issuers, in the test process) against a real joinsvc and the real
+# confboot init and recover, each (move, step) judged REFUSED, CONVERGED,
 # STOPPED or FAILURE. The tables, with the commit they were measured on,
 # go to target/host-actor/<commit>.md; a whole campaign's also to
 # target/host-actor/results.md (a run log, never committed: RELIABILITY.md

@@ -1,6 +1,7 @@
 //! The host as a test actor (`confboot_tests::host_actor`): the host's
 //! moves applied to the boot flows of a real bootstrapper process (init,
-//! join, rejoin, recover), each (move, step) judged. The normal suite runs
+//! join, rejoin, recover), and to the host's own TDX and SEV-SNP guests
+//! (`host_actor::variants`), each (move, step) judged. The normal suite runs
 //! a short selection (every move at least once, every flow at least once);
 //! `CONFBOOT_HOST_ACTOR=all` runs every (move, step) pair
 //! (`scripts/host_actor.sh`, figures in RELIABILITY.md). Any FAILURE (a
@@ -13,12 +14,34 @@ use confboot_tests::host_actor::{Flow, HostActor, cases, report};
 /// it, and what the host wins. Any other FAILURE fails the
 /// test. In the suite's short run a listed case that no longer fails fails
 /// the test too (remove it here then), so the list only shrinks.
-const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[(
-    &["init", "join", "rejoin", "recover"],
-    "swap disks",
-    "a member bootstraps on another member's disk (its data, its state) and the cluster \
-     does not know: nothing binds a disk to the node it belongs to (issue 41, items 4 and 9)",
-)];
+const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
+    (
+        &["init", "join", "rejoin", "recover"],
+        "swap disks",
+        "a member bootstraps on another member's disk (its data, its state) and the cluster \
+         does not know: nothing binds a disk to the node it belongs to (issue 41, items 4 and 9)",
+    ),
+    (
+        &["snp join"],
+        "policy pins too little + host's guest",
+        "an SEV-SNP policy pinning the launch digest of a launch without the kernel hashes \
+         table admits the host's kernel: nothing declares or checks the launch (issue 41, \
+         item 1)",
+    ),
+    (
+        &["snp join"],
+        "ledger: filter deleted + a served launch",
+        "the served-launch filter deleted after joinsvc's first write of it reads as empty: the \
+         ledger anchor never took in the object its own write created (issue 41, items 4 and 5)",
+    ),
+    (
+        &["snp join"],
+        "ledger: old filter restored + a served launch",
+        "the served-launch filter put back as it was just before joinsvc's last write of it \
+         serves that launch again: the ledger anchor takes in what joinsvc read, not the \
+         resourceVersion and count its own write made (issue 41, items 4 and 5)",
+    ),
+];
 
 #[test]
 fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
@@ -85,6 +108,17 @@ fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {
         .map(|r| format!("{}: {}", name(r), r.outcome.detail()))
         .collect();
     assert!(new.is_empty(), "the host won: {new:#?}");
+    // The controls (an honest guest of the image) must be admitted, or
+    // their group shows nothing.
+    let controls: Vec<String> = results
+        .iter()
+        .filter(|r| r.host_move.name().contains("(control)") && r.outcome.verdict() != "CONVERGED")
+        .map(|r| format!("{}: {}", name(r), r.outcome.detail()))
+        .collect();
+    assert!(
+        controls.is_empty(),
+        "honest controls not admitted: {controls:#?}"
+    );
     let fixed: Vec<String> = results
         .iter()
         .filter(|r| known(r) && r.outcome.verdict() != "FAILURE")

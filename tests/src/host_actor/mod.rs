@@ -14,6 +14,11 @@
 //! elsewhere, the host's own join service answering first, the host's own
 //! Init or Recover with its own secrets, another node's name.
 //!
+//! It also changes joinsvc's ledger objects between two steps
+//! ([`LedgerMove`]: the registry deleted or restored from an old copy,
+//! both churned), and plays TDX and SEV-SNP guests of its own
+//! ([`variants`]) against a join service and the admin's CLI.
+//!
 //! The steps are the lines a node logs in an honest run of the flow, read
 //! from a reference run ([`HostActor::reference`]), plus two of the host's
 //! own: before the node starts ([`Step::Start`]) and the network exchange
@@ -51,6 +56,7 @@
 
 pub mod header;
 pub mod proxy;
+pub mod variants;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -117,6 +123,9 @@ pub enum Flow {
     Rejoin,
     /// A joined node that reaches no join service, recovered by the admin.
     Recover,
+    /// A TDX or SEV-SNP guest the host plays in the test process
+    /// ([`variants`]).
+    Guest(variants::GuestFlow),
 }
 
 impl Flow {
@@ -130,6 +139,7 @@ impl Flow {
             Flow::Join => "join",
             Flow::Rejoin => "rejoin",
             Flow::Recover => "recover",
+            Flow::Guest(g) => g.name(),
         }
     }
 
@@ -429,7 +439,38 @@ pub enum Move {
     HostCall,
     /// The node told another member's name (as a spoofed DHCP reply does).
     SpoofName,
+    /// What the host's TDX or SEV-SNP guest is ([`variants`]).
+    Guest(variants::GuestMove),
+    /// A change of joinsvc's ledger objects (what a host that restores a
+    /// control plane's etcd, or drives its API, does).
+    Ledger(LedgerMove),
 }
+
+/// What the host does to joinsvc's ledger objects (the ConfigMaps of
+/// `joinsvc/src/configmap.rs`) between two steps of a boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerMove {
+    /// The registry (`confboot-vpn-peers`: names, addresses, generations)
+    /// deleted.
+    DeleteRegistry,
+    /// The registry as it was after the subject's first join, before
+    /// the other member joined (an etcd restored from an old snapshot:
+    /// its `resourceVersion` as it was then).
+    RestoreOldRegistry,
+    /// The served-launch filter (`confboot-issued-filter`) deleted.
+    DeleteFilter,
+    /// Both objects rewritten three times with their own content (new
+    /// `resourceVersion`s, nothing else changed).
+    Churn,
+}
+
+/// joinsvc's ledger objects by name, as read (`None`: none).
+type LedgerObjects = Vec<(&'static str, Option<Value>)>;
+
+/// The registry's ConfigMap.
+const REGISTRY: &str = "confboot-vpn-peers";
+/// The served-launch filter's ConfigMap.
+const FILTER: &str = "confboot-issued-filter";
 
 /// What the host does to the exchange's first connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -474,6 +515,14 @@ impl Move {
             .into(),
             Move::HostCall => "host's own Init/Recover".into(),
             Move::SpoofName => "spoofed node name".into(),
+            Move::Guest(g) => g.name().into(),
+            Move::Ledger(l) => match l {
+                LedgerMove::DeleteRegistry => "ledger: registry deleted",
+                LedgerMove::RestoreOldRegistry => "ledger: old registry restored",
+                LedgerMove::DeleteFilter => "ledger: filter deleted",
+                LedgerMove::Churn => "ledger: objects churned",
+            }
+            .into(),
         }
     }
 
@@ -515,11 +564,26 @@ impl Move {
         );
         moves.push(Move::HostCall);
         moves.push(Move::SpoofName);
+        moves.extend(
+            [
+                LedgerMove::DeleteRegistry,
+                LedgerMove::RestoreOldRegistry,
+                LedgerMove::DeleteFilter,
+                LedgerMove::Churn,
+            ]
+            .into_iter()
+            .map(Move::Ledger),
+        );
         moves
     }
 
     /// Whether the move applies at `step` of `flow`.
     pub fn applies(&self, flow: Flow, step: &Step) -> bool {
+        match (self, flow) {
+            (Move::Guest(g), Flow::Guest(f)) => return g.applies(f, step),
+            (Move::Guest(_), _) | (_, Flow::Guest(_)) => return false,
+            _ => {}
+        }
         match (self, step) {
             (Move::Kill, Step::Line { .. }) => true,
             (Move::Disk(DiskMove::HostFormatted), Step::Start) => true,
@@ -533,6 +597,13 @@ impl Move {
             (Move::Disk(_), Step::Start | Step::Line { .. }) => true,
             (Move::Net(_) | Move::HostCall, Step::Exchange) => true,
             (Move::SpoofName, Step::Start) => matches!(flow, Flow::Join | Flow::Rejoin),
+            // The flows that reach joinsvc. The served-launch filter is
+            // SEV-SNP's (no vTPM admission reads it): its moves are the
+            // SNP guests' ([`variants::GuestMove::FilterDeleted`]).
+            (Move::Ledger(LedgerMove::DeleteFilter), _) => false,
+            (Move::Ledger(_), Step::Start | Step::Line { .. }) => {
+                matches!(flow, Flow::Join | Flow::Rejoin)
+            }
             _ => false,
         }
     }
@@ -852,6 +923,13 @@ pub struct HostActor {
     host_left: Option<DiskState>,
     /// The other nodes' disks (UUID, whose).
     others: BTreeMap<String, String>,
+    /// The host's TDX and SEV-SNP guests, set up on first use.
+    guests: Option<variants::GuestActor>,
+    /// The registry as it was after the subject's first join.
+    ledger_old: Option<Value>,
+    /// The ledger objects as the host's ledger move found them (put back
+    /// after the case), and joinsvc's log length then.
+    ledger_moved: Option<(LedgerObjects, usize)>,
 }
 
 impl HostActor {
@@ -974,6 +1052,9 @@ impl HostActor {
             admin_inited: false,
             host_left: None,
             others: BTreeMap::new(),
+            guests: None,
+            ledger_old: None,
+            ledger_moved: None,
         };
         actor.admin_salts.push(actor.salt.clone());
 
@@ -985,6 +1066,7 @@ impl HostActor {
         actor.references.insert(Flow::Join, log);
         actor.record_data(&actor.subject.p("disk.img"), 1);
         std::fs::copy(actor.subject.p("disk.img"), &actor.golden).unwrap();
+        actor.ledger_old = actor.joinsvc.kube().configmap(REGISTRY);
         blank(&actor.other.p("disk.img"));
         actor.honest_join(&actor.other, None);
         actor.record_data(&actor.other.p("disk.img"), 2);
@@ -1094,11 +1176,77 @@ impl HostActor {
     /// Runs `flow` with `host_move` at `step` and judges how it ends.
     pub fn case(&mut self, flow: Flow, step: &Step, host_move: &Move) -> CaseResult {
         let t = Instant::now();
+        if let (Flow::Guest(f), Move::Guest(m)) = (flow, host_move) {
+            let outcome = self
+                .guests
+                .get_or_insert_with(variants::GuestActor::start)
+                .case(f, step, *m);
+            return CaseResult {
+                flow,
+                step: step.clone(),
+                host_move: host_move.clone(),
+                outcome,
+                seconds: t.elapsed().as_secs_f64(),
+            };
+        }
         // The secrets of this case's disks are searched in this case only
         // (the search's cost grows with their number).
         let secrets_before = self.secrets.0.len();
+        self.ledger_moved = None;
+        // A ledger object that does not exist cannot be moved.
+        let missing = match host_move {
+            Move::Ledger(LedgerMove::DeleteFilter) => Some(FILTER),
+            Move::Ledger(LedgerMove::DeleteRegistry | LedgerMove::RestoreOldRegistry) => {
+                Some(REGISTRY)
+            }
+            _ => None,
+        }
+        .filter(|name| self.joinsvc.kube().configmap(name).is_none());
+        if let Some(name) = missing {
+            return CaseResult {
+                flow,
+                step: step.clone(),
+                host_move: host_move.clone(),
+                outcome: Outcome::NotMade(format!("no {name} ConfigMap to move")),
+                seconds: t.elapsed().as_secs_f64(),
+            };
+        }
         let (ends, expected) = self.run_flow(flow, Some(host_move), step);
-        let outcome = self.judge(flow, &ends, expected.as_ref());
+        let mut outcome = self.judge(flow, &ends, expected.as_ref());
+        if let Some((before, log_at)) = self.ledger_moved.take() {
+            if let Move::Ledger(l) = host_move
+                && *l != LedgerMove::Churn
+                && !matches!(outcome, Outcome::Failure(_) | Outcome::NotMade(_))
+                && let Some(line) = self
+                    .joinsvc
+                    .process
+                    .log()
+                    .into_iter()
+                    .skip(log_at)
+                    .find(|l| l.contains(" ticket issued for disk "))
+            {
+                outcome = Outcome::Failure(format!(
+                    "admitted on a ledger the host {}: {}",
+                    if *l == LedgerMove::RestoreOldRegistry {
+                        "rolled back"
+                    } else {
+                        "deleted"
+                    },
+                    short(line.split_once("joinsvc").map_or(&line[..], |(_, r)| r))
+                ));
+            }
+            // The ledger as the move found it, for the next case (a churn
+            // moved it forward: it stays so).
+            if !matches!(host_move, Move::Ledger(LedgerMove::Churn)) {
+                let kube = self.joinsvc.kube();
+                for (name, object) in before {
+                    match object {
+                        Some(o) => kube.restore_configmap(name, o),
+                        None => kube.delete_configmap(name),
+                    }
+                }
+            }
+        }
         self.secrets.0.truncate(secrets_before);
         if std::env::var_os("CONFBOOT_HOST_ACTOR_DEBUG").is_some() {
             for (i, end) in ends.iter().enumerate() {
@@ -1127,7 +1275,7 @@ impl HostActor {
     fn starting_disk(&self, flow: Flow) {
         let disk = self.subject.p("disk.img");
         match flow {
-            Flow::Init | Flow::Join => blank(&disk),
+            Flow::Init | Flow::Join | Flow::Guest(_) => blank(&disk),
             Flow::Rejoin | Flow::Recover => {
                 std::fs::copy(&self.golden, &disk).unwrap();
             }
@@ -1139,7 +1287,7 @@ impl HostActor {
         let hash = std::fs::read_to_string(self.admin.path().join("init-secret-hash")).unwrap();
         let mut args = vec!["--init-secret-hash".to_string(), hash];
         match flow {
-            Flow::Init => {}
+            Flow::Init | Flow::Guest(_) => {}
             Flow::Join | Flow::Rejoin => {
                 args.extend(["--join-endpoint".into(), self.join_proxy.addr.to_string()]);
             }
@@ -1151,6 +1299,40 @@ impl HostActor {
             args.extend(["--node-name".into(), "actor-other".into()]);
         }
         args
+    }
+
+    /// Applies a ledger move (the node paused or not started); keeps the
+    /// objects as it found them and joinsvc's log length.
+    fn apply_ledger_move(&mut self, m: LedgerMove) -> Result<(), String> {
+        let kube = self.joinsvc.kube();
+        let before: LedgerObjects = [REGISTRY, FILTER]
+            .into_iter()
+            .map(|n| (n, kube.configmap(n)))
+            .collect();
+        let exists = |n: &str| before.iter().any(|(b, o)| *b == n && o.is_some());
+        match m {
+            LedgerMove::DeleteRegistry | LedgerMove::RestoreOldRegistry if !exists(REGISTRY) => {
+                return Err("no registry yet".into());
+            }
+            LedgerMove::DeleteFilter if !exists(FILTER) => return Err("no filter yet".into()),
+            LedgerMove::DeleteRegistry => kube.delete_configmap(REGISTRY),
+            LedgerMove::DeleteFilter => kube.delete_configmap(FILTER),
+            LedgerMove::RestoreOldRegistry => {
+                let old = self.ledger_old.clone().ok_or("no old registry")?;
+                kube.restore_configmap(REGISTRY, old);
+            }
+            LedgerMove::Churn => {
+                for _ in 0..3 {
+                    for (name, object) in &before {
+                        if let Some(o) = object {
+                            kube.put_configmap_data(name, o["data"].clone());
+                        }
+                    }
+                }
+            }
+        }
+        self.ledger_moved = Some((before, self.joinsvc.process.log().len()));
+        Ok(())
     }
 
     /// Applies a disk move to the subject's disk (the node paused or not
@@ -1218,12 +1400,17 @@ impl HostActor {
                     }
                     host_calls = matches!(d, DiskMove::HostFormatted);
                 }
+                (Move::Ledger(l), Step::Start) => {
+                    if let Err(e) = self.apply_ledger_move(*l) {
+                        panic!("the host's move {} failed: {e}", m.name());
+                    }
+                }
                 (Move::SpoofName, _) => spoof = true,
                 (Move::HostCall, _) => host_calls = true,
                 (Move::Net(n), Step::Exchange) => {
                     let proxy = match flow {
                         Flow::Join | Flow::Rejoin => &self.join_proxy,
-                        Flow::Init | Flow::Recover => &self.admin_proxy,
+                        Flow::Init | Flow::Recover | Flow::Guest(_) => &self.admin_proxy,
                     };
                     let tamper = match n {
                         NetMove::Drop => Tamper::Drop,
@@ -1260,7 +1447,8 @@ impl HostActor {
         self.host_left = Some(DiskState::read(&disk));
 
         let mut ends = Vec::new();
-        let pause_move = host_move.filter(|m| matches!(m, Move::Kill | Move::Disk(_)));
+        let pause_move =
+            host_move.filter(|m| matches!(m, Move::Kill | Move::Disk(_) | Move::Ledger(_)));
         let line_step = match step {
             Step::Line { needle, nth } => Some((needle.clone(), *nth)),
             _ => None,
@@ -1326,7 +1514,7 @@ impl HostActor {
     fn start_other(&self, flow: Flow) -> (std::net::SocketAddr, (ChildProcess, NodeTpm)) {
         let disk = self.other.p("disk.img");
         match flow {
-            Flow::Init | Flow::Join => blank(&disk),
+            Flow::Init | Flow::Join | Flow::Guest(_) => blank(&disk),
             Flow::Rejoin | Flow::Recover => {
                 std::fs::copy(&self.golden_other, &disk).unwrap();
             }
@@ -1536,6 +1724,11 @@ impl HostActor {
                 }
                 let _ = killpg(pgid, Signal::SIGSTOP);
                 self.harvest_salt(&self.subject.p("disk.img"));
+                if let Move::Ledger(l) = m
+                    && let Err(e) = self.apply_ledger_move(*l)
+                {
+                    move_error = Some(format!("nothing to move: {e}"));
+                }
                 if let Move::Disk(d) = m {
                     match self.apply_disk_move(d, flow, boot_start) {
                         Ok(()) => {
@@ -2147,10 +2340,18 @@ pub fn cases(actor: &mut HostActor, short: bool) -> Vec<(Flow, Step, Move)> {
             }
         }
     }
+    // The host's TDX and SEV-SNP guests: every pair in both campaigns
+    // (each takes a second or two, in the test process).
+    let guests = variants::guest_cases()
+        .into_iter()
+        .map(|(f, s, m)| (Flow::Guest(f), s, Move::Guest(m)));
     if !short {
+        all.extend(guests);
         return all;
     }
-    short_selection(all)
+    let mut chosen = short_selection(all);
+    chosen.extend(guests);
+    chosen
 }
 
 /// The short campaign: every move at least once and every flow at least
@@ -2200,6 +2401,13 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
         (Flow::Recover, "host's own Init/Recover", "(the exchange)"),
         (Flow::Join, "spoofed node name", "(before start)"),
         (Flow::Init, "kill", "node marked"),
+        (Flow::Join, "ledger: registry deleted", "(before start)"),
+        (
+            Flow::Rejoin,
+            "ledger: old registry restored",
+            "(before start)",
+        ),
+        (Flow::Join, "ledger: objects churned", "state disk (#3)"),
     ];
     let mut chosen = Vec::new();
     for (flow, m, s) in wanted {
@@ -2232,7 +2440,12 @@ pub fn report(results: &[CaseResult]) -> String {
             .iter()
             .filter(|r| r.outcome.verdict() != "NOT MADE")
             .count(),
-        Flow::ALL.len(),
+        {
+            let mut flows: Vec<Flow> = results.iter().map(|r| r.flow).collect();
+            flows.sort();
+            flows.dedup();
+            flows.len()
+        },
         verdicts
             .iter()
             .map(|v| format!("{} {v}", count(v, &mut results.iter())))
