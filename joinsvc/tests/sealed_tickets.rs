@@ -131,7 +131,7 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
         );
     }
     // What the host may see stays in the clear.
-    assert_eq!(ticket.api_server_endpoint, "10.0.0.1:6443");
+    assert_eq!(ticket.api_server_endpoint, joinsvc.api_server_endpoint());
     assert!(ticket.state_disk_key.is_empty() && ticket.token.is_empty());
     // The recorder's key opens nothing.
     assert_eq!(
