@@ -47,20 +47,41 @@ fn start_joinsvc(node: &Node, api: &RealApi) -> Joinsvc {
     Joinsvc::launch(&joinsvc_bin(), &node.policy(), setup)
 }
 
+/// How long `kubeadm join` keeps retrying discovery (kubeadm's default is
+/// 5 minutes: a refused discovery, such as a deleted token's, took that
+/// long each time).
+const DISCOVERY_TIMEOUT: &str = "20s";
+
 /// `kubeadm join --dry-run` with `token` and `ca_hash` against `endpoint`:
 /// discovery for real (the `cluster-info` ConfigMap fetched with the token,
 /// its JWS signature checked, the CA pinned by hash, then the cluster's
 /// configuration read as the bootstrap token), nothing written outside
-/// the dry-run directory. Returns (success, output).
+/// the dry-run directory; discovery given up after [`DISCOVERY_TIMEOUT`].
+/// Returns (success, output).
 fn kubeadm_join_dry_run(endpoint: &str, token: &str, ca_hash: &str) -> (bool, String) {
+    let dir = confboot_tests::TempDir::new("kubeadm-join");
+    let config = dir.path().join("join.yaml");
+    let join = serde_json::json!({
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "JoinConfiguration",
+        "discovery": {
+            "bootstrapToken": {
+                "apiServerEndpoint": endpoint,
+                "token": token,
+                "caCertHashes": [ca_hash],
+            },
+            "tlsBootstrapToken": token,
+        },
+        "nodeRegistration": {
+            "name": "dry-run-node",
+            "ignorePreflightErrors": ["all"],
+        },
+        "timeouts": {"discovery": DISCOVERY_TIMEOUT},
+    });
+    std::fs::write(&config, join.to_string()).unwrap();
     let out = Command::new(part("kubeadm"))
-        .args(["join", endpoint, "--token", token])
-        .args(["--discovery-token-ca-cert-hash", ca_hash])
-        .args([
-            "--dry-run",
-            "--ignore-preflight-errors=all",
-            "--node-name=dry-run-node",
-        ])
+        .args(["join", "--dry-run", "--config"])
+        .arg(&config)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -386,7 +407,17 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
     wait_token_gone(plane, &ticket.token);
     let dir2 = confboot_tests::TempDir::new("hollow-kubelet");
     let kubelet = hollow_kubelet(dir2.path(), "worker-2", &bootstrap);
-    std::thread::sleep(Duration::from_secs(20));
+    // Refused by the API server (401), twice: its retry fares no better.
+    let refused = "the server has asked for the client to provide credentials";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kubelet.log().iter().filter(|l| l.contains(refused)).count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the kubelet's bootstrap with a deleted token was never refused:\n{}",
+            kubelet.log().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     assert!(
         node_ready(plane, "worker-2").is_none(),
         "no Node for a deleted token"
