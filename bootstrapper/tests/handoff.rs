@@ -152,7 +152,10 @@ fn init_and_join_hand_the_cluster_step_over_and_run_no_kubeadm() {
     let Handoff::Join(join) = Handoff::read(&handoff2).unwrap() else {
         panic!("a join was handed over")
     };
-    assert_eq!(join.params.api_server_endpoint, "10.0.0.1:6443");
+    assert_eq!(
+        join.params.api_server_endpoint,
+        joinsvc.api_server_endpoint()
+    );
     assert_eq!(join.params.node_name, "handoff2");
     assert!(
         join.params.kubelet_cert.is_some(),

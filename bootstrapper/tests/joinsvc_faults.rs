@@ -254,24 +254,6 @@ fn relay(
     let _ = upstream.join();
 }
 
-/// The ids of the bootstrap tokens the API server holds.
-fn bootstrap_token_ids(plane: &ControlPlane) -> Vec<String> {
-    let list = plane.kubectl_json(&[
-        "get",
-        "secrets",
-        "-n",
-        "kube-system",
-        "--field-selector=type=bootstrap.kubernetes.io/token",
-    ]);
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["metadata"]["name"].as_str())
-        .filter_map(|n| n.strip_prefix("bootstrap-token-").map(String::from))
-        .collect()
-}
-
 /// Waits (polling) until `cond` holds; panics with `what` and the node's
 /// log after [`GUARD`].
 fn wait_until(node: &ChildProcess, what: &str, mut cond: impl FnMut() -> bool) {
@@ -344,6 +326,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             token,
             pki_dir: plane.pki_dir(),
             endpoint: plane.endpoint().to_string(),
+            namespace: "kube-system".into(),
         }),
         ..JoinsvcSetup::new()
     };
@@ -369,7 +352,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
         let disk = std::fs::File::create(n.p("disk.img")).unwrap();
         disk.set_len(32 << 20).unwrap();
         let _ = std::fs::remove_file(n.p("token-ids"));
-        let tokens_before = bootstrap_token_ids(&plane);
+        let tokens_before = plane.bootstrap_token_ids();
         let requests_before = api.secret_requests();
         let proxy = match scenario {
             Scenario::KillAfterServerFlight => Some(HandshakePoint::ServerFlight),
@@ -430,7 +413,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             }
             Scenario::KillAfterTokenCreated => {
                 wait_until(&node, "the token's Secret", || {
-                    bootstrap_token_ids(&plane).len() > tokens_before.len()
+                    plane.bootstrap_token_ids().len() > tokens_before.len()
                 });
                 joinsvc.process.kill();
                 true
@@ -507,7 +490,7 @@ fn a_node_joins_through_joinsvc_and_kubernetes_api_faults_with_one_format() {
             .map(str::to_string)
             .collect();
         assert_eq!(used.len(), 1, "one kubeadm join\n{}", all_log());
-        let created = bootstrap_token_ids(&plane);
+        let created = plane.bootstrap_token_ids();
         let made: Vec<&str> = created
             .iter()
             .filter(|id| !tokens_before.contains(id))

@@ -30,10 +30,11 @@ use confboot_vtpm::{EventLogSource, VtpmIssuer};
 use std::os::unix::fs::DirBuilderExt;
 use zeroize::Zeroizing;
 
-use crate::kube_api::{KubeApi, KubeApiError};
+use crate::kube_api::{KubeApi, KubeApiError, Namespace};
 use crate::options::{
     AK_TRUST, API_SERVER_ENDPOINT, ATTEST_AS, AZURE_POLICY, EVENT_LOG, EXPECTED_EVENTS,
     HEALTH_LISTEN, INSECURE_ANY_AK_CONFIRMATION, KUBE_API, KUBE_API_CA, KUBE_API_TOKEN_FILE,
+    KUBE_NAMESPACE,
     KUBELET_CERT_VALIDITY, KUBERNETES_CA, KUBERNETES_VERSION, LISTEN, MASTER_SECRET,
     MEASUREMENT_SALT, MEASUREMENTS, PENDING, PKI_DIR, PRESENT_REFERENCE_VALUES, QUEUE,
     REFERENCE_VALUES_DIR, REFERENCE_VALUES_RELOAD, REFERENCE_VALUES_WARNING, RELEASE_KEY,
@@ -144,6 +145,10 @@ pub struct KubeApiConfig {
     pub endpoint: Option<KubeApiEndpoint>,
     /// Connections kept open: one per worker that may call at once.
     pub connections: usize,
+    /// Where the registry's and the ledger's ConfigMaps are
+    /// (`--kube-namespace`, default kube-system); bootstrap-token Secrets
+    /// are always in kube-system.
+    pub namespace: Namespace,
 }
 
 /// An explicit Kubernetes API.
@@ -278,6 +283,7 @@ impl Config {
         let pki_dir = PathBuf::from(default(&PKI_DIR));
         let kubelet_cert_validity = m.parsed::<u64>(&KUBELET_CERT_VALIDITY);
         let kube_api = given(&KUBE_API);
+        let namespace = m.parsed::<Namespace>(&KUBE_NAMESPACE);
         let kube_api_ca = m.required(&KUBE_API_CA).map(PathBuf::from);
         let kube_api_token_file = m.required(&KUBE_API_TOKEN_FILE).map(PathBuf::from);
         let vpn_cidr = given(&VPN_CIDR);
@@ -291,6 +297,7 @@ impl Config {
         // for each worker.
         let kube_api = KubeApiConfig {
             connections: workers.clone()?,
+            namespace: namespace?.unwrap_or_default(),
             endpoint: match kube_api {
                 None => None,
                 Some(url) => Some(KubeApiEndpoint {
@@ -785,10 +792,14 @@ impl Service {
             Some(network) => KubeApiPeerRegistry::new(kube_api.clone(), network),
             None => KubeApiPeerRegistry::without_vpn(kube_api.clone()),
         }
+        .and_then(|r| r.in_namespace(config.kube_api.namespace.as_str()))
         .map_err(LoadError::Registry)?;
         let registry = Arc::new(registry.with_anchor(ledger_anchor(&config.state_dir)?));
-        let token_issuer: Arc<dyn TokenIssuer> =
-            Arc::new(KubeApiTokenIssuer::new(kube_api).map_err(LoadError::TokenIssuer)?);
+        let token_issuer: Arc<dyn TokenIssuer> = Arc::new(
+            KubeApiTokenIssuer::new(kube_api)
+                .map_err(LoadError::TokenIssuer)?
+                .labelled_for(&config.kube_api.namespace),
+        );
 
         let mut pool = PoolConfig {
             workers: config.workers,
@@ -946,16 +957,18 @@ pub fn kube_api(config: &KubeApiConfig) -> Result<KubeApi, LoadError> {
     }
 }
 
-/// The VPN peer registry of `--vpn-cidr`, if given.
+/// The VPN peer registry of `--vpn-cidr`, if given, in `namespace`.
 pub fn vpn_registry(
     network: Option<VpnNetwork>,
     kube_api: &KubeApi,
+    namespace: &Namespace,
 ) -> Result<Option<Arc<KubeApiPeerRegistry>>, LoadError> {
     let Some(network) = network else {
         return Ok(None);
     };
-    let registry =
-        KubeApiPeerRegistry::new(kube_api.clone(), network).map_err(LoadError::Registry)?;
+    let registry = KubeApiPeerRegistry::new(kube_api.clone(), network)
+        .and_then(|r| r.in_namespace(namespace.as_str()))
+        .map_err(LoadError::Registry)?;
     Ok(Some(Arc::new(registry)))
 }
 
@@ -1061,7 +1074,15 @@ mod tests {
         assert_eq!((c.workers, c.queue, c.pending), (16, 64, 1024));
         assert_eq!(c.kubelet_cert_validity_days, 365);
         assert_eq!(c.kube_api.endpoint, None);
+        assert_eq!(c.kube_api.namespace.as_str(), "kube-system");
         assert!(c.tpm.is_none() && c.vpn_network.is_none());
+        let c = serve_config(&["--ak-trust", "x", "--kube-namespace", "tenant-1"]).unwrap();
+        assert_eq!(c.kube_api.namespace.as_str(), "tenant-1");
+        let e = serve_config(&["--ak-trust", "x", "--kube-namespace", "../secrets"]).unwrap_err();
+        assert!(
+            e.contains("--kube-namespace") && e.contains("not a Kubernetes namespace name"),
+            "{e}"
+        );
         let remove = config(&["--remove-vpn-peer", "n", "--vpn-cidr", "10.118.0.0/16"]).unwrap();
         assert!(
             matches!(&remove, Config::RemoveVpnPeer(r) if r.name == "n" && r.vpn_network.is_some()),

@@ -49,6 +49,63 @@ pub enum KubeApiError {
     Config(String),
 }
 
+/// The namespace joinsvc keeps its ConfigMaps in (the VPN peer registry
+/// and the ledger's filter) unless told otherwise.
+pub const DEFAULT_NAMESPACE: &str = "kube-system";
+
+/// The namespace bootstrap-token Secrets must be in: the API server's
+/// bootstrap-token authenticator reads them only there.
+pub const TOKEN_NAMESPACE: &str = "kube-system";
+
+/// A Kubernetes namespace name, checked once: an RFC 1123 label (1 to 63
+/// characters of `[a-z0-9-]`, starting and ending with a letter or digit),
+/// as the API server requires; so it goes into a path unescaped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Namespace(String);
+
+/// Why a namespace name is not one.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "namespace {0:?} is not a Kubernetes namespace name (1 to 63 characters of a-z, 0-9 and '-', \
+     starting and ending with a letter or digit)"
+)]
+pub struct NamespaceError(String);
+
+impl Namespace {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Namespace {
+    fn default() -> Namespace {
+        Namespace(DEFAULT_NAMESPACE.to_string())
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for Namespace {
+    type Err = NamespaceError;
+
+    fn from_str(s: &str) -> Result<Namespace, NamespaceError> {
+        let b = s.as_bytes();
+        let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+        let edge = |c: Option<&u8>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        if b.len() <= 63 && edge(b.first()) && edge(b.last()) && b.iter().all(inner) {
+            Ok(Namespace(s.to_string()))
+        } else {
+            // Bounded, so a long option value is not echoed whole.
+            Err(NamespaceError(s.chars().take(80).collect()))
+        }
+    }
+}
+
 /// An answer of the API server: its status and its body, read whole up to
 /// the caller's bound (zeroized on drop: bodies may echo Secrets).
 pub struct ApiAnswer {
@@ -317,6 +374,28 @@ mod tests {
             KubeApiError::Config("no token file".into()).to_string(),
             "Kubernetes API client not configured: no token file"
         );
+    }
+
+    #[test]
+    fn namespaces_are_rfc_1123_labels() {
+        for good in ["kube-system", "a", "tenant-7", &"x".repeat(63), "0a"] {
+            assert_eq!(good.parse::<Namespace>().unwrap().as_str(), good);
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Kube-System",
+            "a/b",
+            "a.b",
+            "a b",
+            "../secrets",
+            "é",
+            &"x".repeat(64),
+        ] {
+            assert!(bad.parse::<Namespace>().is_err(), "{bad:?}");
+        }
+        assert_eq!(Namespace::default().as_str(), "kube-system");
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn main() {
 fn remove_vpn_peer(config: &RemoveVpnPeerConfig) -> i32 {
     let name = config.name.as_str();
     let registry = config::kube_api(&config.kube_api)
-        .and_then(|api| config::vpn_registry(config.vpn_network, &api));
+        .and_then(|api| config::vpn_registry(config.vpn_network, &api, &config.kube_api.namespace));
     let registry = match registry {
         Ok(Some(r)) => r,
         Ok(None) => {

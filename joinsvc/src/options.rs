@@ -235,6 +235,18 @@ pub const KUBE_API: Opt = Opt::value(
     "URL",
     "Kubernetes API for bootstrap tokens and the VPN peer registry [default: in-cluster]",
 );
+/// `--kube-namespace`.
+pub const KUBE_NAMESPACE: Opt = Opt::value(
+    "kube-namespace",
+    "NAME",
+    "Namespace of the VPN peer registry's and the ledger's ConfigMaps (confboot-vpn-peers, \
+     confboot-issued-filter), which joinsvc's Role must cover there; for tests and multi-tenant \
+     setups that share one API server between clusters. Bootstrap-token Secrets stay in \
+     kube-system, the only namespace the API server's token authenticator reads, labelled \
+     confboot.io/joinsvc-namespace=NAME",
+)
+.default(crate::kube_api::DEFAULT_NAMESPACE)
+.env("JOINSVC_KUBE_NAMESPACE");
 /// `--kube-api-ca`.
 pub const KUBE_API_CA: Opt = Opt::value("kube-api-ca", "FILE", "CA bundle of --kube-api");
 /// `--remove-vpn-peer`.
@@ -250,7 +262,7 @@ pub const VPN_CIDR: Opt = Opt::value(
     "vpn-cidr",
     "CIDR",
     "The cluster's VPN range (e.g. 10.118.0.0/16): nodes that send a WireGuard key get an \
-     address in it, kept in the ConfigMap confboot-vpn-peers (kube-system), and \
+     address in it, kept in the ConfigMap confboot-vpn-peers (of --kube-namespace), and \
      vpn.API/GetUpdate serves the peer list [default: no VPN]",
 );
 /// `--kube-api-token-file`.
@@ -328,6 +340,7 @@ pub const CMD: Command = Command {
         KUBELET_CERT_VALIDITY,
         KUBE_API,
         KUBE_API_CA,
+        KUBE_NAMESPACE,
         REMOVE_VPN_PEER,
         VPN_CIDR,
         KUBE_API_TOKEN_FILE,

@@ -867,58 +867,85 @@ mod tests {
         )
     }
 
-    /// Through the registry on a Kubernetes API double: the ledger's
-    /// object deleted, or put back as an etcd snapshot held it, refuses
-    /// the rejoin instead of reading as an empty ledger.
+    /// `refused` is the refusal of a ledger that went back (`what`).
+    fn assert_regressed<T: std::fmt::Debug>(
+        refused: Result<T, crate::vpn::RegistryError>,
+        what: fn(&crate::ledger::Regressed) -> bool,
+    ) {
+        use crate::ledger::Refusal;
+        use crate::vpn::RegistryError;
+        assert!(
+            matches!(
+                &refused,
+                Err(RegistryError::Admission(Refusal::Regressed(r))) if what(r)
+            ),
+            "{refused:?}"
+        );
+    }
+
+    /// The shared control plane's admin replaces or deletes the registry's
+    /// ConfigMap in `ns` (what a restored etcd snapshot or a deletion does
+    /// to joinsvc's view).
+    fn peers_object(ns: &str) -> Option<serde_json::Value> {
+        confboot_tests::kube::ControlPlane::shared()
+            .configmap(ns, joinsvc::configmap::PEERS_CONFIGMAP)
+    }
+
+    /// Puts `old`'s data back into the registry's ConfigMap (under a new
+    /// resourceVersion, as an admin's `kubectl replace` of a saved copy).
+    fn restore_peers_object(ns: &str, old: &serde_json::Value) {
+        let plane = confboot_tests::kube::ControlPlane::shared();
+        let mut now = peers_object(ns).expect("the registry's object");
+        now["data"] = old["data"].clone();
+        let dir = confboot_testkit::TempDir::new("restore-configmap");
+        let file = dir.path().join("configmap.json");
+        std::fs::write(&file, now.to_string()).unwrap();
+        plane.kubectl(&["replace", "-f", file.to_str().unwrap()]);
+    }
+
+    fn delete_peers_object(ns: &str) {
+        confboot_tests::kube::ControlPlane::shared().kubectl(&[
+            "delete",
+            "configmap",
+            joinsvc::configmap::PEERS_CONFIGMAP,
+            "-n",
+            ns,
+        ]);
+    }
+
+    /// Through the registry on the real API server: the ledger's object
+    /// deleted, or its data put back as an older copy held it, refuses the
+    /// rejoin instead of reading as an empty (or younger) ledger.
     #[test]
     fn a_registry_whose_ledger_object_is_deleted_or_restored_refuses_tickets() {
-        use crate::ledger::{Caller, Refusal, Regressed};
-        use crate::vpn::{KubeApiPeerRegistry, RegistryError};
+        use crate::ledger::{Caller, Regressed};
+        use crate::vpn::KubeApiPeerRegistry;
         const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
-        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
-        let api = crate::kube_api::KubeApi::new(
-            &double.url(),
-            &double.ca_pem(),
-            zeroize::Zeroizing::new("sa-token".into()),
-            std::time::Duration::from_secs(10),
-            1,
-        )
-        .unwrap();
-        let r = KubeApiPeerRegistry::without_vpn(api).unwrap();
+        let (api, ns) = crate::ticket::tests::account_in_a_namespace();
+        let r = KubeApiPeerRegistry::without_vpn(api)
+            .unwrap()
+            .in_namespace(&ns)
+            .unwrap();
         let node = Caller::Unbootstrapped;
         assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 0);
         r.confirm_generation(DISK, 0, 1).unwrap();
-        let old = double
-            .configmap(joinsvc::configmap::PEERS_CONFIGMAP)
-            .unwrap();
+        let old = peers_object(&ns).unwrap();
         assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 1);
         r.confirm_generation(DISK, 1, 2).unwrap();
         assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 2);
-        // An etcd rolled back to when the disk was at generation 1.
-        double.restore_configmap(joinsvc::configmap::PEERS_CONFIGMAP, old);
-        let refused = r.admit_rejoin(&node, DISK);
-        assert!(
-            matches!(
-                refused,
-                Err(RegistryError::Admission(Refusal::Regressed(
-                    Regressed::VersionWentBack { .. }
-                )))
-            ),
-            "{refused:?}"
-        );
+        // The object's data back to when the disk was at generation 1 (a
+        // real API server gives it a newer resourceVersion: the ledger
+        // sees the content go back).
+        restore_peers_object(&ns, &old);
+        assert_regressed(r.admit_rejoin(&node, DISK), |r| {
+            matches!(r, Regressed::GenerationWentBack { .. })
+        });
         // The object gone: not an empty ledger whose rejoin takes any
         // generation.
-        double.delete_configmap(joinsvc::configmap::PEERS_CONFIGMAP);
-        let refused = r.admit_rejoin(&node, DISK);
-        assert!(
-            matches!(
-                refused,
-                Err(RegistryError::Admission(Refusal::Regressed(
-                    Regressed::Gone { .. }
-                )))
-            ),
-            "{refused:?}"
-        );
+        delete_peers_object(&ns);
+        assert_regressed(r.admit_rejoin(&node, DISK), |r| {
+            matches!(r, Regressed::Gone { .. })
+        });
         assert!(r.confirm_generation(DISK, 0, 1).is_err());
     }
 
@@ -926,22 +953,16 @@ mod tests {
     /// the ledger's object was deleted refuses, as the running one would.
     #[test]
     fn a_ledger_object_deleted_while_joinsvc_was_down_is_refused_after_its_restart() {
-        use crate::ledger::{ANCHOR_FILE, AnchorStore, Caller, Refusal, Regressed};
-        use crate::vpn::{KubeApiPeerRegistry, RegistryError};
+        use crate::ledger::{ANCHOR_FILE, AnchorStore, Caller, Regressed};
+        use crate::vpn::KubeApiPeerRegistry;
         const DISK: &str = "2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
-        let double = confboot_tests::kube_double::KubeApiDouble::start("sa-token");
+        let (api, ns) = crate::ticket::tests::account_in_a_namespace();
         let state = confboot_testkit::TempDir::new("joinsvc-anchor-restart");
         let start = || {
-            let api = crate::kube_api::KubeApi::new(
-                &double.url(),
-                &double.ca_pem(),
-                zeroize::Zeroizing::new("sa-token".into()),
-                std::time::Duration::from_secs(10),
-                1,
-            )
-            .unwrap();
             let anchor = AnchorStore::load(&state.path().join(ANCHOR_FILE)).unwrap();
-            KubeApiPeerRegistry::without_vpn(api)
+            KubeApiPeerRegistry::without_vpn(api.clone())
+                .unwrap()
+                .in_namespace(&ns)
                 .unwrap()
                 .with_anchor(Arc::new(anchor))
         };
@@ -951,17 +972,10 @@ mod tests {
         r.confirm_generation(DISK, 0, 1).unwrap();
         assert_eq!(r.admit_rejoin(&node, DISK).unwrap(), 1);
         drop(r);
-        double.delete_configmap(joinsvc::configmap::PEERS_CONFIGMAP);
+        delete_peers_object(&ns);
         let r = start();
-        let refused = r.admit_rejoin(&node, DISK);
-        assert!(
-            matches!(
-                refused,
-                Err(RegistryError::Admission(Refusal::Regressed(
-                    Regressed::Gone { .. }
-                )))
-            ),
-            "{refused:?}"
-        );
+        assert_regressed(r.admit_rejoin(&node, DISK), |r| {
+            matches!(r, Regressed::Gone { .. })
+        });
     }
 }

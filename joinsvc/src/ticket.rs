@@ -630,7 +630,7 @@ pub(crate) mod tests {
     /// A client of this test binary's real control plane as joinsvc's
     /// ServiceAccount, with the Role `deploy/kubernetes/joinsvc.yaml` ships,
     /// in a namespace of its own; and the namespace.
-    fn account_in_a_namespace() -> (crate::kube_api::KubeApi, String) {
+    pub(crate) fn account_in_a_namespace() -> (crate::kube_api::KubeApi, String) {
         let plane = confboot_tests::kube::ControlPlane::shared();
         let ns = plane.namespace("ticket");
         let token = plane.joinsvc_account(&ns, &[]);

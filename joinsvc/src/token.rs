@@ -13,7 +13,7 @@ use confboot_util::time::rfc3339;
 use ring::rand::SecureRandom;
 use zeroize::Zeroizing;
 
-use crate::kube_api::{KubeApi, KubeApiError, SendMethod};
+use crate::kube_api::{KubeApi, KubeApiError, Namespace, SendMethod, TOKEN_NAMESPACE};
 
 /// How long a bootstrap token is valid.
 pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
@@ -128,18 +128,38 @@ pub trait TokenIssuer: Send + Sync {
     fn create_bootstrap_token(&self) -> Result<BootstrapToken, TokenError>;
 }
 
+/// The label every bootstrap-token Secret joinsvc creates carries: the
+/// namespace of the joinsvc that created it (its `--kube-namespace`), so
+/// its tokens can be told from kubeadm's and from other tenants' in
+/// kube-system (`kubectl get secrets -n kube-system -l
+/// confboot.io/joinsvc-namespace=kube-system`).
+pub const NAMESPACE_LABEL: &str = "confboot.io/joinsvc-namespace";
+
 /// Creates bootstrap-token Secrets through the Kubernetes API.
 pub struct KubeApiTokenIssuer {
     api: KubeApi,
     /// `<api_url>/api/v1/namespaces/kube-system/secrets`, parsed once.
     secrets_uri: ureq::http::Uri,
+    /// The value of [`NAMESPACE_LABEL`].
+    label: Namespace,
 }
 
 impl KubeApiTokenIssuer {
-    /// Creates tokens through `api`.
+    /// Creates tokens through `api`, labelled for kube-system.
     pub fn new(api: KubeApi) -> Result<KubeApiTokenIssuer, TokenError> {
-        let secrets_uri = api.uri("/api/v1/namespaces/kube-system/secrets")?;
-        Ok(KubeApiTokenIssuer { api, secrets_uri })
+        let secrets_uri = api.uri(&format!("/api/v1/namespaces/{TOKEN_NAMESPACE}/secrets"))?;
+        Ok(KubeApiTokenIssuer {
+            api,
+            secrets_uri,
+            label: Namespace::default(),
+        })
+    }
+
+    /// The same issuer labelling its tokens for the joinsvc of `namespace`
+    /// (the Secrets stay in kube-system).
+    pub fn labelled_for(mut self, namespace: &Namespace) -> KubeApiTokenIssuer {
+        self.label = namespace.clone();
+        self
     }
 }
 
@@ -163,7 +183,11 @@ impl TokenIssuer for KubeApiTokenIssuer {
                 serde_json::json!({
                     "apiVersion": "v1",
                     "kind": "Secret",
-                    "metadata": {"name": format!("bootstrap-token-{}", token.id), "namespace": "kube-system"},
+                    "metadata": {
+                        "name": format!("bootstrap-token-{}", token.id),
+                        "namespace": TOKEN_NAMESPACE,
+                        "labels": {NAMESPACE_LABEL: self.label.as_str()},
+                    },
                     "type": "bootstrap.kubernetes.io/token",
                     "stringData": {
                         "description": "Bootstrap token created by confboot joinsvc",

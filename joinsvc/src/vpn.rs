@@ -211,7 +211,8 @@ pub struct KubeApiPeerRegistry {
     /// The last read for `GetUpdate`.
     latest: Mutex<Option<LatestRead>>,
     update_cache_ttl: Duration,
-    /// The namespace of the two ConfigMaps (kube-system).
+    /// The namespace of the two ConfigMaps (kube-system unless
+    /// [`KubeApiPeerRegistry::in_namespace`] says otherwise).
     namespace: String,
     collection_uri: ureq::http::Uri,
     object_uri: ureq::http::Uri,
@@ -253,9 +254,9 @@ impl KubeApiPeerRegistry {
         Ok(registry)
     }
 
-    /// The same registry kept in `namespace` instead of kube-system (tests
-    /// sharing one API server keep apart this way; joinsvc itself always
-    /// uses kube-system, where its Role is).
+    /// The same registry kept in `namespace` instead of kube-system
+    /// (`--kube-namespace`: tests and tenants sharing one API server keep
+    /// apart this way; joinsvc's Role must cover that namespace).
     pub fn in_namespace(mut self, namespace: &str) -> Result<Self, RegistryError> {
         self.set_namespace(namespace)?;
         Ok(self)

@@ -54,24 +54,6 @@ fn proxy(plane: &ControlPlane) -> FaultProxy {
     FaultProxy::start(plane.endpoint(), &plane.ca_pem())
 }
 
-/// The bootstrap-token Secrets in kube-system, by token id.
-fn bootstrap_token_ids(plane: &ControlPlane) -> Vec<String> {
-    let list = plane.kubectl_json(&[
-        "get",
-        "secrets",
-        "-n",
-        "kube-system",
-        "--field-selector=type=bootstrap.kubernetes.io/token",
-    ]);
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["metadata"]["name"].as_str())
-        .filter_map(|n| n.strip_prefix("bootstrap-token-").map(String::from))
-        .collect()
-}
-
 fn decoded(secret: &Value, key: &str) -> String {
     let b64 = secret["data"][key].as_str().unwrap_or_default();
     String::from_utf8(confboot_util::base64::decode(b64).unwrap()).unwrap()
@@ -188,7 +170,7 @@ fn a_wrong_bearer_token_is_refused_at_once() {
     let _one = one_at_a_time();
     let (plane, _) = plane();
     let proxy = proxy(plane);
-    let before = bootstrap_token_ids(plane);
+    let before = plane.bootstrap_token_ids();
     let err = issuer(&proxy, "stolen", Duration::from_secs(30))
         .create_bootstrap_token()
         .unwrap_err();
@@ -197,7 +179,7 @@ fn a_wrong_bearer_token_is_refused_at_once() {
     };
     assert_eq!(message, "Unauthorized");
     assert_eq!(proxy.requests(), 1, "a 401 is not retried");
-    assert_eq!(bootstrap_token_ids(plane), before);
+    assert_eq!(plane.bootstrap_token_ids(), before);
 }
 
 #[test]
@@ -215,7 +197,7 @@ fn a_role_without_create_on_secrets_is_refused_at_once_and_named() {
     ]);
     let unbound = plane.service_account_token("kube-system", "confboot-joinsvc-unbound");
     let proxy = proxy(plane);
-    let before = bootstrap_token_ids(plane);
+    let before = plane.bootstrap_token_ids();
     let begin = Instant::now();
     let err = issuer(&proxy, &unbound, Duration::from_secs(30))
         .create_bootstrap_token()
@@ -237,7 +219,7 @@ fn a_role_without_create_on_secrets_is_refused_at_once_and_named() {
         "{err}"
     );
     assert_eq!(proxy.requests(), 1, "a 403 is not retried");
-    assert_eq!(bootstrap_token_ids(plane), before);
+    assert_eq!(plane.bootstrap_token_ids(), before);
     // With joinsvc's Role, the same request is served.
     issuer(&proxy, sa, Duration::from_secs(30))
         .create_bootstrap_token()
@@ -284,10 +266,10 @@ fn server_errors_conflicts_and_timeouts() {
         }
     );
     // A conflict is retried with a fresh id.
-    let before = bootstrap_token_ids(plane);
+    let before = plane.bootstrap_token_ids();
     proxy.fail_next(&[Fault::AlreadyExists]);
     let token = i.create_bootstrap_token().unwrap();
-    let after = bootstrap_token_ids(plane);
+    let after = plane.bootstrap_token_ids();
     assert_eq!(after.len(), before.len() + 1);
     assert!(after.iter().any(|id| id == token.id()));
     // Conflicts every time give up after a bounded number of attempts.
@@ -307,7 +289,7 @@ fn server_errors_conflicts_and_timeouts() {
         Err(TokenError::Unreachable(_))
     ));
     assert_eq!(proxy.secret_requests(), 1 + 2 + 3 + 1);
-    assert_eq!(bootstrap_token_ids(plane).len(), after.len());
+    assert_eq!(plane.bootstrap_token_ids().len(), after.len());
 }
 
 #[test]
@@ -316,7 +298,7 @@ fn throttling_and_the_servers_own_timeout_are_api_errors() {
     let (plane, sa) = plane();
     let proxy = proxy(plane);
     let i = issuer(&proxy, sa, Duration::from_secs(30));
-    let before = bootstrap_token_ids(plane);
+    let before = plane.bootstrap_token_ids();
     proxy.fail_next(&[Fault::TooManyRequests, Fault::ServerTimeout]);
     for (status, reason) in [(429, "TooManyRequests"), (504, "Timeout")] {
         assert_eq!(
@@ -327,7 +309,7 @@ fn throttling_and_the_servers_own_timeout_are_api_errors() {
             }
         );
     }
-    assert_eq!(bootstrap_token_ids(plane), before);
+    assert_eq!(plane.bootstrap_token_ids(), before);
     i.create_bootstrap_token().unwrap();
 }
 
@@ -340,7 +322,7 @@ fn slow_answers_within_and_beyond_the_timeout() {
     // Slow but within the timeout: the token is the one stored.
     proxy.fail_next(&[Fault::Slow(Duration::from_millis(300))]);
     let token = i.create_bootstrap_token().unwrap();
-    let before = bootstrap_token_ids(plane);
+    let before = plane.bootstrap_token_ids();
     assert!(before.iter().any(|id| id == token.id()));
     // Slower than the timeout: the call ends at the timeout, and the
     // Secret the API stored is left behind (it expires with its TTL).
@@ -349,10 +331,10 @@ fn slow_answers_within_and_beyond_the_timeout() {
         i.create_bootstrap_token(),
         Err(TokenError::Unreachable(_))
     ));
-    assert_eq!(bootstrap_token_ids(plane).len(), before.len() + 1);
+    assert_eq!(plane.bootstrap_token_ids().len(), before.len() + 1);
     // The next call is served (a fresh connection).
     i.create_bootstrap_token().unwrap();
-    assert_eq!(bootstrap_token_ids(plane).len(), before.len() + 2);
+    assert_eq!(plane.bootstrap_token_ids().len(), before.len() + 2);
 }
 
 #[test]

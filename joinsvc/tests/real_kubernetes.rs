@@ -1,11 +1,14 @@
 //! joinsvc against a real Kubernetes control plane (etcd, kube-apiserver
-//! and kube-controller-manager at the pinned release, started by
-//! `confboot_tests::kube::ControlPlane`), running as the ServiceAccount of
-//! `deploy/kubernetes/joinsvc.yaml` with exactly the Role shipped there,
-//! and a ticket's token and CA hash given to the real kubeadm.
+//! and kube-controller-manager at the pinned release, one for this test
+//! binary: `confboot_tests::kube::ControlPlane::shared`), running as the
+//! ServiceAccount of `deploy/kubernetes/joinsvc.yaml` with exactly the Role
+//! shipped there (each test's joinsvc in a namespace of its own, with that
+//! Role there and in kube-system), and a ticket's token and CA hash given
+//! to the real kubeadm.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, Node, RealApi};
@@ -24,24 +27,15 @@ fn manifest() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/joinsvc.yaml")
 }
 
-/// A control plane with joinsvc's manifest applied (its ServiceAccount,
-/// Role and RoleBinding, its DaemonSet with no node to run on), and how a
-/// joinsvc pod of it reaches the API server.
-fn control_plane_with_joinsvc() -> (ControlPlane, RealApi) {
-    let plane = ControlPlane::start();
-    eprintln!(
-        "control plane ready in {:.1} s",
-        plane.started_in().as_secs_f64()
-    );
-    plane.apply(&manifest());
-    let api = RealApi {
-        url: plane.url(),
-        ca_pem: plane.ca_pem(),
-        token: plane.service_account_token("kube-system", "confboot-joinsvc"),
-        pki_dir: plane.pki_dir(),
-        endpoint: plane.endpoint().to_string(),
-    };
-    (plane, api)
+/// The shared control plane with joinsvc's manifest applied once (its
+/// ServiceAccount, Role and RoleBinding, its DaemonSet with no node to run
+/// on: the manifest is one a real API server takes), and a joinsvc tenant
+/// of it: how a joinsvc of its own namespace reaches the API server.
+fn control_plane_with_joinsvc() -> (&'static ControlPlane, RealApi) {
+    static APPLIED: Once = Once::new();
+    let plane = ControlPlane::shared();
+    APPLIED.call_once(|| plane.apply(&manifest()));
+    (plane, RealApi::tenant("real"))
 }
 
 fn start_joinsvc(node: &Node, api: &RealApi) -> Joinsvc {
@@ -53,20 +47,41 @@ fn start_joinsvc(node: &Node, api: &RealApi) -> Joinsvc {
     Joinsvc::launch(&joinsvc_bin(), &node.policy(), setup)
 }
 
+/// How long `kubeadm join` keeps retrying discovery (kubeadm's default is
+/// 5 minutes: a refused discovery, such as a deleted token's, took that
+/// long each time).
+const DISCOVERY_TIMEOUT: &str = "20s";
+
 /// `kubeadm join --dry-run` with `token` and `ca_hash` against `endpoint`:
 /// discovery for real (the `cluster-info` ConfigMap fetched with the token,
 /// its JWS signature checked, the CA pinned by hash, then the cluster's
 /// configuration read as the bootstrap token), nothing written outside
-/// the dry-run directory. Returns (success, output).
+/// the dry-run directory; discovery given up after [`DISCOVERY_TIMEOUT`].
+/// Returns (success, output).
 fn kubeadm_join_dry_run(endpoint: &str, token: &str, ca_hash: &str) -> (bool, String) {
+    let dir = confboot_tests::TempDir::new("kubeadm-join");
+    let config = dir.path().join("join.yaml");
+    let join = serde_json::json!({
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "JoinConfiguration",
+        "discovery": {
+            "bootstrapToken": {
+                "apiServerEndpoint": endpoint,
+                "token": token,
+                "caCertHashes": [ca_hash],
+            },
+            "tlsBootstrapToken": token,
+        },
+        "nodeRegistration": {
+            "name": "dry-run-node",
+            "ignorePreflightErrors": ["all"],
+        },
+        "timeouts": {"discovery": DISCOVERY_TIMEOUT},
+    });
+    std::fs::write(&config, join.to_string()).unwrap();
     let out = Command::new(part("kubeadm"))
-        .args(["join", endpoint, "--token", token])
-        .args(["--discovery-token-ca-cert-hash", ca_hash])
-        .args([
-            "--dry-run",
-            "--ignore-preflight-errors=all",
-            "--node-name=dry-run-node",
-        ])
+        .args(["join", "--dry-run", "--config"])
+        .arg(&config)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -190,7 +205,7 @@ fn a_ticket_is_what_a_real_kubeadm_join_needs() {
         "-n",
         "kube-system",
     ]);
-    wait_token_gone(&plane, &ticket.token);
+    wait_token_gone(plane, &ticket.token);
     let (ok, out) = kubeadm_join_dry_run(
         &ticket.api_server_endpoint,
         &ticket.token,
@@ -220,23 +235,15 @@ fn the_shipped_role_is_exactly_enough() {
         node.join(joinsvc.rpc_addr, disk)
             .unwrap_or_else(|e| panic!("{e}\n{}", joinsvc.process.log().join("\n")));
     }
-    let secrets = plane.kubectl_json(&[
-        "get",
-        "secrets",
-        "-n",
-        "kube-system",
-        "--field-selector=type=bootstrap.kubernetes.io/token",
-    ]);
-    assert!(
-        secrets["items"].as_array().unwrap().len() >= 2,
-        "a token per ticket: {secrets}"
-    );
+    let tokens = joinsvc.tokens();
+    assert_eq!(tokens.len(), 2, "a token per ticket: {tokens:?}");
 
     // The Role without `create` on Secrets: the API server says 403.
+    // (The tenant's copy of the Role in kube-system, where Secrets are.)
     plane.kubectl(&[
         "patch",
         "role",
-        "confboot-joinsvc",
+        &format!("confboot-joinsvc-{}", api.namespace),
         "-n",
         "kube-system",
         "--type=json",
@@ -357,7 +364,7 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
     let begin = Instant::now();
     let kubelet = hollow_kubelet(dir.path(), "worker-1", &bootstrap);
     let deadline = begin + Duration::from_secs(240);
-    while node_ready(&plane, "worker-1").as_deref() != Some("True") {
+    while node_ready(plane, "worker-1").as_deref() != Some("True") {
         assert!(
             kubelet.exited().is_none(),
             "the kubelet exited:\n{}",
@@ -374,17 +381,14 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
         "worker-1 Ready {:.1} s after its kubelet started",
         begin.elapsed().as_secs_f64()
     );
+    let (id, _) = ticket.token.split_once('.').unwrap();
     let csrs = plane.kubectl_json(&["get", "csr"]);
     let csr = csrs["items"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| {
-            c["spec"]["username"]
-                .as_str()
-                .is_some_and(|u| u.starts_with("system:bootstrap:"))
-        })
-        .expect("the kubelet's CSR, made as the bootstrap token");
+        .find(|c| c["spec"]["username"] == format!("system:bootstrap:{id}").as_str())
+        .expect("the kubelet's CSR, made as the ticket's bootstrap token");
     assert_eq!(
         csr["spec"]["signerName"],
         "kubernetes.io/kube-apiserver-client-kubelet"
@@ -393,7 +397,6 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
     drop(kubelet);
 
     // The token deleted: a kubelet bootstrapping with it gets nowhere.
-    let (id, _) = ticket.token.split_once('.').unwrap();
     plane.kubectl(&[
         "delete",
         "secret",
@@ -401,12 +404,22 @@ fn a_ticket_token_bootstraps_a_kubelet_into_a_ready_node() {
         "-n",
         "kube-system",
     ]);
-    wait_token_gone(&plane, &ticket.token);
+    wait_token_gone(plane, &ticket.token);
     let dir2 = confboot_tests::TempDir::new("hollow-kubelet");
     let kubelet = hollow_kubelet(dir2.path(), "worker-2", &bootstrap);
-    std::thread::sleep(Duration::from_secs(20));
+    // Refused by the API server (401), twice: its retry fares no better.
+    let refused = "the server has asked for the client to provide credentials";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kubelet.log().iter().filter(|l| l.contains(refused)).count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the kubelet's bootstrap with a deleted token was never refused:\n{}",
+            kubelet.log().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     assert!(
-        node_ready(&plane, "worker-2").is_none(),
+        node_ready(plane, "worker-2").is_none(),
         "no Node for a deleted token"
     );
     assert!(

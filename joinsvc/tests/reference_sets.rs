@@ -411,7 +411,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         assert!(matches!(err, AtlsError::Attestation(_)), "{err}");
     }
     assert_eq!(
-        joinsvc.kube().created().len(),
+        joinsvc.tokens().len(),
         1,
         "refusing nodes asked for nothing"
     );
@@ -446,7 +446,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
             shown.contains("nor the set it presents") && shown.contains(why),
             "{file}: {shown}"
         );
-        assert!(joinsvc.kube().created().is_empty(), "{file}");
+        assert!(joinsvc.tokens().is_empty(), "{file}");
     }
 
     // The release signs v1 again, from half a day later; a node that has
@@ -467,6 +467,6 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
         .unwrap_err()
         .to_string();
     assert!(shown.contains("is superseded by its signing"), "{shown}");
-    assert!(joinsvc.kube().created().is_empty());
+    assert!(joinsvc.tokens().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -115,7 +115,7 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
     };
     let ticket: IssueJoinTicketResponse = session.unary(confboot_proto::JOIN, &req, CALL).unwrap();
     let recorded = session.get_ref().read.clone();
-    let created = joinsvc.kube().created();
+    let created = joinsvc.tokens();
     assert_eq!(created.len(), 1, "a token was made for the ticket");
     let token = format!("{}.{}", created[0].id, created[0].secret);
     assert!(recorded.len() > 100, "the answer was recorded");
@@ -131,7 +131,7 @@ fn an_answer_read_outside_the_attested_vm_carries_no_usable_secret() {
         );
     }
     // What the host may see stays in the clear.
-    assert_eq!(ticket.api_server_endpoint, "10.0.0.1:6443");
+    assert_eq!(ticket.api_server_endpoint, joinsvc.api_server_endpoint());
     assert!(ticket.state_disk_key.is_empty() && ticket.token.is_empty());
     // The recorder's key opens nothing.
     assert_eq!(
@@ -208,7 +208,7 @@ fn a_caller_that_offers_no_sealing_key_gets_no_ticket() {
         joinsvc.master_secret.state_disk_key(DISK_B).expose()
     ));
     assert!(
-        joinsvc.kube().created().is_empty(),
+        joinsvc.tokens().is_empty(),
         "no token was made for a caller without a key"
     );
     let (_, metrics) = joinsvc.http_get("/metrics");

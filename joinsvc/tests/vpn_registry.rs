@@ -56,14 +56,7 @@ impl Env {
 
     /// The ConfigMap `name` as the API server holds it.
     fn configmap(&self, name: &str) -> Option<Value> {
-        let out = self
-            .plane
-            .kubectl_command(&["get", "configmap", name, "-n", &self.ns, "-o", "json"])
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+        self.plane.configmap(&self.ns, name)
     }
 
     /// The admin (or any writer with access) replaces the ConfigMap's data.
@@ -108,6 +101,16 @@ fn registry(env: &Env, network: &str) -> KubeApiPeerRegistry {
         .unwrap()
         .in_namespace(&env.ns)
         .unwrap()
+}
+
+/// A registry of 10.118.0.0/24 in `env` with nodes 0 to `n - 1`
+/// ([`request`]) registered.
+fn registry_with(env: &Env, n: u32) -> KubeApiPeerRegistry {
+    let r = registry(env, "10.118.0.0/24");
+    for i in 0..n {
+        r.register(&request(i)).unwrap();
+    }
+    r
 }
 
 fn request(i: u32) -> PeerRequest {
@@ -157,9 +160,7 @@ fn nodes_get_distinct_addresses_that_a_restarted_control_plane_still_has() {
 #[test]
 fn a_reinstalled_node_keeps_its_address_and_a_stolen_key_is_refused() {
     let env = Env::new();
-    let r = registry(&env, "10.118.0.0/24");
-    r.register(&request(0)).unwrap();
-    r.register(&request(1)).unwrap();
+    let r = registry_with(&env, 2);
     let mut reinstalled = request(0);
     reinstalled.vpn_pub_key = request(9).vpn_pub_key;
     reinstalled.public_endpoint = "192.0.2.99:51820".parse().unwrap();
@@ -229,10 +230,7 @@ fn a_name_is_bound_to_its_disk_which_only_a_removal_by_the_admin_changes() {
 #[test]
 fn a_removed_node_leaves_the_list_and_its_address_is_reused() {
     let env = Env::new();
-    let r = registry(&env, "10.118.0.0/24");
-    for i in 0..3 {
-        r.register(&request(i)).unwrap();
-    }
+    let r = registry_with(&env, 3);
     assert!(r.remove("node-1").unwrap());
     assert!(!r.remove("node-1").unwrap());
     let update = r.update(3).unwrap();
@@ -346,8 +344,7 @@ fn a_join_whose_node_never_sends_its_record_expires_and_frees_its_name_and_addre
 #[test]
 fn a_members_own_record_refreshes_only_its_own_name() {
     let env = Env::new();
-    let r = registry(&env, "10.118.0.0/24");
-    r.register(&request(0)).unwrap();
+    let r = registry_with(&env, 1);
     r.refresh_own(&request(0)).unwrap();
     // The same disk under another, unbound name: refused.
     let mut second_name = request(0);
@@ -572,8 +569,7 @@ fn the_filter_is_read_only_by_the_changes_that_consult_it() {
 #[test]
 fn a_filter_an_older_joinsvc_kept_beside_the_peers_moves_into_its_own_object() {
     let env = Env::new();
-    let r = registry(&env, "10.118.0.0/24");
-    r.register(&request(0)).unwrap();
+    let r = registry_with(&env, 1);
     r.refresh_own(&request(0)).unwrap();
     // As an older joinsvc stored it: the filter beside the peers, and
     // no object of its own.
@@ -662,8 +658,7 @@ fn one_read_answers_the_polls_and_this_replicas_changes_show_at_once() {
 #[test]
 fn a_spoilt_registry_is_refused_not_served_or_extended() {
     let env = Env::new();
-    let r = registry(&env, "10.118.0.0/24");
-    r.register(&request(0)).unwrap();
+    let r = registry_with(&env, 1);
     let peer = |ip: &str| {
         serde_json::json!([{
             "name": "node-0", "publicEndpoint": "192.0.2.1:51820",

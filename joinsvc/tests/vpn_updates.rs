@@ -2,9 +2,10 @@
 //! node that sends its WireGuard key with its join request gets a VPN
 //! address in its ticket; `vpn.API/GetUpdate` gives attested nodes the
 //! versioned peer list (the whole list only when the version differs); a
-//! restarted joinsvc serves the same registry, kept in the Kubernetes API
-//! (its double); unattested and wrongly measured callers get nothing, and
-//! neither do nodes that are not members (PCR 15 zero, or another
+//! restarted joinsvc serves the same registry, kept in the real API
+//! server (in the joinsvc's own namespace on the test binary's shared
+//! control plane); unattested and wrongly measured callers get nothing,
+//! and neither do nodes that are not members (PCR 15 zero, or another
 //! cluster's mark); a member's own record, proven with its disk's key,
 //! registers it and never takes another disk's name.
 
@@ -120,7 +121,7 @@ fn attested_nodes_get_addresses_and_versioned_peer_lists_that_survive_a_restart(
     assert_eq!(join(node, addr, "worker-1", 1), "10.118.0.1");
     assert_eq!(join(node, addr, "worker-3", 3), "10.118.0.3");
     assert_eq!(update(&member, addr, 2).peers.len(), 3);
-    let stored = joinsvc.kube().configmap("confboot-vpn-peers").unwrap();
+    let stored = joinsvc.configmap("confboot-vpn-peers").unwrap();
     assert_eq!(stored["data"]["version"], "3");
 
     // The admin removes a node through the control plane: the next update
@@ -296,7 +297,7 @@ fn a_removed_node_whose_header_lost_its_bootstrapped_token_cannot_join_again() {
     let joinsvc = launch_vpn(&node, &[&node, &member], setup);
     let addr = joinsvc.rpc_addr;
     assert_eq!(join(&node, addr, "worker-1", 1), "10.118.0.1");
-    let tokens = joinsvc.kube().secret_requests();
+    let tokens = joinsvc.tokens().len();
     assert_eq!(remove_peer(&joinsvc, "worker-1"), Some(0));
     let req = IssueJoinTicketRequest {
         disk_uuid: disk_of("worker-1"),
@@ -312,7 +313,7 @@ fn a_removed_node_whose_header_lost_its_bootstrapped_token_cannot_join_again() {
     assert!(err.message.contains("was removed"), "{err}");
     let err = node.rejoin(addr, &disk_of("worker-1")).unwrap_err();
     assert_eq!(err.code, confboot_wire::Code::PermissionDenied, "{err}");
-    assert_eq!(joinsvc.kube().secret_requests(), tokens, "no token made");
+    assert_eq!(joinsvc.tokens().len(), tokens, "no token made");
     assert!(poll_until_version(&member, addr, 0, 2).peers.is_empty());
     let (_, metrics) = joinsvc.http_get("/metrics");
     assert!(

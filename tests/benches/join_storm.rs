@@ -5,7 +5,9 @@
 //! bootstrapper's backoff (`confboot_tests::storm`).
 //!
 //! Prints join latency (p50, p99, max), failed joins, tickets against the
-//! tokens the Kubernetes API doubles created, each replica's tickets and
+//! tokens created on the real API server (the test process's control
+//! plane: etcd, kube-apiserver and kube-controller-manager, each replica
+//! in a namespace of its own), each replica's tickets and
 //! CPU per ticket; then tickets per second of one replica with one and with
 //! two worker threads (`--workers`), with the ratio of the two and the CPU
 //! cores the replica used (over one core: validations ran at once).
@@ -46,20 +48,17 @@ fn print_storm(r: &StormReport) {
         r.wall.as_secs_f64()
     );
     println!(
-        "  tickets {} / tokens created {} (API doubles)",
+        "  tickets {} / tokens created {} (real API server)",
         r.tickets(),
         r.tokens()
     );
-    println!(
-        "  | replica | tickets | tokens | API connections | peak RSS KiB | CPU s | CPU ms per ticket |"
-    );
-    println!("  |---|---:|---:|---:|---:|---:|---:|");
+    println!("  | replica | tickets | tokens | peak RSS KiB | CPU s | CPU ms per ticket |");
+    println!("  |---|---:|---:|---:|---:|---:|");
     for (i, x) in r.replicas.iter().enumerate() {
         println!(
-            "  | {i} | {} | {} | {} | {} | {:.2} | {:.3} |",
+            "  | {i} | {} | {} | {} | {:.2} | {:.3} |",
             x.tickets,
             x.tokens,
-            x.api_connections,
             x.peak_rss_kib,
             x.cpu_seconds,
             x.cpu_seconds * 1000.0 / x.tickets.max(1) as f64

@@ -11,7 +11,9 @@
 //!   first), the plain rustls server as it comes;
 //! - joinsvc (the static release binary): attested join tickets per second
 //!   with N concurrent node clients, each with its own swtpm, and the
-//!   connections its bootstrap tokens took to the Kubernetes API double;
+//!   connections its bootstrap tokens took to the real API server (the
+//!   bench process's control plane, through a relaying proxy that counts
+//!   them);
 //! - the rejoin ticket's floor in the same run: the plain musl server's CPU
 //!   per handshake plus the one P-256 signature verification attestation
 //!   needs (the quote's; the node shows no client certificate since the
@@ -33,7 +35,9 @@ use confboot_atls as atls;
 use confboot_attest::Issuer;
 use confboot_net::listener::{self, PoolConfig};
 use confboot_proto::health::{HealthCheckRequest, HealthCheckResponse};
-use confboot_tests::cluster::{Joinsvc, Node};
+use confboot_tests::cluster::{Joinsvc, JoinsvcSetup, Node, RealApi};
+use confboot_tests::kube::ControlPlane;
+use confboot_tests::kube_proxy::FaultProxy;
 use confboot_tests::load::{cpu_seconds, process_cpu_seconds, status_kib};
 use confboot_tests::tickets::SealedClient;
 use confboot_wire::{Client, Router, ServerLimits, serve_connection};
@@ -330,7 +334,7 @@ fn ticket_op(
     }
 }
 
-/// CPU seconds used so far by this process (clients, API double), by
+/// CPU seconds used so far by this process (clients, API proxy), by
 /// `joinsvc_pid`, and by every swtpm on the machine.
 #[derive(Clone, Copy)]
 struct CpuUse {
@@ -371,7 +375,7 @@ impl CpuUse {
         let now = CpuUse::now(joinsvc_pid);
         let per = |a: f64, b: f64| (b - a) * 1000.0 / ops;
         println!(
-            "  CPU per ticket: joinsvc {:.2} ms, swtpm {:.2} ms, clients + API double {:.2} ms",
+            "  CPU per ticket: joinsvc {:.2} ms, swtpm {:.2} ms, clients + API proxy {:.2} ms",
             per(self.joinsvc, now.joinsvc),
             per(self.swtpm, now.swtpm),
             per(self.bench, now.bench),
@@ -423,7 +427,15 @@ fn main() {
     let trusted: Vec<&Node> = nodes.iter().collect();
     // At its default verbosity (a line per ticket), as in production; the
     // test fixture's `-v 4` adds debug lines.
-    let joinsvc = Joinsvc::start_with(&joinsvc_bin, &nodes[0].policy(), &trusted, &["-v", "2"]);
+    let plane = ControlPlane::shared();
+    let proxy = FaultProxy::start(plane.endpoint(), &plane.ca_pem());
+    let setup = JoinsvcSetup {
+        pinned_aks: trusted.iter().map(|n| n.issuer.ak_public_key()).collect(),
+        extra: vec!["-v".into(), "2".into()],
+        real_api: Some(RealApi::tenant("bench").through(proxy.url(), proxy.ca_pem())),
+        ..JoinsvcSetup::new()
+    };
+    let joinsvc = Joinsvc::launch(&joinsvc_bin, &nodes[0].policy(), setup);
     let addr = joinsvc.rpc_addr;
     let issuers: Vec<Arc<dyn Issuer>> = nodes
         .iter()
@@ -431,7 +443,7 @@ fn main() {
         .collect();
     let issuers = Arc::new(issuers);
     populate_the_ledger(addr, issuers[0].clone());
-    let filter = joinsvc.kube().configmap("confboot-issued-filter").unwrap();
+    let filter = joinsvc.configmap("confboot-issued-filter").unwrap();
     println!(
         "ledger: the filter of issued disks holds {} entries ({} bytes of base64), in its own \
          ConfigMap",
@@ -448,9 +460,9 @@ fn main() {
         tickets / plain
     );
     println!(
-        "  (tokens created through the API double: {}, over {} connections)",
-        joinsvc.kube().created().len(),
-        joinsvc.kube().connections()
+        "  (tokens created on the real API server: {}, over {} connections)",
+        joinsvc.tokens().len(),
+        proxy.connections()
     );
     let join_ms = cpu.report_since(pid, tickets * t0.elapsed().as_secs_f64());
     let (cpu, t0) = (CpuUse::now(pid), Instant::now());

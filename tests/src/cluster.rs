@@ -1,6 +1,8 @@
 //! Fixtures for tests and demos with real processes: a joinsvc process with
-//! its files and its Kubernetes API double, and nodes, each with its own
-//! swtpm, that ask for tickets over aTLS.
+//! its files, talking to a real Kubernetes API server (by default the test
+//! process's shared control plane, [`crate::kube::ControlPlane::shared`],
+//! in a namespace of its own), and nodes, each with its own swtpm, that
+//! ask for tickets over aTLS.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use confboot_vtpm::VtpmIssuer;
 use confboot_wire::Status;
 
 pub use crate::TempDir;
-use crate::kube_double::KubeApiDouble;
+use crate::kube::{ControlPlane, StoredToken};
 use crate::tickets::SealedClient;
 use crate::{ChildProcess, addr_after};
 
@@ -153,7 +155,8 @@ pub struct JoinsvcSetup {
     /// More command-line arguments (with `--reference-values-dir`, no
     /// `--policy` is given).
     pub extra: Vec<String>,
-    /// The real Kubernetes API it talks to (none: a double of its own).
+    /// The Kubernetes API it talks to (none: a namespace of its own on the
+    /// shared control plane, [`RealApi::tenant`]).
     pub real_api: Option<RealApi>,
 }
 
@@ -172,6 +175,35 @@ pub struct RealApi {
     pub pki_dir: PathBuf,
     /// The endpoint a ticket names for `kubeadm join`.
     pub endpoint: String,
+    /// Where its ConfigMaps are (`--kube-namespace`); its Role must cover
+    /// this namespace and Secrets in kube-system.
+    pub namespace: String,
+}
+
+impl RealApi {
+    /// A joinsvc's place on the shared control plane: a fresh namespace
+    /// `<prefix>-<n>` with its own ServiceAccount and the shipped Role
+    /// there and in kube-system ([`ControlPlane::joinsvc_tenant`]).
+    pub fn tenant(prefix: &str) -> RealApi {
+        let plane = ControlPlane::shared();
+        let tenant = plane.joinsvc_tenant(prefix, &[]);
+        RealApi {
+            url: plane.url(),
+            ca_pem: plane.ca_pem(),
+            token: tenant.token,
+            pki_dir: plane.pki_dir(),
+            endpoint: plane.endpoint().to_string(),
+            namespace: tenant.namespace,
+        }
+    }
+
+    /// The same API reached through a proxy at `url` serving with `ca_pem`
+    /// (a [`crate::kube_proxy::FaultProxy`]).
+    pub fn through(mut self, url: String, ca_pem: &str) -> RealApi {
+        self.url = url;
+        self.ca_pem = ca_pem.to_string();
+        self
+    }
 }
 
 impl JoinsvcSetup {
@@ -205,19 +237,13 @@ impl Default for JoinsvcSetup {
     }
 }
 
-/// The bearer token the Kubernetes API double expects.
-pub const KUBE_TOKEN: &str = "joinsvc-service-account-token";
-
-/// A joinsvc process with its files and its Kubernetes API double.
+/// A joinsvc process with its files and its Kubernetes API.
 pub struct Joinsvc {
     /// The master secret it holds.
     pub master_secret: MasterSecret,
     /// The measurement salt it hands out.
     pub measurement_salt: Vec<u8>,
-    /// The Kubernetes API double it creates tokens through (none: it talks
-    /// to a real API server, [`JoinsvcSetup::real_api`]).
-    double: Option<KubeApiDouble>,
-    /// How it reaches its Kubernetes API (the double's, or a real one's).
+    /// How it reaches its Kubernetes API.
     api: RealApi,
     /// The process.
     pub process: ChildProcess,
@@ -234,12 +260,27 @@ pub struct Joinsvc {
 }
 
 impl Joinsvc {
-    /// The Kubernetes API double this joinsvc talks to; panics for one
-    /// that talks to a real API server.
-    pub fn kube(&self) -> &KubeApiDouble {
-        self.double
-            .as_ref()
-            .expect("this joinsvc talks to a real API server, not a double")
+    /// The namespace of its ConfigMaps (`--kube-namespace`).
+    pub fn namespace(&self) -> &str {
+        &self.api.namespace
+    }
+
+    /// The API server endpoint its tickets name.
+    pub fn api_server_endpoint(&self) -> &str {
+        &self.api.endpoint
+    }
+
+    /// The bootstrap-token Secrets this joinsvc created (those labelled
+    /// with its namespace, oldest first), as the shared control plane
+    /// holds them.
+    pub fn tokens(&self) -> Vec<StoredToken> {
+        ControlPlane::shared().bootstrap_tokens_of(&self.api.namespace)
+    }
+
+    /// Its ConfigMap `name` (the registry's or the ledger's), as the
+    /// shared control plane holds it.
+    pub fn configmap(&self, name: &str) -> Option<serde_json::Value> {
+        ControlPlane::shared().configmap(&self.api.namespace, name)
     }
 
     /// The admin's `binary --remove-vpn-peer NAME --vpn-cidr CIDR` against
@@ -259,6 +300,7 @@ impl Joinsvc {
         command
             .args(["--remove-vpn-peer", name, "--vpn-cidr", cidr])
             .args(["--kube-api", &self.api.url])
+            .args(["--kube-namespace", &self.api.namespace])
             .arg("--kube-api-ca")
             .arg(ca)
             .arg("--kube-api-token-file")
@@ -314,35 +356,10 @@ impl Joinsvc {
             .map(|k| confboot_util::hex::encode(k))
             .collect();
         std::fs::write(p("pinned-aks"), pinned.join("\n")).unwrap();
-        // The cluster CA: its certificate for the discovery hash, its key
-        // (in the PKI directory, as on a control plane) for kubelet
-        // certificates; the real cluster's, or one made here beside the
-        // double.
-        let (double, api) = match real_api {
-            Some(api) => (None, api),
-            None => {
-                let ca_key = rcgen::KeyPair::generate().unwrap();
-                let mut ca = rcgen::CertificateParams::default();
-                ca.distinguished_name
-                    .push(rcgen::DnType::CommonName, "kubernetes");
-                ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-                ca.key_usages = vec![
-                    rcgen::KeyUsagePurpose::KeyCertSign,
-                    rcgen::KeyUsagePurpose::DigitalSignature,
-                ];
-                std::fs::write(p("ca.crt"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
-                std::fs::write(p("ca.key"), ca_key.serialize_pem()).unwrap();
-                let double = KubeApiDouble::start(KUBE_TOKEN);
-                let api = RealApi {
-                    url: double.url(),
-                    ca_pem: double.ca_pem(),
-                    token: KUBE_TOKEN.to_string(),
-                    pki_dir: dir.path().to_path_buf(),
-                    endpoint: "10.0.0.1:6443".to_string(),
-                };
-                (Some(double), api)
-            }
-        };
+        // The cluster CA (its certificate for the discovery hash, its key
+        // in the PKI directory for kubelet certificates, as on a control
+        // plane) is the real cluster's.
+        let api = real_api.unwrap_or_else(|| RealApi::tenant("joinsvc"));
         std::fs::write(p("kube-ca.crt"), &api.ca_pem).unwrap();
         std::fs::write(p("kube-token"), &api.token).unwrap();
         let ca_cert_path = api.pki_dir.join("ca.crt");
@@ -373,6 +390,7 @@ impl Joinsvc {
         arg("--kube-api", &api.url);
         arg("--kube-api-ca", &p("kube-ca.crt"));
         arg("--kube-api-token-file", &p("kube-token"));
+        arg("--kube-namespace", &api.namespace);
         // Its durable state in the test's directory, not the machine's.
         if !extra.iter().any(|a| a == "--state-dir") {
             arg("--state-dir", &p("state"));
@@ -383,7 +401,6 @@ impl Joinsvc {
         Joinsvc {
             master_secret,
             measurement_salt,
-            double,
             api,
             process,
             rpc_addr,
@@ -413,8 +430,8 @@ impl Joinsvc {
     }
 
     /// Starts joinsvc again, as its supervisor (a Kubernetes Deployment)
-    /// does after it died: the same files, the same Kubernetes API double,
-    /// the same addresses. A process still running is killed first
+    /// does after it died: the same files, the same Kubernetes API and
+    /// namespace, the same addresses. A process still running is killed first
     /// (SIGKILL). Returns the log of the process it replaces.
     pub fn restart(&mut self) -> Vec<String> {
         let (binary, args) = &self.command;

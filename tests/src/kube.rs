@@ -575,3 +575,174 @@ fn kubeadm_config(dir: &Path, port: u16) -> String {
     });
     format!("{init}\n---\n{cluster}\n")
 }
+
+/// The label joinsvc puts on the bootstrap-token Secrets it creates: the
+/// namespace it keeps its ConfigMaps in (`--kube-namespace`).
+pub const TOKEN_NAMESPACE_LABEL: &str = "confboot.io/joinsvc-namespace";
+
+/// One joinsvc's place on a shared control plane
+/// ([`ControlPlane::joinsvc_tenant`]): its namespace and its
+/// ServiceAccount's token.
+#[derive(Clone, Debug)]
+pub struct JoinsvcTenant {
+    /// Where its registry and ledger ConfigMaps are (`--kube-namespace`).
+    pub namespace: String,
+    /// A token of its ServiceAccount (`confboot-joinsvc` in the namespace).
+    pub token: String,
+}
+
+/// A bootstrap-token Secret as the API server holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredToken {
+    /// `token-id`.
+    pub id: String,
+    /// `token-secret`.
+    pub secret: String,
+}
+
+impl ControlPlane {
+    /// A joinsvc tenant of this plane, with one `kubectl apply`: a fresh
+    /// namespace `<prefix>-<n>` with joinsvc's ServiceAccount, Role and
+    /// RoleBinding of `deploy/kubernetes/joinsvc.yaml` in it (for its
+    /// ConfigMaps), and a copy of the same Role in kube-system named
+    /// `confboot-joinsvc-<namespace>`, bound to that account (for the
+    /// bootstrap-token Secrets, which must be in kube-system). The Role's
+    /// rules at the indices `drop_rules` are left out of both.
+    pub fn joinsvc_tenant(&self, prefix: &str, drop_rules: &[usize]) -> JoinsvcTenant {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let namespace = format!("{prefix}-{n}");
+        let text = std::fs::read_to_string(joinsvc_manifest()).unwrap();
+        let mut docs = vec![
+            json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace},
+            })
+            .to_string(),
+        ];
+        let mut role = None;
+        for doc in text.split("\n---\n") {
+            let kind = doc
+                .lines()
+                .find_map(|l| l.strip_prefix("kind: "))
+                .unwrap_or_default();
+            if !matches!(kind, "ServiceAccount" | "Role" | "RoleBinding") {
+                continue;
+            }
+            let doc = doc.replace("namespace: kube-system", &format!("namespace: {namespace}"));
+            if kind == "Role" {
+                role = Some(doc.clone());
+            }
+            docs.push(doc);
+        }
+        let role = role.expect("the manifest's Role");
+        let name_line = "\n  name: confboot-joinsvc\n";
+        assert_eq!(role.matches(name_line).count(), 1, "the Role's one name");
+        let system_role = format!("confboot-joinsvc-{namespace}");
+        docs.push(
+            role.replace(name_line, &format!("\n  name: {system_role}\n"))
+                .replace(&format!("namespace: {namespace}"), "namespace: kube-system"),
+        );
+        docs.push(
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": system_role, "namespace": "kube-system"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": system_role,
+                },
+                "subjects": [{
+                    "kind": "ServiceAccount",
+                    "name": "confboot-joinsvc",
+                    "namespace": namespace,
+                }],
+            })
+            .to_string(),
+        );
+        let dir = TempDir::new("joinsvc-tenant");
+        let file = dir.path().join("tenant.yaml");
+        std::fs::write(&file, docs.join("\n---\n")).unwrap();
+        self.apply(&file);
+        let mut drop_rules = drop_rules.to_vec();
+        drop_rules.sort_unstable();
+        for (role, ns) in [
+            ("confboot-joinsvc", namespace.as_str()),
+            (system_role.as_str(), "kube-system"),
+        ] {
+            for rule in drop_rules.iter().rev() {
+                self.kubectl(&[
+                    "patch",
+                    "role",
+                    role,
+                    "-n",
+                    ns,
+                    "--type=json",
+                    &format!(r#"-p=[{{"op":"remove","path":"/rules/{rule}"}}]"#),
+                ]);
+            }
+        }
+        let token = self.service_account_token(&namespace, "confboot-joinsvc");
+        JoinsvcTenant { namespace, token }
+    }
+
+    /// The ids of every bootstrap-token Secret in kube-system (kubeadm's
+    /// own and every tenant's).
+    pub fn bootstrap_token_ids(&self) -> Vec<String> {
+        self.bootstrap_tokens(&[])
+            .into_iter()
+            .map(|t| t.id)
+            .collect()
+    }
+
+    /// The bootstrap-token Secrets the joinsvc of `namespace` created (by
+    /// their [`TOKEN_NAMESPACE_LABEL`]), oldest first.
+    pub fn bootstrap_tokens_of(&self, namespace: &str) -> Vec<StoredToken> {
+        self.bootstrap_tokens(&[&format!("--selector={TOKEN_NAMESPACE_LABEL}={namespace}")])
+    }
+
+    fn bootstrap_tokens(&self, selector: &[&str]) -> Vec<StoredToken> {
+        let mut args = vec![
+            "get",
+            "secrets",
+            "-n",
+            "kube-system",
+            "--field-selector=type=bootstrap.kubernetes.io/token",
+            "--sort-by=.metadata.creationTimestamp",
+        ];
+        args.extend_from_slice(selector);
+        let list = self.kubectl_json(&args);
+        let decoded = |s: &Value, key: &str| {
+            s["data"][key]
+                .as_str()
+                .map(|b| String::from_utf8(confboot_util::base64::decode(b).unwrap()).unwrap())
+                .unwrap_or_default()
+        };
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| StoredToken {
+                id: decoded(s, "token-id"),
+                secret: decoded(s, "token-secret"),
+            })
+            .collect()
+    }
+
+    /// The ConfigMap `namespace/name` as the API server holds it, if it
+    /// exists.
+    pub fn configmap(&self, namespace: &str, name: &str) -> Option<Value> {
+        let out = self
+            .kubectl_command(&["get", "configmap", name, "-n", namespace, "-o", "json"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return Some(serde_json::from_slice(&out.stdout).unwrap());
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("NotFound"), "kubectl get configmap: {err}");
+        None
+    }
+}

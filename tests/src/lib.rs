@@ -1,6 +1,7 @@
 //! Helpers for confboot's end-to-end tests: running the project's binaries
 //! as child processes that are always ended, and reading their
-//! logs; and doubles of what cannot run here (the Kubernetes API).
+//! logs; a real Kubernetes control plane as processes ([`kube`]) and a
+//! fault proxy in front of it ([`kube_proxy`]).
 //!
 //! The small helpers every test crate of the workspace needs, with no
 //! confboot type in them ([`TempDir`], [`XorShift`], [`wait_for_count`],
@@ -22,7 +23,6 @@ pub mod elf;
 pub mod host_actor;
 pub mod hostile;
 pub mod kube;
-pub mod kube_double;
 pub mod kube_proxy;
 pub mod load;
 pub mod os;

@@ -14,7 +14,10 @@
 //! What a storm reports ([`StormReport`]): every node's join latency (from
 //! its first attempt to its ticket), the nodes that got no ticket, the
 //! attempts, and per replica the tickets it issued (as the nodes saw them),
-//! the tokens its Kubernetes API double created and the CPU it used.
+//! the bootstrap tokens it created on the real API server and the CPU it
+//! used. Every replica has a namespace of its own on the test process's
+//! shared control plane (its own registry and ledger, as each had its own
+//! API before); their tokens share kube-system, told apart by their label.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,13 +58,11 @@ pub struct StormConfig {
 pub struct ReplicaFigures {
     /// Join tickets it issued, as the nodes received them.
     pub tickets: usize,
-    /// Bootstrap tokens its Kubernetes API double created.
+    /// Bootstrap tokens it created (the API server's Secrets labelled with
+    /// its namespace).
     pub tokens: usize,
     /// CPU seconds the joinsvc process used during the storm.
     pub cpu_seconds: f64,
-    /// TCP connections its Kubernetes API double accepted during the storm
-    /// (joinsvc keeps them open between tokens).
-    pub api_connections: u64,
     /// The joinsvc process's peak resident memory (VmHWM) after the storm,
     /// in KiB.
     pub peak_rss_kib: u64,
@@ -102,7 +103,7 @@ impl StormReport {
         self.replicas.iter().map(|r| r.tickets).sum()
     }
 
-    /// Tokens over all replicas' API doubles.
+    /// Tokens over all replicas.
     pub fn tokens(&self) -> usize {
         self.replicas.iter().map(|r| r.tokens).sum()
     }
@@ -158,16 +159,7 @@ impl Storm {
             .iter()
             .map(|n| n.issuer.clone() as Arc<dyn Issuer>)
             .collect();
-        let tokens_before: Vec<usize> = self
-            .replicas
-            .iter()
-            .map(|r| r.kube().created().len())
-            .collect();
-        let connections_before: Vec<u64> = self
-            .replicas
-            .iter()
-            .map(|r| r.kube().connections())
-            .collect();
+        let tokens_before: Vec<usize> = self.replicas.iter().map(|r| r.tokens().len()).collect();
         let cpu_before: Vec<f64> = self
             .replicas
             .iter()
@@ -213,9 +205,8 @@ impl Storm {
             .enumerate()
             .map(|(r, replica)| ReplicaFigures {
                 tickets: outcomes.iter().filter(|o| o.served_by == Some(r)).count(),
-                tokens: replica.kube().created().len() - tokens_before[r],
+                tokens: replica.tokens().len() - tokens_before[r],
                 cpu_seconds: process_cpu_seconds(replica.process.id()) - cpu_before[r],
-                api_connections: replica.kube().connections() - connections_before[r],
                 peak_rss_kib: status_kib(replica.process.id(), "VmHWM"),
             })
             .collect();

@@ -2,9 +2,10 @@
 //! one master secret: 60 distinct nodes over 4 swtpms, 12 joining at once,
 //! each trying the replicas in its own order with the bootstrapper's
 //! backoff. Outcomes only, no wall-clock limit: every node gets a ticket
-//! with its own disk key, every token the API doubles created belongs to a
-//! ticket a node received (replica by replica), and every replica served
-//! some. The figures are `benches/join_storm.rs`.
+//! with its own disk key, every token created on the real API server
+//! belongs to a ticket a node received (replica by replica: each replica
+//! has a namespace of its own, and its tokens carry it), and every replica
+//! served some. The figures are `benches/join_storm.rs`.
 //!
 //! Needs the static musl release binaries (`scripts/test.sh` builds them).
 

@@ -341,9 +341,7 @@ fn a_node_vm_powered_off_at_a_first_boot_step_ends_joined_with_one_format_and_ke
             );
         }
     }
-    let created = service
-        .as_ref()
-        .map_or(0, |s| s.joinsvc.kube().created().len());
+    let created = service.as_ref().map_or(0, |s| s.joinsvc.tokens().len());
     println!(
         "bootstrap tokens created: {created}; whole test {:.1} s",
         t0.elapsed().as_secs_f64()
