@@ -34,8 +34,9 @@ use serde_json::{Value, json};
 
 use crate::{ChildProcess, TempDir, free_port, stop_for_missing_setup};
 
-/// The Kubernetes release the parts are built at (`scripts/kubernetes.sh`).
-pub const KUBERNETES_VERSION: &str = "v1.37.2";
+/// The Kubernetes release the parts are built at (`scripts/kubernetes.sh`):
+/// the pinned release the CLI and joinsvc default to.
+pub const KUBERNETES_VERSION: &str = confboot_proto::api::PINNED_KUBERNETES_VERSION;
 
 /// How long the control plane may take to answer `/readyz` once started
 /// (etcd and the API server on a loaded two-core machine).

@@ -30,6 +30,13 @@
 //! image's containerd and runc and the CNI bridge, until the API server
 //! reports it `Running` with an address of the node's pod range.
 //!
+//! Before the boot it reads the image (unsquashfs): the node parts, their
+//! units, the CNI configuration and the kernel modules are there, its
+//! kubeadm is the one `scripts/kubernetes.sh` built, and no test unit or
+//! test file is (this replaces the former `vm_os_production.rs`, which
+//! built the same image and ran its pause image with containerd on the
+//! host).
+//!
 //! Needs root, the musl release binaries (scripts/test.sh builds them, the
 //! pause program among them), the Kubernetes parts (scripts/kubernetes.sh),
 //! mmdebstrap and squashfs-tools, and the Debian packages boot.rs needs.
@@ -39,13 +46,36 @@ use std::time::{Duration, Instant};
 
 use confboot_tests::cluster::{JoinsvcSetup, RealApi, TempDir};
 use confboot_tests::kube::{ControlPlane, KUBERNETES_VERSION, PlaneOptions, parts_dir};
-use confboot_tests::os::{OsImage, TEST_UNITS};
+use confboot_tests::os::{CLUSTER_STEP_DROP_IN, OsImage, TEST_UNITS};
 use confboot_tests::qemu::{
     GUEST_FORWARD_ADDR, Image, JOIN_PORT, JoinsvcTpm, NodeFiles, Vm, args_param, golden_boot,
     measure_image, node_args,
 };
 use confboot_tests::{musl_binary, require_program};
 use serde_json::Value;
+
+/// What the production image must carry, as paths in the squashfs.
+const PRODUCTION_FILES: [&str; 19] = [
+    "/usr/bin/nodeagent",
+    "/usr/bin/kubelet",
+    "/usr/bin/kubeadm",
+    "/usr/bin/containerd",
+    "/usr/bin/containerd-shim-runc-v2",
+    "/usr/bin/ctr",
+    "/usr/sbin/runc",
+    "/usr/lib/cni/bridge",
+    "/usr/lib/cni/host-local",
+    "/usr/lib/cni/loopback",
+    "/usr/lib/confboot/images/pause.tar",
+    "/etc/containerd/config.toml",
+    "/etc/cni/net.d/10-confboot.conflist",
+    "/etc/modules-load.d/kubernetes.conf",
+    "/etc/systemd/system/multi-user.target.wants/containerd.service",
+    "/etc/systemd/system/multi-user.target.wants/kubelet.service",
+    "/etc/systemd/system/multi-user.target.wants/confboot-images.service",
+    "/etc/systemd/system/confboot-cluster-step.service.d/10-kubernetes.conf",
+    "/etc/sysctl.d/90-kubernetes.conf",
+];
 
 /// The guest port the node reaches the API server at (forwarded to the
 /// host's loopback port of the control plane).
@@ -199,12 +229,42 @@ fn vm_node_joins_a_real_control_plane_and_becomes_ready() {
         .output()
         .expect("run unsquashfs");
     let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let files: Vec<&str> = listing.lines().collect();
+    for path in PRODUCTION_FILES {
+        assert!(files.contains(&path), "the production image has no {path}");
+    }
     for unit in TEST_UNITS {
         assert!(
             !listing.contains(unit),
             "the production image carries the test unit {unit}"
         );
     }
+    assert!(
+        !listing.contains("confboot-test") && !listing.contains(CLUSTER_STEP_DROP_IN),
+        "the production image carries test files"
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("/usr/lib/modules/") && f.ends_with("/overlay.ko")),
+        "the production image has the kernel's overlay module"
+    );
+    // Its kubeadm is the one scripts/kubernetes.sh built (the API server
+    // reports the kubelet's release below).
+    let extracted = work.path().join("extracted");
+    let unsquashed = Command::new("unsquashfs")
+        .args(["-q", "-n", "-f", "-d"])
+        .arg(&extracted)
+        .arg(&os.root)
+        .arg("usr/bin/kubeadm")
+        .status()
+        .expect("run unsquashfs");
+    assert!(unsquashed.success());
+    assert_eq!(
+        std::fs::read(extracted.join("usr/bin/kubeadm")).unwrap(),
+        std::fs::read(kube_bin.join("kubeadm")).unwrap(),
+        "the image's kubeadm is the built one"
+    );
     println!(
         "phase images: {:.1} s (OS image {} bytes)",
         t.elapsed().as_secs_f64(),
@@ -439,6 +499,12 @@ fn vm_node_joins_a_real_control_plane_and_becomes_ready() {
         !serial.contains("kubeadm-double") && !serial.contains("CONFBOOT-KUBEADM"),
         "no kubeadm double ran\n{}",
         vm.failure_report()
+    );
+    println!(
+        "{}",
+        plane
+            .kubectl(&["get", "nodes,pods", "-A", "-o", "wide"])
+            .trim_end()
     );
     drop(joinsvc);
     drop(vm);
