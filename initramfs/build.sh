@@ -52,11 +52,6 @@
 # production image; zstd decompresses about as fast whatever the level).
 set -euo pipefail
 
-# The kernel, pinned exactly. Override both together to move to another ABI.
-KERNEL_PKG="${KERNEL_PKG:-linux-image-6.1.0-56-amd64}"
-KERNEL_PKG_VERSION="${KERNEL_PKG_VERSION:-6.1.192-2}"
-KERNEL_RELEASE="${KERNEL_PKG#linux-image-}"
-
 # Modules to load, roots only: dependencies come from modules.dep.
 MODULES=(
     virtio_pci virtio_net virtio_blk
@@ -73,6 +68,8 @@ MODULES=(
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=initramfs/kernel.sh
+. "$REPO/initramfs/kernel.sh"
 CACHE="$REPO/.cache/initramfs"
 OUT="$CACHE/out"
 BOOTSTRAPPER=""
@@ -145,56 +142,11 @@ mkdir -p "$CACHE"
 # One build at a time may fill the cache.
 exec 9>"$CACHE/.lock"
 flock 9 || die "cannot lock $CACHE/.lock"
-DEB="$CACHE/${KERNEL_PKG}_${KERNEL_PKG_VERSION}_amd64.deb"
-if [ ! -f "$DEB" ]; then
-    echo "downloading $KERNEL_PKG=$KERNEL_PKG_VERSION"
-    (cd "$CACHE" && apt-get download "$KERNEL_PKG=$KERNEL_PKG_VERSION" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
-    if [ ! -f "$DEB" ] && [ "$(id -u)" -eq 0 ]; then
-        echo "refreshing the package lists once (apt-get update)"
-        apt-get update -qq || true
-        (cd "$CACHE" && apt-get download "$KERNEL_PKG=$KERNEL_PKG_VERSION" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
-    fi
-    [ -f "$DEB" ] || die "could not download $KERNEL_PKG=$KERNEL_PKG_VERSION (run apt-get update; is the version still in the archive?)"
-fi
-KTREE="$CACHE/kernel-$KERNEL_PKG_VERSION"
-if [ ! -f "$KTREE/.done" ]; then
-    rm -rf "$KTREE"
-    mkdir -p "$KTREE"
-    dpkg-deb -x "$DEB" "$KTREE"
-    depmod -b "$KTREE" "$KERNEL_RELEASE"
-    touch "$KTREE/.done"
-fi
-MODDIR="$KTREE/lib/modules/$KERNEL_RELEASE"
-[ -f "$MODDIR/modules.dep" ] || die "no modules.dep in $MODDIR"
+# The kernel, pinned in initramfs/kernel.sh (os/build.sh reads the same pin).
+kernel_tree "$CACHE"
 
 # --- module order: dependencies first, each once ---
-declare -A SEEN=()
-ORDER=()
-dep_line() {
-    # modules.dep names files with '-' or '_' as the module names differ.
-    local name="$1" pat
-    pat="$(printf '%s' "$name" | sed 's/[-_]/[-_]/g')"
-    grep -E "(^|/)${pat}\.ko(\.[a-z]+)?:" "$MODDIR/modules.dep" | head -n1
-}
-visit() {
-    local line file deps d
-    line="$(dep_line "$1")"
-    [ -n "$line" ] || die "module '$1' not in modules.dep of $KERNEL_RELEASE"
-    file="${line%%:*}"
-    [ -z "${SEEN[$file]:-}" ] || return 0
-    SEEN[$file]=1
-    deps="${line#*:}"
-    # modules.dep lists the direct and indirect dependencies, the
-    # most-depended-upon last: load them in reverse order.
-    local arr=()
-    for d in $deps; do arr=("$d" "${arr[@]}"); done
-    for d in "${arr[@]}"; do
-        d="$(basename "$d")"; d="${d%%.ko*}"
-        visit "$d"
-    done
-    ORDER+=("$file")
-}
-for m in "${MODULES[@]}"; do visit "$m"; done
+module_order "${MODULES[@]}"
 
 # --- the tree ---
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/confboot-initramfs.XXXXXX")"
@@ -203,8 +155,7 @@ ROOT="$WORK/root"
 mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,etc,dev,proc,sys,run,tmp,mnt,lib/modules,var}
 ln -s ../run "$ROOT/var/run"
 
-# Test images only: busybox (the hook's and the kubeadm double's shell and
-# tools) and the hook.
+# Test images only: busybox (the hook's shell and tools) and the hook.
 if [ "$TEST_TOOLS" = 1 ]; then
     install -m 0755 "$BUSYBOX" "$ROOT/bin/busybox"
     for applet in $("$BUSYBOX" --list); do

@@ -12,8 +12,9 @@
 #   --out DIR          where root.img and root.cmdline go
 #                      (default: .cache/os/out in the repository)
 #   --add SRC:DEST     also install file SRC at absolute path DEST (mode 0755
-#                      if SRC is executable, else 0644). Tests add the
-#                      kubeadm double as /usr/bin/kubeadm this way.
+#                      if SRC is executable, else 0644). Tests add their
+#                      files and the test image's cluster-step drop-in
+#                      this way.
 #   --unit FILE        also install and enable the systemd unit FILE
 #                      (WantedBy= of its [Install] section); repeatable.
 #                      The repository's own units are always installed.
@@ -25,9 +26,13 @@
 #                      its runc shim and ctr from --kube-bin; Debian's runc and
 #                      containernetworking-plugins), the pause image (built
 #                      here from --pause, imported into containerd at boot),
-#                      and the units of os/production/ that start containerd
-#                      and the kubelet. Without it: the test image, which has
-#                      none of these (tests add their doubles and test units).
+#                      the units of os/production/ that start containerd
+#                      and the kubelet, a CNI configuration (bridge +
+#                      host-local) and the kernel modules they load
+#                      (overlay, bridge, br_netfilter, veth, from the kernel
+#                      package pinned in initramfs/kernel.sh). Without it:
+#                      the test image, which has none of these (tests add
+#                      their test units).
 #   --kube-bin DIR     where kubelet, kubeadm, containerd, containerd-shim-runc-v2
 #                      and ctr are (default: `scripts/kubernetes.sh --print`)
 #   --pause PATH       the static pause program (default: the static release
@@ -52,6 +57,9 @@ set -euo pipefail
 die() { echo "os/build.sh: error: $*" >&2; exit 1; }
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The kernel's pin and its module tree (the production image's modules).
+# shellcheck source=initramfs/kernel.sh
+. "$REPO/initramfs/kernel.sh"
 CACHE="$REPO/.cache/os"
 OUT="$CACHE/out"
 NODEAGENT=""
@@ -85,11 +93,14 @@ if [ -z "$VERITY_TOOL" ]; then
     [ -x "$VERITY_TOOL" ] || VERITY_TOOL="$(command -v confboot || true)"
 fi
 [ -x "$VERITY_TOOL" ] || die "no confboot CLI for the hash tree (build it or pass --verity-tool)"
-for tool in mmdebstrap mksquashfs; do
+for tool in mmdebstrap mksquashfs depmod; do
     command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh installs it)"
 done
 [ "$(id -u)" -eq 0 ] || die "run as root (mmdebstrap --mode=root keeps the image's owners)"
 KUBE_COMMANDS=(kubelet kubeadm containerd containerd-shim-runc-v2 ctr)
+# containerd's overlayfs snapshotter, the CNI bridge plugin's bridge and
+# veth pairs, and bridged traffic through netfilter (net.bridge.*).
+KUBE_MODULES=(overlay bridge br_netfilter veth)
 if [ "$PRODUCTION" -eq 1 ]; then
     if [ -z "$KUBE_BIN" ]; then
         KUBE_BIN="$(bash "$REPO/scripts/kubernetes.sh" --print)" ||
@@ -186,6 +197,24 @@ if [ "$PRODUCTION" -eq 1 ]; then
     install -D -m 0644 "$REPO/os/production/cluster-step.d/10-kubernetes.conf" \
         "$ROOT/etc/systemd/system/confboot-cluster-step.service.d/10-kubernetes.conf"
     install -D -m 0644 "$REPO/os/production/sysctl.d/kubernetes.conf" "$ROOT/etc/sysctl.d/90-kubernetes.conf"
+    # The pod network: Debian's bridge and host-local plugins (the kubelet
+    # reports the node Ready once containerd has a network configuration).
+    install -D -m 0644 "$REPO/os/production/cni/10-confboot.conflist" "$ROOT/etc/cni/net.d/10-confboot.conflist"
+    # The kernel modules the node parts need, from the kernel the node boots
+    # (the pin of initramfs/kernel.sh), with their dependencies; systemd
+    # loads them early (modules-load.d), before containerd and the sysctls.
+    kernel_tree "$REPO/.cache/initramfs"
+    module_order "${KUBE_MODULES[@]}"
+    for f in "${ORDER[@]}"; do
+        install -D -m 0644 "$MODDIR/$f" "$ROOT/usr/lib/modules/$KERNEL_RELEASE/$f"
+    done
+    for f in modules.order modules.builtin modules.builtin.modinfo; do
+        [ -f "$MODDIR/$f" ] && install -m 0644 "$MODDIR/$f" "$ROOT/usr/lib/modules/$KERNEL_RELEASE/$f"
+    done
+    depmod -b "$ROOT" "$KERNEL_RELEASE"
+    install -d -m 0755 "$ROOT/etc/modules-load.d"
+    printf '%s\n' "# Kubernetes' node parts (os/build.sh --production)" "${KUBE_MODULES[@]}" \
+        >"$ROOT/etc/modules-load.d/kubernetes.conf"
     [ -x "$ROOT/usr/sbin/runc" ] || die "Debian's runc is not at /usr/sbin/runc"
     [ -x "$ROOT/usr/lib/cni/bridge" ] || die "Debian's CNI plugins are not in /usr/lib/cni"
     echo "os/build.sh: production: kubelet, kubeadm $kube_version, $("$KUBE_BIN/containerd" --version | cut -d' ' -f1,3), runc $(chroot "$ROOT" dpkg-query -W -f '${Version}' runc), $pause_image"

@@ -78,6 +78,11 @@ const KUBELET_CERT_DIR: Opt = Opt::value(
 )
 .default(DEFAULT_KUBELET_CERT_DIR);
 
+const WITHOUT_KUBERNETES: Opt = Opt::flag(
+    "without-kubernetes",
+    "This OS image carries no Kubernetes (a test image): do everything but run kubeadm",
+);
+
 /// `nodeagent cluster-step`'s command line.
 pub const CMD: Command = Command {
     name: "nodeagent cluster-step",
@@ -87,7 +92,10 @@ pub const CMD: Command = Command {
             them; a join runs `kubeadm join`. Failures are retried with backoff until the bootstrap\n\
             token's end (join) or 15 minutes (init). Afterwards, success or not, the handoff's\n\
             secrets are deleted; success also writes cluster-step.done, and a step already done\n\
-            does nothing. Exits 0 when the step is done, 1 when it failed, 2 on a usage error.",
+            does nothing. With --without-kubernetes (an image without Kubernetes) kubeadm is not\n\
+            run: the handoff is read and checked, an init's CA and kubeconfig installed, the secrets\n\
+            deleted, and nothing is marked done. Exits 0 when the step is done, 1 when it failed, 2\n\
+            on a usage error.",
     usage: "nodeagent cluster-step [OPTIONS]",
     opts: &[
         HANDOFF,
@@ -96,6 +104,7 @@ pub const CMD: Command = Command {
         KUBERNETES_DIR,
         KUBEADM_CONFIG_DIR,
         KUBELET_CERT_DIR,
+        WITHOUT_KUBERNETES,
         VERBOSITY,
     ],
 };
@@ -115,6 +124,8 @@ pub struct StepConfig {
     pub kubeadm_config_dir: PathBuf,
     /// The kubelet's certificate directory.
     pub kubelet_cert_dir: PathBuf,
+    /// The image carries no Kubernetes: kubeadm is not run.
+    pub without_kubernetes: bool,
 }
 
 impl StepConfig {
@@ -128,6 +139,7 @@ impl StepConfig {
             kubernetes_dir: path(&KUBERNETES_DIR),
             kubeadm_config_dir: path(&KUBEADM_CONFIG_DIR),
             kubelet_cert_dir: path(&KUBELET_CERT_DIR),
+            without_kubernetes: m.flag(&WITHOUT_KUBERNETES),
         }
     }
 
@@ -224,6 +236,13 @@ pub fn run(config: &StepConfig, say: &mut dyn FnMut(&str)) -> Result<(), StepErr
             started + token_time_left(join.token_valid_until, SystemTime::now()),
         ),
     };
+    if config.without_kubernetes {
+        say(&format!(
+            "this image carries no Kubernetes: kubeadm {kind} not run"
+        ));
+        remove_secrets(dir, say);
+        return Ok(());
+    }
     let mut backoff = Backoff::new(FIRST_RETRY, LONGEST_RETRY);
     let mut attempts = 0;
     let mut log = |line: &str| log::info!("kubeadm: {line}");
@@ -316,5 +335,6 @@ mod tests {
         );
         assert_eq!(c.pki_dir, PathBuf::from("/etc/kubernetes/pki"));
         assert!(CMD.help().contains("--kubeadm PATH"));
+        assert!(!c.without_kubernetes);
     }
 }

@@ -57,8 +57,13 @@ impl Node {
     }
 
     fn step(&self) -> Output {
+        self.step_with(&[])
+    }
+
+    fn step_with(&self, extra: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_nodeagent"))
             .arg("cluster-step")
+            .args(extra)
             .arg("--handoff")
             .arg(self.handoff())
             .arg("--kubeadm")
@@ -309,4 +314,22 @@ fn the_subcommand_has_its_own_help_and_refuses_stray_arguments() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn without_kubernetes_the_step_runs_no_kubeadm_and_deletes_the_secrets() {
+    let node = Node::new("step-without-kubernetes");
+    HandoffBackend::new(node.handoff())
+        .join_cluster(&join_params(), &mut |_| {})
+        .unwrap();
+    let out = node.step_with(&["--without-kubernetes"]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("this image carries no Kubernetes: kubeadm join not run"),
+        "{said}"
+    );
+    assert_eq!(node.kubeadm_log(), "", "kubeadm never ran");
+    // The secrets are gone, and the step is not marked done.
+    assert_secrets_gone(&node, false);
 }

@@ -34,8 +34,9 @@ use serde_json::{Value, json};
 
 use crate::{ChildProcess, TempDir, free_port, stop_for_missing_setup};
 
-/// The Kubernetes release the parts are built at (`scripts/kubernetes.sh`).
-pub const KUBERNETES_VERSION: &str = "v1.37.2";
+/// The Kubernetes release the parts are built at (`scripts/kubernetes.sh`):
+/// the pinned release the CLI and joinsvc default to.
+pub const KUBERNETES_VERSION: &str = confboot_proto::api::PINNED_KUBERNETES_VERSION;
 
 /// How long the control plane may take to answer `/readyz` once started
 /// (etcd and the API server on a loaded two-core machine).
@@ -111,12 +112,22 @@ impl ControlPlane {
     /// kubeadm upload what a join needs; returns once the API server is
     /// ready and the bootstrap signer has signed `cluster-info`.
     pub fn start() -> ControlPlane {
+        ControlPlane::start_with(&PlaneOptions::default())
+    }
+
+    /// [`ControlPlane::start`] with `options`: where the cluster's nodes
+    /// reach the API server, when that is not the host's loopback.
+    pub fn start_with(options: &PlaneOptions) -> ControlPlane {
         let begin = Instant::now();
         let dir = TempDir::new("control-plane");
         let path = |name: &str| dir.path().join(name);
         let port = free_port();
         let endpoint = SocketAddr::from(([127, 0, 0, 1], port));
-        std::fs::write(path("kubeadm.yaml"), kubeadm_config(dir.path(), port)).unwrap();
+        std::fs::write(
+            path("kubeadm.yaml"),
+            kubeadm_config(dir.path(), port, options),
+        )
+        .unwrap();
         let kubeadm = |args: &[&str]| {
             let mut c = Command::new(part("kubeadm"));
             c.args(["init", "phase"]).args(args);
@@ -274,8 +285,54 @@ impl ControlPlane {
             run("kubeadm init phase (upload)", &mut c);
         }
         plane.wait_cluster_info_signed(begin + START_DEADLINE);
+        if let Some(endpoint) = &options.node_endpoint {
+            plane.serve_nodes_at(endpoint, begin + START_DEADLINE);
+        }
         plane.started_in = begin.elapsed();
         plane
+    }
+
+    /// Makes what `kubeadm join` reads on a node name the node's side:
+    /// `cluster-info`'s kubeconfig (what discovery and then the kubelet's
+    /// TLS bootstrap use) points at `endpoint`, and the cluster's
+    /// configuration (`kubeadm-config`, `kubelet-config`) names the PKI
+    /// directory a node has ([`NODE_PKI_DIR`]), not the harness's. Waits for
+    /// the bootstrap signer to sign the new `cluster-info`.
+    fn serve_nodes_at(&self, endpoint: &str, deadline: Instant) {
+        let harness_pki = self.pki_dir().display().to_string();
+        for name in ["kubeadm-config", "kubelet-config"] {
+            let mut map = self.kubectl_json(&["get", "configmap", name, "-n", "kube-system"]);
+            for value in map["data"]
+                .as_object_mut()
+                .expect("the ConfigMap's data")
+                .values_mut()
+            {
+                if let Some(text) = value.as_str() {
+                    *value = Value::String(text.replace(&harness_pki, NODE_PKI_DIR));
+                }
+            }
+            let file = self.dir.path().join(format!("{name}.json"));
+            std::fs::write(&file, map.to_string()).unwrap();
+            self.kubectl(&["replace", "-f", file.to_str().unwrap()]);
+        }
+        let mut info =
+            self.kubectl_json(&["get", "configmap", "cluster-info", "-n", "kube-public"]);
+        let data = info["data"].as_object_mut().expect("cluster-info's data");
+        let kubeconfig = data["kubeconfig"].as_str().expect("its kubeconfig");
+        let kubeconfig: String = kubeconfig
+            .lines()
+            .map(|l| match l.trim_start().strip_prefix("server: ") {
+                Some(_) => format!("    server: https://{endpoint}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        data.insert("kubeconfig".into(), Value::String(kubeconfig));
+        // The old signatures go: the signer signs the new content again.
+        data.retain(|k, _| !k.starts_with("jws-kubeconfig-"));
+        let file = self.dir.path().join("cluster-info.json");
+        std::fs::write(&file, info.to_string()).unwrap();
+        self.kubectl(&["replace", "-f", file.to_str().unwrap()]);
+        self.wait_cluster_info_signed(deadline);
     }
 
     /// The control plane this test process shares: started by the first
@@ -544,10 +601,32 @@ pub fn joinsvc_manifest() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/joinsvc.yaml")
 }
 
+/// kubeadm's PKI directory on a node (its default `certificatesDir`).
+pub const NODE_PKI_DIR: &str = "/etc/kubernetes/pki";
+
+/// Options of [`ControlPlane::start_with`].
+#[derive(Clone, Debug, Default)]
+pub struct PlaneOptions {
+    /// The API server's address (`host:port`) as the cluster's nodes reach
+    /// it, e.g. a VM's forwarded address of the host's loopback port: the
+    /// cluster's `controlPlaneEndpoint`, a name of the API server's serving
+    /// certificate, and the server of `cluster-info`'s kubeconfig (so
+    /// discovery and the kubelet use it). The host's own clients keep using
+    /// loopback. `None`: loopback for everyone.
+    pub node_endpoint: Option<String>,
+}
+
 /// kubeadm's configuration of the harness's cluster (JSON documents, which
 /// kubeadm reads as YAML): the pinned release, ECDSA keys, the API server
-/// on `127.0.0.1:port`, the PKI under `dir`.
-fn kubeadm_config(dir: &Path, port: u16) -> String {
+/// on `127.0.0.1:port` (and `options`' node endpoint), the PKI under `dir`.
+fn kubeadm_config(dir: &Path, port: u16, options: &PlaneOptions) -> String {
+    let mut sans = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    if let Some(endpoint) = &options.node_endpoint {
+        let host = endpoint
+            .rsplit_once(':')
+            .map_or(endpoint.as_str(), |(h, _)| h);
+        sans.push(host.to_string());
+    }
     let init = json!({
         "apiVersion": "kubeadm.k8s.io/v1beta4",
         "kind": "InitConfiguration",
@@ -564,14 +643,17 @@ fn kubeadm_config(dir: &Path, port: u16) -> String {
         "kubernetesVersion": KUBERNETES_VERSION,
         "clusterName": "confboot-test",
         "certificatesDir": dir.join("pki"),
-        "controlPlaneEndpoint": format!("127.0.0.1:{port}"),
+        "controlPlaneEndpoint": options
+            .node_endpoint
+            .clone()
+            .unwrap_or_else(|| format!("127.0.0.1:{port}")),
         "encryptionAlgorithm": "ECDSA-P256",
         "networking": {
             "serviceSubnet": "10.96.0.0/12",
             "podSubnet": "10.244.0.0/16",
             "dnsDomain": "cluster.local",
         },
-        "apiServer": {"certSANs": ["127.0.0.1", "localhost"]},
+        "apiServer": {"certSANs": sans},
     });
     format!("{init}\n---\n{cluster}\n")
 }

@@ -1,9 +1,10 @@
 //! The node's OS images of the tests: `os/build.sh` (Debian packages,
 //! squashfs, dm-verity). The test image has the node agent, the
-//! repository's units, the kubeadm double and the test units that report on
-//! the console; the production image (`--production`) has Kubernetes' node
-//! parts instead (kubelet, kubeadm, containerd, runc, the CNI plugins, the
-//! pause image) and no test unit.
+//! repository's units and the test units that report on the console, and
+//! no Kubernetes: its cluster step is told so ([`CLUSTER_STEP_DROP_IN`]);
+//! the production image (`--production`) has Kubernetes' node parts instead
+//! (kubelet, kubeadm, containerd, runc, the CNI plugins, the pause image),
+//! runs the real `kubeadm`, and has no test unit.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +20,14 @@ pub const TEST_UNITS: [&str; 4] = [
 /// boot (`confboot-test-state.service`): squashfs stores it as it is, so a
 /// test can find its bytes in the image and flip one.
 pub const BOOT_READ_FILE: &str = "/usr/lib/confboot-test/boot-read";
+/// Where the test image's drop-in for the cluster step goes
+/// (`os/test/cluster-step.d/10-test.conf`: `nodeagent cluster-step
+/// --without-kubernetes`).
+pub const CLUSTER_STEP_DROP_IN: &str =
+    "/etc/systemd/system/confboot-cluster-step.service.d/10-test.conf";
+/// What the test image's cluster step says instead of running kubeadm
+/// (followed by `init` or `join`).
+pub const NO_KUBERNETES: &str = "this image carries no Kubernetes: kubeadm";
 /// The console line of the OS once it reached multi-user.
 pub const OS_READY: &str = "CONFBOOT-OS-MULTI-USER";
 
@@ -39,9 +48,9 @@ pub struct OsImage {
 
 impl OsImage {
     /// The TEST OS image into `target/os/<label>`: the static node agent and
-    /// CLI (the hash tree) of the release build, the kubeadm double as
-    /// `/usr/bin/kubeadm`, the test units, and each `(source, destination)`
-    /// of `add` (another root: another root hash).
+    /// CLI (the hash tree) of the release build, no Kubernetes (the cluster
+    /// step's drop-in says so), the test units, and each `(source,
+    /// destination)` of `add` (another root: another root hash).
     pub fn build_test(label: &str, add: &[(&Path, &str)]) -> Result<OsImage, String> {
         let repo = repo();
         let out = crate::target_dir().join("os").join(label);
@@ -54,8 +63,8 @@ impl OsImage {
         let mut cmd = build_command(&out);
         cmd.arg("--add")
             .arg(format!(
-                "{}:/usr/bin/kubeadm",
-                repo.join("initramfs/test/kubeadm-double").display()
+                "{}:{CLUSTER_STEP_DROP_IN}",
+                repo.join("os/test/cluster-step.d/10-test.conf").display()
             ))
             .arg("--add")
             .arg(format!("{}:{BOOT_READ_FILE}", boot_read.display()));

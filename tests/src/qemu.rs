@@ -86,6 +86,9 @@ pub struct VmConfig {
     /// More QEMU arguments, after the first NIC (e.g. a second NIC on a
     /// [`crate::vm_hub::VmHub`]).
     pub extra_args: Vec<String>,
+    /// The host name QEMU's DHCP server gives the guest (option 12; the
+    /// node's name when it is a valid one); `None`: none.
+    pub dhcp_host_name: Option<String>,
 }
 
 impl VmConfig {
@@ -104,6 +107,7 @@ impl VmConfig {
             tpm_state: None,
             name: "vm".to_string(),
             extra_args: Vec::new(),
+            dhcp_host_name: None,
         }
     }
 }
@@ -263,6 +267,9 @@ impl Vm {
                 .args(["-device", "virtio-blk-pci,drive=d1"]);
         }
         let mut netdev = "user,id=n0,restrict=on".to_string();
+        if let Some(name) = &config.dhcp_host_name {
+            netdev.push_str(&format!(",hostname={name}"));
+        }
         for (guest, host) in &config.host_ports {
             netdev.push_str(&format!(
                 ",guestfwd=tcp:{GUEST_FORWARD_ADDR}:{guest}-cmd:nc 127.0.0.1 {host}"
@@ -601,7 +608,7 @@ impl Image {
     /// [`Image::build`] with the node agent (`--nodeagent`, run once the
     /// node is bootstrapped) and extra files: each `(source, destination in
     /// the image)` goes to build.sh as `--add SRC:DEST` (test images only,
-    /// e.g. the kubeadm double).
+    /// e.g. a release key).
     pub fn build_with(
         label: &str,
         bootstrapper: Option<&Path>,
@@ -838,7 +845,10 @@ impl JoinsvcTpm {
 /// joinsvc, in this order: `--init-secret-hash` when given (a node the
 /// admin may init instead), the join service at
 /// [`GUEST_FORWARD_ADDR`]:[`JOIN_PORT`], two retries, the state disk
-/// `/dev/vda`, the kubeadm at `/usr/bin/kubeadm`, `--joinsvc-ak-trust
+/// `/dev/vda`, the cluster step handed over in `/run/confboot` (the
+/// initramfs carries no kubeadm: an OS image's `nodeagent cluster-step`
+/// runs it, and PID 1 hands over there anyway when it boots an OS; an
+/// image without an OS runs no cluster step), `--joinsvc-ak-trust
 /// joinsvc_trust`, then `extra`, then `-v 4`. For [`args_param`].
 pub fn node_args(
     init_secret_hash: Option<&str>,
@@ -858,8 +868,10 @@ pub fn node_args(
             "2",
             "--state-disk",
             "/dev/vda",
-            "--kubeadm",
-            "/usr/bin/kubeadm",
+            "--cluster-step",
+            "handoff",
+            "--handoff-dir",
+            "/run/confboot",
             "--joinsvc-ak-trust",
             joinsvc_trust,
         ]

@@ -1,8 +1,8 @@
 //! Nodes that boot into their operating system: QEMU (software emulation),
 //! OVMF measured boot, one swtpm per VM, the PRODUCTION initramfs (no
 //! kubeadm, no shell) and the test OS image of `os/build.sh` (Debian's
-//! systemd and OpenSSH, squashfs under dm-verity, the node agent, the
-//! kubeadm double and test units that report on the console) as a second,
+//! systemd and OpenSSH, squashfs under dm-verity, the node agent and test
+//! units that report on the console, no Kubernetes) as a second,
 //! read-only disk. The root hash and its parameters are on the kernel
 //! command line: PCR 9 covers them. The image is built twice (the same
 //! root hash), `veritysetup verify` accepts its tree, and node 2 boots the
@@ -10,8 +10,10 @@
 //!
 //! Boots: a fidelity boot (prediction = booted PCRs, the event log for
 //! joinsvc's TPM); node 1 takes the admin's Init, hands over to its OS,
-//! where systemd runs the cluster step (the kubeadm double with Init's
-//! configuration), the node agent (`confboot verify` passes against it) and
+//! where systemd runs the cluster step (told the image has no Kubernetes:
+//! it installs Init's CA and admin kubeconfig and deletes the handoff's
+//! secrets, and runs no kubeadm; `vm_kubernetes.rs` runs the real one in
+//! the production image), the node agent (`confboot verify` passes against it) and
 //! sshd (the Init's user logs in with the host's OpenSSH client, a key not
 //! configured is refused); node 2 joins through joinsvc the same way,
 //! while the genuine initramfs booted with the host's own root (its root
@@ -35,7 +37,7 @@ use confboot_tests::admin::{
     AdminFiles, SSH_PORT, assert_ssh_login, refused, ssh_run, verify_node,
 };
 use confboot_tests::cluster::{JoinsvcSetup, TempDir, read_master_secret};
-use confboot_tests::os::{OS_READY, OsImage};
+use confboot_tests::os::{NO_KUBERNETES, OS_READY, OsImage};
 use confboot_tests::qemu::{
     Image, JOIN_PORT, JoinsvcTpm, NodeFiles, Vm, VmConfig, args_param, golden_boot, measure_image,
     node_args,
@@ -214,8 +216,8 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     tl1.wait(&mut vm1, "CONFBOOT-SWITCH-ROOT", "switch_root to the OS");
     tl1.wait(
         &mut vm1,
-        "CONFBOOT-KUBEADM init",
-        "cluster step: kubeadm init",
+        &format!("{NO_KUBERNETES} init"),
+        "cluster step: init (no Kubernetes in the test image)",
     );
     tl1.wait(&mut vm1, "CONFBOOT-HANDOFF-LEFT", "cluster step done");
     tl1.wait(&mut vm1, OS_READY, "OS multi-user");
@@ -257,8 +259,8 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     assert_in_os(&serial1, &vm1);
     assert_handoff_emptied(&serial1, &vm1);
     assert!(
-        serial1.contains("CONFBOOT-KUBEADM kept admin.conf"),
-        "kubeadm used the CA and admin kubeconfig made before the handover\n{}",
+        serial1.contains("cluster step: cluster CA installed in /etc/kubernetes/pki"),
+        "the cluster step installed the CA and admin kubeconfig made before the handover\n{}",
         vm1.failure_report()
     );
     drop(vm1);
@@ -321,8 +323,8 @@ fn vm_os_init_join_reboot_and_refused_roots() {
             tl.wait(&mut vm, "CONFBOOT-SWITCH-ROOT", "switch_root to the OS");
             tl.wait(
                 &mut vm,
-                "CONFBOOT-KUBEADM join",
-                "cluster step: kubeadm join",
+                &format!("{NO_KUBERNETES} join"),
+                "cluster step: join (no Kubernetes in the test image)",
             );
             tl.wait(&mut vm, "CONFBOOT-HANDOFF-LEFT", "cluster step done");
             tl.wait(&mut vm, OS_READY, "OS multi-user");
@@ -433,7 +435,7 @@ fn vm_os_init_join_reboot_and_refused_roots() {
     let serial = vm2.serial();
     assert_in_os(&serial, &vm2);
     assert!(
-        !serial.contains("CONFBOOT-KUBEADM"),
+        !serial.contains("cluster step: "),
         "a rejoin does not run the cluster step again\n{}",
         vm2.failure_report()
     );

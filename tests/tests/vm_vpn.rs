@@ -146,7 +146,6 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
     let nodeagent = Path::new(NODEAGENT_BUILTIN);
     let wg_probe = musl_binary("confboot-wg-probe");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let kubeadm_double = repo.join("initramfs/test/kubeadm-double");
     let watcher = repo.join("initramfs/test/after-bootstrap-vpn");
     let work = TempDir::new("vm-vpn");
     let hub = VmHub::start(work.path(), HUB_SUBNET);
@@ -159,7 +158,6 @@ fn vm_vpn_three_nodes_ping_over_wireguard_follow_joins_and_removals() {
         Some(nodeagent),
         "0",
         &[
-            (kubeadm_double.as_path(), "/usr/bin/kubeadm"),
             (watcher.as_path(), "/test/after-bootstrap"),
             (wg_probe.as_path(), "/usr/bin/confboot-wg-probe"),
         ],
