@@ -883,7 +883,10 @@ pub(crate) mod tests {
         // (A change may be tried more than once: the gate is asked each time.)
         let asked = asked.lock().unwrap();
         assert_eq!(asked[..3], [1, 1, 0], "{asked:?}");
-        assert!(asked.len() > 3 && asked[3..].iter().all(|&n| n == 0), "{asked:?}");
+        assert!(
+            asked.len() > 3 && asked[3..].iter().all(|&n| n == 0),
+            "{asked:?}"
+        );
     }
 
     #[test]
