@@ -392,6 +392,7 @@ mod tests {
             VARIANTS,
             SNP_POLICY,
             TDX_POLICY,
+            AZURE_POLICY,
             VERBOSITY,
         ],
     };

@@ -574,3 +574,39 @@ fn the_hardware_kind_is_the_validators() {
         tdx_validator(&tdx).verify_detailed(&snp.evidence, &Nonce::Expected(b"challenge".to_vec()));
     assert_refused_by(&checks, check::HCL_REPORT, &AzureRefusal::HardwareKind);
 }
+
+/// The recorded samples in the join path's form: encoded as the issuer
+/// encodes evidence for aTLS, each reads back whole and is admitted by the
+/// join-path validator's checks with its recorded nonce; bound to a
+/// session's exporter it is refused, by the nonce, before any signature
+/// (the recorded quotes were made for a challenge, not a TLS session).
+#[test]
+fn the_recorded_samples_travel_in_the_join_paths_encoding() {
+    use confboot_attest::Validator;
+    use confboot_azure::{AzureSnpValidator, encode_evidence};
+    for sample in snp_samples() {
+        let encoded = encode_evidence(&sample.evidence);
+        let decoded = read_evidence_json(&encoded).unwrap();
+        assert_eq!(decoded, sample.evidence, "{}", sample.name);
+        let mut policy = SnpPolicy::default();
+        policy
+            .measurement
+            .set(0, hex::decode(sample.measurement).unwrap(), false);
+        let snp = SnpValidator::with_roots(policy, both_amd_roots()).as_of(AT);
+        let validator = AzureSnpValidator::with_snp(snp, image_pcrs(&sample.evidence));
+        let checks = validator
+            .checks()
+            .verify_detailed(&decoded, &Nonce::Expected(sample.nonce.clone()));
+        assert!(
+            confboot_attest::check::first_failure(&checks).is_none(),
+            "{}: {checks:?}",
+            sample.name
+        );
+        let e = validator.validate(&encoded, &[7; 32]).unwrap_err();
+        assert!(
+            matches!(e, AttestationError::Binding(_)) && e.is(&AzureRefusal::Nonce),
+            "{}: {e}",
+            sample.name
+        );
+    }
+}
