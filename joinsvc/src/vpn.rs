@@ -83,7 +83,7 @@ pub enum RegistryError {
     #[error(
         "VPN peer registry: Kubernetes API answered 403: {message} (joinsvc's Role \
          must allow get/update of configmap {PEERS_CONFIGMAP} and create of configmaps \
-         in kube-system: deploy/kubernetes/joinsvc.yaml)"
+         in its --kube-namespace, kube-system by default: deploy/kubernetes/joinsvc.yaml)"
     )]
     Forbidden {
         /// The API server's message.
@@ -873,7 +873,7 @@ mod tests {
                 },
                 "VPN peer registry: Kubernetes API answered 403: no update (joinsvc's Role must \
                  allow get/update of configmap confboot-vpn-peers and create of configmaps in \
-                 kube-system: deploy/kubernetes/joinsvc.yaml)",
+                 its --kube-namespace, kube-system by default: deploy/kubernetes/joinsvc.yaml)",
             ),
             (
                 RegistryError::Corrupt("not JSON".into()),

@@ -658,6 +658,41 @@ fn kubeadm_config(dir: &Path, port: u16, options: &PlaneOptions) -> String {
     format!("{init}\n---\n{cluster}\n")
 }
 
+/// joinsvc's ServiceAccount, Role and RoleBinding as
+/// `deploy/kubernetes/joinsvc.yaml` ships them, as JSON (the real kubectl
+/// reads the manifest, on the client only; once per process).
+fn shipped_joinsvc_account(plane: &ControlPlane) -> &'static [Value] {
+    static SHIPPED: OnceLock<Vec<Value>> = OnceLock::new();
+    SHIPPED.get_or_init(|| {
+        let text = std::fs::read_to_string(joinsvc_manifest()).unwrap();
+        let docs: Vec<&str> = text
+            .split("\n---\n")
+            .filter(|doc| {
+                doc.lines()
+                    .find_map(|l| l.strip_prefix("kind: "))
+                    .is_some_and(|k| matches!(k, "ServiceAccount" | "Role" | "RoleBinding"))
+            })
+            .collect();
+        assert_eq!(docs.len(), 3, "the manifest's account, Role and binding");
+        let dir = TempDir::new("joinsvc-account");
+        let file = dir.path().join("account.yaml");
+        std::fs::write(&file, docs.join("\n---\n")).unwrap();
+        // One JSON object after another.
+        let out = plane.kubectl(&[
+            "create",
+            "--dry-run=client",
+            "-o",
+            "json",
+            "-f",
+            file.to_str().unwrap(),
+        ]);
+        serde_json::Deserializer::from_str(&out)
+            .into_iter::<Value>()
+            .map(|v| v.expect("kubectl's JSON"))
+            .collect()
+    })
+}
+
 /// The label joinsvc puts on the bootstrap-token Secrets it creates: the
 /// namespace it keeps its ConfigMaps in (`--kube-namespace`).
 pub const TOKEN_NAMESPACE_LABEL: &str = "confboot.io/joinsvc-namespace";
@@ -686,87 +721,90 @@ impl ControlPlane {
     /// A joinsvc tenant of this plane, with one `kubectl apply`: a fresh
     /// namespace `<prefix>-<n>` with joinsvc's ServiceAccount, Role and
     /// RoleBinding of `deploy/kubernetes/joinsvc.yaml` in it (for its
-    /// ConfigMaps), and a copy of the same Role in kube-system named
-    /// `confboot-joinsvc-<namespace>`, bound to that account (for the
-    /// bootstrap-token Secrets, which must be in kube-system). The Role's
-    /// rules at the indices `drop_rules` are left out of both.
+    /// ConfigMaps), and in kube-system the Role's rules on Secrets (for the
+    /// bootstrap tokens, which must be there) as the Role
+    /// `confboot-joinsvc-<namespace>`, bound to that account; nothing of
+    /// kube-system's ConfigMaps, so a joinsvc that wrote there instead of
+    /// its namespace would be refused. The Role's rules at the indices
+    /// `drop_rules` are left out of both.
     pub fn joinsvc_tenant(&self, prefix: &str, drop_rules: &[usize]) -> JoinsvcTenant {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let namespace = format!("{prefix}-{n}");
-        let text = std::fs::read_to_string(joinsvc_manifest()).unwrap();
-        let mut docs = vec![
-            json!({
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace},
-            })
-            .to_string(),
-        ];
-        let mut role = None;
-        for doc in text.split("\n---\n") {
-            let kind = doc
-                .lines()
-                .find_map(|l| l.strip_prefix("kind: "))
-                .unwrap_or_default();
-            if !matches!(kind, "ServiceAccount" | "Role" | "RoleBinding") {
-                continue;
-            }
-            let doc = doc.replace("namespace: kube-system", &format!("namespace: {namespace}"));
-            if kind == "Role" {
-                role = Some(doc.clone());
-            }
-            docs.push(doc);
+        let shipped = shipped_joinsvc_account(self);
+        let of_kind = |kind: &str| {
+            shipped
+                .iter()
+                .find(|d| d["kind"] == kind)
+                .unwrap_or_else(|| panic!("the manifest's {kind}"))
+                .clone()
+        };
+        let (mut account, mut role, mut binding) = (
+            of_kind("ServiceAccount"),
+            of_kind("Role"),
+            of_kind("RoleBinding"),
+        );
+        for doc in [&mut account, &mut role, &mut binding] {
+            doc["metadata"]["namespace"] = json!(namespace);
         }
-        let role = role.expect("the manifest's Role");
-        let name_line = "\n  name: confboot-joinsvc\n";
-        assert_eq!(role.matches(name_line).count(), 1, "the Role's one name");
+        for subject in binding["subjects"].as_array_mut().unwrap() {
+            subject["namespace"] = json!(namespace);
+        }
+        let rules: Vec<Value> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !drop_rules.contains(i))
+            .map(|(_, r)| r.clone())
+            .collect();
+        role["rules"] = json!(rules);
+        let on_secrets: Vec<&Value> = rules
+            .iter()
+            .filter(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|x| x.iter().any(|x| x == "secrets"))
+            })
+            .collect();
         let system_role = format!("confboot-joinsvc-{namespace}");
-        docs.push(
-            role.replace(name_line, &format!("\n  name: {system_role}\n"))
-                .replace(&format!("namespace: {namespace}"), "namespace: kube-system"),
-        );
-        docs.push(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": system_role, "namespace": "kube-system"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
+        let list = json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                account,
+                role,
+                binding,
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
                     "kind": "Role",
-                    "name": system_role,
+                    "metadata": {"name": system_role, "namespace": "kube-system"},
+                    "rules": on_secrets,
                 },
-                "subjects": [{
-                    "kind": "ServiceAccount",
-                    "name": "confboot-joinsvc",
-                    "namespace": namespace,
-                }],
-            })
-            .to_string(),
-        );
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": system_role, "namespace": "kube-system"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": system_role,
+                    },
+                    "subjects": [{
+                        "kind": "ServiceAccount",
+                        "name": account["metadata"]["name"],
+                        "namespace": namespace,
+                    }],
+                },
+            ],
+        });
         let dir = TempDir::new("joinsvc-tenant");
-        let file = dir.path().join("tenant.yaml");
-        std::fs::write(&file, docs.join("\n---\n")).unwrap();
+        let file = dir.path().join("tenant.json");
+        std::fs::write(&file, list.to_string()).unwrap();
         self.apply(&file);
-        let mut drop_rules = drop_rules.to_vec();
-        drop_rules.sort_unstable();
-        for (role, ns) in [
-            ("confboot-joinsvc", namespace.as_str()),
-            (system_role.as_str(), "kube-system"),
-        ] {
-            for rule in drop_rules.iter().rev() {
-                self.kubectl(&[
-                    "patch",
-                    "role",
-                    role,
-                    "-n",
-                    ns,
-                    "--type=json",
-                    &format!(r#"-p=[{{"op":"remove","path":"/rules/{rule}"}}]"#),
-                ]);
-            }
-        }
-        let token = self.service_account_token(&namespace, "confboot-joinsvc");
+        let name = account["metadata"]["name"].as_str().unwrap();
+        let token = self.service_account_token(&namespace, name);
         JoinsvcTenant { namespace, token }
     }
 
