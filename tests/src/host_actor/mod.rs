@@ -1232,7 +1232,10 @@ impl HostActor {
                     } else {
                         "deleted"
                     },
-                    short(line.split_once("joinsvc").map_or(&line[..], |(_, r)| r))
+                    short(
+                        line.split_once("joinsvc")
+                            .map_or(&line[..], |(_, r)| r.trim_start_matches([':', ' ']))
+                    )
                 ));
             }
             // The ledger as the move found it, for the next case (a churn
