@@ -490,6 +490,10 @@ pub enum NetMove {
     /// The host's own join service (its own master secret, its own TPM)
     /// answers.
     AnswerFirst,
+    /// The admin's Init or Recover diverted to a bootstrapped member (the
+    /// other member's genuine TPM, PCR 15 marked for the admin's
+    /// cluster), whose aTLS server keeps what it decrypts.
+    DivertToMember,
 }
 
 impl Move {
@@ -511,6 +515,7 @@ impl Move {
                 NetMove::Reorder => "net: reorder",
                 NetMove::RelayToOther => "net: relay to other node",
                 NetMove::AnswerFirst => "net: host answers first",
+                NetMove::DivertToMember => "net: admin's call to a bootstrapped member",
             }
             .into(),
             Move::HostCall => "host's own Init/Recover".into(),
@@ -558,6 +563,7 @@ impl Move {
                 NetMove::Reorder,
                 NetMove::RelayToOther,
                 NetMove::AnswerFirst,
+                NetMove::DivertToMember,
             ]
             .into_iter()
             .map(Move::Net),
@@ -595,6 +601,9 @@ impl Move {
                 Step::Start,
             ) if !flow.starts_with_data() => false,
             (Move::Disk(_), Step::Start | Step::Line { .. }) => true,
+            (Move::Net(NetMove::DivertToMember), Step::Exchange) => {
+                matches!(flow, Flow::Init | Flow::Recover)
+            }
             (Move::Net(_) | Move::HostCall, Step::Exchange) => true,
             (Move::SpoofName, Step::Start) => matches!(flow, Flow::Join | Flow::Rejoin),
             // The flows that reach joinsvc. The served-launch filter is
@@ -927,6 +936,9 @@ pub struct HostActor {
     guests: Option<variants::GuestActor>,
     /// The registry as it was after the subject's first join.
     ledger_old: Option<Value>,
+    /// The bootstrapped member the admin's call was diverted to, and its
+    /// TPM.
+    diverted: Option<(variants::HostNode, NodeTpm)>,
     /// The ledger objects as the host's ledger move found them (put back
     /// after the case), and joinsvc's log length then.
     ledger_moved: Option<(LedgerObjects, usize)>,
@@ -1054,6 +1066,7 @@ impl HostActor {
             others: BTreeMap::new(),
             guests: None,
             ledger_old: None,
+            diverted: None,
             ledger_moved: None,
         };
         actor.admin_salts.push(actor.salt.clone());
@@ -1232,7 +1245,10 @@ impl HostActor {
                     } else {
                         "deleted"
                     },
-                    short(line.split_once("joinsvc").map_or(&line[..], |(_, r)| r))
+                    short(
+                        line.split_once("joinsvc")
+                            .map_or(&line[..], |(_, r)| r.trim_start_matches([':', ' ']))
+                    )
                 ));
             }
             // The ledger as the move found it, for the next case (a churn
@@ -1299,6 +1315,19 @@ impl HostActor {
             args.extend(["--node-name".into(), "actor-other".into()]);
         }
         args
+    }
+
+    /// A bootstrapped member of the admin's cluster the host controls: the
+    /// other member's TPM booted with the image, PCR 15 marked with the
+    /// cluster's mark, behind an aTLS server that keeps what it decrypts.
+    fn marked_member(&self) -> (variants::HostNode, NodeTpm) {
+        let tpm = self.other.boot_tpm(IMAGE);
+        let salt = confboot_kms::MeasurementSalt::try_from(&self.salt[..]).expect("a salt");
+        let id = confboot_kms::derive_cluster_id(self.master.measurement_secret().expose(), &salt);
+        tpm.mark(&id);
+        let issuer = confboot_vtpm::VtpmIssuer::new(tpm.swtpm.connect().expect("connect to swtpm"))
+            .expect("the member's attestation key");
+        (variants::HostNode::start(std::sync::Arc::new(issuer)), tpm)
     }
 
     /// Applies a ledger move (the node paused or not started); keeps the
@@ -1419,6 +1448,12 @@ impl HostActor {
                         NetMove::Replay => Tamper::Replay,
                         NetMove::Reorder => Tamper::Reorder,
                         NetMove::AnswerFirst => Tamper::RelayTo(self.host_joinsvc.rpc_addr),
+                        NetMove::DivertToMember => {
+                            let (node, tpm) = self.marked_member();
+                            let addr = node.addr;
+                            self.diverted = Some((node, tpm));
+                            Tamper::RelayTo(addr)
+                        }
                         NetMove::RelayToOther => {
                             let (addr, node) = self.start_other(flow);
                             other_node = Some(node);
@@ -1906,6 +1941,13 @@ impl HostActor {
             (
                 "what crossed the admin's path",
                 self.admin_proxy.take_seen(),
+            ),
+            (
+                "what the bootstrapped member received",
+                self.diverted
+                    .take()
+                    .map(|(node, _)| node.received())
+                    .unwrap_or_default(),
             ),
         ];
         let host_left = self
@@ -2401,6 +2443,16 @@ fn short_selection(all: Vec<(Flow, Step, Move)>) -> Vec<(Flow, Step, Move)> {
         (Flow::Recover, "host's own Init/Recover", "(the exchange)"),
         (Flow::Join, "spoofed node name", "(before start)"),
         (Flow::Init, "kill", "node marked"),
+        (
+            Flow::Init,
+            "net: admin's call to a bootstrapped member",
+            "(the exchange)",
+        ),
+        (
+            Flow::Recover,
+            "net: admin's call to a bootstrapped member",
+            "(the exchange)",
+        ),
         (Flow::Join, "ledger: registry deleted", "(before start)"),
         (
             Flow::Rejoin,

@@ -310,15 +310,17 @@ fn snp_measurement(image: &Image, hashes: bool) -> [u8; 48] {
 
 /// The host's aTLS "node": attests with its issuer and keeps every byte
 /// the admin's CLI sends it after the handshake.
-struct HostNode {
-    addr: SocketAddr,
+pub(super) struct HostNode {
+    /// Where it listens.
+    pub(super) addr: SocketAddr,
     received: Arc<Mutex<Vec<u8>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HostNode {
-    fn start(issuer: Arc<dyn Issuer>) -> HostNode {
+    /// Listens on loopback, attesting with `issuer`.
+    pub(super) fn start(issuer: Arc<dyn Issuer>) -> HostNode {
         use std::sync::atomic::{AtomicBool, Ordering};
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the host's node");
         let addr = listener.local_addr().unwrap();
@@ -364,7 +366,8 @@ impl HostNode {
         }
     }
 
-    fn received(&self) -> Vec<u8> {
+    /// Every byte it decrypted so far.
+    pub(super) fn received(&self) -> Vec<u8> {
         self.received.lock().unwrap().clone()
     }
 }
