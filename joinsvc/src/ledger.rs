@@ -855,6 +855,35 @@ impl LedgerAnchor {
         Ok(changed)
     }
 
+    /// Takes in what this joinsvc's own write of the registry object left
+    /// (`version`: the `resourceVersion` the API server gave it), so that a
+    /// copy from before that write, or the object deleted after it, is
+    /// [`Regressed`] at the next read. Only raises: a later read another
+    /// thread took in already may be higher. Whether the anchor changed.
+    pub fn raise_registry(&mut self, version: Option<&str>, ledger: &Ledger) -> bool {
+        let before = self.clone();
+        if let Some(v) = version.and_then(|v| v.parse::<u64>().ok()) {
+            self.registry = Some(self.registry.map_or(v, |seen| seen.max(v)));
+        }
+        for (disk, g) in &ledger.generations {
+            let kept = self.generations.entry(disk.clone()).or_default();
+            *kept = (*kept).max(g.generation);
+        }
+        *self != before
+    }
+
+    /// Takes in what this joinsvc's own write of the filter object left
+    /// (its `resourceVersion` and the count written), as
+    /// [`LedgerAnchor::raise_registry`] does for the registry.
+    pub fn raise_filter(&mut self, version: Option<&str>, filter: &IssuedFilter) -> bool {
+        let before = self.clone();
+        if let Some(v) = version.and_then(|v| v.parse::<u64>().ok()) {
+            self.filter = Some(self.filter.map_or(v, |seen| seen.max(v)));
+        }
+        self.filter_count = self.filter_count.max(filter.count());
+        *self != before
+    }
+
     /// The anchor as JSON (its file's content).
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::json!({
@@ -1002,6 +1031,22 @@ impl AnchorStore {
     /// moved.
     pub fn filter(&self, version: Option<&str>, filter: &IssuedFilter) -> Result<(), Refusal> {
         self.observe(|a| a.observe_filter(version, filter))
+    }
+
+    /// [`LedgerAnchor::raise_registry`] after this joinsvc's own write,
+    /// kept when it moved (a write that cannot be kept is a refusal: the
+    /// ticket is not handed out).
+    pub fn wrote_registry(&self, version: Option<&str>, ledger: &Ledger) -> Result<(), Refusal> {
+        self.observe(|a| Ok(a.raise_registry(version, ledger)))
+    }
+
+    /// [`LedgerAnchor::raise_filter`] after this joinsvc's own write.
+    pub fn wrote_filter(
+        &self,
+        version: Option<&str>,
+        filter: &IssuedFilter,
+    ) -> Result<(), Refusal> {
+        self.observe(|a| Ok(a.raise_filter(version, filter)))
     }
 }
 
@@ -1655,6 +1700,40 @@ mod tests {
             object: REGISTRY_OBJECT,
         });
         assert_eq!(refusal.reason(), "ledger_regressed");
+    }
+
+    #[test]
+    fn the_anchor_takes_in_what_its_own_writes_left() {
+        let mut a = LedgerAnchor::default();
+        // Nothing read yet; this joinsvc's first write creates the filter.
+        let mut filter = IssuedFilter::default();
+        filter.insert(&[7; 32]);
+        assert!(a.raise_filter(Some("12"), &filter));
+        // Deleted after that write: gone, not empty.
+        assert_eq!(
+            a.observe_filter(None, &IssuedFilter::default()),
+            Err(Regressed::Gone {
+                object: FILTER_OBJECT
+            })
+        );
+        // Put back as it was before the write (empty), newer version.
+        assert_eq!(
+            a.observe_filter(Some("13"), &IssuedFilter::default()),
+            Err(Regressed::FilterShrank { found: 0, seen: 1 })
+        );
+        // Only raises: a later read another thread took in stays.
+        assert!(a.raise_registry(Some("30"), &with_generation(DISK, 4)));
+        assert!(!a.raise_registry(Some("20"), &with_generation(DISK, 2)));
+        assert_eq!(a.registry, Some(30));
+        assert_eq!(a.generations.get(DISK), Some(&4));
+        assert_eq!(
+            a.observe_registry(Some("31"), &with_generation(DISK, 3), &[]),
+            Err(Regressed::GenerationWentBack {
+                disk: DISK.to_string(),
+                found: 3,
+                seen: 4
+            })
+        );
     }
 
     #[test]

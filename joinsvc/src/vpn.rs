@@ -621,10 +621,16 @@ impl KubeApiPeerRegistry {
             if let Some(read) = &filter
                 && (ledger.issued.bits() != read.filter.bits())
             {
-                if !self.write_filter(read, &ledger.issued)? {
+                let Some(written) = self.write_filter(read, &ledger.issued)? else {
                     log::debug!("ledger filter changed under this write; reading it again");
                     continue;
-                }
+                };
+                // What this write left is the anchor's from now on: a copy
+                // from before it, or the object deleted after it, is a
+                // regression at the next read.
+                self.anchor
+                    .wrote_filter(written.as_deref(), &ledger.issued)
+                    .map_err(RegistryError::Admission)?;
                 claimed.extend_from_slice(ledger.issued.added());
             }
             let mut disks = disks;
@@ -638,7 +644,10 @@ impl KubeApiPeerRegistry {
                 pending_peers: &pending_peers,
                 ledger: &ledger,
             };
-            if self.write(&stored, &written)? {
+            if let Some(version) = self.write(&stored, &written)? {
+                self.anchor
+                    .wrote_registry(version.as_deref(), &ledger)
+                    .map_err(RegistryError::Admission)?;
                 // This replica's answers show its own change at once.
                 *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 return Ok(result);
@@ -662,13 +671,13 @@ impl KubeApiPeerRegistry {
         Ok(read)
     }
 
-    /// Writes `filter` over `read`; `false` if another writer was first
-    /// (409).
+    /// Writes `filter` over `read`: the written object's `resourceVersion`,
+    /// `None` if another writer was first (409).
     fn write_filter(
         &self,
         read: &StoredFilter,
         filter: &IssuedFilter,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<Option<Option<String>>, RegistryError> {
         self.replace(
             ISSUED_FILTER_CONFIGMAP,
             &self.filter_uri,
@@ -705,9 +714,13 @@ impl KubeApiPeerRegistry {
         Ok(stored)
     }
 
-    /// Writes `list` as the version after `stored`'s; `false` if another
-    /// writer was first (409).
-    fn write(&self, stored: &Stored, written: &Written<'_>) -> Result<bool, RegistryError> {
+    /// Writes `list` as the version after `stored`'s: the written object's
+    /// `resourceVersion`, `None` if another writer was first (409).
+    fn write(
+        &self,
+        stored: &Stored,
+        written: &Written<'_>,
+    ) -> Result<Option<Option<String>>, RegistryError> {
         // The version is the peer list's: a change of the ledger alone
         // does not make every node fetch the list again.
         let peers_changed = stored.peers != *written.list || stored.disks != *written.disks;
@@ -722,14 +735,16 @@ impl KubeApiPeerRegistry {
 
     /// Writes the ConfigMap `name` (at `uri`) with `data`: replaced with
     /// compare-and-swap on `resource_version` as read, or created when
-    /// there was none. `false` if another writer was first (409).
+    /// there was none. The written object's `resourceVersion` (inner
+    /// `None` when the answer names none); `None` if another writer was
+    /// first (409).
     fn replace(
         &self,
         name: &str,
         uri: &ureq::http::Uri,
         resource_version: Option<&str>,
         data: serde_json::Value,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<Option<Option<String>>, RegistryError> {
         let mut metadata = json!({"name": name, "namespace": self.namespace});
         if let Some(rv) = resource_version {
             metadata["resourceVersion"] = json!(rv);
@@ -749,11 +764,19 @@ impl KubeApiPeerRegistry {
             .api
             .send_json(method, uri, body.as_bytes(), MAX_CONFIGMAP_BYTES)?;
         match answer.status {
-            200 | 201 => Ok(true),
-            409 => Ok(false),
+            200 | 201 => Ok(Some(written_version(answer.body.as_bytes()))),
+            409 => Ok(None),
             _ => Err(api_error(&answer)),
         }
     }
+}
+
+/// The `metadata.resourceVersion` of the object a write answered with.
+fn written_version(body: &[u8]) -> Option<String> {
+    let object: serde_json::Value = serde_json::from_slice(body).ok()?;
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// A join's peer: added and bound, or its key and endpoint updated when

@@ -283,6 +283,24 @@ impl Joinsvc {
         ControlPlane::shared().configmap(&self.api.namespace, name)
     }
 
+    /// Deletes its ConfigMap `name` (a host's move on the ledger).
+    pub fn delete_configmap(&self, name: &str) {
+        ControlPlane::shared().delete_configmap(&self.api.namespace, name)
+    }
+
+    /// Sets its ConfigMap `name`'s `data`, as another writer of the API
+    /// would ([`ControlPlane::put_configmap_data`]).
+    pub fn put_configmap_data(&self, name: &str, data: serde_json::Value) {
+        ControlPlane::shared().put_configmap_data(&self.api.namespace, name, data)
+    }
+
+    /// Puts an earlier copy (from [`Joinsvc::configmap`]) of its ConfigMap
+    /// `name` back: its content, under the newer `resourceVersion` the
+    /// real API server gives every write.
+    pub fn restore_configmap(&self, name: &str, object: serde_json::Value) {
+        self.put_configmap_data(name, object["data"].clone())
+    }
+
     /// The admin's `binary --remove-vpn-peer NAME --vpn-cidr CIDR` against
     /// this joinsvc's Kubernetes API (its CA and token written into `dir`),
     /// ready to run.

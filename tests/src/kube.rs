@@ -865,4 +865,43 @@ impl ControlPlane {
         assert!(err.contains("NotFound"), "kubectl get configmap: {err}");
         None
     }
+
+    /// Deletes the ConfigMap `namespace/name` (nothing if there is none),
+    /// as a host with the API's credentials or an etcd restored from
+    /// before the object was made would leave it.
+    pub fn delete_configmap(&self, namespace: &str, name: &str) {
+        self.kubectl(&[
+            "delete",
+            "configmap",
+            name,
+            "-n",
+            namespace,
+            "--ignore-not-found",
+        ]);
+    }
+
+    /// Sets the ConfigMap `namespace/name`'s `data` (creating the object
+    /// if it is gone), as another writer of the API would. The real API
+    /// server gives it a new `resourceVersion`: a copy put back this way
+    /// has the old content under a newer version (an etcd restored from an
+    /// old snapshot, which also moves the version back, cannot be played
+    /// on a shared control plane).
+    pub fn put_configmap_data(&self, namespace: &str, name: &str, data: Value) {
+        let object = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": data,
+        });
+        let dir = TempDir::new("configmap");
+        let file = dir.path().join("configmap.json");
+        std::fs::write(&file, object.to_string()).unwrap();
+        let path = file.to_str().unwrap();
+        let verb = if self.configmap(namespace, name).is_some() {
+            "replace"
+        } else {
+            "create"
+        };
+        self.kubectl(&[verb, "-f", path]);
+    }
 }

@@ -28,19 +28,6 @@ const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
          table admits the host's kernel: nothing declares or checks the launch (issue 41, \
          item 1)",
     ),
-    (
-        &["snp join"],
-        "ledger: filter deleted + a served launch",
-        "the served-launch filter deleted after joinsvc's first write of it reads as empty: the \
-         ledger anchor never took in the object its own write created (issue 41, items 4 and 5)",
-    ),
-    (
-        &["snp join"],
-        "ledger: old filter restored + a served launch",
-        "the served-launch filter put back as it was just before joinsvc's last write of it \
-         serves that launch again: the ledger anchor takes in what joinsvc read, not the \
-         resourceVersion and count its own write made (issue 41, items 4 and 5)",
-    ),
 ];
 
 #[test]

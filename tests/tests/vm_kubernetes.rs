@@ -309,6 +309,7 @@ fn vm_node_joins_a_real_control_plane_and_becomes_ready() {
             token,
             pki_dir: plane.pki_dir(),
             endpoint: node_endpoint.clone(),
+            namespace: "kube-system".to_string(),
         }),
         ..JoinsvcSetup::new()
     };

@@ -1079,7 +1079,7 @@ impl HostActor {
         actor.references.insert(Flow::Join, log);
         actor.record_data(&actor.subject.p("disk.img"), 1);
         std::fs::copy(actor.subject.p("disk.img"), &actor.golden).unwrap();
-        actor.ledger_old = actor.joinsvc.kube().configmap(REGISTRY);
+        actor.ledger_old = actor.joinsvc.configmap(REGISTRY);
         blank(&actor.other.p("disk.img"));
         actor.honest_join(&actor.other, None);
         actor.record_data(&actor.other.p("disk.img"), 2);
@@ -1214,7 +1214,7 @@ impl HostActor {
             }
             _ => None,
         }
-        .filter(|name| self.joinsvc.kube().configmap(name).is_none());
+        .filter(|name| self.joinsvc.configmap(name).is_none());
         if let Some(name) = missing {
             return CaseResult {
                 flow,
@@ -1254,7 +1254,7 @@ impl HostActor {
             // The ledger as the move found it, for the next case (a churn
             // moved it forward: it stays so).
             if !matches!(host_move, Move::Ledger(LedgerMove::Churn)) {
-                let kube = self.joinsvc.kube();
+                let kube = &self.joinsvc;
                 for (name, object) in before {
                     match object {
                         Some(o) => kube.restore_configmap(name, o),
@@ -1333,7 +1333,7 @@ impl HostActor {
     /// Applies a ledger move (the node paused or not started); keeps the
     /// objects as it found them and joinsvc's log length.
     fn apply_ledger_move(&mut self, m: LedgerMove) -> Result<(), String> {
-        let kube = self.joinsvc.kube();
+        let kube = &self.joinsvc;
         let before: LedgerObjects = [REGISTRY, FILTER]
             .into_iter()
             .map(|n| (n, kube.configmap(n)))

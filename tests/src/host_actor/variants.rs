@@ -562,7 +562,7 @@ impl GuestActor {
                 m,
                 GuestMove::Member | GuestMove::FilterDeleted | GuestMove::FilterRestoredOld
             );
-            let kube = joinsvc.kube();
+            let kube = joinsvc;
             let old_filter = kube.configmap(FILTER);
             if served {
                 // The member's launch got its ticket when it joined.
@@ -615,7 +615,7 @@ impl GuestActor {
         };
         // The filter as the move found it, for the next case.
         if let Some(filter) = restore_filter {
-            joinsvc.kube().restore_configmap(FILTER, filter);
+            joinsvc.restore_configmap(FILTER, filter);
         }
         // joinsvc's log: the host reads its console too.
         let log = joinsvc.process.log().join("\n");
