@@ -561,26 +561,8 @@ impl Tpm {
         qualifying_data: &[u8],
         pcr_indices: &[u32],
     ) -> Result<Quote, TpmError> {
-        let command = TpmQuoteCommand {
-            handles: [TpmHandle::new(ak.handle)],
-            qualifying_data: Tpm2bData::try_from(qualifying_data).map_err(wire("Quote"))?,
-            in_scheme: TpmtSigScheme {
-                scheme: TpmAlgId::Ecdsa,
-                details: TpmuSigScheme::Hash(TpmsSchemeHash {
-                    hash_alg: TpmAlgId::Sha256,
-                }),
-            },
-            pcr_select: sha256_selection(pcr_indices)?,
-        };
-        let response = self.send(&command, &[password_session()], "Quote")?;
-        // Sessions response: parameterSize u32, then quoted (TPM2B_ATTEST) and
-        // signature (TPMT_SIGNATURE). Keep the exact bytes the TPM signed.
-        let mut r = Reader::new(&response[transport::HEADER_LEN..], "Quote response");
-        let param_size = r.u32()? as usize;
-        let params = r.take(param_size)?;
-        let mut p = Reader::new(params, "Quote parameters");
-        let attest = p.tpm2b(structures::MAX_ATTEST_LEN, "quoted")?.to_vec();
-        let signature = p.take(p.remaining())?.to_vec();
+        let (attest, signature) =
+            self.quote_raw(ak.handle, TpmAlgId::Ecdsa, qualifying_data, pcr_indices)?;
         structures::parse_ecdsa_signature(&signature)?;
         Ok(Quote { attest, signature })
     }
@@ -596,23 +578,9 @@ impl Tpm {
         qualifying_data: &[u8],
         pcr_indices: &[u32],
     ) -> Result<Quote, TpmError> {
-        let command = TpmQuoteCommand {
-            handles: [TpmHandle::new(key_handle)],
-            qualifying_data: Tpm2bData::try_from(qualifying_data).map_err(wire("Quote"))?,
-            in_scheme: TpmtSigScheme {
-                scheme: TpmAlgId::Rsassa,
-                details: TpmuSigScheme::Hash(TpmsSchemeHash {
-                    hash_alg: TpmAlgId::Sha256,
-                }),
-            },
-            pcr_select: sha256_selection(pcr_indices)?,
-        };
-        let response = self.send(&command, &[password_session()], "Quote")?;
-        let mut r = Reader::new(&response[transport::HEADER_LEN..], "Quote response");
-        let param_size = r.u32()? as usize;
-        let params = r.take(param_size)?;
-        let mut p = Reader::new(params, "Quote parameters");
-        let attest = p.tpm2b(structures::MAX_ATTEST_LEN, "quoted")?.to_vec();
+        let (attest, signature) =
+            self.quote_raw(key_handle, TpmAlgId::Rsassa, qualifying_data, pcr_indices)?;
+        let mut p = Reader::new(&signature, "Quote signature");
         // TPMT_SIGNATURE { sigAlg = RSASSA, hash = SHA-256, TPM2B sig }.
         let (alg, hash) = (p.u16()?, p.u16()?);
         if alg != TPM_ALG_RSASSA || hash != TPM_ALG_SHA256 {
@@ -623,6 +591,39 @@ impl Tpm {
         let signature = p.tpm2b(MAX_RSA_SIGNATURE_LEN, "signature")?.to_vec();
         p.finish()?;
         Ok(Quote { attest, signature })
+    }
+
+    /// TPM2_Quote of the SHA-256 PCRs `pcr_indices` by the key at `handle`
+    /// under `scheme` with SHA-256: the exact bytes the TPM signed
+    /// (TPMS_ATTEST) and the signature's bytes (TPMT_SIGNATURE), unparsed.
+    fn quote_raw(
+        &mut self,
+        handle: u32,
+        scheme: TpmAlgId,
+        qualifying_data: &[u8],
+        pcr_indices: &[u32],
+    ) -> Result<(Vec<u8>, Vec<u8>), TpmError> {
+        let command = TpmQuoteCommand {
+            handles: [TpmHandle::new(handle)],
+            qualifying_data: Tpm2bData::try_from(qualifying_data).map_err(wire("Quote"))?,
+            in_scheme: TpmtSigScheme {
+                scheme,
+                details: TpmuSigScheme::Hash(TpmsSchemeHash {
+                    hash_alg: TpmAlgId::Sha256,
+                }),
+            },
+            pcr_select: sha256_selection(pcr_indices)?,
+        };
+        let response = self.send(&command, &[password_session()], "Quote")?;
+        // Sessions response: parameterSize u32, then quoted (TPM2B_ATTEST) and
+        // signature (TPMT_SIGNATURE).
+        let mut r = Reader::new(&response[transport::HEADER_LEN..], "Quote response");
+        let param_size = r.u32()? as usize;
+        let params = r.take(param_size)?;
+        let mut p = Reader::new(params, "Quote parameters");
+        let attest = p.tpm2b(structures::MAX_ATTEST_LEN, "quoted")?.to_vec();
+        let signature = p.take(p.remaining())?.to_vec();
+        Ok((attest, signature))
     }
 
     /// Reads a whole NV index (size from TPM2_NV_ReadPublic, at most
