@@ -18,6 +18,8 @@ use confboot_tpm::event_log::EventList;
 use confboot_wire::Code;
 
 const DISK: &str = "0f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f";
+/// The state disk of another node, where a test needs two.
+const V2_DISK: &str = "5b1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f";
 const DAY: i64 = 86_400;
 
 /// Polls `f` (at most `tries` × 50 ms) until it returns true.
@@ -226,7 +228,7 @@ fn a_retired_set_stays_retired_in_another_envelope_and_across_a_restart() {
             ],
         )
     };
-    let joinsvc = start();
+    let mut joinsvc = start();
     joinsvc
         .process
         .wait_for_line("reference-value set confboot-node 1 accepted", 500);
@@ -244,12 +246,12 @@ fn a_retired_set_stays_retired_in_another_envelope_and_across_a_restart() {
         v1.join(joinsvc.rpc_addr, DISK).unwrap_err().code,
         Code::PermissionDenied
     );
-    drop(joinsvc);
-
-    // joinsvc restarts with its state directory: v1, back in its first
-    // envelope, is still retired; v2 admits.
+    // joinsvc restarts (its supervisor starts it again: the same state
+    // directory, the same namespace, whose ledger its anchor holds) with
+    // v1 back in its first envelope: still retired; v2, another node with
+    // its own disk, admits.
     write(&sets, "v1.cbor", &v1_signed);
-    let joinsvc = start();
+    joinsvc.restart();
     joinsvc
         .process
         .wait_for_line("v1.cbor refused: the set confboot-node 1 was retired", 500);
@@ -257,7 +259,7 @@ fn a_retired_set_stays_retired_in_another_envelope_and_across_a_restart() {
         v1.join(joinsvc.rpc_addr, DISK).unwrap_err().code,
         Code::PermissionDenied
     );
-    assert!(v2.join(joinsvc.rpc_addr, DISK).is_ok());
+    assert!(v2.join(joinsvc.rpc_addr, V2_DISK).is_ok());
     assert!(state.join("reference-values-history.json").is_file());
     assert!(state.join("time-floor").is_file());
     drop(joinsvc);

@@ -372,7 +372,11 @@ fn golden_measurements_match_a_probe_boot() {
 /// initramfs"), plus a margin of about 3 %. Raised from 2,410,000 when the
 /// bootstrapper took the TDX variant (its verifier and issuer: the image
 /// went from 2,366,257 to 2,428,835 bytes) and sealed tickets (HPKE).
-const PRODUCTION_IMAGE_BUDGET: u64 = 2_530_000;
+/// Raised from 2,530,000 when the bootstrapper took the Azure SEV-SNP
+/// variant (about 78 KB raw: the HCL report, its runtime claims, the RSA
+/// quote) and the MAC'd state files (8 KB): the image was 2,548,579 bytes
+/// with a bootstrapper of 3,781,416; plus a margin of about 3 %.
+const PRODUCTION_IMAGE_BUDGET: u64 = 2_620_000;
 
 /// The production image (only `--bootstrapper` and `--nodeagent builtin`): no
 /// shell, no busybox, no `/test`, no cryptsetup, `/init` is the
