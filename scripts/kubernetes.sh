@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes parts confboot's tests and node image use, from their
 # Go modules at pinned versions: kube-apiserver, kube-controller-manager,
-# kubeadm, kubelet and kubemark (k8s.io/kubernetes with every k8s.io/*
+# kube-scheduler (the third control-plane component kubeadm init runs),
+# kubeadm, kubelet, kubemark and kubectl (k8s.io/kubernetes with every k8s.io/*
 # staging module replaced by its matching release), etcd
 # (go.etcd.io/etcd/server/v3) and the container runtime the node's kubelet
 # talks to: containerd, its runc shim and ctr
@@ -19,16 +20,16 @@ KUBERNETES_VERSION=v1.37.2
 STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.7.3
 CONTAINERD_VERSION=v2.4.2
-KEY="k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-3"
+KEY="k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-4"
 CACHE="${CONFBOOT_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confboot/kubernetes}/$KEY"
 BIN="$CACHE/bin"
-COMMANDS=(kube-apiserver kube-controller-manager kubeadm kubelet kubemark kubectl)
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubeadm kubelet kubemark kubectl)
 CONTAINERD_COMMANDS=(containerd containerd-shim-runc-v2 ctr)
 
 case "${1:-}" in
   "") ;;
   --print) [ -f "$CACHE/complete" ] && { echo "$BIN"; exit 0; } || exit 1 ;;
-  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: scripts/kubernetes.sh [--print]" >&2; exit 2 ;;
 esac
 
