@@ -183,3 +183,85 @@ fn a_name_that_is_no_test_in_the_workspace_is_reported() {
     assert!(missing[0].starts_with("a_helper"), "{missing:?}");
     assert!(missing[1].starts_with("absent_everywhere"), "{missing:?}");
 }
+/// The rows of "## The threats G1 to G8" by threat: each row's text.
+fn g_rows(text: &str) -> Vec<(usize, String)> {
+    let Some(start) = text.find("\n## The threats G1 to G8\n") else {
+        return Vec::new();
+    };
+    let section = &text[start + 1..];
+    let section = section[3..]
+        .find("\n## ")
+        .map_or(section, |end| &section[..end + 3]);
+    let mut rows: Vec<(usize, String)> = Vec::new();
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("- **G") {
+            let n = rest.chars().next().and_then(|c| c.to_digit(10));
+            rows.push((n.map_or(0, |n| n as usize), String::new()));
+        }
+        if let Some((_, row)) = rows.last_mut() {
+            row.push_str(line);
+            row.push('\n');
+        }
+    }
+    rows
+}
+
+/// Whether the rows hold G1 to G8 once each, in order, each saying what
+/// stays not covered and naming at least one test; the first row that
+/// does not, with why.
+fn g_rows_complete(text: &str) -> Result<(), String> {
+    let rows = g_rows(text);
+    let numbers: Vec<usize> = rows.iter().map(|(n, _)| *n).collect();
+    if numbers != (1..=8).collect::<Vec<_>>() {
+        return Err(format!("the rows are G{numbers:?}, not G1 to G8"));
+    }
+    for (n, row) in &rows {
+        if !row.contains("Not covered:") {
+            return Err(format!("G{n} does not say what stays not covered"));
+        }
+        if named_tests(row).is_empty() {
+            return Err(format!("G{n} names no test"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn security_md_has_a_row_for_each_of_g1_to_g8_with_its_tests_and_gaps() {
+    let text = std::fs::read_to_string(repo().join("SECURITY.md")).expect("SECURITY.md");
+    g_rows_complete(&text).unwrap();
+    let named: BTreeSet<String> = g_rows(&text)
+        .iter()
+        .flat_map(|(_, row)| named_tests(row))
+        .collect();
+    let missing = missing(&named, &workspace_sources());
+    assert!(
+        missing.is_empty(),
+        "G1 to G8 name tests the code does not have: {missing:#?}"
+    );
+}
+
+#[test]
+fn a_missing_row_a_row_without_gaps_or_without_tests_is_reported() {
+    let row = |n: u8, body: &str| format!("- **G{n}: t.** {body}\n");
+    let full = |skip: Option<u8>, body: &str| {
+        let mut s = String::from("# S\n\n## The threats G1 to G8\n\n");
+        for n in 1..=8u8 {
+            if Some(n) == skip {
+                s.push_str(&row(n, body));
+            } else {
+                s.push_str(&row(n, "Not covered: x. Tests: `a_test`."));
+            }
+        }
+        s.push_str("\n## Next\n\n- **G9: later.** Tests: `b`.\n");
+        s
+    };
+    assert_eq!(g_rows_complete(&full(None, "")), Ok(()));
+    let no_gap = g_rows_complete(&full(Some(3), "Tests: `a_test`.")).unwrap_err();
+    assert!(no_gap.contains("G3"), "{no_gap}");
+    let no_test = g_rows_complete(&full(Some(5), "Not covered: x.")).unwrap_err();
+    assert!(no_test.contains("G5"), "{no_test}");
+    let gone = full(None, "").replace("- **G7: t.** Not covered: x. Tests: `a_test`.\n", "");
+    assert!(g_rows_complete(&gone).is_err());
+    assert!(g_rows_complete("# S\n").is_err());
+}
