@@ -4,7 +4,9 @@
 //! workspace's sources (wherever it lives, so moving a test between files
 //! or crates keeps the file true), it names enough of them that a change
 //! of format cannot empty the check, and its lines stay short enough to
-//! read.
+//! read. Each of the guarantees G1 to G8 has at least one row under
+//! "Threats, mechanisms, tests" whose title names it, and every such row
+//! names a test that exists and says what stays "Not covered".
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,15 @@ const TESTS_MARKER: &str = "Tests:";
 /// threats went away.
 const MIN_NAMED_TESTS: usize = 150;
 
+/// The guarantees every one of which needs a row: `G1` to `G8`.
+const GUARANTEES: std::ops::RangeInclusive<u8> = 1..=8;
+
+/// The section whose rows state the guarantees.
+const ROWS_SECTION: &str = "## Threats, mechanisms, tests";
+
+/// What a guarantee's row says of what it leaves open.
+const NOT_COVERED: &str = "Not covered";
+
 /// The longest line SECURITY.md may have.
 const MAX_LINE_CHARS: usize = 200;
 
@@ -24,7 +35,8 @@ fn repo() -> &'static Path {
 }
 
 /// Every backquoted name in a "Tests:" list: from the marker to the end of
-/// its paragraph or list item (a blank line, the next item, a heading).
+/// its paragraph or list item (a blank line, the next item, a heading) or
+/// to a "Not covered" that follows it.
 fn named_tests(text: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let mut in_list = false;
@@ -41,6 +53,13 @@ fn named_tests(text: &str) -> BTreeSet<String> {
             }
             None if in_list => trimmed,
             None => continue,
+        };
+        let rest = match rest.find(NOT_COVERED) {
+            Some(at) => {
+                in_list = false;
+                &rest[..at]
+            }
+            None => rest,
         };
         for quoted in rest.split('`').skip(1).step_by(2) {
             found.insert(quoted.to_string());
@@ -123,6 +142,148 @@ fn workspace_sources() -> Vec<String> {
         .collect()
 }
 
+/// The list items ("- " to the next item, blank line or heading) of the
+/// section headed `section`, up to the next `## ` heading.
+fn section_items(text: &str, section: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut current: Option<String> = None;
+    let mut inside = false;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("## ") {
+            inside = trimmed == section;
+        }
+        let ends_item = trimmed.is_empty() || trimmed.starts_with("- ") || trimmed.starts_with('#');
+        if ends_item {
+            items.extend(current.take());
+        }
+        if inside && trimmed.starts_with("- ") {
+            current = Some(String::new());
+        }
+        if let Some(item) = current.as_mut() {
+            item.push_str(trimmed);
+            item.push('\n');
+        }
+    }
+    items.extend(current);
+    items
+}
+
+/// The guarantees an item's title names: `Gn` (not part of a longer word)
+/// in its bold title and the sentence that ends it.
+fn guarantees_named(item: &str) -> BTreeSet<u8> {
+    let Some(open) = item.find("**") else {
+        return BTreeSet::new();
+    };
+    let after_open = open + 2;
+    let Some(close) = item[after_open..].find("**").map(|i| after_open + i + 2) else {
+        return BTreeSet::new();
+    };
+    // A title that is a sentence ends the head; one that is not ends at
+    // the next full stop (`**A threat** (G1).`).
+    let head_end = if item[..close - 2].ends_with('.') {
+        close
+    } else {
+        item[close..].find('.').map_or(item.len(), |i| close + i)
+    };
+    let head = &item[..head_end];
+    let bytes = head.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut found = BTreeSet::new();
+    for (at, _) in head.match_indices('G') {
+        let digits: String = head[at + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let before_ok = at == 0 || !word(bytes[at - 1]);
+        let after = at + 1 + digits.len();
+        let after_ok = after >= bytes.len() || !word(bytes[after]);
+        if let (true, true, Ok(n)) = (before_ok, after_ok, digits.parse::<u8>()) {
+            found.insert(n);
+        }
+    }
+    found
+}
+
+/// What is wrong with the guarantees' rows: a guarantee without a row, a
+/// row that names no test that exists, a row that does not say what stays
+/// not covered.
+fn guarantee_rows_faults(text: &str, sources: &[String]) -> Vec<String> {
+    let items = section_items(text, ROWS_SECTION);
+    let mut faults = Vec::new();
+    for n in GUARANTEES {
+        let rows: Vec<&String> = items
+            .iter()
+            .filter(|item| guarantees_named(item).contains(&n))
+            .collect();
+        if rows.is_empty() {
+            faults.push(format!("G{n}: no row under \"{ROWS_SECTION}\" names it"));
+        }
+        for row in rows {
+            let title: String = row
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(60)
+                .collect();
+            let named = named_tests(row);
+            let missing = missing(&named, sources);
+            if named.len() == missing.len() {
+                faults.push(format!("G{n} ({title}): names no test that exists"));
+            }
+            if !row.contains(NOT_COVERED) {
+                faults.push(format!("G{n} ({title}): says nothing \"{NOT_COVERED}\""));
+            }
+        }
+    }
+    faults
+}
+
+#[test]
+fn every_guarantee_g1_to_g8_has_rows_naming_real_tests_and_what_is_not_covered() {
+    let text = std::fs::read_to_string(repo().join("SECURITY.md")).expect("SECURITY.md");
+    let faults = guarantee_rows_faults(&text, &workspace_sources());
+    assert!(faults.is_empty(), "SECURITY.md's G1..G8 rows: {faults:#?}");
+}
+
+#[test]
+fn a_guarantee_row_without_a_real_test_or_not_covered_is_reported() {
+    let source = vec!["#[test]\nfn a_test() {}\nfn a_helper() {}\n".to_string()];
+    let mut text = String::from("# T\n\n## Threats, mechanisms, tests\n\n");
+    for n in GUARANTEES {
+        text.push_str(&format!(
+            "- **G{n}: a threat.** Mechanism.\n  Tests: `a_test`.\n  Not covered: x.\n"
+        ));
+    }
+    assert_eq!(guarantee_rows_faults(&text, &source), Vec::<String>::new());
+    // G2 names only a helper, G5 says nothing not covered, G7's row is
+    // gone (G17 and a later "as G7" are no title of it), and a row in
+    // another section does not count.
+    let broken = text
+        .replace(
+            "**G2: a threat.** Mechanism.\n  Tests: `a_test`",
+            "**G2: a threat.** Mechanism.\n  Tests: `a_helper`",
+        )
+        .replace(
+            "**G5: a threat.** Mechanism.\n  Tests: `a_test`.\n  Not covered: x.",
+            "**G5: a threat.** Mechanism.\n  Tests: `a_test`.",
+        )
+        .replace("**G7: a threat.**", "**G17: a threat.** Refused as G7.")
+        + "\n## Not covered\n\n- **G7: elsewhere.** Tests: `a_test`. Not covered: x.\n";
+    let faults = guarantee_rows_faults(&broken, &source);
+    assert_eq!(faults.len(), 3, "{faults:#?}");
+    assert!(
+        faults[0].starts_with("G2 ") && faults[0].contains("no test"),
+        "{faults:?}"
+    );
+    assert!(
+        faults[1].starts_with("G5 ") && faults[1].contains("Not covered"),
+        "{faults:?}"
+    );
+    assert!(faults[2].starts_with("G7: no row"), "{faults:?}");
+}
+
 #[test]
 fn every_test_security_md_names_is_a_test_in_the_workspace() {
     let text = std::fs::read_to_string(repo().join("SECURITY.md")).expect("SECURITY.md");
@@ -170,7 +331,7 @@ fn only_a_test_counts_as_a_named_test() {
 
 #[test]
 fn a_name_that_is_no_test_in_the_workspace_is_reported() {
-    let text = "- **A threat.** Its mechanism, `not_a_test_name_here`.\n  Tests: `a_test`,\n  `a_helper`, `absent_everywhere`.\n\nLater `outside_the_list`.\n";
+    let text = "- **A threat.** Its mechanism, `not_a_test_name_here`.\n  Tests: `a_test`,\n  `a_helper`, `absent_everywhere`. Not covered: `a_gap`,\n  `another_gap`.\n\nLater `outside_the_list`.\n";
     let named = named_tests(text);
     let expected: BTreeSet<String> = ["a_test", "a_helper", "absent_everywhere"]
         .into_iter()
@@ -182,4 +343,87 @@ fn a_name_that_is_no_test_in_the_workspace_is_reported() {
     assert_eq!(missing.len(), 2, "{missing:?}");
     assert!(missing[0].starts_with("a_helper"), "{missing:?}");
     assert!(missing[1].starts_with("absent_everywhere"), "{missing:?}");
+}
+
+/// The rows of "## The threats G1 to G8" by threat: each row's text.
+fn g_rows(text: &str) -> Vec<(usize, String)> {
+    let Some(start) = text.find("\n## The threats G1 to G8\n") else {
+        return Vec::new();
+    };
+    let section = &text[start + 1..];
+    let section = section[3..]
+        .find("\n## ")
+        .map_or(section, |end| &section[..end + 3]);
+    let mut rows: Vec<(usize, String)> = Vec::new();
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("- **G") {
+            let n = rest.chars().next().and_then(|c| c.to_digit(10));
+            rows.push((n.map_or(0, |n| n as usize), String::new()));
+        }
+        if let Some((_, row)) = rows.last_mut() {
+            row.push_str(line);
+            row.push('\n');
+        }
+    }
+    rows
+}
+
+/// Whether the rows hold G1 to G8 once each, in order, each saying what
+/// stays not covered and naming at least one test; the first row that
+/// does not, with why.
+fn g_rows_complete(text: &str) -> Result<(), String> {
+    let rows = g_rows(text);
+    let numbers: Vec<usize> = rows.iter().map(|(n, _)| *n).collect();
+    if numbers != (1..=8).collect::<Vec<_>>() {
+        return Err(format!("the rows are G{numbers:?}, not G1 to G8"));
+    }
+    for (n, row) in &rows {
+        if !row.contains("Not covered:") {
+            return Err(format!("G{n} does not say what stays not covered"));
+        }
+        if named_tests(row).is_empty() {
+            return Err(format!("G{n} names no test"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn security_md_has_a_row_for_each_of_g1_to_g8_with_its_tests_and_gaps() {
+    let text = std::fs::read_to_string(repo().join("SECURITY.md")).expect("SECURITY.md");
+    g_rows_complete(&text).unwrap();
+    let named: BTreeSet<String> = g_rows(&text)
+        .iter()
+        .flat_map(|(_, row)| named_tests(row))
+        .collect();
+    let missing = missing(&named, &workspace_sources());
+    assert!(
+        missing.is_empty(),
+        "G1 to G8 name tests the code does not have: {missing:#?}"
+    );
+}
+
+#[test]
+fn a_missing_row_a_row_without_gaps_or_without_tests_is_reported() {
+    let row = |n: u8, body: &str| format!("- **G{n}: t.** {body}\n");
+    let full = |skip: Option<u8>, body: &str| {
+        let mut s = String::from("# S\n\n## The threats G1 to G8\n\n");
+        for n in 1..=8u8 {
+            if Some(n) == skip {
+                s.push_str(&row(n, body));
+            } else {
+                s.push_str(&row(n, "Not covered: x. Tests: `a_test`."));
+            }
+        }
+        s.push_str("\n## Next\n\n- **G9: later.** Tests: `b`.\n");
+        s
+    };
+    assert_eq!(g_rows_complete(&full(None, "")), Ok(()));
+    let no_gap = g_rows_complete(&full(Some(3), "Tests: `a_test`.")).unwrap_err();
+    assert!(no_gap.contains("G3"), "{no_gap}");
+    let no_test = g_rows_complete(&full(Some(5), "Not covered: x.")).unwrap_err();
+    assert!(no_test.contains("G5"), "{no_test}");
+    let gone = full(None, "").replace("- **G7: t.** Not covered: x. Tests: `a_test`.\n", "");
+    assert!(g_rows_complete(&gone).is_err());
+    assert!(g_rows_complete("# S\n").is_err());
 }
