@@ -415,3 +415,48 @@ fn every_recorded_sample_gets_its_verdict_and_each_mutation_is_refused_by_its_ch
         wrong.join("\n")
     );
 }
+
+/// The keys of a `-o json` result and of each of its checks.
+fn json_shape(args: &[&str]) -> (i32, Vec<String>, Vec<String>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_confboot"))
+        .args(args)
+        .args(["-o", "json"])
+        .output()
+        .expect("run confboot");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let check = keys(&doc["checks"][0]);
+    (out.status.code().expect("exited"), keys(&doc), check)
+}
+
+#[test]
+fn the_cloud_verify_commands_print_one_json_schema() {
+    let nitro = testdata("aws/testdata/test-nitro-fixture.json");
+    let gcp = testdata("gcp/testdata/gce-cos-85-nonce9009.pb");
+    let a = json_shape(&[
+        "verify-nitro",
+        "--evidence",
+        &nitro,
+        "--recorded-nonce",
+        "--at",
+        NITRO_AT,
+    ]);
+    let b = json_shape(&["verify-gcp", "--attestation", &gcp, "--nonce", "9008"]);
+    assert_eq!((a.0, b.0), (0, 1));
+    let top = [
+        "at", "checks", "command", "failed", "skipped", "variant", "verified",
+    ];
+    assert_eq!(a.1, top.map(String::from).to_vec());
+    assert_eq!(a.1, b.1);
+    assert_eq!(
+        a.2,
+        ["detail", "name", "outcome", "reason"]
+            .map(String::from)
+            .to_vec()
+    );
+    assert_eq!(a.2, b.2);
+}
