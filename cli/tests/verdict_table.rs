@@ -446,7 +446,11 @@ fn the_cloud_verify_commands_print_one_json_schema() {
         NITRO_AT,
     ]);
     let b = json_shape(&["verify-gcp", "--attestation", &gcp, "--nonce", "9008"]);
-    assert_eq!((a.0, b.0), (0, 1));
+    let e = testdata("azure/testdata/azure-snp/evidence-v1.json");
+    let c = json_shape(&["verify-azure", "--evidence", &e, "--nonce", CHALLENGE]);
+    assert_eq!((a.0, b.0, c.0), (0, 1, 0));
+    assert_eq!(a.1, c.1);
+    assert_eq!(a.2, c.2);
     let top = [
         "at", "checks", "command", "failed", "skipped", "variant", "verified",
     ];
