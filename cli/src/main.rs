@@ -2,6 +2,7 @@
 //! `run(args) -> exit code` function; this file only dispatches.
 
 mod check_reference_values;
+mod check_report;
 mod common;
 mod ear_output;
 mod hash_init_secret;

@@ -7,7 +7,6 @@
 
 use std::path::Path;
 
-use confboot_attest::check::{CheckOutcome, CheckResult};
 use confboot_attest::measurements::{MAX_POLICY_BYTES, MeasurementPolicy, PolicyError};
 use confboot_azure::{
     AzureEvidence, AzureValidator, EvidenceError, Hardware, HardwareKind, HclReport, MAX_BLOB_LEN,
@@ -71,13 +70,9 @@ const AT: Opt = Opt::value(
     "Check certificates and collateral at TIME (Unix seconds, YYYY-MM-DD or \
      YYYY-MM-DDTHH:MM:SSZ) instead of now, to examine recorded evidence",
 );
-const OUTPUT: Opt = Opt::value(
-    "output",
-    "FORMAT",
-    "text (every check on its line) or json (one object: verdict and every check)",
-)
-.short('o')
-.default("text");
+const OUTPUT: Opt = Opt::value("output", "FORMAT", crate::check_report::JSON_HELP)
+    .short('o')
+    .default("text");
 
 /// The command's options and help.
 pub const CMD: Command = Command {
@@ -403,55 +398,22 @@ fn verify_azure(config: &Config) -> Result<i32, VerifyAzureError> {
         None => MeasurementPolicy::default(),
     };
     let checks = AzureValidator::new(hardware, pcrs).verify_detailed(&evidence, &config.nonce);
-    let failed = checks
-        .iter()
-        .filter(|c| matches!(c.outcome, CheckOutcome::Failed(_)))
-        .count();
-    let skipped = checks
-        .iter()
-        .filter(|c| matches!(c.outcome, CheckOutcome::Skipped(_)))
-        .count();
-    match config.output {
-        Output::Json => println!("{}", json(kind, &checks, failed, skipped)),
-        Output::Text => {
-            println!("Azure confidential VM, {} hardware report", kind.name());
-            for c in &checks {
-                println!("{c}");
-            }
-            if failed == 0 {
-                println!(
-                    "VERIFIED: {} checks passed, {skipped} skipped",
-                    checks.len() - skipped
-                );
-            } else {
-                println!("FAILED: {failed} of {} checks failed", checks.len());
-            }
-        }
-    }
-    Ok(if failed == 0 { 0 } else { 1 })
-}
-
-/// The result as one JSON object.
-fn json(kind: HardwareKind, checks: &[CheckResult], failed: usize, skipped: usize) -> String {
-    let list: Vec<serde_json::Value> = checks
-        .iter()
-        .map(|c| {
-            let (outcome, detail) = match &c.outcome {
-                CheckOutcome::Passed(d) => ("passed", d.clone()),
-                CheckOutcome::Failed(e) => ("failed", e.to_string()),
-                CheckOutcome::Skipped(d) => ("skipped", d.clone()),
-            };
-            serde_json::json!({"name": c.name, "outcome": outcome, "detail": detail})
-        })
-        .collect();
-    serde_json::json!({
-        "hardware": kind.name(),
-        "verified": failed == 0,
-        "failed": failed,
-        "skipped": skipped,
-        "checks": list,
-    })
-    .to_string()
+    let subject = crate::check_report::Subject {
+        command: "verify-azure",
+        variant: match kind {
+            HardwareKind::SevSnp => "azure-sev-snp",
+            HardwareKind::Tdx => "azure-tdx",
+        },
+        header: format!("Azure confidential VM, {} hardware report", kind.name()),
+        at: config.at,
+    };
+    let json = config.output == Output::Json;
+    Ok(crate::check_report::print(
+        &subject,
+        &checks,
+        |_| None,
+        json,
+    ))
 }
 
 #[cfg(test)]

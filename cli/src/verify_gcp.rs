@@ -43,7 +43,7 @@ const AT: Opt = Opt::value(
     "Check the certificates at TIME (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead \
      of now, to examine recorded evidence",
 );
-const OUTPUT: Opt = Opt::value("output", "FORMAT", "text (every check) or json")
+const OUTPUT: Opt = Opt::value("output", "FORMAT", crate::check_report::JSON_HELP)
     .short('o')
     .default("text");
 
@@ -209,50 +209,15 @@ fn reason(c: &CheckResult) -> Option<String> {
     }
 }
 
-/// Prints the checks (text or JSON) and returns the exit status.
+/// Prints the checks ([`crate::check_report`]) and returns the exit status.
 fn report(checks: &[CheckResult], at: i64, json: bool) -> i32 {
-    let failed = checks
-        .iter()
-        .filter(|c| matches!(c.outcome, CheckOutcome::Failed(_)))
-        .count();
-    let skipped = checks
-        .iter()
-        .filter(|c| matches!(c.outcome, CheckOutcome::Skipped(_)))
-        .count();
-    if json {
-        let list: Vec<serde_json::Value> = checks
-            .iter()
-            .map(|c| {
-                let (outcome, detail) = match &c.outcome {
-                    CheckOutcome::Passed(d) => ("passed", d.clone()),
-                    CheckOutcome::Failed(e) => ("failed", e.to_string()),
-                    CheckOutcome::Skipped(d) => ("skipped", d.clone()),
-                };
-                serde_json::json!({"name": c.name, "outcome": outcome, "detail": detail, "reason": reason(c)})
-            })
-            .collect();
-        let doc = serde_json::json!({
-            "variant": "gcp-vtpm",
-            "at": at,
-            "verified": failed == 0,
-            "checks": list,
-        });
-        println!("{doc}");
-    } else {
-        println!("GCE vTPM attestation, checked at {at} (Unix seconds)");
-        for c in checks {
-            println!("{c}");
-        }
-        if failed == 0 {
-            println!(
-                "VERIFIED: {} checks passed, {skipped} skipped",
-                checks.len() - skipped
-            );
-        } else {
-            println!("FAILED: {failed} of {} checks failed", checks.len());
-        }
-    }
-    i32::from(failed > 0)
+    let subject = crate::check_report::Subject {
+        command: "verify-gcp",
+        variant: "gcp-vtpm",
+        header: format!("GCE vTPM attestation, checked at {at} (Unix seconds)"),
+        at: Some(at),
+    };
+    crate::check_report::print(&subject, checks, reason, json)
 }
 
 #[cfg(test)]

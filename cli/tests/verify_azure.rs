@@ -2,6 +2,8 @@
 //! says whether every check passed (0), one failed (1), or the input was
 //! unusable (2). `cli/src/main.rs` wires the command to the same `run`.
 
+#[path = "../src/check_report.rs"]
+mod check_report;
 #[path = "../src/verify_azure.rs"]
 mod verify_azure;
 

@@ -3,6 +3,8 @@
 //! failed (1), or the input was unusable (2). `cli/src/main.rs` wires the
 //! commands to the same `run`.
 
+#[path = "../src/check_report.rs"]
+mod check_report;
 #[path = "../src/verify_gcp.rs"]
 mod verify_gcp;
 #[path = "../src/verify_nitro.rs"]
