@@ -40,7 +40,7 @@ fn genuine_reports_pass() {
     let policy = temp_file(
         "policy.json",
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}, "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#,
             confboot_util::hex::encode(&r[0x90..0xC0])
         )
         .as_bytes(),
@@ -167,7 +167,7 @@ fn a_policy_that_pins_chips_prints_one_more_line() {
         temp_file(
             name,
             format!(
-                r#"{{"measurement": {{"expected": "{}"}}, "allowedChipIds": ["{chip}"]}}"#,
+                r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "allowedChipIds": ["{chip}"]}}"#,
                 confboot_util::hex::encode(&r[0x90..0xC0])
             )
             .as_bytes(),
@@ -209,7 +209,7 @@ fn a_policy_that_pins_chips_prints_one_more_line() {
     let (status, lines) = verify_with(&temp_file(
         "any-chip.json",
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333"}}"#,
             confboot_util::hex::encode(&r[0x90..0xC0])
         )
         .as_bytes(),

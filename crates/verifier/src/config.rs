@@ -950,7 +950,7 @@ mod tests {
         std::fs::write(
             &snp,
             format!(
-                r#"{{"measurement": {{"expected": "{}"}}}}"#,
+                r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333"}}"#,
                 "ab".repeat(48)
             ),
         )
