@@ -893,7 +893,7 @@ fn a_node_refuses_a_join_service_whose_variant_it_does_not_accept() {
     std::fs::write(
         &snp_policy,
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333"}}"#,
             "ab".repeat(48)
         ),
     )

@@ -392,7 +392,7 @@ fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
             let text =
                 read_bounded_text(path, MAX_POLICY_BYTES).map_err(VerifyReportError::PolicyFile)?;
             // Relative paths in the policy are relative to its file.
-            SnpPolicy::from_json_at(&text, path.parent())
+            SnpPolicy::from_json_direct_boot_at(&text, path.parent())
                 .map_err(refused(&path.display().to_string()))?
         }
         // An offline look without a policy pins nothing: a report signed

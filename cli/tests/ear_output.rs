@@ -106,7 +106,7 @@ fn policy(dir: &Path, name: &str, own: bool) -> String {
     std::fs::write(
         &path,
         format!(
-            r#"{{"measurement": {{"expected": "{measurement}"}}, "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#
+            r#"{{"measurement": {{"expected": "{measurement}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#
         ),
     )
     .unwrap();

@@ -40,7 +40,7 @@ fn genuine_reports_pass() {
     let policy = temp_file(
         "policy.json",
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}, "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "minimumTcb": {{"snp": 8, "microcode": 115}}}}"#,
             confboot_util::hex::encode(&r[0x90..0xC0])
         )
         .as_bytes(),
@@ -167,7 +167,7 @@ fn a_policy_that_pins_chips_prints_one_more_line() {
         temp_file(
             name,
             format!(
-                r#"{{"measurement": {{"expected": "{}"}}, "allowedChipIds": ["{chip}"]}}"#,
+                r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "allowedChipIds": ["{chip}"]}}"#,
                 confboot_util::hex::encode(&r[0x90..0xC0])
             )
             .as_bytes(),
@@ -209,7 +209,7 @@ fn a_policy_that_pins_chips_prints_one_more_line() {
     let (status, lines) = verify_with(&temp_file(
         "any-chip.json",
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333"}}"#,
             confboot_util::hex::encode(&r[0x90..0xC0])
         )
         .as_bytes(),
@@ -239,6 +239,25 @@ fn unusable_input_exits_2() {
     );
     assert_eq!(run(&["--report", &report, "--evidence", &report]), 2);
     assert_eq!(run(&["--report", &report, "extra"]), 2);
+    // A policy that declares no launch, or a launch without the kernel
+    // hashes table, pins no image: refused at load (the same policy with a
+    // measured direct boot passes in `genuine_reports_pass`).
+    let r = std::fs::read(&report).unwrap();
+    let m = confboot_util::hex::encode(&r[0x90..0xC0]);
+    for (name, launch) in [
+        ("no-launch.json", ""),
+        ("firmware-only.json", r#", "launch": "firmwareOnly""#),
+    ] {
+        let policy = temp_file(
+            name,
+            format!(r#"{{"measurement": {{"expected": "{m}"}}{launch}}}"#).as_bytes(),
+        );
+        assert_eq!(
+            run(&["--report", &report, "--vcek", &vcek, "--policy", &policy]),
+            2,
+            "{name}"
+        );
+    }
     assert_eq!(
         run(&["--report", &report, "--vcek", &vcek, "--at", "yesterday"]),
         2

@@ -57,7 +57,7 @@ fn snp_policy_with(dir: &Path, more: &str) -> PathBuf {
     std::fs::write(
         &file,
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["test-ark.pem"]{more}}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "rootBundles": ["test-ark.pem"]{more}}}"#,
             confboot_util::hex::encode(&GOOD)
         ),
     )

@@ -501,7 +501,7 @@ fn an_snp_node_is_verified_against_the_snp_policy_and_a_variant_not_accepted_is_
     std::fs::write(
         admin.path().join("snp.json"),
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["ark.pem"]}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333", "rootBundles": ["ark.pem"]}}"#,
             confboot_util::hex::encode(&measurement)
         ),
     )

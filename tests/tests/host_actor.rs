@@ -22,13 +22,6 @@ const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
          does not know: nothing binds a disk to the node it belongs to (issue 41, items 4 and 9)",
     ),
     (
-        &["snp join"],
-        "policy pins too little + host's guest",
-        "an SEV-SNP policy pinning the launch digest of a launch without the kernel hashes \
-         table admits the host's kernel: nothing declares or checks the launch (issue 41, \
-         item 1)",
-    ),
-    (
         &["rejoin"],
         "ledger: old registry restored",
         "the registry put back, before the node starts, as it was before another node's first \

@@ -182,6 +182,27 @@ pub enum PolicyError {
          to accept that deliberately"
     )]
     ImageNotPinned,
+    /// A bare-metal SEV-SNP policy that does not say which launch its
+    /// measurement was taken of (no `launch`): a measurement of a launch
+    /// without the kernel hashes table pins the firmware alone, and nothing
+    /// would tell.
+    #[error(
+        "SEV-SNP policy declares no launch: say \"launch\": \"measuredDirectBoot\" with the \
+         kernelHash, initrdHash and cmdlineHash its measurement was taken with (a launch \
+         measurement without the kernel hashes table admits any kernel, initrd and command \
+         line the host boots), refused"
+    )]
+    SnpLaunchUndeclared,
+    /// A bare-metal SEV-SNP policy whose measurement is declared that of a
+    /// launch without the kernel hashes table (`"launch": "firmwareOnly"`),
+    /// yet it is not marked `insecureAnyImage`.
+    #[error(
+        "SEV-SNP policy declares a firmwareOnly launch: its measurement pins the firmware and \
+         vCPUs only and admits any kernel, initrd and command line the host boots, refused; \
+         measure a measured direct boot (\"launch\": \"measuredDirectBoot\") or set \
+         \"insecureAnyImage\": true to accept that deliberately"
+    )]
+    SnpLaunchNotMeasured,
     /// A TDX policy that does not pin the image: it lacks an expected value
     /// for `MRTD` (the firmware), `RTMR0` (its configuration and the host's
     /// ACPI tables), `RTMR1` (the kernel) or `RTMR2` (the command line and

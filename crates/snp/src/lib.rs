@@ -54,7 +54,9 @@ pub use evidence::{
 pub use issuer::{ConfigfsTsmSource, RawReport, SnpIssuer, SnpReportSource, TSM_REPORT_DIR};
 #[cfg(feature = "kds")]
 pub use kds::{KDS_TIMEOUT, fetch_certificate};
-pub use policy::{CHIP_ID_LEN, MAX_ALLOWED_CHIP_IDS, MinimumTcb, SnpPolicy};
+pub use policy::{
+    CHIP_ID_LEN, KernelHashes, MAX_ALLOWED_CHIP_IDS, MinimumTcb, SnpLaunch, SnpPolicy,
+};
 pub use refusal::SnpRefusal;
 pub use report::{Product, REPORT_LEN, SIGNED_LEN, SigningKey, SnpReport, TcbVersion, offset};
 pub use vek_lookup::{KDS_BASE_URL, kds_vcek_url, vcek_cache_path};

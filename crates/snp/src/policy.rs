@@ -3,6 +3,10 @@
 //! ```json
 //! {
 //!   "measurement": {"expected": "<96 hex digits>", "warnOnly": false},
+//!   "launch": "measuredDirectBoot",
+//!   "kernelHash": "<64 hex digits>",
+//!   "initrdHash": "<64 hex digits>",
+//!   "cmdlineHash": "<64 hex digits>",
 //!   "minimumTcb": {"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115, "fmc": 0},
 //!   "vmpl": 0,
 //!   "allowDebug": false,
@@ -20,6 +24,21 @@
 //! - `measurement` (required): the 48-byte launch measurement, the same
 //!   entry shape as the measurements file (`expected`, optional `warnOnly`,
 //!   default false). A `warnOnly` mismatch is logged and allowed.
+//! - `launch` (required by every binary that reads a bare-metal SEV-SNP
+//!   policy, [`SnpPolicy::load`] and [`SnpPolicy::from_json_direct_boot_at`];
+//!   optional in the SNP part of an Azure policy, whose launch is the
+//!   paravisor's and whose image the vTPM's PCRs pin): the launch the
+//!   `measurement` was taken of, [`SnpLaunch`]. `"measuredDirectBoot"`: a
+//!   direct boot whose firmware holds the SEV kernel hashes table, with
+//!   `kernelHash`, `initrdHash` and `cmdlineHash` (all three required, and
+//!   only with this launch), the SHA-256 the table holds: of the kernel
+//!   file, of the initrd file (of no bytes without one), and of the command
+//!   line with its terminating NUL byte, as QEMU and `sev-snp-measure` fill
+//!   it. `"firmwareOnly"`: a launch without the table; its measurement pins
+//!   the firmware alone, and it is refused
+//!   ([`PolicyError::SnpLaunchNotMeasured`]) unless the policy says
+//!   `"insecureAnyImage": true`. No `launch`:
+//!   [`PolicyError::SnpLaunchUndeclared`].
 //! - `minimumTcb` (optional; given, each field defaults to 0): the least SVN
 //!   per component that both the report's `REPORTED_TCB` and `LAUNCH_TCB`
 //!   must reach. `fmc` applies only to products with an FMC (Turin).
@@ -105,11 +124,15 @@
 //!
 //! So a policy pins the image only when its `measurement` is that of a
 //! measured direct boot of the image, with the kernel hashes table, for
-//! the firmware, vCPU count and type the cluster runs. Every SEV-SNP
-//! variant here assumes that launch; a measurement taken of any other
-//! launch pins the firmware alone and admits any guest the host boots under
-//! it. An ID key (`idKeyDigests`) pins what its owner signed, which is
-//! again only the launch measurement.
+//! the firmware, vCPU count and type the cluster runs. The report carries
+//! the measurement alone, not the launch it came of, so the policy says
+//! which launch it was (`launch`, with the kernel, initrd and command-line
+//! hashes it was taken with): a bare-metal policy that declares none, or
+//! declares a launch without the hashes table (`firmwareOnly`), is refused
+//! when it is read, since such a measurement admits any guest the host
+//! boots under the firmware. An ID key (`idKeyDigests`) pins what its owner
+//! signed, which is again only the launch measurement, so it needs the same
+//! declaration.
 //!
 //! Read by hand, not with a serde derive: the bootstrapper links this parser,
 //! and derives for the three policies (measurement, SNP, TDX) grew it by some
@@ -132,6 +155,31 @@ pub const CHIP_ID_LEN: usize = 64;
 
 /// The most chip ids an `allowedChipIds` list may name.
 pub const MAX_ALLOWED_CHIP_IDS: usize = 1024;
+
+/// The SHA-256 digests the SEV kernel hashes table of a measured direct
+/// boot holds (the policy's `kernelHash`, `initrdHash`, `cmdlineHash`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelHashes {
+    /// SHA-256 of the kernel file.
+    pub kernel: [u8; 32],
+    /// SHA-256 of the initrd file (of no bytes when there is none).
+    pub initrd: [u8; 32],
+    /// SHA-256 of the command line with its terminating NUL byte.
+    pub cmdline: [u8; 32],
+}
+
+/// The launch an SEV-SNP policy's measurement was taken of (`launch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnpLaunch {
+    /// `"measuredDirectBoot"`: a direct boot whose firmware (edk2's
+    /// `OvmfPkg/AmdSev` build) carries the SEV kernel hashes table, filled
+    /// with these hashes: the measurement pins the kernel, initrd and
+    /// command line.
+    MeasuredDirectBoot(KernelHashes),
+    /// `"firmwareOnly"`: a launch without the kernel hashes table: the
+    /// measurement pins the firmware and vCPUs, not what they boot.
+    FirmwareOnly,
+}
 
 /// Per-component minimum SVNs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -277,8 +325,12 @@ pub struct SnpPolicy {
     /// The KDS (or a caching proxy) to fetch from; default AMD's.
     pub kds_base_url: Option<String>,
     /// Whether the policy file said `"insecureAnyImage": true`: it may pin no
-    /// guest image (a `warnOnly` measurement and no ID key).
+    /// guest image (a `warnOnly` measurement and no ID key, or a
+    /// `firmwareOnly` launch).
     pub insecure_any_image: bool,
+    /// The launch the measurement was taken of (`launch`); `None`: not
+    /// declared, which [`SnpPolicy::check_launch`] refuses.
+    pub launch: Option<SnpLaunch>,
 }
 
 /// `"MAJOR.MINOR"`, each 0..=255.
@@ -396,17 +448,23 @@ impl Default for SnpPolicy {
             kds_fetch: false,
             kds_base_url: None,
             insecure_any_image: false,
+            launch: None,
         }
     }
 }
 
 impl SnpPolicy {
     /// Parses the JSON text of a policy; relative paths stay as written.
+    /// The launch is read but not required (see [`SnpPolicy::from_json_at`]).
     pub fn from_json(text: &str) -> Result<SnpPolicy, PolicyError> {
         Self::from_json_at(text, None)
     }
 
-    /// Parses the JSON text of a policy, resolving relative paths against `base`.
+    /// Parses the JSON text of a policy, resolving relative paths against
+    /// `base`. A `launch` is read if present but not required: this is the
+    /// parser of the SNP part of an Azure policy too, whose launch is the
+    /// paravisor's. A bare-metal SEV-SNP policy is read with
+    /// [`SnpPolicy::from_json_direct_boot_at`] or [`SnpPolicy::load`].
     pub fn from_json_at(text: &str, base: Option<&Path>) -> Result<SnpPolicy, PolicyError> {
         let root = parse_json_unique_keys(text)?;
         let obj = root
@@ -414,8 +472,23 @@ impl SnpPolicy {
             .ok_or_else(|| format_err("top level must be an object"))?;
         let mut policy = SnpPolicy::default();
         let mut seen_measurement = false;
+        let mut launch: Option<&str> = None;
+        let (mut kernel, mut initrd, mut cmdline) = (None, None, None);
         for (key, value) in obj {
             match key.as_str() {
+                "launch" => {
+                    launch = Some(
+                        value
+                            .as_str()
+                            .filter(|l| matches!(*l, "measuredDirectBoot" | "firmwareOnly"))
+                            .ok_or_else(|| {
+                                format_err("launch must be \"measuredDirectBoot\" or \"firmwareOnly\"")
+                            })?,
+                    );
+                }
+                "kernelHash" => kernel = Some(hex_field::<32>(value, "kernelHash")?),
+                "initrdHash" => initrd = Some(hex_field::<32>(value, "initrdHash")?),
+                "cmdlineHash" => cmdline = Some(hex_field::<32>(value, "cmdlineHash")?),
                 "measurement" => {
                     let entry = parse_entry(0, value, MEASUREMENT_LEN).map_err(|e| match e {
                         PolicyError::DigestLength { .. } => {
@@ -511,6 +584,28 @@ impl SnpPolicy {
         if !seen_measurement {
             return Err(format_err("\"measurement\" is required"));
         }
+        policy.launch = match (launch, kernel, initrd, cmdline) {
+            (Some("measuredDirectBoot"), Some(kernel), Some(initrd), Some(cmdline)) => {
+                Some(SnpLaunch::MeasuredDirectBoot(KernelHashes {
+                    kernel,
+                    initrd,
+                    cmdline,
+                }))
+            }
+            (Some("measuredDirectBoot"), ..) => {
+                return Err(format_err(
+                    "launch measuredDirectBoot needs kernelHash, initrdHash and cmdlineHash \
+                     (the SHA-256 its kernel hashes table holds)",
+                ));
+            }
+            (_, None, None, None) => launch.map(|_| SnpLaunch::FirmwareOnly),
+            _ => {
+                return Err(format_err(
+                    "kernelHash, initrdHash and cmdlineHash belong to \"launch\": \
+                     \"measuredDirectBoot\" only",
+                ));
+            }
+        };
         if !policy.pins_image() {
             if !policy.insecure_any_image {
                 return Err(PolicyError::ImageNotPinned);
@@ -530,13 +625,47 @@ impl SnpPolicy {
         self.measurement.enforces_something() || !self.id_key_digests.is_empty()
     }
 
-    /// Reads a policy file (at most
+    /// Whether the declared launch lets the measurement pin the image: a
+    /// measured direct boot does; no launch is refused
+    /// ([`PolicyError::SnpLaunchUndeclared`]), and so is a `firmwareOnly`
+    /// one ([`PolicyError::SnpLaunchNotMeasured`]) unless the policy says
+    /// `insecureAnyImage` (then logged as a warning).
+    pub fn check_launch(&self) -> Result<(), PolicyError> {
+        match self.launch {
+            Some(SnpLaunch::MeasuredDirectBoot(_)) => Ok(()),
+            None => Err(PolicyError::SnpLaunchUndeclared),
+            Some(SnpLaunch::FirmwareOnly) if self.insecure_any_image => {
+                log::warn!(
+                    "SEV-SNP policy declares a firmwareOnly launch and says insecureAnyImage: \
+                     ANY kernel, initrd and command line the host boots under the firmware is \
+                     admitted"
+                );
+                Ok(())
+            }
+            Some(SnpLaunch::FirmwareOnly) => Err(PolicyError::SnpLaunchNotMeasured),
+        }
+    }
+
+    /// Parses the JSON text of a bare-metal SEV-SNP policy, resolving
+    /// relative paths against `base`: [`SnpPolicy::from_json_at`], then
+    /// [`SnpPolicy::check_launch`].
+    pub fn from_json_direct_boot_at(
+        text: &str,
+        base: Option<&Path>,
+    ) -> Result<SnpPolicy, PolicyError> {
+        let policy = Self::from_json_at(text, base)?;
+        policy.check_launch()?;
+        Ok(policy)
+    }
+
+    /// Reads a bare-metal SEV-SNP policy file (at most
     /// [`MAX_POLICY_BYTES`](confboot_attest::measurements::MAX_POLICY_BYTES),
-    /// through [`read_policy_text`]); relative paths in
-    /// it are resolved against the file's directory.
+    /// through [`read_policy_text`]) with
+    /// [`SnpPolicy::from_json_direct_boot_at`]; relative paths in it are
+    /// resolved against the file's directory.
     pub fn load(path: &Path) -> Result<SnpPolicy, PolicyError> {
         let text = read_policy_text(path)?;
-        Self::from_json_at(&text, path.parent())
+        Self::from_json_direct_boot_at(&text, path.parent())
     }
 }
 
@@ -592,6 +721,94 @@ mod tests {
     use confboot_attest::measurements::MAX_POLICY_BYTES;
 
     const M: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
+
+    /// A measured direct boot's declaration.
+    const DIRECT: &str = r#""launch": "measuredDirectBoot",
+        "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111",
+        "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222",
+        "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333""#;
+
+    #[test]
+    fn the_launch_is_declared_and_only_a_measured_direct_boot_pins_the_image() {
+        let m = format!(r#""measurement": {{"expected": "{M}"}}"#);
+        let p = SnpPolicy::from_json_direct_boot_at(&format!("{{{m}, {DIRECT}}}"), None).unwrap();
+        assert_eq!(
+            p.launch,
+            Some(SnpLaunch::MeasuredDirectBoot(KernelHashes {
+                kernel: [0x11; 32],
+                initrd: [0x22; 32],
+                cmdline: [0x33; 32],
+            }))
+        );
+        // No launch: read (the SNP part of an Azure policy), refused for
+        // bare metal.
+        let bare = format!("{{{m}}}");
+        assert_eq!(SnpPolicy::from_json(&bare).unwrap().launch, None);
+        let err = SnpPolicy::from_json_direct_boot_at(&bare, None).unwrap_err();
+        assert!(matches!(err, PolicyError::SnpLaunchUndeclared), "{err:?}");
+        assert!(err.to_string().contains("measuredDirectBoot"), "{err}");
+        // A launch without the kernel hashes table: refused, unless marked.
+        let fw = format!(r#"{{{m}, "launch": "firmwareOnly"}}"#);
+        assert_eq!(
+            SnpPolicy::from_json(&fw).unwrap().launch,
+            Some(SnpLaunch::FirmwareOnly)
+        );
+        let err = SnpPolicy::from_json_direct_boot_at(&fw, None).unwrap_err();
+        assert!(matches!(err, PolicyError::SnpLaunchNotMeasured), "{err:?}");
+        assert!(err.to_string().contains("insecureAnyImage"), "{err}");
+        let marked = format!(r#"{{{m}, "launch": "firmwareOnly", "insecureAnyImage": true}}"#);
+        assert!(SnpPolicy::from_json_direct_boot_at(&marked, None).is_ok());
+        // An ID key pins the launch measurement its owner signed: the same
+        // declaration is needed.
+        let id = format!(
+            r#"{{"measurement": {{"expected": "{M}", "warnOnly": true}}, "idKeyDigests": ["{}"]}}"#,
+            "22".repeat(48)
+        );
+        assert!(matches!(
+            SnpPolicy::from_json_direct_boot_at(&id, None),
+            Err(PolicyError::SnpLaunchUndeclared)
+        ));
+        // Malformed declarations.
+        let h = "44".repeat(32);
+        for (bad, why) in [
+            (format!(r#"{{{m}, "launch": "direct"}}"#), "launch must be"),
+            (format!(r#"{{{m}, "launch": true}}"#), "launch must be"),
+            (
+                format!(r#"{{{m}, "launch": "measuredDirectBoot"}}"#),
+                "needs kernelHash",
+            ),
+            (
+                format!(
+                    r#"{{{m}, "launch": "measuredDirectBoot", "kernelHash": "{h}", "initrdHash": "{h}"}}"#
+                ),
+                "needs kernelHash",
+            ),
+            (
+                format!(r#"{{{m}, "launch": "firmwareOnly", "kernelHash": "{h}"}}"#),
+                "measuredDirectBoot\" only",
+            ),
+            (format!(r#"{{{m}, "kernelHash": "{h}"}}"#), "measuredDirectBoot\" only"),
+            (
+                format!(
+                    r#"{{{m}, "launch": "measuredDirectBoot", "kernelHash": "{}", "initrdHash": "{h}", "cmdlineHash": "{h}"}}"#,
+                    "44".repeat(48)
+                ),
+                "kernelHash has 48 bytes, want 32",
+            ),
+        ] {
+            match SnpPolicy::from_json(&bad) {
+                Err(PolicyError::Format(e)) => assert!(e.contains(why), "{bad}: {e}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // Named twice: refused like any repeated key.
+        assert!(matches!(
+            SnpPolicy::from_json(&format!(
+                r#"{{{m}, {DIRECT}, "launch": "firmwareOnly"}}"#
+            )),
+            Err(PolicyError::DuplicateKey(_))
+        ));
+    }
 
     #[test]
     fn parses_every_field() {
@@ -848,9 +1065,16 @@ mod tests {
             std::env::temp_dir().join(format!("confboot-snp-policy-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("snp.json");
-        let mut text = format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#).into_bytes();
+        let mut text = format!(r#"{{"measurement": {{"expected": "{M}"}}, {DIRECT}}}"#).into_bytes();
         std::fs::write(&file, &text).unwrap();
         assert!(SnpPolicy::load(&file).is_ok());
+        // A file is a bare-metal policy: its launch is required.
+        std::fs::write(&file, format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
+        assert!(matches!(
+            SnpPolicy::load(&file),
+            Err(PolicyError::SnpLaunchUndeclared)
+        ));
+        std::fs::write(&file, &text).unwrap();
         text.resize(MAX_POLICY_BYTES as usize + 1, b' ');
         std::fs::write(&file, &text).unwrap();
         assert!(matches!(

@@ -950,12 +950,39 @@ mod tests {
         std::fs::write(
             &snp,
             format!(
-                r#"{{"measurement": {{"expected": "{}"}}}}"#,
+                r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111", "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222", "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333"}}"#,
                 "ab".repeat(48)
             ),
         )
         .unwrap();
         snp
+    }
+
+    #[test]
+    fn an_snp_policy_without_a_measured_direct_boot_is_refused_at_load() {
+        let tmp = confboot_testkit::TempDir::new("snp-launch");
+        let dir = tmp.path();
+        assert!(load_snp_validator(&snp_policy_file(dir)).is_ok());
+        let m = format!(r#""measurement": {{"expected": "{}"}}"#, "ab".repeat(48));
+        let file = dir.join("bare.json");
+        for (launch, want) in [
+            ("", "declares no launch"),
+            (r#", "launch": "firmwareOnly""#, "firmwareOnly launch"),
+        ] {
+            std::fs::write(&file, format!("{{{m}{launch}}}")).unwrap();
+            let err = load_snp_validator(&file).err().expect("refused");
+            assert!(
+                matches!(
+                    err,
+                    ConfigError::SnpPolicy {
+                        error: PolicyError::SnpLaunchUndeclared | PolicyError::SnpLaunchNotMeasured,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(want), "{err}");
+        }
     }
 
     fn pinned() -> String {

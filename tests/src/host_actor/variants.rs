@@ -903,12 +903,28 @@ fn write_tdx_policy(dir: &Path, intel: &TestIntel, mrtd_only: bool) {
 /// An SNP policy `name` in `dir` pinning the genuine image's launch
 /// measurement (with `hashes`, of a measured direct boot), rooted in the
 /// test ARK.
+///
+/// The policy declares the launch it was measured of, as an honest admin
+/// writes it: a measured direct boot with the genuine image's kernel hashes
+/// table, or (without `hashes`) `firmwareOnly`, which every binary refuses.
 fn write_snp_policy(dir: &Path, amd: &TestAmd, name: &str, hashes: bool) {
+    use ring::digest::{SHA256, digest};
+    let sha = |b: &[u8]| confboot_util::hex::encode(digest(&SHA256, b).as_ref());
+    let launch = if hashes {
+        format!(
+            r#""launch": "measuredDirectBoot", "kernelHash": "{}", "initrdHash": "{}", "cmdlineHash": "{}""#,
+            sha(GENUINE.kernel.as_bytes()),
+            sha(GENUINE.initrd.as_bytes()),
+            sha(format!("{}\0", GENUINE.cmdline).as_bytes()),
+        )
+    } else {
+        r#""launch": "firmwareOnly""#.to_string()
+    };
     std::fs::write(dir.join("test-ark.pem"), amd.root_bundle_pem()).unwrap();
     std::fs::write(
         dir.join(name),
         format!(
-            r#"{{"measurement": {{"expected": "{}"}}, "rootBundles": ["test-ark.pem"]}}"#,
+            r#"{{"measurement": {{"expected": "{}"}}, {launch}, "rootBundles": ["test-ark.pem"]}}"#,
             confboot_util::hex::encode(&snp_measurement(&GENUINE, hashes)),
         ),
     )
