@@ -28,15 +28,6 @@ const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
          table admits the host's kernel: nothing declares or checks the launch (issue 41, \
          item 1)",
     ),
-    (
-        &["rejoin"],
-        "ledger: old registry restored",
-        "the registry put back, before the node starts, as it was before another node's first \
-         join, by a writer of the API (the real API server gives the copy a newer \
-         resourceVersion; an etcd restored from a snapshot would move it back, which the \
-         anchor refuses): the anchor keeps generations, not pending first joins (issue 41, \
-         item 4)",
-    ),
 ];
 
 #[test]
