@@ -2323,12 +2323,14 @@ pub fn gcp_attestation(data: &[u8]) {
 /// a host that restores old sectors of the disk may have spoilt: bounded,
 /// and what reads writes back the same.
 pub fn ledger_anchor(data: &[u8]) {
-    use joinsvc::ledger::{LedgerAnchor, MAX_ANCHOR_BYTES, MAX_DISK_GENERATIONS};
+    use joinsvc::ledger::{LedgerAnchor, MAX_ANCHOR_BYTES, MAX_ANCHOR_JOINS, MAX_DISK_GENERATIONS};
     let Ok(anchor) = LedgerAnchor::from_json(data) else {
         return;
     };
     assert!(data.len() <= MAX_ANCHOR_BYTES);
     assert!(anchor.generations.len() <= 2 * MAX_DISK_GENERATIONS);
+    assert!(anchor.joins.len() <= MAX_ANCHOR_JOINS);
+    assert!(anchor.joins.keys().all(|d| !d.is_empty() && d.len() <= 64));
     assert!(
         anchor
             .generations

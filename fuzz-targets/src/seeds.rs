@@ -1721,6 +1721,14 @@ fn ledger_anchor() -> Vec<Seed> {
         ),
         seed("not-an-object", r#"[1,2,3]"#),
         seed(
+            "joins",
+            r#"{"format":2,"registry":120,"filter":121,"filterCount":42,"generations":{},"joins":{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f":{"pending":true,"bound":false,"until":1700003600},"9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f":{"pending":false,"bound":true,"until":null}}}"#,
+        ),
+        seed(
+            "joins-spoilt",
+            r#"{"format":2,"registry":1,"filter":1,"filterCount":0,"generations":{},"joins":{"d":{"pending":"yes","bound":false,"until":-1}}}"#,
+        ),
+        seed(
             "seen",
             r#"{"registry":120,"filter":121,"filterCount":42,"generations":{"2f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f":7,"9f3c6c1e-2b5d-4e8a-9c7f-1a2b3c4d5e6f":1}}"#,
         ),

@@ -40,9 +40,10 @@
 //! - **What the ledger held does not go back.** A [`LedgerAnchor`] that
 //!   joinsvc holds (in memory, and in its `--state-dir`) remembers that
 //!   each ledger object existed, its highest `resourceVersion`, the filter's
-//!   count and every disk's generation seen; a read that shows an object
-//!   gone (404), a version, a count or a generation lower is an error
-//!   ([`Regressed`]), never an empty ledger.
+//!   count, every disk's generation seen and every first join seen
+//!   ([`JoinSeen`]); a read that shows an object gone (404), a version, a
+//!   count or a generation lower, or a first join dropped or revived, is an
+//!   error ([`Regressed`]), never an empty ledger.
 //!
 //! How the memory stays bounded without being forgotten: launches that
 //! were served, and disks whose first boot is over, go into a Bloom filter
@@ -341,6 +342,12 @@ impl IssuedFilter {
             let word = u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().expect("4 bytes"));
             word as usize & (FILTER_BITS - 1)
         })
+    }
+
+    /// Whether the filter shows `disk`'s first boot over (or, by chance,
+    /// a key with its bits).
+    pub fn holds_disk(&self, disk: &str) -> bool {
+        self.has_bits(&disk_key(disk))
     }
 
     fn has_bits(&self, key: &[u8; 32]) -> bool {
@@ -738,6 +745,21 @@ pub enum Regressed {
         /// The highest count seen.
         seen: u64,
     },
+    /// A disk's first join that was seen is gone from the registry (its
+    /// pending entry or its name's binding) while the disk was not
+    /// removed, its window had not passed and the filter does not show its
+    /// first boot over; or a disk seen past its first boot shows it
+    /// running again (a registry from before restored).
+    #[error(
+        "ledger went back for state disk {disk}: its first join {how} (a registry from before \
+         restored)"
+    )]
+    JoinWentBack {
+        /// The disk UUID.
+        disk: String,
+        /// `dropped` or `revived`.
+        how: &'static str,
+    },
     /// A disk's generation is lower than seen (or gone while the disk was
     /// not removed).
     #[error("ledger went back for state disk {disk}: generation {found} after {seen}")]
@@ -765,6 +787,52 @@ pub struct LedgerAnchor {
     pub filter_count: u64,
     /// Per disk, the highest generation seen.
     pub generations: BTreeMap<String, u64>,
+    /// Per disk whose first join was seen in the registry (pending, or
+    /// bound to a name), what was seen ([`JoinSeen`]). Bounded by what
+    /// the registry holds: [`MAX_PENDING_JOINS`] pending joins and one
+    /// binding per VPN peer; an entry goes when its disk is removed or its
+    /// window passed.
+    pub joins: BTreeMap<String, JoinSeen>,
+}
+
+/// What the anchor saw of one disk's first join in the registry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinSeen {
+    /// Its first boot ran (a pending join).
+    pub pending: bool,
+    /// A name was bound to it.
+    pub bound: bool,
+    /// From when (Unix seconds, joinsvc's clock) it may leave the registry
+    /// without being removed (its join's or its waiting name's window
+    /// end); `None`: only a removal takes it.
+    pub until: Option<u64>,
+}
+
+/// What a registry read shows of the disks' first joins: each disk
+/// pending in `ledger` or bound to a name in `disks` (name → disk), with
+/// the names still waiting for their node (`pending_peers`: name → since).
+pub fn seen_joins(
+    ledger: &Ledger,
+    disks: &BTreeMap<String, String>,
+    pending_peers: &BTreeMap<String, u64>,
+) -> BTreeMap<String, JoinSeen> {
+    let window = JOIN_COMPLETION_WINDOW.as_secs();
+    let later =
+        |until: Option<u64>, at: u64| Some(until.unwrap_or(0).max(at.saturating_add(window)));
+    let mut seen: BTreeMap<String, JoinSeen> = BTreeMap::new();
+    for (disk, at) in &ledger.pending {
+        let e = seen.entry(disk.clone()).or_default();
+        e.pending = true;
+        e.until = later(e.until, *at);
+    }
+    for (name, disk) in disks {
+        let e = seen.entry(disk.clone()).or_default();
+        e.bound = true;
+        if let Some(since) = pending_peers.get(name) {
+            e.until = later(e.until, *since);
+        }
+    }
+    seen
 }
 
 fn version_of(object: &'static str, version: &str) -> Result<u64, Regressed> {
@@ -855,6 +923,67 @@ impl LedgerAnchor {
         Ok(changed)
     }
 
+    /// The disks whose first join this anchor saw and `seen` (a registry
+    /// read) no longer shows, for no reason the registry gives: not
+    /// removed, window not passed at `now`, never bound to a name. Their
+    /// first boot may have ended (a rejoin takes a pending join out): the
+    /// filter must show it ([`IssuedFilter::holds_disk`]), or the read is
+    /// [`Regressed`].
+    pub fn joins_to_prove(
+        &self,
+        seen: &BTreeMap<String, JoinSeen>,
+        removed: &[String],
+        now: u64,
+    ) -> Vec<String> {
+        self.joins
+            .iter()
+            .filter(|(disk, j)| {
+                !seen.contains_key(*disk)
+                    && !removed.iter().any(|d| d == *disk)
+                    && j.until.is_none_or(|t| now < t)
+                    && j.pending
+                    && !j.bound
+            })
+            .map(|(disk, _)| disk.clone())
+            .collect()
+    }
+
+    /// Checks the first joins a registry read shows (`seen`, from
+    /// [`seen_joins`]) against those this anchor saw, and takes them in: a
+    /// disk seen goes only when removed, when its window passed at `now`,
+    /// or (never bound to a name) when `proven` (its first boot over in the
+    /// filter); a disk seen past its first boot does not run it again.
+    /// Either is [`Regressed::JoinWentBack`]. Whether the anchor changed;
+    /// nothing changes on an error.
+    pub fn observe_joins(
+        &mut self,
+        seen: &BTreeMap<String, JoinSeen>,
+        removed: &[String],
+        proven: &[String],
+        now: u64,
+    ) -> Result<bool, Regressed> {
+        let went_back = |disk: &str, how| Regressed::JoinWentBack {
+            disk: disk.to_string(),
+            how,
+        };
+        for (disk, j) in &self.joins {
+            if removed.iter().any(|d| d == disk) {
+                continue;
+            }
+            match seen.get(disk) {
+                Some(s) if s.pending && !j.pending => return Err(went_back(disk, "revived")),
+                Some(_) => {}
+                None if j.until.is_some_and(|t| now >= t) => {}
+                None if j.pending && !j.bound && proven.iter().any(|d| d == disk) => {}
+                None => return Err(went_back(disk, "dropped")),
+            }
+        }
+        let next = merge_joins(&self.joins, seen);
+        let changed = next != self.joins;
+        self.joins = next;
+        Ok(changed)
+    }
+
     /// Takes in what this joinsvc's own write of the registry object left
     /// (`version`: the `resourceVersion` the API server gave it), so that a
     /// copy from before that write, or the object deleted after it, is
@@ -870,6 +999,17 @@ impl LedgerAnchor {
             *kept = (*kept).max(g.generation);
         }
         *self != before
+    }
+
+    /// Takes in the first joins this joinsvc's own write of the registry
+    /// object left (`seen`, from [`seen_joins`]): its own write may end a
+    /// first boot, remove a disk or expire a join. Whether the anchor
+    /// changed.
+    pub fn raise_joins(&mut self, seen: &BTreeMap<String, JoinSeen>) -> bool {
+        let next = merge_joins(&BTreeMap::new(), seen);
+        let changed = next != self.joins;
+        self.joins = next;
+        changed
     }
 
     /// Takes in what this joinsvc's own write of the filter object left
@@ -891,6 +1031,12 @@ impl LedgerAnchor {
             "filter": self.filter,
             "filterCount": self.filter_count,
             "generations": self.generations,
+            "format": 2,
+            "joins": self.joins.iter().map(|(disk, j)| (disk.clone(), serde_json::json!({
+                "pending": j.pending,
+                "bound": j.bound,
+                "until": j.until,
+            }))).collect::<serde_json::Map<_, _>>(),
         })
         .to_string()
         .into_bytes()
@@ -930,14 +1076,66 @@ impl LedgerAnchor {
             }
             generations.insert(disk.clone(), g.as_u64().ok_or_else(|| bad("a generation"))?);
         }
+        // Format 1 (no "joins") reads as no first join seen.
+        let mut joins = BTreeMap::new();
+        match &value["joins"] {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(entries) => {
+                if entries.len() > MAX_ANCHOR_JOINS {
+                    return Err(bad("too many joins"));
+                }
+                for (disk, j) in entries {
+                    if disk.is_empty() || disk.len() > 64 {
+                        return Err(bad("a disk UUID"));
+                    }
+                    let flag = |key: &str| j[key].as_bool().ok_or_else(|| bad("a join"));
+                    let until = match &j["until"] {
+                        serde_json::Value::Null => None,
+                        v => Some(v.as_u64().ok_or_else(|| bad("a join"))?),
+                    };
+                    joins.insert(
+                        disk.clone(),
+                        JoinSeen {
+                            pending: flag("pending")?,
+                            bound: flag("bound")?,
+                            until,
+                        },
+                    );
+                }
+            }
+            _ => return Err(bad("joins")),
+        }
         Ok(LedgerAnchor {
             registry,
             filter,
             filter_count,
             generations,
+            joins,
         })
     }
 }
+
+/// The anchor's joins after a read that passed: the disks the read shows,
+/// each as shown, but a binding once seen is kept (it goes only by a
+/// removal or its window).
+fn merge_joins(
+    before: &BTreeMap<String, JoinSeen>,
+    seen: &BTreeMap<String, JoinSeen>,
+) -> BTreeMap<String, JoinSeen> {
+    seen.iter()
+        .map(|(disk, s)| {
+            let bound = s.bound
+                || before
+                    .get(disk)
+                    .is_some_and(|j| j.bound && j.until.is_none());
+            (disk.clone(), JoinSeen { bound, ..*s })
+        })
+        .collect()
+}
+
+/// The most first joins an anchor file holds: every pending join and one
+/// binding per peer the registry can hold.
+pub const MAX_ANCHOR_JOINS: usize = MAX_PENDING_JOINS + MAX_DISK_GENERATIONS;
 
 /// The anchor could not be read or kept.
 #[derive(Debug, thiserror::Error)]
@@ -1025,6 +1223,34 @@ impl AnchorStore {
         removed: &[String],
     ) -> Result<(), Refusal> {
         self.observe(|a| a.observe_registry(version, ledger, removed))
+    }
+
+    /// [`LedgerAnchor::observe_registry`] and
+    /// [`LedgerAnchor::observe_joins`] together on the anchor held, kept
+    /// when it moved.
+    pub fn registry_joins(
+        &self,
+        version: Option<&str>,
+        ledger: &Ledger,
+        removed: &[String],
+        joins: (&BTreeMap<String, JoinSeen>, &[String], u64),
+    ) -> Result<(), Refusal> {
+        let (seen, proven, now) = joins;
+        self.observe(|a| {
+            let registry = a.observe_registry(version, ledger, removed)?;
+            Ok(a.observe_joins(seen, removed, proven, now)? | registry)
+        })
+    }
+
+    /// [`LedgerAnchor::raise_registry`] and [`LedgerAnchor::raise_joins`]
+    /// after this joinsvc's own write.
+    pub fn wrote_registry_joins(
+        &self,
+        version: Option<&str>,
+        ledger: &Ledger,
+        seen: &BTreeMap<String, JoinSeen>,
+    ) -> Result<(), Refusal> {
+        self.observe(|a| Ok(a.raise_registry(version, ledger) | a.raise_joins(seen)))
     }
 
     /// [`LedgerAnchor::observe_filter`] on the anchor held, kept when it
@@ -1607,6 +1833,112 @@ mod tests {
     }
 
     // ---- The anchor ----
+
+    #[test]
+    fn a_registry_restored_from_before_a_first_join_is_an_error() {
+        let window = JOIN_COMPLETION_WINDOW.as_secs();
+        let names = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(n, d)| (n.to_string(), d.to_string()))
+                .collect()
+        };
+        let mut pending = Ledger::default();
+        pending.pending.insert("other".into(), NOW);
+        let none: BTreeMap<String, u64> = BTreeMap::new();
+        let no_names: BTreeMap<String, String> = BTreeMap::new();
+        let mut a = LedgerAnchor::default();
+        // The subject's disk joined and its node's record came; then
+        // another disk's first join, its name still waiting.
+        let old = seen_joins(&Ledger::default(), &names(&[("n1", DISK)]), &none);
+        assert_eq!(a.observe_joins(&old, &[], &[], NOW), Ok(true));
+        let waiting: BTreeMap<String, u64> = [("n2".to_string(), NOW)].into();
+        let running = seen_joins(&pending, &names(&[("n1", DISK), ("n2", "other")]), &waiting);
+        assert_eq!(a.observe_joins(&running, &[], &[], NOW), Ok(true));
+        let before = a.clone();
+        // The registry from before the other's join, put back: refused.
+        assert_eq!(
+            a.observe_joins(&old, &[], &[], NOW + 1),
+            Err(Regressed::JoinWentBack {
+                disk: "other".into(),
+                how: "dropped"
+            })
+        );
+        assert_eq!(a, before, "nothing taken in from a refused read");
+        // Its first boot over (the node's record): then a registry from
+        // while it ran, put back, revives it: refused.
+        let done = seen_joins(
+            &Ledger::default(),
+            &names(&[("n1", DISK), ("n2", "other")]),
+            &none,
+        );
+        assert_eq!(a.observe_joins(&done, &[], &[], NOW + 2), Ok(true));
+        assert_eq!(
+            a.observe_joins(&running, &[], &[], NOW + 3),
+            Err(Regressed::JoinWentBack {
+                disk: "other".into(),
+                how: "revived"
+            })
+        );
+        // A binding whose record came goes only by a removal, not by time.
+        assert!(a.observe_joins(&old, &[], &[], NOW + 10 * window).is_err());
+        assert_eq!(
+            a.observe_joins(&old, &["other".into()], &[], NOW + 3),
+            Ok(true)
+        );
+        assert!(!a.joins.contains_key("other"));
+
+        // A pending join never bound (no VPN) leaves by its window, or
+        // earlier when the filter shows its first boot over.
+        let mut b = LedgerAnchor::default();
+        let alone = seen_joins(&pending, &no_names, &none);
+        b.observe_joins(&alone, &[], &[], NOW).unwrap();
+        let empty = seen_joins(&Ledger::default(), &no_names, &none);
+        assert_eq!(
+            b.joins_to_prove(&empty, &[], NOW + 1),
+            vec!["other".to_string()]
+        );
+        assert!(b.clone().observe_joins(&empty, &[], &[], NOW + 1).is_err());
+        assert_eq!(
+            b.clone()
+                .observe_joins(&empty, &[], &["other".into()], NOW + 1),
+            Ok(true)
+        );
+        assert!(b.joins_to_prove(&empty, &[], NOW + window).is_empty());
+        assert_eq!(b.observe_joins(&empty, &[], &[], NOW + window), Ok(true));
+    }
+
+    #[test]
+    fn an_anchor_file_keeps_its_joins_and_an_old_file_still_reads() {
+        let old = br#"{"registry":120,"filter":121,"filterCount":42,"generations":{"d":7}}"#;
+        let a = LedgerAnchor::from_json(old).unwrap();
+        assert!(a.joins.is_empty());
+        let mut b = a.clone();
+        b.joins.insert(
+            "d".into(),
+            JoinSeen {
+                pending: true,
+                bound: false,
+                until: Some(NOW),
+            },
+        );
+        b.joins.insert(
+            "e".into(),
+            JoinSeen {
+                pending: false,
+                bound: true,
+                until: None,
+            },
+        );
+        assert_eq!(LedgerAnchor::from_json(&b.to_json()).unwrap(), b);
+        assert!(LedgerAnchor::from_json(br#"{"registry":1,"filter":1,"filterCount":0,"generations":{},"joins":{"d":{"pending":1,"bound":false,"until":null}}}"#).is_err());
+        assert!(
+            LedgerAnchor::from_json(
+                br#"{"registry":1,"filter":1,"filterCount":0,"generations":{},"joins":[]}"#
+            )
+            .is_err()
+        );
+    }
 
     fn with_generation(disk: &str, generation: u64) -> Ledger {
         let mut l = Ledger::default();

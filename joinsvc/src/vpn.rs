@@ -49,7 +49,7 @@ pub use crate::configmap::{ISSUED_FILTER_CONFIGMAP, MAX_REMOVED_DISKS, PEERS_CON
 use crate::kube_api::{ApiAnswer, KubeApi, KubeApiError, SendMethod};
 use crate::ledger::{
     AnchorStore, Caller, IssuedFilter, JOIN_COMPLETION_WINDOW, Ledger, Refusal, TicketKind, decide,
-    new_entries, record,
+    new_entries, record, seen_joins,
 };
 
 /// Compare-and-swap attempts before a change is given up as contended.
@@ -645,8 +645,9 @@ impl KubeApiPeerRegistry {
                 ledger: &ledger,
             };
             if let Some(version) = self.write(&stored, &written)? {
+                let seen = seen_joins(&ledger, &disks, &pending_peers);
                 self.anchor
-                    .wrote_registry(version.as_deref(), &ledger)
+                    .wrote_registry_joins(version.as_deref(), &ledger, &seen)
                     .map_err(RegistryError::Admission)?;
                 // This replica's answers show its own change at once.
                 *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -704,11 +705,29 @@ impl KubeApiPeerRegistry {
         };
         // A 404 after the object was seen, or a read that went back, is an
         // error, never an empty ledger.
+        // A first join seen and gone for no reason the registry gives is
+        // a regression, unless the filter shows its first boot over.
+        let now = (self.clock)();
+        let seen = seen_joins(&stored.ledger, &stored.disks, &stored.pending_peers);
+        let to_prove = self
+            .anchor
+            .anchor()
+            .joins_to_prove(&seen, &stored.removed, now);
+        let proven: Vec<String> = if to_prove.is_empty() {
+            Vec::new()
+        } else {
+            let filter = self.read_filter()?.filter;
+            to_prove
+                .into_iter()
+                .filter(|d| filter.holds_disk(d))
+                .collect()
+        };
         self.anchor
-            .registry(
+            .registry_joins(
                 stored.resource_version.as_deref(),
                 &stored.ledger,
                 &stored.removed,
+                (&seen, &proven, now),
             )
             .map_err(RegistryError::Admission)?;
         Ok(stored)

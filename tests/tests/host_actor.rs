@@ -21,15 +21,6 @@ const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
         "a member bootstraps on another member's disk (its data, its state) and the cluster \
          does not know: nothing binds a disk to the node it belongs to (issue 41, items 4 and 9)",
     ),
-    (
-        &["rejoin"],
-        "ledger: old registry restored",
-        "the registry put back, before the node starts, as it was before another node's first \
-         join, by a writer of the API (the real API server gives the copy a newer \
-         resourceVersion; an etcd restored from a snapshot would move it back, which the \
-         anchor refuses): the anchor keeps generations, not pending first joins (issue 41, \
-         item 4)",
-    ),
 ];
 
 #[test]
