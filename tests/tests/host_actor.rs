@@ -14,14 +14,12 @@ use confboot_tests::host_actor::{Flow, HostActor, cases, report};
 /// it, and what the host wins. Any other FAILURE fails the
 /// test. In the suite's short run a listed case that no longer fails fails
 /// the test too (remove it here then), so the list only shrinks.
-const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[
-    (
-        &["init", "join", "rejoin", "recover"],
-        "swap disks",
-        "a member bootstraps on another member's disk (its data, its state) and the cluster \
+const KNOWN_FAILURES: &[(&[&str], &str, &str)] = &[(
+    &["init", "join", "rejoin", "recover"],
+    "swap disks",
+    "a member bootstraps on another member's disk (its data, its state) and the cluster \
          does not know: nothing binds a disk to the node it belongs to (issue 41, items 4 and 9)",
-    ),
-];
+)];
 
 #[test]
 fn the_host_as_an_actor_never_gets_a_secret_data_or_a_wrong_cluster() {

@@ -482,7 +482,9 @@ impl SnpPolicy {
                             .as_str()
                             .filter(|l| matches!(*l, "measuredDirectBoot" | "firmwareOnly"))
                             .ok_or_else(|| {
-                                format_err("launch must be \"measuredDirectBoot\" or \"firmwareOnly\"")
+                                format_err(
+                                    "launch must be \"measuredDirectBoot\" or \"firmwareOnly\"",
+                                )
                             })?,
                     );
                 }
@@ -787,7 +789,10 @@ mod tests {
                 format!(r#"{{{m}, "launch": "firmwareOnly", "kernelHash": "{h}"}}"#),
                 "measuredDirectBoot\" only",
             ),
-            (format!(r#"{{{m}, "kernelHash": "{h}"}}"#), "measuredDirectBoot\" only"),
+            (
+                format!(r#"{{{m}, "kernelHash": "{h}"}}"#),
+                "measuredDirectBoot\" only",
+            ),
             (
                 format!(
                     r#"{{{m}, "launch": "measuredDirectBoot", "kernelHash": "{}", "initrdHash": "{h}", "cmdlineHash": "{h}"}}"#,
@@ -803,9 +808,7 @@ mod tests {
         }
         // Named twice: refused like any repeated key.
         assert!(matches!(
-            SnpPolicy::from_json(&format!(
-                r#"{{{m}, {DIRECT}, "launch": "firmwareOnly"}}"#
-            )),
+            SnpPolicy::from_json(&format!(r#"{{{m}, {DIRECT}, "launch": "firmwareOnly"}}"#)),
             Err(PolicyError::DuplicateKey(_))
         ));
     }
@@ -1065,11 +1068,16 @@ mod tests {
             std::env::temp_dir().join(format!("confboot-snp-policy-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("snp.json");
-        let mut text = format!(r#"{{"measurement": {{"expected": "{M}"}}, {DIRECT}}}"#).into_bytes();
+        let mut text =
+            format!(r#"{{"measurement": {{"expected": "{M}"}}, {DIRECT}}}"#).into_bytes();
         std::fs::write(&file, &text).unwrap();
         assert!(SnpPolicy::load(&file).is_ok());
         // A file is a bare-metal policy: its launch is required.
-        std::fs::write(&file, format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
+        std::fs::write(
+            &file,
+            format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#),
+        )
+        .unwrap();
         assert!(matches!(
             SnpPolicy::load(&file),
             Err(PolicyError::SnpLaunchUndeclared)
