@@ -169,13 +169,14 @@ pub struct KernelHashes {
 }
 
 /// The launch an SEV-SNP policy's measurement was taken of (`launch`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The hashes are boxed to keep the policy, held in every validator, small.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnpLaunch {
     /// `"measuredDirectBoot"`: a direct boot whose firmware (edk2's
     /// `OvmfPkg/AmdSev` build) carries the SEV kernel hashes table, filled
     /// with these hashes: the measurement pins the kernel, initrd and
     /// command line.
-    MeasuredDirectBoot(KernelHashes),
+    MeasuredDirectBoot(Box<KernelHashes>),
     /// `"firmwareOnly"`: a launch without the kernel hashes table: the
     /// measurement pins the firmware and vCPUs, not what they boot.
     FirmwareOnly,
@@ -482,7 +483,9 @@ impl SnpPolicy {
                             .as_str()
                             .filter(|l| matches!(*l, "measuredDirectBoot" | "firmwareOnly"))
                             .ok_or_else(|| {
-                                format_err("launch must be \"measuredDirectBoot\" or \"firmwareOnly\"")
+                                format_err(
+                                    "launch must be \"measuredDirectBoot\" or \"firmwareOnly\"",
+                                )
                             })?,
                     );
                 }
@@ -586,11 +589,11 @@ impl SnpPolicy {
         }
         policy.launch = match (launch, kernel, initrd, cmdline) {
             (Some("measuredDirectBoot"), Some(kernel), Some(initrd), Some(cmdline)) => {
-                Some(SnpLaunch::MeasuredDirectBoot(KernelHashes {
+                Some(SnpLaunch::MeasuredDirectBoot(Box::new(KernelHashes {
                     kernel,
                     initrd,
                     cmdline,
-                }))
+                })))
             }
             (Some("measuredDirectBoot"), ..) => {
                 return Err(format_err(
@@ -631,7 +634,7 @@ impl SnpPolicy {
     /// one ([`PolicyError::SnpLaunchNotMeasured`]) unless the policy says
     /// `insecureAnyImage` (then logged as a warning).
     pub fn check_launch(&self) -> Result<(), PolicyError> {
-        match self.launch {
+        match &self.launch {
             Some(SnpLaunch::MeasuredDirectBoot(_)) => Ok(()),
             None => Err(PolicyError::SnpLaunchUndeclared),
             Some(SnpLaunch::FirmwareOnly) if self.insecure_any_image => {
@@ -734,11 +737,11 @@ mod tests {
         let p = SnpPolicy::from_json_direct_boot_at(&format!("{{{m}, {DIRECT}}}"), None).unwrap();
         assert_eq!(
             p.launch,
-            Some(SnpLaunch::MeasuredDirectBoot(KernelHashes {
+            Some(SnpLaunch::MeasuredDirectBoot(Box::new(KernelHashes {
                 kernel: [0x11; 32],
                 initrd: [0x22; 32],
                 cmdline: [0x33; 32],
-            }))
+            })))
         );
         // No launch: read (the SNP part of an Azure policy), refused for
         // bare metal.
@@ -787,7 +790,10 @@ mod tests {
                 format!(r#"{{{m}, "launch": "firmwareOnly", "kernelHash": "{h}"}}"#),
                 "measuredDirectBoot\" only",
             ),
-            (format!(r#"{{{m}, "kernelHash": "{h}"}}"#), "measuredDirectBoot\" only"),
+            (
+                format!(r#"{{{m}, "kernelHash": "{h}"}}"#),
+                "measuredDirectBoot\" only",
+            ),
             (
                 format!(
                     r#"{{{m}, "launch": "measuredDirectBoot", "kernelHash": "{}", "initrdHash": "{h}", "cmdlineHash": "{h}"}}"#,
@@ -803,9 +809,7 @@ mod tests {
         }
         // Named twice: refused like any repeated key.
         assert!(matches!(
-            SnpPolicy::from_json(&format!(
-                r#"{{{m}, {DIRECT}, "launch": "firmwareOnly"}}"#
-            )),
+            SnpPolicy::from_json(&format!(r#"{{{m}, {DIRECT}, "launch": "firmwareOnly"}}"#)),
             Err(PolicyError::DuplicateKey(_))
         ));
     }
@@ -1065,11 +1069,16 @@ mod tests {
             std::env::temp_dir().join(format!("confboot-snp-policy-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("snp.json");
-        let mut text = format!(r#"{{"measurement": {{"expected": "{M}"}}, {DIRECT}}}"#).into_bytes();
+        let mut text =
+            format!(r#"{{"measurement": {{"expected": "{M}"}}, {DIRECT}}}"#).into_bytes();
         std::fs::write(&file, &text).unwrap();
         assert!(SnpPolicy::load(&file).is_ok());
         // A file is a bare-metal policy: its launch is required.
-        std::fs::write(&file, format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#)).unwrap();
+        std::fs::write(
+            &file,
+            format!(r#"{{"measurement": {{"expected": "{M}"}}}}"#),
+        )
+        .unwrap();
         assert!(matches!(
             SnpPolicy::load(&file),
             Err(PolicyError::SnpLaunchUndeclared)
