@@ -169,13 +169,14 @@ pub struct KernelHashes {
 }
 
 /// The launch an SEV-SNP policy's measurement was taken of (`launch`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The hashes are boxed to keep the policy, held in every validator, small.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnpLaunch {
     /// `"measuredDirectBoot"`: a direct boot whose firmware (edk2's
     /// `OvmfPkg/AmdSev` build) carries the SEV kernel hashes table, filled
     /// with these hashes: the measurement pins the kernel, initrd and
     /// command line.
-    MeasuredDirectBoot(KernelHashes),
+    MeasuredDirectBoot(Box<KernelHashes>),
     /// `"firmwareOnly"`: a launch without the kernel hashes table: the
     /// measurement pins the firmware and vCPUs, not what they boot.
     FirmwareOnly,
@@ -588,11 +589,11 @@ impl SnpPolicy {
         }
         policy.launch = match (launch, kernel, initrd, cmdline) {
             (Some("measuredDirectBoot"), Some(kernel), Some(initrd), Some(cmdline)) => {
-                Some(SnpLaunch::MeasuredDirectBoot(KernelHashes {
+                Some(SnpLaunch::MeasuredDirectBoot(Box::new(KernelHashes {
                     kernel,
                     initrd,
                     cmdline,
-                }))
+                })))
             }
             (Some("measuredDirectBoot"), ..) => {
                 return Err(format_err(
@@ -633,7 +634,7 @@ impl SnpPolicy {
     /// one ([`PolicyError::SnpLaunchNotMeasured`]) unless the policy says
     /// `insecureAnyImage` (then logged as a warning).
     pub fn check_launch(&self) -> Result<(), PolicyError> {
-        match self.launch {
+        match &self.launch {
             Some(SnpLaunch::MeasuredDirectBoot(_)) => Ok(()),
             None => Err(PolicyError::SnpLaunchUndeclared),
             Some(SnpLaunch::FirmwareOnly) if self.insecure_any_image => {
@@ -736,11 +737,11 @@ mod tests {
         let p = SnpPolicy::from_json_direct_boot_at(&format!("{{{m}, {DIRECT}}}"), None).unwrap();
         assert_eq!(
             p.launch,
-            Some(SnpLaunch::MeasuredDirectBoot(KernelHashes {
+            Some(SnpLaunch::MeasuredDirectBoot(Box::new(KernelHashes {
                 kernel: [0x11; 32],
                 initrd: [0x22; 32],
                 cmdline: [0x33; 32],
-            }))
+            })))
         );
         // No launch: read (the SNP part of an Azure policy), refused for
         // bare metal.
