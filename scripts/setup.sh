@@ -90,6 +90,17 @@ if ! "$VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KUBERNETE
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
 
+# sev-snp-measure (PyPI, pinned): the oracle `confboot measure --variant
+# sev-snp`'s launch digest is checked against (crates/measure/tests/snp_oracle.rs).
+SEV_SNP_MEASURE_VERSION=0.0.13
+SNP_VENV="${CARGO_TARGET_DIR:-$ROOT/target}/tools/sev-snp-measure"
+if ! "$SNP_VENV/bin/pip" show sev-snp-measure 2>/dev/null | grep -qx "Version: $SEV_SNP_MEASURE_VERSION"; then
+  echo "setup: installing sev-snp-measure $SEV_SNP_MEASURE_VERSION into $SNP_VENV"
+  rm -rf "$SNP_VENV"
+  python3 -m venv "$SNP_VENV"
+  "$SNP_VENV/bin/pip" install --quiet --disable-pip-version-check "sev-snp-measure==$SEV_SNP_MEASURE_VERSION"
+fi
+
 # The Kubernetes parts (kube-apiserver, kube-controller-manager, kubeadm,
 # kubelet, kubemark, kubectl, etcd), built from their Go modules at the
 # pinned release into a cache keyed by the versions: skipped when cached.

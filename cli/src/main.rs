@@ -10,6 +10,7 @@ mod hex_option;
 mod init;
 mod keygen;
 mod measure;
+mod measure_snp;
 mod recover;
 mod sign;
 mod verify;
@@ -77,7 +78,7 @@ const SUBCOMMANDS: &[Subcommand] = &[
     },
     Subcommand {
         name: "measure",
-        about: "Predict a QEMU/OVMF boot's PCRs from kernel, initrd and command line",
+        about: "Predict a QEMU/OVMF boot's PCRs, or its SEV-SNP launch digest (--variant sev-snp), from kernel, initrd and command line",
         run: measure::run,
     },
     Subcommand {

@@ -15,6 +15,14 @@ use confboot_measure::{
 use confboot_tpm::event_log::EventList;
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
+/// The variant whose measurements are predicted: the vTPM's PCRs here,
+/// the SEV-SNP launch digest in [`crate::measure_snp`].
+pub const VARIANT: Opt = Opt::value(
+    "variant",
+    "VARIANT",
+    "What to predict: qemu-vtpm (the vTPM's PCRs, these options) or sev-snp (the launch digest; see `confboot measure --variant sev-snp --help`)",
+)
+.default("qemu-vtpm");
 const KERNEL: Opt = Opt::value(
     "kernel",
     "FILE",
@@ -86,8 +94,9 @@ differing PCR. Exit status: 0 written, 2 bad arguments, unreadable input or a ke
 not predict, 1 an output cannot be written. With --reference-values-out, also writes the \
 image's reference values (every predicted PCR with its events, NAME, VERSION and a validity \
 window) as an unsigned CoRIM, which `confboot sign` signs with a release key.",
-    usage: "confboot measure --kernel FILE --initrd FILE --cmdline TEXT [--memory-mib N] [--policy-out FILE] [--events-out FILE] [--reference-values-out FILE --name NAME --version VERSION [--not-before TIME] [--not-after TIME]]",
+    usage: "confboot measure [--variant qemu-vtpm] --kernel FILE --initrd FILE --cmdline TEXT [--memory-mib N] [--policy-out FILE] [--events-out FILE] [--reference-values-out FILE --name NAME --version VERSION [--not-before TIME] [--not-after TIME]]",
     opts: &[
+        VARIANT,
         KERNEL,
         INITRD,
         CMDLINE,
@@ -175,6 +184,9 @@ enum MeasureCommandError {
     /// The boot cannot be predicted.
     #[error("{0}")]
     Predict(confboot_measure::MeasureError),
+    /// `--variant` names a variant this command does not predict.
+    #[error("--{option}: {0:?} is not qemu-vtpm or sev-snp", option = VARIANT.long)]
+    Variant(String),
 }
 
 impl ReferenceValuesOut {
@@ -246,6 +258,10 @@ impl ReferenceValuesOut {
 impl Config {
     /// Reads every option (each once, whatever the others say).
     fn from_matches(m: &Matches) -> Result<Config, MeasureCommandError> {
+        let variant = m.value(&VARIANT).expect("has a default");
+        if variant != Variant::QemuVtpm.name() {
+            return Err(MeasureCommandError::Variant(variant.to_string()));
+        }
         let kernel = m.required(&KERNEL).map(PathBuf::from);
         let initrd = m.required(&INITRD).map(str::to_string);
         let cmdline = m.required(&CMDLINE).map(str::to_string);
@@ -270,6 +286,9 @@ impl Config {
 
 /// Runs `confboot measure`; returns the exit code.
 pub fn run(args: Vec<String>) -> i32 {
+    if crate::measure_snp::wanted(&args) {
+        return crate::measure_snp::run(args);
+    }
     let m = parse_or_exit(&CMD, args);
     confboot_util::logging::init("confboot", m.verbosity().unwrap_or(2));
     let config = match Config::from_matches(&m) {

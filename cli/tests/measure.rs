@@ -5,6 +5,8 @@
 
 #[path = "../src/measure.rs"]
 mod measure;
+#[path = "../src/measure_snp.rs"]
+mod measure_snp;
 
 use std::path::{Path, PathBuf};
 
@@ -93,4 +95,101 @@ fn input_it_cannot_predict_from_is_refused_with_status_2() {
         2,
         "longer than the kernel takes"
     );
+}
+
+/// `confboot measure --variant sev-snp` on the firmware crafted from
+/// Debian's OVMF: the policy it writes loads as a bare-metal SEV-SNP policy
+/// (measured direct boot) and pins exactly the launch `sev-snp-measure`
+/// computes for the same inputs.
+#[test]
+fn the_snp_policy_measure_writes_pins_the_launch_sev_snp_measure_computes() {
+    use confboot_testkit::ovmf;
+    let d = dir().join("snp");
+    std::fs::create_dir_all(&d).unwrap();
+    let (fw, k, i, policy) = (
+        d.join("crafted.fd"),
+        d.join("vmlinuz"),
+        d.join("initrd"),
+        d.join("snp-policy.json"),
+    );
+    let debian = std::fs::read(ovmf::DEBIAN_OVMF).unwrap();
+    std::fs::write(&fw, ovmf::crafted_from(&debian)).unwrap();
+    std::fs::write(&k, ovmf::filler(20_000, 1)).unwrap();
+    std::fs::write(&i, ovmf::filler(5_000, 2)).unwrap();
+    let line = "console=ttyS0 confboot.cluster=abc";
+    let p = |x: &Path| x.display().to_string();
+    let args = |firmware: &Path| {
+        vec![
+            "--variant".to_string(),
+            "sev-snp".into(),
+            "--firmware".into(),
+            p(firmware),
+            "--kernel".into(),
+            p(&k),
+            "--initrd".into(),
+            p(&i),
+            "--cmdline".into(),
+            line.into(),
+            "--vcpu-type".into(),
+            "EPYC-Milan".into(),
+            "--vcpus".into(),
+            "2".into(),
+            "--policy-out".into(),
+            p(&policy),
+        ]
+    };
+    assert_eq!(measure::run(args(&fw)), 0);
+    let loaded = confboot_snp::SnpPolicy::load(&policy).expect("a strict SNP policy");
+    loaded.check_launch().expect("a measured direct boot");
+    let oracle = std::process::Command::new(ovmf::sev_snp_measure())
+        .args(["--mode", "snp", "--output-format", "hex", "--vcpus", "2"])
+        .args(["--vcpu-type", "EPYC-Milan", "--guest-features", "0x1"])
+        .arg("--ovmf")
+        .arg(&fw)
+        .arg("--kernel")
+        .arg(&k)
+        .arg("--initrd")
+        .arg(&i)
+        .args(["--append", line])
+        .output()
+        .unwrap();
+    assert!(oracle.status.success());
+    let expected = String::from_utf8(oracle.stdout).unwrap();
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        json["measurement"]["expected"].as_str().unwrap(),
+        expected.trim()
+    );
+    assert_eq!(json["measurement"]["warnOnly"], false);
+    // Debian's own OVMF has no kernel hashes section: refused, nothing written.
+    std::fs::remove_file(&policy).unwrap();
+    assert_eq!(measure::run(args(Path::new(ovmf::DEBIAN_OVMF))), 2);
+    assert!(!policy.exists());
+    // Usage errors: an unknown vCPU model, features that are no number,
+    // a variant this command does not predict.
+    let mut bad = args(&fw);
+    bad[11] = "EPYC-Milan-v9".into();
+    assert_eq!(measure::run(bad), 2);
+    let mut bad = args(&fw);
+    bad.extend(["--guest-features".into(), "SNP".into()]);
+    assert_eq!(measure::run(bad), 2);
+    assert_eq!(
+        measure::run(
+            [
+                "--variant",
+                "tdx",
+                "--kernel",
+                "k",
+                "--initrd",
+                "none",
+                "--cmdline",
+                "x"
+            ]
+            .map(String::from)
+            .to_vec()
+        ),
+        2
+    );
+    assert!(!policy.exists());
 }

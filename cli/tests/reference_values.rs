@@ -9,6 +9,8 @@ mod check_reference_values;
 mod keygen;
 #[path = "../src/measure.rs"]
 mod measure;
+#[path = "../src/measure_snp.rs"]
+mod measure_snp;
 #[path = "../src/sign.rs"]
 mod sign;
 

@@ -114,6 +114,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tpm_event_log", tpm_event_log),
     ("tpm_event_list", tpm_event_list),
     ("kernel_image", kernel_image),
+    ("ovmf_firmware", ovmf_firmware),
     ("verify_document", verify_document),
     ("ssh_users_config", ssh_users_config),
     ("kubelet_csr", kubelet_csr),
@@ -1891,6 +1892,47 @@ pub fn tpm_event_list(data: &[u8]) {
 }
 
 // ---- Boot prediction ----
+
+/// A firmware file given to `confboot measure --variant sev-snp` (an
+/// admin's input, which may come from anywhere), its end as the input's
+/// end, padded in front to whole pages: the footer table, the reset block
+/// and the SEV metadata never panic or read out of bounds, and a firmware
+/// that parses gives one launch digest per launch, refuses a direct boot
+/// exactly when it has no kernel hashes section, and moves the digest with
+/// the vCPU count.
+pub fn ovmf_firmware(data: &[u8]) {
+    use confboot_measure::snp::{KernelHashes, PAGE_LEN, SnpFirmware, SnpLaunch, SnpMeasureError};
+    let pages = data.len().div_ceil(PAGE_LEN).max(1);
+    let mut fw = vec![0u8; pages * PAGE_LEN];
+    let pad = fw.len() - data.len();
+    fw[pad..].copy_from_slice(data);
+    let Ok(firmware) = SnpFirmware::parse(fw) else {
+        return;
+    };
+    let hashes = KernelHashes::of(b"kernel", Some(b"initrd"), "console=ttyS0");
+    let launch = |hashes: Option<KernelHashes>, vcpus: u32| {
+        SnpLaunch {
+            firmware: &firmware,
+            hashes,
+            vcpus,
+            vcpu_signature: 0x00a0_0f11,
+            guest_features: 1,
+        }
+        .launch_digest()
+    };
+    let one = launch(None, 1).expect("a parsed firmware measures alone");
+    assert_eq!(Ok(one), launch(None, 1), "the digest is a function");
+    assert_ne!(Ok(one), launch(None, 2), "each vCPU is measured");
+    match launch(Some(hashes), 1) {
+        Err(SnpMeasureError::NoKernelHashesSection) => assert!(!firmware.has_kernel_hashes()),
+        Err(SnpMeasureError::HashesTableOutside(_)) => assert!(firmware.has_kernel_hashes()),
+        Err(e) => panic!("a direct boot refused for {e}"),
+        Ok(direct) => {
+            assert!(firmware.has_kernel_hashes());
+            assert_ne!(direct, one, "the hashes page is measured");
+        }
+    }
+}
 
 /// A kernel file given to `confboot measure` (an admin's input, which may
 /// come from anywhere): the setup header QEMU patches and the Authenticode

@@ -1155,6 +1155,39 @@ pub fn bz_image(signed: bool) -> Vec<u8> {
     k
 }
 
+/// Firmware files: one that takes a measured direct boot, one that does
+/// not, one whose table lies outside its page, and one whose metadata
+/// lists a section of unknown type.
+fn ovmf_firmware() -> Vec<Seed> {
+    use confboot_testkit::ovmf::{
+        SECTION_CPUID, SECTION_KERNEL_HASHES, SECTION_MEMORY, SECTION_SECRETS, synthetic,
+    };
+    let sections = [
+        (0x80_0000, 0x2000, SECTION_MEMORY),
+        (0x80_2000, 0x1000, SECTION_SECRETS),
+        (0x80_3000, 0x1000, SECTION_CPUID),
+        (0x80_4000, 0x1000, SECTION_KERNEL_HASHES),
+    ];
+    vec![
+        seed(
+            "direct-boot",
+            synthetic(2, &sections, Some(0x80_4c00), 0x80_b004),
+        ),
+        seed(
+            "firmware-only",
+            synthetic(2, &sections[..3], None, 0x80_b004),
+        ),
+        seed(
+            "table-outside",
+            synthetic(2, &sections, Some(0x80_5000), 0x80_b004),
+        ),
+        seed(
+            "unknown-section",
+            synthetic(2, &[(0x80_0000, 0x1000, 9)], None, 0x80_b004),
+        ),
+    ]
+}
+
 fn kernel_image() -> Vec<Seed> {
     vec![
         seed("bzimage", bz_image(false)),
@@ -1447,6 +1480,7 @@ pub fn seeds(name: &str) -> Vec<Seed> {
         "tpm_event_log" => tpm_event_log(),
         "tpm_event_list" => tpm_event_list(),
         "kernel_image" => kernel_image(),
+        "ovmf_firmware" => ovmf_firmware(),
         "verify_document" => verify_document(),
         "ssh_users_config" => ssh_users_config(),
         "kubelet_csr" => kubelet_csr(),

@@ -29,6 +29,7 @@
 //! ```
 
 pub mod authenticode;
+pub mod snp;
 
 use std::io::Read;
 

@@ -20,6 +20,7 @@
 //! test panicking alike.
 
 pub mod deadlines;
+pub mod ovmf;
 #[cfg(feature = "snp")]
 pub mod snp;
 #[cfg(feature = "tdx")]
