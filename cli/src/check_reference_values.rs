@@ -164,6 +164,17 @@ pub fn run(args: Vec<String>) -> i32 {
         None => println!("unsigned   (no release key given)"),
     }
     for v in &set.variants {
+        if let Some(launch) = &v.launch {
+            let hex = confboot_util::hex::encode;
+            println!("variant    {} (a measured direct boot)", v.variant);
+            for e in v.policy.entries().values() {
+                println!("  launch   {}  enforced", hex(&e.value));
+            }
+            println!("  kernel   {}", hex(&launch.kernel));
+            println!("  initrd   {}", hex(&launch.initrd));
+            println!("  cmdline  {}", hex(&launch.cmdline));
+            continue;
+        }
         println!(
             "variant    {} ({} events)",
             v.variant,

@@ -52,27 +52,27 @@ const POLICY_OUT: Opt = Opt::value(
 .default("measurements.json");
 const EVENTS_OUT: Opt = Opt::value("events-out", "FILE", "Where the predicted event log goes")
     .default("measurements.events.json");
-const REFERENCE_VALUES_OUT: Opt = Opt::value(
+pub(crate) const REFERENCE_VALUES_OUT: Opt = Opt::value(
     "reference-values-out",
     "FILE",
     "Also write the image's reference values here: an unsigned CoRIM (see the README), for `confboot sign`",
 );
-const NAME: Opt = Opt::value(
+pub(crate) const NAME: Opt = Opt::value(
     "name",
     "NAME",
     "The image's name in the reference values (with --reference-values-out)",
 );
-const VERSION: Opt = Opt::value(
+pub(crate) const VERSION: Opt = Opt::value(
     "version",
     "VERSION",
     "The image's version in the reference values (with --reference-values-out)",
 );
-const NOT_BEFORE: Opt = Opt::value(
+pub(crate) const NOT_BEFORE: Opt = Opt::value(
     "not-before",
     "TIME",
     "Start of the reference values' window: RFC 3339 UTC (2026-01-01T00:00:00Z), a date or Unix seconds; default now",
 );
-const NOT_AFTER: Opt = Opt::value(
+pub(crate) const NOT_AFTER: Opt = Opt::value(
     "not-after",
     "TIME",
     "End of the reference values' window (inclusive), as --not-before; default 365 days after it",
@@ -133,23 +133,23 @@ struct Config {
 
 /// Where the reference values go, and what they say of the image.
 #[derive(Debug, PartialEq, Eq)]
-struct ReferenceValuesOut {
+pub(crate) struct ReferenceValuesOut {
     /// The file.
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The image's name.
-    name: String,
+    pub(crate) name: String,
     /// The image's version.
-    version: String,
+    pub(crate) version: String,
     /// The window's start, Unix seconds.
-    not_before: i64,
+    pub(crate) not_before: i64,
     /// The window's end, Unix seconds.
-    not_after: i64,
+    pub(crate) not_after: i64,
 }
 
 /// Why `confboot measure` predicted nothing (exit 2): an option, a file
 /// it names, or a set a reader would refuse.
 #[derive(Debug, thiserror::Error)]
-enum MeasureCommandError {
+pub(crate) enum MeasureCommandError {
     /// An option is missing or not of its type.
     #[error(transparent)]
     Args(#[from] confboot_util::args::ArgsError),
@@ -191,7 +191,7 @@ enum MeasureCommandError {
 
 impl ReferenceValuesOut {
     /// Reads the reference-value options; `now` is the default start.
-    fn from_matches(
+    pub(crate) fn from_matches(
         m: &Matches,
         now: i64,
     ) -> Result<Option<ReferenceValuesOut>, MeasureCommandError> {
@@ -239,19 +239,46 @@ impl ReferenceValuesOut {
         policy: &MeasurementPolicy,
         events: &EventList,
     ) -> Result<Vec<u8>, MeasureCommandError> {
+        self.encode_variant(VariantReference {
+            variant: Variant::QemuVtpm,
+            policy: policy.clone(),
+            events: events.clone(),
+            launch: None,
+        })
+    }
+
+    /// The set of one variant's values, in bytes (refused as a reader
+    /// would refuse it).
+    pub(crate) fn encode_variant(
+        &self,
+        variant: VariantReference,
+    ) -> Result<Vec<u8>, MeasureCommandError> {
         ReferenceSet {
             name: self.name.clone(),
             version: self.version.clone(),
             not_before: self.not_before,
             not_after: self.not_after,
-            variants: vec![VariantReference {
-                variant: Variant::QemuVtpm,
-                policy: policy.clone(),
-                events: events.clone(),
-            }],
+            variants: vec![variant],
         }
         .encode()
         .map_err(MeasureCommandError::Encode)
+    }
+
+    /// The line that says what was written.
+    pub(crate) fn describe(&self) -> String {
+        let at = |t: i64| {
+            confboot_util::time::rfc3339(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64),
+            )
+        };
+        format!(
+            "wrote {} (unsigned reference values of {} {}, valid {} to {})",
+            self.path.display(),
+            self.name,
+            self.version,
+            at(self.not_before),
+            at(self.not_after)
+        )
     }
 }
 
@@ -346,19 +373,7 @@ pub fn run(args: Vec<String>) -> i32 {
         events.events.len()
     );
     if let Some(r) = &config.reference_values {
-        let at = |t: i64| {
-            confboot_util::time::rfc3339(
-                std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64),
-            )
-        };
-        println!(
-            "wrote {} (unsigned reference values of {} {}, valid {} to {})",
-            r.path.display(),
-            r.name,
-            r.version,
-            at(r.not_before),
-            at(r.not_after)
-        );
+        println!("{}", r.describe());
     }
     0
 }

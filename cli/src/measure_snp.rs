@@ -14,7 +14,12 @@ use confboot_measure::snp::{
 use confboot_measure::{InitrdDigest, MAX_KERNEL_LEN};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, parse_or_exit};
 
-use crate::measure::VARIANT;
+use confboot_appraisal::reference::{DirectBootHashes, VariantReference};
+
+use crate::measure::{
+    MeasureCommandError, NAME, NOT_AFTER, NOT_BEFORE, REFERENCE_VALUES_OUT, ReferenceValuesOut,
+    VARIANT, VERSION,
+};
 
 const FIRMWARE: Opt = Opt::value(
     "firmware",
@@ -62,9 +67,11 @@ one VMSA per vCPU as QEMU starts it. Writes the SEV-SNP policy that pins that la
 measurement enforced, \"launch\": \"measuredDirectBoot\" and the three hashes (TCB minimums, \
 VMPL, debug and the roots keep their defaults; edit the file to change them). A firmware \
 without the kernel hashes section (Debian's OVMF) is refused: its launch digest would pin the \
-firmware and not the image. Exit status: 0 written, 2 bad arguments, unreadable input or a \
+firmware and not the image. With --reference-values-out, also writes the launch (its digest and \
+the three hashes, NAME, VERSION and a validity window) as an unsigned CoRIM, which `confboot \
+sign` signs with a release key. Exit status: 0 written, 2 bad arguments, unreadable input or a \
 firmware this does not measure, 1 the policy cannot be written.",
-    usage: "confboot measure --variant sev-snp --firmware FILE --kernel FILE --initrd FILE --cmdline TEXT --vcpu-type MODEL [--vcpus N] [--guest-features BITS] [--policy-out FILE]",
+    usage: "confboot measure --variant sev-snp --firmware FILE --kernel FILE --initrd FILE --cmdline TEXT --vcpu-type MODEL [--vcpus N] [--guest-features BITS] [--policy-out FILE] [--reference-values-out FILE --name NAME --version VERSION [--not-before TIME] [--not-after TIME]]",
     opts: &[
         VARIANT,
         FIRMWARE,
@@ -75,6 +82,11 @@ firmware this does not measure, 1 the policy cannot be written.",
         VCPU_TYPE,
         GUEST_FEATURES,
         POLICY_OUT,
+        REFERENCE_VALUES_OUT,
+        NAME,
+        VERSION,
+        NOT_BEFORE,
+        NOT_AFTER,
         VERBOSITY,
     ],
 };
@@ -90,6 +102,7 @@ struct Config {
     vcpu_type: VcpuType,
     guest_features: u64,
     policy_out: PathBuf,
+    reference_values: Option<ReferenceValuesOut>,
 }
 
 /// Why nothing was predicted (exit 2).
@@ -126,6 +139,9 @@ enum MeasureSnpError {
     /// The firmware or the launch cannot be measured.
     #[error("{0}")]
     Measure(SnpMeasureError),
+    /// The reference-value options, or the set they make.
+    #[error(transparent)]
+    ReferenceValues(MeasureCommandError),
 }
 
 /// Whether the arguments ask for the SEV-SNP variant (`--variant sev-snp`
@@ -155,6 +171,8 @@ impl Config {
         let vcpu_type = m.required(&VCPU_TYPE).map(str::to_string);
         let features = m.value(&GUEST_FEATURES).expect("has a default").to_string();
         let policy_out = PathBuf::from(m.value(&POLICY_OUT).expect("has a default"));
+        let reference_values = ReferenceValuesOut::from_matches(m, confboot_util::time::unix_now())
+            .map_err(MeasureSnpError::ReferenceValues);
         let cmdline = cmdline?;
         if !cmdline.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err(MeasureSnpError::Cmdline);
@@ -172,6 +190,7 @@ impl Config {
             guest_features: parse_features(&features)
                 .ok_or(MeasureSnpError::GuestFeatures(features))?,
             policy_out,
+            reference_values: reference_values?,
         })
     }
 }
@@ -244,12 +263,29 @@ pub fn run(args: Vec<String>) -> i32 {
             return 2;
         }
     };
-    if let Err(e) = std::fs::write(&config.policy_out, policy_json(&digest, &hashes)) {
-        eprintln!(
-            "confboot measure: cannot write {}: {e}",
-            config.policy_out.display()
-        );
-        return 1;
+    let mut outputs = vec![(
+        &config.policy_out,
+        policy_json(&digest, &hashes).into_bytes(),
+    )];
+    if let Some(reference) = &config.reference_values {
+        let launch = DirectBootHashes {
+            kernel: hashes.kernel,
+            initrd: hashes.initrd,
+            cmdline: hashes.cmdline,
+        };
+        match reference.encode_variant(VariantReference::snp_launch(digest, launch)) {
+            Ok(bytes) => outputs.push((&reference.path, bytes)),
+            Err(e) => {
+                eprintln!("confboot measure: {e}");
+                return 2;
+            }
+        }
+    }
+    for (path, bytes) in &outputs {
+        if let Err(e) = std::fs::write(path, bytes) {
+            eprintln!("confboot measure: cannot write {}: {e}", path.display());
+            return 1;
+        }
     }
     let hex = confboot_util::hex::encode;
     println!("measurement  {}", hex(&digest));
@@ -263,6 +299,9 @@ pub fn run(args: Vec<String>) -> i32 {
         config.vcpu_type,
         config.guest_features
     );
+    if let Some(r) = &config.reference_values {
+        println!("{}", r.describe());
+    }
     0
 }
 

@@ -143,3 +143,90 @@ fn measured_signed_and_checked_reference_values_give_the_measured_policy() {
         1
     );
 }
+
+/// An SEV-SNP launch as reference values: `confboot measure --variant
+/// sev-snp --reference-values-out` writes the launch digest with its kernel
+/// hashes, `confboot sign` signs it, and the set read back carries the
+/// digest and hashes of the policy the same run wrote.
+#[test]
+fn an_snp_launch_measured_signed_and_read_back_is_the_policys_launch() {
+    use confboot_testkit::ovmf;
+    let d = dir().join("snp");
+    std::fs::create_dir_all(&d).unwrap();
+    let p = |n: &str| d.join(n).display().to_string();
+    let debian = std::fs::read(ovmf::DEBIAN_OVMF).unwrap();
+    std::fs::write(d.join("ovmf.fd"), ovmf::crafted_from(&debian)).unwrap();
+    std::fs::write(d.join("vmlinuz"), ovmf::filler(9_000, 3)).unwrap();
+    let measured = measure::run(args(&[
+        "--variant",
+        "sev-snp",
+        "--firmware",
+        &p("ovmf.fd"),
+        "--kernel",
+        &p("vmlinuz"),
+        "--initrd",
+        "none",
+        "--cmdline",
+        "console=ttyS0",
+        "--vcpu-type",
+        "EPYC-Genoa",
+        "--policy-out",
+        &p("snp-policy.json"),
+        "--reference-values-out",
+        &p("snp.corim"),
+        "--name",
+        "confboot-node",
+        "--version",
+        "1.3.0",
+        "--not-before",
+        "2026-01-01",
+    ]));
+    assert_eq!(measured, 0);
+    assert_eq!(keygen::run(args(&["--out", &p("release.pem")])), 0);
+    let signed = sign::run(args(&[
+        "--key",
+        &p("release.pem"),
+        "--in",
+        &p("snp.corim"),
+        "--out",
+        &p("snp.signed"),
+    ]));
+    assert_eq!(signed, 0);
+    let checked = check_reference_values::run(args(&[
+        "--in",
+        &p("snp.signed"),
+        "--release-key",
+        &p("release.pem.pub"),
+        "--at",
+        "2026-06-01",
+    ]));
+    assert_eq!(checked, 0);
+    let key = confboot_appraisal::reference::ReleaseKey::from_pem(
+        &std::fs::read(d.join("release.pem.pub")).unwrap(),
+    )
+    .unwrap();
+    let opened = confboot_appraisal::reference::open(
+        &std::fs::read(d.join("snp.signed")).unwrap(),
+        &[key],
+        1_780_000_000,
+    )
+    .unwrap();
+    let snp = opened
+        .set
+        .variant(confboot_attest::Variant::SevSnp)
+        .expect("an SEV-SNP part");
+    let policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("snp-policy.json")).unwrap()).unwrap();
+    let hex = confboot_util::hex::encode;
+    assert_eq!(
+        hex(&snp.policy.entries()[&0].value),
+        policy["measurement"]["expected"].as_str().unwrap()
+    );
+    let launch = snp.launch.expect("the launch's hashes");
+    assert_eq!(hex(&launch.kernel), policy["kernelHash"].as_str().unwrap());
+    assert_eq!(hex(&launch.initrd), policy["initrdHash"].as_str().unwrap());
+    assert_eq!(
+        hex(&launch.cmdline),
+        policy["cmdlineHash"].as_str().unwrap()
+    );
+}

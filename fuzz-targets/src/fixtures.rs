@@ -592,6 +592,7 @@ pub fn reference_set(
             variant: Variant::QemuVtpm,
             policy: confboot_measure::predicted_policy(&events),
             events,
+            launch: None,
         }],
     }
 }

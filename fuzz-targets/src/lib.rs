@@ -885,10 +885,11 @@ pub fn measurement_policy(data: &[u8]) {
 
 /// An unsigned reference-value set (CoRIM): what reads is the one encoding
 /// of what it says (it writes back to the same bytes), each variant's
-/// policy pins the image and its events replay to its PCRs; read where no
-/// release key is configured, it is the same set.
+/// policy pins the image and its events replay to its PCRs (an SEV-SNP
+/// launch: its digest enforced, no events); read where no release key is
+/// configured, it is the same set.
 pub fn reference_corim(data: &[u8]) {
-    use confboot_appraisal::reference::{ReferenceSet, open};
+    use confboot_appraisal::reference::{LAUNCH_DIGEST_LEN, LAUNCH_VARIANTS, ReferenceSet, open};
     let Ok(set) = ReferenceSet::from_cbor(data) else {
         return;
     };
@@ -899,6 +900,13 @@ pub fn reference_corim(data: &[u8]) {
     );
     assert_eq!(set.encode().ok().as_deref(), Some(data));
     for v in &set.variants {
+        if LAUNCH_VARIANTS.contains(&v.variant) {
+            assert!(v.launch.is_some() && v.events.events.is_empty());
+            let digest = &v.policy.entries()[&0];
+            assert!(!digest.warn_only && digest.value.len() == LAUNCH_DIGEST_LEN);
+            continue;
+        }
+        assert!(v.launch.is_none());
         assert!(v.policy.check_pins_image().is_ok());
         for (pcr, value) in v.events.replay() {
             assert_eq!(v.policy.entries()[&pcr].value, value, "PCR {pcr}");

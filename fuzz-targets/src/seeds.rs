@@ -1339,8 +1339,20 @@ fn reference_corim() -> Vec<Seed> {
     let bytes = valid.to_cbor();
     let mut flipped = bytes.clone();
     flipped[bytes.len() / 2] ^= 0x01;
+    let mut with_snp = valid.clone();
+    with_snp
+        .variants
+        .push(confboot_appraisal::reference::VariantReference::snp_launch(
+            [0x42; 48],
+            confboot_appraisal::reference::DirectBootHashes {
+                kernel: [1; 32],
+                initrd: [2; 32],
+                cmdline: [3; 32],
+            },
+        ));
     vec![
         seed("valid", bytes.clone()),
+        seed("with-snp-launch", with_snp.to_cbor()),
         seed("expired", expired.to_cbor()),
         seed("pcr9-warn-only", loose.to_cbor()),
         seed("truncated", &bytes[..bytes.len() - 1]),

@@ -45,6 +45,7 @@ fn set_of(node: &Node, version: &str, days: i64) -> ReferenceSet {
             variant: Variant::QemuVtpm,
             policy: node.policy(),
             events: EventList::default(),
+            launch: None,
         }],
     }
 }
@@ -351,6 +352,7 @@ fn a_node_accepts_a_join_service_of_a_set_signed_by_its_pinned_release_key() {
             variant: Variant::QemuVtpm,
             policy: policy.clone(),
             events: EventList::default(),
+            launch: None,
         }],
     };
     // The joining node runs another image (v2): its own-image policy does

@@ -53,6 +53,7 @@ fn set_of(log: &[u8], version: &str, from: i64, to: i64) -> ReferenceSet {
             variant: Variant::QemuVtpm,
             policy: policy_of(log),
             events: EventList::default(),
+            launch: None,
         }],
     }
 }

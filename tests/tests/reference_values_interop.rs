@@ -57,6 +57,7 @@ fn reference_set() -> ReferenceSet {
             variant: Variant::QemuVtpm,
             policy: predicted_policy(&events),
             events,
+            launch: None,
         }],
     }
 }

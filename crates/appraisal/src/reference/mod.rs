@@ -35,8 +35,17 @@
 //! `VARIANT` is a variant's name; those whose reference values are the
 //! SHA-256 PCRs of a vTPM ([`PCR_VARIANTS`]: `qemu-vtpm`, and
 //! `azure-sev-snp`, whose paravisor's vTPM measures the image into PCRs 4
-//! and 9 as OVMF and the kernel's EFI stub do) are read; SEV-SNP's launch
-//! digest and TDX's registers (SHA-384) are not carried yet. Keys -1 to -3 of a
+//! and 9 as OVMF and the kernel's EFI stub do) are read, and `sev-snp`,
+//! whose measurements are exactly the image and one launch:
+//!
+//! ```text
+//! launch = { 0: "launch", 1: { 2: [[7, h'48 bytes']],       ; the launch digest (sha-384)
+//!                              -4: [[1, h'32 bytes']],      ; kernel  } the SHA-256 its kernel
+//!                              -5: [[1, h'32 bytes']],      ; initrd  } hashes table holds (a
+//!                              -6: [[1, h'32 bytes']] } }   ; cmdline } measured direct boot)
+//! ```
+//!
+//! TDX's registers are not carried yet. Keys -1 to -6 of a
 //! `measurement-values-map` are this profile's extensions (negative keys
 //! are reserved for profiles). Digest algorithm 1 is SHA-256 in the IANA
 //! Named Information Hash Algorithm registry. A signed set wraps the
@@ -108,10 +117,21 @@ pub const VENDOR: &str = "confboot";
 /// to [`MeasurementPolicy::check_pins_image`] (PCRs 4 and 9, the same on
 /// Azure: `confboot_azure::AZURE_IMAGE_PCRS`).
 pub const PCR_VARIANTS: [Variant; 2] = [Variant::QemuVtpm, Variant::AzureSevSnp];
+/// The variants whose reference values are one launch: SEV-SNP's launch
+/// digest of a measured direct boot, with its kernel hashes.
+pub const LAUNCH_VARIANTS: [Variant; 1] = [Variant::SevSnp];
 
 const URI_TAG: u64 = 32;
 const EPOCH_TIME_TAG: u64 = 1;
 const SHA256_ALG: u64 = 1;
+/// SHA-384 in the IANA Named Information Hash Algorithm registry.
+const SHA384_ALG: u64 = 7;
+const LAUNCH_KEY: &str = "launch";
+const KERNEL_HASH_KEY: i64 = -4;
+const INITRD_HASH_KEY: i64 = -5;
+const CMDLINE_HASH_KEY: i64 = -6;
+/// The length of an SEV-SNP launch digest.
+pub const LAUNCH_DIGEST_LEN: usize = 48;
 const IMAGE_KEY: &str = "image";
 const EVENT_KEY_PREFIX: &str = "event/";
 const WARN_ONLY_KEY: i64 = -1;
@@ -135,6 +155,41 @@ pub struct VariantReference {
     /// The predicted events, in log order (to name the event behind a PCR
     /// that differs).
     pub events: EventList,
+    /// The measured direct boot a launch variant's digest was taken of
+    /// (`Some` for exactly [`LAUNCH_VARIANTS`], whose `policy` holds the
+    /// launch digest, enforced, at index 0, and whose `events` are empty).
+    pub launch: Option<DirectBootHashes>,
+}
+
+/// The SHA-256 digests a measured direct boot's kernel hashes table holds
+/// (SEV-SNP): of the kernel file, of the initrd file (of no bytes without
+/// one), of the command line with its NUL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectBootHashes {
+    /// The kernel's.
+    pub kernel: [u8; 32],
+    /// The initrd's.
+    pub initrd: [u8; 32],
+    /// The command line's.
+    pub cmdline: [u8; 32],
+}
+
+impl VariantReference {
+    /// An SEV-SNP launch's reference values: its launch digest, enforced,
+    /// and the hashes of the measured direct boot it was taken of.
+    pub fn snp_launch(
+        digest: [u8; LAUNCH_DIGEST_LEN],
+        hashes: DirectBootHashes,
+    ) -> VariantReference {
+        let mut policy = MeasurementPolicy::default();
+        policy.set(0, digest.to_vec(), false);
+        VariantReference {
+            variant: Variant::SevSnp,
+            policy,
+            events: EventList { events: Vec::new() },
+            launch: Some(hashes),
+        }
+    }
 }
 
 /// A reference-value set: what one image measures, per variant.
@@ -219,7 +274,9 @@ pub enum ReferenceError {
         not_after: i64,
     },
     /// A variant this format does not carry reference values for.
-    #[error("reference-value set names variant {0:?}, whose reference values are not PCRs")]
+    #[error(
+        "reference-value set names variant {0:?}, whose reference values are neither PCRs nor an SEV-SNP launch"
+    )]
     UnsupportedVariant(String),
     /// A variant's reference values are not a policy that pins the image.
     #[error("reference-value set, variant {variant}: {error}")]
@@ -255,8 +312,12 @@ fn instant(t: i64) -> String {
 // ---- writing ----
 
 fn digests(value: &[u8]) -> Value {
+    digests_of(SHA256_ALG, value)
+}
+
+fn digests_of(alg: u64, value: &[u8]) -> Value {
     Value::Array(vec![Value::Array(vec![
-        Value::Uint(SHA256_ALG),
+        Value::Uint(alg),
         Value::Bytes(value.to_vec()),
     ])])
 }
@@ -281,6 +342,24 @@ impl VariantReference {
                 (11, Value::text(name)),
             ],
         )];
+        if let Some(hashes) = &self.launch {
+            let digest = self
+                .policy
+                .entries()
+                .get(&0)
+                .map(|e| e.value.clone())
+                .unwrap_or_default();
+            measurements.push(measurement(
+                Value::text(LAUNCH_KEY),
+                vec![
+                    (2, digests_of(SHA384_ALG, &digest)),
+                    (KERNEL_HASH_KEY, digests(&hashes.kernel)),
+                    (INITRD_HASH_KEY, digests(&hashes.initrd)),
+                    (CMDLINE_HASH_KEY, digests(&hashes.cmdline)),
+                ],
+            ));
+            return Value::Array(vec![environment, Value::Array(measurements)]);
+        }
         for (pcr, expected) in self.policy.entries() {
             let mut values = vec![(2, digests(&expected.value))];
             if expected.warn_only {
@@ -625,6 +704,69 @@ fn read_corim(top: &Value) -> Result<ReferenceSet, ReferenceError> {
     })
 }
 
+/// A launch variant's measurements: exactly the image, then the launch.
+fn read_launch(
+    variant: Variant,
+    measurements: &[Value],
+) -> Result<(VariantReference, String, String), ReferenceError> {
+    let [image, launch] = measurements else {
+        return Err(format_error(
+            "an SEV-SNP part is not exactly the image and one launch",
+        ));
+    };
+    let image = Fields::of(image, "measurement-map", &[0, 1])?;
+    if image.required(0)? != &Value::text(IMAGE_KEY) {
+        return Err(format_error(
+            "an SEV-SNP part does not start with its image",
+        ));
+    }
+    let values = Fields::of(
+        image.required(1)?,
+        "the image's measurement-values-map",
+        &[0, 11],
+    )?;
+    let version = Fields::of(values.required(0)?, "version-map", &[0])?;
+    let version = text(version.required(0)?, "the image's version", MAX_NAME_LEN)?;
+    let name = text(values.required(11)?, "the image's name", MAX_NAME_LEN)?;
+    let launch = Fields::of(launch, "measurement-map", &[0, 1])?;
+    if launch.required(0)? != &Value::text(LAUNCH_KEY) {
+        return Err(format_error(
+            "an SEV-SNP part's second measurement is not its launch",
+        ));
+    }
+    let what = "the launch's measurement-values-map";
+    let values = Fields::of(
+        launch.required(1)?,
+        what,
+        &[2, KERNEL_HASH_KEY, INITRD_HASH_KEY, CMDLINE_HASH_KEY],
+    )?;
+    let bad = || format_error("the launch digest is not one SHA-384 digest");
+    let [digest] = array(values.required(2)?, what)? else {
+        return Err(bad());
+    };
+    let digest: [u8; LAUNCH_DIGEST_LEN] = match array(digest, what)? {
+        [Value::Uint(SHA384_ALG), Value::Bytes(d)] => d.as_slice().try_into().map_err(|_| bad())?,
+        _ => return Err(bad()),
+    };
+    let hashes = DirectBootHashes {
+        kernel: sha256_digest(
+            values.required(KERNEL_HASH_KEY)?,
+            "the launch's kernel hash",
+        )?,
+        initrd: sha256_digest(
+            values.required(INITRD_HASH_KEY)?,
+            "the launch's initrd hash",
+        )?,
+        cmdline: sha256_digest(
+            values.required(CMDLINE_HASH_KEY)?,
+            "the launch's command-line hash",
+        )?,
+    };
+    let mut reference = VariantReference::snp_launch(digest, hashes);
+    reference.variant = variant;
+    Ok((reference, name.to_string(), version.to_string()))
+}
+
 fn read_triple(triple: &Value) -> Result<(VariantReference, String, String), ReferenceError> {
     let [environment, measurements] = array(triple, "a reference triple")? else {
         return Err(format_error(
@@ -640,9 +782,12 @@ fn read_triple(triple: &Value) -> Result<(VariantReference, String, String), Ref
     }
     let model = text(class.required(2)?, "the environment's model", MAX_NAME_LEN)?;
     let variant = Variant::from_name(model)
-        .filter(|v| PCR_VARIANTS.contains(v))
+        .filter(|v| PCR_VARIANTS.contains(v) || LAUNCH_VARIANTS.contains(v))
         .ok_or_else(|| ReferenceError::UnsupportedVariant(model.to_string()))?;
     let measurements = array(measurements, "measurements")?;
+    if LAUNCH_VARIANTS.contains(&variant) {
+        return read_launch(variant, measurements);
+    }
     if measurements.len() > 1 + confboot_attest::measurements::MAX_INDEX as usize + 1 + MAX_EVENTS {
         return Err(format_error("more measurements than PCRs and events"));
     }
@@ -741,6 +886,7 @@ fn read_triple(triple: &Value) -> Result<(VariantReference, String, String), Ref
             variant,
             policy,
             events,
+            launch: None,
         },
         name,
         version,

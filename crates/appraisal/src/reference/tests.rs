@@ -51,6 +51,7 @@ fn set(kernel: &str) -> ReferenceSet {
             variant: Variant::QemuVtpm,
             policy: predicted_policy(&events),
             events,
+            launch: None,
         }],
     }
 }
@@ -300,13 +301,17 @@ fn other_encodings_and_shapes_of_the_same_set_are_refused() {
         ReferenceSet::from_cbor(&bytes),
         Err(ReferenceError::Format(_))
     ));
-    // Another variant than the one whose values are PCRs.
-    let mut snp = set.clone();
-    snp.variants[0].variant = Variant::SevSnp;
+    // A variant whose values are neither PCRs nor a launch; PCRs under
+    // SEV-SNP, whose values are a launch.
+    let mut tdx = set.clone();
+    tdx.variants[0].variant = Variant::Tdx;
     assert!(matches!(
-        snp.encode(),
+        tdx.encode(),
         Err(ReferenceError::UnsupportedVariant(_))
     ));
+    let mut snp = set.clone();
+    snp.variants[0].variant = Variant::SevSnp;
+    assert!(matches!(snp.encode(), Err(ReferenceError::Format(_))));
     // A variant twice.
     let mut twice = set.clone();
     twice.variants.push(twice.variants[0].clone());
@@ -353,6 +358,7 @@ fn a_set_carries_the_values_of_each_pcr_variant() {
         variant: Variant::AzureSevSnp,
         policy: azure.clone(),
         events: EventList { events: Vec::new() },
+        launch: None,
     });
     let signed = set.sign(&key).unwrap();
     let opened = open(&signed, &[key.release_key().clone()], NOW).unwrap();
@@ -378,5 +384,56 @@ fn a_set_carries_the_values_of_each_pcr_variant() {
             variant: Variant::AzureSevSnp,
             ..
         })
+    ));
+}
+
+/// An image's SEV-SNP launch beside its vTPM PCRs in one set: the launch
+/// digest (SHA-384) and the kernel hashes of the measured direct boot it
+/// was taken of, signed and read back; an SNP part without its launch, one
+/// with PCRs, and a digest under another algorithm are each refused.
+#[test]
+fn a_set_carries_an_sev_snp_launch_and_its_kernel_hashes() {
+    let key = new_key();
+    let mut set = set("kernel");
+    let hashes = DirectBootHashes {
+        kernel: sha(b"vmlinuz"),
+        initrd: sha(b"initrd"),
+        cmdline: sha(b"console=ttyS0\0"),
+    };
+    set.variants.push(VariantReference::snp_launch(
+        [0x5a; LAUNCH_DIGEST_LEN],
+        hashes,
+    ));
+    let signed = set.sign(&key).unwrap();
+    let opened = open(&signed, &[key.release_key().clone()], NOW).unwrap();
+    assert_eq!(opened.set, set);
+    let snp = opened.set.variant(Variant::SevSnp).unwrap();
+    assert_eq!(snp.launch, Some(hashes));
+    assert_eq!(
+        snp.policy.entries()[&0].value,
+        vec![0x5a; LAUNCH_DIGEST_LEN]
+    );
+    assert!(!snp.policy.entries()[&0].warn_only);
+
+    // An SNP part written as PCRs (no launch) is no launch.
+    let mut no_launch = set.clone();
+    no_launch.variants[1].launch = None;
+    assert!(no_launch.encode().is_err());
+    // A vTPM part with a launch is refused too.
+    let mut pcrs_with_launch = set.clone();
+    pcrs_with_launch.variants[0].launch = Some(hashes);
+    assert!(pcrs_with_launch.encode().is_err());
+    // The launch digest under SHA-256's algorithm number.
+    let bytes = set.to_cbor();
+    let needle = [&[0x82, 0x07, 0x58, 0x30][..], &[0x5a; 4]].concat();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle.as_slice())
+        .expect("the digest as written: [7, h'48 bytes']");
+    let mut other = bytes.clone();
+    other[at + 1] = 0x01;
+    assert!(matches!(
+        ReferenceSet::from_cbor(&other),
+        Err(ReferenceError::Format(_))
     ));
 }

@@ -41,6 +41,7 @@ fn set(version: &str, until: i64) -> ReferenceSet {
             variant: Variant::QemuVtpm,
             policy: predicted_policy(&events),
             events,
+            launch: None,
         }],
     }
 }
