@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::stop_for_missing_setup;
+use crate::{XorShift, stop_for_missing_setup};
 
 /// Debian's OVMF build with the SEV metadata (the 2 MiB one; the 4 MiB
 /// build carries none).
@@ -76,17 +76,10 @@ pub fn guid_le(text: &str) -> [u8; 16] {
     b
 }
 
-/// `len` bytes that differ from page to page and from `seed` to `seed`.
+/// `len` bytes that differ from page to page and from `seed` to `seed`
+/// ([`XorShift`]'s, from `seed` made non-zero).
 pub fn filler(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    XorShift::new(seed | 1 << 63).bytes(len)
 }
 
 /// A footer-table entry: its data, then its length and GUID.
