@@ -26,6 +26,10 @@
 #                      its runc shim and ctr from --kube-bin; Debian's runc and
 #                      containernetworking-plugins), the pause image (built
 #                      here from --pause, imported into containerd at boot),
+#                      the control plane's images (etcd, kube-apiserver,
+#                      kube-controller-manager, kube-scheduler from
+#                      --kube-bin, imported by the cluster step of a
+#                      control plane before kubeadm runs),
 #                      the units of os/production/ that start containerd
 #                      and the kubelet, a CNI configuration (bridge +
 #                      host-local) and the kernel modules they load
@@ -33,8 +37,9 @@
 #                      package pinned in initramfs/kernel.sh). Without it:
 #                      the test image, which has none of these (tests add
 #                      their test units).
-#   --kube-bin DIR     where kubelet, kubeadm, containerd, containerd-shim-runc-v2
-#                      and ctr are (default: `scripts/kubernetes.sh --print`)
+#   --kube-bin DIR     where kubelet, kubeadm, containerd, containerd-shim-runc-v2,
+#                      ctr, etcd, kube-apiserver, kube-controller-manager and
+#                      kube-scheduler are (default: `scripts/kubernetes.sh --print`)
 #   --pause PATH       the static pause program (default: the static release
 #                      build of os/pause in target/)
 #
@@ -98,6 +103,8 @@ for tool in mmdebstrap mksquashfs depmod; do
 done
 [ "$(id -u)" -eq 0 ] || die "run as root (mmdebstrap --mode=root keeps the image's owners)"
 KUBE_COMMANDS=(kubelet kubeadm containerd containerd-shim-runc-v2 ctr)
+# kubeadm's static pods on a control plane, each an image of its program.
+CONTROL_PLANE_COMMANDS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 # containerd's overlayfs snapshotter, the CNI bridge plugin's bridge and
 # veth pairs, and bridged traffic through netfilter (net.bridge.*).
 KUBE_MODULES=(overlay bridge br_netfilter veth)
@@ -106,7 +113,7 @@ if [ "$PRODUCTION" -eq 1 ]; then
         KUBE_BIN="$(bash "$REPO/scripts/kubernetes.sh" --print)" ||
             die "no Kubernetes parts built (run scripts/kubernetes.sh or pass --kube-bin)"
     fi
-    for c in "${KUBE_COMMANDS[@]}"; do
+    for c in "${KUBE_COMMANDS[@]}" "${CONTROL_PLANE_COMMANDS[@]}"; do
         [ -f "$KUBE_BIN/$c" ] || die "no $c in $KUBE_BIN (--kube-bin)"
         file -L "$KUBE_BIN/$c" | grep -q 'static' || die "$KUBE_BIN/$c is not statically linked"
     done
@@ -184,9 +191,30 @@ if [ "$PRODUCTION" -eq 1 ]; then
     kube_version="$("$KUBE_BIN/kubeadm" version -o short)"
     pause_image="$("$KUBE_BIN/kubeadm" config images list --kubernetes-version "$kube_version" 2>/dev/null |
         grep -m1 '/pause:')" || die "kubeadm $kube_version names no pause image"
-    bash "$REPO/os/pause-image.sh" --pause "$PAUSE" --name "$pause_image" \
-        --out "$ROOT/usr/lib/confboot/images/pause.tar"
+    bash "$REPO/os/binary-image.sh" --binary "$PAUSE" --at /pause --entrypoint --user 65535:65535 \
+        --name "$pause_image" --out "$ROOT/usr/lib/confboot/images/pause.tar"
     chmod 0644 "$ROOT/usr/lib/confboot/images/pause.tar"
+    # The control plane's images, under the names kubeadm gives their
+    # static pods; etcd is the release built here (its own tag, which the
+    # cluster step hands kubeadm). Only a control plane imports them.
+    images_listed="$("$KUBE_BIN/kubeadm" config images list --kubernetes-version "$kube_version" 2>/dev/null)"
+    etcd_version="$("$KUBE_BIN/etcd" --version | sed -n 's/^etcd Version: //p')"
+    [[ "$etcd_version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "etcd --version names no version"
+    etcd_tag="$etcd_version-confboot"
+    for c in "${CONTROL_PLANE_COMMANDS[@]}"; do
+        if [ "$c" = etcd ]; then
+            ref="$(grep -m1 '/etcd:' <<<"$images_listed")" || die "kubeadm names no etcd image"
+            ref="${ref%:*}:$etcd_tag"
+        else
+            ref="$(grep -m1 "/$c:" <<<"$images_listed")" || die "kubeadm names no $c image"
+        fi
+        bash "$REPO/os/binary-image.sh" --binary "$KUBE_BIN/$c" --name "$ref" \
+            --out "$ROOT/usr/lib/confboot/images/control-plane/$c.tar"
+        chmod 0644 "$ROOT/usr/lib/confboot/images/control-plane/$c.tar"
+    done
+    # kubeadm mounts the controller manager's FlexVolume directory
+    # (DirectoryOrCreate): the read-only root carries it.
+    install -d -m 0755 "$ROOT/usr/libexec/kubernetes/kubelet-plugins/volume/exec"
     install -d -m 0755 "$ROOT/etc/containerd" "$ROOT/etc/cni/net.d"
     sed "s|@PAUSE_IMAGE@|$pause_image|" "$REPO/os/production/containerd/config.toml" \
         >"$ROOT/etc/containerd/config.toml"
@@ -194,8 +222,11 @@ if [ "$PRODUCTION" -eq 1 ]; then
     for unit in "$REPO"/os/production/units/*.service; do
         enable_unit "$unit"
     done
-    install -D -m 0644 "$REPO/os/production/cluster-step.d/10-kubernetes.conf" \
-        "$ROOT/etc/systemd/system/confboot-cluster-step.service.d/10-kubernetes.conf"
+    sed "s|@ETCD_IMAGE_TAG@|$etcd_tag|" "$REPO/os/production/cluster-step.d/10-kubernetes.conf" |
+        install -D -m 0644 /dev/stdin "$ROOT/etc/systemd/system/confboot-cluster-step.service.d/10-kubernetes.conf"
+    grep -q "CONFBOOT_ETCD_IMAGE_TAG=$etcd_tag" \
+        "$ROOT/etc/systemd/system/confboot-cluster-step.service.d/10-kubernetes.conf" ||
+        die "the cluster step's drop-in names no etcd image tag"
     install -D -m 0644 "$REPO/os/production/sysctl.d/kubernetes.conf" "$ROOT/etc/sysctl.d/90-kubernetes.conf"
     # The pod network: Debian's bridge and host-local plugins (the kubelet
     # reports the node Ready once containerd has a network configuration).
@@ -217,7 +248,7 @@ if [ "$PRODUCTION" -eq 1 ]; then
         >"$ROOT/etc/modules-load.d/kubernetes.conf"
     [ -x "$ROOT/usr/sbin/runc" ] || die "Debian's runc is not at /usr/sbin/runc"
     [ -x "$ROOT/usr/lib/cni/bridge" ] || die "Debian's CNI plugins are not in /usr/lib/cni"
-    echo "os/build.sh: production: kubelet, kubeadm $kube_version, $("$KUBE_BIN/containerd" --version | cut -d' ' -f1,3), runc $(chroot "$ROOT" dpkg-query -W -f '${Version}' runc), $pause_image"
+    echo "os/build.sh: production: kubelet, kubeadm $kube_version, $("$KUBE_BIN/containerd" --version | cut -d' ' -f1,3), runc $(chroot "$ROOT" dpkg-query -W -f '${Version}' runc), $pause_image, control plane images: ${CONTROL_PLANE_COMMANDS[*]} (etcd $etcd_tag)"
 fi
 
 # The node agent's TPM group, and the device's mode without udev.

@@ -28,9 +28,10 @@ use confboot_cluster::handoff::{
 };
 use confboot_cluster::kubeadm::{
     DEFAULT_ADMIN_KUBECONFIG, DEFAULT_CONFIG_DIR, DEFAULT_KUBELET_CERT_DIR, DEFAULT_PKI_DIR,
+    ImageTag, check_phase,
 };
 use confboot_cluster::{ClusterBackend, ClusterError, KubeadmBackend};
-use confboot_sys::process::ProcessRunner;
+use confboot_sys::process::{CommandRunner, ProcessRunner};
 use confboot_util::args::{Command, Matches, Opt, VERBOSITY, exit_usage, parse_or_exit};
 use confboot_util::backoff::Backoff;
 use confboot_util::stop::Stop;
@@ -78,6 +79,52 @@ const KUBELET_CERT_DIR: Opt = Opt::value(
 )
 .default(DEFAULT_KUBELET_CERT_DIR);
 
+const INIT_SKIP_PHASES: Opt = Opt::value(
+    "init-skip-phases",
+    "LIST",
+    "kubeadm init phases to skip, comma-separated (an image that carries no CoreDNS or kube-proxy \
+     image skips addon/coredns,addon/kube-proxy)",
+)
+.default("preflight")
+.env("CONFBOOT_INIT_SKIP_PHASES");
+const INIT_WAIT: Opt = Opt::value(
+    "init-wait",
+    "SECONDS",
+    "How long kubeadm init waits for the kubelet, the control-plane components and each API or \
+     etcd call (kubeadm's timeouts; default kubeadm's own, 4 minutes for the components)",
+)
+.env("CONFBOOT_INIT_WAIT");
+const ETCD_IMAGE_TAG: Opt = Opt::value(
+    "etcd-image-tag",
+    "TAG",
+    "The tag of the etcd image an init's static pod runs (the image the OS carries; default \
+     kubeadm's)",
+)
+.env("CONFBOOT_ETCD_IMAGE_TAG");
+
+/// The longest `--init-wait`: one kubeadm run is given at most
+/// [`LONGEST_RUN`].
+const MOST_INIT_WAIT: u64 = 14 * 60;
+
+const CONTROL_PLANE_IMAGES: Opt = Opt::value(
+    "control-plane-images",
+    "DIR",
+    "Image tarballs (*.tar) a control plane imports into containerd before kubeadm runs (an \
+     init, a control-plane join): kubeadm's static pods, which are never pulled; default none",
+)
+.env("CONFBOOT_CONTROL_PLANE_IMAGES");
+const CTR: Opt = Opt::value(
+    "ctr",
+    "PATH",
+    "containerd's ctr, which imports --control-plane-images",
+)
+.default("ctr");
+
+/// The longest one image import is given.
+const LONGEST_IMPORT: Duration = Duration::from_secs(10 * 60);
+/// The most image tarballs `--control-plane-images` may hold.
+const MOST_IMAGES: usize = 16;
+
 const WITHOUT_KUBERNETES: Opt = Opt::flag(
     "without-kubernetes",
     "This OS image carries no Kubernetes (a test image): do everything but run kubeadm",
@@ -104,6 +151,11 @@ pub const CMD: Command = Command {
         KUBERNETES_DIR,
         KUBEADM_CONFIG_DIR,
         KUBELET_CERT_DIR,
+        INIT_SKIP_PHASES,
+        INIT_WAIT,
+        ETCD_IMAGE_TAG,
+        CONTROL_PLANE_IMAGES,
+        CTR,
         WITHOUT_KUBERNETES,
         VERBOSITY,
     ],
@@ -124,23 +176,63 @@ pub struct StepConfig {
     pub kubeadm_config_dir: PathBuf,
     /// The kubelet's certificate directory.
     pub kubelet_cert_dir: PathBuf,
+    /// `kubeadm init`'s skipped phases.
+    pub init_skip_phases: Vec<String>,
+    /// How long `kubeadm init` waits; `None`: kubeadm's defaults.
+    pub init_wait: Option<Duration>,
+    /// The etcd image's tag; `None`: kubeadm's.
+    pub etcd_image_tag: Option<ImageTag>,
+    /// The images a control plane imports before kubeadm runs.
+    pub control_plane_images: Option<PathBuf>,
+    /// containerd's `ctr`.
+    pub ctr: PathBuf,
     /// The image carries no Kubernetes: kubeadm is not run.
     pub without_kubernetes: bool,
 }
 
 impl StepConfig {
-    /// Reads every option.
-    pub fn from_matches(m: &Matches) -> StepConfig {
+    /// Reads every option; the error names the option.
+    pub fn from_matches(m: &Matches) -> Result<StepConfig, String> {
         let path = |opt: &Opt| PathBuf::from(m.value(opt).expect("has a default"));
-        StepConfig {
+        let init_skip_phases: Vec<String> = m
+            .value(&INIT_SKIP_PHASES)
+            .expect("has a default")
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        for phase in &init_skip_phases {
+            check_phase(phase).map_err(|e| format!("--{}: {e}", INIT_SKIP_PHASES.long))?;
+        }
+        let init_wait = match m.parsed::<u64>(&INIT_WAIT) {
+            Ok(None) => None,
+            Ok(Some(s @ 1..=MOST_INIT_WAIT)) => Some(Duration::from_secs(s)),
+            _ => {
+                return Err(format!(
+                    "--{}: want 1 to {MOST_INIT_WAIT} seconds",
+                    INIT_WAIT.long
+                ));
+            }
+        };
+        let etcd_image_tag = m
+            .value(&ETCD_IMAGE_TAG)
+            .map(ImageTag::parse)
+            .transpose()
+            .map_err(|e| format!("--{}: {e}", ETCD_IMAGE_TAG.long))?;
+        Ok(StepConfig {
             handoff: path(&HANDOFF),
             kubeadm: path(&KUBEADM),
             pki_dir: path(&PKI_DIR),
             kubernetes_dir: path(&KUBERNETES_DIR),
             kubeadm_config_dir: path(&KUBEADM_CONFIG_DIR),
             kubelet_cert_dir: path(&KUBELET_CERT_DIR),
+            init_skip_phases,
+            init_wait,
+            etcd_image_tag,
+            control_plane_images: m.value(&CONTROL_PLANE_IMAGES).map(PathBuf::from),
+            ctr: path(&CTR),
             without_kubernetes: m.flag(&WITHOUT_KUBERNETES),
-        }
+        })
     }
 
     /// Where `kubeadm init` leaves the admin kubeconfig.
@@ -159,6 +251,9 @@ impl StepConfig {
         b.pki_dir = self.pki_dir.clone();
         b.admin_kubeconfig = self.admin_kubeconfig();
         b.kubelet_cert_dir = self.kubelet_cert_dir.clone();
+        b.init_skip_phases = self.init_skip_phases.clone();
+        b.init_wait = self.init_wait;
+        b.etcd_image_tag = self.etcd_image_tag.clone();
         b
     }
 }
@@ -174,6 +269,9 @@ pub enum StepError {
         /// Why.
         error: HandoffError,
     },
+    /// The control plane's images did not import: kubeadm was not run.
+    #[error("importing the control plane's images: {0}")]
+    Images(String),
     /// Every attempt failed until the deadline.
     #[error("kubeadm {kind} failed {attempts} times until its deadline; the last error: {last}")]
     GaveUp {
@@ -195,7 +293,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
     }
     let verbosity = m.verbosity().unwrap_or_else(|e| exit_usage(&CMD, &e));
     confboot_util::logging::init("nodeagent", verbosity);
-    let config = StepConfig::from_matches(&m);
+    let config = StepConfig::from_matches(&m).unwrap_or_else(|e| exit_usage(&CMD, &e));
     match run(&config, &mut |line| println!("cluster step: {line}")) {
         Ok(()) => 0,
         Err(e) => {
@@ -242,6 +340,16 @@ pub fn run(config: &StepConfig, say: &mut dyn FnMut(&str)) -> Result<(), StepErr
         ));
         remove_secrets(dir, say);
         return Ok(());
+    }
+    let control_plane = match &handoff {
+        Handoff::Init(_) => true,
+        Handoff::Join(join) => join.params.is_control_plane,
+    };
+    if let (true, Some(images)) = (control_plane, &config.control_plane_images)
+        && let Err(e) = import_images(&config.ctr, images, say)
+    {
+        remove_secrets(dir, say);
+        return Err(e);
     }
     let mut backoff = Backoff::new(FIRST_RETRY, LONGEST_RETRY);
     let mut attempts = 0;
@@ -291,6 +399,67 @@ pub fn run(config: &StepConfig, say: &mut dyn FnMut(&str)) -> Result<(), StepErr
     Ok(())
 }
 
+/// Imports every `*.tar` in `dir` (in name order, at most [`MOST_IMAGES`])
+/// into containerd's `k8s.io` namespace, the kubelet's, with `ctr`.
+fn import_images(ctr: &Path, dir: &Path, say: &mut dyn FnMut(&str)) -> Result<(), StepError> {
+    let fail = |e: String| StepError::Images(e);
+    let entries = std::fs::read_dir(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    let mut tars = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))?
+            .path();
+        if path.extension().is_some_and(|x| x == "tar") {
+            tars.push(path);
+            if tars.len() > MOST_IMAGES {
+                return Err(fail(format!(
+                    "{} holds more than {MOST_IMAGES} images",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    if tars.is_empty() {
+        return Err(fail(format!("{} holds no image (*.tar)", dir.display())));
+    }
+    tars.sort();
+    let started = Instant::now();
+    let runner = ProcessRunner::new(Some(LONGEST_IMPORT), Stop::new());
+    for tar in &tars {
+        let args: Vec<String> = [
+            "--namespace",
+            "k8s.io",
+            "images",
+            "import",
+            "--platform",
+            "linux/amd64",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([tar.to_string_lossy().into_owned()])
+        .collect();
+        let mut log = |_: confboot_sys::process::Stream, line: &str| log::info!("ctr: {line}");
+        let out = runner
+            .run(ctr, &args, None, &mut log)
+            .map_err(|e| fail(format!("{}: {e}", ctr.display())))?;
+        if !out.success() {
+            return Err(fail(format!(
+                "{} {}: exit {:?}: {}",
+                ctr.display(),
+                tar.display(),
+                out.status,
+                out.stderr_tail.join("\n")
+            )));
+        }
+    }
+    say(&format!(
+        "control-plane images imported ({}) in {:.1} s",
+        tars.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
 /// Deletes the handoff's secrets, saying which; a failure is logged (the
 /// step's outcome stands).
 fn remove_secrets(dir: &Path, say: &mut dyn FnMut(&str)) {
@@ -327,7 +496,7 @@ mod tests {
     #[test]
     fn every_option_is_declared_and_read() {
         let m = CMD.parse(Vec::<String>::new()).unwrap();
-        let c = StepConfig::from_matches(&m);
+        let c = StepConfig::from_matches(&m).unwrap();
         assert_eq!(c.handoff, PathBuf::from("/run/confboot"));
         assert_eq!(
             c.admin_kubeconfig(),
@@ -336,5 +505,47 @@ mod tests {
         assert_eq!(c.pki_dir, PathBuf::from("/etc/kubernetes/pki"));
         assert!(CMD.help().contains("--kubeadm PATH"));
         assert!(!c.without_kubernetes);
+        assert_eq!(c.init_skip_phases, ["preflight"]);
+        assert_eq!((c.init_wait, c.etcd_image_tag), (None, None));
+    }
+
+    #[test]
+    fn the_init_options_are_read_and_bad_ones_named() {
+        let parse = |args: &[&str]| {
+            let m = CMD
+                .parse(args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+                .unwrap();
+            StepConfig::from_matches(&m)
+        };
+        let c = parse(&[
+            "--init-skip-phases",
+            "preflight,addon/coredns,addon/kube-proxy",
+            "--init-wait",
+            "600",
+            "--etcd-image-tag",
+            "v3.7.3",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.init_skip_phases,
+            ["preflight", "addon/coredns", "addon/kube-proxy"]
+        );
+        assert_eq!(c.init_wait, Some(Duration::from_secs(600)));
+        assert_eq!(c.etcd_image_tag.unwrap().as_str(), "v3.7.3");
+        let backend = parse(&["--init-wait", "600"])
+            .unwrap()
+            .backend(Duration::from_secs(60));
+        assert_eq!(backend.init_wait, Some(Duration::from_secs(600)));
+        for (args, named) in [
+            (["--init-wait", "0"], "--init-wait"),
+            (["--init-wait", "900"], "--init-wait"),
+            (["--init-skip-phases", "Preflight"], "--init-skip-phases"),
+            (["--init-skip-phases", "addon//x"], "--init-skip-phases"),
+            (["--etcd-image-tag", "-x"], "--etcd-image-tag"),
+            (["--etcd-image-tag", "a:b"], "--etcd-image-tag"),
+        ] {
+            let e = parse(&args).unwrap_err();
+            assert!(e.starts_with(named), "{args:?}: {e}");
+        }
     }
 }

@@ -333,3 +333,116 @@ fn without_kubernetes_the_step_runs_no_kubeadm_and_deletes_the_secrets() {
     // The secrets are gone, and the step is not marked done.
     assert_secrets_gone(&node, false);
 }
+
+/// A `ctr` stand-in that logs its arguments into the kubeadm double's log
+/// (so the order shows) and fails when the file `ctr-fail` exists.
+fn ctr_double(node: &Node) -> PathBuf {
+    let ctr = node.p("ctr");
+    confboot_testkit::write_executable(
+        &ctr,
+        format!(
+            "#!/bin/sh\necho \"ctr $*\" >> {log}\n[ -e {fail} ] && {{ echo 'no space left' >&2; exit 1; }}\nexit 0\n",
+            log = node.p("kubeadm.log").display(),
+            fail = node.p("ctr-fail").display()
+        ),
+    );
+    ctr
+}
+
+#[test]
+fn a_control_plane_imports_its_images_before_kubeadm_and_a_failed_import_runs_no_kubeadm() {
+    let images = |node: &Node| {
+        let dir = node.p("images");
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["kube-apiserver.tar", "etcd.tar", "README"] {
+            std::fs::write(dir.join(name), b"image").unwrap();
+        }
+        dir
+    };
+    let init = InitClusterParams {
+        kubernetes_version: "v1.37.2".into(),
+        node_ip: "10.0.0.1".into(),
+        ..Default::default()
+    };
+
+    // An init imports every tarball, in name order, then runs kubeadm.
+    let node = Node::new("step-images");
+    HandoffBackend::new(node.handoff())
+        .init_cluster(&init, &mut |_| {})
+        .unwrap();
+    let (ctr, dir) = (ctr_double(&node), images(&node));
+    let args = [
+        "--control-plane-images",
+        dir.to_str().unwrap(),
+        "--ctr",
+        ctr.to_str().unwrap(),
+    ];
+    let out = node.step_with(&args);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    let log = node.kubeadm_log();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.starts_with("found ")).collect();
+    let import = |name: &str| {
+        format!(
+            "ctr --namespace k8s.io images import --platform linux/amd64 {}",
+            dir.join(name).display()
+        )
+    };
+    assert_eq!(lines[0], import("etcd.tar"), "{log}");
+    assert_eq!(lines[1], import("kube-apiserver.tar"), "{log}");
+    assert!(lines[2].starts_with("init --config "), "{log}");
+    assert_eq!(lines.len(), 3, "README is no image: {log}");
+    assert!(said.contains("control-plane images imported (2)"), "{said}");
+
+    // A worker's join imports nothing.
+    let node = Node::new("step-images-worker");
+    let mut worker = join_params();
+    worker.is_control_plane = false;
+    worker.control_plane_files.clear();
+    HandoffBackend::new(node.handoff())
+        .join_cluster(&worker, &mut |_| {})
+        .unwrap();
+    let (ctr, dir) = (ctr_double(&node), images(&node));
+    let out = node.step_with(&[
+        "--control-plane-images",
+        dir.to_str().unwrap(),
+        "--ctr",
+        ctr.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        node.kubeadm_log().starts_with("join --config "),
+        "{}",
+        node.kubeadm_log()
+    );
+
+    // A failed import: no kubeadm, exit 1, the secrets deleted.
+    let node = Node::new("step-images-fail");
+    HandoffBackend::new(node.handoff())
+        .init_cluster(&init, &mut |_| {})
+        .unwrap();
+    let (ctr, dir) = (ctr_double(&node), images(&node));
+    std::fs::write(node.p("ctr-fail"), b"").unwrap();
+    let out = node.step_with(&[
+        "--control-plane-images",
+        dir.to_str().unwrap(),
+        "--ctr",
+        ctr.to_str().unwrap(),
+    ]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("importing the control plane's images") && said.contains("no space left"),
+        "{said}"
+    );
+    assert!(
+        !node.kubeadm_log().contains("init --config"),
+        "{}",
+        node.kubeadm_log()
+    );
+    assert_secrets_gone(&node, false);
+
+    // A bad --init-wait is a usage error.
+    let out = node.step_with(&["--init-wait", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}

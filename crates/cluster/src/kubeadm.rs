@@ -22,6 +22,7 @@ use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use zeroize::{Zeroize, Zeroizing};
@@ -152,6 +153,15 @@ pub struct KubeadmBackend {
     pub control_plane_endpoint: Option<String>,
     /// `--skip-phases` of `kubeadm init`.
     pub init_skip_phases: Vec<String>,
+    /// How long `kubeadm init` waits for the kubelet, for the control-plane
+    /// components to be healthy and for each API server or etcd call
+    /// (v1beta4's `timeouts`; v1beta3's `apiServer.timeoutForControlPlane`);
+    /// `None`: kubeadm's defaults (4 minutes for the components).
+    pub init_wait: Option<Duration>,
+    /// The tag of the etcd image the control plane's static pod runs
+    /// (`etcd.local.imageTag`), for an image that carries another etcd
+    /// release than the one kubeadm names; `None`: kubeadm's.
+    pub etcd_image_tag: Option<ImageTag>,
     /// `--skip-phases` of `kubeadm join`.
     pub join_skip_phases: Vec<String>,
     /// Runs kubeadm.
@@ -172,6 +182,8 @@ impl KubeadmBackend {
             api_server_port: DEFAULT_API_SERVER_PORT,
             control_plane_endpoint: None,
             init_skip_phases: vec!["preflight".into()],
+            init_wait: None,
+            etcd_image_tag: None,
             join_skip_phases: vec!["preflight".into()],
             runner,
         }
@@ -287,7 +299,7 @@ impl ClusterBackend for KubeadmBackend {
             None => host_port(node_ip, self.api_server_port),
         };
 
-        let init = json!({
+        let mut init = json!({
             "apiVersion": api.api_version(),
             "kind": "InitConfiguration",
             "localAPIEndpoint": {
@@ -316,6 +328,23 @@ impl ClusterBackend for KubeadmBackend {
         });
         if !params.cluster_name.is_empty() {
             cluster["clusterName"] = params.cluster_name.clone().into();
+        }
+        if let Some(wait) = self.init_wait {
+            let wait = go_duration(wait);
+            match api {
+                KubeadmApi::V1Beta4 => {
+                    init["timeouts"] = json!({
+                        "controlPlaneComponentHealthCheck": wait,
+                        "kubeletHealthCheck": wait,
+                        "kubernetesAPICall": wait,
+                        "etcdAPICall": wait,
+                    });
+                }
+                KubeadmApi::V1Beta3 => cluster["apiServer"]["timeoutForControlPlane"] = wait.into(),
+            }
+        }
+        if let Some(tag) = &self.etcd_image_tag {
+            cluster["etcd"] = json!({"local": {"imageTag": tag.as_str()}});
         }
 
         let config = self.write_config("kubeadm-init.json", &mut [init, cluster])?;
@@ -410,6 +439,59 @@ impl ClusterBackend for KubeadmBackend {
         args.extend(Self::skip_phases(&self.join_skip_phases));
         // The whole token and its secret half (kubeadm may print either).
         self.run(&args, &[&token, &token[7..]], log)
+    }
+}
+
+/// A duration as Go's `time.ParseDuration` reads it, in whole seconds.
+fn go_duration(d: Duration) -> String {
+    format!("{}s", d.as_secs().max(1))
+}
+
+/// An image tag as the OCI distribution grammar has it
+/// (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageTag(String);
+
+impl ImageTag {
+    /// Checks `tag` against the grammar.
+    pub fn parse(tag: &str) -> Result<ImageTag, ClusterError> {
+        let bytes = tag.as_bytes();
+        let ok = (1..=128).contains(&bytes.len())
+            && (bytes[0].is_ascii_alphanumeric() || bytes[0] == b'_')
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(b));
+        if ok {
+            Ok(ImageTag(tag.to_string()))
+        } else {
+            Err(ClusterError::InvalidParams(format!(
+                "bad image tag {tag:?} (want [A-Za-z0-9_][A-Za-z0-9_.-], at most 128 characters)"
+            )))
+        }
+    }
+
+    /// The tag.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Checks a `kubeadm init` phase name for `--skip-phases`
+/// (`preflight`, `addon/coredns`: lower-case words joined by `-` and `/`).
+pub fn check_phase(phase: &str) -> Result<(), ClusterError> {
+    let ok = (1..=64).contains(&phase.len())
+        && phase.split('/').all(|word| {
+            !word.is_empty()
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(ClusterError::InvalidParams(format!(
+            "bad kubeadm phase {phase:?}"
+        )))
     }
 }
 

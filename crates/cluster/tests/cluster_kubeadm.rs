@@ -244,6 +244,65 @@ fn init_for_newer_kubernetes_uses_v1beta4_and_brackets_ipv6() {
 }
 
 #[test]
+fn an_init_for_a_slow_control_plane_waits_longer_skips_addons_and_names_its_etcd_image() {
+    let dir = TempDir::new("init-slow");
+    let runner = RecordingRunner {
+        writes: vec![(dir.path().join("admin.conf"), b"kc".to_vec())],
+        ..Default::default()
+    };
+    let mut b = backend(&dir, runner.clone());
+    b.init_wait = Some(std::time::Duration::from_secs(720));
+    b.etcd_image_tag = Some(confboot_cluster::kubeadm::ImageTag::parse("v3.7.3").unwrap());
+    b.init_skip_phases = vec![
+        "preflight".into(),
+        "addon/coredns".into(),
+        "addon/kube-proxy".into(),
+    ];
+    b.init_cluster(&init_params("v1.37.2", "10.0.2.15"), &mut |_| {})
+        .unwrap();
+    let call = runner.calls.lock().unwrap()[0].clone();
+    assert!(
+        call.args
+            .contains(&"--skip-phases=preflight,addon/coredns,addon/kube-proxy".to_string()),
+        "{:?}",
+        call.args
+    );
+    let docs = documents(&call.config.unwrap().0);
+    assert_eq!(
+        docs[0]["timeouts"],
+        serde_json::json!({
+            "controlPlaneComponentHealthCheck": "720s",
+            "kubeletHealthCheck": "720s",
+            "kubernetesAPICall": "720s",
+            "etcdAPICall": "720s",
+        })
+    );
+    assert_eq!(docs[1]["etcd"]["local"]["imageTag"], "v3.7.3");
+
+    // v1beta3 has one wait: the control plane's.
+    let dir = TempDir::new("init-slow3");
+    let runner = RecordingRunner {
+        writes: vec![(dir.path().join("admin.conf"), b"kc".to_vec())],
+        ..Default::default()
+    };
+    let mut b = backend(&dir, runner.clone());
+    b.init_wait = Some(std::time::Duration::from_secs(300));
+    b.init_cluster(&init_params("v1.30.4", "10.0.2.15"), &mut |_| {})
+        .unwrap();
+    let docs = documents(&runner.calls.lock().unwrap()[0].config.clone().unwrap().0);
+    assert_eq!(docs[0]["timeouts"], Value::Null);
+    assert_eq!(docs[1]["apiServer"]["timeoutForControlPlane"], "300s");
+    assert_eq!(docs[1]["etcd"], Value::Null, "kubeadm's etcd image");
+
+    for bad in ["", "-x", "a:b", "a/b", &"x".repeat(129)] {
+        assert!(
+            confboot_cluster::kubeadm::ImageTag::parse(bad).is_err(),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
 fn worker_join_puts_the_token_only_in_the_config_file() {
     let dir = TempDir::new("join");
     let runner = RecordingRunner {
