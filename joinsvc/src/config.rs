@@ -17,13 +17,14 @@ use confboot_kms::MasterSecret;
 use confboot_kms::master_secret_file::MasterSecretFileError;
 use confboot_kms::{MEASUREMENT_SALT_LEN, MeasurementSalt};
 use confboot_net::listener::PoolConfig;
+use confboot_snp::{SnpPolicy, SnpValidator};
 use confboot_tpm::{Tpm, TpmError};
 use confboot_util::args::{ArgsError, Matches, Opt};
 use confboot_util::floor::{FloorError, TimeFloor};
 use confboot_util::fs::{FileError, MAX_CONFIG_FILE_BYTES, read_bounded, read_bounded_text};
 use confboot_verifier::config::{
     AttestationSettings, ConfigError, GivenSettings, INSECURE_ANY_AK_WARNING, InsecureAnyAk,
-    Setting, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings,
+    Setting, SnpSettings, ValidatorBuilder, VariantConfig, VariantSettings, VtpmSettings,
     parse_attestation_variant, parse_variants,
 };
 use confboot_vtpm::{EventLogSource, VtpmIssuer};
@@ -208,9 +209,10 @@ pub enum ReadError {
     /// `--reference-values-dir` beside `--measurements`.
     #[error("--{} replaces --{}: give one of the two", REFERENCE_VALUES_DIR.long, MEASUREMENTS.long)]
     SetsBesideMeasurements,
-    /// `--reference-values-dir` while `qemu-vtpm` is not accepted.
-    #[error("--{} holds reference values of qemu-vtpm nodes, which --{} does not accept", REFERENCE_VALUES_DIR.long, VARIANTS.long)]
-    SetsWithoutVtpm,
+    /// `--reference-values-dir` while neither `qemu-vtpm` nor `sev-snp`
+    /// is accepted.
+    #[error("--{} holds reference values of qemu-vtpm and sev-snp nodes, neither of which --{} accepts", REFERENCE_VALUES_DIR.long, VARIANTS.long)]
+    SetsWithoutTheirVariants,
     /// `--reference-values-dir` without a release key.
     #[error("--{} needs --{} (sets are accepted only signed)", REFERENCE_VALUES_DIR.long, RELEASE_KEY.long)]
     SetsWithoutReleaseKey,
@@ -338,7 +340,7 @@ impl Config {
             reference_values_dir,
             release_keys,
             given_measurements,
-            attestation.accepts(Variant::QemuVtpm),
+            attestation.accepts(Variant::QemuVtpm) || attestation.accepts(Variant::SevSnp),
             reference_values_warning?,
             reference_values_reload?,
             state_dir,
@@ -387,7 +389,7 @@ fn reference_sets_config(
     dir: Option<PathBuf>,
     release_keys: Vec<PathBuf>,
     given_measurements: bool,
-    accepts_vtpm: bool,
+    accepts_set_variant: bool,
     warning_days: Option<u64>,
     reload_seconds: Option<u64>,
     state_dir: PathBuf,
@@ -401,8 +403,8 @@ fn reference_sets_config(
     if given_measurements {
         return Err(ReadError::SetsBesideMeasurements);
     }
-    if !accepts_vtpm {
-        return Err(ReadError::SetsWithoutVtpm);
+    if !accepts_set_variant {
+        return Err(ReadError::SetsWithoutTheirVariants);
     }
     if release_keys.is_empty() {
         return Err(ReadError::SetsWithoutReleaseKey);
@@ -499,6 +501,23 @@ pub struct VtpmSetsCheck {
     pub floor: Arc<TimeFloor>,
 }
 
+/// How SEV-SNP nodes are checked against signed reference-value sets.
+pub struct SnpSetsCheck {
+    /// The sets' `sev-snp` parts (each one launch digest), read at
+    /// start-up (at least one live) and read again by the sets watcher.
+    pub sets: Arc<RwLock<ReferenceSets>>,
+    /// The validator of the report (chain, signature, binding, the
+    /// platform's checks of `--snp-policy`), which leaves the launch
+    /// measurement to the sets.
+    pub evidence: Arc<dyn Validator>,
+    /// How close to a set's not-after its nodes get a warning.
+    pub warning: Duration,
+    /// How often the directory is read again.
+    pub reload: Duration,
+    /// The time floor the sets are read and checked by.
+    pub floor: Arc<TimeFloor>,
+}
+
 /// How joining nodes are checked: one entry per accepted variant, in the
 /// order `--variants` names them.
 pub enum NodeCheck {
@@ -506,6 +525,8 @@ pub enum NodeCheck {
     Vtpm(VtpmCheck),
     /// A vTPM quote, under the live signed reference-value sets.
     VtpmSets(VtpmSetsCheck),
+    /// An SEV-SNP report, its launch under the live signed sets.
+    SnpSets(SnpSetsCheck),
     /// An SEV-SNP report or a TDX quote, under the policy (and, for TDX,
     /// the collateral files) read at start-up.
     Fixed(Arc<dyn Validator>),
@@ -664,6 +685,9 @@ pub fn load_master_secret(path: &Path) -> Result<MasterSecret, LoadError> {
 enum Pending<'a> {
     /// The vTPM settings and the sets that stand in for its policy file.
     Sets(&'a VtpmSettings, &'a ReferenceSetsConfig),
+    /// The SNP policy file (the platform's checks only) and the sets that
+    /// pin the launch.
+    SnpSets(&'a SnpSettings, &'a ReferenceSetsConfig),
     /// A variant read from its files.
     Read(VariantConfig),
 }
@@ -682,6 +706,7 @@ impl Service {
             .iter()
             .map(|variant| match (variant, &config.reference_sets) {
                 (VariantSettings::QemuVtpm(vtpm), Some(sets)) => Ok(Pending::Sets(vtpm, sets)),
+                (VariantSettings::SevSnp(snp), Some(sets)) => Ok(Pending::SnpSets(snp, sets)),
                 (variant, _) => variant.load().map(Pending::Read),
             })
             .collect::<Result<Vec<_>, _>>()
@@ -698,11 +723,22 @@ impl Service {
                         .map_err(LoadError::Attestation)?
                         .require_unmarked(false)
                         .announce_insecure_with(announce_insecure_any_ak);
-                    let sets = load_reference_sets(sets_config, &floor)?;
+                    let sets = load_reference_sets(sets_config, Variant::QemuVtpm, &floor)?;
                     NodeCheck::VtpmSets(VtpmSetsCheck {
                         sets: Arc::new(RwLock::new(sets)),
                         floor: Arc::clone(&floor),
                         validators,
+                        warning: sets_config.warning,
+                        reload: sets_config.reload,
+                    })
+                }
+                Pending::SnpSets(settings, sets_config) => {
+                    let evidence = snp_platform_validator(&settings.policy)?;
+                    let sets = load_reference_sets(sets_config, Variant::SevSnp, &floor)?;
+                    NodeCheck::SnpSets(SnpSetsCheck {
+                        sets: Arc::new(RwLock::new(sets)),
+                        evidence,
+                        floor: Arc::clone(&floor),
                         warning: sets_config.warning,
                         reload: sets_config.reload,
                     })
@@ -883,6 +919,9 @@ fn read_release_keys(paths: &[PathBuf]) -> Result<Vec<ReleaseKey>, LoadError> {
 
 /// The history of retired sets in `--state-dir`.
 pub const HISTORY_FILE: &str = "reference-values-history.json";
+/// The history of the sets' `sev-snp` parts in `--state-dir` (each
+/// variant's sets are read, retired and remembered on their own).
+pub const SNP_HISTORY_FILE: &str = "reference-values-history.sev-snp.json";
 /// The time floor in `--state-dir`.
 pub const TIME_FLOOR_FILE: &str = "time-floor";
 
@@ -892,6 +931,7 @@ pub const TIME_FLOOR_FILE: &str = "time-floor";
 /// set, or joinsvc does not start.
 fn load_reference_sets(
     config: &ReferenceSetsConfig,
+    variant: Variant,
     floor: &TimeFloor,
 ) -> Result<ReferenceSets, LoadError> {
     let keys = read_release_keys(&config.release_keys)?;
@@ -903,14 +943,33 @@ fn load_reference_sets(
             path: config.state_dir.clone(),
             error,
         })?;
+    let history_file = match variant {
+        Variant::SevSnp => SNP_HISTORY_FILE,
+        _ => HISTORY_FILE,
+    };
     let history =
-        SetHistory::load(&config.state_dir.join(HISTORY_FILE)).map_err(LoadError::History)?;
-    let mut sets = ReferenceSets::new(&config.dir, Variant::QemuVtpm, keys)
+        SetHistory::load(&config.state_dir.join(history_file)).map_err(LoadError::History)?;
+    let mut sets = ReferenceSets::new(&config.dir, variant, keys)
         .map_err(LoadError::Sets)?
         .with_history(history);
     let first = sets.refresh(floor.now()).map_err(LoadError::Sets)?;
     crate::watcher::log_refresh(&first);
     Ok(sets)
+}
+
+/// The validator of SEV-SNP reports whose launch the signed sets pin: the
+/// platform's checks of the `--snp-policy` file
+/// ([`SnpPolicy::load_platform`]: no measurement, no launch), the launch
+/// measurement left to the sets.
+fn snp_platform_validator(path: &Path) -> Result<Arc<dyn Validator>, LoadError> {
+    let error = |error| {
+        LoadError::Attestation(ConfigError::SnpPolicy {
+            path: path.to_path_buf(),
+            error,
+        })
+    };
+    let policy = SnpPolicy::load_platform(path).map_err(error)?;
+    Ok(Arc::new(SnpValidator::new(policy).map_err(error)?))
 }
 
 /// The time floor in `state_dir` (made 0700 when missing): the latest

@@ -172,7 +172,7 @@ fn run(config: &ServeConfig) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
     let mut validators: Vec<Arc<dyn Validator>> = Vec::new();
     let mut watcher = None;
-    let mut sets_watcher = None;
+    let mut sets_watchers = Vec::new();
     for check in &cfg.checks {
         match check {
             config::NodeCheck::VtpmSets(vtpm) => {
@@ -185,11 +185,32 @@ fn run(config: &ServeConfig) -> Result<(), RunError> {
                     vec![CLUSTER_ID_PCR],
                 )
                 .with_time_floor(Arc::clone(&vtpm.floor));
-                sets_watcher = Some(
+                sets_watchers.push(
                     watcher::SetsWatcher::spawn(
                         Arc::clone(&vtpm.sets),
                         vtpm.reload,
                         Arc::clone(&vtpm.floor),
+                    )
+                    .map_err(RunError::Sets)?,
+                );
+                validators.push(Arc::new(validator));
+            }
+            config::NodeCheck::SnpSets(snp) => {
+                let warning = i64::try_from(snp.warning.as_secs()).unwrap_or(i64::MAX);
+                // The launch measurement (index 0) against each set's
+                // launch digest; SEV-SNP has no mark register to leave out.
+                let validator = SetsValidator::new(
+                    Arc::clone(&snp.evidence),
+                    Arc::clone(&snp.sets),
+                    warning,
+                    vec![],
+                )
+                .with_time_floor(Arc::clone(&snp.floor));
+                sets_watchers.push(
+                    watcher::SetsWatcher::spawn(
+                        Arc::clone(&snp.sets),
+                        snp.reload,
+                        Arc::clone(&snp.floor),
                     )
                     .map_err(RunError::Sets)?,
                 );
@@ -281,7 +302,7 @@ fn run(config: &ServeConfig) -> Result<(), RunError> {
     if let Some(watcher) = watcher {
         watcher.stop();
     }
-    if let Some(watcher) = sets_watcher {
+    for watcher in sets_watchers {
         watcher.stop();
     }
     health.stop();

@@ -34,9 +34,11 @@ const VARIANTS_HELP: &str = "Attestation variants accepted, comma-separated: qem
      Evidence of another variant is refused in the handshake";
 
 /// The help of `--snp-policy`.
-const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement (required), minimumTcb, vmpl, \
+const SNP_POLICY_HELP: &str = "SEV-SNP policy, JSON: measurement and launch (required), minimumTcb, vmpl, \
      allowDebug, hostData, idKeyDigests, rootBundles (PEM files of pinned ARKs), vcekCacheDir, ...; \
-     required when sev-snp is accepted";
+     required when sev-snp is accepted. With --reference-values-dir the signed sets' launches pin \
+     the image: the policy then holds only the platform's checks (no measurement, launch or \
+     kernel hashes)";
 
 /// The help of `--tdx-policy`.
 const TDX_POLICY_HELP: &str = "TDX policy, JSON: mrtd and rtmrs 0, 1 and 2 (required: firmware, its configuration and ACPI tables, kernel, command line and initrd), allowDebug, tdAttributes, xfam, \
@@ -86,8 +88,10 @@ pub const MEASUREMENTS: Opt = Opt::value(
 pub const REFERENCE_VALUES_DIR: Opt = Opt::value(
     "reference-values-dir",
     "DIR",
-    "Signed reference-value sets of joining vTPM nodes (`confboot measure --reference-values-out`, \
-     then `confboot sign`), one per file, in place of --measurements (give one of the two): a node \
+    "Signed reference-value sets of joining vTPM and SEV-SNP nodes (`confboot measure \
+     --reference-values-out`, then `confboot sign`), one per file, in place of --measurements and \
+     of --snp-policy's launch (give one of the two): a vTPM node is matched by its PCRs, an SEV-SNP \
+     node by its launch measurement; a node \
      is admitted when it matches any live set, that is, any file signed by a --release-key whose \
      window holds now. Read again every --reference-values-reload: a file added is accepted, a file \
      removed or past its not-after is retired (its nodes are refused with its name and retirement \

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use confboot_appraisal::reference::{DirectBootHashes, ReferenceSet, SigningKey, VariantReference};
 use confboot_atls::{self as atls, AtlsError};
 use confboot_attest::{Issuer, MeasurementPolicy, Validator, Variant};
 use confboot_proto::join::IssueJoinTicketRequest;
@@ -358,4 +359,165 @@ fn an_snp_launch_gets_one_ticket_and_a_compromised_member_nothing_more() {
             .any(|l| l == "joinsvc_tickets_refused_total{reason=\"launch_served\"} 3"),
         "{metrics}"
     );
+}
+
+/// A set whose `sev-snp` part is the launch `measurement`, valid from a
+/// day ago for `days`.
+fn snp_set(version: &str, measurement: [u8; 48], days: i64) -> ReferenceSet {
+    let now = confboot_util::time::unix_now();
+    ReferenceSet {
+        name: "confboot-snp-node".into(),
+        version: version.into(),
+        not_before: now - 86_400,
+        not_after: now + days * 86_400,
+        variants: vec![VariantReference::snp_launch(
+            measurement,
+            DirectBootHashes {
+                kernel: [0x11; 32],
+                initrd: [0x22; 32],
+                cmdline: [0x33; 32],
+            },
+        )],
+    }
+}
+
+/// Writes `bytes` aside and renames it in, as a deployment copies a file.
+fn put(dir: &Path, file: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, dir.join(file)).unwrap();
+}
+
+/// `tries` × 100 ms until `f` holds.
+fn eventually(tries: u32, mut f: impl FnMut() -> bool) -> bool {
+    (0..tries).any(|_| {
+        let ok = f();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    })
+}
+
+/// With `--reference-values-dir`, the live signed sets' launches decide
+/// which SEV-SNP image joins, not the policy file (which holds only the
+/// platform's checks): a set added while joinsvc runs admits its launch
+/// without a restart, a removed set's launch is refused by name, the
+/// platform's checks still apply, and a policy that still pins a launch,
+/// or sets without an SEV-SNP part, keep joinsvc from starting.
+#[test]
+fn snp_nodes_are_admitted_by_the_launches_of_the_live_signed_sets() {
+    const NEXT: [u8; 48] = [0x77; 48];
+    let dir = TempDir::new("snp-sets");
+    let sets = dir.path().join("sets");
+    std::fs::create_dir_all(&sets).unwrap();
+    let release = SigningKey::generate().unwrap().0;
+    let key_file = dir.path().join("release.pem");
+    std::fs::write(&key_file, release.release_key().to_pem()).unwrap();
+    put(
+        &sets,
+        "v1.cbor",
+        &snp_set("1", GOOD, 30).sign(&release).unwrap(),
+    );
+    std::fs::write(dir.path().join("test-ark.pem"), amd().root_bundle_pem()).unwrap();
+    let platform = dir.path().join("snp-platform.json");
+    std::fs::write(&platform, r#"{"rootBundles": ["test-ark.pem"]}"#).unwrap();
+    let sets_args = |policy: &Path| -> Vec<String> {
+        [
+            "--variants",
+            "sev-snp",
+            "--snp-policy",
+            policy.to_str().unwrap(),
+            "--reference-values-dir",
+            sets.to_str().unwrap(),
+            "--release-key",
+            key_file.to_str().unwrap(),
+            "--reference-values-reload",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let args = sets_args(&platform);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let joinsvc = Joinsvc::start_with(&joinsvc_bin(), &MeasurementPolicy::default(), &[], &args);
+    joinsvc
+        .process
+        .wait_for_line("reference-value set confboot-snp-node 1 accepted", 500);
+
+    let honest = snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
+    let next_guest = Guest {
+        measurement: NEXT,
+        debug: false,
+    };
+    let next = snp_issuer(TestReportSource::honest(amd(), chip(1), next_guest));
+    join(&joinsvc, &honest).expect("the set's launch joins");
+    assert_refused(&joinsvc, &next, "measurement 0 differs");
+
+    // The next release's set, copied in: its launch joins, no restart.
+    put(
+        &sets,
+        "v2.cbor",
+        &snp_set("2", NEXT, 30).sign(&release).unwrap(),
+    );
+    assert!(
+        eventually(100, || join(&joinsvc, &next).is_ok()),
+        "the new set's launch joins after a reload\n{}",
+        joinsvc.process.log().join("\n")
+    );
+    // v1 removed: its launch is refused, naming the retired set.
+    std::fs::remove_file(sets.join("v1.cbor")).unwrap();
+    // (A fresh launch each time: a launch gets one ticket.)
+    let fresh = || snp_issuer(TestReportSource::honest(amd(), chip(1), guest()));
+    assert!(
+        eventually(100, || join(&joinsvc, &fresh()).is_err()),
+        "the removed set's launch is refused"
+    );
+    let line = joinsvc
+        .process
+        .wait_for_line("match only the reference-value set", 500);
+    assert!(
+        line.contains("confboot-snp-node 1") && line.contains("refused"),
+        "{line}"
+    );
+    // The platform's checks still hold: a debug guest of the live launch.
+    let debug = snp_issuer(TestReportSource::honest(
+        amd(),
+        chip(1),
+        Guest {
+            measurement: NEXT,
+            debug: true,
+        },
+    ));
+    assert_refused(&joinsvc, &debug, "debug");
+
+    // Refused at start: a policy that still pins a launch (it would mean
+    // two things), and sets none of which has an SEV-SNP part.
+    let full = snp_policy(dir.path());
+    let out = joinsvc.run_replacing(&[("--snp-policy", full.to_str().unwrap())]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is the signed reference-value sets'"),
+        "{stderr}"
+    );
+    let vtpm_only = dir.path().join("vtpm-only");
+    std::fs::create_dir_all(&vtpm_only).unwrap();
+    let mut set = snp_set("3", GOOD, 30);
+    set.variants = vec![VariantReference {
+        variant: Variant::QemuVtpm,
+        policy: MeasurementPolicy::from_json(&format!(
+            r#"{{"4": {{"expected": "{}"}}, "9": {{"expected": "{}"}}}}"#,
+            "aa".repeat(32),
+            "bb".repeat(32)
+        ))
+        .unwrap(),
+        events: Default::default(),
+        launch: None,
+    }];
+    put(&vtpm_only, "v3.cbor", &set.sign(&release).unwrap());
+    let out = joinsvc.run_replacing(&[("--reference-values-dir", vtpm_only.to_str().unwrap())]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--reference-values-dir"), "{stderr}");
 }

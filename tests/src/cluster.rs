@@ -447,6 +447,26 @@ impl Joinsvc {
         (process, rpc_addr, http_addr)
     }
 
+    /// Runs joinsvc's binary once more with the arguments it was started
+    /// with, the value of each `(flag, value)` in `replace` replaced, and
+    /// returns how it ended (for a configuration it must refuse to start
+    /// with: it exits before it listens, beside this process).
+    pub fn run_replacing(&self, replace: &[(&str, &str)]) -> std::process::Output {
+        let (binary, args) = &self.command;
+        let mut args = args.clone();
+        for (flag, value) in replace {
+            let i = args
+                .iter()
+                .position(|a| a == *flag)
+                .unwrap_or_else(|| panic!("joinsvc was started without {flag}"));
+            args[i + 1] = (*value).into();
+        }
+        Command::new(binary)
+            .args(&args)
+            .output()
+            .expect("run joinsvc")
+    }
+
     /// Starts joinsvc again, as its supervisor (a Kubernetes Deployment)
     /// does after it died: the same files, the same Kubernetes API and
     /// namespace, the same addresses. A process still running is killed first

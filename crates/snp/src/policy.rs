@@ -332,6 +332,21 @@ pub struct SnpPolicy {
     /// The launch the measurement was taken of (`launch`); `None`: not
     /// declared, which [`SnpPolicy::check_launch`] refuses.
     pub launch: Option<SnpLaunch>,
+    /// The guest image is pinned by signed reference-value sets, not by
+    /// this policy: it holds no `measurement` and no `launch`, and the
+    /// validator reports the launch measurement for its caller to match
+    /// against the live sets (a joinsvc with `--reference-values-dir`).
+    /// Set only by [`SnpPolicy::load_platform`]; never read from a file.
+    pub image_by_reference_values: bool,
+}
+
+/// What pins the guest image of a policy being parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pinned {
+    /// Its `measurement` and `launch`.
+    ByPolicy,
+    /// Signed reference-value sets, matched by the caller.
+    ByReferenceValues,
 }
 
 /// `"MAJOR.MINOR"`, each 0..=255.
@@ -450,6 +465,7 @@ impl Default for SnpPolicy {
             kds_base_url: None,
             insecure_any_image: false,
             launch: None,
+            image_by_reference_values: false,
         }
     }
 }
@@ -467,6 +483,31 @@ impl SnpPolicy {
     /// paravisor's. A bare-metal SEV-SNP policy is read with
     /// [`SnpPolicy::from_json_direct_boot_at`] or [`SnpPolicy::load`].
     pub fn from_json_at(text: &str, base: Option<&Path>) -> Result<SnpPolicy, PolicyError> {
+        Self::parse(text, base, Pinned::ByPolicy)
+    }
+
+    /// Parses the platform part of a policy whose image signed
+    /// reference-value sets pin: every key of [`SnpPolicy::from_json_at`]
+    /// but `measurement`, `launch`, the kernel hashes and
+    /// `insecureAnyImage`, which the sets stand in for (each is refused
+    /// here, so that a policy file means one thing). The result says
+    /// [`SnpPolicy::image_by_reference_values`].
+    pub fn from_json_platform_at(
+        text: &str,
+        base: Option<&Path>,
+    ) -> Result<SnpPolicy, PolicyError> {
+        Self::parse(text, base, Pinned::ByReferenceValues)
+    }
+
+    /// Reads the platform part of a policy whose image signed sets pin
+    /// ([`SnpPolicy::from_json_platform_at`]), bounded as
+    /// [`SnpPolicy::load`].
+    pub fn load_platform(path: &Path) -> Result<SnpPolicy, PolicyError> {
+        let text = read_policy_text(path)?;
+        Self::from_json_platform_at(&text, path.parent())
+    }
+
+    fn parse(text: &str, base: Option<&Path>, pinned: Pinned) -> Result<SnpPolicy, PolicyError> {
         let root = parse_json_unique_keys(text)?;
         let obj = root
             .as_object()
@@ -476,6 +517,22 @@ impl SnpPolicy {
         let mut launch: Option<&str> = None;
         let (mut kernel, mut initrd, mut cmdline) = (None, None, None);
         for (key, value) in obj {
+            if pinned == Pinned::ByReferenceValues
+                && matches!(
+                    key.as_str(),
+                    "launch"
+                        | "kernelHash"
+                        | "initrdHash"
+                        | "cmdlineHash"
+                        | "measurement"
+                        | "insecureAnyImage"
+                )
+            {
+                return Err(format_err(format!(
+                    "{key:?} is the signed reference-value sets' (--reference-values-dir): \
+                     this policy holds only the platform's checks"
+                )));
+            }
             match key.as_str() {
                 "launch" => {
                     launch = Some(
@@ -583,6 +640,10 @@ impl SnpPolicy {
                 }
                 other => return Err(format_err(format!("unknown key {other:?}"))),
             }
+        }
+        if pinned == Pinned::ByReferenceValues {
+            policy.image_by_reference_values = true;
+            return Ok(policy);
         }
         if !seen_measurement {
             return Err(format_err("\"measurement\" is required"));
@@ -730,6 +791,53 @@ mod tests {
         "kernelHash": "1111111111111111111111111111111111111111111111111111111111111111",
         "initrdHash": "2222222222222222222222222222222222222222222222222222222222222222",
         "cmdlineHash": "3333333333333333333333333333333333333333333333333333333333333333""#;
+
+    #[test]
+    fn a_platform_policy_leaves_the_image_to_the_signed_sets_and_holds_no_image_key() {
+        let p = SnpPolicy::from_json_platform_at(
+            r#"{"vmpl": 1, "allowSmt": false, "signingKeys": ["VCEK", "VLEK"]}"#,
+            None,
+        )
+        .unwrap();
+        assert!(p.image_by_reference_values);
+        assert_eq!((p.vmpl, p.allow_smt), (1, false));
+        assert!(p.measurement.entries().is_empty() && p.launch.is_none());
+        // An empty one is every default check.
+        assert!(
+            SnpPolicy::from_json_platform_at("{}", None)
+                .unwrap()
+                .image_by_reference_values
+        );
+        for key in [
+            r#""measurement": {"expected": "00"}"#,
+            r#""launch": "measuredDirectBoot""#,
+            r#""kernelHash": "11""#,
+            r#""initrdHash": "11""#,
+            r#""cmdlineHash": "11""#,
+            r#""insecureAnyImage": true"#,
+        ] {
+            let e = SnpPolicy::from_json_platform_at(&format!("{{{key}}}"), None).unwrap_err();
+            assert!(
+                e.to_string().contains("signed reference-value sets"),
+                "{key}: {e}"
+            );
+        }
+        // The ordinary parsers never say the sets pin the image.
+        let full = format!(
+            r#"{{"measurement": {{"expected": "{}"}}, "launch": "measuredDirectBoot", "kernelHash": "{k}", "initrdHash": "{k}", "cmdlineHash": "{k}"}}"#,
+            "ab".repeat(48),
+            k = "11".repeat(32)
+        );
+        assert!(
+            !SnpPolicy::from_json_direct_boot_at(&full, None)
+                .unwrap()
+                .image_by_reference_values
+        );
+        assert!(
+            SnpPolicy::from_json_at("{}", None).is_err(),
+            "measurement required"
+        );
+    }
 
     #[test]
     fn the_launch_is_declared_and_only_a_measured_direct_boot_pins_the_image() {
