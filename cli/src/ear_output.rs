@@ -56,25 +56,39 @@ pub const EAR_KEY: Opt = Opt::value(
     "With -o ear: the P-256 key (PKCS#8 PEM, as confboot keygen writes) that signs the result",
 );
 
-/// `-o text|ear` of the offline commands (`verify-report`, `verify-quote`).
+/// `-o text|json|ear` of the offline commands (`verify-report`, `verify-quote`).
 pub const OUTPUT: Opt = Opt::value(
     "output",
     "FORMAT",
-    "text (every check), or ear: the verdict as a signed attestation result (needs --ear-key)",
+    "text (every check on its line), json (one object {command, variant, at, verified, failed, \
+     skipped, checks: [{name, outcome, detail, reason}]}, as every verify-* command prints it), \
+     or ear: the verdict as a signed attestation result (needs --ear-key)",
 )
 .short('o')
 .default("text");
 
-/// The key of `-o ear` from [`OUTPUT`] and [`EAR_KEY`] (`None`: text).
-pub fn ear_key(m: &Matches) -> Result<Option<PathBuf>, OutputError> {
+/// What an offline command prints, from [`OUTPUT`] and [`EAR_KEY`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Every check on its line.
+    Text,
+    /// One JSON object ([`crate::check_report`]).
+    Json,
+    /// A signed attestation result, with this key.
+    Ear(PathBuf),
+}
+
+/// The output [`OUTPUT`] and [`EAR_KEY`] ask for.
+pub fn output(m: &Matches) -> Result<Output, OutputError> {
     let output = m.value(&OUTPUT).expect("has a default");
     let key = m.value(&EAR_KEY).map(PathBuf::from);
     match (output, key) {
-        ("text", None) => Ok(None),
-        ("ear", Some(key)) => Ok(Some(key)),
+        ("text", None) => Ok(Output::Text),
+        ("json", None) => Ok(Output::Json),
+        ("ear", Some(key)) => Ok(Output::Ear(key)),
         ("ear", None) => Err(OutputError::NoKey),
-        ("text", Some(_)) => Err(OutputError::KeyWithoutEar),
-        (other, _) => Err(OutputError::Unknown(other.to_string(), "text or ear")),
+        ("text" | "json", Some(_)) => Err(OutputError::KeyWithoutEar),
+        (other, _) => Err(OutputError::Unknown(other.to_string(), "text, json or ear")),
     }
 }
 

@@ -91,7 +91,8 @@ QE identity (Intel's PCS answers as served) with the TCB status by Intel's algor
 policy. Without --policy nothing is pinned (the measurements are shown), debug is refused and \
 only the UpToDate TCB status is accepted. Collateral files the policy names are used unless \
 an option names that piece. With --event-log the CCEL log is replayed and compared with the \
-quoted RTMRs. Nothing is fetched. With -o ear, prints the verdict as an EAT attestation result \
+quoted RTMRs. Nothing is fetched. With -o json, prints one JSON object (the layout of every \
+verify-* command). With -o ear, prints the verdict as an EAT attestation result \
 (draft-ietf-rats-ear): one JWT signed with --ear-key (ES256). \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-quote --quote FILE [--tcb-info FILE] [--qe-identity FILE] \
@@ -127,8 +128,8 @@ struct Config {
     policy: Option<String>,
     at: Option<i64>,
     report_data: ReportDataCheck,
-    /// `-o ear`: the key that signs the result.
-    ear_key: Option<std::path::PathBuf>,
+    /// What is printed: text, JSON or a signed result.
+    output: ear_output::Output,
 }
 
 /// A TDX parser's error: the crate does not name its types, so it is held
@@ -200,7 +201,7 @@ impl Config {
         let policy = given(&POLICY);
         let at = given(&AT);
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
-        let ear_key = ear_output::ear_key(m);
+        let output = ear_output::output(m);
         if !m.positional().is_empty() {
             return Err(VerifyQuoteError::Unexpected(m.positional()[0].clone()));
         }
@@ -214,7 +215,7 @@ impl Config {
             (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
             (None, None) => ReportDataCheck::NotChecked,
         };
-        let ear_key = ear_key?;
+        let output = output?;
         Ok(Config {
             quote,
             tcb_info,
@@ -226,7 +227,7 @@ impl Config {
             policy,
             at,
             report_data,
-            ear_key,
+            output,
         })
     }
 }
@@ -273,13 +274,24 @@ fn refused<E: std::error::Error + Send + Sync + 'static>(
     }
 }
 
+/// The refusal's name of a failed check, for `-o json`.
+fn reason(c: &CheckResult) -> Option<String> {
+    match &c.outcome {
+        CheckOutcome::Failed(e) => e
+            .detail()
+            .and_then(|d| d.reason::<confboot_tdx::TdxRefusal>())
+            .map(|r| format!("{r:?}")),
+        _ => None,
+    }
+}
+
 fn verify_quote(config: &Config) -> Result<i32, VerifyQuoteError> {
-    let ear = match &config.ear_key {
-        Some(key) => {
+    let ear = match &config.output {
+        ear_output::Output::Ear(key) => {
             let id = ear_output::policy_id(config.policy.as_deref().map(Path::new))?;
             Some(EarSigner::load(key, "confboot verify-quote", id)?)
         }
-        None => None,
+        ear_output::Output::Text | ear_output::Output::Json => None,
     };
     let raw_quote = read(&config.quote, "quote", MAX_QUOTE_LEN)?;
     let quote = Quote::parse(&raw_quote).map_err(refused(&config.quote))?;
@@ -358,7 +370,7 @@ fn verify_quote(config: &Config) -> Result<i32, VerifyQuoteError> {
             vector,
         ));
     }
-    println!(
+    let header = format!(
         "TDX quote: version {}, {} body, MRTD {}, TD attributes {:#018x} ({})",
         quote.header.version,
         r.body_type,
@@ -366,6 +378,21 @@ fn verify_quote(config: &Config) -> Result<i32, VerifyQuoteError> {
         r.td_attributes(),
         td_attributes::names(r.td_attributes()).join(", ")
     );
+    if config.output == ear_output::Output::Json {
+        let mut checks = Vec::new();
+        if let Some(log) = &event_log {
+            checks.push(event_log_check(log, &quote));
+        }
+        checks.extend(validator.verify_quote_detailed(&quote, &config.report_data));
+        let subject = crate::check_report::Subject {
+            command: "verify-quote",
+            variant: "tdx",
+            header,
+            at: Some(config.at.unwrap_or_else(confboot_util::time::unix_now)),
+        };
+        return Ok(crate::check_report::print(&subject, &checks, reason, true));
+    }
+    println!("{header}");
     if quote.trailing_len() > 0 {
         println!(
             "note: {} unsigned bytes after the signature data are ignored",

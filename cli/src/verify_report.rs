@@ -90,7 +90,7 @@ prints every check on its own line (✓ passed, ✗ failed, - skipped). The repo
 comes from --vcek, --certs, the evidence, or a VCEK cache; the AMD root (ARK) is pinned: the \
 Milan, Genoa and Turin roots built in, or --roots / the policy's rootBundles. Without --policy \
 the measurement is not checked, a VCEK or a VLEK may sign, VMPL 0 is required, debug is refused and the safe default minimum TCB applies (Milan: bootloader 3, TEE 0, SNP 8, microcode 115; other products need a policy that names one). \
-With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one JWT \
+With -o json, prints one JSON object (the layout of every verify-* command). With -o ear, prints the verdict as an EAT attestation result (draft-ietf-rats-ear): one JWT \
 signed with --ear-key (ES256). \
 Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or unreadable input.",
     usage: "confboot verify-report --report FILE [--vcek FILE | --certs DIR] [--chain FILE] [--policy FILE] [OPTIONS]",
@@ -145,8 +145,8 @@ struct Config {
     at: Option<i64>,
     /// What the report data must hold.
     report_data: ReportDataCheck,
-    /// `-o ear`: the key that signs the result.
-    ear_key: Option<std::path::PathBuf>,
+    /// What is printed: text, JSON or a signed result.
+    output: ear_output::Output,
 }
 
 /// An SEV-SNP parser's error, held whole behind the error trait.
@@ -248,7 +248,7 @@ impl Config {
         let vcek_cache = given(&VCEK_CACHE);
         let at = given(&AT);
         let (extra_data, report_data) = (given(&EXTRA_DATA), given(&REPORT_DATA));
-        let ear_key = ear_output::ear_key(m);
+        let output = ear_output::output(m);
         if !m.positional().is_empty() {
             return Err(VerifyReportError::Unexpected(m.positional()[0].clone()));
         }
@@ -271,7 +271,7 @@ impl Config {
             (None, Some(h)) => ReportDataCheck::Exact(hex_array(&h, "--report-data")?),
             (None, None) => ReportDataCheck::NotChecked,
         };
-        let ear_key = ear_key?;
+        let output = output?;
         Ok(Config {
             report,
             vcek,
@@ -283,7 +283,7 @@ impl Config {
             vcek_cache,
             at,
             report_data,
-            ear_key,
+            output,
         })
     }
 }
@@ -340,12 +340,12 @@ fn certs_from_file(path: &str, what: &'static str) -> Result<Vec<CertEntry>, Ver
 }
 
 fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
-    let ear = match &config.ear_key {
-        Some(key) => {
+    let ear = match &config.output {
+        ear_output::Output::Ear(key) => {
             let id = ear_output::policy_id(config.policy.as_deref().map(Path::new))?;
             Some(EarSigner::load(key, "confboot verify-report", id)?)
         }
-        None => None,
+        ear_output::Output::Text | ear_output::Output::Json => None,
     };
     let input = match &config.report {
         ReportFile::Raw(path) => read(path, "report")?,
@@ -443,12 +443,22 @@ fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
             vector,
         ));
     }
-    println!(
+    let header = format!(
         "SEV-SNP report: version {}, VMPL {}, measurement {}",
         report.version(),
         report.vmpl(),
         confboot_util::hex::encode(report.measurement())
     );
+    if config.output == ear_output::Output::Json {
+        let subject = crate::check_report::Subject {
+            command: "verify-report",
+            variant: "sev-snp",
+            header,
+            at: Some(config.at.unwrap_or_else(confboot_util::time::unix_now)),
+        };
+        return Ok(crate::check_report::print(&subject, &checks, reason, true));
+    }
+    println!("{header}");
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for c in &checks {
         println!("{c}");
@@ -471,6 +481,17 @@ fn verify_report(config: &Config) -> Result<i32, VerifyReportError> {
     } else {
         println!("FAILED: {failed} of {} checks failed", checks.len());
         Ok(1)
+    }
+}
+
+/// The refusal's name of a failed check, for `-o json`.
+fn reason(c: &confboot_attest::check::CheckResult) -> Option<String> {
+    match &c.outcome {
+        CheckOutcome::Failed(e) => e
+            .detail()
+            .and_then(|d| d.reason::<SnpRefusal>())
+            .map(|r| format!("{r:?}")),
+        _ => None,
     }
 }
 

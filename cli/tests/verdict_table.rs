@@ -449,6 +449,15 @@ fn the_cloud_verify_commands_print_one_json_schema() {
     let e = testdata("azure/testdata/azure-snp/evidence-v1.json");
     let c = json_shape(&["verify-azure", "--evidence", &e, "--nonce", CHALLENGE]);
     assert_eq!((a.0, b.0, c.0), (0, 1, 0));
+    // The local variants' offline commands print the same object.
+    let report = testdata("snp/testdata/report_milan.bin");
+    let vcek = testdata("snp/testdata/vcek_milan.der");
+    let d = json_shape(&["verify-report", "--report", &report, "--vcek", &vcek]);
+    let quote = testdata("tdx/testdata/quote_v5.dat");
+    let q = json_shape(&["verify-quote", "--quote", &quote, "--at", "2026-02-10"]);
+    assert_eq!((d.0, q.0), (0, 0));
+    assert_eq!((&d.1, &d.2), (&a.1, &a.2), "verify-report");
+    assert_eq!((&q.1, &q.2), (&a.1, &a.2), "verify-quote");
     assert_eq!(a.1, c.1);
     assert_eq!(a.2, c.2);
     let top = [

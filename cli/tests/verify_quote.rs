@@ -3,6 +3,12 @@
 //! the input was unusable (2). `cli/src/main.rs` wires the command to the
 //! same `run`.
 
+#[path = "../src/check_report.rs"]
+#[allow(
+    dead_code,
+    reason = "the layout's -o help belongs to the commands that print only it"
+)]
+mod check_report;
 #[path = "../src/ear_output.rs"]
 mod ear_output;
 #[path = "../src/hex_option.rs"]

@@ -2,6 +2,12 @@
 //! says whether every check passed (0), one failed (1), or the input was
 //! unusable (2). `cli/src/main.rs` wires the command to the same `run`.
 
+#[path = "../src/check_report.rs"]
+#[allow(
+    dead_code,
+    reason = "the layout's -o help belongs to the commands that print only it"
+)]
+mod check_report;
 #[path = "../src/ear_output.rs"]
 mod ear_output;
 #[path = "../src/hex_option.rs"]
@@ -312,4 +318,93 @@ fn certificate_directories_and_the_vcek_cache_serve_too() {
         run(&["--report", &report, "--certs", &empty.to_string_lossy()]),
         2
     );
+}
+
+#[test]
+fn json_output_is_one_object_naming_the_refusal_of_a_failed_check() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_confboot"))
+            .arg("verify-report")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let dir = format!("{}/../crates/snp/testdata", env!("CARGO_MANIFEST_DIR"));
+    let vcek = format!("{dir}/vcek_milan.der");
+    let mut report = std::fs::read(format!("{dir}/report_milan.bin")).unwrap();
+    // A byte of the signed body flipped: the signature no longer verifies.
+    report[0x90] ^= 0xff;
+    let flipped = std::env::temp_dir().join(format!("confboot-json-report-{}", std::process::id()));
+    std::fs::write(&flipped, &report).unwrap();
+    let out = run(&[
+        "--report",
+        flipped.to_str().unwrap(),
+        "--vcek",
+        &vcek,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(doc["command"], "verify-report");
+    assert_eq!(doc["variant"], "sev-snp");
+    assert_eq!(doc["verified"], false);
+    let failed: Vec<&serde_json::Value> = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["outcome"] == "failed")
+        .collect();
+    assert!(!failed.is_empty(), "{doc}");
+    assert!(
+        failed.iter().all(|c| c["reason"].is_string()),
+        "each failed check names its refusal: {doc}"
+    );
+    // -o json and --ear-key do not go together; -o names a format.
+    let out = run(&[
+        "--report",
+        flipped.to_str().unwrap(),
+        "-o",
+        "json",
+        "--ear-key",
+        "k.pem",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["--report", flipped.to_str().unwrap(), "-o", "yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("text, json or ear"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_policy_that_declares_no_launch_is_refused_as_input() {
+    let report = std::fs::read(fixture("report_milan.bin")).unwrap();
+    let m = confboot_util::hex::encode(&report[0x90..0xC0]);
+    let with = |launch: &str| {
+        temp_file(
+            &format!("policy-{}.json", launch.len()),
+            format!(r#"{{"measurement": {{"expected": "{m}"}}{launch}}}"#).as_bytes(),
+        )
+    };
+    let args = |policy: &str| {
+        run(&[
+            "--report",
+            &fixture("report_milan.bin"),
+            "--vcek",
+            &fixture("vcek_milan.der"),
+            "--policy",
+            policy,
+        ])
+    };
+    // No launch: the measurement would pin the firmware only (exit 2, no
+    // verdict); a measured direct boot with its hashes is a verdict.
+    assert_eq!(args(&with("")), 2);
+    let k = "11".repeat(32);
+    let direct = format!(
+        r#", "launch": "measuredDirectBoot", "kernelHash": "{k}", "initrdHash": "{k}", "cmdlineHash": "{k}""#
+    );
+    assert_ne!(args(&with(&direct)), 2);
 }
