@@ -60,7 +60,7 @@ type RealNode = Node<Box<dyn DiskBackend>, NodeCluster, Arc<dyn NodeMarker>>;
 /// Who runs the cluster step (`--cluster-step`).
 enum NodeCluster {
     /// kubeadm, here.
-    Kubeadm(KubeadmBackend),
+    Kubeadm(Box<KubeadmBackend>),
     /// The node's OS, from the handoff directory.
     Handoff(HandoffBackend),
 }
@@ -212,7 +212,7 @@ fn build_node(
             kubeadm.pki_dir = config.cluster.pki_dir.clone();
             kubeadm.admin_kubeconfig = config.cluster.admin_kubeconfig.clone();
             kubeadm.kubelet_cert_dir = config.cluster.kubelet_cert_dir.clone();
-            NodeCluster::Kubeadm(kubeadm)
+            NodeCluster::Kubeadm(Box::new(kubeadm))
         }
         ClusterStep::Handoff(dir) => NodeCluster::Handoff(HandoffBackend::new(dir)),
     };
